@@ -1,0 +1,40 @@
+#pragma once
+// Subcommands register themselves here, one cmd_<name>.cpp each, so adding a
+// command never touches main.cpp:
+//
+//   static const tandem::cli::CommandRegistration reg{"plan", 10, &addPlanCommand};
+//
+// `order` sorts the commands in --help. A command's callback throws
+// std::exception on failure; main prints "tandem: error: <what>" and exits 1.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace tandem::cli {
+
+using CommandAdder = void (*)(CLI::App& root);
+
+struct CommandEntry {
+  std::string name;
+  int order;
+  CommandAdder add;
+};
+
+std::vector<CommandEntry>& commandRegistry();
+
+struct CommandRegistration {
+  CommandRegistration(std::string name, int order, CommandAdder add) {
+    commandRegistry().push_back({std::move(name), order, add});
+  }
+};
+
+// Resolves a resource path: absolute or relative paths that exist are used as
+// they are, otherwise the path is looked up under the installed resources/.
+std::string resourcePath(const std::string& relative);
+
+}  // namespace tandem::cli

@@ -1,0 +1,83 @@
+#pragma once
+// CPU reference kernels: plain loops, written for clarity and exactness, not
+// speed. Templated on the element type so the same code runs in float (the
+// executor) and double (the finite-difference checks of every backward rule).
+//
+// Layouts are row-major. `accumulate` means "add into the output" (a second
+// gradient contribution, or a later micro-batch); otherwise the output is
+// overwritten. Explicit instantiations for float and double are in kernels.cpp.
+
+#include <cstdint>
+
+namespace tandem::cpu {
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+template <class T>
+void embeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
+                      int64_t Tn, int64_t C);
+// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]
+// accumulate=false zeroes dwte (V x C) and dwpe (Tn x C) first.
+template <class T>
+void embeddingBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
+                       int64_t Tn, int64_t C, int64_t V, bool accumulate);
+
+// y = (x - mean) * rstd * w + b over the last dimension C, eps = 1e-5.
+template <class T>
+void layernormForward(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b, int64_t M,
+                      int64_t C);
+template <class T>
+void layernormBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, const T* mean,
+                       const T* rstd, int64_t M, int64_t C, bool accumulate_dx,
+                       bool accumulate_dw);
+
+// y[M,N] = x[M,K] * W[N,K]^T + bias[N] (bias may be null)
+template <class T>
+void matmulForward(T* y, const T* x, const T* W, const T* bias, int64_t M, int64_t N, int64_t K);
+// dx[M,K] = dy[M,N] * W[N,K]
+template <class T>
+void matmulBackwardData(T* dx, const T* dy, const T* W, int64_t M, int64_t N, int64_t K,
+                        bool accumulate);
+// dW[N,K] = dy^T * x; db[N] = sum_m dy[m,:] (db may be null)
+template <class T>
+void matmulBackwardWeight(T* dW, T* db, const T* dy, const T* x, int64_t M, int64_t N, int64_t K,
+                          bool accumulate);
+
+// Causal multi-head self-attention. qkv[B,Tn,3C]: q in [0,C), k in [C,2C),
+// v in [2C,3C); head h uses channels [h*D,(h+1)*D), D = C/H; scale 1/sqrt(D).
+// out[B,Tn,C]; lse[B,H,Tn] = log-sum-exp of the scaled scores of each query
+// row, so the backward rebuilds the probabilities without keeping Tn x Tn.
+template <class T>
+void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H);
+template <class T>
+void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
+                       int64_t Tn, int64_t C, int64_t H, bool accumulate);
+
+// GELU, tanh approximation (GPT-2).
+template <class T>
+void geluForward(T* y, const T* x, int64_t n);
+template <class T>
+void geluBackward(T* dx, const T* dy, const T* x, int64_t n, bool accumulate);
+
+template <class T>
+void addForward(T* c, const T* a, const T* b, int64_t n);
+
+// losses[m] = -log softmax(logits[m,:])[targets[m]]
+template <class T>
+void crossEntropyForward(T* losses, const T* logits, const int32_t* targets, int64_t M, int64_t V);
+// dlogits[m,:] = scale * (softmax(logits[m,:]) - onehot(targets[m])).
+// dlogits may alias logits (in place).
+template <class T>
+void crossEntropyBackward(T* dlogits, const T* logits, const int32_t* targets, int64_t M,
+                          int64_t V, double scale);
+
+// Sum of squares (accumulated in double).
+template <class T>
+double sumOfSquares(const T* x, int64_t n);
+
+// One AdamW step on n fp32 values (PyTorch's decoupled weight decay):
+//   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+//   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p), mhat = m/(1-b1^t), vhat = v/(1-b2^t)
+void adamwStep(float* param, float* m, float* v, const float* grad, int64_t n, float lr, float beta1,
+               float beta2, float eps, float weight_decay, int step, float grad_scale);
+
+}  // namespace tandem::cpu

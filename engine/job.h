@@ -1,0 +1,119 @@
+#pragma once
+// The job spec: what the user asks tandem to train, read from YAML
+// (resources/jobs/*.yaml documents every field). Validation errors name the
+// file, line, field and the allowed values, and are thrown as SpecError.
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/types.h"
+
+namespace tandem {
+
+class SpecError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class ModelFamily { GPT2, Llama };
+
+struct ModelSpec {
+  ModelFamily family = ModelFamily::GPT2;
+  int vocab = 50304;
+  int seq_len = 1024;
+  int layers = 12;
+  int hidden = 768;
+  int heads = 12;
+  int kv_heads = 0;        // 0 = same as heads (Llama grouped-query attention later)
+  double mlp_ratio = 4.0;
+  bool tied_embeddings = true;
+  bool operator==(const ModelSpec&) const = default;
+
+  int headDim() const { return hidden / heads; }
+  int mlpHidden() const { return static_cast<int>(hidden * mlp_ratio + 0.5); }
+};
+
+struct TrainingSpec {
+  int micro_batch = 16;
+  int grad_accum = 1;
+  int steps = 10;
+  double lr = 6e-4;
+  double min_lr = 6e-5;
+  int warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+  Precision precision = Precision::BF16;
+  uint64_t seed = 1337;
+  bool operator==(const TrainingSpec&) const = default;
+};
+
+struct ParallelSpec {
+  int data_parallel = 1;
+  bool operator==(const ParallelSpec&) const = default;
+};
+
+struct CommSpec {
+  double bucket_mib = 25.0;
+  double first_bucket_mib = 1.0;
+  bool operator==(const CommSpec&) const = default;
+};
+
+struct RecomputeSpec {
+  RecomputePolicy policy = RecomputePolicy::None;
+  std::map<int, RecomputePolicy> per_layer;  // overrides by layer index
+  RecomputePolicy forLayer(int layer) const;
+  bool operator==(const RecomputeSpec&) const = default;
+};
+
+struct DataSpec {
+  std::string source = "synthetic";  // synthetic | tokens
+  std::string path;                  // token file (little-endian uint16) for `tokens`
+  int markov_order = 2;              // synthetic: tokens depend on this many predecessors
+  int branching = 4;                 // synthetic: successors per context
+  bool operator==(const DataSpec&) const = default;
+};
+
+struct JobSpec {
+  std::string name = "job";
+  ModelSpec model;
+  TrainingSpec training;
+  ParallelSpec parallel;
+  CommSpec comm;
+  RecomputeSpec recompute;
+  DataSpec data;
+  std::string source;        // file the spec came from ("<embedded>" for built-ins)
+  std::string yaml;          // the effective spec as YAML (after --set overrides)
+  std::string content_hash;  // FNV-1a 64 of `yaml`, hex
+  bool operator==(const JobSpec&) const = default;
+
+  int64_t globalBatch() const {
+    return int64_t(training.micro_batch) * training.grad_accum * parallel.data_parallel;
+  }
+  int64_t tokensPerStep() const { return globalBatch() * model.seq_len; }
+};
+
+// Parses and validates a job. `overrides` are "dotted.key=value" pairs applied
+// before validation (the CLI's --set). Throws SpecError with
+// "FILE:LINE: FIELD: problem (allowed: ...)".
+JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
+                 const std::vector<std::string>& overrides = {});
+JobSpec loadJobFile(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The embedded default job (GPT-2 124M, data parallel 8) and the tiny job the
+// demo trains on the CPU.
+JobSpec defaultJob();
+JobSpec tinyJob();
+
+// Serializes a job back to YAML (the form stored in plans and traces).
+std::string jobToYaml(const JobSpec& job);
+
+std::string_view toString(ModelFamily f);
+
+}  // namespace tandem

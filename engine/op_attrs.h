@@ -1,0 +1,33 @@
+#pragma once
+// Shape and behaviour attributes of one operation. One flat struct for every
+// op kind: each kind reads the fields its comment in types.h names. Keeping it
+// flat keeps the Plan JSON, the cost model and both executors simple.
+
+#include <cstdint>
+#include <vector>
+
+namespace tandem {
+
+struct OpAttrs {
+  // Matmul family: y[m,n] = x[m,k] * W[n,k]^T (+ bias[n]).
+  int64_t m = 0, n = 0, k = 0;
+  bool has_bias = false;
+  // Sequence ops: batch, time, channels, heads, vocabulary.
+  int64_t b = 0, t = 0, c = 0, h = 0, v = 0;
+  // Elementwise ops: element count.
+  int64_t elements = 0;
+  // Gradient outputs add into their destination instead of overwriting it
+  // (second and later contributions, micro-batches after the first).
+  bool accumulate = false;         // the activation-gradient output (dx)
+  bool accumulate_params = false;  // the parameter-gradient outputs (dW, db)
+  // Cross-entropy backward: dloss per token, 1 / (tokens in the global batch).
+  double loss_scale = 1.0;
+  // Data loading: which micro-batch of the step this is.
+  int64_t micro_batch = 0;
+  // AdamW / GradNorm: indices into RankPlan::params that the task covers.
+  std::vector<int> params;
+
+  bool operator==(const OpAttrs&) const = default;
+};
+
+}  // namespace tandem

@@ -1,0 +1,176 @@
+#pragma once
+// The Plan: contract 1 of tandem (see docs/plan-format.md).
+//
+// A Plan is what the engine produces for one job: per rank, an ordered list of
+// tasks on streams joined by events, the buffers they read and write (with
+// offsets in one memory arena), the cost facts of every task, the recompute
+// decisions and the memory plan. The CPU and CUDA executors run it, the
+// simulator replays it, the profiler tags real kernels with its task ids.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/job.h"
+#include "engine/op_attrs.h"
+#include "engine/types.h"
+
+namespace tandem {
+
+inline constexpr int kPlanFormatVersion = 1;
+
+// A named piece of memory. Parameter gradients are views into their bucket's
+// flat buffer (parent >= 0) so one collective covers the whole bucket.
+struct Buffer {
+  int id = -1;
+  std::string name;  // "layer3.qkv.out.mb0"
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;
+  TensorCategory category = TensorCategory::Activation;
+  int layer = -1;          // -1 outside transformer blocks
+  int parent = -1;         // view of this buffer ...
+  int64_t parent_offset = 0;  // ... at this byte offset
+  int64_t offset = -1;     // byte offset in the arena (filled by the memory plan)
+  // Live range as task indices in the rank's task list, inclusive; persistent
+  // buffers span the whole step.
+  int first_use = -1;
+  int last_use = -1;
+  bool persistent = false;
+
+  int64_t elementCount() const;
+  bool operator==(const Buffer&) const = default;
+};
+
+enum class CollectiveOp { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Send, Recv };
+enum class ReduceOp { Sum, Avg, Max };
+std::string_view toString(CollectiveOp v);
+std::string_view toString(ReduceOp v);
+std::optional<CollectiveOp> parseCollectiveOp(std::string_view s);
+std::optional<ReduceOp> parseReduceOp(std::string_view s);
+
+struct CollectiveInfo {
+  CollectiveOp op = CollectiveOp::AllReduce;
+  ReduceOp reduce = ReduceOp::Avg;
+  std::string group;  // name of a ProcessGroup in Plan::groups
+  int64_t bytes = 0;  // payload per rank (all-reduce: the buffer size)
+  int64_t count = 0;  // elements
+  DType dtype = DType::F32;
+  bool operator==(const CollectiveInfo&) const = default;
+};
+
+struct ProcessGroup {
+  std::string name;  // "dp"
+  std::vector<int> ranks;
+  bool operator==(const ProcessGroup&) const = default;
+};
+
+struct Task {
+  int id = -1;      // unique within the rank; the join key with traces
+  int stream = 0;   // index into RankPlan::streams
+  TaskKind kind = TaskKind::Kernel;
+  OpKind op = OpKind::Add;
+  std::string name;  // "layer3.attn.qkv.fwd.mb0"
+  Phase phase = Phase::Forward;
+  int layer = -1;
+  int micro_batch = -1;
+  // Cost facts used by the simulator and MFU reporting.
+  double flops = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  std::vector<int> reads;   // buffer ids, in the op's input order
+  std::vector<int> writes;  // buffer ids, in the op's output order
+  std::vector<int> wait_events;  // events to wait for before starting
+  int record_event = -1;         // event recorded when the task completes
+  OpAttrs attrs;
+  std::optional<CollectiveInfo> collective;
+  bool operator==(const Task&) const = default;
+};
+
+struct StreamInfo {
+  int id = 0;
+  StreamKind kind = StreamKind::Compute;
+  std::string name;
+  bool operator==(const StreamInfo&) const = default;
+};
+
+// Everything AdamW needs to know about one parameter tensor.
+struct ParamInfo {
+  std::string name;   // "layer3.attn.qkv.weight"
+  int param = -1;     // buffer used by the forward
+  int grad = -1;      // gradient view inside a bucket
+  int master = -1;    // fp32 master weight (== param in fp32 jobs)
+  int adam_m = -1;
+  int adam_v = -1;
+  bool weight_decay = true;  // matrices decay; biases, norms and wpe do not
+  int bucket = -1;
+  bool operator==(const ParamInfo&) const = default;
+};
+
+struct GradBucket {
+  int id = 0;
+  int buffer = -1;  // the flat gradient buffer of the bucket
+  int64_t bytes = 0;
+  std::vector<int> params;  // indices into RankPlan::params, in completion order
+  bool operator==(const GradBucket&) const = default;
+};
+
+struct RecomputeDecision {
+  int layer = 0;
+  RecomputePolicy policy = RecomputePolicy::None;
+  int64_t bytes_kept = 0;   // activations of the layer kept from forward to backward (per micro-batch)
+  int64_t bytes_saved = 0;  // versus policy none
+  double extra_flops = 0;   // recompute work per step
+  bool operator==(const RecomputeDecision&) const = default;
+};
+
+struct MemoryPlan {
+  int64_t arena_bytes = 0;        // size of the one allocation the executor makes
+  int64_t peak_bytes = 0;         // highest end offset of buffers live at once (== arena)
+  int64_t lower_bound_bytes = 0;  // max over time of the sum of live buffer sizes
+  int peak_task = -1;             // task index where the live sum is highest
+  int64_t activation_peak_bytes = 0;  // live activations (and inputs) at their highest
+  std::map<std::string, int64_t> by_category;  // live bytes per category at peak_task
+  bool operator==(const MemoryPlan&) const = default;
+};
+
+// One rank's program. For pure data parallelism every rank runs the same
+// program, so one RankPlan serves many ranks (`ranks`); the simulator can
+// exploit that symmetry and the JSON stays small at large scale.
+struct RankPlan {
+  std::vector<int> ranks;
+  std::vector<StreamInfo> streams;
+  std::vector<Buffer> buffers;
+  std::vector<Task> tasks;
+  int num_events = 0;
+  std::vector<ParamInfo> params;
+  std::vector<GradBucket> buckets;
+  MemoryPlan memory;
+  bool operator==(const RankPlan&) const = default;
+};
+
+struct PlanSummary {
+  int64_t parameters = 0;
+  double flops_per_step = 0;           // all tasks of one rank, times world size
+  double model_flops_per_token = 0;    // PaLM: 6N + 12 L H Q T
+  int64_t tokens_per_step = 0;         // global batch in tokens
+  bool operator==(const PlanSummary&) const = default;
+};
+
+struct Plan {
+  int version = kPlanFormatVersion;
+  JobSpec job;
+  int world_size = 1;
+  std::vector<ProcessGroup> groups;
+  std::vector<RankPlan> programs;
+  std::vector<RecomputeDecision> recompute;
+  PlanSummary summary;
+
+  // The program a rank runs. Throws std::out_of_range for a rank outside the world.
+  const RankPlan& forRank(int rank) const;
+  bool operator==(const Plan&) const = default;
+};
+
+}  // namespace tandem
