@@ -1,0 +1,47 @@
+#pragma once
+// The CPU reference executor: runs a Plan for all ranks as threads, with an
+// in-process collective backend, fp32 math and bf16 rounding emulated where the
+// Plan stores bf16. Every buffer lives at its planned offset in one arena per
+// rank, so a memory plan that overlaps two live buffers changes the numbers.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/data.h"
+#include "engine/plan.h"
+
+namespace tandem::cpu {
+
+struct StepResult {
+  int step = 0;
+  double loss = 0;       // mean over the global batch
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  double seconds = 0;
+};
+
+class CpuExecutor {
+ public:
+  explicit CpuExecutor(const Plan& plan);
+  ~CpuExecutor();
+
+  // Runs one full training step (all micro-batches, collectives, optimizer).
+  StepResult step();
+
+  // Runs forward and backward of one step but not the optimizer (for gradient checks).
+  StepResult computeGradients();
+
+  // The values of a buffer of one rank, converted to float.
+  std::vector<float> readBuffer(int rank, int buffer) const;
+  void writeBuffer(int rank, int buffer, const std::vector<float>& values);
+
+  const Plan& plan() const;
+  int stepsDone() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::cpu
