@@ -5,12 +5,26 @@
 //
 // Units: bandwidth in GB/s (1e9 bytes/s) per direction, latency in ns,
 // FLOP/s as plain numbers, memory in bytes.
+//
+// Node ids: devices first (0..D-1), then switches (D..D+S-1). Link indices
+// are positions in Topology::links; routes (simulator/routing.h) are lists of
+// them.
 
 #include <cstdint>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tandem::sim {
+
+// Any problem with a topology: a bad file, an unknown preset, a disconnected
+// GPU. The message names the file, line and field where there is one.
+class TopologyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct DeviceSpec {
   std::string name;          // "gpu0"
@@ -22,9 +36,12 @@ struct DeviceSpec {
   int sm_count = 0;
   int host = 0;              // index into Topology::hosts
   double mig_fraction = 1.0; // < 1 for a MIG slice
+  std::string mig_profile;   // "3g.40gb" for a MIG slice, empty otherwise
 };
 
-enum class NodeKind { Gpu, NvSwitch, PcieSwitch, HostBridge, Cpu, Nic, IbLeaf, IbSpine };
+// GpuHub: the crossbar of one physical GPU that its MIG slices share; the
+// GPU's external links attach to it (see topology_presets.h, applyMig).
+enum class NodeKind { Gpu, NvSwitch, PcieSwitch, HostBridge, Cpu, Nic, IbLeaf, IbSpine, GpuHub };
 
 struct SwitchSpec {
   std::string name;
@@ -52,7 +69,8 @@ struct HostSpec {
 
 struct Topology {
   std::string name;
-  std::string source;  // file or preset it came from
+  std::string source;       // file or preset it came from
+  std::string description;  // one line, shown by `tandem topo list`
   std::vector<HostSpec> hosts;
   std::vector<DeviceSpec> devices;
   std::vector<SwitchSpec> switches;
@@ -60,6 +78,28 @@ struct Topology {
 
   int nodeCount() const { return int(devices.size() + switches.size()); }
   std::string nodeName(int node) const;
+  bool isDevice(int node) const { return node >= 0 && node < int(devices.size()); }
+  NodeKind nodeKind(int node) const;
+  // Host index of a node; -1 for switches outside any host.
+  int nodeHost(int node) const;
+  // Node id of a device or switch by name; -1 when there is none. Linear scan:
+  // callers that look up many names build their own map.
+  int findNode(std::string_view name) const;
+
+  // Adds both directions of a connection (or one when bidirectional is false).
+  void addLink(int a, int b, double gbps, int64_t latency_ns, LinkKind kind, int lanes,
+               bool bidirectional = true);
+  int addSwitch(std::string switch_name, NodeKind kind, int host);
 };
+
+std::string_view toString(NodeKind v);
+std::string_view toString(LinkKind v);
+std::optional<NodeKind> parseNodeKind(std::string_view s);  // "nvswitch", "ib_leaf", ...
+std::optional<LinkKind> parseLinkKind(std::string_view s);  // "nvlink", "pcie", ...
+
+// Throws TopologyError when a device cannot reach every other device through
+// links (routing never passes through a device, only through switches), when a
+// link has a bad endpoint or a bandwidth that is not positive.
+void validateTopology(const Topology& topo);
 
 }  // namespace tandem::sim
