@@ -1,0 +1,40 @@
+#include "traces/trace_model.h"
+
+#include <array>
+
+namespace tandem::traces {
+
+namespace {
+
+template <typename E, size_t N>
+std::optional<E> parseFrom(const std::array<std::string_view, N>& names, std::string_view s) {
+  for (size_t i = 0; i < N; ++i)
+    if (names[i] == s) return static_cast<E>(i);
+  return std::nullopt;
+}
+
+constexpr std::array<std::string_view, 3> kRunKinds{"real", "simulated", "imported"};
+constexpr std::array<std::string_view, 8> kActivityKinds{"kernel",     "memcpy", "memset", "collective",
+                                                         "send",       "recv",   "sync",   "host"};
+constexpr std::array<std::string_view, 4> kStreamKinds{"compute", "comm", "copy", "host"};
+constexpr std::array<std::string_view, 7> kPhases{"",         "forward", "backward", "recompute",
+                                                  "optimizer", "comm",   "data"};
+constexpr std::array<std::string_view, 4> kSeverities{"info", "warning", "error", "data_loss"};
+
+}  // namespace
+
+std::string_view toString(RunKind v) { return kRunKinds[static_cast<size_t>(v)]; }
+std::string_view toString(ActivityKind v) { return kActivityKinds[static_cast<size_t>(v)]; }
+std::string_view toString(StreamKind v) { return kStreamKinds[static_cast<size_t>(v)]; }
+std::string_view toString(TracePhase v) { return kPhases[static_cast<size_t>(v)]; }
+std::string_view toString(Severity v) { return kSeverities[static_cast<size_t>(v)]; }
+
+std::optional<RunKind> parseRunKind(std::string_view s) { return parseFrom<RunKind>(kRunKinds, s); }
+std::optional<ActivityKind> parseActivityKind(std::string_view s) {
+  return parseFrom<ActivityKind>(kActivityKinds, s);
+}
+std::optional<StreamKind> parseStreamKind(std::string_view s) { return parseFrom<StreamKind>(kStreamKinds, s); }
+std::optional<TracePhase> parseTracePhase(std::string_view s) { return parseFrom<TracePhase>(kPhases, s); }
+std::optional<Severity> parseSeverity(std::string_view s) { return parseFrom<Severity>(kSeverities, s); }
+
+}  // namespace tandem::traces

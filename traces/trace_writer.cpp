@@ -1,0 +1,358 @@
+#include "traces/trace_writer.h"
+
+#include <fmt/core.h>
+
+#include <filesystem>
+#include <map>
+#include <unordered_map>
+
+#include "traces/schema.h"
+#include "traces/sqlite_util.h"
+
+namespace tandem::traces {
+
+namespace {
+
+// Lets the intern table look up a string_view without building a std::string.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+struct PendingStat {
+  int64_t value = 0;
+  Severity severity = Severity::Info;
+  std::string description;
+};
+
+}  // namespace
+
+struct TraceWriter::Impl {
+  std::string path;
+  WriterOptions options;
+  sql::Db db;
+  sql::Stmt insert_string, insert_run, insert_stream, insert_activity, insert_range, insert_counter,
+      insert_step, insert_stat, insert_task, insert_dep, insert_collective, insert_clock;
+  std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>> strings;
+  int64_t next_string_id = 1;
+  std::map<std::string, PendingStat, std::less<>> stats;
+  int64_t run = -1;
+  int64_t seq = 0;
+  int64_t rows_in_batch = 0;
+  int64_t rows_total = 0;
+  bool in_transaction = false;
+
+  Impl(const std::string& p, WriterOptions o) : path(p), options(o), db(openFile(p, o), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) {
+    configureForWriting(db);
+    prepareSchema(db, /*for_write=*/true);
+    insert_string = sql::Stmt(db, "INSERT INTO strings(id, value) VALUES(?,?)");
+    insert_run = sql::Stmt(db,
+        "INSERT INTO runs(kind,name,job_yaml,job_hash,topology,host,devices_json,tool_version,"
+        "created_unix_ns,world_size) VALUES(?,?,?,?,?,?,?,?,?,?)");
+    insert_stream = sql::Stmt(db, "INSERT OR REPLACE INTO streams VALUES(?,?,?,?,?,?)");
+    insert_activity = sql::Stmt(db,
+        "INSERT INTO activities VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    insert_range = sql::Stmt(db, "INSERT INTO ranges VALUES(?,?,?,?,?,?,?,?)");
+    insert_counter = sql::Stmt(db, "INSERT INTO counters VALUES(?,?,?,?,?,?)");
+    insert_step = sql::Stmt(db, "INSERT OR REPLACE INTO steps VALUES(?,?,?,?,?)");
+    insert_stat = sql::Stmt(db, "INSERT OR REPLACE INTO stats VALUES(?,?,?,?,?)");
+    insert_task = sql::Stmt(db, "INSERT OR REPLACE INTO plan_tasks VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+    insert_dep = sql::Stmt(db, "INSERT OR IGNORE INTO plan_deps VALUES(?,?,?,?)");
+    insert_collective = sql::Stmt(db, "INSERT INTO collectives VALUES(?,?,?,?,?,?,?,?)");
+    insert_clock = sql::Stmt(db, "INSERT INTO clocks VALUES(?,?,?,?,?,?,?)");
+    sql::Stmt all(db, "SELECT id, value FROM strings");
+    while (all.step()) {
+      int64_t id = all.colInt(0);
+      strings.emplace(all.colText(1), id);
+      if (id >= next_string_id) next_string_id = id + 1;
+    }
+  }
+
+  static const std::string& openFile(const std::string& p, const WriterOptions& o) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (o.truncate) {
+      for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(p + suffix, ec);
+    } else if (fs::exists(p, ec) && fs::file_size(p, ec) > 0) {
+      checkSqliteHeader(p);
+    }
+    return p;
+  }
+
+  void requireRun() const {
+    if (run < 0) throw TraceError(fmt::format("{}: beginRun() must be called before adding rows", path));
+  }
+
+  void begin() {
+    if (!in_transaction) {
+      db.exec("BEGIN");
+      in_transaction = true;
+    }
+  }
+
+  void commit() {
+    if (in_transaction) {
+      db.exec("COMMIT");
+      in_transaction = false;
+    }
+    rows_in_batch = 0;
+  }
+
+  // Called after each row: commits a full batch so a crash loses at most one.
+  void counted() {
+    ++rows_total;
+    if (++rows_in_batch >= options.batch_rows) commit();
+  }
+
+  int64_t intern(std::string_view s) {
+    auto it = strings.find(s);
+    if (it != strings.end()) return it->second;
+    begin();
+    int64_t id = next_string_id++;
+    insert_string.bind(1, id);
+    insert_string.bind(2, s);
+    insert_string.run();
+    strings.emplace(std::string(s), id);
+    return id;
+  }
+
+  void writeStats() {
+    if (stats.empty() || run < 0) return;
+    begin();
+    for (const auto& [name, st] : stats) {
+      insert_stat.bind(1, run);
+      insert_stat.bind(2, std::string_view(name));
+      insert_stat.bind(3, st.value);
+      insert_stat.bind(4, toString(st.severity));
+      insert_stat.bind(5, std::string_view(st.description));
+      insert_stat.run();
+    }
+  }
+};
+
+TraceWriter::TraceWriter(const std::string& path, WriterOptions options)
+    : impl_(std::make_unique<Impl>(path, options)) {}
+
+TraceWriter::~TraceWriter() {
+  try {
+    flush();
+  } catch (...) {
+    // A destructor must not throw; the last batch is lost, earlier ones stay.
+  }
+}
+
+int64_t TraceWriter::beginRun(const RunInfo& info) {
+  auto& m = *impl_;
+  if (m.run >= 0) flush();
+  m.stats.clear();
+  m.begin();
+  auto& s = m.insert_run;
+  s.bind(1, toString(info.kind));
+  s.bind(2, std::string_view(info.name));
+  s.bind(3, std::string_view(info.job_yaml));
+  s.bind(4, std::string_view(info.job_hash));
+  s.bind(5, std::string_view(info.topology));
+  s.bind(6, std::string_view(info.host));
+  s.bind(7, std::string_view(info.devices_json));
+  s.bind(8, std::string_view(info.tool_version));
+  s.bind(9, info.created_unix_ns);
+  s.bind(10, info.world_size);
+  s.run();
+  m.run = sqlite3_last_insert_rowid(m.db.handle());
+  m.seq = 0;
+  // The run row is committed at once so that readers see the run even if the
+  // process dies before the first batch is full.
+  m.commit();
+  return m.run;
+}
+
+int64_t TraceWriter::runId() const { return impl_->run; }
+
+void TraceWriter::addStream(const StreamRow& r) {
+  auto& m = *impl_;
+  m.requireRun();
+  m.begin();
+  auto& s = m.insert_stream;
+  s.bind(1, m.run);
+  s.bind(2, r.rank);
+  s.bind(3, r.stream);
+  s.bind(4, toString(r.kind));
+  s.bind(5, std::string_view(r.name));
+  s.bind(6, r.device);
+  s.run();
+  m.counted();
+}
+
+void TraceWriter::addActivity(const ActivityRow& r) {
+  auto& m = *impl_;
+  m.requireRun();
+  if (r.end_ns < r.start_ns)
+    throw TraceError(fmt::format("{}: activity '{}' ends ({}) before it starts ({})", m.path, r.name, r.end_ns,
+                                 r.start_ns));
+  int64_t name = m.intern(r.name);
+  m.begin();
+  auto& s = m.insert_activity;
+  s.bind(1, m.run);
+  s.bind(2, r.rank);
+  s.bind(3, r.stream);
+  s.bind(4, r.start_ns);
+  s.bind(5, m.seq++);
+  s.bind(6, r.end_ns);
+  s.bind(7, r.device);
+  s.bind(8, static_cast<int>(r.kind));
+  s.bind(9, name);
+  s.bind(10, r.task_id);
+  s.bind(11, static_cast<int>(r.phase));
+  s.bind(12, r.layer);
+  s.bind(13, r.micro_batch);
+  s.bind(14, r.correlation_id);
+  s.bind(15, r.bytes);
+  s.bind(16, r.flops);
+  if (r.geometry) {
+    const auto& g = *r.geometry;
+    int values[6] = {g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z};
+    for (int i = 0; i < 6; ++i) s.bind(17 + i, values[i]);
+  } else {
+    for (int i = 0; i < 6; ++i) s.bindNull(17 + i);
+  }
+  s.run();
+  m.counted();
+}
+
+void TraceWriter::addRange(const RangeRow& r) {
+  auto& m = *impl_;
+  m.requireRun();
+  int64_t name = m.intern(r.name);
+  m.begin();
+  auto& s = m.insert_range;
+  s.bind(1, m.run);
+  s.bind(2, r.rank);
+  s.bind(3, r.start_ns);
+  s.bind(4, m.seq++);
+  s.bind(5, r.end_ns);
+  s.bind(6, name);
+  s.bind(7, r.depth);
+  s.bind(8, std::string_view(r.domain));
+  s.run();
+  m.counted();
+}
+
+void TraceWriter::addCounter(const CounterRow& r) {
+  auto& m = *impl_;
+  m.requireRun();
+  int64_t name = m.intern(r.name);
+  m.begin();
+  auto& s = m.insert_counter;
+  s.bind(1, m.run);
+  s.bind(2, r.rank);
+  s.bind(3, name);
+  s.bind(4, r.ts_ns);
+  s.bind(5, m.seq++);
+  s.bind(6, r.value);
+  s.run();
+  m.counted();
+}
+
+void TraceWriter::addStep(const StepRow& r) {
+  auto& m = *impl_;
+  m.requireRun();
+  m.begin();
+  auto& s = m.insert_step;
+  s.bind(1, m.run);
+  s.bind(2, r.rank);
+  s.bind(3, r.step);
+  s.bind(4, r.start_ns);
+  s.bind(5, r.end_ns);
+  s.run();
+  m.counted();
+}
+
+void TraceWriter::addPlanTask(const PlanTaskRow& r) {
+  auto& m = *impl_;
+  m.requireRun();
+  int64_t name = m.intern(r.name);
+  m.begin();
+  auto& s = m.insert_task;
+  s.bind(1, m.run);
+  s.bind(2, r.rank);
+  s.bind(3, r.task_id);
+  s.bind(4, name);
+  s.bind(5, std::string_view(r.op));
+  s.bind(6, static_cast<int>(r.phase));
+  s.bind(7, r.layer);
+  s.bind(8, r.micro_batch);
+  s.bind(9, r.stream);
+  s.bind(10, r.flops);
+  s.bind(11, r.bytes);
+  s.run();
+  for (int64_t dep : r.deps) {
+    auto& d = m.insert_dep;
+    d.bind(1, m.run);
+    d.bind(2, r.rank);
+    d.bind(3, r.task_id);
+    d.bind(4, dep);
+    d.run();
+  }
+  m.counted();
+}
+
+void TraceWriter::addCollective(const CollectiveRow& r) {
+  auto& m = *impl_;
+  m.requireRun();
+  m.begin();
+  auto& s = m.insert_collective;
+  s.bind(1, m.run);
+  s.bind(2, r.rank);
+  s.bind(3, r.task_id);
+  s.bind(4, std::string_view(r.op));
+  s.bind(5, std::string_view(r.group));
+  s.bind(6, r.bytes);
+  s.bind(7, r.start_ns);
+  s.bind(8, r.end_ns);
+  s.run();
+  m.counted();
+}
+
+void TraceWriter::addClock(const ClockRow& r) {
+  auto& m = *impl_;
+  m.requireRun();
+  m.begin();
+  auto& s = m.insert_clock;
+  s.bind(1, m.run);
+  s.bind(2, r.rank);
+  s.bind(3, std::string_view(r.source));
+  s.bind(4, r.cupti_ns);
+  s.bind(5, r.realtime_ns);
+  s.bind(6, r.monotonic_ns);
+  s.bind(7, r.offset_ns);
+  s.run();
+  m.counted();
+}
+
+void TraceWriter::setStat(const StatRow& r) {
+  auto& m = *impl_;
+  m.requireRun();
+  m.stats[r.name] = PendingStat{r.value, r.severity, r.description};
+}
+
+void TraceWriter::incrementStat(std::string_view name, int64_t delta, Severity severity,
+                                std::string_view description) {
+  auto& m = *impl_;
+  m.requireRun();
+  auto it = m.stats.find(name);
+  if (it == m.stats.end())
+    it = m.stats.emplace(std::string(name), PendingStat{0, severity, std::string(description)}).first;
+  it->second.value += delta;
+}
+
+int64_t TraceWriter::intern(std::string_view s) { return impl_->intern(s); }
+
+void TraceWriter::flush() {
+  impl_->writeStats();
+  impl_->commit();
+}
+
+int64_t TraceWriter::rowsWritten() const { return impl_->rows_total; }
+const std::string& TraceWriter::path() const { return impl_->path; }
+
+}  // namespace tandem::traces
