@@ -1,0 +1,150 @@
+#include "gui/timeline_data.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "gui/timeline_math.h"
+
+namespace tandem::gui {
+
+void Track::reserve(size_t n) {
+  start_ns.reserve(n);
+  end_ns.reserve(n);
+  name_id.reserve(n);
+  task_id.reserve(n);
+  task_kind.reserve(n);
+  phase.reserve(n);
+  layer.reserve(n);
+  micro_batch.reserve(n);
+}
+
+void Track::append(int64_t start, int64_t end, int32_t name, int32_t task, TaskKind kind, Phase ph,
+                   int layer_index, int mb) {
+  start_ns.push_back(start);
+  end_ns.push_back(std::max(start, end));
+  name_id.push_back(name);
+  task_id.push_back(task);
+  task_kind.push_back(uint8_t(kind));
+  phase.push_back(uint8_t(ph));
+  layer.push_back(int16_t(layer_index));
+  micro_batch.push_back(int16_t(mb));
+}
+
+namespace {
+
+template <typename T>
+void permute(std::vector<T>& v, const std::vector<uint32_t>& order) {
+  std::vector<T> out(v.size());
+  for (size_t i = 0; i < order.size(); ++i) out[i] = v[order[i]];
+  v.swap(out);
+}
+
+}  // namespace
+
+void Track::finalize() {
+  const size_t n = size();
+  if (!std::is_sorted(start_ns.begin(), start_ns.end())) {
+    std::vector<uint32_t> order(n);
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return start_ns[a] < start_ns[b]; });
+    permute(start_ns, order);
+    permute(end_ns, order);
+    permute(name_id, order);
+    permute(task_id, order);
+    permute(task_kind, order);
+    permute(phase, order);
+    permute(layer, order);
+    permute(micro_batch, order);
+  }
+  max_end_ns.resize(n);
+  int64_t running = INT64_MIN;
+  for (size_t i = 0; i < n; ++i) {
+    running = std::max(running, end_ns[i]);
+    max_end_ns[i] = running;
+  }
+}
+
+size_t TimelineData::sliceCount() const {
+  size_t n = 0;
+  for (const auto& t : tracks) n += t.size();
+  return n;
+}
+
+const TaskFacts* TimelineData::factsFor(int rank, int task) const {
+  if (rank < 0 || size_t(rank) >= task_facts.size() || task < 0) return nullptr;
+  const auto& facts = task_facts[size_t(rank)];
+  if (size_t(task) >= facts.size() || !facts[size_t(task)].has_op) return nullptr;
+  return &facts[size_t(task)];
+}
+
+int TimelineData::stepAt(int64_t t_ns) const {
+  auto it = std::upper_bound(steps.begin(), steps.end(), t_ns,
+                             [](int64_t t, const StepMark& s) { return t < s.start_ns; });
+  if (it == steps.begin()) return -1;
+  --it;
+  return t_ns < it->end_ns ? int(it - steps.begin()) : -1;
+}
+
+void TimelineData::finalize() {
+  for (auto& t : tracks) t.finalize();
+  std::map<int, std::vector<int>> by_rank;
+  for (size_t i = 0; i < tracks.size(); ++i) by_rank[tracks[i].rank].push_back(int(i));
+  ranks.clear();
+  begin_ns = INT64_MAX;
+  end_ns = INT64_MIN;
+  for (auto& [rank, ids] : by_rank) {
+    std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) {
+      const Track& ta = tracks[size_t(a)];
+      const Track& tb = tracks[size_t(b)];
+      if (ta.kind != tb.kind) return int(ta.kind) < int(tb.kind);
+      return ta.stream < tb.stream;
+    });
+    RankLanes lanes;
+    lanes.rank = rank;
+    lanes.tracks = ids;
+    std::vector<const Track*> compute, comm;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int id : ids) {
+      const Track& t = tracks[size_t(id)];
+      if (t.kind == StreamKind::Compute) compute.push_back(&t);
+      if (t.kind == StreamKind::Comm) comm.push_back(&t);
+      if (t.size() > 0) {
+        lo = std::min(lo, t.start_ns.front());
+        hi = std::max(hi, t.max_end_ns.back());
+      }
+    }
+    OverlapResult ov = computeOverlap(compute, comm);
+    lanes.overlap = std::move(ov.lane);
+    lanes.compute_ns = ov.compute_ns;
+    lanes.comm_ns = ov.comm_ns;
+    lanes.hidden_ns = ov.hidden_ns;
+    lanes.exposed_ns = ov.exposed_ns;
+    lanes.phases = computePhaseLane(compute);
+    lanes.span_ns = hi > lo ? hi - lo : 0;
+    if (hi > lo) {
+      begin_ns = std::min(begin_ns, lo);
+      end_ns = std::max(end_ns, hi);
+    }
+    ranks.push_back(std::move(lanes));
+  }
+  if (begin_ns > end_ns) {
+    begin_ns = 0;
+    end_ns = 1;
+  }
+  std::sort(steps.begin(), steps.end(),
+            [](const StepMark& a, const StepMark& b) { return a.start_ns < b.start_ns; });
+}
+
+NameTable::NameTable(std::vector<std::string>& names) : names_(names) {
+  for (size_t i = 0; i < names_.size(); ++i) index_.emplace(names_[i], int32_t(i));
+}
+
+int32_t NameTable::intern(const std::string& name) {
+  auto [it, inserted] = index_.emplace(name, int32_t(names_.size()));
+  if (inserted) names_.push_back(name);
+  return it->second;
+}
+
+}  // namespace tandem::gui

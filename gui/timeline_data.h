@@ -1,0 +1,115 @@
+#pragma once
+// The timeline's in-memory model of one run: index-based, struct-of-arrays,
+// every track sorted by start time. Nothing here knows Qt, so the model can be
+// filled by the trace reader, a generator or a test and checked without
+// pixels. The view only ever asks "which indices are visible" and "what is
+// slice i", never iterates a whole track per frame.
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/types.h"
+
+namespace tandem::gui {
+
+// Facts of one plan task, shared by every occurrence of that task (one per
+// step). Kept apart from the per-slice arrays so 10M slices stay small.
+struct TaskFacts {
+  OpKind op = OpKind::Add;
+  double flops = 0;
+  int64_t bytes = 0;  // read + written
+  bool has_op = false;
+};
+
+// One lane of slices: a rank's stream. Slices are sorted by start; on a GPU
+// stream they do not overlap, but imported traces may nest, so hit-testing
+// relies on the running maximum of end times rather than on disjointness.
+struct Track {
+  int rank = 0;
+  int stream = 0;
+  StreamKind kind = StreamKind::Compute;
+  std::string label;  // "compute", "comm 0", "copy"
+
+  std::vector<int64_t> start_ns;
+  std::vector<int64_t> end_ns;
+  std::vector<int32_t> name_id;   // index into TimelineData::names
+  std::vector<int32_t> task_id;   // plan task id, -1 when unknown
+  std::vector<uint8_t> task_kind; // TaskKind
+  std::vector<uint8_t> phase;     // Phase
+  std::vector<int16_t> layer;     // -1 outside transformer blocks
+  std::vector<int16_t> micro_batch;
+  // max_end_ns[i] = max(end_ns[0..i]); filled by finalize().
+  std::vector<int64_t> max_end_ns;
+
+  size_t size() const { return start_ns.size(); }
+  void reserve(size_t n);
+  void append(int64_t start, int64_t end, int32_t name, int32_t task, TaskKind kind, Phase ph,
+              int layer_index, int mb);
+  // Sorts by start (stable) when needed and builds max_end_ns.
+  void finalize();
+};
+
+// A derived lane of disjoint, sorted intervals each carrying one small code:
+// the overlap lane (hidden / exposed communication) and the phase lane.
+struct IntervalLane {
+  std::vector<int64_t> start_ns;
+  std::vector<int64_t> end_ns;
+  std::vector<uint8_t> code;
+  size_t size() const { return start_ns.size(); }
+};
+
+enum class OverlapCode : uint8_t { Hidden = 0, Exposed = 1 };
+
+struct RankLanes {
+  int rank = 0;
+  std::vector<int> tracks;  // indices into TimelineData::tracks, display order
+  IntervalLane overlap;     // OverlapCode per interval
+  IntervalLane phases;      // Phase per interval (compute stream)
+  // Totals of the overlap sweep, in ns.
+  int64_t compute_ns = 0;   // union of compute busy time
+  int64_t comm_ns = 0;      // union of communication busy time
+  int64_t hidden_ns = 0;    // communication under compute
+  int64_t exposed_ns = 0;   // communication with no compute beside it
+  int64_t span_ns = 0;      // first start to last end over all streams
+};
+
+struct StepMark {
+  int step = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+};
+
+struct TimelineData {
+  std::string run_label;  // "run 3 · simulated · gpt2-124m"
+  std::vector<std::string> names;
+  std::vector<Track> tracks;
+  std::vector<RankLanes> ranks;
+  std::vector<StepMark> steps;
+  // Per rank, indexed by task id; empty when the run carries no plan facts.
+  std::vector<std::vector<TaskFacts>> task_facts;
+  int64_t begin_ns = 0;
+  int64_t end_ns = 0;
+
+  size_t sliceCount() const;
+  const TaskFacts* factsFor(int rank, int task) const;
+  // Step index holding time t (-1 when outside every step).
+  int stepAt(int64_t t_ns) const;
+  // Finalizes tracks, groups them per rank (compute, comm, copy order), and
+  // computes the overlap and phase lanes and the time bounds.
+  void finalize();
+};
+
+// Interns strings into TimelineData::names.
+class NameTable {
+ public:
+  explicit NameTable(std::vector<std::string>& names);
+  int32_t intern(const std::string& name);
+
+ private:
+  std::vector<std::string>& names_;
+  std::unordered_map<std::string, int32_t> index_;
+};
+
+}  // namespace tandem::gui
