@@ -1,0 +1,68 @@
+#include "cli/plan_summary.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "cli/text_format.h"
+
+namespace tandem::cli {
+
+std::string planSummaryText(const Plan& plan) {
+  const JobSpec& job = plan.job;
+  const auto& m = job.model;
+  const auto& t = job.training;
+  const RankPlan& rp = plan.programs.front();
+  std::string s;
+  auto line = [&](const std::string& text) { s += text + "\n"; };
+
+  line(fmt::format("job {} ({}; content hash {})", job.name, job.source, job.content_hash));
+  line(fmt::format("model      {}: {} layers, hidden {}, {} heads, MLP {}, vocab {}, sequence {}{}",
+                   toString(m.family), m.layers, m.hidden, m.heads, m.mlpHidden(), m.vocab, m.seq_len,
+                   m.tied_embeddings ? ", tied embeddings" : ""));
+  line(fmt::format("parameters {}", withThousands(plan.summary.parameters)));
+  line(fmt::format("batch      {} tokens per step = micro-batch {} x accumulation {} x data parallel {} x "
+                   "sequence {}; precision {}",
+                   withThousands(plan.summary.tokens_per_step), t.micro_batch, t.grad_accum,
+                   job.parallel.data_parallel, m.seq_len, toString(t.precision)));
+  line(fmt::format("FLOPs      {}FLOP per step in plan tasks (all ranks); model {}FLOP per token (PaLM "
+                   "6N + 12LHQT), {}FLOP per step",
+                   humanCount(plan.summary.flops_per_step), humanCount(plan.summary.model_flops_per_token),
+                   humanCount(plan.summary.model_flops_per_token * plan.summary.tokens_per_step)));
+
+  std::map<std::string, int> per_phase;
+  int collectives = 0;
+  int64_t coll_bytes = 0;
+  for (const Task& task : rp.tasks) {
+    per_phase[std::string(toString(task.phase))]++;
+    if (task.collective) {
+      ++collectives;
+      coll_bytes += task.collective->bytes;
+    }
+  }
+  std::string phases;
+  for (const auto& [phase, n] : per_phase) phases += fmt::format("{}{} {}", phases.empty() ? "" : ", ", n, phase);
+  line(fmt::format("tasks      {} per rank ({}), {} streams, {} events", rp.tasks.size(), phases,
+                   rp.streams.size(), rp.num_events));
+  line(fmt::format("comm       {} all-reduce per rank per step over {} buckets, {} per rank", collectives,
+                   rp.buckets.size(), humanBytes(double(coll_bytes))));
+
+  const MemoryPlan& mem = rp.memory;
+  const double over = mem.lower_bound_bytes > 0 ? 100.0 * (double(mem.arena_bytes) / mem.lower_bound_bytes - 1) : 0;
+  line(fmt::format("memory     peak {} per rank (arena), lower bound {} (+{:.1f}%), activation peak {}",
+                   humanBytes(double(mem.arena_bytes)), humanBytes(double(mem.lower_bound_bytes)), over,
+                   humanBytes(double(mem.activation_peak_bytes))));
+  std::string cats;
+  for (const auto& [cat, bytes] : mem.by_category)
+    cats += fmt::format("{}{} {}", cats.empty() ? "" : ", ", cat, humanBytes(double(bytes)));
+  line(fmt::format("           at the peak: {}", cats));
+
+  line("recompute  layer  policy     kept/micro-batch  saved/micro-batch  extra FLOP/step");
+  for (const auto& d : plan.recompute)
+    line(fmt::format("           {:>5}  {:<9}  {:>16}  {:>17}  {:>15}", d.layer, toString(d.policy),
+                     humanBytes(double(d.bytes_kept)), humanBytes(double(d.bytes_saved)),
+                     humanCount(d.extra_flops)));
+  return s;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,71 @@
+#include "engine/cost.h"
+
+namespace tandem {
+namespace {
+
+int64_t bytesOf(const Graph& g, int t) { return g.tensor(t).bytes(); }
+
+double opFlops(const Node& n) {
+  const auto& a = n.attrs;
+  const double mnk2 = 2.0 * double(a.m) * double(a.n) * double(a.k);
+  switch (n.op) {
+    case OpKind::Matmul: return mnk2 + (a.has_bias ? double(a.m) * a.n : 0);
+    case OpKind::MatmulBwdData: return mnk2;
+    case OpKind::MatmulBwdWeight: return mnk2 + (a.has_bias ? double(a.m) * a.n : 0);
+    case OpKind::Attention: return 2.0 * a.b * double(a.t) * a.t * a.c;
+    case OpKind::AttentionBwd: return 5.0 * a.b * double(a.t) * a.t * a.c;
+    case OpKind::LayerNorm: return 8.0 * a.m * a.c;
+    case OpKind::LayerNormBwd: return 14.0 * a.m * a.c;
+    case OpKind::Gelu: return 10.0 * a.elements;
+    case OpKind::GeluBwd: return 16.0 * a.elements;
+    case OpKind::Add: return double(a.elements);
+    case OpKind::CrossEntropy: return 3.0 * a.m * double(a.v);
+    case OpKind::CrossEntropyBwd: return 4.0 * a.m * double(a.v);
+    case OpKind::Embedding: return double(a.b) * a.t * a.c;
+    case OpKind::EmbeddingBwd: return 2.0 * a.b * a.t * a.c;
+    case OpKind::AllReduce: return double(a.elements);
+    case OpKind::GradNorm: return 2.0 * a.elements;
+    case OpKind::AdamW: return 12.0 * a.elements;
+    case OpKind::LoadBatch: return 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+OpCost costOf(const Graph& g, const Node& n) {
+  OpCost c;
+  c.flops = opFlops(n);
+  const auto& a = n.attrs;
+  switch (n.op) {
+    case OpKind::Embedding: {
+      // Only the looked-up rows of wte and the first T rows of wpe are read.
+      const int64_t rows = a.b * a.t, el = dtypeSize(g.tensor(n.inputs[1]).dtype);
+      c.bytes_read = bytesOf(g, n.inputs[0]) + rows * a.c * el + a.t * a.c * el;
+      c.bytes_written = bytesOf(g, n.outputs[0]);
+      return c;
+    }
+    case OpKind::EmbeddingBwd: {
+      const int64_t rows = a.b * a.t, el = dtypeSize(g.tensor(n.outputs[0]).dtype);
+      c.bytes_read = bytesOf(g, n.inputs[0]) + bytesOf(g, n.inputs[1]) + 2 * rows * a.c * el;
+      c.bytes_written = 2 * rows * a.c * el;
+      return c;
+    }
+    default: break;
+  }
+  for (int t : n.inputs) c.bytes_read += bytesOf(g, t);
+  for (int t : n.outputs) c.bytes_written += bytesOf(g, t);
+  // Accumulating outputs are read as well as written.
+  if (a.accumulate && !n.outputs.empty()) c.bytes_read += bytesOf(g, n.outputs[0]);
+  if (a.accumulate_params)
+    for (size_t i = 1; i < n.outputs.size(); ++i) c.bytes_read += bytesOf(g, n.outputs[i]);
+  if (n.op == OpKind::AllReduce || n.op == OpKind::CrossEntropyBwd) {
+    // In place: the input is the output; count the buffer once each way.
+    c.bytes_read = bytesOf(g, n.inputs[0]);
+    if (n.op == OpKind::CrossEntropyBwd) c.bytes_read += bytesOf(g, n.inputs[1]);
+    c.bytes_written = bytesOf(g, n.outputs[0]);
+  }
+  return c;
+}
+
+}  // namespace tandem

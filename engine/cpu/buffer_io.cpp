@@ -1,0 +1,90 @@
+#include "engine/cpu/buffer_io.h"
+
+#include <stdexcept>
+
+#include "engine/cpu/bf16.h"
+
+namespace tandem::cpu {
+
+std::vector<float> loadAsFloat(const std::byte* arena, const Buffer& b) {
+  const int64_t n = b.elementCount();
+  std::vector<float> v(n);
+  const std::byte* p = arena + b.offset;
+  switch (b.dtype) {
+    case DType::F32: std::memcpy(v.data(), p, n * 4); break;
+    case DType::BF16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(p);
+      for (int64_t i = 0; i < n; ++i) v[i] = bf16BitsToFloat(h[i]);
+      break;
+    }
+    case DType::I32: {
+      const auto* q = reinterpret_cast<const int32_t*>(p);
+      for (int64_t i = 0; i < n; ++i) v[i] = float(q[i]);
+      break;
+    }
+  }
+  return v;
+}
+
+void storeFromFloat(std::byte* arena, const Buffer& b, const float* values) {
+  const int64_t n = b.elementCount();
+  std::byte* p = arena + b.offset;
+  switch (b.dtype) {
+    case DType::F32: std::memcpy(p, values, n * 4); break;
+    case DType::BF16: {
+      auto* h = reinterpret_cast<uint16_t*>(p);
+      for (int64_t i = 0; i < n; ++i) h[i] = floatToBf16Bits(values[i]);
+      break;
+    }
+    case DType::I32: {
+      auto* q = reinterpret_cast<int32_t*>(p);
+      for (int64_t i = 0; i < n; ++i) q[i] = int32_t(values[i]);
+      break;
+    }
+  }
+}
+
+TaskBuffers::Scratch& TaskBuffers::scratchFor(int buffer, bool load) {
+  for (auto& s : scratch_)
+    if (s.buffer == buffer) return s;
+  Scratch s{buffer, false, {}};
+  if (load) {
+    s.values = loadAsFloat(arena_, rp_.buffers[buffer]);
+  } else {
+    s.values.assign(rp_.buffers[buffer].elementCount(), 0.0f);
+  }
+  scratch_.push_back(std::move(s));
+  return scratch_.back();
+}
+
+const float* TaskBuffers::in(int buffer) {
+  const Buffer& b = rp_.buffers[buffer];
+  if (b.dtype == DType::F32) return reinterpret_cast<const float*>(address(buffer));
+  if (b.dtype != DType::BF16) throw std::logic_error("cpu executor: float view of an integer buffer " + b.name);
+  return scratchFor(buffer, true).values.data();
+}
+
+float* TaskBuffers::out(int buffer, bool keep) {
+  const Buffer& b = rp_.buffers[buffer];
+  if (b.dtype == DType::F32) return reinterpret_cast<float*>(address(buffer));
+  if (b.dtype != DType::BF16) throw std::logic_error("cpu executor: float view of an integer buffer " + b.name);
+  // A buffer read and then written by the same task (in place) shares one scratch.
+  Scratch& s = scratchFor(buffer, true);
+  (void)keep;  // bf16 scratches always start from the current contents
+  s.dirty = true;
+  return s.values.data();
+}
+
+const int32_t* TaskBuffers::ints(int buffer) const {
+  return reinterpret_cast<const int32_t*>(address(buffer));
+}
+
+int32_t* TaskBuffers::mutableInts(int buffer) { return reinterpret_cast<int32_t*>(address(buffer)); }
+
+void TaskBuffers::commit() {
+  for (auto& s : scratch_)
+    if (s.dirty) storeFromFloat(arena_, rp_.buffers[s.buffer], s.values.data());
+  scratch_.clear();
+}
+
+}  // namespace tandem::cpu

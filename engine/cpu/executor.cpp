@@ -1,0 +1,245 @@
+#include "engine/cpu/executor.h"
+
+#include <fmt/format.h>
+
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "engine/cpu/bf16.h"
+#include "engine/cpu/buffer_io.h"
+#include "engine/cpu/kernels.h"
+#include "engine/init.h"
+
+namespace tandem::cpu {
+
+// In-process collectives for the ranks of one executor: every rank publishes
+// its buffer, each rank sums all contributions in rank order (so the result
+// is bit-identical on every rank and run), and a second barrier keeps the
+// buffers alive until everyone has read them.
+class InProcessCollectives {
+ public:
+  explicit InProcessCollectives(int world) : world_(world), sync_(world), slots_(world) {}
+
+  void allReduceAverage(int rank, std::vector<float>& data) {
+    slots_[rank] = &data;
+    sync_.arrive_and_wait();
+    std::vector<float> result(data.size());
+    for (size_t i = 0; i < data.size(); ++i) {
+      double s = 0;
+      for (int r = 0; r < world_; ++r) s += (*slots_[r])[i];
+      result[i] = float(s / world_);
+    }
+    sync_.arrive_and_wait();
+    data.swap(result);
+  }
+
+ private:
+  int world_;
+  std::barrier<> sync_;
+  std::vector<std::vector<float>*> slots_;
+};
+
+struct CpuExecutor::Impl {
+  Plan plan;
+  const RankPlan* program = nullptr;
+  std::vector<std::vector<std::byte>> arenas;  // one per rank
+  std::unique_ptr<TokenSource> data;
+  int steps_done = 0;
+  std::vector<double> loss_sums;  // per rank, this step
+  std::unique_ptr<InProcessCollectives> collectives;
+
+  explicit Impl(const Plan& p) : plan(p) {
+    program = &plan.programs.at(0);
+    if (plan.programs.size() != 1)
+      throw std::runtime_error("cpu executor: plans with several distinct rank programs are not supported yet");
+    data = makeTokenSource(plan.job);
+    arenas.assign(plan.world_size, std::vector<std::byte>(program->memory.arena_bytes));
+    collectives = std::make_unique<InProcessCollectives>(plan.world_size);
+    for (int r = 0; r < plan.world_size; ++r)
+      for (const ParamInfo& pi : program->params) {
+        const std::vector<float> v = initialParameterValues(plan.job, *program, pi);
+        storeFromFloat(arenas[r].data(), program->buffers[pi.master], v.data());
+        if (pi.master != pi.param) storeFromFloat(arenas[r].data(), program->buffers[pi.param], v.data());
+      }
+  }
+
+  void runTask(int rank, const Task& t, int step, TaskBuffers& io);
+  void runRank(int rank, int step, bool with_optimizer);
+  StepResult runStep(bool with_optimizer);
+};
+
+void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& io) {
+  const auto& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  switch (t.op) {
+    case OpKind::LoadBatch:
+      fillMicroBatch(*data, plan.job, step, int(a.micro_batch), rank, io.mutableInts(W[0]),
+                     io.mutableInts(W[1]));
+      break;
+    case OpKind::Embedding:
+      embeddingForward(io.out(W[0], false), io.ints(R[0]), io.in(R[1]), io.in(R[2]), a.b, a.t, a.c);
+      break;
+    case OpKind::EmbeddingBwd: {
+      float* dwte = io.out(W[0], true);
+      float* dwpe = io.out(W[1], true);
+      // The kernel has one accumulate flag; the two outputs may differ (a
+      // tied wte already holds the LM head's contribution), so clear the
+      // ones that are written fresh and always accumulate.
+      if (!a.accumulate) std::memset(dwte, 0, io.elements(W[0]) * sizeof(float));
+      if (!a.accumulate_params) std::memset(dwpe, 0, io.elements(W[1]) * sizeof(float));
+      embeddingBackward(dwte, dwpe, io.in(R[0]), io.ints(R[1]), a.b, a.t, a.c, a.v, true);
+      break;
+    }
+    case OpKind::LayerNorm:
+      layernormForward(io.out(W[0], false), io.out(W[1], false), io.out(W[2], false), io.in(R[0]),
+                       io.in(R[1]), io.in(R[2]), a.m, a.c);
+      break;
+    case OpKind::LayerNormBwd:
+      layernormBackward(io.out(W[0], a.accumulate), io.out(W[1], a.accumulate_params),
+                        io.out(W[2], a.accumulate_params), io.in(R[0]), io.in(R[1]), io.in(R[2]),
+                        io.in(R[3]), io.in(R[4]), a.m, a.c, a.accumulate, a.accumulate_params);
+      break;
+    case OpKind::Matmul:
+      matmulForward(io.out(W[0], false), io.in(R[0]), io.in(R[1]), a.has_bias ? io.in(R[2]) : nullptr,
+                    a.m, a.n, a.k);
+      break;
+    case OpKind::MatmulBwdData:
+      matmulBackwardData(io.out(W[0], a.accumulate), io.in(R[0]), io.in(R[1]), a.m, a.n, a.k,
+                         a.accumulate);
+      break;
+    case OpKind::MatmulBwdWeight:
+      matmulBackwardWeight(io.out(W[0], a.accumulate_params),
+                           a.has_bias ? io.out(W[1], a.accumulate_params) : nullptr, io.in(R[0]),
+                           io.in(R[1]), a.m, a.n, a.k, a.accumulate_params);
+      break;
+    case OpKind::Attention:
+      attentionForward(io.out(W[0], false), io.out(W[1], false), io.in(R[0]), a.b, a.t, a.c, a.h);
+      break;
+    case OpKind::AttentionBwd:
+      attentionBackward(io.out(W[0], a.accumulate), io.in(R[0]), io.in(R[1]), io.in(R[2]), io.in(R[3]),
+                        a.b, a.t, a.c, a.h, a.accumulate);
+      break;
+    case OpKind::Gelu: geluForward(io.out(W[0], false), io.in(R[0]), a.elements); break;
+    case OpKind::GeluBwd:
+      geluBackward(io.out(W[0], a.accumulate), io.in(R[0]), io.in(R[1]), a.elements, a.accumulate);
+      break;
+    case OpKind::Add: addForward(io.out(W[0], false), io.in(R[0]), io.in(R[1]), a.elements); break;
+    case OpKind::CrossEntropy: {
+      float* losses = io.out(W[0], false);
+      crossEntropyForward(losses, io.in(R[0]), io.ints(R[1]), a.m, a.v);
+      double s = 0;
+      for (int64_t i = 0; i < a.m; ++i) s += losses[i];
+      loss_sums[rank] += s;
+      break;
+    }
+    case OpKind::CrossEntropyBwd: {
+      const float* logits = io.in(R[0]);
+      float* dlogits = io.out(W[0], true);
+      crossEntropyBackward(dlogits, logits, io.ints(R[1]), a.m, a.v, a.loss_scale);
+      break;
+    }
+    case OpKind::AllReduce: {
+      std::vector<float> v(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
+      collectives->allReduceAverage(rank, v);
+      std::memcpy(io.out(W[0], false), v.data(), v.size() * sizeof(float));
+      break;
+    }
+    case OpKind::GradNorm: {
+      double ss = 0;
+      for (int b : R) ss += sumOfSquares(io.in(b), io.elements(b));
+      io.out(W[0], false)[0] = float(std::sqrt(ss));
+      break;
+    }
+    case OpKind::AdamW: {
+      const auto& tr = plan.job.training;
+      const float norm = io.in(R[1])[0];
+      const float scale = (tr.grad_clip > 0 && norm > tr.grad_clip) ? float(tr.grad_clip / (norm + 1e-6)) : 1.0f;
+      const float lr = float(learningRate(tr, step));
+      for (int pi : a.params) {
+        const ParamInfo& p = program->params[pi];
+        const int64_t n = io.elements(p.param);
+        float* master = io.out(p.master, true);
+        adamwStep(master, io.out(p.adam_m, true), io.out(p.adam_v, true), io.in(p.grad), n, lr,
+                  float(tr.beta1), float(tr.beta2), float(tr.eps),
+                  p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
+        if (p.master != p.param) std::memcpy(io.out(p.param, false), master, n * sizeof(float));
+      }
+      break;
+    }
+  }
+}
+
+void CpuExecutor::Impl::runRank(int rank, int step, bool with_optimizer) {
+  TaskBuffers io(arenas[rank].data(), *program);
+  for (const Task& t : program->tasks) {
+    if (!with_optimizer && t.op == OpKind::AdamW) continue;
+    try {
+      runTask(rank, t, step, io);
+      io.commit();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("rank {} task {} ({}): {}", rank, t.id, t.name, e.what()));
+    }
+  }
+}
+
+StepResult CpuExecutor::Impl::runStep(bool with_optimizer) {
+  const auto start = std::chrono::steady_clock::now();
+  const int step = steps_done;
+  loss_sums.assign(plan.world_size, 0.0);
+  if (plan.world_size == 1) {
+    runRank(0, step, with_optimizer);
+  } else {
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(plan.world_size);
+    for (int r = 0; r < plan.world_size; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          runRank(r, step, with_optimizer);
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+    for (auto& th : threads) th.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  StepResult res;
+  res.step = step;
+  double total = 0;
+  for (double s : loss_sums) total += s;
+  res.loss = total / double(plan.job.tokensPerStep());
+  for (const Task& t : program->tasks)
+    if (t.op == OpKind::GradNorm) res.grad_norm = loadAsFloat(arenas[0].data(), program->buffers[t.writes[0]])[0];
+  res.lr = learningRate(plan.job.training, step);
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (with_optimizer) ++steps_done;
+  return res;
+}
+
+CpuExecutor::CpuExecutor(const Plan& plan) : impl_(std::make_unique<Impl>(plan)) {}
+CpuExecutor::~CpuExecutor() = default;
+
+StepResult CpuExecutor::step() { return impl_->runStep(true); }
+StepResult CpuExecutor::computeGradients() { return impl_->runStep(false); }
+
+std::vector<float> CpuExecutor::readBuffer(int rank, int buffer) const {
+  return loadAsFloat(impl_->arenas.at(rank).data(), impl_->program->buffers.at(buffer));
+}
+
+void CpuExecutor::writeBuffer(int rank, int buffer, const std::vector<float>& values) {
+  const Buffer& b = impl_->program->buffers.at(buffer);
+  if (int64_t(values.size()) != b.elementCount())
+    throw std::invalid_argument(fmt::format("writeBuffer: {} expects {} values, got {}", b.name,
+                                            b.elementCount(), values.size()));
+  storeFromFloat(impl_->arenas.at(rank).data(), b, values.data());
+}
+
+const Plan& CpuExecutor::plan() const { return impl_->plan; }
+int CpuExecutor::stepsDone() const { return impl_->steps_done; }
+
+}  // namespace tandem::cpu

@@ -1,0 +1,81 @@
+#pragma once
+// The graph IR: the whole training step of one rank as tensors and nodes in
+// issue order (the graph is static, so issue order is a valid topological
+// order). The model builder emits the forward, autodiff appends backward
+// nodes, passes rewrite it (recompute, buckets, collectives, optimizer), and
+// lowering turns it into a RankPlan (streams, events, memory offsets).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/op_attrs.h"
+#include "engine/plan.h"
+#include "engine/types.h"
+
+namespace tandem {
+
+struct Tensor {
+  int id = -1;
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  TensorCategory category = TensorCategory::Activation;
+  int layer = -1;
+  int micro_batch = -1;
+  // Position inside a transformer block ("ln1.out", "qkv", ...); recompute
+  // policies are expressed as sets of roles to drop.
+  std::string role;
+  bool persistent = false;  // lives for the whole step (parameters, optimizer state)
+  bool requires_grad = false;
+  int parent = -1;  // view of another tensor ...
+  int64_t parent_offset_bytes = 0;
+
+  int64_t elements() const;
+  int64_t bytes() const { return elements() * dtypeSize(dtype); }
+};
+
+struct Node {
+  OpKind op = OpKind::Add;
+  std::string name;
+  Phase phase = Phase::Forward;
+  int layer = -1;
+  int micro_batch = -1;
+  std::vector<int> inputs;   // tensor ids, in the op's input order
+  std::vector<int> outputs;  // tensor ids, in the op's output order
+  OpAttrs attrs;
+  std::optional<CollectiveInfo> collective;
+  StreamKind stream = StreamKind::Compute;
+};
+
+// Parameter bookkeeping kept beside the graph (indices are tensor ids).
+struct ParamTensors {
+  std::string name;
+  int param = -1;
+  int grad = -1;
+  int master = -1;
+  int adam_m = -1;
+  int adam_v = -1;
+  bool weight_decay = true;
+  int bucket = -1;
+};
+
+struct BucketTensors {
+  int flat = -1;              // the bucket's flat gradient tensor
+  std::vector<int> params;    // indices into Graph::params
+};
+
+struct Graph {
+  std::vector<Tensor> tensors;
+  std::vector<Node> nodes;
+  std::vector<ParamTensors> params;
+  std::vector<BucketTensors> buckets;
+
+  int addTensor(Tensor t);
+  Node& addNode(Node n);
+  Tensor& tensor(int id) { return tensors.at(id); }
+  const Tensor& tensor(int id) const { return tensors.at(id); }
+};
+
+}  // namespace tandem

@@ -1,0 +1,44 @@
+#include "engine/init.h"
+
+#include <cmath>
+#include <string_view>
+
+#include "engine/rng.h"
+
+namespace tandem {
+namespace {
+
+bool endsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& program,
+                                          const ParamInfo& param) {
+  const int64_t n = program.buffers.at(param.param).elementCount();
+  std::vector<float> values(n, 0.0f);
+  const std::string& name = param.name;
+  const bool is_norm = name.find(".ln") != std::string::npos || name.rfind("final.ln", 0) == 0;
+  if (endsWith(name, ".bias")) return values;
+  if (is_norm && endsWith(name, ".weight")) {
+    values.assign(n, 1.0f);
+    return values;
+  }
+  double stddev = 0.02;
+  if (endsWith(name, "attn.proj.weight") || endsWith(name, "mlp.proj.weight"))
+    stddev /= std::sqrt(2.0 * job.model.layers);
+  SplitMix64 rng(fnv1a64(name.data(), name.size(), job.training.seed ^ 0x5EEDull));
+  for (auto& v : values) v = float(stddev * rng.normal());
+  return values;
+}
+
+double learningRate(const TrainingSpec& t, int step) {
+  if (step < t.warmup_steps) return t.lr * double(step + 1) / double(t.warmup_steps);
+  const int decay_steps = std::max(1, t.steps - t.warmup_steps - 1);
+  const double ratio = std::min(1.0, double(step - t.warmup_steps) / decay_steps);
+  const double cosine = 0.5 * (1.0 + std::cos(M_PI * ratio));
+  return t.min_lr + cosine * (t.lr - t.min_lr);
+}
+
+}  // namespace tandem

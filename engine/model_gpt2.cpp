@@ -1,0 +1,229 @@
+#include "engine/model_gpt2.h"
+
+#include <fmt/format.h>
+
+namespace tandem {
+namespace {
+
+// Builds the forward of one micro-batch; keeps the naming in one place so
+// task names read "layer3.attn.qkv.fwd.mb0" everywhere.
+class ForwardBuilder {
+ public:
+  ForwardBuilder(Graph& g, const JobSpec& job, int mb)
+      : g_(g), job_(job), mb_(mb), dt_(activationDType(job)) {
+    const auto& m = job.model;
+    B_ = job.training.micro_batch;
+    T_ = m.seq_len;
+    C_ = m.hidden;
+    M_ = B_ * T_;
+  }
+
+  int act(const std::string& name, std::vector<int64_t> shape, int layer, const std::string& role,
+          DType dt) {
+    Tensor t;
+    t.name = fmt::format("{}.mb{}", name, mb_);
+    t.dtype = dt;
+    t.shape = std::move(shape);
+    t.category = TensorCategory::Activation;
+    t.layer = layer;
+    t.micro_batch = mb_;
+    t.role = role;
+    return g_.addTensor(std::move(t));
+  }
+  int act(const std::string& name, std::vector<int64_t> shape, int layer, const std::string& role) {
+    return act(name, std::move(shape), layer, role, dt_);
+  }
+
+  Node& node(OpKind op, const std::string& name, int layer, std::vector<int> in, std::vector<int> out) {
+    Node n;
+    n.op = op;
+    n.name = fmt::format("{}.fwd.mb{}", name, mb_);
+    n.phase = Phase::Forward;
+    n.layer = layer;
+    n.micro_batch = mb_;
+    n.inputs = std::move(in);
+    n.outputs = std::move(out);
+    return g_.addNode(std::move(n));
+  }
+
+  // y = LayerNorm(x); returns y.
+  int layerNorm(const std::string& prefix, int layer, const std::string& role, int x, int w, int b) {
+    int y = act(prefix + ".out", {B_, T_, C_}, layer, role + ".out");
+    int mean = act(prefix + ".mean", {B_, T_}, layer, role + ".mean", DType::F32);
+    int rstd = act(prefix + ".rstd", {B_, T_}, layer, role + ".rstd", DType::F32);
+    Node& n = node(OpKind::LayerNorm, prefix, layer, {x, w, b}, {y, mean, rstd});
+    n.attrs.m = M_;
+    n.attrs.c = C_;
+    return y;
+  }
+
+  int matmul(const std::string& prefix, int layer, const std::string& role, int x, int w, int bias,
+             int64_t n_out, int64_t k_in) {
+    int y = act(prefix + ".out", {B_, T_, n_out}, layer, role);
+    std::vector<int> in{x, w};
+    if (bias >= 0) in.push_back(bias);
+    Node& n = node(OpKind::Matmul, prefix, layer, in, {y});
+    n.attrs.m = M_;
+    n.attrs.n = n_out;
+    n.attrs.k = k_in;
+    n.attrs.has_bias = bias >= 0;
+    return y;
+  }
+
+  int add(const std::string& prefix, int layer, const std::string& role, int a, int b) {
+    int c = act(prefix + ".out", {B_, T_, C_}, layer, role);
+    Node& n = node(OpKind::Add, prefix, layer, {a, b}, {c});
+    n.attrs.elements = M_ * C_;
+    return c;
+  }
+
+  ForwardOutputs build(const Gpt2Params& p) {
+    const auto& m = job_.model;
+    ForwardOutputs out;
+    out.tokens = act("tokens", {B_, T_}, -1, "tokens", DType::I32);
+    out.targets = act("targets", {B_, T_}, -1, "targets", DType::I32);
+    g_.tensor(out.tokens).category = TensorCategory::Input;
+    g_.tensor(out.targets).category = TensorCategory::Input;
+    {
+      Node n;
+      n.op = OpKind::LoadBatch;
+      n.name = fmt::format("data.load.mb{}", mb_);
+      n.phase = Phase::Data;
+      n.micro_batch = mb_;
+      n.outputs = {out.tokens, out.targets};
+      n.attrs.b = B_;
+      n.attrs.t = T_;
+      n.attrs.micro_batch = mb_;
+      g_.addNode(std::move(n));
+    }
+    int x = act("embed.out", {B_, T_, C_}, -1, "embed.out");
+    {
+      Node& n = node(OpKind::Embedding, "embed", -1, {out.tokens, p.wte, p.wpe}, {x});
+      n.attrs.b = B_;
+      n.attrs.t = T_;
+      n.attrs.c = C_;
+      n.attrs.v = m.vocab;
+    }
+    const int64_t H = m.heads;
+    const int64_t F = m.mlpHidden();
+    for (int l = 0; l < m.layers; ++l) {
+      const auto& L = p.layers[l];
+      const std::string pre = fmt::format("layer{}", l);
+      int ln1 = layerNorm(pre + ".ln1", l, "ln1", x, L.ln1_w, L.ln1_b);
+      int qkv = matmul(pre + ".attn.qkv", l, "qkv", ln1, L.qkv_w, L.qkv_b, 3 * C_, C_);
+      int atty = act(pre + ".attn.core.out", {B_, T_, C_}, l, "att.out");
+      int lse = act(pre + ".attn.core.lse", {B_, H, T_}, l, "att.lse", DType::F32);
+      {
+        Node& n = node(OpKind::Attention, pre + ".attn.core", l, {qkv}, {atty, lse});
+        n.attrs.b = B_;
+        n.attrs.t = T_;
+        n.attrs.c = C_;
+        n.attrs.h = H;
+      }
+      int proj = matmul(pre + ".attn.proj", l, "attproj.out", atty, L.attproj_w, L.attproj_b, C_, C_);
+      int res2 = add(pre + ".attn.residual", l, "res2", x, proj);
+      int ln2 = layerNorm(pre + ".ln2", l, "ln2", res2, L.ln2_w, L.ln2_b);
+      int fc = matmul(pre + ".mlp.fc", l, "fc.out", ln2, L.fc_w, L.fc_b, F, C_);
+      int gelu = act(pre + ".mlp.gelu.out", {B_, T_, F}, l, "gelu.out");
+      {
+        Node& n = node(OpKind::Gelu, pre + ".mlp.gelu", l, {fc}, {gelu});
+        n.attrs.elements = M_ * F;
+      }
+      int fcproj = matmul(pre + ".mlp.proj", l, "fcproj.out", gelu, L.fcproj_w, L.fcproj_b, C_, F);
+      x = add(pre + ".mlp.residual", l, "out", res2, fcproj);
+    }
+    int lnf = layerNorm("final.ln", -1, "lnf", x, p.lnf_w, p.lnf_b);
+    int logits = act("lm_head.logits", {B_, T_, m.vocab}, -1, "logits");
+    {
+      Node& n = node(OpKind::Matmul, "lm_head", -1, {lnf, p.lm_head}, {logits});
+      n.attrs.m = M_;
+      n.attrs.n = m.vocab;
+      n.attrs.k = C_;
+    }
+    out.losses = act("loss.per_token", {B_, T_}, -1, "losses", DType::F32);
+    {
+      Node& n = node(OpKind::CrossEntropy, "loss", -1, {logits, out.targets}, {out.losses});
+      n.attrs.m = M_;
+      n.attrs.v = m.vocab;
+    }
+    return out;
+  }
+
+ private:
+  Graph& g_;
+  const JobSpec& job_;
+  int mb_;
+  DType dt_;
+  int64_t B_ = 0, T_ = 0, C_ = 0, M_ = 0;
+};
+
+int addParam(Graph& g, const JobSpec& job, const std::string& name, std::vector<int64_t> shape,
+             int layer, bool decay) {
+  const bool bf16 = job.training.precision == Precision::BF16;
+  auto make = [&](const std::string& suffix, TensorCategory cat, DType dt) {
+    Tensor t;
+    t.name = name + suffix;
+    t.dtype = dt;
+    t.shape = shape;
+    t.category = cat;
+    t.layer = layer;
+    t.persistent = true;
+    return g.addTensor(std::move(t));
+  };
+  ParamTensors p;
+  p.name = name;
+  p.param = make("", TensorCategory::Parameter, bf16 ? DType::BF16 : DType::F32);
+  g.tensor(p.param).requires_grad = true;
+  p.grad = make(".grad", TensorCategory::Gradient, bf16 ? DType::BF16 : DType::F32);
+  p.master = bf16 ? make(".master", TensorCategory::MasterWeight, DType::F32) : p.param;
+  p.adam_m = make(".adam_m", TensorCategory::OptimizerState, DType::F32);
+  p.adam_v = make(".adam_v", TensorCategory::OptimizerState, DType::F32);
+  p.weight_decay = decay;
+  g.params.push_back(p);
+  return p.param;
+}
+
+}  // namespace
+
+DType activationDType(const JobSpec& job) {
+  return job.training.precision == Precision::BF16 ? DType::BF16 : DType::F32;
+}
+
+Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job) {
+  const auto& m = job.model;
+  if (m.family != ModelFamily::GPT2)
+    throw SpecError(fmt::format("{}: model.family: planning '{}' is not supported yet (allowed: gpt2)",
+                                job.source, toString(m.family)));
+  const int64_t V = m.vocab, T = m.seq_len, C = m.hidden, F = m.mlpHidden();
+  Gpt2Params p;
+  p.wte = addParam(g, job, "wte", {V, C}, -1, true);
+  p.wpe = addParam(g, job, "wpe", {T, C}, -1, false);
+  for (int l = 0; l < m.layers; ++l) {
+    const std::string pre = fmt::format("layer{}.", l);
+    Gpt2Layer L;
+    L.ln1_w = addParam(g, job, pre + "ln1.weight", {C}, l, false);
+    L.ln1_b = addParam(g, job, pre + "ln1.bias", {C}, l, false);
+    L.qkv_w = addParam(g, job, pre + "attn.qkv.weight", {3 * C, C}, l, true);
+    L.qkv_b = addParam(g, job, pre + "attn.qkv.bias", {3 * C}, l, false);
+    L.attproj_w = addParam(g, job, pre + "attn.proj.weight", {C, C}, l, true);
+    L.attproj_b = addParam(g, job, pre + "attn.proj.bias", {C}, l, false);
+    L.ln2_w = addParam(g, job, pre + "ln2.weight", {C}, l, false);
+    L.ln2_b = addParam(g, job, pre + "ln2.bias", {C}, l, false);
+    L.fc_w = addParam(g, job, pre + "mlp.fc.weight", {F, C}, l, true);
+    L.fc_b = addParam(g, job, pre + "mlp.fc.bias", {F}, l, false);
+    L.fcproj_w = addParam(g, job, pre + "mlp.proj.weight", {C, F}, l, true);
+    L.fcproj_b = addParam(g, job, pre + "mlp.proj.bias", {C}, l, false);
+    p.layers.push_back(L);
+  }
+  p.lnf_w = addParam(g, job, "final.ln.weight", {C}, -1, false);
+  p.lnf_b = addParam(g, job, "final.ln.bias", {C}, -1, false);
+  p.lm_head = m.tied_embeddings ? p.wte : addParam(g, job, "lm_head.weight", {V, C}, -1, true);
+  return p;
+}
+
+ForwardOutputs emitGpt2Forward(Graph& g, const JobSpec& job, const Gpt2Params& p, int micro_batch) {
+  ForwardBuilder b(g, job, micro_batch);
+  return b.build(p);
+}
+
+}  // namespace tandem

@@ -1,0 +1,157 @@
+#include "engine/pass_buckets.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace tandem {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// Index of the last node writing each parameter gradient.
+std::vector<size_t> gradientCompletion(const Graph& g) {
+  std::vector<int> param_of_grad(g.tensors.size(), -1);
+  for (size_t p = 0; p < g.params.size(); ++p) param_of_grad[g.params[p].grad] = int(p);
+  std::vector<size_t> done(g.params.size(), 0);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (int out : g.nodes[i].outputs)
+      if (out < int(param_of_grad.size()) && param_of_grad[out] >= 0) done[param_of_grad[out]] = i;
+  return done;
+}
+
+}  // namespace
+
+void applyGradientBuckets(Graph& g, const JobSpec& job) {
+  const std::vector<size_t> done = gradientCompletion(g);
+  std::vector<int> order(g.params.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return done[a] < done[b]; });
+
+  // Partition into buckets by byte size.
+  std::vector<std::vector<int>> groups;
+  double cap = job.comm.first_bucket_mib * kMiB;
+  double filled = 0;
+  for (int p : order) {
+    const double bytes = double(g.tensor(g.params[p].grad).bytes());
+    if (!groups.empty() && !groups.back().empty() && filled + bytes > cap) {
+      groups.emplace_back();
+      filled = 0;
+      cap = job.comm.bucket_mib * kMiB;
+    }
+    if (groups.empty()) groups.emplace_back();
+    groups.back().push_back(p);
+    filled += bytes;
+  }
+
+  const int world = job.parallel.data_parallel;
+  std::vector<std::pair<size_t, Node>> inserts;  // (insert after node index, node)
+  for (size_t b = 0; b < groups.size(); ++b) {
+    const DType dt = g.tensor(g.params[groups[b].front()].grad).dtype;
+    int64_t elements = 0;
+    for (int p : groups[b]) elements += g.tensor(g.params[p].grad).elements();
+    Tensor flat;
+    flat.name = fmt::format("grad.bucket{}", b);
+    flat.dtype = dt;
+    flat.shape = {elements};
+    flat.category = TensorCategory::Gradient;
+    flat.persistent = true;
+    const int flat_id = g.addTensor(std::move(flat));
+    BucketTensors bucket;
+    bucket.flat = flat_id;
+    int64_t offset = 0;
+    size_t completes_at = 0;
+    for (int p : groups[b]) {
+      Tensor& grad = g.tensor(g.params[p].grad);
+      grad.parent = flat_id;
+      grad.parent_offset_bytes = offset;
+      offset += grad.bytes();
+      g.params[p].bucket = int(b);
+      bucket.params.push_back(p);
+      completes_at = std::max(completes_at, done[p]);
+    }
+    g.buckets.push_back(bucket);
+    if (world <= 1) continue;
+    Node ar;
+    ar.op = OpKind::AllReduce;
+    ar.name = fmt::format("comm.allreduce.bucket{}", b);
+    ar.phase = Phase::Comm;
+    ar.stream = StreamKind::Comm;
+    ar.micro_batch = job.training.grad_accum - 1;
+    ar.inputs = {flat_id};
+    ar.outputs = {flat_id};
+    ar.attrs.elements = elements;
+    CollectiveInfo info;
+    info.op = CollectiveOp::AllReduce;
+    info.reduce = ReduceOp::Avg;
+    info.group = "dp";
+    info.count = elements;
+    info.dtype = dt;
+    info.bytes = elements * dtypeSize(dt);
+    ar.collective = info;
+    inserts.emplace_back(completes_at, std::move(ar));
+  }
+  if (inserts.empty()) return;
+  std::stable_sort(inserts.begin(), inserts.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Node> nodes;
+  nodes.reserve(g.nodes.size() + inserts.size());
+  size_t k = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    nodes.push_back(std::move(g.nodes[i]));
+    while (k < inserts.size() && inserts[k].first == i) nodes.push_back(std::move(inserts[k++].second));
+  }
+  g.nodes = std::move(nodes);
+}
+
+void appendOptimizer(Graph& g, const JobSpec& job) {
+  Tensor norm;
+  norm.name = "optimizer.grad_norm";
+  norm.dtype = DType::F32;
+  norm.shape = {1};
+  norm.category = TensorCategory::Workspace;
+  norm.persistent = true;
+  const int norm_id = g.addTensor(std::move(norm));
+
+  Node gn;
+  gn.op = OpKind::GradNorm;
+  gn.name = "optimizer.grad_norm";
+  gn.phase = Phase::Optimizer;
+  int64_t total = 0;
+  for (const auto& b : g.buckets) {
+    gn.inputs.push_back(b.flat);
+    total += g.tensor(b.flat).elements();
+  }
+  gn.outputs = {norm_id};
+  gn.attrs.elements = total;
+  gn.attrs.params.resize(g.params.size());
+  std::iota(gn.attrs.params.begin(), gn.attrs.params.end(), 0);
+  g.addNode(std::move(gn));
+
+  const bool separate_master = job.training.precision == Precision::BF16;
+  for (size_t b = 0; b < g.buckets.size(); ++b) {
+    Node n;
+    n.op = OpKind::AdamW;
+    n.name = fmt::format("optimizer.adamw.bucket{}", b);
+    n.phase = Phase::Optimizer;
+    n.inputs = {g.buckets[b].flat, norm_id};
+    int64_t elements = 0;
+    for (int p : g.buckets[b].params) {
+      const auto& pt = g.params[p];
+      n.inputs.push_back(pt.master);
+      n.inputs.push_back(pt.adam_m);
+      n.inputs.push_back(pt.adam_v);
+      n.outputs.push_back(pt.param);
+      if (separate_master) n.outputs.push_back(pt.master);
+      n.outputs.push_back(pt.adam_m);
+      n.outputs.push_back(pt.adam_v);
+      elements += g.tensor(pt.param).elements();
+    }
+    n.attrs.elements = elements;
+    n.attrs.params = g.buckets[b].params;
+    g.addNode(std::move(n));
+  }
+}
+
+}  // namespace tandem
