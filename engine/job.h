@@ -106,13 +106,33 @@ JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
                  const std::vector<std::string>& overrides = {});
 JobSpec loadJobFile(const std::string& path, const std::vector<std::string>& overrides = {});
 
+// Checks that touch the file system. A plan read on another machine re-parses
+// its embedded job without them (the token file may live elsewhere there).
+struct JobParseOptions {
+  bool check_files = true;  // data.path must exist for source `tokens`
+};
+JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
+                 const std::vector<std::string>& overrides, const JobParseOptions& options);
+
 // The embedded default job (GPT-2 124M, data parallel 8) and the tiny job the
 // demo trains on the CPU.
 JobSpec defaultJob();
 JobSpec tinyJob();
 
-// Serializes a job back to YAML (the form stored in plans and traces).
+// The job files shipped in resources/jobs/, compiled into the library so the
+// binary works without that folder. Names are file names without ".yaml"
+// ("gpt2-tiny"); the text is byte for byte the file's. Empty when unknown.
+std::vector<std::string> builtinJobNames();
+std::string_view builtinJobText(std::string_view name);
+
+// Serializes a job back to YAML (the form stored in plans and traces):
+// canonical, every field in a fixed order, so parseJob(jobToYaml(j)) equals j
+// (apart from `source`).
 std::string jobToYaml(const JobSpec& job);
+
+// Recomputes `yaml` and `content_hash` from the fields. Call it after changing
+// a parsed job in code so the text stored in plans and traces stays truthful.
+void refreshJobText(JobSpec& job);
 
 std::string_view toString(ModelFamily f);
 

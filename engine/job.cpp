@@ -1,0 +1,493 @@
+// Job spec parsing and validation. The YAML tree is read with yaml-cpp, the
+// --set overrides are applied to that tree, and then every field is read and
+// checked once, so an error can always name where the bad value came from: a
+// line of the file or the override that set it.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/job.h"
+
+namespace tandem {
+namespace {
+
+// Edit distance, for "did you mean" suggestions on unknown keys.
+size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// A value as it appears in a message: quoted, newlines escaped and long
+// values shortened, so the error stays one line.
+std::string shown(std::string_view s) {
+  std::string out = "'";
+  for (char c : s.substr(0, 60)) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else out += c;
+  }
+  if (s.size() > 60) out += "...";
+  return out + "'";
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+  return out;
+}
+
+std::string describe(const YAML::Node& v) {
+  switch (v.Type()) {
+    case YAML::NodeType::Null: return "nothing";
+    case YAML::NodeType::Sequence: return "a sequence";
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Scalar:
+      return v.Tag() == "!" ? "the quoted string " + shown(v.Scalar()) : shown(v.Scalar());
+    default: return "an undefined value";
+  }
+}
+
+struct Override {
+  std::string path;  // dotted key
+  std::string text;  // as given: "training.micro_batch=32"
+};
+
+class JobReader {
+ public:
+  explicit JobReader(std::string source) : source_(std::move(source)) {}
+
+  // "FILE:LINE" for a field read from the file, "--set k=v" for one set by an
+  // override (or inside a value an override set), falling back to the
+  // nearest enclosing field that has a known position.
+  std::string locate(const std::string& path) const {
+    for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
+      const std::string& p = it->path;
+      if (path == p || (path.size() > p.size() && path.compare(0, p.size(), p) == 0 && path[p.size()] == '.'))
+        return "--set " + it->text;
+    }
+    std::string probe = path;
+    while (true) {
+      auto found = lines_.find(probe);
+      if (found != lines_.end()) return source_ + ":" + std::to_string(found->second);
+      size_t dot = probe.rfind('.');
+      if (dot == std::string::npos) break;
+      probe.resize(dot);
+    }
+    return source_ + ":1";
+  }
+
+  // As locate(), but prefers the given position of this very node (a key
+  // that appears twice has two positions; the path alone cannot tell them apart).
+  std::string locate(const std::string& path, const YAML::Mark& mark) const {
+    std::string where = locate(path);
+    if (where.starts_with("--set ") || mark.line < 0) return where;
+    return source_ + ":" + std::to_string(mark.line + 1);
+  }
+
+  [[noreturn]] void fail(const std::string& path, const std::string& problem,
+                         const std::string& allowed) const {
+    failAt(locate(path), path, problem, allowed);
+  }
+
+  [[noreturn]] static void failAt(const std::string& where, const std::string& path,
+                                  const std::string& problem, const std::string& allowed) {
+    throw SpecError(where + ": " + path + ": " + problem + " (allowed: " + allowed + ")");
+  }
+
+  void remember(const std::string& path, const YAML::Mark& mark) {
+    if (mark.line >= 0) lines_.emplace(path, mark.line + 1);  // yaml-cpp counts from 0
+  }
+
+  void applyOverride(YAML::Node& root, const std::string& text);
+
+  // Reads a mapping whose keys must be among `fields`; each present key's
+  // value goes to its handler. Rejects unknown and duplicate keys.
+  using Handler = std::function<void(const YAML::Node& value, const std::string& path)>;
+  void readMap(const YAML::Node& map, const std::string& path,
+               const std::vector<std::pair<std::string, Handler>>& fields);
+
+  // Typed scalar readers. `allowed` describes the valid values in messages.
+  int readInt(const YAML::Node& v, const std::string& path, int64_t min, const std::string& allowed) const;
+  uint64_t readUint64(const YAML::Node& v, const std::string& path) const;
+  double readNumber(const YAML::Node& v, const std::string& path, bool (*ok)(double),
+                    const std::string& allowed) const;
+  bool readBool(const YAML::Node& v, const std::string& path) const;
+  std::string readString(const YAML::Node& v, const std::string& path, const std::string& allowed) const;
+  RecomputePolicy readPolicy(const YAML::Node& v, const std::string& path) const;
+
+  bool has(const std::string& path) const {
+    return lines_.count(path) > 0 || std::any_of(overrides_.begin(), overrides_.end(),
+                                                 [&](const Override& o) { return o.path == path; });
+  }
+
+ private:
+  void requireScalar(const YAML::Node& v, const std::string& path, const std::string& expected,
+                     const std::string& allowed, bool allow_quoted) const {
+    if (!v.IsScalar() || (!allow_quoted && v.Tag() == "!"))
+      fail(path, "expected " + expected + ", got " + describe(v), allowed);
+  }
+
+  std::string source_;
+  std::vector<Override> overrides_;
+  std::map<std::string, int> lines_;  // dotted path -> 1-based line of its key
+};
+
+void JobReader::applyOverride(YAML::Node& root, const std::string& text) {
+  const std::string where = "--set " + text;
+  const std::string usage = "KEY=VALUE with a dotted KEY such as training.micro_batch=32";
+  size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) failAt(where, text, "expected KEY=VALUE", usage);
+  std::string key = text.substr(0, eq);
+  std::vector<std::string> segments;
+  for (size_t start = 0;;) {
+    size_t dot = key.find('.', start);
+    segments.push_back(key.substr(start, dot - start));
+    if (segments.back().empty()) failAt(where, key, "empty key segment", usage);
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    failAt(where, key, "cannot parse the value: " + e.msg, "a YAML scalar, list or flow mapping");
+  }
+  overrides_.push_back({key, text});
+
+  // Walk (creating missing mappings) with fresh handles: assigning to a
+  // yaml-cpp handle that is already bound would overwrite the node it refers to.
+  std::function<void(YAML::Node, size_t, std::string)> walk = [&](YAML::Node node, size_t i,
+                                                                   std::string prefix) {
+    const std::string& seg = segments[i];
+    std::string path = prefix.empty() ? seg : prefix + "." + seg;
+    if (i + 1 == segments.size()) {
+      node.remove(seg);
+      node[seg] = value;
+      return;
+    }
+    const YAML::Node& view = node;
+    YAML::Node child = view[seg];
+    if (!child.IsDefined() || child.IsNull()) {
+      node[seg] = YAML::Node(YAML::NodeType::Map);
+    } else if (!child.IsMap()) {
+      failAt(where, path, "is " + describe(child) + ", not a mapping, so it has no key " + shown(segments[i + 1]),
+             "keys of the sections name, model, training, parallel, comm, recompute, data");
+    }
+    walk(node[seg], i + 1, path);
+  };
+  walk(root, 0, "");
+}
+
+void JobReader::readMap(const YAML::Node& map, const std::string& path,
+                        const std::vector<std::pair<std::string, Handler>>& fields) {
+  std::vector<std::string> names;
+  for (const auto& f : fields) names.push_back(f.first);
+  if (map.IsNull()) return;  // "section:" with nothing under it: all defaults
+  if (!map.IsMap()) fail(path, "expected a mapping, got " + describe(map), "a mapping with keys " + joined(names));
+  std::map<std::string, int> seen;  // key -> line
+  for (const auto& entry : map) {
+    const YAML::Node& key_node = entry.first;
+    std::string key = key_node.IsScalar() ? key_node.Scalar() : "<" + describe(key_node) + ">";
+    std::string field = path.empty() ? key : path + "." + key;
+    int line = key_node.Mark().line + 1;
+    remember(field, key_node.Mark());
+    if (seen.count(key))
+      failAt(locate(field, key_node.Mark()), field,
+             "duplicate key (first on line " + std::to_string(seen[key]) + ")", "each key once");
+    seen[key] = line;
+    auto handler = std::find_if(fields.begin(), fields.end(), [&](const auto& f) { return f.first == key; });
+    if (handler == fields.end()) {
+      std::string closest = names.front();
+      for (const auto& n : names)
+        if (editDistance(key, n) < editDistance(key, closest)) closest = n;
+      fail(field, "unknown key, did you mean '" + closest + "'?", joined(names));
+    }
+    handler->second(entry.second, field);
+  }
+}
+
+int JobReader::readInt(const YAML::Node& v, const std::string& path, int64_t min,
+                       const std::string& allowed) const {
+  requireScalar(v, path, "an integer", allowed, false);
+  long long x = 0;
+  if (!YAML::convert<long long>::decode(v, x)) fail(path, "expected an integer, got " + describe(v), allowed);
+  if (x < min || x > std::numeric_limits<int>::max())
+    fail(path, "value " + std::to_string(x) + " is out of range", allowed);
+  return static_cast<int>(x);
+}
+
+uint64_t JobReader::readUint64(const YAML::Node& v, const std::string& path) const {
+  const std::string allowed = "integers from 0 to 18446744073709551615";
+  requireScalar(v, path, "an integer", allowed, false);
+  unsigned long long x = 0;
+  if (v.Scalar().starts_with("-") || !YAML::convert<unsigned long long>::decode(v, x))
+    fail(path, "expected an unsigned integer, got " + describe(v), allowed);
+  return x;
+}
+
+double JobReader::readNumber(const YAML::Node& v, const std::string& path, bool (*ok)(double),
+                             const std::string& allowed) const {
+  requireScalar(v, path, "a number", allowed, false);
+  double x = 0;
+  if (!YAML::convert<double>::decode(v, x) || !std::isfinite(x))
+    fail(path, "expected a finite number, got " + describe(v), allowed);
+  if (!ok(x)) fail(path, "value " + v.Scalar() + " is out of range", allowed);
+  return x;
+}
+
+bool JobReader::readBool(const YAML::Node& v, const std::string& path) const {
+  requireScalar(v, path, "a boolean", "true, false", false);
+  bool x = false;
+  if (!YAML::convert<bool>::decode(v, x)) fail(path, "expected a boolean, got " + describe(v), "true, false");
+  return x;
+}
+
+std::string JobReader::readString(const YAML::Node& v, const std::string& path,
+                                  const std::string& allowed) const {
+  if (v.IsNull()) return "";
+  requireScalar(v, path, "a string", allowed, true);
+  return v.Scalar();
+}
+
+RecomputePolicy JobReader::readPolicy(const YAML::Node& v, const std::string& path) const {
+  const std::string allowed = "none, selective, full";
+  std::string s = readString(v, path, allowed);
+  auto policy = parseRecomputePolicy(s);
+  if (!policy) fail(path, shown(s) + " is not a recompute policy", allowed);
+  return *policy;
+}
+
+bool positive(double x) { return x > 0; }
+bool nonNegative(double x) { return x >= 0; }
+bool unitInterval(double x) { return x >= 0 && x < 1; }
+
+// Reads every section into `job`. Range checks that involve one field happen
+// here; checks across fields happen in validateJob below.
+void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
+  using H = JobReader::Handler;
+  auto section = [&](std::vector<std::pair<std::string, H>> fields) {
+    return [&r, fields = std::move(fields)](const YAML::Node& v, const std::string& path) {
+      r.readMap(v, path, fields);
+    };
+  };
+  ModelSpec& m = job.model;
+  TrainingSpec& t = job.training;
+  auto model = section({
+      {"family",
+       [&](const YAML::Node& v, const std::string& p) {
+         std::string s = r.readString(v, p, "gpt2, llama");
+         if (s == "gpt2") m.family = ModelFamily::GPT2;
+         else if (s == "llama") m.family = ModelFamily::Llama;
+         else r.fail(p, shown(s) + " is not a model family", "gpt2, llama");
+       }},
+      {"vocab", [&](const YAML::Node& v, const std::string& p) { m.vocab = r.readInt(v, p, 2, "integers >= 2"); }},
+      {"seq_len", [&](const YAML::Node& v, const std::string& p) { m.seq_len = r.readInt(v, p, 1, "integers >= 1"); }},
+      {"layers", [&](const YAML::Node& v, const std::string& p) { m.layers = r.readInt(v, p, 1, "integers >= 1"); }},
+      {"hidden", [&](const YAML::Node& v, const std::string& p) { m.hidden = r.readInt(v, p, 1, "integers >= 1"); }},
+      {"heads", [&](const YAML::Node& v, const std::string& p) { m.heads = r.readInt(v, p, 1, "integers >= 1 dividing model.hidden"); }},
+      {"kv_heads", [&](const YAML::Node& v, const std::string& p) { m.kv_heads = r.readInt(v, p, 0, "0 (same as heads) or a divisor of model.heads"); }},
+      {"mlp_ratio", [&](const YAML::Node& v, const std::string& p) { m.mlp_ratio = r.readNumber(v, p, positive, "numbers > 0"); }},
+      {"tied_embeddings", [&](const YAML::Node& v, const std::string& p) { m.tied_embeddings = r.readBool(v, p); }},
+  });
+  auto training = section({
+      {"micro_batch", [&](const YAML::Node& v, const std::string& p) { t.micro_batch = r.readInt(v, p, 1, "integers >= 1"); }},
+      {"grad_accum", [&](const YAML::Node& v, const std::string& p) { t.grad_accum = r.readInt(v, p, 1, "integers >= 1"); }},
+      {"steps", [&](const YAML::Node& v, const std::string& p) { t.steps = r.readInt(v, p, 1, "integers >= 1"); }},
+      {"lr", [&](const YAML::Node& v, const std::string& p) { t.lr = r.readNumber(v, p, positive, "numbers > 0"); }},
+      {"min_lr", [&](const YAML::Node& v, const std::string& p) { t.min_lr = r.readNumber(v, p, nonNegative, "numbers from 0 to training.lr"); }},
+      {"warmup_steps", [&](const YAML::Node& v, const std::string& p) { t.warmup_steps = r.readInt(v, p, 0, "integers >= 0"); }},
+      {"weight_decay", [&](const YAML::Node& v, const std::string& p) { t.weight_decay = r.readNumber(v, p, nonNegative, "numbers >= 0"); }},
+      {"beta1", [&](const YAML::Node& v, const std::string& p) { t.beta1 = r.readNumber(v, p, unitInterval, "numbers in [0, 1)"); }},
+      {"beta2", [&](const YAML::Node& v, const std::string& p) { t.beta2 = r.readNumber(v, p, unitInterval, "numbers in [0, 1)"); }},
+      {"eps", [&](const YAML::Node& v, const std::string& p) { t.eps = r.readNumber(v, p, positive, "numbers > 0"); }},
+      {"grad_clip", [&](const YAML::Node& v, const std::string& p) { t.grad_clip = r.readNumber(v, p, nonNegative, "numbers >= 0 (0 disables clipping)"); }},
+      {"precision",
+       [&](const YAML::Node& v, const std::string& p) {
+         std::string s = r.readString(v, p, "fp32, bf16");
+         auto precision = parsePrecision(s);
+         if (!precision) r.fail(p, shown(s) + " is not a precision", "fp32, bf16");
+         t.precision = *precision;
+       }},
+      {"seed", [&](const YAML::Node& v, const std::string& p) { t.seed = r.readUint64(v, p); }},
+  });
+  auto parallel = section({
+      {"data_parallel", [&](const YAML::Node& v, const std::string& p) { job.parallel.data_parallel = r.readInt(v, p, 1, "integers >= 1"); }},
+  });
+  auto comm = section({
+      {"bucket_mib", [&](const YAML::Node& v, const std::string& p) { job.comm.bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)"); }},
+      {"first_bucket_mib", [&](const YAML::Node& v, const std::string& p) { job.comm.first_bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)"); }},
+  });
+  auto recompute = section({
+      {"policy", [&](const YAML::Node& v, const std::string& p) { job.recompute.policy = r.readPolicy(v, p); }},
+      {"layers",
+       [&](const YAML::Node& v, const std::string& p) {
+         const std::string allowed = "a mapping from layer index to none, selective or full";
+         if (v.IsNull()) return;
+         if (!v.IsMap()) r.fail(p, "expected a mapping, got " + describe(v), allowed);
+         for (const auto& entry : v) {
+           std::string index_text = entry.first.IsScalar() ? entry.first.Scalar() : describe(entry.first);
+           std::string path = p + "." + index_text;
+           r.remember(path, entry.first.Mark());
+           int index = r.readInt(entry.first, path, 0, "layer indices from 0 to model.layers - 1");
+           if (job.recompute.per_layer.count(index))
+             JobReader::failAt(r.locate(path, entry.first.Mark()), path, "layer " + std::to_string(index) + " is listed twice", "each layer index once");
+           job.recompute.per_layer[index] = r.readPolicy(entry.second, path);
+         }
+       }},
+  });
+  auto data = section({
+      {"source", [&](const YAML::Node& v, const std::string& p) { job.data.source = r.readString(v, p, "synthetic, tokens"); }},
+      {"path", [&](const YAML::Node& v, const std::string& p) { job.data.path = r.readString(v, p, "a path to a token file"); }},
+      {"markov_order", [&](const YAML::Node& v, const std::string& p) { job.data.markov_order = r.readInt(v, p, 1, "integers >= 1"); }},
+      {"branching", [&](const YAML::Node& v, const std::string& p) { job.data.branching = r.readInt(v, p, 1, "integers from 1 to model.vocab"); }},
+  });
+  r.readMap(root, "", {
+      {"name", [&](const YAML::Node& v, const std::string& p) { job.name = r.readString(v, p, "a non-empty string"); }},
+      {"model", model},
+      {"training", training},
+      {"parallel", parallel},
+      {"comm", comm},
+      {"recompute", recompute},
+      {"data", data},
+  });
+}
+
+std::string number(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
+}
+
+void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& options) {
+  const ModelSpec& m = job.model;
+  // A constraint between two fields is reported at the one the user wrote
+  // (or overrode), so the location points at something they can change.
+  auto pick = [&](const std::string& a, const std::string& b) { return r.has(a) || !r.has(b) ? a : b; };
+  if (job.name.empty()) r.fail("name", "the name is empty", "a non-empty string");
+  if (m.hidden % m.heads != 0) {
+    r.fail(pick("model.heads", "model.hidden"),
+           "model.heads " + std::to_string(m.heads) + " does not divide model.hidden " + std::to_string(m.hidden),
+           "heads dividing hidden");
+  }
+  if (m.kv_heads != 0 && m.heads % m.kv_heads != 0) {
+    r.fail(pick("model.kv_heads", "model.heads"),
+           "model.kv_heads " + std::to_string(m.kv_heads) + " does not divide model.heads " + std::to_string(m.heads),
+           "0 (same as heads) or a divisor of model.heads");
+  }
+  const TrainingSpec& t = job.training;
+  if (t.min_lr > t.lr) {
+    r.fail(pick("training.min_lr", "training.lr"),
+           "training.min_lr " + number(t.min_lr) + " is above training.lr " + number(t.lr),
+           "0 <= min_lr <= lr");
+  }
+  for (const auto& [layer, policy] : job.recompute.per_layer) {
+    if (layer >= m.layers) {
+      r.fail("recompute.layers." + std::to_string(layer),
+             "layer " + std::to_string(layer) + " does not exist, the model has " + std::to_string(m.layers) + " layers",
+             "layer indices from 0 to " + std::to_string(m.layers - 1));
+    }
+  }
+  const DataSpec& d = job.data;
+  if (d.source != "synthetic" && d.source != "tokens")
+    r.fail("data.source", shown(d.source) + " is not a data source", "synthetic, tokens");
+  if (d.source == "tokens") {
+    if (d.path.empty())
+      r.fail(pick("data.path", "data.source"), "data.source tokens needs a token file", "a path to an existing token file");
+    if (options.check_files) {
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(d.path, ec))
+        r.fail("data.path", "token file " + shown(d.path) + " does not exist",
+               "a path to an existing token file, relative to the working directory");
+    }
+  }
+  if (d.branching > m.vocab) {
+    r.fail(pick("data.branching", "model.vocab"),
+           "data.branching " + std::to_string(d.branching) + " exceeds model.vocab " + std::to_string(m.vocab),
+           "integers from 1 to model.vocab");
+  }
+}
+
+}  // namespace
+
+RecomputePolicy RecomputeSpec::forLayer(int layer) const {
+  auto it = per_layer.find(layer);
+  return it == per_layer.end() ? policy : it->second;
+}
+
+std::string_view toString(ModelFamily f) {
+  switch (f) {
+    case ModelFamily::GPT2: return "gpt2";
+    case ModelFamily::Llama: return "llama";
+  }
+  return "?";
+}
+
+JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
+                 const std::vector<std::string>& overrides) {
+  return parseJob(yaml_text, source_name, overrides, JobParseOptions{});
+}
+
+JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
+                 const std::vector<std::string>& overrides, const JobParseOptions& options) {
+  const std::string sections = "name, model, training, parallel, comm, recompute, data";
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    JobReader::failAt(source_name + ":" + std::to_string(e.mark.line + 1), "yaml",
+                      "malformed YAML: " + e.msg, "a YAML mapping with keys " + sections);
+  }
+  if (root.IsNull())
+    JobReader::failAt(source_name + ":1", "job", "the job is empty", "a YAML mapping with keys " + sections);
+  if (!root.IsMap()) {
+    int line = root.Mark().line >= 0 ? root.Mark().line + 1 : 1;
+    JobReader::failAt(source_name + ":" + std::to_string(line), "job",
+                      "expected a mapping at the top level, got " + describe(root),
+                      "a YAML mapping with keys " + sections);
+  }
+  JobReader reader(source_name);
+  for (const std::string& text : overrides) reader.applyOverride(root, text);
+
+  JobSpec job;
+  readJob(reader, root, job);
+  validateJob(reader, job, options);
+  job.source = source_name;
+  refreshJobText(job);
+  return job;
+}
+
+JobSpec loadJobFile(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw SpecError(path + ": cannot open the job file: " + std::strerror(errno) +
+                    " (allowed: a readable YAML file, see resources/jobs/)");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw SpecError(path + ": cannot read the job file (allowed: a readable YAML file)");
+  return parseJob(text.str(), path, overrides);
+}
+
+}  // namespace tandem
