@@ -1,0 +1,170 @@
+// Matmul forward and both backward rules, built on one blocked kernel.
+//
+// Every product here has the shape C[M,N] (+)= A(M,P) * B[P,N] where B is
+// row-major with contiguous rows and A may be read with any strides (so dy^T
+// needs no copy). The kernel keeps an MR x NR tile of C in local accumulators
+// and walks p in ascending order, broadcasting one A value against a contiguous
+// slice of a B row: the innermost loop runs over contiguous memory with no
+// reduction across lanes, so the compiler vectorises it without reassociating
+// sums. Each element of C is therefore sum_p A(i,p) B(p,j) added in ascending
+// p, whatever the tile sizes: results do not depend on blocking.
+//
+// The sum is formed from zero and only then added to (or stored into) C, so
+// accumulate=true gives exactly "old value + fresh product".
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "engine/cpu/kernels.h"
+
+namespace tandem::cpu {
+namespace {
+
+struct StridedA {
+  int64_t row_stride;  // distance between A(i,p) and A(i+1,p)
+  int64_t col_stride;  // distance between A(i,p) and A(i,p+1)
+};
+
+// A short vector of T held in one register (GCC/Clang vector extension; the
+// compiler lowers it to SSE2, NEON or whatever the target has, and to scalar
+// code otherwise). Element-wise ops only, so no sum is reassociated.
+template <class T>
+using Vec __attribute__((vector_size(16))) = T;
+
+template <class T>
+inline Vec<T> loadVec(const T* p) {
+  Vec<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <class T>
+inline void storeVec(T* p, Vec<T> v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// One full tile of MR rows and NV vectors of columns: C rows [i0, i0+MR),
+// columns [j0, j0 + NV * lanes). The MR x NV accumulators live in registers.
+template <class T, int MR, int NV>
+inline void tileProduct(T* C, const T* A, StridedA sa, const T* B, int64_t N, int64_t P, int64_t i0,
+                        int64_t j0, bool accumulate) {
+  constexpr int kLanes = int(sizeof(Vec<T>) / sizeof(T));
+  Vec<T> acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = Vec<T>{};
+  const T* a_base = A + i0 * sa.row_stride;
+  for (int64_t p = 0; p < P; ++p) {
+    const T* b_row = B + p * N + j0;
+    Vec<T> b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = loadVec<T>(b_row + v * kLanes);
+    const T* a_col = a_base + p * sa.col_stride;
+    for (int r = 0; r < MR; ++r) {
+      const T a = a_col[r * sa.row_stride];
+      for (int v = 0; v < NV; ++v) acc[r][v] += a * b[v];
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    T* c_row = C + (i0 + r) * N + j0;
+    for (int v = 0; v < NV; ++v) {
+      T* c = c_row + v * kLanes;
+      storeVec<T>(c, accumulate ? loadVec<T>(c) + acc[r][v] : acc[r][v]);
+    }
+  }
+}
+
+// Ragged edges (fewer than MR rows or NR columns left): same summation order,
+// one element at a time.
+template <class T>
+void edgeProduct(T* C, const T* A, StridedA sa, const T* B, int64_t N, int64_t P, int64_t i_begin,
+                 int64_t i_end, int64_t j_begin, int64_t j_end, bool accumulate) {
+  for (int64_t i = i_begin; i < i_end; ++i) {
+    for (int64_t j = j_begin; j < j_end; ++j) {
+      T sum = 0;
+      for (int64_t p = 0; p < P; ++p) sum += A[i * sa.row_stride + p * sa.col_stride] * B[p * N + j];
+      C[i * N + j] = accumulate ? C[i * N + j] + sum : sum;
+    }
+  }
+}
+
+// Tile size: 4 rows x 4 vectors = 16 accumulator registers, the register file
+// of a baseline x86-64 build (16 x 128 bit); the B slice is read as memory
+// operands. Of the sizes tried (2..8 rows, 1..8 vectors) this one was fastest
+// for the tiny-GPT shapes (M = 512, N and K in 64..256) on one core.
+template <class T>
+struct Tile {
+  static constexpr int kRows = 4;
+  static constexpr int kVecs = 4;
+  static constexpr int kCols = kVecs * int(sizeof(Vec<T>) / sizeof(T));
+};
+
+template <class T>
+void gemm(T* C, const T* A, StridedA sa, const T* B, int64_t M, int64_t N, int64_t P,
+          bool accumulate) {
+  constexpr int MR = Tile<T>::kRows;
+  constexpr int NR = Tile<T>::kCols;
+  const int64_t m_full = M - M % MR;
+  const int64_t n_full = N - N % NR;
+  // Column strips outermost: the P x NR slice of B stays in cache while every
+  // row tile of A streams past it.
+  for (int64_t j0 = 0; j0 < n_full; j0 += NR) {
+    for (int64_t i0 = 0; i0 < m_full; i0 += MR)
+      tileProduct<T, MR, Tile<T>::kVecs>(C, A, sa, B, N, P, i0, j0, accumulate);
+  }
+  if (n_full < N) edgeProduct(C, A, sa, B, N, P, 0, m_full, n_full, N, accumulate);
+  if (m_full < M) edgeProduct(C, A, sa, B, N, P, m_full, M, 0, N, accumulate);
+}
+
+}  // namespace
+
+template <class T>
+void matmulForward(T* y, const T* x, const T* W, const T* bias, int64_t M, int64_t N, int64_t K) {
+  // y = x W^T: transpose W once (N*K values, small next to M*N*K work) so the
+  // kernel reads rows of W^T contiguously.
+  std::vector<T> wt(static_cast<std::size_t>(N * K));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) wt[std::size_t(k * N + n)] = W[n * K + k];
+  gemm(y, x, StridedA{K, 1}, wt.data(), M, N, K, /*accumulate=*/false);
+  if (bias) {
+    for (int64_t m = 0; m < M; ++m) {
+      T* y_row = y + m * N;
+      for (int64_t n = 0; n < N; ++n) y_row[n] += bias[n];
+    }
+  }
+}
+
+template <class T>
+void matmulBackwardData(T* dx, const T* dy, const T* W, int64_t M, int64_t N, int64_t K,
+                        bool accumulate) {
+  // dx[M,K] = dy[M,N] W[N,K]: W is already row-major over K.
+  gemm(dx, dy, StridedA{N, 1}, W, M, K, N, accumulate);
+}
+
+template <class T>
+void matmulBackwardWeight(T* dW, T* db, const T* dy, const T* x, int64_t M, int64_t N, int64_t K,
+                          bool accumulate) {
+  // dW[N,K] = dy^T[N,M] x[M,K]: read dy transposed through the strides.
+  gemm(dW, dy, StridedA{1, N}, x, N, K, M, accumulate);
+  if (db) {
+    // A reduction over all M rows: summed in double so long batches do not
+    // lose the small contributions.
+    std::vector<double> sum(std::size_t(N), 0.0);
+    for (int64_t m = 0; m < M; ++m) {
+      const T* dy_row = dy + m * N;
+      for (int64_t n = 0; n < N; ++n) sum[std::size_t(n)] += double(dy_row[n]);
+    }
+    for (int64_t n = 0; n < N; ++n) db[n] = accumulate ? T(db[n] + T(sum[std::size_t(n)])) : T(sum[std::size_t(n)]);
+  }
+}
+
+#define TANDEM_INSTANTIATE_MATMUL(T)                                                            \
+  template void matmulForward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);  \
+  template void matmulBackwardData<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, bool); \
+  template void matmulBackwardWeight<T>(T*, T*, const T*, const T*, int64_t, int64_t, int64_t, bool);
+
+TANDEM_INSTANTIATE_MATMUL(float)
+TANDEM_INSTANTIATE_MATMUL(double)
+#undef TANDEM_INSTANTIATE_MATMUL
+
+}  // namespace tandem::cpu
