@@ -1,0 +1,438 @@
+#include "engine/cuda/executor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "engine/cpu/bf16.h"
+#include "engine/cuda/executor_impl.h"
+#include "engine/init.h"
+
+namespace tandem::cuda {
+
+namespace {
+
+int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
+
+// Scratch one kernel task needs on its stream (reused by the next task).
+int64_t taskScratchBytes(const Task& t) {
+  const OpAttrs& a = t.attrs;
+  switch (t.op) {
+    case OpKind::LayerNormBwd: return layernormScratchBytes(a.c);
+    case OpKind::AttentionBwd: return attentionScratchBytes(a.b, a.t, a.h);
+    case OpKind::CrossEntropy:
+    case OpKind::CrossEntropyBwd: return crossEntropyScratchBytes(a.m);
+    case OpKind::MatmulBwdWeight: return a.has_bias ? biasGradientScratchBytes(a.n) : 0;
+    default: return 0;
+  }
+}
+
+int64_t chunksOf(int64_t n) { return (n + kChunkElements - 1) / kChunkElements; }
+
+}  // namespace
+
+int64_t executorOverheadBytes(const Plan& plan) {
+  const RankPlan& rp = plan.programs.at(0);
+  int64_t scratch = 0;
+  for (const Task& t : rp.tasks) scratch = std::max(scratch, taskScratchBytes(t));
+  int64_t total = int64_t(Gemm::kWorkspaceBytes) + align256(scratch) * int64_t(rp.streams.size());
+  for (const Task& t : rp.tasks) {
+    if (t.op == OpKind::LoadBatch) {
+      const int64_t n = rp.buffers[t.writes[0]].elementCount();
+      total += align256((2 * n + 2) * 4);
+    }
+    if (t.op == OpKind::GradNorm || t.op == OpKind::AdamW) {
+      int64_t chunks = 0;
+      if (t.op == OpKind::GradNorm)
+        for (int b : t.reads) chunks += chunksOf(rp.buffers[b].elementCount());
+      total += align256(int64_t(std::max(t.reads.size(), t.attrs.params.size())) * sizeof(TensorSlot)) +
+               align256(chunks * 4);
+    }
+  }
+  return total + 4096;
+}
+
+CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt(o) {
+  if (plan.programs.size() != 1)
+    throw CudaError("cuda executor: plans with several distinct rank programs are not supported yet");
+  program = &plan.programs[0];
+  if (opt.world != plan.world_size)
+    throw CudaError(fmt::format("cuda executor: the plan is for {} ranks but {} processes run it",
+                                plan.world_size, opt.world));
+  TANDEM_CUDA_CHECK(cudaSetDevice(opt.device));
+
+  // Refuse before any allocation when the plan cannot fit.
+  size_t free_b = 0, total_b = 0;
+  TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const int64_t arena_bytes = program->memory.arena_bytes;
+  const int64_t overhead = executorOverheadBytes(plan);
+  const int64_t reserve = int64_t(512) << 20;  // CUDA graph, NCCL buffers, allocator slack
+  const int64_t needed = arena_bytes + overhead + reserve;
+  if (needed > int64_t(free_b)) {
+    const double gib = double(1 << 30);
+    throw OutOfDeviceMemory(
+        fmt::format("job '{}' needs {:.2f} GiB on GPU {} (arena {:.2f} GiB + executor {:.2f} GiB + "
+                    "reserve {:.2f} GiB) but only {:.2f} GiB of {:.2f} GiB are free: short by {:.2f} GiB",
+                    plan.job.name, needed / gib, opt.device, arena_bytes / gib, overhead / gib,
+                    reserve / gib, double(free_b) / gib, double(total_b) / gib,
+                    (needed - int64_t(free_b)) / gib),
+        needed, int64_t(free_b));
+  }
+
+  if (opt.world > 1) comm = std::make_unique<NcclComm>(opt.nccl_id, opt.rank, opt.world, opt.timeout_s);
+
+  for (size_t i = 0; i < program->streams.size(); ++i) {
+    cudaStream_t s;
+    TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    streams.push_back(s);
+  }
+  for (int i = 0; i < program->num_events; ++i) {
+    cudaEvent_t e;
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events.push_back(e);
+  }
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    cudaEvent_t e;
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    join_events.push_back(e);
+  }
+  TANDEM_CUDA_CHECK(cudaEventCreate(&start_event));
+  TANDEM_CUDA_CHECK(cudaEventCreate(&stop_event));
+
+  arena = static_cast<std::byte*>(deviceAlloc(arena_bytes));
+  TANDEM_CUDA_CHECK(cudaMemset(arena, 0, arena_bytes));
+  workspace = deviceAlloc(Gemm::kWorkspaceBytes);
+  gemm = std::make_unique<Gemm>(workspace, Gemm::kWorkspaceBytes);
+  int64_t scratch_bytes = 0;
+  for (const Task& t : program->tasks) scratch_bytes = std::max(scratch_bytes, taskScratchBytes(t));
+  for (size_t i = 0; i < streams.size(); ++i)
+    scratch.push_back(static_cast<float*>(deviceAlloc(std::max<int64_t>(scratch_bytes, 256))));
+  scalars = static_cast<StepScalars*>(deviceAlloc(sizeof(StepScalars)));
+  TANDEM_CUDA_CHECK(cudaMallocHost(&host_scalars, sizeof(StepScalars)));
+  TANDEM_CUDA_CHECK(cudaMallocHost(&host_out, 2 * sizeof(float)));
+  *host_scalars = StepScalars{};
+
+  data = makeTokenSource(plan.job);
+  prepareTasks();
+  initialiseParameters();
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+
+  size_t free_after = 0;
+  TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_after, &total_b));
+  mem.planned_arena_bytes = arena_bytes;
+  mem.workspace_bytes = Gemm::kWorkspaceBytes;
+  mem.allocated_bytes = allocated;
+  mem.scratch_bytes = allocated - arena_bytes - int64_t(Gemm::kWorkspaceBytes);
+  mem.device_used_bytes = int64_t(total_b) - int64_t(free_after);
+}
+
+CudaExecutor::Impl::~Impl() {
+  // Frees nothing while a kernel may still run (after an abort the process exits instead).
+  if (graph_exec) cudaGraphExecDestroy(graph_exec);
+  for (void* p : allocations) cudaFree(p);
+  for (void* p : host_allocations) cudaFreeHost(p);
+  if (host_scalars) cudaFreeHost(host_scalars);
+  if (host_out) cudaFreeHost(host_out);
+  for (auto e : events) cudaEventDestroy(e);
+  for (auto e : join_events) cudaEventDestroy(e);
+  for (auto e : collective_done) cudaEventDestroy(e);
+  if (fork_event) cudaEventDestroy(fork_event);
+  if (start_event) cudaEventDestroy(start_event);
+  if (stop_event) cudaEventDestroy(stop_event);
+  gemm.reset();
+  comm.reset();
+  for (auto s : streams) cudaStreamDestroy(s);
+}
+
+void* CudaExecutor::Impl::deviceAlloc(int64_t bytes) {
+  void* p = nullptr;
+  TANDEM_CUDA_CHECK(cudaMalloc(&p, size_t(std::max<int64_t>(bytes, 1))));
+  allocations.push_back(p);
+  allocated += align256(bytes);
+  return p;
+}
+
+void* CudaExecutor::Impl::ptr(int buffer) const {
+  const Buffer& b = program->buffers.at(buffer);
+  if (b.offset < 0)
+    throw CudaError(fmt::format("cuda executor: buffer {} ({}) has no arena offset", b.id, b.name));
+  return arena + b.offset;
+}
+
+void CudaExecutor::Impl::prepareTasks() {
+  const auto& tasks = program->tasks;
+  skip.assign(tasks.size(), false);
+  fused_scale.assign(tasks.size(), 0.0);
+  load_of_task.assign(tasks.size(), -1);
+  std::vector<int> last_load_of_buffer(program->buffers.size(), -1);
+
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Task& t = tasks[i];
+    if (t.op == OpKind::LoadBatch) {
+      LoadSlot slot;
+      slot.task = int(i);
+      slot.count = program->buffers[t.writes[0]].elementCount();
+      const int64_t words = 4 * slot.count + 2;
+      TANDEM_CUDA_CHECK(cudaMallocHost(&slot.host, words * sizeof(int32_t)));
+      host_allocations.push_back(slot.host);
+      slot.device_index = static_cast<int32_t*>(deviceAlloc((2 * slot.count + 2) * 4));
+      last_load_of_buffer[t.writes[0]] = int(loads.size());
+      loads.push_back(slot);
+    }
+    if (t.op == OpKind::EmbeddingBwd) {
+      const int load = last_load_of_buffer[t.reads[1]];
+      if (load < 0)
+        throw CudaError(fmt::format("cuda executor: task {} ({}) reads tokens no LoadBatch wrote", t.id, t.name));
+      load_of_task[i] = load;
+    }
+    // Fused softmax + cross-entropy: when the backward of the same logits
+    // follows on the same stream with nothing else touching the logits, the
+    // forward kernel also writes dlogits in place and the backward is free.
+    if (t.op == OpKind::CrossEntropy) {
+      const int logits = t.reads[0];
+      for (size_t j = i + 1; j < tasks.size(); ++j) {
+        const Task& u = tasks[j];
+        const bool touches = std::count(u.reads.begin(), u.reads.end(), logits) ||
+                             std::count(u.writes.begin(), u.writes.end(), logits);
+        if (u.op == OpKind::CrossEntropyBwd && !u.writes.empty() && u.writes[0] == logits &&
+            u.stream == t.stream) {
+          fused_scale[i] = u.attrs.loss_scale;
+          skip[j] = true;
+          break;
+        }
+        if (touches) break;
+      }
+    }
+    if (t.op == OpKind::GradNorm || t.op == OpKind::AdamW) buildTable(int(i));
+    if (t.collective) {
+      cudaEvent_t e;
+      TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      collective_done.push_back(e);
+      collective_tasks.push_back(int(i));
+    }
+    if (t.op == OpKind::GradNorm) norm_buffer = t.writes[0];
+  }
+}
+
+void CudaExecutor::Impl::buildTable(int task) {
+  const Task& t = program->tasks[task];
+  const TrainingSpec& tr = plan.job.training;
+  std::vector<TensorSlot> slots;
+  int64_t chunks = 0;
+  auto add = [&](TensorSlot s) {
+    s.chunk_begin = chunks;
+    chunks += chunksOf(s.n);
+    if (s.n > 0) slots.push_back(s);
+  };
+  if (t.op == OpKind::GradNorm) {
+    for (int b : t.reads) {
+      TensorSlot s;
+      s.grad = ptr(b);
+      s.n = program->buffers[b].elementCount();
+      s.grad_bf16 = program->buffers[b].dtype == DType::BF16;
+      add(s);
+    }
+  } else {
+    for (int pi : t.attrs.params) {
+      const ParamInfo& p = program->params.at(pi);
+      TensorSlot s;
+      s.param = ptr(p.param);
+      s.master = static_cast<float*>(ptr(p.master));
+      s.m = static_cast<float*>(ptr(p.adam_m));
+      s.v = static_cast<float*>(ptr(p.adam_v));
+      s.grad = ptr(p.grad);
+      s.n = program->buffers[p.param].elementCount();
+      s.weight_decay = p.weight_decay ? float(tr.weight_decay) : 0.f;
+      s.param_bf16 = program->buffers[p.param].dtype == DType::BF16;
+      s.grad_bf16 = program->buffers[p.grad].dtype == DType::BF16;
+      if (program->buffers[p.master].dtype != DType::F32)
+        throw CudaError(fmt::format("cuda executor: master weight of {} must be f32", p.name));
+      add(s);
+    }
+  }
+  Table table;
+  table.num_slots = int(slots.size());
+  table.chunks = chunks;
+  table.slots = static_cast<TensorSlot*>(deviceAlloc(std::max<size_t>(1, slots.size()) * sizeof(TensorSlot)));
+  if (!slots.empty())
+    TANDEM_CUDA_CHECK(cudaMemcpy(table.slots, slots.data(), slots.size() * sizeof(TensorSlot),
+                                 cudaMemcpyHostToDevice));
+  if (t.op == OpKind::GradNorm)
+    table.partials = static_cast<float*>(deviceAlloc(std::max<int64_t>(chunks, 1) * 4));
+  tables[task] = table;
+}
+
+void CudaExecutor::Impl::initialiseParameters() {
+  for (const ParamInfo& p : program->params) {
+    const std::vector<float> v = initialParameterValues(plan.job, *program, p);
+    writeBuffer(p.master, v);
+    if (p.master != p.param) writeBuffer(p.param, v);
+  }
+}
+
+void CudaExecutor::Impl::fillHostData(int step) {
+  for (LoadSlot& slot : loads) {
+    const Task& t = program->tasks[slot.task];
+    const int64_t n = slot.count;
+    int32_t* tokens = slot.host;
+    int32_t* targets = slot.host + n;
+    int32_t* order = slot.host + 2 * n;
+    int32_t* seg_start = slot.host + 3 * n;  // n + 1 entries
+    int32_t* seg_count = slot.host + 4 * n + 1;
+    fillMicroBatch(*data, plan.job, step, int(t.attrs.micro_batch), opt.rank, tokens, targets);
+    std::iota(order, order + n, 0);
+    std::stable_sort(order, order + n, [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
+    int32_t segments = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) seg_start[segments++] = int32_t(i);
+    seg_start[segments] = int32_t(n);
+    *seg_count = segments;
+  }
+}
+
+void CudaExecutor::Impl::enqueueStep(bool with_optimizer) {
+  cudaStream_t s0 = streams[0];
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(scalars, host_scalars, sizeof(StepScalars), cudaMemcpyHostToDevice, s0));
+  TANDEM_CUDA_CHECK(cudaEventRecord(fork_event, s0));
+  for (size_t i = 1; i < streams.size(); ++i) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[i], fork_event, 0));
+  for (size_t i = 0; i < program->tasks.size(); ++i) {
+    const Task& t = program->tasks[i];
+    if (!with_optimizer && t.op == OpKind::AdamW) continue;
+    try {
+      enqueueTask(int(i));
+    } catch (const std::exception& e) {
+      throw CudaError(fmt::format("rank {} task {} ({}): {}", opt.rank, t.id, t.name, e.what()));
+    }
+  }
+  for (size_t i = 1; i < streams.size(); ++i) {
+    TANDEM_CUDA_CHECK(cudaEventRecord(join_events[i], streams[i]));
+    TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s0, join_events[i], 0));
+  }
+  if (comm) comm->allReduce(&scalars->loss_sum, &scalars->loss_sum, 1, DType::F32, false, s0, "loss");
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_out, &scalars->loss_sum, sizeof(float), cudaMemcpyDeviceToHost, s0));
+  if (norm_buffer >= 0)
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_out + 1, ptr(norm_buffer), sizeof(float), cudaMemcpyDeviceToHost, s0));
+}
+
+void CudaExecutor::Impl::waitForStep() {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    cudaError_t q = cudaEventQuery(stop_event);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) checkCuda(q, "step", __FILE__, __LINE__);
+    if (comm) comm->checkAsync("step " + std::to_string(steps_done + 1));
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > opt.timeout_s) {
+      std::string stuck = "the step";
+      for (size_t i = 0; i < collective_done.size(); ++i)
+        if (cudaEventQuery(collective_done[i]) == cudaErrorNotReady) {
+          stuck = "all-reduce '" + program->tasks[collective_tasks[i]].name + "'";
+          break;
+        }
+      if (comm) comm->abort();
+      throw CudaError(fmt::format("rank {}: {} did not finish within {:.0f} s (a peer rank may have "
+                                  "stopped); NCCL communicator aborted",
+                                  opt.rank, stuck, opt.timeout_s));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
+  const int step = steps_done;
+  const TrainingSpec& tr = plan.job.training;
+  fillHostData(step);
+  host_scalars->lr = float(learningRate(tr, step));
+  host_scalars->bias_correction1 = 1.0 - std::pow(double(float(tr.beta1)), step + 1);
+  host_scalars->bias_correction2 = 1.0 - std::pow(double(float(tr.beta2)), step + 1);
+  host_scalars->loss_sum = 0.f;
+  host_out[0] = host_out[1] = 0.f;
+  cudaStream_t s0 = streams[0];
+  const bool graph = opt.use_graph && with_optimizer;
+  if (graph && !graph_exec) {
+    cudaGraph_t g;
+    TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueueStep(true);
+    } catch (...) {
+      cudaStreamEndCapture(s0, &g);
+      throw;
+    }
+    TANDEM_CUDA_CHECK(cudaStreamEndCapture(s0, &g));
+    TANDEM_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, g, 0));
+    TANDEM_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  TANDEM_CUDA_CHECK(cudaEventRecord(start_event, s0));
+  if (graph)
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(graph_exec, s0));
+  else
+    enqueueStep(with_optimizer);
+  TANDEM_CUDA_CHECK(cudaEventRecord(stop_event, s0));
+  waitForStep();
+  float ms = 0;
+  TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start_event, stop_event));
+  GpuStepResult r;
+  r.step = step;
+  r.loss = double(host_out[0]) / double(plan.job.tokensPerStep());
+  r.grad_norm = host_out[1];
+  r.lr = learningRate(tr, step);
+  r.ms = ms;
+  if (with_optimizer) ++steps_done;
+  return r;
+}
+
+std::vector<float> CudaExecutor::Impl::readBuffer(int buffer) const {
+  const Buffer& b = program->buffers.at(buffer);
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<std::byte> raw(b.bytes);
+  TANDEM_CUDA_CHECK(cudaMemcpy(raw.data(), ptr(buffer), b.bytes, cudaMemcpyDeviceToHost));
+  const int64_t n = b.elementCount();
+  std::vector<float> out(n);
+  if (b.dtype == DType::BF16) {
+    const auto* h = reinterpret_cast<const uint16_t*>(raw.data());
+    for (int64_t i = 0; i < n; ++i) out[i] = cpu::bf16BitsToFloat(h[i]);
+  } else if (b.dtype == DType::F32) {
+    std::memcpy(out.data(), raw.data(), n * 4);
+  } else {
+    const auto* v = reinterpret_cast<const int32_t*>(raw.data());
+    for (int64_t i = 0; i < n; ++i) out[i] = float(v[i]);
+  }
+  return out;
+}
+
+void CudaExecutor::Impl::writeBuffer(int buffer, const std::vector<float>& values) {
+  const Buffer& b = program->buffers.at(buffer);
+  const int64_t n = b.elementCount();
+  if (int64_t(values.size()) != n)
+    throw CudaError(fmt::format("writeBuffer: {} expects {} values, got {}", b.name, n, values.size()));
+  std::vector<std::byte> raw(b.bytes);
+  if (b.dtype == DType::BF16) {
+    auto* h = reinterpret_cast<uint16_t*>(raw.data());
+    for (int64_t i = 0; i < n; ++i) h[i] = cpu::floatToBf16Bits(values[i]);
+  } else if (b.dtype == DType::F32) {
+    std::memcpy(raw.data(), values.data(), n * 4);
+  } else {
+    auto* v = reinterpret_cast<int32_t*>(raw.data());
+    for (int64_t i = 0; i < n; ++i) v[i] = int32_t(values[i]);
+  }
+  TANDEM_CUDA_CHECK(cudaMemcpy(ptr(buffer), raw.data(), b.bytes, cudaMemcpyHostToDevice));
+}
+
+CudaExecutor::CudaExecutor(const Plan& plan, const ExecutorOptions& options)
+    : impl_(std::make_unique<Impl>(plan, options)) {}
+CudaExecutor::~CudaExecutor() = default;
+GpuStepResult CudaExecutor::step() { return impl_->runStep(true); }
+GpuStepResult CudaExecutor::computeGradients() { return impl_->runStep(false); }
+std::vector<float> CudaExecutor::readBuffer(int buffer) const { return impl_->readBuffer(buffer); }
+void CudaExecutor::writeBuffer(int buffer, const std::vector<float>& values) { impl_->writeBuffer(buffer, values); }
+GpuMemoryReport CudaExecutor::memory() const { return impl_->mem; }
+int CudaExecutor::stepsDone() const { return impl_->steps_done; }
+const Plan& CudaExecutor::plan() const { return impl_->plan; }
+
+}  // namespace tandem::cuda

@@ -1,0 +1,83 @@
+#pragma once
+// The CUDA executor: runs one rank's program of a Plan on one GPU. Each plan
+// stream is a cudaStream, each plan event a cudaEvent, collectives are NCCL
+// calls on the comm stream, and every buffer lives at its planned offset in
+// one arena of memory.arena_bytes. By default the whole step (data copies,
+// forward, backward, collectives, optimizer) is captured once as a CUDA Graph
+// and replayed; `use_graph = false` issues the same calls eagerly.
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/check.h"
+#include "engine/cuda/nccl_comm.h"
+#include "engine/plan.h"
+
+namespace tandem::cuda {
+
+// Thrown before any allocation when the plan does not fit the free memory.
+class OutOfDeviceMemory : public CudaError {
+ public:
+  OutOfDeviceMemory(const std::string& what, int64_t needed, int64_t free_bytes)
+      : CudaError(what), needed_bytes(needed), free_bytes(free_bytes) {}
+  int64_t needed_bytes;
+  int64_t free_bytes;
+};
+
+struct ExecutorOptions {
+  int rank = 0;
+  int world = 1;
+  int device = 0;
+  bool use_graph = true;
+  NcclId nccl_id{};       // needed when world > 1
+  double timeout_s = 60;  // longest wait for a step or a collective before aborting
+};
+
+struct GpuStepResult {
+  int step = 0;
+  double loss = 0;       // mean over the global batch (all ranks)
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  double ms = 0;         // GPU time of the step
+};
+
+struct GpuMemoryReport {
+  int64_t planned_arena_bytes = 0;  // the plan's peak (one arena)
+  int64_t workspace_bytes = 0;      // cuBLASLt workspace
+  int64_t scratch_bytes = 0;        // kernel scratch, data staging, optimizer tables
+  int64_t allocated_bytes = 0;      // everything this executor allocated
+  int64_t device_used_bytes = 0;    // device memory in use after setup (context, NCCL too)
+};
+
+class CudaExecutor {
+ public:
+  CudaExecutor(const Plan& plan, const ExecutorOptions& options);
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  // One full training step. The first call with use_graph captures the graph.
+  GpuStepResult step();
+  // Forward and backward (and collectives) of the next step without the
+  // optimizer, always eager: for gradient checks against the CPU reference.
+  GpuStepResult computeGradients();
+
+  std::vector<float> readBuffer(int buffer) const;
+  void writeBuffer(int buffer, const std::vector<float>& values);
+
+  GpuMemoryReport memory() const;
+  int stepsDone() const;
+  const Plan& plan() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Bytes the executor needs beyond the arena (workspace, scratch, staging).
+int64_t executorOverheadBytes(const Plan& plan);
+
+}  // namespace tandem::cuda

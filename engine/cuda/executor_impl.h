@@ -1,0 +1,90 @@
+#pragma once
+// Private state of CudaExecutor, shared by executor.cpp (setup, step loop,
+// graph capture) and executor_tasks.cpp (one plan task -> kernel launches).
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/cuda/executor.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/nccl_comm.h"
+#include "engine/data.h"
+
+namespace tandem::cuda {
+
+struct CudaExecutor::Impl {
+  // Host staging of one LoadBatch task: tokens, targets and the token-sorted
+  // index the embedding backward uses, in pinned memory so the copies can be
+  // graph nodes. Layout: tokens[n] targets[n] order[n] seg_start[n+1] seg_count[1].
+  struct LoadSlot {
+    int task = -1;
+    int64_t count = 0;
+    int32_t* host = nullptr;
+    int32_t* device_index = nullptr;  // order[n] seg_start[n+1] seg_count[1]
+  };
+  // Device table of a multi-tensor launch (GradNorm or AdamW task).
+  struct Table {
+    TensorSlot* slots = nullptr;
+    int num_slots = 0;
+    int64_t chunks = 0;
+    float* partials = nullptr;
+  };
+
+  Impl(const Plan& plan, const ExecutorOptions& options);
+  ~Impl();
+
+  void* deviceAlloc(int64_t bytes);
+  void* ptr(int buffer) const;
+  void prepareTasks();
+  void buildTable(int task);
+  void initialiseParameters();
+  void fillHostData(int step);
+  void enqueueStep(bool with_optimizer);
+  void enqueueTask(int index);
+  void waitForStep();
+  GpuStepResult runStep(bool with_optimizer);
+  std::vector<float> readBuffer(int buffer) const;
+  void writeBuffer(int buffer, const std::vector<float>& values);
+
+  Plan plan;
+  const RankPlan* program = nullptr;
+  ExecutorOptions opt;
+  std::unique_ptr<TokenSource> data;
+  std::unique_ptr<NcclComm> comm;
+
+  std::vector<cudaStream_t> streams;
+  std::vector<cudaEvent_t> events;
+  std::vector<cudaEvent_t> join_events;
+  cudaEvent_t fork_event = nullptr;
+  cudaEvent_t start_event = nullptr, stop_event = nullptr;
+  std::vector<cudaEvent_t> collective_done;  // recorded after each collective (timeout diagnosis)
+  std::vector<int> collective_tasks;
+
+  std::byte* arena = nullptr;
+  void* workspace = nullptr;
+  std::unique_ptr<Gemm> gemm;
+  std::vector<float*> scratch;  // per stream
+  StepScalars* scalars = nullptr;
+  StepScalars* host_scalars = nullptr;  // pinned
+  float* host_out = nullptr;            // pinned: loss sum, grad norm
+  int norm_buffer = -1;
+
+  std::vector<LoadSlot> loads;
+  std::vector<int> load_of_task;      // EmbeddingBwd task -> LoadSlot
+  std::vector<bool> skip;             // cross-entropy backward fused into the forward
+  std::vector<double> fused_scale;    // cross-entropy forward -> dlogits scale (0: not fused)
+  std::map<int, Table> tables;
+
+  std::vector<void*> allocations;
+  std::vector<void*> host_allocations;
+  int64_t allocated = 0;
+  GpuMemoryReport mem;
+  cudaGraphExec_t graph_exec = nullptr;
+  int steps_done = 0;
+};
+
+}  // namespace tandem::cuda

@@ -1,0 +1,123 @@
+// One Plan task -> the launches that implement it, on the task's stream,
+// after the task's events and before the event it records.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "engine/cuda/executor_impl.h"
+
+namespace tandem::cuda {
+
+void CudaExecutor::Impl::enqueueTask(int index) {
+  const Task& t = program->tasks[index];
+  const OpAttrs& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  cudaStream_t s = streams.at(t.stream);
+  float* scr = scratch.at(t.stream);
+  auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
+  auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
+  for (int e : t.wait_events) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, events.at(e), 0));
+
+  if (!skip[index]) switch (t.op) {
+    case OpKind::LoadBatch: {
+      const LoadSlot& slot = loads.at(size_t(std::find_if(loads.begin(), loads.end(),
+                                                          [&](const LoadSlot& l) { return l.task == index; }) -
+                                             loads.begin()));
+      const int64_t n = slot.count;
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[0]), slot.host, n * 4, cudaMemcpyHostToDevice, s));
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[1]), slot.host + n, n * 4, cudaMemcpyHostToDevice, s));
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(slot.device_index, slot.host + 2 * n, (2 * n + 2) * 4,
+                                        cudaMemcpyHostToDevice, s));
+      break;
+    }
+    case OpKind::Embedding:
+      embeddingForward(ptr(W[0]), i32(R[0]), ptr(R[1]), ptr(R[2]), a.b, a.t, a.c, dt(W[0]), s);
+      break;
+    case OpKind::EmbeddingBwd: {
+      const LoadSlot& slot = loads.at(load_of_task[index]);
+      const int64_t n = slot.count;
+      TokenIndex idx{slot.device_index, slot.device_index + n, slot.device_index + 2 * n + 1};
+      embeddingBackward(ptr(W[0]), ptr(W[1]), ptr(R[0]), i32(R[1]), idx, a.b, a.t, a.c, a.v,
+                        a.accumulate, a.accumulate_params, dt(R[0]), s);
+      break;
+    }
+    case OpKind::LayerNorm:
+      layernormForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(W[2]), dt(W[2]), ptr(R[0]), ptr(R[1]),
+                       ptr(R[2]), a.m, a.c, dt(W[0]), s);
+      break;
+    case OpKind::LayerNormBwd:
+      layernormBackward(ptr(W[0]), ptr(W[1]), ptr(W[2]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]),
+                        dt(R[3]), ptr(R[4]), dt(R[4]), a.m, a.c, a.accumulate, a.accumulate_params,
+                        dt(W[0]), scr, s);
+      break;
+    case OpKind::Matmul:
+      gemm->forward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.has_bias ? ptr(R[2]) : nullptr, a.m, a.n, a.k,
+                    dt(W[0]), s);
+      break;
+    case OpKind::MatmulBwdData:
+      gemm->backwardData(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.n, a.k, a.accumulate, dt(W[0]), s);
+      break;
+    case OpKind::MatmulBwdWeight:
+      gemm->backwardWeight(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.n, a.k, a.accumulate_params,
+                           dt(W[0]), s);
+      if (a.has_bias)
+        biasGradient(ptr(W[1]), ptr(R[0]), a.m, a.n, a.accumulate_params, dt(W[1]), scr, s);
+      break;
+    case OpKind::Attention:
+      attentionForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), a.b, a.t, a.c, a.h, dt(W[0]), s);
+      break;
+    case OpKind::AttentionBwd:
+      attentionBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]), dt(R[3]), a.b, a.t,
+                        a.c, a.h, a.accumulate, dt(W[0]), scr, s);
+      break;
+    case OpKind::Gelu: geluForward(ptr(W[0]), ptr(R[0]), a.elements, dt(W[0]), s); break;
+    case OpKind::GeluBwd:
+      geluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.elements, a.accumulate, dt(W[0]), s);
+      break;
+    case OpKind::Add: addForward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.elements, dt(W[0]), s); break;
+    case OpKind::CrossEntropy: {
+      const bool fused = fused_scale[index] != 0.0;
+      crossEntropy(ptr(W[0]), dt(W[0]), fused ? ptr(R[0]) : nullptr, ptr(R[0]), i32(R[1]), a.m, a.v,
+                   float(fused_scale[index]), dt(R[0]), &scalars->loss_sum, scr, s);
+      break;
+    }
+    case OpKind::CrossEntropyBwd:
+      crossEntropy(nullptr, DType::F32, ptr(W[0]), ptr(W[0]), i32(R[1]), a.m, a.v, float(a.loss_scale),
+                   dt(W[0]), nullptr, scr, s);
+      break;
+    case OpKind::AllReduce: {
+      const CollectiveInfo& c = t.collective.value();
+      const int64_t count = program->buffers.at(R[0]).elementCount();
+      if (comm)
+        comm->allReduce(ptr(R[0]), ptr(W[0]), count, dt(R[0]), c.reduce == ReduceOp::Avg, s, "'" + t.name + "'");
+      else if (R[0] != W[0])
+        TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[0]), ptr(R[0]), program->buffers.at(R[0]).bytes,
+                                          cudaMemcpyDeviceToDevice, s));
+      break;
+    }
+    case OpKind::GradNorm: {
+      const Table& tb = tables.at(index);
+      gradNorm(static_cast<float*>(ptr(W[0])), tb.slots, tb.num_slots, tb.chunks, tb.partials, s);
+      break;
+    }
+    case OpKind::AdamW: {
+      const Table& tb = tables.at(index);
+      const TrainingSpec& tr = plan.job.training;
+      const float* norm = R.size() > 1 ? static_cast<const float*>(ptr(R[1])) : nullptr;
+      if (tb.chunks > 0)
+        adamw(tb.slots, tb.num_slots, tb.chunks, scalars, norm, float(tr.grad_clip), float(tr.beta1),
+              float(tr.beta2), float(tr.eps), s);
+      break;
+    }
+  }
+
+  if (t.collective) {
+    const size_t k = size_t(std::find(collective_tasks.begin(), collective_tasks.end(), index) -
+                            collective_tasks.begin());
+    TANDEM_CUDA_CHECK(cudaEventRecordWithFlags(collective_done.at(k), s, cudaEventRecordExternal));
+  }
+  if (t.record_event >= 0) TANDEM_CUDA_CHECK(cudaEventRecord(events.at(t.record_event), s));
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,109 @@
+#pragma once
+// Launchers of the executor's own kernels. Row-major layouts and the exact
+// math of engine/cpu/kernels.h (the reference); activations are bf16 or fp32
+// (`dt`), reductions accumulate in fp32 and are deterministic: no floating
+// point atomics, so a CUDA Graph replay and an eager step give the same bits.
+//
+// Side tensors (layernorm mean/rstd, attention lse, per-token losses) take
+// their own dtype because the planner may store them in fp32 or bf16.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/types.h"
+
+namespace tandem::cuda {
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+void embeddingForward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                      int64_t B, int64_t Tn, int64_t C, DType dt, cudaStream_t s);
+
+// Token order of one micro-batch, sorted by token id (then position), built
+// on the host when the batch is loaded. Lets the embedding backward sum each
+// vocabulary row in a fixed order without atomics.
+struct TokenIndex {
+  const int32_t* order = nullptr;      // [B*Tn] positions sorted by token
+  const int32_t* seg_start = nullptr;  // [B*Tn + 1] start of each distinct token's run
+  const int32_t* seg_count = nullptr;  // [1] number of distinct tokens
+};
+// dwte[v,:] (+)= sum of dout rows whose token is v; dwpe[t,:] (+)= sum_b dout[b,t,:].
+// The two outputs have their own flags (a tied wte may already hold the LM
+// head's contribution while wpe is written fresh); without accumulate_wte the
+// rows of dwte that no token touches are zeroed.
+void embeddingBackward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                       const TokenIndex& index, int64_t B, int64_t Tn, int64_t C, int64_t V,
+                       bool accumulate_wte, bool accumulate_wpe, DType dt, cudaStream_t s);
+
+void layernormForward(void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt,
+                      const void* x, const void* w, const void* b, int64_t M, int64_t C,
+                      DType dt, cudaStream_t s);
+// scratch: layernormScratchBytes(C) bytes of executor workspace.
+int64_t layernormScratchBytes(int64_t C);
+void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w,
+                       const void* mean, DType mean_dt, const void* rstd, DType rstd_dt,
+                       int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,
+                       float* scratch, cudaStream_t s);
+
+// Causal attention; head dimension C/H must be 16, 32 or 64.
+bool attentionSupportsHeadDim(int64_t D);
+void attentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn,
+                      int64_t C, int64_t H, DType dt, cudaStream_t s);
+// scratch: attentionScratchBytes(B, Tn, H) bytes of executor workspace.
+int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H);
+void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                       const void* lse, DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H,
+                       bool accumulate, DType dt, float* scratch, cudaStream_t s);
+
+void geluForward(void* y, const void* x, int64_t n, DType dt, cudaStream_t s);
+void geluBackward(void* dx, const void* dy, const void* x, int64_t n, bool accumulate, DType dt,
+                  cudaStream_t s);
+void addForward(void* c, const void* a, const void* b, int64_t n, DType dt, cudaStream_t s);
+
+// Fused softmax + cross-entropy. Writes losses[m] (when non-null) and, when
+// dlogits is non-null, dlogits = scale * (softmax - onehot) (may alias
+// logits). loss_sum (fp32, may be null) receives the sum of the M losses,
+// added in a fixed order.
+void crossEntropy(void* losses, DType loss_dt, void* dlogits, const void* logits,
+                  const int32_t* targets, int64_t M, int64_t V, float scale, DType dt,
+                  float* loss_sum, float* scratch, cudaStream_t s);
+int64_t crossEntropyScratchBytes(int64_t M);
+
+// db[n] (+)= sum_m dy[m,n]   (the bias gradient of a matmul)
+void biasGradient(void* db, const void* dy, int64_t M, int64_t N, bool accumulate, DType dt,
+                  float* scratch, cudaStream_t s);
+int64_t biasGradientScratchBytes(int64_t N);
+
+// One tensor of a multi-tensor launch (grad norm, AdamW). Tables live in
+// device memory and are built once per plan.
+struct TensorSlot {
+  void* param = nullptr;   // bf16 or fp32 copy used by the forward
+  float* master = nullptr; // fp32 master (== param in fp32 jobs)
+  float* m = nullptr;
+  float* v = nullptr;
+  const void* grad = nullptr;
+  int64_t n = 0;
+  int64_t chunk_begin = 0;  // first chunk index of this tensor
+  float weight_decay = 0;
+  int param_bf16 = 0;
+  int grad_bf16 = 0;
+};
+inline constexpr int64_t kChunkElements = 16384;
+
+// Per-step scalars the optimizer reads from device memory, so a captured
+// graph picks up the learning rate and step of each replay.
+struct StepScalars {
+  float lr = 0;
+  double bias_correction1 = 1;  // 1 - beta1^t
+  double bias_correction2 = 1;  // 1 - beta2^t
+  float loss_sum = 0;          // sum of per-token losses of this step (this rank)
+};
+
+// partials[chunks] = sum of squares per chunk; then norm[0] = sqrt(sum).
+void gradNorm(float* norm, const TensorSlot* slots, int num_slots, int64_t num_chunks,
+              float* partials, cudaStream_t s);
+void adamw(const TensorSlot* slots, int num_slots, int64_t num_chunks, const StepScalars* scalars,
+           const float* norm, float grad_clip, float beta1, float beta2, float eps,
+           cudaStream_t s);
+
+}  // namespace tandem::cuda
