@@ -33,6 +33,10 @@ CREATE TABLE activities(
   correlation_id INTEGER, bytes INTEGER, flops REAL,
   grid_x INTEGER, grid_y INTEGER, grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER,
   PRIMARY KEY(run, rank, stream, start_ns, seq)) WITHOUT ROWID;
+CREATE TABLE track_stats(
+  run INTEGER NOT NULL, rank INTEGER NOT NULL, stream INTEGER NOT NULL, activity_count INTEGER NOT NULL,
+  min_start_ns INTEGER NOT NULL, max_end_ns INTEGER NOT NULL, max_duration_ns INTEGER NOT NULL,
+  PRIMARY KEY(run, rank, stream)) WITHOUT ROWID;
 CREATE TABLE ranges(
   run INTEGER NOT NULL, rank INTEGER NOT NULL, start_ns INTEGER NOT NULL, seq INTEGER NOT NULL,
   end_ns INTEGER NOT NULL, name INTEGER NOT NULL, depth INTEGER NOT NULL, domain TEXT NOT NULL,

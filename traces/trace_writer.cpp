@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <map>
 #include <unordered_map>
@@ -19,6 +21,15 @@ struct StringHash {
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
+// Per-track extents, kept in memory and written with each batch so that
+// time-window queries can bound how far back a long activity may start.
+struct TrackExtent {
+  int64_t count = 0;
+  int64_t min_start_ns = INT64_MAX;
+  int64_t max_end_ns = INT64_MIN;
+  int64_t max_duration_ns = 0;
+};
+
 struct PendingStat {
   int64_t value = 0;
   Severity severity = Severity::Info;
@@ -32,10 +43,13 @@ struct TraceWriter::Impl {
   WriterOptions options;
   sql::Db db;
   sql::Stmt insert_string, insert_run, insert_stream, insert_activity, insert_range, insert_counter,
-      insert_step, insert_stat, insert_task, insert_dep, insert_collective, insert_clock;
+      insert_step, insert_stat, insert_extent, insert_task, insert_dep, insert_collective, insert_clock;
   std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>> strings;
   int64_t next_string_id = 1;
   std::map<std::string, PendingStat, std::less<>> stats;
+  std::map<std::pair<int, int>, TrackExtent> extents;
+  std::pair<int, int> last_track{INT32_MIN, INT32_MIN};
+  TrackExtent* last_extent = nullptr;
   int64_t run = -1;
   int64_t seq = 0;
   int64_t rows_in_batch = 0;
@@ -56,6 +70,7 @@ struct TraceWriter::Impl {
     insert_counter = sql::Stmt(db, "INSERT INTO counters VALUES(?,?,?,?,?,?)");
     insert_step = sql::Stmt(db, "INSERT OR REPLACE INTO steps VALUES(?,?,?,?,?)");
     insert_stat = sql::Stmt(db, "INSERT OR REPLACE INTO stats VALUES(?,?,?,?,?)");
+    insert_extent = sql::Stmt(db, "INSERT OR REPLACE INTO track_stats VALUES(?,?,?,?,?,?,?)");
     insert_task = sql::Stmt(db, "INSERT OR REPLACE INTO plan_tasks VALUES(?,?,?,?,?,?,?,?,?,?,?)");
     insert_dep = sql::Stmt(db, "INSERT OR IGNORE INTO plan_deps VALUES(?,?,?,?)");
     insert_collective = sql::Stmt(db, "INSERT INTO collectives VALUES(?,?,?,?,?,?,?,?)");
@@ -91,6 +106,7 @@ struct TraceWriter::Impl {
   }
 
   void commit() {
+    writeExtents();
     if (in_transaction) {
       db.exec("COMMIT");
       in_transaction = false;
@@ -114,6 +130,30 @@ struct TraceWriter::Impl {
     insert_string.run();
     strings.emplace(std::string(s), id);
     return id;
+  }
+
+  TrackExtent& extentOf(int rank, int stream) {
+    std::pair<int, int> key{rank, stream};
+    if (key != last_track || !last_extent) {
+      last_extent = &extents[key];
+      last_track = key;
+    }
+    return *last_extent;
+  }
+
+  void writeExtents() {
+    if (extents.empty() || run < 0) return;
+    begin();
+    for (const auto& [key, e] : extents) {
+      insert_extent.bind(1, run);
+      insert_extent.bind(2, key.first);
+      insert_extent.bind(3, key.second);
+      insert_extent.bind(4, e.count);
+      insert_extent.bind(5, e.min_start_ns);
+      insert_extent.bind(6, e.max_end_ns);
+      insert_extent.bind(7, e.max_duration_ns);
+      insert_extent.run();
+    }
   }
 
   void writeStats() {
@@ -145,6 +185,8 @@ int64_t TraceWriter::beginRun(const RunInfo& info) {
   auto& m = *impl_;
   if (m.run >= 0) flush();
   m.stats.clear();
+  m.extents.clear();
+  m.last_extent = nullptr;
   m.begin();
   auto& s = m.insert_run;
   s.bind(1, toString(info.kind));
@@ -216,6 +258,11 @@ void TraceWriter::addActivity(const ActivityRow& r) {
     for (int i = 0; i < 6; ++i) s.bindNull(17 + i);
   }
   s.run();
+  TrackExtent& e = m.extentOf(r.rank, r.stream);
+  ++e.count;
+  e.min_start_ns = std::min(e.min_start_ns, r.start_ns);
+  e.max_end_ns = std::max(e.max_end_ns, r.end_ns);
+  e.max_duration_ns = std::max(e.max_duration_ns, r.end_ns - r.start_ns);
   m.counted();
 }
 

@@ -1,0 +1,222 @@
+// The trace file itself: round trips, appending runs, windows, crash safety
+// and the errors for files that are not (whole) tandem traces.
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include "traces/schema.h"
+#include "traces/test_fixtures.h"
+#include "traces/trace_reader.h"
+
+using namespace tandem::traces;
+using namespace tandem::traces::testing;
+
+namespace {
+
+void writeBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+std::string errorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const TraceError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void rawSql(const std::string& path, const std::string& statements) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, statements.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+}
+
+}  // namespace
+
+TEST_CASE("activities, streams and side tables round-trip through a file", "[store]") {
+  std::string path = tempTracePath("roundtrip.sqlite");
+  writeOverlapFixture(path);
+  TraceReader r(path);
+  auto runs = r.runs();
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].kind == RunKind::Simulated);
+  CHECK(runs[0].name == "overlap-fixture");
+  CHECK(runs[0].world_size == 2);
+  int64_t run = r.defaultRunId();
+  CHECK(r.activityCount(run) == 15);
+  CHECK(r.streams(run).size() == 7);
+
+  Track t = r.loadTrack(run, 0, 0);
+  REQUIRE(t.size() == 4);
+  CHECK(t.start_ns == std::vector<int64_t>{0, 150, 300, 450});
+  CHECK(r.string(t.name[0]) == "gemm_fwd");
+  CHECK(t.flops[0] == 2e5);
+  CHECK(t.phase[2] == TracePhase::Recompute);
+  CHECK(t.correlation_id[1] == 11);
+
+  // Geometry and every field come back through the row interface.
+  int seen = 0;
+  r.forEachActivity(run, [&](const ActivityRow& a) {
+    if (a.name == "gemm_fwd" && a.rank == 0) {
+      ++seen;
+      REQUIRE(a.geometry.has_value());
+      CHECK(a.geometry->grid_x == 128);
+      CHECK(a.geometry->block_x == 256);
+      CHECK(a.task_id == 1);
+      CHECK(a.device == 0);
+    }
+    if (a.name == "gemm_bwd") CHECK_FALSE(a.geometry.has_value());
+  });
+  CHECK(seen == 1);
+
+  auto tasks = r.planTasks(run);
+  REQUIRE(tasks.size() == 14);
+  auto t2 = std::find_if(tasks.begin(), tasks.end(), [](const PlanTaskRow& p) { return p.rank == 0 && p.task_id == 2; });
+  REQUIRE(t2 != tasks.end());
+  CHECK(t2->deps == std::vector<int64_t>{1, 7});
+  CHECK(t2->op == "matmul_bwd_data");
+  CHECK(t2->name == "layer0.fc.bwd");
+  CHECK(r.steps(run).size() == 2);
+  auto counters = r.counters(run);
+  REQUIRE(counters.size() == 2);
+  CHECK(counters[1].value == 4096);
+  CHECK(r.ranges(run).size() == 2);
+  CHECK(r.clocks(run).size() == 2);
+  auto stats = r.stats(run);
+  REQUIRE(stats.size() == 1);
+  CHECK(stats[0].name == "sim.events");
+  CHECK(stats[0].value == 12);
+}
+
+TEST_CASE("time-window queries return exactly the activities overlapping the window", "[store]") {
+  std::string path = tempTracePath("window.sqlite");
+  {
+    TraceWriter w(path);
+    w.beginRun({});
+    // One long activity that starts well before the window and many short ones.
+    w.addActivity(act(0, 0, 0, 10'000, ActivityKind::Kernel, "long"));
+    for (int i = 0; i < 1000; ++i) w.addActivity(act(0, 0, i * 100, i * 100 + 50, ActivityKind::Kernel, "short"));
+  }
+  TraceReader r(path);
+  Track t = r.loadWindow(1, 0, 0, 5'020, 5'260);
+  // short ones at 5000 (ends 5050), 5100, 5200, plus the long one.
+  REQUIRE(t.size() == 4);
+  CHECK(t.start_ns == std::vector<int64_t>{0, 5000, 5100, 5200});
+  Track none = r.loadWindow(1, 0, 0, 200'000, 300'000);
+  CHECK(none.size() == 0);
+  Track edge = r.loadWindow(1, 0, 0, 5'050, 5'100);  // half-open: neither 5000-5050 nor 5100-5150
+  CHECK(edge.start_ns == std::vector<int64_t>{0});
+}
+
+TEST_CASE("opening an existing file appends a new run and keeps interned names", "[store]") {
+  std::string path = tempTracePath("append.sqlite");
+  writeOverlapFixture(path);
+  {
+    TraceWriter w(path);
+    RunInfo info;
+    info.kind = RunKind::Real;
+    info.name = "second";
+    int64_t id = w.beginRun(info);
+    CHECK(id == 2);
+    w.addActivity(act(0, 0, 10, 20, ActivityKind::Kernel, "gemm_fwd"));
+    w.addActivity(act(0, 0, 30, 40, ActivityKind::Kernel, "new_kernel"));
+  }
+  TraceReader r(path);
+  REQUIRE(r.runs().size() == 2);
+  CHECK(r.defaultRunId() == 2);
+  CHECK(r.activityCount(1) == 15);
+  Track t = r.loadTrack(2, 0, 0);
+  REQUIRE(t.size() == 2);
+  CHECK(r.string(t.name[0]) == "gemm_fwd");
+  CHECK(r.string(t.name[1]) == "new_kernel");
+  // The same name maps to one string id in both runs.
+  Track first = r.loadTrack(1, 0, 0);
+  CHECK(first.name[0] == t.name[0]);
+}
+
+TEST_CASE("a crashed writer leaves every committed batch readable", "[store]") {
+  std::string path = tempTracePath("crash.sqlite");
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The child writes 25 rows in batches of 10 and dies without flushing.
+    TraceWriter* w = new TraceWriter(path, WriterOptions{.batch_rows = 10, .truncate = true});
+    w->beginRun({});
+    for (int i = 0; i < 25; ++i) w->addActivity(act(0, 0, i * 10, i * 10 + 5, ActivityKind::Kernel, "k"));
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  TraceReader r(path);
+  CHECK(r.loadTrack(1, 0, 0).size() == 20);
+  // A window query still works without the extents of the lost batch.
+  CHECK(r.loadWindow(1, 0, 0, 0, 1000).size() == 20);
+}
+
+TEST_CASE("files that are not whole tandem traces give one-line errors", "[store][errors]") {
+  std::string path = tempTracePath("bad.sqlite");
+
+  SECTION("missing file") {
+    auto msg = errorOf([&] { TraceReader r(path); });
+    CHECK_THAT(msg, Catch::Contains("no such trace file"));
+  }
+  SECTION("text file") {
+    writeBytes(path, "hello, this is not a database at all, but it is long enough to hold a header......"
+                     "..............................");
+    auto msg = errorOf([&] { TraceReader r(path); });
+    CHECK_THAT(msg, Catch::Contains("not a SQLite database"));
+    auto wmsg = errorOf([&] { TraceWriter w(path); });
+    CHECK_THAT(wmsg, Catch::Contains("not a SQLite database"));
+  }
+  SECTION("truncated file") {
+    writeOverlapFixture(path);
+    auto size = std::filesystem::file_size(path);
+    REQUIRE(size > 8192);
+    std::filesystem::resize_file(path, size / 2 + 100);
+    auto msg = errorOf([&] { TraceReader r(path); });
+    CHECK_THAT(msg, Catch::Contains("truncated or damaged"));
+  }
+  SECTION("foreign schema") {
+    rawSql(path, "CREATE TABLE TARGET_INFO_GPU(id INTEGER); CREATE TABLE StringIds(id INTEGER, value TEXT);");
+    auto msg = errorOf([&] { TraceReader r(path); });
+    CHECK_THAT(msg, Catch::Contains("foreign schema"));
+    auto wmsg = errorOf([&] { TraceWriter w(path); });
+    CHECK_THAT(wmsg, Catch::Contains("foreign schema"));
+  }
+  SECTION("newer schema") {
+    writeOverlapFixture(path);
+    rawSql(path, "PRAGMA user_version=99;");
+    auto msg = errorOf([&] { TraceReader r(path); });
+    CHECK_THAT(msg, Catch::Contains("schema version 99 is newer"));
+  }
+  SECTION("unknown run and empty file") {
+    { TraceWriter w(path); }
+    TraceReader r(path);
+    CHECK_THAT(errorOf([&] { r.defaultRunId(); }), Catch::Contains("holds no runs"));
+    CHECK_THAT(errorOf([&] { r.run(7); }), Catch::Contains("no run with id 7"));
+  }
+  SECTION("writing without a run or a reversed interval") {
+    TraceWriter w(path, WriterOptions{.truncate = true});
+    CHECK_THAT(errorOf([&] { w.addActivity(act(0, 0, 0, 1, ActivityKind::Kernel, "k")); }),
+               Catch::Contains("beginRun"));
+    w.beginRun({});
+    CHECK_THAT(errorOf([&] { w.addActivity(act(0, 0, 10, 5, ActivityKind::Kernel, "k")); }),
+               Catch::Contains("ends (5) before it starts (10)"));
+  }
+}
+
+TEST_CASE("enum spellings round-trip", "[store]") {
+  for (int k = 0; k <= static_cast<int>(ActivityKind::Host); ++k)
+    CHECK(parseActivityKind(toString(static_cast<ActivityKind>(k))) == static_cast<ActivityKind>(k));
+  for (int p = 0; p <= static_cast<int>(TracePhase::Data); ++p)
+    CHECK(parseTracePhase(toString(static_cast<TracePhase>(p))) == static_cast<TracePhase>(p));
+  CHECK_FALSE(parseRunKind("fake").has_value());
+}

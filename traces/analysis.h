@@ -1,0 +1,194 @@
+#pragma once
+// The analyses behind `tandem report`: plain structs computed from one run.
+//
+// Definitions follow Holistic Trace Analysis (HTA) where it has them. With U
+// the union of the activities of a category on one rank (all its GPU
+// streams merged, so concurrent streams are not double counted):
+//   span         = last end - first start of the rank's GPU activity (or the step window)
+//   idle         = span - |U all GPU activity|
+//   overlap %    = |U compute ∩ U comm| / |U comm| * 100
+//   exposed comm = |U comm \ U compute|
+// The exclusive breakdown (compute, exposed comm, memcpy not hidden by either,
+// sync not hidden by any, idle) sums exactly to the span.
+// Percentiles use the nearest-rank method: p-th = sorted[ceil(p/100 n) - 1].
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "traces/classify.h"
+#include "traces/interval_set.h"
+#include "traces/trace_model.h"
+
+namespace tandem::traces {
+
+class TraceReader;
+struct Track;
+
+struct AnalysisOptions {
+  Classifier classifier;
+  int64_t kernel_wait_threshold_ns = 30;  // HTA: gaps shorter than this are "kernel wait"
+  size_t top_names = 20;                  // rows of the by-name kernel table
+  size_t critical_path_tasks = 50;        // tasks listed on the critical path
+};
+
+struct Breakdown {
+  int64_t span_ns = 0;
+  int64_t busy_ns = 0;  // |U all GPU activity|
+  int64_t idle_ns = 0;
+  int64_t compute_ns = 0;  // |U compute|
+  int64_t comm_ns = 0;     // |U comm|
+  int64_t memcpy_ns = 0;   // |U memcpy|
+  int64_t sync_ns = 0;     // |U sync|
+  int64_t overlap_ns = 0;  // |U compute ∩ U comm|
+  int64_t exposed_comm_ns = 0;
+  int64_t memcpy_exclusive_ns = 0;  // memcpy under neither compute nor comm
+  int64_t sync_exclusive_ns = 0;    // sync under no other GPU activity
+  int64_t recompute_ns = 0;         // |U activities of the recompute phase|
+  double overlap_pct = 0;           // 0 when there is no communication
+  double recompute_share_pct = 0;   // recompute_ns / span_ns * 100
+};
+
+// HTA's idle time breakdown, per stream gaps summed over the rank's streams.
+struct IdleBreakdown {
+  int64_t gaps = 0;
+  int64_t host_wait_ns = 0;    // the next kernel's launch began after the previous kernel ended
+  int64_t kernel_wait_ns = 0;  // gap shorter than the kernel wait threshold
+  int64_t other_ns = 0;
+  bool has_launch_records = false;
+};
+
+struct RankReport {
+  int rank = 0;
+  int64_t activities = 0;
+  int64_t first_ns = 0;
+  int64_t last_ns = 0;
+  Breakdown breakdown;
+  IdleBreakdown idle;
+};
+
+struct StepReport {
+  int rank = 0;
+  int step = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  Breakdown breakdown;
+};
+
+struct Distribution {
+  int64_t count = 0;
+  int64_t min = 0, max = 0, p50 = 0, p95 = 0;
+  double mean = 0;
+};
+
+struct StepSummary {
+  bool synthesized = false;  // no step rows: one step per rank spanning its activity
+  Distribution duration_ns;  // over every (rank, step)
+  Distribution max_over_ranks_ns;  // per step index, the slowest rank's duration
+};
+
+struct KernelStat {
+  std::string key;       // op kind or kernel name
+  std::string category;  // compute, comm, ...
+  int64_t count = 0;
+  int64_t total_ns = 0;
+  double mean_ns = 0;
+  int64_t p50_ns = 0;
+  int64_t p95_ns = 0;
+  double flops = 0;
+  int64_t bytes = 0;
+  double tflops = 0;  // flops / total time, when flops are known
+  double gbps = 0;    // bytes / total time (1e9 bytes/s), when bytes are known
+};
+
+struct Attribution {
+  int64_t gpu_activities = 0;
+  int64_t attributed = 0;  // carrying a plan task id
+  double share_pct = 0;
+  int64_t unattributed_names = 0;
+  std::vector<std::pair<std::string, int64_t>> top_unattributed;  // name, total ns
+};
+
+struct CriticalTask {
+  int64_t task_id = -1;
+  std::string name;
+  std::string phase;
+  int stream = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t wait_before_ns = 0;  // gap between the predecessor's end and this start
+};
+
+struct CriticalPath {
+  bool available = false;  // needs activities with task ids
+  int rank = -1;           // the rank whose path is the longest
+  int64_t length_ns = 0;   // first start to last end along the path
+  int64_t busy_ns = 0;
+  int64_t wait_ns = 0;
+  int64_t task_count = 0;
+  std::map<std::string, int64_t> by_phase_ns;
+  std::map<std::string, int64_t> by_category_ns;
+  std::vector<CriticalTask> tasks;  // the last `critical_path_tasks` tasks of the path
+};
+
+struct StragglerRank {
+  int rank = 0;
+  int64_t last_count = 0;  // collectives this rank entered last
+  double mean_delay_ns = 0;  // start - earliest start of the same collective
+  int64_t max_delay_ns = 0;
+};
+
+struct Stragglers {
+  int64_t collectives_matched = 0;
+  int straggler_rank = -1;  // the rank most often last; -1 when none
+  std::vector<StragglerRank> ranks;
+};
+
+struct RunReport {
+  RunInfo run;
+  int64_t activity_count = 0;
+  std::vector<RankReport> ranks;
+  Breakdown total;  // sums over ranks (overlap % recomputed from the sums)
+  std::vector<StepReport> steps;
+  StepSummary step_time;
+  std::vector<KernelStat> by_op;
+  std::vector<KernelStat> by_name;
+  Attribution attribution;
+  CriticalPath critical_path;
+  Stragglers stragglers;
+  std::vector<StatRow> stats;
+};
+
+// Runs every analysis on one run of an open file. Throws TraceError for an
+// unknown run or a run without activities.
+RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& options = {});
+
+// The category of every (kind, name id) pair of a file, decided once.
+class CategoryTable {
+ public:
+  CategoryTable(const Classifier& classifier, const std::vector<std::string>& strings);
+  Category of(ActivityKind kind, int32_t name) const {
+    return table_[static_cast<size_t>(name) * kKinds + static_cast<size_t>(kind)];
+  }
+
+ private:
+  static constexpr size_t kKinds = 8;
+  std::vector<Category> table_;
+};
+
+// The interval unions of one rank from which every breakdown figure follows.
+struct RankSets {
+  IntervalSet all, compute, comm, memcpy, sync, recompute;
+  IntervalSet overlap;          // compute ∩ comm
+  IntervalSet exposed_comm;     // comm \ compute
+  IntervalSet memcpy_exclusive; // memcpy \ (compute ∪ comm)
+  IntervalSet sync_exclusive;   // sync \ (compute ∪ comm ∪ memcpy)
+};
+
+// Host activity is left out: the breakdown describes the GPU's time.
+RankSets buildRankSets(const std::vector<const Track*>& tracks, const CategoryTable& categories);
+Breakdown breakdownOf(const RankSets& sets, int64_t window_start_ns, int64_t window_end_ns);
+Distribution distributionOf(std::vector<int64_t> values);
+
+}  // namespace tandem::traces

@@ -1,0 +1,119 @@
+// Kernel statistics by op and by name, and attribution to plan tasks.
+#include <algorithm>
+#include <unordered_map>
+
+#include "traces/analysis_parts.h"
+
+namespace tandem::traces::detail {
+
+namespace {
+
+struct Group {
+  Category category = Category::Compute;
+  std::vector<int64_t> durations;
+  double flops = 0;
+  int64_t flops_time_ns = 0;
+  int64_t bytes = 0;
+  int64_t bytes_time_ns = 0;
+};
+
+void add(Group& g, Category c, int64_t dur, double flops, int64_t bytes) {
+  if (g.durations.empty()) g.category = c;
+  g.durations.push_back(dur);
+  if (flops > 0) {
+    g.flops += flops;
+    g.flops_time_ns += dur;
+  }
+  if (bytes > 0) {
+    g.bytes += bytes;
+    g.bytes_time_ns += dur;
+  }
+}
+
+KernelStat statOf(const std::string& key, Group& g) {
+  KernelStat s;
+  s.key = key;
+  s.category = std::string(toString(g.category));
+  for (int64_t x : g.durations) s.total_ns += x;
+  Distribution d = distributionOf(std::move(g.durations));
+  s.count = d.count;
+  s.mean_ns = d.mean;
+  s.p50_ns = d.p50;
+  s.p95_ns = d.p95;
+  s.flops = g.flops;
+  s.bytes = g.bytes;
+  // flops per ns is GFLOP/s; bytes per ns is GB/s.
+  if (g.flops_time_ns > 0) s.tflops = g.flops / static_cast<double>(g.flops_time_ns) / 1e3;
+  if (g.bytes_time_ns > 0) s.gbps = static_cast<double>(g.bytes) / static_cast<double>(g.bytes_time_ns);
+  return s;
+}
+
+void sortByTotal(std::vector<KernelStat>& v) {
+  std::sort(v.begin(), v.end(), [](const KernelStat& a, const KernelStat& b) {
+    return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.key < b.key;
+  });
+}
+
+}  // namespace
+
+void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
+                      const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
+                      const AnalysisOptions& options, RunReport& report) {
+  std::unordered_map<int64_t, std::string> op_of_task;  // (rank << 40 | task) -> op
+  for (const auto& t : plan) op_of_task.emplace((int64_t(t.rank) << 40) | t.task_id, t.op);
+  std::map<std::string, Group> by_op;
+  std::vector<Group> by_name(strings.size());
+  std::vector<int64_t> unattributed_ns(strings.size(), 0);
+  std::vector<char> unattributed_seen(strings.size(), 0);
+  Attribution& attr = report.attribution;
+  for (const auto& rank : ranks) {
+    for (const Track* t : rank.tracks) {
+      for (size_t i = 0; i < t->size(); ++i) {
+        Category c = categories.of(t->kind[i], t->name[i]);
+        if (c == Category::Host) continue;
+        int64_t dur = t->end_ns[i] - t->start_ns[i];
+        std::string_view op = toString(t->kind[i]);
+        ++attr.gpu_activities;
+        if (t->task_id[i] >= 0) {
+          ++attr.attributed;
+          auto it = op_of_task.find((int64_t(rank.rank) << 40) | t->task_id[i]);
+          if (it != op_of_task.end() && !it->second.empty()) op = it->second;
+        } else {
+          unattributed_ns[static_cast<size_t>(t->name[i])] += dur;
+          unattributed_seen[static_cast<size_t>(t->name[i])] = 1;
+        }
+        add(by_op[std::string(op)], c, dur, t->flops[i], t->bytes[i]);
+        add(by_name[static_cast<size_t>(t->name[i])], c, dur, t->flops[i], t->bytes[i]);
+      }
+    }
+  }
+  for (auto& [key, g] : by_op) report.by_op.push_back(statOf(key, g));
+  sortByTotal(report.by_op);
+  // Rank names by total time before computing percentiles for the top ones only.
+  std::vector<std::pair<int64_t, size_t>> totals;
+  for (size_t n = 0; n < by_name.size(); ++n) {
+    if (by_name[n].durations.empty()) continue;
+    int64_t total = 0;
+    for (int64_t d : by_name[n].durations) total += d;
+    totals.emplace_back(total, n);
+  }
+  std::sort(totals.begin(), totals.end(),
+            [&](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : strings[a.second] < strings[b.second]; });
+  for (size_t k = 0; k < totals.size() && k < options.top_names; ++k)
+    report.by_name.push_back(statOf(strings[totals[k].second], by_name[totals[k].second]));
+  sortByTotal(report.by_name);
+
+  attr.share_pct = attr.gpu_activities > 0
+                       ? 100.0 * static_cast<double>(attr.attributed) / static_cast<double>(attr.gpu_activities)
+                       : 0.0;
+  std::vector<std::pair<std::string, int64_t>> un;
+  for (size_t n = 0; n < unattributed_seen.size(); ++n)
+    if (unattributed_seen[n]) un.emplace_back(strings[n], unattributed_ns[n]);
+  attr.unattributed_names = static_cast<int64_t>(un.size());
+  std::sort(un.begin(), un.end(),
+            [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  if (un.size() > options.top_names) un.resize(options.top_names);
+  attr.top_unattributed = std::move(un);
+}
+
+}  // namespace tandem::traces::detail

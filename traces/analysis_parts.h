@@ -1,0 +1,31 @@
+#pragma once
+// The analyses analyzeRun() assembles, one file each. Internal to traces/;
+// every function takes one run's tracks already grouped by rank.
+
+#include <map>
+#include <vector>
+
+#include "traces/analysis.h"
+#include "traces/trace_reader.h"
+
+namespace tandem::traces::detail {
+
+struct RankTracks {
+  int rank = 0;
+  std::vector<const Track*> tracks;
+};
+
+IdleBreakdown idleBreakdownOf(const RankTracks& rank, const CategoryTable& categories, int64_t threshold_ns);
+
+void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
+                      const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
+                      const AnalysisOptions& options, RunReport& report);
+
+CriticalPath criticalPath(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
+                          const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
+                          size_t max_tasks);
+
+Stragglers stragglers(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
+                      const std::vector<CollectiveRow>& collectives);
+
+}  // namespace tandem::traces::detail

@@ -1,0 +1,105 @@
+// analyzeRun: loads one run and assembles every analysis into a RunReport.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <map>
+
+#include "traces/analysis_parts.h"
+
+namespace tandem::traces {
+
+namespace {
+
+void accumulate(Breakdown& total, const Breakdown& b) {
+  total.span_ns += b.span_ns;
+  total.busy_ns += b.busy_ns;
+  total.idle_ns += b.idle_ns;
+  total.compute_ns += b.compute_ns;
+  total.comm_ns += b.comm_ns;
+  total.memcpy_ns += b.memcpy_ns;
+  total.sync_ns += b.sync_ns;
+  total.overlap_ns += b.overlap_ns;
+  total.exposed_comm_ns += b.exposed_comm_ns;
+  total.memcpy_exclusive_ns += b.memcpy_exclusive_ns;
+  total.sync_exclusive_ns += b.sync_exclusive_ns;
+  total.recompute_ns += b.recompute_ns;
+}
+
+}  // namespace
+
+RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& options) {
+  RunReport report;
+  report.run = reader.run(run);
+  std::vector<Track> tracks = reader.loadRun(run);
+  for (const auto& t : tracks) report.activity_count += static_cast<int64_t>(t.size());
+  if (report.activity_count == 0)
+    throw TraceError(fmt::format("{}: run {} ('{}') has no activities to report on", reader.path(), run,
+                                 report.run.name));
+  const auto& strings = reader.strings();
+  CategoryTable categories(options.classifier, strings);
+
+  std::vector<detail::RankTracks> ranks;
+  for (const auto& t : tracks) {
+    if (ranks.empty() || ranks.back().rank != t.rank) ranks.push_back({t.rank, {}});
+    ranks.back().tracks.push_back(&t);
+  }
+
+  std::vector<StepRow> steps = reader.steps(run);
+  std::map<int, RankSets> sets;
+  for (const auto& rk : ranks) {
+    RankReport rr;
+    rr.rank = rk.rank;
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (const Track* t : rk.tracks) {
+      rr.activities += static_cast<int64_t>(t->size());
+      for (size_t i = 0; i < t->size(); ++i) {
+        if (categories.of(t->kind[i], t->name[i]) == Category::Host) continue;
+        first = std::min(first, t->start_ns[i]);
+        last = std::max(last, t->end_ns[i]);
+      }
+    }
+    if (first > last) first = last = 0;  // host activity only
+    rr.first_ns = first;
+    rr.last_ns = last;
+    RankSets& s = sets[rk.rank] = buildRankSets(rk.tracks, categories);
+    rr.breakdown = breakdownOf(s, first, last);
+    rr.idle = detail::idleBreakdownOf(rk, categories, options.kernel_wait_threshold_ns);
+    accumulate(report.total, rr.breakdown);
+    report.ranks.push_back(rr);
+  }
+  Breakdown& t = report.total;
+  t.overlap_pct = t.comm_ns > 0 ? 100.0 * static_cast<double>(t.overlap_ns) / static_cast<double>(t.comm_ns) : 0.0;
+  t.recompute_share_pct =
+      t.span_ns > 0 ? 100.0 * static_cast<double>(t.recompute_ns) / static_cast<double>(t.span_ns) : 0.0;
+
+  if (steps.empty()) {
+    report.step_time.synthesized = true;
+    for (const auto& rr : report.ranks) steps.push_back({rr.rank, 0, rr.first_ns, rr.last_ns});
+  }
+  std::vector<int64_t> durations;
+  std::map<int, int64_t> slowest;
+  for (const auto& st : steps) {
+    StepReport sr{st.rank, st.step, st.start_ns, st.end_ns, {}};
+    auto it = sets.find(st.rank);
+    if (it != sets.end())
+      sr.breakdown = breakdownOf(it->second, st.start_ns, st.end_ns);
+    else
+      sr.breakdown.span_ns = sr.breakdown.idle_ns = st.end_ns - st.start_ns;
+    durations.push_back(st.end_ns - st.start_ns);
+    slowest[st.step] = std::max(slowest[st.step], st.end_ns - st.start_ns);
+    report.steps.push_back(sr);
+  }
+  report.step_time.duration_ns = distributionOf(std::move(durations));
+  std::vector<int64_t> maxima;
+  for (auto [step, d] : slowest) maxima.push_back(d);
+  report.step_time.max_over_ranks_ns = distributionOf(std::move(maxima));
+
+  std::vector<PlanTaskRow> plan = reader.planTasks(run);
+  detail::kernelStatistics(ranks, categories, strings, plan, options, report);
+  report.critical_path = detail::criticalPath(ranks, categories, strings, plan, options.critical_path_tasks);
+  report.stragglers = detail::stragglers(ranks, categories, reader.collectives(run));
+  report.stats = reader.stats(run);
+  return report;
+}
+
+}  // namespace tandem::traces

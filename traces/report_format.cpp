@@ -1,0 +1,198 @@
+#include "traces/report_format.h"
+
+#include <fmt/core.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace tandem::traces {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Three decimals keep the document stable across platforms and readable.
+double r3(double v) { return std::round(v * 1000.0) / 1000.0; }
+
+Json breakdownJson(const Breakdown& b) {
+  return Json{{"span_ns", b.span_ns},
+              {"busy_ns", b.busy_ns},
+              {"idle_ns", b.idle_ns},
+              {"compute_ns", b.compute_ns},
+              {"comm_ns", b.comm_ns},
+              {"memcpy_ns", b.memcpy_ns},
+              {"sync_ns", b.sync_ns},
+              {"overlap_ns", b.overlap_ns},
+              {"overlap_pct", r3(b.overlap_pct)},
+              {"exposed_comm_ns", b.exposed_comm_ns},
+              {"memcpy_exclusive_ns", b.memcpy_exclusive_ns},
+              {"sync_exclusive_ns", b.sync_exclusive_ns},
+              {"recompute_ns", b.recompute_ns},
+              {"recompute_share_pct", r3(b.recompute_share_pct)}};
+}
+
+Json distributionJson(const Distribution& d) {
+  return Json{{"count", d.count}, {"min", d.min}, {"p50", d.p50}, {"p95", d.p95}, {"max", d.max}, {"mean", r3(d.mean)}};
+}
+
+Json statJson(const KernelStat& s) {
+  return Json{{"key", s.key},         {"category", s.category}, {"count", s.count},   {"total_ns", s.total_ns},
+              {"mean_ns", r3(s.mean_ns)}, {"p50_ns", s.p50_ns},    {"p95_ns", s.p95_ns}, {"flops", s.flops},
+              {"bytes", s.bytes},     {"tflops", r3(s.tflops)}, {"gbps", r3(s.gbps)}};
+}
+
+std::string ms(int64_t ns) { return fmt::format("{:.3f}", static_cast<double>(ns) / 1e6); }
+
+}  // namespace
+
+std::string reportToJson(const RunReport& r) {
+  Json j;
+  j["report_version"] = kReportJsonVersion;
+  j["run"] = Json{{"id", r.run.id},
+                  {"kind", std::string(toString(r.run.kind))},
+                  {"name", r.run.name},
+                  {"job_hash", r.run.job_hash},
+                  {"world_size", r.run.world_size}};
+  j["activity_count"] = r.activity_count;
+  j["total"] = breakdownJson(r.total);
+  Json ranks = Json::array();
+  for (const auto& rr : r.ranks) {
+    ranks.push_back(Json{{"rank", rr.rank},
+                         {"activities", rr.activities},
+                         {"first_ns", rr.first_ns},
+                         {"last_ns", rr.last_ns},
+                         {"breakdown", breakdownJson(rr.breakdown)},
+                         {"idle", Json{{"gaps", rr.idle.gaps},
+                                       {"host_wait_ns", rr.idle.host_wait_ns},
+                                       {"kernel_wait_ns", rr.idle.kernel_wait_ns},
+                                       {"other_ns", rr.idle.other_ns},
+                                       {"has_launch_records", rr.idle.has_launch_records}}}});
+  }
+  j["ranks"] = ranks;
+  Json steps = Json::array();
+  for (const auto& s : r.steps)
+    steps.push_back(Json{{"rank", s.rank}, {"step", s.step}, {"start_ns", s.start_ns}, {"end_ns", s.end_ns},
+                         {"breakdown", breakdownJson(s.breakdown)}});
+  j["steps"] = steps;
+  j["step_time"] = Json{{"synthesized", r.step_time.synthesized},
+                        {"duration_ns", distributionJson(r.step_time.duration_ns)},
+                        {"max_over_ranks_ns", distributionJson(r.step_time.max_over_ranks_ns)}};
+  Json by_op = Json::array(), by_name = Json::array();
+  for (const auto& s : r.by_op) by_op.push_back(statJson(s));
+  for (const auto& s : r.by_name) by_name.push_back(statJson(s));
+  j["kernels_by_op"] = by_op;
+  j["kernels_by_name"] = by_name;
+  Json unattributed = Json::array();
+  for (const auto& [name, ns] : r.attribution.top_unattributed)
+    unattributed.push_back(Json{{"name", name}, {"total_ns", ns}});
+  j["attribution"] = Json{{"gpu_activities", r.attribution.gpu_activities},
+                          {"attributed", r.attribution.attributed},
+                          {"share_pct", r3(r.attribution.share_pct)},
+                          {"unattributed_names", r.attribution.unattributed_names},
+                          {"top_unattributed", unattributed}};
+  const auto& cp = r.critical_path;
+  Json tasks = Json::array();
+  for (const auto& t : cp.tasks)
+    tasks.push_back(Json{{"task_id", t.task_id}, {"name", t.name}, {"phase", t.phase}, {"stream", t.stream},
+                         {"start_ns", t.start_ns}, {"end_ns", t.end_ns}, {"wait_before_ns", t.wait_before_ns}});
+  Json by_phase = Json::object(), by_cat = Json::object();
+  for (const auto& [k, v] : cp.by_phase_ns) by_phase[k] = v;
+  for (const auto& [k, v] : cp.by_category_ns) by_cat[k] = v;
+  j["critical_path"] = Json{{"available", cp.available}, {"rank", cp.rank},     {"length_ns", cp.length_ns},
+                            {"busy_ns", cp.busy_ns},     {"wait_ns", cp.wait_ns}, {"task_count", cp.task_count},
+                            {"by_phase_ns", by_phase},  {"by_category_ns", by_cat}, {"tasks", tasks}};
+  Json sranks = Json::array();
+  for (const auto& s : r.stragglers.ranks)
+    sranks.push_back(Json{{"rank", s.rank}, {"last_count", s.last_count}, {"mean_delay_ns", r3(s.mean_delay_ns)},
+                          {"max_delay_ns", s.max_delay_ns}});
+  j["stragglers"] = Json{{"collectives_matched", r.stragglers.collectives_matched},
+                         {"straggler_rank", r.stragglers.straggler_rank},
+                         {"ranks", sranks}};
+  Json stats = Json::array();
+  for (const auto& s : r.stats)
+    stats.push_back(Json{{"name", s.name}, {"value", s.value}, {"severity", std::string(toString(s.severity))},
+                         {"description", s.description}});
+  j["stats"] = stats;
+  return j.dump(2) + "\n";
+}
+
+std::string reportToText(const RunReport& r) {
+  std::string out;
+  auto line = [&](const std::string& s) { out += s + "\n"; };
+  line(fmt::format("run {} ({}, \"{}\"), {} ranks, {} activities", r.run.id, toString(r.run.kind), r.run.name,
+                   r.ranks.size(), r.activity_count));
+  line("");
+  line("temporal breakdown per rank (ms; HTA: idle = span - |union of all GPU activity|)");
+  line(fmt::format("{:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10}", "rank", "span", "compute",
+                   "comm", "exposed", "memcpy", "idle", "overlap%", "recompute", "idle:host"));
+  auto row = [&](const std::string& label, const Breakdown& b, const std::string& host) {
+    line(fmt::format("{:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9.1f} {:>10} {:>10}", label, ms(b.span_ns),
+                     ms(b.compute_ns), ms(b.comm_ns), ms(b.exposed_comm_ns), ms(b.memcpy_ns), ms(b.idle_ns),
+                     b.overlap_pct, ms(b.recompute_ns), host));
+  };
+  for (const auto& rr : r.ranks)
+    row(std::to_string(rr.rank), rr.breakdown, rr.idle.has_launch_records ? ms(rr.idle.host_wait_ns) : "-");
+  if (r.ranks.size() > 1) row("all", r.total, "");
+  line("");
+  const auto& st = r.step_time;
+  line(fmt::format("step time{} (ms): p50 {}  p95 {}  min {}  max {}  ({} rank-steps; slowest rank per step: p50 {} p95 {})",
+                   st.synthesized ? " (no step markers: whole run per rank)" : "", ms(st.duration_ns.p50),
+                   ms(st.duration_ns.p95), ms(st.duration_ns.min), ms(st.duration_ns.max), st.duration_ns.count,
+                   ms(st.max_over_ranks_ns.p50), ms(st.max_over_ranks_ns.p95)));
+  auto table = [&](const std::string& title, const std::vector<KernelStat>& v) {
+    line("");
+    line(title);
+    line(fmt::format("{:<40} {:>8} {:>8} {:>11} {:>10} {:>10} {:>10} {:>8} {:>8}", "", "category", "count",
+                     "total ms", "mean us", "p50 us", "p95 us", "TFLOP/s", "GB/s"));
+    for (const auto& s : v) {
+      std::string key = s.key.size() > 40 ? s.key.substr(0, 37) + "..." : s.key;
+      line(fmt::format("{:<40} {:>8} {:>8} {:>11} {:>10.2f} {:>10.2f} {:>10.2f} {:>8} {:>8}", key, s.category,
+                       s.count, ms(s.total_ns), s.mean_ns / 1e3, static_cast<double>(s.p50_ns) / 1e3,
+                       static_cast<double>(s.p95_ns) / 1e3, s.tflops > 0 ? fmt::format("{:.2f}", s.tflops) : "-",
+                       s.gbps > 0 ? fmt::format("{:.1f}", s.gbps) : "-"));
+    }
+  };
+  table("kernels by op", r.by_op);
+  table("kernels by name (top by total time)", r.by_name);
+  line("");
+  const auto& a = r.attribution;
+  line(fmt::format("attribution: {:.1f}% of {} GPU activities carry a plan task id", a.share_pct, a.gpu_activities));
+  if (!a.top_unattributed.empty()) {
+    line(fmt::format("  unattributed names ({}):", a.unattributed_names));
+    for (const auto& [name, ns] : a.top_unattributed) line(fmt::format("    {:>10} ms  {}", ms(ns), name));
+  }
+  line("");
+  const auto& cp = r.critical_path;
+  if (!cp.available) {
+    line("critical path: not available (no activity carries a plan task id)");
+  } else {
+    line(fmt::format("critical path (rank {}): {} ms over {} tasks, busy {} ms, waiting {} ms", cp.rank,
+                     ms(cp.length_ns), cp.task_count, ms(cp.busy_ns), ms(cp.wait_ns)));
+    std::string phases;
+    for (const auto& [k, v] : cp.by_phase_ns) phases += fmt::format("  {} {} ms", k, ms(v));
+    line("  by phase:" + phases);
+    for (const auto& t : cp.tasks)
+      line(fmt::format("    {:>8} {:>10} ms +{:>8} us wait  s{} {}", t.task_id, ms(t.end_ns - t.start_ns),
+                       fmt::format("{:.1f}", static_cast<double>(t.wait_before_ns) / 1e3), t.stream, t.name));
+  }
+  line("");
+  const auto& s = r.stragglers;
+  if (s.collectives_matched == 0) {
+    line("stragglers: no collective seen on two or more ranks");
+  } else {
+    line(fmt::format("stragglers: {} collectives matched across ranks; most often last: {}", s.collectives_matched,
+                     s.straggler_rank >= 0 ? "rank " + std::to_string(s.straggler_rank) : "none"));
+    for (const auto& sr : s.ranks)
+      line(fmt::format("  rank {:>4}: last {:>6} times, mean delay {:>10.1f} us, max {:>10.1f} us", sr.rank,
+                       sr.last_count, sr.mean_delay_ns / 1e3, static_cast<double>(sr.max_delay_ns) / 1e3));
+  }
+  if (!r.stats.empty()) {
+    line("");
+    line("stats:");
+    for (const auto& st2 : r.stats)
+      line(fmt::format("  {:<40} {:>12} {:<9} {}", st2.name, st2.value, toString(st2.severity), st2.description));
+  }
+  return out;
+}
+
+}  // namespace tandem::traces

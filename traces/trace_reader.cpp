@@ -1,0 +1,368 @@
+#include "traces/trace_reader.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "traces/schema.h"
+#include "traces/sqlite_util.h"
+
+namespace tandem::traces {
+
+namespace {
+
+const char* kTrackColumns =
+    "start_ns, end_ns, kind, name, task_id, phase, layer, micro_batch, correlation_id, bytes, flops";
+
+// Appends the current row (columns as kTrackColumns, starting at `first`).
+void appendRow(Track& t, const sql::Stmt& s, int first) {
+  t.start_ns.push_back(s.colInt(first + 0));
+  t.end_ns.push_back(s.colInt(first + 1));
+  t.kind.push_back(static_cast<ActivityKind>(s.colInt(first + 2)));
+  t.name.push_back(static_cast<int32_t>(s.colInt(first + 3)));
+  t.task_id.push_back(s.colInt(first + 4));
+  t.phase.push_back(static_cast<TracePhase>(s.colInt(first + 5)));
+  t.layer.push_back(static_cast<int32_t>(s.colInt(first + 6)));
+  t.micro_batch.push_back(static_cast<int32_t>(s.colInt(first + 7)));
+  t.correlation_id.push_back(s.colInt(first + 8));
+  t.bytes.push_back(s.colInt(first + 9));
+  t.flops.push_back(s.colDouble(first + 10));
+}
+
+}  // namespace
+
+size_t Track::lowerBound(int64_t t_ns) const {
+  return static_cast<size_t>(std::lower_bound(start_ns.begin(), start_ns.end(), t_ns) - start_ns.begin());
+}
+
+struct TraceReader::Impl {
+  sql::Db db;
+  std::vector<std::string> strings;
+  bool strings_loaded = false;
+
+  explicit Impl(const std::string& path) : db(checked(path), SQLITE_OPEN_READONLY) {
+    prepareSchema(db, /*for_write=*/false);
+  }
+
+  static const std::string& checked(const std::string& path) {
+    if (!std::filesystem::exists(path)) throw TraceError(fmt::format("{}: no such trace file", path));
+    checkSqliteHeader(path);
+    return path;
+  }
+
+  void loadStrings() {
+    if (strings_loaded) return;
+    sql::Stmt s(db, "SELECT id, value FROM strings ORDER BY id");
+    while (s.step()) {
+      auto id = static_cast<size_t>(s.colInt(0));
+      if (id >= strings.size()) strings.resize(id + 1);
+      strings[id] = s.colText(1);
+    }
+    strings_loaded = true;
+  }
+
+  RunInfo runFrom(const sql::Stmt& s) {
+    RunInfo r;
+    r.id = s.colInt(0);
+    r.kind = parseRunKind(s.colText(1)).value_or(RunKind::Imported);
+    r.name = s.colText(2);
+    r.job_yaml = s.colText(3);
+    r.job_hash = s.colText(4);
+    r.topology = s.colText(5);
+    r.host = s.colText(6);
+    r.devices_json = s.colText(7);
+    r.tool_version = s.colText(8);
+    r.created_unix_ns = s.colInt(9);
+    r.world_size = static_cast<int>(s.colInt(10));
+    return r;
+  }
+};
+
+TraceReader::TraceReader(const std::string& path) : impl_(std::make_unique<Impl>(path)) {}
+TraceReader::~TraceReader() = default;
+
+const std::string& TraceReader::path() const { return impl_->db.path(); }
+
+static const char* kRunColumns =
+    "SELECT id, kind, name, job_yaml, job_hash, topology, host, devices_json, tool_version, "
+    "created_unix_ns, world_size FROM runs";
+
+std::vector<RunInfo> TraceReader::runs() {
+  sql::Stmt s(impl_->db, std::string(kRunColumns) + " ORDER BY id");
+  std::vector<RunInfo> out;
+  while (s.step()) out.push_back(impl_->runFrom(s));
+  return out;
+}
+
+RunInfo TraceReader::run(int64_t id) {
+  sql::Stmt s(impl_->db, std::string(kRunColumns) + " WHERE id=?");
+  s.bind(1, id);
+  if (s.step()) return impl_->runFrom(s);
+  std::string ids;
+  for (const auto& r : runs()) ids += (ids.empty() ? "" : ", ") + std::to_string(r.id);
+  throw TraceError(fmt::format("{}: no run with id {} (runs in the file: {})", path(), id,
+                               ids.empty() ? "none" : ids));
+}
+
+int64_t TraceReader::defaultRunId() {
+  int64_t id = impl_->db.queryInt("SELECT MAX(id) FROM runs", -1);
+  if (id <= 0) throw TraceError(fmt::format("{}: the trace file holds no runs", path()));
+  return id;
+}
+
+std::vector<StreamRow> TraceReader::streams(int64_t run) {
+  sql::Stmt s(impl_->db, "SELECT rank, stream, kind, name, device FROM streams WHERE run=? ORDER BY rank, stream");
+  s.bind(1, run);
+  std::vector<StreamRow> out;
+  while (s.step()) {
+    StreamRow r;
+    r.rank = static_cast<int>(s.colInt(0));
+    r.stream = static_cast<int>(s.colInt(1));
+    r.kind = parseStreamKind(s.colText(2)).value_or(StreamKind::Compute);
+    r.name = s.colText(3);
+    r.device = static_cast<int>(s.colInt(4));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<TrackInfo> TraceReader::tracks(int64_t run) {
+  sql::Stmt s(impl_->db,
+              "SELECT rank, stream, activity_count, min_start_ns, max_end_ns, max_duration_ns FROM track_stats "
+              "WHERE run=? ORDER BY rank, stream");
+  s.bind(1, run);
+  std::vector<TrackInfo> out;
+  while (s.step()) {
+    out.push_back({static_cast<int>(s.colInt(0)), static_cast<int>(s.colInt(1)), s.colInt(2), s.colInt(3),
+                   s.colInt(4), s.colInt(5)});
+  }
+  return out;
+}
+
+int64_t TraceReader::activityCount(int64_t run) {
+  sql::Stmt s(impl_->db, "SELECT COALESCE(SUM(activity_count), 0) FROM track_stats WHERE run=?");
+  s.bind(1, run);
+  return s.step() ? s.colInt(0) : 0;
+}
+
+Track TraceReader::loadTrack(int64_t run, int rank, int stream) {
+  sql::Stmt s(impl_->db, fmt::format("SELECT {} FROM activities WHERE run=? AND rank=? AND stream=? "
+                                     "ORDER BY start_ns, seq",
+                                     kTrackColumns));
+  s.bind(1, run);
+  s.bind(2, rank);
+  s.bind(3, stream);
+  Track t;
+  t.rank = rank;
+  t.stream = stream;
+  while (s.step()) appendRow(t, s, 0);
+  return t;
+}
+
+Track TraceReader::loadWindow(int64_t run, int rank, int stream, int64_t t0_ns, int64_t t1_ns) {
+  int64_t max_duration = 0;
+  {
+    sql::Stmt m(impl_->db, "SELECT max_duration_ns FROM track_stats WHERE run=? AND rank=? AND stream=?");
+    m.bind(1, run);
+    m.bind(2, rank);
+    m.bind(3, stream);
+    // A file cut short before its extents were written: scan for the bound.
+    if (m.step()) {
+      max_duration = m.colInt(0);
+    } else {
+      sql::Stmt scan(impl_->db,
+                     "SELECT COALESCE(MAX(end_ns - start_ns), 0) FROM activities WHERE run=? AND rank=? AND stream=?");
+      scan.bind(1, run);
+      scan.bind(2, rank);
+      scan.bind(3, stream);
+      if (scan.step()) max_duration = scan.colInt(0);
+    }
+  }
+  sql::Stmt s(impl_->db, fmt::format("SELECT {} FROM activities WHERE run=? AND rank=? AND stream=? "
+                                     "AND start_ns >= ? AND start_ns < ? AND end_ns > ? ORDER BY start_ns, seq",
+                                     kTrackColumns));
+  s.bind(1, run);
+  s.bind(2, rank);
+  s.bind(3, stream);
+  s.bind(4, t0_ns - max_duration);
+  s.bind(5, t1_ns);
+  s.bind(6, t0_ns);
+  Track t;
+  t.rank = rank;
+  t.stream = stream;
+  while (s.step()) appendRow(t, s, 0);
+  return t;
+}
+
+std::vector<Track> TraceReader::loadRun(int64_t run) {
+  // Reserve from the extents so that ten million rows do not reallocate.
+  std::vector<Track> out;
+  std::map<std::pair<int, int>, int64_t> sizes;
+  for (const auto& ti : tracks(run)) sizes[{ti.rank, ti.stream}] = ti.activity_count;
+  sql::Stmt s(impl_->db, fmt::format("SELECT rank, stream, {} FROM activities WHERE run=? "
+                                     "ORDER BY rank, stream, start_ns, seq",
+                                     kTrackColumns));
+  s.bind(1, run);
+  while (s.step()) {
+    int rank = static_cast<int>(s.colInt(0));
+    int stream = static_cast<int>(s.colInt(1));
+    if (out.empty() || out.back().rank != rank || out.back().stream != stream) {
+      Track t;
+      t.rank = rank;
+      t.stream = stream;
+      auto it = sizes.find({rank, stream});
+      if (it != sizes.end()) {
+        auto n = static_cast<size_t>(it->second);
+        t.start_ns.reserve(n), t.end_ns.reserve(n), t.kind.reserve(n), t.name.reserve(n);
+        t.task_id.reserve(n), t.phase.reserve(n), t.layer.reserve(n), t.micro_batch.reserve(n);
+        t.correlation_id.reserve(n), t.bytes.reserve(n), t.flops.reserve(n);
+      }
+      out.push_back(std::move(t));
+    }
+    appendRow(out.back(), s, 2);
+  }
+  return out;
+}
+
+void TraceReader::forEachActivity(int64_t run, const std::function<void(const ActivityRow&)>& fn) {
+  impl_->loadStrings();
+  sql::Stmt s(impl_->db,
+              "SELECT rank, device, stream, start_ns, end_ns, kind, name, task_id, phase, layer, micro_batch, "
+              "correlation_id, bytes, flops, grid_x, grid_y, grid_z, block_x, block_y, block_z "
+              "FROM activities WHERE run=? ORDER BY rank, stream, start_ns, seq");
+  s.bind(1, run);
+  ActivityRow r;
+  while (s.step()) {
+    r.rank = static_cast<int>(s.colInt(0));
+    r.device = static_cast<int>(s.colInt(1));
+    r.stream = static_cast<int>(s.colInt(2));
+    r.start_ns = s.colInt(3);
+    r.end_ns = s.colInt(4);
+    r.kind = static_cast<ActivityKind>(s.colInt(5));
+    r.name = string(s.colInt(6));
+    r.task_id = s.colInt(7);
+    r.phase = static_cast<TracePhase>(s.colInt(8));
+    r.layer = static_cast<int>(s.colInt(9));
+    r.micro_batch = static_cast<int>(s.colInt(10));
+    r.correlation_id = s.colInt(11);
+    r.bytes = s.colInt(12);
+    r.flops = s.colDouble(13);
+    if (s.colIsNull(14)) {
+      r.geometry.reset();
+    } else {
+      r.geometry = LaunchGeometry{static_cast<int>(s.colInt(14)), static_cast<int>(s.colInt(15)),
+                                  static_cast<int>(s.colInt(16)), static_cast<int>(s.colInt(17)),
+                                  static_cast<int>(s.colInt(18)), static_cast<int>(s.colInt(19))};
+    }
+    fn(r);
+  }
+}
+
+std::vector<StepRow> TraceReader::steps(int64_t run) {
+  sql::Stmt s(impl_->db, "SELECT rank, step, start_ns, end_ns FROM steps WHERE run=? ORDER BY rank, step");
+  s.bind(1, run);
+  std::vector<StepRow> out;
+  while (s.step())
+    out.push_back({static_cast<int>(s.colInt(0)), static_cast<int>(s.colInt(1)), s.colInt(2), s.colInt(3)});
+  return out;
+}
+
+std::vector<RangeRow> TraceReader::ranges(int64_t run) {
+  sql::Stmt s(impl_->db,
+              "SELECT rank, start_ns, end_ns, name, depth, domain FROM ranges WHERE run=? ORDER BY rank, start_ns, seq");
+  s.bind(1, run);
+  std::vector<RangeRow> out;
+  while (s.step()) {
+    out.push_back({static_cast<int>(s.colInt(0)), s.colInt(1), s.colInt(2), string(s.colInt(3)),
+                   static_cast<int>(s.colInt(4)), s.colText(5)});
+  }
+  return out;
+}
+
+std::vector<CounterRow> TraceReader::counters(int64_t run) {
+  sql::Stmt s(impl_->db,
+              "SELECT rank, name, ts_ns, value FROM counters WHERE run=? ORDER BY rank, name, ts_ns, seq");
+  s.bind(1, run);
+  std::vector<CounterRow> out;
+  while (s.step())
+    out.push_back({static_cast<int>(s.colInt(0)), string(s.colInt(1)), s.colInt(2), s.colDouble(3)});
+  return out;
+}
+
+std::vector<StatRow> TraceReader::stats(int64_t run) {
+  sql::Stmt s(impl_->db, "SELECT name, value, severity, description FROM stats WHERE run=? ORDER BY name");
+  s.bind(1, run);
+  std::vector<StatRow> out;
+  while (s.step())
+    out.push_back({s.colText(0), s.colInt(1), parseSeverity(s.colText(2)).value_or(Severity::Info), s.colText(3)});
+  return out;
+}
+
+std::vector<PlanTaskRow> TraceReader::planTasks(int64_t run) {
+  sql::Stmt s(impl_->db,
+              "SELECT rank, task_id, name, op, phase, layer, micro_batch, stream, flops, bytes FROM plan_tasks "
+              "WHERE run=? ORDER BY rank, task_id");
+  s.bind(1, run);
+  std::vector<PlanTaskRow> out;
+  std::map<std::pair<int, int64_t>, size_t> index;
+  while (s.step()) {
+    PlanTaskRow t;
+    t.rank = static_cast<int>(s.colInt(0));
+    t.task_id = s.colInt(1);
+    t.name = string(s.colInt(2));
+    t.op = s.colText(3);
+    t.phase = static_cast<TracePhase>(s.colInt(4));
+    t.layer = static_cast<int>(s.colInt(5));
+    t.micro_batch = static_cast<int>(s.colInt(6));
+    t.stream = static_cast<int>(s.colInt(7));
+    t.flops = s.colDouble(8);
+    t.bytes = s.colInt(9);
+    index[{t.rank, t.task_id}] = out.size();
+    out.push_back(std::move(t));
+  }
+  sql::Stmt d(impl_->db, "SELECT rank, task_id, dep_task_id FROM plan_deps WHERE run=? ORDER BY rank, task_id, dep_task_id");
+  d.bind(1, run);
+  while (d.step()) {
+    auto it = index.find({static_cast<int>(d.colInt(0)), d.colInt(1)});
+    if (it != index.end()) out[it->second].deps.push_back(d.colInt(2));
+  }
+  return out;
+}
+
+std::vector<CollectiveRow> TraceReader::collectives(int64_t run) {
+  sql::Stmt s(impl_->db,
+              "SELECT rank, task_id, op, grp, bytes, start_ns, end_ns FROM collectives WHERE run=? "
+              "ORDER BY rank, start_ns");
+  s.bind(1, run);
+  std::vector<CollectiveRow> out;
+  while (s.step())
+    out.push_back({static_cast<int>(s.colInt(0)), s.colInt(1), s.colText(2), s.colText(3), s.colInt(4), s.colInt(5),
+                   s.colInt(6)});
+  return out;
+}
+
+std::vector<ClockRow> TraceReader::clocks(int64_t run) {
+  sql::Stmt s(impl_->db,
+              "SELECT rank, source, cupti_ns, realtime_ns, monotonic_ns, offset_ns FROM clocks WHERE run=? ORDER BY rank");
+  s.bind(1, run);
+  std::vector<ClockRow> out;
+  while (s.step())
+    out.push_back({static_cast<int>(s.colInt(0)), s.colText(1), s.colInt(2), s.colInt(3), s.colInt(4), s.colInt(5)});
+  return out;
+}
+
+const std::string& TraceReader::string(int64_t id) {
+  impl_->loadStrings();
+  static const std::string empty;
+  if (id < 0 || static_cast<size_t>(id) >= impl_->strings.size()) return empty;
+  return impl_->strings[static_cast<size_t>(id)];
+}
+
+const std::vector<std::string>& TraceReader::strings() {
+  impl_->loadStrings();
+  return impl_->strings;
+}
+
+}  // namespace tandem::traces
