@@ -21,6 +21,6 @@ std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& pr
 double learningRate(const TrainingSpec& training, int step);
 
 // 64-bit FNV-1a, used for content hashes and per-name seeds.
-uint64_t fnv1a64(const void* data, size_t size, uint64_t seed = 1469598103934665603ull);
+uint64_t fnv1a64(const void* data, size_t size, uint64_t seed = 14695981039346656037ull);
 
 }  // namespace tandem

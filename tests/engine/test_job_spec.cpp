@@ -1,0 +1,338 @@
+// Job spec: the shipped files, defaults, --set overrides, canonical YAML and
+// the one-line error messages (file, line, field, allowed values).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/init.h"
+#include "engine/job.h"
+
+using namespace tandem;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kJobsDir = fs::path(TANDEM_SOURCE_DIR) / "resources" / "jobs";
+
+std::string readText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Jobs compare equal apart from where they were read from.
+JobSpec withoutSource(JobSpec j) {
+  j.source.clear();
+  return j;
+}
+
+std::string errorOf(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parseJob(yaml, "bad.yaml", overrides);
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("every shipped job file parses and is compiled in byte for byte", "[job]") {
+  std::vector<std::string> names = builtinJobNames();
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(kJobsDir)) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++files;
+    const std::string stem = entry.path().stem().string();
+    INFO("resources/jobs/" << stem << ".yaml");
+    JobSpec job = loadJobFile(entry.path().string());
+    CHECK(job.name == stem);
+    CHECK(job.source == entry.path().string());
+    // A drift here means the file was edited without pasting it into
+    // engine/job_builtin.cpp.
+    CHECK(std::string(builtinJobText(stem)) == readText(entry.path()));
+    CHECK(std::find(names.begin(), names.end(), stem) != names.end());
+  }
+  CHECK(files == 5);
+  CHECK(names.size() == 5);
+  CHECK(builtinJobText("no-such-job").empty());
+}
+
+TEST_CASE("defaultJob and tinyJob equal their files and hold the documented values", "[job]") {
+  JobSpec d = defaultJob();
+  CHECK(d.source == "<embedded>");
+  CHECK(withoutSource(d) == withoutSource(loadJobFile((kJobsDir / "gpt2-124m-dp8.yaml").string())));
+  CHECK(d.name == "gpt2-124m-dp8");
+  CHECK(d.model.family == ModelFamily::GPT2);
+  CHECK(d.model.vocab == 50304);
+  CHECK(d.model.seq_len == 1024);
+  CHECK(d.model.layers == 12);
+  CHECK(d.model.hidden == 768);
+  CHECK(d.model.heads == 12);
+  CHECK(d.model.kv_heads == 0);
+  CHECK(d.model.mlp_ratio == 4.0);
+  CHECK(d.model.tied_embeddings);
+  CHECK(d.training.micro_batch == 16);
+  CHECK(d.training.grad_accum == 1);
+  CHECK(d.training.steps == 10);
+  CHECK(d.training.lr == 6e-4);
+  CHECK(d.training.min_lr == 6e-5);
+  CHECK(d.training.warmup_steps == 0);
+  CHECK(d.training.weight_decay == 0.1);
+  CHECK(d.training.beta1 == 0.9);
+  CHECK(d.training.beta2 == 0.95);
+  CHECK(d.training.eps == 1e-8);
+  CHECK(d.training.grad_clip == 1.0);
+  CHECK(d.training.precision == Precision::BF16);
+  CHECK(d.training.seed == 1337);
+  CHECK(d.parallel.data_parallel == 8);
+  CHECK(d.comm.bucket_mib == 25.0);
+  CHECK(d.comm.first_bucket_mib == 1.0);
+  CHECK(d.recompute.policy == RecomputePolicy::None);
+  CHECK(d.recompute.per_layer.empty());
+  CHECK(d.data.source == "synthetic");
+  CHECK(d.data.path.empty());
+  CHECK(d.data.markov_order == 2);
+  CHECK(d.data.branching == 4);
+  CHECK(d.globalBatch() == 128);
+  CHECK(d.tokensPerStep() == 128 * 1024);
+
+  JobSpec t = tinyJob();
+  CHECK(withoutSource(t) == withoutSource(loadJobFile((kJobsDir / "gpt2-tiny.yaml").string())));
+  CHECK(t.model.vocab == 64);
+  CHECK(t.model.seq_len == 32);
+  CHECK(t.model.layers == 2);
+  CHECK(t.model.hidden == 64);
+  CHECK(t.model.heads == 4);
+  CHECK(t.training.micro_batch == 16);
+  CHECK(t.parallel.data_parallel == 1);
+  CHECK(t.training.precision == Precision::FP32);
+  CHECK(t.training.lr == 3e-3);
+  CHECK(t.training.min_lr == 3e-4);
+  CHECK(t.training.warmup_steps == 20);
+  CHECK(t.training.steps == 600);
+  CHECK(t.training.weight_decay == 0.0);
+  CHECK(t.training.grad_clip == 1.0);
+  CHECK(t.data.markov_order == 2);
+  CHECK(t.data.branching == 4);
+  CHECK(t.comm.bucket_mib == 0.05);
+}
+
+TEST_CASE("missing fields take the defaults of engine/job.h", "[job]") {
+  JobSpec parsed = parseJob("model: {layers: 3}\n", "partial.yaml");
+  JobSpec expected;
+  expected.model.layers = 3;
+  CHECK(parsed.model == expected.model);
+  CHECK(parsed.training == expected.training);
+  CHECK(parsed.parallel == expected.parallel);
+  CHECK(parsed.comm == expected.comm);
+  CHECK(parsed.recompute == expected.recompute);
+  CHECK(parsed.data == expected.data);
+  CHECK(parsed.name == "job");
+  // An empty section is the same as a missing one.
+  CHECK(withoutSource(parseJob("training:\nmodel: {layers: 3}\n", "x")) == withoutSource(parsed));
+}
+
+TEST_CASE("the llama family is accepted by the parser", "[job]") {
+  JobSpec j = parseJob("model: {family: llama, kv_heads: 4}\n", "llama.yaml");
+  CHECK(j.model.family == ModelFamily::Llama);
+  CHECK(j.model.kv_heads == 4);
+  CHECK(toString(ModelFamily::Llama) == "llama");
+  CHECK(toString(ModelFamily::GPT2) == "gpt2");
+}
+
+TEST_CASE("--set overrides change the tree before validation", "[job]") {
+  const std::string text = readText(kJobsDir / "gpt2-124m-dp8.yaml");
+  JobSpec j = parseJob(text, "gpt2-124m-dp8.yaml",
+                       {"training.micro_batch=32", "recompute.policy=full", "recompute.layers.3=full",
+                        "recompute.layers.4=selective", "parallel.data_parallel=2", "training.lr=1e-3"});
+  CHECK(j.training.micro_batch == 32);
+  CHECK(j.recompute.policy == RecomputePolicy::Full);
+  CHECK(j.recompute.per_layer == std::map<int, RecomputePolicy>{{3, RecomputePolicy::Full}, {4, RecomputePolicy::Selective}});
+  CHECK(j.parallel.data_parallel == 2);
+  CHECK(j.training.lr == 1e-3);
+  CHECK(j.globalBatch() == 64);
+  // The stored text is the effective spec, so the hash changes with it.
+  CHECK(j.yaml.find("micro_batch: 32") != std::string::npos);
+  CHECK(j.content_hash != defaultJob().content_hash);
+
+  SECTION("the last override of a key wins, and replaces the file's entry") {
+    JobSpec k = parseJob("recompute:\n  layers:\n    3: none\n", "r.yaml",
+                         {"recompute.layers.3=selective", "recompute.layers.3=full"});
+    CHECK(k.recompute.per_layer == std::map<int, RecomputePolicy>{{3, RecomputePolicy::Full}});
+  }
+  SECTION("an override may create a section the file lacks") {
+    JobSpec k = parseJob("name: bare\n", "r.yaml", {"comm.bucket_mib=0.5", "data.branching=2"});
+    CHECK(k.comm.bucket_mib == 0.5);
+    CHECK(k.data.branching == 2);
+  }
+  SECTION("an override value that breaks a cross-field rule is named as the location") {
+    CHECK(errorOf("name: a\n", {"model.heads=7"}) ==
+          "--set model.heads=7: model.heads: model.heads 7 does not divide model.hidden 768 "
+          "(allowed: heads dividing hidden)");
+  }
+}
+
+TEST_CASE("canonical YAML round-trips every field", "[job]") {
+  std::vector<JobSpec> jobs;
+  for (const std::string& name : builtinJobNames()) jobs.push_back(parseJob(std::string(builtinJobText(name)), name));
+  // Every field away from its default, and strings that need quoting.
+  JobSpec odd = parseJob(
+      "name: \"odd: job #1 'quoted' \\\"x\\\"\"\n"
+      "model: {family: llama, vocab: 300, seq_len: 77, layers: 5, hidden: 96, heads: 6, kv_heads: 3, "
+      "mlp_ratio: 2.6666666666666665, tied_embeddings: false}\n"
+      "training: {micro_batch: 3, grad_accum: 7, steps: 11, lr: 0.1, min_lr: 1e-300, warmup_steps: 9, "
+      "weight_decay: 0.30000000000000004, beta1: 0.5, beta2: 0.999, eps: 3e-12, grad_clip: 0, "
+      "precision: fp32, seed: 18446744073709551615}\n"
+      "parallel: {data_parallel: 64}\n"
+      "comm: {bucket_mib: 0.1, first_bucket_mib: 123456.789}\n"
+      "recompute: {policy: selective, layers: {0: full, 4: none}}\n"
+      "data: {source: synthetic, path: \"tokens/some file.bin\", markov_order: 3, branching: 300}\n",
+      "odd.yaml");
+  CHECK(odd.name == "odd: job #1 'quoted' \"x\"");
+  CHECK(odd.training.seed == 18446744073709551615ull);
+  CHECK(odd.data.path == "tokens/some file.bin");
+  jobs.push_back(odd);
+  for (const JobSpec& j : jobs) {
+    INFO(j.yaml);
+    CHECK(j.yaml == jobToYaml(j));
+    JobSpec again = parseJob(j.yaml, j.source);
+    CHECK(again == j);
+    CHECK(jobToYaml(again) == j.yaml);
+  }
+}
+
+TEST_CASE("the content hash is FNV-1a 64 of the canonical text", "[job]") {
+  // Published FNV-1a 64 test vectors.
+  CHECK(fnv1a64("", 0) == 0xcbf29ce484222325ull);
+  CHECK(fnv1a64("a", 1) == 0xaf63dc4c8601ec8cull);
+  CHECK(fnv1a64("foobar", 6) == 0x85944171f73967e8ull);
+
+  JobSpec d = defaultJob();
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a64(d.yaml.data(), d.yaml.size())));
+  CHECK(d.content_hash == hex);
+  // Flow or block style, comments and field order do not change the hash.
+  JobSpec flow = parseJob("data: {branching: 4}\nname: gpt2-124m-dp8 # c\nparallel: {data_parallel: 8}\n", "f");
+  JobSpec block = parseJob("name: gpt2-124m-dp8\nparallel:\n  data_parallel: 8\n", "b");
+  CHECK(flow.content_hash == block.content_hash);
+
+  SECTION("refreshJobText follows a change made in code") {
+    JobSpec changed = d;
+    changed.training.micro_batch = 4;
+    refreshJobText(changed);
+    CHECK(changed.content_hash != d.content_hash);
+    CHECK(withoutSource(parseJob(changed.yaml, "<embedded>")) == withoutSource(changed));
+  }
+}
+
+TEST_CASE("RecomputeSpec::forLayer applies per-layer overrides", "[job]") {
+  JobSpec j = parseJob("recompute: {policy: selective, layers: {1: full, 2: none}}\n", "r.yaml");
+  CHECK(j.recompute.forLayer(0) == RecomputePolicy::Selective);
+  CHECK(j.recompute.forLayer(1) == RecomputePolicy::Full);
+  CHECK(j.recompute.forLayer(2) == RecomputePolicy::None);
+  CHECK(j.recompute.forLayer(11) == RecomputePolicy::Selective);
+}
+
+TEST_CASE("bad job specs fail with one line naming file, line, field and allowed values", "[job]") {
+  struct Case {
+    std::string yaml;
+    std::vector<std::string> overrides;
+    std::string expected_prefix;  // "FILE:LINE: FIELD: "
+    std::string expected_detail;  // the problem and the allowed values
+  };
+  const std::vector<Case> cases = {
+      {"name: a\ntraining:\n  micro_bach: 3\n", {}, "bad.yaml:3: training.micro_bach: ",
+       "unknown key, did you mean 'micro_batch'? (allowed: micro_batch, grad_accum"},
+      {"name: a\ntraining:\n  micro_batch: abc\n", {}, "bad.yaml:3: training.micro_batch: ",
+       "expected an integer, got 'abc' (allowed: integers >= 1)"},
+      {"training:\n  steps: \"16\"\n", {}, "bad.yaml:2: training.steps: ",
+       "expected an integer, got the quoted string '16'"},
+      {"name: a\n\ntraining:\n  micro_batch: 0\n", {}, "bad.yaml:4: training.micro_batch: ",
+       "value 0 is out of range (allowed: integers >= 1)"},
+      {"model:\n  hidden: 768\n  heads: 7\n", {}, "bad.yaml:3: model.heads: ",
+       "model.heads 7 does not divide model.hidden 768 (allowed: heads dividing hidden)"},
+      {"model:\n  hidden: 100\n", {}, "bad.yaml:2: model.hidden: ", "model.heads 12 does not divide model.hidden 100"},
+      {"training:\n  lr: 1e-3\n  min_lr: 0.01\n", {}, "bad.yaml:3: training.min_lr: ",
+       "is above training.lr 0.001 (allowed: 0 <= min_lr <= lr)"},
+      {"training: {beta2: 1.0}\n", {}, "bad.yaml:1: training.beta2: ", "out of range (allowed: numbers in [0, 1))"},
+      {"training:\n  precision: fp16\n", {}, "bad.yaml:2: training.precision: ",
+       "'fp16' is not a precision (allowed: fp32, bf16)"},
+      {"recompute:\n  policy: most\n", {}, "bad.yaml:2: recompute.policy: ",
+       "'most' is not a recompute policy (allowed: none, selective, full)"},
+      {"recompute:\n  layers:\n    12: full\n", {}, "bad.yaml:3: recompute.layers.12: ",
+       "layer 12 does not exist, the model has 12 layers (allowed: layer indices from 0 to 11)"},
+      {"data:\n  source: web\n", {}, "bad.yaml:2: data.source: ", "'web' is not a data source (allowed: synthetic, tokens)"},
+      {"data:\n  source: tokens\n", {}, "bad.yaml:2: data.source: ", "data.source tokens needs a token file"},
+      {"data:\n  source: tokens\n  path: /no/such/file.bin\n", {}, "bad.yaml:3: data.path: ",
+       "token file '/no/such/file.bin' does not exist"},
+      {"model: {vocab: 64}\ndata: {branching: 65}\n", {}, "bad.yaml:2: data.branching: ",
+       "data.branching 65 exceeds model.vocab 64 (allowed: integers from 1 to model.vocab)"},
+      {"comm:\n  bucket_mib: 0\n", {}, "bad.yaml:2: comm.bucket_mib: ", "out of range (allowed: numbers > 0 (MiB))"},
+      {"parallel: {data_parallel: -2}\n", {}, "bad.yaml:1: parallel.data_parallel: ", "value -2 is out of range"},
+      {"model: {tied_embeddings: maybe}\n", {}, "bad.yaml:1: model.tied_embeddings: ",
+       "expected a boolean, got 'maybe' (allowed: true, false)"},
+      {"model:\n  family: bert\n", {}, "bad.yaml:2: model.family: ", "'bert' is not a model family (allowed: gpt2, llama)"},
+      {"name: a\nmodel:\n  layers: [1, 2\n", {}, "bad.yaml:", "yaml: malformed YAML: "},
+      {"", {}, "bad.yaml:1: job: ", "the job is empty (allowed: a YAML mapping with keys name, model"},
+      {"- a\n- b\n", {}, "bad.yaml:1: job: ", "expected a mapping at the top level, got a sequence"},
+      {"name: a\ntraining: {}\nname: b\n", {}, "bad.yaml:3: name: ", "duplicate key (first on line 1)"},
+      {"name: a\ntraining: 5\n", {}, "bad.yaml:2: training: ", "expected a mapping, got '5' (allowed: a mapping with keys"},
+      {"training: {seed: -1}\n", {}, "bad.yaml:1: training.seed: ", "expected an unsigned integer, got '-1'"},
+      {"name: a\n", {"training.micro_batch=abc"}, "--set training.micro_batch=abc: training.micro_batch: ",
+       "expected an integer, got 'abc' (allowed: integers >= 1)"},
+      {"name: a\n", {"training.micro_bach=3"}, "--set training.micro_bach=3: training.micro_bach: ",
+       "unknown key, did you mean 'micro_batch'?"},
+      {"name: a\n", {"nokey"}, "--set nokey: nokey: ", "expected KEY=VALUE"},
+      {"name: a\n", {"name.first=x"}, "--set name.first=x: name: ", "not a mapping"},
+  };
+  for (const Case& c : cases) {
+    INFO("input:\n" << c.yaml);
+    const std::string message = errorOf(c.yaml, c.overrides);
+    INFO("message: " << message);
+    CHECK(message.rfind(c.expected_prefix, 0) == 0);
+    CHECK(message.find(c.expected_detail) != std::string::npos);
+    CHECK(message.find("(allowed: ") != std::string::npos);
+    CHECK(message.find('\n') == std::string::npos);
+  }
+  // The malformed YAML is reported at the line yaml-cpp stopped on (1-based).
+  CHECK(errorOf("name: a\nmodel:\n  layers: [1, 2\n").rfind("bad.yaml:4: yaml:", 0) == 0);
+}
+
+TEST_CASE("token files are checked on disk unless the caller says otherwise", "[job]") {
+  const fs::path dir = fs::path(TANDEM_BINARY_DIR) / "test-job-spec";
+  fs::create_directories(dir);
+  const fs::path tokens = dir / "tokens.bin";
+  { std::ofstream(tokens, std::ios::binary) << std::string(64, '\0'); }
+  const std::string yaml = "data: {source: tokens, path: \"" + tokens.string() + "\"}\n";
+  CHECK(parseJob(yaml, "t.yaml").data.path == tokens.string());
+  fs::remove(tokens);
+  CHECK_THROWS_AS(parseJob(yaml, "t.yaml"), SpecError);
+  CHECK(parseJob(yaml, "t.yaml", {}, JobParseOptions{.check_files = false}).data.source == "tokens");
+}
+
+TEST_CASE("loadJobFile names the file it cannot open and the file of a bad value", "[job]") {
+  const fs::path dir = fs::path(TANDEM_BINARY_DIR) / "test-job-spec";
+  fs::create_directories(dir);
+  const fs::path missing = dir / "missing.yaml";
+  fs::remove(missing);
+  try {
+    loadJobFile(missing.string());
+    FAIL("no error for a missing file");
+  } catch (const SpecError& e) {
+    CHECK(std::string(e.what()).rfind(missing.string() + ": cannot open the job file", 0) == 0);
+  }
+  const fs::path bad = dir / "bad-layers.yaml";
+  { std::ofstream(bad) << "# comment\nmodel:\n  layers: zero\n"; }
+  try {
+    loadJobFile(bad.string());
+    FAIL("no error for a bad value");
+  } catch (const SpecError& e) {
+    CHECK(std::string(e.what()).rfind(bad.string() + ":3: model.layers: expected an integer", 0) == 0);
+  }
+}
