@@ -1,0 +1,585 @@
+#include "gui/timeline_view.h"
+
+#include <QKeyEvent>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QScrollBar>
+#include <QWheelEvent>
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "gui/timeline_palette.h"
+
+namespace tandem::gui {
+
+namespace {
+
+constexpr int kHeaderHeight = 20;
+constexpr int kStreamHeight = 22;
+constexpr int kOverlapHeight = 12;
+constexpr int kPhaseHeight = 10;
+constexpr int kRankGap = 4;
+constexpr int kScrollBarWidth = 12;
+// Slices narrower than this many pixels are folded with their neighbours.
+constexpr double kMergePx = 2.5;
+constexpr int kMinLabelPx = 46;
+
+const QColor kBackground(0xFB, 0xFB, 0xFC);
+const QColor kLaneAlt(0xF2, 0xF4, 0xF7);
+const QColor kHeaderBg(0xE4, 0xE8, 0xEE);
+const QColor kLabelBg(0xF5, 0xF6, 0xF8);
+const QColor kGrid(0xDD, 0xE1, 0xE6);
+const QColor kText(0x22, 0x26, 0x2B);
+const QColor kStepLine(0x55, 0x55, 0x66);
+
+QString qs(const std::string& s) { return QString::fromStdString(s); }
+
+// The font grown or shrunk by `delta` pixels, whether it was set in points
+// or in pixels (tests use pixel sizes for stable output).
+QFont resized(QFont f, int delta) {
+  if (f.pixelSize() > 0)
+    f.setPixelSize(std::max(7, f.pixelSize() + delta));
+  else
+    f.setPointSizeF(std::max(5.0, f.pointSizeF() + delta * 0.75));
+  return f;
+}
+
+}  // namespace
+
+TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
+  setFocusPolicy(Qt::StrongFocus);
+  setMouseTracking(true);
+  setMinimumSize(400, 200);
+  vbar_ = new QScrollBar(Qt::Vertical, this);
+  vbar_->hide();
+  connect(vbar_, &QScrollBar::valueChanged, this, [this](int v) { setVerticalOffset(v); });
+}
+
+TimelineView::~TimelineView() = default;
+
+void TimelineView::setData(std::shared_ptr<const TimelineData> data) {
+  data_ = std::move(data);
+  message_.clear();
+  selection_ = hover_ = {};
+  range_start_ns_ = range_end_ns_ = -1;
+  collapsed_.assign(data_ ? data_->ranks.size() : 0, false);
+  v_offset_ = 0;
+  layoutRows();
+  fitAll();
+  invalidateBase();
+}
+
+void TimelineView::setMessage(const QString& message) {
+  message_ = message;
+  invalidateBase();
+}
+
+void TimelineView::layoutRows() {
+  rows_.clear();
+  if (!data_) return;
+  int y = 0;
+  for (size_t r = 0; r < data_->ranks.size(); ++r) {
+    rows_.push_back({RowKind::RankHeader, int(r), -1, y, kHeaderHeight});
+    y += kHeaderHeight;
+    if (!collapsed_[r]) {
+      for (int t : data_->ranks[r].tracks) {
+        rows_.push_back({RowKind::Stream, int(r), t, y, kStreamHeight});
+        y += kStreamHeight;
+      }
+      rows_.push_back({RowKind::Overlap, int(r), -1, y, kOverlapHeight});
+      y += kOverlapHeight;
+      rows_.push_back({RowKind::Phase, int(r), -1, y, kPhaseHeight});
+      y += kPhaseHeight;
+    }
+    y += kRankGap;
+  }
+  syncScrollBar();
+}
+
+int TimelineView::contentHeight() const { return rows_.empty() ? 0 : rows_.back().y + rows_.back().height; }
+
+void TimelineView::syncScrollBar() {
+  const int viewport = height() - kAxisHeight;
+  const int max = std::max(0, contentHeight() - viewport);
+  vbar_->setVisible(max > 0);
+  vbar_->setGeometry(width() - kScrollBarWidth, kAxisHeight, kScrollBarWidth, std::max(0, viewport));
+  vbar_->setRange(0, max);
+  vbar_->setPageStep(std::max(1, viewport));
+  vbar_->setSingleStep(kStreamHeight);
+  if (v_offset_ > max) setVerticalOffset(max);
+  vbar_->setValue(v_offset_);
+}
+
+void TimelineView::setVerticalOffset(int px) {
+  const int max = std::max(0, contentHeight() - (height() - kAxisHeight));
+  px = std::clamp(px, 0, max);
+  if (px == v_offset_) return;
+  v_offset_ = px;
+  vbar_->setValue(px);
+  invalidateBase();
+}
+
+int TimelineView::laneWidth() const {
+  return std::max(1, width() - kLabelWidth - (vbar_->isVisible() ? kScrollBarWidth : 0));
+}
+
+TimeMapping TimelineView::mapping() const {
+  return TimeMapping{start_ns_, end_ns_, double(kLabelWidth), double(laneWidth())};
+}
+
+void TimelineView::invalidateBase() {
+  base_valid_ = false;
+  update();
+}
+
+void TimelineView::applyWindow(const TimeMapping& next) {
+  TimeMapping m = next;
+  if (data_) m = clampTo(m, data_->begin_ns, data_->end_ns);
+  if (m.end_ns - m.start_ns < kMinWindowNs) m.end_ns = m.start_ns + kMinWindowNs;
+  if (m.start_ns == start_ns_ && m.end_ns == end_ns_) return;
+  start_ns_ = m.start_ns;
+  end_ns_ = m.end_ns;
+  invalidateBase();
+  emit windowChanged(start_ns_, end_ns_);
+}
+
+void TimelineView::setWindow(int64_t start_ns, int64_t end_ns) {
+  TimeMapping m = mapping();
+  m.start_ns = start_ns;
+  m.end_ns = std::max(end_ns, start_ns + kMinWindowNs);
+  applyWindow(m);
+}
+
+void TimelineView::fitAll() {
+  if (!data_) return;
+  const int64_t span = std::max<int64_t>(data_->end_ns - data_->begin_ns, kMinWindowNs);
+  setWindow(data_->begin_ns - span / 100, data_->end_ns + span / 100);
+}
+
+void TimelineView::setRankCollapsed(int rank_index, bool collapsed) {
+  if (rank_index < 0 || size_t(rank_index) >= collapsed_.size()) return;
+  if (collapsed_[size_t(rank_index)] == collapsed) return;
+  collapsed_[size_t(rank_index)] = collapsed;
+  layoutRows();
+  invalidateBase();
+}
+
+bool TimelineView::isRankCollapsed(int rank_index) const {
+  return rank_index >= 0 && size_t(rank_index) < collapsed_.size() && collapsed_[size_t(rank_index)];
+}
+
+void TimelineView::selectSlice(SliceRef ref) {
+  if (data_ && ref.valid() &&
+      (size_t(ref.track) >= data_->tracks.size() || size_t(ref.index) >= data_->tracks[size_t(ref.track)].size()))
+    ref = {};
+  selection_ = ref;
+  update();
+  emit sliceSelected(ref.track, ref.index);
+}
+
+void TimelineView::stepSelection(int direction) {
+  if (!data_ || !selection_.valid()) return;
+  const Track& t = data_->tracks[size_t(selection_.track)];
+  const int64_t next = selection_.index + direction;
+  if (next < 0 || next >= int64_t(t.size())) return;
+  selectSlice({selection_.track, next});
+  const int64_t s = t.start_ns[size_t(next)];
+  const int64_t e = t.end_ns[size_t(next)];
+  if (s < start_ns_ || e > end_ns_) {
+    const int64_t w = end_ns_ - start_ns_;
+    const int64_t mid = s + (e - s) / 2;
+    setWindow(mid - w / 2, mid - w / 2 + w);
+  }
+}
+
+void TimelineView::fitSelection() {
+  if (!data_) return;
+  if (selection_.valid()) {
+    const Track& t = data_->tracks[size_t(selection_.track)];
+    const int64_t s = t.start_ns[size_t(selection_.index)];
+    const int64_t e = t.end_ns[size_t(selection_.index)];
+    const int64_t pad = std::max<int64_t>((e - s) / 10, kMinWindowNs / 2);
+    setWindow(s - pad, e + pad);
+  } else if (range_end_ns_ > range_start_ns_) {
+    setWindow(range_start_ns_, range_end_ns_);
+  } else {
+    fitAll();
+  }
+}
+
+const TimelineView::Row* TimelineView::rowAtY(int y) const {
+  const int content_y = y - kAxisHeight + v_offset_;
+  if (y < kAxisHeight) return nullptr;
+  auto it = std::upper_bound(rows_.begin(), rows_.end(), content_y,
+                             [](int v, const Row& r) { return v < r.y; });
+  if (it == rows_.begin()) return nullptr;
+  --it;
+  return content_y < it->y + it->height ? &*it : nullptr;
+}
+
+SliceRef TimelineView::sliceAt(QPoint pos) const {
+  if (!data_ || pos.x() < kLabelWidth) return {};
+  const Row* row = rowAtY(pos.y());
+  if (!row || row->kind != RowKind::Stream) return {};
+  const TimeMapping m = mapping();
+  const int64_t t = m.toTime(pos.x());
+  const int64_t tol = int64_t(std::ceil(2.0 * m.nsPerPx()));
+  const int64_t i = hitTest(data_->tracks[size_t(row->track)], t, tol);
+  return i < 0 ? SliceRef{} : SliceRef{row->track, i};
+}
+
+void TimelineView::rebuildBase() {
+  ++base_rebuilds_;
+  const qreal dpr = devicePixelRatioF();
+  base_ = QImage(size() * dpr, QImage::Format_ARGB32_Premultiplied);
+  base_.setDevicePixelRatio(dpr);
+  base_.fill(kBackground);
+  base_valid_ = true;
+  if (!data_) return;
+
+  QPainter p(&base_);
+  const TimeMapping m = mapping();
+  const int top = kAxisHeight;
+  const int bottom = height();
+  const int lane_right = kLabelWidth + laneWidth();
+
+  std::array<std::vector<QRectF>, size_t(PaintClass::Count)> rects;
+  struct Label {
+    QRectF rect;
+    int32_t name;
+    uint32_t count;
+  };
+  std::vector<Label> labels;
+  std::vector<QRectF> row_alt;
+  std::vector<QRectF> headers;
+
+  p.setClipRect(QRect(kLabelWidth, top, laneWidth(), bottom - top));
+  for (const Row& row : rows_) {
+    const int y = top + row.y - v_offset_;
+    if (y + row.height < top || y > bottom) continue;
+    const RankLanes& rank = data_->ranks[size_t(row.rank_index)];
+    switch (row.kind) {
+      case RowKind::RankHeader:
+        headers.push_back(QRectF(0, y, lane_right, row.height));
+        break;
+      case RowKind::Stream: {
+        const Track& t = data_->tracks[size_t(row.track)];
+        if ((&row - rows_.data()) % 2 == 0) row_alt.push_back(QRectF(kLabelWidth, y, laneWidth(), row.height));
+        coalesce(t.start_ns.data(), t.end_ns.data(), t.max_end_ns.data(), t.size(), m, kMergePx, scratch_);
+        for (const LaneBox& b : scratch_) {
+          const PaintClass c = classForPhase(t.phase[b.first], t.kind);
+          QRectF r(b.x0, y + 2, std::max(1.0f, b.x1 - b.x0), row.height - 4);
+          rects[size_t(c)].push_back(r);
+          if (r.width() >= kMinLabelPx) labels.push_back({r, t.name_id[b.first], b.count});
+        }
+        break;
+      }
+      case RowKind::Overlap:
+      case RowKind::Phase: {
+        const IntervalLane& lane = row.kind == RowKind::Overlap ? rank.overlap : rank.phases;
+        // Disjoint lanes: the end array is its own running maximum.
+        coalesce(lane.start_ns.data(), lane.end_ns.data(), lane.end_ns.data(), lane.size(), m, kMergePx,
+                 scratch_);
+        for (const LaneBox& b : scratch_) {
+          PaintClass c;
+          if (row.kind == RowKind::Overlap) {
+            c = lane.code[b.first] == uint8_t(OverlapCode::Hidden) ? PaintClass::Hidden : PaintClass::Exposed;
+            // A folded box that hides any exposed piece shows it: exposed
+            // communication is what the lane exists to reveal.
+            for (uint32_t k = 1; k < b.count && k < 64 && c == PaintClass::Hidden; ++k)
+              if (lane.code[b.first + k] == uint8_t(OverlapCode::Exposed)) c = PaintClass::Exposed;
+          } else {
+            c = classForPhase(lane.code[b.first], StreamKind::Compute);
+          }
+          rects[size_t(c)].push_back(QRectF(b.x0, y + 1, std::max(1.0f, b.x1 - b.x0), row.height - 2));
+        }
+        break;
+      }
+    }
+  }
+
+  p.setPen(Qt::NoPen);
+  p.setBrush(kLaneAlt);
+  p.drawRects(row_alt.data(), int(row_alt.size()));
+  p.setBrush(kHeaderBg);
+  p.drawRects(headers.data(), int(headers.size()));
+
+  // Vertical grid at the axis ticks, under the slices.
+  const int64_t step = tickStep(m.end_ns - m.start_ns, m.width_px, 90);
+  p.setPen(QPen(kGrid, 1));
+  for (int64_t t = (m.start_ns / step) * step; t <= m.end_ns; t += step) {
+    const double x = m.toX(t);
+    if (x >= kLabelWidth) p.drawLine(QPointF(x, top), QPointF(x, bottom));
+  }
+
+  p.setPen(Qt::NoPen);
+  for (size_t c = 0; c < rects.size(); ++c) {
+    if (rects[c].empty()) continue;
+    p.setBrush(paintColor(PaintClass(c)));
+    p.drawRects(rects[c].data(), int(rects[c].size()));
+  }
+  // Recompute is hatched as well as coloured so it reads in greyscale too.
+  const auto& rec = rects[size_t(PaintClass::Recompute)];
+  if (!rec.empty()) {
+    p.setBrush(QBrush(recomputeHatchColor(), Qt::BDiagPattern));
+    p.drawRects(rec.data(), int(rec.size()));
+  }
+
+  // Names inside slices wide enough to hold some text.
+  p.setPen(Qt::white);
+  const QFontMetrics fm(font());
+  for (const Label& l : labels) {
+    QString text = l.count > 1 ? QStringLiteral("%1 slices").arg(l.count) : qs(data_->names[size_t(l.name)]);
+    const QString shown = fm.elidedText(text, Qt::ElideRight, int(l.rect.width()) - 6);
+    if (shown.size() <= 1) continue;
+    p.drawText(l.rect.adjusted(3, 0, -3, 0), Qt::AlignVCenter | Qt::AlignLeft, shown);
+  }
+
+  // Step markers across all lanes.
+  p.setPen(QPen(kStepLine, 1, Qt::DashLine));
+  for (const StepMark& s : data_->steps) {
+    const double x = m.toX(s.start_ns);
+    if (x >= kLabelWidth && x <= lane_right) p.drawLine(QPointF(x, top), QPointF(x, bottom));
+  }
+
+  // Label column and rank headers' text.
+  p.setClipping(false);
+  p.setPen(Qt::NoPen);
+  p.setBrush(kLabelBg);
+  p.drawRect(QRect(0, top, kLabelWidth, bottom - top));
+  p.setPen(QPen(kGrid, 1));
+  p.drawLine(kLabelWidth - 1, top, kLabelWidth - 1, bottom);
+  p.setClipRect(QRect(0, top, width(), bottom - top));
+  for (const Row& row : rows_) {
+    const int y = top + row.y - v_offset_;
+    if (y + row.height < top || y > bottom) continue;
+    const RankLanes& rank = data_->ranks[size_t(row.rank_index)];
+    QRect label_rect(8, y, kLabelWidth - 12, row.height);
+    switch (row.kind) {
+      case RowKind::RankHeader: {
+        p.setPen(Qt::NoPen);
+        p.setBrush(kHeaderBg);
+        p.drawRect(QRect(0, y, width(), row.height));
+        p.setPen(kText);
+        QFont bold = font();
+        bold.setBold(true);
+        p.setFont(bold);
+        const bool collapsed = collapsed_[size_t(row.rank_index)];
+        p.drawText(QRect(6, y, kLabelWidth, row.height), Qt::AlignVCenter,
+                   QStringLiteral("%1 rank %2").arg(collapsed ? QChar(0x25B8) : QChar(0x25BE)).arg(rank.rank));
+        p.setFont(font());
+        const double share = rank.comm_ns > 0 ? 100.0 * double(rank.exposed_ns) / double(rank.comm_ns) : 0.0;
+        p.drawText(QRect(kLabelWidth + 6, y, laneWidth() - 12, row.height), Qt::AlignVCenter,
+                   QStringLiteral("compute %1  ·  comm %2  ·  hidden %3  ·  exposed %4 (%5% of comm)")
+                       .arg(qs(formatDuration(rank.compute_ns)), qs(formatDuration(rank.comm_ns)),
+                            qs(formatDuration(rank.hidden_ns)), qs(formatDuration(rank.exposed_ns)))
+                       .arg(share, 0, 'f', 1));
+        break;
+      }
+      case RowKind::Stream:
+        p.setPen(kText);
+        p.drawText(label_rect, Qt::AlignVCenter, qs(data_->tracks[size_t(row.track)].label));
+        break;
+      case RowKind::Overlap:
+      case RowKind::Phase: {
+        p.setFont(resized(font(), -2));
+        p.setPen(QColor(0x66, 0x6B, 0x73));
+        p.drawText(label_rect, Qt::AlignVCenter, row.kind == RowKind::Overlap ? tr("overlap") : tr("phase"));
+        p.setFont(font());
+        break;
+      }
+    }
+  }
+  p.setClipping(false);
+  paintAxis(p, m);
+}
+
+void TimelineView::paintAxis(QPainter& p, const TimeMapping& m) {
+  p.setPen(Qt::NoPen);
+  p.setBrush(QColor(0xFF, 0xFF, 0xFF));
+  p.drawRect(QRect(0, 0, width(), kAxisHeight));
+  p.setPen(QPen(kGrid, 1));
+  p.drawLine(0, kAxisHeight - 1, width(), kAxisHeight - 1);
+  p.setPen(kText);
+  if (data_) {
+    p.drawText(QRect(6, 0, kLabelWidth - 8, kAxisHeight), Qt::AlignVCenter,
+               QString::fromStdString(formatDuration(m.end_ns - m.start_ns)) + tr(" shown"));
+  }
+  const int64_t step = tickStep(m.end_ns - m.start_ns, m.width_px, 90);
+  const int64_t origin = data_ ? data_->begin_ns : 0;
+  p.setClipRect(QRect(kLabelWidth, 0, laneWidth(), kAxisHeight));
+  int64_t first = ((m.start_ns - origin) / step) * step + origin;
+  if (first < m.start_ns) first += step;
+  for (int64_t t = first; t <= m.end_ns; t += step) {
+    const double x = m.toX(t);
+    p.drawLine(QPointF(x, kAxisHeight - 6), QPointF(x, kAxisHeight - 1));
+    p.drawText(QRectF(x + 3, 0, 120, kAxisHeight - 4), Qt::AlignBottom | Qt::AlignLeft,
+               QString::fromStdString(formatDuration(t - origin)));
+  }
+  if (data_) {
+    QFont bold = font();
+    bold.setBold(true);
+    p.setFont(bold);
+    p.setPen(kStepLine);
+    for (const StepMark& s : data_->steps) {
+      const double x = m.toX(s.start_ns);
+      if (x >= kLabelWidth - 40 && x <= kLabelWidth + laneWidth())
+        p.drawText(QRectF(x + 3, 1, 80, 12), Qt::AlignLeft | Qt::AlignTop, tr("step %1").arg(s.step));
+    }
+    p.setFont(font());
+  }
+  p.setClipping(false);
+}
+
+void TimelineView::paintOverlay(QPainter& p, const TimeMapping& m) {
+  if (!data_) return;
+  auto sliceRect = [&](SliceRef ref) -> QRectF {
+    for (const Row& row : rows_) {
+      if (row.kind != RowKind::Stream || row.track != ref.track) continue;
+      const Track& t = data_->tracks[size_t(ref.track)];
+      const double x0 = m.toX(t.start_ns[size_t(ref.index)]);
+      const double x1 = std::max(m.toX(t.end_ns[size_t(ref.index)]), x0 + 2);
+      return QRectF(x0, kAxisHeight + row.y - v_offset_ + 1, x1 - x0, row.height - 2);
+    }
+    return {};
+  };
+  p.setClipRect(QRect(kLabelWidth, kAxisHeight, laneWidth(), height() - kAxisHeight));
+  p.setBrush(Qt::NoBrush);
+  if (hover_.valid() && !(hover_ == selection_)) {
+    p.setPen(QPen(QColor(0, 0, 0, 140), 1));
+    p.drawRect(sliceRect(hover_));
+  }
+  if (selection_.valid()) {
+    const QRectF r = sliceRect(selection_);
+    p.setPen(QPen(QColor(0xFF, 0xD6, 0x00), 3));
+    p.drawRect(r);
+    p.setPen(QPen(Qt::black, 1));
+    p.drawRect(r);
+  }
+  if (range_end_ns_ > range_start_ns_) {
+    const double x0 = m.toX(range_start_ns_);
+    const double x1 = m.toX(range_end_ns_);
+    p.setPen(QPen(QColor(0x1E, 0x5A, 0xC8), 1));
+    p.setBrush(QColor(0x1E, 0x5A, 0xC8, 40));
+    p.drawRect(QRectF(x0, kAxisHeight, x1 - x0, height() - kAxisHeight));
+    p.setClipping(false);
+    p.setBrush(QColor(0x1E, 0x5A, 0xC8));
+    const QString len = QString::fromStdString(formatDuration(range_end_ns_ - range_start_ns_));
+    QRectF tag(x0, 0, std::max(60.0, x1 - x0), kAxisHeight - 12);
+    p.drawRect(tag);
+    p.setPen(Qt::white);
+    p.drawText(tag, Qt::AlignCenter, len);
+  }
+  p.setClipping(false);
+}
+
+void TimelineView::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  if (!message_.isEmpty() || !data_) {
+    p.fillRect(rect(), kBackground);
+    p.setPen(kText);
+    p.setFont(resized(font(), 3));
+    const QString text = message_.isEmpty() ? tr("Open a trace database (File > Open) to see its timeline.")
+                                            : message_;
+    p.drawText(rect().adjusted(40, 40, -40, -40), Qt::AlignCenter | Qt::TextWordWrap, text);
+    return;
+  }
+  if (!base_valid_ || base_.size() != size() * devicePixelRatioF()) rebuildBase();
+  p.drawImage(0, 0, base_);
+  paintOverlay(p, mapping());
+}
+
+void TimelineView::resizeEvent(QResizeEvent*) {
+  syncScrollBar();
+  invalidateBase();
+}
+
+void TimelineView::wheelEvent(QWheelEvent* event) {
+  const double steps = event->angleDelta().y() / 120.0;
+  if (event->modifiers() & Qt::ShiftModifier) {
+    setVerticalOffset(v_offset_ - int(steps * 3 * kStreamHeight));
+  } else if (steps != 0) {
+    applyWindow(zoomAt(mapping(), event->position().x(), std::pow(0.8, steps)));
+  }
+  event->accept();
+}
+
+void TimelineView::mousePressEvent(QMouseEvent* event) {
+  if (event->button() != Qt::LeftButton) return;
+  pressed_ = true;
+  dragged_ = false;
+  range_drag_ = event->modifiers() & Qt::ShiftModifier;
+  press_pos_ = last_pos_ = event->position().toPoint();
+}
+
+void TimelineView::mouseMoveEvent(QMouseEvent* event) {
+  const QPoint pos = event->position().toPoint();
+  if (!pressed_) {
+    const SliceRef h = sliceAt(pos);
+    if (!(h == hover_)) {
+      hover_ = h;
+      update();
+    }
+    return;
+  }
+  if ((pos - press_pos_).manhattanLength() > 3) dragged_ = true;
+  if (!dragged_) return;
+  const TimeMapping m = mapping();
+  if (range_drag_) {
+    range_start_ns_ = std::min(m.toTime(press_pos_.x()), m.toTime(pos.x()));
+    range_end_ns_ = std::max(m.toTime(press_pos_.x()), m.toTime(pos.x()));
+    update();
+  } else {
+    applyWindow(panBy(m, pos.x() - last_pos_.x()));
+    setVerticalOffset(v_offset_ - (pos.y() - last_pos_.y()));
+  }
+  last_pos_ = pos;
+}
+
+void TimelineView::mouseReleaseEvent(QMouseEvent* event) {
+  if (!pressed_ || event->button() != Qt::LeftButton) return;
+  pressed_ = false;
+  const QPoint pos = event->position().toPoint();
+  if (dragged_) {
+    if (range_drag_ && range_end_ns_ > range_start_ns_) emit rangeSelected(range_start_ns_, range_end_ns_);
+    return;
+  }
+  const Row* row = rowAtY(pos.y());
+  if (row && row->kind == RowKind::RankHeader) {
+    setRankCollapsed(row->rank_index, !isRankCollapsed(row->rank_index));
+    return;
+  }
+  range_start_ns_ = range_end_ns_ = -1;
+  selectSlice(sliceAt(pos));
+}
+
+void TimelineView::keyPressEvent(QKeyEvent* event) {
+  const TimeMapping m = mapping();
+  const double center = m.x0_px + m.width_px / 2;
+  switch (event->key()) {
+    case Qt::Key_W: applyWindow(zoomAt(m, center, 0.7)); break;
+    case Qt::Key_S: applyWindow(zoomAt(m, center, 1 / 0.7)); break;
+    case Qt::Key_A: applyWindow(panBy(m, m.width_px * 0.2)); break;
+    case Qt::Key_D: applyWindow(panBy(m, -m.width_px * 0.2)); break;
+    case Qt::Key_F: fitSelection(); break;
+    case Qt::Key_0: fitAll(); break;
+    case Qt::Key_Period: stepSelection(+1); break;
+    case Qt::Key_Comma: stepSelection(-1); break;
+    case Qt::Key_Escape:
+      range_start_ns_ = range_end_ns_ = -1;
+      selectSlice({});
+      break;
+    default: QWidget::keyPressEvent(event); return;
+  }
+  event->accept();
+}
+
+void TimelineView::leaveEvent(QEvent*) {
+  if (hover_.valid()) {
+    hover_ = {};
+    update();
+  }
+}
+
+}  // namespace tandem::gui

@@ -1,0 +1,146 @@
+#pragma once
+// TimelineView: one viewport-sized widget that paints every lane of a run
+// with QPainter. Per rank: a header (click to collapse), one lane per stream
+// (compute, comm, copy), an overlap lane (hidden vs exposed communication)
+// and a phase lane; step markers and a time axis on top.
+//
+// Only the visible index range of each lane is visited; runs of sub-pixel
+// slices are folded into one box (timeline_math.h coalesce); boxes are
+// batched per colour and the painted base layer is cached as an image until
+// the window, size, scroll or collapsing change. Hover, selection and the
+// range being dragged are an overlay on top of the cached image.
+//
+// Mouse: wheel zooms at the cursor, Shift+wheel scrolls ranks, drag pans,
+// Shift+drag selects a time range, click selects a slice or collapses a rank.
+// Keys: W/S zoom, A/D pan, F fits the selection (or the run), 0 fits the run,
+// `.`/`,` next/previous slice on the selected lane, Esc clears.
+
+#include <QImage>
+#include <QWidget>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "gui/timeline_data.h"
+#include "gui/timeline_math.h"
+
+class QScrollBar;
+
+namespace tandem::gui {
+
+struct SliceRef {
+  int track = -1;
+  int64_t index = -1;
+  bool valid() const { return track >= 0 && index >= 0; }
+  bool operator==(const SliceRef&) const = default;
+};
+
+class TimelineView : public QWidget {
+  Q_OBJECT
+ public:
+  enum class RowKind { RankHeader, Stream, Overlap, Phase };
+  struct Row {
+    RowKind kind = RowKind::Stream;
+    int rank_index = 0;  // index into TimelineData::ranks
+    int track = -1;      // for Stream rows
+    int y = 0;           // content coordinates (before vertical scrolling)
+    int height = 0;
+  };
+
+  static constexpr int kLabelWidth = 132;
+  static constexpr int kAxisHeight = 26;
+
+  explicit TimelineView(QWidget* parent = nullptr);
+  ~TimelineView() override;
+
+  void setData(std::shared_ptr<const TimelineData> data);
+  const TimelineData* data() const { return data_.get(); }
+  std::shared_ptr<const TimelineData> sharedData() const { return data_; }
+
+  // Visible window; clamped to the run with a small margin.
+  void setWindow(int64_t start_ns, int64_t end_ns);
+  TimeMapping mapping() const;
+  void fitAll();
+
+  void setRankCollapsed(int rank_index, bool collapsed);
+  bool isRankCollapsed(int rank_index) const;
+
+  SliceRef selection() const { return selection_; }
+  void selectSlice(SliceRef ref);
+  // Moves the selection to the next (+1) or previous (-1) slice on its lane
+  // and pans so it is visible.
+  void stepSelection(int direction);
+  // Fits the selected slice or selected range (or the whole run).
+  void fitSelection();
+
+  // Rows in content coordinates; the lane area starts at kLabelWidth.
+  const std::vector<Row>& rows() const { return rows_; }
+  int contentHeight() const;
+  int verticalOffset() const { return v_offset_; }
+  void setVerticalOffset(int px);
+  // The slice under a widget position, or an invalid ref.
+  SliceRef sliceAt(QPoint pos) const;
+  // Widget y of the middle of a row (for tests and keyboard navigation).
+  int rowCenterY(const Row& row) const { return kAxisHeight + row.y - v_offset_ + row.height / 2; }
+
+  // Replaces the lanes by a readable message (bad input, empty run).
+  void setMessage(const QString& message);
+  QString message() const { return message_; }
+
+  // Number of base-layer rebuilds (the geometry cache's misses), for tests.
+  int baseRebuilds() const { return base_rebuilds_; }
+
+ signals:
+  void sliceSelected(int track, qint64 index);
+  void rangeSelected(qint64 start_ns, qint64 end_ns);
+  void windowChanged(qint64 start_ns, qint64 end_ns);
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  void wheelEvent(QWheelEvent* event) override;
+  void mousePressEvent(QMouseEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  void mouseReleaseEvent(QMouseEvent* event) override;
+  void keyPressEvent(QKeyEvent* event) override;
+  void leaveEvent(QEvent* event) override;
+
+ private:
+  void layoutRows();
+  void invalidateBase();
+  void applyWindow(const TimeMapping& m);
+  void rebuildBase();
+  void paintAxis(QPainter& p, const TimeMapping& m);
+  void paintOverlay(QPainter& p, const TimeMapping& m);
+  const Row* rowAtY(int y) const;
+  int laneWidth() const;
+  void syncScrollBar();
+
+  std::shared_ptr<const TimelineData> data_;
+  QString message_;
+  std::vector<Row> rows_;
+  std::vector<bool> collapsed_;
+  int64_t start_ns_ = 0;
+  int64_t end_ns_ = 1;
+  int v_offset_ = 0;
+  QScrollBar* vbar_ = nullptr;
+
+  // Cached base layer and the key it was painted for.
+  QImage base_;
+  bool base_valid_ = false;
+  int base_rebuilds_ = 0;
+
+  SliceRef selection_;
+  SliceRef hover_;
+  int64_t range_start_ns_ = -1;
+  int64_t range_end_ns_ = -1;
+  // Drag state.
+  bool pressed_ = false;
+  bool dragged_ = false;
+  bool range_drag_ = false;
+  QPoint press_pos_;
+  QPoint last_pos_;
+  std::vector<LaneBox> scratch_;
+};
+
+}  // namespace tandem::gui
