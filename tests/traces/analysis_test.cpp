@@ -1,0 +1,185 @@
+// The analyses on the hand-built overlap fixture: every expected figure is
+// worked out in test_fixtures.h from the intervals, not copied from output.
+#include <catch2/catch.hpp>
+
+#include "traces/analysis.h"
+#include "traces/analysis_parts.h"
+#include "traces/test_fixtures.h"
+#include "traces/trace_reader.h"
+
+using namespace tandem::traces;
+using namespace tandem::traces::testing;
+
+namespace {
+
+RunReport fixtureReport(const AnalysisOptions& options = {}) {
+  std::string path = tempTracePath("analysis.sqlite");
+  writeOverlapFixture(path);
+  TraceReader r(path);
+  return analyzeRun(r, r.defaultRunId(), options);
+}
+
+}  // namespace
+
+TEST_CASE("temporal breakdown merges concurrent streams instead of summing them", "[analysis]") {
+  RunReport rep = fixtureReport();
+  REQUIRE(rep.ranks.size() == 2);
+  const Breakdown& b0 = rep.ranks[0].breakdown;
+  CHECK(b0.span_ns == 500);
+  CHECK(b0.busy_ns == 450);
+  CHECK(b0.idle_ns == 50);
+  CHECK(b0.compute_ns == 380);
+  CHECK(b0.comm_ns == 150);
+  CHECK(b0.memcpy_ns == 70);
+  CHECK(b0.overlap_ns == 100);
+  CHECK(b0.overlap_pct == Approx(200.0 / 3.0));
+  CHECK(b0.exposed_comm_ns == 50);
+  CHECK(b0.memcpy_exclusive_ns == 20);
+  CHECK(b0.recompute_ns == 50);
+  CHECK(b0.recompute_share_pct == Approx(10.0));
+  // The exclusive parts add up to the span; the naive sum of durations does not.
+  CHECK(b0.compute_ns + b0.exposed_comm_ns + b0.memcpy_exclusive_ns + b0.sync_exclusive_ns + b0.idle_ns ==
+        b0.span_ns);
+
+  const Breakdown& b1 = rep.ranks[1].breakdown;
+  CHECK(b1.span_ns == 470);
+  CHECK(b1.idle_ns == 0);
+  CHECK(b1.compute_ns == 380);
+  CHECK(b1.comm_ns == 130);
+  CHECK(b1.overlap_ns == 40);
+  CHECK(b1.overlap_pct == Approx(100.0 * 40 / 130));
+  CHECK(b1.exposed_comm_ns == 90);
+
+  CHECK(rep.total.comm_ns == 280);
+  CHECK(rep.total.overlap_pct == Approx(100.0 * 140 / 280));
+}
+
+TEST_CASE("idle time splits into host wait, kernel wait and other", "[analysis]") {
+  RunReport rep = fixtureReport();
+  const IdleBreakdown& i0 = rep.ranks[0].idle;
+  CHECK(i0.has_launch_records);
+  CHECK(i0.gaps == 3);
+  CHECK(i0.host_wait_ns == 50);
+  CHECK(i0.kernel_wait_ns == 10);
+  CHECK(i0.other_ns == 100);
+  CHECK_FALSE(rep.ranks[1].idle.has_launch_records);
+  CHECK(rep.ranks[1].idle.gaps == 1);  // 330 -> 420 on stream 0
+  CHECK(rep.ranks[1].idle.other_ns == 90);
+}
+
+TEST_CASE("steps, step-time percentiles and attribution", "[analysis]") {
+  RunReport rep = fixtureReport();
+  CHECK_FALSE(rep.step_time.synthesized);
+  REQUIRE(rep.steps.size() == 2);
+  CHECK(rep.step_time.duration_ns.p50 == 470);
+  CHECK(rep.step_time.duration_ns.p95 == 500);
+  CHECK(rep.step_time.max_over_ranks_ns.count == 1);
+  CHECK(rep.step_time.max_over_ranks_ns.max == 500);
+  CHECK(rep.attribution.gpu_activities == 13);
+  CHECK(rep.attribution.attributed == 12);
+  REQUIRE(rep.attribution.top_unattributed.size() == 1);
+  CHECK(rep.attribution.top_unattributed[0].first == "Memcpy HtoD");
+  CHECK(rep.attribution.top_unattributed[0].second == 70);
+}
+
+TEST_CASE("kernel statistics by op and by name", "[analysis]") {
+  RunReport rep = fixtureReport();
+  auto find = [](const std::vector<KernelStat>& v, const std::string& key) {
+    auto it = std::find_if(v.begin(), v.end(), [&](const KernelStat& s) { return s.key == key; });
+    REQUIRE(it != v.end());
+    return *it;
+  };
+  KernelStat matmul = find(rep.by_op, "matmul");
+  CHECK(matmul.count == 2);
+  CHECK(matmul.total_ns == 200);
+  CHECK(matmul.tflops == Approx(2.0));  // only rank 0's activity carries flops
+  KernelStat bwd = find(rep.by_name, "gemm_bwd");
+  CHECK(bwd.count == 2);
+  CHECK(bwd.total_ns == 330);
+  CHECK(bwd.p50_ns == 150);
+  CHECK(bwd.p95_ns == 180);
+  KernelStat ar = find(rep.by_op, "all_reduce");
+  CHECK(ar.category == "comm");
+  CHECK(ar.gbps == Approx(2.0));
+  KernelStat memcpy = find(rep.by_op, "memcpy");
+  CHECK(memcpy.category == "memcpy");
+  CHECK(memcpy.gbps == Approx(100.0));
+  // Ordered by total time.
+  for (size_t i = 1; i < rep.by_op.size(); ++i) CHECK(rep.by_op[i - 1].total_ns >= rep.by_op[i].total_ns);
+}
+
+TEST_CASE("critical path follows the dependency that finished last", "[analysis]") {
+  RunReport rep = fixtureReport();
+  const CriticalPath& cp = rep.critical_path;
+  REQUIRE(cp.available);
+  // Rank 1's path (1 -> 2 -> 4 -> 6, 470 ns) is longer than rank 0's (450 ns).
+  CHECK(cp.rank == 1);
+  CHECK(cp.length_ns == 470);
+  CHECK(cp.task_count == 4);
+  CHECK(cp.busy_ns == 460);
+  CHECK(cp.wait_ns == 10);
+  REQUIRE(cp.tasks.size() == 4);
+  CHECK(cp.tasks[2].task_id == 4);
+  CHECK(cp.tasks[2].name == "bucket0.all_reduce");
+  CHECK(cp.by_phase_ns.at("backward") == 180);
+
+  // Rank 0 alone: 5 -> 7 -> 2 -> 4 -> 6 through the side stream and the all-reduce.
+  std::string path = tempTracePath("cp0.sqlite");
+  writeOverlapFixture(path);
+  TraceReader r(path);
+  auto tracks = r.loadRun(1);
+  detail::RankTracks rank0{0, {}};
+  for (const auto& t : tracks)
+    if (t.rank == 0) rank0.tracks.push_back(&t);
+  CategoryTable cats(Classifier(), r.strings());
+  CriticalPath cp0 = detail::criticalPath({rank0}, cats, r.strings(), r.planTasks(1), 50);
+  REQUIRE(cp0.tasks.size() == 5);
+  std::vector<int64_t> ids;
+  for (const auto& t : cp0.tasks) ids.push_back(t.task_id);
+  CHECK(ids == std::vector<int64_t>{5, 7, 2, 4, 6});
+  CHECK(cp0.length_ns == 450);
+  CHECK(cp0.wait_ns == 70);
+  CHECK(cp0.tasks[4].wait_before_ns == 50);
+}
+
+TEST_CASE("stragglers: the rank that enters collectives last", "[analysis]") {
+  RunReport rep = fixtureReport();
+  CHECK(rep.stragglers.collectives_matched == 1);
+  CHECK(rep.stragglers.straggler_rank == 1);
+  REQUIRE(rep.stragglers.ranks.size() == 2);
+  CHECK(rep.stragglers.ranks[1].max_delay_ns == 40);
+  CHECK(rep.stragglers.ranks[0].last_count == 0);
+}
+
+TEST_CASE("classification rules are configurable and sync is never compute", "[analysis]") {
+  CHECK(Classifier().classify(ActivityKind::Kernel, "ncclKernel_AllReduce_RING") == Category::Comm);
+  CHECK(Classifier().classify(ActivityKind::Kernel, "cudaStreamWaitEvent") == Category::Sync);
+  CHECK(Classifier().classify(ActivityKind::Sync, "anything") == Category::Sync);
+  CHECK(Classifier().classify(ActivityKind::Kernel, "sm90_gemm") == Category::Compute);
+  Classifier custom({Classifier::parseRule("gelu=comm"), Classifier::parseRule("kind:memcpy:htod=compute")});
+  CHECK(custom.classify(ActivityKind::Kernel, "GELU_recompute") == Category::Comm);
+  CHECK(custom.classify(ActivityKind::Memcpy, "Memcpy HtoD") == Category::Compute);
+  CHECK(custom.classify(ActivityKind::Memcpy, "Memcpy DtoH") == Category::Memcpy);
+  CHECK_THROWS_WITH(Classifier::parseRule("gelu=gpu"), Catch::Contains("unknown category 'gpu'"));
+  CHECK_THROWS_WITH(Classifier::parseRule("kind:blob=comm"), Catch::Contains("unknown kind 'blob'"));
+  CHECK_THROWS_WITH(Classifier::parseRule("gelu"), Catch::Contains("PATTERN=CATEGORY"));
+
+  // Reclassifying the recompute kernel as communication changes the figures.
+  AnalysisOptions options{Classifier({Classifier::parseRule("gelu=comm")})};
+  RunReport rep = fixtureReport(options);
+  CHECK(rep.ranks[0].breakdown.compute_ns == 330);
+  CHECK(rep.ranks[0].breakdown.comm_ns == 150);  // [300,350) lies inside [250,400)
+  CHECK(rep.ranks[0].breakdown.overlap_ns == 50);  // only gemm_bwd's [250,300) hides it now
+}
+
+TEST_CASE("an empty run is an error, not an empty report", "[analysis][errors]") {
+  std::string path = tempTracePath("empty-run.sqlite");
+  {
+    TraceWriter w(path);
+    RunInfo info;
+    info.name = "nothing";
+    w.beginRun(info);
+  }
+  TraceReader r(path);
+  CHECK_THROWS_WITH(analyzeRun(r, 1), Catch::Contains("has no activities"));
+}
