@@ -12,6 +12,7 @@
 #include "engine/cpu/bf16.h"
 #include "engine/cpu/buffer_io.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/op_dispatch.h"
 #include "engine/init.h"
 
 namespace tandem::cpu {
@@ -72,77 +73,34 @@ struct CpuExecutor::Impl {
   StepResult runStep(bool with_optimizer);
 };
 
+// Adapts TaskBuffers to the storage interface of runMathOp.
+struct FloatStorage {
+  TaskBuffers& io;
+  const float* in(int b) { return io.in(b); }
+  float* out(int b) { return io.out(b, true); }
+  const int32_t* ints(int b) { return io.ints(b); }
+  int64_t elements(int b) const { return io.elements(b); }
+};
+
 void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& io) {
   const auto& a = t.attrs;
   const auto& R = t.reads;
   const auto& W = t.writes;
+  FloatStorage storage{io};
+  if (runMathOp<float>(t, storage)) {
+    if (t.op == OpKind::CrossEntropy) {
+      const float* losses = io.in(W[0]);
+      double s = 0;
+      for (int64_t i = 0; i < a.m; ++i) s += losses[i];
+      loss_sums[rank] += s;
+    }
+    return;
+  }
   switch (t.op) {
     case OpKind::LoadBatch:
       fillMicroBatch(*data, plan.job, step, int(a.micro_batch), rank, io.mutableInts(W[0]),
                      io.mutableInts(W[1]));
       break;
-    case OpKind::Embedding:
-      embeddingForward(io.out(W[0], false), io.ints(R[0]), io.in(R[1]), io.in(R[2]), a.b, a.t, a.c);
-      break;
-    case OpKind::EmbeddingBwd: {
-      float* dwte = io.out(W[0], true);
-      float* dwpe = io.out(W[1], true);
-      // The kernel has one accumulate flag; the two outputs may differ (a
-      // tied wte already holds the LM head's contribution), so clear the
-      // ones that are written fresh and always accumulate.
-      if (!a.accumulate) std::memset(dwte, 0, io.elements(W[0]) * sizeof(float));
-      if (!a.accumulate_params) std::memset(dwpe, 0, io.elements(W[1]) * sizeof(float));
-      embeddingBackward(dwte, dwpe, io.in(R[0]), io.ints(R[1]), a.b, a.t, a.c, a.v, true);
-      break;
-    }
-    case OpKind::LayerNorm:
-      layernormForward(io.out(W[0], false), io.out(W[1], false), io.out(W[2], false), io.in(R[0]),
-                       io.in(R[1]), io.in(R[2]), a.m, a.c);
-      break;
-    case OpKind::LayerNormBwd:
-      layernormBackward(io.out(W[0], a.accumulate), io.out(W[1], a.accumulate_params),
-                        io.out(W[2], a.accumulate_params), io.in(R[0]), io.in(R[1]), io.in(R[2]),
-                        io.in(R[3]), io.in(R[4]), a.m, a.c, a.accumulate, a.accumulate_params);
-      break;
-    case OpKind::Matmul:
-      matmulForward(io.out(W[0], false), io.in(R[0]), io.in(R[1]), a.has_bias ? io.in(R[2]) : nullptr,
-                    a.m, a.n, a.k);
-      break;
-    case OpKind::MatmulBwdData:
-      matmulBackwardData(io.out(W[0], a.accumulate), io.in(R[0]), io.in(R[1]), a.m, a.n, a.k,
-                         a.accumulate);
-      break;
-    case OpKind::MatmulBwdWeight:
-      matmulBackwardWeight(io.out(W[0], a.accumulate_params),
-                           a.has_bias ? io.out(W[1], a.accumulate_params) : nullptr, io.in(R[0]),
-                           io.in(R[1]), a.m, a.n, a.k, a.accumulate_params);
-      break;
-    case OpKind::Attention:
-      attentionForward(io.out(W[0], false), io.out(W[1], false), io.in(R[0]), a.b, a.t, a.c, a.h);
-      break;
-    case OpKind::AttentionBwd:
-      attentionBackward(io.out(W[0], a.accumulate), io.in(R[0]), io.in(R[1]), io.in(R[2]), io.in(R[3]),
-                        a.b, a.t, a.c, a.h, a.accumulate);
-      break;
-    case OpKind::Gelu: geluForward(io.out(W[0], false), io.in(R[0]), a.elements); break;
-    case OpKind::GeluBwd:
-      geluBackward(io.out(W[0], a.accumulate), io.in(R[0]), io.in(R[1]), a.elements, a.accumulate);
-      break;
-    case OpKind::Add: addForward(io.out(W[0], false), io.in(R[0]), io.in(R[1]), a.elements); break;
-    case OpKind::CrossEntropy: {
-      float* losses = io.out(W[0], false);
-      crossEntropyForward(losses, io.in(R[0]), io.ints(R[1]), a.m, a.v);
-      double s = 0;
-      for (int64_t i = 0; i < a.m; ++i) s += losses[i];
-      loss_sums[rank] += s;
-      break;
-    }
-    case OpKind::CrossEntropyBwd: {
-      const float* logits = io.in(R[0]);
-      float* dlogits = io.out(W[0], true);
-      crossEntropyBackward(dlogits, logits, io.ints(R[1]), a.m, a.v, a.loss_scale);
-      break;
-    }
     case OpKind::AllReduce: {
       std::vector<float> v(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
       collectives->allReduceAverage(rank, v);
@@ -171,6 +129,8 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       }
       break;
     }
+    default:
+      throw std::logic_error(fmt::format("cpu executor: no implementation of {}", toString(t.op)));
   }
 }
 

@@ -1,0 +1,50 @@
+// tandem train: train a job on the CPU reference executor.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "cli/command_registry.h"
+#include "cli/cpu_training.h"
+#include "cli/job_options.h"
+#include "engine/planner.h"
+
+namespace tandem::cli {
+namespace {
+
+struct TrainOptions {
+  JobOptions job;
+  std::string backend = "cpu";
+  int steps = 0;
+  int log_every = 10;
+};
+
+void addTrainCommand(CLI::App& root) {
+  auto* cmd = root.add_subcommand("train", "Train a job on the CPU reference executor, printing the loss");
+  auto o = std::make_shared<TrainOptions>();
+  o->job.addTo(*cmd, true);
+  cmd->add_option("--backend", o->backend, "executor: cpu (the reference; GPUs use `tandem run`)")
+      ->check(CLI::IsMember({"cpu"}));
+  cmd->add_option("--steps", o->steps, "steps to train (default: training.steps of the job)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--log-every", o->log_every, "print a line every N steps")->check(CLI::PositiveNumber);
+  cmd->callback([o] {
+    const JobSpec job = o->job.load();
+    const Plan plan = buildPlan(job);
+    fmt::print("training {} on the CPU reference executor: {} ranks, {} tokens per step\n", job.name,
+               plan.world_size, job.tokensPerStep());
+    const TrainingReport rep = trainOnCpu(plan, o->steps, o->log_every, stdout);
+    fmt::print("done: {} steps in {:.1f} s ({:.0f} tokens/s); loss {:.4f} -> {:.4f} (mean of the last tenth)\n",
+               rep.steps, rep.seconds, rep.tokens_per_second, rep.first_loss, rep.final_loss);
+    if (!std::isnan(rep.optimal_loss))
+      fmt::print("data entropy (optimal loss) {:.4f} nats/token; gap {:.4f} nats\n", rep.optimal_loss,
+                 rep.final_loss - rep.optimal_loss);
+    if (!std::isfinite(rep.final_loss)) throw std::runtime_error("training diverged (loss is not finite)");
+  });
+}
+
+const CommandRegistration reg{"train", 20, &addTrainCommand};
+
+}  // namespace
+}  // namespace tandem::cli

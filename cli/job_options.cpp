@@ -1,0 +1,27 @@
+#include "cli/job_options.h"
+
+#include <CLI/CLI.hpp>
+
+#include "cli/command_registry.h"
+
+namespace tandem::cli {
+
+void JobOptions::addTo(CLI::App& cmd, bool required) {
+  auto* opt = cmd.add_option("job", job,
+                             "job spec YAML file, or a built-in job: 'default' (GPT-2 124M, data parallel "
+                             "8) or 'tiny' (the CPU training demo)");
+  if (required) opt->required();
+  cmd.add_option("--set", sets, "override a field of the job, e.g. --set training.micro_batch=8 (repeatable)")
+      ->type_name("KEY=VALUE");
+}
+
+JobSpec JobOptions::load() const {
+  if (job == "default" || job == "tiny") {
+    JobSpec base = job == "default" ? defaultJob() : tinyJob();
+    if (sets.empty()) return base;
+    return parseJob(base.yaml, base.source, sets);
+  }
+  return loadJobFile(resourcePath(job), sets);
+}
+
+}  // namespace tandem::cli

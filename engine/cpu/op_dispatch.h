@@ -1,0 +1,84 @@
+#pragma once
+// The math ops of a Plan task mapped onto the reference kernels, for any
+// element type and any storage. The executor uses it with float over its
+// arenas; the finite-difference tests use it with double over plain vectors,
+// so both run exactly the same task semantics (operand order, accumulate
+// flags, in-place cross-entropy).
+//
+// Storage must provide: T* in(int buffer) (const use), T* out(int buffer)
+// (current contents kept, for accumulation), const int32_t* ints(int buffer),
+// int64_t elements(int buffer).
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/cpu/kernels.h"
+#include "engine/plan.h"
+
+namespace tandem::cpu {
+
+// Returns false for ops that are not pure math (data, collectives, optimizer).
+template <class T, class Storage>
+bool runMathOp(const Task& t, Storage& io) {
+  const auto& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  switch (t.op) {
+    case OpKind::Embedding:
+      embeddingForward<T>(io.out(W[0]), io.ints(R[0]), io.in(R[1]), io.in(R[2]), a.b, a.t, a.c);
+      return true;
+    case OpKind::EmbeddingBwd: {
+      T* dwte = io.out(W[0]);
+      T* dwpe = io.out(W[1]);
+      // One accumulate flag in the kernel, two outputs that may differ (a
+      // tied wte already holds the LM head's contribution): clear the ones
+      // written fresh, then always accumulate.
+      if (!a.accumulate) std::fill(dwte, dwte + io.elements(W[0]), T(0));
+      if (!a.accumulate_params) std::fill(dwpe, dwpe + io.elements(W[1]), T(0));
+      embeddingBackward<T>(dwte, dwpe, io.in(R[0]), io.ints(R[1]), a.b, a.t, a.c, a.v, true);
+      return true;
+    }
+    case OpKind::LayerNorm:
+      layernormForward<T>(io.out(W[0]), io.out(W[1]), io.out(W[2]), io.in(R[0]), io.in(R[1]), io.in(R[2]),
+                          a.m, a.c);
+      return true;
+    case OpKind::LayerNormBwd:
+      layernormBackward<T>(io.out(W[0]), io.out(W[1]), io.out(W[2]), io.in(R[0]), io.in(R[1]), io.in(R[2]),
+                           io.in(R[3]), io.in(R[4]), a.m, a.c, a.accumulate, a.accumulate_params);
+      return true;
+    case OpKind::Matmul:
+      matmulForward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), a.has_bias ? io.in(R[2]) : nullptr, a.m, a.n,
+                       a.k);
+      return true;
+    case OpKind::MatmulBwdData:
+      matmulBackwardData<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), a.m, a.n, a.k, a.accumulate);
+      return true;
+    case OpKind::MatmulBwdWeight:
+      matmulBackwardWeight<T>(io.out(W[0]), a.has_bias ? io.out(W[1]) : nullptr, io.in(R[0]), io.in(R[1]),
+                              a.m, a.n, a.k, a.accumulate_params);
+      return true;
+    case OpKind::Attention:
+      attentionForward<T>(io.out(W[0]), io.out(W[1]), io.in(R[0]), a.b, a.t, a.c, a.h);
+      return true;
+    case OpKind::AttentionBwd:
+      attentionBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), io.in(R[2]), io.in(R[3]), a.b, a.t, a.c,
+                           a.h, a.accumulate);
+      return true;
+    case OpKind::Gelu: geluForward<T>(io.out(W[0]), io.in(R[0]), a.elements); return true;
+    case OpKind::GeluBwd:
+      geluBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), a.elements, a.accumulate);
+      return true;
+    case OpKind::Add: addForward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), a.elements); return true;
+    case OpKind::CrossEntropy:
+      crossEntropyForward<T>(io.out(W[0]), io.in(R[0]), io.ints(R[1]), a.m, a.v);
+      return true;
+    case OpKind::CrossEntropyBwd: {
+      T* dlogits = io.out(W[0]);  // in place over the logits
+      crossEntropyBackward<T>(dlogits, dlogits, io.ints(R[1]), a.m, a.v, a.loss_scale);
+      return true;
+    }
+    default: return false;
+  }
+}
+
+}  // namespace tandem::cpu

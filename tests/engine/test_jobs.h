@@ -1,0 +1,35 @@
+#pragma once
+// Small job variants for engine tests, built from the embedded tiny job.
+
+#include "engine/job.h"
+
+namespace tandem::test {
+
+// A GPT small enough for finite differences and quick CPU steps.
+inline JobSpec microJob(int micro_batch = 2, int dp = 1, int accum = 1) {
+  JobSpec j = tinyJob();
+  j.model.vocab = 16;
+  j.model.seq_len = 8;
+  j.model.layers = 2;
+  j.model.hidden = 16;
+  j.model.heads = 2;
+  j.training.micro_batch = micro_batch;
+  j.training.grad_accum = accum;
+  j.parallel.data_parallel = dp;
+  j.training.precision = Precision::FP32;
+  j.comm.bucket_mib = 0.002;  // several buckets even for this model
+  j.comm.first_bucket_mib = 0.001;
+  j.data.markov_order = 1;
+  j.data.branching = 3;
+  return j;
+}
+
+inline JobSpec gpt2Shape(int layers, int hidden, int heads) {
+  JobSpec j = defaultJob();
+  j.model.layers = layers;
+  j.model.hidden = hidden;
+  j.model.heads = heads;
+  return j;
+}
+
+}  // namespace tandem::test

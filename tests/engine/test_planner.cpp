@@ -1,0 +1,208 @@
+// Planner structure: parameter count, recompute, buckets, events, memory plan.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+
+#include "engine/memory_plan.h"
+#include "engine/planner.h"
+#include "test_jobs.h"
+
+using namespace tandem;
+
+namespace {
+
+// Independent of the planner's own checker: every pair of root buffers whose
+// live ranges intersect must occupy disjoint bytes, and all lie in the arena.
+int countOverlaps(const RankPlan& rp) {
+  std::vector<const Buffer*> roots;
+  for (const auto& b : rp.buffers)
+    if (b.parent < 0 && b.first_use >= 0) roots.push_back(&b);
+  int conflicts = 0;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Buffer& a = *roots[i];
+    if (a.offset < 0 || a.offset + a.bytes > rp.memory.arena_bytes) ++conflicts;
+    for (size_t j = i + 1; j < roots.size(); ++j) {
+      const Buffer& b = *roots[j];
+      const bool live_together = a.first_use <= b.last_use && b.first_use <= a.last_use;
+      const bool share_bytes = a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+      if (live_together && share_bytes) ++conflicts;
+    }
+  }
+  return conflicts;
+}
+
+Plan planWith(JobSpec job, RecomputePolicy policy) {
+  job.recompute.policy = policy;
+  return buildPlan(job);
+}
+
+}  // namespace
+
+TEST_CASE("GPT-2 124M has the published parameter count", "[planner]") {
+  const Plan plan = buildPlan(defaultJob());
+  CHECK(plan.summary.parameters == 124475904);
+  CHECK(plan.world_size == 8);
+  CHECK(plan.summary.tokens_per_step == 16 * 1024 * 8);
+}
+
+TEST_CASE("Every buffer a task touches has a live range covering the task", "[planner]") {
+  const Plan plan = buildPlan(test::microJob(2, 2, 2));
+  const RankPlan& rp = plan.programs[0];
+  for (const Task& t : rp.tasks) {
+    for (int b : t.reads) {
+      const Buffer& buf = rp.buffers[b];
+      const Buffer& root = buf.parent >= 0 ? rp.buffers[buf.parent] : buf;
+      INFO(t.name << " reads " << buf.name);
+      CHECK(root.first_use <= t.id);
+      CHECK(root.last_use >= t.id);
+    }
+  }
+}
+
+TEST_CASE("Memory plans never overlap two live buffers", "[planner][memory]") {
+  for (RecomputePolicy p : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full}) {
+    for (const JobSpec& job : {test::microJob(2, 2, 2), test::microJob(4, 1, 1), defaultJob()}) {
+      const Plan plan = planWith(job, p);
+      INFO(job.name << " recompute " << toString(p));
+      CHECK(countOverlaps(plan.programs[0]) == 0);
+      CHECK(checkMemoryPlan(plan.programs[0]).empty());
+    }
+  }
+}
+
+TEST_CASE("Memory peak is within 10% of the lower bound on GPT-2 shapes", "[planner][memory]") {
+  struct Shape {
+    const char* name;
+    int layers, hidden, heads;
+  };
+  for (const Shape& s : {Shape{"124M", 12, 768, 12}, Shape{"350M", 24, 1024, 16}, Shape{"1.5B", 48, 1600, 25}}) {
+    for (RecomputePolicy p : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full}) {
+      const Plan plan = planWith(test::gpt2Shape(s.layers, s.hidden, s.heads), p);
+      const MemoryPlan& m = plan.programs[0].memory;
+      INFO(s.name << " " << toString(p) << " arena " << m.arena_bytes << " lower bound " << m.lower_bound_bytes);
+      CHECK(m.arena_bytes >= m.lower_bound_bytes);
+      CHECK(double(m.arena_bytes) <= 1.10 * double(m.lower_bound_bytes));
+    }
+  }
+}
+
+TEST_CASE("Recompute lowers the predicted activation peak: full < selective < none", "[planner][recompute]") {
+  const JobSpec job = defaultJob();
+  const int64_t none = planWith(job, RecomputePolicy::None).programs[0].memory.activation_peak_bytes;
+  const int64_t sel = planWith(job, RecomputePolicy::Selective).programs[0].memory.activation_peak_bytes;
+  const int64_t full = planWith(job, RecomputePolicy::Full).programs[0].memory.activation_peak_bytes;
+  INFO("none " << none << " selective " << sel << " full " << full);
+  CHECK(full < sel);
+  CHECK(sel < none);
+}
+
+TEST_CASE("Recompute decisions report kept, saved and extra work per layer", "[planner][recompute]") {
+  JobSpec job = defaultJob();
+  job.recompute.policy = RecomputePolicy::None;
+  job.recompute.per_layer[3] = RecomputePolicy::Full;
+  job.recompute.per_layer[5] = RecomputePolicy::Selective;
+  const Plan plan = buildPlan(job);
+  REQUIRE(plan.recompute.size() == 12);
+  const auto& none = plan.recompute[0];
+  const auto& full = plan.recompute[3];
+  const auto& sel = plan.recompute[5];
+  CHECK(none.bytes_saved == 0);
+  CHECK(none.extra_flops == 0);
+  CHECK(full.bytes_kept + full.bytes_saved == none.bytes_kept);
+  CHECK(sel.bytes_kept + sel.bytes_saved == none.bytes_kept);
+  CHECK(full.bytes_saved > sel.bytes_saved);
+  CHECK(sel.bytes_saved > 0);
+  CHECK(full.extra_flops > sel.extra_flops);
+  CHECK(sel.extra_flops > 0);
+  // Recompute tasks exist only for the recomputed layers and precede the
+  // backward tasks that read their outputs.
+  const RankPlan& rp = plan.programs[0];
+  std::map<int, int> first_reader;
+  for (const Task& t : rp.tasks) {
+    if (t.phase == Phase::Recompute) {
+      const bool recomputed_layer = t.layer == 3 || t.layer == 5;
+      CHECK(recomputed_layer);
+      for (int b : t.writes) first_reader.emplace(b, -1);
+    } else if (t.phase == Phase::Backward) {
+      for (int b : t.reads)
+        if (auto it = first_reader.find(b); it != first_reader.end() && it->second < 0) it->second = t.id;
+    }
+  }
+  int used = 0;
+  for (const Task& t : rp.tasks)
+    if (t.phase == Phase::Recompute)
+      for (int b : t.writes)
+        if (first_reader[b] >= 0) {
+          CHECK(first_reader[b] > t.id);
+          ++used;
+        }
+  CHECK(used > 0);
+}
+
+TEST_CASE("Data parallel: one all-reduce per bucket, after the last micro-batch, joined by events",
+          "[planner][dp]") {
+  const Plan plan = buildPlan(test::microJob(2, 2, 3));
+  const RankPlan& rp = plan.programs[0];
+  REQUIRE(rp.streams.size() == 2);
+  REQUIRE(rp.buckets.size() >= 3);
+  int all_reduces = 0;
+  int first_last_mb_task = -1;
+  for (const Task& t : rp.tasks)
+    if (t.micro_batch == 2 && first_last_mb_task < 0) first_last_mb_task = t.id;
+  std::vector<int> recorder_of(rp.num_events, -1);
+  for (const Task& t : rp.tasks)
+    if (t.record_event >= 0) recorder_of[t.record_event] = t.id;
+  int comm_synced_upto = -1;
+  for (const Task& t : rp.tasks) {
+    if (t.op != OpKind::AllReduce) continue;
+    ++all_reduces;
+    CHECK(t.stream == 1);
+    CHECK(t.id > first_last_mb_task);
+    REQUIRE(t.collective.has_value());
+    CHECK(t.collective->group == "dp");
+    CHECK(t.collective->reduce == ReduceOp::Avg);
+    // Every producer of the bucket's gradients has run before the comm
+    // stream's latest wait (the comm stream is FIFO, so an earlier
+    // all-reduce's wait also covers this one).
+    for (int e : t.wait_events) comm_synced_upto = std::max(comm_synced_upto, recorder_of[e]);
+    REQUIRE(comm_synced_upto >= 0);
+    for (const Task& w : rp.tasks) {
+      if (w.stream != 0 || w.id >= t.id) continue;
+      for (int b : w.writes) {
+        const int root = rp.buffers[b].parent >= 0 ? rp.buffers[b].parent : b;
+        if (root == t.reads[0]) CHECK(w.id <= comm_synced_upto);
+      }
+    }
+  }
+  CHECK(all_reduces == int(rp.buckets.size()));
+  // The optimizer waits for communication.
+  for (const Task& t : rp.tasks)
+    if (t.op == OpKind::GradNorm) CHECK(!t.wait_events.empty());
+}
+
+TEST_CASE("Gradient buckets follow completion order and the size limits", "[planner][dp]") {
+  JobSpec job = defaultJob();
+  const Plan plan = buildPlan(job);
+  const RankPlan& rp = plan.programs[0];
+  REQUIRE(rp.buckets.size() > 2);
+  const bool first_small = double(rp.buckets[0].bytes) <= job.comm.first_bucket_mib * 1048576.0 ||
+                           rp.buckets[0].params.size() == 1;
+  CHECK(first_small);
+  // Buckets list gradients in the order the backward completes them: the
+  // final LayerNorm first, the embeddings last.
+  CHECK(rp.params[rp.buckets.front().params.front()].name.rfind("final.ln", 0) == 0);
+  std::map<int, int> completes;  // gradient buffer -> last task writing it
+  for (const Task& t : rp.tasks)
+    for (int b : t.writes) completes[b] = t.id;
+  int previous = -1;
+  for (const auto& bucket : rp.buckets)
+    for (int p : bucket.params) {
+      const int done = completes.at(rp.params[p].grad);
+      CHECK(done >= previous);
+      previous = done;
+    }
+  int64_t total = 0;
+  for (const auto& b : rp.buckets) total += b.bytes;
+  CHECK(total == plan.summary.parameters * 2);  // bf16 gradients
+}
