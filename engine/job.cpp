@@ -456,7 +456,7 @@ JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
   try {
     root = YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
-    JobReader::failAt(source_name + ":" + std::to_string(e.mark.line + 1), "yaml",
+    JobReader::failAt(source_name + ":" + std::to_string(std::max(e.mark.line, 0) + 1), "yaml",
                       "malformed YAML: " + e.msg, "a YAML mapping with keys " + sections);
   }
   if (root.IsNull())
