@@ -44,8 +44,9 @@ void crossEntropyForward(T* losses, const T* logits, const int32_t* targets, int
     checkTarget(targets[m], m, V);
     const T* row = logits + m * V;
     const RowStats s = rowStats(row, V);
-    // -log softmax[target] = log(sum_j exp(l_j)) - l_target
-    losses[m] = T(s.max + std::log(s.sum_exp) - double(row[targets[m]]));
+    // -log softmax[target] = log(sum_j exp(l_j - max)) - (l_target - max); the
+    // shifted difference is formed first so large logits do not cancel.
+    losses[m] = T(std::log(s.sum_exp) - (double(row[targets[m]]) - s.max));
   }
 }
 
