@@ -5,8 +5,7 @@
 
 #include <algorithm>
 #include <limits>
-#include <queue>
-#include <tuple>
+#include <functional>
 
 namespace tandem::sim {
 namespace {
@@ -42,6 +41,8 @@ Router::Router(const Topology& topo, int max_cached_trees)
     if (h >= 0 && size_t(h) < devices_of_host_.size()) devices_of_host_[size_t(h)].push_back(int(d));
   }
   nic_for_.assign(topo.devices.size(), -2);
+  node_host_.resize(n);
+  for (size_t v = 0; v < n; ++v) node_host_[v] = topo.nodeHost(int(v));
 }
 
 void Router::checkNode(int node, const char* what) const {
@@ -50,50 +51,64 @@ void Router::checkNode(int node, const char* what) const {
                                     topo_.nodeCount() - 1));
 }
 
-std::shared_ptr<const Router::Tree> Router::buildTree(int dst) const {
-  // Dijkstra on reversed links from dst with the cost (hops, latency), which
-  // orders lexicographically. A device other than dst is a leaf: it may start
-  // a route but never forwards one.
-  const size_t n = size_t(topo_.nodeCount());
-  auto tree = std::make_shared<Tree>();
-  tree->dst = dst;
-  tree->to_dst.assign(n, Cost{std::numeric_limits<int>::max(), 0});
-  tree->reached.assign(n, false);
-  using Item = std::tuple<int, int64_t, int>;  // hops, latency, node
-  std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
-  tree->to_dst[size_t(dst)] = Cost{0, 0};
-  heap.push({0, 0, dst});
-  std::vector<bool> done(n, false);
-  while (!heap.empty()) {
-    auto [hops, lat, v] = heap.top();
-    heap.pop();
-    if (done[size_t(v)]) continue;
-    done[size_t(v)] = true;
-    tree->reached[size_t(v)] = true;
-    if (v != dst && topo_.isDevice(v)) continue;
-    for (int li : in_links_[size_t(v)]) {
-      const Link& l = topo_.links[size_t(li)];
-      Cost cand{hops + 1, lat + l.latency_ns};
-      Cost& cur = tree->to_dst[size_t(l.src)];
-      if (std::tie(cand.hops, cand.latency_ns) < std::tie(cur.hops, cur.latency_ns)) {
-        cur = cand;
-        heap.push({cand.hops, cand.latency_ns, l.src});
-      }
-    }
-  }
-  return tree;
-}
-
-std::shared_ptr<const Router::Tree> Router::treeTo(int dst) const {
+Router::Tree& Router::treeTo(int dst, int src_host) const {
   for (auto it = trees_.begin(); it != trees_.end(); ++it) {
-    if ((*it)->dst == dst) {
+    if (it->dst == dst && it->src_host == src_host) {
       trees_.splice(trees_.begin(), trees_, it);
       return trees_.front();
     }
   }
-  trees_.push_front(buildTree(dst));
+  Tree tree;
+  tree.dst = dst;
+  tree.src_host = src_host;
+  tree.nodes[dst] = Entry{Cost{0, 0}, false};
+  tree.heap.push_back({Cost{0, 0}, dst});
+  trees_.push_front(std::move(tree));
   while (int(trees_.size()) > max_cached_trees_) trees_.pop_back();
   return trees_.front();
+}
+
+void Router::settle(Tree& tree, int src) const {
+  // Dijkstra on reversed links from tree.dst with the cost (hops, latency),
+  // ordered lexicographically. A device other than dst is a leaf: it may start
+  // a route but never forwards one. Nodes of hosts other than the two ends
+  // are not used. The search stops once src is settled: every node cheaper
+  // than src, the only ones a shortest route from src can use, is settled too.
+  auto& heap = tree.heap;
+  const std::greater<HeapItem> later;
+  const int dst_host = node_host_[size_t(tree.dst)];
+  while (!heap.empty()) {
+    if (const Entry* s = tree.find(src); s && s->done) break;
+    std::pop_heap(heap.begin(), heap.end(), later);
+    HeapItem item = heap.back();
+    heap.pop_back();
+    const int v = item.node;
+    Entry& ev = tree.nodes[v];
+    if (ev.done) continue;
+    ev.done = true;
+    if (v != tree.dst && topo_.isDevice(v)) continue;
+    for (int li : in_links_[size_t(v)]) {
+      const Link& l = topo_.links[size_t(li)];
+      const int h = node_host_[size_t(l.src)];
+      if (h != -1 && h != dst_host && h != tree.src_host) continue;
+      Cost cand{item.cost.hops + 1, item.cost.latency_ns + l.latency_ns};
+      auto [it, inserted] = tree.nodes.try_emplace(l.src, Entry{cand, false});
+      if (!inserted) {
+        if (it->second.done || !(cand < it->second.to_dst)) continue;
+        it->second.to_dst = cand;
+      }
+      heap.push_back({cand, l.src});
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
+  }
+}
+
+bool Router::settledFrom(int src_node, int dst_node, Tree** out) const {
+  Tree& tree = treeTo(dst_node, node_host_[size_t(src_node)]);
+  settle(tree, src_node);
+  *out = &tree;
+  const Entry* e = tree.find(src_node);
+  return e && e->done;
 }
 
 const std::vector<int>& Router::route(int src_node, int dst_node) const {
@@ -105,22 +120,21 @@ const std::vector<int>& Router::route(int src_node, int dst_node) const {
 
   std::vector<int> path;
   if (src_node != dst_node) {
-    auto tree = treeTo(dst_node);
-    if (!tree->reached[size_t(src_node)])
+    Tree* tree = nullptr;
+    if (!settledFrom(src_node, dst_node, &tree))
       throw TopologyError(fmt::format("topology '{}': no route from '{}' to '{}'", topo_.name,
                                       topo_.nodeName(src_node), topo_.nodeName(dst_node)));
     int cur = src_node;
     std::vector<int> candidates;
     while (cur != dst_node) {
-      const Cost here = tree->to_dst[size_t(cur)];
+      const Cost here = tree->find(cur)->to_dst;
       candidates.clear();
       for (int li : out_links_[size_t(cur)]) {
         const Link& l = topo_.links[size_t(li)];
-        int v = l.dst;
-        if (!tree->reached[size_t(v)]) continue;
-        if (v != dst_node && topo_.isDevice(v)) continue;
-        const Cost there = tree->to_dst[size_t(v)];
-        if (there.hops + 1 == here.hops && there.latency_ns + l.latency_ns == here.latency_ns)
+        const Entry* there = tree->find(l.dst);
+        if (!there || !there->done) continue;
+        if (l.dst != dst_node && topo_.isDevice(l.dst)) continue;
+        if (there->to_dst.hops + 1 == here.hops && there->to_dst.latency_ns + l.latency_ns == here.latency_ns)
           candidates.push_back(li);
       }
       // Cannot be empty: `here` was derived from one of these links.
@@ -141,7 +155,8 @@ bool Router::reachable(int src_node, int dst_node) const {
   if (src_node == dst_node) return true;
   std::lock_guard<std::mutex> lock(mutex_);
   if (routes_.count(pairKey(src_node, dst_node))) return true;
-  return treeTo(dst_node)->reached[size_t(src_node)];
+  Tree* tree = nullptr;
+  return settledFrom(src_node, dst_node, &tree);
 }
 
 int64_t Router::routeLatencyNs(int src_node, int dst_node) const {
@@ -172,10 +187,8 @@ int Router::nicFor(int device) const {
   // Breadth-first inside the device's host; the first NIC met at the smallest
   // depth (lowest id at that depth) is the device's rail.
   const int host = topo_.devices[size_t(device)].host;
-  const size_t n = size_t(topo_.nodeCount());
-  std::vector<int> depth(n, -1);
+  std::unordered_map<int, int> depth{{device, 0}};  // sparse: a host is small
   std::vector<int> frontier{device};
-  depth[size_t(device)] = 0;
   cached = -1;
   while (!frontier.empty() && cached == -1) {
     std::vector<int> next;
@@ -184,8 +197,8 @@ int Router::nicFor(int device) const {
       if (u != device && topo_.isDevice(u)) continue;
       for (int li : out_links_[size_t(u)]) {
         int v = topo_.links[size_t(li)].dst;
-        if (depth[size_t(v)] >= 0 || topo_.nodeHost(v) != host) continue;
-        depth[size_t(v)] = depth[size_t(u)] + 1;
+        if (depth.count(v) || node_host_[size_t(v)] != host) continue;
+        depth[v] = depth[u] + 1;
         if (topo_.nodeKind(v) == NodeKind::Nic && (best < 0 || v < best)) best = v;
         next.push_back(v);
       }

@@ -8,11 +8,17 @@
 // way ECMP spreads flows: deterministic, and different pairs take different
 // spines.
 //
+// Hosts do not forward: a route from s to d uses only nodes of s's host, of
+// d's host and network switches outside any host (host -1). Besides being
+// how clusters work (a NIC does not relay traffic between two other hosts),
+// it keeps a search small.
+//
 // Cost: nothing is precomputed for all N^2 pairs. A route query runs one
-// shortest-path search towards its destination (O(links log nodes)), whose
-// distance table is kept in a small LRU cache (O(nodes) each), and the route
-// itself is cached per pair. 4096 GPUs with a ring pattern therefore cost
-// O(N) routes and memory.
+// shortest-path search towards its destination over the nodes it may use
+// (two hosts and the network switches), stopping as soon as the source is
+// settled; its sparse distance table is kept in a small LRU cache keyed by
+// (destination, source host), and the route itself is cached per pair. A
+// ring over 4096 GPUs therefore costs O(N) time and memory, not O(N^2).
 //
 // Thread safety: const methods may be called from several threads; the
 // caches are guarded by a mutex. References returned by route() stay valid
@@ -20,7 +26,6 @@
 
 #include <cstdint>
 #include <list>
-#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -64,16 +69,37 @@ class Router {
   struct Cost {
     int hops = 0;
     int64_t latency_ns = 0;
+    bool operator<(const Cost& o) const {
+      return hops != o.hops ? hops < o.hops : latency_ns < o.latency_ns;
+    }
   };
-  // Distances of every node to one destination (hops, then latency).
+  struct HeapItem {
+    Cost cost;
+    int node = -1;
+    bool operator>(const HeapItem& o) const { return o.cost < cost || (!(cost < o.cost) && node > o.node); }
+  };
+  struct Entry {
+    Cost to_dst;
+    bool done = false;
+  };
+  // Distances to one destination (hops, then latency) of the nodes a route
+  // from src_host may use, found by a Dijkstra search on reversed links that
+  // stops as soon as the queried source is settled and resumes for later
+  // sources of the same host.
   struct Tree {
     int dst = -1;
-    std::vector<Cost> to_dst;
-    std::vector<bool> reached;
+    int src_host = -1;
+    std::unordered_map<int, Entry> nodes;
+    std::vector<HeapItem> heap;  // std::push_heap/pop_heap with std::greater
+    const Entry* find(int node) const {
+      auto it = nodes.find(node);
+      return it == nodes.end() ? nullptr : &it->second;
+    }
   };
 
-  std::shared_ptr<const Tree> treeTo(int dst) const;  // caller holds mutex_
-  std::shared_ptr<const Tree> buildTree(int dst) const;
+  Tree& treeTo(int dst, int src_host) const;  // caller holds mutex_
+  void settle(Tree& tree, int src) const;
+  bool settledFrom(int src_node, int dst_node, Tree** tree) const;  // caller holds mutex_
   void checkNode(int node, const char* what) const;
 
   const Topology& topo_;
@@ -81,12 +107,13 @@ class Router {
   std::vector<std::vector<int>> out_links_;
   std::vector<std::vector<int>> in_links_;
   std::vector<std::vector<int>> devices_of_host_;
+  std::vector<int> node_host_;
   std::vector<int> empty_;
 
   mutable std::mutex mutex_;
   mutable std::unordered_map<uint64_t, std::vector<int>> routes_;
-  mutable std::list<std::shared_ptr<const Tree>> trees_;  // most recently used first
-  mutable std::vector<int> nic_for_;                      // -2: not computed yet
+  mutable std::list<Tree> trees_;     // most recently used first
+  mutable std::vector<int> nic_for_;  // -2: not computed yet
 };
 
 }  // namespace tandem::sim

@@ -33,9 +33,9 @@ constexpr std::array<std::pair<LinkKind, std::string_view>, 5> kLinkKinds{{
     {LinkKind::Internal, "internal"},
 }};
 
-// Finds a pair of devices that cannot reach each other without transiting a
-// device, or returns {-1, -1}.
-std::pair<int, int> findUnreachablePair(const Topology& topo) {
+}  // namespace
+
+std::pair<int, int> findUnreachableDevices(const Topology& topo) {
   const int n = topo.nodeCount();
   const int d = int(topo.devices.size());
   std::vector<std::vector<int>> fwd(static_cast<size_t>(n));
@@ -114,8 +114,10 @@ std::pair<int, int> findUnreachablePair(const Topology& topo) {
   return {-1, -1};
 }
 
+namespace {
+
 void checkDevicesConnected(const Topology& topo) {
-  auto [a, b] = findUnreachablePair(topo);
+  auto [a, b] = findUnreachableDevices(topo);
   if (a < 0) return;
   throw TopologyError(fmt::format(
       "topology '{}': device '{}' cannot reach device '{}' (every GPU must reach every other GPU "

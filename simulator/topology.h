@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tandem::sim {
@@ -96,6 +97,10 @@ std::string_view toString(NodeKind v);
 std::string_view toString(LinkKind v);
 std::optional<NodeKind> parseNodeKind(std::string_view s);  // "nvswitch", "ib_leaf", ...
 std::optional<LinkKind> parseLinkKind(std::string_view s);  // "nvlink", "pcie", ...
+
+// A pair of devices (ids) where the first cannot reach the second without
+// transiting a device, or {-1, -1} when every device reaches every other.
+std::pair<int, int> findUnreachableDevices(const Topology& topo);
 
 // Throws TopologyError when a device cannot reach every other device through
 // links (routing never passes through a device, only through switches), when a

@@ -1,0 +1,209 @@
+// Presets: the embedded texts equal resources/topologies/, their figures, the
+// generated DGX H100 clusters and MIG slicing.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "simulator/routing.h"
+#include "simulator/topology_presets.h"
+#include "simulator/topology_yaml.h"
+
+using namespace tandem::sim;
+
+namespace {
+
+std::string readFile(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int count(const Topology& t, NodeKind kind) {
+  int n = 0;
+  for (const auto& s : t.switches) n += s.kind == kind;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("embedded presets equal the files in resources/topologies", "[presets]") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(TANDEM_SOURCE_DIR) / "resources" / "topologies";
+  auto names = fixedPresetNames();
+  REQUIRE(names.size() == 5);
+  for (const auto& name : names) {
+    INFO(name);
+    fs::path file = dir / (name + ".yaml");
+    REQUIRE(fs::exists(file));
+    CHECK(readFile(file) == std::string(*presetYaml(name)));
+    Topology t = loadTopologyFile(file.string());
+    CHECK(t.name == name);
+    CHECK_FALSE(t.description.empty());
+  }
+  // Every .yaml in the folder is a preset (no file forgotten in the binary).
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".yaml") continue;
+    INFO(e.path().string());
+    CHECK(presetYaml(e.path().stem().string()).has_value());
+  }
+}
+
+TEST_CASE("h200x2-nv18 matches the measured machine", "[presets]") {
+  Topology t = loadTopology("h200x2-nv18");
+  REQUIRE(t.devices.size() == 2);
+  for (const auto& d : t.devices) {
+    CHECK(d.model == "H200");
+    CHECK(d.memory_bytes == 143771LL * 1024 * 1024);
+    CHECK(d.sm_count == 132);
+    CHECK(d.bf16_flops == Approx(989e12));
+    CHECK(d.hbm_gbps == Approx(4800));
+  }
+  Router r(t);
+  const auto& path = r.route(0, 1);
+  REQUIRE(path.size() == 1);
+  const Link& l = t.links[size_t(path[0])];
+  CHECK(l.kind == LinkKind::NvLink);
+  CHECK(l.lanes == 18);
+  CHECK(l.gbps == Approx(18 * 26.562));
+}
+
+TEST_CASE("8-GPU presets route GPU pairs through the NVSwitch", "[presets]") {
+  struct Want {
+    const char* name;
+    const char* model;
+    double gbps;
+  };
+  for (Want w : {Want{"dgx-h100", "H100", 450}, Want{"dgx-h200", "H200", 450}, Want{"hgx-a100", "A100-80GB", 300}}) {
+    INFO(w.name);
+    Topology t = loadTopology(w.name);
+    REQUIRE(t.devices.size() == 8);
+    CHECK(t.devices[3].model == w.model);
+    CHECK(count(t, NodeKind::NvSwitch) == 1);
+    Router r(t);
+    for (int a = 0; a < 8; ++a)
+      for (int b = 0; b < 8; ++b) {
+        if (a == b) continue;
+        const auto& path = r.route(a, b);
+        REQUIRE(path.size() == 2);
+        CHECK(t.links[size_t(path[0])].kind == LinkKind::NvLink);
+        CHECK(r.bottleneckGbps(a, b) == Approx(w.gbps));
+      }
+  }
+  CHECK(loadTopology("hgx-a100").devices[0].bf16_flops == Approx(312e12));
+}
+
+TEST_CASE("pcie-4gpu goes through one PCIe switch", "[presets]") {
+  Topology t = loadTopology("pcie-4gpu");
+  REQUIRE(t.devices.size() == 4);
+  CHECK(count(t, NodeKind::PcieSwitch) == 1);
+  CHECK(count(t, NodeKind::HostBridge) == 1);
+  Router r(t);
+  const auto& path = r.route(0, 3);
+  REQUIRE(path.size() == 2);
+  CHECK(t.nodeKind(t.links[size_t(path[0])].dst) == NodeKind::PcieSwitch);
+  CHECK(r.bottleneckGbps(1, 2) == Approx(25));
+}
+
+TEST_CASE("generated DGX H100 clusters", "[presets][cluster]") {
+  for (std::string name : {"4xdgx-h100", "4\xC3\x97" "dgx-h100"}) {
+    Topology t = loadTopology(name);
+    CHECK(t.name == "4xdgx-h100");
+    CHECK(t.devices.size() == 32);
+    CHECK(t.hosts.size() == 4);
+    CHECK(count(t, NodeKind::Nic) == 32);
+    CHECK(count(t, NodeKind::IbLeaf) == 8);   // one per rail
+    CHECK(count(t, NodeKind::IbSpine) == 4);  // as many as hosts per leaf
+  }
+  SECTION("non-blocking: every leaf has as much uplink as downlink") {
+    Topology t = makeDgxH100Cluster(40);  // two leaves per rail, the second half full
+    int d = int(t.devices.size());
+    CHECK(count(t, NodeKind::IbLeaf) == 16);
+    for (size_t s = 0; s < t.switches.size(); ++s) {
+      if (t.switches[s].kind != NodeKind::IbLeaf) continue;
+      double down = 0, up = 0;
+      for (const Link& l : t.links) {
+        if (l.src != d + int(s)) continue;
+        (t.nodeKind(l.dst) == NodeKind::IbSpine ? up : down) += l.gbps;
+      }
+      CHECK(up >= down);
+      CHECK(down > 0);
+    }
+  }
+  SECTION("rails: each GPU's NIC is its own rail, cross-host traffic stays on it") {
+    Topology t = makeDgxH100Cluster(4);
+    Router r(t);
+    for (int g = 0; g < 8; ++g) CHECK(t.nodeName(r.nicFor(8 + g)) == "node1.nic" + std::to_string(g));
+    const auto& path = r.route(3, 8 + 3);  // node0.gpu3 -> node1.gpu3
+    std::vector<std::string> names;
+    for (int li : path) names.push_back(t.nodeName(t.links[size_t(li)].dst));
+    REQUIRE(names.size() == 6);
+    CHECK(names[0] == "node0.pcie3");
+    CHECK(names[1] == "node0.nic3");
+    CHECK(names[2] == "leaf.rail3.0");
+    CHECK(names[5] == "node1.gpu3");
+    CHECK(r.bottleneckGbps(3, 11) == Approx(50));
+    // Inside a host: NVSwitch.
+    CHECK(r.route(0, 5).size() == 2);
+  }
+  CHECK_THROWS_AS(loadTopology("0xdgx-h100"), TopologyError);
+  CHECK_THROWS_WITH(loadTopology("5xdgx-a100"), Catch::Contains("neither a preset"));
+}
+
+TEST_CASE("unknown names list the presets", "[presets]") {
+  CHECK_THROWS_WITH(loadTopology("dgx-h900"), Catch::Contains("dgx-h100") && Catch::Contains("<N>xdgx-h100"));
+  auto list = listPresets();
+  REQUIRE(list.size() == 6);
+  for (const auto& p : list) CHECK_FALSE(p.description.empty());
+}
+
+TEST_CASE("MIG slices carry their fraction of the GPU", "[presets][mig]") {
+  Topology t = loadTopology("dgx-h100:mig=3g.40gb");
+  REQUIRE(t.devices.size() == 16);  // two 3g.40gb per H100
+  const DeviceSpec full = *gpuModelSpec("H100");
+  const DeviceSpec& s = t.devices[0];
+  CHECK(s.name == "gpu0.mig0");
+  CHECK(s.mig_profile == "3g.40gb");
+  CHECK(s.mig_fraction == Approx(3.0 / 7));
+  CHECK(s.sm_count == 132 * 3 / 7);
+  CHECK(s.memory_bytes == full.memory_bytes / 2);
+  CHECK(s.hbm_gbps == Approx(full.hbm_gbps / 2));
+  CHECK(s.bf16_flops == Approx(full.bf16_flops * 3 / 7));
+  CHECK(count(t, NodeKind::GpuHub) == 8);
+  Router r(t);
+  // Two slices of one GPU meet in its hub; slices of two GPUs go on through
+  // the NVSwitch.
+  CHECK(r.route(0, 1).size() == 2);
+  CHECK(r.route(0, 2).size() == 4);
+
+  CHECK(loadTopology("h200x2-nv18:mig=1g.18gb").devices.size() == 14);
+  CHECK(loadTopology("hgx-a100:mig=2g.20gb").devices.size() == 24);
+  CHECK(loadTopology("dgx-h100:mig=1g.20gb").devices.size() == 32);
+  CHECK_THROWS_WITH(loadTopology("dgx-h100:mig=5g.40gb"), Catch::Contains("5 compute slices"));
+  CHECK_THROWS_WITH(loadTopology("dgx-h100:mig=3g.30gb"), Catch::Contains("does not fit"));
+  CHECK_THROWS_WITH(loadTopology("dgx-h100:mig=big"), Catch::Contains("malformed"));
+}
+
+TEST_CASE("MIG from a YAML section, for some GPUs only", "[presets][mig]") {
+  std::string text = std::string(*presetYaml("h200x2-nv18")) + "mig: {profile: 3g.71gb, gpus: [gpu1]}\n";
+  Topology t = parseTopologyYaml(text, "mig.yaml");
+  REQUIRE(t.devices.size() == 3);
+  CHECK(t.devices[0].name == "gpu0");
+  CHECK(t.devices[0].mig_fraction == 1.0);
+  CHECK(t.devices[1].name == "gpu1.mig0");
+  CHECK(t.devices[2].memory_bytes == 143771LL * 1024 * 1024 / 2);
+  Router r(t);
+  CHECK(r.bottleneckGbps(0, 2) == Approx(18 * 26.562));
+
+  std::string bad = std::string(*presetYaml("h200x2-nv18")) + "mig: {profile: 9g.1gb}\n";
+  try {
+    parseTopologyYaml(bad, "mig.yaml");
+    FAIL("no error");
+  } catch (const TopologyError& e) {
+    std::string msg = e.what();
+    CHECK(msg.find("mig.yaml:") == 0);
+    CHECK(msg.find("9 compute slices") != std::string::npos);
+  }
+}
