@@ -83,8 +83,8 @@ training:
   micro_batch: 16              # sequences per rank per micro-batch
   grad_accum: 1                # micro-batches per step (collectives on the last)
   steps: 600                   # optimizer steps to run
-  lr: 3e-3                     # peak learning rate (after warm-up)
-  min_lr: 3e-4                 # learning rate at the last step (cosine decay)
+  lr: 1e-2                     # peak learning rate (after warm-up)
+  min_lr: 1e-3                 # learning rate at the last step (cosine decay)
   warmup_steps: 20             # linear warm-up steps from 0 to lr
   weight_decay: 0.0            # AdamW decoupled weight decay (matrices only)
   beta1: 0.9                   # AdamW first-moment decay
@@ -108,7 +108,7 @@ recompute:
 data:
   source: synthetic            # synthetic | tokens
   path: ""                     # token file (little-endian uint16) for `tokens`
-  markov_order: 2              # synthetic: tokens depend on this many predecessors
+  markov_order: 1              # synthetic: tokens depend on this many predecessors
   branching: 4                 # synthetic: distinct successors per context
 )yaml";
 
