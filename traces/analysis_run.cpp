@@ -30,7 +30,7 @@ void accumulate(Breakdown& total, const Breakdown& b) {
 RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& options) {
   RunReport report;
   report.run = reader.run(run);
-  std::vector<Track> tracks = reader.loadRun(run);
+  std::vector<Track> tracks = reader.loadRun(run, /*with_details=*/false);
   for (const auto& t : tracks) report.activity_count += static_cast<int64_t>(t.size());
   if (report.activity_count == 0)
     throw TraceError(fmt::format("{}: run {} ('{}') has no activities to report on", reader.path(), run,

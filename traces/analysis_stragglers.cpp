@@ -15,7 +15,7 @@ namespace {
 
 struct Key {
   int64_t task_id;  // >= 0 when matched by task
-  std::string name;
+  int64_t name;     // name code when matched by occurrence
   int64_t occurrence;
   bool operator<(const Key& o) const {
     return std::tie(task_id, name, occurrence) < std::tie(o.task_id, o.name, o.occurrence);
@@ -28,10 +28,11 @@ Stragglers stragglers(const std::vector<RankTracks>& ranks, const CategoryTable&
                       const std::vector<CollectiveRow>& collectives) {
   std::map<Key, std::vector<std::pair<int, int64_t>>> groups;  // rank, start
   if (!collectives.empty()) {
-    std::map<std::pair<int, std::string>, int64_t> seen;
+    std::map<std::pair<int, int64_t>, int64_t> seen;
+    std::map<std::string, int64_t> codes;
     for (const auto& c : collectives) {
-      std::string name = c.group + "/" + c.op;
-      Key k = c.task_id >= 0 ? Key{c.task_id, "", 0} : Key{-1, name, seen[{c.rank, name}]++};
+      int64_t name = codes.emplace(c.group + "/" + c.op, static_cast<int64_t>(codes.size())).first->second;
+      Key k = c.task_id >= 0 ? Key{c.task_id, 0, 0} : Key{-1, name, seen[{c.rank, name}]++};
       groups[k].emplace_back(c.rank, c.start_ns);
     }
   } else {
@@ -45,7 +46,7 @@ Stragglers stragglers(const std::vector<RankTracks>& ranks, const CategoryTable&
             comm.emplace_back(t->start_ns[i], t->task_id[i], t->name[i]);
       std::sort(comm.begin(), comm.end());
       for (const auto& [start, task, name] : comm) {
-        Key k = task >= 0 ? Key{task, "", 0} : Key{-1, std::to_string(name), seen[name]++};
+        Key k = task >= 0 ? Key{task, 0, 0} : Key{-1, name, seen[name]++};
         groups[k].emplace_back(rank.rank, start);
       }
     }

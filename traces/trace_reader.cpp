@@ -16,6 +16,21 @@ namespace {
 const char* kTrackColumns =
     "start_ns, end_ns, kind, name, task_id, phase, layer, micro_batch, correlation_id, bytes, flops";
 
+const char* kTrackColumnsLean = "start_ns, end_ns, kind, name, task_id, phase, correlation_id, bytes, flops";
+
+// Appends the current row of a kTrackColumnsLean query.
+void appendLeanRow(Track& t, const sql::Stmt& s, int first) {
+  t.start_ns.push_back(s.colInt(first + 0));
+  t.end_ns.push_back(s.colInt(first + 1));
+  t.kind.push_back(static_cast<ActivityKind>(s.colInt(first + 2)));
+  t.name.push_back(static_cast<int32_t>(s.colInt(first + 3)));
+  t.task_id.push_back(s.colInt(first + 4));
+  t.phase.push_back(static_cast<TracePhase>(s.colInt(first + 5)));
+  t.correlation_id.push_back(s.colInt(first + 6));
+  t.bytes.push_back(s.colInt(first + 7));
+  t.flops.push_back(s.colDouble(first + 8));
+}
+
 // Appends the current row (columns as kTrackColumns, starting at `first`).
 void appendRow(Track& t, const sql::Stmt& s, int first) {
   t.start_ns.push_back(s.colInt(first + 0));
@@ -42,7 +57,7 @@ struct TraceReader::Impl {
   std::vector<std::string> strings;
   bool strings_loaded = false;
 
-  explicit Impl(const std::string& path) : db(checked(path), SQLITE_OPEN_READONLY) {
+  explicit Impl(const std::string& path) : db(checked(path), SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX) {
     prepareSchema(db, /*for_write=*/false);
   }
 
@@ -142,96 +157,164 @@ std::vector<TrackInfo> TraceReader::tracks(int64_t run) {
 }
 
 int64_t TraceReader::activityCount(int64_t run) {
-  sql::Stmt s(impl_->db, "SELECT COALESCE(SUM(activity_count), 0) FROM track_stats WHERE run=?");
+  sql::Stmt s(impl_->db, "SELECT COALESCE(SUM(count), 0) FROM activity_chunks WHERE run=?");
   s.bind(1, run);
   return s.step() ? s.colInt(0) : 0;
 }
 
-Track TraceReader::loadTrack(int64_t run, int rank, int stream) {
-  sql::Stmt s(impl_->db, fmt::format("SELECT {} FROM activities WHERE run=? AND rank=? AND stream=? "
-                                     "ORDER BY start_ns, seq",
-                                     kTrackColumns));
+namespace {
+
+struct Chunk {
+  int rank, stream;
+  int64_t first_id, last_id, min_start_ns, max_start_ns;
+};
+
+// Puts a track back in start order when its chunks overlap in time (a writer
+// that emitted a track's activities out of order across batches).
+void sortIfNeeded(Track& t, bool needed) {
+  if (!needed) return;
+  std::vector<size_t> order(t.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return t.start_ns[a] < t.start_ns[b]; });
+  auto permute = [&](auto& v) {
+    auto copy = v;
+    for (size_t i = 0; i < order.size(); ++i) v[i] = copy[order[i]];
+  };
+  permute(t.start_ns), permute(t.end_ns), permute(t.kind), permute(t.name), permute(t.task_id);
+  permute(t.phase), permute(t.correlation_id), permute(t.bytes);
+  if (!t.layer.empty()) permute(t.layer), permute(t.micro_batch);
+  permute(t.flops);
+}
+
+void reserve(Track& t, size_t n, bool with_details) {
+  t.start_ns.reserve(n), t.end_ns.reserve(n), t.kind.reserve(n), t.name.reserve(n);
+  t.task_id.reserve(n), t.phase.reserve(n);
+  if (with_details) t.layer.reserve(n), t.micro_batch.reserve(n);
+  t.correlation_id.reserve(n), t.bytes.reserve(n), t.flops.reserve(n);
+}
+
+}  // namespace
+
+static std::vector<Chunk> chunksOf(sql::Db& db, int64_t run, int rank, int stream, int64_t t0, int64_t t1) {
+  sql::Stmt s(db,
+              "SELECT rank, stream, first_id, last_id, min_start_ns, max_start_ns FROM activity_chunks "
+              "WHERE run=? AND rank=? AND stream=? AND max_end_ns > ? AND min_start_ns < ? ORDER BY first_id");
   s.bind(1, run);
   s.bind(2, rank);
   s.bind(3, stream);
+  s.bind(4, t0);
+  s.bind(5, t1);
+  std::vector<Chunk> out;
+  while (s.step())
+    out.push_back({static_cast<int>(s.colInt(0)), static_cast<int>(s.colInt(1)), s.colInt(2), s.colInt(3), s.colInt(4),
+                   s.colInt(5)});
+  return out;
+}
+
+static Track loadChunks(sql::Db& db, int rank, int stream, const std::vector<Chunk>& chunks, int64_t t0, int64_t t1) {
+  sql::Stmt s(db, fmt::format("SELECT {} FROM activities WHERE id BETWEEN ? AND ? AND start_ns < ? AND end_ns > ? "
+                              "ORDER BY id",
+                              kTrackColumns));
   Track t;
   t.rank = rank;
   t.stream = stream;
-  while (s.step()) appendRow(t, s, 0);
+  bool unsorted = false;
+  int64_t prev_max_start = INT64_MIN;
+  for (const auto& c : chunks) {
+    if (c.min_start_ns < prev_max_start) unsorted = true;
+    prev_max_start = std::max(prev_max_start, c.max_start_ns);
+    s.bind(1, c.first_id);
+    s.bind(2, c.last_id);
+    s.bind(3, t1);
+    s.bind(4, t0);
+    while (s.step()) appendRow(t, s, 0);
+    s.reset();
+  }
+  sortIfNeeded(t, unsorted);
   return t;
+}
+
+Track TraceReader::loadTrack(int64_t run, int rank, int stream) {
+  auto chunks = chunksOf(impl_->db, run, rank, stream, INT64_MIN, INT64_MAX);
+  // A zero-length activity at INT64_MIN cannot exist; every real one passes.
+  return loadChunks(impl_->db, rank, stream, chunks, INT64_MIN, INT64_MAX);
 }
 
 Track TraceReader::loadWindow(int64_t run, int rank, int stream, int64_t t0_ns, int64_t t1_ns) {
-  int64_t max_duration = 0;
-  {
-    sql::Stmt m(impl_->db, "SELECT max_duration_ns FROM track_stats WHERE run=? AND rank=? AND stream=?");
-    m.bind(1, run);
-    m.bind(2, rank);
-    m.bind(3, stream);
-    // A file cut short before its extents were written: scan for the bound.
-    if (m.step()) {
-      max_duration = m.colInt(0);
-    } else {
-      sql::Stmt scan(impl_->db,
-                     "SELECT COALESCE(MAX(end_ns - start_ns), 0) FROM activities WHERE run=? AND rank=? AND stream=?");
-      scan.bind(1, run);
-      scan.bind(2, rank);
-      scan.bind(3, stream);
-      if (scan.step()) max_duration = scan.colInt(0);
-    }
-  }
-  sql::Stmt s(impl_->db, fmt::format("SELECT {} FROM activities WHERE run=? AND rank=? AND stream=? "
-                                     "AND start_ns >= ? AND start_ns < ? AND end_ns > ? ORDER BY start_ns, seq",
-                                     kTrackColumns));
-  s.bind(1, run);
-  s.bind(2, rank);
-  s.bind(3, stream);
-  s.bind(4, t0_ns - max_duration);
-  s.bind(5, t1_ns);
-  s.bind(6, t0_ns);
-  Track t;
-  t.rank = rank;
-  t.stream = stream;
-  while (s.step()) appendRow(t, s, 0);
-  return t;
+  auto chunks = chunksOf(impl_->db, run, rank, stream, t0_ns, t1_ns);
+  return loadChunks(impl_->db, rank, stream, chunks, t0_ns, t1_ns);
 }
 
-std::vector<Track> TraceReader::loadRun(int64_t run) {
-  // Reserve from the extents so that ten million rows do not reallocate.
+std::vector<Track> TraceReader::loadRun(int64_t run, bool with_details) {
+  // One pass over the run's id range; rows go to their track, then tracks
+  // whose chunks overlap in time are re-sorted.
+  std::map<std::pair<int, int>, size_t> index;
   std::vector<Track> out;
-  std::map<std::pair<int, int>, int64_t> sizes;
-  for (const auto& ti : tracks(run)) sizes[{ti.rank, ti.stream}] = ti.activity_count;
-  sql::Stmt s(impl_->db, fmt::format("SELECT rank, stream, {} FROM activities WHERE run=? "
-                                     "ORDER BY rank, stream, start_ns, seq",
-                                     kTrackColumns));
-  s.bind(1, run);
+  std::vector<int64_t> prev_max_start;
+  std::vector<char> unsorted;
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  {
+    sql::Stmt c(impl_->db,
+                "SELECT rank, stream, SUM(count), MIN(first_id), MAX(last_id) FROM activity_chunks WHERE run=? "
+                "GROUP BY rank, stream ORDER BY rank, stream");
+    c.bind(1, run);
+    while (c.step()) {
+      Track t;
+      t.rank = static_cast<int>(c.colInt(0));
+      t.stream = static_cast<int>(c.colInt(1));
+      reserve(t, static_cast<size_t>(c.colInt(2)), with_details);
+      lo = std::min(lo, c.colInt(3));
+      hi = std::max(hi, c.colInt(4));
+      index[{t.rank, t.stream}] = out.size();
+      out.push_back(std::move(t));
+    }
+    sql::Stmt order(impl_->db,
+                    "SELECT rank, stream, min_start_ns, max_start_ns FROM activity_chunks WHERE run=? "
+                    "ORDER BY rank, stream, first_id");
+    order.bind(1, run);
+    prev_max_start.assign(out.size(), INT64_MIN);
+    unsorted.assign(out.size(), 0);
+    while (order.step()) {
+      size_t k = index[{static_cast<int>(order.colInt(0)), static_cast<int>(order.colInt(1))}];
+      if (order.colInt(2) < prev_max_start[k]) unsorted[k] = 1;
+      prev_max_start[k] = std::max(prev_max_start[k], order.colInt(3));
+    }
+  }
+  if (out.empty()) return out;
+  sql::Stmt s(impl_->db, fmt::format("SELECT rank, stream, {} FROM activities WHERE id BETWEEN ? AND ? AND run=? "
+                                     "ORDER BY id",
+                                     with_details ? kTrackColumns : kTrackColumnsLean));
+  s.bind(1, lo);
+  s.bind(2, hi);
+  s.bind(3, run);
+  Track* cur = nullptr;
+  int cur_rank = INT32_MIN, cur_stream = INT32_MIN;
   while (s.step()) {
     int rank = static_cast<int>(s.colInt(0));
     int stream = static_cast<int>(s.colInt(1));
-    if (out.empty() || out.back().rank != rank || out.back().stream != stream) {
-      Track t;
-      t.rank = rank;
-      t.stream = stream;
-      auto it = sizes.find({rank, stream});
-      if (it != sizes.end()) {
-        auto n = static_cast<size_t>(it->second);
-        t.start_ns.reserve(n), t.end_ns.reserve(n), t.kind.reserve(n), t.name.reserve(n);
-        t.task_id.reserve(n), t.phase.reserve(n), t.layer.reserve(n), t.micro_batch.reserve(n);
-        t.correlation_id.reserve(n), t.bytes.reserve(n), t.flops.reserve(n);
-      }
-      out.push_back(std::move(t));
+    if (rank != cur_rank || stream != cur_stream || !cur) {
+      auto it = index.find({rank, stream});
+      if (it == index.end()) continue;  // rows of a batch whose chunks were lost cannot happen; skip defensively
+      cur = &out[it->second];
+      cur_rank = rank;
+      cur_stream = stream;
     }
-    appendRow(out.back(), s, 2);
+    if (with_details)
+      appendRow(*cur, s, 2);
+    else
+      appendLeanRow(*cur, s, 2);
   }
+  for (size_t k = 0; k < out.size(); ++k) sortIfNeeded(out[k], unsorted[k]);
   return out;
 }
 
 void TraceReader::forEachActivity(int64_t run, const std::function<void(const ActivityRow&)>& fn) {
   impl_->loadStrings();
   sql::Stmt s(impl_->db,
-              "SELECT rank, device, stream, start_ns, end_ns, kind, name, task_id, phase, layer, micro_batch, "
-              "correlation_id, bytes, flops, grid_x, grid_y, grid_z, block_x, block_y, block_z "
-              "FROM activities WHERE run=? ORDER BY rank, stream, start_ns, seq");
+              "SELECT a.rank, a.device, a.stream, a.start_ns, a.end_ns, a.kind, a.name, a.task_id, a.phase, a.layer, "
+              "a.micro_batch, a.correlation_id, a.bytes, a.flops, g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, "
+              "g.block_z FROM activities a LEFT JOIN activity_geometry g ON g.activity = a.id "
+              "WHERE a.run=? ORDER BY a.rank, a.stream, a.start_ns, a.id");
   s.bind(1, run);
   ActivityRow r;
   while (s.step()) {

@@ -30,6 +30,19 @@ struct TrackExtent {
   int64_t max_duration_ns = 0;
 };
 
+// An activity waiting for its batch: numbers only, the name already interned.
+struct PendingActivity {
+  int32_t rank, device, stream, layer, micro_batch;
+  uint8_t kind, phase;
+  int32_t geometry;  // index into the pending geometry, -1 if none
+  int64_t start_ns, end_ns, seq, name, task_id, correlation_id, bytes;
+  double flops;
+};
+
+// Rows per multi-row INSERT: SQLite's per-statement cost is paid once for all.
+constexpr int kRowsPerInsert = 32;
+constexpr int kActivityColumns = 16;
+
 struct PendingStat {
   int64_t value = 0;
   Severity severity = Severity::Info;
@@ -43,11 +56,15 @@ struct TraceWriter::Impl {
   WriterOptions options;
   sql::Db db;
   sql::Stmt insert_string, insert_run, insert_stream, insert_activity, insert_range, insert_counter,
-      insert_step, insert_stat, insert_extent, insert_task, insert_dep, insert_collective, insert_clock;
+      insert_step, insert_stat, insert_extent, insert_geometry, insert_task, insert_dep, insert_collective, insert_clock;
   std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>> strings;
   int64_t next_string_id = 1;
   std::map<std::string, PendingStat, std::less<>> stats;
   std::map<std::pair<int, int>, TrackExtent> extents;
+  std::vector<PendingActivity> pending;
+  std::vector<LaunchGeometry> pending_geometry;
+  sql::Stmt insert_activities, insert_chunk;
+  int64_t next_activity_id = 1;
   std::pair<int, int> last_track{INT32_MIN, INT32_MIN};
   TrackExtent* last_extent = nullptr;
   int64_t run = -1;
@@ -56,7 +73,7 @@ struct TraceWriter::Impl {
   int64_t rows_total = 0;
   bool in_transaction = false;
 
-  Impl(const std::string& p, WriterOptions o) : path(p), options(o), db(openFile(p, o), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) {
+  Impl(const std::string& p, WriterOptions o) : path(p), options(o), db(openFile(p, o), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX) {
     configureForWriting(db);
     prepareSchema(db, /*for_write=*/true);
     insert_string = sql::Stmt(db, "INSERT INTO strings(id, value) VALUES(?,?)");
@@ -64,8 +81,14 @@ struct TraceWriter::Impl {
         "INSERT INTO runs(kind,name,job_yaml,job_hash,topology,host,devices_json,tool_version,"
         "created_unix_ns,world_size) VALUES(?,?,?,?,?,?,?,?,?,?)");
     insert_stream = sql::Stmt(db, "INSERT OR REPLACE INTO streams VALUES(?,?,?,?,?,?)");
-    insert_activity = sql::Stmt(db,
-        "INSERT INTO activities VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    std::string one = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+    std::string many = "INSERT INTO activities VALUES" + one;
+    for (int i = 1; i < kRowsPerInsert; ++i) many += "," + one;
+    insert_activity = sql::Stmt(db, "INSERT INTO activities VALUES" + one);
+    insert_activities = sql::Stmt(db, many);
+    insert_chunk = sql::Stmt(db, "INSERT INTO activity_chunks VALUES(?,?,?,?,?,?,?,?,?)");
+    insert_geometry = sql::Stmt(db, "INSERT INTO activity_geometry VALUES(?,?,?,?,?,?,?)");
+    next_activity_id = db.queryInt("SELECT COALESCE(MAX(id), 0) + 1 FROM activities", 1);
     insert_range = sql::Stmt(db, "INSERT INTO ranges VALUES(?,?,?,?,?,?,?,?)");
     insert_counter = sql::Stmt(db, "INSERT INTO counters VALUES(?,?,?,?,?,?)");
     insert_step = sql::Stmt(db, "INSERT OR REPLACE INTO steps VALUES(?,?,?,?,?)");
@@ -105,7 +128,91 @@ struct TraceWriter::Impl {
     }
   }
 
+  void bindActivity(sql::Stmt& s, int slot, const PendingActivity& r, int64_t id) {
+    int c = slot * kActivityColumns;
+    s.bind(c + 1, id);
+    s.bind(c + 2, run);
+    s.bind(c + 3, r.rank);
+    s.bind(c + 4, r.stream);
+    s.bind(c + 5, r.start_ns);
+    s.bind(c + 6, r.end_ns);
+    s.bind(c + 7, r.device);
+    s.bind(c + 8, static_cast<int>(r.kind));
+    s.bind(c + 9, r.name);
+    s.bind(c + 10, r.task_id);
+    s.bind(c + 11, static_cast<int>(r.phase));
+    s.bind(c + 12, r.layer);
+    s.bind(c + 13, r.micro_batch);
+    s.bind(c + 14, r.correlation_id);
+    s.bind(c + 15, r.bytes);
+    s.bind(c + 16, r.flops);
+  }
+
+  void writeChunk(const PendingActivity& first, int64_t first_id, int64_t last_id, int64_t max_start,
+                  int64_t max_end) {
+    auto& c = insert_chunk;
+    c.bind(1, run);
+    c.bind(2, first.rank);
+    c.bind(3, first.stream);
+    c.bind(4, first_id);
+    c.bind(5, last_id);
+    c.bind(6, last_id - first_id + 1);
+    c.bind(7, first.start_ns);
+    c.bind(8, max_start);
+    c.bind(9, max_end);
+    c.run();
+  }
+
+  // Writes the batch sorted by (rank, stream, start): each track's rows get
+  // consecutive ids, described by one activity_chunks row.
+  void writePending() {
+    if (pending.empty()) return;
+    begin();
+    std::sort(pending.begin(), pending.end(), [](const PendingActivity& a, const PendingActivity& b) {
+      if (a.rank != b.rank) return a.rank < b.rank;
+      if (a.stream != b.stream) return a.stream < b.stream;
+      if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
+      return a.seq < b.seq;
+    });
+    size_t n = pending.size();
+    size_t i = 0;
+    for (; i + kRowsPerInsert <= n; i += kRowsPerInsert) {
+      for (int k = 0; k < kRowsPerInsert; ++k)
+        bindActivity(insert_activities, k, pending[i + k], next_activity_id + static_cast<int64_t>(i) + k);
+      insert_activities.run();
+    }
+    for (; i < n; ++i) {
+      bindActivity(insert_activity, 0, pending[i], next_activity_id + static_cast<int64_t>(i));
+      insert_activity.run();
+    }
+    size_t chunk_begin = 0;
+    int64_t max_end = INT64_MIN;
+    for (size_t k = 0; k < n; ++k) {
+      const auto& r = pending[k];
+      int64_t id = next_activity_id + static_cast<int64_t>(k);
+      if (r.geometry >= 0) {
+        const LaunchGeometry& g = pending_geometry[static_cast<size_t>(r.geometry)];
+        insert_geometry.bind(1, id);
+        int values[6] = {g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z};
+        for (int v = 0; v < 6; ++v) insert_geometry.bind(2 + v, values[v]);
+        insert_geometry.run();
+      }
+      max_end = std::max(max_end, r.end_ns);
+      bool last_of_track = k + 1 == n || pending[k + 1].rank != r.rank || pending[k + 1].stream != r.stream;
+      if (last_of_track) {
+        writeChunk(pending[chunk_begin], next_activity_id + static_cast<int64_t>(chunk_begin), id, r.start_ns,
+                   max_end);
+        chunk_begin = k + 1;
+        max_end = INT64_MIN;
+      }
+    }
+    next_activity_id += static_cast<int64_t>(n);
+    pending.clear();
+    pending_geometry.clear();
+  }
+
   void commit() {
+    writePending();
     writeExtents();
     if (in_transaction) {
       db.exec("COMMIT");
@@ -232,32 +339,15 @@ void TraceWriter::addActivity(const ActivityRow& r) {
     throw TraceError(fmt::format("{}: activity '{}' ends ({}) before it starts ({})", m.path, r.name, r.end_ns,
                                  r.start_ns));
   int64_t name = m.intern(r.name);
-  m.begin();
-  auto& s = m.insert_activity;
-  s.bind(1, m.run);
-  s.bind(2, r.rank);
-  s.bind(3, r.stream);
-  s.bind(4, r.start_ns);
-  s.bind(5, m.seq++);
-  s.bind(6, r.end_ns);
-  s.bind(7, r.device);
-  s.bind(8, static_cast<int>(r.kind));
-  s.bind(9, name);
-  s.bind(10, r.task_id);
-  s.bind(11, static_cast<int>(r.phase));
-  s.bind(12, r.layer);
-  s.bind(13, r.micro_batch);
-  s.bind(14, r.correlation_id);
-  s.bind(15, r.bytes);
-  s.bind(16, r.flops);
+  int64_t seq = m.seq++;
+  int32_t geometry = -1;
   if (r.geometry) {
-    const auto& g = *r.geometry;
-    int values[6] = {g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z};
-    for (int i = 0; i < 6; ++i) s.bind(17 + i, values[i]);
-  } else {
-    for (int i = 0; i < 6; ++i) s.bindNull(17 + i);
+    geometry = static_cast<int32_t>(m.pending_geometry.size());
+    m.pending_geometry.push_back(*r.geometry);
   }
-  s.run();
+  m.pending.push_back({r.rank, r.device, r.stream, r.layer, r.micro_batch, static_cast<uint8_t>(r.kind),
+                       static_cast<uint8_t>(r.phase), geometry, r.start_ns, r.end_ns, seq, name, r.task_id,
+                       r.correlation_id, r.bytes, r.flops});
   TrackExtent& e = m.extentOf(r.rank, r.stream);
   ++e.count;
   e.min_start_ns = std::min(e.min_start_ns, r.start_ns);
