@@ -12,14 +12,39 @@
 // The sum is formed from zero and only then added to (or stored into) C, so
 // accumulate=true gives exactly "old value + fresh product".
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/kernels_isa.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TANDEM_MATMUL_HAS_AVX2 1
+#else
+#define TANDEM_MATMUL_HAS_AVX2 0
+#endif
 
 namespace tandem::cpu {
+
+bool matmulIsaSupported(MatmulIsa isa) {
+  switch (isa) {
+    case MatmulIsa::Baseline: return true;
+    case MatmulIsa::Avx2:
+#if TANDEM_MATMUL_HAS_AVX2
+      __builtin_cpu_init();
+      return __builtin_cpu_supports("avx2");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
 namespace {
 
 struct StridedA {
@@ -27,38 +52,33 @@ struct StridedA {
   int64_t col_stride;  // distance between A(i,p) and A(i,p+1)
 };
 
-// A short vector of T held in one register (GCC/Clang vector extension; the
-// compiler lowers it to SSE2, NEON or whatever the target has, and to scalar
-// code otherwise). Element-wise ops only, so no sum is reassociated.
-template <class T>
-using Vec __attribute__((vector_size(16))) = T;
+// A short vector of T (GCC/Clang vector extension) that the compiler keeps in
+// one register: SSE2 or NEON for 16 bytes, AVX for 32. Element-wise ops only,
+// so no sum is reassociated.
+template <class T, int Bytes>
+using Vec __attribute__((vector_size(Bytes))) = T;
 
-template <class T>
-inline Vec<T> loadVec(const T* p) {
-  Vec<T> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <class T>
-inline void storeVec(T* p, Vec<T> v) {
-  std::memcpy(p, &v, sizeof v);
-}
+// The tile code is forced inline so that it is generated inside each ISA's
+// entry point below and takes that entry point's instruction set.
+#define TANDEM_KERNEL_INLINE inline __attribute__((always_inline))
 
 // One full tile of MR rows and NV vectors of columns: C rows [i0, i0+MR),
 // columns [j0, j0 + NV * lanes). The MR x NV accumulators live in registers.
-template <class T, int MR, int NV>
-inline void tileProduct(T* C, const T* A, StridedA sa, const T* B, int64_t N, int64_t P, int64_t i0,
-                        int64_t j0, bool accumulate) {
-  constexpr int kLanes = int(sizeof(Vec<T>) / sizeof(T));
-  Vec<T> acc[MR][NV];
+template <class T, int Bytes, int MR, int NV>
+TANDEM_KERNEL_INLINE void tileProduct(T* C, const T* A, StridedA sa, const T* B, int64_t N, int64_t P,
+                                      int64_t i0, int64_t j0, bool accumulate) {
+  using V = Vec<T, Bytes>;
+  constexpr int kLanes = int(sizeof(V) / sizeof(T));
+  V acc[MR][NV];
   for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = Vec<T>{};
+    for (int v = 0; v < NV; ++v) acc[r][v] = V{};
   const T* a_base = A + i0 * sa.row_stride;
   for (int64_t p = 0; p < P; ++p) {
     const T* b_row = B + p * N + j0;
-    Vec<T> b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = loadVec<T>(b_row + v * kLanes);
+    V b[NV];
+    // memcpy: unaligned loads and stores without vector-typed helper functions,
+    // whose 32-byte arguments would not match the baseline calling convention.
+    for (int v = 0; v < NV; ++v) std::memcpy(&b[v], b_row + v * kLanes, sizeof(V));
     const T* a_col = a_base + p * sa.col_stride;
     for (int r = 0; r < MR; ++r) {
       const T a = a_col[r * sa.row_stride];
@@ -69,7 +89,13 @@ inline void tileProduct(T* C, const T* A, StridedA sa, const T* B, int64_t N, in
     T* c_row = C + (i0 + r) * N + j0;
     for (int v = 0; v < NV; ++v) {
       T* c = c_row + v * kLanes;
-      storeVec<T>(c, accumulate ? loadVec<T>(c) + acc[r][v] : acc[r][v]);
+      V out = acc[r][v];
+      if (accumulate) {
+        V old;
+        std::memcpy(&old, c, sizeof(V));
+        out = old + out;
+      }
+      std::memcpy(c, &out, sizeof(V));
     }
   }
 }
@@ -88,35 +114,75 @@ void edgeProduct(T* C, const T* A, StridedA sa, const T* B, int64_t N, int64_t P
   }
 }
 
-// Tile size: 4 rows x 4 vectors = 16 accumulator registers, the register file
-// of a baseline x86-64 build (16 x 128 bit); the B slice is read as memory
-// operands. Of the sizes tried (2..8 rows, 1..8 vectors) this one was fastest
-// for the tiny-GPT shapes (M = 512, N and K in 64..256) on one core.
-template <class T>
-struct Tile {
-  static constexpr int kRows = 4;
-  static constexpr int kVecs = 4;
-  static constexpr int kCols = kVecs * int(sizeof(Vec<T>) / sizeof(T));
-};
-
-template <class T>
-void gemm(T* C, const T* A, StridedA sa, const T* B, int64_t M, int64_t N, int64_t P,
-          bool accumulate) {
-  constexpr int MR = Tile<T>::kRows;
-  constexpr int NR = Tile<T>::kCols;
+template <class T, int Bytes, int MR, int NV>
+TANDEM_KERNEL_INLINE void gemmTiles(T* C, const T* A, StridedA sa, const T* B, int64_t M, int64_t N,
+                                    int64_t P, bool accumulate) {
+  constexpr int NR = NV * int(Bytes / sizeof(T));
   const int64_t m_full = M - M % MR;
   const int64_t n_full = N - N % NR;
   // Column strips outermost: the P x NR slice of B stays in cache while every
   // row tile of A streams past it.
   for (int64_t j0 = 0; j0 < n_full; j0 += NR) {
     for (int64_t i0 = 0; i0 < m_full; i0 += MR)
-      tileProduct<T, MR, Tile<T>::kVecs>(C, A, sa, B, N, P, i0, j0, accumulate);
+      tileProduct<T, Bytes, MR, NV>(C, A, sa, B, N, P, i0, j0, accumulate);
   }
   if (n_full < N) edgeProduct(C, A, sa, B, N, P, 0, m_full, n_full, N, accumulate);
   if (m_full < M) edgeProduct(C, A, sa, B, N, P, m_full, M, 0, N, accumulate);
 }
 
+// Baseline (any x86-64 or AArch64): 16-byte vectors, a tile of 4 rows x 4
+// vectors = 16 accumulator registers. Of the sizes tried (2..8 rows, 1..8
+// vectors) this was fastest for the tiny-GPT shapes (M = 512, N and K in
+// 64..256) on one core.
+template <class T>
+void gemmBaseline(T* C, const T* A, StridedA sa, const T* B, int64_t M, int64_t N, int64_t P,
+                  bool accumulate) {
+  gemmTiles<T, 16, 4, 4>(C, A, sa, B, M, N, P, accumulate);
+}
+
+#if TANDEM_MATMUL_HAS_AVX2
+// AVX2: 32-byte vectors, 4 rows x 2 vectors (8 accumulators: the tile is as
+// wide as the baseline's and leaves registers for the B slice). Only AVX2's
+// plain multiplies and adds are enabled, not FMA, so every product is rounded
+// before it is added exactly as on the baseline path: the two paths give
+// bitwise identical results and differ in speed only (about 2x).
+template <class T>
+__attribute__((target("avx2"))) void gemmAvx2(T* C, const T* A, StridedA sa, const T* B, int64_t M,
+                                               int64_t N, int64_t P, bool accumulate) {
+  gemmTiles<T, 32, 4, 2>(C, A, sa, B, M, N, P, accumulate);
+}
+#endif
+
+std::atomic<int>& selectedIsa() {
+  static std::atomic<int> isa{int(matmulIsaSupported(MatmulIsa::Avx2) ? MatmulIsa::Avx2
+                                                                       : MatmulIsa::Baseline)};
+  return isa;
+}
+
+template <class T>
+void gemm(T* C, const T* A, StridedA sa, const T* B, int64_t M, int64_t N, int64_t P,
+          bool accumulate) {
+#if TANDEM_MATMUL_HAS_AVX2
+  if (selectedIsa().load(std::memory_order_relaxed) == int(MatmulIsa::Avx2)) {
+    gemmAvx2(C, A, sa, B, M, N, P, accumulate);
+    return;
+  }
+#endif
+  gemmBaseline(C, A, sa, B, M, N, P, accumulate);
+}
+
 }  // namespace
+
+MatmulIsa matmulIsa() { return MatmulIsa(selectedIsa().load()); }
+
+void setMatmulIsa(MatmulIsa isa) {
+  if (!matmulIsaSupported(isa)) {
+    throw std::runtime_error("matmul: instruction set " + std::string(isa == MatmulIsa::Avx2 ? "avx2" : "baseline") +
+                             " is not supported by this CPU or build (allowed: baseline" +
+                             (matmulIsaSupported(MatmulIsa::Avx2) ? ", avx2)" : ")"));
+  }
+  selectedIsa().store(int(isa));
+}
 
 template <class T>
 void matmulForward(T* y, const T* x, const T* W, const T* bias, int64_t M, int64_t N, int64_t K) {

@@ -17,6 +17,7 @@
 
 #include "engine/cpu/bf16.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/kernels_isa.h"
 
 using namespace tandem::cpu;
 
@@ -331,6 +332,45 @@ TEST_CASE("float kernels stay close to the double ones", "[kernels][float]") {
     CHECK(relativeError(dwtef, dwte) < tol);
     CHECK(relativeError(dwpef, dwpe) < tol);
   }
+}
+
+TEST_CASE("every matmul instruction set gives bitwise identical results", "[kernels][isa]") {
+  REQUIRE(matmulIsaSupported(MatmulIsa::Baseline));
+  if (!matmulIsaSupported(MatmulIsa::Avx2)) {
+    CHECK_THROWS_AS(setMatmulIsa(MatmulIsa::Avx2), std::runtime_error);
+    return;  // nothing to compare against on this CPU
+  }
+  const MatmulIsa original = matmulIsa();
+  // Ragged against both tile shapes (baseline 4 x 16 floats, AVX2 4 x 16 floats
+  // in two registers; 4 x 8 doubles on both).
+  const int64_t M = 23, N = 37, K = 19;
+  std::mt19937_64 rng(71);
+  const Vec x = randomVec(rng, M * K), W = randomVec(rng, N * K), b = randomVec(rng, N);
+  const Vec dy = randomVec(rng, M * N);
+  auto runAll = [&](auto zero) {
+    using T = decltype(zero);
+    const std::vector<T> xt(x.begin(), x.end()), Wt(W.begin(), W.end()), bt(b.begin(), b.end()),
+        dyt(dy.begin(), dy.end());
+    std::vector<T> y(M * N), dx(M * K, T(1)), dW(N * K, T(1)), db(N, T(1));
+    matmulForward(y.data(), xt.data(), Wt.data(), bt.data(), M, N, K);
+    matmulBackwardData(dx.data(), dyt.data(), Wt.data(), M, N, K, true);
+    matmulBackwardWeight(dW.data(), db.data(), dyt.data(), xt.data(), M, N, K, true);
+    std::vector<T> all = y;
+    all.insert(all.end(), dx.begin(), dx.end());
+    all.insert(all.end(), dW.begin(), dW.end());
+    all.insert(all.end(), db.begin(), db.end());
+    return all;
+  };
+  setMatmulIsa(MatmulIsa::Baseline);
+  const FVec base_f = runAll(0.0f);
+  const Vec base_d = runAll(0.0);
+  setMatmulIsa(MatmulIsa::Avx2);
+  REQUIRE(matmulIsa() == MatmulIsa::Avx2);
+  const FVec avx_f = runAll(0.0f);
+  const Vec avx_d = runAll(0.0);
+  setMatmulIsa(original);
+  CHECK(avx_f == base_f);
+  CHECK(avx_d == base_d);
 }
 
 // ---------------------------------------------------------------- reductions, optimizer
