@@ -1,0 +1,299 @@
+#include "simulator/collectives.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+namespace tandem::sim {
+
+CollectiveBuilder::CollectiveBuilder(const Router& router, NcclParams params,
+                                     std::vector<CollectiveCalibration> calibration)
+    : router_(router), params_(std::move(params)), calibration_(std::move(calibration)) {}
+
+const CollectiveCalibration* CollectiveBuilder::calibrationFor(CollectiveOp op, int ranks) const {
+  for (const auto& c : calibration_)
+    if (c.op == op && c.ranks == ranks) return &c;
+  return nullptr;
+}
+
+void CollectiveBuilder::addFlow(int src, int dst, double payload, const CollectiveChoice& c,
+                                std::vector<FlowSpec>& out) const {
+  if (src == dst || payload <= 0) return;
+  FlowSpec f;
+  f.links = router_.route(src, dst);
+  f.bytes = payload / c.efficiency;
+  if (c.rate_cap_gbps > 0) f.rate_cap = c.rate_cap_gbps;
+  out.push_back(std::move(f));
+}
+
+int64_t CollectiveBuilder::maxHopLatency(const std::vector<int>& ring) const {
+  int64_t worst = 0;
+  for (size_t i = 0; ring.size() > 1 && i < ring.size(); ++i)
+    worst = std::max(worst, router_.routeLatencyNs(ring[i], ring[(i + 1) % ring.size()]));
+  return worst;
+}
+
+double CollectiveBuilder::minPathGbps(const std::vector<int>& ring) const {
+  double best = 0;
+  for (size_t i = 0; ring.size() > 1 && i < ring.size(); ++i) {
+    double g = router_.bottleneckGbps(ring[i], ring[(i + 1) % ring.size()]);
+    best = (i == 0) ? g : std::min(best, g);
+  }
+  return best;
+}
+
+int64_t CollectiveBuilder::addRingFlows(const std::vector<int>& ring, double edge_bytes,
+                                        const CollectiveChoice& c, std::vector<FlowSpec>& out) const {
+  if (ring.size() < 2) return 0;
+  for (size_t i = 0; i < ring.size(); ++i) addFlow(ring[i], ring[(i + 1) % ring.size()], edge_bytes, c, out);
+  return maxHopLatency(ring);
+}
+
+bool CollectiveBuilder::nvlsPossible(const std::vector<int>& nodes) const {
+  const Topology& topo = router_.topology();
+  for (int n : nodes) {
+    bool any = false;
+    for (int l : router_.outLinks(n))
+      any = any || topo.nodeKind(topo.links[size_t(l)].dst) == NodeKind::NvSwitch;
+    if (!any) return false;
+  }
+  return true;
+}
+
+bool CollectiveBuilder::treeRoutable(const std::vector<int>& nodes) const {
+  const int n = int(nodes.size());
+  for (int t = 0; t < 2; ++t)
+    for (int i = 1; i < n; ++i) {
+      const int child = t == 0 ? nodes[size_t(i)] : nodes[size_t(n - 1 - i)];
+      const int parent = t == 0 ? nodes[size_t((i - 1) / 2)] : nodes[size_t(n - 1 - (i - 1) / 2)];
+      if (!router_.reachable(child, parent) || !router_.reachable(parent, child)) return false;
+    }
+  return true;
+}
+
+CollectiveSchedule CollectiveBuilder::build(const CollectiveRequest& req) const {
+  CollectiveSchedule s;
+  const int n = int(req.nodes.size());
+  const bool p2p = req.op == CollectiveOp::Send || req.op == CollectiveOp::Recv;
+  if (n <= 1 && !p2p) return s;  // a group of one moves nothing
+
+  // Ring order follows the machine: hosts in order, devices in id order inside
+  // each host, so a flat ring crosses the network only once per host.
+  const Topology& topo = router_.topology();
+  std::vector<int> ring = req.nodes;
+  std::stable_sort(ring.begin(), ring.end(), [&](int a, int b) {
+    int ha = topo.nodeHost(a), hb = topo.nodeHost(b);
+    return ha != hb ? ha < hb : a < b;
+  });
+
+  if (p2p) {
+    if (req.peer_src < 0 || req.peer_dst < 0 || req.peer_src >= n || req.peer_dst >= n)
+      throw std::invalid_argument("send/recv needs a source and a destination member");
+    int src = req.nodes[size_t(req.peer_src)], dst = req.nodes[size_t(req.peer_dst)];
+    s.choice = chooseCollective(params_, req.op, req.bytes, 2, router_.bottleneckGbps(src, dst),
+                                router_.routeLatencyNs(src, dst), false);
+    CollectivePhase ph{"p2p", s.choice.base_latency_ns + s.choice.step_latency_ns + router_.routeLatencyNs(src, dst), {}};
+    addFlow(src, dst, double(req.bytes), s.choice, ph.flows);
+    s.phases.push_back(std::move(ph));
+    s.floor_ns = s.choice.floor_ns;
+    return s;
+  }
+
+  if (const CollectiveCalibration* cal = calibrationFor(req.op, n)) {
+    CollectiveChoice c;
+    c.efficiency = 1.0;
+    c.rate_cap_gbps = cal->gbps;
+    c.base_latency_ns = cal->latency_ns;
+    s.choice = c;
+    CollectivePhase ph{"calibrated", cal->latency_ns, {}};
+    if (req.op == CollectiveOp::AllToAll) {
+      for (int a : ring)
+        for (int b : ring) addFlow(a, b, double(req.bytes) / n, c, ph.flows);
+    } else {
+      addRingFlows(ring, ringBusBytes(req.op, double(req.bytes), n), c, ph.flows);
+    }
+    s.phases.push_back(std::move(ph));
+    return s;
+  }
+
+  // Trees need routes between members that are not ring neighbours; a
+  // machine without them (GPUs chained by direct links) only gets rings.
+  const NcclParams* params = &params_;
+  NcclParams ring_only;
+  if (params_.allow_tree && req.op == CollectiveOp::AllReduce && !treeRoutable(req.nodes)) {
+    ring_only = params_;
+    ring_only.allow_tree = false;
+    if (ring_only.force_algorithm == Algorithm::Tree) ring_only.force_algorithm.reset();
+    params = &ring_only;
+  }
+  s.choice = chooseCollective(*params, req.op, req.bytes, n, minPathGbps(ring), maxHopLatency(ring),
+                              nvlsPossible(ring));
+  s.floor_ns = s.choice.floor_ns;
+  switch (s.choice.algorithm) {
+    case Algorithm::Tree: buildTree(req, s.choice, s); break;
+    case Algorithm::Nvls: buildNvls(req, s.choice, s); break;
+    default:
+      if (!buildHierarchical(req, s.choice, s)) buildFlat(req, ring, s.choice, s);
+  }
+  return s;
+}
+
+void CollectiveBuilder::buildFlat(const CollectiveRequest& req, const std::vector<int>& ring,
+                                  const CollectiveChoice& c, CollectiveSchedule& s) const {
+  const int n = int(ring.size());
+  const double S = double(req.bytes);
+  CollectivePhase ph{"ring", 0, {}};
+  int64_t hop = 0;
+  switch (req.op) {
+    case CollectiveOp::AllReduce:
+    case CollectiveOp::AllGather:
+    case CollectiveOp::ReduceScatter:
+      hop = addRingFlows(ring, ringBusBytes(req.op, S, n), c, ph.flows);
+      break;
+    case CollectiveOp::Broadcast:
+    case CollectiveOp::Reduce: {
+      // A pipelined chain through the ring: starting at the root for a
+      // broadcast, ending at it for a reduce.
+      ph.label = "chain";
+      int root = req.nodes[size_t(std::clamp(req.root, 0, n - 1))];
+      auto it = std::find(ring.begin(), ring.end(), root);
+      std::vector<int> chain(it, ring.end());
+      chain.insert(chain.end(), ring.begin(), it);
+      if (req.op == CollectiveOp::Reduce) std::rotate(chain.begin(), chain.begin() + 1, chain.end());
+      for (size_t i = 0; i + 1 < chain.size(); ++i) {
+        addFlow(chain[i], chain[i + 1], S, c, ph.flows);
+        hop = std::max(hop, router_.routeLatencyNs(chain[i], chain[i + 1]));
+      }
+      break;
+    }
+    case CollectiveOp::AllToAll:
+      ph.label = "direct";
+      for (int a : ring)
+        for (int b : ring) {
+          if (a == b) continue;
+          addFlow(a, b, S / n, c, ph.flows);
+          hop = std::max(hop, router_.routeLatencyNs(a, b));
+        }
+      break;
+    default: break;
+  }
+  ph.latency_ns = c.base_latency_ns + ringSteps(req.op, n) * (c.step_latency_ns + hop);
+  s.phases.push_back(std::move(ph));
+}
+
+void CollectiveBuilder::buildTree(const CollectiveRequest& req, const CollectiveChoice& c,
+                                  CollectiveSchedule& s) const {
+  // Double binary tree: two trees over the members (the second over the
+  // reversed order, so leaves of one are inner nodes of the other), each
+  // carrying half the buffer up (reduce) and down (broadcast), pipelined.
+  std::vector<int> order = req.nodes;
+  const int n = int(order.size());
+  CollectivePhase ph{"tree", 0, {}};
+  int64_t hop = 0;
+  int depth = 0;
+  while ((1 << depth) < n) ++depth;
+  for (int t = 0; t < 2; ++t) {
+    if (t == 1) std::reverse(order.begin(), order.end());
+    for (int i = 1; i < n; ++i) {
+      int child = order[size_t(i)], parent = order[size_t((i - 1) / 2)];
+      addFlow(child, parent, double(req.bytes) / 2, c, ph.flows);
+      addFlow(parent, child, double(req.bytes) / 2, c, ph.flows);
+      hop = std::max(hop, router_.routeLatencyNs(child, parent));
+    }
+  }
+  ph.latency_ns = c.base_latency_ns + 2 * depth * (c.step_latency_ns + hop);
+  s.phases.push_back(std::move(ph));
+}
+
+void CollectiveBuilder::buildNvls(const CollectiveRequest& req, const CollectiveChoice& c,
+                                  CollectiveSchedule& s) const {
+  // NVLink SHARP: every GPU writes its buffer into the switches, which reduce
+  // it, and reads the result back: S up and S down per GPU, spread over its
+  // links to the NVSwitch chips in proportion to their bandwidth.
+  const Topology& topo = router_.topology();
+  CollectivePhase ph{"nvls", 0, {}};
+  int64_t hop = 0;
+  for (int node : req.nodes) {
+    double total = 0;
+    std::vector<int> up;
+    for (int l : router_.outLinks(node))
+      if (topo.nodeKind(topo.links[size_t(l)].dst) == NodeKind::NvSwitch) {
+        up.push_back(l);
+        total += topo.links[size_t(l)].gbps;
+      }
+    for (int l : up) {
+      const Link& link = topo.links[size_t(l)];
+      double share = double(req.bytes) * link.gbps / total;
+      FlowSpec f;
+      f.links = {l};
+      f.bytes = share / c.efficiency;
+      if (c.rate_cap_gbps > 0) f.rate_cap = c.rate_cap_gbps;
+      ph.flows.push_back(f);
+      int back = router_.directLink(link.dst, node);
+      if (back >= 0) {
+        f.links = {back};
+        ph.flows.push_back(f);
+      }
+      hop = std::max(hop, link.latency_ns);
+    }
+  }
+  ph.latency_ns = c.base_latency_ns + 2 * (c.step_latency_ns + 2 * hop);
+  s.phases.push_back(std::move(ph));
+}
+
+bool CollectiveBuilder::buildHierarchical(const CollectiveRequest& req, const CollectiveChoice& c,
+                                          CollectiveSchedule& s) const {
+  if (req.op != CollectiveOp::AllReduce && req.op != CollectiveOp::AllGather &&
+      req.op != CollectiveOp::ReduceScatter)
+    return false;
+  const Topology& topo = router_.topology();
+  std::map<int, std::vector<int>> by_host;  // ordered by host index: deterministic
+  for (int node : req.nodes) by_host[topo.nodeHost(node)].push_back(node);
+  const int hosts = int(by_host.size());
+  if (hosts < 2) return false;
+  const size_t k = by_host.begin()->second.size();
+  for (auto& [h, v] : by_host) {
+    if (v.size() != k) return false;  // uneven groups: a flat ring handles them
+    std::sort(v.begin(), v.end());
+  }
+  if (k < 2) return false;  // one rank per host: the flat ring is the inter-host ring
+
+  const double S = double(req.bytes);
+  const double K = double(k);
+  auto intra = [&](const char* label, CollectiveOp op, double bytes, int64_t extra_latency) {
+    CollectivePhase ph{label, 0, {}};
+    int64_t hop = 0;
+    for (const auto& [h, v] : by_host) hop = std::max(hop, addRingFlows(v, ringBusBytes(op, bytes, int(k)), c, ph.flows));
+    ph.latency_ns = extra_latency + ringSteps(op, int(k)) * (c.step_latency_ns + hop);
+    s.phases.push_back(std::move(ph));
+  };
+  auto inter = [&](const char* label, CollectiveOp op, double bytes, int64_t extra_latency) {
+    CollectivePhase ph{label, 0, {}};
+    int64_t hop = 0;
+    for (size_t l = 0; l < k; ++l) {
+      std::vector<int> rail;
+      for (const auto& [h, v] : by_host) rail.push_back(v[l]);
+      hop = std::max(hop, addRingFlows(rail, ringBusBytes(op, bytes, hosts), c, ph.flows));
+    }
+    ph.latency_ns = extra_latency + ringSteps(op, hosts) * (c.step_latency_ns + hop);
+    s.phases.push_back(std::move(ph));
+  };
+  switch (req.op) {
+    case CollectiveOp::AllReduce:
+      intra("intra-reduce-scatter", CollectiveOp::ReduceScatter, S, c.base_latency_ns);
+      inter("inter-all-reduce", CollectiveOp::AllReduce, S / K, 0);
+      intra("intra-all-gather", CollectiveOp::AllGather, S, 0);
+      break;
+    case CollectiveOp::AllGather:
+      inter("inter-all-gather", CollectiveOp::AllGather, S / K, c.base_latency_ns);
+      intra("intra-all-gather", CollectiveOp::AllGather, S, 0);
+      break;
+    default:
+      intra("intra-reduce-scatter", CollectiveOp::ReduceScatter, S, c.base_latency_ns);
+      inter("inter-reduce-scatter", CollectiveOp::ReduceScatter, S / K, 0);
+      break;
+  }
+  return true;
+}
+
+}  // namespace tandem::sim

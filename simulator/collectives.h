@@ -1,0 +1,94 @@
+#pragma once
+// Collectives -> flows. A collective becomes a short sequence of phases; each
+// phase waits a fixed latency (protocol latency plus link latency per
+// algorithm step) and then moves its flows, which share links with every
+// other flow in the network. Ring phases use one flow per ring edge carrying
+// that edge's whole traffic (the chunks of a ring all follow the same edges
+// back to back), not one event per chunk, so cost grows with ranks, not with
+// ranks times steps.
+//
+// Byte convention (as nccl-tests' "size"): `bytes` is the full buffer: the
+// all-reduce buffer, the all-gather output, the reduce-scatter input, the
+// broadcast/reduce buffer, the all-to-all send buffer of one rank, the
+// send/recv message.
+//
+// Multi-host groups (members on more than one host, the same number on each)
+// are hierarchical, as NCCL does across nodes: all-reduce = reduce-scatter
+// inside each host, all-reduce across hosts between ranks of the same local
+// index (the rails), all-gather inside each host.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/plan.h"
+#include "simulator/network.h"
+#include "simulator/nccl_model.h"
+#include "simulator/routing.h"
+
+namespace tandem::sim {
+
+// A measured (op, ranks) pair that replaces the NCCL model: time =
+// latency_ns + bus bytes / gbps (bus bytes as nccl-tests counts them).
+struct CollectiveCalibration {
+  CollectiveOp op = CollectiveOp::AllReduce;
+  int ranks = 0;
+  int64_t latency_ns = 0;
+  double gbps = 0;
+};
+
+struct CollectivePhase {
+  std::string label;        // "ring", "intra-rs", "inter-ar", ...
+  int64_t latency_ns = 0;   // before the flows start
+  std::vector<FlowSpec> flows;
+};
+
+struct CollectiveSchedule {
+  CollectiveChoice choice;
+  std::vector<CollectivePhase> phases;
+  int64_t floor_ns = 0;  // the whole collective takes at least this long
+};
+
+struct CollectiveRequest {
+  CollectiveOp op = CollectiveOp::AllReduce;
+  int64_t bytes = 0;
+  std::vector<int> nodes;  // device node of each member, in group order
+  int root = 0;            // index into nodes (broadcast, reduce)
+  int peer_src = -1, peer_dst = -1;  // send/recv: indices into nodes
+};
+
+class CollectiveBuilder {
+ public:
+  CollectiveBuilder(const Router& router, NcclParams params,
+                    std::vector<CollectiveCalibration> calibration = {});
+  CollectiveSchedule build(const CollectiveRequest& req) const;
+  const NcclParams& params() const { return params_; }
+
+ private:
+  struct RingSpec {
+    std::vector<int> nodes;  // ring order
+  };
+  // Appends one flow per ring edge (node i -> node i+1) carrying `edge_bytes`
+  // of payload; returns the largest link latency along any edge.
+  int64_t addRingFlows(const std::vector<int>& ring, double edge_bytes, const CollectiveChoice& c,
+                       std::vector<FlowSpec>& out) const;
+  void addFlow(int src, int dst, double payload, const CollectiveChoice& c, std::vector<FlowSpec>& out) const;
+  int64_t maxHopLatency(const std::vector<int>& ring) const;
+  double minPathGbps(const std::vector<int>& ring) const;
+  bool nvlsPossible(const std::vector<int>& nodes) const;
+  bool treeRoutable(const std::vector<int>& nodes) const;
+  const CollectiveCalibration* calibrationFor(CollectiveOp op, int ranks) const;
+
+  void buildFlat(const CollectiveRequest& req, const std::vector<int>& ring, const CollectiveChoice& c,
+                 CollectiveSchedule& s) const;
+  void buildTree(const CollectiveRequest& req, const CollectiveChoice& c, CollectiveSchedule& s) const;
+  void buildNvls(const CollectiveRequest& req, const CollectiveChoice& c, CollectiveSchedule& s) const;
+  bool buildHierarchical(const CollectiveRequest& req, const CollectiveChoice& c, CollectiveSchedule& s) const;
+
+  const Router& router_;
+  NcclParams params_;
+  std::vector<CollectiveCalibration> calibration_;
+};
+
+}  // namespace tandem::sim

@@ -1,0 +1,237 @@
+#include "simulator/cost_model.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace tandem::sim {
+
+RooflineParams RooflineParams::defaults() {
+  RooflineParams p;
+  // Bandwidth-bound kernels reach 60-80% of HBM bandwidth; tensor-core GEMMs
+  // of transformer shapes 60-75% of dense peak; flash attention a little
+  // less, its backward less again (recompute of scores, atomics).
+  p.flops_efficiency.fill(0.5);
+  p.bw_efficiency.fill(0.7);
+  auto set = [&](OpKind k, double f, double b) {
+    p.flops_efficiency[size_t(k)] = f;
+    p.bw_efficiency[size_t(k)] = b;
+  };
+  set(OpKind::Matmul, 0.70, 0.80);
+  set(OpKind::MatmulBwdData, 0.68, 0.80);
+  set(OpKind::MatmulBwdWeight, 0.65, 0.80);
+  set(OpKind::Attention, 0.55, 0.75);
+  set(OpKind::AttentionBwd, 0.45, 0.70);
+  set(OpKind::LayerNorm, 0.5, 0.70);
+  set(OpKind::LayerNormBwd, 0.5, 0.60);
+  set(OpKind::Gelu, 0.5, 0.75);
+  set(OpKind::GeluBwd, 0.5, 0.75);
+  set(OpKind::Add, 0.5, 0.80);
+  set(OpKind::Embedding, 0.5, 0.60);
+  set(OpKind::EmbeddingBwd, 0.5, 0.40);  // scatter-add with atomics
+  set(OpKind::CrossEntropy, 0.5, 0.70);
+  set(OpKind::CrossEntropyBwd, 0.5, 0.70);
+  set(OpKind::GradNorm, 0.5, 0.60);
+  set(OpKind::AdamW, 0.5, 0.75);
+  return p;
+}
+
+std::string shapeKey(const Task& task) {
+  const OpAttrs& a = task.attrs;
+  std::string key;
+  auto add = [&](const char* name, int64_t v) {
+    if (v == 0) return;
+    if (!key.empty()) key += ' ';
+    key += name;
+    key += '=';
+    key += std::to_string(v);
+  };
+  add("m", a.m);
+  add("n", a.n);
+  add("k", a.k);
+  add("b", a.b);
+  add("t", a.t);
+  add("c", a.c);
+  add("h", a.h);
+  add("v", a.v);
+  add("elements", a.elements);
+  return key;
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& source, const YAML::Node& node, const std::string& what) {
+  int line = node.IsDefined() ? node.Mark().line + 1 : 0;
+  throw CalibrationError(source + ":" + std::to_string(line) + ": " + what);
+}
+
+double number(const std::string& source, const YAML::Node& node, const std::string& field, double lo,
+              double hi) {
+  double v = 0;
+  try {
+    v = node.as<double>();
+  } catch (const YAML::Exception&) {
+    fail(source, node, field + ": expected a number");
+  }
+  if (!(v >= lo && v <= hi))
+    fail(source, node, field + ": " + node.as<std::string>() + " is out of range [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "]");
+  return v;
+}
+
+CostEntry parseEntry(const std::string& source, const YAML::Node& node, const std::string& field,
+                     bool allow_shapes) {
+  if (!node.IsMap()) fail(source, node, field + ": expected a map");
+  CostEntry e;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string f = field + "." + key;
+    if (key == "ns") {
+      e.ns = int64_t(number(source, kv.second, f, 0, 1e15));
+    } else if (key == "flops_efficiency") {
+      e.flops_efficiency = number(source, kv.second, f, 1e-6, 1.0);
+    } else if (key == "bw_efficiency") {
+      e.bw_efficiency = number(source, kv.second, f, 1e-6, 1.0);
+    } else if (key == "fit") {
+      if (!kv.second.IsMap()) fail(source, kv.second, f + ": expected a map of base_ns, ns_per_gflop, ns_per_mb");
+      e.has_fit = true;
+      for (const auto& c : kv.second) {
+        const std::string ck = c.first.as<std::string>();
+        double v = number(source, c.second, f + "." + ck, 0, 1e15);
+        if (ck == "base_ns") e.base_ns = v;
+        else if (ck == "ns_per_gflop") e.ns_per_gflop = v;
+        else if (ck == "ns_per_mb") e.ns_per_mb = v;
+        else fail(source, c.first, f + "." + ck + ": unknown key (allowed: base_ns, ns_per_gflop, ns_per_mb)");
+      }
+    } else if (key == "shapes" && allow_shapes) {
+      // handled by the caller
+    } else {
+      fail(source, kv.first,
+           f + ": unknown key (allowed: ns, flops_efficiency, bw_efficiency, fit" +
+               std::string(allow_shapes ? ", shapes)" : ")"));
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
+Calibration parseCalibration(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw CalibrationError(source + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  Calibration cal;
+  cal.source = source;
+  if (!root.IsMap()) throw CalibrationError(source + ":1: expected a map with version, ops, collectives");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    if (key == "version") {
+      if (number(source, kv.second, "version", 1, 1e9) != 1) fail(source, kv.second, "version: only 1 is known");
+    } else if (key == "launch_overhead_ns") {
+      cal.launch_overhead_ns = int64_t(number(source, kv.second, key, 0, 1e9));
+    } else if (key == "comm_slowdown") {
+      cal.comm_slowdown = number(source, kv.second, key, 1.0, 10.0);
+    } else if (key == "ops") {
+      if (!kv.second.IsMap()) fail(source, kv.second, "ops: expected a map of op kinds");
+      for (const auto& op : kv.second) {
+        const std::string name = op.first.as<std::string>();
+        auto kind = parseOpKind(name);
+        if (!kind) fail(source, op.first, "ops." + name + ": unknown op kind (allowed: matmul, attention, layernorm, ...)");
+        OpCalibration oc;
+        oc.all_shapes = parseEntry(source, op.second, "ops." + name, true);
+        if (const YAML::Node shapes = op.second["shapes"]) {
+          if (!shapes.IsMap()) fail(source, shapes, "ops." + name + ".shapes: expected a map of shape keys");
+          for (const auto& sh : shapes)
+            oc.shapes[sh.first.as<std::string>()] =
+                parseEntry(source, sh.second, "ops." + name + ".shapes[" + sh.first.as<std::string>() + "]", false);
+        }
+        cal.ops[*kind] = std::move(oc);
+      }
+    } else if (key == "collectives") {
+      if (!kv.second.IsSequence()) fail(source, kv.second, "collectives: expected a list");
+      for (const auto& item : kv.second) {
+        CollectiveCalibration c;
+        bool has_op = false, has_ranks = false, has_gbps = false;
+        for (const auto& f : item) {
+          const std::string fk = f.first.as<std::string>();
+          if (fk == "op") {
+            auto op = parseCollectiveOp(f.second.as<std::string>());
+            if (!op)
+              fail(source, f.second, "collectives.op: unknown (allowed: all_reduce, all_gather, reduce_scatter, "
+                                     "broadcast, reduce, all_to_all, send, recv)");
+            c.op = *op;
+            has_op = true;
+          } else if (fk == "ranks") {
+            c.ranks = int(number(source, f.second, "collectives.ranks", 1, 1e7));
+            has_ranks = true;
+          } else if (fk == "latency_ns") {
+            c.latency_ns = int64_t(number(source, f.second, "collectives.latency_ns", 0, 1e12));
+          } else if (fk == "gbps") {
+            c.gbps = number(source, f.second, "collectives.gbps", 1e-6, 1e6);
+            has_gbps = true;
+          } else {
+            fail(source, f.first, "collectives." + fk + ": unknown key (allowed: op, ranks, latency_ns, gbps)");
+          }
+        }
+        if (!has_op || !has_ranks || !has_gbps) fail(source, item, "collectives: each entry needs op, ranks and gbps");
+        cal.collectives.push_back(c);
+      }
+    } else {
+      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, ops, collectives)");
+    }
+  }
+  return cal;
+}
+
+Calibration loadCalibration(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw CalibrationError(path + ":0: cannot read the calibration file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parseCalibration(ss.str(), path);
+}
+
+RooflineCostModel::RooflineCostModel(RooflineParams params, Calibration calibration)
+    : params_(params), calibration_(std::move(calibration)) {
+  if (calibration_.launch_overhead_ns) params_.launch_overhead_ns = *calibration_.launch_overhead_ns;
+  if (calibration_.comm_slowdown) params_.comm_slowdown = *calibration_.comm_slowdown;
+}
+
+int64_t RooflineCostModel::taskNs(const Task& task, const DeviceSpec& device, Precision precision) const {
+  const double bytes = double(task.bytes_read + task.bytes_written);
+  if (task.kind == TaskKind::Host) return params_.host_task_ns;
+  if (task.op == OpKind::LoadBatch || (task.kind == TaskKind::Memcpy && task.flops == 0 && device.hbm_gbps <= 0))
+    return params_.launch_overhead_ns + int64_t(std::ceil(bytes / params_.host_to_device_gbps));
+
+  double flops_eff = params_.flops_efficiency[size_t(task.op)];
+  double bw_eff = params_.bw_efficiency[size_t(task.op)];
+  auto it = calibration_.ops.find(task.op);
+  if (it != calibration_.ops.end()) {
+    const OpCalibration& oc = it->second;
+    const CostEntry* e = &oc.all_shapes;
+    if (auto sh = oc.shapes.find(shapeKey(task)); sh != oc.shapes.end()) e = &sh->second;
+    if (e->ns >= 0) return e->ns;
+    if (e->has_fit)
+      return int64_t(std::llround(e->base_ns + e->ns_per_gflop * task.flops * 1e-9 + e->ns_per_mb * bytes * 1e-6));
+    if (e->flops_efficiency > 0) flops_eff = e->flops_efficiency;
+    if (e->bw_efficiency > 0) bw_eff = e->bw_efficiency;
+    // A shape entry with only one efficiency keeps the op kind's other one.
+    if (e != &oc.all_shapes) {
+      if (e->flops_efficiency <= 0 && oc.all_shapes.flops_efficiency > 0) flops_eff = oc.all_shapes.flops_efficiency;
+      if (e->bw_efficiency <= 0 && oc.all_shapes.bw_efficiency > 0) bw_eff = oc.all_shapes.bw_efficiency;
+    }
+  }
+  const double peak = precision == Precision::BF16 ? device.bf16_flops : device.fp32_flops;
+  // FLOP/s -> FLOP/ns, GB/s == bytes/ns.
+  const double compute_ns = peak > 0 ? task.flops / (peak * 1e-9 * flops_eff) : 0;
+  const double memory_ns = device.hbm_gbps > 0 ? bytes / (device.hbm_gbps * bw_eff) : 0;
+  return params_.launch_overhead_ns + int64_t(std::ceil(std::max(compute_ns, memory_ns)));
+}
+
+}  // namespace tandem::sim

@@ -1,0 +1,94 @@
+#pragma once
+// Compute cost model: how long a non-communication task of the Plan takes on
+// a device. The default is a roofline with per-op-kind efficiencies plus a
+// launch overhead; a calibration file (docs/simulator.md, "Calibration
+// format") replaces efficiencies per op kind and per shape, or gives measured
+// durations and fitted coefficients, and carries measured collective figures.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/plan.h"
+#include "simulator/collectives.h"
+#include "simulator/topology.h"
+
+namespace tandem::sim {
+
+class CalibrationError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline constexpr size_t kOpKindCount = size_t(OpKind::AdamW) + 1;
+
+struct RooflineParams {
+  // Fraction of peak FLOP/s and of HBM bandwidth an op kind reaches; indexed
+  // by OpKind. Defaults in roofline_defaults (cost_model.cpp), documented in
+  // docs/simulator.md.
+  std::array<double, kOpKindCount> flops_efficiency{};
+  std::array<double, kOpKindCount> bw_efficiency{};
+  int64_t launch_overhead_ns = 3000;   // per kernel: launch gap between dependent kernels
+  double comm_slowdown = 1.10;         // compute runs this much slower while a collective runs
+  double host_to_device_gbps = 25.0;   // LoadBatch and host memcpy (PCIe Gen5 x16, effective)
+  int64_t host_task_ns = 5000;         // plain host work
+  static RooflineParams defaults();
+};
+
+// A duration rule: any of the fields set (>= 0) wins over the op's default in
+// this order: ns, fit, efficiencies.
+struct CostEntry {
+  int64_t ns = -1;              // measured duration, launch included
+  double flops_efficiency = -1;
+  double bw_efficiency = -1;
+  bool has_fit = false;         // ns = base_ns + ns_per_gflop * GFLOP + ns_per_mb * MB
+  double base_ns = 0, ns_per_gflop = 0, ns_per_mb = 0;
+};
+
+struct OpCalibration {
+  CostEntry all_shapes;                       // the op kind's default
+  std::map<std::string, CostEntry> shapes;    // by shapeKey()
+};
+
+struct Calibration {
+  std::string source;
+  std::optional<int64_t> launch_overhead_ns;
+  std::optional<double> comm_slowdown;
+  std::map<OpKind, OpCalibration> ops;
+  std::vector<CollectiveCalibration> collectives;
+};
+
+// "m=16384 n=2304 k=768": the non-zero shape attributes of a task in the fixed
+// order m n k b t c h v elements.
+std::string shapeKey(const Task& task);
+
+// Parses the calibration YAML; errors are CalibrationError "FILE:LINE: field: problem".
+Calibration parseCalibration(const std::string& yaml_text, const std::string& source);
+Calibration loadCalibration(const std::string& path);
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  // Duration in ns of a kernel, memcpy or host task on `device`, alone on the GPU.
+  virtual int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const = 0;
+  // Factor applied to compute tasks that start while a collective runs on the same GPU.
+  virtual double commSlowdown() const = 0;
+};
+
+class RooflineCostModel : public CostModel {
+ public:
+  explicit RooflineCostModel(RooflineParams params = RooflineParams::defaults(), Calibration calibration = {});
+  int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
+  double commSlowdown() const override { return params_.comm_slowdown; }
+  const RooflineParams& params() const { return params_; }
+
+ private:
+  RooflineParams params_;
+  Calibration calibration_;
+};
+
+}  // namespace tandem::sim

@@ -1,0 +1,531 @@
+#include "simulator/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <queue>
+#include <tuple>
+
+#include "simulator/network.h"
+#include "simulator/routing.h"
+
+namespace tandem::sim {
+namespace {
+
+enum class EventType : uint8_t { TaskDone, PhaseStart, CollectiveDone };
+
+struct Event {
+  int64_t time = 0;
+  int64_t seq = 0;  // insertion order breaks ties: deterministic
+  EventType type = EventType::TaskDone;
+  int a = 0, b = 0;
+  bool operator>(const Event& o) const { return std::tie(time, seq) > std::tie(o.time, o.seq); }
+};
+
+struct StreamState {
+  std::vector<int> tasks;  // task indices of this stream, plan order
+  size_t head = 0;
+  bool busy = false;
+  int64_t started_ns = 0;
+};
+
+struct RankState {
+  int rank = 0;
+  int program = 0;
+  int device = 0;
+  const RankPlan* plan = nullptr;
+  std::vector<StreamState> streams;
+  std::vector<char> event_done;
+  std::vector<int> event_recorder;  // task index recording each event, -1 none
+  std::map<int, int64_t> group_seq;  // per group index: collectives reached
+  std::map<std::pair<int, int>, int64_t> p2p_seq;  // (group, direction) -> sends/recvs reached
+  int active_comm = 0;
+  std::vector<SimActivity> activities;
+  int64_t end_ns = 0;
+};
+
+struct Arrival {
+  int rank_state = 0;  // index into ranks_
+  int task = 0;
+  int64_t time = 0;
+};
+
+struct Pending {
+  CollectiveOp op = CollectiveOp::AllReduce;
+  int64_t bytes = 0;
+  std::vector<Arrival> arrivals;
+  size_t expected = 0;
+  int src = -1, dst = -1;  // send/recv: ranks
+};
+
+struct Instance {
+  std::shared_ptr<const CollectiveSchedule> schedule;
+  size_t phase = 0;
+  int flows_left = 0;
+  int64_t start_ns = 0;
+  std::vector<Arrival> members;
+  int record = -1;  // index into result collectives
+};
+
+class Engine {
+ public:
+  Engine(const Plan& plan, const Topology& topo, const CostModel& cost, const SimOptions& options)
+      : plan_(plan), topo_(topo), cost_(cost), options_(options), router_(topo),
+        builder_(router_, options.nccl, options.collective_calibration), net_(linkCapacities(topo)) {}
+
+  SimResult run();
+
+ private:
+  static std::vector<double> linkCapacities(const Topology& topo) {
+    std::vector<double> caps;
+    caps.reserve(topo.links.size());
+    for (const Link& l : topo.links) caps.push_back(l.gbps);
+    return caps;
+  }
+  void setup();
+  void push(int64_t t, EventType type, int a, int b = 0) { queue_.push(Event{t, seq_++, type, a, b}); }
+  void tryStart(int ri, int stream);
+  void tryStartAll(int ri) {
+    for (int s = 0; s < int(ranks_[size_t(ri)].streams.size()); ++s) tryStart(ri, s);
+  }
+  void arrive(int ri, int task_index);
+  void launch(Pending&& p, int group);
+  void startPhase(int inst);
+  void phaseFlowsStart(int inst);
+  void phaseDone(int inst);
+  void finishTask(int ri, int task_index);
+  [[noreturn]] void reportDeadlock();
+  std::string describeTask(const RankState& r, int task_index) const;
+  int groupIndex(const std::string& name, const RankState& r, int task_index) const;
+
+  const Plan& plan_;
+  const Topology& topo_;
+  const CostModel& cost_;
+  const SimOptions& options_;
+  Router router_;
+  CollectiveBuilder builder_;
+  FlowNetwork net_;
+
+  std::vector<RankState> ranks_;          // simulated ranks
+  std::vector<int> rank_state_of_;        // world rank -> index in ranks_, -1 when represented
+  std::vector<int> rank_device_;
+  std::vector<int> program_of_;
+  std::map<std::string, int> group_index_;
+  std::vector<std::vector<int>> simulated_members_;  // per group: simulated member ranks
+  std::map<std::tuple<int, int, int64_t>, Pending> pending_;  // (group, direction or -1, seq)
+  std::map<std::tuple<int, int, int64_t, int, int>, std::shared_ptr<const CollectiveSchedule>> schedules_;
+  std::vector<Instance> instances_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  int64_t seq_ = 0;
+  int64_t now_ = 0;
+  SimResult result_;
+  bool symmetric_ = false;
+};
+
+void Engine::setup() {
+  const int world = plan_.world_size;
+  rank_device_ = options_.rank_device;
+  if (rank_device_.empty()) {
+    if (world > int(topo_.devices.size()))
+      throw SimulationError("the plan has " + std::to_string(world) + " ranks but topology '" + topo_.name +
+                            "' has only " + std::to_string(topo_.devices.size()) + " devices");
+    for (int r = 0; r < world; ++r) rank_device_.push_back(r);
+  }
+  if (int(rank_device_.size()) != world) throw SimulationError("rank_device must name one device per rank");
+  program_of_.assign(size_t(world), -1);
+  for (int p = 0; p < int(plan_.programs.size()); ++p)
+    for (int r : plan_.programs[size_t(p)].ranks) {
+      if (r < 0 || r >= world) throw SimulationError("program " + std::to_string(p) + " names rank " + std::to_string(r) + " outside the world");
+      program_of_[size_t(r)] = p;
+    }
+  for (int r = 0; r < world; ++r)
+    if (program_of_[size_t(r)] < 0) throw SimulationError("rank " + std::to_string(r) + " has no program in the plan");
+  for (int g = 0; g < int(plan_.groups.size()); ++g) group_index_[plan_.groups[size_t(g)].name] = g;
+
+  // Symmetry: one representative (the lowest rank) per program.
+  std::string problem;
+  if (options_.symmetry != SymmetryMode::Off) {
+    problem = symmetryProblem(plan_, topo_, rank_device_);
+    if (!problem.empty() && options_.symmetry == SymmetryMode::On)
+      throw SimulationError("symmetric simulation refused: " + problem);
+    symmetric_ = problem.empty();
+  }
+  result_.stats.symmetric = symmetric_;
+  result_.stats.symmetry_note = options_.symmetry == SymmetryMode::Off ? "off"
+                                : symmetric_ ? "one representative per program"
+                                             : "every rank simulated: " + problem;
+
+  rank_state_of_.assign(size_t(world), -1);
+  for (int r = 0; r < world; ++r) {
+    const int p = program_of_[size_t(r)];
+    const auto& pranks = plan_.programs[size_t(p)].ranks;
+    if (symmetric_ && *std::min_element(pranks.begin(), pranks.end()) != r) continue;
+    RankState st;
+    st.rank = r;
+    st.program = p;
+    st.device = rank_device_[size_t(r)];
+    st.plan = &plan_.programs[size_t(p)];
+    st.streams.resize(st.plan->streams.size());
+    st.event_done.assign(size_t(std::max(0, st.plan->num_events)), 0);
+    st.event_recorder.assign(st.event_done.size(), -1);
+    for (int i = 0; i < int(st.plan->tasks.size()); ++i) {
+      const Task& t = st.plan->tasks[size_t(i)];
+      if (t.stream < 0 || t.stream >= int(st.streams.size()))
+        throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " '" + t.name +
+                              "': stream " + std::to_string(t.stream) + " does not exist");
+      st.streams[size_t(t.stream)].tasks.push_back(i);
+      for (int e : t.wait_events)
+        if (e < 0 || e >= int(st.event_done.size()))
+          throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " '" + t.name +
+                                "' waits on event " + std::to_string(e) + " but the program has " +
+                                std::to_string(st.event_done.size()) + " events");
+      if (t.record_event >= int(st.event_done.size()))
+        throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " records event " +
+                              std::to_string(t.record_event) + " beyond num_events");
+      if (t.record_event >= 0) st.event_recorder[size_t(t.record_event)] = i;
+    }
+    rank_state_of_[size_t(r)] = int(ranks_.size());
+    ranks_.push_back(std::move(st));
+  }
+  simulated_members_.resize(plan_.groups.size());
+  for (size_t g = 0; g < plan_.groups.size(); ++g)
+    for (int r : plan_.groups[g].ranks) {
+      if (r < 0 || r >= world) throw SimulationError("group '" + plan_.groups[g].name + "' names rank " + std::to_string(r) + " outside the world");
+      if (rank_state_of_[size_t(r)] >= 0) simulated_members_[g].push_back(r);
+    }
+  result_.stats.simulated_ranks = int(ranks_.size());
+}
+
+int Engine::groupIndex(const std::string& name, const RankState& r, int task_index) const {
+  auto it = group_index_.find(name);
+  if (it == group_index_.end())
+    throw SimulationError("rank " + std::to_string(r.rank) + " " + describeTask(r, task_index) +
+                          ": unknown process group '" + name + "'");
+  return it->second;
+}
+
+std::string Engine::describeTask(const RankState& r, int task_index) const {
+  const Task& t = r.plan->tasks[size_t(task_index)];
+  const StreamInfo* s = t.stream < int(r.plan->streams.size()) ? &r.plan->streams[size_t(t.stream)] : nullptr;
+  return "task " + std::to_string(t.id) + " '" + t.name + "' on stream " + std::to_string(t.stream) +
+         (s && !s->name.empty() ? " (" + s->name + ")" : "");
+}
+
+void Engine::tryStart(int ri, int stream) {
+  RankState& r = ranks_[size_t(ri)];
+  StreamState& s = r.streams[size_t(stream)];
+  if (s.busy || s.head >= s.tasks.size()) return;
+  const int ti = s.tasks[s.head];
+  const Task& t = r.plan->tasks[size_t(ti)];
+  for (int e : t.wait_events)
+    if (!r.event_done[size_t(e)]) return;
+  s.busy = true;
+  s.started_ns = now_;
+  if (t.kind == TaskKind::Collective || t.kind == TaskKind::SendRecv) {
+    arrive(ri, ti);
+    return;
+  }
+  int64_t d = cost_.taskNs(t, topo_.devices[size_t(r.device)], plan_.job.training.precision);
+  if (r.active_comm > 0 && t.kind == TaskKind::Kernel) d = int64_t(std::llround(double(d) * cost_.commSlowdown()));
+  push(now_ + d, EventType::TaskDone, ri, ti);
+}
+
+void Engine::arrive(int ri, int ti) {
+  RankState& r = ranks_[size_t(ri)];
+  const Task& t = r.plan->tasks[size_t(ti)];
+  if (!t.collective)
+    throw SimulationError("rank " + std::to_string(r.rank) + " " + describeTask(r, ti) + " is a collective without collective info");
+  const CollectiveInfo& ci = *t.collective;
+  const int g = groupIndex(ci.group, r, ti);
+  const ProcessGroup& group = plan_.groups[size_t(g)];
+  if (std::find(group.ranks.begin(), group.ranks.end(), r.rank) == group.ranks.end())
+    throw SimulationError("rank " + std::to_string(r.rank) + " " + describeTask(r, ti) + " uses group '" +
+                          group.name + "' which does not contain it");
+  ++r.active_comm;
+  const bool p2p = ci.op == CollectiveOp::Send || ci.op == CollectiveOp::Recv;
+  std::tuple<int, int, int64_t> key;
+  int src = -1, dst = -1;
+  if (p2p) {
+    if (group.ranks.size() != 2)
+      throw SimulationError("rank " + std::to_string(r.rank) + " " + describeTask(r, ti) + ": send/recv group '" +
+                            group.name + "' must have exactly 2 ranks, has " + std::to_string(group.ranks.size()));
+    const int peer = group.ranks[0] == r.rank ? group.ranks[1] : group.ranks[0];
+    src = ci.op == CollectiveOp::Send ? r.rank : peer;
+    dst = ci.op == CollectiveOp::Send ? peer : r.rank;
+    const int direction = src == group.ranks[0] ? 0 : 1;
+    key = {g, direction, r.p2p_seq[{g, direction}]++};
+  } else {
+    key = {g, -1, r.group_seq[g]++};
+  }
+  Pending& p = pending_[key];
+  if (p.arrivals.empty()) {
+    p.op = p2p ? CollectiveOp::Send : ci.op;
+    p.bytes = ci.bytes;
+    p.src = src;
+    p.dst = dst;
+    if (p2p) {
+      p.expected = size_t(rank_state_of_[size_t(src)] >= 0) + size_t(rank_state_of_[size_t(dst)] >= 0);
+    } else {
+      p.expected = simulated_members_[size_t(g)].size();
+    }
+  } else {
+    const Arrival& first = p.arrivals.front();
+    const RankState& fr = ranks_[size_t(first.rank_state)];
+    const Task& ft = fr.plan->tasks[size_t(first.task)];
+    const CollectiveOp op = p2p ? CollectiveOp::Send : ci.op;
+    if (op != p.op || ci.bytes != p.bytes)
+      throw SimulationError("mismatched collective #" + std::to_string(std::get<2>(key)) + " of group '" + group.name +
+                            "': rank " + std::to_string(r.rank) + " " + describeTask(r, ti) + " is " +
+                            std::string(toString(ci.op)) + " of " + std::to_string(ci.bytes) + " bytes, rank " +
+                            std::to_string(fr.rank) + " " + describeTask(fr, first.task) + " is " +
+                            std::string(toString(ft.collective->op)) + " of " + std::to_string(ft.collective->bytes) +
+                            " bytes");
+  }
+  p.arrivals.push_back(Arrival{ri, ti, now_});
+  if (p.arrivals.size() >= p.expected) {
+    Pending done = std::move(p);
+    pending_.erase(key);
+    launch(std::move(done), g);
+  }
+}
+
+void Engine::launch(Pending&& p, int g) {
+  const ProcessGroup& group = plan_.groups[size_t(g)];
+  const bool p2p = p.src >= 0;
+  const RankState& first = ranks_[size_t(p.arrivals.front().rank_state)];
+  const Task& t = first.plan->tasks[size_t(p.arrivals.front().task)];
+  const int root_pos = 0;  // broadcast/reduce roots: the group's first rank
+  const CollectiveOp op = p2p ? CollectiveOp::Send : t.collective->op;
+  auto key = std::make_tuple(g, int(op), p.bytes, p.src, p.dst);
+  auto it = schedules_.find(key);
+  if (it == schedules_.end()) {
+    CollectiveRequest req;
+    req.op = op;
+    req.bytes = p.bytes;
+    req.root = root_pos;
+    if (p2p) {
+      req.nodes = {rank_device_[size_t(p.src)], rank_device_[size_t(p.dst)]};
+      req.peer_src = 0;
+      req.peer_dst = 1;
+    } else {
+      for (int r : group.ranks) req.nodes.push_back(rank_device_[size_t(r)]);
+    }
+    it = schedules_.emplace(key, std::make_shared<const CollectiveSchedule>(builder_.build(req))).first;
+  }
+  Instance inst;
+  inst.schedule = it->second;
+  inst.start_ns = now_;
+  inst.members = std::move(p.arrivals);
+  SimCollective rec;
+  rec.group = g;
+  rec.op = op;
+  rec.bytes = p.bytes;
+  rec.start_ns = now_;
+  rec.algorithm = inst.schedule->choice.algorithm;
+  rec.protocol = inst.schedule->choice.protocol;
+  inst.record = int(result_.collectives.size());
+  result_.collectives.push_back(rec);
+  ++result_.stats.collectives;
+  instances_.push_back(std::move(inst));
+  startPhase(int(instances_.size()) - 1);
+}
+
+void Engine::startPhase(int ii) {
+  Instance& inst = instances_[size_t(ii)];
+  if (inst.phase >= inst.schedule->phases.size()) {
+    phaseDone(ii);
+    return;
+  }
+  push(now_ + inst.schedule->phases[inst.phase].latency_ns, EventType::PhaseStart, ii);
+}
+
+void Engine::phaseFlowsStart(int ii) {
+  Instance& inst = instances_[size_t(ii)];
+  const CollectivePhase& ph = inst.schedule->phases[inst.phase];
+  inst.flows_left = 0;
+  for (const FlowSpec& f : ph.flows) {
+    FlowSpec copy = f;
+    copy.owner = ii;
+    net_.addFlow(std::move(copy));
+    ++inst.flows_left;
+    ++result_.stats.flows;
+  }
+  if (inst.flows_left == 0) {
+    ++inst.phase;
+    startPhase(ii);
+  }
+}
+
+void Engine::phaseDone(int ii) {
+  Instance& inst = instances_[size_t(ii)];
+  if (inst.phase < inst.schedule->phases.size()) {
+    ++inst.phase;
+    if (inst.phase < inst.schedule->phases.size()) {
+      startPhase(ii);
+      return;
+    }
+  }
+  const int64_t end = std::max(now_, inst.start_ns + inst.schedule->floor_ns);
+  push(end, EventType::CollectiveDone, ii);
+}
+
+void Engine::finishTask(int ri, int ti) {
+  RankState& r = ranks_[size_t(ri)];
+  const Task& t = r.plan->tasks[size_t(ti)];
+  StreamState& s = r.streams[size_t(t.stream)];
+  SimActivity a;
+  a.task = ti;
+  a.task_id = t.id;
+  a.stream = t.stream;
+  a.start_ns = s.started_ns;
+  a.end_ns = now_;
+  a.kind = t.kind;
+  a.phase = t.phase;
+  a.layer = t.layer;
+  a.micro_batch = t.micro_batch;
+  a.flops = t.flops;
+  a.bytes = t.collective ? t.collective->bytes : t.bytes_read + t.bytes_written;
+  r.activities.push_back(a);
+  r.end_ns = std::max(r.end_ns, now_);
+  ++result_.stats.tasks;
+  if (t.record_event >= 0) r.event_done[size_t(t.record_event)] = 1;
+  if (t.kind == TaskKind::Collective || t.kind == TaskKind::SendRecv) --r.active_comm;
+  s.busy = false;
+  ++s.head;
+  tryStartAll(ri);
+}
+
+SimResult Engine::run() {
+  setup();
+  for (int ri = 0; ri < int(ranks_.size()); ++ri) tryStartAll(ri);
+  while (true) {
+    const int64_t tq = queue_.empty() ? INT64_MAX : queue_.top().time;
+    const int64_t tn = net_.nextCompletionNs();
+    if (tq == INT64_MAX && tn == INT64_MAX) break;
+    ++result_.stats.events;
+    if (tn <= tq) {
+      now_ = tn;
+      std::vector<int> done = net_.advanceTo(tn);
+      for (int id : done) {
+        const int ii = int(net_.flow(id).owner);
+        if (--instances_[size_t(ii)].flows_left == 0) phaseDone(ii);
+      }
+      continue;
+    }
+    Event e = queue_.top();
+    queue_.pop();
+    now_ = e.time;
+    net_.advanceTo(now_);  // no flow finishes before tn > tq
+    switch (e.type) {
+      case EventType::TaskDone: finishTask(e.a, e.b); break;
+      case EventType::PhaseStart: phaseFlowsStart(e.a); break;
+      case EventType::CollectiveDone: {
+        Instance& inst = instances_[size_t(e.a)];
+        result_.collectives[size_t(inst.record)].end_ns = now_;
+        std::vector<Arrival> members = std::move(inst.members);
+        inst.schedule.reset();
+        for (const Arrival& m : members) finishTask(m.rank_state, m.task);
+        break;
+      }
+    }
+  }
+  for (const RankState& r : ranks_)
+    for (const StreamState& s : r.streams)
+      if (s.head < s.tasks.size()) reportDeadlock();
+
+  // Results: every world rank, represented ones sharing their program's timeline.
+  result_.stats.flows = net_.flowsStarted();
+  result_.stats.rate_recomputations = net_.rateRecomputations();
+  const int world = plan_.world_size;
+  result_.ranks.resize(size_t(world));
+  for (int r = 0; r < world; ++r) {
+    SimRank& out = result_.ranks[size_t(r)];
+    out.rank = r;
+    out.program = program_of_[size_t(r)];
+    out.device = rank_device_[size_t(r)];
+    out.peak_memory_bytes = plan_.programs[size_t(out.program)].memory.peak_bytes;
+    const int ri = rank_state_of_[size_t(r)];
+    if (ri >= 0) {
+      out.activities = std::move(ranks_[size_t(ri)].activities);
+      out.end_ns = ranks_[size_t(ri)].end_ns;
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    SimRank& out = result_.ranks[size_t(r)];
+    if (rank_state_of_[size_t(r)] < 0) {
+      const auto& ranks = plan_.programs[size_t(out.program)].ranks;
+      out.represented_by = *std::min_element(ranks.begin(), ranks.end());
+      out.end_ns = result_.ranks[size_t(out.represented_by)].end_ns;
+    }
+    result_.step_ns = std::max(result_.step_ns, out.end_ns);
+  }
+  const std::vector<double>& bytes = net_.linkBytes();
+  for (size_t l = 0; l < bytes.size(); ++l) {
+    if (bytes[l] <= 0) continue;
+    SimLinkUsage u;
+    u.link = int(l);
+    u.bytes = bytes[l];
+    u.utilization = result_.step_ns > 0 ? bytes[l] / (topo_.links[l].gbps * double(result_.step_ns)) : 0;
+    result_.links.push_back(u);
+  }
+  return std::move(result_);
+}
+
+void Engine::reportDeadlock() {
+  // The first blocked stream in rank and stream order, with what it waits on.
+  for (const RankState& r : ranks_) {
+    for (int si = 0; si < int(r.streams.size()); ++si) {
+      const StreamState& s = r.streams[size_t(si)];
+      if (s.head >= s.tasks.size()) continue;
+      const int ti = s.tasks[s.head];
+      const Task& t = r.plan->tasks[size_t(ti)];
+      std::string msg = "deadlock: rank " + std::to_string(r.rank) + " " + describeTask(r, ti);
+      if (s.busy) {
+        const CollectiveInfo& ci = *t.collective;
+        const int g = group_index_.at(ci.group);
+        const auto seq = (ci.op == CollectiveOp::Send || ci.op == CollectiveOp::Recv) ? -1 : r.group_seq.at(g) - 1;
+        std::string missing;
+        for (int m : plan_.groups[size_t(g)].ranks) {
+          const int mi = rank_state_of_[size_t(m)];
+          if (mi < 0 || mi == int(&r - ranks_.data())) continue;
+          const RankState& mr = ranks_[size_t(mi)];
+          auto it = mr.group_seq.find(g);
+          int64_t reached = it == mr.group_seq.end() ? 0 : it->second;
+          if (seq >= 0 && reached > seq) continue;
+          if (!missing.empty()) missing += ", ";
+          missing += std::to_string(m);
+          // Say where the missing rank is stuck.
+          for (const StreamState& ms : mr.streams)
+            if (ms.head < ms.tasks.size()) {
+              missing += " (at " + describeTask(mr, ms.tasks[ms.head]) + ")";
+              break;
+            }
+        }
+        msg += " waits in " + std::string(toString(ci.op)) + " #" + std::to_string(std::max<int64_t>(seq, 0)) +
+               " of group '" + ci.group + "' for rank(s) " + (missing.empty() ? std::string("?") : missing) +
+               " that never reach it";
+      } else {
+        for (int e : t.wait_events) {
+          if (r.event_done[size_t(e)]) continue;
+          msg += " waits on event " + std::to_string(e);
+          const int rec = r.event_recorder[size_t(e)];
+          if (rec < 0) msg += ", which no task records";
+          else msg += ", recorded by " + describeTask(r, rec) + ", which has not run";
+          break;
+        }
+      }
+      throw SimulationError(msg);
+    }
+  }
+  throw SimulationError("deadlock: tasks left but no stream is blocked");
+}
+
+}  // namespace
+
+SimResult simulatePlan(const Plan& plan, const Topology& topo, const CostModel& cost, const SimOptions& options) {
+  Engine engine(plan, topo, cost, options);
+  return engine.run();
+}
+
+}  // namespace tandem::sim

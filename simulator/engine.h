@@ -1,0 +1,139 @@
+#pragma once
+// The discrete-event replay of a Plan on a Topology (see docs/simulator.md).
+//
+// Time is integer ns from 0 (the start of the step). Each simulated rank has
+// one FIFO queue per stream holding the stream's tasks in plan order; a task
+// starts when it heads its queue and every event it waits on has been
+// recorded; a collective additionally waits until every member of its group
+// has reached the same collective (the k-th collective of a group on one rank
+// matches the k-th on every other member); a send matches the receive of the
+// same order between the same two ranks. The task's record_event fires when
+// it ends. Compute durations come from a CostModel, communication from the
+// collective builder and the flow network. Same inputs give identical results.
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/plan.h"
+#include "simulator/collectives.h"
+#include "simulator/cost_model.h"
+#include "simulator/nccl_model.h"
+#include "simulator/topology.h"
+
+namespace tandem::sim {
+
+// Deadlocks, mismatched collectives, plans that do not fit the topology.
+class SimulationError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class SymmetryMode {
+  Off,   // simulate every rank
+  Auto,  // one representative per program when the check passes, else every rank
+  On,    // one representative per program; SimulationError when the check fails
+};
+
+struct SimOptions {
+  NcclParams nccl;
+  std::vector<CollectiveCalibration> collective_calibration;
+  SymmetryMode symmetry = SymmetryMode::Auto;
+  // Device of each rank (node ids of the topology); empty: rank r on device r.
+  std::vector<int> rank_device;
+};
+
+// One task as it ran. Everything but the name is copied from the plan task;
+// the name stays in the plan (SimResult::programOf gives the program).
+struct SimActivity {
+  int task = -1;  // index in the program's task list (== Task::id for planner plans)
+  int task_id = -1;
+  int stream = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  TaskKind kind = TaskKind::Kernel;
+  Phase phase = Phase::Forward;
+  int layer = -1;
+  int micro_batch = -1;
+  double flops = 0;
+  int64_t bytes = 0;
+};
+
+struct SimRank {
+  int rank = 0;
+  int program = 0;
+  int device = 0;            // node id in the topology
+  int represented_by = -1;   // -1: simulated itself; else the rank whose timeline it shares
+  int64_t end_ns = 0;
+  int64_t peak_memory_bytes = 0;
+  std::vector<SimActivity> activities;  // in completion order
+};
+
+struct SimCollective {
+  int group = 0;           // index into Plan::groups
+  int64_t sequence = 0;    // k-th collective of the group
+  CollectiveOp op = CollectiveOp::AllReduce;
+  int64_t bytes = 0;
+  int64_t start_ns = 0;    // the last member arrived
+  int64_t end_ns = 0;
+  Algorithm algorithm = Algorithm::Ring;
+  Protocol protocol = Protocol::Simple;
+};
+
+struct SimLinkUsage {
+  int link = 0;
+  double bytes = 0;
+  double utilization = 0;  // bytes / (capacity * step time)
+};
+
+// Per rank figures computed from the activities (interval unions, so
+// concurrent streams are not double counted).
+struct SimRankSummary {
+  int rank = 0;
+  int64_t step_ns = 0;
+  int64_t compute_ns = 0;       // |U compute|
+  int64_t comm_ns = 0;          // |U communication|
+  int64_t overlap_ns = 0;       // |U compute ∩ U comm|
+  int64_t exposed_comm_ns = 0;  // |U comm \ U compute|
+  int64_t idle_ns = 0;          // step - |U everything|
+  double overlap_pct = 0;       // overlap / comm * 100
+  int64_t forward_ns = 0, backward_ns = 0, recompute_ns = 0, optimizer_ns = 0, data_ns = 0;
+  int64_t peak_memory_bytes = 0;
+};
+
+struct SimStats {
+  int64_t events = 0;               // queue events and flow completions processed
+  int64_t tasks = 0;                // tasks simulated (representatives only when symmetric)
+  int64_t flows = 0;
+  int64_t rate_recomputations = 0;
+  int64_t collectives = 0;
+  int simulated_ranks = 0;
+  bool symmetric = false;
+  std::string symmetry_note;        // why symmetry was or was not used
+};
+
+struct SimResult {
+  int64_t step_ns = 0;  // the slowest rank's end
+  std::vector<SimRank> ranks;  // one per rank of the world, in rank order
+  std::vector<SimCollective> collectives;
+  std::vector<SimLinkUsage> links;  // links that carried traffic, in link order
+  SimStats stats;
+};
+
+// Runs one step of `plan`. Throws SimulationError for deadlocks and mismatched
+// collectives (naming rank, task, stream and what it waits on) and when the
+// world does not fit the topology.
+SimResult simulatePlan(const Plan& plan, const Topology& topo, const CostModel& cost, const SimOptions& options = {});
+
+// Interval-union summary of one rank (sim_summary.cpp). Ranks that share a
+// representative's timeline get its figures.
+SimRankSummary summarizeRank(const SimResult& result, int rank);
+std::vector<SimRankSummary> summarizeRanks(const SimResult& result);
+
+// Symmetry check (sim_symmetry.cpp): empty when every program's ranks are
+// interchangeable (same device figures, same position in the machine, groups
+// that never mix programs), else the first reason they are not.
+std::string symmetryProblem(const Plan& plan, const Topology& topo, const std::vector<int>& rank_device);
+
+}  // namespace tandem::sim

@@ -1,0 +1,155 @@
+#include "simulator/network.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace tandem::sim {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Whole ns a flow still needs at `rate`. The small relative slack absorbs
+// floating-point noise so that 3e6 bytes at 100 bytes/ns take 30000 ns, not 30001.
+int64_t nsToFinish(double remaining, double rate) {
+  if (remaining <= 0) return 0;
+  if (rate == kInf) return 0;
+  if (rate <= 0) return std::numeric_limits<int64_t>::max() / 4;
+  double dt = remaining / rate;
+  double n = std::ceil(dt - 1e-9 * std::max(1.0, dt));
+  return n < 0 ? 0 : int64_t(n);
+}
+
+}  // namespace
+
+FlowNetwork::FlowNetwork(std::vector<double> link_gbps)
+    : capacity_(std::move(link_gbps)),
+      link_bytes_(capacity_.size(), 0.0),
+      cap_left_(capacity_.size(), 0.0),
+      unfrozen_on_link_(capacity_.size(), 0),
+      link_epoch_(capacity_.size(), -1) {
+  for (double c : capacity_)
+    if (!(c > 0)) throw std::invalid_argument("FlowNetwork: every link needs a positive capacity");
+}
+
+int FlowNetwork::addFlow(FlowSpec spec) {
+  for (int l : spec.links)
+    if (l < 0 || size_t(l) >= capacity_.size())
+      throw std::out_of_range("FlowNetwork: link index " + std::to_string(l) + " out of range");
+  FlowState st;
+  st.remaining = std::max(0.0, spec.bytes);
+  st.spec = std::move(spec);
+  st.active = true;
+  int id = int(flows_.size());
+  flows_.push_back(std::move(st));
+  active_.push_back(id);  // ids grow, so active_ stays sorted
+  ++active_count_;
+  dirty_ = true;
+  return id;
+}
+
+double FlowNetwork::rate(int id) {
+  if (dirty_) recomputeRates();
+  return flows_[size_t(id)].rate;
+}
+
+// Progressive filling: raise every unfrozen flow's rate together until a link
+// is full or a flow hits its cap; freeze the flows there; repeat. Each round
+// freezes at least one flow, and in the symmetric patterns collectives make
+// (every ring edge alike) a single round settles everything.
+void FlowNetwork::recomputeRates() {
+  dirty_ = false;
+  ++recomputations_;
+  ++epoch_;
+  used_links_.clear();
+  for (int id : active_) {
+    for (int l : flows_[size_t(id)].spec.links) {
+      if (link_epoch_[size_t(l)] != epoch_) {
+        link_epoch_[size_t(l)] = epoch_;
+        cap_left_[size_t(l)] = capacity_[size_t(l)];
+        unfrozen_on_link_[size_t(l)] = 0;
+        used_links_.push_back(l);
+      }
+      ++unfrozen_on_link_[size_t(l)];
+    }
+  }
+  std::sort(used_links_.begin(), used_links_.end());
+
+  std::vector<int> unfrozen = active_;
+  std::vector<int> next, frozen;
+  while (!unfrozen.empty()) {
+    double share = kInf;
+    for (int l : used_links_)
+      if (unfrozen_on_link_[size_t(l)] > 0)
+        share = std::min(share, std::max(0.0, cap_left_[size_t(l)]) / unfrozen_on_link_[size_t(l)]);
+    for (int id : unfrozen) share = std::min(share, flows_[size_t(id)].spec.rate_cap);
+    if (share == kInf) {
+      // Flows with neither links nor a cap: they complete instantly.
+      for (int id : unfrozen) flows_[size_t(id)].rate = kInf;
+      break;
+    }
+    const double threshold = share * (1 + 1e-12) + 1e-300;
+    next.clear();
+    frozen.clear();
+    for (int id : unfrozen) {
+      const FlowSpec& f = flows_[size_t(id)].spec;
+      bool freeze = f.rate_cap <= threshold;
+      for (size_t i = 0; !freeze && i < f.links.size(); ++i) {
+        int l = f.links[i];
+        freeze = std::max(0.0, cap_left_[size_t(l)]) / unfrozen_on_link_[size_t(l)] <= threshold;
+      }
+      (freeze ? frozen : next).push_back(id);
+    }
+    for (int id : frozen) {
+      flows_[size_t(id)].rate = share;
+      for (int l : flows_[size_t(id)].spec.links) {
+        cap_left_[size_t(l)] -= share;
+        --unfrozen_on_link_[size_t(l)];
+      }
+    }
+    unfrozen.swap(next);
+  }
+}
+
+int64_t FlowNetwork::nextCompletionNs() {
+  if (active_.empty()) return std::numeric_limits<int64_t>::max();
+  if (dirty_) recomputeRates();
+  int64_t best = std::numeric_limits<int64_t>::max();
+  for (int id : active_) {
+    const FlowState& f = flows_[size_t(id)];
+    best = std::min(best, nsToFinish(f.remaining, f.rate));
+  }
+  return now_ns_ + best;
+}
+
+std::vector<int> FlowNetwork::advanceTo(int64_t t_ns) {
+  if (t_ns < now_ns_) throw std::logic_error("FlowNetwork: time cannot go backwards");
+  if (dirty_) recomputeRates();
+  const int64_t dt = t_ns - now_ns_;
+  std::vector<int> finished;
+  std::vector<int> still;
+  still.reserve(active_.size());
+  for (int id : active_) {
+    FlowState& f = flows_[size_t(id)];
+    const bool done = nsToFinish(f.remaining, f.rate) <= dt;
+    const double moved = done ? f.remaining : f.rate * double(dt);
+    for (int l : f.spec.links) link_bytes_[size_t(l)] += moved;
+    f.remaining -= moved;
+    if (done) {
+      f.remaining = 0;
+      f.active = false;
+      f.rate = 0;
+      std::vector<int>().swap(f.spec.links);  // finished flows keep only their owner
+      finished.push_back(id);
+    } else {
+      still.push_back(id);
+    }
+  }
+  active_.swap(still);
+  active_count_ = int(active_.size());
+  if (!finished.empty()) dirty_ = true;
+  now_ns_ = t_ns;
+  return finished;
+}
+
+}  // namespace tandem::sim

@@ -1,0 +1,81 @@
+#pragma once
+// Flow-level network: flows cross directed links and share each link's
+// bandwidth max-min fairly (progressive filling). Rates are recomputed only
+// when the set of flows changes (a flow starts or ends), never per byte or per
+// chunk, which is what keeps thousands of GPUs cheap.
+//
+// Units: link capacity in GB/s, which is exactly bytes per ns, so a rate times
+// a duration in ns is a byte count. Time is integer ns; a flow finishes at the
+// first integer ns at which its remaining bytes reach zero.
+//
+// Determinism: flows live in a vector indexed by id, every loop runs in id or
+// link order, and no container with unspecified order affects a result.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace tandem::sim {
+
+struct FlowSpec {
+  std::vector<int> links;  // directed link indices in path order (may be empty)
+  double bytes = 0;        // bytes put on the wire (payload / protocol efficiency)
+  double rate_cap = std::numeric_limits<double>::infinity();  // bytes/ns, e.g. channel limit
+  int64_t owner = -1;      // caller's tag (the collective instance it belongs to)
+};
+
+class FlowNetwork {
+ public:
+  // One capacity (GB/s == bytes/ns) per directed link.
+  explicit FlowNetwork(std::vector<double> link_gbps);
+
+  // Starts a flow at the current time; returns its id. Flows with no links and
+  // no cap finish at the next advance (zero duration).
+  int addFlow(FlowSpec spec);
+
+  int64_t now() const { return now_ns_; }
+  int activeFlows() const { return active_count_; }
+
+  // Earliest ns at which an active flow finishes; INT64_MAX when none.
+  int64_t nextCompletionNs();
+
+  // Moves the clock to t (>= now, <= nextCompletionNs()) and returns the ids
+  // of the flows that finished by then, in id order.
+  std::vector<int> advanceTo(int64_t t_ns);
+
+  const FlowSpec& flow(int id) const { return flows_[size_t(id)].spec; }
+  double rate(int id);  // current rate (bytes/ns) of an active flow
+
+  // Bytes carried by each link so far (for utilization counters).
+  const std::vector<double>& linkBytes() const { return link_bytes_; }
+  int64_t rateRecomputations() const { return recomputations_; }
+  int64_t flowsStarted() const { return int64_t(flows_.size()); }
+
+ private:
+  struct FlowState {
+    FlowSpec spec;
+    double remaining = 0;
+    double rate = 0;
+    bool active = false;
+  };
+  void recomputeRates();
+
+  std::vector<double> capacity_;
+  std::vector<double> link_bytes_;
+  std::vector<FlowState> flows_;
+  std::vector<int> active_;  // ids of active flows, ascending
+  int active_count_ = 0;
+  bool dirty_ = false;
+  int64_t now_ns_ = 0;
+  int64_t recomputations_ = 0;
+
+  // Scratch for recomputeRates, sized to the link count once.
+  std::vector<double> cap_left_;
+  std::vector<int> unfrozen_on_link_;
+  std::vector<int64_t> link_epoch_;
+  std::vector<int> used_links_;
+  int64_t epoch_ = 0;
+};
+
+}  // namespace tandem::sim

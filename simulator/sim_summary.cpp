@@ -1,0 +1,87 @@
+// Per-rank summary of a simulated step from interval unions, with the same
+// definitions as the trace analyses (traces/analysis.h, after HTA): overlap %
+// = |U compute ∩ U comm| / |U comm|, exposed comm = |U comm \ U compute|.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "simulator/engine.h"
+
+namespace tandem::sim {
+namespace {
+
+using Intervals = std::vector<std::pair<int64_t, int64_t>>;
+
+Intervals unite(Intervals v) {
+  std::sort(v.begin(), v.end());
+  Intervals out;
+  for (const auto& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
+    else out.push_back(iv);
+  }
+  return out;
+}
+
+int64_t length(const Intervals& v) {
+  int64_t n = 0;
+  for (const auto& iv : v) n += iv.second - iv.first;
+  return n;
+}
+
+// Both inputs are sorted, disjoint unions.
+int64_t intersection(const Intervals& a, const Intervals& b) {
+  int64_t n = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const int64_t lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) n += hi - lo;
+    (a[i].second < b[j].second) ? ++i : ++j;
+  }
+  return n;
+}
+
+}  // namespace
+
+SimRankSummary summarizeRank(const SimResult& result, int rank) {
+  const SimRank& own = result.ranks.at(size_t(rank));
+  const SimRank& src = own.represented_by >= 0 ? result.ranks.at(size_t(own.represented_by)) : own;
+  SimRankSummary s;
+  s.rank = rank;
+  s.step_ns = src.end_ns;
+  s.peak_memory_bytes = own.peak_memory_bytes;
+  Intervals compute, comm, all;
+  for (const SimActivity& a : src.activities) {
+    const auto iv = std::make_pair(a.start_ns, a.end_ns);
+    all.push_back(iv);
+    const bool is_comm = a.kind == TaskKind::Collective || a.kind == TaskKind::SendRecv;
+    (is_comm ? comm : compute).push_back(iv);
+    if (is_comm) continue;
+    const int64_t d = a.end_ns - a.start_ns;
+    switch (a.phase) {
+      case Phase::Forward: s.forward_ns += d; break;
+      case Phase::Backward: s.backward_ns += d; break;
+      case Phase::Recompute: s.recompute_ns += d; break;
+      case Phase::Optimizer: s.optimizer_ns += d; break;
+      case Phase::Data: s.data_ns += d; break;
+      case Phase::Comm: break;
+    }
+  }
+  const Intervals uc = unite(std::move(compute)), um = unite(std::move(comm)), ua = unite(std::move(all));
+  s.compute_ns = length(uc);
+  s.comm_ns = length(um);
+  s.overlap_ns = intersection(uc, um);
+  s.exposed_comm_ns = s.comm_ns - s.overlap_ns;
+  s.idle_ns = s.step_ns - length(ua);
+  s.overlap_pct = s.comm_ns > 0 ? 100.0 * double(s.overlap_ns) / double(s.comm_ns) : 0;
+  return s;
+}
+
+std::vector<SimRankSummary> summarizeRanks(const SimResult& result) {
+  std::vector<SimRankSummary> out;
+  out.reserve(result.ranks.size());
+  for (const SimRank& r : result.ranks) out.push_back(summarizeRank(result, r.rank));
+  return out;
+}
+
+}  // namespace tandem::sim

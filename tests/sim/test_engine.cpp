@@ -1,0 +1,342 @@
+// The discrete-event replay: streams, events, collective matching, send/recv,
+// determinism, deadlocks and symmetric ranks.
+#include <catch2/catch.hpp>
+
+#include "sim_fixtures.h"
+#include "simulator/engine.h"
+
+using namespace tandem;
+using namespace tandem::sim;
+using namespace tandem::sim::testing;
+
+namespace {
+
+SimOptions idealOptions(SymmetryMode mode = SymmetryMode::Off) {
+  SimOptions o;
+  o.nccl = NcclParams::ideal();
+  o.symmetry = mode;
+  return o;
+}
+
+// Every rank: compute k0 -> k1 (records event 0) -> k2; the comm stream's
+// all-reduce waits on event 0 and records event 1; k3 waits on event 1.
+RankPlan overlapProgram() {
+  RankPlan rp = twoStreamProgram();
+  rp.num_events = 2;
+  rp.tasks.push_back(kernel(0, 0, 1e9, 0));
+  Task k1 = kernel(1, 0, 2e9, 0);
+  k1.record_event = 0;
+  rp.tasks.push_back(k1);
+  Task ar = collective(2, 1, CollectiveOp::AllReduce, 4'000'000, "world");
+  ar.wait_events = {0};
+  ar.record_event = 1;
+  rp.tasks.push_back(ar);
+  rp.tasks.push_back(kernel(3, 0, 4e9, 0, Phase::Backward));
+  Task k4 = kernel(4, 0, 1e9, 0, Phase::Optimizer);
+  k4.wait_events = {1};
+  rp.tasks.push_back(k4);
+  rp.memory.peak_bytes = 12345;
+  return rp;
+}
+
+const SimActivity& activityOf(const SimRank& r, int task_id) {
+  for (const auto& a : r.activities)
+    if (a.task_id == task_id) return a;
+  FAIL("no activity for task " << task_id);
+  return r.activities.front();
+}
+
+}  // namespace
+
+TEST_CASE("streams run in order, events join them, communication overlaps compute", "[engine]") {
+  Topology topo = ringTopology(4, 100, 500);
+  Plan plan = uniformPlan(4, overlapProgram());
+  RooflineCostModel cost;
+  SimResult r = simulatePlan(plan, topo, cost, idealOptions());
+  REQUIRE(r.ranks.size() == 4);
+  const SimRank& r0 = r.ranks[0];
+  const SimActivity& k1 = activityOf(r0, 1);
+  const SimActivity& ar = activityOf(r0, 2);
+  const SimActivity& k3 = activityOf(r0, 3);
+  const SimActivity& k4 = activityOf(r0, 4);
+  CHECK(ar.start_ns == k1.end_ns);         // waits for event 0
+  CHECK(k3.start_ns == k1.end_ns);         // same stream, next in order
+  CHECK(k4.start_ns == std::max(k3.end_ns, ar.end_ns));
+  CHECK(k4.start_ns >= ar.end_ns);         // waits for event 1
+  // 4 MB ring all-reduce over 4 ranks at 100 GB/s + 6 steps of 500 ns.
+  CHECK(ar.end_ns - ar.start_ns == 60'000 + 3'000);
+  SimRankSummary s = summarizeRank(r, 0);
+  CHECK(s.step_ns == r.step_ns);
+  CHECK(s.comm_ns == 63'000);
+  CHECK(s.overlap_ns + s.exposed_comm_ns == s.comm_ns);
+  CHECK(s.peak_memory_bytes == 12345);
+  CHECK(s.backward_ns == k3.end_ns - k3.start_ns);
+}
+
+TEST_CASE("the same inputs give identical results", "[engine]") {
+  Topology topo = ringTopology(8, 100, 500);
+  RankPlan rp = overlapProgram();
+  // More collectives in flight on a second comm stream, to make contention.
+  rp.streams.push_back(StreamInfo{2, StreamKind::Comm, "comm2"});
+  rp.tasks.push_back(collective(5, 2, CollectiveOp::AllGather, 3'000'000, "world"));
+  rp.tasks.push_back(collective(6, 2, CollectiveOp::ReduceScatter, 5'000'000, "world"));
+  Plan plan = uniformPlan(8, rp);
+  RooflineCostModel cost;
+  SimOptions opt;  // default NCCL model: protocols, channels, floor
+  opt.symmetry = SymmetryMode::Off;
+  SimResult a = simulatePlan(plan, topo, cost, opt);
+  SimResult b = simulatePlan(plan, topo, cost, opt);
+  REQUIRE(a.ranks.size() == b.ranks.size());
+  CHECK(a.step_ns == b.step_ns);
+  for (size_t i = 0; i < a.ranks.size(); ++i) {
+    REQUIRE(a.ranks[i].activities.size() == b.ranks[i].activities.size());
+    for (size_t j = 0; j < a.ranks[i].activities.size(); ++j) {
+      CHECK(a.ranks[i].activities[j].task_id == b.ranks[i].activities[j].task_id);
+      CHECK(a.ranks[i].activities[j].start_ns == b.ranks[i].activities[j].start_ns);
+      CHECK(a.ranks[i].activities[j].end_ns == b.ranks[i].activities[j].end_ns);
+    }
+  }
+  REQUIRE(a.links.size() == b.links.size());
+  for (size_t i = 0; i < a.links.size(); ++i) CHECK(a.links[i].bytes == b.links[i].bytes);
+  CHECK(a.stats.events == b.stats.events);
+}
+
+TEST_CASE("a collective waits for its slowest member", "[engine]") {
+  Topology topo = ringTopology(2, 100, 0);
+  Plan plan;
+  plan.world_size = 2;
+  plan.groups = {ProcessGroup{"world", {0, 1}}};
+  RankPlan fast = twoStreamProgram();
+  fast.tasks.push_back(collective(0, 1, CollectiveOp::AllReduce, 1000, "world"));
+  RankPlan slow = twoStreamProgram();
+  slow.num_events = 1;
+  Task k = kernel(0, 0, 1e12, 0);  // 1 ms at peak 1e15, longer at 70%
+  k.record_event = 0;
+  slow.tasks.push_back(k);
+  Task ar = collective(1, 1, CollectiveOp::AllReduce, 1000, "world");
+  ar.wait_events = {0};
+  slow.tasks.push_back(ar);
+  fast.ranks = {0};
+  slow.ranks = {1};
+  plan.programs = {fast, slow};
+  RooflineCostModel cost;
+  SimResult r = simulatePlan(plan, topo, cost, idealOptions(SymmetryMode::Auto));
+  const SimActivity& a0 = r.ranks[0].activities.at(0);
+  const SimActivity& a1 = activityOf(r.ranks[1], 1);
+  CHECK(a0.start_ns == 0);  // rank 0 enters at once and spins
+  CHECK(a1.start_ns > 1'000'000);
+  CHECK(a0.end_ns == a1.end_ns);
+  CHECK_FALSE(r.stats.symmetric);  // the group mixes programs
+}
+
+TEST_CASE("send and recv match by order between the same two ranks", "[engine]") {
+  Topology topo = ringTopology(2, 100, 1000);
+  Plan plan;
+  plan.world_size = 2;
+  plan.groups = {ProcessGroup{"pp0-1", {0, 1}}};
+  RankPlan sender = twoStreamProgram();
+  sender.tasks.push_back(collective(0, 1, CollectiveOp::Send, 100'000, "pp0-1"));
+  sender.tasks.push_back(collective(1, 1, CollectiveOp::Send, 300'000, "pp0-1"));
+  RankPlan receiver = twoStreamProgram();
+  receiver.num_events = 1;
+  Task k = kernel(0, 0, 1e9, 0);
+  k.record_event = 0;
+  receiver.tasks.push_back(k);
+  Task r0 = collective(1, 1, CollectiveOp::Recv, 100'000, "pp0-1");
+  r0.wait_events = {0};
+  receiver.tasks.push_back(r0);
+  receiver.tasks.push_back(collective(2, 1, CollectiveOp::Recv, 300'000, "pp0-1"));
+  sender.ranks = {0};
+  receiver.ranks = {1};
+  plan.programs = {sender, receiver};
+  RooflineCostModel cost;
+  SimResult r = simulatePlan(plan, topo, cost, idealOptions());
+  const SimActivity& s0 = activityOf(r.ranks[0], 0);
+  const SimActivity& s1 = activityOf(r.ranks[0], 1);
+  const SimActivity& v0 = activityOf(r.ranks[1], 1);
+  const SimActivity& v1 = activityOf(r.ranks[1], 2);
+  CHECK(s0.end_ns == v0.end_ns);
+  CHECK(s1.end_ns == v1.end_ns);
+  // The first transfer starts when the receiver posts its recv: 1 us link
+  // latency plus 100 kB at 100 GB/s; the second follows: 3 us + 1 us.
+  CHECK(v0.end_ns - v0.start_ns == 1'000 + 1'000);
+  CHECK(v1.end_ns - v0.end_ns == 1'000 + 3'000);
+  CHECK(s0.start_ns == 0);
+}
+
+TEST_CASE("a mismatched send/recv size is reported", "[engine]") {
+  Topology topo = ringTopology(2, 100, 1000);
+  Plan plan;
+  plan.world_size = 2;
+  plan.groups = {ProcessGroup{"p2p", {0, 1}}};
+  RankPlan a = twoStreamProgram(), b = twoStreamProgram();
+  a.tasks.push_back(collective(0, 1, CollectiveOp::Send, 100, "p2p"));
+  b.tasks.push_back(collective(0, 1, CollectiveOp::Recv, 200, "p2p"));
+  a.ranks = {0};
+  b.ranks = {1};
+  plan.programs = {a, b};
+  RooflineCostModel cost;
+  CHECK_THROWS_WITH(simulatePlan(plan, topo, cost, idealOptions()), Catch::Contains("mismatched"));
+}
+
+TEST_CASE("deadlock on an event nobody records names rank, task, stream and event", "[engine]") {
+  Topology topo = ringTopology(2, 100, 100);
+  RankPlan rp = twoStreamProgram();
+  rp.num_events = 1;
+  Task k = kernel(7, 0, 1e9, 0);
+  k.name = "layer0.mlp.fwd";
+  k.wait_events = {0};
+  rp.tasks.push_back(k);
+  Plan plan = uniformPlan(2, rp);
+  RooflineCostModel cost;
+  try {
+    simulatePlan(plan, topo, cost, idealOptions());
+    FAIL("expected a deadlock");
+  } catch (const SimulationError& e) {
+    std::string m = e.what();
+    CHECK_THAT(m, Catch::Contains("deadlock: rank 0"));
+    CHECK_THAT(m, Catch::Contains("task 7 'layer0.mlp.fwd'"));
+    CHECK_THAT(m, Catch::Contains("stream 0 (compute)"));
+    CHECK_THAT(m, Catch::Contains("event 0, which no task records"));
+  }
+}
+
+TEST_CASE("deadlock when a member never reaches the collective", "[engine]") {
+  Topology topo = ringTopology(2, 100, 100);
+  Plan plan;
+  plan.world_size = 2;
+  plan.groups = {ProcessGroup{"dp", {0, 1}}};
+  RankPlan a = twoStreamProgram(), b = twoStreamProgram();
+  a.tasks.push_back(collective(0, 1, CollectiveOp::AllReduce, 1000, "dp"));
+  // Rank 1 waits for its own all-reduce to finish before it joins: a cycle.
+  b.num_events = 2;
+  Task k = kernel(0, 0, 1e9, 0);
+  k.wait_events = {1};
+  k.record_event = 0;
+  b.tasks.push_back(k);
+  Task ar = collective(1, 1, CollectiveOp::AllReduce, 1000, "dp");
+  ar.wait_events = {0};
+  ar.record_event = 1;
+  b.tasks.push_back(ar);
+  a.ranks = {0};
+  b.ranks = {1};
+  plan.programs = {a, b};
+  RooflineCostModel cost;
+  try {
+    simulatePlan(plan, topo, cost, idealOptions());
+    FAIL("expected a deadlock");
+  } catch (const SimulationError& e) {
+    std::string m = e.what();
+    CHECK_THAT(m, Catch::Contains("deadlock: rank 0 task 0"));
+    CHECK_THAT(m, Catch::Contains("all_reduce #0 of group 'dp' for rank(s) 1"));
+  }
+}
+
+TEST_CASE("mismatched collectives are reported with both ranks", "[engine]") {
+  Topology topo = ringTopology(2, 100, 100);
+  Plan plan;
+  plan.world_size = 2;
+  plan.groups = {ProcessGroup{"dp", {0, 1}}};
+  RankPlan a = twoStreamProgram(), b = twoStreamProgram();
+  a.tasks.push_back(collective(0, 1, CollectiveOp::AllReduce, 1000, "dp"));
+  b.tasks.push_back(collective(0, 1, CollectiveOp::AllGather, 1000, "dp"));
+  a.ranks = {0};
+  b.ranks = {1};
+  plan.programs = {a, b};
+  RooflineCostModel cost;
+  CHECK_THROWS_WITH(simulatePlan(plan, topo, cost, idealOptions()),
+                    Catch::Contains("mismatched collective #0 of group 'dp'") && Catch::Contains("rank 0") &&
+                        Catch::Contains("all_gather"));
+}
+
+TEST_CASE("symmetric simulation equals the full one for identical ranks", "[engine]") {
+  Topology topo = ringTopology(8, 100, 500);
+  Plan plan = uniformPlan(8, overlapProgram());
+  RooflineCostModel cost;
+  SimResult full = simulatePlan(plan, topo, cost, idealOptions(SymmetryMode::Off));
+  SimResult sym = simulatePlan(plan, topo, cost, idealOptions(SymmetryMode::On));
+  CHECK(sym.stats.symmetric);
+  CHECK(sym.stats.simulated_ranks == 1);
+  CHECK(full.stats.simulated_ranks == 8);
+  CHECK(sym.step_ns == full.step_ns);
+  REQUIRE(sym.ranks[0].activities.size() == full.ranks[0].activities.size());
+  for (size_t j = 0; j < sym.ranks[0].activities.size(); ++j) {
+    CHECK(sym.ranks[0].activities[j].start_ns == full.ranks[0].activities[j].start_ns);
+    CHECK(sym.ranks[0].activities[j].end_ns == full.ranks[0].activities[j].end_ns);
+  }
+  CHECK(sym.ranks[5].represented_by == 0);
+  CHECK(summarizeRank(sym, 5).step_ns == summarizeRank(full, 5).step_ns);
+  CHECK(sym.stats.tasks * 8 == full.stats.tasks);
+}
+
+TEST_CASE("symmetry is refused for ranks on different devices", "[engine]") {
+  Topology topo = ringTopology(2, 100, 500);
+  topo.devices[1].model = "OTHER";
+  Plan plan = uniformPlan(2, overlapProgram());
+  RooflineCostModel cost;
+  CHECK_THROWS_WITH(simulatePlan(plan, topo, cost, idealOptions(SymmetryMode::On)), Catch::Contains("OTHER"));
+  SimResult r = simulatePlan(plan, topo, cost, idealOptions(SymmetryMode::Auto));
+  CHECK_FALSE(r.stats.symmetric);
+}
+
+TEST_CASE("compute slows while a collective runs on the same GPU", "[engine]") {
+  Topology topo = ringTopology(2, 1, 0);  // slow link: the all-reduce runs long
+  RankPlan rp = twoStreamProgram();
+  rp.tasks.push_back(collective(0, 1, CollectiveOp::AllReduce, 10'000'000, "world"));
+  rp.tasks.push_back(kernel(2, 0, 0, 0));     // a launch gap: the collective is running after it
+  rp.tasks.push_back(kernel(1, 0, 7e11, 0));  // 1 ms at 70% of 1e15, plus launch
+  Plan plan = uniformPlan(2, rp);
+  RooflineParams params = RooflineParams::defaults();
+  params.comm_slowdown = 1.5;
+  RooflineCostModel slowed(params);
+  params.comm_slowdown = 1.0;
+  RooflineCostModel plain(params);
+  SimResult a = simulatePlan(plan, topo, slowed, idealOptions());
+  SimResult b = simulatePlan(plan, topo, plain, idealOptions());
+  const SimActivity& ka = activityOf(a.ranks[0], 1);
+  const SimActivity& kb = activityOf(b.ranks[0], 1);
+  CHECK(kb.end_ns - kb.start_ns == 1'000'000 + params.launch_overhead_ns);
+  CHECK(ka.end_ns - ka.start_ns == int64_t((1'000'000 + params.launch_overhead_ns) * 1.5));
+}
+
+TEST_CASE("a plan larger than the topology is refused", "[engine]") {
+  Topology topo = ringTopology(2, 100, 100);
+  Plan plan = uniformPlan(4, overlapProgram());
+  RooflineCostModel cost;
+  CHECK_THROWS_WITH(simulatePlan(plan, topo, cost), Catch::Contains("4 ranks") && Catch::Contains("2 devices"));
+}
+
+TEST_CASE("calibration files replace the roofline per op kind and shape", "[engine][calibration]") {
+  const char* yaml = R"(
+version: 1
+launch_overhead_ns: 1000
+ops:
+  matmul:
+    flops_efficiency: 0.5
+    shapes:
+      "m=64 n=64 k=64": {ns: 4242}
+  layernorm:
+    fit: {base_ns: 100, ns_per_gflop: 0, ns_per_mb: 2}
+collectives:
+  - {op: all_reduce, ranks: 2, latency_ns: 19000, gbps: 300}
+)";
+  Calibration cal = parseCalibration(yaml, "cal.yaml");
+  REQUIRE(cal.collectives.size() == 1);
+  RooflineCostModel model(RooflineParams::defaults(), cal);
+  DeviceSpec dev;
+  dev.bf16_flops = 1e15;
+  dev.hbm_gbps = 1000;
+  Task mm = kernel(0, 0, 1e12, 0);
+  CHECK(model.taskNs(mm, dev, Precision::BF16) == 1000 + 2'000'000);  // 1e12 / (1e15 * 0.5)
+  mm.attrs.m = mm.attrs.n = mm.attrs.k = 64;
+  CHECK(shapeKey(mm) == "m=64 n=64 k=64");
+  CHECK(model.taskNs(mm, dev, Precision::BF16) == 4242);
+  Task ln = kernel(1, 0, 0, 3'000'000);
+  ln.op = OpKind::LayerNorm;
+  CHECK(model.taskNs(ln, dev, Precision::BF16) == 100 + 6);
+  CHECK_THROWS_WITH(parseCalibration("ops:\n  matmull: {ns: 1}\n", "bad.yaml"),
+                    Catch::Contains("bad.yaml:2") && Catch::Contains("matmull"));
+  CHECK_THROWS_WITH(parseCalibration("ops:\n  matmul: {flops_efficiency: 2}\n", "bad.yaml"),
+                    Catch::Contains("flops_efficiency") && Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(parseCalibration("colectives: []\n", "bad.yaml"), Catch::Contains("allowed"));
+}
