@@ -67,6 +67,7 @@ void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64
   const T scale = T(1.0 / std::sqrt(double(D)));
   std::vector<T> kt(static_cast<std::size_t>(D * Tn));
   std::vector<T> scores(static_cast<std::size_t>(Tn));
+  std::vector<double> weights(static_cast<std::size_t>(Tn));
   std::vector<T> acc(static_cast<std::size_t>(D));
   for (int64_t b = 0; b < B; ++b) {
     const T* seq = qkv + b * Tn * hs.stride;
@@ -78,13 +79,18 @@ void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64
         rowScores(scores.data(), seq + t * hs.stride + h * D, kt.data(), Tn, D, count, scale);
         double max = double(scores[0]);
         for (int64_t s = 1; s < count; ++s) max = std::fmax(max, double(scores[s]));
+        // One exp per score: keep exp(score - max) and divide by the sum.
         double sum = 0;
-        for (int64_t s = 0; s < count; ++s) sum += std::exp(double(scores[s]) - max);
-        const double row_lse = max + std::log(sum);
-        lse[(b * H + h) * Tn + t] = T(row_lse);
+        for (int64_t s = 0; s < count; ++s) {
+          const double e = std::exp(double(scores[s]) - max);
+          weights[std::size_t(s)] = e;
+          sum += e;
+        }
+        lse[(b * H + h) * Tn + t] = T(max + std::log(sum));
+        const double inv_sum = 1.0 / sum;
         for (int64_t d = 0; d < D; ++d) acc[std::size_t(d)] = 0;
         for (int64_t s = 0; s < count; ++s) {
-          const T p = T(std::exp(double(scores[s]) - row_lse));
+          const T p = T(weights[std::size_t(s)] * inv_sum);
           const T* v_row = v_head + s * hs.stride;
           for (int64_t d = 0; d < D; ++d) acc[std::size_t(d)] += p * v_row[d];
         }
