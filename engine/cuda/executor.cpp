@@ -119,6 +119,16 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   *host_scalars = StepScalars{};
 
   data = makeTokenSource(plan.job);
+  if (opt.time_tasks) {
+    task_ms.assign(program->tasks.size(), 0.0);
+    for (size_t i = 0; i < program->tasks.size(); ++i) {
+      cudaEvent_t a, b;
+      TANDEM_CUDA_CHECK(cudaEventCreate(&a));
+      TANDEM_CUDA_CHECK(cudaEventCreate(&b));
+      task_start.push_back(a);
+      task_end.push_back(b);
+    }
+  }
   prepareTasks();
   initialiseParameters();
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -133,6 +143,7 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
 }
 
 CudaExecutor::Impl::~Impl() {
+  cudaSetDevice(opt.device);
   // Frees nothing while a kernel may still run (after an abort the process exits instead).
   if (graph_exec) cudaGraphExecDestroy(graph_exec);
   for (void* p : allocations) cudaFree(p);
@@ -142,6 +153,8 @@ CudaExecutor::Impl::~Impl() {
   for (auto e : events) cudaEventDestroy(e);
   for (auto e : join_events) cudaEventDestroy(e);
   for (auto e : collective_done) cudaEventDestroy(e);
+  for (auto e : task_start) cudaEventDestroy(e);
+  for (auto e : task_end) cudaEventDestroy(e);
   if (fork_event) cudaEventDestroy(fork_event);
   if (start_event) cudaEventDestroy(start_event);
   if (stop_event) cudaEventDestroy(stop_event);
@@ -369,12 +382,21 @@ GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
     TANDEM_CUDA_CHECK(cudaGraphDestroy(g));
   }
   TANDEM_CUDA_CHECK(cudaEventRecord(start_event, s0));
-  if (graph)
+  if (graph) {
     TANDEM_CUDA_CHECK(cudaGraphLaunch(graph_exec, s0));
-  else
+  } else {
+    timing_now = opt.time_tasks;
     enqueueStep(with_optimizer);
+    timing_now = false;
+  }
   TANDEM_CUDA_CHECK(cudaEventRecord(stop_event, s0));
   waitForStep();
+  if (opt.time_tasks && !graph)
+    for (size_t i = 0; i < program->tasks.size(); ++i) {
+      float t = 0;
+      if (cudaEventElapsedTime(&t, task_start[i], task_end[i]) == cudaSuccess) task_ms[i] += t;
+    }
+  cudaGetLastError();  // tasks skipped this step leave unrecorded events behind
   float ms = 0;
   TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start_event, stop_event));
   GpuStepResult r;
@@ -427,11 +449,26 @@ void CudaExecutor::Impl::writeBuffer(int buffer, const std::vector<float>& value
 CudaExecutor::CudaExecutor(const Plan& plan, const ExecutorOptions& options)
     : impl_(std::make_unique<Impl>(plan, options)) {}
 CudaExecutor::~CudaExecutor() = default;
-GpuStepResult CudaExecutor::step() { return impl_->runStep(true); }
-GpuStepResult CudaExecutor::computeGradients() { return impl_->runStep(false); }
-std::vector<float> CudaExecutor::readBuffer(int buffer) const { return impl_->readBuffer(buffer); }
-void CudaExecutor::writeBuffer(int buffer, const std::vector<float>& values) { impl_->writeBuffer(buffer, values); }
+// Each entry point selects the executor's device: callers may drive several
+// executors (one per GPU) from one thread.
+GpuStepResult CudaExecutor::step() {
+  TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  return impl_->runStep(true);
+}
+GpuStepResult CudaExecutor::computeGradients() {
+  TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  return impl_->runStep(false);
+}
+std::vector<float> CudaExecutor::readBuffer(int buffer) const {
+  TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  return impl_->readBuffer(buffer);
+}
+void CudaExecutor::writeBuffer(int buffer, const std::vector<float>& values) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  impl_->writeBuffer(buffer, values);
+}
 GpuMemoryReport CudaExecutor::memory() const { return impl_->mem; }
+std::vector<double> CudaExecutor::taskMilliseconds() const { return impl_->task_ms; }
 int CudaExecutor::stepsDone() const { return impl_->steps_done; }
 const Plan& CudaExecutor::plan() const { return impl_->plan; }
 

@@ -34,6 +34,7 @@ struct ExecutorOptions {
   bool use_graph = true;
   NcclId nccl_id{};       // needed when world > 1
   double timeout_s = 60;  // longest wait for a step or a collective before aborting
+  bool time_tasks = false;  // eager steps time every task with events (see taskMilliseconds)
 };
 
 struct GpuStepResult {
@@ -69,6 +70,9 @@ class CudaExecutor {
   void writeBuffer(int buffer, const std::vector<float>& values);
 
   GpuMemoryReport memory() const;
+  // With time_tasks: GPU milliseconds of each task, summed over the eager
+  // steps run so far (index = task index of the rank's program).
+  std::vector<double> taskMilliseconds() const;
   int stepsDone() const;
   const Plan& plan() const;
 

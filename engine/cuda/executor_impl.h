@@ -83,6 +83,9 @@ struct CudaExecutor::Impl {
   std::vector<void*> host_allocations;
   int64_t allocated = 0;
   GpuMemoryReport mem;
+  std::vector<cudaEvent_t> task_start, task_end;  // time_tasks only
+  std::vector<double> task_ms;
+  bool timing_now = false;
   cudaGraphExec_t graph_exec = nullptr;
   int steps_done = 0;
 };

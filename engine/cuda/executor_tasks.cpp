@@ -18,6 +18,7 @@ void CudaExecutor::Impl::enqueueTask(int index) {
   auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
   auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
   for (int e : t.wait_events) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, events.at(e), 0));
+  if (timing_now) TANDEM_CUDA_CHECK(cudaEventRecord(task_start[index], s));
 
   if (!skip[index]) switch (t.op) {
     case OpKind::LoadBatch: {
@@ -112,6 +113,7 @@ void CudaExecutor::Impl::enqueueTask(int index) {
     }
   }
 
+  if (timing_now) TANDEM_CUDA_CHECK(cudaEventRecord(task_end[index], s));
   if (t.collective) {
     const size_t k = size_t(std::find(collective_tasks.begin(), collective_tasks.end(), index) -
                             collective_tasks.begin());

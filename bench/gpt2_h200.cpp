@@ -1,0 +1,175 @@
+// bench_gpt2_h200: GPT-2 124M training steps (micro-batch 16, sequence 1024,
+// bf16, AdamW) on the CUDA executor, and in the same invocation the PyTorch
+// peer script (eager and torch.compile), so the ratio is measured side by
+// side. Prints one JSON object per line; the last line is the comparison.
+//
+//   bench_gpt2_h200 [--steps N] [--gpus 1|2] [--peer PATH/gpt2_torch.py] [--breakdown]
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#ifdef TANDEM_HAVE_CUDA
+#include <thread>
+
+#include "engine/cuda/device.h"
+#include "engine/cuda/executor.h"
+#include "engine/planner.h"
+#endif
+
+namespace {
+
+struct Args {
+  int steps = 30;
+  int gpus = 1;
+  std::string peer;
+  bool breakdown = false;
+};
+
+Args parseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error("missing value after " + s);
+      return argv[++i];
+    };
+    if (s == "--steps") a.steps = std::stoi(next());
+    else if (s == "--gpus") a.gpus = std::stoi(next());
+    else if (s == "--peer") a.peer = next();
+    else if (s == "--breakdown") a.breakdown = true;
+    else throw std::runtime_error("unknown argument " + s + " (allowed: --steps N --gpus 1|2 --peer FILE --breakdown)");
+  }
+  return a;
+}
+
+// Runs a command and returns the value of "median_step_ms" in its last JSON line (0 when absent).
+double peerMedianMs(const std::string& command, std::string* line_out) {
+  FILE* p = popen(command.c_str(), "r");
+  if (!p) return 0;
+  char buf[4096];
+  std::string last;
+  while (fgets(buf, sizeof buf, p))
+    if (std::strstr(buf, "median_step_ms")) last = buf;
+  pclose(p);
+  if (!last.empty() && last.back() == '\n') last.pop_back();
+  *line_out = last;
+  auto pos = last.find("\"median_step_ms\":");
+  if (pos == std::string::npos) return 0;
+  return std::atof(last.c_str() + pos + std::strlen("\"median_step_ms\":"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#ifndef TANDEM_HAVE_CUDA
+  (void)argc;
+  (void)argv;
+  fmt::print("{{\"bench\":\"gpt2_h200\",\"skipped\":\"built without CUDA\"}}\n");
+  return 0;
+#else
+  using namespace tandem;
+  try {
+    const Args a = parseArgs(argc, argv);
+    std::string why;
+    const int count = cuda::usableGpuCount(&why);
+    if (count < a.gpus) {
+      fmt::print("{{\"bench\":\"gpt2_h200\",\"skipped\":\"needs {} GPU(s): {}\"}}\n", a.gpus, why);
+      return 0;
+    }
+    const JobSpec job = loadJobFile(std::string(TANDEM_RESOURCE_DIR) + "/jobs/gpt2-124m-dp8.yaml",
+                                    {fmt::format("parallel.data_parallel={}", a.gpus), "training.micro_batch=16",
+                                     "training.precision=bf16", fmt::format("training.steps={}", a.steps)});
+    const Plan plan = buildPlan(job);
+    const cuda::DeviceInfo dev = cuda::deviceInfo(0);
+    std::vector<std::unique_ptr<cuda::CudaExecutor>> ex(a.gpus);
+    const cuda::NcclId id = a.gpus > 1 ? cuda::makeNcclId() : cuda::NcclId{};
+    auto onRanks = [&](auto fn) {
+      std::vector<std::thread> th;
+      for (int r = 0; r < a.gpus; ++r) th.emplace_back([&, r] { fn(r); });
+      for (auto& t : th) t.join();
+    };
+    std::vector<std::string> errors(a.gpus);
+    onRanks([&](int r) {
+      try {
+        cuda::ExecutorOptions o;
+        o.rank = r, o.world = a.gpus, o.device = r, o.nccl_id = id;
+        ex[r] = std::make_unique<cuda::CudaExecutor>(plan, o);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+    for (auto& e : errors)
+      if (!e.empty()) throw std::runtime_error(e);
+    std::vector<double> ms;
+    double loss = 0;
+    for (int s = 0; s < a.steps; ++s) {
+      std::vector<cuda::GpuStepResult> res(a.gpus);
+      onRanks([&](int r) { res[r] = ex[r]->step(); });
+      if (s >= 5) ms.push_back(res[0].ms);
+      loss = res[0].loss;
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms.empty() ? 0 : ms[ms.size() / 2];
+    const double tokens = double(job.tokensPerStep());
+    const double tps = tokens / (med / 1e3);
+    const double mfu = plan.summary.model_flops_per_token * tps / (a.gpus * dev.peak_bf16_flops);
+    const cuda::GpuMemoryReport m = ex[0]->memory();
+    fmt::print("{{\"system\":\"tandem\",\"device\":\"{}\",\"gpus\":{},\"median_step_ms\":{:.2f},\"min_step_ms\":{:.2f},"
+               "\"tokens_per_s\":{:.0f},\"mfu\":{:.4f},\"loss\":{:.4f},\"planned_arena_gib\":{:.3f},"
+               "\"allocated_gib\":{:.3f}}}\n",
+               dev.name, a.gpus, med, ms.empty() ? 0 : ms.front(), tps, mfu, loss,
+               m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));
+    std::fflush(stdout);
+    ex.clear();
+
+    if (a.breakdown && a.gpus == 1) {
+      // Per-op GPU time from eager steps timed task by task.
+      cuda::ExecutorOptions o;
+      o.use_graph = false;
+      o.time_tasks = true;
+      cuda::CudaExecutor timed(plan, o);
+      const int timed_steps = 3;
+      for (int s = 0; s < timed_steps + 1; ++s) timed.step();
+      const std::vector<double> t = timed.taskMilliseconds();
+      std::map<std::string, double> by_op;
+      double total = 0;
+      const auto& tasks = plan.programs[0].tasks;
+      for (size_t i = 0; i < tasks.size(); ++i) {
+        by_op[std::string(toString(tasks[i].op))] += t[i] / (timed_steps + 1);
+        total += t[i] / (timed_steps + 1);
+      }
+      std::vector<std::pair<double, std::string>> rows;
+      for (auto& [k, v] : by_op) rows.push_back({v, k});
+      std::sort(rows.rbegin(), rows.rend());
+      for (auto& [v, k] : rows)
+        fmt::print("{{\"breakdown\":\"{}\",\"ms_per_step\":{:.3f},\"share\":{:.3f}}}\n", k, v, v / total);
+      std::fflush(stdout);
+    }
+
+    if (!a.peer.empty()) {
+      std::string line_e, line_c;
+      const std::string base = a.gpus > 1 ? fmt::format("torchrun --standalone --nproc_per_node={} {}", a.gpus, a.peer)
+                                          : "python3 " + a.peer;
+      const std::string common = fmt::format(" --batch 16 --seq 1024 --steps {} 2>/dev/null", std::max(a.steps, 30));
+      const double eager_ms = a.gpus == 1 ? peerMedianMs(base + " --compile 0" + common, &line_e) : 0;
+      if (!line_e.empty()) fmt::print("{{\"system\":\"torch-eager\",\"peer\":{}}}\n", line_e);
+      std::fflush(stdout);
+      const double compile_ms = peerMedianMs(base + " --compile 1" + common, &line_c);
+      if (!line_c.empty()) fmt::print("{{\"system\":\"torch-compile\",\"peer\":{}}}\n", line_c);
+      fmt::print("{{\"comparison\":\"tandem / torch.compile\",\"gpus\":{},\"tandem_ms\":{:.2f},\"torch_eager_ms\":{:.2f},"
+                 "\"torch_compile_ms\":{:.2f},\"speedup_vs_compile\":{:.3f},\"speedup_vs_eager\":{:.3f}}}\n",
+                 a.gpus, med, eager_ms, compile_ms, compile_ms > 0 ? compile_ms / med : 0,
+                 eager_ms > 0 ? eager_ms / med : 0);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_gpt2_h200: error: {}\n", e.what());
+    return 1;
+  }
+#endif
+}

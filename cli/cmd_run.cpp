@@ -1,0 +1,260 @@
+// tandem run: train a job on local GPUs with the CUDA executor. Compiles
+// without CUDA too; then (or without a GPU) it says so in one line and fails.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <vector>
+
+#include "cli/command_registry.h"
+#include "cli/job_options.h"
+#include "engine/planner.h"
+
+#ifdef TANDEM_HAVE_CUDA
+#include <unistd.h>
+
+#include "engine/cuda/device.h"
+#include "engine/cuda/executor.h"
+#include "engine/cuda/launcher.h"
+#include "traces/trace_writer.h"
+#endif
+
+namespace tandem::cli {
+namespace {
+
+struct RunOptions {
+  JobOptions job;
+  int gpus = 0;  // 0: the job's data_parallel
+  int steps = 0;
+  bool eager = false;
+  bool json = false;
+  double timeout_s = 60;
+  std::string out;
+};
+
+#ifdef TANDEM_HAVE_CUDA
+
+constexpr double kGiB = double(1 << 30);
+
+// Recompute / micro-batch choices whose plan fits `free_bytes` (the planner
+// decides the arena; the executor adds its own overhead).
+std::string fittingChoices(const JobSpec& job, int64_t free_bytes) {
+  std::vector<std::string> fits;
+  for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full}) {
+    for (int mb = job.training.micro_batch; mb >= 1 && fits.size() < 3; mb /= 2) {
+      if (policy == job.recompute.policy && mb == job.training.micro_batch) continue;
+      JobSpec j = job;
+      j.recompute.policy = policy;
+      j.recompute.per_layer.clear();
+      j.training.micro_batch = mb;
+      try {
+        const Plan p = buildPlan(j);
+        const int64_t need = p.programs.at(0).memory.arena_bytes + cuda::executorOverheadBytes(p) + (int64_t(512) << 20);
+        if (need <= free_bytes) {
+          fits.push_back(fmt::format("recompute.policy={} training.micro_batch={} ({:.1f} GiB)", toString(policy), mb,
+                                     need / kGiB));
+          break;  // the largest micro-batch for this policy
+        }
+      } catch (const std::exception&) {
+      }
+      if (mb == 1) break;
+    }
+  }
+  if (fits.empty()) return "no recompute policy or micro-batch fits on this GPU";
+  std::string s = "choices that fit: ";
+  for (size_t i = 0; i < fits.size(); ++i) s += (i ? "; " : "") + fits[i];
+  return s;
+}
+
+std::vector<std::string> childArguments(const RunOptions& o) {
+  std::vector<std::string> args{"run", o.job.job};
+  for (const auto& s : o.job.sets) args.insert(args.end(), {"--set", s});
+  if (o.steps > 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
+  if (o.eager) args.push_back("--eager");
+  if (o.json) args.push_back("--json");
+  if (!o.out.empty()) args.insert(args.end(), {"--out", o.out});
+  args.insert(args.end(), {"--timeout", fmt::format("{}", o.timeout_s)});
+  return args;
+}
+
+void writeTrace(const std::string& path, const Plan& plan, const cuda::DeviceInfo& dev,
+                const std::vector<cuda::GpuStepResult>& steps, const cuda::GpuMemoryReport& mem,
+                double tokens_per_s, double mfu) {
+  namespace fs = std::filesystem;
+  const std::string tmp = path + ".tmp";
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  if (fs::exists(path)) fs::copy_file(path, tmp);
+  {
+    traces::TraceWriter w(tmp);
+    traces::RunInfo info;
+    info.kind = traces::RunKind::Real;
+    info.name = plan.job.name;
+    info.job_yaml = plan.job.yaml;
+    info.job_hash = plan.job.content_hash;
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    info.host = host;
+    info.devices_json = fmt::format(R"([{{"index":{},"name":"{}","memory_bytes":{}}}])", dev.index, dev.name,
+                                    dev.total_bytes);
+    info.tool_version = TANDEM_VERSION;
+    info.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    info.world_size = plan.world_size;
+    w.beginRun(info);
+    int64_t t = 0;
+    for (const auto& s : steps) {
+      const int64_t dur = int64_t(s.ms * 1e6);
+      w.addStep({0, s.step, t, t + dur});
+      t += dur;
+    }
+    w.setStat({"tokens_per_second", int64_t(tokens_per_s), traces::Severity::Info, "median over measured steps"});
+    w.setStat({"mfu_ppm", int64_t(mfu * 1e6), traces::Severity::Info, "PaLM model FLOPs utilisation, parts per million"});
+    w.setStat({"planned_arena_bytes", mem.planned_arena_bytes, traces::Severity::Info, "memory plan peak"});
+    w.setStat({"allocated_bytes", mem.allocated_bytes, traces::Severity::Info, "arena + workspace + scratch"});
+    w.setStat({"device_used_bytes", mem.device_used_bytes, traces::Severity::Info, "after setup, incl. context and NCCL"});
+    w.flush();
+  }
+  fs::rename(tmp, path);
+}
+
+void runRank(const RunOptions& o, const JobSpec& job, const cuda::RankEnvironment& env) {
+  std::string why;
+  const int count = cuda::usableGpuCount(&why);
+  if (count == 0) throw std::runtime_error("run: no CUDA GPU available (" + why + ")");
+  const Plan plan = buildPlan(job);
+  const int rank = env.launched ? env.rank : 0;
+  const int world = env.launched ? env.world : 1;
+  if (plan.world_size != world)
+    throw std::runtime_error(fmt::format("run: the job is planned for {} ranks but {} run it", plan.world_size, world));
+  cuda::ExecutorOptions eo;
+  eo.rank = rank;
+  eo.world = world;
+  eo.device = rank % count;
+  eo.use_graph = !o.eager;
+  eo.timeout_s = o.timeout_s;
+  const cuda::DeviceInfo dev = cuda::deviceInfo(eo.device);
+  if (world > 1) eo.nccl_id = cuda::shareNcclId(env, 120);
+  std::unique_ptr<cuda::CudaExecutor> exec;
+  try {
+    exec = std::make_unique<cuda::CudaExecutor>(plan, eo);
+  } catch (const cuda::OutOfDeviceMemory& e) {
+    throw std::runtime_error(std::string(e.what()) + "; " + fittingChoices(job, e.free_bytes));
+  }
+  const bool lead = rank == 0;
+  const int steps = plan.job.training.steps;
+  const double tokens = double(plan.job.tokensPerStep());
+  const double peak = dev.peak_bf16_flops;
+  const double flops_per_step = plan.summary.model_flops_per_token * tokens;
+  if (lead && !o.json)
+    fmt::print("run {}: {} x {} ({} SMs), {} steps, {} tokens/step, {}, arena {:.2f} GiB\n", plan.job.name,
+               world, dev.name, dev.sm_count, steps, int64_t(tokens), o.eager ? "eager" : "CUDA graph",
+               plan.programs[0].memory.arena_bytes / kGiB);
+  std::vector<cuda::GpuStepResult> results;
+  for (int s = 0; s < steps; ++s) {
+    const cuda::GpuStepResult r = exec->step();
+    results.push_back(r);
+    const double tps = tokens / (r.ms / 1e3);
+    const double mfu = peak > 0 ? flops_per_step / (r.ms / 1e3) / (world * peak) : 0;
+    if (!lead) continue;
+    if (o.json)
+      fmt::print(R"({{"step":{},"loss":{:.6f},"grad_norm":{:.6f},"lr":{:.6e},"ms":{:.3f},"tokens_per_s":{:.0f},"mfu":{:.4f}}})"
+                 "\n",
+                 r.step + 1, r.loss, r.grad_norm, r.lr, r.ms, tps, mfu);
+    else
+      fmt::print("step {:>5}/{}  loss {:.6f}  norm {:.4f}  lr {:.3e}  {:8.2f} ms  {:9.0f} tok/s  MFU {:5.1f}%\n",
+                 r.step + 1, steps, r.loss, r.grad_norm, r.lr, r.ms, tps, 100 * mfu);
+    std::fflush(stdout);
+  }
+  // Steady state: drop the first steps (graph capture, cuBLASLt heuristics, warm-up).
+  std::vector<double> ms;
+  for (size_t i = std::min<size_t>(3, results.size() / 2); i < results.size(); ++i) ms.push_back(results[i].ms);
+  std::sort(ms.begin(), ms.end());
+  const double med = ms.empty() ? 0 : ms[ms.size() / 2];
+  const double tps = med > 0 ? tokens / (med / 1e3) : 0;
+  const double mfu = (peak > 0 && med > 0) ? flops_per_step / (med / 1e3) / (world * peak) : 0;
+  const cuda::GpuMemoryReport mem = exec->memory();
+  if (lead) {
+    if (o.json)
+      fmt::print(R"({{"summary":true,"median_ms":{:.3f},"tokens_per_s":{:.0f},"mfu":{:.4f},"planned_arena_bytes":{},"allocated_bytes":{},"device_used_bytes":{}}})"
+                 "\n",
+                 med, tps, mfu, mem.planned_arena_bytes, mem.allocated_bytes, mem.device_used_bytes);
+    else
+      fmt::print("median {:.2f} ms/step, {:.0f} tokens/s, MFU {:.1f}% ({:.0f} TFLOP/s peak per GPU)\n"
+                 "memory: planned arena {:.3f} GiB; allocated {:.3f} GiB (workspace {:.0f} MiB, scratch {:.1f} MiB); "
+                 "device in use {:.3f} GiB\n",
+                 med, tps, 100 * mfu, peak / 1e12, mem.planned_arena_bytes / kGiB, mem.allocated_bytes / kGiB,
+                 mem.workspace_bytes / double(1 << 20), mem.scratch_bytes / double(1 << 20),
+                 mem.device_used_bytes / kGiB);
+    if (!o.out.empty()) writeTrace(o.out, plan, dev, results, mem, tps, mfu);
+  }
+}
+
+#endif  // TANDEM_HAVE_CUDA
+
+void runCommand(const RunOptions& o) {
+#ifndef TANDEM_HAVE_CUDA
+  (void)o;
+  throw std::runtime_error(
+      "run: this tandem was built without CUDA support (use `tandem train` for the CPU reference executor)");
+#else
+  const cuda::RankEnvironment env = cuda::rankEnvironment();
+  JobOptions jo = o.job;
+  if (o.gpus > 0) jo.sets.push_back(fmt::format("parallel.data_parallel={}", o.gpus));
+  if (o.steps > 0) jo.sets.push_back(fmt::format("training.steps={}", o.steps));
+  const JobSpec job = jo.load();
+  const int world = job.parallel.data_parallel;
+  if (!env.launched && world > 1) {
+    std::string why;
+    const int count = cuda::usableGpuCount(&why);
+    if (count == 0) throw std::runtime_error("run: no CUDA GPU available (" + why + ")");
+    if (count < world)
+      throw std::runtime_error(fmt::format("run: the job needs {} GPUs (data parallel) but {} are visible; "
+                                           "pass --gpus {} or fewer", world, count, count));
+    RunOptions child = o;
+    child.gpus = world;
+    std::vector<std::string> args = childArguments(child);
+    args.insert(args.end(), {"--gpus", std::to_string(world)});
+    if (cuda::launchLocalRanks(world, args, o.timeout_s + 30) != 0)
+      throw std::runtime_error(fmt::format("run: {} of {} ranks failed (see above)", "at least one", world));
+    return;
+  }
+  try {
+    runRank(o, job, env);
+  } catch (const cuda::CudaError& e) {
+    // A failed rank may have kernels or NCCL work still queued: leave without
+    // running destructors that would synchronise with them.
+    std::fflush(stdout);
+    std::fprintf(stderr, "tandem: error: %s\n", e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+#endif
+}
+
+void addRunCommand(CLI::App& root) {
+  auto* cmd = root.add_subcommand("run", "Train a job on local GPUs with the CUDA executor (CUDA Graph by default)");
+  auto o = std::make_shared<RunOptions>();
+  o->job.addTo(*cmd, true);
+  cmd->add_option("--gpus", o->gpus, "GPUs (one process each, data parallel); default: parallel.data_parallel")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", o->steps, "steps to run (default: training.steps of the job)")->check(CLI::PositiveNumber);
+  cmd->add_flag("--eager", o->eager, "issue every kernel each step instead of replaying a captured CUDA Graph");
+  cmd->add_flag("--json", o->json, "print one JSON object per step and a summary line");
+  cmd->add_option("--timeout", o->timeout_s, "seconds to wait for a step or a collective before aborting")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--out", o->out, "append the run (steps, throughput, memory) to this trace file")
+      ->type_name("RUN.sqlite");
+  cmd->callback([o] { runCommand(*o); });
+}
+
+const CommandRegistration reg{"run", 30, &addRunCommand};
+
+}  // namespace
+}  // namespace tandem::cli

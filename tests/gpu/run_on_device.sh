@@ -1,0 +1,45 @@
+#!/bin/bash
+# Runs the GPU tests, the CLI and the benchmark on a GPU machine from a folder
+# of prebuilt binaries (DIST: bin/, lib/, peers/), logging each stage to OUT.
+#   tests/gpu/run_on_device.sh DIST OUT STAGE...
+# Stages: kernels executor memory dp2 cli cli2 kill bench bench2 breakdown
+set -u
+DIST=$(cd "$1" && pwd); OUT=$2; shift 2
+export LD_LIBRARY_PATH=$DIST/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# The binaries look for resources under the source folder they were built in.
+if [ ! -e /work/main/resources ]; then mkdir -p /work && rm -rf /work/main && ln -s "$PWD" /work/main; fi
+B=$DIST/bin
+stage() {
+  local name=$1; shift
+  echo "=== $name: $*"
+  local t0=$(date +%s.%N)
+  timeout 400 "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 40 "$OUT/$name.log"
+  echo "=== $name rc=$rc wall=$(echo "$(date +%s.%N) - $t0" | bc)s"
+}
+nvidia-smi -L
+for s in "$@"; do
+  case $s in
+    kernels) stage kernels $B/gpu_test_kernels ;;
+    executor) stage executor $B/gpu_test_executor ;;
+    memory) stage memory $B/gpu_test_memory ;;
+    dp2) stage dp2 $B/gpu_test_data_parallel ;;
+    cli) stage cli $B/tandem run tiny --steps 30 ;;
+    cli2) stage cli2 $B/tandem run tiny --gpus 2 --steps 30 ;;
+    oom) stage oom $B/tandem run resources/jobs/gpt2-1.5b.yaml --gpus 1 --set training.micro_batch=256 --steps 2 ;;
+    gpt2) stage gpt2 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --out $OUT/run.sqlite ;;
+    kill)
+      # Kill rank 1 of a 2-GPU run mid-training; the launch must end, non-zero, within 60 s.
+      echo "=== kill"
+      ( $B/tandem run tiny --gpus 2 --steps 1000000 --timeout 20 > $OUT/kill.log 2>&1; echo "launch rc=$?" >> $OUT/kill.log ) &
+      sleep 15
+      victim=$(pgrep -f "tandem run tiny" | while read p; do if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -q '^TANDEM_RANK=1$'; then echo $p; fi; done | head -1)
+      echo "killing rank 1 (pid $victim) at $(date +%s)"; kill -9 $victim; t0=$(date +%s)
+      wait; echo "launch ended $(( $(date +%s) - t0 )) s after the kill"; tail -n 8 $OUT/kill.log ;;
+    bench) stage bench $B/bench_gpt2_h200 --steps 30 --peer $DIST/peers/gpt2_torch.py ;;
+    benchonly) stage benchonly $B/bench_gpt2_h200 --steps 30 --breakdown ;;
+    bench2) stage bench2 $B/bench_gpt2_h200 --steps 30 --gpus 2 --peer $DIST/peers/gpt2_torch.py ;;
+  esac
+done

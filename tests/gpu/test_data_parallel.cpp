@@ -1,0 +1,102 @@
+// Data parallel 2 on two GPUs (one thread per rank, one NCCL communicator
+// each) against the CPU reference executor running both ranks: gradients
+// after the all-reduce on every rank, and the losses over 20 steps.
+#include <cuda_runtime.h>
+
+#include <thread>
+
+#include "engine/cpu/executor.h"
+#include "engine/cuda/executor.h"
+#include "engine/planner.h"
+#include "tests/gpu/gpu_test.h"
+
+using namespace tandem;
+using namespace tandem::gputest;
+
+namespace {
+
+JobSpec tiny(const std::vector<std::string>& sets) {
+  const JobSpec base = tinyJob();
+  return parseJob(base.yaml, base.source, sets);
+}
+
+// Runs fn(rank) on two threads and rethrows the first failure.
+template <class F>
+void onBothRanks(F fn) {
+  std::exception_ptr errors[2];
+  std::thread t0([&] {
+    try { fn(0); } catch (...) { errors[0] = std::current_exception(); }
+  });
+  std::thread t1([&] {
+    try { fn(1); } catch (...) { errors[1] = std::current_exception(); }
+  });
+  t0.join();
+  t1.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
+  const Plan plan = buildPlan(job);
+  const cuda::NcclId id = cuda::makeNcclId();
+  std::unique_ptr<cuda::CudaExecutor> gpu[2];
+  onBothRanks([&](int r) {
+    cuda::ExecutorOptions o;
+    o.rank = r;
+    o.world = 2;
+    o.device = r;
+    o.use_graph = graph;
+    o.nccl_id = id;
+    o.timeout_s = 60;
+    gpu[r] = std::make_unique<cuda::CudaExecutor>(plan, o);
+  });
+  cpu::CpuExecutor ref(plan);
+  const cpu::StepResult rc = ref.computeGradients();
+  cuda::GpuStepResult rg[2];
+  onBothRanks([&](int r) {
+    cudaSetDevice(r);
+    rg[r] = gpu[r]->computeGradients();
+  });
+  double worst = 0, cross = 0;
+  for (const ParamInfo& p : plan.programs[0].params) {
+    const auto g0 = gpu[0]->readBuffer(p.grad);
+    worst = std::max(worst, relError(g0, ref.readBuffer(0, p.grad)));
+    cudaSetDevice(1);
+    const auto g1 = gpu[1]->readBuffer(p.grad);
+    cudaSetDevice(0);
+    worst = std::max(worst, relError(g1, ref.readBuffer(1, p.grad)));
+    cross = std::max(cross, relError(g1, g0));
+  }
+  fmt::print("     {}: loss cpu {:.6f} gpu {:.6f} / {:.6f}; worst gradient error {:.3e}\n", label, rc.loss, rg[0].loss,
+             rg[1].loss, worst);
+  expectBelow(label + ": worst per-tensor gradient error (both ranks)", worst, tol);
+  expectBelow(label + ": ranks hold the same averaged gradients", cross, 0);
+  expectBelow(label + ": loss (mean over both ranks)", std::abs(rg[0].loss - rc.loss) / rc.loss, tol);
+
+  // Twenty steps (the gradient pass above did not advance the step counter).
+  double worst_loss = 0;
+  for (int s = 0; s < 20; ++s) {
+    const double lc = ref.step().loss;
+    onBothRanks([&](int r) {
+      cudaSetDevice(r);
+      rg[r] = gpu[r]->step();
+    });
+    worst_loss = std::max(worst_loss, std::abs(rg[0].loss - lc) / lc);
+    if (s == 0 || s == 19) fmt::print("     {} step {:>2}: loss cpu {:.6f} gpu {:.6f}\n", label, s + 1, lc, rg[0].loss);
+  }
+  expectBelow(label + ": worst loss deviation over 20 steps", worst_loss, tol);
+}
+
+}  // namespace
+
+int main() {
+  requireGpus(2);
+  try {
+    run("dp2 fp32 eager", tiny({"training.precision=fp32", "parallel.data_parallel=2"}), 1e-4, false);
+    run("dp2 bf16 graph", tiny({"training.precision=bf16", "parallel.data_parallel=2"}), 1e-2, true);
+  } catch (const std::exception& e) {
+    fmt::print("FAIL exception: {}\n", e.what());
+    ++failures();
+  }
+  return finish();
+}

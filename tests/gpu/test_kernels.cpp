@@ -1,0 +1,304 @@
+// Every CUDA kernel against the CPU reference kernels (engine/cpu/kernels.h)
+// on fresh random inputs, in fp32 and bf16. bf16 inputs are rounded on the
+// host first so both sides see the same values; outputs are compared by
+// ||gpu - cpu|| / ||cpu||.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "engine/cpu/bf16.h"
+#include "engine/cpu/kernels.h"
+#include "engine/cuda/gemm.h"
+#include "engine/cuda/kernels.h"
+#include "tests/gpu/gpu_test.h"
+
+using namespace tandem;
+using namespace tandem::gputest;
+
+namespace {
+
+// A device tensor of floats stored as `dt`.
+struct Dev {
+  DType dt;
+  size_t n;
+  void* p = nullptr;
+  Dev(DType d, size_t count) : dt(d), n(count) {
+    cudaMalloc(&p, std::max<size_t>(1, n) * dtypeSize(d));
+    cudaMemset(p, 0xFF, n * dtypeSize(d));  // poison: unwritten outputs show up as NaN
+  }
+  ~Dev() { cudaFree(p); }
+  void upload(const std::vector<float>& v) {
+    if (dt == DType::BF16) {
+      std::vector<uint16_t> h(n);
+      for (size_t i = 0; i < n; ++i) h[i] = cpu::floatToBf16Bits(v[i]);
+      cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice);
+    } else {
+      cudaMemcpy(p, v.data(), n * 4, cudaMemcpyHostToDevice);
+    }
+  }
+  std::vector<float> download() const {
+    cudaDeviceSynchronize();
+    std::vector<float> v(n);
+    if (dt == DType::BF16) {
+      std::vector<uint16_t> h(n);
+      cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < n; ++i) v[i] = cpu::bf16BitsToFloat(h[i]);
+    } else {
+      cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost);
+    }
+    return v;
+  }
+};
+
+std::vector<float> rounded(std::vector<float> v, DType dt) {
+  if (dt == DType::BF16)
+    for (auto& x : v) x = cpu::roundToBf16(x);
+  return v;
+}
+
+std::mt19937 rng(20261130);
+
+double tol(DType dt) { return dt == DType::BF16 ? 1e-2 : 1e-5; }
+std::string tag(DType dt, const char* what) { return fmt::format("[{}] {}", toString(dt), what); }
+
+float* scratchBuffer(size_t bytes) {
+  static void* p = nullptr;
+  static size_t have = 0;
+  if (bytes > have) {
+    cudaFree(p);
+    cudaMalloc(&p, bytes);
+    have = bytes;
+  }
+  return static_cast<float*>(p);
+}
+
+void testLayernorm(DType dt) {
+  const int64_t M = 300, C = 96;
+  auto x = rounded(randomVector(M * C, rng), dt), w = rounded(randomVector(C, rng), dt),
+       b = rounded(randomVector(C, rng), dt), dy = rounded(randomVector(M * C, rng), dt),
+       dx0 = rounded(randomVector(M * C, rng), dt);
+  std::vector<float> y(M * C), mean(M), rstd(M);
+  cpu::layernormForward<float>(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, C);
+  Dev gx(dt, M * C), gw(dt, C), gb(dt, C), gy(dt, M * C), gm(DType::F32, M), gr(DType::F32, M);
+  gx.upload(x), gw.upload(w), gb.upload(b);
+  cuda::layernormForward(gy.p, gm.p, gm.dt, gr.p, gr.dt, gx.p, gw.p, gb.p, M, C, dt, nullptr);
+  expectBelow(tag(dt, "layernorm forward y"), relError(gy.download(), y), tol(dt));
+  expectBelow(tag(dt, "layernorm forward rstd"), relError(gr.download(), rstd), 1e-5);
+  // Backward from the reference statistics, dx accumulating into dx0.
+  std::vector<float> dx = dx0, dw(C), db(C);
+  cpu::layernormBackward<float>(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
+                                rstd.data(), M, C, true, false);
+  Dev gdy(dt, M * C), gdx(dt, M * C), gdw(dt, C), gdb(dt, C), gm2(DType::F32, M), gr2(DType::F32, M);
+  gdy.upload(dy), gdx.upload(dx0), gm2.upload(mean), gr2.upload(rstd);
+  cuda::layernormBackward(gdx.p, gdw.p, gdb.p, gdy.p, gx.p, gw.p, gm2.p, DType::F32, gr2.p, DType::F32, M, C,
+                          true, false, dt, scratchBuffer(cuda::layernormScratchBytes(C)), nullptr);
+  expectBelow(tag(dt, "layernorm backward dx (accumulate)"), relError(gdx.download(), dx), tol(dt));
+  expectBelow(tag(dt, "layernorm backward dw"), relError(gdw.download(), dw), tol(dt));
+  expectBelow(tag(dt, "layernorm backward db"), relError(gdb.download(), db), tol(dt));
+}
+
+void testAttention(DType dt, int64_t B, int64_t T, int64_t C, int64_t H) {
+  auto qkv = rounded(randomVector(B * T * 3 * C, rng), dt), dout = rounded(randomVector(B * T * C, rng), dt);
+  std::vector<float> out(B * T * C), lse(B * H * T), dqkv(B * T * 3 * C, 0.f);
+  cpu::attentionForward<float>(out.data(), lse.data(), qkv.data(), B, T, C, H);
+  Dev gq(dt, qkv.size()), go(dt, out.size()), gl(DType::F32, lse.size()), gdo(dt, dout.size()), gdq(dt, qkv.size());
+  gq.upload(qkv), gdo.upload(dout);
+  cuda::attentionForward(go.p, gl.p, gl.dt, gq.p, B, T, C, H, dt, nullptr);
+  const std::string shape = fmt::format("B{} T{} C{} H{}", B, T, C, H);
+  expectBelow(tag(dt, ("attention forward out " + shape).c_str()), relError(go.download(), out), tol(dt));
+  expectBelow(tag(dt, ("attention forward lse " + shape).c_str()), relError(gl.download(), lse), 1e-5);
+  // Backward on the reference forward results (out rounded as the GPU stores it).
+  auto out_r = rounded(out, dt);
+  cpu::attentionBackward<float>(dqkv.data(), dout.data(), qkv.data(), out_r.data(), lse.data(), B, T, C, H, false);
+  Dev go2(dt, out.size()), gl2(DType::F32, lse.size());
+  go2.upload(out_r), gl2.upload(lse);
+  cuda::attentionBackward(gdq.p, gdo.p, gq.p, go2.p, gl2.p, DType::F32, B, T, C, H, false, dt,
+                          scratchBuffer(cuda::attentionScratchBytes(B, T, H)), nullptr);
+  expectBelow(tag(dt, ("attention backward dqkv " + shape).c_str()), relError(gdq.download(), dqkv),
+              dt == DType::BF16 ? 1e-2 : 1e-4);
+}
+
+void testElementwise(DType dt) {
+  const int64_t n = 10007;
+  auto x = rounded(randomVector(n, rng, 2.f), dt), dy = rounded(randomVector(n, rng), dt),
+       z = rounded(randomVector(n, rng), dt);
+  std::vector<float> y(n), dx = z, c(n);
+  cpu::geluForward<float>(y.data(), x.data(), n);
+  cpu::geluBackward<float>(dx.data(), dy.data(), x.data(), n, true);
+  cpu::addForward<float>(c.data(), x.data(), dy.data(), n);
+  Dev gx(dt, n), gy(dt, n), gdy(dt, n), gdx(dt, n), gc(dt, n);
+  gx.upload(x), gdy.upload(dy), gdx.upload(z);
+  cuda::geluForward(gy.p, gx.p, n, dt, nullptr);
+  cuda::geluBackward(gdx.p, gdy.p, gx.p, n, true, dt, nullptr);
+  cuda::addForward(gc.p, gx.p, gdy.p, n, dt, nullptr);
+  expectBelow(tag(dt, "gelu forward"), relError(gy.download(), y), tol(dt));
+  expectBelow(tag(dt, "gelu backward (accumulate)"), relError(gdx.download(), dx), tol(dt));
+  expectBelow(tag(dt, "add"), relError(gc.download(), c), tol(dt));
+}
+
+void testCrossEntropy(DType dt) {
+  const int64_t M = 64, V = 1000;
+  auto logits = rounded(randomVector(M * V, rng, 3.f), dt);
+  std::vector<int32_t> targets(M);
+  for (auto& t : targets) t = int32_t(rng() % V);
+  std::vector<float> losses(M), dlogits(M * V);
+  cpu::crossEntropyForward<float>(losses.data(), logits.data(), targets.data(), M, V);
+  const double scale = 1.0 / double(M);
+  cpu::crossEntropyBackward<float>(dlogits.data(), logits.data(), targets.data(), M, V, scale);
+  Dev gl(dt, M * V), gloss(DType::F32, M), gsum(DType::F32, 1);
+  gl.upload(logits);
+  gsum.upload({0.f});
+  int32_t* gt;
+  cudaMalloc(&gt, M * 4);
+  cudaMemcpy(gt, targets.data(), M * 4, cudaMemcpyHostToDevice);
+  cuda::crossEntropy(gloss.p, DType::F32, gl.p, gl.p, gt, M, V, float(scale), dt, static_cast<float*>(gsum.p),
+                     scratchBuffer(cuda::crossEntropyScratchBytes(M)), nullptr);
+  expectBelow(tag(dt, "cross-entropy losses"), relError(gloss.download(), losses), 1e-5);
+  expectBelow(tag(dt, "cross-entropy dlogits (in place)"), relError(gl.download(), dlogits), tol(dt));
+  const double ref_sum = std::accumulate(losses.begin(), losses.end(), 0.0);
+  expectBelow(tag(dt, "cross-entropy loss sum"), std::abs(gsum.download()[0] - ref_sum) / ref_sum, 1e-5);
+  cudaFree(gt);
+}
+
+void testEmbedding(DType dt) {
+  const int64_t B = 3, T = 17, C = 40, V = 23;  // V small: many repeated tokens
+  auto wte = rounded(randomVector(V * C, rng), dt), wpe = rounded(randomVector(T * C, rng), dt),
+       dout = rounded(randomVector(B * T * C, rng), dt), dwte0 = rounded(randomVector(V * C, rng), dt);
+  std::vector<int32_t> tokens(B * T);
+  for (auto& t : tokens) t = int32_t(rng() % V);
+  std::vector<float> out(B * T * C), dwte = dwte0, dwpe(T * C, 0.f);
+  cpu::embeddingForward<float>(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  cpu::embeddingBackward<float>(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C, V, true);
+  // Host-built token index, as the executor builds it at LoadBatch.
+  const int64_t n = B * T;
+  std::vector<int32_t> index(2 * n + 2);
+  std::iota(index.begin(), index.begin() + n, 0);
+  std::stable_sort(index.begin(), index.begin() + n, [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
+  int32_t segs = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (i == 0 || tokens[index[i]] != tokens[index[i - 1]]) index[n + segs++] = int32_t(i);
+  index[n + segs] = int32_t(n);
+  index[2 * n + 1] = segs;
+  int32_t *gtok, *gidx;
+  cudaMalloc(&gtok, n * 4);
+  cudaMalloc(&gidx, index.size() * 4);
+  cudaMemcpy(gtok, tokens.data(), n * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(gidx, index.data(), index.size() * 4, cudaMemcpyHostToDevice);
+  Dev gwte(dt, V * C), gwpe(dt, T * C), gout(dt, B * T * C), gdout(dt, B * T * C), gdwte(dt, V * C), gdwpe(dt, T * C);
+  gwte.upload(wte), gwpe.upload(wpe), gdout.upload(dout), gdwte.upload(dwte0);
+  cuda::embeddingForward(gout.p, gtok, gwte.p, gwpe.p, B, T, C, dt, nullptr);
+  cuda::TokenIndex ti{gidx, gidx + n, gidx + 2 * n + 1};
+  cuda::embeddingBackward(gdwte.p, gdwpe.p, gdout.p, gtok, ti, B, T, C, V, true, false, dt, nullptr);
+  expectBelow(tag(dt, "embedding forward"), relError(gout.download(), out), tol(dt));
+  expectBelow(tag(dt, "embedding backward dwte (accumulate)"), relError(gdwte.download(), dwte), tol(dt));
+  expectBelow(tag(dt, "embedding backward dwpe"), relError(gdwpe.download(), dwpe), tol(dt));
+  cudaFree(gtok);
+  cudaFree(gidx);
+}
+
+void testMatmul(DType dt) {
+  const int64_t M = 128, N = 96, K = 80;
+  auto x = rounded(randomVector(M * K, rng), dt), W = rounded(randomVector(N * K, rng), dt),
+       bias = rounded(randomVector(N, rng), dt), dy = rounded(randomVector(M * N, rng), dt),
+       dx0 = rounded(randomVector(M * K, rng), dt);
+  std::vector<float> y(M * N), dx = dx0, dW(N * K), db(N);
+  cpu::matmulForward<float>(y.data(), x.data(), W.data(), bias.data(), M, N, K);
+  cpu::matmulBackwardData<float>(dx.data(), dy.data(), W.data(), M, N, K, true);
+  cpu::matmulBackwardWeight<float>(dW.data(), db.data(), dy.data(), x.data(), M, N, K, false);
+  void* ws;
+  cudaMalloc(&ws, cuda::Gemm::kWorkspaceBytes);
+  {
+    cuda::Gemm gemm(ws, cuda::Gemm::kWorkspaceBytes);
+    Dev gx(dt, M * K), gW(dt, N * K), gb(dt, N), gy(dt, M * N), gdy(dt, M * N), gdx(dt, M * K), gdW(dt, N * K),
+        gdb(dt, N);
+    gx.upload(x), gW.upload(W), gb.upload(bias), gdy.upload(dy), gdx.upload(dx0);
+    gemm.forward(gy.p, gx.p, gW.p, gb.p, M, N, K, dt, nullptr);
+    gemm.backwardData(gdx.p, gdy.p, gW.p, M, N, K, true, dt, nullptr);
+    gemm.backwardWeight(gdW.p, gdy.p, gx.p, M, N, K, false, dt, nullptr);
+    cuda::biasGradient(gdb.p, gdy.p, M, N, false, dt, scratchBuffer(cuda::biasGradientScratchBytes(N)), nullptr);
+    expectBelow(tag(dt, "matmul forward + bias epilogue"), relError(gy.download(), y), tol(dt));
+    expectBelow(tag(dt, "matmul backward data (accumulate)"), relError(gdx.download(), dx), tol(dt));
+    expectBelow(tag(dt, "matmul backward weight"), relError(gdW.download(), dW), tol(dt));
+    expectBelow(tag(dt, "matmul bias gradient"), relError(gdb.download(), db), tol(dt));
+  }
+  cudaFree(ws);
+}
+
+void testOptimizer() {
+  const int64_t n1 = 40000, n2 = 999;  // several chunks, and a short tensor
+  auto g1 = randomVector(n1, rng), g2 = randomVector(n2, rng), p1 = randomVector(n1, rng), p2 = randomVector(n2, rng);
+  double ss = 0;
+  for (float v : g1) ss += double(v) * v;
+  for (float v : g2) ss += double(v) * v;
+  const float norm = float(std::sqrt(ss)), clip = 1.f;
+  const float scale = float(clip / (norm + 1e-6));
+  std::vector<float> m1(n1, 0.1f), v1(n1, 0.2f), m2(n2, 0.f), v2(n2, 0.f);
+  std::vector<float> rp1 = p1, rm1 = m1, rv1 = v1, rp2 = p2, rm2 = m2, rv2 = v2;
+  const int step = 3;
+  cpu::adamwStep(rp1.data(), rm1.data(), rv1.data(), g1.data(), n1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, scale);
+  cpu::adamwStep(rp2.data(), rm2.data(), rv2.data(), g2.data(), n2, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.f, step, scale);
+  Dev gg1(DType::BF16, n1), gg2(DType::F32, n2), gp1(DType::F32, n1), gm1(DType::F32, n1), gv1(DType::F32, n1),
+      gp2(DType::F32, n2), gm2(DType::F32, n2), gv2(DType::F32, n2), gbf(DType::BF16, n1), gnorm(DType::F32, 1);
+  // Tensor 1 has a bf16 gradient and a bf16 forward copy; the reference sees the rounded gradient.
+  auto g1r = rounded(g1, DType::BF16);
+  gg1.upload(g1), gg2.upload(g2), gp1.upload(p1), gm1.upload(m1), gv1.upload(v1), gp2.upload(p2), gm2.upload(m2),
+      gv2.upload(v2);
+  double ssr = 0;
+  for (float v : g1r) ssr += double(v) * v;
+  for (float v : g2) ssr += double(v) * v;
+  rp1 = p1, rm1 = m1, rv1 = v1;
+  const float scale_r = float(clip / (float(std::sqrt(ssr)) + 1e-6));
+  rp2 = p2, rm2 = m2, rv2 = v2;
+  cpu::adamwStep(rp1.data(), rm1.data(), rv1.data(), g1r.data(), n1, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, step, scale_r);
+  cpu::adamwStep(rp2.data(), rm2.data(), rv2.data(), g2.data(), n2, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.f, step, scale_r);
+  std::vector<cuda::TensorSlot> slots(2);
+  slots[0] = {gbf.p, static_cast<float*>(gp1.p), static_cast<float*>(gm1.p), static_cast<float*>(gv1.p), gg1.p, n1,
+              0, 0.1f, 1, 1};
+  slots[1] = {gp2.p, static_cast<float*>(gp2.p), static_cast<float*>(gm2.p), static_cast<float*>(gv2.p), gg2.p, n2,
+              (n1 + cuda::kChunkElements - 1) / cuda::kChunkElements, 0.f, 0, 0};
+  const int64_t chunks = slots[1].chunk_begin + 1;
+  cuda::TensorSlot* gslots;
+  cudaMalloc(&gslots, sizeof(cuda::TensorSlot) * 2);
+  cudaMemcpy(gslots, slots.data(), sizeof(cuda::TensorSlot) * 2, cudaMemcpyHostToDevice);
+  float* partials;
+  cudaMalloc(&partials, chunks * 4);
+  cuda::gradNorm(static_cast<float*>(gnorm.p), gslots, 2, chunks, partials, nullptr);
+  expectBelow("grad norm (bf16 + f32 tensors)", std::abs(gnorm.download()[0] - std::sqrt(ssr)) / std::sqrt(ssr), 1e-5);
+  cuda::StepScalars sc;
+  sc.lr = 1e-3f;
+  sc.bias_correction1 = 1.0 - std::pow(double(0.9f), step);
+  sc.bias_correction2 = 1.0 - std::pow(double(0.95f), step);
+  cuda::StepScalars* gsc;
+  cudaMalloc(&gsc, sizeof(sc));
+  cudaMemcpy(gsc, &sc, sizeof(sc), cudaMemcpyHostToDevice);
+  cuda::adamw(gslots, 2, chunks, gsc, static_cast<float*>(gnorm.p), clip, 0.9f, 0.95f, 1e-8f, nullptr);
+  expectBelow("adamw master (bf16 grad, decay)", relError(gp1.download(), rp1), 1e-6);
+  expectBelow("adamw m", relError(gm1.download(), rm1), 1e-6);
+  expectBelow("adamw v", relError(gv1.download(), rv1), 1e-6);
+  expectBelow("adamw bf16 copy", relError(gbf.download(), rounded(rp1, DType::BF16)), 1e-6);
+  expectBelow("adamw fp32 tensor (no decay)", relError(gp2.download(), rp2), 1e-6);
+  cudaFree(gslots);
+  cudaFree(partials);
+  cudaFree(gsc);
+}
+
+}  // namespace
+
+int main() {
+  requireGpus(1);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    testLayernorm(dt);
+    testAttention(dt, 2, 100, 64, 4);   // head dim 16, T not a tile multiple
+    testAttention(dt, 1, 130, 256, 4);  // head dim 64
+    testAttention(dt, 2, 33, 128, 4);   // head dim 32
+    testElementwise(dt);
+    testCrossEntropy(dt);
+    testEmbedding(dt);
+    testMatmul(dt);
+  }
+  testOptimizer();
+  const cudaError_t err = cudaDeviceSynchronize();
+  expectTrue(std::string("no CUDA error: ") + cudaGetErrorString(err), err == cudaSuccess);
+  return finish();
+}

@@ -1,0 +1,80 @@
+// Memory: the executor allocates the planned arena plus a bounded overhead
+// (cuBLASLt workspace and kernel scratch), and an impossible job is refused
+// before any allocation with a message that names the shortfall.
+#include <cuda_runtime.h>
+
+#include "engine/cuda/executor.h"
+#include "engine/planner.h"
+#include "tests/gpu/gpu_test.h"
+
+using namespace tandem;
+using namespace tandem::gputest;
+
+namespace {
+
+int64_t usedBytes() {
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  return int64_t(total_b) - int64_t(free_b);
+}
+
+constexpr double kMiB = 1 << 20;
+
+void plannedVersusMeasured() {
+  const JobSpec job = loadJobFile(std::string(TANDEM_SOURCE_DIR) + "/resources/jobs/gpt2-124m-dp8.yaml",
+                                  {"parallel.data_parallel=1", "training.micro_batch=16"});
+  const Plan plan = buildPlan(job);
+  const int64_t before = usedBytes();
+  cuda::ExecutorOptions o;
+  cuda::CudaExecutor gpu(plan, o);
+  gpu.step();
+  gpu.step();
+  cudaDeviceSynchronize();
+  const int64_t after = usedBytes();
+  const cuda::GpuMemoryReport m = gpu.memory();
+  const int64_t overhead = m.allocated_bytes - m.planned_arena_bytes;
+  fmt::print("     GPT-2 124M mb16: planned arena {:.1f} MiB (lower bound {:.1f} MiB); executor allocated {:.1f} MiB "
+             "(workspace {:.1f}, scratch and tables {:.1f}); device use grew {:.1f} MiB over two steps\n",
+             m.planned_arena_bytes / kMiB, plan.programs[0].memory.lower_bound_bytes / kMiB,
+             m.allocated_bytes / kMiB, m.workspace_bytes / kMiB, m.scratch_bytes / kMiB, (after - before) / kMiB);
+  expectBelow("allocated beyond the planned arena, MiB (workspace 32 + scratch)", overhead / kMiB, 64);
+  // Device growth also counts the CUDA graph and library handles: allow 256 MiB beyond our allocations.
+  expectBelow("device memory growth beyond our allocations, MiB", (after - before - m.allocated_bytes) / kMiB, 256);
+}
+
+void impossibleJobRefused() {
+  const JobSpec job = loadJobFile(std::string(TANDEM_SOURCE_DIR) + "/resources/jobs/gpt2-1.5b.yaml",
+                                  {"parallel.data_parallel=1", "training.micro_batch=256", "recompute.policy=none"});
+  const Plan plan = buildPlan(job);
+  const int64_t before = usedBytes();
+  bool refused = false;
+  std::string message;
+  try {
+    cuda::ExecutorOptions o;
+    cuda::CudaExecutor gpu(plan, o);
+  } catch (const cuda::OutOfDeviceMemory& e) {
+    refused = true;
+    message = e.what();
+  }
+  const int64_t after = usedBytes();
+  fmt::print("     GPT-2 1.5B mb256: arena {:.1f} GiB; message: {}\n",
+             plan.programs[0].memory.arena_bytes / double(1 << 30), message);
+  expectTrue("impossible job refused", refused);
+  expectTrue("message names the shortfall", message.find("short by") != std::string::npos);
+  expectBelow("device memory allocated before refusing, MiB", std::abs(after - before) / kMiB, 4);
+}
+
+}  // namespace
+
+int main() {
+  requireGpus(1);
+  try {
+    cudaFree(nullptr);  // create the context first so it is not counted as the executor's
+    plannedVersusMeasured();
+    impossibleJobRefused();
+  } catch (const std::exception& e) {
+    fmt::print("FAIL exception: {}\n", e.what());
+    ++failures();
+  }
+  return finish();
+}
