@@ -1,11 +1,18 @@
 #pragma once
-// CPU reference kernels: plain loops, written for clarity and exactness, not
-// speed. Templated on the element type so the same code runs in float (the
-// executor) and double (the finite-difference checks of every backward rule).
+// CPU reference kernels: written for clarity and exactness first, with
+// cache-friendly loops (register-tiled matmuls, attention streamed one query
+// row at a time) so CI can train a tiny model for hundreds of steps. Templated
+// on the element type so the same code runs in float (the executor) and double
+// (the finite-difference checks of every backward rule). Statistics (layernorm
+// mean/variance, softmax and log-sum-exp sums, bias and norm reductions) are
+// accumulated in double; matmul dot products in T.
 //
 // Layouts are row-major. `accumulate` means "add into the output" (a second
 // gradient contribution, or a later micro-batch); otherwise the output is
-// overwritten. Explicit instantiations for float and double are in kernels.cpp.
+// overwritten. Explicit instantiations for float and double are in kernels.cpp
+// and kernels_{matmul,attention,loss}.cpp. Errors (a token or target outside
+// the vocabulary, C not a multiple of H, AdamW step < 1) throw
+// std::runtime_error.
 
 #include <cstdint>
 

@@ -78,7 +78,8 @@ void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64
         const int64_t count = t + 1;  // causal: keys 0..t
         rowScores(scores.data(), seq + t * hs.stride + h * D, kt.data(), Tn, D, count, scale);
         double max = double(scores[0]);
-        for (int64_t s = 1; s < count; ++s) max = std::fmax(max, double(scores[s]));
+        // A NaN score never becomes the max, but it still poisons the sum below.
+        for (int64_t s = 1; s < count; ++s) max = double(scores[s]) > max ? double(scores[s]) : max;
         // One exp per score: keep exp(score - max) and divide by the sum.
         double sum = 0;
         for (int64_t s = 0; s < count; ++s) {

@@ -30,7 +30,8 @@ struct RowStats {
 template <class T>
 RowStats rowStats(const T* row, int64_t V) {
   double max = double(row[0]);
-  for (int64_t j = 1; j < V; ++j) max = std::fmax(max, double(row[j]));
+  // A NaN logit never becomes the max, but it still poisons the sum below.
+  for (int64_t j = 1; j < V; ++j) max = double(row[j]) > max ? double(row[j]) : max;
   double sum = 0;
   for (int64_t j = 0; j < V; ++j) sum += std::exp(double(row[j]) - max);
   return {max, sum};

@@ -463,6 +463,42 @@ TEST_CASE("bf16 keeps NaN a NaN", "[kernels][bf16]") {
   CHECK((floatToBf16Bits(bitsToFloat(0xFFC00000)) & 0x8000) != 0);  // sign kept
 }
 
+TEST_CASE("a NaN input reaches the outputs it feeds", "[kernels][nan]") {
+  // The oracle must not hide a NaN (for example by a max that skips it).
+  const double nan = std::nan("");
+  const int64_t V = 4;
+  const std::vector<int32_t> target = {1};
+  for (int64_t where = 0; where < V; ++where) {
+    Vec logits = {0.5, 1.0, -1.0, 2.0};
+    logits[std::size_t(where)] = nan;
+    double loss = 0;
+    crossEntropyForward(&loss, logits.data(), target.data(), 1, V);
+    CHECK(std::isnan(loss));
+    Vec d(V);
+    crossEntropyBackward(d.data(), logits.data(), target.data(), 1, V, 1.0);
+    for (double g : d) CHECK(std::isnan(g));
+  }
+  // A NaN in the key of token 0 reaches every query of that sequence and head,
+  // and no other head.
+  const int64_t B = 1, Tn = 3, C = 4, H = 2;
+  std::mt19937_64 rng(81);
+  Vec qkv = randomVec(rng, B * Tn * 3 * C);
+  qkv[C + 0] = nan;  // head 0's key, token 0
+  Vec out(B * Tn * C), lse(B * H * Tn);
+  attentionForward(out.data(), lse.data(), qkv.data(), B, Tn, C, H);
+  for (int64_t t = 0; t < Tn; ++t) {
+    CHECK(std::isnan(lse[t]));
+    CHECK(std::isnan(out[t * C + 0]));
+    CHECK(std::isfinite(lse[Tn + t]));
+    CHECK(std::isfinite(out[t * C + 2]));
+  }
+  Vec y(2);
+  const Vec x = {nan, 1.0};
+  geluForward(y.data(), x.data(), 2);
+  CHECK(std::isnan(y[0]));
+  CHECK(std::isfinite(y[1]));
+}
+
 // ---------------------------------------------------------------- validation
 
 TEST_CASE("kernels reject indices outside their range", "[kernels][errors]") {
