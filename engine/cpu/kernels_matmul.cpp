@@ -11,6 +11,10 @@
 //
 // The sum is formed from zero and only then added to (or stored into) C, so
 // accumulate=true gives exactly "old value + fresh product".
+//
+// Two builds of the same tile code: a baseline one (16-byte vectors, any
+// x86-64 or AArch64) and, on x86-64 CPUs that have it, an AVX2 one chosen at
+// run time. Both do the same roundings in the same order (kernels_isa.h).
 
 #include <atomic>
 #include <cstddef>
@@ -177,9 +181,10 @@ MatmulIsa matmulIsa() { return MatmulIsa(selectedIsa().load()); }
 
 void setMatmulIsa(MatmulIsa isa) {
   if (!matmulIsaSupported(isa)) {
-    throw std::runtime_error("matmul: instruction set " + std::string(isa == MatmulIsa::Avx2 ? "avx2" : "baseline") +
-                             " is not supported by this CPU or build (allowed: baseline" +
-                             (matmulIsaSupported(MatmulIsa::Avx2) ? ", avx2)" : ")"));
+    const std::string name = isa == MatmulIsa::Avx2 ? "avx2" : "baseline";
+    const std::string allowed = matmulIsaSupported(MatmulIsa::Avx2) ? "baseline, avx2" : "baseline";
+    throw std::runtime_error("matmul: instruction set " + name +
+                             " is not supported by this CPU or build (allowed: " + allowed + ")");
   }
   selectedIsa().store(int(isa));
 }
@@ -220,7 +225,10 @@ void matmulBackwardWeight(T* dW, T* db, const T* dy, const T* x, int64_t M, int6
       const T* dy_row = dy + m * N;
       for (int64_t n = 0; n < N; ++n) sum[std::size_t(n)] += double(dy_row[n]);
     }
-    for (int64_t n = 0; n < N; ++n) db[n] = accumulate ? T(db[n] + T(sum[std::size_t(n)])) : T(sum[std::size_t(n)]);
+    for (int64_t n = 0; n < N; ++n) {
+      const T total = T(sum[std::size_t(n)]);
+      db[n] = accumulate ? T(db[n] + total) : total;
+    }
   }
 }
 
