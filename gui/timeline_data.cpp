@@ -66,6 +66,26 @@ void Track::finalize() {
   }
 }
 
+void IntervalLane::finalize() {
+  nonzero_prefix_ns.assign(size() + 1, 0);
+  length_prefix_ns.assign(size() + 1, 0);
+  for (size_t i = 0; i < size(); ++i) {
+    const int64_t len = end_ns[i] - start_ns[i];
+    nonzero_prefix_ns[i + 1] = nonzero_prefix_ns[i] + (code[i] != 0 ? len : 0);
+    length_prefix_ns[i + 1] = length_prefix_ns[i] + len;
+  }
+}
+
+int64_t IntervalLane::nonzeroLength(size_t first, size_t count) const {
+  if (nonzero_prefix_ns.size() != size() + 1) return 0;
+  return nonzero_prefix_ns[first + count] - nonzero_prefix_ns[first];
+}
+
+int64_t IntervalLane::totalLength(size_t first, size_t count) const {
+  if (length_prefix_ns.size() != size() + 1) return 0;
+  return length_prefix_ns[first + count] - length_prefix_ns[first];
+}
+
 size_t TimelineData::sliceCount() const {
   size_t n = 0;
   for (const auto& t : tracks) n += t.size();
@@ -121,6 +141,7 @@ void TimelineData::finalize() {
     lanes.comm_ns = ov.comm_ns;
     lanes.hidden_ns = ov.hidden_ns;
     lanes.exposed_ns = ov.exposed_ns;
+    lanes.overlap.finalize();
     lanes.phases = computePhaseLane(compute);
     lanes.span_ns = hi > lo ? hi - lo : 0;
     if (hi > lo) {

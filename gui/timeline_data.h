@@ -57,7 +57,16 @@ struct IntervalLane {
   std::vector<int64_t> start_ns;
   std::vector<int64_t> end_ns;
   std::vector<uint8_t> code;
+  // nonzero_prefix_ns[i] = total length of intervals [0, i) whose code is not
+  // 0, so a folded box can be coloured by the code covering most of it in
+  // O(1). Filled by finalize().
+  std::vector<int64_t> nonzero_prefix_ns;
+  std::vector<int64_t> length_prefix_ns;  // same, over every interval
   size_t size() const { return start_ns.size(); }
+  void finalize();
+  // Length of intervals [first, first + count) with code != 0, and in total.
+  int64_t nonzeroLength(size_t first, size_t count) const;
+  int64_t totalLength(size_t first, size_t count) const;
 };
 
 enum class OverlapCode : uint8_t { Hidden = 0, Exposed = 1 };

@@ -284,11 +284,16 @@ void TimelineView::rebuildBase() {
         for (const LaneBox& b : scratch_) {
           PaintClass c;
           if (row.kind == RowKind::Overlap) {
-            c = lane.code[b.first] == uint8_t(OverlapCode::Hidden) ? PaintClass::Hidden : PaintClass::Exposed;
-            // A folded box that hides any exposed piece shows it: exposed
-            // communication is what the lane exists to reveal.
-            for (uint32_t k = 1; k < b.count && k < 64 && c == PaintClass::Hidden; ++k)
-              if (lane.code[b.first + k] == uint8_t(OverlapCode::Exposed)) c = PaintClass::Exposed;
+            // A folded box takes the verdict covering most of its time, so
+            // launch gaps of a few microseconds between kernels do not paint
+            // mostly hidden communication red.
+            if (b.count == 1) {
+              c = lane.code[b.first] == uint8_t(OverlapCode::Hidden) ? PaintClass::Hidden : PaintClass::Exposed;
+            } else {
+              const int64_t exposed = lane.nonzeroLength(b.first, b.count);
+              const int64_t total = lane.totalLength(b.first, b.count);
+              c = 2 * exposed > total ? PaintClass::Exposed : PaintClass::Hidden;
+            }
           } else {
             c = classForPhase(lane.code[b.first], StreamKind::Compute);
           }

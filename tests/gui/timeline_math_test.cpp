@@ -182,3 +182,15 @@ TEST_CASE("generated run is sorted, has steps, overlap and recompute", "[gui][mo
   REQUIRE(f != nullptr);
   CHECK(f->flops > 0);
 }
+
+TEST_CASE("interval lanes sum lengths per code in O(1) for folded boxes", "[gui][lod]") {
+  IntervalLane lane;
+  lane.start_ns = {0, 10, 13, 30};
+  lane.end_ns = {10, 13, 30, 31};
+  lane.code = {0, 1, 0, 1};
+  lane.finalize();
+  CHECK(lane.totalLength(0, 4) == 31);
+  CHECK(lane.nonzeroLength(0, 4) == 4);
+  CHECK(lane.nonzeroLength(1, 1) == 3);
+  CHECK(lane.totalLength(2, 2) == 18);
+}

@@ -1,0 +1,257 @@
+#include "gui/main_window.h"
+
+#include <QApplication>
+#include <QComboBox>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHeaderView>
+#include <QLabel>
+#include <QMenuBar>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include "gui/item_models.h"
+#include "gui/slice_stats.h"
+#include "gui/synthetic_run.h"
+#include "gui/timeline_math.h"
+#include "gui/timeline_view.h"
+#include "traces/trace_reader.h"
+
+namespace tandem::gui {
+
+namespace {
+
+QTableView* makeTable(QAbstractItemModel* model, QWidget* parent, bool sortable) {
+  auto* view = new QTableView(parent);
+  if (sortable) {
+    auto* proxy = new QSortFilterProxyModel(view);
+    proxy->setSourceModel(model);
+    proxy->setSortRole(kSortRole);
+    view->setModel(proxy);
+    view->setSortingEnabled(true);
+  } else {
+    view->setModel(model);
+  }
+  view->setAlternatingRowColors(true);
+  view->setSelectionBehavior(QAbstractItemView::SelectRows);
+  view->verticalHeader()->hide();
+  view->verticalHeader()->setDefaultSectionSize(20);
+  view->horizontalHeader()->setStretchLastSection(true);
+  view->setWordWrap(false);
+  return view;
+}
+
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+  setWindowTitle(tr("tandem"));
+  details_ = new DetailsModel(this);
+  range_stats_ = new KernelStatsModel(this);
+  stats_ = new KernelStatsModel(this);
+  breakdown_ = new BreakdownModel(this);
+  runs_ = new RunListModel(this);
+
+  tabs_ = new QTabWidget(this);
+  timeline_ = new TimelineView(tabs_);
+  tabs_->addTab(timeline_, tr("Timeline"));
+
+  // Statistics: per op / name / phase above, overlap and breakdown per rank below.
+  auto* stats_page = new QWidget(tabs_);
+  auto* stats_layout = new QVBoxLayout(stats_page);
+  group_box_ = new QComboBox(stats_page);
+  group_box_->addItems({tr("by op kind"), tr("by name"), tr("by phase")});
+  stats_layout->addWidget(group_box_);
+  auto* split = new QSplitter(Qt::Vertical, stats_page);
+  split->addWidget(makeTable(stats_, split, true));
+  split->addWidget(makeTable(breakdown_, split, true));
+  stats_layout->addWidget(split);
+  tabs_->addTab(stats_page, tr("Statistics"));
+  setCentralWidget(tabs_);
+
+  auto* details_dock = new QDockWidget(tr("Details"), this);
+  auto* details_view = makeTable(details_, details_dock, false);
+  details_view->horizontalHeader()->resizeSection(0, 110);
+  details_dock->setWidget(details_view);
+  addDockWidget(Qt::RightDockWidgetArea, details_dock);
+
+  auto* range_dock = new QDockWidget(tr("Selected range"), this);
+  auto* range_page = new QWidget(range_dock);
+  auto* range_layout = new QVBoxLayout(range_page);
+  range_layout->setContentsMargins(4, 2, 4, 2);
+  range_label_ = new QLabel(tr("Shift-drag on the timeline to aggregate a time range."), range_page);
+  range_layout->addWidget(range_label_);
+  auto* range_view = makeTable(range_stats_, range_page, true);
+  range_view->horizontalHeader()->resizeSection(0, 260);
+  range_layout->addWidget(range_view);
+  range_dock->setWidget(range_page);
+  addDockWidget(Qt::BottomDockWidgetArea, range_dock);
+
+  auto* runs_dock = new QDockWidget(tr("Runs"), this);
+  auto* runs_page = new QWidget(runs_dock);
+  auto* runs_layout = new QVBoxLayout(runs_page);
+  runs_layout->setContentsMargins(4, 2, 4, 2);
+  runs_view_ = makeTable(runs_, runs_page, true);
+  runs_layout->addWidget(runs_view_);
+  auto* compare_button = new QPushButton(tr("Compare shown run with selected"), runs_page);
+  runs_layout->addWidget(compare_button);
+  runs_dock->setWidget(runs_page);
+  addDockWidget(Qt::BottomDockWidgetArea, runs_dock);
+  tabifyDockWidget(range_dock, runs_dock);
+  range_dock->raise();
+  resizeDocks({details_dock}, {340}, Qt::Horizontal);
+  resizeDocks({range_dock}, {220}, Qt::Vertical);
+
+  connect(timeline_, &TimelineView::sliceSelected, this, &MainWindow::onSliceSelected);
+  connect(timeline_, &TimelineView::rangeSelected, this, &MainWindow::onRangeSelected);
+  connect(runs_view_, &QTableView::doubleClicked, this, &MainWindow::onRunActivated);
+  connect(compare_button, &QPushButton::clicked, this, &MainWindow::onCompareWithSelectedRun);
+  connect(group_box_, &QComboBox::currentIndexChanged, this, [this] {
+    stats_dirty_ = true;
+    refreshStats();
+  });
+  connect(tabs_, &QTabWidget::currentChanged, this, [this] { refreshStats(); });
+  buildMenus();
+  statusBar()->showMessage(tr("Wheel: zoom · drag: pan · Shift-drag: select range · W/A/S/D · F: fit · ./,: next/previous"));
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(tr("&Open trace..."), QKeySequence::Open, this, &MainWindow::onOpenDialog);
+  file->addAction(tr("Open &generated run"), this, [this] {
+    auto data = std::make_shared<TimelineData>(makeSyntheticRun({}));
+    showRun(data, breakdownFromTimeline(*data), tr("generated run"));
+  });
+  file->addSeparator();
+  file->addAction(tr("&Quit"), QKeySequence::Quit, qApp, &QApplication::quit);
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  view->addAction(tr("&Timeline"), this, [this] { setView(View::Timeline); });
+  view->addAction(tr("&Statistics"), this, [this] { setView(View::Statistics); });
+  view->addAction(tr("&Fit run"), this, [this] { timeline_->fitAll(); });
+}
+
+void MainWindow::addRunsOf(const std::string& path) {
+  try {
+    traces::TraceReader reader(path);
+    runs_->setRunsOf(path, reader.runs());
+  } catch (const std::exception&) {
+    // The load itself reports the problem.
+  }
+}
+
+bool MainWindow::openFile(const QString& path, qint64 run) {
+  try {
+    LoadedRun loaded = loadRunFile(path.toStdString(), run);
+    addRunsOf(loaded.path);
+    showRun(loaded.timeline, std::move(loaded.breakdown),
+            QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName());
+    return true;
+  } catch (const std::exception& e) {
+    showError(tr("Cannot show %1:\n%2").arg(path, QString::fromUtf8(e.what())));
+    return false;
+  }
+}
+
+bool MainWindow::openCompare(const QString& path, qint64 run) {
+  try {
+    LoadedRun loaded = loadRunFile(path.toStdString(), run);
+    addRunsOf(loaded.path);
+    compare_ = loaded.timeline;
+    statusBar()->showMessage(tr("Comparing with %1").arg(QString::fromStdString(describeRun(loaded.info))));
+    onSliceSelected(timeline_->selection().track, timeline_->selection().index);
+    return true;
+  } catch (const std::exception& e) {
+    last_error_ = QString::fromUtf8(e.what());
+    statusBar()->showMessage(tr("Cannot compare: %1").arg(last_error_));
+    return false;
+  }
+}
+
+void MainWindow::showRun(std::shared_ptr<TimelineData> data, std::vector<RankBreakdown> breakdown,
+                         const QString& title) {
+  last_error_.clear();
+  setWindowTitle(tr("tandem — %1").arg(title));
+  timeline_->setData(std::move(data));
+  breakdown_->setRows(std::move(breakdown));
+  details_->setRows({});
+  range_stats_->setRows({}, tr("name"));
+  stats_dirty_ = true;
+  refreshStats();
+}
+
+void MainWindow::showError(const QString& message) {
+  last_error_ = message;
+  timeline_->setData(nullptr);
+  timeline_->setMessage(message);
+  details_->setRows({});
+  range_stats_->setRows({}, tr("name"));
+  stats_->setRows({}, tr("op"));
+  breakdown_->setRows({});
+  statusBar()->showMessage(message.section('\n', -1));
+}
+
+void MainWindow::setView(View view) { tabs_->setCurrentIndex(view == View::Timeline ? 0 : 1); }
+
+void MainWindow::selectRange(qint64 start_ns, qint64 end_ns) { onRangeSelected(start_ns, end_ns); }
+
+void MainWindow::refreshStats() {
+  // Statistics over a whole run can take a moment on ten million slices, so
+  // they are computed when the tab is looked at, once per run and grouping.
+  if (!stats_dirty_ || tabs_->currentIndex() != 1) return;
+  stats_dirty_ = false;
+  const TimelineData* d = timeline_->data();
+  if (!d) return;
+  const int g = group_box_->currentIndex();
+  const StatsGroup group = g == 0 ? StatsGroup::Op : g == 1 ? StatsGroup::Name : StatsGroup::Phase;
+  stats_->setRows(sliceStats(*d, group, INT64_MIN, INT64_MAX), group_box_->currentText().mid(3));
+}
+
+void MainWindow::onSliceSelected(int track, qint64 index) {
+  const TimelineData* d = timeline_->data();
+  if (!d || track < 0 || index < 0) {
+    details_->setRows({});
+    return;
+  }
+  details_->setRows(sliceDetails(*d, track, index, compare_.get()));
+}
+
+void MainWindow::onRangeSelected(qint64 start_ns, qint64 end_ns) {
+  const TimelineData* d = timeline_->data();
+  if (!d) return;
+  range_stats_->setRows(sliceStats(*d, StatsGroup::Name, start_ns, end_ns), tr("name"));
+  range_label_->setText(tr("%1 to %2 (%3): %4 groups")
+                            .arg(QString::fromStdString(formatDuration(start_ns - d->begin_ns)),
+                                 QString::fromStdString(formatDuration(end_ns - d->begin_ns)),
+                                 QString::fromStdString(formatDuration(end_ns - start_ns)))
+                            .arg(range_stats_->rowCount()));
+}
+
+void MainWindow::onOpenDialog() {
+  const QString path = QFileDialog::getOpenFileName(this, tr("Open trace"), {}, tr("Traces (*.sqlite *.db);;All files (*)"));
+  if (!path.isEmpty()) openFile(path);
+}
+
+void MainWindow::onRunActivated(const QModelIndex& index) {
+  auto* proxy = qobject_cast<QSortFilterProxyModel*>(runs_view_->model());
+  const QModelIndex src = proxy ? proxy->mapToSource(index) : index;
+  const auto& e = runs_->entry(src.row());
+  openFile(QString::fromStdString(e.path), e.info.id);
+}
+
+void MainWindow::onCompareWithSelectedRun() {
+  const QModelIndex current = runs_view_->currentIndex();
+  if (!current.isValid()) return;
+  auto* proxy = qobject_cast<QSortFilterProxyModel*>(runs_view_->model());
+  const QModelIndex src = proxy ? proxy->mapToSource(current) : current;
+  const auto& e = runs_->entry(src.row());
+  openCompare(QString::fromStdString(e.path), e.info.id);
+}
+
+}  // namespace tandem::gui

@@ -1,0 +1,85 @@
+#pragma once
+// The main window: the timeline in the middle; details of the selected slice
+// on the right; the aggregate of a selected range, the run browser and the
+// statistics below. Files are opened through the trace store; whatever goes
+// wrong (not a database, foreign schema, empty run) is shown as a message in
+// the window, never a crash.
+
+#include <QMainWindow>
+#include <memory>
+#include <vector>
+
+#include "gui/run_loader.h"
+#include "gui/timeline_data.h"
+
+class QComboBox;
+class QLabel;
+class QTabWidget;
+class QTableView;
+
+namespace tandem::gui {
+
+class BreakdownModel;
+class DetailsModel;
+class KernelStatsModel;
+class RunListModel;
+class TimelineView;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  enum class View { Timeline, Statistics };
+
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  // Opens run `run` of a trace file (-1: its default run). On failure the
+  // reason is shown in the window and returned by lastError().
+  bool openFile(const QString& path, qint64 run = -1);
+  // Loads a run to compare the shown run against (details show the
+  // counterpart of the selected task there).
+  bool openCompare(const QString& path, qint64 run = -1);
+  // Shows a run that did not come from a file (generated runs, tests).
+  void showRun(std::shared_ptr<TimelineData> data, std::vector<RankBreakdown> breakdown, const QString& title);
+  void showError(const QString& message);
+  QString lastError() const { return last_error_; }
+
+  void setView(View view);
+  // Selects a time range as a shift-drag would (fills the aggregate table).
+  void selectRange(qint64 start_ns, qint64 end_ns);
+
+  TimelineView* timeline() const { return timeline_; }
+  DetailsModel* details() const { return details_; }
+  KernelStatsModel* rangeStats() const { return range_stats_; }
+  KernelStatsModel* stats() const { return stats_; }
+  BreakdownModel* breakdown() const { return breakdown_; }
+  RunListModel* runs() const { return runs_; }
+
+ private slots:
+  void onSliceSelected(int track, qint64 index);
+  void onRangeSelected(qint64 start_ns, qint64 end_ns);
+  void onOpenDialog();
+  void onRunActivated(const QModelIndex& index);
+  void onCompareWithSelectedRun();
+  void refreshStats();
+
+ private:
+  void buildMenus();
+  void addRunsOf(const std::string& path);
+
+  TimelineView* timeline_ = nullptr;
+  QTabWidget* tabs_ = nullptr;
+  QLabel* range_label_ = nullptr;
+  QComboBox* group_box_ = nullptr;
+  QTableView* runs_view_ = nullptr;
+  DetailsModel* details_ = nullptr;
+  KernelStatsModel* range_stats_ = nullptr;
+  KernelStatsModel* stats_ = nullptr;
+  BreakdownModel* breakdown_ = nullptr;
+  RunListModel* runs_ = nullptr;
+  std::shared_ptr<TimelineData> compare_;
+  bool stats_dirty_ = true;
+  QString last_error_;
+};
+
+}  // namespace tandem::gui

@@ -1,0 +1,216 @@
+#include "gui/run_loader.h"
+
+#include <algorithm>
+#include <map>
+
+#include "gui/timeline_palette.h"
+#include "traces/trace_reader.h"
+
+namespace tandem::gui {
+
+namespace {
+
+uint8_t phaseOf(traces::TracePhase p) {
+  switch (p) {
+    case traces::TracePhase::None: return kPhaseNone;
+    case traces::TracePhase::Forward: return uint8_t(Phase::Forward);
+    case traces::TracePhase::Backward: return uint8_t(Phase::Backward);
+    case traces::TracePhase::Recompute: return uint8_t(Phase::Recompute);
+    case traces::TracePhase::Optimizer: return uint8_t(Phase::Optimizer);
+    case traces::TracePhase::Comm: return uint8_t(Phase::Comm);
+    case traces::TracePhase::Data: return uint8_t(Phase::Data);
+  }
+  return kPhaseNone;
+}
+
+uint8_t taskKindOf(traces::ActivityKind k) {
+  switch (k) {
+    case traces::ActivityKind::Kernel: return uint8_t(TaskKind::Kernel);
+    case traces::ActivityKind::Memcpy:
+    case traces::ActivityKind::Memset: return uint8_t(TaskKind::Memcpy);
+    case traces::ActivityKind::Collective: return uint8_t(TaskKind::Collective);
+    case traces::ActivityKind::Send:
+    case traces::ActivityKind::Recv: return uint8_t(TaskKind::SendRecv);
+    case traces::ActivityKind::Sync:
+    case traces::ActivityKind::Host: return uint8_t(TaskKind::Host);
+  }
+  return uint8_t(TaskKind::Kernel);
+}
+
+StreamKind streamKindOf(traces::StreamKind k) {
+  switch (k) {
+    case traces::StreamKind::Comm: return StreamKind::Comm;
+    case traces::StreamKind::Copy: return StreamKind::Copy;
+    default: return StreamKind::Compute;
+  }
+}
+
+template <typename Out, typename In>
+void copyInto(std::vector<Out>& out, const std::vector<In>& in) {
+  out.resize(in.size());
+  for (size_t i = 0; i < in.size(); ++i) out[i] = static_cast<Out>(in[i]);
+}
+
+// Hidden and exposed interval sets merged into one sorted lane.
+IntervalLane laneFrom(const traces::IntervalSet& hidden, const traces::IntervalSet& exposed) {
+  IntervalLane lane;
+  const auto& h = hidden.intervals();
+  const auto& e = exposed.intervals();
+  lane.start_ns.reserve(h.size() + e.size());
+  size_t i = 0, j = 0;
+  while (i < h.size() || j < e.size()) {
+    const bool take_h = j >= e.size() || (i < h.size() && h[i].first <= e[j].first);
+    const auto& iv = take_h ? h[i++] : e[j++];
+    lane.start_ns.push_back(iv.first);
+    lane.end_ns.push_back(iv.second);
+    lane.code.push_back(uint8_t(take_h ? OverlapCode::Hidden : OverlapCode::Exposed));
+  }
+  return lane;
+}
+
+}  // namespace
+
+std::string describeRun(const traces::RunInfo& info) {
+  std::string s = "run " + std::to_string(info.id) + " · " + std::string(traces::toString(info.kind));
+  if (!info.name.empty()) s += " · " + info.name;
+  s += " · " + std::to_string(info.world_size) + (info.world_size == 1 ? " rank" : " ranks");
+  return s;
+}
+
+LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
+  LoadedRun out;
+  out.path = reader.path();
+  if (run < 0) run = reader.defaultRunId();
+  out.info = reader.run(run);
+  auto data = std::make_shared<TimelineData>();
+  data->run_label = describeRun(out.info);
+  data->names = reader.strings();
+
+  std::map<std::pair<int, int>, traces::StreamRow> streams;
+  for (const auto& s : reader.streams(run)) streams[{s.rank, s.stream}] = s;
+  std::vector<traces::Track> tracks = reader.loadRun(run);
+  size_t total = 0;
+  for (const auto& t : tracks) total += t.size();
+  if (total == 0)
+    throw LoadError(reader.path() + ": run " + std::to_string(run) + " has no activities to show");
+
+  std::map<int, std::vector<const traces::Track*>> by_rank;
+  for (const auto& src : tracks) {
+    auto it = streams.find({src.rank, src.stream});
+    // Host threads are not GPU lanes; the breakdown leaves them out as well.
+    if (it != streams.end() && it->second.kind == traces::StreamKind::Host) continue;
+    by_rank[src.rank].push_back(&src);
+    Track t;
+    t.rank = src.rank;
+    t.stream = src.stream;
+    t.kind = it != streams.end() ? streamKindOf(it->second.kind) : StreamKind::Compute;
+    t.label = it != streams.end() && !it->second.name.empty() ? it->second.name
+                                                              : "stream " + std::to_string(src.stream);
+    t.start_ns = src.start_ns;
+    t.end_ns = src.end_ns;
+    t.name_id = src.name;
+    copyInto(t.task_id, src.task_id);
+    copyInto(t.layer, src.layer);
+    copyInto(t.micro_batch, src.micro_batch);
+    t.task_kind.resize(src.size());
+    t.phase.resize(src.size());
+    for (size_t i = 0; i < src.size(); ++i) {
+      t.task_kind[i] = taskKindOf(src.kind[i]);
+      t.phase[i] = phaseOf(src.phase[i]);
+    }
+    data->tracks.push_back(std::move(t));
+  }
+
+  // Plan facts per task; activities fill in what the plan rows lack.
+  int max_rank = 0;
+  for (const auto& t : tracks) max_rank = std::max(max_rank, t.rank);
+  data->task_facts.resize(size_t(max_rank) + 1);
+  auto slot = [&](int rank, int64_t task) -> TaskFacts* {
+    if (rank < 0 || task < 0 || task > 50'000'000) return nullptr;
+    auto& v = data->task_facts[size_t(rank)];
+    if (size_t(task) >= v.size()) v.resize(size_t(task) + 1);
+    return &v[size_t(task)];
+  };
+  for (const auto& pt : reader.planTasks(run)) {
+    if (pt.rank > max_rank) continue;
+    if (TaskFacts* f = slot(pt.rank, pt.task_id)) {
+      f->flops = pt.flops;
+      f->bytes = pt.bytes;
+      if (auto op = parseOpKind(pt.op)) f->op = *op;
+      f->has_op = true;
+    }
+  }
+  for (const auto& src : tracks)
+    for (size_t i = 0; i < src.size(); ++i) {
+      TaskFacts* f = slot(src.rank, src.task_id[i]);
+      if (!f || f->has_op) continue;
+      f->flops = src.flops[i];
+      f->bytes = src.bytes[i];
+      f->op = src.kind[i] == traces::ActivityKind::Collective ? OpKind::AllReduce : OpKind::Add;
+      f->has_op = true;
+    }
+
+  std::map<int, StepMark> steps;
+  for (const auto& s : reader.steps(run)) {
+    auto [it, fresh] = steps.try_emplace(s.step, StepMark{s.step, s.start_ns, s.end_ns});
+    if (!fresh) {
+      it->second.start_ns = std::min(it->second.start_ns, s.start_ns);
+      it->second.end_ns = std::max(it->second.end_ns, s.end_ns);
+    }
+  }
+  for (const auto& [k, s] : steps) data->steps.push_back(s);
+
+  data->finalize();
+
+  // The store's classification decides what is compute and communication.
+  traces::CategoryTable categories(traces::Classifier(), reader.strings());
+  for (auto& lanes : data->ranks) {
+    const auto& rank_tracks = by_rank[lanes.rank];
+    traces::RankSets sets = traces::buildRankSets(rank_tracks, categories);
+    lanes.overlap = laneFrom(sets.overlap, sets.exposed_comm);
+    lanes.overlap.finalize();
+    lanes.compute_ns = sets.compute.length();
+    lanes.comm_ns = sets.comm.length();
+    lanes.hidden_ns = sets.overlap.length();
+    lanes.exposed_ns = sets.exposed_comm.length();
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (const auto* t : rank_tracks)
+      if (t->size()) {
+        lo = std::min(lo, t->start_ns.front());
+        for (int64_t e : t->end_ns) hi = std::max(hi, e);
+      }
+    out.breakdown.push_back({lanes.rank, traces::breakdownOf(sets, lo, hi)});
+  }
+  out.timeline = std::move(data);
+  return out;
+}
+
+LoadedRun loadRunFile(const std::string& path, int64_t run) {
+  traces::TraceReader reader(path);
+  return loadRun(reader, run);
+}
+
+std::vector<RankBreakdown> breakdownFromTimeline(const TimelineData& data) {
+  std::vector<RankBreakdown> out;
+  for (const auto& r : data.ranks) {
+    traces::Breakdown b;
+    b.span_ns = r.span_ns;
+    b.compute_ns = r.compute_ns;
+    b.comm_ns = r.comm_ns;
+    b.overlap_ns = r.hidden_ns;
+    b.exposed_comm_ns = r.exposed_ns;
+    b.busy_ns = r.compute_ns + r.exposed_ns;
+    b.idle_ns = std::max<int64_t>(0, b.span_ns - b.busy_ns);
+    b.overlap_pct = r.comm_ns > 0 ? 100.0 * double(r.hidden_ns) / double(r.comm_ns) : 0.0;
+    for (int id : r.tracks) {
+      const Track& t = data.tracks[size_t(id)];
+      for (size_t i = 0; i < t.size(); ++i)
+        if (t.phase[i] == uint8_t(Phase::Recompute)) b.recompute_ns += t.end_ns[i] - t.start_ns[i];
+    }
+    b.recompute_share_pct = b.span_ns > 0 ? 100.0 * double(b.recompute_ns) / double(b.span_ns) : 0.0;
+    out.push_back({r.rank, b});
+  }
+  return out;
+}
+
+}  // namespace tandem::gui

@@ -1,0 +1,53 @@
+#pragma once
+// Turns one run of a trace file into the timeline's model, with the trace
+// store's own analyses: the overlap lane shows exactly the intervals behind
+// `tandem report`'s overlap and exposed-communication figures (HTA
+// definitions, activities classified by the store's Classifier), and the
+// per-rank breakdown is the store's Breakdown.
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gui/timeline_data.h"
+#include "traces/analysis.h"
+#include "traces/trace_model.h"
+
+namespace tandem::traces {
+class TraceReader;
+}
+
+namespace tandem::gui {
+
+// A run that cannot be shown (no activities); files that are not tandem
+// traces raise traces::TraceError from the reader.
+class LoadError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct RankBreakdown {
+  int rank = 0;
+  traces::Breakdown breakdown;
+};
+
+struct LoadedRun {
+  std::string path;
+  traces::RunInfo info;
+  std::shared_ptr<TimelineData> timeline;
+  std::vector<RankBreakdown> breakdown;
+};
+
+// Loads run `run` (or the file's default run when run < 0).
+LoadedRun loadRun(traces::TraceReader& reader, int64_t run);
+LoadedRun loadRunFile(const std::string& path, int64_t run);
+
+// The same breakdown computed from a model that did not come from a file
+// (generated runs): compute and comm by stream kind.
+std::vector<RankBreakdown> breakdownFromTimeline(const TimelineData& data);
+
+std::string describeRun(const traces::RunInfo& info);
+
+}  // namespace tandem::gui

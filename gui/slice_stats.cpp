@@ -1,0 +1,195 @@
+#include "gui/slice_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <unordered_map>
+
+#include "gui/timeline_math.h"
+#include "gui/timeline_palette.h"
+
+namespace tandem::gui {
+
+std::string phaseName(uint8_t phase) {
+  if (phase == kPhaseNone || phase > uint8_t(Phase::Data)) return "";
+  return std::string(toString(Phase(phase)));
+}
+
+namespace {
+
+std::string number(double v, const char* fmt) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+std::string bytesText(double b) {
+  if (b >= 1e9) return number(b / 1e9, "%.2f GB");
+  if (b >= 1e6) return number(b / 1e6, "%.2f MB");
+  if (b >= 1e3) return number(b / 1e3, "%.1f kB");
+  return number(b, "%.0f B");
+}
+
+struct Acc {
+  std::string key;
+  std::string category;
+  std::vector<int64_t> durations;
+  int64_t total = 0;
+  double flops = 0;
+  int64_t bytes = 0;
+};
+
+}  // namespace
+
+std::vector<traces::KernelStat> sliceStats(const TimelineData& data, StatsGroup group, int64_t t0_ns,
+                                           int64_t t1_ns) {
+  std::unordered_map<std::string, size_t> index;
+  std::vector<Acc> accs;
+  // Per (track kind, name id) the group slot, so the string key is built
+  // once per distinct name rather than once per slice.
+  std::vector<std::vector<int32_t>> slot_of(3);
+  for (const Track& t : data.tracks) {
+    const size_t first = firstIndex(t.max_end_ns, t0_ns);
+    const size_t last = lastIndex(t.start_ns, t1_ns);
+    auto& slot_table = slot_of[size_t(t.kind)];
+    for (size_t i = first; i < last; ++i) {
+      if (t.end_ns[i] <= t0_ns) continue;  // nested slices before the window
+      const TaskFacts* facts = data.factsFor(t.rank, t.task_id[i]);
+      // A small integer per group value, so the string key is built once per
+      // distinct value rather than once per slice.
+      int32_t code = 0;
+      switch (group) {
+        case StatsGroup::Name: code = t.name_id[i]; break;
+        case StatsGroup::Op: code = facts ? int32_t(facts->op) : 1000 + t.task_kind[i]; break;
+        case StatsGroup::Phase: code = t.phase[i]; break;
+      }
+      int32_t slot = size_t(code) < slot_table.size() ? slot_table[size_t(code)] : -1;
+      if (slot < 0) {
+        std::string key;
+        switch (group) {
+          case StatsGroup::Name: key = data.names[size_t(t.name_id[i])]; break;
+          case StatsGroup::Op:
+            key = facts ? std::string(toString(facts->op)) : std::string(toString(TaskKind(t.task_kind[i])));
+            break;
+          case StatsGroup::Phase: key = phaseName(t.phase[i]); break;
+        }
+        if (key.empty()) key = "(none)";
+        const std::string full = std::string(toString(t.kind)) + "\x1f" + key;
+        auto [it, fresh] = index.try_emplace(full, accs.size());
+        if (fresh) accs.push_back({key, std::string(toString(t.kind)), {}, 0, 0, 0});
+        slot = int32_t(it->second);
+        if (slot_table.size() <= size_t(code)) slot_table.resize(size_t(code) + 1, -1);
+        slot_table[size_t(code)] = slot;
+      }
+      Acc& a = accs[size_t(slot)];
+      const int64_t d = t.end_ns[i] - t.start_ns[i];
+      a.durations.push_back(d);
+      a.total += d;
+      if (facts) {
+        a.flops += facts->flops;
+        a.bytes += facts->bytes;
+      }
+    }
+  }
+  std::vector<traces::KernelStat> out;
+  out.reserve(accs.size());
+  for (Acc& a : accs) {
+    traces::KernelStat s;
+    s.key = a.key;
+    s.category = a.category;
+    s.count = int64_t(a.durations.size());
+    s.total_ns = a.total;
+    s.mean_ns = s.count ? double(a.total) / double(s.count) : 0;
+    auto nth = [&](double p) {
+      size_t k = size_t(std::ceil(p / 100.0 * double(a.durations.size())));
+      k = std::clamp<size_t>(k, 1, a.durations.size()) - 1;
+      std::nth_element(a.durations.begin(), a.durations.begin() + long(k), a.durations.end());
+      return a.durations[k];
+    };
+    if (s.count) {
+      s.p50_ns = nth(50);
+      s.p95_ns = nth(95);
+    }
+    s.flops = a.flops;
+    s.bytes = a.bytes;
+    // FLOP per ns / 1e3 = TFLOP/s; bytes per ns = GB/s.
+    if (a.total > 0 && a.flops > 0) s.tflops = a.flops / double(a.total) / 1e3;
+    if (a.total > 0 && a.bytes > 0) s.gbps = double(a.bytes) / double(a.total);
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) {
+    return x.total_ns != y.total_ns ? x.total_ns > y.total_ns : x.key < y.key;
+  });
+  return out;
+}
+
+int64_t counterpartOf(const TimelineData& data, int track, int64_t index, const TimelineData& other,
+                      int& other_track) {
+  other_track = -1;
+  const Track& t = data.tracks[size_t(track)];
+  const int32_t task = t.task_id[size_t(index)];
+  if (task < 0) return -1;
+  int occurrence = 0;
+  for (int64_t i = 0; i < index; ++i) occurrence += t.task_id[size_t(i)] == task;
+  for (size_t k = 0; k < other.tracks.size(); ++k) {
+    const Track& o = other.tracks[k];
+    if (o.rank != t.rank || o.kind != t.kind) continue;
+    int seen = 0;
+    for (size_t i = 0; i < o.size(); ++i) {
+      if (o.task_id[i] != task) continue;
+      if (seen++ == occurrence) {
+        other_track = int(k);
+        return int64_t(i);
+      }
+    }
+  }
+  return -1;
+}
+
+std::vector<std::pair<std::string, std::string>> sliceDetails(const TimelineData& data, int track,
+                                                              int64_t index, const TimelineData* compare) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  if (track < 0 || size_t(track) >= data.tracks.size()) return rows;
+  const Track& t = data.tracks[size_t(track)];
+  if (index < 0 || size_t(index) >= t.size()) return rows;
+  const size_t i = size_t(index);
+  const int64_t dur = t.end_ns[i] - t.start_ns[i];
+  const TaskFacts* facts = data.factsFor(t.rank, t.task_id[i]);
+  rows.push_back({"name", data.names[size_t(t.name_id[i])]});
+  rows.push_back({"op", facts ? std::string(toString(facts->op)) : std::string(toString(TaskKind(t.task_kind[i])))});
+  rows.push_back({"rank / stream", std::to_string(t.rank) + " / " + t.label});
+  rows.push_back({"layer", t.layer[i] >= 0 ? std::to_string(t.layer[i]) : "-"});
+  rows.push_back({"phase", phaseName(t.phase[i]).empty() ? "-" : phaseName(t.phase[i])});
+  rows.push_back({"micro-batch", t.micro_batch[i] >= 0 ? std::to_string(t.micro_batch[i]) : "-"});
+  const int step = data.stepAt(t.start_ns[i]);
+  rows.push_back({"step", step >= 0 ? std::to_string(data.steps[size_t(step)].step) : "-"});
+  rows.push_back({"start", formatDuration(t.start_ns[i] - data.begin_ns)});
+  rows.push_back({"duration", formatDuration(dur)});
+  if (facts && facts->flops > 0) {
+    rows.push_back({"FLOPs", number(facts->flops / 1e9, "%.2f GFLOP")});
+    if (dur > 0) rows.push_back({"achieved", number(facts->flops / double(dur) / 1e3, "%.1f TFLOP/s")});
+  }
+  if (facts && facts->bytes > 0) {
+    rows.push_back({"bytes", bytesText(double(facts->bytes))});
+    if (dur > 0 && (!facts || facts->flops <= 0))
+      rows.push_back({"achieved", number(double(facts->bytes) / double(dur), "%.1f GB/s")});
+  }
+  rows.push_back({"plan task", t.task_id[i] >= 0 ? std::to_string(t.task_id[i]) : "-"});
+  if (compare) {
+    int other_track = -1;
+    const int64_t j = counterpartOf(data, track, index, *compare, other_track);
+    if (j < 0) {
+      rows.push_back({"compared run", "no slice with this task"});
+    } else {
+      const Track& o = compare->tracks[size_t(other_track)];
+      const int64_t odur = o.end_ns[size_t(j)] - o.start_ns[size_t(j)];
+      rows.push_back({"compared run", formatDuration(odur) + " (" + compare->names[size_t(o.name_id[size_t(j)])] + ")"});
+      const double pct = odur > 0 ? 100.0 * double(dur - odur) / double(odur) : 0.0;
+      rows.push_back({"difference", (dur >= odur ? "+" : "-") + formatDuration(std::llabs(dur - odur)) +
+                                        number(pct, " (%+.1f%%)")});
+    }
+  }
+  return rows;
+}
+
+}  // namespace tandem::gui

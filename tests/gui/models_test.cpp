@@ -1,0 +1,306 @@
+// Loading real trace files into the timeline, the side panels' models
+// (through QAbstractItemModelTester), slice statistics and details, the main
+// window's handling of bad input, and `tandem-gui --screenshot`.
+#include <QAbstractItemModelTester>
+#include <QImage>
+#include <QProcess>
+#include <QSortFilterProxyModel>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sqlite3.h>
+
+#include "gui/item_models.h"
+#include "gui/main_window.h"
+#include "gui/run_loader.h"
+#include "gui/slice_stats.h"
+#include "gui/synthetic_run.h"
+#include "gui/timeline_palette.h"
+#include "gui/timeline_view.h"
+#include "gui_test_app.h"
+#include "traces/analysis.h"
+#include "traces/trace_reader.h"
+#include "traces/trace_writer.h"
+
+using namespace tandem;
+using namespace tandem::gui;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path tempPath(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("tandem_gui_tests_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::path p = dir / name;
+  fs::remove(p);
+  return p;
+}
+
+traces::ActivityRow act(int rank, int stream, int64_t s, int64_t e, traces::ActivityKind kind, std::string name,
+                        int64_t task, traces::TracePhase phase) {
+  traces::ActivityRow a;
+  a.rank = rank;
+  a.stream = stream;
+  a.start_ns = s;
+  a.end_ns = e;
+  a.kind = kind;
+  a.name = std::move(name);
+  a.task_id = task;
+  a.phase = phase;
+  a.layer = 0;
+  a.micro_batch = 0;
+  a.flops = task == 1 ? 2e9 : 0;
+  a.bytes = 1'000'000;
+  return a;
+}
+
+// Two ranks; per rank: forward 0-1 ms, recompute 1-2 ms, backward 2-4 ms on
+// compute; an all-reduce 2.5-3.5 ms (hidden) and 4.2-5 ms (exposed) on comm.
+// Rank 1 runs `slow` times slower. With `empty_run`, a second run without
+// activities follows.
+std::string writeFixture(const std::string& name, double slow = 1.1, bool empty_run = false) {
+  const std::string path = tempPath(name).string();
+  traces::TraceWriter w(path);
+  traces::RunInfo info;
+  info.kind = traces::RunKind::Simulated;
+  info.name = "fixture";
+  info.job_yaml = "name: gpt2-fixture\nmodel:\n  layers: 1\n";
+  info.topology = "dgx-h200";
+  info.world_size = 2;
+  info.created_unix_ns = 1'700'000'000'000'000'000;
+  w.beginRun(info);
+  using K = traces::ActivityKind;
+  using P = traces::TracePhase;
+  for (int r = 0; r < 2; ++r) {
+    const double f = r == 0 ? 1.0 : slow;
+    auto t = [&](int64_t ns) { return int64_t(double(ns) * f); };
+    w.addStream({r, 0, traces::StreamKind::Compute, "compute", r});
+    w.addStream({r, 1, traces::StreamKind::Comm, "nccl", r});
+    w.addActivity(act(r, 0, 0, t(1'000'000), K::Kernel, "layer0.fwd", 0, P::Forward));
+    w.addActivity(act(r, 0, t(1'000'000), t(2'000'000), K::Kernel, "layer0.recompute", 1, P::Recompute));
+    w.addActivity(act(r, 0, t(2'000'000), t(4'000'000), K::Kernel, "layer0.bwd", 2, P::Backward));
+    w.addActivity(act(r, 1, t(2'500'000), t(3'500'000), K::Collective, "all_reduce.b0", 3, P::Comm));
+    w.addActivity(act(r, 1, t(4'200'000), t(5'000'000), K::Collective, "all_reduce.b1", 4, P::Comm));
+    w.addStep({r, 0, 0, t(5'000'000)});
+  }
+  if (empty_run) {
+    traces::RunInfo empty = info;
+    empty.name = "empty";
+    w.beginRun(empty);
+  }
+  w.flush();
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("a trace file loads into lanes with the store's overlap figures", "[gui][loader]") {
+  const std::string path = writeFixture("load.sqlite");
+  traces::TraceReader reader(path);
+  const int64_t run = reader.runs().front().id;
+  LoadedRun loaded = loadRun(reader, run);
+  const TimelineData& d = *loaded.timeline;
+  REQUIRE(d.ranks.size() == 2);
+  CHECK(d.sliceCount() == 10);
+  CHECK(d.steps.size() == 1);
+  const RankLanes& r0 = d.ranks[0];
+  CHECK(r0.hidden_ns == 1'000'000);
+  CHECK(r0.exposed_ns == 800'000);
+  REQUIRE(r0.overlap.size() == 2);
+  CHECK(r0.overlap.code == std::vector<uint8_t>{uint8_t(OverlapCode::Hidden), uint8_t(OverlapCode::Exposed)});
+  // Same figures as `tandem report` computes.
+  const traces::RunReport report = traces::analyzeRun(reader, run);
+  REQUIRE(loaded.breakdown.size() == report.ranks.size());
+  for (size_t i = 0; i < report.ranks.size(); ++i) {
+    CHECK(loaded.breakdown[i].breakdown.exposed_comm_ns == report.ranks[i].breakdown.exposed_comm_ns);
+    CHECK(loaded.breakdown[i].breakdown.overlap_ns == report.ranks[i].breakdown.overlap_ns);
+    CHECK(loaded.breakdown[i].breakdown.recompute_ns == report.ranks[i].breakdown.recompute_ns);
+  }
+  const Track& compute = d.tracks[size_t(r0.tracks[0])];
+  CHECK(compute.kind == StreamKind::Compute);
+  CHECK(compute.phase[1] == uint8_t(Phase::Recompute));
+  const TaskFacts* facts = d.factsFor(0, 1);
+  REQUIRE(facts != nullptr);
+  CHECK(facts->flops == 2e9);
+}
+
+TEST_CASE("bad input raises readable errors", "[gui][loader]") {
+  const fs::path text = tempPath("not_a_db.sqlite");
+  std::ofstream(text) << "this is not a database\n";
+  CHECK_THROWS_AS(loadRunFile(text.string(), -1), traces::TraceError);
+
+  const fs::path foreign = tempPath("foreign.sqlite");
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(foreign.string().c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "CREATE TABLE people(name TEXT); INSERT INTO people VALUES('x');", nullptr, nullptr,
+                       nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  CHECK_THROWS_AS(loadRunFile(foreign.string(), -1), traces::TraceError);
+
+  const std::string path = writeFixture("empty_run.sqlite", 1.1, true);
+  traces::TraceReader reader(path);
+  const int64_t empty_run = reader.runs().back().id;
+  CHECK_THROWS_AS(loadRun(reader, empty_run), LoadError);
+  CHECK_THROWS_AS(loadRun(reader, 999), traces::TraceError);
+}
+
+TEST_CASE("slice statistics and details", "[gui][stats]") {
+  const std::string path = writeFixture("stats.sqlite");
+  LoadedRun loaded = loadRunFile(path, -1);
+  const TimelineData& d = *loaded.timeline;
+  auto by_name = sliceStats(d, StatsGroup::Name, INT64_MIN, INT64_MAX);
+  REQUIRE(by_name.size() == 5);
+  // Longest first: backward (2 ms + 2.2 ms).
+  CHECK(by_name[0].key == "layer0.bwd");
+  CHECK(by_name[0].count == 2);
+  CHECK(by_name[0].total_ns == 4'200'000);
+  CHECK(by_name[0].p95_ns == 2'200'000);
+  auto by_phase = sliceStats(d, StatsGroup::Phase, INT64_MIN, INT64_MAX);
+  bool found_recompute = false;
+  for (const auto& s : by_phase) found_recompute |= s.key == "recompute" && s.count == 2;
+  CHECK(found_recompute);
+  // A window over 0.5-1.5 ms holds forward and recompute of both ranks.
+  auto window = sliceStats(d, StatsGroup::Name, 500'000, 1'050'000);
+  int64_t n = 0;
+  for (const auto& s : window) n += s.count;
+  CHECK(n == 3);  // rank 1's recompute starts at 1.1 ms
+
+  // Details of rank 0's recompute slice, compared with a 20% slower run.
+  const std::string slower = writeFixture("slower.sqlite", 1.2);
+  LoadedRun other = loadRunFile(slower, -1);
+  const int track = d.ranks[1].tracks[0];  // rank 1 compute
+  auto rows = sliceDetails(d, track, 1, other.timeline.get());
+  auto field = [&](const std::string& k) {
+    for (auto& [key, v] : rows)
+      if (key == k) return v;
+    return std::string();
+  };
+  CHECK(field("name") == "layer0.recompute");
+  CHECK(field("phase") == "recompute");
+  CHECK(field("plan task") == "1");
+  CHECK(field("duration") == "1.1 ms");
+  CHECK(field("achieved") == "1.8 TFLOP/s");  // 2 GFLOP in 1.1 ms
+  CHECK(field("compared run").rfind("1.2 ms", 0) == 0);
+  CHECK(field("difference").rfind("-100 us", 0) == 0);
+  int other_track = -1;
+  CHECK(counterpartOf(d, track, 2, *other.timeline, other_track) == 2);
+  CHECK(other_track == other.timeline->ranks[1].tracks[0]);
+}
+
+TEST_CASE("side panel models pass QAbstractItemModelTester and sort numerically", "[gui][models]") {
+  test::app();
+  auto data = std::make_shared<TimelineData>(makeSyntheticRun({2, 2, 4, 2, {}, 3}));
+  KernelStatsModel stats;
+  QAbstractItemModelTester t1(&stats, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  stats.setRows(sliceStats(*data, StatsGroup::Op, INT64_MIN, INT64_MAX), "op");
+  REQUIRE(stats.rowCount() > 3);
+  CHECK(stats.headerData(0, Qt::Horizontal, Qt::DisplayRole).toString() == "op");
+
+  QSortFilterProxyModel proxy;
+  proxy.setSourceModel(&stats);
+  proxy.setSortRole(kSortRole);
+  QAbstractItemModelTester t2(&proxy, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  proxy.sort(KernelStatsModel::Count, Qt::DescendingOrder);
+  for (int r = 1; r < proxy.rowCount(); ++r)
+    CHECK(proxy.index(r - 1, KernelStatsModel::Count).data(kSortRole).toLongLong() >=
+          proxy.index(r, KernelStatsModel::Count).data(kSortRole).toLongLong());
+
+  BreakdownModel breakdown;
+  QAbstractItemModelTester t3(&breakdown, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  breakdown.setRows(breakdownFromTimeline(*data));
+  CHECK(breakdown.rowCount() == 2);
+  CHECK(breakdown.index(0, BreakdownModel::Exposed).data(kSortRole).toLongLong() == data->ranks[0].exposed_ns);
+
+  DetailsModel details;
+  QAbstractItemModelTester t4(&details, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  details.setRows(sliceDetails(*data, 0, 10, nullptr));
+  CHECK(details.rowCount() > 8);
+  CHECK(details.value("rank / stream") == "0 / compute");
+  details.setRows({});
+  CHECK(details.rowCount() == 0);
+
+  RunListModel runs;
+  QAbstractItemModelTester t5(&runs, QAbstractItemModelTester::FailureReportingMode::Fatal);
+  const std::string path = writeFixture("runs.sqlite", 1.1, true);
+  traces::TraceReader reader(path);
+  runs.setRunsOf(path, reader.runs());
+  REQUIRE(runs.rowCount() == 2);
+  CHECK(runs.index(0, RunListModel::Kind).data().toString() == "simulated");
+  CHECK(runs.index(0, RunListModel::Job).data().toString() == "gpt2-fixture");
+  CHECK(runs.index(0, RunListModel::Topology).data().toString() == "dgx-h200");
+  CHECK(runs.index(0, RunListModel::Date).data().toString() == "2023-11-14 22:13");
+  runs.setRunsOf(path, reader.runs());  // reopening replaces, not duplicates
+  CHECK(runs.rowCount() == 2);
+}
+
+TEST_CASE("the main window shows bad input as a message and good runs as lanes", "[gui][window]") {
+  test::app();
+  MainWindow w;
+  w.resize(1200, 800);
+  const fs::path text = tempPath("garbage.sqlite");
+  std::ofstream(text) << "garbage";
+  CHECK_FALSE(w.openFile(QString::fromStdString(text.string())));
+  CHECK(w.lastError().contains("not a SQLite database"));
+  CHECK(w.timeline()->message() == w.lastError());
+  w.grab();  // painting the message must not crash
+
+  const std::string path = writeFixture("window.sqlite", 1.1, true);
+  traces::TraceReader reader(path);
+  CHECK_FALSE(w.openFile(QString::fromStdString(path), reader.runs().back().id));
+  CHECK(w.lastError().contains("no activities"));
+
+  REQUIRE(w.openFile(QString::fromStdString(path), reader.runs().front().id));
+  CHECK(w.lastError().isEmpty());
+  CHECK(w.timeline()->message().isEmpty());
+  CHECK(w.runs()->rowCount() == 2);
+  CHECK(w.breakdown()->rowCount() == 2);
+  w.selectRange(0, 2'000'000);
+  CHECK(w.rangeStats()->rowCount() == 2);  // forward and recompute; both ranks share the names
+  w.timeline()->selectSlice({0, 1});
+  CHECK(w.details()->value("phase") == "recompute");
+  w.setView(MainWindow::View::Statistics);
+  CHECK(w.stats()->rowCount() > 0);
+}
+
+TEST_CASE("tandem-gui --screenshot renders a file and fails cleanly on bad input", "[gui][cli]") {
+  const QString exe = QString(TANDEM_BINARY_DIR) + "/gui/tandem-gui";
+  REQUIRE(fs::exists(exe.toStdString()));
+  const std::string db = writeFixture("shot.sqlite");
+  const fs::path png = tempPath("shot.png");
+  QProcess p;
+  p.start(exe, {"--screenshot", QString::fromStdString(png.string()), QString::fromStdString(db), "--size",
+                "1000x700"});
+  REQUIRE(p.waitForFinished(60000));
+  CHECK(p.exitCode() == 0);
+  QImage img(QString::fromStdString(png.string()));
+  REQUIRE(!img.isNull());
+  CHECK(img.width() == 1000);
+  int hidden = 0, exposed = 0, recompute = 0;
+  const QRgb h = paintColor(PaintClass::Hidden).rgb(), e = paintColor(PaintClass::Exposed).rgb(),
+             rc = paintColor(PaintClass::Recompute).rgb();
+  for (int y = 0; y < img.height(); ++y)
+    for (int x = 0; x < img.width(); ++x) {
+      const QRgb c = img.pixel(x, y);
+      hidden += c == h;
+      exposed += c == e;
+      recompute += c == rc;
+    }
+  CHECK(hidden > 100);
+  CHECK(exposed > 100);
+  CHECK(recompute > 100);
+
+  const fs::path bad = tempPath("bad.txt");
+  std::ofstream(bad) << "nope";
+  const fs::path bad_png = tempPath("bad.png");
+  p.start(exe, {"--screenshot", QString::fromStdString(bad_png.string()), QString::fromStdString(bad.string())});
+  REQUIRE(p.waitForFinished(60000));
+  CHECK(p.exitCode() != 0);
+  CHECK(QString(p.readAllStandardError()).contains("not a SQLite database"));
+  CHECK(fs::exists(bad_png));  // the window with its message, for the user to see
+
+  p.start(exe, {"--screenshot", QString::fromStdString(bad_png.string()), QString::fromStdString(db), "--range",
+                "5:1"});
+  REQUIRE(p.waitForFinished(60000));
+  CHECK(p.exitCode() != 0);
+  CHECK(QString(p.readAllStandardError()).contains("--range"));
+}
