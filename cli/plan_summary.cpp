@@ -57,11 +57,20 @@ std::string planSummaryText(const Plan& plan) {
     cats += fmt::format("{}{} {}", cats.empty() ? "" : ", ", cat, humanBytes(double(bytes)));
   line(fmt::format("           at the peak: {}", cats));
 
-  line("recompute  layer  policy     kept/micro-batch  saved/micro-batch  extra FLOP/step");
-  for (const auto& d : plan.recompute)
-    line(fmt::format("           {:>5}  {:<9}  {:>16}  {:>17}  {:>15}", d.layer, toString(d.policy),
-                     humanBytes(double(d.bytes_kept)), humanBytes(double(d.bytes_saved)),
-                     humanCount(d.extra_flops)));
+  // One row per run of consecutive layers with the same decision.
+  line("recompute  layers  policy     kept/micro-batch  saved/micro-batch  extra FLOP/step (each)");
+  for (size_t i = 0; i < plan.recompute.size();) {
+    const auto& d = plan.recompute[i];
+    size_t j = i + 1;
+    while (j < plan.recompute.size() && plan.recompute[j].policy == d.policy &&
+           plan.recompute[j].bytes_kept == d.bytes_kept && plan.recompute[j].bytes_saved == d.bytes_saved &&
+           plan.recompute[j].extra_flops == d.extra_flops)
+      ++j;
+    const std::string layers = j - i == 1 ? fmt::format("{}", d.layer) : fmt::format("{}-{}", d.layer, plan.recompute[j - 1].layer);
+    line(fmt::format("           {:>6}  {:<9}  {:>16}  {:>17}  {:>15}", layers, toString(d.policy),
+                     humanBytes(double(d.bytes_kept)), humanBytes(double(d.bytes_saved)), humanCount(d.extra_flops)));
+    i = j;
+  }
   return s;
 }
 

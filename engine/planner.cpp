@@ -96,6 +96,7 @@ Plan buildPlan(const JobSpec& job) {
 
   Plan plan;
   plan.job = job;
+  refreshJobText(plan.job);  // jobs edited in code carry the YAML and hash of what is planned
   plan.world_size = job.parallel.data_parallel;
   ProcessGroup dp{"dp", {}};
   dp.ranks.resize(plan.world_size);

@@ -1,0 +1,62 @@
+// bench/plan_build: wall time to build and memory-plan the Plan of large
+// models for one rank (target: under 1 s each). Prints one JSON line per job.
+//
+//   bench_plan_build [REPEATS]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <vector>
+
+#include "engine/planner.h"
+
+using namespace tandem;
+
+namespace {
+
+struct Case {
+  const char* name;
+  int layers, hidden, heads, seq_len, micro_batch;
+};
+
+JobSpec jobFor(const Case& c) {
+  JobSpec j = defaultJob();
+  j.name = c.name;
+  j.model.layers = c.layers;
+  j.model.hidden = c.hidden;
+  j.model.heads = c.heads;
+  j.model.seq_len = c.seq_len;
+  j.training.micro_batch = c.micro_batch;
+  j.parallel.data_parallel = 1;
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  const Case cases[] = {{"gpt2-1.5b", 48, 1600, 25, 1024, 16}, {"gpt-96l-12288h", 96, 12288, 96, 2048, 1}};
+  for (const Case& c : cases)
+    for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Full}) {
+      JobSpec job = jobFor(c);
+      job.recompute.policy = policy;
+      std::vector<double> ms;
+      Plan plan;
+      for (int r = 0; r < repeats; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        plan = buildPlan(job);
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::sort(ms.begin(), ms.end());
+      const RankPlan& rp = plan.programs[0];
+      fmt::print(
+          "{{\"bench\":\"plan_build\",\"job\":\"{}\",\"recompute\":\"{}\",\"parameters\":{},\"tasks\":{},"
+          "\"buffers\":{},\"repeats\":{},\"min_ms\":{:.2f},\"median_ms\":{:.2f},\"arena_bytes\":{},"
+          "\"lower_bound_bytes\":{},\"arena_over_bound\":{:.4f}}}\n",
+          c.name, toString(policy), plan.summary.parameters, rp.tasks.size(), rp.buffers.size(), repeats, ms.front(),
+          ms[ms.size() / 2], rp.memory.arena_bytes, rp.memory.lower_bound_bytes,
+          double(rp.memory.arena_bytes) / double(rp.memory.lower_bound_bytes));
+    }
+  return 0;
+}

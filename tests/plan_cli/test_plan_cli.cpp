@@ -1,0 +1,153 @@
+// `tandem plan` on bad job specs: exit non-zero, exactly one error line that
+// names the file, line and field, and no output file left behind.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path scratchDir() {
+  // Removed when the test program exits.
+  struct Dir {
+    fs::path path = fs::temp_directory_path() / ("tandem-plan-cli-" + std::to_string(::getpid()));
+    Dir() { fs::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static Dir dir;
+  return dir.path;
+}
+
+Result runTandem(const std::string& args) {
+  const char* bin = std::getenv("TANDEM_BIN");
+  REQUIRE(bin != nullptr);
+  const fs::path dir = scratchDir();
+  const std::string cmd = std::string(bin) + " " + args + " >" + (dir / "out.txt").string() + " 2>" +
+                          (dir / "err.txt").string();
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out.txt"), slurp(dir / "err.txt")};
+}
+
+fs::path writeJob(const std::string& name, const std::string& text) {
+  const fs::path p = scratchDir() / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+const char* kGood = R"(name: small
+model:
+  vocab: 64
+  seq_len: 16
+  layers: 2
+  hidden: 32
+  heads: 4
+training:
+  micro_batch: 2
+  precision: fp32
+parallel:
+  data_parallel: 2
+recompute:
+  policy: none
+)";
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto pos = text.find(from);
+  REQUIRE(pos != std::string::npos);
+  return text.replace(pos, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("tandem plan accepts the good spec and writes the JSON", "[cli][plan]") {
+  const fs::path job = writeJob("good.yaml", kGood);
+  const fs::path json = scratchDir() / "good.json";
+  fs::remove(json);
+  const Result r = runTandem("plan " + job.string() + " --json " + json.string());
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(fs::exists(json));
+  CHECK(r.out.find("parameters") != std::string::npos);
+}
+
+TEST_CASE("tandem plan rejects bad specs with one line naming file, line and field", "[cli][plan]") {
+  struct Bad {
+    const char* what;
+    std::string text;
+    const char* field;   // expected in the message
+    const char* where;   // "FILE:LINE" suffix expected after the file name
+  };
+  const std::vector<Bad> cases = {
+      {"unknown key", replaced(kGood, "  heads: 4\n", "  heads: 4\n  hedas: 2\n"), "model.hedas", ":8:"},
+      {"wrong type", replaced(kGood, "layers: 2", "layers: two"), "model.layers", ":5:"},
+      {"out of range", replaced(kGood, "micro_batch: 2", "micro_batch: 0"), "training.micro_batch", ":9:"},
+      {"heads do not divide hidden", replaced(kGood, "heads: 4", "heads: 5"), "heads", ":"},
+      {"bad precision", replaced(kGood, "precision: fp32", "precision: fp16"), "training.precision", ":10:"},
+      {"bad recompute policy", replaced(kGood, "policy: none", "policy: some"), "recompute.policy", ":14:"},
+      {"layer override out of range", kGood + std::string("  layers:\n    7: full\n"), "recompute.layers", ":"},
+      {"zero data parallel", replaced(kGood, "data_parallel: 2", "data_parallel: 0"), "parallel.data_parallel", ":12:"},
+      {"malformed YAML", replaced(kGood, "vocab: 64", "vocab: [64"), "", ":"},
+      {"top-level sequence", "- 1\n- 2\n", "", ":"},
+      {"negative learning rate", replaced(kGood, "precision: fp32", "precision: fp32\n  lr: -1"), "training.lr", ":11:"},
+      {"token file missing", kGood + std::string("data:\n  source: tokens\n  path: /nonexistent/tokens.bin\n"),
+       "data.path", ":"},
+  };
+  int index = 0;
+  for (const Bad& bad : cases) {
+    const std::string name = "bad" + std::to_string(index++) + ".yaml";
+    const fs::path job = writeJob(name, bad.text);
+    const fs::path json = scratchDir() / (name + ".json");
+    fs::remove(json);
+    const Result r = runTandem("plan " + job.string() + " --json " + json.string());
+    INFO(bad.what << ": " << r.err);
+    CHECK(r.exit_code != 0);
+    CHECK(r.err.rfind("tandem: error: ", 0) == 0);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find(name + bad.where) != std::string::npos);
+    CHECK(r.err.find(bad.field) != std::string::npos);
+    CHECK(r.out.empty());
+    CHECK_FALSE(fs::exists(json));
+  }
+}
+
+TEST_CASE("tandem plan rejects a missing file, an empty file and bad overrides", "[cli][plan]") {
+  Result r = runTandem("plan /nonexistent/job.yaml");
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("/nonexistent/job.yaml") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+
+  const fs::path empty = writeJob("empty.yaml", "");
+  r = runTandem("plan " + empty.string());
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("empty.yaml") != std::string::npos);
+
+  const fs::path good = writeJob("good2.yaml", kGood);
+  r = runTandem("plan " + good.string() + " --set training.micro_batchx=3");
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("--set training.micro_batchx=3") != std::string::npos);
+  r = runTandem("plan " + good.string() + " --set model.hidden=abc");
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("model.hidden") != std::string::npos);
+}
