@@ -1,6 +1,7 @@
-// Embedding, layernorm, pointwise ops, the optimizer and the reductions used by
-// the gradient norm. Matmuls are in kernels_matmul.cpp, attention in
-// kernels_attention.cpp and the loss in kernels_loss.cpp.
+// Embedding, layernorm, add, the optimizer and the reductions used by the
+// gradient norm. Matmuls are in kernels_matmul.cpp, attention in
+// kernels_attention.cpp, GELU in kernels_gelu.cpp and the loss in
+// kernels_loss.cpp.
 //
 // Precision: statistics (layernorm mean and variance, the dw/db sums over all
 // rows, sums of squares) are accumulated in double whatever T is, so the float
@@ -142,42 +143,6 @@ void layernormBackward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w,
 
 // ---------------------------------------------------------------- pointwise
 
-// GELU, tanh approximation: y = 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3).
-// Evaluated through the exact identity 0.5 (1 + tanh u) = 1 / (1 + exp(-2u))
-// = sigmoid(2u): one exp instead of a tanh (which costs several times more),
-// and no cancellation in 1 + tanh u for negative u.
-namespace {
-constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
-constexpr double kGeluCubic = 0.044715;
-
-template <class T>
-inline T geluSigmoid(T x) {
-  const T u = T(kGeluScale) * (x + T(kGeluCubic) * x * x * x);
-  return T(1) / (T(1) + std::exp(T(-2) * u));
-}
-}  // namespace
-
-template <class T>
-void geluForward(T* y, const T* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * geluSigmoid(x[i]);
-}
-
-// dy/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx = s + 2 x s (1 - s) du/dx,
-// since 1 - tanh^2 u = 4 s (1 - s). Reads x[i] and dy[i] before writing dx[i],
-// so dx may alias dy.
-template <class T>
-void geluBackward(T* dx, const T* dy, const T* x, int64_t n, bool accumulate) {
-  const T scale = T(kGeluScale);
-  const T three_cubic = T(3 * kGeluCubic);
-  for (int64_t i = 0; i < n; ++i) {
-    const T v = x[i];
-    const T s = geluSigmoid(v);
-    const T du = scale * (T(1) + three_cubic * v * v);
-    const T grad = (s + T(2) * v * s * (T(1) - s) * du) * dy[i];
-    dx[i] = accumulate ? T(dx[i] + grad) : grad;
-  }
-}
-
 template <class T>
 void addForward(T* c, const T* a, const T* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) c[i] = a[i] + b[i];
@@ -227,8 +192,6 @@ void adamwStep(float* param, float* m, float* v, const float* grad, int64_t n, f
   template void layernormForward<T>(T*, T*, T*, const T*, const T*, const T*, int64_t, int64_t);   \
   template void layernormBackward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, \
                                      int64_t, int64_t, bool, bool);                                \
-  template void geluForward<T>(T*, const T*, int64_t);                                             \
-  template void geluBackward<T>(T*, const T*, const T*, int64_t, bool);                            \
   template void addForward<T>(T*, const T*, const T*, int64_t);                                    \
   template double sumOfSquares<T>(const T*, int64_t);
 
