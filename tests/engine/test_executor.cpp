@@ -3,6 +3,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "engine/data.h"
 
 #include "engine/cpu/executor.h"
 #include "engine/planner.h"
@@ -139,4 +144,39 @@ TEST_CASE("Training lowers the loss on the synthetic process", "[executor][train
   INFO("first " << first << " last " << last);
   CHECK(std::fabs(first - std::log(16.0)) < 0.3);  // starts near uniform
   CHECK(last < first - 0.5);
+}
+
+TEST_CASE("Token files feed the executor with the global sample addressing", "[executor][data]") {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::temp_directory_path() / ("tandem-tokens-" + std::to_string(::getpid()) + ".bin");
+  {
+    std::ofstream out(path, std::ios::binary);
+    for (int i = 0; i < 4000; ++i) {
+      const uint16_t tok = uint16_t((i * 7 + i / 13) % 16);
+      out.put(char(tok & 0xFF));
+      out.put(char(tok >> 8));
+    }
+  }
+  JobSpec job = test::microJob(2, 2, 1);
+  job.data.source = "tokens";
+  job.data.path = path.string();
+  auto source = makeTokenSource(job);
+  std::vector<int32_t> tokens(job.model.seq_len), targets(job.model.seq_len);
+  source->sample(3, tokens.data(), targets.data());
+  // Sample 3 starts at token 3 * seq_len; targets are the next tokens.
+  for (int j = 0; j < job.model.seq_len; ++j) {
+    const int i = 3 * job.model.seq_len + j;
+    CHECK(tokens[j] == (i * 7 + i / 13) % 16);
+    CHECK(targets[j] == ((i + 1) * 7 + (i + 1) / 13) % 16);
+  }
+  cpu::CpuExecutor ex(buildPlan(job));
+  const double first = ex.step().loss;
+  CHECK(std::isfinite(first));
+
+  job.data.path = (fs::temp_directory_path() / "tandem-no-such-token-file.bin").string();
+  CHECK_THROWS_AS(makeTokenSource(job), SpecError);
+  job.model.vocab = 8;  // tokens up to 15 do not fit
+  job.data.path = path.string();
+  CHECK_THROWS_WITH(makeTokenSource(job), Catch::Contains("outside the vocabulary"));
+  fs::remove(path);
 }
