@@ -151,3 +151,14 @@ TEST_CASE("tandem plan rejects a missing file, an empty file and bad overrides",
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("model.hidden") != std::string::npos);
 }
+
+TEST_CASE("tandem train reaches the synthetic data's entropy on the tiny job", "[cli][train]") {
+  const Result r = runTandem("train tiny --backend cpu --log-every 100");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto pos = r.out.find("; gap ");
+  REQUIRE(pos != std::string::npos);
+  const double gap = std::stod(r.out.substr(pos + 6));
+  CHECK(gap < 0.05);
+  CHECK(gap > -0.05);  // below the entropy would mean the loss is measured wrong
+}
