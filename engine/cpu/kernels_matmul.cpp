@@ -1,8 +1,7 @@
 // Matmul forward and both backward rules, built on one blocked kernel.
 //
-// Every product here has the shape C[M,N] (+)= A(M,P) * B[P,N] where B is
-// row-major with contiguous rows and A may be read with any strides (so dy^T
-// needs no copy). The kernel keeps an MR x NR tile of C in local accumulators
+// Every product here has the shape C[M,N] (+)= A(M,P) * B(P,N) where A and B
+// may be read with any strides (so W^T and dy^T need no transposed copy). The kernel keeps an MR x NR tile of C in local accumulators
 // and walks p in ascending order, broadcasting one A value against a contiguous
 // slice of a B row: the innermost loop runs over contiguous memory with no
 // reduction across lanes, so the compiler vectorises it without reassociating
@@ -51,9 +50,10 @@ bool matmulIsaSupported(MatmulIsa isa) {
 
 namespace {
 
-struct StridedA {
-  int64_t row_stride;  // distance between A(i,p) and A(i+1,p)
-  int64_t col_stride;  // distance between A(i,p) and A(i,p+1)
+// Where element (r, c) of an operand lives: base[r * row_stride + c * col_stride].
+struct Strides {
+  int64_t row_stride;
+  int64_t col_stride;
 };
 
 // A short vector of T (GCC/Clang vector extension) that the compiler keeps in
@@ -68,17 +68,19 @@ using Vec __attribute__((vector_size(Bytes))) = T;
 
 // One full tile of MR rows and NV vectors of columns: C rows [i0, i0+MR),
 // columns [j0, j0 + NV * lanes). The MR x NV accumulators live in registers.
+// `panel` holds columns [j0, j0 + NR) of B packed as P contiguous rows of NR.
 template <class T, int Bytes, int MR, int NV>
-TANDEM_KERNEL_INLINE void tileProduct(T* C, const T* A, StridedA sa, const T* B, int64_t N, int64_t P,
-                                      int64_t i0, int64_t j0, bool accumulate) {
+TANDEM_KERNEL_INLINE void tileProduct(T* C, int64_t N, const T* A, Strides sa, const T* panel,
+                                      int64_t P, int64_t i0, int64_t j0, bool accumulate) {
   using V = Vec<T, Bytes>;
   constexpr int kLanes = int(sizeof(V) / sizeof(T));
+  constexpr int NR = NV * kLanes;
   V acc[MR][NV];
   for (int r = 0; r < MR; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = V{};
   const T* a_base = A + i0 * sa.row_stride;
   for (int64_t p = 0; p < P; ++p) {
-    const T* b_row = B + p * N + j0;
+    const T* b_row = panel + p * NR;
     V b[NV];
     // memcpy: unaligned loads and stores without vector-typed helper functions,
     // whose 32-byte arguments would not match the baseline calling convention.
@@ -107,31 +109,38 @@ TANDEM_KERNEL_INLINE void tileProduct(T* C, const T* A, StridedA sa, const T* B,
 // Ragged edges (fewer than MR rows or NR columns left): same summation order,
 // one element at a time.
 template <class T>
-void edgeProduct(T* C, const T* A, StridedA sa, const T* B, int64_t N, int64_t P, int64_t i_begin,
-                 int64_t i_end, int64_t j_begin, int64_t j_end, bool accumulate) {
+void edgeProduct(T* C, int64_t N, const T* A, Strides sa, const T* B, Strides sb, int64_t P,
+                 int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end, bool accumulate) {
   for (int64_t i = i_begin; i < i_end; ++i) {
     for (int64_t j = j_begin; j < j_end; ++j) {
       T sum = 0;
-      for (int64_t p = 0; p < P; ++p) sum += A[i * sa.row_stride + p * sa.col_stride] * B[p * N + j];
+      for (int64_t p = 0; p < P; ++p)
+        sum += A[i * sa.row_stride + p * sa.col_stride] * B[p * sb.row_stride + j * sb.col_stride];
       C[i * N + j] = accumulate ? C[i * N + j] + sum : sum;
     }
   }
 }
 
+// C[M,N] (+)= A(M,P) B(P,N), C row-major.
 template <class T, int Bytes, int MR, int NV>
-TANDEM_KERNEL_INLINE void gemmTiles(T* C, const T* A, StridedA sa, const T* B, int64_t M, int64_t N,
-                                    int64_t P, bool accumulate) {
+TANDEM_KERNEL_INLINE void gemmTiles(T* C, const T* A, Strides sa, const T* B, Strides sb, int64_t M,
+                                    int64_t N, int64_t P, bool accumulate) {
   constexpr int NR = NV * int(Bytes / sizeof(T));
   const int64_t m_full = M - M % MR;
   const int64_t n_full = N - N % NR;
-  // Column strips outermost: the P x NR slice of B stays in cache while every
-  // row tile of A streams past it.
+  // Column strips outermost. Each strip of B is first copied into a
+  // contiguous P x NR panel (whatever B's layout, e.g. W read transposed),
+  // which then stays in cache while every row tile of A streams past it.
+  std::vector<T> panel(static_cast<std::size_t>(P * NR));
   for (int64_t j0 = 0; j0 < n_full; j0 += NR) {
+    for (int64_t p = 0; p < P; ++p)
+      for (int c = 0; c < NR; ++c)
+        panel[std::size_t(p * NR + c)] = B[p * sb.row_stride + (j0 + c) * sb.col_stride];
     for (int64_t i0 = 0; i0 < m_full; i0 += MR)
-      tileProduct<T, Bytes, MR, NV>(C, A, sa, B, N, P, i0, j0, accumulate);
+      tileProduct<T, Bytes, MR, NV>(C, N, A, sa, panel.data(), P, i0, j0, accumulate);
   }
-  if (n_full < N) edgeProduct(C, A, sa, B, N, P, 0, m_full, n_full, N, accumulate);
-  if (m_full < M) edgeProduct(C, A, sa, B, N, P, m_full, M, 0, N, accumulate);
+  if (n_full < N) edgeProduct(C, N, A, sa, B, sb, P, 0, m_full, n_full, N, accumulate);
+  if (m_full < M) edgeProduct(C, N, A, sa, B, sb, P, m_full, M, 0, N, accumulate);
 }
 
 // Baseline (any x86-64 or AArch64): 16-byte vectors, a tile of 4 rows x 4
@@ -139,9 +148,9 @@ TANDEM_KERNEL_INLINE void gemmTiles(T* C, const T* A, StridedA sa, const T* B, i
 // vectors) this was fastest for the tiny-GPT shapes (M = 512, N and K in
 // 64..256) on one core.
 template <class T>
-void gemmBaseline(T* C, const T* A, StridedA sa, const T* B, int64_t M, int64_t N, int64_t P,
-                  bool accumulate) {
-  gemmTiles<T, 16, 4, 4>(C, A, sa, B, M, N, P, accumulate);
+void gemmBaseline(T* C, const T* A, Strides sa, const T* B, Strides sb, int64_t M, int64_t N,
+                  int64_t P, bool accumulate) {
+  gemmTiles<T, 16, 4, 4>(C, A, sa, B, sb, M, N, P, accumulate);
 }
 
 #if TANDEM_MATMUL_HAS_AVX2
@@ -151,9 +160,9 @@ void gemmBaseline(T* C, const T* A, StridedA sa, const T* B, int64_t M, int64_t 
 // before it is added exactly as on the baseline path: the two paths give
 // bitwise identical results and differ in speed only (about 2x).
 template <class T>
-__attribute__((target("avx2"))) void gemmAvx2(T* C, const T* A, StridedA sa, const T* B, int64_t M,
-                                               int64_t N, int64_t P, bool accumulate) {
-  gemmTiles<T, 32, 4, 2>(C, A, sa, B, M, N, P, accumulate);
+__attribute__((target("avx2"))) void gemmAvx2(T* C, const T* A, Strides sa, const T* B, Strides sb,
+                                               int64_t M, int64_t N, int64_t P, bool accumulate) {
+  gemmTiles<T, 32, 4, 2>(C, A, sa, B, sb, M, N, P, accumulate);
 }
 #endif
 
@@ -164,15 +173,15 @@ std::atomic<int>& selectedIsa() {
 }
 
 template <class T>
-void gemm(T* C, const T* A, StridedA sa, const T* B, int64_t M, int64_t N, int64_t P,
+void gemm(T* C, const T* A, Strides sa, const T* B, Strides sb, int64_t M, int64_t N, int64_t P,
           bool accumulate) {
 #if TANDEM_MATMUL_HAS_AVX2
   if (selectedIsa().load(std::memory_order_relaxed) == int(MatmulIsa::Avx2)) {
-    gemmAvx2(C, A, sa, B, M, N, P, accumulate);
+    gemmAvx2(C, A, sa, B, sb, M, N, P, accumulate);
     return;
   }
 #endif
-  gemmBaseline(C, A, sa, B, M, N, P, accumulate);
+  gemmBaseline(C, A, sa, B, sb, M, N, P, accumulate);
 }
 
 }  // namespace
@@ -191,12 +200,8 @@ void setMatmulIsa(MatmulIsa isa) {
 
 template <class T>
 void matmulForward(T* y, const T* x, const T* W, const T* bias, int64_t M, int64_t N, int64_t K) {
-  // y = x W^T: transpose W once (N*K values, small next to M*N*K work) so the
-  // kernel reads rows of W^T contiguously.
-  std::vector<T> wt(static_cast<std::size_t>(N * K));
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) wt[std::size_t(k * N + n)] = W[n * K + k];
-  gemm(y, x, StridedA{K, 1}, wt.data(), M, N, K, /*accumulate=*/false);
+  // y = x W^T: B(k, n) = W[n, k], read transposed through the strides.
+  gemm(y, x, Strides{K, 1}, W, Strides{1, K}, M, N, K, /*accumulate=*/false);
   if (bias) {
     for (int64_t m = 0; m < M; ++m) {
       T* y_row = y + m * N;
@@ -209,14 +214,14 @@ template <class T>
 void matmulBackwardData(T* dx, const T* dy, const T* W, int64_t M, int64_t N, int64_t K,
                         bool accumulate) {
   // dx[M,K] = dy[M,N] W[N,K]: W is already row-major over K.
-  gemm(dx, dy, StridedA{N, 1}, W, M, K, N, accumulate);
+  gemm(dx, dy, Strides{N, 1}, W, Strides{K, 1}, M, K, N, accumulate);
 }
 
 template <class T>
 void matmulBackwardWeight(T* dW, T* db, const T* dy, const T* x, int64_t M, int64_t N, int64_t K,
                           bool accumulate) {
   // dW[N,K] = dy^T[N,M] x[M,K]: read dy transposed through the strides.
-  gemm(dW, dy, StridedA{1, N}, x, N, K, M, accumulate);
+  gemm(dW, dy, Strides{1, N}, x, Strides{K, 1}, N, K, M, accumulate);
   if (db) {
     // A reduction over all M rows: summed in double so long batches do not
     // lose the small contributions.
