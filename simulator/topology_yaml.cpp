@@ -112,7 +112,11 @@ void readDeviceFields(const Reader& r, const YAML::Node& entry, const std::strin
     else if (key == "memory_mib") d.memory_bytes = int64_t(std::llround(r.number(v, field) * kBytesPerMiB));
     else if (key == "memory_gib") d.memory_bytes = int64_t(std::llround(r.number(v, field) * kBytesPerGiB));
     else if (key == "sm_count") d.sm_count = int(r.integer(v, field));
-    else continue;  // host is handled by the caller
+    else if (key == "mig_profile") d.mig_profile = r.str(v, field);
+    else if (key == "mig_fraction") {
+      d.mig_fraction = r.number(v, field);
+      if (!(d.mig_fraction > 0 && d.mig_fraction <= 1)) r.fail(v, fmt::format("{} must be in (0, 1]", field));
+    } else continue;  // host is handled by the caller
     if (key.rfind("memory_", 0) == 0) {
       if (given.count("memory")) r.fail(kv.first, fmt::format("{}: give only one of memory_bytes, memory_mib, memory_gib", label));
       given.insert("memory");
@@ -123,7 +127,8 @@ void readDeviceFields(const Reader& r, const YAML::Node& entry, const std::strin
 }
 
 const std::vector<std::string> kDeviceKeys{"name", "model", "host", "bf16_flops", "fp32_flops", "hbm_gbps",
-                                           "memory_bytes", "memory_mib", "memory_gib", "sm_count"};
+                                           "memory_bytes", "memory_mib", "memory_gib", "sm_count",
+                                           "mig_profile", "mig_fraction"};
 
 DeviceSpec readDevice(const Reader& r, const YAML::Node& entry, const YAML::Node& defaults, size_t index) {
   const std::string label = fmt::format("devices[{}]", index);
@@ -150,6 +155,8 @@ DeviceSpec readDevice(const Reader& r, const YAML::Node& entry, const YAML::Node
   if (given.count("hbm_gbps")) d.hbm_gbps = from_entry.hbm_gbps;
   if (given.count("memory")) d.memory_bytes = from_entry.memory_bytes;
   if (given.count("sm_count")) d.sm_count = from_entry.sm_count;
+  d.mig_profile = from_entry.mig_profile;
+  d.mig_fraction = from_entry.mig_fraction;
 
   const std::string who = fmt::format("{} '{}'", label, d.name);
   auto require = [&](const char* key, const char* given_key, bool ok) {
@@ -407,6 +414,8 @@ std::string topologyToYaml(const Topology& topo) {
     out += fmt::format("    hbm_gbps: {}\n", num(d.hbm_gbps));
     out += fmt::format("    memory_bytes: {}  # {:.1f} GiB\n", d.memory_bytes, double(d.memory_bytes) / kBytesPerGiB);
     out += fmt::format("    sm_count: {}\n", d.sm_count);
+    if (!d.mig_profile.empty() || d.mig_fraction != 1.0)
+      out += fmt::format("    mig_profile: {}\n    mig_fraction: {}\n", quoted(d.mig_profile), num(d.mig_fraction));
   }
   if (!topo.switches.empty()) {
     out += "switches:\n";

@@ -207,3 +207,32 @@ TEST_CASE("MIG from a YAML section, for some GPUs only", "[presets][mig]") {
     CHECK(msg.find("9 compute slices") != std::string::npos);
   }
 }
+
+TEST_CASE("MIG and generated topologies survive a YAML round trip", "[presets][mig]") {
+  for (const char* name : {"dgx-h100:mig=3g.40gb", "2xdgx-h100"}) {
+    INFO(name);
+    Topology a = loadTopology(name);
+    Topology b = parseTopologyYaml(topologyToYaml(a), "again.yaml");
+    REQUIRE(b.devices.size() == a.devices.size());
+    REQUIRE(b.switches.size() == a.switches.size());
+    REQUIRE(b.links.size() == a.links.size());
+    for (size_t i = 0; i < a.devices.size(); ++i) {
+      CHECK(b.devices[i].mig_profile == a.devices[i].mig_profile);
+      CHECK(b.devices[i].mig_fraction == a.devices[i].mig_fraction);
+      CHECK(b.devices[i].memory_bytes == a.devices[i].memory_bytes);
+      CHECK(b.devices[i].host == a.devices[i].host);
+    }
+    for (size_t i = 0; i < a.switches.size(); ++i) {
+      CHECK(b.switches[i].kind == a.switches[i].kind);
+      CHECK(b.switches[i].host == a.switches[i].host);
+    }
+    for (size_t i = 0; i < a.links.size(); ++i) {
+      CHECK(b.links[i].src == a.links[i].src);
+      CHECK(b.links[i].dst == a.links[i].dst);
+      CHECK(b.links[i].gbps == a.links[i].gbps);
+    }
+  }
+  // Slicing a sliced topology again is refused.
+  Topology sliced = loadTopology("dgx-h100:mig=3g.40gb");
+  CHECK_THROWS_WITH(applyMig(sliced, "1g.10gb"), Catch::Contains("already a MIG slice"));
+}
