@@ -55,8 +55,13 @@ SimRankSummary summarizeRank(const SimResult& result, int rank) {
     const auto iv = std::make_pair(a.start_ns, a.end_ns);
     all.push_back(iv);
     const bool is_comm = a.kind == TaskKind::Collective || a.kind == TaskKind::SendRecv;
-    (is_comm ? comm : compute).push_back(iv);
-    if (is_comm) continue;
+    if (is_comm) {
+      comm.push_back(iv);
+      continue;
+    }
+    // Compute is kernels only, as in the trace analyses; memcpy and host work
+    // count in the step but in neither union.
+    if (a.kind == TaskKind::Kernel) compute.push_back(iv);
     const int64_t d = a.end_ns - a.start_ns;
     switch (a.phase) {
       case Phase::Forward: s.forward_ns += d; break;

@@ -1,0 +1,188 @@
+// tandem simulate JOB --topology NAME|FILE [--calibration FILE] [--out SIM.sqlite] [--json]:
+// replay the job's plan on a simulated machine and print step time,
+// breakdown, overlap, exposed communication and peak memory per rank.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/command_registry.h"
+#include "cli/job_options.h"
+#include "engine/planner.h"
+#include "simulator/cost_model.h"
+#include "simulator/engine.h"
+#include "simulator/sim_trace_output.h"
+#include "simulator/topology_presets.h"
+#include "traces/atomic_output.h"
+#include "traces/trace_writer.h"
+
+namespace tandem::cli {
+namespace {
+
+struct SimulateOptions {
+  JobOptions job;
+  std::string topology;
+  std::string calibration;
+  std::string out;
+  bool json = false;
+  std::string symmetry = "auto";
+  std::string algorithm;
+  std::string protocol;
+  bool nvls = false;
+  int64_t call_floor_ns = -1;
+  int max_rank_rows = 16;
+};
+
+double ms(int64_t ns) { return double(ns) / 1e6; }
+double gib(int64_t bytes) { return double(bytes) / double(int64_t(1) << 30); }
+
+sim::SimOptions simOptions(const SimulateOptions& o, const sim::Calibration& cal) {
+  sim::SimOptions so;
+  if (o.symmetry == "auto") so.symmetry = sim::SymmetryMode::Auto;
+  else if (o.symmetry == "on") so.symmetry = sim::SymmetryMode::On;
+  else if (o.symmetry == "off") so.symmetry = sim::SymmetryMode::Off;
+  else throw std::runtime_error("simulate: --symmetric " + o.symmetry + " (allowed: auto, on, off)");
+  if (!o.algorithm.empty()) {
+    auto a = sim::parseAlgorithm(o.algorithm);
+    if (!a || *a == sim::Algorithm::Direct)
+      throw std::runtime_error("simulate: --algorithm " + o.algorithm + " (allowed: ring, tree, nvls)");
+    so.nccl.force_algorithm = a;
+  }
+  if (!o.protocol.empty()) {
+    auto p = sim::parseProtocol(o.protocol);
+    if (!p) throw std::runtime_error("simulate: --protocol " + o.protocol + " (allowed: ll, ll128, simple)");
+    so.nccl.force_protocol = p;
+  }
+  so.nccl.allow_nvls = o.nvls;
+  if (o.call_floor_ns >= 0) so.nccl.call_floor_ns = o.call_floor_ns;
+  so.collective_calibration = cal.collectives;
+  return so;
+}
+
+nlohmann::json toJson(const Plan& plan, const sim::Topology& topo, const sim::SimResult& r,
+                      const std::vector<sim::SimRankSummary>& sums, const std::string& out) {
+  nlohmann::json j;
+  j["job"] = plan.job.name;
+  j["topology"] = topo.name;
+  j["world_size"] = plan.world_size;
+  j["step_ns"] = r.step_ns;
+  j["symmetric"] = r.stats.symmetric;
+  j["symmetry_note"] = r.stats.symmetry_note;
+  j["events"] = r.stats.events;
+  j["flows"] = r.stats.flows;
+  j["collectives"] = r.stats.collectives;
+  if (!out.empty()) j["trace"] = out;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& s : sums) {
+    ranks.push_back({{"rank", s.rank},
+                     {"step_ns", s.step_ns},
+                     {"compute_ns", s.compute_ns},
+                     {"comm_ns", s.comm_ns},
+                     {"overlap_ns", s.overlap_ns},
+                     {"overlap_pct", s.overlap_pct},
+                     {"exposed_comm_ns", s.exposed_comm_ns},
+                     {"idle_ns", s.idle_ns},
+                     {"forward_ns", s.forward_ns},
+                     {"backward_ns", s.backward_ns},
+                     {"recompute_ns", s.recompute_ns},
+                     {"optimizer_ns", s.optimizer_ns},
+                     {"data_ns", s.data_ns},
+                     {"peak_memory_bytes", s.peak_memory_bytes}});
+  }
+  j["ranks"] = ranks;
+  return j;
+}
+
+void printText(const Plan& plan, const sim::Topology& topo, const sim::SimResult& r,
+               const std::vector<sim::SimRankSummary>& sums, const SimulateOptions& o) {
+  fmt::print("simulated {} on {} ({} ranks{})\n", plan.job.name, topo.name, plan.world_size,
+             r.stats.symmetric ? ", one representative per program" : "");
+  const double tokens = double(plan.job.tokensPerStep());
+  fmt::print("step time        {:.3f} ms ({:.0f} tokens/s)\n", ms(r.step_ns),
+             r.step_ns > 0 ? tokens / (double(r.step_ns) * 1e-9) : 0.0);
+  if (plan.summary.model_flops_per_token > 0 && r.step_ns > 0) {
+    double peak = 0;
+    for (const auto& rank : r.ranks) peak += topo.devices[size_t(rank.device)].bf16_flops;
+    const double mfu = plan.summary.model_flops_per_token * tokens / (double(r.step_ns) * 1e-9) / peak;
+    fmt::print("MFU (PaLM)       {:.1f}%\n", mfu * 100);
+  }
+  const sim::SimRankSummary& s0 = sums.front();
+  fmt::print("breakdown rank 0 forward {:.3f} ms, backward {:.3f} ms, recompute {:.3f} ms, optimizer {:.3f} ms, "
+             "data {:.3f} ms\n",
+             ms(s0.forward_ns), ms(s0.backward_ns), ms(s0.recompute_ns), ms(s0.optimizer_ns), ms(s0.data_ns));
+  fmt::print("{:>6} {:>10} {:>11} {:>9} {:>9} {:>12} {:>9} {:>10}\n", "rank", "step_ms", "compute_ms", "comm_ms",
+             "overlap%", "exposed_ms", "idle_ms", "peak_GiB");
+  int shown = 0;
+  for (const auto& s : sums) {
+    if (shown++ >= o.max_rank_rows) {
+      fmt::print("   ... {} more ranks (--json lists all)\n", sums.size() - size_t(o.max_rank_rows));
+      break;
+    }
+    fmt::print("{:>6} {:>10.3f} {:>11.3f} {:>9.3f} {:>9.1f} {:>12.3f} {:>9.3f} {:>10.2f}\n", s.rank, ms(s.step_ns),
+               ms(s.compute_ns), ms(s.comm_ns), s.overlap_pct, ms(s.exposed_comm_ns), ms(s.idle_ns),
+               gib(s.peak_memory_bytes));
+  }
+  fmt::print("{} collectives, {} flows, {} events; {}\n", r.stats.collectives, r.stats.flows, r.stats.events,
+             r.stats.symmetry_note);
+  if (!o.out.empty()) fmt::print("trace written to {} (run kind simulated)\n", o.out);
+}
+
+void runSimulate(const SimulateOptions& o) {
+  const JobSpec job = o.job.load();
+  const Plan plan = buildPlan(job);
+  const sim::Topology topo = sim::loadTopology(resourcePath(o.topology));
+  sim::Calibration cal;
+  if (!o.calibration.empty()) cal = sim::loadCalibration(o.calibration);
+  const sim::SimOptions so = simOptions(o, cal);
+  const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
+  const sim::SimResult result = sim::simulatePlan(plan, topo, cost, so);
+  const std::vector<sim::SimRankSummary> sums = sim::summarizeRanks(result);
+
+  if (!o.out.empty()) {
+    // Appends to an existing trace file; the file is replaced only when the
+    // whole run has been written.
+    traces::AtomicOutput output(o.out, /*copy_existing=*/true);
+    {
+      traces::TraceWriter writer(output.tempPath());
+      sim::SimTraceOptions to;
+      to.topology_label = o.topology;
+      to.tool_version = std::string("tandem ") + TANDEM_VERSION;
+      sim::writeSimulationTrace(writer, plan, topo, result, to);
+    }
+    output.commit();
+  }
+  if (o.json) fmt::print("{}\n", toJson(plan, topo, result, sums, o.out).dump(2));
+  else printText(plan, topo, result, sums, o);
+}
+
+void addSimulateCommand(CLI::App& root) {
+  auto o = std::make_shared<SimulateOptions>();
+  CLI::App* cmd = root.add_subcommand(
+      "simulate", "Replay a job's plan on a simulated machine: step time, breakdown, overlap, exposed "
+                  "communication and peak memory per rank; optionally a trace (run kind simulated)");
+  o->job.addTo(*cmd, true);
+  cmd->add_option("--topology", o->topology,
+                  "preset (h200x2-nv18, dgx-h100, dgx-h200, pcie-4gpu, hgx-a100, <N>xdgx-h100) or topology YAML file")
+      ->required();
+  cmd->add_option("--calibration", o->calibration, "calibration YAML (docs/simulator.md) replacing the cost model")
+      ->type_name("FILE");
+  cmd->add_option("--out", o->out, "trace file to write (appended as a new run when it exists)")->type_name("SIM.sqlite");
+  cmd->add_flag("--json", o->json, "print a JSON document instead of tables");
+  cmd->add_option("--symmetric", o->symmetry,
+                  "simulate one representative rank per program: auto (when the check passes), on, off")
+      ->capture_default_str();
+  cmd->add_option("--algorithm", o->algorithm, "force the collective algorithm: ring, tree, nvls");
+  cmd->add_option("--protocol", o->protocol, "force the protocol: ll, ll128, simple");
+  cmd->add_flag("--nvls", o->nvls, "allow NVLink SHARP all-reduce on NVSwitch machines");
+  cmd->add_option("--call-floor-ns", o->call_floor_ns,
+                  "shortest time of one collective call (default 20000, host overhead of eager frameworks; 0 for "
+                  "CUDA-graph replays)");
+  cmd->add_option("--rank-rows", o->max_rank_rows, "ranks listed in the text table")->capture_default_str();
+  cmd->callback([o] { runSimulate(*o); });
+}
+
+const CommandRegistration registration{"simulate", 40, &addSimulateCommand};
+
+}  // namespace
+}  // namespace tandem::cli

@@ -1,0 +1,169 @@
+// SimResult -> trace rows. Kept apart from the engine so that the simulation
+// itself never depends on how or whether results are stored.
+#include "simulator/sim_trace_output.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+namespace tandem::sim {
+namespace {
+
+traces::StreamKind streamKind(StreamKind k) {
+  switch (k) {
+    case StreamKind::Compute: return traces::StreamKind::Compute;
+    case StreamKind::Comm: return traces::StreamKind::Comm;
+    case StreamKind::Copy: return traces::StreamKind::Copy;
+  }
+  return traces::StreamKind::Compute;
+}
+
+traces::TracePhase tracePhase(Phase p) {
+  switch (p) {
+    case Phase::Forward: return traces::TracePhase::Forward;
+    case Phase::Backward: return traces::TracePhase::Backward;
+    case Phase::Recompute: return traces::TracePhase::Recompute;
+    case Phase::Optimizer: return traces::TracePhase::Optimizer;
+    case Phase::Comm: return traces::TracePhase::Comm;
+    case Phase::Data: return traces::TracePhase::Data;
+  }
+  return traces::TracePhase::None;
+}
+
+traces::ActivityKind activityKind(const Task& t) {
+  switch (t.kind) {
+    case TaskKind::Kernel: return traces::ActivityKind::Kernel;
+    case TaskKind::Collective: return traces::ActivityKind::Collective;
+    case TaskKind::SendRecv:
+      return t.collective && t.collective->op == CollectiveOp::Recv ? traces::ActivityKind::Recv
+                                                                     : traces::ActivityKind::Send;
+    case TaskKind::Memcpy: return traces::ActivityKind::Memcpy;
+    case TaskKind::Host: return traces::ActivityKind::Host;
+  }
+  return traces::ActivityKind::Kernel;
+}
+
+std::string jsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// Plan tasks with their dependencies: the previous task of the same stream
+// and the recorders of every waited event (ids of the rank's own tasks).
+void writePlanTasks(traces::TraceWriter& w, int rank, const RankPlan& rp) {
+  std::vector<int64_t> recorder(size_t(std::max(0, rp.num_events)), -1);
+  for (const Task& t : rp.tasks)
+    if (t.record_event >= 0 && t.record_event < rp.num_events) recorder[size_t(t.record_event)] = t.id;
+  std::vector<int64_t> last_on_stream(rp.streams.size(), -1);
+  for (const Task& t : rp.tasks) {
+    traces::PlanTaskRow row;
+    row.rank = rank;
+    row.task_id = t.id;
+    row.name = t.name;
+    row.op = t.collective ? std::string(toString(t.collective->op)) : std::string(toString(t.op));
+    row.phase = tracePhase(t.phase);
+    row.layer = t.layer;
+    row.micro_batch = t.micro_batch;
+    row.stream = t.stream;
+    row.flops = t.flops;
+    row.bytes = t.collective ? t.collective->bytes : t.bytes_read + t.bytes_written;
+    if (t.stream >= 0 && size_t(t.stream) < last_on_stream.size()) {
+      if (last_on_stream[size_t(t.stream)] >= 0) row.deps.push_back(last_on_stream[size_t(t.stream)]);
+      last_on_stream[size_t(t.stream)] = t.id;
+    }
+    for (int e : t.wait_events)
+      if (e >= 0 && size_t(e) < recorder.size() && recorder[size_t(e)] >= 0) row.deps.push_back(recorder[size_t(e)]);
+    w.addPlanTask(row);
+  }
+}
+
+}  // namespace
+
+int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Topology& topo, const SimResult& result,
+                             const SimTraceOptions& options) {
+  traces::RunInfo info;
+  info.kind = traces::RunKind::Simulated;
+  info.name = options.run_name.empty() ? plan.job.name + " (simulated)" : options.run_name;
+  info.job_yaml = plan.job.yaml;
+  info.job_hash = plan.job.content_hash;
+  info.topology = options.topology_label.empty() ? topo.name : options.topology_label;
+  info.host = "simulated";
+  info.tool_version = options.tool_version;
+  info.created_unix_ns = 0;  // deterministic output: no wall clock
+  info.world_size = plan.world_size;
+  {
+    std::string devices = "[";
+    for (const SimRank& r : result.ranks) {
+      const DeviceSpec& d = topo.devices[size_t(r.device)];
+      if (devices.size() > 1) devices += ",";
+      devices += fmt::format(R"({{"rank":{},"name":"{}","model":"{}","memory_bytes":{}}})", r.rank,
+                             jsonEscape(d.name), jsonEscape(d.model), d.memory_bytes);
+      if (devices.size() > (1 << 20)) break;  // keep the run row small at thousands of ranks
+    }
+    info.devices_json = devices + "]";
+  }
+  const int64_t run = w.beginRun(info);
+
+  const bool replicate = int(result.ranks.size()) <= options.replicate_up_to;
+  int64_t left_out = 0;
+  for (const SimRank& r : result.ranks) {
+    const bool own = r.represented_by < 0;
+    if (!own && !replicate) {
+      ++left_out;
+      continue;
+    }
+    const SimRank& src = own ? r : result.ranks[size_t(r.represented_by)];
+    const RankPlan& rp = plan.programs[size_t(r.program)];
+    for (const StreamInfo& s : rp.streams)
+      w.addStream(traces::StreamRow{r.rank, s.id, streamKind(s.kind), s.name, r.device});
+    for (const SimActivity& a : src.activities) {
+      const Task& t = rp.tasks[size_t(a.task)];
+      traces::ActivityRow row;
+      row.rank = r.rank;
+      row.device = r.device;
+      row.stream = a.stream;
+      row.start_ns = a.start_ns;
+      row.end_ns = a.end_ns;
+      row.kind = activityKind(t);
+      row.name = t.name;
+      row.task_id = a.task_id;
+      row.phase = tracePhase(a.phase);
+      row.layer = a.layer;
+      row.micro_batch = a.micro_batch;
+      row.bytes = a.bytes;
+      row.flops = a.flops;
+      w.addActivity(row);
+      if (t.collective) {
+        w.addCollective(traces::CollectiveRow{r.rank, a.task_id, std::string(toString(t.collective->op)),
+                                              t.collective->group, t.collective->bytes, a.start_ns, a.end_ns});
+      }
+    }
+    w.addStep(traces::StepRow{r.rank, 0, 0, src.end_ns});
+    w.addCounter(traces::CounterRow{r.rank, "memory.peak_bytes", 0, double(r.peak_memory_bytes)});
+    w.addClock(traces::ClockRow{r.rank, "sim", 0, 0, 0, 0});
+    writePlanTasks(w, r.rank, rp);
+  }
+  if (options.link_counters) {
+    for (const SimLinkUsage& u : result.links) {
+      const Link& l = topo.links[size_t(u.link)];
+      const std::string name = "link.util." + topo.nodeName(l.src) + "->" + topo.nodeName(l.dst);
+      w.addCounter(traces::CounterRow{-1, name, 0, u.utilization});
+    }
+  }
+  w.setStat({"sim.events", result.stats.events, traces::Severity::Info, "discrete events processed"});
+  w.setStat({"sim.flows", result.stats.flows, traces::Severity::Info, "network flows simulated"});
+  w.setStat({"sim.collectives", result.stats.collectives, traces::Severity::Info, "collectives simulated"});
+  w.setStat({"sim.simulated_ranks", result.stats.simulated_ranks, traces::Severity::Info,
+             result.stats.symmetry_note});
+  if (left_out > 0)
+    w.setStat({"sim.ranks_not_written", left_out, traces::Severity::Info,
+               "ranks that share a representative's timeline and were not copied"});
+  w.flush();
+  return run;
+}
+
+}  // namespace tandem::sim
