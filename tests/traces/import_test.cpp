@@ -1,0 +1,186 @@
+// Importers on small fixtures written from the formats' documentation:
+// a PyTorch profiler JSON file (fixtures/kineto_small.json) and an Nsight
+// Systems export built by nsys_fixture.h.
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "traces/analysis.h"
+#include "traces/importers.h"
+#include "traces/nsys_fixture.h"
+#include "traces/test_fixtures.h"
+#include "traces/trace_reader.h"
+
+using namespace tandem::traces;
+using namespace tandem::traces::testing;
+
+namespace {
+
+const std::string kKineto = std::string(TANDEM_SOURCE_DIR) + "/tests/traces/fixtures/kineto_small.json";
+
+int64_t statValue(const std::vector<StatRow>& stats, const std::string& name) {
+  for (const auto& s : stats)
+    if (s.name == name) return s.value;
+  return -1;
+}
+
+std::string importError(const std::string& json) {
+  std::string in = tempTracePath("bad.json");
+  std::ofstream(in) << json;
+  std::string out = tempTracePath("bad-import.sqlite");
+  try {
+    TraceWriter w(out, WriterOptions{.truncate = true});
+    importTrace(in, w);
+  } catch (const TraceError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("PyTorch profiler JSON: kernels, copies, launches, annotations and skipped records", "[import][kineto]") {
+  std::string out = tempTracePath("kineto.sqlite");
+  ImportResult res;
+  {
+    TraceWriter w(out, WriterOptions{.truncate = true});
+    REQUIRE(detectImportFormat(kKineto) == ImportFormat::Kineto);
+    res = importTrace(kKineto, w);
+  }
+  CHECK(res.format == "kineto");
+  CHECK(res.activities == 7);
+  CHECK(res.ranges == 2);
+  TraceReader r(out);
+  RunInfo run = r.run(res.run);
+  CHECK(run.kind == RunKind::Imported);
+  CHECK(run.world_size == 2);
+  CHECK_THAT(run.devices_json, Catch::Contains("H100"));
+
+  // Rank from distributedInfo; GPU streams keep their CUDA ids.
+  auto streams = r.streams(res.run);
+  REQUIRE(streams.size() == 4);
+  CHECK(streams[0].rank == 1);
+  CHECK(streams[0].stream == 7);
+  CHECK(streams[0].kind == StreamKind::Compute);
+  CHECK(streams[1].kind == StreamKind::Comm);
+  CHECK(streams[2].kind == StreamKind::Copy);
+  CHECK(streams[3].kind == StreamKind::Host);
+  CHECK(streams[3].name == "python main");
+
+  Track gpu = r.loadTrack(res.run, 1, 7);
+  REQUIRE(gpu.size() == 2);
+  CHECK(gpu.start_ns[0] == 1'010'000);  // 1010 us
+  CHECK(gpu.end_ns[0] == 1'060'000);
+  CHECK(gpu.correlation_id[0] == 101);
+  CHECK(gpu.kind[1] == ActivityKind::Memset);
+  Track comm = r.loadTrack(res.run, 1, 20);
+  REQUIRE(comm.size() == 1);
+  CHECK(comm.kind[0] == ActivityKind::Collective);  // NCCL kernels are communication
+  Track copy = r.loadTrack(res.run, 1, 21);
+  CHECK(copy.bytes[0] == 4096);
+  CHECK(copy.end_ns[0] - copy.start_ns[0] == 5'500);
+  int with_geometry = 0;
+  r.forEachActivity(res.run, [&](const ActivityRow& a) {
+    if (a.geometry) {
+      ++with_geometry;
+      CHECK(a.geometry->grid_x == 132);
+    }
+  });
+  CHECK(with_geometry == 1);
+
+  auto ranges = r.ranges(res.run);
+  REQUIRE(ranges.size() == 2);
+  CHECK(ranges[0].name == "ProfilerStep#3");
+  CHECK(ranges[0].depth == 0);
+  CHECK(ranges[1].name == "forward");
+  CHECK(ranges[1].depth == 1);
+
+  // Nothing silently dropped: each record not imported is counted.
+  auto stats = r.stats(res.run);
+  CHECK(statValue(stats, "import.kineto.skipped_category.python_function") == 1);
+  CHECK(statValue(stats, "import.kineto.skipped_phase.s") == 1);
+  CHECK(statValue(stats, "import.kineto.skipped_phase.f") == 1);
+
+  // The imported run is analysable: GEMM [1010,1060) us vs all-reduce [1040,1080) us.
+  RunReport rep = analyzeRun(r, res.run);
+  REQUIRE(rep.ranks.size() == 1);
+  CHECK(rep.ranks[0].breakdown.overlap_ns == 20'000);
+  CHECK(rep.ranks[0].breakdown.overlap_pct == Approx(50.0));
+  CHECK(rep.ranks[0].idle.has_launch_records);
+}
+
+TEST_CASE("PyTorch profiler JSON with missing fields or wrong types is refused", "[import][kineto][errors]") {
+  CHECK_THAT(importError("{\"schemaVersion\": 1}"), Catch::Contains("missing field 'traceEvents'"));
+  CHECK_THAT(importError("{\"traceEvents\": 5}"), Catch::Contains("'traceEvents' must be an array"));
+  CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"ts\": \"10\", "
+                         "\"dur\": 1, \"args\": {\"stream\": 7}} ]}"),
+             Catch::Contains("traceEvents[0]: field 'ts' must be a number, got string"));
+  CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"kernel\", \"ts\": 1, \"dur\": 1} ]}"),
+             Catch::Contains("traceEvents[0]: missing field 'name'"));
+  CHECK_THAT(importError("{\"traceEvents\": [ 3 ]}"), Catch::Contains("traceEvents[0] must be an object"));
+  CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"python_function\", \"name\": \"f\", \"ts\": 1, "
+                         "\"dur\": 1} ]}"),
+             Catch::Contains("no GPU or CPU activity"));
+  CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": "), Catch::Contains("not valid JSON"));
+  CHECK_THAT(importError("hello"), Catch::Contains("unrecognised trace format"));
+}
+
+TEST_CASE("Nsight Systems export: devices become ranks, names resolve through StringIds", "[import][nsys]") {
+  std::string in = tempTracePath("report.nsys.sqlite");
+  writeNsysFixture(in);
+  std::string out = tempTracePath("nsys.sqlite");
+  ImportResult res;
+  {
+    TraceWriter w(out, WriterOptions{.truncate = true});
+    REQUIRE(detectImportFormat(in) == ImportFormat::Nsys);
+    res = importTrace(in, w, ImportFormat::Auto, "nsys run");
+  }
+  CHECK(res.format == "nsys");
+  CHECK(res.ranks == 2);
+  CHECK(res.activities == 11);  // 3 timed kernels, 1 memcpy, 1 memset, 6 runtime calls
+  CHECK(res.ranges == 2);
+  TraceReader r(out);
+  RunInfo run = r.run(res.run);
+  CHECK(run.name == "nsys run");
+  CHECK(run.tool_version == "nsys export schema 3.11.1");
+  CHECK_THAT(run.devices_json, Catch::Contains("H200"));
+  CHECK(run.world_size == 2);
+
+  Track k = r.loadTrack(res.run, 0, 7);
+  REQUIRE(k.size() == 1);
+  CHECK(r.string(k.name[0]) == "void gemm_kernel<128, 256>(float*, float const*)");
+  Track nccl = r.loadTrack(res.run, 0, 13);
+  REQUIRE(nccl.size() == 1);
+  CHECK(nccl.kind[0] == ActivityKind::Collective);
+  Track copy = r.loadTrack(res.run, 0, 14);
+  REQUIRE(copy.size() == 1);
+  CHECK(r.string(copy.name[0]) == "[CUDA memcpy DtoH]");
+  CHECK(copy.bytes[0] == 65536);
+  Track rank1 = r.loadTrack(res.run, 1, 7);
+  REQUIRE(rank1.size() == 2);
+  CHECK(rank1.kind[1] == ActivityKind::Memset);
+
+  auto ranges = r.ranges(res.run);
+  REQUIRE(ranges.size() == 2);
+  CHECK(ranges[0].name == "step");
+  CHECK(ranges[1].name == "forward");  // text through textId
+  CHECK(ranges[1].depth == 1);
+
+  auto stats = r.stats(res.run);
+  CHECK(statValue(stats, "import.nsys.no_timestamp") == 1);
+  CHECK(statValue(stats, "import.nsys.nvtx_skipped_event_type.34") == 1);
+  CHECK(statValue(stats, "import.nsys.tables_not_imported") == 2);
+
+  RunReport rep = analyzeRun(r, res.run);
+  REQUIRE(rep.ranks.size() == 2);
+  CHECK(rep.ranks[0].breakdown.overlap_ns == 300);
+  CHECK(rep.ranks[0].breakdown.idle_ns == 100);
+  CHECK(rep.ranks[1].idle.host_wait_ns == 50);  // memset launched at 1440, after the GEMM ended at 1400
+}
+
+TEST_CASE("Nsight Systems import refuses files that are not exports", "[import][nsys][errors]") {
+  std::string in = tempTracePath("not-nsys.sqlite");
+  writeOverlapFixture(in);  // a tandem trace, not an nsys export
+  std::string out = tempTracePath("out.sqlite");
+  TraceWriter w(out, WriterOptions{.truncate = true});
+  CHECK_THROWS_WITH(importTrace(in, w), Catch::Contains("not an Nsight Systems export"));
+}

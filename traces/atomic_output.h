@@ -1,0 +1,30 @@
+#pragma once
+// An output file that appears whole or not at all: data goes to a temporary
+// file in the same folder, renamed over the final path by commit(). If the
+// object dies uncommitted (an exception), the temporary file is removed, so
+// a failed command never leaves a partial output behind.
+
+#include <string>
+
+namespace tandem::traces {
+
+class AtomicOutput {
+ public:
+  // When copy_existing is set and the final file exists, the temporary file
+  // starts as a copy of it (to append a run to an existing trace).
+  explicit AtomicOutput(std::string final_path, bool copy_existing = false);
+  ~AtomicOutput();
+  AtomicOutput(const AtomicOutput&) = delete;
+  AtomicOutput& operator=(const AtomicOutput&) = delete;
+
+  const std::string& tempPath() const { return temp_; }
+  const std::string& finalPath() const { return final_; }
+  void commit();
+
+ private:
+  std::string final_;
+  std::string temp_;
+  bool committed_ = false;
+};
+
+}  // namespace tandem::traces
