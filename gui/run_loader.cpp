@@ -1,6 +1,7 @@
 #include "gui/run_loader.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 
 #include "gui/timeline_palette.h"
@@ -88,7 +89,12 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
 
   std::map<std::pair<int, int>, traces::StreamRow> streams;
   for (const auto& s : reader.streams(run)) streams[{s.rank, s.stream}] = s;
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  auto t0 = Clock::now();
   std::vector<traces::Track> tracks = reader.loadRun(run);
+  out.timings.read_s = seconds(t0);
+  t0 = Clock::now();
   size_t total = 0;
   for (const auto& t : tracks) total += t.size();
   if (total == 0)
@@ -160,7 +166,9 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
   }
   for (const auto& [k, s] : steps) data->steps.push_back(s);
 
-  data->finalize();
+  data->finalize(/*compute_overlap=*/false);
+  out.timings.model_s = seconds(t0);
+  t0 = Clock::now();
 
   // The store's classification decides what is compute and communication.
   traces::CategoryTable categories(traces::Classifier(), reader.strings());
@@ -181,6 +189,7 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
       }
     out.breakdown.push_back({lanes.rank, traces::breakdownOf(sets, lo, hi)});
   }
+  out.timings.analysis_s = seconds(t0);
   out.timeline = std::move(data);
   return out;
 }

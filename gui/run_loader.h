@@ -33,8 +33,16 @@ struct RankBreakdown {
   traces::Breakdown breakdown;
 };
 
+// Where the time of a load went, in seconds.
+struct LoadTimings {
+  double read_s = 0;      // the trace store reading the run's activities
+  double model_s = 0;     // building the timeline's arrays and lanes
+  double analysis_s = 0;  // the store's overlap / breakdown analysis
+};
+
 struct LoadedRun {
   std::string path;
+  LoadTimings timings;
   traces::RunInfo info;
   std::shared_ptr<TimelineData> timeline;
   std::vector<RankBreakdown> breakdown;

@@ -58,6 +58,7 @@ void Track::finalize() {
     permute(layer, order);
     permute(micro_batch, order);
   }
+  start_sample = sampleStarts(start_ns);
   max_end_ns.resize(n);
   int64_t running = INT64_MIN;
   for (size_t i = 0; i < n; ++i) {
@@ -66,7 +67,15 @@ void Track::finalize() {
   }
 }
 
+std::vector<int64_t> sampleStarts(const std::vector<int64_t>& start_ns) {
+  std::vector<int64_t> out;
+  out.reserve(start_ns.size() / kSampleStride + 1);
+  for (size_t i = 0; i < start_ns.size(); i += kSampleStride) out.push_back(start_ns[i]);
+  return out;
+}
+
 void IntervalLane::finalize() {
+  start_sample = sampleStarts(start_ns);
   nonzero_prefix_ns.assign(size() + 1, 0);
   length_prefix_ns.assign(size() + 1, 0);
   for (size_t i = 0; i < size(); ++i) {
@@ -107,7 +116,7 @@ int TimelineData::stepAt(int64_t t_ns) const {
   return t_ns < it->end_ns ? int(it - steps.begin()) : -1;
 }
 
-void TimelineData::finalize() {
+void TimelineData::finalize(bool compute_overlap) {
   for (auto& t : tracks) t.finalize();
   std::map<int, std::vector<int>> by_rank;
   for (size_t i = 0; i < tracks.size(); ++i) by_rank[tracks[i].rank].push_back(int(i));
@@ -135,14 +144,17 @@ void TimelineData::finalize() {
         hi = std::max(hi, t.max_end_ns.back());
       }
     }
-    OverlapResult ov = computeOverlap(compute, comm);
-    lanes.overlap = std::move(ov.lane);
-    lanes.compute_ns = ov.compute_ns;
-    lanes.comm_ns = ov.comm_ns;
-    lanes.hidden_ns = ov.hidden_ns;
-    lanes.exposed_ns = ov.exposed_ns;
-    lanes.overlap.finalize();
+    if (compute_overlap) {
+      OverlapResult ov = computeOverlap(compute, comm);
+      lanes.overlap = std::move(ov.lane);
+      lanes.compute_ns = ov.compute_ns;
+      lanes.comm_ns = ov.comm_ns;
+      lanes.hidden_ns = ov.hidden_ns;
+      lanes.exposed_ns = ov.exposed_ns;
+      lanes.overlap.finalize();
+    }
     lanes.phases = computePhaseLane(compute);
+    lanes.phases.finalize();
     lanes.span_ns = hi > lo ? hi - lo : 0;
     if (hi > lo) {
       begin_ns = std::min(begin_ns, lo);

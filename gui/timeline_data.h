@@ -14,6 +14,11 @@
 
 namespace tandem::gui {
 
+// Stride of the sampled start index kept beside each lane (see coalesce()).
+inline constexpr size_t kSampleStride = 64;
+// start_sample[k] = start_ns[k * kSampleStride].
+std::vector<int64_t> sampleStarts(const std::vector<int64_t>& start_ns);
+
 // Facts of one plan task, shared by every occurrence of that task (one per
 // step). Kept apart from the per-slice arrays so 10M slices stay small.
 struct TaskFacts {
@@ -42,6 +47,7 @@ struct Track {
   std::vector<int16_t> micro_batch;
   // max_end_ns[i] = max(end_ns[0..i]); filled by finalize().
   std::vector<int64_t> max_end_ns;
+  std::vector<int64_t> start_sample;  // filled by finalize()
 
   size_t size() const { return start_ns.size(); }
   void reserve(size_t n);
@@ -62,6 +68,7 @@ struct IntervalLane {
   // O(1). Filled by finalize().
   std::vector<int64_t> nonzero_prefix_ns;
   std::vector<int64_t> length_prefix_ns;  // same, over every interval
+  std::vector<int64_t> start_sample;      // see sampleStarts()
   size_t size() const { return start_ns.size(); }
   void finalize();
   // Length of intervals [first, first + count) with code != 0, and in total.
@@ -106,8 +113,9 @@ struct TimelineData {
   // Step index holding time t (-1 when outside every step).
   int stepAt(int64_t t_ns) const;
   // Finalizes tracks, groups them per rank (compute, comm, copy order), and
-  // computes the overlap and phase lanes and the time bounds.
-  void finalize();
+  // computes the phase lanes, the time bounds and (unless the caller fills
+  // them from the trace store's analysis) the overlap lanes.
+  void finalize(bool compute_overlap = true);
 };
 
 // Interns strings into TimelineData::names.

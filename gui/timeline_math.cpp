@@ -129,13 +129,34 @@ int64_t hitTest(const Track& track, int64_t t_ns, int64_t tolerance_ns) {
   return best;
 }
 
+size_t lowerBoundStart(const int64_t* start_ns, size_t lo, size_t hi, int64_t t,
+                       const std::vector<int64_t>* start_sample) {
+  constexpr size_t S = kSampleStride;
+  if (start_sample && !start_sample->empty() && hi - lo > 2 * S) {
+    // Samples strictly inside (lo, hi): k in [lo / S + 1, (hi - 1) / S + 1).
+    const int64_t* sample = start_sample->data();
+    const size_t klo = lo / S + 1;
+    const size_t khi = std::min((hi - 1) / S + 1, start_sample->size());
+    if (klo < khi) {
+      const size_t k = size_t(std::lower_bound(sample + klo, sample + khi, t) - sample);
+      // Every sample before k is < t, so the answer lies after (k-1)*S; the
+      // sample at k (if any) is >= t, so the answer is at most k*S.
+      const size_t blo = std::max(lo, (k - 1) * S);
+      const size_t bhi = k < khi ? std::min(hi, k * S) : hi;
+      return size_t(std::lower_bound(start_ns + blo, start_ns + bhi, t) - start_ns);
+    }
+  }
+  return size_t(std::lower_bound(start_ns + lo, start_ns + hi, t) - start_ns);
+}
+
 void coalesce(const int64_t* start_ns, const int64_t* end_ns, const int64_t* max_end_ns, size_t n,
-              const TimeMapping& m, double merge_px, std::vector<LaneBox>& out) {
+              const TimeMapping& m, double merge_px, std::vector<LaneBox>& out,
+              const std::vector<int64_t>* start_sample) {
   out.clear();
   if (n == 0) return;
   const double ns_per_px = m.nsPerPx();
   size_t i = size_t(std::upper_bound(max_end_ns, max_end_ns + n, m.start_ns) - max_end_ns);
-  const size_t last = size_t(std::lower_bound(start_ns, start_ns + n, m.end_ns) - start_ns);
+  const size_t last = lowerBoundStart(start_ns, 0, n, m.end_ns, start_sample);
   const double right = m.x0_px + m.width_px;
   while (i < last) {
     const double x0 = m.toX(start_ns[i]);
@@ -147,7 +168,7 @@ void coalesce(const int64_t* start_ns, const int64_t* end_ns, const int64_t* max
     }
     // Fold every slice that starts within merge_px of this one.
     const int64_t limit = start_ns[i] + int64_t(std::ceil(merge_px * ns_per_px));
-    size_t j = size_t(std::lower_bound(start_ns + i + 1, start_ns + last, limit) - start_ns);
+    size_t j = lowerBoundStart(start_ns, i + 1, last, limit, start_sample);
     // The box ends where its slices end; on disjoint lanes the running
     // maximum at j-1 is exactly the last slice's end.
     const int64_t box_end = std::max(max_end_ns[j - 1], end_ns[i]);

@@ -1,5 +1,6 @@
 #include "gui/timeline_view.h"
 
+#include <QElapsedTimer>
 #include <QKeyEvent>
 #include <QMouseEvent>
 #include <QPainter>
@@ -208,6 +209,22 @@ void TimelineView::fitSelection() {
   }
 }
 
+std::pair<size_t, size_t> TimelineView::visibleSteps(const TimeMapping& m) const {
+  const auto& steps = data_->steps;
+  auto first = std::lower_bound(steps.begin(), steps.end(), m.start_ns,
+                                [](const StepMark& s, int64_t t) { return s.end_ns < t; });
+  auto last = std::lower_bound(first, steps.end(), m.end_ns,
+                               [](const StepMark& s, int64_t t) { return s.start_ns < t; });
+  return {size_t(first - steps.begin()), size_t(last - steps.begin())};
+}
+
+double TimelineView::stepSpacingPx(const TimeMapping& m) const {
+  const auto& steps = data_->steps;
+  if (steps.size() < 2) return 1e9;
+  const double mean_ns = double(steps.back().start_ns - steps.front().start_ns) / double(steps.size() - 1);
+  return mean_ns / m.nsPerPx();
+}
+
 const TimelineView::Row* TimelineView::rowAtY(int y) const {
   const int content_y = y - kAxisHeight + v_offset_;
   if (y < kAxisHeight) return nullptr;
@@ -232,8 +249,12 @@ SliceRef TimelineView::sliceAt(QPoint pos) const {
 void TimelineView::rebuildBase() {
   ++base_rebuilds_;
   const qreal dpr = devicePixelRatioF();
-  base_ = QImage(size() * dpr, QImage::Format_ARGB32_Premultiplied);
-  base_.setDevicePixelRatio(dpr);
+  // Reuse the buffer across frames: a fresh 6 MB image per frame costs page
+  // faults that show up in the frame time.
+  if (base_.size() != size() * dpr) {
+    base_ = QImage(size() * dpr, QImage::Format_ARGB32_Premultiplied);
+    base_.setDevicePixelRatio(dpr);
+  }
   base_.fill(kBackground);
   base_valid_ = true;
   if (!data_) return;
@@ -244,16 +265,25 @@ void TimelineView::rebuildBase() {
   const int bottom = height();
   const int lane_right = kLabelWidth + laneWidth();
 
-  std::array<std::vector<QRectF>, size_t(PaintClass::Count)> rects;
+  // Whole-pixel rectangles take the raster engine's plain fill path;
+  // fractional ones go through the general rasterizer.
+  std::array<std::vector<QRect>, size_t(PaintClass::Count)> rects;
+  auto pixelRect = [](float x0, float x1, int y, int h) {
+    const int left = int(std::floor(x0));
+    const int right = std::max(left + 1, int(std::lround(x1)));
+    return QRect(left, y, right - left, h);
+  };
   struct Label {
-    QRectF rect;
+    QRect rect;
     int32_t name;
     uint32_t count;
   };
   std::vector<Label> labels;
-  std::vector<QRectF> row_alt;
-  std::vector<QRectF> headers;
+  std::vector<QRect> row_alt;
+  std::vector<QRect> headers;
 
+  QElapsedTimer timer;
+  timer.start();
   p.setClipRect(QRect(kLabelWidth, top, laneWidth(), bottom - top));
   for (const Row& row : rows_) {
     const int y = top + row.y - v_offset_;
@@ -261,15 +291,16 @@ void TimelineView::rebuildBase() {
     const RankLanes& rank = data_->ranks[size_t(row.rank_index)];
     switch (row.kind) {
       case RowKind::RankHeader:
-        headers.push_back(QRectF(0, y, lane_right, row.height));
+        headers.push_back(QRect(0, y, lane_right, row.height));
         break;
       case RowKind::Stream: {
         const Track& t = data_->tracks[size_t(row.track)];
-        if ((&row - rows_.data()) % 2 == 0) row_alt.push_back(QRectF(kLabelWidth, y, laneWidth(), row.height));
-        coalesce(t.start_ns.data(), t.end_ns.data(), t.max_end_ns.data(), t.size(), m, kMergePx, scratch_);
+        if ((&row - rows_.data()) % 2 == 0) row_alt.push_back(QRect(kLabelWidth, y, laneWidth(), row.height));
+        coalesce(t.start_ns.data(), t.end_ns.data(), t.max_end_ns.data(), t.size(), m, kMergePx, scratch_,
+                 &t.start_sample);
         for (const LaneBox& b : scratch_) {
           const PaintClass c = classForPhase(t.phase[b.first], t.kind);
-          QRectF r(b.x0, y + 2, std::max(1.0f, b.x1 - b.x0), row.height - 4);
+          const QRect r = pixelRect(b.x0, b.x1, y + 2, row.height - 4);
           rects[size_t(c)].push_back(r);
           if (r.width() >= kMinLabelPx) labels.push_back({r, t.name_id[b.first], b.count});
         }
@@ -280,7 +311,7 @@ void TimelineView::rebuildBase() {
         const IntervalLane& lane = row.kind == RowKind::Overlap ? rank.overlap : rank.phases;
         // Disjoint lanes: the end array is its own running maximum.
         coalesce(lane.start_ns.data(), lane.end_ns.data(), lane.end_ns.data(), lane.size(), m, kMergePx,
-                 scratch_);
+                 scratch_, &lane.start_sample);
         for (const LaneBox& b : scratch_) {
           PaintClass c;
           if (row.kind == RowKind::Overlap) {
@@ -297,13 +328,15 @@ void TimelineView::rebuildBase() {
           } else {
             c = classForPhase(lane.code[b.first], StreamKind::Compute);
           }
-          rects[size_t(c)].push_back(QRectF(b.x0, y + 1, std::max(1.0f, b.x1 - b.x0), row.height - 2));
+          rects[size_t(c)].push_back(pixelRect(b.x0, b.x1, y + 1, row.height - 2));
         }
         break;
       }
     }
   }
 
+  last_geometry_ms_ = double(timer.nsecsElapsed()) / 1e6;
+  timer.start();
   p.setPen(Qt::NoPen);
   p.setBrush(kLaneAlt);
   p.drawRects(row_alt.data(), int(row_alt.size()));
@@ -341,11 +374,18 @@ void TimelineView::rebuildBase() {
     p.drawText(l.rect.adjusted(3, 0, -3, 0), Qt::AlignVCenter | Qt::AlignLeft, shown);
   }
 
-  // Step markers across all lanes.
-  p.setPen(QPen(kStepLine, 1, Qt::DashLine));
-  for (const StepMark& s : data_->steps) {
-    const double x = m.toX(s.start_ns);
-    if (x >= kLabelWidth && x <= lane_right) p.drawLine(QPointF(x, top), QPointF(x, bottom));
+  // Step markers across all lanes, only for the visible steps and only while
+  // they are far enough apart to tell apart (thousands of dashed lines on a
+  // zoomed-out run would cost more than every slice together).
+  const auto [step_first, step_last] = visibleSteps(m);
+  if (step_last > step_first && stepSpacingPx(m) >= 6) {
+    p.setPen(QPen(kStepLine, 1, Qt::DashLine));
+    std::vector<QLineF> lines;
+    for (size_t k = step_first; k < step_last; ++k) {
+      const double x = std::round(m.toX(data_->steps[k].start_ns)) + 0.5;
+      if (x >= kLabelWidth && x <= lane_right) lines.push_back(QLineF(x, top, x, bottom));
+    }
+    p.drawLines(lines.data(), int(lines.size()));
   }
 
   // Label column and rank headers' text.
@@ -398,6 +438,7 @@ void TimelineView::rebuildBase() {
   }
   p.setClipping(false);
   paintAxis(p, m);
+  last_paint_ms_ = double(timer.nsecsElapsed()) / 1e6;
 }
 
 void TimelineView::paintAxis(QPainter& p, const TimeMapping& m) {
@@ -427,10 +468,13 @@ void TimelineView::paintAxis(QPainter& p, const TimeMapping& m) {
     bold.setBold(true);
     p.setFont(bold);
     p.setPen(kStepLine);
-    for (const StepMark& s : data_->steps) {
-      const double x = m.toX(s.start_ns);
-      if (x >= kLabelWidth - 40 && x <= kLabelWidth + laneWidth())
-        p.drawText(QRectF(x + 3, 1, 80, 12), Qt::AlignLeft | Qt::AlignTop, tr("step %1").arg(s.step));
+    const auto [step_first, step_last] = visibleSteps(m);
+    if (stepSpacingPx(m) >= 60) {
+      for (size_t k = step_first; k < step_last; ++k) {
+        const double x = m.toX(data_->steps[k].start_ns);
+        if (x >= kLabelWidth - 40 && x <= kLabelWidth + laneWidth())
+          p.drawText(QRectF(x + 3, 1, 80, 12), Qt::AlignLeft | Qt::AlignTop, tr("step %1").arg(data_->steps[k].step));
+      }
     }
     p.setFont(font());
   }

@@ -19,6 +19,7 @@
 #include <QWidget>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "gui/timeline_data.h"
@@ -89,6 +90,9 @@ class TimelineView : public QWidget {
 
   // Number of base-layer rebuilds (the geometry cache's misses), for tests.
   int baseRebuilds() const { return base_rebuilds_; }
+  // Time the last rebuild spent computing boxes and painting them, in ms.
+  double lastGeometryMs() const { return last_geometry_ms_; }
+  double lastPaintMs() const { return last_paint_ms_; }
 
  signals:
   void sliceSelected(int track, qint64 index);
@@ -113,6 +117,9 @@ class TimelineView : public QWidget {
   void paintAxis(QPainter& p, const TimeMapping& m);
   void paintOverlay(QPainter& p, const TimeMapping& m);
   const Row* rowAtY(int y) const;
+  // Steps overlapping the window, as an index range, and their mean spacing.
+  std::pair<size_t, size_t> visibleSteps(const TimeMapping& m) const;
+  double stepSpacingPx(const TimeMapping& m) const;
   int laneWidth() const;
   void syncScrollBar();
 
@@ -129,6 +136,8 @@ class TimelineView : public QWidget {
   QImage base_;
   bool base_valid_ = false;
   int base_rebuilds_ = 0;
+  double last_geometry_ms_ = 0;
+  double last_paint_ms_ = 0;
 
   SliceRef selection_;
   SliceRef hover_;

@@ -194,3 +194,18 @@ TEST_CASE("interval lanes sum lengths per code in O(1) for folded boxes", "[gui]
   CHECK(lane.nonzeroLength(1, 1) == 3);
   CHECK(lane.totalLength(2, 2) == 18);
 }
+
+TEST_CASE("the sampled start index finds the same positions as a plain search", "[gui][lod]") {
+  std::vector<int64_t> starts;
+  for (int i = 0; i < 5000; ++i) starts.push_back(int64_t(i / 3) * 10);  // duplicates on purpose
+  const std::vector<int64_t> sample = sampleStarts(starts);
+  CHECK(sample.size() == (5000 + kSampleStride - 1) / kSampleStride);
+  for (size_t lo : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(65), size_t(1000), size_t(4990)})
+    for (size_t hi : {size_t(lo), lo + 1, lo + 129, lo + 700, size_t(5000)})
+      for (int64_t t : {-5LL, 0LL, 5LL, 640LL, 645LL, 3330LL, 16660LL, 20000LL}) {
+        if (hi > 5000 || hi < lo) continue;
+        const size_t want = size_t(std::lower_bound(starts.begin() + long(lo), starts.begin() + long(hi), t) -
+                                   starts.begin());
+        CHECK(lowerBoundStart(starts.data(), lo, hi, t, &sample) == want);
+      }
+}
