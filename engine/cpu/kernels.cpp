@@ -4,9 +4,8 @@
 // kernels_loss.cpp.
 //
 // Precision: statistics (layernorm mean and variance, the dw/db sums over all
-// rows, sums of squares) are accumulated in double whatever T is, so the float
-// executor and the double gradient checks share one summation order and the
-// float results stay within a few ulps of the exact value.
+// rows, sums of squares) are accumulated in double whatever T is, so in float
+// they lose nothing to long sums: their error is the final rounding to float.
 
 #include <cmath>
 #include <cstddef>

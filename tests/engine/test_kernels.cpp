@@ -93,6 +93,22 @@ TEST_CASE("matmul forward equals the plain triple loop", "[kernels]") {
   }
 }
 
+TEST_CASE("matmul weight gradient without a bias leaves db alone", "[kernels]") {
+  const int64_t M = 6, N = 5, K = 3;
+  std::mt19937_64 rng(13);
+  const Vec x = randomVec(rng, M * K), dy = randomVec(rng, M * N);
+  Vec with_bias(N * K), db(N), without_bias(N * K);
+  matmulBackwardWeight(with_bias.data(), db.data(), dy.data(), x.data(), M, N, K, false);
+  matmulBackwardWeight(without_bias.data(), static_cast<double*>(nullptr), dy.data(), x.data(), M, N,
+                       K, false);
+  REQUIRE(without_bias == with_bias);
+  for (int64_t n = 0; n < N; ++n) {
+    double sum = 0;
+    for (int64_t m = 0; m < M; ++m) sum += dy[m * N + n];
+    CHECK(db[n] == Approx(sum).epsilon(1e-14));
+  }
+}
+
 TEST_CASE("layernorm forward normalises each row", "[kernels]") {
   const int64_t M = 3, C = 8;
   std::mt19937_64 rng(21);
