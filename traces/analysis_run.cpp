@@ -2,6 +2,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <future>
 #include <map>
 
 #include "traces/analysis_parts.h"
@@ -45,6 +46,20 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
   }
 
   std::vector<StepRow> steps = reader.steps(run);
+  std::vector<PlanTaskRow> plan = reader.planTasks(run);
+  std::vector<CollectiveRow> collectives = reader.collectives(run);
+
+  // The kernel table and the critical path are independent of the per-rank
+  // unions: they run on their own threads while this one builds the unions.
+  auto kernels = std::async(std::launch::async, [&] {
+    RunReport part;
+    detail::kernelStatistics(ranks, categories, strings, plan, options, part);
+    return part;
+  });
+  auto path = std::async(std::launch::async, [&] {
+    return detail::criticalPath(ranks, categories, strings, plan, options.critical_path_tasks);
+  });
+
   std::map<int, RankSets> sets;
   for (const auto& rk : ranks) {
     RankReport rr;
@@ -94,10 +109,12 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
   for (auto [step, d] : slowest) maxima.push_back(d);
   report.step_time.max_over_ranks_ns = distributionOf(std::move(maxima));
 
-  std::vector<PlanTaskRow> plan = reader.planTasks(run);
-  detail::kernelStatistics(ranks, categories, strings, plan, options, report);
-  report.critical_path = detail::criticalPath(ranks, categories, strings, plan, options.critical_path_tasks);
-  report.stragglers = detail::stragglers(ranks, categories, reader.collectives(run));
+  report.stragglers = detail::stragglers(ranks, categories, collectives);
+  RunReport part = kernels.get();
+  report.by_op = std::move(part.by_op);
+  report.by_name = std::move(part.by_name);
+  report.attribution = std::move(part.attribution);
+  report.critical_path = path.get();
   report.stats = reader.stats(run);
   return report;
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "traces/schema.h"
 #include "traces/sqlite_util.h"
@@ -281,28 +282,70 @@ std::vector<Track> TraceReader::loadRun(int64_t run, bool with_details) {
     }
   }
   if (out.empty()) return out;
-  sql::Stmt s(impl_->db, fmt::format("SELECT rank, stream, {} FROM activities WHERE id BETWEEN ? AND ? AND run=? "
-                                     "ORDER BY id",
-                                     with_details ? kTrackColumns : kTrackColumnsLean));
-  s.bind(1, lo);
-  s.bind(2, hi);
-  s.bind(3, run);
-  Track* cur = nullptr;
-  int cur_rank = INT32_MIN, cur_stream = INT32_MIN;
-  while (s.step()) {
-    int rank = static_cast<int>(s.colInt(0));
-    int stream = static_cast<int>(s.colInt(1));
-    if (rank != cur_rank || stream != cur_stream || !cur) {
-      auto it = index.find({rank, stream});
-      if (it == index.end()) continue;  // rows of a batch whose chunks were lost cannot happen; skip defensively
-      cur = &out[it->second];
-      cur_rank = rank;
-      cur_stream = stream;
+  // Large runs are read by two threads, each with its own connection over
+  // half of the id range; the second half is appended after the first, so
+  // every track keeps id order.
+  const int64_t kParallelRows = 200'000;
+  int workers = hi - lo + 1 >= kParallelRows && std::thread::hardware_concurrency() > 1 ? 2 : 1;
+  std::vector<std::vector<Track>> partial(static_cast<size_t>(workers - 1));
+  auto scan = [&](sql::Db& db, std::vector<Track>& into, int64_t from, int64_t to) {
+    sql::Stmt s(db, fmt::format("SELECT rank, stream, {} FROM activities WHERE id BETWEEN ? AND ? AND run=? "
+                                "ORDER BY id",
+                                with_details ? kTrackColumns : kTrackColumnsLean));
+    s.bind(1, from);
+    s.bind(2, to);
+    s.bind(3, run);
+    Track* cur = nullptr;
+    int cur_rank = INT32_MIN, cur_stream = INT32_MIN;
+    while (s.step()) {
+      int rank = static_cast<int>(s.colInt(0));
+      int stream = static_cast<int>(s.colInt(1));
+      if (rank != cur_rank || stream != cur_stream || !cur) {
+        auto it = index.find({rank, stream});
+        if (it == index.end()) continue;  // a row outside every chunk (cannot happen); skip defensively
+        cur = &into[it->second];
+        cur_rank = rank;
+        cur_stream = stream;
+      }
+      if (with_details)
+        appendRow(*cur, s, 2);
+      else
+        appendLeanRow(*cur, s, 2);
     }
-    if (with_details)
-      appendRow(*cur, s, 2);
-    else
-      appendLeanRow(*cur, s, 2);
+  };
+  int64_t split = workers == 1 ? hi : lo + (hi - lo) / 2;
+  std::exception_ptr failure;
+  std::thread helper;
+  if (workers == 2) {
+    partial[0].resize(out.size());
+    helper = std::thread([&] {
+      try {
+        sql::Db second(impl_->db.path(), SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+        scan(second, partial[0], split + 1, hi);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    });
+  }
+  try {
+    scan(impl_->db, out, lo, split);
+  } catch (...) {
+    if (helper.joinable()) helper.join();
+    throw;
+  }
+  if (helper.joinable()) helper.join();
+  if (failure) std::rethrow_exception(failure);
+  for (auto& part : partial) {
+    for (size_t k = 0; k < out.size(); ++k) {
+      auto append = [](auto& dst, auto& src) { dst.insert(dst.end(), src.begin(), src.end()); };
+      Track& d = out[k];
+      Track& p = part[k];
+      append(d.start_ns, p.start_ns), append(d.end_ns, p.end_ns), append(d.kind, p.kind), append(d.name, p.name);
+      append(d.task_id, p.task_id), append(d.phase, p.phase), append(d.layer, p.layer);
+      append(d.micro_batch, p.micro_batch), append(d.correlation_id, p.correlation_id), append(d.bytes, p.bytes);
+      append(d.flops, p.flops);
+      p = Track();
+    }
   }
   for (size_t k = 0; k < out.size(); ++k) sortIfNeeded(out[k], unsorted[k]);
   return out;

@@ -1,0 +1,182 @@
+#include "traces/compare.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "traces/analysis.h"
+
+namespace tandem::traces {
+namespace {
+
+struct TaskTime {
+  std::string name;
+  std::string op;
+  double ns = 0;
+};
+
+using TaskKey = std::pair<int, int64_t>;  // rank, task id
+
+// Per (rank, task): time per step, with the task's op from the plan copy.
+std::map<TaskKey, TaskTime> taskTimes(TraceReader& reader, int64_t run) {
+  std::map<int, int> steps_per_rank;
+  for (const StepRow& s : reader.steps(run)) steps_per_rank[s.rank]++;
+  std::map<TaskKey, std::string> ops;
+  for (const PlanTaskRow& t : reader.planTasks(run)) ops[{t.rank, t.task_id}] = t.op;
+  std::map<TaskKey, TaskTime> times;
+  reader.forEachActivity(run, [&](const ActivityRow& a) {
+    if (a.task_id < 0 || a.kind == ActivityKind::Host) return;
+    TaskTime& t = times[{a.rank, a.task_id}];
+    if (t.name.empty()) t.name = a.name;
+    t.ns += double(a.end_ns - a.start_ns);
+  });
+  for (auto& [key, t] : times) {
+    const auto it = steps_per_rank.find(key.first);
+    t.ns /= std::max(1, it == steps_per_rank.end() ? 1 : it->second);
+    const auto op = ops.find(key);
+    t.op = op != ops.end() && !op->second.empty() ? op->second : t.name;
+  }
+  return times;
+}
+
+RunSide sideOf(TraceReader& reader, int64_t run, int64_t tasks) {
+  const RunReport rep = analyzeRun(reader, run);
+  RunSide s;
+  s.run = rep.run;
+  s.step_ns = double(rep.step_time.duration_ns.p50);
+  s.overlap_pct = rep.total.overlap_pct;
+  const double rank_steps = std::max<double>(1.0, double(rep.step_time.duration_ns.count));
+  s.exposed_comm_ns = double(rep.total.exposed_comm_ns) / rank_steps;
+  s.compute_ns = double(rep.total.compute_ns) / rank_steps;
+  s.tasks = tasks;
+  return s;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  // Nearest rank: the smallest value with at least q of the values at or below it.
+  const double rank = std::ceil(q * double(v.size()));
+  return v[std::min(v.size() - 1, size_t(std::max(1.0, rank)) - 1)];
+}
+
+}  // namespace
+
+RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t b_run, size_t top_n) {
+  const auto ta = taskTimes(a, a_run);
+  const auto tb = taskTimes(b, b_run);
+  if (ta.empty())
+    throw TraceError(fmt::format("{}: run {} has no activities with plan task ids to compare", a.path(), a_run));
+  if (tb.empty())
+    throw TraceError(fmt::format("{}: run {} has no activities with plan task ids to compare", b.path(), b_run));
+  RunComparison c;
+  c.a = sideOf(a, a_run, int64_t(ta.size()));
+  c.b = sideOf(b, b_run, int64_t(tb.size()));
+  c.step_error_pct = c.a.step_ns > 0 ? 100.0 * (c.b.step_ns - c.a.step_ns) / c.a.step_ns : 0.0;
+
+  std::vector<TaskDelta> deltas;
+  std::map<std::string, std::vector<double>> errors_by_op;
+  std::map<std::string, OpError> ops;
+  for (const auto& [key, t] : ta) {
+    const auto it = tb.find(key);
+    if (it == tb.end()) {
+      ++c.only_a;
+      continue;
+    }
+    TaskDelta d{key.first, key.second, t.name, t.op, t.ns, it->second.ns};
+    OpError& e = ops[t.op];
+    e.op = t.op;
+    e.tasks++;
+    e.a_total_ns += d.a_ns;
+    e.b_total_ns += d.b_ns;
+    errors_by_op[t.op].push_back(std::fabs(d.errorPct()));
+    deltas.push_back(std::move(d));
+  }
+  for (const auto& [key, t] : tb)
+    if (!ta.count(key)) ++c.only_b;
+  c.matched = int64_t(deltas.size());
+  for (auto& [op, e] : ops) {
+    const auto& errs = errors_by_op[op];
+    e.median_abs_pct = percentile(errs, 0.5);
+    e.p90_abs_pct = percentile(errs, 0.9);
+    e.max_abs_pct = *std::max_element(errs.begin(), errs.end());
+    c.by_op.push_back(e);
+  }
+  std::sort(deltas.begin(), deltas.end(), [](const TaskDelta& x, const TaskDelta& y) {
+    const double dx = std::fabs(x.b_ns - x.a_ns), dy = std::fabs(y.b_ns - y.a_ns);
+    if (dx != dy) return dx > dy;
+    return std::tie(x.rank, x.task_id) < std::tie(y.rank, y.task_id);
+  });
+  if (deltas.size() > top_n) deltas.resize(top_n);
+  c.top_tasks = std::move(deltas);
+  return c;
+}
+
+std::string comparisonToText(const RunComparison& c) {
+  std::string s;
+  auto ms = [](double ns) { return ns / 1e6; };
+  s += fmt::format("A: run {} ({}, \"{}\")\nB: run {} ({}, \"{}\")\n", c.a.run.id, toString(c.a.run.kind), c.a.run.name,
+                   c.b.run.id, toString(c.b.run.kind), c.b.run.name);
+  s += fmt::format("tasks matched by (rank, plan task id): {} (only in A: {}, only in B: {})\n\n", c.matched,
+                   c.only_a, c.only_b);
+  s += fmt::format("{:<24} {:>12} {:>12} {:>10}\n", "per rank and step", "A", "B", "B - A");
+  s += fmt::format("{:<24} {:>12.3f} {:>12.3f} {:>+9.2f}%\n", "step time (ms, p50)", ms(c.a.step_ns), ms(c.b.step_ns),
+                   c.step_error_pct);
+  s += fmt::format("{:<24} {:>12.3f} {:>12.3f} {:>+10.3f}\n", "compute (ms)", ms(c.a.compute_ns), ms(c.b.compute_ns),
+                   ms(c.b.compute_ns - c.a.compute_ns));
+  s += fmt::format("{:<24} {:>12.3f} {:>12.3f} {:>+10.3f}\n", "exposed comm (ms)", ms(c.a.exposed_comm_ns),
+                   ms(c.b.exposed_comm_ns), ms(c.b.exposed_comm_ns - c.a.exposed_comm_ns));
+  s += fmt::format("{:<24} {:>12.1f} {:>12.1f} {:>+9.1f}pp\n\n", "comm/compute overlap %", c.a.overlap_pct,
+                   c.b.overlap_pct, c.b.overlap_pct - c.a.overlap_pct);
+  s += "task time error by op (|B - A| / A, per task)\n";
+  s += fmt::format("{:<20} {:>6} {:>11} {:>11} {:>9} {:>9} {:>9}\n", "op", "tasks", "A ms", "B ms", "median%",
+                   "p90%", "max%");
+  for (const OpError& e : c.by_op)
+    s += fmt::format("{:<20} {:>6} {:>11.3f} {:>11.3f} {:>9.1f} {:>9.1f} {:>9.1f}\n", e.op, e.tasks, ms(e.a_total_ns),
+                     ms(e.b_total_ns), e.median_abs_pct, e.p90_abs_pct, e.max_abs_pct);
+  s += "\ntasks with the largest absolute difference\n";
+  s += fmt::format("{:>5} {:>6} {:<40} {:>10} {:>10} {:>8}\n", "rank", "task", "name", "A us", "B us", "error%");
+  for (const TaskDelta& d : c.top_tasks)
+    s += fmt::format("{:>5} {:>6} {:<40} {:>10.1f} {:>10.1f} {:>+8.1f}\n", d.rank, d.task_id, d.name, d.a_ns / 1e3,
+                     d.b_ns / 1e3, d.errorPct());
+  return s;
+}
+
+std::string comparisonToJson(const RunComparison& c) {
+  using nlohmann::json;
+  auto side = [](const RunSide& s) {
+    return json{{"run", s.run.id},        {"kind", toString(s.run.kind)}, {"name", s.run.name},
+                {"step_ns", s.step_ns},   {"overlap_pct", s.overlap_pct}, {"exposed_comm_ns", s.exposed_comm_ns},
+                {"compute_ns", s.compute_ns}, {"tasks", s.tasks}};
+  };
+  json j;
+  j["a"] = side(c.a);
+  j["b"] = side(c.b);
+  j["step_error_pct"] = c.step_error_pct;
+  j["overlap_diff_pp"] = c.b.overlap_pct - c.a.overlap_pct;
+  j["exposed_comm_diff_ns"] = c.b.exposed_comm_ns - c.a.exposed_comm_ns;
+  j["matched"] = c.matched;
+  j["only_a"] = c.only_a;
+  j["only_b"] = c.only_b;
+  json ops = json::array();
+  for (const OpError& e : c.by_op)
+    ops.push_back({{"op", e.op},
+                   {"tasks", e.tasks},
+                   {"a_ns", e.a_total_ns},
+                   {"b_ns", e.b_total_ns},
+                   {"median_abs_pct", e.median_abs_pct},
+                   {"p90_abs_pct", e.p90_abs_pct},
+                   {"max_abs_pct", e.max_abs_pct}});
+  j["by_op"] = ops;
+  json top = json::array();
+  for (const TaskDelta& d : c.top_tasks)
+    top.push_back({{"rank", d.rank}, {"task_id", d.task_id}, {"name", d.name}, {"op", d.op}, {"a_ns", d.a_ns},
+                   {"b_ns", d.b_ns}, {"error_pct", d.errorPct()}});
+  j["top_tasks"] = top;
+  return j.dump(2);
+}
+
+}  // namespace tandem::traces

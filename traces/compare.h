@@ -1,0 +1,59 @@
+#pragma once
+// Comparing two runs task by task: a real run against its simulation (the
+// calibration loop) or configuration A against B. Tasks are matched by
+// (rank, plan task id), the join key every writer of the store keeps.
+//
+// A task's time in a run is the summed duration of its activities divided by
+// the number of steps that rank recorded (a real profile holds many steps, a
+// simulation one), so both sides are "time per step".
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "traces/trace_reader.h"
+
+namespace tandem::traces {
+
+struct TaskDelta {
+  int rank = 0;
+  int64_t task_id = -1;
+  std::string name;
+  std::string op;
+  double a_ns = 0;  // per step, run A (the reference: real)
+  double b_ns = 0;  // per step, run B (the prediction: simulated)
+  double errorPct() const { return a_ns > 0 ? 100.0 * (b_ns - a_ns) / a_ns : 0.0; }
+};
+
+struct OpError {
+  std::string op;
+  int64_t tasks = 0;
+  double a_total_ns = 0, b_total_ns = 0;  // per step, summed over the op's tasks
+  double median_abs_pct = 0, p90_abs_pct = 0, max_abs_pct = 0;
+};
+
+struct RunSide {
+  RunInfo run;
+  double step_ns = 0;          // p50 of every (rank, step) duration
+  double overlap_pct = 0;      // over all ranks (HTA definition)
+  double exposed_comm_ns = 0;  // per rank and step, mean
+  double compute_ns = 0;       // per rank and step, mean
+  int64_t tasks = 0;
+};
+
+struct RunComparison {
+  RunSide a, b;
+  double step_error_pct = 0;  // (b - a) / a
+  int64_t matched = 0, only_a = 0, only_b = 0;
+  std::vector<OpError> by_op;        // sorted by op name
+  std::vector<TaskDelta> top_tasks;  // largest |b - a| first
+};
+
+// Compares run `a_run` of `a` (reference) with run `b_run` of `b`. Both may
+// be the same reader. Throws TraceError when either run has no task ids.
+RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t b_run, size_t top_n = 20);
+
+std::string comparisonToText(const RunComparison& c);
+std::string comparisonToJson(const RunComparison& c);
+
+}  // namespace tandem::traces
