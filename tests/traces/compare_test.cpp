@@ -1,0 +1,113 @@
+// compareRuns: tasks matched by (rank, plan task id), per-step times, per-op
+// error distribution and run-level differences, on hand-built runs.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "test_fixtures.h"
+#include "traces/compare.h"
+#include "traces/trace_reader.h"
+
+using namespace tandem::traces;
+using tandem::traces::testing::act;
+using tandem::traces::testing::task;
+using tandem::traces::testing::tempTracePath;
+
+namespace {
+
+// Run A ("real"): two steps of 4 tasks on rank 0: two matmuls on the compute
+// stream (100 and 200 ns per step), a layernorm (50 ns), and an all-reduce on
+// the comm stream (80 ns) under the second matmul. Task 1 has two kernels per
+// step (40 + 60 ns). Run B ("simulated"): one step, matmuls 110 and 200 ns,
+// layernorm 40 ns, all-reduce 80 ns, plus a task A does not have.
+void writeRuns(const std::string& path) {
+  TraceWriter w(path);
+  RunInfo real;
+  real.kind = RunKind::Real;
+  real.name = "real";
+  w.beginRun(real);
+  w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+  w.addStream({0, 1, StreamKind::Comm, "comm", 0});
+  for (int step = 0; step < 2; ++step) {
+    const int64_t t0 = step * 1000;
+    w.addStep({0, step, t0, t0 + 500});
+    w.addActivity(act(0, 0, t0, t0 + 100, ActivityKind::Kernel, "gemm_a", 0, TracePhase::Forward));
+    w.addActivity(act(0, 0, t0 + 100, t0 + 140, ActivityKind::Kernel, "gemm_b1", 1, TracePhase::Forward));
+    w.addActivity(act(0, 0, t0 + 140, t0 + 200, ActivityKind::Kernel, "gemm_b2", 1, TracePhase::Forward));
+    w.addActivity(act(0, 0, t0 + 300, t0 + 350, ActivityKind::Kernel, "ln", 2, TracePhase::Backward));
+    w.addActivity(act(0, 1, t0 + 110, t0 + 190, ActivityKind::Collective, "nccl", 3, TracePhase::Comm));
+  }
+  for (auto [id, op] : {std::pair{0, "matmul"}, {1, "matmul"}, {2, "layernorm"}, {3, "all_reduce"}})
+    w.addPlanTask(task(0, id, "t" + std::to_string(id), op, TracePhase::Forward, id == 3 ? 1 : 0, {}));
+
+  RunInfo sim;
+  sim.kind = RunKind::Simulated;
+  sim.name = "sim";
+  w.beginRun(sim);
+  w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+  w.addStream({0, 1, StreamKind::Comm, "comm", 0});
+  w.addStep({0, 0, 0, 400});
+  w.addActivity(act(0, 0, 0, 110, ActivityKind::Kernel, "t0", 0, TracePhase::Forward));
+  w.addActivity(act(0, 0, 110, 310, ActivityKind::Kernel, "t1", 1, TracePhase::Forward));
+  w.addActivity(act(0, 0, 310, 350, ActivityKind::Kernel, "t2", 2, TracePhase::Backward));
+  w.addActivity(act(0, 1, 120, 200, ActivityKind::Collective, "t3", 3, TracePhase::Comm));
+  w.addActivity(act(0, 0, 350, 400, ActivityKind::Kernel, "t9", 9, TracePhase::Optimizer));
+  for (auto [id, op] : {std::pair{0, "matmul"}, {1, "matmul"}, {2, "layernorm"}, {3, "all_reduce"}, {9, "adamw"}})
+    w.addPlanTask(task(0, id, "t" + std::to_string(id), op, TracePhase::Forward, id == 3 ? 1 : 0, {}));
+}
+
+}  // namespace
+
+TEST_CASE("compareRuns matches tasks and reports per-op errors", "[compare]") {
+  const std::string path = tempTracePath("compare.sqlite");
+  writeRuns(path);
+  TraceReader reader(path);
+  const RunComparison c = compareRuns(reader, 1, reader, 2);
+  CHECK(c.matched == 4);
+  CHECK(c.only_a == 0);
+  CHECK(c.only_b == 1);
+  // Step times: A 500 ns per step, B 400 ns: -20 %.
+  CHECK(c.a.step_ns == Approx(500));
+  CHECK(c.b.step_ns == Approx(400));
+  CHECK(c.step_error_pct == Approx(-20.0));
+  REQUIRE(c.by_op.size() == 3);
+  const OpError& mm = c.by_op[2];  // sorted: all_reduce, layernorm, matmul
+  CHECK(mm.op == "matmul");
+  CHECK(mm.tasks == 2);
+  CHECK(mm.a_total_ns == Approx(200));  // per step: 100 + (40 + 60)
+  CHECK(mm.b_total_ns == Approx(310));
+  // errors: task 0 +10 %, task 1 +100 % (200 vs 100)
+  CHECK(mm.median_abs_pct == Approx(10.0));
+  CHECK(mm.max_abs_pct == Approx(100.0));
+  CHECK(c.by_op[1].op == "layernorm");
+  CHECK(c.by_op[1].max_abs_pct == Approx(20.0));
+  CHECK(c.by_op[0].median_abs_pct == Approx(0.0));
+  // The largest absolute difference first: task 1 (+100 ns).
+  REQUIRE(!c.top_tasks.empty());
+  CHECK(c.top_tasks.front().task_id == 1);
+  CHECK(c.top_tasks.front().errorPct() == Approx(100.0));
+  // Overlap: A's all-reduce [110,190) lies under compute [0,200): 100 %.
+  // B's [120,200) lies under [0,310): 100 %.
+  CHECK(c.a.overlap_pct == Approx(100.0));
+  CHECK(c.b.overlap_pct == Approx(100.0));
+  CHECK(c.a.exposed_comm_ns == Approx(0.0));
+
+  const auto j = nlohmann::json::parse(comparisonToJson(c));
+  CHECK(j["step_error_pct"].get<double>() == Approx(-20.0));
+  CHECK(j["by_op"].size() == 3);
+  CHECK(comparisonToText(c).find("matmul") != std::string::npos);
+}
+
+TEST_CASE("compareRuns refuses runs without task ids", "[compare]") {
+  const std::string path = tempTracePath("compare-empty.sqlite");
+  {
+    TraceWriter w(path);
+    RunInfo r;
+    r.name = "untagged";
+    w.beginRun(r);
+    w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+    w.addActivity(act(0, 0, 0, 10, ActivityKind::Kernel, "k"));
+  }
+  TraceReader reader(path);
+  CHECK_THROWS_WITH(compareRuns(reader, 1, reader, 1), Catch::Contains("no activities with plan task ids"));
+}
