@@ -268,6 +268,17 @@ void launchBackward(void* dqkv, const void* dout, const void* qkv, const void* l
 
 }  // namespace
 
+// attention_tc.cu
+bool attentionTensorCoreEligible(int64_t C, int64_t H, DType dt);
+void prepareAttentionKernels();
+void attentionForwardTc(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
+                        int64_t H, cudaStream_t s);
+void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const void* lse, DType lse_dt,
+                         const float* delta, int64_t B, int64_t Tn, int64_t C, int64_t H, bool accumulate,
+                         cudaStream_t s);
+
+void prepareKernels() { prepareAttentionKernels(); }
+
 bool attentionSupportsHeadDim(int64_t D) { return D == 16 || D == 32 || D == 64; }
 
 #define TANDEM_DISPATCH_HEAD_DIM(Dv, ...)                                          \
@@ -282,6 +293,7 @@ bool attentionSupportsHeadDim(int64_t D) { return D == 16 || D == 32 || D == 64;
 
 void attentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn,
                       int64_t C, int64_t H, DType dt, cudaStream_t s) {
+  if (attentionTensorCoreEligible(C, H, dt)) return attentionForwardTc(out, lse, lse_dt, qkv, B, Tn, C, H, s);
   TANDEM_DISPATCH_DT(dt, TANDEM_DISPATCH_HEAD_DIM(C / H, (launchForward<T, D>(out, lse, lse_dt, qkv, B, Tn, C, H, s))));
 }
 
@@ -296,6 +308,8 @@ void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void
         scratch, static_cast<const T*>(dout), static_cast<const T*>(out), int(B), int(Tn), int(C),
         int(H));
     TANDEM_CUDA_LAUNCH_CHECK();
+    if (attentionTensorCoreEligible(C, H, dt))
+      return attentionBackwardTc(dqkv, dout, qkv, lse, lse_dt, scratch, B, Tn, C, H, accumulate, s);
     TANDEM_DISPATCH_HEAD_DIM(C / H, (launchBackward<T, D>(dqkv, dout, qkv, lse, lse_dt, scratch, B,
                                                          Tn, C, H, accumulate, s)));
   });

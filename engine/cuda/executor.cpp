@@ -105,6 +105,7 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   TANDEM_CUDA_CHECK(cudaEventCreate(&start_event));
   TANDEM_CUDA_CHECK(cudaEventCreate(&stop_event));
 
+  prepareKernels();
   arena = static_cast<std::byte*>(deviceAlloc(arena_bytes));
   TANDEM_CUDA_CHECK(cudaMemset(arena, 0, arena_bytes));
   workspace = deviceAlloc(Gemm::kWorkspaceBytes);
@@ -368,16 +369,22 @@ GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
   host_out[0] = host_out[1] = 0.f;
   cudaStream_t s0 = streams[0];
   const bool graph = opt.use_graph && with_optimizer;
+  if (opt.observer) opt.observer->onStepBegin(step);
   if (graph && !graph_exec) {
     cudaGraph_t g;
     TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
+    if (opt.observer) opt.observer->onCaptureBegin(s0);
+    capturing = true;
     try {
       enqueueStep(true);
     } catch (...) {
+      capturing = false;
       cudaStreamEndCapture(s0, &g);
       throw;
     }
+    capturing = false;
     TANDEM_CUDA_CHECK(cudaStreamEndCapture(s0, &g));
+    if (opt.observer) opt.observer->onCaptureEnd(s0);
     TANDEM_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, g, 0));
     TANDEM_CUDA_CHECK(cudaGraphDestroy(g));
   }
@@ -391,6 +398,7 @@ GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
   }
   TANDEM_CUDA_CHECK(cudaEventRecord(stop_event, s0));
   waitForStep();
+  if (opt.observer) opt.observer->onStepEnd(step);
   if (opt.time_tasks && !graph)
     for (size_t i = 0; i < program->tasks.size(); ++i) {
       float t = 0;

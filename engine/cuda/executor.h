@@ -14,6 +14,7 @@
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/nccl_comm.h"
+#include "engine/cuda/task_observer.h"
 #include "engine/plan.h"
 
 namespace tandem::cuda {
@@ -35,6 +36,7 @@ struct ExecutorOptions {
   NcclId nccl_id{};       // needed when world > 1
   double timeout_s = 60;  // longest wait for a step or a collective before aborting
   bool time_tasks = false;  // eager steps time every task with events (see taskMilliseconds)
+  TaskObserver* observer = nullptr;  // told about steps, tasks and graph capture (the profiler); not owned
 };
 
 struct GpuStepResult {

@@ -86,6 +86,7 @@ struct CudaExecutor::Impl {
   std::vector<cudaEvent_t> task_start, task_end;  // time_tasks only
   std::vector<double> task_ms;
   bool timing_now = false;
+  bool capturing = false;  // inside cudaStreamBeginCapture .. EndCapture
   cudaGraphExec_t graph_exec = nullptr;
   int steps_done = 0;
 };

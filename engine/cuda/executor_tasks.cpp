@@ -18,6 +18,7 @@ void CudaExecutor::Impl::enqueueTask(int index) {
   auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
   auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
   for (int e : t.wait_events) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, events.at(e), 0));
+  if (opt.observer) opt.observer->onTaskBegin(t, s);
   if (timing_now) TANDEM_CUDA_CHECK(cudaEventRecord(task_start[index], s));
 
   if (!skip[index]) switch (t.op) {
@@ -117,9 +118,14 @@ void CudaExecutor::Impl::enqueueTask(int index) {
   if (t.collective) {
     const size_t k = size_t(std::find(collective_tasks.begin(), collective_tasks.end(), index) -
                             collective_tasks.begin());
-    TANDEM_CUDA_CHECK(cudaEventRecordWithFlags(collective_done.at(k), s, cudaEventRecordExternal));
+    // Inside a capture only an "external" record stays queryable after replay.
+    if (capturing)
+      TANDEM_CUDA_CHECK(cudaEventRecordWithFlags(collective_done.at(k), s, cudaEventRecordExternal));
+    else
+      TANDEM_CUDA_CHECK(cudaEventRecord(collective_done.at(k), s));
   }
   if (t.record_event >= 0) TANDEM_CUDA_CHECK(cudaEventRecord(events.at(t.record_event), s));
+  if (opt.observer) opt.observer->onTaskEnd(t, s);
 }
 
 }  // namespace tandem::cuda

@@ -45,7 +45,13 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
                        int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,
                        float* scratch, cudaStream_t s);
 
-// Causal attention; head dimension C/H must be 16, 32 or 64.
+// Raises the shared-memory limits of the tensor-core kernels on the current
+// device. Call once per device before the first launch (outside a capture).
+void prepareKernels();
+
+// Causal attention; head dimension C/H must be 16, 32 or 64. bf16 with head
+// dimension 64 runs on the tensor cores (attention_tc.cu), the rest on a
+// fp32 CUDA-core kernel (attention.cu).
 bool attentionSupportsHeadDim(int64_t D);
 void attentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn,
                       int64_t C, int64_t H, DType dt, cudaStream_t s);

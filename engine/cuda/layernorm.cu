@@ -9,7 +9,7 @@ namespace {
 
 constexpr float kEps = 1e-5f;
 constexpr int kWarpsPerBlock = 8;
-constexpr int kBwdBlocks = 128;  // fixed: the reduction order must not depend on M
+constexpr int kBwdBlocks = 264;  // fixed (2 per H200 SM): the reduction order must not depend on M
 constexpr int kBwdWarps = kBwdBlocks * kWarpsPerBlock;
 
 template <class T>
@@ -79,22 +79,95 @@ __global__ void layernormBackwardKernel(T* dx, float* partial_dw, float* partial
   }
 }
 
+// Same math with each lane's share of dw/db kept in registers (C <= 32 *
+// kPerLane): one write of the partial rows at the end instead of a
+// read-modify-write per row.
+template <class T, int kPerLane>
+__global__ void layernormBackwardRegKernel(T* dx, float* partial_dw, float* partial_db, const T* dy,
+                                           const T* x, const T* w, const void* mean, int mean_bf16,
+                                           const void* rstd, int rstd_bf16, int64_t M, int64_t C,
+                                           bool accumulate_dx) {
+  int lane = threadIdx.x & 31;
+  int64_t warp = blockIdx.x * int64_t(kWarpsPerBlock) + (threadIdx.x >> 5);
+  float aw[kPerLane], ab[kPerLane], wv[kPerLane];
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    aw[k] = ab[k] = 0.f;
+    int64_t c = lane + 32 * k;
+    wv[k] = c < C ? toF(w[c]) : 0.f;
+  }
+  for (int64_t row = warp; row < M; row += kBwdWarps) {
+    const T* xr = x + row * C;
+    const T* dyr = dy + row * C;
+    float mu = loadAny(mean, mean_bf16, row);
+    float rs = loadAny(rstd, rstd_bf16, row);
+    float xh[kPerLane], g[kPerLane];
+    float sum_dn = 0.f, sum_dn_xhat = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      int64_t c = lane + 32 * k;
+      xh[k] = 0.f, g[k] = 0.f;
+      if (c < C) {
+        xh[k] = (toF(xr[c]) - mu) * rs;
+        g[k] = toF(dyr[c]);
+      }
+      float dn = g[k] * wv[k];
+      sum_dn += dn;
+      sum_dn_xhat += dn * xh[k];
+      aw[k] += g[k] * xh[k];
+      ab[k] += g[k];
+    }
+    float a = warpSum(sum_dn) / float(C);
+    float bb = warpSum(sum_dn_xhat) / float(C);
+    T* dxr = dx + row * C;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      int64_t c = lane + 32 * k;
+      if (c < C) {
+        float v = rs * (g[k] * wv[k] - a - xh[k] * bb);
+        if (accumulate_dx) v += toF(dxr[c]);
+        dxr[c] = fromF<T>(v);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    int64_t c = lane + 32 * k;
+    if (c < C) {
+      partial_dw[warp * C + c] = aw[k];
+      partial_db[warp * C + c] = ab[k];
+    }
+  }
+}
+
+// Column sums of the per-warp partials: 8 row groups per column summed in a
+// fixed order, then the 8 group sums in order.
 template <class T>
 __global__ void layernormParamReduceKernel(T* dw, T* db, const float* partial_dw,
                                            const float* partial_db, int64_t C, bool accumulate) {
-  int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  float sw = 0.f, sb = 0.f;
-  for (int j = 0; j < kBwdWarps; ++j) {
-    sw += partial_dw[j * C + c];
-    sb += partial_db[j * C + c];
+  __shared__ float sw[8][33], sb[8][33];
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  float aw = 0.f, ab = 0.f;
+  if (c < C)
+    for (int j = threadIdx.y; j < kBwdWarps; j += 8) {
+      aw += partial_dw[j * C + c];
+      ab += partial_db[j * C + c];
+    }
+  sw[threadIdx.y][threadIdx.x] = aw;
+  sb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  float tw = 0.f, tb = 0.f;
+  for (int j = 0; j < 8; ++j) {
+    tw += sw[j][threadIdx.x];
+    tb += sb[j][threadIdx.x];
   }
   if (accumulate) {
-    sw += toF(dw[c]);
-    sb += toF(db[c]);
+    tw += toF(dw[c]);
+    tb += toF(db[c]);
   }
-  dw[c] = fromF<T>(sw);
-  db[c] = fromF<T>(sb);
+  dw[c] = fromF<T>(tw);
+  db[c] = fromF<T>(tb);
 }
 
 }  // namespace
@@ -119,12 +192,18 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
   float* pdw = scratch;
   float* pdb = scratch + int64_t(kBwdWarps) * C;
   TANDEM_DISPATCH_DT(dt, {
-    layernormBackwardKernel<T><<<kBwdBlocks, kWarpsPerBlock * 32, 0, s>>>(
-        static_cast<T*>(dx), pdw, pdb, static_cast<const T*>(dy), static_cast<const T*>(x),
-        static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C,
-        accumulate_dx);
+    if (C <= 32 * 32)
+      layernormBackwardRegKernel<T, 32><<<kBwdBlocks, kWarpsPerBlock * 32, 0, s>>>(
+          static_cast<T*>(dx), pdw, pdb, static_cast<const T*>(dy), static_cast<const T*>(x),
+          static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C,
+          accumulate_dx);
+    else
+      layernormBackwardKernel<T><<<kBwdBlocks, kWarpsPerBlock * 32, 0, s>>>(
+          static_cast<T*>(dx), pdw, pdb, static_cast<const T*>(dy), static_cast<const T*>(x),
+          static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C,
+          accumulate_dx);
     TANDEM_CUDA_LAUNCH_CHECK();
-    layernormParamReduceKernel<T><<<gridFor(C, 256), 256, 0, s>>>(
+    layernormParamReduceKernel<T><<<unsigned((C + 31) / 32), dim3(32, 8), 0, s>>>(
         static_cast<T*>(dw), static_cast<T*>(db), pdw, pdb, C, accumulate_dw);
   });
   TANDEM_CUDA_LAUNCH_CHECK();

@@ -61,7 +61,8 @@ NcclComm::~NcclComm() {
 void NcclComm::abort() {
   if (state_->comm && !state_->aborted) {
     state_->aborted = true;
-    ncclCommAbort(state_->comm);
+    ncclComm_t c = state_->comm;
+    std::thread([c] { ncclCommAbort(c); }).detach();
   }
 }
 

@@ -32,7 +32,9 @@ class NcclComm {
                  cudaStream_t s, const std::string& what);
   // Throws (after aborting) when the communicator reports an asynchronous error.
   void checkAsync(const std::string& what);
-  // Aborts the communicator; later calls throw.
+  // Aborts the communicator; later calls throw. The abort runs on a detached
+  // thread: with a peer gone, ncclCommAbort can itself wait on stuck work,
+  // and the caller must still be able to report the error and leave.
   void abort();
   int rank() const { return rank_; }
   int world() const { return world_; }

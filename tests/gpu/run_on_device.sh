@@ -14,10 +14,10 @@ stage() {
   local name=$1; shift
   echo "=== $name: $*"
   local t0=$(date +%s.%N)
-  timeout 400 "$@" > "$OUT/$name.log" 2>&1
+  timeout ${STAGE_TIMEOUT:-400} "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   tail -n 40 "$OUT/$name.log"
-  echo "=== $name rc=$rc wall=$(echo "$(date +%s.%N) - $t0" | bc)s"
+  echo "=== $name rc=$rc wall=$(python3 -c "import time; print(round(time.time() - $t0, 1))")s"
 }
 nvidia-smi -L
 for s in "$@"; do

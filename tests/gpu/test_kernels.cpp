@@ -287,11 +287,13 @@ void testOptimizer() {
 
 int main() {
   requireGpus(1);
+  cuda::prepareKernels();
   for (DType dt : {DType::F32, DType::BF16}) {
     testLayernorm(dt);
     testAttention(dt, 2, 100, 64, 4);   // head dim 16, T not a tile multiple
     testAttention(dt, 1, 130, 256, 4);  // head dim 64
     testAttention(dt, 2, 33, 128, 4);   // head dim 32
+    testAttention(dt, 1, 300, 128, 2);  // head dim 64, five tiles (tensor cores in bf16)
     testElementwise(dt);
     testCrossEntropy(dt);
     testEmbedding(dt);

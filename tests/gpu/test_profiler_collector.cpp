@@ -1,0 +1,193 @@
+// The profiler's collector on its own, without the executor: a few kernels,
+// a device copy and a memset, issued as plan "tasks" once eagerly and then as
+// a captured CUDA Graph replayed three times. Every record must come back
+// tagged with the task that launched it (external correlation when eager,
+// graph node ids when replayed), on the task's stream, inside the run's
+// clock anchors; work outside any task must stay untagged.
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "engine/cuda/kernels.h"
+#include "profiler/profiler.h"
+#include "tests/gpu/gpu_test.h"
+#include "traces/trace_reader.h"
+
+using namespace tandem;
+using namespace tandem::gputest;
+using tandem::cuda::addForward;
+using tandem::cuda::geluForward;
+namespace tr = tandem::traces;
+
+namespace {
+
+#define CHECK_CUDA(x)                                                              \
+  do {                                                                             \
+    cudaError_t e_ = (x);                                                          \
+    if (e_ != cudaSuccess) {                                                       \
+      fmt::print("FAIL {}: {}\n", #x, cudaGetErrorString(e_));                     \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+constexpr int64_t kN = 1 << 22;  // 16 MiB of floats per buffer: kernels of tens of microseconds
+
+struct Buffers {
+  float* a = nullptr;
+  float* b = nullptr;
+  float* c = nullptr;
+  float* d = nullptr;
+};
+
+// The four "tasks" of one step, all on stream s.
+void issueStep(profiler::Profiler& p, const Buffers& m, cudaStream_t s) {
+  p.taskBegin(10, s);
+  addForward(m.c, m.a, m.b, kN, DType::F32, s);
+  p.taskEnd(10);
+  p.taskBegin(11, s);
+  geluForward(m.d, m.c, kN, DType::F32, s);
+  p.taskEnd(11);
+  p.taskBegin(12, s);
+  CHECK_CUDA(cudaMemcpyAsync(m.a, m.d, kN * 4, cudaMemcpyDeviceToDevice, s));
+  p.taskEnd(12);
+  p.taskBegin(13, s);
+  CHECK_CUDA(cudaMemsetAsync(m.b, 0, kN * 4, s));
+  p.taskEnd(13);
+}
+
+}  // namespace
+
+int main() {
+  requireGpus(1);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            fmt::format("tandem_profiler_collector_{}.sqlite", getpid())).string();
+  std::filesystem::remove(path);
+
+  CHECK_CUDA(cudaSetDevice(0));
+  Buffers m;
+  for (float** q : {&m.a, &m.b, &m.c, &m.d}) CHECK_CUDA(cudaMalloc(q, kN * 4));
+  std::mt19937 rng(7);
+  const std::vector<float> init = randomVector(size_t(kN), rng);
+  CHECK_CUDA(cudaMemcpy(m.a, init.data(), kN * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(m.b, init.data(), kN * 4, cudaMemcpyHostToDevice));
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  profiler::ProfilerOptions o;
+  o.path = path;
+  o.run.name = "collector test";
+  o.buffer_bytes = 4 << 20;
+  o.buffers = 4;
+  profiler::ProfileSummary summary;
+  {
+    profiler::Profiler p(o);
+    bool second_refused = false;
+    try {
+      profiler::Profiler again(o);
+    } catch (const profiler::ProfilerError& e) {
+      second_refused = true;
+      fmt::print("     second profiler: {}\n", e.what());
+    }
+    expectTrue("a second profiler in the same process is refused", second_refused);
+
+    std::vector<profiler::TaskInfo> tasks;
+    const char* names[] = {"add.fwd", "gelu.fwd", "copy.d2d", "zero.b"};
+    for (int i = 0; i < 4; ++i) {
+      profiler::TaskInfo t;
+      t.id = 10 + i;
+      t.name = names[i];
+      t.op = names[i];
+      t.phase = tr::TracePhase::Forward;
+      t.layer = i;
+      t.stream = 3;  // a plan stream index that is not 0, to see it carried
+      tasks.push_back(t);
+    }
+    p.addTasks(tasks);
+    p.nameStream(3, s, tr::StreamKind::Compute, "compute");
+
+    // Work outside any step and task: must stay unattributed.
+    addForward(m.c, m.a, m.b, kN, DType::F32, s);
+
+    p.stepBegin(0);
+    issueStep(p, m, s);
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    p.stepEnd(0);
+
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    p.stepBegin(1);
+    p.captureBegin();
+    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    issueStep(p, m, s);
+    CHECK_CUDA(cudaStreamEndCapture(s, &g));
+    p.captureEnd();
+    CHECK_CUDA(cudaGraphInstantiate(&exec, g, 0));
+    for (int step = 1; step <= 3; ++step) {
+      if (step > 1) p.stepBegin(step);
+      CHECK_CUDA(cudaGraphLaunch(exec, s));
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      p.stepEnd(step);
+    }
+    CHECK_CUDA(cudaGetLastError());
+    summary = p.finish();
+    fmt::print("     {}\n", profiler::formatSummary(summary));
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(g));
+  }
+
+  tr::TraceReader reader(path);
+  const int64_t run = reader.defaultRunId();
+  std::map<int64_t, int> per_task;
+  std::map<int64_t, std::set<int>> streams_of_task;
+  int unattributed_kernels = 0, rows = 0;
+  bool bad_time = false, layer_carried = true;
+  const std::vector<tr::ClockRow> clocks = reader.clocks(run);
+  expectTrue("two clock anchors (start, end)", clocks.size() == 2);
+  const int64_t t0 = clocks.empty() ? 0 : clocks.front().realtime_ns;
+  const int64_t t1 = clocks.empty() ? 0 : clocks.back().realtime_ns;
+  reader.forEachActivity(run, [&](const tr::ActivityRow& a) {
+    ++rows;
+    if (a.start_ns < t0 || a.end_ns > t1 || a.end_ns < a.start_ns) bad_time = true;
+    if (a.task_id >= 0) {
+      ++per_task[a.task_id];
+      streams_of_task[a.task_id].insert(a.stream);
+      if (a.layer != int(a.task_id - 10)) layer_carried = false;
+    } else if (a.kind == tr::ActivityKind::Kernel) {
+      ++unattributed_kernels;
+    }
+  });
+  fmt::print("     {} activity rows; per task:", rows);
+  for (auto [t, n] : per_task) fmt::print(" {}:{}", t, n);
+  fmt::print("\n");
+  for (int64_t t = 10; t <= 13; ++t)
+    expectTrue(fmt::format("task {}: 1 eager + 3 replayed records attributed (got {})", t, per_task[t]),
+               per_task[t] == 4);
+  expectTrue("every attributed record is on the task's plan stream (3)",
+             streams_of_task[10] == std::set<int>{3} && streams_of_task[11] == std::set<int>{3});
+  expectTrue("task layer carried into the rows", layer_carried);
+  expectTrue(fmt::format("exactly one kernel outside any task stays unattributed (got {})", unattributed_kernels),
+             unattributed_kernels == 1);
+  expectTrue(fmt::format("graph replays: 6 kernels seen with graph node ids (got {})", summary.graph_kernels),
+             summary.graph_kernels == 6);
+  expectTrue("every record lies between the start and end clock anchors", !bad_time);
+  expectTrue("no dropped records", summary.dropped_records == 0);
+  const auto steps = reader.steps(run);
+  expectTrue(fmt::format("4 steps stored (got {})", steps.size()), steps.size() == 4);
+  int task_ranges = 0;
+  for (const auto& r : reader.ranges(run))
+    if (r.depth == 1 && r.name == "gelu.fwd") ++task_ranges;
+  expectTrue(fmt::format("task ranges: gelu.fwd issued twice (eager, capture) (got {})", task_ranges), task_ranges == 2);
+  bool dropped_stat = false;
+  for (const auto& st : reader.stats(run))
+    if (st.name == "cupti.dropped_records") dropped_stat = st.value == 0;
+  expectTrue("dropped-record stat stored (0)", dropped_stat);
+  expectTrue("plan tasks stored", reader.planTasks(run).size() == 4);
+
+  for (float* q : {m.a, m.b, m.c, m.d}) cudaFree(q);
+  cudaStreamDestroy(s);
+  std::filesystem::remove(path);
+  return finish();
+}
