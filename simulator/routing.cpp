@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <functional>
+#include <iterator>
 
 namespace tandem::sim {
 namespace {
@@ -58,14 +59,26 @@ Router::Tree& Router::treeTo(int dst, int src_host) const {
       return trees_.front();
     }
   }
-  Tree tree;
+  // Reuse the least recently used tree's arrays once the cache is full.
+  if (int(trees_.size()) >= max_cached_trees_) {
+    trees_.splice(trees_.begin(), trees_, std::prev(trees_.end()));
+  } else {
+    const size_t n = size_t(topo_.nodeCount());
+    trees_.emplace_front();
+    trees_.front().entries.resize(n);
+    trees_.front().stamps.assign(n, 0);
+  }
+  Tree& tree = trees_.front();
   tree.dst = dst;
   tree.src_host = src_host;
-  tree.nodes[dst] = Entry{Cost{0, 0}, false};
+  if (++tree.generation == 0) {  // wrapped: old stamps could look valid
+    std::fill(tree.stamps.begin(), tree.stamps.end(), 0);
+    tree.generation = 1;
+  }
+  tree.heap.clear();
+  tree.touch(dst, Entry{Cost{0, 0}, false});
   tree.heap.push_back({Cost{0, 0}, dst});
-  trees_.push_front(std::move(tree));
-  while (int(trees_.size()) > max_cached_trees_) trees_.pop_back();
-  return trees_.front();
+  return tree;
 }
 
 void Router::settle(Tree& tree, int src) const {
@@ -83,7 +96,7 @@ void Router::settle(Tree& tree, int src) const {
     HeapItem item = heap.back();
     heap.pop_back();
     const int v = item.node;
-    Entry& ev = tree.nodes[v];
+    Entry& ev = tree.touch(v, Entry{item.cost, false});
     if (ev.done) continue;
     ev.done = true;
     if (v != tree.dst && topo_.isDevice(v)) continue;
@@ -92,11 +105,10 @@ void Router::settle(Tree& tree, int src) const {
       const int h = node_host_[size_t(l.src)];
       if (h != -1 && h != dst_host && h != tree.src_host) continue;
       Cost cand{item.cost.hops + 1, item.cost.latency_ns + l.latency_ns};
-      auto [it, inserted] = tree.nodes.try_emplace(l.src, Entry{cand, false});
-      if (!inserted) {
-        if (it->second.done || !(cand < it->second.to_dst)) continue;
-        it->second.to_dst = cand;
+      if (const Entry* known = tree.find(l.src)) {
+        if (known->done || !(cand < known->to_dst)) continue;
       }
+      tree.touch(l.src, Entry{cand, false}).to_dst = cand;
       heap.push_back({cand, l.src});
       std::push_heap(heap.begin(), heap.end(), later);
     }

@@ -85,15 +85,25 @@ class Router {
   // Distances to one destination (hops, then latency) of the nodes a route
   // from src_host may use, found by a Dijkstra search on reversed links that
   // stops as soon as the queried source is settled and resumes for later
-  // sources of the same host.
+  // sources of the same host. Entries are dense arrays reused across
+  // searches: an entry is valid only when its stamp equals the tree's
+  // generation, so starting a new search costs O(1), not O(nodes).
   struct Tree {
     int dst = -1;
     int src_host = -1;
-    std::unordered_map<int, Entry> nodes;
+    uint32_t generation = 0;
+    std::vector<Entry> entries;
+    std::vector<uint32_t> stamps;
     std::vector<HeapItem> heap;  // std::push_heap/pop_heap with std::greater
     const Entry* find(int node) const {
-      auto it = nodes.find(node);
-      return it == nodes.end() ? nullptr : &it->second;
+      return stamps[size_t(node)] == generation ? &entries[size_t(node)] : nullptr;
+    }
+    Entry& touch(int node, const Entry& initial) {
+      if (stamps[size_t(node)] != generation) {
+        stamps[size_t(node)] = generation;
+        entries[size_t(node)] = initial;
+      }
+      return entries[size_t(node)];
     }
   };
 
@@ -112,7 +122,7 @@ class Router {
 
   mutable std::mutex mutex_;
   mutable std::unordered_map<uint64_t, std::vector<int>> routes_;
-  mutable std::list<Tree> trees_;     // most recently used first
+  mutable std::list<Tree> trees_;     // most recently used first, at most max_cached_trees_
   mutable std::vector<int> nic_for_;  // -2: not computed yet
 };
 

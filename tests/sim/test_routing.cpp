@@ -62,9 +62,9 @@ TEST_CASE("routes never transit a GPU", "[routing]") {
   Topology t;
   t.name = "chain";
   t.hosts.push_back({"h"});
-  for (int i = 0; i < 3; ++i) {
+  for (const char* name : {"g0", "g1", "g2"}) {
     DeviceSpec d;
-    d.name = "g" + std::to_string(i);
+    d.name = name;
     t.devices.push_back(d);
   }
   t.addLink(0, 1, 10, 1, LinkKind::NvLink, 1);
