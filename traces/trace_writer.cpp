@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <unordered_map>
 
@@ -72,6 +73,10 @@ struct TraceWriter::Impl {
   int64_t rows_in_batch = 0;
   int64_t rows_total = 0;
   bool in_transaction = false;
+  std::vector<std::pair<int64_t, std::string>> pending_strings;
+  // The batch being written by the background thread. Declared last so that
+  // it is waited for before the connection and statements are destroyed.
+  std::future<void> inflight;
 
   Impl(const std::string& p, WriterOptions o) : path(p), options(o), db(openFile(p, o), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX) {
     configureForWriting(db);
@@ -128,6 +133,17 @@ struct TraceWriter::Impl {
     }
   }
 
+  // Waits for the background batch (rethrowing its failure); every use of
+  // the connection from the caller's thread goes through here first.
+  void wait() {
+    if (inflight.valid()) inflight.get();
+  }
+
+  void beginDirect() {
+    wait();
+    begin();
+  }
+
   void bindActivity(sql::Stmt& s, int slot, const PendingActivity& r, int64_t id) {
     int c = slot * kActivityColumns;
     s.bind(c + 1, id);
@@ -163,79 +179,116 @@ struct TraceWriter::Impl {
     c.run();
   }
 
-  // Writes the batch sorted by (rank, stream, start): each track's rows get
-  // consecutive ids, described by one activity_chunks row.
-  void writePending() {
-    if (pending.empty()) return;
+  // Everything a batch commit writes, moved out of the caller's buffers so
+  // that the caller can keep adding rows while the batch is written.
+  struct Batch {
+    std::vector<PendingActivity> acts;
+    std::vector<LaunchGeometry> geometry;
+    std::vector<std::pair<int64_t, std::string>> strings;
+    std::vector<std::pair<std::pair<int, int>, TrackExtent>> extents;
+    int64_t first_id = 0;
+  };
+
+  Batch takeBatch() {
+    Batch b;
+    b.acts.swap(pending);
+    b.geometry.swap(pending_geometry);
+    b.strings.swap(pending_strings);
+    if (!b.acts.empty()) b.extents.assign(extents.begin(), extents.end());
+    b.first_id = next_activity_id;
+    next_activity_id += static_cast<int64_t>(b.acts.size());
+    pending.reserve(b.acts.size());
+    return b;
+  }
+
+  // Writes a batch and commits the open transaction. Activities go in sorted
+  // by (rank, stream, start): each track's rows get consecutive ids,
+  // described by one activity_chunks row.
+  void writeBatch(Batch& b) {
     begin();
-    std::sort(pending.begin(), pending.end(), [](const PendingActivity& a, const PendingActivity& b) {
-      if (a.rank != b.rank) return a.rank < b.rank;
-      if (a.stream != b.stream) return a.stream < b.stream;
-      if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
-      return a.seq < b.seq;
+    for (const auto& [id, value] : b.strings) {
+      insert_string.bind(1, id);
+      insert_string.bind(2, std::string_view(value));
+      insert_string.run();
+    }
+    auto& acts = b.acts;
+    std::sort(acts.begin(), acts.end(), [](const PendingActivity& x, const PendingActivity& y) {
+      if (x.rank != y.rank) return x.rank < y.rank;
+      if (x.stream != y.stream) return x.stream < y.stream;
+      if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
+      return x.seq < y.seq;
     });
-    size_t n = pending.size();
+    size_t n = acts.size();
     size_t i = 0;
     for (; i + kRowsPerInsert <= n; i += kRowsPerInsert) {
       for (int k = 0; k < kRowsPerInsert; ++k)
-        bindActivity(insert_activities, k, pending[i + k], next_activity_id + static_cast<int64_t>(i) + k);
+        bindActivity(insert_activities, k, acts[i + k], b.first_id + static_cast<int64_t>(i) + k);
       insert_activities.run();
     }
     for (; i < n; ++i) {
-      bindActivity(insert_activity, 0, pending[i], next_activity_id + static_cast<int64_t>(i));
+      bindActivity(insert_activity, 0, acts[i], b.first_id + static_cast<int64_t>(i));
       insert_activity.run();
     }
     size_t chunk_begin = 0;
     int64_t max_end = INT64_MIN;
     for (size_t k = 0; k < n; ++k) {
-      const auto& r = pending[k];
-      int64_t id = next_activity_id + static_cast<int64_t>(k);
+      const auto& r = acts[k];
+      int64_t id = b.first_id + static_cast<int64_t>(k);
       if (r.geometry >= 0) {
-        const LaunchGeometry& g = pending_geometry[static_cast<size_t>(r.geometry)];
+        const LaunchGeometry& g = b.geometry[static_cast<size_t>(r.geometry)];
         insert_geometry.bind(1, id);
         int values[6] = {g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z};
         for (int v = 0; v < 6; ++v) insert_geometry.bind(2 + v, values[v]);
         insert_geometry.run();
       }
       max_end = std::max(max_end, r.end_ns);
-      bool last_of_track = k + 1 == n || pending[k + 1].rank != r.rank || pending[k + 1].stream != r.stream;
+      bool last_of_track = k + 1 == n || acts[k + 1].rank != r.rank || acts[k + 1].stream != r.stream;
       if (last_of_track) {
-        writeChunk(pending[chunk_begin], next_activity_id + static_cast<int64_t>(chunk_begin), id, r.start_ns,
-                   max_end);
+        writeChunk(acts[chunk_begin], b.first_id + static_cast<int64_t>(chunk_begin), id, r.start_ns, max_end);
         chunk_begin = k + 1;
         max_end = INT64_MIN;
       }
     }
-    next_activity_id += static_cast<int64_t>(n);
-    pending.clear();
-    pending_geometry.clear();
+    for (const auto& [key, e] : b.extents) {
+      insert_extent.bind(1, run);
+      insert_extent.bind(2, key.first);
+      insert_extent.bind(3, key.second);
+      insert_extent.bind(4, e.count);
+      insert_extent.bind(5, e.min_start_ns);
+      insert_extent.bind(6, e.max_end_ns);
+      insert_extent.bind(7, e.max_duration_ns);
+      insert_extent.run();
+    }
+    db.exec("COMMIT");
+    in_transaction = false;
   }
 
+  // Commits everything added so far, on this thread.
   void commit() {
-    writePending();
-    writeExtents();
-    if (in_transaction) {
-      db.exec("COMMIT");
-      in_transaction = false;
-    }
+    wait();
+    Batch b = takeBatch();
+    writeBatch(b);
     rows_in_batch = 0;
   }
 
-  // Called after each row: commits a full batch so a crash loses at most one.
+  // Called after each row: a full batch is handed to a background thread
+  // (after the previous one finished), so a crash loses at most the batches
+  // not yet committed and the caller keeps producing meanwhile.
   void counted() {
     ++rows_total;
-    if (++rows_in_batch >= options.batch_rows) commit();
+    if (++rows_in_batch < options.batch_rows) return;
+    rows_in_batch = 0;
+    wait();
+    inflight = std::async(std::launch::async, [this, b = takeBatch()]() mutable { writeBatch(b); });
   }
 
+  // Ids are assigned here; the rows reach the file with the next batch.
   int64_t intern(std::string_view s) {
     auto it = strings.find(s);
     if (it != strings.end()) return it->second;
-    begin();
     int64_t id = next_string_id++;
-    insert_string.bind(1, id);
-    insert_string.bind(2, s);
-    insert_string.run();
     strings.emplace(std::string(s), id);
+    pending_strings.emplace_back(id, std::string(s));
     return id;
   }
 
@@ -248,24 +301,9 @@ struct TraceWriter::Impl {
     return *last_extent;
   }
 
-  void writeExtents() {
-    if (extents.empty() || run < 0) return;
-    begin();
-    for (const auto& [key, e] : extents) {
-      insert_extent.bind(1, run);
-      insert_extent.bind(2, key.first);
-      insert_extent.bind(3, key.second);
-      insert_extent.bind(4, e.count);
-      insert_extent.bind(5, e.min_start_ns);
-      insert_extent.bind(6, e.max_end_ns);
-      insert_extent.bind(7, e.max_duration_ns);
-      insert_extent.run();
-    }
-  }
-
   void writeStats() {
     if (stats.empty() || run < 0) return;
-    begin();
+    beginDirect();
     for (const auto& [name, st] : stats) {
       insert_stat.bind(1, run);
       insert_stat.bind(2, std::string_view(name));
@@ -294,7 +332,7 @@ int64_t TraceWriter::beginRun(const RunInfo& info) {
   m.stats.clear();
   m.extents.clear();
   m.last_extent = nullptr;
-  m.begin();
+  m.beginDirect();
   auto& s = m.insert_run;
   s.bind(1, toString(info.kind));
   s.bind(2, std::string_view(info.name));
@@ -320,7 +358,7 @@ int64_t TraceWriter::runId() const { return impl_->run; }
 void TraceWriter::addStream(const StreamRow& r) {
   auto& m = *impl_;
   m.requireRun();
-  m.begin();
+  m.beginDirect();
   auto& s = m.insert_stream;
   s.bind(1, m.run);
   s.bind(2, r.rank);
@@ -360,7 +398,7 @@ void TraceWriter::addRange(const RangeRow& r) {
   auto& m = *impl_;
   m.requireRun();
   int64_t name = m.intern(r.name);
-  m.begin();
+  m.beginDirect();
   auto& s = m.insert_range;
   s.bind(1, m.run);
   s.bind(2, r.rank);
@@ -378,7 +416,7 @@ void TraceWriter::addCounter(const CounterRow& r) {
   auto& m = *impl_;
   m.requireRun();
   int64_t name = m.intern(r.name);
-  m.begin();
+  m.beginDirect();
   auto& s = m.insert_counter;
   s.bind(1, m.run);
   s.bind(2, r.rank);
@@ -393,7 +431,7 @@ void TraceWriter::addCounter(const CounterRow& r) {
 void TraceWriter::addStep(const StepRow& r) {
   auto& m = *impl_;
   m.requireRun();
-  m.begin();
+  m.beginDirect();
   auto& s = m.insert_step;
   s.bind(1, m.run);
   s.bind(2, r.rank);
@@ -408,7 +446,7 @@ void TraceWriter::addPlanTask(const PlanTaskRow& r) {
   auto& m = *impl_;
   m.requireRun();
   int64_t name = m.intern(r.name);
-  m.begin();
+  m.beginDirect();
   auto& s = m.insert_task;
   s.bind(1, m.run);
   s.bind(2, r.rank);
@@ -436,7 +474,7 @@ void TraceWriter::addPlanTask(const PlanTaskRow& r) {
 void TraceWriter::addCollective(const CollectiveRow& r) {
   auto& m = *impl_;
   m.requireRun();
-  m.begin();
+  m.beginDirect();
   auto& s = m.insert_collective;
   s.bind(1, m.run);
   s.bind(2, r.rank);
@@ -453,7 +491,7 @@ void TraceWriter::addCollective(const CollectiveRow& r) {
 void TraceWriter::addClock(const ClockRow& r) {
   auto& m = *impl_;
   m.requireRun();
-  m.begin();
+  m.beginDirect();
   auto& s = m.insert_clock;
   s.bind(1, m.run);
   s.bind(2, r.rank);

@@ -147,9 +147,12 @@ TEST_CASE("a crashed writer leaves every committed batch readable", "[store]") {
   REQUIRE(pid >= 0);
   if (pid == 0) {
     // The child writes 25 rows in batches of 10 and dies without flushing.
+    // Adding a stream waits for the batch being written in the background,
+    // so exactly two batches are committed when it dies.
     TraceWriter* w = new TraceWriter(path, WriterOptions{.batch_rows = 10, .truncate = true});
     w->beginRun({});
     for (int i = 0; i < 25; ++i) w->addActivity(act(0, 0, i * 10, i * 10 + 5, ActivityKind::Kernel, "k"));
+    w->addStream({0, 0, StreamKind::Compute, "compute", 0});
     _exit(0);
   }
   int status = 0;
