@@ -9,6 +9,7 @@
 #include <QStatusBar>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "gui/main_window.h"
 #include "gui/run_loader.h"
@@ -63,7 +64,7 @@ int main(int argc, char** argv) {
   parser.addHelpOption();
   parser.addPositionalArgument("DB", "trace database(s) written by tandem (the first is shown)", "[DB...]");
   QCommandLineOption run_opt("run", "run id to show (default: the file's latest run)", "ID");
-  QCommandLineOption compare_opt("compare", "run id of the first file to compare against", "ID");
+  QCommandLineOption compare_opt("compare", "run id of the first file to compare the shown run against", "ID");
   QCommandLineOption shot_opt("screenshot", "render offscreen to this PNG and exit", "out.png");
   QCommandLineOption view_opt("view", "view for the screenshot: timeline|statistics|recompute|topology|compare",
                               "VIEW", "timeline");
@@ -123,17 +124,15 @@ int main(int argc, char** argv) {
     return true;
   };
 
+  using View = tandem::gui::MainWindow::View;
   const QString view = parser.value(view_opt);
-  if (view == "statistics") {
-    window.setView(tandem::gui::MainWindow::View::Statistics);
-  } else if (view != "timeline") {
-    if (view == "recompute" || view == "topology" || view == "compare") {
-      window.showError("The " + view + " view is not available in this build of tandem-gui.");
-    } else {
-      return fail("--view: unknown view '" + view + "' (allowed: timeline, statistics, recompute, topology, compare)");
-    }
-    ok = false;
-  }
+  const std::map<QString, View> views = {{"timeline", View::Timeline},   {"statistics", View::Statistics},
+                                         {"recompute", View::Recompute}, {"topology", View::Topology},
+                                         {"compare", View::Compare}};
+  auto v = views.find(view);
+  if (v == views.end())
+    return fail("--view: unknown view '" + view + "' (allowed: timeline, statistics, recompute, topology, compare)");
+  window.setView(v->second);
 
   if (!headless) {
     window.show();

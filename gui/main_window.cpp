@@ -15,12 +15,18 @@
 #include <QTabWidget>
 #include <QTableView>
 #include <QVBoxLayout>
+#include <map>
 
+#include "gui/compare_view.h"
 #include "gui/item_models.h"
+#include "gui/recompute_view.h"
+#include "gui/topology_view.h"
 #include "gui/slice_stats.h"
 #include "gui/synthetic_run.h"
 #include "gui/timeline_math.h"
 #include "gui/timeline_view.h"
+#include "simulator/topology_presets.h"
+#include "simulator/topology_yaml.h"
 #include "traces/trace_reader.h"
 
 namespace tandem::gui {
@@ -72,7 +78,21 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   split->addWidget(makeTable(breakdown_, split, true));
   stats_layout->addWidget(split);
   tabs_->addTab(stats_page, tr("Statistics"));
+  recompute_view_ = new RecomputeView(tabs_);
+  tabs_->addTab(recompute_view_, tr("Recompute"));
+  topology_view_ = new TopologyView(tabs_);
+  tabs_->addTab(topology_view_, tr("Topology"));
+  compare_view_ = new CompareView(tabs_);
+  tabs_->addTab(compare_view_, tr("Compare"));
   setCentralWidget(tabs_);
+  connect(recompute_view_, &RecomputeView::runCreated, this, [this](const QString& path, qint64 run) {
+    // The new run is shown and compared against the run it came from.
+    const QString old_path = current_path_;
+    const qint64 old_run = current_run_;
+    if (openFile(path, run) && !old_path.isEmpty()) openCompare(old_path, old_run);
+  });
+  connect(recompute_view_, &RecomputeView::failed, this,
+          [this](const QString& msg) { statusBar()->showMessage(tr("What-if failed: %1").arg(msg)); });
 
   auto* details_dock = new QDockWidget(tr("Details"), this);
   auto* details_view = makeTable(details_, details_dock, false);
@@ -150,8 +170,15 @@ bool MainWindow::openFile(const QString& path, qint64 run) {
   try {
     LoadedRun loaded = loadRunFile(path.toStdString(), run);
     addRunsOf(loaded.path);
-    showRun(loaded.timeline, std::move(loaded.breakdown),
-            QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName());
+    const QString label = QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName();
+    showRun(loaded.timeline, loaded.breakdown, label);
+    current_path_ = path;
+    current_run_ = loaded.info.id;
+    current_label_ = label;
+    recompute_view_->setRun(path, QString::fromStdString(loaded.info.job_yaml),
+                            QString::fromStdString(loaded.info.topology), loaded.timeline);
+    showTopologyOf(loaded);
+    refreshComparison();
     return true;
   } catch (const std::exception& e) {
     showError(tr("Cannot show %1:\n%2").arg(path, QString::fromUtf8(e.what())));
@@ -164,6 +191,9 @@ bool MainWindow::openCompare(const QString& path, qint64 run) {
     LoadedRun loaded = loadRunFile(path.toStdString(), run);
     addRunsOf(loaded.path);
     compare_ = loaded.timeline;
+    compare_breakdown_ = std::move(loaded.breakdown);
+    compare_label_ = QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName();
+    refreshComparison();
     statusBar()->showMessage(tr("Comparing with %1").arg(QString::fromStdString(describeRun(loaded.info))));
     onSliceSelected(timeline_->selection().track, timeline_->selection().index);
     return true;
@@ -178,8 +208,15 @@ void MainWindow::showRun(std::shared_ptr<TimelineData> data, std::vector<RankBre
                          const QString& title) {
   last_error_.clear();
   setWindowTitle(tr("tandem — %1").arg(title));
+  current_path_.clear();
+  current_run_ = -1;
+  current_label_ = title;
+  current_breakdown_ = breakdown;
+  recompute_view_->clear(tr("This run did not come from a trace file with a job."));
+  topology_view_->setMessage(tr("This run names no topology."));
   timeline_->setData(std::move(data));
   breakdown_->setRows(std::move(breakdown));
+  refreshComparison();
   details_->setRows({});
   range_stats_->setRows({}, tr("name"));
   stats_dirty_ = true;
@@ -197,7 +234,42 @@ void MainWindow::showError(const QString& message) {
   statusBar()->showMessage(message.section('\n', -1));
 }
 
-void MainWindow::setView(View view) { tabs_->setCurrentIndex(view == View::Timeline ? 0 : 1); }
+void MainWindow::setView(View view) { tabs_->setCurrentIndex(int(view)); }
+
+void MainWindow::showTopologyOf(const LoadedRun& run) {
+  const std::string& topo = run.info.topology;
+  if (topo.empty()) {
+    topology_view_->setMessage(tr("This run names no topology."));
+    return;
+  }
+  try {
+    // The store keeps a preset's name or a whole topology file's text.
+    sim::Topology t = topo.find('\n') == std::string::npos ? sim::loadTopology(topo)
+                                                           : sim::parseTopologyYaml(topo, "<run topology>");
+    std::map<std::string, double> util;
+    traces::TraceReader reader(run.path);
+    const std::string prefix = "link.util.";
+    for (const auto& c : reader.counters(run.info.id))
+      if (c.name.rfind(prefix, 0) == 0) {
+        double& u = util[c.name.substr(prefix.size())];
+        u = std::max(u, c.value);
+      }
+    topology_view_->setTopology(std::move(t), std::move(util));
+  } catch (const std::exception& e) {
+    topology_view_->setMessage(tr("Cannot show topology %1: %2")
+                                   .arg(QString::fromStdString(topo).section('\n', 0, 0), QString::fromUtf8(e.what())));
+  }
+}
+
+void MainWindow::refreshComparison() {
+  const TimelineData* d = timeline_->data();
+  if (!compare_ || !d) {
+    compare_view_->setMessage(tr("Choose a run in the Runs panel and press \"Compare shown run with selected\"."));
+    return;
+  }
+  compare_view_->setComparison(compare_label_, current_label_,
+                               compareRuns(*compare_, compare_breakdown_, *d, current_breakdown_, 0));
+}
 
 void MainWindow::selectRange(qint64 start_ns, qint64 end_ns) { onRangeSelected(start_ns, end_ns); }
 

@@ -20,6 +20,9 @@ class QTableView;
 namespace tandem::gui {
 
 class BreakdownModel;
+class CompareView;
+class RecomputeView;
+class TopologyView;
 class DetailsModel;
 class KernelStatsModel;
 class RunListModel;
@@ -28,7 +31,7 @@ class TimelineView;
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum class View { Timeline, Statistics };
+  enum class View { Timeline, Statistics, Recompute, Topology, Compare };
 
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
@@ -54,6 +57,9 @@ class MainWindow : public QMainWindow {
   KernelStatsModel* stats() const { return stats_; }
   BreakdownModel* breakdown() const { return breakdown_; }
   RunListModel* runs() const { return runs_; }
+  RecomputeView* recomputeView() const { return recompute_view_; }
+  TopologyView* topologyView() const { return topology_view_; }
+  CompareView* compareView() const { return compare_view_; }
 
  private slots:
   void onSliceSelected(int track, qint64 index);
@@ -66,6 +72,8 @@ class MainWindow : public QMainWindow {
  private:
   void buildMenus();
   void addRunsOf(const std::string& path);
+  void showTopologyOf(const LoadedRun& run);
+  void refreshComparison();
 
   TimelineView* timeline_ = nullptr;
   QTabWidget* tabs_ = nullptr;
@@ -77,7 +85,17 @@ class MainWindow : public QMainWindow {
   KernelStatsModel* stats_ = nullptr;
   BreakdownModel* breakdown_ = nullptr;
   RunListModel* runs_ = nullptr;
+  RecomputeView* recompute_view_ = nullptr;
+  TopologyView* topology_view_ = nullptr;
+  CompareView* compare_view_ = nullptr;
+  // The shown run (when it came from a file) and the run compared with it.
+  QString current_path_;
+  qint64 current_run_ = -1;
+  QString current_label_;
+  std::vector<RankBreakdown> current_breakdown_;
   std::shared_ptr<TimelineData> compare_;
+  std::vector<RankBreakdown> compare_breakdown_;
+  QString compare_label_;
   bool stats_dirty_ = true;
   QString last_error_;
 };

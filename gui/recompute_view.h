@@ -1,0 +1,101 @@
+#pragma once
+// Recompute view: per layer the recompute policy of the run's plan, the
+// activation memory it keeps and saves, the extra FLOPs, and the extra time
+// the run spent recomputing that layer (simulated or measured, from the
+// timeline). A chart puts memory against time. Choosing a policy for all
+// layers re-plans and re-simulates on a worker thread, with progress, and
+// the result opens as a new run beside the old one.
+
+#include <QAbstractTableModel>
+#include <QWidget>
+#include <memory>
+#include <vector>
+
+#include "engine/plan.h"
+#include "gui/timeline_data.h"
+#include "gui/what_if.h"
+
+class QComboBox;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+class QThread;
+
+namespace tandem::gui {
+
+struct RecomputeRow {
+  int layer = 0;
+  RecomputePolicy policy = RecomputePolicy::None;
+  int64_t bytes_kept = 0;
+  int64_t bytes_saved = 0;
+  double extra_flops = 0;
+  int64_t extra_ns = 0;  // recompute time of the layer per step on rank 0, from the run
+};
+
+// Rows of a plan's recompute decisions joined with the run's recompute time.
+std::vector<RecomputeRow> recomputeRows(const Plan& plan, const TimelineData* run);
+
+class RecomputeModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column { Layer, Policy, Kept, Saved, ExtraFlops, ExtraTime, ColumnCount };
+  using QAbstractTableModel::QAbstractTableModel;
+  void setRows(std::vector<RecomputeRow> rows);
+  const std::vector<RecomputeRow>& rows() const { return rows_; }
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
+
+ private:
+  std::vector<RecomputeRow> rows_;
+};
+
+class RecomputeChart : public QWidget {
+  Q_OBJECT
+ public:
+  explicit RecomputeChart(QWidget* parent = nullptr);
+  void setRows(std::vector<RecomputeRow> rows);
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+
+ private:
+  std::vector<RecomputeRow> rows_;
+};
+
+class RecomputeView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit RecomputeView(QWidget* parent = nullptr);
+  ~RecomputeView() override;
+  // The run to explain: its job (YAML), topology and timeline; `path` is the
+  // file new what-if runs are appended to.
+  void setRun(const QString& path, const QString& job_yaml, const QString& topology,
+              std::shared_ptr<const TimelineData> timeline);
+  void clear(const QString& why);
+  RecomputeModel* model() const { return model_; }
+  // Starts the re-plan and re-simulation with `policy` for every layer.
+  void simulatePolicy(RecomputePolicy policy);
+  bool busy() const { return worker_ != nullptr; }
+
+ signals:
+  void runCreated(const QString& path, qint64 run_id);
+  void failed(const QString& message);
+
+ private:
+  QLabel* summary_ = nullptr;
+  QComboBox* policy_ = nullptr;
+  QLineEdit* topology_ = nullptr;
+  QPushButton* run_button_ = nullptr;
+  QProgressBar* progress_ = nullptr;
+  QLabel* status_ = nullptr;
+  RecomputeModel* model_ = nullptr;
+  RecomputeChart* chart_ = nullptr;
+  QString path_;
+  QString job_yaml_;
+  QThread* worker_ = nullptr;
+};
+
+}  // namespace tandem::gui

@@ -1,0 +1,63 @@
+#include "gui/what_if.h"
+
+#include <algorithm>
+
+#include "engine/job.h"
+#include "engine/planner.h"
+#include "simulator/cost_model.h"
+#include "simulator/engine.h"
+#include "simulator/sim_trace_output.h"
+#include "simulator/topology_presets.h"
+#include "traces/trace_writer.h"
+
+namespace tandem::gui {
+
+namespace {
+
+JobSpec jobFor(const std::string& yaml, const std::string& source, const std::vector<std::string>& overrides) {
+  if (yaml.empty()) {
+    if (overrides.empty()) return defaultJob();
+    return parseJob(jobToYaml(defaultJob()), "<built-in gpt2-124m-dp8>", overrides);
+  }
+  return parseJob(yaml, source, overrides);
+}
+
+}  // namespace
+
+Plan planFor(const std::string& job_yaml, const std::vector<std::string>& overrides) {
+  return buildPlan(jobFor(job_yaml, "<run>", overrides));
+}
+
+WhatIfResult runWhatIf(const WhatIfRequest& request, const std::function<void(int, const std::string&)>& progress) {
+  auto report = [&](int pct, const std::string& stage) {
+    if (progress) progress(pct, stage);
+  };
+  report(5, "planning");
+  const JobSpec job = jobFor(request.job_yaml, request.job_source, request.overrides);
+  const Plan plan = buildPlan(job);
+  report(30, "loading topology " + request.topology);
+  const sim::Topology topo = sim::loadTopology(request.topology);
+  report(40, "simulating one step");
+  const sim::RooflineCostModel cost;
+  const sim::SimResult result = sim::simulatePlan(plan, topo, cost);
+  report(80, "writing the run");
+  WhatIfResult out;
+  {
+    traces::TraceWriter writer(request.out_path);
+    sim::SimTraceOptions options;
+    options.topology_label = request.topology;
+    options.run_name = request.run_name.empty() ? job.name + " (what-if)" : request.run_name;
+    out.run_id = sim::writeSimulationTrace(writer, plan, topo, result, options);
+    writer.flush();
+  }
+  out.step_ns = result.step_ns;
+  for (const auto& r : result.ranks) out.peak_memory_bytes = std::max(out.peak_memory_bytes, r.peak_memory_bytes);
+  const auto summary = sim::summarizeRank(result, 0);
+  out.recompute_ns = summary.recompute_ns;
+  out.exposed_comm_ns = summary.exposed_comm_ns;
+  out.recompute = plan.recompute;
+  report(100, "done");
+  return out;
+}
+
+}  // namespace tandem::gui

@@ -1,0 +1,42 @@
+#pragma once
+// What-if: re-plan a job with changed settings, simulate one step on a
+// topology and append the result to a trace file as a new simulated run.
+// The GUI runs this on a worker thread; tests call it directly. Qt-free.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/plan.h"
+
+namespace tandem::gui {
+
+struct WhatIfRequest {
+  std::string job_yaml;                 // the base job; empty: the built-in GPT-2 124M, data parallel 8
+  std::string job_source = "<run>";     // named in spec errors
+  std::vector<std::string> overrides;   // "recompute.policy=full", "training.micro_batch=8", ...
+  std::string topology = "dgx-h200";    // preset name or topology file
+  std::string out_path;                 // trace file the run is appended to
+  std::string run_name;                 // default: the job's name + " (what-if)"
+};
+
+struct WhatIfResult {
+  int64_t run_id = -1;
+  int64_t step_ns = 0;
+  int64_t peak_memory_bytes = 0;  // highest over ranks, from the simulation
+  int64_t recompute_ns = 0;       // recompute time on rank 0
+  int64_t exposed_comm_ns = 0;    // on rank 0
+  std::vector<RecomputeDecision> recompute;
+};
+
+// progress(percent, stage) is called from the calling thread between stages.
+// Throws SpecError, TopologyError, SimulationError or TraceError with a
+// readable message.
+WhatIfResult runWhatIf(const WhatIfRequest& request,
+                       const std::function<void(int, const std::string&)>& progress = {});
+
+// The plan of a run's job with overrides applied (for the recompute view).
+Plan planFor(const std::string& job_yaml, const std::vector<std::string>& overrides = {});
+
+}  // namespace tandem::gui

@@ -1,0 +1,122 @@
+// Recompute, topology and compare views on a simulated GPT-2 124M run
+// (data parallel 8, dgx-h200): table models through QAbstractItemModelTester,
+// the comparison's figures, and the views rendered offscreen.
+#include <QAbstractItemModelTester>
+#include <QImage>
+#include <QSignalSpy>
+#include <QTest>
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "gui/compare.h"
+#include "gui/compare_view.h"
+#include "gui/main_window.h"
+#include "gui/recompute_view.h"
+#include "gui/run_loader.h"
+#include "gui/topology_view.h"
+#include "gui/what_if.h"
+#include "gui_test_app.h"
+#include "simulator/topology_presets.h"
+
+using namespace tandem;
+using namespace tandem::gui;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Two simulated runs of GPT-2 124M on dgx-h200 in one file: recompute none
+// (run a) and full (run b). Built once for every test case.
+struct SimFixture {
+  std::string path;
+  int64_t none_id = -1, full_id = -1;
+  SimFixture() {
+    path = (fs::temp_directory_path() / ("tandem_gui_views_" + std::to_string(::getpid()) + ".sqlite")).string();
+    fs::remove(path);
+    WhatIfRequest r;
+    r.out_path = path;
+    r.overrides = {"recompute.policy=none"};
+    r.run_name = "none";
+    none_id = runWhatIf(r).run_id;
+    r.overrides = {"recompute.policy=full"};
+    r.run_name = "full";
+    full_id = runWhatIf(r).run_id;
+  }
+};
+
+const SimFixture& simRuns() {
+  static SimFixture f;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("compare: full recompute adds recompute time and lengthens the step", "[gui][compare]") {
+  LoadedRun a = loadRunFile(simRuns().path, simRuns().none_id);
+  LoadedRun b = loadRunFile(simRuns().path, simRuns().full_id);
+  Comparison c = compareRuns(*a.timeline, a.breakdown, *b.timeline, b.breakdown, 0);
+  CHECK(c.matched > 100);
+  CHECK(c.only_b > 0);  // the recompute tasks exist only with recompute on
+  auto row = [&](const std::string& m) {
+    for (const auto& r : c.summary)
+      if (r.metric == m) return r;
+    FAIL("no row " << m);
+    return CompareSummaryRow{};
+  };
+  CHECK(row("step").b_ns > row("step").a_ns);
+  CHECK(row("recompute").a_ns == 0);
+  CHECK(row("recompute").b_ns > 0);
+  CHECK(c.verdict.find("recompute +") != std::string::npos);
+
+  test::app();
+  CompareView view;
+  QAbstractItemModelTester t1(view.summary(), QAbstractItemModelTester::FailureReportingMode::Fatal);
+  QAbstractItemModelTester t2(view.tasks(), QAbstractItemModelTester::FailureReportingMode::Fatal);
+  view.setComparison("A", "B", c);
+  CHECK(view.summary()->rowCount() == int(c.summary.size()));
+  CHECK(view.tasks()->rowCount() == int(c.matched));
+}
+
+TEST_CASE("recompute view lists the plan's per-layer decisions and re-simulates in the background",
+          "[gui][recompute]") {
+  test::app();
+  LoadedRun run = loadRunFile(simRuns().path, simRuns().full_id);
+  RecomputeView view;
+  QAbstractItemModelTester tester(view.model(), QAbstractItemModelTester::FailureReportingMode::Fatal);
+  view.setRun(QString::fromStdString(simRuns().path), QString::fromStdString(run.info.job_yaml),
+              QString::fromStdString(run.info.topology), run.timeline);
+  REQUIRE(view.model()->rowCount() == 12);
+  for (const auto& r : view.model()->rows()) {
+    CHECK(r.policy == RecomputePolicy::Full);
+    CHECK(r.bytes_saved > 0);
+    CHECK(r.extra_ns > 0);  // recompute time found on the timeline
+  }
+  view.resize(900, 600);
+  const QImage img = view.grab().toImage();
+  CHECK(!img.isNull());
+
+  QSignalSpy created(&view, &RecomputeView::runCreated);
+  view.simulatePolicy(RecomputePolicy::Selective);
+  CHECK(view.busy());
+  REQUIRE(created.wait(120000));
+  CHECK(created.at(0).at(1).toLongLong() > simRuns().full_id);
+  QTRY_VERIFY_WITH_TIMEOUT(!view.busy(), 10000);
+}
+
+TEST_CASE("topology view colours links by their simulated utilization", "[gui][topology]") {
+  test::app();
+  MainWindow w;
+  w.resize(1200, 800);
+  REQUIRE(w.openFile(QString::fromStdString(simRuns().path), simRuns().none_id));
+  w.setView(MainWindow::View::Topology);
+  const QImage img = w.topologyView()->grab().toImage();
+  // Some link pixels carry a utilization colour other than idle grey.
+  int coloured = 0;
+  const QRgb idle = TopologyView::utilizationColor(0).rgb();
+  for (int y = 0; y < img.height(); y += 2)
+    for (int x = 0; x < img.width(); x += 2) {
+      const QColor c = img.pixelColor(x, y);
+      if (c.rgb() != idle && c.saturation() > 120 && c.hue() >= 0 && c.hue() <= 130) ++coloured;
+    }
+  CHECK(coloured > 50);
+  CHECK(TopologyView::utilizationColor(1.0) != TopologyView::utilizationColor(0.1));
+}
