@@ -38,6 +38,8 @@ class Router {
  public:
   // Keeps a reference to topo: it must outlive the Router and not change.
   explicit Router(const Topology& topo, int max_cached_trees = 64);
+  // A temporary topology would leave the Router dangling.
+  explicit Router(Topology&& topo, int max_cached_trees = 64) = delete;
 
   const Topology& topology() const { return topo_; }
 

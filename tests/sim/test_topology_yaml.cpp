@@ -237,3 +237,26 @@ TEST_CASE("saving writes atomically and replaces the old file", "[topology]") {
   CHECK_FALSE(fs::exists(dir / "missing-folder"));
   CHECK_THROWS_WITH(loadTopologyFile((dir / "absent.yaml").string()), Catch::Contains("cannot open"));
 }
+
+TEST_CASE("device_defaults and hosts sections are checked too", "[topology][errors]") {
+  std::string e = errorOf("device_defaults: {model: H100, colour: red}\ndevices:\n  - {name: g0}\n");
+  CHECK(e.find("bad.yaml:1:") == 0);
+  CHECK(e.find("device_defaults: unknown key 'colour'") != std::string::npos);
+  e = errorOf("hosts:\n  - name: a\n  - name: a\ndevices:\n  - {name: g0, model: H100, host: a}\n");
+  CHECK(e.find("bad.yaml:3:") == 0);
+  CHECK(e.find("duplicate host name 'a'") != std::string::npos);
+  e = errorOf("hosts:\n  - name: a\n  - name: b\ndevices:\n  - {name: g0, model: H100}\n");
+  CHECK(e.find("bad.yaml:5:") == 0);
+  CHECK(e.find("devices[0].host: missing field") != std::string::npos);
+  e = errorOf("devices:\n  - {name: g0, model: H100, memory_gib: 80, memory_mib: 1}\n");
+  CHECK(e.find("only one of memory_bytes, memory_mib, memory_gib") != std::string::npos);
+  e = errorOf("devices:\n  - {name: g0, model: H100, mig_fraction: 1.5}\n");
+  CHECK(e.find("mig_fraction must be in (0, 1]") != std::string::npos);
+  // Defaults apply to every device and an entry overrides them.
+  Topology t = parseTopologyYaml("device_defaults: {model: H200, sm_count: 100}\ndevices:\n  - {name: a}\n"
+                                 "  - {name: b, sm_count: 50}\nlinks:\n  - {a: a, b: b, kind: nvlink, gbps: 1}\n",
+                                 "d.yaml");
+  CHECK(t.devices[0].sm_count == 100);
+  CHECK(t.devices[1].sm_count == 50);
+  CHECK(t.devices[1].hbm_gbps == 4800);
+}
