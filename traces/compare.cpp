@@ -12,16 +12,9 @@
 namespace tandem::traces {
 namespace {
 
-struct TaskTime {
-  std::string name;
-  std::string op;
-  double ns = 0;
-};
+}  // namespace
 
-using TaskKey = std::pair<int, int64_t>;  // rank, task id
-
-// Per (rank, task): time per step, with the task's op from the plan copy.
-std::map<TaskKey, TaskTime> taskTimes(TraceReader& reader, int64_t run) {
+std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
   std::map<int, int> steps_per_rank;
   for (const StepRow& s : reader.steps(run)) steps_per_rank[s.rank]++;
   std::map<TaskKey, std::string> ops;
@@ -32,6 +25,7 @@ std::map<TaskKey, TaskTime> taskTimes(TraceReader& reader, int64_t run) {
     TaskTime& t = times[{a.rank, a.task_id}];
     if (t.name.empty()) t.name = a.name;
     t.ns += double(a.end_ns - a.start_ns);
+    t.activities++;
   });
   for (auto& [key, t] : times) {
     const auto it = steps_per_rank.find(key.first);
@@ -41,6 +35,8 @@ std::map<TaskKey, TaskTime> taskTimes(TraceReader& reader, int64_t run) {
   }
   return times;
 }
+
+namespace {
 
 RunSide sideOf(TraceReader& reader, int64_t run, int64_t tasks) {
   const RunReport rep = analyzeRun(reader, run);
@@ -66,8 +62,8 @@ double percentile(std::vector<double> v, double q) {
 }  // namespace
 
 RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t b_run, size_t top_n) {
-  const auto ta = taskTimes(a, a_run);
-  const auto tb = taskTimes(b, b_run);
+  const auto ta = taskTimesPerStep(a, a_run);
+  const auto tb = taskTimesPerStep(b, b_run);
   if (ta.empty())
     throw TraceError(fmt::format("{}: run {} has no activities with plan task ids to compare", a.path(), a_run));
   if (tb.empty())

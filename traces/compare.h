@@ -8,6 +8,8 @@
 // simulation one), so both sides are "time per step".
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,18 @@ struct RunComparison {
   std::vector<OpError> by_op;        // sorted by op name
   std::vector<TaskDelta> top_tasks;  // largest |b - a| first
 };
+
+// Time per step of every (rank, plan task id) of a run: the summed duration
+// of its non-host activities divided by the steps that rank recorded (at
+// least one). `op` is the plan's op spelling when the run carries plan tasks.
+struct TaskTime {
+  std::string name;
+  std::string op;
+  double ns = 0;
+  int64_t activities = 0;
+};
+using TaskKey = std::pair<int, int64_t>;  // rank, plan task id
+std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run);
 
 // Compares run `a_run` of `a` (reference) with run `b_run` of `b`. Both may
 // be the same reader. Throws TraceError when either run has no task ids.

@@ -1,0 +1,71 @@
+// tandem calibrate: fit the simulator's cost model from profiled runs.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <fstream>
+#include <memory>
+
+#include "cli/command_registry.h"
+#include "simulator/calibrate.h"
+#include "simulator/cost_model.h"
+#include "traces/atomic_output.h"
+
+namespace tandem::cli {
+namespace {
+
+struct CalibrateOptions {
+  std::vector<std::string> inputs;
+  std::string out;
+};
+
+// "FILE" (every real run in it) or "FILE:RUN".
+sim::CalibrationInput parseInput(const std::string& arg) {
+  sim::CalibrationInput in;
+  in.path = arg;
+  const auto colon = arg.rfind(':');
+  if (colon != std::string::npos && colon + 1 < arg.size() &&
+      arg.find_first_not_of("0123456789", colon + 1) == std::string::npos) {
+    in.path = arg.substr(0, colon);
+    in.run = std::stoll(arg.substr(colon + 1));
+  }
+  return in;
+}
+
+void runCalibrate(const CalibrateOptions& o) {
+  std::vector<sim::CalibrationInput> inputs;
+  for (const auto& a : o.inputs) inputs.push_back(parseInput(a));
+  const sim::CalibrationResult r = sim::calibrateFromRuns(inputs);
+  const std::string yaml = sim::calibrationToYaml(r);
+  sim::parseCalibration(yaml, o.out);  // what we write must load
+  traces::AtomicOutput output(o.out);
+  {
+    std::ofstream f(output.tempPath());
+    f << yaml;
+    if (!f) throw std::runtime_error(o.out + ": cannot write the calibration");
+  }
+  output.commit();
+  fmt::print("calibrated from {} task samples of {} runs\n", r.samples, r.provenance.size());
+  fmt::print("{:<20} {:>8} {:>7} {:>11} {:>12} {:>10} {:>12} {:>10}\n", "op", "samples", "shapes", "base us",
+             "ns/GFLOP", "ns/MB", "median res%", "max res%");
+  for (const auto& op : r.ops)
+    fmt::print("{:<20} {:>8} {:>7} {:>11.2f} {:>12.1f} {:>10.2f} {:>12.2f} {:>10.2f}\n", toString(op.op), op.samples,
+               op.shapes, op.base_ns / 1e3, op.ns_per_gflop, op.ns_per_mb, op.median_residual_pct, op.max_residual_pct);
+  for (const auto& c : r.collectives)
+    fmt::print("collective {} over {} ranks: latency {:.1f} us, {:.1f} GB/s bus bandwidth ({} samples, max residual "
+               "{:.2f}%)\n",
+               toString(c.op), c.ranks, double(c.latency_ns) / 1e3, c.gbps, c.samples, c.max_residual_pct);
+  fmt::print("calibration written to {}\n", o.out);
+}
+
+void addCalibrateCommand(CLI::App& root) {
+  auto* cmd = root.add_subcommand("calibrate", "Fit the simulator's cost model from profiled runs (matched to plan tasks)");
+  auto o = std::make_shared<CalibrateOptions>();
+  cmd->add_option("runs", o->inputs, "trace files (every real run in them) or FILE:RUN for one run")->required();
+  cmd->add_option("--out", o->out, "calibration YAML to write")->required()->type_name("FILE");
+  cmd->callback([o] { runCalibrate(*o); });
+}
+
+const CommandRegistration reg{"calibrate", 58, &addCalibrateCommand};
+
+}  // namespace
+}  // namespace tandem::cli

@@ -1,0 +1,66 @@
+#pragma once
+// Fitting the simulator's cost model from measured runs (`tandem calibrate`).
+//
+// Every measured activity carries its plan task id, and every run carries the
+// job it came from, so re-planning the job gives each measurement its task:
+// op kind, shape, FLOPs and bytes. From those samples:
+//   - per op kind, a fit  ns = base + a * GFLOP + b * MB  minimising the
+//     relative error (coefficients kept non-negative), which predicts shapes
+//     never measured;
+//   - per op kind and shape, the median measured duration, used as is for
+//     shapes that were measured;
+//   - per collective (op, ranks), latency + bus bytes / bandwidth fitted over
+//     the message sizes measured;
+//   - the launch overhead: the median gap between back-to-back kernels.
+// Durations written to the calibration include that gap, as the calibration
+// format's `ns` ("launch included") asks.
+
+#include <string>
+#include <vector>
+
+#include "simulator/cost_model.h"
+#include "traces/trace_reader.h"
+
+namespace tandem::sim {
+
+struct CalibrationInput {
+  std::string path;
+  int64_t run = -1;
+};
+
+struct OpFitReport {
+  OpKind op = OpKind::Matmul;
+  int64_t samples = 0;
+  int64_t shapes = 0;
+  double base_ns = 0, ns_per_gflop = 0, ns_per_mb = 0;
+  double median_residual_pct = 0, max_residual_pct = 0;  // of the fit, over the samples
+};
+
+struct CollectiveFitReport {
+  CollectiveOp op = CollectiveOp::AllReduce;
+  int ranks = 0;
+  int64_t samples = 0;
+  int64_t latency_ns = 0;
+  double gbps = 0;
+  double max_residual_pct = 0;
+};
+
+struct CalibrationResult {
+  Calibration calibration;
+  std::vector<OpFitReport> ops;
+  std::vector<CollectiveFitReport> collectives;
+  std::vector<std::string> provenance;  // one line per run used
+  int64_t samples = 0;
+  int64_t unmatched = 0;  // activities whose task id is not in the re-planned job
+};
+
+// Fits a calibration from the given runs (every real run of a file when its
+// run id is -1). Throws std::runtime_error naming the file and run when a run
+// has no job to re-plan or no task ids.
+CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs);
+
+// The calibration as YAML in the format of docs/simulator.md, with the fit
+// residuals and the provenance as comments and fields.
+std::string calibrationToYaml(const CalibrationResult& result);
+
+}  // namespace tandem::sim
