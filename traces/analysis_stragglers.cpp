@@ -6,6 +6,7 @@
 // earliest start of that collective on any rank.
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include "traces/analysis_parts.h"
 
@@ -26,18 +27,26 @@ struct Key {
 
 Stragglers stragglers(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                       const std::vector<CollectiveRow>& collectives) {
-  std::map<Key, std::vector<std::pair<int, int64_t>>> groups;  // rank, start
+  // (key, rank, start) entries, sorted so that each collective's entries are
+  // adjacent and a rank's earliest entry comes first: a rank that split a
+  // collective over several activities entered it at its first one.
+  struct Entry {
+    Key key;
+    int rank;
+    int64_t start;
+  };
+  std::vector<Entry> entries;
   if (!collectives.empty()) {
     std::map<std::pair<int, int64_t>, int64_t> seen;
     std::map<std::string, int64_t> codes;
     for (const auto& c : collectives) {
       int64_t name = codes.emplace(c.group + "/" + c.op, static_cast<int64_t>(codes.size())).first->second;
       Key k = c.task_id >= 0 ? Key{c.task_id, 0, 0} : Key{-1, name, seen[{c.rank, name}]++};
-      groups[k].emplace_back(c.rank, c.start_ns);
+      entries.push_back({k, c.rank, c.start_ns});
     }
   } else {
     for (const auto& rank : ranks) {
-      std::map<int32_t, int64_t> seen;
+      std::unordered_map<int32_t, int64_t> seen;
       // Several comm streams: occurrence order follows start time across them.
       std::vector<std::tuple<int64_t, int64_t, int32_t>> comm;  // start, task, name
       for (const Track* t : rank.tracks)
@@ -47,41 +56,45 @@ Stragglers stragglers(const std::vector<RankTracks>& ranks, const CategoryTable&
       std::sort(comm.begin(), comm.end());
       for (const auto& [start, task, name] : comm) {
         Key k = task >= 0 ? Key{task, 0, 0} : Key{-1, name, seen[name]++};
-        groups[k].emplace_back(rank.rank, start);
+        entries.push_back({k, rank.rank, start});
       }
     }
   }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.key < b.key) return true;
+    if (b.key < a.key) return false;
+    return a.rank != b.rank ? a.rank < b.rank : a.start < b.start;
+  });
   std::map<int, StragglerRank> per_rank;
-  std::map<int, int64_t> delay_sum;
+  std::map<int, int64_t> delay_sum, count;
   Stragglers out;
-  for (auto& [key, members] : groups) {
-    // One entry per rank: a rank that split a collective over several
-    // activities entered it at its first one.
-    std::map<int, int64_t> first;
-    for (auto [r, s] : members) {
-      auto it = first.find(r);
-      if (it == first.end() || s < it->second) first[r] = s;
-    }
+  std::vector<std::pair<int, int64_t>> first;  // rank, first start
+  for (size_t i = 0; i < entries.size();) {
+    size_t j = i;
+    first.clear();
+    for (; j < entries.size() && !(entries[i].key < entries[j].key); ++j)
+      if (first.empty() || first.back().first != entries[j].rank) first.emplace_back(entries[j].rank, entries[j].start);
+    i = j;
     if (first.size() < 2) continue;
     ++out.collectives_matched;
     int64_t earliest = INT64_MAX, latest = INT64_MIN;
     int last_rank = -1;
-    for (auto [r, s] : first) {
-      earliest = std::min(earliest, s);
-      if (s > latest) latest = s, last_rank = r;
+    for (auto [r, st] : first) {
+      earliest = std::min(earliest, st);
+      if (st > latest) latest = st, last_rank = r;
     }
-    for (auto [r, s] : first) {
+    for (auto [r, st] : first) {
       auto& pr = per_rank[r];
       pr.rank = r;
-      delay_sum[r] += s - earliest;
-      pr.max_delay_ns = std::max(pr.max_delay_ns, s - earliest);
-      pr.mean_delay_ns += 1;  // counts collectives for now, divided below
+      delay_sum[r] += st - earliest;
+      ++count[r];
+      pr.max_delay_ns = std::max(pr.max_delay_ns, st - earliest);
     }
     if (latest > earliest) ++per_rank[last_rank].last_count;
   }
   int64_t best = 0;
   for (auto& [r, pr] : per_rank) {
-    pr.mean_delay_ns = pr.mean_delay_ns > 0 ? static_cast<double>(delay_sum[r]) / pr.mean_delay_ns : 0.0;
+    pr.mean_delay_ns = static_cast<double>(delay_sum[r]) / static_cast<double>(count[r]);
     if (pr.last_count > best) best = pr.last_count, out.straggler_rank = r;
     out.ranks.push_back(pr);
   }

@@ -183,3 +183,30 @@ TEST_CASE("an empty run is an error, not an empty report", "[analysis][errors]")
   TraceReader r(path);
   CHECK_THROWS_WITH(analyzeRun(r, 1), Catch::Contains("has no activities"));
 }
+
+TEST_CASE("stragglers without task ids match collectives by name and occurrence", "[analysis]") {
+  std::string path = tempTracePath("stragglers.sqlite");
+  {
+    TraceWriter w(path, WriterOptions{.truncate = true});
+    w.beginRun({});
+    // Rank 2 enters both all-reduces last (by 30 and 50 ns); rank 0 enters the
+    // all-gather last. A split collective counts from its first piece.
+    for (int rank = 0; rank < 3; ++rank) {
+      int64_t late = rank == 2 ? 1 : 0;
+      w.addActivity(act(rank, 1, 100 + late * 30, 200, ActivityKind::Kernel, "ncclAllReduce"));
+      w.addActivity(act(rank, 1, 300 + late * 50, 400, ActivityKind::Kernel, "ncclAllReduce"));
+      w.addActivity(act(rank, 2, rank == 0 ? 520 : 500, 600, ActivityKind::Kernel, "ncclAllGather"));
+      w.addActivity(act(rank, 0, 0, 90, ActivityKind::Kernel, "gemm"));
+    }
+  }
+  TraceReader r(path);
+  RunReport rep = analyzeRun(r, 1);
+  CHECK(rep.stragglers.collectives_matched == 3);
+  CHECK(rep.stragglers.straggler_rank == 2);
+  REQUIRE(rep.stragglers.ranks.size() == 3);
+  CHECK(rep.stragglers.ranks[2].last_count == 2);
+  CHECK(rep.stragglers.ranks[2].max_delay_ns == 50);
+  CHECK(rep.stragglers.ranks[2].mean_delay_ns == Approx(80.0 / 3));
+  CHECK(rep.stragglers.ranks[0].last_count == 1);
+  CHECK(rep.stragglers.ranks[0].max_delay_ns == 20);
+}
