@@ -7,11 +7,14 @@
 //   w.flush();                               // optional; the destructor flushes
 //
 // Rows are inserted through prepared statements inside a transaction that is
-// committed every `batch_rows` rows and on flush(); the file is in WAL mode,
-// so a crash leaves every committed batch readable. Names are interned into
-// the file's `strings` table. Opening an existing tandem file appends; a
-// foreign, newer or damaged file throws TraceError. Not thread-safe: one
-// writer per thread (or guard it).
+// committed every `batch_rows` rows and on flush(); a full batch is written
+// by a background thread while the caller keeps adding rows (one batch in
+// flight at most). The file is in WAL mode, so a crash leaves every committed
+// batch readable. Names are interned into the file's `strings` table.
+// Opening an existing tandem file appends; a foreign, newer or damaged file
+// throws TraceError. A failure while writing a background batch is thrown by
+// the next call that waits for it (a later batch, flush()). Not thread-safe:
+// one writer per thread (or guard it).
 
 #include <cstdint>
 #include <memory>
