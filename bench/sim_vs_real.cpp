@@ -1,0 +1,206 @@
+// bench/sim_vs_real: how well the simulator predicts real runs it has not
+// seen. In one invocation on a GPU machine:
+//   1. every job below runs for real with profiling (`tandem run --profile`);
+//   2. a calibration is fitted from the jobs marked `calibrate` only;
+//   3. every job is simulated with that calibration, and without any
+//      (roofline defaults), on the measured machine's topology;
+//   4. each simulation is compared with its real run task by task.
+// Prints one JSON line per job, a table, and the rank order of the jobs by
+// step time both ways (Kendall tau).
+//
+//   bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology h200x2-nv18] [--steps 30]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/planner.h"
+#include "simulator/calibrate.h"
+#include "simulator/cost_model.h"
+#include "simulator/engine.h"
+#include "simulator/sim_trace_output.h"
+#include "simulator/topology_presets.h"
+#include "traces/analysis.h"
+#include "traces/compare.h"
+#include "traces/trace_reader.h"
+#include "traces/trace_writer.h"
+
+using namespace tandem;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct BenchJob {
+  std::string name;
+  std::vector<std::string> sets;  // --set overrides of the default job
+  bool calibrate;                 // used to fit the calibration
+};
+
+// GPT-2 124M shapes at data parallel 1 and 2, varied one axis at a time.
+std::vector<BenchJob> benchJobs() {
+  return {
+      {"base-mb8", {"training.micro_batch=8"}, true},
+      {"base-mb16", {"training.micro_batch=16"}, true},
+      {"dp2-mb8", {"training.micro_batch=8", "parallel.data_parallel=2"}, true},
+      {"seq512-mb16", {"training.micro_batch=16", "model.seq_len=512"}, false},
+      {"layers6-mb8", {"training.micro_batch=8", "model.layers=6"}, false},
+      {"hidden1024-mb8", {"training.micro_batch=8", "model.hidden=1024", "model.heads=16", "model.layers=8"}, false},
+      {"recompute-full-mb8", {"training.micro_batch=8", "recompute.policy=full"}, false},
+      {"dp2-mb16-selective", {"training.micro_batch=16", "parallel.data_parallel=2", "recompute.policy=selective"}, false},
+  };
+}
+
+JobSpec jobOf(const BenchJob& b) {
+  JobSpec base = defaultJob();
+  return parseJob(base.yaml, b.name, b.sets);
+}
+
+std::string shellQuote(const std::string& s) { return "'" + s + "'"; }
+
+struct Outcome {
+  std::string name;
+  bool calibrate = false;
+  int dp = 1;
+  double real_ms = 0, sim_ms = 0, uncal_ms = 0;
+  double real_overlap = 0, sim_overlap = 0, real_exposed_ms = 0, sim_exposed_ms = 0;
+  double errPct() const { return 100.0 * (sim_ms - real_ms) / real_ms; }
+  double uncalErrPct() const { return 100.0 * (uncal_ms - real_ms) / real_ms; }
+};
+
+// Simulates the job and writes the run into `path`; returns the run id.
+int64_t simulateInto(const JobSpec& job, const sim::Topology& topo, const sim::Calibration& cal, const std::string& path,
+                     const std::string& label) {
+  const Plan plan = buildPlan(job);
+  const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
+  sim::SimOptions opts;
+  opts.collective_calibration = cal.collectives;
+  opts.nccl.call_floor_ns = 0;  // the executor replays a CUDA Graph: no per-call host overhead
+  const sim::SimResult r = sim::simulatePlan(plan, topo, cost, opts);
+  traces::TraceWriter w(path);
+  sim::SimTraceOptions to;
+  to.run_name = job.name + " " + label;
+  return sim::writeSimulationTrace(w, plan, topo, r, to);
+}
+
+double kendallTau(const std::vector<double>& a, const std::vector<double>& b) {
+  int concordant = 0, discordant = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = i + 1; j < a.size(); ++j) {
+      const double s = (a[i] - a[j]) * (b[i] - b[j]);
+      if (s > 0) ++concordant;
+      else if (s < 0) ++discordant;
+    }
+  const int pairs = int(a.size() * (a.size() - 1) / 2);
+  return pairs ? double(concordant - discordant) / pairs : 1.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fmt::print(stderr, "usage: bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N]\n");
+    return 2;
+  }
+  const std::string tandem_bin = argv[1];
+  const fs::path out_dir = argv[2];
+  std::string topology = "h200x2-nv18";
+  int steps = 30;
+  for (int i = 3; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--topology") topology = argv[i + 1];
+    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
+  }
+  fs::create_directories(out_dir);
+  const std::vector<BenchJob> jobs = benchJobs();
+
+  // 1. Real runs, profiled.
+  for (const BenchJob& b : jobs) {
+    const fs::path trace = out_dir / (b.name + ".real.sqlite");
+    fs::remove(trace);
+    std::string cmd = fmt::format("{} run default --steps {} --profile --out {}", shellQuote(tandem_bin), steps,
+                                  shellQuote(trace.string()));
+    for (const auto& s : b.sets) cmd += " --set " + s;
+    cmd += " > " + shellQuote((out_dir / (b.name + ".log")).string()) + " 2>&1";
+    fmt::print(stderr, "real run {}\n", b.name);
+    if (std::system(cmd.c_str()) != 0) {
+      fmt::print(stderr, "real run {} failed; see {}\n", b.name, (out_dir / (b.name + ".log")).string());
+      return 1;
+    }
+  }
+
+  // 2. Calibration from the calibration subset.
+  std::vector<sim::CalibrationInput> inputs;
+  for (const BenchJob& b : jobs)
+    if (b.calibrate) inputs.push_back({(out_dir / (b.name + ".real.sqlite")).string(), -1});
+  const sim::CalibrationResult cal = sim::calibrateFromRuns(inputs);
+  const std::string cal_path = (out_dir / "calibration.yaml").string();
+  {
+    std::FILE* f = std::fopen(cal_path.c_str(), "w");
+    if (f) {
+      std::fputs(sim::calibrationToYaml(cal).c_str(), f);
+      std::fclose(f);
+    }
+  }
+  const sim::Calibration loaded = sim::loadCalibration(cal_path);
+  const sim::Topology topo = sim::loadTopology(topology);
+
+  // 3 and 4. Simulate and compare.
+  std::vector<Outcome> outcomes;
+  for (const BenchJob& b : jobs) {
+    const JobSpec job = jobOf(b);
+    const std::string real_path = (out_dir / (b.name + ".real.sqlite")).string();
+    const std::string sim_path = (out_dir / (b.name + ".sim.sqlite")).string();
+    fs::remove(sim_path);
+    const int64_t cal_run = simulateInto(job, topo, loaded, sim_path, "(calibrated)");
+    const int64_t uncal_run = simulateInto(job, topo, {}, sim_path, "(roofline defaults)");
+    traces::TraceReader real(real_path);
+    traces::TraceReader simr(sim_path);
+    const int64_t real_run = real.defaultRunId();
+    const traces::RunComparison c = traces::compareRuns(real, real_run, simr, cal_run);
+    const traces::RunComparison u = traces::compareRuns(real, real_run, simr, uncal_run);
+    Outcome o;
+    o.name = b.name;
+    o.calibrate = b.calibrate;
+    o.dp = job.parallel.data_parallel;
+    o.real_ms = c.a.step_ns / 1e6;
+    o.sim_ms = c.b.step_ns / 1e6;
+    o.uncal_ms = u.b.step_ns / 1e6;
+    o.real_overlap = c.a.overlap_pct;
+    o.sim_overlap = c.b.overlap_pct;
+    o.real_exposed_ms = c.a.exposed_comm_ns / 1e6;
+    o.sim_exposed_ms = c.b.exposed_comm_ns / 1e6;
+    outcomes.push_back(o);
+    fmt::print("{{\"bench\":\"sim_vs_real\",\"job\":\"{}\",\"calibration_job\":{},\"dp\":{},\"real_ms\":{:.3f},"
+               "\"sim_ms\":{:.3f},\"error_pct\":{:.2f},\"uncalibrated_ms\":{:.3f},\"uncalibrated_error_pct\":{:.2f},"
+               "\"real_overlap_pct\":{:.1f},\"sim_overlap_pct\":{:.1f},\"real_exposed_ms\":{:.3f},"
+               "\"sim_exposed_ms\":{:.3f}}}\n",
+               o.name, o.calibrate, o.dp, o.real_ms, o.sim_ms, o.errPct(), o.uncal_ms, o.uncalErrPct(), o.real_overlap,
+               o.sim_overlap, o.real_exposed_ms, o.sim_exposed_ms);
+  }
+
+  fmt::print("\n{:<22} {:>5} {:>3} {:>9} {:>9} {:>8} {:>12} {:>8} {:>14}\n", "job", "calib", "dp", "real ms", "sim ms",
+             "error%", "roofline ms", "error%", "overlap r/s %");
+  std::vector<double> real_ms, sim_ms, held_out_err;
+  for (const Outcome& o : outcomes) {
+    fmt::print("{:<22} {:>5} {:>3} {:>9.3f} {:>9.3f} {:>+8.2f} {:>12.3f} {:>+8.2f} {:>7.1f}/{:<6.1f}\n", o.name,
+               o.calibrate ? "yes" : "no", o.dp, o.real_ms, o.sim_ms, o.errPct(), o.uncal_ms, o.uncalErrPct(),
+               o.real_overlap, o.sim_overlap);
+    real_ms.push_back(o.real_ms);
+    sim_ms.push_back(o.sim_ms);
+    if (!o.calibrate) held_out_err.push_back(std::fabs(o.errPct()));
+  }
+  std::sort(held_out_err.begin(), held_out_err.end());
+  const double median = held_out_err.empty() ? 0 : held_out_err[held_out_err.size() / 2];
+  const double worst = held_out_err.empty() ? 0 : held_out_err.back();
+  const double tau = kendallTau(real_ms, sim_ms);
+  fmt::print("held-out jobs: median |error| {:.2f}%, max {:.2f}%; Kendall tau of the step-time ranking {:.3f}\n", median,
+             worst, tau);
+  fmt::print("{{\"bench\":\"sim_vs_real\",\"summary\":true,\"held_out_median_abs_error_pct\":{:.2f},"
+             "\"held_out_max_abs_error_pct\":{:.2f},\"kendall_tau\":{:.3f},\"jobs\":{}}}\n",
+             median, worst, tau, outcomes.size());
+  return 0;
+}
