@@ -30,6 +30,7 @@ struct SimulateOptions {
   std::string algorithm;
   std::string protocol;
   bool nvls = false;
+  bool inter_host_tree = false;
   int64_t call_floor_ns = -1;
   int max_rank_rows = 16;
 };
@@ -55,6 +56,7 @@ sim::SimOptions simOptions(const SimulateOptions& o, const sim::Calibration& cal
     so.nccl.force_protocol = p;
   }
   so.nccl.allow_nvls = o.nvls;
+  so.nccl.inter_host_tree = o.inter_host_tree;
   if (o.call_floor_ns >= 0) so.nccl.call_floor_ns = o.call_floor_ns;
   so.collective_calibration = cal.collectives;
   return so;
@@ -175,6 +177,8 @@ void addSimulateCommand(CLI::App& root) {
   cmd->add_option("--algorithm", o->algorithm, "force the collective algorithm: ring, tree, nvls");
   cmd->add_option("--protocol", o->protocol, "force the protocol: ll, ll128, simple");
   cmd->add_flag("--nvls", o->nvls, "allow NVLink SHARP all-reduce on NVSwitch machines");
+  cmd->add_flag("--inter-host-tree", o->inter_host_tree,
+                "allow tree all-reduce across hosts (slow to simulate on large hashed fat trees)");
   cmd->add_option("--call-floor-ns", o->call_floor_ns,
                   "shortest time of one collective call (default 20000, host overhead of eager frameworks; 0 for "
                   "CUDA-graph replays)");

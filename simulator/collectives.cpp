@@ -10,6 +10,75 @@ CollectiveBuilder::CollectiveBuilder(const Router& router, NcclParams params,
                                      std::vector<CollectiveCalibration> calibration)
     : router_(router), params_(std::move(params)), calibration_(std::move(calibration)) {}
 
+const std::vector<int>& CollectiveBuilder::path(int a, int b) const {
+  auto it = paths_.find({a, b});
+  if (it != paths_.end()) return it->second;
+  const Topology& topo = router_.topology();
+  std::vector<int> links;
+  bool composed = false;
+  if (a != b && topo.isDevice(a) && topo.isDevice(b) && topo.nodeHost(a) != topo.nodeHost(b)) {
+    const int nic_a = router_.nicFor(a), nic_b = router_.nicFor(b);
+    // Leaf switches (outside any host) of both NICs, and the links to them.
+    auto uplink = [&](int nic) {
+      for (int l : router_.outLinks(nic))
+        if (topo.nodeHost(topo.links[size_t(l)].dst) < 0) return l;
+      return -1;
+    };
+    const int up = nic_a >= 0 ? uplink(nic_a) : -1;
+    const int up_b = nic_b >= 0 ? uplink(nic_b) : -1;
+    const int leaf_a = up >= 0 ? topo.links[size_t(up)].dst : -1;
+    const int leaf_b = up_b >= 0 ? topo.links[size_t(up_b)].dst : -1;
+    const int down = leaf_b >= 0 ? router_.directLink(leaf_b, nic_b) : -1;
+    std::vector<int> fabric;
+    if (up >= 0 && down >= 0) {
+      if (leaf_a == leaf_b) {
+        fabric = {up, down};
+      } else {
+        // Two-level fat tree: up to a spine that reaches b's leaf. The spine
+        // is picked by a hash of the pair (ECMP-like, deterministic).
+        std::vector<int> spine_links;
+        for (int l : router_.outLinks(leaf_a))
+          if (topo.nodeHost(topo.links[size_t(l)].dst) < 0) spine_links.push_back(l);
+        const size_t count = spine_links.size();
+        const uint64_t h = uint64_t(a) * 0x9E3779B97F4A7C15ull ^ uint64_t(b) * 0xC2B2AE3D27D4EB4Full;
+        for (size_t i = 0; i < count && fabric.empty(); ++i) {
+          const int l = spine_links[(size_t(h >> 17) + i) % count];
+          const int across = router_.directLink(topo.links[size_t(l)].dst, leaf_b);
+          if (across >= 0) fabric = {up, l, across, down};
+        }
+      }
+    }
+    if (!fabric.empty()) {
+      const auto& first = router_.route(a, nic_a);
+      links.insert(links.end(), first.begin(), first.end());
+      links.insert(links.end(), fabric.begin(), fabric.end());
+      const auto& last = router_.route(nic_b, b);
+      links.insert(links.end(), last.begin(), last.end());
+      composed = true;
+    }
+  }
+  // Unreachable pairs get an empty path (tree checks ask); addFlow turns it into the Router's error.
+  if (!composed && router_.reachable(a, b)) links = router_.route(a, b);
+  return paths_.emplace(std::make_pair(a, b), std::move(links)).first->second;
+}
+
+int64_t CollectiveBuilder::pathLatencyNs(int a, int b) const {
+  int64_t ns = 0;
+  for (int l : path(a, b)) ns += router_.topology().links[size_t(l)].latency_ns;
+  return ns;
+}
+
+double CollectiveBuilder::pathGbps(int a, int b) const {
+  double g = 0;
+  bool first = true;
+  for (int l : path(a, b)) {
+    const double lg = router_.topology().links[size_t(l)].gbps;
+    g = first ? lg : std::min(g, lg);
+    first = false;
+  }
+  return g;
+}
+
 const CollectiveCalibration* CollectiveBuilder::calibrationFor(CollectiveOp op, int ranks) const {
   for (const auto& c : calibration_)
     if (c.op == op && c.ranks == ranks) return &c;
@@ -20,7 +89,8 @@ void CollectiveBuilder::addFlow(int src, int dst, double payload, const Collecti
                                 std::vector<FlowSpec>& out) const {
   if (src == dst || payload <= 0) return;
   FlowSpec f;
-  f.links = router_.route(src, dst);
+  f.links = path(src, dst);
+  if (f.links.empty()) (void)router_.route(src, dst);  // throws TopologyError naming both ends
   f.bytes = payload / c.efficiency;
   if (c.rate_cap_gbps > 0) f.rate_cap = c.rate_cap_gbps;
   out.push_back(std::move(f));
@@ -29,14 +99,14 @@ void CollectiveBuilder::addFlow(int src, int dst, double payload, const Collecti
 int64_t CollectiveBuilder::maxHopLatency(const std::vector<int>& ring) const {
   int64_t worst = 0;
   for (size_t i = 0; ring.size() > 1 && i < ring.size(); ++i)
-    worst = std::max(worst, router_.routeLatencyNs(ring[i], ring[(i + 1) % ring.size()]));
+    worst = std::max(worst, pathLatencyNs(ring[i], ring[(i + 1) % ring.size()]));
   return worst;
 }
 
 double CollectiveBuilder::minPathGbps(const std::vector<int>& ring) const {
   double best = 0;
   for (size_t i = 0; ring.size() > 1 && i < ring.size(); ++i) {
-    double g = router_.bottleneckGbps(ring[i], ring[(i + 1) % ring.size()]);
+    double g = pathGbps(ring[i], ring[(i + 1) % ring.size()]);
     best = (i == 0) ? g : std::min(best, g);
   }
   return best;
@@ -66,7 +136,7 @@ bool CollectiveBuilder::treeRoutable(const std::vector<int>& nodes) const {
     for (int i = 1; i < n; ++i) {
       const int child = t == 0 ? nodes[size_t(i)] : nodes[size_t(n - 1 - i)];
       const int parent = t == 0 ? nodes[size_t((i - 1) / 2)] : nodes[size_t(n - 1 - (i - 1) / 2)];
-      if (!router_.reachable(child, parent) || !router_.reachable(parent, child)) return false;
+      if (path(child, parent).empty() || path(parent, child).empty()) return false;
     }
   return true;
 }
@@ -90,9 +160,8 @@ CollectiveSchedule CollectiveBuilder::build(const CollectiveRequest& req) const 
     if (req.peer_src < 0 || req.peer_dst < 0 || req.peer_src >= n || req.peer_dst >= n)
       throw std::invalid_argument("send/recv needs a source and a destination member");
     int src = req.nodes[size_t(req.peer_src)], dst = req.nodes[size_t(req.peer_dst)];
-    s.choice = chooseCollective(params_, req.op, req.bytes, 2, router_.bottleneckGbps(src, dst),
-                                router_.routeLatencyNs(src, dst), false);
-    CollectivePhase ph{"p2p", s.choice.base_latency_ns + s.choice.step_latency_ns + router_.routeLatencyNs(src, dst), {}};
+    s.choice = chooseCollective(params_, req.op, req.bytes, 2, pathGbps(src, dst), pathLatencyNs(src, dst), false);
+    CollectivePhase ph{"p2p", s.choice.base_latency_ns + s.choice.step_latency_ns + pathLatencyNs(src, dst), {}};
     addFlow(src, dst, double(req.bytes), s.choice, ph.flows);
     s.phases.push_back(std::move(ph));
     s.floor_ns = s.choice.floor_ns;
@@ -126,14 +195,19 @@ CollectiveSchedule CollectiveBuilder::build(const CollectiveRequest& req) const 
     if (ring_only.force_algorithm == Algorithm::Tree) ring_only.force_algorithm.reset();
     params = &ring_only;
   }
+  const std::vector<std::vector<int>> by_host = hostGroups(req.nodes);
+  HierarchyShape shape;
+  if (!by_host.empty()) shape = shapeOf(by_host);
   s.choice = chooseCollective(*params, req.op, req.bytes, n, minPathGbps(ring), maxHopLatency(ring),
-                              nvlsPossible(ring));
+                              nvlsPossible(ring), by_host.empty() ? nullptr : &shape);
   s.floor_ns = s.choice.floor_ns;
+  if ((s.choice.algorithm == Algorithm::Ring || s.choice.algorithm == Algorithm::Tree) && !by_host.empty() &&
+      buildHierarchical(req, by_host, s.choice, s))
+    return s;
   switch (s.choice.algorithm) {
     case Algorithm::Tree: buildTree(req, s.choice, s); break;
     case Algorithm::Nvls: buildNvls(req, s.choice, s); break;
-    default:
-      if (!buildHierarchical(req, s.choice, s)) buildFlat(req, ring, s.choice, s);
+    default: buildFlat(req, ring, s.choice, s);
   }
   return s;
 }
@@ -162,7 +236,7 @@ void CollectiveBuilder::buildFlat(const CollectiveRequest& req, const std::vecto
       if (req.op == CollectiveOp::Reduce) std::rotate(chain.begin(), chain.begin() + 1, chain.end());
       for (size_t i = 0; i + 1 < chain.size(); ++i) {
         addFlow(chain[i], chain[i + 1], S, c, ph.flows);
-        hop = std::max(hop, router_.routeLatencyNs(chain[i], chain[i + 1]));
+        hop = std::max(hop, pathLatencyNs(chain[i], chain[i + 1]));
       }
       break;
     }
@@ -172,7 +246,7 @@ void CollectiveBuilder::buildFlat(const CollectiveRequest& req, const std::vecto
         for (int b : ring) {
           if (a == b) continue;
           addFlow(a, b, S / n, c, ph.flows);
-          hop = std::max(hop, router_.routeLatencyNs(a, b));
+          hop = std::max(hop, pathLatencyNs(a, b));
         }
       break;
     default: break;
@@ -181,28 +255,74 @@ void CollectiveBuilder::buildFlat(const CollectiveRequest& req, const std::vecto
   s.phases.push_back(std::move(ph));
 }
 
-void CollectiveBuilder::buildTree(const CollectiveRequest& req, const CollectiveChoice& c,
-                                  CollectiveSchedule& s) const {
+int64_t CollectiveBuilder::addTreeFlows(const std::vector<int>& nodes, double bytes, const CollectiveChoice& c,
+                                        std::vector<FlowSpec>& out) const {
   // Double binary tree: two trees over the members (the second over the
   // reversed order, so leaves of one are inner nodes of the other), each
   // carrying half the buffer up (reduce) and down (broadcast), pipelined.
-  std::vector<int> order = req.nodes;
+  std::vector<int> order = nodes;
   const int n = int(order.size());
-  CollectivePhase ph{"tree", 0, {}};
   int64_t hop = 0;
-  int depth = 0;
-  while ((1 << depth) < n) ++depth;
   for (int t = 0; t < 2; ++t) {
     if (t == 1) std::reverse(order.begin(), order.end());
     for (int i = 1; i < n; ++i) {
       int child = order[size_t(i)], parent = order[size_t((i - 1) / 2)];
-      addFlow(child, parent, double(req.bytes) / 2, c, ph.flows);
-      addFlow(parent, child, double(req.bytes) / 2, c, ph.flows);
-      hop = std::max(hop, router_.routeLatencyNs(child, parent));
+      addFlow(child, parent, bytes / 2, c, out);
+      addFlow(parent, child, bytes / 2, c, out);
+      hop = std::max(hop, pathLatencyNs(child, parent));
     }
   }
+  return hop;
+}
+
+void CollectiveBuilder::buildTree(const CollectiveRequest& req, const CollectiveChoice& c,
+                                  CollectiveSchedule& s) const {
+  const int n = int(req.nodes.size());
+  CollectivePhase ph{"tree", 0, {}};
+  int depth = 0;
+  while ((1 << depth) < n) ++depth;
+  const int64_t hop = addTreeFlows(req.nodes, double(req.bytes), c, ph.flows);
   ph.latency_ns = c.base_latency_ns + 2 * depth * (c.step_latency_ns + hop);
   s.phases.push_back(std::move(ph));
+}
+
+std::vector<std::vector<int>> CollectiveBuilder::hostGroups(const std::vector<int>& nodes) const {
+  const Topology& topo = router_.topology();
+  std::map<int, std::vector<int>> by_host;  // ordered by host index: deterministic
+  for (int node : nodes) by_host[topo.nodeHost(node)].push_back(node);
+  if (by_host.size() < 2) return {};
+  const size_t k = by_host.begin()->second.size();
+  if (k < 2) return {};  // one rank per host: the flat ring is the inter-host ring
+  std::vector<std::vector<int>> out;
+  for (auto& [h, v] : by_host) {
+    if (v.size() != k) return {};  // uneven groups: a flat ring handles them
+    std::sort(v.begin(), v.end());
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+HierarchyShape CollectiveBuilder::shapeOf(const std::vector<std::vector<int>>& by_host) const {
+  HierarchyShape h;
+  h.hosts = int(by_host.size());
+  h.per_host = int(by_host.front().size());
+  bool first = true;
+  for (const auto& v : by_host) {
+    const double g = minPathGbps(v);
+    h.intra_gbps = first ? g : std::min(h.intra_gbps, g);
+    h.intra_hop_ns = std::max(h.intra_hop_ns, maxHopLatency(v));
+    first = false;
+  }
+  first = true;
+  for (size_t l = 0; l < size_t(h.per_host); ++l) {
+    std::vector<int> rail;
+    for (const auto& v : by_host) rail.push_back(v[l]);
+    const double g = minPathGbps(rail);
+    h.inter_gbps = first ? g : std::min(h.inter_gbps, g);
+    h.inter_hop_ns = std::max(h.inter_hop_ns, maxHopLatency(rail));
+    first = false;
+  }
+  return h;
 }
 
 void CollectiveBuilder::buildNvls(const CollectiveRequest& req, const CollectiveChoice& c,
@@ -241,41 +361,35 @@ void CollectiveBuilder::buildNvls(const CollectiveRequest& req, const Collective
   s.phases.push_back(std::move(ph));
 }
 
-bool CollectiveBuilder::buildHierarchical(const CollectiveRequest& req, const CollectiveChoice& c,
-                                          CollectiveSchedule& s) const {
+bool CollectiveBuilder::buildHierarchical(const CollectiveRequest& req, const std::vector<std::vector<int>>& by_host,
+                                          const CollectiveChoice& c, CollectiveSchedule& s) const {
   if (req.op != CollectiveOp::AllReduce && req.op != CollectiveOp::AllGather &&
       req.op != CollectiveOp::ReduceScatter)
     return false;
-  const Topology& topo = router_.topology();
-  std::map<int, std::vector<int>> by_host;  // ordered by host index: deterministic
-  for (int node : req.nodes) by_host[topo.nodeHost(node)].push_back(node);
   const int hosts = int(by_host.size());
-  if (hosts < 2) return false;
-  const size_t k = by_host.begin()->second.size();
-  for (auto& [h, v] : by_host) {
-    if (v.size() != k) return false;  // uneven groups: a flat ring handles them
-    std::sort(v.begin(), v.end());
-  }
-  if (k < 2) return false;  // one rank per host: the flat ring is the inter-host ring
-
+  const size_t k = by_host.front().size();
   const double S = double(req.bytes);
   const double K = double(k);
   auto intra = [&](const char* label, CollectiveOp op, double bytes, int64_t extra_latency) {
     CollectivePhase ph{label, 0, {}};
     int64_t hop = 0;
-    for (const auto& [h, v] : by_host) hop = std::max(hop, addRingFlows(v, ringBusBytes(op, bytes, int(k)), c, ph.flows));
+    for (const auto& v : by_host) hop = std::max(hop, addRingFlows(v, ringBusBytes(op, bytes, int(k)), c, ph.flows));
     ph.latency_ns = extra_latency + ringSteps(op, int(k)) * (c.step_latency_ns + hop);
     s.phases.push_back(std::move(ph));
   };
   auto inter = [&](const char* label, CollectiveOp op, double bytes, int64_t extra_latency) {
-    CollectivePhase ph{label, 0, {}};
+    const bool tree = c.algorithm == Algorithm::Tree && op == CollectiveOp::AllReduce && hosts > 2;
+    CollectivePhase ph{tree ? "inter-tree-all-reduce" : label, 0, {}};
     int64_t hop = 0;
     for (size_t l = 0; l < k; ++l) {
       std::vector<int> rail;
-      for (const auto& [h, v] : by_host) rail.push_back(v[l]);
-      hop = std::max(hop, addRingFlows(rail, ringBusBytes(op, bytes, hosts), c, ph.flows));
+      for (const auto& v : by_host) rail.push_back(v[l]);
+      hop = std::max(hop, tree ? addTreeFlows(rail, bytes, c, ph.flows)
+                               : addRingFlows(rail, ringBusBytes(op, bytes, hosts), c, ph.flows));
     }
-    ph.latency_ns = extra_latency + ringSteps(op, hosts) * (c.step_latency_ns + hop);
+    int depth = 0;
+    while ((1 << depth) < hosts) ++depth;
+    ph.latency_ns = extra_latency + (tree ? 2 * depth : ringSteps(op, hosts)) * (c.step_latency_ns + hop);
     s.phases.push_back(std::move(ph));
   };
   switch (req.op) {

@@ -18,6 +18,7 @@
 // index (the rails), all-gather inside each host.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,17 +79,36 @@ class CollectiveBuilder {
   double minPathGbps(const std::vector<int>& ring) const;
   bool nvlsPossible(const std::vector<int>& nodes) const;
   bool treeRoutable(const std::vector<int>& nodes) const;
+  // Members grouped by host (hosts in index order, devices sorted) when they
+  // sit on two or more hosts with the same number (>= 2) on each; else empty.
+  std::vector<std::vector<int>> hostGroups(const std::vector<int>& nodes) const;
+  HierarchyShape shapeOf(const std::vector<std::vector<int>>& by_host) const;
+  // Double binary tree flows over `order`, each tree carrying half of `bytes`.
+  int64_t addTreeFlows(const std::vector<int>& order, double bytes, const CollectiveChoice& c,
+                       std::vector<FlowSpec>& out) const;
   const CollectiveCalibration* calibrationFor(CollectiveOp op, int ranks) const;
 
   void buildFlat(const CollectiveRequest& req, const std::vector<int>& ring, const CollectiveChoice& c,
                  CollectiveSchedule& s) const;
   void buildTree(const CollectiveRequest& req, const CollectiveChoice& c, CollectiveSchedule& s) const;
   void buildNvls(const CollectiveRequest& req, const CollectiveChoice& c, CollectiveSchedule& s) const;
-  bool buildHierarchical(const CollectiveRequest& req, const CollectiveChoice& c, CollectiveSchedule& s) const;
+  bool buildHierarchical(const CollectiveRequest& req, const std::vector<std::vector<int>>& by_host,
+                         const CollectiveChoice& c, CollectiveSchedule& s) const;
+
+  // The links a flow from device a to device b takes. Across hosts it leaves
+  // through a's nearest NIC and enters through b's (GPUDirect RDMA on the
+  // rails, as NCCL does), and the fabric part is routed to b's leaf switch:
+  // shortest-path searches then go to the few leaves, not to every GPU,
+  // which keeps route finding linear in the GPU count. Elsewhere (same host,
+  // no NICs) it is the Router's route.
+  const std::vector<int>& path(int a, int b) const;
+  int64_t pathLatencyNs(int a, int b) const;
+  double pathGbps(int a, int b) const;
 
   const Router& router_;
   NcclParams params_;
   std::vector<CollectiveCalibration> calibration_;
+  mutable std::map<std::pair<int, int>, std::vector<int>> paths_;
 };
 
 }  // namespace tandem::sim

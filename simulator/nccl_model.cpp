@@ -95,7 +95,9 @@ int treeDepth(int n) {
 
 double busBytes(Algorithm a, CollectiveOp op, double bytes, int n) {
   switch (a) {
-    case Algorithm::Tree: return bytes;  // two trees, half each, up and down
+    // Two trees, half the buffer each; a node inner in one tree sends S/2 up
+    // and S/2 to each of two children, and S/2 up as a leaf of the other: 2S.
+    case Algorithm::Tree: return n > 2 ? 2 * bytes : bytes;
     case Algorithm::Nvls: return bytes;  // each GPU sends S to the switch and reads S back
     default: return ringBusBytes(op, bytes, n);
   }
@@ -133,18 +135,40 @@ CollectiveChoice makeChoice(const NcclParams& p, Algorithm a, Protocol pr, Colle
 }  // namespace
 
 double predictNs(const NcclParams& p, const CollectiveChoice& c, CollectiveOp op, int64_t bytes, int n,
-                 double path_gbps, int64_t hop_latency_ns) {
-  const double wire = busBytes(c.algorithm, op, double(bytes), n) / c.efficiency;
-  double rate = path_gbps;
-  if (c.rate_cap_gbps > 0) rate = std::min(rate, c.rate_cap_gbps);
-  const double t = double(c.base_latency_ns) +
-                   steps(c.algorithm, op, n) * double(c.step_latency_ns + hop_latency_ns) +
-                   (rate > 0 ? wire / rate : 0);
+                 double path_gbps, int64_t hop_latency_ns, const HierarchyShape* hier) {
+  auto rateOf = [&](double gbps) { return c.rate_cap_gbps > 0 ? std::min(gbps, c.rate_cap_gbps) : gbps; };
+  const bool hierarchical = hier && hier->hosts > 1 && hier->per_host > 1 &&
+                            (c.algorithm == Algorithm::Ring || c.algorithm == Algorithm::Tree) &&
+                            (op == CollectiveOp::AllReduce || op == CollectiveOp::AllGather ||
+                             op == CollectiveOp::ReduceScatter);
+  double t = double(c.base_latency_ns);
+  if (hierarchical) {
+    const int k = hier->per_host, H = hier->hosts;
+    const double S = double(bytes);
+    // Inside hosts: reduce-scatter and/or all-gather rings over the whole buffer.
+    const int intra_parts = op == CollectiveOp::AllReduce ? 2 : 1;
+    const double intra_bus = intra_parts * ringBusBytes(CollectiveOp::AllGather, S, k);
+    const int intra_steps = intra_parts * ringSteps(CollectiveOp::AllGather, k);
+    // Across hosts: the buffer's 1/k share per rail, by ring or tree.
+    const bool tree = c.algorithm == Algorithm::Tree;
+    const double inter_bus = tree ? busBytes(Algorithm::Tree, op, S / k, H) : ringBusBytes(op, S / k, H);
+    const int inter_steps = tree ? steps(Algorithm::Tree, op, H) : ringSteps(op, H);
+    t += intra_steps * double(c.step_latency_ns + hier->intra_hop_ns) +
+         inter_steps * double(c.step_latency_ns + hier->inter_hop_ns);
+    const double ri = rateOf(hier->intra_gbps), rx = rateOf(hier->inter_gbps);
+    if (ri > 0) t += intra_bus / c.efficiency / ri;
+    if (rx > 0) t += inter_bus / c.efficiency / rx;
+  } else {
+    const double wire = busBytes(c.algorithm, op, double(bytes), n) / c.efficiency;
+    const double rate = rateOf(path_gbps);
+    t += steps(c.algorithm, op, n) * double(c.step_latency_ns + hop_latency_ns) + (rate > 0 ? wire / rate : 0);
+  }
   return std::max(t, double(c.floor_ns));
 }
 
 CollectiveChoice chooseCollective(const NcclParams& p, CollectiveOp op, int64_t bytes, int n,
-                                  double path_gbps, int64_t hop_latency_ns, bool nvls_possible) {
+                                  double path_gbps, int64_t hop_latency_ns, bool nvls_possible,
+                                  const HierarchyShape* hier) {
   std::vector<Algorithm> algos;
   if (op == CollectiveOp::AllToAll || op == CollectiveOp::Send || op == CollectiveOp::Recv) {
     algos = {Algorithm::Direct};
@@ -155,7 +179,9 @@ CollectiveChoice chooseCollective(const NcclParams& p, CollectiveOp op, int64_t 
       algos = {Algorithm::Ring};
   } else {
     algos = {Algorithm::Ring};
-    if (p.allow_tree && op == CollectiveOp::AllReduce && n > 2) algos.push_back(Algorithm::Tree);
+    const bool multi_host = hier && hier->hosts > 1;
+    if (p.allow_tree && op == CollectiveOp::AllReduce && n > 2 && (!multi_host || p.inter_host_tree))
+      algos.push_back(Algorithm::Tree);
     if (p.allow_nvls && nvls_possible && op == CollectiveOp::AllReduce) algos.push_back(Algorithm::Nvls);
   }
   std::vector<Protocol> protos;
@@ -171,7 +197,7 @@ CollectiveChoice chooseCollective(const NcclParams& p, CollectiveOp op, int64_t 
   for (Algorithm a : algos) {
     for (Protocol pr : protos) {
       CollectiveChoice c = makeChoice(p, a, pr, op, bytes, n);
-      double t = predictNs(p, c, op, bytes, n, path_gbps, hop_latency_ns);
+      double t = predictNs(p, c, op, bytes, n, path_gbps, hop_latency_ns, hier);
       if (best_ns < 0 || t < best_ns) {
         best = c;
         best_ns = t;

@@ -62,6 +62,11 @@ struct NcclParams {
   double channel_gbps = 40.0;
   bool allow_tree = true;
   bool allow_nvls = false;  // NVSwitch multicast all-reduce (NVSwitch topologies only)
+  // Trees across hosts (between the rails of a hierarchical all-reduce). Off
+  // by default: in hashed (ECMP) fat trees their edges collide on spine links,
+  // every collision gives flows their own finish time, and the rate
+  // recomputations make 1000+ GPU simulations slow. Rings stay on one leaf.
+  bool inter_host_tree = false;
   std::optional<Algorithm> force_algorithm;
   std::optional<Protocol> force_protocol;
 
@@ -88,14 +93,25 @@ struct CollectiveChoice {
 double ringBusBytes(CollectiveOp op, double bytes, int n);
 int ringSteps(CollectiveOp op, int n);
 
+// A group spread evenly over several hosts: collectives run inside each host
+// and across hosts between ranks of the same local index (the rails).
+struct HierarchyShape {
+  int hosts = 1;
+  int per_host = 1;
+  double intra_gbps = 0, inter_gbps = 0;        // narrowest path inside a host / along a rail
+  int64_t intra_hop_ns = 0, inter_hop_ns = 0;   // worst link latency of one step
+};
+
 // Picks algorithm, protocol and channels for a collective of `bytes` over `n`
 // ranks whose narrowest path is `path_gbps` with `hop_latency_ns` per step.
 // `nvls_possible`: every member hangs directly off NVSwitch chips.
+// With `hier`, ring and tree are predicted as their hierarchical forms.
 CollectiveChoice chooseCollective(const NcclParams& p, CollectiveOp op, int64_t bytes, int n,
-                                  double path_gbps, int64_t hop_latency_ns, bool nvls_possible);
+                                  double path_gbps, int64_t hop_latency_ns, bool nvls_possible,
+                                  const HierarchyShape* hier = nullptr);
 
 // Time the choice predicts on an otherwise idle network (ns).
 double predictNs(const NcclParams& p, const CollectiveChoice& c, CollectiveOp op, int64_t bytes,
-                 int n, double path_gbps, int64_t hop_latency_ns);
+                 int n, double path_gbps, int64_t hop_latency_ns, const HierarchyShape* hier = nullptr);
 
 }  // namespace tandem::sim

@@ -73,7 +73,8 @@ void FlowNetwork::recomputeRates() {
       ++unfrozen_on_link_[size_t(l)];
     }
   }
-  std::sort(used_links_.begin(), used_links_.end());
+  // used_links_ is in first-use order; nothing below depends on the order
+  // (a minimum, and per-flow tests), so it needs no sort.
 
   std::vector<int> unfrozen = active_;
   std::vector<int> next, frozen;

@@ -6,6 +6,7 @@
 #include "simulator/collectives.h"
 #include "simulator/engine.h"
 #include "simulator/routing.h"
+#include "simulator/topology_presets.h"
 
 using namespace tandem;
 using namespace tandem::sim;
@@ -137,4 +138,26 @@ TEST_CASE("a calibrated (op, ranks) pair replaces the model", "[collectives]") {
   CHECK(s.phases[0].latency_ns == 12345);
   CHECK(s.phases[0].flows[0].rate_cap == Approx(10.0));
   CHECK(s.phases[0].flows[0].bytes == Approx(1000.0));  // bus bytes of a 2-rank all-reduce
+}
+
+TEST_CASE("cluster all-reduce: rings across hosts by default, trees between rails on request", "[collectives]") {
+  Topology topo = makeDgxH100Cluster(4);
+  Router router(topo);
+  CollectiveRequest req;
+  req.op = CollectiveOp::AllReduce;
+  req.bytes = 64 << 10;
+  for (int i = 0; i < 32; ++i) req.nodes.push_back(i);
+  CollectiveSchedule ring = CollectiveBuilder(router, NcclParams{}).build(req);
+  CHECK(ring.choice.algorithm == Algorithm::Ring);
+  REQUIRE(ring.phases.size() == 3);
+  CHECK(ring.phases[1].label == "inter-all-reduce");
+  CHECK(ring.phases[1].flows.size() == 32);  // 8 rails, a ring of 4 hosts each
+  NcclParams p;
+  p.inter_host_tree = true;
+  CollectiveSchedule tree = CollectiveBuilder(router, p).build(req);
+  CHECK(tree.choice.algorithm == Algorithm::Tree);
+  REQUIRE(tree.phases.size() == 3);
+  CHECK(tree.phases[1].label == "inter-tree-all-reduce");
+  // The tree's log-depth latency beats the ring's 2 (H-1) steps for a small message.
+  CHECK(tree.phases[1].latency_ns < ring.phases[1].latency_ns);
 }
