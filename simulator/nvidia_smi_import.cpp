@@ -62,7 +62,8 @@ bool isKnownCode(const std::string& code) {
 // stray bytes cannot be trusted.
 std::vector<std::string> cleanLines(const std::string& text, const std::string& source) {
   std::vector<std::string> lines;
-  std::istringstream in(text);
+  // A UTF-8 byte order mark, as some editors save files, is not content.
+  std::istringstream in(text.rfind("\xEF\xBB\xBF", 0) == 0 ? text.substr(3) : text);
   std::string raw;
   int number = 0;
   while (std::getline(in, raw)) {

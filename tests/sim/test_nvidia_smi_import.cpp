@@ -147,6 +147,16 @@ TEST_CASE("tabs turned into spaces still parse", "[import]") {
   CHECK(m.codes[1][0] == "NV2");
   CHECK(m.attributes[1].at("CPU Affinity") == "0-7");
   CHECK(m.attributes[1].at("NUMA Affinity") == "0");
+  // Windows line ends and a byte order mark are tolerated too.
+  NvidiaSmiMatrix w = parseNvidiaSmiTopo("\xEF\xBB\xBF\tGPU0\tGPU1\r\nGPU0\t X \tSYS\r\nGPU1\tSYS\t X \r\n", "crlf.txt");
+  CHECK(w.codes[0][1] == "SYS");
+  // SYS: the GPUs sit on two sockets and meet across the CPU interconnect.
+  NvidiaSmiImportOptions options;
+  options.model = "H100";
+  Topology t = importNvidiaSmi(w, nullptr, options);
+  Router r(t);
+  CHECK(routeNames(t, r, 0, 1) == std::vector<std::string>{"gpu0", "cpu0", "cpu1", "gpu1"});
+  CHECK(r.bottleneckGbps(0, 1) == Approx(55));
 }
 
 TEST_CASE("bad nvidia-smi inputs give one error with the line", "[import][errors]") {
