@@ -44,16 +44,10 @@ void storeFromFloat(std::byte* arena, const Buffer& b, const float* values) {
   }
 }
 
-TaskBuffers::Scratch& TaskBuffers::scratchFor(int buffer, bool load) {
+TaskBuffers::Scratch& TaskBuffers::scratchFor(int buffer) {
   for (auto& s : scratch_)
     if (s.buffer == buffer) return s;
-  Scratch s{buffer, false, {}};
-  if (load) {
-    s.values = loadAsFloat(arena_, rp_.buffers[buffer]);
-  } else {
-    s.values.assign(rp_.buffers[buffer].elementCount(), 0.0f);
-  }
-  scratch_.push_back(std::move(s));
+  scratch_.push_back({buffer, false, loadAsFloat(arena_, rp_.buffers[buffer])});
   return scratch_.back();
 }
 
@@ -61,16 +55,15 @@ const float* TaskBuffers::in(int buffer) {
   const Buffer& b = rp_.buffers[buffer];
   if (b.dtype == DType::F32) return reinterpret_cast<const float*>(address(buffer));
   if (b.dtype != DType::BF16) throw std::logic_error("cpu executor: float view of an integer buffer " + b.name);
-  return scratchFor(buffer, true).values.data();
+  return scratchFor(buffer).values.data();
 }
 
-float* TaskBuffers::out(int buffer, bool keep) {
+float* TaskBuffers::out(int buffer) {
   const Buffer& b = rp_.buffers[buffer];
   if (b.dtype == DType::F32) return reinterpret_cast<float*>(address(buffer));
   if (b.dtype != DType::BF16) throw std::logic_error("cpu executor: float view of an integer buffer " + b.name);
   // A buffer read and then written by the same task (in place) shares one scratch.
-  Scratch& s = scratchFor(buffer, true);
-  (void)keep;  // bf16 scratches always start from the current contents
+  Scratch& s = scratchFor(buffer);
   s.dirty = true;
   return s.values.data();
 }

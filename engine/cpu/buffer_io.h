@@ -20,8 +20,9 @@ class TaskBuffers {
 
   // Read-only float view of a buffer.
   const float* in(int buffer);
-  // Writable float view; `keep` loads the current contents (accumulation, in place).
-  float* out(int buffer, bool keep);
+  // Writable float view holding the buffer's current contents (so
+  // accumulating and in-place ops see what is there).
+  float* out(int buffer);
   const int32_t* ints(int buffer) const;
   int32_t* mutableInts(int buffer);
   int64_t elements(int buffer) const { return rp_.buffers[buffer].elementCount(); }
@@ -35,7 +36,7 @@ class TaskBuffers {
     std::vector<float> values;
   };
   std::byte* address(int buffer) const { return arena_ + rp_.buffers[buffer].offset; }
-  Scratch& scratchFor(int buffer, bool load);
+  Scratch& scratchFor(int buffer);
 
   std::byte* arena_;
   const RankPlan& rp_;

@@ -77,7 +77,7 @@ struct CpuExecutor::Impl {
 struct FloatStorage {
   TaskBuffers& io;
   const float* in(int b) { return io.in(b); }
-  float* out(int b) { return io.out(b, true); }
+  float* out(int b) { return io.out(b); }
   const int32_t* ints(int b) { return io.ints(b); }
   int64_t elements(int b) const { return io.elements(b); }
 };
@@ -104,13 +104,13 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
     case OpKind::AllReduce: {
       std::vector<float> v(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
       collectives->allReduceAverage(rank, v);
-      std::memcpy(io.out(W[0], false), v.data(), v.size() * sizeof(float));
+      std::memcpy(io.out(W[0]), v.data(), v.size() * sizeof(float));
       break;
     }
     case OpKind::GradNorm: {
       double ss = 0;
       for (int b : R) ss += sumOfSquares(io.in(b), io.elements(b));
-      io.out(W[0], false)[0] = float(std::sqrt(ss));
+      io.out(W[0])[0] = float(std::sqrt(ss));
       break;
     }
     case OpKind::AdamW: {
@@ -121,11 +121,11 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       for (int pi : a.params) {
         const ParamInfo& p = program->params[pi];
         const int64_t n = io.elements(p.param);
-        float* master = io.out(p.master, true);
-        adamwStep(master, io.out(p.adam_m, true), io.out(p.adam_v, true), io.in(p.grad), n, lr,
+        float* master = io.out(p.master);
+        adamwStep(master, io.out(p.adam_m), io.out(p.adam_v), io.in(p.grad), n, lr,
                   float(tr.beta1), float(tr.beta2), float(tr.eps),
                   p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
-        if (p.master != p.param) std::memcpy(io.out(p.param, false), master, n * sizeof(float));
+        if (p.master != p.param) std::memcpy(io.out(p.param), master, n * sizeof(float));
       }
       break;
     }
