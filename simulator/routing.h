@@ -16,10 +16,13 @@
 // Cost: nothing is precomputed for all N^2 pairs. A route query runs one
 // shortest-path search towards its destination over the nodes it may use
 // (two hosts and the network switches), stopping as soon as the source is
-// settled; its sparse distance table is kept in a small LRU cache keyed by
-// (destination, source host), and the route itself is cached per pair. A
-// ring over 4096 GPUs therefore costs O(N) time and memory, not O(N^2).
-//
+// settled, and the route is cached per pair. Search arrays live in a small
+// LRU keyed by (destination, source host) and are reused without clearing,
+// so memory is O(routes asked for) + max_cached_trees x nodes. A search
+// still checks every leaf-spine link of a fat tree once: measured on the
+// 2-core build machine, about 6 us per route at 256 GPUs, 24 us at 1024 and
+// 80 us at 4096 (a ring plus 8 rail rings over 4096 GPUs: 0.65 s).
+
 // Thread safety: const methods may be called from several threads; the
 // caches are guarded by a mutex. References returned by route() stay valid
 // for the lifetime of the Router.
