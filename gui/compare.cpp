@@ -13,6 +13,7 @@ namespace tandem::gui {
 namespace {
 
 struct Acc {
+  int32_t task_id = -1;
   int64_t count = 0;
   int64_t total_ns = 0;
   int32_t name = -1;
@@ -20,13 +21,16 @@ struct Acc {
   StreamKind kind = StreamKind::Compute;
 };
 
-std::map<int32_t, Acc> perTask(const TimelineData& d, int rank) {
-  std::map<int32_t, Acc> out;
+// Keyed by task name: unique per rank within a plan, and stable across plans
+// whose task ids differ (another recompute policy inserts tasks).
+std::map<std::string, Acc> perTask(const TimelineData& d, int rank) {
+  std::map<std::string, Acc> out;
   for (const Track& t : d.tracks) {
     if (t.rank != rank) continue;
     for (size_t i = 0; i < t.size(); ++i) {
       if (t.task_id[i] < 0) continue;
-      Acc& a = out[t.task_id[i]];
+      Acc& a = out[d.names[size_t(t.name_id[i])]];
+      a.task_id = t.task_id[i];
       a.count += 1;
       a.total_ns += t.end_ns[i] - t.start_ns[i];
       a.name = t.name_id[i];
@@ -71,8 +75,8 @@ Comparison compareRuns(const TimelineData& a, const std::vector<RankBreakdown>& 
     }
     const Acc& y = it->second;
     TaskDelta d;
-    d.task_id = id;
-    d.name = a.names[size_t(x.name)];
+    d.task_id = y.task_id;
+    d.name = id;
     d.phase = phaseName(x.phase);
     d.stream = std::string(toString(x.kind));
     d.count_a = x.count;

@@ -1,6 +1,7 @@
 #pragma once
 // Comparing two runs (real vs simulated, A vs B): tasks aligned by plan task
-// id and occurrence (the k-th occurrence is the k-th step), per-task mean
+// name (equal to the task id join for runs of one plan; robust when another
+// policy renumbers the tasks), per-task mean
 // durations and their difference, and a summary of where the time went
 // (compute, exposed communication, recompute, step). Qt-free.
 
@@ -14,7 +15,7 @@
 namespace tandem::gui {
 
 struct TaskDelta {
-  int32_t task_id = -1;
+  int32_t task_id = -1;  // in B
   std::string name;
   std::string phase;
   std::string stream;

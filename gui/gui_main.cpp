@@ -14,6 +14,7 @@
 #include "gui/main_window.h"
 #include "gui/run_loader.h"
 #include "gui/synthetic_run.h"
+#include "gui/timeline_math.h"
 #include "gui/timeline_view.h"
 
 namespace {
@@ -71,9 +72,10 @@ int main(int argc, char** argv) {
   QCommandLineOption range_opt("range", "visible time range START:END from the run's start (ns, or 1.5ms, 200us)",
                                "START:END");
   QCommandLineOption select_opt("select", "select the time range START:END (fills the range table)", "START:END");
+  QCommandLineOption pick_opt("pick", "select the slice at TIME on rank 0's first lane (fills the details)", "TIME");
   QCommandLineOption size_opt("size", "window size for the screenshot", "WxH", "1600x1000");
   QCommandLineOption demo_opt("generated", "show a generated 8-rank run instead of a file");
-  parser.addOptions({run_opt, compare_opt, shot_opt, view_opt, range_opt, select_opt, size_opt, demo_opt});
+  parser.addOptions({run_opt, compare_opt, shot_opt, view_opt, range_opt, select_opt, pick_opt, size_opt, demo_opt});
   parser.process(app);
 
   auto fail = [](const QString& msg) {
@@ -134,15 +136,31 @@ int main(int argc, char** argv) {
     return fail("--view: unknown view '" + view + "' (allowed: timeline, statistics, recompute, topology, compare)");
   window.setView(v->second);
 
+  auto applyPick = [&] {
+    if (!parser.isSet(pick_opt)) return true;
+    qint64 t = 0;
+    if (!parseTime(parser.value(pick_opt), t)) {
+      fail("--pick: expected a time such as 12.5ms, got '" + parser.value(pick_opt) + "'");
+      return false;
+    }
+    const auto* d = window.timeline()->data();
+    if (d && !d->ranks.empty() && !d->ranks[0].tracks.empty()) {
+      const int track = d->ranks[0].tracks[0];
+      const int64_t i = tandem::gui::hitTest(d->tracks[size_t(track)], d->begin_ns + t, 0);
+      if (i >= 0) window.timeline()->selectSlice({track, i});
+    }
+    return true;
+  };
+
   if (!headless) {
     window.show();
-    if (!applyRange(range_opt, false) || !applyRange(select_opt, true)) return 1;
+    if (!applyRange(range_opt, false) || !applyRange(select_opt, true) || !applyPick()) return 1;
     return app.exec();
   }
 
   window.show();
   QApplication::processEvents();
-  if (!applyRange(range_opt, false) || !applyRange(select_opt, true)) return 1;
+  if (!applyRange(range_opt, false) || !applyRange(select_opt, true) || !applyPick()) return 1;
   QApplication::processEvents();
   const QImage image = window.grab().toImage();
   QSaveFile out(parser.value(shot_opt));

@@ -128,18 +128,28 @@ int64_t counterpartOf(const TimelineData& data, int track, int64_t index, const 
   other_track = -1;
   const Track& t = data.tracks[size_t(track)];
   const int32_t task = t.task_id[size_t(index)];
-  if (task < 0) return -1;
-  int occurrence = 0;
-  for (int64_t i = 0; i < index; ++i) occurrence += t.task_id[size_t(i)] == task;
-  for (size_t k = 0; k < other.tracks.size(); ++k) {
-    const Track& o = other.tracks[k];
-    if (o.rank != t.rank || o.kind != t.kind) continue;
-    int seen = 0;
-    for (size_t i = 0; i < o.size(); ++i) {
-      if (o.task_id[i] != task) continue;
-      if (seen++ == occurrence) {
-        other_track = int(k);
-        return int64_t(i);
+  const std::string& name = data.names[size_t(t.name_id[size_t(index)])];
+  // Plan task ids are the join key between a real run and its simulation;
+  // two different plans (another recompute policy) number their tasks
+  // differently, so the name must agree too, and the name alone decides when
+  // the ids do not line up.
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool by_id = pass == 0;
+    if (by_id && task < 0) continue;
+    int occurrence = 0;
+    for (int64_t i = 0; i < index; ++i)
+      occurrence += (!by_id || t.task_id[size_t(i)] == task) && data.names[size_t(t.name_id[size_t(i)])] == name;
+    for (size_t k = 0; k < other.tracks.size(); ++k) {
+      const Track& o = other.tracks[k];
+      if (o.rank != t.rank || o.kind != t.kind) continue;
+      int seen = 0;
+      for (size_t i = 0; i < o.size(); ++i) {
+        if (by_id && o.task_id[i] != task) continue;
+        if (other.names[size_t(o.name_id[i])] != name) continue;
+        if (seen++ == occurrence) {
+          other_track = int(k);
+          return int64_t(i);
+        }
       }
     }
   }

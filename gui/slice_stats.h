@@ -30,7 +30,8 @@ std::vector<std::pair<std::string, std::string>> sliceDetails(const TimelineData
                                                               int64_t index, const TimelineData* compare);
 
 // Index of the slice of `other` that carries the same plan task as `index`
-// of `track` in `data` (same rank, same stream kind, same occurrence), or -1.
+// of `track` in `data` (same rank, stream kind, task id and name, same
+// occurrence; by name alone when the ids differ between plans), or -1.
 // The matched track is written to other_track.
 int64_t counterpartOf(const TimelineData& data, int track, int64_t index, const TimelineData& other,
                       int& other_track);

@@ -171,7 +171,15 @@ void coalesce(const int64_t* start_ns, const int64_t* end_ns, const int64_t* max
     size_t j = lowerBoundStart(start_ns, i + 1, last, limit, start_sample);
     // The box ends where its slices end; on disjoint lanes the running
     // maximum at j-1 is exactly the last slice's end.
-    const int64_t box_end = std::max(max_end_ns[j - 1], end_ns[i]);
+    int64_t box_end = std::max(max_end_ns[j - 1], end_ns[i]);
+    if (m.toX(box_end) - x0 > 2 * merge_px) {
+      // The run holds a slice that is wide on its own: fold only the narrow
+      // slices before it, so it keeps its own colour and label.
+      size_t k = i + 1;
+      box_end = end_ns[i];
+      while (k < j && m.toX(end_ns[k]) - m.toX(start_ns[k]) < merge_px) box_end = std::max(box_end, end_ns[k++]);
+      j = k;
+    }
     double bx1 = std::max(m.toX(box_end), x0 + 1.0);
     out.push_back({float(std::max(x0, m.x0_px - 1)), float(std::min(bx1, right + 1)), uint32_t(i),
                    uint32_t(j - i)});

@@ -209,3 +209,20 @@ TEST_CASE("the sampled start index finds the same positions as a plain search", 
         CHECK(lowerBoundStart(starts.data(), lo, hi, t, &sample) == want);
       }
 }
+
+TEST_CASE("a wide slice is never folded into a box of narrow ones", "[gui][lod]") {
+  // Three 1-px slices, then a slice 100 px wide starting within the merge window.
+  Track t;
+  t.append(0, 10, 0, 0, TaskKind::Kernel, Phase::Data, -1, 0);
+  t.append(10, 20, 0, 1, TaskKind::Kernel, Phase::Forward, -1, 0);
+  t.append(20, 1020, 0, 2, TaskKind::Kernel, Phase::Forward, -1, 0);
+  t.finalize();
+  TimeMapping m{0, 2000, 0, 200};  // 10 ns per px
+  std::vector<LaneBox> boxes;
+  coalesce(t.start_ns.data(), t.end_ns.data(), t.max_end_ns.data(), t.size(), m, 3.0, boxes);
+  REQUIRE(boxes.size() == 2);
+  CHECK(boxes[0].count == 2);
+  CHECK(boxes[0].x1 == Approx(2));
+  CHECK(boxes[1].first == 2);
+  CHECK(boxes[1].count == 1);
+}
