@@ -113,6 +113,7 @@ class Engine {
   std::vector<int> program_of_;
   std::map<std::string, int> group_index_;
   std::vector<std::vector<int>> simulated_members_;  // per group: simulated member ranks
+  std::vector<std::vector<char>> group_member_;      // per group, per world rank: member?
   std::map<std::tuple<int, int, int64_t>, Pending> pending_;  // (group, direction or -1, seq)
   std::map<std::tuple<int, int, int64_t, int, int>, std::shared_ptr<const CollectiveSchedule>> schedules_;
   std::vector<Instance> instances_;
@@ -189,9 +190,11 @@ void Engine::setup() {
     ranks_.push_back(std::move(st));
   }
   simulated_members_.resize(plan_.groups.size());
+  group_member_.assign(plan_.groups.size(), std::vector<char>(size_t(world), 0));
   for (size_t g = 0; g < plan_.groups.size(); ++g)
     for (int r : plan_.groups[g].ranks) {
       if (r < 0 || r >= world) throw SimulationError("group '" + plan_.groups[g].name + "' names rank " + std::to_string(r) + " outside the world");
+      group_member_[g][size_t(r)] = 1;
       if (rank_state_of_[size_t(r)] >= 0) simulated_members_[g].push_back(r);
     }
   result_.stats.simulated_ranks = int(ranks_.size());
@@ -239,7 +242,7 @@ void Engine::arrive(int ri, int ti) {
   const CollectiveInfo& ci = *t.collective;
   const int g = groupIndex(ci.group, r, ti);
   const ProcessGroup& group = plan_.groups[size_t(g)];
-  if (std::find(group.ranks.begin(), group.ranks.end(), r.rank) == group.ranks.end())
+  if (!group_member_[size_t(g)][size_t(r.rank)])
     throw SimulationError("rank " + std::to_string(r.rank) + " " + describeTask(r, ti) + " uses group '" +
                           group.name + "' which does not contain it");
   ++r.active_comm;

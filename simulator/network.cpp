@@ -36,6 +36,7 @@ int FlowNetwork::addFlow(FlowSpec spec) {
   for (int l : spec.links)
     if (l < 0 || size_t(l) >= capacity_.size())
       throw std::out_of_range("FlowNetwork: link index " + std::to_string(l) + " out of range");
+  materialize(now_ns_);
   FlowState st;
   st.remaining = std::max(0.0, spec.bytes);
   st.spec = std::move(spec);
@@ -45,6 +46,7 @@ int FlowNetwork::addFlow(FlowSpec spec) {
   active_.push_back(id);  // ids grow, so active_ stays sorted
   ++active_count_;
   dirty_ = true;
+  next_valid_ = false;
   return id;
 }
 
@@ -112,28 +114,51 @@ void FlowNetwork::recomputeRates() {
   }
 }
 
+void FlowNetwork::materialize(int64_t t_ns) {
+  const int64_t dt = t_ns - last_update_ns_;
+  if (dt <= 0) return;
+  if (dirty_) recomputeRates();
+  for (int id : active_) {
+    FlowState& f = flows_[size_t(id)];
+    const double moved = std::min(f.remaining, f.rate * double(dt));
+    for (int l : f.spec.links) link_bytes_[size_t(l)] += moved;
+    f.remaining -= moved;
+  }
+  last_update_ns_ = t_ns;
+}
+
 int64_t FlowNetwork::nextCompletionNs() {
   if (active_.empty()) return std::numeric_limits<int64_t>::max();
   if (dirty_) recomputeRates();
-  int64_t best = std::numeric_limits<int64_t>::max();
-  for (int id : active_) {
-    const FlowState& f = flows_[size_t(id)];
-    best = std::min(best, nsToFinish(f.remaining, f.rate));
+  if (!next_valid_) {
+    int64_t best = std::numeric_limits<int64_t>::max();
+    for (int id : active_) {
+      const FlowState& f = flows_[size_t(id)];
+      best = std::min(best, nsToFinish(f.remaining, f.rate));
+    }
+    next_completion_ns_ = last_update_ns_ + best;
+    next_valid_ = true;
   }
-  return now_ns_ + best;
+  return next_completion_ns_;
 }
 
 std::vector<int> FlowNetwork::advanceTo(int64_t t_ns) {
   if (t_ns < now_ns_) throw std::logic_error("FlowNetwork: time cannot go backwards");
-  if (dirty_) recomputeRates();
-  const int64_t dt = t_ns - now_ns_;
   std::vector<int> finished;
+  if (active_.empty() || t_ns < nextCompletionNs()) {
+    // Nothing finishes: progress stays implicit (rates are constant until
+    // the flow set changes).
+    now_ns_ = t_ns;
+    if (active_.empty()) last_update_ns_ = t_ns;
+    return finished;
+  }
+  const int64_t dt = t_ns - last_update_ns_;
   std::vector<int> still;
   still.reserve(active_.size());
   for (int id : active_) {
     FlowState& f = flows_[size_t(id)];
     const bool done = nsToFinish(f.remaining, f.rate) <= dt;
-    const double moved = done ? f.remaining : f.rate * double(dt);
+    const double moved = done ? f.remaining : std::min(f.remaining, f.rate * double(dt));
     for (int l : f.spec.links) link_bytes_[size_t(l)] += moved;
     f.remaining -= moved;
     if (done) {
@@ -149,7 +174,9 @@ std::vector<int> FlowNetwork::advanceTo(int64_t t_ns) {
   active_.swap(still);
   active_count_ = int(active_.size());
   if (!finished.empty()) dirty_ = true;
+  next_valid_ = false;
   now_ns_ = t_ns;
+  last_update_ns_ = t_ns;
   return finished;
 }
 

@@ -60,6 +60,10 @@ class FlowNetwork {
     bool active = false;
   };
   void recomputeRates();
+  // Brings remaining bytes and link counters up to t. Progress is applied
+  // lazily (only when the flow set changes or flows finish), so events that
+  // do not touch the network cost nothing here.
+  void materialize(int64_t t_ns);
 
   std::vector<double> capacity_;
   std::vector<double> link_bytes_;
@@ -68,6 +72,9 @@ class FlowNetwork {
   int active_count_ = 0;
   bool dirty_ = false;
   int64_t now_ns_ = 0;
+  int64_t last_update_ns_ = 0;  // remaining bytes are as of this time
+  int64_t next_completion_ns_ = 0;
+  bool next_valid_ = false;
   int64_t recomputations_ = 0;
 
   // Scratch for recomputeRates, sized to the link count once.
