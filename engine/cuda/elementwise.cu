@@ -1,6 +1,8 @@
 // Elementwise and row kernels: embedding, GELU, residual add, fused softmax +
 // cross-entropy, matmul bias gradient. Every reduction runs in a fixed order.
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
@@ -167,6 +169,113 @@ __global__ void biasFinalKernel(T* db, const float* partial, int64_t N, int chun
   db[n] = fromF<T>(s);
 }
 
+// bf16 fast paths: 8 elements per 16-byte access (memory-bound kernels).
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
+  const bf16* h = reinterpret_cast<const bf16*>(&u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = __bfloat162float(h[i]);
+}
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+  uint4 u;
+  bf16* h = reinterpret_cast<bf16*>(&u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) h[i] = __float2bfloat16_rn(f[i]);
+  return u;
+}
+
+__global__ void geluForwardVec(uint4* y, const uint4* x, int64_t n8) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
+    float f[8], t;
+    unpack8(x[i], f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = geluTanh(f[j], &t);
+    y[i] = pack8(f);
+  }
+}
+
+__global__ void geluBackwardVec(uint4* dx, const uint4* dy, const uint4* x, int64_t n8, bool accumulate) {
+  const float k = 0.7978845608028654f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
+    float xv[8], g[8], out[8], t;
+    unpack8(x[i], xv);
+    unpack8(dy[i], g);
+    if (accumulate) unpack8(dx[i], out);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      geluTanh(xv[j], &t);
+      const float dudx = k * (1.f + 3.f * 0.044715f * xv[j] * xv[j]);
+      const float v = g[j] * (0.5f * (1.f + t) + 0.5f * xv[j] * (1.f - t * t) * dudx);
+      out[j] = accumulate ? out[j] + v : v;
+    }
+    dx[i] = pack8(out);
+  }
+}
+
+__global__ void addVec(uint4* c, const uint4* a, const uint4* b, int64_t n8) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
+    float fa[8], fb[8];
+    unpack8(a[i], fa);
+    unpack8(b[i], fb);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) fa[j] += fb[j];
+    c[i] = pack8(fa);
+  }
+}
+
+// Cross-entropy over bf16 rows whose length is a multiple of 8.
+__global__ void crossEntropyVec(void* losses, int loss_bf16, bf16* dlogits, const bf16* logits, const int32_t* targets,
+                                int64_t V, float scale, float* row_loss) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const uint4* x = reinterpret_cast<const uint4*>(logits + row * V);
+  const int64_t v8 = V / 8;
+  float m = -INFINITY, s = 0.f;
+  for (int64_t i = threadIdx.x; i < v8; i += blockDim.x) {
+    float f[8];
+    unpack8(x[i], f);
+    float mx = f[0];
+#pragma unroll
+    for (int j = 1; j < 8; ++j) mx = fmaxf(mx, f[j]);
+    if (mx > m) {
+      s *= __expf(m - mx);
+      m = mx;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s += __expf(f[j] - m);
+  }
+  const float row_max = blockMax(m, shared);
+  const float local = (m == -INFINITY) ? 0.f : s * expf(m - row_max);
+  const float sum = blockSum(local, shared);
+  const float lse = row_max + logf(sum);
+  const int32_t target = targets[row];
+  const float loss = lse - __bfloat162float(logits[row * V + target]);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (losses) storeAny(losses, loss_bf16, row, loss);
+    if (row_loss) row_loss[row] = loss;
+  }
+  if (dlogits) {
+    uint4* d = reinterpret_cast<uint4*>(dlogits + row * V);
+    for (int64_t i = threadIdx.x; i < v8; i += blockDim.x) {
+      float f[8];
+      unpack8(x[i], f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int64_t col = i * 8 + j;
+        f[j] = scale * (expf(f[j] - lse) - (col == target ? 1.f : 0.f));
+      }
+      d[i] = pack8(f);
+    }
+  }
+}
+
+bool vec8(int64_t n, std::initializer_list<const void*> ptrs) {
+  if (n % 8 != 0) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
 }  // namespace
 
 void embeddingForward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
@@ -193,6 +302,10 @@ void embeddingBackward(void* dwte, void* dwpe, const void* dout, const int32_t* 
 }
 
 void geluForward(void* y, const void* x, int64_t n, DType dt, cudaStream_t s) {
+  if (dt == DType::BF16 && vec8(n, {y, x})) {
+    geluForwardVec<<<gridFor(n / 8, kThreads), kThreads, 0, s>>>(static_cast<uint4*>(y), static_cast<const uint4*>(x), n / 8);
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   TANDEM_DISPATCH_DT(dt, geluForwardKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(
                              static_cast<T*>(y), static_cast<const T*>(x), n));
   TANDEM_CUDA_LAUNCH_CHECK();
@@ -200,6 +313,11 @@ void geluForward(void* y, const void* x, int64_t n, DType dt, cudaStream_t s) {
 
 void geluBackward(void* dx, const void* dy, const void* x, int64_t n, bool accumulate, DType dt,
                   cudaStream_t s) {
+  if (dt == DType::BF16 && vec8(n, {dx, dy, x})) {
+    geluBackwardVec<<<gridFor(n / 8, kThreads), kThreads, 0, s>>>(
+        static_cast<uint4*>(dx), static_cast<const uint4*>(dy), static_cast<const uint4*>(x), n / 8, accumulate);
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   TANDEM_DISPATCH_DT(dt, geluBackwardKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(
                              static_cast<T*>(dx), static_cast<const T*>(dy),
                              static_cast<const T*>(x), n, accumulate));
@@ -207,6 +325,11 @@ void geluBackward(void* dx, const void* dy, const void* x, int64_t n, bool accum
 }
 
 void addForward(void* c, const void* a, const void* b, int64_t n, DType dt, cudaStream_t s) {
+  if (dt == DType::BF16 && vec8(n, {c, a, b})) {
+    addVec<<<gridFor(n / 8, kThreads), kThreads, 0, s>>>(static_cast<uint4*>(c), static_cast<const uint4*>(a),
+                                                         static_cast<const uint4*>(b), n / 8);
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   TANDEM_DISPATCH_DT(dt, addKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(
                              static_cast<T*>(c), static_cast<const T*>(a),
                              static_cast<const T*>(b), n));
@@ -219,7 +342,11 @@ void crossEntropy(void* losses, DType loss_dt, void* dlogits, const void* logits
                   const int32_t* targets, int64_t M, int64_t V, float scale, DType dt,
                   float* loss_sum, float* scratch, cudaStream_t s) {
   float* row_loss = loss_sum ? scratch : nullptr;
-  TANDEM_DISPATCH_DT(dt, crossEntropyKernel<T><<<unsigned(M), 512, 0, s>>>(
+  if (dt == DType::BF16 && vec8(V, {logits, dlogits ? dlogits : logits}))
+    crossEntropyVec<<<unsigned(M), 512, 0, s>>>(losses, isBf16(loss_dt), static_cast<bf16*>(dlogits),
+                                                static_cast<const bf16*>(logits), targets, V, scale, row_loss);
+  else
+    TANDEM_DISPATCH_DT(dt, crossEntropyKernel<T><<<unsigned(M), 512, 0, s>>>(
                              losses, isBf16(loss_dt), static_cast<T*>(dlogits),
                              static_cast<const T*>(logits), targets, V, scale, row_loss));
   TANDEM_CUDA_LAUNCH_CHECK();

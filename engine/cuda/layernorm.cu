@@ -140,16 +140,20 @@ __global__ void layernormBackwardRegKernel(T* dx, float* partial_dw, float* part
   }
 }
 
-// Column sums of the per-warp partials: 8 row groups per column summed in a
-// fixed order, then the 8 group sums in order.
-template <class T>
-__global__ void layernormParamReduceKernel(T* dw, T* db, const float* partial_dw,
-                                           const float* partial_db, int64_t C, bool accumulate) {
+// Column sums of the per-warp partials in two fixed-order stages, wide
+// enough to use the whole GPU: stage 1 sums kGroups slices of the partial
+// rows per column block, stage 2 sums the kGroups results in order.
+constexpr int kGroups = 32;
+
+__global__ void layernormPartialSumKernel(float* stage, const float* partial_dw, const float* partial_db,
+                                          int64_t C) {
   __shared__ float sw[8][33], sb[8][33];
   const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int per = (kBwdWarps + kGroups - 1) / kGroups;
+  const int j0 = blockIdx.y * per, j1 = min(kBwdWarps, j0 + per);
   float aw = 0.f, ab = 0.f;
   if (c < C)
-    for (int j = threadIdx.y; j < kBwdWarps; j += 8) {
+    for (int j = j0 + threadIdx.y; j < j1; j += 8) {
       aw += partial_dw[j * C + c];
       ab += partial_db[j * C + c];
     }
@@ -161,6 +165,19 @@ __global__ void layernormParamReduceKernel(T* dw, T* db, const float* partial_dw
   for (int j = 0; j < 8; ++j) {
     tw += sw[j][threadIdx.x];
     tb += sb[j][threadIdx.x];
+  }
+  stage[blockIdx.y * C + c] = tw;
+  stage[(kGroups + blockIdx.y) * C + c] = tb;
+}
+
+template <class T>
+__global__ void layernormParamReduceKernel(T* dw, T* db, const float* stage, int64_t C, bool accumulate) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  float tw = 0.f, tb = 0.f;
+  for (int g = 0; g < kGroups; ++g) {
+    tw += stage[g * C + c];
+    tb += stage[(kGroups + g) * C + c];
   }
   if (accumulate) {
     tw += toF(dw[c]);
@@ -183,7 +200,7 @@ void layernormForward(void* y, void* mean, DType mean_dt, void* rstd, DType rstd
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
-int64_t layernormScratchBytes(int64_t C) { return int64_t(kBwdWarps) * C * 2 * sizeof(float); }
+int64_t layernormScratchBytes(int64_t C) { return (int64_t(kBwdWarps) + kGroups) * C * 2 * sizeof(float); }
 
 void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w,
                        const void* mean, DType mean_dt, const void* rstd, DType rstd_dt, int64_t M,
@@ -192,7 +209,12 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
   float* pdw = scratch;
   float* pdb = scratch + int64_t(kBwdWarps) * C;
   TANDEM_DISPATCH_DT(dt, {
-    if (C <= 32 * 32)
+    if (C <= 32 * 24)  // GPT-2 small and medium widths: fewer live registers
+      layernormBackwardRegKernel<T, 24><<<kBwdBlocks, kWarpsPerBlock * 32, 0, s>>>(
+          static_cast<T*>(dx), pdw, pdb, static_cast<const T*>(dy), static_cast<const T*>(x),
+          static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C,
+          accumulate_dx);
+    else if (C <= 32 * 32)
       layernormBackwardRegKernel<T, 32><<<kBwdBlocks, kWarpsPerBlock * 32, 0, s>>>(
           static_cast<T*>(dx), pdw, pdb, static_cast<const T*>(dy), static_cast<const T*>(x),
           static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C,
@@ -203,8 +225,11 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
           static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C,
           accumulate_dx);
     TANDEM_CUDA_LAUNCH_CHECK();
-    layernormParamReduceKernel<T><<<unsigned((C + 31) / 32), dim3(32, 8), 0, s>>>(
-        static_cast<T*>(dw), static_cast<T*>(db), pdw, pdb, C, accumulate_dw);
+    float* stage = scratch + 2 * int64_t(kBwdWarps) * C;
+    layernormPartialSumKernel<<<dim3(unsigned((C + 31) / 32), kGroups), dim3(32, 8), 0, s>>>(stage, pdw, pdb, C);
+    TANDEM_CUDA_LAUNCH_CHECK();
+    layernormParamReduceKernel<T><<<gridFor(C, 256), 256, 0, s>>>(static_cast<T*>(dw), static_cast<T*>(db), stage,
+                                                                  C, accumulate_dw);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
 }

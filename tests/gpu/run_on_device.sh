@@ -29,7 +29,15 @@ for s in "$@"; do
     cli) stage cli $B/tandem run tiny --steps 30 ;;
     cli2) stage cli2 $B/tandem run tiny --gpus 2 --steps 30 ;;
     oom) stage oom $B/tandem run resources/jobs/gpt2-1.5b.yaml --gpus 1 --set training.micro_batch=256 --steps 2 ;;
-    gpt2) stage gpt2 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --out $OUT/run.sqlite ;;
+    gpt2) stage gpt2 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --out /tmp/run.sqlite
+      python3 -c "import sqlite3; c = sqlite3.connect('/tmp/run.sqlite'); print('trace tables:', [r[0] for r in c.execute(\"select name from sqlite_master where type='table'\")])" ;;
+    gpt2eager)
+      # GPT-2 124M: CUDA Graph and eager losses over 20 steps must be identical.
+      $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --json | grep '"step"' | sed 's/,"ms".*//' > $OUT/graph.jsonl
+      $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --json --eager | grep '"step"' | sed 's/,"ms".*//' > $OUT/eager.jsonl
+      echo "=== gpt2eager: $(wc -l < $OUT/graph.jsonl) graph steps, $(wc -l < $OUT/eager.jsonl) eager steps"
+      if cmp -s $OUT/graph.jsonl $OUT/eager.jsonl; then echo "graph == eager (loss, norm, lr) over 20 steps"; else echo "graph != eager"; diff $OUT/graph.jsonl $OUT/eager.jsonl | head; fi
+      tail -n 1 $OUT/graph.jsonl ;;
     kill)
       # Kill rank 1 of a 2-GPU run mid-training; the launch must end, non-zero, within 60 s.
       echo "=== kill"

@@ -119,8 +119,7 @@ void testAttention(DType dt, int64_t B, int64_t T, int64_t C, int64_t H) {
               dt == DType::BF16 ? 1e-2 : 1e-4);
 }
 
-void testElementwise(DType dt) {
-  const int64_t n = 10007;
+void testElementwise(DType dt, int64_t n) {
   auto x = rounded(randomVector(n, rng, 2.f), dt), dy = rounded(randomVector(n, rng), dt),
        z = rounded(randomVector(n, rng), dt);
   std::vector<float> y(n), dx = z, c(n);
@@ -132,9 +131,10 @@ void testElementwise(DType dt) {
   cuda::geluForward(gy.p, gx.p, n, dt, nullptr);
   cuda::geluBackward(gdx.p, gdy.p, gx.p, n, true, dt, nullptr);
   cuda::addForward(gc.p, gx.p, gdy.p, n, dt, nullptr);
-  expectBelow(tag(dt, "gelu forward"), relError(gy.download(), y), tol(dt));
-  expectBelow(tag(dt, "gelu backward (accumulate)"), relError(gdx.download(), dx), tol(dt));
-  expectBelow(tag(dt, "add"), relError(gc.download(), c), tol(dt));
+  const std::string sz = fmt::format(" n={}", n);
+  expectBelow(tag(dt, ("gelu forward" + sz).c_str()), relError(gy.download(), y), tol(dt));
+  expectBelow(tag(dt, ("gelu backward (accumulate)" + sz).c_str()), relError(gdx.download(), dx), tol(dt));
+  expectBelow(tag(dt, ("add" + sz).c_str()), relError(gc.download(), c), tol(dt));
 }
 
 void testCrossEntropy(DType dt) {
@@ -294,7 +294,8 @@ int main() {
     testAttention(dt, 1, 130, 256, 4);  // head dim 64
     testAttention(dt, 2, 33, 128, 4);   // head dim 32
     testAttention(dt, 1, 300, 128, 2);  // head dim 64, five tiles (tensor cores in bf16)
-    testElementwise(dt);
+    testElementwise(dt, 10007);  // scalar path
+    testElementwise(dt, 8192);   // 16-byte path in bf16
     testCrossEntropy(dt);
     testEmbedding(dt);
     testMatmul(dt);
