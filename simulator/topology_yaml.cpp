@@ -443,9 +443,16 @@ std::string topologyToYaml(const Topology& topo) {
         break;
       }
     }
-    out += fmt::format("  - {{a: {}, b: {}, kind: {}, gbps: {}", quoted(topo.nodeName(l.src)),
-                       quoted(topo.nodeName(l.dst)), toString(l.kind), num(l.gbps));
-    if (l.lanes != 1) out += fmt::format(", lanes: {}", l.lanes);
+    out += fmt::format("  - {{a: {}, b: {}, kind: {}", quoted(topo.nodeName(l.src)), quoted(topo.nodeName(l.dst)),
+                       toString(l.kind));
+    // Bonded NVLinks read best per lane (18 x 26.562), when that is exact.
+    const double lane = l.gbps / l.lanes;
+    if (l.kind == LinkKind::NvLink && l.lanes > 1 && lane * l.lanes == l.gbps)
+      out += fmt::format(", lanes: {}, lane_gbps: {}", l.lanes, num(lane));
+    else if (l.lanes != 1)
+      out += fmt::format(", gbps: {}, lanes: {}", num(l.gbps), l.lanes);
+    else
+      out += fmt::format(", gbps: {}", num(l.gbps));
     out += fmt::format(", latency_ns: {}", l.latency_ns);
     if (!both) out += ", bidirectional: false";
     out += "}\n";
