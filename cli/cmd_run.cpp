@@ -33,7 +33,7 @@ struct RunOptions {
   int steps = 0;
   bool eager = false;
   bool json = false;
-  double timeout_s = 60;
+  double timeout_s = 30;  // a dead peer is detected within this (plus the step in flight)
   std::string out;
 };
 
