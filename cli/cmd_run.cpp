@@ -23,6 +23,11 @@
 #include "engine/cuda/launcher.h"
 #include "traces/trace_writer.h"
 #endif
+#ifdef TANDEM_HAVE_PROFILER
+#include "profiler/plan_observer.h"
+#include "traces/atomic_output.h"
+#include "traces/merge.h"
+#endif
 
 namespace tandem::cli {
 namespace {
@@ -35,6 +40,7 @@ struct RunOptions {
   bool json = false;
   double timeout_s = 30;  // a dead peer is detected within this (plus the step in flight)
   std::string out;
+  bool profile = false;  // CUPTI + NVTX into per-rank files, merged into `out`
 };
 
 #ifdef TANDEM_HAVE_CUDA
@@ -78,6 +84,7 @@ std::vector<std::string> childArguments(const RunOptions& o) {
   if (o.eager) args.push_back("--eager");
   if (o.json) args.push_back("--json");
   if (!o.out.empty()) args.insert(args.end(), {"--out", o.out});
+  if (o.profile) args.push_back("--profile");
   args.insert(args.end(), {"--timeout", fmt::format("{}", o.timeout_s)});
   return args;
 }
@@ -124,6 +131,55 @@ void writeTrace(const std::string& path, const Plan& plan, const cuda::DeviceInf
   fs::rename(tmp, path);
 }
 
+#ifdef TANDEM_HAVE_PROFILER
+// RUN.sqlite -> RUN.rank3.sqlite: each rank profiles into its own file (never
+// several processes into one SQLite file); the files stay for `tandem merge`.
+std::string rankTracePath(const std::string& out, int rank) {
+  std::filesystem::path p(out);
+  const std::string stem = p.extension() == ".sqlite" ? p.stem().string() : p.filename().string();
+  return (p.parent_path() / fmt::format("{}.rank{}.sqlite", stem, rank)).string();
+}
+
+// Merges the ranks' profiles into `out` (appended as one run; written whole or not at all).
+void mergeProfiles(const std::string& out, int world, bool json) {
+  std::vector<std::string> inputs;
+  for (int r = 0; r < world; ++r) inputs.push_back(rankTracePath(out, r));
+  traces::AtomicOutput output(out, true);
+  traces::MergeResult m;
+  {
+    traces::TraceWriter writer(output.tempPath());
+    m = traces::mergeTraces(inputs, writer);
+  }
+  output.commit();
+  if (json)
+    fmt::print(R"({{"profile_merged":"{}","run":{},"ranks":{},"activities":{}}})" "\n", out, m.run, m.ranks, m.activities);
+  else
+    fmt::print("profile: merged {} rank files into {} (run {}, {} activities)\n", m.inputs, out, m.run, m.activities);
+}
+
+std::unique_ptr<profiler::Profiler> startProfiler(const RunOptions& o, const Plan& plan, const cuda::DeviceInfo& dev,
+                                                  int rank, int device) {
+  profiler::ProfilerOptions po;
+  po.path = rankTracePath(o.out, rank);
+  std::error_code ec;
+  std::filesystem::remove(po.path, ec);  // one run per rank file: a fresh profile
+  po.run.name = plan.job.name;
+  po.run.job_yaml = plan.job.yaml;
+  po.run.job_hash = plan.job.content_hash;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  po.run.host = host;
+  po.run.devices_json = fmt::format(R"([{{"index":{},"name":"{}","memory_bytes":{}}}])", dev.index, dev.name, dev.total_bytes);
+  po.run.tool_version = TANDEM_VERSION;
+  po.run.world_size = plan.world_size;
+  po.rank = rank;
+  po.device = device;
+  po.arena_bytes = plan.programs.at(0).memory.arena_bytes;
+  po.arena_peak_bytes = plan.programs.at(0).memory.peak_bytes;
+  return std::make_unique<profiler::Profiler>(po);
+}
+#endif
+
 void runRank(const RunOptions& o, const JobSpec& job, const cuda::RankEnvironment& env) {
   std::string why;
   const int count = cuda::usableGpuCount(&why);
@@ -141,6 +197,15 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::RankEnvironmen
   eo.timeout_s = o.timeout_s;
   const cuda::DeviceInfo dev = cuda::deviceInfo(eo.device);
   if (world > 1) eo.nccl_id = cuda::shareNcclId(env, 120);
+#ifdef TANDEM_HAVE_PROFILER
+  std::unique_ptr<profiler::Profiler> prof;
+  std::unique_ptr<profiler::PlanObserver> observer;
+  if (o.profile) {
+    prof = startProfiler(o, plan, dev, rank, eo.device);
+    observer = std::make_unique<profiler::PlanObserver>(*prof, plan.programs.at(0));
+    eo.observer = observer.get();
+  }
+#endif
   std::unique_ptr<cuda::CudaExecutor> exec;
   try {
     exec = std::make_unique<cuda::CudaExecutor>(plan, eo);
@@ -192,8 +257,26 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::RankEnvironmen
                  med, tps, 100 * mfu, peak / 1e12, mem.planned_arena_bytes / kGiB, mem.allocated_bytes / kGiB,
                  mem.workspace_bytes / double(1 << 20), mem.scratch_bytes / double(1 << 20),
                  mem.device_used_bytes / kGiB);
-    if (!o.out.empty()) writeTrace(o.out, plan, dev, results, mem, tps, mfu);
+    if (!o.out.empty() && !o.profile) writeTrace(o.out, plan, dev, results, mem, tps, mfu);
   }
+#ifdef TANDEM_HAVE_PROFILER
+  if (prof) {
+    prof->setStat({"tokens_per_second", int64_t(tps), traces::Severity::Info, "median over measured steps"});
+    prof->setStat({"mfu_ppm", int64_t(mfu * 1e6), traces::Severity::Info, "PaLM model FLOPs utilisation, parts per million"});
+    prof->setStat({"planned_arena_bytes", mem.planned_arena_bytes, traces::Severity::Info, "memory plan peak"});
+    prof->setStat({"device_used_bytes", mem.device_used_bytes, traces::Severity::Info, "after setup, incl. context and NCCL"});
+    const profiler::ProfileSummary ps = prof->finish();
+    if (o.json)
+      fmt::print(R"({{"profile_rank":{},"file":"{}","kernels":{},"kernels_attributed":{},"nccl_kernels":{},"nccl_attributed":{},"nccl_on_comm_stream":{},"graph_kernels":{},"dropped_records":{}}})"
+                 "\n",
+                 rank, ps.path, ps.kernels, ps.kernels_attributed, ps.nccl_kernels, ps.nccl_attributed,
+                 ps.nccl_on_comm_stream, ps.graph_kernels, ps.dropped_records);
+    else
+      fmt::print("rank {}: {}\n", rank, profiler::formatSummary(ps));
+    std::fflush(stdout);
+    if (!env.launched) mergeProfiles(o.out, 1, o.json);
+  }
+#endif
 }
 
 #endif  // TANDEM_HAVE_CUDA
@@ -204,6 +287,10 @@ void runCommand(const RunOptions& o) {
   throw std::runtime_error(
       "run: this tandem was built without CUDA support (use `tandem train` for the CPU reference executor)");
 #else
+  if (o.profile && o.out.empty()) throw std::runtime_error("run: --profile needs --out RUN.sqlite (where the profile goes)");
+#ifndef TANDEM_HAVE_PROFILER
+  if (o.profile) throw std::runtime_error("run: this tandem was built without the CUPTI profiler (--profile unavailable)");
+#endif
   const cuda::RankEnvironment env = cuda::rankEnvironment();
   JobOptions jo = o.job;
   if (o.gpus > 0) jo.sets.push_back(fmt::format("parallel.data_parallel={}", o.gpus));
@@ -223,6 +310,9 @@ void runCommand(const RunOptions& o) {
     args.insert(args.end(), {"--gpus", std::to_string(world)});
     if (cuda::launchLocalRanks(world, args, o.timeout_s + 30) != 0)
       throw std::runtime_error(fmt::format("run: {} of {} ranks failed (see above)", "at least one", world));
+#ifdef TANDEM_HAVE_PROFILER
+    if (o.profile) mergeProfiles(o.out, world, o.json);
+#endif
     return;
   }
   try {
@@ -251,6 +341,9 @@ void addRunCommand(CLI::App& root) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--out", o->out, "append the run (steps, throughput, memory) to this trace file")
       ->type_name("RUN.sqlite");
+  cmd->add_flag("--profile", o->profile,
+                "profile with CUPTI + NVTX: every kernel tagged with its plan task; each rank writes RUN.rankN.sqlite, "
+                "merged into --out at the end");
   cmd->callback([o] { runCommand(*o); });
 }
 

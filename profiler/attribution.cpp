@@ -1,0 +1,210 @@
+// Decoded CUPTI records -> trace rows, each GPU record tagged with its plan
+// task: graph replays through the graph node id recorded at capture, eager
+// launches through the external correlation id pushed around the task.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "profiler/profiler_impl.h"
+
+namespace tandem::profiler {
+
+namespace {
+
+// Eager kernels can arrive before the API record that carries their task id
+// (different CUPTI buffers): keep them this many completed buffers before
+// writing them unattributed.
+constexpr int kMaxPendingAge = 4;
+
+traces::ActivityKind activityKind(RecordKind k) {
+  switch (k) {
+    case RecordKind::Memcpy: return traces::ActivityKind::Memcpy;
+    case RecordKind::Memset: return traces::ActivityKind::Memset;
+    case RecordKind::Sync: return traces::ActivityKind::Sync;
+    default: return traces::ActivityKind::Kernel;
+  }
+}
+
+}  // namespace
+
+bool Profiler::Impl::attribute(const Record& r, int64_t& task) const {
+  if (r.graph_node != 0) {
+    auto it = node_task.find(r.graph_node);
+    if (it == node_task.end()) return false;
+    task = it->second;
+    return true;
+  }
+  if (auto it = launch_task.find(r.correlation); it != launch_task.end()) {
+    task = it->second;
+    return true;
+  }
+  auto it = ext_task.find(r.correlation);
+  if (it == ext_task.end()) return false;
+  task = it->second;
+  return true;
+}
+
+void Profiler::Impl::ensureStream(int stream, traces::StreamKind kind, const std::string& name) {
+  if (!streams_written.insert(stream).second) return;
+  traces::StreamRow row;
+  row.rank = opt.rank;
+  row.stream = stream;
+  row.kind = kind;
+  row.name = name;
+  row.device = opt.device;
+  writer->addStream(row);
+}
+
+void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
+  const TaskInfo* info = nullptr;
+  if (task >= 0) {
+    auto it = tasks.find(task);
+    if (it != tasks.end()) info = &it->second;
+  }
+  traces::ActivityRow row;
+  row.rank = opt.rank;
+  row.device = int(r.device);
+  row.start_ns = toRunNs(r.start);
+  row.end_ns = std::max(row.start_ns, toRunNs(r.end));
+  row.kind = activityKind(r.kind);
+  row.name = r.name;
+  row.correlation_id = r.correlation;
+  row.bytes = int64_t(r.bytes);
+  if (r.kind == RecordKind::Kernel) row.geometry = r.geometry;
+
+  // Stream: the task's plan stream; else what an earlier attributed record
+  // taught us about this CUDA stream; else a track of its own.
+  int stream = -1;
+  if (info) {
+    stream = info->stream;
+    cupti_stream_to_plan.emplace(r.stream, stream);
+  } else if (r.kind == RecordKind::Sync && r.stream == 0xffffffffu) {
+    stream = kHostSyncStream;
+  } else if (auto it = cupti_stream_to_plan.find(r.stream); it != cupti_stream_to_plan.end()) {
+    stream = it->second;
+  } else {
+    stream = kUnknownStreamBase + int(r.stream);
+  }
+  auto ps = plan_streams.find(stream);
+  if (ps != plan_streams.end())
+    ensureStream(stream, ps->second.first, ps->second.second);
+  else if (stream == kHostSyncStream)
+    ensureStream(stream, traces::StreamKind::Host, "host synchronization");
+  else
+    ensureStream(stream, r.kind == RecordKind::Kernel ? traces::StreamKind::Compute : traces::StreamKind::Copy,
+                 fmt::format("cuda stream {}", stream - kUnknownStreamBase));
+  row.stream = stream;
+
+  if (info) {
+    row.task_id = info->id;
+    row.phase = info->phase;
+    row.layer = info->layer;
+    row.micro_batch = info->micro_batch;
+  }
+  writer->addActivity(row);
+
+  const bool nccl = r.kind == RecordKind::Kernel && isNcclKernel(r.name);
+  if (r.kind == RecordKind::Kernel) {
+    if (r.graph_node != 0) ++summary.graph_kernels;
+    const bool attributed = info != nullptr || task == kStepWork;
+    if (nccl) {
+      ++summary.nccl_kernels;
+      if (attributed) ++summary.nccl_attributed;
+      if (ps != plan_streams.end() && ps->second.first == traces::StreamKind::Comm) ++summary.nccl_on_comm_stream;
+    } else {
+      ++summary.kernels;
+      if (attributed) ++summary.kernels_attributed;
+    }
+    if (!attributed && unattributed_names.size() < 20) unattributed_names.insert(r.name);
+  } else if (r.kind == RecordKind::Memcpy || r.kind == RecordKind::Memset) {
+    ++summary.memcpys;
+    if (info || task == kStepWork) ++summary.memcpys_attributed;
+  }
+  if (nccl && info && !info->collective_op.empty()) {
+    traces::CollectiveRow c;
+    c.rank = opt.rank;
+    c.task_id = info->id;
+    c.op = info->collective_op;
+    c.group = info->group;
+    c.bytes = info->collective_bytes;
+    c.start_ns = row.start_ns;
+    c.end_ns = row.end_ns;
+    writer->addCollective(c);
+  }
+}
+
+void Profiler::Impl::consume(std::vector<Record>& records, bool final) {
+  // Correlations first: a buffer may hold a kernel and the API record of its launch.
+  for (const Record& r : records)
+    if (r.kind == RecordKind::ExternalCorrelation && ++ext_records)
+      ext_task[r.correlation] = r.external_id == kStepWorkExternal ? kStepWork : int64_t(r.external_id);
+
+  std::vector<Pending> still;
+  auto handle = [&](const Record& r, int age) {
+    int64_t task = -1;
+    bool known = false;
+    {
+      std::lock_guard<std::mutex> lock(node_mu);
+      known = attribute(r, task);
+    }
+    if (!known && r.graph_node == 0 && r.kind != RecordKind::Sync && !final && age < kMaxPendingAge) {
+      still.push_back({r, age + 1});
+      return;
+    }
+    writeDeviceRecord(r, known ? task : -1);
+  };
+  for (const Pending& p : pending) handle(p.record, p.age);
+  for (const Record& r : records) {
+    switch (r.kind) {
+      case RecordKind::Kernel:
+      case RecordKind::Memcpy:
+      case RecordKind::Memset:
+      case RecordKind::Sync:
+        handle(r, 0);
+        break;
+      case RecordKind::Marker: {
+        // Our own ranges are written from the host calls; keep other domains'.
+        if (r.domain == "tandem") break;
+        if (r.marker_flags & CUPTI_ACTIVITY_FLAG_MARKER_START) {
+          open_markers[r.marker_id] = r;
+        } else if (r.marker_flags & CUPTI_ACTIVITY_FLAG_MARKER_END) {
+          auto it = open_markers.find(r.marker_id);
+          if (it == open_markers.end()) break;
+          writer->addRange({opt.rank, toRunNs(it->second.start), toRunNs(r.start), it->second.name, 0, it->second.domain});
+          ++summary.ranges;
+          open_markers.erase(it);
+        } else {
+          writer->addRange({opt.rank, toRunNs(r.start), toRunNs(r.start), r.name, 0, r.domain});
+          ++summary.ranges;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  pending.swap(still);
+  if (final) {
+    for (const Pending& p : pending) writeDeviceRecord(p.record, -1);
+    pending.clear();
+  }
+}
+
+void Profiler::Impl::drainHostRows() {
+  std::vector<traces::RangeRow> ranges;
+  std::vector<traces::StepRow> steps;
+  std::vector<traces::CounterRow> counters;
+  {
+    std::lock_guard<std::mutex> lock(host_mu);
+    ranges.swap(host_ranges);
+    steps.swap(host_steps);
+    counters.swap(host_counters);
+  }
+  for (const auto& r : ranges) writer->addRange(r);
+  for (const auto& s : steps) writer->addStep(s);
+  for (const auto& c : counters) writer->addCounter(c);
+  summary.ranges += int64_t(ranges.size());
+  summary.steps += int64_t(steps.size());
+}
+
+}  // namespace tandem::profiler

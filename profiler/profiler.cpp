@@ -1,0 +1,297 @@
+// Profiler: the calls the executor makes (through its TaskObserver), clock
+// anchors, host-side rows (steps, ranges, memory counters), and finish().
+#include "profiler/profiler.h"
+
+#include <cuda_runtime_api.h>
+#include <cupti.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <nvtx3/nvToolsExt.h>
+#include <nvtx3/nvToolsExtCudaRt.h>
+
+#include <cstdlib>
+#include <ctime>
+
+#include "profiler/profiler_impl.h"
+
+namespace tandem::profiler {
+
+namespace {
+
+int64_t clockNs(clockid_t id) {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+uint64_t cuptiNow() {
+  uint64_t t = 0;
+  cuptiGetTimestamp(&t);
+  return t;
+}
+
+// Lets CUPTI see NVTX ranges of other code (MARKER records): NVTX loads the
+// library named here at its first call. Left alone when a tool set it.
+void pointNvtxAtCupti() {
+  if (std::getenv("NVTX_INJECTION64_PATH")) return;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&cuptiSubscribe), &info) && info.dli_fname)
+    setenv("NVTX_INJECTION64_PATH", info.dli_fname, 0);
+}
+
+nvtxDomainHandle_t domainOf(void* d) { return static_cast<nvtxDomainHandle_t>(d); }
+
+void pushRange(void* domain, const char* name) {
+  nvtxEventAttributes_t a{};
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  a.message.ascii = name;
+  nvtxDomainRangePushEx(domainOf(domain), &a);
+}
+
+}  // namespace
+
+// Two CUPTI readings around the host clocks: the midpoint pairs them to
+// within half the bracket (well under a microsecond).
+Clock readClocks() {
+  Clock c;
+  const uint64_t a = cuptiNow();
+  c.realtime_ns = clockNs(CLOCK_REALTIME);
+  c.monotonic_ns = clockNs(CLOCK_MONOTONIC);
+  const uint64_t b = cuptiNow();
+  c.cupti_ns = a + (b - a) / 2;
+  return c;
+}
+
+Profiler::Impl::Impl(const ProfilerOptions& o) : opt(o) {
+  if (opt.path.empty()) throw ProfilerError("profiler: no trace file given");
+  if (opt.buffer_bytes < (1 << 20)) throw ProfilerError("profiler: buffer_bytes must be at least 1 MiB");
+  if (opt.buffers < 1) throw ProfilerError("profiler: buffers must be at least 1");
+  // Checked before the file is touched, so a refused profiler adds no empty run.
+  if (g_active.load() != nullptr)
+    throw ProfilerError("profiler: a profiler is already active in this process (CUPTI allows one)");
+  if (opt.nvtx_ranges) pointNvtxAtCupti();
+  try {
+    writer = std::make_unique<traces::TraceWriter>(opt.path);
+  } catch (const std::exception& e) {
+    throw ProfilerError(fmt::format("profiler: cannot open trace file {}: {}", opt.path, e.what()));
+  }
+  traces::RunInfo run = opt.run;
+  run.kind = traces::RunKind::Real;
+  if (run.created_unix_ns == 0) run.created_unix_ns = clockNs(CLOCK_REALTIME);
+  writer->beginRun(run);
+  start();  // after the file: a CUPTI failure leaves an empty run, never a half one
+  start_clock = readClocks();
+  // Run time is CLOCK_REALTIME: ranks on one host share it exactly; across
+  // hosts the ClockRow offsets correct it (see docs/profiler.md).
+  offset_ns = start_clock.realtime_ns - int64_t(start_clock.cupti_ns);
+  writer->addClock({opt.rank, "cupti", int64_t(start_clock.cupti_ns), start_clock.realtime_ns,
+                    start_clock.monotonic_ns, 0});
+  writer->flush();
+  if (opt.nvtx_ranges) nvtx_domain = nvtxDomainCreateA("tandem");
+}
+
+Profiler::Impl::~Impl() {
+  if (started) {
+    try {
+      stop();
+    } catch (...) {
+    }
+  }
+  Impl* self = this;
+  g_active.compare_exchange_strong(self, nullptr);
+  for (uint8_t* b : all_buffers) std::free(b);
+}
+
+Profiler::Profiler(const ProfilerOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+
+Profiler::~Profiler() {
+  try {
+    finish();
+  } catch (...) {
+  }
+}
+
+const std::string& Profiler::path() const { return impl_->opt.path; }
+
+void Profiler::addTasks(const std::vector<TaskInfo>& tasks) {
+  Impl& p = *impl_;
+  std::lock_guard<std::mutex> lock(p.write_mu);
+  for (const TaskInfo& t : tasks) {
+    p.tasks[t.id] = t;
+    traces::PlanTaskRow row;
+    row.rank = p.opt.rank;
+    row.task_id = t.id;
+    row.name = t.name;
+    row.op = t.op;
+    row.phase = t.phase;
+    row.layer = t.layer;
+    row.micro_batch = t.micro_batch;
+    row.stream = t.stream;
+    row.flops = t.flops;
+    row.bytes = t.bytes;
+    row.deps = t.deps;
+    p.writer->addPlanTask(row);
+  }
+}
+
+void Profiler::nameStream(int plan_stream, cudaStream_t stream, traces::StreamKind kind, const std::string& name) {
+  Impl& p = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(p.write_mu);
+    p.plan_streams[plan_stream] = {kind, name};
+    p.cuda_stream_to_plan[stream] = plan_stream;
+    uint32_t id = 0;
+    if (stream && cuptiGetStreamIdEx(nullptr, stream, 0, &id) == CUPTI_SUCCESS) p.cupti_stream_to_plan[id] = plan_stream;
+    p.ensureStream(plan_stream, kind, name);
+  }
+  if (p.opt.nvtx_ranges && stream) nvtxNameCudaStreamA(stream, name.c_str());
+}
+
+void Profiler::stepBegin(int step) {
+  Impl& p = *impl_;
+  p.current_step = step;
+  p.in_step = true;
+  p.step_start_cupti = cuptiNow();
+  currentTask() = kStepWork;
+  cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, kStepWorkExternal);
+  if (p.nvtx_domain) pushRange(p.nvtx_domain, fmt::format("step {}", step).c_str());
+}
+
+void Profiler::stepEnd(int step) {
+  Impl& p = *impl_;
+  if (!p.in_step) return;
+  uint64_t popped = 0;
+  cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped);
+  currentTask() = -1;
+  if (p.nvtx_domain) nvtxDomainRangePop(domainOf(p.nvtx_domain));
+  const uint64_t end = cuptiNow();
+  size_t free_b = 0, total_b = 0;
+  const bool mem = cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
+  std::lock_guard<std::mutex> lock(p.host_mu);
+  p.host_steps.push_back({p.opt.rank, step, p.toRunNs(p.step_start_cupti), p.toRunNs(end)});
+  p.host_ranges.push_back({p.opt.rank, p.toRunNs(p.step_start_cupti), p.toRunNs(end),
+                           fmt::format("step {}", step), 0, "tandem"});
+  if (mem)
+    p.host_counters.push_back({p.opt.rank, "memory.device_in_use_bytes", p.toRunNs(end), double(total_b - free_b)});
+  if (p.opt.arena_bytes > 0) {
+    p.host_counters.push_back({p.opt.rank, "memory.arena_bytes", p.toRunNs(p.step_start_cupti), double(p.opt.arena_bytes)});
+    if (p.opt.arena_peak_bytes > 0)
+      p.host_counters.push_back(
+          {p.opt.rank, "memory.arena_peak_bytes", p.toRunNs(p.step_start_cupti), double(p.opt.arena_peak_bytes)});
+  }
+  p.in_step = false;
+}
+
+void Profiler::taskBegin(int64_t task_id, cudaStream_t) {
+  Impl& p = *impl_;
+  currentTask() = task_id;
+  cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, uint64_t(task_id));
+  p.in_task = true;
+  p.task_start_cupti = cuptiNow();
+  if (p.nvtx_domain) {
+    auto it = p.tasks.find(task_id);
+    pushRange(p.nvtx_domain, it != p.tasks.end() ? it->second.name.c_str() : "task");
+  }
+}
+
+void Profiler::taskEnd(int64_t task_id) {
+  Impl& p = *impl_;
+  if (!p.in_task) return;
+  uint64_t popped = 0;
+  cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped);
+  currentTask() = p.in_step ? kStepWork : -1;
+  p.in_task = false;
+  if (p.nvtx_domain) nvtxDomainRangePop(domainOf(p.nvtx_domain));
+  const uint64_t end = cuptiNow();
+  auto it = p.tasks.find(task_id);
+  std::lock_guard<std::mutex> lock(p.host_mu);
+  p.host_ranges.push_back({p.opt.rank, p.toRunNs(p.task_start_cupti), p.toRunNs(end),
+                           it != p.tasks.end() ? it->second.name : fmt::format("task {}", task_id), 1, "tandem"});
+}
+
+void Profiler::captureBegin() {
+  Impl& p = *impl_;
+  std::lock_guard<std::mutex> lock(p.host_mu);
+  const uint64_t t = cuptiNow();
+  p.host_ranges.push_back({p.opt.rank, p.toRunNs(t), p.toRunNs(t), "graph capture begin", 1, "tandem"});
+}
+
+void Profiler::captureEnd() {
+  Impl& p = *impl_;
+  std::lock_guard<std::mutex> lock(p.host_mu);
+  const uint64_t t = cuptiNow();
+  p.host_ranges.push_back({p.opt.rank, p.toRunNs(t), p.toRunNs(t), "graph capture end", 1, "tandem"});
+}
+
+void Profiler::setStat(const traces::StatRow& stat) {
+  std::lock_guard<std::mutex> lock(impl_->host_mu);
+  impl_->extra_stats.push_back(stat);
+}
+
+ProfileSummary Profiler::finish() {
+  Impl& p = *impl_;
+  if (p.finished) return p.summary;
+  p.stop();  // forced flush: every record reaches bufferDone
+  const Clock end = readClocks();
+  std::lock_guard<std::mutex> lock(p.write_mu);
+  std::vector<Record> none;
+  p.consume(none, true);
+  p.drainHostRows();
+  p.summary.dropped_records = p.dropped.load();
+  p.summary.buffers_grown = p.grown.load();
+  p.summary.unattributed.assign(p.unattributed_names.begin(), p.unattributed_names.end());
+  p.summary.path = p.opt.path;
+  // End anchor: the drift of CUPTI's clock against CLOCK_REALTIME over the run
+  // is end.offset - start.offset (stored, not applied).
+  p.writer->addClock({p.opt.rank, "cupti", int64_t(end.cupti_ns), end.realtime_ns, end.monotonic_ns, 0});
+  using traces::Severity;
+  const ProfileSummary& s = p.summary;
+  p.writer->setStat({"cupti.dropped_records", s.dropped_records, s.dropped_records ? Severity::DataLoss : Severity::Info,
+                     "activity records CUPTI dropped (buffers full)"});
+  p.writer->setStat({"cupti.records", s.records, Severity::Info, "activity records read"});
+  p.writer->setStat({"cupti.buffers_grown", s.buffers_grown, Severity::Info,
+                     "activity buffers allocated beyond the pre-allocated pool"});
+  p.writer->setStat({"profiler.kernels", s.kernels, Severity::Info, "compute kernels (not NCCL)"});
+  p.writer->setStat({"profiler.kernels_attributed", s.kernels_attributed, Severity::Info,
+                     "compute kernels tagged with a plan task (or the executor's step work)"});
+  p.writer->setStat({"profiler.nccl_kernels", s.nccl_kernels, Severity::Info, "NCCL kernels"});
+  p.writer->setStat({"profiler.nccl_attributed", s.nccl_attributed, Severity::Info, "NCCL kernels tagged"});
+  p.writer->setStat({"cupti.external_correlation_records", p.ext_records, Severity::Info,
+                     "external correlation records (task ids pushed around launches)"});
+  p.writer->setStat({"profiler.graph_kernels", s.graph_kernels, Severity::Info, "kernels run by CUDA Graph replays"});
+  const int64_t unattributed = (s.kernels - s.kernels_attributed) + (s.nccl_kernels - s.nccl_attributed);
+  p.writer->setStat({"profiler.kernels_unattributed", unattributed, unattributed ? Severity::Warning : Severity::Info,
+                     "kernels with no plan task"});
+  p.writer->setStat({"clock.drift_ns", (end.realtime_ns - int64_t(end.cupti_ns)) - p.offset_ns, Severity::Info,
+                     "CUPTI clock drift against CLOCK_REALTIME over the run"});
+  {
+    std::lock_guard<std::mutex> host_lock(p.host_mu);
+    for (const auto& st : p.extra_stats) p.writer->setStat(st);
+  }
+  p.writer->flush();
+  p.finished = true;
+  p.writer.reset();
+  // CUPTI is detached: another profiler may start in this process now.
+  Impl* self = &p;
+  g_active.compare_exchange_strong(self, nullptr);
+  return p.summary;
+}
+
+std::string formatSummary(const ProfileSummary& s) {
+  auto pct = [](int64_t a, int64_t b) { return b ? 100.0 * double(a) / double(b) : 100.0; };
+  std::string out = fmt::format(
+      "profile {}: compute kernels attributed {:.1f}% ({}/{}), NCCL kernels attributed {:.1f}% ({}/{}), "
+      "memcpy/memset attributed {:.1f}% ({}/{}), graph-replayed kernels {}, dropped records {}, steps {}",
+      s.path, pct(s.kernels_attributed, s.kernels), s.kernels_attributed, s.kernels, pct(s.nccl_attributed, s.nccl_kernels),
+      s.nccl_attributed, s.nccl_kernels, pct(s.memcpys_attributed, s.memcpys), s.memcpys_attributed, s.memcpys,
+      s.graph_kernels, s.dropped_records, s.steps);
+  if (!s.unattributed.empty()) {
+    out += "\n  unattributed kernels:";
+    for (const auto& n : s.unattributed) out += " " + n + ";";
+  }
+  return out;
+}
+
+}  // namespace tandem::profiler

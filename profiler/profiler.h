@@ -1,0 +1,128 @@
+#pragma once
+// The profiler: CUPTI activity + NVTX ranges of one process (one rank) into
+// that rank's own trace file, every GPU record tagged with the plan task it
+// belongs to (docs/profiler.md).
+//
+//   tandem::profiler::ProfilerOptions o;  o.path = "run.rank0.sqlite"; ...
+//   tandem::profiler::Profiler p(o);       // subscribes to CUPTI, enables activity kinds
+//   p.addTasks(tasks); p.nameStream(0, stream, ...);
+//   p.stepBegin(0); p.taskBegin(id, stream); ...launches...; p.taskEnd(id); p.stepEnd(0);
+//   ProfileSummary s = p.finish();         // forced flush, stats, closes the file
+//
+// The profiler knows nothing of the engine: tasks arrive as TaskInfo (see
+// profiler/plan_observer.h for the adapter from the executor's TaskObserver).
+// CUPTI is one per process, so at most one Profiler exists at a time.
+// Eager launches are attributed through CUPTI external correlation ids (the
+// task id is pushed around each task's launches); CUDA Graph replays through
+// the graph node ids recorded while the graph was captured.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "traces/trace_model.h"
+
+namespace tandem::profiler {
+
+// Every failure to start or run the profiler (CUPTI held by another tool,
+// unsupported driver, unwritable trace file).
+class ProfilerError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One plan task as the profiler needs it.
+struct TaskInfo {
+  int64_t id = -1;
+  std::string name;
+  std::string op;
+  traces::TracePhase phase = traces::TracePhase::None;
+  int layer = -1;
+  int micro_batch = -1;
+  int stream = 0;  // plan stream index
+  double flops = 0;
+  int64_t bytes = 0;
+  std::vector<int64_t> deps;
+  // Collectives only: operation, group and payload bytes per rank.
+  std::string collective_op;
+  std::string group;
+  int64_t collective_bytes = 0;
+};
+
+struct ProfilerOptions {
+  std::string path;            // this rank's trace file (appended to if it exists)
+  traces::RunInfo run;         // kind is forced to Real
+  int rank = 0;
+  int device = 0;              // CUDA device of this rank (memory sampling)
+  int64_t buffer_bytes = 8 << 20;  // size of one CUPTI activity buffer
+  int buffers = 8;                 // buffers allocated up front
+  uint32_t flush_period_ms = 500;  // CUPTI's periodic flush; rows are committed after each buffer
+  bool trace_all_api = false;  // record every runtime/driver call, not only launches (for debugging)
+  bool nvtx_ranges = true;     // emit NVTX ranges (step, task) and stream names for other tools too
+  int64_t arena_bytes = 0;     // the plan's arena (a counter at each step)
+  int64_t arena_peak_bytes = 0;
+};
+
+// What finish() found, for the caller to print.
+struct ProfileSummary {
+  int64_t records = 0;         // CUPTI records read
+  int64_t kernels = 0;         // compute kernels (not NCCL)
+  int64_t kernels_attributed = 0;
+  int64_t nccl_kernels = 0;
+  int64_t nccl_attributed = 0;
+  int64_t nccl_on_comm_stream = 0;
+  int64_t memcpys = 0;         // memcpy + memset
+  int64_t memcpys_attributed = 0;
+  int64_t graph_kernels = 0;   // kernels run by graph replays
+  int64_t dropped_records = 0;
+  int64_t buffers_grown = 0;   // buffers allocated beyond the pool
+  int64_t ranges = 0;
+  int64_t steps = 0;
+  std::vector<std::string> unattributed;  // distinct names of unattributed kernels (at most 20)
+  std::string path;
+};
+
+class Profiler {
+ public:
+  explicit Profiler(const ProfilerOptions& options);  // throws ProfilerError
+  ~Profiler();                                         // finishes if needed; never throws
+  Profiler(const Profiler&) = delete;
+  Profiler& operator=(const Profiler&) = delete;
+
+  // The plan's tasks and streams (stored in the trace; used to tag records).
+  void addTasks(const std::vector<TaskInfo>& tasks);
+  void nameStream(int plan_stream, cudaStream_t stream, traces::StreamKind kind, const std::string& name);
+
+  void stepBegin(int step);
+  void stepEnd(int step);  // after the step's GPU work completed: samples device memory
+  // Around the launches of one task, on the launching thread.
+  void taskBegin(int64_t task_id, cudaStream_t stream);
+  void taskEnd(int64_t task_id);
+  void captureBegin();
+  void captureEnd();
+
+  // A stat of the run (throughput, MFU, ...), written at finish().
+  void setStat(const traces::StatRow& stat);
+
+  // Forces CUPTI to hand over every record, writes stats and the end clock
+  // anchor, detaches from CUPTI and closes the file. Idempotent.
+  ProfileSummary finish();
+
+  // The trace file's path.
+  const std::string& path() const;
+
+  // Private state; public only so that CUPTI's plain-function callbacks can reach it.
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The human-readable attribution line ("kernels attributed: 100.0% (n/n) ...").
+std::string formatSummary(const ProfileSummary& s);
+
+}  // namespace tandem::profiler
