@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -171,9 +172,15 @@ std::string reportToText(const RunReport& r) {
     std::string phases;
     for (const auto& [k, v] : cp.by_phase_ns) phases += fmt::format("  {} {} ms", k, ms(v));
     line("  by phase:" + phases);
-    for (const auto& t : cp.tasks)
+    // The table shows the path's last ten tasks; --json carries more.
+    const size_t shown = std::min<size_t>(cp.tasks.size(), 10);
+    if (cp.task_count > static_cast<int64_t>(shown))
+      line(fmt::format("    ... {} earlier tasks", cp.task_count - static_cast<int64_t>(shown)));
+    for (size_t k = cp.tasks.size() - shown; k < cp.tasks.size(); ++k) {
+      const auto& t = cp.tasks[k];
       line(fmt::format("    {:>8} {:>10} ms +{:>8} us wait  s{} {}", t.task_id, ms(t.end_ns - t.start_ns),
                        fmt::format("{:.1f}", static_cast<double>(t.wait_before_ns) / 1e3), t.stream, t.name));
+    }
   }
   line("");
   const auto& s = r.stragglers;
