@@ -42,6 +42,7 @@ NcclParams NcclParams::ideal() {
   p.op_efficiency.fill(1.0);
   p.op_latency_ns.fill(0);
   p.gain_per_doubling = 0;
+  p.max_efficiency = 1.0;
   p.call_floor_ns = 0;
   p.channel_gbps = 0;  // no channel limit
   p.allow_tree = false;
@@ -121,8 +122,7 @@ CollectiveChoice makeChoice(const NcclParams& p, Algorithm a, Protocol pr, Colle
   double size_factor = 1.0;
   if (p.gain_per_doubling != 0 && bus > 0)
     size_factor = std::clamp(1 + p.gain_per_doubling * std::log2(bus / p.size_reference_bytes), 0.5, 1.5);
-  c.efficiency = std::min(q.wire_efficiency * p.op_efficiency[size_t(op)] * size_factor,
-                          p.gain_per_doubling == 0 && p.op_efficiency[size_t(op)] >= 1.0 ? 1.0 : 0.95);
+  c.efficiency = std::min(q.wire_efficiency * p.op_efficiency[size_t(op)] * size_factor, p.max_efficiency);
   c.base_latency_ns = q.base_latency_ns + p.op_latency_ns[size_t(op)];
   c.step_latency_ns = q.step_latency_ns;
   c.floor_ns = p.call_floor_ns;

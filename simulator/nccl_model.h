@@ -48,9 +48,10 @@ struct NcclParams {
   std::array<double, 8> op_efficiency{0.632, 0.527, 0.485, 0.60, 0.60, 0.55, 0.80, 0.80};
   // Efficiency grows by this fraction per doubling of the per-rank bytes above
   // size_reference_bytes (and shrinks below it): measured NCCL bus bandwidth
-  // keeps rising up to 1 GiB. Clamped to [0.5, 1.5] times, and to 0.95 of the link.
+  // keeps rising up to 1 GiB. Clamped to [0.5, 1.5] times, and to max_efficiency.
   double gain_per_doubling = 0.03;
   double size_reference_bytes = double(64 << 20);
+  double max_efficiency = 0.95;  // no protocol moves payload at the full link rate
   // No call completes faster than this: back-to-back calls from an eager
   // framework are bounded by host launch overhead (about 20 us in PyTorch).
   // Set 0 for CUDA-graph replays.
