@@ -33,7 +33,9 @@ namespace tandem::gui {
 
 namespace {
 
-QTableView* makeTable(QAbstractItemModel* model, QWidget* parent, bool sortable) {
+// sort_column < 0 keeps the model's own order (longest first for statistics).
+QTableView* makeTable(QAbstractItemModel* model, QWidget* parent, bool sortable, int sort_column = -1,
+                      Qt::SortOrder order = Qt::AscendingOrder) {
   auto* view = new QTableView(parent);
   if (sortable) {
     auto* proxy = new QSortFilterProxyModel(view);
@@ -41,6 +43,9 @@ QTableView* makeTable(QAbstractItemModel* model, QWidget* parent, bool sortable)
     proxy->setSortRole(kSortRole);
     view->setModel(proxy);
     view->setSortingEnabled(true);
+    // Enabling sorting sorts by the header's default indicator (column 0,
+    // descending); start from a deliberate order instead.
+    view->sortByColumn(sort_column, order);
   } else {
     view->setModel(model);
   }
@@ -74,8 +79,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   group_box_->addItems({tr("by op kind"), tr("by name"), tr("by phase")});
   stats_layout->addWidget(group_box_);
   auto* split = new QSplitter(Qt::Vertical, stats_page);
-  split->addWidget(makeTable(stats_, split, true));
-  split->addWidget(makeTable(breakdown_, split, true));
+  auto* stats_view = makeTable(stats_, split, true);
+  stats_view->horizontalHeader()->resizeSection(0, 280);
+  split->addWidget(stats_view);
+  split->addWidget(makeTable(breakdown_, split, true, BreakdownModel::Rank));
   stats_layout->addWidget(split);
   tabs_->addTab(stats_page, tr("Statistics"));
   recompute_view_ = new RecomputeView(tabs_);
@@ -116,7 +123,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   auto* runs_page = new QWidget(runs_dock);
   auto* runs_layout = new QVBoxLayout(runs_page);
   runs_layout->setContentsMargins(4, 2, 4, 2);
-  runs_view_ = makeTable(runs_, runs_page, true);
+  runs_view_ = makeTable(runs_, runs_page, true, RunListModel::Id);
   runs_layout->addWidget(runs_view_);
   auto* compare_button = new QPushButton(tr("Compare shown run with selected"), runs_page);
   runs_layout->addWidget(compare_button);
