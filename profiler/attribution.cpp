@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "profiler/profiler_impl.h"
 
@@ -106,7 +107,11 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   const bool nccl = r.kind == RecordKind::Kernel && isNcclKernel(r.name);
   if (r.kind == RecordKind::Kernel) {
     if (r.graph_node != 0) ++summary.graph_kernels;
-    const bool attributed = info != nullptr || task == kStepWork;
+    const bool attributed = info != nullptr;
+    if (task == kStepWork) {
+      ++summary.step_work_kernels;
+      if (nccl) ++summary.nccl_step_work;
+    }
     if (nccl) {
       ++summary.nccl_kernels;
       if (attributed) ++summary.nccl_attributed;
@@ -115,10 +120,10 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
       ++summary.kernels;
       if (attributed) ++summary.kernels_attributed;
     }
-    if (!attributed && unattributed_names.size() < 20) unattributed_names.insert(r.name);
+    if (!attributed && task != kStepWork && unattributed_names.size() < 20) unattributed_names.insert(r.name);
   } else if (r.kind == RecordKind::Memcpy || r.kind == RecordKind::Memset) {
     ++summary.memcpys;
-    if (info || task == kStepWork) ++summary.memcpys_attributed;
+    if (info) ++summary.memcpys_attributed;
   }
   if (nccl && info && !info->collective_op.empty()) {
     traces::CollectiveRow c;
@@ -157,6 +162,12 @@ void Profiler::Impl::consume(std::vector<Record>& records, bool final) {
   for (const Record& r : records) {
     switch (r.kind) {
       case RecordKind::Kernel:
+        if (!collective_order.empty() && isNcclKernel(r.name)) {
+          nccl_waiting.push_back(r);
+          break;
+        }
+        handle(r, 0);
+        break;
       case RecordKind::Memcpy:
       case RecordKind::Memset:
       case RecordKind::Sync:
@@ -184,9 +195,52 @@ void Profiler::Impl::consume(std::vector<Record>& records, bool final) {
     }
   }
   pending.swap(still);
+  resolveNccl(final);
   if (final) {
     for (const Pending& p : pending) writeDeviceRecord(p.record, -1);
     pending.clear();
+  }
+}
+
+// NCCL kernels are tagged by issue order, not by the launching thread: a
+// non-blocking communicator may launch an operation later, from another NCCL
+// call or another thread, so the thread's current task can name the wrong
+// task. One communicator's kernels run in the order the operations were
+// issued, so within a step the i-th NCCL kernel (by GPU start) belongs to the
+// i-th collective task issued; kernels beyond them are the executor's own
+// step work (its loss all-reduce). A step's kernels are assigned once its
+// window closed three flush periods ago (all its records have arrived).
+void Profiler::Impl::resolveNccl(bool final) {
+  if (nccl_waiting.empty()) return;
+  std::vector<int64_t> order;
+  std::vector<std::pair<uint64_t, uint64_t>> windows;
+  {
+    std::lock_guard<std::mutex> lock(host_mu);
+    order = collective_order;
+    windows = step_windows;
+  }
+  uint64_t now = 0;
+  cuptiGetTimestamp(&now);
+  const uint64_t settle_ns = uint64_t(std::max<uint32_t>(opt.flush_period_ms, 100)) * 3000000ull;
+  std::map<size_t, std::vector<Record>> by_window;
+  std::vector<Record> keep;
+  for (Record& r : nccl_waiting) {
+    // Windows are appended in step order: the last one beginning at or before r.start.
+    auto it = std::upper_bound(windows.begin(), windows.end(), r.start,
+                               [](uint64_t t, const std::pair<uint64_t, uint64_t>& win) { return t < win.first; });
+    size_t w = windows.size();
+    if (it != windows.begin() && r.start <= std::prev(it)->second) w = size_t(std::prev(it) - windows.begin());
+    if (w < windows.size() && (final || now > windows[w].second + settle_ns))
+      by_window[w].push_back(std::move(r));
+    else if (w == windows.size() && final)
+      writeDeviceRecord(r, -1);  // outside every step
+    else
+      keep.push_back(std::move(r));
+  }
+  nccl_waiting.swap(keep);
+  for (auto& [w, recs] : by_window) {
+    std::sort(recs.begin(), recs.end(), [](const Record& a, const Record& b) { return a.start < b.start; });
+    for (size_t i = 0; i < recs.size(); ++i) writeDeviceRecord(recs[i], i < order.size() ? order[i] : kStepWork);
   }
 }
 

@@ -171,6 +171,7 @@ void Profiler::stepEnd(int step) {
   const bool mem = cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
   std::lock_guard<std::mutex> lock(p.host_mu);
   p.host_steps.push_back({p.opt.rank, step, p.toRunNs(p.step_start_cupti), p.toRunNs(end)});
+  p.step_windows.push_back({p.step_start_cupti, end});
   p.host_ranges.push_back({p.opt.rank, p.toRunNs(p.step_start_cupti), p.toRunNs(end),
                            fmt::format("step {}", step), 0, "tandem"});
   if (mem)
@@ -190,6 +191,14 @@ void Profiler::taskBegin(int64_t task_id, cudaStream_t) {
   cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, uint64_t(task_id));
   p.in_task = true;
   p.task_start_cupti = cuptiNow();
+  // The issue order of collective tasks in the first step that has any.
+  if (auto it = p.tasks.find(task_id); it != p.tasks.end() && !it->second.collective_op.empty()) {
+    if (p.order_step == -1) p.order_step = p.current_step;
+    if (p.order_step == p.current_step) {
+      std::lock_guard<std::mutex> lock(p.host_mu);
+      p.collective_order.push_back(task_id);
+    }
+  }
   if (p.nvtx_domain) {
     auto it = p.tasks.find(task_id);
     pushRange(p.nvtx_domain, it != p.tasks.end() ? it->second.name.c_str() : "task");
@@ -261,7 +270,10 @@ ProfileSummary Profiler::finish() {
   p.writer->setStat({"cupti.external_correlation_records", p.ext_records, Severity::Info,
                      "external correlation records (task ids pushed around launches)"});
   p.writer->setStat({"profiler.graph_kernels", s.graph_kernels, Severity::Info, "kernels run by CUDA Graph replays"});
-  const int64_t unattributed = (s.kernels - s.kernels_attributed) + (s.nccl_kernels - s.nccl_attributed);
+  const int64_t unattributed =
+      (s.kernels - s.kernels_attributed) + (s.nccl_kernels - s.nccl_attributed) - s.step_work_kernels;
+  p.writer->setStat({"profiler.step_work_kernels", s.step_work_kernels, Severity::Info,
+                     "kernels the executor issued in a step outside every plan task (its loss all-reduce)"});
   p.writer->setStat({"profiler.kernels_unattributed", unattributed, unattributed ? Severity::Warning : Severity::Info,
                      "kernels with no plan task"});
   p.writer->setStat({"clock.drift_ns", (end.realtime_ns - int64_t(end.cupti_ns)) - p.offset_ns, Severity::Info,
@@ -281,12 +293,17 @@ ProfileSummary Profiler::finish() {
 
 std::string formatSummary(const ProfileSummary& s) {
   auto pct = [](int64_t a, int64_t b) { return b ? 100.0 * double(a) / double(b) : 100.0; };
+  // Shares are of the kernels that belong to plan tasks: the executor's own
+  // step work is counted apart.
+  const int64_t compute_tasks = s.kernels - (s.step_work_kernels - s.nccl_step_work);
+  const int64_t nccl_tasks = s.nccl_kernels - s.nccl_step_work;
   std::string out = fmt::format(
       "profile {}: compute kernels attributed {:.1f}% ({}/{}), NCCL kernels attributed {:.1f}% ({}/{}), "
-      "memcpy/memset attributed {:.1f}% ({}/{}), graph-replayed kernels {}, dropped records {}, steps {}",
-      s.path, pct(s.kernels_attributed, s.kernels), s.kernels_attributed, s.kernels, pct(s.nccl_attributed, s.nccl_kernels),
-      s.nccl_attributed, s.nccl_kernels, pct(s.memcpys_attributed, s.memcpys), s.memcpys_attributed, s.memcpys,
-      s.graph_kernels, s.dropped_records, s.steps);
+      "memcpy/memset attributed {:.1f}% ({}/{}), executor step-work kernels {}, graph-replayed kernels {}, "
+      "dropped records {}, steps {}",
+      s.path, pct(s.kernels_attributed, compute_tasks), s.kernels_attributed, compute_tasks,
+      pct(s.nccl_attributed, nccl_tasks), s.nccl_attributed, nccl_tasks, pct(s.memcpys_attributed, s.memcpys), s.memcpys_attributed, s.memcpys,
+      s.step_work_kernels, s.graph_kernels, s.dropped_records, s.steps);
   if (!s.unattributed.empty()) {
     out += "\n  unattributed kernels:";
     for (const auto& n : s.unattributed) out += " " + n + ";";

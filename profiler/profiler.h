@@ -78,6 +78,10 @@ struct ProfileSummary {
   int64_t memcpys = 0;         // memcpy + memset
   int64_t memcpys_attributed = 0;
   int64_t graph_kernels = 0;   // kernels run by graph replays
+  // Kernels the executor issued inside a step but outside every plan task
+  // (its loss all-reduce): not counted as attributed, not listed as unknown.
+  int64_t step_work_kernels = 0;
+  int64_t nccl_step_work = 0;  // of which NCCL
   int64_t dropped_records = 0;
   int64_t buffers_grown = 0;   // buffers allocated beyond the pool
   int64_t ranges = 0;

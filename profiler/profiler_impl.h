@@ -55,6 +55,8 @@ struct Profiler::Impl {
   void writeDeviceRecord(const Record& r, int64_t task);
   void ensureStream(int stream, traces::StreamKind kind, const std::string& name);
   void drainHostRows();
+  void resolveNccl(bool final);
+  std::vector<Record> nccl_waiting;  // NCCL kernels waiting for their step's window
   int64_t toRunNs(uint64_t cupti) const { return int64_t(cupti) + offset_ns; }
 
   ProfilerOptions opt;
@@ -88,6 +90,11 @@ struct Profiler::Impl {
   std::vector<traces::StepRow> host_steps;
   std::vector<traces::CounterRow> host_counters;
   std::vector<traces::StatRow> extra_stats;
+  // NCCL kernels by issue order (see resolveNccl): the collective tasks in the
+  // order the executor issued them in one step, and the closed step windows.
+  std::vector<int64_t> collective_order;
+  int order_step = -1;
+  std::vector<std::pair<uint64_t, uint64_t>> step_windows;  // CUPTI ns, begin..end
 
   // Buffer pool.
   std::mutex pool_mu;
