@@ -101,6 +101,10 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
     row.phase = info->phase;
     row.layer = info->layer;
     row.micro_batch = info->micro_batch;
+    // The memory plan's live arena bytes, sampled at the first record of each
+    // task (so over the first profiled step).
+    if (info->arena_live_bytes >= 0 && arena_counter_written.insert(info->id).second)
+      writer->addCounter({opt.rank, "memory.arena_live_bytes", row.start_ns, double(info->arena_live_bytes)});
   }
   writer->addActivity(row);
 

@@ -41,7 +41,30 @@ inline traces::StreamKind traceStreamKindOf(StreamKind k) {
 // The rank program's tasks as the profiler stores them; dependencies are the
 // previous task of the same stream and the recorders of waited events (the
 // same rule as the simulator's trace output, so both runs carry equal graphs).
+// Arena bytes live at each task index: every top-level buffer (views share
+// their parent's bytes) from its first to its last use; persistent ones always.
+inline std::vector<int64_t> arenaLiveBytes(const RankPlan& rp) {
+  const size_t n = rp.tasks.size();
+  std::vector<int64_t> delta(n + 1, 0);
+  int64_t always = 0;
+  for (const Buffer& b : rp.buffers) {
+    if (b.parent >= 0 || b.offset < 0) continue;
+    if (b.persistent) {
+      always += b.bytes;
+      continue;
+    }
+    if (b.first_use < 0 || b.last_use < b.first_use || size_t(b.last_use) >= n) continue;
+    delta[size_t(b.first_use)] += b.bytes;
+    delta[size_t(b.last_use) + 1] -= b.bytes;
+  }
+  std::vector<int64_t> live(n);
+  int64_t sum = always;
+  for (size_t i = 0; i < n; ++i) live[i] = sum += delta[i];
+  return live;
+}
+
 inline std::vector<TaskInfo> taskInfos(const RankPlan& rp) {
+  const std::vector<int64_t> live = arenaLiveBytes(rp);
   std::vector<int64_t> recorder(size_t(rp.num_events > 0 ? rp.num_events : 0), -1);
   for (const Task& t : rp.tasks)
     if (t.record_event >= 0 && t.record_event < rp.num_events) recorder[size_t(t.record_event)] = t.id;
@@ -59,6 +82,7 @@ inline std::vector<TaskInfo> taskInfos(const RankPlan& rp) {
     i.stream = t.stream;
     i.flops = t.flops;
     i.bytes = t.collective ? t.collective->bytes : t.bytes_read + t.bytes_written;
+    i.arena_live_bytes = live[out.size()];
     if (t.stream >= 0 && size_t(t.stream) < last_on_stream.size()) {
       if (last_on_stream[size_t(t.stream)] >= 0) i.deps.push_back(last_on_stream[size_t(t.stream)]);
       last_on_stream[size_t(t.stream)] = t.id;

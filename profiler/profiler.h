@@ -51,6 +51,8 @@ struct TaskInfo {
   std::string collective_op;
   std::string group;
   int64_t collective_bytes = 0;
+  // Bytes of the plan's arena live while this task runs (memory plan), or -1.
+  int64_t arena_live_bytes = -1;
 };
 
 struct ProfilerOptions {

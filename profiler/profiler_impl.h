@@ -70,6 +70,7 @@ struct Profiler::Impl {
   std::unordered_map<uint32_t, int> cupti_stream_to_plan;  // learned
   std::unordered_map<cudaStream_t, int> cuda_stream_to_plan;
   std::set<int> streams_written;
+  std::set<int64_t> arena_counter_written;  // tasks whose live-arena sample is stored
 
   std::mutex node_mu;
   std::unordered_map<uint64_t, int64_t> node_task;  // graph node id -> task (kStepWork allowed)
