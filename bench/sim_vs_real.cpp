@@ -43,13 +43,15 @@ struct BenchJob {
 // GPT-2 124M shapes at data parallel 1 and 2, varied one axis at a time.
 std::vector<BenchJob> benchJobs() {
   return {
-      {"base-mb8", {"training.micro_batch=8"}, true},
-      {"base-mb16", {"training.micro_batch=16"}, true},
+      {"base-mb8", {"training.micro_batch=8", "parallel.data_parallel=1"}, true},
+      {"base-mb16", {"training.micro_batch=16", "parallel.data_parallel=1"}, true},
       {"dp2-mb8", {"training.micro_batch=8", "parallel.data_parallel=2"}, true},
-      {"seq512-mb16", {"training.micro_batch=16", "model.seq_len=512"}, false},
-      {"layers6-mb8", {"training.micro_batch=8", "model.layers=6"}, false},
-      {"hidden1024-mb8", {"training.micro_batch=8", "model.hidden=1024", "model.heads=16", "model.layers=8"}, false},
-      {"recompute-full-mb8", {"training.micro_batch=8", "recompute.policy=full"}, false},
+      {"seq512-mb16", {"training.micro_batch=16", "model.seq_len=512", "parallel.data_parallel=1"}, false},
+      {"layers6-mb8", {"training.micro_batch=8", "model.layers=6", "parallel.data_parallel=1"}, false},
+      {"hidden1024-mb8",
+       {"training.micro_batch=8", "model.hidden=1024", "model.heads=16", "model.layers=8", "parallel.data_parallel=1"},
+       false},
+      {"recompute-full-mb8", {"training.micro_batch=8", "recompute.policy=full", "parallel.data_parallel=1"}, false},
       {"dp2-mb16-selective", {"training.micro_batch=16", "parallel.data_parallel=2", "recompute.policy=selective"}, false},
   };
 }
