@@ -21,6 +21,7 @@
 #include "gui/item_models.h"
 #include "gui/recompute_view.h"
 #include "gui/topology_view.h"
+#include "gui/what_if_dialog.h"
 #include "gui/slice_stats.h"
 #include "gui/synthetic_run.h"
 #include "gui/timeline_math.h"
@@ -158,6 +159,29 @@ void MainWindow::buildMenus() {
   });
   file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, qApp, &QApplication::quit);
+  QMenu* sim_menu = menuBar()->addMenu(tr("&Simulate"));
+  sim_menu->addAction(tr("&What-if..."), this, [this] {
+    // Based on the shown run's job and topology; the new run is appended to
+    // the shown run's file.
+    QString job, topo;
+    if (!current_path_.isEmpty()) {
+      for (int r = 0; r < runs_->rowCount(); ++r) {
+        const auto& e = runs_->entry(r);
+        if (QString::fromStdString(e.path) == current_path_ && e.info.id == current_run_) {
+          job = QString::fromStdString(e.info.job_yaml);
+          topo = QString::fromStdString(e.info.topology);
+        }
+      }
+    }
+    auto* dialog = new WhatIfDialog(job, topo, current_path_, this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &WhatIfDialog::runCreated, this, [this](const QString& path, qint64 run) {
+      const QString old_path = current_path_;
+      const qint64 old_run = current_run_;
+      if (openFile(path, run) && !old_path.isEmpty()) openCompare(old_path, old_run);
+    });
+    dialog->show();
+  });
   QMenu* view = menuBar()->addMenu(tr("&View"));
   view->addAction(tr("&Timeline"), this, [this] { setView(View::Timeline); });
   view->addAction(tr("&Statistics"), this, [this] { setView(View::Statistics); });

@@ -54,3 +54,44 @@ TEST_CASE("what-if: full recompute lowers peak memory and lengthens the step", "
   CHECK_THROWS_WITH(runWhatIf(bad), Catch::Contains("recompute.policy"));
   fs::remove(db);
 }
+
+#include <QSignalSpy>
+#include <QTest>
+
+#include "gui/what_if_dialog.h"
+#include "gui_test_app.h"
+
+TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][whatif]") {
+  tandem::gui::test::app();
+  const fs::path db = fs::temp_directory_path() / ("tandem_gui_dialog_" + std::to_string(::getpid()) + ".sqlite");
+  fs::remove(db);
+  WhatIfDialog dialog(QString(), "dgx-h200", QString::fromStdString(db.string()));
+  dialog.setDataParallel(4);
+  dialog.setMicroBatch(8);
+  dialog.setGradAccum(2);
+  dialog.setBucketMib(50);
+  dialog.setRecompute(RecomputePolicy::Selective);
+  const WhatIfRequest req = dialog.request();
+  CHECK(req.topology == "dgx-h200");
+  CHECK(std::find(req.overrides.begin(), req.overrides.end(), "parallel.data_parallel=4") != req.overrides.end());
+  CHECK(std::find(req.overrides.begin(), req.overrides.end(), "training.micro_batch=8") != req.overrides.end());
+  CHECK(std::find(req.overrides.begin(), req.overrides.end(), "training.grad_accum=2") != req.overrides.end());
+  CHECK(std::find(req.overrides.begin(), req.overrides.end(), "comm.bucket_mib=50") != req.overrides.end());
+  CHECK(std::find(req.overrides.begin(), req.overrides.end(), "recompute.policy=selective") != req.overrides.end());
+
+  QSignalSpy created(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(created.wait(120000));
+  traces::TraceReader reader(db.string());
+  const auto info = reader.run(created.at(0).at(1).toLongLong());
+  CHECK(info.world_size == 4);
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+
+  QSignalSpy failed(&dialog, &WhatIfDialog::failed);
+  dialog.setTopology("no-such-topology");
+  dialog.start();
+  REQUIRE(failed.wait(60000));
+  CHECK(failed.at(0).at(0).toString().contains("no-such-topology"));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  fs::remove(db);
+}

@@ -1,0 +1,142 @@
+#include "gui/what_if_dialog.h"
+
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QLabel>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QThread>
+#include <QVBoxLayout>
+
+#include "engine/job.h"
+#include "gui/timeline_math.h"
+#include "simulator/topology_presets.h"
+
+namespace tandem::gui {
+
+WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, const QString& out_path, QWidget* parent)
+    : QDialog(parent), job_yaml_(job_yaml), out_path_(out_path) {
+  setWindowTitle(tr("What-if"));
+  JobSpec job = defaultJob();
+  try {
+    if (!job_yaml.isEmpty()) job = parseJob(job_yaml.toStdString(), "<run>");
+  } catch (const std::exception&) {
+    // Keep the defaults; the simulation reports the job's problem.
+  }
+  auto* form = new QFormLayout;
+  topology_ = new QComboBox(this);
+  topology_->setEditable(true);  // a preset name or a topology file
+  for (const auto& name : sim::fixedPresetNames()) topology_->addItem(QString::fromStdString(name));
+  setTopology(topology.isEmpty() || topology.contains('\n') ? QString("dgx-h200") : topology);
+  form->addRow(tr("topology (preset or file)"), topology_);
+  dp_ = new QSpinBox(this);
+  dp_->setRange(1, 4096);
+  dp_->setValue(job.parallel.data_parallel);
+  form->addRow(tr("data-parallel size"), dp_);
+  micro_batch_ = new QSpinBox(this);
+  micro_batch_->setRange(1, 4096);
+  micro_batch_->setValue(job.training.micro_batch);
+  form->addRow(tr("micro-batch (sequences)"), micro_batch_);
+  accum_ = new QSpinBox(this);
+  accum_->setRange(1, 1024);
+  accum_->setValue(job.training.grad_accum);
+  form->addRow(tr("gradient accumulation"), accum_);
+  bucket_ = new QDoubleSpinBox(this);
+  bucket_->setRange(0.25, 4096);
+  bucket_->setSuffix(" MiB");
+  bucket_->setValue(job.comm.bucket_mib);
+  form->addRow(tr("gradient bucket"), bucket_);
+  recompute_ = new QComboBox(this);
+  recompute_->addItems({"none", "selective", "full"});
+  recompute_->setCurrentText(QString::fromStdString(std::string(toString(job.recompute.policy))));
+  form->addRow(tr("recompute (all layers)"), recompute_);
+
+  auto* layout = new QVBoxLayout(this);
+  layout->addLayout(form);
+  progress_ = new QProgressBar(this);
+  progress_->setRange(0, 100);
+  progress_->setValue(0);
+  layout->addWidget(progress_);
+  status_ = new QLabel(out_path.isEmpty() ? tr("No trace file to append the new run to.") : tr("The new run is appended to %1").arg(out_path), this);
+  status_->setWordWrap(true);
+  layout->addWidget(status_);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, this);
+  simulate_ = buttons->addButton(tr("Simulate"), QDialogButtonBox::ActionRole);
+  simulate_->setEnabled(!out_path.isEmpty());
+  layout->addWidget(buttons);
+  connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+  connect(simulate_, &QPushButton::clicked, this, &WhatIfDialog::start);
+}
+
+WhatIfDialog::~WhatIfDialog() {
+  if (worker_) worker_->wait();
+}
+
+void WhatIfDialog::setTopology(const QString& name_or_file) { topology_->setCurrentText(name_or_file); }
+void WhatIfDialog::setDataParallel(int n) { dp_->setValue(n); }
+void WhatIfDialog::setMicroBatch(int n) { micro_batch_->setValue(n); }
+void WhatIfDialog::setGradAccum(int n) { accum_->setValue(n); }
+void WhatIfDialog::setBucketMib(double mib) { bucket_->setValue(mib); }
+void WhatIfDialog::setRecompute(RecomputePolicy policy) {
+  recompute_->setCurrentText(QString::fromStdString(std::string(toString(policy))));
+}
+
+WhatIfRequest WhatIfDialog::request() const {
+  WhatIfRequest r;
+  r.job_yaml = job_yaml_.toStdString();
+  r.topology = topology_->currentText().trimmed().toStdString();
+  r.out_path = out_path_.toStdString();
+  r.overrides = {
+      "parallel.data_parallel=" + std::to_string(dp_->value()),
+      "training.micro_batch=" + std::to_string(micro_batch_->value()),
+      "training.grad_accum=" + std::to_string(accum_->value()),
+      "comm.bucket_mib=" + QString::number(bucket_->value()).toStdString(),
+      "recompute.policy=" + recompute_->currentText().toStdString(),
+  };
+  r.run_name = "what-if: dp " + std::to_string(dp_->value()) + ", mb " + std::to_string(micro_batch_->value()) +
+               ", accum " + std::to_string(accum_->value()) + ", recompute " + recompute_->currentText().toStdString() +
+               " on " + r.topology;
+  return r;
+}
+
+void WhatIfDialog::start() {
+  if (worker_ || out_path_.isEmpty()) return;
+  const WhatIfRequest req = request();
+  simulate_->setEnabled(false);
+  progress_->setValue(0);
+  // The worker computes only; progress and the outcome come back to this
+  // thread as queued calls carrying plain values.
+  worker_ = QThread::create([this, req] {
+    try {
+      const WhatIfResult r = runWhatIf(req, [this](int pct, const std::string& stage) {
+        QMetaObject::invokeMethod(this, [this, pct, s = QString::fromStdString(stage)] {
+          progress_->setValue(pct);
+          status_->setText(s);
+        }, Qt::QueuedConnection);
+      });
+      QMetaObject::invokeMethod(this, [this, r] {
+        status_->setText(tr("New run %1: step %2, peak memory %3 GiB")
+                             .arg(r.run_id)
+                             .arg(QString::fromStdString(formatDuration(r.step_ns)))
+                             .arg(double(r.peak_memory_bytes) / double(int64_t(1) << 30), 0, 'f', 2));
+        emit runCreated(out_path_, r.run_id);
+      }, Qt::QueuedConnection);
+    } catch (const std::exception& e) {
+      QMetaObject::invokeMethod(this, [this, msg = QString::fromUtf8(e.what())] {
+        status_->setText(tr("Failed: %1").arg(msg));
+        emit failed(msg);
+      }, Qt::QueuedConnection);
+    }
+  });
+  connect(worker_, &QThread::finished, this, [this] {
+    worker_->deleteLater();
+    worker_ = nullptr;
+    simulate_->setEnabled(true);
+  });
+  worker_->start();
+}
+
+}  // namespace tandem::gui

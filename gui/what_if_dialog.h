@@ -1,0 +1,61 @@
+#pragma once
+// What-if dialog: choose topology (preset or file), data-parallel size,
+// micro-batch, gradient accumulation, bucket size and recompute policy for a
+// run's job; "Simulate" re-plans and simulates on a worker thread with
+// progress and reports the new run, appended to the given trace file.
+
+#include <QDialog>
+#include <vector>
+
+#include "gui/what_if.h"
+
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+class QThread;
+
+namespace tandem::gui {
+
+class WhatIfDialog : public QDialog {
+  Q_OBJECT
+ public:
+  // job_yaml: the base job (empty: the built-in GPT-2 124M, data parallel 8);
+  // out_path: the trace file the new run is appended to.
+  WhatIfDialog(const QString& job_yaml, const QString& topology, const QString& out_path, QWidget* parent = nullptr);
+  ~WhatIfDialog() override;
+
+  // The request the current settings describe.
+  WhatIfRequest request() const;
+  void setTopology(const QString& name_or_file);
+  void setDataParallel(int n);
+  void setMicroBatch(int n);
+  void setGradAccum(int n);
+  void setBucketMib(double mib);
+  void setRecompute(RecomputePolicy policy);
+  // Starts the simulation (what the Simulate button does).
+  void start();
+  bool busy() const { return worker_ != nullptr; }
+
+ signals:
+  void runCreated(const QString& path, qint64 run_id);
+  void failed(const QString& message);
+
+ private:
+  QString job_yaml_;
+  QString out_path_;
+  QComboBox* topology_ = nullptr;
+  QSpinBox* dp_ = nullptr;
+  QSpinBox* micro_batch_ = nullptr;
+  QSpinBox* accum_ = nullptr;
+  QDoubleSpinBox* bucket_ = nullptr;
+  QComboBox* recompute_ = nullptr;
+  QProgressBar* progress_ = nullptr;
+  QLabel* status_ = nullptr;
+  QPushButton* simulate_ = nullptr;
+  QThread* worker_ = nullptr;
+};
+
+}  // namespace tandem::gui
