@@ -30,7 +30,7 @@ struct Args {
   bool breakdown = false;
 };
 
-Args parseArgs(int argc, char** argv) {
+[[maybe_unused]] Args parseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
@@ -48,7 +48,7 @@ Args parseArgs(int argc, char** argv) {
 }
 
 // Runs a command and returns the value of "median_step_ms" in its last JSON line (0 when absent).
-double peerMedianMs(const std::string& command, std::string* line_out) {
+[[maybe_unused]] double peerMedianMs(const std::string& command, std::string* line_out) {
   FILE* p = popen(command.c_str(), "r");
   if (!p) return 0;
   char buf[4096];
