@@ -28,8 +28,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tempPath(const std::string& name) {
+// One folder per test process, removed when the process ends.
+struct TempDir {
   fs::path dir = fs::temp_directory_path() / ("tandem_gui_tests_" + std::to_string(::getpid()));
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+fs::path tempPath(const std::string& name) {
+  static TempDir temp;
+  const fs::path& dir = temp.dir;
   fs::create_directories(dir);
   fs::path p = dir / name;
   fs::remove(p);

@@ -41,6 +41,11 @@ struct SimFixture {
     r.run_name = "full";
     full_id = runWhatIf(r).run_id;
   }
+  ~SimFixture() {
+    // The file and SQLite's write-ahead log beside it.
+    std::error_code ec;
+    for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path + suffix, ec);
+  }
 };
 
 const SimFixture& simRuns() {

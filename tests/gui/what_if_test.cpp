@@ -13,9 +13,23 @@ using namespace tandem;
 using namespace tandem::gui;
 namespace fs = std::filesystem;
 
+namespace {
+
+// The file and SQLite's write-ahead log beside it.
+void removeDb(const fs::path& db) {
+  std::error_code ec;
+  for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix, ec);
+}
+
+}  // namespace
+
 TEST_CASE("what-if: full recompute lowers peak memory and lengthens the step", "[gui][whatif]") {
   const fs::path db = fs::temp_directory_path() / ("tandem_gui_whatif_" + std::to_string(::getpid()) + ".sqlite");
-  fs::remove(db);
+  removeDb(db);
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() { removeDb(p); }
+  } cleanup{db};  // destroyed after the reader below
   std::vector<int> progress;
   WhatIfRequest base;
   base.overrides = {"recompute.policy=none"};
@@ -52,7 +66,6 @@ TEST_CASE("what-if: full recompute lowers peak memory and lengthens the step", "
   WhatIfRequest bad = base;
   bad.overrides = {"recompute.policy=sometimes"};
   CHECK_THROWS_WITH(runWhatIf(bad), Catch::Contains("recompute.policy"));
-  fs::remove(db);
 }
 
 #include <QSignalSpy>
@@ -64,7 +77,11 @@ TEST_CASE("what-if: full recompute lowers peak memory and lengthens the step", "
 TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][whatif]") {
   tandem::gui::test::app();
   const fs::path db = fs::temp_directory_path() / ("tandem_gui_dialog_" + std::to_string(::getpid()) + ".sqlite");
-  fs::remove(db);
+  removeDb(db);
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() { removeDb(p); }
+  } cleanup{db};
   WhatIfDialog dialog(QString(), "dgx-h200", QString::fromStdString(db.string()));
   dialog.setDataParallel(4);
   dialog.setMicroBatch(8);
@@ -93,5 +110,4 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   REQUIRE(failed.wait(60000));
   CHECK(failed.at(0).at(0).toString().contains("no-such-topology"));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
-  fs::remove(db);
 }
