@@ -31,16 +31,16 @@ using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_majo
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 struct FwdSmem {
-  bf16 q[kTile][kLdH];
-  bf16 k[kTile][kLdH];
+  bf16 k[kTile][kLdH];  // first holds Q while each warp takes its rows into fragments
   bf16 v[kTile][kLdH];
   float s[kWarps][16][kLdS];
   bf16 p[kWarps][16][kLdH];
 };
 
+// The warp's own 16 rows of the tiles that stay fixed for the whole loop
+// (K and V, or Q and dO) live in registers as A fragments; the shared tiles
+// hold only the streamed operands, so three blocks fit on an SM.
 struct BwdSmem {
-  bf16 a[kTile][kLdH];   // the tile kept for the whole loop (K or Q)
-  bf16 b[kTile][kLdH];   // (V or dO)
   bf16 c[kTile][kLdH];   // the tile streamed per iteration (Q or K)
   bf16 d[kTile][kLdH];   // (dO or V)
   float s[kWarps][16][kLdS];
@@ -63,20 +63,25 @@ __device__ __forceinline__ void loadTile(bf16 (*tile)[kLdH], const bf16* base, i
   }
 }
 
-// acc[n] = X[16 rows at x][0:D] * Y[n*16.., 0:D]^T for n < 4 (scores of 16 rows against 64).
-__device__ __forceinline__ void rowsTimesTileT(FragC (&acc)[4], const bf16 (*x)[kLdH], int x_row,
-                                               const bf16 (*y)[kLdH]) {
+using RowFrags = FragA[D / 16];
+
+// Loads rows [row, row + 16) of a shared tile into A fragments.
+__device__ __forceinline__ void loadRowFrags(RowFrags& f, const bf16 (*x)[kLdH], int row) {
+#pragma unroll
+  for (int i = 0; i < D / 16; ++i) wmma::load_matrix_sync(f[i], &x[row][i * 16], kLdH);
+}
+
+// acc[n] = A[16][0:D] * Y[n*16.., 0:D]^T with A held in fragments.
+__device__ __forceinline__ void fragsTimesTileT(FragC (&acc)[4], const RowFrags& a, const bf16 (*y)[kLdH]) {
 #pragma unroll
   for (int n = 0; n < 4; ++n) wmma::fill_fragment(acc[n], 0.f);
 #pragma unroll
-  for (int kk = 0; kk < D; kk += 16) {
-    FragA a;
-    wmma::load_matrix_sync(a, &x[x_row][kk], kLdH);
+  for (int i = 0; i < D / 16; ++i) {
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
       FragBCol bfr;
-      wmma::load_matrix_sync(bfr, &y[n * 16][kk], kLdH);
-      wmma::mma_sync(acc[n], a, bfr, acc[n]);
+      wmma::load_matrix_sync(bfr, &y[n * 16][i * 16], kLdH);
+      wmma::mma_sync(acc[n], a[i], bfr, acc[n]);
     }
   }
 }
@@ -106,7 +111,10 @@ __global__ void __launch_bounds__(128) attnForwardTc(bf16* out, void* lse, int l
   const int64_t stride = 3 * int64_t(C);
   const bf16* base = qkv + int64_t(b) * Tn * stride;
   const int qi = q0 + warp * 16 + r;
-  loadTile(sm.q, base, q0, Tn, stride, int64_t(h) * D);
+  loadTile(sm.k, base, q0, Tn, stride, int64_t(h) * D);  // Q, taken into fragments
+  __syncthreads();
+  RowFrags qa;
+  loadRowFrags(qa, sm.k, warp * 16);
   float m = -INFINITY, l = 0.f, o[D / 2];
 #pragma unroll
   for (int j = 0; j < D / 2; ++j) o[j] = 0.f;
@@ -117,7 +125,7 @@ __global__ void __launch_bounds__(128) attnForwardTc(bf16* out, void* lse, int l
     loadTile(sm.v, base, k0, Tn, stride, 2 * int64_t(C) + int64_t(h) * D);
     __syncthreads();
     FragC acc[4];
-    rowsTimesTileT(acc, sm.q, warp * 16, sm.k);
+    fragsTimesTileT(acc, qa, sm.k);
 #pragma unroll
     for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.s[warp][0][n * 16], acc[n], kLdS, wmma::mem_row_major);
     __syncwarp();
@@ -194,8 +202,12 @@ __global__ void __launch_bounds__(128) attnBackwardKvTc(bf16* dqkv, const bf16* 
   const bf16* dbase = dout + int64_t(b) * Tn * C;
   const int64_t stat = (int64_t(b) * H + h) * Tn;
   const float scale_log2 = scale * kLog2e;
-  loadTile(sm.a, base, k0, Tn, stride, C + int64_t(h) * D);           // K
-  loadTile(sm.b, base, k0, Tn, stride, 2 * int64_t(C) + int64_t(h) * D);  // V
+  loadTile(sm.c, base, k0, Tn, stride, C + int64_t(h) * D);              // K
+  loadTile(sm.d, base, k0, Tn, stride, 2 * int64_t(C) + int64_t(h) * D);  // V
+  __syncthreads();
+  RowFrags ka, va;
+  loadRowFrags(ka, sm.c, warp * 16);
+  loadRowFrags(va, sm.d, warp * 16);
   FragC dk[4], dv[4];
 #pragma unroll
   for (int n = 0; n < 4; ++n) wmma::fill_fragment(dk[n], 0.f), wmma::fill_fragment(dv[n], 0.f);
@@ -210,10 +222,10 @@ __global__ void __launch_bounds__(128) attnBackwardKvTc(bf16* dqkv, const bf16* 
     }
     __syncthreads();
     FragC acc[4];
-    rowsTimesTileT(acc, sm.a, warp * 16, sm.c);  // S^T = K Q^T
+    fragsTimesTileT(acc, ka, sm.c);  // S^T = K Q^T
 #pragma unroll
     for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.s[warp][0][n * 16], acc[n], kLdS, wmma::mem_row_major);
-    rowsTimesTileT(acc, sm.b, warp * 16, sm.d);  // dP^T = V dO^T
+    fragsTimesTileT(acc, va, sm.d);  // dP^T = V dO^T
 #pragma unroll
     for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.dp[warp][0][n * 16], acc[n], kLdS, wmma::mem_row_major);
     __syncwarp();
@@ -262,8 +274,12 @@ __global__ void __launch_bounds__(128) attnBackwardQTc(bf16* dqkv, const bf16* d
   const bf16* dbase = dout + int64_t(b) * Tn * C;
   const int64_t stat = (int64_t(b) * H + h) * Tn;
   const float scale_log2 = scale * kLog2e;
-  loadTile(sm.a, base, q0, Tn, stride, int64_t(h) * D);  // Q
-  loadTile(sm.b, dbase, q0, Tn, C, int64_t(h) * D);      // dO
+  loadTile(sm.c, base, q0, Tn, stride, int64_t(h) * D);  // Q
+  loadTile(sm.d, dbase, q0, Tn, C, int64_t(h) * D);      // dO
+  __syncthreads();
+  RowFrags qa, ga;
+  loadRowFrags(qa, sm.c, warp * 16);
+  loadRowFrags(ga, sm.d, warp * 16);
   if (threadIdx.x < kTile) {
     const int q = q0 + threadIdx.x;
     sm.lse[threadIdx.x] = q < Tn ? loadAny(lse, lse_bf16, stat + q) * kLog2e : 0.f;
@@ -279,10 +295,10 @@ __global__ void __launch_bounds__(128) attnBackwardQTc(bf16* dqkv, const bf16* d
     loadTile(sm.d, base, k0, Tn, stride, 2 * int64_t(C) + int64_t(h) * D);  // V
     __syncthreads();
     FragC acc[4];
-    rowsTimesTileT(acc, sm.a, warp * 16, sm.c);  // S = Q K^T
+    fragsTimesTileT(acc, qa, sm.c);  // S = Q K^T
 #pragma unroll
     for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.s[warp][0][n * 16], acc[n], kLdS, wmma::mem_row_major);
-    rowsTimesTileT(acc, sm.b, warp * 16, sm.d);  // dP = dO V^T
+    fragsTimesTileT(acc, ga, sm.d);  // dP = dO V^T
 #pragma unroll
     for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.dp[warp][0][n * 16], acc[n], kLdS, wmma::mem_row_major);
     __syncwarp();
