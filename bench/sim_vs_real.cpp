@@ -8,7 +8,7 @@
 // Prints one JSON line per job, a table, and the rank order of the jobs by
 // step time both ways (Kendall tau).
 //
-//   bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology h200x2-nv18] [--steps 30]
+//   bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology h200x2-nv18] [--steps 30] [--reuse-real]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -104,17 +104,19 @@ double kendallTau(const std::vector<double>& a, const std::vector<double>& b) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fmt::print(stderr, "usage: bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N]\n");
+    fmt::print(stderr, "usage: bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real]\n");
     return 2;
   }
   const std::string tandem_bin = argv[1];
   const fs::path out_dir = argv[2];
   std::string topology = "h200x2-nv18";
   int steps = 30;
-  for (int i = 3; i + 1 < argc; i += 2) {
+  bool reuse = false;  // keep real traces already in OUT_DIR (analyse again without a GPU)
+  for (int i = 3; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--topology") topology = argv[i + 1];
-    else if (flag == "--steps") steps = std::atoi(argv[i + 1]);
+    if (flag == "--reuse-real") reuse = true;
+    else if (flag == "--topology" && i + 1 < argc) topology = argv[++i];
+    else if (flag == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
   }
   fs::create_directories(out_dir);
   const std::vector<BenchJob> jobs = benchJobs();
@@ -122,6 +124,7 @@ int main(int argc, char** argv) {
   // 1. Real runs, profiled.
   for (const BenchJob& b : jobs) {
     const fs::path trace = out_dir / (b.name + ".real.sqlite");
+    if (reuse && fs::exists(trace)) continue;
     fs::remove(trace);
     std::string cmd = fmt::format("{} run default --steps {} --profile --out {}", shellQuote(tandem_bin), steps,
                                   shellQuote(trace.string()));

@@ -15,21 +15,39 @@ namespace {
 }  // namespace
 
 std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
-  std::map<int, int> steps_per_rank;
-  for (const StepRow& s : reader.steps(run)) steps_per_rank[s.rank]++;
+  // Step starts per rank, sorted, to place each activity in its step.
+  std::map<int, std::vector<int64_t>> step_starts;
+  for (const StepRow& s : reader.steps(run)) step_starts[s.rank].push_back(s.start_ns);
+  for (auto& [rank, starts] : step_starts) std::sort(starts.begin(), starts.end());
   std::map<TaskKey, std::string> ops;
   for (const PlanTaskRow& t : reader.planTasks(run)) ops[{t.rank, t.task_id}] = t.op;
+
+  // Per task: the summed duration within each step. The median over steps
+  // is the task's time: warm-up steps and rare stalls do not move it.
   std::map<TaskKey, TaskTime> times;
+  std::map<TaskKey, std::map<size_t, double>> per_step;
   reader.forEachActivity(run, [&](const ActivityRow& a) {
     if (a.task_id < 0 || a.kind == ActivityKind::Host) return;
-    TaskTime& t = times[{a.rank, a.task_id}];
+    const TaskKey key{a.rank, a.task_id};
+    TaskTime& t = times[key];
     if (t.name.empty()) t.name = a.name;
-    t.ns += double(a.end_ns - a.start_ns);
     t.activities++;
+    size_t step = 0;
+    if (auto it = step_starts.find(a.rank); it != step_starts.end()) {
+      const auto& starts = it->second;
+      const auto pos = std::upper_bound(starts.begin(), starts.end(), a.start_ns);
+      step = pos == starts.begin() ? 0 : size_t(pos - starts.begin() - 1);
+    }
+    per_step[key][step] += double(a.end_ns - a.start_ns);
   });
   for (auto& [key, t] : times) {
-    const auto it = steps_per_rank.find(key.first);
-    t.ns /= std::max(1, it == steps_per_rank.end() ? 1 : it->second);
+    std::vector<double> durations;
+    for (const auto& [step, ns] : per_step[key]) durations.push_back(ns);
+    std::sort(durations.begin(), durations.end());
+    const size_t n = durations.size();
+    t.ns = n % 2 ? durations[n / 2] : 0.5 * (durations[n / 2 - 1] + durations[n / 2]);
+    // Activities per step, for callers that charge a launch per kernel.
+    t.activities = (t.activities + int64_t(n) - 1) / int64_t(std::max<size_t>(n, 1));
     const auto op = ops.find(key);
     t.op = op != ops.end() && !op->second.empty() ? op->second : t.name;
   }

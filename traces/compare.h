@@ -3,9 +3,9 @@
 // calibration loop) or configuration A against B. Tasks are matched by
 // (rank, plan task id), the join key every writer of the store keeps.
 //
-// A task's time in a run is the summed duration of its activities divided by
-// the number of steps that rank recorded (a real profile holds many steps, a
-// simulation one), so both sides are "time per step".
+// A task's time in a run is the median over steps of its summed activity
+// duration per step (a real profile holds many steps, a simulation one), so
+// both sides are "time per step".
 
 #include <cstdint>
 #include <map>
@@ -51,9 +51,10 @@ struct RunComparison {
   std::vector<TaskDelta> top_tasks;  // largest |b - a| first
 };
 
-// Time per step of every (rank, plan task id) of a run: the summed duration
-// of its non-host activities divided by the steps that rank recorded (at
-// least one). `op` is the plan's op spelling when the run carries plan tasks.
+// Time per step of every (rank, plan task id) of a run: the median over the
+// rank's steps of the task's summed activity duration in that step (a run
+// without step rows is one step). `activities` is per step, rounded up.
+// `op` is the plan's op spelling when the run carries plan tasks.
 struct TaskTime {
   std::string name;
   std::string op;
