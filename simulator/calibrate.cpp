@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <stdexcept>
 
@@ -215,7 +216,9 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
         samples[task.op].push_back({task.flops / 1e9, double(task.bytes_read + task.bytes_written) / 1e6,
                                     t.ns + double(gap) * double(std::max<int64_t>(1, t.activities)), shapeKey(task)});
       }
-      out.provenance.push_back(fmt::format("{} run {} \"{}\" ({}; host {}; {}; devices {})", in.path, run, info.name,
+      // The file name only: provenance must not leak the machine's folders.
+      out.provenance.push_back(fmt::format("{} run {} \"{}\" ({}; host {}; {}; devices {})",
+                                           std::filesystem::path(in.path).filename().string(), run, info.name,
                                            traces::toString(info.kind), info.host, info.tool_version,
                                            info.devices_json.empty() ? "unknown" : info.devices_json));
     }
