@@ -77,7 +77,10 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
         if (t->task_id[i] >= 0) {
           ++attr.attributed;
           auto it = op_of_task.find((int64_t(rank.rank) << 40) | t->task_id[i]);
-          if (it != op_of_task.end() && !it->second.empty()) op = it->second;
+          // Copies and memsets a task issues (cuBLASLt workspace clears, say)
+          // stay under their own kind, so an op's row holds one category.
+          const bool work = t->kind[i] == ActivityKind::Kernel || t->kind[i] == ActivityKind::Collective;
+          if (work && it != op_of_task.end() && !it->second.empty()) op = it->second;
         } else {
           unattributed_ns[static_cast<size_t>(t->name[i])] += dur;
           unattributed_seen[static_cast<size_t>(t->name[i])] = 1;
