@@ -14,7 +14,7 @@
 
 namespace tandem::sim {
 
-// simulator/topology_presets_embedded.cpp
+// Generated from resources/topologies/*.yaml by cmake/TandemEmbed.cmake.
 const std::vector<std::pair<std::string_view, std::string_view>>& embeddedPresets();
 
 namespace {
