@@ -96,6 +96,8 @@ void checkAgainstFiniteDifferences(const JobSpec& job) {
   for (const ParamInfo& p : model.program().params) {
     const auto& g = analytic[p.name];
     const int64_t n = int64_t(g.size());
+    double scale = 1e-12;
+    for (double x : g) scale = std::max(scale, std::fabs(x));
     // Up to 12 elements per tensor, spread over it.
     for (int64_t k = 0; k < std::min<int64_t>(n, 12); ++k) {
       const int64_t i = (k * 7919) % n;
@@ -111,7 +113,11 @@ void checkAgainstFiniteDifferences(const JobSpec& job) {
                               lossAt(saved + 2 * h)) /
                              (12 * h);
       *w = saved;
-      const double rel = std::fabs(numeric - g[i]) / std::max({std::fabs(numeric), std::fabs(g[i]), 1e-6});
+      // Relative to the element, but never to less than 1% of the tensor's
+      // largest gradient: elements that are structurally near zero (the key
+      // bias and key weights of attention) are judged on the tensor's scale,
+      // where finite-difference rounding is not amplified.
+      const double rel = std::fabs(numeric - g[i]) / std::max({std::fabs(numeric), std::fabs(g[i]), 0.01 * scale});
       worst = std::max(worst, rel);
       INFO(p.name << "[" << i << "] analytic " << g[i] << " numeric " << numeric);
       CHECK(rel < 1e-6);
