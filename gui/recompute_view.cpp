@@ -45,6 +45,13 @@ std::vector<RecomputeRow> recomputeRows(const Plan& plan, const TimelineData* ru
   return rows;
 }
 
+std::vector<std::string> recomputeOverrides(const std::map<int, RecomputePolicy>& policies) {
+  std::vector<std::string> out;
+  for (const auto& [layer, policy] : policies)
+    out.push_back("recompute.layers." + std::to_string(layer) + "=" + std::string(toString(policy)));
+  return out;
+}
+
 // ---------------------------------------------------------------- model
 
 void RecomputeModel::setRows(std::vector<RecomputeRow> rows) {
@@ -61,6 +68,7 @@ QVariant RecomputeModel::data(const QModelIndex& index, int role) const {
   const auto& r = rows_[size_t(index.row())];
   if (role == Qt::TextAlignmentRole)
     return index.column() == Policy ? QVariant() : QVariant(int(Qt::AlignRight | Qt::AlignVCenter));
+  if (role == Qt::EditRole && index.column() == Policy) return QString::fromStdString(std::string(toString(r.policy)));
   if (role != Qt::DisplayRole && role != kSortRole) return {};
   const bool raw = role == kSortRole;
   switch (index.column()) {
@@ -73,6 +81,47 @@ QVariant RecomputeModel::data(const QModelIndex& index, int role) const {
       return raw ? QVariant(qlonglong(r.extra_ns)) : QVariant(QString::fromStdString(formatDuration(r.extra_ns)));
   }
   return {};
+}
+
+Qt::ItemFlags RecomputeModel::flags(const QModelIndex& index) const {
+  Qt::ItemFlags f = QAbstractTableModel::flags(index);
+  if (index.isValid() && index.column() == Policy) f |= Qt::ItemIsEditable;
+  return f;
+}
+
+bool RecomputeModel::setData(const QModelIndex& index, const QVariant& value, int role) {
+  if (!index.isValid() || index.column() != Policy || role != Qt::EditRole || index.row() >= int(rows_.size()))
+    return false;
+  const auto policy = parseRecomputePolicy(value.toString().trimmed().toStdString());
+  if (!policy) return false;
+  rows_[size_t(index.row())].policy = *policy;
+  emit dataChanged(index, index, {Qt::DisplayRole, Qt::EditRole});
+  return true;
+}
+
+void RecomputeModel::setAllPolicies(RecomputePolicy policy) {
+  for (auto& r : rows_) r.policy = policy;
+  if (!rows_.empty()) emit dataChanged(index(0, Policy), index(int(rows_.size()) - 1, Policy));
+}
+
+std::map<int, RecomputePolicy> RecomputeModel::policies() const {
+  std::map<int, RecomputePolicy> out;
+  for (const auto& r : rows_) out[r.layer] = r.policy;
+  return out;
+}
+
+QWidget* PolicyDelegate::createEditor(QWidget* parent, const QStyleOptionViewItem&, const QModelIndex&) const {
+  auto* box = new QComboBox(parent);
+  box->addItems({"none", "selective", "full"});
+  return box;
+}
+
+void PolicyDelegate::setEditorData(QWidget* editor, const QModelIndex& index) const {
+  static_cast<QComboBox*>(editor)->setCurrentText(index.data(Qt::EditRole).toString());
+}
+
+void PolicyDelegate::setModelData(QWidget* editor, QAbstractItemModel* model, const QModelIndex& index) const {
+  model->setData(index, static_cast<QComboBox*>(editor)->currentText(), Qt::EditRole);
 }
 
 QVariant RecomputeModel::headerData(int section, Qt::Orientation o, int role) const {
@@ -153,7 +202,7 @@ RecomputeView::RecomputeView(QWidget* parent) : QWidget(parent) {
   summary_->setWordWrap(true);
   layout->addWidget(summary_);
   auto* controls = new QHBoxLayout;
-  controls->addWidget(new QLabel(tr("Policy for all layers:"), this));
+  controls->addWidget(new QLabel(tr("Set all layers to:"), this));
   policy_ = new QComboBox(this);
   policy_->addItems({"none", "selective", "full"});
   controls->addWidget(policy_);
@@ -175,6 +224,8 @@ RecomputeView::RecomputeView(QWidget* parent) : QWidget(parent) {
   model_ = new RecomputeModel(this);
   auto* table = new QTableView(split);
   table->setModel(model_);
+  table->setItemDelegateForColumn(RecomputeModel::Policy, new PolicyDelegate(table));
+  table->setEditTriggers(QAbstractItemView::DoubleClicked | QAbstractItemView::SelectedClicked);
   table->verticalHeader()->hide();
   table->verticalHeader()->setDefaultSectionSize(20);
   table->horizontalHeader()->setStretchLastSection(true);
@@ -184,9 +235,10 @@ RecomputeView::RecomputeView(QWidget* parent) : QWidget(parent) {
   split->addWidget(chart_);
   split->setSizes({300, 300});
   layout->addWidget(split, 1);
-  connect(run_button_, &QPushButton::clicked, this, [this] {
-    if (auto p = parseRecomputePolicy(policy_->currentText().toStdString())) simulatePolicy(*p);
+  connect(policy_, &QComboBox::textActivated, this, [this](const QString& text) {
+    if (auto p = parseRecomputePolicy(text.toStdString())) model_->setAllPolicies(*p);
   });
+  connect(run_button_, &QPushButton::clicked, this, [this] { simulateTable(); });
   clear(tr("Open a run to see its recompute choices."));
 }
 
@@ -234,13 +286,24 @@ void RecomputeView::setRun(const QString& path, const QString& job_yaml, const Q
 }
 
 void RecomputeView::simulatePolicy(RecomputePolicy policy) {
+  model_->setAllPolicies(policy);
+  simulateTable();
+}
+
+void RecomputeView::simulateTable() {
   if (worker_ || path_.isEmpty()) return;
+  const std::map<int, RecomputePolicy> policies = model_->policies();
+  std::map<RecomputePolicy, int> counts;
+  for (const auto& [layer, p] : policies) counts[p]++;
+  std::string label;
+  for (const auto& [p, n] : counts) label += (label.empty() ? "" : ", ") + std::to_string(n) + " " + std::string(toString(p));
   WhatIfRequest req;
   req.job_yaml = job_yaml_.toStdString();
-  req.overrides = {"recompute.policy=" + std::string(toString(policy))};
+  req.overrides = recomputeOverrides(policies);
   req.topology = topology_->text().toStdString();
   req.out_path = path_.toStdString();
-  req.run_name = "what-if: recompute " + std::string(toString(policy));
+  req.run_name = counts.size() == 1 ? "what-if: recompute " + std::string(toString(policies.begin()->second))
+                                    : "what-if: recompute per layer (" + label + ")";
   run_button_->setEnabled(false);
   progress_->setValue(0);
   status_->setText(tr("starting"));

@@ -2,13 +2,17 @@
 // Recompute view: per layer the recompute policy of the run's plan, the
 // activation memory it keeps and saves, the extra FLOPs, and the extra time
 // the run spent recomputing that layer (simulated or measured, from the
-// timeline). A chart puts memory against time. Choosing a policy for all
-// layers re-plans and re-simulates on a worker thread, with progress, and
-// the result opens as a new run beside the old one.
+// timeline). A chart puts memory against time. The policy column is
+// editable per layer (and a control sets all layers at once); re-planning
+// and re-simulating with the table's choices runs on a worker thread, with
+// progress, and the result opens as a new run beside the old one.
 
 #include <QAbstractTableModel>
+#include <QStyledItemDelegate>
 #include <QWidget>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/plan.h"
@@ -36,6 +40,10 @@ struct RecomputeRow {
 // Rows of a plan's recompute decisions joined with the run's recompute time.
 std::vector<RecomputeRow> recomputeRows(const Plan& plan, const TimelineData* run);
 
+// The job overrides that plan exactly the given per-layer policies
+// ("recompute.layers.3=full", ...).
+std::vector<std::string> recomputeOverrides(const std::map<int, RecomputePolicy>& policies);
+
 class RecomputeModel : public QAbstractTableModel {
   Q_OBJECT
  public:
@@ -47,9 +55,25 @@ class RecomputeModel : public QAbstractTableModel {
   int columnCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role) const override;
   QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
+  // The policy column is editable: "none", "selective" or "full".
+  Qt::ItemFlags flags(const QModelIndex& index) const override;
+  bool setData(const QModelIndex& index, const QVariant& value, int role = Qt::EditRole) override;
+  void setAllPolicies(RecomputePolicy policy);
+  // The policy each layer has in the table now (edited or as planned).
+  std::map<int, RecomputePolicy> policies() const;
 
  private:
   std::vector<RecomputeRow> rows_;
+};
+
+// Edits the policy column with a drop-down of the three policies.
+class PolicyDelegate : public QStyledItemDelegate {
+  Q_OBJECT
+ public:
+  using QStyledItemDelegate::QStyledItemDelegate;
+  QWidget* createEditor(QWidget* parent, const QStyleOptionViewItem& option, const QModelIndex& index) const override;
+  void setEditorData(QWidget* editor, const QModelIndex& index) const override;
+  void setModelData(QWidget* editor, QAbstractItemModel* model, const QModelIndex& index) const override;
 };
 
 class RecomputeChart : public QWidget {
@@ -78,6 +102,8 @@ class RecomputeView : public QWidget {
   RecomputeModel* model() const { return model_; }
   // Starts the re-plan and re-simulation with `policy` for every layer.
   void simulatePolicy(RecomputePolicy policy);
+  // Starts it with the table's per-layer policies.
+  void simulateTable();
   bool busy() const { return worker_ != nullptr; }
 
  signals:

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
+#include "engine/planner.h"
 #include "gui/compare.h"
 #include "gui/compare_view.h"
 #include "gui/main_window.h"
@@ -124,4 +125,34 @@ TEST_CASE("topology view colours links by their simulated utilization", "[gui][t
     }
   CHECK(coloured > 50);
   CHECK(TopologyView::utilizationColor(1.0) != TopologyView::utilizationColor(0.1));
+}
+
+TEST_CASE("recompute policies are editable per layer and become job overrides", "[gui][recompute]") {
+  test::app();
+  RecomputeModel model;
+  std::vector<RecomputeRow> rows(4);
+  for (int l = 0; l < 4; ++l) rows[size_t(l)].layer = l;
+  model.setRows(rows);
+  QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::Warning);
+  const QModelIndex cell = model.index(2, RecomputeModel::Policy);
+  CHECK((model.flags(cell) & Qt::ItemIsEditable));
+  CHECK_FALSE((model.flags(model.index(2, RecomputeModel::Kept)) & Qt::ItemIsEditable));
+  CHECK(model.setData(cell, "full"));
+  CHECK_FALSE(model.setData(cell, "sometimes"));  // not a policy: refused, unchanged
+  CHECK(model.data(cell, Qt::DisplayRole).toString() == "full");
+  auto policies = model.policies();
+  CHECK(policies[2] == RecomputePolicy::Full);
+  CHECK(policies[1] == RecomputePolicy::None);
+  const auto overrides = recomputeOverrides(policies);
+  REQUIRE(overrides.size() == 4);
+  CHECK(overrides[2] == "recompute.layers.2=full");
+  CHECK(overrides[0] == "recompute.layers.0=none");
+  // The overrides plan exactly what the table shows.
+  JobSpec job = parseJob(defaultJob().yaml, "<default>", recomputeOverrides({{3, RecomputePolicy::Full}, {5, RecomputePolicy::Selective}}));
+  const Plan plan = buildPlan(job);
+  CHECK(plan.recompute[3].policy == RecomputePolicy::Full);
+  CHECK(plan.recompute[5].policy == RecomputePolicy::Selective);
+  CHECK(plan.recompute[4].policy == RecomputePolicy::None);
+  model.setAllPolicies(RecomputePolicy::Selective);
+  for (const auto& [layer, p] : model.policies()) CHECK(p == RecomputePolicy::Selective);
 }
