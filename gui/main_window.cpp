@@ -203,10 +203,10 @@ bool MainWindow::openFile(const QString& path, qint64 run) {
     addRunsOf(loaded.path);
     const QString label = QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName();
     showRun(loaded.timeline, loaded.breakdown, label);
-    current_path_ = path;
+    current_path_ = QString::fromStdString(loaded.path);  // an imported file's database
     current_run_ = loaded.info.id;
     current_label_ = label;
-    recompute_view_->setRun(path, QString::fromStdString(loaded.info.job_yaml),
+    recompute_view_->setRun(current_path_, QString::fromStdString(loaded.info.job_yaml),
                             QString::fromStdString(loaded.info.topology), loaded.timeline);
     showTopologyOf(loaded);
     refreshComparison();

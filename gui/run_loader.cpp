@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <thread>
 
 #include "gui/timeline_palette.h"
+#include "traces/atomic_output.h"
+#include "traces/importers.h"
 #include "traces/trace_reader.h"
+#include "traces/trace_writer.h"
 
 namespace tandem::gui {
 
@@ -233,8 +238,44 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
   return out;
 }
 
+std::string traceDatabaseFor(const std::string& path) {
+  try {
+    traces::TraceReader probe(path);
+    return path;
+  } catch (const traces::TraceError& not_a_trace) {
+    namespace fs = std::filesystem;
+    traces::ImportFormat format;
+    try {
+      format = traces::detectImportFormat(path);
+    } catch (const traces::TraceError&) {
+      throw not_a_trace;
+    }
+    // One import per file version, kept in the temp folder and reused.
+    const fs::path dir = fs::temp_directory_path() / "tandem-gui-imports";
+    fs::create_directories(dir);
+    const auto stamp = fs::last_write_time(path).time_since_epoch().count();
+    const size_t key = std::hash<std::string>{}(fs::absolute(path).string() + "@" + std::to_string(stamp));
+    const fs::path out = dir / (fs::path(path).filename().string() + "-" + std::to_string(key) + ".sqlite");
+    if (fs::exists(out)) return out.string();
+    try {
+      traces::AtomicOutput output(out.string());
+      {
+        traces::TraceWriter writer(output.tempPath());
+        traces::importTrace(path, writer, format);
+      }
+      output.commit();
+    } catch (const traces::TraceError&) {
+      // A SQLite file that is neither ours nor an Nsight Systems export is
+      // best described by the store's own error; JSON by the importer's.
+      if (format == traces::ImportFormat::Nsys) throw not_a_trace;
+      throw;
+    }
+    return out.string();
+  }
+}
+
 LoadedRun loadRunFile(const std::string& path, int64_t run) {
-  traces::TraceReader reader(path);
+  traces::TraceReader reader(traceDatabaseFor(path));
   return loadRun(reader, run);
 }
 

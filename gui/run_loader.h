@@ -50,7 +50,12 @@ struct LoadedRun {
 
 // Loads run `run` (or the file's default run when run < 0).
 LoadedRun loadRun(traces::TraceReader& reader, int64_t run);
+// Opens a trace database, or a PyTorch profiler (Kineto) JSON or Nsight
+// Systems SQLite export, which is imported once into a trace database in the
+// temp folder (reused while the file is unchanged). `LoadedRun::path` is the
+// database actually read.
 LoadedRun loadRunFile(const std::string& path, int64_t run);
+std::string traceDatabaseFor(const std::string& path);
 
 // The same breakdown computed from a model that did not come from a file
 // (generated runs): compute and comm by stream kind.

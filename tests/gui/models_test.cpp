@@ -314,3 +314,22 @@ TEST_CASE("tandem-gui --screenshot renders a file and fails cleanly on bad input
   CHECK(p.exitCode() != 0);
   CHECK(QString(p.readAllStandardError()).contains("--range"));
 }
+
+TEST_CASE("the loader opens a PyTorch profiler trace by importing it once", "[gui][loader][import]") {
+  const std::string kineto = std::string(TANDEM_SOURCE_DIR) + "/tests/traces/fixtures/kineto_small.json";
+  const std::string db = traceDatabaseFor(kineto);
+  CHECK(db != kineto);
+  CHECK(std::filesystem::exists(db));
+  CHECK(traceDatabaseFor(kineto) == db);  // reused while the file is unchanged
+  LoadedRun loaded = loadRunFile(kineto, -1);
+  CHECK(loaded.path == db);
+  CHECK(loaded.info.kind == traces::RunKind::Imported);
+  REQUIRE(loaded.timeline);
+  CHECK(!loaded.timeline->tracks.empty());
+  // A tandem trace is read as it is.
+  const std::string real = std::string(TANDEM_SOURCE_DIR) + "/tests/traces/fixtures/real-tiny-h200.sqlite";
+  const std::filesystem::path copy = std::filesystem::temp_directory_path() / "tandem-gui-real-copy.sqlite";
+  std::filesystem::copy_file(real, copy, std::filesystem::copy_options::overwrite_existing);
+  CHECK(traceDatabaseFor(copy.string()) == copy.string());
+  std::filesystem::remove(copy);
+}
