@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "cli/command_registry.h"
@@ -73,7 +74,10 @@ void runOnGpus(const DemoOptions& o) {
     return;
   }
   const int use = std::min(gpus, 2);
-  const std::string cmd = fmt::format("/proc/self/exe run default --gpus {} --steps {}", use, o.gpu_steps);
+  // Resolve our own path here: inside the shell std::system starts,
+  // /proc/self/exe would be the shell.
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string cmd = fmt::format("'{}' run default --gpus {} --steps {}", self, use, o.gpu_steps);
   fmt::print("$ tandem run default --gpus {} --steps {}\n", use, o.gpu_steps);
   std::fflush(stdout);
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("demo: the GPU run failed (see above)");
