@@ -19,6 +19,7 @@
 #include "gui/item_models.h"
 #include "gui/timeline_math.h"
 #include "gui/timeline_palette.h"
+#include "gui/what_if_worker.h"
 
 namespace tandem::gui {
 
@@ -307,35 +308,26 @@ void RecomputeView::simulateTable() {
   run_button_->setEnabled(false);
   progress_->setValue(0);
   status_->setText(tr("starting"));
-  // The worker only computes; results and progress come back to this
-  // thread as queued calls carrying plain values.
-  worker_ = QThread::create([this, req] {
-    try {
-      const WhatIfResult r = runWhatIf(req, [this](int pct, const std::string& stage) {
-        QMetaObject::invokeMethod(this, [this, pct, s = QString::fromStdString(stage)] {
-          progress_->setValue(pct);
-          status_->setText(s);
-        }, Qt::QueuedConnection);
-      });
-      QMetaObject::invokeMethod(this, [this, r] {
-        status_->setText(tr("new run %1: step %2, peak memory %3")
-                             .arg(r.run_id)
-                             .arg(QString::fromStdString(formatDuration(r.step_ns)), mib(r.peak_memory_bytes)));
-        emit runCreated(path_, r.run_id);
-      }, Qt::QueuedConnection);
-    } catch (const std::exception& e) {
-      QMetaObject::invokeMethod(this, [this, msg = QString::fromUtf8(e.what())] {
-        status_->setText(tr("failed: %1").arg(msg));
-        emit failed(msg);
-      }, Qt::QueuedConnection);
-    }
-  });
-  connect(worker_, &QThread::finished, this, [this] {
-    worker_->deleteLater();
-    worker_ = nullptr;
-    run_button_->setEnabled(true);
-  });
-  worker_->start();
+  worker_ = startWhatIf(
+      this, req,
+      {[this](int pct, const QString& stage) {
+         progress_->setValue(pct);
+         status_->setText(stage);
+       },
+       [this](const WhatIfResult& r) {
+         status_->setText(tr("new run %1: step %2, peak memory %3")
+                              .arg(r.run_id)
+                              .arg(QString::fromStdString(formatDuration(r.step_ns)), mib(r.peak_memory_bytes)));
+         emit runCreated(path_, r.run_id);
+       },
+       [this](const QString& msg) {
+         status_->setText(tr("failed: %1").arg(msg));
+         emit failed(msg);
+       },
+       [this] {
+         worker_ = nullptr;
+         run_button_->setEnabled(true);
+       }});
 }
 
 }  // namespace tandem::gui

@@ -13,6 +13,7 @@
 
 #include "engine/job.h"
 #include "gui/timeline_math.h"
+#include "gui/what_if_worker.h"
 #include "simulator/topology_presets.h"
 
 namespace tandem::gui {
@@ -107,36 +108,27 @@ void WhatIfDialog::start() {
   const WhatIfRequest req = request();
   simulate_->setEnabled(false);
   progress_->setValue(0);
-  // The worker computes only; progress and the outcome come back to this
-  // thread as queued calls carrying plain values.
-  worker_ = QThread::create([this, req] {
-    try {
-      const WhatIfResult r = runWhatIf(req, [this](int pct, const std::string& stage) {
-        QMetaObject::invokeMethod(this, [this, pct, s = QString::fromStdString(stage)] {
-          progress_->setValue(pct);
-          status_->setText(s);
-        }, Qt::QueuedConnection);
-      });
-      QMetaObject::invokeMethod(this, [this, r] {
-        status_->setText(tr("New run %1: step %2, peak memory %3 GiB")
-                             .arg(r.run_id)
-                             .arg(QString::fromStdString(formatDuration(r.step_ns)))
-                             .arg(double(r.peak_memory_bytes) / double(int64_t(1) << 30), 0, 'f', 2));
-        emit runCreated(out_path_, r.run_id);
-      }, Qt::QueuedConnection);
-    } catch (const std::exception& e) {
-      QMetaObject::invokeMethod(this, [this, msg = QString::fromUtf8(e.what())] {
-        status_->setText(tr("Failed: %1").arg(msg));
-        emit failed(msg);
-      }, Qt::QueuedConnection);
-    }
-  });
-  connect(worker_, &QThread::finished, this, [this] {
-    worker_->deleteLater();
-    worker_ = nullptr;
-    simulate_->setEnabled(true);
-  });
-  worker_->start();
+  worker_ = startWhatIf(
+      this, req,
+      {[this](int pct, const QString& stage) {
+         progress_->setValue(pct);
+         status_->setText(stage);
+       },
+       [this](const WhatIfResult& r) {
+         status_->setText(tr("New run %1: step %2, peak memory %3 GiB")
+                              .arg(r.run_id)
+                              .arg(QString::fromStdString(formatDuration(r.step_ns)))
+                              .arg(double(r.peak_memory_bytes) / double(int64_t(1) << 30), 0, 'f', 2));
+         emit runCreated(out_path_, r.run_id);
+       },
+       [this](const QString& msg) {
+         status_->setText(tr("Failed: %1").arg(msg));
+         emit failed(msg);
+       },
+       [this] {
+         worker_ = nullptr;
+         simulate_->setEnabled(true);
+       }});
 }
 
 }  // namespace tandem::gui
