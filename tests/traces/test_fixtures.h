@@ -13,7 +13,16 @@ namespace tandem::traces::testing {
 // A fresh path under the system temp folder (removed first if present).
 inline std::string tempTracePath(const std::string& name) {
   namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / ("tandem-trace-tests-" + std::to_string(::getpid()));
+  // One folder per test program, removed when the program exits.
+  struct Dir {
+    fs::path path = fs::temp_directory_path() / ("tandem-trace-tests-" + std::to_string(::getpid()));
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static Dir dir_holder;
+  const fs::path& dir = dir_holder.path;
   fs::create_directories(dir);
   fs::path p = dir / name;
   for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(p.string() + suffix);
