@@ -29,6 +29,18 @@ std::string_view syncName(CUpti_ActivitySynchronizationType t) {
   }
 }
 
+// The fields kernel, memcpy and memset records share (distinct CUPTI structs
+// with the same member names).
+template <class GpuRecord>
+void takeGpuTiming(Record& r, const GpuRecord* g) {
+  r.start = g->start;
+  r.end = g->end;
+  r.device = g->deviceId;
+  r.stream = g->streamId;
+  r.correlation = g->correlationId;
+  r.graph_node = g->graphNodeId;
+}
+
 }  // namespace
 
 bool isNcclKernel(const std::string& name) {
@@ -47,12 +59,7 @@ int64_t decodeBuffer(uint8_t* buffer, size_t valid_bytes, std::vector<Record>& o
       case CUPTI_ACTIVITY_KIND_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(a);
         r.kind = RecordKind::Kernel;
-        r.start = k->start;
-        r.end = k->end;
-        r.device = k->deviceId;
-        r.stream = k->streamId;
-        r.correlation = k->correlationId;
-        r.graph_node = k->graphNodeId;
+        takeGpuTiming(r, k);
         r.name = k->name ? k->name : "kernel";
         r.geometry = {k->gridX, k->gridY, k->gridZ, k->blockX, k->blockY, k->blockZ};
         break;
@@ -60,12 +67,7 @@ int64_t decodeBuffer(uint8_t* buffer, size_t valid_bytes, std::vector<Record>& o
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(a);
         r.kind = RecordKind::Memcpy;
-        r.start = m->start;
-        r.end = m->end;
-        r.device = m->deviceId;
-        r.stream = m->streamId;
-        r.correlation = m->correlationId;
-        r.graph_node = m->graphNodeId;
+        takeGpuTiming(r, m);
         r.bytes = m->bytes;
         r.name = memcpyKindName(m->copyKind);
         break;
@@ -73,12 +75,7 @@ int64_t decodeBuffer(uint8_t* buffer, size_t valid_bytes, std::vector<Record>& o
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(a);
         r.kind = RecordKind::Memset;
-        r.start = m->start;
-        r.end = m->end;
-        r.device = m->deviceId;
-        r.stream = m->streamId;
-        r.correlation = m->correlationId;
-        r.graph_node = m->graphNodeId;
+        takeGpuTiming(r, m);
         r.bytes = m->bytes;
         r.name = "Memset";
         break;
