@@ -6,14 +6,23 @@
 // rank (symmetric mode) and, up to --full-max GPUs, with every rank simulated.
 // Prints one JSON line per (N, mode): wall seconds of the simulation (plan
 // and topology building excluded, reported separately), events, events/s,
-// flows and the simulated step time.
+// flows and the simulated step time, plus a digest of the whole result
+// (every activity, collective and link byte count, doubles bit for bit), so
+// two builds can be checked to simulate identically.
 //
 //   bench_sim_scale [--sizes 64,256,1024,4096] [--full-max 1024] [--repeat 1]
+//                   [--set key=value]... [--inter-host-tree] [--gpus-per-host-extra K]
+//
+// --set overrides job fields (e.g. comm.bucket_mib=5); --inter-host-tree
+// turns on trees between the rails; --gpus-per-host-extra K adds K GPUs to
+// the world beyond N (ranks on a partly used host: a flat, asymmetric run).
 #include <fmt/core.h>
 
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -27,6 +36,14 @@ namespace {
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// CPU seconds of this thread: less disturbed than wall time when other
+// processes share the cores (it still counts cache and page-fault costs).
+double threadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
 std::vector<int> parseSizes(const char* s) {
@@ -44,6 +61,51 @@ std::vector<int> parseSizes(const char* s) {
   return out;
 }
 
+// FNV-1a over the result's fields; doubles by their bits.
+struct Digest {
+  uint64_t h = 1469598103934665603ull;
+  void add(uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  void add(double v) { add(std::bit_cast<uint64_t>(v)); }
+};
+
+uint64_t resultDigest(const tandem::sim::SimResult& r) {
+  Digest d;
+  d.add(uint64_t(r.step_ns));
+  for (const auto& rank : r.ranks) {
+    d.add(uint64_t(rank.rank));
+    d.add(uint64_t(rank.represented_by));
+    d.add(uint64_t(rank.end_ns));
+    d.add(uint64_t(rank.activities.size()));
+    for (const auto& a : rank.activities) {
+      d.add(uint64_t(a.task));
+      d.add(uint64_t(a.start_ns));
+      d.add(uint64_t(a.end_ns));
+      d.add(uint64_t(a.stream));
+    }
+  }
+  for (const auto& c : r.collectives) {
+    d.add(uint64_t(c.group));
+    d.add(uint64_t(c.sequence));
+    d.add(uint64_t(c.start_ns));
+    d.add(uint64_t(c.end_ns));
+    d.add(uint64_t(c.algorithm) * 16 + uint64_t(c.protocol));
+  }
+  for (const auto& l : r.links) {
+    d.add(uint64_t(l.link));
+    d.add(l.bytes);
+    d.add(l.utilization);
+  }
+  d.add(uint64_t(r.stats.events));
+  d.add(uint64_t(r.stats.flows));
+  d.add(uint64_t(r.stats.rate_recomputations));
+  return d.h;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,20 +113,39 @@ int main(int argc, char** argv) {
   std::vector<int> sizes{64, 256, 1024, 4096};
   int full_max = 1024;
   int repeat = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  int extra = 0;
+  bool inter_host_tree = false;
+  std::vector<std::string> overrides;
+  for (int i = 1; i < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--inter-host-tree")) {
+      inter_host_tree = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fmt::print(stderr, "bench_sim_scale: {} needs a value\n", argv[i]);
+      return 2;
+    }
     if (!std::strcmp(argv[i], "--sizes")) sizes = parseSizes(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--set")) overrides.push_back(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--gpus-per-host-extra")) extra = std::max(0, std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--full-max")) full_max = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--repeat")) repeat = std::max(1, std::atoi(argv[i + 1]));
     else {
-      fmt::print(stderr, "usage: bench_sim_scale [--sizes 64,256,1024,4096] [--full-max N] [--repeat K]\n");
+      fmt::print(stderr,
+                 "usage: bench_sim_scale [--sizes 64,256,1024,4096] [--full-max N] [--repeat K] [--set k=v]...\n"
+                 "                       [--inter-host-tree] [--gpus-per-host-extra K]\n");
       return 2;
     }
   }
   try {
     const std::string job_text(builtinJobText("gpt2-1.5b"));
-    for (int gpus : sizes) {
+    for (int n : sizes) {
+      const int gpus = n + extra;
       auto t0 = std::chrono::steady_clock::now();
-      const JobSpec job = parseJob(job_text, "gpt2-1.5b.yaml", {"parallel.data_parallel=" + std::to_string(gpus)});
+      std::vector<std::string> sets = overrides;
+      sets.push_back("parallel.data_parallel=" + std::to_string(gpus));
+      const JobSpec job = parseJob(job_text, "gpt2-1.5b.yaml", sets);
       const Plan plan = buildPlan(job);
       const double plan_s = secondsSince(t0);
       t0 = std::chrono::steady_clock::now();
@@ -74,21 +155,26 @@ int main(int argc, char** argv) {
       for (int mode = 0; mode < 2; ++mode) {
         if (mode == 1 && gpus > full_max) continue;
         sim::SimOptions opt;
-        opt.symmetry = mode == 0 ? sim::SymmetryMode::On : sim::SymmetryMode::Off;
-        double best = 1e300;
+        opt.symmetry = mode == 0 ? (extra ? sim::SymmetryMode::Auto : sim::SymmetryMode::On) : sim::SymmetryMode::Off;
+        opt.nccl.inter_host_tree = inter_host_tree;
+        double best = 1e300, best_cpu = 1e300;
         sim::SimResult r;
         for (int k = 0; k < repeat; ++k) {
+          r = sim::SimResult{};  // the previous result's memory is freed before the run
           t0 = std::chrono::steady_clock::now();
+          const double c0 = threadCpuSeconds();
           r = sim::simulatePlan(plan, topo, cost, opt);
+          best_cpu = std::min(best_cpu, threadCpuSeconds() - c0);
           best = std::min(best, secondsSince(t0));
         }
         fmt::print(
-            "{{\"bench\":\"sim_scale\",\"gpus\":{},\"mode\":\"{}\",\"wall_s\":{:.4f},\"events\":{},"
+            "{{\"bench\":\"sim_scale\",\"gpus\":{},\"mode\":\"{}\",\"wall_s\":{:.4f},\"cpu_s\":{:.4f},"
+            "\"wall_us_per_gpu\":{:.1f},\"events\":{},"
             "\"events_per_s\":{:.0f},\"tasks\":{},\"flows\":{},\"collectives\":{},\"rate_recomputations\":{},"
-            "\"step_ms\":{:.3f},\"plan_s\":{:.3f},\"topology_s\":{:.3f},\"tasks_per_rank\":{}}}\n",
-            gpus, mode == 0 ? "symmetric" : "full", best, r.stats.events,
+            "\"step_ms\":{:.3f},\"plan_s\":{:.3f},\"topology_s\":{:.3f},\"tasks_per_rank\":{},\"digest\":\"{:016x}\"}}\n",
+            gpus, mode == 0 ? "symmetric" : "full", best, best_cpu, best / gpus * 1e6, r.stats.events,
             best > 0 ? double(r.stats.events) / best : 0.0, r.stats.tasks, r.stats.flows, r.stats.collectives,
-            r.stats.rate_recomputations, double(r.step_ns) / 1e6, plan_s, topo_s, plan.programs.front().tasks.size());
+            r.stats.rate_recomputations, double(r.step_ns) / 1e6, plan_s, topo_s, plan.programs.front().tasks.size(), resultDigest(r));
         std::fflush(stdout);
       }
     }

@@ -11,7 +11,8 @@ CollectiveBuilder::CollectiveBuilder(const Router& router, NcclParams params,
     : router_(router), params_(std::move(params)), calibration_(std::move(calibration)) {}
 
 const std::vector<int>& CollectiveBuilder::path(int a, int b) const {
-  auto it = paths_.find({a, b});
+  const uint64_t key = (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+  auto it = paths_.find(key);
   if (it != paths_.end()) return it->second;
   const Topology& topo = router_.topology();
   std::vector<int> links;
@@ -59,7 +60,7 @@ const std::vector<int>& CollectiveBuilder::path(int a, int b) const {
   }
   // Unreachable pairs get an empty path (tree checks ask); addFlow turns it into the Router's error.
   if (!composed && router_.reachable(a, b)) links = router_.route(a, b);
-  return paths_.emplace(std::make_pair(a, b), std::move(links)).first->second;
+  return paths_.emplace(key, std::move(links)).first->second;
 }
 
 int64_t CollectiveBuilder::pathLatencyNs(int a, int b) const {

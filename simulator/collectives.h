@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/plan.h"
@@ -108,7 +109,7 @@ class CollectiveBuilder {
   const Router& router_;
   NcclParams params_;
   std::vector<CollectiveCalibration> calibration_;
-  mutable std::map<std::pair<int, int>, std::vector<int>> paths_;
+  mutable std::unordered_map<uint64_t, std::vector<int>> paths_;  // by (a << 32 | b); lookup only
 };
 
 }  // namespace tandem::sim

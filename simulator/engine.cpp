@@ -6,6 +6,7 @@
 #include <memory>
 #include <queue>
 #include <tuple>
+#include <unordered_map>
 
 #include "simulator/network.h"
 #include "simulator/routing.h"
@@ -23,8 +24,71 @@ struct Event {
   bool operator>(const Event& o) const { return std::tie(time, seq) > std::tie(o.time, o.seq); }
 };
 
+// What every rank of one program shares: the stream queues' task lists and
+// the recorder of each event. Kept once per program, not once per rank, so
+// the per-rank state touched by each task stays small at thousands of ranks.
+struct ProgramQueues {
+  bool built = false;
+  std::vector<std::vector<int>> stream_tasks;  // task indices of each stream, plan order
+  std::vector<int> event_recorder;             // task index recording each event, -1 none
+};
+
+// The event queue, ordered by (time, insertion order). Events of one time
+// sit in one FIFO bucket (appending keeps insertion order), and a binary heap
+// orders only the distinct times. Thousands of ranks doing the same thing
+// finish their tasks at the same few times, so the heap stays tiny and the
+// buckets are read and written in sequence, where a heap of every event
+// would sift through a structure as large as the rank count for each one.
+class EventQueue {
+ public:
+  bool empty() const { return times_.empty(); }
+  int64_t topTime() const { return times_.front(); }
+  const Event& top() const {
+    const Bucket& b = buckets_[size_t(current_)];
+    return b.events[b.read];
+  }
+  void push(const Event& e) {
+    auto [it, inserted] = bucket_of_.try_emplace(e.time, -1);
+    if (inserted) {
+      if (free_.empty()) {
+        it->second = int(buckets_.size());
+        buckets_.emplace_back();
+      } else {
+        it->second = free_.back();
+        free_.pop_back();
+      }
+      times_.push_back(e.time);
+      std::push_heap(times_.begin(), times_.end(), std::greater<int64_t>());
+      if (times_.front() == e.time) current_ = it->second;
+    }
+    buckets_[size_t(it->second)].events.push_back(e);
+  }
+  void pop() {
+    Bucket& b = buckets_[size_t(current_)];
+    if (++b.read < b.events.size()) return;
+    b.events.clear();
+    b.read = 0;
+    free_.push_back(current_);
+    bucket_of_.erase(times_.front());
+    std::pop_heap(times_.begin(), times_.end(), std::greater<int64_t>());
+    times_.pop_back();
+    current_ = times_.empty() ? -1 : bucket_of_.find(times_.front())->second;
+  }
+
+ private:
+  struct Bucket {
+    std::vector<Event> events;  // insertion order
+    size_t read = 0;            // events before this one were popped
+  };
+  std::vector<int64_t> times_;  // min-heap of the distinct times queued
+  std::unordered_map<int64_t, int> bucket_of_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> free_;       // emptied buckets, reused (their capacity too)
+  int current_ = -1;            // bucket of times_.front()
+};
+
 struct StreamState {
-  std::vector<int> tasks;  // task indices of this stream, plan order
+  const std::vector<int>* tasks = nullptr;  // the program's list for this stream
   size_t head = 0;
   bool busy = false;
   int64_t started_ns = 0;
@@ -37,7 +101,7 @@ struct RankState {
   const RankPlan* plan = nullptr;
   std::vector<StreamState> streams;
   std::vector<char> event_done;
-  std::vector<int> event_recorder;  // task index recording each event, -1 none
+  const std::vector<int>* event_recorder = nullptr;  // the program's
   std::map<int, int64_t> group_seq;  // per group index: collectives reached
   std::map<std::pair<int, int>, int64_t> p2p_seq;  // (group, direction) -> sends/recvs reached
   int active_comm = 0;
@@ -107,6 +171,7 @@ class Engine {
   CollectiveBuilder builder_;
   FlowNetwork net_;
 
+  std::vector<ProgramQueues> queues_;     // per program
   std::vector<RankState> ranks_;          // simulated ranks
   std::vector<int> rank_state_of_;        // world rank -> index in ranks_, -1 when represented
   std::vector<int> rank_device_;
@@ -117,7 +182,7 @@ class Engine {
   std::map<std::tuple<int, int, int64_t>, Pending> pending_;  // (group, direction or -1, seq)
   std::map<std::tuple<int, int, int64_t, int, int>, std::shared_ptr<const CollectiveSchedule>> schedules_;
   std::vector<Instance> instances_;
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue_;
+  EventQueue queue_;
   int64_t seq_ = 0;
   int64_t now_ = 0;
   SimResult result_;
@@ -158,6 +223,7 @@ void Engine::setup() {
                                              : "every rank simulated: " + problem;
 
   rank_state_of_.assign(size_t(world), -1);
+  queues_.resize(plan_.programs.size());
   for (int r = 0; r < world; ++r) {
     const int p = program_of_[size_t(r)];
     const auto& pranks = plan_.programs[size_t(p)].ranks;
@@ -167,25 +233,35 @@ void Engine::setup() {
     st.program = p;
     st.device = rank_device_[size_t(r)];
     st.plan = &plan_.programs[size_t(p)];
-    st.streams.resize(st.plan->streams.size());
-    st.event_done.assign(size_t(std::max(0, st.plan->num_events)), 0);
-    st.event_recorder.assign(st.event_done.size(), -1);
-    for (int i = 0; i < int(st.plan->tasks.size()); ++i) {
-      const Task& t = st.plan->tasks[size_t(i)];
-      if (t.stream < 0 || t.stream >= int(st.streams.size()))
-        throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " '" + t.name +
-                              "': stream " + std::to_string(t.stream) + " does not exist");
-      st.streams[size_t(t.stream)].tasks.push_back(i);
-      for (int e : t.wait_events)
-        if (e < 0 || e >= int(st.event_done.size()))
+    const size_t num_events = size_t(std::max(0, st.plan->num_events));
+    ProgramQueues& q = queues_[size_t(p)];
+    if (!q.built) {
+      // Checked once per program; errors name its first simulated rank.
+      q.built = true;
+      q.stream_tasks.resize(st.plan->streams.size());
+      q.event_recorder.assign(num_events, -1);
+      for (int i = 0; i < int(st.plan->tasks.size()); ++i) {
+        const Task& t = st.plan->tasks[size_t(i)];
+        if (t.stream < 0 || t.stream >= int(q.stream_tasks.size()))
           throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " '" + t.name +
-                                "' waits on event " + std::to_string(e) + " but the program has " +
-                                std::to_string(st.event_done.size()) + " events");
-      if (t.record_event >= int(st.event_done.size()))
-        throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " records event " +
-                              std::to_string(t.record_event) + " beyond num_events");
-      if (t.record_event >= 0) st.event_recorder[size_t(t.record_event)] = i;
+                                "': stream " + std::to_string(t.stream) + " does not exist");
+        q.stream_tasks[size_t(t.stream)].push_back(i);
+        for (int e : t.wait_events)
+          if (e < 0 || e >= int(num_events))
+            throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " '" + t.name +
+                                  "' waits on event " + std::to_string(e) + " but the program has " +
+                                  std::to_string(num_events) + " events");
+        if (t.record_event >= int(num_events))
+          throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " records event " +
+                                std::to_string(t.record_event) + " beyond num_events");
+        if (t.record_event >= 0) q.event_recorder[size_t(t.record_event)] = i;
+      }
     }
+    st.streams.resize(q.stream_tasks.size());
+    for (size_t si = 0; si < st.streams.size(); ++si) st.streams[si].tasks = &q.stream_tasks[si];
+    st.event_done.assign(num_events, 0);
+    st.event_recorder = &q.event_recorder;
+    st.activities.reserve(st.plan->tasks.size());  // one allocation, no regrowth copies
     rank_state_of_[size_t(r)] = int(ranks_.size());
     ranks_.push_back(std::move(st));
   }
@@ -218,8 +294,8 @@ std::string Engine::describeTask(const RankState& r, int task_index) const {
 void Engine::tryStart(int ri, int stream) {
   RankState& r = ranks_[size_t(ri)];
   StreamState& s = r.streams[size_t(stream)];
-  if (s.busy || s.head >= s.tasks.size()) return;
-  const int ti = s.tasks[s.head];
+  if (s.busy || s.head >= s.tasks->size()) return;
+  const int ti = (*s.tasks)[s.head];
   const Task& t = r.plan->tasks[size_t(ti)];
   for (int e : t.wait_events)
     if (!r.event_done[size_t(e)]) return;
@@ -348,9 +424,7 @@ void Engine::phaseFlowsStart(int ii) {
   const CollectivePhase& ph = inst.schedule->phases[inst.phase];
   inst.flows_left = 0;
   for (const FlowSpec& f : ph.flows) {
-    FlowSpec copy = f;
-    copy.owner = ii;
-    net_.addFlow(std::move(copy));
+    net_.addFlow(f, ii);
     ++inst.flows_left;
     ++result_.stats.flows;
   }
@@ -403,7 +477,7 @@ SimResult Engine::run() {
   setup();
   for (int ri = 0; ri < int(ranks_.size()); ++ri) tryStartAll(ri);
   while (true) {
-    const int64_t tq = queue_.empty() ? INT64_MAX : queue_.top().time;
+    const int64_t tq = queue_.empty() ? INT64_MAX : queue_.topTime();
     const int64_t tn = net_.nextCompletionNs();
     if (tq == INT64_MAX && tn == INT64_MAX) break;
     ++result_.stats.events;
@@ -411,7 +485,7 @@ SimResult Engine::run() {
       now_ = tn;
       std::vector<int> done = net_.advanceTo(tn);
       for (int id : done) {
-        const int ii = int(net_.flow(id).owner);
+        const int ii = int(net_.owner(id));
         if (--instances_[size_t(ii)].flows_left == 0) phaseDone(ii);
       }
       continue;
@@ -435,7 +509,7 @@ SimResult Engine::run() {
   }
   for (const RankState& r : ranks_)
     for (const StreamState& s : r.streams)
-      if (s.head < s.tasks.size()) reportDeadlock();
+      if (s.head < s.tasks->size()) reportDeadlock();
 
   // Results: every world rank, represented ones sharing their program's timeline.
   result_.stats.flows = net_.flowsStarted();
@@ -480,8 +554,8 @@ void Engine::reportDeadlock() {
   for (const RankState& r : ranks_) {
     for (int si = 0; si < int(r.streams.size()); ++si) {
       const StreamState& s = r.streams[size_t(si)];
-      if (s.head >= s.tasks.size()) continue;
-      const int ti = s.tasks[s.head];
+      if (s.head >= s.tasks->size()) continue;
+      const int ti = (*s.tasks)[s.head];
       const Task& t = r.plan->tasks[size_t(ti)];
       std::string msg = "deadlock: rank " + std::to_string(r.rank) + " " + describeTask(r, ti);
       if (s.busy) {
@@ -500,8 +574,8 @@ void Engine::reportDeadlock() {
           missing += std::to_string(m);
           // Say where the missing rank is stuck.
           for (const StreamState& ms : mr.streams)
-            if (ms.head < ms.tasks.size()) {
-              missing += " (at " + describeTask(mr, ms.tasks[ms.head]) + ")";
+            if (ms.head < ms.tasks->size()) {
+              missing += " (at " + describeTask(mr, (*ms.tasks)[ms.head]) + ")";
               break;
             }
         }
@@ -512,7 +586,7 @@ void Engine::reportDeadlock() {
         for (int e : t.wait_events) {
           if (r.event_done[size_t(e)]) continue;
           msg += " waits on event " + std::to_string(e);
-          const int rec = r.event_recorder[size_t(e)];
+          const int rec = (*r.event_recorder)[size_t(e)];
           if (rec < 0) msg += ", which no task records";
           else msg += ", recorded by " + describeTask(r, rec) + ", which has not run";
           break;

@@ -32,22 +32,41 @@ FlowNetwork::FlowNetwork(std::vector<double> link_gbps)
     if (!(c > 0)) throw std::invalid_argument("FlowNetwork: every link needs a positive capacity");
 }
 
-int FlowNetwork::addFlow(FlowSpec spec) {
+int FlowNetwork::addFlow(const FlowSpec& spec, int64_t owner) {
   for (int l : spec.links)
     if (l < 0 || size_t(l) >= capacity_.size())
       throw std::out_of_range("FlowNetwork: link index " + std::to_string(l) + " out of range");
   materialize(now_ns_);
+  if (links_.size() + spec.links.size() > std::numeric_limits<uint32_t>::max()) compactLinks();
   FlowState st;
   st.remaining = std::max(0.0, spec.bytes);
-  st.spec = std::move(spec);
-  st.active = true;
+  st.rate_cap = spec.rate_cap;
+  st.owner = owner;
+  st.link_begin = uint32_t(links_.size());
+  st.link_count = uint32_t(spec.links.size());
+  links_.insert(links_.end(), spec.links.begin(), spec.links.end());
+  active_links_ += spec.links.size();
   int id = int(flows_.size());
-  flows_.push_back(std::move(st));
+  flows_.push_back(st);
   active_.push_back(id);  // ids grow, so active_ stays sorted
   ++active_count_;
   dirty_ = true;
   next_valid_ = false;
   return id;
+}
+
+// Drops the links of finished flows from the arena (active flows keep their
+// order), so the arena stays within twice the active flows' links.
+void FlowNetwork::compactLinks() {
+  std::vector<int> kept;
+  kept.reserve(active_links_ * 2 + 64);
+  for (int id : active_) {
+    FlowState& f = flows_[size_t(id)];
+    const uint32_t begin = uint32_t(kept.size());
+    kept.insert(kept.end(), links_.begin() + f.link_begin, links_.begin() + f.link_begin + f.link_count);
+    f.link_begin = begin;
+  }
+  links_.swap(kept);
 }
 
 double FlowNetwork::rate(int id) {
@@ -65,7 +84,10 @@ void FlowNetwork::recomputeRates() {
   ++epoch_;
   used_links_.clear();
   for (int id : active_) {
-    for (int l : flows_[size_t(id)].spec.links) {
+    const FlowState& f = flows_[size_t(id)];
+    const int* links = linksOf(f);
+    for (uint32_t i = 0; i < f.link_count; ++i) {
+      const int l = links[i];
       if (link_epoch_[size_t(l)] != epoch_) {
         link_epoch_[size_t(l)] = epoch_;
         cap_left_[size_t(l)] = capacity_[size_t(l)];
@@ -78,39 +100,41 @@ void FlowNetwork::recomputeRates() {
   // used_links_ is in first-use order; nothing below depends on the order
   // (a minimum, and per-flow tests), so it needs no sort.
 
-  std::vector<int> unfrozen = active_;
-  std::vector<int> next, frozen;
-  while (!unfrozen.empty()) {
+  unfrozen_ = active_;
+  while (!unfrozen_.empty()) {
     double share = kInf;
     for (int l : used_links_)
       if (unfrozen_on_link_[size_t(l)] > 0)
         share = std::min(share, std::max(0.0, cap_left_[size_t(l)]) / unfrozen_on_link_[size_t(l)]);
-    for (int id : unfrozen) share = std::min(share, flows_[size_t(id)].spec.rate_cap);
+    for (int id : unfrozen_) share = std::min(share, flows_[size_t(id)].rate_cap);
     if (share == kInf) {
       // Flows with neither links nor a cap: they complete instantly.
-      for (int id : unfrozen) flows_[size_t(id)].rate = kInf;
+      for (int id : unfrozen_) flows_[size_t(id)].rate = kInf;
       break;
     }
     const double threshold = share * (1 + 1e-12) + 1e-300;
-    next.clear();
-    frozen.clear();
-    for (int id : unfrozen) {
-      const FlowSpec& f = flows_[size_t(id)].spec;
+    next_.clear();
+    frozen_.clear();
+    for (int id : unfrozen_) {
+      const FlowState& f = flows_[size_t(id)];
+      const int* links = linksOf(f);
       bool freeze = f.rate_cap <= threshold;
-      for (size_t i = 0; !freeze && i < f.links.size(); ++i) {
-        int l = f.links[i];
+      for (uint32_t i = 0; !freeze && i < f.link_count; ++i) {
+        const int l = links[i];
         freeze = std::max(0.0, cap_left_[size_t(l)]) / unfrozen_on_link_[size_t(l)] <= threshold;
       }
-      (freeze ? frozen : next).push_back(id);
+      (freeze ? frozen_ : next_).push_back(id);
     }
-    for (int id : frozen) {
-      flows_[size_t(id)].rate = share;
-      for (int l : flows_[size_t(id)].spec.links) {
-        cap_left_[size_t(l)] -= share;
-        --unfrozen_on_link_[size_t(l)];
+    for (int id : frozen_) {
+      FlowState& f = flows_[size_t(id)];
+      f.rate = share;
+      const int* links = linksOf(f);
+      for (uint32_t i = 0; i < f.link_count; ++i) {
+        cap_left_[size_t(links[i])] -= share;
+        --unfrozen_on_link_[size_t(links[i])];
       }
     }
-    unfrozen.swap(next);
+    unfrozen_.swap(next_);
   }
 }
 
@@ -121,7 +145,8 @@ void FlowNetwork::materialize(int64_t t_ns) {
   for (int id : active_) {
     FlowState& f = flows_[size_t(id)];
     const double moved = std::min(f.remaining, f.rate * double(dt));
-    for (int l : f.spec.links) link_bytes_[size_t(l)] += moved;
+    const int* links = linksOf(f);
+    for (uint32_t i = 0; i < f.link_count; ++i) link_bytes_[size_t(links[i])] += moved;
     f.remaining -= moved;
   }
   last_update_ns_ = t_ns;
@@ -153,25 +178,27 @@ std::vector<int> FlowNetwork::advanceTo(int64_t t_ns) {
     return finished;
   }
   const int64_t dt = t_ns - last_update_ns_;
-  std::vector<int> still;
-  still.reserve(active_.size());
-  for (int id : active_) {
+  size_t kept = 0;
+  for (size_t k = 0; k < active_.size(); ++k) {
+    const int id = active_[k];
     FlowState& f = flows_[size_t(id)];
     const bool done = nsToFinish(f.remaining, f.rate) <= dt;
     const double moved = done ? f.remaining : std::min(f.remaining, f.rate * double(dt));
-    for (int l : f.spec.links) link_bytes_[size_t(l)] += moved;
+    const int* links = linksOf(f);
+    for (uint32_t i = 0; i < f.link_count; ++i) link_bytes_[size_t(links[i])] += moved;
     f.remaining -= moved;
     if (done) {
       f.remaining = 0;
-      f.active = false;
       f.rate = 0;
-      std::vector<int>().swap(f.spec.links);  // finished flows keep only their owner
+      active_links_ -= f.link_count;
+      f.link_count = 0;  // finished flows keep only their owner
       finished.push_back(id);
     } else {
-      still.push_back(id);
+      active_[kept++] = id;  // in place: the order (ascending ids) is kept
     }
   }
-  active_.swap(still);
+  active_.resize(kept);
+  if (links_.size() > 2 * active_links_ + 4096) compactLinks();
   active_count_ = int(active_.size());
   if (!finished.empty()) dirty_ = true;
   next_valid_ = false;

@@ -30,9 +30,12 @@ class FlowNetwork {
   // One capacity (GB/s == bytes/ns) per directed link.
   explicit FlowNetwork(std::vector<double> link_gbps);
 
-  // Starts a flow at the current time; returns its id. Flows with no links and
-  // no cap finish at the next advance (zero duration).
-  int addFlow(FlowSpec spec);
+  // Starts a flow at the current time; returns its id (ids count up from 0 in
+  // start order). Flows with no links and no cap finish at the next advance
+  // (zero duration). The second form tags the flow with `owner` instead of
+  // spec.owner, so callers can start flows of a shared spec without a copy.
+  int addFlow(const FlowSpec& spec) { return addFlow(spec, spec.owner); }
+  int addFlow(const FlowSpec& spec, int64_t owner);
 
   int64_t now() const { return now_ns_; }
   int activeFlows() const { return active_count_; }
@@ -44,7 +47,7 @@ class FlowNetwork {
   // of the flows that finished by then, in id order.
   std::vector<int> advanceTo(int64_t t_ns);
 
-  const FlowSpec& flow(int id) const { return flows_[size_t(id)].spec; }
+  int64_t owner(int id) const { return flows_[size_t(id)].owner; }
   double rate(int id);  // current rate (bytes/ns) of an active flow
 
   // Bytes carried by each link so far (for utilization counters).
@@ -53,13 +56,19 @@ class FlowNetwork {
   int64_t flowsStarted() const { return int64_t(flows_.size()); }
 
  private:
+  // A flow's links live in links_ (one arena for all flows, no allocation
+  // per flow); finished flows' links are dropped when the arena is compacted.
   struct FlowState {
-    FlowSpec spec;
     double remaining = 0;
     double rate = 0;
-    bool active = false;
+    double rate_cap = 0;
+    int64_t owner = -1;
+    uint32_t link_begin = 0;  // into links_
+    uint32_t link_count = 0;
   };
+  const int* linksOf(const FlowState& f) const { return links_.data() + f.link_begin; }
   void recomputeRates();
+  void compactLinks();
   // Brings remaining bytes and link counters up to t. Progress is applied
   // lazily (only when the flow set changes or flows finish), so events that
   // do not touch the network cost nothing here.
@@ -68,6 +77,8 @@ class FlowNetwork {
   std::vector<double> capacity_;
   std::vector<double> link_bytes_;
   std::vector<FlowState> flows_;
+  std::vector<int> links_;   // link arena, see FlowState
+  size_t active_links_ = 0;  // arena entries that belong to active flows
   std::vector<int> active_;  // ids of active flows, ascending
   int active_count_ = 0;
   bool dirty_ = false;
@@ -82,6 +93,7 @@ class FlowNetwork {
   std::vector<int> unfrozen_on_link_;
   std::vector<int64_t> link_epoch_;
   std::vector<int> used_links_;
+  std::vector<int> unfrozen_, next_, frozen_;
   int64_t epoch_ = 0;
 };
 
