@@ -39,29 +39,26 @@ int FlowNetwork::addFlow(const FlowSpec& spec, int64_t owner) {
   materialize(now_ns_);
   if (links_.size() + spec.links.size() > std::numeric_limits<uint32_t>::max()) compactLinks();
   FlowState st;
+  st.id = int(owners_.size());
   st.remaining = std::max(0.0, spec.bytes);
   st.rate_cap = spec.rate_cap;
-  st.owner = owner;
   st.link_begin = uint32_t(links_.size());
   st.link_count = uint32_t(spec.links.size());
   links_.insert(links_.end(), spec.links.begin(), spec.links.end());
   active_links_ += spec.links.size();
-  int id = int(flows_.size());
-  flows_.push_back(st);
-  active_.push_back(id);  // ids grow, so active_ stays sorted
-  ++active_count_;
+  owners_.push_back(owner);
+  active_.push_back(st);  // ids grow, so active_ stays sorted
   dirty_ = true;
   next_valid_ = false;
-  return id;
+  return st.id;
 }
 
 // Drops the links of finished flows from the arena (active flows keep their
-// order), so the arena stays within twice the active flows' links.
+// order), so the arena stays within about twice the active flows' links.
 void FlowNetwork::compactLinks() {
   std::vector<int> kept;
   kept.reserve(active_links_ * 2 + 64);
-  for (int id : active_) {
-    FlowState& f = flows_[size_t(id)];
+  for (FlowState& f : active_) {
     const uint32_t begin = uint32_t(kept.size());
     kept.insert(kept.end(), links_.begin() + f.link_begin, links_.begin() + f.link_begin + f.link_count);
     f.link_begin = begin;
@@ -71,7 +68,9 @@ void FlowNetwork::compactLinks() {
 
 double FlowNetwork::rate(int id) {
   if (dirty_) recomputeRates();
-  return flows_[size_t(id)].rate;
+  auto it = std::lower_bound(active_.begin(), active_.end(), id,
+                             [](const FlowState& f, int v) { return f.id < v; });
+  return it != active_.end() && it->id == id ? it->rate : 0.0;
 }
 
 // Progressive filling: raise every unfrozen flow's rate together until a link
@@ -83,8 +82,7 @@ void FlowNetwork::recomputeRates() {
   ++recomputations_;
   ++epoch_;
   used_links_.clear();
-  for (int id : active_) {
-    const FlowState& f = flows_[size_t(id)];
+  for (const FlowState& f : active_) {
     const int* links = linksOf(f);
     for (uint32_t i = 0; i < f.link_count; ++i) {
       const int l = links[i];
@@ -100,33 +98,34 @@ void FlowNetwork::recomputeRates() {
   // used_links_ is in first-use order; nothing below depends on the order
   // (a minimum, and per-flow tests), so it needs no sort.
 
-  unfrozen_ = active_;
+  unfrozen_.resize(active_.size());
+  for (size_t k = 0; k < active_.size(); ++k) unfrozen_[k] = uint32_t(k);
   while (!unfrozen_.empty()) {
     double share = kInf;
     for (int l : used_links_)
       if (unfrozen_on_link_[size_t(l)] > 0)
         share = std::min(share, std::max(0.0, cap_left_[size_t(l)]) / unfrozen_on_link_[size_t(l)]);
-    for (int id : unfrozen_) share = std::min(share, flows_[size_t(id)].rate_cap);
+    for (uint32_t k : unfrozen_) share = std::min(share, active_[k].rate_cap);
     if (share == kInf) {
       // Flows with neither links nor a cap: they complete instantly.
-      for (int id : unfrozen_) flows_[size_t(id)].rate = kInf;
+      for (uint32_t k : unfrozen_) active_[k].rate = kInf;
       break;
     }
     const double threshold = share * (1 + 1e-12) + 1e-300;
     next_.clear();
     frozen_.clear();
-    for (int id : unfrozen_) {
-      const FlowState& f = flows_[size_t(id)];
+    for (uint32_t k : unfrozen_) {
+      const FlowState& f = active_[k];
       const int* links = linksOf(f);
       bool freeze = f.rate_cap <= threshold;
       for (uint32_t i = 0; !freeze && i < f.link_count; ++i) {
         const int l = links[i];
         freeze = std::max(0.0, cap_left_[size_t(l)]) / unfrozen_on_link_[size_t(l)] <= threshold;
       }
-      (freeze ? frozen_ : next_).push_back(id);
+      (freeze ? frozen_ : next_).push_back(k);
     }
-    for (int id : frozen_) {
-      FlowState& f = flows_[size_t(id)];
+    for (uint32_t k : frozen_) {
+      FlowState& f = active_[k];
       f.rate = share;
       const int* links = linksOf(f);
       for (uint32_t i = 0; i < f.link_count; ++i) {
@@ -142,8 +141,7 @@ void FlowNetwork::materialize(int64_t t_ns) {
   const int64_t dt = t_ns - last_update_ns_;
   if (dt <= 0) return;
   if (dirty_) recomputeRates();
-  for (int id : active_) {
-    FlowState& f = flows_[size_t(id)];
+  for (FlowState& f : active_) {
     const double moved = std::min(f.remaining, f.rate * double(dt));
     const int* links = linksOf(f);
     for (uint32_t i = 0; i < f.link_count; ++i) link_bytes_[size_t(links[i])] += moved;
@@ -157,10 +155,7 @@ int64_t FlowNetwork::nextCompletionNs() {
   if (dirty_) recomputeRates();
   if (!next_valid_) {
     int64_t best = std::numeric_limits<int64_t>::max();
-    for (int id : active_) {
-      const FlowState& f = flows_[size_t(id)];
-      best = std::min(best, nsToFinish(f.remaining, f.rate));
-    }
+    for (const FlowState& f : active_) best = std::min(best, nsToFinish(f.remaining, f.rate));
     next_completion_ns_ = last_update_ns_ + best;
     next_valid_ = true;
   }
@@ -180,26 +175,22 @@ std::vector<int> FlowNetwork::advanceTo(int64_t t_ns) {
   const int64_t dt = t_ns - last_update_ns_;
   size_t kept = 0;
   for (size_t k = 0; k < active_.size(); ++k) {
-    const int id = active_[k];
-    FlowState& f = flows_[size_t(id)];
+    FlowState& f = active_[k];
     const bool done = nsToFinish(f.remaining, f.rate) <= dt;
     const double moved = done ? f.remaining : std::min(f.remaining, f.rate * double(dt));
     const int* links = linksOf(f);
     for (uint32_t i = 0; i < f.link_count; ++i) link_bytes_[size_t(links[i])] += moved;
     f.remaining -= moved;
     if (done) {
-      f.remaining = 0;
-      f.rate = 0;
       active_links_ -= f.link_count;
-      f.link_count = 0;  // finished flows keep only their owner
-      finished.push_back(id);
+      finished.push_back(f.id);
     } else {
-      active_[kept++] = id;  // in place: the order (ascending ids) is kept
+      if (kept != k) active_[kept] = f;  // in place: the order (ascending ids) is kept
+      ++kept;
     }
   }
   active_.resize(kept);
   if (links_.size() > 2 * active_links_ + 4096) compactLinks();
-  active_count_ = int(active_.size());
   if (!finished.empty()) dirty_ = true;
   next_valid_ = false;
   now_ns_ = t_ns;

@@ -8,8 +8,8 @@
 // a duration in ns is a byte count. Time is integer ns; a flow finishes at the
 // first integer ns at which its remaining bytes reach zero.
 //
-// Determinism: flows live in a vector indexed by id, every loop runs in id or
-// link order, and no container with unspecified order affects a result.
+// Determinism: flow ids count up in start order, every loop over flows runs
+// in id order, and no container with unspecified order affects a result.
 
 #include <cstddef>
 #include <cstdint>
@@ -38,7 +38,7 @@ class FlowNetwork {
   int addFlow(const FlowSpec& spec, int64_t owner);
 
   int64_t now() const { return now_ns_; }
-  int activeFlows() const { return active_count_; }
+  int activeFlows() const { return int(active_.size()); }
 
   // Earliest ns at which an active flow finishes; INT64_MAX when none.
   int64_t nextCompletionNs();
@@ -47,24 +47,26 @@ class FlowNetwork {
   // of the flows that finished by then, in id order.
   std::vector<int> advanceTo(int64_t t_ns);
 
-  int64_t owner(int id) const { return flows_[size_t(id)].owner; }
-  double rate(int id);  // current rate (bytes/ns) of an active flow
+  int64_t owner(int id) const { return owners_[size_t(id)]; }
+  double rate(int id);  // current rate (bytes/ns) of an active flow; 0 once finished
 
   // Bytes carried by each link so far (for utilization counters).
   const std::vector<double>& linkBytes() const { return link_bytes_; }
   int64_t rateRecomputations() const { return recomputations_; }
-  int64_t flowsStarted() const { return int64_t(flows_.size()); }
+  int64_t flowsStarted() const { return int64_t(owners_.size()); }
 
  private:
-  // A flow's links live in links_ (one arena for all flows, no allocation
-  // per flow); finished flows' links are dropped when the arena is compacted.
+  // The state of an active flow. Active flows sit together in one vector in
+  // id order (finished ones are removed in place), so the loops over them
+  // read memory in sequence; their links live in links_ (one arena for all
+  // flows, no allocation per flow), compacted as flows finish.
   struct FlowState {
+    int id = 0;
+    uint32_t link_begin = 0;  // into links_
+    uint32_t link_count = 0;
     double remaining = 0;
     double rate = 0;
     double rate_cap = 0;
-    int64_t owner = -1;
-    uint32_t link_begin = 0;  // into links_
-    uint32_t link_count = 0;
   };
   const int* linksOf(const FlowState& f) const { return links_.data() + f.link_begin; }
   void recomputeRates();
@@ -76,11 +78,10 @@ class FlowNetwork {
 
   std::vector<double> capacity_;
   std::vector<double> link_bytes_;
-  std::vector<FlowState> flows_;
-  std::vector<int> links_;   // link arena, see FlowState
-  size_t active_links_ = 0;  // arena entries that belong to active flows
-  std::vector<int> active_;  // ids of active flows, ascending
-  int active_count_ = 0;
+  std::vector<int64_t> owners_;     // per flow id, finished flows too
+  std::vector<FlowState> active_;   // active flows, ascending id
+  std::vector<int> links_;          // link arena, see FlowState
+  size_t active_links_ = 0;         // arena entries that belong to active flows
   bool dirty_ = false;
   int64_t now_ns_ = 0;
   int64_t last_update_ns_ = 0;  // remaining bytes are as of this time
@@ -93,7 +94,7 @@ class FlowNetwork {
   std::vector<int> unfrozen_on_link_;
   std::vector<int64_t> link_epoch_;
   std::vector<int> used_links_;
-  std::vector<int> unfrozen_, next_, frozen_;
+  std::vector<uint32_t> unfrozen_, next_, frozen_;  // positions in active_
   int64_t epoch_ = 0;
 };
 
