@@ -188,15 +188,21 @@ CollectiveSchedule CollectiveBuilder::build(const CollectiveRequest& req) const 
 
   // Trees need routes between members that are not ring neighbours; a
   // machine without them (GPUs chained by direct links) only gets rings.
+  // The check is skipped where the chooser would not consider a tree anyway
+  // (hierarchical groups without inter-host trees): it routes 4n pairs that
+  // are not ring edges, the most expensive part of building a large group's
+  // schedule.
+  const std::vector<std::vector<int>> by_host = hostGroups(req.nodes);
+  const bool tree_candidate = params_.force_algorithm == Algorithm::Tree ||
+                              (n > 2 && (by_host.size() <= 1 || params_.inter_host_tree));
   const NcclParams* params = &params_;
   NcclParams ring_only;
-  if (params_.allow_tree && req.op == CollectiveOp::AllReduce && !treeRoutable(req.nodes)) {
+  if (params_.allow_tree && req.op == CollectiveOp::AllReduce && tree_candidate && !treeRoutable(req.nodes)) {
     ring_only = params_;
     ring_only.allow_tree = false;
     if (ring_only.force_algorithm == Algorithm::Tree) ring_only.force_algorithm.reset();
     params = &ring_only;
   }
-  const std::vector<std::vector<int>> by_host = hostGroups(req.nodes);
   HierarchyShape shape;
   if (!by_host.empty()) shape = shapeOf(by_host);
   s.choice = chooseCollective(*params, req.op, req.bytes, n, minPathGbps(ring), maxHopLatency(ring),
