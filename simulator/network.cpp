@@ -25,9 +25,7 @@ int64_t nsToFinish(double remaining, double rate) {
 FlowNetwork::FlowNetwork(std::vector<double> link_gbps)
     : capacity_(std::move(link_gbps)),
       link_bytes_(capacity_.size(), 0.0),
-      cap_left_(capacity_.size(), 0.0),
-      unfrozen_on_link_(capacity_.size(), 0),
-      link_epoch_(capacity_.size(), -1) {
+      scratch_(capacity_.size()) {
   for (double c : capacity_)
     if (!(c > 0)) throw std::invalid_argument("FlowNetwork: every link needs a positive capacity");
 }
@@ -86,13 +84,14 @@ void FlowNetwork::recomputeRates() {
     const int* links = linksOf(f);
     for (uint32_t i = 0; i < f.link_count; ++i) {
       const int l = links[i];
-      if (link_epoch_[size_t(l)] != epoch_) {
-        link_epoch_[size_t(l)] = epoch_;
-        cap_left_[size_t(l)] = capacity_[size_t(l)];
-        unfrozen_on_link_[size_t(l)] = 0;
+      LinkScratch& ls = scratch_[size_t(l)];
+      if (ls.epoch != epoch_) {
+        ls.epoch = epoch_;
+        ls.cap_left = capacity_[size_t(l)];
+        ls.unfrozen = 0;
         used_links_.push_back(l);
       }
-      ++unfrozen_on_link_[size_t(l)];
+      ++ls.unfrozen;
     }
   }
   // used_links_ is in first-use order; nothing below depends on the order
@@ -102,9 +101,10 @@ void FlowNetwork::recomputeRates() {
   for (size_t k = 0; k < active_.size(); ++k) unfrozen_[k] = uint32_t(k);
   while (!unfrozen_.empty()) {
     double share = kInf;
-    for (int l : used_links_)
-      if (unfrozen_on_link_[size_t(l)] > 0)
-        share = std::min(share, std::max(0.0, cap_left_[size_t(l)]) / unfrozen_on_link_[size_t(l)]);
+    for (int l : used_links_) {
+      const LinkScratch& ls = scratch_[size_t(l)];
+      if (ls.unfrozen > 0) share = std::min(share, std::max(0.0, ls.cap_left) / ls.unfrozen);
+    }
     for (uint32_t k : unfrozen_) share = std::min(share, active_[k].rate_cap);
     if (share == kInf) {
       // Flows with neither links nor a cap: they complete instantly.
@@ -119,8 +119,8 @@ void FlowNetwork::recomputeRates() {
       const int* links = linksOf(f);
       bool freeze = f.rate_cap <= threshold;
       for (uint32_t i = 0; !freeze && i < f.link_count; ++i) {
-        const int l = links[i];
-        freeze = std::max(0.0, cap_left_[size_t(l)]) / unfrozen_on_link_[size_t(l)] <= threshold;
+        const LinkScratch& ls = scratch_[size_t(links[i])];
+        freeze = std::max(0.0, ls.cap_left) / ls.unfrozen <= threshold;
       }
       (freeze ? frozen_ : next_).push_back(k);
     }
@@ -129,8 +129,9 @@ void FlowNetwork::recomputeRates() {
       f.rate = share;
       const int* links = linksOf(f);
       for (uint32_t i = 0; i < f.link_count; ++i) {
-        cap_left_[size_t(links[i])] -= share;
-        --unfrozen_on_link_[size_t(links[i])];
+        LinkScratch& ls = scratch_[size_t(links[i])];
+        ls.cap_left -= share;
+        --ls.unfrozen;
       }
     }
     unfrozen_.swap(next_);

@@ -89,10 +89,14 @@ class FlowNetwork {
   bool next_valid_ = false;
   int64_t recomputations_ = 0;
 
-  // Scratch for recomputeRates, sized to the link count once.
-  std::vector<double> cap_left_;
-  std::vector<int> unfrozen_on_link_;
-  std::vector<int64_t> link_epoch_;
+  // Scratch for recomputeRates, one entry per link (sized once): together,
+  // so that visiting a link touches one cache line, not three.
+  struct LinkScratch {
+    int64_t epoch = -1;   // valid when equal to epoch_
+    double cap_left = 0;  // capacity not yet given to frozen flows
+    int unfrozen = 0;     // unfrozen flows crossing the link
+  };
+  std::vector<LinkScratch> scratch_;
   std::vector<int> used_links_;
   std::vector<uint32_t> unfrozen_, next_, frozen_;  // positions in active_
   int64_t epoch_ = 0;
