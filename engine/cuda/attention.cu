@@ -3,6 +3,7 @@
 // probabilities from it. One thread per query row (forward, dq) or key row
 // (dk, dv), key/query tiles staged in shared memory, fp32 arithmetic.
 // Every output element is written by exactly one thread: deterministic.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/cuda/device_math.cuh"
@@ -81,21 +82,34 @@ __global__ void __launch_bounds__(kRows) attentionForwardKernel(T* out, void* ls
   }
 }
 
-// delta[b,h,i] = sum_d dout[b,i,h,d] * out[b,i,h,d]
-template <class T>
-__global__ void attentionDeltaKernel(float* delta, const T* dout, const T* out, int B, int Tn,
-                                     int C, int H) {
-  int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  int64_t total = int64_t(B) * H * Tn;
-  if (idx >= total) return;
-  int i = idx % Tn;
-  int h = (idx / Tn) % H;
-  int b = idx / (int64_t(Tn) * H);
-  int D = C / H;
-  int64_t off = (int64_t(b) * Tn + i) * C + h * D;
+// delta[b,h,i] = sum_d dout[b,i,h,d] * out[b,i,h,d]. A group of D / kVec
+// consecutive lanes reads one head row in 16-byte pieces (coalesced) and adds
+// its partial sums in a fixed shuffle order.
+template <class T, int D>
+__global__ void attentionDeltaKernel(float* delta, const T* dout, const T* out, int B, int Tn, int C, int H) {
+  constexpr int kVec = 16 / int(sizeof(T)), kLanes = D / kVec;
+  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "lanes per row");
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t row = idx / kLanes;  // (b * Tn + i) * H + h
+  const int part = int(idx % kLanes);
+  const bool active = row < int64_t(B) * Tn * H;
   float acc = 0.f;
-  for (int d = 0; d < D; ++d) acc += toF(dout[off + d]) * toF(out[off + d]);
-  delta[idx] = acc;
+  if (active) {
+    const int64_t off = (row / H) * C + (row % H) * D + part * kVec;
+    const uint4 gv = *reinterpret_cast<const uint4*>(dout + off);
+    const uint4 ov = *reinterpret_cast<const uint4*>(out + off);
+    const T* ge = reinterpret_cast<const T*>(&gv);
+    const T* oe = reinterpret_cast<const T*>(&ov);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc += toF(ge[e]) * toF(oe[e]);
+  }
+#pragma unroll
+  for (int o = 1; o < kLanes; o <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (active && part == 0) {
+    const int64_t bi = row / H;
+    const int h = int(row % H), b = int(bi / Tn), i = int(bi % Tn);
+    delta[(int64_t(b) * H + h) * Tn + i] = acc;
+  }
 }
 
 template <class T, int D>
@@ -303,10 +317,11 @@ void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void
                        const void* lse, DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H,
                        bool accumulate, DType dt, float* scratch, cudaStream_t s) {
   TANDEM_DISPATCH_DT(dt, {
-    int64_t total = B * H * Tn;
-    attentionDeltaKernel<T><<<gridFor(total, 256), 256, 0, s>>>(
-        scratch, static_cast<const T*>(dout), static_cast<const T*>(out), int(B), int(Tn), int(C),
-        int(H));
+    TANDEM_DISPATCH_HEAD_DIM(C / H, {
+      const int64_t threads = B * H * Tn * (D * int64_t(sizeof(T)) / 16);
+      attentionDeltaKernel<T, D><<<unsigned(std::max<int64_t>(1, (threads + 255) / 256)), 256, 0, s>>>(
+          scratch, static_cast<const T*>(dout), static_cast<const T*>(out), int(B), int(Tn), int(C), int(H));
+    });
     TANDEM_CUDA_LAUNCH_CHECK();
     if (attentionTensorCoreEligible(C, H, dt))
       return attentionBackwardTc(dqkv, dout, qkv, lse, lse_dt, scratch, B, Tn, C, H, accumulate, s);

@@ -1,14 +1,19 @@
-// Causal attention on the tensor cores (bf16, head dimension 64), flash
-// style: 64x64 tiles, one warp per 16 rows, scores in fp32, probabilities
-// rounded to bf16 only as matrix-unit operands. Never stores T x T.
+// Causal attention on the tensor cores (bf16, head dimension 64), in the
+// style of FlashAttention-2: mma.sync m16n8k16 and ldmatrix through inline
+// PTX, 64-row tiles, four warps per block each owning 16 rows. Scores,
+// probabilities and dS never leave the registers: the fp32 C fragments of one
+// product are packed to bf16 and used directly as the A fragments of the
+// next. Streamed tiles are double-buffered with cp.async in a swizzled shared
+// layout (16-byte chunk c of row r sits at chunk c ^ (r & 7)), so ldmatrix
+// and the copies are free of bank conflicts. Never stores T x T.
 //
 // Backward in two kernels so every output element has one writer (no
-// atomics, deterministic): dK/dV per key tile looping over query tiles, dQ
-// per query tile looping over key tiles; both rebuild P from the forward's
-// log-sum-exp.
-#include <mma.h>
-
+// atomics, deterministic): dK/dV per key tile looping over the query tiles
+// at or after it, dQ per query tile looping over the key tiles up to it; both
+// rebuild P from the forward's log-sum-exp. Accumulation is fp32; P and dS
+// are rounded to bf16 only as matrix-unit operands.
 #include <cmath>
+#include <cstdint>
 
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
@@ -16,312 +21,444 @@
 namespace tandem::cuda {
 namespace {
 
-using namespace nvcuda;
-
 constexpr int D = 64;
-constexpr int kTile = 64;    // rows of queries and keys per tile
-constexpr int kWarps = 4;    // 16 rows each
-constexpr int kLdH = D + 8;  // bf16 row pitch (144 bytes: 32-byte aligned 16-row blocks)
-constexpr int kLdS = kTile + 4;  // fp32 row pitch of score tiles
+constexpr int kTile = 64;                    // rows of queries and keys per tile
+constexpr int kWarps = 4;                    // 16 rows each
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileBytes = kTile * D * 2;    // 8 KiB: 64 rows of 128 bytes
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+// ---- PTX helpers ----------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a swizzled tile.
+__device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return uint32_t(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+// 16-byte asynchronous copy; with valid == false the destination is zeroed
+// and nothing is read.
+__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a * b (16x8 fp32 += 16x16 bf16 * 16x8 bf16)
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x (flushes denormal results to zero; 2^-inf = 0).
+__device__ __forceinline__ float exp2Fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// ---- tiles and fragments --------------------------------------------------
+//
+// Fragment layouts (lane = 4 * g + t): a 16x8 fp32 C fragment holds
+// (row g, cols 2t, 2t+1) in c[0..1] and (row g+8, same cols) in c[2..3]; a
+// 16x64 result is 8 such fragments f[j] covering cols 8j..8j+7.
+
+using Acc = float[8][4];
+
+__device__ __forceinline__ void zero(Acc& a) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) a[j][e] = 0.f;
+}
+
+// Copies rows [row0, row0 + 64) of a bf16 matrix (first column at `base`,
+// row pitch `stride`) into a swizzled tile; rows at or past Tn are zeroed.
+__device__ __forceinline__ void loadTileAsync(uint32_t tile, const bf16* base, int row0, int Tn, int64_t stride) {
+#pragma unroll
+  for (int i = 0; i < kTile * 8 / kThreads; ++i) {
+    const int e = threadIdx.x + i * kThreads, r = e >> 3, c = e & 7;
+    const bool valid = row0 + r < Tn;
+    cpAsync16(tile + swz(r, c), base + (valid ? int64_t(row0 + r) * stride + c * 8 : 0), valid);
+  }
+}
+
+// A fragments of rows [row0, row0 + 16) of a tile: f[kc] covers columns
+// 16kc..16kc+15.
+__device__ __forceinline__ void loadRowFrags(uint32_t (&f)[4][4], uint32_t tile, int row0) {
+  const int lane = threadIdx.x & 31;
+  const int row = row0 + (lane & 15);
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) ldsm4(f[kc], tile + swz(row, kc * 2 + (lane >> 4)));
+}
+
+// acc = A * Y^T for A (16 x 64, fragments) and a 64 x 64 tile Y (rows are the
+// output columns): scores Q K^T and the like.
+__device__ __forceinline__ void fragsTimesTileT(Acc& acc, const uint32_t (&a)[4][4], uint32_t y) {
+  const int lane = threadIdx.x & 31;
+  const int row = (lane & 7) + ((lane >> 4) << 3), hi = (lane >> 3) & 1;
+  zero(acc);
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b[4];
+      ldsm4(b, y + swz(np * 16 + row, kc * 2 + hi));
+      mma(acc[2 * np], a[kc], b[0], b[1]);
+      mma(acc[2 * np + 1], a[kc], b[2], b[3]);
+    }
+  }
+}
+
+// acc += P * Y for P (16 x 64, C fragments in fp32, rounded to bf16 here) and
+// a 64 x 64 tile Y (rows are the contraction index).
+__device__ __forceinline__ void probsTimesTile(Acc& acc, const Acc& p, uint32_t y) {
+  const int lane = threadIdx.x & 31;
+  const int row = (lane & 7) + (((lane >> 3) & 1) << 3), hi = lane >> 4;
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    const uint32_t a[4] = {packBf16(p[2 * kc][0], p[2 * kc][1]), packBf16(p[2 * kc][2], p[2 * kc][3]),
+                           packBf16(p[2 * kc + 1][0], p[2 * kc + 1][1]),
+                           packBf16(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < 4; ++dp) {
+      uint32_t b[4];
+      ldsm4t(b, y + swz(kc * 16 + row, dp * 2 + hi));
+      mma(acc[2 * dp], a, b[0], b[1]);
+      mma(acc[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// Writes a warp's 16 x 64 result (times `mul`) to rows [row0, row0 + 16) of
+// dst (row pitch `stride`), adding what is there when `accumulate`.
+__device__ __forceinline__ void storeRows(bf16* dst, int64_t stride, int row0, int Tn, const Acc& acc, float mul,
+                                          bool accumulate) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int row = row0 + g + 8 * hh;
+    if (row >= Tn) continue;
+    bf16* p = dst + int64_t(row) * stride + 2 * t;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float x0 = acc[j][2 * hh] * mul, x1 = acc[j][2 * hh + 1] * mul;
+      __nv_bfloat162* q = reinterpret_cast<__nv_bfloat162*>(p + 8 * j);
+      if (accumulate) {
+        const float2 old = __bfloat1622float2(*q);
+        x0 += old.x, x1 += old.y;
+      }
+      *q = __floats2bfloat162_rn(x0, x1);
+    }
+  }
+}
+
+// ---- forward --------------------------------------------------------------
 
 struct FwdSmem {
-  bf16 k[kTile][kLdH];  // first holds Q while each warp takes its rows into fragments
-  bf16 v[kTile][kLdH];
-  float s[kWarps][16][kLdS];
-  bf16 p[kWarps][16][kLdH];
+  bf16 q[kTile * D];
+  bf16 kv[2][2][kTile * D];  // [stage][K, V]
 };
 
-// The warp's own 16 rows of the tiles that stay fixed for the whole loop
-// (K and V, or Q and dO) live in registers as A fragments; the shared tiles
-// hold only the streamed operands, so three blocks fit on an SM.
-struct BwdSmem {
-  bf16 c[kTile][kLdH];   // the tile streamed per iteration (Q or K)
-  bf16 d[kTile][kLdH];   // (dO or V)
-  float s[kWarps][16][kLdS];
-  float dp[kWarps][16][kLdS];
-  bf16 p[kWarps][16][kLdH];
-  bf16 ds[kWarps][16][kLdH];
-  float lse[kTile];
-  float delta[kTile];
-};
-
-// Loads rows [row0, row0 + 64) of a [*, stride] bf16 matrix (columns
-// [col, col + 64)) into a padded tile; rows past `rows` are zero.
-__device__ __forceinline__ void loadTile(bf16 (*tile)[kLdH], const bf16* base, int row0, int rows,
-                                         int64_t stride, int64_t col) {
-  for (int e = threadIdx.x; e < kTile * (D / 8); e += blockDim.x) {
-    int r = e / (D / 8), c8 = e % (D / 8);
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (row0 + r < rows) v = *reinterpret_cast<const uint4*>(base + (row0 + r) * stride + col + c8 * 8);
-    *reinterpret_cast<uint4*>(&tile[r][c8 * 8]) = v;
-  }
-}
-
-using RowFrags = FragA[D / 16];
-
-// Loads rows [row, row + 16) of a shared tile into A fragments.
-__device__ __forceinline__ void loadRowFrags(RowFrags& f, const bf16 (*x)[kLdH], int row) {
-#pragma unroll
-  for (int i = 0; i < D / 16; ++i) wmma::load_matrix_sync(f[i], &x[row][i * 16], kLdH);
-}
-
-// acc[n] = A[16][0:D] * Y[n*16.., 0:D]^T with A held in fragments.
-__device__ __forceinline__ void fragsTimesTileT(FragC (&acc)[4], const RowFrags& a, const bf16 (*y)[kLdH]) {
-#pragma unroll
-  for (int n = 0; n < 4; ++n) wmma::fill_fragment(acc[n], 0.f);
-#pragma unroll
-  for (int i = 0; i < D / 16; ++i) {
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-      FragBCol bfr;
-      wmma::load_matrix_sync(bfr, &y[n * 16][i * 16], kLdH);
-      wmma::mma_sync(acc[n], a[i], bfr, acc[n]);
-    }
-  }
-}
-
-// acc[n] += P[16][0:64] * Y[0:64][n*16..]   (P in a per-warp bf16 tile)
-__device__ __forceinline__ void probsTimesTile(FragC (&acc)[4], const bf16 (*p)[kLdH], const bf16 (*y)[kLdH]) {
-#pragma unroll
-  for (int kk = 0; kk < kTile; kk += 16) {
-    FragA a;
-    wmma::load_matrix_sync(a, &p[0][kk], kLdH);
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-      FragBRow bfr;
-      wmma::load_matrix_sync(bfr, &y[kk][n * 16], kLdH);
-      wmma::mma_sync(acc[n], a, bfr, acc[n]);
-    }
-  }
-}
-
-__global__ void __launch_bounds__(128) attnForwardTc(bf16* out, void* lse, int lse_bf16, const bf16* qkv, int Tn,
-                                                     int C, int H, float scale) {
+// grid: x = b * H + h, y = query tile counted from the last (longest first).
+__global__ void __launch_bounds__(kThreads, 4) attnForwardTc(bf16* out, void* lse, int lse_bf16, const bf16* qkv,
+                                                             int Tn, int C, int H, float scale_log2) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   FwdSmem& sm = *reinterpret_cast<FwdSmem*>(smem_raw);
-  const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTile;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int r = lane >> 1, half = lane & 1;
+  const int b = blockIdx.x / H, h = blockIdx.x % H;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t stride = 3 * int64_t(C);
-  const bf16* base = qkv + int64_t(b) * Tn * stride;
-  const int qi = q0 + warp * 16 + r;
-  loadTile(sm.k, base, q0, Tn, stride, int64_t(h) * D);  // Q, taken into fragments
-  __syncthreads();
-  RowFrags qa;
-  loadRowFrags(qa, sm.k, warp * 16);
-  float m = -INFINITY, l = 0.f, o[D / 2];
-#pragma unroll
-  for (int j = 0; j < D / 2; ++j) o[j] = 0.f;
-  const int kv_end = min(Tn, q0 + kTile);
-  for (int k0 = 0; k0 < kv_end; k0 += kTile) {
-    __syncthreads();
-    loadTile(sm.k, base, k0, Tn, stride, C + int64_t(h) * D);
-    loadTile(sm.v, base, k0, Tn, stride, 2 * int64_t(C) + int64_t(h) * D);
-    __syncthreads();
-    FragC acc[4];
-    fragsTimesTileT(acc, qa, sm.k);
-#pragma unroll
-    for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.s[warp][0][n * 16], acc[n], kLdS, wmma::mem_row_major);
-    __syncwarp();
-    float sv[32], mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int c = half * 32 + j, key = k0 + c;
-      float v = sm.s[warp][r][c] * scale;
-      if (key > qi || key >= Tn) v = -INFINITY;
-      sv[j] = v;
-      mx = fmaxf(mx, v);
+  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * D;
+  const bf16* kb = qb + C;
+  const bf16* vb = qb + 2 * int64_t(C);
+  const uint32_t sq = smemAddr(sm.q);
+  const uint32_t skv = smemAddr(sm.kv);
+  const int n_tiles = q0 / kTile + 1;  // key tiles 0..q0 (the last is the diagonal)
+
+  loadTileAsync(sq, qb, q0, Tn, stride);
+  loadTileAsync(skv, kb, 0, Tn, stride);
+  loadTileAsync(skv + kTileBytes, vb, 0, Tn, stride);
+  cpAsyncCommit();
+
+  uint32_t qf[4][4];
+  Acc o;
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  for (int it = 0; it < n_tiles; ++it) {
+    if (it + 1 < n_tiles) {
+      const uint32_t st = skv + ((it + 1) & 1) * 2 * kTileBytes;
+      loadTileAsync(st, kb, (it + 1) * kTile, Tn, stride);
+      loadTileAsync(st + kTileBytes, vb, (it + 1) * kTile, Tn, stride);
     }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float m_new = fmaxf(m, mx);
-    const float corr = (m == -INFINITY) ? 0.f : expf(m - m_new);
-    float psum = 0.f;
+    cpAsyncCommit();
+    cpAsyncWait<1>();
+    __syncthreads();
+    if (it == 0) loadRowFrags(qf, sq, warp * 16);
+    const uint32_t sk = skv + (it & 1) * 2 * kTileBytes, sv = sk + kTileBytes;
+
+    Acc s;
+    fragsTimesTileT(s, qf, sk);
+    const bool diag = it == n_tiles - 1;  // key tile == query tile: mask keys after the row
+    // Row maxima on the raw scores (m is in raw units); the scale goes into
+    // the exponent's multiply-add.
+    float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const float p = (sv[j] == -INFINITY) ? 0.f : expf(sv[j] - m_new);
-      psum += p;
-      sm.p[warp][r][half * 32 + j] = __float2bfloat16_rn(p);
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (diag && 8 * j + 2 * t + (e & 1) > warp * 16 + g + 8 * (e >> 1)) s[j][e] = -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+      }
     }
-    psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-    l = l * corr + psum;
-    m = m_new;
+    float corr[2], ms[2];
 #pragma unroll
-    for (int j = 0; j < D / 2; ++j) o[j] *= corr;
-    __syncwarp();
-    FragC pv[4];
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m[r], mx[r]);  // finite: key 0 is visible to every row
+      corr[r] = exp2Fast((m[r] - m_new) * scale_log2);
+      m[r] = m_new;
+      ms[r] = m_new * scale_log2;
+      l[r] *= corr[r];
+    }
 #pragma unroll
-    for (int n = 0; n < 4; ++n) wmma::fill_fragment(pv[n], 0.f);
-    probsTimesTile(pv, sm.p[warp], sm.v);
+    for (int j = 0; j < 8; ++j) {
 #pragma unroll
-    for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.s[warp][0][n * 16], pv[n], kLdS, wmma::mem_row_major);
-    __syncwarp();
-#pragma unroll
-    for (int j = 0; j < D / 2; ++j) o[j] += sm.s[warp][r][half * (D / 2) + j];
-    __syncwarp();
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2Fast(fmaf(s[j][e], scale_log2, -ms[e >> 1]));
+        s[j][e] = p;
+        l[e >> 1] += p;
+        o[j][e] *= corr[e >> 1];
+      }
+    }
+    probsTimesTile(o, s, sv);
+    __syncthreads();
   }
-  if (qi < Tn) {
-    const float inv = 1.f / l;
-    bf16* orow = out + (int64_t(b) * Tn + qi) * C + int64_t(h) * D + half * (D / 2);
+
+  // Row sums were kept per lane; the quad holding a row adds them up.
 #pragma unroll
-    for (int j = 0; j < D / 2; ++j) orow[j] = __float2bfloat16_rn(o[j] * inv);
-    if (half == 0) storeAny(lse, lse_bf16, (int64_t(b) * H + h) * Tn + qi, m + logf(l));
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
+  const int row0 = q0 + warp * 16;
+  bf16* ob = out + int64_t(b) * Tn * C + int64_t(h) * D;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float inv = 1.f / l[r];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j][2 * r] *= inv, o[j][2 * r + 1] *= inv;
+    const int row = row0 + g + 8 * r;
+    if (t == 0 && row < Tn) storeAny(lse, lse_bf16, (int64_t(b) * H + h) * Tn + row, (m[r] * scale_log2 + log2f(l[r])) * kLn2);
+  }
+  storeRows(ob, C, row0, Tn, o, 1.f, false);
 }
 
-// Writes a warp's 16 x 64 fp32 result (staged in `stage`) to rows of dqkv.
-__device__ __forceinline__ void writeRows(bf16* dqkv, const float (*stage)[kLdS], int row0, int Tn, int64_t stride,
-                                          int64_t col, float scale, bool accumulate) {
-  const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-  const int row = row0 + r;
-  if (row >= Tn) return;
-  bf16* dst = dqkv + row * stride + col + half * (D / 2);
-#pragma unroll
-  for (int j = 0; j < D / 2; ++j) {
-    float v = stage[r][half * (D / 2) + j] * scale;
-    if (accumulate) v += __bfloat162float(dst[j]);
-    dst[j] = __float2bfloat16_rn(v);
-  }
-}
+// ---- backward -------------------------------------------------------------
 
-__global__ void __launch_bounds__(128) attnBackwardKvTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                        const void* lse, int lse_bf16, const float* delta, int Tn,
-                                                        int C, int H, float scale, bool accumulate) {
+// dK/dV: the block's K and V tiles are read once into register fragments;
+// Q and dO tiles (with their lse and delta) stream through two stages.
+struct BwdKvSmem {
+  bf16 k[kTile * D];
+  bf16 v[kTile * D];
+  bf16 qdo[2][2][kTile * D];  // [stage][Q, dO]
+  float lse[2][kTile];        // log2-domain lse; +inf past Tn (P = 0)
+  float delta[2][kTile];
+};
+
+// grid: x = b * H + h, y = key tile (the first ones have the most work).
+__global__ void __launch_bounds__(kThreads, 2) attnBackwardKvTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
+                                                                const void* lse, int lse_bf16, const float* delta,
+                                                                int Tn, int C, int H, float scale, float scale_log2,
+                                                                bool accumulate) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  BwdSmem& sm = *reinterpret_cast<BwdSmem*>(smem_raw);
-  const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * kTile;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-
+  BwdKvSmem& sm = *reinterpret_cast<BwdKvSmem*>(smem_raw);
+  const int b = blockIdx.x / H, h = blockIdx.x % H;
+  const int k0 = blockIdx.y * kTile;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t stride = 3 * int64_t(C);
-  const bf16* base = qkv + int64_t(b) * Tn * stride;
-  const bf16* dbase = dout + int64_t(b) * Tn * C;
+  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * D;
+  const bf16* gb = dout + int64_t(b) * Tn * C + int64_t(h) * D;
   const int64_t stat = (int64_t(b) * H + h) * Tn;
-  const float scale_log2 = scale * kLog2e;
-  loadTile(sm.c, base, k0, Tn, stride, C + int64_t(h) * D);              // K
-  loadTile(sm.d, base, k0, Tn, stride, 2 * int64_t(C) + int64_t(h) * D);  // V
-  __syncthreads();
-  RowFrags ka, va;
-  loadRowFrags(ka, sm.c, warp * 16);
-  loadRowFrags(va, sm.d, warp * 16);
-  FragC dk[4], dv[4];
-#pragma unroll
-  for (int n = 0; n < 4; ++n) wmma::fill_fragment(dk[n], 0.f), wmma::fill_fragment(dv[n], 0.f);
-  for (int q0 = k0; q0 < Tn; q0 += kTile) {
-    __syncthreads();
-    loadTile(sm.c, base, q0, Tn, stride, int64_t(h) * D);  // Q
-    loadTile(sm.d, dbase, q0, Tn, C, int64_t(h) * D);      // dO
+  const uint32_t sk = smemAddr(sm.k), sv = smemAddr(sm.v), sqdo = smemAddr(sm.qdo);
+  const int n_tiles = (Tn - k0 + kTile - 1) / kTile;  // query tiles k0, k0 + 64, ...
+
+  // lse/delta of the next tile travel through registers: loaded when its
+  // copies are issued, stored to shared memory after this tile's math.
+  float pre_l = 0.f, pre_d = 0.f;
+  auto fetchStats = [&](int q0) {
     if (threadIdx.x < kTile) {
-      const int qi = q0 + threadIdx.x;
-      sm.lse[threadIdx.x] = qi < Tn ? loadAny(lse, lse_bf16, stat + qi) : 0.f;
-      sm.delta[threadIdx.x] = qi < Tn ? delta[stat + qi] : 0.f;
+      const int q = q0 + threadIdx.x;
+      pre_l = q < Tn ? loadAny(lse, lse_bf16, stat + q) * kLog2e : INFINITY;
+      pre_d = q < Tn ? delta[stat + q] : 0.f;
     }
+  };
+  auto putStats = [&](int stage) {
+    if (threadIdx.x < kTile) sm.lse[stage][threadIdx.x] = pre_l, sm.delta[stage][threadIdx.x] = pre_d;
+  };
+
+  loadTileAsync(sk, qb + C, k0, Tn, stride);
+  loadTileAsync(sv, qb + 2 * int64_t(C), k0, Tn, stride);
+  loadTileAsync(sqdo, qb, k0, Tn, stride);
+  loadTileAsync(sqdo + kTileBytes, gb, k0, Tn, C);
+  cpAsyncCommit();
+  fetchStats(k0);
+  putStats(0);
+
+  uint32_t kf[4][4], vf[4][4];
+  Acc dk, dv;
+  zero(dk);
+  zero(dv);
+  for (int it = 0; it < n_tiles; ++it) {
+    const int q0 = k0 + it * kTile;
+    if (it + 1 < n_tiles) {
+      const uint32_t st = sqdo + ((it + 1) & 1) * 2 * kTileBytes;
+      loadTileAsync(st, qb, q0 + kTile, Tn, stride);
+      loadTileAsync(st + kTileBytes, gb, q0 + kTile, Tn, C);
+      fetchStats(q0 + kTile);
+    }
+    cpAsyncCommit();
+    cpAsyncWait<1>();
     __syncthreads();
-    FragC acc[4];
-    fragsTimesTileT(acc, ka, sm.c);  // S^T = K Q^T
+    if (it == 0) {
+      loadRowFrags(kf, sk, warp * 16);
+      loadRowFrags(vf, sv, warp * 16);
+    }
+    const int stage = it & 1;
+    const uint32_t sq = sqdo + stage * 2 * kTileBytes, sg = sq + kTileBytes;
+
+    Acc s, dp;  // S^T and dP^T: rows are the warp's 16 keys, columns the 64 queries
+    fragsTimesTileT(s, kf, sq);
+    fragsTimesTileT(dp, vf, sg);
+    const bool diag = it == 0;  // query tile == key tile: mask queries before the key
 #pragma unroll
-    for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.s[warp][0][n * 16], acc[n], kLdS, wmma::mem_row_major);
-    fragsTimesTileT(acc, va, sm.d);  // dP^T = V dO^T
+    for (int j = 0; j < 8; ++j) {
+      const int c = 8 * j + 2 * t;
+      const float2 ls = *reinterpret_cast<const float2*>(&sm.lse[stage][c]);
+      const float2 de = *reinterpret_cast<const float2*>(&sm.delta[stage][c]);
 #pragma unroll
-    for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.dp[warp][0][n * 16], acc[n], kLdS, wmma::mem_row_major);
-    __syncwarp();
-    // Lane owns query columns lane and lane + 32 over the warp's 16 key rows:
-    // consecutive lanes hit consecutive banks.
-#pragma unroll
-    for (int half_c = 0; half_c < 2; ++half_c) {
-      const int c = lane + 32 * half_c, qi = q0 + c;
-      const float lse_c = sm.lse[c] * kLog2e, delta_c = sm.delta[c];
-#pragma unroll 4
-      for (int rr = 0; rr < 16; ++rr) {
-        const int kr = k0 + warp * 16 + rr;
-        const bool valid = qi < Tn && kr < Tn && qi >= kr;
-        const float p = valid ? exp2f(sm.s[warp][rr][c] * scale_log2 - lse_c) : 0.f;
-        sm.p[warp][rr][c] = __float2bfloat16_rn(p);
-        sm.ds[warp][rr][c] = __float2bfloat16_rn(p * (sm.dp[warp][rr][c] - delta_c));
+      for (int e = 0; e < 4; ++e) {
+        float p = exp2Fast(fmaf(s[j][e], scale_log2, -((e & 1) ? ls.y : ls.x)));
+        if (diag && c + (e & 1) < warp * 16 + g + 8 * (e >> 1)) p = 0.f;
+        s[j][e] = p;
+        dp[j][e] = p * (dp[j][e] - ((e & 1) ? de.y : de.x));
       }
     }
-    __syncwarp();
-    probsTimesTile(dv, sm.p[warp], sm.d);   // dV += P^T dO
-    probsTimesTile(dk, sm.ds[warp], sm.c);  // dK += dS^T Q
+    probsTimesTile(dv, s, sg);   // dV += P^T dO
+    probsTimesTile(dk, dp, sq);  // dK += dS^T Q
+    if (it + 1 < n_tiles) putStats(stage ^ 1);
+    __syncthreads();
   }
-  __syncwarp();
-#pragma unroll
-  for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.s[warp][0][n * 16], dk[n], kLdS, wmma::mem_row_major);
-  __syncwarp();
-  bf16* dbase_qkv = dqkv + int64_t(b) * Tn * stride;
-  writeRows(dbase_qkv, sm.s[warp], k0 + warp * 16, Tn, stride, C + int64_t(h) * D, scale, accumulate);
-  __syncwarp();
-#pragma unroll
-  for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.s[warp][0][n * 16], dv[n], kLdS, wmma::mem_row_major);
-  __syncwarp();
-  writeRows(dbase_qkv, sm.s[warp], k0 + warp * 16, Tn, stride, 2 * int64_t(C) + int64_t(h) * D, 1.f, accumulate);
+  bf16* db = dqkv + int64_t(b) * Tn * stride + int64_t(h) * D;
+  storeRows(db + C, stride, k0 + warp * 16, Tn, dk, scale, accumulate);
+  storeRows(db + 2 * int64_t(C), stride, k0 + warp * 16, Tn, dv, 1.f, accumulate);
 }
 
-__global__ void __launch_bounds__(128) attnBackwardQTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                       const void* lse, int lse_bf16, const float* delta, int Tn,
-                                                       int C, int H, float scale, bool accumulate) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  BwdSmem& sm = *reinterpret_cast<BwdSmem*>(smem_raw);
-  const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTile;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+// dQ: the block's Q and dO tiles are read once into register fragments; K
+// and V tiles stream through two stages.
+struct BwdQSmem {
+  bf16 q[kTile * D];
+  bf16 g[kTile * D];
+  bf16 kv[2][2][kTile * D];  // [stage][K, V]
+};
 
+// grid: x = b * H + h, y = query tile counted from the last (longest first).
+__global__ void __launch_bounds__(kThreads, 2) attnBackwardQTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
+                                                               const void* lse, int lse_bf16, const float* delta,
+                                                               int Tn, int C, int H, float scale, float scale_log2,
+                                                               bool accumulate) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  BwdQSmem& sm = *reinterpret_cast<BwdQSmem*>(smem_raw);
+  const int b = blockIdx.x / H, h = blockIdx.x % H;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t stride = 3 * int64_t(C);
-  const bf16* base = qkv + int64_t(b) * Tn * stride;
-  const bf16* dbase = dout + int64_t(b) * Tn * C;
+  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * D;
+  const bf16* kb = qb + C;
+  const bf16* vb = qb + 2 * int64_t(C);
+  const bf16* gb = dout + int64_t(b) * Tn * C + int64_t(h) * D;
   const int64_t stat = (int64_t(b) * H + h) * Tn;
-  const float scale_log2 = scale * kLog2e;
-  loadTile(sm.c, base, q0, Tn, stride, int64_t(h) * D);  // Q
-  loadTile(sm.d, dbase, q0, Tn, C, int64_t(h) * D);      // dO
-  __syncthreads();
-  RowFrags qa, ga;
-  loadRowFrags(qa, sm.c, warp * 16);
-  loadRowFrags(ga, sm.d, warp * 16);
-  if (threadIdx.x < kTile) {
-    const int q = q0 + threadIdx.x;
-    sm.lse[threadIdx.x] = q < Tn ? loadAny(lse, lse_bf16, stat + q) * kLog2e : 0.f;
-    sm.delta[threadIdx.x] = q < Tn ? delta[stat + q] : 0.f;
+  const uint32_t sq = smemAddr(sm.q), sg = smemAddr(sm.g), skv = smemAddr(sm.kv);
+  const int n_tiles = q0 / kTile + 1;
+
+  loadTileAsync(sq, qb, q0, Tn, stride);
+  loadTileAsync(sg, gb, q0, Tn, C);
+  loadTileAsync(skv, kb, 0, Tn, stride);
+  loadTileAsync(skv + kTileBytes, vb, 0, Tn, stride);
+  cpAsyncCommit();
+
+  const int row0 = q0 + warp * 16;
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int q = row0 + g + 8 * r;
+    lse2[r] = q < Tn ? loadAny(lse, lse_bf16, stat + q) * kLog2e : INFINITY;
+    dl[r] = q < Tn ? delta[stat + q] : 0.f;
   }
-  FragC dq[4];
-#pragma unroll
-  for (int n = 0; n < 4; ++n) wmma::fill_fragment(dq[n], 0.f);
-  const int kv_end = min(Tn, q0 + kTile);
-  for (int k0 = 0; k0 < kv_end; k0 += kTile) {
+
+  uint32_t qf[4][4], gf[4][4];
+  Acc dq;
+  zero(dq);
+  for (int it = 0; it < n_tiles; ++it) {
+    if (it + 1 < n_tiles) {
+      const uint32_t st = skv + ((it + 1) & 1) * 2 * kTileBytes;
+      loadTileAsync(st, kb, (it + 1) * kTile, Tn, stride);
+      loadTileAsync(st + kTileBytes, vb, (it + 1) * kTile, Tn, stride);
+    }
+    cpAsyncCommit();
+    cpAsyncWait<1>();
     __syncthreads();
-    loadTile(sm.c, base, k0, Tn, stride, C + int64_t(h) * D);              // K
-    loadTile(sm.d, base, k0, Tn, stride, 2 * int64_t(C) + int64_t(h) * D);  // V
-    __syncthreads();
-    FragC acc[4];
-    fragsTimesTileT(acc, qa, sm.c);  // S = Q K^T
+    if (it == 0) {
+      loadRowFrags(qf, sq, warp * 16);
+      loadRowFrags(gf, sg, warp * 16);
+    }
+    const uint32_t sk = skv + (it & 1) * 2 * kTileBytes, sv = sk + kTileBytes;
+
+    Acc s, dp;
+    fragsTimesTileT(s, qf, sk);  // S = Q K^T
+    fragsTimesTileT(dp, gf, sv); // dP = dO V^T
+    const bool diag = it == n_tiles - 1;
 #pragma unroll
-    for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.s[warp][0][n * 16], acc[n], kLdS, wmma::mem_row_major);
-    fragsTimesTileT(acc, ga, sm.d);  // dP = dO V^T
+    for (int j = 0; j < 8; ++j) {
 #pragma unroll
-    for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.dp[warp][0][n * 16], acc[n], kLdS, wmma::mem_row_major);
-    __syncwarp();
-#pragma unroll
-    for (int half_c = 0; half_c < 2; ++half_c) {
-      const int c = lane + 32 * half_c, key = k0 + c;
-#pragma unroll 4
-      for (int rr = 0; rr < 16; ++rr) {
-        const int q = q0 + warp * 16 + rr;
-        const bool valid = q < Tn && key < Tn && key <= q;
-        const float p = valid ? exp2f(sm.s[warp][rr][c] * scale_log2 - sm.lse[warp * 16 + rr]) : 0.f;
-        sm.ds[warp][rr][c] = __float2bfloat16_rn(p * (sm.dp[warp][rr][c] - sm.delta[warp * 16 + rr]));
+      for (int e = 0; e < 4; ++e) {
+        float p = exp2Fast(fmaf(s[j][e], scale_log2, -lse2[e >> 1]));
+        if (diag && 8 * j + 2 * t + (e & 1) > warp * 16 + g + 8 * (e >> 1)) p = 0.f;
+        dp[j][e] = p * (dp[j][e] - dl[e >> 1]);
       }
     }
-    __syncwarp();
-    probsTimesTile(dq, sm.ds[warp], sm.c);  // dQ += dS K
+    probsTimesTile(dq, dp, sk);  // dQ += dS K
+    __syncthreads();
   }
-  __syncwarp();
-#pragma unroll
-  for (int n = 0; n < 4; ++n) wmma::store_matrix_sync(&sm.s[warp][0][n * 16], dq[n], kLdS, wmma::mem_row_major);
-  __syncwarp();
-  writeRows(dqkv + int64_t(b) * Tn * stride, sm.s[warp], q0 + warp * 16, Tn, stride, int64_t(h) * D, scale,
-            accumulate);
+  storeRows(dqkv + int64_t(b) * Tn * stride + int64_t(h) * D, stride, row0, Tn, dq, scale, accumulate);
 }
 
 }  // namespace
@@ -334,32 +471,32 @@ void prepareAttentionKernels() {
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnForwardTc, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          int(sizeof(FwdSmem))));
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnBackwardKvTc, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(sizeof(BwdSmem))));
+                                         int(sizeof(BwdKvSmem))));
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnBackwardQTc, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(sizeof(BwdSmem))));
+                                         int(sizeof(BwdQSmem))));
 }
 
 void attentionForwardTc(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
                         int64_t H, cudaStream_t s) {
-  dim3 grid(unsigned((Tn + kTile - 1) / kTile), unsigned(H), unsigned(B));
-  attnForwardTc<<<grid, 128, sizeof(FwdSmem), s>>>(static_cast<bf16*>(out), lse, isBf16(lse_dt),
-                                                   static_cast<const bf16*>(qkv), int(Tn), int(C), int(H),
-                                                   1.f / sqrtf(float(D)));
+  dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
+  attnForwardTc<<<grid, kThreads, sizeof(FwdSmem), s>>>(static_cast<bf16*>(out), lse, isBf16(lse_dt),
+                                                        static_cast<const bf16*>(qkv), int(Tn), int(C), int(H),
+                                                        kLog2e / sqrtf(float(D)));
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
 void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const void* lse, DType lse_dt,
                          const float* delta, int64_t B, int64_t Tn, int64_t C, int64_t H, bool accumulate,
                          cudaStream_t s) {
-  dim3 grid(unsigned((Tn + kTile - 1) / kTile), unsigned(H), unsigned(B));
+  dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
   const float scale = 1.f / sqrtf(float(D));
-  attnBackwardKvTc<<<grid, 128, sizeof(BwdSmem), s>>>(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
-                                                      static_cast<const bf16*>(qkv), lse, isBf16(lse_dt), delta,
-                                                      int(Tn), int(C), int(H), scale, accumulate);
+  attnBackwardKvTc<<<grid, kThreads, sizeof(BwdKvSmem), s>>>(
+      static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), static_cast<const bf16*>(qkv), lse, isBf16(lse_dt),
+      delta, int(Tn), int(C), int(H), scale, scale * kLog2e, accumulate);
   TANDEM_CUDA_LAUNCH_CHECK();
-  attnBackwardQTc<<<grid, 128, sizeof(BwdSmem), s>>>(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
-                                                     static_cast<const bf16*>(qkv), lse, isBf16(lse_dt), delta,
-                                                     int(Tn), int(C), int(H), scale, accumulate);
+  attnBackwardQTc<<<grid, kThreads, sizeof(BwdQSmem), s>>>(
+      static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), static_cast<const bf16*>(qkv), lse, isBf16(lse_dt),
+      delta, int(Tn), int(C), int(H), scale, scale * kLog2e, accumulate);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
