@@ -4,6 +4,8 @@
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
 
+#include <initializer_list>
+
 namespace tandem::cuda {
 namespace {
 
@@ -140,17 +142,168 @@ __global__ void layernormBackwardRegKernel(T* dx, float* partial_dw, float* part
   }
 }
 
-// Column sums of the per-warp partials in two fixed-order stages, wide
+// 16-byte vector paths for rows whose width is a multiple of the vector
+// (8 bf16 or 4 fp32 elements) and at most 32 elements per lane: each lane
+// keeps its columns in registers, so a row is read once and written once.
+template <class T>
+struct Vec16 {
+  static constexpr int kElems = 16 / int(sizeof(T));
+  __device__ __forceinline__ static void load(const T* p, float (&f)[kElems]) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&u);
+#pragma unroll
+    for (int i = 0; i < kElems; ++i) f[i] = toF(e[i]);
+  }
+  __device__ __forceinline__ static void store(T* p, const float (&f)[kElems]) {
+    uint4 u;
+    T* e = reinterpret_cast<T*>(&u);
+#pragma unroll
+    for (int i = 0; i < kElems; ++i) e[i] = fromF<T>(f[i]);
+    *reinterpret_cast<uint4*>(p) = u;
+  }
+};
+
+template <class T, int kVec>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    layernormForwardVecKernel(T* y, void* mean, int mean_bf16, void* rstd, int rstd_bf16, const T* x, const T* w,
+                              const T* b, int64_t M, int64_t C) {
+  constexpr int E = Vec16<T>::kElems;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + (threadIdx.x >> 5);
+  if (row >= M) return;
+  const int nvec = int(C / E);
+  float v[kVec][E];
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const int c = (lane + 32 * k) * E;
+    if (lane + 32 * k < nvec) {
+      Vec16<T>::load(x + row * C + c, v[k]);
+#pragma unroll
+      for (int i = 0; i < E; ++i) s += v[k][i];
+    }
+  }
+  const float mu = warpSum(s) / float(C);
+  float q = 0.f;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k)
+    if (lane + 32 * k < nvec)
+#pragma unroll
+      for (int i = 0; i < E; ++i) q += (v[k][i] - mu) * (v[k][i] - mu);
+  const float rs = rsqrtf(warpSum(q) / float(C) + kEps);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const int c = (lane + 32 * k) * E;
+    if (lane + 32 * k < nvec) {
+      float wv[E], bv[E], out[E];
+      Vec16<T>::load(w + c, wv);
+      Vec16<T>::load(b + c, bv);
+#pragma unroll
+      for (int i = 0; i < E; ++i) out[i] = (v[k][i] - mu) * rs * wv[i] + bv[i];
+      Vec16<T>::store(y + row * C + c, out);
+    }
+  }
+  if (lane == 0) {
+    if (mean) storeAny(mean, mean_bf16, row, mu);
+    if (rstd) storeAny(rstd, rstd_bf16, row, rs);
+  }
+}
+
+// One block's warps stride over the rows; dw/db partial sums stay in
+// registers and are summed over the block's warps in shared memory, so the
+// scratch holds one partial row per block (kBwdBlocks rows).
+template <class T, int kVec>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 2)
+    layernormBackwardVecKernel(T* dx, float* partial_dw, float* partial_db, const T* dy, const T* x, const T* w,
+                               const void* mean, int mean_bf16, const void* rstd, int rstd_bf16, int64_t M,
+                               int64_t C, bool accumulate_dx) {
+  constexpr int E = Vec16<T>::kElems;
+  extern __shared__ float block_sum[];  // [kWarpsPerBlock][C]
+  const int lane = threadIdx.x & 31, warp_in_block = threadIdx.x >> 5;
+  const int64_t warp = blockIdx.x * int64_t(kWarpsPerBlock) + warp_in_block;
+  const int nvec = int(C / E);
+  // The weights are re-read per row (L1 hits) rather than held: registers
+  // go to the row and the partial sums.
+  float aw[kVec][E], ab[kVec][E];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k)
+#pragma unroll
+    for (int i = 0; i < E; ++i) aw[k][i] = ab[k][i] = 0.f;
+  for (int64_t row = warp; row < M; row += kBwdWarps) {
+    const float mu = loadAny(mean, mean_bf16, row);
+    const float rs = loadAny(rstd, rstd_bf16, row);
+    float xh[kVec][E], g[kVec][E];
+    float sum_dn = 0.f, sum_dn_xhat = 0.f;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const int c = (lane + 32 * k) * E;
+      float wv[E];
+      if (lane + 32 * k < nvec) {
+        Vec16<T>::load(x + row * C + c, xh[k]);
+        Vec16<T>::load(dy + row * C + c, g[k]);
+        Vec16<T>::load(w + c, wv);
+      } else {
+#pragma unroll
+        for (int i = 0; i < E; ++i) xh[k][i] = g[k][i] = wv[i] = 0.f;
+      }
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        xh[k][i] = (xh[k][i] - mu) * rs;
+        const float dn = g[k][i] * wv[i];
+        sum_dn += dn;
+        sum_dn_xhat += dn * xh[k][i];
+        aw[k][i] += g[k][i] * xh[k][i];
+        ab[k][i] += g[k][i];
+      }
+    }
+    const float a = warpSum(sum_dn) / float(C);
+    const float bb = warpSum(sum_dn_xhat) / float(C);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const int c = (lane + 32 * k) * E;
+      if (lane + 32 * k < nvec) {
+        float out[E], prev[E], wv[E];
+        Vec16<T>::load(w + c, wv);
+        if (accumulate_dx) Vec16<T>::load(dx + row * C + c, prev);
+#pragma unroll
+        for (int i = 0; i < E; ++i) {
+          out[i] = rs * (g[k][i] * wv[i] - a - xh[k][i] * bb);
+          if (accumulate_dx) out[i] += prev[i];
+        }
+        Vec16<T>::store(dx + row * C + c, out);
+      }
+    }
+  }
+  // Block sum of the warps' partials, warps added in a fixed order.
+  for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      if (lane + 32 * k < nvec)
+#pragma unroll
+        for (int i = 0; i < E; ++i)
+          block_sum[warp_in_block * C + (lane + 32 * k) * E + i] = pass == 0 ? aw[k][i] : ab[k][i];
+    __syncthreads();
+    float* out = pass == 0 ? partial_dw : partial_db;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      float t = 0.f;
+      for (int j = 0; j < kWarpsPerBlock; ++j) t += block_sum[j * C + c];
+      out[blockIdx.x * C + c] = t;
+    }
+    __syncthreads();
+  }
+}
+
+// Column sums of the partial rows (per warp or per block) in two fixed-order stages, wide
 // enough to use the whole GPU: stage 1 sums kGroups slices of the partial
 // rows per column block, stage 2 sums the kGroups results in order.
 constexpr int kGroups = 32;
 
 __global__ void layernormPartialSumKernel(float* stage, const float* partial_dw, const float* partial_db,
-                                          int64_t C) {
+                                          int64_t C, int rows) {
   __shared__ float sw[8][33], sb[8][33];
   const int64_t c = blockIdx.x * 32 + threadIdx.x;
-  const int per = (kBwdWarps + kGroups - 1) / kGroups;
-  const int j0 = blockIdx.y * per, j1 = min(kBwdWarps, j0 + per);
+  const int per = (rows + kGroups - 1) / kGroups;
+  const int j0 = blockIdx.y * per, j1 = min(rows, j0 + per);
   float aw = 0.f, ab = 0.f;
   if (c < C)
     for (int j = j0 + threadIdx.y; j < j1; j += 8) {
@@ -189,10 +342,55 @@ __global__ void layernormParamReduceKernel(T* dw, T* db, const float* stage, int
 
 }  // namespace
 
+// Vectors of 16 bytes per lane a row of C elements needs on the vector
+// paths, or 0 when the row does not qualify (width, alignment, register cap).
+static int vectorsPerLane(int64_t C, DType dt, int max_vec, std::initializer_list<const void*> ptrs) {
+  const int elems = dt == DType::BF16 ? 8 : 4;
+  if (C % elems != 0) return 0;
+  for (const void* p : ptrs)
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return 0;
+  const int64_t vec = (C / elems + 31) / 32;
+  return vec <= max_vec ? int(vec) : 0;
+}
+
+// Calls KERNEL<T, V> for the run-time vector count V in 1..8.
+#define TANDEM_DISPATCH_VEC(V, ...)                                                    \
+  switch (V) {                                                                       \
+    case 1: { constexpr int kV = 1; __VA_ARGS__; } break;                            \
+    case 2: { constexpr int kV = 2; __VA_ARGS__; } break;                            \
+    case 3: { constexpr int kV = 3; __VA_ARGS__; } break;                            \
+    case 4: { constexpr int kV = 4; __VA_ARGS__; } break;                            \
+    case 5: { constexpr int kV = 5; __VA_ARGS__; } break;                            \
+    case 6: { constexpr int kV = 6; __VA_ARGS__; } break;                            \
+    case 7: { constexpr int kV = 7; __VA_ARGS__; } break;                            \
+    default: { constexpr int kV = 8; __VA_ARGS__; } break;                           \
+  }
+
+// Launches the vector backward for kV vectors per lane; widths past the
+// 24-element register budget (beyond it ptxas spills at two blocks per SM)
+// are never dispatched (and never instantiated).
+template <class T, int kV>
+void launchBackwardVec(T* dx, float* pdw, float* pdb, const T* dy, const T* x, const T* w, const void* mean,
+                       int mean_bf16, const void* rstd, int rstd_bf16, int64_t M, int64_t C, bool accumulate_dx,
+                       size_t smem, cudaStream_t s) {
+  if constexpr (kV * Vec16<T>::kElems <= 24)
+    layernormBackwardVecKernel<T, kV><<<kBwdBlocks, kWarpsPerBlock * 32, smem, s>>>(
+        dx, pdw, pdb, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
+}
+
 void layernormForward(void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* x,
                       const void* w, const void* b, int64_t M, int64_t C, DType dt,
                       cudaStream_t s) {
   unsigned grid = unsigned((M + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  // Up to 64 elements per lane: bf16 rows up to 2048 wide, fp32 up to 1024.
+  const int vec = vectorsPerLane(C, dt, 8, {y, x, w, b});
+  if (vec > 0) {
+    TANDEM_DISPATCH_DT(dt, TANDEM_DISPATCH_VEC(vec, layernormForwardVecKernel<T, kV><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+                                                    static_cast<T*>(y), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt),
+                                                    static_cast<const T*>(x), static_cast<const T*>(w),
+                                                    static_cast<const T*>(b), M, C)));
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   TANDEM_DISPATCH_DT(dt, layernormForwardKernel<T><<<grid, kWarpsPerBlock * 32, 0, s>>>(
                              static_cast<T*>(y), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt),
                              static_cast<const T*>(x), static_cast<const T*>(w),
@@ -208,6 +406,27 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
                        cudaStream_t s) {
   float* pdw = scratch;
   float* pdb = scratch + int64_t(kBwdWarps) * C;
+  float* stage = scratch + 2 * int64_t(kBwdWarps) * C;
+  // 24 elements per lane at most (bf16 rows up to 768 wide, fp32 up to
+  // 384): row, gradient and partial sums live in registers at two blocks
+  // per SM without spilling. Wider rows take the scalar kernels below.
+  const int vec = vectorsPerLane(C, dt, dt == DType::BF16 ? 3 : 6, {dx, dy, x, w});
+  if (vec > 0) {
+    const size_t smem = size_t(kWarpsPerBlock) * size_t(C) * sizeof(float);
+    TANDEM_DISPATCH_DT(dt, {
+      TANDEM_DISPATCH_VEC(vec, launchBackwardVec<T, kV>(static_cast<T*>(dx), pdw, pdb, static_cast<const T*>(dy),
+                                                        static_cast<const T*>(x), static_cast<const T*>(w), mean,
+                                                        isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx,
+                                                        smem, s));
+      TANDEM_CUDA_LAUNCH_CHECK();
+      layernormPartialSumKernel<<<dim3(unsigned((C + 31) / 32), kGroups), dim3(32, 8), 0, s>>>(stage, pdw, pdb, C,
+                                                                                            kBwdBlocks);
+      TANDEM_CUDA_LAUNCH_CHECK();
+      layernormParamReduceKernel<T><<<gridFor(C, 256), 256, 0, s>>>(static_cast<T*>(dw), static_cast<T*>(db), stage,
+                                                                    C, accumulate_dw);
+    });
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   TANDEM_DISPATCH_DT(dt, {
     if (C <= 32 * 24)  // GPT-2 small and medium widths: fewer live registers
       layernormBackwardRegKernel<T, 24><<<kBwdBlocks, kWarpsPerBlock * 32, 0, s>>>(
@@ -225,8 +444,8 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
           static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C,
           accumulate_dx);
     TANDEM_CUDA_LAUNCH_CHECK();
-    float* stage = scratch + 2 * int64_t(kBwdWarps) * C;
-    layernormPartialSumKernel<<<dim3(unsigned((C + 31) / 32), kGroups), dim3(32, 8), 0, s>>>(stage, pdw, pdb, C);
+    layernormPartialSumKernel<<<dim3(unsigned((C + 31) / 32), kGroups), dim3(32, 8), 0, s>>>(stage, pdw, pdb, C,
+                                                                                          kBwdWarps);
     TANDEM_CUDA_LAUNCH_CHECK();
     layernormParamReduceKernel<T><<<gridFor(C, 256), 256, 0, s>>>(static_cast<T*>(dw), static_cast<T*>(db), stage,
                                                                   C, accumulate_dw);
