@@ -5,7 +5,8 @@
 // product are packed to bf16 and used directly as the A fragments of the
 // next. Streamed tiles are double-buffered with cp.async in a swizzled shared
 // layout (16-byte chunk c of row r sits at chunk c ^ (r & 7)), so ldmatrix
-// and the copies are free of bank conflicts. Never stores T x T.
+// and the copies are free of bank conflicts; three stages keep two tiles in
+// flight while one is used, with one barrier per tile. Never stores T x T.
 //
 // Backward in two kernels so every output element has one writer (no
 // atomics, deterministic): dK/dV per key tile looping over the query tiles
@@ -26,6 +27,7 @@ constexpr int kTile = 64;                    // rows of queries and keys per til
 constexpr int kWarps = 4;                    // 16 rows each
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileBytes = kTile * D * 2;    // 8 KiB: 64 rows of 128 bytes
+constexpr int kStages = 3;  // streamed tiles: two in flight while one is used
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -183,7 +185,7 @@ __device__ __forceinline__ void storeRows(bf16* dst, int64_t stride, int row0, i
 
 struct FwdSmem {
   bf16 q[kTile * D];
-  bf16 kv[2][2][kTile * D];  // [stage][K, V]
+  bf16 kv[kStages][2][kTile * D];  // [stage][K, V]
 };
 
 // grid: x = b * H + h, y = query tile counted from the last (longest first).
@@ -202,9 +204,15 @@ __global__ void __launch_bounds__(kThreads, 4) attnForwardTc(bf16* out, void* ls
   const uint32_t skv = smemAddr(sm.kv);
   const int n_tiles = q0 / kTile + 1;  // key tiles 0..q0 (the last is the diagonal)
 
+  auto loadKv = [&](int tile) {
+    const uint32_t st = skv + (tile % kStages) * 2 * kTileBytes;
+    loadTileAsync(st, kb, tile * kTile, Tn, stride);
+    loadTileAsync(st + kTileBytes, vb, tile * kTile, Tn, stride);
+  };
   loadTileAsync(sq, qb, q0, Tn, stride);
-  loadTileAsync(skv, kb, 0, Tn, stride);
-  loadTileAsync(skv + kTileBytes, vb, 0, Tn, stride);
+  loadKv(0);
+  cpAsyncCommit();
+  if (n_tiles > 1) loadKv(1);
   cpAsyncCommit();
 
   uint32_t qf[4][4];
@@ -213,16 +221,12 @@ __global__ void __launch_bounds__(kThreads, 4) attnForwardTc(bf16* out, void* ls
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
   for (int it = 0; it < n_tiles; ++it) {
-    if (it + 1 < n_tiles) {
-      const uint32_t st = skv + ((it + 1) & 1) * 2 * kTileBytes;
-      loadTileAsync(st, kb, (it + 1) * kTile, Tn, stride);
-      loadTileAsync(st + kTileBytes, vb, (it + 1) * kTile, Tn, stride);
-    }
+    cpAsyncWait<1>();  // tile `it` has landed (its group is the second newest)
+    __syncthreads();   // ...for every thread; and every warp is done with tile it - 1,
+    if (it + 2 < n_tiles) loadKv(it + 2);  // whose stage is refilled here
     cpAsyncCommit();
-    cpAsyncWait<1>();
-    __syncthreads();
     if (it == 0) loadRowFrags(qf, sq, warp * 16);
-    const uint32_t sk = skv + (it & 1) * 2 * kTileBytes, sv = sk + kTileBytes;
+    const uint32_t sk = skv + (it % kStages) * 2 * kTileBytes, sv = sk + kTileBytes;
 
     Acc s;
     fragsTimesTileT(s, qf, sk);
@@ -260,7 +264,6 @@ __global__ void __launch_bounds__(kThreads, 4) attnForwardTc(bf16* out, void* ls
       }
     }
     probsTimesTile(o, s, sv);
-    __syncthreads();
   }
 
   // Row sums were kept per lane; the quad holding a row adds them up.
@@ -285,13 +288,13 @@ __global__ void __launch_bounds__(kThreads, 4) attnForwardTc(bf16* out, void* ls
 // ---- backward -------------------------------------------------------------
 
 // dK/dV: the block's K and V tiles are read once into register fragments;
-// Q and dO tiles (with their lse and delta) stream through two stages.
+// Q and dO tiles (with their lse and delta) stream through the stages.
 struct BwdKvSmem {
   bf16 k[kTile * D];
   bf16 v[kTile * D];
-  bf16 qdo[2][2][kTile * D];  // [stage][Q, dO]
-  float lse[2][kTile];        // log2-domain lse; +inf past Tn (P = 0)
-  float delta[2][kTile];
+  bf16 qdo[kStages][2][kTile * D];  // [stage][Q, dO]
+  float lse[kStages][kTile];        // log2-domain lse; +inf past Tn (P = 0)
+  float delta[kStages][kTile];
 };
 
 // grid: x = b * H + h, y = key tile (the first ones have the most work).
@@ -325,36 +328,43 @@ __global__ void __launch_bounds__(kThreads, 2) attnBackwardKvTc(bf16* dqkv, cons
     if (threadIdx.x < kTile) sm.lse[stage][threadIdx.x] = pre_l, sm.delta[stage][threadIdx.x] = pre_d;
   };
 
+  auto loadQdo = [&](int tile) {  // query tile `tile` (counted from k0) into its stage
+    const uint32_t st = sqdo + (tile % kStages) * 2 * kTileBytes;
+    loadTileAsync(st, qb, k0 + tile * kTile, Tn, stride);
+    loadTileAsync(st + kTileBytes, gb, k0 + tile * kTile, Tn, C);
+  };
   loadTileAsync(sk, qb + C, k0, Tn, stride);
   loadTileAsync(sv, qb + 2 * int64_t(C), k0, Tn, stride);
-  loadTileAsync(sqdo, qb, k0, Tn, stride);
-  loadTileAsync(sqdo + kTileBytes, gb, k0, Tn, C);
+  loadQdo(0);
   cpAsyncCommit();
   fetchStats(k0);
   putStats(0);
+  if (n_tiles > 1) {
+    loadQdo(1);
+    fetchStats(k0 + kTile);
+    putStats(1);
+  }
+  cpAsyncCommit();
 
   uint32_t kf[4][4], vf[4][4];
   Acc dk, dv;
   zero(dk);
   zero(dv);
   for (int it = 0; it < n_tiles; ++it) {
-    const int q0 = k0 + it * kTile;
-    if (it + 1 < n_tiles) {
-      const uint32_t st = sqdo + ((it + 1) & 1) * 2 * kTileBytes;
-      loadTileAsync(st, qb, q0 + kTile, Tn, stride);
-      loadTileAsync(st + kTileBytes, gb, q0 + kTile, Tn, C);
-      fetchStats(q0 + kTile);
+    cpAsyncWait<1>();  // tile `it` has landed (its group is the second newest)
+    __syncthreads();   // ...for every thread; and every warp is done with tile it - 1
+    const bool refill = it + 2 < n_tiles;
+    if (refill) {
+      loadQdo(it + 2);
+      fetchStats(k0 + (it + 2) * kTile);
     }
     cpAsyncCommit();
-    cpAsyncWait<1>();
-    __syncthreads();
     if (it == 0) {
       loadRowFrags(kf, sk, warp * 16);
       loadRowFrags(vf, sv, warp * 16);
     }
-    const int stage = it & 1;
+    const int stage = it % kStages;
     const uint32_t sq = sqdo + stage * 2 * kTileBytes, sg = sq + kTileBytes;
-
     Acc s, dp;  // S^T and dP^T: rows are the warp's 16 keys, columns the 64 queries
     fragsTimesTileT(s, kf, sq);
     fragsTimesTileT(dp, vf, sg);
@@ -374,8 +384,7 @@ __global__ void __launch_bounds__(kThreads, 2) attnBackwardKvTc(bf16* dqkv, cons
     }
     probsTimesTile(dv, s, sg);   // dV += P^T dO
     probsTimesTile(dk, dp, sq);  // dK += dS^T Q
-    if (it + 1 < n_tiles) putStats(stage ^ 1);
-    __syncthreads();
+    if (refill) putStats((it + 2) % kStages);
   }
   bf16* db = dqkv + int64_t(b) * Tn * stride + int64_t(h) * D;
   storeRows(db + C, stride, k0 + warp * 16, Tn, dk, scale, accumulate);
@@ -383,11 +392,11 @@ __global__ void __launch_bounds__(kThreads, 2) attnBackwardKvTc(bf16* dqkv, cons
 }
 
 // dQ: the block's Q and dO tiles are read once into register fragments; K
-// and V tiles stream through two stages.
+// and V tiles stream through the stages.
 struct BwdQSmem {
   bf16 q[kTile * D];
   bf16 g[kTile * D];
-  bf16 kv[2][2][kTile * D];  // [stage][K, V]
+  bf16 kv[kStages][2][kTile * D];  // [stage][K, V]
 };
 
 // grid: x = b * H + h, y = query tile counted from the last (longest first).
@@ -409,10 +418,16 @@ __global__ void __launch_bounds__(kThreads, 2) attnBackwardQTc(bf16* dqkv, const
   const uint32_t sq = smemAddr(sm.q), sg = smemAddr(sm.g), skv = smemAddr(sm.kv);
   const int n_tiles = q0 / kTile + 1;
 
+  auto loadKv = [&](int tile) {
+    const uint32_t st = skv + (tile % kStages) * 2 * kTileBytes;
+    loadTileAsync(st, kb, tile * kTile, Tn, stride);
+    loadTileAsync(st + kTileBytes, vb, tile * kTile, Tn, stride);
+  };
   loadTileAsync(sq, qb, q0, Tn, stride);
   loadTileAsync(sg, gb, q0, Tn, C);
-  loadTileAsync(skv, kb, 0, Tn, stride);
-  loadTileAsync(skv + kTileBytes, vb, 0, Tn, stride);
+  loadKv(0);
+  cpAsyncCommit();
+  if (n_tiles > 1) loadKv(1);
   cpAsyncCommit();
 
   const int row0 = q0 + warp * 16;
@@ -428,19 +443,15 @@ __global__ void __launch_bounds__(kThreads, 2) attnBackwardQTc(bf16* dqkv, const
   Acc dq;
   zero(dq);
   for (int it = 0; it < n_tiles; ++it) {
-    if (it + 1 < n_tiles) {
-      const uint32_t st = skv + ((it + 1) & 1) * 2 * kTileBytes;
-      loadTileAsync(st, kb, (it + 1) * kTile, Tn, stride);
-      loadTileAsync(st + kTileBytes, vb, (it + 1) * kTile, Tn, stride);
-    }
-    cpAsyncCommit();
     cpAsyncWait<1>();
     __syncthreads();
+    if (it + 2 < n_tiles) loadKv(it + 2);
+    cpAsyncCommit();
     if (it == 0) {
       loadRowFrags(qf, sq, warp * 16);
       loadRowFrags(gf, sg, warp * 16);
     }
-    const uint32_t sk = skv + (it & 1) * 2 * kTileBytes, sv = sk + kTileBytes;
+    const uint32_t sk = skv + (it % kStages) * 2 * kTileBytes, sv = sk + kTileBytes;
 
     Acc s, dp;
     fragsTimesTileT(s, qf, sk);  // S = Q K^T
@@ -456,7 +467,6 @@ __global__ void __launch_bounds__(kThreads, 2) attnBackwardQTc(bf16* dqkv, const
       }
     }
     probsTimesTile(dq, dp, sk);  // dQ += dS K
-    __syncthreads();
   }
   storeRows(dqkv + int64_t(b) * Tn * stride + int64_t(h) * D, stride, row0, Tn, dq, scale, accumulate);
 }
