@@ -135,6 +135,130 @@ void FlowNetwork::recomputeRates() {
       }
     }
     unfrozen_.swap(next_);
+    // One round settles symmetric patterns. Flows left after it have
+    // several bottleneck levels; rescanning every link and flow per level
+    // would cost rounds x (links + flows), so the rest goes by a heap.
+    if (!unfrozen_.empty()) {
+      fillByHeap();
+      break;
+    }
+  }
+}
+
+// The remaining rounds of progressive filling, with the same results as the
+// scanning rounds above: the same share per round (a minimum, over the same
+// ratio expressions and caps), the same set of flows frozen in it (those on
+// a link whose ratio before the round is within the threshold, or whose cap
+// is), and the same subtractions on each link. A heap holds every link's
+// current ratio (entries that no longer match the link are skipped), each
+// link lists its unfrozen flows, and the caps are sorted once, so a round
+// costs what it freezes, not the whole component.
+void FlowNetwork::fillByHeap() {
+  ++round_stamp_;
+  const int64_t frozen_mark = round_stamp_;
+  if (flow_stamp_.size() < active_.size()) flow_stamp_.resize(active_.size(), 0);
+  // Links of the unfrozen flows, and each link's unfrozen flows (CSR).
+  heap_links_.clear();
+  for (uint32_t k : unfrozen_) {
+    const FlowState& f = active_[k];
+    const int* links = linksOf(f);
+    for (uint32_t i = 0; i < f.link_count; ++i) {
+      LinkScratch& ls = scratch_[size_t(links[i])];
+      if (ls.stamp != frozen_mark) {
+        ls.stamp = frozen_mark;
+        ls.local = int(heap_links_.size());
+        heap_links_.push_back(links[i]);
+      }
+    }
+  }
+  csr_off_.assign(heap_links_.size() + 1, 0);
+  for (uint32_t k : unfrozen_) {
+    const FlowState& f = active_[k];
+    const int* links = linksOf(f);
+    for (uint32_t i = 0; i < f.link_count; ++i) ++csr_off_[size_t(scratch_[size_t(links[i])].local) + 1];
+  }
+  for (size_t i = 1; i < csr_off_.size(); ++i) csr_off_[i] += csr_off_[i - 1];
+  csr_flow_.resize(size_t(csr_off_.back()));
+  csr_fill_.assign(csr_off_.begin(), csr_off_.end() - 1);
+  for (uint32_t k : unfrozen_) {
+    const FlowState& f = active_[k];
+    const int* links = linksOf(f);
+    for (uint32_t i = 0; i < f.link_count; ++i) csr_flow_[size_t(csr_fill_[size_t(scratch_[size_t(links[i])].local)]++)] = k;
+  }
+  auto ratio = [&](int l) {
+    const LinkScratch& ls = scratch_[size_t(l)];
+    return std::max(0.0, ls.cap_left) / ls.unfrozen;
+  };
+  using Entry = std::pair<double, int>;  // (ratio, link)
+  heap_.clear();
+  for (int l : heap_links_)
+    if (scratch_[size_t(l)].unfrozen > 0) heap_.push_back({ratio(l), l});
+  std::make_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
+  auto valid = [&](const Entry& e) {
+    return scratch_[size_t(e.second)].unfrozen > 0 && ratio(e.second) == e.first;
+  };
+  by_cap_.clear();
+  for (uint32_t k : unfrozen_)
+    if (active_[k].rate_cap < kInf) by_cap_.push_back(k);
+  std::sort(by_cap_.begin(), by_cap_.end(),
+            [&](uint32_t a, uint32_t b) { return active_[a].rate_cap < active_[b].rate_cap; });
+  size_t cap_next = 0;
+  size_t left = unfrozen_.size();
+  ++round_stamp_;  // from here on, flow_stamp_ == frozen_stamp marks frozen flows
+  const int64_t frozen_stamp = round_stamp_;
+  while (left > 0) {
+    while (!heap_.empty() && !valid(heap_.front())) {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
+      heap_.pop_back();
+    }
+    while (cap_next < by_cap_.size() && flow_stamp_[by_cap_[cap_next]] == frozen_stamp) ++cap_next;
+    double share = heap_.empty() ? kInf : heap_.front().first;
+    if (cap_next < by_cap_.size()) share = std::min(share, active_[by_cap_[cap_next]].rate_cap);
+    if (share == kInf) {
+      // Flows with neither links nor a cap: they complete instantly.
+      for (uint32_t k : unfrozen_)
+        if (flow_stamp_[k] != frozen_stamp) active_[k].rate = kInf;
+      break;
+    }
+    const double threshold = share * (1 + 1e-12) + 1e-300;
+    frozen_.clear();
+    auto freeze = [&](uint32_t k) {
+      if (flow_stamp_[k] == frozen_stamp) return;
+      flow_stamp_[k] = frozen_stamp;
+      frozen_.push_back(k);
+    };
+    while (!heap_.empty() && heap_.front().first <= threshold) {
+      const Entry e = heap_.front();
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
+      heap_.pop_back();
+      if (!valid(e)) continue;
+      const int local = scratch_[size_t(e.second)].local;
+      for (int i = csr_off_[size_t(local)]; i < csr_off_[size_t(local) + 1]; ++i) freeze(csr_flow_[size_t(i)]);
+    }
+    while (cap_next < by_cap_.size() && active_[by_cap_[cap_next]].rate_cap <= threshold) freeze(by_cap_[cap_next++]);
+    left -= frozen_.size();
+    ++round_stamp_;
+    const int64_t touched = round_stamp_;
+    touched_.clear();
+    for (uint32_t k : frozen_) {
+      FlowState& f = active_[k];
+      f.rate = share;
+      const int* links = linksOf(f);
+      for (uint32_t i = 0; i < f.link_count; ++i) {
+        LinkScratch& ls = scratch_[size_t(links[i])];
+        ls.cap_left -= share;
+        --ls.unfrozen;
+        if (ls.stamp != touched) {
+          ls.stamp = touched;
+          touched_.push_back(links[i]);
+        }
+      }
+    }
+    for (int l : touched_) {
+      if (scratch_[size_t(l)].unfrozen <= 0) continue;
+      heap_.push_back({ratio(l), l});
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
+    }
   }
 }
 

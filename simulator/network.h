@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace tandem::sim {
@@ -95,11 +96,23 @@ class FlowNetwork {
     int64_t epoch = -1;   // valid when equal to epoch_
     double cap_left = 0;  // capacity not yet given to frozen flows
     int unfrozen = 0;     // unfrozen flows crossing the link
+    int local = 0;        // fillByHeap: index into heap_links_
+    int64_t stamp = 0;    // fillByHeap: marks (see round_stamp_)
   };
   std::vector<LinkScratch> scratch_;
   std::vector<int> used_links_;
   std::vector<uint32_t> unfrozen_, next_, frozen_;  // positions in active_
   int64_t epoch_ = 0;
+  // fillByHeap's scratch.
+  void fillByHeap();
+  int64_t round_stamp_ = 0;
+  std::vector<int64_t> flow_stamp_;  // per position in active_
+  std::vector<int> heap_links_;
+  std::vector<int> csr_off_, csr_fill_;
+  std::vector<uint32_t> csr_flow_;
+  std::vector<std::pair<double, int>> heap_;
+  std::vector<uint32_t> by_cap_;
+  std::vector<int> touched_;
 };
 
 }  // namespace tandem::sim
