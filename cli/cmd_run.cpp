@@ -21,6 +21,7 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/executor.h"
 #include "engine/cuda/launcher.h"
+#include "engine/cuda/rendezvous.h"
 #include "traces/trace_writer.h"
 #endif
 #ifdef TANDEM_HAVE_PROFILER
@@ -41,6 +42,7 @@ struct RunOptions {
   double timeout_s = 30;  // a dead peer is detected within this (plus the step in flight)
   std::string out;
   bool profile = false;  // CUPTI + NVTX into per-rank files, merged into `out`
+  std::string rendezvous;  // under mpirun/srun/torchrun: the folder where rank 0 leaves the NCCL id
 };
 
 #ifdef TANDEM_HAVE_CUDA
@@ -180,23 +182,85 @@ std::unique_ptr<profiler::Profiler> startProfiler(const RunOptions& o, const Pla
 }
 #endif
 
-void runRank(const RunOptions& o, const JobSpec& job, const cuda::RankEnvironment& env) {
+#ifdef TANDEM_HAVE_PROFILER
+// Rank 0's line (or JSON object) with every rank's measured clock offset.
+void printClockOffsets(const std::vector<cuda::ClockOffset>& all, const std::vector<cuda::ClockOffset>* start,
+                       bool json) {
+  const bool at_end = start != nullptr;
+  auto drift_ppm = [&](size_t r) {
+    const int64_t dt = all[r].local_ns - (*start)[r].local_ns;
+    return dt > 0 ? double(all[r].offset_ns - (*start)[r].offset_ns) / double(dt) * 1e6 : 0.0;
+  };
+  std::string text;
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (json) {
+      text += fmt::format(R"({}{{"rank":{},"offset_ns":{},"rtt_ns":{})", r > 1 ? "," : "", r, all[r].offset_ns,
+                          all[r].rtt_ns);
+      if (at_end) text += fmt::format(R"(,"drift_ppm":{:.4f})", drift_ppm(r));
+      text += "}";
+    } else {
+      text += fmt::format("{}rank {} {:+} ns (rtt {:.1f} us", r > 1 ? "; " : "", r, all[r].offset_ns,
+                          all[r].rtt_ns / 1e3);
+      if (at_end) text += fmt::format(", drift {:+.3f} ppm", drift_ppm(r));
+      text += ")";
+    }
+  }
+  if (json)
+    fmt::print(R"({{"clock_offsets":"{}","ranks":[{}]}})" "\n", at_end ? "end" : "start", text);
+  else
+    fmt::print("clock offsets to rank 0 at {} (NCCL ping-pong, {} rounds): {}\n", at_end ? "end" : "start",
+               all.empty() ? 0 : all[0].rounds, text);
+  std::fflush(stdout);
+}
+#endif
+
+void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& info) {
   std::string why;
   const int count = cuda::usableGpuCount(&why);
   if (count == 0) throw std::runtime_error("run: no CUDA GPU available (" + why + ")");
   const Plan plan = buildPlan(job);
-  const int rank = env.launched ? env.rank : 0;
-  const int world = env.launched ? env.world : 1;
+  const int rank = info.launched() ? info.rank : 0;
+  const int world = info.launched() ? info.world : 1;
   if (plan.world_size != world)
     throw std::runtime_error(fmt::format("run: the job is planned for {} ranks but {} run it", plan.world_size, world));
+  // The GPU: the launcher's local rank (one GPU per rank on a host); a rank
+  // that sees a single GPU (CUDA_VISIBLE_DEVICES set per rank) uses it.
+  const int local = info.local_rank >= 0 ? info.local_rank : rank;
+  if (info.external() && count > 1 && local >= count)
+    throw std::runtime_error(fmt::format("run: rank {} is local rank {} on this host but only {} GPUs are visible "
+                                         "(one GPU per rank)", rank, local, count));
+  cuda::RendezvousPlan rendezvous;
+  try {
+    rendezvous = cuda::planRendezvous(info, o.rendezvous, cuda::processEnvironment());
+  } catch (const cuda::LaunchError& e) {
+    throw std::runtime_error(std::string("run: ") + e.what());
+  }
   cuda::ExecutorOptions eo;
   eo.rank = rank;
   eo.world = world;
-  eo.device = rank % count;
+  eo.device = count == 1 ? 0 : local % count;
   eo.use_graph = !o.eager;
   eo.timeout_s = o.timeout_s;
   const cuda::DeviceInfo dev = cuda::deviceInfo(eo.device);
-  if (world > 1) eo.nccl_id = cuda::shareNcclId(env, 120);
+  if (rank == 0 && info.external()) {
+    if (o.json)
+      fmt::print(R"({{"launcher":"{}","world":{},"nccl_id":"{}"}})" "\n", cuda::launcherName(info.launcher), world,
+                 rendezvous.describe());
+    else
+      fmt::print("run: started by {}: {} ranks; NCCL id via {}\n", cuda::launcherName(info.launcher), world,
+                 rendezvous.describe());
+    std::fflush(stdout);
+  }
+  if (rendezvous.mpi) cuda::mpiInit();
+  if (world > 1) {
+    try {
+      // tandem's own launch starts every rank at once; other launchers get --timeout.
+      eo.nccl_id = cuda::shareNcclId(info, rendezvous,
+                                     info.launcher == cuda::Launcher::Tandem ? std::max(120.0, o.timeout_s) : o.timeout_s);
+    } catch (const cuda::LaunchError& e) {
+      throw cuda::CudaError(e.what());
+    }
+  }
 #ifdef TANDEM_HAVE_PROFILER
   std::unique_ptr<profiler::Profiler> prof;
   std::unique_ptr<profiler::PlanObserver> observer;
@@ -212,7 +276,25 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::RankEnvironmen
   } catch (const cuda::OutOfDeviceMemory& e) {
     throw std::runtime_error(std::string(e.what()) + "; " + fittingChoices(job, e.free_bytes));
   }
+  // Every rank joined the communicator: the id file has served.
+  cuda::finishRendezvous(info, rendezvous);
   const bool lead = rank == 0;
+#ifdef TANDEM_HAVE_PROFILER
+  // Clock offsets between ranks, before the first step (outside graph
+  // capture and the timed steps) and after the last.
+  std::vector<cuda::ClockOffset> offsets_start;
+  auto measureClocks = [&](bool at_end) {
+    if (!prof || !exec->communicator()) return;
+    prof->clockSyncBegin();
+    std::vector<cuda::ClockOffset> all =
+        exec->communicator()->measureClockOffsets([&prof] { return prof->nowNs(); }, 20);
+    const cuda::ClockOffset& mine = all.at(size_t(rank));
+    prof->clockSyncEnd({mine.local_ns, mine.offset_ns, mine.rtt_ns}, at_end);
+    if (lead) printClockOffsets(all, at_end ? &offsets_start : nullptr, o.json);
+    if (!at_end) offsets_start = all;
+  };
+  measureClocks(false);
+#endif
   const int steps = plan.job.training.steps;
   const double tokens = double(plan.job.tokensPerStep());
   const double peak = dev.peak_bf16_flops;
@@ -237,6 +319,9 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::RankEnvironmen
                  r.step + 1, steps, r.loss, r.grad_norm, r.lr, r.ms, tps, 100 * mfu);
     std::fflush(stdout);
   }
+#ifdef TANDEM_HAVE_PROFILER
+  measureClocks(true);
+#endif
   // Steady state: drop the first steps (graph capture, cuBLASLt heuristics, warm-up).
   std::vector<double> ms;
   for (size_t i = std::min<size_t>(3, results.size() / 2); i < results.size(); ++i) ms.push_back(results[i].ms);
@@ -274,9 +359,27 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::RankEnvironmen
     else
       fmt::print("rank {}: {}\n", rank, profiler::formatSummary(ps));
     std::fflush(stdout);
-    if (!env.launched) mergeProfiles(o.out, 1, o.json);
+    if (!info.launched()) {
+      mergeProfiles(o.out, 1, o.json);
+    } else if (info.external() && world > 1) {
+      // No parent process sees every rank: rank 0 merges once every rank has
+      // written its file, if it can see them all (a shared folder).
+      exec->communicator()->barrier("the end of profiling");
+      if (lead) {
+        std::vector<std::string> missing;
+        for (int r = 0; r < world; ++r)
+          if (!std::filesystem::exists(rankTracePath(o.out, r))) missing.push_back(rankTracePath(o.out, r));
+        if (missing.empty())
+          mergeProfiles(o.out, world, o.json);
+        else
+          fmt::print("profile: {} of {} rank files are not visible here (e.g. {}; other hosts?): run `tandem merge "
+                     "RANK_FILES... --out {}` where they all are\n",
+                     missing.size(), world, missing.front(), o.out);
+      }
+    }
   }
 #endif
+  if (rendezvous.mpi) cuda::mpiFinalize();
 }
 
 #endif  // TANDEM_HAVE_CUDA
@@ -291,13 +394,20 @@ void runCommand(const RunOptions& o) {
 #ifndef TANDEM_HAVE_PROFILER
   if (o.profile) throw std::runtime_error("run: this tandem was built without the CUPTI profiler (--profile unavailable)");
 #endif
-  const cuda::RankEnvironment env = cuda::rankEnvironment();
+  cuda::LaunchInfo info;
+  int gpus = 0;
+  try {
+    info = cuda::detectLauncher(cuda::processEnvironment());
+    gpus = cuda::launchWorldSize(info, o.gpus, 0);
+  } catch (const cuda::LaunchError& e) {
+    throw std::runtime_error(std::string("run: ") + e.what());
+  }
   JobOptions jo = o.job;
-  if (o.gpus > 0) jo.sets.push_back(fmt::format("parallel.data_parallel={}", o.gpus));
+  if (gpus > 0) jo.sets.push_back(fmt::format("parallel.data_parallel={}", gpus));
   if (o.steps > 0) jo.sets.push_back(fmt::format("training.steps={}", o.steps));
   const JobSpec job = jo.load();
   const int world = job.parallel.data_parallel;
-  if (!env.launched && world > 1) {
+  if (!info.launched() && world > 1) {
     std::string why;
     const int count = cuda::usableGpuCount(&why);
     if (count == 0) throw std::runtime_error("run: no CUDA GPU available (" + why + ")");
@@ -316,7 +426,7 @@ void runCommand(const RunOptions& o) {
     return;
   }
   try {
-    runRank(o, job, env);
+    runRank(o, job, info);
   } catch (const cuda::CudaError& e) {
     // A failed rank may have kernels or NCCL work still queued: leave without
     // running destructors that would synchronise with them.
@@ -341,6 +451,11 @@ void addRunCommand(CLI::App& root) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--out", o->out, "append the run (steps, throughput, memory) to this trace file")
       ->type_name("RUN.sqlite");
+  cmd->add_option("--rendezvous", o->rendezvous,
+                  "under mpirun/srun/torchrun: a folder every rank sees, where rank 0 leaves the NCCL id (default "
+                  "under srun: $SLURM_SUBMIT_DIR/.tandem-rendezvous/JOB.STEP; under mpirun MPI_Bcast when built "
+                  "with MPI)")
+      ->type_name("DIR");
   cmd->add_flag("--profile", o->profile,
                 "profile with CUPTI + NVTX: every kernel tagged with its plan task; each rank writes RUN.rankN.sqlite, "
                 "merged into --out at the end");

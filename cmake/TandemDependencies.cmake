@@ -41,10 +41,25 @@ if(TANDEM_WITH_GUI)
   endif()
 endif()
 
+# MPI (Debian's OpenMPI): `tandem run` under mpirun exchanges the NCCL id with
+# MPI_Bcast. AUTO uses it when found, ON requires it, OFF never uses it (build
+# folders for machines without libmpi: a binary linked with it would not start
+# there). Without MPI the ranks meet through a shared folder (--rendezvous).
+set(TANDEM_WITH_MPI AUTO CACHE STRING "MPI launch support: AUTO, ON or OFF")
+set_property(CACHE TANDEM_WITH_MPI PROPERTY STRINGS AUTO ON OFF)
 set(TANDEM_HAVE_MPI OFF)
-find_package(MPI QUIET COMPONENTS CXX)
-if(MPI_CXX_FOUND)
-  set(TANDEM_HAVE_MPI ON)
+if(NOT TANDEM_WITH_MPI STREQUAL "OFF")
+  # The C API through the C++ compiler (the project enables no C language);
+  # the deprecated MPI C++ bindings are not needed.
+  set(MPI_CXX_SKIP_MPICXX ON CACHE BOOL "tandem uses the MPI C API only")
+  if(TANDEM_WITH_MPI STREQUAL "ON")
+    find_package(MPI REQUIRED COMPONENTS CXX)
+  else()
+    find_package(MPI QUIET COMPONENTS CXX)
+  endif()
+  if(MPI_CXX_FOUND)
+    set(TANDEM_HAVE_MPI ON)
+  endif()
 endif()
 
 if(TANDEM_BUILD_TESTS)

@@ -73,6 +73,9 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   row.bytes = int64_t(r.bytes);
   if (r.kind == RecordKind::Kernel) row.geometry = r.geometry;
 
+  // The clock measurement's own work (NCCL ping-pong, copies of its readings).
+  const bool clock_sync = !info && task == -1 && r.kind != RecordKind::Sync && inClockSync(r.start);
+
   // Stream: the task's plan stream; else what an earlier attributed record
   // taught us about this CUDA stream; else a track of its own.
   int stream = -1;
@@ -91,6 +94,8 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
     ensureStream(stream, ps->second.first, ps->second.second);
   else if (stream == kHostSyncStream)
     ensureStream(stream, traces::StreamKind::Host, "host synchronization");
+  else if (clock_sync)
+    ensureStream(stream, traces::StreamKind::Comm, "clock offset measurement");
   else
     ensureStream(stream, r.kind == RecordKind::Kernel ? traces::StreamKind::Compute : traces::StreamKind::Copy,
                  fmt::format("cuda stream {}", stream - kUnknownStreamBase));
@@ -109,6 +114,10 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   writer->addActivity(row);
 
   const bool nccl = r.kind == RecordKind::Kernel && isNcclKernel(r.name);
+  if (clock_sync) {
+    ++summary.clock_sync_records;
+    return;
+  }
   if (r.kind == RecordKind::Kernel) {
     if (r.graph_node != 0) ++summary.graph_kernels;
     const bool attributed = info != nullptr;

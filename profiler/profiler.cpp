@@ -9,6 +9,7 @@
 #include <nvtx3/nvToolsExt.h>
 #include <nvtx3/nvToolsExtCudaRt.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 
@@ -234,6 +235,42 @@ void Profiler::captureEnd() {
   p.host_ranges.push_back({p.opt.rank, p.toRunNs(t), p.toRunNs(t), "graph capture end", 1, "tandem"});
 }
 
+int64_t Profiler::nowNs() const { return impl_->toRunNs(cuptiNow()); }
+
+void Profiler::clockSyncBegin() {
+  Impl& p = *impl_;
+  std::lock_guard<std::mutex> lock(p.host_mu);
+  p.clock_sync_windows.push_back({cuptiNow(), 0});
+}
+
+void Profiler::clockSyncEnd(const ClockOffsetSample& sample, bool at_end) {
+  Impl& p = *impl_;
+  const uint64_t end = cuptiNow();
+  {
+    std::lock_guard<std::mutex> lock(p.host_mu);
+    if (!p.clock_sync_windows.empty() && p.clock_sync_windows.back().second == 0)
+      p.clock_sync_windows.back().second = end;
+    p.have_offset[at_end] = true;
+    p.offsets[at_end] = sample;
+  }
+  // The row carries the rank's clocks at the measurement: realtime_ns is its
+  // run clock (the clock of its rows), cupti_ns and monotonic_ns follow from
+  // the start anchor.
+  std::lock_guard<std::mutex> lock(p.write_mu);
+  if (!p.writer) return;
+  p.writer->addClock({p.opt.rank, at_end ? "rank0-end" : "rank0-start", sample.local_ns - p.offset_ns,
+                      sample.local_ns,
+                      sample.local_ns - (p.start_clock.realtime_ns - p.start_clock.monotonic_ns), sample.offset_ns});
+  p.writer->flush();
+}
+
+bool Profiler::Impl::inClockSync(uint64_t cupti) {
+  std::lock_guard<std::mutex> lock(host_mu);
+  for (const auto& [b, e] : clock_sync_windows)
+    if (cupti >= b && (e == 0 || cupti <= e)) return true;
+  return false;
+}
+
 void Profiler::setStat(const traces::StatRow& stat) {
   std::lock_guard<std::mutex> lock(impl_->host_mu);
   impl_->extra_stats.push_back(stat);
@@ -278,6 +315,33 @@ ProfileSummary Profiler::finish() {
                      "kernels with no plan task"});
   p.writer->setStat({"clock.drift_ns", (end.realtime_ns - int64_t(end.cupti_ns)) - p.offset_ns, Severity::Info,
                      "CUPTI clock drift against CLOCK_REALTIME over the run"});
+  p.writer->setStat({"profiler.clock_sync_records", s.clock_sync_records, Severity::Info,
+                     "GPU records of the clock-offset measurement (not plan work)"});
+  // Per-rank names: `tandem merge` sums stats of the same name over its inputs.
+  {
+    std::lock_guard<std::mutex> host_lock(p.host_mu);
+    const int r = p.opt.rank;
+    if (p.have_offset[0]) {
+      const ClockOffsetSample& a = p.offsets[0];
+      p.writer->setStat({fmt::format("clock.offset_ns.rank{}", r), a.offset_ns, Severity::Info,
+                         "add to this rank's time to get rank 0's, measured at start (NCCL ping-pong)"});
+      p.writer->setStat({fmt::format("clock.offset_rtt_ns.rank{}", r), a.rtt_ns, Severity::Info,
+                         "round trip of the start measurement (the offset is right within half of it)"});
+    }
+    if (p.have_offset[1]) {
+      const ClockOffsetSample& b = p.offsets[1];
+      p.writer->setStat({fmt::format("clock.offset_end_ns.rank{}", r), b.offset_ns, Severity::Info,
+                         "the same offset measured at the end of the run"});
+      p.writer->setStat({fmt::format("clock.offset_end_rtt_ns.rank{}", r), b.rtt_ns, Severity::Info,
+                         "round trip of the end measurement"});
+    }
+    if (p.have_offset[0] && p.have_offset[1] && p.offsets[1].local_ns > p.offsets[0].local_ns) {
+      const double drift = double(p.offsets[1].offset_ns - p.offsets[0].offset_ns) /
+                           double(p.offsets[1].local_ns - p.offsets[0].local_ns);
+      p.writer->setStat({fmt::format("clock.offset_drift_ppb.rank{}", r), int64_t(std::llround(drift * 1e9)),
+                         Severity::Info, "drift of this rank's clock against rank 0's (ns per s), applied by merge"});
+    }
+  }
   {
     std::lock_guard<std::mutex> host_lock(p.host_mu);
     for (const auto& st : p.extra_stats) p.writer->setStat(st);
@@ -304,6 +368,7 @@ std::string formatSummary(const ProfileSummary& s) {
       s.path, pct(s.kernels_attributed, compute_tasks), s.kernels_attributed, compute_tasks,
       pct(s.nccl_attributed, nccl_tasks), s.nccl_attributed, nccl_tasks, pct(s.memcpys_attributed, s.memcpys), s.memcpys_attributed, s.memcpys,
       s.step_work_kernels, s.graph_kernels, s.dropped_records, s.steps);
+  if (s.clock_sync_records > 0) out += fmt::format(", clock-offset measurement records {}", s.clock_sync_records);
   if (!s.unattributed.empty()) {
     out += "\n  unattributed kernels:";
     for (const auto& n : s.unattributed) out += " " + n + ";";

@@ -69,6 +69,14 @@ struct ProfilerOptions {
   int64_t arena_peak_bytes = 0;
 };
 
+// A rank's clock against rank 0's, measured by the caller (`tandem run` uses
+// NcclComm::measureClockOffsets with nowNs() as the clock).
+struct ClockOffsetSample {
+  int64_t local_ns = 0;   // this rank's run clock at the measurement
+  int64_t offset_ns = 0;  // add to this rank's time to get rank 0's
+  int64_t rtt_ns = 0;     // round trip of the measurement: right within rtt/2
+};
+
 // What finish() found, for the caller to print.
 struct ProfileSummary {
   int64_t records = 0;         // CUPTI records read
@@ -84,6 +92,7 @@ struct ProfileSummary {
   // (its loss all-reduce): not counted as attributed, not listed as unknown.
   int64_t step_work_kernels = 0;
   int64_t nccl_step_work = 0;  // of which NCCL
+  int64_t clock_sync_records = 0;  // GPU records of the clock measurement (not plan work)
   int64_t dropped_records = 0;
   int64_t buffers_grown = 0;   // buffers allocated beyond the pool
   int64_t ranges = 0;
@@ -110,6 +119,17 @@ class Profiler {
   void taskEnd(int64_t task_id);
   void captureBegin();
   void captureEnd();
+
+  // The run clock now (every row's clock): cuptiGetTimestamp() moved by the
+  // start anchor's offset onto CLOCK_REALTIME.
+  int64_t nowNs() const;
+  // Around a measurement of this rank's clock against rank 0's, outside steps
+  // and graph capture: GPU work in between (the ping-pong's NCCL kernels) is
+  // stored untagged on its own track and counted apart, never as unattributed.
+  void clockSyncBegin();
+  // Stores the result as a clocks row, source "rank0-start" (or "rank0-end"
+  // with at_end); finish() adds the clock.offset_* stats and the drift.
+  void clockSyncEnd(const ClockOffsetSample& sample, bool at_end);
 
   // A stat of the run (throughput, MFU, ...), written at finish().
   void setStat(const traces::StatRow& stat);

@@ -96,6 +96,11 @@ struct Profiler::Impl {
   std::vector<int64_t> collective_order;
   int order_step = -1;
   std::vector<std::pair<uint64_t, uint64_t>> step_windows;  // CUPTI ns, begin..end
+  // Clock measurements (CUPTI ns, begin..end; end 0 while open) and their results.
+  std::vector<std::pair<uint64_t, uint64_t>> clock_sync_windows;
+  bool inClockSync(uint64_t cupti);  // takes host_mu
+  bool have_offset[2] = {false, false};  // start, end
+  ClockOffsetSample offsets[2];
 
   // Buffer pool.
   std::mutex pool_mu;

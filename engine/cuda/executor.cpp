@@ -479,5 +479,6 @@ GpuMemoryReport CudaExecutor::memory() const { return impl_->mem; }
 std::vector<double> CudaExecutor::taskMilliseconds() const { return impl_->task_ms; }
 int CudaExecutor::stepsDone() const { return impl_->steps_done; }
 const Plan& CudaExecutor::plan() const { return impl_->plan; }
+NcclComm* CudaExecutor::communicator() const { return impl_->comm.get(); }
 
 }  // namespace tandem::cuda

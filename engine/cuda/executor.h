@@ -76,6 +76,9 @@ class CudaExecutor {
   // steps run so far (index = task index of the rank's program).
   std::vector<double> taskMilliseconds() const;
   int stepsDone() const;
+  // The data-parallel communicator (nullptr with one rank): for work outside
+  // the steps, such as measuring clock offsets between ranks.
+  NcclComm* communicator() const;
   const Plan& plan() const;
 
  private:

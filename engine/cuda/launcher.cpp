@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "engine/cuda/check.h"
@@ -103,27 +102,39 @@ int launchLocalRanks(int world, const std::vector<std::string>& args, double gra
 }
 
 NcclId shareNcclId(const RankEnvironment& env, double timeout_s) {
+  LaunchInfo info;
+  info.launcher = Launcher::Tandem;
+  info.rank = env.rank;
+  info.world = env.world;
+  info.id_file = env.id_file;
+  RendezvousPlan plan;
+  plan.needed = true;
+  plan.file = env.id_file;
+  try {
+    return shareNcclId(info, plan, timeout_s);
+  } catch (const LaunchError& e) {
+    throw CudaError(e.what());
+  }
+}
+
+NcclId shareNcclId(const LaunchInfo& info, const RendezvousPlan& plan, double timeout_s) {
+  static_assert(sizeof(NcclId) == sizeof(IdBlob));
   NcclId id{};
-  if (env.rank == 0) {
+  if (plan.mpi) {
+    if (info.rank == 0) id = makeNcclId();
+    return mpiBroadcastId(id, 0);
+  }
+  if (info.rank == 0) {
     id = makeNcclId();
-    const std::string tmp = env.id_file + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary);
-      out.write(id.data(), std::streamsize(id.size()));
-      if (!out) throw CudaError("cannot write the NCCL id to " + tmp);
-    }
-    std::filesystem::rename(tmp, env.id_file);
+    publishId(plan.file, id);
     return id;
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  for (;;) {
-    std::ifstream in(env.id_file, std::ios::binary);
-    if (in && in.read(id.data(), std::streamsize(id.size()))) return id;
-    if (std::chrono::steady_clock::now() > deadline)
-      throw CudaError("rank " + std::to_string(env.rank) + ": rank 0 did not publish the NCCL id within " +
-                      std::to_string(int(timeout_s)) + " s");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  return waitForId(plan.file, info.rank, timeout_s);
+}
+
+void finishRendezvous(const LaunchInfo& info, const RendezvousPlan& plan) {
+  if (info.rank != 0 || plan.mpi || plan.file.empty() || info.launcher == Launcher::Tandem) return;
+  removeId(plan.file, plan.remove_dir);
 }
 
 }  // namespace tandem::cuda

@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -13,6 +14,10 @@ namespace tandem::cuda {
 struct NcclComm::State {
   ncclComm_t comm = nullptr;
   bool aborted = false;
+  // Clock measurement and barrier: a stream and a small device buffer of their own.
+  cudaStream_t aux = nullptr;
+  int64_t* aux_buf = nullptr;
+  size_t aux_count = 0;
 };
 
 namespace {
@@ -56,6 +61,8 @@ NcclComm::~NcclComm() {
   if (state_->aborted) return;
   // A clean shutdown would wait for peers; abort never blocks and frees the same resources.
   ncclCommAbort(state_->comm);
+  if (state_->aux_buf) cudaFree(state_->aux_buf);
+  if (state_->aux) cudaStreamDestroy(state_->aux);
 }
 
 void NcclComm::abort() {
@@ -104,6 +111,168 @@ void NcclComm::allReduce(const void* send, void* recv, int64_t count, DType dt, 
                     ncclGetErrorString(r) + "; communicator aborted");
   }
   checkAsync("all-reduce " + what);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void cudaCheck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw CudaError(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace
+
+// Busy-polls (no sleep): the clock measurement times these waits.
+void NcclComm::spinIssued(const std::string& what, Clock::time_point deadline) {
+  for (;;) {
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(state_->comm, &async);
+    if (r != ncclSuccess) async = r;
+    if (async == ncclSuccess) return;
+    if (async != ncclInProgress || Clock::now() > deadline) {
+      checkAsync(what);  // names the error, or waits out the normal timeout and aborts
+      return;
+    }
+  }
+}
+
+void NcclComm::spinStream(const std::string& what, Clock::time_point deadline) {
+  for (uint64_t i = 0;; ++i) {
+    const cudaError_t e = cudaStreamQuery(state_->aux);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) {
+      abort();
+      throw CudaError("rank " + std::to_string(rank_) + ": " + what + " failed: " + cudaGetErrorString(e) +
+                      "; communicator aborted");
+    }
+    if ((i & 1023) == 1023) {
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(state_->comm, &async);
+      if ((async != ncclSuccess && async != ncclInProgress) || Clock::now() > deadline) {
+        abort();
+        throw CudaError("rank " + std::to_string(rank_) + ": NCCL " + what + " did not complete within " +
+                        std::to_string(int(timeout_s_)) + " s (a peer rank may have stopped); communicator aborted");
+      }
+    }
+  }
+}
+
+void NcclComm::ensureAux(size_t count) {
+  if (!state_->aux) cudaCheck(cudaStreamCreateWithFlags(&state_->aux, cudaStreamNonBlocking), "clock stream");
+  if (state_->aux_count >= count) return;
+  if (state_->aux_buf) cudaCheck(cudaFree(state_->aux_buf), "clock buffer");
+  state_->aux_buf = nullptr;
+  cudaCheck(cudaMalloc(&state_->aux_buf, count * sizeof(int64_t)), "clock buffer");
+  state_->aux_count = count;
+}
+
+void NcclComm::p2p(bool send, int64_t* buf, size_t count, int peer, const std::string& what,
+                   Clock::time_point deadline) {
+  if (state_->aborted)
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);
+  ncclResult_t r = send ? ncclSend(buf, count, ncclInt64, peer, state_->comm, state_->aux)
+                        : ncclRecv(buf, count, ncclInt64, peer, state_->comm, state_->aux);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    abort();
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL " + what + " failed: " + ncclGetErrorString(r) +
+                    "; communicator aborted");
+  }
+  spinIssued(what, deadline);
+}
+
+std::vector<ClockOffset> NcclComm::measureClockOffsets(const std::function<int64_t()>& now_ns, int rounds) {
+  if (rounds < 1) rounds = 1;
+  std::vector<ClockOffset> out(static_cast<size_t>(world_));
+  for (auto& o : out) o.rounds = rounds;
+  if (world_ == 1) {
+    out[0].local_ns = now_ns();
+    return out;
+  }
+  const int total = rounds + 1;  // round 0 warms the connection up and is not kept
+  ensureAux(size_t(std::max(total, 3 * world_)));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_s_ * 2));
+  int64_t* dev = state_->aux_buf;
+  // Per peer on rank 0: (rtt, offset, peer's local time) of the kept round.
+  std::vector<int64_t> result(static_cast<size_t>(3 * world_), 0);
+  result[2] = now_ns();
+  for (int peer = 1; peer < world_; ++peer) {
+    if (rank_ != 0 && rank_ != peer) continue;
+    const std::string what = "clock ping-pong with rank " + std::to_string(rank_ == 0 ? peer : 0);
+    std::vector<int64_t> t0(static_cast<size_t>(total)), t1(t0), tr(t0);
+    for (int k = 0; k < total; ++k) {
+      if (rank_ == 0) {
+        t0[k] = now_ns();
+        p2p(true, dev, 1, peer, what, deadline);
+        p2p(false, dev + 1, 1, peer, what, deadline);
+        spinStream(what, deadline);
+        t1[k] = now_ns();
+      } else {
+        p2p(false, dev, 1, 0, what, deadline);
+        spinStream(what, deadline);
+        tr[k] = now_ns();
+        p2p(true, dev + 1, 1, 0, what, deadline);
+        spinStream(what, deadline);
+      }
+    }
+    // The peer's readings go to rank 0 once all rounds are done (never inside one).
+    if (rank_ == peer) {
+      cudaCheck(cudaMemcpyAsync(dev, tr.data(), sizeof(int64_t) * size_t(total), cudaMemcpyHostToDevice, state_->aux),
+            "clock readings copy");
+      p2p(true, dev, size_t(total), 0, what, deadline);
+      spinStream(what, deadline);
+    } else {
+      p2p(false, dev, size_t(total), peer, what, deadline);
+      spinStream(what, deadline);  // before the copy: a copy to pageable memory would block without a deadline
+      cudaCheck(cudaMemcpy(tr.data(), dev, sizeof(int64_t) * size_t(total), cudaMemcpyDeviceToHost),
+                "clock readings copy");
+      int best = 1;
+      for (int k = 2; k < total; ++k)
+        if (t1[k] - t0[k] < t1[best] - t0[best]) best = k;
+      result[size_t(3 * peer)] = t1[best] - t0[best];
+      result[size_t(3 * peer + 1)] = t0[best] + (t1[best] - t0[best]) / 2 - tr[best];
+      result[size_t(3 * peer + 2)] = tr[best];
+    }
+  }
+  // Everyone gets everyone's figures.
+  if (rank_ == 0)
+    cudaCheck(cudaMemcpyAsync(dev, result.data(), sizeof(int64_t) * result.size(), cudaMemcpyHostToDevice, state_->aux),
+          "clock results copy");
+  {
+    ncclResult_t r = ncclBroadcast(dev, dev, result.size(), ncclInt64, 0, state_->comm, state_->aux);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      abort();
+      throw CudaError("rank " + std::to_string(rank_) + ": NCCL broadcast of the clock offsets failed: " +
+                      ncclGetErrorString(r) + "; communicator aborted");
+    }
+    spinIssued("broadcast of the clock offsets", deadline);
+  }
+  spinStream("broadcast of the clock offsets", deadline);
+  cudaCheck(cudaMemcpy(result.data(), dev, sizeof(int64_t) * result.size(), cudaMemcpyDeviceToHost),
+            "clock results copy");
+  for (int r = 0; r < world_; ++r) {
+    out[size_t(r)].rtt_ns = result[size_t(3 * r)];
+    out[size_t(r)].offset_ns = result[size_t(3 * r + 1)];
+    out[size_t(r)].local_ns = result[size_t(3 * r + 2)];
+  }
+  return out;
+}
+
+void NcclComm::barrier(const std::string& what) {
+  ensureAux(3);
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_s_));
+  if (state_->aborted)
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);
+  ncclResult_t r = ncclAllReduce(state_->aux_buf, state_->aux_buf, 1, ncclInt64, ncclSum, state_->comm, state_->aux);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    abort();
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL " + what + " failed: " + ncclGetErrorString(r) +
+                    "; communicator aborted");
+  }
+  spinIssued(what, deadline);
+  spinStream(what, deadline);
 }
 
 }  // namespace tandem::cuda

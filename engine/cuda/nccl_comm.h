@@ -5,9 +5,12 @@
 // error names the rank and the collective that did not finish.
 
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -20,6 +23,14 @@ using NcclId = std::array<char, 128>;
 // Creates a fresh unique id (rank 0 does this and hands it to the others).
 NcclId makeNcclId();
 
+// One rank's clock against rank 0's (see NcclComm::measureClockOffsets).
+struct ClockOffset {
+  int64_t local_ns = 0;   // this rank's clock at the measurement (its reading in the kept round)
+  int64_t offset_ns = 0;  // add to this rank's time to get rank 0's (0 on rank 0)
+  int64_t rtt_ns = 0;     // round trip of the kept round: the offset is right within rtt/2
+  int rounds = 0;
+};
+
 class NcclComm {
  public:
   NcclComm(const NcclId& id, int rank, int world, double timeout_s);
@@ -30,6 +41,17 @@ class NcclComm {
   // In place or out of place; averaged (ncclAvg) or summed.
   void allReduce(const void* send, void* recv, int64_t count, DType dt, bool average,
                  cudaStream_t s, const std::string& what);
+  // Collective (every rank calls it), outside steps and graph capture: rank 0
+  // ping-pongs `rounds` times with each other rank (ncclSend/ncclRecv of 8
+  // bytes on a stream of its own, the host polling each for completion):
+  // rank 0 reads now_ns() as t0, sends; rank r reads tr when the message
+  // arrived and answers; rank 0 reads t1 when the answer arrived. The round
+  // with the smallest t1 - t0 is kept: offset = (t0 + t1) / 2 - tr. Every
+  // rank gets every rank's result (index = rank; rank 0's is zero).
+  std::vector<ClockOffset> measureClockOffsets(const std::function<int64_t()>& now_ns, int rounds = 20);
+  // Returns once every rank called it (an all-reduce of one value).
+  void barrier(const std::string& what);
+
   // Throws (after aborting) when the communicator reports an asynchronous error.
   void checkAsync(const std::string& what);
   // Aborts the communicator; later calls throw. The abort runs on a detached
@@ -41,6 +63,12 @@ class NcclComm {
   double timeoutSeconds() const { return timeout_s_; }
 
  private:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  void ensureAux(size_t count);
+  void p2p(bool send, int64_t* buf, size_t count, int peer, const std::string& what, TimePoint deadline);
+  void spinIssued(const std::string& what, TimePoint deadline);
+  void spinStream(const std::string& what, TimePoint deadline);
+
   struct State;
   std::unique_ptr<State> state_;
   int rank_;

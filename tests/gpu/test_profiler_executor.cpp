@@ -1,10 +1,14 @@
 // The profiler behind the CUDA executor (one GPU, the tiny job): in CUDA
 // Graph mode and in eager mode every kernel must be tagged with a plan task,
 // carry that task's phase and stream, and both modes must agree task by task
-// on how many kernels each task launches per step.
+// on how many kernels each task launches per step. The graph run also
+// brackets GPU work with a clock measurement (clockSyncBegin/End, as `tandem
+// run` does around its NCCL ping-pong): that work is counted apart, and the
+// offsets land in the clocks rows and stats.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -26,9 +30,29 @@ struct Profiled {
   profiler::ProfileSummary summary;
   std::map<int64_t, int> kernels_per_task;  // over all steps
   int wrong_phase = 0, wrong_stream = 0, untagged = 0, steps = 0;
+  std::map<std::string, tr::ClockRow> clocks;  // by source
+  std::map<std::string, int64_t> stats;
+  int64_t clock_track_records = 0;
 };
 
-Profiled profileRun(const Plan& plan, bool graph, const std::string& path) {
+// Work "measured" between clockSyncBegin and clockSyncEnd: a memset on a
+// stream of its own, the way the ping-pong runs on the communicator's.
+profiler::ClockOffsetSample fakeMeasurement(profiler::Profiler& prof, int64_t offset_ns, bool at_end) {
+  prof.clockSyncBegin();
+  cudaStream_t s = nullptr;
+  void* buf = nullptr;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaMalloc(&buf, 4096);
+  cudaMemsetAsync(buf, 0, 4096, s);
+  cudaStreamSynchronize(s);
+  const int64_t now = prof.nowNs();
+  prof.clockSyncEnd({now, offset_ns, 7000}, at_end);
+  cudaFree(buf);
+  cudaStreamDestroy(s);
+  return {now, offset_ns, 7000};
+}
+
+Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool clock) {
   std::filesystem::remove(path);
   Profiled out;
   {
@@ -42,7 +66,9 @@ Profiled profileRun(const Plan& plan, bool graph, const std::string& path) {
     eo.use_graph = graph;
     eo.observer = &obs;
     cuda::CudaExecutor exec(plan, eo);
+    if (clock) fakeMeasurement(prof, -1000, false);
     for (int s = 0; s < kSteps; ++s) exec.step();
+    if (clock) fakeMeasurement(prof, -1500, true);
     out.summary = prof.finish();
     fmt::print("     {}: {}\n", graph ? "graph" : "eager", profiler::formatSummary(out.summary));
   }
@@ -62,6 +88,12 @@ Profiled profileRun(const Plan& plan, bool graph, const std::string& path) {
     if (a.stream != it->second->stream) ++out.wrong_stream;
   });
   out.steps = int(reader.steps(run).size());
+  for (const auto& c : reader.clocks(run)) out.clocks[c.source] = c;
+  for (const auto& st : reader.stats(run)) out.stats[st.name] = st.value;
+  int clock_stream = -1;
+  for (const auto& st : reader.streams(run))
+    if (st.name == "clock offset measurement") clock_stream = st.stream;
+  if (clock_stream >= 0) out.clock_track_records = int64_t(reader.loadTrack(run, 0, clock_stream).size());
   std::filesystem::remove(path);
   return out;
 }
@@ -72,8 +104,8 @@ int main() {
   requireGpus(1);
   const Plan plan = buildPlan(tinyJob());
   const std::string base = (std::filesystem::temp_directory_path() / fmt::format("tandem_prof_exec_{}", getpid())).string();
-  const Profiled g = profileRun(plan, true, base + ".graph.sqlite");
-  const Profiled e = profileRun(plan, false, base + ".eager.sqlite");
+  Profiled g = profileRun(plan, true, base + ".graph.sqlite", true);
+  Profiled e = profileRun(plan, false, base + ".eager.sqlite", false);
   for (const Profiled* p : {&g, &e}) {
     const std::string m = p == &g ? "graph" : "eager";
     expectTrue(fmt::format("{}: every compute kernel attributed ({}/{})", m, p->summary.kernels_attributed, p->summary.kernels),
@@ -89,6 +121,22 @@ int main() {
     expectTrue(fmt::format("{}: each task launches the same kernels every step (uneven tasks: {})", m, uneven), uneven == 0);
   }
   expectTrue("graph mode: kernels came from graph replays", g.summary.graph_kernels == g.summary.kernels);
+  // The clock measurement's work and results.
+  expectTrue(fmt::format("clock measurement: its memsets counted apart ({}) on their own track ({})",
+                         g.summary.clock_sync_records, g.clock_track_records),
+             g.summary.clock_sync_records == 2 && g.clock_track_records == 2);
+  expectTrue("clock measurement: rank0-start and rank0-end rows with the offsets",
+             g.clocks.count("rank0-start") && g.clocks.count("rank0-end") &&
+                 g.clocks["rank0-start"].offset_ns == -1000 && g.clocks["rank0-end"].offset_ns == -1500);
+  const int64_t span = g.clocks["rank0-end"].realtime_ns - g.clocks["rank0-start"].realtime_ns;
+  const int64_t want_ppb = span > 0 ? int64_t(std::llround(-500.0 / double(span) * 1e9)) : 0;
+  expectTrue(fmt::format("clock measurement: stats (offset {}, rtt {}, drift {} ppb, expected {})",
+                         g.stats["clock.offset_ns.rank0"], g.stats["clock.offset_rtt_ns.rank0"],
+                         g.stats["clock.offset_drift_ppb.rank0"], want_ppb),
+             span > 0 && g.stats["clock.offset_ns.rank0"] == -1000 && g.stats["clock.offset_rtt_ns.rank0"] == 7000 &&
+                 g.stats["clock.offset_end_ns.rank0"] == -1500 && g.stats["clock.offset_drift_ppb.rank0"] == want_ppb);
+  expectTrue("eager run without a clock measurement: no clock rows beyond the anchors",
+             e.clocks.size() == 1 && e.clocks.count("cupti") == 1 && e.summary.clock_sync_records == 0);
   expectTrue("graph and eager attribute the same kernels to the same tasks", g.kernels_per_task == e.kernels_per_task);
   if (g.kernels_per_task != e.kernels_per_task) {
     for (auto [task, n] : g.kernels_per_task) {
