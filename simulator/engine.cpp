@@ -16,12 +16,11 @@ namespace {
 
 enum class EventType : uint8_t { TaskDone, PhaseStart, CollectiveDone };
 
+// Events are processed in (time, insertion order): deterministic.
 struct Event {
   int64_t time = 0;
-  int64_t seq = 0;  // insertion order breaks ties: deterministic
   EventType type = EventType::TaskDone;
   int a = 0, b = 0;
-  bool operator>(const Event& o) const { return std::tie(time, seq) > std::tie(o.time, o.seq); }
 };
 
 // What every rank of one program shares: the stream queues' task lists and
@@ -43,25 +42,31 @@ class EventQueue {
  public:
   bool empty() const { return times_.empty(); }
   int64_t topTime() const { return times_.front(); }
-  const Event& top() const {
+  Event top() const {
     const Bucket& b = buckets_[size_t(current_)];
-    return b.events[b.read];
+    const Item& i = b.events[b.read];
+    return Event{times_.front(), i.type, i.a, i.b};
   }
   void push(const Event& e) {
-    auto [it, inserted] = bucket_of_.try_emplace(e.time, -1);
-    if (inserted) {
-      if (free_.empty()) {
-        it->second = int(buckets_.size());
-        buckets_.emplace_back();
-      } else {
-        it->second = free_.back();
-        free_.pop_back();
+    // Runs of pushes for one time (every rank finishing alike) skip the lookup.
+    if (last_bucket_ < 0 || e.time != last_time_) {
+      auto [it, inserted] = bucket_of_.try_emplace(e.time, -1);
+      if (inserted) {
+        if (free_.empty()) {
+          it->second = int(buckets_.size());
+          buckets_.emplace_back();
+        } else {
+          it->second = free_.back();
+          free_.pop_back();
+        }
+        times_.push_back(e.time);
+        std::push_heap(times_.begin(), times_.end(), std::greater<int64_t>());
+        if (times_.front() == e.time) current_ = it->second;
       }
-      times_.push_back(e.time);
-      std::push_heap(times_.begin(), times_.end(), std::greater<int64_t>());
-      if (times_.front() == e.time) current_ = it->second;
+      last_time_ = e.time;
+      last_bucket_ = it->second;
     }
-    buckets_[size_t(it->second)].events.push_back(e);
+    buckets_[size_t(last_bucket_)].events.push_back(Item{e.a, e.b, e.type});
   }
   void pop() {
     Bucket& b = buckets_[size_t(current_)];
@@ -69,6 +74,7 @@ class EventQueue {
     b.events.clear();
     b.read = 0;
     free_.push_back(current_);
+    if (last_bucket_ == current_) last_bucket_ = -1;
     bucket_of_.erase(times_.front());
     std::pop_heap(times_.begin(), times_.end(), std::greater<int64_t>());
     times_.pop_back();
@@ -76,8 +82,12 @@ class EventQueue {
   }
 
  private:
+  struct Item {  // an event without its time (the bucket's)
+    int a, b;
+    EventType type;
+  };
   struct Bucket {
-    std::vector<Event> events;  // insertion order
+    std::vector<Item> events;   // insertion order
     size_t read = 0;            // events before this one were popped
   };
   std::vector<int64_t> times_;  // min-heap of the distinct times queued
@@ -85,6 +95,8 @@ class EventQueue {
   std::vector<Bucket> buckets_;
   std::vector<int> free_;       // emptied buckets, reused (their capacity too)
   int current_ = -1;            // bucket of times_.front()
+  int64_t last_time_ = 0;       // the last push's time and bucket (-1: none)
+  int last_bucket_ = -1;
 };
 
 struct StreamState {
@@ -100,7 +112,8 @@ struct RankState {
   int device = 0;
   const RankPlan* plan = nullptr;
   std::vector<StreamState> streams;
-  std::vector<char> event_done;
+  std::vector<uint64_t> event_bits;  // recorded events, one bit each (small per rank)
+  bool eventDone(int e) const { return (event_bits[size_t(e) >> 6] >> (e & 63)) & 1; }
   const std::vector<int>* event_recorder = nullptr;  // the program's
   std::map<int, int64_t> group_seq;  // per group index: collectives reached
   std::map<std::pair<int, int>, int64_t> p2p_seq;  // (group, direction) -> sends/recvs reached
@@ -148,7 +161,7 @@ class Engine {
     return caps;
   }
   void setup();
-  void push(int64_t t, EventType type, int a, int b = 0) { queue_.push(Event{t, seq_++, type, a, b}); }
+  void push(int64_t t, EventType type, int a, int b = 0) { queue_.push(Event{t, type, a, b}); }
   void tryStart(int ri, int stream);
   void tryStartAll(int ri) {
     for (int s = 0; s < int(ranks_[size_t(ri)].streams.size()); ++s) tryStart(ri, s);
@@ -183,7 +196,6 @@ class Engine {
   std::map<std::tuple<int, int, int64_t, int, int>, std::shared_ptr<const CollectiveSchedule>> schedules_;
   std::vector<Instance> instances_;
   EventQueue queue_;
-  int64_t seq_ = 0;
   int64_t now_ = 0;
   SimResult result_;
   bool symmetric_ = false;
@@ -259,7 +271,7 @@ void Engine::setup() {
     }
     st.streams.resize(q.stream_tasks.size());
     for (size_t si = 0; si < st.streams.size(); ++si) st.streams[si].tasks = &q.stream_tasks[si];
-    st.event_done.assign(num_events, 0);
+    st.event_bits.assign((num_events + 63) / 64, 0);
     st.event_recorder = &q.event_recorder;
     st.activities.reserve(st.plan->tasks.size());  // one allocation, no regrowth copies
     rank_state_of_[size_t(r)] = int(ranks_.size());
@@ -298,7 +310,7 @@ void Engine::tryStart(int ri, int stream) {
   const int ti = (*s.tasks)[s.head];
   const Task& t = r.plan->tasks[size_t(ti)];
   for (int e : t.wait_events)
-    if (!r.event_done[size_t(e)]) return;
+    if (!r.eventDone(e)) return;
   s.busy = true;
   s.started_ns = now_;
   if (t.kind == TaskKind::Collective || t.kind == TaskKind::SendRecv) {
@@ -466,7 +478,7 @@ void Engine::finishTask(int ri, int ti) {
   r.activities.push_back(a);
   r.end_ns = std::max(r.end_ns, now_);
   ++result_.stats.tasks;
-  if (t.record_event >= 0) r.event_done[size_t(t.record_event)] = 1;
+  if (t.record_event >= 0) r.event_bits[size_t(t.record_event) >> 6] |= uint64_t(1) << (t.record_event & 63);
   if (t.kind == TaskKind::Collective || t.kind == TaskKind::SendRecv) --r.active_comm;
   s.busy = false;
   ++s.head;
@@ -584,7 +596,7 @@ void Engine::reportDeadlock() {
                " that never reach it";
       } else {
         for (int e : t.wait_events) {
-          if (r.event_done[size_t(e)]) continue;
+          if (r.eventDone(e)) continue;
           msg += " waits on event " + std::to_string(e);
           const int rec = (*r.event_recorder)[size_t(e)];
           if (rec < 0) msg += ", which no task records";
