@@ -5,16 +5,18 @@
 // N it plans the job once, then simulates one step with one representative
 // rank (symmetric mode) and, up to --full-max GPUs, with every rank simulated.
 // Prints one JSON line per (N, mode): wall seconds of the simulation (plan
-// and topology building excluded, reported separately), events, events/s,
-// flows and the simulated step time, plus a digest of the whole result
+// and topology building excluded, reported separately; the best of
+// --repeat runs), the thread's CPU seconds (steadier than wall time when
+// other processes share the cores), wall microseconds per GPU, events,
+// events/s, flows and the simulated step time, plus a digest of the whole result
 // (every activity, collective and link byte count, doubles bit for bit), so
 // two builds can be checked to simulate identically.
 //
 //   bench_sim_scale [--sizes 64,256,1024,4096] [--full-max 1024] [--repeat 1]
-//                   [--set key=value]... [--inter-host-tree] [--gpus-per-host-extra K]
+//                   [--set key=value]... [--inter-host-tree] [--extra-gpus K]
 //
 // --set overrides job fields (e.g. comm.bucket_mib=5); --inter-host-tree
-// turns on trees between the rails; --gpus-per-host-extra K adds K GPUs to
+// turns on trees between the rails; --extra-gpus K adds K GPUs to
 // the world beyond N (ranks on a partly used host: a flat, asymmetric run).
 #include <fmt/core.h>
 
@@ -128,13 +130,13 @@ int main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--sizes")) sizes = parseSizes(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--set")) overrides.push_back(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--gpus-per-host-extra")) extra = std::max(0, std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--extra-gpus")) extra = std::max(0, std::atoi(argv[i + 1]));
     else if (!std::strcmp(argv[i], "--full-max")) full_max = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--repeat")) repeat = std::max(1, std::atoi(argv[i + 1]));
     else {
       fmt::print(stderr,
                  "usage: bench_sim_scale [--sizes 64,256,1024,4096] [--full-max N] [--repeat K] [--set k=v]...\n"
-                 "                       [--inter-host-tree] [--gpus-per-host-extra K]\n");
+                 "                       [--inter-host-tree] [--extra-gpus K]\n");
       return 2;
     }
   }
