@@ -73,8 +73,10 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   row.bytes = int64_t(r.bytes);
   if (r.kind == RecordKind::Kernel) row.geometry = r.geometry;
 
-  // The clock measurement's own work (NCCL ping-pong, copies of its readings).
-  const bool clock_sync = !info && task == -1 && r.kind != RecordKind::Sync && inClockSync(r.start);
+  // The clock measurement's own work (NCCL ping-pong and connection set-up,
+  // copies of its readings, the polling of its stream).
+  const bool clock_sync = !info && task == -1 && !(r.kind == RecordKind::Sync && r.stream == 0xffffffffu) &&
+                          inClockSync(r.start);
 
   // Stream: the task's plan stream; else what an earlier attributed record
   // taught us about this CUDA stream; else a track of its own.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <map>
 #include <set>
 
@@ -16,14 +18,26 @@ namespace {
 
 // How one rank's timestamps move onto the common clock. With the profiler's
 // measured offsets against rank 0 ("rank0-start", "rank0-end" rows: offset_ns
-// measured at the rank's own time realtime_ns) the shift is the start offset
-// plus the fitted drift, linear in time; otherwise the rank's first row's
-// offset_ns (0 for a rank measured against nothing, files merged before).
+// measured at the rank's own time realtime_ns; round trips in the stats
+// clock.offset_rtt_ns.rankN and clock.offset_end_rtt_ns.rankN) the shift is
+// the start offset plus the drift fitted between the two, linear in time;
+// otherwise the rank's first row's offset_ns (0 for a rank measured against
+// nothing, and for files from before).
+//
+// A measurement is only known within half its round trip. When the round
+// trips are known, two measurements that agree within that (|end - start| <=
+// (rtt_start + rtt_end) / 2) give no drift, only their mean; and offsets that
+// are all within their uncertainty of 0 (ranks of one host, which share
+// CLOCK_REALTIME) give no shift at all.
 struct RankClock {
   bool have_first = false;
   int64_t first_offset = 0;
   bool have_start = false, have_end = false;
   int64_t start_at = 0, start_offset = 0, end_at = 0, end_offset = 0;
+  int64_t start_rtt = -1, end_rtt = -1;
+  // The model: offset(t) = base + drift * (t - base_at).
+  int64_t base = 0, base_at = 0;
+  double drift = 0;
 
   void add(const ClockRow& c) {
     if (c.source == "rank0-start") {
@@ -34,13 +48,42 @@ struct RankClock {
       have_first = true, first_offset = c.offset_ns;
     }
   }
-  int64_t toCommon(int64_t t) const {
-    if (!have_start) return t + first_offset;
-    if (!have_end || end_at == start_at) return t + start_offset;
-    const double drift = double(end_offset - start_offset) / double(end_at - start_at);
-    return t + start_offset + int64_t(std::llround(drift * double(t - start_at)));
+  static bool within(int64_t value, int64_t rtt) { return rtt >= 0 && 2 * std::llabs(value) <= rtt; }
+  void fit() {
+    base_at = start_at;
+    drift = 0;
+    if (!have_start) {
+      base = first_offset;
+      return;
+    }
+    const bool two = have_end && end_at != start_at;
+    const bool rtts = start_rtt >= 0 && (!two || end_rtt >= 0);
+    if (!two) {
+      base = rtts && within(start_offset, start_rtt) ? 0 : start_offset;
+      return;
+    }
+    if (rtts && 2 * std::llabs(end_offset - start_offset) <= start_rtt + end_rtt) {
+      const bool zero = within(start_offset, start_rtt) && within(end_offset, end_rtt);
+      base = zero ? 0 : start_offset + (end_offset - start_offset) / 2;
+      return;
+    }
+    base = start_offset;
+    drift = double(end_offset - start_offset) / double(end_at - start_at);
   }
+  int64_t toCommon(int64_t t) const { return t + base + int64_t(std::llround(drift * double(t - base_at))); }
 };
+
+// "clock.offset_rtt_ns.rank3" -> 3 (or -1).
+int rankOfStat(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return -1;
+  try {
+    size_t used = 0;
+    const int r = std::stoi(name.substr(prefix.size()), &used);
+    return used == name.size() - prefix.size() ? r : -1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
 
 }  // namespace
 
@@ -65,6 +108,14 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
     std::map<int, RankClock> clock_of;
     std::vector<ClockRow> clocks = r.clocks(run);
     for (const auto& c : clocks) clock_of[c.rank].add(c);
+    const std::vector<StatRow> stats = r.stats(run);
+    for (const auto& st : stats) {
+      if (int k = rankOfStat(st.name, "clock.offset_rtt_ns.rank"); k >= 0 && clock_of.count(k))
+        clock_of[k].start_rtt = st.value;
+      if (int k = rankOfStat(st.name, "clock.offset_end_rtt_ns.rank"); k >= 0 && clock_of.count(k))
+        clock_of[k].end_rtt = st.value;
+    }
+    for (auto& [rank, c] : clock_of) c.fit();
     auto shift = [&](int rank, int64_t t) {
       auto it = clock_of.find(rank);
       return it == clock_of.end() ? t : it->second.toCommon(t);
@@ -106,7 +157,14 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
       c.offset_ns = 0;
       w.addClock(c);
     }
-    for (const auto& s : r.stats(run)) w.incrementStat(s.name, s.value, s.severity, s.description);
+    for (const auto& s : stats) w.incrementStat(s.name, s.value, s.severity, s.description);
+    for (const auto& [rank, c] : clock_of) {
+      if (!c.have_start) continue;
+      w.setStat({fmt::format("clock.applied_offset_ns.rank{}", rank), c.base, Severity::Info,
+                 "offset merge added to this rank's times at its first clock measurement"});
+      w.setStat({fmt::format("clock.applied_drift_ppb.rank{}", rank), int64_t(std::llround(c.drift * 1e9)),
+                 Severity::Info, "drift merge applied to this rank's times (ns per s)"});
+    }
     ++result.inputs;
   }
   w.setStat({"merge.inputs", result.inputs, Severity::Info, "per-rank files merged into this run"});

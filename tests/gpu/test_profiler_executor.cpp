@@ -90,10 +90,13 @@ Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool 
   out.steps = int(reader.steps(run).size());
   for (const auto& c : reader.clocks(run)) out.clocks[c.source] = c;
   for (const auto& st : reader.stats(run)) out.stats[st.name] = st.value;
-  int clock_stream = -1;
+  // Memsets on the track(s) of the clock measurement.
   for (const auto& st : reader.streams(run))
-    if (st.name == "clock offset measurement") clock_stream = st.stream;
-  if (clock_stream >= 0) out.clock_track_records = int64_t(reader.loadTrack(run, 0, clock_stream).size());
+    if (st.name == "clock offset measurement") {
+      const tr::Track t = reader.loadTrack(run, 0, st.stream);
+      for (size_t i = 0; i < t.size(); ++i)
+        if (t.kind[i] == tr::ActivityKind::Memset) ++out.clock_track_records;
+    }
   std::filesystem::remove(path);
   return out;
 }
@@ -122,9 +125,9 @@ int main() {
   }
   expectTrue("graph mode: kernels came from graph replays", g.summary.graph_kernels == g.summary.kernels);
   // The clock measurement's work and results.
-  expectTrue(fmt::format("clock measurement: its memsets counted apart ({}) on their own track ({})",
+  expectTrue(fmt::format("clock measurement: its records counted apart ({}), its 2 memsets on its own track ({})",
                          g.summary.clock_sync_records, g.clock_track_records),
-             g.summary.clock_sync_records == 2 && g.clock_track_records == 2);
+             g.summary.clock_sync_records >= 2 && g.clock_track_records == 2);
   expectTrue("clock measurement: rank0-start and rank0-end rows with the offsets",
              g.clocks.count("rank0-start") && g.clocks.count("rank0-end") &&
                  g.clocks["rank0-start"].offset_ns == -1000 && g.clocks["rank0-end"].offset_ns == -1500);

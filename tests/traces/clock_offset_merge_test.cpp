@@ -5,6 +5,8 @@
 // (one rank, older files) keep the plain offset_ns rule.
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include "traces/merge.h"
 #include "traces/test_fixtures.h"
 #include "traces/trace_reader.h"
@@ -17,6 +19,7 @@ namespace {
 struct Offsets {
   bool start = false, end = false;
   int64_t start_at = 0, start_offset = 0, end_at = 0, end_offset = 0;
+  int64_t start_rtt = -1, end_rtt = -1;  // stored as stats when >= 0
 };
 
 // One rank's file as the profiler writes it: a few rows at local times
@@ -42,6 +45,10 @@ void writeRank(const std::string& path, int rank, const Offsets& o) {
   if (o.end) w.addClock({rank, "rank0-end", 0, o.end_at, 0, o.end_offset});
   if (o.start)
     w.setStat({"clock.offset_ns.rank" + std::to_string(rank), o.start_offset, Severity::Info, "offset"});
+  if (o.start_rtt >= 0)
+    w.setStat({"clock.offset_rtt_ns.rank" + std::to_string(rank), o.start_rtt, Severity::Info, "rtt"});
+  if (o.end_rtt >= 0)
+    w.setStat({"clock.offset_end_rtt_ns.rank" + std::to_string(rank), o.end_rtt, Severity::Info, "rtt"});
   w.flush();
 }
 
@@ -145,4 +152,48 @@ TEST_CASE("merge: a start offset alone is a constant shift; no offsets, no shift
   TraceReader rs(single);
   CHECK(starts(rs, s.run, 0, 0) == std::vector<int64_t>{1000, 501000});
   CHECK(rs.steps(s.run).at(0).end_ns == 1001400);
+}
+
+namespace {
+
+// Rank 1's gemm starts (local 1 000 and 501 000) after merging with rank 0 (no offsets).
+std::vector<int64_t> mergedRank1(const std::string& tag, const Offsets& o, std::map<std::string, int64_t>* stats) {
+  const std::string a = tempTracePath(tag + "-rank0.sqlite"), b = tempTracePath(tag + "-rank1.sqlite"),
+                    out = tempTracePath(tag + "-merged.sqlite");
+  writeRank(a, 0, {true, true, 1000, 0, 1001000, 0, 0, 0});
+  writeRank(b, 1, o);
+  MergeResult m;
+  {
+    TraceWriter w(out, WriterOptions{.truncate = true});
+    m = mergeTraces({a, b}, w);
+  }
+  TraceReader r(out);
+  if (stats)
+    for (const auto& st : r.stats(m.run)) (*stats)[st.name] = st.value;
+  return starts(r, m.run, 1, 0);
+}
+
+}  // namespace
+
+TEST_CASE("merge: offsets within their measurement's uncertainty", "[merge][clock]") {
+  std::map<std::string, int64_t> stats;
+  // Both offsets within rtt/2 of 0 (ranks of one host): no shift, no drift.
+  CHECK(mergedRank1("u0", {true, true, 1000, -5000, 1001000, 4000, 12000, 10000}, &stats) ==
+        std::vector<int64_t>{1000, 501000});
+  CHECK(stats["clock.applied_offset_ns.rank1"] == 0);
+  CHECK(stats["clock.applied_drift_ppb.rank1"] == 0);
+  CHECK(stats["clock.applied_offset_ns.rank0"] == 0);
+  // Start and end agree within their round trips but are far from 0: their
+  // mean, constant (the difference is noise, not drift).
+  CHECK(mergedRank1("u1", {true, true, 1000, 300000, 1001000, 310000, 100000, 100000}, &stats) ==
+        std::vector<int64_t>{306000, 806000});
+  CHECK(stats["clock.applied_offset_ns.rank1"] == 305000);
+  CHECK(stats["clock.applied_drift_ppb.rank1"] == 0);
+  // A change larger than the uncertainty is drift: applied linearly.
+  CHECK(mergedRank1("u2", {true, true, 1000, 0, 1001000, 500000, 1000, 1000}, &stats) ==
+        std::vector<int64_t>{1000, 751000});
+  CHECK(stats["clock.applied_drift_ppb.rank1"] == 500000000);
+  // Only a start measurement: 0 when within its uncertainty, else the offset.
+  CHECK(mergedRank1("u3", {true, false, 1000, 3000, 0, 0, 8000, -1}, nullptr) == std::vector<int64_t>{1000, 501000});
+  CHECK(mergedRank1("u4", {true, false, 1000, 3000, 0, 0, 4000, -1}, nullptr) == std::vector<int64_t>{4000, 504000});
 }
