@@ -40,13 +40,20 @@ struct BenchJob {
   bool calibrate;                 // used to fit the calibration
 };
 
-// GPT-2 124M shapes at data parallel 1 and 2, varied one axis at a time.
+// GPT-2 shapes at data parallel 1 and 2. The calibration jobs span the
+// axes (micro-batch, sequence length, hidden size, data parallel); every
+// held-out job has a combination none of them has, inside that span.
 std::vector<BenchJob> benchJobs() {
   return {
       {"base-mb8", {"training.micro_batch=8", "parallel.data_parallel=1"}, true},
       {"base-mb16", {"training.micro_batch=16", "parallel.data_parallel=1"}, true},
       {"dp2-mb8", {"training.micro_batch=8", "parallel.data_parallel=2"}, true},
+      {"seq256-mb32", {"training.micro_batch=32", "model.seq_len=256", "parallel.data_parallel=1"}, true},
+      {"hidden1280-mb4",
+       {"training.micro_batch=4", "model.hidden=1280", "model.heads=20", "model.layers=6", "parallel.data_parallel=1"},
+       true},
       {"seq512-mb16", {"training.micro_batch=16", "model.seq_len=512", "parallel.data_parallel=1"}, false},
+      {"mb12", {"training.micro_batch=12", "parallel.data_parallel=1"}, false},
       {"layers6-mb8", {"training.micro_batch=8", "model.layers=6", "parallel.data_parallel=1"}, false},
       {"hidden1024-mb8",
        {"training.micro_batch=8", "model.hidden=1024", "model.heads=16", "model.layers=8", "parallel.data_parallel=1"},

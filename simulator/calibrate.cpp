@@ -6,7 +6,9 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "engine/planner.h"
@@ -75,14 +77,29 @@ double relativeResidualPct(const Sample& x, const std::array<double, 3>& c) {
 // With fewer, a base cannot be told from a slope, so one proportional term
 // is fitted, chosen by arithmetic intensity like a roofline: FLOP-bound
 // above 100 FLOP per byte (H100/H200 balance is about 200), bytes-bound below.
-OpFitReport fitOp(OpKind op, const std::vector<Sample>& s) {
-  static constexpr std::array<std::array<bool, 3>, 4> kModels{
-      {{true, false, false}, {true, true, false}, {true, false, true}, {true, true, true}}};
+OpFitReport fitOp(OpKind op, const std::vector<Sample>& samples) {
+  // Simplest first: one term, then two, then three.
+  static constexpr std::array<std::array<bool, 3>, 7> kModels{{{true, false, false},
+                                                               {false, true, false},
+                                                               {false, false, true},
+                                                               {true, true, false},
+                                                               {true, false, true},
+                                                               {false, true, true},
+                                                               {true, true, true}}};
   OpFitReport best;
   best.op = op;
-  best.samples = int64_t(s.size());
-  std::map<std::string, int> shapes;
-  for (const Sample& x : s) shapes[x.shape]++;
+  best.samples = int64_t(samples.size());
+  // One point per shape (its median): a shape measured 200 times must not
+  // outvote one measured 6 times.
+  std::map<std::string, std::vector<const Sample*>> by_shape;
+  for (const Sample& x : samples) by_shape[x.shape].push_back(&x);
+  std::vector<Sample> s;
+  for (const auto& [shape, xs] : by_shape) {
+    std::vector<double> ns;
+    for (const Sample* x : xs) ns.push_back(x->ns);
+    s.push_back({xs.front()->gflop, xs.front()->mb, median(ns), shape});
+  }
+  const auto& shapes = by_shape;
   std::array<double, 3> chosen{};
   if (shapes.size() >= 3) {
     std::vector<std::pair<double, std::array<double, 3>>> fits;  // (error, coefficients), simplest first
@@ -125,7 +142,7 @@ OpFitReport fitOp(OpKind op, const std::vector<Sample>& s) {
   best.ns_per_mb = chosen[2];
   best.shapes = int64_t(shapes.size());
   std::vector<double> res;
-  for (const Sample& x : s) res.push_back(relativeResidualPct(x, chosen));
+  for (const Sample& x : samples) res.push_back(relativeResidualPct(x, chosen));
   best.median_residual_pct = median(res);
   best.max_residual_pct = res.empty() ? 0 : *std::max_element(res.begin(), res.end());
   return best;
@@ -142,18 +159,33 @@ double busFactor(CollectiveOp op, int n) {
   }
 }
 
-// Median gap between back-to-back activities of a stream: the launch cost a
-// simulated kernel pays on top of its measured duration. Gaps over 50 us are
-// waits (on another stream or the host), not launch gaps.
-int64_t medianLaunchGap(traces::TraceReader& reader, int64_t run) {
-  std::vector<double> gaps;
+// Gaps between back-to-back activities of a stream are launch costs: the
+// idle time before a kernel belongs to the task of that kernel (a matmul whose
+// cuBLASLt call issues a memset and a GEMM pays two launches). Gaps of 20 us
+// or more are waits (on another stream, an event, the host), which the
+// simulation models itself, and are not counted.
+struct LaunchGaps {
+  std::map<traces::TaskKey, double> per_task_per_step;  // ns, mean over the run's steps
+  int64_t median_ns = 0;                                // over all counted gaps
+};
+
+LaunchGaps launchGaps(traces::TraceReader& reader, int64_t run) {
+  constexpr int64_t kWaitNs = 20000;
+  LaunchGaps out;
+  std::vector<double> all;
+  std::map<int, int64_t> steps_per_rank;
+  for (const auto& st : reader.steps(run)) steps_per_rank[st.rank]++;
+  std::map<traces::TaskKey, double> total;
   int rank = -1, stream = -1;
   int64_t last_end = 0;
   reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
     if (a.kind == traces::ActivityKind::Host) return;
     if (a.rank == rank && a.stream == stream) {
       const int64_t gap = a.start_ns - last_end;
-      if (gap >= 0 && gap < 50000) gaps.push_back(double(gap));
+      if (gap >= 0 && gap < kWaitNs) {
+        all.push_back(double(gap));
+        if (a.task_id >= 0) total[{a.rank, a.task_id}] += double(gap);
+      }
       last_end = std::max(last_end, a.end_ns);
     } else {
       rank = a.rank;
@@ -161,7 +193,92 @@ int64_t medianLaunchGap(traces::TraceReader& reader, int64_t run) {
       last_end = a.end_ns;
     }
   });
-  return int64_t(std::llround(median(gaps)));
+  for (const auto& [key, ns] : total) {
+    const auto it = steps_per_rank.find(key.first);
+    const double steps = it == steps_per_rank.end() ? 1.0 : double(std::max<int64_t>(1, it->second));
+    out.per_task_per_step[key] = ns / steps;
+  }
+  out.median_ns = int64_t(std::llround(median(all)));
+  return out;
+}
+
+// Per (rank, step): the step's time before its first GPU activity and after
+// its last (the host launching the step's work and noticing its end).
+std::vector<double> stepOverheads(traces::TraceReader& reader, int64_t run) {
+  struct Span {
+    int64_t start, end, first = std::numeric_limits<int64_t>::max(), last = std::numeric_limits<int64_t>::min();
+  };
+  std::map<int, std::vector<Span>> steps;
+  for (const auto& st : reader.steps(run)) steps[st.rank].push_back({st.start_ns, st.end_ns});
+  for (auto& [rank, v] : steps)
+    std::sort(v.begin(), v.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
+    if (a.kind == traces::ActivityKind::Host) return;
+    auto it = steps.find(a.rank);
+    if (it == steps.end()) return;
+    auto& v = it->second;
+    auto pos = std::upper_bound(v.begin(), v.end(), a.start_ns, [](int64_t t, const Span& s) { return t < s.start; });
+    if (pos == v.begin()) return;
+    Span& s = *std::prev(pos);
+    if (a.start_ns >= s.end) return;
+    s.first = std::min(s.first, a.start_ns);
+    s.last = std::max(s.last, a.end_ns);
+  });
+  std::vector<double> out;
+  for (const auto& [rank, v] : steps)
+    for (const Span& s : v)
+      if (s.first <= s.last) out.push_back(double(std::max<int64_t>(0, s.first - s.start) + std::max<int64_t>(0, s.end - s.last)));
+  return out;
+}
+
+// Per task of a run: its summed kernel time in each step, split by whether
+// the task's first kernel started while a collective ran on its rank (the
+// simulator slows exactly those tasks by comm_slowdown).
+struct TaskSteps {
+  std::vector<double> clean_ns, slowed_ns;
+};
+
+std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader, int64_t run) {
+  std::map<int, std::vector<std::pair<int64_t, int64_t>>> comm;  // merged intervals per rank
+  for (const auto& c : reader.collectives(run)) comm[c.rank].push_back({c.start_ns, c.end_ns});
+  for (auto& [rank, iv] : comm) {
+    std::sort(iv.begin(), iv.end());
+    std::vector<std::pair<int64_t, int64_t>> merged;
+    for (const auto& x : iv)
+      if (!merged.empty() && x.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, x.second);
+      else
+        merged.push_back(x);
+    iv = std::move(merged);
+  }
+  auto inComm = [&](int rank, int64_t t) {
+    const auto it = comm.find(rank);
+    if (it == comm.end()) return false;
+    const auto& iv = it->second;
+    auto pos = std::upper_bound(iv.begin(), iv.end(), std::make_pair(t, std::numeric_limits<int64_t>::max()));
+    return pos != iv.begin() && std::prev(pos)->second > t;
+  };
+  std::map<int, std::vector<int64_t>> step_starts;
+  for (const auto& st : reader.steps(run)) step_starts[st.rank].push_back(st.start_ns);
+  for (auto& [rank, starts] : step_starts) std::sort(starts.begin(), starts.end());
+  std::map<traces::TaskKey, std::map<size_t, std::pair<int64_t, double>>> per_step;  // step -> (first start, sum)
+  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
+    if (a.task_id < 0 || a.kind == traces::ActivityKind::Host) return;
+    size_t step = 0;
+    if (auto it = step_starts.find(a.rank); it != step_starts.end()) {
+      const auto pos = std::upper_bound(it->second.begin(), it->second.end(), a.start_ns);
+      step = pos == it->second.begin() ? 0 : size_t(pos - it->second.begin() - 1);
+    }
+    auto [slot, fresh] = per_step[{a.rank, a.task_id}].try_emplace(step, a.start_ns, 0.0);
+    slot->second.first = std::min(slot->second.first, a.start_ns);
+    slot->second.second += double(a.end_ns - a.start_ns);
+  });
+  std::map<traces::TaskKey, TaskSteps> out;
+  for (const auto& [key, steps] : per_step) {
+    TaskSteps& ts = out[key];
+    for (const auto& [step, v] : steps) (inComm(key.first, v.first) ? ts.slowed_ns : ts.clean_ns).push_back(v.second);
+  }
+  return out;
 }
 
 }  // namespace
@@ -171,6 +288,9 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   std::map<OpKind, std::vector<Sample>> samples;
   std::map<std::pair<CollectiveOp, int>, std::vector<CollSample>> coll;
   std::vector<double> launch_gaps;
+  std::set<OpKind> planned_ops;  // kernel op kinds of the re-planned jobs
+  std::map<OpKind, std::vector<Sample>> slowed;  // task-steps that started under a collective
+  std::vector<double> step_overheads;
 
   for (const CalibrationInput& in : inputs) {
     traces::TraceReader reader(in.path);
@@ -188,10 +308,16 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
         throw std::runtime_error(fmt::format("{}: run {} carries no job, so its tasks cannot be re-planned", in.path, run));
       const Plan plan = buildPlan(parseJob(info.job_yaml, fmt::format("{} run {}", in.path, run)));
       const auto times = traces::taskTimesPerStep(reader, run);
+      const auto by_comm = taskStepsByComm(reader, run);
       if (times.empty())
         throw std::runtime_error(fmt::format("{}: run {} has no activities with plan task ids", in.path, run));
-      const int64_t gap = medianLaunchGap(reader, run);
-      launch_gaps.push_back(double(gap));
+      const LaunchGaps gaps = launchGaps(reader, run);
+      for (double ns : stepOverheads(reader, run)) step_overheads.push_back(ns);
+      launch_gaps.push_back(double(gaps.median_ns));
+      for (const auto& rp : plan.programs)
+        for (const Task& task : rp.tasks)
+          if (!task.collective && task.kind == TaskKind::Kernel) planned_ops.insert(task.op);
+      std::map<int64_t, std::pair<std::pair<CollectiveOp, int>, CollSample>> run_colls;  // by task id
       for (const auto& [key, t] : times) {
         const RankPlan* program = nullptr;
         try {
@@ -208,14 +334,37 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
           int n = 1;
           for (const auto& g : plan.groups)
             if (g.name == task.collective->group) n = int(g.ranks.size());
-          coll[{task.collective->op, n}].push_back(
-              {busFactor(task.collective->op, n) * double(task.collective->bytes), t.ns});
+          // A rank that reaches a collective early waits inside the NCCL
+          // kernel for the others; the member that arrived last measures
+          // the collective itself, so each collective keeps its shortest
+          // time over the ranks.
+          CollSample cs{busFactor(task.collective->op, n) * double(task.collective->bytes), t.ns};
+          auto [it, fresh] = run_colls.try_emplace(key.second, std::make_pair(std::make_pair(task.collective->op, n), cs));
+          if (!fresh) it->second.second.ns = std::min(it->second.second.ns, t.ns);
           continue;
         }
-        // Kernels of one task run back to back: each launch costs the gap.
-        samples[task.op].push_back({task.flops / 1e9, double(task.bytes_read + task.bytes_written) / 1e6,
-                                    t.ns + double(gap) * double(std::max<int64_t>(1, t.activities)), shapeKey(task)});
+        const auto gap = gaps.per_task_per_step.find(key);
+        const double launch_ns = gap == gaps.per_task_per_step.end() ? 0.0 : gap->second;
+        const Sample base{task.flops / 1e9, double(task.bytes_read + task.bytes_written) / 1e6, 0.0, shapeKey(task)};
+        // Steps in which the task started under a collective measure the
+        // slowed kernel: they fit comm_slowdown, not the op's cost.
+        const auto split = by_comm.find(key);
+        if (split == by_comm.end() || split->second.clean_ns.empty()) {
+          Sample x = base;
+          x.ns = t.ns + launch_ns;
+          slowed[task.op].push_back(x);
+          continue;
+        }
+        Sample x = base;
+        x.ns = median(split->second.clean_ns) + launch_ns;
+        samples[task.op].push_back(x);
+        if (!split->second.slowed_ns.empty()) {
+          Sample y = base;
+          y.ns = median(split->second.slowed_ns) + launch_ns;
+          slowed[task.op].push_back(y);
+        }
       }
+      for (const auto& [task_id, c] : run_colls) coll[c.first].push_back(c.second);
       // The file name only: provenance must not leak the machine's folders.
       out.provenance.push_back(fmt::format("{} run {} \"{}\" ({}; host {}; {}; devices {})",
                                            std::filesystem::path(in.path).filename().string(), run, info.name,
@@ -226,6 +375,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
 
   out.calibration.source = "tandem calibrate";
   if (!launch_gaps.empty()) out.calibration.launch_overhead_ns = int64_t(std::llround(median(launch_gaps)));
+  if (!step_overheads.empty()) out.calibration.step_overhead_ns = int64_t(std::llround(median(step_overheads)));
   for (auto& [op, s] : samples) {
     OpFitReport rep = fitOp(op, s);
     OpCalibration& oc = out.calibration.ops[op];
@@ -242,6 +392,28 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     }
     out.ops.push_back(rep);
   }
+  // comm_slowdown: how much longer a task runs when it starts under a
+  // collective than the median of its shape measured without one.
+  std::vector<double> ratios;
+  for (const auto& [op, xs] : slowed) {
+    const auto oc = out.calibration.ops.find(op);
+    if (oc == out.calibration.ops.end()) continue;
+    for (const Sample& x : xs)
+      if (const auto sh = oc->second.shapes.find(x.shape); sh != oc->second.shapes.end() && sh->second.ns > 0)
+        ratios.push_back(x.ns / double(sh->second.ns));
+  }
+  if (!ratios.empty()) {
+    out.calibration.comm_slowdown = std::clamp(median(ratios), 1.0, 3.0);
+    out.comm_slowdown_samples = int64_t(ratios.size());
+  }
+  // Op kinds the plans have but no run measured: the executor issues no
+  // kernel of their own (it fuses their work into another task, e.g. the
+  // cross-entropy backward into the forward's kernel), so they cost nothing.
+  for (OpKind op : planned_ops)
+    if (!samples.count(op)) {
+      out.calibration.ops[op].all_shapes.ns = 0;
+      out.fused_ops.push_back(op);
+    }
   for (auto& [key, s] : coll) {
     CollectiveFitReport rep;
     rep.op = key.first;
@@ -274,6 +446,12 @@ std::string calibrationToYaml(const CalibrationResult& r) {
   y += fmt::format("# {} task samples; {} activities had task ids outside the re-planned job.\n", r.samples, r.unmatched);
   y += "version: 1\n";
   if (r.calibration.launch_overhead_ns) y += fmt::format("launch_overhead_ns: {}\n", *r.calibration.launch_overhead_ns);
+  if (r.calibration.step_overhead_ns)
+    y += fmt::format("step_overhead_ns: {}  # median per (rank, step): before the first and after the last GPU activity\n",
+                     *r.calibration.step_overhead_ns);
+  if (r.calibration.comm_slowdown)
+    y += fmt::format("comm_slowdown: {:.4f}  # median over {} task-steps that started under a collective\n",
+                     *r.calibration.comm_slowdown, r.comm_slowdown_samples);
   y += "ops:\n";
   for (const OpFitReport& rep : r.ops) {
     const OpCalibration& oc = r.calibration.ops.at(rep.op);
@@ -284,6 +462,9 @@ std::string calibrationToYaml(const CalibrationResult& r) {
     y += "    shapes:\n";
     for (const auto& [shape, e] : oc.shapes) y += fmt::format("      \"{}\": {{ns: {}}}\n", shape, e.ns);
   }
+  for (OpKind op : r.fused_ops)
+    y += fmt::format("  {}:  # planned but never measured: the executor fuses it into another task\n    ns: 0\n",
+                     toString(op));
   if (!r.collectives.empty()) {
     y += "collectives:\n";
     for (const CollectiveFitReport& c : r.collectives)

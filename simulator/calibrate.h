@@ -11,9 +11,13 @@
 //     shapes that were measured;
 //   - per collective (op, ranks), latency + bus bytes / bandwidth fitted over
 //     the message sizes measured;
-//   - the launch overhead: the median gap between back-to-back kernels.
-// Durations written to the calibration include that gap, as the calibration
-// format's `ns` ("launch included") asks.
+//   - launch costs: the gap before each kernel on its stream is added to the
+//     task of that kernel (gaps of 20 us or more are waits, not launches), so
+//     durations written include them, as the format's `ns` ("launch
+//     included") asks; the median gap is the launch overhead of ops without
+//     a calibration;
+//   - op kinds that are planned but never measured (the executor fused them
+//     into another task's kernel) cost 0.
 
 #include <string>
 #include <vector>
@@ -52,6 +56,8 @@ struct CalibrationResult {
   std::vector<std::string> provenance;  // one line per run used
   int64_t samples = 0;
   int64_t unmatched = 0;  // activities whose task id is not in the re-planned job
+  std::vector<OpKind> fused_ops;  // planned kernel ops no run measured (cost 0)
+  int64_t comm_slowdown_samples = 0;
 };
 
 // Fits a calibration from the given runs (every real run of a file when its

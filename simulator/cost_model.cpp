@@ -135,6 +135,8 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
       if (number(source, kv.second, "version", 1, 1e9) != 1) fail(source, kv.second, "version: only 1 is known");
     } else if (key == "launch_overhead_ns") {
       cal.launch_overhead_ns = int64_t(number(source, kv.second, key, 0, 1e9));
+    } else if (key == "step_overhead_ns") {
+      cal.step_overhead_ns = int64_t(number(source, kv.second, key, 0, 1e12));
     } else if (key == "comm_slowdown") {
       cal.comm_slowdown = number(source, kv.second, key, 1.0, 10.0);
     } else if (key == "ops") {
@@ -183,7 +185,7 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
         cal.collectives.push_back(c);
       }
     } else {
-      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, ops, collectives)");
+      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, step_overhead_ns, ops, collectives)");
     }
   }
   return cal;

@@ -58,6 +58,7 @@ struct Calibration {
   std::string source;
   std::optional<int64_t> launch_overhead_ns;
   std::optional<double> comm_slowdown;
+  std::optional<int64_t> step_overhead_ns;  // host time per step outside all GPU work
   std::map<OpKind, OpCalibration> ops;
   std::vector<CollectiveCalibration> collectives;
 };
@@ -77,6 +78,10 @@ class CostModel {
   virtual int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const = 0;
   // Factor applied to compute tasks that start while a collective runs on the same GPU.
   virtual double commSlowdown() const = 0;
+  // Host time of a step outside all GPU work (launching the step's graph
+  // before its first kernel, noticing its end after the last), added to
+  // every rank's step.
+  virtual int64_t stepOverheadNs() const { return 0; }
 };
 
 class RooflineCostModel : public CostModel {
@@ -84,6 +89,7 @@ class RooflineCostModel : public CostModel {
   explicit RooflineCostModel(RooflineParams params = RooflineParams::defaults(), Calibration calibration = {});
   int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
   double commSlowdown() const override { return params_.comm_slowdown; }
+  int64_t stepOverheadNs() const override { return calibration_.step_overhead_ns.value_or(0); }
   const RooflineParams& params() const { return params_; }
 
  private:

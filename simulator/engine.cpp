@@ -537,7 +537,7 @@ SimResult Engine::run() {
     const int ri = rank_state_of_[size_t(r)];
     if (ri >= 0) {
       out.activities = std::move(ranks_[size_t(ri)].activities);
-      out.end_ns = ranks_[size_t(ri)].end_ns;
+      out.end_ns = ranks_[size_t(ri)].end_ns + cost_.stepOverheadNs();
     }
   }
   for (int r = 0; r < world; ++r) {

@@ -56,16 +56,38 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
 
 namespace {
 
+double medianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Per (rank, step) like the step time and the task times, then the median:
+// the first step of a real run (NCCL set-up, graph capture) must not weigh
+// on the figures of the steady state. A run without step rows is one step.
 RunSide sideOf(TraceReader& reader, int64_t run, int64_t tasks) {
   const RunReport rep = analyzeRun(reader, run);
   RunSide s;
   s.run = rep.run;
   s.step_ns = double(rep.step_time.duration_ns.p50);
-  s.overlap_pct = rep.total.overlap_pct;
-  const double rank_steps = std::max<double>(1.0, double(rep.step_time.duration_ns.count));
-  s.exposed_comm_ns = double(rep.total.exposed_comm_ns) / rank_steps;
-  s.compute_ns = double(rep.total.compute_ns) / rank_steps;
   s.tasks = tasks;
+  if (rep.steps.empty()) {
+    s.overlap_pct = rep.total.overlap_pct;
+    const double rank_steps = std::max<double>(1.0, double(rep.step_time.duration_ns.count));
+    s.exposed_comm_ns = double(rep.total.exposed_comm_ns) / rank_steps;
+    s.compute_ns = double(rep.total.compute_ns) / rank_steps;
+    return s;
+  }
+  std::vector<double> overlap, exposed, compute;
+  for (const StepReport& st : rep.steps) {
+    if (st.breakdown.comm_ns > 0) overlap.push_back(st.breakdown.overlap_pct);
+    exposed.push_back(double(st.breakdown.exposed_comm_ns));
+    compute.push_back(double(st.breakdown.compute_ns));
+  }
+  s.overlap_pct = medianOf(overlap);
+  s.exposed_comm_ns = medianOf(exposed);
+  s.compute_ns = medianOf(compute);
   return s;
 }
 

@@ -37,9 +37,9 @@ struct OpError {
 struct RunSide {
   RunInfo run;
   double step_ns = 0;          // p50 of every (rank, step) duration
-  double overlap_pct = 0;      // over all ranks (HTA definition)
-  double exposed_comm_ns = 0;  // per rank and step, mean
-  double compute_ns = 0;       // per rank and step, mean
+  double overlap_pct = 0;      // HTA definition, per (rank, step), median over those with communication
+  double exposed_comm_ns = 0;  // per (rank, step), median
+  double compute_ns = 0;       // per (rank, step), median
   int64_t tasks = 0;
 };
 

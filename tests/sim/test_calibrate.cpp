@@ -5,6 +5,7 @@
 // that was not measured (other micro-batch and layer count).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "simulator/engine.h"
 #include "simulator/sim_trace_output.h"
 #include "simulator/topology_presets.h"
+#include "traces/sqlite_util.h"
 #include "traces/trace_writer.h"
 
 using namespace tandem;
@@ -109,4 +111,71 @@ TEST_CASE("Calibration refuses runs it cannot re-plan", "[calibrate]") {
   }
   CHECK_THROWS_WITH(sim::calibrateFromRuns({{path, -1}}), Catch::Contains("carries no job"));
   CHECK_THROWS_WITH(sim::calibrateFromRuns({{path, 7}}), Catch::Contains("7"));
+}
+
+// What a real run has and a simulation does not: the executor fuses a task
+// away (no kernel of its own), a rank that reaches a collective early waits
+// inside the NCCL kernel, the host takes time before a step's first kernel
+// and after its last. The measured run here is a simulation edited in SQL
+// to show exactly those effects by known amounts.
+TEST_CASE("Calibration accounts for fused tasks, collective waits and host time per step", "[calibrate]") {
+  const sim::RooflineCostModel truth = truthModel();
+  const std::string measured = tempPath("real-like.sqlite");
+  const JobSpec job = smallJob(8, 4);
+  simulate(job, truth, {}, measured);
+  int64_t ce_bwd_tasks = 0;
+  {
+    traces::sql::Db db(measured, SQLITE_OPEN_READWRITE);
+    {
+      traces::sql::Stmt s(db, "SELECT COUNT(*) FROM plan_tasks WHERE op='cross_entropy_bwd'");
+      REQUIRE(s.step());
+      ce_bwd_tasks = s.colInt(0);
+    }
+    db.exec("DELETE FROM activities WHERE task_id IN (SELECT task_id FROM plan_tasks WHERE op='cross_entropy_bwd')");
+    // Rank 1 arrives 40 us early at every collective and waits for rank 0.
+    db.exec("UPDATE activities SET start_ns = start_ns - 40000 WHERE rank = 1 AND task_id IN "
+            "(SELECT task_id FROM plan_tasks WHERE op='all_reduce')");
+    db.exec("UPDATE collectives SET start_ns = start_ns - 40000 WHERE rank = 1");
+    // 50 us of host time before the first kernel, 10 us after the last.
+    db.exec("UPDATE steps SET start_ns = start_ns - 50000, end_ns = end_ns + 10000");
+  }
+  REQUIRE(ce_bwd_tasks > 0);
+  const sim::CalibrationResult cal = sim::calibrateFromRuns({{measured, 1}});
+
+  // The fused op costs nothing, and is written so.
+  const auto ce = cal.calibration.ops.find(OpKind::CrossEntropyBwd);
+  REQUIRE(ce != cal.calibration.ops.end());
+  CHECK(ce->second.all_shapes.ns == 0);
+  CHECK(std::find(cal.fused_ops.begin(), cal.fused_ops.end(), OpKind::CrossEntropyBwd) != cal.fused_ops.end());
+  const std::string yaml = sim::calibrationToYaml(cal);
+  const sim::Calibration loaded = sim::parseCalibration(yaml, "fitted.yaml");
+  CHECK(loaded.ops.at(OpKind::CrossEntropyBwd).all_shapes.ns == 0);
+  // Host time per step, and the launch gap of a simulation (none).
+  REQUIRE(loaded.step_overhead_ns.has_value());
+  CHECK(*loaded.step_overhead_ns == 60000);
+  // The collectives keep rank 0's time (the last to arrive): the fitted line
+  // reproduces the simulated collectives, not rank 1's 40 us of waiting.
+  REQUIRE(!cal.collectives.empty());
+  {
+    const sim::RooflineCostModel calibrated(sim::RooflineParams::defaults(), loaded);
+    const Plan plan = buildPlan(job);
+    const sim::Topology topo = sim::loadTopology("h200x2-nv18");
+    sim::SimOptions opts;
+    const sim::SimResult t = sim::simulatePlan(plan, topo, truth, opts);
+    opts.collective_calibration = loaded.collectives;
+    const sim::SimResult p = sim::simulatePlan(plan, topo, calibrated, opts);
+    REQUIRE(t.collectives.size() == p.collectives.size());
+    for (size_t i = 0; i < t.collectives.size(); ++i) {
+      const double truth_ns = double(t.collectives[i].end_ns - t.collectives[i].start_ns);
+      const double pred_ns = double(p.collectives[i].end_ns - p.collectives[i].start_ns);
+      INFO("collective " << i << ": truth " << truth_ns << " ns, calibrated " << pred_ns << " ns");
+      CHECK(std::fabs(pred_ns - truth_ns) < 0.05 * truth_ns + 2000);
+    }
+    // Every step of the calibrated simulation carries the host time.
+    sim::Calibration no_host = loaded;
+    no_host.step_overhead_ns.reset();
+    const sim::SimResult q =
+        sim::simulatePlan(plan, topo, sim::RooflineCostModel(sim::RooflineParams::defaults(), no_host), opts);
+    CHECK(p.step_ns - q.step_ns == 60000);
+  }
 }
