@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
     });
     for (auto& e : errors)
       if (!e.empty()) throw std::runtime_error(e);
+    fmt::print("{{\"fusion\":\"{}\"}}\n", ex[0]->fusion().summary());
     std::vector<double> ms;
     double loss = 0;
     for (int s = 0; s < a.steps; ++s) {

@@ -183,6 +183,9 @@ void CudaExecutor::Impl::prepareTasks() {
   const auto& tasks = program->tasks;
   skip.assign(tasks.size(), false);
   fused_scale.assign(tasks.size(), 0.0);
+  fusion = planFusion(*program, fusionKinds(opt.fusion), [&](int i, int partner, FusionKind kind) {
+    return fusionSupported(i, partner, kind);
+  });
   load_of_task.assign(tasks.size(), -1);
   std::vector<int> last_load_of_buffer(program->buffers.size(), -1);
 
@@ -478,6 +481,7 @@ void CudaExecutor::writeBuffer(int buffer, const std::vector<float>& values) {
 GpuMemoryReport CudaExecutor::memory() const { return impl_->mem; }
 std::vector<double> CudaExecutor::taskMilliseconds() const { return impl_->task_ms; }
 int CudaExecutor::stepsDone() const { return impl_->steps_done; }
+const FusionPlan& CudaExecutor::fusion() const { return impl_->fusion; }
 const Plan& CudaExecutor::plan() const { return impl_->plan; }
 NcclComm* CudaExecutor::communicator() const { return impl_->comm.get(); }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/cuda/check.h"
+#include "engine/cuda/fusion.h"
 #include "engine/cuda/nccl_comm.h"
 #include "engine/cuda/task_observer.h"
 #include "engine/plan.h"
@@ -37,6 +38,9 @@ struct ExecutorOptions {
   double timeout_s = 60;  // longest wait for a step or a collective before aborting
   bool time_tasks = false;  // eager steps time every task with events (see taskMilliseconds)
   TaskObserver* observer = nullptr;  // told about steps, tasks and graph capture (the profiler); not owned
+  // cuBLASLt epilogue fusions to apply (engine/cuda/fusion.h: kDefaultFusions,
+  // kAllFusions, 0 for none); TANDEM_FUSION in the environment overrides it.
+  unsigned fusion = kDefaultFusions;
 };
 
 struct GpuStepResult {
@@ -76,6 +80,9 @@ class CudaExecutor {
   // steps run so far (index = task index of the rank's program).
   std::vector<double> taskMilliseconds() const;
   int stepsDone() const;
+  // Which tasks the epilogue fusion merged into a GEMM (fused tasks issue no
+  // kernel of their own; their work is in the GEMM of the task that launches it).
+  const FusionPlan& fusion() const;
   // The data-parallel communicator (nullptr with one rank): for work outside
   // the steps, such as measuring clock offsets between ranks.
   NcclComm* communicator() const;

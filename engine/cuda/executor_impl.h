@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/cuda/executor.h"
+#include "engine/cuda/fusion.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/nccl_comm.h"
@@ -40,6 +41,7 @@ struct CudaExecutor::Impl {
   void* deviceAlloc(int64_t bytes);
   void* ptr(int buffer) const;
   void prepareTasks();
+  bool fusionSupported(int task, int partner, FusionKind kind);
   void buildTable(int task);
   void initialiseParameters();
   void fillHostData(int step);
@@ -77,6 +79,7 @@ struct CudaExecutor::Impl {
   std::vector<int> load_of_task;      // EmbeddingBwd task -> LoadSlot
   std::vector<bool> skip;             // cross-entropy backward fused into the forward
   std::vector<double> fused_scale;    // cross-entropy forward -> dlogits scale (0: not fused)
+  FusionPlan fusion;                  // cuBLASLt epilogue fusion (fusion.h)
   std::map<int, Table> tables;
 
   std::vector<void*> allocations;

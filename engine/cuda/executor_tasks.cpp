@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "engine/cuda/executor_impl.h"
 
@@ -21,7 +22,9 @@ void CudaExecutor::Impl::enqueueTask(int index) {
   if (opt.observer) opt.observer->onTaskBegin(t, s);
   if (timing_now) TANDEM_CUDA_CHECK(cudaEventRecord(task_start[index], s));
 
-  if (!skip[index]) switch (t.op) {
+  // A task fused into a GEMM epilogue (fusion.h) issues nothing of its own.
+  const TaskFusion& fu = fusion.tasks[size_t(index)];
+  if (!skip[index] && !fu.issues_nothing) switch (t.op) {
     case OpKind::LoadBatch: {
       const LoadSlot& slot = loads.at(size_t(std::find_if(loads.begin(), loads.end(),
                                                           [&](const LoadSlot& l) { return l.task == index; }) -
@@ -54,13 +57,26 @@ void CudaExecutor::Impl::enqueueTask(int index) {
                         dt(W[0]), scr, s);
       break;
     case OpKind::Matmul:
-      gemm->forward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.has_bias ? ptr(R[2]) : nullptr, a.m, a.n, a.k,
-                    dt(W[0]), s);
+      if (fu.kind == FusionKind::MatmulGelu)  // D = the Gelu task's output, aux = this task's output
+        gemm->forwardGelu(ptr(program->tasks[size_t(fu.partner)].writes[0]), ptr(W[0]), ptr(R[0]), ptr(R[1]),
+                          a.has_bias ? ptr(R[2]) : nullptr, a.m, a.n, a.k, dt(W[0]), s);
+      else
+        gemm->forward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.has_bias ? ptr(R[2]) : nullptr, a.m, a.n, a.k,
+                      dt(W[0]), s);
       break;
     case OpKind::MatmulBwdData:
-      gemm->backwardData(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.n, a.k, a.accumulate, dt(W[0]), s);
+      if (fu.kind == FusionKind::MatmulBwdDataGelu) {  // D = the GeluBwd task's output, aux = its x
+        const Task& g = program->tasks[size_t(fu.partner)];
+        gemm->backwardDataGelu(ptr(g.writes[0]), ptr(R[0]), ptr(R[1]), ptr(g.reads[1]), a.m, a.n, a.k, dt(W[0]), s);
+      } else {
+        gemm->backwardData(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.n, a.k, a.accumulate, dt(W[0]), s);
+      }
       break;
     case OpKind::MatmulBwdWeight:
+      if (fu.kind == FusionKind::MatmulBwdWeightBias) {
+        gemm->backwardWeightBias(ptr(W[0]), ptr(W[1]), ptr(R[0]), ptr(R[1]), a.m, a.n, a.k, dt(W[0]), s);
+        break;
+      }
       gemm->backwardWeight(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.n, a.k, a.accumulate_params,
                            dt(W[0]), s);
       if (a.has_bias)
@@ -75,7 +91,13 @@ void CudaExecutor::Impl::enqueueTask(int index) {
       break;
     case OpKind::Gelu: geluForward(ptr(W[0]), ptr(R[0]), a.elements, dt(W[0]), s); break;
     case OpKind::GeluBwd:
-      geluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.elements, a.accumulate, dt(W[0]), s);
+      if (fu.kind == FusionKind::MatmulBwdDataGelu) {  // the DGELU GEMM of the MatmulBwdData placed here
+        const Task& m = program->tasks[size_t(fu.partner)];
+        gemm->backwardDataGelu(ptr(W[0]), ptr(m.reads[0]), ptr(m.reads[1]), ptr(R[1]), m.attrs.m, m.attrs.n,
+                               m.attrs.k, dt(W[0]), s);
+      } else {
+        geluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.elements, a.accumulate, dt(W[0]), s);
+      }
       break;
     case OpKind::Add: addForward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.elements, dt(W[0]), s); break;
     case OpKind::CrossEntropy: {
@@ -126,6 +148,32 @@ void CudaExecutor::Impl::enqueueTask(int index) {
   }
   if (t.record_event >= 0) TANDEM_CUDA_CHECK(cudaEventRecord(events.at(t.record_event), s));
   if (opt.observer) opt.observer->onTaskEnd(t, s);
+}
+
+// Asked once per candidate while the tasks are prepared (outside any capture):
+// the pointers must have the alignment the fused algorithms are chosen for.
+bool CudaExecutor::Impl::fusionSupported(int index, int partner, FusionKind kind) {
+  const Task& t = program->tasks[size_t(index)];
+  const OpAttrs& a = t.attrs;
+  auto aligned = [&](int buffer) {
+    return reinterpret_cast<uintptr_t>(ptr(buffer)) % Gemm::kEpilogueAlignment == 0;
+  };
+  const DType d = program->buffers.at(size_t(t.writes[0])).dtype;
+  switch (kind) {
+    case FusionKind::MatmulGelu: {
+      const Task& g = program->tasks[size_t(partner)];
+      return aligned(t.writes[0]) && aligned(g.writes[0]) && (!a.has_bias || aligned(t.reads[2])) &&
+             gemm->forwardGeluSupported(a.m, a.n, a.k, a.has_bias, d);
+    }
+    case FusionKind::MatmulBwdDataGelu: {
+      const Task& g = program->tasks[size_t(partner)];
+      return aligned(g.reads[1]) && aligned(g.writes[0]) && gemm->backwardDataGeluSupported(a.m, a.n, a.k, d);
+    }
+    case FusionKind::MatmulBwdWeightBias:
+      return aligned(t.writes[1]) && gemm->backwardWeightBiasSupported(a.m, a.n, a.k, d);
+    case FusionKind::None: break;
+  }
+  return false;
 }
 
 }  // namespace tandem::cuda

@@ -2,6 +2,14 @@
 // The three matmuls of the Plan through cuBLASLt: bf16 (or fp32) operands,
 // fp32 accumulation, the bias fused in the forward epilogue, one workspace.
 // Row-major tensors are handed to column-major cuBLASLt as their transposes.
+//
+// Epilogue fusions (engine/cuda/fusion.h decides when the executor uses them):
+// the forward can also apply GELU (tanh form, the same function as
+// geluForward) and keep its input, the data gradient can be multiplied by
+// GELU's derivative, and the weight gradient can produce the bias gradient
+// in the same GEMM. Each fused variant has a *Supported query: cuBLASLt may
+// refuse a combination (dtype, shape), and the caller then falls back to the
+// separate kernels.
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -31,22 +39,53 @@ class Gemm {
   void backwardWeight(void* dW, const void* dy, const void* x, int64_t M, int64_t N, int64_t K,
                       bool accumulate, DType dt, cudaStream_t s);
 
+  // pre[M,N] = x[M,K] * W[N,K]^T + bias[N] (bias may be null) and
+  // y[M,N] = gelu(pre), GELU computed from the fp32 accumulator
+  // (CUBLASLT_EPILOGUE_GELU_AUX[_BIAS]). y and pre must not overlap; N % 8 == 0.
+  bool forwardGeluSupported(int64_t M, int64_t N, int64_t K, bool has_bias, DType dt);
+  void forwardGelu(void* y, void* pre, const void* x, const void* W, const void* bias, int64_t M,
+                   int64_t N, int64_t K, DType dt, cudaStream_t s);
+  // dx[M,K] = (dy[M,N] * W[N,K]) * gelu'(pre[M,K]) (CUBLASLT_EPILOGUE_DGELU,
+  // never accumulating). K % 8 == 0.
+  bool backwardDataGeluSupported(int64_t M, int64_t N, int64_t K, DType dt);
+  void backwardDataGelu(void* dx, const void* dy, const void* W, const void* pre, int64_t M,
+                        int64_t N, int64_t K, DType dt, cudaStream_t s);
+  // dW[N,K] = dy[M,N]^T * x[M,K] and db[N] = sum_m dy[m,:] in one GEMM
+  // (CUBLASLT_EPILOGUE_BGRADB); db has the dtype of dW; never accumulating.
+  bool backwardWeightBiasSupported(int64_t M, int64_t N, int64_t K, DType dt);
+  void backwardWeightBias(void* dW, void* db, const void* dy, const void* x, int64_t M, int64_t N,
+                          int64_t K, DType dt, cudaStream_t s);
+
+  // Pointers the fused epilogues accept (bias, aux): the algorithms are
+  // chosen for this alignment.
+  static constexpr uintptr_t kEpilogueAlignment = 256;
   static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
  private:
-  // Column-major D[m,n] = op(A)[m,k] * op(B)[k,n] (+ beta * D) (+ bias[m]).
+  enum Epilogue : int { kNone, kBias, kGeluAux, kGeluAuxBias, kDGelu, kBGradB };
+  // Column-major D[m,n] = op(A)[m,k] * op(B)[k,n] (+ beta * D) with the
+  // epilogue: bias[m] added (kBias, kGeluAuxBias), GELU with its input to
+  // aux[m,n] (kGeluAux*), times gelu'(aux[m,n]) (kDGelu), or the column sums
+  // of op(B) to bias[n] (kBGradB).
+  struct Epi {
+    Epilogue kind = kNone;
+    const void* bias = nullptr;
+    const void* aux = nullptr;
+  };
   void run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda,
-           const void* B, int64_t ldb, void* D, int64_t ldd, bool accumulate, const void* bias,
+           const void* B, int64_t ldb, void* D, int64_t ldd, bool accumulate, const Epi& epi,
            DType dt, cudaStream_t s);
 
   struct Prepared {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    bool ok = false;  // cuBLASLt offered an algorithm
   };
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                         bool, int>;
+                         int, int>;
   Prepared& prepare(const Key& key);
+  bool supported(const Key& key) { return prepare(key).ok; }
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_;

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "engine/cpu/executor.h"
 #include "engine/cuda/executor.h"
@@ -21,16 +22,28 @@ JobSpec tiny(const std::vector<std::string>& sets) {
   return parseJob(base.yaml, base.source, sets);
 }
 
+// Every comparison runs with the cuBLASLt epilogue fusion (engine/cuda/fusion.h)
+// on and off; the unfused path stays tested.
+bool g_fusion = true;
+
 cuda::ExecutorOptions options(bool graph) {
   cuda::ExecutorOptions o;
   o.use_graph = graph;
+  o.fusion = g_fusion ? cuda::kAllFusions : 0;  // every kind, including the opt-in bias gradient
   return o;
 }
 
-void compareGradients(const std::string& label, const JobSpec& job, double tol) {
+std::string fusionTag() { return g_fusion ? " [fusion]" : " [no fusion]"; }
+
+void compareGradients(const std::string& label0, const JobSpec& job, double tol) {
+  const std::string label = label0 + fusionTag();
   const Plan plan = buildPlan(job);
   cpu::CpuExecutor ref(plan);
   cuda::CudaExecutor gpu(plan, options(false));
+  fmt::print("     {}: {}\n", label, gpu.fusion().summary());
+  for (const std::string& r : gpu.fusion().refusals) fmt::print("       {}\n", r);
+  if (!g_fusion) expectTrue(label + ": fusion off leaves every task its own kernels", gpu.fusion().fused_task_ids.empty() &&
+                            gpu.fusion().matmul_bwd_weight_bias == 0);
   const cpu::StepResult rc = ref.computeGradients();
   const cuda::GpuStepResult rg = gpu.computeGradients();
   double worst = 0;
@@ -51,7 +64,8 @@ void compareGradients(const std::string& label, const JobSpec& job, double tol) 
 // near-zero entries (biases) differ in their last bits between the two
 // executors, and AdamW's m/sqrt(v) turns such differences into step-sized
 // ones, so bf16 weights drift further apart than the losses do.
-void compareTraining(const std::string& label, const JobSpec& job, int steps, double tol, double param_tol) {
+void compareTraining(const std::string& label0, const JobSpec& job, int steps, double tol, double param_tol) {
+  const std::string label = label0 + fusionTag();
   const Plan plan = buildPlan(job);
   cpu::CpuExecutor ref(plan);
   cuda::CudaExecutor graph(plan, options(true));
@@ -87,6 +101,58 @@ void compareTraining(const std::string& label, const JobSpec& job, int steps, do
   expectBelow(label + ": worst master-weight error (except qkv bias)", worst_p, param_tol);
 }
 
+// The fusion pass finds what it should on the tiny GPT (bf16, where cuBLASLt
+// has every epilogue): per layer and micro-batch one matmul+gelu, one
+// matmul_bwd_data+gelu_bwd, and the bias gradient of every weight GEMM that
+// does not accumulate; the fused Gelu/GeluBwd tasks keep their ids.
+void expectFusion() {
+  if (cuda::fusionKinds(cuda::kAllFusions) != cuda::kAllFusions) return;
+  // DGELU placement (fusion.h): the tiny job's memory plan allows only the
+  // late one, a vocabulary of 1024 only the early one (as GPT-2 124M).
+  for (const auto& [label, sets, accumulating_mbs, late] :
+       std::vector<std::tuple<std::string, std::vector<std::string>, int, bool>>{
+           {"tiny bf16", {"training.precision=bf16"}, 0, true},
+           {"tiny bf16 grad_accum=2", {"training.precision=bf16", "training.grad_accum=2"}, 1, true},
+           {"tiny bf16 vocab 1024", {"training.precision=bf16", "model.vocab=1024"}, 0, false}}) {
+    const Plan plan = buildPlan(tiny(sets));
+    const RankPlan& rp = plan.programs[0];
+    cuda::CudaExecutor gpu(plan, options(false));
+    const cuda::FusionPlan& f = gpu.fusion();
+    int gelu = 0, gelu_bwd = 0, weight_bias = 0, weight_bias_fresh = 0;
+    for (const Task& t : rp.tasks) {
+      gelu += t.op == OpKind::Gelu;
+      gelu_bwd += t.op == OpKind::GeluBwd;
+      weight_bias += t.op == OpKind::MatmulBwdWeight && t.attrs.has_bias;
+      weight_bias_fresh += t.op == OpKind::MatmulBwdWeight && t.attrs.has_bias && !t.attrs.accumulate_params;
+    }
+    fmt::print("     {}: {} (tasks: {} gelu, {} gelu_bwd, {} biased weight gradients, {} not accumulating)\n", label,
+               f.summary(), gelu, gelu_bwd, weight_bias, weight_bias_fresh);
+    expectTrue(label + ": every gelu fused into its matmul", f.matmul_gelu == gelu && gelu > 0);
+    expectTrue(label + ": every gelu_bwd fused into its matmul_bwd_data", f.matmul_bwd_data_gelu == gelu_bwd);
+    expectTrue(label + ": bias gradients in the GEMM exactly where not accumulating",
+               f.matmul_bwd_weight_bias == weight_bias_fresh && (accumulating_mbs == 0 || weight_bias_fresh < weight_bias));
+    expectTrue(label + ": no candidate refused", f.refused == 0);
+    // Each fused pair: (the task that issues nothing, the task whose GEMM does its work).
+    auto opOf = [&](int id) {
+      const auto it = std::find_if(rp.tasks.begin(), rp.tasks.end(), [&](const Task& t) { return t.id == id; });
+      return it == rp.tasks.end() ? OpKind::Add : it->op;
+    };
+    bool ids_ok = int(f.fused_task_ids.size()) == gelu + gelu_bwd && f.fused_into.size() == f.fused_task_ids.size();
+    int early_n = 0, late_n = 0;
+    for (const auto& [quiet, runs] : f.fused_into) {
+      const OpKind q = opOf(quiet), r = opOf(runs);
+      early_n += q == OpKind::GeluBwd;
+      late_n += q == OpKind::MatmulBwdData;
+      ids_ok = ids_ok && ((q == OpKind::Gelu && r == OpKind::Matmul) ||
+                          (q == OpKind::GeluBwd && r == OpKind::MatmulBwdData) ||
+                          (q == OpKind::MatmulBwdData && r == OpKind::GeluBwd));
+    }
+    expectTrue(label + ": fused pairs are matmul/gelu and matmul_bwd_data/gelu_bwd of the plan", ids_ok);
+    expectTrue(label + fmt::format(": DGELU GEMMs placed {} ({} early, {} late)", late ? "late" : "early", early_n, late_n),
+               late ? (late_n == gelu_bwd && early_n == 0) : (early_n == gelu_bwd && late_n == 0));
+  }
+}
+
 void trainToEntropy(const JobSpec& job) {
   const Plan plan = buildPlan(job);
   cuda::CudaExecutor gpu(plan, options(true));
@@ -112,14 +178,26 @@ void trainToEntropy(const JobSpec& job) {
 int main() {
   requireGpus(1);
   try {
-    compareGradients("tiny fp32", tiny({"training.precision=fp32"}), 1e-4);
-    compareGradients("tiny bf16", tiny({"training.precision=bf16"}), 1e-2);
-    compareGradients("tiny fp32 grad_accum=2", tiny({"training.precision=fp32", "training.grad_accum=2"}), 1e-4);
-    compareGradients("tiny bf16 recompute=full", tiny({"training.precision=bf16", "recompute.policy=full"}), 1e-2);
-    compareGradients("tiny fp32 seq 100 (ragged tiles)",
-                     tiny({"training.precision=fp32", "model.seq_len=100", "training.micro_batch=4"}), 1e-4);
-    compareTraining("tiny fp32", tiny({"training.precision=fp32"}), 20, 1e-4, 1e-4);
-    compareTraining("tiny bf16", tiny({"training.precision=bf16"}), 20, 1e-2, 5e-2);
+    if (cuda::fusionKinds(cuda::kAllFusions) != cuda::kAllFusions)
+      fmt::print("note: TANDEM_FUSION in the environment limits the fusions: the fused runs fuse less\n");
+    expectFusion();
+    for (const bool fusion : {true, false}) {
+      g_fusion = fusion;
+      compareGradients("tiny fp32", tiny({"training.precision=fp32"}), 1e-4);
+      compareGradients("tiny bf16", tiny({"training.precision=bf16"}), 1e-2);
+      compareGradients("tiny fp32 grad_accum=2", tiny({"training.precision=fp32", "training.grad_accum=2"}), 1e-4);
+      compareGradients("tiny bf16 grad_accum=2", tiny({"training.precision=bf16", "training.grad_accum=2"}), 1e-2);
+      compareGradients("tiny fp32 vocab 1024", tiny({"training.precision=fp32", "model.vocab=1024"}), 1e-4);
+      compareGradients("tiny bf16 vocab 1024", tiny({"training.precision=bf16", "model.vocab=1024"}), 1e-2);
+      compareGradients("tiny bf16 recompute=full", tiny({"training.precision=bf16", "recompute.policy=full"}), 1e-2);
+      compareGradients("tiny bf16 recompute=selective", tiny({"training.precision=bf16", "recompute.policy=selective"}), 1e-2);
+      compareGradients("tiny fp32 seq 100 (ragged tiles)",
+                       tiny({"training.precision=fp32", "model.seq_len=100", "training.micro_batch=4"}), 1e-4);
+      compareTraining("tiny fp32", tiny({"training.precision=fp32"}), 20, 1e-4, 1e-4);
+      compareTraining("tiny bf16", tiny({"training.precision=bf16"}), 20, 1e-2, 5e-2);
+      compareTraining("tiny bf16 vocab 1024", tiny({"training.precision=bf16", "model.vocab=1024"}), 20, 1e-2, 5e-2);
+    }
+    g_fusion = true;
     trainToEntropy(tiny({"training.precision=bf16"}));
   } catch (const std::exception& e) {
     fmt::print("FAIL exception: {}\n", e.what());

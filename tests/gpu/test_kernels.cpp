@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <numeric>
 
 #include "engine/cpu/bf16.h"
@@ -250,6 +251,128 @@ void testMatmul(DType dt, int64_t M, int64_t N, int64_t K) {
   cudaFree(ws);
 }
 
+// GELU (tanh form) and its derivative in double, and the erf form for contrast.
+double geluTanhRef(double x) {
+  double y;
+  cpu::geluForward<double>(&y, &x, 1);
+  return y;
+}
+double geluTanhGradRef(double x) {
+  double one = 1, g;
+  cpu::geluBackward<double>(&g, &one, &x, 1, false);
+  return g;
+}
+double geluErfRef(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
+double geluErfGradRef(double x) {
+  return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * std::numbers::pi);
+}
+
+// Which GELU a fused result follows: the projection of (gpu - tanh form) on
+// (erf form - tanh form). 0 means the tanh form (only rounding noise left),
+// 1 the erf form. Meaningful in fp32, where the forms differ by far more
+// than the rounding.
+double towardErf(const std::vector<float>& gpu, const std::vector<double>& tanh_ref,
+                 const std::vector<double>& erf_ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    const double d = erf_ref[i] - tanh_ref[i];
+    num += (double(gpu[i]) - tanh_ref[i]) * d;
+    den += d * d;
+  }
+  return den > 0 ? num / den : 0;
+}
+
+std::vector<float> toFloat(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+// The cuBLASLt epilogue fusions of engine/cuda/fusion.h against the CPU
+// kernels: GEMM + bias + GELU keeping the GELU input (forward), GEMM times
+// GELU's derivative (data gradient), GEMM + bias gradient (weight gradient).
+// bf16 must be supported; fp32 is reported when cuBLASLt refuses it (the
+// executor then keeps the separate kernels).
+void testGemmEpilogues(DType dt, int64_t M, int64_t N, int64_t K) {
+  const std::string shape = fmt::format(" M{} N{} K{}", M, N, K);
+  void* ws;
+  cudaMalloc(&ws, cuda::Gemm::kWorkspaceBytes);
+  {
+    cuda::Gemm gemm(ws, cuda::Gemm::kWorkspaceBytes);
+    // Pre-activations spread over [-4, 4], where the GELU forms differ most.
+    const float w_scale = 1.5f / std::sqrt(float(K));
+    auto x = rounded(randomVector(M * K, rng), dt), W = rounded(randomVector(N * K, rng, w_scale), dt),
+         bias = rounded(randomVector(N, rng, 0.5f), dt);
+    for (const bool with_bias : {true, false}) {
+      const std::string what = std::string(with_bias ? "gemm+bias+gelu epilogue" : "gemm+gelu epilogue") + shape;
+      const bool ok = gemm.forwardGeluSupported(M, N, K, with_bias, dt);
+      if (!ok) {
+        if (dt == DType::BF16) expectTrue(tag(dt, (what + ": supported by cuBLASLt").c_str()), false);
+        else fmt::print("note {}: not supported by cuBLASLt (the executor keeps the separate kernels)\n", tag(dt, what.c_str()));
+        continue;
+      }
+      std::vector<float> pre(M * N);
+      cpu::matmulForward<float>(pre.data(), x.data(), W.data(), with_bias ? bias.data() : nullptr, M, N, K);
+      Dev gx(dt, M * K), gW(dt, N * K), gb(dt, N), gy(dt, M * N), gpre(dt, M * N);
+      gx.upload(x), gW.upload(W), gb.upload(bias);
+      gemm.forwardGelu(gy.p, gpre.p, gx.p, gW.p, with_bias ? gb.p : nullptr, M, N, K, dt, nullptr);
+      const std::vector<float> gpu_pre = gpre.download(), gpu_y = gy.download();
+      // GELU of the GPU's own pre-activation (fp32: the accumulator itself).
+      std::vector<double> yt(M * N), ye(M * N);
+      for (int64_t i = 0; i < M * N; ++i) yt[i] = geluTanhRef(gpu_pre[i]), ye[i] = geluErfRef(gpu_pre[i]);
+      expectBelow(tag(dt, (what + ": aux (GELU input)").c_str()), relError(gpu_pre, pre), tol(dt));
+      expectBelow(tag(dt, (what + ": output vs tanh GELU").c_str()), relError(gpu_y, toFloat(yt)), tol(dt));
+      if (dt == DType::F32) {
+        const double toward = towardErf(gpu_y, yt, ye);
+        fmt::print("     {}: error vs erf GELU {:.3e}, projection on (erf - tanh) {:.3f}\n", what,
+                   relError(gpu_y, toFloat(ye)), toward);
+        expectBelow(tag(dt, (what + ": is the tanh GELU, |projection on erf|").c_str()), std::abs(toward), 0.25);
+      }
+    }
+    {
+      const std::string what = "gemm*gelu' (DGELU) epilogue" + shape;
+      if (!gemm.backwardDataGeluSupported(M, N, K, dt)) {
+        if (dt == DType::BF16) expectTrue(tag(dt, (what + ": supported by cuBLASLt").c_str()), false);
+        else fmt::print("note {}: not supported by cuBLASLt (the executor keeps the separate kernels)\n", tag(dt, what.c_str()));
+      } else {
+        auto dy = rounded(randomVector(M * N, rng), dt), pre = rounded(randomVector(M * K, rng, 1.5f), dt);
+        std::vector<float> dgemm(M * K);
+        cpu::matmulBackwardData<float>(dgemm.data(), dy.data(), W.data(), M, N, K, false);
+        std::vector<double> rt(M * K), re(M * K);
+        for (int64_t i = 0; i < M * K; ++i)
+          rt[i] = double(dgemm[i]) * geluTanhGradRef(pre[i]), re[i] = double(dgemm[i]) * geluErfGradRef(pre[i]);
+        Dev gdy(dt, M * N), gW(dt, N * K), gpre(dt, M * K), gdx(dt, M * K);
+        gdy.upload(dy), gW.upload(W), gpre.upload(pre);
+        gemm.backwardDataGelu(gdx.p, gdy.p, gW.p, gpre.p, M, N, K, dt, nullptr);
+        const std::vector<float> gpu_dx = gdx.download();
+        expectBelow(tag(dt, (what + " vs tanh GELU'").c_str()), relError(gpu_dx, toFloat(rt)), tol(dt));
+        if (dt == DType::F32) {
+          const double toward = towardErf(gpu_dx, rt, re);
+          fmt::print("     {}: error vs erf GELU' {:.3e}, projection on (erf - tanh) {:.3f}\n", what,
+                     relError(gpu_dx, toFloat(re)), toward);
+          expectBelow(tag(dt, (what + ": is the tanh GELU', |projection on erf|").c_str()), std::abs(toward), 0.25);
+        }
+      }
+    }
+    {
+      const std::string what = "gemm+bias gradient (BGRADB) epilogue" + shape;
+      if (!gemm.backwardWeightBiasSupported(M, N, K, dt)) {
+        if (dt == DType::BF16) expectTrue(tag(dt, (what + ": supported by cuBLASLt").c_str()), false);
+        else fmt::print("note {}: not supported by cuBLASLt (the executor keeps the separate kernels)\n", tag(dt, what.c_str()));
+      } else {
+        auto dy = rounded(randomVector(M * N, rng), dt);
+        std::vector<float> dW(N * K), db(N);
+        cpu::matmulBackwardWeight<float>(dW.data(), db.data(), dy.data(), x.data(), M, N, K, false);
+        Dev gdy(dt, M * N), gx(dt, M * K), gdW(dt, N * K), gdb(dt, N);
+        gdy.upload(dy), gx.upload(x);
+        gemm.backwardWeightBias(gdW.p, gdb.p, gdy.p, gx.p, M, N, K, dt, nullptr);
+        expectBelow(tag(dt, (what + ": dW").c_str()), relError(gdW.download(), dW), tol(dt));
+        expectBelow(tag(dt, (what + ": db").c_str()), relError(gdb.download(), db), tol(dt));
+      }
+    }
+    const cudaError_t err = cudaDeviceSynchronize();
+    expectTrue(tag(dt, ("gemm epilogues" + shape + ": no CUDA error: " + cudaGetErrorString(err)).c_str()),
+               err == cudaSuccess);
+  }
+  cudaFree(ws);
+}
+
 void testOptimizer() {
   const int64_t n1 = 40000, n2 = 999;  // several chunks, and a short tensor
   auto g1 = randomVector(n1, rng), g2 = randomVector(n2, rng), p1 = randomVector(n1, rng), p2 = randomVector(n2, rng);
@@ -320,6 +443,8 @@ int main() {
     testLayernorm(dt, 2500, 768);
     testLayernorm(dt, 700, 1000);
     testLayernorm(dt, 257, 1024);
+    testLayernorm(dt, 2200, 1280);  // shared-memory partial sums (bf16), scalar kernel (fp32)
+    testLayernorm(dt, 300, 2048);
     testAttention(dt, 2, 100, 64, 4);   // head dim 16, T not a tile multiple
     testAttention(dt, 1, 130, 256, 4);  // head dim 64
     testAttention(dt, 2, 33, 128, 4);   // head dim 32
@@ -334,6 +459,8 @@ int main() {
     testEmbedding(dt);
     testMatmul(dt, 128, 96, 80);
     testMatmul(dt, 1000, 772, 64);  // bias gradient: N not a multiple of 8 (scalar path)
+    testGemmEpilogues(dt, 512, 256, 64);
+    testGemmEpilogues(dt, 1000, 192, 96);  // M not a tile multiple
   }
   testOptimizer();
   const cudaError_t err = cudaDeviceSynchronize();

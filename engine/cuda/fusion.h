@@ -1,0 +1,88 @@
+#pragma once
+// Executor-level peephole fusion of cuBLASLt epilogues (docs/gpu-executor.md,
+// "Epilogue fusion"). The plan is not changed: every task keeps its id, its
+// place and its events; a task whose work moved into a GEMM epilogue simply
+// issues no kernel of its own, and the GEMM's kernel is attributed to the
+// task that launches it (the producing matmul, except for a DGELU GEMM placed
+// at its GeluBwd).
+//
+//   Matmul -> Gelu            the matmul writes GELU's output (D) and the
+//                             pre-activation (aux): CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+//   MatmulBwdData -> GeluBwd  the data gradient is multiplied by gelu'(x)
+//                             and written to GeluBwd's output: CUBLASLT_EPILOGUE_DGELU.
+//                             The GEMM runs at the MatmulBwdData (the GeluBwd
+//                             issues nothing) or, when the memory between the
+//                             two forbids that, at the GeluBwd (the
+//                             MatmulBwdData issues nothing)
+//   MatmulBwdWeight (bias)    the bias gradient comes out of the weight
+//                             gradient's GEMM: CUBLASLT_EPILOGUE_BGRADB
+//
+// The pass only fuses where the result is the same program: same stream, no
+// event that would order another stream between the two tasks, outputs that
+// nobody else reads, nothing in between touching the moved memory, no
+// accumulation the epilogue cannot express. cuBLASLt is asked for every
+// candidate (the `supported` callback); a refusal keeps the separate kernels
+// and is counted.
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/plan.h"
+
+namespace tandem::cuda {
+
+enum class FusionKind { None, MatmulGelu, MatmulBwdDataGelu, MatmulBwdWeightBias };
+
+// Which fusions to apply: a set of FusionKind bits.
+constexpr unsigned fusionBit(FusionKind k) { return 1u << unsigned(k); }
+inline constexpr unsigned kAllFusions = fusionBit(FusionKind::MatmulGelu) |
+                                        fusionBit(FusionKind::MatmulBwdDataGelu) |
+                                        fusionBit(FusionKind::MatmulBwdWeightBias);
+// The default: the two GELU fusions. The bias gradient in the weight GEMM
+// (BGRADB) is correct but was not faster on H200 (GPT-2 124M: the GEMM with
+// that epilogue took as long as GEMM + biasGradient kernel), so it is opt-in.
+inline constexpr unsigned kDefaultFusions = fusionBit(FusionKind::MatmulGelu) |
+                                            fusionBit(FusionKind::MatmulBwdDataGelu);
+
+// What one task of the program does under fusion (index = task index).
+struct TaskFusion {
+  FusionKind kind = FusionKind::None;  // set on the task that runs the fused GEMM
+  int partner = -1;                    // the other task of a pair (index), whose buffers the GEMM uses
+  bool issues_nothing = false;         // a fused task: its work runs in `into`
+  int into = -1;                       // the task index that runs the GEMM (issues_nothing only)
+};
+
+struct FusionPlan {
+  std::vector<TaskFusion> tasks;
+  std::vector<int> fused_task_ids;  // plan task ids that issue no kernel of their own
+  std::vector<std::pair<int, int>> fused_into;  // (fused task id, id of the task whose GEMM does its work)
+  std::vector<int> bias_in_gemm_task_ids;  // MatmulBwdWeight task ids whose bias gradient is in the GEMM
+  int matmul_gelu = 0;              // fusions applied, by kind
+  int matmul_bwd_data_gelu = 0;
+  int matmul_bwd_weight_bias = 0;
+  int refused = 0;                  // candidates cuBLASLt refused (separate kernels kept)
+  std::vector<std::string> refusals;  // one line per refused candidate (task name: why)
+  bool enabled = true;
+  unsigned kinds = kDefaultFusions;   // the kinds that were allowed
+  // One line for logs: "epilogue fusion: 12 matmul+gelu, ..." or "... off".
+  std::string summary() const;
+};
+
+// `supported(producer task index, partner task index or -1, kind)` asks
+// cuBLASLt whether the fused GEMM exists for those shapes, dtypes and pointers.
+using FusionSupported = std::function<bool(int task, int partner, FusionKind kind)>;
+
+// Candidates by plan structure, then the supported() check, for the kinds in
+// `kinds`; 0 returns an empty plan (every task issues its own work).
+FusionPlan planFusion(const RankPlan& program, unsigned kinds, const FusionSupported& supported);
+
+// The fusions to apply: `option` (a set of kinds, ExecutorOptions::fusion)
+// unless the environment overrides it: TANDEM_FUSION=0 (none), =1 (the
+// default kinds), =all, or a list of kinds, e.g. TANDEM_FUSION=gelu,dgelu,bgrad.
+unsigned fusionKinds(unsigned option);
+// fusionKinds(option) != 0.
+bool fusionEnabled(unsigned option);
+
+}  // namespace tandem::cuda
