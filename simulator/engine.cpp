@@ -189,6 +189,7 @@ class Engine {
   std::vector<int> rank_state_of_;        // world rank -> index in ranks_, -1 when represented
   std::vector<int> rank_device_;
   std::vector<int> program_of_;
+  std::vector<int> program_min_rank_;     // per program: its lowest rank (the representative)
   std::map<std::string, int> group_index_;
   std::vector<std::vector<int>> simulated_members_;  // per group: simulated member ranks
   std::vector<std::vector<char>> group_member_;      // per group, per world rank: member?
@@ -236,10 +237,14 @@ void Engine::setup() {
 
   rank_state_of_.assign(size_t(world), -1);
   queues_.resize(plan_.programs.size());
+  program_min_rank_.assign(plan_.programs.size(), -1);
+  for (int p = 0; p < int(plan_.programs.size()); ++p) {
+    const auto& pranks = plan_.programs[size_t(p)].ranks;
+    if (!pranks.empty()) program_min_rank_[size_t(p)] = *std::min_element(pranks.begin(), pranks.end());
+  }
   for (int r = 0; r < world; ++r) {
     const int p = program_of_[size_t(r)];
-    const auto& pranks = plan_.programs[size_t(p)].ranks;
-    if (symmetric_ && *std::min_element(pranks.begin(), pranks.end()) != r) continue;
+    if (symmetric_ && program_min_rank_[size_t(p)] != r) continue;
     RankState st;
     st.rank = r;
     st.program = p;
@@ -543,8 +548,7 @@ SimResult Engine::run() {
   for (int r = 0; r < world; ++r) {
     SimRank& out = result_.ranks[size_t(r)];
     if (rank_state_of_[size_t(r)] < 0) {
-      const auto& ranks = plan_.programs[size_t(out.program)].ranks;
-      out.represented_by = *std::min_element(ranks.begin(), ranks.end());
+      out.represented_by = program_min_rank_[size_t(out.program)];
       out.end_ns = result_.ranks[size_t(out.represented_by)].end_ns;
     }
     result_.step_ns = std::max(result_.step_ns, out.end_ns);

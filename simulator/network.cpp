@@ -25,7 +25,8 @@ int64_t nsToFinish(double remaining, double rate) {
 FlowNetwork::FlowNetwork(std::vector<double> link_gbps)
     : capacity_(std::move(link_gbps)),
       link_bytes_(capacity_.size(), 0.0),
-      scratch_(capacity_.size()) {
+      scratch_(capacity_.size()),
+      heap_link_(capacity_.size()) {
   for (double c : capacity_)
     if (!(c > 0)) throw std::invalid_argument("FlowNetwork: every link needs a positive capacity");
 }
@@ -163,10 +164,10 @@ void FlowNetwork::fillByHeap() {
     const FlowState& f = active_[k];
     const int* links = linksOf(f);
     for (uint32_t i = 0; i < f.link_count; ++i) {
-      LinkScratch& ls = scratch_[size_t(links[i])];
-      if (ls.stamp != frozen_mark) {
-        ls.stamp = frozen_mark;
-        ls.local = int(heap_links_.size());
+      HeapLink& hl = heap_link_[size_t(links[i])];
+      if (hl.stamp != frozen_mark) {
+        hl.stamp = frozen_mark;
+        hl.local = int(heap_links_.size());
         heap_links_.push_back(links[i]);
       }
     }
@@ -175,7 +176,7 @@ void FlowNetwork::fillByHeap() {
   for (uint32_t k : unfrozen_) {
     const FlowState& f = active_[k];
     const int* links = linksOf(f);
-    for (uint32_t i = 0; i < f.link_count; ++i) ++csr_off_[size_t(scratch_[size_t(links[i])].local) + 1];
+    for (uint32_t i = 0; i < f.link_count; ++i) ++csr_off_[size_t(heap_link_[size_t(links[i])].local) + 1];
   }
   for (size_t i = 1; i < csr_off_.size(); ++i) csr_off_[i] += csr_off_[i - 1];
   csr_flow_.resize(size_t(csr_off_.back()));
@@ -183,7 +184,7 @@ void FlowNetwork::fillByHeap() {
   for (uint32_t k : unfrozen_) {
     const FlowState& f = active_[k];
     const int* links = linksOf(f);
-    for (uint32_t i = 0; i < f.link_count; ++i) csr_flow_[size_t(csr_fill_[size_t(scratch_[size_t(links[i])].local)]++)] = k;
+    for (uint32_t i = 0; i < f.link_count; ++i) csr_flow_[size_t(csr_fill_[size_t(heap_link_[size_t(links[i])].local)]++)] = k;
   }
   auto ratio = [&](int l) {
     const LinkScratch& ls = scratch_[size_t(l)];
@@ -232,7 +233,7 @@ void FlowNetwork::fillByHeap() {
       std::pop_heap(heap_.begin(), heap_.end(), std::greater<Entry>());
       heap_.pop_back();
       if (!valid(e)) continue;
-      const int local = scratch_[size_t(e.second)].local;
+      const int local = heap_link_[size_t(e.second)].local;
       for (int i = csr_off_[size_t(local)]; i < csr_off_[size_t(local) + 1]; ++i) freeze(csr_flow_[size_t(i)]);
     }
     while (cap_next < by_cap_.size() && active_[by_cap_[cap_next]].rate_cap <= threshold) freeze(by_cap_[cap_next++]);
@@ -248,8 +249,9 @@ void FlowNetwork::fillByHeap() {
         LinkScratch& ls = scratch_[size_t(links[i])];
         ls.cap_left -= share;
         --ls.unfrozen;
-        if (ls.stamp != touched) {
-          ls.stamp = touched;
+        HeapLink& hl = heap_link_[size_t(links[i])];
+        if (hl.stamp != touched) {
+          hl.stamp = touched;
           touched_.push_back(links[i]);
         }
       }

@@ -96,8 +96,6 @@ class FlowNetwork {
     int64_t epoch = -1;   // valid when equal to epoch_
     double cap_left = 0;  // capacity not yet given to frozen flows
     int unfrozen = 0;     // unfrozen flows crossing the link
-    int local = 0;        // fillByHeap: index into heap_links_
-    int64_t stamp = 0;    // fillByHeap: marks (see round_stamp_)
   };
   std::vector<LinkScratch> scratch_;
   std::vector<int> used_links_;
@@ -106,6 +104,11 @@ class FlowNetwork {
   // fillByHeap's scratch.
   void fillByHeap();
   int64_t round_stamp_ = 0;
+  struct HeapLink {
+    int local = 0;      // index into heap_links_
+    int64_t stamp = 0;  // marks (see round_stamp_)
+  };
+  std::vector<HeapLink> heap_link_;  // per link, apart from scratch_ to keep that small
   std::vector<int64_t> flow_stamp_;  // per position in active_
   std::vector<int> heap_links_;
   std::vector<int> csr_off_, csr_fill_;
