@@ -291,7 +291,10 @@ void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const vo
                          const float* delta, int64_t B, int64_t Tn, int64_t C, int64_t H, bool accumulate,
                          cudaStream_t s);
 
-void prepareKernels() { prepareAttentionKernels(); }
+void prepareKernels() {
+  prepareAttentionKernels();
+  prepareLayernormKernels();
+}
 
 bool attentionSupportsHeadDim(int64_t D) { return D == 16 || D == 32 || D == 64; }
 

@@ -136,7 +136,7 @@ unsigned fusionKinds(unsigned option) {
   const char* env = std::getenv("TANDEM_FUSION");
   if (!env || !*env) return option & kAllFusions;
   if (std::strcmp(env, "0") == 0) return 0;
-  if (std::strcmp(env, "1") == 0) return kDefaultFusions;
+  if (std::strcmp(env, "1") == 0) return kGeluFusions;
   if (std::strcmp(env, "all") == 0) return kAllFusions;
   unsigned kinds = 0;
   const std::string list = env;

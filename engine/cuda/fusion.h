@@ -40,10 +40,10 @@ constexpr unsigned fusionBit(FusionKind k) { return 1u << unsigned(k); }
 inline constexpr unsigned kAllFusions = fusionBit(FusionKind::MatmulGelu) |
                                         fusionBit(FusionKind::MatmulBwdDataGelu) |
                                         fusionBit(FusionKind::MatmulBwdWeightBias);
-// The default: the two GELU fusions. The bias gradient in the weight GEMM
-// (BGRADB) is correct but was not faster on H200 (GPT-2 124M: the GEMM with
-// that epilogue took as long as GEMM + biasGradient kernel), so it is opt-in.
-inline constexpr unsigned kDefaultFusions = fusionBit(FusionKind::MatmulGelu) |
+// The two GELU fusions (TANDEM_FUSION=1). The bias gradient in the weight
+// GEMM (BGRADB) is correct but was not faster on H200 (GPT-2 124M: the GEMM
+// with that epilogue took as long as GEMM + biasGradient kernel).
+inline constexpr unsigned kGeluFusions = fusionBit(FusionKind::MatmulGelu) |
                                             fusionBit(FusionKind::MatmulBwdDataGelu);
 
 // What one task of the program does under fusion (index = task index).
@@ -65,7 +65,7 @@ struct FusionPlan {
   int refused = 0;                  // candidates cuBLASLt refused (separate kernels kept)
   std::vector<std::string> refusals;  // one line per refused candidate (task name: why)
   bool enabled = true;
-  unsigned kinds = kDefaultFusions;   // the kinds that were allowed
+  unsigned kinds = kGeluFusions;   // the kinds that were allowed
   // One line for logs: "epilogue fusion: 12 matmul+gelu, ..." or "... off".
   std::string summary() const;
 };

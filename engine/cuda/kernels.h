@@ -40,6 +40,8 @@ void layernormForward(void* y, void* mean, DType mean_dt, void* rstd, DType rstd
                       DType dt, cudaStream_t s);
 // scratch: layernormScratchBytes(C) bytes of executor workspace.
 int64_t layernormScratchBytes(int64_t C);
+// Raises the shared-memory limit of the wide-row layernorm backward (part of prepareKernels).
+void prepareLayernormKernels();
 void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w,
                        const void* mean, DType mean_dt, const void* rstd, DType rstd_dt,
                        int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,

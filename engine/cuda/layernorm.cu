@@ -209,26 +209,47 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-// One block's warps stride over the rows; dw/db partial sums stay in
-// registers and are summed over the block's warps in shared memory, so the
-// scratch holds one partial row per block (kBwdBlocks rows).
+// Rows up to 24 elements per lane keep each lane's dw/db partial sums in
+// registers (two blocks per SM); wider rows keep them in shared memory, one
+// slice per warp, so registers hold only the row and its gradient.
 template <class T, int kVec>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, 2)
+constexpr bool kLnAccInSmem = kVec * Vec16<T>::kElems > 24;
+
+// Shared memory of the backward: [kWarpsPerBlock][C] for the block sum in
+// register mode, [2][kWarpsPerBlock][C] (dw, db per warp) in shared mode.
+template <class T, int kVec>
+constexpr size_t lnBackwardSmemBytes(int64_t C) {
+  return size_t(kLnAccInSmem<T, kVec> ? 2 : 1) * kWarpsPerBlock * size_t(C) * sizeof(float);
+}
+
+// One block's warps stride over the rows; the warps' dw/db partial sums are
+// added over the block in a fixed order, so the scratch holds one partial row
+// per block (kBwdBlocks rows).
+template <class T, int kVec>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1 : 2)
     layernormBackwardVecKernel(T* dx, float* partial_dw, float* partial_db, const T* dy, const T* x, const T* w,
                                const void* mean, int mean_bf16, const void* rstd, int rstd_bf16, int64_t M,
                                int64_t C, bool accumulate_dx) {
   constexpr int E = Vec16<T>::kElems;
-  extern __shared__ float block_sum[];  // [kWarpsPerBlock][C]
+  constexpr bool kSmemAcc = kLnAccInSmem<T, kVec>;
+  constexpr int kRegVec = kSmemAcc ? 1 : kVec;
+  extern __shared__ float block_sum[];
   const int lane = threadIdx.x & 31, warp_in_block = threadIdx.x >> 5;
   const int64_t warp = blockIdx.x * int64_t(kWarpsPerBlock) + warp_in_block;
   const int nvec = int(C / E);
+  float* warp_dw = block_sum + int64_t(warp_in_block) * C;                   // shared mode only
+  float* warp_db = block_sum + int64_t(kWarpsPerBlock + warp_in_block) * C;  // shared mode only
   // The weights are re-read per row (L1 hits) rather than held: registers
   // go to the row and the partial sums.
-  float aw[kVec][E], ab[kVec][E];
+  float aw[kRegVec][E], ab[kRegVec][E];
 #pragma unroll
-  for (int k = 0; k < kVec; ++k)
+  for (int k = 0; k < kRegVec; ++k)
 #pragma unroll
     for (int i = 0; i < E; ++i) aw[k][i] = ab[k][i] = 0.f;
+  if constexpr (kSmemAcc) {
+    for (int64_t c = lane; c < C; c += 32) warp_dw[c] = warp_db[c] = 0.f;
+    __syncwarp();
+  }
   for (int64_t row = warp; row < M; row += kBwdWarps) {
     const float mu = loadAny(mean, mean_bf16, row);
     const float rs = loadAny(rstd, rstd_bf16, row);
@@ -252,8 +273,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 2)
         const float dn = g[k][i] * wv[i];
         sum_dn += dn;
         sum_dn_xhat += dn * xh[k][i];
-        aw[k][i] += g[k][i] * xh[k][i];
-        ab[k][i] += g[k][i];
+        if constexpr (!kSmemAcc) {
+          aw[k][i] += g[k][i] * xh[k][i];
+          ab[k][i] += g[k][i];
+        }
+      }
+      if constexpr (kSmemAcc) {
+        if (lane + 32 * k < nvec)
+#pragma unroll
+          for (int i = 0; i < E; ++i) {
+            warp_dw[c + i] += g[k][i] * xh[k][i];
+            warp_db[c + i] += g[k][i];
+          }
       }
     }
     const float a = warpSum(sum_dn) / float(C);
@@ -275,21 +306,34 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 2)
     }
   }
   // Block sum of the warps' partials, warps added in a fixed order.
-  for (int pass = 0; pass < 2; ++pass) {
-#pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      if (lane + 32 * k < nvec)
-#pragma unroll
-        for (int i = 0; i < E; ++i)
-          block_sum[warp_in_block * C + (lane + 32 * k) * E + i] = pass == 0 ? aw[k][i] : ab[k][i];
+  if constexpr (kSmemAcc) {
     __syncthreads();
-    float* out = pass == 0 ? partial_dw : partial_db;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-      float t = 0.f;
-      for (int j = 0; j < kWarpsPerBlock; ++j) t += block_sum[j * C + c];
-      out[blockIdx.x * C + c] = t;
+      float tw = 0.f, tb = 0.f;
+      for (int j = 0; j < kWarpsPerBlock; ++j) {
+        tw += block_sum[j * C + c];
+        tb += block_sum[(kWarpsPerBlock + j) * C + c];
+      }
+      partial_dw[blockIdx.x * C + c] = tw;
+      partial_db[blockIdx.x * C + c] = tb;
     }
-    __syncthreads();
+  } else {
+    for (int pass = 0; pass < 2; ++pass) {
+#pragma unroll
+      for (int k = 0; k < kRegVec; ++k)
+        if (lane + 32 * k < nvec)
+#pragma unroll
+          for (int i = 0; i < E; ++i)
+            block_sum[warp_in_block * C + (lane + 32 * k) * E + i] = pass == 0 ? aw[k][i] : ab[k][i];
+      __syncthreads();
+      float* out = pass == 0 ? partial_dw : partial_db;
+      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float t = 0.f;
+        for (int j = 0; j < kWarpsPerBlock; ++j) t += block_sum[j * C + c];
+        out[blockIdx.x * C + c] = t;
+      }
+      __syncthreads();
+    }
   }
 }
 
@@ -366,16 +410,22 @@ static int vectorsPerLane(int64_t C, DType dt, int max_vec, std::initializer_lis
     default: { constexpr int kV = 8; __VA_ARGS__; } break;                           \
   }
 
-// Launches the vector backward for kV vectors per lane; widths past the
-// 24-element register budget (beyond it ptxas spills at two blocks per SM)
-// are never dispatched (and never instantiated).
+// Launches the vector backward for kV vectors per lane.
 template <class T, int kV>
 void launchBackwardVec(T* dx, float* pdw, float* pdb, const T* dy, const T* x, const T* w, const void* mean,
                        int mean_bf16, const void* rstd, int rstd_bf16, int64_t M, int64_t C, bool accumulate_dx,
-                       size_t smem, cudaStream_t s) {
-  if constexpr (kV * Vec16<T>::kElems <= 24)
-    layernormBackwardVecKernel<T, kV><<<kBwdBlocks, kWarpsPerBlock * 32, smem, s>>>(
-        dx, pdw, pdb, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
+                       cudaStream_t s) {
+  layernormBackwardVecKernel<T, kV><<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV>(C), s>>>(
+      dx, pdw, pdb, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
+}
+
+
+template <class T, int kV>
+void allowBackwardSmem() {
+  const int64_t widest = kV * 32 * Vec16<T>::kElems;
+  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(layernormBackwardVecKernel<T, kV>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(lnBackwardSmemBytes<T, kV>(widest))));
 }
 
 void layernormForward(void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* x,
@@ -407,17 +457,15 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
   float* pdw = scratch;
   float* pdb = scratch + int64_t(kBwdWarps) * C;
   float* stage = scratch + 2 * int64_t(kBwdWarps) * C;
-  // 24 elements per lane at most (bf16 rows up to 768 wide, fp32 up to
-  // 384): row, gradient and partial sums live in registers at two blocks
-  // per SM without spilling. Wider rows take the scalar kernels below.
-  const int vec = vectorsPerLane(C, dt, dt == DType::BF16 ? 3 : 6, {dx, dy, x, w});
+  // Up to 8 vectors per lane (bf16 rows up to 2048 wide, fp32 up to 1024);
+  // wider or unaligned rows take the scalar kernels below.
+  const int vec = vectorsPerLane(C, dt, 8, {dx, dy, x, w});
   if (vec > 0) {
-    const size_t smem = size_t(kWarpsPerBlock) * size_t(C) * sizeof(float);
     TANDEM_DISPATCH_DT(dt, {
       TANDEM_DISPATCH_VEC(vec, launchBackwardVec<T, kV>(static_cast<T*>(dx), pdw, pdb, static_cast<const T*>(dy),
                                                         static_cast<const T*>(x), static_cast<const T*>(w), mean,
                                                         isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx,
-                                                        smem, s));
+                                                        s));
       TANDEM_CUDA_LAUNCH_CHECK();
       layernormPartialSumKernel<<<dim3(unsigned((C + 31) / 32), kGroups), dim3(32, 8), 0, s>>>(stage, pdw, pdb, C,
                                                                                             kBwdBlocks);
@@ -451,6 +499,18 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
                                                                   C, accumulate_dw);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void prepareLayernormKernels() {
+  // Shared-memory accumulation needs more than the default 48 KB per block
+  // for the wide rows.
+  allowBackwardSmem<bf16, 4>();
+  allowBackwardSmem<bf16, 5>();
+  allowBackwardSmem<bf16, 6>();
+  allowBackwardSmem<bf16, 7>();
+  allowBackwardSmem<bf16, 8>();
+  allowBackwardSmem<float, 7>();
+  allowBackwardSmem<float, 8>();
 }
 
 }  // namespace tandem::cuda
