@@ -1,6 +1,9 @@
 // Max-min fairness of the flow network on textbook cases, and completion times.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <random>
+
 #include "simulator/network.h"
 
 using tandem::sim::FlowNetwork;
@@ -108,4 +111,59 @@ TEST_CASE("bad input is refused", "[network]") {
   CHECK_THROWS(net.addFlow(flow({1}, 10)));
   net.advanceTo(5);
   CHECK_THROWS(net.advanceTo(4));
+}
+
+TEST_CASE("random networks: every flow is held by its cap or by a full link where it is among the fastest",
+          "[network]") {
+  // The bottleneck characterisation of max-min fairness, on networks with
+  // many bottleneck levels (so the heap rounds after the first do the work),
+  // before and after flows finish.
+  std::mt19937 rng(12345);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int links = 6 + int(rng() % 30);
+    std::vector<double> caps;
+    for (int l = 0; l < links; ++l) caps.push_back(std::vector<double>{10, 25, 40, 100}[rng() % 4]);
+    FlowNetwork net(caps);
+    std::vector<int> ids;
+    std::vector<std::vector<int>> paths;
+    std::vector<double> flow_caps;
+    const int flows = 5 + int(rng() % 60);
+    for (int i = 0; i < flows; ++i) {
+      std::vector<int> path;
+      const int hops = 1 + int(rng() % 4);
+      for (int h = 0; h < hops; ++h) {
+        const int l = int(rng() % links);
+        if (std::find(path.begin(), path.end(), l) == path.end()) path.push_back(l);
+      }
+      const double cap = rng() % 4 == 0 ? double(1 + rng() % 30) : std::numeric_limits<double>::infinity();
+      ids.push_back(net.addFlow(flow(path, double(1000 + rng() % 100000), cap)));
+      paths.push_back(path);
+      flow_caps.push_back(cap);
+    }
+    for (int stage = 0; stage < 3 && net.activeFlows() > 0; ++stage) {
+      std::vector<double> rate(ids.size(), 0), load(size_t(links), 0), fastest(size_t(links), 0);
+      std::vector<char> active(ids.size(), 0);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        rate[i] = net.rate(ids[i]);
+        active[i] = rate[i] > 0;
+        if (!active[i]) continue;
+        for (int l : paths[i]) {
+          load[size_t(l)] += rate[i];
+          fastest[size_t(l)] = std::max(fastest[size_t(l)], rate[i]);
+        }
+      }
+      for (int l = 0; l < links; ++l) CHECK(load[size_t(l)] <= caps[size_t(l)] * (1 + 1e-9));
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (!active[i]) continue;
+        INFO("trial " << trial << " stage " << stage << " flow " << i << " rate " << rate[i]);
+        CHECK(rate[i] <= flow_caps[i] * (1 + 1e-9));
+        bool held = rate[i] >= flow_caps[i] * (1 - 1e-9);
+        for (int l : paths[i])
+          held = held || (load[size_t(l)] >= caps[size_t(l)] * (1 - 1e-9) &&
+                          rate[i] >= fastest[size_t(l)] * (1 - 1e-9));
+        CHECK(held);
+      }
+      net.advanceTo(net.nextCompletionNs());  // some flows finish; the rest are recomputed
+    }
+  }
 }
