@@ -50,6 +50,9 @@ void runCalibrate(const CalibrateOptions& o) {
   for (const auto& op : r.ops)
     fmt::print("{:<20} {:>8} {:>7} {:>11.2f} {:>12.1f} {:>10.2f} {:>12.2f} {:>10.2f}\n", toString(op.op), op.samples,
                op.shapes, op.base_ns / 1e3, op.ns_per_gflop, op.ns_per_mb, op.median_residual_pct, op.max_residual_pct);
+  if (r.calibration.comm_slowdown)
+    fmt::print("comm_slowdown {:.4f} (least squares over {} task-steps under a collective)\n",
+               *r.calibration.comm_slowdown, r.comm_slowdown_samples);
   for (const auto& c : r.collectives)
     fmt::print("collective {} over {} ranks: latency {:.1f} us, {:.1f} GB/s bus bandwidth ({} samples, max residual "
                "{:.2f}%)\n",

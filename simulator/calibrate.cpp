@@ -20,6 +20,7 @@ namespace {
 struct Sample {
   double gflop = 0, mb = 0, ns = 0;
   std::string shape;
+  double under_comm = 0;  // share of the task's kernel time under a resident collective
 };
 
 struct CollSample {
@@ -235,7 +236,8 @@ std::vector<double> stepOverheads(traces::TraceReader& reader, int64_t run) {
 // the task's first kernel started while a collective ran on its rank (the
 // simulator slows exactly those tasks by comm_slowdown).
 struct TaskSteps {
-  std::vector<double> clean_ns, slowed_ns;
+  std::vector<double> clean_ns;                      // steps run with no collective resident
+  std::vector<std::pair<double, double>> slowed_ns;  // (ns, share of it under a collective)
 };
 
 std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader, int64_t run) {
@@ -251,17 +253,24 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
         merged.push_back(x);
     iv = std::move(merged);
   }
-  auto inComm = [&](int rank, int64_t t) {
+  // |[a, b) ∩ the rank's communication|
+  auto underComm = [&](int rank, int64_t a, int64_t b) {
     const auto it = comm.find(rank);
-    if (it == comm.end()) return false;
+    if (it == comm.end() || b <= a) return int64_t{0};
     const auto& iv = it->second;
-    auto pos = std::upper_bound(iv.begin(), iv.end(), std::make_pair(t, std::numeric_limits<int64_t>::max()));
-    return pos != iv.begin() && std::prev(pos)->second > t;
+    auto pos = std::upper_bound(iv.begin(), iv.end(), std::make_pair(a, std::numeric_limits<int64_t>::max()));
+    if (pos != iv.begin()) --pos;
+    int64_t n = 0;
+    for (; pos != iv.end() && pos->first < b; ++pos) n += std::max<int64_t>(0, std::min(b, pos->second) - std::max(a, pos->first));
+    return n;
   };
   std::map<int, std::vector<int64_t>> step_starts;
   for (const auto& st : reader.steps(run)) step_starts[st.rank].push_back(st.start_ns);
   for (auto& [rank, starts] : step_starts) std::sort(starts.begin(), starts.end());
-  std::map<traces::TaskKey, std::map<size_t, std::pair<int64_t, double>>> per_step;  // step -> (first start, sum)
+  struct StepSum {
+    double ns = 0, under_comm_ns = 0;
+  };
+  std::map<traces::TaskKey, std::map<size_t, StepSum>> per_step;
   reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
     if (a.task_id < 0 || a.kind == traces::ActivityKind::Host) return;
     size_t step = 0;
@@ -269,14 +278,18 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
       const auto pos = std::upper_bound(it->second.begin(), it->second.end(), a.start_ns);
       step = pos == it->second.begin() ? 0 : size_t(pos - it->second.begin() - 1);
     }
-    auto [slot, fresh] = per_step[{a.rank, a.task_id}].try_emplace(step, a.start_ns, 0.0);
-    slot->second.first = std::min(slot->second.first, a.start_ns);
-    slot->second.second += double(a.end_ns - a.start_ns);
+    StepSum& sum = per_step[{a.rank, a.task_id}][step];
+    sum.ns += double(a.end_ns - a.start_ns);
+    if (a.kind != traces::ActivityKind::Collective) sum.under_comm_ns += double(underComm(a.rank, a.start_ns, a.end_ns));
   });
   std::map<traces::TaskKey, TaskSteps> out;
   for (const auto& [key, steps] : per_step) {
     TaskSteps& ts = out[key];
-    for (const auto& [step, v] : steps) (inComm(key.first, v.first) ? ts.slowed_ns : ts.clean_ns).push_back(v.second);
+    for (const auto& [step, v] : steps)
+      if (v.under_comm_ns > 0)
+        ts.slowed_ns.push_back({v.ns, v.under_comm_ns / std::max(v.ns, 1.0)});
+      else
+        ts.clean_ns.push_back(v.ns);
   }
   return out;
 }
@@ -289,7 +302,8 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   std::map<std::pair<CollectiveOp, int>, std::vector<CollSample>> coll;
   std::vector<double> launch_gaps;
   std::set<OpKind> planned_ops;  // kernel op kinds of the re-planned jobs
-  std::map<OpKind, std::vector<Sample>> slowed;  // task-steps that started under a collective
+  std::map<OpKind, std::vector<Sample>> slowed;        // task-steps with kernel time under a collective
+  std::map<OpKind, std::vector<Sample>> kernel_clean;  // clean medians, kernel time only
   std::vector<double> step_overheads;
 
   for (const CalibrationInput& in : inputs) {
@@ -346,23 +360,23 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
         const auto gap = gaps.per_task_per_step.find(key);
         const double launch_ns = gap == gaps.per_task_per_step.end() ? 0.0 : gap->second;
         const Sample base{task.flops / 1e9, double(task.bytes_read + task.bytes_written) / 1e6, 0.0, shapeKey(task)};
-        // Steps in which the task started under a collective measure the
-        // slowed kernel: they fit comm_slowdown, not the op's cost.
+        // Steps in which a collective was resident during the task measure
+        // the slowed kernel: they fit comm_slowdown, not the op's cost.
         const auto split = by_comm.find(key);
-        if (split == by_comm.end() || split->second.clean_ns.empty()) {
+        if (split != by_comm.end() && !split->second.clean_ns.empty()) {
           Sample x = base;
-          x.ns = t.ns + launch_ns;
-          slowed[task.op].push_back(x);
-          continue;
+          x.ns = median(split->second.clean_ns);
+          kernel_clean[task.op].push_back(x);
+          x.ns += launch_ns;
+          samples[task.op].push_back(x);
         }
-        Sample x = base;
-        x.ns = median(split->second.clean_ns) + launch_ns;
-        samples[task.op].push_back(x);
-        if (!split->second.slowed_ns.empty()) {
-          Sample y = base;
-          y.ns = median(split->second.slowed_ns) + launch_ns;
-          slowed[task.op].push_back(y);
-        }
+        if (split != by_comm.end())
+          for (const auto& [ns, share] : split->second.slowed_ns) {
+            Sample y = base;
+            y.ns = ns;  // kernel time only: the slowdown is a property of the kernels
+            y.under_comm = share;
+            slowed[task.op].push_back(y);
+          }
       }
       for (const auto& [task_id, c] : run_colls) coll[c.first].push_back(c.second);
       // The file name only: provenance must not leak the machine's folders.
@@ -392,19 +406,30 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     }
     out.ops.push_back(rep);
   }
-  // comm_slowdown: how much longer a task runs when it starts under a
-  // collective than the median of its shape measured without one.
-  std::vector<double> ratios;
-  for (const auto& [op, xs] : slowed) {
-    const auto oc = out.calibration.ops.find(op);
-    if (oc == out.calibration.ops.end()) continue;
-    for (const Sample& x : xs)
-      if (const auto sh = oc->second.shapes.find(x.shape); sh != oc->second.shapes.end() && sh->second.ns > 0)
-        ratios.push_back(x.ns / double(sh->second.ns));
-  }
-  if (!ratios.empty()) {
-    out.calibration.comm_slowdown = std::clamp(median(ratios), 1.0, 3.0);
-    out.comm_slowdown_samples = int64_t(ratios.size());
+  // comm_slowdown f: the simulator runs a kernel f times slower while a
+  // collective is resident on its rank, so a task-step with a share s of its
+  // time under one takes clean * (1 + (f - 1) s). Least squares of
+  // (measured / clean - 1) on s over every such task-step gives f - 1; the
+  // clean time is the kernel time of the shape's clean steps (launch gaps
+  // excluded on both sides).
+  std::map<std::pair<OpKind, std::string>, std::vector<double>> clean_kernel_ns;
+  for (const auto& [op, xs] : kernel_clean)
+    for (const Sample& x : xs) clean_kernel_ns[{op, x.shape}].push_back(x.ns);
+  double sxy = 0, sxx = 0;
+  int64_t used = 0;
+  for (const auto& [op, xs] : slowed)
+    for (const Sample& x : xs) {
+      const auto it = clean_kernel_ns.find({op, x.shape});
+      if (it == clean_kernel_ns.end()) continue;
+      const double clean = median(it->second);
+      if (clean <= 0) continue;
+      sxy += x.under_comm * (x.ns / clean - 1.0);
+      sxx += x.under_comm * x.under_comm;
+      ++used;
+    }
+  if (sxx > 0) {
+    out.calibration.comm_slowdown = std::clamp(1.0 + sxy / sxx, 1.0, 3.0);
+    out.comm_slowdown_samples = used;
   }
   // Op kinds the plans have but no run measured: the executor issues no
   // kernel of their own (it fuses their work into another task, e.g. the
@@ -432,7 +457,20 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     // c[1] is ns per bus GB, so the bandwidth in GB/s is 1e9 / c[1].
     rep.gbps = c[1] > 0 ? 1e9 / c[1] : 0;
     for (const Sample& p : pts) rep.max_residual_pct = std::max(rep.max_residual_pct, relativeResidualPct(p, c));
-    if (rep.gbps > 0) out.calibration.collectives.push_back({rep.op, rep.ranks, rep.latency_ns, rep.gbps});
+    // The bandwidth each measured size reached (median time of the size,
+    // less the fitted latency): NCCL is faster per byte on large messages
+    // than one line says.
+    std::map<double, std::vector<double>> by_size;
+    for (const auto& x : s) by_size[x.bus_bytes].push_back(x.ns);
+    CollectiveCalibration cc{rep.op, rep.ranks, rep.latency_ns, rep.gbps, {}};
+    const double bus_factor = busFactor(rep.op, rep.ranks);
+    for (const auto& [bus_bytes, ns] : by_size) {
+      const double transfer_ns = median(ns) - double(rep.latency_ns);
+      const double bytes = bus_factor > 0 ? bus_bytes / bus_factor : bus_bytes;  // the message size
+      if (bytes >= double(1 << 20) && transfer_ns > 0) cc.sizes.push_back({std::round(bytes), bus_bytes / transfer_ns});
+    }
+    rep.sizes = cc.sizes;
+    if (rep.gbps > 0) out.calibration.collectives.push_back(cc);
     out.collectives.push_back(rep);
   }
   return out;
@@ -450,7 +488,7 @@ std::string calibrationToYaml(const CalibrationResult& r) {
     y += fmt::format("step_overhead_ns: {}  # median per (rank, step): before the first and after the last GPU activity\n",
                      *r.calibration.step_overhead_ns);
   if (r.calibration.comm_slowdown)
-    y += fmt::format("comm_slowdown: {:.4f}  # median over {} task-steps that started under a collective\n",
+    y += fmt::format("comm_slowdown: {:.4f}  # least squares over {} task-steps with kernel time under a collective\n",
                      *r.calibration.comm_slowdown, r.comm_slowdown_samples);
   y += "ops:\n";
   for (const OpFitReport& rep : r.ops) {
@@ -467,9 +505,14 @@ std::string calibrationToYaml(const CalibrationResult& r) {
                      toString(op));
   if (!r.collectives.empty()) {
     y += "collectives:\n";
-    for (const CollectiveFitReport& c : r.collectives)
-      y += fmt::format("  - {{op: {}, ranks: {}, latency_ns: {}, gbps: {:.3f}}}  # {} samples, max residual {:.2f}%\n",
-                       toString(c.op), c.ranks, c.latency_ns, c.gbps, c.samples, c.max_residual_pct);
+    for (const CollectiveFitReport& c : r.collectives) {
+      std::string sizes;
+      for (const auto& [bytes, gbps] : c.sizes) sizes += fmt::format("{}[{:.0f}, {:.3f}]", sizes.empty() ? "" : ", ", bytes, gbps);
+      y += fmt::format("  - {{op: {}, ranks: {}, latency_ns: {}, gbps: {:.3f}{}}}  # {} samples, max residual {:.2f}% of "
+                       "the line\n",
+                       toString(c.op), c.ranks, c.latency_ns, c.gbps, sizes.empty() ? "" : ", sizes: [" + sizes + "]",
+                       c.samples, c.max_residual_pct);
+    }
   }
   return y;
 }

@@ -17,7 +17,13 @@
 //     included") asks; the median gap is the launch overhead of ops without
 //     a calibration;
 //   - op kinds that are planned but never measured (the executor fused them
-//     into another task's kernel) cost 0.
+//     into another task's kernel) cost 0;
+//   - comm_slowdown, the factor by which kernels run slower while a
+//     collective is resident on their rank, by least squares over the
+//     task-steps that overlapped one (against the shape's clean steps);
+//   - per collective and measured message size (>= 1 MiB), the bus
+//     bandwidth reached, so that the simulation follows NCCL's size curve;
+//   - step_overhead_ns: the host's time per step outside all GPU work.
 
 #include <string>
 #include <vector>
@@ -47,6 +53,7 @@ struct CollectiveFitReport {
   int64_t latency_ns = 0;
   double gbps = 0;
   double max_residual_pct = 0;
+  std::vector<std::pair<double, double>> sizes;  // (message bytes, bus GB/s) of each measured size >= 1 MiB
 };
 
 struct CalibrationResult {

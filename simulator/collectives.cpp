@@ -1,5 +1,7 @@
 #include "simulator/collectives.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <map>
 #include <stdexcept>
@@ -78,6 +80,18 @@ double CollectiveBuilder::pathGbps(int a, int b) const {
     first = false;
   }
   return g;
+}
+
+double CollectiveCalibration::gbpsFor(double bytes) const {
+  if (sizes.empty()) return gbps;
+  if (bytes <= sizes.front().first) return sizes.front().second;
+  if (bytes >= sizes.back().first) return sizes.back().second;
+  size_t i = 1;
+  while (sizes[i].first < bytes) ++i;
+  const auto& [b0, g0] = sizes[i - 1];
+  const auto& [b1, g1] = sizes[i];
+  const double w = (std::log(bytes) - std::log(b0)) / (std::log(b1) - std::log(b0));
+  return g0 + w * (g1 - g0);
 }
 
 const CollectiveCalibration* CollectiveBuilder::calibrationFor(CollectiveOp op, int ranks) const {
@@ -172,7 +186,7 @@ CollectiveSchedule CollectiveBuilder::build(const CollectiveRequest& req) const 
   if (const CollectiveCalibration* cal = calibrationFor(req.op, n)) {
     CollectiveChoice c;
     c.efficiency = 1.0;
-    c.rate_cap_gbps = cal->gbps;
+    c.rate_cap_gbps = cal->gbpsFor(double(req.bytes));
     c.base_latency_ns = cal->latency_ns;
     s.choice = c;
     CollectivePhase ph{"calibrated", cal->latency_ns, {}};

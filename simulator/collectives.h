@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/plan.h"
@@ -38,6 +39,12 @@ struct CollectiveCalibration {
   int ranks = 0;
   int64_t latency_ns = 0;
   double gbps = 0;
+  // Measured bus bandwidth by message size (message bytes, bus GB/s),
+  // ascending: NCCL's
+  // bandwidth depends on the size. Between sizes it is interpolated on
+  // log(bytes); outside them the nearest one holds. Empty: `gbps` for all.
+  std::vector<std::pair<double, double>> sizes;
+  double gbpsFor(double bytes) const;
 };
 
 struct CollectivePhase {

@@ -177,8 +177,19 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
           } else if (fk == "gbps") {
             c.gbps = number(source, f.second, "collectives.gbps", 1e-6, 1e6);
             has_gbps = true;
+          } else if (fk == "sizes") {
+            if (!f.second.IsSequence()) fail(source, f.second, "collectives.sizes: expected a list of [bytes, gbps]");
+            for (const auto& pt : f.second) {
+              if (!pt.IsSequence() || pt.size() != 2)
+                fail(source, pt, "collectives.sizes: each entry is [bytes, gbps]");
+              const double bytes = number(source, pt[0], "collectives.sizes bytes", 1, 1e15);
+              const double gbps = number(source, pt[1], "collectives.sizes gbps", 1e-6, 1e6);
+              if (!c.sizes.empty() && bytes <= c.sizes.back().first)
+                fail(source, pt, "collectives.sizes: sizes must be ascending");
+              c.sizes.push_back({bytes, gbps});
+            }
           } else {
-            fail(source, f.first, "collectives." + fk + ": unknown key (allowed: op, ranks, latency_ns, gbps)");
+            fail(source, f.first, "collectives." + fk + ": unknown key (allowed: op, ranks, latency_ns, gbps, sizes)");
           }
         }
         if (!has_op || !has_ranks || !has_gbps) fail(source, item, "collectives: each entry needs op, ranks and gbps");

@@ -104,6 +104,14 @@ struct StreamState {
   size_t head = 0;
   bool busy = false;
   int64_t started_ns = 0;
+  // A running kernel: the work left (ns at full speed) as of `updated_ns`,
+  // whether it runs slowed (a collective is resident on the rank), and the
+  // time its completion event is for (older events for it are stale).
+  bool kernel = false;
+  bool slowed = false;
+  double work_left_ns = 0;
+  int64_t updated_ns = 0;
+  int64_t done_ns = -1;
 };
 
 struct RankState {
@@ -163,6 +171,8 @@ class Engine {
   void setup();
   void push(int64_t t, EventType type, int a, int b = 0) { queue_.push(Event{t, type, a, b}); }
   void tryStart(int ri, int stream);
+  void commResidencyChanged(int ri);
+  bool isCurrentCompletion(int ri, int ti) const;
   void tryStartAll(int ri) {
     for (int s = 0; s < int(ranks_[size_t(ri)].streams.size()); ++s) tryStart(ri, s);
   }
@@ -322,9 +332,41 @@ void Engine::tryStart(int ri, int stream) {
     arrive(ri, ti);
     return;
   }
-  int64_t d = cost_.taskNs(t, topo_.devices[size_t(r.device)], plan_.job.training.precision);
-  if (r.active_comm > 0 && t.kind == TaskKind::Kernel) d = int64_t(std::llround(double(d) * cost_.commSlowdown()));
-  push(now_ + d, EventType::TaskDone, ri, ti);
+  const int64_t d = cost_.taskNs(t, topo_.devices[size_t(r.device)], plan_.job.training.precision);
+  s.kernel = t.kind == TaskKind::Kernel;
+  s.slowed = s.kernel && r.active_comm > 0;
+  s.work_left_ns = double(d);
+  s.updated_ns = now_;
+  s.done_ns = now_ + (s.slowed ? int64_t(std::llround(double(d) * cost_.commSlowdown())) : d);
+  push(s.done_ns, EventType::TaskDone, ri, ti);
+}
+
+// A kernel runs commSlowdown() times slower for as long as a collective is
+// resident on its rank (from the rank's arrival until the collective ends
+// for it: NCCL's kernels share the SMs and the memory with it). When that
+// changes, the running kernels' remaining work is rescheduled at the new rate.
+void Engine::commResidencyChanged(int ri) {
+  RankState& r = ranks_[size_t(ri)];
+  const bool slowed = r.active_comm > 0;
+  const double f = cost_.commSlowdown();
+  if (f == 1.0) return;
+  for (int si = 0; si < int(r.streams.size()); ++si) {
+    StreamState& s = r.streams[size_t(si)];
+    if (!s.busy || !s.kernel || s.slowed == slowed) continue;
+    const double elapsed = double(now_ - s.updated_ns);
+    s.work_left_ns = std::max(0.0, s.work_left_ns - (s.slowed ? elapsed / f : elapsed));
+    s.slowed = slowed;
+    s.updated_ns = now_;
+    s.done_ns = now_ + int64_t(std::llround(slowed ? s.work_left_ns * f : s.work_left_ns));
+    push(s.done_ns, EventType::TaskDone, ri, (*s.tasks)[s.head]);
+  }
+}
+
+bool Engine::isCurrentCompletion(int ri, int ti) const {
+  const RankState& r = ranks_[size_t(ri)];
+  const Task& t = r.plan->tasks[size_t(ti)];
+  const StreamState& s = r.streams[size_t(t.stream)];
+  return s.busy && s.done_ns == now_ && s.head < s.tasks->size() && (*s.tasks)[s.head] == ti;
 }
 
 void Engine::arrive(int ri, int ti) {
@@ -338,7 +380,7 @@ void Engine::arrive(int ri, int ti) {
   if (!group_member_[size_t(g)][size_t(r.rank)])
     throw SimulationError("rank " + std::to_string(r.rank) + " " + describeTask(r, ti) + " uses group '" +
                           group.name + "' which does not contain it");
-  ++r.active_comm;
+  if (++r.active_comm == 1) commResidencyChanged(ri);
   const bool p2p = ci.op == CollectiveOp::Send || ci.op == CollectiveOp::Recv;
   std::tuple<int, int, int64_t> key;
   int src = -1, dst = -1;
@@ -484,8 +526,11 @@ void Engine::finishTask(int ri, int ti) {
   r.end_ns = std::max(r.end_ns, now_);
   ++result_.stats.tasks;
   if (t.record_event >= 0) r.event_bits[size_t(t.record_event) >> 6] |= uint64_t(1) << (t.record_event & 63);
-  if (t.kind == TaskKind::Collective || t.kind == TaskKind::SendRecv) --r.active_comm;
   s.busy = false;
+  s.done_ns = -1;
+  if (t.kind == TaskKind::Collective || t.kind == TaskKind::SendRecv) {
+    if (--r.active_comm == 0) commResidencyChanged(ri);
+  }
   ++s.head;
   tryStartAll(ri);
 }
@@ -512,7 +557,9 @@ SimResult Engine::run() {
     now_ = e.time;
     net_.advanceTo(now_);  // no flow finishes before tn > tq
     switch (e.type) {
-      case EventType::TaskDone: finishTask(e.a, e.b); break;
+      case EventType::TaskDone:
+        if (isCurrentCompletion(e.a, e.b)) finishTask(e.a, e.b);  // else rescheduled: a stale event
+        break;
       case EventType::PhaseStart: phaseFlowsStart(e.a); break;
       case EventType::CollectiveDone: {
         Instance& inst = instances_[size_t(e.a)];

@@ -179,3 +179,23 @@ TEST_CASE("Calibration accounts for fused tasks, collective waits and host time 
     CHECK(p.step_ns - q.step_ns == 60000);
   }
 }
+
+TEST_CASE("Collective calibration by message size: interpolated on log(bytes), clamped outside", "[calibrate]") {
+  const sim::Calibration cal = sim::parseCalibration(R"(version: 1
+collectives:
+  - {op: all_reduce, ranks: 2, latency_ns: 15000, gbps: 200, sizes: [[1048576, 100], [67108864, 280]]}
+)",
+                                                    "sizes.yaml");
+  REQUIRE(cal.collectives.size() == 1);
+  const sim::CollectiveCalibration& c = cal.collectives[0];
+  CHECK(c.gbpsFor(1024) == Approx(100));           // below the table: its first size
+  CHECK(c.gbpsFor(1048576) == Approx(100));
+  CHECK(c.gbpsFor(8388608) == Approx(100 + 180 * 0.5));  // 8 MiB: halfway on log(bytes)
+  CHECK(c.gbpsFor(1e12) == Approx(280));            // above: its last size
+  CHECK_THROWS_WITH(sim::parseCalibration(R"(version: 1
+collectives:
+  - {op: all_reduce, ranks: 2, gbps: 200, sizes: [[2048, 100], [1024, 90]]}
+)",
+                                          "bad.yaml"),
+                    Catch::Contains("bad.yaml:3") && Catch::Contains("ascending"));
+}

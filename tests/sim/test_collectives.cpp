@@ -128,7 +128,7 @@ TEST_CASE("multi-host all-reduce is hierarchical: intra, rails, intra", "[collec
 TEST_CASE("a calibrated (op, ranks) pair replaces the model", "[collectives]") {
   Topology topo = ringTopology(2, 100, 100);
   Router router(topo);
-  CollectiveBuilder b(router, NcclParams{}, {CollectiveCalibration{CollectiveOp::AllReduce, 2, 12345, 10.0}});
+  CollectiveBuilder b(router, NcclParams{}, {CollectiveCalibration{CollectiveOp::AllReduce, 2, 12345, 10.0, {}}});
   CollectiveRequest req;
   req.op = CollectiveOp::AllReduce;
   req.bytes = 1000;

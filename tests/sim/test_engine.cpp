@@ -2,6 +2,8 @@
 // determinism, deadlocks and symmetric ranks.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 #include "sim_fixtures.h"
 #include "simulator/engine.h"
 
@@ -297,6 +299,36 @@ TEST_CASE("compute slows while a collective runs on the same GPU", "[engine]") {
   const SimActivity& kb = activityOf(b.ranks[0], 1);
   CHECK(kb.end_ns - kb.start_ns == 1'000'000 + params.launch_overhead_ns);
   CHECK(ka.end_ns - ka.start_ns == int64_t((1'000'000 + params.launch_overhead_ns) * 1.5));
+}
+
+TEST_CASE("a kernel slows only for the part of it a collective is resident", "[engine]") {
+  // The kernel (1 ms at full speed) starts first; a short all-reduce starts
+  // 200 us into it on the comm stream (after a 200 us kernel there) and is
+  // resident T ns. The kernel progresses at 1/f meanwhile, so it ends
+  // T (1 - 1/f) later than unslowed; a kernel started before the collective
+  // is slowed too, and only for the overlap.
+  Topology topo = ringTopology(2, 1, 0);  // 1 GB/s: the 100 KB all-reduce runs ~100 us
+  RankPlan rp = twoStreamProgram();
+  rp.tasks.push_back(kernel(0, 0, 7e11, 0));        // compute stream: 1 ms (+ launch)
+  rp.tasks.push_back(kernel(1, 1, 1.4e11, 0));      // comm stream: 200 us (+ launch) before the collective
+  rp.tasks.push_back(collective(2, 1, CollectiveOp::AllReduce, 100'000, "world"));
+  Plan plan = uniformPlan(2, rp);
+  RooflineParams params = RooflineParams::defaults();
+  params.comm_slowdown = 2.0;
+  RooflineCostModel slowed(params);
+  params.comm_slowdown = 1.0;
+  RooflineCostModel plain(params);
+  SimResult a = simulatePlan(plan, topo, slowed, idealOptions());
+  SimResult b = simulatePlan(plan, topo, plain, idealOptions());
+  const SimActivity& k = activityOf(a.ranks[0], 0);
+  const SimActivity& c = activityOf(a.ranks[0], 2);
+  const SimActivity& kb = activityOf(b.ranks[0], 0);
+  const int64_t resident = c.end_ns - c.start_ns;
+  REQUIRE(c.start_ns > k.start_ns);
+  REQUIRE(c.end_ns < k.end_ns);  // the collective lies inside the kernel
+  // At f = 2 the kernel does half its work while the collective is resident:
+  // it is stretched by exactly half that residency (rounding: 1 ns).
+  CHECK(std::llabs((k.end_ns - k.start_ns) - ((kb.end_ns - kb.start_ns) + resident / 2)) <= 1);
 }
 
 TEST_CASE("a plan larger than the topology is refused", "[engine]") {
