@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
     std::vector<std::unique_ptr<cuda::CudaExecutor>> ex(a.gpus);
     const cuda::NcclId id = a.gpus > 1 ? cuda::makeNcclId() : cuda::NcclId{};
     auto onRanks = [&](auto fn) {
+      if (a.gpus == 1) return fn(0);  // no thread per step on one GPU
       std::vector<std::thread> th;
       for (int r = 0; r < a.gpus; ++r) th.emplace_back([&, r] { fn(r); });
       for (auto& t : th) t.join();
@@ -106,24 +108,34 @@ int main(int argc, char** argv) {
     for (auto& e : errors)
       if (!e.empty()) throw std::runtime_error(e);
     fmt::print("{{\"fusion\":\"{}\"}}\n", ex[0]->fusion().summary());
-    std::vector<double> ms;
+    // Wall time per step, as the peer script measures it (its clock stops
+    // after a device synchronize): the GPU time between the step's first and
+    // last event leaves out the host's work between steps.
+    std::vector<double> ms, gpu_ms;
     double loss = 0;
     for (int s = 0; s < a.steps; ++s) {
       std::vector<cuda::GpuStepResult> res(a.gpus);
+      const auto t0 = std::chrono::steady_clock::now();
       onRanks([&](int r) { res[r] = ex[r]->step(); });
-      if (s >= 5) ms.push_back(res[0].ms);
+      const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (s >= 5) {
+        ms.push_back(wall);
+        gpu_ms.push_back(res[0].ms);
+      }
       loss = res[0].loss;
     }
     std::sort(ms.begin(), ms.end());
+    std::sort(gpu_ms.begin(), gpu_ms.end());
     const double med = ms.empty() ? 0 : ms[ms.size() / 2];
+    const double gpu_med = gpu_ms.empty() ? 0 : gpu_ms[gpu_ms.size() / 2];
     const double tokens = double(job.tokensPerStep());
     const double tps = tokens / (med / 1e3);
     const double mfu = plan.summary.model_flops_per_token * tps / (a.gpus * dev.peak_bf16_flops);
     const cuda::GpuMemoryReport m = ex[0]->memory();
     fmt::print("{{\"system\":\"tandem\",\"device\":\"{}\",\"gpus\":{},\"median_step_ms\":{:.2f},\"min_step_ms\":{:.2f},"
-               "\"tokens_per_s\":{:.0f},\"mfu\":{:.4f},\"loss\":{:.4f},\"planned_arena_gib\":{:.3f},"
+               "\"median_gpu_ms\":{:.2f},\"tokens_per_s\":{:.0f},\"mfu\":{:.4f},\"loss\":{:.4f},\"planned_arena_gib\":{:.3f},"
                "\"allocated_gib\":{:.3f}}}\n",
-               dev.name, a.gpus, med, ms.empty() ? 0 : ms.front(), tps, mfu, loss,
+               dev.name, a.gpus, med, ms.empty() ? 0 : ms.front(), gpu_med, tps, mfu, loss,
                m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));
     std::fflush(stdout);
     ex.clear();

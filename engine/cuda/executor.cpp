@@ -104,6 +104,7 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   }
   TANDEM_CUDA_CHECK(cudaEventCreate(&start_event));
   TANDEM_CUDA_CHECK(cudaEventCreate(&stop_event));
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&loads_done, cudaEventDisableTiming));
 
   prepareKernels();
   arena = static_cast<std::byte*>(deviceAlloc(arena_bytes));
@@ -159,6 +160,7 @@ CudaExecutor::Impl::~Impl() {
   if (fork_event) cudaEventDestroy(fork_event);
   if (start_event) cudaEventDestroy(start_event);
   if (stop_event) cudaEventDestroy(stop_event);
+  if (loads_done) cudaEventDestroy(loads_done);
   gemm.reset();
   comm.reset();
   for (auto s : streams) cudaStreamDestroy(s);
@@ -192,6 +194,10 @@ void CudaExecutor::Impl::prepareTasks() {
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Task& t = tasks[i];
     if (t.op == OpKind::LoadBatch) {
+      // Staging the next batch early needs one stream for every load: the
+      // event after the last one then follows all of them.
+      if (last_load_task >= 0 && tasks[size_t(last_load_task)].stream != t.stream) load_stream_mixed = true;
+      last_load_task = int(i);
       LoadSlot slot;
       slot.task = int(i);
       slot.count = program->buffers[t.writes[0]].elementCount();
@@ -337,16 +343,21 @@ void CudaExecutor::Impl::enqueueStep(bool with_optimizer) {
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_out + 1, ptr(norm_buffer), sizeof(float), cudaMemcpyDeviceToHost, s0));
 }
 
-void CudaExecutor::Impl::waitForStep() {
+void CudaExecutor::Impl::waitForStep() { waitForEvent(stop_event, "the step"); }
+
+// Polls `event` (a few microseconds apart, so the next step is launched soon
+// after this one ends), watching NCCL for asynchronous errors and giving up
+// after the timeout with the collective that did not finish.
+void CudaExecutor::Impl::waitForEvent(cudaEvent_t event, const char* what) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    cudaError_t q = cudaEventQuery(stop_event);
+    cudaError_t q = cudaEventQuery(event);
     if (q == cudaSuccess) return;
     if (q != cudaErrorNotReady) checkCuda(q, "step", __FILE__, __LINE__);
     if (comm) comm->checkAsync("step " + std::to_string(steps_done + 1));
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (waited > opt.timeout_s) {
-      std::string stuck = "the step";
+      std::string stuck = what;
       for (size_t i = 0; i < collective_done.size(); ++i)
         if (cudaEventQuery(collective_done[i]) == cudaErrorNotReady) {
           stuck = "all-reduce '" + program->tasks[collective_tasks[i]].name + "'";
@@ -357,14 +368,15 @@ void CudaExecutor::Impl::waitForStep() {
                                   "stopped); NCCL communicator aborted",
                                   opt.rank, stuck, opt.timeout_s));
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 
 GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
   const int step = steps_done;
   const TrainingSpec& tr = plan.job.training;
-  fillHostData(step);
+  if (staged_step != step) fillHostData(step);  // else staged while the previous step ran
+  staged_step = step;
   host_scalars->lr = float(learningRate(tr, step));
   host_scalars->bias_correction1 = 1.0 - std::pow(double(float(tr.beta1)), step + 1);
   host_scalars->bias_correction2 = 1.0 - std::pow(double(float(tr.beta2)), step + 1);
@@ -400,6 +412,12 @@ GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
     timing_now = false;
   }
   TANDEM_CUDA_CHECK(cudaEventRecord(stop_event, s0));
+  if (with_optimizer && last_load_task >= 0 && !load_stream_mixed) {
+    // Once the batch is on the GPU, stage the next one while this step runs.
+    waitForEvent(loads_done, "the batch copy");
+    fillHostData(step + 1);
+    staged_step = step + 1;
+  }
   waitForStep();
   if (opt.observer) opt.observer->onStepEnd(step);
   if (opt.time_tasks && !graph)

@@ -48,6 +48,7 @@ struct CudaExecutor::Impl {
   void enqueueStep(bool with_optimizer);
   void enqueueTask(int index);
   void waitForStep();
+  void waitForEvent(cudaEvent_t event, const char* what);
   GpuStepResult runStep(bool with_optimizer);
   std::vector<float> readBuffer(int buffer) const;
   void writeBuffer(int buffer, const std::vector<float>& values);
@@ -63,6 +64,13 @@ struct CudaExecutor::Impl {
   std::vector<cudaEvent_t> join_events;
   cudaEvent_t fork_event = nullptr;
   cudaEvent_t start_event = nullptr, stop_event = nullptr;
+  // Recorded after the step's last LoadBatch copy: from then on the host may
+  // write the next step's batch into the staging buffers while the GPU
+  // computes (runStep), instead of between steps with the GPU idle.
+  cudaEvent_t loads_done = nullptr;
+  int last_load_task = -1;
+  bool load_stream_mixed = false;  // loads on several streams: stage between steps
+  int staged_step = -1;  // the step whose batch the staging buffers hold
   std::vector<cudaEvent_t> collective_done;  // recorded after each collective (timeout diagnosis)
   std::vector<int> collective_tasks;
 

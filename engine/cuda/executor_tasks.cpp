@@ -34,6 +34,14 @@ void CudaExecutor::Impl::enqueueTask(int index) {
       TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[1]), slot.host + n, n * 4, cudaMemcpyHostToDevice, s));
       TANDEM_CUDA_CHECK(cudaMemcpyAsync(slot.device_index, slot.host + 2 * n, (2 * n + 2) * 4,
                                         cudaMemcpyHostToDevice, s));
+      // The host stages the next batch once this has run. Inside a capture
+      // only an "external" record is recorded by the graph's replays.
+      if (index == last_load_task) {
+        if (capturing)
+          TANDEM_CUDA_CHECK(cudaEventRecordWithFlags(loads_done, s, cudaEventRecordExternal));
+        else
+          TANDEM_CUDA_CHECK(cudaEventRecord(loads_done, s));
+      }
       break;
     }
     case OpKind::Embedding:
