@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <numeric>
 
@@ -163,8 +164,11 @@ void testElementwise(DType dt, int64_t n) {
   expectBelow(tag(dt, ("add" + sz).c_str()), relError(gc.download(), c), tol(dt));
 }
 
-void testCrossEntropy(DType dt) {
-  const int64_t M = 64, V = 1000;
+// dlogits is compared twice: whole, and without the target entries (the
+// softmax part alone, which the -scale target entries would hide at large V).
+// Without dlogits the logits must come back untouched; the loss sum of a
+// second identical launch must be bit-identical.
+void testCrossEntropy(DType dt, int64_t M, int64_t V, bool with_grad, DType loss_dt = DType::F32) {
   auto logits = rounded(randomVector(M * V, rng, 3.f), dt);
   std::vector<int32_t> targets(M);
   for (auto& t : targets) t = int32_t(rng() % V);
@@ -172,18 +176,43 @@ void testCrossEntropy(DType dt) {
   cpu::crossEntropyForward<float>(losses.data(), logits.data(), targets.data(), M, V);
   const double scale = 1.0 / double(M);
   cpu::crossEntropyBackward<float>(dlogits.data(), logits.data(), targets.data(), M, V, scale);
-  Dev gl(dt, M * V), gloss(DType::F32, M), gsum(DType::F32, 1);
+  Dev gl(dt, M * V), gloss(loss_dt, M), gsum(DType::F32, 1);
   gl.upload(logits);
   gsum.upload({0.f});
   int32_t* gt;
   cudaMalloc(&gt, M * 4);
   cudaMemcpy(gt, targets.data(), M * 4, cudaMemcpyHostToDevice);
-  cuda::crossEntropy(gloss.p, DType::F32, gl.p, gl.p, gt, M, V, float(scale), dt, static_cast<float*>(gsum.p),
-                     scratchBuffer(cuda::crossEntropyScratchBytes(M)), nullptr);
-  expectBelow(tag(dt, "cross-entropy losses"), relError(gloss.download(), losses), 1e-5);
-  expectBelow(tag(dt, "cross-entropy dlogits (in place)"), relError(gl.download(), dlogits), tol(dt));
+  auto launch = [&] {
+    cuda::crossEntropy(gloss.p, loss_dt, with_grad ? gl.p : nullptr, gl.p, gt, M, V, float(scale), dt,
+                       static_cast<float*>(gsum.p), scratchBuffer(cuda::crossEntropyScratchBytes(M)), nullptr);
+  };
+  launch();
+  const std::string sz = fmt::format(" M={} V={}{}", M, V, loss_dt == DType::BF16 ? " bf16 losses" : "");
+  expectBelow(tag(dt, ("cross-entropy losses" + sz).c_str()), relError(gloss.download(), losses),
+              loss_dt == DType::BF16 ? 4e-3 : 1e-5);
+  const float sum1 = gsum.download()[0];
   const double ref_sum = std::accumulate(losses.begin(), losses.end(), 0.0);
-  expectBelow(tag(dt, "cross-entropy loss sum"), std::abs(gsum.download()[0] - ref_sum) / ref_sum, 1e-5);
+  expectBelow(tag(dt, ("cross-entropy loss sum" + sz).c_str()), std::abs(sum1 - ref_sum) / ref_sum, 1e-5);
+  if (with_grad) {
+    auto got = gl.download();
+    expectBelow(tag(dt, ("cross-entropy dlogits (in place)" + sz).c_str()), relError(got, dlogits), tol(dt));
+    std::vector<float> got_t(M), ref_t(M);
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t i = m * V + targets[size_t(m)];
+      got_t[size_t(m)] = got[size_t(i)];
+      ref_t[size_t(m)] = dlogits[size_t(i)];
+      got[size_t(i)] = dlogits[size_t(i)] = 0.f;
+    }
+    expectBelow(tag(dt, ("cross-entropy dlogits, softmax part" + sz).c_str()), relError(got, dlogits), tol(dt));
+    expectBelow(tag(dt, ("cross-entropy dlogits, targets" + sz).c_str()), relError(got_t, ref_t), tol(dt));
+  } else {
+    expectTrue(tag(dt, ("cross-entropy without dlogits leaves the logits" + sz).c_str()), gl.download() == logits);
+    gsum.upload({0.f});
+    launch();
+    const float sum2 = gsum.download()[0];
+    expectTrue(tag(dt, ("cross-entropy loss sum repeats bit for bit" + sz).c_str()),
+               std::memcmp(&sum1, &sum2, sizeof(float)) == 0);
+  }
   cudaFree(gt);
 }
 
@@ -455,7 +484,13 @@ int main() {
     testAttention(dt, 1, 64, 64, 2, true);    // head dim 32, one full tile, accumulated
     testElementwise(dt, 10007);  // scalar path
     testElementwise(dt, 8192);   // 16-byte path in bf16
-    testCrossEntropy(dt);
+    testCrossEntropy(dt, 64, 1000, true);
+    testCrossEntropy(dt, 64, 1001, true);  // V not a multiple of 8 (scalar kernel in bf16)
+    testCrossEntropy(dt, 64, 50304, true);  // GPT-2 vocabulary
+    testCrossEntropy(dt, 64, 50304, false, DType::BF16);
+    testCrossEntropy(dt, 300, 50304, false);  // more rows than SMs
+    testCrossEntropy(dt, 400, 50304, true);
+    testCrossEntropy(dt, 16, 60000, true);
     testEmbedding(dt);
     testMatmul(dt, 128, 96, 80);
     testMatmul(dt, 1000, 772, 64);  // bias gradient: N not a multiple of 8 (scalar path)
