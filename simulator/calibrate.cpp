@@ -369,6 +369,13 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
           kernel_clean[task.op].push_back(x);
           x.ns += launch_ns;
           samples[task.op].push_back(x);
+        } else {
+          // Never measured without a collective beside it (a data-parallel
+          // run only): its slowed time is still better than no figure, and
+          // the op must not pass for a fused one.
+          Sample x = base;
+          x.ns = t.ns + launch_ns;
+          samples[task.op].push_back(x);
         }
         if (split != by_comm.end())
           for (const auto& [ns, share] : split->second.slowed_ns) {

@@ -178,6 +178,20 @@ TEST_CASE("Calibration accounts for fused tasks, collective waits and host time 
         sim::simulatePlan(plan, topo, sim::RooflineCostModel(sim::RooflineParams::defaults(), no_host), opts);
     CHECK(p.step_ns - q.step_ns == 60000);
   }
+
+  // A run in which every task had a collective beside it (one collective
+  // spanning the run): the ops are measured, only slowed, and must keep
+  // their cost; the fused one alone costs 0.
+  {
+    traces::sql::Db db(measured, SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE collectives SET start_ns = -1000000000, end_ns = 4000000000000000000");
+  }
+  const sim::CalibrationResult all_slowed = sim::calibrateFromRuns({{measured, 1}});
+  CHECK(all_slowed.fused_ops == std::vector<OpKind>{OpKind::CrossEntropyBwd});
+  const auto mm = all_slowed.calibration.ops.find(OpKind::Matmul);
+  REQUIRE(mm != all_slowed.calibration.ops.end());
+  CHECK(!mm->second.shapes.empty());
+  for (const auto& [shape, e] : mm->second.shapes) CHECK(e.ns > 0);
 }
 
 TEST_CASE("Collective calibration by message size: interpolated on log(bytes), clamped outside", "[calibrate]") {
