@@ -313,7 +313,9 @@ ProfileSummary Profiler::finish() {
                      "kernels the executor issued in a step outside every plan task (its loss all-reduce)"});
   p.writer->setStat({"profiler.kernels_unattributed", unattributed, unattributed ? Severity::Warning : Severity::Info,
                      "kernels with no plan task"});
-  p.writer->setStat({"clock.drift_ns", (end.realtime_ns - int64_t(end.cupti_ns)) - p.offset_ns, Severity::Info,
+  // Named per rank: merging rank files adds stats of the same name.
+  p.writer->setStat({fmt::format("clock.drift_ns.rank{}", p.opt.rank),
+                     (end.realtime_ns - int64_t(end.cupti_ns)) - p.offset_ns, Severity::Info,
                      "CUPTI clock drift against CLOCK_REALTIME over the run"});
   p.writer->setStat({"profiler.clock_sync_records", s.clock_sync_records, Severity::Info,
                      "GPU records of the clock-offset measurement (not plan work)"});
