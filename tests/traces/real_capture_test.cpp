@@ -4,7 +4,6 @@
 // every compute kernel attributed to its plan task.
 #include <catch2/catch.hpp>
 
-#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -17,20 +16,8 @@
 
 using namespace tandem::traces;
 
-namespace {
-
-std::string fixtureCopy() {
-  // Readers may create -wal/-shm files beside the database: work on a copy.
-  const std::string copy = testing::tempTracePath("real-tiny-h200.sqlite");
-  std::filesystem::copy_file(std::string(TANDEM_SOURCE_DIR) + "/tests/traces/fixtures/real-tiny-h200.sqlite", copy,
-                             std::filesystem::copy_options::overwrite_existing);
-  return copy;
-}
-
-}  // namespace
-
 TEST_CASE("Chrome export of a real capture has Perfetto's process/thread/flow structure", "[export][real]") {
-  TraceReader reader(fixtureCopy());
+  TraceReader reader(testing::fixtureCopy("real-tiny-h200.sqlite"));
   const int64_t run = reader.defaultRunId();
   REQUIRE(reader.run(run).kind == RunKind::Real);
   std::ostringstream out;
@@ -63,7 +50,7 @@ TEST_CASE("Chrome export of a real capture has Perfetto's process/thread/flow st
 }
 
 TEST_CASE("The report attributes every compute kernel of the real capture", "[analysis][real]") {
-  TraceReader reader(fixtureCopy());
+  TraceReader reader(testing::fixtureCopy("real-tiny-h200.sqlite"));
   const RunReport rep = analyzeRun(reader, reader.defaultRunId());
   int64_t compute_kernels = 0;
   for (const auto& s : rep.by_op)

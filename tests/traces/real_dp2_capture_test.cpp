@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <string>
@@ -23,13 +22,6 @@
 using namespace tandem::traces;
 
 namespace {
-
-std::string fixtureCopy() {
-  const std::string copy = testing::tempTracePath("real-dp2-h200.sqlite");
-  std::filesystem::copy_file(std::string(TANDEM_SOURCE_DIR) + "/tests/traces/fixtures/real-dp2-h200.sqlite", copy,
-                             std::filesystem::copy_options::overwrite_existing);
-  return copy;
-}
 
 using Span = std::pair<int64_t, int64_t>;
 
@@ -118,7 +110,7 @@ std::map<int, RawRank> readRaw(const std::string& path, int64_t run) {
 }  // namespace
 
 TEST_CASE("Breakdown of a real 2-GPU capture equals a computation from the raw rows", "[real][analysis]") {
-  const std::string path = fixtureCopy();
+  const std::string path = testing::fixtureCopy("real-dp2-h200.sqlite");
   TraceReader reader(path);
   const int64_t run = reader.defaultRunId();
   REQUIRE(reader.run(run).kind == RunKind::Real);

@@ -29,6 +29,15 @@ inline std::string tempTracePath(const std::string& name) {
   return p.string();
 }
 
+// A temporary copy of a committed file of tests/traces/fixtures/: readers may
+// create -wal/-shm files beside a database, so tests never open the original.
+inline std::string fixtureCopy(const std::string& name) {
+  const std::string copy = tempTracePath(name);
+  std::filesystem::copy_file(std::string(TANDEM_SOURCE_DIR) + "/tests/traces/fixtures/" + name, copy,
+                             std::filesystem::copy_options::overwrite_existing);
+  return copy;
+}
+
 inline ActivityRow act(int rank, int stream, int64_t start, int64_t end, ActivityKind kind, const std::string& name,
                        int64_t task = -1, TracePhase phase = TracePhase::None) {
   ActivityRow a;
