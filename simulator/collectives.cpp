@@ -127,11 +127,30 @@ double CollectiveBuilder::minPathGbps(const std::vector<int>& ring) const {
   return best;
 }
 
-int64_t CollectiveBuilder::addRingFlows(const std::vector<int>& ring, double edge_bytes,
-                                        const CollectiveChoice& c, std::vector<FlowSpec>& out) const {
-  if (ring.size() < 2) return 0;
+void CollectiveBuilder::addRingFlows(const std::vector<int>& ring, double edge_bytes, const CollectiveChoice& c,
+                                     std::vector<FlowSpec>& out) const {
+  if (ring.size() < 2) return;
   for (size_t i = 0; i < ring.size(); ++i) addFlow(ring[i], ring[(i + 1) % ring.size()], edge_bytes, c, out);
-  return maxHopLatency(ring);
+}
+
+CollectiveBuilder::GroupFacts& CollectiveBuilder::factsFor(const std::vector<int>& nodes) const {
+  auto [it, inserted] = facts_.try_emplace(nodes);
+  GroupFacts& g = it->second;
+  if (!inserted) return g;
+  // Ring order follows the machine: hosts in order, devices in id order inside
+  // each host, so a flat ring crosses the network only once per host.
+  const Topology& topo = router_.topology();
+  g.ring = nodes;
+  std::stable_sort(g.ring.begin(), g.ring.end(), [&](int a, int b) {
+    int ha = topo.nodeHost(a), hb = topo.nodeHost(b);
+    return ha != hb ? ha < hb : a < b;
+  });
+  g.by_host = hostGroups(nodes);
+  if (!g.by_host.empty()) g.shape = shapeOf(g.by_host);
+  g.ring_gbps = minPathGbps(g.ring);
+  g.ring_hop_ns = maxHopLatency(g.ring);
+  g.nvls = nvlsPossible(g.ring);
+  return g;
 }
 
 bool CollectiveBuilder::nvlsPossible(const std::vector<int>& nodes) const {
@@ -162,15 +181,6 @@ CollectiveSchedule CollectiveBuilder::build(const CollectiveRequest& req) const 
   const bool p2p = req.op == CollectiveOp::Send || req.op == CollectiveOp::Recv;
   if (n <= 1 && !p2p) return s;  // a group of one moves nothing
 
-  // Ring order follows the machine: hosts in order, devices in id order inside
-  // each host, so a flat ring crosses the network only once per host.
-  const Topology& topo = router_.topology();
-  std::vector<int> ring = req.nodes;
-  std::stable_sort(ring.begin(), ring.end(), [&](int a, int b) {
-    int ha = topo.nodeHost(a), hb = topo.nodeHost(b);
-    return ha != hb ? ha < hb : a < b;
-  });
-
   if (p2p) {
     if (req.peer_src < 0 || req.peer_dst < 0 || req.peer_src >= n || req.peer_dst >= n)
       throw std::invalid_argument("send/recv needs a source and a destination member");
@@ -183,6 +193,8 @@ CollectiveSchedule CollectiveBuilder::build(const CollectiveRequest& req) const 
     return s;
   }
 
+  GroupFacts& g = factsFor(req.nodes);
+  const std::vector<int>& ring = g.ring;
   if (const CollectiveCalibration* cal = calibrationFor(req.op, n)) {
     CollectiveChoice c;
     c.efficiency = 1.0;
@@ -206,35 +218,36 @@ CollectiveSchedule CollectiveBuilder::build(const CollectiveRequest& req) const 
   // (hierarchical groups without inter-host trees): it routes 4n pairs that
   // are not ring edges, the most expensive part of building a large group's
   // schedule.
-  const std::vector<std::vector<int>> by_host = hostGroups(req.nodes);
+  const std::vector<std::vector<int>>& by_host = g.by_host;
   const bool tree_candidate = params_.force_algorithm == Algorithm::Tree ||
                               (n > 2 && (by_host.size() <= 1 || params_.inter_host_tree));
   const NcclParams* params = &params_;
   NcclParams ring_only;
-  if (params_.allow_tree && req.op == CollectiveOp::AllReduce && tree_candidate && !treeRoutable(req.nodes)) {
+  if (params_.allow_tree && req.op == CollectiveOp::AllReduce && tree_candidate && g.tree_routable < 0)
+    g.tree_routable = treeRoutable(req.nodes) ? 1 : 0;
+  if (params_.allow_tree && req.op == CollectiveOp::AllReduce && tree_candidate && g.tree_routable == 0) {
     ring_only = params_;
     ring_only.allow_tree = false;
     if (ring_only.force_algorithm == Algorithm::Tree) ring_only.force_algorithm.reset();
     params = &ring_only;
   }
-  HierarchyShape shape;
-  if (!by_host.empty()) shape = shapeOf(by_host);
-  s.choice = chooseCollective(*params, req.op, req.bytes, n, minPathGbps(ring), maxHopLatency(ring),
-                              nvlsPossible(ring), by_host.empty() ? nullptr : &shape);
+  s.choice = chooseCollective(*params, req.op, req.bytes, n, g.ring_gbps, g.ring_hop_ns, g.nvls,
+                              by_host.empty() ? nullptr : &g.shape);
   s.floor_ns = s.choice.floor_ns;
   if ((s.choice.algorithm == Algorithm::Ring || s.choice.algorithm == Algorithm::Tree) && !by_host.empty() &&
-      buildHierarchical(req, by_host, s.choice, s))
+      buildHierarchical(req, g, s.choice, s))
     return s;
   switch (s.choice.algorithm) {
     case Algorithm::Tree: buildTree(req, s.choice, s); break;
     case Algorithm::Nvls: buildNvls(req, s.choice, s); break;
-    default: buildFlat(req, ring, s.choice, s);
+    default: buildFlat(req, g, s.choice, s);
   }
   return s;
 }
 
-void CollectiveBuilder::buildFlat(const CollectiveRequest& req, const std::vector<int>& ring,
-                                  const CollectiveChoice& c, CollectiveSchedule& s) const {
+void CollectiveBuilder::buildFlat(const CollectiveRequest& req, const GroupFacts& g, const CollectiveChoice& c,
+                                  CollectiveSchedule& s) const {
+  const std::vector<int>& ring = g.ring;
   const int n = int(ring.size());
   const double S = double(req.bytes);
   CollectivePhase ph{"ring", 0, {}};
@@ -243,7 +256,8 @@ void CollectiveBuilder::buildFlat(const CollectiveRequest& req, const std::vecto
     case CollectiveOp::AllReduce:
     case CollectiveOp::AllGather:
     case CollectiveOp::ReduceScatter:
-      hop = addRingFlows(ring, ringBusBytes(req.op, S, n), c, ph.flows);
+      addRingFlows(ring, ringBusBytes(req.op, S, n), c, ph.flows);
+      hop = n > 1 ? g.ring_hop_ns : 0;
       break;
     case CollectiveOp::Broadcast:
     case CollectiveOp::Reduce: {
@@ -382,8 +396,9 @@ void CollectiveBuilder::buildNvls(const CollectiveRequest& req, const Collective
   s.phases.push_back(std::move(ph));
 }
 
-bool CollectiveBuilder::buildHierarchical(const CollectiveRequest& req, const std::vector<std::vector<int>>& by_host,
-                                          const CollectiveChoice& c, CollectiveSchedule& s) const {
+bool CollectiveBuilder::buildHierarchical(const CollectiveRequest& req, const GroupFacts& g, const CollectiveChoice& c,
+                                          CollectiveSchedule& s) const {
+  const std::vector<std::vector<int>>& by_host = g.by_host;
   if (req.op != CollectiveOp::AllReduce && req.op != CollectiveOp::AllGather &&
       req.op != CollectiveOp::ReduceScatter)
     return false;
@@ -393,20 +408,21 @@ bool CollectiveBuilder::buildHierarchical(const CollectiveRequest& req, const st
   const double K = double(k);
   auto intra = [&](const char* label, CollectiveOp op, double bytes, int64_t extra_latency) {
     CollectivePhase ph{label, 0, {}};
-    int64_t hop = 0;
-    for (const auto& v : by_host) hop = std::max(hop, addRingFlows(v, ringBusBytes(op, bytes, int(k)), c, ph.flows));
+    for (const auto& v : by_host) addRingFlows(v, ringBusBytes(op, bytes, int(k)), c, ph.flows);
+    const int64_t hop = g.shape.intra_hop_ns;  // the largest maxHopLatency of the host rings
     ph.latency_ns = extra_latency + ringSteps(op, int(k)) * (c.step_latency_ns + hop);
     s.phases.push_back(std::move(ph));
   };
   auto inter = [&](const char* label, CollectiveOp op, double bytes, int64_t extra_latency) {
     const bool tree = c.algorithm == Algorithm::Tree && op == CollectiveOp::AllReduce && hosts > 2;
     CollectivePhase ph{tree ? "inter-tree-all-reduce" : label, 0, {}};
-    int64_t hop = 0;
+    int64_t hop = tree ? 0 : g.shape.inter_hop_ns;  // rings: the largest maxHopLatency of the rails
+    std::vector<int> rail;
     for (size_t l = 0; l < k; ++l) {
-      std::vector<int> rail;
+      rail.clear();
       for (const auto& v : by_host) rail.push_back(v[l]);
-      hop = std::max(hop, tree ? addTreeFlows(rail, bytes, c, ph.flows)
-                               : addRingFlows(rail, ringBusBytes(op, bytes, hosts), c, ph.flows));
+      if (tree) hop = std::max(hop, addTreeFlows(rail, bytes, c, ph.flows));
+      else addRingFlows(rail, ringBusBytes(op, bytes, hosts), c, ph.flows);
     }
     int depth = 0;
     while ((1 << depth) < hosts) ++depth;

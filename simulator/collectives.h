@@ -75,13 +75,24 @@ class CollectiveBuilder {
   const NcclParams& params() const { return params_; }
 
  private:
-  struct RingSpec {
-    std::vector<int> nodes;  // ring order
+  // What build() derives from the member list alone, not from the op or the
+  // size: computed once per distinct list and kept, so the collectives of one
+  // group (the GPT-2 1.5B bench builds six bucket sizes over the same 4096
+  // GPUs) do not look up every ring edge's path again for each size.
+  struct GroupFacts {
+    std::vector<int> ring;                     // members in machine order (hosts, then device ids)
+    std::vector<std::vector<int>> by_host;     // hostGroups(members)
+    HierarchyShape shape;                      // shapeOf(by_host) when by_host is not empty
+    double ring_gbps = 0;                      // minPathGbps(ring)
+    int64_t ring_hop_ns = 0;                   // maxHopLatency(ring)
+    bool nvls = false;                         // nvlsPossible(ring)
+    int tree_routable = -1;                    // treeRoutable(members); -1 until asked
   };
+  GroupFacts& factsFor(const std::vector<int>& nodes) const;
   // Appends one flow per ring edge (node i -> node i+1) carrying `edge_bytes`
-  // of payload; returns the largest link latency along any edge.
-  int64_t addRingFlows(const std::vector<int>& ring, double edge_bytes, const CollectiveChoice& c,
-                       std::vector<FlowSpec>& out) const;
+  // of payload. (The ring's step latency is maxHopLatency(ring).)
+  void addRingFlows(const std::vector<int>& ring, double edge_bytes, const CollectiveChoice& c,
+                    std::vector<FlowSpec>& out) const;
   void addFlow(int src, int dst, double payload, const CollectiveChoice& c, std::vector<FlowSpec>& out) const;
   int64_t maxHopLatency(const std::vector<int>& ring) const;
   double minPathGbps(const std::vector<int>& ring) const;
@@ -96,12 +107,12 @@ class CollectiveBuilder {
                        std::vector<FlowSpec>& out) const;
   const CollectiveCalibration* calibrationFor(CollectiveOp op, int ranks) const;
 
-  void buildFlat(const CollectiveRequest& req, const std::vector<int>& ring, const CollectiveChoice& c,
+  void buildFlat(const CollectiveRequest& req, const GroupFacts& g, const CollectiveChoice& c,
                  CollectiveSchedule& s) const;
   void buildTree(const CollectiveRequest& req, const CollectiveChoice& c, CollectiveSchedule& s) const;
   void buildNvls(const CollectiveRequest& req, const CollectiveChoice& c, CollectiveSchedule& s) const;
-  bool buildHierarchical(const CollectiveRequest& req, const std::vector<std::vector<int>>& by_host,
-                         const CollectiveChoice& c, CollectiveSchedule& s) const;
+  bool buildHierarchical(const CollectiveRequest& req, const GroupFacts& g, const CollectiveChoice& c,
+                         CollectiveSchedule& s) const;
 
   // The links a flow from device a to device b takes. Across hosts it leaves
   // through a's nearest NIC and enters through b's (GPUDirect RDMA on the
@@ -117,6 +128,7 @@ class CollectiveBuilder {
   NcclParams params_;
   std::vector<CollectiveCalibration> calibration_;
   mutable std::unordered_map<uint64_t, std::vector<int>> paths_;  // by (a << 32 | b); lookup only
+  mutable std::map<std::vector<int>, GroupFacts> facts_;          // by member list (group order)
 };
 
 }  // namespace tandem::sim

@@ -1,6 +1,8 @@
 #include "simulator/network.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <cmath>
 #include <stdexcept>
 
@@ -18,6 +20,13 @@ int64_t nsToFinish(double remaining, double rate) {
   double dt = remaining / rate;
   double n = std::ceil(dt - 1e-9 * std::max(1.0, dt));
   return n < 0 ? 0 : int64_t(n);
+}
+
+// FNV-style mixing of the fresh set's contents (only to pick a memo: a match
+// is then checked exactly).
+uint64_t mixIn(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0x100000001b3ull;
 }
 
 }  // namespace
@@ -45,6 +54,18 @@ int FlowNetwork::addFlow(const FlowSpec& spec, int64_t owner) {
   st.link_count = uint32_t(spec.links.size());
   links_.insert(links_.end(), spec.links.begin(), spec.links.end());
   active_links_ += spec.links.size();
+  if (active_.empty()) {
+    fresh_ = true;
+    fresh_hash_ = 0;
+  }
+  if (fresh_) {
+    // The sum of the link ids stands for the links (a chain of mixing steps
+    // per link cost as much as the rest of addFlow); the flow's link count
+    // and cap are mixed in. A match is checked exactly anyway.
+    uint64_t sum = 0;
+    for (int l : spec.links) sum += uint32_t(l);
+    fresh_hash_ = mixIn(mixIn(mixIn(fresh_hash_, spec.links.size()), sum), std::bit_cast<uint64_t>(st.rate_cap));
+  }
   owners_.push_back(owner);
   active_.push_back(st);  // ids grow, so active_ stays sorted
   dirty_ = true;
@@ -79,6 +100,56 @@ double FlowNetwork::rate(int id) {
 void FlowNetwork::recomputeRates() {
   dirty_ = false;
   ++recomputations_;
+  if (!fresh_ || active_.empty()) {
+    fillRates();
+    return;
+  }
+  if (const RateMemo* m = findMemo()) {
+    for (size_t k = 0; k < active_.size(); ++k) active_[k].rate = m->rates[k];
+    return;
+  }
+  fillRates();
+  remember();
+}
+
+// The remembered set equal to the active (fresh) one, or null. A fresh set's
+// links are contiguous in the arena (flows are appended in id order and
+// compaction keeps that order), from the first active flow's begin.
+const FlowNetwork::RateMemo* FlowNetwork::findMemo() const {
+  for (const RateMemo& m : memos_) {
+    if (m.hash != fresh_hash_ || m.counts.size() != active_.size() || m.links.size() != active_links_) continue;
+    if (active_links_ > 0 &&
+        std::memcmp(m.links.data(), links_.data() + active_.front().link_begin, active_links_ * sizeof(int)) != 0)
+      continue;
+    bool same = true;
+    for (size_t k = 0; same && k < active_.size(); ++k)
+      same = m.counts[k] == active_[k].link_count &&
+             std::bit_cast<uint64_t>(m.caps[k]) == std::bit_cast<uint64_t>(active_[k].rate_cap);
+    if (same) return &m;
+  }
+  return nullptr;
+}
+
+void FlowNetwork::remember() {
+  // Bounded: once full, later sets are simply computed every time.
+  if (memos_.size() >= kMaxMemos || memo_links_ + active_links_ > kMaxMemoLinks) return;
+  RateMemo m;
+  m.hash = fresh_hash_;
+  const int* first = links_.data() + active_.front().link_begin;
+  m.links.assign(first, first + active_links_);
+  m.counts.reserve(active_.size());
+  m.caps.reserve(active_.size());
+  m.rates.reserve(active_.size());
+  for (const FlowState& f : active_) {
+    m.counts.push_back(f.link_count);
+    m.caps.push_back(f.rate_cap);
+    m.rates.push_back(f.rate);
+  }
+  memo_links_ += active_links_;
+  memos_.push_back(std::move(m));
+}
+
+void FlowNetwork::fillRates() {
   ++epoch_;
   used_links_.clear();
   for (const FlowState& f : active_) {
@@ -317,6 +388,7 @@ std::vector<int> FlowNetwork::advanceTo(int64_t t_ns) {
     }
   }
   active_.resize(kept);
+  if (!finished.empty() && kept > 0) fresh_ = false;  // a subset of what started: no memo
   if (links_.size() > 2 * active_links_ + 4096) compactLinks();
   if (!finished.empty()) dirty_ = true;
   next_valid_ = false;

@@ -43,7 +43,13 @@ Router::Router(const Topology& topo, int max_cached_trees)
   }
   nic_for_.assign(topo.devices.size(), -2);
   node_host_.resize(n);
-  for (size_t v = 0; v < n; ++v) node_host_[v] = topo.nodeHost(int(v));
+  group_index_.resize(n);
+  group_size_[-1] = 0;
+  for (size_t v = 0; v < n; ++v) {
+    node_host_[v] = topo.nodeHost(int(v));
+    group_index_[v] = group_size_[node_host_[v]]++;
+  }
+  nic_seen_.assign(n, 0);
 }
 
 void Router::checkNode(int node, const char* what) const {
@@ -63,14 +69,32 @@ Router::Tree& Router::treeTo(int dst, int src_host) const {
   if (int(trees_.size()) >= max_cached_trees_) {
     trees_.splice(trees_.begin(), trees_, std::prev(trees_.end()));
   } else {
-    const size_t n = size_t(topo_.nodeCount());
     trees_.emplace_front();
-    trees_.front().entries.resize(n);
-    trees_.front().stamps.assign(n, 0);
   }
   Tree& tree = trees_.front();
+  tree.router = this;
   tree.dst = dst;
   tree.src_host = src_host;
+  tree.dst_host = node_host_[size_t(dst)];
+  // Entries: the network switches, then dst's host, then src_host (each
+  // host once; a node's entry is its group's base plus its group index).
+  size_t size = size_t(group_size_.at(-1));
+  tree.dst_base = tree.src_base = -1;
+  if (tree.dst_host != -1) {
+    tree.dst_base = int(size);
+    size += size_t(group_size_.at(tree.dst_host));
+  }
+  if (src_host != -1 && src_host != tree.dst_host) {
+    auto it = group_size_.find(src_host);
+    if (it != group_size_.end()) {
+      tree.src_base = int(size);
+      size += size_t(it->second);
+    }
+  }
+  if (tree.entries.size() < size) {
+    tree.entries.resize(size);
+    tree.stamps.resize(size, 0);  // below the generation: not valid
+  }
   if (++tree.generation == 0) {  // wrapped: old stamps could look valid
     std::fill(tree.stamps.begin(), tree.stamps.end(), 0);
     tree.generation = 1;
@@ -199,7 +223,13 @@ int Router::nicFor(int device) const {
   // Breadth-first inside the device's host; the first NIC met at the smallest
   // depth (lowest id at that depth) is the device's rail.
   const int host = topo_.devices[size_t(device)].host;
-  std::unordered_map<int, int> depth{{device, 0}};  // sparse: a host is small
+  // Visited nodes are marked with this call's number (no per-call map: one
+  // call per device, thousands of them in a cluster).
+  if (++nic_search_ == 0) {
+    std::fill(nic_seen_.begin(), nic_seen_.end(), 0);
+    nic_search_ = 1;
+  }
+  nic_seen_[size_t(device)] = nic_search_;
   std::vector<int> frontier{device};
   cached = -1;
   while (!frontier.empty() && cached == -1) {
@@ -209,8 +239,8 @@ int Router::nicFor(int device) const {
       if (u != device && topo_.isDevice(u)) continue;
       for (int li : out_links_[size_t(u)]) {
         int v = topo_.links[size_t(li)].dst;
-        if (depth.count(v) || node_host_[size_t(v)] != host) continue;
-        depth[v] = depth[u] + 1;
+        if (nic_seen_[size_t(v)] == nic_search_ || node_host_[size_t(v)] != host) continue;
+        nic_seen_[size_t(v)] = nic_search_;
         if (topo_.nodeKind(v) == NodeKind::Nic && (best < 0 || v < best)) best = v;
         next.push_back(v);
       }

@@ -17,8 +17,10 @@
 // shortest-path search towards its destination over the nodes it may use
 // (two hosts and the network switches), stopping as soon as the source is
 // settled, and the route is cached per pair. Search arrays live in a small
-// LRU keyed by (destination, source host) and are reused without clearing,
-// so memory is O(routes asked for) + max_cached_trees x nodes. A search
+// LRU keyed by (destination, source host) and are reused without clearing;
+// they cover only the nodes a search may use (two hosts and the network
+// switches), so memory is O(routes asked for) + max_cached_trees x (nodes of
+// two hosts + network switches), independent of the host count. A search
 // still checks every leaf-spine link of a fat tree once: measured on the
 // 2-core build machine, about 6 us per route at 256 GPUs, 24 us at 1024 and
 // 80 us at 4096 (a ring plus 8 rail rings over 4096 GPUs: 0.65 s).
@@ -90,25 +92,41 @@ class Router {
   // Distances to one destination (hops, then latency) of the nodes a route
   // from src_host may use, found by a Dijkstra search on reversed links that
   // stops as soon as the queried source is settled and resumes for later
-  // sources of the same host. Entries are dense arrays reused across
-  // searches: an entry is valid only when its stamp equals the tree's
-  // generation, so starting a new search costs O(1), not O(nodes).
+  // sources of the same host. Entries are arrays over the nodes the search
+  // may use (the network switches, then dst's host, then src_host), not over
+  // the whole machine: at 4096 GPUs a whole-machine array per cached tree
+  // was 0.4 MB, 25 MB for the cache, zeroed (page faults) on every fresh
+  // Router and read at random by each search. Entries are reused across
+  // searches: one is valid only when its stamp equals the tree's generation,
+  // so starting a new search costs O(1), not O(nodes).
   struct Tree {
     int dst = -1;
     int src_host = -1;
+    int dst_host = -1;
+    int dst_base = 0, src_base = 0;  // first entry of dst's host and of src_host; -1 none
     uint32_t generation = 0;
+    const Router* router = nullptr;
     std::vector<Entry> entries;
     std::vector<uint32_t> stamps;
     std::vector<HeapItem> heap;  // std::push_heap/pop_heap with std::greater
-    const Entry* find(int node) const {
-      return stamps[size_t(node)] == generation ? &entries[size_t(node)] : nullptr;
+    // The node's entry index, or -1 for a node of another host.
+    int slotOf(int node) const {
+      const int h = router->node_host_[size_t(node)];
+      const int base = h == -1 ? 0 : h == dst_host ? dst_base : h == src_host ? src_base : -1;
+      return base < 0 ? -1 : base + router->group_index_[size_t(node)];
     }
+    const Entry* find(int node) const {
+      const int s = slotOf(node);
+      return s >= 0 && stamps[size_t(s)] == generation ? &entries[size_t(s)] : nullptr;
+    }
+    // Only for nodes the search may use (slotOf >= 0).
     Entry& touch(int node, const Entry& initial) {
-      if (stamps[size_t(node)] != generation) {
-        stamps[size_t(node)] = generation;
-        entries[size_t(node)] = initial;
+      const size_t s = size_t(slotOf(node));
+      if (stamps[s] != generation) {
+        stamps[s] = generation;
+        entries[s] = initial;
       }
-      return entries[size_t(node)];
+      return entries[s];
     }
   };
 
@@ -123,7 +141,12 @@ class Router {
   std::vector<std::vector<int>> in_links_;
   std::vector<std::vector<int>> devices_of_host_;
   std::vector<int> node_host_;
+  std::vector<int> group_index_;  // per node: its position among the nodes of its host (or of the network)
+  std::unordered_map<int, int> group_size_;  // node count by host (-1: the network switches)
   std::vector<int> empty_;
+  // nicFor's breadth-first search: per node, the call that reached it.
+  mutable std::vector<uint32_t> nic_seen_;
+  mutable uint32_t nic_search_ = 0;
 
   mutable std::mutex mutex_;
   mutable std::unordered_map<uint64_t, std::vector<int>> routes_;

@@ -161,3 +161,50 @@ TEST_CASE("cluster all-reduce: rings across hosts by default, trees between rail
   // The tree's log-depth latency beats the ring's 2 (H-1) steps for a small message.
   CHECK(tree.phases[1].latency_ns < ring.phases[1].latency_ns);
 }
+
+TEST_CASE("one builder for many collectives of a group gives what a fresh builder gives", "[collectives]") {
+  // The builder keeps what it derives from a member list (ring order, host
+  // groups, path figures) for later collectives of the same list; schedules
+  // must not depend on what was built before.
+  Topology topo = makeDgxH100Cluster(6);  // 48 GPUs
+  Router router(topo);
+  std::vector<std::vector<int>> groups;
+  groups.push_back({});
+  for (int g = 47; g >= 0; --g) groups.back().push_back(g);  // all, reversed: hierarchical
+  groups.push_back({0, 9, 18, 27});                          // one per host: a flat ring
+  groups.push_back({1, 2, 3, 8, 9, 10, 17});                 // uneven: flat
+  for (bool inter_tree : {false, true}) {
+    NcclParams params;
+    params.inter_host_tree = inter_tree;
+    CollectiveBuilder shared(router, params);
+    for (int64_t bytes : {int64_t(6400), int64_t(1) << 20, int64_t(25) << 20, int64_t(160) << 20})
+      for (CollectiveOp op : {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
+                              CollectiveOp::Broadcast})
+        for (const std::vector<int>& nodes : groups) {
+          CollectiveRequest req;
+          req.op = op;
+          req.bytes = bytes;
+          req.nodes = nodes;
+          const CollectiveSchedule a = shared.build(req);
+          Router fresh_router(topo);
+          const CollectiveSchedule b = CollectiveBuilder(fresh_router, params).build(req);
+          INFO("op " << int(op) << " bytes " << bytes << " members " << nodes.size() << " tree " << inter_tree);
+          CHECK(a.choice.algorithm == b.choice.algorithm);
+          CHECK(a.choice.protocol == b.choice.protocol);
+          CHECK(a.choice.channels == b.choice.channels);
+          CHECK(a.choice.efficiency == b.choice.efficiency);
+          CHECK(a.floor_ns == b.floor_ns);
+          REQUIRE(a.phases.size() == b.phases.size());
+          for (size_t p = 0; p < a.phases.size(); ++p) {
+            CHECK(a.phases[p].label == b.phases[p].label);
+            CHECK(a.phases[p].latency_ns == b.phases[p].latency_ns);
+            REQUIRE(a.phases[p].flows.size() == b.phases[p].flows.size());
+            for (size_t f = 0; f < a.phases[p].flows.size(); ++f) {
+              CHECK(a.phases[p].flows[f].links == b.phases[p].flows[f].links);
+              CHECK(a.phases[p].flows[f].bytes == b.phases[p].flows[f].bytes);
+              CHECK(a.phases[p].flows[f].rate_cap == b.phases[p].flows[f].rate_cap);
+            }
+          }
+        }
+  }
+}

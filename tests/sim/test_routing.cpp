@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <map>
+#include <random>
 #include <set>
 
 #include "simulator/routing.h"
@@ -123,4 +124,57 @@ TEST_CASE("routes are computed lazily and cached per pair", "[routing][scale]") 
   CHECK(r.nicFor(4095) >= 0);
   CHECK(r.devicesOfHost(511).size() == 8);
   CHECK(r.devicesOfHost(600).empty());
+}
+
+TEST_CASE("search arrays cover two hosts and the network: routes match a plain shortest-path search",
+          "[routing]") {
+  // 96 hosts: three leaves per rail, so routes cross spines. Sources and
+  // destinations mix GPUs, NICs, leaves and spines, in and across hosts. A
+  // Router with one cached tree reuses its arrays for every new (destination,
+  // source host), one with 64 keeps them; both must give the same routes, and
+  // each route must be a chain of links from src to dst whose length is the
+  // fewest hops a breadth-first search finds under the same rules (devices
+  // do not forward, no host other than the two ends' is crossed).
+  Topology t = makeDgxH100Cluster(96);
+  Router one(t, 1), many(t, 64);
+  const int n = t.nodeCount();
+  std::vector<int> nodes;
+  for (int v = 0; v < n; v += 7) nodes.push_back(v);
+  for (int v = int(t.devices.size()); v < n; ++v)
+    if (t.nodeHost(v) < 0) nodes.push_back(v);  // every leaf and spine
+  auto bfsHops = [&](int src, int dst) {
+    const int hs = t.nodeHost(src), hd = t.nodeHost(dst);
+    std::vector<int> depth(size_t(n), -1);
+    std::vector<int> todo{src};
+    depth[size_t(src)] = 0;
+    for (size_t i = 0; i < todo.size(); ++i) {
+      const int u = todo[i];
+      if (u == dst) return depth[size_t(u)];
+      if (u != src && t.isDevice(u)) continue;
+      for (int li : one.outLinks(u)) {
+        const int v = t.links[size_t(li)].dst;
+        const int h = t.nodeHost(v);
+        if (depth[size_t(v)] >= 0 || (h != -1 && h != hs && h != hd)) continue;
+        depth[size_t(v)] = depth[size_t(u)] + 1;
+        todo.push_back(v);
+      }
+    }
+    return -1;
+  };
+  std::mt19937 rng(99);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int src = nodes[rng() % nodes.size()], dst = nodes[rng() % nodes.size()];
+    if (src == dst || !many.reachable(src, dst)) continue;
+    INFO(t.nodeName(src) << " -> " << t.nodeName(dst));
+    const std::vector<int>& path = one.route(src, dst);
+    REQUIRE(path == many.route(src, dst));
+    int at = src;
+    for (int li : path) {
+      REQUIRE(t.links[size_t(li)].src == at);
+      at = t.links[size_t(li)].dst;
+    }
+    CHECK(at == dst);
+    CHECK(int(path.size()) == bfsHops(src, dst));
+  }
+  CHECK(one.cachedTreeCount() == 1);
 }
