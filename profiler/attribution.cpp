@@ -77,6 +77,9 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   // copies of its readings, the polling of its stream).
   const bool clock_sync = !info && task == -1 && !(r.kind == RecordKind::Sync && r.stream == 0xffffffffu) &&
                           inClockSync(r.start);
+  // The executor's set-up work before the first step (GEMM algorithm timing).
+  const bool setup_work = !clock_sync && !info && task == -1 &&
+                          !(r.kind == RecordKind::Sync && r.stream == 0xffffffffu) && inSetupWork(r.start);
 
   // Stream: the task's plan stream; else what an earlier attributed record
   // taught us about this CUDA stream; else a track of its own.
@@ -84,6 +87,8 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   if (info) {
     stream = info->stream;
     cupti_stream_to_plan.emplace(r.stream, stream);
+  } else if (setup_work) {
+    stream = kSetupStream;
   } else if (r.kind == RecordKind::Sync && r.stream == 0xffffffffu) {
     stream = kHostSyncStream;
   } else if (auto it = cupti_stream_to_plan.find(r.stream); it != cupti_stream_to_plan.end()) {
@@ -98,6 +103,8 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
     ensureStream(stream, traces::StreamKind::Host, "host synchronization");
   else if (clock_sync)
     ensureStream(stream, traces::StreamKind::Comm, "clock offset measurement");
+  else if (setup_work)
+    ensureStream(stream, traces::StreamKind::Compute, "executor set-up (GEMM algorithm timing)");
   else
     ensureStream(stream, r.kind == RecordKind::Kernel ? traces::StreamKind::Compute : traces::StreamKind::Copy,
                  fmt::format("cuda stream {}", stream - kUnknownStreamBase));
@@ -118,6 +125,10 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   const bool nccl = r.kind == RecordKind::Kernel && isNcclKernel(r.name);
   if (clock_sync) {
     ++summary.clock_sync_records;
+    return;
+  }
+  if (setup_work) {
+    ++summary.setup_records;
     return;
   }
   if (r.kind == RecordKind::Kernel) {

@@ -120,6 +120,8 @@ class PlanObserver : public cuda::TaskObserver {
   void onTaskEnd(const Task& task, cudaStream_t) override { profiler_.taskEnd(task.id); }
   void onCaptureBegin(cudaStream_t) override { profiler_.captureBegin(); }
   void onCaptureEnd(cudaStream_t) override { profiler_.captureEnd(); }
+  void onSetupWorkBegin() override { profiler_.setupWorkBegin(); }
+  void onSetupWorkEnd() override { profiler_.setupWorkEnd(); }
 
  private:
   Profiler& profiler_;

@@ -264,11 +264,34 @@ void Profiler::clockSyncEnd(const ClockOffsetSample& sample, bool at_end) {
   p.writer->flush();
 }
 
-bool Profiler::Impl::inClockSync(uint64_t cupti) {
-  std::lock_guard<std::mutex> lock(host_mu);
-  for (const auto& [b, e] : clock_sync_windows)
+namespace {
+bool inWindows(const std::vector<std::pair<uint64_t, uint64_t>>& windows, uint64_t cupti) {
+  for (const auto& [b, e] : windows)
     if (cupti >= b && (e == 0 || cupti <= e)) return true;
   return false;
+}
+}  // namespace
+
+bool Profiler::Impl::inClockSync(uint64_t cupti) {
+  std::lock_guard<std::mutex> lock(host_mu);
+  return inWindows(clock_sync_windows, cupti);
+}
+
+bool Profiler::Impl::inSetupWork(uint64_t cupti) {
+  std::lock_guard<std::mutex> lock(host_mu);
+  return inWindows(setup_windows, cupti);
+}
+
+void Profiler::setupWorkBegin() {
+  Impl& p = *impl_;
+  std::lock_guard<std::mutex> lock(p.host_mu);
+  p.setup_windows.push_back({cuptiNow(), 0});
+}
+
+void Profiler::setupWorkEnd() {
+  Impl& p = *impl_;
+  std::lock_guard<std::mutex> lock(p.host_mu);
+  if (!p.setup_windows.empty() && p.setup_windows.back().second == 0) p.setup_windows.back().second = cuptiNow();
 }
 
 void Profiler::setStat(const traces::StatRow& stat) {
@@ -307,6 +330,8 @@ ProfileSummary Profiler::finish() {
   p.writer->setStat({"cupti.external_correlation_records", p.ext_records, Severity::Info,
                      "external correlation records (task ids pushed around launches)"});
   p.writer->setStat({"profiler.graph_kernels", s.graph_kernels, Severity::Info, "kernels run by CUDA Graph replays"});
+  p.writer->setStat({"profiler.setup_records", s.setup_records, Severity::Info,
+                     "GPU records of the executor's set-up before the first step (GEMM algorithm timing)"});
   const int64_t unattributed =
       (s.kernels - s.kernels_attributed) + (s.nccl_kernels - s.nccl_attributed) - s.step_work_kernels;
   p.writer->setStat({"profiler.step_work_kernels", s.step_work_kernels, Severity::Info,
@@ -371,6 +396,7 @@ std::string formatSummary(const ProfileSummary& s) {
       pct(s.nccl_attributed, nccl_tasks), s.nccl_attributed, nccl_tasks, pct(s.memcpys_attributed, s.memcpys), s.memcpys_attributed, s.memcpys,
       s.step_work_kernels, s.graph_kernels, s.dropped_records, s.steps);
   if (s.clock_sync_records > 0) out += fmt::format(", clock-offset measurement records {}", s.clock_sync_records);
+  if (s.setup_records > 0) out += fmt::format(", executor set-up records (GEMM algorithm timing) {}", s.setup_records);
   if (!s.unattributed.empty()) {
     out += "\n  unattributed kernels:";
     for (const auto& n : s.unattributed) out += " " + n + ";";

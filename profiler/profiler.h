@@ -93,6 +93,7 @@ struct ProfileSummary {
   int64_t step_work_kernels = 0;
   int64_t nccl_step_work = 0;  // of which NCCL
   int64_t clock_sync_records = 0;  // GPU records of the clock measurement (not plan work)
+  int64_t setup_records = 0;       // GPU records of the executor's set-up work (GEMM algorithm timing)
   int64_t dropped_records = 0;
   int64_t buffers_grown = 0;   // buffers allocated beyond the pool
   int64_t ranges = 0;
@@ -130,6 +131,10 @@ class Profiler {
   // Stores the result as a clocks row, source "rank0-start" (or "rank0-end"
   // with at_end); finish() adds the clock.offset_* stats and the drift.
   void clockSyncEnd(const ClockOffsetSample& sample, bool at_end);
+  // Around the executor's GPU work before the first step (timing GEMM
+  // algorithms): stored untagged on its own track, counted apart.
+  void setupWorkBegin();
+  void setupWorkEnd();
 
   // A stat of the run (throughput, MFU, ...), written at finish().
   void setStat(const traces::StatRow& stat);

@@ -28,6 +28,7 @@ inline constexpr uint64_t kStepWorkExternal = ~uint64_t(0) - 1;
 // The plan stream of records whose CUDA stream the plan does not name.
 inline constexpr int kUnknownStreamBase = 1000;
 inline constexpr int kHostSyncStream = 999;
+inline constexpr int kSetupStream = 998;
 
 struct Clock {
   uint64_t cupti_ns = 0;
@@ -99,6 +100,9 @@ struct Profiler::Impl {
   // Clock measurements (CUPTI ns, begin..end; end 0 while open) and their results.
   std::vector<std::pair<uint64_t, uint64_t>> clock_sync_windows;
   bool inClockSync(uint64_t cupti);  // takes host_mu
+  // The executor's set-up work (CUPTI ns, begin..end; end 0 while open).
+  std::vector<std::pair<uint64_t, uint64_t>> setup_windows;
+  bool inSetupWork(uint64_t cupti);  // takes host_mu
   bool have_offset[2] = {false, false};  // start, end
   ClockOffsetSample offsets[2];
 

@@ -4,6 +4,9 @@
 // task it belongs to without the executor knowing about CUPTI or NVTX.
 //
 // The executor calls, on its host thread and in this order:
+//   [onSetupWorkBegin() ... onSetupWorkEnd()   once, in the constructor, around
+//                                              GPU work that is not a step:
+//                                              timing GEMM algorithms]
 //   onStepBegin(step)
 //     [onCaptureBegin(stream)            first step of graph mode only]
 //       onTaskBegin(task, stream) ... launches of the task ... onTaskEnd(task, stream)
@@ -37,6 +40,8 @@ class TaskObserver {
   virtual void onTaskEnd(const Task& task, cudaStream_t stream) = 0;
   virtual void onCaptureBegin(cudaStream_t stream) = 0;
   virtual void onCaptureEnd(cudaStream_t stream) = 0;
+  virtual void onSetupWorkBegin() {}
+  virtual void onSetupWorkEnd() {}
 };
 
 }  // namespace tandem::cuda
