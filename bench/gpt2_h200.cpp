@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     }
     const JobSpec job = loadJobFile(std::string(TANDEM_RESOURCE_DIR) + "/jobs/gpt2-124m-dp8.yaml",
                                     {fmt::format("parallel.data_parallel={}", a.gpus), "training.micro_batch=16",
-                                     "training.precision=bf16", fmt::format("training.steps={}", a.steps)});
+                                     "training.precision=bf16", fmt::format("training.steps={}", 2 * a.steps)});
     const Plan plan = buildPlan(job);
     const cuda::DeviceInfo dev = cuda::deviceInfo(0);
     std::vector<std::unique_ptr<cuda::CudaExecutor>> ex(a.gpus);
@@ -108,10 +108,32 @@ int main(int argc, char** argv) {
     for (auto& e : errors)
       if (!e.empty()) throw std::runtime_error(e);
     fmt::print("{{\"fusion\":\"{}\"}}\n", ex[0]->fusion().summary());
-    // Wall time per step, as the peer script measures it (its clock stops
-    // after a device synchronize): the GPU time between the step's first and
-    // last event leaves out the host's work between steps.
-    std::vector<double> ms, gpu_ms;
+    {
+      // What timing cuBLASLt's candidates gained (rank 0 tunes; the others reuse its choices).
+      const auto& tuned = ex[0]->gemmTuning();
+      double first = 0, chosen = 0;
+      int changed = 0;
+      for (const auto& g : tuned) first += g.first_ms, chosen += g.chosen_ms, changed += g.chosen != 0;
+      fmt::print("{{\"gemm_tuning\":{{\"shapes\":{},\"changed\":{},\"first_choice_ms\":{:.3f},\"chosen_ms\":{:.3f}}}}}\n",
+                 tuned.size(), changed, first, chosen);
+    }
+    // Two loops over the same executors, each `steps` long with the first 5
+    // steps left out:
+    // - "step by step": the host waits for each step before launching the
+    //   next, timed like the peer script (wall clock around one step, which
+    //   ends when the GPU is done);
+    // - "run ahead" (CudaExecutor::run, what `tandem run` does): the next
+    //   step is queued while one runs; wall time between two step ends.
+    // The comparison with the peer uses "run ahead"; GPU time is the event
+    // time of rank 0's step.
+    struct Loop {
+      std::vector<double> wall_ms, gpu_ms;
+      double median(std::vector<double> v) const {
+        std::sort(v.begin(), v.end());
+        return v.empty() ? 0 : v[v.size() / 2];
+      }
+    };
+    Loop sync_loop, ahead_loop;
     double loss = 0;
     for (int s = 0; s < a.steps; ++s) {
       std::vector<cuda::GpuStepResult> res(a.gpus);
@@ -119,23 +141,43 @@ int main(int argc, char** argv) {
       onRanks([&](int r) { res[r] = ex[r]->step(); });
       const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (s >= 5) {
-        ms.push_back(wall);
-        gpu_ms.push_back(res[0].ms);
+        sync_loop.wall_ms.push_back(wall);
+        sync_loop.gpu_ms.push_back(res[0].ms);
       }
-      loss = res[0].loss;
     }
-    std::sort(ms.begin(), ms.end());
-    std::sort(gpu_ms.begin(), gpu_ms.end());
-    const double med = ms.empty() ? 0 : ms[ms.size() / 2];
-    const double gpu_med = gpu_ms.empty() ? 0 : gpu_ms[gpu_ms.size() / 2];
+    {
+      std::vector<std::thread> th;
+      auto last = std::chrono::steady_clock::now();
+      int seen = 0;
+      for (int r = 0; r < a.gpus; ++r)
+        th.emplace_back([&, r] {
+          ex[r]->run(a.steps, [&](const cuda::GpuStepResult& res) {
+            if (r != 0) return;
+            const auto now = std::chrono::steady_clock::now();
+            if (seen++ >= 5) {
+              ahead_loop.wall_ms.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+              ahead_loop.gpu_ms.push_back(res.ms);
+            }
+            last = now;
+            loss = res.loss;
+          });
+        });
+      for (auto& t : th) t.join();
+    }
+    const double sync_med = sync_loop.median(sync_loop.wall_ms);
+    const double med = ahead_loop.median(ahead_loop.wall_ms);
+    const double gpu_med = ahead_loop.median(ahead_loop.gpu_ms);
     const double tokens = double(job.tokensPerStep());
     const double tps = tokens / (med / 1e3);
     const double mfu = plan.summary.model_flops_per_token * tps / (a.gpus * dev.peak_bf16_flops);
     const cuda::GpuMemoryReport m = ex[0]->memory();
     fmt::print("{{\"system\":\"tandem\",\"device\":\"{}\",\"gpus\":{},\"median_step_ms\":{:.2f},\"min_step_ms\":{:.2f},"
-               "\"median_gpu_ms\":{:.2f},\"tokens_per_s\":{:.0f},\"mfu\":{:.4f},\"loss\":{:.4f},\"planned_arena_gib\":{:.3f},"
+               "\"median_gpu_ms\":{:.2f},\"step_by_step_ms\":{:.2f},\"step_by_step_gpu_ms\":{:.2f},"
+               "\"tokens_per_s\":{:.0f},\"mfu\":{:.4f},\"loss\":{:.4f},\"planned_arena_gib\":{:.3f},"
                "\"allocated_gib\":{:.3f}}}\n",
-               dev.name, a.gpus, med, ms.empty() ? 0 : ms.front(), gpu_med, tps, mfu, loss,
+               dev.name, a.gpus, med,
+               ahead_loop.wall_ms.empty() ? 0 : *std::min_element(ahead_loop.wall_ms.begin(), ahead_loop.wall_ms.end()),
+               gpu_med, sync_med, sync_loop.median(sync_loop.gpu_ms), tps, mfu, loss,
                m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));
     std::fflush(stdout);
     ex.clear();

@@ -279,6 +279,14 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
   // Every rank joined the communicator: the id file has served.
   cuda::finishRendezvous(info, rendezvous);
   const bool lead = rank == 0;
+  if (lead && !o.json && !exec->gemmTuning().empty()) {
+    double first = 0, chosen = 0;
+    int changed = 0;
+    for (const auto& g : exec->gemmTuning()) first += g.first_ms, chosen += g.chosen_ms, changed += g.chosen != 0;
+    fmt::print("GEMM algorithms timed for {} shapes, {} changed from cuBLASLt's first choice: {:.3f} -> {:.3f} ms "
+               "for one of each (TANDEM_GEMM_TUNING=0 turns this off)\n",
+               exec->gemmTuning().size(), changed, first, chosen);
+  }
 #ifdef TANDEM_HAVE_PROFILER
   // Clock offsets between ranks, before the first step (outside graph
   // capture and the timed steps) and after the last.
@@ -303,13 +311,14 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
     fmt::print("run {}: {} x {} ({} SMs), {} steps, {} tokens/step, {}, arena {:.2f} GiB\n", plan.job.name,
                world, dev.name, dev.sm_count, steps, int64_t(tokens), o.eager ? "eager" : "CUDA graph",
                plan.programs[0].memory.arena_bytes / kGiB);
-  std::vector<cuda::GpuStepResult> results;
-  for (int s = 0; s < steps; ++s) {
-    const cuda::GpuStepResult r = exec->step();
-    results.push_back(r);
+  // exec->run keeps the next step queued behind the running one (graph mode,
+  // not profiling), so the per-step figures are GPU time without host gaps.
+  std::vector<std::chrono::steady_clock::time_point> ended;  // when the host saw each step end
+  auto report = [&](const cuda::GpuStepResult& r) {
+    ended.push_back(std::chrono::steady_clock::now());
     const double tps = tokens / (r.ms / 1e3);
     const double mfu = peak > 0 ? flops_per_step / (r.ms / 1e3) / (world * peak) : 0;
-    if (!lead) continue;
+    if (!lead) return;
     if (o.json)
       fmt::print(R"({{"step":{},"loss":{:.6f},"grad_norm":{:.6f},"lr":{:.6e},"ms":{:.3f},"tokens_per_s":{:.0f},"mfu":{:.4f}}})"
                  "\n",
@@ -318,7 +327,8 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
       fmt::print("step {:>5}/{}  loss {:.6f}  norm {:.4f}  lr {:.3e}  {:8.2f} ms  {:9.0f} tok/s  MFU {:5.1f}%\n",
                  r.step + 1, steps, r.loss, r.grad_norm, r.lr, r.ms, tps, 100 * mfu);
     std::fflush(stdout);
-  }
+  };
+  const std::vector<cuda::GpuStepResult> results = exec->run(steps, report);
 #ifdef TANDEM_HAVE_PROFILER
   measureClocks(true);
 #endif
@@ -327,19 +337,26 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
   for (size_t i = std::min<size_t>(3, results.size() / 2); i < results.size(); ++i) ms.push_back(results[i].ms);
   std::sort(ms.begin(), ms.end());
   const double med = ms.empty() ? 0 : ms[ms.size() / 2];
+  // Wall time per step as a training loop sees it: between two step ends.
+  std::vector<double> wall;
+  for (size_t i = std::max<size_t>(1, std::min<size_t>(3, ended.size() / 2)); i < ended.size(); ++i)
+    wall.push_back(std::chrono::duration<double, std::milli>(ended[i] - ended[i - 1]).count());
+  std::sort(wall.begin(), wall.end());
+  const double wall_med = wall.empty() ? 0 : wall[wall.size() / 2];
   const double tps = med > 0 ? tokens / (med / 1e3) : 0;
   const double mfu = (peak > 0 && med > 0) ? flops_per_step / (med / 1e3) / (world * peak) : 0;
   const cuda::GpuMemoryReport mem = exec->memory();
   if (lead) {
     if (o.json)
-      fmt::print(R"({{"summary":true,"median_ms":{:.3f},"tokens_per_s":{:.0f},"mfu":{:.4f},"planned_arena_bytes":{},"allocated_bytes":{},"device_used_bytes":{}}})"
+      fmt::print(R"({{"summary":true,"median_ms":{:.3f},"median_wall_ms":{:.3f},"tokens_per_s":{:.0f},"mfu":{:.4f},"planned_arena_bytes":{},"allocated_bytes":{},"device_used_bytes":{}}})"
                  "\n",
-                 med, tps, mfu, mem.planned_arena_bytes, mem.allocated_bytes, mem.device_used_bytes);
+                 med, wall_med, tps, mfu, mem.planned_arena_bytes, mem.allocated_bytes, mem.device_used_bytes);
     else
-      fmt::print("median {:.2f} ms/step, {:.0f} tokens/s, MFU {:.1f}% ({:.0f} TFLOP/s peak per GPU)\n"
+      fmt::print("median {:.2f} ms/step on the GPU ({:.2f} ms wall between step ends), {:.0f} tokens/s, MFU {:.1f}% "
+                 "({:.0f} TFLOP/s peak per GPU)\n"
                  "memory: planned arena {:.3f} GiB; allocated {:.3f} GiB (workspace {:.0f} MiB, scratch {:.1f} MiB); "
                  "device in use {:.3f} GiB\n",
-                 med, tps, 100 * mfu, peak / 1e12, mem.planned_arena_bytes / kGiB, mem.allocated_bytes / kGiB,
+                 med, wall_med, tps, 100 * mfu, peak / 1e12, mem.planned_arena_bytes / kGiB, mem.allocated_bytes / kGiB,
                  mem.workspace_bytes / double(1 << 20), mem.scratch_bytes / double(1 << 20),
                  mem.device_used_bytes / kGiB);
     if (!o.out.empty() && !o.profile) writeTrace(o.out, plan, dev, results, mem, tps, mfu);

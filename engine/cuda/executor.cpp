@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <numeric>
 #include <thread>
 
@@ -102,8 +104,10 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
     TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     join_events.push_back(e);
   }
-  TANDEM_CUDA_CHECK(cudaEventCreate(&start_event));
-  TANDEM_CUDA_CHECK(cudaEventCreate(&stop_event));
+  for (int i = 0; i < kSlots; ++i) {
+    TANDEM_CUDA_CHECK(cudaEventCreate(&start_event[i]));
+    TANDEM_CUDA_CHECK(cudaEventCreate(&stop_event[i]));
+  }
   TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&loads_done, cudaEventDisableTiming));
 
   prepareKernels();
@@ -116,9 +120,9 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   for (size_t i = 0; i < streams.size(); ++i)
     scratch.push_back(static_cast<float*>(deviceAlloc(std::max<int64_t>(scratch_bytes, 256))));
   scalars = static_cast<StepScalars*>(deviceAlloc(sizeof(StepScalars)));
-  TANDEM_CUDA_CHECK(cudaMallocHost(&host_scalars, sizeof(StepScalars)));
-  TANDEM_CUDA_CHECK(cudaMallocHost(&host_out, 2 * sizeof(float)));
-  *host_scalars = StepScalars{};
+  TANDEM_CUDA_CHECK(cudaMallocHost(&host_scalars, kSlots * sizeof(StepScalars)));
+  TANDEM_CUDA_CHECK(cudaMallocHost(&host_out, kSlots * 2 * sizeof(float)));
+  for (int i = 0; i < kSlots; ++i) host_scalars[i] = StepScalars{};
 
   data = makeTokenSource(plan.job);
   if (opt.time_tasks) {
@@ -132,6 +136,7 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
     }
   }
   prepareTasks();
+  tuneGemms();
   initialiseParameters();
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -158,8 +163,10 @@ CudaExecutor::Impl::~Impl() {
   for (auto e : task_start) cudaEventDestroy(e);
   for (auto e : task_end) cudaEventDestroy(e);
   if (fork_event) cudaEventDestroy(fork_event);
-  if (start_event) cudaEventDestroy(start_event);
-  if (stop_event) cudaEventDestroy(stop_event);
+  for (int i = 0; i < kSlots; ++i) {
+    if (start_event[i]) cudaEventDestroy(start_event[i]);
+    if (stop_event[i]) cudaEventDestroy(stop_event[i]);
+  }
   if (loads_done) cudaEventDestroy(loads_done);
   gemm.reset();
   comm.reset();
@@ -299,6 +306,39 @@ void CudaExecutor::Impl::initialiseParameters() {
   }
 }
 
+// Issues every task that launches a GEMM once, with the Gemm in tuning mode:
+// each new shape times its candidate algorithms on the arena's buffers and
+// keeps the fastest. Nothing is initialised yet: the arena is filled with
+// non-zero bytes for the timing (tensor cores draw less power on zeros, and
+// run faster), and cleared afterwards, so the first step starts as it would
+// without tuning.
+void CudaExecutor::Impl::tuneGemms() {
+  const char* env = std::getenv("TANDEM_GEMM_TUNING");
+  if (!opt.tune_gemms || (env && std::string(env) == "0")) return;
+  if (opt.observer) opt.observer->onSetupWorkBegin();
+  TANDEM_CUDA_CHECK(cudaMemset(arena, 0x3c, size_t(program->memory.arena_bytes)));
+  gemm->setTuning(true);
+  tuning_pass = true;
+  try {
+    for (size_t i = 0; i < program->tasks.size(); ++i) {
+      const OpKind op = program->tasks[i].op;
+      if (op == OpKind::Matmul || op == OpKind::MatmulBwdData || op == OpKind::MatmulBwdWeight ||
+          op == OpKind::GeluBwd)
+        enqueueTask(int(i));
+    }
+  } catch (...) {
+    gemm->setTuning(false);
+    tuning_pass = false;
+    throw;
+  }
+  gemm->setTuning(false);
+  tuning_pass = false;
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  TANDEM_CUDA_CHECK(cudaMemset(arena, 0, size_t(program->memory.arena_bytes)));
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  if (opt.observer) opt.observer->onSetupWorkEnd();
+}
+
 void CudaExecutor::Impl::fillHostData(int step) {
   for (LoadSlot& slot : loads) {
     const Task& t = program->tasks[slot.task];
@@ -319,9 +359,10 @@ void CudaExecutor::Impl::fillHostData(int step) {
   }
 }
 
+// The step's GPU work between its scalars (copied in before) and its loss
+// (copied out after): the same for every step, so it can be one graph.
 void CudaExecutor::Impl::enqueueStep(bool with_optimizer) {
   cudaStream_t s0 = streams[0];
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(scalars, host_scalars, sizeof(StepScalars), cudaMemcpyHostToDevice, s0));
   TANDEM_CUDA_CHECK(cudaEventRecord(fork_event, s0));
   for (size_t i = 1; i < streams.size(); ++i) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[i], fork_event, 0));
   for (size_t i = 0; i < program->tasks.size(); ++i) {
@@ -338,12 +379,7 @@ void CudaExecutor::Impl::enqueueStep(bool with_optimizer) {
     TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s0, join_events[i], 0));
   }
   if (comm) comm->allReduce(&scalars->loss_sum, &scalars->loss_sum, 1, DType::F32, false, s0, "loss");
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_out, &scalars->loss_sum, sizeof(float), cudaMemcpyDeviceToHost, s0));
-  if (norm_buffer >= 0)
-    TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_out + 1, ptr(norm_buffer), sizeof(float), cudaMemcpyDeviceToHost, s0));
 }
-
-void CudaExecutor::Impl::waitForStep() { waitForEvent(stop_event, "the step"); }
 
 // Polls `event` (a few microseconds apart, so the next step is launched soon
 // after this one ends), watching NCCL for asynchronous errors and giving up
@@ -372,16 +408,17 @@ void CudaExecutor::Impl::waitForEvent(cudaEvent_t event, const char* what) {
   }
 }
 
-GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
-  const int step = steps_done;
+void CudaExecutor::Impl::launchStep(int step, int slot, bool with_optimizer) {
   const TrainingSpec& tr = plan.job.training;
-  if (staged_step != step) fillHostData(step);  // else staged while the previous step ran
+  if (staged_step != step) fillHostData(step);
   staged_step = step;
-  host_scalars->lr = float(learningRate(tr, step));
-  host_scalars->bias_correction1 = 1.0 - std::pow(double(float(tr.beta1)), step + 1);
-  host_scalars->bias_correction2 = 1.0 - std::pow(double(float(tr.beta2)), step + 1);
-  host_scalars->loss_sum = 0.f;
-  host_out[0] = host_out[1] = 0.f;
+  StepScalars& in = host_scalars[slot];
+  in.lr = float(learningRate(tr, step));
+  in.bias_correction1 = 1.0 - std::pow(double(float(tr.beta1)), step + 1);
+  in.bias_correction2 = 1.0 - std::pow(double(float(tr.beta2)), step + 1);
+  in.loss_sum = 0.f;
+  float* out = host_out + 2 * slot;
+  out[0] = out[1] = 0.f;
   cudaStream_t s0 = streams[0];
   const bool graph = opt.use_graph && with_optimizer;
   if (opt.observer) opt.observer->onStepBegin(step);
@@ -403,7 +440,10 @@ GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
     TANDEM_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, g, 0));
     TANDEM_CUDA_CHECK(cudaGraphDestroy(g));
   }
-  TANDEM_CUDA_CHECK(cudaEventRecord(start_event, s0));
+  // The slot's copies are stream operations around the graph, not graph
+  // nodes, so that consecutive replays can use different host slots.
+  TANDEM_CUDA_CHECK(cudaEventRecord(start_event[slot], s0));
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(scalars, &in, sizeof(StepScalars), cudaMemcpyHostToDevice, s0));
   if (graph) {
     TANDEM_CUDA_CHECK(cudaGraphLaunch(graph_exec, s0));
   } else {
@@ -411,15 +451,29 @@ GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
     enqueueStep(with_optimizer);
     timing_now = false;
   }
-  TANDEM_CUDA_CHECK(cudaEventRecord(stop_event, s0));
-  if (with_optimizer && last_load_task >= 0 && !load_stream_mixed) {
-    // Once the batch is on the GPU, stage the next one while this step runs.
-    waitForEvent(loads_done, "the batch copy");
-    fillHostData(step + 1);
-    staged_step = step + 1;
-  }
-  waitForStep();
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(out, &scalars->loss_sum, sizeof(float), cudaMemcpyDeviceToHost, s0));
+  if (norm_buffer >= 0)
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(out + 1, ptr(norm_buffer), sizeof(float), cudaMemcpyDeviceToHost, s0));
+  TANDEM_CUDA_CHECK(cudaEventRecord(stop_event[slot], s0));
+}
+
+// The staging buffers may take the next batch once the GPU copied this one:
+// only when all loads are on one stream (one event says they are done) and
+// the step runs whole (computeGradients is followed by host reads, not a step).
+bool CudaExecutor::Impl::canStageAhead(bool with_optimizer) const {
+  return with_optimizer && last_load_task >= 0 && !load_stream_mixed;
+}
+
+void CudaExecutor::Impl::stageNextBatch(int step) {
+  waitForEvent(loads_done, "the batch copy");
+  fillHostData(step + 1);
+  staged_step = step + 1;
+}
+
+GpuStepResult CudaExecutor::Impl::finishStep(int step, int slot, bool with_optimizer) {
+  waitForEvent(stop_event[slot], "the step");
   if (opt.observer) opt.observer->onStepEnd(step);
+  const bool graph = opt.use_graph && with_optimizer;
   if (opt.time_tasks && !graph)
     for (size_t i = 0; i < program->tasks.size(); ++i) {
       float t = 0;
@@ -427,15 +481,48 @@ GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
     }
   cudaGetLastError();  // tasks skipped this step leave unrecorded events behind
   float ms = 0;
-  TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start_event, stop_event));
+  TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start_event[slot], stop_event[slot]));
+  const float* out = host_out + 2 * slot;
   GpuStepResult r;
   r.step = step;
-  r.loss = double(host_out[0]) / double(plan.job.tokensPerStep());
-  r.grad_norm = host_out[1];
-  r.lr = learningRate(tr, step);
+  r.loss = double(out[0]) / double(plan.job.tokensPerStep());
+  r.grad_norm = out[1];
+  r.lr = learningRate(plan.job.training, step);
   r.ms = ms;
   if (with_optimizer) ++steps_done;
   return r;
+}
+
+GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
+  const int step = steps_done;
+  launchStep(step, 0, with_optimizer);
+  if (canStageAhead(with_optimizer)) stageNextBatch(step);  // while this step runs
+  return finishStep(step, 0, with_optimizer);
+}
+
+// Steps run ahead only as graph replays without an observer: the profiler
+// attributes GPU activity to steps by the host's step windows, which must
+// not overlap, and eager task timing reuses one set of events per task.
+bool CudaExecutor::Impl::canRunAhead() const {
+  return opt.use_graph && !opt.observer && !opt.time_tasks && canStageAhead(true);
+}
+
+// Keeps one step queued behind the running one: while step k runs, the host
+// stages step k + 1's batch (once step k's copy is done), queues step k + 1,
+// and only then waits for step k. The GPU never idles between steps waiting
+// for the host, and a late host thread (rank skew) is hidden behind a step.
+void CudaExecutor::Impl::runAhead(int steps, const std::function<void(const GpuStepResult&)>& on_step) {
+  if (steps <= 0) return;
+  const int first = steps_done;
+  launchStep(first, first % kSlots, true);
+  for (int i = 0; i < steps; ++i) {
+    const int step = first + i;
+    // loads_done refers to the latest launched step, `step`.
+    stageNextBatch(step);
+    if (i + 1 < steps) launchStep(step + 1, (step + 1) % kSlots, true);
+    const GpuStepResult r = finishStep(step, step % kSlots, true);
+    if (on_step) on_step(r);
+  }
 }
 
 std::vector<float> CudaExecutor::Impl::readBuffer(int buffer) const {
@@ -484,6 +571,21 @@ GpuStepResult CudaExecutor::step() {
   TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
   return impl_->runStep(true);
 }
+std::vector<GpuStepResult> CudaExecutor::run(int steps, const std::function<void(const GpuStepResult&)>& on_step) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  std::vector<GpuStepResult> out;
+  out.reserve(size_t(std::max(steps, 0)));
+  auto keep = [&](const GpuStepResult& r) {
+    out.push_back(r);
+    if (on_step) on_step(r);
+  };
+  if (impl_->canRunAhead()) {
+    impl_->runAhead(steps, keep);
+  } else {
+    for (int s = 0; s < steps; ++s) keep(impl_->runStep(true));
+  }
+  return out;
+}
 GpuStepResult CudaExecutor::computeGradients() {
   TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
   return impl_->runStep(false);
@@ -500,6 +602,7 @@ GpuMemoryReport CudaExecutor::memory() const { return impl_->mem; }
 std::vector<double> CudaExecutor::taskMilliseconds() const { return impl_->task_ms; }
 int CudaExecutor::stepsDone() const { return impl_->steps_done; }
 const FusionPlan& CudaExecutor::fusion() const { return impl_->fusion; }
+const std::vector<GemmTuning>& CudaExecutor::gemmTuning() const { return impl_->gemm->tuning(); }
 const Plan& CudaExecutor::plan() const { return impl_->plan; }
 NcclComm* CudaExecutor::communicator() const { return impl_->comm.get(); }
 

@@ -7,6 +7,7 @@
 // and replayed; `use_graph = false` issues the same calls eagerly.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/fusion.h"
+#include "engine/cuda/gemm.h"
 #include "engine/cuda/nccl_comm.h"
 #include "engine/cuda/task_observer.h"
 #include "engine/plan.h"
@@ -46,6 +48,12 @@ struct ExecutorOptions {
   // would not describe the same work. Opt in with TANDEM_FUSION=1 (0.67 ms
   // of 31 ms per GPT-2 124M step on H200).
   unsigned fusion = 0;
+  // Time cuBLASLt's candidate algorithms for every GEMM shape of the plan
+  // before the first step and keep the fastest (Gemm::setTuning); results
+  // stay bit-identical between executors of one process, but another
+  // process may choose differently. TANDEM_GEMM_TUNING=0 in the environment
+  // turns it off (cuBLASLt's first choice, reproducible across processes).
+  bool tune_gemms = true;
 };
 
 struct GpuStepResult {
@@ -72,7 +80,13 @@ class CudaExecutor {
   CudaExecutor& operator=(const CudaExecutor&) = delete;
 
   // One full training step. The first call with use_graph captures the graph.
+  // The host waits for the step to end, so the GPU idles between two calls.
   GpuStepResult step();
+  // `steps` training steps, the same work as calling step() that often, but
+  // in graph mode without an observer the next step is queued on the GPU
+  // before the host waits for the current one (no idle GPU between steps,
+  // host skew between ranks hidden). Calls on_step after each step ends.
+  std::vector<GpuStepResult> run(int steps, const std::function<void(const GpuStepResult&)>& on_step = {});
   // Forward and backward (and collectives) of the next step without the
   // optimizer, always eager: for gradient checks against the CPU reference.
   GpuStepResult computeGradients();
@@ -88,6 +102,9 @@ class CudaExecutor {
   // Which tasks the epilogue fusion merged into a GEMM (fused tasks issue no
   // kernel of their own; their work is in the GEMM of the task that launches it).
   const FusionPlan& fusion() const;
+  // The GEMM shapes this executor timed (empty when tuning is off, or when
+  // another executor of the process had already tuned them).
+  const std::vector<GemmTuning>& gemmTuning() const;
   // The data-parallel communicator (nullptr with one rank): for work outside
   // the steps, such as measuring clock offsets between ranks.
   NcclComm* communicator() const;

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -44,12 +46,24 @@ struct CudaExecutor::Impl {
   bool fusionSupported(int task, int partner, FusionKind kind);
   void buildTable(int task);
   void initialiseParameters();
+  void tuneGemms();
   void fillHostData(int step);
   void enqueueStep(bool with_optimizer);
   void enqueueTask(int index);
-  void waitForStep();
   void waitForEvent(cudaEvent_t event, const char* what);
+  // One step in two halves, so that the next step can be queued on the GPU
+  // before this one ends (runAhead): launchStep stages the batch when it is
+  // not staged yet, writes the step's scalars into `slot` and issues the step
+  // (capturing the graph the first time); finishStep waits for it and reads
+  // its loss from `slot`.
+  void launchStep(int step, int slot, bool with_optimizer);
+  GpuStepResult finishStep(int step, int slot, bool with_optimizer);
+  // Stages step + 1's batch as soon as the GPU has copied this one.
+  void stageNextBatch(int step);
+  bool canStageAhead(bool with_optimizer) const;
+  bool canRunAhead() const;
   GpuStepResult runStep(bool with_optimizer);
+  void runAhead(int steps, const std::function<void(const GpuStepResult&)>& on_step);
   std::vector<float> readBuffer(int buffer) const;
   void writeBuffer(int buffer, const std::vector<float>& values);
 
@@ -63,7 +77,12 @@ struct CudaExecutor::Impl {
   std::vector<cudaEvent_t> events;
   std::vector<cudaEvent_t> join_events;
   cudaEvent_t fork_event = nullptr;
-  cudaEvent_t start_event = nullptr, stop_event = nullptr;
+  // Two slots of per-step host state (scalars in, loss and norm out, timing
+  // events): step k uses slot k % 2 when steps run ahead, so step k + 1's
+  // scalars can be written while step k still runs and step k's loss is
+  // still readable while step k + 1 runs.
+  static constexpr int kSlots = 2;
+  cudaEvent_t start_event[kSlots] = {}, stop_event[kSlots] = {};
   // Recorded after the step's last LoadBatch copy: from then on the host may
   // write the next step's batch into the staging buffers while the GPU
   // computes (runStep), instead of between steps with the GPU idle.
@@ -79,8 +98,8 @@ struct CudaExecutor::Impl {
   std::unique_ptr<Gemm> gemm;
   std::vector<float*> scratch;  // per stream
   StepScalars* scalars = nullptr;
-  StepScalars* host_scalars = nullptr;  // pinned
-  float* host_out = nullptr;            // pinned: loss sum, grad norm
+  StepScalars* host_scalars = nullptr;  // pinned, kSlots entries
+  float* host_out = nullptr;            // pinned, per slot: loss sum, grad norm
   int norm_buffer = -1;
 
   std::vector<LoadSlot> loads;
@@ -98,6 +117,7 @@ struct CudaExecutor::Impl {
   std::vector<double> task_ms;
   bool timing_now = false;
   bool capturing = false;  // inside cudaStreamBeginCapture .. EndCapture
+  bool tuning_pass = false;  // tuneGemms: issue the GEMM tasks to time their algorithms
   cudaGraphExec_t graph_exec = nullptr;
   int steps_done = 0;
 };

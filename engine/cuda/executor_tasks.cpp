@@ -18,8 +18,10 @@ void CudaExecutor::Impl::enqueueTask(int index) {
   float* scr = scratch.at(t.stream);
   auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
   auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
-  for (int e : t.wait_events) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, events.at(e), 0));
-  if (opt.observer) opt.observer->onTaskBegin(t, s);
+  // The tuning pass (tuneGemms) issues GEMM tasks alone: no events, no observer.
+  if (!tuning_pass)
+    for (int e : t.wait_events) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, events.at(e), 0));
+  if (opt.observer && !tuning_pass) opt.observer->onTaskBegin(t, s);
   if (timing_now) TANDEM_CUDA_CHECK(cudaEventRecord(task_start[index], s));
 
   // A task fused into a GEMM epilogue (fusion.h) issues nothing of its own.
@@ -154,6 +156,7 @@ void CudaExecutor::Impl::enqueueTask(int index) {
     else
       TANDEM_CUDA_CHECK(cudaEventRecord(collective_done.at(k), s));
   }
+  if (tuning_pass) return;
   if (t.record_event >= 0) TANDEM_CUDA_CHECK(cudaEventRecord(events.at(t.record_event), s));
   if (opt.observer) opt.observer->onTaskEnd(t, s);
 }

@@ -1,6 +1,8 @@
 #include "engine/cuda/gemm.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "engine/cuda/check.h"
@@ -91,10 +93,10 @@ Gemm::Prepared& Gemm::prepare(const Key& key) {
   uint64_t ws = workspace_bytes_;
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                 sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
   int found = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d, pref, 1,
-                                                     &result, &found);
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d, pref, kTuneCandidates,
+                                                     results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
   // A plain GEMM (or the bias epilogue) must exist; a fused epilogue may be
@@ -110,14 +112,18 @@ Gemm::Prepared& Gemm::prepare(const Key& key) {
                                                  : std::string(cublasLtGetStatusString(st))) +
                     ")");
   }
-  if (p.ok) p.algo = result.algo;
+  if (p.ok) {
+    p.algo = results[0].algo;
+    for (int i = 0; i < found; ++i) p.candidates.push_back(results[i].algo);
+  }
   return cache_.emplace(key, p).first->second;
 }
 
 void Gemm::run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
                int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd, bool accumulate,
                const Epi& epi, DType dt, cudaStream_t s) {
-  Prepared& p = prepare(Key{trans_a, trans_b, m, n, k, lda, ldb, ldd, accumulate, int(epi.kind), int(dt)});
+  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldd, accumulate, int(epi.kind), int(dt)};
+  Prepared& p = prepare(key);
   if (!p.ok)
     throw CudaError("cuBLASLt refuses the fused epilogue " + std::to_string(int(epi.kind)) + " for a " +
                     std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
@@ -129,8 +135,89 @@ void Gemm::run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
     LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epi.aux,
                                             sizeof(epi.aux)));
   float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+  if (tuning_) {
+    if (!p.tuned) tune(key, p, A, B, D, beta, s);
+    return;
+  }
   LT_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.algo,
                           workspace_, workspace_bytes_, s));
+}
+
+namespace {
+
+// Tuned choices of the process: (device model, shape key) -> candidate index.
+// The index into cuBLASLt's deterministic candidate list identifies the
+// algorithm for every Gemm of the process.
+std::mutex g_tuned_mu;
+std::map<std::pair<std::string, std::string>, int> g_tuned;
+
+template <class T>
+std::string keyText(const T& key) {
+  return std::apply([](auto... v) { return ((std::to_string(v) + ",") + ...); }, key);
+}
+
+}  // namespace
+
+void Gemm::tune(const Key& key, Prepared& p, const void* A, const void* B, void* D, float beta, cudaStream_t s) {
+  p.tuned = true;
+  if (device_name_.empty()) {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
+    TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    device_name_ = prop.name;
+  }
+  const auto shared_key = std::make_pair(device_name_, keyText(key));
+  {
+    std::lock_guard<std::mutex> lock(g_tuned_mu);
+    if (auto it = g_tuned.find(shared_key); it != g_tuned.end()) {
+      if (it->second < int(p.candidates.size())) p.algo = p.candidates[size_t(it->second)];
+      return;
+    }
+  }
+  GemmTuning report;
+  report.m = std::get<2>(key), report.n = std::get<3>(key), report.k = std::get<4>(key);
+  report.candidates = int(p.candidates.size());
+  cudaEvent_t e0, e1;
+  TANDEM_CUDA_CHECK(cudaEventCreate(&e0));
+  TANDEM_CUDA_CHECK(cudaEventCreate(&e1));
+  const float alpha = 1.f;
+  constexpr int kWarm = 2, kTimed = 5;
+  std::vector<double> ms(p.candidates.size(), -1.0);
+  for (size_t c = 0; c < p.candidates.size(); ++c) {
+    auto launch = [&] {
+      return cublasLtMatmul(handle_, p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.candidates[c],
+                            workspace_, workspace_bytes_, s);
+    };
+    if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // an algorithm may refuse these pointers
+    for (int w = 1; w < kWarm; ++w) launch();
+    TANDEM_CUDA_CHECK(cudaEventRecord(e0, s));
+    for (int r = 0; r < kTimed; ++r) launch();
+    TANDEM_CUDA_CHECK(cudaEventRecord(e1, s));
+    TANDEM_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    TANDEM_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms[c] = t / kTimed;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  // Keep the first choice unless another is clearly faster: timing noise
+  // must not decide between near-equal algorithms.
+  int chosen = 0;
+  for (size_t c = 1; c < ms.size(); ++c)
+    if (ms[c] > 0 && (ms[0] <= 0 || ms[c] < ms[size_t(chosen)] * (chosen == 0 ? 1.0 - kTuneMargin : 1.0)))
+      chosen = int(c);
+  if (ms[size_t(chosen)] <= 0) chosen = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_tuned_mu);
+    // Another Gemm of the process may have tuned the same shape meanwhile: its choice stands.
+    chosen = g_tuned.emplace(shared_key, chosen).first->second;
+  }
+  if (chosen < int(p.candidates.size())) p.algo = p.candidates[size_t(chosen)];
+  report.chosen = chosen;
+  report.first_ms = std::max(0.0, ms.empty() ? 0.0 : ms[0]);
+  report.chosen_ms = chosen < int(ms.size()) ? std::max(0.0, ms[size_t(chosen)]) : 0.0;
+  tuned_.push_back(report);
 }
 
 namespace {

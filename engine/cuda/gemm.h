@@ -16,11 +16,22 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "engine/types.h"
 
 namespace tandem::cuda {
+
+// One GEMM shape whose algorithm was chosen by timing (Gemm::setTuning).
+struct GemmTuning {
+  int64_t m = 0, n = 0, k = 0;  // cuBLASLt's column-major problem
+  int candidates = 0;           // algorithms cuBLASLt offered
+  int chosen = 0;               // index among them (0: its first choice)
+  double first_ms = 0;          // its first choice, measured
+  double chosen_ms = 0;         // the kept one, measured
+};
 
 class Gemm {
  public:
@@ -56,6 +67,20 @@ class Gemm {
   void backwardWeightBias(void* dW, void* db, const void* dy, const void* x, int64_t M, int64_t N,
                           int64_t K, DType dt, cudaStream_t s);
 
+  // Algorithm tuning. cuBLASLt's first heuristic choice is not always its
+  // fastest algorithm for a shape (up to 15% slower on GPT-2's on H200:
+  // bench_gemm_algos). While tuning is on, the first call of each shape
+  // times the top kTuneCandidates algorithms on the call's stream, waits for
+  // them (never call it inside a graph capture), and keeps the fastest when
+  // it beats the first choice by kTuneMargin; that call computes nothing
+  // useful. Choices are shared by every Gemm of the process on the same
+  // device model, so that executors of one process run the same algorithms
+  // and give bit-identical results.
+  static constexpr int kTuneCandidates = 8;
+  static constexpr double kTuneMargin = 0.03;
+  void setTuning(bool on) { tuning_ = on; }
+  const std::vector<GemmTuning>& tuning() const { return tuned_; }
+
   // Pointers the fused epilogues accept (bias, aux): the algorithms are
   // chosen for this alignment.
   static constexpr uintptr_t kEpilogueAlignment = 256;
@@ -81,16 +106,24 @@ class Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool ok = false;  // cuBLASLt offered an algorithm
+    std::vector<cublasLtMatmulAlgo_t> candidates;  // cuBLASLt's order, [0] == its first choice
+    bool tuned = false;
   };
+  // trans_a, trans_b, m, n, k, lda, ldb, ldd, accumulate, epilogue, dtype
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
                          int, int>;
   Prepared& prepare(const Key& key);
   bool supported(const Key& key) { return prepare(key).ok; }
+  // Times p's candidates for one call and sets p.algo (see setTuning).
+  void tune(const Key& key, Prepared& p, const void* A, const void* B, void* D, float beta, cudaStream_t s);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_;
   size_t workspace_bytes_;
   std::map<Key, Prepared> cache_;
+  bool tuning_ = false;
+  std::vector<GemmTuning> tuned_;
+  std::string device_name_;  // the process-wide choices are per device model
 };
 
 }  // namespace tandem::cuda

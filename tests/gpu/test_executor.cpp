@@ -85,6 +85,14 @@ void compareTraining(const std::string& label0, const JobSpec& job, int steps, d
   }
   expectBelow(label + ": worst loss deviation from CPU over " + std::to_string(steps) + " steps", worst, tol);
   expectTrue(label + ": CUDA Graph and eager losses identical over " + std::to_string(steps) + " steps", identical);
+  // run() queues each step before the previous one ends (two host slots, the
+  // batch staged behind the copy): a race there would change the losses.
+  cuda::CudaExecutor ahead(plan, options(true));
+  const std::vector<cuda::GpuStepResult> ra = ahead.run(steps);
+  bool same = int(ra.size()) == steps;
+  for (int s = 0; same && s < steps; ++s) same = ra[size_t(s)].loss == g_losses[size_t(s)] && ra[size_t(s)].step == s;
+  expectTrue(label + ": run() (steps queued ahead) and step() losses identical over " + std::to_string(steps) + " steps",
+             same);
   // Parameters after the steps. The key part of the qkv bias has an exact
   // zero gradient (softmax ignores a constant added to every score), so both
   // executors feed AdamW rounding noise there and its m/sqrt(v) amplifies it

@@ -1,0 +1,153 @@
+// bench_gemm_algos: for the matmuls of a GPT-2 124M step (micro-batch 16,
+// sequence 1024, bf16), the time of cuBLASLt's first heuristic choice (what
+// the executor uses) against the fastest of its top candidates, measured on
+// the GPU. Says how much per-shape algorithm tuning could gain, per shape and
+// per step. Prints one JSON object per line; the last line is the total.
+//
+//   bench_gemm_algos [--candidates N] [--reps N]
+#include <fmt/core.h>
+
+#include <string>
+#include <vector>
+
+#ifdef TANDEM_HAVE_CUDA
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+// The executor's three matmuls in cuBLASLt's column-major terms (gemm.cpp):
+// forward y^T = W^T x^T, data gradient dx^T = W dy^T, weight gradient
+// dW^T = x^T dy.
+struct Shape {
+  const char* name;
+  const char* kind;  // forward | backward_data | backward_weight
+  long N, K;         // the weight is N x K
+  int per_step;      // how many such matmuls a step runs
+  bool bias;         // forward with the bias epilogue
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#ifndef TANDEM_HAVE_CUDA
+  (void)argc;
+  (void)argv;
+  fmt::print("{{\"bench\":\"gemm_algos\",\"skipped\":\"built without CUDA\"}}\n");
+  return 0;
+#else
+  int candidates = 16, reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    if (s == "--candidates" && i + 1 < argc) candidates = std::stoi(argv[++i]);
+    else if (s == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
+    else {
+      fmt::print(stderr, "bench_gemm_algos: unknown argument {} (allowed: --candidates N --reps N)\n", s);
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    fmt::print("{{\"bench\":\"gemm_algos\",\"skipped\":\"no GPU\"}}\n");
+    return 0;
+  }
+  const long M = 16 * 1024;  // tokens of one micro-batch
+  const long C = 768, V = 50304;
+  std::vector<Shape> shapes;
+  for (const char* kind : {"forward", "backward_data", "backward_weight"}) {
+    const bool fwd = std::string(kind) == "forward";
+    shapes.push_back({"qkv", kind, 3 * C, C, 12, fwd});
+    shapes.push_back({"attn_proj", kind, C, C, 12, fwd});
+    shapes.push_back({"fc", kind, 4 * C, C, 12, fwd});
+    shapes.push_back({"fc_proj", kind, C, 4 * C, 12, fwd});
+    shapes.push_back({"lm_head", kind, V, C, 1, false});
+  }
+  cublasLtHandle_t lt;
+  cublasLtCreate(&lt);
+  const size_t ws_bytes = size_t(32) << 20;
+  void *ws, *A, *B, *D, *bias;
+  cudaMalloc(&ws, ws_bytes);
+  cudaMalloc(&A, size_t(V) * M * 2);
+  cudaMalloc(&B, size_t(V) * M * 2);
+  cudaMalloc(&D, size_t(V) * M * 2);
+  cudaMalloc(&bias, size_t(V) * 2);
+  // Non-zero operands: tensor cores draw less power on zeros.
+  cudaMemset(A, 0x3c, size_t(V) * M * 2);
+  cudaMemset(B, 0x3c, size_t(V) * M * 2);
+  cudaMemset(bias, 0, size_t(V) * 2);
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  double total_first = 0, total_best = 0;
+  for (const Shape& sh : shapes) {
+    const std::string kind = sh.kind;
+    bool ta, tb;
+    long m, n, k, lda, ldb, ldd;
+    if (kind == "forward") ta = true, tb = false, m = sh.N, n = M, k = sh.K, lda = sh.K, ldb = sh.K, ldd = sh.N;
+    else if (kind == "backward_data") ta = false, tb = false, m = sh.K, n = M, k = sh.N, lda = sh.K, ldb = sh.N, ldd = sh.K;
+    else ta = false, tb = true, m = sh.K, n = sh.N, k = M, lda = sh.K, ldb = sh.N, ldd = sh.K;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
+    if (sh.bias) {
+      cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+      cudaDataType_t bt = CUDA_R_16BF;
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    }
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb ? n : k, tb ? k : n, ldb);
+    cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, ldd);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    uint64_t wsb = ws_bytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb));
+    std::vector<cublasLtMatmulHeuristicResult_t> res(static_cast<size_t>(candidates));
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, candidates, res.data(), &found);
+    const float alpha = 1.f, beta = 0.f;
+    double first_ms = 0, best_ms = 1e30;
+    int best = -1;
+    for (int c = 0; c < found; ++c) {
+      auto launch = [&] {
+        return cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res[size_t(c)].algo, ws, ws_bytes, s);
+      };
+      if (launch() != CUBLAS_STATUS_SUCCESS) continue;
+      for (int w = 0; w < 3; ++w) launch();
+      cudaEventRecord(e0, s);
+      for (int r = 0; r < reps; ++r) launch();
+      cudaEventRecord(e1, s);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      const double per = ms / reps;
+      if (c == 0) first_ms = per;
+      if (per < best_ms) best_ms = per, best = c;
+    }
+    const double tflops = 2.0 * m * n * k / (best_ms * 1e-3) / 1e12;
+    fmt::print("{{\"shape\":\"{}\",\"kind\":\"{}\",\"m\":{},\"n\":{},\"k\":{},\"candidates\":{},\"first_ms\":{:.4f},"
+               "\"best_ms\":{:.4f},\"best_index\":{},\"gain\":{:.3f},\"best_tflops\":{:.0f},\"per_step\":{}}}\n",
+               sh.name, sh.kind, m, n, k, found, first_ms, best_ms, best, first_ms / best_ms, tflops, sh.per_step);
+    std::fflush(stdout);
+    total_first += first_ms * sh.per_step;
+    total_best += best_ms * sh.per_step;
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(ld);
+    cublasLtMatmulDescDestroy(desc);
+  }
+  fmt::print("{{\"total\":\"matmuls of one step\",\"first_heuristic_ms\":{:.3f},\"best_of_candidates_ms\":{:.3f},"
+             "\"saving_ms\":{:.3f}}}\n",
+             total_first, total_best, total_first - total_best);
+  cublasLtDestroy(lt);
+  return 0;
+#endif
+}
