@@ -3,7 +3,7 @@
 // peer script (eager and torch.compile), so the ratio is measured side by
 // side. Prints one JSON object per line; the last line is the comparison.
 //
-//   bench_gpt2_h200 [--steps N] [--gpus 1|2] [--peer PATH/gpt2_torch.py] [--breakdown]
+//   bench_gpt2_h200 [--steps N] [--gpus 1|2] [--peer PATH/gpt2_torch.py] [--breakdown] [--set KEY=VALUE]...
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -29,6 +29,7 @@ struct Args {
   int gpus = 1;
   std::string peer;
   bool breakdown = false;
+  std::vector<std::string> sets;  // job overrides (--set KEY=VALUE), e.g. comm.bucket_mib=50
 };
 
 [[maybe_unused]] Args parseArgs(int argc, char** argv) {
@@ -43,7 +44,9 @@ struct Args {
     else if (s == "--gpus") a.gpus = std::stoi(next());
     else if (s == "--peer") a.peer = next();
     else if (s == "--breakdown") a.breakdown = true;
-    else throw std::runtime_error("unknown argument " + s + " (allowed: --steps N --gpus 1|2 --peer FILE --breakdown)");
+    else if (s == "--set") a.sets.push_back(next());
+    else throw std::runtime_error("unknown argument " + s +
+                                  " (allowed: --steps N --gpus 1|2 --peer FILE --breakdown --set KEY=VALUE)");
   }
   return a;
 }
@@ -82,9 +85,10 @@ int main(int argc, char** argv) {
       fmt::print("{{\"bench\":\"gpt2_h200\",\"skipped\":\"needs {} GPU(s): {}\"}}\n", a.gpus, why);
       return 0;
     }
-    const JobSpec job = loadJobFile(std::string(TANDEM_RESOURCE_DIR) + "/jobs/gpt2-124m-dp8.yaml",
-                                    {fmt::format("parallel.data_parallel={}", a.gpus), "training.micro_batch=16",
-                                     "training.precision=bf16", fmt::format("training.steps={}", 2 * a.steps)});
+    std::vector<std::string> sets = {fmt::format("parallel.data_parallel={}", a.gpus), "training.micro_batch=16",
+                                     "training.precision=bf16", fmt::format("training.steps={}", 2 * a.steps)};
+    sets.insert(sets.end(), a.sets.begin(), a.sets.end());
+    const JobSpec job = loadJobFile(std::string(TANDEM_RESOURCE_DIR) + "/jobs/gpt2-124m-dp8.yaml", sets);
     const Plan plan = buildPlan(job);
     const cuda::DeviceInfo dev = cuda::deviceInfo(0);
     std::vector<std::unique_ptr<cuda::CudaExecutor>> ex(a.gpus);
