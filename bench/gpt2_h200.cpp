@@ -114,12 +114,9 @@ int main(int argc, char** argv) {
     fmt::print("{{\"fusion\":\"{}\"}}\n", ex[0]->fusion().summary());
     {
       // What timing cuBLASLt's candidates gained (rank 0 tunes; the others reuse its choices).
-      const auto& tuned = ex[0]->gemmTuning();
-      double first = 0, chosen = 0;
-      int changed = 0;
-      for (const auto& g : tuned) first += g.first_ms, chosen += g.chosen_ms, changed += g.chosen != 0;
+      const cuda::GemmTuningTotals t = cuda::totalsOf(ex[0]->gemmTuning());
       fmt::print("{{\"gemm_tuning\":{{\"shapes\":{},\"changed\":{},\"first_choice_ms\":{:.3f},\"chosen_ms\":{:.3f}}}}}\n",
-                 tuned.size(), changed, first, chosen);
+                 t.shapes, t.changed, t.first_ms, t.chosen_ms);
     }
     // Two loops over the same executors, each `steps` long with the first 5
     // steps left out:

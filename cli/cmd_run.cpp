@@ -280,12 +280,10 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
   cuda::finishRendezvous(info, rendezvous);
   const bool lead = rank == 0;
   if (lead && !o.json && !exec->gemmTuning().empty()) {
-    double first = 0, chosen = 0;
-    int changed = 0;
-    for (const auto& g : exec->gemmTuning()) first += g.first_ms, chosen += g.chosen_ms, changed += g.chosen != 0;
+    const cuda::GemmTuningTotals t = cuda::totalsOf(exec->gemmTuning());
     fmt::print("GEMM algorithms timed for {} shapes, {} changed from cuBLASLt's first choice: {:.3f} -> {:.3f} ms "
                "for one of each (TANDEM_GEMM_TUNING=0 turns this off)\n",
-               exec->gemmTuning().size(), changed, first, chosen);
+               t.shapes, t.changed, t.first_ms, t.chosen_ms);
   }
 #ifdef TANDEM_HAVE_PROFILER
   // Clock offsets between ranks, before the first step (outside graph

@@ -33,6 +33,22 @@ struct GemmTuning {
   double chosen_ms = 0;         // the kept one, measured
 };
 
+// The timed shapes added up: one call of each, first choice vs kept.
+struct GemmTuningTotals {
+  int shapes = 0, changed = 0;
+  double first_ms = 0, chosen_ms = 0;
+};
+inline GemmTuningTotals totalsOf(const std::vector<GemmTuning>& tuned) {
+  GemmTuningTotals t;
+  for (const GemmTuning& g : tuned) {
+    ++t.shapes;
+    t.changed += g.chosen != 0;
+    t.first_ms += g.first_ms;
+    t.chosen_ms += g.chosen_ms;
+  }
+  return t;
+}
+
 class Gemm {
  public:
   Gemm(void* workspace, size_t workspace_bytes);
