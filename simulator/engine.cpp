@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <queue>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 
@@ -99,35 +100,47 @@ class EventQueue {
   int last_bucket_ = -1;
 };
 
+// 48 bytes (fields ordered so that no padding is left): every simulated
+// rank's streams sit together, and at thousands of ranks their total is what
+// decides whether the per-task state stays in the CPU's cache.
 struct StreamState {
   const std::vector<int>* tasks = nullptr;  // the program's list for this stream
-  size_t head = 0;
-  bool busy = false;
   int64_t started_ns = 0;
   // A running kernel: the work left (ns at full speed) as of `updated_ns`,
   // whether it runs slowed (a collective is resident on the rank), and the
   // time its completion event is for (older events for it are stale).
-  bool kernel = false;
-  bool slowed = false;
   double work_left_ns = 0;
   int64_t updated_ns = 0;
   int64_t done_ns = -1;
+  uint32_t head = 0;  // next task's position in *tasks
+  bool busy = false;
+  bool kernel = false;
+  bool slowed = false;
 };
+static_assert(sizeof(StreamState) == 48);
 
 struct RankState {
+  // What every task touches comes first, in the first 64 bytes (plan, the
+  // two slices, the activities); what only collectives or errors read follows.
+  const RankPlan* plan = nullptr;
+  // The rank's stream states and recorded events (one bit each) are slices
+  // of two engine-wide arrays, rank after rank, not allocations of their
+  // own: thousands of ranks doing the same thing are visited in rank order
+  // at each time, so these are read in sequence, where separate blocks,
+  // allocated between the ranks' large activity buffers, put every rank's
+  // state on a page of its own.
+  std::span<StreamState> streams;
+  std::span<uint64_t> event_bits;
+  std::vector<SimActivity> activities;
+  int64_t end_ns = 0;
+  int active_comm = 0;
+  int device = 0;
   int rank = 0;
   int program = 0;
-  int device = 0;
-  const RankPlan* plan = nullptr;
-  std::vector<StreamState> streams;
-  std::vector<uint64_t> event_bits;  // recorded events, one bit each (small per rank)
   bool eventDone(int e) const { return (event_bits[size_t(e) >> 6] >> (e & 63)) & 1; }
   const std::vector<int>* event_recorder = nullptr;  // the program's
   std::map<int, int64_t> group_seq;  // per group index: collectives reached
   std::map<std::pair<int, int>, int64_t> p2p_seq;  // (group, direction) -> sends/recvs reached
-  int active_comm = 0;
-  std::vector<SimActivity> activities;
-  int64_t end_ns = 0;
 };
 
 struct Arrival {
@@ -196,6 +209,8 @@ class Engine {
 
   std::vector<ProgramQueues> queues_;     // per program
   std::vector<RankState> ranks_;          // simulated ranks
+  std::vector<StreamState> stream_states_;  // every simulated rank's streams, rank after rank
+  std::vector<uint64_t> event_words_;       // every simulated rank's recorded-event bits, likewise
   std::vector<int> rank_state_of_;        // world rank -> index in ranks_, -1 when represented
   std::vector<int> rank_device_;
   std::vector<int> program_of_;
@@ -252,6 +267,7 @@ void Engine::setup() {
     const auto& pranks = plan_.programs[size_t(p)].ranks;
     if (!pranks.empty()) program_min_rank_[size_t(p)] = *std::min_element(pranks.begin(), pranks.end());
   }
+  std::vector<size_t> stream_slices, event_slices;  // per simulated rank
   for (int r = 0; r < world; ++r) {
     const int p = program_of_[size_t(r)];
     if (symmetric_ && program_min_rank_[size_t(p)] != r) continue;
@@ -284,13 +300,31 @@ void Engine::setup() {
         if (t.record_event >= 0) q.event_recorder[size_t(t.record_event)] = i;
       }
     }
-    st.streams.resize(q.stream_tasks.size());
-    for (size_t si = 0; si < st.streams.size(); ++si) st.streams[si].tasks = &q.stream_tasks[si];
-    st.event_bits.assign((num_events + 63) / 64, 0);
+    stream_slices.push_back(q.stream_tasks.size());
+    event_slices.push_back((num_events + 63) / 64);
     st.event_recorder = &q.event_recorder;
     st.activities.reserve(st.plan->tasks.size());  // one allocation, no regrowth copies
     rank_state_of_[size_t(r)] = int(ranks_.size());
     ranks_.push_back(std::move(st));
+  }
+  // The slices, now that every rank's sizes are known (the arrays are not
+  // resized after this, so the spans stay valid).
+  size_t total_streams = 0, total_words = 0;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    total_streams += stream_slices[i];
+    total_words += event_slices[i];
+  }
+  stream_states_.assign(total_streams, StreamState{});
+  event_words_.assign(total_words, 0);
+  total_streams = total_words = 0;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    RankState& st = ranks_[i];
+    st.streams = std::span<StreamState>(stream_states_.data() + total_streams, stream_slices[i]);
+    st.event_bits = std::span<uint64_t>(event_words_.data() + total_words, event_slices[i]);
+    total_streams += stream_slices[i];
+    total_words += event_slices[i];
+    const ProgramQueues& q = queues_[size_t(st.program)];
+    for (size_t si = 0; si < st.streams.size(); ++si) st.streams[si].tasks = &q.stream_tasks[si];
   }
   simulated_members_.resize(plan_.groups.size());
   group_member_.assign(plan_.groups.size(), std::vector<char>(size_t(world), 0));
