@@ -474,6 +474,10 @@ void addRunCommand(CLI::App& root) {
   cmd->add_flag("--profile", o->profile,
                 "profile with CUPTI + NVTX: every kernel tagged with its plan task; each rank writes RUN.rankN.sqlite, "
                 "merged into --out at the end");
+  cmd->footer(
+      "Environment: TANDEM_GEMM_TUNING=0 keeps cuBLASLt's first algorithm choice (bit-reproducible across "
+      "processes; by default each GEMM shape's candidates are timed before the first step); TANDEM_FUSION=1 "
+      "fuses GELU into the GEMM epilogues (not modelled by the simulator). See docs/gpu-executor.md.");
   cmd->callback([o] { runCommand(*o); });
 }
 
