@@ -121,6 +121,15 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
       writer->addCounter({opt.rank, "memory.arena_live_bytes", row.start_ns, double(info->arena_live_bytes)});
   }
   writer->addActivity(row);
+  // The step's GPU extent: a graph replay's records share its launch's
+  // correlation, and the executor's copies around the replay (or around the
+  // eager tasks) carry the step's own id; task launches of eager steps carry
+  // their task's id and are bracketed by those copies.
+  if (!clock_sync && !setup_work && (r.graph_node != 0 || task == kStepWork || task == -1) &&
+      r.kind != RecordKind::Sync) {
+    auto [it, fresh] = corr_extent.try_emplace(r.correlation, r.start, r.end);
+    if (!fresh) it->second = {std::min(it->second.first, r.start), std::max(it->second.second, r.end)};
+  }
 
   const bool nccl = r.kind == RecordKind::Kernel && isNcclKernel(r.name);
   if (clock_sync) {
@@ -167,8 +176,14 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
 void Profiler::Impl::consume(std::vector<Record>& records, bool final) {
   // Correlations first: a buffer may hold a kernel and the API record of its launch.
   for (const Record& r : records)
-    if (r.kind == RecordKind::ExternalCorrelation && ++ext_records)
-      ext_task[r.correlation] = r.external_id == kStepWorkExternal ? kStepWork : int64_t(r.external_id);
+    if (r.kind == RecordKind::ExternalCorrelation && ++ext_records) {
+      if (r.external_id >= kStepExternalBase) {
+        ext_task[r.correlation] = kStepWork;
+        ext_step[r.correlation] = int(r.external_id - kStepExternalBase);
+      } else {
+        ext_task[r.correlation] = int64_t(r.external_id);
+      }
+    }
 
   std::vector<Pending> still;
   auto handle = [&](const Record& r, int age) {
@@ -228,35 +243,49 @@ void Profiler::Impl::consume(std::vector<Record>& records, bool final) {
   }
 }
 
+uint64_t Profiler::Impl::settleNs() const {
+  return uint64_t(std::max<uint32_t>(opt.flush_period_ms, 100)) * 3000000ull;
+}
+
 // NCCL kernels are tagged by issue order, not by the launching thread: a
 // non-blocking communicator may launch an operation later, from another NCCL
 // call or another thread, so the thread's current task can name the wrong
 // task. One communicator's kernels run in the order the operations were
 // issued, so within a step the i-th NCCL kernel (by GPU start) belongs to the
 // i-th collective task issued; kernels beyond them are the executor's own
-// step work (its loss all-reduce). A step's kernels are assigned once its
-// window closed three flush periods ago (all its records have arrived).
+// step work (its loss all-reduce). A replay's kernels name their step through
+// the launch's correlation (steps may be queued ahead); an eager step's are
+// found by the host window they started in. A step's kernels are assigned
+// once it ended three flush periods ago (all its records have arrived).
 void Profiler::Impl::resolveNccl(bool final) {
   if (nccl_waiting.empty()) return;
   std::vector<int64_t> order;
-  std::vector<std::pair<uint64_t, uint64_t>> windows;
+  std::vector<StepWindow> windows;
   {
     std::lock_guard<std::mutex> lock(host_mu);
     order = collective_order;
     windows = step_windows;
   }
+  std::map<int, size_t> window_of_step;
+  for (size_t w = 0; w < windows.size(); ++w) window_of_step[windows[w].step] = w;
   uint64_t now = 0;
   cuptiGetTimestamp(&now);
-  const uint64_t settle_ns = uint64_t(std::max<uint32_t>(opt.flush_period_ms, 100)) * 3000000ull;
+  const uint64_t settle_ns = settleNs();
   std::map<size_t, std::vector<Record>> by_window;
   std::vector<Record> keep;
   for (Record& r : nccl_waiting) {
-    // Windows are appended in step order: the last one beginning at or before r.start.
-    auto it = std::upper_bound(windows.begin(), windows.end(), r.start,
-                               [](uint64_t t, const std::pair<uint64_t, uint64_t>& win) { return t < win.first; });
     size_t w = windows.size();
-    if (it != windows.begin() && r.start <= std::prev(it)->second) w = size_t(std::prev(it) - windows.begin());
-    if (w < windows.size() && (final || now > windows[w].second + settle_ns))
+    if (const int step = stepOf(r.correlation); step >= 0) {
+      // Its launch named the step (a graph replay's kernel, or an eager one).
+      if (auto it = window_of_step.find(step); it != window_of_step.end()) w = it->second;
+    } else if (r.graph_node == 0) {
+      // Eager: the host window it started in (steps do not overlap there).
+      // A replay's kernel waits for its launch's correlation record instead.
+      auto it = std::upper_bound(windows.begin(), windows.end(), r.start,
+                                 [](uint64_t t, const StepWindow& win) { return t < win.begin; });
+      if (it != windows.begin() && r.start <= std::prev(it)->end) w = size_t(std::prev(it) - windows.begin());
+    }
+    if (w < windows.size() && (final || now > windows[w].end + settle_ns))
       by_window[w].push_back(std::move(r));
     else if (w == windows.size() && final)
       writeDeviceRecord(r, -1);  // outside every step
@@ -270,21 +299,54 @@ void Profiler::Impl::resolveNccl(bool final) {
   }
 }
 
-void Profiler::Impl::drainHostRows() {
+// A step's row spans its GPU work (first start to last end of the records
+// that name it), so queued steps never overlap; a step none of whose records
+// named it (no CUPTI external correlation) keeps the host's window.
+void Profiler::Impl::writeSettledSteps(bool final) {
+  for (auto it = corr_extent.begin(); it != corr_extent.end();) {
+    const int step = stepOf(it->first);
+    if (step < 0) {
+      ++it;
+      continue;
+    }
+    auto [g, fresh] = step_gpu.try_emplace(step, it->second);
+    if (!fresh) g->second = {std::min(g->second.first, it->second.first), std::max(g->second.second, it->second.second)};
+    it = corr_extent.erase(it);
+  }
+  uint64_t now = 0;
+  cuptiGetTimestamp(&now);
+  std::vector<EndedStep> ready;
+  {
+    std::lock_guard<std::mutex> lock(host_mu);
+    std::vector<EndedStep> wait;
+    for (const EndedStep& e : ended_steps) (final || now > e.end + settleNs() ? ready : wait).push_back(e);
+    ended_steps.swap(wait);
+  }
+  for (const EndedStep& e : ready) {
+    traces::StepRow row{opt.rank, e.step, toRunNs(e.begin), toRunNs(e.end)};
+    if (auto g = step_gpu.find(e.step); g != step_gpu.end()) {
+      row.start_ns = toRunNs(g->second.first);
+      row.end_ns = std::max(row.start_ns, toRunNs(g->second.second));
+      step_gpu.erase(g);
+    }
+    writer->addStep(row);
+    ++summary.steps;
+  }
+  if (final) corr_extent.clear();
+}
+
+void Profiler::Impl::drainHostRows(bool final) {
   std::vector<traces::RangeRow> ranges;
-  std::vector<traces::StepRow> steps;
   std::vector<traces::CounterRow> counters;
   {
     std::lock_guard<std::mutex> lock(host_mu);
     ranges.swap(host_ranges);
-    steps.swap(host_steps);
     counters.swap(host_counters);
   }
   for (const auto& r : ranges) writer->addRange(r);
-  for (const auto& s : steps) writer->addStep(s);
   for (const auto& c : counters) writer->addCounter(c);
   summary.ranges += int64_t(ranges.size());
-  summary.steps += int64_t(steps.size());
+  writeSettledSteps(final);
 }
 
 }  // namespace tandem::profiler

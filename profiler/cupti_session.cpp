@@ -17,6 +17,11 @@ int64_t& currentTask() {
   return task;
 }
 
+int& currentStep() {
+  thread_local int step = -1;
+  return step;
+}
+
 namespace {
 
 std::string cuptiMessage(CUptiResult r) {
@@ -71,6 +76,8 @@ void CUPTIAPI apiCallback(void* user, CUpti_CallbackDomain domain, CUpti_Callbac
   if (cb->callbackSite != CUPTI_API_ENTER) return;
   const int64_t task = currentTask();
   if (task != -1) p->onLaunch(cb->correlationId, task);
+  const int step = currentStep();
+  if (step >= 0) p->onLaunchStep(cb->correlationId, step);
 }
 
 // The runtime and driver calls that put work on a stream: their API records
@@ -214,7 +221,7 @@ void Profiler::Impl::bufferDone(CUcontext ctx, uint32_t stream, uint8_t* buffer,
   summary.records += n;
   try {
     consume(records, false);
-    drainHostRows();
+    drainHostRows(false);
     writer->flush();  // committed: a rank killed later still leaves these rows readable
   } catch (const std::exception& e) {
     // Never throw into CUPTI's thread; the loss is counted and reported.
@@ -225,6 +232,20 @@ void Profiler::Impl::bufferDone(CUcontext ctx, uint32_t stream, uint8_t* buffer,
 void Profiler::Impl::onLaunch(uint32_t correlation, int64_t task) {
   std::lock_guard<std::mutex> lock(node_mu);
   launch_task[correlation] = task;
+}
+
+void Profiler::Impl::onLaunchStep(uint32_t correlation, int step) {
+  std::lock_guard<std::mutex> lock(node_mu);
+  launch_step[correlation] = step;
+}
+
+int Profiler::Impl::stepOf(uint32_t correlation) {
+  {
+    std::lock_guard<std::mutex> lock(node_mu);
+    if (auto it = launch_step.find(correlation); it != launch_step.end()) return it->second;
+  }
+  auto it = ext_step.find(correlation);
+  return it != ext_step.end() ? it->second : -1;
 }
 
 void Profiler::Impl::onGraphNode(CUpti_CallbackId cbid, const CUpti_GraphData* g) {

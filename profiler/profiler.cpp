@@ -153,37 +153,61 @@ void Profiler::nameStream(int plan_stream, cudaStream_t stream, traces::StreamKi
 void Profiler::stepBegin(int step) {
   Impl& p = *impl_;
   p.current_step = step;
-  p.in_step = true;
-  p.step_start_cupti = cuptiNow();
+  const uint64_t begin = cuptiNow();
   currentTask() = kStepWork;
-  cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, kStepWorkExternal);
-  if (p.nvtx_domain) pushRange(p.nvtx_domain, fmt::format("step {}", step).c_str());
+  currentStep() = step;
+  cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, kStepExternalBase + uint64_t(step));
+  // A start/end range, not push/pop: with steps queued ahead step k + 1's
+  // range begins before step k's ends.
+  uint64_t range = 0;
+  if (p.nvtx_domain) {
+    nvtxEventAttributes_t a{};
+    a.version = NVTX_VERSION;
+    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    const std::string name = fmt::format("step {}", step);
+    a.message.ascii = name.c_str();
+    range = nvtxDomainRangeStartEx(domainOf(p.nvtx_domain), &a);
+  }
+  std::lock_guard<std::mutex> lock(p.host_mu);
+  p.open_steps[step] = {begin, range};
 }
 
 void Profiler::stepEnd(int step) {
   Impl& p = *impl_;
-  if (!p.in_step) return;
+  uint64_t begin = 0, range = 0;
+  bool others_open = false;
+  {
+    std::lock_guard<std::mutex> lock(p.host_mu);
+    auto it = p.open_steps.find(step);
+    if (it == p.open_steps.end()) return;
+    begin = it->second.first;
+    range = it->second.second;
+    p.open_steps.erase(it);
+    others_open = !p.open_steps.empty();
+  }
+  // The pushes of queued steps stack up; every step pops one, so the stack
+  // is empty once the last step ended, and a launch always sees the id of
+  // the step it belongs to (pushed just before it).
   uint64_t popped = 0;
   cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped);
-  currentTask() = -1;
-  if (p.nvtx_domain) nvtxDomainRangePop(domainOf(p.nvtx_domain));
+  currentTask() = others_open ? kStepWork : -1;
+  currentStep() = others_open ? p.current_step : -1;
+  if (p.nvtx_domain) nvtxDomainRangeEnd(domainOf(p.nvtx_domain), range);
   const uint64_t end = cuptiNow();
   size_t free_b = 0, total_b = 0;
   const bool mem = cudaMemGetInfo(&free_b, &total_b) == cudaSuccess;
   std::lock_guard<std::mutex> lock(p.host_mu);
-  p.host_steps.push_back({p.opt.rank, step, p.toRunNs(p.step_start_cupti), p.toRunNs(end)});
-  p.step_windows.push_back({p.step_start_cupti, end});
-  p.host_ranges.push_back({p.opt.rank, p.toRunNs(p.step_start_cupti), p.toRunNs(end),
-                           fmt::format("step {}", step), 0, "tandem"});
+  p.ended_steps.push_back({step, begin, end});
+  p.step_windows.push_back({step, begin, end});
+  p.host_ranges.push_back({p.opt.rank, p.toRunNs(begin), p.toRunNs(end), fmt::format("step {}", step), 0, "tandem"});
   if (mem)
     p.host_counters.push_back({p.opt.rank, "memory.device_in_use_bytes", p.toRunNs(end), double(total_b - free_b)});
   if (p.opt.arena_bytes > 0) {
-    p.host_counters.push_back({p.opt.rank, "memory.arena_bytes", p.toRunNs(p.step_start_cupti), double(p.opt.arena_bytes)});
+    p.host_counters.push_back({p.opt.rank, "memory.arena_bytes", p.toRunNs(begin), double(p.opt.arena_bytes)});
     if (p.opt.arena_peak_bytes > 0)
-      p.host_counters.push_back(
-          {p.opt.rank, "memory.arena_peak_bytes", p.toRunNs(p.step_start_cupti), double(p.opt.arena_peak_bytes)});
+      p.host_counters.push_back({p.opt.rank, "memory.arena_peak_bytes", p.toRunNs(begin), double(p.opt.arena_peak_bytes)});
   }
-  p.in_step = false;
 }
 
 void Profiler::taskBegin(int64_t task_id, cudaStream_t) {
@@ -211,7 +235,12 @@ void Profiler::taskEnd(int64_t task_id) {
   if (!p.in_task) return;
   uint64_t popped = 0;
   cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped);
-  currentTask() = p.in_step ? kStepWork : -1;
+  bool in_step = false;
+  {
+    std::lock_guard<std::mutex> lock(p.host_mu);
+    in_step = !p.open_steps.empty();
+  }
+  currentTask() = in_step ? kStepWork : -1;
   p.in_task = false;
   if (p.nvtx_domain) nvtxDomainRangePop(domainOf(p.nvtx_domain));
   const uint64_t end = cuptiNow();
@@ -307,7 +336,7 @@ ProfileSummary Profiler::finish() {
   std::lock_guard<std::mutex> lock(p.write_mu);
   std::vector<Record> none;
   p.consume(none, true);
-  p.drainHostRows();
+  p.drainHostRows(true);
   p.summary.dropped_records = p.dropped.load();
   p.summary.buffers_grown = p.grown.load();
   p.summary.unattributed.assign(p.unattributed_names.begin(), p.unattributed_names.end());

@@ -20,10 +20,14 @@
 
 namespace tandem::profiler {
 
-// External id pushed for work the executor issues inside a step but outside
-// any plan task (its own loss all-reduce, result copies). Never a task id.
+// Work the executor issues inside a step but outside any plan task (its own
+// loss all-reduce, result copies) is tagged kStepWork. The external id pushed
+// for it is kStepExternalBase + step: it also names the step, so a record
+// whose launch carried it (a graph replay's kernels, the step's copies)
+// belongs to that step even when the next step is already queued. Never a
+// task id.
 inline constexpr int64_t kStepWork = -2;
-inline constexpr uint64_t kStepWorkExternal = ~uint64_t(0) - 1;
+inline constexpr uint64_t kStepExternalBase = uint64_t(1) << 62;
 
 // The plan stream of records whose CUDA stream the plan does not name.
 inline constexpr int kUnknownStreamBase = 1000;
@@ -49,14 +53,20 @@ struct Profiler::Impl {
   void bufferDone(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t valid);
   void onGraphNode(CUpti_CallbackId cbid, const CUpti_GraphData* g);
   void onLaunch(uint32_t correlation, int64_t task);
+  void onLaunchStep(uint32_t correlation, int step);
+  int stepOf(uint32_t correlation);  // the step whose launch this was, -1 if none (takes node_mu)
 
   // attribution.cpp: consume decoded records (under write_mu).
   void consume(std::vector<Record>& records, bool final);
   bool attribute(const Record& r, int64_t& task) const;
   void writeDeviceRecord(const Record& r, int64_t task);
   void ensureStream(int stream, traces::StreamKind kind, const std::string& name);
-  void drainHostRows();
+  void drainHostRows(bool final);
   void resolveNccl(bool final);
+  // Writes the rows of ended steps whose records have all arrived (three
+  // flush periods after the host saw the end; every one when final).
+  void writeSettledSteps(bool final);
+  uint64_t settleNs() const;
   std::vector<Record> nccl_waiting;  // NCCL kernels waiting for their step's window
   int64_t toRunNs(uint64_t cupti) const { return int64_t(cupti) + offset_ns; }
 
@@ -76,7 +86,14 @@ struct Profiler::Impl {
   std::mutex node_mu;
   std::unordered_map<uint64_t, int64_t> node_task;  // graph node id -> task (kStepWork allowed)
   std::unordered_map<uint32_t, int64_t> launch_task;  // launch correlation id -> task (callback)
+  std::unordered_map<uint32_t, int> launch_step;      // launch correlation id -> step (callback)
   std::unordered_map<uint32_t, int64_t> ext_task;     // API correlation id -> task (external correlation records)
+  std::unordered_map<uint32_t, int> ext_step;         // API correlation id -> step (the step's own pushes)
+  // First start and last end (CUPTI ns) of the GPU records per launch
+  // correlation that can name a step: graph replays and the executor's step
+  // work. Folded into step_gpu once the correlation's step is known.
+  std::unordered_map<uint32_t, std::pair<uint64_t, uint64_t>> corr_extent;
+  std::map<int, std::pair<uint64_t, uint64_t>> step_gpu;  // step -> its GPU extent
   int64_t ext_records = 0;
 
   struct Pending {
@@ -89,14 +106,26 @@ struct Profiler::Impl {
   // Host-side rows from the launching thread, drained by the CUPTI thread.
   std::mutex host_mu;
   std::vector<traces::RangeRow> host_ranges;
-  std::vector<traces::StepRow> host_steps;
+  // Steps the host has begun and not ended (begin time, NVTX range), and the
+  // ended ones whose rows wait for their records. With steps queued ahead
+  // (CudaExecutor::run) step k + 1 begins before step k ends.
+  struct EndedStep {
+    int step = 0;
+    uint64_t begin = 0, end = 0;  // CUPTI ns, host
+  };
+  std::map<int, std::pair<uint64_t, uint64_t>> open_steps;  // step -> (begin, NVTX range id)
+  std::vector<EndedStep> ended_steps;
   std::vector<traces::CounterRow> host_counters;
   std::vector<traces::StatRow> extra_stats;
   // NCCL kernels by issue order (see resolveNccl): the collective tasks in the
   // order the executor issued them in one step, and the closed step windows.
   std::vector<int64_t> collective_order;
   int order_step = -1;
-  std::vector<std::pair<uint64_t, uint64_t>> step_windows;  // CUPTI ns, begin..end
+  struct StepWindow {
+    int step = 0;
+    uint64_t begin = 0, end = 0;  // CUPTI ns, host
+  };
+  std::vector<StepWindow> step_windows;  // in the order steps ended
   // Clock measurements (CUPTI ns, begin..end; end 0 while open) and their results.
   std::vector<std::pair<uint64_t, uint64_t>> clock_sync_windows;
   bool inClockSync(uint64_t cupti);  // takes host_mu
@@ -115,10 +144,8 @@ struct Profiler::Impl {
   bool started = false;
   bool finished = false;
   bool in_task = false;
-  bool in_step = false;
   uint64_t task_start_cupti = 0;
-  uint64_t step_start_cupti = 0;
-  int current_step = -1;
+  int current_step = -1;  // the step begun last
   std::set<std::string> unattributed_names;
   ProfileSummary summary;
   std::atomic<int64_t> dropped{0};
@@ -130,5 +157,7 @@ struct Profiler::Impl {
 extern std::atomic<Profiler::Impl*> g_active;
 // The task whose launches the current thread is issuing (graph node callback).
 int64_t& currentTask();
+// The step whose launches the current thread is issuing (launch callback), -1 outside steps.
+int& currentStep();
 
 }  // namespace tandem::profiler

@@ -500,11 +500,12 @@ GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
   return finishStep(step, 0, with_optimizer);
 }
 
-// Steps run ahead only as graph replays without an observer: the profiler
-// attributes GPU activity to steps by the host's step windows, which must
-// not overlap, and eager task timing reuses one set of events per task.
+// Steps run ahead only as graph replays: eager steps issue every task from
+// the host (an observer sees their tasks step by step) and eager task timing
+// reuses one set of events per task. An observer of replays sees
+// onStepBegin(k + 1) before onStepEnd(k) (task_observer.h).
 bool CudaExecutor::Impl::canRunAhead() const {
-  return opt.use_graph && !opt.observer && !opt.time_tasks && canStageAhead(true);
+  return opt.use_graph && !opt.time_tasks && canStageAhead(true);
 }
 
 // Keeps one step queued behind the running one: while step k runs, the host

@@ -13,6 +13,9 @@
 //       (once per task issued, in program order)
 //     [onCaptureEnd(stream)]
 //   onStepEnd(step)                      after the step's GPU work finished
+// With CudaExecutor::run (graph replays) the next step is launched before
+// this one ends: onStepBegin(k + 1) comes between onStepBegin(k) and
+// onStepEnd(k). Steps still end in order.
 // In graph mode the tasks are issued once, inside the capture; later steps
 // only replay the graph, so they see onStepBegin/onStepEnd alone. An observer
 // that needs per-replay attribution must remember, at capture time, which

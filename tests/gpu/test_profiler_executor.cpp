@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -34,6 +35,8 @@ struct Profiled {
   std::map<std::string, int64_t> stats;
   int64_t clock_track_records = 0;
   int64_t setup_track_kernels = 0;  // GEMM algorithm timing before the first step
+  bool steps_disjoint = true;         // each step row ends before the next begins
+  std::vector<int> kernels_per_step;  // task kernels starting inside each step row
 };
 
 // Work "measured" between clockSyncBegin and clockSyncEnd: a memset on a
@@ -53,7 +56,8 @@ profiler::ClockOffsetSample fakeMeasurement(profiler::Profiler& prof, int64_t of
   return {now, offset_ns, 7000};
 }
 
-Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool clock) {
+// queued: CudaExecutor::run, which launches each replay before the previous step ends.
+Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool clock, bool queued = false) {
   std::filesystem::remove(path);
   Profiled out;
   {
@@ -68,10 +72,14 @@ Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool 
     eo.observer = &obs;
     cuda::CudaExecutor exec(plan, eo);
     if (clock) fakeMeasurement(prof, -1000, false);
-    for (int s = 0; s < kSteps; ++s) exec.step();
+    if (queued)
+      exec.run(kSteps);
+    else
+      for (int s = 0; s < kSteps; ++s) exec.step();
     if (clock) fakeMeasurement(prof, -1500, true);
     out.summary = prof.finish();
-    fmt::print("     {}: {}\n", graph ? "graph" : "eager", profiler::formatSummary(out.summary));
+    fmt::print("     {}: {}\n", queued ? "graph, steps queued ahead" : graph ? "graph" : "eager",
+               profiler::formatSummary(out.summary));
   }
   std::map<int64_t, const Task*> by_id;
   for (const Task& t : plan.programs[0].tasks) by_id[t.id] = &t;
@@ -96,7 +104,17 @@ Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool 
     if (a.phase != profiler::tracePhaseOf(it->second->phase)) ++out.wrong_phase;
     if (a.stream != it->second->stream) ++out.wrong_stream;
   });
-  out.steps = int(reader.steps(run).size());
+  std::vector<tr::StepRow> step_rows = reader.steps(run);
+  out.steps = int(step_rows.size());
+  std::sort(step_rows.begin(), step_rows.end(), [](const tr::StepRow& a, const tr::StepRow& b) { return a.step < b.step; });
+  for (size_t i = 1; i < step_rows.size(); ++i)
+    if (step_rows[i - 1].end_ns > step_rows[i].start_ns) out.steps_disjoint = false;
+  out.kernels_per_step.assign(step_rows.size(), 0);
+  reader.forEachActivity(run, [&](const tr::ActivityRow& a) {
+    if (a.kind != tr::ActivityKind::Kernel || a.task_id < 0) return;
+    for (size_t i = 0; i < step_rows.size(); ++i)
+      if (a.start_ns >= step_rows[i].start_ns && a.start_ns <= step_rows[i].end_ns) ++out.kernels_per_step[i];
+  });
   for (const auto& c : reader.clocks(run)) out.clocks[c.source] = c;
   for (const auto& st : reader.stats(run)) out.stats[st.name] = st.value;
   // Memsets on the track(s) of the clock measurement.
@@ -118,8 +136,9 @@ int main() {
   const std::string base = (std::filesystem::temp_directory_path() / fmt::format("tandem_prof_exec_{}", getpid())).string();
   Profiled g = profileRun(plan, true, base + ".graph.sqlite", true);
   Profiled e = profileRun(plan, false, base + ".eager.sqlite", false);
-  for (const Profiled* p : {&g, &e}) {
-    const std::string m = p == &g ? "graph" : "eager";
+  Profiled q = profileRun(plan, true, base + ".queued.sqlite", false, true);
+  for (const Profiled* p : {&g, &e, &q}) {
+    const std::string m = p == &g ? "graph" : p == &e ? "eager" : "graph, steps queued ahead";
     expectTrue(fmt::format("{}: every compute kernel attributed ({}/{})", m, p->summary.kernels_attributed, p->summary.kernels),
                p->summary.kernels > 0 && p->summary.kernels_attributed == p->summary.kernels);
     expectTrue(fmt::format("{}: no kernel row without a plan task outside the set-up track (got {})", m, p->untagged),
@@ -136,7 +155,17 @@ int main() {
     for (auto [task, n] : p->kernels_per_task)
       if (n % kSteps != 0) ++uneven;
     expectTrue(fmt::format("{}: each task launches the same kernels every step (uneven tasks: {})", m, uneven), uneven == 0);
+    expectTrue(fmt::format("{}: step rows do not overlap", m), p->steps_disjoint);
+    const int per_step = p->summary.kernels / kSteps;
+    const bool even = std::all_of(p->kernels_per_step.begin(), p->kernels_per_step.end(),
+                                  [&](int n) { return n == per_step; });
+    expectTrue(fmt::format("{}: each step row holds its {} task kernels (first step {}, last {})", m, per_step,
+                           p->kernels_per_step.empty() ? -1 : p->kernels_per_step.front(),
+                           p->kernels_per_step.empty() ? -1 : p->kernels_per_step.back()),
+               even && !p->kernels_per_step.empty());
   }
+  expectTrue("steps queued ahead attribute the same kernels to the same tasks as step by step",
+             q.kernels_per_task == g.kernels_per_task);
   expectTrue("graph mode: kernels came from graph replays", g.summary.graph_kernels == g.summary.kernels);
   // The clock measurement's work and results.
   expectTrue(fmt::format("clock measurement: its records counted apart ({}), its 2 memsets on its own track ({})",
