@@ -122,9 +122,9 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   }
   writer->addActivity(row);
   // The step's GPU extent: a graph replay's records share its launch's
-  // correlation, and the executor's copies around the replay (or around the
-  // eager tasks) carry the step's own id; task launches of eager steps carry
-  // their task's id and are bracketed by those copies.
+  // correlation, and the executor's copies around the replay (or around an
+  // eager step's tasks, which bracket them) are launches too; the launch
+  // callback noted each launch's step (stepOf).
   if (!clock_sync && !setup_work && (r.graph_node != 0 || task == kStepWork || task == -1) &&
       r.kind != RecordKind::Sync) {
     auto [it, fresh] = corr_extent.try_emplace(r.correlation, r.start, r.end);
@@ -279,8 +279,9 @@ void Profiler::Impl::resolveNccl(bool final) {
       // Its launch named the step (a graph replay's kernel, or an eager one).
       if (auto it = window_of_step.find(step); it != window_of_step.end()) w = it->second;
     } else if (r.graph_node == 0) {
-      // Eager: the host window it started in (steps do not overlap there).
-      // A replay's kernel waits for its launch's correlation record instead.
+      // Launched outside the step's thread (NCCL may do that): the host
+      // window it started in (eager steps do not overlap). A replay's kernel
+      // always has its launch's step.
       auto it = std::upper_bound(windows.begin(), windows.end(), r.start,
                                  [](uint64_t t, const StepWindow& win) { return t < win.begin; });
       if (it != windows.begin() && r.start <= std::prev(it)->end) w = size_t(std::prev(it) - windows.begin());
@@ -300,8 +301,8 @@ void Profiler::Impl::resolveNccl(bool final) {
 }
 
 // A step's row spans its GPU work (first start to last end of the records
-// that name it), so queued steps never overlap; a step none of whose records
-// named it (no CUPTI external correlation) keeps the host's window.
+// whose launches named it), so queued steps never overlap; a step with no
+// such record keeps the host's window.
 void Profiler::Impl::writeSettledSteps(bool final) {
   for (auto it = corr_extent.begin(); it != corr_extent.end();) {
     const int step = stepOf(it->first);
