@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 
+#include "engine/cuda/algorithm_choice.h"
 #include "engine/cuda/check.h"
 
 namespace tandem::cuda {
@@ -201,13 +202,7 @@ void Gemm::tune(const Key& key, Prepared& p, const void* A, const void* B, void*
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  // Keep the first choice unless another is clearly faster: timing noise
-  // must not decide between near-equal algorithms.
-  int chosen = 0;
-  for (size_t c = 1; c < ms.size(); ++c)
-    if (ms[c] > 0 && (ms[0] <= 0 || ms[c] < ms[size_t(chosen)] * (chosen == 0 ? 1.0 - kTuneMargin : 1.0)))
-      chosen = int(c);
-  if (ms[size_t(chosen)] <= 0) chosen = 0;
+  int chosen = chooseAlgorithm(ms, kTuneMargin);
   {
     std::lock_guard<std::mutex> lock(g_tuned_mu);
     // Another Gemm of the process may have tuned the same shape meanwhile: its choice stands.

@@ -1,0 +1,28 @@
+// The rule that picks a timed GEMM algorithm (engine/cuda/algorithm_choice.h).
+#include <catch2/catch.hpp>
+
+#include "engine/cuda/algorithm_choice.h"
+
+using tandem::cuda::chooseAlgorithm;
+
+TEST_CASE("algorithm choice keeps the first choice unless another is clearly faster", "[gemm][tuning]") {
+  // 2% faster: within the 3% margin, the first choice stays.
+  CHECK(chooseAlgorithm({1.00, 0.98, 1.10}, 0.03) == 0);
+  // 10% faster: the fastest is taken, not merely the first that beats it.
+  CHECK(chooseAlgorithm({1.00, 0.95, 0.90, 0.93}, 0.03) == 2);
+  // The first choice is the fastest.
+  CHECK(chooseAlgorithm({0.80, 0.95, 0.90}, 0.03) == 0);
+  // Exactly at the margin: not clearly faster.
+  CHECK(chooseAlgorithm({1.00, 0.97}, 0.03) == 0);
+}
+
+TEST_CASE("algorithm choice skips candidates that could not run", "[gemm][tuning]") {
+  // The first choice failed: the fastest of the others, whatever their order.
+  CHECK(chooseAlgorithm({-1.0, 0.95, 0.90, 0.99}, 0.03) == 2);
+  CHECK(chooseAlgorithm({0.0, 0.90, 0.95}, 0.03) == 1);
+  // A failed candidate is never chosen, even with a "time" below the others.
+  CHECK(chooseAlgorithm({1.00, -5.0, 0.99}, 0.03) == 0);
+  // Nothing ran, or nothing to choose from: the first choice.
+  CHECK(chooseAlgorithm({-1.0, -1.0}, 0.03) == 0);
+  CHECK(chooseAlgorithm({}, 0.03) == 0);
+}
