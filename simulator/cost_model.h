@@ -75,6 +75,9 @@ class CostModel {
  public:
   virtual ~CostModel() = default;
   // Duration in ns of a kernel, memcpy or host task on `device`, alone on the GPU.
+  // It may depend on the task, the device's figures (model, peaks, memory,
+  // SMs, MIG slice) and the precision, never on the device's name or host:
+  // the engine computes it once per program and kind of device.
   virtual int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const = 0;
   // Factor applied to compute tasks that start while a collective runs on the same GPU.
   virtual double commSlowdown() const = 0;

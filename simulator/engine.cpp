@@ -137,6 +137,12 @@ struct RankState {
   int device = 0;
   int rank = 0;
   int program = 0;
+  // The program's task durations on this rank's kind of device (-1 until a
+  // task first runs), shared by every rank of the program on such devices:
+  // a task's duration depends on the task and the device's figures only
+  // (CostModel), so it is computed once, not once per rank, and no rank
+  // reads its own device record for it.
+  int64_t* durations = nullptr;
   bool eventDone(int e) const { return (event_bits[size_t(e) >> 6] >> (e & 63)) & 1; }
   const std::vector<int>* event_recorder = nullptr;  // the program's
   std::map<int, int64_t> group_seq;  // per group index: collectives reached
@@ -208,6 +214,11 @@ class Engine {
   FlowNetwork net_;
 
   std::vector<ProgramQueues> queues_;     // per program
+  // Task durations per (program, device class); a device class is the set of
+  // devices with the same figures (DeviceSpec without name and host).
+  std::vector<std::vector<int64_t>> duration_tables_;
+  std::map<std::pair<int, int>, size_t> duration_table_of_;
+  std::vector<int> device_class_;  // per topology device
   std::vector<RankState> ranks_;          // simulated ranks
   std::vector<StreamState> stream_states_;  // every simulated rank's streams, rank after rank
   std::vector<uint64_t> event_words_;       // every simulated rank's recorded-event bits, likewise
@@ -260,6 +271,17 @@ void Engine::setup() {
                                 : symmetric_ ? "one representative per program"
                                              : "every rank simulated: " + problem;
 
+  // Device classes: the cost model sees a device's figures, never its name or host.
+  {
+    using Figures = std::tuple<std::string, double, double, double, int64_t, int, double, std::string>;
+    std::map<Figures, int> class_of;
+    device_class_.clear();
+    for (const DeviceSpec& d : topo_.devices) {
+      const Figures f{d.model, d.bf16_flops, d.fp32_flops, d.hbm_gbps, d.memory_bytes, d.sm_count, d.mig_fraction,
+                      d.mig_profile};
+      device_class_.push_back(class_of.try_emplace(f, int(class_of.size())).first->second);
+    }
+  }
   rank_state_of_.assign(size_t(world), -1);
   queues_.resize(plan_.programs.size());
   program_min_rank_.assign(plan_.programs.size(), -1);
@@ -303,6 +325,15 @@ void Engine::setup() {
     stream_slices.push_back(q.stream_tasks.size());
     event_slices.push_back((num_events + 63) / 64);
     st.event_recorder = &q.event_recorder;
+    if (st.device < 0 || st.device >= int(device_class_.size()))
+      throw SimulationError("rank " + std::to_string(r) + " is placed on device " + std::to_string(st.device) +
+                            " but topology '" + topo_.name + "' has " + std::to_string(topo_.devices.size()));
+    {
+      const auto key = std::make_pair(p, device_class_[size_t(st.device)]);
+      auto [it, fresh] = duration_table_of_.try_emplace(key, duration_tables_.size());
+      if (fresh) duration_tables_.emplace_back(st.plan->tasks.size(), int64_t(-1));
+      st.durations = duration_tables_[it->second].data();  // inner buffers never move
+    }
     st.activities.reserve(st.plan->tasks.size());  // one allocation, no regrowth copies
     rank_state_of_[size_t(r)] = int(ranks_.size());
     ranks_.push_back(std::move(st));
@@ -366,7 +397,9 @@ void Engine::tryStart(int ri, int stream) {
     arrive(ri, ti);
     return;
   }
-  const int64_t d = cost_.taskNs(t, topo_.devices[size_t(r.device)], plan_.job.training.precision);
+  int64_t& cached = r.durations[size_t(ti)];
+  if (cached < 0) cached = cost_.taskNs(t, topo_.devices[size_t(r.device)], plan_.job.training.precision);
+  const int64_t d = cached;
   s.kernel = t.kind == TaskKind::Kernel;
   s.slowed = s.kernel && r.active_comm > 0;
   s.work_left_ns = double(d);
