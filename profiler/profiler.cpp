@@ -42,12 +42,17 @@ void pointNvtxAtCupti() {
 
 nvtxDomainHandle_t domainOf(void* d) { return static_cast<nvtxDomainHandle_t>(d); }
 
-void pushRange(void* domain, const char* name) {
+nvtxEventAttributes_t rangeAttributes(const char* name) {
   nvtxEventAttributes_t a{};
   a.version = NVTX_VERSION;
   a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
   a.messageType = NVTX_MESSAGE_TYPE_ASCII;
   a.message.ascii = name;
+  return a;
+}
+
+void pushRange(void* domain, const char* name) {
+  const nvtxEventAttributes_t a = rangeAttributes(name);
   nvtxDomainRangePushEx(domainOf(domain), &a);
 }
 
@@ -161,12 +166,8 @@ void Profiler::stepBegin(int step) {
   // range begins before step k's ends.
   uint64_t range = 0;
   if (p.nvtx_domain) {
-    nvtxEventAttributes_t a{};
-    a.version = NVTX_VERSION;
-    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
     const std::string name = fmt::format("step {}", step);
-    a.message.ascii = name.c_str();
+    const nvtxEventAttributes_t a = rangeAttributes(name.c_str());
     range = nvtxDomainRangeStartEx(domainOf(p.nvtx_domain), &a);
   }
   std::lock_guard<std::mutex> lock(p.host_mu);
