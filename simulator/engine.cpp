@@ -394,6 +394,7 @@ void Engine::tryStart(int ri, int stream) {
   s.busy = true;
   s.started_ns = now_;
   if (t.kind == TaskKind::Collective || t.kind == TaskKind::SendRecv) {
+    s.kernel = false;  // not the kernel this stream ran before: commResidencyChanged reads it
     arrive(ri, ti);
     return;
   }

@@ -331,6 +331,31 @@ TEST_CASE("a kernel slows only for the part of it a collective is resident", "[e
   CHECK(std::llabs((k.end_ns - k.start_ns) - ((kb.end_ns - kb.start_ns) + resident / 2)) <= 1);
 }
 
+TEST_CASE("a collective after a kernel on the same stream is not slowed as a kernel", "[engine]") {
+  // The comm stream runs a kernel, then the all-reduce. When the all-reduce
+  // arrives, the rank's running kernels are slowed; the stream's own state
+  // must say "collective", not the kernel it ran before, or the collective
+  // would be rescheduled as a kernel with no work left and end at once.
+  Topology topo = ringTopology(2, 1, 0);  // 1 GB/s: the 100 KB all-reduce runs ~100 us
+  RankPlan rp = twoStreamProgram();
+  rp.tasks.push_back(kernel(0, 1, 1.4e11, 0));  // comm stream: 200 us (+ launch)
+  rp.tasks.push_back(collective(1, 1, CollectiveOp::AllReduce, 100'000, "world"));
+  Plan plan = uniformPlan(2, rp);
+  RooflineParams params = RooflineParams::defaults();
+  params.comm_slowdown = 1.5;
+  RooflineCostModel slowed(params);
+  params.comm_slowdown = 1.0;
+  RooflineCostModel plain(params);
+  SimResult a = simulatePlan(plan, topo, slowed, idealOptions());
+  SimResult b = simulatePlan(plan, topo, plain, idealOptions());
+  REQUIRE(a.ranks[0].activities.size() == 2);
+  const SimActivity& ca = activityOf(a.ranks[0], 1);
+  const SimActivity& cb = activityOf(b.ranks[0], 1);
+  CHECK(ca.end_ns - ca.start_ns > 90'000);
+  CHECK(ca.end_ns - ca.start_ns == cb.end_ns - cb.start_ns);
+  CHECK(a.step_ns == b.step_ns);
+}
+
 TEST_CASE("a plan larger than the topology is refused", "[engine]") {
   Topology topo = ringTopology(2, 100, 100);
   Plan plan = uniformPlan(4, overlapProgram());
