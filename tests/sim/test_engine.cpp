@@ -48,6 +48,17 @@ const SimActivity& activityOf(const SimRank& r, int task_id) {
   return r.activities.front();
 }
 
+// The plan simulated with compute slowed by `f` while a collective is
+// resident, and without any slowdown.
+std::pair<SimResult, SimResult> slowedAndPlain(const Plan& plan, const Topology& topo, double f) {
+  RooflineParams params = RooflineParams::defaults();
+  params.comm_slowdown = f;
+  const RooflineCostModel slowed(params);
+  params.comm_slowdown = 1.0;
+  const RooflineCostModel plain(params);
+  return {simulatePlan(plan, topo, slowed, idealOptions()), simulatePlan(plan, topo, plain, idealOptions())};
+}
+
 }  // namespace
 
 TEST_CASE("streams run in order, events join them, communication overlaps compute", "[engine]") {
@@ -288,13 +299,8 @@ TEST_CASE("compute slows while a collective runs on the same GPU", "[engine]") {
   rp.tasks.push_back(kernel(2, 0, 0, 0));     // a launch gap: the collective is running after it
   rp.tasks.push_back(kernel(1, 0, 7e11, 0));  // 1 ms at 70% of 1e15, plus launch
   Plan plan = uniformPlan(2, rp);
-  RooflineParams params = RooflineParams::defaults();
-  params.comm_slowdown = 1.5;
-  RooflineCostModel slowed(params);
-  params.comm_slowdown = 1.0;
-  RooflineCostModel plain(params);
-  SimResult a = simulatePlan(plan, topo, slowed, idealOptions());
-  SimResult b = simulatePlan(plan, topo, plain, idealOptions());
+  const RooflineParams params = RooflineParams::defaults();
+  const auto [a, b] = slowedAndPlain(plan, topo, 1.5);
   const SimActivity& ka = activityOf(a.ranks[0], 1);
   const SimActivity& kb = activityOf(b.ranks[0], 1);
   CHECK(kb.end_ns - kb.start_ns == 1'000'000 + params.launch_overhead_ns);
@@ -313,13 +319,7 @@ TEST_CASE("a kernel slows only for the part of it a collective is resident", "[e
   rp.tasks.push_back(kernel(1, 1, 1.4e11, 0));      // comm stream: 200 us (+ launch) before the collective
   rp.tasks.push_back(collective(2, 1, CollectiveOp::AllReduce, 100'000, "world"));
   Plan plan = uniformPlan(2, rp);
-  RooflineParams params = RooflineParams::defaults();
-  params.comm_slowdown = 2.0;
-  RooflineCostModel slowed(params);
-  params.comm_slowdown = 1.0;
-  RooflineCostModel plain(params);
-  SimResult a = simulatePlan(plan, topo, slowed, idealOptions());
-  SimResult b = simulatePlan(plan, topo, plain, idealOptions());
+  const auto [a, b] = slowedAndPlain(plan, topo, 2.0);
   const SimActivity& k = activityOf(a.ranks[0], 0);
   const SimActivity& c = activityOf(a.ranks[0], 2);
   const SimActivity& kb = activityOf(b.ranks[0], 0);
@@ -341,13 +341,7 @@ TEST_CASE("a collective after a kernel on the same stream is not slowed as a ker
   rp.tasks.push_back(kernel(0, 1, 1.4e11, 0));  // comm stream: 200 us (+ launch)
   rp.tasks.push_back(collective(1, 1, CollectiveOp::AllReduce, 100'000, "world"));
   Plan plan = uniformPlan(2, rp);
-  RooflineParams params = RooflineParams::defaults();
-  params.comm_slowdown = 1.5;
-  RooflineCostModel slowed(params);
-  params.comm_slowdown = 1.0;
-  RooflineCostModel plain(params);
-  SimResult a = simulatePlan(plan, topo, slowed, idealOptions());
-  SimResult b = simulatePlan(plan, topo, plain, idealOptions());
+  const auto [a, b] = slowedAndPlain(plan, topo, 1.5);
   REQUIRE(a.ranks[0].activities.size() == 2);
   const SimActivity& ca = activityOf(a.ranks[0], 1);
   const SimActivity& cb = activityOf(b.ranks[0], 1);
