@@ -476,8 +476,10 @@ void addRunCommand(CLI::App& root) {
                 "merged into --out at the end");
   cmd->footer(
       "Environment: TANDEM_GEMM_TUNING=0 keeps cuBLASLt's first algorithm choice (bit-reproducible across "
-      "processes; by default each GEMM shape's candidates are timed before the first step); TANDEM_FUSION=1 "
-      "fuses GELU into the GEMM epilogues (not modelled by the simulator). See docs/gpu-executor.md.");
+      "processes; by default each GEMM shape's candidates are timed before the first step); TANDEM_FUSION=0 "
+      "runs the GELUs the plan fused into their GEMMs as kernels of their own (the run then differs from its plan "
+      "and its simulation), TANDEM_FUSION=all also moves the bias gradients into the weight GEMMs. See "
+      "docs/gpu-executor.md.");
   cmd->callback([o] { runCommand(*o); });
 }
 

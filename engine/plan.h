@@ -86,6 +86,15 @@ struct Task {
   int record_event = -1;         // event recorded when the task completes
   OpAttrs attrs;
   std::optional<CollectiveInfo> collective;
+  // Epilogue fusion (pass_fusion.h). The task that launches the fused GEMM
+  // names its epilogue and the task whose work it takes over
+  // (`epilogue_partner`, a task id); that task issues no kernel and names
+  // the launching task in `fused_into`. The launching task is the GEMM,
+  // except for a DGELU that memory forces to run at the GELU backward's
+  // place (then the GELU backward launches it, and the GEMM is fused_into it).
+  Epilogue epilogue = Epilogue::None;
+  int epilogue_partner = -1;
+  int fused_into = -1;
   bool operator==(const Task&) const = default;
 };
 

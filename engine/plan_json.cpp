@@ -96,6 +96,12 @@ json toJson(const Task& t) {
             {"record_event", t.record_event},
             {"attrs", toJson(t.attrs)}};
   if (t.collective) j["collective"] = toJson(*t.collective);
+  // Fusion fields only where set: unfused plans read as before.
+  if (t.epilogue != Epilogue::None) {
+    j["epilogue"] = name(t.epilogue);
+    j["epilogue_partner"] = t.epilogue_partner;
+  }
+  if (t.fused_into >= 0) j["fused_into"] = t.fused_into;
   return j;
 }
 
@@ -219,6 +225,7 @@ void readValue(const json& j, const std::string& p, RecomputePolicy& out) { read
 void readValue(const json& j, const std::string& p, StreamKind& out) { readEnum(j, p, out, parseStreamKind); }
 void readValue(const json& j, const std::string& p, TaskKind& out) { readEnum(j, p, out, parseTaskKind); }
 void readValue(const json& j, const std::string& p, OpKind& out) { readEnum(j, p, out, parseOpKind); }
+void readValue(const json& j, const std::string& p, Epilogue& out) { readEnum(j, p, out, parseEpilogue); }
 void readValue(const json& j, const std::string& p, CollectiveOp& out) { readEnum(j, p, out, parseCollectiveOp); }
 void readValue(const json& j, const std::string& p, ReduceOp& out) { readEnum(j, p, out, parseReduceOp); }
 
@@ -350,6 +357,9 @@ void readValue(const json& j, const std::string& path, Task& t) {
   field(j, path, "wait_events", t.wait_events);
   field(j, path, "record_event", t.record_event);
   field(j, path, "attrs", t.attrs);
+  optionalField(j, path, "epilogue", t.epilogue);
+  optionalField(j, path, "epilogue_partner", t.epilogue_partner);
+  optionalField(j, path, "fused_into", t.fused_into);
   auto c = j.find("collective");
   if (c != j.end() && !c->is_null()) {
     t.collective.emplace();

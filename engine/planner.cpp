@@ -12,6 +12,7 @@
 #include "engine/lower.h"
 #include "engine/model_gpt2.h"
 #include "engine/pass_buckets.h"
+#include "engine/pass_fusion.h"
 #include "engine/pass_recompute.h"
 
 namespace tandem {
@@ -103,6 +104,7 @@ Plan buildPlan(const JobSpec& job) {
   std::iota(dp.ranks.begin(), dp.ranks.end(), 0);
   plan.groups.push_back(dp);
   plan.programs.push_back(lowerGraph(g, dp.ranks));
+  applyEpilogueFusion(plan.programs.back());  // reads the memory plan, so after lowering
   plan.recompute = std::move(decisions);
   plan.summary = summarize(g, plan.programs.front(), job);
   return plan;

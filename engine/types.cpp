@@ -36,6 +36,7 @@ constexpr Names<TaskKind, 5> kTask{{{TaskKind::Kernel, "kernel"},
                                     {TaskKind::SendRecv, "sendrecv"},
                                     {TaskKind::Memcpy, "memcpy"},
                                     {TaskKind::Host, "host"}}};
+constexpr Names<Epilogue, 3> kEpilogue{{{Epilogue::None, "none"}, {Epilogue::Gelu, "gelu"}, {Epilogue::DGelu, "dgelu"}}};
 constexpr Names<OpKind, 18> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::EmbeddingBwd, "embedding_bwd"},
                                  {OpKind::LayerNorm, "layernorm"},
@@ -88,6 +89,7 @@ std::string_view toString(Precision v) { return nameOf(kPrecision, v); }
 std::string_view toString(StreamKind v) { return nameOf(kStream, v); }
 std::string_view toString(TaskKind v) { return nameOf(kTask, v); }
 std::string_view toString(OpKind v) { return nameOf(kOp, v); }
+std::string_view toString(Epilogue v) { return nameOf(kEpilogue, v); }
 
 std::optional<DType> parseDType(std::string_view s) { return valueOf(kDType, s); }
 std::optional<TensorCategory> parseTensorCategory(std::string_view s) { return valueOf(kCategory, s); }
@@ -97,5 +99,6 @@ std::optional<Precision> parsePrecision(std::string_view s) { return valueOf(kPr
 std::optional<StreamKind> parseStreamKind(std::string_view s) { return valueOf(kStream, s); }
 std::optional<TaskKind> parseTaskKind(std::string_view s) { return valueOf(kTask, s); }
 std::optional<OpKind> parseOpKind(std::string_view s) { return valueOf(kOp, s); }
+std::optional<Epilogue> parseEpilogue(std::string_view s) { return valueOf(kEpilogue, s); }
 
 }  // namespace tandem

@@ -34,6 +34,10 @@ enum class StreamKind { Compute, Comm, Copy };
 
 enum class TaskKind { Kernel, Collective, SendRecv, Memcpy, Host };
 
+// Epilogue fusion (pass_fusion.h): a GELU forward or backward done by the
+// GEMM before it, in the GEMM's epilogue.
+enum class Epilogue { None, Gelu, DGelu };
+
 // Every operation a Plan task can carry. Forward ops, their backward rules and
 // the optimizer and communication ops. The CPU executor, the CUDA executor and
 // the cost model each dispatch on this.
@@ -66,6 +70,7 @@ std::string_view toString(Precision v);
 std::string_view toString(StreamKind v);
 std::string_view toString(TaskKind v);
 std::string_view toString(OpKind v);
+std::string_view toString(Epilogue v);
 
 std::optional<DType> parseDType(std::string_view s);
 std::optional<TensorCategory> parseTensorCategory(std::string_view s);
@@ -75,5 +80,6 @@ std::optional<Precision> parsePrecision(std::string_view s);
 std::optional<StreamKind> parseStreamKind(std::string_view s);
 std::optional<TaskKind> parseTaskKind(std::string_view s);
 std::optional<OpKind> parseOpKind(std::string_view s);
+std::optional<Epilogue> parseEpilogue(std::string_view s);
 
 }  // namespace tandem

@@ -330,7 +330,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
       launch_gaps.push_back(double(gaps.median_ns));
       for (const auto& rp : plan.programs)
         for (const Task& task : rp.tasks)
-          if (!task.collective && task.kind == TaskKind::Kernel) planned_ops.insert(task.op);
+          if (!task.collective && task.kind == TaskKind::Kernel && task.fused_into < 0) planned_ops.insert(task.op);
       std::map<int64_t, std::pair<std::pair<CollectiveOp, int>, CollSample>> run_colls;  // by task id
       for (const auto& [key, t] : times) {
         const RankPlan* program = nullptr;

@@ -58,6 +58,8 @@ std::string shapeKey(const Task& task) {
   add("h", a.h);
   add("v", a.v);
   add("elements", a.elements);
+  // A fused GEMM is another kernel than the plain one of the same shape.
+  if (task.epilogue != Epilogue::None) key += std::string(key.empty() ? "" : " ") + "epi=" + std::string(toString(task.epilogue));
   return key;
 }
 
@@ -219,11 +221,17 @@ RooflineCostModel::RooflineCostModel(RooflineParams params, Calibration calibrat
 int64_t RooflineCostModel::taskNs(const Task& task, const DeviceSpec& device, Precision precision) const {
   const double bytes = double(task.bytes_read + task.bytes_written);
   if (task.kind == TaskKind::Host) return params_.host_task_ns;
+  // Its work runs in another task's fused GEMM (engine/pass_fusion.h): it
+  // issues no kernel, so it has no launch either.
+  if (task.fused_into >= 0) return 0;
   if (task.op == OpKind::LoadBatch || (task.kind == TaskKind::Memcpy && task.flops == 0 && device.hbm_gbps <= 0))
     return params_.launch_overhead_ns + int64_t(std::ceil(bytes / params_.host_to_device_gbps));
 
-  double flops_eff = params_.flops_efficiency[size_t(task.op)];
-  double bw_eff = params_.bw_efficiency[size_t(task.op)];
+  // A GELU backward that launches the DGELU GEMM (placed there by memory)
+  // runs a GEMM: the roofline takes the data-gradient GEMM's efficiencies.
+  const OpKind roofline_op = task.epilogue == Epilogue::DGelu ? OpKind::MatmulBwdData : task.op;
+  double flops_eff = params_.flops_efficiency[size_t(roofline_op)];
+  double bw_eff = params_.bw_efficiency[size_t(roofline_op)];
   auto it = calibration_.ops.find(task.op);
   if (it != calibration_.ops.end()) {
     const OpCalibration& oc = it->second;

@@ -64,7 +64,8 @@ struct Calibration {
 };
 
 // "m=16384 n=2304 k=768": the non-zero shape attributes of a task in the fixed
-// order m n k b t c h v elements.
+// order m n k b t c h v elements, then "epi=gelu" or "epi=dgelu" for a task
+// that launches a fused GEMM (engine/pass_fusion.h).
 std::string shapeKey(const Task& task);
 
 // Parses the calibration YAML; errors are CalibrationError "FILE:LINE: field: problem".

@@ -1,28 +1,27 @@
 #pragma once
-// Executor-level peephole fusion of cuBLASLt epilogues (docs/gpu-executor.md,
-// "Epilogue fusion"). The plan is not changed: every task keeps its id, its
-// place and its events; a task whose work moved into a GEMM epilogue simply
-// issues no kernel of its own, and the GEMM's kernel is attributed to the
-// task that launches it (the producing matmul, except for a DGELU GEMM placed
-// at its GeluBwd).
+// cuBLASLt epilogue fusion in the executor (docs/gpu-executor.md, "Epilogue
+// fusion"). Which GELUs move into their GEMM is the plan's decision
+// (engine/pass_fusion.h: Task::epilogue, epilogue_partner, fused_into), so
+// the simulation and the calibration see the same work; here each planned
+// pair is checked with cuBLASLt (the `supported` callback) and becomes one
+// GEMM with an epilogue. Every task keeps its id, its place and its events;
+// the task that issues nothing is skipped, and the GEMM's kernel is
+// attributed to the task that launches it.
 //
 //   Matmul -> Gelu            the matmul writes GELU's output (D) and the
 //                             pre-activation (aux): CUBLASLT_EPILOGUE_GELU_AUX_BIAS
 //   MatmulBwdData -> GeluBwd  the data gradient is multiplied by gelu'(x)
-//                             and written to GeluBwd's output: CUBLASLT_EPILOGUE_DGELU.
-//                             The GEMM runs at the MatmulBwdData (the GeluBwd
-//                             issues nothing) or, when the memory between the
-//                             two forbids that, at the GeluBwd (the
-//                             MatmulBwdData issues nothing)
+//                             and written to GeluBwd's output: CUBLASLT_EPILOGUE_DGELU,
+//                             launched by the MatmulBwdData or, where the
+//                             memory plan forbids that, by the GeluBwd
 //   MatmulBwdWeight (bias)    the bias gradient comes out of the weight
-//                             gradient's GEMM: CUBLASLT_EPILOGUE_BGRADB
+//                             gradient's GEMM: CUBLASLT_EPILOGUE_BGRADB. The
+//                             executor's own choice inside one task (the plan
+//                             does not change), off by default.
 //
-// The pass only fuses where the result is the same program: same stream, no
-// event that would order another stream between the two tasks, outputs that
-// nobody else reads, nothing in between touching the moved memory, no
-// accumulation the epilogue cannot express. cuBLASLt is asked for every
-// candidate (the `supported` callback); a refusal keeps the separate kernels
-// and is counted.
+// A pair cuBLASLt refuses runs as two kernels, as does every pair when the
+// GELU kinds are not allowed (ExecutorOptions::fusion, TANDEM_FUSION=0): the
+// run then differs from its plan, and FusionPlan says so.
 
 #include <functional>
 #include <string>
@@ -74,8 +73,10 @@ struct FusionPlan {
 // cuBLASLt whether the fused GEMM exists for those shapes, dtypes and pointers.
 using FusionSupported = std::function<bool(int task, int partner, FusionKind kind)>;
 
-// Candidates by plan structure, then the supported() check, for the kinds in
-// `kinds`; 0 returns an empty plan (every task issues its own work).
+// The plan's GELU fusions and, with that kind allowed, the bias-gradient
+// candidates, each checked with supported(), for the kinds in `kinds`; 0
+// returns an empty plan (every task issues its own work). Throws when the
+// plan's fusion fields do not name each other.
 FusionPlan planFusion(const RankPlan& program, unsigned kinds, const FusionSupported& supported);
 
 // The fusions to apply: `option` (a set of kinds, ExecutorOptions::fusion)

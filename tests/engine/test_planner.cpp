@@ -206,3 +206,61 @@ TEST_CASE("Gradient buckets follow completion order and the size limits", "[plan
   for (const auto& b : rp.buckets) total += b.bytes;
   CHECK(total == plan.summary.parameters * 2);  // bf16 gradients
 }
+
+TEST_CASE("Epilogue fusion: every GELU in its GEMM on GPT-2 124M, recorded both ways", "[planner][fusion]") {
+  JobSpec job = defaultJob();
+  job.parallel.data_parallel = 1;
+  const Plan plan = buildPlan(job);
+  const RankPlan& rp = plan.programs[0];
+  int gelu = 0, gelu_bwd = 0, fused = 0, early_dgelu = 0;
+  for (const Task& t : rp.tasks) {
+    gelu += t.op == OpKind::Gelu;
+    gelu_bwd += t.op == OpKind::GeluBwd;
+    if (t.fused_into < 0) continue;
+    ++fused;
+    INFO(t.name);
+    const Task& runs = rp.tasks.at(size_t(t.fused_into));
+    CHECK(runs.epilogue_partner == t.id);  // both ends name each other
+    CHECK(t.flops == 0);                   // the work moved to the launching task
+    CHECK(t.bytes_read + t.bytes_written == 0);
+    if (t.op == OpKind::Gelu) {
+      CHECK(runs.op == OpKind::Matmul);
+      CHECK(runs.epilogue == Epilogue::Gelu);
+    } else {
+      CHECK(runs.epilogue == Epilogue::DGelu);
+      early_dgelu += t.op == OpKind::GeluBwd && runs.op == OpKind::MatmulBwdData;
+    }
+  }
+  CHECK(gelu == 12);
+  CHECK(fused == gelu + gelu_bwd);
+  CHECK(early_dgelu == 12);  // GPT-2 124M's memory plan allows the early DGELU everywhere
+  // FLOPs per step do not change: the fused GEMMs carry the GELUs' FLOPs.
+  double total = 0;
+  for (const Task& t : rp.tasks) total += t.flops;
+  CHECK(total == Approx(plan.summary.flops_per_step));
+}
+
+TEST_CASE("Epilogue fusion under recompute: a recomputed GELU fuses only into a recomputed GEMM", "[planner][fusion]") {
+  for (const RecomputePolicy policy : {RecomputePolicy::Selective, RecomputePolicy::Full}) {
+    JobSpec job = test::microJob(2, 1, 1);
+    job.recompute.policy = policy;
+    const Plan plan = buildPlan(job);
+    const auto& tasks = plan.programs[0].tasks;
+    int recomputed = 0;
+    for (const Task& t : tasks) {
+      if (t.op != OpKind::Gelu || t.phase != Phase::Recompute) continue;
+      ++recomputed;
+      INFO(toString(policy) << ": " << t.name);
+      // Selective recompute keeps the pre-activation and recomputes only the
+      // GELU (nothing to fuse into); full recompute recomputes its matmul too.
+      if (policy == RecomputePolicy::Full) {
+        REQUIRE(t.fused_into >= 0);
+        CHECK(tasks.at(size_t(t.fused_into)).op == OpKind::Matmul);
+        CHECK(tasks.at(size_t(t.fused_into)).phase == Phase::Recompute);
+      } else {
+        CHECK(t.fused_into < 0);
+      }
+    }
+    CHECK(recomputed == job.model.layers);
+  }
+}

@@ -391,3 +391,36 @@ collectives:
                     Catch::Contains("flops_efficiency") && Catch::Contains("out of range"));
   CHECK_THROWS_WITH(parseCalibration("colectives: []\n", "bad.yaml"), Catch::Contains("allowed"));
 }
+
+TEST_CASE("a fused task costs nothing and a fused GEMM is its own shape", "[engine][calibration]") {
+  const char* yaml = R"(
+version: 1
+ops:
+  matmul:
+    shapes:
+      "m=64 n=64 k=64": {ns: 4242}
+      "m=64 n=64 k=64 epi=gelu": {ns: 5000}
+)";
+  RooflineCostModel model(RooflineParams::defaults(), parseCalibration(yaml, "cal.yaml"));
+  DeviceSpec dev;
+  dev.bf16_flops = 1e15;
+  dev.hbm_gbps = 1000;
+  Task mm = kernel(0, 0, 1e12, 0);
+  mm.attrs.m = mm.attrs.n = mm.attrs.k = 64;
+  mm.epilogue = Epilogue::Gelu;
+  mm.epilogue_partner = 1;
+  CHECK(shapeKey(mm) == "m=64 n=64 k=64 epi=gelu");
+  CHECK(model.taskNs(mm, dev, Precision::BF16) == 5000);
+  Task gelu = kernel(1, 0, 1e9, 1'000'000);
+  gelu.op = OpKind::Gelu;
+  gelu.fused_into = 0;
+  CHECK(model.taskNs(gelu, dev, Precision::BF16) == 0);
+  // In a simulation the fused task takes no time: the stream goes on.
+  RankPlan rp = twoStreamProgram();
+  rp.tasks.push_back(mm);
+  rp.tasks.push_back(gelu);
+  const SimResult r = simulatePlan(uniformPlan(1, rp), ringTopology(1, 100, 100), model, idealOptions());
+  const SimActivity& g = activityOf(r.ranks[0], 1);
+  CHECK(g.end_ns == g.start_ns);
+  CHECK(r.step_ns == 5000);
+}
