@@ -159,6 +159,13 @@ int applyEpilogueFusion(RankPlan& p) {
     const int64_t gelu_written = gelu.bytes_written;
     const int64_t pre_bytes = c.epilogue == Epilogue::DGelu ? p.buffers.at(size_t(gelu.reads[1])).bytes : 0;
     runs.flops = gemm.flops + gelu.flops;
+    // A GELU backward that launches the DGELU GEMM carries the GEMM's shape,
+    // so that it is costed and calibrated as that GEMM.
+    if (c.runs != c.gemm) {
+      runs.attrs.m = gemm.attrs.m;
+      runs.attrs.n = gemm.attrs.n;
+      runs.attrs.k = gemm.attrs.k;
+    }
     if (c.epilogue == Epilogue::Gelu) {
       runs.bytes_read = gemm_read;
       runs.bytes_written = gemm_written + gelu_written;

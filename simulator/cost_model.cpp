@@ -57,10 +57,19 @@ std::string shapeKey(const Task& task) {
   add("c", a.c);
   add("h", a.h);
   add("v", a.v);
-  add("elements", a.elements);
   // A fused GEMM is another kernel than the plain one of the same shape.
-  if (task.epilogue != Epilogue::None) key += std::string(key.empty() ? "" : " ") + "epi=" + std::string(toString(task.epilogue));
+  if (task.epilogue != Epilogue::None) return key + (key.empty() ? "" : " ") + "epi=" + std::string(toString(task.epilogue));
+  add("elements", a.elements);
   return key;
+}
+
+OpKind costOpKind(const Task& task) {
+  switch (task.epilogue) {
+    case Epilogue::Gelu: return OpKind::Matmul;
+    case Epilogue::DGelu: return OpKind::MatmulBwdData;
+    case Epilogue::None: break;
+  }
+  return task.op;
 }
 
 namespace {
@@ -229,10 +238,10 @@ int64_t RooflineCostModel::taskNs(const Task& task, const DeviceSpec& device, Pr
 
   // A GELU backward that launches the DGELU GEMM (placed there by memory)
   // runs a GEMM: the roofline takes the data-gradient GEMM's efficiencies.
-  const OpKind roofline_op = task.epilogue == Epilogue::DGelu ? OpKind::MatmulBwdData : task.op;
+  const OpKind roofline_op = costOpKind(task);
   double flops_eff = params_.flops_efficiency[size_t(roofline_op)];
   double bw_eff = params_.bw_efficiency[size_t(roofline_op)];
-  auto it = calibration_.ops.find(task.op);
+  auto it = calibration_.ops.find(roofline_op);
   if (it != calibration_.ops.end()) {
     const OpCalibration& oc = it->second;
     const CostEntry* e = &oc.all_shapes;

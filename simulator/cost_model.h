@@ -64,9 +64,13 @@ struct Calibration {
 };
 
 // "m=16384 n=2304 k=768": the non-zero shape attributes of a task in the fixed
-// order m n k b t c h v elements, then "epi=gelu" or "epi=dgelu" for a task
-// that launches a fused GEMM (engine/pass_fusion.h).
+// order m n k b t c h v elements; a task that launches a fused GEMM
+// (engine/pass_fusion.h) has the GEMM's "m n k" and "epi=gelu" or "epi=dgelu".
 std::string shapeKey(const Task& task);
+// The op kind a task is costed and calibrated as: its own, except a task
+// that launches a fused GEMM, which is that GEMM's (a GELU backward that
+// launches the DGELU GEMM counts as a data-gradient matmul).
+OpKind costOpKind(const Task& task);
 
 // Parses the calibration YAML; errors are CalibrationError "FILE:LINE: field: problem".
 Calibration parseCalibration(const std::string& yaml_text, const std::string& source);

@@ -262,5 +262,16 @@ TEST_CASE("Epilogue fusion under recompute: a recomputed GELU fuses only into a 
       }
     }
     CHECK(recomputed == job.model.layers);
+    // Late DGELU: the GELU backward launches the GEMM and carries its shape.
+    int late = 0;
+    for (const Task& t : tasks)
+      if (t.op == OpKind::GeluBwd && t.epilogue == Epilogue::DGelu) {
+        ++late;
+        const Task& gemm = tasks.at(size_t(t.epilogue_partner));
+        CHECK(gemm.op == OpKind::MatmulBwdData);
+        CHECK(gemm.fused_into == t.id);
+        CHECK((t.attrs.m == gemm.attrs.m && t.attrs.n == gemm.attrs.n && t.attrs.k == gemm.attrs.k));
+      }
+    CHECK(late == job.model.layers);  // the tiny job's memory plan allows only the late DGELU
   }
 }

@@ -410,6 +410,15 @@ ops:
   mm.epilogue = Epilogue::Gelu;
   mm.epilogue_partner = 1;
   CHECK(shapeKey(mm) == "m=64 n=64 k=64 epi=gelu");
+  CHECK(costOpKind(mm) == OpKind::Matmul);
+  // A GELU backward that launches the DGELU GEMM is costed as that GEMM.
+  Task late = kernel(2, 0, 1e9, 0);
+  late.op = OpKind::GeluBwd;
+  late.attrs.elements = 4096;
+  late.attrs.m = late.attrs.n = late.attrs.k = 64;
+  late.epilogue = Epilogue::DGelu;
+  CHECK(shapeKey(late) == "m=64 n=64 k=64 epi=dgelu");
+  CHECK(costOpKind(late) == OpKind::MatmulBwdData);
   CHECK(model.taskNs(mm, dev, Precision::BF16) == 5000);
   Task gelu = kernel(1, 0, 1e9, 1'000'000);
   gelu.op = OpKind::Gelu;
