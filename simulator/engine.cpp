@@ -394,6 +394,11 @@ void Engine::tryStart(int ri, int stream) {
   s.busy = true;
   s.started_ns = now_;
   if (t.kind == TaskKind::Collective || t.kind == TaskKind::SendRecv) {
+    // Not a kernel: the flags may still describe the stream's previous task,
+    // and commResidencyChanged (called from arrive) would otherwise reschedule
+    // the collective as a slowed kernel and end it a second time.
+    s.kernel = false;
+    s.slowed = false;
     arrive(ri, ti);
     return;
   }

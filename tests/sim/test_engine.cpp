@@ -320,6 +320,9 @@ TEST_CASE("a kernel slows only for the part of it a collective is resident", "[e
   RooflineCostModel plain(params);
   SimResult a = simulatePlan(plan, topo, slowed, idealOptions());
   SimResult b = simulatePlan(plan, topo, plain, idealOptions());
+  // One activity per task: the collective follows a kernel on its stream and
+  // must not be taken for that kernel when the residency changes.
+  REQUIRE(a.ranks[0].activities.size() == rp.tasks.size());
   const SimActivity& k = activityOf(a.ranks[0], 0);
   const SimActivity& c = activityOf(a.ranks[0], 2);
   const SimActivity& kb = activityOf(b.ranks[0], 0);
