@@ -1,7 +1,9 @@
 #include "simulator/engine.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <queue>
@@ -11,6 +13,10 @@
 
 #include "simulator/network.h"
 #include "simulator/routing.h"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace tandem::sim {
 namespace {
@@ -121,7 +127,8 @@ static_assert(sizeof(StreamState) == 48);
 
 struct RankState {
   // What every task touches comes first, in the first 64 bytes (plan, the
-  // two slices, the activities); what only collectives or errors read follows.
+  // two slices, the activity cursor, the durations, the residency count);
+  // what only collectives or errors read follows.
   const RankPlan* plan = nullptr;
   // The rank's stream states and recorded events (one bit each) are slices
   // of two engine-wide arrays, rank after rank, not allocations of their
@@ -131,18 +138,22 @@ struct RankState {
   // state on a page of its own.
   std::span<StreamState> streams;
   std::span<uint64_t> event_bits;
-  std::vector<SimActivity> activities;
-  int64_t end_ns = 0;
-  int active_comm = 0;
-  int device = 0;
-  int rank = 0;
-  int program = 0;
+  // Where the rank's next activity goes: its slice of the run's activity
+  // block (Engine::activities_), one record per task of its program. A rank
+  // ends when its last task does (time only moves forward), so its end time
+  // is the last record's and needs no field of its own.
+  SimActivity* out = nullptr;
   // The program's task durations on this rank's kind of device (-1 until a
   // task first runs), shared by every rank of the program on such devices:
   // a task's duration depends on the task and the device's figures only
   // (CostModel), so it is computed once, not once per rank, and no rank
   // reads its own device record for it.
   int64_t* durations = nullptr;
+  int active_comm = 0;
+  int device = 0;
+  int rank = 0;
+  int program = 0;
+  SimActivity* first = nullptr;  // start of the rank's slice
   bool eventDone(int e) const { return (event_bits[size_t(e) >> 6] >> (e & 63)) & 1; }
   const std::vector<int>* event_recorder = nullptr;  // the program's
   std::map<int, int64_t> group_seq;  // per group index: collectives reached
@@ -171,6 +182,28 @@ struct Instance {
   std::vector<Arrival> members;
   int record = -1;  // index into result collectives
 };
+
+// Storage for `count` activities, uninitialized (every record is written
+// before a list refers to it). Large blocks are aligned to the 2 MiB huge
+// page of x86-64 and Linux and advised to the kernel as huge-page memory: the
+// ranks write their records at thousands of places at once (one slice per
+// rank), and with 4 KiB pages each of those places is a page of its own in
+// the TLB. Small blocks are aligned to a cache line, so that a 64-byte
+// record fills one line instead of straddling two.
+std::shared_ptr<SimActivity> allocateActivities(size_t count) {
+  constexpr size_t kHugePage = size_t(2) << 20;
+  constexpr size_t kLine = 64;
+  const size_t bytes = std::max<size_t>(count, 1) * sizeof(SimActivity);
+  const size_t align = bytes >= kHugePage ? kHugePage : kLine;
+  const size_t size = (bytes + align - 1) / align * align;  // aligned_alloc wants a multiple
+  void* p = std::aligned_alloc(align, size);
+  if (!p) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  // A hint: without transparent huge pages (or with them off) it does nothing.
+  if (align == kHugePage) (void)madvise(p, size, MADV_HUGEPAGE);
+#endif
+  return std::shared_ptr<SimActivity>(static_cast<SimActivity*>(p), [](SimActivity* q) { std::free(q); });
+}
 
 class Engine {
  public:
@@ -221,6 +254,7 @@ class Engine {
   std::vector<int> device_class_;  // per topology device
   std::vector<RankState> ranks_;          // simulated ranks
   std::vector<StreamState> stream_states_;  // every simulated rank's streams, rank after rank
+  std::shared_ptr<SimActivity> activities_;  // every simulated rank's activities, rank after rank
   std::vector<uint64_t> event_words_;       // every simulated rank's recorded-event bits, likewise
   std::vector<int> rank_state_of_;        // world rank -> index in ranks_, -1 when represented
   std::vector<int> rank_device_;
@@ -334,17 +368,19 @@ void Engine::setup() {
       if (fresh) duration_tables_.emplace_back(st.plan->tasks.size(), int64_t(-1));
       st.durations = duration_tables_[it->second].data();  // inner buffers never move
     }
-    st.activities.reserve(st.plan->tasks.size());  // one allocation, no regrowth copies
     rank_state_of_[size_t(r)] = int(ranks_.size());
     ranks_.push_back(std::move(st));
   }
   // The slices, now that every rank's sizes are known (the arrays are not
   // resized after this, so the spans stay valid).
-  size_t total_streams = 0, total_words = 0;
+  size_t total_streams = 0, total_words = 0, total_tasks = 0;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     total_streams += stream_slices[i];
     total_words += event_slices[i];
+    total_tasks += ranks_[i].plan->tasks.size();
   }
+  activities_ = allocateActivities(total_tasks);
+  total_tasks = 0;
   stream_states_.assign(total_streams, StreamState{});
   event_words_.assign(total_words, 0);
   total_streams = total_words = 0;
@@ -354,6 +390,8 @@ void Engine::setup() {
     st.event_bits = std::span<uint64_t>(event_words_.data() + total_words, event_slices[i]);
     total_streams += stream_slices[i];
     total_words += event_slices[i];
+    st.first = st.out = activities_.get() + total_tasks;  // each task ends once: exactly its program's count
+    total_tasks += st.plan->tasks.size();
     const ProgramQueues& q = queues_[size_t(st.program)];
     for (size_t si = 0; si < st.streams.size(); ++si) st.streams[si].tasks = &q.stream_tasks[si];
   }
@@ -394,7 +432,11 @@ void Engine::tryStart(int ri, int stream) {
   s.busy = true;
   s.started_ns = now_;
   if (t.kind == TaskKind::Collective || t.kind == TaskKind::SendRecv) {
-    s.kernel = false;  // not the kernel this stream ran before: commResidencyChanged reads it
+    // Not a kernel: the flags may still describe the stream's previous task,
+    // and commResidencyChanged (called from arrive) would otherwise reschedule
+    // the collective as a slowed kernel and end it a second time.
+    s.kernel = false;
+    s.slowed = false;
     arrive(ri, ti);
     return;
   }
@@ -590,8 +632,11 @@ void Engine::finishTask(int ri, int ti) {
   a.micro_batch = t.micro_batch;
   a.flops = t.flops;
   a.bytes = t.collective ? t.collective->bytes : t.bytes_read + t.bytes_written;
-  r.activities.push_back(a);
-  r.end_ns = std::max(r.end_ns, now_);
+  // The slice holds one record per task of the program, and a task ends once
+  // (isCurrentCompletion drops stale events; the test of one activity per
+  // task guards it): no bounds check on this path, only in debug builds.
+  assert(r.out < r.first + r.plan->tasks.size());
+  *r.out++ = a;
   ++result_.stats.tasks;
   if (t.record_event >= 0) r.event_bits[size_t(t.record_event) >> 6] |= uint64_t(1) << (t.record_event & 63);
   s.busy = false;
@@ -656,8 +701,9 @@ SimResult Engine::run() {
     out.peak_memory_bytes = plan_.programs[size_t(out.program)].memory.peak_bytes;
     const int ri = rank_state_of_[size_t(r)];
     if (ri >= 0) {
-      out.activities = std::move(ranks_[size_t(ri)].activities);
-      out.end_ns = ranks_[size_t(ri)].end_ns + cost_.stepOverheadNs();
+      const RankState& st = ranks_[size_t(ri)];
+      out.activities = SimActivityList(activities_, st.first, size_t(st.out - st.first));
+      out.end_ns = (out.activities.empty() ? 0 : out.activities.back().end_ns) + cost_.stepOverheadNs();
     }
   }
   for (int r = 0; r < world; ++r) {

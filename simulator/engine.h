@@ -11,7 +11,9 @@
 // it ends. Compute durations come from a CostModel, communication from the
 // collective builder and the flow network. Same inputs give identical results.
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -60,6 +62,46 @@ struct SimActivity {
   int64_t bytes = 0;
 };
 
+// One rank's activities, read-only: a view into a block that holds the
+// activities of every simulated rank of a run (rank after rank). Copies share
+// the block; it is freed with the last list that refers to it.
+//
+// Why one block and not a vector per rank: with every rank of thousands
+// simulated, each task's record goes to a different rank's buffer, so each
+// rank's buffer had its own current 4 KiB page, more pages than the CPU's
+// address cache (TLB) holds at 4096 ranks (a page walk per record). The
+// engine sizes the block exactly (one record per task) and asks for huge
+// pages for it (engine.cpp).
+class SimActivityList {
+ public:
+  using value_type = SimActivity;
+  using const_iterator = const SimActivity*;
+  using iterator = const_iterator;
+
+  SimActivityList() = default;
+  // `first` points into the block that `owner` keeps alive.
+  SimActivityList(std::shared_ptr<const void> owner, const SimActivity* first, size_t size)
+      : owner_(std::move(owner)), first_(first), size_(size) {}
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const SimActivity* data() const { return first_; }
+  const SimActivity* begin() const { return first_; }
+  const SimActivity* end() const { return first_ + size_; }
+  const SimActivity& operator[](size_t i) const { return first_[i]; }
+  const SimActivity& at(size_t i) const {
+    if (i >= size_) throw std::out_of_range("SimActivityList::at: " + std::to_string(i) + " >= " + std::to_string(size_));
+    return first_[i];
+  }
+  const SimActivity& front() const { return first_[0]; }
+  const SimActivity& back() const { return first_[size_ - 1]; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const SimActivity* first_ = nullptr;
+  size_t size_ = 0;
+};
+
 struct SimRank {
   int rank = 0;
   int program = 0;
@@ -67,7 +109,7 @@ struct SimRank {
   int represented_by = -1;   // -1: simulated itself; else the rank whose timeline it shares
   int64_t end_ns = 0;
   int64_t peak_memory_bytes = 0;
-  std::vector<SimActivity> activities;  // in completion order
+  SimActivityList activities;  // in completion order
 };
 
 struct SimCollective {

@@ -320,6 +320,9 @@ TEST_CASE("a kernel slows only for the part of it a collective is resident", "[e
   rp.tasks.push_back(collective(2, 1, CollectiveOp::AllReduce, 100'000, "world"));
   Plan plan = uniformPlan(2, rp);
   const auto [a, b] = slowedAndPlain(plan, topo, 2.0);
+  // One activity per task: the collective follows a kernel on its stream and
+  // must not be taken for that kernel when the residency changes.
+  REQUIRE(a.ranks[0].activities.size() == rp.tasks.size());
   const SimActivity& k = activityOf(a.ranks[0], 0);
   const SimActivity& c = activityOf(a.ranks[0], 2);
   const SimActivity& kb = activityOf(b.ranks[0], 0);
