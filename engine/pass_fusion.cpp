@@ -1,6 +1,7 @@
 #include "engine/pass_fusion.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace tandem {
 namespace {
@@ -108,6 +109,33 @@ int geluBwdAfterMatmulBwdData(const RankPlan& p, int i, bool* late) {
   return u_index;
 }
 
+// Add (i) -> LayerNorm of its output, the very next task of the program (so
+// that no task of any stream lies between them in the memory plan's order),
+// on the same stream, with no event between them. The fused kernel writes
+// the sum and the layernorm's outputs while it still reads the add's
+// inputs, row by row on different warps, so no output may share memory with
+// an input. Returns the LayerNorm's index or -1.
+int layernormAfterAdd(const RankPlan& p, int i) {
+  const Task& t = p.tasks[size_t(i)];
+  if (t.reads.size() != 2 || t.writes.size() != 1 || t.record_event >= 0 || size_t(i) + 1 >= p.tasks.size())
+    return -1;
+  const Task& u = p.tasks[size_t(i) + 1];
+  if (u.op != OpKind::LayerNorm || u.stream != t.stream || !u.wait_events.empty() || u.reads.size() != 3 ||
+      u.writes.size() != 3 || u.reads[0] != t.writes[0])
+    return -1;
+  const int sum = t.writes[0];
+  if (dtypeOf(p, sum) != dtypeOf(p, t.reads[0]) || dtypeOf(p, sum) != dtypeOf(p, t.reads[1]) ||
+      dtypeOf(p, u.writes[0]) != dtypeOf(p, sum) || u.attrs.m * u.attrs.c != t.attrs.elements)
+    return -1;
+  std::vector<int> outputs = u.writes;
+  outputs.push_back(sum);
+  for (int o : outputs)
+    if (anyOverlaps(p, t.reads, rangeOf(p, o))) return -1;
+  for (int o : u.writes)
+    if (overlaps(rangeOf(p, o), rangeOf(p, sum))) return -1;
+  return i + 1;
+}
+
 }  // namespace
 
 EpilogueCandidate epilogueCandidate(const RankPlan& p, int i) {
@@ -120,6 +148,9 @@ EpilogueCandidate epilogueCandidate(const RankPlan& p, int i) {
     bool late = false;
     const int g = geluBwdAfterMatmulBwdData(p, i, &late);
     if (g >= 0) c = {Epilogue::DGelu, i, g, late ? g : i};
+  } else if (t.op == OpKind::Add) {
+    const int ln = layernormAfterAdd(p, i);
+    if (ln >= 0) c = {Epilogue::AddLayerNorm, i, ln, i};
   }
   return c;
 }
@@ -153,6 +184,21 @@ int applyEpilogueFusion(RankPlan& p) {
     // besides the pre-activation and no longer reads the pre-activation
     // back; DGELU reads the pre-activation and writes GELU backward's output
     // instead of the data gradient (same size), which nobody reads back.
+    if (c.epilogue == Epilogue::AddLayerNorm) {
+      // One kernel reads the add's inputs and writes the sum and the
+      // layernorm's outputs; the layernorm no longer reads the sum back.
+      // The add carries the layernorm's shape for costing (m, c).
+      const int64_t sum_bytes = p.buffers.at(size_t(runs.writes[0])).bytes;
+      runs.flops += q.flops;
+      runs.bytes_read += q.bytes_read - sum_bytes;
+      runs.bytes_written += q.bytes_written;
+      runs.attrs.m = q.attrs.m;
+      runs.attrs.c = q.attrs.c;
+      q.flops = 0;
+      q.bytes_read = q.bytes_written = 0;
+      ++fused;
+      continue;
+    }
     const Task& gelu = p.tasks[size_t(c.partner)];
     const Task& gemm = p.tasks[size_t(c.gemm)];
     const int64_t gemm_read = gemm.bytes_read, gemm_written = gemm.bytes_written;

@@ -1,8 +1,10 @@
 #pragma once
 // Epilogue fusion, decided on the plan (docs/plan-format.md, "Epilogue
 // fusion"): a GELU forward right after its matmul becomes the matmul's
-// GELU_AUX epilogue, and a GELU backward of a data-gradient matmul's output
-// becomes that matmul's DGELU epilogue. The pass runs after memory planning
+// GELU_AUX epilogue, a GELU backward of a data-gradient matmul's output
+// becomes that matmul's DGELU epilogue, and a layernorm right after the
+// residual add that makes its input is done by the add's kernel (one read of
+// the residual stream instead of two). The pass runs after memory planning
 // and fuses only where the result is the same program: same stream, no
 // event that would order another stream between the two tasks, outputs
 // that nobody else reads, nothing in between touching the moved memory, no
@@ -25,8 +27,8 @@ struct EpilogueCandidate {
   int runs = -1;
 };
 
-// The candidate that starts at task index `i` (a Matmul or MatmulBwdData), or
-// one with Epilogue::None.
+// The candidate that starts at task index `i` (a Matmul, MatmulBwdData or
+// Add), or one with Epilogue::None.
 EpilogueCandidate epilogueCandidate(const RankPlan& program, int i);
 
 // Whether the bias gradient of weight-gradient task `i` can come out of its

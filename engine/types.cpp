@@ -36,7 +36,10 @@ constexpr Names<TaskKind, 5> kTask{{{TaskKind::Kernel, "kernel"},
                                     {TaskKind::SendRecv, "sendrecv"},
                                     {TaskKind::Memcpy, "memcpy"},
                                     {TaskKind::Host, "host"}}};
-constexpr Names<Epilogue, 3> kEpilogue{{{Epilogue::None, "none"}, {Epilogue::Gelu, "gelu"}, {Epilogue::DGelu, "dgelu"}}};
+constexpr Names<Epilogue, 4> kEpilogue{{{Epilogue::None, "none"},
+                                        {Epilogue::Gelu, "gelu"},
+                                        {Epilogue::DGelu, "dgelu"},
+                                        {Epilogue::AddLayerNorm, "add_layernorm"}}};
 constexpr Names<OpKind, 18> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::EmbeddingBwd, "embedding_bwd"},
                                  {OpKind::LayerNorm, "layernorm"},

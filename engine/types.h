@@ -34,9 +34,10 @@ enum class StreamKind { Compute, Comm, Copy };
 
 enum class TaskKind { Kernel, Collective, SendRecv, Memcpy, Host };
 
-// Epilogue fusion (pass_fusion.h): a GELU forward or backward done by the
-// GEMM before it, in the GEMM's epilogue.
-enum class Epilogue { None, Gelu, DGelu };
+// Fusion of two tasks into one kernel (pass_fusion.h): a GELU forward or
+// backward done in the epilogue of the GEMM before it, or a layernorm done
+// by the kernel of the residual add before it.
+enum class Epilogue { None, Gelu, DGelu, AddLayerNorm };
 
 // Every operation a Plan task can carry. Forward ops, their backward rules and
 // the optimizer and communication ops. The CPU executor, the CUDA executor and

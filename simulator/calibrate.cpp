@@ -330,7 +330,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
       launch_gaps.push_back(double(gaps.median_ns));
       for (const auto& rp : plan.programs)
         for (const Task& task : rp.tasks)
-          if (!task.collective && task.kind == TaskKind::Kernel && task.fused_into < 0) planned_ops.insert(task.op);
+          if (!task.collective && task.kind == TaskKind::Kernel && task.fused_into < 0) planned_ops.insert(costOpKind(task));
       std::map<int64_t, std::pair<std::pair<CollectiveOp, int>, CollSample>> run_colls;  // by task id
       for (const auto& [key, t] : times) {
         const RankPlan* program = nullptr;
@@ -343,6 +343,10 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
           continue;
         }
         const Task& task = program->tasks[size_t(key.second)];
+        // Its work is in another task's fused kernel: whatever a trace shows
+        // for it (nothing from the GPU, a zero-length activity from a
+        // simulation) is not a duration of its op kind.
+        if (task.fused_into >= 0) continue;
         ++out.samples;
         if (task.collective) {
           int n = 1;
@@ -366,23 +370,23 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
         if (split != by_comm.end() && !split->second.clean_ns.empty()) {
           Sample x = base;
           x.ns = median(split->second.clean_ns);
-          kernel_clean[task.op].push_back(x);
+          kernel_clean[costOpKind(task)].push_back(x);
           x.ns += launch_ns;
-          samples[task.op].push_back(x);
+          samples[costOpKind(task)].push_back(x);
         } else {
           // Never measured without a collective beside it (a data-parallel
           // run only): its slowed time is still better than no figure, and
           // the op must not pass for a fused one.
           Sample x = base;
           x.ns = t.ns + launch_ns;
-          samples[task.op].push_back(x);
+          samples[costOpKind(task)].push_back(x);
         }
         if (split != by_comm.end())
           for (const auto& [ns, share] : split->second.slowed_ns) {
             Sample y = base;
             y.ns = ns;  // kernel time only: the slowdown is a property of the kernels
             y.under_comm = share;
-            slowed[task.op].push_back(y);
+            slowed[costOpKind(task)].push_back(y);
           }
       }
       for (const auto& [task_id, c] : run_colls) coll[c.first].push_back(c.second);

@@ -67,6 +67,7 @@ OpKind costOpKind(const Task& task) {
   switch (task.epilogue) {
     case Epilogue::Gelu: return OpKind::Matmul;
     case Epilogue::DGelu: return OpKind::MatmulBwdData;
+    case Epilogue::AddLayerNorm: return OpKind::LayerNorm;
     case Epilogue::None: break;
   }
   return task.op;

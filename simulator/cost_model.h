@@ -64,12 +64,14 @@ struct Calibration {
 };
 
 // "m=16384 n=2304 k=768": the non-zero shape attributes of a task in the fixed
-// order m n k b t c h v elements; a task that launches a fused GEMM
-// (engine/pass_fusion.h) has the GEMM's "m n k" and "epi=gelu" or "epi=dgelu".
+// order m n k b t c h v elements; a task that launches a fused kernel
+// (engine/pass_fusion.h) has the fused kernel's shape ("m n k" of the GEMM,
+// "m c" of the layernorm) and "epi=gelu", "epi=dgelu" or "epi=add_layernorm".
 std::string shapeKey(const Task& task);
 // The op kind a task is costed and calibrated as: its own, except a task
-// that launches a fused GEMM, which is that GEMM's (a GELU backward that
-// launches the DGELU GEMM counts as a data-gradient matmul).
+// that launches a fused kernel: a GELU epilogue counts as its GEMM's op (a
+// GELU backward that launches the DGELU GEMM as a data-gradient matmul), a
+// residual add that also does the layernorm after it as a layernorm.
 OpKind costOpKind(const Task& task);
 
 // Parses the calibration YAML; errors are CalibrationError "FILE:LINE: field: problem".

@@ -40,14 +40,14 @@ struct ExecutorOptions {
   double timeout_s = 60;  // longest wait for a step or a collective before aborting
   bool time_tasks = false;  // eager steps time every task with events (see taskMilliseconds)
   TaskObserver* observer = nullptr;  // told about steps, tasks and graph capture (the profiler); not owned
-  // cuBLASLt epilogue fusions allowed (engine/cuda/fusion.h: kGeluFusions,
-  // kAllFusions, 0 for none); TANDEM_FUSION in the environment overrides it.
-  // The GELU fusions run where the plan decided them (engine/pass_fusion.h),
+  // Fusions allowed (engine/cuda/fusion.h: kPlanFusions, kAllFusions, 0 for
+  // none); TANDEM_FUSION in the environment overrides it. The plan's
+  // fusions (GELU epilogues, add+layernorm) run where the plan decided them (engine/pass_fusion.h),
   // so the simulator and the calibration see the same work; 0 runs every
   // planned task on its own (a run that differs from its plan). The bias
   // gradient in the weight GEMM (kAllFusions) is the executor's own choice
   // inside one task, off by default (not faster on H200).
-  unsigned fusion = kGeluFusions;
+  unsigned fusion = kPlanFusions;
   // Time cuBLASLt's candidate algorithms for every GEMM shape of the plan
   // before the first step and keep the fastest (Gemm::setTuning); results
   // stay bit-identical between executors of one process, but another

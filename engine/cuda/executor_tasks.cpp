@@ -109,7 +109,16 @@ void CudaExecutor::Impl::enqueueTask(int index) {
         geluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.elements, a.accumulate, dt(W[0]), s);
       }
       break;
-    case OpKind::Add: addForward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.elements, dt(W[0]), s); break;
+    case OpKind::Add:
+      if (fu.kind == FusionKind::AddLayerNorm) {  // the sum, then the LayerNorm task's outputs from it
+        const Task& ln = program->tasks[size_t(fu.partner)];
+        const std::vector<int>& LW = ln.writes;
+        addLayernormForward(ptr(W[0]), ptr(LW[0]), ptr(LW[1]), dt(LW[1]), ptr(LW[2]), dt(LW[2]), ptr(R[0]), ptr(R[1]),
+                            ptr(ln.reads[1]), ptr(ln.reads[2]), ln.attrs.m, ln.attrs.c, dt(W[0]), s);
+      } else {
+        addForward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.elements, dt(W[0]), s);
+      }
+      break;
     case OpKind::CrossEntropy: {
       const bool fused = fused_scale[index] != 0.0;
       crossEntropy(ptr(W[0]), dt(W[0]), fused ? ptr(R[0]) : nullptr, ptr(R[0]), i32(R[1]), a.m, a.v,
@@ -182,6 +191,8 @@ bool CudaExecutor::Impl::fusionSupported(int index, int partner, FusionKind kind
     }
     case FusionKind::MatmulBwdWeightBias:
       return aligned(t.writes[1]) && gemm->backwardWeightBiasSupported(a.m, a.n, a.k, d);
+    case FusionKind::AddLayerNorm:
+      return true;  // our kernel: any alignment (unaligned rows take its scalar path)
     case FusionKind::None: break;
   }
   return false;

@@ -17,6 +17,7 @@ const char* kindName(FusionKind k) {
     case FusionKind::MatmulGelu: return "matmul+gelu (GELU_AUX_BIAS)";
     case FusionKind::MatmulBwdDataGelu: return "matmul_bwd_data+gelu_bwd (DGELU)";
     case FusionKind::MatmulBwdWeightBias: return "bias gradient in the weight GEMM (BGRADB)";
+    case FusionKind::AddLayerNorm: return "add+layernorm";
     case FusionKind::None: break;
   }
   return "none";
@@ -28,7 +29,7 @@ unsigned fusionKinds(unsigned option) {
   const char* env = std::getenv("TANDEM_FUSION");
   if (!env || !*env) return option & kAllFusions;
   if (std::strcmp(env, "0") == 0) return 0;
-  if (std::strcmp(env, "1") == 0) return kGeluFusions;
+  if (std::strcmp(env, "1") == 0) return kPlanFusions;
   if (std::strcmp(env, "all") == 0) return kAllFusions;
   unsigned kinds = 0;
   const std::string list = env;
@@ -40,6 +41,7 @@ unsigned fusionKinds(unsigned option) {
     if (k == "gelu") kinds |= fusionBit(FusionKind::MatmulGelu);
     else if (k == "dgelu") kinds |= fusionBit(FusionKind::MatmulBwdDataGelu);
     else if (k == "bgrad") kinds |= fusionBit(FusionKind::MatmulBwdWeightBias);
+    else if (k == "addln") kinds |= fusionBit(FusionKind::AddLayerNorm);
     start = end + 1;
   }
   return kinds;
@@ -69,7 +71,9 @@ FusionPlan planFusion(const RankPlan& p, unsigned kinds, const FusionSupported& 
       if (quiet < 0 || quiet >= n || p.tasks[size_t(quiet)].fused_into != t.id)
         throw std::runtime_error(fmt::format("plan task {} '{}': epilogue partner {} does not name it in fused_into",
                                              t.id, t.name, quiet));
-      const FusionKind kind = t.epilogue == Epilogue::Gelu ? FusionKind::MatmulGelu : FusionKind::MatmulBwdDataGelu;
+      const FusionKind kind = t.epilogue == Epilogue::Gelu           ? FusionKind::MatmulGelu
+                              : t.epilogue == Epilogue::AddLayerNorm ? FusionKind::AddLayerNorm
+                                                                     : FusionKind::MatmulBwdDataGelu;
       // The GEMM's own task is the producer the cuBLASLt check is asked about.
       const int gemm = p.tasks[size_t(quiet)].op == OpKind::MatmulBwdData ? quiet : i;
       const int gelu = gemm == i ? quiet : i;
@@ -81,6 +85,7 @@ FusionPlan planFusion(const RankPlan& p, unsigned kinds, const FusionSupported& 
       f.fused_task_ids.push_back(p.tasks[size_t(quiet)].id);
       f.fused_into.push_back({p.tasks[size_t(quiet)].id, t.id});
       if (kind == FusionKind::MatmulGelu) ++f.matmul_gelu;
+      else if (kind == FusionKind::AddLayerNorm) ++f.add_layernorm;
       else ++f.matmul_bwd_data_gelu;
     } else if (t.op == OpKind::MatmulBwdWeight && (kinds & fusionBit(FusionKind::MatmulBwdWeightBias)) &&
                biasGradInGemmCandidate(p, i) && ask(i, -1, FusionKind::MatmulBwdWeightBias)) {
@@ -95,19 +100,20 @@ FusionPlan planFusion(const RankPlan& p, unsigned kinds, const FusionSupported& 
 }
 
 std::string FusionPlan::summary() const {
-  if (!enabled) return "epilogue fusion: off";
+  if (!enabled) return "fusion: off";
   std::string which;
   if (kinds != kAllFusions) {
     which = " (kinds:";
     if (kinds & fusionBit(FusionKind::MatmulGelu)) which += " gelu";
     if (kinds & fusionBit(FusionKind::MatmulBwdDataGelu)) which += " dgelu";
     if (kinds & fusionBit(FusionKind::MatmulBwdWeightBias)) which += " bgrad";
+    if (kinds & fusionBit(FusionKind::AddLayerNorm)) which += " addln";
     which += ")";
   }
   std::string s = fmt::format(
-      "epilogue fusion: {} matmul+gelu, {} matmul_bwd_data+gelu_bwd, {} bias gradients in the weight GEMM; "
-      "{} tasks issue no kernel of their own{}",
-      matmul_gelu, matmul_bwd_data_gelu, matmul_bwd_weight_bias, fused_task_ids.size(), which);
+      "fusion: {} matmul+gelu, {} matmul_bwd_data+gelu_bwd, {} add+layernorm, {} bias gradients in the weight "
+      "GEMM; {} tasks issue no kernel of their own{}",
+      matmul_gelu, matmul_bwd_data_gelu, add_layernorm, matmul_bwd_weight_bias, fused_task_ids.size(), which);
   if (refused > 0) s += fmt::format("; {} candidates refused by cuBLASLt (separate kernels kept)", refused);
   return s;
 }

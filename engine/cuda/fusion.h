@@ -32,18 +32,22 @@
 
 namespace tandem::cuda {
 
-enum class FusionKind { None, MatmulGelu, MatmulBwdDataGelu, MatmulBwdWeightBias };
+enum class FusionKind { None, MatmulGelu, MatmulBwdDataGelu, MatmulBwdWeightBias, AddLayerNorm };
 
 // Which fusions to apply: a set of FusionKind bits.
 constexpr unsigned fusionBit(FusionKind k) { return 1u << unsigned(k); }
 inline constexpr unsigned kAllFusions = fusionBit(FusionKind::MatmulGelu) |
                                         fusionBit(FusionKind::MatmulBwdDataGelu) |
-                                        fusionBit(FusionKind::MatmulBwdWeightBias);
+                                        fusionBit(FusionKind::MatmulBwdWeightBias) |
+                                        fusionBit(FusionKind::AddLayerNorm);
 // The two GELU fusions (TANDEM_FUSION=1). The bias gradient in the weight
 // GEMM (BGRADB) is correct but was not faster on H200 (GPT-2 124M: the GEMM
 // with that epilogue took as long as GEMM + biasGradient kernel).
 inline constexpr unsigned kGeluFusions = fusionBit(FusionKind::MatmulGelu) |
                                             fusionBit(FusionKind::MatmulBwdDataGelu);
+// The fusions the plan decides (engine/pass_fusion.h), the executor's
+// default: the two GELU epilogues and the residual add with its layernorm.
+inline constexpr unsigned kPlanFusions = kGeluFusions | fusionBit(FusionKind::AddLayerNorm);
 
 // What one task of the program does under fusion (index = task index).
 struct TaskFusion {
@@ -64,7 +68,8 @@ struct FusionPlan {
   int refused = 0;                  // candidates cuBLASLt refused (separate kernels kept)
   std::vector<std::string> refusals;  // one line per refused candidate (task name: why)
   bool enabled = true;
-  unsigned kinds = kGeluFusions;   // the kinds that were allowed
+  int add_layernorm = 0;
+  unsigned kinds = kPlanFusions;   // the kinds that were allowed
   // One line for logs: "epilogue fusion: 12 matmul+gelu, ..." or "... off".
   std::string summary() const;
 };

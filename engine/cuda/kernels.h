@@ -38,6 +38,13 @@ void embeddingBackward(void* dwte, void* dwpe, const void* dout, const int32_t* 
 void layernormForward(void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt,
                       const void* x, const void* w, const void* b, int64_t M, int64_t C,
                       DType dt, cudaStream_t s);
+// sum = a + a2 (rounded to dt, as addForward writes it), then y = the
+// layernorm of sum: the residual add and the layernorm after it in one
+// kernel (the plan's add+layernorm fusion, engine/pass_fusion.h). Bit for
+// bit the same as addForward then layernormForward.
+void addLayernormForward(void* sum, void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* a,
+                         const void* a2, const void* w, const void* b, int64_t M, int64_t C, DType dt,
+                         cudaStream_t s);
 // scratch: layernormScratchBytes(C) bytes of executor workspace.
 int64_t layernormScratchBytes(int64_t C);
 // Raises the shared-memory limit of the wide-row layernorm backward (part of prepareKernels).

@@ -16,24 +16,33 @@ constexpr int kBwdWarps = kBwdBlocks * kWarpsPerBlock;
 
 template <class T>
 __global__ void layernormForwardKernel(T* y, void* mean, int mean_bf16, void* rstd, int rstd_bf16,
-                                       const T* x, const T* w, const T* b, int64_t M, int64_t C) {
+                                       const T* x, const T* w, const T* b, int64_t M, int64_t C,
+                                       const T* x2, T* sum) {
   int lane = threadIdx.x & 31;
   int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + (threadIdx.x >> 5);
   if (row >= M) return;
   const T* xr = x + row * C;
+  const T* x2r = x2 ? x2 + row * C : nullptr;
+  // With x2: the input is x + x2 rounded to T, as the add kernel writes it
+  // (written to `sum` too), so fused and separate kernels agree bit for bit.
+  auto in = [&](int64_t c) { return x2r ? toF(fromF<T>(toF(xr[c]) + toF(x2r[c]))) : toF(xr[c]); };
   float s = 0.f;
-  for (int64_t c = lane; c < C; c += 32) s += toF(xr[c]);
+  for (int64_t c = lane; c < C; c += 32) {
+    const float v = in(c);
+    if (sum) sum[row * C + c] = fromF<T>(v);
+    s += v;
+  }
   float mu = warpSum(s) / float(C);
   float q = 0.f;
   for (int64_t c = lane; c < C; c += 32) {
-    float d = toF(xr[c]) - mu;
+    float d = in(c) - mu;
     q += d * d;
   }
   float var = warpSum(q) / float(C);
   float rs = rsqrtf(var + kEps);
   T* yr = y + row * C;
   for (int64_t c = lane; c < C; c += 32)
-    yr[c] = fromF<T>((toF(xr[c]) - mu) * rs * toF(w[c]) + toF(b[c]));
+    yr[c] = fromF<T>((in(c) - mu) * rs * toF(w[c]) + toF(b[c]));
   if (lane == 0) {
     if (mean) storeAny(mean, mean_bf16, row, mu);
     if (rstd) storeAny(rstd, rstd_bf16, row, rs);
@@ -166,7 +175,7 @@ struct Vec16 {
 template <class T, int kVec>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     layernormForwardVecKernel(T* y, void* mean, int mean_bf16, void* rstd, int rstd_bf16, const T* x, const T* w,
-                              const T* b, int64_t M, int64_t C) {
+                              const T* b, int64_t M, int64_t C, const T* x2, T* sum) {
   constexpr int E = Vec16<T>::kElems;
   const int lane = threadIdx.x & 31;
   const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + (threadIdx.x >> 5);
@@ -179,6 +188,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const int c = (lane + 32 * k) * E;
     if (lane + 32 * k < nvec) {
       Vec16<T>::load(x + row * C + c, v[k]);
+      if (x2) {  // the residual add, rounded to T as the add kernel rounds it
+        float v2[E];
+        Vec16<T>::load(x2 + row * C + c, v2);
+#pragma unroll
+        for (int i = 0; i < E; ++i) v[k][i] = toF(fromF<T>(v[k][i] + v2[i]));
+        Vec16<T>::store(sum + row * C + c, v[k]);
+      }
 #pragma unroll
       for (int i = 0; i < E; ++i) s += v[k][i];
     }
@@ -428,24 +444,37 @@ void allowBackwardSmem() {
                                          int(lnBackwardSmemBytes<T, kV>(widest))));
 }
 
-void layernormForward(void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* x,
-                      const void* w, const void* b, int64_t M, int64_t C, DType dt,
-                      cudaStream_t s) {
+static void layernormForwardAny(void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* x,
+                               const void* x2, void* sum, const void* w, const void* b, int64_t M, int64_t C,
+                               DType dt, cudaStream_t s) {
   unsigned grid = unsigned((M + kWarpsPerBlock - 1) / kWarpsPerBlock);
   // Up to 64 elements per lane: bf16 rows up to 2048 wide, fp32 up to 1024.
-  const int vec = vectorsPerLane(C, dt, 8, {y, x, w, b});
+  const int vec = vectorsPerLane(C, dt, 8, {y, x, w, b, x2, sum});
   if (vec > 0) {
     TANDEM_DISPATCH_DT(dt, TANDEM_DISPATCH_VEC(vec, layernormForwardVecKernel<T, kV><<<grid, kWarpsPerBlock * 32, 0, s>>>(
                                                     static_cast<T*>(y), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt),
                                                     static_cast<const T*>(x), static_cast<const T*>(w),
-                                                    static_cast<const T*>(b), M, C)));
+                                                    static_cast<const T*>(b), M, C, static_cast<const T*>(x2),
+                                                    static_cast<T*>(sum))));
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
   TANDEM_DISPATCH_DT(dt, layernormForwardKernel<T><<<grid, kWarpsPerBlock * 32, 0, s>>>(
                              static_cast<T*>(y), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt),
                              static_cast<const T*>(x), static_cast<const T*>(w),
-                             static_cast<const T*>(b), M, C));
+                             static_cast<const T*>(b), M, C, static_cast<const T*>(x2), static_cast<T*>(sum)));
   TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void layernormForward(void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* x,
+                      const void* w, const void* b, int64_t M, int64_t C, DType dt,
+                      cudaStream_t s) {
+  layernormForwardAny(y, mean, mean_dt, rstd, rstd_dt, x, nullptr, nullptr, w, b, M, C, dt, s);
+}
+
+void addLayernormForward(void* sum, void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* a,
+                         const void* a2, const void* w, const void* b, int64_t M, int64_t C, DType dt,
+                         cudaStream_t s) {
+  layernormForwardAny(y, mean, mean_dt, rstd, rstd_dt, a, a2, sum, w, b, M, C, dt, s);
 }
 
 int64_t layernormScratchBytes(int64_t C) { return (int64_t(kBwdWarps) + kGroups) * C * 2 * sizeof(float); }

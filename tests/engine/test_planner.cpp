@@ -207,12 +207,13 @@ TEST_CASE("Gradient buckets follow completion order and the size limits", "[plan
   CHECK(total == plan.summary.parameters * 2);  // bf16 gradients
 }
 
-TEST_CASE("Epilogue fusion: every GELU in its GEMM on GPT-2 124M, recorded both ways", "[planner][fusion]") {
+TEST_CASE("Fusion: every GELU in its GEMM, every layernorm after a residual add in the add's kernel, on GPT-2 124M",
+          "[planner][fusion]") {
   JobSpec job = defaultJob();
   job.parallel.data_parallel = 1;
   const Plan plan = buildPlan(job);
   const RankPlan& rp = plan.programs[0];
-  int gelu = 0, gelu_bwd = 0, fused = 0, early_dgelu = 0;
+  int gelu = 0, gelu_bwd = 0, fused = 0, early_dgelu = 0, add_ln = 0;
   for (const Task& t : rp.tasks) {
     gelu += t.op == OpKind::Gelu;
     gelu_bwd += t.op == OpKind::GeluBwd;
@@ -226,13 +227,19 @@ TEST_CASE("Epilogue fusion: every GELU in its GEMM on GPT-2 124M, recorded both 
     if (t.op == OpKind::Gelu) {
       CHECK(runs.op == OpKind::Matmul);
       CHECK(runs.epilogue == Epilogue::Gelu);
+    } else if (t.op == OpKind::LayerNorm) {
+      ++add_ln;
+      CHECK(runs.op == OpKind::Add);
+      CHECK(runs.epilogue == Epilogue::AddLayerNorm);
+      CHECK(runs.id + 1 == t.id);  // the very next task: nothing runs between them
     } else {
       CHECK(runs.epilogue == Epilogue::DGelu);
       early_dgelu += t.op == OpKind::GeluBwd && runs.op == OpKind::MatmulBwdData;
     }
   }
   CHECK(gelu == 12);
-  CHECK(fused == gelu + gelu_bwd);
+  CHECK(fused == gelu + gelu_bwd + add_ln);
+  CHECK(add_ln == 24);  // both residual adds of each of the 12 layers; the first layernorm follows the embedding
   CHECK(early_dgelu == 12);  // GPT-2 124M's memory plan allows the early DGELU everywhere
   // FLOPs per step do not change: the fused GEMMs carry the GELUs' FLOPs.
   double total = 0;

@@ -145,17 +145,22 @@ void expectFusion() {
       const auto it = std::find_if(rp.tasks.begin(), rp.tasks.end(), [&](const Task& t) { return t.id == id; });
       return it == rp.tasks.end() ? OpKind::Add : it->op;
     };
-    bool ids_ok = int(f.fused_task_ids.size()) == gelu + gelu_bwd && f.fused_into.size() == f.fused_task_ids.size();
+    int planned_add_ln = 0;
+    for (const Task& t : rp.tasks) planned_add_ln += t.epilogue == Epilogue::AddLayerNorm;
+    expectTrue(label + fmt::format(": every planned add+layernorm fused ({} of {})", f.add_layernorm, planned_add_ln),
+               f.add_layernorm == planned_add_ln && planned_add_ln > 0);
+    bool ids_ok = int(f.fused_task_ids.size()) == gelu + gelu_bwd + planned_add_ln &&
+                  f.fused_into.size() == f.fused_task_ids.size();
     int early_n = 0, late_n = 0;
     for (const auto& [quiet, runs] : f.fused_into) {
       const OpKind q = opOf(quiet), r = opOf(runs);
       early_n += q == OpKind::GeluBwd;
       late_n += q == OpKind::MatmulBwdData;
-      ids_ok = ids_ok && ((q == OpKind::Gelu && r == OpKind::Matmul) ||
+      ids_ok = ids_ok && ((q == OpKind::Gelu && r == OpKind::Matmul) || (q == OpKind::LayerNorm && r == OpKind::Add) ||
                           (q == OpKind::GeluBwd && r == OpKind::MatmulBwdData) ||
                           (q == OpKind::MatmulBwdData && r == OpKind::GeluBwd));
     }
-    expectTrue(label + ": fused pairs are matmul/gelu and matmul_bwd_data/gelu_bwd of the plan", ids_ok);
+    expectTrue(label + ": fused pairs are matmul/gelu, matmul_bwd_data/gelu_bwd and add/layernorm of the plan", ids_ok);
     expectTrue(label + fmt::format(": DGELU GEMMs placed {} ({} early, {} late)", late ? "late" : "early", early_n, late_n),
                late ? (late_n == gelu_bwd && early_n == 0) : (early_n == gelu_bwd && late_n == 0));
   }

@@ -101,6 +101,26 @@ void testLayernorm(DType dt, int64_t M, int64_t C) {
   expectBelow(tag(dt, ("layernorm backward db" + shape).c_str()), relError(gdb.download(), db), tol(dt));
 }
 
+// The residual add and the layernorm after it in one kernel (the plan's
+// add+layernorm fusion) against the two kernels: the same bytes, sum and
+// layernorm outputs alike, on the vector and the scalar paths.
+void testAddLayernorm(DType dt, int64_t M, int64_t C) {
+  auto a = rounded(randomVector(M * C, rng), dt), a2 = rounded(randomVector(M * C, rng), dt),
+       w = rounded(randomVector(C, rng), dt), b = rounded(randomVector(C, rng), dt);
+  Dev ga(dt, M * C), ga2(dt, M * C), gw(dt, C), gb(dt, C);
+  ga.upload(a), ga2.upload(a2), gw.upload(w), gb.upload(b);
+  Dev sum1(dt, M * C), y1(dt, M * C), m1(DType::F32, M), r1(DType::F32, M);
+  cuda::addForward(sum1.p, ga.p, ga2.p, M * C, dt, nullptr);
+  cuda::layernormForward(y1.p, m1.p, m1.dt, r1.p, r1.dt, sum1.p, gw.p, gb.p, M, C, dt, nullptr);
+  Dev sum2(dt, M * C), y2(dt, M * C), m2(DType::F32, M), r2(DType::F32, M);
+  cuda::addLayernormForward(sum2.p, y2.p, m2.p, m2.dt, r2.p, r2.dt, ga.p, ga2.p, gw.p, gb.p, M, C, dt, nullptr);
+  const std::string shape = fmt::format(" M{} C{}", M, C);
+  expectTrue(tag(dt, ("add+layernorm: the sum bit for bit" + shape).c_str()), sum2.download() == sum1.download());
+  expectTrue(tag(dt, ("add+layernorm: y bit for bit" + shape).c_str()), y2.download() == y1.download());
+  expectTrue(tag(dt, ("add+layernorm: mean and rstd bit for bit" + shape).c_str()),
+             m2.download() == m1.download() && r2.download() == r1.download());
+}
+
 void testAttention(DType dt, int64_t B, int64_t T, int64_t C, int64_t H, bool accumulate = false) {
   auto qkv = rounded(randomVector(B * T * 3 * C, rng), dt), dout = rounded(randomVector(B * T * C, rng), dt);
   std::vector<float> out(B * T * C), lse(B * H * T), dqkv(B * T * 3 * C, 0.f);
@@ -474,6 +494,8 @@ int main() {
     testLayernorm(dt, 257, 1024);
     testLayernorm(dt, 2200, 1280);  // shared-memory partial sums (bf16), scalar kernel (fp32)
     testLayernorm(dt, 300, 2048);
+    testAddLayernorm(dt, 2500, 768);  // vector path
+    testAddLayernorm(dt, 300, 1003);  // scalar path (rows not a whole number of 16-byte vectors)
     testAttention(dt, 2, 100, 64, 4);   // head dim 16, T not a tile multiple
     testAttention(dt, 1, 130, 256, 4);  // head dim 64
     testAttention(dt, 2, 33, 128, 4);   // head dim 32
