@@ -12,7 +12,9 @@
 // collective builder and the flow network. Same inputs give identical results.
 
 #include <cstddef>
+#include <compare>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -46,8 +48,10 @@ struct SimOptions {
   std::vector<int> rank_device;
 };
 
-// One task as it ran. Everything but the name is copied from the plan task;
-// the name stays in the plan (SimResult::programOf gives the program).
+// One task as it ran, as consumers read it. Only start_ns and end_ns (and
+// which task) are decided by the simulation; the rest is the plan task's
+// (SimActivityList puts the two together). The name stays in the plan
+// (SimRank::program indexes Plan::programs).
 struct SimActivity {
   int task = -1;  // index in the program's task list (== Task::id for planner plans)
   int task_id = -1;
@@ -62,9 +66,26 @@ struct SimActivity {
   int64_t bytes = 0;
 };
 
+// What the engine stores per simulated task: the times and the task index,
+// 24 bytes (the 4 bytes after `task` are padding), where a full SimActivity
+// is 64. With every rank of thousands simulated, writing the records is most
+// of the memory traffic that grows with the rank count (docs/benchmarks.md).
+struct SimActivityRecord {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int32_t task = -1;  // index in the program's task list
+};
+static_assert(sizeof(SimActivityRecord) == 24);
+
 // One rank's activities, read-only: a view into a block that holds the
-// activities of every simulated rank of a run (rank after rank). Copies share
-// the block; it is freed with the last list that refers to it.
+// records of every simulated rank of a run (rank after rank), and into a
+// table with one SimActivity per task of the rank's program holding the
+// plan's fields (times zero). Element i is the table's entry for record i's
+// task with the record's times, returned by value. The table is a copy of
+// the plan's fields made once per program, not a pointer into the Plan, so a
+// result stays valid after the Plan it was simulated from is gone (callers
+// pass temporaries). Copies of a list share the block and the tables; they
+// are freed with the last list that refers to them.
 //
 // Why one block and not a vector per rank: with every rank of thousands
 // simulated, each task's record goes to a different rank's buffer, so each
@@ -75,30 +96,73 @@ struct SimActivity {
 class SimActivityList {
  public:
   using value_type = SimActivity;
-  using const_iterator = const SimActivity*;
+
+  // Random access over the records, yielding SimActivity values (so a
+  // `const SimActivity&` bound to an element binds to a temporary).
+  class const_iterator {
+   public:
+    using iterator_concept = std::random_access_iterator_tag;
+    using iterator_category = std::input_iterator_tag;  // elements are values, not references
+    using value_type = SimActivity;
+    using difference_type = std::ptrdiff_t;
+    using reference = SimActivity;
+    using pointer = void;
+
+    const_iterator() = default;
+    const_iterator(const SimActivityRecord* rec, const SimActivity* facts) : rec_(rec), facts_(facts) {}
+    SimActivity operator*() const { return join(*rec_, facts_); }
+    SimActivity operator[](difference_type n) const { return join(rec_[n], facts_); }
+    const_iterator& operator++() { ++rec_; return *this; }
+    const_iterator operator++(int) { const_iterator t = *this; ++rec_; return t; }
+    const_iterator& operator--() { --rec_; return *this; }
+    const_iterator operator--(int) { const_iterator t = *this; --rec_; return t; }
+    const_iterator& operator+=(difference_type n) { rec_ += n; return *this; }
+    const_iterator& operator-=(difference_type n) { rec_ -= n; return *this; }
+    friend const_iterator operator+(const_iterator i, difference_type n) { return i += n; }
+    friend const_iterator operator+(difference_type n, const_iterator i) { return i += n; }
+    friend const_iterator operator-(const_iterator i, difference_type n) { return i -= n; }
+    friend difference_type operator-(const const_iterator& a, const const_iterator& b) { return a.rec_ - b.rec_; }
+    friend bool operator==(const const_iterator& a, const const_iterator& b) { return a.rec_ == b.rec_; }
+    friend auto operator<=>(const const_iterator& a, const const_iterator& b) { return a.rec_ <=> b.rec_; }
+
+   private:
+    const SimActivityRecord* rec_ = nullptr;
+    const SimActivity* facts_ = nullptr;
+  };
   using iterator = const_iterator;
 
   SimActivityList() = default;
-  // `first` points into the block that `owner` keeps alive.
-  SimActivityList(std::shared_ptr<const void> owner, const SimActivity* first, size_t size)
-      : owner_(std::move(owner)), first_(first), size_(size) {}
+  // `first` points into the record block and `facts` (one entry per task of
+  // the rank's program) into a table, both kept alive by `owner`.
+  SimActivityList(std::shared_ptr<const void> owner, const SimActivityRecord* first, size_t size,
+                  const SimActivity* facts)
+      : owner_(std::move(owner)), first_(first), facts_(facts), size_(size) {}
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  const SimActivity* data() const { return first_; }
-  const SimActivity* begin() const { return first_; }
-  const SimActivity* end() const { return first_ + size_; }
-  const SimActivity& operator[](size_t i) const { return first_[i]; }
-  const SimActivity& at(size_t i) const {
+  // The records as the engine wrote them (times and task index only).
+  const SimActivityRecord* records() const { return first_; }
+  const_iterator begin() const { return const_iterator(first_, facts_); }
+  const_iterator end() const { return const_iterator(first_ + size_, facts_); }
+  SimActivity operator[](size_t i) const { return join(first_[i], facts_); }
+  SimActivity at(size_t i) const {
     if (i >= size_) throw std::out_of_range("SimActivityList::at: " + std::to_string(i) + " >= " + std::to_string(size_));
-    return first_[i];
+    return (*this)[i];
   }
-  const SimActivity& front() const { return first_[0]; }
-  const SimActivity& back() const { return first_[size_ - 1]; }
+  SimActivity front() const { return (*this)[0]; }
+  SimActivity back() const { return (*this)[size_ - 1]; }
 
  private:
+  static SimActivity join(const SimActivityRecord& r, const SimActivity* facts) {
+    SimActivity a = facts[r.task];
+    a.start_ns = r.start_ns;
+    a.end_ns = r.end_ns;
+    return a;
+  }
+
   std::shared_ptr<const void> owner_;
-  const SimActivity* first_ = nullptr;
+  const SimActivityRecord* first_ = nullptr;
+  const SimActivity* facts_ = nullptr;
   size_t size_ = 0;
 };
 
