@@ -214,6 +214,7 @@ struct ActivityStore {
   };
   std::unique_ptr<SimActivityRecord, Free> records;
   std::vector<std::vector<SimActivity>> facts;  // per program; empty when no rank of it is simulated
+  std::vector<SimLongActivity> long_activities;  // sorted by record at the end of the run
 };
 
 std::vector<SimActivity> taskFacts(const RankPlan& rp) {
@@ -659,7 +660,14 @@ void Engine::finishTask(int ri, int ti) {
   // (isCurrentCompletion drops stale events; the test of one activity per
   // task guards it): no bounds check on this path, only in debug builds.
   assert(r.out < r.first + r.plan->tasks.size());
-  *r.out++ = SimActivityRecord{s.started_ns, now_, ti};
+  const int64_t duration = now_ - s.started_ns;
+  if (duration < int64_t(SimActivityRecord::kLongDuration)) {
+    *r.out = SimActivityRecord{s.started_ns, ti, uint32_t(duration)};
+  } else {
+    *r.out = SimActivityRecord{s.started_ns, ti, SimActivityRecord::kLongDuration};
+    activities_->long_activities.push_back(SimLongActivity{r.out, now_});
+  }
+  ++r.out;
   ++result_.stats.tasks;
   if (t.record_event >= 0) r.event_bits[size_t(t.record_event) >> 6] |= uint64_t(1) << (t.record_event & 63);
   s.busy = false;
@@ -711,6 +719,10 @@ SimResult Engine::run() {
     for (const StreamState& s : r.streams)
       if (s.head < s.tasks->size()) reportDeadlock();
 
+  std::vector<SimLongActivity>& long_activities = activities_->long_activities;
+  std::sort(long_activities.begin(), long_activities.end(), [](const SimLongActivity& a, const SimLongActivity& b) {
+    return std::less<const SimActivityRecord*>()(a.record, b.record);
+  });
   // Results: every world rank, represented ones sharing their program's timeline.
   result_.stats.flows = net_.flowsStarted();
   result_.stats.rate_recomputations = net_.rateRecomputations();
@@ -726,8 +738,9 @@ SimResult Engine::run() {
     if (ri >= 0) {
       const RankState& st = ranks_[size_t(ri)];
       out.activities = SimActivityList(activities_, st.first, size_t(st.out - st.first),
-                                       activities_->facts[size_t(st.program)].data());
-      out.end_ns = (st.out == st.first ? 0 : st.out[-1].end_ns) + cost_.stepOverheadNs();
+                                       activities_->facts[size_t(st.program)].data(), long_activities.data(),
+                                       long_activities.data() + long_activities.size());
+      out.end_ns = (st.out == st.first ? 0 : out.activities.endNs(st.out[-1])) + cost_.stepOverheadNs();
     }
   }
   for (int r = 0; r < world; ++r) {

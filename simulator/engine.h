@@ -12,8 +12,10 @@
 // collective builder and the flow network. Same inputs give identical results.
 
 #include <cstddef>
+#include <algorithm>
 #include <compare>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <stdexcept>
@@ -66,16 +68,37 @@ struct SimActivity {
   int64_t bytes = 0;
 };
 
-// What the engine stores per simulated task: the times and the task index,
-// 24 bytes (the 4 bytes after `task` are padding), where a full SimActivity
-// is 64. With every rank of thousands simulated, writing the records is most
-// of the memory traffic that grows with the rank count (docs/benchmarks.md).
+// What the engine stores per simulated task: the task index, start and
+// duration, 16 bytes, where a full SimActivity is 64. With every rank of
+// thousands simulated, writing the records is most of the memory traffic
+// that grows with the rank count (docs/benchmarks.md). A duration of 2^32 - 1
+// ns (4.3 s) or more does not fit: the record says kLongDuration and the
+// end is in the run's table of long activities (SimLongActivity).
 struct SimActivityRecord {
+  static constexpr uint32_t kLongDuration = UINT32_MAX;
   int64_t start_ns = 0;
-  int64_t end_ns = 0;
-  int32_t task = -1;  // index in the program's task list
+  int32_t task = -1;          // index in the program's task list
+  uint32_t duration_ns = 0;   // end - start, or kLongDuration
 };
-static_assert(sizeof(SimActivityRecord) == 24);
+static_assert(sizeof(SimActivityRecord) == 16);
+
+// The end of a record whose duration is kLongDuration; a run's table is
+// sorted by record address.
+struct SimLongActivity {
+  const SimActivityRecord* record = nullptr;
+  int64_t end_ns = 0;
+};
+
+// The end time of `r`, a record of a run whose long activities are
+// [long_first, long_last).
+inline int64_t activityEndNs(const SimActivityRecord& r, const SimLongActivity* long_first,
+                             const SimLongActivity* long_last) {
+  if (r.duration_ns != SimActivityRecord::kLongDuration) return r.start_ns + int64_t(r.duration_ns);
+  const SimLongActivity* it = std::lower_bound(long_first, long_last, &r, [](const SimLongActivity& l, const SimActivityRecord* p) {
+    return std::less<const SimActivityRecord*>()(l.record, p);
+  });
+  return it->end_ns;  // the engine puts every long record in the table
+}
 
 // One rank's activities, read-only: a view into a block that holds the
 // records of every simulated rank of a run (rank after rank), and into a
@@ -109,9 +132,9 @@ class SimActivityList {
     using pointer = void;
 
     const_iterator() = default;
-    const_iterator(const SimActivityRecord* rec, const SimActivity* facts) : rec_(rec), facts_(facts) {}
-    SimActivity operator*() const { return join(*rec_, facts_); }
-    SimActivity operator[](difference_type n) const { return join(rec_[n], facts_); }
+    const_iterator(const SimActivityRecord* rec, const SimActivityList* list) : rec_(rec), list_(list) {}
+    SimActivity operator*() const { return list_->join(*rec_); }
+    SimActivity operator[](difference_type n) const { return list_->join(rec_[n]); }
     const_iterator& operator++() { ++rec_; return *this; }
     const_iterator operator++(int) { const_iterator t = *this; ++rec_; return t; }
     const_iterator& operator--() { --rec_; return *this; }
@@ -127,24 +150,29 @@ class SimActivityList {
 
    private:
     const SimActivityRecord* rec_ = nullptr;
-    const SimActivity* facts_ = nullptr;
+    const SimActivityList* list_ = nullptr;
   };
   using iterator = const_iterator;
 
   SimActivityList() = default;
-  // `first` points into the record block and `facts` (one entry per task of
-  // the rank's program) into a table, both kept alive by `owner`.
+  // `first` points into the record block, `facts` (one entry per task of
+  // the rank's program) into a table and [long_first, long_last) is the
+  // run's table of long activities, all kept alive by `owner`.
   SimActivityList(std::shared_ptr<const void> owner, const SimActivityRecord* first, size_t size,
-                  const SimActivity* facts)
-      : owner_(std::move(owner)), first_(first), facts_(facts), size_(size) {}
+                  const SimActivity* facts, const SimLongActivity* long_first, const SimLongActivity* long_last)
+      : owner_(std::move(owner)), first_(first), facts_(facts), long_first_(long_first), long_last_(long_last),
+        size_(size) {}
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  // The records as the engine wrote them (times and task index only).
+  // The records as the engine wrote them (task index, start, duration);
+  // endNs gives a record's end.
   const SimActivityRecord* records() const { return first_; }
-  const_iterator begin() const { return const_iterator(first_, facts_); }
-  const_iterator end() const { return const_iterator(first_ + size_, facts_); }
-  SimActivity operator[](size_t i) const { return join(first_[i], facts_); }
+  int64_t endNs(const SimActivityRecord& r) const { return activityEndNs(r, long_first_, long_last_); }
+  // A copy's iterators point to the copy: iterate a list that outlives them.
+  const_iterator begin() const { return const_iterator(first_, this); }
+  const_iterator end() const { return const_iterator(first_ + size_, this); }
+  SimActivity operator[](size_t i) const { return join(first_[i]); }
   SimActivity at(size_t i) const {
     if (i >= size_) throw std::out_of_range("SimActivityList::at: " + std::to_string(i) + " >= " + std::to_string(size_));
     return (*this)[i];
@@ -153,16 +181,18 @@ class SimActivityList {
   SimActivity back() const { return (*this)[size_ - 1]; }
 
  private:
-  static SimActivity join(const SimActivityRecord& r, const SimActivity* facts) {
-    SimActivity a = facts[r.task];
+  SimActivity join(const SimActivityRecord& r) const {
+    SimActivity a = facts_[r.task];
     a.start_ns = r.start_ns;
-    a.end_ns = r.end_ns;
+    a.end_ns = endNs(r);
     return a;
   }
 
   std::shared_ptr<const void> owner_;
   const SimActivityRecord* first_ = nullptr;
   const SimActivity* facts_ = nullptr;
+  const SimLongActivity* long_first_ = nullptr;
+  const SimLongActivity* long_last_ = nullptr;
   size_t size_ = 0;
 };
 
