@@ -142,7 +142,7 @@ struct RankState {
   // block (Engine::activities_), one record per task of its program. A rank
   // ends when its last task does (time only moves forward), so its end time
   // is the last record's and needs no field of its own.
-  SimActivity* out = nullptr;
+  SimActivityRecord* out = nullptr;
   // The program's task durations on this rank's kind of device (-1 until a
   // task first runs), shared by every rank of the program on such devices:
   // a task's duration depends on the task and the device's figures only
@@ -153,7 +153,7 @@ struct RankState {
   int device = 0;
   int rank = 0;
   int program = 0;
-  SimActivity* first = nullptr;  // start of the rank's slice
+  SimActivityRecord* first = nullptr;  // start of the rank's slice
   bool eventDone(int e) const { return (event_bits[size_t(e) >> 6] >> (e & 63)) & 1; }
   const std::vector<int>* event_recorder = nullptr;  // the program's
   std::map<int, int64_t> group_seq;  // per group index: collectives reached
@@ -183,17 +183,16 @@ struct Instance {
   int record = -1;  // index into result collectives
 };
 
-// Storage for `count` activities, uninitialized (every record is written
-// before a list refers to it). Large blocks are aligned to the 2 MiB huge
-// page of x86-64 and Linux and advised to the kernel as huge-page memory: the
-// ranks write their records at thousands of places at once (one slice per
-// rank), and with 4 KiB pages each of those places is a page of its own in
-// the TLB. Small blocks are aligned to a cache line, so that a 64-byte
-// record fills one line instead of straddling two.
-std::shared_ptr<SimActivity> allocateActivities(size_t count) {
+// Storage for `count` activity records, uninitialized (every record is
+// written before a list refers to it). Large blocks are aligned to the 2 MiB
+// huge page of x86-64 and Linux and advised to the kernel as huge-page
+// memory: the ranks write their records at thousands of places at once (one
+// slice per rank), and with 4 KiB pages each of those places is a page of its
+// own in the TLB. Small blocks are aligned to a cache line.
+SimActivityRecord* allocateRecords(size_t count) {
   constexpr size_t kHugePage = size_t(2) << 20;
   constexpr size_t kLine = 64;
-  const size_t bytes = std::max<size_t>(count, 1) * sizeof(SimActivity);
+  const size_t bytes = std::max<size_t>(count, 1) * sizeof(SimActivityRecord);
   const size_t align = bytes >= kHugePage ? kHugePage : kLine;
   const size_t size = (bytes + align - 1) / align * align;  // aligned_alloc wants a multiple
   void* p = std::aligned_alloc(align, size);
@@ -202,7 +201,40 @@ std::shared_ptr<SimActivity> allocateActivities(size_t count) {
   // A hint: without transparent huge pages (or with them off) it does nothing.
   if (align == kHugePage) (void)madvise(p, size, MADV_HUGEPAGE);
 #endif
-  return std::shared_ptr<SimActivity>(static_cast<SimActivity*>(p), [](SimActivity* q) { std::free(q); });
+  return static_cast<SimActivityRecord*>(p);
+}
+
+// What a run's activity lists share: the record block and, per program, the
+// plan's fields of each task as a SimActivity (times zero), which the lists
+// join with the records. One table per program, not per rank, so the copy
+// costs the program's task count once, however many ranks run it.
+struct ActivityStore {
+  struct Free {
+    void operator()(SimActivityRecord* p) const { std::free(p); }
+  };
+  std::unique_ptr<SimActivityRecord, Free> records;
+  std::vector<std::vector<SimActivity>> facts;  // per program; empty when no rank of it is simulated
+  std::vector<SimLongActivity> long_activities;  // sorted by record at the end of the run
+};
+
+std::vector<SimActivity> taskFacts(const RankPlan& rp) {
+  std::vector<SimActivity> out;
+  out.reserve(rp.tasks.size());
+  for (size_t i = 0; i < rp.tasks.size(); ++i) {
+    const Task& t = rp.tasks[i];
+    SimActivity a;
+    a.task = int(i);
+    a.task_id = t.id;
+    a.stream = t.stream;
+    a.kind = t.kind;
+    a.phase = t.phase;
+    a.layer = t.layer;
+    a.micro_batch = t.micro_batch;
+    a.flops = t.flops;
+    a.bytes = t.collective ? t.collective->bytes : t.bytes_read + t.bytes_written;
+    out.push_back(a);
+  }
+  return out;
 }
 
 class Engine {
@@ -254,7 +286,7 @@ class Engine {
   std::vector<int> device_class_;  // per topology device
   std::vector<RankState> ranks_;          // simulated ranks
   std::vector<StreamState> stream_states_;  // every simulated rank's streams, rank after rank
-  std::shared_ptr<SimActivity> activities_;  // every simulated rank's activities, rank after rank
+  std::shared_ptr<ActivityStore> activities_;  // every simulated rank's records, rank after rank; task tables
   std::vector<uint64_t> event_words_;       // every simulated rank's recorded-event bits, likewise
   std::vector<int> rank_state_of_;        // world rank -> index in ranks_, -1 when represented
   std::vector<int> rank_device_;
@@ -379,7 +411,9 @@ void Engine::setup() {
     total_words += event_slices[i];
     total_tasks += ranks_[i].plan->tasks.size();
   }
-  activities_ = allocateActivities(total_tasks);
+  activities_ = std::make_shared<ActivityStore>();
+  activities_->records.reset(allocateRecords(total_tasks));
+  activities_->facts.resize(plan_.programs.size());
   total_tasks = 0;
   stream_states_.assign(total_streams, StreamState{});
   event_words_.assign(total_words, 0);
@@ -390,8 +424,10 @@ void Engine::setup() {
     st.event_bits = std::span<uint64_t>(event_words_.data() + total_words, event_slices[i]);
     total_streams += stream_slices[i];
     total_words += event_slices[i];
-    st.first = st.out = activities_.get() + total_tasks;  // each task ends once: exactly its program's count
+    st.first = st.out = activities_->records.get() + total_tasks;  // each task ends once: exactly its program's count
     total_tasks += st.plan->tasks.size();
+    std::vector<SimActivity>& facts = activities_->facts[size_t(st.program)];
+    if (facts.empty()) facts = taskFacts(*st.plan);
     const ProgramQueues& q = queues_[size_t(st.program)];
     for (size_t si = 0; si < st.streams.size(); ++si) st.streams[si].tasks = &q.stream_tasks[si];
   }
@@ -620,23 +656,18 @@ void Engine::finishTask(int ri, int ti) {
   RankState& r = ranks_[size_t(ri)];
   const Task& t = r.plan->tasks[size_t(ti)];
   StreamState& s = r.streams[size_t(t.stream)];
-  SimActivity a;
-  a.task = ti;
-  a.task_id = t.id;
-  a.stream = t.stream;
-  a.start_ns = s.started_ns;
-  a.end_ns = now_;
-  a.kind = t.kind;
-  a.phase = t.phase;
-  a.layer = t.layer;
-  a.micro_batch = t.micro_batch;
-  a.flops = t.flops;
-  a.bytes = t.collective ? t.collective->bytes : t.bytes_read + t.bytes_written;
   // The slice holds one record per task of the program, and a task ends once
   // (isCurrentCompletion drops stale events; the test of one activity per
   // task guards it): no bounds check on this path, only in debug builds.
   assert(r.out < r.first + r.plan->tasks.size());
-  *r.out++ = a;
+  const int64_t duration = now_ - s.started_ns;
+  if (duration < int64_t(SimActivityRecord::kLongDuration)) {
+    *r.out = SimActivityRecord{s.started_ns, ti, uint32_t(duration)};
+  } else {
+    *r.out = SimActivityRecord{s.started_ns, ti, SimActivityRecord::kLongDuration};
+    activities_->long_activities.push_back(SimLongActivity{r.out, now_});
+  }
+  ++r.out;
   ++result_.stats.tasks;
   if (t.record_event >= 0) r.event_bits[size_t(t.record_event) >> 6] |= uint64_t(1) << (t.record_event & 63);
   s.busy = false;
@@ -688,6 +719,10 @@ SimResult Engine::run() {
     for (const StreamState& s : r.streams)
       if (s.head < s.tasks->size()) reportDeadlock();
 
+  std::vector<SimLongActivity>& long_activities = activities_->long_activities;
+  std::sort(long_activities.begin(), long_activities.end(), [](const SimLongActivity& a, const SimLongActivity& b) {
+    return std::less<const SimActivityRecord*>()(a.record, b.record);
+  });
   // Results: every world rank, represented ones sharing their program's timeline.
   result_.stats.flows = net_.flowsStarted();
   result_.stats.rate_recomputations = net_.rateRecomputations();
@@ -702,8 +737,10 @@ SimResult Engine::run() {
     const int ri = rank_state_of_[size_t(r)];
     if (ri >= 0) {
       const RankState& st = ranks_[size_t(ri)];
-      out.activities = SimActivityList(activities_, st.first, size_t(st.out - st.first));
-      out.end_ns = (out.activities.empty() ? 0 : out.activities.back().end_ns) + cost_.stepOverheadNs();
+      out.activities = SimActivityList(activities_, st.first, size_t(st.out - st.first),
+                                       activities_->facts[size_t(st.program)].data(), long_activities.data(),
+                                       long_activities.data() + long_activities.size());
+      out.end_ns = (st.out == st.first ? 0 : out.activities.endNs(st.out[-1])) + cost_.stepOverheadNs();
     }
   }
   for (int r = 0; r < world; ++r) {

@@ -12,7 +12,11 @@
 // collective builder and the flow network. Same inputs give identical results.
 
 #include <cstddef>
+#include <algorithm>
+#include <compare>
 #include <cstdint>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -46,8 +50,10 @@ struct SimOptions {
   std::vector<int> rank_device;
 };
 
-// One task as it ran. Everything but the name is copied from the plan task;
-// the name stays in the plan (SimResult::programOf gives the program).
+// One task as it ran, as consumers read it. Only start_ns and end_ns (and
+// which task) are decided by the simulation; the rest is the plan task's
+// (SimActivityList puts the two together). The name stays in the plan
+// (SimRank::program indexes Plan::programs).
 struct SimActivity {
   int task = -1;  // index in the program's task list (== Task::id for planner plans)
   int task_id = -1;
@@ -62,9 +68,47 @@ struct SimActivity {
   int64_t bytes = 0;
 };
 
+// What the engine stores per simulated task: the task index, start and
+// duration, 16 bytes, where a full SimActivity is 64. With every rank of
+// thousands simulated, writing the records is most of the memory traffic
+// that grows with the rank count (docs/benchmarks.md). A duration of 2^32 - 1
+// ns (4.3 s) or more does not fit: the record says kLongDuration and the
+// end is in the run's table of long activities (SimLongActivity).
+struct SimActivityRecord {
+  static constexpr uint32_t kLongDuration = UINT32_MAX;
+  int64_t start_ns = 0;
+  int32_t task = -1;          // index in the program's task list
+  uint32_t duration_ns = 0;   // end - start, or kLongDuration
+};
+static_assert(sizeof(SimActivityRecord) == 16);
+
+// The end of a record whose duration is kLongDuration; a run's table is
+// sorted by record address.
+struct SimLongActivity {
+  const SimActivityRecord* record = nullptr;
+  int64_t end_ns = 0;
+};
+
+// The end time of `r`, a record of a run whose long activities are
+// [long_first, long_last).
+inline int64_t activityEndNs(const SimActivityRecord& r, const SimLongActivity* long_first,
+                             const SimLongActivity* long_last) {
+  if (r.duration_ns != SimActivityRecord::kLongDuration) return r.start_ns + int64_t(r.duration_ns);
+  const SimLongActivity* it = std::lower_bound(long_first, long_last, &r, [](const SimLongActivity& l, const SimActivityRecord* p) {
+    return std::less<const SimActivityRecord*>()(l.record, p);
+  });
+  return it->end_ns;  // the engine puts every long record in the table
+}
+
 // One rank's activities, read-only: a view into a block that holds the
-// activities of every simulated rank of a run (rank after rank). Copies share
-// the block; it is freed with the last list that refers to it.
+// records of every simulated rank of a run (rank after rank), and into a
+// table with one SimActivity per task of the rank's program holding the
+// plan's fields (times zero). Element i is the table's entry for record i's
+// task with the record's times, returned by value. The table is a copy of
+// the plan's fields made once per program, not a pointer into the Plan, so a
+// result stays valid after the Plan it was simulated from is gone (callers
+// pass temporaries). Copies of a list share the block and the tables; they
+// are freed with the last list that refers to them.
 //
 // Why one block and not a vector per rank: with every rank of thousands
 // simulated, each task's record goes to a different rank's buffer, so each
@@ -75,30 +119,80 @@ struct SimActivity {
 class SimActivityList {
  public:
   using value_type = SimActivity;
-  using const_iterator = const SimActivity*;
+
+  // Random access over the records, yielding SimActivity values (so a
+  // `const SimActivity&` bound to an element binds to a temporary).
+  class const_iterator {
+   public:
+    using iterator_concept = std::random_access_iterator_tag;
+    using iterator_category = std::input_iterator_tag;  // elements are values, not references
+    using value_type = SimActivity;
+    using difference_type = std::ptrdiff_t;
+    using reference = SimActivity;
+    using pointer = void;
+
+    const_iterator() = default;
+    const_iterator(const SimActivityRecord* rec, const SimActivityList* list) : rec_(rec), list_(list) {}
+    SimActivity operator*() const { return list_->join(*rec_); }
+    SimActivity operator[](difference_type n) const { return list_->join(rec_[n]); }
+    const_iterator& operator++() { ++rec_; return *this; }
+    const_iterator operator++(int) { const_iterator t = *this; ++rec_; return t; }
+    const_iterator& operator--() { --rec_; return *this; }
+    const_iterator operator--(int) { const_iterator t = *this; --rec_; return t; }
+    const_iterator& operator+=(difference_type n) { rec_ += n; return *this; }
+    const_iterator& operator-=(difference_type n) { rec_ -= n; return *this; }
+    friend const_iterator operator+(const_iterator i, difference_type n) { return i += n; }
+    friend const_iterator operator+(difference_type n, const_iterator i) { return i += n; }
+    friend const_iterator operator-(const_iterator i, difference_type n) { return i -= n; }
+    friend difference_type operator-(const const_iterator& a, const const_iterator& b) { return a.rec_ - b.rec_; }
+    friend bool operator==(const const_iterator& a, const const_iterator& b) { return a.rec_ == b.rec_; }
+    friend auto operator<=>(const const_iterator& a, const const_iterator& b) { return a.rec_ <=> b.rec_; }
+
+   private:
+    const SimActivityRecord* rec_ = nullptr;
+    const SimActivityList* list_ = nullptr;
+  };
   using iterator = const_iterator;
 
   SimActivityList() = default;
-  // `first` points into the block that `owner` keeps alive.
-  SimActivityList(std::shared_ptr<const void> owner, const SimActivity* first, size_t size)
-      : owner_(std::move(owner)), first_(first), size_(size) {}
+  // `first` points into the record block, `facts` (one entry per task of
+  // the rank's program) into a table and [long_first, long_last) is the
+  // run's table of long activities, all kept alive by `owner`.
+  SimActivityList(std::shared_ptr<const void> owner, const SimActivityRecord* first, size_t size,
+                  const SimActivity* facts, const SimLongActivity* long_first, const SimLongActivity* long_last)
+      : owner_(std::move(owner)), first_(first), facts_(facts), long_first_(long_first), long_last_(long_last),
+        size_(size) {}
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  const SimActivity* data() const { return first_; }
-  const SimActivity* begin() const { return first_; }
-  const SimActivity* end() const { return first_ + size_; }
-  const SimActivity& operator[](size_t i) const { return first_[i]; }
-  const SimActivity& at(size_t i) const {
+  // The records as the engine wrote them (task index, start, duration);
+  // endNs gives a record's end.
+  const SimActivityRecord* records() const { return first_; }
+  int64_t endNs(const SimActivityRecord& r) const { return activityEndNs(r, long_first_, long_last_); }
+  // A copy's iterators point to the copy: iterate a list that outlives them.
+  const_iterator begin() const { return const_iterator(first_, this); }
+  const_iterator end() const { return const_iterator(first_ + size_, this); }
+  SimActivity operator[](size_t i) const { return join(first_[i]); }
+  SimActivity at(size_t i) const {
     if (i >= size_) throw std::out_of_range("SimActivityList::at: " + std::to_string(i) + " >= " + std::to_string(size_));
-    return first_[i];
+    return (*this)[i];
   }
-  const SimActivity& front() const { return first_[0]; }
-  const SimActivity& back() const { return first_[size_ - 1]; }
+  SimActivity front() const { return (*this)[0]; }
+  SimActivity back() const { return (*this)[size_ - 1]; }
 
  private:
+  SimActivity join(const SimActivityRecord& r) const {
+    SimActivity a = facts_[r.task];
+    a.start_ns = r.start_ns;
+    a.end_ns = endNs(r);
+    return a;
+  }
+
   std::shared_ptr<const void> owner_;
-  const SimActivity* first_ = nullptr;
+  const SimActivityRecord* first_ = nullptr;
+  const SimActivity* facts_ = nullptr;
+  const SimLongActivity* long_first_ = nullptr;
+  const SimLongActivity* long_last_ = nullptr;
   size_t size_ = 0;
 };
 

@@ -51,7 +51,7 @@ SimRankSummary summarizeRank(const SimResult& result, int rank) {
   s.step_ns = src.end_ns;
   s.peak_memory_bytes = own.peak_memory_bytes;
   Intervals compute, comm, all;
-  for (const SimActivity& a : src.activities) {
+  for (const SimActivity a : src.activities) {
     const auto iv = std::make_pair(a.start_ns, a.end_ns);
     all.push_back(iv);
     const bool is_comm = a.kind == TaskKind::Collective || a.kind == TaskKind::SendRecv;

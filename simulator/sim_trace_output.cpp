@@ -120,7 +120,7 @@ int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Top
     const RankPlan& rp = plan.programs[size_t(r.program)];
     for (const StreamInfo& s : rp.streams)
       w.addStream(traces::StreamRow{r.rank, s.id, streamKind(s.kind), s.name, r.device});
-    for (const SimActivity& a : src.activities) {
+    for (const SimActivity a : src.activities) {
       const Task& t = rp.tasks[size_t(a.task)];
       traces::ActivityRow row;
       row.rank = r.rank;

@@ -41,8 +41,9 @@ RankPlan overlapProgram() {
   return rp;
 }
 
-const SimActivity& activityOf(const SimRank& r, int task_id) {
-  for (const auto& a : r.activities)
+// By value: the list joins each record with the plan's fields on access.
+SimActivity activityOf(const SimRank& r, int task_id) {
+  for (const SimActivity a : r.activities)
     if (a.task_id == task_id) return a;
   FAIL("no activity for task " << task_id);
   return r.activities.front();
@@ -68,10 +69,10 @@ TEST_CASE("streams run in order, events join them, communication overlaps comput
   SimResult r = simulatePlan(plan, topo, cost, idealOptions());
   REQUIRE(r.ranks.size() == 4);
   const SimRank& r0 = r.ranks[0];
-  const SimActivity& k1 = activityOf(r0, 1);
-  const SimActivity& ar = activityOf(r0, 2);
-  const SimActivity& k3 = activityOf(r0, 3);
-  const SimActivity& k4 = activityOf(r0, 4);
+  const SimActivity k1 = activityOf(r0, 1);
+  const SimActivity ar = activityOf(r0, 2);
+  const SimActivity k3 = activityOf(r0, 3);
+  const SimActivity k4 = activityOf(r0, 4);
   CHECK(ar.start_ns == k1.end_ns);         // waits for event 0
   CHECK(k3.start_ns == k1.end_ns);         // same stream, next in order
   CHECK(k4.start_ns == std::max(k3.end_ns, ar.end_ns));
@@ -84,6 +85,73 @@ TEST_CASE("streams run in order, events join them, communication overlaps comput
   CHECK(s.overlap_ns + s.exposed_comm_ns == s.comm_ns);
   CHECK(s.peak_memory_bytes == 12345);
   CHECK(s.backward_ns == k3.end_ns - k3.start_ns);
+}
+
+TEST_CASE("activities carry the plan task's fields and outlive the plan", "[engine]") {
+  // The engine stores only each activity's task and times; the list fills in
+  // the rest from its own copy of the program's tasks, so it must still give
+  // the plan's values after the Plan is gone.
+  RankPlan rp = overlapProgram();
+  rp.tasks[1].layer = 7;
+  rp.tasks[1].micro_batch = 3;
+  rp.tasks[1].bytes_read = 1000;
+  rp.tasks[1].bytes_written = 24;
+  SimResult r;
+  {
+    const Plan plan = uniformPlan(2, rp);
+    r = simulatePlan(plan, ringTopology(2, 100, 500), RooflineCostModel(), idealOptions());
+  }
+  for (const SimRank& rank : r.ranks) {
+    REQUIRE(rank.activities.size() == rp.tasks.size());
+    size_t i = 0;
+    for (auto it = rank.activities.begin(); it != rank.activities.end(); ++it, ++i) {
+      const SimActivity a = *it;
+      REQUIRE(a.task >= 0);
+      REQUIRE(a.task < int(rp.tasks.size()));
+      const Task& t = rp.tasks[size_t(a.task)];
+      CHECK(a.task_id == t.id);
+      CHECK(a.stream == t.stream);
+      CHECK(a.kind == t.kind);
+      CHECK(a.phase == t.phase);
+      CHECK(a.layer == t.layer);
+      CHECK(a.micro_batch == t.micro_batch);
+      CHECK(a.flops == t.flops);
+      CHECK(a.bytes == (t.collective ? t.collective->bytes : t.bytes_read + t.bytes_written));
+      // Iteration, indexing and the raw records agree.
+      CHECK(rank.activities[i].task == a.task);
+      CHECK(rank.activities.records()[i].task == a.task);
+      CHECK(rank.activities.records()[i].start_ns == a.start_ns);
+      CHECK(rank.activities.endNs(rank.activities.records()[i]) == a.end_ns);
+      CHECK(a.end_ns >= a.start_ns);
+    }
+  }
+  const SimActivity k1 = activityOf(r.ranks[0], 1);
+  CHECK(k1.layer == 7);
+  CHECK(k1.micro_batch == 3);
+  CHECK(k1.bytes == 1024);
+}
+
+TEST_CASE("activities longer than a record's duration field keep their end", "[engine]") {
+  // A record holds the duration in 32 bits (up to 4.3 s); longer tasks keep
+  // their end in the run's table of long activities.
+  RankPlan rp = twoStreamProgram();
+  rp.tasks.push_back(kernel(0, 0, 1e9, 0));
+  rp.tasks.push_back(kernel(1, 0, 1e16, 0));  // about 14 s at 70% of 1e15 FLOP/s
+  rp.tasks.push_back(kernel(2, 0, 1e9, 0));
+  rp.tasks.push_back(kernel(3, 1, 2e16, 0));  // another stream: two long records interleaved
+  const RooflineCostModel cost;
+  const SimResult r = simulatePlan(uniformPlan(2, rp), ringTopology(2, 100, 500), cost, idealOptions());
+  for (const SimRank& rank : r.ranks) {
+    const SimActivity k0 = activityOf(rank, 0), k1 = activityOf(rank, 1), k2 = activityOf(rank, 2),
+                      k3 = activityOf(rank, 3);
+    CHECK(k1.end_ns - k1.start_ns > int64_t(UINT32_MAX));
+    CHECK(k3.end_ns - k3.start_ns > k1.end_ns - k1.start_ns);
+    CHECK(k1.start_ns == k0.end_ns);  // same stream, in order
+    CHECK(k2.start_ns == k1.end_ns);
+    CHECK(k2.end_ns - k2.start_ns == k0.end_ns - k0.start_ns);  // same task shape, short
+    CHECK(rank.end_ns == std::max(k2.end_ns, k3.end_ns) + cost.stepOverheadNs());
+  }
+  CHECK(r.step_ns == r.ranks[0].end_ns);
 }
 
 TEST_CASE("the same inputs give identical results", "[engine]") {
@@ -134,8 +202,8 @@ TEST_CASE("a collective waits for its slowest member", "[engine]") {
   plan.programs = {fast, slow};
   RooflineCostModel cost;
   SimResult r = simulatePlan(plan, topo, cost, idealOptions(SymmetryMode::Auto));
-  const SimActivity& a0 = r.ranks[0].activities.at(0);
-  const SimActivity& a1 = activityOf(r.ranks[1], 1);
+  const SimActivity a0 = r.ranks[0].activities.at(0);
+  const SimActivity a1 = activityOf(r.ranks[1], 1);
   CHECK(a0.start_ns == 0);  // rank 0 enters at once and spins
   CHECK(a1.start_ns > 1'000'000);
   CHECK(a0.end_ns == a1.end_ns);
@@ -164,10 +232,10 @@ TEST_CASE("send and recv match by order between the same two ranks", "[engine]")
   plan.programs = {sender, receiver};
   RooflineCostModel cost;
   SimResult r = simulatePlan(plan, topo, cost, idealOptions());
-  const SimActivity& s0 = activityOf(r.ranks[0], 0);
-  const SimActivity& s1 = activityOf(r.ranks[0], 1);
-  const SimActivity& v0 = activityOf(r.ranks[1], 1);
-  const SimActivity& v1 = activityOf(r.ranks[1], 2);
+  const SimActivity s0 = activityOf(r.ranks[0], 0);
+  const SimActivity s1 = activityOf(r.ranks[0], 1);
+  const SimActivity v0 = activityOf(r.ranks[1], 1);
+  const SimActivity v1 = activityOf(r.ranks[1], 2);
   CHECK(s0.end_ns == v0.end_ns);
   CHECK(s1.end_ns == v1.end_ns);
   // The first transfer starts when the receiver posts its recv: 1 us link
@@ -301,8 +369,8 @@ TEST_CASE("compute slows while a collective runs on the same GPU", "[engine]") {
   Plan plan = uniformPlan(2, rp);
   const RooflineParams params = RooflineParams::defaults();
   const auto [a, b] = slowedAndPlain(plan, topo, 1.5);
-  const SimActivity& ka = activityOf(a.ranks[0], 1);
-  const SimActivity& kb = activityOf(b.ranks[0], 1);
+  const SimActivity ka = activityOf(a.ranks[0], 1);
+  const SimActivity kb = activityOf(b.ranks[0], 1);
   CHECK(kb.end_ns - kb.start_ns == 1'000'000 + params.launch_overhead_ns);
   CHECK(ka.end_ns - ka.start_ns == int64_t((1'000'000 + params.launch_overhead_ns) * 1.5));
 }
@@ -323,9 +391,9 @@ TEST_CASE("a kernel slows only for the part of it a collective is resident", "[e
   // One activity per task: the collective follows a kernel on its stream and
   // must not be taken for that kernel when the residency changes.
   REQUIRE(a.ranks[0].activities.size() == rp.tasks.size());
-  const SimActivity& k = activityOf(a.ranks[0], 0);
-  const SimActivity& c = activityOf(a.ranks[0], 2);
-  const SimActivity& kb = activityOf(b.ranks[0], 0);
+  const SimActivity k = activityOf(a.ranks[0], 0);
+  const SimActivity c = activityOf(a.ranks[0], 2);
+  const SimActivity kb = activityOf(b.ranks[0], 0);
   const int64_t resident = c.end_ns - c.start_ns;
   REQUIRE(c.start_ns > k.start_ns);
   REQUIRE(c.end_ns < k.end_ns);  // the collective lies inside the kernel
@@ -346,8 +414,8 @@ TEST_CASE("a collective after a kernel on the same stream is not slowed as a ker
   Plan plan = uniformPlan(2, rp);
   const auto [a, b] = slowedAndPlain(plan, topo, 1.5);
   REQUIRE(a.ranks[0].activities.size() == 2);
-  const SimActivity& ca = activityOf(a.ranks[0], 1);
-  const SimActivity& cb = activityOf(b.ranks[0], 1);
+  const SimActivity ca = activityOf(a.ranks[0], 1);
+  const SimActivity cb = activityOf(b.ranks[0], 1);
   CHECK(ca.end_ns - ca.start_ns > 90'000);
   CHECK(ca.end_ns - ca.start_ns == cb.end_ns - cb.start_ns);
   CHECK(a.step_ns == b.step_ns);
@@ -432,7 +500,7 @@ ops:
   rp.tasks.push_back(mm);
   rp.tasks.push_back(gelu);
   const SimResult r = simulatePlan(uniformPlan(1, rp), ringTopology(1, 100, 100), model, idealOptions());
-  const SimActivity& g = activityOf(r.ranks[0], 1);
+  const SimActivity g = activityOf(r.ranks[0], 1);
   CHECK(g.end_ns == g.start_ns);
   CHECK(r.step_ns == 5000);
 }
