@@ -180,10 +180,7 @@ int applyEpilogueFusion(RankPlan& p) {
     q.fused_into = runs.id;
     // The cost facts follow the work: the launching task does both tasks'
     // FLOPs (step totals stay the same) and the fused kernel's memory
-    // traffic; the quiet task issues nothing. GELU_AUX writes GELU's output
-    // besides the pre-activation and no longer reads the pre-activation
-    // back; DGELU reads the pre-activation and writes GELU backward's output
-    // instead of the data gradient (same size), which nobody reads back.
+    // traffic; the quiet task issues nothing.
     if (c.epilogue == Epilogue::AddLayerNorm) {
       // One kernel reads the add's inputs and writes the sum and the
       // layernorm's outputs; the layernorm no longer reads the sum back.
@@ -199,6 +196,10 @@ int applyEpilogueFusion(RankPlan& p) {
       ++fused;
       continue;
     }
+    // GELU_AUX writes GELU's output besides the pre-activation and no longer
+    // reads the pre-activation back; DGELU reads the pre-activation and
+    // writes GELU backward's output instead of the data gradient (same
+    // size), which nobody reads back.
     const Task& gelu = p.tasks[size_t(c.partner)];
     const Task& gemm = p.tasks[size_t(c.gemm)];
     const int64_t gemm_read = gemm.bytes_read, gemm_written = gemm.bytes_written;
