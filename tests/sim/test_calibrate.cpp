@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <unistd.h>
 
 #include "engine/planner.h"
 #include "simulator/calibrate.h"
@@ -18,19 +16,11 @@
 #include "simulator/topology_presets.h"
 #include "traces/sqlite_util.h"
 #include "traces/trace_writer.h"
+#include "tests/traces/test_fixtures.h"
 
 using namespace tandem;
 
 namespace {
-
-std::string tempPath(const std::string& name) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("tandem-calibrate-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path p = dir / name;
-  for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(p.string() + suffix);
-  return p.string();
-}
 
 JobSpec smallJob(int micro_batch, int layers) {
   JobSpec j = defaultJob();
@@ -69,7 +59,7 @@ int64_t simulate(const JobSpec& job, const sim::CostModel& cost, const sim::Cali
 
 TEST_CASE("Calibration fitted from a measured run predicts measured and unseen jobs", "[calibrate]") {
   const sim::RooflineCostModel truth = truthModel();
-  const std::string measured = tempPath("measured.sqlite");
+  const std::string measured = traces::testing::tempTracePath("measured.sqlite");
   const JobSpec seen = smallJob(8, 4);
   const int64_t seen_truth_ns = simulate(seen, truth, {}, measured);
 
@@ -101,7 +91,7 @@ TEST_CASE("Calibration fitted from a measured run predicts measured and unseen j
 }
 
 TEST_CASE("Calibration refuses runs it cannot re-plan", "[calibrate]") {
-  const std::string path = tempPath("nojob.sqlite");
+  const std::string path = traces::testing::tempTracePath("nojob.sqlite");
   {
     traces::TraceWriter w(path);
     traces::RunInfo r;
@@ -120,7 +110,7 @@ TEST_CASE("Calibration refuses runs it cannot re-plan", "[calibrate]") {
 // to show exactly those effects by known amounts.
 TEST_CASE("Calibration accounts for fused tasks, collective waits and host time per step", "[calibrate]") {
   const sim::RooflineCostModel truth = truthModel();
-  const std::string measured = tempPath("real-like.sqlite");
+  const std::string measured = traces::testing::tempTracePath("real-like.sqlite");
   const JobSpec job = smallJob(8, 4);
   simulate(job, truth, {}, measured);
   int64_t ce_bwd_tasks = 0;
