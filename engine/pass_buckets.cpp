@@ -29,13 +29,18 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return done[a] < done[b]; });
 
-  // Partition into buckets by byte size.
+  // Partition into buckets by byte size. Gradients completed by the same
+  // node stay in one bucket even past the cap: a second bucket could not
+  // start any earlier and would only add a collective's latency (GPT-2's
+  // wpe gradient, 1.5 MiB, cost 30 us alone after the 73.7 MiB wte bucket,
+  // both finished by the embedding backward).
   std::vector<std::vector<int>> groups;
   double cap = job.comm.first_bucket_mib * kMiB;
   double filled = 0;
   for (int p : order) {
     const double bytes = double(g.tensor(g.params[p].grad).bytes());
-    if (!groups.empty() && !groups.back().empty() && filled + bytes > cap) {
+    const bool same_node = !groups.empty() && !groups.back().empty() && done[groups.back().back()] == done[p];
+    if (!groups.empty() && !groups.back().empty() && filled + bytes > cap && !same_node) {
       groups.emplace_back();
       filled = 0;
       cap = job.comm.bucket_mib * kMiB;

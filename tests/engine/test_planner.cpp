@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "engine/memory_plan.h"
 #include "engine/planner.h"
@@ -205,6 +207,19 @@ TEST_CASE("Gradient buckets follow completion order and the size limits", "[plan
   int64_t total = 0;
   for (const auto& b : rp.buckets) total += b.bytes;
   CHECK(total == plan.summary.parameters * 2);  // bf16 gradients
+  // Gradients finished by the same task share a bucket: the embedding
+  // backward finishes wte and wpe, so the last bucket holds both (and is
+  // larger than the bucket cap because of wte alone).
+  for (size_t b = 1; b < rp.buckets.size(); ++b) {
+    const int last_of_previous = completes.at(rp.params[rp.buckets[b - 1].params.back()].grad);
+    const int first_of_this = completes.at(rp.params[rp.buckets[b].params.front()].grad);
+    CHECK(last_of_previous != first_of_this);
+  }
+  std::vector<std::string> last_bucket;
+  for (int p : rp.buckets.back().params) last_bucket.push_back(rp.params[p].name);
+  std::sort(last_bucket.begin(), last_bucket.end());
+  CHECK(last_bucket == std::vector<std::string>{"wpe", "wte"});
+  CHECK(double(rp.buckets.back().bytes) > job.comm.bucket_mib * 1048576.0);
 }
 
 TEST_CASE("Fusion: every GELU in its GEMM, every layernorm after a residual add in the add's kernel, on GPT-2 124M",
