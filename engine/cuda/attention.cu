@@ -287,8 +287,8 @@ bool attentionTensorCoreEligible(int64_t C, int64_t H, DType dt);
 void prepareAttentionKernels();
 void attentionForwardTc(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
                         int64_t H, cudaStream_t s);
-void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const void* lse, DType lse_dt,
-                         const float* delta, int64_t B, int64_t Tn, int64_t C, int64_t H, bool accumulate,
+void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
+                         DType lse_dt, float* delta, int64_t B, int64_t Tn, int64_t C, int64_t H, bool accumulate,
                          cudaStream_t s);
 
 void prepareKernels() {
@@ -319,6 +319,9 @@ int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H) { return B * H *
 void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,
                        const void* lse, DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H,
                        bool accumulate, DType dt, float* scratch, cudaStream_t s) {
+  // The tensor-core path computes delta inside its dQ kernel.
+  if (attentionTensorCoreEligible(C, H, dt))
+    return attentionBackwardTc(dqkv, dout, qkv, out, lse, lse_dt, scratch, B, Tn, C, H, accumulate, s);
   TANDEM_DISPATCH_DT(dt, {
     TANDEM_DISPATCH_HEAD_DIM(C / H, {
       const int64_t threads = B * H * Tn * (D * int64_t(sizeof(T)) / 16);
@@ -326,8 +329,6 @@ void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void
           scratch, static_cast<const T*>(dout), static_cast<const T*>(out), int(B), int(Tn), int(C), int(H));
     });
     TANDEM_CUDA_LAUNCH_CHECK();
-    if (attentionTensorCoreEligible(C, H, dt))
-      return attentionBackwardTc(dqkv, dout, qkv, lse, lse_dt, scratch, B, Tn, C, H, accumulate, s);
     TANDEM_DISPATCH_HEAD_DIM(C / H, (launchBackward<T, D>(dqkv, dout, qkv, lse, lse_dt, scratch, B,
                                                          Tn, C, H, accumulate, s)));
   });

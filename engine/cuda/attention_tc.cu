@@ -9,12 +9,16 @@
 // flight while one is used, with one barrier per tile. Never stores T x T.
 //
 // Backward in two kernels so every output element has one writer (no
-// atomics, deterministic): dK/dV per key tile looping over the query tiles
-// at or after it, dQ per query tile looping over the key tiles up to it; both
-// rebuild P from the forward's log-sum-exp. Accumulation is fp32; P and dS
+// atomics, deterministic): dQ per query tile looping over the key tiles up to
+// it, which also computes delta = rowsum(dO * O) for its rows, then dK/dV per
+// key tile looping over the query tiles at or after it; both rebuild P from
+// the forward's log-sum-exp. Accumulation is fp32; P and dS
 // are rounded to bf16 only as matrix-unit operands.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
@@ -298,7 +302,10 @@ struct BwdKvSmem {
 };
 
 // grid: x = b * H + h, y = key tile (the first ones have the most work).
-__global__ void __launch_bounds__(kThreads, 2) attnBackwardKvTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
+// kMinBlocks: blocks per SM the register allocation must allow (see
+// attentionBackwardBlocksPerSm).
+template <int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardKvTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                 const void* lse, int lse_bf16, const float* delta,
                                                                 int Tn, int C, int H, float scale, float scale_log2,
                                                                 bool accumulate) {
@@ -400,10 +407,11 @@ struct BwdQSmem {
 };
 
 // grid: x = b * H + h, y = query tile counted from the last (longest first).
-__global__ void __launch_bounds__(kThreads, 2) attnBackwardQTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
-                                                               const void* lse, int lse_bf16, const float* delta,
-                                                               int Tn, int C, int H, float scale, float scale_log2,
-                                                               bool accumulate) {
+template <int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardQTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
+                                                               const bf16* out, const void* lse, int lse_bf16,
+                                                               float* delta, int Tn, int C, int H, float scale,
+                                                               float scale_log2, bool accumulate) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   BwdQSmem& sm = *reinterpret_cast<BwdQSmem*>(smem_raw);
   const int b = blockIdx.x / H, h = blockIdx.x % H;
@@ -431,12 +439,37 @@ __global__ void __launch_bounds__(kThreads, 2) attnBackwardQTc(bf16* dqkv, const
   cpAsyncCommit();
 
   const int row0 = q0 + warp * 16;
+  // delta = rowsum(dO * O) of the warp's 16 rows, two lanes per row (32
+  // columns each), while the first tiles load. The dK/dV kernel, launched
+  // after this one, reads it from `delta`.
+  float my_delta = 0.f;
+  {
+    const int q = row0 + (lane >> 1);
+    if (q < Tn) {
+      const int64_t off = (int64_t(b) * Tn + q) * C + int64_t(h) * D + (lane & 1) * 32;
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const uint4 gv = *reinterpret_cast<const uint4*>(dout + off + 8 * v);
+        const uint4 ov = *reinterpret_cast<const uint4*>(out + off + 8 * v);
+        const __nv_bfloat162* ge = reinterpret_cast<const __nv_bfloat162*>(&gv);
+        const __nv_bfloat162* oe = reinterpret_cast<const __nv_bfloat162*>(&ov);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 a = __bfloat1622float2(ge[e]), c = __bfloat1622float2(oe[e]);
+          my_delta = fmaf(a.x, c.x, my_delta);
+          my_delta = fmaf(a.y, c.y, my_delta);
+        }
+      }
+    }
+    my_delta += __shfl_xor_sync(0xffffffffu, my_delta, 1);
+    if ((lane & 1) == 0 && q < Tn) delta[stat + q] = my_delta;
+  }
   float lse2[2], dl[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int q = row0 + g + 8 * r;
     lse2[r] = q < Tn ? loadAny(lse, lse_bf16, stat + q) * kLog2e : INFINITY;
-    dl[r] = q < Tn ? delta[stat + q] : 0.f;
+    dl[r] = __shfl_sync(0xffffffffu, my_delta, 2 * (g + 8 * r));  // lane 2i holds row i's delta
   }
 
   uint32_t qf[4][4], gf[4][4];
@@ -477,13 +510,44 @@ bool attentionTensorCoreEligible(int64_t C, int64_t H, DType dt) {
   return dt == DType::BF16 && H > 0 && C / H == D && C % 8 == 0;
 }
 
+// Blocks per SM for the two backward kernels: 2 lets them keep every
+// fragment in registers (242 and 220 per thread); 3 caps them at 168 for 12
+// warps per SM instead of 8. The dQ kernel fits in 168 without spilling, the
+// dK/dV kernel spills about 200 bytes. GPT-2 124M step on one H200 (one
+// call): 30.25 ms with 2,2, 30.01 with 2,3, 30.55 with 3,3; the default is
+// 2,3. TANDEM_ATTN_BWD_BLOCKS="KV,Q" (each 2 or 3) overrides it.
+struct BackwardBlocks {
+  int kv = 2, q = 3;
+};
+static BackwardBlocks attentionBackwardBlocksPerSm() {
+  static const BackwardBlocks blocks = [] {
+    BackwardBlocks b;
+    const char* env = std::getenv("TANDEM_ATTN_BWD_BLOCKS");
+    if (env == nullptr || *env == 0) return b;
+    const std::string v(env);
+    const bool ok = v.size() == 3 && v[1] == ',' && (v[0] == '2' || v[0] == '3') && (v[2] == '2' || v[2] == '3');
+    if (!ok) throw std::runtime_error("TANDEM_ATTN_BWD_BLOCKS must be KV,Q with each 2 or 3 (e.g. 2,3), not '" + v + "'");
+    b.kv = v[0] - '0';
+    b.q = v[2] - '0';
+    return b;
+  }();
+  return blocks;
+}
+
+template <int kMinBlocks>
+static void allowAttentionBackwardSmem() {
+  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnBackwardKvTc<kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(sizeof(BwdKvSmem))));
+  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnBackwardQTc<kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(sizeof(BwdQSmem))));
+}
+
 void prepareAttentionKernels() {
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnForwardTc, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          int(sizeof(FwdSmem))));
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnBackwardKvTc, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(sizeof(BwdKvSmem))));
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnBackwardQTc, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(sizeof(BwdQSmem))));
+  allowAttentionBackwardSmem<2>();
+  allowAttentionBackwardSmem<3>();
+  attentionBackwardBlocksPerSm();  // a bad override fails here, before any step
 }
 
 void attentionForwardTc(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
@@ -495,18 +559,23 @@ void attentionForwardTc(void* out, void* lse, DType lse_dt, const void* qkv, int
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
-void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const void* lse, DType lse_dt,
-                         const float* delta, int64_t B, int64_t Tn, int64_t C, int64_t H, bool accumulate,
+void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
+                         DType lse_dt, float* delta, int64_t B, int64_t Tn, int64_t C, int64_t H, bool accumulate,
                          cudaStream_t s) {
   dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
   const float scale = 1.f / sqrtf(float(D));
-  attnBackwardKvTc<<<grid, kThreads, sizeof(BwdKvSmem), s>>>(
-      static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), static_cast<const bf16*>(qkv), lse, isBf16(lse_dt),
-      delta, int(Tn), int(C), int(H), scale, scale * kLog2e, accumulate);
+  const BackwardBlocks blocks = attentionBackwardBlocksPerSm();
+  const auto kv_kernel = blocks.kv == 3 ? attnBackwardKvTc<3> : attnBackwardKvTc<2>;
+  const auto q_kernel = blocks.q == 3 ? attnBackwardQTc<3> : attnBackwardQTc<2>;
+  // dQ first: it writes the delta the dK/dV kernel reads.
+  q_kernel<<<grid, kThreads, sizeof(BwdQSmem), s>>>(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
+                                                   static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse,
+                                                   isBf16(lse_dt), delta, int(Tn), int(C), int(H), scale,
+                                                   scale * kLog2e, accumulate);
   TANDEM_CUDA_LAUNCH_CHECK();
-  attnBackwardQTc<<<grid, kThreads, sizeof(BwdQSmem), s>>>(
-      static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), static_cast<const bf16*>(qkv), lse, isBf16(lse_dt),
-      delta, int(Tn), int(C), int(H), scale, scale * kLog2e, accumulate);
+  kv_kernel<<<grid, kThreads, sizeof(BwdKvSmem), s>>>(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
+                                                     static_cast<const bf16*>(qkv), lse, isBf16(lse_dt), delta,
+                                                     int(Tn), int(C), int(H), scale, scale * kLog2e, accumulate);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
