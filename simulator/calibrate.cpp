@@ -17,6 +17,10 @@
 namespace tandem::sim {
 namespace {
 
+// Collective sizes closer than this factor share one bandwidth point.
+constexpr double kSizePoolRatio = 1.25;
+
+
 struct Sample {
   double gflop = 0, mb = 0, ns = 0;
   std::string shape;
@@ -468,18 +472,35 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     // c[1] is ns per bus GB, so the bandwidth in GB/s is 1e9 / c[1].
     rep.gbps = c[1] > 0 ? 1e9 / c[1] : 0;
     for (const Sample& p : pts) rep.max_residual_pct = std::max(rep.max_residual_pct, relativeResidualPct(p, c));
-    // The bandwidth each measured size reached (median time of the size,
-    // less the fitted latency): NCCL is faster per byte on large messages
-    // than one line says.
+    // The bandwidth measured sizes reached (median over the samples, less
+    // the fitted latency): NCCL is faster per byte on large messages than one
+    // line says. Sizes within kSizePoolRatio of each other make one point:
+    // a bucket's time moves by up to 10% with the kernels that run beside it
+    // (docs/accuracy.md), far more than the size effect over such a span, so
+    // one point per size would learn the calibration job's neighbours of each
+    // bucket and hand them to other jobs' buckets of that size.
     std::map<double, std::vector<double>> by_size;
     for (const auto& x : s) by_size[x.bus_bytes].push_back(x.ns);
     CollectiveCalibration cc{rep.op, rep.ranks, rep.latency_ns, rep.gbps, {}};
     const double bus_factor = busFactor(rep.op, rep.ranks);
+    std::vector<std::pair<double, double>> pool;  // (message bytes, bus GB/s) of each sample in the pool
+    const auto flush = [&] {
+      if (pool.empty()) return;
+      std::vector<double> bytes, gbps;
+      for (const auto& [b, g] : pool) bytes.push_back(b), gbps.push_back(g);
+      cc.sizes.push_back({std::round(median(bytes)), median(gbps)});
+      pool.clear();
+    };
     for (const auto& [bus_bytes, ns] : by_size) {
-      const double transfer_ns = median(ns) - double(rep.latency_ns);
       const double bytes = bus_factor > 0 ? bus_bytes / bus_factor : bus_bytes;  // the message size
-      if (bytes >= double(1 << 20) && transfer_ns > 0) cc.sizes.push_back({std::round(bytes), bus_bytes / transfer_ns});
+      if (bytes < double(1 << 20)) continue;
+      if (!pool.empty() && bytes > pool.front().first * kSizePoolRatio) flush();
+      for (double t : ns) {
+        const double transfer_ns = t - double(rep.latency_ns);
+        if (transfer_ns > 0) pool.push_back({bytes, bus_bytes / transfer_ns});
+      }
     }
+    flush();
     rep.sizes = cc.sizes;
     if (rep.gbps > 0) out.calibration.collectives.push_back(cc);
     out.collectives.push_back(rep);

@@ -4,6 +4,7 @@
 // calibration must reproduce the measured run (same job) and predict a job
 // that was not measured (other micro-batch and layer count).
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -202,4 +203,43 @@ collectives:
 )",
                                           "bad.yaml"),
                     Catch::Contains("bad.yaml:3") && Catch::Contains("ascending"));
+}
+
+// Buckets of nearly the same size get one bandwidth point: the fit must not
+// tell a 21 MiB bucket from a 23 MiB one by the kernels that happened to run
+// beside each in the calibration run. Here the larger of two sizes within
+// 25% of each other is measured 20% slower; the calibration keeps one point.
+TEST_CASE("Calibration pools collective sizes within 25% into one point", "[calibrate]") {
+  const sim::RooflineCostModel truth = truthModel();
+  const std::string measured = traces::testing::tempTracePath("pooled-sizes.sqlite");
+  JobSpec job = smallJob(8, 4);
+  job.comm.bucket_mib = 1;  // a bucket per weight: several sizes, some close together
+  job.comm.first_bucket_mib = 1;
+  simulate(job, truth, {}, measured);
+  int64_t small = 0, large = 0;
+  {
+    traces::sql::Db db(measured, SQLITE_OPEN_READWRITE);
+    std::vector<int64_t> sizes;
+    traces::sql::Stmt s(db, "SELECT DISTINCT bytes FROM collectives WHERE bytes >= 1048576 ORDER BY bytes");
+    while (s.step()) sizes.push_back(s.colInt(0));
+    for (size_t i = 1; i < sizes.size() && large == 0; ++i)
+      if (double(sizes[i]) <= 1.25 * double(sizes[i - 1])) small = sizes[i - 1], large = sizes[i];
+    INFO(sizes.size() << " sizes of at least 1 MiB");
+    REQUIRE(large > 0);
+    db.exec(fmt::format("UPDATE activities SET end_ns = start_ns + (end_ns - start_ns) * 6 / 5 WHERE task_id IN "
+                        "(SELECT task_id FROM collectives WHERE bytes = {})",
+                        large));
+  }
+  const sim::CalibrationResult cal = sim::calibrateFromRuns({{measured, 1}});
+  REQUIRE(!cal.collectives.empty());
+  const auto& pts = cal.collectives.front().sizes;
+  REQUIRE(!pts.empty());
+  for (size_t i = 1; i < pts.size(); ++i) {
+    INFO("points at " << pts[i - 1].first << " and " << pts[i].first << " bytes");
+    CHECK(pts[i].first > pts[i - 1].first * 1.25);
+  }
+  int near = 0;
+  for (const auto& [bytes, gbps] : pts)
+    if (bytes >= double(small) && bytes <= double(large)) ++near;
+  CHECK(near == 1);
 }
