@@ -25,6 +25,8 @@ struct Sample {
   double gflop = 0, mb = 0, ns = 0;
   std::string shape;
   double under_comm = 0;  // share of the task's kernel time under a resident collective
+  double launch_ns = 0;   // the part of ns that is the task's launch gaps
+  bool multi_rank = false;  // measured in a run of more than one rank
 };
 
 struct CollSample {
@@ -300,6 +302,18 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
 
 }  // namespace
 
+std::optional<double> multiRankLaunchExtra(const LaunchGapsByShape& gaps, int64_t* shapes_used) {
+  std::vector<double> diffs;
+  for (const auto& [key, multi] : gaps.multi) {
+    const auto single = gaps.single.find(key);
+    if (single == gaps.single.end() || single->second.empty() || multi.empty()) continue;
+    diffs.push_back(median(multi) - median(single->second));
+  }
+  if (shapes_used) *shapes_used = int64_t(diffs.size());
+  if (diffs.empty()) return std::nullopt;
+  return std::max(0.0, median(diffs));
+}
+
 CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs) {
   CalibrationResult out;
   std::map<OpKind, std::vector<Sample>> samples;
@@ -309,6 +323,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   std::map<OpKind, std::vector<Sample>> slowed;        // task-steps with kernel time under a collective
   std::map<OpKind, std::vector<Sample>> kernel_clean;  // clean medians, kernel time only
   std::vector<double> step_overheads;
+  LaunchGapsByShape gaps_by_shape;
 
   for (const CalibrationInput& in : inputs) {
     traces::TraceReader reader(in.path);
@@ -367,7 +382,11 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
         }
         const auto gap = gaps.per_task_per_step.find(key);
         const double launch_ns = gap == gaps.per_task_per_step.end() ? 0.0 : gap->second;
-        const Sample base{task.flops / 1e9, double(task.bytes_read + task.bytes_written) / 1e6, 0.0, shapeKey(task)};
+        const bool multi_rank = plan.world_size > 1;
+        Sample base{task.flops / 1e9, double(task.bytes_read + task.bytes_written) / 1e6, 0.0, shapeKey(task)};
+        base.multi_rank = multi_rank;
+        if (task.kind == TaskKind::Kernel)
+          (multi_rank ? gaps_by_shape.multi : gaps_by_shape.single)[{costOpKind(task), base.shape}].push_back(launch_ns);
         // Steps in which a collective was resident during the task measure
         // the slowed kernel: they fit comm_slowdown, not the op's cost.
         const auto split = by_comm.find(key);
@@ -376,6 +395,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
           x.ns = median(split->second.clean_ns);
           kernel_clean[costOpKind(task)].push_back(x);
           x.ns += launch_ns;
+          x.launch_ns = launch_ns;
           samples[costOpKind(task)].push_back(x);
         } else {
           // Never measured without a collective beside it (a data-parallel
@@ -383,6 +403,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
           // the op must not pass for a fused one.
           Sample x = base;
           x.ns = t.ns + launch_ns;
+          x.launch_ns = launch_ns;
           samples[costOpKind(task)].push_back(x);
         }
         if (split != by_comm.end())
@@ -405,6 +426,16 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   out.calibration.source = "tandem calibrate";
   if (!launch_gaps.empty()) out.calibration.launch_overhead_ns = int64_t(std::llround(median(launch_gaps)));
   if (!step_overheads.empty()) out.calibration.step_overhead_ns = int64_t(std::llround(median(step_overheads)));
+  // Kernel tasks wait longer before they start in multi-rank runs (measured
+  // on 2 x H200: about 0.9 us per task, forward tasks included). Samples of
+  // such runs are written as one-rank costs; the simulation adds the extra
+  // back to plans of more than one rank.
+  if (const auto extra = multiRankLaunchExtra(gaps_by_shape, &out.multi_rank_launch_shapes)) {
+    out.calibration.multi_rank_launch_ns = int64_t(std::llround(*extra));
+    for (auto& [op, s] : samples)
+      for (Sample& x : s)
+        if (x.multi_rank) x.ns -= std::min(*extra, x.launch_ns);
+  }
   for (auto& [op, s] : samples) {
     OpFitReport rep = fitOp(op, s);
     OpCalibration& oc = out.calibration.ops[op];
@@ -516,6 +547,10 @@ std::string calibrationToYaml(const CalibrationResult& r) {
   y += fmt::format("# {} task samples; {} activities had task ids outside the re-planned job.\n", r.samples, r.unmatched);
   y += "version: 1\n";
   if (r.calibration.launch_overhead_ns) y += fmt::format("launch_overhead_ns: {}\n", *r.calibration.launch_overhead_ns);
+  if (r.calibration.multi_rank_launch_ns)
+    y += fmt::format("multi_rank_launch_ns: {}  # per kernel task, added in plans of more than one rank ({} shapes "
+                     "measured both ways)\n",
+                     *r.calibration.multi_rank_launch_ns, r.multi_rank_launch_shapes);
   if (r.calibration.step_overhead_ns)
     y += fmt::format("step_overhead_ns: {}  # median per (rank, step): before the first and after the last GPU activity\n",
                      *r.calibration.step_overhead_ns);

@@ -23,9 +23,17 @@
 //     task-steps that overlapped one (against the shape's clean steps);
 //   - per collective and measured message size (>= 1 MiB), the bus
 //     bandwidth reached, so that the simulation follows NCCL's size curve;
-//   - step_overhead_ns: the host's time per step outside all GPU work.
+//   - step_overhead_ns: the host's time per step outside all GPU work;
+//   - multi_rank_launch_ns: how much longer a kernel task's launch gap is in
+//     runs of more than one rank than in one-rank runs (median over the
+//     task shapes measured both ways); the multi-rank runs' samples are
+//     written without it and the simulation adds it to every kernel task of
+//     a plan with more than one rank.
 
+#include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "simulator/cost_model.h"
@@ -65,7 +73,18 @@ struct CalibrationResult {
   int64_t unmatched = 0;  // activities whose task id is not in the re-planned job
   std::vector<OpKind> fused_ops;  // planned kernel ops no run measured (cost 0)
   int64_t comm_slowdown_samples = 0;
+  int64_t multi_rank_launch_shapes = 0;  // task shapes measured in one-rank and multi-rank runs
 };
+
+// Per task shape (op kind, shapeKey), the launch gaps of its task-steps in
+// one-rank runs (`single`) and in runs of more than one rank (`multi`). The
+// extra gap a kernel task pays in multi-rank runs: the median over the shapes
+// present in both of (median multi - median single), at least 0; nullopt
+// when no shape is in both.
+struct LaunchGapsByShape {
+  std::map<std::pair<OpKind, std::string>, std::vector<double>> single, multi;
+};
+std::optional<double> multiRankLaunchExtra(const LaunchGapsByShape& gaps, int64_t* shapes_used = nullptr);
 
 // Fits a calibration from the given runs (every real run of a file when its
 // run id is -1). Throws std::runtime_error naming the file and run when a run

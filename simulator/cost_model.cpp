@@ -149,6 +149,8 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
       cal.launch_overhead_ns = int64_t(number(source, kv.second, key, 0, 1e9));
     } else if (key == "step_overhead_ns") {
       cal.step_overhead_ns = int64_t(number(source, kv.second, key, 0, 1e12));
+    } else if (key == "multi_rank_launch_ns") {
+      cal.multi_rank_launch_ns = int64_t(number(source, kv.second, key, 0, 1e9));
     } else if (key == "comm_slowdown") {
       cal.comm_slowdown = number(source, kv.second, key, 1.0, 10.0);
     } else if (key == "ops") {
@@ -208,7 +210,7 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
         cal.collectives.push_back(c);
       }
     } else {
-      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, step_overhead_ns, ops, collectives)");
+      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, step_overhead_ns, multi_rank_launch_ns, ops, collectives)");
     }
   }
   return cal;

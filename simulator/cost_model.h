@@ -59,6 +59,7 @@ struct Calibration {
   std::optional<int64_t> launch_overhead_ns;
   std::optional<double> comm_slowdown;
   std::optional<int64_t> step_overhead_ns;  // host time per step outside all GPU work
+  std::optional<int64_t> multi_rank_launch_ns;  // per kernel task, extra in plans of more than one rank
   std::map<OpKind, OpCalibration> ops;
   std::vector<CollectiveCalibration> collectives;
 };
@@ -92,6 +93,9 @@ class CostModel {
   // before its first kernel, noticing its end after the last), added to
   // every rank's step.
   virtual int64_t stepOverheadNs() const { return 0; }
+  // Extra launch time of a kernel task in a plan of more than one rank
+  // (kernels wait longer to start in multi-process runs), added by the engine.
+  virtual int64_t multiRankLaunchNs() const { return 0; }
 };
 
 class RooflineCostModel : public CostModel {
@@ -100,6 +104,7 @@ class RooflineCostModel : public CostModel {
   int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
   double commSlowdown() const override { return params_.comm_slowdown; }
   int64_t stepOverheadNs() const override { return calibration_.step_overhead_ns.value_or(0); }
+  int64_t multiRankLaunchNs() const override { return calibration_.multi_rank_launch_ns.value_or(0); }
   const RooflineParams& params() const { return params_; }
 
  private:

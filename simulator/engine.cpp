@@ -477,7 +477,11 @@ void Engine::tryStart(int ri, int stream) {
     return;
   }
   int64_t& cached = r.durations[size_t(ti)];
-  if (cached < 0) cached = cost_.taskNs(t, topo_.devices[size_t(r.device)], plan_.job.training.precision);
+  if (cached < 0) {
+    cached = cost_.taskNs(t, topo_.devices[size_t(r.device)], plan_.job.training.precision);
+    // Kernels start later in multi-process runs (calibrated; 0 by default).
+    if (plan_.world_size > 1 && t.kind == TaskKind::Kernel && t.fused_into < 0) cached += cost_.multiRankLaunchNs();
+  }
   const int64_t d = cached;
   s.kernel = t.kind == TaskKind::Kernel;
   s.slowed = s.kernel && r.active_comm > 0;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 
 #include "engine/planner.h"
@@ -242,4 +243,73 @@ TEST_CASE("Calibration pools collective sizes within 25% into one point", "[cali
   for (const auto& [bytes, gbps] : pts)
     if (bytes >= double(small) && bytes <= double(large)) ++near;
   CHECK(near == 1);
+}
+
+// Kernel tasks start later in multi-rank runs: the calibration measures the
+// extra from shapes seen in both kinds of run, and the engine adds it to
+// every kernel task of a plan with more than one rank, and to nothing else.
+TEST_CASE("Multi-rank launch gap: fitted from shapes measured both ways, added to multi-rank plans only",
+          "[calibrate]") {
+  sim::LaunchGapsByShape g;
+  g.single[{OpKind::Matmul, "a"}] = {1000, 1100, 900};
+  g.multi[{OpKind::Matmul, "a"}] = {1800, 1900};   // +850
+  g.single[{OpKind::LayerNorm, "b"}] = {500};
+  g.multi[{OpKind::LayerNorm, "b"}] = {1100};      // +600
+  g.single[{OpKind::Add, "c"}] = {400};
+  g.multi[{OpKind::Add, "c"}] = {1400};            // +1000
+  g.multi[{OpKind::Gelu, "only multi"}] = {9000};  // not measured both ways: ignored
+  int64_t shapes = 0;
+  const auto extra = sim::multiRankLaunchExtra(g, &shapes);
+  REQUIRE(extra.has_value());
+  CHECK(*extra == Approx(850));
+  CHECK(shapes == 3);
+  sim::LaunchGapsByShape none;
+  none.single[{OpKind::Matmul, "a"}] = {1000};
+  CHECK(!sim::multiRankLaunchExtra(none).has_value());
+  sim::LaunchGapsByShape faster;  // never negative
+  faster.single[{OpKind::Matmul, "a"}] = {1000};
+  faster.multi[{OpKind::Matmul, "a"}] = {500};
+  CHECK(*sim::multiRankLaunchExtra(faster) == 0);
+
+  // The engine: every kernel task of a two-rank plan lasts exactly that much
+  // longer (comm_slowdown 1 so that no kernel is stretched), fused tasks
+  // stay at 0, and a one-rank plan is unchanged.
+  const sim::Topology topo = sim::loadTopology("h200x2-nv18");
+  sim::Calibration base;
+  base.comm_slowdown = 1.0;
+  sim::Calibration with = base;
+  with.multi_rank_launch_ns = 7000;
+  const sim::RooflineCostModel plain(sim::RooflineParams::defaults(), base);
+  const sim::RooflineCostModel extra_model(sim::RooflineParams::defaults(), with);
+  for (const int dp : {1, 2}) {
+    JobSpec job = smallJob(8, 2);
+    job.parallel.data_parallel = dp;
+    const Plan plan = buildPlan(job);
+    const sim::SimResult a = sim::simulatePlan(plan, topo, plain);
+    const sim::SimResult b = sim::simulatePlan(plan, topo, extra_model);
+    std::map<int, int64_t> da, db;
+    for (const sim::SimActivity& x : a.ranks[0].activities) da[x.task] = x.end_ns - x.start_ns;
+    for (const sim::SimActivity& x : b.ranks[0].activities) db[x.task] = x.end_ns - x.start_ns;
+    REQUIRE(da.size() == db.size());
+    int kernels = 0;
+    for (const Task& t : plan.programs[0].tasks) {
+      const int64_t want = dp > 1 && t.kind == TaskKind::Kernel && t.fused_into < 0 ? 7000 : 0;
+      if (t.kind == TaskKind::Collective) continue;  // its time is the network's
+      INFO("dp " << dp << ", task " << t.name);
+      CHECK(db.at(t.id) - da.at(t.id) == want);
+      kernels += want > 0;
+    }
+    if (dp > 1) CHECK(kernels > 20);
+    if (dp == 1) CHECK(b.step_ns == a.step_ns);
+  }
+  // Written and read.
+  sim::CalibrationResult r;
+  r.calibration.multi_rank_launch_ns = 577;
+  r.multi_rank_launch_shapes = 30;
+  CHECK_THAT(sim::calibrationToYaml(r), Catch::Contains("multi_rank_launch_ns: 577  # per kernel task"));
+  const sim::Calibration back = sim::parseCalibration("version: 1\nmulti_rank_launch_ns: 577\n", "read.yaml");
+  REQUIRE(back.multi_rank_launch_ns.has_value());
+  CHECK(*back.multi_rank_launch_ns == 577);
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nmulti_rank_launch_ns: -5\n", "bad.yaml"),
+                    Catch::Contains("bad.yaml:2"));
 }
