@@ -97,9 +97,10 @@ __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
 
 using Acc = float[8][4];
 
-__device__ __forceinline__ void zero(Acc& a) {
+template <int kFrags>
+__device__ __forceinline__ void zero(float (&a)[kFrags][4]) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < kFrags; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) a[j][e] = 0.f;
 }
@@ -124,38 +125,42 @@ __device__ __forceinline__ void loadRowFrags(uint32_t (&f)[4][4], uint32_t tile,
   for (int kc = 0; kc < 4; ++kc) ldsm4(f[kc], tile + swz(row, kc * 2 + (lane >> 4)));
 }
 
-// acc = A * Y^T for A (16 x 64, fragments) and a 64 x 64 tile Y (rows are the
-// output columns): scores Q K^T and the like.
-__device__ __forceinline__ void fragsTimesTileT(Acc& acc, const uint32_t (&a)[4][4], uint32_t y) {
+// acc = A * Y^T for A (16 x 64, fragments) and rows [col0, col0 + 8 kFrags)
+// of a 64 x 64 tile Y (rows are the output columns): scores Q K^T and the like.
+template <int kFrags>
+__device__ __forceinline__ void fragsTimesTileT(float (&acc)[kFrags][4], const uint32_t (&a)[4][4], uint32_t y,
+                                                int col0 = 0) {
   const int lane = threadIdx.x & 31;
   const int row = (lane & 7) + ((lane >> 4) << 3), hi = (lane >> 3) & 1;
   zero(acc);
 #pragma unroll
   for (int kc = 0; kc < 4; ++kc) {
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
+    for (int np = 0; np < kFrags / 2; ++np) {
       uint32_t b[4];
-      ldsm4(b, y + swz(np * 16 + row, kc * 2 + hi));
+      ldsm4(b, y + swz(col0 + np * 16 + row, kc * 2 + hi));
       mma(acc[2 * np], a[kc], b[0], b[1]);
       mma(acc[2 * np + 1], a[kc], b[2], b[3]);
     }
   }
 }
 
-// acc += P * Y for P (16 x 64, C fragments in fp32, rounded to bf16 here) and
-// a 64 x 64 tile Y (rows are the contraction index).
-__device__ __forceinline__ void probsTimesTile(Acc& acc, const Acc& p, uint32_t y) {
+// acc += P * Y for P (16 x 8 kFrags, C fragments in fp32, rounded to bf16
+// here) and rows [row0, row0 + 8 kFrags) of a 64 x 64 tile Y (rows are the
+// contraction index).
+template <int kFrags>
+__device__ __forceinline__ void probsTimesTile(Acc& acc, const float (&p)[kFrags][4], uint32_t y, int row0 = 0) {
   const int lane = threadIdx.x & 31;
   const int row = (lane & 7) + (((lane >> 3) & 1) << 3), hi = lane >> 4;
 #pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
+  for (int kc = 0; kc < kFrags / 2; ++kc) {
     const uint32_t a[4] = {packBf16(p[2 * kc][0], p[2 * kc][1]), packBf16(p[2 * kc][2], p[2 * kc][3]),
                            packBf16(p[2 * kc + 1][0], p[2 * kc + 1][1]),
                            packBf16(p[2 * kc + 1][2], p[2 * kc + 1][3])};
 #pragma unroll
     for (int dp = 0; dp < 4; ++dp) {
       uint32_t b[4];
-      ldsm4t(b, y + swz(kc * 16 + row, dp * 2 + hi));
+      ldsm4t(b, y + swz(row0 + kc * 16 + row, dp * 2 + hi));
       mma(acc[2 * dp], a, b[0], b[1]);
       mma(acc[2 * dp + 1], a, b[2], b[3]);
     }
@@ -304,7 +309,9 @@ struct BwdKvSmem {
 // grid: x = b * H + h, y = key tile (the first ones have the most work).
 // kMinBlocks: blocks per SM the register allocation must allow (see
 // attentionBackwardBlocksPerSm).
-template <int kMinBlocks>
+// kSplit: the query tile is processed in kSplit column slices, so that S^T
+// and dP^T take 64 / kSplit columns of registers (3 blocks per SM need 2).
+template <int kMinBlocks, int kSplit = 1>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardKvTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                 const void* lse, int lse_bf16, const float* delta,
                                                                 int Tn, int C, int H, float scale, float scale_log2,
@@ -372,25 +379,30 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardKvTc(bf16* d
     }
     const int stage = it % kStages;
     const uint32_t sq = sqdo + stage * 2 * kTileBytes, sg = sq + kTileBytes;
-    Acc s, dp;  // S^T and dP^T: rows are the warp's 16 keys, columns the 64 queries
-    fragsTimesTileT(s, kf, sq);
-    fragsTimesTileT(dp, vf, sg);
     const bool diag = it == 0;  // query tile == key tile: mask queries before the key
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int c = 8 * j + 2 * t;
-      const float2 ls = *reinterpret_cast<const float2*>(&sm.lse[stage][c]);
-      const float2 de = *reinterpret_cast<const float2*>(&sm.delta[stage][c]);
+    for (int part = 0; part < kSplit; ++part) {
+      constexpr int kF = 8 / kSplit;  // 8-column fragments per slice
+      const int col0 = part * 8 * kF;
+      float s[kF][4], dp[kF][4];  // S^T and dP^T: rows are the warp's 16 keys, columns the slice's queries
+      fragsTimesTileT(s, kf, sq, col0);
+      fragsTimesTileT(dp, vf, sg, col0);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float p = exp2Fast(fmaf(s[j][e], scale_log2, -((e & 1) ? ls.y : ls.x)));
-        if (diag && c + (e & 1) < warp * 16 + g + 8 * (e >> 1)) p = 0.f;
-        s[j][e] = p;
-        dp[j][e] = p * (dp[j][e] - ((e & 1) ? de.y : de.x));
+      for (int j = 0; j < kF; ++j) {
+        const int c = col0 + 8 * j + 2 * t;
+        const float2 ls = *reinterpret_cast<const float2*>(&sm.lse[stage][c]);
+        const float2 de = *reinterpret_cast<const float2*>(&sm.delta[stage][c]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float p = exp2Fast(fmaf(s[j][e], scale_log2, -((e & 1) ? ls.y : ls.x)));
+          if (diag && c + (e & 1) < warp * 16 + g + 8 * (e >> 1)) p = 0.f;
+          s[j][e] = p;
+          dp[j][e] = p * (dp[j][e] - ((e & 1) ? de.y : de.x));
+        }
       }
+      probsTimesTile(dv, s, sg, col0);   // dV += P^T dO
+      probsTimesTile(dk, dp, sq, col0);  // dK += dS^T Q
     }
-    probsTimesTile(dv, s, sg);   // dV += P^T dO
-    probsTimesTile(dk, dp, sq);  // dK += dS^T Q
     if (refill) putStats((it + 2) % kStages);
   }
   bf16* db = dqkv + int64_t(b) * Tn * stride + int64_t(h) * D;
@@ -510,14 +522,17 @@ bool attentionTensorCoreEligible(int64_t C, int64_t H, DType dt) {
   return dt == DType::BF16 && H > 0 && C / H == D && C % 8 == 0;
 }
 
-// Blocks per SM for the two backward kernels: 2 lets them keep every
-// fragment in registers (242 and 220 per thread); 3 caps them at 168 for 12
-// warps per SM instead of 8. The dQ kernel fits in 168 without spilling, the
-// dK/dV kernel spills about 200 bytes. GPT-2 124M step on one H200 (one
-// call): 30.25 ms with 2,2, 30.01 with 2,3, 30.55 with 3,3; the default is
-// 2,3. TANDEM_ATTN_BWD_BLOCKS="KV,Q" (each 2 or 3) overrides it.
+// Blocks per SM for the two backward kernels. At 2 every fragment stays in
+// registers (dK/dV 242, dQ 221 per thread); at 3 they are capped at 168 for
+// 12 warps per SM instead of 8: the dQ kernel fits as it is, the dK/dV
+// kernel fits by taking each query tile in two 32-column slices (kSplit 2;
+// unsplit it spilled about 200 bytes). GPT-2 124M step on one H200:
+// 30.25 ms with 2,2, 30.01 with 2,3, 30.55 with 3,3 unsplit (one call);
+// 30.81 / 30.78 with 2,3 against 30.52 / 30.51 with 3,3 split (another
+// call, alternating; attention backward 4.93 -> 4.54 ms). The default is
+// 3,3. TANDEM_ATTN_BWD_BLOCKS="KV,Q" (each 2 or 3) overrides it.
 struct BackwardBlocks {
-  int kv = 2, q = 3;
+  int kv = 3, q = 3;
 };
 static BackwardBlocks attentionBackwardBlocksPerSm() {
   static const BackwardBlocks blocks = [] {
@@ -536,8 +551,8 @@ static BackwardBlocks attentionBackwardBlocksPerSm() {
 
 template <int kMinBlocks>
 static void allowAttentionBackwardSmem() {
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnBackwardKvTc<kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(sizeof(BwdKvSmem))));
+  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnBackwardKvTc<kMinBlocks, kMinBlocks == 3 ? 2 : 1>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(BwdKvSmem))));
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnBackwardQTc<kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          int(sizeof(BwdQSmem))));
 }
@@ -565,7 +580,7 @@ void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const vo
   dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
   const float scale = 1.f / sqrtf(float(D));
   const BackwardBlocks blocks = attentionBackwardBlocksPerSm();
-  const auto kv_kernel = blocks.kv == 3 ? attnBackwardKvTc<3> : attnBackwardKvTc<2>;
+  const auto kv_kernel = blocks.kv == 3 ? attnBackwardKvTc<3, 2> : attnBackwardKvTc<2, 1>;
   const auto q_kernel = blocks.q == 3 ? attnBackwardQTc<3> : attnBackwardQTc<2>;
   // dQ first: it writes the delta the dK/dV kernel reads.
   q_kernel<<<grid, kThreads, sizeof(BwdQSmem), s>>>(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
