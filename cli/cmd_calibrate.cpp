@@ -53,10 +53,17 @@ void runCalibrate(const CalibrateOptions& o) {
   if (r.calibration.comm_slowdown)
     fmt::print("comm_slowdown {:.4f} (least squares over {} task-steps under a collective)\n",
                *r.calibration.comm_slowdown, r.comm_slowdown_samples);
-  for (const auto& c : r.collectives)
+  if (r.calibration.multi_rank_launch_ns)
+    fmt::print("multi-rank launch gap {:.2f} us per kernel task (median over {} shapes measured on one rank and on "
+               "more)\n",
+               double(*r.calibration.multi_rank_launch_ns) / 1e3, r.multi_rank_launch_shapes);
+  for (const auto& c : r.collectives) {
     fmt::print("collective {} over {} ranks: latency {:.1f} us, {:.1f} GB/s bus bandwidth ({} samples, max residual "
                "{:.2f}%)\n",
                toString(c.op), c.ranks, double(c.latency_ns) / 1e3, c.gbps, c.samples, c.max_residual_pct);
+    for (const auto& [bytes, gbps] : c.sizes)
+      fmt::print("  at {:.2f} MiB: {:.1f} GB/s\n", bytes / 1048576.0, gbps);
+  }
   fmt::print("calibration written to {}\n", o.out);
 }
 
