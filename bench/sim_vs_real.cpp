@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -270,9 +271,13 @@ int main(int argc, char** argv) {
   const double tau = kendallTau(real_ms, sim_ms);
   const double tau_held = kendallTau(held_real_ms, held_sim_ms);
 
-  // Collectives of the data-parallel jobs, 1 MiB and more.
-  int big = 0, big_within = 0;
-  double big_worst = 0;
+  // Collectives of the data-parallel jobs, 1 MiB and more: all of them, and
+  // those of the held-out jobs alone (what the accuracy target speaks of).
+  std::set<std::string> calibration_jobs;
+  for (const Outcome& o : outcomes)
+    if (o.calibrate) calibration_jobs.insert(o.name);
+  int big = 0, big_within = 0, held_big = 0, held_big_within = 0;
+  double big_worst = 0, held_big_worst = 0;
   fmt::print("\n{:<22} {:>6} {:>10} {:>10} {:>10} {:>8}\n", "collective of job", "task", "MiB", "real us", "sim us",
              "error%");
   for (const CollectivePoint& p : collectives) {
@@ -282,18 +287,24 @@ int main(int argc, char** argv) {
       ++big;
       big_within += std::fabs(p.errPct()) <= 5.0;
       big_worst = std::max(big_worst, std::fabs(p.errPct()));
+      if (!calibration_jobs.count(p.job)) {
+        ++held_big;
+        held_big_within += std::fabs(p.errPct()) <= 5.0;
+        held_big_worst = std::max(held_big_worst, std::fabs(p.errPct()));
+      }
     }
   }
   fmt::print("\nheld-out jobs ({}): median |error| {:.2f}%, max {:.2f}%; Kendall tau {:.3f} over them, {:.3f} over all {} "
              "jobs; overlap within {:.1f} points on the data-parallel jobs; collectives >= 1 MiB: {} of {} within 5% "
-             "(worst {:.1f}%)\n",
-             held_out_err.size(), median, worst, tau_held, tau, outcomes.size(), worst_overlap_pp, big_within, big,
-             big_worst);
+             "in the held-out jobs (worst {:.1f}%), {} of {} with the calibration jobs (worst {:.1f}%)\n",
+             held_out_err.size(), median, worst, tau_held, tau, outcomes.size(), worst_overlap_pp, held_big_within,
+             held_big, held_big_worst, big_within, big, big_worst);
   fmt::print("{{\"bench\":\"sim_vs_real\",\"summary\":true,\"held_out_jobs\":{},\"held_out_median_abs_error_pct\":{:.2f},"
              "\"held_out_max_abs_error_pct\":{:.2f},\"kendall_tau_held_out\":{:.3f},\"kendall_tau_all\":{:.3f},\"jobs\":{},"
              "\"worst_overlap_diff_pp\":{:.1f},\"collectives_1mib\":{},\"collectives_1mib_within_5pct\":{},"
-             "\"collectives_1mib_worst_pct\":{:.1f}}}\n",
+             "\"collectives_1mib_worst_pct\":{:.1f},\"held_out_collectives_1mib\":{},"
+             "\"held_out_collectives_1mib_within_5pct\":{},\"held_out_collectives_1mib_worst_pct\":{:.1f}}}\n",
              held_out_err.size(), median, worst, tau_held, tau, outcomes.size(), worst_overlap_pp, big, big_within,
-             big_worst);
+             big_worst, held_big, held_big_within, held_big_worst);
   return 0;
 }
