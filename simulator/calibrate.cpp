@@ -17,6 +17,9 @@
 namespace tandem::sim {
 namespace {
 
+// Terms of the per-op fit: base, GFLOP, MB, MB on a slow kernel path.
+constexpr int kFitTerms = 4;
+
 // Collective sizes closer than this factor share one bandwidth point.
 constexpr double kSizePoolRatio = 1.25;
 
@@ -24,6 +27,7 @@ constexpr double kSizePoolRatio = 1.25;
 struct Sample {
   double gflop = 0, mb = 0, ns = 0;
   std::string shape;
+  double mb_slow = 0;     // the MB on a kernel's slow path (slowPathMb)
   double under_comm = 0;  // share of the task's kernel time under a resident collective
   double launch_ns = 0;   // the part of ns that is the task's launch gaps
   bool multi_rank = false;  // measured in a run of more than one rank
@@ -42,18 +46,19 @@ double median(std::vector<double> v) {
 
 // Solves the (up to 3x3) normal equations of a weighted least-squares fit of
 // ns over the chosen columns; weights 1/ns^2 make it minimise relative error.
-bool solveWeighted(const std::vector<Sample>& s, const std::array<bool, 3>& use, std::array<double, 3>& coef) {
+bool solveWeighted(const std::vector<Sample>& s, const std::array<bool, kFitTerms>& use,
+                   std::array<double, kFitTerms>& coef) {
   std::vector<int> cols;
-  for (int c = 0; c < 3; ++c)
+  for (int c = 0; c < kFitTerms; ++c)
     if (use[c]) cols.push_back(c);
   const size_t k = cols.size();
-  double A[3][4] = {};
+  double A[kFitTerms][kFitTerms + 1] = {};
   for (const Sample& x : s) {
     const double w = 1.0 / std::max(x.ns * x.ns, 1.0);
-    const double f[3] = {1.0, x.gflop, x.mb};
+    const double f[kFitTerms] = {1.0, x.gflop, x.mb, x.mb_slow};
     for (size_t i = 0; i < k; ++i) {
       for (size_t j = 0; j < k; ++j) A[i][j] += w * f[cols[i]] * f[cols[j]];
-      A[i][3] += w * f[cols[i]] * x.ns;
+      A[i][kFitTerms] += w * f[cols[i]] * x.ns;
     }
   }
   // Gaussian elimination with partial pivoting.
@@ -66,16 +71,16 @@ bool solveWeighted(const std::vector<Sample>& s, const std::array<bool, 3>& use,
     for (size_t r = 0; r < k; ++r) {
       if (r == i) continue;
       const double f = A[r][i] / A[i][i];
-      for (size_t c = i; c < 4; ++c) A[r][c] -= f * A[i][c];
+      for (size_t c = i; c <= kFitTerms; ++c) A[r][c] -= f * A[i][c];
     }
   }
-  coef = {0, 0, 0};
-  for (size_t i = 0; i < k; ++i) coef[cols[i]] = A[i][3] / A[i][i];
+  coef = {};
+  for (size_t i = 0; i < k; ++i) coef[cols[i]] = A[i][kFitTerms] / A[i][i];
   return true;
 }
 
-double relativeResidualPct(const Sample& x, const std::array<double, 3>& c) {
-  const double pred = c[0] + c[1] * x.gflop + c[2] * x.mb;
+double relativeResidualPct(const Sample& x, const std::array<double, kFitTerms>& c) {
+  const double pred = c[0] + c[1] * x.gflop + c[2] * x.mb + c[3] * x.mb_slow;
   return 100.0 * std::fabs(pred - x.ns) / std::max(x.ns, 1.0);
 }
 
@@ -85,14 +90,22 @@ double relativeResidualPct(const Sample& x, const std::array<double, 3>& c) {
 // is fitted, chosen by arithmetic intensity like a roofline: FLOP-bound
 // above 100 FLOP per byte (H100/H200 balance is about 200), bytes-bound below.
 OpFitReport fitOp(OpKind op, const std::vector<Sample>& samples) {
-  // Simplest first: one term, then two, then three.
-  static constexpr std::array<std::array<bool, 3>, 7> kModels{{{true, false, false},
-                                                               {false, true, false},
-                                                               {false, false, true},
-                                                               {true, true, false},
-                                                               {true, false, true},
-                                                               {false, true, true},
-                                                               {true, true, true}}};
+  // Simplest first: one term, then two, then three; then the same with the
+  // slow-path term (only solvable when some shape has slow-path bytes).
+  static constexpr std::array<std::array<bool, kFitTerms>, 14> kModels{{{true, false, false, false},
+                                                                        {false, true, false, false},
+                                                                        {false, false, true, false},
+                                                                        {true, true, false, false},
+                                                                        {true, false, true, false},
+                                                                        {false, true, true, false},
+                                                                        {true, true, true, false},
+                                                                        {true, false, false, true},
+                                                                        {false, true, false, true},
+                                                                        {false, false, true, true},
+                                                                        {true, true, false, true},
+                                                                        {true, false, true, true},
+                                                                        {false, true, true, true},
+                                                                        {true, true, true, true}}};
   OpFitReport best;
   best.op = op;
   best.samples = int64_t(samples.size());
@@ -102,17 +115,22 @@ OpFitReport fitOp(OpKind op, const std::vector<Sample>& samples) {
   for (const Sample& x : samples) by_shape[x.shape].push_back(&x);
   std::vector<Sample> s;
   for (const auto& [shape, xs] : by_shape) {
-    std::vector<double> ns;
-    for (const Sample* x : xs) ns.push_back(x->ns);
-    s.push_back({xs.front()->gflop, xs.front()->mb, median(ns), shape});
+    // Tasks of one shape key can still move different bytes (a layernorm
+    // backward that accumulates into dx reads it too), so every term is
+    // the shape's median, like its time.
+    std::vector<double> ns, gflop, mb, mb_slow;
+    for (const Sample* x : xs) ns.push_back(x->ns), gflop.push_back(x->gflop), mb.push_back(x->mb), mb_slow.push_back(x->mb_slow);
+    Sample m{median(gflop), median(mb), median(ns), shape};
+    m.mb_slow = median(mb_slow);
+    s.push_back(m);
   }
   const auto& shapes = by_shape;
-  std::array<double, 3> chosen{};
+  std::array<double, kFitTerms> chosen{};
   if (shapes.size() >= 3) {
-    std::vector<std::pair<double, std::array<double, 3>>> fits;  // (error, coefficients), simplest first
+    std::vector<std::pair<double, std::array<double, kFitTerms>>> fits;  // (error, coefficients), simplest first
     for (const auto& use : kModels) {
-      std::array<double, 3> c{};
-      if (!solveWeighted(s, use, c) || c[0] < 0 || c[1] < 0 || c[2] < 0) continue;
+      std::array<double, kFitTerms> c{};
+      if (!solveWeighted(s, use, c) || c[0] < 0 || c[1] < 0 || c[2] < 0 || c[3] < 0) continue;
       double err = 0;
       for (const Sample& x : s) err += std::pow(relativeResidualPct(x, c), 2);
       fits.push_back({err, c});
@@ -147,6 +165,7 @@ OpFitReport fitOp(OpKind op, const std::vector<Sample>& samples) {
   best.base_ns = chosen[0];
   best.ns_per_gflop = chosen[1];
   best.ns_per_mb = chosen[2];
+  best.ns_per_mb_slow = chosen[3];
   best.shapes = int64_t(shapes.size());
   std::vector<double> res;
   for (const Sample& x : samples) res.push_back(relativeResidualPct(x, chosen));
@@ -384,6 +403,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
         const double launch_ns = gap == gaps.per_task_per_step.end() ? 0.0 : gap->second;
         const bool multi_rank = plan.world_size > 1;
         Sample base{task.flops / 1e9, double(task.bytes_read + task.bytes_written) / 1e6, 0.0, shapeKey(task)};
+        base.mb_slow = slowPathMb(task);
         base.multi_rank = multi_rank;
         if (task.kind == TaskKind::Kernel)
           (multi_rank ? gaps_by_shape.multi : gaps_by_shape.single)[{costOpKind(task), base.shape}].push_back(launch_ns);
@@ -443,6 +463,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     oc.all_shapes.base_ns = rep.base_ns;
     oc.all_shapes.ns_per_gflop = rep.ns_per_gflop;
     oc.all_shapes.ns_per_mb = rep.ns_per_mb;
+    oc.all_shapes.ns_per_mb_slow = rep.ns_per_mb_slow;
     std::map<std::string, std::vector<double>> by_shape;
     for (const Sample& x : s) by_shape[x.shape].push_back(x.ns);
     for (const auto& [shape, ns] : by_shape) {
@@ -494,10 +515,10 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     // least squares; with a single size, all time is bandwidth time).
     std::vector<Sample> pts;
     for (const auto& c : s) pts.push_back({c.bus_bytes / 1e9, 0, c.ns, ""});
-    std::array<double, 3> c{};
-    if (!(solveWeighted(pts, {true, true, false}, c) && c[0] >= 0 && c[1] > 0)) {
-      c = {0, 0, 0};
-      solveWeighted(pts, {false, true, false}, c);
+    std::array<double, kFitTerms> c{};
+    if (!(solveWeighted(pts, {true, true, false, false}, c) && c[0] >= 0 && c[1] > 0)) {
+      c = {};
+      solveWeighted(pts, {false, true, false, false}, c);
     }
     rep.latency_ns = int64_t(std::llround(c[0]));
     // c[1] is ns per bus GB, so the bandwidth in GB/s is 1e9 / c[1].
@@ -562,8 +583,9 @@ std::string calibrationToYaml(const CalibrationResult& r) {
     const OpCalibration& oc = r.calibration.ops.at(rep.op);
     y += fmt::format("  {}:  # {} samples, {} shapes; fit residual median {:.2f}%, max {:.2f}%\n", toString(rep.op),
                      rep.samples, rep.shapes, rep.median_residual_pct, rep.max_residual_pct);
-    y += fmt::format("    fit: {{base_ns: {:.1f}, ns_per_gflop: {:.4f}, ns_per_mb: {:.4f}}}\n", rep.base_ns,
-                     rep.ns_per_gflop, rep.ns_per_mb);
+    y += fmt::format("    fit: {{base_ns: {:.1f}, ns_per_gflop: {:.4f}, ns_per_mb: {:.4f}{}}}\n", rep.base_ns,
+                     rep.ns_per_gflop, rep.ns_per_mb,
+                     rep.ns_per_mb_slow > 0 ? fmt::format(", ns_per_mb_slow: {:.4f}", rep.ns_per_mb_slow) : "");
     y += "    shapes:\n";
     for (const auto& [shape, e] : oc.shapes) y += fmt::format("      \"{}\": {{ns: {}}}\n", shape, e.ns);
   }

@@ -4,9 +4,9 @@
 // Every measured activity carries its plan task id, and every run carries the
 // job it came from, so re-planning the job gives each measurement its task:
 // op kind, shape, FLOPs and bytes. From those samples:
-//   - per op kind, a fit  ns = base + a * GFLOP + b * MB  minimising the
-//     relative error (coefficients kept non-negative), which predicts shapes
-//     never measured;
+//   - per op kind, a fit  ns = base + a * GFLOP + b * MB (+ c * MB on a
+//     kernel's slow path, slowPathMb)  minimising the relative error
+//     (coefficients kept non-negative), which predicts shapes never measured;
 //   - per op kind and shape, the median measured duration, used as is for
 //     shapes that were measured;
 //   - per collective (op, ranks), latency + bus bytes / bandwidth fitted over
@@ -51,6 +51,7 @@ struct OpFitReport {
   int64_t samples = 0;
   int64_t shapes = 0;
   double base_ns = 0, ns_per_gflop = 0, ns_per_mb = 0;
+  double ns_per_mb_slow = 0;  // per MB on a kernel's slow path (slowPathMb)
   double median_residual_pct = 0, max_residual_pct = 0;  // of the fit, over the samples
 };
 

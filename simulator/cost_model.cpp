@@ -116,7 +116,8 @@ CostEntry parseEntry(const std::string& source, const YAML::Node& node, const st
         if (ck == "base_ns") e.base_ns = v;
         else if (ck == "ns_per_gflop") e.ns_per_gflop = v;
         else if (ck == "ns_per_mb") e.ns_per_mb = v;
-        else fail(source, c.first, f + "." + ck + ": unknown key (allowed: base_ns, ns_per_gflop, ns_per_mb)");
+        else if (ck == "ns_per_mb_slow") e.ns_per_mb_slow = v;
+        else fail(source, c.first, f + "." + ck + ": unknown key (allowed: base_ns, ns_per_gflop, ns_per_mb, ns_per_mb_slow)");
       }
     } else if (key == "shapes" && allow_shapes) {
       // handled by the caller
@@ -230,6 +231,12 @@ RooflineCostModel::RooflineCostModel(RooflineParams params, Calibration calibrat
   if (calibration_.comm_slowdown) params_.comm_slowdown = *calibration_.comm_slowdown;
 }
 
+double slowPathMb(const Task& task) {
+  if (costOpKind(task) == OpKind::LayerNormBwd && task.attrs.c > 768)
+    return double(task.bytes_read + task.bytes_written) / 1e6;
+  return 0;
+}
+
 int64_t RooflineCostModel::taskNs(const Task& task, const DeviceSpec& device, Precision precision) const {
   const double bytes = double(task.bytes_read + task.bytes_written);
   if (task.kind == TaskKind::Host) return params_.host_task_ns;
@@ -251,7 +258,8 @@ int64_t RooflineCostModel::taskNs(const Task& task, const DeviceSpec& device, Pr
     if (auto sh = oc.shapes.find(shapeKey(task)); sh != oc.shapes.end()) e = &sh->second;
     if (e->ns >= 0) return e->ns;
     if (e->has_fit)
-      return int64_t(std::llround(e->base_ns + e->ns_per_gflop * task.flops * 1e-9 + e->ns_per_mb * bytes * 1e-6));
+      return int64_t(std::llround(e->base_ns + e->ns_per_gflop * task.flops * 1e-9 + e->ns_per_mb * bytes * 1e-6 +
+                                  e->ns_per_mb_slow * slowPathMb(task)));
     if (e->flops_efficiency > 0) flops_eff = e->flops_efficiency;
     if (e->bw_efficiency > 0) bw_eff = e->bw_efficiency;
     // A shape entry with only one efficiency keeps the op kind's other one.

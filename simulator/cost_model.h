@@ -45,8 +45,8 @@ struct CostEntry {
   int64_t ns = -1;              // measured duration, launch included
   double flops_efficiency = -1;
   double bw_efficiency = -1;
-  bool has_fit = false;         // ns = base_ns + ns_per_gflop * GFLOP + ns_per_mb * MB
-  double base_ns = 0, ns_per_gflop = 0, ns_per_mb = 0;
+  bool has_fit = false;         // ns = base_ns + ns_per_gflop * GFLOP + ns_per_mb * MB (+ ns_per_mb_slow * slow MB)
+  double base_ns = 0, ns_per_gflop = 0, ns_per_mb = 0, ns_per_mb_slow = 0;
 };
 
 struct OpCalibration {
@@ -74,6 +74,13 @@ std::string shapeKey(const Task& task);
 // GELU backward that launches the DGELU GEMM as a data-gradient matmul), a
 // residual add that also does the layernorm after it as a layernorm.
 OpKind costOpKind(const Task& task);
+
+// The MB of a task's bytes that the executor moves on a slower path of its
+// kernel, for the calibrated fit's ns_per_mb_slow term: layernorm backward
+// rows wider than 768 elements keep their dw/db partial sums in shared memory
+// instead of registers (engine/cuda/layernorm.cu, kLnAccInSmem). On H200 that
+// path took about twice the time per byte. 0 for everything else.
+double slowPathMb(const Task& task);
 
 // Parses the calibration YAML; errors are CalibrationError "FILE:LINE: field: problem".
 Calibration parseCalibration(const std::string& yaml_text, const std::string& source);

@@ -313,3 +313,53 @@ TEST_CASE("Multi-rank launch gap: fitted from shapes measured both ways, added t
   CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nmulti_rank_launch_ns: -5\n", "bad.yaml"),
                     Catch::Contains("bad.yaml:2"));
 }
+
+// Layernorm backward rows wider than 768 take the executor's slower
+// shared-memory path. Here the "hardware" charges 600 ns per MB on that path
+// on top of 300 ns per MB: calibrated on widths 512 and 1280, the fit must
+// learn the slow-path term and predict width 1024 (slow path, never
+// measured) within 3%.
+TEST_CASE("Calibration learns the layernorm backward's slow path and predicts an unseen wide row", "[calibrate]") {
+  sim::Calibration truth_cal;
+  sim::CostEntry e;
+  e.has_fit = true;
+  e.base_ns = 4000;
+  e.ns_per_mb = 300;
+  e.ns_per_mb_slow = 600;
+  truth_cal.ops[OpKind::LayerNormBwd].all_shapes = e;
+  const sim::RooflineCostModel truth(sim::RooflineParams::defaults(), truth_cal);
+  auto job = [](int hidden, int heads, int micro_batch) {
+    JobSpec j = smallJob(micro_batch, 2);
+    j.model.hidden = hidden;
+    j.model.heads = heads;
+    j.parallel.data_parallel = 1;
+    return j;
+  };
+  std::vector<sim::CalibrationInput> inputs;
+  int n = 0;
+  for (const JobSpec& j : {job(512, 8, 8), job(512, 8, 2), job(1280, 10, 4)}) {
+    const std::string path = traces::testing::tempTracePath(fmt::format("ln-slow-{}.sqlite", n++));
+    simulate(j, truth, {}, path);
+    inputs.push_back({path, 1});
+  }
+  const sim::CalibrationResult cal = sim::calibrateFromRuns(inputs);
+  const auto& fit = cal.calibration.ops.at(OpKind::LayerNormBwd).all_shapes;
+  CHECK(fit.ns_per_mb_slow > 0);
+  const sim::RooflineCostModel calibrated(sim::RooflineParams::defaults(), cal.calibration);
+  const Plan held_out = buildPlan(job(1024, 8, 4));
+  const sim::Topology topo = sim::loadTopology("h200x2-nv18");
+  int checked = 0;
+  for (const Task& t : held_out.programs[0].tasks) {
+    // The layers' layernorms; the final one (it does not accumulate into dx,
+    // so it moves fewer bytes) is one task of its shape per job, and the
+    // shape's median is the layers' figure.
+    if (t.op != OpKind::LayerNormBwd || !t.attrs.accumulate) continue;
+    REQUIRE(sim::slowPathMb(t) > 0);
+    const double want = double(truth.taskNs(t, topo.devices[0], held_out.job.training.precision));
+    const double got = double(calibrated.taskNs(t, topo.devices[0], held_out.job.training.precision));
+    INFO(t.name << ": truth " << want << " ns, calibrated " << got << " ns");
+    CHECK(std::fabs(got - want) < 0.03 * want);
+    ++checked;
+  }
+  CHECK(checked >= 4);
+}
