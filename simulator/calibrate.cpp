@@ -119,7 +119,12 @@ OpFitReport fitOp(OpKind op, const std::vector<Sample>& samples) {
     // backward that accumulates into dx reads it too), so every term is
     // the shape's median, like its time.
     std::vector<double> ns, gflop, mb, mb_slow;
-    for (const Sample* x : xs) ns.push_back(x->ns), gflop.push_back(x->gflop), mb.push_back(x->mb), mb_slow.push_back(x->mb_slow);
+    for (const Sample* x : xs) {
+      ns.push_back(x->ns);
+      gflop.push_back(x->gflop);
+      mb.push_back(x->mb);
+      mb_slow.push_back(x->mb_slow);
+    }
     Sample m{median(gflop), median(mb), median(ns), shape};
     m.mb_slow = median(mb_slow);
     s.push_back(m);
