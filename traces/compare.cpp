@@ -19,8 +19,11 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
   std::map<int, std::vector<int64_t>> step_starts;
   for (const StepRow& s : reader.steps(run)) step_starts[s.rank].push_back(s.start_ns);
   for (auto& [rank, starts] : step_starts) std::sort(starts.begin(), starts.end());
-  std::map<TaskKey, std::string> ops;
-  for (const PlanTaskRow& t : reader.planTasks(run)) ops[{t.rank, t.task_id}] = t.op;
+  std::map<TaskKey, std::string> ops, names;
+  for (const PlanTaskRow& t : reader.planTasks(run)) {
+    ops[{t.rank, t.task_id}] = t.op;
+    names[{t.rank, t.task_id}] = t.name;
+  }
 
   // Per task: the summed duration within each step. The median over steps
   // is the task's time: warm-up steps and rare stalls do not move it.
@@ -50,6 +53,10 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
     t.activities = (t.activities + int64_t(n) - 1) / int64_t(std::max<size_t>(n, 1));
     const auto op = ops.find(key);
     t.op = op != ops.end() && !op->second.empty() ? op->second : t.name;
+    // The plan's task name where the run has one: a task's first activity
+    // can be a cuBLASLt memset, which says nothing of the task.
+    const auto name = names.find(key);
+    if (name != names.end() && !name->second.empty()) t.name = name->second;
   }
   return times;
 }

@@ -54,7 +54,8 @@ struct RunComparison {
 // Time per step of every (rank, plan task id) of a run: the median over the
 // rank's steps of the task's summed activity duration in that step (a run
 // without step rows is one step). `activities` is per step, rounded up.
-// `op` is the plan's op spelling when the run carries plan tasks.
+// `op` and `name` are the plan task's op spelling and name when the run
+// carries plan tasks (else the name of the task's first activity).
 struct TaskTime {
   std::string name;
   std::string op;

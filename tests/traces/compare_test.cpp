@@ -85,6 +85,8 @@ TEST_CASE("compareRuns matches tasks and reports per-op errors", "[compare]") {
   // The largest absolute difference first: task 1 (+100 ns).
   REQUIRE(!c.top_tasks.empty());
   CHECK(c.top_tasks.front().task_id == 1);
+  // Named by the plan ("t1"), not by its first kernel ("gemm_b1").
+  CHECK(c.top_tasks.front().name == "t1");
   CHECK(c.top_tasks.front().errorPct() == Approx(100.0));
   // Overlap: A's all-reduce [110,190) lies under compute [0,200): 100 %.
   // B's [120,200) lies under [0,310): 100 %.
