@@ -90,22 +90,19 @@ double relativeResidualPct(const Sample& x, const std::array<double, kFitTerms>&
 // is fitted, chosen by arithmetic intensity like a roofline: FLOP-bound
 // above 100 FLOP per byte (H100/H200 balance is about 200), bytes-bound below.
 OpFitReport fitOp(OpKind op, const std::vector<Sample>& samples) {
-  // Simplest first: one term, then two, then three; then the same with the
-  // slow-path term (only solvable when some shape has slow-path bytes).
-  static constexpr std::array<std::array<bool, kFitTerms>, 14> kModels{{{true, false, false, false},
-                                                                        {false, true, false, false},
-                                                                        {false, false, true, false},
-                                                                        {true, true, false, false},
-                                                                        {true, false, true, false},
-                                                                        {false, true, true, false},
-                                                                        {true, true, true, false},
-                                                                        {true, false, false, true},
-                                                                        {false, true, false, true},
-                                                                        {false, false, true, true},
-                                                                        {true, true, false, true},
-                                                                        {true, false, true, true},
-                                                                        {false, true, true, true},
-                                                                        {true, true, true, true}}};
+  // Simplest first: one term, then two, then three; then the same seven
+  // with the slow-path term (only solvable when some shape has slow-path
+  // bytes).
+  static constexpr std::array<std::array<bool, 3>, 7> kTerms{{{true, false, false},
+                                                              {false, true, false},
+                                                              {false, false, true},
+                                                              {true, true, false},
+                                                              {true, false, true},
+                                                              {false, true, true},
+                                                              {true, true, true}}};
+  std::vector<std::array<bool, kFitTerms>> models;
+  for (const bool slow : {false, true})
+    for (const auto& t : kTerms) models.push_back({t[0], t[1], t[2], slow});
   OpFitReport best;
   best.op = op;
   best.samples = int64_t(samples.size());
@@ -133,7 +130,7 @@ OpFitReport fitOp(OpKind op, const std::vector<Sample>& samples) {
   std::array<double, kFitTerms> chosen{};
   if (shapes.size() >= 3) {
     std::vector<std::pair<double, std::array<double, kFitTerms>>> fits;  // (error, coefficients), simplest first
-    for (const auto& use : kModels) {
+    for (const auto& use : models) {
       std::array<double, kFitTerms> c{};
       if (!solveWeighted(s, use, c) || c[0] < 0 || c[1] < 0 || c[2] < 0 || c[3] < 0) continue;
       double err = 0;
