@@ -115,8 +115,9 @@ int main(int argc, char** argv) {
     {
       // What timing cuBLASLt's candidates gained (rank 0 tunes; the others reuse its choices).
       const cuda::GemmTuningTotals t = cuda::totalsOf(ex[0]->gemmTuning());
-      fmt::print("{{\"gemm_tuning\":{{\"shapes\":{},\"changed\":{},\"first_choice_ms\":{:.3f},\"chosen_ms\":{:.3f}}}}}\n",
-                 t.shapes, t.changed, t.first_ms, t.chosen_ms);
+      fmt::print("{{\"gemm_tuning\":{{\"shapes\":{},\"changed\":{},\"first_choice_ms\":{:.3f},\"chosen_ms\":{:.3f},"
+                 "\"first_choice_extra_graph_nodes\":{},\"chosen_extra_graph_nodes\":{}}}}}\n",
+                 t.shapes, t.changed, t.first_ms, t.chosen_ms, t.first_extra_nodes, t.chosen_extra_nodes);
     }
     // Two loops over the same executors, each `steps` long with the first 5
     // steps left out:

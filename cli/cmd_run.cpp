@@ -282,8 +282,8 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
   if (lead && !o.json && !exec->gemmTuning().empty()) {
     const cuda::GemmTuningTotals t = cuda::totalsOf(exec->gemmTuning());
     fmt::print("GEMM algorithms timed for {} shapes, {} changed from cuBLASLt's first choice: {:.3f} -> {:.3f} ms "
-               "for one of each (TANDEM_GEMM_TUNING=0 turns this off)\n",
-               t.shapes, t.changed, t.first_ms, t.chosen_ms);
+               "for one of each, {} -> {} extra graph nodes (TANDEM_GEMM_TUNING=0 turns this off)\n",
+               t.shapes, t.changed, t.first_ms, t.chosen_ms, t.first_extra_nodes, t.chosen_extra_nodes);
   }
 #ifdef TANDEM_HAVE_PROFILER
   // Clock offsets between ranks, before the first step (outside graph

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -152,6 +154,43 @@ namespace {
 std::mutex g_tuned_mu;
 std::map<std::pair<std::string, std::string>, int> g_tuned;
 
+// The charge per extra graph node (Gemm::kGraphNodeCostUs unless
+// TANDEM_GEMM_NODE_COST_US says otherwise), in ms.
+double graphNodeCostMs() {
+  const char* env = std::getenv("TANDEM_GEMM_NODE_COST_US");
+  double us = Gemm::kGraphNodeCostUs;
+  if (env && *env) {
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    if (end == env || *end != '\0' || !(v >= 0))
+      throw CudaError(std::string("TANDEM_GEMM_NODE_COST_US: expected microseconds >= 0, got '") + env + "'");
+    us = v;
+  }
+  return us / 1000.0;
+}
+
+// How many graph nodes one launch adds besides its kernel: the launch is
+// captured (not run) on a private stream into a graph that is thrown away.
+// -1 when it cannot be captured.
+int extraGraphNodes(const std::function<cublasStatus_t(cudaStream_t)>& launch) {
+  cudaStream_t cs = nullptr;
+  if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess) return -1;
+  int extra = -1;
+  if (cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    const cublasStatus_t st = launch(cs);
+    cudaGraph_t g = nullptr;
+    if (cudaStreamEndCapture(cs, &g) == cudaSuccess && g) {
+      size_t nodes = 0;
+      if (st == CUBLAS_STATUS_SUCCESS && cudaGraphGetNodes(g, nullptr, &nodes) == cudaSuccess && nodes > 0)
+        extra = int(nodes) - 1;
+      cudaGraphDestroy(g);
+    }
+  }
+  cudaStreamDestroy(cs);
+  cudaGetLastError();  // a refused capture leaves no sticky error behind
+  return extra;
+}
+
 template <class T>
 std::string keyText(const T& key) {
   return std::apply([](auto... v) { return ((std::to_string(v) + ",") + ...); }, key);
@@ -185,12 +224,15 @@ void Gemm::tune(const Key& key, Prepared& p, const void* A, const void* B, void*
   const float alpha = 1.f;
   constexpr int kWarm = 2, kTimed = 5;
   std::vector<double> ms(p.candidates.size(), -1.0);
+  std::vector<int> extra(p.candidates.size(), 0);
   for (size_t c = 0; c < p.candidates.size(); ++c) {
-    auto launch = [&] {
+    auto launchOn = [&](cudaStream_t on) {
       return cublasLtMatmul(handle_, p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.candidates[c],
-                            workspace_, workspace_bytes_, s);
+                            workspace_, workspace_bytes_, on);
     };
+    auto launch = [&] { return launchOn(s); };
     if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // an algorithm may refuse these pointers
+    extra[c] = std::max(0, extraGraphNodes(launchOn));
     for (int w = 1; w < kWarm; ++w) launch();
     TANDEM_CUDA_CHECK(cudaEventRecord(e0, s));
     for (int r = 0; r < kTimed; ++r) launch();
@@ -202,7 +244,7 @@ void Gemm::tune(const Key& key, Prepared& p, const void* A, const void* B, void*
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  int chosen = chooseAlgorithm(ms, kTuneMargin);
+  int chosen = chooseAlgorithm(withGraphNodeCost(ms, extra, graphNodeCostMs()), kTuneMargin);
   {
     std::lock_guard<std::mutex> lock(g_tuned_mu);
     // Another Gemm of the process may have tuned the same shape meanwhile: its choice stands.
@@ -212,6 +254,8 @@ void Gemm::tune(const Key& key, Prepared& p, const void* A, const void* B, void*
   report.chosen = chosen;
   report.first_ms = std::max(0.0, ms.empty() ? 0.0 : ms[0]);
   report.chosen_ms = chosen < int(ms.size()) ? std::max(0.0, ms[size_t(chosen)]) : 0.0;
+  report.first_extra_nodes = extra.empty() ? 0 : extra[0];
+  report.chosen_extra_nodes = chosen < int(extra.size()) ? extra[size_t(chosen)] : 0;
   tuned_.push_back(report);
 }
 

@@ -31,12 +31,15 @@ struct GemmTuning {
   int chosen = 0;               // index among them (0: its first choice)
   double first_ms = 0;          // its first choice, measured
   double chosen_ms = 0;         // the kept one, measured
+  int first_extra_nodes = 0;    // graph nodes its launch adds besides the kernel (a memset)
+  int chosen_extra_nodes = 0;
 };
 
 // The timed shapes added up: one call of each, first choice vs kept.
 struct GemmTuningTotals {
   int shapes = 0, changed = 0;
   double first_ms = 0, chosen_ms = 0;
+  int first_extra_nodes = 0, chosen_extra_nodes = 0;
 };
 inline GemmTuningTotals totalsOf(const std::vector<GemmTuning>& tuned) {
   GemmTuningTotals t;
@@ -45,6 +48,8 @@ inline GemmTuningTotals totalsOf(const std::vector<GemmTuning>& tuned) {
     t.changed += g.chosen != 0;
     t.first_ms += g.first_ms;
     t.chosen_ms += g.chosen_ms;
+    t.first_extra_nodes += g.first_extra_nodes;
+    t.chosen_extra_nodes += g.chosen_extra_nodes;
   }
   return t;
 }
@@ -89,11 +94,15 @@ class Gemm {
   // times the top kTuneCandidates algorithms on the call's stream, waits for
   // them (never call it inside a graph capture), and keeps the fastest when
   // it beats the first choice by kTuneMargin; that call computes nothing
-  // useful. Choices are shared by every Gemm of the process on the same
+  // useful. Each candidate is also captured once into a throwaway graph to
+  // count the nodes its launch adds besides the kernel, and charged
+  // kGraphNodeCostUs for each (algorithm_choice.h; TANDEM_GEMM_NODE_COST_US
+  // sets another charge, 0 turns it off). Choices are shared by every Gemm of the process on the same
   // device model, so that executors of one process run the same algorithms
   // and give bit-identical results.
   static constexpr int kTuneCandidates = 8;
   static constexpr double kTuneMargin = 0.03;
+  static constexpr double kGraphNodeCostUs = 2.5;
   void setTuning(bool on) { tuning_ = on; }
   const std::vector<GemmTuning>& tuning() const { return tuned_; }
 
