@@ -181,6 +181,10 @@ int main(int argc, char** argv) {
                ahead_loop.wall_ms.empty() ? 0 : *std::min_element(ahead_loop.wall_ms.begin(), ahead_loop.wall_ms.end()),
                gpu_med, sync_med, sync_loop.median(sync_loop.gpu_ms), tps, mfu, loss,
                m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));
+    {
+      const cuda::CudaExecutor::GraphMemsets gm = ex[0]->graphMemsets();
+      fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{}}}}}\n", gm.memsets, gm.hoisted);
+    }
     std::fflush(stdout);
     ex.clear();
 

@@ -13,6 +13,7 @@
 
 #include "engine/cpu/bf16.h"
 #include "engine/cuda/executor_impl.h"
+#include "engine/cuda/graph_memsets.h"
 #include "engine/init.h"
 
 namespace tandem::cuda {
@@ -424,6 +425,9 @@ void CudaExecutor::Impl::launchStep(int step, int slot, bool with_optimizer) {
   if (opt.observer) opt.observer->onStepBegin(step);
   if (graph && !graph_exec) {
     cudaGraph_t g;
+    const char* hoist_env = std::getenv("TANDEM_GRAPH_HOIST_MEMSETS");
+    const bool hoist = !(hoist_env && std::string(hoist_env) == "0");
+    gemm->beginGraphCapture(hoist);
     TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
     if (opt.observer) opt.observer->onCaptureBegin(s0);
     capturing = true;
@@ -431,13 +435,25 @@ void CudaExecutor::Impl::launchStep(int step, int slot, bool with_optimizer) {
       enqueueStep(true);
     } catch (...) {
       capturing = false;
+      gemm->endGraphCapture();
       cudaStreamEndCapture(s0, &g);
       throw;
     }
     capturing = false;
+    gemm->endGraphCapture();
     TANDEM_CUDA_CHECK(cudaStreamEndCapture(s0, &g));
     if (opt.observer) opt.observer->onCaptureEnd(s0);
-    TANDEM_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, g, 0));
+    try {
+      graph_memsets.memsets = memsetNodesOf(g);
+      if (hoist) {
+        const auto [lo, hi] = gemm->capturedSlices();
+        graph_memsets.hoisted = hoistMemsetsInside(g, lo, hi);
+      }
+      TANDEM_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, g, 0));
+    } catch (...) {
+      cudaGraphDestroy(g);
+      throw;
+    }
     TANDEM_CUDA_CHECK(cudaGraphDestroy(g));
   }
   // The slot's copies are stream operations around the graph, not graph
@@ -604,6 +620,7 @@ std::vector<double> CudaExecutor::taskMilliseconds() const { return impl_->task_
 int CudaExecutor::stepsDone() const { return impl_->steps_done; }
 const FusionPlan& CudaExecutor::fusion() const { return impl_->fusion; }
 const std::vector<GemmTuning>& CudaExecutor::gemmTuning() const { return impl_->gemm->tuning(); }
+CudaExecutor::GraphMemsets CudaExecutor::graphMemsets() const { return impl_->graph_memsets; }
 const Plan& CudaExecutor::plan() const { return impl_->plan; }
 NcclComm* CudaExecutor::communicator() const { return impl_->comm.get(); }
 

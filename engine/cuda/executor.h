@@ -105,6 +105,13 @@ class CudaExecutor {
   // The GEMM shapes this executor timed (empty when tuning is off, or when
   // another executor of the process had already tuned them).
   const std::vector<GemmTuning>& gemmTuning() const;
+  // cuBLASLt memsets in the step's graph, and how many of them moved to the
+  // graph's start (graph_memsets.h; TANDEM_GRAPH_HOIST_MEMSETS=0 keeps them
+  // in place). Both 0 before the graph is captured or without a graph.
+  struct GraphMemsets {
+    int memsets = 0, hoisted = 0;
+  };
+  GraphMemsets graphMemsets() const;
   // The data-parallel communicator (nullptr with one rank): for work outside
   // the steps, such as measuring clock offsets between ranks.
   NcclComm* communicator() const;

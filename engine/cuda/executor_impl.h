@@ -119,6 +119,7 @@ struct CudaExecutor::Impl {
   bool capturing = false;  // inside cudaStreamBeginCapture .. EndCapture
   bool tuning_pass = false;  // tuneGemms: issue the GEMM tasks to time their algorithms
   cudaGraphExec_t graph_exec = nullptr;
+  CudaExecutor::GraphMemsets graph_memsets;
   int steps_done = 0;
 };
 

@@ -30,8 +30,19 @@ cudaDataType_t cudaType(DType dt) {
 }  // namespace
 
 Gemm::Gemm(void* workspace, size_t workspace_bytes)
-    : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+    : workspace_(workspace), shared_bytes_(workspace_bytes) {
   LT_CHECK(cublasLtCreate(&handle_));
+  // Room for the slices only where it leaves most of the workspace shared.
+  if (workspace && workspace_bytes >= 8 * kSliceRegionBytes) {
+    shared_bytes_ = workspace_bytes - kSliceRegionBytes;
+    slice_base_ = static_cast<char*>(workspace) + shared_bytes_;
+  }
+}
+
+void Gemm::beginGraphCapture(bool slices) {
+  slicing_ = slices && slice_base_;
+  slice_used_ = 0;
+  sliced_launches_ = 0;
 }
 
 Gemm::~Gemm() {
@@ -93,7 +104,7 @@ Gemm::Prepared& Gemm::prepare(const Key& key) {
 
   cublasLtMatmulPreference_t pref;
   LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  uint64_t ws = workspace_bytes_;
+  uint64_t ws = shared_bytes_;
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                 sizeof(ws)));
   cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
@@ -117,7 +128,11 @@ Gemm::Prepared& Gemm::prepare(const Key& key) {
   }
   if (p.ok) {
     p.algo = results[0].algo;
-    for (int i = 0; i < found; ++i) p.candidates.push_back(results[i].algo);
+    p.ws_need = results[0].workspaceSize;
+    for (int i = 0; i < found; ++i) {
+      p.candidates.push_back(results[i].algo);
+      p.candidate_ws.push_back(results[i].workspaceSize);
+    }
   }
   return cache_.emplace(key, p).first->second;
 }
@@ -142,8 +157,19 @@ void Gemm::run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
     if (!p.tuned) tune(key, p, A, B, D, beta, s);
     return;
   }
-  LT_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.algo,
-                          workspace_, workspace_bytes_, s));
+  void* ws = workspace_;
+  size_t ws_bytes = shared_bytes_;
+  if (slicing_ && p.extra_nodes > 0) {
+    const size_t need = (std::max<size_t>(p.ws_need, 1) + 255) / 256 * 256;
+    if (slice_used_ + need <= kSliceRegionBytes) {
+      ws = slice_base_ + slice_used_;
+      ws_bytes = need;
+      slice_used_ += need;
+      ++sliced_launches_;
+    }
+  }
+  LT_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.algo, ws, ws_bytes,
+                          s));
 }
 
 namespace {
@@ -208,12 +234,23 @@ void Gemm::tune(const Key& key, Prepared& p, const void* A, const void* B, void*
     device_name_ = prop.name;
   }
   const auto shared_key = std::make_pair(device_name_, keyText(key));
+  const float alpha = 1.f;
+  int chosen_before = -1;
   {
     std::lock_guard<std::mutex> lock(g_tuned_mu);
-    if (auto it = g_tuned.find(shared_key); it != g_tuned.end()) {
-      if (it->second < int(p.candidates.size())) p.algo = p.candidates[size_t(it->second)];
-      return;
+    if (auto it = g_tuned.find(shared_key); it != g_tuned.end()) chosen_before = it->second;
+  }
+  if (chosen_before >= 0) {
+    if (chosen_before < int(p.candidates.size())) {
+      const size_t c = size_t(chosen_before);
+      p.algo = p.candidates[c];
+      p.ws_need = p.candidate_ws[c];
+      p.extra_nodes = std::max(0, extraGraphNodes([&](cudaStream_t on) {
+        return cublasLtMatmul(handle_, p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.candidates[c],
+                              workspace_, shared_bytes_, on);
+      }));
     }
+    return;
   }
   GemmTuning report;
   report.m = std::get<2>(key), report.n = std::get<3>(key), report.k = std::get<4>(key);
@@ -221,14 +258,13 @@ void Gemm::tune(const Key& key, Prepared& p, const void* A, const void* B, void*
   cudaEvent_t e0, e1;
   TANDEM_CUDA_CHECK(cudaEventCreate(&e0));
   TANDEM_CUDA_CHECK(cudaEventCreate(&e1));
-  const float alpha = 1.f;
   constexpr int kWarm = 2, kTimed = 5;
   std::vector<double> ms(p.candidates.size(), -1.0);
   std::vector<int> extra(p.candidates.size(), 0);
   for (size_t c = 0; c < p.candidates.size(); ++c) {
     auto launchOn = [&](cudaStream_t on) {
       return cublasLtMatmul(handle_, p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.candidates[c],
-                            workspace_, workspace_bytes_, on);
+                            workspace_, shared_bytes_, on);
     };
     auto launch = [&] { return launchOn(s); };
     if (launch() != CUBLAS_STATUS_SUCCESS) continue;  // an algorithm may refuse these pointers
@@ -250,7 +286,11 @@ void Gemm::tune(const Key& key, Prepared& p, const void* A, const void* B, void*
     // Another Gemm of the process may have tuned the same shape meanwhile: its choice stands.
     chosen = g_tuned.emplace(shared_key, chosen).first->second;
   }
-  if (chosen < int(p.candidates.size())) p.algo = p.candidates[size_t(chosen)];
+  if (chosen < int(p.candidates.size())) {
+    p.algo = p.candidates[size_t(chosen)];
+    p.ws_need = p.candidate_ws[size_t(chosen)];
+    p.extra_nodes = extra[size_t(chosen)];
+  }
   report.chosen = chosen;
   report.first_ms = std::max(0.0, ms.empty() ? 0.0 : ms[0]);
   report.chosen_ms = chosen < int(ms.size()) ? std::max(0.0, ms[size_t(chosen)]) : 0.0;

@@ -18,6 +18,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/types.h"
@@ -106,6 +107,20 @@ class Gemm {
   void setTuning(bool on) { tuning_ = on; }
   const std::vector<GemmTuning>& tuning() const { return tuned_; }
 
+  // Workspace slices for the step's graph (graph_memsets.h). Between
+  // beginGraphCapture(true) and endGraphCapture, each launch of an algorithm
+  // whose launch adds a memset (known from tuning) gets a slice of the
+  // workspace's last kSliceRegionBytes to itself, while room lasts; the
+  // memsets in capturedSlices() can then move to the start of the graph.
+  // The other launches share the rest of the workspace.
+  static constexpr size_t kSliceRegionBytes = size_t(1) << 20;
+  void beginGraphCapture(bool slices);
+  void endGraphCapture() { slicing_ = false; }
+  std::pair<const void*, const void*> capturedSlices() const {
+    return {slice_base_, slice_base_ ? slice_base_ + slice_used_ : nullptr};
+  }
+  int slicedLaunches() const { return sliced_launches_; }
+
   // Pointers the fused epilogues accept (bias, aux): the algorithms are
   // chosen for this alignment.
   static constexpr uintptr_t kEpilogueAlignment = 256;
@@ -132,7 +147,10 @@ class Gemm {
     cublasLtMatmulAlgo_t algo{};
     bool ok = false;  // cuBLASLt offered an algorithm
     std::vector<cublasLtMatmulAlgo_t> candidates;  // cuBLASLt's order, [0] == its first choice
+    std::vector<size_t> candidate_ws;              // the workspace each needs
     bool tuned = false;
+    size_t ws_need = 0;   // of algo
+    int extra_nodes = 0;  // graph nodes algo's launch adds besides its kernel (known once tuned)
   };
   // trans_a, trans_b, m, n, k, lda, ldb, ldd, accumulate, epilogue, dtype
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
@@ -144,7 +162,11 @@ class Gemm {
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_;
-  size_t workspace_bytes_;
+  size_t shared_bytes_;  // the part of the workspace every unsliced launch uses
+  char* slice_base_ = nullptr;
+  size_t slice_used_ = 0;
+  bool slicing_ = false;
+  int sliced_launches_ = 0;
   std::map<Key, Prepared> cache_;
   bool tuning_ = false;
   std::vector<GemmTuning> tuned_;

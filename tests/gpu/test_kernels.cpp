@@ -12,7 +12,9 @@
 
 #include "engine/cpu/bf16.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cuda/check.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/graph_memsets.h"
 #include "engine/cuda/kernels.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -482,8 +484,61 @@ void testOptimizer() {
 
 }  // namespace
 
+// graph_memsets.h on a graph of memsets: a -> b -> c, where only b writes
+// inside the region. b becomes a root, c keeps its order after a and now
+// also depends on b, and a replay writes what the chain wrote.
+void testHoistMemsets() {
+  unsigned char* mem = nullptr;
+  TANDEM_CUDA_CHECK(cudaMalloc(&mem, 4096));
+  TANDEM_CUDA_CHECK(cudaMemset(mem, 0, 4096));
+  cudaGraph_t g = nullptr;
+  TANDEM_CUDA_CHECK(cudaGraphCreate(&g, 0));
+  auto memset = [&](size_t offset, unsigned value, const std::vector<cudaGraphNode_t>& deps) {
+    cudaMemsetParams p{};
+    p.dst = mem + offset;
+    p.value = value;
+    p.elementSize = 4;
+    p.width = 1;
+    p.height = 1;
+    cudaGraphNode_t n = nullptr;
+    TANDEM_CUDA_CHECK(cudaGraphAddMemsetNode(&n, g, deps.data(), deps.size(), &p));
+    return n;
+  };
+  const cudaGraphNode_t a = memset(0, 0x11111111u, {});
+  const cudaGraphNode_t b = memset(2048, 0x22222222u, {a});
+  const cudaGraphNode_t c = memset(16, 0x33333333u, {b});
+  expectTrue("graph memsets: the graph holds 3", cuda::memsetNodesOf(g) == 3);
+  expectTrue("graph memsets: one inside [2048, 4096) moved", cuda::hoistMemsetsInside(g, mem + 2048, mem + 4096) == 1);
+  auto deps = [](cudaGraphNode_t n) {
+    size_t k = 0;
+    TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(n, nullptr, nullptr, &k));
+    std::vector<cudaGraphNode_t> out(k);
+    if (k) TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(n, out.data(), nullptr, &k));
+    return out;
+  };
+  expectTrue("graph memsets: the moved one is a root", deps(b).empty());
+  const std::vector<cudaGraphNode_t> dc = deps(c);
+  expectTrue("graph memsets: its dependent follows its predecessor and it",
+             dc.size() == 2 && std::count(dc.begin(), dc.end(), a) == 1 && std::count(dc.begin(), dc.end(), b) == 1);
+  expectTrue("graph memsets: nothing outside the region moves", cuda::hoistMemsetsInside(g, mem + 2048, mem + 4096) == 0);
+  cudaGraphExec_t e = nullptr;
+  TANDEM_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+  TANDEM_CUDA_CHECK(cudaGraphLaunch(e, nullptr));
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  uint32_t v[3] = {};
+  TANDEM_CUDA_CHECK(cudaMemcpy(&v[0], mem, 4, cudaMemcpyDeviceToHost));
+  TANDEM_CUDA_CHECK(cudaMemcpy(&v[1], mem + 2048, 4, cudaMemcpyDeviceToHost));
+  TANDEM_CUDA_CHECK(cudaMemcpy(&v[2], mem + 16, 4, cudaMemcpyDeviceToHost));
+  expectTrue("graph memsets: the replay writes all three",
+             v[0] == 0x11111111u && v[1] == 0x22222222u && v[2] == 0x33333333u);
+  cudaGraphExecDestroy(e);
+  cudaGraphDestroy(g);
+  cudaFree(mem);
+}
+
 int main() {
   requireGpus(1);
+  testHoistMemsets();
   cuda::prepareKernels();
   for (DType dt : {DType::F32, DType::BF16}) {
     // Vector paths (C multiple of the 16-byte vector) and the scalar ones;

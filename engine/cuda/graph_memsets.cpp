@@ -1,0 +1,82 @@
+#include "engine/cuda/graph_memsets.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/cuda/check.h"
+
+namespace tandem::cuda {
+namespace {
+
+std::vector<cudaGraphNode_t> nodesOf(cudaGraph_t graph) {
+  size_t n = 0;
+  TANDEM_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n) TANDEM_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  nodes.resize(n);
+  return nodes;
+}
+
+// Captured edges carry default edge data, so the queries pass none.
+std::vector<cudaGraphNode_t> dependenciesOf(cudaGraphNode_t node) {
+  size_t n = 0;
+  TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n));
+  std::vector<cudaGraphNode_t> deps(n);
+  if (n) TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(node, deps.data(), nullptr, &n));
+  deps.resize(n);
+  return deps;
+}
+
+std::vector<cudaGraphNode_t> dependentsOf(cudaGraphNode_t node) {
+  size_t n = 0;
+  TANDEM_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &n));
+  std::vector<cudaGraphNode_t> out(n);
+  if (n) TANDEM_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, out.data(), nullptr, &n));
+  out.resize(n);
+  return out;
+}
+
+bool isMemset(cudaGraphNode_t node) {
+  cudaGraphNodeType type{};
+  TANDEM_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+  return type == cudaGraphNodeTypeMemset;
+}
+
+}  // namespace
+
+int memsetNodesOf(cudaGraph_t graph) {
+  int n = 0;
+  for (cudaGraphNode_t node : nodesOf(graph)) n += isMemset(node);
+  return n;
+}
+
+int hoistMemsetsInside(cudaGraph_t graph, const void* begin, const void* end) {
+  const char* lo = static_cast<const char*>(begin);
+  const char* hi = static_cast<const char*>(end);
+  if (!lo || hi <= lo) return 0;
+  int moved = 0;
+  for (cudaGraphNode_t node : nodesOf(graph)) {
+    if (!isMemset(node)) continue;
+    cudaMemsetParams p{};
+    TANDEM_CUDA_CHECK(cudaGraphMemsetNodeGetParams(node, &p));
+    const size_t row = p.elementSize * p.width;
+    const size_t extent = p.height > 1 ? p.pitch * (p.height - 1) + row : row;
+    const char* dst = static_cast<const char*>(p.dst);
+    if (dst < lo || dst + extent > hi) continue;
+    const std::vector<cudaGraphNode_t> preds = dependenciesOf(node);
+    if (preds.empty()) continue;
+    for (cudaGraphNode_t next : dependentsOf(node)) {
+      const std::vector<cudaGraphNode_t> has = dependenciesOf(next);
+      for (cudaGraphNode_t pred : preds) {
+        if (std::find(has.begin(), has.end(), pred) != has.end()) continue;
+        TANDEM_CUDA_CHECK(cudaGraphAddDependencies(graph, &pred, &next, nullptr, 1));
+      }
+    }
+    const std::vector<cudaGraphNode_t> self(preds.size(), node);
+    TANDEM_CUDA_CHECK(cudaGraphRemoveDependencies(graph, preds.data(), self.data(), nullptr, preds.size()));
+    ++moved;
+  }
+  return moved;
+}
+
+}  // namespace tandem::cuda
