@@ -390,8 +390,12 @@ void crossEntropy(void* losses, DType loss_dt, void* dlogits, const void* logits
                   float* loss_sum, float* scratch, cudaStream_t s) {
   float* row_loss = loss_sum ? scratch : nullptr;
   if (dt == DType::BF16 && vec8(V, {logits, dlogits ? dlogits : logits}))
-    crossEntropyVec<<<unsigned(M), 512, 0, s>>>(losses, isBf16(loss_dt), static_cast<bf16*>(dlogits),
-                                                static_cast<const bf16*>(logits), targets, V, scale, row_loss);
+    // 1024 threads per row: at most two rows per SM, 26 MB of GPT-2 rows in
+    // flight, so the second pass over a row finds more of it in L2. GPT-2
+    // 124M on one H200, alternating: 30.54 / 30.37 ms per step against 30.56
+    // / 30.59 with 512 threads (one row per SM: 30.85 / 30.49).
+    crossEntropyVec<<<unsigned(M), 1024, 0, s>>>(losses, isBf16(loss_dt), static_cast<bf16*>(dlogits),
+                                                 static_cast<const bf16*>(logits), targets, V, scale, row_loss);
   else
     TANDEM_DISPATCH_DT(dt, crossEntropyKernel<T><<<unsigned(M), 512, 0, s>>>(
                              losses, isBf16(loss_dt), static_cast<T*>(dlogits),
