@@ -50,6 +50,7 @@ std::vector<BenchJob> benchJobs() {
       {"base-mb8", {"training.micro_batch=8", "parallel.data_parallel=1"}, true},
       {"base-mb16", {"training.micro_batch=16", "parallel.data_parallel=1"}, true},
       {"dp2-mb8", {"training.micro_batch=8", "parallel.data_parallel=2"}, true},
+      {"dp2-mb16", {"training.micro_batch=16", "parallel.data_parallel=2"}, true},
       {"seq256-mb32", {"training.micro_batch=32", "model.seq_len=256", "parallel.data_parallel=1"}, true},
       {"hidden1280-mb4",
        {"training.micro_batch=4", "model.hidden=1280", "model.heads=20", "model.layers=6", "parallel.data_parallel=1"},
@@ -61,6 +62,7 @@ std::vector<BenchJob> benchJobs() {
        {"training.micro_batch=8", "model.hidden=1024", "model.heads=16", "model.layers=8", "parallel.data_parallel=1"},
        false},
       {"recompute-full-mb8", {"training.micro_batch=8", "recompute.policy=full", "parallel.data_parallel=1"}, false},
+      {"dp2-mb12", {"training.micro_batch=12", "parallel.data_parallel=2"}, false},
       {"dp2-mb16-selective", {"training.micro_batch=16", "parallel.data_parallel=2", "recompute.policy=selective"}, false},
   };
 }
