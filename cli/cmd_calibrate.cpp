@@ -53,6 +53,10 @@ void runCalibrate(const CalibrateOptions& o) {
   if (r.calibration.comm_slowdown)
     fmt::print("comm_slowdown {:.4f} (least squares over {} task-steps under a collective)\n",
                *r.calibration.comm_slowdown, r.comm_slowdown_samples);
+  if (r.calibration.collective_start_wait)
+    fmt::print("collectives start after {:.0f}% of the remaining time of the kernel running when they are ready "
+               "(median over {})\n",
+               100 * *r.calibration.collective_start_wait, r.collective_start_wait_samples);
   if (r.calibration.multi_rank_launch_ns)
     fmt::print("multi-rank launch gap {:.2f} us per kernel task (median over {} shapes measured on one rank and on "
                "more)\n",
@@ -64,6 +68,8 @@ void runCalibrate(const CalibrateOptions& o) {
     for (const auto& [bytes, gbps] : c.sizes)
       fmt::print("  at {:.2f} MiB: {:.1f} GB/s\n", bytes / 1048576.0, gbps);
   }
+  for (const auto& b : r.collective_beside)
+    fmt::print("collectives beside {}: {:.3f}x the size model ({} samples)\n", b.role, b.factor, b.samples);
   fmt::print("calibration written to {}\n", o.out);
 }
 

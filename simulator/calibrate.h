@@ -65,8 +65,17 @@ struct CollectiveFitReport {
   std::vector<std::pair<double, double>> sizes;  // (message bytes, bus GB/s) of each measured size >= 1 MiB
 };
 
+// Collectives' measured time against the pooled size model, by the task
+// role of the kernels beside them the longest (Calibration::collective_beside).
+struct CollectiveBesideReport {
+  std::string role;
+  double factor = 1;  // median of measured / pooled-model time
+  int64_t samples = 0;
+};
+
 struct CalibrationResult {
   Calibration calibration;
+  std::vector<CollectiveBesideReport> collective_beside;
   std::vector<OpFitReport> ops;
   std::vector<CollectiveFitReport> collectives;
   std::vector<std::string> provenance;  // one line per run used
@@ -74,6 +83,7 @@ struct CalibrationResult {
   int64_t unmatched = 0;  // activities whose task id is not in the re-planned job
   std::vector<OpKind> fused_ops;  // planned kernel ops no run measured (cost 0)
   int64_t comm_slowdown_samples = 0;
+  int64_t collective_start_wait_samples = 0;
   int64_t multi_rank_launch_shapes = 0;  // task shapes measured in one-rank and multi-rank runs
 };
 

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -154,6 +155,13 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
       cal.multi_rank_launch_ns = int64_t(number(source, kv.second, key, 0, 1e9));
     } else if (key == "comm_slowdown") {
       cal.comm_slowdown = number(source, kv.second, key, 1.0, 10.0);
+    } else if (key == "collective_start_wait") {
+      cal.collective_start_wait = number(source, kv.second, key, 0.0, 1.0);
+    } else if (key == "collective_beside") {
+      if (!kv.second.IsMap()) fail(source, kv.second, "collective_beside: expected a map of task roles to factors");
+      for (const auto& role : kv.second)
+        cal.collective_beside[role.first.as<std::string>()] =
+            number(source, role.second, "collective_beside." + role.first.as<std::string>(), 0.2, 5.0);
     } else if (key == "ops") {
       if (!kv.second.IsMap()) fail(source, kv.second, "ops: expected a map of op kinds");
       for (const auto& op : kv.second) {
@@ -211,7 +219,7 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
         cal.collectives.push_back(c);
       }
     } else {
-      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, step_overhead_ns, multi_rank_launch_ns, ops, collectives)");
+      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, step_overhead_ns, multi_rank_launch_ns, collective_start_wait, collective_beside, ops, collectives)");
     }
   }
   return cal;
@@ -229,6 +237,21 @@ RooflineCostModel::RooflineCostModel(RooflineParams params, Calibration calibrat
     : params_(params), calibration_(std::move(calibration)) {
   if (calibration_.launch_overhead_ns) params_.launch_overhead_ns = *calibration_.launch_overhead_ns;
   if (calibration_.comm_slowdown) params_.comm_slowdown = *calibration_.comm_slowdown;
+}
+
+std::string taskRole(const std::string& name) {
+  size_t begin = 0;
+  if (name.rfind("layer", 0) == 0) {
+    size_t i = 5;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+    if (i > 5 && i < name.size() && name[i] == '.') begin = i + 1;
+  }
+  size_t end = name.size();
+  const size_t mb = name.rfind(".mb");
+  if (mb != std::string::npos && mb >= begin && mb + 3 < name.size() &&
+      std::all_of(name.begin() + long(mb + 3), name.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+    end = mb;
+  return name.substr(begin, end - begin);
 }
 
 double slowPathMb(const Task& task) {

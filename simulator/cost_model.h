@@ -62,7 +62,24 @@ struct Calibration {
   std::optional<int64_t> multi_rank_launch_ns;  // per kernel task, extra in plans of more than one rank
   std::map<OpKind, OpCalibration> ops;
   std::vector<CollectiveCalibration> collectives;
+  // A collective that becomes ready while kernels run on its GPU starts
+  // after this share of their remaining time: NCCL's kernel waits for SMs.
+  std::optional<double> collective_start_wait;
+  // A collective that shares its GPUs the longest with kernels of this task
+  // role takes this factor times its time: NCCL shares the SMs and the
+  // memory with them, and how much it loses depends on the kernel
+  // (docs/accuracy.md, "What a bucket's all-reduce runs beside").
+  // Two entries are not task roles: kNoKernelBeside (no kernel ran beside
+  // it) and kUnseenKernelBeside (a role the calibration never saw).
+  std::map<std::string, double> collective_beside;
 };
+inline constexpr const char* kNoKernelBeside = "(none)";
+inline constexpr const char* kUnseenKernelBeside = "(other)";
+
+// "mlp.fc.bwd_weight": a task's name without its layer and micro-batch
+// ("layer5.mlp.fc.bwd_weight.mb0"), so that one role covers every layer,
+// micro-batch and model size.
+std::string taskRole(const std::string& task_name);
 
 // "m=16384 n=2304 k=768": the non-zero shape attributes of a task in the fixed
 // order m n k b t c h v elements; a task that launches a fused kernel
@@ -103,6 +120,16 @@ class CostModel {
   // Extra launch time of a kernel task in a plan of more than one rank
   // (kernels wait longer to start in multi-process runs), added by the engine.
   virtual int64_t multiRankLaunchNs() const { return 0; }
+  // Share of the remaining time of the kernels running beside a collective
+  // that it waits before it starts (Calibration::collective_start_wait).
+  virtual double collectiveStartWait() const { return 0; }
+  // Factor on the time of a collective beside kernels of this task role
+  // (Calibration::collective_beside); 1 when not calibrated.
+  virtual bool hasCollectiveBeside() const { return false; }
+  virtual double collectiveBeside(const std::string& role) const {
+    (void)role;
+    return 1.0;
+  }
 };
 
 class RooflineCostModel : public CostModel {
@@ -112,6 +139,14 @@ class RooflineCostModel : public CostModel {
   double commSlowdown() const override { return params_.comm_slowdown; }
   int64_t stepOverheadNs() const override { return calibration_.step_overhead_ns.value_or(0); }
   int64_t multiRankLaunchNs() const override { return calibration_.multi_rank_launch_ns.value_or(0); }
+  double collectiveStartWait() const override { return calibration_.collective_start_wait.value_or(0); }
+  bool hasCollectiveBeside() const override { return !calibration_.collective_beside.empty(); }
+  double collectiveBeside(const std::string& role) const override {
+    const auto& m = calibration_.collective_beside;
+    auto it = m.find(role.empty() ? std::string(kNoKernelBeside) : role);
+    if (it == m.end() && !role.empty()) it = m.find(kUnseenKernelBeside);
+    return it == m.end() ? 1.0 : it->second;
+  }
   const RooflineParams& params() const { return params_; }
 
  private:

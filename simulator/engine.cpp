@@ -21,7 +21,7 @@
 namespace tandem::sim {
 namespace {
 
-enum class EventType : uint8_t { TaskDone, PhaseStart, CollectiveDone };
+enum class EventType : uint8_t { TaskDone, PhaseStart, CollectiveDone, CollectiveReady, CollectiveArrive };
 
 // Events are processed in (time, insertion order): deterministic.
 struct Event {
@@ -265,6 +265,9 @@ class Engine {
   void startPhase(int inst);
   void phaseFlowsStart(int inst);
   void phaseDone(int inst);
+  // The task role (taskRole) of the kernels that ran beside a collective the
+  // longest on its members, from its start until now; "" when none did.
+  std::string dominantRoleBeside(const Instance& inst) const;
   void finishTask(int ri, int task_index);
   [[noreturn]] void reportDeadlock();
   std::string describeTask(const RankState& r, int task_index) const;
@@ -473,6 +476,13 @@ void Engine::tryStart(int ri, int stream) {
     // the collective as a slowed kernel and end it a second time.
     s.kernel = false;
     s.slowed = false;
+    // NCCL's kernel gets the SMs only as the kernels beside it retire
+    // (calibrated; 0 by default): decided once the tasks this one's inputs
+    // released have started, by an event at the same time.
+    if (cost_.collectiveStartWait() > 0) {
+      push(now_, EventType::CollectiveReady, ri, ti);
+      return;
+    }
     arrive(ri, ti);
     return;
   }
@@ -652,8 +662,45 @@ void Engine::phaseDone(int ii) {
       return;
     }
   }
-  const int64_t end = std::max(now_, inst.start_ns + inst.schedule->floor_ns);
+  int64_t end = std::max(now_, inst.start_ns + inst.schedule->floor_ns);
+  if (cost_.hasCollectiveBeside()) {
+    // The kernels it shared its GPUs with the longest slow it by their task
+    // role's factor (calibrated, 1 or more: the calibration scales the size
+    // model so that none is below 1; "" means no kernel ran beside it).
+    const double f = cost_.collectiveBeside(dominantRoleBeside(inst));
+    end = std::max(end, inst.start_ns + int64_t(std::llround(double(end - inst.start_ns) * f)));
+  }
   push(end, EventType::CollectiveDone, ii);
+}
+
+std::string Engine::dominantRoleBeside(const Instance& inst) const {
+  std::map<std::string, int64_t> overlap;  // by task role, summed over the members
+  auto add = [&](const RankState& r, int task, int64_t a, int64_t b) {
+    const Task& t = r.plan->tasks[size_t(task)];
+    if (t.kind != TaskKind::Kernel || t.collective) return;
+    a = std::max(a, inst.start_ns);
+    b = std::min(b, now_);
+    if (b > a) overlap[taskRole(t.name)] += b - a;
+  };
+  for (const Arrival& m : inst.members) {
+    const RankState& r = ranks_[size_t(m.rank_state)];
+    // Records are written as tasks end: walking back, the first one that
+    // ended before the collective started ends the search.
+    for (const SimActivityRecord* rec = r.out; rec != r.first;) {
+      --rec;
+      if (rec->duration_ns == SimActivityRecord::kLongDuration) continue;
+      const int64_t rec_end = rec->start_ns + int64_t(rec->duration_ns);
+      if (rec_end <= inst.start_ns) break;
+      add(r, rec->task, rec->start_ns, rec_end);
+    }
+    for (const StreamState& st : r.streams)
+      if (st.busy && st.kernel && st.head < st.tasks->size()) add(r, (*st.tasks)[st.head], st.started_ns, now_);
+  }
+  std::string best;
+  int64_t most = 0;
+  for (const auto& [role, ns] : overlap)
+    if (ns > most) most = ns, best = role;
+  return best;
 }
 
 void Engine::finishTask(int ri, int ti) {
@@ -709,6 +756,24 @@ SimResult Engine::run() {
         if (isCurrentCompletion(e.a, e.b)) finishTask(e.a, e.b);  // else rescheduled: a stale event
         break;
       case EventType::PhaseStart: phaseFlowsStart(e.a); break;
+      case EventType::CollectiveReady: {
+        // Wait for the calibrated share of the remaining time of the kernels
+        // now running on the rank.
+        const RankState& r = ranks_[size_t(e.a)];
+        int64_t remaining = 0;
+        for (const StreamState& other : r.streams)
+          if (other.busy && other.kernel) remaining = std::max(remaining, other.done_ns - now_);
+        push(now_ + int64_t(std::llround(cost_.collectiveStartWait() * double(remaining))), EventType::CollectiveArrive,
+             e.a, e.b);
+        break;
+      }
+      case EventType::CollectiveArrive: {
+        // The collective's activity starts when its kernel does, as in a trace.
+        RankState& r = ranks_[size_t(e.a)];
+        r.streams[size_t(r.plan->tasks[size_t(e.b)].stream)].started_ns = now_;
+        arrive(e.a, e.b);
+        break;
+      }
       case EventType::CollectiveDone: {
         Instance& inst = instances_[size_t(e.a)];
         result_.collectives[size_t(inst.record)].end_ns = now_;

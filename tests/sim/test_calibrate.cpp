@@ -363,3 +363,91 @@ TEST_CASE("Calibration learns the layernorm backward's slow path and predicts an
   }
   CHECK(checked >= 4);
 }
+
+TEST_CASE("Task roles: the name without its layer and micro-batch", "[calibrate]") {
+  CHECK(sim::taskRole("layer5.mlp.fc.bwd_weight.mb0") == "mlp.fc.bwd_weight");
+  CHECK(sim::taskRole("layer11.attn.core.bwd.mb3") == "attn.core.bwd");
+  CHECK(sim::taskRole("embed.bwd.mb0") == "embed.bwd");
+  CHECK(sim::taskRole("optimizer.grad_norm") == "optimizer.grad_norm");
+  // Only a whole "layerN." prefix and a whole ".mbN" suffix go.
+  CHECK(sim::taskRole("layers.x.mb") == "layers.x.mb");
+  CHECK(sim::taskRole("layer7x.y.mb1z") == "layer7x.y.mb1z");
+}
+
+TEST_CASE("Collective start wait and neighbour factors: read, range-checked, fitted back", "[calibrate]") {
+  const sim::Calibration read = sim::parseCalibration(R"(version: 1
+collective_start_wait: 0.6
+collective_beside:
+  "mlp.fc.bwd_weight": 1.3
+  "attn.core.bwd": 0.95
+)",
+                                                     "beside.yaml");
+  REQUIRE(read.collective_start_wait.has_value());
+  CHECK(*read.collective_start_wait == Approx(0.6));
+  CHECK(read.collective_beside.at("mlp.fc.bwd_weight") == Approx(1.3));
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\ncollective_start_wait: 1.5\n", "wait.yaml"),
+                    Catch::Contains("wait.yaml:2"));
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\ncollective_beside:\n  \"x\": 0\n", "beside.yaml"),
+                    Catch::Contains("beside.yaml:3"));
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\ncollective_beside: 2\n", "map.yaml"),
+                    Catch::Contains("map.yaml:2") && Catch::Contains("expected a map"));
+
+  // The "hardware": collectives wait for 60% of the remaining time of the
+  // kernel running when they become ready, and take 1.3 times as long
+  // beside attention backward. Compute is not slowed beside them, so that
+  // the wait is measured exactly.
+  sim::RooflineParams params = sim::RooflineParams::defaults();
+  params.comm_slowdown = 1.0;
+  sim::Calibration hw;
+  hw.collective_start_wait = 0.6;
+  hw.collective_beside["attn.core.bwd"] = 1.3;
+  const sim::RooflineCostModel truth(params, hw);
+  const std::string measured = traces::testing::tempTracePath("collective-beside.sqlite");
+  // GPT-2 124M's layers, whose buckets (about 22 MiB) each have one layer's
+  // backward beside them.
+  JobSpec job = defaultJob();
+  job.training.micro_batch = 2;
+  job.parallel.data_parallel = 2;
+  simulate(job, truth, {}, measured);
+  const sim::CalibrationResult cal = sim::calibrateFromRuns({{measured, 1}});
+  REQUIRE(cal.calibration.collective_start_wait.has_value());
+  CHECK(*cal.calibration.collective_start_wait == Approx(0.6).margin(0.02));
+  REQUIRE(cal.calibration.collective_beside.count("attn.core.bwd") == 1);
+  const sim::Calibration loaded = sim::parseCalibration(sim::calibrationToYaml(cal), "fitted.yaml");
+  REQUIRE(loaded.collective_beside.size() == cal.calibration.collective_beside.size());
+  for (const auto& [role, f] : cal.calibration.collective_beside)
+    CHECK(loaded.collective_beside.at(role) == Approx(f).epsilon(1e-3));
+  // Factors are 1 or more (the simulator can only stretch a collective),
+  // and attention backward's is the 1.3 of the hardware against the others.
+  for (const auto& [role, f] : loaded.collective_beside) CHECK(f >= 1.0);
+  CHECK(loaded.collective_beside.at("attn.core.bwd") / loaded.collective_beside.at("mlp.proj.bwd_weight") ==
+        Approx(1.3).epsilon(0.02));
+
+  // Calibrated, the simulation gives every collective its measured time;
+  // without the neighbour factors those beside attention backward are off
+  // by about 30%.
+  const Plan plan = buildPlan(job);
+  const sim::Topology topo = sim::loadTopology("h200x2-nv18");
+  sim::SimOptions opts;
+  const sim::SimResult t = sim::simulatePlan(plan, topo, truth, opts);
+  opts.collective_calibration = loaded.collectives;
+  sim::RooflineParams calibrated_params = sim::RooflineParams::defaults();
+  calibrated_params.comm_slowdown = 1.0;
+  const sim::SimResult p = sim::simulatePlan(plan, topo, sim::RooflineCostModel(calibrated_params, loaded), opts);
+  sim::Calibration no_beside = loaded;
+  no_beside.collective_beside.clear();
+  const sim::SimResult q = sim::simulatePlan(plan, topo, sim::RooflineCostModel(calibrated_params, no_beside), opts);
+  REQUIRE(t.collectives.size() == p.collectives.size());
+  REQUIRE(t.collectives.size() == q.collectives.size());
+  double worst_with = 0, worst_without = 0;
+  for (size_t i = 0; i < t.collectives.size(); ++i) {
+    const double truth_ns = double(t.collectives[i].end_ns - t.collectives[i].start_ns);
+    if (t.collectives[i].bytes < (1 << 20)) continue;
+    worst_with = std::max(worst_with, std::fabs(double(p.collectives[i].end_ns - p.collectives[i].start_ns) / truth_ns - 1));
+    worst_without =
+        std::max(worst_without, std::fabs(double(q.collectives[i].end_ns - q.collectives[i].start_ns) / truth_ns - 1));
+  }
+  INFO("worst collective error with the neighbour factors " << worst_with << ", without " << worst_without);
+  CHECK(worst_with < 0.05);
+  CHECK(worst_without > 0.1);
+}
