@@ -17,23 +17,23 @@ std::vector<cudaGraphNode_t> nodesOf(cudaGraph_t graph) {
   return nodes;
 }
 
-// Captured edges carry default edge data, so the queries pass none.
-std::vector<cudaGraphNode_t> dependenciesOf(cudaGraphNode_t node) {
+// A node's predecessors (cudaGraphNodeGetDependencies) or successors
+// (cudaGraphNodeGetDependentNodes). Captured edges carry default edge data,
+// so the queries pass none.
+using EdgeQuery = cudaError_t (*)(cudaGraphNode_t, cudaGraphNode_t*, cudaGraphEdgeData*, size_t*);
+std::vector<cudaGraphNode_t> neighboursOf(cudaGraphNode_t node, EdgeQuery query) {
   size_t n = 0;
-  TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n));
-  std::vector<cudaGraphNode_t> deps(n);
-  if (n) TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(node, deps.data(), nullptr, &n));
-  deps.resize(n);
-  return deps;
-}
-
-std::vector<cudaGraphNode_t> dependentsOf(cudaGraphNode_t node) {
-  size_t n = 0;
-  TANDEM_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, &n));
+  TANDEM_CUDA_CHECK(query(node, nullptr, nullptr, &n));
   std::vector<cudaGraphNode_t> out(n);
-  if (n) TANDEM_CUDA_CHECK(cudaGraphNodeGetDependentNodes(node, out.data(), nullptr, &n));
+  if (n) TANDEM_CUDA_CHECK(query(node, out.data(), nullptr, &n));
   out.resize(n);
   return out;
+}
+std::vector<cudaGraphNode_t> dependenciesOf(cudaGraphNode_t node) {
+  return neighboursOf(node, &cudaGraphNodeGetDependencies);
+}
+std::vector<cudaGraphNode_t> dependentsOf(cudaGraphNode_t node) {
+  return neighboursOf(node, &cudaGraphNodeGetDependentNodes);
 }
 
 bool isMemset(cudaGraphNode_t node) {
