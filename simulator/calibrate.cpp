@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "engine/planner.h"
+#include "simulator/calibrate_collectives.h"
 #include "traces/compare.h"
 
 namespace tandem::sim {
@@ -321,128 +322,6 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
   return out;
 }
 
-// The roles of collective_beside that are not task roles.
-const std::string kNoRole = std::string(kNoKernelBeside);
-const std::string kOtherRole = std::string(kUnseenKernelBeside);
-
-// For each (rank, collective task): the task role (taskRole) of the compute
-// kernels beside the collective the longest on that rank, the most frequent
-// over its steps; "" when none ran. The simulator picks the role the same
-// way (Engine::dominantRoleBeside).
-std::map<traces::TaskKey, std::string> rolesBesideCollectives(traces::TraceReader& reader, int64_t run,
-                                                              const Plan& plan) {
-  struct Kernel {
-    int64_t start, end, task;
-  };
-  std::map<int, std::vector<Kernel>> kernels;
-  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
-    if (a.kind != traces::ActivityKind::Kernel || a.task_id < 0) return;
-    try {
-      const RankPlan& p = plan.forRank(a.rank);
-      if (a.task_id < int64_t(p.tasks.size()) && !p.tasks[size_t(a.task_id)].collective)
-        kernels[a.rank].push_back({a.start_ns, a.end_ns, a.task_id});
-    } catch (const std::out_of_range&) {
-    }
-  });
-  for (auto& [rank, v] : kernels)
-    std::sort(v.begin(), v.end(), [](const Kernel& x, const Kernel& y) { return x.start < y.start; });
-  std::map<traces::TaskKey, std::map<std::string, int>> counts;
-  for (const auto& c : reader.collectives(run)) {
-    std::map<std::string, int64_t> overlap;
-    const auto it = kernels.find(c.rank);
-    if (it != kernels.end()) {
-      // Kernels that start before the collective ends, back to those that
-      // ended before it started (none runs for 100 ms).
-      const auto& v = it->second;
-      auto pos = std::upper_bound(v.begin(), v.end(), c.end_ns, [](int64_t t, const Kernel& k) { return t < k.start; });
-      while (pos != v.begin()) {
-        --pos;
-        if (pos->start < c.start_ns - 100'000'000) break;
-        const int64_t a = std::max(pos->start, c.start_ns), b = std::min(pos->end, c.end_ns);
-        if (b > a) overlap[taskRole(plan.forRank(c.rank).tasks[size_t(pos->task)].name)] += b - a;
-      }
-    }
-    std::string role;
-    int64_t most = 0;
-    for (const auto& [r, ns] : overlap)
-      if (ns > most) most = ns, role = r;
-    ++counts[{c.rank, c.task_id}][role];
-  }
-  std::map<traces::TaskKey, std::string> out;
-  for (const auto& [key, by_role] : counts) {
-    int best = -1;
-    for (const auto& [role, n] : by_role)
-      if (n > best) best = n, out[key] = role;
-  }
-  return out;
-}
-
-// For each collective of a multi-rank run: how long after its inputs were
-// ready its NCCL kernel started, as a share of the remaining time of the
-// compute kernel that was running at that moment (on H200 NCCL's kernel gets
-// the SMs as the running kernel's blocks retire). Collectives that became
-// ready on an idle GPU say nothing and are left out.
-std::vector<double> collectiveStartWaits(traces::TraceReader& reader, int64_t run, const Plan& plan) {
-  struct Span {
-    int64_t start, end;
-  };
-  std::map<traces::TaskKey, std::vector<Span>> by_task;  // kernels of compute tasks
-  std::map<int, std::vector<Span>> compute;                // per rank, by start
-  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
-    if (a.kind != traces::ActivityKind::Kernel || a.task_id < 0) return;
-    try {
-      const RankPlan& p = plan.forRank(a.rank);
-      if (a.task_id >= int64_t(p.tasks.size()) || p.tasks[size_t(a.task_id)].collective) return;
-    } catch (const std::out_of_range&) {
-      return;
-    }
-    by_task[{a.rank, a.task_id}].push_back({a.start_ns, a.end_ns});
-    compute[a.rank].push_back({a.start_ns, a.end_ns});
-  });
-  for (auto& [rank, v] : compute)
-    std::sort(v.begin(), v.end(), [](const Span& x, const Span& y) { return x.start < y.start; });
-  std::vector<double> shares;
-  for (const auto& c : reader.collectives(run)) {
-    const RankPlan* p = nullptr;
-    try {
-      p = &plan.forRank(c.rank);
-    } catch (const std::out_of_range&) {
-      continue;
-    }
-    if (c.task_id < 0 || c.task_id >= int64_t(p->tasks.size())) continue;
-    const Task& task = p->tasks[size_t(c.task_id)];
-    // Ready: the last end, before the collective started, of the compute
-    // tasks whose events it waits for.
-    int64_t ready = -1;
-    for (const Task& producer : p->tasks) {
-      if (producer.record_event < 0 || producer.collective ||
-          std::find(task.wait_events.begin(), task.wait_events.end(), producer.record_event) == task.wait_events.end())
-        continue;
-      const auto it = by_task.find({c.rank, producer.id});
-      if (it == by_task.end()) continue;
-      for (const Span& k : it->second)
-        if (k.end <= c.start_ns) ready = std::max(ready, k.end);
-    }
-    if (ready < 0 || c.start_ns - ready > 10'000'000) continue;
-    // The kernels holding the GPU then: running at `ready`, or launched
-    // right after it (the next task of the compute stream starts within
-    // microseconds of the one the collective waited for).
-    constexpr int64_t kNextKernelNs = 5000;
-    int64_t running_end = ready;
-    const auto& v = compute[c.rank];
-    auto pos = std::upper_bound(v.begin(), v.end(), ready + kNextKernelNs,
-                                [](int64_t t, const Span& k) { return t < k.start; });
-    for (int back = 0; back < 8 && pos != v.begin(); ++back) {
-      --pos;
-      if (pos->end > ready) running_end = std::max(running_end, pos->end);
-    }
-    const int64_t remaining = running_end - ready;
-    if (remaining < 2000) continue;
-    shares.push_back(std::clamp(double(c.start_ns - ready) / double(remaining), 0.0, 1.5));
-  }
-  return shares;
-}
-
 }  // namespace
 
 std::optional<double> multiRankLaunchExtra(const LaunchGapsByShape& gaps, int64_t* shapes_used) {
@@ -576,7 +455,8 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
       for (const auto& [task_id, c] : run_colls) {
         coll[c.first].push_back(c.second);
         const auto role = beside_roles.find({run_coll_rank[task_id], task_id});
-        if (role != beside_roles.end()) beside.push_back({c.first, c.second, role->second.empty() ? kNoRole : role->second});
+        if (role != beside_roles.end())
+          beside.push_back({c.first, c.second, role->second.empty() ? std::string(kNoKernelBeside) : role->second});
       }
       // The file name only: provenance must not leak the machine's folders.
       out.provenance.push_back(fmt::format("{} run {} \"{}\" ({}; host {}; {}; devices {})",
@@ -722,33 +602,22 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     if (model_ns > 0) ratios[b.role].push_back(b.sample.ns / model_ns);
   }
   // The simulator can only stretch a collective beyond its flows, so the
-  // factors are scaled to be 1 or more and the size model's latency and
-  // bandwidth by the inverse: each collective keeps its product. Roles the
-  // calibration never saw beside a collective get the size model's own
-  // factor, (other).
+  // size model is scaled with the factors (fitCollectiveBeside).
   if (!ratios.empty()) {
-    std::map<std::string, double> factor;
-    for (const auto& [role, v] : ratios) factor[role] = median(v);
-    factor[kOtherRole] = 1.0;
-    double lowest = 1.0;
-    for (const auto& [role, f] : factor) lowest = std::min(lowest, f);
-    lowest = std::max(lowest, 0.2);
+    const BesideFit fit = fitCollectiveBeside(ratios);
     for (auto& c : out.calibration.collectives) {
-      c.latency_ns = int64_t(std::llround(double(c.latency_ns) * lowest));
-      c.gbps /= lowest;
-      for (auto& [bytes, gbps] : c.sizes) gbps /= lowest;
+      c.latency_ns = int64_t(std::llround(double(c.latency_ns) * fit.model_scale));
+      c.gbps /= fit.model_scale;
+      for (auto& [bytes, gbps] : c.sizes) gbps /= fit.model_scale;
     }
     for (CollectiveFitReport& rep : out.collectives) {
-      rep.latency_ns = int64_t(std::llround(double(rep.latency_ns) * lowest));
-      rep.gbps /= lowest;
-      for (auto& [bytes, gbps] : rep.sizes) gbps /= lowest;
+      rep.latency_ns = int64_t(std::llround(double(rep.latency_ns) * fit.model_scale));
+      rep.gbps /= fit.model_scale;
+      for (auto& [bytes, gbps] : rep.sizes) gbps /= fit.model_scale;
     }
-    for (const auto& [role, f] : factor) {
-      const double scaled = std::clamp(f / lowest, 0.2, 5.0);
-      if (role == kOtherRole && scaled == 1.0) continue;
-      out.calibration.collective_beside[role] = scaled;
-      const auto n = ratios.find(role);
-      out.collective_beside.push_back({role, scaled, n == ratios.end() ? 0 : int64_t(n->second.size())});
+    for (const CollectiveBesideReport& b : fit.reports) {
+      out.calibration.collective_beside[b.role] = b.factor;
+      out.collective_beside.push_back(b);
     }
   }
   return out;

@@ -1,0 +1,156 @@
+#include "simulator/calibrate_collectives.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "simulator/cost_model.h"
+
+namespace tandem::sim {
+namespace {
+
+double medianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+// For each (rank, collective task): the task role (taskRole) of the compute
+// kernels beside the collective the longest on that rank, the most frequent
+// over its steps; "" when none ran. The simulator picks the role the same
+// way (Engine::dominantRoleBeside).
+std::map<traces::TaskKey, std::string> rolesBesideCollectives(traces::TraceReader& reader, int64_t run,
+                                                              const Plan& plan) {
+  struct Kernel {
+    int64_t start, end, task;
+  };
+  std::map<int, std::vector<Kernel>> kernels;
+  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
+    if (a.kind != traces::ActivityKind::Kernel || a.task_id < 0) return;
+    try {
+      const RankPlan& p = plan.forRank(a.rank);
+      if (a.task_id < int64_t(p.tasks.size()) && !p.tasks[size_t(a.task_id)].collective)
+        kernels[a.rank].push_back({a.start_ns, a.end_ns, a.task_id});
+    } catch (const std::out_of_range&) {
+    }
+  });
+  for (auto& [rank, v] : kernels)
+    std::sort(v.begin(), v.end(), [](const Kernel& x, const Kernel& y) { return x.start < y.start; });
+  std::map<traces::TaskKey, std::map<std::string, int>> counts;
+  for (const auto& c : reader.collectives(run)) {
+    std::map<std::string, int64_t> overlap;
+    const auto it = kernels.find(c.rank);
+    if (it != kernels.end()) {
+      // Kernels that start before the collective ends, back to those that
+      // ended before it started (none runs for 100 ms).
+      const auto& v = it->second;
+      auto pos = std::upper_bound(v.begin(), v.end(), c.end_ns, [](int64_t t, const Kernel& k) { return t < k.start; });
+      while (pos != v.begin()) {
+        --pos;
+        if (pos->start < c.start_ns - 100'000'000) break;
+        const int64_t a = std::max(pos->start, c.start_ns), b = std::min(pos->end, c.end_ns);
+        if (b > a) overlap[taskRole(plan.forRank(c.rank).tasks[size_t(pos->task)].name)] += b - a;
+      }
+    }
+    std::string role;
+    int64_t most = 0;
+    for (const auto& [r, ns] : overlap)
+      if (ns > most) most = ns, role = r;
+    ++counts[{c.rank, c.task_id}][role];
+  }
+  std::map<traces::TaskKey, std::string> out;
+  for (const auto& [key, by_role] : counts) {
+    int best = -1;
+    for (const auto& [role, n] : by_role)
+      if (n > best) best = n, out[key] = role;
+  }
+  return out;
+}
+
+// For each collective of a multi-rank run: how long after its inputs were
+// ready its NCCL kernel started, as a share of the remaining time of the
+// compute kernel that was running at that moment (on H200 NCCL's kernel gets
+// the SMs as the running kernel's blocks retire). Collectives that became
+// ready on an idle GPU say nothing and are left out.
+std::vector<double> collectiveStartWaits(traces::TraceReader& reader, int64_t run, const Plan& plan) {
+  struct Span {
+    int64_t start, end;
+  };
+  std::map<traces::TaskKey, std::vector<Span>> by_task;  // kernels of compute tasks
+  std::map<int, std::vector<Span>> compute;                // per rank, by start
+  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
+    if (a.kind != traces::ActivityKind::Kernel || a.task_id < 0) return;
+    try {
+      const RankPlan& p = plan.forRank(a.rank);
+      if (a.task_id >= int64_t(p.tasks.size()) || p.tasks[size_t(a.task_id)].collective) return;
+    } catch (const std::out_of_range&) {
+      return;
+    }
+    by_task[{a.rank, a.task_id}].push_back({a.start_ns, a.end_ns});
+    compute[a.rank].push_back({a.start_ns, a.end_ns});
+  });
+  for (auto& [rank, v] : compute)
+    std::sort(v.begin(), v.end(), [](const Span& x, const Span& y) { return x.start < y.start; });
+  std::vector<double> shares;
+  for (const auto& c : reader.collectives(run)) {
+    const RankPlan* p = nullptr;
+    try {
+      p = &plan.forRank(c.rank);
+    } catch (const std::out_of_range&) {
+      continue;
+    }
+    if (c.task_id < 0 || c.task_id >= int64_t(p->tasks.size())) continue;
+    const Task& task = p->tasks[size_t(c.task_id)];
+    // Ready: the last end, before the collective started, of the compute
+    // tasks whose events it waits for.
+    int64_t ready = -1;
+    for (const Task& producer : p->tasks) {
+      if (producer.record_event < 0 || producer.collective ||
+          std::find(task.wait_events.begin(), task.wait_events.end(), producer.record_event) == task.wait_events.end())
+        continue;
+      const auto it = by_task.find({c.rank, producer.id});
+      if (it == by_task.end()) continue;
+      for (const Span& k : it->second)
+        if (k.end <= c.start_ns) ready = std::max(ready, k.end);
+    }
+    if (ready < 0 || c.start_ns - ready > 10'000'000) continue;
+    // The kernels holding the GPU then: running at `ready`, or launched
+    // right after it (the next task of the compute stream starts within
+    // microseconds of the one the collective waited for).
+    constexpr int64_t kNextKernelNs = 5000;
+    int64_t running_end = ready;
+    const auto& v = compute[c.rank];
+    auto pos = std::upper_bound(v.begin(), v.end(), ready + kNextKernelNs,
+                                [](int64_t t, const Span& k) { return t < k.start; });
+    for (int back = 0; back < 8 && pos != v.begin(); ++back) {
+      --pos;
+      if (pos->end > ready) running_end = std::max(running_end, pos->end);
+    }
+    const int64_t remaining = running_end - ready;
+    if (remaining < 2000) continue;
+    shares.push_back(std::clamp(double(c.start_ns - ready) / double(remaining), 0.0, 1.5));
+  }
+  return shares;
+}
+
+BesideFit fitCollectiveBeside(const std::map<std::string, std::vector<double>>& ratios) {
+  BesideFit fit;
+  if (ratios.empty()) return fit;
+  std::map<std::string, double> factor;
+  for (const auto& [role, v] : ratios) factor[role] = medianOf(v);
+  factor[kUnseenKernelBeside] = 1.0;
+  double lowest = 1.0;
+  for (const auto& [role, f] : factor) lowest = std::min(lowest, f);
+  fit.model_scale = std::max(lowest, 0.2);
+  for (const auto& [role, f] : factor) {
+    const double scaled = std::clamp(f / fit.model_scale, 0.2, 5.0);
+    if (role == kUnseenKernelBeside && scaled == 1.0) continue;
+    const auto n = ratios.find(role);
+    fit.reports.push_back({role, scaled, n == ratios.end() ? 0 : int64_t(n->second.size())});
+  }
+  return fit;
+}
+
+}  // namespace tandem::sim

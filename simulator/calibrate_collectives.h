@@ -1,0 +1,43 @@
+#pragma once
+// The part of `tandem calibrate` that measures collectives beside the
+// compute kernels of real runs (calibrate.cpp fits everything else): how
+// long NCCL's kernel waits for the SMs once its inputs are ready
+// (Calibration::collective_start_wait), and which kernels share the GPU
+// with each collective (Calibration::collective_beside).
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/plan.h"
+#include "simulator/calibrate.h"
+#include "traces/compare.h"
+#include "traces/trace_reader.h"
+
+namespace tandem::sim {
+
+// For each (rank, collective task): the task role (taskRole) of the compute
+// kernels beside the collective the longest on that rank, the most frequent
+// over its steps; "" when none ran. The simulator picks the role the same
+// way (Engine::dominantRoleBeside).
+std::map<traces::TaskKey, std::string> rolesBesideCollectives(traces::TraceReader& reader, int64_t run,
+                                                              const Plan& plan);
+
+// For each collective of a multi-rank run whose inputs became ready while a
+// compute kernel ran: its start after that moment, as a share of the
+// kernel's remaining time.
+std::vector<double> collectiveStartWaits(traces::TraceReader& reader, int64_t run, const Plan& plan);
+
+// Factors from the measured / size-model ratios of each neighbouring role
+// (the median of each), scaled so that the smallest is 1; the size model's
+// time is to be multiplied by model_scale (<= 1) so that every product
+// stays. Roles never seen get the size model's own factor, (other), written
+// only when it is not 1.
+struct BesideFit {
+  std::vector<CollectiveBesideReport> reports;
+  double model_scale = 1;
+};
+BesideFit fitCollectiveBeside(const std::map<std::string, std::vector<double>>& ratios);
+
+}  // namespace tandem::sim
