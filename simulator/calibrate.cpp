@@ -604,7 +604,9 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   // The simulator can only stretch a collective beyond its flows, so the
   // size model is scaled with the factors (fitCollectiveBeside).
   if (!ratios.empty()) {
-    const BesideFit fit = fitCollectiveBeside(ratios);
+    std::map<std::string, RoleRatio> by_role;
+    for (const auto& [role, v] : ratios) by_role[role] = {median(v), int64_t(v.size())};
+    const BesideFit fit = fitCollectiveBeside(by_role);
     for (auto& c : out.calibration.collectives) {
       c.latency_ns = int64_t(std::llround(double(c.latency_ns) * fit.model_scale));
       c.gbps /= fit.model_scale;

@@ -6,16 +6,6 @@
 #include "simulator/cost_model.h"
 
 namespace tandem::sim {
-namespace {
-
-double medianOf(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
 
 // For each (rank, collective task): the task role (taskRole) of the compute
 // kernels beside the collective the longest on that rank, the most frequent
@@ -135,11 +125,11 @@ std::vector<double> collectiveStartWaits(traces::TraceReader& reader, int64_t ru
   return shares;
 }
 
-BesideFit fitCollectiveBeside(const std::map<std::string, std::vector<double>>& ratios) {
+BesideFit fitCollectiveBeside(const std::map<std::string, RoleRatio>& ratios) {
   BesideFit fit;
   if (ratios.empty()) return fit;
   std::map<std::string, double> factor;
-  for (const auto& [role, v] : ratios) factor[role] = medianOf(v);
+  for (const auto& [role, r] : ratios) factor[role] = r.median;
   factor[kUnseenKernelBeside] = 1.0;
   double lowest = 1.0;
   for (const auto& [role, f] : factor) lowest = std::min(lowest, f);
@@ -148,7 +138,7 @@ BesideFit fitCollectiveBeside(const std::map<std::string, std::vector<double>>& 
     const double scaled = std::clamp(f / fit.model_scale, 0.2, 5.0);
     if (role == kUnseenKernelBeside && scaled == 1.0) continue;
     const auto n = ratios.find(role);
-    fit.reports.push_back({role, scaled, n == ratios.end() ? 0 : int64_t(n->second.size())});
+    fit.reports.push_back({role, scaled, n == ratios.end() ? 0 : n->second.samples});
   }
   return fit;
 }

@@ -30,7 +30,7 @@ std::map<traces::TaskKey, std::string> rolesBesideCollectives(traces::TraceReade
 std::vector<double> collectiveStartWaits(traces::TraceReader& reader, int64_t run, const Plan& plan);
 
 // Factors from the measured / size-model ratios of each neighbouring role
-// (the median of each), scaled so that the smallest is 1; the size model's
+// (their median), scaled so that the smallest is 1; the size model's
 // time is to be multiplied by model_scale (<= 1) so that every product
 // stays. Roles never seen get the size model's own factor, (other), written
 // only when it is not 1.
@@ -38,6 +38,10 @@ struct BesideFit {
   std::vector<CollectiveBesideReport> reports;
   double model_scale = 1;
 };
-BesideFit fitCollectiveBeside(const std::map<std::string, std::vector<double>>& ratios);
+struct RoleRatio {
+  double median = 1;  // of measured / size-model time
+  int64_t samples = 0;
+};
+BesideFit fitCollectiveBeside(const std::map<std::string, RoleRatio>& ratios);
 
 }  // namespace tandem::sim
