@@ -421,6 +421,65 @@ TEST_CASE("a collective after a kernel on the same stream is not slowed as a ker
   CHECK(a.step_ns == b.step_ns);
 }
 
+TEST_CASE("a ready collective waits for its share of the running kernel's remaining time", "[engine]") {
+  // k0 (200 us) records the event the all-reduce waits for; k1 (1 ms) starts
+  // on the compute stream as k0 ends. With collective_start_wait w the
+  // all-reduce starts w x k1's duration later, and its activity starts there.
+  Topology topo = ringTopology(2, 1, 0);
+  RankPlan rp = twoStreamProgram();
+  rp.num_events = 1;
+  Task k0 = kernel(0, 0, 1.4e11, 0);
+  k0.record_event = 0;
+  rp.tasks.push_back(k0);
+  rp.tasks.push_back(kernel(1, 0, 7e11, 0));
+  Task ar = collective(2, 1, CollectiveOp::AllReduce, 100'000, "world");
+  ar.wait_events = {0};
+  rp.tasks.push_back(ar);
+  const Plan plan = uniformPlan(2, rp);
+  RooflineParams params = RooflineParams::defaults();
+  params.comm_slowdown = 1.0;
+  Calibration wait;
+  wait.collective_start_wait = 0.5;
+  const SimResult waited = simulatePlan(plan, topo, RooflineCostModel(params, wait), idealOptions());
+  const SimResult plain = simulatePlan(plan, topo, RooflineCostModel(params), idealOptions());
+  const SimActivity k1 = activityOf(waited.ranks[0], 1);
+  const SimActivity c = activityOf(waited.ranks[0], 2);
+  const SimActivity c_plain = activityOf(plain.ranks[0], 2);
+  CHECK(c_plain.start_ns == k1.start_ns);  // without the wait: as soon as k0 ends
+  CHECK(std::llabs(c.start_ns - (k1.start_ns + (k1.end_ns - k1.start_ns) / 2)) <= 1);
+  CHECK(c.end_ns - c.start_ns == c_plain.end_ns - c_plain.start_ns);
+}
+
+TEST_CASE("a collective takes the factor of the kernel role beside it the longest", "[engine]") {
+  // The all-reduce (about 100 us) runs beside the 1 ms kernel "layer3.k1.mb0"
+  // (role "k1"): calibrated at 1.5 it lasts 1.5 times as long; a role not
+  // listed takes (other), and (none) applies when no kernel runs beside it.
+  Topology topo = ringTopology(2, 1, 0);
+  RankPlan rp = twoStreamProgram();
+  Task k = kernel(0, 0, 7e11, 0);
+  k.name = "layer3.k1.mb0";
+  rp.tasks.push_back(k);
+  rp.tasks.push_back(collective(1, 1, CollectiveOp::AllReduce, 100'000, "world"));
+  const Plan beside = uniformPlan(2, rp);
+  RankPlan alone_rp = twoStreamProgram();
+  alone_rp.tasks.push_back(collective(0, 1, CollectiveOp::AllReduce, 100'000, "world"));
+  const Plan alone = uniformPlan(2, alone_rp);
+  RooflineParams params = RooflineParams::defaults();
+  params.comm_slowdown = 1.0;
+  auto duration = [&](const Plan& plan, const Calibration& cal, int task) {
+    const SimActivity c = activityOf(simulatePlan(plan, topo, RooflineCostModel(params, cal), idealOptions()).ranks[0], task);
+    return double(c.end_ns - c.start_ns);
+  };
+  const double base = duration(beside, {}, 1);
+  Calibration cal;
+  cal.collective_beside = {{"k1", 1.5}, {kUnseenKernelBeside, 1.2}, {kNoKernelBeside, 1.1}};
+  CHECK(duration(beside, cal, 1) == Approx(1.5 * base).margin(2));
+  Calibration other;
+  other.collective_beside = {{"k9", 1.5}, {kUnseenKernelBeside, 1.2}};
+  CHECK(duration(beside, other, 1) == Approx(1.2 * base).margin(2));
+  CHECK(duration(alone, cal, 0) == Approx(1.1 * duration(alone, {}, 0)).margin(2));
+}
+
 TEST_CASE("a plan larger than the topology is refused", "[engine]") {
   Topology topo = ringTopology(2, 100, 100);
   Plan plan = uniformPlan(4, overlapProgram());
