@@ -374,8 +374,9 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
       if (times.empty())
         throw std::runtime_error(fmt::format("{}: run {} has no activities with plan task ids", in.path, run));
       const LaunchGaps gaps = launchGaps(reader, run);
-      if (plan.world_size > 1)
-        for (double share : collectiveStartWaits(reader, run, plan)) start_waits.push_back(share);
+      const RunKernelsAndCollectives beside_run = plan.world_size > 1 ? readKernelsAndCollectives(reader, run, plan)
+                                                                      : RunKernelsAndCollectives{};
+      for (double share : collectiveStartWaits(beside_run, plan)) start_waits.push_back(share);
       for (double ns : stepOverheads(reader, run)) step_overheads.push_back(ns);
       launch_gaps.push_back(double(gaps.median_ns));
       for (const auto& rp : plan.programs)
@@ -383,8 +384,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
           if (!task.collective && task.kind == TaskKind::Kernel && task.fused_into < 0) planned_ops.insert(costOpKind(task));
       std::map<int64_t, std::pair<std::pair<CollectiveOp, int>, CollSample>> run_colls;  // by task id
       std::map<int64_t, int> run_coll_rank;  // the rank that measured each one's shortest time
-      const auto beside_roles = plan.world_size > 1 ? rolesBesideCollectives(reader, run, plan)
-                                                    : std::map<traces::TaskKey, std::string>{};
+      const auto beside_roles = rolesBesideCollectives(beside_run, plan);
       for (const auto& [key, t] : times) {
         const RankPlan* program = nullptr;
         try {

@@ -7,32 +7,35 @@
 
 namespace tandem::sim {
 
-// For each (rank, collective task): the task role (taskRole) of the compute
-// kernels beside the collective the longest on that rank, the most frequent
-// over its steps; "" when none ran. The simulator picks the role the same
-// way (Engine::dominantRoleBeside).
-std::map<traces::TaskKey, std::string> rolesBesideCollectives(traces::TraceReader& reader, int64_t run,
-                                                              const Plan& plan) {
-  struct Kernel {
-    int64_t start, end, task;
-  };
-  std::map<int, std::vector<Kernel>> kernels;
+RunKernelsAndCollectives readKernelsAndCollectives(traces::TraceReader& reader, int64_t run, const Plan& plan) {
+  RunKernelsAndCollectives out;
   reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
     if (a.kind != traces::ActivityKind::Kernel || a.task_id < 0) return;
     try {
       const RankPlan& p = plan.forRank(a.rank);
       if (a.task_id < int64_t(p.tasks.size()) && !p.tasks[size_t(a.task_id)].collective)
-        kernels[a.rank].push_back({a.start_ns, a.end_ns, a.task_id});
+        out.kernels[a.rank].push_back({a.start_ns, a.end_ns, a.task_id});
     } catch (const std::out_of_range&) {
     }
   });
-  for (auto& [rank, v] : kernels)
-    std::sort(v.begin(), v.end(), [](const Kernel& x, const Kernel& y) { return x.start < y.start; });
+  for (auto& [rank, v] : out.kernels)
+    std::sort(v.begin(), v.end(), [](const auto& x, const auto& y) { return x.start < y.start; });
+  out.collectives = reader.collectives(run);
+  return out;
+}
+
+// For each (rank, collective task): the task role (taskRole) of the compute
+// kernels beside the collective the longest on that rank, the most frequent
+// over its steps; "" when none ran. The simulator picks the role the same
+// way (Engine::dominantRoleBeside).
+std::map<traces::TaskKey, std::string> rolesBesideCollectives(const RunKernelsAndCollectives& run,
+                                                              const Plan& plan) {
+  using Kernel = RunKernelsAndCollectives::Kernel;
   std::map<traces::TaskKey, std::map<std::string, int>> counts;
-  for (const auto& c : reader.collectives(run)) {
+  for (const auto& c : run.collectives) {
     std::map<std::string, int64_t> overlap;
-    const auto it = kernels.find(c.rank);
-    if (it != kernels.end()) {
+    const auto it = run.kernels.find(c.rank);
+    if (it != run.kernels.end()) {
       // Kernels that start before the collective ends, back to those that
       // ended before it started (none runs for 100 ms).
       const auto& v = it->second;
@@ -64,27 +67,13 @@ std::map<traces::TaskKey, std::string> rolesBesideCollectives(traces::TraceReade
 // compute kernel that was running at that moment (on H200 NCCL's kernel gets
 // the SMs as the running kernel's blocks retire). Collectives that became
 // ready on an idle GPU say nothing and are left out.
-std::vector<double> collectiveStartWaits(traces::TraceReader& reader, int64_t run, const Plan& plan) {
-  struct Span {
-    int64_t start, end;
-  };
-  std::map<traces::TaskKey, std::vector<Span>> by_task;  // kernels of compute tasks
-  std::map<int, std::vector<Span>> compute;                // per rank, by start
-  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
-    if (a.kind != traces::ActivityKind::Kernel || a.task_id < 0) return;
-    try {
-      const RankPlan& p = plan.forRank(a.rank);
-      if (a.task_id >= int64_t(p.tasks.size()) || p.tasks[size_t(a.task_id)].collective) return;
-    } catch (const std::out_of_range&) {
-      return;
-    }
-    by_task[{a.rank, a.task_id}].push_back({a.start_ns, a.end_ns});
-    compute[a.rank].push_back({a.start_ns, a.end_ns});
-  });
-  for (auto& [rank, v] : compute)
-    std::sort(v.begin(), v.end(), [](const Span& x, const Span& y) { return x.start < y.start; });
+std::vector<double> collectiveStartWaits(const RunKernelsAndCollectives& run, const Plan& plan) {
+  using Kernel = RunKernelsAndCollectives::Kernel;
+  std::map<traces::TaskKey, std::vector<Kernel>> by_task;  // kernels of compute tasks
+  for (const auto& [rank, v] : run.kernels)
+    for (const Kernel& k : v) by_task[{rank, k.task}].push_back(k);
   std::vector<double> shares;
-  for (const auto& c : reader.collectives(run)) {
+  for (const auto& c : run.collectives) {
     const RankPlan* p = nullptr;
     try {
       p = &plan.forRank(c.rank);
@@ -102,7 +91,7 @@ std::vector<double> collectiveStartWaits(traces::TraceReader& reader, int64_t ru
         continue;
       const auto it = by_task.find({c.rank, producer.id});
       if (it == by_task.end()) continue;
-      for (const Span& k : it->second)
+      for (const Kernel& k : it->second)
         if (k.end <= c.start_ns) ready = std::max(ready, k.end);
     }
     if (ready < 0 || c.start_ns - ready > 10'000'000) continue;
@@ -111,9 +100,11 @@ std::vector<double> collectiveStartWaits(traces::TraceReader& reader, int64_t ru
     // microseconds of the one the collective waited for).
     constexpr int64_t kNextKernelNs = 5000;
     int64_t running_end = ready;
-    const auto& v = compute[c.rank];
+    const auto kit = run.kernels.find(c.rank);
+    if (kit == run.kernels.end()) continue;
+    const auto& v = kit->second;
     auto pos = std::upper_bound(v.begin(), v.end(), ready + kNextKernelNs,
-                                [](int64_t t, const Span& k) { return t < k.start; });
+                                [](int64_t t, const Kernel& k) { return t < k.start; });
     for (int back = 0; back < 8 && pos != v.begin(); ++back) {
       --pos;
       if (pos->end > ready) running_end = std::max(running_end, pos->end);

@@ -17,17 +17,28 @@
 
 namespace tandem::sim {
 
+// One pass over a run: its compute kernels per rank (by start) and its
+// collectives, what both measurements below read.
+struct RunKernelsAndCollectives {
+  struct Kernel {
+    int64_t start, end, task;
+  };
+  std::map<int, std::vector<Kernel>> kernels;
+  std::vector<traces::CollectiveRow> collectives;
+};
+RunKernelsAndCollectives readKernelsAndCollectives(traces::TraceReader& reader, int64_t run, const Plan& plan);
+
 // For each (rank, collective task): the task role (taskRole) of the compute
 // kernels beside the collective the longest on that rank, the most frequent
 // over its steps; "" when none ran. The simulator picks the role the same
 // way (Engine::dominantRoleBeside).
-std::map<traces::TaskKey, std::string> rolesBesideCollectives(traces::TraceReader& reader, int64_t run,
+std::map<traces::TaskKey, std::string> rolesBesideCollectives(const RunKernelsAndCollectives& run,
                                                               const Plan& plan);
 
 // For each collective of a multi-rank run whose inputs became ready while a
 // compute kernel ran: its start after that moment, as a share of the
 // kernel's remaining time.
-std::vector<double> collectiveStartWaits(traces::TraceReader& reader, int64_t run, const Plan& plan);
+std::vector<double> collectiveStartWaits(const RunKernelsAndCollectives& run, const Plan& plan);
 
 // Factors from the measured / size-model ratios of each neighbouring role
 // (their median), scaled so that the smallest is 1; the size model's
