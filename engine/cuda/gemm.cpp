@@ -42,7 +42,6 @@ Gemm::Gemm(void* workspace, size_t workspace_bytes)
 void Gemm::beginGraphCapture(bool slices) {
   slicing_ = slices && slice_base_;
   slice_used_ = 0;
-  sliced_launches_ = 0;
 }
 
 Gemm::~Gemm() {
@@ -165,7 +164,6 @@ void Gemm::run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
       ws = slice_base_ + slice_used_;
       ws_bytes = need;
       slice_used_ += need;
-      ++sliced_launches_;
     }
   }
   LT_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.algo, ws, ws_bytes,

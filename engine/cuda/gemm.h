@@ -119,7 +119,6 @@ class Gemm {
   std::pair<const void*, const void*> capturedSlices() const {
     return {slice_base_, slice_base_ ? slice_base_ + slice_used_ : nullptr};
   }
-  int slicedLaunches() const { return sliced_launches_; }
 
   // Pointers the fused epilogues accept (bias, aux): the algorithms are
   // chosen for this alignment.
@@ -166,7 +165,6 @@ class Gemm {
   char* slice_base_ = nullptr;
   size_t slice_used_ = 0;
   bool slicing_ = false;
-  int sliced_launches_ = 0;
   std::map<Key, Prepared> cache_;
   bool tuning_ = false;
   std::vector<GemmTuning> tuned_;
