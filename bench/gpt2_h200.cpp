@@ -19,6 +19,7 @@
 
 #include "engine/cuda/device.h"
 #include "engine/cuda/executor.h"
+#include "engine/cuda/kernels.h"
 #include "engine/planner.h"
 #endif
 
@@ -183,7 +184,8 @@ int main(int argc, char** argv) {
                m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));
     {
       const cuda::CudaExecutor::GraphMemsets gm = ex[0]->graphMemsets();
-      fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{}}}}}\n", gm.memsets, gm.hoisted);
+      fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{}}},\"attention_mma\":\"{}\"}}\n", gm.memsets,
+                 gm.hoisted, cuda::attentionMmaPath());
     }
     std::fflush(stdout);
     ex.clear();

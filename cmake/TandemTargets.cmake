@@ -1,16 +1,21 @@
 # Helpers that keep every folder's CMakeLists.txt to a few lines.
 
-# tandem_library(NAME <target> [CUDA] PUBLIC_DEPS ... PRIVATE_DEPS ...)
+# tandem_library(NAME <target> [CUDA] PUBLIC_DEPS ... PRIVATE_DEPS ...
+#                [EXCLUDE file...])
 # Builds every *.cpp (and *.cu with CUDA) of the current folder (not its
-# sub-folders) into a static library. The repository root is the include root,
-# so code includes "engine/plan.h", "traces/store.h" and so on.
+# sub-folders), less the EXCLUDE'd file names, into a static library. The
+# repository root is the include root, so code includes "engine/plan.h",
+# "traces/store.h" and so on.
 function(tandem_library)
-  cmake_parse_arguments(ARG "CUDA" "NAME" "PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "CUDA" "NAME" "PUBLIC_DEPS;PRIVATE_DEPS;EXCLUDE" ${ARGN})
   file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
   if(ARG_CUDA)
     file(GLOB cu_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cu)
     list(APPEND sources ${cu_sources})
   endif()
+  foreach(name IN LISTS ARG_EXCLUDE)
+    list(REMOVE_ITEM sources ${CMAKE_CURRENT_SOURCE_DIR}/${name})
+  endforeach()
   if(NOT sources)
     # A module whose sources are still to come: headers only for now.
     add_library(${ARG_NAME} INTERFACE)

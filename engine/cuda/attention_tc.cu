@@ -22,6 +22,7 @@
 
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/wgmma.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -190,6 +191,77 @@ __device__ __forceinline__ void storeRows(bf16* dst, int64_t stride, int row0, i
   }
 }
 
+// ---- the same products on wgmma (sm_90a) ---------------------------------
+//
+// The block's four warps act as one warpgroup on 64-row tiles. These only
+// issue: the caller fences, commits, waits and then fences the results (and
+// the packed A registers, which wgmma reads until it completes).
+
+// acc = X * Y^T for the block's 64-row tile X and rows [col0, col0 + 8 kFrags)
+// of tile Y, both in shared memory (contraction along the rows: K-major).
+template <int kFrags>
+__device__ __forceinline__ void wgTileTimesTileT(float (&acc)[kFrags][4], uint32_t x, uint32_t y, int col0 = 0) {
+  static_assert(kFrags == 8 || kFrags == 4, "64 or 32 columns");
+#pragma unroll
+  for (int kc = 0; kc < 4; ++kc) {
+    const uint64_t dx = wgmmaDesc(x + kc * 32), dy = wgmmaDesc(y + col0 * 128 + kc * 32);
+    if constexpr (kFrags == 8)
+      wgmmaSS64(acc, dx, dy, kc > 0);
+    else
+      wgmmaSS32(acc, dx, dy, kc > 0);
+  }
+}
+
+// acc += P * Y for P (each warp's 16 x 8 kFrags C fragments, packed to bf16
+// into `a`) and rows [row0, row0 + 8 kFrags) of tile Y (contraction down the
+// rows: MN-major).
+template <int kFrags>
+__device__ __forceinline__ void wgProbsTimesTile(Acc& acc, const float (&p)[kFrags][4], uint32_t y, int row0,
+                                                 uint32_t (&a)[kFrags / 2][4]) {
+#pragma unroll
+  for (int kc = 0; kc < kFrags / 2; ++kc) {
+    a[kc][0] = packBf16(p[2 * kc][0], p[2 * kc][1]);
+    a[kc][1] = packBf16(p[2 * kc][2], p[2 * kc][3]);
+    a[kc][2] = packBf16(p[2 * kc + 1][0], p[2 * kc + 1][1]);
+    a[kc][3] = packBf16(p[2 * kc + 1][2], p[2 * kc + 1][3]);
+  }
+  wgmmaFence();
+#pragma unroll
+  for (int kc = 0; kc < kFrags / 2; ++kc) wgmmaRS64T(acc, a[kc], wgmmaDesc(y + (row0 + kc * 16) * 128));
+}
+
+// Keeps packed A registers alive (unmodified) until after the wait.
+template <int kRows>
+__device__ __forceinline__ void wgKeepRegs(uint32_t (&a)[kRows][4]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
+}
+
+// Commits the issued wgmmas and waits for all of them; the caller then pins
+// each result with wgmmaFenceAcc (and packed A registers with wgKeepRegs).
+__device__ __forceinline__ void wgCommitWait() {
+  wgmmaCommit();
+  wgmmaWait<0>();
+}
+
+// Landed cp.async tiles become visible to wgmma (async proxy) once every
+// thread has fenced and the block has met at the barrier that follows.
+template <bool kWg>
+__device__ __forceinline__ void tilesLanded() {
+  if constexpr (kWg) fenceProxyAsync();
+  __syncthreads();
+}
+
+// wgmma's 128-byte swizzle repeats on 1024-byte boundaries: the tiles must
+// start on one.
+template <bool kWg>
+__device__ __forceinline__ void checkTileAlignment(const void* smem) {
+  if constexpr (kWg)
+    if (smemAddr(smem) & 1023u) __trap();
+}
+
 // ---- forward --------------------------------------------------------------
 
 struct FwdSmem {
@@ -198,9 +270,12 @@ struct FwdSmem {
 };
 
 // grid: x = b * H + h, y = query tile counted from the last (longest first).
+// kWg: products on wgmma (sm_90a) instead of mma.sync.
+template <bool kWg>
 __global__ void __launch_bounds__(kThreads, 4) attnForwardTc(bf16* out, void* lse, int lse_bf16, const bf16* qkv,
                                                              int Tn, int C, int H, float scale_log2) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  checkTileAlignment<kWg>(smem_raw);
   FwdSmem& sm = *reinterpret_cast<FwdSmem*>(smem_raw);
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
@@ -230,15 +305,22 @@ __global__ void __launch_bounds__(kThreads, 4) attnForwardTc(bf16* out, void* ls
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
   for (int it = 0; it < n_tiles; ++it) {
-    cpAsyncWait<1>();  // tile `it` has landed (its group is the second newest)
-    __syncthreads();   // ...for every thread; and every warp is done with tile it - 1,
+    cpAsyncWait<1>();      // tile `it` has landed (its group is the second newest)
+    tilesLanded<kWg>();    // ...for every thread; and every warp is done with tile it - 1,
     if (it + 2 < n_tiles) loadKv(it + 2);  // whose stage is refilled here
     cpAsyncCommit();
-    if (it == 0) loadRowFrags(qf, sq, warp * 16);
+    if (!kWg && it == 0) loadRowFrags(qf, sq, warp * 16);
     const uint32_t sk = skv + (it % kStages) * 2 * kTileBytes, sv = sk + kTileBytes;
 
     Acc s;
-    fragsTimesTileT(s, qf, sk);
+    if constexpr (kWg) {
+      wgmmaFence();
+      wgTileTimesTileT(s, sq, sk);
+      wgCommitWait();
+      wgmmaFenceAcc(s);
+    } else {
+      fragsTimesTileT(s, qf, sk);
+    }
     const bool diag = it == n_tiles - 1;  // key tile == query tile: mask keys after the row
     // Row maxima on the raw scores (m is in raw units); the scale goes into
     // the exponent's multiply-add.
@@ -272,7 +354,15 @@ __global__ void __launch_bounds__(kThreads, 4) attnForwardTc(bf16* out, void* ls
         o[j][e] *= corr[e >> 1];
       }
     }
-    probsTimesTile(o, s, sv);
+    if constexpr (kWg) {
+      uint32_t pa[4][4];
+      wgProbsTimesTile(o, s, sv, 0, pa);
+      wgCommitWait();
+      wgmmaFenceAcc(o);
+      wgKeepRegs(pa);
+    } else {
+      probsTimesTile(o, s, sv);
+    }
   }
 
   // Row sums were kept per lane; the quad holding a row adds them up.
@@ -311,12 +401,14 @@ struct BwdKvSmem {
 // attentionBackwardBlocksPerSm).
 // kSplit: the query tile is processed in kSplit column slices, so that S^T
 // and dP^T take 64 / kSplit columns of registers (3 blocks per SM need 2).
-template <int kMinBlocks, int kSplit = 1>
+// kWg: products on wgmma (sm_90a), K and V read from shared memory.
+template <int kMinBlocks, int kSplit, bool kWg>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardKvTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                 const void* lse, int lse_bf16, const float* delta,
                                                                 int Tn, int C, int H, float scale, float scale_log2,
                                                                 bool accumulate) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  checkTileAlignment<kWg>(smem_raw);
   BwdKvSmem& sm = *reinterpret_cast<BwdKvSmem*>(smem_raw);
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int k0 = blockIdx.y * kTile;
@@ -365,15 +457,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardKvTc(bf16* d
   zero(dk);
   zero(dv);
   for (int it = 0; it < n_tiles; ++it) {
-    cpAsyncWait<1>();  // tile `it` has landed (its group is the second newest)
-    __syncthreads();   // ...for every thread; and every warp is done with tile it - 1
+    cpAsyncWait<1>();    // tile `it` has landed (its group is the second newest)
+    tilesLanded<kWg>();  // ...for every thread; and every warp is done with tile it - 1
     const bool refill = it + 2 < n_tiles;
     if (refill) {
       loadQdo(it + 2);
       fetchStats(k0 + (it + 2) * kTile);
     }
     cpAsyncCommit();
-    if (it == 0) {
+    if (!kWg && it == 0) {
       loadRowFrags(kf, sk, warp * 16);
       loadRowFrags(vf, sv, warp * 16);
     }
@@ -385,8 +477,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardKvTc(bf16* d
       constexpr int kF = 8 / kSplit;  // 8-column fragments per slice
       const int col0 = part * 8 * kF;
       float s[kF][4], dp[kF][4];  // S^T and dP^T: rows are the warp's 16 keys, columns the slice's queries
-      fragsTimesTileT(s, kf, sq, col0);
-      fragsTimesTileT(dp, vf, sg, col0);
+      if constexpr (kWg) {
+        wgmmaFence();
+        wgTileTimesTileT(s, sk, sq, col0);
+        wgTileTimesTileT(dp, sv, sg, col0);
+        wgCommitWait();
+        wgmmaFenceAcc(s);
+        wgmmaFenceAcc(dp);
+      } else {
+        fragsTimesTileT(s, kf, sq, col0);
+        fragsTimesTileT(dp, vf, sg, col0);
+      }
 #pragma unroll
       for (int j = 0; j < kF; ++j) {
         const int c = col0 + 8 * j + 2 * t;
@@ -400,8 +501,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardKvTc(bf16* d
           dp[j][e] = p * (dp[j][e] - ((e & 1) ? de.y : de.x));
         }
       }
-      probsTimesTile(dv, s, sg, col0);   // dV += P^T dO
-      probsTimesTile(dk, dp, sq, col0);  // dK += dS^T Q
+      if constexpr (kWg) {
+        uint32_t pa[kF / 2][4], da[kF / 2][4];
+        wgProbsTimesTile(dv, s, sg, col0, pa);   // dV += P^T dO
+        wgProbsTimesTile(dk, dp, sq, col0, da);  // dK += dS^T Q
+        wgCommitWait();
+        wgmmaFenceAcc(dv);
+        wgmmaFenceAcc(dk);
+        wgKeepRegs(pa);
+        wgKeepRegs(da);
+      } else {
+        probsTimesTile(dv, s, sg, col0);   // dV += P^T dO
+        probsTimesTile(dk, dp, sq, col0);  // dK += dS^T Q
+      }
     }
     if (refill) putStats((it + 2) % kStages);
   }
@@ -419,12 +531,14 @@ struct BwdQSmem {
 };
 
 // grid: x = b * H + h, y = query tile counted from the last (longest first).
-template <int kMinBlocks>
+// kWg: products on wgmma (sm_90a), Q and dO read from shared memory.
+template <int kMinBlocks, bool kWg>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardQTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                const bf16* out, const void* lse, int lse_bf16,
                                                                float* delta, int Tn, int C, int H, float scale,
                                                                float scale_log2, bool accumulate) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  checkTileAlignment<kWg>(smem_raw);
   BwdQSmem& sm = *reinterpret_cast<BwdQSmem*>(smem_raw);
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
@@ -489,18 +603,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardQTc(bf16* dq
   zero(dq);
   for (int it = 0; it < n_tiles; ++it) {
     cpAsyncWait<1>();
-    __syncthreads();
+    tilesLanded<kWg>();
     if (it + 2 < n_tiles) loadKv(it + 2);
     cpAsyncCommit();
-    if (it == 0) {
+    if (!kWg && it == 0) {
       loadRowFrags(qf, sq, warp * 16);
       loadRowFrags(gf, sg, warp * 16);
     }
     const uint32_t sk = skv + (it % kStages) * 2 * kTileBytes, sv = sk + kTileBytes;
 
     Acc s, dp;
-    fragsTimesTileT(s, qf, sk);  // S = Q K^T
-    fragsTimesTileT(dp, gf, sv); // dP = dO V^T
+    if constexpr (kWg) {
+      wgmmaFence();
+      wgTileTimesTileT(s, sq, sk);   // S = Q K^T
+      wgTileTimesTileT(dp, sg, sv);  // dP = dO V^T
+      wgCommitWait();
+      wgmmaFenceAcc(s);
+      wgmmaFenceAcc(dp);
+    } else {
+      fragsTimesTileT(s, qf, sk);   // S = Q K^T
+      fragsTimesTileT(dp, gf, sv);  // dP = dO V^T
+    }
     const bool diag = it == n_tiles - 1;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -511,7 +634,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardQTc(bf16* dq
         dp[j][e] = p * (dp[j][e] - dl[e >> 1]);
       }
     }
-    probsTimesTile(dq, dp, sk);  // dQ += dS K
+    if constexpr (kWg) {
+      uint32_t da[4][4];
+      wgProbsTimesTile(dq, dp, sk, 0, da);  // dQ += dS K
+      wgCommitWait();
+      wgmmaFenceAcc(dq);
+      wgKeepRegs(da);
+    } else {
+      probsTimesTile(dq, dp, sk);  // dQ += dS K
+    }
   }
   storeRows(dqkv + int64_t(b) * Tn * stride + int64_t(h) * D, stride, row0, Tn, dq, scale, accumulate);
 }
@@ -549,28 +680,79 @@ static BackwardBlocks attentionBackwardBlocksPerSm() {
   return blocks;
 }
 
-template <int kMinBlocks>
-static void allowAttentionBackwardSmem() {
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnBackwardKvTc<kMinBlocks, kMinBlocks == 3 ? 2 : 1>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(sizeof(BwdKvSmem))));
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnBackwardQTc<kMinBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(sizeof(BwdQSmem))));
+// Which instructions the products use. wgmma where this build carries the
+// sm_90a code and the device loaded it (a probe kernel from the same module
+// says so), else mma.sync; TANDEM_ATTN_MMA=wgmma|sync overrides (wgmma
+// where it is missing is an error).
+__global__ void probeWgmma(int* out) { *out = TANDEM_WGMMA_COMPILED; }
+
+static bool wgmmaLoaded() {
+  int* flag = nullptr;
+  TANDEM_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+  probeWgmma<<<1, 1>>>(flag);
+  int host = 0;
+  const cudaError_t launched = cudaGetLastError();
+  const cudaError_t copied = cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost);
+  TANDEM_CUDA_CHECK(cudaFree(flag));
+  TANDEM_CUDA_CHECK(launched);
+  TANDEM_CUDA_CHECK(copied);
+  return host == 1;
+}
+
+static bool& useWgmma() {
+  static bool use = false;
+  return use;
+}
+
+static void chooseAttentionMma() {
+  const bool loaded = wgmmaLoaded();
+  const char* env = std::getenv("TANDEM_ATTN_MMA");
+  const std::string v = env == nullptr ? "" : env;
+  if (v.empty()) {
+    useWgmma() = loaded;
+  } else if (v == "sync") {
+    useWgmma() = false;
+  } else if (v == "wgmma") {
+    if (!loaded)
+      throw std::runtime_error(
+          "TANDEM_ATTN_MMA=wgmma: this build or device has no sm_90a attention kernels (build for CUDA "
+          "architecture 90 and run on compute capability 9.0)");
+    useWgmma() = true;
+  } else {
+    throw std::runtime_error("TANDEM_ATTN_MMA must be wgmma or sync, not '" + v + "'");
+  }
+}
+
+const char* attentionMmaPath() { return useWgmma() ? "wgmma" : "mma.sync"; }
+
+template <typename Kernel>
+static void allowSmem(Kernel kernel, size_t bytes) {
+  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+template <bool kWg>
+static void allowAttentionSmem() {
+  allowSmem(attnForwardTc<kWg>, sizeof(FwdSmem));
+  allowSmem(attnBackwardKvTc<2, 1, kWg>, sizeof(BwdKvSmem));
+  allowSmem(attnBackwardKvTc<3, 2, kWg>, sizeof(BwdKvSmem));
+  allowSmem(attnBackwardQTc<2, kWg>, sizeof(BwdQSmem));
+  allowSmem(attnBackwardQTc<3, kWg>, sizeof(BwdQSmem));
 }
 
 void prepareAttentionKernels() {
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attnForwardTc, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(sizeof(FwdSmem))));
-  allowAttentionBackwardSmem<2>();
-  allowAttentionBackwardSmem<3>();
+  allowAttentionSmem<false>();
+  allowAttentionSmem<true>();
   attentionBackwardBlocksPerSm();  // a bad override fails here, before any step
+  chooseAttentionMma();
 }
 
 void attentionForwardTc(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
                         int64_t H, cudaStream_t s) {
   dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
-  attnForwardTc<<<grid, kThreads, sizeof(FwdSmem), s>>>(static_cast<bf16*>(out), lse, isBf16(lse_dt),
-                                                        static_cast<const bf16*>(qkv), int(Tn), int(C), int(H),
-                                                        kLog2e / sqrtf(float(D)));
+  const auto kernel = useWgmma() ? attnForwardTc<true> : attnForwardTc<false>;
+  kernel<<<grid, kThreads, sizeof(FwdSmem), s>>>(static_cast<bf16*>(out), lse, isBf16(lse_dt),
+                                                 static_cast<const bf16*>(qkv), int(Tn), int(C), int(H),
+                                                 kLog2e / sqrtf(float(D)));
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
@@ -580,8 +762,11 @@ void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const vo
   dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
   const float scale = 1.f / sqrtf(float(D));
   const BackwardBlocks blocks = attentionBackwardBlocksPerSm();
-  const auto kv_kernel = blocks.kv == 3 ? attnBackwardKvTc<3, 2> : attnBackwardKvTc<2, 1>;
-  const auto q_kernel = blocks.q == 3 ? attnBackwardQTc<3> : attnBackwardQTc<2>;
+  const bool wg = useWgmma();
+  const auto kv_kernel = blocks.kv == 3 ? (wg ? attnBackwardKvTc<3, 2, true> : attnBackwardKvTc<3, 2, false>)
+                                        : (wg ? attnBackwardKvTc<2, 1, true> : attnBackwardKvTc<2, 1, false>);
+  const auto q_kernel = blocks.q == 3 ? (wg ? attnBackwardQTc<3, true> : attnBackwardQTc<3, false>)
+                                      : (wg ? attnBackwardQTc<2, true> : attnBackwardQTc<2, false>);
   // dQ first: it writes the delta the dK/dV kernel reads.
   q_kernel<<<grid, kThreads, sizeof(BwdQSmem), s>>>(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
                                                    static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse,

@@ -57,6 +57,10 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
 // Raises the shared-memory limits of the tensor-core kernels on the current
 // device. Call once per device before the first launch (outside a capture).
 void prepareKernels();
+// The instructions the bf16 head-dimension-64 attention kernels use on this
+// device, "wgmma" (sm_90a) or "mma.sync", as prepareKernels chose them
+// (TANDEM_ATTN_MMA=wgmma|sync overrides).
+const char* attentionMmaPath();
 
 // Causal attention; head dimension C/H must be 16, 32 or 64. bf16 with head
 // dimension 64 runs on the tensor cores (attention_tc.cu), the rest on a

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numbers>
 #include <numeric>
@@ -130,7 +131,9 @@ void testAttention(DType dt, int64_t B, int64_t T, int64_t C, int64_t H, bool ac
   Dev gq(dt, qkv.size()), go(dt, out.size()), gl(DType::F32, lse.size()), gdo(dt, dout.size()), gdq(dt, qkv.size());
   gq.upload(qkv), gdo.upload(dout);
   cuda::attentionForward(go.p, gl.p, gl.dt, gq.p, B, T, C, H, dt, nullptr);
-  const std::string shape = fmt::format("B{} T{} C{} H{}{}", B, T, C, H, accumulate ? " (accumulate)" : "");
+  const bool tensor_cores = dt == DType::BF16 && C / H == 64;
+  const std::string shape = fmt::format("B{} T{} C{} H{}{}{}", B, T, C, H, accumulate ? " (accumulate)" : "",
+                                        tensor_cores ? fmt::format(" [{}]", cuda::attentionMmaPath()) : "");
   expectBelow(tag(dt, ("attention forward out " + shape).c_str()), relError(go.download(), out), tol(dt));
   expectBelow(tag(dt, ("attention forward lse " + shape).c_str()), relError(gl.download(), lse), 1e-5);
   // Backward on the reference forward results (out rounded as the GPU stores it).
@@ -536,6 +539,34 @@ void testHoistMemsets() {
   cudaFree(mem);
 }
 
+// The bf16 head-dimension-64 attention on both instruction paths: wgmma
+// (sm_90a, the default where it runs) and mma.sync. On compute capability
+// 9.0 the wgmma path must be there: the build targets it.
+void testAttentionPaths() {
+  cudaDeviceProp prop{};
+  TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const bool hopper = prop.major == 9 && prop.minor == 0;
+  for (const char* path : {"wgmma", "sync"}) {
+    setenv("TANDEM_ATTN_MMA", path, 1);
+    try {
+      cuda::prepareKernels();
+    } catch (const std::exception& e) {
+      expectTrue(fmt::format("attention path {} available on compute capability {}.{}: {}", path, prop.major,
+                             prop.minor, e.what()),
+                 !hopper);
+      std::printf("SKIP attention on %s (compute capability %d.%d)\n", path, prop.major, prop.minor);
+      continue;
+    }
+    testAttention(DType::BF16, 1, 130, 256, 4);
+    testAttention(DType::BF16, 1, 300, 128, 2);
+    testAttention(DType::BF16, 2, 1024, 768, 12);  // GPT-2's heads
+    testAttention(DType::BF16, 3, 77, 128, 2, true);
+    testAttention(DType::BF16, 2, 1, 128, 2);
+  }
+  unsetenv("TANDEM_ATTN_MMA");
+  cuda::prepareKernels();
+}
+
 int main() {
   requireGpus(1);
   testHoistMemsets();
@@ -575,6 +606,7 @@ int main() {
     testGemmEpilogues(dt, 1000, 192, 96);  // M not a tile multiple
   }
   testOptimizer();
+  testAttentionPaths();
   const cudaError_t err = cudaDeviceSynchronize();
   expectTrue(std::string("no CUDA error: ") + cudaGetErrorString(err), err == cudaSuccess);
   return finish();

@@ -1,0 +1,97 @@
+// Hopper's warpgroup matrix multiply (wgmma, sm_90a only) for the attention
+// kernels: a block of four warps multiplies 64-row tiles as one warpgroup.
+// The shared tiles are the kernels' swizzled 64 x 64 bf16 tiles (128-byte
+// rows, 16-byte chunk c of row r at c ^ (r & 7), tile base 1024-byte
+// aligned), which is exactly the 128-byte swizzle layout the tensor cores
+// read, K-major when the contraction runs along a row and MN-major when it
+// runs down the rows. Accumulator and register-A fragments per warp are
+// mma.sync's (16 rows each), so the kernels' fragment code is shared.
+//
+// Every function here compiles only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL);
+// on other targets the kernels that use it are never launched (the host asks
+// wgmmaCompiled() first) and the bodies trap.
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TANDEM_WGMMA_COMPILED 1
+#else
+#define TANDEM_WGMMA_COMPILED 0
+#endif
+
+// Shared-memory matrix descriptor of a 128-byte-swizzled operand at shared
+// address `addr`: 8-row groups 1024 bytes apart (stride byte offset), one
+// swizzle atom across the leading dimension (its offset unused: 1).
+__device__ __forceinline__ uint64_t wgmmaDesc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+#if TANDEM_WGMMA_COMPILED
+// Orders register writes by ordinary instructions before the wgmma that
+// reads them (accumulators, register A).
+__device__ __forceinline__ void wgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most N committed groups are still running.
+template <int N>
+__device__ __forceinline__ void wgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Shared memory written by the generic proxy (cp.async, st.shared) becomes
+// visible to wgmma's reads (async proxy) after this fence and a barrier.
+__device__ __forceinline__ void fenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Keeps the compiler from moving reads of accumulators above the wait (the
+// asm statements above are ordered among themselves, plain code is not).
+template <int kFrags>
+__device__ __forceinline__ void wgmmaFenceAcc(float (&d)[kFrags][4]) {
+#pragma unroll
+  for (int j = 0; j < kFrags; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+
+// D (64 x 64) {=, +=} A (64 x 16, shared) * B (16 x 64, shared), both K-major.
+__device__ __forceinline__ void wgmmaSS64(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// D (64 x 32) {=, +=} A (64 x 16, shared) * B (16 x 32, shared), both K-major.
+__device__ __forceinline__ void wgmmaSS32(float (&d)[4][4], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// D (64 x 64) += A (64 x 16, registers: each warp its 16 rows, laid out as
+// mma.sync's A fragment) * B (16 x 64, shared, MN-major: rows are the
+// contraction index).
+__device__ __forceinline__ void wgmmaRS64T(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+#else
+__device__ __forceinline__ void wgmmaFence() { __trap(); }
+__device__ __forceinline__ void wgmmaCommit() { __trap(); }
+template <int N>
+__device__ __forceinline__ void wgmmaWait() { __trap(); }
+__device__ __forceinline__ void fenceProxyAsync() { __trap(); }
+template <int kFrags>
+__device__ __forceinline__ void wgmmaFenceAcc(float (&)[kFrags][4]) { __trap(); }
+__device__ __forceinline__ void wgmmaSS64(float (&)[8][4], uint64_t, uint64_t, int) { __trap(); }
+__device__ __forceinline__ void wgmmaSS32(float (&)[4][4], uint64_t, uint64_t, int) { __trap(); }
+__device__ __forceinline__ void wgmmaRS64T(float (&)[8][4], const uint32_t (&)[4], uint64_t) { __trap(); }
+#endif
+
+}  // namespace tandem::cuda
