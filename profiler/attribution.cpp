@@ -77,7 +77,8 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   // copies of its readings, the polling of its stream).
   const bool clock_sync = !info && task == -1 && !(r.kind == RecordKind::Sync && r.stream == 0xffffffffu) &&
                           inClockSync(r.start);
-  // The executor's set-up work before the first step (GEMM algorithm timing).
+  // The executor's set-up work before the first step (kernel set-up, GEMM
+  // algorithm timing).
   const bool setup_work = !clock_sync && !info && task == -1 &&
                           !(r.kind == RecordKind::Sync && r.stream == 0xffffffffu) && inSetupWork(r.start);
 

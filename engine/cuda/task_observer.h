@@ -4,9 +4,10 @@
 // task it belongs to without the executor knowing about CUPTI or NVTX.
 //
 // The executor calls, on its host thread and in this order:
-//   [onSetupWorkBegin() ... onSetupWorkEnd()   once, in the constructor, around
-//                                              GPU work that is not a step:
-//                                              timing GEMM algorithms]
+//   [onSetupWorkBegin() ... onSetupWorkEnd()   in the constructor, around GPU
+//                                              work that is not a step: the
+//                                              kernels' set-up (a probe kernel),
+//                                              then timing GEMM algorithms]
 //   onStepBegin(step)
 //     [onCaptureBegin(stream)            first step of graph mode only]
 //       onTaskBegin(task, stream) ... launches of the task ... onTaskEnd(task, stream)
