@@ -230,17 +230,8 @@ __device__ __forceinline__ void wgProbsTimesTile(Acc& acc, const float (&p)[kFra
   for (int kc = 0; kc < kFrags / 2; ++kc) wgmmaRS64T(acc, a[kc], wgmmaDesc(y + (row0 + kc * 16) * 128));
 }
 
-// Keeps packed A registers alive (unmodified) until after the wait.
-template <int kRows>
-__device__ __forceinline__ void wgKeepRegs(uint32_t (&a)[kRows][4]) {
-#pragma unroll
-  for (int i = 0; i < kRows; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
-}
-
 // Commits the issued wgmmas and waits for all of them; the caller then pins
-// each result with wgmmaFenceAcc (and packed A registers with wgKeepRegs).
+// each result and the packed A registers with wgmmaFenceOperands.
 __device__ __forceinline__ void wgCommitWait() {
   wgmmaCommit();
   wgmmaWait<0>();
@@ -317,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, 4) attnForwardTc(bf16* out, void* ls
       wgmmaFence();
       wgTileTimesTileT(s, sq, sk);
       wgCommitWait();
-      wgmmaFenceAcc(s);
+      wgmmaFenceOperands(s);
     } else {
       fragsTimesTileT(s, qf, sk);
     }
@@ -358,8 +349,8 @@ __global__ void __launch_bounds__(kThreads, 4) attnForwardTc(bf16* out, void* ls
       uint32_t pa[4][4];
       wgProbsTimesTile(o, s, sv, 0, pa);
       wgCommitWait();
-      wgmmaFenceAcc(o);
-      wgKeepRegs(pa);
+      wgmmaFenceOperands(o);
+      wgmmaFenceOperands(pa);
     } else {
       probsTimesTile(o, s, sv);
     }
@@ -482,8 +473,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardKvTc(bf16* d
         wgTileTimesTileT(s, sk, sq, col0);
         wgTileTimesTileT(dp, sv, sg, col0);
         wgCommitWait();
-        wgmmaFenceAcc(s);
-        wgmmaFenceAcc(dp);
+        wgmmaFenceOperands(s);
+        wgmmaFenceOperands(dp);
       } else {
         fragsTimesTileT(s, kf, sq, col0);
         fragsTimesTileT(dp, vf, sg, col0);
@@ -506,10 +497,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardKvTc(bf16* d
         wgProbsTimesTile(dv, s, sg, col0, pa);   // dV += P^T dO
         wgProbsTimesTile(dk, dp, sq, col0, da);  // dK += dS^T Q
         wgCommitWait();
-        wgmmaFenceAcc(dv);
-        wgmmaFenceAcc(dk);
-        wgKeepRegs(pa);
-        wgKeepRegs(da);
+        wgmmaFenceOperands(dv);
+        wgmmaFenceOperands(dk);
+        wgmmaFenceOperands(pa);
+        wgmmaFenceOperands(da);
       } else {
         probsTimesTile(dv, s, sg, col0);   // dV += P^T dO
         probsTimesTile(dk, dp, sq, col0);  // dK += dS^T Q
@@ -618,8 +609,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardQTc(bf16* dq
       wgTileTimesTileT(s, sq, sk);   // S = Q K^T
       wgTileTimesTileT(dp, sg, sv);  // dP = dO V^T
       wgCommitWait();
-      wgmmaFenceAcc(s);
-      wgmmaFenceAcc(dp);
+      wgmmaFenceOperands(s);
+      wgmmaFenceOperands(dp);
     } else {
       fragsTimesTileT(s, qf, sk);   // S = Q K^T
       fragsTimesTileT(dp, gf, sv);  // dP = dO V^T
@@ -638,8 +629,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardQTc(bf16* dq
       uint32_t da[4][4];
       wgProbsTimesTile(dq, dp, sk, 0, da);  // dQ += dS K
       wgCommitWait();
-      wgmmaFenceAcc(dq);
-      wgKeepRegs(da);
+      wgmmaFenceOperands(dq);
+      wgmmaFenceOperands(da);
     } else {
       probsTimesTile(dq, dp, sk);  // dQ += dS K
     }

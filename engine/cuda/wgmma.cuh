@@ -29,6 +29,20 @@ __device__ __forceinline__ uint64_t wgmmaDesc(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
+// Pins registers that wgmma reads or writes asynchronously at this point of
+// the program: after a wait, the compiler may not move reads of the
+// accumulators above it (the asm statements are ordered among themselves,
+// plain code is not), nor reuse register A operands before it.
+__device__ __forceinline__ void pinRegister(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void pinRegister(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
+template <typename T, int kRows>
+__device__ __forceinline__ void wgmmaFenceOperands(T (&a)[kRows][4]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) pinRegister(a[i][e]);
+}
+
 #if TANDEM_WGMMA_COMPILED
 // Orders register writes by ordinary instructions before the wgmma that
 // reads them (accumulators, register A).
@@ -43,15 +57,6 @@ __device__ __forceinline__ void wgmmaWait() {
 // visible to wgmma's reads (async proxy) after this fence and a barrier.
 __device__ __forceinline__ void fenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// Keeps the compiler from moving reads of accumulators above the wait (the
-// asm statements above are ordered among themselves, plain code is not).
-template <int kFrags>
-__device__ __forceinline__ void wgmmaFenceAcc(float (&d)[kFrags][4]) {
-#pragma unroll
-  for (int j = 0; j < kFrags; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
-}
 
 // D (64 x 64) {=, +=} A (64 x 16, shared) * B (16 x 64, shared), both K-major.
 __device__ __forceinline__ void wgmmaSS64(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
@@ -87,8 +92,6 @@ __device__ __forceinline__ void wgmmaCommit() { __trap(); }
 template <int N>
 __device__ __forceinline__ void wgmmaWait() { __trap(); }
 __device__ __forceinline__ void fenceProxyAsync() { __trap(); }
-template <int kFrags>
-__device__ __forceinline__ void wgmmaFenceAcc(float (&)[kFrags][4]) { __trap(); }
 __device__ __forceinline__ void wgmmaSS64(float (&)[8][4], uint64_t, uint64_t, int) { __trap(); }
 __device__ __forceinline__ void wgmmaSS32(float (&)[4][4], uint64_t, uint64_t, int) { __trap(); }
 __device__ __forceinline__ void wgmmaRS64T(float (&)[8][4], const uint32_t (&)[4], uint64_t) { __trap(); }
