@@ -237,6 +237,11 @@ RooflineCostModel::RooflineCostModel(RooflineParams params, Calibration calibrat
     : params_(params), calibration_(std::move(calibration)) {
   if (calibration_.launch_overhead_ns) params_.launch_overhead_ns = *calibration_.launch_overhead_ns;
   if (calibration_.comm_slowdown) params_.comm_slowdown = *calibration_.comm_slowdown;
+  for (const auto& [op, oc] : calibration_.ops) {
+    std::map<std::string, int64_t> measured;
+    for (const auto& [key, entry] : oc.shapes) measured[key] = entry.ns;
+    interpolators_[op] = ShapeInterpolator(measured);
+  }
 }
 
 std::string taskRole(const std::string& name) {
@@ -278,7 +283,13 @@ int64_t RooflineCostModel::taskNs(const Task& task, const DeviceSpec& device, Pr
   if (it != calibration_.ops.end()) {
     const OpCalibration& oc = it->second;
     const CostEntry* e = &oc.all_shapes;
-    if (auto sh = oc.shapes.find(shapeKey(task)); sh != oc.shapes.end()) e = &sh->second;
+    const std::string key = shapeKey(task);
+    if (auto sh = oc.shapes.find(key); sh != oc.shapes.end()) {
+      e = &sh->second;
+    } else if (const auto between = interpolators_.at(roofline_op).ns(key)) {
+      // Between two measured shapes of the op (shape_interpolation.h).
+      return *between;
+    }
     if (e->ns >= 0) return e->ns;
     if (e->has_fit)
       return int64_t(std::llround(e->base_ns + e->ns_per_gflop * task.flops * 1e-9 + e->ns_per_mb * bytes * 1e-6 +

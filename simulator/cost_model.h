@@ -15,6 +15,7 @@
 
 #include "engine/plan.h"
 #include "simulator/collectives.h"
+#include "simulator/shape_interpolation.h"
 #include "simulator/topology.h"
 
 namespace tandem::sim {
@@ -152,6 +153,7 @@ class RooflineCostModel : public CostModel {
  private:
   RooflineParams params_;
   Calibration calibration_;
+  std::map<OpKind, ShapeInterpolator> interpolators_;  // measured shapes per op kind (shape_interpolation.h)
 };
 
 }  // namespace tandem::sim

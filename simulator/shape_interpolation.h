@@ -1,0 +1,47 @@
+#pragma once
+// Times of shapes the calibration did not measure, from two it did.
+//
+// A calibration measures each op kind at the shapes its runs had (the shape
+// key: "m=16384 n=50304 k=768", "b=16 t=1024 c=768 h=12", with "epi=gelu"
+// and the like). A job between them, micro-batch 12 between 8 and 16 say,
+// has shapes that differ from two measured ones in a single number and lie
+// between them there. Its time is read off the line through those two
+// points: the kernels of such neighbours do the same work per row, and the
+// algorithm a GEMM gets between them changes less than the op kind's one
+// linear fit over all its shapes (docs/accuracy.md: at micro-batch 12 the
+// fit put the vocabulary projection 8-13% slow and the weight gradients
+// 10-13% fast; the line through the neighbours is within 1-3%).
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tandem::sim {
+
+// A shape key split into its fields, in order: ("m", "16384"), ("epi", "gelu").
+using ShapeFields = std::vector<std::pair<std::string, std::string>>;
+ShapeFields parseShapeKey(const std::string& key);
+
+class ShapeInterpolator {
+ public:
+  ShapeInterpolator() = default;
+  // The measured times by shape key (entries without a time are left out).
+  explicit ShapeInterpolator(const std::map<std::string, int64_t>& measured_ns);
+  // The time of `key` from the nearest measured shape below and above it in
+  // one numeric field, every other field the same; nothing when there is
+  // no such pair.
+  std::optional<int64_t> ns(const std::string& key) const;
+  bool empty() const { return shapes_.empty(); }
+
+ private:
+  struct Shape {
+    ShapeFields fields;
+    int64_t ns;
+  };
+  std::vector<Shape> shapes_;
+};
+
+}  // namespace tandem::sim
