@@ -325,15 +325,23 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
 }  // namespace
 
 std::optional<double> multiRankLaunchExtra(const LaunchGapsByShape& gaps, int64_t* shapes_used) {
-  std::vector<double> diffs;
+  auto mean = [](const std::vector<double>& v) {
+    double t = 0;
+    for (double x : v) t += x;
+    return t / double(v.size());
+  };
+  double weighted = 0, weight = 0;
+  int64_t shapes = 0;
   for (const auto& [key, multi] : gaps.multi) {
     const auto single = gaps.single.find(key);
     if (single == gaps.single.end() || single->second.empty() || multi.empty()) continue;
-    diffs.push_back(median(multi) - median(single->second));
+    weighted += (mean(multi) - mean(single->second)) * double(multi.size());
+    weight += double(multi.size());
+    ++shapes;
   }
-  if (shapes_used) *shapes_used = int64_t(diffs.size());
-  if (diffs.empty()) return std::nullopt;
-  return std::max(0.0, median(diffs));
+  if (shapes_used) *shapes_used = shapes;
+  if (shapes == 0) return std::nullopt;
+  return std::max(0.0, weighted / weight);
 }
 
 CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs) {
