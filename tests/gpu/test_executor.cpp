@@ -205,12 +205,19 @@ int main() {
       compareGradients("tiny fp32 vocab 1024", tiny({"training.precision=fp32", "model.vocab=1024"}), 1e-4);
       compareGradients("tiny bf16 vocab 1024", tiny({"training.precision=bf16", "model.vocab=1024"}), 1e-2);
       compareGradients("tiny bf16 recompute=full", tiny({"training.precision=bf16", "recompute.policy=full"}), 1e-2);
+      // Head dimension 64: the tensor-core attention (wgmma on sm_90a).
+      compareGradients("tiny bf16 head dim 64", tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2"}), 1e-2);
+      compareGradients("tiny bf16 head dim 64 grad_accum=2",
+                       tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2", "training.grad_accum=2"}),
+                       1e-2);
       compareGradients("tiny bf16 recompute=selective", tiny({"training.precision=bf16", "recompute.policy=selective"}), 1e-2);
       compareGradients("tiny fp32 seq 100 (ragged tiles)",
                        tiny({"training.precision=fp32", "model.seq_len=100", "training.micro_batch=4"}), 1e-4);
       compareTraining("tiny fp32", tiny({"training.precision=fp32"}), 20, 1e-4, 1e-4);
       compareTraining("tiny bf16", tiny({"training.precision=bf16"}), 20, 1e-2, 5e-2);
       compareTraining("tiny bf16 vocab 1024", tiny({"training.precision=bf16", "model.vocab=1024"}), 20, 1e-2, 5e-2);
+      compareTraining("tiny bf16 head dim 64", tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2"}), 20,
+                      1e-2, 5e-2);
     }
     g_fusion = true;
     trainToEntropy(tiny({"training.precision=bf16"}));
