@@ -7,9 +7,10 @@
 // runs down the rows. Accumulator and register-A fragments per warp are
 // mma.sync's (16 rows each), so the kernels' fragment code is shared.
 //
-// Every function here compiles only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL);
-// on other targets the kernels that use it are never launched (the host asks
-// wgmmaCompiled() first) and the bodies trap.
+// The wgmma instructions exist only in sm_90a (__CUDA_ARCH_FEAT_SM90_ALL).
+// On other targets their wrappers below trap; the kernels that use them are
+// never launched there (attention_tc.cu's probe kernel tells the host which
+// code the driver loaded).
 #pragma once
 
 #include <cstdint>
