@@ -1,6 +1,8 @@
 // Causal attention on the tensor cores (bf16, head dimension 64), in the
-// style of FlashAttention-2: mma.sync m16n8k16 and ldmatrix through inline
-// PTX, 64-row tiles, four warps per block each owning 16 rows. Scores,
+// style of FlashAttention-2: 64-row tiles, four warps per block each owning
+// 16 rows. The tile products run on Hopper's wgmma where the device has the
+// sm_90a code (the block is one warpgroup; wgmma.cuh), else on mma.sync
+// m16n8k16 with ldmatrix, through inline PTX either way. Scores,
 // probabilities and dS never leave the registers: the fp32 C fragments of one
 // product are packed to bf16 and used directly as the A fragments of the
 // next. Streamed tiles are double-buffered with cp.async in a swizzled shared
