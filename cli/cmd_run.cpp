@@ -478,8 +478,9 @@ void addRunCommand(CLI::App& root) {
       "Environment: TANDEM_GEMM_TUNING=0 keeps cuBLASLt's first algorithm choice (bit-reproducible across "
       "processes; by default each GEMM shape's candidates are timed before the first step); TANDEM_FUSION=0 "
       "runs the GELUs the plan fused into their GEMMs as kernels of their own (the run then differs from its plan "
-      "and its simulation), TANDEM_FUSION=all also moves the bias gradients into the weight GEMMs. See "
-      "docs/gpu-executor.md.");
+      "and its simulation), TANDEM_FUSION=all also moves the bias gradients into the weight GEMMs; "
+      "TANDEM_ATTN_MMA=sync runs the bf16 attention on mma.sync instead of Hopper's wgmma (the default where the "
+      "GPU runs the sm_90a code). See docs/gpu-executor.md.");
   cmd->callback([o] { runCommand(*o); });
 }
 
