@@ -517,18 +517,30 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   std::map<std::pair<OpKind, std::string>, std::vector<double>> clean_kernel_ns;
   for (const auto& [op, xs] : kernel_clean)
     for (const Sample& x : xs) clean_kernel_ns[{op, x.shape}].push_back(x.ns);
+  // The same fit per op kind too: a weight-gradient GEMM beside NCCL loses
+  // more than a data-gradient GEMM does. A kind gets its own factor with
+  // kMinSlowedSamples task-steps or more; the others keep the pooled one.
+  constexpr int64_t kMinSlowedSamples = 40;
   double sxy = 0, sxx = 0;
   int64_t used = 0;
-  for (const auto& [op, xs] : slowed)
+  for (const auto& [op, xs] : slowed) {
+    double op_sxy = 0, op_sxx = 0;
+    int64_t op_used = 0;
     for (const Sample& x : xs) {
       const auto it = clean_kernel_ns.find({op, x.shape});
       if (it == clean_kernel_ns.end()) continue;
       const double clean = median(it->second);
       if (clean <= 0) continue;
-      sxy += x.under_comm * (x.ns / clean - 1.0);
-      sxx += x.under_comm * x.under_comm;
-      ++used;
+      op_sxy += x.under_comm * (x.ns / clean - 1.0);
+      op_sxx += x.under_comm * x.under_comm;
+      ++op_used;
     }
+    sxy += op_sxy, sxx += op_sxx, used += op_used;
+    if (op_used >= kMinSlowedSamples && op_sxx > 0) {
+      out.calibration.comm_slowdown_by_op[op] = std::clamp(1.0 + op_sxy / op_sxx, 1.0, 3.0);
+      out.comm_slowdown_by_op_samples[op] = op_used;
+    }
+  }
   if (sxx > 0) {
     out.calibration.comm_slowdown = std::clamp(1.0 + sxy / sxx, 1.0, 3.0);
     out.comm_slowdown_samples = used;
@@ -651,11 +663,19 @@ std::string calibrationToYaml(const CalibrationResult& r) {
   if (r.calibration.comm_slowdown)
     y += fmt::format("comm_slowdown: {:.4f}  # least squares over {} task-steps with kernel time under a collective\n",
                      *r.calibration.comm_slowdown, r.comm_slowdown_samples);
+  if (!r.calibration.comm_slowdown_by_op.empty()) {
+    y += "comm_slowdown_by_op:  # the same fit per op kind (kinds not listed take comm_slowdown)\n";
+    for (const auto& [op, f] : r.calibration.comm_slowdown_by_op) {
+      const auto n = r.comm_slowdown_by_op_samples.find(op);
+      y += fmt::format("  {}: {:.4f}  # {} task-steps\n", toString(op), f,
+                       n == r.comm_slowdown_by_op_samples.end() ? 0 : n->second);
+    }
+  }
   if (r.calibration.collective_start_wait)
     y += fmt::format("collective_start_wait: {:.4f}  # median over {} collectives that became ready beside a kernel: "
                      "their start as a share of its remaining time\n",
                      *r.calibration.collective_start_wait, r.collective_start_wait_samples);
-  y += "ops:\n";
+  y += r.ops.empty() ? "ops: {}\n" : "ops:\n";  // an empty map still parses
   for (const OpFitReport& rep : r.ops) {
     const OpCalibration& oc = r.calibration.ops.at(rep.op);
     y += fmt::format("  {}:  # {} samples, {} shapes; fit residual median {:.2f}%, max {:.2f}%\n", toString(rep.op),

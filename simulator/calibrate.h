@@ -83,6 +83,7 @@ struct CalibrationResult {
   int64_t unmatched = 0;  // activities whose task id is not in the re-planned job
   std::vector<OpKind> fused_ops;  // planned kernel ops no run measured (cost 0)
   int64_t comm_slowdown_samples = 0;
+  std::map<OpKind, int64_t> comm_slowdown_by_op_samples;  // task-steps behind each comm_slowdown_by_op entry
   int64_t collective_start_wait_samples = 0;
   int64_t multi_rank_launch_shapes = 0;  // task shapes measured in one-rank and multi-rank runs
 };

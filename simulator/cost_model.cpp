@@ -155,6 +155,15 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
       cal.multi_rank_launch_ns = int64_t(number(source, kv.second, key, 0, 1e9));
     } else if (key == "comm_slowdown") {
       cal.comm_slowdown = number(source, kv.second, key, 1.0, 10.0);
+    } else if (key == "comm_slowdown_by_op") {
+      if (!kv.second.IsMap()) fail(source, kv.second, "comm_slowdown_by_op: expected a map of op kinds to factors");
+      for (const auto& op : kv.second) {
+        const std::string name = op.first.as<std::string>();
+        const auto kind = parseOpKind(name);
+        if (!kind)
+          fail(source, op.first, "comm_slowdown_by_op." + name + ": unknown op kind (allowed: matmul, attention, ...)");
+        cal.comm_slowdown_by_op[*kind] = number(source, op.second, "comm_slowdown_by_op." + name, 1.0, 10.0);
+      }
     } else if (key == "collective_start_wait") {
       cal.collective_start_wait = number(source, kv.second, key, 0.0, 1.0);
     } else if (key == "collective_beside") {
@@ -219,7 +228,7 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
         cal.collectives.push_back(c);
       }
     } else {
-      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, step_overhead_ns, multi_rank_launch_ns, collective_start_wait, collective_beside, ops, collectives)");
+      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, step_overhead_ns, multi_rank_launch_ns, collective_start_wait, collective_beside, ops, collectives)");
     }
   }
   return cal;

@@ -59,6 +59,9 @@ struct Calibration {
   std::string source;
   std::optional<int64_t> launch_overhead_ns;
   std::optional<double> comm_slowdown;
+  // Per op kind, where the runs measured it apart (kernels of different
+  // kinds lose different shares to NCCL); other kinds take comm_slowdown.
+  std::map<OpKind, double> comm_slowdown_by_op;
   std::optional<int64_t> step_overhead_ns;  // host time per step outside all GPU work
   std::optional<int64_t> multi_rank_launch_ns;  // per kernel task, extra in plans of more than one rank
   std::map<OpKind, OpCalibration> ops;
@@ -114,6 +117,11 @@ class CostModel {
   virtual int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const = 0;
   // Factor applied to compute tasks that start while a collective runs on the same GPU.
   virtual double commSlowdown() const = 0;
+  // The same for one task (by its op kind where calibrated apart).
+  virtual double commSlowdown(const Task& task) const {
+    (void)task;
+    return commSlowdown();
+  }
   // Host time of a step outside all GPU work (launching the step's graph
   // before its first kernel, noticing its end after the last), added to
   // every rank's step.
@@ -138,6 +146,10 @@ class RooflineCostModel : public CostModel {
   explicit RooflineCostModel(RooflineParams params = RooflineParams::defaults(), Calibration calibration = {});
   int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
   double commSlowdown() const override { return params_.comm_slowdown; }
+  double commSlowdown(const Task& task) const override {
+    const auto it = calibration_.comm_slowdown_by_op.find(costOpKind(task));
+    return it == calibration_.comm_slowdown_by_op.end() ? params_.comm_slowdown : it->second;
+  }
   int64_t stepOverheadNs() const override { return calibration_.step_overhead_ns.value_or(0); }
   int64_t multiRankLaunchNs() const override { return calibration_.multi_rank_launch_ns.value_or(0); }
   double collectiveStartWait() const override { return calibration_.collective_start_wait.value_or(0); }

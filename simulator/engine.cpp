@@ -497,22 +497,23 @@ void Engine::tryStart(int ri, int stream) {
   s.slowed = s.kernel && r.active_comm > 0;
   s.work_left_ns = double(d);
   s.updated_ns = now_;
-  s.done_ns = now_ + (s.slowed ? int64_t(std::llround(double(d) * cost_.commSlowdown())) : d);
+  s.done_ns = now_ + (s.slowed ? int64_t(std::llround(double(d) * cost_.commSlowdown(t))) : d);
   push(s.done_ns, EventType::TaskDone, ri, ti);
 }
 
-// A kernel runs commSlowdown() times slower for as long as a collective is
-// resident on its rank (from the rank's arrival until the collective ends
+// A kernel runs commSlowdown(task) times slower for as long as a collective
+// is resident on its rank (from the rank's arrival until the collective ends
 // for it: NCCL's kernels share the SMs and the memory with it). When that
-// changes, the running kernels' remaining work is rescheduled at the new rate.
+// changes, the running kernels' remaining work is rescheduled at the new rate
+// (a kernel whose factor is 1 keeps its completion event).
 void Engine::commResidencyChanged(int ri) {
   RankState& r = ranks_[size_t(ri)];
   const bool slowed = r.active_comm > 0;
-  const double f = cost_.commSlowdown();
-  if (f == 1.0) return;
   for (int si = 0; si < int(r.streams.size()); ++si) {
     StreamState& s = r.streams[size_t(si)];
     if (!s.busy || !s.kernel || s.slowed == slowed) continue;
+    const double f = cost_.commSlowdown(r.plan->tasks[size_t((*s.tasks)[s.head])]);
+    if (f == 1.0) continue;
     const double elapsed = double(now_ - s.updated_ns);
     s.work_left_ns = std::max(0.0, s.work_left_ns - (s.slowed ? elapsed / f : elapsed));
     s.slowed = slowed;

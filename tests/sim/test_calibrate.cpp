@@ -321,6 +321,25 @@ TEST_CASE("Multi-rank launch gap: fitted from shapes measured both ways, added t
                     Catch::Contains("bad.yaml:2"));
 }
 
+// The per-op comm slowdown is written with its sample counts and read back
+// as the same factors (tests/sim/test_engine.cpp runs them).
+TEST_CASE("comm_slowdown_by_op: written and read back", "[calibrate]") {
+  sim::CalibrationResult r;
+  r.calibration.comm_slowdown = 1.45;
+  r.comm_slowdown_samples = 1700;
+  r.calibration.comm_slowdown_by_op[OpKind::MatmulBwdWeight] = 1.65;
+  r.calibration.comm_slowdown_by_op[OpKind::AttentionBwd] = 1.15;
+  r.comm_slowdown_by_op_samples[OpKind::MatmulBwdWeight] = 501;
+  r.comm_slowdown_by_op_samples[OpKind::AttentionBwd] = 261;
+  const std::string yaml = sim::calibrationToYaml(r);
+  CHECK_THAT(yaml, Catch::Contains("matmul_bwd_weight: 1.6500  # 501 task-steps"));
+  const sim::Calibration back = sim::parseCalibration(yaml, "written.yaml");
+  REQUIRE(back.comm_slowdown_by_op.size() == 2);
+  CHECK(back.comm_slowdown_by_op.at(OpKind::MatmulBwdWeight) == Approx(1.65));
+  CHECK(back.comm_slowdown_by_op.at(OpKind::AttentionBwd) == Approx(1.15));
+  CHECK(*back.comm_slowdown == Approx(1.45));
+}
+
 // Layernorm backward rows wider than 768 take the executor's slower
 // shared-memory path. Here the "hardware" charges 600 ns per MB on that path
 // on top of 300 ns per MB: calibrated on widths 512 and 1280, the fit must

@@ -375,6 +375,48 @@ TEST_CASE("compute slows while a collective runs on the same GPU", "[engine]") {
   CHECK(ka.end_ns - ka.start_ns == int64_t((1'000'000 + params.launch_overhead_ns) * 1.5));
 }
 
+TEST_CASE("each op kind slows by its own calibrated factor beside a collective", "[engine][calibration]") {
+  // Two ranks; beside a long all-reduce the compute stream runs a matmul
+  // (its own factor, 2.0) and then a layernorm (none of its own: the pooled
+  // comm_slowdown, 1.25); the data-gradient matmul entry must not apply.
+  const char* yaml = R"(
+version: 1
+comm_slowdown: 1.25
+comm_slowdown_by_op:
+  matmul: 2.0
+  matmul_bwd_data: 3.0
+)";
+  const Calibration cal = parseCalibration(yaml, "cal.yaml");
+  REQUIRE(cal.comm_slowdown_by_op.size() == 2);
+  Topology topo = ringTopology(2, 1, 0);  // slow link: the all-reduce outlasts both kernels
+  RankPlan rp = twoStreamProgram();
+  rp.tasks.push_back(collective(0, 1, CollectiveOp::AllReduce, 10'000'000, "world"));
+  rp.tasks.push_back(kernel(1, 0, 0, 0));     // a launch gap: the collective is running after it
+  rp.tasks.push_back(kernel(2, 0, 7e11, 0));  // matmul: 1 ms at 70% of 1e15, plus launch
+  Task ln = kernel(3, 0, 0, 0);
+  ln.op = OpKind::LayerNorm;
+  ln.bytes_read = 1'000'000'000;
+  rp.tasks.push_back(ln);
+  Plan plan = uniformPlan(2, rp);
+  const RooflineCostModel model(RooflineParams::defaults(), cal);
+  RooflineParams plain_params = RooflineParams::defaults();
+  plain_params.comm_slowdown = 1.0;
+  const RooflineCostModel plain(plain_params);
+  const SimResult a = simulatePlan(plan, topo, model, idealOptions());
+  const SimResult b = simulatePlan(plan, topo, plain, idealOptions());
+  auto duration = [](const SimResult& r, int id) {
+    const SimActivity x = activityOf(r.ranks[0], id);
+    return double(x.end_ns - x.start_ns);
+  };
+  CHECK(duration(a, 2) == Approx(2.0 * duration(b, 2)).margin(1));
+  CHECK(duration(a, 3) == Approx(1.25 * duration(b, 3)).margin(1));
+  CHECK(activityOf(a.ranks[0], 3).end_ns < activityOf(a.ranks[0], 0).end_ns);  // both ran beside it
+  CHECK_THROWS_WITH(parseCalibration("comm_slowdown_by_op:\n  matmull: 2\n", "bad.yaml"),
+                    Catch::Contains("bad.yaml:2") && Catch::Contains("matmull"));
+  CHECK_THROWS_WITH(parseCalibration("comm_slowdown_by_op:\n  matmul: 0.5\n", "bad.yaml"),
+                    Catch::Contains("comm_slowdown_by_op.matmul") && Catch::Contains("out of range"));
+}
+
 TEST_CASE("a kernel slows only for the part of it a collective is resident", "[engine]") {
   // The kernel (1 ms at full speed) starts first; a short all-reduce starts
   // 200 us into it on the comm stream (after a 200 us kernel there) and is
