@@ -148,6 +148,16 @@ __device__ __forceinline__ void fragsTimesTileT(float (&acc)[kFrags][4], const u
   }
 }
 
+// The A fragment (16 x 16, bf16) of columns [16 kc, 16 kc + 16) of P, a
+// warp's 16 x 8 kFrags C fragments in fp32: two C fragments side by side.
+template <int kFrags>
+__device__ __forceinline__ void packAFragment(const float (&p)[kFrags][4], int kc, uint32_t (&a)[4]) {
+  a[0] = packBf16(p[2 * kc][0], p[2 * kc][1]);
+  a[1] = packBf16(p[2 * kc][2], p[2 * kc][3]);
+  a[2] = packBf16(p[2 * kc + 1][0], p[2 * kc + 1][1]);
+  a[3] = packBf16(p[2 * kc + 1][2], p[2 * kc + 1][3]);
+}
+
 // acc += P * Y for P (16 x 8 kFrags, C fragments in fp32, rounded to bf16
 // here) and rows [row0, row0 + 8 kFrags) of a 64 x 64 tile Y (rows are the
 // contraction index).
@@ -157,9 +167,8 @@ __device__ __forceinline__ void probsTimesTile(Acc& acc, const float (&p)[kFrags
   const int row = (lane & 7) + (((lane >> 3) & 1) << 3), hi = lane >> 4;
 #pragma unroll
   for (int kc = 0; kc < kFrags / 2; ++kc) {
-    const uint32_t a[4] = {packBf16(p[2 * kc][0], p[2 * kc][1]), packBf16(p[2 * kc][2], p[2 * kc][3]),
-                           packBf16(p[2 * kc + 1][0], p[2 * kc + 1][1]),
-                           packBf16(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+    uint32_t a[4];
+    packAFragment(p, kc, a);
 #pragma unroll
     for (int dp = 0; dp < 4; ++dp) {
       uint32_t b[4];
@@ -221,12 +230,7 @@ template <int kFrags>
 __device__ __forceinline__ void wgProbsTimesTile(Acc& acc, const float (&p)[kFrags][4], uint32_t y, int row0,
                                                  uint32_t (&a)[kFrags / 2][4]) {
 #pragma unroll
-  for (int kc = 0; kc < kFrags / 2; ++kc) {
-    a[kc][0] = packBf16(p[2 * kc][0], p[2 * kc][1]);
-    a[kc][1] = packBf16(p[2 * kc][2], p[2 * kc][3]);
-    a[kc][2] = packBf16(p[2 * kc + 1][0], p[2 * kc + 1][1]);
-    a[kc][3] = packBf16(p[2 * kc + 1][2], p[2 * kc + 1][3]);
-  }
+  for (int kc = 0; kc < kFrags / 2; ++kc) packAFragment(p, kc, a[kc]);
   wgmmaFence();
 #pragma unroll
   for (int kc = 0; kc < kFrags / 2; ++kc) wgmmaRS64T(acc, a[kc], wgmmaDesc(y + (row0 + kc * 16) * 128));
