@@ -33,19 +33,25 @@ std::string planSummaryText(const Plan& plan) {
   std::map<std::string, int> per_phase;
   int collectives = 0;
   int64_t coll_bytes = 0;
+  std::map<std::string, int> per_collective;
   for (const Task& task : rp.tasks) {
     per_phase[std::string(toString(task.phase))]++;
     if (task.collective) {
       ++collectives;
       coll_bytes += task.collective->bytes;
+      per_collective[std::string(toString(task.collective->op))]++;
     }
   }
+  std::string kinds;
+  for (const auto& [op, n] : per_collective) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", n, op);
   std::string phases;
   for (const auto& [phase, n] : per_phase) phases += fmt::format("{}{} {}", phases.empty() ? "" : ", ", n, phase);
   line(fmt::format("tasks      {} per rank ({}), {} streams, {} events", rp.tasks.size(), phases,
                    rp.streams.size(), rp.num_events));
-  line(fmt::format("comm       {} all-reduce per rank per step over {} buckets, {} per rank", collectives,
-                   rp.buckets.size(), humanBytes(double(coll_bytes))));
+  line(fmt::format("comm       {} collectives per rank per step ({}) over {} buckets, {} per rank{}",
+                   collectives, kinds.empty() ? "none" : kinds, rp.buckets.size(),
+                   humanBytes(double(coll_bytes)),
+                   plan.job.parallel.shard_optimizer && plan.world_size > 1 ? "; optimizer sharded (ZeRO-1)" : ""));
 
   const MemoryPlan& mem = rp.memory;
   const double over = mem.lower_bound_bytes > 0 ? 100.0 * (double(mem.arena_bytes) / mem.lower_bound_bytes - 1) : 0;

@@ -24,6 +24,8 @@ double opFlops(const Node& n) {
     case OpKind::Embedding: return double(a.b) * a.t * a.c;
     case OpKind::EmbeddingBwd: return 2.0 * a.b * a.t * a.c;
     case OpKind::AllReduce: return double(a.elements);
+    case OpKind::ReduceScatter: return double(a.elements);
+    case OpKind::AllGather: return 0;
     case OpKind::GradNorm: return 2.0 * a.elements;
     case OpKind::AdamW: return 12.0 * a.elements;
     case OpKind::LoadBatch: return 0;
@@ -59,7 +61,13 @@ OpCost costOf(const Graph& g, const Node& n) {
   if (a.accumulate && !n.outputs.empty()) c.bytes_read += bytesOf(g, n.outputs[0]);
   if (a.accumulate_params)
     for (size_t i = 1; i < n.outputs.size(); ++i) c.bytes_read += bytesOf(g, n.outputs[i]);
-  if (n.op == OpKind::AllReduce || n.op == OpKind::CrossEntropyBwd) {
+  if (a.shards > 1 && (n.op == OpKind::AdamW || n.op == OpKind::GradNorm)) {
+    // A sharded optimizer task touches its rank's part of every tensor.
+    c.bytes_read /= a.shards;
+    c.bytes_written /= a.shards;
+  }
+  if (n.op == OpKind::AllReduce || n.op == OpKind::ReduceScatter || n.op == OpKind::AllGather ||
+      n.op == OpKind::CrossEntropyBwd) {
     // In place: the input is the output; count the buffer once each way.
     c.bytes_read = bytesOf(g, n.inputs[0]);
     if (n.op == OpKind::CrossEntropyBwd) c.bytes_read += bytesOf(g, n.inputs[1]);

@@ -63,6 +63,7 @@ struct ParamTensors {
 
 struct BucketTensors {
   int flat = -1;              // the bucket's flat gradient tensor
+  int param_flat = -1;        // sharded optimizer: the flat parameter tensor (same layout)
   std::vector<int> params;    // indices into Graph::params
 };
 

@@ -334,6 +334,7 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
   });
   auto parallel = section({
       {"data_parallel", [&](const YAML::Node& v, const std::string& p) { job.parallel.data_parallel = r.readInt(v, p, 1, "integers >= 1"); }},
+      {"shard_optimizer", [&](const YAML::Node& v, const std::string& p) { job.parallel.shard_optimizer = r.readBool(v, p); }},
   });
   auto comm = section({
       {"bucket_mib", [&](const YAML::Node& v, const std::string& p) { job.comm.bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)"); }},

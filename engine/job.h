@@ -56,6 +56,11 @@ struct TrainingSpec {
 
 struct ParallelSpec {
   int data_parallel = 1;
+  // ZeRO stage 1: each data-parallel rank keeps the optimizer's work for
+  // 1/data_parallel of every gradient bucket (reduce-scatter, AdamW on the
+  // shard, all-gather of the updated parameters) instead of all-reducing
+  // whole buckets and updating every parameter on every rank.
+  bool shard_optimizer = false;
   bool operator==(const ParallelSpec&) const = default;
 };
 

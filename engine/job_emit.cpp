@@ -106,6 +106,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("seed", integer(t.seed));
   line("parallel:");
   field("data_parallel", integer(job.parallel.data_parallel));
+  field("shard_optimizer", job.parallel.shard_optimizer ? "true" : "false");
   line("comm:");
   field("bucket_mib", yamlNumber(job.comm.bucket_mib));
   field("first_bucket_mib", yamlNumber(job.comm.first_bucket_mib));

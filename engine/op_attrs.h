@@ -26,6 +26,12 @@ struct OpAttrs {
   int64_t micro_batch = 0;
   // AdamW / GradNorm: indices into RankPlan::params that the task covers.
   std::vector<int> params;
+  // Optimizer sharding (ZeRO-1), on AdamW, GradNorm, ReduceScatter and
+  // AllGather: the task covers rank r's part [r, r + 1) * size / shards of
+  // each bucket it names; 0 = the whole bucket. A sharded GradNorm writes
+  // this rank's sum of squares (a summing all-reduce follows), and a
+  // sharded AdamW reads the global sum of squares.
+  int64_t shards = 0;
 
   bool operator==(const OpAttrs&) const = default;
 };

@@ -18,6 +18,12 @@ namespace tandem {
 void applyGradientBuckets(Graph& g, const JobSpec& job);
 
 // Gradient norm and one AdamW node per bucket, after every all-reduce.
+// Sharded (ZeRO-1): reduce-scatters instead of all-reduces, a sum of the
+// ranks' squared norms, and after each bucket's AdamW an all-gather of its
+// parameters on the comm stream.
 void appendOptimizer(Graph& g, const JobSpec& job);
+
+// True when the job shards the optimizer over more than one rank.
+bool shardsOptimizer(const JobSpec& job);
 
 }  // namespace tandem

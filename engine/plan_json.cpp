@@ -70,6 +70,7 @@ json toJson(const OpAttrs& a) {
   put("loss_scale", a.loss_scale, d.loss_scale);
   put("micro_batch", a.micro_batch, d.micro_batch);
   put("params", a.params, d.params);
+  put("shards", a.shards, d.shards);
   return j;
 }
 
@@ -327,6 +328,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "loss_scale", a.loss_scale);
   optionalField(j, path, "micro_batch", a.micro_batch);
   optionalField(j, path, "params", a.params);
+  optionalField(j, path, "shards", a.shards);
 }
 
 void readValue(const json& j, const std::string& path, CollectiveInfo& c) {

@@ -40,7 +40,7 @@ constexpr Names<Epilogue, 4> kEpilogue{{{Epilogue::None, "none"},
                                         {Epilogue::Gelu, "gelu"},
                                         {Epilogue::DGelu, "dgelu"},
                                         {Epilogue::AddLayerNorm, "add_layernorm"}}};
-constexpr Names<OpKind, 18> kOp{{{OpKind::Embedding, "embedding"},
+constexpr Names<OpKind, 20> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::EmbeddingBwd, "embedding_bwd"},
                                  {OpKind::LayerNorm, "layernorm"},
                                  {OpKind::LayerNormBwd, "layernorm_bwd"},
@@ -56,6 +56,8 @@ constexpr Names<OpKind, 18> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::CrossEntropyBwd, "cross_entropy_bwd"},
                                  {OpKind::LoadBatch, "load_batch"},
                                  {OpKind::AllReduce, "all_reduce"},
+                                 {OpKind::ReduceScatter, "reduce_scatter"},
+                                 {OpKind::AllGather, "all_gather"},
                                  {OpKind::GradNorm, "grad_norm"},
                                  {OpKind::AdamW, "adamw"}}};
 

@@ -58,7 +58,9 @@ enum class OpKind {
   CrossEntropy,       // logits[M,V], targets -> losses[M]
   CrossEntropyBwd,    // logits, targets -> dlogits (in place over logits)
   LoadBatch,          // host -> tokens, targets of one micro-batch
-  AllReduce,          // gradient bucket, averaged over the group
+  AllReduce,          // gradient bucket, averaged over the group (or a scalar, summed)
+  ReduceScatter,      // gradient bucket -> this rank's shard of it, averaged (in place)
+  AllGather,          // this rank's shard of a parameter bucket -> every rank (in place)
   GradNorm,           // all gradients -> global L2 norm (one float)
   AdamW,              // grads, norm, master, m, v -> params, master, m, v
 };

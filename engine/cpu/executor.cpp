@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 
@@ -25,14 +26,39 @@ class InProcessCollectives {
  public:
   explicit InProcessCollectives(int world) : world_(world), sync_(world), slots_(world) {}
 
-  void allReduceAverage(int rank, std::vector<float>& data) {
+  void allReduce(int rank, std::vector<float>& data, bool average) {
+    reduceRange(rank, data, 0, int64_t(data.size()), average);
+  }
+
+  // Rank r's shard [r, r + 1) * size / world becomes the average over the
+  // ranks; the rest of `data` keeps this rank's values, as NCCL's in-place
+  // reduce-scatter leaves them.
+  void reduceScatterAverage(int rank, std::vector<float>& data) {
+    const int64_t shard = int64_t(data.size()) / world_;
+    reduceRange(rank, data, rank * shard, (rank + 1) * shard, true);
+  }
+
+  // Every rank's shard of `data` replaces the same range here.
+  void allGather(int rank, std::vector<float>& data) {
+    const int64_t shard = int64_t(data.size()) / world_;
     slots_[rank] = &data;
     sync_.arrive_and_wait();
-    std::vector<float> result(data.size());
-    for (size_t i = 0; i < data.size(); ++i) {
+    std::vector<float> result(data);
+    for (int r = 0; r < world_; ++r)
+      std::copy(slots_[r]->begin() + r * shard, slots_[r]->begin() + (r + 1) * shard, result.begin() + r * shard);
+    sync_.arrive_and_wait();
+    data.swap(result);
+  }
+
+ private:
+  void reduceRange(int rank, std::vector<float>& data, int64_t begin, int64_t end, bool average) {
+    slots_[rank] = &data;
+    sync_.arrive_and_wait();
+    std::vector<float> result(data);
+    for (int64_t i = begin; i < end; ++i) {
       double s = 0;
-      for (int r = 0; r < world_; ++r) s += (*slots_[r])[i];
-      result[i] = float(s / world_);
+      for (int r = 0; r < world_; ++r) s += (*slots_[r])[size_t(i)];
+      result[size_t(i)] = float(average ? s / world_ : s);
     }
     sync_.arrive_and_wait();
     data.swap(result);
@@ -43,6 +69,17 @@ class InProcessCollectives {
   std::barrier<> sync_;
   std::vector<std::vector<float>*> slots_;
 };
+
+// The elements of a bucket that rank `rank` owns when the optimizer is
+// sharded `shards` ways (shards <= 1: all of them).
+struct ShardRange {
+  int64_t begin = 0, end = 0;
+};
+ShardRange shardOf(int rank, int64_t shards, int64_t elements) {
+  if (shards <= 1) return {0, elements};
+  const int64_t size = elements / shards;
+  return {rank * size, (rank + 1) * size};
+}
 
 struct CpuExecutor::Impl {
   Plan plan;
@@ -69,7 +106,8 @@ struct CpuExecutor::Impl {
   }
 
   void runTask(int rank, const Task& t, int step, TaskBuffers& io);
-  void runRank(int rank, int step, bool with_optimizer);
+  void runRank(int rank, int step, bool with_optimizer, bool only_gathers = false);
+  void onEveryRank(const std::function<void(int rank)>& fn);
   StepResult runStep(bool with_optimizer);
 };
 
@@ -101,31 +139,49 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       fillMicroBatch(*data, plan.job, step, int(a.micro_batch), rank, io.mutableInts(W[0]),
                      io.mutableInts(W[1]));
       break;
-    case OpKind::AllReduce: {
+    case OpKind::AllReduce:
+    case OpKind::ReduceScatter:
+    case OpKind::AllGather: {
       std::vector<float> v(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
-      collectives->allReduceAverage(rank, v);
+      if (t.op == OpKind::AllReduce)
+        collectives->allReduce(rank, v, t.collective.value().reduce == ReduceOp::Avg);
+      else if (t.op == OpKind::ReduceScatter)
+        collectives->reduceScatterAverage(rank, v);
+      else
+        collectives->allGather(rank, v);
       std::memcpy(io.out(W[0]), v.data(), v.size() * sizeof(float));
       break;
     }
     case OpKind::GradNorm: {
+      // Sharded: this rank's shard of every bucket, and the sum of squares
+      // (a summing all-reduce follows); otherwise the norm itself.
       double ss = 0;
-      for (int b : R) ss += sumOfSquares(io.in(b), io.elements(b));
-      io.out(W[0])[0] = float(std::sqrt(ss));
+      for (int b : R) {
+        const ShardRange s = shardOf(rank, a.shards, io.elements(b));
+        ss += sumOfSquares(io.in(b) + s.begin, s.end - s.begin);
+      }
+      io.out(W[0])[0] = float(a.shards > 1 ? ss : std::sqrt(ss));
       break;
     }
     case OpKind::AdamW: {
       const auto& tr = plan.job.training;
-      const float norm = io.in(R[1])[0];
+      const float norm = a.shards > 1 ? std::sqrt(io.in(R[1])[0]) : io.in(R[1])[0];
       const float scale = (tr.grad_clip > 0 && norm > tr.grad_clip) ? float(tr.grad_clip / (norm + 1e-6)) : 1.0f;
       const float lr = float(learningRate(tr, step));
+      const ShardRange shard = shardOf(rank, a.shards, io.elements(R[0]));
       for (int pi : a.params) {
         const ParamInfo& p = program->params[pi];
-        const int64_t n = io.elements(p.param);
-        float* master = io.out(p.master);
-        adamwStep(master, io.out(p.adam_m), io.out(p.adam_v), io.in(p.grad), n, lr,
-                  float(tr.beta1), float(tr.beta2), float(tr.eps),
+        // The part of this parameter inside the rank's shard of the bucket,
+        // in elements from the parameter's start.
+        const int64_t at = program->buffers[p.grad].parent_offset / dtypeSize(program->buffers[p.grad].dtype);
+        const int64_t from = std::max<int64_t>(0, shard.begin - at);
+        const int64_t to = std::min<int64_t>(io.elements(p.param), shard.end - at);
+        if (to <= from) continue;
+        float* master = io.out(p.master) + from;
+        adamwStep(master, io.out(p.adam_m) + from, io.out(p.adam_v) + from, io.in(p.grad) + from, to - from,
+                  lr, float(tr.beta1), float(tr.beta2), float(tr.eps),
                   p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
-        if (p.master != p.param) std::memcpy(io.out(p.param), master, n * sizeof(float));
+        if (p.master != p.param) std::memcpy(io.out(p.param) + from, master, (to - from) * sizeof(float));
       }
       break;
     }
@@ -134,10 +190,11 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
   }
 }
 
-void CpuExecutor::Impl::runRank(int rank, int step, bool with_optimizer) {
+void CpuExecutor::Impl::runRank(int rank, int step, bool with_optimizer, bool only_gathers) {
   TaskBuffers io(arenas[rank].data(), *program);
   for (const Task& t : program->tasks) {
     if (!with_optimizer && t.op == OpKind::AdamW) continue;
+    if (only_gathers && t.op != OpKind::AllGather) continue;
     try {
       runTask(rank, t, step, io);
       io.commit();
@@ -147,34 +204,39 @@ void CpuExecutor::Impl::runRank(int rank, int step, bool with_optimizer) {
   }
 }
 
+// Runs fn on one thread per rank (the collectives need every rank at once).
+void CpuExecutor::Impl::onEveryRank(const std::function<void(int rank)>& fn) {
+  if (plan.world_size == 1) return fn(0);
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(plan.world_size);
+  for (int r = 0; r < plan.world_size; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 StepResult CpuExecutor::Impl::runStep(bool with_optimizer) {
   const auto start = std::chrono::steady_clock::now();
   const int step = steps_done;
   loss_sums.assign(plan.world_size, 0.0);
-  if (plan.world_size == 1) {
-    runRank(0, step, with_optimizer);
-  } else {
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(plan.world_size);
-    for (int r = 0; r < plan.world_size; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          runRank(r, step, with_optimizer);
-        } catch (...) {
-          errors[r] = std::current_exception();
-        }
-      });
-    for (auto& th : threads) th.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
+  onEveryRank([&](int r) { runRank(r, step, with_optimizer); });
   StepResult res;
   res.step = step;
   double total = 0;
   for (double s : loss_sums) total += s;
   res.loss = total / double(plan.job.tokensPerStep());
   for (const Task& t : program->tasks)
-    if (t.op == OpKind::GradNorm) res.grad_norm = loadAsFloat(arenas[0].data(), program->buffers[t.writes[0]])[0];
+    if (t.op == OpKind::GradNorm) {
+      const float v = loadAsFloat(arenas[0].data(), program->buffers[t.writes[0]])[0];
+      res.grad_norm = t.attrs.shards > 1 ? std::sqrt(v) : v;
+    }
   res.lr = learningRate(plan.job.training, step);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (with_optimizer) ++steps_done;
@@ -186,6 +248,10 @@ CpuExecutor::~CpuExecutor() = default;
 
 StepResult CpuExecutor::step() { return impl_->runStep(true); }
 StepResult CpuExecutor::computeGradients() { return impl_->runStep(false); }
+
+void CpuExecutor::gatherParameters() {
+  impl_->onEveryRank([&](int r) { impl_->runRank(r, impl_->steps_done, false, /*only_gathers=*/true); });
+}
 
 std::vector<float> CpuExecutor::readBuffer(int rank, int buffer) const {
   return loadAsFloat(impl_->arenas.at(rank).data(), impl_->program->buffers.at(buffer));

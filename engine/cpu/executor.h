@@ -31,6 +31,11 @@ class CpuExecutor {
 
   // Runs forward and backward of one step but not the optimizer (for gradient checks).
   StepResult computeGradients();
+  // With the optimizer sharded, a step starts by gathering the parameters
+  // the previous step updated (pass_buckets.h); this runs those all-gathers
+  // now, so that every rank holds every parameter after the last step.
+  // Nothing to do otherwise.
+  void gatherParameters();
 
   // The values of a buffer of one rank, converted to float.
   std::vector<float> readBuffer(int rank, int buffer) const;

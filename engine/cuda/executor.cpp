@@ -251,7 +251,10 @@ void CudaExecutor::Impl::prepareTasks() {
       collective_done.push_back(e);
       collective_tasks.push_back(int(i));
     }
-    if (t.op == OpKind::GradNorm) norm_buffer = t.writes[0];
+    if (t.op == OpKind::GradNorm) {
+      norm_buffer = t.writes[0];
+      norm_is_squared = t.attrs.shards > 1;
+    }
   }
 }
 
@@ -265,24 +268,40 @@ void CudaExecutor::Impl::buildTable(int task) {
     chunks += chunksOf(s.n);
     if (s.n > 0) slots.push_back(s);
   };
+  // With the optimizer sharded, each table covers this rank's shard of
+  // every bucket it names: [rank, rank + 1) * size / shards elements.
+  const int64_t shards = std::max<int64_t>(1, t.attrs.shards);
+  const int64_t rank = shards > 1 ? opt.rank : 0;
   if (t.op == OpKind::GradNorm) {
     for (int b : t.reads) {
       TensorSlot s;
-      s.grad = ptr(b);
-      s.n = program->buffers[b].elementCount();
+      const int64_t size = program->buffers[b].elementCount() / shards;
       s.grad_bf16 = program->buffers[b].dtype == DType::BF16;
+      s.grad = static_cast<const char*>(ptr(b)) + rank * size * (s.grad_bf16 ? 2 : 4);
+      s.n = size;
       add(s);
     }
   } else {
+    const int64_t shard = program->buffers.at(t.reads.at(0)).elementCount() / shards;
+    const int64_t shard_begin = rank * shard, shard_end = shard_begin + shard;
     for (int pi : t.attrs.params) {
       const ParamInfo& p = program->params.at(pi);
+      // The part of this parameter inside the shard, in elements from its start.
+      const Buffer& grad = program->buffers[p.grad];
+      const int64_t at = grad.parent_offset / dtypeSize(grad.dtype);
+      const int64_t from = std::max<int64_t>(0, shard_begin - at);
+      const int64_t to = std::min<int64_t>(program->buffers[p.param].elementCount(), shard_end - at);
+      if (to <= from) continue;
+      auto offset = [&](int buffer) {
+        return static_cast<char*>(ptr(buffer)) + from * dtypeSize(program->buffers[buffer].dtype);
+      };
       TensorSlot s;
-      s.param = ptr(p.param);
-      s.master = static_cast<float*>(ptr(p.master));
-      s.m = static_cast<float*>(ptr(p.adam_m));
-      s.v = static_cast<float*>(ptr(p.adam_v));
-      s.grad = ptr(p.grad);
-      s.n = program->buffers[p.param].elementCount();
+      s.param = offset(p.param);
+      s.master = reinterpret_cast<float*>(offset(p.master));
+      s.m = reinterpret_cast<float*>(offset(p.adam_m));
+      s.v = reinterpret_cast<float*>(offset(p.adam_v));
+      s.grad = offset(p.grad);
+      s.n = to - from;
       s.weight_decay = p.weight_decay ? float(tr.weight_decay) : 0.f;
       s.param_bf16 = program->buffers[p.param].dtype == DType::BF16;
       s.grad_bf16 = program->buffers[p.grad].dtype == DType::BF16;
@@ -401,7 +420,8 @@ void CudaExecutor::Impl::waitForEvent(cudaEvent_t event, const char* what) {
       std::string stuck = what;
       for (size_t i = 0; i < collective_done.size(); ++i)
         if (cudaEventQuery(collective_done[i]) == cudaErrorNotReady) {
-          stuck = "all-reduce '" + program->tasks[collective_tasks[i]].name + "'";
+          const Task& c = program->tasks[collective_tasks[i]];
+          stuck = fmt::format("{} '{}'", toString(c.collective->op), c.name);
           break;
         }
       if (comm) comm->abort();
@@ -506,7 +526,7 @@ GpuStepResult CudaExecutor::Impl::finishStep(int step, int slot, bool with_optim
   GpuStepResult r;
   r.step = step;
   r.loss = double(out[0]) / double(plan.job.tokensPerStep());
-  r.grad_norm = out[1];
+  r.grad_norm = norm_is_squared ? std::sqrt(out[1]) : out[1];
   r.lr = learningRate(plan.job.training, step);
   r.ms = ms;
   if (with_optimizer) ++steps_done;
@@ -607,6 +627,28 @@ std::vector<GpuStepResult> CudaExecutor::run(int steps, const std::function<void
   }
   return out;
 }
+void CudaExecutor::Impl::gatherParameters() {
+  if (!comm) return;
+  cudaStream_t s = streams[0];
+  for (const Task& t : program->tasks)
+    if (t.op == OpKind::AllGather) {
+      const Buffer& b = program->buffers.at(t.reads.at(0));
+      comm->allGatherInPlace(ptr(b.id), b.elementCount() / comm->world(), b.dtype, s, "'" + t.name + "'");
+    }
+  cudaEvent_t done;
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  TANDEM_CUDA_CHECK(cudaEventRecord(done, s));
+  try {
+    waitForEvent(done, "gathering the parameters");
+  } catch (...) {
+    cudaEventDestroy(done);
+    throw;
+  }
+  cudaEventDestroy(done);
+}
+
+void CudaExecutor::gatherParameters() { impl_->gatherParameters(); }
+
 GpuStepResult CudaExecutor::computeGradients() {
   TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
   return impl_->runStep(false);

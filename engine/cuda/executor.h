@@ -90,6 +90,11 @@ class CudaExecutor {
   // Forward and backward (and collectives) of the next step without the
   // optimizer, always eager: for gradient checks against the CPU reference.
   GpuStepResult computeGradients();
+  // With the optimizer sharded, a step starts by gathering the parameters
+  // the previous step updated (engine/pass_buckets.h); this runs those
+  // all-gathers now (collective: every rank calls it), so that every rank
+  // holds every parameter after the last step. Nothing to do otherwise.
+  void gatherParameters();
 
   std::vector<float> readBuffer(int buffer) const;
   void writeBuffer(int buffer, const std::vector<float>& values);

@@ -51,6 +51,7 @@ struct CudaExecutor::Impl {
   void enqueueStep(bool with_optimizer);
   void enqueueTask(int index);
   void waitForEvent(cudaEvent_t event, const char* what);
+  void gatherParameters();
   // One step in two halves, so that the next step can be queued on the GPU
   // before this one ends (runAhead): launchStep stages the batch when it is
   // not staged yet, writes the step's scalars into `slot` and issues the step
@@ -101,6 +102,7 @@ struct CudaExecutor::Impl {
   StepScalars* host_scalars = nullptr;  // pinned, kSlots entries
   float* host_out = nullptr;            // pinned, per slot: loss sum, grad norm
   int norm_buffer = -1;
+  bool norm_is_squared = false;  // sharded optimizer: the buffer holds the global sum of squares
 
   std::vector<LoadSlot> loads;
   std::vector<int> load_of_task;      // EmbeddingBwd task -> LoadSlot

@@ -139,9 +139,22 @@ void CudaExecutor::Impl::enqueueTask(int index) {
                                           cudaMemcpyDeviceToDevice, s));
       break;
     }
+    case OpKind::ReduceScatter:
+    case OpKind::AllGather: {
+      // Only planned with more than one rank (pass_buckets.h), so a
+      // communicator exists; both work in place on the bucket.
+      if (!comm) throw CudaError(fmt::format("cuda executor: {} needs a communicator", t.name));
+      const int64_t shard = program->buffers.at(R[0]).elementCount() / comm->world();
+      if (t.op == OpKind::ReduceScatter)
+        comm->reduceScatterInPlace(ptr(R[0]), shard, dt(R[0]), s, "'" + t.name + "'");
+      else
+        comm->allGatherInPlace(ptr(R[0]), shard, dt(R[0]), s, "'" + t.name + "'");
+      break;
+    }
     case OpKind::GradNorm: {
       const Table& tb = tables.at(index);
-      gradNorm(static_cast<float*>(ptr(W[0])), tb.slots, tb.num_slots, tb.chunks, tb.partials, s);
+      gradNorm(static_cast<float*>(ptr(W[0])), tb.slots, tb.num_slots, tb.chunks, tb.partials,
+               /*squared=*/a.shards > 1, s);
       break;
     }
     case OpKind::AdamW: {
@@ -149,8 +162,8 @@ void CudaExecutor::Impl::enqueueTask(int index) {
       const TrainingSpec& tr = plan.job.training;
       const float* norm = R.size() > 1 ? static_cast<const float*>(ptr(R[1])) : nullptr;
       if (tb.chunks > 0)
-        adamw(tb.slots, tb.num_slots, tb.chunks, scalars, norm, float(tr.grad_clip), float(tr.beta1),
-              float(tr.beta2), float(tr.eps), s);
+        adamw(tb.slots, tb.num_slots, tb.chunks, scalars, norm, /*norm_squared=*/a.shards > 1,
+              float(tr.grad_clip), float(tr.beta1), float(tr.beta2), float(tr.eps), s);
       break;
     }
   }

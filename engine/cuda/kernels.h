@@ -118,11 +118,13 @@ struct StepScalars {
   float loss_sum = 0;          // sum of per-token losses of this step (this rank)
 };
 
-// partials[chunks] = sum of squares per chunk; then norm[0] = sqrt(sum).
+// partials[chunks] = sum of squares per chunk; then norm[0] = sqrt(sum), or
+// the sum itself when `squared` (a sharded optimizer sums it over ranks).
 void gradNorm(float* norm, const TensorSlot* slots, int num_slots, int64_t num_chunks,
-              float* partials, cudaStream_t s);
+              float* partials, bool squared, cudaStream_t s);
+// `norm` is the global gradient norm, or its square when `norm_squared`.
 void adamw(const TensorSlot* slots, int num_slots, int64_t num_chunks, const StepScalars* scalars,
-           const float* norm, float grad_clip, float beta1, float beta2, float eps,
+           const float* norm, bool norm_squared, float grad_clip, float beta1, float beta2, float eps,
            cudaStream_t s);
 
 }  // namespace tandem::cuda

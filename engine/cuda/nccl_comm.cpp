@@ -105,12 +105,36 @@ void NcclComm::allReduce(const void* send, void* recv, int64_t count, DType dt, 
     throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);
   ncclResult_t r = ncclAllReduce(send, recv, size_t(count), ncclType(dt), average ? ncclAvg : ncclSum,
                                  state_->comm, s);
+  checkIssued(r, "all-reduce", what);
+}
+
+void NcclComm::reduceScatterInPlace(void* buffer, int64_t shard, DType dt, cudaStream_t s,
+                                    const std::string& what) {
+  if (state_->aborted)
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);
+  // NCCL's in-place form: the receive buffer is this rank's part of the send buffer.
+  char* base = static_cast<char*>(buffer);
+  void* mine = base + size_t(rank_) * size_t(shard) * dtypeSize(dt);
+  checkIssued(ncclReduceScatter(buffer, mine, size_t(shard), ncclType(dt), ncclAvg, state_->comm, s),
+              "reduce-scatter", what);
+}
+
+void NcclComm::allGatherInPlace(void* buffer, int64_t shard, DType dt, cudaStream_t s, const std::string& what) {
+  if (state_->aborted)
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);
+  char* base = static_cast<char*>(buffer);
+  const void* mine = base + size_t(rank_) * size_t(shard) * dtypeSize(dt);
+  checkIssued(ncclAllGather(mine, buffer, size_t(shard), ncclType(dt), state_->comm, s), "all-gather", what);
+}
+
+void NcclComm::checkIssued(int nccl_result, const char* collective, const std::string& what) {
+  const auto r = ncclResult_t(nccl_result);
   if (r != ncclSuccess && r != ncclInProgress) {
     abort();
-    throw CudaError("rank " + std::to_string(rank_) + ": NCCL all-reduce " + what + " failed: " +
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL " + collective + " " + what + " failed: " +
                     ncclGetErrorString(r) + "; communicator aborted");
   }
-  checkAsync("all-reduce " + what);
+  checkAsync(std::string(collective) + " " + what);
 }
 
 namespace {

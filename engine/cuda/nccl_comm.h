@@ -41,6 +41,13 @@ class NcclComm {
   // In place or out of place; averaged (ncclAvg) or summed.
   void allReduce(const void* send, void* recv, int64_t count, DType dt, bool average,
                  cudaStream_t s, const std::string& what);
+  // In place over `buffer` of world * shard elements: after the call this
+  // rank's shard [rank, rank + 1) * shard holds the average over the ranks
+  // (the rest keeps this rank's values).
+  void reduceScatterInPlace(void* buffer, int64_t shard, DType dt, cudaStream_t s, const std::string& what);
+  // In place over `buffer` of world * shard elements: every rank's shard
+  // replaces the same range here.
+  void allGatherInPlace(void* buffer, int64_t shard, DType dt, cudaStream_t s, const std::string& what);
   // Collective (every rank calls it), outside steps and graph capture: rank 0
   // ping-pongs `rounds` times with each other rank (ncclSend/ncclRecv of 8
   // bytes on a stream of its own, the host polling each for completion):
@@ -65,6 +72,8 @@ class NcclComm {
  private:
   using TimePoint = std::chrono::steady_clock::time_point;
   void ensureAux(size_t count);
+  // Throws, after aborting, when an issued collective returned an error.
+  void checkIssued(int nccl_result, const char* collective, const std::string& what);
   void p2p(bool send, int64_t* buf, size_t count, int peer, const std::string& what, TimePoint deadline);
   void spinIssued(const std::string& what, TimePoint deadline);
   void spinStream(const std::string& what, TimePoint deadline);

@@ -69,12 +69,12 @@ __global__ void sumSquaresKernel(float* partials, const TensorSlot* slots, int n
   if (threadIdx.x == 0) partials[chunk] = acc;
 }
 
-__global__ void normFinalKernel(float* norm, const float* partials, int64_t n) {
+__global__ void normFinalKernel(float* norm, const float* partials, int64_t n, bool squared) {
   __shared__ float shared[32];
   float acc = 0.f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
   acc = blockSum(acc, shared);
-  if (threadIdx.x == 0) *norm = sqrtf(acc);
+  if (threadIdx.x == 0) *norm = squared ? acc : sqrtf(acc);
 }
 
 // One element of AdamW, PyTorch's formula, in fp32 with IEEE division and
@@ -107,15 +107,15 @@ __device__ __forceinline__ void load4(const void* p, int is_bf16, int64_t i, flo
 }
 
 __global__ void adamwKernel(const TensorSlot* slots, int num_slots, const StepScalars* scalars,
-                            const float* norm, float grad_clip, float beta1, float beta2,
-                            float eps) {
+                            const float* norm, bool norm_squared, float grad_clip, float beta1,
+                            float beta2, float eps) {
   int64_t chunk = blockIdx.x;
   const TensorSlot& t = slots[slotOfChunk(slots, num_slots, chunk)];
   int64_t begin = (chunk - t.chunk_begin) * kChunkElements;
   int64_t end = min(t.n, begin + kChunkElements);
   float grad_scale = 1.f;
   if (norm != nullptr && grad_clip > 0.f) {
-    float nv = *norm;
+    const float nv = norm_squared ? sqrtf(*norm) : *norm;
     if (nv > grad_clip) grad_scale = float(double(grad_clip) / (double(nv) + 1e-6));
   }
   const AdamwMath math{beta1, beta2, eps, scalars->lr, t.weight_decay, float(1.0 / scalars->bias_correction1),
@@ -169,18 +169,18 @@ __global__ void adamwKernel(const TensorSlot* slots, int num_slots, const StepSc
 }  // namespace
 
 void gradNorm(float* norm, const TensorSlot* slots, int num_slots, int64_t num_chunks,
-              float* partials, cudaStream_t s) {
+              float* partials, bool squared, cudaStream_t s) {
   sumSquaresKernel<<<unsigned(num_chunks), kThreads, 0, s>>>(partials, slots, num_slots);
   TANDEM_CUDA_LAUNCH_CHECK();
-  normFinalKernel<<<1, 1024, 0, s>>>(norm, partials, num_chunks);
+  normFinalKernel<<<1, 1024, 0, s>>>(norm, partials, num_chunks, squared);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
 void adamw(const TensorSlot* slots, int num_slots, int64_t num_chunks, const StepScalars* scalars,
-           const float* norm, float grad_clip, float beta1, float beta2, float eps,
+           const float* norm, bool norm_squared, float grad_clip, float beta1, float beta2, float eps,
            cudaStream_t s) {
-  adamwKernel<<<unsigned(num_chunks), kThreads, 0, s>>>(slots, num_slots, scalars, norm, grad_clip,
-                                                        beta1, beta2, eps);
+  adamwKernel<<<unsigned(num_chunks), kThreads, 0, s>>>(slots, num_slots, scalars, norm, norm_squared,
+                                                        grad_clip, beta1, beta2, eps);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 

@@ -291,8 +291,10 @@ TEST_CASE("readPlanJson names the file of unreadable or malformed plans", "[plan
 }
 
 TEST_CASE("the planner's plans round-trip exactly", "[plan_json][planner]") {
-  for (const JobSpec& job : {tinyJob(), defaultJob()}) {
-    INFO(job.name);
+  JobSpec sharded = defaultJob();
+  sharded.parallel.shard_optimizer = true;
+  for (const JobSpec& job : {tinyJob(), defaultJob(), sharded}) {
+    INFO(job.name << (job.parallel.shard_optimizer ? " sharded" : ""));
     const Plan p = buildPlan(job);
     REQUIRE(!p.programs.empty());
     REQUIRE(!p.programs[0].tasks.empty());

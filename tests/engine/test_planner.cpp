@@ -183,6 +183,66 @@ TEST_CASE("Data parallel: one all-reduce per bucket, after the last micro-batch,
     if (t.op == OpKind::GradNorm) CHECK(!t.wait_events.empty());
 }
 
+TEST_CASE("Sharded optimizer: reduce-scatter, sharded norm and AdamW, all-gathers where the forward needs them",
+          "[planner][dp][shard]") {
+  for (int dp : {2, 3}) {
+    JobSpec job = test::microJob(2, dp, 2);
+    job.parallel.shard_optimizer = true;
+    const Plan plan = buildPlan(job);
+    const RankPlan& rp = plan.programs[0];
+    const int n = int(rp.buckets.size());
+    REQUIRE(n >= 3);
+    std::map<int, int> gather_of_bucket;  // param flat buffer -> all-gather task index
+    int reduce_scatters = 0, first_forward = -1, grad_norm = -1, norm_sum = -1;
+    for (size_t i = 0; i < rp.tasks.size(); ++i) {
+      const Task& t = rp.tasks[i];
+      INFO("dp " << dp << " task " << t.name);
+      CHECK((t.op != OpKind::AllReduce || t.name == "comm.allreduce.grad_norm"));
+      if (t.phase == Phase::Forward && first_forward < 0) first_forward = int(i);
+      if (t.op == OpKind::ReduceScatter) {
+        ++reduce_scatters;
+        CHECK(t.attrs.shards == dp);
+        CHECK(rp.buffers[t.reads[0]].elementCount() % dp == 0);
+        // Each shard starts on a 256-byte boundary.
+        CHECK((rp.buffers[t.reads[0]].bytes / dp) % 256 == 0);
+      }
+      if (t.op == OpKind::AllGather) {
+        CHECK(t.stream == 1);
+        REQUIRE(t.collective.has_value());
+        CHECK(t.collective->op == CollectiveOp::AllGather);
+        gather_of_bucket[t.reads[0]] = int(i);
+      }
+      if (t.op == OpKind::GradNorm) {
+        grad_norm = int(i);
+        CHECK(t.attrs.shards == dp);
+      }
+      if (t.name == "comm.allreduce.grad_norm") {
+        norm_sum = int(i);
+        CHECK(t.collective->reduce == ReduceOp::Sum);
+      }
+      if (t.op == OpKind::AdamW) CHECK((t.attrs.shards == dp && norm_sum >= 0 && int(i) > norm_sum));
+    }
+    CHECK(reduce_scatters == n);
+    CHECK((grad_norm >= 0 && norm_sum == grad_norm + 1));
+    REQUIRE(int(gather_of_bucket.size()) == n);
+    // Every parameter is a view into its bucket's flat parameter buffer, laid
+    // out like the gradients; all buckets but the last-completed one are
+    // gathered before the first forward task, that one after its AdamW.
+    for (const ParamInfo& p : rp.params) {
+      const Buffer& param = rp.buffers[p.param];
+      const Buffer& grad = rp.buffers[p.grad];
+      REQUIRE(param.parent >= 0);
+      CHECK(param.parent_offset / dtypeSize(param.dtype) == grad.parent_offset / dtypeSize(grad.dtype));
+      REQUIRE(gather_of_bucket.count(param.parent) == 1);
+      const int at = gather_of_bucket[param.parent];
+      if (p.bucket == n - 1)
+        CHECK(at > grad_norm);
+      else
+        CHECK(at < first_forward);
+    }
+  }
+}
+
 TEST_CASE("Gradient buckets follow completion order and the size limits", "[planner][dp]") {
   JobSpec job = defaultJob();
   const Plan plan = buildPlan(job);

@@ -3,6 +3,8 @@
 // after the all-reduce on every rank, and the losses over 20 steps.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "engine/cpu/executor.h"
@@ -69,8 +71,12 @@ void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
   }
   fmt::print("     {}: loss cpu {:.6f} gpu {:.6f} / {:.6f}; worst gradient error {:.3e}\n", label, rc.loss, rg[0].loss,
              rg[1].loss, worst);
+  // With the optimizer sharded, each rank averages only its shard of every
+  // bucket (the rest keeps its own sums): the CPU comparison covers both,
+  // the ranks agree on their parameters instead (below).
+  const bool sharded = plan.job.parallel.shard_optimizer;
   expectBelow(label + ": worst per-tensor gradient error (both ranks)", worst, tol);
-  expectBelow(label + ": ranks hold the same averaged gradients", cross, 0);
+  if (!sharded) expectBelow(label + ": ranks hold the same averaged gradients", cross, 0);
   expectBelow(label + ": loss (mean over both ranks)", std::abs(rg[0].loss - rc.loss) / rc.loss, tol);
 
   // Twenty steps (the gradient pass above did not advance the step counter).
@@ -85,6 +91,40 @@ void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
     if (s == 0 || s == 19) fmt::print("     {} step {:>2}: loss cpu {:.6f} gpu {:.6f}\n", label, s + 1, lc, rg[0].loss);
   }
   expectBelow(label + ": worst loss deviation over 20 steps", worst_loss, tol);
+  // Sharded, the all-gathers that begin a step complete the previous one.
+  ref.gatherParameters();
+  onBothRanks([&](int r) {
+    cudaSetDevice(r);
+    gpu[r]->gatherParameters();
+  });
+  // Over all parameters together: Adam turns the fp32 noise of the
+  // structurally zero key-bias gradient into lr-sized steps that differ
+  // between any two executors, so that one small tensor is not compared alone.
+  double diff2 = 0, ref2 = 0, param_cross = 0;
+  for (const ParamInfo& p : plan.programs[0].params) {
+    cudaSetDevice(0);
+    const auto p0 = gpu[0]->readBuffer(p.param);
+    cudaSetDevice(1);
+    const auto p1 = gpu[1]->readBuffer(p.param);
+    cudaSetDevice(0);
+    for (int r = 0; r < 2; ++r) {
+      const auto want = ref.readBuffer(r, p.param);
+      const auto& got = r == 0 ? p0 : p1;
+      for (size_t i = 0; i < want.size(); ++i) {
+        diff2 += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+        ref2 += double(want[i]) * want[i];
+      }
+    }
+    param_cross = std::max(param_cross, relError(p1, p0));
+  }
+  const double param_err = std::sqrt(diff2 / std::max(ref2, 1e-30));
+  fmt::print("     {}: parameters after 20 steps, error against the CPU {:.3e}\n", label, param_err);
+  // bf16: every update rounds the parameter to bf16 (relative step 2^-8),
+  // and a rounding that differs once between the executors stays; measured
+  // 1.3e-2 after 20 steps with and without sharding, so 3x the gradient limit.
+  const double param_tol = plan.job.training.precision == Precision::BF16 ? 3 * tol : tol;
+  expectBelow(label + ": parameters after 20 steps against the CPU (both ranks)", param_err, param_tol);
+  expectBelow(label + ": both ranks hold the same parameters after 20 steps", param_cross, 0);
   if (!graph) return;
 
   // The same 20 steps through run(), which queues each step on both GPUs
@@ -130,6 +170,11 @@ int main() {
   try {
     run("dp2 fp32 eager", tiny({"training.precision=fp32", "parallel.data_parallel=2"}), 1e-4, false);
     run("dp2 bf16 graph", tiny({"training.precision=bf16", "parallel.data_parallel=2"}), 1e-2, true);
+    // ZeRO-1: reduce-scatter, AdamW on each rank's shard, all-gather.
+    run("dp2 fp32 eager, optimizer sharded",
+        tiny({"training.precision=fp32", "parallel.data_parallel=2", "parallel.shard_optimizer=true"}), 1e-4, false);
+    run("dp2 bf16 graph, optimizer sharded",
+        tiny({"training.precision=bf16", "parallel.data_parallel=2", "parallel.shard_optimizer=true"}), 1e-2, true);
   } catch (const std::exception& e) {
     fmt::print("FAIL exception: {}\n", e.what());
     ++failures();

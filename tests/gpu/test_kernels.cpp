@@ -465,7 +465,7 @@ void testOptimizer() {
   cudaMemcpy(gslots, slots.data(), sizeof(cuda::TensorSlot) * 2, cudaMemcpyHostToDevice);
   float* partials;
   cudaMalloc(&partials, chunks * 4);
-  cuda::gradNorm(static_cast<float*>(gnorm.p), gslots, 2, chunks, partials, nullptr);
+  cuda::gradNorm(static_cast<float*>(gnorm.p), gslots, 2, chunks, partials, false, nullptr);
   expectBelow("grad norm (bf16 + f32 tensors)", std::abs(gnorm.download()[0] - std::sqrt(ssr)) / std::sqrt(ssr), 1e-5);
   cuda::StepScalars sc;
   sc.lr = 1e-3f;
@@ -474,7 +474,7 @@ void testOptimizer() {
   cuda::StepScalars* gsc;
   cudaMalloc(&gsc, sizeof(sc));
   cudaMemcpy(gsc, &sc, sizeof(sc), cudaMemcpyHostToDevice);
-  cuda::adamw(gslots, 2, chunks, gsc, static_cast<float*>(gnorm.p), clip, 0.9f, 0.95f, 1e-8f, nullptr);
+  cuda::adamw(gslots, 2, chunks, gsc, static_cast<float*>(gnorm.p), false, clip, 0.9f, 0.95f, 1e-8f, nullptr);
   expectBelow("adamw master (bf16 grad, decay)", relError(gp1.download(), rp1), 1e-6);
   expectBelow("adamw m", relError(gm1.download(), rm1), 1e-6);
   expectBelow("adamw v", relError(gv1.download(), rv1), 1e-6);
