@@ -62,9 +62,16 @@ OpCost costOf(const Graph& g, const Node& n) {
   if (a.accumulate_params)
     for (size_t i = 1; i < n.outputs.size(); ++i) c.bytes_read += bytesOf(g, n.outputs[i]);
   if (a.shards > 1 && (n.op == OpKind::AdamW || n.op == OpKind::GradNorm)) {
-    // A sharded optimizer task touches its rank's part of every tensor.
-    c.bytes_read /= a.shards;
-    c.bytes_written /= a.shards;
+    // A sharded optimizer task touches its rank's part of each whole bucket
+    // (gradients, parameters) and all of the shard-sized state.
+    auto touched = [&](int t) {
+      const Tensor& x = g.tensor(t);
+      const bool whole_bucket = n.op == OpKind::GradNorm ? x.elements() > 1 : x.elements() == a.elements * a.shards;
+      return whole_bucket ? x.bytes() / a.shards : x.bytes();
+    };
+    c.bytes_read = c.bytes_written = 0;
+    for (int t : n.inputs) c.bytes_read += touched(t);
+    for (int t : n.outputs) c.bytes_written += touched(t);
   }
   if (n.op == OpKind::AllReduce || n.op == OpKind::ReduceScatter || n.op == OpKind::AllGather ||
       n.op == OpKind::CrossEntropyBwd) {

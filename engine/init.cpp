@@ -1,5 +1,6 @@
 #include "engine/init.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string_view>
 
@@ -39,6 +40,36 @@ double learningRate(const TrainingSpec& t, int step) {
   const double ratio = std::min(1.0, double(step - t.warmup_steps) / decay_steps);
   const double cosine = 0.5 * (1.0 + std::cos(M_PI * ratio));
   return t.min_lr + cosine * (t.lr - t.min_lr);
+}
+
+ShardRange shardOf(int rank, int64_t shards, int64_t bucket_elements) {
+  if (shards <= 1) return {0, bucket_elements};
+  const int64_t size = bucket_elements / shards;
+  return {rank * size, (rank + 1) * size};
+}
+
+ShardSegment segmentInShard(const RankPlan& program, const ParamInfo& param, ShardRange shard) {
+  const Buffer& grad = program.buffers.at(param.grad);
+  const int64_t at = grad.parent_offset / dtypeSize(grad.dtype);  // the parameter's start in the bucket
+  ShardSegment s;
+  s.from = std::max<int64_t>(0, shard.begin - at);
+  s.to = std::min<int64_t>(program.buffers.at(param.param).elementCount(), shard.end - at);
+  s.shard_offset = at + s.from - shard.begin;
+  return s;
+}
+
+std::vector<float> initialMasterShard(const JobSpec& job, const RankPlan& program, const GradBucket& bucket,
+                                      int rank, int world) {
+  const ShardRange shard = shardOf(rank, world, program.buffers.at(bucket.buffer).elementCount());
+  std::vector<float> out(size_t(shard.end - shard.begin), 0.0f);
+  for (int pi : bucket.params) {
+    const ParamInfo& p = program.params.at(size_t(pi));
+    const ShardSegment seg = segmentInShard(program, p, shard);
+    if (seg.to <= seg.from) continue;
+    const std::vector<float> v = initialParameterValues(job, program, p);
+    std::copy(v.begin() + seg.from, v.begin() + seg.to, out.begin() + seg.shard_offset);
+  }
+  return out;
 }
 
 }  // namespace tandem

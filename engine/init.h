@@ -16,6 +16,24 @@ namespace tandem {
 std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& program,
                                           const ParamInfo& param);
 
+// Sharded optimizer: rank `rank`'s part of a bucket's initial parameters, in
+// the bucket's layout (padding 0), for its fp32 master shard.
+std::vector<float> initialMasterShard(const JobSpec& job, const RankPlan& program, const GradBucket& bucket,
+                                      int rank, int world);
+
+// The elements [begin, end) of a bucket that rank `rank` owns when the
+// optimizer is sharded `shards` ways (shards <= 1: all of them), and where a
+// parameter of the bucket meets them.
+struct ShardRange {
+  int64_t begin = 0, end = 0;
+};
+ShardRange shardOf(int rank, int64_t shards, int64_t bucket_elements);
+struct ShardSegment {
+  int64_t from = 0, to = 0;  // elements of the parameter, from its start; empty when to <= from
+  int64_t shard_offset = 0;  // where `from` lies in the shard
+};
+ShardSegment segmentInShard(const RankPlan& program, const ParamInfo& param, ShardRange shard);
+
 // Linear warm-up to training.lr, then cosine decay to training.min_lr at the
 // last step. `step` counts from 0.
 double learningRate(const TrainingSpec& training, int step);

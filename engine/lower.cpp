@@ -130,6 +130,10 @@ RankPlan lowerGraph(const Graph& g, std::vector<int> ranks) {
     gb.buffer = g.buckets[b].flat;
     gb.bytes = g.tensor(gb.buffer).bytes();
     gb.params = g.buckets[b].params;
+    gb.param_buffer = g.buckets[b].param_flat;
+    gb.master_shard = g.buckets[b].master_shard;
+    gb.adam_m_shard = g.buckets[b].adam_m_shard;
+    gb.adam_v_shard = g.buckets[b].adam_v_shard;
     rp.buckets.push_back(std::move(gb));
   }
   rp.memory = planMemory(rp);

@@ -1,5 +1,7 @@
 #include "engine/model_gpt2.h"
 
+#include "engine/pass_buckets.h"
+
 #include <fmt/format.h>
 
 namespace tandem {
@@ -175,9 +177,14 @@ int addParam(Graph& g, const JobSpec& job, const std::string& name, std::vector<
   p.param = make("", TensorCategory::Parameter, bf16 ? DType::BF16 : DType::F32);
   g.tensor(p.param).requires_grad = true;
   p.grad = make(".grad", TensorCategory::Gradient, bf16 ? DType::BF16 : DType::F32);
-  p.master = bf16 ? make(".master", TensorCategory::MasterWeight, DType::F32) : p.param;
-  p.adam_m = make(".adam_m", TensorCategory::OptimizerState, DType::F32);
-  p.adam_v = make(".adam_v", TensorCategory::OptimizerState, DType::F32);
+  if (shardsOptimizer(job)) {
+    // Master weights and moments live in per-bucket shards (pass_buckets.h).
+    p.master = bf16 ? -1 : p.param;
+  } else {
+    p.master = bf16 ? make(".master", TensorCategory::MasterWeight, DType::F32) : p.param;
+    p.adam_m = make(".adam_m", TensorCategory::OptimizerState, DType::F32);
+    p.adam_v = make(".adam_v", TensorCategory::OptimizerState, DType::F32);
+  }
   p.weight_decay = decay;
   g.params.push_back(p);
   return p.param;

@@ -228,6 +228,8 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     int64_t elements = 0;
     for (int p : g.buckets[b].params) {
       const auto& pt = g.params[p];
+      elements += g.tensor(pt.param).elements();
+      if (sharded) continue;  // the bucket's shards, below
       n.inputs.push_back(pt.master);
       n.inputs.push_back(pt.adam_m);
       n.inputs.push_back(pt.adam_v);
@@ -235,7 +237,6 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
       if (separate_master) n.outputs.push_back(pt.master);
       n.outputs.push_back(pt.adam_m);
       n.outputs.push_back(pt.adam_v);
-      elements += g.tensor(pt.param).elements();
     }
     n.attrs.elements = elements;
     n.attrs.params = g.buckets[b].params;
@@ -245,6 +246,26 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     }
     const int param_flat = g.buckets[b].param_flat;
     const int64_t padded = g.tensor(param_flat).elements();
+    BucketTensors& bt = g.buckets[b];
+    auto shardTensor = [&](const char* what, TensorCategory cat) {
+      Tensor t;
+      t.name = fmt::format("optimizer.{}.bucket{}.shard", what, b);
+      t.dtype = DType::F32;
+      t.shape = {padded / world};
+      t.category = cat;
+      t.persistent = true;
+      return g.addTensor(std::move(t));
+    };
+    if (separate_master) bt.master_shard = shardTensor("master", TensorCategory::MasterWeight);
+    bt.adam_m_shard = shardTensor("adam_m", TensorCategory::OptimizerState);
+    bt.adam_v_shard = shardTensor("adam_v", TensorCategory::OptimizerState);
+    // fp32 jobs update the parameter shard in place (it is the master).
+    const int master = separate_master ? bt.master_shard : param_flat;
+    n.inputs = {bt.flat, norm_id, master, bt.adam_m_shard, bt.adam_v_shard};
+    n.outputs = {param_flat};
+    if (separate_master) n.outputs.push_back(bt.master_shard);
+    n.outputs.push_back(bt.adam_m_shard);
+    n.outputs.push_back(bt.adam_v_shard);
     n.attrs.shards = world;
     n.attrs.elements = padded / world;
     g.addNode(std::move(n));

@@ -123,6 +123,15 @@ struct GradBucket {
   int buffer = -1;  // the flat gradient buffer of the bucket
   int64_t bytes = 0;
   std::vector<int> params;  // indices into RankPlan::params, in completion order
+  // Sharded optimizer (job.parallel.shard_optimizer), else -1: the flat
+  // parameter buffer (every parameter of the bucket is a view into it, laid
+  // out like the gradients), and this rank's shard of the fp32 master
+  // weights (bf16 jobs only) and of the two moments. The parameters'
+  // ParamInfo::master (bf16), adam_m and adam_v are then -1.
+  int param_buffer = -1;
+  int master_shard = -1;
+  int adam_m_shard = -1;
+  int adam_v_shard = -1;
   bool operator==(const GradBucket&) const = default;
 };
 

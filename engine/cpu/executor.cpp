@@ -70,17 +70,6 @@ class InProcessCollectives {
   std::vector<std::vector<float>*> slots_;
 };
 
-// The elements of a bucket that rank `rank` owns when the optimizer is
-// sharded `shards` ways (shards <= 1: all of them).
-struct ShardRange {
-  int64_t begin = 0, end = 0;
-};
-ShardRange shardOf(int rank, int64_t shards, int64_t elements) {
-  if (shards <= 1) return {0, elements};
-  const int64_t size = elements / shards;
-  return {rank * size, (rank + 1) * size};
-}
-
 struct CpuExecutor::Impl {
   Plan plan;
   const RankPlan* program = nullptr;
@@ -97,12 +86,20 @@ struct CpuExecutor::Impl {
     data = makeTokenSource(plan.job);
     arenas.assign(plan.world_size, std::vector<std::byte>(program->memory.arena_bytes));
     collectives = std::make_unique<InProcessCollectives>(plan.world_size);
-    for (int r = 0; r < plan.world_size; ++r)
+    for (int r = 0; r < plan.world_size; ++r) {
       for (const ParamInfo& pi : program->params) {
         const std::vector<float> v = initialParameterValues(plan.job, *program, pi);
-        storeFromFloat(arenas[r].data(), program->buffers[pi.master], v.data());
-        if (pi.master != pi.param) storeFromFloat(arenas[r].data(), program->buffers[pi.param], v.data());
+        storeFromFloat(arenas[r].data(), program->buffers[pi.param], v.data());
+        if (pi.master >= 0 && pi.master != pi.param)
+          storeFromFloat(arenas[r].data(), program->buffers[pi.master], v.data());
       }
+      // Sharded optimizer, bf16: each rank's fp32 master shard.
+      for (const GradBucket& b : program->buckets)
+        if (b.master_shard >= 0) {
+          const std::vector<float> v = initialMasterShard(plan.job, *program, b, r, plan.world_size);
+          storeFromFloat(arenas[r].data(), program->buffers[b.master_shard], v.data());
+        }
+    }
   }
 
   void runTask(int rank, const Task& t, int step, TaskBuffers& io);
@@ -168,20 +165,32 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       const float norm = a.shards > 1 ? std::sqrt(io.in(R[1])[0]) : io.in(R[1])[0];
       const float scale = (tr.grad_clip > 0 && norm > tr.grad_clip) ? float(tr.grad_clip / (norm + 1e-6)) : 1.0f;
       const float lr = float(learningRate(tr, step));
-      const ShardRange shard = shardOf(rank, a.shards, io.elements(R[0]));
+      if (a.shards > 1) {
+        // Sharded: reads are {grads, norm, master shard (fp32 jobs: the
+        // parameter bucket), m shard, v shard}; each parameter's part of
+        // the rank's shard is updated.
+        const ShardRange shard = shardOf(rank, a.shards, io.elements(R[0]));
+        const bool separate_master = R[2] != W[0];
+        for (int pi : a.params) {
+          const ParamInfo& p = program->params[pi];
+          const ShardSegment seg = segmentInShard(*program, p, shard);
+          if (seg.to <= seg.from) continue;
+          const int64_t n = seg.to - seg.from;
+          float* master = separate_master ? io.out(R[2]) + seg.shard_offset : io.out(p.param) + seg.from;
+          adamwStep(master, io.out(R[3]) + seg.shard_offset, io.out(R[4]) + seg.shard_offset,
+                    io.in(p.grad) + seg.from, n, lr, float(tr.beta1), float(tr.beta2), float(tr.eps),
+                    p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
+          if (separate_master) std::memcpy(io.out(p.param) + seg.from, master, n * sizeof(float));
+        }
+        break;
+      }
       for (int pi : a.params) {
         const ParamInfo& p = program->params[pi];
-        // The part of this parameter inside the rank's shard of the bucket,
-        // in elements from the parameter's start.
-        const int64_t at = program->buffers[p.grad].parent_offset / dtypeSize(program->buffers[p.grad].dtype);
-        const int64_t from = std::max<int64_t>(0, shard.begin - at);
-        const int64_t to = std::min<int64_t>(io.elements(p.param), shard.end - at);
-        if (to <= from) continue;
-        float* master = io.out(p.master) + from;
-        adamwStep(master, io.out(p.adam_m) + from, io.out(p.adam_v) + from, io.in(p.grad) + from, to - from,
-                  lr, float(tr.beta1), float(tr.beta2), float(tr.eps),
-                  p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
-        if (p.master != p.param) std::memcpy(io.out(p.param) + from, master, (to - from) * sizeof(float));
+        const int64_t n = io.elements(p.param);
+        float* master = io.out(p.master);
+        adamwStep(master, io.out(p.adam_m), io.out(p.adam_v), io.in(p.grad), n, lr, float(tr.beta1),
+                  float(tr.beta2), float(tr.eps), p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
+        if (p.master != p.param) std::memcpy(io.out(p.param), master, n * sizeof(float));
       }
       break;
     }

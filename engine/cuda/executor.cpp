@@ -282,30 +282,32 @@ void CudaExecutor::Impl::buildTable(int task) {
       add(s);
     }
   } else {
-    const int64_t shard = program->buffers.at(t.reads.at(0)).elementCount() / shards;
-    const int64_t shard_begin = rank * shard, shard_end = shard_begin + shard;
+    const ShardRange shard = shardOf(int(rank), shards, program->buffers.at(t.reads.at(0)).elementCount());
     for (int pi : t.attrs.params) {
       const ParamInfo& p = program->params.at(pi);
-      // The part of this parameter inside the shard, in elements from its start.
-      const Buffer& grad = program->buffers[p.grad];
-      const int64_t at = grad.parent_offset / dtypeSize(grad.dtype);
-      const int64_t from = std::max<int64_t>(0, shard_begin - at);
-      const int64_t to = std::min<int64_t>(program->buffers[p.param].elementCount(), shard_end - at);
-      if (to <= from) continue;
-      auto offset = [&](int buffer) {
-        return static_cast<char*>(ptr(buffer)) + from * dtypeSize(program->buffers[buffer].dtype);
+      // Unsharded: the whole parameter and its own state. Sharded: the part
+      // of the parameter inside the rank's shard; the reads are {grads,
+      // norm, master shard (fp32: the parameter bucket), m shard, v shard}.
+      const ShardSegment seg = shards > 1 ? segmentInShard(*program, p, shard)
+                                          : ShardSegment{0, program->buffers[p.param].elementCount(), 0};
+      if (seg.to <= seg.from) continue;
+      auto at = [&](int buffer, int64_t element) {
+        return static_cast<char*>(ptr(buffer)) + element * dtypeSize(program->buffers[buffer].dtype);
       };
+      const bool separate_master = shards > 1 ? t.reads.at(2) != t.writes.at(0) : p.master != p.param;
+      const int master = shards > 1 ? (separate_master ? t.reads.at(2) : p.param) : p.master;
+      const int64_t state_at = shards > 1 ? seg.shard_offset : 0;
       TensorSlot s;
-      s.param = offset(p.param);
-      s.master = reinterpret_cast<float*>(offset(p.master));
-      s.m = reinterpret_cast<float*>(offset(p.adam_m));
-      s.v = reinterpret_cast<float*>(offset(p.adam_v));
-      s.grad = offset(p.grad);
-      s.n = to - from;
+      s.param = at(p.param, seg.from);
+      s.master = reinterpret_cast<float*>(separate_master ? at(master, state_at) : at(p.param, seg.from));
+      s.m = reinterpret_cast<float*>(shards > 1 ? at(t.reads.at(3), state_at) : at(p.adam_m, 0));
+      s.v = reinterpret_cast<float*>(shards > 1 ? at(t.reads.at(4), state_at) : at(p.adam_v, 0));
+      s.grad = at(p.grad, seg.from);
+      s.n = seg.to - seg.from;
       s.weight_decay = p.weight_decay ? float(tr.weight_decay) : 0.f;
       s.param_bf16 = program->buffers[p.param].dtype == DType::BF16;
       s.grad_bf16 = program->buffers[p.grad].dtype == DType::BF16;
-      if (program->buffers[p.master].dtype != DType::F32)
+      if (program->buffers[master].dtype != DType::F32)
         throw CudaError(fmt::format("cuda executor: master weight of {} must be f32", p.name));
       add(s);
     }
@@ -325,9 +327,12 @@ void CudaExecutor::Impl::buildTable(int task) {
 void CudaExecutor::Impl::initialiseParameters() {
   for (const ParamInfo& p : program->params) {
     const std::vector<float> v = initialParameterValues(plan.job, *program, p);
-    writeBuffer(p.master, v);
-    if (p.master != p.param) writeBuffer(p.param, v);
+    writeBuffer(p.param, v);
+    if (p.master >= 0 && p.master != p.param) writeBuffer(p.master, v);
   }
+  // Sharded optimizer, bf16: this rank's fp32 master shard of each bucket.
+  for (const GradBucket& b : program->buckets)
+    if (b.master_shard >= 0) writeBuffer(b.master_shard, initialMasterShard(plan.job, *program, b, opt.rank, opt.world));
 }
 
 // Issues every task that launches a GEMM once, with the Gemm in tuning mode:

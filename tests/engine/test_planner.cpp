@@ -243,6 +243,41 @@ TEST_CASE("Sharded optimizer: reduce-scatter, sharded norm and AdamW, all-gather
   }
 }
 
+TEST_CASE("Sharded optimizer keeps 1/ranks of the master weights and moments per rank", "[planner][dp][shard]") {
+  for (Precision prec : {Precision::FP32, Precision::BF16}) {
+    JobSpec whole = defaultJob();  // GPT-2 124M, data parallel 8
+    whole.training.precision = prec;
+    JobSpec sharded = whole;
+    sharded.parallel.shard_optimizer = true;
+    auto bytesOf = [](const Plan& p, TensorCategory cat) {
+      int64_t total = 0;
+      for (const Buffer& b : p.programs[0].buffers)
+        if (b.category == cat && b.parent < 0 && b.offset >= 0) total += b.bytes;
+      return total;
+    };
+    const Plan a = buildPlan(whole), b = buildPlan(sharded);
+    const int dp = whole.parallel.data_parallel;
+    INFO(toString(prec));
+    for (TensorCategory cat : {TensorCategory::OptimizerState, TensorCategory::MasterWeight}) {
+      const int64_t full = bytesOf(a, cat), part = bytesOf(b, cat);
+      if (cat == TensorCategory::MasterWeight && prec == Precision::FP32) {
+        CHECK(full == 0);  // fp32 parameters are their own master weights
+        CHECK(part == 0);
+        continue;
+      }
+      // Padding adds at most 128 elements per rank and bucket.
+      CHECK(part * dp >= full);
+      CHECK(part * dp <= full + int64_t(b.programs[0].buckets.size()) * dp * 128 * 4 * 2);
+    }
+    CHECK(b.programs[0].memory.arena_bytes < a.programs[0].memory.arena_bytes);
+    for (const ParamInfo& p : b.programs[0].params) {
+      CHECK(p.adam_m == -1);
+      CHECK(p.adam_v == -1);
+      CHECK(p.master == (prec == Precision::BF16 ? -1 : p.param));
+    }
+  }
+}
+
 TEST_CASE("Gradient buckets follow completion order and the size limits", "[planner][dp]") {
   JobSpec job = defaultJob();
   const Plan plan = buildPlan(job);
