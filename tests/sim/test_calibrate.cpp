@@ -245,6 +245,28 @@ TEST_CASE("Calibration pools collective sizes within 25% into one point", "[cali
   CHECK(near == 1);
 }
 
+TEST_CASE("Collectives on a compute stream stay out of the collective fit", "[calibrate][shard]") {
+  // A sharded optimizer sums the squared norm with a 4-byte all-reduce on
+  // the compute stream; its buckets are reduce-scattered and all-gathered on
+  // the comm stream.
+  const std::string measured = traces::testing::tempTracePath("sharded.sqlite");
+  JobSpec job = smallJob(8, 4);
+  job.parallel.shard_optimizer = true;
+  simulate(job, truthModel(), {}, measured);
+  const Plan plan = buildPlan(job);
+  const int64_t buckets = int64_t(plan.programs[0].buckets.size());
+  const sim::CalibrationResult cal = sim::calibrateFromRuns({{measured, 1}});
+  int64_t rs = -1, ag = -1;
+  for (const auto& rep : cal.collectives) {
+    INFO(toString(rep.op) << " fitted from " << rep.samples << " samples");
+    CHECK(rep.op != CollectiveOp::AllReduce);
+    if (rep.op == CollectiveOp::ReduceScatter) rs = rep.samples;
+    if (rep.op == CollectiveOp::AllGather) ag = rep.samples;
+  }
+  CHECK(rs == buckets);
+  CHECK(ag == buckets);
+}
+
 // Kernel tasks start later in multi-rank runs: the calibration measures the
 // extra from shapes seen in both kinds of run, and the engine adds it to
 // every kernel task of a plan with more than one rank, and to nothing else.
