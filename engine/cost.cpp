@@ -1,5 +1,7 @@
 #include "engine/cost.h"
 
+#include <algorithm>
+
 namespace tandem {
 namespace {
 
@@ -65,9 +67,10 @@ OpCost costOf(const Graph& g, const Node& n) {
     // A sharded optimizer task touches its rank's part of each whole bucket
     // (gradients, parameters) and all of the shard-sized state.
     auto touched = [&](int t) {
-      const Tensor& x = g.tensor(t);
-      const bool whole_bucket = n.op == OpKind::GradNorm ? x.elements() > 1 : x.elements() == a.elements * a.shards;
-      return whole_bucket ? x.bytes() / a.shards : x.bytes();
+      const bool whole_bucket = std::any_of(g.buckets.begin(), g.buckets.end(), [&](const BucketTensors& b) {
+        return t == b.flat || t == b.param_flat;
+      });
+      return whole_bucket ? bytesOf(g, t) / a.shards : bytesOf(g, t);
     };
     c.bytes_read = c.bytes_written = 0;
     for (int t : n.inputs) c.bytes_read += touched(t);
