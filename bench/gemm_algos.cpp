@@ -3,10 +3,17 @@
 // the executor uses) against the fastest of its top candidates, measured on
 // the GPU. Says how much per-shape algorithm tuning could gain, per shape and
 // per step. Prints one JSON object per line; the last line is the total.
+// With --epilogues it times the two fused GELU GEMMs instead (the fc layer's
+// forward with GELU_AUX_BIAS, its projection's data gradient with DGELU)
+// beside the same GEMMs without the epilogue, and also every algorithm
+// cuBLASLt lists for them (cublasLtMatmulAlgoGetIds, each tile and stage
+// count its capabilities name), not just the heuristic's candidates.
 //
-//   bench_gemm_algos [--candidates N] [--reps N]
+//   bench_gemm_algos [--candidates N] [--reps N] [--epilogues [--max-configs N]]
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,6 +33,7 @@ struct Shape {
   long N, K;         // the weight is N x K
   int per_step;      // how many such matmuls a step runs
   bool bias;         // forward with the bias epilogue
+  int epilogue = 0;  // 0 plain/bias, 1 GELU_AUX_BIAS (forward), 2 DGELU (backward data)
 };
 
 }  // namespace
@@ -37,13 +45,19 @@ int main(int argc, char** argv) {
   fmt::print("{{\"bench\":\"gemm_algos\",\"skipped\":\"built without CUDA\"}}\n");
   return 0;
 #else
-  int candidates = 16, reps = 20;
+  int candidates = 16, reps = 20, max_configs = 600;
+  bool epilogues = false;
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     if (s == "--candidates" && i + 1 < argc) candidates = std::stoi(argv[++i]);
     else if (s == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
+    else if (s == "--max-configs" && i + 1 < argc) max_configs = std::stoi(argv[++i]);
+    else if (s == "--epilogues") epilogues = true;
     else {
-      fmt::print(stderr, "bench_gemm_algos: unknown argument {} (allowed: --candidates N --reps N)\n", s);
+      fmt::print(stderr,
+                 "bench_gemm_algos: unknown argument {} (allowed: --candidates N --reps N --epilogues "
+                 "--max-configs N)\n",
+                 s);
       return 2;
     }
   }
@@ -55,7 +69,14 @@ int main(int argc, char** argv) {
   const long M = 16 * 1024;  // tokens of one micro-batch
   const long C = 768, V = 50304;
   std::vector<Shape> shapes;
+  if (epilogues) {
+    shapes.push_back({"fc", "forward", 4 * C, C, 12, true, 0});
+    shapes.push_back({"fc", "forward", 4 * C, C, 12, true, 1});
+    shapes.push_back({"fc_proj", "backward_data", C, 4 * C, 12, false, 0});
+    shapes.push_back({"fc_proj", "backward_data", C, 4 * C, 12, false, 2});
+  }
   for (const char* kind : {"forward", "backward_data", "backward_weight"}) {
+    if (epilogues) break;
     const bool fwd = std::string(kind) == "forward";
     shapes.push_back({"qkv", kind, 3 * C, C, 12, fwd});
     shapes.push_back({"attn_proj", kind, C, C, 12, fwd});
@@ -66,8 +87,10 @@ int main(int argc, char** argv) {
   cublasLtHandle_t lt;
   cublasLtCreate(&lt);
   const size_t ws_bytes = size_t(32) << 20;
-  void *ws, *A, *B, *D, *bias;
+  void *ws, *A, *B, *D, *bias, *aux;
   cudaMalloc(&ws, ws_bytes);
+  cudaMalloc(&aux, size_t(4 * C) * M * 2);
+  cudaMemset(aux, 0x3c, size_t(4 * C) * M * 2);
   cudaMalloc(&A, size_t(V) * M * 2);
   cudaMalloc(&B, size_t(V) * M * 2);
   cudaMalloc(&D, size_t(V) * M * 2);
@@ -94,12 +117,20 @@ int main(int argc, char** argv) {
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
-    if (sh.bias) {
-      cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    if (sh.bias || sh.epilogue) {
+      cublasLtEpilogue_t epi = sh.epilogue == 1   ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                               : sh.epilogue == 2 ? CUBLASLT_EPILOGUE_DGELU
+                                                  : CUBLASLT_EPILOGUE_BIAS;
       cudaDataType_t bt = CUDA_R_16BF;
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
-      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+      if (sh.epilogue != 2)
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+      if (sh.epilogue) {
+        const int64_t aux_ld = ldd;
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld));
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux));
+      }
     }
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta ? k : m, ta ? m : k, lda);
@@ -131,10 +162,66 @@ int main(int argc, char** argv) {
       if (c == 0) first_ms = per;
       if (per < best_ms) best_ms = per, best = c;
     }
+    // Every listed algorithm, tile and stage count (epilogue mode only): does
+    // cuBLASLt have a faster kernel for the fused epilogue than its heuristic offers?
+    int enumerated = 0;
+    double enum_best_ms = 1e30;
+    std::string enum_best;
+    if (epilogues) {
+      int ids[256], n_ids = 0;
+      cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                               CUDA_R_16BF, 256, ids, &n_ids);
+      for (int a = 0; a < n_ids && enumerated < max_configs; ++a) {
+        cublasLtMatmulAlgo_t algo;
+        if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, CUDA_R_16BF,
+                                   CUDA_R_16BF, ids[a], &algo) != CUBLAS_STATUS_SUCCESS)
+          continue;
+        uint32_t tiles[128] = {}, stages[128] = {};
+        size_t tiles_bytes = 0, stages_bytes = 0;
+        cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles, sizeof(tiles), &tiles_bytes);
+        cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stages, sizeof(stages),
+                                          &stages_bytes);
+        const size_t n_tiles = std::max<size_t>(1, tiles_bytes / sizeof(uint32_t));
+        const size_t n_stages = std::max<size_t>(1, stages_bytes / sizeof(uint32_t));
+        for (size_t t = 0; t < n_tiles && enumerated < max_configs; ++t)
+          for (size_t g = 0; g < n_stages && enumerated < max_configs; ++g) {
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tiles[t], sizeof(uint32_t));
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages[g],
+                                                 sizeof(uint32_t));
+            cublasLtMatmulHeuristicResult_t check{};
+            if (cublasLtMatmulAlgoCheck(lt, desc, la, lb, ld, ld, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
+                check.workspaceSize > ws_bytes)
+              continue;
+            auto launch = [&] {
+              return cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &algo, ws, ws_bytes, s);
+            };
+            if (launch() != CUBLAS_STATUS_SUCCESS) continue;
+            ++enumerated;
+            cudaEventRecord(e0, s);
+            for (int r = 0; r < 3; ++r) launch();
+            cudaEventRecord(e1, s);
+            cudaEventSynchronize(e1);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (ms / 3 < enum_best_ms) {
+              enum_best_ms = ms / 3;
+              enum_best = fmt::format("id {} tile {} stages {}", ids[a], tiles[t], stages[g]);
+            }
+          }
+      }
+      cudaGetLastError();
+    }
     const double tflops = 2.0 * m * n * k / (best_ms * 1e-3) / 1e12;
-    fmt::print("{{\"shape\":\"{}\",\"kind\":\"{}\",\"m\":{},\"n\":{},\"k\":{},\"candidates\":{},\"first_ms\":{:.4f},"
-               "\"best_ms\":{:.4f},\"best_index\":{},\"gain\":{:.3f},\"best_tflops\":{:.0f},\"per_step\":{}}}\n",
-               sh.name, sh.kind, m, n, k, found, first_ms, best_ms, best, first_ms / best_ms, tflops, sh.per_step);
+    const char* epi_name = sh.epilogue == 1 ? "gelu_aux_bias" : sh.epilogue == 2 ? "dgelu" : sh.bias ? "bias" : "none";
+    fmt::print("{{\"shape\":\"{}\",\"kind\":\"{}\",\"epilogue\":\"{}\",\"m\":{},\"n\":{},\"k\":{},\"candidates\":{},"
+               "\"first_ms\":{:.4f},\"best_ms\":{:.4f},\"best_index\":{},\"gain\":{:.3f},\"best_tflops\":{:.0f},"
+               "\"per_step\":{}",
+               sh.name, sh.kind, epi_name, m, n, k, found, first_ms, best_ms, best, first_ms / best_ms, tflops,
+               sh.per_step);
+    if (epilogues)
+      fmt::print(",\"enumerated\":{},\"enumerated_best_ms\":{:.4f},\"enumerated_best\":\"{}\"", enumerated,
+                 enumerated ? enum_best_ms : 0.0, enum_best);
+    fmt::print("}}\n");
     std::fflush(stdout);
     total_first += first_ms * sh.per_step;
     total_best += best_ms * sh.per_step;
