@@ -175,12 +175,14 @@ int main(int argc, char** argv) {
     const double tps = tokens / (med / 1e3);
     const double mfu = plan.summary.model_flops_per_token * tps / (a.gpus * dev.peak_bf16_flops);
     const cuda::GpuMemoryReport m = ex[0]->memory();
+    const bool gathered = std::any_of(plan.programs[0].tasks.begin(), plan.programs[0].tasks.end(),
+                                      [](const Task& t) { return t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1; });
     fmt::print("{{\"system\":\"tandem\",\"device\":\"{}\",\"gpus\":{},\"shard_optimizer\":{},"
-               "\"median_step_ms\":{:.2f},\"min_step_ms\":{:.2f},"
+               "\"embedding_gradient_gathered\":{},\"median_step_ms\":{:.2f},\"min_step_ms\":{:.2f},"
                "\"median_gpu_ms\":{:.2f},\"step_by_step_ms\":{:.2f},\"step_by_step_gpu_ms\":{:.2f},"
                "\"tokens_per_s\":{:.0f},\"mfu\":{:.4f},\"loss\":{:.4f},\"planned_arena_gib\":{:.3f},"
                "\"allocated_gib\":{:.3f}}}\n",
-               dev.name, a.gpus, shardsOptimizer(job), med,
+               dev.name, a.gpus, shardsOptimizer(job), gathered, med,
                ahead_loop.wall_ms.empty() ? 0 : *std::min_element(ahead_loop.wall_ms.begin(), ahead_loop.wall_ms.end()),
                gpu_med, sync_med, sync_loop.median(sync_loop.gpu_ms), tps, mfu, loss,
                m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));

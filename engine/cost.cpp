@@ -50,8 +50,11 @@ OpCost costOf(const Graph& g, const Node& n) {
       return c;
     }
     case OpKind::EmbeddingBwd: {
+      // Gathered (engine/pass_embedding_gather.h): each rank applies the
+      // rows of every rank that fall in its shard, about one rank's worth.
       const int64_t rows = a.b * a.t, el = dtypeSize(g.tensor(n.outputs[0]).dtype);
-      c.bytes_read = bytesOf(g, n.inputs[0]) + bytesOf(g, n.inputs[1]) + 2 * rows * a.c * el;
+      const int64_t dy_bytes = bytesOf(g, n.inputs[0]) / std::max<int64_t>(1, a.shards);
+      c.bytes_read = dy_bytes + bytesOf(g, n.inputs[1]) + 2 * rows * a.c * el;
       c.bytes_written = 2 * rows * a.c * el;
       return c;
     }

@@ -339,6 +339,7 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
   auto comm = section({
       {"bucket_mib", [&](const YAML::Node& v, const std::string& p) { job.comm.bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)"); }},
       {"first_bucket_mib", [&](const YAML::Node& v, const std::string& p) { job.comm.first_bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)"); }},
+      {"gather_embedding_gradient", [&](const YAML::Node& v, const std::string& p) { job.comm.gather_embedding_gradient = r.readBool(v, p); }},
   });
   auto recompute = section({
       {"policy", [&](const YAML::Node& v, const std::string& p) { job.recompute.policy = r.readPolicy(v, p); }},

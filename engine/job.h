@@ -67,6 +67,13 @@ struct ParallelSpec {
 struct CommSpec {
   double bucket_mib = 25.0;
   double first_bucket_mib = 1.0;
+  // With the optimizer sharded and tied embeddings: reduce-scatter the
+  // embedding's bucket once the LM head's gradient is in it, and apply the
+  // embedding backward to each rank's shard from an all-gather of its input
+  // gradient (engine/pass_embedding_gather.h).
+  // Off by default: on two H200s (GPT-2 124M, micro-batch 16) it measured
+  // no faster, the early reduce-scatter slowing the backward beside it.
+  bool gather_embedding_gradient = false;
   bool operator==(const CommSpec&) const = default;
 };
 

@@ -110,6 +110,7 @@ std::string jobToYaml(const JobSpec& job) {
   line("comm:");
   field("bucket_mib", yamlNumber(job.comm.bucket_mib));
   field("first_bucket_mib", yamlNumber(job.comm.first_bucket_mib));
+  field("gather_embedding_gradient", job.comm.gather_embedding_gradient ? "true" : "false");
   line("recompute:");
   field("policy", std::string(toString(job.recompute.policy)));
   if (job.recompute.per_layer.empty()) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "engine/pass_embedding_gather.h"
+
 namespace tandem {
 namespace {
 
@@ -62,13 +64,19 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
   // start any earlier and would only add a collective's latency (GPT-2's
   // wpe gradient, 1.5 MiB, cost 30 us alone after the 73.7 MiB wte bucket,
   // both finished by the embedding backward).
+  // With the embedding gradient gathered (pass_embedding_gather.h), the
+  // gradients the final embedding backward completes get a bucket of their
+  // own, so that nothing else delays or joins its early reduce-scatter.
+  const int gathered = embeddingBackwardToGather(g, job);
+  const size_t own_bucket_node = gathered >= 0 ? size_t(gathered) : g.nodes.size();
   std::vector<std::vector<int>> groups;
   double cap = job.comm.first_bucket_mib * kMiB;
   double filled = 0;
   for (int p : order) {
     const double bytes = double(g.tensor(g.params[p].grad).bytes());
     const bool same_node = !groups.empty() && !groups.back().empty() && done[groups.back().back()] == done[p];
-    if (!groups.empty() && !groups.back().empty() && filled + bytes > cap && !same_node) {
+    const bool own_bucket = done[p] == own_bucket_node && !same_node;
+    if (!groups.empty() && !groups.back().empty() && (filled + bytes > cap || own_bucket) && !same_node) {
       groups.emplace_back();
       filled = 0;
       cap = job.comm.bucket_mib * kMiB;

@@ -12,6 +12,7 @@
 #include "engine/lower.h"
 #include "engine/model_gpt2.h"
 #include "engine/pass_buckets.h"
+#include "engine/pass_embedding_gather.h"
 #include "engine/pass_fusion.h"
 #include "engine/pass_recompute.h"
 
@@ -93,6 +94,7 @@ Plan buildPlan(const JobSpec& job) {
   applyRecompute(g, job);
   addRecomputeFlops(g, decisions);
   applyGradientBuckets(g, job);
+  applyGatheredEmbeddingGradient(g, job);
   appendOptimizer(g, job);
 
   Plan plan;

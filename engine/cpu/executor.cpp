@@ -38,6 +38,17 @@ class InProcessCollectives {
     reduceRange(rank, data, rank * shard, (rank + 1) * shard, true);
   }
 
+  // Every rank's `mine`, in rank order (an out-of-place all-gather).
+  std::vector<float> allGatherConcat(int rank, std::vector<float>& mine) {
+    slots_[rank] = &mine;
+    sync_.arrive_and_wait();
+    std::vector<float> result;
+    result.reserve(mine.size() * size_t(world_));
+    for (int r = 0; r < world_; ++r) result.insert(result.end(), slots_[r]->begin(), slots_[r]->end());
+    sync_.arrive_and_wait();
+    return result;
+  }
+
   // Every rank's shard of `data` replaces the same range here.
   void allGather(int rank, std::vector<float>& data) {
     const int64_t shard = int64_t(data.size()) / world_;
@@ -103,6 +114,7 @@ struct CpuExecutor::Impl {
   }
 
   void runTask(int rank, const Task& t, int step, TaskBuffers& io);
+  void gatheredEmbeddingBackward(int rank, const Task& t, int step, TaskBuffers& io);
   void runRank(int rank, int step, bool with_optimizer, bool only_gathers = false);
   void onEveryRank(const std::function<void(int rank)>& fn);
   StepResult runStep(bool with_optimizer);
@@ -136,9 +148,21 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       fillMicroBatch(*data, plan.job, step, int(a.micro_batch), rank, io.mutableInts(W[0]),
                      io.mutableInts(W[1]));
       break;
+    case OpKind::EmbeddingBwd:  // a.shards > 1 (runMathOp has the others)
+      gatheredEmbeddingBackward(rank, t, step, io);
+      break;
+    case OpKind::AllGather:
+      if (R[0] != W[0]) {  // out of place: every rank's buffer, in rank order
+        std::vector<float> mine(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
+        const std::vector<float> all = collectives->allGatherConcat(rank, mine);
+        if (int64_t(all.size()) != io.elements(W[0]))
+          throw std::logic_error(fmt::format("{}: gathers {} elements into {}", t.name, all.size(), io.elements(W[0])));
+        std::memcpy(io.out(W[0]), all.data(), all.size() * sizeof(float));
+        break;
+      }
+      [[fallthrough]];
     case OpKind::AllReduce:
-    case OpKind::ReduceScatter:
-    case OpKind::AllGather: {
+    case OpKind::ReduceScatter: {
       std::vector<float> v(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
       if (t.op == OpKind::AllReduce)
         collectives->allReduce(rank, v, t.collective.value().reduce == ReduceOp::Avg);
@@ -199,11 +223,48 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
   }
 }
 
+// The embedding backward over every rank's input gradient (gathered in rank
+// order, [ranks * B * T, C]) into this rank's shard of the bucket:
+// engine/pass_embedding_gather.h. Each rank's tokens come from the global
+// sample addressing.
+void CpuExecutor::Impl::gatheredEmbeddingBackward(int rank, const Task& t, int step, TaskBuffers& io) {
+  const auto& a = t.attrs;
+  const int world = int(a.shards);
+  const int64_t n = a.b * a.t, C = a.c;
+  std::vector<int32_t> tokens(static_cast<size_t>(world * n)), targets(static_cast<size_t>(n));
+  for (int r = 0; r < world; ++r)
+    fillMicroBatch(*data, plan.job, step, t.micro_batch, r, tokens.data() + r * n, targets.data());
+  const Buffer& wte = program->buffers[t.writes[0]];
+  const Buffer& wpe = program->buffers[t.writes[1]];
+  if (wte.parent < 0 || wte.parent != wpe.parent)
+    throw std::logic_error(t.name + ": gathered embedding gradients must share one bucket");
+  const ShardRange shard = shardOf(rank, world, program->buffers[wte.parent].elementCount());
+  const int64_t wte_at = wte.parent_offset / dtypeSize(wte.dtype);
+  const int64_t wpe_at = wpe.parent_offset / dtypeSize(wpe.dtype);
+  auto mine = [&](int64_t element) { return element >= shard.begin && element < shard.end; };
+  const float inv = 1.0f / float(world);
+  const float* dy = io.in(t.reads[0]);
+  float* dwte = io.out(t.writes[0]);
+  for (int64_t p = 0; p < world * n; ++p) {
+    const int64_t row = int64_t(tokens[size_t(p)]) * C;
+    for (int64_t c = 0; c < C; ++c)
+      if (mine(wte_at + row + c)) dwte[row + c] += dy[p * C + c] * inv;
+  }
+  float* dwpe = io.out(t.writes[1]);
+  for (int64_t i = 0; i < a.t * C; ++i) {
+    if (!mine(wpe_at + i)) continue;
+    float s = 0.f;
+    for (int64_t q = 0; q < world * a.b; ++q) s += dy[q * a.t * C + i];
+    dwpe[i] = (a.accumulate_params ? dwpe[i] : 0.f) + s * inv;
+  }
+}
+
 void CpuExecutor::Impl::runRank(int rank, int step, bool with_optimizer, bool only_gathers) {
   TaskBuffers io(arenas[rank].data(), *program);
   for (const Task& t : program->tasks) {
     if (!with_optimizer && t.op == OpKind::AdamW) continue;
-    if (only_gathers && t.op != OpKind::AllGather) continue;
+    // Only the parameter all-gathers (in place), not the embedding gradient's.
+    if (only_gathers && (t.op != OpKind::AllGather || t.reads[0] != t.writes[0])) continue;
     try {
       runTask(rank, t, step, io);
       io.commit();

@@ -28,6 +28,7 @@ bool runMathOp(const Task& t, Storage& io) {
       embeddingForward<T>(io.out(W[0]), io.ints(R[0]), io.in(R[1]), io.in(R[2]), a.b, a.t, a.c);
       return true;
     case OpKind::EmbeddingBwd: {
+      if (a.shards > 1) return false;  // gathered over ranks: the executor's (pass_embedding_gather.h)
       T* dwte = io.out(W[0]);
       T* dwpe = io.out(W[1]);
       // One accumulate flag in the kernel, two outputs that may differ (a

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <initializer_list>
 
 #include "engine/cuda/device_math.cuh"
@@ -106,6 +105,75 @@ __global__ void wteBackwardVec(bf16* dwte, const bf16* dout, const int32_t* toke
       for (int j = 0; j < 8; ++j) hr[j] = __float2bfloat16_rn(acc[j]);
       row[c] = r;
     }
+  }
+}
+
+// The gathered embedding backward (embedding_backward_gathered below): one
+// warp per distinct token of every rank's batch; only the parts of the row
+// inside [lo, hi) of the bucket change, by 1/ranks of the row sum.
+template <class T>
+__global__ void wteBackwardGatheredKernel(T* bucket, int64_t wte_at, int64_t lo, int64_t hi, const T* dout,
+                                          const int32_t* tokens, const int32_t* order, const int32_t* seg_start,
+                                          const int32_t* seg_count, int64_t C, float inv_ranks) {
+  const int segments = *seg_count;
+  const int warps = gridDim.x * (blockDim.x >> 5);
+  const int lane = threadIdx.x & 31;
+  for (int seg = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); seg < segments; seg += warps) {
+    const int begin = seg_start[seg], end = seg_start[seg + 1];
+    const int64_t row = wte_at + int64_t(tokens[order[begin]]) * C;
+    if (row + C <= lo || row >= hi) continue;
+    for (int64_t c = lane; c < C; c += 32) {
+      if (row + c < lo || row + c >= hi) continue;
+      float s = 0.f;
+      for (int p = begin; p < end; ++p) s += toF(dout[int64_t(order[p]) * C + c]);
+      bucket[row + c] = fromF<T>(toF(bucket[row + c]) + s * inv_ranks);
+    }
+  }
+}
+
+__global__ void wteBackwardGatheredVec(bf16* bucket, int64_t wte_at, int64_t lo, int64_t hi, const bf16* dout,
+                                       const int32_t* tokens, const int32_t* order, const int32_t* seg_start,
+                                       const int32_t* seg_count, int c8, float inv_ranks) {
+  const int segments = *seg_count;
+  const int warps = gridDim.x * (blockDim.x >> 5);
+  const int lane = threadIdx.x & 31;
+  const int64_t C = int64_t(c8) * 8;
+  for (int seg = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); seg < segments; seg += warps) {
+    const int begin = seg_start[seg], end = seg_start[seg + 1];
+    const int64_t row = wte_at + int64_t(tokens[order[begin]]) * C;
+    if (row + C <= lo || row >= hi) continue;
+    for (int c = lane; c < c8; c += 32) {
+      const int64_t at = row + 8 * int64_t(c);  // 8-aligned, as are lo and hi: whole vectors in or out
+      if (at < lo || at >= hi) continue;
+      float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+      for (int p = begin; p < end; ++p) {
+        const uint4 g = reinterpret_cast<const uint4*>(dout)[int64_t(order[p]) * c8 + c];
+        const bf16* hg = reinterpret_cast<const bf16*>(&g);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s[j] += __bfloat162float(hg[j]);
+      }
+      uint4* dst = reinterpret_cast<uint4*>(bucket + at);
+      const uint4 old = *dst;
+      const bf16* ho = reinterpret_cast<const bf16*>(&old);
+      uint4 r;
+      bf16* hr = reinterpret_cast<bf16*>(&r);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) hr[j] = __float2bfloat16_rn(__bfloat162float(ho[j]) + s[j] * inv_ranks);
+      *dst = r;
+    }
+  }
+}
+
+template <class T>
+__global__ void wpeBackwardGatheredKernel(T* bucket, int64_t wpe_at, int64_t lo, int64_t hi, const T* dout,
+                                          int64_t rows, int64_t TC, bool accumulate, float inv_ranks) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < TC; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t at = wpe_at + i;
+    if (at < lo || at >= hi) continue;
+    float s = 0.f;
+    for (int64_t q = 0; q < rows; ++q) s += toF(dout[q * TC + i]);
+    bucket[at] = fromF<T>((accumulate ? toF(bucket[at]) : 0.f) + s * inv_ranks);
   }
 }
 
@@ -326,10 +394,12 @@ __global__ void addVec(uint4* c, const uint4* a, const uint4* b, int64_t n8) {
 
 // Cross-entropy over bf16 rows whose length is a multiple of 8, one block of
 // 1024 threads per row, two rows per SM. Each thread issues kLoads 16-byte
-// loads before it uses any of them, in both passes (bytes in flight are what
-// bounds this kernel: with one load at a time it took 1.21 ms per GPT-2 124M
-// step on one H200, with two 0.95 ms); exp2 with log2(e) folded into one
-// multiply-add; the target's -1 applied by the thread that holds it.
+// loads before it uses any of them, in both passes; exp2 with log2(e)
+// folded into one multiply-add; the target's -1 applied by the thread that
+// holds it. GPT-2 124M on one H200, ms per step (--breakdown): 1.21 for the
+// previous kernel (one load at a time, expf and a 64-bit target compare per
+// element in the gradient pass); 0.99 / 0.96 / 0.94 / 0.97 with 1 / 2 / 3 /
+// 4 loads in flight. Two it is.
 template <int kLoads>
 __global__ void __launch_bounds__(1024, 2)
     crossEntropyVec(void* losses, int loss_bf16, bf16* dlogits, const bf16* logits, const int32_t* targets,
@@ -402,14 +472,6 @@ __global__ void __launch_bounds__(1024, 2)
   for (; i < v8; i += stride) grad(x[i], i);
 }
 
-int crossEntropyLoads() {
-  static const int n = [] {
-    const char* env = std::getenv("TANDEM_CE_LOADS");
-    return env && (env[0] == '1' || env[0] == '3' || env[0] == '4') ? env[0] - '0' : 2;
-  }();
-  return n;
-}
-
 bool vec8(int64_t n, std::initializer_list<const void*> ptrs) {
   if (n % 8 != 0) return false;
   for (const void* p : ptrs)
@@ -451,6 +513,32 @@ void embeddingBackward(void* dwte, void* dwpe, const void* dout, const int32_t* 
         static_cast<T*>(dwpe), static_cast<const T*>(dout), B, Tn, C, accumulate_wpe);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void embeddingBackwardGathered(void* bucket, int64_t wte_at, int64_t wpe_at, int64_t shard_begin,
+                               int64_t shard_end, const void* dout, const int32_t* tokens,
+                               const TokenIndex& index, int ranks, int64_t B, int64_t Tn, int64_t C,
+                               bool accumulate_wpe, DType dt, cudaStream_t s) {
+  const float inv = 1.0f / float(ranks);
+  const bool vec = dt == DType::BF16 && C % 8 == 0 && wte_at % 8 == 0 && shard_begin % 8 == 0 &&
+                   shard_end % 8 == 0 && vec8(C, {bucket, dout});
+  if (vec)
+    wteBackwardGatheredVec<<<1024, 256, 0, s>>>(static_cast<bf16*>(bucket), wte_at, shard_begin, shard_end,
+                                                static_cast<const bf16*>(dout), tokens, index.order,
+                                                index.seg_start, index.seg_count, int(C / 8), inv);
+  else
+    TANDEM_DISPATCH_DT(dt, wteBackwardGatheredKernel<T><<<1024, 256, 0, s>>>(
+                               static_cast<T*>(bucket), wte_at, shard_begin, shard_end,
+                               static_cast<const T*>(dout), tokens, index.order, index.seg_start,
+                               index.seg_count, C, inv));
+  TANDEM_CUDA_LAUNCH_CHECK();
+  // wpe: only the rank holding (part of) it has work.
+  if (wpe_at + Tn * C > shard_begin && wpe_at < shard_end) {
+    TANDEM_DISPATCH_DT(dt, wpeBackwardGatheredKernel<T><<<gridFor(Tn * C, kThreads), kThreads, 0, s>>>(
+                               static_cast<T*>(bucket), wpe_at, shard_begin, shard_end,
+                               static_cast<const T*>(dout), int64_t(ranks) * B, Tn * C, accumulate_wpe, inv));
+    TANDEM_CUDA_LAUNCH_CHECK();
+  }
 }
 
 void geluForward(void* y, const void* x, int64_t n, DType dt, cudaStream_t s) {
@@ -499,12 +587,8 @@ void crossEntropy(void* losses, DType loss_dt, void* dlogits, const void* logits
     // flight, so the second pass over a row finds more of it in L2. GPT-2
     // 124M on one H200, alternating: 30.54 / 30.37 ms per step against 30.56
     // / 30.59 with 512 threads (one row per SM: 30.85 / 30.49).
-    auto* kernel = crossEntropyLoads() == 1   ? crossEntropyVec<1>
-                   : crossEntropyLoads() == 3 ? crossEntropyVec<3>
-                   : crossEntropyLoads() == 4 ? crossEntropyVec<4>
-                                              : crossEntropyVec<2>;
-    kernel<<<unsigned(M), 1024, 0, s>>>(losses, isBf16(loss_dt), static_cast<bf16*>(dlogits),
-                                        static_cast<const bf16*>(logits), targets, V, scale, row_loss);
+    crossEntropyVec<2><<<unsigned(M), 1024, 0, s>>>(losses, isBf16(loss_dt), static_cast<bf16*>(dlogits),
+                                                    static_cast<const bf16*>(logits), targets, V, scale, row_loss);
   } else {
     TANDEM_DISPATCH_DT(dt, crossEntropyKernel<T><<<unsigned(M), 512, 0, s>>>(
                              losses, isBf16(loss_dt), static_cast<T*>(dlogits),

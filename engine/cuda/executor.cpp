@@ -213,10 +213,6 @@ void CudaExecutor::Impl::prepareTasks() {
       LoadSlot slot;
       slot.task = int(i);
       slot.count = program->buffers[t.writes[0]].elementCount();
-      const int64_t words = 4 * slot.count + 2;
-      TANDEM_CUDA_CHECK(cudaMallocHost(&slot.host, words * sizeof(int32_t)));
-      host_allocations.push_back(slot.host);
-      slot.device_index = static_cast<int32_t*>(deviceAlloc((2 * slot.count + 2) * 4));
       last_load_of_buffer[t.writes[0]] = int(loads.size());
       loads.push_back(slot);
     }
@@ -225,6 +221,7 @@ void CudaExecutor::Impl::prepareTasks() {
       if (load < 0)
         throw CudaError(fmt::format("cuda executor: task {} ({}) reads tokens no LoadBatch wrote", t.id, t.name));
       load_of_task[i] = load;
+      if (t.attrs.shards > 1) loads[size_t(load)].ranks = int(t.attrs.shards);
     }
     // Fused softmax + cross-entropy: when the backward of the same logits
     // follows on the same stream with nothing else touching the logits, the
@@ -255,6 +252,12 @@ void CudaExecutor::Impl::prepareTasks() {
       norm_buffer = t.writes[0];
       norm_is_squared = t.attrs.shards > 1;
     }
+  }
+  // Staging buffers, once every load knows how many ranks' tokens it indexes.
+  for (LoadSlot& slot : loads) {
+    TANDEM_CUDA_CHECK(cudaMallocHost(&slot.host, size_t(2 * slot.count + slot.indexWords()) * sizeof(int32_t)));
+    host_allocations.push_back(slot.host);
+    slot.device_index = static_cast<int32_t*>(deviceAlloc(size_t(slot.indexWords()) * 4));
   }
 }
 
@@ -371,19 +374,27 @@ void CudaExecutor::Impl::tuneGemms() {
 void CudaExecutor::Impl::fillHostData(int step) {
   for (LoadSlot& slot : loads) {
     const Task& t = program->tasks[slot.task];
-    const int64_t n = slot.count;
+    const int64_t n = slot.count, N = slot.ranks * n;
     int32_t* tokens = slot.host;
     int32_t* targets = slot.host + n;
     int32_t* order = slot.host + 2 * n;
-    int32_t* seg_start = slot.host + 3 * n;  // n + 1 entries
-    int32_t* seg_count = slot.host + 4 * n + 1;
+    int32_t* seg_start = order + N;  // N + 1 entries
+    int32_t* seg_count = seg_start + N + 1;
+    int32_t* every_rank = seg_count + 1;  // ranks > 1: [ranks][n]
     fillMicroBatch(*data, plan.job, step, int(t.attrs.micro_batch), opt.rank, tokens, targets);
-    std::iota(order, order + n, 0);
-    std::stable_sort(order, order + n, [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
+    const int32_t* indexed = tokens;
+    if (slot.ranks > 1) {
+      std::vector<int32_t> unused(static_cast<size_t>(n));
+      for (int r = 0; r < slot.ranks; ++r)
+        fillMicroBatch(*data, plan.job, step, int(t.attrs.micro_batch), r, every_rank + r * n, unused.data());
+      indexed = every_rank;
+    }
+    std::iota(order, order + N, 0);
+    std::stable_sort(order, order + N, [&](int32_t a, int32_t b) { return indexed[a] < indexed[b]; });
     int32_t segments = 0;
-    for (int64_t i = 0; i < n; ++i)
-      if (i == 0 || tokens[order[i]] != tokens[order[i - 1]]) seg_start[segments++] = int32_t(i);
-    seg_start[segments] = int32_t(n);
+    for (int64_t i = 0; i < N; ++i)
+      if (i == 0 || indexed[order[i]] != indexed[order[i - 1]]) seg_start[segments++] = int32_t(i);
+    seg_start[segments] = int32_t(N);
     *seg_count = segments;
   }
 }
@@ -636,7 +647,7 @@ void CudaExecutor::Impl::gatherParameters() {
   if (!comm) return;
   cudaStream_t s = streams[0];
   for (const Task& t : program->tasks)
-    if (t.op == OpKind::AllGather) {
+    if (t.op == OpKind::AllGather && t.reads.at(0) == t.writes.at(0)) {  // the parameter buckets
       const Buffer& b = program->buffers.at(t.reads.at(0));
       comm->allGatherInPlace(ptr(b.id), b.elementCount() / comm->world(), b.dtype, s, "'" + t.name + "'");
     }

@@ -23,11 +23,17 @@ struct CudaExecutor::Impl {
   // Host staging of one LoadBatch task: tokens, targets and the token-sorted
   // index the embedding backward uses, in pinned memory so the copies can be
   // graph nodes. Layout: tokens[n] targets[n] order[n] seg_start[n+1] seg_count[1].
+  // One LoadBatch: host staging tokens[n] targets[n] then the token index,
+  // copied to device_index: order[N] seg_start[N+1] seg_count[1], and with
+  // ranks > 1 every rank's tokens[N] (N = ranks * n: a gathered embedding
+  // backward reads this load's tokens, engine/pass_embedding_gather.h).
   struct LoadSlot {
     int task = -1;
     int64_t count = 0;
+    int ranks = 1;
     int32_t* host = nullptr;
-    int32_t* device_index = nullptr;  // order[n] seg_start[n+1] seg_count[1]
+    int32_t* device_index = nullptr;
+    int64_t indexWords() const { return 2 * ranks * count + 2 + (ranks > 1 ? ranks * count : 0); }
   };
   // Device table of a multi-tensor launch (GradNorm or AdamW task).
   struct Table {

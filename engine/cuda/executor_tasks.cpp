@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "engine/cuda/executor_impl.h"
+#include "engine/init.h"
 
 namespace tandem::cuda {
 
@@ -34,7 +35,7 @@ void CudaExecutor::Impl::enqueueTask(int index) {
       const int64_t n = slot.count;
       TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[0]), slot.host, n * 4, cudaMemcpyHostToDevice, s));
       TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[1]), slot.host + n, n * 4, cudaMemcpyHostToDevice, s));
-      TANDEM_CUDA_CHECK(cudaMemcpyAsync(slot.device_index, slot.host + 2 * n, (2 * n + 2) * 4,
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(slot.device_index, slot.host + 2 * n, size_t(slot.indexWords()) * 4,
                                         cudaMemcpyHostToDevice, s));
       // The host stages the next batch once this has run. Inside a capture
       // only an "external" record is recorded by the graph's replays.
@@ -51,10 +52,25 @@ void CudaExecutor::Impl::enqueueTask(int index) {
       break;
     case OpKind::EmbeddingBwd: {
       const LoadSlot& slot = loads.at(load_of_task[index]);
-      const int64_t n = slot.count;
-      TokenIndex idx{slot.device_index, slot.device_index + n, slot.device_index + 2 * n + 1};
-      embeddingBackward(ptr(W[0]), ptr(W[1]), ptr(R[0]), i32(R[1]), idx, a.b, a.t, a.c, a.v,
-                        a.accumulate, a.accumulate_params, dt(R[0]), s);
+      const int64_t N = slot.ranks * slot.count;
+      TokenIndex idx{slot.device_index, slot.device_index + N, slot.device_index + 2 * N + 1};
+      if (a.shards > 1) {  // over every rank's gradient, into this rank's shard (pass_embedding_gather.h)
+        const Buffer& wte = program->buffers.at(W[0]);
+        const Buffer& wpe = program->buffers.at(W[1]);
+        if (wte.parent < 0 || wte.parent != wpe.parent || slot.ranks != int(a.shards))
+          throw CudaError(fmt::format("cuda executor: task {} ({}) is not a gathered embedding backward the "
+                                      "executor can run",
+                                      t.id, t.name));
+        const Buffer& bucket = program->buffers.at(wte.parent);
+        const ShardRange shard = shardOf(opt.rank, a.shards, bucket.elementCount());
+        const int64_t el = int64_t(dtypeSize(wte.dtype));
+        embeddingBackwardGathered(ptr(bucket.id), wte.parent_offset / el, wpe.parent_offset / el, shard.begin,
+                                  shard.end, ptr(R[0]), slot.device_index + 2 * N + 2, idx, int(a.shards), a.b,
+                                  a.t, a.c, a.accumulate_params, wte.dtype, s);
+      } else {
+        embeddingBackward(ptr(W[0]), ptr(W[1]), ptr(R[0]), i32(R[1]), idx, a.b, a.t, a.c, a.v, a.accumulate,
+                          a.accumulate_params, dt(R[0]), s);
+      }
       break;
     }
     case OpKind::LayerNorm:
@@ -142,8 +158,14 @@ void CudaExecutor::Impl::enqueueTask(int index) {
     case OpKind::ReduceScatter:
     case OpKind::AllGather: {
       // Only planned with more than one rank (pass_buckets.h), so a
-      // communicator exists; both work in place on the bucket.
+      // communicator exists; in place on a bucket, except the embedding
+      // gradient's all-gather (pass_embedding_gather.h).
       if (!comm) throw CudaError(fmt::format("cuda executor: {} needs a communicator", t.name));
+      if (t.op == OpKind::AllGather && R[0] != W[0]) {
+        comm->allGather(ptr(R[0]), ptr(W[0]), program->buffers.at(R[0]).elementCount(), dt(R[0]), s,
+                        "'" + t.name + "'");
+        break;
+      }
       const int64_t shard = program->buffers.at(R[0]).elementCount() / comm->world();
       if (t.op == OpKind::ReduceScatter)
         comm->reduceScatterInPlace(ptr(R[0]), shard, dt(R[0]), s, "'" + t.name + "'");

@@ -34,6 +34,17 @@ struct TokenIndex {
 void embeddingBackward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
                        const TokenIndex& index, int64_t B, int64_t Tn, int64_t C, int64_t V,
                        bool accumulate_wte, bool accumulate_wpe, DType dt, cudaStream_t s);
+// The embedding backward over every rank's input gradient (engine/
+// pass_embedding_gather.h): dout is [ranks * B * Tn, C] in rank order,
+// `tokens` and `index` cover the same ranks * B * Tn positions. Only the
+// elements of the bucket `bucket` in [shard_begin, shard_end) change: dwte
+// (at element wte_at of the bucket) gains 1/ranks of every row of its
+// tokens, dwpe (at wpe_at) becomes (or, accumulating, gains) 1/ranks of the
+// sum over every rank's batch.
+void embeddingBackwardGathered(void* bucket, int64_t wte_at, int64_t wpe_at, int64_t shard_begin,
+                               int64_t shard_end, const void* dout, const int32_t* tokens,
+                               const TokenIndex& index, int ranks, int64_t B, int64_t Tn, int64_t C,
+                               bool accumulate_wpe, DType dt, cudaStream_t s);
 
 void layernormForward(void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt,
                       const void* x, const void* w, const void* b, int64_t M, int64_t C,

@@ -127,6 +127,13 @@ void NcclComm::allGatherInPlace(void* buffer, int64_t shard, DType dt, cudaStrea
   checkIssued(ncclAllGather(mine, buffer, size_t(shard), ncclType(dt), state_->comm, s), "all-gather", what);
 }
 
+void NcclComm::allGather(const void* send, void* recv, int64_t count, DType dt, cudaStream_t s,
+                         const std::string& what) {
+  if (state_->aborted)
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);
+  checkIssued(ncclAllGather(send, recv, size_t(count), ncclType(dt), state_->comm, s), "all-gather", what);
+}
+
 void NcclComm::checkIssued(int nccl_result, const char* collective, const std::string& what) {
   const auto r = ncclResult_t(nccl_result);
   if (r != ncclSuccess && r != ncclInProgress) {

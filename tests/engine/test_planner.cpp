@@ -1,8 +1,10 @@
 // Planner structure: parameter count, recompute, buckets, events, memory plan.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -210,7 +212,7 @@ TEST_CASE("Sharded optimizer: reduce-scatter, sharded norm and AdamW, all-gather
         CHECK(t.stream == 1);
         REQUIRE(t.collective.has_value());
         CHECK(t.collective->op == CollectiveOp::AllGather);
-        gather_of_bucket[t.reads[0]] = int(i);
+        if (t.reads[0] == t.writes[0]) gather_of_bucket[t.reads[0]] = int(i);  // not the embedding gradient's
       }
       if (t.op == OpKind::GradNorm) {
         grad_norm = int(i);
@@ -241,6 +243,92 @@ TEST_CASE("Sharded optimizer: reduce-scatter, sharded norm and AdamW, all-gather
         CHECK(at < first_forward);
     }
   }
+}
+
+TEST_CASE("Sharded optimizer: the tied embedding's bucket is reduce-scattered after the LM head, its rows from "
+          "a gathered input gradient",
+          "[planner][dp][shard]") {
+  auto micro = [](int accum) {
+    JobSpec j = test::microJob(2, 2, accum);
+    j.model.vocab = 64;  // wte + wpe (1152 elements) larger than the gathered gradient (512)
+    j.parallel.shard_optimizer = true;
+    j.comm.gather_embedding_gradient = true;
+    return j;
+  };
+  for (int accum : {1, 2}) {
+    const JobSpec job = micro(accum);
+    const Plan plan = buildPlan(job);
+    const RankPlan& rp = plan.programs[0];
+    INFO("accumulation " << accum);
+    // The last bucket holds exactly wte and wpe.
+    const GradBucket& last = rp.buckets.back();
+    std::set<std::string> names;
+    for (int p : last.params) names.insert(rp.params[size_t(p)].name);
+    CHECK(names == std::set<std::string>{"wte", "wpe"});
+    int scatter = -1, lm_head_weight = -1, gather = -1, dy_done = -1, embedding = -1, norm = -1;
+    for (size_t i = 0; i < rp.tasks.size(); ++i) {
+      const Task& t = rp.tasks[i];
+      const bool last_mb = t.micro_batch == accum - 1;
+      if (t.op == OpKind::ReduceScatter && t.reads[0] == last.buffer) scatter = int(i);
+      if (t.name == fmt::format("lm_head.bwd_weight.mb{}", accum - 1)) lm_head_weight = int(i);
+      if (t.op == OpKind::AllGather && t.reads[0] != t.writes[0]) gather = int(i);
+      if (t.op == OpKind::EmbeddingBwd && last_mb) embedding = int(i);
+      if (t.op == OpKind::GradNorm) norm = int(i);
+    }
+    REQUIRE((scatter >= 0 && lm_head_weight >= 0 && gather >= 0 && embedding >= 0 && norm >= 0));
+    const Task& e = rp.tasks[size_t(embedding)];
+    const Task& ag = rp.tasks[size_t(gather)];
+    for (size_t i = 0; i < size_t(embedding); ++i)
+      for (int w : rp.tasks[i].writes)
+        if (w == ag.reads[0]) dy_done = int(i);
+    // The reduce-scatter follows the LM head's weight gradient (the last
+    // earlier contribution), long before the embedding backward; the
+    // all-gather follows the task that finishes the embedding's input
+    // gradient, and the embedding backward reads what it gathered.
+    CHECK(scatter == lm_head_weight + 1);
+    CHECK(gather == dy_done + 1);
+    CHECK(gather < embedding);
+    CHECK(e.attrs.shards == 2);
+    CHECK(e.reads[0] == ag.writes[0]);
+    CHECK(rp.buffers[ag.writes[0]].elementCount() == 2 * rp.buffers[ag.reads[0]].elementCount());
+    CHECK(ag.collective->bytes == rp.buffers[ag.writes[0]].bytes);
+    // Earlier micro-batches' embedding backwards are the plain kind.
+    for (const Task& t : rp.tasks)
+      if (t.op == OpKind::EmbeddingBwd && t.micro_batch != accum - 1) CHECK(t.attrs.shards == 0);
+    // The embedding backward waits for the reduce-scatter (it writes into
+    // the shard the collective produces) and the norm for the embedding.
+    CHECK(!e.wait_events.empty());
+    CHECK(embedding < norm);
+  }
+  // Unchanged when switched off, without sharding, or with untied embeddings.
+  auto gathered = [](const JobSpec& j) {
+    const Plan p = buildPlan(j);
+    return std::any_of(p.programs[0].tasks.begin(), p.programs[0].tasks.end(),
+                       [](const Task& t) { return t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1; });
+  };
+  JobSpec off = micro(1);
+  CHECK(gathered(off));
+  off.comm.gather_embedding_gradient = false;
+  CHECK_FALSE(gathered(off));
+  JobSpec whole = micro(1);
+  whole.parallel.shard_optimizer = false;
+  CHECK_FALSE(gathered(whole));
+  JobSpec untied = micro(1);
+  untied.model.tied_embeddings = false;
+  CHECK_FALSE(gathered(untied));
+  JobSpec small_vocab = micro(1);
+  small_vocab.model.vocab = 16;  // the gathered gradient (512) would exceed wte + wpe (384)
+  CHECK_FALSE(gathered(small_vocab));
+  // GPT-2 124M, micro-batch 16: gathered on 2 ranks (50 MB < 79 MB), not on 8 (201 MB).
+  JobSpec gpt2 = defaultJob();
+  gpt2.training.micro_batch = 16;
+  gpt2.training.precision = Precision::BF16;
+  gpt2.parallel.shard_optimizer = true;
+  gpt2.comm.gather_embedding_gradient = true;
+  gpt2.parallel.data_parallel = 2;
+  CHECK(gathered(gpt2));
+  gpt2.parallel.data_parallel = 8;
+  CHECK_FALSE(gathered(gpt2));
 }
 
 TEST_CASE("Sharded optimizer keeps 1/ranks of the master weights and moments per rank", "[planner][dp][shard]") {

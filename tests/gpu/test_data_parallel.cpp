@@ -175,6 +175,22 @@ int main() {
         tiny({"training.precision=fp32", "parallel.data_parallel=2", "parallel.shard_optimizer=true"}), 1e-4, false);
     run("dp2 bf16 graph, optimizer sharded",
         tiny({"training.precision=bf16", "parallel.data_parallel=2", "parallel.shard_optimizer=true"}), 1e-2, true);
+    // Sharded with the tied embedding's gradient gathered
+    // (engine/pass_embedding_gather.h): a vocabulary and micro-batch where it
+    // pays (2 x 2 x 32 rows of 64 gathered, against 256 + 32 rows).
+    for (const char* prec : {"fp32", "bf16"}) {
+      const JobSpec job = tiny({std::string("training.precision=") + prec, "parallel.data_parallel=2",
+                                "parallel.shard_optimizer=true", "comm.gather_embedding_gradient=true",
+                                "model.vocab=256", "training.micro_batch=2"});
+      const Plan plan = buildPlan(job);
+      const auto& tasks = plan.programs[0].tasks;
+      expectTrue(std::string(prec) + " gathered-embedding plan gathers the embedding gradient",
+                 std::any_of(tasks.begin(), tasks.end(),
+                             [](const Task& t) { return t.op == OpKind::EmbeddingBwd && t.attrs.shards == 2; }));
+      run(std::string("dp2 ") + prec + (std::string(prec) == "fp32" ? " eager" : " graph") +
+              ", optimizer sharded, embedding gradient gathered",
+          job, std::string(prec) == "fp32" ? 1e-4 : 1e-2, std::string(prec) == "bf16");
+    }
   } catch (const std::exception& e) {
     fmt::print("FAIL exception: {}\n", e.what());
     ++failures();

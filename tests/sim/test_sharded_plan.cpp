@@ -61,3 +61,38 @@ TEST_CASE("a sharded-optimizer plan replays with its collectives and a smaller o
     if (c.op == CollectiveOp::AllGather && c.start_ns < first_forward_end) ++gathers_in_forward;
   CHECK(gathers_in_forward == buckets - 1);
 }
+
+TEST_CASE("gathering the tied embedding's gradient moves its bucket's reduce-scatter into the backward",
+          "[engine][shard]") {
+  const Topology topo = loadTopology("h200x2-nv18");
+  const RooflineCostModel cost;
+  JobSpec on = gpt2Dp(2, true);
+  on.training.micro_batch = 16;
+  on.comm.gather_embedding_gradient = true;
+  JobSpec off = on;
+  off.comm.gather_embedding_gradient = false;
+  const Plan pon = buildPlan(on), poff = buildPlan(off);
+  const SimResult son = simulatePlan(pon, topo, cost), soff = simulatePlan(poff, topo, cost);
+
+  // Start and end of the last bucket's reduce-scatter and of the embedding backward on rank 0.
+  struct Span {
+    int64_t start = -1, end = -1;
+  };
+  auto spanOf = [](const Plan& p, const SimResult& r, const std::string& name) {
+    const RankPlan& rp = p.programs[0];
+    Span s;
+    for (const SimActivity act : r.ranks[0].activities)
+      if (rp.tasks[size_t(act.task)].name == name) s = {act.start_ns, act.end_ns};
+    return s;
+  };
+  const std::string scatter = "comm.reducescatter.bucket" + std::to_string(pon.programs[0].buckets.size() - 1);
+  const Span rs_on = spanOf(pon, son, scatter), emb_on = spanOf(pon, son, "embed.bwd.mb0");
+  const Span rs_off = spanOf(poff, soff, scatter), emb_off = spanOf(poff, soff, "embed.bwd.mb0");
+  REQUIRE((rs_on.start >= 0 && emb_on.start >= 0 && rs_off.start >= 0 && emb_off.start >= 0));
+  INFO("gathered: reduce-scatter " << rs_on.start << ".." << rs_on.end << " ns, embedding backward " << emb_on.start
+                                   << "; not gathered: reduce-scatter from " << rs_off.start << " ns, step "
+                                   << soff.step_ns << " against " << son.step_ns);
+  CHECK(rs_on.end < emb_on.start);    // long done when the embedding backward runs
+  CHECK(rs_off.start >= emb_off.end);  // after it, nothing left to hide it behind
+  CHECK(son.step_ns < soff.step_ns);
+}
