@@ -74,56 +74,60 @@ TEST_CASE("Data parallel 2 x b equals data parallel 1 x 2b", "[executor][dp]") {
   requireClose(weightsAfterStep(dp2b, 2), weightsAfterStep(dp1b, 2), 1e-5);
 }
 
-TEST_CASE("Sharding the optimizer (ZeRO-1) keeps the data-parallel run's losses and weights", "[executor][dp][shard]") {
-  for (Precision prec : {Precision::FP32, Precision::BF16}) {
-    for (int accum : {1, 2}) {
-     for (bool gather : {false, true}) {
-      JobSpec whole = forWeightComparison(test::microJob(2, 2, accum));
-      whole.training.precision = prec;
-      // A vocabulary large enough that gathering the embedding's input
-      // gradient (2 x 2 x 8 x 16) beats reduce-scattering wte late.
-      whole.model.vocab = 64;
-      JobSpec sharded = whole;
-      sharded.parallel.shard_optimizer = true;
-      sharded.comm.gather_embedding_gradient = gather;
-      cpu::CpuExecutor a(buildPlan(whole));
-      cpu::CpuExecutor b(buildPlan(sharded));
-      const RankPlan& rp = b.plan().programs[0];
-      REQUIRE(std::count_if(rp.tasks.begin(), rp.tasks.end(),
-                            [](const Task& t) { return t.op == OpKind::ReduceScatter; }) == int(rp.buckets.size()));
-      REQUIRE(std::count_if(rp.tasks.begin(), rp.tasks.end(), [](const Task& t) {
-                return t.op == OpKind::AllGather && t.reads[0] == t.writes[0];
-              }) == int(rp.buckets.size()));
-      // The tied embedding's gradient: gathered input gradient, or not.
-      REQUIRE(std::count_if(rp.tasks.begin(), rp.tasks.end(), [](const Task& t) {
-                return t.op == OpKind::EmbeddingBwd && t.attrs.shards == 2;
-              }) == (gather ? 1 : 0));
-      for (int step = 0; step < 3; ++step) {
-        const cpu::StepResult ra = a.step(), rb = b.step();
-        INFO(toString(prec) << " accumulation " << accum << " gathered embedding gradient " << gather << " step "
-                            << step);
-        // bf16 and gathered: the embedding's rows are rounded to bf16 once
-        // more (the LM head's average, then the embedding's part added),
-        // which moves the norm by about 1e-4.
-        const bool rounded_again = gather && prec == Precision::BF16;
-        CHECK(rb.loss == Approx(ra.loss).epsilon(rounded_again ? 1e-5 : 1e-6));
-        CHECK(rb.grad_norm == Approx(ra.grad_norm).epsilon(rounded_again ? 1e-3 : 1e-5));
-      }
-      // Every rank holds every updated parameter, as without sharding, once
-      // the all-gathers that would begin the next step have run.
-      b.gatherParameters();
-      a.gatherParameters();  // nothing to gather: must not change anything
-      for (int rank = 0; rank < 2; ++rank)
-        for (const ParamInfo& p : rp.params) {
-          INFO(toString(prec) << " accumulation " << accum << " rank " << rank << " " << p.name);
-          const std::vector<float> got = b.readBuffer(rank, p.param);
-          const std::vector<float> want = a.readBuffer(rank, a.plan().programs[0].params.at(
-                                                                  size_t(&p - rp.params.data())).param);
-          CHECK(relativeDifference(got, want) <= (prec == Precision::BF16 ? 1e-2 : 1e-5));
-        }
-     }
-    }
+namespace {
+
+// The sharded run against the unsharded one: 3 steps of losses and norms,
+// then every parameter on both ranks after gatherParameters().
+void requireShardedMatches(Precision prec, int accum, bool gather) {
+  JobSpec whole = forWeightComparison(test::microJob(2, 2, accum));
+  whole.training.precision = prec;
+  // A vocabulary large enough that gathering the embedding's input
+  // gradient (2 x 2 x 8 x 16) beats reduce-scattering wte late.
+  whole.model.vocab = 64;
+  JobSpec sharded = whole;
+  sharded.parallel.shard_optimizer = true;
+  sharded.comm.gather_embedding_gradient = gather;
+  cpu::CpuExecutor a(buildPlan(whole));
+  cpu::CpuExecutor b(buildPlan(sharded));
+  const RankPlan& rp = b.plan().programs[0];
+  auto count = [&](auto pred) { return int(std::count_if(rp.tasks.begin(), rp.tasks.end(), pred)); };
+  REQUIRE(count([](const Task& t) { return t.op == OpKind::ReduceScatter; }) == int(rp.buckets.size()));
+  REQUIRE(count([](const Task& t) { return t.op == OpKind::AllGather && t.reads[0] == t.writes[0]; }) ==
+          int(rp.buckets.size()));
+  // The tied embedding's gradient: from a gathered input gradient, or not.
+  REQUIRE(count([](const Task& t) { return t.op == OpKind::EmbeddingBwd && t.attrs.shards == 2; }) ==
+          (gather ? 1 : 0));
+  const std::string what =
+      std::string(toString(prec)) + " accumulation " + std::to_string(accum) + (gather ? " gathered" : "");
+  // bf16 and gathered: the embedding's rows are rounded to bf16 once more
+  // (the LM head's average, then the embedding's part added), which moves
+  // the norm by about 1e-4.
+  const bool rounded_again = gather && prec == Precision::BF16;
+  for (int step = 0; step < 3; ++step) {
+    const cpu::StepResult ra = a.step(), rb = b.step();
+    INFO(what << " step " << step);
+    CHECK(rb.loss == Approx(ra.loss).epsilon(rounded_again ? 1e-5 : 1e-6));
+    CHECK(rb.grad_norm == Approx(ra.grad_norm).epsilon(rounded_again ? 1e-3 : 1e-5));
   }
+  // Every rank holds every updated parameter, as without sharding, once
+  // the all-gathers that would begin the next step have run.
+  b.gatherParameters();
+  a.gatherParameters();  // nothing to gather: must not change anything
+  for (int rank = 0; rank < 2; ++rank)
+    for (size_t i = 0; i < rp.params.size(); ++i) {
+      INFO(what << " rank " << rank << " " << rp.params[i].name);
+      const std::vector<float> got = b.readBuffer(rank, rp.params[i].param);
+      const std::vector<float> want = a.readBuffer(rank, a.plan().programs[0].params.at(i).param);
+      CHECK(relativeDifference(got, want) <= (prec == Precision::BF16 ? 1e-2 : 1e-5));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("Sharding the optimizer (ZeRO-1) keeps the data-parallel run's losses and weights", "[executor][dp][shard]") {
+  for (Precision prec : {Precision::FP32, Precision::BF16})
+    for (int accum : {1, 2})
+      for (bool gather : {false, true}) requireShardedMatches(prec, accum, gather);
 }
 
 TEST_CASE("Gradient accumulation 2 x b equals 1 x 2b", "[executor][accumulation]") {
