@@ -131,14 +131,8 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
     ar.outputs = {flat_id};
     ar.attrs.elements = elements;
     if (sharded) ar.attrs.shards = world;
-    CollectiveInfo info;
-    info.op = sharded ? CollectiveOp::ReduceScatter : CollectiveOp::AllReduce;
-    info.reduce = ReduceOp::Avg;
-    info.group = "dp";
-    info.count = elements;
-    info.dtype = dt;
-    info.bytes = elements * dtypeSize(dt);
-    ar.collective = info;
+    ar.collective = dataParallelCollective(sharded ? CollectiveOp::ReduceScatter : CollectiveOp::AllReduce,
+                                           ReduceOp::Avg, elements, dt);
     inserts.emplace_back(completes_at, std::move(ar));
   }
   if (inserts.empty()) return;
@@ -152,6 +146,17 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
     while (k < inserts.size() && inserts[k].first == i) nodes.push_back(std::move(inserts[k++].second));
   }
   g.nodes = std::move(nodes);
+}
+
+CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t count, DType dt) {
+  CollectiveInfo info;
+  info.op = op;
+  info.reduce = reduce;
+  info.group = "dp";
+  info.count = count;
+  info.dtype = dt;
+  info.bytes = count * dtypeSize(dt);
+  return info;
 }
 
 bool shardsOptimizer(const JobSpec& job) {
@@ -199,14 +204,7 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     sum.inputs = {norm_id};
     sum.outputs = {norm_id};
     sum.attrs.elements = 1;
-    CollectiveInfo info;
-    info.op = CollectiveOp::AllReduce;
-    info.reduce = ReduceOp::Sum;
-    info.group = "dp";
-    info.count = 1;
-    info.dtype = DType::F32;
-    info.bytes = 4;
-    sum.collective = info;
+    sum.collective = dataParallelCollective(CollectiveOp::AllReduce, ReduceOp::Sum, 1, DType::F32);
     g.addNode(std::move(sum));
   }
 
@@ -287,14 +285,7 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     ag.outputs = {param_flat};
     ag.attrs.elements = padded;
     ag.attrs.shards = world;
-    CollectiveInfo info;
-    info.op = CollectiveOp::AllGather;
-    info.reduce = ReduceOp::Sum;
-    info.group = "dp";
-    info.count = padded;
-    info.dtype = g.tensor(param_flat).dtype;
-    info.bytes = padded * dtypeSize(info.dtype);
-    ag.collective = info;
+    ag.collective = dataParallelCollective(CollectiveOp::AllGather, ReduceOp::Sum, padded, g.tensor(param_flat).dtype);
     if (b + 1 == g.buckets.size())
       g.addNode(std::move(ag));
     else

@@ -26,4 +26,7 @@ void appendOptimizer(Graph& g, const JobSpec& job);
 // True when the job shards the optimizer over more than one rank.
 bool shardsOptimizer(const JobSpec& job);
 
+// A collective over the data-parallel group of `count` elements of `dt`.
+CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t count, DType dt);
+
 }  // namespace tandem

@@ -87,14 +87,7 @@ bool applyGatheredEmbeddingGradient(Graph& g, const JobSpec& job) {
   ag.outputs = {gathered_id};
   ag.attrs.elements = int64_t(world) * dy_t.elements();
   ag.attrs.shards = world;
-  CollectiveInfo info;
-  info.op = CollectiveOp::AllGather;
-  info.reduce = ReduceOp::Sum;
-  info.group = "dp";
-  info.count = ag.attrs.elements;
-  info.dtype = dy_t.dtype;
-  info.bytes = ag.attrs.elements * dtypeSize(dy_t.dtype);
-  ag.collective = info;
+  ag.collective = dataParallelCollective(CollectiveOp::AllGather, ReduceOp::Sum, ag.attrs.elements, dy_t.dtype);
 
   Node& e = g.nodes[size_t(emb)];
   e.inputs[0] = gathered_id;

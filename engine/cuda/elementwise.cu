@@ -75,6 +75,19 @@ __global__ void embeddingForwardVec(uint4* out, const int32_t* tokens, const uin
   }
 }
 
+// Adds, column group c (8 bf16) of every dout row of one token's segment
+// [begin, end) of the sorted order, into acc, in order.
+__device__ __forceinline__ void addSegmentRows8(float (&acc)[8], const bf16* dout, const int32_t* order, int begin,
+                                                int end, int c8, int c) {
+#pragma unroll 4
+  for (int p = begin; p < end; ++p) {
+    const uint4 g = reinterpret_cast<const uint4*>(dout)[int64_t(order[p]) * c8 + c];
+    const bf16* hg = reinterpret_cast<const bf16*>(&g);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(hg[j]);
+  }
+}
+
 // The wte gradient, one warp per distinct token, 8 columns per lane: the same
 // additions in the same order as wteBackwardKernel (the row's old value, then
 // the positions in sorted order), so the same bits.
@@ -92,13 +105,7 @@ __global__ void wteBackwardVec(bf16* dwte, const bf16* dout, const int32_t* toke
       const bf16* h = reinterpret_cast<const bf16*>(&old);
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[j] = __bfloat162float(h[j]);
-#pragma unroll 4
-      for (int p = begin; p < end; ++p) {
-        const uint4 g = reinterpret_cast<const uint4*>(dout)[int64_t(order[p]) * c8 + c];
-        const bf16* hg = reinterpret_cast<const bf16*>(&g);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(hg[j]);
-      }
+      addSegmentRows8(acc, dout, order, begin, end, c8, c);
       uint4 r;
       bf16* hr = reinterpret_cast<bf16*>(&r);
 #pragma unroll
@@ -146,13 +153,7 @@ __global__ void wteBackwardGatheredVec(bf16* bucket, int64_t wte_at, int64_t lo,
       const int64_t at = row + 8 * int64_t(c);  // 8-aligned, as are lo and hi: whole vectors in or out
       if (at < lo || at >= hi) continue;
       float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-      for (int p = begin; p < end; ++p) {
-        const uint4 g = reinterpret_cast<const uint4*>(dout)[int64_t(order[p]) * c8 + c];
-        const bf16* hg = reinterpret_cast<const bf16*>(&g);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) s[j] += __bfloat162float(hg[j]);
-      }
+      addSegmentRows8(s, dout, order, begin, end, c8, c);
       uint4* dst = reinterpret_cast<uint4*>(bucket + at);
       const uint4 old = *dst;
       const bf16* ho = reinterpret_cast<const bf16*>(&old);
