@@ -20,13 +20,12 @@
 namespace tandem::cuda {
 
 struct CudaExecutor::Impl {
-  // Host staging of one LoadBatch task: tokens, targets and the token-sorted
-  // index the embedding backward uses, in pinned memory so the copies can be
-  // graph nodes. Layout: tokens[n] targets[n] order[n] seg_start[n+1] seg_count[1].
-  // One LoadBatch: host staging tokens[n] targets[n] then the token index,
-  // copied to device_index: order[N] seg_start[N+1] seg_count[1], and with
-  // ranks > 1 every rank's tokens[N] (N = ranks * n: a gathered embedding
-  // backward reads this load's tokens, engine/pass_embedding_gather.h).
+  // Host staging of one LoadBatch task, in pinned memory so the copies can be
+  // graph nodes: tokens[n] targets[n], then the token-sorted index the
+  // embedding backward uses, copied to device_index: order[N] seg_start[N+1]
+  // seg_count[1], and with ranks > 1 every rank's tokens[N] (N = ranks * n:
+  // a gathered embedding backward reads this load's tokens,
+  // engine/pass_embedding_gather.h).
   struct LoadSlot {
     int task = -1;
     int64_t count = 0;
