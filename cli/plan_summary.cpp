@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 
 #include "cli/text_format.h"
@@ -44,14 +45,18 @@ std::string planSummaryText(const Plan& plan) {
   }
   std::string kinds;
   for (const auto& [op, n] : per_collective) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", n, op);
+  const bool gathered = std::any_of(rp.tasks.begin(), rp.tasks.end(), [](const Task& t) {
+    return t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1;
+  });
   std::string phases;
   for (const auto& [phase, n] : per_phase) phases += fmt::format("{}{} {}", phases.empty() ? "" : ", ", n, phase);
   line(fmt::format("tasks      {} per rank ({}), {} streams, {} events", rp.tasks.size(), phases,
                    rp.streams.size(), rp.num_events));
-  line(fmt::format("comm       {} collectives per rank per step ({}) over {} buckets, {} per rank{}",
+  line(fmt::format("comm       {} collectives per rank per step ({}) over {} buckets, {} per rank{}{}",
                    collectives, kinds.empty() ? "none" : kinds, rp.buckets.size(),
                    humanBytes(double(coll_bytes)),
-                   plan.job.parallel.shard_optimizer && plan.world_size > 1 ? "; optimizer sharded (ZeRO-1)" : ""));
+                   plan.job.parallel.shard_optimizer && plan.world_size > 1 ? "; optimizer sharded (ZeRO-1)" : "",
+                   gathered ? ", embedding gradient gathered" : ""));
 
   const MemoryPlan& mem = rp.memory;
   const double over = mem.lower_bound_bytes > 0 ? 100.0 * (double(mem.arena_bytes) / mem.lower_bound_bytes - 1) : 0;
