@@ -4,7 +4,8 @@
 // the GPU. Says how much per-shape algorithm tuning could gain, per shape and
 // per step. Prints one JSON object per line; the last line is the total.
 // With --epilogues it times the two fused GELU GEMMs instead (the fc layer's
-// forward with GELU_AUX_BIAS, its projection's data gradient with DGELU)
+// forward with GELU_AUX_BIAS, its projection's data gradient with DGELU, and
+// with DGELU_BGRAD, which also sums the fc bias gradient)
 // beside the same GEMMs without the epilogue, and also every algorithm
 // cuBLASLt lists for them (cublasLtMatmulAlgoGetIds, each tile and stage
 // count its capabilities name), not just the heuristic's candidates.
@@ -33,7 +34,7 @@ struct Shape {
   long N, K;         // the weight is N x K
   int per_step;      // how many such matmuls a step runs
   bool bias;         // forward with the bias epilogue
-  int epilogue = 0;  // 0 plain/bias, 1 GELU_AUX_BIAS (forward), 2 DGELU (backward data)
+  int epilogue = 0;  // 0 plain/bias, 1 GELU_AUX_BIAS (forward), 2 DGELU, 3 DGELU_BGRAD (backward data)
 };
 
 }  // namespace
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
     shapes.push_back({"fc", "forward", 4 * C, C, 12, true, 1});
     shapes.push_back({"fc_proj", "backward_data", C, 4 * C, 12, false, 0});
     shapes.push_back({"fc_proj", "backward_data", C, 4 * C, 12, false, 2});
+    shapes.push_back({"fc_proj", "backward_data", C, 4 * C, 12, false, 3});
   }
   for (const char* kind : {"forward", "backward_data", "backward_weight"}) {
     if (epilogues) break;
@@ -120,10 +122,12 @@ int main(int argc, char** argv) {
     if (sh.bias || sh.epilogue) {
       cublasLtEpilogue_t epi = sh.epilogue == 1   ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                : sh.epilogue == 2 ? CUBLASLT_EPILOGUE_DGELU
+                               : sh.epilogue == 3 ? CUBLASLT_EPILOGUE_DGELU_BGRAD
                                                   : CUBLASLT_EPILOGUE_BIAS;
       cudaDataType_t bt = CUDA_R_16BF;
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
       cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt));
+      // DGELU_BGRAD writes the bias gradient (the row sums of its output) there.
       if (sh.epilogue != 2)
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
       if (sh.epilogue) {
@@ -212,7 +216,11 @@ int main(int argc, char** argv) {
       cudaGetLastError();
     }
     const double tflops = 2.0 * m * n * k / (best_ms * 1e-3) / 1e12;
-    const char* epi_name = sh.epilogue == 1 ? "gelu_aux_bias" : sh.epilogue == 2 ? "dgelu" : sh.bias ? "bias" : "none";
+    const char* epi_name = sh.epilogue == 1   ? "gelu_aux_bias"
+                           : sh.epilogue == 2 ? "dgelu"
+                           : sh.epilogue == 3 ? "dgelu_bgrad"
+                           : sh.bias          ? "bias"
+                                              : "none";
     fmt::print("{{\"shape\":\"{}\",\"kind\":\"{}\",\"epilogue\":\"{}\",\"m\":{},\"n\":{},\"k\":{},\"candidates\":{},"
                "\"first_ms\":{:.4f},\"best_ms\":{:.4f},\"best_index\":{},\"gain\":{:.3f},\"best_tflops\":{:.0f},"
                "\"per_step\":{}",

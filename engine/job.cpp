@@ -193,7 +193,7 @@ void JobReader::applyOverride(YAML::Node& root, const std::string& text) {
       node[seg] = YAML::Node(YAML::NodeType::Map);
     } else if (!child.IsMap()) {
       failAt(where, path, "is " + describe(child) + ", not a mapping, so it has no key " + shown(segments[i + 1]),
-             "keys of the sections name, model, training, parallel, comm, recompute, data");
+             "keys of the sections name, model, training, parallel, comm, schedule, recompute, data");
     }
     walk(node[seg], i + 1, path);
   };
@@ -341,6 +341,9 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
       {"first_bucket_mib", [&](const YAML::Node& v, const std::string& p) { job.comm.first_bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)"); }},
       {"gather_embedding_gradient", [&](const YAML::Node& v, const std::string& p) { job.comm.gather_embedding_gradient = r.readBool(v, p); }},
   });
+  auto schedule = section({
+      {"weight_gradient_stream", [&](const YAML::Node& v, const std::string& p) { job.schedule.weight_gradient_stream = r.readBool(v, p); }},
+  });
   auto recompute = section({
       {"policy", [&](const YAML::Node& v, const std::string& p) { job.recompute.policy = r.readPolicy(v, p); }},
       {"layers",
@@ -371,6 +374,7 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
       {"training", training},
       {"parallel", parallel},
       {"comm", comm},
+      {"schedule", schedule},
       {"recompute", recompute},
       {"data", data},
   });
@@ -453,7 +457,7 @@ JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
 
 JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
                  const std::vector<std::string>& overrides, const JobParseOptions& options) {
-  const std::string sections = "name, model, training, parallel, comm, recompute, data";
+  const std::string sections = "name, model, training, parallel, comm, schedule, recompute, data";
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);

@@ -111,6 +111,8 @@ std::string jobToYaml(const JobSpec& job) {
   field("bucket_mib", yamlNumber(job.comm.bucket_mib));
   field("first_bucket_mib", yamlNumber(job.comm.first_bucket_mib));
   field("gather_embedding_gradient", job.comm.gather_embedding_gradient ? "true" : "false");
+  line("schedule:");
+  field("weight_gradient_stream", job.schedule.weight_gradient_stream ? "true" : "false");
   line("recompute:");
   field("policy", std::string(toString(job.recompute.policy)));
   if (job.recompute.per_layer.empty()) {

@@ -24,11 +24,17 @@ Buffer toBuffer(const Tensor& t) {
   return b;
 }
 
-// Inserts events for every cross-stream hazard. Hazards are tracked on root
-// buffers (a gradient view and its bucket are the same memory).
+// Inserts events for every cross-stream hazard. Hazards are tracked per
+// buffer, and two buffers conflict when they share memory: a view and its
+// parent (a gradient and its bucket, which the bucket's collective reads and
+// writes whole), or two views of one parent whose byte ranges overlap. Two
+// gradients of one bucket do not conflict.
 class EventBuilder {
  public:
-  EventBuilder(RankPlan& rp) : rp_(rp) {
+  // side_stream >= 0: the compute stream joins that stream's task k once it
+  // has issued the side stream's task k + side_lag (see lowerGraph).
+  EventBuilder(RankPlan& rp, int side_stream = -1, int side_lag = 1)
+      : rp_(rp), side_stream_(side_stream), side_lag_(side_lag) {
     const size_t streams = rp.streams.size();
     waited_.assign(streams, std::vector<int>(streams, -1));
     position_.assign(rp.tasks.size(), 0);
@@ -39,6 +45,13 @@ class EventBuilder {
   int root(int buffer) const {
     const Buffer& b = rp_.buffers[buffer];
     return b.parent >= 0 ? b.parent : buffer;
+  }
+
+  bool overlap(int a, int b) const {
+    const Buffer& x = rp_.buffers[a];
+    const Buffer& y = rp_.buffers[b];
+    const int64_t xo = x.parent >= 0 ? x.parent_offset : 0, yo = y.parent >= 0 ? y.parent_offset : 0;
+    return xo < yo + y.bytes && yo < xo + x.bytes;
   }
 
   void dependOn(Task& t, int other) {
@@ -58,19 +71,37 @@ class EventBuilder {
       std::map<int, int> readers;  // stream -> last reader since the last write
     };
     std::vector<Access> state(rp_.buffers.size());
+    std::vector<std::vector<int>> touched(rp_.buffers.size());  // root -> its buffers accessed so far
+    auto conflicting = [&](int b, auto&& visit) {
+      for (int x : touched[size_t(root(b))])
+        if (overlap(x, b)) visit(state[size_t(x)]);
+    };
+    auto touch = [&](int b) {
+      std::vector<int>& list = touched[size_t(root(b))];
+      if (std::find(list.begin(), list.end(), b) == list.end()) list.push_back(b);
+    };
+    std::vector<int> side_issued;  // the side stream's tasks so far
+    size_t side_joined = 0;        // how many of them the compute stream has joined
     for (size_t i = 0; i < rp_.tasks.size(); ++i) {
       Task& t = rp_.tasks[i];
-      for (int b : t.reads) dependOn(t, state[root(b)].last_writer);
-      for (int b : t.writes) {
-        Access& a = state[root(b)];
-        dependOn(t, a.last_writer);
-        for (const auto& [stream, reader] : a.readers) dependOn(t, reader);
-      }
+      if (t.stream == side_stream_) side_issued.push_back(int(i));
+      if (t.stream == 0)
+        while (side_joined + size_t(side_lag_) < side_issued.size()) dependOn(t, side_issued[side_joined++]);
+      for (int b : t.reads) conflicting(b, [&](const Access& a) { dependOn(t, a.last_writer); });
+      for (int b : t.writes)
+        conflicting(b, [&](const Access& a) {
+          dependOn(t, a.last_writer);
+          for (const auto& [stream, reader] : a.readers) dependOn(t, reader);
+        });
       std::sort(t.wait_events.begin(), t.wait_events.end());
       t.wait_events.erase(std::unique(t.wait_events.begin(), t.wait_events.end()), t.wait_events.end());
-      for (int b : t.reads) state[root(b)].readers[t.stream] = int(i);
+      for (int b : t.reads) {
+        touch(b);
+        state[size_t(b)].readers[t.stream] = int(i);
+      }
       for (int b : t.writes) {
-        Access& a = state[root(b)];
+        touch(b);
+        Access& a = state[size_t(b)];
         a.last_writer = int(i);
         a.readers.clear();
       }
@@ -79,13 +110,15 @@ class EventBuilder {
 
  private:
   RankPlan& rp_;
+  int side_stream_;
+  int side_lag_;
   std::vector<std::vector<int>> waited_;  // [stream][other stream] -> position synced
   std::vector<int> position_;             // task -> position within its stream
 };
 
 }  // namespace
 
-RankPlan lowerGraph(const Graph& g, std::vector<int> ranks) {
+RankPlan lowerGraph(const Graph& g, std::vector<int> ranks, const LowerOptions& opt) {
   RankPlan rp;
   rp.ranks = std::move(ranks);
   rp.streams.push_back({0, StreamKind::Compute, "compute"});
@@ -120,7 +153,29 @@ RankPlan lowerGraph(const Graph& g, std::vector<int> ranks) {
     t.collective = n.collective;
     rp.tasks.push_back(std::move(t));
   }
-  EventBuilder(rp).run();
+  int side_stream = -1;
+  if (opt.weight_gradient_stream) {
+    // Weight gradients are off the backward's critical path (only the
+    // bucket's collective and the optimizer wait for them): on a compute
+    // stream of their own they fill the SMs the data-gradient chain leaves
+    // idle. Only tasks whose outputs are all persistent move there, so that
+    // no transient buffer is written beside the compute stream; what they
+    // read stays live until the compute stream joins them.
+    auto persistentRoot = [&](int b) {
+      const Buffer& x = rp.buffers[size_t(b)];
+      return (x.parent >= 0 ? rp.buffers[size_t(x.parent)] : x).persistent;
+    };
+    for (Task& t : rp.tasks)
+      if (t.op == OpKind::MatmulBwdWeight && t.stream == 0 &&
+          std::all_of(t.writes.begin(), t.writes.end(), persistentRoot)) {
+        if (side_stream < 0) {
+          side_stream = int(rp.streams.size());
+          rp.streams.push_back({side_stream, StreamKind::Compute, "compute.wgrad"});
+        }
+        t.stream = side_stream;
+      }
+  }
+  EventBuilder(rp, side_stream, std::max(1, opt.weight_gradient_lag)).run();
 
   for (const auto& p : g.params)
     rp.params.push_back({p.name, p.param, p.grad, p.master, p.adam_m, p.adam_v, p.weight_decay, p.bucket});

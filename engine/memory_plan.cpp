@@ -16,21 +16,22 @@ int64_t aligned(int64_t bytes) {
 class ReleasePoints {
  public:
   explicit ReleasePoints(const RankPlan& rp) : rp_(rp) {
-    // For every event, the first compute-stream task index that waits on it.
+    // For every event, the first task index of the main compute stream (0)
+    // that waits on it.
     const int n = int(rp.tasks.size());
     std::vector<int> first_wait(rp.num_events, n);
     for (int i = 0; i < n; ++i) {
       const Task& t = rp.tasks[i];
-      if (rp.streams[t.stream].kind != StreamKind::Compute) continue;
+      if (t.stream != 0) continue;
       for (int e : t.wait_events) first_wait[e] = std::min(first_wait[e], i);
     }
-    // Walking each non-compute stream backwards, the join of a task is the
+    // Walking each other stream backwards, the join of a task is the
     // earliest join among the events recorded at or after it.
     release_.assign(n, -1);
     std::vector<int> next_join(rp.streams.size(), n - 1);
     for (int i = n - 1; i >= 0; --i) {
       const Task& t = rp.tasks[i];
-      if (rp.streams[t.stream].kind == StreamKind::Compute) {
+      if (t.stream == 0) {
         release_[i] = i;
         continue;
       }

@@ -105,7 +105,9 @@ Plan buildPlan(const JobSpec& job) {
   dp.ranks.resize(plan.world_size);
   std::iota(dp.ranks.begin(), dp.ranks.end(), 0);
   plan.groups.push_back(dp);
-  plan.programs.push_back(lowerGraph(g, dp.ranks));
+  LowerOptions lower;
+  lower.weight_gradient_stream = job.schedule.weight_gradient_stream;
+  plan.programs.push_back(lowerGraph(g, dp.ranks, lower));
   applyEpilogueFusion(plan.programs.back());  // reads the memory plan, so after lowering
   plan.recompute = std::move(decisions);
   plan.summary = summarize(g, plan.programs.front(), job);

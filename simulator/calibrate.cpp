@@ -192,13 +192,23 @@ double busFactor(CollectiveOp op, int n) {
 // idle time before a kernel belongs to the task of that kernel (a matmul whose
 // cuBLASLt call issues a memset and a GEMM pays two launches). Gaps of 20 us
 // or more are waits (on another stream, an event, the host), which the
-// simulation models itself, and are not counted.
+// simulation models itself, and are not counted; so is the gap before a task
+// that waits for another stream's event (the weight-gradient stream's tasks
+// wait for the compute stream's every time).
 struct LaunchGaps {
   std::map<traces::TaskKey, double> per_task_per_step;  // ns, mean over the run's steps
   int64_t median_ns = 0;                                // over all counted gaps
 };
 
-LaunchGaps launchGaps(traces::TraceReader& reader, int64_t run) {
+LaunchGaps launchGaps(traces::TraceReader& reader, int64_t run, const Plan& plan) {
+  auto waits = [&](const traces::ActivityRow& a) {
+    try {
+      const RankPlan& rp = plan.forRank(a.rank);
+      return a.task_id >= 0 && a.task_id < int64_t(rp.tasks.size()) && !rp.tasks[size_t(a.task_id)].wait_events.empty();
+    } catch (const std::out_of_range&) {
+      return false;
+    }
+  };
   constexpr int64_t kWaitNs = 20000;
   LaunchGaps out;
   std::vector<double> all;
@@ -211,7 +221,7 @@ LaunchGaps launchGaps(traces::TraceReader& reader, int64_t run) {
     if (a.kind == traces::ActivityKind::Host) return;
     if (a.rank == rank && a.stream == stream) {
       const int64_t gap = a.start_ns - last_end;
-      if (gap >= 0 && gap < kWaitNs) {
+      if (gap >= 0 && gap < kWaitNs && !waits(a)) {
         all.push_back(double(gap));
         if (a.task_id >= 0) total[{a.rank, a.task_id}] += double(gap);
       }
@@ -268,29 +278,55 @@ struct TaskSteps {
   std::vector<std::pair<double, double>> slowed_ns;  // (ns, share of it under a collective)
 };
 
+using Intervals = std::vector<std::pair<int64_t, int64_t>>;
+
+// Sorted and merged: no two intervals overlap or touch.
+void mergeIntervals(Intervals& iv) {
+  std::sort(iv.begin(), iv.end());
+  Intervals merged;
+  for (const auto& x : iv)
+    if (!merged.empty() && x.first <= merged.back().second)
+      merged.back().second = std::max(merged.back().second, x.second);
+    else
+      merged.push_back(x);
+  iv = std::move(merged);
+}
+
+// |[a, b) ∩ iv| for merged intervals.
+int64_t overlapWith(const Intervals& iv, int64_t a, int64_t b) {
+  if (b <= a) return 0;
+  auto pos = std::upper_bound(iv.begin(), iv.end(), std::make_pair(a, std::numeric_limits<int64_t>::max()));
+  if (pos != iv.begin()) --pos;
+  int64_t n = 0;
+  for (; pos != iv.end() && pos->first < b; ++pos) n += std::max<int64_t>(0, std::min(b, pos->second) - std::max(a, pos->first));
+  return n;
+}
+
 std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader, int64_t run) {
-  std::map<int, std::vector<std::pair<int64_t, int64_t>>> comm;  // merged intervals per rank
+  std::map<int, Intervals> comm;  // merged intervals per rank
   for (const auto& c : reader.collectives(run)) comm[c.rank].push_back({c.start_ns, c.end_ns});
-  for (auto& [rank, iv] : comm) {
-    std::sort(iv.begin(), iv.end());
-    std::vector<std::pair<int64_t, int64_t>> merged;
-    for (const auto& x : iv)
-      if (!merged.empty() && x.first <= merged.back().second)
-        merged.back().second = std::max(merged.back().second, x.second);
-      else
-        merged.push_back(x);
-    iv = std::move(merged);
-  }
+  for (auto& [rank, iv] : comm) mergeIntervals(iv);
   // |[a, b) ∩ the rank's communication|
   auto underComm = [&](int rank, int64_t a, int64_t b) {
     const auto it = comm.find(rank);
-    if (it == comm.end() || b <= a) return int64_t{0};
-    const auto& iv = it->second;
-    auto pos = std::upper_bound(iv.begin(), iv.end(), std::make_pair(a, std::numeric_limits<int64_t>::max()));
-    if (pos != iv.begin()) --pos;
+    return it == comm.end() ? int64_t{0} : overlapWith(it->second, a, b);
+  };
+  // Kernels of one rank on different streams (the weight-gradient stream
+  // beside the compute stream) share the GPU. The simulator runs two at
+  // once each at half speed (processor sharing, kernel_overlap_efficiency
+  // 1), so a kernel that ran o ns of its d beside another would take
+  // d - o / 2 alone: that is what its task is charged.
+  std::map<std::pair<int, int>, Intervals> kernels;  // (rank, stream) -> merged kernel intervals
+  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
+    if (a.kind == traces::ActivityKind::Kernel) kernels[{a.rank, a.stream}].push_back({a.start_ns, a.end_ns});
+  });
+  for (auto& [key, iv] : kernels) mergeIntervals(iv);
+  auto besideOtherKernels = [&](const traces::ActivityRow& a) {
     int64_t n = 0;
-    for (; pos != iv.end() && pos->first < b; ++pos) n += std::max<int64_t>(0, std::min(b, pos->second) - std::max(a, pos->first));
-    return n;
+    for (auto it = kernels.lower_bound({a.rank, std::numeric_limits<int>::min()});
+         it != kernels.end() && it->first.first == a.rank; ++it)
+      if (it->first.second != a.stream) n += overlapWith(it->second, a.start_ns, a.end_ns);
+    return std::min(n, a.end_ns - a.start_ns);
   };
   std::map<int, std::vector<int64_t>> step_starts;
   for (const auto& st : reader.steps(run)) step_starts[st.rank].push_back(st.start_ns);
@@ -307,7 +343,8 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
       step = pos == it->second.begin() ? 0 : size_t(pos - it->second.begin() - 1);
     }
     StepSum& sum = per_step[{a.rank, a.task_id}][step];
-    sum.ns += double(a.end_ns - a.start_ns);
+    const int64_t shared = a.kind == traces::ActivityKind::Kernel ? besideOtherKernels(a) : 0;
+    sum.ns += double(a.end_ns - a.start_ns) - 0.5 * double(shared);
     if (a.kind != traces::ActivityKind::Collective) sum.under_comm_ns += double(underComm(a.rank, a.start_ns, a.end_ns));
   });
   std::map<traces::TaskKey, TaskSteps> out;
@@ -381,7 +418,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
       const auto by_comm = taskStepsByComm(reader, run);
       if (times.empty())
         throw std::runtime_error(fmt::format("{}: run {} has no activities with plan task ids", in.path, run));
-      const LaunchGaps gaps = launchGaps(reader, run);
+      const LaunchGaps gaps = launchGaps(reader, run, plan);
       const RunKernelsAndCollectives beside_run = plan.world_size > 1 ? readKernelsAndCollectives(reader, run, plan)
                                                                       : RunKernelsAndCollectives{};
       for (double share : collectiveStartWaits(beside_run, plan)) start_waits.push_back(share);
@@ -453,8 +490,16 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
           // Never measured without a collective beside it (a data-parallel
           // run only): its slowed time is still better than no figure, and
           // the op must not pass for a fused one.
+          // The per-step times of taskStepsByComm carry the charge for
+          // kernels side by side; t.ns does not.
           Sample x = base;
-          x.ns = t.ns + launch_ns;
+          x.ns = t.ns;
+          if (split != by_comm.end() && !split->second.slowed_ns.empty()) {
+            std::vector<double> steps;
+            for (const auto& [ns, share] : split->second.slowed_ns) steps.push_back(ns);
+            x.ns = median(steps);
+          }
+          x.ns += launch_ns;
           x.launch_ns = launch_ns;
           samples[costOpKind(task)].push_back(x);
         }
@@ -481,6 +526,9 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   }
 
   out.calibration.source = "tandem calibrate";
+  // The kernel times above were charged as if kernels side by side shared
+  // the GPU evenly (taskStepsByComm); the simulation must share it the same way.
+  out.calibration.kernel_overlap_efficiency = 1.0;
   if (!launch_gaps.empty()) out.calibration.launch_overhead_ns = int64_t(std::llround(median(launch_gaps)));
   if (!step_overheads.empty()) out.calibration.step_overhead_ns = int64_t(std::llround(median(step_overheads)));
   if (!start_waits.empty()) {
@@ -659,6 +707,10 @@ std::string calibrationToYaml(const CalibrationResult& r) {
   y += fmt::format("# {} task samples; {} activities had task ids outside the re-planned job.\n", r.samples, r.unmatched);
   y += "version: 1\n";
   if (r.calibration.launch_overhead_ns) y += fmt::format("launch_overhead_ns: {}\n", *r.calibration.launch_overhead_ns);
+  if (r.calibration.kernel_overlap_efficiency)
+    y += fmt::format("kernel_overlap_efficiency: {:.4f}  # kernels side by side on two compute streams share the GPU "
+                     "(their times above are charged so)\n",
+                     *r.calibration.kernel_overlap_efficiency);
   if (r.calibration.multi_rank_launch_ns)
     y += fmt::format("multi_rank_launch_ns: {}  # per kernel task, added in plans of more than one rank ({} shapes "
                      "measured both ways)\n",

@@ -164,6 +164,8 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
           fail(source, op.first, "comm_slowdown_by_op." + name + ": unknown op kind (allowed: matmul, attention, ...)");
         cal.comm_slowdown_by_op[*kind] = number(source, op.second, "comm_slowdown_by_op." + name, 1.0, 10.0);
       }
+    } else if (key == "kernel_overlap_efficiency") {
+      cal.kernel_overlap_efficiency = number(source, kv.second, key, 0.5, 2.0);
     } else if (key == "collective_start_wait") {
       cal.collective_start_wait = number(source, kv.second, key, 0.0, 1.0);
     } else if (key == "collective_beside") {
@@ -228,7 +230,7 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
         cal.collectives.push_back(c);
       }
     } else {
-      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, step_overhead_ns, multi_rank_launch_ns, collective_start_wait, collective_beside, ops, collectives)");
+      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, step_overhead_ns, multi_rank_launch_ns, kernel_overlap_efficiency, collective_start_wait, collective_beside, ops, collectives)");
     }
   }
   return cal;
@@ -246,6 +248,7 @@ RooflineCostModel::RooflineCostModel(RooflineParams params, Calibration calibrat
     : params_(params), calibration_(std::move(calibration)) {
   if (calibration_.launch_overhead_ns) params_.launch_overhead_ns = *calibration_.launch_overhead_ns;
   if (calibration_.comm_slowdown) params_.comm_slowdown = *calibration_.comm_slowdown;
+  if (calibration_.kernel_overlap_efficiency) params_.kernel_overlap_efficiency = *calibration_.kernel_overlap_efficiency;
   for (const auto& [op, oc] : calibration_.ops) {
     std::map<std::string, int64_t> measured;
     for (const auto& [key, entry] : oc.shapes) measured[key] = entry.ns;

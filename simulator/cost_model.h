@@ -35,6 +35,11 @@ struct RooflineParams {
   std::array<double, kOpKindCount> bw_efficiency{};
   int64_t launch_overhead_ns = 3000;   // per kernel: launch gap between dependent kernels
   double comm_slowdown = 1.10;         // compute runs this much slower while a collective runs
+  // Kernels of several compute streams running at once share the GPU: n of
+  // them each run n / kernel_overlap_efficiency times slower than alone
+  // (never faster than alone). 1 is plain processor sharing: together they
+  // take as long as one after the other.
+  double kernel_overlap_efficiency = 1.0;
   double host_to_device_gbps = 25.0;   // LoadBatch and host memcpy (PCIe Gen5 x16, effective)
   int64_t host_task_ns = 5000;         // plain host work
   static RooflineParams defaults();
@@ -64,6 +69,7 @@ struct Calibration {
   std::map<OpKind, double> comm_slowdown_by_op;
   std::optional<int64_t> step_overhead_ns;  // host time per step outside all GPU work
   std::optional<int64_t> multi_rank_launch_ns;  // per kernel task, extra in plans of more than one rank
+  std::optional<double> kernel_overlap_efficiency;  // RooflineParams::kernel_overlap_efficiency
   std::map<OpKind, OpCalibration> ops;
   std::vector<CollectiveCalibration> collectives;
   // A collective that becomes ready while kernels run on its GPU starts
@@ -129,6 +135,9 @@ class CostModel {
   // Extra launch time of a kernel task in a plan of more than one rank
   // (kernels wait longer to start in multi-process runs), added by the engine.
   virtual int64_t multiRankLaunchNs() const { return 0; }
+  // Throughput of kernels of several compute streams running at once,
+  // relative to one alone (RooflineParams::kernel_overlap_efficiency).
+  virtual double kernelOverlapEfficiency() const { return 1.0; }
   // Share of the remaining time of the kernels running beside a collective
   // that it waits before it starts (Calibration::collective_start_wait).
   virtual double collectiveStartWait() const { return 0; }
@@ -152,6 +161,7 @@ class RooflineCostModel : public CostModel {
   }
   int64_t stepOverheadNs() const override { return calibration_.step_overhead_ns.value_or(0); }
   int64_t multiRankLaunchNs() const override { return calibration_.multi_rank_launch_ns.value_or(0); }
+  double kernelOverlapEfficiency() const override { return params_.kernel_overlap_efficiency; }
   double collectiveStartWait() const override { return calibration_.collective_start_wait.value_or(0); }
   bool hasCollectiveBeside() const override { return !calibration_.collective_beside.empty(); }
   double collectiveBeside(const std::string& role) const override {

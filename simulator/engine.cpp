@@ -122,6 +122,11 @@ struct StreamState {
   bool busy = false;
   bool kernel = false;
   bool slowed = false;
+  // A running kernel that shares the GPU with the rank's other running
+  // kernels (one per compute stream; fused tasks launch nothing and do not
+  // count): how many ran, itself included, when its rate was last set. 0 for
+  // anything else.
+  uint8_t sharing = 0;
 };
 static_assert(sizeof(StreamState) == 48);
 
@@ -150,6 +155,7 @@ struct RankState {
   // reads its own device record for it.
   int64_t* durations = nullptr;
   int active_comm = 0;
+  int running_kernels = 0;  // kernels that share the SMs now (StreamState::sharing)
   int device = 0;
   int rank = 0;
   int program = 0;
@@ -255,7 +261,11 @@ class Engine {
   void setup();
   void push(int64_t t, EventType type, int a, int b = 0) { queue_.push(Event{t, type, a, b}); }
   void tryStart(int ri, int stream);
-  void commResidencyChanged(int ri);
+  // How many times longer than alone a running kernel of task t takes:
+  // slowed by a resident collective, and sharing the SMs with `sharing` - 1
+  // other kernels.
+  double rateDivisor(const Task& t, bool slowed, int sharing) const;
+  void rescheduleKernels(int ri);
   bool isCurrentCompletion(int ri, int ti) const;
   void tryStartAll(int ri) {
     for (int s = 0; s < int(ranks_[size_t(ri)].streams.size()); ++s) tryStart(ri, s);
@@ -472,10 +482,11 @@ void Engine::tryStart(int ri, int stream) {
   s.started_ns = now_;
   if (t.kind == TaskKind::Collective || t.kind == TaskKind::SendRecv) {
     // Not a kernel: the flags may still describe the stream's previous task,
-    // and commResidencyChanged (called from arrive) would otherwise reschedule
+    // and rescheduleKernels (called from arrive) would otherwise reschedule
     // the collective as a slowed kernel and end it a second time.
     s.kernel = false;
     s.slowed = false;
+    s.sharing = 0;
     // NCCL's kernel gets the SMs only as the kernels beside it retire
     // (calibrated; 0 by default): decided once the tasks this one's inputs
     // released have started, by an event at the same time.
@@ -495,30 +506,48 @@ void Engine::tryStart(int ri, int stream) {
   const int64_t d = cached;
   s.kernel = t.kind == TaskKind::Kernel;
   s.slowed = s.kernel && r.active_comm > 0;
+  const bool shares = s.kernel && t.fused_into < 0;
+  if (shares) ++r.running_kernels;
+  s.sharing = shares ? uint8_t(std::min(r.running_kernels, 255)) : 0;
   s.work_left_ns = double(d);
   s.updated_ns = now_;
-  s.done_ns = now_ + (s.slowed ? int64_t(std::llround(double(d) * cost_.commSlowdown(t))) : d);
+  const double div = rateDivisor(t, s.slowed, s.sharing);
+  s.done_ns = now_ + (div == 1.0 ? d : int64_t(std::llround(double(d) * div)));
   push(s.done_ns, EventType::TaskDone, ri, ti);
+  if (shares && r.running_kernels > 1) rescheduleKernels(ri);  // the others now share with it
+}
+
+double Engine::rateDivisor(const Task& t, bool slowed, int sharing) const {
+  double div = slowed ? cost_.commSlowdown(t) : 1.0;
+  if (sharing > 1) div *= std::max(1.0, double(sharing) / cost_.kernelOverlapEfficiency());
+  return div;
 }
 
 // A kernel runs commSlowdown(task) times slower for as long as a collective
 // is resident on its rank (from the rank's arrival until the collective ends
-// for it: NCCL's kernels share the SMs and the memory with it). When that
-// changes, the running kernels' remaining work is rescheduled at the new rate
-// (a kernel whose factor is 1 keeps its completion event).
-void Engine::commResidencyChanged(int ri) {
+// for it: NCCL's kernels share the SMs and the memory with it), and n /
+// kernelOverlapEfficiency times slower while n kernels of the rank's compute
+// streams run at once (processor sharing: together they get the GPU, times
+// the efficiency). When either changes, the running kernels' remaining work
+// is rescheduled at the new rate (a kernel whose rate stays keeps its
+// completion event).
+void Engine::rescheduleKernels(int ri) {
   RankState& r = ranks_[size_t(ri)];
   const bool slowed = r.active_comm > 0;
   for (int si = 0; si < int(r.streams.size()); ++si) {
     StreamState& s = r.streams[size_t(si)];
-    if (!s.busy || !s.kernel || s.slowed == slowed) continue;
-    const double f = cost_.commSlowdown(r.plan->tasks[size_t((*s.tasks)[s.head])]);
-    if (f == 1.0) continue;
+    if (!s.busy || !s.kernel) continue;
+    const uint8_t sharing = s.sharing ? uint8_t(std::min(r.running_kernels, 255)) : 0;
+    if (s.slowed == slowed && s.sharing == sharing) continue;
+    const Task& t = r.plan->tasks[size_t((*s.tasks)[s.head])];
+    const double before = rateDivisor(t, s.slowed, s.sharing), after = rateDivisor(t, slowed, sharing);
     const double elapsed = double(now_ - s.updated_ns);
-    s.work_left_ns = std::max(0.0, s.work_left_ns - (s.slowed ? elapsed / f : elapsed));
+    s.work_left_ns = std::max(0.0, s.work_left_ns - elapsed / before);
     s.slowed = slowed;
+    s.sharing = sharing;
     s.updated_ns = now_;
-    s.done_ns = now_ + int64_t(std::llround(slowed ? s.work_left_ns * f : s.work_left_ns));
+    if (after == before) continue;
+    s.done_ns = now_ + int64_t(std::llround(s.work_left_ns * after));
     push(s.done_ns, EventType::TaskDone, ri, (*s.tasks)[s.head]);
   }
 }
@@ -541,7 +570,7 @@ void Engine::arrive(int ri, int ti) {
   if (!group_member_[size_t(g)][size_t(r.rank)])
     throw SimulationError("rank " + std::to_string(r.rank) + " " + describeTask(r, ti) + " uses group '" +
                           group.name + "' which does not contain it");
-  if (++r.active_comm == 1) commResidencyChanged(ri);
+  if (++r.active_comm == 1) rescheduleKernels(ri);
   const bool p2p = ci.op == CollectiveOp::Send || ci.op == CollectiveOp::Recv;
   std::tuple<int, int, int64_t> key;
   int src = -1, dst = -1;
@@ -725,7 +754,10 @@ void Engine::finishTask(int ri, int ti) {
   s.busy = false;
   s.done_ns = -1;
   if (t.kind == TaskKind::Collective || t.kind == TaskKind::SendRecv) {
-    if (--r.active_comm == 0) commResidencyChanged(ri);
+    if (--r.active_comm == 0) rescheduleKernels(ri);
+  } else if (s.sharing > 0) {
+    s.sharing = 0;
+    if (--r.running_kernels > 0) rescheduleKernels(ri);
   }
   ++s.head;
   tryStartAll(ri);

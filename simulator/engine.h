@@ -234,6 +234,8 @@ struct SimRankSummary {
   int64_t exposed_comm_ns = 0;  // |U comm \ U compute|
   int64_t idle_ns = 0;          // step - |U everything|
   double overlap_pct = 0;       // overlap / comm * 100
+  // Per phase the wall time during which one of its tasks runs (kernels of
+  // two compute streams side by side count once).
   int64_t forward_ns = 0, backward_ns = 0, recompute_ns = 0, optimizer_ns = 0, data_ns = 0;
   int64_t peak_memory_bytes = 0;
 };

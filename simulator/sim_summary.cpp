@@ -51,6 +51,10 @@ SimRankSummary summarizeRank(const SimResult& result, int rank) {
   s.step_ns = src.end_ns;
   s.peak_memory_bytes = own.peak_memory_bytes;
   Intervals compute, comm, all;
+  // Per phase the time some task of it runs (a union: the weight-gradient
+  // stream's kernels run beside the compute stream's, and a phase's time is
+  // wall time, not the sum of its tasks).
+  Intervals forward, backward, recompute, optimizer, data;
   for (const SimActivity a : src.activities) {
     const auto iv = std::make_pair(a.start_ns, a.end_ns);
     all.push_back(iv);
@@ -62,16 +66,20 @@ SimRankSummary summarizeRank(const SimResult& result, int rank) {
     // Compute is kernels only, as in the trace analyses; memcpy and host work
     // count in the step but in neither union.
     if (a.kind == TaskKind::Kernel) compute.push_back(iv);
-    const int64_t d = a.end_ns - a.start_ns;
     switch (a.phase) {
-      case Phase::Forward: s.forward_ns += d; break;
-      case Phase::Backward: s.backward_ns += d; break;
-      case Phase::Recompute: s.recompute_ns += d; break;
-      case Phase::Optimizer: s.optimizer_ns += d; break;
-      case Phase::Data: s.data_ns += d; break;
+      case Phase::Forward: forward.push_back(iv); break;
+      case Phase::Backward: backward.push_back(iv); break;
+      case Phase::Recompute: recompute.push_back(iv); break;
+      case Phase::Optimizer: optimizer.push_back(iv); break;
+      case Phase::Data: data.push_back(iv); break;
       case Phase::Comm: break;
     }
   }
+  s.forward_ns = length(unite(std::move(forward)));
+  s.backward_ns = length(unite(std::move(backward)));
+  s.recompute_ns = length(unite(std::move(recompute)));
+  s.optimizer_ns = length(unite(std::move(optimizer)));
+  s.data_ns = length(unite(std::move(data)));
   const Intervals uc = unite(std::move(compute)), um = unite(std::move(comm)), ua = unite(std::move(all));
   s.compute_ns = length(uc);
   s.comm_ns = length(um);

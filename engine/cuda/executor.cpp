@@ -37,13 +37,18 @@ int64_t taskScratchBytes(const Task& t) {
 
 int64_t chunksOf(int64_t n) { return (n + kChunkElements - 1) / kChunkElements; }
 
+int64_t computeStreamsOf(const RankPlan& rp) {
+  return std::count_if(rp.streams.begin(), rp.streams.end(),
+                       [](const StreamInfo& s) { return s.kind == StreamKind::Compute; });
+}
+
 }  // namespace
 
 int64_t executorOverheadBytes(const Plan& plan) {
   const RankPlan& rp = plan.programs.at(0);
   int64_t scratch = 0;
   for (const Task& t : rp.tasks) scratch = std::max(scratch, taskScratchBytes(t));
-  int64_t total = int64_t(Gemm::kWorkspaceBytes) + align256(scratch) * int64_t(rp.streams.size());
+  int64_t total = int64_t(Gemm::kWorkspaceBytes) * computeStreamsOf(rp) + align256(scratch) * int64_t(rp.streams.size());
   for (const Task& t : rp.tasks) {
     if (t.op == OpKind::LoadBatch) {
       const int64_t n = rp.buffers[t.writes[0]].elementCount();
@@ -118,8 +123,12 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   if (opt.observer) opt.observer->onSetupWorkEnd();
   arena = static_cast<std::byte*>(deviceAlloc(arena_bytes));
   TANDEM_CUDA_CHECK(cudaMemset(arena, 0, arena_bytes));
-  workspace = deviceAlloc(Gemm::kWorkspaceBytes);
-  gemm = std::make_unique<Gemm>(workspace, Gemm::kWorkspaceBytes);
+  for (const StreamInfo& si : program->streams)
+    gemms.push_back(si.kind == StreamKind::Compute
+                        ? std::make_unique<Gemm>(deviceAlloc(Gemm::kWorkspaceBytes), Gemm::kWorkspaceBytes)
+                        : nullptr);
+  if (gemms.empty() || !gemms[0])
+    throw CudaError("cuda executor: the plan's stream 0 is not a compute stream");
   int64_t scratch_bytes = 0;
   for (const Task& t : program->tasks) scratch_bytes = std::max(scratch_bytes, taskScratchBytes(t));
   for (size_t i = 0; i < streams.size(); ++i)
@@ -148,9 +157,9 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   size_t free_after = 0;
   TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_after, &total_b));
   mem.planned_arena_bytes = arena_bytes;
-  mem.workspace_bytes = Gemm::kWorkspaceBytes;
+  mem.workspace_bytes = int64_t(Gemm::kWorkspaceBytes) * computeStreamsOf(*program);
   mem.allocated_bytes = allocated;
-  mem.scratch_bytes = allocated - arena_bytes - int64_t(Gemm::kWorkspaceBytes);
+  mem.scratch_bytes = allocated - arena_bytes - mem.workspace_bytes;
   mem.device_used_bytes = int64_t(total_b) - int64_t(free_after);
 }
 
@@ -173,7 +182,7 @@ CudaExecutor::Impl::~Impl() {
     if (stop_event[i]) cudaEventDestroy(stop_event[i]);
   }
   if (loads_done) cudaEventDestroy(loads_done);
-  gemm.reset();
+  gemms.clear();
   comm.reset();
   for (auto s : streams) cudaStreamDestroy(s);
 }
@@ -349,7 +358,11 @@ void CudaExecutor::Impl::tuneGemms() {
   if (!opt.tune_gemms || (env && std::string(env) == "0")) return;
   if (opt.observer) opt.observer->onSetupWorkBegin();
   TANDEM_CUDA_CHECK(cudaMemset(arena, 0x3c, size_t(program->memory.arena_bytes)));
-  gemm->setTuning(true);
+  auto setTuning = [&](bool on) {
+    for (auto& g : gemms)
+      if (g) g->setTuning(on);
+  };
+  setTuning(true);
   tuning_pass = true;
   try {
     for (size_t i = 0; i < program->tasks.size(); ++i) {
@@ -359,11 +372,11 @@ void CudaExecutor::Impl::tuneGemms() {
         enqueueTask(int(i));
     }
   } catch (...) {
-    gemm->setTuning(false);
+    setTuning(false);
     tuning_pass = false;
     throw;
   }
-  gemm->setTuning(false);
+  setTuning(false);
   tuning_pass = false;
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
   TANDEM_CUDA_CHECK(cudaMemset(arena, 0, size_t(program->memory.arena_bytes)));
@@ -467,7 +480,12 @@ void CudaExecutor::Impl::launchStep(int step, int slot, bool with_optimizer) {
     cudaGraph_t g;
     const char* hoist_env = std::getenv("TANDEM_GRAPH_HOIST_MEMSETS");
     const bool hoist = !(hoist_env && std::string(hoist_env) == "0");
-    gemm->beginGraphCapture(hoist);
+    auto endGemmCapture = [&] {
+      for (auto& gm : gemms)
+        if (gm) gm->endGraphCapture();
+    };
+    for (auto& gm : gemms)
+      if (gm) gm->beginGraphCapture(hoist);
     TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s0, cudaStreamCaptureModeThreadLocal));
     if (opt.observer) opt.observer->onCaptureBegin(s0);
     capturing = true;
@@ -475,20 +493,22 @@ void CudaExecutor::Impl::launchStep(int step, int slot, bool with_optimizer) {
       enqueueStep(true);
     } catch (...) {
       capturing = false;
-      gemm->endGraphCapture();
+      endGemmCapture();
       cudaStreamEndCapture(s0, &g);
       throw;
     }
     capturing = false;
-    gemm->endGraphCapture();
+    endGemmCapture();
     TANDEM_CUDA_CHECK(cudaStreamEndCapture(s0, &g));
     if (opt.observer) opt.observer->onCaptureEnd(s0);
     try {
       graph_memsets.memsets = memsetNodesOf(g);
-      if (hoist) {
-        const auto [lo, hi] = gemm->capturedSlices();
-        graph_memsets.hoisted = hoistMemsetsInside(g, lo, hi);
-      }
+      if (hoist)
+        for (auto& gm : gemms)
+          if (gm) {
+            const auto [lo, hi] = gm->capturedSlices();
+            graph_memsets.hoisted += hoistMemsetsInside(g, lo, hi);
+          }
       TANDEM_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, g, 0));
     } catch (...) {
       cudaGraphDestroy(g);
@@ -681,7 +701,7 @@ GpuMemoryReport CudaExecutor::memory() const { return impl_->mem; }
 std::vector<double> CudaExecutor::taskMilliseconds() const { return impl_->task_ms; }
 int CudaExecutor::stepsDone() const { return impl_->steps_done; }
 const FusionPlan& CudaExecutor::fusion() const { return impl_->fusion; }
-const std::vector<GemmTuning>& CudaExecutor::gemmTuning() const { return impl_->gemm->tuning(); }
+const std::vector<GemmTuning>& CudaExecutor::gemmTuning() const { return impl_->mainGemm().tuning(); }
 CudaExecutor::GraphMemsets CudaExecutor::graphMemsets() const { return impl_->graph_memsets; }
 const Plan& CudaExecutor::plan() const { return impl_->plan; }
 NcclComm* CudaExecutor::communicator() const { return impl_->comm.get(); }

@@ -100,8 +100,11 @@ struct CudaExecutor::Impl {
   std::vector<int> collective_tasks;
 
   std::byte* arena = nullptr;
-  void* workspace = nullptr;
-  std::unique_ptr<Gemm> gemm;
+  // One Gemm (with a cuBLASLt workspace of its own) per compute stream, so
+  // that GEMMs running side by side never share a workspace; null for the
+  // other streams. gemms[0] is the main compute stream's.
+  std::vector<std::unique_ptr<Gemm>> gemms;
+  Gemm& mainGemm() const { return *gemms.at(0); }
   std::vector<float*> scratch;  // per stream
   StepScalars* scalars = nullptr;
   StepScalars* host_scalars = nullptr;  // pinned, kSlots entries

@@ -17,6 +17,7 @@ void CudaExecutor::Impl::enqueueTask(int index) {
   const auto& W = t.writes;
   cudaStream_t s = streams.at(t.stream);
   float* scr = scratch.at(t.stream);
+  Gemm* gemm = gemms.at(t.stream).get();  // null on a comm stream, which issues no GEMM
   auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
   auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
   // The tuning pass (tuneGemms) issues GEMM tasks alone: no events, no observer.
@@ -214,6 +215,7 @@ bool CudaExecutor::Impl::fusionSupported(int index, int partner, FusionKind kind
     return reinterpret_cast<uintptr_t>(ptr(buffer)) % Gemm::kEpilogueAlignment == 0;
   };
   const DType d = program->buffers.at(size_t(t.writes[0])).dtype;
+  Gemm* gemm = &mainGemm();  // support depends on the shape only
   switch (kind) {
     case FusionKind::MatmulGelu: {
       const Task& g = program->tasks[size_t(partner)];

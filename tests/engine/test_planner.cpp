@@ -148,7 +148,9 @@ TEST_CASE("Data parallel: one all-reduce per bucket, after the last micro-batch,
           "[planner][dp]") {
   const Plan plan = buildPlan(test::microJob(2, 2, 3));
   const RankPlan& rp = plan.programs[0];
-  REQUIRE(rp.streams.size() == 2);
+  // compute, comm, and the weight gradients' compute stream
+  REQUIRE(rp.streams.size() == 3);
+  REQUIRE(rp.streams[1].kind == StreamKind::Comm);
   REQUIRE(rp.buckets.size() >= 3);
   int all_reduces = 0;
   int first_last_mb_task = -1;
@@ -157,7 +159,7 @@ TEST_CASE("Data parallel: one all-reduce per bucket, after the last micro-batch,
   std::vector<int> recorder_of(rp.num_events, -1);
   for (const Task& t : rp.tasks)
     if (t.record_event >= 0) recorder_of[t.record_event] = t.id;
-  int comm_synced_upto = -1;
+  std::map<int, int> comm_synced_upto;  // producer stream -> latest task the comm stream waited for
   for (const Task& t : rp.tasks) {
     if (t.op != OpKind::AllReduce) continue;
     ++all_reduces;
@@ -166,16 +168,23 @@ TEST_CASE("Data parallel: one all-reduce per bucket, after the last micro-batch,
     REQUIRE(t.collective.has_value());
     CHECK(t.collective->group == "dp");
     CHECK(t.collective->reduce == ReduceOp::Avg);
-    // Every producer of the bucket's gradients has run before the comm
-    // stream's latest wait (the comm stream is FIFO, so an earlier
-    // all-reduce's wait also covers this one).
-    for (int e : t.wait_events) comm_synced_upto = std::max(comm_synced_upto, recorder_of[e]);
-    REQUIRE(comm_synced_upto >= 0);
+    // Every producer of the bucket's gradients (on either compute stream)
+    // has run before the comm stream's latest wait on that stream (the comm
+    // stream is FIFO, so an earlier all-reduce's wait also covers this one;
+    // a stream's tasks finish in order).
+    for (int e : t.wait_events) {
+      int& upto = comm_synced_upto[rp.tasks[size_t(recorder_of[e])].stream];
+      upto = std::max(upto, recorder_of[e]);
+    }
+    REQUIRE(!comm_synced_upto.empty());
     for (const Task& w : rp.tasks) {
-      if (w.stream != 0 || w.id >= t.id) continue;
+      if (w.stream == 1 || w.id >= t.id) continue;
       for (int b : w.writes) {
         const int root = rp.buffers[b].parent >= 0 ? rp.buffers[b].parent : b;
-        if (root == t.reads[0]) CHECK(w.id <= comm_synced_upto);
+        if (root != t.reads[0]) continue;
+        INFO(w.name << " on stream " << w.stream << " before " << t.name);
+        REQUIRE(comm_synced_upto.count(w.stream) == 1);
+        CHECK(w.id <= comm_synced_upto[w.stream]);
       }
     }
   }
@@ -449,6 +458,10 @@ TEST_CASE("Epilogue fusion under recompute: a recomputed GELU fuses only into a 
   for (const RecomputePolicy policy : {RecomputePolicy::Selective, RecomputePolicy::Full}) {
     JobSpec job = test::microJob(2, 1, 1);
     job.recompute.policy = policy;
+    // One compute stream: the memory plan that allows only the late DGELU
+    // below (the weight-gradient stream keeps inputs live longer, which
+    // changes the placement).
+    job.schedule.weight_gradient_stream = false;
     const Plan plan = buildPlan(job);
     const auto& tasks = plan.programs[0].tasks;
     int recomputed = 0;

@@ -117,12 +117,15 @@ void compareTraining(const std::string& label0, const JobSpec& job, int steps, d
 // does not accumulate; the fused Gelu/GeluBwd tasks keep their ids.
 void expectFusion() {
   if (cuda::fusionKinds(cuda::kAllFusions) != cuda::kAllFusions) return;
-  // DGELU placement (fusion.h): the tiny job's memory plan allows only the
-  // late one, a vocabulary of 1024 only the early one (as GPT-2 124M).
+  // DGELU placement (fusion.h): on one compute stream the tiny job's memory
+  // plan allows only the late one; with the weight-gradient stream (the
+  // default), and with a vocabulary of 1024, only the early one (as GPT-2 124M).
   for (const auto& [label, sets, accumulating_mbs, late] :
        std::vector<std::tuple<std::string, std::vector<std::string>, int, bool>>{
-           {"tiny bf16", {"training.precision=bf16"}, 0, true},
-           {"tiny bf16 grad_accum=2", {"training.precision=bf16", "training.grad_accum=2"}, 1, true},
+           {"tiny bf16 one stream", {"training.precision=bf16", "schedule.weight_gradient_stream=false"}, 0, true},
+           {"tiny bf16 grad_accum=2 one stream",
+            {"training.precision=bf16", "training.grad_accum=2", "schedule.weight_gradient_stream=false"}, 1, true},
+           {"tiny bf16", {"training.precision=bf16"}, 0, false},
            {"tiny bf16 vocab 1024", {"training.precision=bf16", "model.vocab=1024"}, 0, false}}) {
     const Plan plan = buildPlan(tiny(sets));
     const RankPlan& rp = plan.programs[0];
@@ -200,6 +203,8 @@ int main() {
       g_fusion = fusion;
       compareGradients("tiny fp32", tiny({"training.precision=fp32"}), 1e-4);
       compareGradients("tiny bf16", tiny({"training.precision=bf16"}), 1e-2);
+      compareGradients("tiny bf16 one stream", tiny({"training.precision=bf16", "schedule.weight_gradient_stream=false"}),
+                       1e-2);
       compareGradients("tiny fp32 grad_accum=2", tiny({"training.precision=fp32", "training.grad_accum=2"}), 1e-4);
       compareGradients("tiny bf16 grad_accum=2", tiny({"training.precision=bf16", "training.grad_accum=2"}), 1e-2);
       compareGradients("tiny fp32 vocab 1024", tiny({"training.precision=fp32", "model.vocab=1024"}), 1e-4);

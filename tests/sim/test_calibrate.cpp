@@ -317,6 +317,9 @@ TEST_CASE("Multi-rank launch gap: fitted from shapes measured both ways, added t
   for (const int dp : {1, 2}) {
     JobSpec job = smallJob(8, 2);
     job.parallel.data_parallel = dp;
+    // One compute stream: kernels side by side share the GPU, which would
+    // stretch both by more than the extra launch time.
+    job.schedule.weight_gradient_stream = false;
     const Plan plan = buildPlan(job);
     const sim::SimResult a = sim::simulatePlan(plan, topo, plain);
     const sim::SimResult b = sim::simulatePlan(plan, topo, extra_model);
@@ -460,6 +463,9 @@ collective_beside:
   JobSpec job = defaultJob();
   job.training.micro_batch = 2;
   job.parallel.data_parallel = 2;
+  // One compute stream, so that the longest kernel beside each bucket's
+  // collective is the layer's attention backward, not a weight gradient.
+  job.schedule.weight_gradient_stream = false;
   simulate(job, truth, {}, measured);
   const sim::CalibrationResult cal = sim::calibrateFromRuns({{measured, 1}});
   REQUIRE(cal.calibration.collective_start_wait.has_value());

@@ -605,3 +605,48 @@ ops:
   CHECK(g.end_ns == g.start_ns);
   CHECK(r.step_ns == 5000);
 }
+
+TEST_CASE("kernels of two compute streams share the GPU", "[engine]") {
+  // Stream 0: a 1 ms kernel; stream 1 (a second compute stream, like the
+  // weight gradients'): a 0.4 ms kernel, both ready at once. Processor
+  // sharing (efficiency 1): both run at half speed while both run, so the
+  // short one ends at 0.8 ms and the long one at 1.4 ms, as if run one after
+  // the other. At efficiency 2 each runs as fast as alone.
+  Topology topo = ringTopology(1, 1, 0);
+  RankPlan rp;
+  rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
+  rp.tasks.push_back(kernel(0, 0, 7e11, 0));
+  rp.tasks.push_back(kernel(1, 1, 2.8e11, 0));
+  Task fused = kernel(2, 1, 0, 0);  // launches nothing: must not share
+  fused.fused_into = 0;
+  rp.tasks.push_back(fused);
+  const Plan plan = uniformPlan(1, rp);
+  RooflineParams params = RooflineParams::defaults();
+  params.launch_overhead_ns = 0;
+  params.comm_slowdown = 1.0;
+  const RooflineCostModel shared(params);
+  params.kernel_overlap_efficiency = 2.0;
+  const RooflineCostModel perfect(params);
+  const SimResult a = simulatePlan(plan, topo, shared, idealOptions());
+  const SimResult b = simulatePlan(plan, topo, perfect, idealOptions());
+  const SimActivity long_a = activityOf(a.ranks[0], 0), short_a = activityOf(a.ranks[0], 1);
+  const SimActivity long_b = activityOf(b.ranks[0], 0), short_b = activityOf(b.ranks[0], 1);
+  const int64_t alone_long = long_b.end_ns - long_b.start_ns, alone_short = short_b.end_ns - short_b.start_ns;
+  REQUIRE(alone_long > 2 * alone_short);
+  CHECK(long_b.start_ns == short_b.start_ns);
+  CHECK(std::llabs((short_a.end_ns - short_a.start_ns) - 2 * alone_short) <= 1);
+  CHECK(std::llabs((long_a.end_ns - long_a.start_ns) - (alone_long + alone_short)) <= 1);
+  CHECK(std::llabs(a.step_ns - (b.step_ns + alone_short)) <= 1);
+  // Deterministic like everything else.
+  CHECK(simulatePlan(plan, topo, shared, idealOptions()).step_ns == a.step_ns);
+}
+
+TEST_CASE("calibration files carry the kernel overlap efficiency", "[engine][calibration]") {
+  const Calibration c = parseCalibration("version: 1\nkernel_overlap_efficiency: 1.25\n", "k.yaml");
+  REQUIRE(c.kernel_overlap_efficiency.has_value());
+  CHECK(*c.kernel_overlap_efficiency == Approx(1.25));
+  CHECK(RooflineCostModel(RooflineParams::defaults(), c).kernelOverlapEfficiency() == Approx(1.25));
+  CHECK(RooflineCostModel().kernelOverlapEfficiency() == 1.0);
+  CHECK_THROWS_WITH(parseCalibration("version: 1\nkernel_overlap_efficiency: 3\n", "k.yaml"),
+                    Catch::Contains("k.yaml:2") && Catch::Contains("kernel_overlap_efficiency"));
+}
