@@ -44,16 +44,23 @@ struct BenchJob {
 
 // GPT-2 shapes at data parallel 1 and 2. The calibration jobs span the
 // axes (micro-batch, sequence length, hidden size, data parallel); every
-// held-out job has a combination none of them has, inside that span.
+// held-out job has a combination none of them has, inside that span. The
+// calibration jobs run on one compute stream, so that every kernel is
+// measured alone; one more (base-mb16-wgrad, the default schedule) measures
+// how kernels of the weight-gradient stream share the GPU. The held-out
+// jobs run the default schedule (weight gradients on their own stream).
 std::vector<BenchJob> benchJobs() {
+  const std::string alone = "schedule.weight_gradient_stream=false";
   return {
-      {"base-mb8", {"training.micro_batch=8", "parallel.data_parallel=1"}, true},
-      {"base-mb16", {"training.micro_batch=16", "parallel.data_parallel=1"}, true},
-      {"dp2-mb8", {"training.micro_batch=8", "parallel.data_parallel=2"}, true},
-      {"dp2-mb16", {"training.micro_batch=16", "parallel.data_parallel=2"}, true},
-      {"seq256-mb32", {"training.micro_batch=32", "model.seq_len=256", "parallel.data_parallel=1"}, true},
+      {"base-mb8", {"training.micro_batch=8", "parallel.data_parallel=1", alone}, true},
+      {"base-mb16", {"training.micro_batch=16", "parallel.data_parallel=1", alone}, true},
+      {"base-mb16-wgrad", {"training.micro_batch=16", "parallel.data_parallel=1"}, true},
+      {"dp2-mb8", {"training.micro_batch=8", "parallel.data_parallel=2", alone}, true},
+      {"dp2-mb16", {"training.micro_batch=16", "parallel.data_parallel=2", alone}, true},
+      {"seq256-mb32", {"training.micro_batch=32", "model.seq_len=256", "parallel.data_parallel=1", alone}, true},
       {"hidden1280-mb4",
-       {"training.micro_batch=4", "model.hidden=1280", "model.heads=20", "model.layers=6", "parallel.data_parallel=1"},
+       {"training.micro_batch=4", "model.hidden=1280", "model.heads=20", "model.layers=6", "parallel.data_parallel=1",
+        alone},
        true},
       {"seq512-mb16", {"training.micro_batch=16", "model.seq_len=512", "parallel.data_parallel=1"}, false},
       {"mb12", {"training.micro_batch=12", "parallel.data_parallel=1"}, false},

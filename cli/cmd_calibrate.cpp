@@ -57,6 +57,10 @@ void runCalibrate(const CalibrateOptions& o) {
     fmt::print("collectives start after {:.0f}% of the remaining time of the kernel running when they are ready "
                "(median over {})\n",
                100 * *r.calibration.collective_start_wait, r.collective_start_wait_samples);
+  if (r.calibration.kernel_overlap_efficiency)
+    fmt::print("kernel overlap efficiency {:.3f} (kernels of two compute streams side by side; {} steps{})\n",
+               *r.calibration.kernel_overlap_efficiency, r.kernel_overlap_samples,
+               r.kernel_overlap_samples ? "" : ", none measured: shared evenly");
   if (r.calibration.multi_rank_launch_ns)
     fmt::print("multi-rank launch gap {:.2f} us per kernel task (median over {} shapes measured on one rank and on "
                "more)\n",

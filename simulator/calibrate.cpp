@@ -32,6 +32,7 @@ struct Sample {
   double under_comm = 0;  // share of the task's kernel time under a resident collective
   double launch_ns = 0;   // the part of ns that is the task's launch gaps
   bool multi_rank = false;  // measured in a run of more than one rank
+  bool shared = false;      // measured only beside kernels of another compute stream
 };
 
 struct CollSample {
@@ -274,9 +275,14 @@ std::vector<double> stepOverheads(traces::TraceReader& reader, int64_t run) {
 // the task's first kernel started while a collective ran on its rank (the
 // simulator slows exactly those tasks by comm_slowdown).
 struct TaskSteps {
-  std::vector<double> clean_ns;                      // steps run with no collective resident
+  std::vector<double> clean_ns;                      // steps run alone: no collective, no other compute stream
+  std::vector<double> shared_ns;                     // no collective, but beside another compute stream's kernels
   std::vector<std::pair<double, double>> slowed_ns;  // (ns, share of it under a collective)
 };
+
+// A kernel's time counts as shared when more than this share of it ran
+// beside another compute stream's kernels.
+constexpr double kSharedShare = 0.05;
 
 using Intervals = std::vector<std::pair<int64_t, int64_t>>;
 
@@ -332,7 +338,7 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
   for (const auto& st : reader.steps(run)) step_starts[st.rank].push_back(st.start_ns);
   for (auto& [rank, starts] : step_starts) std::sort(starts.begin(), starts.end());
   struct StepSum {
-    double ns = 0, under_comm_ns = 0;
+    double ns = 0, under_comm_ns = 0, shared_ns = 0, raw_ns = 0;
   };
   std::map<traces::TaskKey, std::map<size_t, StepSum>> per_step;
   reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
@@ -345,6 +351,8 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
     StepSum& sum = per_step[{a.rank, a.task_id}][step];
     const int64_t shared = a.kind == traces::ActivityKind::Kernel ? besideOtherKernels(a) : 0;
     sum.ns += double(a.end_ns - a.start_ns) - 0.5 * double(shared);
+    sum.raw_ns += double(a.end_ns - a.start_ns);
+    sum.shared_ns += double(shared);
     if (a.kind != traces::ActivityKind::Collective) sum.under_comm_ns += double(underComm(a.rank, a.start_ns, a.end_ns));
   });
   std::map<traces::TaskKey, TaskSteps> out;
@@ -353,8 +361,67 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
     for (const auto& [step, v] : steps)
       if (v.under_comm_ns > 0)
         ts.slowed_ns.push_back({v.ns, v.under_comm_ns / std::max(v.ns, 1.0)});
+      else if (v.shared_ns > kSharedShare * v.raw_ns)
+        ts.shared_ns.push_back(v.ns);
       else
         ts.clean_ns.push_back(v.ns);
+  }
+  return out;
+}
+
+// One step of a one-rank run with a second compute stream: how long one
+// kernel ran alone and how long several ran at once, and the kernel tasks
+// that ran. With each task's time alone (from runs without the stream), the
+// throughput of kernels side by side follows: the work done while several
+// ran is the tasks' time alone minus the time one ran alone.
+struct SharingStep {
+  double single_ns = 0, multi_ns = 0;
+  std::vector<std::pair<OpKind, std::string>> tasks;
+};
+
+std::vector<SharingStep> sharingSteps(traces::TraceReader& reader, int64_t run, const Plan& plan) {
+  std::vector<SharingStep> out;
+  if (plan.world_size != 1 || plan.programs.empty()) return out;  // collectives would slow them too
+  const RankPlan& rp = plan.programs[0];
+  if (std::count_if(rp.streams.begin(), rp.streams.end(),
+                    [](const StreamInfo& x) { return x.kind == StreamKind::Compute; }) < 2)
+    return out;
+  std::vector<traces::StepRow> steps;
+  for (const auto& st : reader.steps(run))
+    if (st.rank == 0) steps.push_back(st);
+  std::sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  std::vector<Intervals> kernels(steps.size());
+  std::vector<std::set<int64_t>> tasks(steps.size());
+  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
+    if (a.rank != 0 || a.kind != traces::ActivityKind::Kernel || a.task_id < 0 ||
+        a.task_id >= int64_t(rp.tasks.size()) || rp.tasks[size_t(a.task_id)].fused_into >= 0)
+      return;
+    const auto pos = std::upper_bound(steps.begin(), steps.end(), a.start_ns,
+                                      [](int64_t t, const traces::StepRow& st) { return t < st.start_ns; });
+    if (pos == steps.begin() || a.start_ns >= std::prev(pos)->end_ns) return;
+    const size_t i = size_t(std::prev(pos) - steps.begin());
+    kernels[i].push_back({a.start_ns, a.end_ns});
+    tasks[i].insert(a.task_id);
+  });
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (kernels[i].empty()) continue;
+    std::vector<std::pair<int64_t, int>> edges;
+    for (const auto& [a, b] : kernels[i]) edges.push_back({a, +1}), edges.push_back({b, -1});
+    std::sort(edges.begin(), edges.end());  // at one time, ends (-1) before starts
+    SharingStep st;
+    int running = 0;
+    int64_t last = edges.front().first;
+    for (const auto& [t, d] : edges) {
+      if (running == 1) st.single_ns += double(t - last);
+      if (running > 1) st.multi_ns += double(t - last);
+      running += d;
+      last = t;
+    }
+    for (int64_t id : tasks[i]) {
+      const Task& task = rp.tasks[size_t(id)];
+      st.tasks.push_back({costOpKind(task), shapeKey(task)});
+    }
+    out.push_back(std::move(st));
   }
   return out;
 }
@@ -396,6 +463,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   std::set<OpKind> planned_ops;  // kernel op kinds of the re-planned jobs
   std::map<OpKind, std::vector<Sample>> slowed;        // task-steps with kernel time under a collective
   std::map<OpKind, std::vector<Sample>> kernel_clean;  // clean medians, kernel time only
+  std::vector<SharingStep> sharing_steps;              // one-rank runs with a second compute stream
   std::vector<double> step_overheads;
   LaunchGapsByShape gaps_by_shape;
 
@@ -419,6 +487,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
       if (times.empty())
         throw std::runtime_error(fmt::format("{}: run {} has no activities with plan task ids", in.path, run));
       const LaunchGaps gaps = launchGaps(reader, run, plan);
+      for (SharingStep& st : sharingSteps(reader, run, plan)) sharing_steps.push_back(std::move(st));
       const RunKernelsAndCollectives beside_run = plan.world_size > 1 ? readKernelsAndCollectives(reader, run, plan)
                                                                       : RunKernelsAndCollectives{};
       for (double share : collectiveStartWaits(beside_run, plan)) start_waits.push_back(share);
@@ -486,6 +555,15 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
           x.ns += launch_ns;
           x.launch_ns = launch_ns;
           samples[costOpKind(task)].push_back(x);
+        } else if (split != by_comm.end() && !split->second.shared_ns.empty()) {
+          // Only measured beside the other compute stream's kernels: charged
+          // as shared evenly (taskStepsByComm), and left out of the fit
+          // where the shape was also measured alone (fitOps below).
+          Sample x = base;
+          x.ns = median(split->second.shared_ns) + launch_ns;
+          x.launch_ns = launch_ns;
+          x.shared = true;
+          samples[costOpKind(task)].push_back(x);
         } else {
           // Never measured without a collective beside it (a data-parallel
           // run only): its slowed time is still better than no figure, and
@@ -526,9 +604,6 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   }
 
   out.calibration.source = "tandem calibrate";
-  // The kernel times above were charged as if kernels side by side shared
-  // the GPU evenly (taskStepsByComm); the simulation must share it the same way.
-  out.calibration.kernel_overlap_efficiency = 1.0;
   if (!launch_gaps.empty()) out.calibration.launch_overhead_ns = int64_t(std::llround(median(launch_gaps)));
   if (!step_overheads.empty()) out.calibration.step_overhead_ns = int64_t(std::llround(median(step_overheads)));
   if (!start_waits.empty()) {
@@ -544,6 +619,17 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     for (auto& [op, s] : samples)
       for (Sample& x : s)
         if (x.multi_rank) x.ns -= std::min(*extra, x.launch_ns);
+  }
+  // A shape measured alone somewhere is costed from those measurements
+  // only: a kernel's share of the GPU beside another stream's kernels is
+  // not even (a GEMM takes most of it), so shared times only stand in for
+  // shapes never seen alone.
+  for (auto& [op, s] : samples) {
+    std::set<std::string> alone;
+    for (const Sample& x : s)
+      if (!x.shared) alone.insert(x.shape);
+    s.erase(std::remove_if(s.begin(), s.end(), [&](const Sample& x) { return x.shared && alone.count(x.shape); }),
+            s.end());
   }
   for (auto& [op, s] : samples) {
     OpFitReport rep = fitOp(op, s);
@@ -571,6 +657,30 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   std::map<std::pair<OpKind, std::string>, std::vector<double>> clean_kernel_ns;
   for (const auto& [op, xs] : kernel_clean)
     for (const Sample& x : xs) clean_kernel_ns[{op, x.shape}].push_back(x.ns);
+  // Kernels side by side (kernel_overlap_efficiency): per step of a run with
+  // the weight-gradient stream whose every task was also measured alone,
+  // (sum of the tasks' time alone - time one kernel ran alone) / time
+  // several ran; the median over such steps. Without such steps the
+  // simulation shares evenly (1), as the shared samples were charged.
+  {
+    std::vector<double> e;
+    for (const SharingStep& st : sharing_steps) {
+      if (st.multi_ns < 0.01 * (st.single_ns + st.multi_ns)) continue;
+      double alone = 0;
+      bool known = true;
+      for (const auto& key : st.tasks) {
+        const auto it = clean_kernel_ns.find(key);
+        if (it == clean_kernel_ns.end()) {
+          known = false;
+          break;
+        }
+        alone += median(it->second);
+      }
+      if (known) e.push_back((alone - st.single_ns) / st.multi_ns);
+    }
+    out.calibration.kernel_overlap_efficiency = e.empty() ? 1.0 : std::clamp(median(e), 0.5, 2.0);
+    out.kernel_overlap_samples = int64_t(e.size());
+  }
   // The same fit per op kind too: a weight-gradient GEMM beside NCCL loses
   // more than a data-gradient GEMM does. A kind gets its own factor with
   // kMinSlowedSamples task-steps or more; the others keep the pooled one.
@@ -708,9 +818,9 @@ std::string calibrationToYaml(const CalibrationResult& r) {
   y += "version: 1\n";
   if (r.calibration.launch_overhead_ns) y += fmt::format("launch_overhead_ns: {}\n", *r.calibration.launch_overhead_ns);
   if (r.calibration.kernel_overlap_efficiency)
-    y += fmt::format("kernel_overlap_efficiency: {:.4f}  # kernels side by side on two compute streams share the GPU "
-                     "(their times above are charged so)\n",
-                     *r.calibration.kernel_overlap_efficiency);
+    y += fmt::format("kernel_overlap_efficiency: {:.4f}  # throughput of kernels of two compute streams side by side, "
+                     "relative to one alone (median over {} steps; 1 when none measured it)\n",
+                     *r.calibration.kernel_overlap_efficiency, r.kernel_overlap_samples);
   if (r.calibration.multi_rank_launch_ns)
     y += fmt::format("multi_rank_launch_ns: {}  # per kernel task, added in plans of more than one rank ({} shapes "
                      "measured both ways)\n",

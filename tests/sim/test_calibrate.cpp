@@ -509,3 +509,54 @@ collective_beside:
   CHECK(worst_with < 0.05);
   CHECK(worst_without > 0.1);
 }
+
+TEST_CASE("Kernel overlap efficiency: fitted from a run with the weight-gradient stream", "[calibrate]") {
+  // The "hardware": kernels of two compute streams side by side get 1.3
+  // times the throughput of one. Calibrated from a run on one compute
+  // stream (every kernel alone) and one with the weight-gradient stream,
+  // the fit finds the factor back and predicts another job's step with
+  // the stream.
+  sim::RooflineParams p = sim::RooflineParams::defaults();
+  for (double& e : p.flops_efficiency) e *= 0.8;
+  p.kernel_overlap_efficiency = 1.3;
+  const sim::RooflineCostModel truth(p);
+  JobSpec alone = smallJob(8, 4);
+  alone.parallel.data_parallel = 1;
+  alone.schedule.weight_gradient_stream = false;
+  JobSpec shared = alone;
+  shared.schedule.weight_gradient_stream = true;
+  const std::string a = traces::testing::tempTracePath("overlap-alone.sqlite");
+  const std::string b = traces::testing::tempTracePath("overlap-shared.sqlite");
+  simulate(alone, truth, {}, a);
+  const int64_t shared_truth_ns = simulate(shared, truth, {}, b);
+
+  const sim::CalibrationResult cal = sim::calibrateFromRuns({{a, 1}, {b, 1}});
+  REQUIRE(cal.calibration.kernel_overlap_efficiency.has_value());
+  CHECK(cal.kernel_overlap_samples == 1);
+  CHECK(*cal.calibration.kernel_overlap_efficiency == Approx(1.3).epsilon(0.03));
+  const sim::Calibration loaded = sim::parseCalibration(sim::calibrationToYaml(cal), "fitted.yaml");
+  REQUIRE(loaded.kernel_overlap_efficiency.has_value());
+  const sim::RooflineCostModel calibrated(sim::RooflineParams::defaults(), loaded);
+  INFO("shared job: truth " << shared_truth_ns << " ns, calibrated " << simulate(shared, calibrated, loaded));
+  CHECK(std::fabs(double(simulate(shared, calibrated, loaded) - shared_truth_ns)) / double(shared_truth_ns) < 0.01);
+  // An unseen job (other micro-batch and depth): its shapes come from the
+  // fitted lines, with and without the stream alike.
+  JobSpec other = smallJob(4, 6);
+  other.parallel.data_parallel = 1;
+  JobSpec other_alone = other;
+  other_alone.schedule.weight_gradient_stream = false;
+  const double err = std::fabs(double(simulate(other, calibrated, loaded) - simulate(other, truth, {}))) /
+                     double(simulate(other, truth, {}));
+  const double err_alone =
+      std::fabs(double(simulate(other_alone, calibrated, loaded) - simulate(other_alone, truth, {}))) /
+      double(simulate(other_alone, truth, {}));
+  INFO("unseen job: error " << err << " with the stream, " << err_alone << " on one stream");
+  CHECK(err < 0.05);
+  CHECK(std::fabs(err - err_alone) < 0.01);
+
+  // Without a run on one stream nothing was measured alone: the shared
+  // times are charged evenly and the simulation shares evenly.
+  const sim::CalibrationResult only_shared = sim::calibrateFromRuns({{b, 1}});
+  CHECK(only_shared.kernel_overlap_samples == 0);
+  CHECK(*only_shared.calibration.kernel_overlap_efficiency == 1.0);
+}
