@@ -8,7 +8,7 @@
 // Prints one JSON line per job, a table, and the rank order of the jobs by
 // step time both ways (Kendall tau).
 //
-//   bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology h200x2-nv18] [--steps 30] [--reuse-real]
+//   bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology h200x2-nv18] [--steps 30] [--reuse-real] [--max-dp N]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 
 #include "engine/planner.h"
 #include "simulator/calibrate.h"
+#include "simulator/calibrate_overlap.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
 #include "simulator/sim_trace_output.h"
@@ -172,7 +173,9 @@ double medianOf(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fmt::print(stderr, "usage: bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real]\n");
+    fmt::print(stderr,
+               "usage: bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] "
+               "[--max-dp N]\n");
     return 2;
   }
   const std::string tandem_bin = argv[1];
@@ -180,14 +183,29 @@ int main(int argc, char** argv) {
   std::string topology = "h200x2-nv18";
   int steps = 30;
   bool reuse = false;  // keep real traces already in OUT_DIR (analyse again without a GPU)
+  int max_dp = 1 << 20;
   for (int i = 3; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--reuse-real") reuse = true;
     else if (flag == "--topology" && i + 1 < argc) topology = argv[++i];
     else if (flag == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
+    else if (flag == "--max-dp" && i + 1 < argc) max_dp = std::atoi(argv[++i]);
+    else {
+      fmt::print(stderr, "bench_sim_vs_real: unknown or incomplete argument {}\n", flag);
+      return 2;
+    }
   }
   fs::create_directories(out_dir);
-  const std::vector<BenchJob> jobs = benchJobs();
+  // --max-dp: leave out the jobs of more ranks (a machine with fewer GPUs);
+  // the summary then covers the jobs that ran.
+  std::vector<BenchJob> jobs;
+  for (const BenchJob& b : benchJobs()) {
+    if (jobOf(b).parallel.data_parallel > max_dp) {
+      fmt::print(stderr, "job {} left out (--max-dp {})\n", b.name, max_dp);
+      continue;
+    }
+    jobs.push_back(b);
+  }
 
   // 1. Real runs, profiled.
   for (const BenchJob& b : jobs) {
@@ -210,7 +228,10 @@ int main(int argc, char** argv) {
   for (const BenchJob& b : jobs)
     if (b.calibrate) inputs.push_back({(out_dir / (b.name + ".real.sqlite")).string(), -1});
   const sim::Topology topo = sim::loadTopology(topology);
-  const sim::CalibrationResult cal = sim::calibrateFromRuns(inputs);
+  sim::CalibrationResult cal = sim::calibrateFromRuns(inputs);
+  if (const auto refit = sim::refitOverlapBySimulation(cal, inputs, topo))
+    fmt::print(stderr, "kernel overlap efficiency {:.3f} from the timelines, {:.3f} by simulation ({} runs, {:.2f}%)\n",
+               refit->from_timelines, refit->efficiency, refit->runs, refit->mean_abs_error_pct);
   const std::string cal_path = (out_dir / "calibration.yaml").string();
   {
     std::FILE* f = std::fopen(cal_path.c_str(), "w");

@@ -4,10 +4,13 @@
 
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "cli/command_registry.h"
 #include "simulator/calibrate.h"
+#include "simulator/calibrate_overlap.h"
 #include "simulator/cost_model.h"
+#include "simulator/topology_presets.h"
 #include "traces/atomic_output.h"
 
 namespace tandem::cli {
@@ -16,6 +19,7 @@ namespace {
 struct CalibrateOptions {
   std::vector<std::string> inputs;
   std::string out;
+  std::string topology;  // optional: refit kernel_overlap_efficiency by simulation
 };
 
 // "FILE" (every real run in it) or "FILE:RUN".
@@ -34,7 +38,9 @@ sim::CalibrationInput parseInput(const std::string& arg) {
 void runCalibrate(const CalibrateOptions& o) {
   std::vector<sim::CalibrationInput> inputs;
   for (const auto& a : o.inputs) inputs.push_back(parseInput(a));
-  const sim::CalibrationResult r = sim::calibrateFromRuns(inputs);
+  sim::CalibrationResult r = sim::calibrateFromRuns(inputs);
+  std::optional<sim::OverlapRefit> refit;
+  if (!o.topology.empty()) refit = sim::refitOverlapBySimulation(r, inputs, sim::loadTopology(resourcePath(o.topology)));
   const std::string yaml = sim::calibrationToYaml(r);
   sim::parseCalibration(yaml, o.out);  // what we write must load
   traces::AtomicOutput output(o.out);
@@ -74,6 +80,12 @@ void runCalibrate(const CalibrateOptions& o) {
   }
   for (const auto& b : r.collective_beside)
     fmt::print("collectives beside {}: {:.3f}x the size model ({} samples)\n", b.role, b.factor, b.samples);
+  if (refit)
+    fmt::print("kernel overlap efficiency {:.3f} by simulation on {} ({:.3f} from the timelines; {} one-rank runs with "
+               "the stream, mean step error {:.2f}%)\n",
+               refit->efficiency, o.topology, refit->from_timelines, refit->runs, refit->mean_abs_error_pct);
+  else if (!o.topology.empty())
+    fmt::print("kernel overlap efficiency: no one-rank run with the weight-gradient stream to refit it by simulation\n");
   fmt::print("calibration written to {}\n", o.out);
 }
 
@@ -82,6 +94,10 @@ void addCalibrateCommand(CLI::App& root) {
   auto o = std::make_shared<CalibrateOptions>();
   cmd->add_option("runs", o->inputs, "trace files (every real run in them) or FILE:RUN for one run")->required();
   cmd->add_option("--out", o->out, "calibration YAML to write")->required()->type_name("FILE");
+  cmd->add_option("--topology", o->topology,
+                  "preset or topology file of the measured machine: choose kernel_overlap_efficiency by simulating "
+                  "the one-rank runs with the weight-gradient stream (docs/simulator.md)")
+      ->type_name("NAME|FILE");
   cmd->callback([o] { runCalibrate(*o); });
 }
 

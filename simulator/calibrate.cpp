@@ -817,10 +817,17 @@ std::string calibrationToYaml(const CalibrationResult& r) {
   y += fmt::format("# {} task samples; {} activities had task ids outside the re-planned job.\n", r.samples, r.unmatched);
   y += "version: 1\n";
   if (r.calibration.launch_overhead_ns) y += fmt::format("launch_overhead_ns: {}\n", *r.calibration.launch_overhead_ns);
-  if (r.calibration.kernel_overlap_efficiency)
-    y += fmt::format("kernel_overlap_efficiency: {:.4f}  # throughput of kernels of two compute streams side by side, "
-                     "relative to one alone (median over {} steps; 1 when none measured it)\n",
-                     *r.calibration.kernel_overlap_efficiency, r.kernel_overlap_samples);
+  if (r.calibration.kernel_overlap_efficiency) {
+    if (r.kernel_overlap_by_simulation)
+      y += fmt::format("kernel_overlap_efficiency: {:.4f}  # throughput of kernels of two compute streams side by "
+                       "side, relative to one alone: the simulated step closest to the measured one over {} one-rank "
+                       "runs with the stream\n",
+                       *r.calibration.kernel_overlap_efficiency, r.kernel_overlap_samples);
+    else
+      y += fmt::format("kernel_overlap_efficiency: {:.4f}  # throughput of kernels of two compute streams side by "
+                       "side, relative to one alone (median over {} steps; 1 when none measured it)\n",
+                       *r.calibration.kernel_overlap_efficiency, r.kernel_overlap_samples);
+  }
   if (r.calibration.multi_rank_launch_ns)
     y += fmt::format("multi_rank_launch_ns: {}  # per kernel task, added in plans of more than one rank ({} shapes "
                      "measured both ways)\n",

@@ -12,6 +12,7 @@
 
 #include "engine/planner.h"
 #include "simulator/calibrate.h"
+#include "simulator/calibrate_overlap.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
 #include "simulator/sim_trace_output.h"
@@ -553,6 +554,21 @@ TEST_CASE("Kernel overlap efficiency: fitted from a run with the weight-gradient
   INFO("unseen job: error " << err << " with the stream, " << err_alone << " on one stream");
   CHECK(err < 0.05);
   CHECK(std::fabs(err - err_alone) < 0.01);
+
+  // Refitted by simulation on the measured machine: the simulator shares
+  // the GPU exactly like this "hardware", so the same factor comes back.
+  sim::CalibrationResult refitted = cal;
+  const auto refit = sim::refitOverlapBySimulation(refitted, {{a, 1}, {b, 1}}, sim::loadTopology("h200x2-nv18"));
+  REQUIRE(refit.has_value());
+  CHECK(refit->runs == 1);
+  CHECK(refit->efficiency == Approx(1.3).epsilon(0.02));
+  CHECK(refit->mean_abs_error_pct < 0.5);
+  CHECK(refitted.kernel_overlap_by_simulation);
+  CHECK(sim::parseCalibration(sim::calibrationToYaml(refitted), "r.yaml").kernel_overlap_efficiency.has_value());
+  // Only runs on one stream: nothing to refit.
+  sim::CalibrationResult untouched = cal;
+  CHECK(!sim::refitOverlapBySimulation(untouched, {{a, 1}}, sim::loadTopology("h200x2-nv18")).has_value());
+  CHECK(!untouched.kernel_overlap_by_simulation);
 
   // Without a run on one stream nothing was measured alone: the shared
   // times are charged evenly and the simulation shares evenly.
