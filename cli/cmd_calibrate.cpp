@@ -38,9 +38,12 @@ sim::CalibrationInput parseInput(const std::string& arg) {
 void runCalibrate(const CalibrateOptions& o) {
   std::vector<sim::CalibrationInput> inputs;
   for (const auto& a : o.inputs) inputs.push_back(parseInput(a));
+  // The topology first: a bad name fails before the runs are read.
+  std::optional<sim::Topology> topology;
+  if (!o.topology.empty()) topology = sim::loadTopology(resourcePath(o.topology));
   sim::CalibrationResult r = sim::calibrateFromRuns(inputs);
   std::optional<sim::OverlapRefit> refit;
-  if (!o.topology.empty()) refit = sim::refitOverlapBySimulation(r, inputs, sim::loadTopology(resourcePath(o.topology)));
+  if (topology) refit = sim::refitOverlapBySimulation(r, inputs, *topology);
   const std::string yaml = sim::calibrationToYaml(r);
   sim::parseCalibration(yaml, o.out);  // what we write must load
   traces::AtomicOutput output(o.out);
@@ -63,7 +66,7 @@ void runCalibrate(const CalibrateOptions& o) {
     fmt::print("collectives start after {:.0f}% of the remaining time of the kernel running when they are ready "
                "(median over {})\n",
                100 * *r.calibration.collective_start_wait, r.collective_start_wait_samples);
-  if (r.calibration.kernel_overlap_efficiency)
+  if (r.calibration.kernel_overlap_efficiency && !refit)
     fmt::print("kernel overlap efficiency {:.3f} (kernels of two compute streams side by side; {} steps{})\n",
                *r.calibration.kernel_overlap_efficiency, r.kernel_overlap_samples,
                r.kernel_overlap_samples ? "" : ", none measured: shared evenly");

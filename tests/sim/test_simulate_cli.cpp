@@ -85,3 +85,39 @@ TEST_CASE("tandem simulate fails with one clear line and no output file", "[cli]
   CHECK_THAT(bad_sym.text, Catch::Contains("allowed: auto, on, off"));
   CHECK_FALSE(std::filesystem::exists(db));
 }
+
+TEST_CASE("tandem calibrate --topology refits the kernel overlap efficiency by simulation", "[cli]") {
+  REQUIRE(std::filesystem::exists(tandemBin()));
+  // The "hardware": kernels of two compute streams side by side at 1.3
+  // times the throughput of one. One run on one compute stream, one with
+  // the weight-gradient stream, of a small one-GPU job.
+  const std::string hw = tempPath("cli_overlap_hw.yaml");
+  {
+    FILE* f = std::fopen(hw.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs("version: 1\nkernel_overlap_efficiency: 1.3\n", f);
+    std::fclose(f);
+  }
+  const std::string job =
+      "default --set parallel.data_parallel=1 --set model.layers=4 --set model.hidden=512 --set model.heads=8 "
+      "--set model.seq_len=512 --set training.micro_batch=8 --topology h200x2-nv18 --calibration " + hw;
+  const std::string alone = tempPath("cli_overlap_alone.sqlite"), shared = tempPath("cli_overlap_shared.sqlite");
+  REQUIRE(run("simulate " + job + " --set schedule.weight_gradient_stream=false --out " + alone).status == 0);
+  REQUIRE(run("simulate " + job + " --out " + shared).status == 0);
+  const std::string cal = tempPath("cli_overlap_cal.yaml");
+  const Output ok = run("calibrate " + alone + ":1 " + shared + ":1 --out " + cal + " --topology h200x2-nv18");
+  INFO(ok.text);
+  REQUIRE(ok.status == 0);
+  const std::string key = "kernel overlap efficiency ";
+  const size_t at = ok.text.find(key);
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(ok.text.substr(at + key.size(), 6)) == Approx(1.3).margin(0.02));
+  CHECK(ok.text.find("by simulation on h200x2-nv18") != std::string::npos);
+  CHECK(std::filesystem::exists(cal));
+  // A topology that does not exist: one line, exit 1, no file.
+  const std::string bad = tempPath("cli_overlap_bad.yaml");
+  const Output err = run("calibrate " + alone + ":1 " + shared + ":1 --out " + bad + " --topology no-such-machine");
+  CHECK(err.status == 1);
+  CHECK(err.text.find("no-such-machine") != std::string::npos);
+  CHECK(!std::filesystem::exists(bad));
+}
