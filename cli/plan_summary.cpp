@@ -50,8 +50,15 @@ std::string planSummaryText(const Plan& plan) {
   });
   std::string phases;
   for (const auto& [phase, n] : per_phase) phases += fmt::format("{}{} {}", phases.empty() ? "" : ", ", n, phase);
-  line(fmt::format("tasks      {} per rank ({}), {} streams, {} events", rp.tasks.size(), phases,
-                   rp.streams.size(), rp.num_events));
+  // Streams by name, with their task counts: "compute 245, compute.wgrad 49, comm 10".
+  std::vector<int> per_stream(rp.streams.size(), 0);
+  for (const Task& task : rp.tasks)
+    if (task.stream >= 0 && size_t(task.stream) < per_stream.size()) ++per_stream[size_t(task.stream)];
+  std::string streams;
+  for (size_t i = 0; i < rp.streams.size(); ++i)
+    streams += fmt::format("{}{} {}", streams.empty() ? "" : ", ", rp.streams[i].name, per_stream[i]);
+  line(fmt::format("tasks      {} per rank ({}), {} streams ({}), {} events", rp.tasks.size(), phases,
+                   rp.streams.size(), streams, rp.num_events));
   line(fmt::format("comm       {} collectives per rank per step ({}) over {} buckets, {} per rank{}{}",
                    collectives, kinds.empty() ? "none" : kinds, rp.buckets.size(),
                    humanBytes(double(coll_bytes)),
