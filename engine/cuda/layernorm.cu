@@ -157,12 +157,13 @@ __global__ void layernormBackwardRegKernel(T* dx, float* partial_dw, float* part
 template <class T>
 struct Vec16 {
   static constexpr int kElems = 16 / int(sizeof(T));
-  __device__ __forceinline__ static void load(const T* p, float (&f)[kElems]) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
+  __device__ __forceinline__ static uint4 raw(const T* p) { return *reinterpret_cast<const uint4*>(p); }
+  __device__ __forceinline__ static void unpack(const uint4& u, float (&f)[kElems]) {
     const T* e = reinterpret_cast<const T*>(&u);
 #pragma unroll
     for (int i = 0; i < kElems; ++i) f[i] = toF(e[i]);
   }
+  __device__ __forceinline__ static void load(const T* p, float (&f)[kElems]) { unpack(raw(p), f); }
   __device__ __forceinline__ static void store(T* p, const float (&f)[kElems]) {
     uint4 u;
     T* e = reinterpret_cast<T*>(&u);
@@ -181,16 +182,27 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + (threadIdx.x >> 5);
   if (row >= M) return;
   const int nvec = int(C / E);
+  // Both inputs of the whole row are requested before the first store: the
+  // compiler cannot tell that `sum` does not alias them, so loading inside
+  // the store loop costs a memory round trip per vector.
+  uint4 u[kVec], u2[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const int c = (lane + 32 * k) * E;
+    const bool valid = lane + 32 * k < nvec;
+    u[k] = valid ? Vec16<T>::raw(x + row * C + c) : make_uint4(0, 0, 0, 0);
+    u2[k] = valid && x2 ? Vec16<T>::raw(x2 + row * C + c) : make_uint4(0, 0, 0, 0);
+  }
   float v[kVec][E];
   float s = 0.f;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
     const int c = (lane + 32 * k) * E;
+    Vec16<T>::unpack(u[k], v[k]);
     if (lane + 32 * k < nvec) {
-      Vec16<T>::load(x + row * C + c, v[k]);
       if (x2) {  // the residual add, rounded to T as the add kernel rounds it
         float v2[E];
-        Vec16<T>::load(x2 + row * C + c, v2);
+        Vec16<T>::unpack(u2[k], v2);
 #pragma unroll
         for (int i = 0; i < E; ++i) v[k][i] = toF(fromF<T>(v[k][i] + v2[i]));
         Vec16<T>::store(sum + row * C + c, v[k]);
@@ -249,6 +261,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
   constexpr int E = Vec16<T>::kElems;
   constexpr bool kSmemAcc = kLnAccInSmem<T, kVec>;
   constexpr int kRegVec = kSmemAcc ? 1 : kVec;
+  constexpr bool kEarlyPrev = sizeof(T) < 4;
   extern __shared__ float block_sum[];
   const int lane = threadIdx.x & 31, warp_in_block = threadIdx.x >> 5;
   const int64_t warp = blockIdx.x * int64_t(kWarpsPerBlock) + warp_in_block;
@@ -267,39 +280,53 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
     __syncwarp();
   }
   for (int64_t row = warp; row < M; row += kBwdWarps) {
+    // Everything the row needs is requested before any of it is used, the
+    // residual gradient it adds to included: one memory round trip per row
+    // (loading dx after the row's sums made it two, and the kernel ran at
+    // about half the bandwidth). The row stays packed in registers and is
+    // unpacked once per pass. fp32 rows are twice the registers, so there
+    // the residual gradient is still loaded late (early, it spills).
     const float mu = loadAny(mean, mean_bf16, row);
     const float rs = loadAny(rstd, rstd_bf16, row);
-    float xh[kVec][E], g[kVec][E];
+    uint4 ux[kVec], ug[kVec], up[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const int c = (lane + 32 * k) * E;
+      const bool valid = lane + 32 * k < nvec;
+      ux[k] = valid ? Vec16<T>::raw(x + row * C + c) : make_uint4(0, 0, 0, 0);
+      ug[k] = valid ? Vec16<T>::raw(dy + row * C + c) : make_uint4(0, 0, 0, 0);
+      up[k] = kEarlyPrev && valid && accumulate_dx ? Vec16<T>::raw(dx + row * C + c) : make_uint4(0, 0, 0, 0);
+    }
     float sum_dn = 0.f, sum_dn_xhat = 0.f;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const int c = (lane + 32 * k) * E;
-      float wv[E];
-      if (lane + 32 * k < nvec) {
-        Vec16<T>::load(x + row * C + c, xh[k]);
-        Vec16<T>::load(dy + row * C + c, g[k]);
+      const bool valid = lane + 32 * k < nvec;
+      float xh[E], g[E], wv[E];
+      Vec16<T>::unpack(ux[k], xh);
+      Vec16<T>::unpack(ug[k], g);
+      if (valid)
         Vec16<T>::load(w + c, wv);
-      } else {
+      else
 #pragma unroll
-        for (int i = 0; i < E; ++i) xh[k][i] = g[k][i] = wv[i] = 0.f;
-      }
+        for (int i = 0; i < E; ++i) wv[i] = 0.f;
 #pragma unroll
       for (int i = 0; i < E; ++i) {
-        xh[k][i] = (xh[k][i] - mu) * rs;
-        const float dn = g[k][i] * wv[i];
+        xh[i] = (xh[i] - mu) * rs;
+        const float dn = g[i] * wv[i];
         sum_dn += dn;
-        sum_dn_xhat += dn * xh[k][i];
+        sum_dn_xhat += dn * xh[i];
         if constexpr (!kSmemAcc) {
-          aw[k][i] += g[k][i] * xh[k][i];
-          ab[k][i] += g[k][i];
+          aw[k][i] += g[i] * xh[i];
+          ab[k][i] += g[i];
         }
       }
       if constexpr (kSmemAcc) {
-        if (lane + 32 * k < nvec)
+        if (valid)
 #pragma unroll
           for (int i = 0; i < E; ++i) {
-            warp_dw[c + i] += g[k][i] * xh[k][i];
-            warp_db[c + i] += g[k][i];
+            warp_dw[c + i] += g[i] * xh[i];
+            warp_db[c + i] += g[i];
           }
       }
     }
@@ -309,14 +336,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
     for (int k = 0; k < kVec; ++k) {
       const int c = (lane + 32 * k) * E;
       if (lane + 32 * k < nvec) {
-        float out[E], prev[E], wv[E];
+        float xh[E], g[E], prev[E], wv[E], out[E];
+        Vec16<T>::unpack(ux[k], xh);
+        Vec16<T>::unpack(ug[k], g);
+        if (!kEarlyPrev && accumulate_dx) up[k] = Vec16<T>::raw(dx + row * C + c);
+        Vec16<T>::unpack(up[k], prev);  // zeros unless accumulating
         Vec16<T>::load(w + c, wv);
-        if (accumulate_dx) Vec16<T>::load(dx + row * C + c, prev);
 #pragma unroll
-        for (int i = 0; i < E; ++i) {
-          out[i] = rs * (g[k][i] * wv[i] - a - xh[k][i] * bb);
-          if (accumulate_dx) out[i] += prev[i];
-        }
+        for (int i = 0; i < E; ++i) out[i] = rs * (g[i] * wv[i] - a - (xh[i] - mu) * rs * bb) + prev[i];
         Vec16<T>::store(dx + row * C + c, out);
       }
     }
@@ -353,20 +380,24 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
   }
 }
 
-// Column sums of the partial rows (per warp or per block) in two fixed-order stages, wide
-// enough to use the whole GPU: stage 1 sums kGroups slices of the partial
-// rows per column block, stage 2 sums the kGroups results in order.
-constexpr int kGroups = 32;
+// Column sums of the partial rows (one per block, or per warp on the scalar
+// paths) into dw and db, in one fixed order: 32 slices of rows per column
+// block, then the slices in order. One kernel: a two-stage version cost a
+// second launch per layernorm backward (about 2.5 us each, 25 per GPT-2 step).
+constexpr int kSlices = 32;
 
-__global__ void layernormPartialSumKernel(float* stage, const float* partial_dw, const float* partial_db,
-                                          int64_t C, int rows) {
-  __shared__ float sw[8][33], sb[8][33];
+template <class T>
+__global__ void __launch_bounds__(32 * kSlices)
+    layernormParamGradKernel(T* dw, T* db, const float* partial_dw, const float* partial_db, int64_t C, int rows,
+                             bool accumulate) {
+  __shared__ float sw[kSlices][33], sb[kSlices][33];
   const int64_t c = blockIdx.x * 32 + threadIdx.x;
-  const int per = (rows + kGroups - 1) / kGroups;
-  const int j0 = blockIdx.y * per, j1 = min(rows, j0 + per);
+  const int per = (rows + kSlices - 1) / kSlices;
+  const int j0 = threadIdx.y * per, j1 = min(rows, j0 + per);
   float aw = 0.f, ab = 0.f;
   if (c < C)
-    for (int j = j0 + threadIdx.y; j < j1; j += 8) {
+#pragma unroll 4
+    for (int j = j0; j < j1; ++j) {
       aw += partial_dw[j * C + c];
       ab += partial_db[j * C + c];
     }
@@ -375,22 +406,9 @@ __global__ void layernormPartialSumKernel(float* stage, const float* partial_dw,
   __syncthreads();
   if (threadIdx.y != 0 || c >= C) return;
   float tw = 0.f, tb = 0.f;
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kSlices; ++j) {
     tw += sw[j][threadIdx.x];
     tb += sb[j][threadIdx.x];
-  }
-  stage[blockIdx.y * C + c] = tw;
-  stage[(kGroups + blockIdx.y) * C + c] = tb;
-}
-
-template <class T>
-__global__ void layernormParamReduceKernel(T* dw, T* db, const float* stage, int64_t C, bool accumulate) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  float tw = 0.f, tb = 0.f;
-  for (int g = 0; g < kGroups; ++g) {
-    tw += stage[g * C + c];
-    tb += stage[(kGroups + g) * C + c];
   }
   if (accumulate) {
     tw += toF(dw[c]);
@@ -477,7 +495,7 @@ void addLayernormForward(void* sum, void* y, void* mean, DType mean_dt, void* rs
   layernormForwardAny(y, mean, mean_dt, rstd, rstd_dt, a, a2, sum, w, b, M, C, dt, s);
 }
 
-int64_t layernormScratchBytes(int64_t C) { return (int64_t(kBwdWarps) + kGroups) * C * 2 * sizeof(float); }
+int64_t layernormScratchBytes(int64_t C) { return int64_t(kBwdWarps) * C * 2 * sizeof(float); }
 
 void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w,
                        const void* mean, DType mean_dt, const void* rstd, DType rstd_dt, int64_t M,
@@ -485,7 +503,6 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
                        cudaStream_t s) {
   float* pdw = scratch;
   float* pdb = scratch + int64_t(kBwdWarps) * C;
-  float* stage = scratch + 2 * int64_t(kBwdWarps) * C;
   // Up to 8 vectors per lane (bf16 rows up to 2048 wide, fp32 up to 1024);
   // wider or unaligned rows take the scalar kernels below.
   const int vec = vectorsPerLane(C, dt, 8, {dx, dy, x, w});
@@ -496,11 +513,8 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
                                                         isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx,
                                                         s));
       TANDEM_CUDA_LAUNCH_CHECK();
-      layernormPartialSumKernel<<<dim3(unsigned((C + 31) / 32), kGroups), dim3(32, 8), 0, s>>>(stage, pdw, pdb, C,
-                                                                                            kBwdBlocks);
-      TANDEM_CUDA_LAUNCH_CHECK();
-      layernormParamReduceKernel<T><<<gridFor(C, 256), 256, 0, s>>>(static_cast<T*>(dw), static_cast<T*>(db), stage,
-                                                                    C, accumulate_dw);
+      layernormParamGradKernel<T><<<unsigned((C + 31) / 32), dim3(32, kSlices), 0, s>>>(
+          static_cast<T*>(dw), static_cast<T*>(db), pdw, pdb, C, kBwdBlocks, accumulate_dw);
     });
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
@@ -521,11 +535,8 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
           static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C,
           accumulate_dx);
     TANDEM_CUDA_LAUNCH_CHECK();
-    layernormPartialSumKernel<<<dim3(unsigned((C + 31) / 32), kGroups), dim3(32, 8), 0, s>>>(stage, pdw, pdb, C,
-                                                                                          kBwdWarps);
-    TANDEM_CUDA_LAUNCH_CHECK();
-    layernormParamReduceKernel<T><<<gridFor(C, 256), 256, 0, s>>>(static_cast<T*>(dw), static_cast<T*>(db), stage,
-                                                                  C, accumulate_dw);
+    layernormParamGradKernel<T><<<unsigned((C + 31) / 32), dim3(32, kSlices), 0, s>>>(
+        static_cast<T*>(dw), static_cast<T*>(db), pdw, pdb, C, kBwdWarps, accumulate_dw);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
 }

@@ -129,27 +129,49 @@ __global__ void adamwKernel(const TensorSlot* slots, int num_slots, const StepSc
                    (!separate_param || (bf16_param ? aligned8(t.param) : aligned16(t.param)));
   int64_t scalar_from = begin;
   if (vec) {
+    // Two groups of four elements per thread and pass, every load of both
+    // issued before the first store: the tensors are separate arrays, but
+    // the compiler cannot know that, and would otherwise wait for each
+    // group's stores before loading the next.
+    constexpr int kGroups = 2;
+    float* __restrict__ master = t.master;
+    float* __restrict__ mom1 = t.m;
+    float* __restrict__ mom2 = t.v;
     const int64_t end4 = begin + ((end - begin) & ~int64_t(3));
-    for (int64_t i = begin + 4 * int64_t(threadIdx.x); i < end4; i += 4 * int64_t(blockDim.x)) {
-      float g[4], p[4];
-      load4(t.grad, t.grad_bf16, i, g);
-      float4 m4 = *reinterpret_cast<const float4*>(t.m + i);
-      float4 v4 = *reinterpret_cast<const float4*>(t.v + i);
-      const float4 p4 = *reinterpret_cast<const float4*>(t.master + i);
-      p[0] = math.step(g[0], m4.x, v4.x, p4.x);
-      p[1] = math.step(g[1], m4.y, v4.y, p4.y);
-      p[2] = math.step(g[2], m4.z, v4.z, p4.z);
-      p[3] = math.step(g[3], m4.w, v4.w, p4.w);
-      *reinterpret_cast<float4*>(t.m + i) = m4;
-      *reinterpret_cast<float4*>(t.v + i) = v4;
-      *reinterpret_cast<float4*>(t.master + i) = make_float4(p[0], p[1], p[2], p[3]);
-      if (bf16_param) {
-        uint2 u;
-        bf16* h = reinterpret_cast<bf16*>(&u);
-        for (int k = 0; k < 4; ++k) h[k] = __float2bfloat16_rn(p[k]);
-        *reinterpret_cast<uint2*>(static_cast<bf16*>(t.param) + i) = u;
-      } else if (separate_param) {
-        *reinterpret_cast<float4*>(static_cast<float*>(t.param) + i) = make_float4(p[0], p[1], p[2], p[3]);
+    const int64_t step = 4 * int64_t(blockDim.x);
+    for (int64_t i0 = begin + 4 * int64_t(threadIdx.x); i0 < end4; i0 += kGroups * step) {
+      float g[kGroups][4];
+      float4 m4[kGroups], v4[kGroups], p4[kGroups];
+#pragma unroll
+      for (int k = 0; k < kGroups; ++k) {
+        const int64_t i = i0 + k * step;
+        if (i < end4) {
+          load4(t.grad, t.grad_bf16, i, g[k]);
+          m4[k] = *reinterpret_cast<const float4*>(mom1 + i);
+          v4[k] = *reinterpret_cast<const float4*>(mom2 + i);
+          p4[k] = *reinterpret_cast<const float4*>(master + i);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kGroups; ++k) {
+        const int64_t i = i0 + k * step;
+        if (i >= end4) break;
+        float p[4];
+        p[0] = math.step(g[k][0], m4[k].x, v4[k].x, p4[k].x);
+        p[1] = math.step(g[k][1], m4[k].y, v4[k].y, p4[k].y);
+        p[2] = math.step(g[k][2], m4[k].z, v4[k].z, p4[k].z);
+        p[3] = math.step(g[k][3], m4[k].w, v4[k].w, p4[k].w);
+        *reinterpret_cast<float4*>(mom1 + i) = m4[k];
+        *reinterpret_cast<float4*>(mom2 + i) = v4[k];
+        *reinterpret_cast<float4*>(master + i) = make_float4(p[0], p[1], p[2], p[3]);
+        if (bf16_param) {
+          uint2 u;
+          bf16* h = reinterpret_cast<bf16*>(&u);
+          for (int e = 0; e < 4; ++e) h[e] = __float2bfloat16_rn(p[e]);
+          *reinterpret_cast<uint2*>(static_cast<bf16*>(t.param) + i) = u;
+        } else if (separate_param) {
+          *reinterpret_cast<float4*>(static_cast<float*>(t.param) + i) = make_float4(p[0], p[1], p[2], p[3]);
+        }
       }
     }
     scalar_from = end4;
