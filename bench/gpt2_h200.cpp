@@ -189,8 +189,8 @@ int main(int argc, char** argv) {
                m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));
     {
       const cuda::CudaExecutor::GraphMemsets gm = ex[0]->graphMemsets();
-      fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{}}},\"attention_mma\":\"{}\"}}\n", gm.memsets,
-                 gm.hoisted, cuda::attentionMmaPath());
+      fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{},\"merged_into\":{}}},\"attention_mma\":\"{}\"}}\n",
+                 gm.memsets, gm.hoisted, gm.merged_into, cuda::attentionMmaPath());
     }
     std::fflush(stdout);
     ex.clear();

@@ -503,13 +503,18 @@ void CudaExecutor::Impl::launchStep(int step, int slot, bool with_optimizer) {
     if (opt.observer) opt.observer->onCaptureEnd(s0);
     try {
       graph_memsets.memsets = memsetNodesOf(g);
+      std::vector<cudaGraphNode_t> merged;
       if (hoist)
         for (auto& gm : gemms)
           if (gm) {
             const auto [lo, hi] = gm->capturedSlices();
-            graph_memsets.hoisted += hoistMemsetsInside(g, lo, hi);
+            const std::vector<cudaGraphNode_t> into_one = mergeZeroMemsetsInside(g, lo, hi);
+            merged.insert(merged.end(), into_one.begin(), into_one.end());
+            graph_memsets.merged_into += !into_one.empty();
+            graph_memsets.hoisted += int(into_one.size()) + hoistMemsetsInside(g, lo, hi);
           }
       TANDEM_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, g, 0));
+      disableNodes(graph_exec, merged);
     } catch (...) {
       cudaGraphDestroy(g);
       throw;

@@ -110,11 +110,13 @@ class CudaExecutor {
   // The GEMM shapes this executor timed (empty when tuning is off, or when
   // another executor of the process had already tuned them).
   const std::vector<GemmTuning>& gemmTuning() const;
-  // cuBLASLt memsets in the step's graph, and how many of them moved to the
-  // graph's start (graph_memsets.h; TANDEM_GRAPH_HOIST_MEMSETS=0 keeps them
-  // in place). Both 0 before the graph is captured or without a graph.
+  // cuBLASLt memsets in the step's graph, how many of them moved to the
+  // graph's start, and into how many memsets of whole workspace-slice regions
+  // the moved ones that write zeros were merged (graph_memsets.h;
+  // TANDEM_GRAPH_HOIST_MEMSETS=0 keeps them in place). All 0 before the graph
+  // is captured or without a graph.
   struct GraphMemsets {
-    int memsets = 0, hoisted = 0;
+    int memsets = 0, hoisted = 0, merged_into = 0;
   };
   GraphMemsets graphMemsets() const;
   // The data-parallel communicator (nullptr with one rank): for work outside

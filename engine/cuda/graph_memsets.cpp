@@ -50,33 +50,86 @@ int memsetNodesOf(cudaGraph_t graph) {
   return n;
 }
 
+namespace {
+
+// Whether the memset node writes only inside [lo, hi); its parameters in `p`.
+bool memsetInside(cudaGraphNode_t node, const char* lo, const char* hi, cudaMemsetParams& p) {
+  TANDEM_CUDA_CHECK(cudaGraphMemsetNodeGetParams(node, &p));
+  const size_t row = p.elementSize * p.width;
+  const size_t extent = p.height > 1 ? p.pitch * (p.height - 1) + row : row;
+  const char* dst = static_cast<const char*>(p.dst);
+  return dst >= lo && dst + extent <= hi;
+}
+
+// Gives each dependent of `node` the node's predecessors as its own, so that
+// removing the node's incoming edges keeps the order of everything else.
+void bridgeOver(cudaGraph_t graph, cudaGraphNode_t node, const std::vector<cudaGraphNode_t>& preds) {
+  for (cudaGraphNode_t next : dependentsOf(node)) {
+    const std::vector<cudaGraphNode_t> has = dependenciesOf(next);
+    for (cudaGraphNode_t pred : preds) {
+      if (std::find(has.begin(), has.end(), pred) != has.end()) continue;
+      TANDEM_CUDA_CHECK(cudaGraphAddDependencies(graph, &pred, &next, nullptr, 1));
+    }
+  }
+}
+
+}  // namespace
+
 int hoistMemsetsInside(cudaGraph_t graph, const void* begin, const void* end) {
   const char* lo = static_cast<const char*>(begin);
   const char* hi = static_cast<const char*>(end);
   if (!lo || hi <= lo) return 0;
   int moved = 0;
   for (cudaGraphNode_t node : nodesOf(graph)) {
-    if (!isMemset(node)) continue;
     cudaMemsetParams p{};
-    TANDEM_CUDA_CHECK(cudaGraphMemsetNodeGetParams(node, &p));
-    const size_t row = p.elementSize * p.width;
-    const size_t extent = p.height > 1 ? p.pitch * (p.height - 1) + row : row;
-    const char* dst = static_cast<const char*>(p.dst);
-    if (dst < lo || dst + extent > hi) continue;
+    if (!isMemset(node) || !memsetInside(node, lo, hi, p)) continue;
     const std::vector<cudaGraphNode_t> preds = dependenciesOf(node);
     if (preds.empty()) continue;
-    for (cudaGraphNode_t next : dependentsOf(node)) {
-      const std::vector<cudaGraphNode_t> has = dependenciesOf(next);
-      for (cudaGraphNode_t pred : preds) {
-        if (std::find(has.begin(), has.end(), pred) != has.end()) continue;
-        TANDEM_CUDA_CHECK(cudaGraphAddDependencies(graph, &pred, &next, nullptr, 1));
-      }
-    }
+    bridgeOver(graph, node, preds);
     const std::vector<cudaGraphNode_t> self(preds.size(), node);
     TANDEM_CUDA_CHECK(cudaGraphRemoveDependencies(graph, preds.data(), self.data(), nullptr, preds.size()));
     ++moved;
   }
   return moved;
+}
+
+std::vector<cudaGraphNode_t> mergeZeroMemsetsInside(cudaGraph_t graph, const void* begin, const void* end) {
+  const char* lo = static_cast<const char*>(begin);
+  const char* hi = static_cast<const char*>(end);
+  std::vector<cudaGraphNode_t> zeroing;
+  if (!lo || hi <= lo) return zeroing;
+  for (cudaGraphNode_t node : nodesOf(graph)) {
+    cudaMemsetParams p{};
+    if (isMemset(node) && memsetInside(node, lo, hi, p) && p.value == 0) zeroing.push_back(node);
+  }
+  if (zeroing.empty()) return zeroing;
+  const size_t bytes = size_t(hi - lo);
+  cudaMemsetParams whole{};
+  whole.dst = const_cast<char*>(lo);
+  whole.value = 0;
+  whole.elementSize = (reinterpret_cast<uintptr_t>(lo) % 4 == 0 && bytes % 4 == 0) ? 4 : 1;
+  whole.width = bytes / whole.elementSize;
+  whole.height = 1;
+  cudaGraphNode_t merged = nullptr;
+  TANDEM_CUDA_CHECK(cudaGraphAddMemsetNode(&merged, graph, nullptr, 0, &whole));
+  for (cudaGraphNode_t node : zeroing) {
+    const std::vector<cudaGraphNode_t> preds = dependenciesOf(node);
+    bridgeOver(graph, node, preds);
+    if (!preds.empty()) {
+      const std::vector<cudaGraphNode_t> self(preds.size(), node);
+      TANDEM_CUDA_CHECK(cudaGraphRemoveDependencies(graph, preds.data(), self.data(), nullptr, preds.size()));
+    }
+    for (cudaGraphNode_t next : dependentsOf(node)) {
+      const std::vector<cudaGraphNode_t> has = dependenciesOf(next);
+      if (std::find(has.begin(), has.end(), merged) == has.end())
+        TANDEM_CUDA_CHECK(cudaGraphAddDependencies(graph, &merged, &next, nullptr, 1));
+    }
+  }
+  return zeroing;
+}
+
+void disableNodes(cudaGraphExec_t exec, const std::vector<cudaGraphNode_t>& nodes) {
+  for (cudaGraphNode_t node : nodes) TANDEM_CUDA_CHECK(cudaGraphNodeSetEnabled(exec, node, 0));
 }
 
 }  // namespace tandem::cuda

@@ -86,7 +86,8 @@ void compareTraining(const std::string& label0, const JobSpec& job, int steps, d
   expectBelow(label + ": worst loss deviation from CPU over " + std::to_string(steps) + " steps", worst, tol);
   expectTrue(label + ": CUDA Graph and eager losses identical over " + std::to_string(steps) + " steps", identical);
   const cuda::CudaExecutor::GraphMemsets gm = graph.graphMemsets();
-  fmt::print("     {}: the graph holds {} memsets, {} of them moved to its start\n", label, gm.memsets, gm.hoisted);
+  fmt::print("     {}: the graph holds {} memsets, {} of them moved to its start (merged into {})\n", label,
+             gm.memsets, gm.hoisted, gm.merged_into);
   // run() queues each step before the previous one ends (two host slots, the
   // batch staged behind the copy): a race there would change the losses.
   cuda::CudaExecutor ahead(plan, options(true));
