@@ -281,16 +281,16 @@ void CudaExecutor::Impl::buildTable(int task) {
     if (s.n > 0) slots.push_back(s);
   };
   // With the optimizer sharded, each table covers this rank's shard of
-  // every bucket it names: [rank, rank + 1) * size / shards elements.
+  // every bucket it names (shardOf).
   const int64_t shards = std::max<int64_t>(1, t.attrs.shards);
   const int64_t rank = shards > 1 ? opt.rank : 0;
   if (t.op == OpKind::GradNorm) {
     for (int b : t.reads) {
       TensorSlot s;
-      const int64_t size = program->buffers[b].elementCount() / shards;
+      const ShardRange shard = shardOf(int(rank), shards, program->buffers[b].elementCount());
       s.grad_bf16 = program->buffers[b].dtype == DType::BF16;
-      s.grad = static_cast<const char*>(ptr(b)) + rank * size * (s.grad_bf16 ? 2 : 4);
-      s.n = size;
+      s.grad = static_cast<const char*>(ptr(b)) + shard.begin * (s.grad_bf16 ? 2 : 4);
+      s.n = shard.end - shard.begin;
       add(s);
     }
   } else {
