@@ -166,6 +166,14 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
       }
     } else if (key == "kernel_overlap_efficiency") {
       cal.kernel_overlap_efficiency = number(source, kv.second, key, 0.5, 2.0);
+    } else if (key == "kernel_sharing") {
+      const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : std::string();
+      if (v == "first_holds")
+        cal.kernel_sharing = KernelSharing::FirstHolds;
+      else if (v == "fair")
+        cal.kernel_sharing = KernelSharing::Fair;
+      else
+        fail(source, kv.second, "kernel_sharing: expected first_holds or fair, got '" + v + "'");
     } else if (key == "collective_start_wait") {
       cal.collective_start_wait = number(source, kv.second, key, 0.0, 1.0);
     } else if (key == "collective_beside") {
@@ -230,7 +238,7 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
         cal.collectives.push_back(c);
       }
     } else {
-      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, step_overhead_ns, multi_rank_launch_ns, kernel_overlap_efficiency, collective_start_wait, collective_beside, ops, collectives)");
+      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, step_overhead_ns, multi_rank_launch_ns, kernel_overlap_efficiency, kernel_sharing, collective_start_wait, collective_beside, ops, collectives)");
     }
   }
   return cal;
@@ -249,6 +257,7 @@ RooflineCostModel::RooflineCostModel(RooflineParams params, Calibration calibrat
   if (calibration_.launch_overhead_ns) params_.launch_overhead_ns = *calibration_.launch_overhead_ns;
   if (calibration_.comm_slowdown) params_.comm_slowdown = *calibration_.comm_slowdown;
   if (calibration_.kernel_overlap_efficiency) params_.kernel_overlap_efficiency = *calibration_.kernel_overlap_efficiency;
+  if (calibration_.kernel_sharing) params_.kernel_sharing = *calibration_.kernel_sharing;
   for (const auto& [op, oc] : calibration_.ops) {
     std::map<std::string, int64_t> measured;
     for (const auto& [key, entry] : oc.shapes) measured[key] = entry.ns;

@@ -27,6 +27,16 @@ class CalibrationError : public std::runtime_error {
 
 inline constexpr size_t kOpKindCount = size_t(OpKind::AdamW) + 1;
 
+// How kernels of one rank's compute streams running at once divide the GPU.
+//  - FirstHolds: the kernel that started first runs as if alone (as long
+//    as the efficiency is at least 1), the others share what the efficiency
+//    adds beyond one kernel; when it ends, the next oldest holds. Measured on
+//    H200 (docs/accuracy.md): a kernel keeps the SMs its blocks hold, so a
+//    GEMM or layernorm backward launched beside a running GEMM barely moves
+//    until that one ends, and the running one keeps its speed.
+//  - Fair: processor sharing, each of n runs n / efficiency times slower.
+enum class KernelSharing : uint8_t { FirstHolds, Fair };
+
 struct RooflineParams {
   // Fraction of peak FLOP/s and of HBM bandwidth an op kind reaches; indexed
   // by OpKind. Defaults in roofline_defaults (cost_model.cpp), documented in
@@ -35,11 +45,12 @@ struct RooflineParams {
   std::array<double, kOpKindCount> bw_efficiency{};
   int64_t launch_overhead_ns = 3000;   // per kernel: launch gap between dependent kernels
   double comm_slowdown = 1.10;         // compute runs this much slower while a collective runs
-  // Kernels of several compute streams running at once share the GPU: n of
-  // them each run n / kernel_overlap_efficiency times slower than alone
-  // (never faster than alone). 1 is plain processor sharing: together they
-  // take as long as one after the other.
+  // Kernels of several compute streams running at once share the GPU and
+  // together get kernel_overlap_efficiency times the throughput of one
+  // alone (1: together they take as long as one after the other). How they
+  // divide it is kernel_sharing.
   double kernel_overlap_efficiency = 1.0;
+  KernelSharing kernel_sharing = KernelSharing::FirstHolds;
   double host_to_device_gbps = 25.0;   // LoadBatch and host memcpy (PCIe Gen5 x16, effective)
   int64_t host_task_ns = 5000;         // plain host work
   static RooflineParams defaults();
@@ -70,6 +81,7 @@ struct Calibration {
   std::optional<int64_t> step_overhead_ns;  // host time per step outside all GPU work
   std::optional<int64_t> multi_rank_launch_ns;  // per kernel task, extra in plans of more than one rank
   std::optional<double> kernel_overlap_efficiency;  // RooflineParams::kernel_overlap_efficiency
+  std::optional<KernelSharing> kernel_sharing;       // RooflineParams::kernel_sharing
   std::map<OpKind, OpCalibration> ops;
   std::vector<CollectiveCalibration> collectives;
   // A collective that becomes ready while kernels run on its GPU starts
@@ -136,8 +148,10 @@ class CostModel {
   // (kernels wait longer to start in multi-process runs), added by the engine.
   virtual int64_t multiRankLaunchNs() const { return 0; }
   // Throughput of kernels of several compute streams running at once,
-  // relative to one alone (RooflineParams::kernel_overlap_efficiency).
+  // relative to one alone (RooflineParams::kernel_overlap_efficiency), and
+  // how they divide it (RooflineParams::kernel_sharing).
   virtual double kernelOverlapEfficiency() const { return 1.0; }
+  virtual KernelSharing kernelSharing() const { return KernelSharing::FirstHolds; }
   // Share of the remaining time of the kernels running beside a collective
   // that it waits before it starts (Calibration::collective_start_wait).
   virtual double collectiveStartWait() const { return 0; }
@@ -162,6 +176,7 @@ class RooflineCostModel : public CostModel {
   int64_t stepOverheadNs() const override { return calibration_.step_overhead_ns.value_or(0); }
   int64_t multiRankLaunchNs() const override { return calibration_.multi_rank_launch_ns.value_or(0); }
   double kernelOverlapEfficiency() const override { return params_.kernel_overlap_efficiency; }
+  KernelSharing kernelSharing() const override { return params_.kernel_sharing; }
   double collectiveStartWait() const override { return calibration_.collective_start_wait.value_or(0); }
   bool hasCollectiveBeside() const override { return !calibration_.collective_beside.empty(); }
   double collectiveBeside(const std::string& role) const override {

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <queue>
@@ -109,6 +110,11 @@ class EventQueue {
 // 48 bytes (fields ordered so that no padding is left): every simulated
 // rank's streams sit together, and at thousands of ranks their total is what
 // decides whether the per-task state stays in the CPU's cache.
+// StreamState::sharing: set for a running kernel that does not hold the GPU.
+constexpr uint8_t kNotHolder = 0x80;
+// StreamState::done_ns of a running kernel that makes no progress for now.
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
 struct StreamState {
   const std::vector<int>* tasks = nullptr;  // the program's list for this stream
   int64_t started_ns = 0;
@@ -124,8 +130,9 @@ struct StreamState {
   bool slowed = false;
   // A running kernel that shares the GPU with the rank's other running
   // kernels (one per compute stream; fused tasks launch nothing and do not
-  // count): how many ran, itself included, when its rate was last set. 0 for
-  // anything else.
+  // count): how many ran, itself included, when its rate was last set, with
+  // kNotHolder added when another of them held the GPU
+  // (KernelSharing::FirstHolds). 0 for anything else.
   uint8_t sharing = 0;
 };
 static_assert(sizeof(StreamState) == 48);
@@ -262,9 +269,16 @@ class Engine {
   void push(int64_t t, EventType type, int a, int b = 0) { queue_.push(Event{t, type, a, b}); }
   void tryStart(int ri, int stream);
   // How many times longer than alone a running kernel of task t takes:
-  // slowed by a resident collective, and sharing the SMs with `sharing` - 1
-  // other kernels.
+  // slowed by a resident collective, and sharing the SMs with other kernels
+  // as its `sharing` code says (StreamState::sharing). Infinite for a kernel
+  // that makes no progress while another holds the GPU.
   double rateDivisor(const Task& t, bool slowed, int sharing) const;
+  // KernelSharing::FirstHolds: the stream whose running kernel holds the
+  // GPU (-1 when no sharing kernel runs).
+  int holderOf(const RankState& r) const;
+  // When work_ns of work ends at `divisor` times its time alone, from now;
+  // kNever when that is beyond any simulation.
+  int64_t completionAt(double work_ns, double divisor) const;
   void rescheduleKernels(int ri);
   bool isCurrentCompletion(int ri, int ti) const;
   void tryStartAll(int ri) {
@@ -506,21 +520,65 @@ void Engine::tryStart(int ri, int stream) {
   const int64_t d = cached;
   s.kernel = t.kind == TaskKind::Kernel;
   s.slowed = s.kernel && r.active_comm > 0;
-  const bool shares = s.kernel && t.fused_into < 0;
+  const bool shares = s.kernel && t.fused_into < 0 && stream < int(r.plan->streams.size()) &&
+                      r.plan->streams[size_t(stream)].kind == StreamKind::Compute;
   if (shares) ++r.running_kernels;
-  s.sharing = shares ? uint8_t(std::min(r.running_kernels, 255)) : 0;
+  // Alone it holds the GPU; beside others rescheduleKernels decides.
+  s.sharing = !shares ? 0 : r.running_kernels == 1 ? 1 : uint8_t(kNotHolder | 1);
   s.work_left_ns = double(d);
   s.updated_ns = now_;
   const double div = rateDivisor(t, s.slowed, s.sharing);
-  s.done_ns = now_ + (div == 1.0 ? d : int64_t(std::llround(double(d) * div)));
-  push(s.done_ns, EventType::TaskDone, ri, ti);
+  s.done_ns = completionAt(s.work_left_ns, div);
+  if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, ti);
   if (shares && r.running_kernels > 1) rescheduleKernels(ri);  // the others now share with it
+}
+
+int64_t Engine::completionAt(double work_ns, double divisor) const {
+  if (divisor == 1.0) return now_ + int64_t(std::llround(work_ns));
+  const double ns = work_ns * divisor;
+  // A kernel that makes (next to) no progress while another holds the GPU
+  // ends only after a reschedule: no event for it now.
+  if (!(ns < 1e17)) return kNever;
+  return now_ + int64_t(std::llround(ns));
+}
+
+int Engine::holderOf(const RankState& r) const {
+  // The kernel that holds the GPU keeps it; when none does (it ended), the
+  // oldest of the others takes it; of kernels started at the same time, the
+  // lower stream's (the data gradient before its weight gradient: on H200 a
+  // weight-gradient task, a GEMM and then its bias kernels, mostly ends after
+  // the data-gradient GEMM beside it, because the bias kernels wait for its
+  // SMs; docs/accuracy.md).
+  auto before = [&](int a, int b) {
+    const StreamState &x = r.streams[size_t(a)], &y = r.streams[size_t(b)];
+    return x.started_ns < y.started_ns || (x.started_ns == y.started_ns && a < b);
+  };
+  int holder = -1, oldest = -1;
+  for (int i = 0; i < int(r.streams.size()); ++i) {
+    const StreamState& x = r.streams[size_t(i)];
+    if (!x.busy || !x.kernel || x.sharing == 0) continue;
+    if (!(x.sharing & kNotHolder)) holder = i;
+    if (oldest < 0 || before(i, oldest)) oldest = i;
+  }
+  if (holder < 0) return oldest;
+  // A kernel started with the holder, on a lower stream, takes over.
+  if (oldest != holder && r.streams[size_t(oldest)].started_ns == r.streams[size_t(holder)].started_ns &&
+      before(oldest, holder))
+    return oldest;
+  return holder;
 }
 
 double Engine::rateDivisor(const Task& t, bool slowed, int sharing) const {
   double div = slowed ? cost_.commSlowdown(t) : 1.0;
-  if (sharing > 1) div *= std::max(1.0, double(sharing) / cost_.kernelOverlapEfficiency());
-  return div;
+  const int n = sharing & (kNotHolder - 1);
+  if (n <= 1) return div;
+  const double e = cost_.kernelOverlapEfficiency();
+  if (cost_.kernelSharing() == KernelSharing::Fair) return div * std::max(1.0, double(n) / e);
+  // FirstHolds: the holder gets min(1, e) of the GPU, the others split
+  // what is left of e.
+  if (!(sharing & kNotHolder)) return e >= 1.0 ? div : div / e;
+  const double rate = (e - 1.0) / double(n - 1);
+  return rate > 0 ? div / rate : std::numeric_limits<double>::infinity();
 }
 
 // A kernel runs commSlowdown(task) times slower for as long as a collective
@@ -534,21 +592,24 @@ double Engine::rateDivisor(const Task& t, bool slowed, int sharing) const {
 void Engine::rescheduleKernels(int ri) {
   RankState& r = ranks_[size_t(ri)];
   const bool slowed = r.active_comm > 0;
+  const uint8_t n = uint8_t(std::min(r.running_kernels, int(kNotHolder) - 1));
+  const bool fair = cost_.kernelSharing() == KernelSharing::Fair;
+  const int holder = fair ? -1 : holderOf(r);
   for (int si = 0; si < int(r.streams.size()); ++si) {
     StreamState& s = r.streams[size_t(si)];
     if (!s.busy || !s.kernel) continue;
-    const uint8_t sharing = s.sharing ? uint8_t(std::min(r.running_kernels, 255)) : 0;
+    const uint8_t sharing = s.sharing == 0 ? 0 : fair || si == holder ? n : uint8_t(n | kNotHolder);
     if (s.slowed == slowed && s.sharing == sharing) continue;
     const Task& t = r.plan->tasks[size_t((*s.tasks)[s.head])];
     const double before = rateDivisor(t, s.slowed, s.sharing), after = rateDivisor(t, slowed, sharing);
     const double elapsed = double(now_ - s.updated_ns);
-    s.work_left_ns = std::max(0.0, s.work_left_ns - elapsed / before);
+    if (!std::isinf(before)) s.work_left_ns = std::max(0.0, s.work_left_ns - elapsed / before);
     s.slowed = slowed;
     s.sharing = sharing;
     s.updated_ns = now_;
     if (after == before) continue;
-    s.done_ns = now_ + int64_t(std::llround(s.work_left_ns * after));
-    push(s.done_ns, EventType::TaskDone, ri, (*s.tasks)[s.head]);
+    s.done_ns = completionAt(s.work_left_ns, after);  // a pending completion event is now stale
+    if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, (*s.tasks)[s.head]);
   }
 }
 
@@ -794,8 +855,15 @@ SimResult Engine::run() {
         // now running on the rank.
         const RankState& r = ranks_[size_t(e.a)];
         int64_t remaining = 0;
-        for (const StreamState& other : r.streams)
-          if (other.busy && other.kernel) remaining = std::max(remaining, other.done_ns - now_);
+        double waiting_work = 0;  // of kernels waiting for the one that holds the GPU: after it
+        for (const StreamState& other : r.streams) {
+          if (!other.busy || !other.kernel) continue;
+          if (other.done_ns == kNever)
+            waiting_work = std::max(waiting_work, other.work_left_ns);
+          else
+            remaining = std::max(remaining, other.done_ns - now_);
+        }
+        remaining += int64_t(std::llround(waiting_work));
         push(now_ + int64_t(std::llround(cost_.collectiveStartWait() * double(remaining))), EventType::CollectiveArrive,
              e.a, e.b);
         break;

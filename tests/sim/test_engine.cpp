@@ -608,37 +608,85 @@ ops:
 
 TEST_CASE("kernels of two compute streams share the GPU", "[engine]") {
   // Stream 0: a 1 ms kernel; stream 1 (a second compute stream, like the
-  // weight gradients'): a 0.4 ms kernel, both ready at once. Processor
-  // sharing (efficiency 1): both run at half speed while both run, so the
-  // short one ends at 0.8 ms and the long one at 1.4 ms, as if run one after
-  // the other. At efficiency 2 each runs as fast as alone.
+  // weight gradients'): a 0.4 ms kernel, both ready at once (on a tie the
+  // lower stream's kernel holds the GPU). A task fused into another
+  // launches nothing and takes no share.
   Topology topo = ringTopology(1, 1, 0);
   RankPlan rp;
   rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
   rp.tasks.push_back(kernel(0, 0, 7e11, 0));
   rp.tasks.push_back(kernel(1, 1, 2.8e11, 0));
-  Task fused = kernel(2, 1, 0, 0);  // launches nothing: must not share
+  Task fused = kernel(2, 1, 0, 0);
   fused.fused_into = 0;
   rp.tasks.push_back(fused);
   const Plan plan = uniformPlan(1, rp);
   RooflineParams params = RooflineParams::defaults();
   params.launch_overhead_ns = 0;
   params.comm_slowdown = 1.0;
-  const RooflineCostModel shared(params);
-  params.kernel_overlap_efficiency = 2.0;
-  const RooflineCostModel perfect(params);
-  const SimResult a = simulatePlan(plan, topo, shared, idealOptions());
-  const SimResult b = simulatePlan(plan, topo, perfect, idealOptions());
-  const SimActivity long_a = activityOf(a.ranks[0], 0), short_a = activityOf(a.ranks[0], 1);
-  const SimActivity long_b = activityOf(b.ranks[0], 0), short_b = activityOf(b.ranks[0], 1);
-  const int64_t alone_long = long_b.end_ns - long_b.start_ns, alone_short = short_b.end_ns - short_b.start_ns;
+  auto run = [&](KernelSharing mode, double efficiency) {
+    RooflineParams p = params;
+    p.kernel_sharing = mode;
+    p.kernel_overlap_efficiency = efficiency;
+    const RooflineCostModel model(p);
+    const SimResult r = simulatePlan(plan, topo, model, idealOptions());
+    CHECK(simulatePlan(plan, topo, model, idealOptions()).step_ns == r.step_ns);  // deterministic
+    return std::pair{activityOf(r.ranks[0], 0), activityOf(r.ranks[0], 1)};
+  };
+  auto len = [](const SimActivity& a) { return a.end_ns - a.start_ns; };
+  // Efficiency 2, fair: each runs as fast as alone.
+  const auto [long_alone, short_alone] = run(KernelSharing::Fair, 2.0);
+  const int64_t alone_long = len(long_alone), alone_short = len(short_alone);
   REQUIRE(alone_long > 2 * alone_short);
-  CHECK(long_b.start_ns == short_b.start_ns);
-  CHECK(std::llabs((short_a.end_ns - short_a.start_ns) - 2 * alone_short) <= 1);
-  CHECK(std::llabs((long_a.end_ns - long_a.start_ns) - (alone_long + alone_short)) <= 1);
-  CHECK(std::llabs(a.step_ns - (b.step_ns + alone_short)) <= 1);
-  // Deterministic like everything else.
-  CHECK(simulatePlan(plan, topo, shared, idealOptions()).step_ns == a.step_ns);
+  CHECK(long_alone.start_ns == short_alone.start_ns);
+
+  SECTION("fair: both at half speed while both run") {
+    const auto [l, sh] = run(KernelSharing::Fair, 1.0);
+    CHECK(std::llabs(len(sh) - 2 * alone_short) <= 1);
+    CHECK(std::llabs(len(l) - (alone_long + alone_short)) <= 1);
+  }
+  SECTION("first holds: the holder keeps its speed, the other waits for it") {
+    const auto [l, sh] = run(KernelSharing::FirstHolds, 1.0);
+    CHECK(std::llabs(len(l) - alone_long) <= 1);
+    CHECK(sh.start_ns == l.start_ns);
+    CHECK(std::llabs(sh.end_ns - (l.end_ns + alone_short)) <= 1);  // no progress beside it, then alone
+  }
+  SECTION("first holds, efficiency 1.5: the other gets the extra half") {
+    const auto [l, sh] = run(KernelSharing::FirstHolds, 1.5);
+    CHECK(std::llabs(len(l) - alone_long) <= 1);
+    CHECK(std::llabs(len(sh) - 2 * alone_short) <= 1);
+  }
+  SECTION("first holds, efficiency 2: both as alone") {
+    const auto [l, sh] = run(KernelSharing::FirstHolds, 2.0);
+    CHECK(std::llabs(len(l) - alone_long) <= 1);
+    CHECK(std::llabs(len(sh) - alone_short) <= 1);
+  }
+}
+
+TEST_CASE("the next oldest kernel holds the GPU when the holder ends", "[engine]") {
+  // Stream 1 starts a 0.4 ms kernel at once; stream 0 first runs a 0.1 ms
+  // host task, then a 1 ms kernel beside the running one. At efficiency 1
+  // it makes no progress until the 0.4 ms one ends (the older kernel holds
+  // the GPU although its stream is the higher), then runs alone: it ends at
+  // 1.4 ms.
+  Topology topo = ringTopology(1, 1, 0);
+  RankPlan rp;
+  rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
+  Task host = kernel(0, 0, 0, 0);
+  host.kind = TaskKind::Host;
+  rp.tasks.push_back(host);
+  rp.tasks.push_back(kernel(1, 0, 7e11, 0));
+  rp.tasks.push_back(kernel(2, 1, 2.8e11, 0));
+  RooflineParams p = RooflineParams::defaults();
+  p.launch_overhead_ns = 0;
+  p.host_task_ns = 100'000;
+  const RooflineCostModel model(p);
+  const SimResult r = simulatePlan(uniformPlan(1, rp), topo, model, idealOptions());
+  const SimActivity h = activityOf(r.ranks[0], 0), big = activityOf(r.ranks[0], 1), small = activityOf(r.ranks[0], 2);
+  REQUIRE(h.end_ns == 100'000);
+  CHECK(small.start_ns == 0);
+  CHECK(small.end_ns - small.start_ns == 400'000);  // the holder: as alone
+  CHECK(big.start_ns == h.end_ns);
+  CHECK(big.end_ns == small.end_ns + 1'000'000);  // no progress beside it, then alone
 }
 
 TEST_CASE("calibration files carry the kernel overlap efficiency", "[engine][calibration]") {
