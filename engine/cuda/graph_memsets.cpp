@@ -61,9 +61,12 @@ bool memsetInside(cudaGraphNode_t node, const char* lo, const char* hi, cudaMems
   return dst >= lo && dst + extent <= hi;
 }
 
-// Gives each dependent of `node` the node's predecessors as its own, so that
-// removing the node's incoming edges keeps the order of everything else.
-void bridgeOver(cudaGraph_t graph, cudaGraphNode_t node, const std::vector<cudaGraphNode_t>& preds) {
+// Makes `node` a root of the graph: each of its dependents gets the node's
+// predecessors as its own, so the order of everything else stays, and the
+// node loses its incoming edges. False when it was a root already.
+bool hoist(cudaGraph_t graph, cudaGraphNode_t node) {
+  const std::vector<cudaGraphNode_t> preds = dependenciesOf(node);
+  if (preds.empty()) return false;
   for (cudaGraphNode_t next : dependentsOf(node)) {
     const std::vector<cudaGraphNode_t> has = dependenciesOf(next);
     for (cudaGraphNode_t pred : preds) {
@@ -71,6 +74,9 @@ void bridgeOver(cudaGraph_t graph, cudaGraphNode_t node, const std::vector<cudaG
       TANDEM_CUDA_CHECK(cudaGraphAddDependencies(graph, &pred, &next, nullptr, 1));
     }
   }
+  const std::vector<cudaGraphNode_t> self(preds.size(), node);
+  TANDEM_CUDA_CHECK(cudaGraphRemoveDependencies(graph, preds.data(), self.data(), nullptr, preds.size()));
+  return true;
 }
 
 }  // namespace
@@ -82,13 +88,7 @@ int hoistMemsetsInside(cudaGraph_t graph, const void* begin, const void* end) {
   int moved = 0;
   for (cudaGraphNode_t node : nodesOf(graph)) {
     cudaMemsetParams p{};
-    if (!isMemset(node) || !memsetInside(node, lo, hi, p)) continue;
-    const std::vector<cudaGraphNode_t> preds = dependenciesOf(node);
-    if (preds.empty()) continue;
-    bridgeOver(graph, node, preds);
-    const std::vector<cudaGraphNode_t> self(preds.size(), node);
-    TANDEM_CUDA_CHECK(cudaGraphRemoveDependencies(graph, preds.data(), self.data(), nullptr, preds.size()));
-    ++moved;
+    if (isMemset(node) && memsetInside(node, lo, hi, p) && hoist(graph, node)) ++moved;
   }
   return moved;
 }
@@ -113,12 +113,7 @@ std::vector<cudaGraphNode_t> mergeZeroMemsetsInside(cudaGraph_t graph, const voi
   cudaGraphNode_t merged = nullptr;
   TANDEM_CUDA_CHECK(cudaGraphAddMemsetNode(&merged, graph, nullptr, 0, &whole));
   for (cudaGraphNode_t node : zeroing) {
-    const std::vector<cudaGraphNode_t> preds = dependenciesOf(node);
-    bridgeOver(graph, node, preds);
-    if (!preds.empty()) {
-      const std::vector<cudaGraphNode_t> self(preds.size(), node);
-      TANDEM_CUDA_CHECK(cudaGraphRemoveDependencies(graph, preds.data(), self.data(), nullptr, preds.size()));
-    }
+    hoist(graph, node);
     for (cudaGraphNode_t next : dependentsOf(node)) {
       const std::vector<cudaGraphNode_t> has = dependenciesOf(next);
       if (std::find(has.begin(), has.end(), merged) == has.end())
