@@ -318,45 +318,25 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
     return it == comm.end() ? int64_t{0} : overlapWith(it->second, a, b);
   };
   // Kernels of one rank on different streams (the weight-gradient stream
-  // beside the compute stream) share the GPU. The simulator lets the one
-  // that started first run as if alone while the later ones wait
-  // (KernelSharing::FirstHolds, with an overlap efficiency near 1), so a
-  // kernel is charged its time minus the time it ran beside a kernel of
-  // another stream that had started before it.
-  struct KernelSpan {
-    int64_t start, end;
-  };
-  std::map<std::pair<int, int>, std::vector<KernelSpan>> kernels;  // (rank, stream) -> kernels by start
+  // beside the compute stream) share the GPU. A kernel that ran o ns of its
+  // d beside another is charged d - o / 2: exact for processor sharing. The
+  // simulator's default (KernelSharing::FirstHolds) would make it d - o for
+  // the kernel that started second, but on H200 both progress in the
+  // overlaps the traces show (a holder's last wave leaves SMs free), and
+  // charging the later one the whole overlap made a calibration from runs
+  // with the stream off by up to 35% on a held-out job where this even split
+  // stays within 7.3% (docs/accuracy.md, eleventh session).
+  std::map<std::pair<int, int>, Intervals> kernels;  // (rank, stream) -> merged kernel intervals
   reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
     if (a.kind == traces::ActivityKind::Kernel) kernels[{a.rank, a.stream}].push_back({a.start_ns, a.end_ns});
   });
-  for (auto& [key, v] : kernels)
-    std::sort(v.begin(), v.end(), [](const KernelSpan& x, const KernelSpan& y) { return x.start < y.start; });
-  struct Beside {
-    int64_t any = 0, behind = 0;  // ns beside kernels of other streams; of that, beside older ones
-  };
+  for (auto& [key, iv] : kernels) mergeIntervals(iv);
   auto besideOtherKernels = [&](const traces::ActivityRow& a) {
-    Beside b;
+    int64_t n = 0;
     for (auto it = kernels.lower_bound({a.rank, std::numeric_limits<int>::min()});
-         it != kernels.end() && it->first.first == a.rank; ++it) {
-      if (it->first.second == a.stream) continue;
-      const std::vector<KernelSpan>& v = it->second;
-      // Kernels of one stream do not overlap: the first that may reach a is
-      // the last one starting before it.
-      auto k = std::upper_bound(v.begin(), v.end(), a.start_ns,
-                                [](int64_t t, const KernelSpan& x) { return t < x.start; });
-      if (k != v.begin()) --k;
-      for (; k != v.end() && k->start < a.end_ns; ++k) {
-        const int64_t o = std::min(k->end, a.end_ns) - std::max(k->start, a.start_ns);
-        if (o <= 0) continue;
-        b.any += o;
-        if (k->start < a.start_ns || (k->start == a.start_ns && it->first.second < a.stream)) b.behind += o;
-      }
-    }
-    const int64_t d = a.end_ns - a.start_ns;
-    b.any = std::min(b.any, d);
-    b.behind = std::min(b.behind, d);
-    return b;
+         it != kernels.end() && it->first.first == a.rank; ++it)
+      if (it->first.second != a.stream) n += overlapWith(it->second, a.start_ns, a.end_ns);
+    return std::min(n, a.end_ns - a.start_ns);
   };
   std::map<int, std::vector<int64_t>> step_starts;
   for (const auto& st : reader.steps(run)) step_starts[st.rank].push_back(st.start_ns);
@@ -373,10 +353,10 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
       step = pos == it->second.begin() ? 0 : size_t(pos - it->second.begin() - 1);
     }
     StepSum& sum = per_step[{a.rank, a.task_id}][step];
-    const Beside beside = a.kind == traces::ActivityKind::Kernel ? besideOtherKernels(a) : Beside{};
-    sum.ns += double(a.end_ns - a.start_ns - beside.behind);
+    const int64_t shared = a.kind == traces::ActivityKind::Kernel ? besideOtherKernels(a) : 0;
+    sum.ns += double(a.end_ns - a.start_ns) - 0.5 * double(shared);
     sum.raw_ns += double(a.end_ns - a.start_ns);
-    sum.shared_ns += double(beside.any);
+    sum.shared_ns += double(shared);
     if (a.kind != traces::ActivityKind::Collective) sum.under_comm_ns += double(underComm(a.rank, a.start_ns, a.end_ns));
   });
   std::map<traces::TaskKey, TaskSteps> out;
@@ -684,9 +664,8 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   // Kernels side by side (kernel_overlap_efficiency): per step of a run with
   // the weight-gradient stream whose every task was also measured alone,
   // (sum of the tasks' time alone - time one kernel ran alone) / time
-  // several ran; the median over such steps (1 without such steps: then a
-  // kernel beside an older one does not progress, as the shared samples
-  // were charged).
+  // several ran; the median over such steps. Without such steps the
+  // simulation shares evenly (1), as the shared samples were charged.
   {
     std::vector<double> e;
     for (const SharingStep& st : sharing_steps) {
@@ -704,8 +683,6 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
       if (known) e.push_back((alone - st.single_ns) / st.multi_ns);
     }
     out.calibration.kernel_overlap_efficiency = e.empty() ? 1.0 : std::clamp(median(e), 0.5, 2.0);
-    // The charges above assume it (taskStepsByComm).
-    out.calibration.kernel_sharing = KernelSharing::FirstHolds;
     out.kernel_overlap_samples = int64_t(e.size());
   }
   // The same fit per op kind too: a weight-gradient GEMM beside NCCL loses
@@ -855,11 +832,6 @@ std::string calibrationToYaml(const CalibrationResult& r) {
                        "side, relative to one alone (median over {} steps; 1 when none measured it)\n",
                        *r.calibration.kernel_overlap_efficiency, r.kernel_overlap_samples);
   }
-  if (r.calibration.kernel_sharing)
-    y += *r.calibration.kernel_sharing == KernelSharing::FirstHolds
-             ? "kernel_sharing: first_holds  # the kernel that started first runs as alone, later ones share what "
-               "the efficiency adds\n"
-             : "kernel_sharing: fair  # kernels side by side run at equal shares\n";
   if (r.calibration.multi_rank_launch_ns)
     y += fmt::format("multi_rank_launch_ns: {}  # per kernel task, added in plans of more than one rank ({} shapes "
                      "measured both ways)\n",
