@@ -107,14 +107,14 @@ class EventQueue {
   int last_bucket_ = -1;
 };
 
-// 48 bytes (fields ordered so that no padding is left): every simulated
-// rank's streams sit together, and at thousands of ranks their total is what
-// decides whether the per-task state stays in the CPU's cache.
 // StreamState::sharing: set for a running kernel that does not hold the GPU.
 constexpr uint8_t kNotHolder = 0x80;
 // StreamState::done_ns of a running kernel that makes no progress for now.
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
+// 48 bytes (fields ordered so that no padding is left): every simulated
+// rank's streams sit together, and at thousands of ranks their total is what
+// decides whether the per-task state stays in the CPU's cache.
 struct StreamState {
   const std::vector<int>* tasks = nullptr;  // the program's list for this stream
   int64_t started_ns = 0;
