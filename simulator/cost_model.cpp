@@ -286,6 +286,16 @@ double slowPathMb(const Task& task) {
   return 0;
 }
 
+int64_t RooflineCostModel::trailingNs(const Task& task, const DeviceSpec& device, Precision precision) const {
+  // The executor's bias gradient after a weight GEMM: kernels that read dy
+  // once, at an elementwise op's share of the memory bandwidth (a roofline
+  // estimate on purpose: calibration measures the task as a whole).
+  if (task.op != OpKind::MatmulBwdWeight || !task.attrs.has_bias || task.fused_into >= 0 || device.hbm_gbps <= 0)
+    return 0;
+  const double bytes = double(task.attrs.m) * double(task.attrs.n) * (precision == Precision::BF16 ? 2.0 : 4.0);
+  return int64_t(std::ceil(bytes / (device.hbm_gbps * params_.bw_efficiency[size_t(OpKind::Add)])));
+}
+
 int64_t RooflineCostModel::taskNs(const Task& task, const DeviceSpec& device, Precision precision) const {
   const double bytes = double(task.bytes_read + task.bytes_written);
   if (task.kind == TaskKind::Host) return params_.host_task_ns;

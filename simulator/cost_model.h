@@ -152,6 +152,13 @@ class CostModel {
   // how they divide it (RooflineParams::kernel_sharing).
   virtual double kernelOverlapEfficiency() const { return 1.0; }
   virtual KernelSharing kernelSharing() const { return KernelSharing::FirstHolds; }
+  // The part of a task's time (ns, within taskNs) spent in kernels launched
+  // after its main one, which take the GPU anew beside other streams' work:
+  // a weight gradient's bias-gradient kernels after its GEMM. 0 for most.
+  virtual int64_t trailingNs(const Task& task, const DeviceSpec& device, Precision precision) const {
+    (void)task, (void)device, (void)precision;
+    return 0;
+  }
   // Share of the remaining time of the kernels running beside a collective
   // that it waits before it starts (Calibration::collective_start_wait).
   virtual double collectiveStartWait() const { return 0; }
@@ -177,6 +184,7 @@ class RooflineCostModel : public CostModel {
   int64_t multiRankLaunchNs() const override { return calibration_.multi_rank_launch_ns.value_or(0); }
   double kernelOverlapEfficiency() const override { return params_.kernel_overlap_efficiency; }
   KernelSharing kernelSharing() const override { return params_.kernel_sharing; }
+  int64_t trailingNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
   double collectiveStartWait() const override { return calibration_.collective_start_wait.value_or(0); }
   bool hasCollectiveBeside() const override { return !calibration_.collective_beside.empty(); }
   double collectiveBeside(const std::string& role) const override {

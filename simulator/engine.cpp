@@ -107,8 +107,12 @@ class EventQueue {
   int last_bucket_ = -1;
 };
 
-// StreamState::sharing: set for a running kernel that does not hold the GPU.
+// StreamState::sharing: set for a running kernel that does not hold the GPU,
+// and for a task's trailing kernels (CostModel::trailingNs) once its main
+// kernel is done; the low bits count the kernels that share the GPU.
 constexpr uint8_t kNotHolder = 0x80;
+constexpr uint8_t kTrailing = 0x40;
+constexpr uint8_t kSharingCount = 0x3f;
 // StreamState::done_ns of a running kernel that makes no progress for now.
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
@@ -132,7 +136,8 @@ struct StreamState {
   // kernels (one per compute stream; fused tasks launch nothing and do not
   // count): how many ran, itself included, when its rate was last set, with
   // kNotHolder added when another of them held the GPU
-  // (KernelSharing::FirstHolds). 0 for anything else.
+  // (KernelSharing::FirstHolds) and kTrailing in the task's trailing kernels.
+  // 0 for anything else.
   uint8_t sharing = 0;
 };
 static_assert(sizeof(StreamState) == 48);
@@ -276,6 +281,8 @@ class Engine {
   // KernelSharing::FirstHolds: the stream whose running kernel holds the
   // GPU (-1 when no sharing kernel runs).
   int holderOf(const RankState& r) const;
+  // The trailing part of task ti's duration on rank r (CostModel::trailingNs).
+  int64_t trailingOf(const RankState& r, int ti) const;
   // When work_ns of work ends at `divisor` times its time alone, from now;
   // kNever when that is beyond any simulation.
   int64_t completionAt(double work_ns, double divisor) const;
@@ -525,12 +532,21 @@ void Engine::tryStart(int ri, int stream) {
   if (shares) ++r.running_kernels;
   // Alone it holds the GPU; beside others rescheduleKernels decides.
   s.sharing = !shares ? 0 : r.running_kernels == 1 ? 1 : uint8_t(kNotHolder | 1);
-  s.work_left_ns = double(d);
+  // A task with trailing kernels runs its main kernel first (finishTask
+  // starts the rest).
+  s.work_left_ns = double(d - (shares ? trailingOf(r, ti) : 0));
   s.updated_ns = now_;
   const double div = rateDivisor(t, s.slowed, s.sharing);
   s.done_ns = completionAt(s.work_left_ns, div);
   if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, ti);
   if (shares && r.running_kernels > 1) rescheduleKernels(ri);  // the others now share with it
+}
+
+int64_t Engine::trailingOf(const RankState& r, int ti) const {
+  const int64_t d = r.durations[size_t(ti)];
+  const int64_t tail = cost_.trailingNs(r.plan->tasks[size_t(ti)], topo_.devices[size_t(r.device)],
+                                        plan_.job.training.precision);
+  return std::min(tail, d / 2);  // a calibrated total may be shorter than the estimate
 }
 
 int64_t Engine::completionAt(double work_ns, double divisor) const {
@@ -544,14 +560,16 @@ int64_t Engine::completionAt(double work_ns, double divisor) const {
 
 int Engine::holderOf(const RankState& r) const {
   // The kernel that holds the GPU keeps it; when none does (it ended), the
-  // oldest of the others takes it; of kernels started at the same time, the
-  // lower stream's (the data gradient before its weight gradient: on H200 a
-  // weight-gradient task, a GEMM and then its bias kernels, mostly ends after
-  // the data-gradient GEMM beside it, because the bias kernels wait for its
-  // SMs; docs/accuracy.md).
+  // oldest of the others takes it, a task's trailing kernels after every
+  // main kernel; of kernels started at the same time, the higher stream's
+  // (on H200 a weight-gradient GEMM and the data-gradient GEMM that become
+  // ready together start in that order; docs/accuracy.md).
   auto before = [&](int a, int b) {
     const StreamState &x = r.streams[size_t(a)], &y = r.streams[size_t(b)];
-    return x.started_ns < y.started_ns || (x.started_ns == y.started_ns && a < b);
+    // Trailing kernels were launched last, whenever their task started.
+    const bool xt = x.sharing & kTrailing, yt = y.sharing & kTrailing;
+    if (xt != yt) return yt;
+    return x.started_ns < y.started_ns || (x.started_ns == y.started_ns && a > b);
   };
   int holder = -1, oldest = -1;
   for (int i = 0; i < int(r.streams.size()); ++i) {
@@ -561,8 +579,9 @@ int Engine::holderOf(const RankState& r) const {
     if (oldest < 0 || before(i, oldest)) oldest = i;
   }
   if (holder < 0) return oldest;
-  // A kernel started with the holder, on a lower stream, takes over.
-  if (oldest != holder && r.streams[size_t(oldest)].started_ns == r.streams[size_t(holder)].started_ns &&
+  // A kernel started with the holder, on a higher stream, takes over.
+  const StreamState &o = r.streams[size_t(oldest)], &h = r.streams[size_t(holder)];
+  if (oldest != holder && o.started_ns == h.started_ns && (o.sharing & kTrailing) == (h.sharing & kTrailing) &&
       before(oldest, holder))
     return oldest;
   return holder;
@@ -570,7 +589,7 @@ int Engine::holderOf(const RankState& r) const {
 
 double Engine::rateDivisor(const Task& t, bool slowed, int sharing) const {
   double div = slowed ? cost_.commSlowdown(t) : 1.0;
-  const int n = sharing & (kNotHolder - 1);
+  const int n = sharing & kSharingCount;
   if (n <= 1) return div;
   const double e = cost_.kernelOverlapEfficiency();
   if (cost_.kernelSharing() == KernelSharing::Fair) return div * std::max(1.0, double(n) / e);
@@ -592,13 +611,15 @@ double Engine::rateDivisor(const Task& t, bool slowed, int sharing) const {
 void Engine::rescheduleKernels(int ri) {
   RankState& r = ranks_[size_t(ri)];
   const bool slowed = r.active_comm > 0;
-  const uint8_t n = uint8_t(std::min(r.running_kernels, int(kNotHolder) - 1));
+  const uint8_t n = uint8_t(std::min(r.running_kernels, int(kSharingCount)));
   const bool fair = cost_.kernelSharing() == KernelSharing::Fair;
   const int holder = fair ? -1 : holderOf(r);
   for (int si = 0; si < int(r.streams.size()); ++si) {
     StreamState& s = r.streams[size_t(si)];
     if (!s.busy || !s.kernel) continue;
-    const uint8_t sharing = s.sharing == 0 ? 0 : fair || si == holder ? n : uint8_t(n | kNotHolder);
+    const uint8_t phase = s.sharing & kTrailing;
+    const uint8_t sharing =
+        s.sharing == 0 ? 0 : uint8_t(phase | (fair || si == holder ? n : uint8_t(n | kNotHolder)));
     if (s.slowed == slowed && s.sharing == sharing) continue;
     const Task& t = r.plan->tasks[size_t((*s.tasks)[s.head])];
     const double before = rateDivisor(t, s.slowed, s.sharing), after = rateDivisor(t, slowed, sharing);
@@ -798,6 +819,19 @@ void Engine::finishTask(int ri, int ti) {
   RankState& r = ranks_[size_t(ri)];
   const Task& t = r.plan->tasks[size_t(ti)];
   StreamState& s = r.streams[size_t(t.stream)];
+  if (s.sharing != 0 && !(s.sharing & kTrailing)) {
+    if (const int64_t tail = trailingOf(r, ti); tail > 0) {
+      // The main kernel is done: the trailing kernels take the GPU anew,
+      // after whatever the other streams run now.
+      s.sharing = uint8_t(kTrailing | kNotHolder | 1);
+      s.work_left_ns = double(tail);
+      s.updated_ns = now_;
+      s.done_ns = completionAt(s.work_left_ns, rateDivisor(t, s.slowed, s.sharing));
+      if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, ti);
+      rescheduleKernels(ri);  // its share beside the others
+      return;
+    }
+  }
   // The slice holds one record per task of the program, and a task ends once
   // (isCurrentCompletion drops stale events; the test of one activity per
   // task guards it): no bounds check on this path, only in debug builds.

@@ -609,7 +609,7 @@ ops:
 TEST_CASE("kernels of two compute streams share the GPU", "[engine]") {
   // Stream 0: a 1 ms kernel; stream 1 (a second compute stream, like the
   // weight gradients'): a 0.4 ms kernel, both ready at once (on a tie the
-  // lower stream's kernel holds the GPU). A task fused into another
+  // higher stream's kernel holds the GPU). A task fused into another
   // launches nothing and takes no share.
   Topology topo = ringTopology(1, 1, 0);
   RankPlan rp;
@@ -646,14 +646,14 @@ TEST_CASE("kernels of two compute streams share the GPU", "[engine]") {
   }
   SECTION("first holds: the holder keeps its speed, the other waits for it") {
     const auto [l, sh] = run(KernelSharing::FirstHolds, 1.0);
-    CHECK(std::llabs(len(l) - alone_long) <= 1);
-    CHECK(sh.start_ns == l.start_ns);
-    CHECK(std::llabs(sh.end_ns - (l.end_ns + alone_short)) <= 1);  // no progress beside it, then alone
+    CHECK(std::llabs(len(sh) - alone_short) <= 1);
+    CHECK(l.start_ns == sh.start_ns);
+    CHECK(std::llabs(l.end_ns - (sh.end_ns + alone_long)) <= 1);  // no progress beside it, then alone
   }
   SECTION("first holds, efficiency 1.5: the other gets the extra half") {
     const auto [l, sh] = run(KernelSharing::FirstHolds, 1.5);
-    CHECK(std::llabs(len(l) - alone_long) <= 1);
-    CHECK(std::llabs(len(sh) - 2 * alone_short) <= 1);
+    CHECK(std::llabs(len(sh) - alone_short) <= 1);
+    CHECK(std::llabs(len(l) - (alone_long + alone_short / 2)) <= 1);
   }
   SECTION("first holds, efficiency 2: both as alone") {
     const auto [l, sh] = run(KernelSharing::FirstHolds, 2.0);
@@ -687,6 +687,48 @@ TEST_CASE("the next oldest kernel holds the GPU when the holder ends", "[engine]
   CHECK(small.end_ns - small.start_ns == 400'000);  // the holder: as alone
   CHECK(big.start_ns == h.end_ns);
   CHECK(big.end_ns == small.end_ns + 1'000'000);  // no progress beside it, then alone
+}
+
+TEST_CASE("a weight gradient's bias kernels take the GPU anew after its GEMM", "[engine]") {
+  // Stream 1: a weight-gradient task with a bias (its GEMM, then the bias
+  // kernels: CostModel::trailingNs) starts alone. Stream 0: a 1 ms kernel
+  // starts 0.1 ms later, beside the GEMM, and waits for it. When the GEMM
+  // is done the 1 ms kernel holds the GPU (the bias kernels were launched
+  // after it), so the weight-gradient task ends only after it.
+  Topology topo = ringTopology(1, 1, 0);
+  RankPlan rp;
+  rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
+  Task host = kernel(0, 0, 0, 0);
+  host.kind = TaskKind::Host;
+  rp.tasks.push_back(host);
+  rp.tasks.push_back(kernel(1, 0, 7e11, 0));
+  Task wgrad = kernel(2, 1, 2.8e11, 0);
+  wgrad.op = OpKind::MatmulBwdWeight;
+  wgrad.attrs.has_bias = true;
+  wgrad.attrs.m = 16384;
+  wgrad.attrs.n = 3072;
+  rp.tasks.push_back(wgrad);
+  RooflineParams p = RooflineParams::defaults();
+  p.launch_overhead_ns = 0;
+  p.host_task_ns = 100'000;
+  const RooflineCostModel model(p);
+  const Plan plan = uniformPlan(1, rp);
+  const SimResult r = simulatePlan(plan, topo, model, idealOptions());
+  const SimActivity big = activityOf(r.ranks[0], 1), w = activityOf(r.ranks[0], 2);
+  const Task& wt = plan.programs[0].tasks[2];
+  const int64_t total = model.taskNs(wt, topo.devices[0], plan.job.training.precision);
+  const int64_t tail = model.trailingNs(wt, topo.devices[0], plan.job.training.precision);
+  REQUIRE(tail > 0);
+  REQUIRE(tail < total / 2);
+  CHECK(w.start_ns == 0);
+  CHECK(big.start_ns == 100'000);
+  CHECK(big.end_ns == (total - tail) + 1'000'000);  // waited for the GEMM, then alone
+  CHECK(w.end_ns == big.end_ns + tail);             // the bias kernels after it
+  // Without a bias there is nothing trailing: the task ends with its GEMM.
+  RankPlan no_bias = rp;
+  no_bias.tasks[2].attrs.has_bias = false;
+  const SimResult q = simulatePlan(uniformPlan(1, no_bias), topo, model, idealOptions());
+  CHECK(activityOf(q.ranks[0], 2).end_ns == total);
 }
 
 TEST_CASE("calibration files carry the kernel overlap efficiency", "[engine][calibration]") {
