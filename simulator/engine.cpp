@@ -593,9 +593,13 @@ double Engine::rateDivisor(const Task& t, bool slowed, int sharing) const {
   if (n <= 1) return div;
   const double e = cost_.kernelOverlapEfficiency();
   if (cost_.kernelSharing() == KernelSharing::Fair) return div * std::max(1.0, double(n) / e);
-  // FirstHolds: the holder gets min(1, e) of the GPU, the others split
-  // what is left of e.
+  // FirstHolds: the holder gets min(1, e) of the GPU, the other main
+  // kernels split what is left of e.
   if (!(sharing & kNotHolder)) return e >= 1.0 ? div : div / e;
+  // A task's trailing kernels, launched after the holder took the SMs, get
+  // none until it ends (the traces: a weight gradient's bias kernels wait
+  // for the data-gradient GEMM beside them).
+  if (sharing & kTrailing) return std::numeric_limits<double>::infinity();
   const double rate = (e - 1.0) / double(n - 1);
   return rate > 0 ? div / rate : std::numeric_limits<double>::infinity();
 }

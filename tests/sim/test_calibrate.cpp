@@ -547,8 +547,22 @@ TEST_CASE("Kernel overlap efficiency: fitted from a run with the weight-gradient
   const sim::CalibrationResult cal = sim::calibrateFromRuns({{a, 1}, {b, 1}});
   REQUIRE(cal.calibration.kernel_overlap_efficiency.has_value());
   CHECK(cal.kernel_overlap_samples == 1);
-  CHECK(*cal.calibration.kernel_overlap_efficiency == Approx(1.3).epsilon(0.03));
-  const sim::Calibration loaded = sim::parseCalibration(sim::calibrationToYaml(cal), "fitted.yaml");
+  // Read off the timelines: the throughput while several kernels ran. It
+  // comes out a little low, because a weight gradient's bias kernels wait
+  // beside the holder and take nothing of the extra (first_holds).
+  CHECK(*cal.calibration.kernel_overlap_efficiency == Approx(1.3).epsilon(0.06));
+
+  // Refitted by simulation on the measured machine (what `tandem calibrate
+  // --topology` and bench_sim_vs_real do): the simulator shares the GPU
+  // exactly like this "hardware", so the same factor comes back.
+  sim::CalibrationResult refitted = cal;
+  const auto refit = sim::refitOverlapBySimulation(refitted, {{a, 1}, {b, 1}}, sim::loadTopology("h200x2-nv18"));
+  REQUIRE(refit.has_value());
+  CHECK(refit->runs == 1);
+  CHECK(refit->efficiency == Approx(1.3).epsilon(0.02));
+  CHECK(refit->mean_abs_error_pct < 0.5);
+  CHECK(refitted.kernel_overlap_by_simulation);
+  const sim::Calibration loaded = sim::parseCalibration(sim::calibrationToYaml(refitted), "fitted.yaml");
   REQUIRE(loaded.kernel_overlap_efficiency.has_value());
   const sim::RooflineCostModel calibrated(sim::RooflineParams::defaults(), loaded);
   INFO("shared job: truth " << shared_truth_ns << " ns, calibrated " << simulate(shared, calibrated, loaded));
@@ -567,17 +581,6 @@ TEST_CASE("Kernel overlap efficiency: fitted from a run with the weight-gradient
   INFO("unseen job: error " << err << " with the stream, " << err_alone << " on one stream");
   CHECK(err < 0.05);
   CHECK(std::fabs(err - err_alone) < 0.01);
-
-  // Refitted by simulation on the measured machine: the simulator shares
-  // the GPU exactly like this "hardware", so the same factor comes back.
-  sim::CalibrationResult refitted = cal;
-  const auto refit = sim::refitOverlapBySimulation(refitted, {{a, 1}, {b, 1}}, sim::loadTopology("h200x2-nv18"));
-  REQUIRE(refit.has_value());
-  CHECK(refit->runs == 1);
-  CHECK(refit->efficiency == Approx(1.3).epsilon(0.02));
-  CHECK(refit->mean_abs_error_pct < 0.5);
-  CHECK(refitted.kernel_overlap_by_simulation);
-  CHECK(sim::parseCalibration(sim::calibrationToYaml(refitted), "r.yaml").kernel_overlap_efficiency.has_value());
   // Only runs on one stream: nothing to refit.
   sim::CalibrationResult untouched = cal;
   CHECK(!sim::refitOverlapBySimulation(untouched, {{a, 1}}, sim::loadTopology("h200x2-nv18")).has_value());
