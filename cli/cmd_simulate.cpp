@@ -32,6 +32,7 @@ struct SimulateOptions {
   bool nvls = false;
   bool inter_host_tree = false;
   int64_t call_floor_ns = -1;
+  std::string kernel_sharing;  // empty: the calibration's, else first_holds
   int max_rank_rows = 16;
 };
 
@@ -136,6 +137,8 @@ void runSimulate(const SimulateOptions& o) {
   const sim::Topology topo = sim::loadTopology(resourcePath(o.topology));
   sim::Calibration cal;
   if (!o.calibration.empty()) cal = sim::loadCalibration(o.calibration);
+  if (!o.kernel_sharing.empty())
+    cal.kernel_sharing = o.kernel_sharing == "fair" ? sim::KernelSharing::Fair : sim::KernelSharing::FirstHolds;
   const sim::SimOptions so = simOptions(o, cal);
   const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
   const sim::SimResult result = sim::simulatePlan(plan, topo, cost, so);
@@ -182,6 +185,10 @@ void addSimulateCommand(CLI::App& root) {
   cmd->add_option("--call-floor-ns", o->call_floor_ns,
                   "shortest time of one collective call (default 20000, host overhead of eager frameworks; 0 for "
                   "CUDA-graph replays)");
+  cmd->add_option("--kernel-sharing", o->kernel_sharing,
+                  "how kernels of two compute streams divide a GPU: first_holds (the one that started first runs "
+                  "as alone; default) or fair (processor sharing); overrides the calibration's")
+      ->check(CLI::IsMember({"first_holds", "fair"}));
   cmd->add_option("--rank-rows", o->max_rank_rows, "ranks listed in the text table")->capture_default_str();
   cmd->callback([o] { runSimulate(*o); });
 }

@@ -86,6 +86,44 @@ TEST_CASE("tandem simulate fails with one clear line and no output file", "[cli]
   CHECK_FALSE(std::filesystem::exists(db));
 }
 
+TEST_CASE("tandem simulate --kernel-sharing picks how kernels side by side divide the GPU", "[cli]") {
+  REQUIRE(std::filesystem::exists(tandemBin()));
+  // One GPU with the weight-gradient stream, kernels side by side at 1.3
+  // times the throughput of one: the two models line the same work up
+  // differently, so their steps differ; each is deterministic, and the
+  // flag overrides what a calibration file says.
+  auto calibration = [&](const std::string& name, const std::string& text) {
+    const std::string path = tempPath(name);
+    FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    return path;
+  };
+  const std::string plain = calibration("cli_sharing.yaml", "version: 1\nkernel_overlap_efficiency: 1.3\n");
+  const std::string says_fair =
+      calibration("cli_sharing_fair.yaml", "version: 1\nkernel_overlap_efficiency: 1.3\nkernel_sharing: fair\n");
+  const std::string job = "default --set parallel.data_parallel=1 --set model.layers=4 --topology h200x2-nv18 --json";
+  auto stepOf = [&](const std::string& extra) {
+    const Output out = run("simulate " + job + extra);
+    INFO(out.text);
+    REQUIRE(out.status == 0);
+    return nlohmann::json::parse(out.text).at("step_ns").get<int64_t>();
+  };
+  const int64_t first = stepOf(" --calibration " + plain + " --kernel-sharing first_holds");
+  const int64_t fair = stepOf(" --calibration " + plain + " --kernel-sharing fair");
+  CHECK(stepOf(" --calibration " + plain) == first);  // the default
+  CHECK(fair != first);
+  CHECK(stepOf(" --calibration " + says_fair) == fair);
+  CHECK(stepOf(" --calibration " + says_fair + " --kernel-sharing first_holds") == first);
+  // A value it does not know: a clear error naming the allowed ones, no file.
+  const std::string out = tempPath("cli_sharing_bad.sqlite");
+  const Output bad = run("simulate " + job + " --kernel-sharing even --out " + out);
+  CHECK(bad.status != 0);
+  CHECK(bad.text.find("first_holds") != std::string::npos);
+  CHECK(!std::filesystem::exists(out));
+}
+
 TEST_CASE("tandem calibrate --topology refits the kernel overlap efficiency by simulation", "[cli]") {
   REQUIRE(std::filesystem::exists(tandemBin()));
   // The "hardware": kernels of two compute streams side by side at 1.3
