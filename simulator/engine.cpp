@@ -606,12 +606,11 @@ double Engine::rateDivisor(const Task& t, bool slowed, int sharing) const {
 
 // A kernel runs commSlowdown(task) times slower for as long as a collective
 // is resident on its rank (from the rank's arrival until the collective ends
-// for it: NCCL's kernels share the SMs and the memory with it), and n /
-// kernelOverlapEfficiency times slower while n kernels of the rank's compute
-// streams run at once (processor sharing: together they get the GPU, times
-// the efficiency). When either changes, the running kernels' remaining work
-// is rescheduled at the new rate (a kernel whose rate stays keeps its
-// completion event).
+// for it: NCCL's kernels share the SMs and the memory with it), and shares
+// the GPU with the other kernels of the rank's compute streams as the cost
+// model's kernel sharing says (rateDivisor). When either changes, the running
+// kernels' remaining work is rescheduled at the new rate (a kernel whose rate
+// stays keeps its completion event).
 void Engine::rescheduleKernels(int ri) {
   RankState& r = ranks_[size_t(ri)];
   const bool slowed = r.active_comm > 0;
