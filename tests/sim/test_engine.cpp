@@ -662,25 +662,36 @@ TEST_CASE("kernels of two compute streams share the GPU", "[engine]") {
   }
 }
 
-TEST_CASE("the next oldest kernel holds the GPU when the holder ends", "[engine]") {
-  // Stream 1 starts a 0.4 ms kernel at once; stream 0 first runs a 0.1 ms
-  // host task, then a 1 ms kernel beside the running one. At efficiency 1
-  // it makes no progress until the 0.4 ms one ends (the older kernel holds
-  // the GPU although its stream is the higher), then runs alone: it ends at
-  // 1.4 ms.
+// Two compute streams (like the weight gradients'): on stream 0 a 0.1 ms
+// host task, then a 1 ms kernel; on stream 1 `second` (task 2), ready at
+// once. No launch gaps, efficiency 1 (first holds).
+struct LateKernelBeside {
   Topology topo = ringTopology(1, 1, 0);
   RankPlan rp;
-  rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
-  Task host = kernel(0, 0, 0, 0);
-  host.kind = TaskKind::Host;
-  rp.tasks.push_back(host);
-  rp.tasks.push_back(kernel(1, 0, 7e11, 0));
-  rp.tasks.push_back(kernel(2, 1, 2.8e11, 0));
-  RooflineParams p = RooflineParams::defaults();
-  p.launch_overhead_ns = 0;
-  p.host_task_ns = 100'000;
-  const RooflineCostModel model(p);
-  const SimResult r = simulatePlan(uniformPlan(1, rp), topo, model, idealOptions());
+  RooflineCostModel model;
+  explicit LateKernelBeside(const Task& second) : model(params()) {
+    rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
+    Task host = kernel(0, 0, 0, 0);
+    host.kind = TaskKind::Host;
+    rp.tasks.push_back(host);
+    rp.tasks.push_back(kernel(1, 0, 7e11, 0));
+    rp.tasks.push_back(second);
+  }
+  static RooflineParams params() {
+    RooflineParams p = RooflineParams::defaults();
+    p.launch_overhead_ns = 0;
+    p.host_task_ns = 100'000;
+    return p;
+  }
+};
+
+TEST_CASE("the next oldest kernel holds the GPU when the holder ends", "[engine]") {
+  // Stream 1 starts a 0.4 ms kernel at once; stream 0's 1 ms kernel starts
+  // beside it at 0.1 ms and makes no progress until the 0.4 ms one ends (the
+  // older kernel holds the GPU although its stream is the higher), then runs
+  // alone: it ends at 1.4 ms.
+  const LateKernelBeside f(kernel(2, 1, 2.8e11, 0));
+  const SimResult r = simulatePlan(uniformPlan(1, f.rp), f.topo, f.model, idealOptions());
   const SimActivity h = activityOf(r.ranks[0], 0), big = activityOf(r.ranks[0], 1), small = activityOf(r.ranks[0], 2);
   REQUIRE(h.end_ns == 100'000);
   CHECK(small.start_ns == 0);
@@ -695,24 +706,15 @@ TEST_CASE("a weight gradient's bias kernels take the GPU anew after its GEMM", "
   // starts 0.1 ms later, beside the GEMM, and waits for it. When the GEMM
   // is done the 1 ms kernel holds the GPU (the bias kernels were launched
   // after it), so the weight-gradient task ends only after it.
-  Topology topo = ringTopology(1, 1, 0);
-  RankPlan rp;
-  rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
-  Task host = kernel(0, 0, 0, 0);
-  host.kind = TaskKind::Host;
-  rp.tasks.push_back(host);
-  rp.tasks.push_back(kernel(1, 0, 7e11, 0));
   Task wgrad = kernel(2, 1, 2.8e11, 0);
   wgrad.op = OpKind::MatmulBwdWeight;
   wgrad.attrs.has_bias = true;
   wgrad.attrs.m = 16384;
   wgrad.attrs.n = 3072;
-  rp.tasks.push_back(wgrad);
-  RooflineParams p = RooflineParams::defaults();
-  p.launch_overhead_ns = 0;
-  p.host_task_ns = 100'000;
-  const RooflineCostModel model(p);
-  const Plan plan = uniformPlan(1, rp);
+  const LateKernelBeside f(wgrad);
+  const Topology& topo = f.topo;
+  const RooflineCostModel& model = f.model;
+  const Plan plan = uniformPlan(1, f.rp);
   const SimResult r = simulatePlan(plan, topo, model, idealOptions());
   const SimActivity big = activityOf(r.ranks[0], 1), w = activityOf(r.ranks[0], 2);
   const Task& wt = plan.programs[0].tasks[2];
@@ -725,7 +727,7 @@ TEST_CASE("a weight gradient's bias kernels take the GPU anew after its GEMM", "
   CHECK(big.end_ns == (total - tail) + 1'000'000);  // waited for the GEMM, then alone
   CHECK(w.end_ns == big.end_ns + tail);             // the bias kernels after it
   // Without a bias there is nothing trailing: the task ends with its GEMM.
-  RankPlan no_bias = rp;
+  RankPlan no_bias = f.rp;
   no_bias.tasks[2].attrs.has_bias = false;
   const SimResult q = simulatePlan(uniformPlan(1, no_bias), topo, model, idealOptions());
   CHECK(activityOf(q.ranks[0], 2).end_ns == total);
