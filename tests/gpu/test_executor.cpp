@@ -202,27 +202,21 @@ void gpt2GraphMemsets() {
                                   {"parallel.data_parallel=1", "training.micro_batch=16"});
   const Plan plan = buildPlan(job);
   constexpr int kSteps = 4;
-  std::vector<std::pair<double, double>> graph_steps, eager_steps;
   cuda::CudaExecutor::GraphMemsets gm;
-  {
+  // (loss, gradient norm) per step; the executor is freed before the next.
+  auto run = [&](bool graph) {
     cuda::ExecutorOptions o;
-    o.use_graph = true;
-    cuda::CudaExecutor graph(plan, o);
+    o.use_graph = graph;
+    cuda::CudaExecutor ex(plan, o);
+    std::vector<std::pair<double, double>> steps;
     for (int s = 0; s < kSteps; ++s) {
-      const cuda::GpuStepResult r = graph.step();
-      graph_steps.push_back({r.loss, r.grad_norm});
+      const cuda::GpuStepResult r = ex.step();
+      steps.push_back({r.loss, r.grad_norm});
     }
-    gm = graph.graphMemsets();
-  }
-  {
-    cuda::ExecutorOptions o;
-    o.use_graph = false;
-    cuda::CudaExecutor eager(plan, o);
-    for (int s = 0; s < kSteps; ++s) {
-      const cuda::GpuStepResult r = eager.step();
-      eager_steps.push_back({r.loss, r.grad_norm});
-    }
-  }
+    if (graph) gm = ex.graphMemsets();
+    return steps;
+  };
+  const std::vector<std::pair<double, double>> graph_steps = run(true), eager_steps = run(false);
   fmt::print("     GPT-2 124M: the graph holds {} memsets, {} moved, merged into {}; step 1 loss {:.6f} norm {:.6f}\n",
              gm.memsets, gm.hoisted, gm.merged_into, graph_steps[0].first, graph_steps[0].second);
   if (gm.memsets == 0) {
