@@ -15,9 +15,11 @@ double opFlops(const Node& n) {
     case OpKind::MatmulBwdData: return mnk2;
     case OpKind::MatmulBwdWeight: return mnk2 + (a.has_bias ? double(a.m) * a.n : 0);
     case OpKind::Attention: return 2.0 * a.b * double(a.t) * a.t * a.c;
-    case OpKind::AttentionBwd: return 5.0 * a.b * double(a.t) * a.t * a.c;
+    // A bias gradient summed by the backward (engine/pass_bias_grad.h) adds
+    // one addition per element of the gradient it sums.
+    case OpKind::AttentionBwd: return 5.0 * a.b * double(a.t) * a.t * a.c + (a.bias_grad ? 3.0 * a.b * a.t * a.c : 0);
     case OpKind::LayerNorm: return 8.0 * a.m * a.c;
-    case OpKind::LayerNormBwd: return 14.0 * a.m * a.c;
+    case OpKind::LayerNormBwd: return (a.bias_grad ? 15.0 : 14.0) * a.m * a.c;
     case OpKind::Gelu: return 10.0 * a.elements;
     case OpKind::GeluBwd: return 16.0 * a.elements;
     case OpKind::Add: return double(a.elements);

@@ -84,6 +84,15 @@ struct ScheduleSpec {
   // off the critical path of (engine/lower.h). One H200, GPT-2 124M
   // micro-batch 16: about 0.6 ms faster per step (docs/benchmarks.md).
   bool weight_gradient_stream = true;
+  // The bias gradients of the attention and MLP output projections summed
+  // by the layernorm backward that adds their output gradient to the
+  // residual gradient, and the QKV projection's by the attention backward
+  // that writes its output gradient (engine/pass_bias_grad.h): no separate
+  // pass over those gradients. Off by default: on one H200 (GPT-2 124M,
+  // micro-batch 16) it saved 0.43 ms of kernel time but no step time, the
+  // passes it removes having run hidden on the weight-gradient stream
+  // (docs/benchmarks.md).
+  bool fuse_bias_gradients = false;
   bool operator==(const ScheduleSpec&) const = default;
 };
 

@@ -113,6 +113,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("gather_embedding_gradient", job.comm.gather_embedding_gradient ? "true" : "false");
   line("schedule:");
   field("weight_gradient_stream", job.schedule.weight_gradient_stream ? "true" : "false");
+  field("fuse_bias_gradients", job.schedule.fuse_bias_gradients ? "true" : "false");
   line("recompute:");
   field("policy", std::string(toString(job.recompute.policy)));
   if (job.recompute.per_layer.empty()) {

@@ -20,6 +20,12 @@ struct OpAttrs {
   // (second and later contributions, micro-batches after the first).
   bool accumulate = false;         // the activation-gradient output (dx)
   bool accumulate_params = false;  // the parameter-gradient outputs (dW, db)
+  // LayerNormBwd / AttentionBwd: the task also writes, as its last output,
+  // the bias gradient of a linear layer whose output gradient it already
+  // touches (engine/pass_bias_grad.h): a LayerNormBwd sums the residual
+  // gradient it adds to (its dx before the add), an AttentionBwd its own
+  // output. That layer's MatmulBwdWeight then writes dW alone (has_bias off).
+  bool bias_grad = false;
   // Cross-entropy backward: dloss per token, 1 / (tokens in the global batch).
   double loss_scale = 1.0;
   // Data loading: which micro-batch of the step this is.

@@ -67,6 +67,7 @@ json toJson(const OpAttrs& a) {
   put("elements", a.elements, d.elements);
   put("accumulate", a.accumulate, d.accumulate);
   put("accumulate_params", a.accumulate_params, d.accumulate_params);
+  put("bias_grad", a.bias_grad, d.bias_grad);
   put("loss_scale", a.loss_scale, d.loss_scale);
   put("micro_batch", a.micro_batch, d.micro_batch);
   put("params", a.params, d.params);
@@ -331,6 +332,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "elements", a.elements);
   optionalField(j, path, "accumulate", a.accumulate);
   optionalField(j, path, "accumulate_params", a.accumulate_params);
+  optionalField(j, path, "bias_grad", a.bias_grad);
   optionalField(j, path, "loss_scale", a.loss_scale);
   optionalField(j, path, "micro_batch", a.micro_batch);
   optionalField(j, path, "params", a.params);

@@ -11,6 +11,7 @@
 #include "engine/graph.h"
 #include "engine/lower.h"
 #include "engine/model_gpt2.h"
+#include "engine/pass_bias_grad.h"
 #include "engine/pass_buckets.h"
 #include "engine/pass_embedding_gather.h"
 #include "engine/pass_fusion.h"
@@ -93,6 +94,7 @@ Plan buildPlan(const JobSpec& job) {
   std::vector<RecomputeDecision> decisions = keptAndSaved(g, job);
   applyRecompute(g, job);
   addRecomputeFlops(g, decisions);
+  applyBiasGradientFusion(g, job);
   applyGradientBuckets(g, job);
   applyGatheredEmbeddingGradient(g, job);
   appendOptimizer(g, job);

@@ -74,6 +74,11 @@ const int32_t* TaskBuffers::ints(int buffer) const {
 
 int32_t* TaskBuffers::mutableInts(int buffer) { return reinterpret_cast<int32_t*>(address(buffer)); }
 
+void TaskBuffers::settle(int buffer) {
+  if (rp_.buffers[buffer].dtype != DType::BF16) return;
+  for (float& v : scratchFor(buffer).values) v = roundToBf16(v);
+}
+
 void TaskBuffers::commit() {
   for (auto& s : scratch_)
     if (s.dirty) storeFromFloat(arena_, rp_.buffers[s.buffer], s.values.data());

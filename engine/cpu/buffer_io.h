@@ -26,6 +26,9 @@ class TaskBuffers {
   const int32_t* ints(int buffer) const;
   int32_t* mutableInts(int buffer);
   int64_t elements(int buffer) const { return rp_.buffers[buffer].elementCount(); }
+  // Rounds what the task wrote to a bf16 buffer so far to bf16 now (commit
+  // would), so that a sum over it sees the stored values.
+  void settle(int buffer);
   // Writes every bf16 scratch back to the arena.
   void commit();
 

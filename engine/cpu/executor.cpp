@@ -127,6 +127,7 @@ struct FloatStorage {
   float* out(int b) { return io.out(b); }
   const int32_t* ints(int b) { return io.ints(b); }
   int64_t elements(int b) const { return io.elements(b); }
+  void settle(int b) { io.settle(b); }
 };
 
 void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& io) {

@@ -48,6 +48,9 @@ void matmulBackwardData(T* dx, const T* dy, const T* W, int64_t M, int64_t N, in
 template <class T>
 void matmulBackwardWeight(T* dW, T* db, const T* dy, const T* x, int64_t M, int64_t N, int64_t K,
                           bool accumulate);
+// db[N] (+)= sum_m dy[m,:]: a bias gradient, wherever it is summed.
+template <class T>
+void columnSums(T* db, const T* dy, int64_t M, int64_t N, bool accumulate);
 
 // Causal multi-head self-attention. qkv[B,Tn,3C]: q in [0,C), k in [C,2C),
 // v in [2C,3C); head h uses channels [h*D,(h+1)*D), D = C/H; scale 1/sqrt(D).

@@ -218,29 +218,33 @@ void matmulBackwardData(T* dx, const T* dy, const T* W, int64_t M, int64_t N, in
 }
 
 template <class T>
+void columnSums(T* db, const T* dy, int64_t M, int64_t N, bool accumulate) {
+  // A reduction over all M rows: summed in double so long batches do not
+  // lose the small contributions.
+  std::vector<double> sum(std::size_t(N), 0.0);
+  for (int64_t m = 0; m < M; ++m) {
+    const T* dy_row = dy + m * N;
+    for (int64_t n = 0; n < N; ++n) sum[std::size_t(n)] += double(dy_row[n]);
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    const T total = T(sum[std::size_t(n)]);
+    db[n] = accumulate ? T(db[n] + total) : total;
+  }
+}
+
+template <class T>
 void matmulBackwardWeight(T* dW, T* db, const T* dy, const T* x, int64_t M, int64_t N, int64_t K,
                           bool accumulate) {
   // dW[N,K] = dy^T[N,M] x[M,K]: read dy transposed through the strides.
   gemm(dW, dy, Strides{1, N}, x, Strides{K, 1}, N, K, M, accumulate);
-  if (db) {
-    // A reduction over all M rows: summed in double so long batches do not
-    // lose the small contributions.
-    std::vector<double> sum(std::size_t(N), 0.0);
-    for (int64_t m = 0; m < M; ++m) {
-      const T* dy_row = dy + m * N;
-      for (int64_t n = 0; n < N; ++n) sum[std::size_t(n)] += double(dy_row[n]);
-    }
-    for (int64_t n = 0; n < N; ++n) {
-      const T total = T(sum[std::size_t(n)]);
-      db[n] = accumulate ? T(db[n] + total) : total;
-    }
-  }
+  if (db) columnSums(db, dy, M, N, accumulate);
 }
 
 #define TANDEM_INSTANTIATE_MATMUL(T)                                                            \
   template void matmulForward<T>(T*, const T*, const T*, const T*, int64_t, int64_t, int64_t);  \
   template void matmulBackwardData<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, bool); \
-  template void matmulBackwardWeight<T>(T*, T*, const T*, const T*, int64_t, int64_t, int64_t, bool);
+  template void matmulBackwardWeight<T>(T*, T*, const T*, const T*, int64_t, int64_t, int64_t, bool); \
+  template void columnSums<T>(T*, const T*, int64_t, int64_t, bool);
 
 TANDEM_INSTANTIATE_MATMUL(float)
 TANDEM_INSTANTIATE_MATMUL(double)

@@ -7,7 +7,8 @@
 //
 // Storage must provide: T* in(int buffer) (const use), T* out(int buffer)
 // (current contents kept, for accumulation), const int32_t* ints(int buffer),
-// int64_t elements(int buffer).
+// int64_t elements(int buffer), void settle(int buffer) (round what was
+// written so far to the buffer's storage precision; no-op where it is T).
 
 #include <algorithm>
 #include <cstring>
@@ -44,6 +45,9 @@ bool runMathOp(const Task& t, Storage& io) {
                           a.m, a.c);
       return true;
     case OpKind::LayerNormBwd:
+      // A bias gradient it sums (engine/pass_bias_grad.h) is the residual
+      // gradient in dx before the layernorm's contribution is added to it.
+      if (a.bias_grad) columnSums<T>(io.out(W[3]), io.in(W[0]), a.m, a.c, a.accumulate_params);
       layernormBackward<T>(io.out(W[0]), io.out(W[1]), io.out(W[2]), io.in(R[0]), io.in(R[1]), io.in(R[2]),
                            io.in(R[3]), io.in(R[4]), a.m, a.c, a.accumulate, a.accumulate_params);
       return true;
@@ -64,6 +68,10 @@ bool runMathOp(const Task& t, Storage& io) {
     case OpKind::AttentionBwd:
       attentionBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), io.in(R[2]), io.in(R[3]), a.b, a.t, a.c,
                            a.h, a.accumulate);
+      if (a.bias_grad) {  // the sums of dqkv as stored, which the weight GEMM would have read
+        io.settle(W[0]);
+        columnSums<T>(io.out(W[1]), io.in(W[0]), a.b * a.t, 3 * a.c, a.accumulate_params);
+      }
       return true;
     case OpKind::Gelu: geluForward<T>(io.out(W[0]), io.in(R[0]), a.elements); return true;
     case OpKind::GeluBwd:

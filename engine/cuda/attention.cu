@@ -288,8 +288,8 @@ void prepareAttentionKernels();
 void attentionForwardTc(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
                         int64_t H, cudaStream_t s);
 void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
-                         DType lse_dt, float* delta, int64_t B, int64_t Tn, int64_t C, int64_t H, bool accumulate,
-                         cudaStream_t s);
+                         DType lse_dt, float* delta, float* bias_partial, int64_t B, int64_t Tn, int64_t C, int64_t H,
+                         bool accumulate, cudaStream_t s);
 
 void prepareKernels() {
   prepareAttentionKernels();
@@ -314,14 +314,30 @@ void attentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64
   TANDEM_DISPATCH_DT(dt, TANDEM_DISPATCH_HEAD_DIM(C / H, (launchForward<T, D>(out, lse, lse_dt, qkv, B, Tn, C, H, s))));
 }
 
-int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H) { return B * H * Tn * int64_t(sizeof(float)); }
+// Rows of the bias gradient's partial sums on the tensor-core path: one per
+// 64-row tile of each sequence.
+static int64_t biasPartialRows(int64_t B, int64_t Tn) { return B * ((Tn + 63) / 64); }
 
-void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,
+int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, bool bias_grad) {
+  const int64_t delta = B * H * Tn * int64_t(sizeof(float));
+  if (!bias_grad) return delta;
+  return std::max(delta + biasPartialRows(B, Tn) * 3 * C * int64_t(sizeof(float)), biasGradientScratchBytes(3 * C));
+}
+
+void attentionBackward(void* dqkv, void* dbias, const void* dout, const void* qkv, const void* out,
                        const void* lse, DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H,
-                       bool accumulate, DType dt, float* scratch, cudaStream_t s) {
-  // The tensor-core path computes delta inside its dQ kernel.
-  if (attentionTensorCoreEligible(C, H, dt))
-    return attentionBackwardTc(dqkv, dout, qkv, out, lse, lse_dt, scratch, B, Tn, C, H, accumulate, s);
+                       bool accumulate, bool accumulate_bias, DType dt, float* scratch, cudaStream_t s) {
+  if (dbias && accumulate)
+    throw CudaError("attentionBackward: a bias gradient is summed from the output it writes, so the output "
+                    "must not accumulate");
+  // The tensor-core path computes delta inside its dQ kernel, and the bias
+  // gradient's partial sums as it stores its tiles.
+  if (attentionTensorCoreEligible(C, H, dt)) {
+    float* partial = dbias ? scratch + B * H * Tn : nullptr;
+    attentionBackwardTc(dqkv, dout, qkv, out, lse, lse_dt, scratch, partial, B, Tn, C, H, accumulate, s);
+    if (dbias) biasGradientFromPartials(dbias, partial, 3 * C, biasPartialRows(B, Tn), accumulate_bias, dt, s);
+    return;
+  }
   TANDEM_DISPATCH_DT(dt, {
     TANDEM_DISPATCH_HEAD_DIM(C / H, {
       const int64_t threads = B * H * Tn * (D * int64_t(sizeof(T)) / 16);
@@ -332,6 +348,8 @@ void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void
     TANDEM_DISPATCH_HEAD_DIM(C / H, (launchBackward<T, D>(dqkv, dout, qkv, lse, lse_dt, scratch, B,
                                                          Tn, C, H, accumulate, s)));
   });
+  // The CUDA-core path: the bias gradient from the finished output.
+  if (dbias) biasGradient(dbias, dqkv, B * Tn, 3 * C, accumulate_bias, dt, scratch, s);
 }
 
 }  // namespace tandem::cuda

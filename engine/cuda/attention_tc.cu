@@ -202,6 +202,44 @@ __device__ __forceinline__ void storeRows(bf16* dst, int64_t stride, int row0, i
   }
 }
 
+// Column sums over the block's 64 rows of what storeRows stores with
+// accumulate off (each value rounded to bf16 as stored), in a fixed order:
+// one row of the bias gradient's partial sums (engine/pass_bias_grad.h),
+// written to out[0, 64). Every thread of the block calls it after its last
+// use of `red`, 4 x 64 floats of shared memory.
+__device__ __forceinline__ void tileColumnSums(float* out, const Acc& acc, float mul, int row0, int Tn, float* red) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float cs[8][2];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) cs[j][0] = cs[j][1] = 0.f;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    if (row0 + g + 8 * hh >= Tn) continue;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 v = __bfloat1622float2(__floats2bfloat162_rn(acc[j][2 * hh] * mul, acc[j][2 * hh + 1] * mul));
+      cs[j][0] += v.x;
+      cs[j][1] += v.y;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1) cs[j][e] += __shfl_xor_sync(0xffffffffu, cs[j][e], off);
+  __syncthreads();  // every warp is done with `red` (the caller's tiles)
+  if (g == 0)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      red[warp * D + 8 * j + 2 * t] = cs[j][0];
+      red[warp * D + 8 * j + 2 * t + 1] = cs[j][1];
+    }
+  __syncthreads();
+  if (threadIdx.x < D) out[threadIdx.x] = ((red[threadIdx.x] + red[D + threadIdx.x]) + red[2 * D + threadIdx.x]) +
+                                          red[3 * D + threadIdx.x];
+}
+
 // ---- the same products on wgmma (sm_90a) ---------------------------------
 //
 // The block's four warps act as one warpgroup on 64-row tiles. These only
@@ -399,11 +437,13 @@ struct BwdKvSmem {
 // kSplit: the query tile is processed in kSplit column slices, so that S^T
 // and dP^T take 64 / kSplit columns of registers (3 blocks per SM need 2).
 // kWg: products on wgmma (sm_90a), K and V read from shared memory.
+// bias_partial (or null): row b * tiles + key tile of the QKV bias
+// gradient's partial sums (3C columns), the K and V parts written here.
 template <int kMinBlocks, int kSplit, bool kWg>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardKvTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                 const void* lse, int lse_bf16, const float* delta,
-                                                                int Tn, int C, int H, float scale, float scale_log2,
-                                                                bool accumulate) {
+                                                                float* bias_partial, int Tn, int C, int H, float scale,
+                                                                float scale_log2, bool accumulate) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
   BwdKvSmem& sm = *reinterpret_cast<BwdKvSmem*>(smem_raw);
@@ -517,6 +557,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardKvTc(bf16* d
   bf16* db = dqkv + int64_t(b) * Tn * stride + int64_t(h) * D;
   storeRows(db + C, stride, k0 + warp * 16, Tn, dk, scale, accumulate);
   storeRows(db + 2 * int64_t(C), stride, k0 + warp * 16, Tn, dv, 1.f, accumulate);
+  if (bias_partial) {
+    cpAsyncWait<0>();
+    float* row = bias_partial + (int64_t(b) * gridDim.y + blockIdx.y) * 3 * C + int64_t(h) * D;
+    float* red = reinterpret_cast<float*>(sm.qdo);
+    tileColumnSums(row + C, dk, scale, k0 + warp * 16, Tn, red);
+    tileColumnSums(row + 2 * int64_t(C), dv, 1.f, k0 + warp * 16, Tn, red);
+  }
 }
 
 // dQ: the block's Q and dO tiles are read once into register fragments; K
@@ -529,11 +576,12 @@ struct BwdQSmem {
 
 // grid: x = b * H + h, y = query tile counted from the last (longest first).
 // kWg: products on wgmma (sm_90a), Q and dO read from shared memory.
+// bias_partial (or null): as in attnBackwardKvTc, the Q part written here.
 template <int kMinBlocks, bool kWg>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardQTc(bf16* dqkv, const bf16* dout, const bf16* qkv,
                                                                const bf16* out, const void* lse, int lse_bf16,
-                                                               float* delta, int Tn, int C, int H, float scale,
-                                                               float scale_log2, bool accumulate) {
+                                                               float* delta, float* bias_partial, int Tn, int C, int H,
+                                                               float scale, float scale_log2, bool accumulate) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
   BwdQSmem& sm = *reinterpret_cast<BwdQSmem*>(smem_raw);
@@ -642,6 +690,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attnBackwardQTc(bf16* dq
     }
   }
   storeRows(dqkv + int64_t(b) * Tn * stride + int64_t(h) * D, stride, row0, Tn, dq, scale, accumulate);
+  if (bias_partial) {
+    cpAsyncWait<0>();
+    const int tile = q0 / kTile;
+    tileColumnSums(bias_partial + (int64_t(b) * gridDim.y + tile) * 3 * C + int64_t(h) * D, dq, scale, row0, Tn,
+                   reinterpret_cast<float*>(sm.kv));
+  }
 }
 
 }  // namespace
@@ -754,8 +808,8 @@ void attentionForwardTc(void* out, void* lse, DType lse_dt, const void* qkv, int
 }
 
 void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
-                         DType lse_dt, float* delta, int64_t B, int64_t Tn, int64_t C, int64_t H, bool accumulate,
-                         cudaStream_t s) {
+                         DType lse_dt, float* delta, float* bias_partial, int64_t B, int64_t Tn, int64_t C, int64_t H,
+                         bool accumulate, cudaStream_t s) {
   dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
   const float scale = 1.f / sqrtf(float(D));
   const BackwardBlocks blocks = attentionBackwardBlocksPerSm();
@@ -767,12 +821,13 @@ void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const vo
   // dQ first: it writes the delta the dK/dV kernel reads.
   q_kernel<<<grid, kThreads, sizeof(BwdQSmem), s>>>(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
                                                    static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse,
-                                                   isBf16(lse_dt), delta, int(Tn), int(C), int(H), scale,
-                                                   scale * kLog2e, accumulate);
+                                                   isBf16(lse_dt), delta, bias_partial, int(Tn), int(C), int(H),
+                                                   scale, scale * kLog2e, accumulate);
   TANDEM_CUDA_LAUNCH_CHECK();
   kv_kernel<<<grid, kThreads, sizeof(BwdKvSmem), s>>>(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
                                                      static_cast<const bf16*>(qkv), lse, isBf16(lse_dt), delta,
-                                                     int(Tn), int(C), int(H), scale, scale * kLog2e, accumulate);
+                                                     bias_partial, int(Tn), int(C), int(H), scale, scale * kLog2e,
+                                                     accumulate);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 

@@ -609,6 +609,13 @@ int64_t biasGradientScratchBytes(int64_t N) {
   return std::max(kBiasRowChunks, kBiasVecChunks) * N * int64_t(sizeof(float));
 }
 
+void biasGradientFromPartials(void* db, const float* partial, int64_t N, int64_t rows, bool accumulate, DType dt,
+                              cudaStream_t s) {
+  TANDEM_DISPATCH_DT(dt, biasFinalKernel<T><<<unsigned((N + 31) / 32), dim3(32, kFinalSlices), 0, s>>>(
+                             static_cast<T*>(db), partial, N, int(rows), accumulate));
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
 void biasGradient(void* db, const void* dy, int64_t M, int64_t N, bool accumulate, DType dt,
                   float* scratch, cudaStream_t s) {
   if (dt == DType::BF16 && vec8(N, {dy})) {

@@ -26,13 +26,21 @@ int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 int64_t taskScratchBytes(const Task& t) {
   const OpAttrs& a = t.attrs;
   switch (t.op) {
-    case OpKind::LayerNormBwd: return layernormScratchBytes(a.c);
-    case OpKind::AttentionBwd: return attentionScratchBytes(a.b, a.t, a.h);
+    case OpKind::LayerNormBwd: return layernormScratchBytes(a.c, a.bias_grad);
+    case OpKind::AttentionBwd: return attentionScratchBytes(a.b, a.t, a.h, a.c, a.bias_grad);
     case OpKind::CrossEntropy:
     case OpKind::CrossEntropyBwd: return crossEntropyScratchBytes(a.m);
     case OpKind::MatmulBwdWeight: return a.has_bias ? biasGradientScratchBytes(a.n) : 0;
     default: return 0;
   }
+}
+
+// Each stream's scratch: the most any of its tasks needs (a stream's tasks
+// run one after another, so they share it).
+std::vector<int64_t> scratchBytesPerStream(const RankPlan& rp) {
+  std::vector<int64_t> bytes(rp.streams.size(), 256);
+  for (const Task& t : rp.tasks) bytes.at(size_t(t.stream)) = std::max(bytes[size_t(t.stream)], taskScratchBytes(t));
+  return bytes;
 }
 
 int64_t chunksOf(int64_t n) { return (n + kChunkElements - 1) / kChunkElements; }
@@ -46,9 +54,8 @@ int64_t computeStreamsOf(const RankPlan& rp) {
 
 int64_t executorOverheadBytes(const Plan& plan) {
   const RankPlan& rp = plan.programs.at(0);
-  int64_t scratch = 0;
-  for (const Task& t : rp.tasks) scratch = std::max(scratch, taskScratchBytes(t));
-  int64_t total = int64_t(Gemm::kWorkspaceBytes) * computeStreamsOf(rp) + align256(scratch) * int64_t(rp.streams.size());
+  int64_t total = int64_t(Gemm::kWorkspaceBytes) * computeStreamsOf(rp);
+  for (int64_t b : scratchBytesPerStream(rp)) total += align256(b);
   for (const Task& t : rp.tasks) {
     if (t.op == OpKind::LoadBatch) {
       const int64_t n = rp.buffers[t.writes[0]].elementCount();
@@ -129,10 +136,7 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
                         : nullptr);
   if (gemms.empty() || !gemms[0])
     throw CudaError("cuda executor: the plan's stream 0 is not a compute stream");
-  int64_t scratch_bytes = 0;
-  for (const Task& t : program->tasks) scratch_bytes = std::max(scratch_bytes, taskScratchBytes(t));
-  for (size_t i = 0; i < streams.size(); ++i)
-    scratch.push_back(static_cast<float*>(deviceAlloc(std::max<int64_t>(scratch_bytes, 256))));
+  for (int64_t bytes : scratchBytesPerStream(*program)) scratch.push_back(static_cast<float*>(deviceAlloc(bytes)));
   scalars = static_cast<StepScalars*>(deviceAlloc(sizeof(StepScalars)));
   TANDEM_CUDA_CHECK(cudaMallocHost(&host_scalars, kSlots * sizeof(StepScalars)));
   TANDEM_CUDA_CHECK(cudaMallocHost(&host_out, kSlots * 2 * sizeof(float)));

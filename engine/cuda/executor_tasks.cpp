@@ -79,7 +79,8 @@ void CudaExecutor::Impl::enqueueTask(int index) {
                        ptr(R[2]), a.m, a.c, dt(W[0]), s);
       break;
     case OpKind::LayerNormBwd:
-      layernormBackward(ptr(W[0]), ptr(W[1]), ptr(W[2]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]),
+      layernormBackward(ptr(W[0]), ptr(W[1]), ptr(W[2]), a.bias_grad ? ptr(W[3]) : nullptr, ptr(R[0]), ptr(R[1]),
+                        ptr(R[2]), ptr(R[3]),
                         dt(R[3]), ptr(R[4]), dt(R[4]), a.m, a.c, a.accumulate, a.accumulate_params,
                         dt(W[0]), scr, s);
       break;
@@ -113,8 +114,8 @@ void CudaExecutor::Impl::enqueueTask(int index) {
       attentionForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), a.b, a.t, a.c, a.h, dt(W[0]), s);
       break;
     case OpKind::AttentionBwd:
-      attentionBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]), dt(R[3]), a.b, a.t,
-                        a.c, a.h, a.accumulate, dt(W[0]), scr, s);
+      attentionBackward(ptr(W[0]), a.bias_grad ? ptr(W[1]) : nullptr, ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]),
+                        dt(R[3]), a.b, a.t, a.c, a.h, a.accumulate, a.accumulate_params, dt(W[0]), scr, s);
       break;
     case OpKind::Gelu: geluForward(ptr(W[0]), ptr(R[0]), a.elements, dt(W[0]), s); break;
     case OpKind::GeluBwd:

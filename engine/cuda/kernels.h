@@ -56,11 +56,14 @@ void layernormForward(void* y, void* mean, DType mean_dt, void* rstd, DType rstd
 void addLayernormForward(void* sum, void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* a,
                          const void* a2, const void* w, const void* b, int64_t M, int64_t C, DType dt,
                          cudaStream_t s);
-// scratch: layernormScratchBytes(C) bytes of executor workspace.
-int64_t layernormScratchBytes(int64_t C);
+// scratch: layernormScratchBytes(C, dbias != null) bytes of executor workspace.
+int64_t layernormScratchBytes(int64_t C, bool bias_grad = false);
 // Raises the shared-memory limit of the wide-row layernorm backward (part of prepareKernels).
 void prepareLayernormKernels();
-void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w,
+// dbias (may be null): also the column sums of dx's contents before the add,
+// the bias gradient of the layer whose output gradient dx holds
+// (engine/pass_bias_grad.h); needs accumulate_dx, accumulates with accumulate_dw.
+void layernormBackward(void* dx, void* dw, void* db, void* dbias, const void* dy, const void* x, const void* w,
                        const void* mean, DType mean_dt, const void* rstd, DType rstd_dt,
                        int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,
                        float* scratch, cudaStream_t s);
@@ -79,11 +82,14 @@ const char* attentionMmaPath();
 bool attentionSupportsHeadDim(int64_t D);
 void attentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn,
                       int64_t C, int64_t H, DType dt, cudaStream_t s);
-// scratch: attentionScratchBytes(B, Tn, H) bytes of executor workspace.
-int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H);
-void attentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out,
+// scratch: attentionScratchBytes(B, Tn, H, C, dbias != null) bytes of executor workspace.
+int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C = 0, bool bias_grad = false);
+// dbias (may be null): also the column sums of dqkv, the QKV projection's
+// bias gradient (engine/pass_bias_grad.h); needs accumulate off, adds to
+// dbias with accumulate_bias.
+void attentionBackward(void* dqkv, void* dbias, const void* dout, const void* qkv, const void* out,
                        const void* lse, DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H,
-                       bool accumulate, DType dt, float* scratch, cudaStream_t s);
+                       bool accumulate, bool accumulate_bias, DType dt, float* scratch, cudaStream_t s);
 
 void geluForward(void* y, const void* x, int64_t n, DType dt, cudaStream_t s);
 void geluBackward(void* dx, const void* dy, const void* x, int64_t n, bool accumulate, DType dt,
@@ -103,6 +109,10 @@ int64_t crossEntropyScratchBytes(int64_t M);
 void biasGradient(void* db, const void* dy, int64_t M, int64_t N, bool accumulate, DType dt,
                   float* scratch, cudaStream_t s);
 int64_t biasGradientScratchBytes(int64_t N);
+// db[N] (+)= the sums of `rows` rows of fp32 partial sums (row pitch N), in a
+// fixed order: the last step of a bias gradient summed inside another kernel.
+void biasGradientFromPartials(void* db, const float* partial, int64_t N, int64_t rows, bool accumulate, DType dt,
+                              cudaStream_t s);
 
 // One tensor of a multi-tensor launch (grad norm, AdamW). Tables live in
 // device memory and are built once per plan.

@@ -244,20 +244,25 @@ template <class T, int kVec>
 constexpr bool kLnAccInSmem = kVec * Vec16<T>::kElems > 24;
 
 // Shared memory of the backward: [kWarpsPerBlock][C] for the block sum in
-// register mode, [2][kWarpsPerBlock][C] (dw, db per warp) in shared mode.
-template <class T, int kVec>
+// register mode, [2][kWarpsPerBlock][C] (dw, db per warp) in shared mode;
+// with kBias one more [kWarpsPerBlock][C] for the residual gradient's column
+// sums (shared in either mode: registers are full in register mode).
+template <class T, int kVec, bool kBias>
 constexpr size_t lnBackwardSmemBytes(int64_t C) {
-  return size_t(kLnAccInSmem<T, kVec> ? 2 : 1) * kWarpsPerBlock * size_t(C) * sizeof(float);
+  return size_t((kLnAccInSmem<T, kVec> ? 2 : 1) + (kBias ? 1 : 0)) * kWarpsPerBlock * size_t(C) * sizeof(float);
 }
 
 // One block's warps stride over the rows; the warps' dw/db partial sums are
 // added over the block in a fixed order, so the scratch holds one partial row
-// per block (kBwdBlocks rows).
-template <class T, int kVec>
+// per block (kBwdBlocks rows). kBias: also the column sums of dx's contents
+// before the add (the bias gradient of the layer whose output gradient is
+// the residual gradient; engine/pass_bias_grad.h) into partial_dr; needs
+// accumulate_dx.
+template <class T, int kVec, bool kBias>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1 : 2)
-    layernormBackwardVecKernel(T* dx, float* partial_dw, float* partial_db, const T* dy, const T* x, const T* w,
-                               const void* mean, int mean_bf16, const void* rstd, int rstd_bf16, int64_t M,
-                               int64_t C, bool accumulate_dx) {
+    layernormBackwardVecKernel(T* dx, float* partial_dw, float* partial_db, float* partial_dr, const T* dy,
+                               const T* x, const T* w, const void* mean, int mean_bf16, const void* rstd,
+                               int rstd_bf16, int64_t M, int64_t C, bool accumulate_dx) {
   constexpr int E = Vec16<T>::kElems;
   constexpr bool kSmemAcc = kLnAccInSmem<T, kVec>;
   constexpr int kRegVec = kSmemAcc ? 1 : kVec;
@@ -268,6 +273,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
   const int nvec = int(C / E);
   float* warp_dw = block_sum + int64_t(warp_in_block) * C;                   // shared mode only
   float* warp_db = block_sum + int64_t(kWarpsPerBlock + warp_in_block) * C;  // shared mode only
+  float* dr_sums = block_sum + int64_t(kSmemAcc ? 2 : 1) * kWarpsPerBlock * C;  // kBias: [warp][C]
+  float* warp_dr = dr_sums + int64_t(warp_in_block) * C;
   // The weights are re-read per row (L1 hits) rather than held: registers
   // go to the row and the partial sums.
   float aw[kRegVec][E], ab[kRegVec][E];
@@ -277,6 +284,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
     for (int i = 0; i < E; ++i) aw[k][i] = ab[k][i] = 0.f;
   if constexpr (kSmemAcc) {
     for (int64_t c = lane; c < C; c += 32) warp_dw[c] = warp_db[c] = 0.f;
+    __syncwarp();
+  }
+  if constexpr (kBias) {
+    for (int64_t c = lane; c < C; c += 32) warp_dr[c] = 0.f;
     __syncwarp();
   }
   for (int64_t row = warp; row < M; row += kBwdWarps) {
@@ -342,6 +353,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
         Vec16<T>::unpack(ug[k], g);
         if (!kEarlyPrev && accumulate_dx) up[k] = Vec16<T>::raw(dx + row * C + c);
         Vec16<T>::unpack(up[k], prev);  // zeros unless accumulating
+        // Element i of vector v sits at i * nvec + v: for each i the lanes
+        // touch consecutive words (row order, c + i, put lanes 32 bytes
+        // apart: 8-way bank conflicts, and GPT-2's layernorm backward took
+        // 0.36 ms longer per step).
+        if constexpr (kBias)
+#pragma unroll
+          for (int i = 0; i < E; ++i) warp_dr[i * nvec + c / E] += prev[i];
         Vec16<T>::load(w + c, wv);
 #pragma unroll
         for (int i = 0; i < E; ++i) out[i] = rs * (g[i] * wv[i] - a - (xh[i] - mu) * rs * bb) + prev[i];
@@ -350,6 +368,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
     }
   }
   // Block sum of the warps' partials, warps added in a fixed order.
+  if constexpr (kBias) {
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const int64_t at = (c % E) * nvec + c / E;  // the layout above
+      float t = 0.f;
+      for (int j = 0; j < kWarpsPerBlock; ++j) t += dr_sums[j * C + at];
+      partial_dr[blockIdx.x * C + c] = t;
+    }
+  }
   if constexpr (kSmemAcc) {
     __syncthreads();
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
@@ -387,36 +414,45 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
 // second launch per layernorm backward (about 2.5 us each, 25 per GPT-2 step).
 constexpr int kSlices = 32;
 
+// dr / partial_dr: the bias gradient a kBias backward summed, or null.
 template <class T>
 __global__ void __launch_bounds__(32 * kSlices)
-    layernormParamGradKernel(T* dw, T* db, const float* partial_dw, const float* partial_db, int64_t C, int rows,
-                             bool accumulate) {
-  __shared__ float sw[kSlices][33], sb[kSlices][33];
+    layernormParamGradKernel(T* dw, T* db, T* dr, const float* partial_dw, const float* partial_db,
+                             const float* partial_dr, int64_t C, int rows, bool accumulate) {
+  __shared__ float sw[kSlices][33], sb[kSlices][33], sr[kSlices][33];
   const int64_t c = blockIdx.x * 32 + threadIdx.x;
   const int per = (rows + kSlices - 1) / kSlices;
   const int j0 = threadIdx.y * per, j1 = min(rows, j0 + per);
-  float aw = 0.f, ab = 0.f;
-  if (c < C)
+  float aw = 0.f, ab = 0.f, ar = 0.f;
+  if (c < C) {
 #pragma unroll 4
     for (int j = j0; j < j1; ++j) {
       aw += partial_dw[j * C + c];
       ab += partial_db[j * C + c];
     }
+    if (dr)
+#pragma unroll 4
+      for (int j = j0; j < j1; ++j) ar += partial_dr[j * C + c];
+  }
   sw[threadIdx.y][threadIdx.x] = aw;
   sb[threadIdx.y][threadIdx.x] = ab;
+  sr[threadIdx.y][threadIdx.x] = ar;
   __syncthreads();
   if (threadIdx.y != 0 || c >= C) return;
-  float tw = 0.f, tb = 0.f;
+  float tw = 0.f, tb = 0.f, tr = 0.f;
   for (int j = 0; j < kSlices; ++j) {
     tw += sw[j][threadIdx.x];
     tb += sb[j][threadIdx.x];
+    tr += sr[j][threadIdx.x];
   }
   if (accumulate) {
     tw += toF(dw[c]);
     tb += toF(db[c]);
+    if (dr) tr += toF(dr[c]);
   }
   dw[c] = fromF<T>(tw);
   db[c] = fromF<T>(tb);
+  if (dr) dr[c] = fromF<T>(tr);
 }
 
 }  // namespace
@@ -445,22 +481,31 @@ static int vectorsPerLane(int64_t C, DType dt, int max_vec, std::initializer_lis
     default: { constexpr int kV = 8; __VA_ARGS__; } break;                           \
   }
 
-// Launches the vector backward for kV vectors per lane.
+// Launches the vector backward for kV vectors per lane (pdr: the bias
+// gradient's partial sums, or null).
 template <class T, int kV>
-void launchBackwardVec(T* dx, float* pdw, float* pdb, const T* dy, const T* x, const T* w, const void* mean,
-                       int mean_bf16, const void* rstd, int rstd_bf16, int64_t M, int64_t C, bool accumulate_dx,
-                       cudaStream_t s) {
-  layernormBackwardVecKernel<T, kV><<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV>(C), s>>>(
-      dx, pdw, pdb, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
+void launchBackwardVec(T* dx, float* pdw, float* pdb, float* pdr, const T* dy, const T* x, const T* w,
+                       const void* mean, int mean_bf16, const void* rstd, int rstd_bf16, int64_t M, int64_t C,
+                       bool accumulate_dx, cudaStream_t s) {
+  if (pdr)
+    layernormBackwardVecKernel<T, kV, true><<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV, true>(C), s>>>(
+        dx, pdw, pdb, pdr, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
+  else
+    layernormBackwardVecKernel<T, kV, false><<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV, false>(C), s>>>(
+        dx, pdw, pdb, nullptr, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
 }
 
-
+template <class T, int kV, bool kBias>
+void allowBackwardSmemOne() {
+  const int64_t widest = kV * 32 * Vec16<T>::kElems;
+  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(layernormBackwardVecKernel<T, kV, kBias>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(lnBackwardSmemBytes<T, kV, kBias>(widest))));
+}
 template <class T, int kV>
 void allowBackwardSmem() {
-  const int64_t widest = kV * 32 * Vec16<T>::kElems;
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(layernormBackwardVecKernel<T, kV>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(lnBackwardSmemBytes<T, kV>(widest))));
+  allowBackwardSmemOne<T, kV, false>();
+  allowBackwardSmemOne<T, kV, true>();
 }
 
 static void layernormForwardAny(void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* x,
@@ -496,29 +541,39 @@ void addLayernormForward(void* sum, void* y, void* mean, DType mean_dt, void* rs
   layernormForwardAny(y, mean, mean_dt, rstd, rstd_dt, a, a2, sum, w, b, M, C, dt, s);
 }
 
-int64_t layernormScratchBytes(int64_t C) { return int64_t(kBwdWarps) * C * 2 * sizeof(float); }
+int64_t layernormScratchBytes(int64_t C, bool bias_grad) {
+  const int64_t partials = int64_t(kBwdWarps) * C * (bias_grad ? 3 : 2) * int64_t(sizeof(float));
+  return bias_grad ? std::max(partials, biasGradientScratchBytes(C)) : partials;
+}
 
-void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void* x, const void* w,
+void layernormBackward(void* dx, void* dw, void* db, void* dbias, const void* dy, const void* x, const void* w,
                        const void* mean, DType mean_dt, const void* rstd, DType rstd_dt, int64_t M,
                        int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt, float* scratch,
                        cudaStream_t s) {
+  if (dbias && !accumulate_dx)
+    throw CudaError("layernormBackward: a bias gradient is summed from the residual gradient dx adds to, "
+                    "so dx must accumulate");
   float* pdw = scratch;
   float* pdb = scratch + int64_t(kBwdWarps) * C;
+  float* pdr = dbias ? scratch + 2 * int64_t(kBwdWarps) * C : nullptr;
   // Up to 8 vectors per lane (bf16 rows up to 2048 wide, fp32 up to 1024);
   // wider or unaligned rows take the scalar kernels below.
   const int vec = vectorsPerLane(C, dt, 8, {dx, dy, x, w});
   if (vec > 0) {
     TANDEM_DISPATCH_DT(dt, {
-      TANDEM_DISPATCH_VEC(vec, launchBackwardVec<T, kV>(static_cast<T*>(dx), pdw, pdb, static_cast<const T*>(dy),
+      TANDEM_DISPATCH_VEC(vec, launchBackwardVec<T, kV>(static_cast<T*>(dx), pdw, pdb, pdr, static_cast<const T*>(dy),
                                                         static_cast<const T*>(x), static_cast<const T*>(w), mean,
                                                         isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx,
                                                         s));
       TANDEM_CUDA_LAUNCH_CHECK();
       layernormParamGradKernel<T><<<unsigned((C + 31) / 32), dim3(32, kSlices), 0, s>>>(
-          static_cast<T*>(dw), static_cast<T*>(db), pdw, pdb, C, kBwdBlocks, accumulate_dw);
+          static_cast<T*>(dw), static_cast<T*>(db), static_cast<T*>(dbias), pdw, pdb, pdr, C, kBwdBlocks,
+          accumulate_dw);
     });
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
+  // The scalar paths: the bias gradient from dx's contents first, on its own.
+  if (dbias) biasGradient(dbias, dx, M, C, accumulate_dw, dt, scratch, s);
   TANDEM_DISPATCH_DT(dt, {
     if (C <= 32 * 24)  // GPT-2 small and medium widths: fewer live registers
       layernormBackwardRegKernel<T, 24><<<kBwdBlocks, kWarpsPerBlock * 32, 0, s>>>(
@@ -537,7 +592,8 @@ void layernormBackward(void* dx, void* dw, void* db, const void* dy, const void*
           accumulate_dx);
     TANDEM_CUDA_LAUNCH_CHECK();
     layernormParamGradKernel<T><<<unsigned((C + 31) / 32), dim3(32, kSlices), 0, s>>>(
-        static_cast<T*>(dw), static_cast<T*>(db), pdw, pdb, C, kBwdWarps, accumulate_dw);
+        static_cast<T*>(dw), static_cast<T*>(db), static_cast<T*>(nullptr), pdw, pdb, nullptr, C, kBwdWarps,
+        accumulate_dw);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
 }

@@ -167,6 +167,29 @@ TEST_CASE("Every recompute policy gives bit-identical gradients", "[executor][re
   }
 }
 
+TEST_CASE("Bias gradients summed by the neighbouring backward are bit-identical", "[executor][bias_grad]") {
+  // engine/pass_bias_grad.h: the layernorm backward sums the residual
+  // gradient the weight GEMM read, the attention backward its own output;
+  // the same values, so the same sums, with accumulation and across ranks.
+  for (Precision prec : {Precision::FP32, Precision::BF16})
+    for (const auto& [dp, accum] : {std::pair{1, 1}, std::pair{1, 2}, std::pair{2, 2}}) {
+      JobSpec job = test::microJob(2, dp, accum);
+      job.training.precision = prec;
+      job.schedule.fuse_bias_gradients = false;
+      cpu::CpuExecutor ref(buildPlan(job));
+      const auto expected = gradients(ref);
+      job.schedule.fuse_bias_gradients = true;
+      cpu::CpuExecutor ex(buildPlan(job));
+      const auto got = gradients(ex);
+      for (const auto& [name, values] : expected) {
+        INFO(toString(prec) << " dp " << dp << " accum " << accum << " " << name);
+        const auto& g = got.at(name);
+        REQUIRE(g.size() == values.size());
+        CHECK(std::memcmp(g.data(), values.data(), g.size() * sizeof(float)) == 0);
+      }
+    }
+}
+
 TEST_CASE("bf16 jobs store bf16 values and still track the fp32 run", "[executor][bf16]") {
   JobSpec f32 = test::microJob(4, 1, 1);
   JobSpec b16 = f32;

@@ -38,6 +38,7 @@ struct DoubleStorage {
   double* out(int b) { return ptr(b); }
   const int32_t* ints(int b) { return ints_[b].data(); }
   int64_t elements(int b) const { return rp.buffers[b].elementCount(); }
+  void settle(int) {}  // doubles are stored as computed
 };
 
 class DoubleModel {

@@ -256,6 +256,18 @@ int main() {
                        tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2", "training.grad_accum=2"}),
                        1e-2);
       compareGradients("tiny bf16 recompute=selective", tiny({"training.precision=bf16", "recompute.policy=selective"}), 1e-2);
+      // Bias gradients summed by the layernorm and attention backward
+      // (engine/pass_bias_grad.h): the vector layernorm and the CUDA-core
+      // attention (head dim 16), the tensor-core attention (head dim 64).
+      compareGradients("tiny bf16 bias gradients fused", tiny({"training.precision=bf16", "schedule.fuse_bias_gradients=true"}),
+                       1e-2);
+      compareGradients("tiny fp32 bias gradients fused grad_accum=2",
+                       tiny({"training.precision=fp32", "schedule.fuse_bias_gradients=true", "training.grad_accum=2"}),
+                       1e-4);
+      compareGradients("tiny bf16 head dim 64 bias gradients fused",
+                       tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2",
+                             "schedule.fuse_bias_gradients=true"}),
+                       1e-2);
       compareGradients("tiny fp32 seq 100 (ragged tiles)",
                        tiny({"training.precision=fp32", "model.seq_len=100", "training.micro_batch=4"}), 1e-4);
       compareTraining("tiny fp32", tiny({"training.precision=fp32"}), 20, 1e-4, 1e-4);

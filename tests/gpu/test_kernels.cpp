@@ -97,11 +97,26 @@ void testLayernorm(DType dt, int64_t M, int64_t C) {
                                 rstd.data(), M, C, true, false);
   Dev gdy(dt, M * C), gdx(dt, M * C), gdw(dt, C), gdb(dt, C), gm2(DType::F32, M), gr2(DType::F32, M);
   gdy.upload(dy), gdx.upload(dx0), gm2.upload(mean), gr2.upload(rstd);
-  cuda::layernormBackward(gdx.p, gdw.p, gdb.p, gdy.p, gx.p, gw.p, gm2.p, DType::F32, gr2.p, DType::F32, M, C,
-                          true, false, dt, scratchBuffer(cuda::layernormScratchBytes(C)), nullptr);
+  cuda::layernormBackward(gdx.p, gdw.p, gdb.p, nullptr, gdy.p, gx.p, gw.p, gm2.p, DType::F32, gr2.p, DType::F32, M,
+                          C, true, false, dt, scratchBuffer(cuda::layernormScratchBytes(C)), nullptr);
   expectBelow(tag(dt, ("layernorm backward dx (accumulate)" + shape).c_str()), relError(gdx.download(), dx), tol(dt));
   expectBelow(tag(dt, ("layernorm backward dw" + shape).c_str()), relError(gdw.download(), dw), tol(dt));
   expectBelow(tag(dt, ("layernorm backward db" + shape).c_str()), relError(gdb.download(), db), tol(dt));
+  // The same backward also summing the residual gradient it adds to (a
+  // linear layer's bias gradient, engine/pass_bias_grad.h): the column sums
+  // of dx0, the other outputs unchanged.
+  std::vector<float> bias(C);
+  cpu::columnSums<float>(bias.data(), dx0.data(), M, C, false);
+  Dev gbias(dt, C);
+  gdx.upload(dx0);
+  cuda::layernormBackward(gdx.p, gdw.p, gdb.p, gbias.p, gdy.p, gx.p, gw.p, gm2.p, DType::F32, gr2.p, DType::F32, M,
+                          C, true, false, dt, scratchBuffer(cuda::layernormScratchBytes(C, true)), nullptr);
+  expectBelow(tag(dt, ("layernorm backward + bias gradient: bias" + shape).c_str()), relError(gbias.download(), bias),
+              tol(dt));
+  expectBelow(tag(dt, ("layernorm backward + bias gradient: dx" + shape).c_str()), relError(gdx.download(), dx),
+              tol(dt));
+  expectBelow(tag(dt, ("layernorm backward + bias gradient: dw, db" + shape).c_str()),
+              std::max(relError(gdw.download(), dw), relError(gdb.download(), db)), tol(dt));
 }
 
 // The residual add and the layernorm after it in one kernel (the plan's
@@ -146,9 +161,24 @@ void testAttention(DType dt, int64_t B, int64_t T, int64_t C, int64_t H, bool ac
                                 accumulate);
   Dev go2(dt, out.size()), gl2(DType::F32, lse.size());
   go2.upload(out_r), gl2.upload(lse);
-  cuda::attentionBackward(gdq.p, gdo.p, gq.p, go2.p, gl2.p, DType::F32, B, T, C, H, accumulate, dt,
-                          scratchBuffer(cuda::attentionScratchBytes(B, T, H)), nullptr);
+  // Without accumulation the QKV bias gradient is summed on the way
+  // (engine/pass_bias_grad.h): the column sums of what was stored.
+  Dev gbias(dt, 3 * C);
+  cuda::attentionBackward(gdq.p, accumulate ? nullptr : gbias.p, gdo.p, gq.p, go2.p, gl2.p, DType::F32, B, T, C, H,
+                          accumulate, false, dt, scratchBuffer(cuda::attentionScratchBytes(B, T, H, C, !accumulate)),
+                          nullptr);
   const auto got = gdq.download();
+  if (!accumulate) {
+    std::vector<float> of_stored(3 * C), of_reference(3 * C);
+    cpu::columnSums<float>(of_stored.data(), got.data(), B * T, 3 * C, false);
+    cpu::columnSums<float>(of_reference.data(), dqkv.data(), B * T, 3 * C, false);
+    const auto bias = gbias.download();
+    // Sums of the same stored values, fp32 against double, then rounded to dt.
+    expectBelow(tag(dt, ("attention backward bias gradient = sums of dqkv " + shape).c_str()),
+                relError(bias, rounded(of_stored, dt)), dt == DType::BF16 ? 4e-3 : 1e-5);
+    expectBelow(tag(dt, ("attention backward bias gradient against the reference " + shape).c_str()),
+                relError(bias, of_reference), dt == DType::BF16 ? 1e-2 : 1e-4);
+  }
   expectBelow(tag(dt, ("attention backward dqkv " + shape).c_str()), relError(got, dqkv),
               dt == DType::BF16 ? 1e-2 : 1e-4);
   // Each third of a row (dq | dk | dv) on its own, so a small part cannot

@@ -480,6 +480,10 @@ collective_beside:
   // One compute stream, so that the longest kernel beside each bucket's
   // collective is the layer's attention backward, not a weight gradient.
   job.schedule.weight_gradient_stream = false;
+  // The MLP projection's weight GEMM with its bias gradient (its own pass
+  // over dy) is the other neighbour the longest: the role without a
+  // slowdown that attention backward's factor is read against.
+  job.schedule.fuse_bias_gradients = false;
   simulate(job, truth, {}, measured);
   const sim::CalibrationResult cal = sim::calibrateFromRuns({{measured, 1}});
   REQUIRE(cal.calibration.collective_start_wait.has_value());
