@@ -58,6 +58,13 @@ void addLayernormForward(void* sum, void* y, void* mean, DType mean_dt, void* rs
                          cudaStream_t s);
 // scratch: layernormScratchBytes(C, dbias != null) bytes of executor workspace.
 int64_t layernormScratchBytes(int64_t C, bool bias_grad = false);
+// The layernorm backward's dx alone, its rows spread over every warp (no
+// parameter sums, which pin the row to a fixed set of warps): what moving
+// the sums off the critical path would leave there. Rows of up to 3
+// vectors per lane (bf16 768 wide). For bench_layernorm_bwd.
+void layernormBackwardDataOnly(void* dx, const void* dy, const void* x, const void* w, const void* mean,
+                               DType mean_dt, const void* rstd, DType rstd_dt, int64_t M, int64_t C,
+                               bool accumulate_dx, DType dt, cudaStream_t s);
 // Raises the shared-memory limit of the wide-row layernorm backward (part of prepareKernels).
 void prepareLayernormKernels();
 // dbias (may be null): also the column sums of dx's contents before the add,

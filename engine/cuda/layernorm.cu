@@ -257,9 +257,10 @@ constexpr size_t lnBackwardSmemBytes(int64_t C) {
 // per block (kBwdBlocks rows). kBias: also the column sums of dx's contents
 // before the add (the bias gradient of the layer whose output gradient is
 // the residual gradient; engine/pass_bias_grad.h) into partial_dr; needs
-// accumulate_dx.
-template <class T, int kVec, bool kBias>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1 : 2)
+// accumulate_dx. kParams off: dx alone (no parameter sums; 79 registers for
+// GPT-2's rows, three blocks per SM), for bench_layernorm_bwd.
+template <class T, int kVec, bool kBias, bool kParams = true>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kParams ? (kLnAccInSmem<T, kVec> ? 1 : 2) : 3)
     layernormBackwardVecKernel(T* dx, float* partial_dw, float* partial_db, float* partial_dr, const T* dy,
                                const T* x, const T* w, const void* mean, int mean_bf16, const void* rstd,
                                int rstd_bf16, int64_t M, int64_t C, bool accumulate_dx) {
@@ -290,7 +291,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
     for (int64_t c = lane; c < C; c += 32) warp_dr[c] = 0.f;
     __syncwarp();
   }
-  for (int64_t row = warp; row < M; row += kBwdWarps) {
+  // With the parameter sums the grid is fixed (kBwdBlocks: the sums' order
+  // must not depend on M); without them, one row per warp.
+  const int64_t row_stride = kParams ? int64_t(kBwdWarps) : int64_t(gridDim.x) * kWarpsPerBlock;
+  for (int64_t row = warp; row < M; row += row_stride) {
     // Everything the row needs is requested before any of it is used, the
     // residual gradient it adds to included: one memory round trip per row
     // (loading dx after the row's sums made it two: GPT-2 124M's layernorm
@@ -328,12 +332,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
         const float dn = g[i] * wv[i];
         sum_dn += dn;
         sum_dn_xhat += dn * xh[i];
-        if constexpr (!kSmemAcc) {
+        if constexpr (!kSmemAcc && kParams) {
           aw[k][i] += g[i] * xh[i];
           ab[k][i] += g[i];
         }
       }
-      if constexpr (kSmemAcc) {
+      if constexpr (kSmemAcc && kParams) {
         if (valid)
 #pragma unroll
           for (int i = 0; i < E; ++i) {
@@ -367,6 +371,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kLnAccInSmem<T, kVec> ? 1
       }
     }
   }
+  if constexpr (!kParams) return;
   // Block sum of the warps' partials, warps added in a fixed order.
   if constexpr (kBias) {
     __syncthreads();
@@ -594,6 +599,31 @@ void layernormBackward(void* dx, void* dw, void* db, void* dbias, const void* dy
     layernormParamGradKernel<T><<<unsigned((C + 31) / 32), dim3(32, kSlices), 0, s>>>(
         static_cast<T*>(dw), static_cast<T*>(db), static_cast<T*>(nullptr), pdw, pdb, nullptr, C, kBwdWarps,
         accumulate_dw);
+  });
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void layernormBackwardDataOnly(void* dx, const void* dy, const void* x, const void* w, const void* mean,
+                               DType mean_dt, const void* rstd, DType rstd_dt, int64_t M, int64_t C,
+                               bool accumulate_dx, DType dt, cudaStream_t s) {
+  const int vec = vectorsPerLane(C, dt, 3, {dx, dy, x, w});
+  if (vec == 0 || kLnAccInSmem<bf16, 3>)
+    throw CudaError("layernormBackwardDataOnly: rows of at most 3 vectors per lane on the vector path only");
+  const unsigned grid = unsigned((M + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  TANDEM_DISPATCH_DT(dt, {
+    switch (vec) {
+      case 1: layernormBackwardVecKernel<T, 1, false, false><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+                  static_cast<T*>(dx), nullptr, nullptr, nullptr, static_cast<const T*>(dy), static_cast<const T*>(x),
+                  static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx);
+              break;
+      case 2: layernormBackwardVecKernel<T, 2, false, false><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+                  static_cast<T*>(dx), nullptr, nullptr, nullptr, static_cast<const T*>(dy), static_cast<const T*>(x),
+                  static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx);
+              break;
+      default: layernormBackwardVecKernel<T, 3, false, false><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+                   static_cast<T*>(dx), nullptr, nullptr, nullptr, static_cast<const T*>(dy), static_cast<const T*>(x),
+                   static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx);
+    }
   });
   TANDEM_CUDA_LAUNCH_CHECK();
 }

@@ -1,0 +1,140 @@
+// bench_layernorm_bwd: GPT-2 124M's layernorm backward (16384 rows of 768,
+// bf16, dx accumulating into the residual gradient) as the executor runs it,
+// with the parameter sums (dw, db partials in registers, a fixed grid of two
+// blocks per SM, then the column sums), against the same dx with the sums
+// left out (three blocks per SM, one row per warp): what moving the
+// parameter sums off the backward's critical path would gain. Also the
+// variant that sums a bias gradient too (schedule.fuse_bias_gradients).
+// Each variant: 24 launches (a step's worth) captured in one CUDA graph,
+// replayed; the median replay per launch. Prints one JSON object per line.
+//
+//   bench_layernorm_bwd [--reps N]
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef TANDEM_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "engine/cpu/bf16.h"
+#include "engine/cuda/check.h"
+#include "engine/cuda/kernels.h"
+#endif
+
+int main(int argc, char** argv) {
+#ifndef TANDEM_HAVE_CUDA
+  (void)argc;
+  (void)argv;
+  fmt::print("{{\"bench\":\"layernorm_bwd\",\"skipped\":\"built without CUDA\"}}\n");
+  return 0;
+#else
+  using namespace tandem;
+  int reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    if (s == "--reps" && i + 1 < argc) {
+      reps = std::max(1, std::stoi(argv[++i]));
+    } else {
+      fmt::print(stderr, "bench_layernorm_bwd: unknown argument {} (allowed: --reps N)\n", s);
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    fmt::print("{{\"bench\":\"layernorm_bwd\",\"skipped\":\"no GPU\"}}\n");
+    return 77;
+  }
+  try {
+    const int64_t M = 16384, C = 768;
+    constexpr int kLaunches = 24;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    auto upload = [&](size_t n, bool bf16, float mean_of = 0.f) {
+      void* p = nullptr;
+      TANDEM_CUDA_CHECK(cudaMalloc(&p, n * (bf16 ? 2 : 4)));
+      if (bf16) {
+        std::vector<uint16_t> h(n);
+        for (auto& v : h) v = cpu::floatToBf16Bits(mean_of + normal(rng));
+        TANDEM_CUDA_CHECK(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
+      } else {
+        std::vector<float> h(n);
+        for (auto& v : h) v = mean_of + 0.1f * normal(rng);
+        TANDEM_CUDA_CHECK(cudaMemcpy(p, h.data(), n * 4, cudaMemcpyHostToDevice));
+      }
+      return p;
+    };
+    // Separate tensors per launch, as in a step (the 100 MB each launch
+    // touches does not stay in L2 anyway).
+    struct Rows {
+      void *dx, *dy, *x, *mean, *rstd;
+    };
+    std::vector<Rows> rows;
+    for (int i = 0; i < kLaunches; ++i)
+      rows.push_back({upload(M * C, true), upload(M * C, true), upload(M * C, true), upload(M, false),
+                      upload(M, false, 1.f)});
+    void* w = upload(C, true, 1.f);
+    void *dw = upload(C, true), *db = upload(C, true), *dbias = upload(C, true);
+    float* scratch = nullptr;
+    TANDEM_CUDA_CHECK(cudaMalloc(&scratch, cuda::layernormScratchBytes(C, true)));
+    cudaStream_t s;
+    TANDEM_CUDA_CHECK(cudaStreamCreate(&s));
+    cuda::prepareKernels();
+
+    auto timeVariant = [&](const char* name, const std::function<void(const Rows&)>& launch) {
+      cudaGraph_t graph;
+      TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      for (const Rows& r : rows) launch(r);
+      TANDEM_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      cudaGraphExec_t exec;
+      TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      cudaEvent_t a, b;
+      TANDEM_CUDA_CHECK(cudaEventCreate(&a));
+      TANDEM_CUDA_CHECK(cudaEventCreate(&b));
+      std::vector<double> us;
+      for (int i = 0; i < reps + 2; ++i) {
+        TANDEM_CUDA_CHECK(cudaEventRecord(a, s));
+        TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, s));
+        TANDEM_CUDA_CHECK(cudaEventRecord(b, s));
+        TANDEM_CUDA_CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        if (i >= 2) us.push_back(1e3 * ms / kLaunches);
+      }
+      std::sort(us.begin(), us.end());
+      const double med = us[us.size() / 2];
+      const double bytes = 4.0 * M * C * 2;  // x, dy, dx read; dx written
+      fmt::print("{{\"bench\":\"layernorm_bwd\",\"variant\":\"{}\",\"rows\":{},\"width\":{},\"us_per_launch\":{:.2f},"
+                 "\"min_us\":{:.2f},\"tb_per_s\":{:.2f},\"launches_per_step\":{}}}\n",
+                 name, M, C, med, us.front(), bytes / (med * 1e-6) / 1e12, kLaunches);
+      std::fflush(stdout);
+      TANDEM_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
+    };
+    timeVariant("with parameter sums (executor)", [&](const Rows& r) {
+      cuda::layernormBackward(r.dx, dw, db, nullptr, r.dy, r.x, w, r.mean, DType::F32, r.rstd, DType::F32, M, C, true,
+                              false, DType::BF16, scratch, s);
+    });
+    timeVariant("with parameter and bias sums (fuse_bias_gradients)", [&](const Rows& r) {
+      cuda::layernormBackward(r.dx, dw, db, dbias, r.dy, r.x, w, r.mean, DType::F32, r.rstd, DType::F32, M, C, true,
+                              false, DType::BF16, scratch, s);
+    });
+    timeVariant("dx alone", [&](const Rows& r) {
+      cuda::layernormBackwardDataOnly(r.dx, r.dy, r.x, w, r.mean, DType::F32, r.rstd, DType::F32, M, C, true,
+                                      DType::BF16, s);
+    });
+    timeVariant("with parameter sums (executor), again", [&](const Rows& r) {
+      cuda::layernormBackward(r.dx, dw, db, nullptr, r.dy, r.x, w, r.mean, DType::F32, r.rstd, DType::F32, M, C, true,
+                              false, DType::BF16, scratch, s);
+    });
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_layernorm_bwd: error: {}\n", e.what());
+    return 1;
+  }
+#endif
+}
