@@ -344,6 +344,7 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
   auto schedule = section({
       {"weight_gradient_stream", [&](const YAML::Node& v, const std::string& p) { job.schedule.weight_gradient_stream = r.readBool(v, p); }},
       {"fuse_bias_gradients", [&](const YAML::Node& v, const std::string& p) { job.schedule.fuse_bias_gradients = r.readBool(v, p); }},
+      {"optimizer_beside_forward", [&](const YAML::Node& v, const std::string& p) { job.schedule.optimizer_beside_forward = r.readBool(v, p); }},
   });
   auto recompute = section({
       {"policy", [&](const YAML::Node& v, const std::string& p) { job.recompute.policy = r.readPolicy(v, p); }},

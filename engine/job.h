@@ -93,6 +93,15 @@ struct ScheduleSpec {
   // passes it removes having run hidden on the weight-gradient stream
   // (docs/benchmarks.md).
   bool fuse_bias_gradients = false;
+  // AdamW moved to the start of the next step, on a compute stream of its
+  // own beside the forward, each bucket's update before the first forward
+  // use of its parameters (engine/pass_buckets.h): memory-bound updates
+  // beside compute-bound GEMMs instead of alone at the end. A run's first
+  // step has nothing to apply; the executors' finishOptimizer() applies the
+  // last step's update. The same arithmetic, in the same order per bucket.
+  // Unsharded optimizers only (a sharded one keeps its updates at the end,
+  // where its all-gathers are planned).
+  bool optimizer_beside_forward = false;
   bool operator==(const ScheduleSpec&) const = default;
 };
 

@@ -84,7 +84,9 @@ class EventBuilder {
     size_t side_joined = 0;        // how many of them the compute stream has joined
     for (size_t i = 0; i < rp_.tasks.size(); ++i) {
       Task& t = rp_.tasks[i];
-      if (t.stream == side_stream_) side_issued.push_back(int(i));
+      // The previous step's updates read only persistent buffers: nothing
+      // to bound, and joining them early would hold the forward back.
+      if (t.stream == side_stream_ && !t.attrs.from_previous_step) side_issued.push_back(int(i));
       if (t.stream == 0)
         while (side_joined + size_t(side_lag_) < side_issued.size()) dependOn(t, side_issued[side_joined++]);
       for (int b : t.reads) conflicting(b, [&](const Access& a) { dependOn(t, a.last_writer); });
@@ -175,6 +177,17 @@ RankPlan lowerGraph(const Graph& g, std::vector<int> ranks, const LowerOptions& 
         t.stream = side_stream;
       }
   }
+  // The previous step's updates (schedule.optimizer_beside_forward) run
+  // beside the forward on the weight gradients' stream, which is idle then,
+  // or on a stream of their own.
+  for (Task& t : rp.tasks)
+    if (t.op == OpKind::AdamW && t.attrs.from_previous_step) {
+      if (side_stream < 0) {
+        side_stream = int(rp.streams.size());
+        rp.streams.push_back({side_stream, StreamKind::Compute, "compute.optimizer"});
+      }
+      t.stream = side_stream;
+    }
   EventBuilder(rp, side_stream, std::max(1, opt.weight_gradient_lag)).run();
 
   for (const auto& p : g.params)

@@ -26,6 +26,10 @@ struct OpAttrs {
   // gradient it adds to (its dx before the add), an AttentionBwd its own
   // output. That layer's MatmulBwdWeight then writes dW alone (has_bias off).
   bool bias_grad = false;
+  // AdamW: applies the previous step's gradients at the start of this step
+  // (schedule.optimizer_beside_forward): skipped on a run's first step, and
+  // the executors' finishOptimizer() applies the last step's.
+  bool from_previous_step = false;
   // Cross-entropy backward: dloss per token, 1 / (tokens in the global batch).
   double loss_scale = 1.0;
   // Data loading: which micro-batch of the step this is.

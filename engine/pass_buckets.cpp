@@ -223,6 +223,10 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
   std::iota(bucket_order.begin(), bucket_order.end(), size_t(0));
   if (sharded) std::reverse(bucket_order.begin(), bucket_order.end());
   std::vector<Node> gathers_at_start;
+  // schedule.optimizer_beside_forward: the updates of the previous step's
+  // gradients open the step, in the order the forward needs the buckets.
+  const bool updates_at_start = job.schedule.optimizer_beside_forward && !sharded;
+  std::vector<Node> updates_at_start_nodes;
 
   const bool separate_master = job.training.precision == Precision::BF16;
   for (size_t b : bucket_order) {
@@ -247,7 +251,12 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     n.attrs.elements = elements;
     n.attrs.params = g.buckets[b].params;
     if (!sharded) {
-      g.addNode(std::move(n));
+      if (updates_at_start) {
+        n.attrs.from_previous_step = true;
+        updates_at_start_nodes.push_back(std::move(n));
+      } else {
+        g.addNode(std::move(n));
+      }
       continue;
     }
     const int param_flat = g.buckets[b].param_flat;
@@ -293,6 +302,11 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
   }
   g.nodes.insert(g.nodes.begin(), std::make_move_iterator(gathers_at_start.begin()),
                  std::make_move_iterator(gathers_at_start.end()));
+  // Buckets fill in the backward's completion order, so the forward needs
+  // the last one first.
+  std::reverse(updates_at_start_nodes.begin(), updates_at_start_nodes.end());
+  g.nodes.insert(g.nodes.begin(), std::make_move_iterator(updates_at_start_nodes.begin()),
+                 std::make_move_iterator(updates_at_start_nodes.end()));
 }
 
 }  // namespace tandem

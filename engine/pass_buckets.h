@@ -20,7 +20,11 @@ void applyGradientBuckets(Graph& g, const JobSpec& job);
 // Gradient norm and one AdamW node per bucket, after every all-reduce.
 // Sharded (ZeRO-1): reduce-scatters instead of all-reduces, a sum of the
 // ranks' squared norms, and after each bucket's AdamW an all-gather of its
-// parameters on the comm stream.
+// parameters on the comm stream. With schedule.optimizer_beside_forward
+// (unsharded), the AdamW nodes open the graph instead, last bucket first
+// (attrs.from_previous_step): each step applies the previous step's
+// gradients beside its forward; lowering puts them on a compute stream of
+// their own.
 void appendOptimizer(Graph& g, const JobSpec& job);
 
 // True when the job shards the optimizer over more than one rank.

@@ -68,6 +68,7 @@ json toJson(const OpAttrs& a) {
   put("accumulate", a.accumulate, d.accumulate);
   put("accumulate_params", a.accumulate_params, d.accumulate_params);
   put("bias_grad", a.bias_grad, d.bias_grad);
+  put("from_previous_step", a.from_previous_step, d.from_previous_step);
   put("loss_scale", a.loss_scale, d.loss_scale);
   put("micro_batch", a.micro_batch, d.micro_batch);
   put("params", a.params, d.params);
@@ -333,6 +334,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "accumulate", a.accumulate);
   optionalField(j, path, "accumulate_params", a.accumulate_params);
   optionalField(j, path, "bias_grad", a.bias_grad);
+  optionalField(j, path, "from_previous_step", a.from_previous_step);
   optionalField(j, path, "loss_scale", a.loss_scale);
   optionalField(j, path, "micro_batch", a.micro_batch);
   optionalField(j, path, "params", a.params);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cmath>
@@ -87,6 +88,9 @@ struct CpuExecutor::Impl {
   std::vector<std::vector<std::byte>> arenas;  // one per rank
   std::unique_ptr<TokenSource> data;
   int steps_done = 0;
+  // schedule.optimizer_beside_forward: the step whose gradients the next
+  // step's first tasks (AdamW, attrs.from_previous_step) apply, or -1.
+  int pending_update = -1;
   std::vector<double> loss_sums;  // per rank, this step
   std::unique_ptr<InProcessCollectives> collectives;
 
@@ -115,7 +119,8 @@ struct CpuExecutor::Impl {
 
   void runTask(int rank, const Task& t, int step, TaskBuffers& io);
   void gatheredEmbeddingBackward(int rank, const Task& t, int step, TaskBuffers& io);
-  void runRank(int rank, int step, bool with_optimizer, bool only_gathers = false);
+  // only_updates: the previous step's updates alone (finishOptimizer).
+  void runRank(int rank, int step, bool with_optimizer, bool only_gathers = false, bool only_updates = false);
   void onEveryRank(const std::function<void(int rank)>& fn);
   StepResult runStep(bool with_optimizer);
 };
@@ -260,14 +265,20 @@ void CpuExecutor::Impl::gatheredEmbeddingBackward(int rank, const Task& t, int s
   }
 }
 
-void CpuExecutor::Impl::runRank(int rank, int step, bool with_optimizer, bool only_gathers) {
+void CpuExecutor::Impl::runRank(int rank, int step, bool with_optimizer, bool only_gathers, bool only_updates) {
   TaskBuffers io(arenas[rank].data(), *program);
   for (const Task& t : program->tasks) {
-    if (!with_optimizer && t.op == OpKind::AdamW) continue;
+    // The previous step's update belongs to that step: it runs whenever one
+    // is pending (also before gradients computed without an optimizer), with
+    // that step's learning rate and bias corrections.
+    const bool previous = t.op == OpKind::AdamW && t.attrs.from_previous_step;
+    if (previous && pending_update < 0) continue;
+    if (only_updates && !previous) continue;
+    if (!with_optimizer && t.op == OpKind::AdamW && !previous) continue;
     // Only the parameter all-gathers (in place), not the embedding gradient's.
     if (only_gathers && (t.op != OpKind::AllGather || t.reads[0] != t.writes[0])) continue;
     try {
-      runTask(rank, t, step, io);
+      runTask(rank, t, previous ? pending_update : step, io);
       io.commit();
     } catch (const std::exception& e) {
       throw std::runtime_error(fmt::format("rank {} task {} ({}): {}", rank, t.id, t.name, e.what()));
@@ -310,6 +321,10 @@ StepResult CpuExecutor::Impl::runStep(bool with_optimizer) {
     }
   res.lr = learningRate(plan.job.training, step);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const bool updates_later = std::any_of(program->tasks.begin(), program->tasks.end(), [](const Task& t) {
+    return t.op == OpKind::AdamW && t.attrs.from_previous_step;
+  });
+  pending_update = with_optimizer && updates_later ? step : -1;
   if (with_optimizer) ++steps_done;
   return res;
 }
@@ -319,6 +334,12 @@ CpuExecutor::~CpuExecutor() = default;
 
 StepResult CpuExecutor::step() { return impl_->runStep(true); }
 StepResult CpuExecutor::computeGradients() { return impl_->runStep(false); }
+
+void CpuExecutor::finishOptimizer() {
+  if (impl_->pending_update < 0) return;
+  impl_->onEveryRank([&](int r) { impl_->runRank(r, impl_->steps_done, false, false, /*only_updates=*/true); });
+  impl_->pending_update = -1;
+}
 
 void CpuExecutor::gatherParameters() {
   impl_->onEveryRank([&](int r) { impl_->runRank(r, impl_->steps_done, false, /*only_gathers=*/true); });

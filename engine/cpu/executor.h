@@ -36,6 +36,11 @@ class CpuExecutor {
   // now, so that every rank holds every parameter after the last step.
   // Nothing to do otherwise.
   void gatherParameters();
+  // With schedule.optimizer_beside_forward a step's AdamW runs at the start
+  // of the next step (pass_buckets.h); this applies the last step's now, so
+  // that the parameters are those after every step run. Nothing to do
+  // otherwise, or when already applied.
+  void finishOptimizer();
 
   // The values of a buffer of one rank, converted to float.
   std::vector<float> readBuffer(int rank, int buffer) const;

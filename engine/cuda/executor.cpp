@@ -153,6 +153,9 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
       task_end.push_back(b);
     }
   }
+  updates_at_start = std::any_of(program->tasks.begin(), program->tasks.end(), [](const Task& t) {
+    return t.op == OpKind::AdamW && t.attrs.from_previous_step;
+  });
   prepareTasks();
   tuneGemms();
   initialiseParameters();
@@ -424,7 +427,9 @@ void CudaExecutor::Impl::enqueueStep(bool with_optimizer) {
   for (size_t i = 1; i < streams.size(); ++i) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(streams[i], fork_event, 0));
   for (size_t i = 0; i < program->tasks.size(); ++i) {
     const Task& t = program->tasks[i];
-    if (!with_optimizer && t.op == OpKind::AdamW) continue;
+    // The previous step's update always runs: its scalars say whether there
+    // is one (launchStep).
+    if (!with_optimizer && t.op == OpKind::AdamW && !t.attrs.from_previous_step) continue;
     try {
       enqueueTask(int(i));
     } catch (const std::exception& e) {
@@ -475,6 +480,10 @@ void CudaExecutor::Impl::launchStep(int step, int slot, bool with_optimizer) {
   in.bias_correction1 = 1.0 - std::pow(double(float(tr.beta1)), step + 1);
   in.bias_correction2 = 1.0 - std::pow(double(float(tr.beta2)), step + 1);
   in.loss_sum = 0.f;
+  setPreviousUpdate(in);
+  // This step's gradients are applied by the next step's first tasks, or
+  // by finishOptimizer (schedule.optimizer_beside_forward).
+  pending_update = with_optimizer && updates_at_start ? step : -1;
   float* out = host_out + 2 * slot;
   out[0] = out[1] = 0.f;
   cudaStream_t s0 = streams[0];
@@ -670,6 +679,7 @@ std::vector<GpuStepResult> CudaExecutor::run(int steps, const std::function<void
   } else {
     for (int s = 0; s < steps; ++s) keep(impl_->runStep(true));
   }
+  impl_->finishOptimizer();
   return out;
 }
 void CudaExecutor::Impl::gatherParameters() {
@@ -693,6 +703,32 @@ void CudaExecutor::Impl::gatherParameters() {
 }
 
 void CudaExecutor::gatherParameters() { impl_->gatherParameters(); }
+
+void CudaExecutor::Impl::setPreviousUpdate(StepScalars& in) const {
+  const TrainingSpec& tr = plan.job.training;
+  in.prev_valid = pending_update >= 0;
+  const int p = std::max(pending_update, 0);
+  in.prev_lr = float(learningRate(tr, p));
+  in.prev_bias_correction1 = 1.0 - std::pow(double(float(tr.beta1)), p + 1);
+  in.prev_bias_correction2 = 1.0 - std::pow(double(float(tr.beta2)), p + 1);
+}
+
+void CudaExecutor::Impl::finishOptimizer() {
+  if (pending_update < 0) return;
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  StepScalars& in = host_scalars[0];
+  setPreviousUpdate(in);
+  TANDEM_CUDA_CHECK(cudaMemcpy(scalars, &in, sizeof(StepScalars), cudaMemcpyHostToDevice));
+  for (size_t i = 0; i < program->tasks.size(); ++i)
+    if (program->tasks[i].op == OpKind::AdamW && program->tasks[i].attrs.from_previous_step) enqueueTask(int(i));
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  pending_update = -1;
+}
+
+void CudaExecutor::finishOptimizer() {
+  TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  impl_->finishOptimizer();
+}
 
 GpuStepResult CudaExecutor::computeGradients() {
   TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));

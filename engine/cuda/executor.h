@@ -95,6 +95,11 @@ class CudaExecutor {
   // all-gathers now (collective: every rank calls it), so that every rank
   // holds every parameter after the last step. Nothing to do otherwise.
   void gatherParameters();
+  // With schedule.optimizer_beside_forward a step's AdamW runs at the start
+  // of the next step (engine/pass_buckets.h); this applies the last step's
+  // now, so that the parameters are those after every step run (run() ends
+  // with it). Nothing to do otherwise, or when already applied.
+  void finishOptimizer();
 
   std::vector<float> readBuffer(int buffer) const;
   void writeBuffer(int buffer, const std::vector<float>& values);

@@ -57,6 +57,9 @@ struct CudaExecutor::Impl {
   void enqueueTask(int index);
   void waitForEvent(cudaEvent_t event, const char* what);
   void gatherParameters();
+  void finishOptimizer();
+  // The scalars' prev_* from pending_update.
+  void setPreviousUpdate(StepScalars& in) const;
   // One step in two halves, so that the next step can be queued on the GPU
   // before this one ends (runAhead): launchStep stages the batch when it is
   // not staged yet, writes the step's scalars into `slot` and issues the step
@@ -131,6 +134,11 @@ struct CudaExecutor::Impl {
   cudaGraphExec_t graph_exec = nullptr;
   CudaExecutor::GraphMemsets graph_memsets;
   int steps_done = 0;
+  // schedule.optimizer_beside_forward: the plan opens with AdamW tasks that
+  // apply the previous step's gradients (attrs.from_previous_step), and the
+  // step whose gradients they apply next, or -1.
+  bool updates_at_start = false;
+  int pending_update = -1;
 };
 
 }  // namespace tandem::cuda

@@ -186,7 +186,7 @@ void CudaExecutor::Impl::enqueueTask(int index) {
       const TrainingSpec& tr = plan.job.training;
       const float* norm = R.size() > 1 ? static_cast<const float*>(ptr(R[1])) : nullptr;
       if (tb.chunks > 0)
-        adamw(tb.slots, tb.num_slots, tb.chunks, scalars, norm, /*norm_squared=*/a.shards > 1,
+        adamw(tb.slots, tb.num_slots, tb.chunks, scalars, a.from_previous_step, norm, /*norm_squared=*/a.shards > 1,
               float(tr.grad_clip), float(tr.beta1), float(tr.beta2), float(tr.eps), s);
       break;
     }

@@ -144,6 +144,12 @@ struct StepScalars {
   double bias_correction1 = 1;  // 1 - beta1^t
   double bias_correction2 = 1;  // 1 - beta2^t
   float loss_sum = 0;          // sum of per-token losses of this step (this rank)
+  // The previous step's, for the AdamW tasks that apply its gradients at the
+  // start of this step (schedule.optimizer_beside_forward); prev_valid 0:
+  // nothing to apply (a run's first step), those tasks do nothing.
+  float prev_lr = 0;
+  double prev_bias_correction1 = 1, prev_bias_correction2 = 1;
+  int prev_valid = 0;
 };
 
 // partials[chunks] = sum of squares per chunk; then norm[0] = sqrt(sum), or
@@ -151,7 +157,8 @@ struct StepScalars {
 void gradNorm(float* norm, const TensorSlot* slots, int num_slots, int64_t num_chunks,
               float* partials, bool squared, cudaStream_t s);
 // `norm` is the global gradient norm, or its square when `norm_squared`.
-void adamw(const TensorSlot* slots, int num_slots, int64_t num_chunks, const StepScalars* scalars,
+// previous: the update of the previous step's gradients (the scalars' prev_*).
+void adamw(const TensorSlot* slots, int num_slots, int64_t num_chunks, const StepScalars* scalars, bool previous,
            const float* norm, bool norm_squared, float grad_clip, float beta1, float beta2, float eps,
            cudaStream_t s);
 

@@ -106,9 +106,10 @@ __device__ __forceinline__ void load4(const void* p, int is_bf16, int64_t i, flo
   }
 }
 
-__global__ void adamwKernel(const TensorSlot* slots, int num_slots, const StepScalars* scalars,
+__global__ void adamwKernel(const TensorSlot* slots, int num_slots, const StepScalars* scalars, bool previous,
                             const float* norm, bool norm_squared, float grad_clip, float beta1,
                             float beta2, float eps) {
+  if (previous && scalars->prev_valid == 0) return;
   int64_t chunk = blockIdx.x;
   const TensorSlot& t = slots[slotOfChunk(slots, num_slots, chunk)];
   int64_t begin = (chunk - t.chunk_begin) * kChunkElements;
@@ -118,8 +119,10 @@ __global__ void adamwKernel(const TensorSlot* slots, int num_slots, const StepSc
     const float nv = norm_squared ? sqrtf(*norm) : *norm;
     if (nv > grad_clip) grad_scale = float(double(grad_clip) / (double(nv) + 1e-6));
   }
-  const AdamwMath math{beta1, beta2, eps, scalars->lr, t.weight_decay, float(1.0 / scalars->bias_correction1),
-                       float(1.0 / scalars->bias_correction2), grad_scale};
+  const float lr = previous ? scalars->prev_lr : scalars->lr;
+  const double bc1 = previous ? scalars->prev_bias_correction1 : scalars->bias_correction1;
+  const double bc2 = previous ? scalars->prev_bias_correction2 : scalars->bias_correction2;
+  const AdamwMath math{beta1, beta2, eps, lr, t.weight_decay, float(1.0 / bc1), float(1.0 / bc2), grad_scale};
   const bool bf16_param = t.param_bf16 != 0, separate_param = t.param != t.master;
   // Four elements per thread with 16-byte (8-byte for bf16) accesses when
   // every array allows it; chunks start at multiples of kChunkElements, so
@@ -198,10 +201,10 @@ void gradNorm(float* norm, const TensorSlot* slots, int num_slots, int64_t num_c
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
-void adamw(const TensorSlot* slots, int num_slots, int64_t num_chunks, const StepScalars* scalars,
+void adamw(const TensorSlot* slots, int num_slots, int64_t num_chunks, const StepScalars* scalars, bool previous,
            const float* norm, bool norm_squared, float grad_clip, float beta1, float beta2, float eps,
            cudaStream_t s) {
-  adamwKernel<<<unsigned(num_chunks), kThreads, 0, s>>>(slots, num_slots, scalars, norm, norm_squared,
+  adamwKernel<<<unsigned(num_chunks), kThreads, 0, s>>>(slots, num_slots, scalars, previous, norm, norm_squared,
                                                         grad_clip, beta1, beta2, eps);
   TANDEM_CUDA_LAUNCH_CHECK();
 }

@@ -190,6 +190,47 @@ TEST_CASE("Bias gradients summed by the neighbouring backward are bit-identical"
     }
 }
 
+TEST_CASE("AdamW at the start of the next step: the same losses and weights", "[executor][optimizer]") {
+  // schedule.optimizer_beside_forward (pass_buckets.h): each step opens with
+  // the previous step's update; finishOptimizer applies the last one. The
+  // same arithmetic in the same order, so the same bits.
+  for (Precision prec : {Precision::FP32, Precision::BF16})
+    for (const auto& [dp, accum] : {std::pair{1, 1}, std::pair{1, 2}, std::pair{2, 1}}) {
+      JobSpec job = test::microJob(2, dp, accum);
+      job.training.precision = prec;
+      INFO(toString(prec) << " dp " << dp << " accum " << accum);
+      cpu::CpuExecutor ref(buildPlan(job));
+      job.schedule.optimizer_beside_forward = true;
+      const Plan plan = buildPlan(job);
+      REQUIRE(plan.programs[0].tasks.front().op == OpKind::AdamW);
+      REQUIRE(plan.programs[0].tasks.front().attrs.from_previous_step);
+      cpu::CpuExecutor ex(plan);
+      for (int s = 0; s < 3; ++s) {
+        const cpu::StepResult a = ref.step(), b = ex.step();
+        CHECK(b.loss == a.loss);
+        CHECK(b.grad_norm == a.grad_norm);
+      }
+      // The third step's update is still pending.
+      const ParamInfo& p0 = plan.programs[0].params.front();
+      CHECK(ex.readBuffer(0, p0.master) != ref.readBuffer(0, p0.master));
+      ex.finishOptimizer();
+      ex.finishOptimizer();  // nothing left: a second call changes nothing
+      for (const ParamInfo& p : plan.programs[0].params) {
+        INFO(p.name);
+        CHECK(ex.readBuffer(0, p.master) == ref.readBuffer(0, p.master));
+        CHECK(ex.readBuffer(0, p.adam_v) == ref.readBuffer(0, p.adam_v));
+      }
+      // Gradients computed after a step start from the updated parameters.
+      JobSpec plain = job;
+      plain.schedule.optimizer_beside_forward = false;
+      cpu::CpuExecutor ref2(buildPlan(plain));
+      ref2.step();
+      cpu::CpuExecutor ex2(plan);
+      ex2.step();
+      CHECK(ex2.computeGradients().loss == ref2.computeGradients().loss);
+    }
+}
+
 TEST_CASE("bf16 jobs store bf16 values and still track the fp32 run", "[executor][bf16]") {
   JobSpec f32 = test::microJob(4, 1, 1);
   JobSpec b16 = f32;

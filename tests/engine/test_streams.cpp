@@ -133,6 +133,9 @@ TEST_CASE("Every cross-stream conflict on the arena is ordered by events", "[pla
     gpt2.model.seq_len = 128;
     add("gpt2 dp2 sharded, gathered embedding", gpt2);
     add("gpt2 default", defaultJob());
+    JobSpec beside = test::microJob(2, 2, 2);
+    beside.schedule.optimizer_beside_forward = true;
+    add("micro dp2 accum 2, optimizer beside the forward", beside);
   }
   for (const Case& c : cases) {
     const Plan plan = buildPlan(c.job);
@@ -223,4 +226,43 @@ TEST_CASE("Job spec: schedule.weight_gradient_stream", "[job][streams]") {
                     Catch::Contains("a.yaml:3") && Catch::Contains("schedule.weight_gradient_stream"));
   CHECK_THROWS_WITH(parseJob("name: a\nschedule:\n  streams: 2\n", "a.yaml"),
                     Catch::Contains("a.yaml:3") && Catch::Contains("weight_gradient_stream"));
+}
+
+TEST_CASE("The previous step's AdamW opens the step beside the forward", "[planner][streams][optimizer]") {
+  for (const bool wgrad : {true, false}) {
+    JobSpec job = test::microJob(2, 1, 1);
+    job.schedule.weight_gradient_stream = wgrad;
+    job.schedule.optimizer_beside_forward = true;
+    INFO("weight gradient stream " << wgrad);
+    const Plan plan = buildPlan(job);
+    const RankPlan& rp = plan.programs[0];
+    size_t updates = 0;
+    while (updates < rp.tasks.size() && rp.tasks[updates].op == OpKind::AdamW) ++updates;
+    REQUIRE(updates == rp.buckets.size());
+    const int side = rp.tasks[0].stream;
+    CHECK(side != 0);
+    CHECK(rp.streams[size_t(side)].kind == StreamKind::Compute);
+    CHECK(rp.streams[size_t(side)].name == (wgrad ? "compute.wgrad" : "compute.optimizer"));
+    for (size_t i = 0; i < updates; ++i) {
+      CHECK(rp.tasks[i].attrs.from_previous_step);
+      CHECK(rp.tasks[i].stream == side);
+      CHECK(rp.tasks[i].wait_events.empty());  // nothing earlier in the step to wait for
+    }
+    // The last bucket (the first the forward needs) is updated first.
+    CHECK(rp.tasks[0].name == fmt::format("optimizer.adamw.bucket{}", rp.buckets.size() - 1));
+    // No AdamW anywhere else, the gradient norm still last.
+    for (size_t i = updates; i < rp.tasks.size(); ++i) CHECK(rp.tasks[i].op != OpKind::AdamW);
+    CHECK(rp.tasks.back().op == OpKind::GradNorm);
+    // The first forward task that reads a parameter waits for an update.
+    const auto reader = std::find_if(rp.tasks.begin(), rp.tasks.end(), [&](const Task& t) {
+      return t.phase == Phase::Forward && t.op == OpKind::Embedding;
+    });
+    REQUIRE(reader != rp.tasks.end());
+    CHECK(!reader->wait_events.empty());
+  }
+  // Sharded optimizers keep their updates at the end.
+  JobSpec sharded = test::microJob(2, 2, 1);
+  sharded.parallel.shard_optimizer = true;
+  sharded.schedule.optimizer_beside_forward = true;
+  for (const Task& t : buildPlan(sharded).programs[0].tasks) CHECK(!t.attrs.from_previous_step);
 }

@@ -100,6 +100,10 @@ void compareTraining(const std::string& label0, const JobSpec& job, int steps, d
   // zero gradient (softmax ignores a constant added to every score), so both
   // executors feed AdamW rounding noise there and its m/sqrt(v) amplifies it
   // to full-size steps: that tensor is reported, not gated.
+  // With the optimizer beside the next forward the last update is pending
+  // (run() applied its own).
+  ref.finishOptimizer();
+  graph.finishOptimizer();
   std::vector<std::pair<double, std::string>> errs;
   for (const ParamInfo& p : plan.programs[0].params)
     errs.push_back({relError(graph.readBuffer(p.master), ref.readBuffer(0, p.master)), p.name});
@@ -275,6 +279,12 @@ int main() {
       compareTraining("tiny bf16 vocab 1024", tiny({"training.precision=bf16", "model.vocab=1024"}), 20, 1e-2, 5e-2);
       compareTraining("tiny bf16 head dim 64", tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2"}), 20,
                       1e-2, 5e-2);
+      // AdamW at the start of the next step, beside the forward.
+      compareTraining("tiny bf16 optimizer beside forward",
+                      tiny({"training.precision=bf16", "schedule.optimizer_beside_forward=true"}), 20, 1e-2, 5e-2);
+      compareTraining("tiny fp32 optimizer beside forward grad_accum=2",
+                      tiny({"training.precision=fp32", "schedule.optimizer_beside_forward=true", "training.grad_accum=2"}),
+                      20, 1e-4, 1e-4);
     }
     g_fusion = true;
     trainToEntropy(tiny({"training.precision=bf16"}));

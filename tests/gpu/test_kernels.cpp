@@ -497,14 +497,28 @@ void testOptimizer() {
   cudaMalloc(&partials, chunks * 4);
   cuda::gradNorm(static_cast<float*>(gnorm.p), gslots, 2, chunks, partials, false, nullptr);
   expectBelow("grad norm (bf16 + f32 tensors)", std::abs(gnorm.download()[0] - std::sqrt(ssr)) / std::sqrt(ssr), 1e-5);
+  // The update of a previous step (schedule.optimizer_beside_forward) reads
+  // the scalars' prev_* and does nothing without one: first a launch with
+  // prev_valid 0 (no change), then the update through the prev_* fields,
+  // this step's own fields poisoned.
   cuda::StepScalars sc;
-  sc.lr = 1e-3f;
-  sc.bias_correction1 = 1.0 - std::pow(double(0.9f), step);
-  sc.bias_correction2 = 1.0 - std::pow(double(0.95f), step);
+  sc.lr = -1.f;
+  sc.bias_correction1 = sc.bias_correction2 = 0.5;
+  sc.prev_lr = 1e-3f;
+  sc.prev_bias_correction1 = 1.0 - std::pow(double(0.9f), step);
+  sc.prev_bias_correction2 = 1.0 - std::pow(double(0.95f), step);
+  sc.prev_valid = 0;
   cuda::StepScalars* gsc;
   cudaMalloc(&gsc, sizeof(sc));
   cudaMemcpy(gsc, &sc, sizeof(sc), cudaMemcpyHostToDevice);
-  cuda::adamw(gslots, 2, chunks, gsc, static_cast<float*>(gnorm.p), false, clip, 0.9f, 0.95f, 1e-8f, nullptr);
+  cuda::adamw(gslots, 2, chunks, gsc, /*previous=*/true, static_cast<float*>(gnorm.p), false, clip, 0.9f, 0.95f, 1e-8f,
+              nullptr);
+  expectTrue("adamw of a previous step without one changes nothing",
+             gp1.download() == p1 && gm1.download() == m1 && gv2.download() == v2);
+  sc.prev_valid = 1;
+  cudaMemcpy(gsc, &sc, sizeof(sc), cudaMemcpyHostToDevice);
+  cuda::adamw(gslots, 2, chunks, gsc, /*previous=*/true, static_cast<float*>(gnorm.p), false, clip, 0.9f, 0.95f, 1e-8f,
+              nullptr);
   expectBelow("adamw master (bf16 grad, decay)", relError(gp1.download(), rp1), 1e-6);
   expectBelow("adamw m", relError(gm1.download(), rm1), 1e-6);
   expectBelow("adamw v", relError(gv1.download(), rv1), 1e-6);
