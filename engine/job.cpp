@@ -430,6 +430,12 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
                "a path to an existing token file, relative to the working directory");
     }
   }
+  if (job.schedule.optimizer_beside_forward && job.parallel.shard_optimizer && job.parallel.data_parallel > 1) {
+    r.fail(pick("schedule.optimizer_beside_forward", "parallel.shard_optimizer"),
+           "schedule.optimizer_beside_forward needs an unsharded optimizer (a sharded one updates at the end of the "
+           "step, where its all-gathers are planned)",
+           "parallel.shard_optimizer: false, or data_parallel 1");
+  }
   if (d.branching > m.vocab) {
     r.fail(pick("data.branching", "model.vocab"),
            "data.branching " + std::to_string(d.branching) + " exceeds model.vocab " + std::to_string(m.vocab),

@@ -290,6 +290,8 @@ TEST_CASE("bad job specs fail with one line naming file, line, field and allowed
       {"model: {vocab: 64}\ndata: {branching: 65}\n", {}, "bad.yaml:2: data.branching: ",
        "data.branching 65 exceeds model.vocab 64 (allowed: integers from 1 to model.vocab)"},
       {"comm:\n  bucket_mib: 0\n", {}, "bad.yaml:2: comm.bucket_mib: ", "out of range (allowed: numbers > 0 (MiB))"},
+      {"parallel: {data_parallel: 2, shard_optimizer: true}\nschedule:\n  optimizer_beside_forward: true\n", {},
+       "bad.yaml:3: schedule.optimizer_beside_forward: ", "needs an unsharded optimizer"},
       {"parallel: {data_parallel: -2}\n", {}, "bad.yaml:1: parallel.data_parallel: ", "value -2 is out of range"},
       {"model: {tied_embeddings: maybe}\n", {}, "bad.yaml:1: model.tied_embeddings: ",
        "expected a boolean, got 'maybe' (allowed: true, false)"},
