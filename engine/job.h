@@ -100,7 +100,7 @@ struct ScheduleSpec {
   // step has nothing to apply; the executors' finishOptimizer() applies the
   // last step's update. The same arithmetic, in the same order per bucket.
   // Unsharded optimizers only (a sharded one keeps its updates at the end,
-  // where its all-gathers are planned).
+  // where its all-gathers are planned; a job asking for both is refused).
   bool optimizer_beside_forward = false;
   bool operator==(const ScheduleSpec&) const = default;
 };
