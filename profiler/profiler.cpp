@@ -9,6 +9,7 @@
 #include <nvtx3/nvToolsExt.h>
 #include <nvtx3/nvToolsExtCudaRt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -96,6 +97,65 @@ Profiler::Impl::Impl(const ProfilerOptions& o) : opt(o) {
                     start_clock.monotonic_ns, 0});
   writer->flush();
   if (opt.nvtx_ranges) nvtx_domain = nvtxDomainCreateA("tandem");
+  if (opt.power_sample_ms > 0) {
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, int(sizeof bus), opt.device) == cudaSuccess) {
+      power = std::make_unique<PowerSampler>(bus, opt.power_sample_ms, [] { return cuptiNow(); });
+      summary.power_note = power->note();
+    } else {
+      summary.power_note = "no PCI bus id for the CUDA device: no power or clock samples";
+    }
+  }
+}
+
+void Profiler::Impl::addPowerSamples(std::vector<PowerSample> samples) {
+  summary.power_samples = int64_t(samples.size());
+  if (samples.empty()) return;
+  std::lock_guard<std::mutex> lock(host_mu);
+  uint64_t lo = 0, hi = 0;
+  for (const StepWindow& w : step_windows) {
+    lo = lo == 0 ? w.begin : std::min(lo, w.begin);
+    hi = std::max(hi, w.end);
+  }
+  std::vector<double> watts, mhz;
+  int64_t capped = 0, with_reasons = 0;
+  const PowerSample* first_e = nullptr;  // energy readings at the ends of the steps' span
+  const PowerSample* last_e = nullptr;
+  const double e0 = samples.front().energy_mj;
+  for (const PowerSample& s : samples) {
+    const int64_t t = toRunNs(s.ts);
+    if (s.power_w >= 0) host_counters.push_back({opt.rank, "gpu.power_w", t, s.power_w});
+    if (s.sm_clock_mhz >= 0) host_counters.push_back({opt.rank, "gpu.sm_clock_mhz", t, s.sm_clock_mhz});
+    if (s.limit_reasons >= 0) host_counters.push_back({opt.rank, "gpu.clock_limit_reasons", t, double(s.limit_reasons)});
+    if (s.energy_mj >= 0 && e0 >= 0) host_counters.push_back({opt.rank, "gpu.energy_mj", t, s.energy_mj - e0});
+    if (s.ts < lo || s.ts > hi) continue;
+    if (s.energy_mj >= 0) {
+      if (!first_e) first_e = &s;
+      last_e = &s;
+    }
+    if (s.power_w >= 0) watts.push_back(s.power_w);
+    if (s.sm_clock_mhz >= 0) mhz.push_back(s.sm_clock_mhz);
+    if (s.limit_reasons >= 0) {
+      ++with_reasons;
+      capped += (s.limit_reasons & kPowerCapReason) != 0;
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return -1.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  summary.power_w_median = median(watts);
+  summary.sm_clock_mhz_median = median(mhz);
+  summary.power_capped_share = with_reasons ? double(capped) / double(with_reasons) : -1.0;
+  // The counter's mean power between the first and last readings inside the
+  // span, times the span, per step ended.
+  if (first_e && last_e && last_e->ts > first_e->ts && last_e->energy_mj > first_e->energy_mj && !step_windows.empty()) {
+    const double watts_mean =
+        (last_e->energy_mj - first_e->energy_mj) * 1e-3 / (double(last_e->ts - first_e->ts) * 1e-9);
+    summary.energy_power_w = watts_mean;
+    summary.energy_per_step_j = watts_mean * double(hi - lo) * 1e-9 / double(step_windows.size());
+  }
 }
 
 Profiler::Impl::~Impl() {
@@ -333,6 +393,7 @@ ProfileSummary Profiler::finish() {
   Impl& p = *impl_;
   if (p.finished) return p.summary;
   p.stop();  // forced flush: every record reaches bufferDone
+  if (p.power) p.addPowerSamples(p.power->stop());
   const Clock end = readClocks();
   std::lock_guard<std::mutex> lock(p.write_mu);
   std::vector<Record> none;
@@ -399,6 +460,30 @@ ProfileSummary Profiler::finish() {
                          Severity::Info, "drift of this rank's clock against rank 0's (ns per s), applied by merge"});
     }
   }
+  if (s.power_samples > 0) {
+    // Per rank (merge sums stats of one name); whole watts and MHz, the
+    // capped share in percent.
+    const int r = p.opt.rank;
+    p.writer->setStat({fmt::format("gpu.power_samples.rank{}", r), s.power_samples, Severity::Info,
+                       "NVML samples of power, SM clock and clock-limit reasons (counters gpu.*)"});
+    if (s.power_w_median >= 0)
+      p.writer->setStat({fmt::format("gpu.power_w_median.rank{}", r), int64_t(std::llround(s.power_w_median)),
+                         Severity::Info, "median board power (W) from the first step's start to the last step's end"});
+    if (s.sm_clock_mhz_median >= 0)
+      p.writer->setStat({fmt::format("gpu.sm_clock_mhz_median.rank{}", r), int64_t(std::llround(s.sm_clock_mhz_median)),
+                         Severity::Info, "median SM clock (MHz) over the same span"});
+    if (s.power_capped_share >= 0)
+      p.writer->setStat({fmt::format("gpu.power_capped_pct.rank{}", r), int64_t(std::llround(100 * s.power_capped_share)),
+                         Severity::Info, "share of those samples with the clock held by the software power cap (%)"});
+    if (s.energy_per_step_j >= 0) {
+      p.writer->setStat({fmt::format("gpu.energy_per_step_mj.rank{}", r), int64_t(std::llround(1e3 * s.energy_per_step_j)),
+                         Severity::Info, "board energy per step (mJ) from the energy counter over the steps' span"});
+      p.writer->setStat({fmt::format("gpu.energy_power_w.rank{}", r), int64_t(std::llround(s.energy_power_w)),
+                         Severity::Info, "mean board power (W) over the steps from the energy counter"});
+    }
+  } else if (!s.power_note.empty()) {
+    p.writer->setStat({fmt::format("gpu.power_samples.rank{}", p.opt.rank), 0, Severity::Info, s.power_note});
+  }
   {
     std::lock_guard<std::mutex> host_lock(p.host_mu);
     for (const auto& st : p.extra_stats) p.writer->setStat(st);
@@ -427,6 +512,18 @@ std::string formatSummary(const ProfileSummary& s) {
       s.step_work_kernels, s.graph_kernels, s.dropped_records, s.steps);
   if (s.clock_sync_records > 0) out += fmt::format(", clock-offset measurement records {}", s.clock_sync_records);
   if (s.setup_records > 0) out += fmt::format(", executor set-up records (GEMM algorithm timing) {}", s.setup_records);
+  if (s.power_samples > 0 && s.energy_per_step_j >= 0)
+    out += fmt::format(", {:.1f} J per step at {:.0f} W (energy counter), SM clock median {:.0f} MHz ({} samples{})",
+                       s.energy_per_step_j, s.energy_power_w, s.sm_clock_mhz_median, s.power_samples,
+                       s.power_capped_share >= 0 ? fmt::format(", {:.0f}% at the power cap", 100 * s.power_capped_share)
+                                                 : std::string());
+  else if (s.power_samples > 0 && s.power_w_median >= 0)
+    out += fmt::format(", power {:.0f} W (NVML's 1 s average) and SM clock {:.0f} MHz (medians over the steps, {} samples{})",
+                       s.power_w_median, s.sm_clock_mhz_median, s.power_samples,
+                       s.power_capped_share >= 0 ? fmt::format(", {:.0f}% at the power cap", 100 * s.power_capped_share)
+                                                 : std::string());
+  else if (!s.power_note.empty())
+    out += ", " + s.power_note;
   if (!s.unattributed.empty()) {
     out += "\n  unattributed kernels:";
     for (const auto& n : s.unattributed) out += " " + n + ";";

@@ -67,6 +67,9 @@ struct ProfilerOptions {
   bool nvtx_ranges = true;     // emit NVTX ranges (step, task) and stream names for other tools too
   int64_t arena_bytes = 0;     // the plan's arena (a counter at each step)
   int64_t arena_peak_bytes = 0;
+  // GPU power, SM clock and clock-limit reasons through NVML every this many
+  // ms (profiler/power_sampler.h); 0: none.
+  int power_sample_ms = 10;
 };
 
 // A rank's clock against rank 0's, measured by the caller (`tandem run` uses
@@ -100,6 +103,17 @@ struct ProfileSummary {
   int64_t steps = 0;
   std::vector<std::string> unattributed;  // distinct names of unattributed kernels (at most 20)
   std::string path;
+  // NVML samples (profiler/power_sampler.h): how many, and over the span
+  // from the first step's start to the last step's end the median power,
+  // the median SM clock and the share of samples held by the software
+  // power cap (-1 where not reported); power_note says why there are none.
+  // energy_per_step_j: from the energy counter over the same span, divided
+  // by the steps ended (-1 where not reported); energy_power_w: that
+  // energy over the span's time.
+  int64_t power_samples = 0;
+  double power_w_median = -1, sm_clock_mhz_median = -1, power_capped_share = -1;
+  double energy_per_step_j = -1, energy_power_w = -1;
+  std::string power_note;
 };
 
 class Profiler {

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "profiler/power_sampler.h"
 #include "profiler/profiler.h"
 #include "profiler/records.h"
 #include "traces/trace_writer.h"
@@ -117,6 +118,9 @@ struct Profiler::Impl {
   std::vector<EndedStep> ended_steps;
   std::vector<traces::CounterRow> host_counters;
   std::vector<traces::StatRow> extra_stats;
+  std::unique_ptr<PowerSampler> power;  // null when opt.power_sample_ms is 0
+  // Turns the sampler's samples into counters and the summary's power figures.
+  void addPowerSamples(std::vector<PowerSample> samples);
   // NCCL kernels by issue order (see resolveNccl): the collective tasks in the
   // order the executor issued them in one step, and the closed step windows.
   std::vector<int64_t> collective_order;

@@ -7,11 +7,14 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "engine/cuda/kernels.h"
+#include "profiler/power_sampler.h"
 #include "profiler/profiler.h"
 #include "tests/gpu/gpu_test.h"
 #include "traces/trace_reader.h"
@@ -185,6 +188,49 @@ int main() {
     if (st.name == "cupti.dropped_records") dropped_stat = st.value == 0;
   expectTrue("dropped-record stat stored (0)", dropped_stat);
   expectTrue("plan tasks stored", reader.planTasks(run).size() == 4);
+
+  // Power and SM clock through NVML (profiler/power_sampler.h): counters in
+  // the trace with plausible values, or a note saying why there are none.
+  if (summary.power_note.empty()) {
+    int watts = 0, clocks_mhz = 0;
+    bool plausible = true;
+    for (const auto& c : reader.counters(run)) {
+      if (c.name == "gpu.power_w") ++watts, plausible = plausible && c.value > 0 && c.value < 2000;
+      if (c.name == "gpu.sm_clock_mhz") ++clocks_mhz, plausible = plausible && c.value > 0 && c.value < 5000;
+    }
+    expectTrue(fmt::format("power and SM clock counters stored ({} and {}), values plausible", watts, clocks_mhz),
+               watts >= 1 && clocks_mhz >= 1 && plausible);
+  } else {
+    fmt::print("SKIP power counters: {}\n", summary.power_note);
+  }
+  {
+    // A bus id no GPU has: nothing sampled, and a note that says why.
+    profiler::PowerSampler none("0000:ff:1f.7", 2, [] { return uint64_t(0); });
+    expectTrue("a sampler for a GPU that does not exist samples nothing and says why",
+               !none.active() && !none.note().empty() && none.stop().empty());
+    char bus[32] = {};
+    CHECK_CUDA(cudaDeviceGetPCIBusId(bus, int(sizeof bus), 0));
+    uint64_t tick = 0;
+    profiler::PowerSampler sampler(bus, 2, [&tick] { return ++tick; });
+    if (sampler.active()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+      const std::vector<profiler::PowerSample> got = sampler.stop();
+      bool ordered = true, plausible = true;
+      for (size_t i = 0; i < got.size(); ++i) {
+        ordered = ordered && (i == 0 || got[i].ts > got[i - 1].ts);
+        plausible = plausible && got[i].power_w > 0 && got[i].sm_clock_mhz > 0 &&
+                    (i == 0 || got[i].energy_mj < 0 || got[i].energy_mj >= got[i - 1].energy_mj);
+      }
+      // Each sample is four NVML calls (about 6 ms on an H200), so fewer
+      // than 30 arrive.
+      expectTrue(fmt::format("sampling every 2 ms for 60 ms: {} samples (at least 5), in order", got.size()),
+                 got.size() >= 5 && ordered);
+      expectTrue("every sample has power and clock, and the energy counter never falls", plausible);
+      expectTrue("stop() a second time hands over nothing more", sampler.stop().empty());
+    } else {
+      fmt::print("SKIP power sampler: {}\n", sampler.note());
+    }
+  }
 
   for (float* q : {m.a, m.b, m.c, m.d}) cudaFree(q);
   cudaStreamDestroy(s);
