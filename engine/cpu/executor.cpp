@@ -91,11 +91,15 @@ struct CpuExecutor::Impl {
   // schedule.optimizer_beside_forward: the step whose gradients the next
   // step's first tasks (AdamW, attrs.from_previous_step) apply, or -1.
   int pending_update = -1;
+  bool updates_at_start = false;  // the plan has such tasks
   std::vector<double> loss_sums;  // per rank, this step
   std::unique_ptr<InProcessCollectives> collectives;
 
   explicit Impl(const Plan& p) : plan(p) {
     program = &plan.programs.at(0);
+    updates_at_start = std::any_of(program->tasks.begin(), program->tasks.end(), [](const Task& t) {
+      return t.op == OpKind::AdamW && t.attrs.from_previous_step;
+    });
     if (plan.programs.size() != 1)
       throw std::runtime_error("cpu executor: plans with several distinct rank programs are not supported yet");
     data = makeTokenSource(plan.job);
@@ -321,10 +325,7 @@ StepResult CpuExecutor::Impl::runStep(bool with_optimizer) {
     }
   res.lr = learningRate(plan.job.training, step);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const bool updates_later = std::any_of(program->tasks.begin(), program->tasks.end(), [](const Task& t) {
-    return t.op == OpKind::AdamW && t.attrs.from_previous_step;
-  });
-  pending_update = with_optimizer && updates_later ? step : -1;
+  pending_update = with_optimizer && updates_at_start ? step : -1;
   if (with_optimizer) ++steps_done;
   return res;
 }

@@ -603,27 +603,32 @@ void layernormBackward(void* dx, void* dw, void* db, void* dbias, const void* dy
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
+// The dx-only backward for kV vectors per lane: one row per warp.
+template <class T, int kV>
+void launchBackwardDataOnly(T* dx, const T* dy, const T* x, const T* w, const void* mean, int mean_bf16,
+                            const void* rstd, int rstd_bf16, int64_t M, int64_t C, bool accumulate_dx, cudaStream_t s) {
+  const unsigned grid = unsigned((M + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  layernormBackwardVecKernel<T, kV, false, false><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+      dx, nullptr, nullptr, nullptr, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
+}
+
 void layernormBackwardDataOnly(void* dx, const void* dy, const void* x, const void* w, const void* mean,
                                DType mean_dt, const void* rstd, DType rstd_dt, int64_t M, int64_t C,
                                bool accumulate_dx, DType dt, cudaStream_t s) {
   const int vec = vectorsPerLane(C, dt, 3, {dx, dy, x, w});
-  if (vec == 0 || kLnAccInSmem<bf16, 3>)
+  if (vec == 0)
     throw CudaError("layernormBackwardDataOnly: rows of at most 3 vectors per lane on the vector path only");
-  const unsigned grid = unsigned((M + kWarpsPerBlock - 1) / kWarpsPerBlock);
   TANDEM_DISPATCH_DT(dt, {
-    switch (vec) {
-      case 1: layernormBackwardVecKernel<T, 1, false, false><<<grid, kWarpsPerBlock * 32, 0, s>>>(
-                  static_cast<T*>(dx), nullptr, nullptr, nullptr, static_cast<const T*>(dy), static_cast<const T*>(x),
-                  static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx);
-              break;
-      case 2: layernormBackwardVecKernel<T, 2, false, false><<<grid, kWarpsPerBlock * 32, 0, s>>>(
-                  static_cast<T*>(dx), nullptr, nullptr, nullptr, static_cast<const T*>(dy), static_cast<const T*>(x),
-                  static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx);
-              break;
-      default: layernormBackwardVecKernel<T, 3, false, false><<<grid, kWarpsPerBlock * 32, 0, s>>>(
-                   static_cast<T*>(dx), nullptr, nullptr, nullptr, static_cast<const T*>(dy), static_cast<const T*>(x),
-                   static_cast<const T*>(w), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx);
-    }
+    auto* out = static_cast<T*>(dx);
+    auto* g = static_cast<const T*>(dy);
+    auto* in = static_cast<const T*>(x);
+    auto* wt = static_cast<const T*>(w);
+    if (vec == 1)
+      launchBackwardDataOnly<T, 1>(out, g, in, wt, mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx, s);
+    else if (vec == 2)
+      launchBackwardDataOnly<T, 2>(out, g, in, wt, mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx, s);
+    else
+      launchBackwardDataOnly<T, 3>(out, g, in, wt, mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx, s);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
 }

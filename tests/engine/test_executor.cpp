@@ -1,5 +1,6 @@
 // The CPU reference executor as the oracle of the parallelism passes.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -60,6 +61,17 @@ void requireClose(const std::map<std::string, std::vector<float>>& a,
     const double rel = relativeDifference(a.at(name), values);
     INFO(name << " relative difference " << rel);
     CHECK(rel <= tol);
+  }
+}
+
+// Every gradient of `got` has the bits of `expected`'s (label: what differs).
+void requireBitIdentical(const std::map<std::string, std::vector<float>>& got,
+                         const std::map<std::string, std::vector<float>>& expected, const std::string& label) {
+  for (const auto& [name, values] : expected) {
+    INFO(label << " " << name);
+    const auto& g = got.at(name);
+    REQUIRE(g.size() == values.size());
+    CHECK(std::memcmp(g.data(), values.data(), g.size() * sizeof(float)) == 0);
   }
 }
 
@@ -156,13 +168,7 @@ TEST_CASE("Every recompute policy gives bit-identical gradients", "[executor][re
       job.recompute.policy = p;
       job.recompute.per_layer[1] = p == RecomputePolicy::Full ? RecomputePolicy::Selective : RecomputePolicy::Full;
       cpu::CpuExecutor ex(buildPlan(job));
-      const auto got = gradients(ex);
-      for (const auto& [name, values] : expected) {
-        INFO(toString(prec) << " " << toString(p) << " " << name);
-        const auto& g = got.at(name);
-        REQUIRE(g.size() == values.size());
-        CHECK(std::memcmp(g.data(), values.data(), g.size() * sizeof(float)) == 0);
-      }
+      requireBitIdentical(gradients(ex), expected, fmt::format("{} {}", toString(prec), toString(p)));
     }
   }
 }
@@ -180,13 +186,8 @@ TEST_CASE("Bias gradients summed by the neighbouring backward are bit-identical"
       const auto expected = gradients(ref);
       job.schedule.fuse_bias_gradients = true;
       cpu::CpuExecutor ex(buildPlan(job));
-      const auto got = gradients(ex);
-      for (const auto& [name, values] : expected) {
-        INFO(toString(prec) << " dp " << dp << " accum " << accum << " " << name);
-        const auto& g = got.at(name);
-        REQUIRE(g.size() == values.size());
-        CHECK(std::memcmp(g.data(), values.data(), g.size() * sizeof(float)) == 0);
-      }
+      requireBitIdentical(gradients(ex), expected,
+                          fmt::format("{} dp {} accum {}", toString(prec), dp, accum));
     }
 }
 
