@@ -47,8 +47,9 @@ struct BenchJob {
 // axes (micro-batch, sequence length, hidden size, data parallel); every
 // held-out job has a combination none of them has, inside that span. The
 // calibration jobs run on one compute stream, so that every kernel is
-// measured alone; one more (base-mb16-wgrad, the default schedule) measures
-// how kernels of the weight-gradient stream share the GPU. The held-out
+// measured alone; two more (base-mb16-wgrad and dp2-mb16-wgrad, the default
+// schedule) measure how kernels of the weight-gradient stream share the GPU,
+// with each other and with the gradient collectives. The held-out
 // jobs run the default schedule (weight gradients on their own stream).
 std::vector<BenchJob> benchJobs() {
   const std::string alone = "schedule.weight_gradient_stream=false";
@@ -58,6 +59,7 @@ std::vector<BenchJob> benchJobs() {
       {"base-mb16-wgrad", {"training.micro_batch=16", "parallel.data_parallel=1"}, true},
       {"dp2-mb8", {"training.micro_batch=8", "parallel.data_parallel=2", alone}, true},
       {"dp2-mb16", {"training.micro_batch=16", "parallel.data_parallel=2", alone}, true},
+      {"dp2-mb16-wgrad", {"training.micro_batch=16", "parallel.data_parallel=2"}, true},
       {"seq256-mb32", {"training.micro_batch=32", "model.seq_len=256", "parallel.data_parallel=1", alone}, true},
       {"hidden1280-mb4",
        {"training.micro_batch=4", "model.hidden=1280", "model.heads=20", "model.layers=6", "parallel.data_parallel=1",

@@ -308,9 +308,15 @@ int64_t overlapWith(const Intervals& iv, int64_t a, int64_t b) {
   return n;
 }
 
-std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader, int64_t run) {
+std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader, int64_t run, const Plan& plan) {
+  // Per rank, the collectives' transfers: from the last member's arrival
+  // (the simulator slows kernels from the rank's arrival, and its ranks
+  // arrive together).
   std::map<int, Intervals> comm;  // merged intervals per rank
-  for (const auto& c : reader.collectives(run)) comm[c.rank].push_back({c.start_ns, c.end_ns});
+  const std::vector<traces::CollectiveRow> collectives = reader.collectives(run);
+  const std::vector<int64_t> transfer = transferStarts(collectives);
+  for (size_t i = 0; i < collectives.size(); ++i)
+    comm[collectives[i].rank].push_back({transfer[i], collectives[i].end_ns});
   for (auto& [rank, iv] : comm) mergeIntervals(iv);
   // |[a, b) ∩ the rank's communication|
   auto underComm = [&](int rank, int64_t a, int64_t b) {
@@ -326,9 +332,22 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
   // charging the later one the whole overlap made a calibration from runs
   // with the stream off by up to 35% on a held-out job where this even split
   // stays within 7.3% (docs/accuracy.md, eleventh session).
+  // Only compute tasks' kernels count: NCCL's kernels on the comm stream are
+  // the collective itself (comm_slowdown's part), and charging kernels under
+  // a collective half of it as shared made every slowed kernel look faster
+  // than alone, so comm_slowdown fitted 1.
+  auto computeKernel = [&](const traces::ActivityRow& a) {
+    if (a.kind != traces::ActivityKind::Kernel || a.task_id < 0) return false;
+    try {
+      const RankPlan& p = plan.forRank(a.rank);
+      return a.task_id < int64_t(p.tasks.size()) && !p.tasks[size_t(a.task_id)].collective;
+    } catch (const std::out_of_range&) {
+      return false;
+    }
+  };
   std::map<std::pair<int, int>, Intervals> kernels;  // (rank, stream) -> merged kernel intervals
   reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
-    if (a.kind == traces::ActivityKind::Kernel) kernels[{a.rank, a.stream}].push_back({a.start_ns, a.end_ns});
+    if (computeKernel(a)) kernels[{a.rank, a.stream}].push_back({a.start_ns, a.end_ns});
   });
   for (auto& [key, iv] : kernels) mergeIntervals(iv);
   auto besideOtherKernels = [&](const traces::ActivityRow& a) {
@@ -487,7 +506,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
         throw std::runtime_error(fmt::format("{}: run {} carries no job, so its tasks cannot be re-planned", in.path, run));
       const Plan plan = buildPlan(parseJob(info.job_yaml, fmt::format("{} run {}", in.path, run)));
       const auto times = traces::taskTimesPerStep(reader, run);
-      const auto by_comm = taskStepsByComm(reader, run);
+      const auto by_comm = taskStepsByComm(reader, run, plan);
       if (times.empty())
         throw std::runtime_error(fmt::format("{}: run {} has no activities with plan task ids", in.path, run));
       const LaunchGaps gaps = launchGaps(reader, run, plan);

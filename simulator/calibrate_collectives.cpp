@@ -24,6 +24,29 @@ RunKernelsAndCollectives readKernelsAndCollectives(traces::TraceReader& reader, 
   return out;
 }
 
+std::vector<int64_t> transferStarts(const std::vector<traces::CollectiveRow>& rows) {
+  std::vector<int64_t> out(rows.size());
+  std::map<std::pair<int64_t, std::string>, std::vector<size_t>> same;  // (task, group) -> rows by start
+  for (size_t i = 0; i < rows.size(); ++i) {
+    out[i] = rows[i].start_ns;
+    same[{rows[i].task_id, rows[i].group}].push_back(i);
+  }
+  for (auto& [key, idx] : same) {
+    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return rows[a].start_ns < rows[b].start_ns; });
+    // The instances of one task follow each other (a step apart): a row's
+    // peers are the other ranks' rows that overlap it.
+    for (size_t k = 0; k < idx.size(); ++k) {
+      const traces::CollectiveRow& c = rows[idx[k]];
+      for (size_t j = k + 1; j < idx.size() && rows[idx[j]].start_ns < c.end_ns; ++j) {
+        const traces::CollectiveRow& o = rows[idx[j]];
+        if (o.rank == c.rank) continue;
+        out[idx[k]] = std::max(out[idx[k]], std::min(o.start_ns, c.end_ns));
+      }
+    }
+  }
+  return out;
+}
+
 // For each (rank, collective task): the task role (taskRole) of the compute
 // kernels beside the collective the longest on that rank, the most frequent
 // over its steps; "" when none ran. The simulator picks the role the same
@@ -32,7 +55,10 @@ std::map<traces::TaskKey, std::string> rolesBesideCollectives(const RunKernelsAn
                                                               const Plan& plan) {
   using Kernel = RunKernelsAndCollectives::Kernel;
   std::map<traces::TaskKey, std::map<std::string, int>> counts;
-  for (const auto& c : run.collectives) {
+  const std::vector<int64_t> transfer = transferStarts(run.collectives);
+  for (size_t ci = 0; ci < run.collectives.size(); ++ci) {
+    const traces::CollectiveRow& c = run.collectives[ci];
+    const int64_t start = transfer[ci];
     std::map<std::string, int64_t> overlap;
     const auto it = run.kernels.find(c.rank);
     if (it != run.kernels.end()) {
@@ -42,8 +68,8 @@ std::map<traces::TaskKey, std::string> rolesBesideCollectives(const RunKernelsAn
       auto pos = std::upper_bound(v.begin(), v.end(), c.end_ns, [](int64_t t, const Kernel& k) { return t < k.start; });
       while (pos != v.begin()) {
         --pos;
-        if (pos->start < c.start_ns - 100'000'000) break;
-        const int64_t a = std::max(pos->start, c.start_ns), b = std::min(pos->end, c.end_ns);
+        if (pos->start < start - 100'000'000) break;
+        const int64_t a = std::max(pos->start, start), b = std::min(pos->end, c.end_ns);
         if (b > a) overlap[taskRole(plan.forRank(c.rank).tasks[size_t(pos->task)].name)] += b - a;
       }
     }

@@ -28,9 +28,16 @@ struct RunKernelsAndCollectives {
 };
 RunKernelsAndCollectives readKernelsAndCollectives(traces::TraceReader& reader, int64_t run, const Plan& plan);
 
+// For each collective row: when its transfer began, the latest start of
+// the same collective on the ranks of its group (rows of the same task and
+// group whose intervals overlap it). A rank that arrives first spins in
+// NCCL's kernel until the last one arrives; kernels beside it then are not
+// beside communication, and fits that treat them so see no slowdown.
+std::vector<int64_t> transferStarts(const std::vector<traces::CollectiveRow>& rows);
+
 // For each (rank, collective task): the task role (taskRole) of the compute
-// kernels beside the collective the longest on that rank, the most frequent
-// over its steps; "" when none ran. The simulator picks the role the same
+// kernels beside the collective's transfer the longest on that rank, the
+// most frequent over its steps; "" when none ran. The simulator picks the role the same
 // way (Engine::dominantRoleBeside).
 std::map<traces::TaskKey, std::string> rolesBesideCollectives(const RunKernelsAndCollectives& run,
                                                               const Plan& plan);

@@ -895,7 +895,11 @@ SimResult Engine::run() {
         double waiting_work = 0;  // of kernels waiting for the one that holds the GPU: after it
         for (const StreamState& other : r.streams) {
           if (!other.busy || !other.kernel) continue;
-          if (other.done_ns == kNever)
+          // A kernel beside the holder ends, as projected now, at the rate
+          // the holder leaves it (under first_holds a few percent of the
+          // GPU): that end moves up when the holder ends, so its work counts
+          // after the holder's, as in a trace, not its projected end.
+          if (other.done_ns == kNever || (other.sharing & kNotHolder))
             waiting_work = std::max(waiting_work, other.work_left_ns);
           else
             remaining = std::max(remaining, other.done_ns - now_);
