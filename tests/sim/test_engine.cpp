@@ -742,3 +742,41 @@ TEST_CASE("calibration files carry the kernel overlap efficiency", "[engine][cal
   CHECK_THROWS_WITH(parseCalibration("version: 1\nkernel_overlap_efficiency: 3\n", "k.yaml"),
                     Catch::Contains("k.yaml:2") && Catch::Contains("kernel_overlap_efficiency"));
 }
+
+TEST_CASE("a collective ready beside a shared GPU waits for the kernel beside the holder to end", "[engine]") {
+  // Stream 2 (a second compute stream) holds the GPU with a 1 ms kernel from
+  // 0; on stream 0, k0 (0.1 ms alone) and then k1 (0.6 ms alone) run beside
+  // it at half speed (efficiency 1.5), k0 ending at 0.2 ms with the event
+  // the all-reduce waits for. k1 has done 0.4 ms of its work when the holder
+  // ends at 1 ms and ends alone at 1.2 ms; at half speed it would end at
+  // 1.4 ms. With collective_start_wait 1 the all-reduce starts as k1 ends.
+  Topology topo = ringTopology(2, 1, 0);
+  RankPlan rp;
+  rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Comm, "comm"},
+                StreamInfo{2, StreamKind::Compute, "compute.wgrad"}};
+  rp.num_events = 1;
+  Task k0 = kernel(0, 0, 7e10, 0);
+  k0.record_event = 0;
+  rp.tasks.push_back(k0);
+  rp.tasks.push_back(kernel(1, 0, 4.2e11, 0));
+  Task ar = collective(2, 1, CollectiveOp::AllReduce, 100'000, "world");
+  ar.wait_events = {0};
+  rp.tasks.push_back(ar);
+  rp.tasks.push_back(kernel(3, 2, 7e11, 0));
+  const Plan plan = uniformPlan(2, rp);
+  RooflineParams params = RooflineParams::defaults();
+  params.launch_overhead_ns = 0;
+  params.comm_slowdown = 1.0;
+  params.kernel_sharing = KernelSharing::FirstHolds;
+  params.kernel_overlap_efficiency = 1.5;
+  Calibration wait;
+  wait.collective_start_wait = 1.0;
+  const SimResult r = simulatePlan(plan, topo, RooflineCostModel(params, wait), idealOptions());
+  const SimActivity a0 = activityOf(r.ranks[0], 0), a1 = activityOf(r.ranks[0], 1), held = activityOf(r.ranks[0], 3);
+  const SimActivity c = activityOf(r.ranks[0], 2);
+  REQUIRE(held.start_ns == 0);
+  REQUIRE(std::llabs(held.end_ns - 1'000'000) <= 1);
+  REQUIRE(std::llabs(a0.end_ns - 200'000) <= 1);
+  REQUIRE(std::llabs(a1.end_ns - 1'200'000) <= 2);
+  CHECK(std::llabs(c.start_ns - a1.end_ns) <= 2);
+}
