@@ -37,8 +37,8 @@ std::vector<int64_t> transferStarts(const std::vector<traces::CollectiveRow>& ro
 
 // For each (rank, collective task): the task role (taskRole) of the compute
 // kernels beside the collective's transfer the longest on that rank, the
-// most frequent over its steps; "" when none ran. The simulator picks the role the same
-// way (Engine::dominantRoleBeside).
+// most frequent over its steps; "" when none ran. The simulator picks the
+// role the same way (Engine::dominantRoleBeside).
 std::map<traces::TaskKey, std::string> rolesBesideCollectives(const RunKernelsAndCollectives& run,
                                                               const Plan& plan);
 
