@@ -10,7 +10,12 @@
 // cuBLASLt lists for them (cublasLtMatmulAlgoGetIds, each tile and stage
 // count its capabilities name), not just the heuristic's candidates.
 //
-//   bench_gemm_algos [--candidates N] [--reps N] [--epilogues [--max-configs N]]
+// With --sustain-ms T each candidate first runs back to back for T ms before
+// it is timed, so that it is timed at the clock the GPU holds under its own
+// power draw (at the 700 W cap a GEMM that moves less data keeps a higher
+// clock); --each prints every candidate's time.
+//
+//   bench_gemm_algos [--candidates N] [--reps N] [--sustain-ms T] [--each] [--epilogues [--max-configs N]]
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -47,17 +52,20 @@ int main(int argc, char** argv) {
   return 0;
 #else
   int candidates = 16, reps = 20, max_configs = 600;
-  bool epilogues = false;
+  double sustain_ms = 0;
+  bool epilogues = false, each = false;
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     if (s == "--candidates" && i + 1 < argc) candidates = std::stoi(argv[++i]);
     else if (s == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
     else if (s == "--max-configs" && i + 1 < argc) max_configs = std::stoi(argv[++i]);
     else if (s == "--epilogues") epilogues = true;
+    else if (s == "--sustain-ms" && i + 1 < argc) sustain_ms = std::stod(argv[++i]);
+    else if (s == "--each") each = true;
     else {
       fmt::print(stderr,
-                 "bench_gemm_algos: unknown argument {} (allowed: --candidates N --reps N --epilogues "
-                 "--max-configs N)\n",
+                 "bench_gemm_algos: unknown argument {} (allowed: --candidates N --reps N --sustain-ms T --each "
+                 "--epilogues --max-configs N)\n",
                  s);
       return 2;
     }
@@ -156,13 +164,27 @@ int main(int argc, char** argv) {
       };
       if (launch() != CUBLAS_STATUS_SUCCESS) continue;
       for (int w = 0; w < 3; ++w) launch();
+      float ms = 0;
+      if (sustain_ms > 0) {
+        // Back to back until sustain_ms have passed (in batches of 20, timed).
+        double ran = 0;
+        while (ran < sustain_ms) {
+          cudaEventRecord(e0, s);
+          for (int r = 0; r < 20; ++r) launch();
+          cudaEventRecord(e1, s);
+          cudaEventSynchronize(e1);
+          cudaEventElapsedTime(&ms, e0, e1);
+          ran += ms;
+        }
+      }
       cudaEventRecord(e0, s);
       for (int r = 0; r < reps; ++r) launch();
       cudaEventRecord(e1, s);
       cudaEventSynchronize(e1);
-      float ms = 0;
       cudaEventElapsedTime(&ms, e0, e1);
       const double per = ms / reps;
+      if (each)
+        fmt::print("{{\"shape\":\"{}\",\"kind\":\"{}\",\"candidate\":{},\"ms\":{:.4f}}}\n", sh.name, sh.kind, c, per);
       if (c == 0) first_ms = per;
       if (per < best_ms) best_ms = per, best = c;
     }
