@@ -85,6 +85,16 @@ int rankOfStat(const std::string& name, const std::string& prefix) {
   }
 }
 
+// Stats every rank writes for the whole run (throughput, MFU: each rank
+// computes the world's) or for its own GPU (memory): the merged run keeps
+// the largest, not the sum. The rest are counts (records, kernels), which
+// add up over the ranks.
+bool isRunLevelStat(const std::string& name) {
+  static const std::set<std::string> kRunLevel = {"tokens_per_second", "mfu_ppm", "planned_arena_bytes",
+                                                  "allocated_bytes", "device_used_bytes"};
+  return kRunLevel.count(name) > 0;
+}
+
 }  // namespace
 
 MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) {
@@ -92,6 +102,7 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
   MergeResult result;
   std::map<int, std::string> owner;  // rank -> input that holds it
   bool begun = false;
+  std::map<std::string, StatRow> run_level;  // isRunLevelStat: the largest over the inputs
   for (const auto& path : inputs) {
     TraceReader r(path);
     int64_t run = r.defaultRunId();
@@ -157,7 +168,14 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
       c.offset_ns = 0;
       w.addClock(c);
     }
-    for (const auto& s : stats) w.incrementStat(s.name, s.value, s.severity, s.description);
+    for (const auto& s : stats) {
+      if (!isRunLevelStat(s.name)) {
+        w.incrementStat(s.name, s.value, s.severity, s.description);
+      } else if (auto it = run_level.find(s.name); it == run_level.end() || s.value > it->second.value) {
+        run_level[s.name] = s;
+        w.setStat(s);
+      }
+    }
     for (const auto& [rank, c] : clock_of) {
       if (!c.have_start) continue;
       w.setStat({fmt::format("clock.applied_offset_ns.rank{}", rank), c.base, Severity::Info,

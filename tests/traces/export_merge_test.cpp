@@ -1,6 +1,7 @@
 // Chrome trace export structure and merging per-rank files.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -103,6 +104,11 @@ void writeRankFile(const std::string& path, int rank, int64_t offset_ns) {
   w.addStep({rank, 0, 100, 350});
   w.addClock({rank, "cupti", 5, 6, 7, offset_ns});
   w.incrementStat("cupti.dropped_records", rank + 1, Severity::DataLoss);
+  // Run-level figures each rank writes: the world's throughput and MFU, its
+  // own GPU's memory.
+  w.setStat({"tokens_per_second", 1'000'000, Severity::Info, "median over measured steps"});
+  w.setStat({"mfu_ppm", 480'000, Severity::Info, "PaLM model FLOPs utilisation, parts per million"});
+  w.setStat({"device_used_bytes", 10'000 + rank, Severity::Info, "after setup"});
 }
 
 }  // namespace
@@ -128,10 +134,13 @@ TEST_CASE("merge puts per-rank files on one clock in one run", "[merge]") {
   REQUIRE(steps.size() == 2);
   CHECK(steps[1].start_ns == 1100);
   for (const auto& c : r.clocks(m.run)) CHECK(c.offset_ns == 0);
-  int64_t dropped = 0;
-  for (const auto& s : r.stats(m.run))
-    if (s.name == "cupti.dropped_records") dropped = s.value;
-  CHECK(dropped == 3);
+  std::map<std::string, int64_t> stats;
+  for (const auto& s : r.stats(m.run)) stats[s.name] = s.value;
+  CHECK(stats["cupti.dropped_records"] == 3);  // counts add up
+  // Run-level figures do not: the world's MFU stays 48%, memory is per GPU.
+  CHECK(stats["tokens_per_second"] == 1'000'000);
+  CHECK(stats["mfu_ppm"] == 480'000);
+  CHECK(stats["device_used_bytes"] == 10'001);
 
   TraceWriter w(tempTracePath("merged-dup.sqlite"), WriterOptions{.truncate = true});
   CHECK_THROWS_WITH(mergeTraces({a, a}, w), Catch::Contains("rank 0 is also in"));
