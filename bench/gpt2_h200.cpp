@@ -2,8 +2,12 @@
 // bf16, AdamW) on the CUDA executor, and in the same invocation the PyTorch
 // peer script (eager and torch.compile), so the ratio is measured side by
 // side. Prints one JSON object per line; the last line is the comparison.
+// With --scaling (two GPUs) it runs GPU 0 alone, GPU 1 alone and both in
+// data parallel, and prints the two-GPU throughput against twice GPU 0's and
+// against the sum of each GPU's alone: the GPUs of one machine can differ
+// by a few percent in clock, and a data-parallel step waits for the slower.
 //
-//   bench_gpt2_h200 [--steps N] [--gpus 1|2] [--peer PATH/gpt2_torch.py] [--breakdown] [--set KEY=VALUE]...
+//   bench_gpt2_h200 [--steps N] [--gpus 1|2] [--scaling] [--peer PATH/gpt2_torch.py] [--breakdown] [--set KEY=VALUE]...
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -31,6 +35,7 @@ struct Args {
   int gpus = 1;
   std::string peer;
   bool breakdown = false;
+  bool scaling = false;
   std::vector<std::string> sets;  // job overrides (--set KEY=VALUE), e.g. comm.bucket_mib=50
 };
 
@@ -46,9 +51,10 @@ struct Args {
     else if (s == "--gpus") a.gpus = std::stoi(next());
     else if (s == "--peer") a.peer = next();
     else if (s == "--breakdown") a.breakdown = true;
+    else if (s == "--scaling") a.scaling = true;
     else if (s == "--set") a.sets.push_back(next());
     else throw std::runtime_error("unknown argument " + s +
-                                  " (allowed: --steps N --gpus 1|2 --peer FILE --breakdown --set KEY=VALUE)");
+                                  " (allowed: --steps N --gpus 1|2 --scaling --peer FILE --breakdown --set KEY=VALUE)");
   }
   return a;
 }
@@ -69,6 +75,127 @@ struct Args {
   return std::atof(last.c_str() + pos + std::strlen("\"median_step_ms\":"));
 }
 
+#ifdef TANDEM_HAVE_CUDA
+// One configuration measured: `gpus` ranks on devices first_device,
+// first_device + 1, ...; prints its JSON lines.
+struct Measured {
+  tandem::JobSpec job;
+  double med = 0, sync_med = 0, tps = 0;
+};
+
+Measured measureTandem(const Args& a, int gpus, int first_device) {
+  using namespace tandem;
+  std::vector<std::string> sets = {fmt::format("parallel.data_parallel={}", gpus), "training.micro_batch=16",
+                                   "training.precision=bf16", fmt::format("training.steps={}", 2 * a.steps)};
+  sets.insert(sets.end(), a.sets.begin(), a.sets.end());
+  const JobSpec job = loadJobFile(std::string(TANDEM_RESOURCE_DIR) + "/jobs/gpt2-124m-dp8.yaml", sets);
+  const Plan plan = buildPlan(job);
+  const cuda::DeviceInfo dev = cuda::deviceInfo(first_device);
+  std::vector<std::unique_ptr<cuda::CudaExecutor>> ex(gpus);
+  const cuda::NcclId id = gpus > 1 ? cuda::makeNcclId() : cuda::NcclId{};
+  auto onRanks = [&](auto fn) {
+    if (gpus == 1) return fn(0);  // no thread per step on one GPU
+    std::vector<std::thread> th;
+    for (int r = 0; r < gpus; ++r) th.emplace_back([&, r] { fn(r); });
+    for (auto& t : th) t.join();
+  };
+  std::vector<std::string> errors(gpus);
+  onRanks([&](int r) {
+    try {
+      cuda::ExecutorOptions o;
+      o.rank = r, o.world = gpus, o.device = first_device + r, o.nccl_id = id;
+      ex[r] = std::make_unique<cuda::CudaExecutor>(plan, o);
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+  });
+  for (auto& e : errors)
+    if (!e.empty()) throw std::runtime_error(e);
+  fmt::print("{{\"fusion\":\"{}\"}}\n", ex[0]->fusion().summary());
+  {
+    // What timing cuBLASLt's candidates gained (rank 0 tunes; the others reuse its choices).
+    const cuda::GemmTuningTotals t = cuda::totalsOf(ex[0]->gemmTuning());
+    fmt::print("{{\"gemm_tuning\":{{\"shapes\":{},\"changed\":{},\"first_choice_ms\":{:.3f},\"chosen_ms\":{:.3f},"
+               "\"first_choice_extra_graph_nodes\":{},\"chosen_extra_graph_nodes\":{}}}}}\n",
+               t.shapes, t.changed, t.first_ms, t.chosen_ms, t.first_extra_nodes, t.chosen_extra_nodes);
+  }
+  // Two loops over the same executors, each `steps` long with the first 5
+  // steps left out:
+  // - "step by step": the host waits for each step before launching the
+  //   next, timed like the peer script (wall clock around one step, which
+  //   ends when the GPU is done);
+  // - "run ahead" (CudaExecutor::run, what `tandem run` does): the next
+  //   step is queued while one runs; wall time between two step ends.
+  // The comparison with the peer uses "run ahead"; GPU time is the event
+  // time of rank 0's step.
+  struct Loop {
+    std::vector<double> wall_ms, gpu_ms;
+    double median(std::vector<double> v) const {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0 : v[v.size() / 2];
+    }
+  };
+  Loop sync_loop, ahead_loop;
+  double loss = 0;
+  for (int s = 0; s < a.steps; ++s) {
+    std::vector<cuda::GpuStepResult> res(gpus);
+    const auto t0 = std::chrono::steady_clock::now();
+    onRanks([&](int r) { res[r] = ex[r]->step(); });
+    const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= 5) {
+      sync_loop.wall_ms.push_back(wall);
+      sync_loop.gpu_ms.push_back(res[0].ms);
+    }
+  }
+  {
+    std::vector<std::thread> th;
+    auto last = std::chrono::steady_clock::now();
+    int seen = 0;
+    for (int r = 0; r < gpus; ++r)
+      th.emplace_back([&, r] {
+        ex[r]->run(a.steps, [&](const cuda::GpuStepResult& res) {
+          if (r != 0) return;
+          const auto now = std::chrono::steady_clock::now();
+          if (seen++ >= 5) {
+            ahead_loop.wall_ms.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+            ahead_loop.gpu_ms.push_back(res.ms);
+          }
+          last = now;
+          loss = res.loss;
+        });
+      });
+    for (auto& t : th) t.join();
+  }
+  const double sync_med = sync_loop.median(sync_loop.wall_ms);
+  const double med = ahead_loop.median(ahead_loop.wall_ms);
+  const double gpu_med = ahead_loop.median(ahead_loop.gpu_ms);
+  const double tokens = double(job.tokensPerStep());
+  const double tps = tokens / (med / 1e3);
+  const double mfu = plan.summary.model_flops_per_token * tps / (gpus * dev.peak_bf16_flops);
+  const cuda::GpuMemoryReport m = ex[0]->memory();
+  const bool gathered = std::any_of(plan.programs[0].tasks.begin(), plan.programs[0].tasks.end(),
+                                    [](const Task& t) { return t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1; });
+  fmt::print("{{\"system\":\"tandem\",\"device\":\"{}\",\"first_device\":{},\"gpus\":{},\"shard_optimizer\":{},"
+             "\"embedding_gradient_gathered\":{},\"weight_gradient_stream\":{},\"median_step_ms\":{:.2f},"
+             "\"min_step_ms\":{:.2f},"
+             "\"median_gpu_ms\":{:.2f},\"step_by_step_ms\":{:.2f},\"step_by_step_gpu_ms\":{:.2f},"
+             "\"tokens_per_s\":{:.0f},\"mfu\":{:.4f},\"loss\":{:.4f},\"planned_arena_gib\":{:.3f},"
+             "\"allocated_gib\":{:.3f}}}\n",
+             dev.name, first_device, gpus, shardsOptimizer(job), gathered, job.schedule.weight_gradient_stream, med,
+             ahead_loop.wall_ms.empty() ? 0 : *std::min_element(ahead_loop.wall_ms.begin(), ahead_loop.wall_ms.end()),
+             gpu_med, sync_med, sync_loop.median(sync_loop.gpu_ms), tps, mfu, loss,
+             m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));
+  {
+    const cuda::CudaExecutor::GraphMemsets gm = ex[0]->graphMemsets();
+    fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{},\"merged_into\":{}}},\"attention_mma\":\"{}\"}}\n",
+               gm.memsets, gm.hoisted, gm.merged_into, cuda::attentionMmaPath());
+  }
+  std::fflush(stdout);
+  ex.clear();
+  return {job, med, sync_med, tps};
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,113 +214,24 @@ int main(int argc, char** argv) {
       fmt::print("{{\"bench\":\"gpt2_h200\",\"skipped\":\"needs {} GPU(s): {}\"}}\n", a.gpus, why);
       return 0;
     }
-    std::vector<std::string> sets = {fmt::format("parallel.data_parallel={}", a.gpus), "training.micro_batch=16",
-                                     "training.precision=bf16", fmt::format("training.steps={}", 2 * a.steps)};
-    sets.insert(sets.end(), a.sets.begin(), a.sets.end());
-    const JobSpec job = loadJobFile(std::string(TANDEM_RESOURCE_DIR) + "/jobs/gpt2-124m-dp8.yaml", sets);
-    const Plan plan = buildPlan(job);
-    const cuda::DeviceInfo dev = cuda::deviceInfo(0);
-    std::vector<std::unique_ptr<cuda::CudaExecutor>> ex(a.gpus);
-    const cuda::NcclId id = a.gpus > 1 ? cuda::makeNcclId() : cuda::NcclId{};
-    auto onRanks = [&](auto fn) {
-      if (a.gpus == 1) return fn(0);  // no thread per step on one GPU
-      std::vector<std::thread> th;
-      for (int r = 0; r < a.gpus; ++r) th.emplace_back([&, r] { fn(r); });
-      for (auto& t : th) t.join();
-    };
-    std::vector<std::string> errors(a.gpus);
-    onRanks([&](int r) {
-      try {
-        cuda::ExecutorOptions o;
-        o.rank = r, o.world = a.gpus, o.device = r, o.nccl_id = id;
-        ex[r] = std::make_unique<cuda::CudaExecutor>(plan, o);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
+    if (a.scaling) {
+      if (count < 2) {
+        fmt::print("{{\"bench\":\"gpt2_h200\",\"skipped\":\"--scaling needs 2 GPUs: {}\"}}\n", count < 1 ? why : "one GPU");
+        return 0;
       }
-    });
-    for (auto& e : errors)
-      if (!e.empty()) throw std::runtime_error(e);
-    fmt::print("{{\"fusion\":\"{}\"}}\n", ex[0]->fusion().summary());
-    {
-      // What timing cuBLASLt's candidates gained (rank 0 tunes; the others reuse its choices).
-      const cuda::GemmTuningTotals t = cuda::totalsOf(ex[0]->gemmTuning());
-      fmt::print("{{\"gemm_tuning\":{{\"shapes\":{},\"changed\":{},\"first_choice_ms\":{:.3f},\"chosen_ms\":{:.3f},"
-                 "\"first_choice_extra_graph_nodes\":{},\"chosen_extra_graph_nodes\":{}}}}}\n",
-                 t.shapes, t.changed, t.first_ms, t.chosen_ms, t.first_extra_nodes, t.chosen_extra_nodes);
+      const Measured g0 = measureTandem(a, 1, 0), g1 = measureTandem(a, 1, 1), dp = measureTandem(a, 2, 0);
+      fmt::print("{{\"scaling\":\"data parallel 2 against each GPU alone\",\"gpu0_tokens_per_s\":{:.0f},"
+                 "\"gpu1_tokens_per_s\":{:.0f},\"dp2_tokens_per_s\":{:.0f},\"vs_twice_gpu0\":{:.4f},"
+                 "\"vs_each_gpu_alone\":{:.4f},\"vs_twice_gpu0_step_by_step\":{:.4f},"
+                 "\"vs_each_gpu_alone_step_by_step\":{:.4f}}}\n",
+                 g0.tps, g1.tps, dp.tps, dp.tps / (2 * g0.tps), dp.tps / (g0.tps + g1.tps),
+                 // Step by step, per GPU and step the same tokens: throughput is 1 / time.
+                 g0.sync_med / dp.sync_med, 2.0 / (dp.sync_med * (1.0 / g0.sync_med + 1.0 / g1.sync_med)));
+      return 0;
     }
-    // Two loops over the same executors, each `steps` long with the first 5
-    // steps left out:
-    // - "step by step": the host waits for each step before launching the
-    //   next, timed like the peer script (wall clock around one step, which
-    //   ends when the GPU is done);
-    // - "run ahead" (CudaExecutor::run, what `tandem run` does): the next
-    //   step is queued while one runs; wall time between two step ends.
-    // The comparison with the peer uses "run ahead"; GPU time is the event
-    // time of rank 0's step.
-    struct Loop {
-      std::vector<double> wall_ms, gpu_ms;
-      double median(std::vector<double> v) const {
-        std::sort(v.begin(), v.end());
-        return v.empty() ? 0 : v[v.size() / 2];
-      }
-    };
-    Loop sync_loop, ahead_loop;
-    double loss = 0;
-    for (int s = 0; s < a.steps; ++s) {
-      std::vector<cuda::GpuStepResult> res(a.gpus);
-      const auto t0 = std::chrono::steady_clock::now();
-      onRanks([&](int r) { res[r] = ex[r]->step(); });
-      const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (s >= 5) {
-        sync_loop.wall_ms.push_back(wall);
-        sync_loop.gpu_ms.push_back(res[0].ms);
-      }
-    }
-    {
-      std::vector<std::thread> th;
-      auto last = std::chrono::steady_clock::now();
-      int seen = 0;
-      for (int r = 0; r < a.gpus; ++r)
-        th.emplace_back([&, r] {
-          ex[r]->run(a.steps, [&](const cuda::GpuStepResult& res) {
-            if (r != 0) return;
-            const auto now = std::chrono::steady_clock::now();
-            if (seen++ >= 5) {
-              ahead_loop.wall_ms.push_back(std::chrono::duration<double, std::milli>(now - last).count());
-              ahead_loop.gpu_ms.push_back(res.ms);
-            }
-            last = now;
-            loss = res.loss;
-          });
-        });
-      for (auto& t : th) t.join();
-    }
-    const double sync_med = sync_loop.median(sync_loop.wall_ms);
-    const double med = ahead_loop.median(ahead_loop.wall_ms);
-    const double gpu_med = ahead_loop.median(ahead_loop.gpu_ms);
-    const double tokens = double(job.tokensPerStep());
-    const double tps = tokens / (med / 1e3);
-    const double mfu = plan.summary.model_flops_per_token * tps / (a.gpus * dev.peak_bf16_flops);
-    const cuda::GpuMemoryReport m = ex[0]->memory();
-    const bool gathered = std::any_of(plan.programs[0].tasks.begin(), plan.programs[0].tasks.end(),
-                                      [](const Task& t) { return t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1; });
-    fmt::print("{{\"system\":\"tandem\",\"device\":\"{}\",\"gpus\":{},\"shard_optimizer\":{},"
-               "\"embedding_gradient_gathered\":{},\"weight_gradient_stream\":{},\"median_step_ms\":{:.2f},"
-               "\"min_step_ms\":{:.2f},"
-               "\"median_gpu_ms\":{:.2f},\"step_by_step_ms\":{:.2f},\"step_by_step_gpu_ms\":{:.2f},"
-               "\"tokens_per_s\":{:.0f},\"mfu\":{:.4f},\"loss\":{:.4f},\"planned_arena_gib\":{:.3f},"
-               "\"allocated_gib\":{:.3f}}}\n",
-               dev.name, a.gpus, shardsOptimizer(job), gathered, job.schedule.weight_gradient_stream, med,
-               ahead_loop.wall_ms.empty() ? 0 : *std::min_element(ahead_loop.wall_ms.begin(), ahead_loop.wall_ms.end()),
-               gpu_med, sync_med, sync_loop.median(sync_loop.gpu_ms), tps, mfu, loss,
-               m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));
-    {
-      const cuda::CudaExecutor::GraphMemsets gm = ex[0]->graphMemsets();
-      fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{},\"merged_into\":{}}},\"attention_mma\":\"{}\"}}\n",
-                 gm.memsets, gm.hoisted, gm.merged_into, cuda::attentionMmaPath());
-    }
-    std::fflush(stdout);
-    ex.clear();
+    const Measured mt = measureTandem(a, a.gpus, 0);
+    const JobSpec& job = mt.job;
+    const double med = mt.med, sync_med = mt.sync_med;
 
     if (a.breakdown && a.gpus == 1) {
       // Per-op GPU time from eager steps timed task by task, on one compute
