@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 namespace tandem::traces {
@@ -30,6 +31,49 @@ Json breakdownJson(const Breakdown& b) {
               {"sync_exclusive_ns", b.sync_exclusive_ns},
               {"recompute_ns", b.recompute_ns},
               {"recompute_share_pct", r3(b.recompute_share_pct)}};
+}
+
+// The profiler's per-rank power stats (profiler/power_sampler.h), as one
+// line per rank: a data-parallel step runs at the pace of its slowest GPU,
+// and the GPUs of one machine can differ by a few percent in clock.
+std::vector<std::string> powerLines(const std::vector<StatRow>& stats) {
+  struct RankPower {
+    int64_t power_w = -1, energy_mj = -1, clock_mhz = -1, capped_pct = -1;
+  };
+  std::map<int, RankPower> ranks;
+  auto take = [&](const std::string& name, const std::string& prefix, int64_t value, int64_t RankPower::*field) {
+    if (name.rfind(prefix, 0) != 0) return;
+    const std::string rest = name.substr(prefix.size());
+    if (rest.empty() || !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; })) return;
+    ranks[std::stoi(rest)].*field = value;
+  };
+  for (const StatRow& st : stats) {
+    take(st.name, "gpu.energy_power_w.rank", st.value, &RankPower::power_w);
+    take(st.name, "gpu.energy_per_step_mj.rank", st.value, &RankPower::energy_mj);
+    take(st.name, "gpu.sm_clock_mhz_median.rank", st.value, &RankPower::clock_mhz);
+    take(st.name, "gpu.power_capped_pct.rank", st.value, &RankPower::capped_pct);
+  }
+  std::vector<std::string> out;
+  if (ranks.empty()) return out;
+  out.push_back("GPU power per rank (NVML over the steps; profiles with power sampling):");
+  int fastest = -1, slowest = -1;
+  for (const auto& [rank, p] : ranks) {
+    auto or_dash = [](int64_t v, const std::string& text) { return v < 0 ? std::string("-") : text; };
+    out.push_back(fmt::format("  rank {:>4}: {:>5} W, {:>7} J/step, SM clock median {:>5} MHz, {:>4} of samples at the power cap",
+                              rank, or_dash(p.power_w, std::to_string(p.power_w)),
+                              or_dash(p.energy_mj, fmt::format("{:.2f}", double(p.energy_mj) / 1e3)),
+                              or_dash(p.clock_mhz, std::to_string(p.clock_mhz)),
+                              or_dash(p.capped_pct, std::to_string(p.capped_pct) + "%")));
+    if (p.clock_mhz > 0) {
+      if (fastest < 0 || p.clock_mhz > ranks[fastest].clock_mhz) fastest = rank;
+      if (slowest < 0 || p.clock_mhz < ranks[slowest].clock_mhz) slowest = rank;
+    }
+  }
+  if (fastest >= 0 && slowest >= 0 && fastest != slowest && ranks[fastest].clock_mhz > ranks[slowest].clock_mhz)
+    out.push_back(fmt::format("  slowest clock: rank {}, {:.1f}% below rank {}", slowest,
+                              100.0 * (1.0 - double(ranks[slowest].clock_mhz) / double(ranks[fastest].clock_mhz)),
+                              fastest));
+  return out;
 }
 
 Json distributionJson(const Distribution& d) {
@@ -192,6 +236,10 @@ std::string reportToText(const RunReport& r) {
     for (const auto& sr : s.ranks)
       line(fmt::format("  rank {:>4}: last {:>6} times, mean delay {:>10.1f} us, max {:>10.1f} us", sr.rank,
                        sr.last_count, sr.mean_delay_ns / 1e3, static_cast<double>(sr.max_delay_ns) / 1e3));
+  }
+  if (const std::vector<std::string> power = powerLines(r.stats); !power.empty()) {
+    line("");
+    for (const std::string& l : power) line(l);
   }
   if (!r.stats.empty()) {
     line("");

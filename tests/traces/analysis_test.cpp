@@ -4,6 +4,7 @@
 
 #include "traces/analysis.h"
 #include "traces/analysis_parts.h"
+#include "traces/report_format.h"
 #include "traces/test_fixtures.h"
 #include "traces/trace_reader.h"
 
@@ -209,4 +210,22 @@ TEST_CASE("stragglers without task ids match collectives by name and occurrence"
   CHECK(rep.stragglers.ranks[2].mean_delay_ns == Approx(80.0 / 3));
   CHECK(rep.stragglers.ranks[0].last_count == 1);
   CHECK(rep.stragglers.ranks[0].max_delay_ns == 20);
+}
+
+TEST_CASE("report: GPU power and clock per rank from the profiler's stats", "[analysis][report]") {
+  RunReport rep = fixtureReport();
+  // Without power stats the section is left out.
+  CHECK(reportToText(rep).find("GPU power per rank") == std::string::npos);
+  rep.stats.push_back({"gpu.energy_power_w.rank0", 705, Severity::Info, ""});
+  rep.stats.push_back({"gpu.energy_per_step_mj.rank0", 22040, Severity::Info, ""});
+  rep.stats.push_back({"gpu.sm_clock_mhz_median.rank0", 1695, Severity::Info, ""});
+  rep.stats.push_back({"gpu.power_capped_pct.rank0", 68, Severity::Info, ""});
+  rep.stats.push_back({"gpu.sm_clock_mhz_median.rank1", 1605, Severity::Info, ""});
+  rep.stats.push_back({"gpu.sm_clock_mhz_median.rankx", 1, Severity::Info, ""});  // not a rank: ignored
+  const std::string text = reportToText(rep);
+  CHECK(text.find("rank    0:   705 W,   22.04 J/step, SM clock median  1695 MHz,  68% of samples") !=
+        std::string::npos);
+  CHECK(text.find("rank    1:     - W,       - J/step, SM clock median  1605 MHz,    - of samples") !=
+        std::string::npos);
+  CHECK(text.find("slowest clock: rank 1, 5.3% below rank 0") != std::string::npos);
 }
