@@ -44,7 +44,10 @@ std::vector<std::string> powerLines(const std::vector<StatRow>& stats) {
   auto take = [&](const std::string& name, const std::string& prefix, int64_t value, int64_t RankPower::*field) {
     if (name.rfind(prefix, 0) != 0) return;
     const std::string rest = name.substr(prefix.size());
-    if (rest.empty() || !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; })) return;
+    // A rank number of at most 9 digits (the file is input: no stoi overflow).
+    if (rest.empty() || rest.size() > 9 ||
+        !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return;
     ranks[std::stoi(rest)].*field = value;
   };
   for (const StatRow& st : stats) {

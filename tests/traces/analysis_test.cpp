@@ -222,6 +222,7 @@ TEST_CASE("report: GPU power and clock per rank from the profiler's stats", "[an
   rep.stats.push_back({"gpu.power_capped_pct.rank0", 68, Severity::Info, ""});
   rep.stats.push_back({"gpu.sm_clock_mhz_median.rank1", 1605, Severity::Info, ""});
   rep.stats.push_back({"gpu.sm_clock_mhz_median.rankx", 1, Severity::Info, ""});  // not a rank: ignored
+  rep.stats.push_back({"gpu.sm_clock_mhz_median.rank99999999999", 1, Severity::Info, ""});  // nor this
   const std::string text = reportToText(rep);
   CHECK(text.find("rank    0:   705 W,   22.04 J/step, SM clock median  1695 MHz,  68% of samples") !=
         std::string::npos);
