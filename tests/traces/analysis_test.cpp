@@ -229,4 +229,5 @@ TEST_CASE("report: GPU power and clock per rank from the profiler's stats", "[an
   CHECK(text.find("rank    1:     - W,       - J/step, SM clock median  1605 MHz,    - of samples") !=
         std::string::npos);
   CHECK(text.find("slowest clock: rank 1, 5.3% below rank 0") != std::string::npos);
+  CHECK(text.find("rank 9999") == std::string::npos);
 }
