@@ -58,7 +58,8 @@ std::vector<DeviceGroup> groupDevices(const Topology& t) {
   std::vector<DeviceGroup> groups;
   for (const auto& d : t.devices) {
     auto key = [](const sim::DeviceSpec& x) {
-      return std::tie(x.model, x.mig_profile, x.bf16_flops, x.fp32_flops, x.hbm_gbps, x.memory_bytes, x.sm_count);
+      return std::tie(x.model, x.mig_profile, x.bf16_flops, x.fp32_flops, x.hbm_gbps, x.memory_bytes, x.sm_count,
+                      x.speed);
     };
     auto it = std::find_if(groups.begin(), groups.end(), [&](const DeviceGroup& g) { return key(*g.first) == key(d); });
     if (it == groups.end()) groups.push_back({&d, 1});
@@ -124,7 +125,8 @@ void showCommand(const std::string& what, bool as_json) {
                          {"hbm_gbps", d.hbm_gbps},
                          {"memory_bytes", d.memory_bytes},
                          {"sm_count", d.sm_count},
-                         {"mig_profile", d.mig_profile}});
+                         {"mig_profile", d.mig_profile},
+                         {"speed", d.speed}});
     out["devices"] = devices;
     out["switches"] = switch_kinds;
     json lj = json::object();
@@ -154,7 +156,8 @@ void showCommand(const std::string& what, bool as_json) {
     fmt::print("  {:>5} x {:<14} bf16 {:7.1f} TFLOP/s  fp32 {:6.1f} TFLOP/s  HBM {:6.0f} GB/s  {:6.1f} GiB  {} SMs{}\n",
                g.count, d.model.empty() ? "?" : d.model, d.bf16_flops / 1e12, d.fp32_flops / 1e12, d.hbm_gbps,
                double(d.memory_bytes) / (1024.0 * 1024 * 1024), d.sm_count,
-               d.mig_profile.empty() ? "" : "  (MIG " + d.mig_profile + ")");
+               (d.mig_profile.empty() ? "" : "  (MIG " + d.mig_profile + ")") +
+                   (d.speed == 1.0 ? "" : fmt::format("  (speed {})", d.speed)));
   }
   fmt::print("switches:");
   for (const auto& [kind, n] : switch_kinds) fmt::print(" {} {}", kind, n);

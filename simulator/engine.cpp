@@ -373,12 +373,12 @@ void Engine::setup() {
 
   // Device classes: the cost model sees a device's figures, never its name or host.
   {
-    using Figures = std::tuple<std::string, double, double, double, int64_t, int, double, std::string>;
+    using Figures = std::tuple<std::string, double, double, double, int64_t, int, double, std::string, double>;
     std::map<Figures, int> class_of;
     device_class_.clear();
     for (const DeviceSpec& d : topo_.devices) {
-      const Figures f{d.model, d.bf16_flops, d.fp32_flops, d.hbm_gbps, d.memory_bytes, d.sm_count, d.mig_fraction,
-                      d.mig_profile};
+      const Figures f{d.model,     d.bf16_flops,  d.fp32_flops, d.hbm_gbps, d.memory_bytes,
+                      d.sm_count, d.mig_fraction, d.mig_profile, d.speed};
       device_class_.push_back(class_of.try_emplace(f, int(class_of.size())).first->second);
     }
   }
@@ -520,7 +520,9 @@ void Engine::tryStart(int ri, int stream) {
   }
   int64_t& cached = r.durations[size_t(ti)];
   if (cached < 0) {
-    cached = cost_.taskNs(t, topo_.devices[size_t(r.device)], plan_.job.training.precision);
+    const DeviceSpec& device = topo_.devices[size_t(r.device)];
+    cached = cost_.taskNs(t, device, plan_.job.training.precision);
+    if (t.kind == TaskKind::Kernel && device.speed != 1.0) cached = int64_t(std::llround(double(cached) / device.speed));
     // Kernels start later in multi-process runs (calibrated; 0 by default).
     if (plan_.world_size > 1 && t.kind == TaskKind::Kernel && t.fused_into < 0) cached += cost_.multiRankLaunchNs();
   }
@@ -544,8 +546,9 @@ void Engine::tryStart(int ri, int stream) {
 
 int64_t Engine::trailingOf(const RankState& r, int ti) const {
   const int64_t d = r.durations[size_t(ti)];
-  const int64_t tail = cost_.trailingNs(r.plan->tasks[size_t(ti)], topo_.devices[size_t(r.device)],
-                                        plan_.job.training.precision);
+  const DeviceSpec& device = topo_.devices[size_t(r.device)];
+  int64_t tail = cost_.trailingNs(r.plan->tasks[size_t(ti)], device, plan_.job.training.precision);
+  if (device.speed != 1.0) tail = int64_t(std::llround(double(tail) / device.speed));
   return std::min(tail, d / 2);  // a calibrated total may be shorter than the estimate
 }
 

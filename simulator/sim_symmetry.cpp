@@ -6,6 +6,8 @@
 // per host, same total link bandwidth out of and into the device), and every
 // process group holds ranks of a single program, so a collective's members
 // all reach it at the same time as their representative.
+#include <fmt/format.h>
+
 #include <map>
 #include <string>
 
@@ -39,6 +41,9 @@ std::string symmetryProblem(const Plan& plan, const Topology& topo, const std::v
           a.hbm_gbps != b.hbm_gbps || a.mig_fraction != b.mig_fraction)
         return "rank " + std::to_string(r) + " runs on " + b.name + " (" + b.model + "), unlike rank " +
                std::to_string(ranks.front()) + " on " + a.name + " (" + a.model + ")";
+      if (a.speed != b.speed)
+        return "rank " + std::to_string(r) + " runs on " + b.name + " at speed " + fmt::format("{}", b.speed) +
+               ", unlike rank " + std::to_string(ranks.front()) + " on " + a.name;
       if (out_gbps[size_t(d)] != out_gbps[size_t(d0)] || in_gbps[size_t(d)] != in_gbps[size_t(d0)])
         return "device " + b.name + " of rank " + std::to_string(r) + " has different links than " + a.name;
       ++per_host[topo.devices[size_t(d)].host];

@@ -38,6 +38,11 @@ struct DeviceSpec {
   int host = 0;              // index into Topology::hosts
   double mig_fraction = 1.0; // < 1 for a MIG slice
   std::string mig_profile;   // "3g.40gb" for a MIG slice, empty otherwise
+  // Kernels on it take 1 / speed as long as the model's figures or the
+  // calibration say: a GPU held at a lower clock than its peers (what-if
+  // studies of a straggler; measured: 5% between the two H200s of one
+  // machine, docs/benchmarks.md).
+  double speed = 1.0;
 };
 
 // GpuHub: the crossbar of one physical GPU that its MIG slices share; the

@@ -113,6 +113,10 @@ void readDeviceFields(const Reader& r, const YAML::Node& entry, const std::strin
     else if (key == "memory_gib") d.memory_bytes = int64_t(std::llround(r.number(v, field) * kBytesPerGiB));
     else if (key == "sm_count") d.sm_count = int(r.integer(v, field));
     else if (key == "mig_profile") d.mig_profile = r.str(v, field);
+    else if (key == "speed") {
+      d.speed = r.number(v, field);
+      if (!(d.speed > 0 && d.speed <= 2)) r.fail(v, fmt::format("{} must be in (0, 2]", field));
+    }
     else if (key == "mig_fraction") {
       d.mig_fraction = r.number(v, field);
       if (!(d.mig_fraction > 0 && d.mig_fraction <= 1)) r.fail(v, fmt::format("{} must be in (0, 1]", field));
@@ -128,7 +132,7 @@ void readDeviceFields(const Reader& r, const YAML::Node& entry, const std::strin
 
 const std::vector<std::string> kDeviceKeys{"name", "model", "host", "bf16_flops", "fp32_flops", "hbm_gbps",
                                            "memory_bytes", "memory_mib", "memory_gib", "sm_count",
-                                           "mig_profile", "mig_fraction"};
+                                           "mig_profile", "mig_fraction", "speed"};
 
 DeviceSpec readDevice(const Reader& r, const YAML::Node& entry, const YAML::Node& defaults, size_t index) {
   const std::string label = fmt::format("devices[{}]", index);
@@ -157,6 +161,7 @@ DeviceSpec readDevice(const Reader& r, const YAML::Node& entry, const YAML::Node
   if (given.count("sm_count")) d.sm_count = from_entry.sm_count;
   d.mig_profile = from_entry.mig_profile;
   d.mig_fraction = from_entry.mig_fraction;
+  d.speed = from_entry.speed;
 
   const std::string who = fmt::format("{} '{}'", label, d.name);
   auto require = [&](const char* key, const char* given_key, bool ok) {
@@ -416,6 +421,7 @@ std::string topologyToYaml(const Topology& topo) {
     out += fmt::format("    sm_count: {}\n", d.sm_count);
     if (!d.mig_profile.empty() || d.mig_fraction != 1.0)
       out += fmt::format("    mig_profile: {}\n    mig_fraction: {}\n", quoted(d.mig_profile), num(d.mig_fraction));
+    if (d.speed != 1.0) out += fmt::format("    speed: {}\n", num(d.speed));
   }
   if (!topo.switches.empty()) {
     out += "switches:\n";

@@ -780,3 +780,30 @@ TEST_CASE("a collective ready beside a shared GPU waits for the kernel beside th
   REQUIRE(std::llabs(a1.end_ns - 1'200'000) <= 2);
   CHECK(std::llabs(c.start_ns - a1.end_ns) <= 2);
 }
+
+TEST_CASE("a slower device: its kernels take 1 / speed as long, the other rank waits at the collective", "[engine]") {
+  // overlapProgram on two ranks: k0, k1 (records event 0) on the compute
+  // stream, the all-reduce after k1, then k3 and k4. Rank 1's GPU at half
+  // speed: its kernels take twice as long, and rank 0's all-reduce ends
+  // with rank 1's, so rank 0's collective activity lasts longer.
+  const Plan plan = uniformPlan(2, overlapProgram());
+  RooflineParams params = RooflineParams::defaults();
+  params.comm_slowdown = 1.0;
+  const RooflineCostModel cost(params);
+  Topology topo = ringTopology(2, 100, 500);
+  const SimResult even = simulatePlan(plan, topo, cost, idealOptions());
+  topo.devices[1].speed = 0.5;
+  CHECK_THROWS_WITH(simulatePlan(plan, topo, cost, idealOptions(SymmetryMode::On)), Catch::Contains("speed 0.5"));
+  const SimResult slow = simulatePlan(plan, topo, cost, idealOptions(SymmetryMode::Auto));
+  CHECK_FALSE(slow.stats.symmetric);
+  auto len = [](const SimActivity& a) { return a.end_ns - a.start_ns; };
+  for (int task : {0, 1, 3}) {
+    CHECK(len(activityOf(slow.ranks[0], task)) == len(activityOf(even.ranks[0], task)));
+    CHECK(std::llabs(len(activityOf(slow.ranks[1], task)) - 2 * len(activityOf(even.ranks[1], task))) <= 1);
+  }
+  // The all-reduce ends together on both ranks, after rank 1's slower k1.
+  CHECK(activityOf(slow.ranks[0], 2).end_ns == activityOf(slow.ranks[1], 2).end_ns);
+  CHECK(activityOf(slow.ranks[0], 2).end_ns >= activityOf(slow.ranks[1], 1).end_ns);
+  CHECK(len(activityOf(slow.ranks[0], 2)) > len(activityOf(even.ranks[0], 2)));
+  CHECK(slow.step_ns > even.step_ns);
+}

@@ -260,3 +260,20 @@ TEST_CASE("device_defaults and hosts sections are checked too", "[topology][erro
   CHECK(t.devices[1].sm_count == 50);
   CHECK(t.devices[1].hbm_gbps == 4800);
 }
+
+TEST_CASE("a device's speed: read, range-checked, written back", "[topology]") {
+  Topology t = parseTopologyYaml("device_defaults: {model: H200}\ndevices:\n  - {name: a}\n  - {name: b, speed: 0.95}\n"
+                                 "links:\n  - {a: a, b: b, kind: nvlink, gbps: 450}\n",
+                                 "s.yaml");
+  CHECK(t.devices[0].speed == 1.0);
+  CHECK(t.devices[1].speed == Approx(0.95));
+  const std::string text = topologyToYaml(t);
+  CHECK(text.find("speed: 0.95") != std::string::npos);
+  CHECK(text.find("speed: 1") == std::string::npos);  // the default is not written
+  CHECK(parseTopologyYaml(text, "again.yaml").devices[1].speed == Approx(0.95));
+  std::string e = errorOf("devices:\n  - {name: g0, model: H100, speed: 0}\n");
+  CHECK(e.find("bad.yaml:2:") == 0);
+  CHECK(e.find("devices[0].speed must be in (0, 2]") != std::string::npos);
+  e = errorOf("devices:\n  - {name: g0, model: H100, speed: fast}\n");
+  CHECK(e.find("bad.yaml:2:") == 0);
+}
