@@ -3,12 +3,15 @@
 //   1. every job below runs for real with profiling (`tandem run --profile`);
 //   2. a calibration is fitted from the jobs marked `calibrate` only;
 //   3. every job is simulated with that calibration, and without any
-//      (roofline defaults), on the measured machine's topology;
+//      (roofline defaults), on the measured machine's topology, its GPUs at
+//      the relative speeds the calibration runs measured (--equal-ranks:
+//      all at one speed);
 //   4. each simulation is compared with its real run task by task.
 // Prints one JSON line per job, a table, and the rank order of the jobs by
 // step time both ways (Kendall tau).
 //
 //   bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology h200x2-nv18] [--steps 30] [--reuse-real] [--max-dp N]
+//                     [--equal-ranks]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -146,9 +149,14 @@ std::vector<CollectivePoint> collectivePoints(const std::string& job, traces::Tr
     per_task[c.task_id][c.rank].push_back(double(c.end_ns - c.start_ns));
     bytes[c.task_id] = c.bytes;
   }
+  // The simulated one likewise on the rank that arrived last (ranks of
+  // different speed wait for each other there too).
   std::map<int64_t, double> sim_ns;
-  for (const auto& c : simr.collectives(sim_run))
-    if (c.rank == 0) sim_ns[c.task_id] = double(c.end_ns - c.start_ns);
+  for (const auto& c : simr.collectives(sim_run)) {
+    const double ns = double(c.end_ns - c.start_ns);
+    auto [it, fresh] = sim_ns.try_emplace(c.task_id, ns);
+    if (!fresh) it->second = std::min(it->second, ns);
+  }
   std::vector<CollectivePoint> out;
   for (auto& [task, ranks] : per_task) {
     double best = 0;
@@ -177,7 +185,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     fmt::print(stderr,
                "usage: bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] "
-               "[--max-dp N]\n");
+               "[--max-dp N] [--equal-ranks]\n");
     return 2;
   }
   const std::string tandem_bin = argv[1];
@@ -186,12 +194,14 @@ int main(int argc, char** argv) {
   int steps = 30;
   bool reuse = false;  // keep real traces already in OUT_DIR (analyse again without a GPU)
   int max_dp = 1 << 20;
+  bool equal_ranks = false;  // simulate every GPU at one speed (the measured speeds are not applied)
   for (int i = 3; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--reuse-real") reuse = true;
     else if (flag == "--topology" && i + 1 < argc) topology = argv[++i];
     else if (flag == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
     else if (flag == "--max-dp" && i + 1 < argc) max_dp = std::atoi(argv[++i]);
+    else if (flag == "--equal-ranks") equal_ranks = true;
     else {
       fmt::print(stderr, "bench_sim_vs_real: unknown or incomplete argument {}\n", flag);
       return 2;
@@ -243,6 +253,17 @@ int main(int argc, char** argv) {
     }
   }
   const sim::Calibration loaded = sim::loadCalibration(cal_path);
+  // The machine as the calibration runs measured it: its GPUs' relative
+  // speeds (rank r on device r), unless --equal-ranks. The roofline
+  // simulations keep the topology as it is.
+  sim::Topology measured = topo;
+  if (!equal_ranks)
+    for (const auto& [rank, speed] : cal.rank_speed)
+      if (rank < int(measured.devices.size())) {
+        measured.devices[size_t(rank)].speed = speed;
+        fmt::print(stderr, "device {} at speed {:.4f} of device 0 (forward kernels of {} multi-rank calibration runs)\n",
+                   measured.devices[size_t(rank)].name, speed, cal.rank_speed_runs);
+      }
 
   // 3 and 4. Simulate and compare.
   std::vector<Outcome> outcomes;
@@ -252,7 +273,7 @@ int main(int argc, char** argv) {
     const std::string real_path = (out_dir / (b.name + ".real.sqlite")).string();
     const std::string sim_path = (out_dir / (b.name + ".sim.sqlite")).string();
     fs::remove(sim_path);
-    const int64_t cal_run = simulateInto(job, topo, loaded, sim_path, "(calibrated)");
+    const int64_t cal_run = simulateInto(job, measured, loaded, sim_path, "(calibrated)");
     const int64_t uncal_run = simulateInto(job, topo, {}, sim_path, "(roofline defaults)");
     traces::TraceReader real(real_path);
     traces::TraceReader simr(sim_path);

@@ -74,6 +74,10 @@ void runCalibrate(const CalibrateOptions& o) {
     fmt::print("multi-rank launch gap {:.2f} us per kernel task (median over {} shapes measured on one rank and on "
                "more)\n",
                double(*r.calibration.multi_rank_launch_ns) / 1e3, r.multi_rank_launch_shapes);
+  for (const auto& [rank, speed] : r.rank_speed)
+    fmt::print("rank {}'s forward kernels at {:.4f} of rank 0's speed (median over {} multi-rank runs; a property "
+               "of this machine: a topology's device speed, docs/topology-format.md)\n",
+               rank, speed, r.rank_speed_runs);
   for (const auto& c : r.collectives) {
     fmt::print("collective {} over {} ranks: latency {:.1f} us, {:.1f} GB/s bus bandwidth ({} samples, max residual "
                "{:.2f}%)\n",

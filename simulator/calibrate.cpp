@@ -471,8 +471,34 @@ std::optional<double> multiRankLaunchExtra(const LaunchGapsByShape& gaps, int64_
   return std::max(0.0, weighted / weight);
 }
 
+std::map<int, double> forwardSpeedByRank(const std::map<traces::TaskKey, traces::TaskTime>& times, const Plan& plan) {
+  std::map<int, double> out;
+  if (plan.world_size < 2) return out;
+  auto forwardKernel = [&](int rank, int64_t id) {
+    try {
+      const RankPlan& p = plan.forRank(rank);
+      if (id < 0 || id >= int64_t(p.tasks.size())) return false;
+      const Task& t = p.tasks[size_t(id)];
+      return t.phase == Phase::Forward && t.kind == TaskKind::Kernel && !t.collective && t.fused_into < 0;
+    } catch (const std::out_of_range&) {
+      return false;
+    }
+  };
+  std::map<int, std::pair<double, double>> sums;  // rank -> (rank 0's time, its own) over shared tasks
+  for (const auto& [key, t] : times) {
+    if (key.first == 0 || !forwardKernel(key.first, key.second)) continue;
+    const auto zero = times.find({0, key.second});
+    if (zero == times.end() || zero->second.ns <= 0 || t.ns <= 0) continue;
+    sums[key.first].first += zero->second.ns;
+    sums[key.first].second += t.ns;
+  }
+  for (const auto& [rank, s] : sums) out[rank] = s.first / s.second;
+  return out;
+}
+
 CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs) {
   CalibrationResult out;
+  std::map<int, std::vector<double>> rank_speeds;  // per rank, one per multi-rank run
   std::map<OpKind, std::vector<Sample>> samples;
   std::map<std::pair<CollectiveOp, int>, std::vector<CollSample>> coll;
   struct BesideSample {
@@ -515,6 +541,10 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
                                                                       : RunKernelsAndCollectives{};
       for (double share : collectiveStartWaits(beside_run, plan)) start_waits.push_back(share);
       for (double ns : stepOverheads(reader, run)) step_overheads.push_back(ns);
+      if (plan.world_size > 1) {
+        for (const auto& [rank, speed] : forwardSpeedByRank(times, plan)) rank_speeds[rank].push_back(speed);
+        ++out.rank_speed_runs;
+      }
       launch_gaps.push_back(double(gaps.median_ns));
       for (const auto& rp : plan.programs)
         for (const Task& task : rp.tasks)
@@ -637,6 +667,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   // on 2 x H200: about 0.9 us per task, forward tasks included). Samples of
   // such runs are written as one-rank costs; the simulation adds the extra
   // back to plans of more than one rank.
+  for (const auto& [rank, v] : rank_speeds) out.rank_speed[rank] = median(v);
   if (const auto extra = multiRankLaunchExtra(gaps_by_shape, &out.multi_rank_launch_shapes)) {
     out.calibration.multi_rank_launch_ns = int64_t(std::llround(*extra));
     for (auto& [op, s] : samples)
@@ -838,6 +869,13 @@ std::string calibrationToYaml(const CalibrationResult& r) {
   y += "# Fitted from these runs:\n";
   for (const auto& p : r.provenance) y += "#   " + p + "\n";
   y += fmt::format("# {} task samples; {} activities had task ids outside the re-planned job.\n", r.samples, r.unmatched);
+  if (!r.rank_speed.empty()) {
+    std::string speeds;
+    for (const auto& [rank, v] : r.rank_speed) speeds += fmt::format(" rank {} {:.4f}", rank, v);
+    y += fmt::format("# Forward kernels' speed by rank relative to rank 0 (median over {} multi-rank runs):{}\n"
+                     "# a property of the machine measured, not a key: give it as the topology's device speed.\n",
+                     r.rank_speed_runs, speeds);
+  }
   y += "version: 1\n";
   if (r.calibration.launch_overhead_ns) y += fmt::format("launch_overhead_ns: {}\n", *r.calibration.launch_overhead_ns);
   if (r.calibration.kernel_overlap_efficiency) {

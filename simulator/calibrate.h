@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "simulator/cost_model.h"
+#include "traces/compare.h"
 #include "traces/trace_reader.h"
 
 namespace tandem::sim {
@@ -88,7 +89,18 @@ struct CalibrationResult {
   int64_t multi_rank_launch_shapes = 0;  // task shapes measured in one-rank and multi-rank runs
   int64_t kernel_overlap_samples = 0;    // steps (or runs, when refitted by simulation) behind kernel_overlap_efficiency
   bool kernel_overlap_by_simulation = false;  // refitOverlapBySimulation (calibrate_overlap.h) chose it
+  // Per rank of the multi-rank runs: its forward kernels' speed relative to
+  // rank 0's (rank 0's time over its own for the forward kernel tasks both
+  // ran, summed; the median over runs). A property of the machine measured
+  // (its GPUs' clocks differ), not of its kind, so it is not a key of the
+  // calibration: bench_sim_vs_real sets it as the topology's device speeds.
+  std::map<int, double> rank_speed;
+  int64_t rank_speed_runs = 0;
 };
+
+// A multi-rank run's forward kernel speed of every rank but 0 relative to
+// rank 0 (see CalibrationResult::rank_speed); empty for one-rank runs.
+std::map<int, double> forwardSpeedByRank(const std::map<traces::TaskKey, traces::TaskTime>& times, const Plan& plan);
 
 // Per task shape (op kind, shapeKey), the launch gaps of its task-steps in
 // one-rank runs (`single`) and in runs of more than one rank (`multi`). The

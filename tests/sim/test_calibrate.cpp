@@ -652,3 +652,35 @@ TEST_CASE("comm_slowdown: fitted through NCCL's kernels and an early rank's wait
   }
   CHECK(fitted() == Approx(1.5).epsilon(0.03));
 }
+
+TEST_CASE("Rank speeds: a slower GPU of a multi-rank run is measured from its forward kernels", "[calibrate]") {
+  // The "measured" run: two ranks on a machine whose second GPU runs at 0.9
+  // of the first's speed. Calibration reads rank 1's forward kernels as 0.9
+  // of rank 0's, and writes it as a comment, not a key.
+  const sim::RooflineCostModel truth(fairParams());
+  JobSpec job = smallJob(8, 2);
+  job.schedule.weight_gradient_stream = false;
+  const Plan plan = buildPlan(job);
+  sim::Topology topo = sim::loadTopology("h200x2-nv18");
+  topo.devices[1].speed = 0.9;
+  const std::string measured = traces::testing::tempTracePath("slow-rank.sqlite");
+  {
+    const sim::SimResult r = sim::simulatePlan(plan, topo, truth);
+    traces::TraceWriter w(measured);
+    sim::writeSimulationTrace(w, plan, topo, r);
+  }
+  const sim::CalibrationResult cal = sim::calibrateFromRuns({{measured, 1}});
+  REQUIRE(cal.rank_speed.count(1) == 1);
+  CHECK(cal.rank_speed.at(1) == Approx(0.9).epsilon(0.005));
+  CHECK(cal.rank_speed_runs == 1);
+  const std::string yaml = sim::calibrationToYaml(cal);
+  CHECK(yaml.find("rank 1 0.9000") != std::string::npos);
+  CHECK(sim::parseCalibration(yaml, "fitted.yaml").collective_beside.size() ==
+        cal.calibration.collective_beside.size());  // still a valid calibration
+  // A one-rank run measures none.
+  JobSpec one = job;
+  one.parallel.data_parallel = 1;
+  const std::string single = traces::testing::tempTracePath("one-rank.sqlite");
+  simulate(one, truth, {}, single);
+  CHECK(sim::calibrateFromRuns({{single, 1}}).rank_speed.empty());
+}
