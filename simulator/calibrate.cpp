@@ -663,11 +663,11 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     out.calibration.collective_start_wait = std::clamp(median(start_waits), 0.0, 1.0);
     out.collective_start_wait_samples = int64_t(start_waits.size());
   }
+  for (const auto& [rank, v] : rank_speeds) out.rank_speed[rank] = median(v);
   // Kernel tasks wait longer before they start in multi-rank runs (measured
   // on 2 x H200: about 0.9 us per task, forward tasks included). Samples of
   // such runs are written as one-rank costs; the simulation adds the extra
   // back to plans of more than one rank.
-  for (const auto& [rank, v] : rank_speeds) out.rank_speed[rank] = median(v);
   if (const auto extra = multiRankLaunchExtra(gaps_by_shape, &out.multi_rank_launch_shapes)) {
     out.calibration.multi_rank_launch_ns = int64_t(std::llround(*extra));
     for (auto& [op, s] : samples)
