@@ -102,7 +102,7 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
   MergeResult result;
   std::map<int, std::string> owner;  // rank -> input that holds it
   bool begun = false;
-  std::map<std::string, StatRow> run_level;  // isRunLevelStat: the largest over the inputs
+  std::map<std::string, int64_t> run_level;  // isRunLevelStat: the largest value over the inputs
   for (const auto& path : inputs) {
     TraceReader r(path);
     int64_t run = r.defaultRunId();
@@ -171,8 +171,8 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
     for (const auto& s : stats) {
       if (!isRunLevelStat(s.name)) {
         w.incrementStat(s.name, s.value, s.severity, s.description);
-      } else if (auto it = run_level.find(s.name); it == run_level.end() || s.value > it->second.value) {
-        run_level[s.name] = s;
+      } else if (auto it = run_level.find(s.name); it == run_level.end() || s.value > it->second) {
+        run_level[s.name] = s.value;
         w.setStat(s);
       }
     }
