@@ -271,6 +271,19 @@ struct TraceWriter::Impl {
     rows_in_batch = 0;
   }
 
+  // A finished file goes back to a rollback journal: its WAL is merged into
+  // it and removed. In WAL mode every reader, read-only ones too, creates
+  // -wal and -shm files next to the trace (left behind after `tandem
+  // report`), and cannot open it at all where it may not create them (a
+  // read-only folder). WAL is for the time the file is written (crash safety,
+  // readers beside the writer). While another connection has the file open
+  // (the GUI following a run) the switch is not possible and the file stays
+  // in WAL mode: no waiting for it.
+  void leaveWalMode() noexcept {
+    sqlite3_busy_timeout(db.handle(), 0);
+    sqlite3_exec(db.handle(), "PRAGMA journal_mode=DELETE", nullptr, nullptr, nullptr);
+  }
+
   // Called after each row: a full batch is handed to a background thread
   // (after the previous one finished), so a crash loses at most the batches
   // not yet committed and the caller keeps producing meanwhile.
@@ -323,7 +336,9 @@ TraceWriter::~TraceWriter() {
     flush();
   } catch (...) {
     // A destructor must not throw; the last batch is lost, earlier ones stay.
+    return;
   }
+  impl_->leaveWalMode();
 }
 
 int64_t TraceWriter::beginRun(const RunInfo& info) {

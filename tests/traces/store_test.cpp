@@ -141,6 +141,49 @@ TEST_CASE("opening an existing file appends a new run and keeps interned names",
   CHECK(first.name[0] == t.name[0]);
 }
 
+TEST_CASE("a finished trace is one file, and reading it adds none", "[store]") {
+  namespace fs = std::filesystem;
+  std::string path = tempTracePath("one_file.sqlite");
+  auto sideFiles = [&] { return int(fs::exists(path + "-wal")) + int(fs::exists(path + "-shm")); };
+  writeOverlapFixture(path);
+  CHECK(sideFiles() == 0);
+  {
+    TraceReader r(path);
+    CHECK(r.activityCount(r.defaultRunId()) == 15);
+  }
+  CHECK(sideFiles() == 0);
+  // A trace in a folder that may not be written (copied to a read-only
+  // share) still opens. Root writes anywhere, so only other users can test it.
+  if (geteuid() != 0) {
+    const fs::path dir = fs::path(path).parent_path() / "read_only_share";
+    fs::create_directories(dir);
+    const std::string shared = (dir / "t.sqlite").string();
+    fs::copy_file(path, shared, fs::copy_options::overwrite_existing);
+    fs::permissions(dir, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                    fs::perm_options::remove);
+    {
+      TraceReader r(shared);
+      CHECK(r.activityCount(r.defaultRunId()) == 15);
+    }
+    fs::permissions(dir, fs::perms::owner_write, fs::perm_options::add);
+  } else {
+    WARN("running as root: the read-only folder case is not tested");
+  }
+  // While a reader has the file open the writer cannot leave WAL mode; it
+  // closes at once anyway and the file stays readable.
+  {
+    TraceReader reader(path);
+    {
+      TraceWriter w(path);
+      w.beginRun({});
+      w.addActivity(act(0, 0, 10, 20, ActivityKind::Kernel, "k"));
+    }
+    CHECK(reader.runs().size() == 2);
+  }
+  TraceReader r(path);
+  CHECK(r.activityCount(2) == 1);
+}
+
 TEST_CASE("a crashed writer leaves every committed batch readable", "[store]") {
   std::string path = tempTracePath("crash.sqlite");
   pid_t pid = fork();
