@@ -5,6 +5,8 @@
 
 #include <filesystem>
 
+#include "traces/schema.h"
+#include "traces/sqlite_util.h"
 #include "traces/trace_model.h"
 
 namespace tandem::traces {
@@ -20,9 +22,24 @@ AtomicOutput::AtomicOutput(std::string final_path, bool copy_existing) : final_(
   temp_ = (dir / fmt::format(".{}.tmp-{}", p.filename().string(), ::getpid())).string();
   for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(temp_ + suffix, ec);
   if (copy_existing && fs::exists(final_, ec)) {
-    fs::copy_file(final_, temp_, fs::copy_options::overwrite_existing, ec);
-    if (ec) throw TraceError(fmt::format("{}: cannot copy to '{}': {}", final_, temp_, ec.message()));
+    copyTrace(final_, temp_);
+    replaces_trace_ = true;
   }
+}
+
+// Through SQLite, not as bytes: a trace still in WAL mode (written while
+// another program had it open) keeps committed transactions in its -wal
+// file, which a copy of the main file alone would drop without a word.
+void AtomicOutput::copyTrace(const std::string& from, const std::string& to) {
+  checkSqliteHeader(from);  // a file that is no trace gets the readers' message
+  sql::Db src(from, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+  sql::Db dst(to, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
+  sqlite3_backup* b = sqlite3_backup_init(dst.handle(), "main", src.handle(), "main");
+  if (b == nullptr) dst.fail(fmt::format("cannot copy '{}' to append to it", from));
+  const int rc = sqlite3_backup_step(b, -1);
+  sqlite3_backup_finish(b);
+  if (rc != SQLITE_DONE)
+    throw TraceError(fmt::format("{}: cannot copy the trace to append to it: {}", from, sqlite3_errstr(rc)));
 }
 
 AtomicOutput::~AtomicOutput() {
@@ -36,6 +53,10 @@ void AtomicOutput::commit() {
   fs::rename(temp_, final_, ec);
   if (ec) throw TraceError(fmt::format("{}: cannot move finished output into place: {}", final_, ec.message()));
   for (const char* suffix : {"-wal", "-shm"}) fs::remove(temp_ + suffix, ec);
+  // The replaced trace's WAL (its transactions are in the copy) must not be
+  // replayed into the new file at the next open.
+  if (replaces_trace_)
+    for (const char* suffix : {"-wal", "-shm"}) fs::remove(final_ + suffix, ec);
   committed_ = true;
 }
 

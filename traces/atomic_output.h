@@ -11,7 +11,8 @@ namespace tandem::traces {
 class AtomicOutput {
  public:
   // When copy_existing is set and the final file exists, the temporary file
-  // starts as a copy of it (to append a run to an existing trace).
+  // starts as a copy of it (to append a run to an existing trace; the file
+  // must be a SQLite trace).
   explicit AtomicOutput(std::string final_path, bool copy_existing = false);
   ~AtomicOutput();
   AtomicOutput(const AtomicOutput&) = delete;
@@ -22,9 +23,12 @@ class AtomicOutput {
   void commit();
 
  private:
+  static void copyTrace(const std::string& from, const std::string& to);
+
   std::string final_;
   std::string temp_;
   bool committed_ = false;
+  bool replaces_trace_ = false;  // started as a copy of the final trace
 };
 
 }  // namespace tandem::traces

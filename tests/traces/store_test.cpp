@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "traces/atomic_output.h"
 #include "traces/schema.h"
 #include "traces/test_fixtures.h"
 #include "traces/trace_reader.h"
@@ -182,6 +183,44 @@ TEST_CASE("a finished trace is one file, and reading it adds none", "[store]") {
   }
   TraceReader r(path);
   CHECK(r.activityCount(2) == 1);
+}
+
+TEST_CASE("appending through a temporary copy keeps runs still in the trace's WAL", "[store]") {
+  namespace fs = std::filesystem;
+  std::string path = tempTracePath("append_wal.sqlite");
+  writeOverlapFixture(path);
+  auto appendRun = [](const std::string& file, const std::string& name) {
+    TraceWriter w(file);
+    RunInfo info;
+    info.name = name;
+    w.beginRun(info);
+    w.addActivity(act(0, 0, 10, 20, ActivityKind::Kernel, "k"));
+  };
+  {
+    // A reader that opened the file while it was being written keeps it in
+    // WAL mode: the second run stays in the WAL.
+    auto w = std::make_unique<TraceWriter>(path);
+    RunInfo info;
+    info.name = "second";
+    w->beginRun(info);
+    w->addActivity(act(0, 0, 10, 20, ActivityKind::Kernel, "k"));
+    w->flush();
+    TraceReader reader(path);
+    CHECK(reader.runs().size() == 2);
+    w.reset();
+    REQUIRE(fs::exists(path + "-wal"));
+    REQUIRE(fs::file_size(path + "-wal") > 0);
+    // What `tandem simulate --out` does with an existing file.
+    AtomicOutput out(path, /*copy_existing=*/true);
+    appendRun(out.tempPath(), "third");
+    out.commit();
+  }
+  TraceReader r(path);
+  const auto runs = r.runs();
+  REQUIRE(runs.size() == 3);
+  CHECK(runs[1].name == "second");
+  CHECK(runs[2].name == "third");
+  CHECK(r.activityCount(1) == 15);
 }
 
 TEST_CASE("a crashed writer leaves every committed batch readable", "[store]") {
