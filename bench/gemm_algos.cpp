@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
+
 #ifdef TANDEM_HAVE_CUDA
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -54,21 +56,17 @@ int main(int argc, char** argv) {
   int candidates = 16, reps = 20, max_configs = 600;
   double sustain_ms = 0;
   bool epilogues = false, each = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    if (s == "--candidates" && i + 1 < argc) candidates = std::stoi(argv[++i]);
-    else if (s == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
-    else if (s == "--max-configs" && i + 1 < argc) max_configs = std::stoi(argv[++i]);
-    else if (s == "--epilogues") epilogues = true;
-    else if (s == "--sustain-ms" && i + 1 < argc) sustain_ms = std::stod(argv[++i]);
-    else if (s == "--each") each = true;
-    else {
-      fmt::print(stderr,
-                 "bench_gemm_algos: unknown argument {} (allowed: --candidates N --reps N --sustain-ms T --each "
-                 "--epilogues --max-configs N)\n",
-                 s);
-      return 2;
-    }
+  tandem::bench::ArgReader args(
+      "bench_gemm_algos", "[--candidates N] [--reps N] [--sustain-ms T] [--each] [--epilogues [--max-configs N]]",
+      argc, argv);
+  while (args.next()) {
+    if (args.is("--candidates")) candidates = int(args.integer(1, 1024));
+    else if (args.is("--reps")) reps = int(args.integer(1, 1000000));
+    else if (args.is("--max-configs")) max_configs = int(args.integer(1, 1000000));
+    else if (args.is("--epilogues")) epilogues = true;
+    else if (args.is("--sustain-ms")) sustain_ms = args.number(0, 600000);
+    else if (args.is("--each")) each = true;
+    else args.unknown();
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {

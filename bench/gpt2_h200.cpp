@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
+
 #ifdef TANDEM_HAVE_CUDA
 #include <thread>
 
@@ -41,20 +43,17 @@ struct Args {
 
 [[maybe_unused]] Args parseArgs(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string s = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error("missing value after " + s);
-      return argv[++i];
-    };
-    if (s == "--steps") a.steps = std::stoi(next());
-    else if (s == "--gpus") a.gpus = std::stoi(next());
-    else if (s == "--peer") a.peer = next();
-    else if (s == "--breakdown") a.breakdown = true;
-    else if (s == "--scaling") a.scaling = true;
-    else if (s == "--set") a.sets.push_back(next());
-    else throw std::runtime_error("unknown argument " + s +
-                                  " (allowed: --steps N --gpus 1|2 --scaling --peer FILE --breakdown --set KEY=VALUE)");
+  tandem::bench::ArgReader args("bench_gpt2_h200",
+                                "[--steps N] [--gpus 1|2] [--scaling] [--peer FILE] [--breakdown] [--set KEY=VALUE]...",
+                                argc, argv);
+  while (args.next()) {
+    if (args.is("--steps")) a.steps = int(args.integer(1, 1000000));
+    else if (args.is("--gpus")) a.gpus = int(args.integer(1, 8));
+    else if (args.is("--peer")) a.peer = args.text();
+    else if (args.is("--breakdown")) a.breakdown = true;
+    else if (args.is("--scaling")) a.scaling = true;
+    else if (args.is("--set")) a.sets.push_back(args.text());
+    else args.unknown();
   }
   return a;
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "gui/run_loader.h"
 #include "gui/synthetic_run.h"
 #include "gui/timeline_palette.h"
@@ -106,14 +107,12 @@ int main(int argc, char** argv) {
   int64_t target = 10'000'000;
   std::string db = (std::filesystem::temp_directory_path() / "bench_gui_timeline.sqlite").string();
   bool keep = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--activities") && i + 1 < argc) target = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--db") && i + 1 < argc) db = argv[++i];
-    else if (!std::strcmp(argv[i], "--keep")) keep = true;
-    else {
-      std::fprintf(stderr, "usage: bench_gui_timeline [--activities N] [--db FILE] [--keep]\n");
-      return 2;
-    }
+  tandem::bench::ArgReader args("bench_gui_timeline", "[--activities N] [--db FILE] [--keep]", argc, argv);
+  while (args.next()) {
+    if (args.is("--activities")) target = args.integer(1, int64_t(1) << 40);
+    else if (args.is("--db")) db = args.text();
+    else if (args.is("--keep")) keep = true;
+    else args.unknown();
   }
   if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
   QCoreApplication::setAttribute(Qt::AA_Use96Dpi);

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
+
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -32,13 +34,10 @@ int main(int argc, char** argv) {
 #else
   using namespace tandem;
   int reps = 10;
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    if (s == "--reps" && i + 1 < argc) reps = std::max(1, std::stoi(argv[++i]));
-    else {
-      fmt::print(stderr, "bench_lm_head_chunks: unknown argument {} (allowed: --reps N)\n", s);
-      return 2;
-    }
+  bench::ArgReader args("bench_lm_head_chunks", "[--reps N]", argc, argv);
+  while (args.next()) {
+    if (args.is("--reps")) reps = int(args.integer(1, 1000000));
+    else args.unknown();
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
@@ -35,7 +36,21 @@ JobSpec jobFor(const Case& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  // One optional argument: how many times each case is built (default 5).
+  int repeats = 5;
+  if (argc > 2) {
+    std::fprintf(stderr, "usage: bench_plan_build [REPEATS]\n");
+    return 2;
+  }
+  if (argc == 2) {
+    char* end = nullptr;
+    const long n = std::strtol(argv[1], &end, 10);
+    if (*argv[1] == 0 || *end != 0 || n < 1 || n > 1000) {
+      std::fprintf(stderr, "bench_plan_build: REPEATS is a whole number from 1 to 1000, not '%s'\n", argv[1]);
+      return 2;
+    }
+    repeats = int(n);
+  }
   const Case cases[] = {{"gpt2-1.5b", 48, 1600, 25, 1024, 16}, {"gpt-96l-12288h", 96, 12288, 96, 2048, 1}};
   for (const Case& c : cases)
     for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Full}) {

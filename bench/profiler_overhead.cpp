@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
+
 #ifdef TANDEM_HAVE_PROFILER
 #include <unistd.h>
 
@@ -43,25 +45,23 @@ struct Args {
 
 Args parseArgs(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string s = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error("missing value after " + s);
-      return argv[++i];
-    };
-    if (s == "--steps") a.steps = std::stoi(next());
-    else if (s == "--gpus") {
-      const std::string g = next();
+  // --child, --result and --trace are how the bench starts its own ranks.
+  tandem::bench::ArgReader args("bench_profiler_overhead", "[--steps N] [--gpus 1|2|12] [--eager]", argc, argv);
+  while (args.next()) {
+    if (args.is("--steps")) a.steps = int(args.integer(1, 1000000));
+    else if (args.is("--gpus")) {
+      const std::string g = args.text();
       a.gpus.clear();
       for (char c : g) a.gpus.push_back(c - '0');
-    } else if (s == "--eager") a.eager = true;
-    else if (s == "--child") a.child_mode = next();
-    else if (s == "--result") a.result = next();
-    else if (s == "--trace") a.trace = next();
-    else throw std::runtime_error("unknown argument " + s + " (allowed: --steps N --gpus 1|2|12 --eager)");
+      for (int n : a.gpus)
+        if (n < 1 || n > 8) args.fail("--gpus takes digits 1..8, e.g. 12 for 1 then 2, not '" + g + "'");
+      if (a.gpus.empty()) args.fail("--gpus needs at least one digit");
+    } else if (args.is("--eager")) a.eager = true;
+    else if (args.is("--child")) a.child_mode = args.text();
+    else if (args.is("--result")) a.result = args.text();
+    else if (args.is("--trace")) a.trace = args.text();
+    else args.unknown();
   }
-  for (int g : a.gpus)
-    if (g < 1 || g > 8) throw std::runtime_error("--gpus takes digits 1..8, e.g. 12 for 1 then 2");
   return a;
 }
 

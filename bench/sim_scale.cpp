@@ -20,6 +20,7 @@
 // the world beyond N (ranks on a partly used host: a flat, asymmetric run).
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdlib>
@@ -27,6 +28,8 @@
 #include <ctime>
 #include <string>
 #include <vector>
+
+#include "bench/bench_args.h"
 
 #include "engine/job.h"
 #include "engine/planner.h"
@@ -48,17 +51,20 @@ double threadCpuSeconds() {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
-std::vector<int> parseSizes(const char* s) {
+// "64,256,1024": GPU counts, each a whole number from 1 to 1,000,000.
+std::vector<int> parseSizes(tandem::bench::ArgReader& args) {
+  const std::string list = args.text();
   std::vector<int> out;
-  std::string cur;
-  for (const char* p = s;; ++p) {
-    if (*p == ',' || *p == 0) {
-      if (!cur.empty()) out.push_back(std::atoi(cur.c_str()));
-      cur.clear();
-      if (*p == 0) break;
-    } else {
-      cur += *p;
-    }
+  size_t at = 0;
+  while (at <= list.size()) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, comma - at);
+    char* end = nullptr;
+    const long n = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != 0 || n < 1 || n > 1000000)
+      args.fail("--sizes takes GPU counts separated by commas (e.g. 64,256,1024), not '" + list + "'");
+    out.push_back(int(n));
+    at = comma + 1;
   }
   return out;
 }
@@ -118,27 +124,18 @@ int main(int argc, char** argv) {
   int extra = 0;
   bool inter_host_tree = false;
   std::vector<std::string> overrides;
-  for (int i = 1; i < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--inter-host-tree")) {
-      inter_host_tree = true;
-      --i;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      fmt::print(stderr, "bench_sim_scale: {} needs a value\n", argv[i]);
-      return 2;
-    }
-    if (!std::strcmp(argv[i], "--sizes")) sizes = parseSizes(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--set")) overrides.push_back(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--extra-gpus")) extra = std::max(0, std::atoi(argv[i + 1]));
-    else if (!std::strcmp(argv[i], "--full-max")) full_max = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--repeat")) repeat = std::max(1, std::atoi(argv[i + 1]));
-    else {
-      fmt::print(stderr,
-                 "usage: bench_sim_scale [--sizes 64,256,1024,4096] [--full-max N] [--repeat K] [--set k=v]...\n"
-                 "                       [--inter-host-tree] [--extra-gpus K]\n");
-      return 2;
-    }
+  tandem::bench::ArgReader args(
+      "bench_sim_scale",
+      "[--sizes 64,256,1024,4096] [--full-max N] [--repeat K] [--set k=v]... [--inter-host-tree] [--extra-gpus K]", argc,
+      argv);
+  while (args.next()) {
+    if (args.is("--inter-host-tree")) inter_host_tree = true;
+    else if (args.is("--sizes")) sizes = parseSizes(args);
+    else if (args.is("--set")) overrides.push_back(args.text());
+    else if (args.is("--extra-gpus")) extra = int(args.integer(0, 1000000));
+    else if (args.is("--full-max")) full_max = int(args.integer(0, 1000000));
+    else if (args.is("--repeat")) repeat = int(args.integer(1, 1000));
+    else args.unknown();
   }
   try {
     const std::string job_text(builtinJobText("gpt2-1.5b"));

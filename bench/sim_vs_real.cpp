@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.h"
 #include "engine/planner.h"
 #include "simulator/calibrate.h"
 #include "simulator/calibrate_overlap.h"
@@ -195,17 +196,17 @@ int main(int argc, char** argv) {
   bool reuse = false;  // keep real traces already in OUT_DIR (analyse again without a GPU)
   int max_dp = 1 << 20;
   bool equal_ranks = false;  // simulate every GPU at one speed (the measured speeds are not applied)
-  for (int i = 3; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--reuse-real") reuse = true;
-    else if (flag == "--topology" && i + 1 < argc) topology = argv[++i];
-    else if (flag == "--steps" && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (flag == "--max-dp" && i + 1 < argc) max_dp = std::atoi(argv[++i]);
-    else if (flag == "--equal-ranks") equal_ranks = true;
-    else {
-      fmt::print(stderr, "bench_sim_vs_real: unknown or incomplete argument {}\n", flag);
-      return 2;
-    }
+  tandem::bench::ArgReader args(
+      "bench_sim_vs_real",
+      "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks]", argc, argv,
+      3);
+  while (args.next()) {
+    if (args.is("--reuse-real")) reuse = true;
+    else if (args.is("--topology")) topology = args.text();
+    else if (args.is("--steps")) steps = int(args.integer(1, 100000));
+    else if (args.is("--max-dp")) max_dp = int(args.integer(1, 1 << 20));
+    else if (args.is("--equal-ranks")) equal_ranks = true;
+    else args.unknown();
   }
   fs::create_directories(out_dir);
   // --max-dp: leave out the jobs of more ranks (a machine with fewer GPUs);

@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 
+#include "bench/bench_args.h"
 #include "traces/analysis.h"
 #include "traces/trace_reader.h"
 #include "traces/trace_writer.h"
@@ -44,17 +45,15 @@ int main(int argc, char** argv) {
   bool keep = false;
   bool reuse = false;  // analyse an existing --out file instead of writing one
   std::string out = (std::filesystem::temp_directory_path() / "tandem-bench-trace.sqlite").string();
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--activities" && i + 1 < argc) activities = std::atoll(argv[++i]);
-    else if (a == "--ranks" && i + 1 < argc) ranks = std::atoi(argv[++i]);
-    else if (a == "--out" && i + 1 < argc) out = argv[++i];
-    else if (a == "--keep") keep = true;
-    else if (a == "--reuse") reuse = keep = true;
-    else {
-      fmt::print(stderr, "usage: bench_trace_ingest [--activities N] [--ranks R] [--out FILE] [--keep] [--reuse]\n");
-      return 2;
-    }
+  tandem::bench::ArgReader args("bench_trace_ingest", "[--activities N] [--ranks R] [--out FILE] [--keep] [--reuse]",
+                                argc, argv);
+  while (args.next()) {
+    if (args.is("--activities")) activities = args.integer(1, int64_t(1) << 40);
+    else if (args.is("--ranks")) ranks = int(args.integer(1, 100000));
+    else if (args.is("--out")) out = args.text();
+    else if (args.is("--keep")) keep = true;
+    else if (args.is("--reuse")) reuse = keep = true;
+    else args.unknown();
   }
   const int streams = 3;  // compute, comm, copy
   std::vector<std::string> names;

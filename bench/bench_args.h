@@ -1,0 +1,77 @@
+#pragma once
+// Command-line flags of the benchmarks, read one way: a bad flag or value
+// gets one line naming it and the usage, exit status 2. (Each bench parsed
+// its own before: a value that was not a number ended in std::terminate
+// through std::stoi, or became 0 without a word through atoi.)
+//
+//   bench::ArgReader args("bench_x", "[--reps N] [--keep]", argc, argv);
+//   while (args.next()) {
+//     if (args.is("--reps")) reps = int(args.integer(1, 1000000));
+//     else if (args.is("--keep")) keep = true;
+//     else args.unknown();
+//   }
+#include <fmt/core.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+namespace tandem::bench {
+
+class ArgReader {
+ public:
+  // Reads argv[first..argc).
+  ArgReader(std::string program, std::string usage, int argc, char** argv, int first = 1)
+      : program_(std::move(program)), usage_(std::move(usage)), argc_(argc), argv_(argv), i_(first - 1) {}
+
+  // Moves to the next flag; false when there is none left.
+  bool next() {
+    ++i_;
+    if (i_ >= argc_) return false;
+    flag_ = argv_[i_];
+    return true;
+  }
+  bool is(const char* name) const { return flag_ == name; }
+  const std::string& flag() const { return flag_; }
+
+  // The value after the current flag.
+  std::string text() {
+    if (i_ + 1 >= argc_) fail(flag_ + " needs a value");
+    return argv_[++i_];
+  }
+  int64_t integer(int64_t min, int64_t max) {
+    const std::string v = text();
+    char* end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != 0 || errno == ERANGE || x < min || x > max)
+      fail(fmt::format("{} takes a whole number from {} to {}, not '{}'", flag_, min, max, v));
+    return x;
+  }
+  double number(double min, double max) {
+    const std::string v = text();
+    char* end = nullptr;
+    errno = 0;
+    const double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != 0 || errno == ERANGE || !(x >= min && x <= max))
+      fail(fmt::format("{} takes a number from {} to {}, not '{}'", flag_, min, max, v));
+    return x;
+  }
+
+  [[noreturn]] void unknown() const { fail("unknown argument " + flag_); }
+  [[noreturn]] void fail(const std::string& what) const {
+    fmt::print(stderr, "{}: {}\nusage: {} {}\n", program_, what, program_, usage_);
+    std::exit(2);
+  }
+
+ private:
+  std::string program_, usage_;
+  int argc_;
+  char** argv_;
+  int i_;
+  std::string flag_;
+};
+
+}  // namespace tandem::bench
