@@ -2,7 +2,7 @@
 # Runs the GPU tests, the CLI and the benchmark on a GPU machine from a folder
 # of prebuilt binaries (DIST: bin/, lib/, peers/), logging each stage to OUT.
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
-# Stages: kernels executor memory dp2 cli cli2 kill bench bench2 breakdown
+# Stages: kernels executor memory dp2 cli cli2 kill bench bench2 breakdown scaling
 set -u
 DIST=$(cd "$1" && pwd); OUT=$2; shift 2
 export LD_LIBRARY_PATH=$DIST/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -51,5 +51,14 @@ for s in "$@"; do
     bench) stage bench $B/bench_gpt2_h200 --steps 30 --peer $DIST/peers/gpt2_torch.py ;;
     benchonly) stage benchonly $B/bench_gpt2_h200 --steps 30 --breakdown ;;
     bench2) stage bench2 $B/bench_gpt2_h200 --steps 30 --gpus 2 --peer $DIST/peers/gpt2_torch.py ;;
+    scaling)
+      # Two-GPU scaling (GPU 0 alone, GPU 1 alone, both), with NCCL's default
+      # number of CTAs and then capped: kernels beside an all-reduce run 4-8%
+      # slower (docs/benchmarks.md), and fewer NCCL CTAs leave them more SMs.
+      for ctas in default 8 4; do
+        if [ $ctas = default ]; then unset NCCL_MAX_CTAS; else export NCCL_MAX_CTAS=$ctas; fi
+        stage scaling_$ctas $B/bench_gpt2_h200 --steps 40 --scaling --set parallel.shard_optimizer=true
+      done
+      unset NCCL_MAX_CTAS ;;
   esac
 done
