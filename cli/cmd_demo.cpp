@@ -15,6 +15,7 @@
 
 #include "cli/command_registry.h"
 #include "cli/cpu_training.h"
+#include "cli/number_checks.h"
 #include "cli/plan_summary.h"
 #include "engine/planner.h"
 #include "simulator/cost_model.h"
@@ -118,10 +119,10 @@ void addDemoCommand(CLI::App& root) {
       "demo", "Plan the default job, simulate and report it, train a tiny GPT on the CPU, run on GPUs if present");
   auto o = std::make_shared<DemoOptions>();
   cmd->add_option("--train-steps", o->train_steps, "steps of the tiny CPU training run (default: the tiny job's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(wholeNumberAtLeast(0));
   cmd->add_option("--topology", o->topology, "topology preset or file for the simulation")->capture_default_str();
   cmd->add_option("--out", o->out, "trace file for the simulated run (replaced)")->capture_default_str();
-  cmd->add_option("--gpu-steps", o->gpu_steps, "steps of the real GPU run")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpu-steps", o->gpu_steps, "steps of the real GPU run")->check(wholeNumberAtLeast(1));
   cmd->callback([o] { runDemo(*o); });
 }
 

@@ -13,6 +13,7 @@
 
 #include "cli/command_registry.h"
 #include "cli/job_options.h"
+#include "cli/number_checks.h"
 #include "engine/planner.h"
 
 #ifdef TANDEM_HAVE_CUDA
@@ -458,12 +459,13 @@ void addRunCommand(CLI::App& root) {
   auto o = std::make_shared<RunOptions>();
   o->job.addTo(*cmd, true);
   cmd->add_option("--gpus", o->gpus, "GPUs (one process each, data parallel); default: parallel.data_parallel")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", o->steps, "steps to run (default: training.steps of the job)")->check(CLI::PositiveNumber);
+      ->check(wholeNumberAtLeast(1));
+  cmd->add_option("--steps", o->steps, "steps to run (default: training.steps of the job)")
+      ->check(wholeNumberAtLeast(1));
   cmd->add_flag("--eager", o->eager, "issue every kernel each step instead of replaying a captured CUDA Graph");
   cmd->add_flag("--json", o->json, "print one JSON object per step and a summary line");
   cmd->add_option("--timeout", o->timeout_s, "seconds to wait for a step or a collective before aborting")
-      ->check(CLI::PositiveNumber);
+      ->check(numberAboveZero());
   cmd->add_option("--out", o->out, "append the run (steps, throughput, memory) to this trace file")
       ->type_name("RUN.sqlite");
   cmd->add_option("--rendezvous", o->rendezvous,

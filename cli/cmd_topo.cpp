@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "cli/command_registry.h"
+#include "cli/number_checks.h"
 #include "simulator/nvidia_smi_import.h"
 #include "simulator/routing.h"
 #include "simulator/topology_presets.h"
@@ -254,7 +255,7 @@ void addTopoCommand(CLI::App& root) {
                   "GPU model when no --nvlink file names it (H100, H200, A100-80GB, A100-40GB, A100-PCIE-80GB)");
   imp->add_option("--name", o->import.name, "topology name")->capture_default_str();
   imp->add_option("--pcie-gbps", o->import.pcie_gbps, "PCIe GB/s per direction (default: 55 for H100/H200, 25 otherwise)")
-      ->check(CLI::PositiveNumber);
+      ->check(numberAboveZero());
   imp->add_flag("--json", o->json, "print a JSON summary");
   imp->callback([o] { importCommand(*o); });
 }

@@ -8,6 +8,7 @@
 #include "cli/command_registry.h"
 #include "cli/cpu_training.h"
 #include "cli/job_options.h"
+#include "cli/number_checks.h"
 #include "engine/planner.h"
 
 namespace tandem::cli {
@@ -27,8 +28,8 @@ void addTrainCommand(CLI::App& root) {
   cmd->add_option("--backend", o->backend, "executor: cpu (the reference; GPUs use `tandem run`)")
       ->check(CLI::IsMember({"cpu"}));
   cmd->add_option("--steps", o->steps, "steps to train (default: training.steps of the job)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--log-every", o->log_every, "print a line every N steps")->check(CLI::PositiveNumber);
+      ->check(wholeNumberAtLeast(1));
+  cmd->add_option("--log-every", o->log_every, "print a line every N steps")->check(wholeNumberAtLeast(1));
   cmd->callback([o] {
     const JobSpec job = o->job.load();
     const Plan plan = buildPlan(job);

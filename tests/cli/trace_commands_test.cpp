@@ -215,3 +215,17 @@ TEST_CASE("bad inputs: one-line errors, non-zero exit, no partial output", "[cli
   for (const auto& entry : std::filesystem::directory_iterator(dir))
     CHECK_THAT(entry.path().filename().string(), !Catch::Contains(".tmp-"));
 }
+
+TEST_CASE("numeric flags say what they take", "[cli][errors]") {
+  const std::string dir = tempTracePath("flags-dir");
+  std::filesystem::create_directories(dir);
+  const auto steps = runTandem("run tiny --steps 0", dir + "/f1");
+  CHECK(steps.exit_code != 0);
+  CHECK_THAT(steps.err, Catch::Contains("--steps: takes a whole number of at least 1, not '0'"));
+  const auto every = runTandem("train tiny --log-every x", dir + "/f2");
+  CHECK(every.exit_code != 0);
+  CHECK_THAT(every.err, Catch::Contains("--log-every: takes a whole number of at least 1, not 'x'"));
+  const auto timeout = runTandem("run tiny --timeout -1", dir + "/f3");
+  CHECK(timeout.exit_code != 0);
+  CHECK_THAT(timeout.err, Catch::Contains("--timeout: takes a number greater than 0, not '-1'"));
+}
