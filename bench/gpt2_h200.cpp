@@ -38,13 +38,15 @@ struct Args {
   std::string peer;
   bool breakdown = false;
   bool scaling = false;
+  bool ahead_first = false;  // time the steps queued ahead before the step-by-step ones
   std::vector<std::string> sets;  // job overrides (--set KEY=VALUE), e.g. comm.bucket_mib=50
 };
 
 [[maybe_unused]] Args parseArgs(int argc, char** argv) {
   Args a;
   tandem::bench::ArgReader args("bench_gpt2_h200",
-                                "[--steps N] [--gpus 1|2] [--scaling] [--peer FILE] [--breakdown] [--set KEY=VALUE]...",
+                                "[--steps N] [--gpus 1|2] [--scaling] [--peer FILE] [--breakdown] [--ahead-first] "
+                                "[--set KEY=VALUE]...",
                                 argc, argv);
   while (args.next()) {
     if (args.is("--steps")) a.steps = int(args.integer(1, 1000000));
@@ -52,6 +54,7 @@ struct Args {
     else if (args.is("--peer")) a.peer = args.text();
     else if (args.is("--breakdown")) a.breakdown = true;
     else if (args.is("--scaling")) a.scaling = true;
+    else if (args.is("--ahead-first")) a.ahead_first = true;
     else if (args.is("--set")) a.sets.push_back(args.text());
     else args.unknown();
   }
@@ -126,7 +129,8 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
   // - "run ahead" (CudaExecutor::run, what `tandem run` does): the next
   //   step is queued while one runs; wall time between two step ends.
   // The comparison with the peer uses "run ahead"; GPU time is the event
-  // time of rank 0's step.
+  // time of rank 0's step. Step by step runs first unless --ahead-first (the
+  // GPU at its power limit: the loop that runs first may find it cooler).
   struct Loop {
     std::vector<double> wall_ms, gpu_ms;
     double median(std::vector<double> v) const {
@@ -136,17 +140,19 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
   };
   Loop sync_loop, ahead_loop;
   double loss = 0;
-  for (int s = 0; s < a.steps; ++s) {
-    std::vector<cuda::GpuStepResult> res(gpus);
-    const auto t0 = std::chrono::steady_clock::now();
-    onRanks([&](int r) { res[r] = ex[r]->step(); });
-    const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (s >= 5) {
-      sync_loop.wall_ms.push_back(wall);
-      sync_loop.gpu_ms.push_back(res[0].ms);
+  auto stepByStep = [&] {
+    for (int s = 0; s < a.steps; ++s) {
+      std::vector<cuda::GpuStepResult> res(gpus);
+      const auto t0 = std::chrono::steady_clock::now();
+      onRanks([&](int r) { res[r] = ex[r]->step(); });
+      const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (s >= 5) {
+        sync_loop.wall_ms.push_back(wall);
+        sync_loop.gpu_ms.push_back(res[0].ms);
+      }
     }
-  }
-  {
+  };
+  auto runAhead = [&] {
     std::vector<std::thread> th;
     auto last = std::chrono::steady_clock::now();
     int seen = 0;
@@ -164,6 +170,13 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
         });
       });
     for (auto& t : th) t.join();
+  };
+  if (a.ahead_first) {
+    runAhead();
+    stepByStep();
+  } else {
+    stepByStep();
+    runAhead();
   }
   const double sync_med = sync_loop.median(sync_loop.wall_ms);
   const double med = ahead_loop.median(ahead_loop.wall_ms);
