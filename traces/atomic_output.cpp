@@ -27,11 +27,19 @@ AtomicOutput::AtomicOutput(std::string final_path, bool copy_existing) : final_(
   }
 }
 
-// Through SQLite, not as bytes: a trace still in WAL mode (written while
-// another program had it open) keeps committed transactions in its -wal
-// file, which a copy of the main file alone would drop without a word.
+// A trace still in WAL mode (written while another program had it open)
+// keeps committed transactions in its -wal file, which a copy of the main
+// file alone would drop without a word: then the copy goes through SQLite.
+// Without a WAL (every finished trace) the bytes are the trace.
 void AtomicOutput::copyTrace(const std::string& from, const std::string& to) {
   checkSqliteHeader(from);  // a file that is no trace gets the readers' message
+  std::error_code ec;
+  const std::string wal = from + "-wal";
+  if (!fs::exists(wal, ec) || fs::file_size(wal, ec) == 0) {
+    fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw TraceError(fmt::format("{}: cannot copy to '{}': {}", from, to, ec.message()));
+    return;
+  }
   sql::Db src(from, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
   sql::Db dst(to, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
   sqlite3_backup* b = sqlite3_backup_init(dst.handle(), "main", src.handle(), "main");
