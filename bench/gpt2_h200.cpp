@@ -6,8 +6,11 @@
 // data parallel, and prints the two-GPU throughput against twice GPU 0's and
 // against the sum of each GPU's alone: the GPUs of one machine can differ
 // by a few percent in clock, and a data-parallel step waits for the slower.
+// With --rounds N tandem and torch.compile are measured N times in turn and
+// the median ratio is printed last.
 //
-//   bench_gpt2_h200 [--steps N] [--gpus 1|2] [--scaling] [--peer PATH/gpt2_torch.py] [--breakdown] [--set KEY=VALUE]...
+//   bench_gpt2_h200 [--steps N] [--gpus 1|2] [--scaling] [--peer PATH/gpt2_torch.py [--rounds N]]
+//                   [--breakdown] [--ahead-first] [--set KEY=VALUE]...
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -39,14 +42,15 @@ struct Args {
   bool breakdown = false;
   bool scaling = false;
   bool ahead_first = false;  // time the steps queued ahead before the step-by-step ones
+  int rounds = 1;            // with --peer: tandem and torch.compile measured this many times, in turn
   std::vector<std::string> sets;  // job overrides (--set KEY=VALUE), e.g. comm.bucket_mib=50
 };
 
 [[maybe_unused]] Args parseArgs(int argc, char** argv) {
   Args a;
   tandem::bench::ArgReader args("bench_gpt2_h200",
-                                "[--steps N] [--gpus 1|2] [--scaling] [--peer FILE] [--breakdown] [--ahead-first] "
-                                "[--set KEY=VALUE]...",
+                                "[--steps N] [--gpus 1|2] [--scaling] [--peer FILE [--rounds N]] [--breakdown] "
+                                "[--ahead-first] [--set KEY=VALUE]...",
                                 argc, argv);
   while (args.next()) {
     if (args.is("--steps")) a.steps = int(args.integer(1, 1000000));
@@ -55,6 +59,7 @@ struct Args {
     else if (args.is("--breakdown")) a.breakdown = true;
     else if (args.is("--scaling")) a.scaling = true;
     else if (args.is("--ahead-first")) a.ahead_first = true;
+    else if (args.is("--rounds")) a.rounds = int(args.integer(1, 20));
     else if (args.is("--set")) a.sets.push_back(args.text());
     else args.unknown();
   }
@@ -275,24 +280,64 @@ int main(int argc, char** argv) {
     }
 
     if (!a.peer.empty()) {
-      std::string line_e, line_c;
+      std::string line_e;
       const std::string base = a.gpus > 1 ? fmt::format("torchrun --standalone --nproc_per_node={} {}", a.gpus, a.peer)
                                           : "python3 " + a.peer;
       const std::string common = fmt::format(" --batch 16 --seq 1024 --steps {} 2>/dev/null", std::max(a.steps, 30));
       const double eager_ms = a.gpus == 1 ? peerMedianMs(base + " --compile 0" + common, &line_e) : 0;
       if (!line_e.empty()) fmt::print("{{\"system\":\"torch-eager\",\"peer\":{}}}\n", line_e);
       std::fflush(stdout);
-      const double compile_ms = peerMedianMs(base + " --compile 1" + common, &line_c);
-      if (!line_c.empty()) fmt::print("{{\"system\":\"torch-compile\",\"peer\":{}}}\n", line_c);
+      auto compiledPeer = [&] {
+        std::string line_c;
+        const double ms = peerMedianMs(base + " --compile 1" + common, &line_c);
+        if (!line_c.empty()) fmt::print("{{\"system\":\"torch-compile\",\"peer\":{}}}\n", line_c);
+        std::fflush(stdout);
+        return ms;
+      };
       // The headline ratio takes tandem's steps queued ahead (what `tandem
       // run` does); the peer script times each step between two
       // synchronizations, which tandem's step-by-step loop does too: the
-      // ratio of like with like is printed beside it.
-      fmt::print("{{\"comparison\":\"tandem / torch.compile\",\"gpus\":{},\"tandem_ms\":{:.2f},\"torch_eager_ms\":{:.2f},"
-                 "\"torch_compile_ms\":{:.2f},\"speedup_vs_compile\":{:.3f},\"speedup_vs_eager\":{:.3f},"
-                 "\"tandem_step_by_step_ms\":{:.2f},\"speedup_vs_compile_step_by_step\":{:.3f}}}\n",
-                 a.gpus, med, eager_ms, compile_ms, compile_ms > 0 ? compile_ms / med : 0,
-                 eager_ms > 0 ? eager_ms / med : 0, sync_med, compile_ms > 0 && sync_med > 0 ? compile_ms / sync_med : 0);
+      // ratio of like with like is printed beside it. With --rounds, every
+      // later round measures again, the peer first in even rounds: at the
+      // power limit whatever runs first on a rested GPU is faster
+      // (docs/benchmarks.md), so the rounds alternate who that is.
+      std::vector<double> ratios, ratios_sync;
+      for (int round = 1; round <= a.rounds; ++round) {
+        double tandem_ms = med, tandem_sync_ms = sync_med, compile_ms = 0;
+        if (round == 1) {
+          compile_ms = compiledPeer();
+        } else if (round % 2 == 0) {
+          compile_ms = compiledPeer();
+          const Measured again = measureTandem(a, a.gpus, 0);
+          tandem_ms = again.med, tandem_sync_ms = again.sync_med;
+        } else {
+          const Measured again = measureTandem(a, a.gpus, 0);
+          tandem_ms = again.med, tandem_sync_ms = again.sync_med;
+          compile_ms = compiledPeer();
+        }
+        const double ratio = compile_ms > 0 ? compile_ms / tandem_ms : 0;
+        const double ratio_sync = compile_ms > 0 && tandem_sync_ms > 0 ? compile_ms / tandem_sync_ms : 0;
+        ratios.push_back(ratio);
+        ratios_sync.push_back(ratio_sync);
+        fmt::print("{{\"comparison\":\"tandem / torch.compile\",\"round\":{},\"gpus\":{},\"tandem_ms\":{:.2f},"
+                   "\"torch_eager_ms\":{:.2f},\"torch_compile_ms\":{:.2f},\"speedup_vs_compile\":{:.3f},"
+                   "\"speedup_vs_eager\":{:.3f},\"tandem_step_by_step_ms\":{:.2f},"
+                   "\"speedup_vs_compile_step_by_step\":{:.3f}}}\n",
+                   round, a.gpus, tandem_ms, eager_ms, compile_ms, ratio,
+                   eager_ms > 0 && round == 1 ? eager_ms / tandem_ms : 0, tandem_sync_ms, ratio_sync);
+        std::fflush(stdout);
+      }
+      if (a.rounds > 1) {
+        auto medianOf = [](std::vector<double> v) {
+          std::sort(v.begin(), v.end());
+          return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+        };
+        fmt::print("{{\"comparison\":\"tandem / torch.compile, median of rounds\",\"rounds\":{},"
+                   "\"speedup_vs_compile\":{:.3f},\"speedup_vs_compile_step_by_step\":{:.3f},"
+                   "\"lowest\":{:.3f},\"highest\":{:.3f}}}\n",
+                   a.rounds, medianOf(ratios), medianOf(ratios_sync), *std::min_element(ratios.begin(), ratios.end()),
+                   *std::max_element(ratios.begin(), ratios.end()));
+      }
     }
     return 0;
   } catch (const std::exception& e) {
