@@ -110,6 +110,34 @@ std::string describeRun(const traces::RunInfo& info) {
   return s;
 }
 
+namespace {
+
+// The counters drawn under each rank's lanes: the profiler's GPU samples.
+// (Energy is cumulative and the limit reasons a bit mask: left out.)
+void attachCounters(TimelineData& data, const std::vector<traces::CounterRow>& rows) {
+  static const std::pair<const char*, const char*> kShown[] = {{"gpu.power_w", "power W"},
+                                                               {"gpu.sm_clock_mhz", "SM clock MHz"}};
+  std::map<std::pair<int, std::string>, CounterLane> lanes;
+  for (const auto& c : rows)
+    for (const auto& [name, label] : kShown)
+      if (c.name == name) {
+        CounterLane& lane = lanes[{c.rank, c.name}];
+        lane.name = name;
+        lane.label = label;
+        lane.t_ns.push_back(c.ts_ns);
+        lane.value.push_back(c.value);
+      }
+  for (auto& rank : data.ranks)
+    for (const auto& [name, label] : kShown) {
+      auto it = lanes.find({rank.rank, name});
+      if (it == lanes.end() || it->second.size() < 2) continue;  // one sample draws no line
+      it->second.finalize();
+      rank.counters.push_back(std::move(it->second));
+    }
+}
+
+}  // namespace
+
 LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
   LoadedRun out;
   out.path = reader.path();
@@ -199,6 +227,7 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
   for (const auto& [k, s] : steps) data->steps.push_back(s);
 
   data->finalize(/*compute_overlap=*/false);
+  attachCounters(*data, reader.counters(run));
   out.timings.model_s = seconds(t0);
   t0 = Clock::now();
 

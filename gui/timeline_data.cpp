@@ -74,6 +74,31 @@ std::vector<int64_t> sampleStarts(const std::vector<int64_t>& start_ns) {
   return out;
 }
 
+void CounterLane::finalize() {
+  if (!std::is_sorted(t_ns.begin(), t_ns.end())) {
+    std::vector<size_t> order(t_ns.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return t_ns[a] < t_ns[b]; });
+    std::vector<int64_t> t(order.size());
+    std::vector<double> v(order.size());
+    for (size_t i = 0; i < order.size(); ++i) t[i] = t_ns[order[i]], v[i] = value[order[i]];
+    t_ns = std::move(t);
+    value = std::move(v);
+  }
+  if (value.empty()) return;
+  const auto [lo, hi] = std::minmax_element(value.begin(), value.end());
+  min = *lo;
+  max = *hi;
+}
+
+std::pair<size_t, size_t> CounterLane::visible(int64_t start_ns, int64_t end_ns) const {
+  size_t first = size_t(std::lower_bound(t_ns.begin(), t_ns.end(), start_ns) - t_ns.begin());
+  size_t last = size_t(std::upper_bound(t_ns.begin(), t_ns.end(), end_ns) - t_ns.begin());
+  if (first > 0) --first;
+  if (last < t_ns.size()) ++last;
+  return {first, last};
+}
+
 void IntervalLane::finalize() {
   start_sample = sampleStarts(start_ns);
   nonzero_prefix_ns.assign(size() + 1, 0);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/types.h"
@@ -78,11 +79,30 @@ struct IntervalLane {
 
 enum class OverlapCode : uint8_t { Hidden = 0, Exposed = 1 };
 
+// A sampled quantity of one rank over time (GPU power, SM clock: the
+// profiler samples them about every 100 ms), drawn as a line under the
+// rank's lanes. A training step at the power limit shows its clock falling
+// here while the kernels stretch above.
+struct CounterLane {
+  std::string name;   // as stored, e.g. "gpu.power_w"
+  std::string label;  // shown, e.g. "power W"
+  std::vector<int64_t> t_ns;
+  std::vector<double> value;
+  double min = 0, max = 0;  // over all samples; filled by finalize()
+  size_t size() const { return t_ns.size(); }
+  // Sorts by time (stable) and sets min and max.
+  void finalize();
+  // Index range [first, last) of the samples to draw for [start, end): one
+  // sample either side of the window as well, so the line reaches its edges.
+  std::pair<size_t, size_t> visible(int64_t start_ns, int64_t end_ns) const;
+};
+
 struct RankLanes {
   int rank = 0;
   std::vector<int> tracks;  // indices into TimelineData::tracks, display order
   IntervalLane overlap;     // OverlapCode per interval
   IntervalLane phases;      // Phase per interval (compute stream)
+  std::vector<CounterLane> counters;  // profiled runs: power, SM clock
   // Totals of the overlap sweep, in ns.
   int64_t compute_ns = 0;   // union of compute busy time
   int64_t comm_ns = 0;      // union of communication busy time

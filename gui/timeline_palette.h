@@ -49,6 +49,9 @@ inline QColor paintColor(PaintClass c) {
 // The hatch drawn over recompute slices (darker orange diagonals).
 inline QColor recomputeHatchColor() { return QColor(0xA8, 0x55, 0x0C); }
 
+// The line of a sampled counter (GPU power, SM clock) under a rank's lanes.
+inline QColor counterLineColor() { return QColor(0x8E, 0x24, 0xAA); }
+
 inline PaintClass classForPhase(uint8_t phase, StreamKind stream) {
   switch (phase) {
     case uint8_t(Phase::Forward): return PaintClass::Forward;

@@ -4,10 +4,12 @@
 #include <QKeyEvent>
 #include <QMouseEvent>
 #include <QPainter>
+#include <QPolygonF>
 #include <QScrollBar>
 #include <QWheelEvent>
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <cmath>
 
 #include "gui/timeline_palette.h"
@@ -20,6 +22,7 @@ constexpr int kHeaderHeight = 20;
 constexpr int kStreamHeight = 22;
 constexpr int kOverlapHeight = 12;
 constexpr int kPhaseHeight = 10;
+constexpr int kCounterHeight = 26;
 constexpr int kRankGap = 4;
 constexpr int kScrollBarWidth = 12;
 // Slices narrower than this many pixels are folded with their neighbours.
@@ -33,6 +36,7 @@ const QColor kLabelBg(0xF5, 0xF6, 0xF8);
 const QColor kGrid(0xDD, 0xE1, 0xE6);
 const QColor kText(0x22, 0x26, 0x2B);
 const QColor kStepLine(0x55, 0x55, 0x66);
+const QColor kCounterLine = counterLineColor();
 
 QString qs(const std::string& s) { return QString::fromStdString(s); }
 
@@ -44,6 +48,41 @@ QFont resized(QFont f, int delta) {
   else
     f.setPointSizeF(std::max(5.0, f.pointSizeF() + delta * 0.75));
   return f;
+}
+
+// A counter lane's line over the window in widget coordinates, its lowest
+// value at the bottom of the row. Samples that fall into one pixel column
+// become that column's lowest and highest value, so the line stays cheap
+// however long the run.
+QPolygonF counterLine(const CounterLane& lane, const TimeMapping& m, int y, int height) {
+  QPolygonF line;
+  const auto [first, last] = lane.visible(m.start_ns, m.end_ns);
+  const double span = lane.max > lane.min ? lane.max - lane.min : 0.0;
+  const double top = y + 3.0, usable = height - 6.0;
+  auto yOf = [&](double v) { return span > 0 ? top + usable * (1.0 - (v - lane.min) / span) : top + usable / 2; };
+  long column = LONG_MIN;
+  double first_v = 0, lo = 0, hi = 0, last_v = 0;
+  auto flush = [&] {
+    if (column == LONG_MIN) return;
+    const double x = double(column) + 0.5;
+    line << QPointF(x, yOf(first_v));
+    if (hi > lo) line << QPointF(x, yOf(lo)) << QPointF(x, yOf(hi));
+    line << QPointF(x, yOf(last_v));
+  };
+  for (size_t i = first; i < last; ++i) {
+    const double v = lane.value[i];
+    const long col = long(std::floor(m.toX(lane.t_ns[i])));
+    if (col != column) {
+      flush();
+      column = col;
+      first_v = lo = hi = v;
+    }
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    last_v = v;
+  }
+  flush();
+  return line;
 }
 
 }  // namespace
@@ -92,6 +131,10 @@ void TimelineView::layoutRows() {
       y += kOverlapHeight;
       rows_.push_back({RowKind::Phase, int(r), -1, y, kPhaseHeight});
       y += kPhaseHeight;
+      for (size_t c = 0; c < data_->ranks[r].counters.size(); ++c) {
+        rows_.push_back({RowKind::Counter, int(r), int(c), y, kCounterHeight});
+        y += kCounterHeight;
+      }
     }
     y += kRankGap;
   }
@@ -279,6 +322,7 @@ void TimelineView::rebuildBase() {
     uint32_t count;
   };
   std::vector<Label> labels;
+  std::vector<QPolygonF> counter_lines;
   std::vector<QRect> row_alt;
   std::vector<QRect> headers;
 
@@ -332,6 +376,9 @@ void TimelineView::rebuildBase() {
         }
         break;
       }
+      case RowKind::Counter:
+        counter_lines.push_back(counterLine(rank.counters[size_t(row.track)], m, y, row.height));
+        break;
     }
   }
 
@@ -363,6 +410,12 @@ void TimelineView::rebuildBase() {
     p.setBrush(QBrush(recomputeHatchColor(), Qt::BDiagPattern));
     p.drawRects(rec.data(), int(rec.size()));
   }
+
+  // Counters as lines over their lane's range (min at the bottom).
+  p.setBrush(Qt::NoBrush);
+  p.setPen(QPen(kCounterLine, 1.5));
+  for (const QPolygonF& line : counter_lines) p.drawPolyline(line);
+  p.setPen(Qt::NoPen);
 
   // Names inside slices wide enough to hold some text.
   p.setPen(Qt::white);
@@ -431,6 +484,15 @@ void TimelineView::rebuildBase() {
         p.setFont(resized(font(), -2));
         p.setPen(QColor(0x66, 0x6B, 0x73));
         p.drawText(label_rect, Qt::AlignVCenter, row.kind == RowKind::Overlap ? tr("overlap") : tr("phase"));
+        p.setFont(font());
+        break;
+      }
+      case RowKind::Counter: {
+        const CounterLane& lane = rank.counters[size_t(row.track)];
+        p.setFont(resized(font(), -2));
+        p.setPen(QColor(0x66, 0x6B, 0x73));
+        p.drawText(label_rect, Qt::AlignVCenter,
+                   QStringLiteral("%1\n%2 to %3").arg(qs(lane.label)).arg(lane.min, 0, 'f', 0).arg(lane.max, 0, 'f', 0));
         p.setFont(font());
         break;
       }

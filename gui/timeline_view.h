@@ -1,8 +1,9 @@
 #pragma once
 // TimelineView: one viewport-sized widget that paints every lane of a run
 // with QPainter. Per rank: a header (click to collapse), one lane per stream
-// (compute, comm, copy), an overlap lane (hidden vs exposed communication)
-// and a phase lane; step markers and a time axis on top.
+// (compute, comm, copy), an overlap lane (hidden vs exposed communication),
+// a phase lane and, for profiled runs, a line per sampled counter (GPU power,
+// SM clock); step markers and a time axis on top.
 //
 // Only the visible index range of each lane is visited; runs of sub-pixel
 // slices are folded into one box (timeline_math.h coalesce); boxes are
@@ -39,11 +40,11 @@ struct SliceRef {
 class TimelineView : public QWidget {
   Q_OBJECT
  public:
-  enum class RowKind { RankHeader, Stream, Overlap, Phase };
+  enum class RowKind { RankHeader, Stream, Overlap, Phase, Counter };
   struct Row {
     RowKind kind = RowKind::Stream;
     int rank_index = 0;  // index into TimelineData::ranks
-    int track = -1;      // for Stream rows
+    int track = -1;      // Stream rows: index into TimelineData::tracks; Counter rows: into the rank's counters
     int y = 0;           // content coordinates (before vertical scrolling)
     int height = 0;
   };

@@ -134,6 +134,45 @@ TEST_CASE("a trace file loads into lanes with the store's overlap figures", "[gu
   CHECK(facts->flops == 2e9);
 }
 
+TEST_CASE("a profiled run's power and SM clock samples load as counter lanes", "[gui][loader]") {
+  const std::string path = writeFixture("counters.sqlite");
+  {
+    traces::TraceWriter w(path);
+    traces::RunInfo info;
+    info.kind = traces::RunKind::Real;
+    info.name = "profiled";
+    info.world_size = 2;
+    w.beginRun(info);
+    for (int r = 0; r < 2; ++r) {
+      w.addStream({r, 0, traces::StreamKind::Compute, "compute", r});
+      w.addActivity(act(r, 0, 0, 3'000'000, traces::ActivityKind::Kernel, "k", 0, traces::TracePhase::Forward));
+    }
+    // Written out of order; rank 1 has a single sample (no line), energy is not drawn.
+    w.addCounter({0, "gpu.power_w", 2'000'000, 640.0});
+    w.addCounter({0, "gpu.power_w", 0, 700.0});
+    w.addCounter({0, "gpu.power_w", 1'000'000, 705.0});
+    w.addCounter({0, "gpu.sm_clock_mhz", 0, 1980.0});
+    w.addCounter({0, "gpu.sm_clock_mhz", 2'000'000, 1605.0});
+    w.addCounter({0, "gpu.energy_mj", 1'000'000, 700.0});
+    w.addCounter({1, "gpu.power_w", 0, 650.0});
+  }
+  traces::TraceReader reader(path);
+  const LoadedRun loaded = loadRun(reader, 2);
+  const TimelineData& d = *loaded.timeline;
+  REQUIRE(d.ranks.size() == 2);
+  REQUIRE(d.ranks[0].counters.size() == 2);
+  const CounterLane& power = d.ranks[0].counters[0];
+  CHECK(power.name == "gpu.power_w");
+  CHECK(power.t_ns == std::vector<int64_t>{0, 1'000'000, 2'000'000});
+  CHECK(power.value == std::vector<double>{700.0, 705.0, 640.0});
+  CHECK(power.min == 640.0);
+  CHECK(power.max == 705.0);
+  CHECK(d.ranks[0].counters[1].name == "gpu.sm_clock_mhz");
+  CHECK(d.ranks[1].counters.empty());
+  // The first run of the file (simulated, no samples) has none.
+  CHECK(loadRun(reader, 1).timeline->ranks[0].counters.empty());
+}
+
 TEST_CASE("bad input raises readable errors", "[gui][loader]") {
   const fs::path text = tempPath("not_a_db.sqlite");
   std::ofstream(text) << "this is not a database\n";

@@ -109,6 +109,43 @@ TEST_CASE("recompute slices are painted in the recompute colour with a hatch", "
   CHECK(pixelAt(img, m.toX(500'000), py) == rgb(PaintClass::Forward));
 }
 
+TEST_CASE("a counter lane draws its samples as a line, lowest value at the bottom", "[gui][pixels]") {
+  AppFirst app;
+  auto data = fixture();
+  CounterLane power;
+  power.name = "gpu.power_w";
+  power.label = "power W";
+  power.t_ns = {0, 2'000'000, 2'100'000, 5'000'000};
+  power.value = {700, 700, 600, 600};
+  power.finalize();
+  data->ranks[0].counters.push_back(power);
+  TimelineView view;
+  view.resize(1000, 300);
+  view.setData(data);
+  view.setWindow(0, 5'000'000);
+  view.show();
+  const QImage img = view.grab().toImage();
+  const auto& row = rowOf(view, TimelineView::RowKind::Counter, 0);
+  const int row_top = view.rowCenterY(row) - row.height / 2;
+  const auto m = view.mapping();
+  // Rows of the line's colour in the column at time t, relative to the row's top.
+  auto lineRows = [&](int64_t t) {
+    std::vector<int> ys;
+    const int x = int(std::lround(m.toX(t)));
+    for (int dy = 0; dy < row.height; ++dy)
+      if ((img.pixel(x, row_top + dy) & 0xFFFFFF) == (counterLineColor().rgb() & 0xFFFFFF)) ys.push_back(dy);
+    return ys;
+  };
+  const auto high = lineRows(1'000'000), low = lineRows(4'000'000);
+  REQUIRE_FALSE(high.empty());
+  REQUIRE_FALSE(low.empty());
+  CHECK(high.front() <= 5);               // 700 W, the highest sample: near the top
+  CHECK(low.back() >= row.height - 5);    // 600 W, the lowest: near the bottom
+  // Nothing of the line's colour in the stream lanes above.
+  const int compute_y = view.rowCenterY(rowOf(view, TimelineView::RowKind::Stream, 0));
+  CHECK((img.pixel(int(m.toX(1'000'000)), compute_y) & 0xFFFFFF) != (counterLineColor().rgb() & 0xFFFFFF));
+}
+
 TEST_CASE("clicking selects the slice under the cursor; keys move and fit", "[gui][interaction]") {
   ViewFixture f;
   QSignalSpy spy(&f.view, &TimelineView::sliceSelected);
