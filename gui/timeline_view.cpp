@@ -6,6 +6,7 @@
 #include <QPainter>
 #include <QPolygonF>
 #include <QScrollBar>
+#include <QToolTip>
 #include <QWheelEvent>
 #include <algorithm>
 #include <array>
@@ -287,6 +288,21 @@ SliceRef TimelineView::sliceAt(QPoint pos) const {
   const int64_t tol = int64_t(std::ceil(2.0 * m.nsPerPx()));
   const int64_t i = hitTest(data_->tracks[size_t(row->track)], t, tol);
   return i < 0 ? SliceRef{} : SliceRef{row->track, i};
+}
+
+QString TimelineView::counterTextAt(QPoint pos) const {
+  if (!data_ || pos.x() < kLabelWidth) return {};
+  const Row* row = rowAtY(pos.y());
+  if (!row || row->kind != RowKind::Counter) return {};
+  const CounterLane& lane = data_->ranks[size_t(row->rank_index)].counters[size_t(row->track)];
+  if (lane.size() == 0) return {};
+  const int64_t t = mapping().toTime(pos.x());
+  size_t i = size_t(std::lower_bound(lane.t_ns.begin(), lane.t_ns.end(), t) - lane.t_ns.begin());
+  if (i == lane.size() || (i > 0 && t - lane.t_ns[i - 1] < lane.t_ns[i] - t)) --i;
+  return QStringLiteral("%1 %2 at %3")
+      .arg(qs(lane.label))
+      .arg(lane.value[i], 0, 'f', 0)
+      .arg(qs(formatDuration(lane.t_ns[i] - data_->begin_ns)));
 }
 
 void TimelineView::rebuildBase() {
@@ -632,6 +648,9 @@ void TimelineView::mouseMoveEvent(QMouseEvent* event) {
       hover_ = h;
       update();
     }
+    const QString sample = counterTextAt(pos);
+    if (sample.isEmpty()) QToolTip::hideText();
+    else QToolTip::showText(event->globalPosition().toPoint(), sample, this);
     return;
   }
   if ((pos - press_pos_).manhattanLength() > 3) dragged_ = true;

@@ -82,6 +82,9 @@ class TimelineView : public QWidget {
   void setVerticalOffset(int px);
   // The slice under a widget position, or an invalid ref.
   SliceRef sliceAt(QPoint pos) const;
+  // On a counter row: the sample nearest in time to the position, as shown
+  // in the tooltip ("power W 640 at 2.10 s"); empty elsewhere.
+  QString counterTextAt(QPoint pos) const;
   // Widget y of the middle of a row (for tests and keyboard navigation).
   int rowCenterY(const Row& row) const { return kAxisHeight + row.y - v_offset_ + row.height / 2; }
 

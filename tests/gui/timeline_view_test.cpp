@@ -144,6 +144,12 @@ TEST_CASE("a counter lane draws its samples as a line, lowest value at the botto
   // Nothing of the line's colour in the stream lanes above.
   const int compute_y = view.rowCenterY(rowOf(view, TimelineView::RowKind::Stream, 0));
   CHECK((img.pixel(int(m.toX(1'000'000)), compute_y) & 0xFFFFFF) != (counterLineColor().rgb() & 0xFFFFFF));
+  // Hovering reads the nearest sample; other rows read nothing.
+  const QString at4 = view.counterTextAt(QPoint(int(m.toX(4'000'000)), view.rowCenterY(row)));
+  CHECK(at4.startsWith(QStringLiteral("power W 600 at ")));
+  const QString at0 = view.counterTextAt(QPoint(int(m.toX(300'000)), view.rowCenterY(row)));
+  CHECK(at0.startsWith(QStringLiteral("power W 700 at ")));
+  CHECK(view.counterTextAt(QPoint(int(m.toX(4'000'000)), compute_y)).isEmpty());
 }
 
 TEST_CASE("clicking selects the slice under the cursor; keys move and fit", "[gui][interaction]") {
