@@ -112,28 +112,66 @@ std::string describeRun(const traces::RunInfo& info) {
 
 namespace {
 
-// The counters drawn under each rank's lanes: the profiler's GPU samples.
-// (Energy is cumulative and the limit reasons a bit mask: left out.)
+// Power from the energy counter. NVML's power reading is a one-second
+// average on Ampere and newer GPUs (its documentation): at the start of a
+// GPT-2 run on H200 it still read 225-470 W while the clock had already
+// fallen to the power limit's 1695 MHz. The energy counter moves about every
+// 100 ms; its increase between two moves over the time between them is the
+// power of that interval, drawn as a step. The profiler sees each move
+// within one sampling period (10-16 ms), so an interval's power is known to
+// about that share of its length (up to 15%).
+CounterLane powerFromEnergy(std::vector<std::pair<int64_t, double>> samples) {
+  CounterLane lane;
+  lane.name = "gpu.energy_mj";
+  lane.label = "power W";
+  std::stable_sort(samples.begin(), samples.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<int64_t, double>> moves;  // first sample, then each change of value
+  for (const auto& s : samples)
+    if (moves.empty() || s.second != moves.back().second) moves.push_back(s);
+  for (size_t k = 1; k < moves.size(); ++k) {
+    const int64_t dt = moves[k].first - moves[k - 1].first;
+    if (dt <= 0) continue;
+    const double watts = (moves[k].second - moves[k - 1].second) / double(dt) * 1e6;  // mJ per ns
+    lane.t_ns.push_back(moves[k - 1].first);
+    lane.value.push_back(watts);
+    lane.t_ns.push_back(moves[k].first);
+    lane.value.push_back(watts);
+  }
+  return lane;
+}
+
+// The counters drawn under each rank's lanes: the profiler's GPU samples,
+// power (from the energy counter where there is one) and SM clock. (The
+// limit reasons are a bit mask: left out.)
 void attachCounters(TimelineData& data, const std::vector<traces::CounterRow>& rows) {
-  static const std::pair<const char*, const char*> kShown[] = {{"gpu.power_w", "power W"},
-                                                               {"gpu.sm_clock_mhz", "SM clock MHz"}};
-  std::map<std::pair<int, std::string>, CounterLane> lanes;
-  for (const auto& c : rows)
-    for (const auto& [name, label] : kShown)
-      if (c.name == name) {
-        CounterLane& lane = lanes[{c.rank, c.name}];
-        lane.name = name;
-        lane.label = label;
-        lane.t_ns.push_back(c.ts_ns);
-        lane.value.push_back(c.value);
-      }
-  for (auto& rank : data.ranks)
-    for (const auto& [name, label] : kShown) {
-      auto it = lanes.find({rank.rank, name});
-      if (it == lanes.end() || it->second.size() < 2) continue;  // one sample draws no line
-      it->second.finalize();
-      rank.counters.push_back(std::move(it->second));
+  struct Samples {
+    std::vector<std::pair<int64_t, double>> power, clock, energy;
+  };
+  std::map<int, Samples> by_rank;
+  for (const auto& c : rows) {
+    if (c.name == "gpu.power_w") by_rank[c.rank].power.push_back({c.ts_ns, c.value});
+    else if (c.name == "gpu.sm_clock_mhz") by_rank[c.rank].clock.push_back({c.ts_ns, c.value});
+    else if (c.name == "gpu.energy_mj") by_rank[c.rank].energy.push_back({c.ts_ns, c.value});
+  }
+  auto laneOf = [](const char* name, const char* label, const std::vector<std::pair<int64_t, double>>& samples) {
+    CounterLane lane;
+    lane.name = name;
+    lane.label = label;
+    for (const auto& [t, v] : samples) lane.t_ns.push_back(t), lane.value.push_back(v);
+    return lane;
+  };
+  for (auto& rank : data.ranks) {
+    auto it = by_rank.find(rank.rank);
+    if (it == by_rank.end()) continue;
+    CounterLane power = powerFromEnergy(it->second.energy);
+    if (power.size() < 4) power = laneOf("gpu.power_w", "power W (1 s average)", it->second.power);
+    CounterLane clock = laneOf("gpu.sm_clock_mhz", "SM clock MHz", it->second.clock);
+    for (CounterLane* lane : {&power, &clock}) {
+      if (lane->size() < 2) continue;  // one sample draws no line
+      lane->finalize();
+      rank.counters.push_back(std::move(*lane));
     }
+  }
 }
 
 }  // namespace

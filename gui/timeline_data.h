@@ -80,8 +80,8 @@ struct IntervalLane {
 enum class OverlapCode : uint8_t { Hidden = 0, Exposed = 1 };
 
 // A sampled quantity of one rank over time (GPU power, SM clock: the
-// profiler samples them about every 100 ms), drawn as a line under the
-// rank's lanes. A training step at the power limit shows its clock falling
+// profiler samples them every 10-16 ms), drawn as a line under the rank's
+// lanes. A training step at the power limit shows its clock falling
 // here while the kernels stretch above.
 struct CounterLane {
   std::string name;   // as stored, e.g. "gpu.power_w"

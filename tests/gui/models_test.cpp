@@ -155,20 +155,33 @@ TEST_CASE("a profiled run's power and SM clock samples load as counter lanes", "
     w.addCounter({0, "gpu.sm_clock_mhz", 2'000'000, 1605.0});
     w.addCounter({0, "gpu.energy_mj", 1'000'000, 700.0});
     w.addCounter({1, "gpu.power_w", 0, 650.0});
+    // Rank 1's energy counter moves every 100 ms by 70 J (700 W), sampled every 10 ms.
+    for (int64_t t = 0; t <= 300'000'000; t += 10'000'000)
+      w.addCounter({1, "gpu.energy_mj", t, 70'000.0 * double(t / 100'000'000)});
   }
   traces::TraceReader reader(path);
   const LoadedRun loaded = loadRun(reader, 2);
   const TimelineData& d = *loaded.timeline;
   REQUIRE(d.ranks.size() == 2);
   REQUIRE(d.ranks[0].counters.size() == 2);
+  // Rank 0's energy counter never moves: its power is the driver's reading.
   const CounterLane& power = d.ranks[0].counters[0];
   CHECK(power.name == "gpu.power_w");
+  CHECK(power.label == "power W (1 s average)");
   CHECK(power.t_ns == std::vector<int64_t>{0, 1'000'000, 2'000'000});
   CHECK(power.value == std::vector<double>{700.0, 705.0, 640.0});
   CHECK(power.min == 640.0);
   CHECK(power.max == 705.0);
   CHECK(d.ranks[0].counters[1].name == "gpu.sm_clock_mhz");
-  CHECK(d.ranks[1].counters.empty());
+  // Rank 1's power comes from its energy counter: 700 W over each 100 ms
+  // between the counter's moves, drawn as steps; no clock samples.
+  REQUIRE(d.ranks[1].counters.size() == 1);
+  const CounterLane& from_energy = d.ranks[1].counters[0];
+  CHECK(from_energy.name == "gpu.energy_mj");
+  CHECK(from_energy.label == "power W");
+  CHECK(from_energy.t_ns == std::vector<int64_t>{0, 100'000'000, 100'000'000, 200'000'000, 200'000'000, 300'000'000});
+  CHECK(from_energy.min == Approx(700.0));
+  CHECK(from_energy.max == Approx(700.0));
   // The first run of the file (simulated, no samples) has none.
   CHECK(loadRun(reader, 1).timeline->ranks[0].counters.empty());
 }
