@@ -17,7 +17,29 @@ struct PowerSampler::Nvml {
   using ClockInfo = int (*)(Device, int, unsigned int*);
   using Reasons = int (*)(Device, unsigned long long*);
   using Energy = int (*)(Device, unsigned long long*);
+  // nvmlFieldValue_t: field id, scope id, timestamp (us), latency (us),
+  // value type, return code, and the value (a union of 8 bytes).
+  struct FieldValue {
+    unsigned int field_id = 0;
+    unsigned int scope_id = 0;
+    long long timestamp = 0;
+    long long latency_us = 0;
+    int value_type = 0;  // 0 double, 1 uint, 2 ulong, 3 ulonglong, 4 slonglong, 5 sint, 6 ushort
+    int nvml_return = 0;
+    union {
+      double d;
+      unsigned int ui;
+      unsigned long ul;
+      unsigned long long ull;
+      long long sll;
+      int si;
+      unsigned short us;
+    } value{};
+  };
+  static_assert(sizeof(FieldValue) == 40, "nvmlFieldValue_t is 40 bytes");
+  using FieldValues = int (*)(Device, int, FieldValue*);
   static constexpr int kClockSm = 1;
+  static constexpr unsigned int kFieldPowerInstant = 186;  // NVML_FI_DEV_POWER_INSTANT, milliwatts
 
   void* lib = nullptr;
   Shutdown shutdown = nullptr;
@@ -25,6 +47,8 @@ struct PowerSampler::Nvml {
   ClockInfo clock = nullptr;
   Reasons reasons = nullptr;
   Energy energy = nullptr;
+  FieldValues fields = nullptr;
+  bool instant_power = false;  // the device answers NVML_FI_DEV_POWER_INSTANT
   Device device = nullptr;
   bool initialised = false;
 
@@ -55,6 +79,7 @@ PowerSampler::PowerSampler(const std::string& pci_bus_id, int period_ms, std::fu
   n.reasons = n.symbol<Nvml::Reasons>("nvmlDeviceGetCurrentClocksEventReasons");
   if (!n.reasons) n.reasons = n.symbol<Nvml::Reasons>("nvmlDeviceGetCurrentClocksThrottleReasons");
   n.energy = n.symbol<Nvml::Energy>("nvmlDeviceGetTotalEnergyConsumption");  // mJ, Volta and newer
+  n.fields = n.symbol<Nvml::FieldValues>("nvmlDeviceGetFieldValues");
   if (!init || !by_pci || !n.shutdown || (!n.power && !n.clock)) {
     note_ = "NVML lacks the entry points for power and clocks: no samples";
     return;
@@ -68,18 +93,45 @@ PowerSampler::PowerSampler(const std::string& pci_bus_id, int period_ms, std::fu
     note_ = "NVML cannot open the GPU at " + pci_bus_id + " (NVML error " + std::to_string(rc) + "): no samples";
     return;
   }
+  // The instantaneous power where the driver has it: nvmlDeviceGetPowerUsage
+  // averages over one second on Ampere and newer, which trails a training
+  // step's load by most of a second.
+  double watts = -1;
+  n.instant_power = readInstantPower(watts);
   active_ = true;
   thread_ = std::thread([this] { run(); });
 }
 
 PowerSampler::~PowerSampler() { stop(); }
 
+bool PowerSampler::readInstantPower(double& watts) const {
+  const Nvml& n = *nvml_;
+  if (!n.fields) return false;
+  Nvml::FieldValue f;
+  f.field_id = Nvml::kFieldPowerInstant;
+  if (n.fields(n.device, 1, &f) != 0 || f.nvml_return != 0) return false;
+  switch (f.value_type) {
+    case 0: watts = f.value.d / 1000.0; return true;
+    case 1: watts = f.value.ui / 1000.0; return true;
+    case 2: watts = double(f.value.ul) / 1000.0; return true;
+    case 3: watts = double(f.value.ull) / 1000.0; return true;
+    case 4: watts = double(f.value.sll) / 1000.0; return true;
+    case 5: watts = f.value.si / 1000.0; return true;
+    default: return false;
+  }
+}
+
 PowerSample PowerSampler::sample() const {
   const Nvml& n = *nvml_;
   PowerSample s;
   s.ts = now_();
   unsigned int v = 0;
-  if (n.power && n.power(n.device, &v) == 0) s.power_w = v / 1000.0;
+  if (n.instant_power) {
+    double watts = -1;
+    if (readInstantPower(watts)) s.power_w = watts, s.power_instant = true;
+  } else if (n.power && n.power(n.device, &v) == 0) {
+    s.power_w = v / 1000.0;
+  }
   if (n.clock && n.clock(n.device, Nvml::kClockSm, &v) == 0) s.sm_clock_mhz = v;
   unsigned long long bits = 0;
   if (n.reasons && n.reasons(n.device, &bits) == 0) s.limit_reasons = int64_t(bits);

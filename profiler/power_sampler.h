@@ -1,8 +1,9 @@
 #pragma once
 // GPU board power, energy counter, SM clock and clock-limit reasons, sampled
-// through NVML while a profile runs. NVML's power reading is a one-second
-// average on Ampere and newer: the energy counter's differences give the
-// power of shorter spans (a step). On a GPU at its power limit the step time follows
+// through NVML while a profile runs. Power is NVML's instantaneous reading
+// (field NVML_FI_DEV_POWER_INSTANT) where the driver has it, else
+// nvmlDeviceGetPowerUsage, a one-second average on Ampere and newer; the
+// energy counter's differences give the power of spans of 100 ms or more. On a GPU at its power limit the step time follows
 // the energy a step needs, not the kernels' times alone (docs/profiler.md):
 // these counters show where the clock dropped, beside the kernels.
 //
@@ -23,8 +24,8 @@ namespace tandem::profiler {
 
 struct PowerSample {
   uint64_t ts = 0;             // from the sampler's clock (CUPTI ns in the profiler)
-  double power_w = -1;         // board power in W as NVML reports it (averaged over about 1 s on Ampere and
-                               // newer), -1 when not reported
+  double power_w = -1;         // board power in W, -1 when not reported
+  bool power_instant = false;  // power_w is the instantaneous reading (else NVML's one-second average)
   double energy_mj = -1;       // the board's energy counter in mJ (since the driver loaded), -1 when not reported
   double sm_clock_mhz = -1;    // current SM clock in MHz, -1 when not reported
   int64_t limit_reasons = -1;  // NVML clock event reasons (bit 0x4: software power cap), -1 when not reported
@@ -49,6 +50,7 @@ class PowerSampler {
 
  private:
   struct Nvml;
+  bool readInstantPower(double& watts) const;
   std::unique_ptr<Nvml> nvml_;
   bool active_ = false;
   std::string note_;

@@ -134,6 +134,7 @@ void Profiler::Impl::addPowerSamples(std::vector<PowerSample> samples) {
       last_e = &s;
     }
     if (s.power_w >= 0) watts.push_back(s.power_w);
+    summary.power_instant = summary.power_instant || s.power_instant;
     if (s.sm_clock_mhz >= 0) mhz.push_back(s.sm_clock_mhz);
     if (s.limit_reasons >= 0) {
       ++with_reasons;
@@ -466,6 +467,8 @@ ProfileSummary Profiler::finish() {
     const int r = p.opt.rank;
     p.writer->setStat({fmt::format("gpu.power_samples.rank{}", r), s.power_samples, Severity::Info,
                        "NVML samples of power, SM clock and clock-limit reasons (counters gpu.*)"});
+    p.writer->setStat({fmt::format("gpu.power_instant.rank{}", r), s.power_instant ? 1 : 0, Severity::Info,
+                       "1: gpu.power_w is NVML's instantaneous power; 0: its one-second average"});
     if (s.power_w_median >= 0)
       p.writer->setStat({fmt::format("gpu.power_w_median.rank{}", r), int64_t(std::llround(s.power_w_median)),
                          Severity::Info, "median board power (W) from the first step's start to the last step's end"});

@@ -111,6 +111,7 @@ struct ProfileSummary {
   // by the steps ended (-1 where not reported); energy_power_w: that
   // energy over the span's time.
   int64_t power_samples = 0;
+  bool power_instant = false;  // power is NVML's instantaneous reading (else its one-second average)
   double power_w_median = -1, sm_clock_mhz_median = -1, power_capped_share = -1;
   double energy_per_step_j = -1, energy_power_w = -1;
   std::string power_note;
