@@ -112,10 +112,12 @@ std::string describeRun(const traces::RunInfo& info) {
 
 namespace {
 
-// Power from the energy counter. NVML's power reading is a one-second
+// Power from the energy counter. NVML's usual power reading is a one-second
 // average on Ampere and newer GPUs (its documentation): at the start of a
 // GPT-2 run on H200 it still read 225-470 W while the clock had already
-// fallen to the power limit's 1695 MHz. The energy counter moves about every
+// fallen to the power limit's 1695 MHz. (Profiles since the fourteenth
+// session store the instantaneous reading where the driver has it; older
+// ones the average: the energy counter serves both.) The energy counter moves about every
 // 100 ms; its increase between two moves over the time between them is the
 // power of that interval, drawn as a step. The profiler sees each move
 // within one sampling period (10-16 ms), so an interval's power is known to
@@ -164,7 +166,7 @@ void attachCounters(TimelineData& data, const std::vector<traces::CounterRow>& r
     auto it = by_rank.find(rank.rank);
     if (it == by_rank.end()) continue;
     CounterLane power = powerFromEnergy(it->second.energy);
-    if (power.size() < 4) power = laneOf("gpu.power_w", "power W (1 s average)", it->second.power);
+    if (power.size() < 4) power = laneOf("gpu.power_w", "power W (NVML)", it->second.power);
     CounterLane clock = laneOf("gpu.sm_clock_mhz", "SM clock MHz", it->second.clock);
     for (CounterLane* lane : {&power, &clock}) {
       if (lane->size() < 2) continue;  // one sample draws no line

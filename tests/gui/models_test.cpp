@@ -167,7 +167,7 @@ TEST_CASE("a profiled run's power and SM clock samples load as counter lanes", "
   // Rank 0's energy counter never moves: its power is the driver's reading.
   const CounterLane& power = d.ranks[0].counters[0];
   CHECK(power.name == "gpu.power_w");
-  CHECK(power.label == "power W (1 s average)");
+  CHECK(power.label == "power W (NVML)");
   CHECK(power.t_ns == std::vector<int64_t>{0, 1'000'000, 2'000'000});
   CHECK(power.value == std::vector<double>{700.0, 705.0, 640.0});
   CHECK(power.min == 640.0);
