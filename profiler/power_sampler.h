@@ -3,9 +3,10 @@
 // through NVML while a profile runs. Power is NVML's instantaneous reading
 // (field NVML_FI_DEV_POWER_INSTANT) where the driver has it, else
 // nvmlDeviceGetPowerUsage, a one-second average on Ampere and newer; the
-// energy counter's differences give the power of spans of 100 ms or more. On a GPU at its power limit the step time follows
-// the energy a step needs, not the kernels' times alone (docs/profiler.md):
-// these counters show where the clock dropped, beside the kernels.
+// energy counter's differences give the power of spans of 100 ms or more.
+// On a GPU at its power limit the step time follows the energy a step
+// needs, not the kernels' times alone (docs/profiler.md): these counters
+// show where the clock dropped, beside the kernels.
 //
 // NVML is the driver's library: it is opened at run time (dlopen of
 // libnvidia-ml.so.1), never linked, so binaries still start where there is
