@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "engine/cuda/device_math.cuh"
+#include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/kernels.h"
 
 namespace tandem::cuda {
@@ -293,6 +294,7 @@ void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const vo
 
 void prepareKernels() {
   prepareAttentionKernels();
+  prepareGeluGemm();
   prepareLayernormKernels();
 }
 

@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/cuda/cp_async.cuh"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/wgmma.cuh"
@@ -39,27 +40,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // ---- PTX helpers ----------------------------------------------------------
-
-__device__ __forceinline__ uint32_t smemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a swizzled tile.
-__device__ __forceinline__ uint32_t swz(int row, int chunk) {
-  return uint32_t(row * 128 + ((chunk ^ (row & 7)) << 4));
-}
-
-// 16-byte asynchronous copy; with valid == false the destination is zeroed
-// and nothing is read.
-__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

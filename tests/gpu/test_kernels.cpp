@@ -10,11 +10,13 @@
 #include <cstring>
 #include <numbers>
 #include <numeric>
+#include <tuple>
 
 #include "engine/cpu/bf16.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/graph_memsets.h"
 #include "engine/cuda/kernels.h"
 #include "tests/gpu/gpu_test.h"
@@ -457,6 +459,27 @@ void testGemmEpilogues(DType dt, int64_t M, int64_t N, int64_t K) {
   cudaFree(ws);
 }
 
+// The GELU GEMMs of our own (gemm_gelu.cu) through the same checks as
+// cuBLASLt's epilogues, both forms of the backward, on shapes that fit their
+// tiles (GPT-2's fc and fc_proj among them).
+void testOwnGeluGemm() {
+  if (!cuda::ownGeluGemmLoaded()) {
+    std::printf("SKIP own GELU GEMM: no sm_90a code for this device\n");
+    return;
+  }
+  cuda::setGeluGemmPath(cuda::GeluGemmPath::Own);
+  for (const auto& [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{256, 256, 256}, {512, 512, 256},
+                                {1024, 3072, 768}, {384, 768, 3072}}) {
+    expectTrue(fmt::format("own GELU GEMM takes M{} N{} K{} (forward) and M{} K{} N{} (backward)", M, N, K, M, K, N),
+               cuda::useOwnGeluGemm(M, N, K, {}) && cuda::useOwnGeluGemm(M, K, N, {}));
+    testGemmEpilogues(DType::BF16, M, N, K);
+  }
+  cuda::setGeluGemmPath(cuda::GeluGemmPath::CublasLt);
+  // A shape off the tiles stays with cuBLASLt.
+  expectTrue("own GELU GEMM refuses 1000 rows and 128 columns",
+             !cuda::ownGeluGemmFits(1000, 256, 128) && !cuda::ownGeluGemmFits(1024, 128, 128));
+}
+
 void testOptimizer() {
   const int64_t n1 = 40000, n2 = 999;  // several chunks, and a short tensor
   auto g1 = randomVector(n1, rng), g2 = randomVector(n2, rng), p1 = randomVector(n1, rng), p2 = randomVector(n2, rng);
@@ -650,6 +673,7 @@ int main() {
     testGemmEpilogues(dt, 1000, 192, 96);  // M not a tile multiple
   }
   testOptimizer();
+  testOwnGeluGemm();
   testAttentionPaths();
   const cudaError_t err = cudaDeviceSynchronize();
   expectTrue(std::string("no CUDA error: ") + cudaGetErrorString(err), err == cudaSuccess);
