@@ -30,7 +30,8 @@
 //   the same with a TMA producer                                    161 / 164
 //   128 x 256, one block per SM, staged stores                      182 / 190
 //   persistent, stores straight from the fragments                  272 / 177
-//   persistent, TMA stores (this file: 4 / 3 stages)                148 / 166
+//   persistent, TMA stores (4 / 3 stages)                           148 / 166
+//   the same, stages and phases as counters (this file)             151 / 162
 //   persistent, a whole tile staged (2 stages; the stores then hold
 //     up the next tile's loads)                                     214 / 219
 //   the forward's main loop alone, no epilogue: 2 / 3 / 4 stages    105 / 93 / 86
@@ -63,8 +64,10 @@ constexpr int kBlockRows = 128, kBlockCols = 256, kDepth = 64;
 constexpr int kConsumerThreads = 256;                  // two warpgroups
 constexpr int kThreads = kConsumerThreads + 32;        // + the producer warp
 // The forward keeps four stages and two 16 KiB staging buffers for its
-// stores; the backward three stages and its pre tile (64 KiB).
+// stores (three stages and four buffers: 196 us, ptxas spilling); the
+// backward three stages and its pre tile (64 KiB).
 constexpr int kForwardStages = 4, kBackwardStages = 3;
+constexpr int kStagingBuffers = 2;
 constexpr uint32_t kOperandBytes = 128 * 128;        // A: 128 rows of 128 bytes, 16 KiB
 constexpr uint32_t kStageBytes = 3 * kOperandBytes;  // A and B (256 rows): 48 KiB
 constexpr uint32_t kChunkBytes = 128 * 128;          // 64 output columns x 128 rows, bf16: 16 KiB
@@ -72,8 +75,8 @@ constexpr uint32_t kTileBytes = 128 * 256 * 2;       // a bf16 output tile: 64 K
 // Stages, then the forward's staging buffers or the backward's pre tile,
 // then the mbarriers; + room to align.
 constexpr size_t smemBytes(bool forward) {
-  return (forward ? kForwardStages : kBackwardStages) * kStageBytes + (forward ? 2 * kChunkBytes : kTileBytes) + 128 +
-         1024;
+  return (forward ? kForwardStages : kBackwardStages) * kStageBytes +
+         (forward ? kStagingBuffers * kChunkBytes : kTileBytes) + 128 + 1024;
 }
 
 struct Args {
@@ -194,9 +197,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t raw = smemAddr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // wgmma's swizzle repeats on 1024-byte boundaries
   unsigned char* const base_ptr = smem_raw + (base - raw);
-  // After the stages: the forward's two staging buffers, or the backward's pre tile.
+  // After the stages: the forward's staging buffers, or the backward's pre tile.
   const uint32_t pre_tile = base + kStages * kStageBytes, staging = pre_tile;
-  const uint32_t full = pre_tile + (kForward ? 2 * kChunkBytes : kTileBytes), empty = full + 8 * kStages;
+  const uint32_t full = pre_tile + (kForward ? kStagingBuffers * kChunkBytes : kTileBytes), empty = full + 8 * kStages;
   const uint32_t pre_full = empty + 8 * kStages, pre_empty = pre_full + 8;
   const int k_tiles = args.depth / kDepth;
   const int col_tiles = args.cols / kBlockCols;
@@ -213,14 +216,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x >= kConsumerThreads) {  // the producer warp: one thread issues
     if (threadIdx.x != kConsumerThreads) return;
-    int it = 0;  // k-tiles issued by this block so far: stage it % kStages, use it / kStages
+    // The stage of the next k-tile, and whether its stage has been used
+    // before (then the parity of the consumers' last release of it).
+    int stage = 0, uses = 0;
+    uint32_t parity = 0;
     int round = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++round) {
       const int row0 = tile / col_tiles * kBlockRows, col0 = tile % col_tiles * kBlockCols;
-      for (int t = 0; t < k_tiles; ++t, ++it) {
-        const int s = it % kStages, use = it / kStages;
-        if (use > 0) mbarWait(empty + 8 * s, uint32_t(use - 1) & 1u);
-        const uint32_t st = base + uint32_t(s) * kStageBytes, bar = full + 8 * s;
+      for (int t = 0; t < k_tiles; ++t) {
+        if (uses >= kStages) mbarWait(empty + 8 * stage, parity);
+        const uint32_t st = base + uint32_t(stage) * kStageBytes, bar = full + 8 * stage;
         mbarExpectBytes(bar, kStageBytes);
         tmaLoad(st, map_a, t * kDepth, row0, bar);
         if constexpr (kForward) {
@@ -237,6 +242,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int q = 0; q < 4; ++q) tmaLoad(pre_tile + q * 16384u, map_pre, col0 + 64 * q, row0, pre_full);
         }
+        ++uses;
+        if (++stage == kStages) {
+          stage = 0;
+          if (uses > kStages) parity ^= 1u;
+        }
       }
     }
     return;
@@ -246,18 +256,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Fragment (j, e) of this thread: row r0 (+8 for e >= 2), columns 8j + 2t, +1.
   const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int r0 = wg * 64 + ((threadIdx.x >> 5) & 3) * 16 + g;
-  int it = 0, round = 0;
+  // The stage of the next k-tile and the parity of its use, kept as
+  // counters (no division by the stage count in the loop).
+  int stage = 0, prev_stage = kStages - 1;
+  uint32_t parity = 0;
+  int round = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++round) {
     const int64_t row0 = tile / col_tiles * kBlockRows;
     const int col0 = tile % col_tiles * kBlockCols;
     // No zeroing: each tile's first wgmma overwrites (scale-d 0), and a
     // fitting shape has at least one k-tile.
     float acc[32][4];
-    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-      const int s = it % kStages;
-      mbarWait(full + 8 * s, uint32_t(it / kStages) & 1u);
-      const uint32_t a = base + uint32_t(s) * kStageBytes + uint32_t(wg) * 8192u;
-      const uint32_t b = base + uint32_t(s) * kStageBytes + kOperandBytes;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      mbarWait(full + 8 * stage, parity);
+      const uint32_t a = base + uint32_t(stage) * kStageBytes + uint32_t(wg) * 8192u;
+      const uint32_t b = base + uint32_t(stage) * kStageBytes + kOperandBytes;
       wgmmaFence();
 #pragma unroll
       for (int kc = 0; kc < kDepth / 16; ++kc) {
@@ -274,24 +287,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       // any non-wgmma instruction that names the accumulators while products
       // are in flight makes ptxas serialize them.)
       wgmmaWait<1>();
-      if (kt > 0 && (threadIdx.x & 127) == 0) mbarArrive(empty + 8 * ((it - 1) % kStages));
+      if (kt > 0 && (threadIdx.x & 127) == 0) mbarArrive(empty + 8 * prev_stage);
+      prev_stage = stage;
+      if (++stage == kStages) stage = 0, parity ^= 1u;
     }
     wgmmaWait<0>();
     wgmmaFenceOperands(acc);
-    if ((threadIdx.x & 127) == 0) mbarArrive(empty + 8 * ((it - 1) % kStages));
+    if ((threadIdx.x & 127) == 0) mbarArrive(empty + 8 * prev_stage);
 
     // The epilogue: fragments into shared memory in the layout of a TMA
     // box (64 columns x 128 rows, 128-byte swizzle), which one thread then
     // stores with the TMA while the consumers move on.
     if constexpr (kForward) {
-      // pre and y, a quarter (64 columns) at a time through two buffers
-      // (unrolled: the accumulators must be indexed by constants).
+      // pre and y, a quarter (64 columns) at a time through the buffers in
+      // turn (unrolled: the accumulators must be indexed by constants).
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
         const int q = c & 3;
         const bool is_y = c >= 4;
-        const uint32_t buf = staging + uint32_t(c & 1) * kChunkBytes;
-        if (threadIdx.x == 0) bulkWaitRead<1>();  // this buffer's last store has read it
+        const uint32_t buf = staging + uint32_t(c % kStagingBuffers) * kChunkBytes;
+        if (threadIdx.x == 0) bulkWaitRead<kStagingBuffers - 1>();  // this buffer's last store has read it
         consumersSync();
 #pragma unroll
         for (int jj = 0; jj < 8; ++jj) {
