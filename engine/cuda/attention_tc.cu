@@ -717,7 +717,7 @@ static BackwardBlocks attentionBackwardBlocksPerSm() {
 // where it is missing is an error).
 __global__ void probeWgmma(int* out) { *out = TANDEM_WGMMA_COMPILED; }
 
-static bool wgmmaLoaded() {
+bool wgmmaCodeLoaded() {
   int* flag = nullptr;
   TANDEM_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
   probeWgmma<<<1, 1>>>(flag);
@@ -736,7 +736,7 @@ static bool& useWgmma() {
 }
 
 static void chooseAttentionMma() {
-  const bool loaded = wgmmaLoaded();
+  const bool loaded = wgmmaCodeLoaded();
   const char* env = std::getenv("TANDEM_ATTN_MMA");
   const std::string v = env == nullptr ? "" : env;
   if (v.empty()) {

@@ -363,21 +363,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-__global__ void probeGeluGemm(int* out) { *out = TANDEM_WGMMA_COMPILED; }
-
-bool probeLoaded() {
-  int* flag = nullptr;
-  TANDEM_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
-  probeGeluGemm<<<1, 1>>>(flag);
-  int host = 0;
-  const cudaError_t launched = cudaGetLastError();
-  const cudaError_t copied = cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost);
-  TANDEM_CUDA_CHECK(cudaFree(flag));
-  TANDEM_CUDA_CHECK(launched);
-  TANDEM_CUDA_CHECK(copied);
-  return host == 1;
-}
-
 struct PathState {
   bool prepared = false, loaded = false;
   GeluGemmPath path = GeluGemmPath::CublasLt;
@@ -459,7 +444,7 @@ void prepareGeluGemm() {
                                            int(smemBytes(true))));
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(geluGemmKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(smemBytes(false))));
-    st.loaded = probeLoaded();
+    st.loaded = wgmmaCodeLoaded();
     st.prepared = true;
   }
   const char* env = std::getenv("TANDEM_GELU_GEMM");

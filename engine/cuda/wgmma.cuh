@@ -18,6 +18,11 @@
 
 namespace tandem::cuda {
 
+// Whether the device runs this build's sm_90a code: a probe kernel reports
+// which code the driver loaded (attention_tc.cu; gemm_gelu.cu is built for
+// the same architectures).
+bool wgmmaCodeLoaded();
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TANDEM_WGMMA_COMPILED 1
 #else
