@@ -326,14 +326,14 @@ void Gemm::backwardWeight(void* dW, const void* dy, const void* x, int64_t M, in
 
 bool Gemm::forwardGeluSupported(int64_t M, int64_t N, int64_t K, bool has_bias, DType dt) {
   if (N % 8 != 0) return false;
-  if (dt == DType::BF16 && useOwnGeluGemm(M, N, K, {})) return true;
+  if (dt == DType::BF16 && useOwnGeluGemm(true, M, N, K, {})) return true;
   return supported(Key{true, false, N, M, K, K, K, N, false, int(has_bias ? kGeluAuxBias : kGeluAux), int(dt)});
 }
 
 void Gemm::forwardGelu(void* y, void* pre, const void* x, const void* W, const void* bias, int64_t M,
                        int64_t N, int64_t K, DType dt, cudaStream_t s) {
   // As forward; aux (the GELU input) has D's layout: pre^T[N,M], leading dimension N.
-  if (dt == DType::BF16 && useOwnGeluGemm(M, N, K, {y, pre, x, W, bias}))
+  if (dt == DType::BF16 && useOwnGeluGemm(true, M, N, K, {y, pre, x, W, bias}))
     return geluGemmForwardOwn(y, pre, x, W, bias, M, N, K, s);
   requireAligned(pre, "the GELU input");
   if (bias) requireAligned(bias, "the bias");
@@ -342,13 +342,13 @@ void Gemm::forwardGelu(void* y, void* pre, const void* x, const void* W, const v
 
 bool Gemm::backwardDataGeluSupported(int64_t M, int64_t N, int64_t K, DType dt) {
   if (K % 8 != 0) return false;
-  if (dt == DType::BF16 && useOwnGeluGemm(M, K, N, {})) return true;
+  if (dt == DType::BF16 && useOwnGeluGemm(false, M, K, N, {})) return true;
   return supported(Key{false, false, K, M, N, K, N, K, false, int(kDGelu), int(dt)});
 }
 
 void Gemm::backwardDataGelu(void* dx, const void* dy, const void* W, const void* pre, int64_t M,
                             int64_t N, int64_t K, DType dt, cudaStream_t s) {
-  if (dt == DType::BF16 && useOwnGeluGemm(M, K, N, {dx, dy, W, pre}))
+  if (dt == DType::BF16 && useOwnGeluGemm(false, M, K, N, {dx, dy, W, pre}))
     return geluGemmBackwardOwn(dx, dy, W, pre, M, N, K, s);
   requireAligned(pre, "the GELU input");
   run(false, false, K, M, N, W, K, dy, N, dx, K, false, Epi{kDGelu, nullptr, pre}, dt, s);
