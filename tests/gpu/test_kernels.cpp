@@ -460,7 +460,7 @@ void testGemmEpilogues(DType dt, int64_t M, int64_t N, int64_t K) {
 }
 
 // The GELU GEMMs of our own (gemm_gelu.cu) through the same checks as
-// cuBLASLt's epilogues, both forms of the backward, on shapes that fit their
+// cuBLASLt's epilogues, forward and backward, on shapes that fit their
 // tiles (GPT-2's fc and fc_proj among them).
 void testOwnGeluGemm() {
   if (!cuda::ownGeluGemmLoaded()) {
