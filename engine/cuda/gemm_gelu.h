@@ -23,8 +23,8 @@ enum class GeluGemmPath {
 };
 
 // Sets the kernels' shared-memory limit, probes whether the device loaded
-// the sm_90a code, and reads TANDEM_GELU_GEMM (an unknown value, or "own"
-// where the code is missing, throws).
+// the sm_90a code, and reads TANDEM_GELU_GEMM (an unknown value, or "own" or
+// "forward" where the code is missing, throws).
 void prepareGeluGemm();
 bool ownGeluGemmLoaded();
 GeluGemmPath geluGemmPath();

@@ -1,9 +1,9 @@
 // Hopper's warpgroup matrix multiply (wgmma, sm_90a only) for the attention
 // kernels and the GELU GEMMs: four warps multiply 64-row tiles as one
 // warpgroup.
-// The shared tiles are the kernels' swizzled 64 x 64 bf16 tiles (128-byte
-// rows, 16-byte chunk c of row r at c ^ (r & 7), tile base 1024-byte
-// aligned), which is exactly the 128-byte swizzle layout the tensor cores
+// The shared tiles are the kernels' swizzled bf16 tiles of 64-element rows
+// (128-byte rows, 16-byte chunk c of row r at c ^ (r & 7), tile base
+// 1024-byte aligned), which is exactly the 128-byte swizzle layout the tensor cores
 // read, K-major when the contraction runs along a row and MN-major when it
 // runs down the rows. Accumulator and register-A fragments per warp are
 // mma.sync's (16 rows each), so the kernels' fragment code is shared.
