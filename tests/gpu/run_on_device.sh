@@ -2,7 +2,8 @@
 # Runs the GPU tests, the CLI and the benchmark on a GPU machine from a folder
 # of prebuilt binaries (DIST: bin/, lib/, peers/), logging each stage to OUT.
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
-# Stages: kernels executor memory dp2 cli cli2 kill bench bench2 breakdown scaling
+# Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill bench
+#         benchonly bench2 scaling geluforward
 set -u
 DIST=$(cd "$1" && pwd); OUT=$2; shift 2
 export LD_LIBRARY_PATH=$DIST/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -60,5 +61,28 @@ for s in "$@"; do
         stage scaling_$ctas $B/bench_gpt2_h200 --steps 40 --scaling --set parallel.shard_optimizer=true
       done
       unset NCCL_MAX_CTAS ;;
+    geluforward)
+      # Our GELU GEMM for the forward (TANDEM_GELU_GEMM=forward), the
+      # candidate default: the executor tests, graph == eager on GPT-2, the
+      # kernels against cuBLASLt's, and whole steps alternating with
+      # cuBLASLt's epilogues, then against the peer.
+      TANDEM_GELU_GEMM=forward stage executor_forward $B/gpu_test_executor
+      for m in graph eager; do
+        f=""; [ $m = eager ] && f="--eager"
+        TANDEM_GELU_GEMM=forward TANDEM_GEMM_TUNING=0 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 \
+          --steps 20 --json $f | grep '"step"' | sed 's/,"ms".*//' > $OUT/forward_$m.jsonl
+      done
+      if cmp -s $OUT/forward_graph.jsonl $OUT/forward_eager.jsonl; then echo "forward: graph == eager over 20 steps"
+      else echo "forward: graph != eager"; fi
+      tail -n 1 $OUT/forward_graph.jsonl
+      stage gelu_gemm $B/bench_gelu_gemm --rounds 7
+      for i in 1 2; do
+        for p in forward cublaslt; do
+          TANDEM_GELU_GEMM=$p stage step_${p}_$i $B/bench_gpt2_h200 --steps 40
+        done
+      done
+      TANDEM_GELU_GEMM=forward stage peer_forward $B/bench_gpt2_h200 --steps 40 --rounds 3 \
+        --peer $DIST/peers/gpt2_torch.py ;;
+    *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done
