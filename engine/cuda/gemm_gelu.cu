@@ -478,7 +478,6 @@ void prepareGeluGemm() {
 }
 
 bool ownGeluGemmLoaded() { return state().loaded; }
-GeluGemmPath geluGemmPath() { return state().path; }
 void setGeluGemmPath(GeluGemmPath path) {
   if (path != GeluGemmPath::CublasLt && !state().loaded)
     throw std::runtime_error("the own GELU GEMM needs the sm_90a code on a compute capability 9.0 device");

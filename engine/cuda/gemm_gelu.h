@@ -27,7 +27,6 @@ enum class GeluGemmPath {
 // "forward" where the code is missing, throws).
 void prepareGeluGemm();
 bool ownGeluGemmLoaded();
-GeluGemmPath geluGemmPath();
 void setGeluGemmPath(GeluGemmPath path);
 
 // rows x cols of output, contracted over depth: rows and cols multiples of
