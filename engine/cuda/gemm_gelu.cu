@@ -5,8 +5,9 @@
 // shapes its fused kernels take 37 and 43 us more than the same GEMMs
 // without them (146 / 132 against 108 / 89 us, one H200, bench_gelu_gemm):
 // 0.95 ms per step, because each block stores its tile while the tensor
-// cores wait. Ours hides the epilogue: forward 129 us (17 us under
-// cuBLASLt's), backward 142 (10 over; gemm_gelu.h says which runs).
+// cores wait. Ours hides the epilogue better: forward 128-129 us (17-19 us
+// under cuBLASLt's), backward 139-142 (9-10 over; gemm_gelu.h says which
+// runs).
 //
 // Persistent, one block per SM; the block's output tiles (128 x 128) are
 // blockIdx.x, + gridDim.x, ... in row-major order, and its two consumer
@@ -190,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t regions = base + kStages * kStageBytes;  // warpgroup w's at regions + w * kWgBytes
   const uint32_t full = regions + 2 * kWgBytes, empty = full + 8 * kStages;
   const uint32_t turn = empty + 8 * kStages;             // two: warpgroup w may multiply
-  const uint32_t pre_full = turn + 16, pre_empty = pre_full + 16;  // two each (backward)
+  const uint32_t pre_full = turn + 16;                   // two: warpgroup w's pre tile landed (backward)
   const int k_tiles = args.depth / kDepth;
   const int col_tiles = args.cols / kTileCols;
   const int tiles = args.rows / kTileRows * col_tiles;
@@ -202,7 +203,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int w = 0; w < 2; ++w) {
       mbarInit(turn + 8 * w, 1);
       mbarInit(pre_full + 8 * w, 1);
-      mbarInit(pre_empty + 8 * w, 1);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -212,8 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x != kConsumerThreads) return;
     int stage = 0, uses = 0;
     uint32_t parity = 0;
-    int i = 0;  // the tile's place in this block's sequence; warpgroup i & 1 takes it
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++i) {
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int row0 = tile / col_tiles * kTileRows, col0 = tile % col_tiles * kTileCols;
       for (int t = 0; t < k_tiles; ++t) {
         if (uses >= kStages) mbarWait(empty + 8 * stage, parity);
@@ -225,17 +224,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else {
           tmaLoad(st + kOperandBytes, map_b, col0, t * kDepth, bar);
           tmaLoad(st + kOperandBytes + 8192u, map_b, col0 + 64, t * kDepth, bar);
-        }
-        // The backward's pre tile into its warpgroup's region once the
-        // tile's first k-tiles are on their way and that warpgroup is done
-        // with the region (its tile before last).
-        if (!kForward && t == (k_tiles < 3 ? k_tiles - 1 : 2)) {
-          const int w = i & 1;
-          if (i >= 2) mbarWait(pre_empty + 8 * w, uint32_t((i >> 1) - 1) & 1u);
-          const uint32_t region = regions + uint32_t(w) * kWgBytes, pbar = pre_full + 8 * w;
-          mbarExpectBytes(pbar, kWgBytes);
-          tmaLoad(region, map_pre, col0, row0, pbar);
-          tmaLoad(region + kChunkBytes, map_pre, col0 + 64, row0, pbar);
         }
         ++uses;
         if (++stage == kStages) {
@@ -254,6 +242,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int r0 = ((threadIdx.x >> 5) & 3) * 16 + g;
   const uint32_t region = regions + uint32_t(wg) * kWgBytes;
   unsigned char* const region_ptr = base_ptr + (region - base);
+  // The backward's pre tile comes into the warpgroup's region by the TMA,
+  // issued by the warpgroup's thread 0 as soon as the region is free (its
+  // last dx tile read out): it lands during the main loop, and the producer
+  // never waits for an epilogue.
+  auto loadPre = [&](int tile) {
+    if (kForward || wt != 0 || tile >= tiles) return;
+    const int row0 = tile / col_tiles * kTileRows, col0 = tile % col_tiles * kTileCols;
+    const uint32_t pbar = pre_full + 8 * wg;
+    mbarExpectBytes(pbar, kWgBytes);
+    tmaLoad(region, map_pre, col0, row0, pbar);
+    tmaLoad(region + kChunkBytes, map_pre, col0 + 64, row0, pbar);
+  };
+  loadPre(blockIdx.x + wg * gridDim.x);
   int n = 0;  // this warpgroup's tiles so far
   for (int i = wg, tile = blockIdx.x + wg * gridDim.x; tile < tiles; i += 2, tile += 2 * gridDim.x, ++n) {
     const int64_t row0 = tile / col_tiles * kTileRows;
@@ -365,8 +366,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         tmaStore(map_out, region + kChunkBytes, col0 + 64, int(row0));
         bulkCommit();
         bulkWaitRead<0>();  // the region may take this warpgroup's next pre tile
-        mbarArrive(pre_empty + 8 * wg);
       }
+      loadPre(tile + 2 * gridDim.x);
     }
   }
   if (wt == 0) bulkWaitAll();  // the stores are done before the block leaves
@@ -458,13 +459,15 @@ void prepareGeluGemm() {
     st.loaded = wgmmaCodeLoaded();
     st.prepared = true;
   }
-  // Default cuBLASLt. Our forward is 17 us faster per GPT-2 layer than
-  // GELU_AUX_BIAS on one H200 and our backward 10 us slower than DGELU
-  // (bench_gelu_gemm), so `forward` is the candidate default; it waits for
-  // a measurement of whole steps and the executor tests with it.
+  // Default `forward` where the sm_90a code runs, cuBLASLt elsewhere: our
+  // forward is 17-19 us faster per GPT-2 layer than GELU_AUX_BIAS on one
+  // H200, our backward 9-10 us slower than DGELU (bench_gelu_gemm), and
+  // whole steps gain about 0.2 ms (docs/benchmarks.md, sixteenth session).
   const char* env = std::getenv("TANDEM_GELU_GEMM");
   const std::string v = env == nullptr ? "" : env;
-  if (v.empty() || v == "cublaslt") {
+  if (v.empty()) {
+    st.path = st.loaded ? GeluGemmPath::OwnForward : GeluGemmPath::CublasLt;
+  } else if (v == "cublaslt") {
     st.path = GeluGemmPath::CublasLt;
   } else if (v == "own" || v == "forward") {
     if (!st.loaded)

@@ -5,8 +5,8 @@
 // chosen, the operands are bf16 and the shape fits its tiles.
 //
 // Which path: TANDEM_GELU_GEMM=forward|own|cublaslt, read by
-// prepareKernels() (default cublaslt; `forward` is our forward with
-// cuBLASLt's backward, the faster pair at the kernel level);
+// prepareKernels(); default `forward` (our forward with cuBLASLt's backward,
+// the faster pair) where the sm_90a code runs, cuBLASLt elsewhere;
 // setGeluGemmPath() for tests and benchmarks.
 
 #include <cuda_runtime.h>
@@ -24,7 +24,7 @@ enum class GeluGemmPath {
 
 // Sets the kernels' shared-memory limit, probes whether the device loaded
 // the sm_90a code, and reads TANDEM_GELU_GEMM (an unknown value, or "own" or
-// "forward" where the code is missing, throws).
+// "forward" where the code is missing, throws; unset picks the default).
 void prepareGeluGemm();
 bool ownGeluGemmLoaded();
 void setGeluGemmPath(GeluGemmPath path);

@@ -669,8 +669,12 @@ int main() {
     testEmbedding(dt);
     testMatmul(dt, 128, 96, 80);
     testMatmul(dt, 1000, 772, 64);  // bias gradient: N not a multiple of 8 (scalar path)
+    // cuBLASLt's epilogues (the own kernel, the default for the forward on
+    // Hopper, is checked by testOwnGeluGemm).
+    cuda::setGeluGemmPath(cuda::GeluGemmPath::CublasLt);
     testGemmEpilogues(dt, 512, 256, 64);
     testGemmEpilogues(dt, 1000, 192, 96);  // M not a tile multiple
+    cuda::prepareKernels();  // back to the default path
   }
   testOptimizer();
   testOwnGeluGemm();
