@@ -462,7 +462,7 @@ void prepareGeluGemm() {
   // Default `forward` where the sm_90a code runs, cuBLASLt elsewhere: our
   // forward is 17-19 us faster per GPT-2 layer than GELU_AUX_BIAS on one
   // H200, our backward 9-10 us slower than DGELU (bench_gelu_gemm), and
-  // whole steps gain about 0.2 ms (docs/benchmarks.md, sixteenth session).
+  // whole steps gain 0.1-0.3 ms (docs/benchmarks.md, sixteenth session).
   const char* env = std::getenv("TANDEM_GELU_GEMM");
   const std::string v = env == nullptr ? "" : env;
   if (v.empty()) {
