@@ -8,24 +8,29 @@
 //      all at one speed);
 //   4. each simulation is compared with its real run task by task.
 // Prints one JSON line per job, a table, and the rank order of the jobs by
-// step time both ways (Kendall tau).
+// step time both ways (Kendall tau). With --max-dp 1 and --multi-rank-from
+// FILE, the calibration written keeps FILE's multi-rank keys (a refit of
+// the compute keys on one GPU, calibrate_merge.h).
 //
 //   bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology h200x2-nv18] [--steps 30] [--reuse-real] [--max-dp N]
-//                     [--equal-ranks]
+//                     [--equal-ranks] [--multi-rank-from FILE]
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/bench_args.h"
 #include "engine/planner.h"
 #include "simulator/calibrate.h"
+#include "simulator/calibrate_merge.h"
 #include "simulator/calibrate_overlap.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
@@ -186,7 +191,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     fmt::print(stderr,
                "usage: bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] "
-               "[--max-dp N] [--equal-ranks]\n");
+               "[--max-dp N] [--equal-ranks] [--multi-rank-from FILE]\n");
     return 2;
   }
   const std::string tandem_bin = argv[1];
@@ -196,16 +201,19 @@ int main(int argc, char** argv) {
   bool reuse = false;  // keep real traces already in OUT_DIR (analyse again without a GPU)
   int max_dp = 1 << 20;
   bool equal_ranks = false;  // simulate every GPU at one speed (the measured speeds are not applied)
+  std::string multi_rank_from;  // a calibration whose multi-rank keys the written one keeps
   tandem::bench::ArgReader args(
       "bench_sim_vs_real",
-      "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks]", argc, argv,
-      3);
+      "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks] "
+      "[--multi-rank-from FILE]",
+      argc, argv, 3);
   while (args.next()) {
     if (args.is("--reuse-real")) reuse = true;
     else if (args.is("--topology")) topology = args.text();
     else if (args.is("--steps")) steps = int(args.integer(1, 100000));
     else if (args.is("--max-dp")) max_dp = int(args.integer(1, 1 << 20));
     else if (args.is("--equal-ranks")) equal_ranks = true;
+    else if (args.is("--multi-rank-from")) multi_rank_from = args.text();
     else args.unknown();
   }
   fs::create_directories(out_dir);
@@ -219,6 +227,14 @@ int main(int argc, char** argv) {
     }
     jobs.push_back(b);
   }
+
+  if (!multi_rank_from.empty())
+    for (const BenchJob& b : jobs)
+      if (b.calibrate && jobOf(b).parallel.data_parallel > 1) {
+        fmt::print(stderr, "bench_sim_vs_real: --multi-rank-from keeps the multi-rank keys of another calibration, so "
+                           "the calibration jobs must have one rank: add --max-dp 1\n");
+        return 2;
+      }
 
   // 1. Real runs, profiled.
   for (const BenchJob& b : jobs) {
@@ -245,6 +261,18 @@ int main(int argc, char** argv) {
   if (const auto refit = sim::refitOverlapBySimulation(cal, inputs, topo))
     fmt::print(stderr, "kernel overlap efficiency {:.3f} from the timelines, {:.3f} by simulation ({} runs, {:.2f}%)\n",
                refit->from_timelines, refit->efficiency, refit->runs, refit->mean_abs_error_pct);
+  if (!multi_rank_from.empty()) {
+    // One-rank runs refresh what they measure; the rest stays as measured
+    // on more GPUs (calibrate_merge.h).
+    std::ifstream base(multi_rank_from);
+    if (!base) {
+      fmt::print(stderr, "bench_sim_vs_real: cannot read {}\n", multi_rank_from);
+      return 2;
+    }
+    std::ostringstream text;
+    text << base.rdbuf();
+    sim::keepMultiRankKeys(cal, text.str(), multi_rank_from);
+  }
   const std::string cal_path = (out_dir / "calibration.yaml").string();
   {
     std::FILE* f = std::fopen(cal_path.c_str(), "w");

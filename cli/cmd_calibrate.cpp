@@ -5,9 +5,11 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "cli/command_registry.h"
 #include "simulator/calibrate.h"
+#include "simulator/calibrate_merge.h"
 #include "simulator/calibrate_overlap.h"
 #include "simulator/cost_model.h"
 #include "simulator/topology_presets.h"
@@ -20,7 +22,16 @@ struct CalibrateOptions {
   std::vector<std::string> inputs;
   std::string out;
   std::string topology;  // optional: refit kernel_overlap_efficiency by simulation
+  std::string multi_rank_from;  // optional: a calibration whose multi-rank keys are kept
 };
+
+std::string readWholeFile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error(path + ": cannot read the calibration");
+  std::ostringstream text;
+  text << f.rdbuf();
+  return text.str();
+}
 
 // "FILE" (every real run in it) or "FILE:RUN".
 sim::CalibrationInput parseInput(const std::string& arg) {
@@ -41,9 +52,14 @@ void runCalibrate(const CalibrateOptions& o) {
   // The topology first: a bad name fails before the runs are read.
   std::optional<sim::Topology> topology;
   if (!o.topology.empty()) topology = sim::loadTopology(resourcePath(o.topology));
+  // And the calibration to keep keys from: a bad file fails before the fit.
+  const std::string base_path = o.multi_rank_from.empty() ? "" : resourcePath(o.multi_rank_from);
+  const std::string base_yaml = base_path.empty() ? "" : readWholeFile(base_path);
+  if (!base_path.empty()) sim::parseCalibration(base_yaml, base_path);
   sim::CalibrationResult r = sim::calibrateFromRuns(inputs);
   std::optional<sim::OverlapRefit> refit;
   if (topology) refit = sim::refitOverlapBySimulation(r, inputs, *topology);
+  if (!base_path.empty()) sim::keepMultiRankKeys(r, base_yaml, o.multi_rank_from);
   const std::string yaml = sim::calibrationToYaml(r);
   sim::parseCalibration(yaml, o.out);  // what we write must load
   traces::AtomicOutput output(o.out);
@@ -59,10 +75,11 @@ void runCalibrate(const CalibrateOptions& o) {
   for (const auto& op : r.ops)
     fmt::print("{:<20} {:>8} {:>7} {:>11.2f} {:>12.1f} {:>10.2f} {:>12.2f} {:>10.2f}\n", toString(op.op), op.samples,
                op.shapes, op.base_ns / 1e3, op.ns_per_gflop, op.ns_per_mb, op.median_residual_pct, op.max_residual_pct);
-  if (r.calibration.comm_slowdown)
+  const bool fitted_multi_rank = r.multi_rank_source.empty();  // else kept, printed in one line below
+  if (r.calibration.comm_slowdown && fitted_multi_rank)
     fmt::print("comm_slowdown {:.4f} (least squares over {} task-steps under a collective)\n",
                *r.calibration.comm_slowdown, r.comm_slowdown_samples);
-  if (r.calibration.collective_start_wait)
+  if (r.calibration.collective_start_wait && fitted_multi_rank)
     fmt::print("collectives start after {:.0f}% of the remaining time of the kernel running when they are ready "
                "(median over {})\n",
                100 * *r.calibration.collective_start_wait, r.collective_start_wait_samples);
@@ -70,7 +87,7 @@ void runCalibrate(const CalibrateOptions& o) {
     fmt::print("kernel overlap efficiency {:.3f} (kernels of two compute streams side by side; {} steps{})\n",
                *r.calibration.kernel_overlap_efficiency, r.kernel_overlap_samples,
                r.kernel_overlap_samples ? "" : ", none measured: shared evenly");
-  if (r.calibration.multi_rank_launch_ns)
+  if (r.calibration.multi_rank_launch_ns && fitted_multi_rank)
     fmt::print("multi-rank launch gap {:.2f} us per kernel task (median over {} shapes measured on one rank and on "
                "more)\n",
                double(*r.calibration.multi_rank_launch_ns) / 1e3, r.multi_rank_launch_shapes);
@@ -78,14 +95,18 @@ void runCalibrate(const CalibrateOptions& o) {
     fmt::print("rank {}'s forward kernels at {:.4f} of rank 0's speed (median over {} multi-rank runs; a property "
                "of this machine: a topology's device speed, docs/topology-format.md)\n",
                rank, speed, r.rank_speed_runs);
-  for (const auto& c : r.collectives) {
+  if (!fitted_multi_rank)
+    fmt::print("multi-rank keys kept from {}: {} collective fits, comm_slowdown {}\n", r.multi_rank_source,
+               r.collectives.size(),
+               r.calibration.comm_slowdown ? fmt::format("{:.4f}", *r.calibration.comm_slowdown) : "none");
+  for (const auto& c : fitted_multi_rank ? r.collectives : std::vector<sim::CollectiveFitReport>{}) {
     fmt::print("collective {} over {} ranks: latency {:.1f} us, {:.1f} GB/s bus bandwidth ({} samples, max residual "
                "{:.2f}%)\n",
                toString(c.op), c.ranks, double(c.latency_ns) / 1e3, c.gbps, c.samples, c.max_residual_pct);
     for (const auto& [bytes, gbps] : c.sizes)
       fmt::print("  at {:.2f} MiB: {:.1f} GB/s\n", bytes / 1048576.0, gbps);
   }
-  for (const auto& b : r.collective_beside)
+  for (const auto& b : fitted_multi_rank ? r.collective_beside : std::vector<sim::CollectiveBesideReport>{})
     fmt::print("collectives beside {}: {:.3f}x the size model ({} samples)\n", b.role, b.factor, b.samples);
   if (refit)
     fmt::print("kernel overlap efficiency {:.3f} by simulation on {} ({:.3f} from the timelines; {} one-rank runs with "
@@ -105,6 +126,11 @@ void addCalibrateCommand(CLI::App& root) {
                   "preset or topology file of the measured machine: choose kernel_overlap_efficiency by simulating "
                   "the one-rank runs with the weight-gradient stream (docs/simulator.md)")
       ->type_name("NAME|FILE");
+  cmd->add_option("--multi-rank-from", o->multi_rank_from,
+                  "calibration whose multi-rank keys (collectives, comm_slowdown, collective_start_wait, "
+                  "collective_beside, multi_rank_launch_ns) are kept: refit on one GPU without losing what only "
+                  "several measured")
+      ->type_name("FILE");
   cmd->callback([o] { runCalibrate(*o); });
 }
 

@@ -889,28 +889,33 @@ std::string calibrationToYaml(const CalibrationResult& r) {
                        "side, relative to one alone (median over {} steps; 1 when none measured it)\n",
                        *r.calibration.kernel_overlap_efficiency, r.kernel_overlap_samples);
   }
+  // A multi-rank key's comment: how it was fitted, or where it was kept from.
+  const std::string kept = r.multi_rank_source.empty() ? "" : "kept from " + r.multi_rank_source;
+  auto why = [&](const std::string& fitted) { return kept.empty() ? fitted : kept; };
   if (r.calibration.multi_rank_launch_ns)
-    y += fmt::format("multi_rank_launch_ns: {}  # per kernel task, added in plans of more than one rank ({} shapes "
-                     "measured both ways)\n",
-                     *r.calibration.multi_rank_launch_ns, r.multi_rank_launch_shapes);
+    y += fmt::format("multi_rank_launch_ns: {}  # per kernel task, added in plans of more than one rank ({})\n",
+                     *r.calibration.multi_rank_launch_ns,
+                     why(fmt::format("{} shapes measured both ways", r.multi_rank_launch_shapes)));
   if (r.calibration.step_overhead_ns)
     y += fmt::format("step_overhead_ns: {}  # median per (rank, step): before the first and after the last GPU activity\n",
                      *r.calibration.step_overhead_ns);
   if (r.calibration.comm_slowdown)
-    y += fmt::format("comm_slowdown: {:.4f}  # least squares over {} task-steps with kernel time under a collective\n",
-                     *r.calibration.comm_slowdown, r.comm_slowdown_samples);
+    y += fmt::format("comm_slowdown: {:.4f}  # {}\n", *r.calibration.comm_slowdown,
+                     why(fmt::format("least squares over {} task-steps with kernel time under a collective",
+                                     r.comm_slowdown_samples)));
   if (!r.calibration.comm_slowdown_by_op.empty()) {
     y += "comm_slowdown_by_op:  # the same fit per op kind (kinds not listed take comm_slowdown)\n";
     for (const auto& [op, f] : r.calibration.comm_slowdown_by_op) {
       const auto n = r.comm_slowdown_by_op_samples.find(op);
-      y += fmt::format("  {}: {:.4f}  # {} task-steps\n", toString(op), f,
-                       n == r.comm_slowdown_by_op_samples.end() ? 0 : n->second);
+      y += fmt::format("  {}: {:.4f}  # {}\n", toString(op), f,
+                       why(fmt::format("{} task-steps", n == r.comm_slowdown_by_op_samples.end() ? 0 : n->second)));
     }
   }
   if (r.calibration.collective_start_wait)
-    y += fmt::format("collective_start_wait: {:.4f}  # median over {} collectives that became ready beside a kernel: "
-                     "their start as a share of its remaining time\n",
-                     *r.calibration.collective_start_wait, r.collective_start_wait_samples);
+    y += fmt::format("collective_start_wait: {:.4f}  # {}\n", *r.calibration.collective_start_wait,
+                     why(fmt::format("median over {} collectives that became ready beside a kernel: their start as "
+                                     "a share of its remaining time",
+                                     r.collective_start_wait_samples)));
   y += r.ops.empty() ? "ops: {}\n" : "ops:\n";  // an empty map still parses
   for (const OpFitReport& rep : r.ops) {
     const OpCalibration& oc = r.calibration.ops.at(rep.op);
@@ -928,17 +933,17 @@ std::string calibrationToYaml(const CalibrationResult& r) {
   if (!r.collective_beside.empty()) {
     y += "collective_beside:  # factor on a collective's time by the task role of the kernels beside it the longest\n";
     for (const CollectiveBesideReport& b : r.collective_beside)
-      y += fmt::format("  \"{}\": {:.4f}  # median of {} collectives against the size model\n", b.role, b.factor, b.samples);
+      y += fmt::format("  \"{}\": {:.4f}  # {}\n", b.role, b.factor,
+                       why(fmt::format("median of {} collectives against the size model", b.samples)));
   }
   if (!r.collectives.empty()) {
     y += "collectives:\n";
     for (const CollectiveFitReport& c : r.collectives) {
       std::string sizes;
       for (const auto& [bytes, gbps] : c.sizes) sizes += fmt::format("{}[{:.0f}, {:.3f}]", sizes.empty() ? "" : ", ", bytes, gbps);
-      y += fmt::format("  - {{op: {}, ranks: {}, latency_ns: {}, gbps: {:.3f}{}}}  # {} samples, max residual {:.2f}% of "
-                       "the line\n",
-                       toString(c.op), c.ranks, c.latency_ns, c.gbps, sizes.empty() ? "" : ", sizes: [" + sizes + "]",
-                       c.samples, c.max_residual_pct);
+      y += fmt::format("  - {{op: {}, ranks: {}, latency_ns: {}, gbps: {:.3f}{}}}  # {}\n", toString(c.op), c.ranks,
+                       c.latency_ns, c.gbps, sizes.empty() ? "" : ", sizes: [" + sizes + "]",
+                       why(fmt::format("{} samples, max residual {:.2f}% of the line", c.samples, c.max_residual_pct)));
     }
   }
   return y;

@@ -96,6 +96,9 @@ struct CalibrationResult {
   // calibration: bench_sim_vs_real sets it as the topology's device speeds.
   std::map<int, double> rank_speed;
   int64_t rank_speed_runs = 0;
+  // Where the multi-rank keys came from when they were kept from another
+  // calibration (keepMultiRankKeys, calibrate_merge.h); empty when fitted.
+  std::string multi_rank_source;
 };
 
 // A multi-rank run's forward kernel speed of every rank but 0 relative to

@@ -13,6 +13,7 @@
 #include "engine/planner.h"
 #include "simulator/calibrate.h"
 #include "simulator/calibrate_collectives.h"
+#include "simulator/calibrate_merge.h"
 #include "simulator/calibrate_overlap.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
@@ -683,4 +684,60 @@ TEST_CASE("Rank speeds: a slower GPU of a multi-rank run is measured from its fo
   const std::string single = traces::testing::tempTracePath("one-rank.sqlite");
   simulate(one, truth, {}, single);
   CHECK(sim::calibrateFromRuns({{single, 1}}).rank_speed.empty());
+}
+
+TEST_CASE("Multi-rank keys kept from another calibration through a one-rank refit", "[calibrate]") {
+  const sim::RooflineCostModel truth = truthModel();
+  const std::string measured = traces::testing::tempTracePath("one_rank.sqlite");
+  JobSpec job = smallJob(4, 2);
+  job.parallel.data_parallel = 1;
+  simulate(job, truth, {}, measured);
+  sim::CalibrationResult fit = sim::calibrateFromRuns({{measured, 1}});
+  REQUIRE(!sim::hasMultiRankKeys(fit));
+  const size_t fitted_ops = fit.calibration.ops.size();
+  REQUIRE(fitted_ops > 0);
+
+  const std::string base =
+      "# Calibration of a two-GPU machine.\n"
+      "#   measured by hand\n"
+      "version: 1\n"
+      "launch_overhead_ns: 999\n"
+      "comm_slowdown: 1.4\n"
+      "comm_slowdown_by_op:\n  matmul_bwd_weight: 1.5\n"
+      "multi_rank_launch_ns: 400\n"
+      "collective_start_wait: 0.9\n"
+      "collective_beside:\n  \"(none)\": 1.05\n"
+      "ops:\n  matmul:\n    ns: 1234\n"
+      "collectives:\n  - {op: all_reduce, ranks: 2, latency_ns: 20000, gbps: 300, sizes: [[1048576, 100], [67108864, "
+      "350]]}\n";
+  sim::keepMultiRankKeys(fit, base, "two.yaml");
+  const std::string yaml = sim::calibrationToYaml(fit);
+  INFO(yaml);
+  CHECK_THAT(yaml, Catch::Contains("comm_slowdown: 1.4000  # kept from two.yaml"));
+  CHECK_THAT(yaml, Catch::Contains("multi-rank keys kept from two.yaml, whose header reads:"));
+  CHECK_THAT(yaml, Catch::Contains("#     measured by hand"));
+  const sim::Calibration back = sim::parseCalibration(yaml, "merged.yaml");
+  // The multi-rank keys are the base's ...
+  CHECK(*back.comm_slowdown == Approx(1.4));
+  CHECK(back.comm_slowdown_by_op.at(OpKind::MatmulBwdWeight) == Approx(1.5));
+  CHECK(*back.multi_rank_launch_ns == 400);
+  CHECK(*back.collective_start_wait == Approx(0.9));
+  CHECK(back.collective_beside.at(sim::kNoKernelBeside) == Approx(1.05));
+  REQUIRE(back.collectives.size() == 1);
+  CHECK(back.collectives[0].ranks == 2);
+  CHECK(back.collectives[0].latency_ns == 20000);
+  REQUIRE(back.collectives[0].sizes.size() == 2);
+  CHECK(back.collectives[0].sizes[1].second == Approx(350));
+  // ... the rest is the fit's: its ops (not the base's matmul), its launch overhead.
+  CHECK(back.ops.size() == fitted_ops);
+  CHECK(back.ops.at(OpKind::Matmul).all_shapes.has_fit);
+  CHECK(back.ops.at(OpKind::Matmul).all_shapes.ns == -1);
+  CHECK(back.launch_overhead_ns != std::optional<int64_t>(999));
+
+  // Kept once, the fit has multi-rank keys: a second keep would drop them.
+  CHECK_THROWS_WITH(sim::keepMultiRankKeys(fit, base, "two.yaml"), Catch::Contains("multi-rank keys of their own"));
+  sim::CalibrationResult fresh = sim::calibrateFromRuns({{measured, 1}});
+  CHECK_THROWS_WITH(sim::keepMultiRankKeys(fresh, "version: 1\nlaunch_overhead_ns: 5\n", "plain.yaml"),
+                    Catch::Contains("plain.yaml has no multi-rank keys"));
+  CHECK_THROWS_AS(sim::keepMultiRankKeys(fresh, "version: 1\ncomm_slowdown: -2\n", "bad.yaml"), sim::CalibrationError);
 }

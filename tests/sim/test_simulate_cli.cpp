@@ -159,3 +159,61 @@ TEST_CASE("tandem calibrate --topology refits the kernel overlap efficiency by s
   CHECK(err.text.find("no-such-machine") != std::string::npos);
   CHECK(!std::filesystem::exists(bad));
 }
+
+TEST_CASE("tandem calibrate --multi-rank-from keeps another calibration's multi-rank keys", "[cli]") {
+  REQUIRE(std::filesystem::exists(tandemBin()));
+  const std::string job =
+      "default --set model.layers=2 --set model.hidden=256 --set model.heads=4 --set model.seq_len=256 "
+      "--set training.micro_batch=4 --topology h200x2-nv18";
+  const std::string one = tempPath("cli_keep_one_rank.sqlite"), two = tempPath("cli_keep_two_ranks.sqlite");
+  REQUIRE(run("simulate " + job + " --set parallel.data_parallel=1 --out " + one).status == 0);
+  REQUIRE(run("simulate " + job + " --set parallel.data_parallel=2 --out " + two).status == 0);
+  const std::string base = std::string(TANDEM_SOURCE_DIR) + "/resources/calibration/h200x2-nv18.yaml";
+
+  // One-rank runs: the compute keys fitted, the collectives kept.
+  const std::string cal = tempPath("cli_keep_cal.yaml");
+  const Output ok = run("calibrate " + one + ":1 --out " + cal + " --multi-rank-from " + base);
+  INFO(ok.text);
+  REQUIRE(ok.status == 0);
+  CHECK(ok.text.find("multi-rank keys kept from") != std::string::npos);
+  std::string yaml;
+  {
+    FILE* f = std::fopen(cal.c_str(), "r");
+    REQUIRE(f != nullptr);
+    std::array<char, 4096> buf{};
+    size_t n = 0;
+    while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) yaml.append(buf.data(), n);
+    std::fclose(f);
+  }
+  CHECK(yaml.find("collectives:") != std::string::npos);
+  CHECK(yaml.find("comm_slowdown: ") != std::string::npos);
+  CHECK(yaml.find("# kept from " + base) != std::string::npos);
+  CHECK(yaml.find("whose header reads:") != std::string::npos);
+  // ... and the result simulates a two-GPU job.
+  const Output sim = run("simulate " + job + " --set parallel.data_parallel=2 --calibration " + cal);
+  INFO(sim.text);
+  CHECK(sim.status == 0);
+
+  // A base without multi-rank keys, and runs with multi-rank keys of their
+  // own: one line, exit 1, no file.
+  const std::string plain = tempPath("cli_keep_plain.yaml");
+  {
+    FILE* f = std::fopen(plain.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs("version: 1\nlaunch_overhead_ns: 500\n", f);
+    std::fclose(f);
+  }
+  const std::string bad = tempPath("cli_keep_bad.yaml");
+  const Output none = run("calibrate " + one + ":1 --out " + bad + " --multi-rank-from " + plain);
+  CHECK(none.status == 1);
+  CHECK(none.text.find("no multi-rank keys") != std::string::npos);
+  CHECK(!std::filesystem::exists(bad));
+  const Output own = run("calibrate " + two + ":1 --out " + bad + " --multi-rank-from " + base);
+  CHECK(own.status == 1);
+  CHECK(own.text.find("multi-rank keys of their own") != std::string::npos);
+  CHECK(!std::filesystem::exists(bad));
+  // A base that is not a calibration: its file and line, before any fit.
+  const Output broken = run("calibrate " + one + ":1 --out " + bad + " --multi-rank-from " + one);
+  CHECK(broken.status == 1);
+  CHECK(!std::filesystem::exists(bad));
+}
