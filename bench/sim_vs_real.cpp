@@ -228,13 +228,26 @@ int main(int argc, char** argv) {
     jobs.push_back(b);
   }
 
-  if (!multi_rank_from.empty())
+  // --multi-rank-from: checked before any run (calibrate_merge.h).
+  std::string multi_rank_yaml;
+  if (!multi_rank_from.empty()) {
     for (const BenchJob& b : jobs)
       if (b.calibrate && jobOf(b).parallel.data_parallel > 1) {
         fmt::print(stderr, "bench_sim_vs_real: --multi-rank-from keeps the multi-rank keys of another calibration, so "
                            "the calibration jobs must have one rank: add --max-dp 1\n");
         return 2;
       }
+    std::ifstream base(multi_rank_from);
+    std::ostringstream text;
+    text << base.rdbuf();
+    multi_rank_yaml = text.str();
+    try {
+      sim::parseCalibration(multi_rank_yaml, multi_rank_from);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "bench_sim_vs_real: --multi-rank-from: {}\n", base ? e.what() : "cannot read the file");
+      return 2;
+    }
+  }
 
   // 1. Real runs, profiled.
   for (const BenchJob& b : jobs) {
@@ -263,15 +276,13 @@ int main(int argc, char** argv) {
                refit->from_timelines, refit->efficiency, refit->runs, refit->mean_abs_error_pct);
   if (!multi_rank_from.empty()) {
     // One-rank runs refresh what they measure; the rest stays as measured
-    // on more GPUs (calibrate_merge.h).
-    std::ifstream base(multi_rank_from);
-    if (!base) {
-      fmt::print(stderr, "bench_sim_vs_real: cannot read {}\n", multi_rank_from);
-      return 2;
+    // on more GPUs.
+    try {
+      sim::keepMultiRankKeys(cal, multi_rank_yaml, multi_rank_from);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "bench_sim_vs_real: --multi-rank-from: {}\n", e.what());
+      return 1;
     }
-    std::ostringstream text;
-    text << base.rdbuf();
-    sim::keepMultiRankKeys(cal, text.str(), multi_rank_from);
   }
   const std::string cal_path = (out_dir / "calibration.yaml").string();
   {
