@@ -7,14 +7,21 @@
 // rounds, each timed over --reps back-to-back launches, so that all see the
 // same clocks; the median round is printed. One JSON object per line; the
 // last lines say what the own kernels save per step (12 layers).
+// Where NVML is there, each line also has the median SM clock and the mean
+// board power sampled (every 2 ms) while that candidate's launches ran: at
+// the power limit a kernel's time follows its energy, and the clock says
+// which candidates it held down.
 //
 //   bench_gelu_gemm [--reps N] [--rounds N] [--tokens N]
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_args.h"
@@ -25,6 +32,9 @@
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/kernels.h"
+#endif
+#ifdef TANDEM_HAVE_PROFILER
+#include "profiler/power_sampler.h"
 #endif
 
 int main(int argc, char** argv) {
@@ -83,6 +93,7 @@ int main(int argc, char** argv) {
     std::string op, impl;
     std::function<void()> launch;
     std::vector<double> us;
+    std::vector<std::pair<uint64_t, uint64_t>> bursts;  // host ns, start and end of each timed burst
   };
   auto own = [](std::function<void()> f) {
     return [f] {
@@ -100,12 +111,13 @@ int main(int argc, char** argv) {
   auto fwd_gelu = [&] { gemm.forwardGelu(out, pre, x, W, bias, M, F, C, bf, s); };
   auto bwd_gelu = [&] { gemm.backwardDataGelu(out, x, W, pre, M, C, F, bf, s); };
   std::vector<Candidate> cands = {
-      {"fc_forward", "cublaslt_bias", lt([&] { gemm.forward(out, x, W, bias, M, F, C, bf, s); }), {}},
-      {"fc_forward", "cublaslt_gelu_aux_bias", lt(fwd_gelu), {}},
-      {"fc_forward", "own", own(fwd_gelu), {}},
-      {"fc_proj_backward_data", "cublaslt_plain", lt([&] { gemm.backwardData(out, x, W, M, C, F, false, bf, s); }), {}},
-      {"fc_proj_backward_data", "cublaslt_dgelu", lt(bwd_gelu), {}},
-      {"fc_proj_backward_data", "own", own(bwd_gelu), {}},
+      {"fc_forward", "cublaslt_bias", lt([&] { gemm.forward(out, x, W, bias, M, F, C, bf, s); }), {}, {}},
+      {"fc_forward", "cublaslt_gelu_aux_bias", lt(fwd_gelu), {}, {}},
+      {"fc_forward", "own", own(fwd_gelu), {}, {}},
+      {"fc_proj_backward_data", "cublaslt_plain", lt([&] { gemm.backwardData(out, x, W, M, C, F, false, bf, s); }),
+       {}, {}},
+      {"fc_proj_backward_data", "cublaslt_dgelu", lt(bwd_gelu), {}, {}},
+      {"fc_proj_backward_data", "own", own(bwd_gelu), {}, {}},
   };
   // The first call of each cuBLASLt shape tunes it (and waits, computing
   // nothing); the executor turns tuning off after its first step, so here.
@@ -118,13 +130,32 @@ int main(int argc, char** argv) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
+  auto hostNs = [] {
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count());
+  };
+#ifdef TANDEM_HAVE_PROFILER
+  std::unique_ptr<profiler::PowerSampler> sampler;
+  {
+    char bus[32] = {};
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) == cudaSuccess)
+      sampler = std::make_unique<profiler::PowerSampler>(bus, 2, hostNs);
+    if (sampler && !sampler->active()) fmt::print(stderr, "bench_gelu_gemm: {}\n", sampler->note());
+  }
+#endif
   for (int r = 0; r < rounds; ++r) {
     for (Candidate& c : cands) {
       c.launch();  // warm
+      cudaStreamSynchronize(s);
+      const uint64_t t0 = hostNs();
       cudaEventRecord(e0, s);
       for (int i = 0; i < reps; ++i) c.launch();
       cudaEventRecord(e1, s);
       cudaEventSynchronize(e1);
+      c.bursts.push_back({t0, hostNs()});
       float ms = 0;
       cudaEventElapsedTime(&ms, e0, e1);
       c.us.push_back(1000.0 * ms / reps);
@@ -140,12 +171,34 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   const double flop = 2.0 * double(M) * double(F) * double(C);
+  // Per candidate, the clock and power samples taken inside its bursts.
+  std::vector<std::string> clocks(cands.size());
+#ifdef TANDEM_HAVE_PROFILER
+  if (sampler && sampler->active()) {
+    const std::vector<profiler::PowerSample> samples = sampler->stop();
+    for (size_t i = 0; i < cands.size(); ++i) {
+      std::vector<double> mhz;
+      double watts = 0;
+      int n_watts = 0;
+      for (const profiler::PowerSample& p : samples)
+        for (const auto& [b0, b1] : cands[i].bursts)
+          if (p.ts >= b0 && p.ts <= b1) {
+            if (p.sm_clock_mhz > 0) mhz.push_back(p.sm_clock_mhz);
+            if (p.power_w > 0) watts += p.power_w, ++n_watts;
+          }
+      if (!mhz.empty())
+        clocks[i] = fmt::format(",\"sm_clock_mhz\":{:.0f},\"power_w\":{:.0f},\"samples\":{}", median(mhz),
+                                n_watts ? watts / n_watts : -1.0, mhz.size());
+    }
+  }
+#endif
   std::vector<double> med;
-  for (const Candidate& c : cands) {
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const Candidate& c = cands[i];
     med.push_back(median(c.us));
     fmt::print("{{\"bench\":\"gelu_gemm\",\"op\":\"{}\",\"impl\":\"{}\",\"m\":{},\"n\":{},\"k\":{},\"us\":{:.2f},"
-               "\"tflops\":{:.1f},\"rounds\":{},\"reps\":{}}}\n",
-               c.op, c.impl, M, F, C, med.back(), flop / med.back() / 1e6, rounds, reps);
+               "\"tflops\":{:.1f},\"rounds\":{},\"reps\":{}{}}}\n",
+               c.op, c.impl, M, F, C, med.back(), flop / med.back() / 1e6, rounds, reps, clocks[i]);
   }
   fmt::print("{{\"bench\":\"gelu_gemm\",\"summary\":\"per step, 12 layers\",\"forward_epilogue_cost_cublaslt_ms\":{:.3f},"
              "\"forward_epilogue_cost_own_ms\":{:.3f},\"backward_epilogue_cost_cublaslt_ms\":{:.3f},"
