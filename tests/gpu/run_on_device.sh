@@ -3,7 +3,7 @@
 # of prebuilt binaries (DIST: bin/, lib/, peers/), logging each stage to OUT.
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
 # Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill bench
-#         benchonly bench2 scaling geluforward
+#         benchonly bench2 scaling geluforward geluclocks
 set -u
 DIST=$(cd "$1" && pwd); OUT=$2; shift 2
 export LD_LIBRARY_PATH=$DIST/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -62,10 +62,10 @@ for s in "$@"; do
       done
       unset NCCL_MAX_CTAS ;;
     geluforward)
-      # Our GELU GEMM for the forward (TANDEM_GELU_GEMM=forward), the
-      # candidate default: the executor tests, graph == eager on GPT-2, the
-      # kernels against cuBLASLt's, and whole steps alternating with
-      # cuBLASLt's epilogues, then against the peer.
+      # Our GELU GEMM for the forward (TANDEM_GELU_GEMM=forward, the default
+      # on Hopper): the executor tests, graph == eager on GPT-2, the kernels
+      # against cuBLASLt's, and whole steps alternating with cuBLASLt's
+      # epilogues, then against the peer.
       TANDEM_GELU_GEMM=forward stage executor_forward $B/gpu_test_executor
       for m in graph eager; do
         f=""; [ $m = eager ] && f="--eager"
@@ -83,6 +83,11 @@ for s in "$@"; do
       done
       TANDEM_GELU_GEMM=forward stage peer_forward $B/bench_gpt2_h200 --steps 40 --rounds 3 \
         --peer $DIST/peers/gpt2_torch.py ;;
+    geluclocks)
+      # The GELU GEMMs' SM clock and power per candidate, in short and long
+      # bursts: does the epilogues' memory traffic hold the clock down?
+      stage gelu_clocks_50 $B/bench_gelu_gemm --rounds 7 --reps 50
+      stage gelu_clocks_500 $B/bench_gelu_gemm --rounds 5 --reps 500 ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done
