@@ -123,6 +123,8 @@ struct CriticalTask {
 struct CriticalPath {
   bool available = false;  // needs activities with task ids
   int rank = -1;           // the rank whose path is the longest
+  int step = -1;           // the step it was taken in (that rank's median step); -1: the whole run
+  int64_t steps_recorded = 0;  // that rank's steps
   int64_t length_ns = 0;   // first start to last end along the path
   int64_t busy_ns = 0;
   int64_t wait_ns = 0;

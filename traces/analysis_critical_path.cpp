@@ -1,6 +1,9 @@
 // Critical path through the plan's dependency graph, from observed task times.
 //
-// A task's observed interval spans all its activities. Its predecessors are
+// A plan's task ids repeat in every step, so the path is taken within one
+// step: each rank's median step by duration (a typical step; the slowest
+// could be a warm-up or a hiccup). A rank without recorded steps is taken
+// whole. A task's observed interval spans all its activities in that window. Its predecessors are
 // the tasks it depends on in the plan plus the previous task on its stream
 // (streams are FIFO). Walking back from the task that ends last, each step
 // goes to the predecessor that finished last: that is the dependency the task
@@ -26,15 +29,35 @@ struct Node {
   std::vector<size_t> preds;
 };
 
+// The rank's median step by duration (the lower middle of an even count),
+// or null when it has none.
+const StepRow* medianStep(const std::vector<StepRow>& steps, int rank, int64_t& count) {
+  std::vector<const StepRow*> mine;
+  for (const StepRow& s : steps)
+    if (s.rank == rank) mine.push_back(&s);
+  count = static_cast<int64_t>(mine.size());
+  if (mine.empty()) return nullptr;
+  std::sort(mine.begin(), mine.end(), [](const StepRow* a, const StepRow* b) {
+    const int64_t da = a->end_ns - a->start_ns, db = b->end_ns - b->start_ns;
+    return da != db ? da < db : a->step < b->step;
+  });
+  return mine[(mine.size() - 1) / 2];
+}
+
 CriticalPath pathOfRank(const RankTracks& rank, const CategoryTable& categories,
                         const std::vector<std::string>& strings,
-                        const std::unordered_map<int64_t, const PlanTaskRow*>& plan, size_t max_tasks) {
+                        const std::unordered_map<int64_t, const PlanTaskRow*>& plan, const std::vector<StepRow>& steps,
+                        size_t max_tasks) {
   CriticalPath cp;
+  const StepRow* step = medianStep(steps, rank.rank, cp.steps_recorded);
+  const int64_t window_start = step ? step->start_ns : INT64_MIN, window_end = step ? step->end_ns : INT64_MAX;
+  cp.step = step ? step->step : -1;
   std::vector<Node> nodes;
   std::unordered_map<int64_t, size_t> index;
   for (const Track* t : rank.tracks) {
     for (size_t i = 0; i < t->size(); ++i) {
       if (t->task_id[i] < 0) continue;
+      if (t->start_ns[i] < window_start || t->start_ns[i] >= window_end) continue;
       Category c = categories.of(t->kind[i], t->name[i]);
       if (c == Category::Host) continue;
       auto [it, fresh] = index.emplace(t->task_id[i], nodes.size());
@@ -122,13 +145,13 @@ CriticalPath pathOfRank(const RankTracks& rank, const CategoryTable& categories,
 
 CriticalPath criticalPath(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                           const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
-                          size_t max_tasks) {
+                          const std::vector<StepRow>& steps, size_t max_tasks) {
   CriticalPath best;
   for (const auto& rank : ranks) {
     std::unordered_map<int64_t, const PlanTaskRow*> tasks;
     for (const auto& t : plan)
       if (t.rank == rank.rank) tasks.emplace(t.task_id, &t);
-    CriticalPath cp = pathOfRank(rank, categories, strings, tasks, max_tasks);
+    CriticalPath cp = pathOfRank(rank, categories, strings, tasks, steps, max_tasks);
     if (cp.available && (!best.available || cp.length_ns > best.length_ns)) best = std::move(cp);
   }
   return best;

@@ -23,7 +23,7 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
 
 CriticalPath criticalPath(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                           const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
-                          size_t max_tasks);
+                          const std::vector<StepRow>& steps, size_t max_tasks);
 
 Stragglers stragglers(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                       const std::vector<CollectiveRow>& collectives);

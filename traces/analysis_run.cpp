@@ -45,7 +45,10 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
     ranks.back().tracks.push_back(&t);
   }
 
-  std::vector<StepRow> steps = reader.steps(run);
+  // The critical path's thread reads the recorded steps while this one may
+  // add synthesized ones to its own copy below.
+  const std::vector<StepRow> recorded_steps = reader.steps(run);
+  std::vector<StepRow> steps = recorded_steps;
   std::vector<PlanTaskRow> plan = reader.planTasks(run);
   std::vector<CollectiveRow> collectives = reader.collectives(run);
 
@@ -57,7 +60,7 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
     return part;
   });
   auto path = std::async(std::launch::async, [&] {
-    return detail::criticalPath(ranks, categories, strings, plan, options.critical_path_tasks);
+    return detail::criticalPath(ranks, categories, strings, plan, recorded_steps, options.critical_path_tasks);
   });
 
   std::map<int, RankSets> sets;

@@ -146,7 +146,8 @@ std::string reportToJson(const RunReport& r) {
   Json by_phase = Json::object(), by_cat = Json::object();
   for (const auto& [k, v] : cp.by_phase_ns) by_phase[k] = v;
   for (const auto& [k, v] : cp.by_category_ns) by_cat[k] = v;
-  j["critical_path"] = Json{{"available", cp.available}, {"rank", cp.rank},     {"length_ns", cp.length_ns},
+  j["critical_path"] = Json{{"available", cp.available}, {"rank", cp.rank}, {"step", cp.step},
+                            {"steps_recorded", cp.steps_recorded},   {"length_ns", cp.length_ns},
                             {"busy_ns", cp.busy_ns},     {"wait_ns", cp.wait_ns}, {"task_count", cp.task_count},
                             {"by_phase_ns", by_phase},  {"by_category_ns", by_cat}, {"tasks", tasks}};
   Json sranks = Json::array();
@@ -214,8 +215,11 @@ std::string reportToText(const RunReport& r) {
   if (!cp.available) {
     line("critical path: not available (no activity carries a plan task id)");
   } else {
-    line(fmt::format("critical path (rank {}): {} ms over {} tasks, busy {} ms, waiting {} ms", cp.rank,
-                     ms(cp.length_ns), cp.task_count, ms(cp.busy_ns), ms(cp.wait_ns)));
+    const std::string where = cp.step >= 0 ? fmt::format("rank {}, step {}: the median of {} steps", cp.rank, cp.step,
+                                                         cp.steps_recorded)
+                                           : fmt::format("rank {}, whole run: no steps recorded", cp.rank);
+    line(fmt::format("critical path ({}): {} ms over {} tasks, busy {} ms, waiting {} ms", where, ms(cp.length_ns),
+                     cp.task_count, ms(cp.busy_ns), ms(cp.wait_ns)));
     std::string phases;
     for (const auto& [k, v] : cp.by_phase_ns) phases += fmt::format("  {} {} ms", k, ms(v));
     line("  by phase:" + phases);

@@ -133,7 +133,7 @@ TEST_CASE("critical path follows the dependency that finished last", "[analysis]
   for (const auto& t : tracks)
     if (t.rank == 0) rank0.tracks.push_back(&t);
   CategoryTable cats(Classifier(), r.strings());
-  CriticalPath cp0 = detail::criticalPath({rank0}, cats, r.strings(), r.planTasks(1), 50);
+  CriticalPath cp0 = detail::criticalPath({rank0}, cats, r.strings(), r.planTasks(1), r.steps(1), 50);
   REQUIRE(cp0.tasks.size() == 5);
   std::vector<int64_t> ids;
   for (const auto& t : cp0.tasks) ids.push_back(t.task_id);
@@ -141,6 +141,49 @@ TEST_CASE("critical path follows the dependency that finished last", "[analysis]
   CHECK(cp0.length_ns == 450);
   CHECK(cp0.wait_ns == 70);
   CHECK(cp0.tasks[4].wait_before_ns == 50);
+}
+
+TEST_CASE("critical path of a many-step run: within the median step", "[analysis]") {
+  // A plan's task ids repeat in every step. Three steps of one rank, 100,
+  // 130 and 110 ns long: task 1 on stream 0, task 3 beside it on stream 1,
+  // task 2 after both. Spanning all steps, each task would cover the whole
+  // run and the path's busy time would exceed its length.
+  using K = ActivityKind;
+  using P = TracePhase;
+  std::string path = tempTracePath("cp_steps.sqlite");
+  {
+    TraceWriter w(path, WriterOptions{.truncate = true});
+    RunInfo info;
+    info.kind = RunKind::Real;
+    info.name = "three-steps";
+    info.world_size = 1;
+    w.beginRun(info);
+    w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+    w.addStream({0, 1, StreamKind::Compute, "compute.wgrad", 0});
+    w.addPlanTask(task(0, 1, "fwd", "matmul", P::Forward, 0, {}));
+    w.addPlanTask(task(0, 3, "wgrad", "matmul_bwd_weight", P::Backward, 1, {1}));
+    w.addPlanTask(task(0, 2, "adamw", "adamw", P::Optimizer, 0, {1, 3}));
+    const int64_t starts[] = {0, 100, 230}, lengths[] = {100, 130, 110};
+    for (int k = 0; k < 3; ++k) {
+      const int64_t t0 = starts[k], side_end = t0 + lengths[k] - 30;
+      w.addActivity(act(0, 0, t0, t0 + 40, K::Kernel, "gemm", 1, P::Forward));
+      w.addActivity(act(0, 1, t0 + 40, side_end, K::Kernel, "gemm_w", 3, P::Backward));
+      w.addActivity(act(0, 0, side_end + 5, t0 + lengths[k], K::Kernel, "adamw", 2, P::Optimizer));
+      w.addStep({0, k, t0, t0 + lengths[k]});
+    }
+  }
+  TraceReader r(path);
+  const CriticalPath& cp = analyzeRun(r, 1).critical_path;
+  REQUIRE(cp.available);
+  CHECK(cp.step == 2);  // 110 ns: the median of 100, 110, 130
+  CHECK(cp.steps_recorded == 3);
+  CHECK(cp.task_count == 3);
+  CHECK(cp.length_ns == 110);
+  CHECK(cp.busy_ns == 105);  // 40 + 40 + 25
+  CHECK(cp.wait_ns == 5);
+  REQUIRE(cp.tasks.size() == 3);
+  CHECK(cp.tasks[1].name == "wgrad");
+  CHECK(cp.tasks[1].start_ns == 270);
 }
 
 TEST_CASE("stragglers: the rank that enters collectives last", "[analysis]") {
