@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench/bench_args.h"
+#include "bench/gpu_bench.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -38,12 +39,6 @@
 #endif
 
 int main(int argc, char** argv) {
-#ifndef TANDEM_HAVE_CUDA
-  (void)argc;
-  (void)argv;
-  fmt::print("{{\"bench\":\"gelu_gemm\",\"skipped\":\"built without CUDA\"}}\n");
-  return 0;
-#else
   using namespace tandem;
   int reps = 50, rounds = 7;
   int64_t M = 16 * 1024;
@@ -54,14 +49,13 @@ int main(int argc, char** argv) {
     else if (args.is("--tokens")) M = args.integer(128, int64_t(1) << 20);
     else args.unknown();
   }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    fmt::print("{{\"bench\":\"gelu_gemm\",\"skipped\":\"no GPU\"}}\n");
-    return 0;
-  }
+  if (!bench::gpusPresent("gelu_gemm")) return 0;
+#ifndef TANDEM_HAVE_CUDA
+  (void)reps, (void)rounds, (void)M;
+#else
   cuda::prepareKernels();
   if (!cuda::ownGeluGemmLoaded()) {
-    fmt::print("{{\"bench\":\"gelu_gemm\",\"skipped\":\"no sm_90a code for this device\"}}\n");
+    bench::printSkipped("gelu_gemm", "no sm_90a code for this device");
     return 0;
   }
   if (!cuda::ownGeluGemmFits(M, 3072, 768)) {

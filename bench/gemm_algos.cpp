@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench/bench_args.h"
+#include "bench/gpu_bench.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include <cublasLt.h>
@@ -47,12 +48,6 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char** argv) {
-#ifndef TANDEM_HAVE_CUDA
-  (void)argc;
-  (void)argv;
-  fmt::print("{{\"bench\":\"gemm_algos\",\"skipped\":\"built without CUDA\"}}\n");
-  return 0;
-#else
   int candidates = 16, reps = 20, max_configs = 600;
   double sustain_ms = 0;
   bool epilogues = false, each = false;
@@ -68,11 +63,10 @@ int main(int argc, char** argv) {
     else if (args.is("--each")) each = true;
     else args.unknown();
   }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    fmt::print("{{\"bench\":\"gemm_algos\",\"skipped\":\"no GPU\"}}\n");
-    return 0;
-  }
+  if (!tandem::bench::gpusPresent("gemm_algos")) return 0;
+#ifndef TANDEM_HAVE_CUDA
+  (void)candidates, (void)reps, (void)max_configs, (void)sustain_ms, (void)epilogues, (void)each;
+#else
   const long M = 16 * 1024;  // tokens of one micro-batch
   const long C = 768, V = 50304;
   std::vector<Shape> shapes;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench/bench_args.h"
+#include "bench/gpu_bench.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include <thread>
@@ -219,7 +220,7 @@ int main(int argc, char** argv) {
 #ifndef TANDEM_HAVE_CUDA
   (void)argc;
   (void)argv;
-  fmt::print("{{\"bench\":\"gpt2_h200\",\"skipped\":\"built without CUDA\"}}\n");
+  tandem::bench::printSkipped("gpt2_h200", "built without CUDA");
   return 0;
 #else
   using namespace tandem;
@@ -228,12 +229,12 @@ int main(int argc, char** argv) {
     std::string why;
     const int count = cuda::usableGpuCount(&why);
     if (count < a.gpus) {
-      fmt::print("{{\"bench\":\"gpt2_h200\",\"skipped\":\"needs {} GPU(s): {}\"}}\n", a.gpus, why);
+      bench::printSkipped("gpt2_h200", fmt::format("needs {} GPU(s): {}", a.gpus, why));
       return 0;
     }
     if (a.scaling) {
       if (count < 2) {
-        fmt::print("{{\"bench\":\"gpt2_h200\",\"skipped\":\"--scaling needs 2 GPUs: {}\"}}\n", count < 1 ? why : "one GPU");
+        bench::printSkipped("gpt2_h200", fmt::format("--scaling needs 2 GPUs: {}", count < 1 ? why : "one GPU"));
         return 0;
       }
       const Measured g0 = measureTandem(a, 1, 0), g1 = measureTandem(a, 1, 1), dp = measureTandem(a, 2, 0);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 #include "bench/bench_args.h"
+#include "bench/gpu_bench.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -28,12 +29,6 @@
 #endif
 
 int main(int argc, char** argv) {
-#ifndef TANDEM_HAVE_CUDA
-  (void)argc;
-  (void)argv;
-  fmt::print("{{\"bench\":\"layernorm_bwd\",\"skipped\":\"built without CUDA\"}}\n");
-  return 0;
-#else
   using namespace tandem;
   int reps = 20;
   bench::ArgReader args("bench_layernorm_bwd", "[--reps N]", argc, argv);
@@ -41,11 +36,10 @@ int main(int argc, char** argv) {
     if (args.is("--reps")) reps = int(args.integer(1, 1000000));
     else args.unknown();
   }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    fmt::print("{{\"bench\":\"layernorm_bwd\",\"skipped\":\"no GPU\"}}\n");
-    return 77;
-  }
+  if (!bench::gpusPresent("layernorm_bwd")) return 0;
+#ifndef TANDEM_HAVE_CUDA
+  (void)reps;
+#else
   try {
     const int64_t M = 16384, C = 768;
     constexpr int kLaunches = 24;

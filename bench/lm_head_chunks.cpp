@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench/bench_args.h"
+#include "bench/gpu_bench.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_bf16.h>
@@ -26,12 +27,6 @@
 #endif
 
 int main(int argc, char** argv) {
-#ifndef TANDEM_HAVE_CUDA
-  (void)argc;
-  (void)argv;
-  fmt::print("{{\"bench\":\"lm_head_chunks\",\"skipped\":\"built without CUDA\"}}\n");
-  return 0;
-#else
   using namespace tandem;
   int reps = 10;
   bench::ArgReader args("bench_lm_head_chunks", "[--reps N]", argc, argv);
@@ -39,11 +34,10 @@ int main(int argc, char** argv) {
     if (args.is("--reps")) reps = int(args.integer(1, 1000000));
     else args.unknown();
   }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    fmt::print("{{\"bench\":\"lm_head_chunks\",\"skipped\":\"no GPU\"}}\n");
-    return 0;
-  }
+  if (!bench::gpusPresent("lm_head_chunks")) return 0;
+#ifndef TANDEM_HAVE_CUDA
+  (void)reps;
+#else
   const int64_t M = 16 * 1024, V = 50304, C = 768;
   // Random operands (a fixed LCG): tensor cores draw less power on constants.
   std::vector<__nv_bfloat16> hx(size_t(M * C)), hw(size_t(V * C));
