@@ -12,11 +12,12 @@
 //   }
 #include <fmt/core.h>
 
-#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <utility>
+
+#include "engine/parse_number.h"
 
 namespace tandem::bench {
 
@@ -43,21 +44,17 @@ class ArgReader {
   }
   int64_t integer(int64_t min, int64_t max) {
     const std::string v = text();
-    char* end = nullptr;
-    errno = 0;
-    const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != 0 || errno == ERANGE || x < min || x > max)
+    const auto x = parseWholeNumber<int64_t>(v);
+    if (!x || *x < min || *x > max)
       fail(fmt::format("{} takes a whole number from {} to {}, not '{}'", flag_, min, max, v));
-    return x;
+    return *x;
   }
   double number(double min, double max) {
     const std::string v = text();
-    char* end = nullptr;
-    errno = 0;
-    const double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != 0 || errno == ERANGE || !(x >= min && x <= max))
+    const auto x = parseFiniteNumber(v);
+    if (!x || !(*x >= min && *x <= max))
       fail(fmt::format("{} takes a number from {} to {}, not '{}'", flag_, min, max, v));
-    return x;
+    return *x;
   }
 
   [[noreturn]] void unknown() const { fail("unknown argument " + flag_); }

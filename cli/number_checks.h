@@ -4,10 +4,9 @@
 // the largest double written out in 309 digits.
 #include <CLI/CLI.hpp>
 
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
 #include <string>
+
+#include "engine/parse_number.h"
 
 namespace tandem::cli {
 
@@ -15,11 +14,8 @@ namespace tandem::cli {
 inline CLI::Validator wholeNumberAtLeast(long long min) {
   return CLI::Validator(
       [min](std::string& v) -> std::string {
-        char* end = nullptr;
-        errno = 0;
-        const long long x = std::strtoll(v.c_str(), &end, 10);
-        if (v.empty() || *end != 0 || errno == ERANGE || x < min)
-          return "takes a whole number of at least " + std::to_string(min) + ", not '" + v + "'";
+        const auto x = parseWholeNumber(v);
+        if (!x || *x < min) return "takes a whole number of at least " + std::to_string(min) + ", not '" + v + "'";
         return {};
       },
       "INT>=" + std::to_string(min));
@@ -29,11 +25,8 @@ inline CLI::Validator wholeNumberAtLeast(long long min) {
 inline CLI::Validator numberAboveZero() {
   return CLI::Validator(
       [](std::string& v) -> std::string {
-        char* end = nullptr;
-        errno = 0;
-        const double x = std::strtod(v.c_str(), &end);
-        if (v.empty() || *end != 0 || errno == ERANGE || !std::isfinite(x) || x <= 0)
-          return "takes a number greater than 0, not '" + v + "'";
+        const auto x = parseFiniteNumber(v);
+        if (!x || *x <= 0) return "takes a number greater than 0, not '" + v + "'";
         return {};
       },
       "NUMBER>0");

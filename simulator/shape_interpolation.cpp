@@ -1,20 +1,15 @@
 #include "simulator/shape_interpolation.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <sstream>
+
+#include "engine/parse_number.h"
 
 namespace tandem::sim {
 namespace {
 
 // The field's value as a number, when it is one.
-std::optional<double> numberOf(const std::string& v) {
-  if (v.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  if (end != v.c_str() + v.size()) return std::nullopt;
-  return x;
-}
+std::optional<double> numberOf(const std::string& v) { return parseFiniteNumber(v); }
 
 // Whether a and b have the same field names in the same order and agree on
 // every field but `skip`.

@@ -10,6 +10,7 @@
 #include "engine/cuda/algorithm_choice.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/gemm_gelu.h"
+#include "engine/parse_number.h"
 
 namespace tandem::cuda {
 namespace {
@@ -185,11 +186,10 @@ double graphNodeCostMs() {
   const char* env = std::getenv("TANDEM_GEMM_NODE_COST_US");
   double us = Gemm::kGraphNodeCostUs;
   if (env && *env) {
-    char* end = nullptr;
-    const double v = std::strtod(env, &end);
-    if (end == env || *end != '\0' || !(v >= 0))
+    const auto v = parseFiniteNumber(env);
+    if (!v || !(*v >= 0))
       throw CudaError(std::string("TANDEM_GEMM_NODE_COST_US: expected microseconds >= 0, got '") + env + "'");
-    us = v;
+    us = *v;
   }
   return us / 1000.0;
 }

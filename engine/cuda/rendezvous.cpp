@@ -6,7 +6,6 @@
 
 #include <cctype>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +13,8 @@
 #include <ctime>
 #include <filesystem>
 #include <thread>
+
+#include "engine/parse_number.h"
 
 namespace tandem::cuda {
 
@@ -37,12 +38,9 @@ std::string str(const char* s) { return s ? std::string(s) : std::string(); }
 
 // Parses a whole decimal integer; throws naming the variable.
 int parseInt(const char* name, const char* value) {
-  int v = 0;
-  const char* end = value + std::strlen(value);
-  auto [p, ec] = std::from_chars(value, end, v);
-  if (ec != std::errc() || p != end || p == value)
-    throw LaunchError(std::string("launcher variable ") + name + "='" + value + "' is not an integer");
-  return v;
+  const auto v = parseWholeNumber<int>(value);
+  if (!v) throw LaunchError(std::string("launcher variable ") + name + "='" + value + "' is not an integer");
+  return *v;
 }
 
 // The first of `names` that is set, or nullptr; `which` receives its name.
