@@ -370,7 +370,7 @@ void CudaExecutor::Impl::tuneGemms() {
       if (g) g->setTuning(on);
   };
   setTuning(true);
-  tuning_pass = true;
+  issue_alone = true;
   try {
     for (size_t i = 0; i < program->tasks.size(); ++i) {
       const OpKind op = program->tasks[i].op;
@@ -380,11 +380,11 @@ void CudaExecutor::Impl::tuneGemms() {
     }
   } catch (...) {
     setTuning(false);
-    tuning_pass = false;
+    issue_alone = false;
     throw;
   }
   setTuning(false);
-  tuning_pass = false;
+  issue_alone = false;
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
   TANDEM_CUDA_CHECK(cudaMemset(arena, 0, size_t(program->memory.arena_bytes)));
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -728,6 +728,29 @@ void CudaExecutor::Impl::finishOptimizer() {
 void CudaExecutor::finishOptimizer() {
   TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
   impl_->finishOptimizer();
+}
+
+void CudaExecutor::Impl::replayTasks(const std::function<bool(const Task&)>& select, int reps) {
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  issue_alone = true;
+  try {
+    for (int r = 0; r < reps; ++r)
+      for (size_t i = 0; i < program->tasks.size(); ++i) {
+        const Task& t = program->tasks[i];
+        if (t.collective || !select(t)) continue;
+        enqueueTask(int(i));
+      }
+  } catch (...) {
+    issue_alone = false;
+    throw;
+  }
+  issue_alone = false;
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void CudaExecutor::replayTasks(const std::function<bool(const Task&)>& select, int reps) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  impl_->replayTasks(select, reps);
 }
 
 GpuStepResult CudaExecutor::computeGradients() {

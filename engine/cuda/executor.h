@@ -100,6 +100,15 @@ class CudaExecutor {
   // now, so that the parameters are those after every step run (run() ends
   // with it). Nothing to do otherwise, or when already applied.
   void finishOptimizer();
+  // For measurements of one kind of work (bench_energy_by_op): issues the
+  // tasks `select` picks, `reps` times over in plan order, each on its
+  // stream without the plan's events (as GEMM tuning issues them), and waits
+  // for them. They compute on whatever the last step left (outputs are
+  // overwritten, parameters updated again): the executor's state is no
+  // longer a training run's. Tasks that index with a batch's tokens or
+  // targets need that batch's LoadBatch picked too (the arena reuses its
+  // buffers later in a step). Never collectives.
+  void replayTasks(const std::function<bool(const Task&)>& select, int reps);
 
   std::vector<float> readBuffer(int buffer) const;
   void writeBuffer(int buffer, const std::vector<float>& values);

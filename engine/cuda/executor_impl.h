@@ -58,6 +58,7 @@ struct CudaExecutor::Impl {
   void waitForEvent(cudaEvent_t event, const char* what);
   void gatherParameters();
   void finishOptimizer();
+  void replayTasks(const std::function<bool(const Task&)>& select, int reps);
   // The scalars' prev_* from pending_update.
   void setPreviousUpdate(StepScalars& in) const;
   // One step in two halves, so that the next step can be queued on the GPU
@@ -130,7 +131,9 @@ struct CudaExecutor::Impl {
   std::vector<double> task_ms;
   bool timing_now = false;
   bool capturing = false;  // inside cudaStreamBeginCapture .. EndCapture
-  bool tuning_pass = false;  // tuneGemms: issue the GEMM tasks to time their algorithms
+  // tuneGemms and replayTasks: tasks issued alone, without the plan's events
+  // and unseen by the observer.
+  bool issue_alone = false;
   cudaGraphExec_t graph_exec = nullptr;
   CudaExecutor::GraphMemsets graph_memsets;
   int steps_done = 0;

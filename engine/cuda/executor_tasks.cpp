@@ -20,10 +20,10 @@ void CudaExecutor::Impl::enqueueTask(int index) {
   Gemm* gemm = gemms.at(t.stream).get();  // null on a comm stream, which issues no GEMM
   auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
   auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
-  // The tuning pass (tuneGemms) issues GEMM tasks alone: no events, no observer.
-  if (!tuning_pass)
+  // Tasks issued alone (tuneGemms, replayTasks): no events, no observer.
+  if (!issue_alone)
     for (int e : t.wait_events) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, events.at(e), 0));
-  if (opt.observer && !tuning_pass) opt.observer->onTaskBegin(t, s);
+  if (opt.observer && !issue_alone) opt.observer->onTaskBegin(t, s);
   if (timing_now) TANDEM_CUDA_CHECK(cudaEventRecord(task_start[index], s));
 
   // A task fused into a GEMM epilogue (fusion.h) issues nothing of its own.
@@ -202,7 +202,7 @@ void CudaExecutor::Impl::enqueueTask(int index) {
     else
       TANDEM_CUDA_CHECK(cudaEventRecord(collective_done.at(k), s));
   }
-  if (tuning_pass) return;
+  if (issue_alone) return;
   if (t.record_event >= 0) TANDEM_CUDA_CHECK(cudaEventRecord(events.at(t.record_event), s));
   if (opt.observer) opt.observer->onTaskEnd(t, s);
 }

@@ -235,6 +235,32 @@ void gpt2GraphMemsets() {
              graph_steps == eager_steps);
 }
 
+// CudaExecutor::replayTasks (bench_energy_by_op): forward work replayed
+// between two steps, the batch loaded again for the cross-entropy, must
+// leave the next step as it was: the same loss and gradient norm as an
+// executor that replayed nothing (one process: the same GEMM algorithms).
+void replayLeavesTheNextStep() {
+  const Plan plan = buildPlan(tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2"}));
+  auto second = [&](bool replay) {
+    cuda::CudaExecutor ex(plan, cuda::ExecutorOptions{});
+    ex.step();
+    if (replay)
+      ex.replayTasks(
+          [](const Task& t) {
+            return t.op == OpKind::Matmul || t.op == OpKind::Attention || t.op == OpKind::LoadBatch ||
+                   t.op == OpKind::CrossEntropy;
+          },
+          3);
+    const cuda::GpuStepResult r = ex.step();
+    return std::make_pair(r.loss, r.grad_norm);
+  };
+  const auto plain = second(false), replayed = second(true);
+  fmt::print("     step 2 loss {:.6f} norm {:.6f}; after a replay {:.6f} {:.6f}\n", plain.first, plain.second,
+             replayed.first, replayed.second);
+  expectTrue("replayTasks: forward tasks replayed between steps leave the next step's loss and norm unchanged",
+             plain == replayed);
+}
+
 }  // namespace
 
 int main() {
@@ -287,6 +313,7 @@ int main() {
                       20, 1e-4, 1e-4);
     }
     g_fusion = true;
+    replayLeavesTheNextStep();
     trainToEntropy(tiny({"training.precision=bf16"}));
     gpt2GraphMemsets();
   } catch (const std::exception& e) {
