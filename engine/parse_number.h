@@ -12,6 +12,7 @@
 
 namespace tandem {
 
+// A whole decimal number that fits Int ("5", "-3"; no leading '+' or spaces).
 template <typename Int = long long>
 std::optional<Int> parseWholeNumber(std::string_view text) {
   Int v{};
@@ -21,8 +22,8 @@ std::optional<Int> parseWholeNumber(std::string_view text) {
   return v;
 }
 
-// A finite number, in any form strtod reads but hexadecimal ("2", "0.5",
-// "1e-3"; not "inf" or "nan").
+// A finite number in decimal or exponent form ("2", "-0.5", ".5", "1e-3");
+// no leading '+' or spaces, no hexadecimal, no "inf" or "nan".
 inline std::optional<double> parseFiniteNumber(std::string_view text) {
   double v = 0;
   const char* end = text.data() + text.size();
