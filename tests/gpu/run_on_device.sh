@@ -3,7 +3,7 @@
 # of prebuilt binaries (DIST: bin/, lib/, peers/), logging each stage to OUT.
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
 # Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill bench
-#         benchonly bench2 scaling geluforward geluclocks
+#         benchonly bench2 scaling geluforward geluclocks energy
 set -u
 DIST=$(cd "$1" && pwd); OUT=$2; shift 2
 export LD_LIBRARY_PATH=$DIST/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -88,6 +88,11 @@ for s in "$@"; do
       # bursts: does the epilogues' memory traffic hold the clock down?
       stage gelu_clocks_50 $B/bench_gelu_gemm --rounds 7 --reps 50
       stage gelu_clocks_500 $B/bench_gelu_gemm --rounds 5 --reps 500 ;;
+    energy)
+      # Where a step's energy goes, by kind of work, and the whole step's
+      # (bench_energy_by_op: at the power cap a step's time is its energy
+      # divided by the cap).
+      stage energy $B/bench_energy_by_op --seconds 1 ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done
