@@ -14,33 +14,10 @@
 #include "engine/cuda/task_observer.h"
 #include "engine/plan.h"
 #include "profiler/profiler.h"
+#include "traces/plan_rows.h"
 
 namespace tandem::profiler {
 
-inline traces::TracePhase tracePhaseOf(Phase p) {
-  switch (p) {
-    case Phase::Forward: return traces::TracePhase::Forward;
-    case Phase::Backward: return traces::TracePhase::Backward;
-    case Phase::Recompute: return traces::TracePhase::Recompute;
-    case Phase::Optimizer: return traces::TracePhase::Optimizer;
-    case Phase::Comm: return traces::TracePhase::Comm;
-    case Phase::Data: return traces::TracePhase::Data;
-  }
-  return traces::TracePhase::None;
-}
-
-inline traces::StreamKind traceStreamKindOf(StreamKind k) {
-  switch (k) {
-    case StreamKind::Compute: return traces::StreamKind::Compute;
-    case StreamKind::Comm: return traces::StreamKind::Comm;
-    case StreamKind::Copy: return traces::StreamKind::Copy;
-  }
-  return traces::StreamKind::Compute;
-}
-
-// The rank program's tasks as the profiler stores them; dependencies are the
-// previous task of the same stream and the recorders of waited events (the
-// same rule as the simulator's trace output, so both runs carry equal graphs).
 // Arena bytes live at each task index: every top-level buffer (views share
 // their parent's bytes) from its first to its last use; persistent ones always.
 inline std::vector<int64_t> arenaLiveBytes(const RankPlan& rp) {
@@ -63,32 +40,30 @@ inline std::vector<int64_t> arenaLiveBytes(const RankPlan& rp) {
   return live;
 }
 
+// The rank program's tasks as the profiler stores them: the trace store's
+// plan rows (traces/plan_rows.h, which the simulator's trace output writes
+// too, so both runs carry the same graph) with the live arena bytes and the
+// collectives' group and payload.
 inline std::vector<TaskInfo> taskInfos(const RankPlan& rp) {
   const std::vector<int64_t> live = arenaLiveBytes(rp);
-  std::vector<int64_t> recorder(size_t(rp.num_events > 0 ? rp.num_events : 0), -1);
-  for (const Task& t : rp.tasks)
-    if (t.record_event >= 0 && t.record_event < rp.num_events) recorder[size_t(t.record_event)] = t.id;
-  std::vector<int64_t> last_on_stream(rp.streams.size(), -1);
+  const std::vector<traces::PlanTaskRow> rows = traces::planTaskRows(/*rank=*/0, rp);
   std::vector<TaskInfo> out;
   out.reserve(rp.tasks.size());
-  for (const Task& t : rp.tasks) {
+  for (size_t k = 0; k < rp.tasks.size(); ++k) {
+    const Task& t = rp.tasks[k];
+    const traces::PlanTaskRow& row = rows[k];
     TaskInfo i;
-    i.id = t.id;
-    i.name = t.name;
-    i.op = t.collective ? std::string(toString(t.collective->op)) : std::string(toString(t.op));
-    i.phase = tracePhaseOf(t.phase);
-    i.layer = t.layer;
-    i.micro_batch = t.micro_batch;
-    i.stream = t.stream;
-    i.flops = t.flops;
-    i.bytes = t.collective ? t.collective->bytes : t.bytes_read + t.bytes_written;
-    i.arena_live_bytes = live[out.size()];
-    if (t.stream >= 0 && size_t(t.stream) < last_on_stream.size()) {
-      if (last_on_stream[size_t(t.stream)] >= 0) i.deps.push_back(last_on_stream[size_t(t.stream)]);
-      last_on_stream[size_t(t.stream)] = t.id;
-    }
-    for (int e : t.wait_events)
-      if (e >= 0 && size_t(e) < recorder.size() && recorder[size_t(e)] >= 0) i.deps.push_back(recorder[size_t(e)]);
+    i.id = row.task_id;
+    i.name = row.name;
+    i.op = row.op;
+    i.phase = row.phase;
+    i.layer = row.layer;
+    i.micro_batch = row.micro_batch;
+    i.stream = row.stream;
+    i.flops = row.flops;
+    i.bytes = row.bytes;
+    i.deps = row.deps;
+    i.arena_live_bytes = live[k];
     if (t.collective) {
       i.collective_op = std::string(toString(t.collective->op));
       i.group = t.collective->group;
@@ -112,7 +87,7 @@ class PlanObserver : public cuda::TaskObserver {
     // Streams are named the first time a task shows which CUDA stream is which.
     if (task.stream >= 0 && size_t(task.stream) < named_.size() && !named_[size_t(task.stream)]) {
       const StreamInfo& si = program_.streams[size_t(task.stream)];
-      profiler_.nameStream(task.stream, stream, traceStreamKindOf(si.kind), si.name);
+      profiler_.nameStream(task.stream, stream, traces::traceStreamKindOf(si.kind), si.name);
       named_[size_t(task.stream)] = true;
     }
     profiler_.taskBegin(task.id, stream);

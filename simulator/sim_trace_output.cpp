@@ -6,29 +6,10 @@
 
 #include <algorithm>
 
+#include "traces/plan_rows.h"
+
 namespace tandem::sim {
 namespace {
-
-traces::StreamKind streamKind(StreamKind k) {
-  switch (k) {
-    case StreamKind::Compute: return traces::StreamKind::Compute;
-    case StreamKind::Comm: return traces::StreamKind::Comm;
-    case StreamKind::Copy: return traces::StreamKind::Copy;
-  }
-  return traces::StreamKind::Compute;
-}
-
-traces::TracePhase tracePhase(Phase p) {
-  switch (p) {
-    case Phase::Forward: return traces::TracePhase::Forward;
-    case Phase::Backward: return traces::TracePhase::Backward;
-    case Phase::Recompute: return traces::TracePhase::Recompute;
-    case Phase::Optimizer: return traces::TracePhase::Optimizer;
-    case Phase::Comm: return traces::TracePhase::Comm;
-    case Phase::Data: return traces::TracePhase::Data;
-  }
-  return traces::TracePhase::None;
-}
 
 traces::ActivityKind activityKind(const Task& t) {
   switch (t.kind) {
@@ -50,35 +31,6 @@ std::string jsonEscape(const std::string& s) {
     out += c;
   }
   return out;
-}
-
-// Plan tasks with their dependencies: the previous task of the same stream
-// and the recorders of every waited event (ids of the rank's own tasks).
-void writePlanTasks(traces::TraceWriter& w, int rank, const RankPlan& rp) {
-  std::vector<int64_t> recorder(size_t(std::max(0, rp.num_events)), -1);
-  for (const Task& t : rp.tasks)
-    if (t.record_event >= 0 && t.record_event < rp.num_events) recorder[size_t(t.record_event)] = t.id;
-  std::vector<int64_t> last_on_stream(rp.streams.size(), -1);
-  for (const Task& t : rp.tasks) {
-    traces::PlanTaskRow row;
-    row.rank = rank;
-    row.task_id = t.id;
-    row.name = t.name;
-    row.op = t.collective ? std::string(toString(t.collective->op)) : std::string(toString(t.op));
-    row.phase = tracePhase(t.phase);
-    row.layer = t.layer;
-    row.micro_batch = t.micro_batch;
-    row.stream = t.stream;
-    row.flops = t.flops;
-    row.bytes = t.collective ? t.collective->bytes : t.bytes_read + t.bytes_written;
-    if (t.stream >= 0 && size_t(t.stream) < last_on_stream.size()) {
-      if (last_on_stream[size_t(t.stream)] >= 0) row.deps.push_back(last_on_stream[size_t(t.stream)]);
-      last_on_stream[size_t(t.stream)] = t.id;
-    }
-    for (int e : t.wait_events)
-      if (e >= 0 && size_t(e) < recorder.size() && recorder[size_t(e)] >= 0) row.deps.push_back(recorder[size_t(e)]);
-    w.addPlanTask(row);
-  }
 }
 
 }  // namespace
@@ -119,7 +71,7 @@ int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Top
     const SimRank& src = own ? r : result.ranks[size_t(r.represented_by)];
     const RankPlan& rp = plan.programs[size_t(r.program)];
     for (const StreamInfo& s : rp.streams)
-      w.addStream(traces::StreamRow{r.rank, s.id, streamKind(s.kind), s.name, r.device});
+      w.addStream(traces::StreamRow{r.rank, s.id, traces::traceStreamKindOf(s.kind), s.name, r.device});
     for (const SimActivity a : src.activities) {
       const Task& t = rp.tasks[size_t(a.task)];
       traces::ActivityRow row;
@@ -131,7 +83,7 @@ int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Top
       row.kind = activityKind(t);
       row.name = t.name;
       row.task_id = a.task_id;
-      row.phase = tracePhase(a.phase);
+      row.phase = traces::tracePhaseOf(a.phase);
       row.layer = a.layer;
       row.micro_batch = a.micro_batch;
       row.bytes = a.bytes;
@@ -145,7 +97,7 @@ int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Top
     w.addStep(traces::StepRow{r.rank, 0, 0, src.end_ns});
     w.addCounter(traces::CounterRow{r.rank, "memory.peak_bytes", 0, double(r.peak_memory_bytes)});
     w.addClock(traces::ClockRow{r.rank, "sim", 0, 0, 0, 0});
-    writePlanTasks(w, r.rank, rp);
+    for (const traces::PlanTaskRow& row : traces::planTaskRows(r.rank, rp)) w.addPlanTask(row);
   }
   if (options.link_counters) {
     for (const SimLinkUsage& u : result.links) {

@@ -101,7 +101,7 @@ Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool 
       return;
     }
     ++out.kernels_per_task[a.task_id];
-    if (a.phase != profiler::tracePhaseOf(it->second->phase)) ++out.wrong_phase;
+    if (a.phase != traces::tracePhaseOf(it->second->phase)) ++out.wrong_phase;
     if (a.stream != it->second->stream) ++out.wrong_stream;
   });
   std::vector<tr::StepRow> step_rows = reader.steps(run);
