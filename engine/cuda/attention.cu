@@ -16,6 +16,24 @@ namespace {
 constexpr int kRows = 64;  // query (or key) rows per block, one per thread
 constexpr int kTile = 32;  // rows of the other operand staged per iteration
 
+// Keys and values [k0, k0 + kTile) of head h into shared memory (zeros past
+// Tn), the block's threads striding over the tile: the forward and the dQ
+// kernel stream the same tiles.
+template <class T, int D>
+__device__ __forceinline__ void stageKeyValueTile(float (&ks)[kTile][D], float (&vs)[kTile][D], const T* base, int k0,
+                                                  int Tn, int64_t row_stride, int C, int h) {
+  for (int e = threadIdx.x; e < kTile * D; e += kRows) {
+    const int r = e / D, d = e % D, key = k0 + r;
+    float kv = 0.f, vv = 0.f;
+    if (key < Tn) {
+      kv = toF(base[key * row_stride + C + h * D + d]);
+      vv = toF(base[key * row_stride + 2 * C + h * D + d]);
+    }
+    ks[r][d] = kv;
+    vs[r][d] = vv;
+  }
+}
+
 template <class T, int D>
 __global__ void __launch_bounds__(kRows) attentionForwardKernel(T* out, void* lse, int lse_bf16,
                                                                 const T* qkv, int Tn, int C, int H,
@@ -37,17 +55,7 @@ __global__ void __launch_bounds__(kRows) attentionForwardKernel(T* out, void* ls
   int kv_end = min(Tn, (blockIdx.x + 1) * kRows);
   for (int k0 = 0; k0 < kv_end; k0 += kTile) {
     __syncthreads();
-    for (int e = threadIdx.x; e < kTile * D; e += kRows) {
-      int r = e / D, d = e % D;
-      int key = k0 + r;
-      float kv = 0.f, vv = 0.f;
-      if (key < Tn) {
-        kv = toF(base[key * row_stride + C + h * D + d]);
-        vv = toF(base[key * row_stride + 2 * C + h * D + d]);
-      }
-      ks[r][d] = kv;
-      vs[r][d] = vv;
-    }
+    stageKeyValueTile<T, D>(ks, vs, base, k0, Tn, row_stride, C, h);
     __syncthreads();
     if (i >= Tn || k0 > i) continue;
     float s[kTile];
@@ -141,17 +149,7 @@ __global__ void __launch_bounds__(kRows) attentionDqKernel(T* dqkv, const T* dou
   int kv_end = min(Tn, (blockIdx.x + 1) * kRows);
   for (int k0 = 0; k0 < kv_end; k0 += kTile) {
     __syncthreads();
-    for (int e = threadIdx.x; e < kTile * D; e += kRows) {
-      int r = e / D, d = e % D;
-      int key = k0 + r;
-      float kv = 0.f, vv = 0.f;
-      if (key < Tn) {
-        kv = toF(base[key * row_stride + C + h * D + d]);
-        vv = toF(base[key * row_stride + 2 * C + h * D + d]);
-      }
-      ks[r][d] = kv;
-      vs[r][d] = vv;
-    }
+    stageKeyValueTile<T, D>(ks, vs, base, k0, Tn, row_stride, C, h);
     __syncthreads();
     if (i >= Tn || k0 > i) continue;
     int jmax = min(kTile, i - k0 + 1);
