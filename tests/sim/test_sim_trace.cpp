@@ -8,6 +8,7 @@
 #include "sim_fixtures.h"
 #include "simulator/engine.h"
 #include "simulator/sim_trace_output.h"
+#include "traces/plan_rows.h"
 #include "traces/analysis.h"
 #include "traces/trace_reader.h"
 #include "traces/trace_writer.h"
@@ -103,4 +104,38 @@ TEST_CASE("writing the same simulation twice gives the same rows", "[trace]") {
   REQUIRE(!rows_a.empty());
   CHECK(rows_a == rows_b);
   CHECK(ra.runs()[0].created_unix_ns == 0);
+}
+
+TEST_CASE("plan rows: stream order and the recorders of waited events, as the trace stores them", "[trace]") {
+  // Tasks 0, 1 and 3 on stream 0 (1 records event 0), the all-reduce 2 on
+  // stream 1 waiting for that event. The profiler stores the same rows for a
+  // real run (profiler/plan_observer.h), so the two graphs match.
+  Topology topo = ringTopology(2, 100, 500);
+  Plan plan = overlapPlan(2);
+  // One program stands for both ranks (uniformPlan); rank 1 is written with it.
+  const std::vector<traces::PlanTaskRow> rows = traces::planTaskRows(1, plan.programs[0]);
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[0].deps.empty());
+  CHECK(rows[1].deps == std::vector<int64_t>{0});
+  CHECK(rows[2].deps == std::vector<int64_t>{1});  // first on its stream; event 0's recorder
+  CHECK(rows[3].deps == std::vector<int64_t>{1});
+  CHECK(rows[2].op == "all_reduce");
+  CHECK(rows[2].bytes == 8'000'000);
+  CHECK(rows[3].phase == traces::TracePhase::Backward);
+  CHECK(rows[1].rank == 1);
+
+  RooflineCostModel cost;
+  const SimResult r = simulatePlan(plan, topo, cost);
+  traces::TraceReader reader(writeTrace(plan, topo, r, "sim_trace_rows.sqlite"));
+  std::vector<traces::PlanTaskRow> stored;
+  for (const traces::PlanTaskRow& t : reader.planTasks(reader.defaultRunId()))
+    if (t.rank == 1) stored.push_back(t);
+  REQUIRE(stored.size() == rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    CHECK(stored[i].task_id == rows[i].task_id);
+    CHECK(stored[i].op == rows[i].op);
+    CHECK(stored[i].phase == rows[i].phase);
+    CHECK(stored[i].bytes == rows[i].bytes);
+    CHECK(stored[i].deps == rows[i].deps);
+  }
 }
