@@ -76,6 +76,13 @@ std::vector<std::string> powerLines(const std::vector<StatRow>& stats) {
     out.push_back(fmt::format("  slowest clock: rank {}, {:.1f}% below rank {}", slowest,
                               100.0 * (1.0 - double(ranks[slowest].clock_mhz) / double(ranks[fastest].clock_mhz)),
                               fastest));
+  // Mostly at the cap, the clock is whatever keeps the power under it: the
+  // step's time is its energy over the cap, and only fewer joules make it
+  // shorter (docs/gpu-executor.md, "At the power cap").
+  const bool capped = std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.second.capped_pct >= 50; });
+  if (capped)
+    out.push_back("  mostly at the power cap: the step's time follows its energy (J/step above); a change pays in joules "
+                  "saved, see bench_energy_by_op");
   return out;
 }
 

@@ -2,6 +2,8 @@
 // worked out in test_fixtures.h from the intervals, not copied from output.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "traces/analysis.h"
 #include "traces/analysis_parts.h"
 #include "traces/report_format.h"
@@ -273,4 +275,10 @@ TEST_CASE("report: GPU power and clock per rank from the profiler's stats", "[an
         std::string::npos);
   CHECK(text.find("slowest clock: rank 1, 5.3% below rank 0") != std::string::npos);
   CHECK(text.find("rank 9999") == std::string::npos);
+  CHECK(text.find("mostly at the power cap") != std::string::npos);  // rank 0: 68% of samples
+  rep.stats.erase(std::remove_if(rep.stats.begin(), rep.stats.end(),
+                                 [](const StatRow& s) { return s.name == "gpu.power_capped_pct.rank0"; }),
+                  rep.stats.end());
+  rep.stats.push_back({"gpu.power_capped_pct.rank0", 20, Severity::Info, ""});
+  CHECK(reportToText(rep).find("mostly at the power cap") == std::string::npos);
 }
