@@ -131,13 +131,12 @@ int main(int argc, char** argv) {
       windows.push_back(w);
     }
 
-    // Each kind of task alone, counting the tasks that issue kernels (a task
+    // Each kind of task alone, counting the tasks that issue work (a task
     // fused into a GEMM's epilogue issues none: its work is the GEMM's).
     std::map<OpKind, int> kinds;
     const auto& tasks = plan.programs[0].tasks;
     for (size_t i = 0; i < tasks.size(); ++i)
-      if (tasks[i].op != OpKind::LoadBatch && !tasks[i].collective && !ex.fusion().tasks[i].issues_nothing)
-        ++kinds[tasks[i].op];
+      if (tasks[i].op != OpKind::LoadBatch && !tasks[i].collective && ex.issuesWork(int(i))) ++kinds[tasks[i].op];
     for (const auto& [op, count] : kinds) {
       // Kernels that index with the batch's tokens or targets get the batch
       // loaded again before them: by the step's end the arena has reused
@@ -150,10 +149,6 @@ int main(int argc, char** argv) {
       const uint64_t w0 = hostNs();
       ex.replayTasks(pick, 3);
       const double one_s = std::max(1e-6, double(hostNs() - w0) * 1e-9 / 3);
-      if (one_s < 5e-6) {  // kernels the executor leaves out (a fused backward): nothing to measure
-        fmt::print(stderr, "bench_energy_by_op: {}: no GPU work of its own\n", toString(op));
-        continue;
-      }
       const int reps = std::max(3, int(seconds / one_s));
       // Time per step's worth is the window's wall time (replayTasks waits
       // for the GPU at both ends); where launches are slower than the

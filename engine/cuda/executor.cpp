@@ -769,6 +769,9 @@ GpuMemoryReport CudaExecutor::memory() const { return impl_->mem; }
 std::vector<double> CudaExecutor::taskMilliseconds() const { return impl_->task_ms; }
 int CudaExecutor::stepsDone() const { return impl_->steps_done; }
 const FusionPlan& CudaExecutor::fusion() const { return impl_->fusion; }
+bool CudaExecutor::issuesWork(int index) const {
+  return !impl_->skip.at(size_t(index)) && !impl_->fusion.tasks.at(size_t(index)).issues_nothing;
+}
 const std::vector<GemmTuning>& CudaExecutor::gemmTuning() const { return impl_->mainGemm().tuning(); }
 CudaExecutor::GraphMemsets CudaExecutor::graphMemsets() const { return impl_->graph_memsets; }
 const Plan& CudaExecutor::plan() const { return impl_->plan; }

@@ -121,6 +121,10 @@ class CudaExecutor {
   // Which tasks the epilogue fusion merged into a GEMM (fused tasks issue no
   // kernel of their own; their work is in the GEMM of the task that launches it).
   const FusionPlan& fusion() const;
+  // Whether task `index` of the rank's program issues GPU work of its own:
+  // false for a task fused into a GEMM's epilogue and for a cross-entropy
+  // backward the forward kernel already did.
+  bool issuesWork(int index) const;
   // The GEMM shapes this executor timed (empty when tuning is off, or when
   // another executor of the process had already tuned them).
   const std::vector<GemmTuning>& gemmTuning() const;
