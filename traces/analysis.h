@@ -31,6 +31,7 @@ struct AnalysisOptions {
   int64_t kernel_wait_threshold_ns = 30;  // HTA: gaps shorter than this are "kernel wait"
   size_t top_names = 20;                  // rows of the by-name kernel table
   size_t critical_path_tasks = 50;        // tasks listed on the critical path
+  size_t idle_gap_pairs = 10;             // rows of the idle-gap table
 };
 
 struct Breakdown {
@@ -134,6 +135,22 @@ struct CriticalPath {
   std::vector<CriticalTask> tasks;  // the last `critical_path_tasks` tasks of the path
 };
 
+// Idle gaps of the GPU charged to the work around them (analysis_gaps.cpp).
+struct IdleGapPair {
+  std::string before;  // op (plan tasks) or name of the activity that ended last
+  std::string after;   // ... and of the one that ended the gap
+  int64_t count = 0;
+  int64_t total_ns = 0;
+};
+
+struct IdleGaps {
+  int64_t steps = 0;  // step windows counted, over all ranks (0: whole runs)
+  int64_t gaps = 0;
+  int64_t total_ns = 0;
+  int64_t pair_kinds = 0;          // distinct (before, after) pairs
+  std::vector<IdleGapPair> pairs;  // the largest by total time
+};
+
 struct StragglerRank {
   int rank = 0;
   int64_t last_count = 0;  // collectives this rank entered last
@@ -158,6 +175,7 @@ struct RunReport {
   std::vector<KernelStat> by_name;
   Attribution attribution;
   CriticalPath critical_path;
+  IdleGaps idle_gaps;
   Stragglers stragglers;
   std::vector<StatRow> stats;
 };

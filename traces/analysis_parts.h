@@ -25,6 +25,10 @@ CriticalPath criticalPath(const std::vector<RankTracks>& ranks, const CategoryTa
                           const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
                           const std::vector<StepRow>& steps, size_t max_tasks);
 
+IdleGaps idleGaps(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
+                  const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
+                  const std::vector<StepRow>& steps, size_t max_pairs);
+
 Stragglers stragglers(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                       const std::vector<CollectiveRow>& collectives);
 

@@ -112,6 +112,7 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
   for (auto [step, d] : slowest) maxima.push_back(d);
   report.step_time.max_over_ranks_ns = distributionOf(std::move(maxima));
 
+  report.idle_gaps = detail::idleGaps(ranks, categories, strings, plan, recorded_steps, options.idle_gap_pairs);
   report.stragglers = detail::stragglers(ranks, categories, collectives);
   RunReport part = kernels.get();
   report.by_op = std::move(part.by_op);

@@ -157,6 +157,12 @@ std::string reportToJson(const RunReport& r) {
                             {"steps_recorded", cp.steps_recorded},   {"length_ns", cp.length_ns},
                             {"busy_ns", cp.busy_ns},     {"wait_ns", cp.wait_ns}, {"task_count", cp.task_count},
                             {"by_phase_ns", by_phase},  {"by_category_ns", by_cat}, {"tasks", tasks}};
+  Json gap_pairs = Json::array();
+  for (const auto& p : r.idle_gaps.pairs)
+    gap_pairs.push_back(Json{{"before", p.before}, {"after", p.after}, {"count", p.count}, {"total_ns", p.total_ns}});
+  j["idle_gaps"] = Json{{"steps", r.idle_gaps.steps},          {"gaps", r.idle_gaps.gaps},
+                        {"total_ns", r.idle_gaps.total_ns},    {"pair_kinds", r.idle_gaps.pair_kinds},
+                        {"pairs", gap_pairs}};
   Json sranks = Json::array();
   for (const auto& s : r.stragglers.ranks)
     sranks.push_back(Json{{"rank", s.rank}, {"last_count", s.last_count}, {"mean_delay_ns", r3(s.mean_delay_ns)},
@@ -239,6 +245,23 @@ std::string reportToText(const RunReport& r) {
       line(fmt::format("    {:>8} {:>10} ms +{:>8} us wait  s{} {}", t.task_id, ms(t.end_ns - t.start_ns),
                        fmt::format("{:.1f}", static_cast<double>(t.wait_before_ns) / 1e3), t.stream, t.name));
     }
+  }
+  line("");
+  const auto& g = r.idle_gaps;
+  if (g.gaps == 0) {
+    line("idle gaps: the GPU was never idle between activities" +
+         std::string(g.steps > 0 ? " within the steps" : ""));
+  } else {
+    // Per step where steps were recorded: what one step loses, by the work
+    // around each gap (launch latency after short kernels, waits on the host).
+    const double per = g.steps > 0 ? double(g.steps) : 1.0;
+    line(fmt::format("idle gaps{}: {} gaps, {} ms{}; by the work before and after each gap ({} pairs):",
+                     g.steps > 0 ? " within the steps" : "", g.gaps, ms(g.total_ns),
+                     g.steps > 0 ? fmt::format(", {:.1f} us per step", double(g.total_ns) / per / 1e3) : "",
+                     g.pair_kinds));
+    for (const auto& p : g.pairs)
+      line(fmt::format("  {:>8} us{} {:>6} gaps  {} -> {}", fmt::format("{:.1f}", double(p.total_ns) / per / 1e3),
+                       g.steps > 0 ? "/step" : "", p.count, p.before, p.after));
   }
   line("");
   const auto& s = r.stragglers;

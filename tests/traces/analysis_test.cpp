@@ -15,6 +15,27 @@ using namespace tandem::traces::testing;
 
 namespace {
 
+// Rank 0 of the overlap fixture on its own, for the analyses' detail functions.
+struct RankZero {
+  explicit RankZero(const std::string& name) : r(written(name)), tracks(r.loadRun(1)), cats(Classifier(), r.strings()) {
+    for (const auto& t : tracks)
+      if (t.rank == 0) rank0.tracks.push_back(&t);
+  }
+  static std::string written(const std::string& name) {
+    std::string path = tempTracePath(name);
+    writeOverlapFixture(path);
+    return path;
+  }
+  TraceReader r;
+  std::vector<Track> tracks;
+  CategoryTable cats;
+  detail::RankTracks rank0{0, {}};
+};
+
+}  // namespace
+
+namespace {
+
 RunReport fixtureReport(const AnalysisOptions& options = {}) {
   std::string path = tempTracePath("analysis.sqlite");
   writeOverlapFixture(path);
@@ -127,15 +148,8 @@ TEST_CASE("critical path follows the dependency that finished last", "[analysis]
   CHECK(cp.by_phase_ns.at("backward") == 180);
 
   // Rank 0 alone: 5 -> 7 -> 2 -> 4 -> 6 through the side stream and the all-reduce.
-  std::string path = tempTracePath("cp0.sqlite");
-  writeOverlapFixture(path);
-  TraceReader r(path);
-  auto tracks = r.loadRun(1);
-  detail::RankTracks rank0{0, {}};
-  for (const auto& t : tracks)
-    if (t.rank == 0) rank0.tracks.push_back(&t);
-  CategoryTable cats(Classifier(), r.strings());
-  CriticalPath cp0 = detail::criticalPath({rank0}, cats, r.strings(), r.planTasks(1), r.steps(1), 50);
+  RankZero z("cp0.sqlite");
+  CriticalPath cp0 = detail::criticalPath({z.rank0}, z.cats, z.r.strings(), z.r.planTasks(1), z.r.steps(1), 50);
   REQUIRE(cp0.tasks.size() == 5);
   std::vector<int64_t> ids;
   for (const auto& t : cp0.tasks) ids.push_back(t.task_id);
@@ -186,6 +200,34 @@ TEST_CASE("critical path of a many-step run: within the median step", "[analysis
   REQUIRE(cp.tasks.size() == 3);
   CHECK(cp.tasks[1].name == "wgrad");
   CHECK(cp.tasks[1].start_ns == 270);
+}
+
+TEST_CASE("idle gaps: charged to the work before and after, inside the steps", "[analysis]") {
+  // Rank 0's GPU work covers [0,400) and [450,500): one gap of 50 ns after
+  // the all-reduce (task 4, the last to end) and before adamw (task 6).
+  // Rank 1's covers [0,470) without a gap.
+  RunReport rep = fixtureReport();
+  const IdleGaps& g = rep.idle_gaps;
+  CHECK(g.steps == 2);
+  CHECK(g.gaps == 1);
+  CHECK(g.total_ns == 50);
+  REQUIRE(g.pairs.size() == 1);
+  CHECK(g.pairs[0].before == "all_reduce");
+  CHECK(g.pairs[0].after == "adamw");
+  CHECK(g.pairs[0].count == 1);
+  const std::string text = reportToText(rep);
+  CHECK(text.find("idle gaps within the steps: 1 gaps, 0.000 ms, 0.0 us per step") != std::string::npos);
+  CHECK(text.find("all_reduce -> adamw") != std::string::npos);
+
+  // Steps cut the window: a step that ends at 420 leaves the gap (which
+  // starts at 400) in; one that ends at 390 leaves it out.
+  RankZero z("gaps.sqlite");
+  auto gaps = [&](const std::vector<StepRow>& steps) {
+    return detail::idleGaps({z.rank0}, z.cats, z.r.strings(), z.r.planTasks(1), steps, 10).gaps;
+  };
+  CHECK(gaps({{0, 0, 0, 420}}) == 1);
+  CHECK(gaps({{0, 0, 0, 390}}) == 0);
+  CHECK(gaps({}) == 1);  // no steps: the whole run
 }
 
 TEST_CASE("stragglers: the rank that enters collectives last", "[analysis]") {
