@@ -48,25 +48,6 @@ uint64_t hostNs() {
 }
 
 #ifdef TANDEM_HAVE_CUDA
-// Mean power over [t0, t1] from the energy counter: between the first and
-// the last sample inside the window at which the counter moved. -1 when it
-// moved fewer than twice.
-double meanPowerW(const std::vector<tandem::profiler::PowerSample>& samples, uint64_t t0, uint64_t t1) {
-  const tandem::profiler::PowerSample* first = nullptr;
-  const tandem::profiler::PowerSample* last = nullptr;
-  double previous = -1;
-  for (const auto& s : samples) {
-    if (s.energy_mj < 0) continue;
-    const bool moved = previous >= 0 && s.energy_mj != previous;
-    previous = s.energy_mj;
-    if (!moved || s.ts < t0 || s.ts > t1) continue;
-    if (!first) first = &s;
-    last = &s;
-  }
-  if (!first || first == last) return -1;
-  return (last->energy_mj - first->energy_mj) * 1e-3 / (double(last->ts - first->ts) * 1e-9);
-}
-
 double medianClock(const std::vector<tandem::profiler::PowerSample>& samples, uint64_t t0, uint64_t t1) {
   std::vector<double> mhz;
   for (const auto& s : samples)
@@ -170,10 +151,10 @@ int main(int argc, char** argv) {
       windows.push_back(w);
     }
     const std::vector<profiler::PowerSample> samples = sampler.stop();
-    const double idle_w = meanPowerW(samples, windows.back().t0, windows.back().t1);
+    const double idle_w = profiler::meanPowerFromEnergy(samples, windows.back().t0, windows.back().t1);
     double sum_j = 0, sum_ms = 0, step_j = 0, step_ms = 0;
     for (const Window& w : windows) {
-      const double watts = meanPowerW(samples, w.t0, w.t1);
+      const double watts = profiler::meanPowerFromEnergy(samples, w.t0, w.t1);
       const double mhz = medianClock(samples, w.t0, w.t1);
       if (w.kind == "idle") {
         fmt::print("{{\"bench\":\"energy_by_op\",\"kind\":\"idle\",\"power_w\":{:.1f},\"sm_clock_mhz\":{:.0f}}}\n",

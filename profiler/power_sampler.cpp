@@ -162,4 +162,20 @@ std::vector<PowerSample> PowerSampler::stop() {
   return std::move(samples_);
 }
 
+double meanPowerFromEnergy(const std::vector<PowerSample>& samples, uint64_t t0, uint64_t t1) {
+  const PowerSample* first = nullptr;
+  const PowerSample* last = nullptr;
+  double previous = -1;
+  for (const PowerSample& s : samples) {
+    if (s.energy_mj < 0) continue;
+    const bool moved = previous >= 0 && s.energy_mj != previous;
+    previous = s.energy_mj;
+    if (!moved || s.ts < t0 || s.ts > t1) continue;
+    if (!first) first = &s;
+    last = &s;
+  }
+  if (!first || last->ts <= first->ts) return -1;
+  return (last->energy_mj - first->energy_mj) * 1e-3 / (double(last->ts - first->ts) * 1e-9);
+}
+
 }  // namespace tandem::profiler

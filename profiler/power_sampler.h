@@ -35,6 +35,15 @@ struct PowerSample {
 // NVML's bit for a clock held down by the software power cap.
 inline constexpr int64_t kPowerCapReason = 0x4;
 
+// Mean board power over [t0, t1] (sample clock) from the energy counter,
+// between the first and the last sample inside the window at which the
+// counter had moved since the sample before. The counter moves about every
+// 100 ms, so between two arbitrary readings the energy covers an unknown
+// part of the time (up to 100 ms either end); between two moves it covers
+// exactly the time between them, up to the sampling period. -1 when the
+// counter moved fewer than twice inside the window.
+double meanPowerFromEnergy(const std::vector<PowerSample>& samples, uint64_t t0, uint64_t t1);
+
 class PowerSampler {
  public:
   // Samples the GPU with PCI bus id `pci_bus_id` ("0000:19:00.0") every

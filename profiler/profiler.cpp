@@ -149,11 +149,14 @@ void Profiler::Impl::addPowerSamples(std::vector<PowerSample> samples) {
   summary.power_w_median = median(watts);
   summary.sm_clock_mhz_median = median(mhz);
   summary.power_capped_share = with_reasons ? double(capped) / double(with_reasons) : -1.0;
-  // The counter's mean power between the first and last readings inside the
-  // span, times the span, per step ended.
-  if (first_e && last_e && last_e->ts > first_e->ts && last_e->energy_mj > first_e->energy_mj && !step_windows.empty()) {
-    const double watts_mean =
-        (last_e->energy_mj - first_e->energy_mj) * 1e-3 / (double(last_e->ts - first_e->ts) * 1e-9);
+  // The counter's mean power over the steps' span, times the span, per step
+  // ended: between the counter's moves where it moved twice or more inside
+  // the span (meanPowerFromEnergy), else between the first and last readings
+  // (a span shorter than about 200 ms: less exact).
+  double watts_mean = meanPowerFromEnergy(samples, lo, hi);
+  if (watts_mean < 0 && first_e && last_e && last_e->ts > first_e->ts && last_e->energy_mj > first_e->energy_mj)
+    watts_mean = (last_e->energy_mj - first_e->energy_mj) * 1e-3 / (double(last_e->ts - first_e->ts) * 1e-9);
+  if (watts_mean > 0 && !step_windows.empty()) {
     summary.energy_power_w = watts_mean;
     summary.energy_per_step_j = watts_mean * double(hi - lo) * 1e-9 / double(step_windows.size());
   }
