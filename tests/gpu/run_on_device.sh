@@ -3,7 +3,7 @@
 # of prebuilt binaries (DIST: bin/, lib/, peers/), logging each stage to OUT.
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
 # Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill bench
-#         benchonly bench2 scaling geluforward geluclocks energy
+#         benchonly bench2 scaling geluforward geluclocks energy fusebias
 set -u
 DIST=$(cd "$1" && pwd); OUT=$2; shift 2
 export LD_LIBRARY_PATH=$DIST/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -93,6 +93,19 @@ for s in "$@"; do
       # (bench_energy_by_op: at the power cap a step's time is its energy
       # divided by the cap).
       stage energy $B/bench_energy_by_op --seconds 1 ;;
+    fusebias)
+      # The bias gradients summed by the layernorm and attention backward
+      # (schedule.fuse_bias_gradients) against the default, alternating:
+      # step time and a step's energy (docs/benchmarks.md, seventeenth
+      # session: 0.07-0.21 ms less on one machine, neutral on another).
+      for i in 1 2 3; do
+        for f in false true; do
+          stage fusebias_${f}_$i $B/bench_gpt2_h200 --steps 40 --set schedule.fuse_bias_gradients=$f
+        done
+      done
+      for f in false true; do
+        stage fusebias_energy_$f $B/bench_energy_by_op --seconds 1 --set schedule.fuse_bias_gradients=$f
+      done ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done
