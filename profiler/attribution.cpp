@@ -112,13 +112,13 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   row.stream = stream;
 
   if (info) {
-    row.task_id = info->id;
+    row.task_id = info->task_id;
     row.phase = info->phase;
     row.layer = info->layer;
     row.micro_batch = info->micro_batch;
     // The memory plan's live arena bytes, sampled at the first record of each
     // task (so over the first profiled step).
-    if (info->arena_live_bytes >= 0 && arena_counter_written.insert(info->id).second)
+    if (info->arena_live_bytes >= 0 && arena_counter_written.insert(info->task_id).second)
       writer->addCounter({opt.rank, "memory.arena_live_bytes", row.start_ns, double(info->arena_live_bytes)});
   }
   writer->addActivity(row);
@@ -164,7 +164,7 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   if (nccl && info && !info->collective_op.empty()) {
     traces::CollectiveRow c;
     c.rank = opt.rank;
-    c.task_id = info->id;
+    c.task_id = info->task_id;
     c.op = info->collective_op;
     c.group = info->group;
     c.bytes = info->collective_bytes;

@@ -51,18 +51,8 @@ inline std::vector<TaskInfo> taskInfos(const RankPlan& rp) {
   out.reserve(rp.tasks.size());
   for (size_t k = 0; k < rp.tasks.size(); ++k) {
     const Task& t = rp.tasks[k];
-    const traces::PlanTaskRow& row = rows[k];
     TaskInfo i;
-    i.id = row.task_id;
-    i.name = row.name;
-    i.op = row.op;
-    i.phase = row.phase;
-    i.layer = row.layer;
-    i.micro_batch = row.micro_batch;
-    i.stream = row.stream;
-    i.flops = row.flops;
-    i.bytes = row.bytes;
-    i.deps = row.deps;
+    static_cast<traces::PlanTaskRow&>(i) = rows[k];
     i.arena_live_bytes = live[k];
     if (t.collective) {
       i.collective_op = std::string(toString(t.collective->op));

@@ -189,19 +189,9 @@ void Profiler::addTasks(const std::vector<TaskInfo>& tasks) {
   Impl& p = *impl_;
   std::lock_guard<std::mutex> lock(p.write_mu);
   for (const TaskInfo& t : tasks) {
-    p.tasks[t.id] = t;
-    traces::PlanTaskRow row;
+    p.tasks[t.task_id] = t;
+    traces::PlanTaskRow row = t;  // the stored part
     row.rank = p.opt.rank;
-    row.task_id = t.id;
-    row.name = t.name;
-    row.op = t.op;
-    row.phase = t.phase;
-    row.layer = t.layer;
-    row.micro_batch = t.micro_batch;
-    row.stream = t.stream;
-    row.flops = t.flops;
-    row.bytes = t.bytes;
-    row.deps = t.deps;
     p.writer->addPlanTask(row);
   }
 }

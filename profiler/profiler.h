@@ -35,18 +35,10 @@ class ProfilerError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// One plan task as the profiler needs it.
-struct TaskInfo {
-  int64_t id = -1;
-  std::string name;
-  std::string op;
-  traces::TracePhase phase = traces::TracePhase::None;
-  int layer = -1;
-  int micro_batch = -1;
-  int stream = 0;  // plan stream index
-  double flops = 0;
-  int64_t bytes = 0;
-  std::vector<int64_t> deps;
+// One plan task as the profiler needs it: the row the trace store keeps for
+// it (task id, name, op, phase, plan stream index, dependencies, ...; its
+// rank is the profiler's) and what the profiler adds when the task runs.
+struct TaskInfo : traces::PlanTaskRow {
   // Collectives only: operation, group and payload bytes per rank.
   std::string collective_op;
   std::string group;

@@ -100,7 +100,7 @@ int main() {
     const char* names[] = {"add.fwd", "gelu.fwd", "copy.d2d", "zero.b"};
     for (int i = 0; i < 4; ++i) {
       profiler::TaskInfo t;
-      t.id = 10 + i;
+      t.task_id = 10 + i;
       t.name = names[i];
       t.op = names[i];
       t.phase = tr::TracePhase::Forward;
