@@ -194,7 +194,8 @@ int main(int argc, char** argv) {
                "\"tflops\":{:.1f},\"rounds\":{},\"reps\":{}{}}}\n",
                c.op, c.impl, M, F, C, med.back(), flop / med.back() / 1e6, rounds, reps, clocks[i]);
   }
-  fmt::print("{{\"bench\":\"gelu_gemm\",\"summary\":\"per step, 12 layers\",\"forward_epilogue_cost_cublaslt_ms\":{:.3f},"
+  fmt::print("{{\"bench\":\"gelu_gemm\",\"summary\":\"per step, 12 layers\","
+             "\"forward_epilogue_cost_cublaslt_ms\":{:.3f},"
              "\"forward_epilogue_cost_own_ms\":{:.3f},\"backward_epilogue_cost_cublaslt_ms\":{:.3f},"
              "\"backward_epilogue_cost_own_ms\":{:.3f},\"own_saves_ms\":{:.3f}}}\n",
              12e-3 * (med[1] - med[0]), 12e-3 * (med[2] - med[0]), 12e-3 * (med[4] - med[3]),

@@ -112,7 +112,8 @@ int main(int argc, char** argv) {
     bool ta, tb;
     long m, n, k, lda, ldb, ldd;
     if (kind == "forward") ta = true, tb = false, m = sh.N, n = M, k = sh.K, lda = sh.K, ldb = sh.K, ldd = sh.N;
-    else if (kind == "backward_data") ta = false, tb = false, m = sh.K, n = M, k = sh.N, lda = sh.K, ldb = sh.N, ldd = sh.K;
+    else if (kind == "backward_data")
+      ta = false, tb = false, m = sh.K, n = M, k = sh.N, lda = sh.K, ldb = sh.N, ldd = sh.K;
     else ta = false, tb = true, m = sh.K, n = sh.N, k = M, lda = sh.K, ldb = sh.N, ldd = sh.K;
     cublasLtMatmulDesc_t desc;
     cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -152,7 +153,8 @@ int main(int argc, char** argv) {
     int best = -1;
     for (int c = 0; c < found; ++c) {
       auto launch = [&] {
-        return cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res[size_t(c)].algo, ws, ws_bytes, s);
+        return cublasLtMatmul(lt, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &res[size_t(c)].algo, ws,
+                              ws_bytes, s);
       };
       if (launch() != CUBLAS_STATUS_SUCCESS) continue;
       for (int w = 0; w < 3; ++w) launch();

@@ -126,8 +126,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   tandem::bench::ArgReader args(
       "bench_sim_scale",
-      "[--sizes 64,256,1024,4096] [--full-max N] [--repeat K] [--set k=v]... [--inter-host-tree] [--extra-gpus K]", argc,
-      argv);
+      "[--sizes 64,256,1024,4096] [--full-max N] [--repeat K] [--set k=v]... [--inter-host-tree] [--extra-gpus K]",
+      argc, argv);
   while (args.next()) {
     if (args.is("--inter-host-tree")) inter_host_tree = true;
     else if (args.is("--sizes")) sizes = parseSizes(args);
@@ -170,10 +170,12 @@ int main(int argc, char** argv) {
             "{{\"bench\":\"sim_scale\",\"gpus\":{},\"mode\":\"{}\",\"wall_s\":{:.4f},\"cpu_s\":{:.4f},"
             "\"wall_us_per_gpu\":{:.1f},\"events\":{},"
             "\"events_per_s\":{:.0f},\"tasks\":{},\"flows\":{},\"collectives\":{},\"rate_recomputations\":{},"
-            "\"step_ms\":{:.3f},\"plan_s\":{:.3f},\"topology_s\":{:.3f},\"tasks_per_rank\":{},\"digest\":\"{:016x}\"}}\n",
+            "\"step_ms\":{:.3f},\"plan_s\":{:.3f},\"topology_s\":{:.3f},"
+            "\"tasks_per_rank\":{},\"digest\":\"{:016x}\"}}\n",
             gpus, mode == 0 ? "symmetric" : "full", best, best_cpu, best / gpus * 1e6, r.stats.events,
             best > 0 ? double(r.stats.events) / best : 0.0, r.stats.tasks, r.stats.flows, r.stats.collectives,
-            r.stats.rate_recomputations, double(r.step_ns) / 1e6, plan_s, topo_s, plan.programs.front().tasks.size(), resultDigest(r));
+            r.stats.rate_recomputations, double(r.step_ns) / 1e6, plan_s, topo_s, plan.programs.front().tasks.size(),
+            resultDigest(r));
         std::fflush(stdout);
       }
     }

@@ -82,7 +82,9 @@ std::vector<BenchJob> benchJobs() {
        false},
       {"recompute-full-mb8", {"training.micro_batch=8", "recompute.policy=full", "parallel.data_parallel=1"}, false},
       {"dp2-mb12", {"training.micro_batch=12", "parallel.data_parallel=2"}, false},
-      {"dp2-mb16-selective", {"training.micro_batch=16", "parallel.data_parallel=2", "recompute.policy=selective"}, false},
+      {"dp2-mb16-selective",
+       {"training.micro_batch=16", "parallel.data_parallel=2", "recompute.policy=selective"},
+       false},
   };
 }
 
@@ -104,8 +106,8 @@ struct Outcome {
 };
 
 // Simulates the job and writes the run into `path`; returns the run id.
-int64_t simulateInto(const JobSpec& job, const sim::Topology& topo, const sim::Calibration& cal, const std::string& path,
-                     const std::string& label) {
+int64_t simulateInto(const JobSpec& job, const sim::Topology& topo, const sim::Calibration& cal,
+                     const std::string& path, const std::string& label) {
   const Plan plan = buildPlan(job);
   const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
   sim::SimOptions opts;
@@ -301,7 +303,8 @@ int main(int argc, char** argv) {
     for (const auto& [rank, speed] : cal.rank_speed)
       if (rank < int(measured.devices.size())) {
         measured.devices[size_t(rank)].speed = speed;
-        fmt::print(stderr, "device {} at speed {:.4f} of device 0 (forward kernels of {} multi-rank calibration runs)\n",
+        fmt::print(stderr,
+                   "device {} at speed {:.4f} of device 0 (forward kernels of {} multi-rank calibration runs)\n",
                    measured.devices[size_t(rank)].name, speed, cal.rank_speed_runs);
       }
 
@@ -387,13 +390,15 @@ int main(int argc, char** argv) {
       }
     }
   }
-  fmt::print("\nheld-out jobs ({}): median |error| {:.2f}%, max {:.2f}%; Kendall tau {:.3f} over them, {:.3f} over all {} "
-             "jobs; overlap within {:.1f} points on the data-parallel jobs; collectives >= 1 MiB: {} of {} within 5% "
-             "in the held-out jobs (worst {:.1f}%), {} of {} with the calibration jobs (worst {:.1f}%)\n",
+  fmt::print("\nheld-out jobs ({}): median |error| {:.2f}%, max {:.2f}%; Kendall tau {:.3f} over them, "
+             "{:.3f} over all {} jobs; overlap within {:.1f} points on the data-parallel jobs; "
+             "collectives >= 1 MiB: {} of {} within 5% in the held-out jobs (worst {:.1f}%), {} of {} with the "
+             "calibration jobs (worst {:.1f}%)\n",
              held_out_err.size(), median, worst, tau_held, tau, outcomes.size(), worst_overlap_pp, held_big_within,
              held_big, held_big_worst, big_within, big, big_worst);
-  fmt::print("{{\"bench\":\"sim_vs_real\",\"summary\":true,\"held_out_jobs\":{},\"held_out_median_abs_error_pct\":{:.2f},"
-             "\"held_out_max_abs_error_pct\":{:.2f},\"kendall_tau_held_out\":{:.3f},\"kendall_tau_all\":{:.3f},\"jobs\":{},"
+  fmt::print("{{\"bench\":\"sim_vs_real\",\"summary\":true,\"held_out_jobs\":{},"
+             "\"held_out_median_abs_error_pct\":{:.2f},\"held_out_max_abs_error_pct\":{:.2f},"
+             "\"kendall_tau_held_out\":{:.3f},\"kendall_tau_all\":{:.3f},\"jobs\":{},"
              "\"worst_overlap_diff_pp\":{:.1f},\"collectives_1mib\":{},\"collectives_1mib_within_5pct\":{},"
              "\"collectives_1mib_worst_pct\":{:.1f},\"held_out_collectives_1mib\":{},"
              "\"held_out_collectives_1mib_within_5pct\":{},\"held_out_collectives_1mib_worst_pct\":{:.1f}}}\n",

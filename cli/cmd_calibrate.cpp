@@ -113,12 +113,14 @@ void runCalibrate(const CalibrateOptions& o) {
                "the stream, mean step error {:.2f}%)\n",
                refit->efficiency, o.topology, refit->from_timelines, refit->runs, refit->mean_abs_error_pct);
   else if (!o.topology.empty())
-    fmt::print("kernel overlap efficiency: no one-rank run with the weight-gradient stream to refit it by simulation\n");
+    fmt::print(
+        "kernel overlap efficiency: no one-rank run with the weight-gradient stream to refit it by simulation\n");
   fmt::print("calibration written to {}\n", o.out);
 }
 
 void addCalibrateCommand(CLI::App& root) {
-  auto* cmd = root.add_subcommand("calibrate", "Fit the simulator's cost model from profiled runs (matched to plan tasks)");
+  auto* cmd =
+      root.add_subcommand("calibrate", "Fit the simulator's cost model from profiled runs (matched to plan tasks)");
   auto o = std::make_shared<CalibrateOptions>();
   cmd->add_option("runs", o->inputs, "trace files (every real run in them) or FILE:RUN for one run")->required();
   cmd->add_option("--out", o->out, "calibration YAML to write")->required()->type_name("FILE");

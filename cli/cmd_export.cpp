@@ -35,10 +35,12 @@ void runExport(const ExportOptions& o) {
   }
   output.commit();
   if (o.json)
-    fmt::print("{{\"output\":\"{}\",\"run\":{},\"processes\":{},\"threads\":{},\"slices\":{},\"flows\":{},\"counters\":{}}}\n",
+    fmt::print("{{\"output\":\"{}\",\"run\":{},\"processes\":{},\"threads\":{},\"slices\":{},\"flows\":{},"
+               "\"counters\":{}}}\n",
                o.chrome, run, s.processes, s.threads, s.slices, s.flows, s.counters);
   else
-    fmt::print("wrote {}: {} processes, {} threads, {} slices, {} flows, {} counter samples (open in ui.perfetto.dev)\n",
+    fmt::print("wrote {}: {} processes, {} threads, {} slices, {} flows, {} counter samples "
+               "(open in ui.perfetto.dev)\n",
                o.chrome, s.processes, s.threads, s.slices, s.flows, s.counters);
 }
 

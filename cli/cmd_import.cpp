@@ -36,8 +36,8 @@ void runImport(const ImportOptions& o) {
   }
   output.commit();
   if (o.json)
-    fmt::print("{{\"output\":\"{}\",\"run\":{},\"format\":\"{}\",\"ranks\":{},\"activities\":{},\"ranges\":{}}}\n", o.out,
-               r.run, r.format, r.ranks, r.activities, r.ranges);
+    fmt::print("{{\"output\":\"{}\",\"run\":{},\"format\":\"{}\",\"ranks\":{},\"activities\":{},\"ranges\":{}}}\n",
+               o.out, r.run, r.format, r.ranks, r.activities, r.ranges);
   else
     fmt::print("imported {} ({}) into {} as run {}: {} ranks, {} activities, {} ranges (records not imported are "
                "counted in the run's stats, see `tandem report`)\n",

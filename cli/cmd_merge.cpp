@@ -35,8 +35,8 @@ void runMerge(const MergeOptions& o) {
   }
   output.commit();
   if (o.json)
-    fmt::print("{{\"output\":\"{}\",\"run\":{},\"inputs\":{},\"ranks\":{},\"activities\":{}}}\n", o.out, r.run, r.inputs,
-               r.ranks, r.activities);
+    fmt::print("{{\"output\":\"{}\",\"run\":{},\"inputs\":{},\"ranks\":{},\"activities\":{}}}\n", o.out, r.run,
+               r.inputs, r.ranks, r.activities);
   else
     fmt::print("merged {} files into {} (run {}): {} ranks, {} activities\n", r.inputs, o.out, r.run, r.ranks,
                r.activities);

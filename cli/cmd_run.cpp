@@ -63,7 +63,8 @@ std::string fittingChoices(const JobSpec& job, int64_t free_bytes) {
       j.training.micro_batch = mb;
       try {
         const Plan p = buildPlan(j);
-        const int64_t need = p.programs.at(0).memory.arena_bytes + cuda::executorOverheadBytes(p) + (int64_t(512) << 20);
+        const int64_t need =
+            p.programs.at(0).memory.arena_bytes + cuda::executorOverheadBytes(p) + (int64_t(512) << 20);
         if (need <= free_bytes) {
           fits.push_back(fmt::format("recompute.policy={} training.micro_batch={} ({:.1f} GiB)", toString(policy), mb,
                                      need / kGiB));
@@ -125,10 +126,12 @@ void writeTrace(const std::string& path, const Plan& plan, const cuda::DeviceInf
       t += dur;
     }
     w.setStat({"tokens_per_second", int64_t(tokens_per_s), traces::Severity::Info, "median over measured steps"});
-    w.setStat({"mfu_ppm", int64_t(mfu * 1e6), traces::Severity::Info, "PaLM model FLOPs utilisation, parts per million"});
+    w.setStat({"mfu_ppm", int64_t(mfu * 1e6), traces::Severity::Info,
+               "PaLM model FLOPs utilisation, parts per million"});
     w.setStat({"planned_arena_bytes", mem.planned_arena_bytes, traces::Severity::Info, "memory plan peak"});
     w.setStat({"allocated_bytes", mem.allocated_bytes, traces::Severity::Info, "arena + workspace + scratch"});
-    w.setStat({"device_used_bytes", mem.device_used_bytes, traces::Severity::Info, "after setup, incl. context and NCCL"});
+    w.setStat({"device_used_bytes", mem.device_used_bytes, traces::Severity::Info,
+               "after setup, incl. context and NCCL"});
     w.flush();
   }
   fs::rename(tmp, path);
@@ -155,7 +158,8 @@ void mergeProfiles(const std::string& out, int world, bool json) {
   }
   output.commit();
   if (json)
-    fmt::print(R"({{"profile_merged":"{}","run":{},"ranks":{},"activities":{}}})" "\n", out, m.run, m.ranks, m.activities);
+    fmt::print(R"({{"profile_merged":"{}","run":{},"ranks":{},"activities":{}}})" "\n", out, m.run, m.ranks,
+               m.activities);
   else
     fmt::print("profile: merged {} rank files into {} (run {}, {} activities)\n", m.inputs, out, m.run, m.activities);
 }
@@ -172,7 +176,8 @@ std::unique_ptr<profiler::Profiler> startProfiler(const RunOptions& o, const Pla
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   po.run.host = host;
-  po.run.devices_json = fmt::format(R"([{{"index":{},"name":"{}","memory_bytes":{}}}])", dev.index, dev.name, dev.total_bytes);
+  po.run.devices_json =
+      fmt::format(R"([{{"index":{},"name":"{}","memory_bytes":{}}}])", dev.index, dev.name, dev.total_bytes);
   po.run.tool_version = TANDEM_VERSION;
   po.run.world_size = plan.world_size;
   po.rank = rank;
@@ -257,7 +262,8 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
     try {
       // tandem's own launch starts every rank at once; other launchers get --timeout.
       eo.nccl_id = cuda::shareNcclId(info, rendezvous,
-                                     info.launcher == cuda::Launcher::Tandem ? std::max(120.0, o.timeout_s) : o.timeout_s);
+                                     info.launcher == cuda::Launcher::Tandem ? std::max(120.0, o.timeout_s)
+                                                                             : o.timeout_s);
     } catch (const cuda::LaunchError& e) {
       throw cuda::CudaError(e.what());
     }
@@ -319,7 +325,8 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
     const double mfu = peak > 0 ? flops_per_step / (r.ms / 1e3) / (world * peak) : 0;
     if (!lead) return;
     if (o.json)
-      fmt::print(R"({{"step":{},"loss":{:.6f},"grad_norm":{:.6f},"lr":{:.6e},"ms":{:.3f},"tokens_per_s":{:.0f},"mfu":{:.4f}}})"
+      fmt::print(R"({{"step":{},"loss":{:.6f},"grad_norm":{:.6f},"lr":{:.6e},"ms":{:.3f},)"
+                 R"("tokens_per_s":{:.0f},"mfu":{:.4f}}})"
                  "\n",
                  r.step + 1, r.loss, r.grad_norm, r.lr, r.ms, tps, mfu);
     else
@@ -347,7 +354,8 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
   const cuda::GpuMemoryReport mem = exec->memory();
   if (lead) {
     if (o.json)
-      fmt::print(R"({{"summary":true,"median_ms":{:.3f},"median_wall_ms":{:.3f},"tokens_per_s":{:.0f},"mfu":{:.4f},"planned_arena_bytes":{},"allocated_bytes":{},"device_used_bytes":{}}})"
+      fmt::print(R"({{"summary":true,"median_ms":{:.3f},"median_wall_ms":{:.3f},"tokens_per_s":{:.0f},"mfu":{:.4f},)"
+                 R"("planned_arena_bytes":{},"allocated_bytes":{},"device_used_bytes":{}}})"
                  "\n",
                  med, wall_med, tps, mfu, mem.planned_arena_bytes, mem.allocated_bytes, mem.device_used_bytes);
     else
@@ -363,12 +371,15 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
 #ifdef TANDEM_HAVE_PROFILER
   if (prof) {
     prof->setStat({"tokens_per_second", int64_t(tps), traces::Severity::Info, "median over measured steps"});
-    prof->setStat({"mfu_ppm", int64_t(mfu * 1e6), traces::Severity::Info, "PaLM model FLOPs utilisation, parts per million"});
+    prof->setStat({"mfu_ppm", int64_t(mfu * 1e6), traces::Severity::Info,
+                   "PaLM model FLOPs utilisation, parts per million"});
     prof->setStat({"planned_arena_bytes", mem.planned_arena_bytes, traces::Severity::Info, "memory plan peak"});
-    prof->setStat({"device_used_bytes", mem.device_used_bytes, traces::Severity::Info, "after setup, incl. context and NCCL"});
+    prof->setStat({"device_used_bytes", mem.device_used_bytes, traces::Severity::Info,
+                   "after setup, incl. context and NCCL"});
     const profiler::ProfileSummary ps = prof->finish();
     if (o.json)
-      fmt::print(R"({{"profile_rank":{},"file":"{}","kernels":{},"kernels_attributed":{},"nccl_kernels":{},"nccl_attributed":{},"nccl_on_comm_stream":{},"graph_kernels":{},"dropped_records":{}}})"
+      fmt::print(R"({{"profile_rank":{},"file":"{}","kernels":{},"kernels_attributed":{},"nccl_kernels":{},)"
+                 R"("nccl_attributed":{},"nccl_on_comm_stream":{},"graph_kernels":{},"dropped_records":{}}})"
                  "\n",
                  rank, ps.path, ps.kernels, ps.kernels_attributed, ps.nccl_kernels, ps.nccl_attributed,
                  ps.nccl_on_comm_stream, ps.graph_kernels, ps.dropped_records);
@@ -406,9 +417,11 @@ void runCommand(const RunOptions& o) {
   throw std::runtime_error(
       "run: this tandem was built without CUDA support (use `tandem train` for the CPU reference executor)");
 #else
-  if (o.profile && o.out.empty()) throw std::runtime_error("run: --profile needs --out RUN.sqlite (where the profile goes)");
+  if (o.profile && o.out.empty())
+    throw std::runtime_error("run: --profile needs --out RUN.sqlite (where the profile goes)");
 #ifndef TANDEM_HAVE_PROFILER
-  if (o.profile) throw std::runtime_error("run: this tandem was built without the CUPTI profiler (--profile unavailable)");
+  if (o.profile)
+    throw std::runtime_error("run: this tandem was built without the CUPTI profiler (--profile unavailable)");
 #endif
   cuda::LaunchInfo info;
   int gpus = 0;

@@ -172,7 +172,8 @@ void addSimulateCommand(CLI::App& root) {
       ->required();
   cmd->add_option("--calibration", o->calibration, "calibration YAML (docs/simulator.md) replacing the cost model")
       ->type_name("FILE");
-  cmd->add_option("--out", o->out, "trace file to write (appended as a new run when it exists)")->type_name("SIM.sqlite");
+  cmd->add_option("--out", o->out, "trace file to write (appended as a new run when it exists)")
+      ->type_name("SIM.sqlite");
   cmd->add_flag("--json", o->json, "print a JSON document instead of tables");
   cmd->add_option("--symmetric", o->symmetry,
                   "simulate one representative rank per program: auto (when the check passes), on, off")

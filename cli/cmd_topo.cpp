@@ -249,12 +249,14 @@ void addTopoCommand(CLI::App& root) {
   CLI::App* imp = topo->add_subcommand(
       "import", "Build a topology YAML from `nvidia-smi topo -m` (and optionally `nvidia-smi nvlink -s`) output");
   imp->add_option("--nvidia-smi", o->topo_file, "file with the output of `nvidia-smi topo -m`")->required();
-  imp->add_option("--nvlink", o->nvlink_file, "file with the output of `nvidia-smi nvlink -s` (link speeds, GPU names)");
+  imp->add_option("--nvlink", o->nvlink_file,
+                  "file with the output of `nvidia-smi nvlink -s` (link speeds, GPU names)");
   imp->add_option("--out", o->out, "topology YAML to write")->required();
   imp->add_option("--model", o->import.model,
                   "GPU model when no --nvlink file names it (H100, H200, A100-80GB, A100-40GB, A100-PCIE-80GB)");
   imp->add_option("--name", o->import.name, "topology name")->capture_default_str();
-  imp->add_option("--pcie-gbps", o->import.pcie_gbps, "PCIe GB/s per direction (default: 55 for H100/H200, 25 otherwise)")
+  imp->add_option("--pcie-gbps", o->import.pcie_gbps,
+                  "PCIe GB/s per direction (default: 55 for H100/H200, 25 otherwise)")
       ->check(numberAboveZero());
   imp->add_flag("--json", o->json, "print a JSON summary");
   imp->callback([o] { importCommand(*o); });

@@ -84,7 +84,8 @@ std::string planSummaryText(const Plan& plan) {
            plan.recompute[j].bytes_kept == d.bytes_kept && plan.recompute[j].bytes_saved == d.bytes_saved &&
            plan.recompute[j].extra_flops == d.extra_flops)
       ++j;
-    const std::string layers = j - i == 1 ? fmt::format("{}", d.layer) : fmt::format("{}-{}", d.layer, plan.recompute[j - 1].layer);
+    const std::string layers =
+        j - i == 1 ? fmt::format("{}", d.layer) : fmt::format("{}-{}", d.layer, plan.recompute[j - 1].layer);
     line(fmt::format("           {:>6}  {:<9}  {:>16}  {:>17}  {:>15}", layers, toString(d.policy),
                      humanBytes(double(d.bytes_kept)), humanBytes(double(d.bytes_saved)), humanCount(d.extra_flops)));
     i = j;

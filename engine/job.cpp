@@ -306,23 +306,56 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
       {"seq_len", [&](const YAML::Node& v, const std::string& p) { m.seq_len = r.readInt(v, p, 1, "integers >= 1"); }},
       {"layers", [&](const YAML::Node& v, const std::string& p) { m.layers = r.readInt(v, p, 1, "integers >= 1"); }},
       {"hidden", [&](const YAML::Node& v, const std::string& p) { m.hidden = r.readInt(v, p, 1, "integers >= 1"); }},
-      {"heads", [&](const YAML::Node& v, const std::string& p) { m.heads = r.readInt(v, p, 1, "integers >= 1 dividing model.hidden"); }},
-      {"kv_heads", [&](const YAML::Node& v, const std::string& p) { m.kv_heads = r.readInt(v, p, 0, "0 (same as heads) or a divisor of model.heads"); }},
-      {"mlp_ratio", [&](const YAML::Node& v, const std::string& p) { m.mlp_ratio = r.readNumber(v, p, positive, "numbers > 0"); }},
+      {"heads",
+       [&](const YAML::Node& v, const std::string& p) {
+         m.heads = r.readInt(v, p, 1, "integers >= 1 dividing model.hidden");
+       }},
+      {"kv_heads",
+       [&](const YAML::Node& v, const std::string& p) {
+         m.kv_heads = r.readInt(v, p, 0, "0 (same as heads) or a divisor of model.heads");
+       }},
+      {"mlp_ratio",
+       [&](const YAML::Node& v, const std::string& p) {
+         m.mlp_ratio = r.readNumber(v, p, positive, "numbers > 0");
+       }},
       {"tied_embeddings", [&](const YAML::Node& v, const std::string& p) { m.tied_embeddings = r.readBool(v, p); }},
   });
   auto training = section({
-      {"micro_batch", [&](const YAML::Node& v, const std::string& p) { t.micro_batch = r.readInt(v, p, 1, "integers >= 1"); }},
-      {"grad_accum", [&](const YAML::Node& v, const std::string& p) { t.grad_accum = r.readInt(v, p, 1, "integers >= 1"); }},
+      {"micro_batch",
+       [&](const YAML::Node& v, const std::string& p) {
+         t.micro_batch = r.readInt(v, p, 1, "integers >= 1");
+       }},
+      {"grad_accum",
+       [&](const YAML::Node& v, const std::string& p) {
+         t.grad_accum = r.readInt(v, p, 1, "integers >= 1");
+       }},
       {"steps", [&](const YAML::Node& v, const std::string& p) { t.steps = r.readInt(v, p, 1, "integers >= 1"); }},
       {"lr", [&](const YAML::Node& v, const std::string& p) { t.lr = r.readNumber(v, p, positive, "numbers > 0"); }},
-      {"min_lr", [&](const YAML::Node& v, const std::string& p) { t.min_lr = r.readNumber(v, p, nonNegative, "numbers from 0 to training.lr"); }},
-      {"warmup_steps", [&](const YAML::Node& v, const std::string& p) { t.warmup_steps = r.readInt(v, p, 0, "integers >= 0"); }},
-      {"weight_decay", [&](const YAML::Node& v, const std::string& p) { t.weight_decay = r.readNumber(v, p, nonNegative, "numbers >= 0"); }},
-      {"beta1", [&](const YAML::Node& v, const std::string& p) { t.beta1 = r.readNumber(v, p, unitInterval, "numbers in [0, 1)"); }},
-      {"beta2", [&](const YAML::Node& v, const std::string& p) { t.beta2 = r.readNumber(v, p, unitInterval, "numbers in [0, 1)"); }},
+      {"min_lr",
+       [&](const YAML::Node& v, const std::string& p) {
+         t.min_lr = r.readNumber(v, p, nonNegative, "numbers from 0 to training.lr");
+       }},
+      {"warmup_steps",
+       [&](const YAML::Node& v, const std::string& p) {
+         t.warmup_steps = r.readInt(v, p, 0, "integers >= 0");
+       }},
+      {"weight_decay",
+       [&](const YAML::Node& v, const std::string& p) {
+         t.weight_decay = r.readNumber(v, p, nonNegative, "numbers >= 0");
+       }},
+      {"beta1",
+       [&](const YAML::Node& v, const std::string& p) {
+         t.beta1 = r.readNumber(v, p, unitInterval, "numbers in [0, 1)");
+       }},
+      {"beta2",
+       [&](const YAML::Node& v, const std::string& p) {
+         t.beta2 = r.readNumber(v, p, unitInterval, "numbers in [0, 1)");
+       }},
       {"eps", [&](const YAML::Node& v, const std::string& p) { t.eps = r.readNumber(v, p, positive, "numbers > 0"); }},
-      {"grad_clip", [&](const YAML::Node& v, const std::string& p) { t.grad_clip = r.readNumber(v, p, nonNegative, "numbers >= 0 (0 disables clipping)"); }},
+      {"grad_clip",
+       [&](const YAML::Node& v, const std::string& p) {
+         t.grad_clip = r.readNumber(v, p, nonNegative, "numbers >= 0 (0 disables clipping)");
+       }},
       {"precision",
        [&](const YAML::Node& v, const std::string& p) {
          std::string s = r.readString(v, p, "fp32, bf16");
@@ -333,18 +366,42 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
       {"seed", [&](const YAML::Node& v, const std::string& p) { t.seed = r.readUint64(v, p); }},
   });
   auto parallel = section({
-      {"data_parallel", [&](const YAML::Node& v, const std::string& p) { job.parallel.data_parallel = r.readInt(v, p, 1, "integers >= 1"); }},
-      {"shard_optimizer", [&](const YAML::Node& v, const std::string& p) { job.parallel.shard_optimizer = r.readBool(v, p); }},
+      {"data_parallel",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.parallel.data_parallel = r.readInt(v, p, 1, "integers >= 1");
+       }},
+      {"shard_optimizer",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.parallel.shard_optimizer = r.readBool(v, p);
+       }},
   });
   auto comm = section({
-      {"bucket_mib", [&](const YAML::Node& v, const std::string& p) { job.comm.bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)"); }},
-      {"first_bucket_mib", [&](const YAML::Node& v, const std::string& p) { job.comm.first_bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)"); }},
-      {"gather_embedding_gradient", [&](const YAML::Node& v, const std::string& p) { job.comm.gather_embedding_gradient = r.readBool(v, p); }},
+      {"bucket_mib",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.comm.bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)");
+       }},
+      {"first_bucket_mib",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.comm.first_bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)");
+       }},
+      {"gather_embedding_gradient",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.comm.gather_embedding_gradient = r.readBool(v, p);
+       }},
   });
   auto schedule = section({
-      {"weight_gradient_stream", [&](const YAML::Node& v, const std::string& p) { job.schedule.weight_gradient_stream = r.readBool(v, p); }},
-      {"fuse_bias_gradients", [&](const YAML::Node& v, const std::string& p) { job.schedule.fuse_bias_gradients = r.readBool(v, p); }},
-      {"optimizer_beside_forward", [&](const YAML::Node& v, const std::string& p) { job.schedule.optimizer_beside_forward = r.readBool(v, p); }},
+      {"weight_gradient_stream",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.schedule.weight_gradient_stream = r.readBool(v, p);
+       }},
+      {"fuse_bias_gradients",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.schedule.fuse_bias_gradients = r.readBool(v, p);
+       }},
+      {"optimizer_beside_forward",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.schedule.optimizer_beside_forward = r.readBool(v, p);
+       }},
   });
   auto recompute = section({
       {"policy", [&](const YAML::Node& v, const std::string& p) { job.recompute.policy = r.readPolicy(v, p); }},
@@ -359,16 +416,29 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
            r.remember(path, entry.first.Mark());
            int index = r.readInt(entry.first, path, 0, "layer indices from 0 to model.layers - 1");
            if (job.recompute.per_layer.count(index))
-             JobReader::failAt(r.locate(path, entry.first.Mark()), path, "layer " + std::to_string(index) + " is listed twice", "each layer index once");
+             JobReader::failAt(r.locate(path, entry.first.Mark()), path,
+                               "layer " + std::to_string(index) + " is listed twice", "each layer index once");
            job.recompute.per_layer[index] = r.readPolicy(entry.second, path);
          }
        }},
   });
   auto data = section({
-      {"source", [&](const YAML::Node& v, const std::string& p) { job.data.source = r.readString(v, p, "synthetic, tokens"); }},
-      {"path", [&](const YAML::Node& v, const std::string& p) { job.data.path = r.readString(v, p, "a path to a token file"); }},
-      {"markov_order", [&](const YAML::Node& v, const std::string& p) { job.data.markov_order = r.readInt(v, p, 1, "integers >= 1"); }},
-      {"branching", [&](const YAML::Node& v, const std::string& p) { job.data.branching = r.readInt(v, p, 1, "integers from 1 to model.vocab"); }},
+      {"source",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.data.source = r.readString(v, p, "synthetic, tokens");
+       }},
+      {"path",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.data.path = r.readString(v, p, "a path to a token file");
+       }},
+      {"markov_order",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.data.markov_order = r.readInt(v, p, 1, "integers >= 1");
+       }},
+      {"branching",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.data.branching = r.readInt(v, p, 1, "integers from 1 to model.vocab");
+       }},
   });
   r.readMap(root, "", {
       {"name", [&](const YAML::Node& v, const std::string& p) { job.name = r.readString(v, p, "a non-empty string"); }},
@@ -413,7 +483,8 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
   for (const auto& [layer, policy] : job.recompute.per_layer) {
     if (layer >= m.layers) {
       r.fail("recompute.layers." + std::to_string(layer),
-             "layer " + std::to_string(layer) + " does not exist, the model has " + std::to_string(m.layers) + " layers",
+             "layer " + std::to_string(layer) + " does not exist, the model has " + std::to_string(m.layers) +
+                 " layers",
              "layer indices from 0 to " + std::to_string(m.layers - 1));
     }
   }
@@ -422,7 +493,8 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
     r.fail("data.source", shown(d.source) + " is not a data source", "synthetic, tokens");
   if (d.source == "tokens") {
     if (d.path.empty())
-      r.fail(pick("data.path", "data.source"), "data.source tokens needs a token file", "a path to an existing token file");
+      r.fail(pick("data.path", "data.source"), "data.source tokens needs a token file",
+             "a path to an existing token file");
     if (options.check_files) {
       std::error_code ec;
       if (!std::filesystem::is_regular_file(d.path, ec))

@@ -88,8 +88,9 @@ Comparison compareRuns(const TimelineData& a, const std::vector<RankBreakdown>& 
   for (const auto& [id, y] : tb)
     if (!ta.count(id)) ++c.only_b;
   c.matched = int64_t(c.tasks.size());
-  std::stable_sort(c.tasks.begin(), c.tasks.end(),
-                   [](const TaskDelta& x, const TaskDelta& y) { return std::fabs(x.delta_ns()) > std::fabs(y.delta_ns()); });
+  std::stable_sort(c.tasks.begin(), c.tasks.end(), [](const TaskDelta& x, const TaskDelta& y) {
+    return std::fabs(x.delta_ns()) > std::fabs(y.delta_ns());
+  });
 
   const double steps_a = double(std::max<size_t>(1, a.steps.size()));
   const double steps_b = double(std::max<size_t>(1, b.steps.size()));
@@ -114,7 +115,8 @@ Comparison compareRuns(const TimelineData& a, const std::vector<RankBreakdown>& 
     const double d = r.b_ns - r.a_ns;
     if (std::fabs(d) >= 1e3) parts.push_back({d, r.metric + " " + signedMs(d)});
   }
-  std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return std::fabs(x.first) > std::fabs(y.first); });
+  std::sort(parts.begin(), parts.end(),
+            [](const auto& x, const auto& y) { return std::fabs(x.first) > std::fabs(y.first); });
   if (!parts.empty()) {
     v += ": ";
     for (size_t i = 0; i < parts.size(); ++i) v += (i ? ", " : "") + parts[i].second;

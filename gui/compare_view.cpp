@@ -87,7 +87,8 @@ QVariant TaskDeltaModel::data(const QModelIndex& index, int role) const {
     case MeanB: return raw ? QVariant(r.mean_b_ns) : QVariant(dur(r.mean_b_ns));
     case Delta: return raw ? QVariant(r.delta_ns()) : QVariant(signedDur(r.delta_ns()));
     case DeltaPct:
-      return raw ? QVariant(r.mean_a_ns > 0 ? r.delta_ns() / r.mean_a_ns : 0.0) : QVariant(pct(r.mean_a_ns, r.mean_b_ns));
+      return raw ? QVariant(r.mean_a_ns > 0 ? r.delta_ns() / r.mean_a_ns : 0.0)
+                 : QVariant(pct(r.mean_a_ns, r.mean_b_ns));
   }
   return {};
 }

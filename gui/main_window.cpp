@@ -145,7 +145,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   });
   connect(tabs_, &QTabWidget::currentChanged, this, [this] { refreshStats(); });
   buildMenus();
-  statusBar()->showMessage(tr("Wheel: zoom · drag: pan · Shift-drag: select range · W/A/S/D · F: fit · ./,: next/previous"));
+  statusBar()->showMessage(
+      tr("Wheel: zoom · drag: pan · Shift-drag: select range · W/A/S/D · F: fit · ./,: next/previous"));
 }
 
 MainWindow::~MainWindow() = default;
@@ -337,7 +338,8 @@ void MainWindow::onRangeSelected(qint64 start_ns, qint64 end_ns) {
 }
 
 void MainWindow::onOpenDialog() {
-  const QString path = QFileDialog::getOpenFileName(this, tr("Open trace"), {}, tr("Traces (*.sqlite *.db);;All files (*)"));
+  const QString path =
+      QFileDialog::getOpenFileName(this, tr("Open trace"), {}, tr("Traces (*.sqlite *.db);;All files (*)"));
   if (!path.isEmpty()) openFile(path);
 }
 

@@ -42,7 +42,8 @@ std::vector<RecomputeRow> recomputeRows(const Plan& plan, const TimelineData* ru
   }
   std::vector<RecomputeRow> rows;
   for (const auto& d : plan.recompute)
-    rows.push_back({d.layer, d.policy, d.bytes_kept, d.bytes_saved, d.extra_flops, extra.count(d.layer) ? extra[d.layer] : 0});
+    rows.push_back(
+        {d.layer, d.policy, d.bytes_kept, d.bytes_saved, d.extra_flops, extra.count(d.layer) ? extra[d.layer] : 0});
   return rows;
 }
 
@@ -272,8 +273,8 @@ void RecomputeView::setRun(const QString& path, const QString& job_yaml, const Q
       saved += r.bytes_saved;
       extra += r.extra_ns;
     }
-    summary_->setText(tr("<b>%1</b> · %2 layers · activations kept %3, saved %4 per micro-batch · recompute %5 per step "
-                         "· planned peak memory %6")
+    summary_->setText(tr("<b>%1</b> · %2 layers · activations kept %3, saved %4 per micro-batch "
+                         "· recompute %5 per step · planned peak memory %6")
                           .arg(QString::fromStdString(plan.job.name))
                           .arg(rows.size())
                           .arg(mib(kept), mib(saved), QString::fromStdString(formatDuration(extra)),
@@ -297,7 +298,8 @@ void RecomputeView::simulateTable() {
   std::map<RecomputePolicy, int> counts;
   for (const auto& [layer, p] : policies) counts[p]++;
   std::string label;
-  for (const auto& [p, n] : counts) label += (label.empty() ? "" : ", ") + std::to_string(n) + " " + std::string(toString(p));
+  for (const auto& [p, n] : counts)
+    label += (label.empty() ? "" : ", ") + std::to_string(n) + " " + std::string(toString(p));
   WhatIfRequest req;
   req.job_yaml = job_yaml_.toStdString();
   req.overrides = recomputeOverrides(policies);

@@ -193,7 +193,8 @@ std::vector<std::pair<std::string, std::string>> sliceDetails(const TimelineData
     } else {
       const Track& o = compare->tracks[size_t(other_track)];
       const int64_t odur = o.end_ns[size_t(j)] - o.start_ns[size_t(j)];
-      rows.push_back({"compared run", formatDuration(odur) + " (" + compare->names[size_t(o.name_id[size_t(j)])] + ")"});
+      rows.push_back(
+          {"compared run", formatDuration(odur) + " (" + compare->names[size_t(o.name_id[size_t(j)])] + ")"});
       const double pct = odur > 0 ? 100.0 * double(dur - odur) / double(odur) : 0.0;
       rows.push_back({"difference", (dur >= odur ? "+" : "-") + formatDuration(std::llabs(dur - odur)) +
                                         number(pct, " (%+.1f%%)")});

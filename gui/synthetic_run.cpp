@@ -154,13 +154,15 @@ TimelineData makeSyntheticRun(const SyntheticSpec& spec) {
   std::vector<int32_t> prog_names;
   for (const auto& t : prog) prog_names.push_back(names.intern(t.name));
   std::vector<int32_t> bucket_names;
-  for (int b = 0; b < buckets; ++b) bucket_names.push_back(names.intern("grad_bucket" + std::to_string(b) + ".all_reduce"));
+  for (int b = 0; b < buckets; ++b)
+    bucket_names.push_back(names.intern("grad_bucket" + std::to_string(b) + ".all_reduce"));
   const int32_t load_name = names.intern("data.load_batch.mb0");
 
   data.task_facts.assign(size_t(spec.ranks), std::vector<TaskFacts>(size_t(load_task + 1)));
   const int64_t bucket_bytes = 124'000'000LL * 4 / std::max(1, buckets);
   for (auto& facts : data.task_facts) {
-    for (int i = 0; i < n_prog; ++i) facts[size_t(i)] = {prog[size_t(i)].op, prog[size_t(i)].flops, prog[size_t(i)].bytes, true};
+    for (int i = 0; i < n_prog; ++i)
+      facts[size_t(i)] = {prog[size_t(i)].op, prog[size_t(i)].flops, prog[size_t(i)].bytes, true};
     for (int b = 0; b < buckets; ++b) facts[size_t(n_prog + b)] = {OpKind::AllReduce, 0, bucket_bytes, true};
     facts[size_t(load_task)] = {OpKind::LoadBatch, 0, 16 * 1024 * 8, true};
   }

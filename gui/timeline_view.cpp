@@ -508,7 +508,10 @@ void TimelineView::rebuildBase() {
         p.setFont(resized(font(), -2));
         p.setPen(QColor(0x66, 0x6B, 0x73));
         p.drawText(label_rect, Qt::AlignVCenter,
-                   QStringLiteral("%1\n%2 to %3").arg(qs(lane.label)).arg(lane.min, 0, 'f', 0).arg(lane.max, 0, 'f', 0));
+                   QStringLiteral("%1\n%2 to %3")
+                       .arg(qs(lane.label))
+                       .arg(lane.min, 0, 'f', 0)
+                       .arg(lane.max, 0, 'f', 0));
         p.setFont(font());
         break;
       }

@@ -61,7 +61,9 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
   progress_->setRange(0, 100);
   progress_->setValue(0);
   layout->addWidget(progress_);
-  status_ = new QLabel(out_path.isEmpty() ? tr("No trace file to append the new run to.") : tr("The new run is appended to %1").arg(out_path), this);
+  status_ = new QLabel(out_path.isEmpty() ? tr("No trace file to append the new run to.")
+                                          : tr("The new run is appended to %1").arg(out_path),
+                       this);
   status_->setWordWrap(true);
   layout->addWidget(status_);
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, this);

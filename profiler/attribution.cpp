@@ -223,7 +223,8 @@ void Profiler::Impl::consume(std::vector<Record>& records, bool final) {
         } else if (r.marker_flags & CUPTI_ACTIVITY_FLAG_MARKER_END) {
           auto it = open_markers.find(r.marker_id);
           if (it == open_markers.end()) break;
-          writer->addRange({opt.rank, toRunNs(it->second.start), toRunNs(r.start), it->second.name, 0, it->second.domain});
+          writer->addRange(
+              {opt.rank, toRunNs(it->second.start), toRunNs(r.start), it->second.name, 0, it->second.domain});
           ++summary.ranges;
           open_markers.erase(it);
         } else {
@@ -312,7 +313,8 @@ void Profiler::Impl::writeSettledSteps(bool final) {
       continue;
     }
     auto [g, fresh] = step_gpu.try_emplace(step, it->second);
-    if (!fresh) g->second = {std::min(g->second.first, it->second.first), std::max(g->second.second, it->second.second)};
+    if (!fresh)
+      g->second = {std::min(g->second.first, it->second.first), std::max(g->second.second, it->second.second)};
     it = corr_extent.erase(it);
   }
   uint64_t now = 0;

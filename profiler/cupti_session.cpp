@@ -156,8 +156,10 @@ void Profiler::Impl::start() {
       check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME), "enabling runtime API records");
       check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER), "enabling driver API records");
     } else {
-      for (CUpti_CallbackId id : kRuntimeLaunches) check(cuptiActivityEnableRuntimeApi(id, 1), "cuptiActivityEnableRuntimeApi");
-      for (CUpti_CallbackId id : kDriverLaunches) check(cuptiActivityEnableDriverApi(id, 1), "cuptiActivityEnableDriverApi");
+      for (CUpti_CallbackId id : kRuntimeLaunches)
+        check(cuptiActivityEnableRuntimeApi(id, 1), "cuptiActivityEnableRuntimeApi");
+      for (CUpti_CallbackId id : kDriverLaunches)
+        check(cuptiActivityEnableDriverApi(id, 1), "cuptiActivityEnableDriverApi");
     }
     if (opt.flush_period_ms > 0) check(cuptiActivityFlushPeriod(opt.flush_period_ms), "cuptiActivityFlushPeriod");
     started = true;

@@ -126,7 +126,8 @@ void Profiler::Impl::addPowerSamples(std::vector<PowerSample> samples) {
     const int64_t t = toRunNs(s.ts);
     if (s.power_w >= 0) host_counters.push_back({opt.rank, "gpu.power_w", t, s.power_w});
     if (s.sm_clock_mhz >= 0) host_counters.push_back({opt.rank, "gpu.sm_clock_mhz", t, s.sm_clock_mhz});
-    if (s.limit_reasons >= 0) host_counters.push_back({opt.rank, "gpu.clock_limit_reasons", t, double(s.limit_reasons)});
+    if (s.limit_reasons >= 0)
+      host_counters.push_back({opt.rank, "gpu.clock_limit_reasons", t, double(s.limit_reasons)});
     if (s.energy_mj >= 0 && e0 >= 0) host_counters.push_back({opt.rank, "gpu.energy_mj", t, s.energy_mj - e0});
     if (s.ts < lo || s.ts > hi) continue;
     if (s.energy_mj >= 0) {
@@ -203,7 +204,8 @@ void Profiler::nameStream(int plan_stream, cudaStream_t stream, traces::StreamKi
     p.plan_streams[plan_stream] = {kind, name};
     p.cuda_stream_to_plan[stream] = plan_stream;
     uint32_t id = 0;
-    if (stream && cuptiGetStreamIdEx(nullptr, stream, 0, &id) == CUPTI_SUCCESS) p.cupti_stream_to_plan[id] = plan_stream;
+    if (stream && cuptiGetStreamIdEx(nullptr, stream, 0, &id) == CUPTI_SUCCESS)
+      p.cupti_stream_to_plan[id] = plan_stream;
     p.ensureStream(plan_stream, kind, name);
   }
   if (p.opt.nvtx_ranges && stream) nvtxNameCudaStreamA(stream, name.c_str());
@@ -261,7 +263,8 @@ void Profiler::stepEnd(int step) {
   if (p.opt.arena_bytes > 0) {
     p.host_counters.push_back({p.opt.rank, "memory.arena_bytes", p.toRunNs(begin), double(p.opt.arena_bytes)});
     if (p.opt.arena_peak_bytes > 0)
-      p.host_counters.push_back({p.opt.rank, "memory.arena_peak_bytes", p.toRunNs(begin), double(p.opt.arena_peak_bytes)});
+      p.host_counters.push_back(
+          {p.opt.rank, "memory.arena_peak_bytes", p.toRunNs(begin), double(p.opt.arena_peak_bytes)});
   }
 }
 
@@ -402,7 +405,8 @@ ProfileSummary Profiler::finish() {
   p.writer->addClock({p.opt.rank, "cupti", int64_t(end.cupti_ns), end.realtime_ns, end.monotonic_ns, 0});
   using traces::Severity;
   const ProfileSummary& s = p.summary;
-  p.writer->setStat({"cupti.dropped_records", s.dropped_records, s.dropped_records ? Severity::DataLoss : Severity::Info,
+  p.writer->setStat({"cupti.dropped_records", s.dropped_records,
+                     s.dropped_records ? Severity::DataLoss : Severity::Info,
                      "activity records CUPTI dropped (buffers full)"});
   p.writer->setStat({"cupti.records", s.records, Severity::Info, "activity records read"});
   p.writer->setStat({"cupti.buffers_grown", s.buffers_grown, Severity::Info,
@@ -469,10 +473,12 @@ ProfileSummary Profiler::finish() {
       p.writer->setStat({fmt::format("gpu.sm_clock_mhz_median.rank{}", r), int64_t(std::llround(s.sm_clock_mhz_median)),
                          Severity::Info, "median SM clock (MHz) over the same span"});
     if (s.power_capped_share >= 0)
-      p.writer->setStat({fmt::format("gpu.power_capped_pct.rank{}", r), int64_t(std::llround(100 * s.power_capped_share)),
+      p.writer->setStat({fmt::format("gpu.power_capped_pct.rank{}", r),
+                         int64_t(std::llround(100 * s.power_capped_share)),
                          Severity::Info, "share of those samples with the clock held by the software power cap (%)"});
     if (s.energy_per_step_j >= 0) {
-      p.writer->setStat({fmt::format("gpu.energy_per_step_mj.rank{}", r), int64_t(std::llround(1e3 * s.energy_per_step_j)),
+      p.writer->setStat({fmt::format("gpu.energy_per_step_mj.rank{}", r),
+                         int64_t(std::llround(1e3 * s.energy_per_step_j)),
                          Severity::Info, "board energy per step (mJ) from the energy counter over the steps' span"});
       p.writer->setStat({fmt::format("gpu.energy_power_w.rank{}", r), int64_t(std::llround(s.energy_power_w)),
                          Severity::Info, "mean board power (W) over the steps from the energy counter"});
@@ -504,7 +510,8 @@ std::string formatSummary(const ProfileSummary& s) {
       "memcpy/memset attributed {:.1f}% ({}/{}), executor step-work kernels {}, graph-replayed kernels {}, "
       "dropped records {}, steps {}",
       s.path, pct(s.kernels_attributed, compute_tasks), s.kernels_attributed, compute_tasks,
-      pct(s.nccl_attributed, nccl_tasks), s.nccl_attributed, nccl_tasks, pct(s.memcpys_attributed, s.memcpys), s.memcpys_attributed, s.memcpys,
+      pct(s.nccl_attributed, nccl_tasks), s.nccl_attributed, nccl_tasks,
+      pct(s.memcpys_attributed, s.memcpys), s.memcpys_attributed, s.memcpys,
       s.step_work_kernels, s.graph_kernels, s.dropped_records, s.steps);
   if (s.clock_sync_records > 0) out += fmt::format(", clock-offset measurement records {}", s.clock_sync_records);
   if (s.setup_records > 0) out += fmt::format(", executor set-up records (GEMM algorithm timing) {}", s.setup_records);
@@ -514,7 +521,8 @@ std::string formatSummary(const ProfileSummary& s) {
                        s.power_capped_share >= 0 ? fmt::format(", {:.0f}% at the power cap", 100 * s.power_capped_share)
                                                  : std::string());
   else if (s.power_samples > 0 && s.power_w_median >= 0)
-    out += fmt::format(", power {:.0f} W (NVML's 1 s average) and SM clock {:.0f} MHz (medians over the steps, {} samples{})",
+    out += fmt::format(", power {:.0f} W (NVML's 1 s average) and SM clock {:.0f} MHz "
+                       "(medians over the steps, {} samples{})",
                        s.power_w_median, s.sm_clock_mhz_median, s.power_samples,
                        s.power_capped_share >= 0 ? fmt::format(", {:.0f}% at the power cap", 100 * s.power_capped_share)
                                                  : std::string());

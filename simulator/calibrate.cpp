@@ -267,7 +267,8 @@ std::vector<double> stepOverheads(traces::TraceReader& reader, int64_t run) {
   std::vector<double> out;
   for (const auto& [rank, v] : steps)
     for (const Span& s : v)
-      if (s.first <= s.last) out.push_back(double(std::max<int64_t>(0, s.first - s.start) + std::max<int64_t>(0, s.end - s.last)));
+      if (s.first <= s.last)
+        out.push_back(double(std::max<int64_t>(0, s.first - s.start) + std::max<int64_t>(0, s.end - s.last)));
   return out;
 }
 
@@ -304,7 +305,8 @@ int64_t overlapWith(const Intervals& iv, int64_t a, int64_t b) {
   auto pos = std::upper_bound(iv.begin(), iv.end(), std::make_pair(a, std::numeric_limits<int64_t>::max()));
   if (pos != iv.begin()) --pos;
   int64_t n = 0;
-  for (; pos != iv.end() && pos->first < b; ++pos) n += std::max<int64_t>(0, std::min(b, pos->second) - std::max(a, pos->first));
+  for (; pos != iv.end() && pos->first < b; ++pos)
+    n += std::max<int64_t>(0, std::min(b, pos->second) - std::max(a, pos->first));
   return n;
 }
 
@@ -376,7 +378,8 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
     sum.ns += double(a.end_ns - a.start_ns) - 0.5 * double(shared);
     sum.raw_ns += double(a.end_ns - a.start_ns);
     sum.shared_ns += double(shared);
-    if (a.kind != traces::ActivityKind::Collective) sum.under_comm_ns += double(underComm(a.rank, a.start_ns, a.end_ns));
+    if (a.kind != traces::ActivityKind::Collective)
+      sum.under_comm_ns += double(underComm(a.rank, a.start_ns, a.end_ns));
   });
   std::map<traces::TaskKey, TaskSteps> out;
   for (const auto& [key, steps] : per_step) {
@@ -524,12 +527,14 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     } else {
       for (const auto& r : reader.runs())
         if (r.kind == traces::RunKind::Real) runs.push_back(r.id);
-      if (runs.empty()) throw std::runtime_error(fmt::format("{}: no real run to calibrate from (pick one with FILE:RUN)", in.path));
+      if (runs.empty())
+        throw std::runtime_error(fmt::format("{}: no real run to calibrate from (pick one with FILE:RUN)", in.path));
     }
     for (int64_t run : runs) {
       const traces::RunInfo info = reader.run(run);
       if (info.job_yaml.empty())
-        throw std::runtime_error(fmt::format("{}: run {} carries no job, so its tasks cannot be re-planned", in.path, run));
+        throw std::runtime_error(
+            fmt::format("{}: run {} carries no job, so its tasks cannot be re-planned", in.path, run));
       const Plan plan = buildPlan(parseJob(info.job_yaml, fmt::format("{} run {}", in.path, run)));
       const auto times = traces::taskTimesPerStep(reader, run);
       const auto by_comm = taskStepsByComm(reader, run, plan);
@@ -548,7 +553,8 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
       launch_gaps.push_back(double(gaps.median_ns));
       for (const auto& rp : plan.programs)
         for (const Task& task : rp.tasks)
-          if (!task.collective && task.kind == TaskKind::Kernel && task.fused_into < 0) planned_ops.insert(costOpKind(task));
+          if (!task.collective && task.kind == TaskKind::Kernel && task.fused_into < 0)
+            planned_ops.insert(costOpKind(task));
       std::map<int64_t, std::pair<std::pair<CollectiveOp, int>, CollSample>> run_colls;  // by task id
       std::map<int64_t, int> run_coll_rank;  // the rank that measured each one's shortest time
       const auto beside_roles = rolesBesideCollectives(beside_run, plan);
@@ -583,7 +589,8 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
           // the collective itself, so each collective keeps its shortest
           // time over the ranks.
           CollSample cs{busFactor(task.collective->op, n) * double(task.collective->bytes), t.ns};
-          auto [it, fresh] = run_colls.try_emplace(key.second, std::make_pair(std::make_pair(task.collective->op, n), cs));
+          auto [it, fresh] =
+              run_colls.try_emplace(key.second, std::make_pair(std::make_pair(task.collective->op, n), cs));
           if (fresh || t.ns < it->second.second.ns) {
             it->second.second.ns = t.ns;
             run_coll_rank[key.second] = key.first;
@@ -597,7 +604,8 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
         base.mb_slow = slowPathMb(task);
         base.multi_rank = multi_rank;
         if (task.kind == TaskKind::Kernel)
-          (multi_rank ? gaps_by_shape.multi : gaps_by_shape.single)[{costOpKind(task), base.shape}].push_back(launch_ns);
+          (multi_rank ? gaps_by_shape.multi : gaps_by_shape.single)[{costOpKind(task), base.shape}]
+              .push_back(launch_ns);
         // Steps in which a collective was resident during the task measure
         // the slowed kernel: they fit comm_slowdown, not the op's cost.
         const auto split = by_comm.find(key);
@@ -868,7 +876,8 @@ std::string calibrationToYaml(const CalibrationResult& r) {
   y += "# Cost-model calibration written by `tandem calibrate` (format: docs/simulator.md).\n";
   y += "# Fitted from these runs:\n";
   for (const auto& p : r.provenance) y += "#   " + p + "\n";
-  y += fmt::format("# {} task samples; {} activities had task ids outside the re-planned job.\n", r.samples, r.unmatched);
+  y += fmt::format("# {} task samples; {} activities had task ids outside the re-planned job.\n", r.samples,
+                   r.unmatched);
   if (!r.rank_speed.empty()) {
     std::string speeds;
     for (const auto& [rank, v] : r.rank_speed) speeds += fmt::format(" rank {} {:.4f}", rank, v);
@@ -897,7 +906,8 @@ std::string calibrationToYaml(const CalibrationResult& r) {
                      *r.calibration.multi_rank_launch_ns,
                      why(fmt::format("{} shapes measured both ways", r.multi_rank_launch_shapes)));
   if (r.calibration.step_overhead_ns)
-    y += fmt::format("step_overhead_ns: {}  # median per (rank, step): before the first and after the last GPU activity\n",
+    y += fmt::format("step_overhead_ns: {}  # median per (rank, step): before the first and after the last "
+                     "GPU activity\n",
                      *r.calibration.step_overhead_ns);
   if (r.calibration.comm_slowdown)
     y += fmt::format("comm_slowdown: {:.4f}  # {}\n", *r.calibration.comm_slowdown,
@@ -940,7 +950,8 @@ std::string calibrationToYaml(const CalibrationResult& r) {
     y += "collectives:\n";
     for (const CollectiveFitReport& c : r.collectives) {
       std::string sizes;
-      for (const auto& [bytes, gbps] : c.sizes) sizes += fmt::format("{}[{:.0f}, {:.3f}]", sizes.empty() ? "" : ", ", bytes, gbps);
+      for (const auto& [bytes, gbps] : c.sizes)
+        sizes += fmt::format("{}[{:.0f}, {:.3f}]", sizes.empty() ? "" : ", ", bytes, gbps);
       y += fmt::format("  - {{op: {}, ranks: {}, latency_ns: {}, gbps: {:.3f}{}}}  # {}\n", toString(c.op), c.ranks,
                        c.latency_ns, c.gbps, sizes.empty() ? "" : ", sizes: [" + sizes + "]",
                        why(fmt::format("{} samples, max residual {:.2f}% of the line", c.samples, c.max_residual_pct)));

@@ -87,7 +87,8 @@ struct CalibrationResult {
   std::map<OpKind, int64_t> comm_slowdown_by_op_samples;  // task-steps behind each comm_slowdown_by_op entry
   int64_t collective_start_wait_samples = 0;
   int64_t multi_rank_launch_shapes = 0;  // task shapes measured in one-rank and multi-rank runs
-  int64_t kernel_overlap_samples = 0;    // steps (or runs, when refitted by simulation) behind kernel_overlap_efficiency
+  int64_t kernel_overlap_samples = 0;    // steps (or runs, when refitted by simulation) behind
+                                         // kernel_overlap_efficiency
   bool kernel_overlap_by_simulation = false;  // refitOverlapBySimulation (calibrate_overlap.h) chose it
   // Per rank of the multi-rank runs: its forward kernels' speed relative to
   // rank 0's (rank 0's time over its own for the forward kernel tasks both

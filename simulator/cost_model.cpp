@@ -59,7 +59,8 @@ std::string shapeKey(const Task& task) {
   add("h", a.h);
   add("v", a.v);
   // A fused GEMM is another kernel than the plain one of the same shape.
-  if (task.epilogue != Epilogue::None) return key + (key.empty() ? "" : " ") + "epi=" + std::string(toString(task.epilogue));
+  if (task.epilogue != Epilogue::None)
+    return key + (key.empty() ? "" : " ") + "epi=" + std::string(toString(task.epilogue));
   add("elements", a.elements);
   return key;
 }
@@ -118,7 +119,8 @@ CostEntry parseEntry(const std::string& source, const YAML::Node& node, const st
         else if (ck == "ns_per_gflop") e.ns_per_gflop = v;
         else if (ck == "ns_per_mb") e.ns_per_mb = v;
         else if (ck == "ns_per_mb_slow") e.ns_per_mb_slow = v;
-        else fail(source, c.first, f + "." + ck + ": unknown key (allowed: base_ns, ns_per_gflop, ns_per_mb, ns_per_mb_slow)");
+        else fail(source, c.first,
+                  f + "." + ck + ": unknown key (allowed: base_ns, ns_per_gflop, ns_per_mb, ns_per_mb_slow)");
       }
     } else if (key == "shapes" && allow_shapes) {
       // handled by the caller
@@ -186,7 +188,8 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
       for (const auto& op : kv.second) {
         const std::string name = op.first.as<std::string>();
         auto kind = parseOpKind(name);
-        if (!kind) fail(source, op.first, "ops." + name + ": unknown op kind (allowed: matmul, attention, layernorm, ...)");
+        if (!kind)
+          fail(source, op.first, "ops." + name + ": unknown op kind (allowed: matmul, attention, layernorm, ...)");
         OpCalibration oc;
         oc.all_shapes = parseEntry(source, op.second, "ops." + name, true);
         if (const YAML::Node shapes = op.second["shapes"]) {
@@ -238,7 +241,10 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
         cal.collectives.push_back(c);
       }
     } else {
-      fail(source, kv.first, key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, step_overhead_ns, multi_rank_launch_ns, kernel_overlap_efficiency, kernel_sharing, collective_start_wait, collective_beside, ops, collectives)");
+      fail(source, kv.first,
+           key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, "
+                 "step_overhead_ns, multi_rank_launch_ns, kernel_overlap_efficiency, kernel_sharing, "
+                 "collective_start_wait, collective_beside, ops, collectives)");
     }
   }
   return cal;
@@ -256,7 +262,8 @@ RooflineCostModel::RooflineCostModel(RooflineParams params, Calibration calibrat
     : params_(params), calibration_(std::move(calibration)) {
   if (calibration_.launch_overhead_ns) params_.launch_overhead_ns = *calibration_.launch_overhead_ns;
   if (calibration_.comm_slowdown) params_.comm_slowdown = *calibration_.comm_slowdown;
-  if (calibration_.kernel_overlap_efficiency) params_.kernel_overlap_efficiency = *calibration_.kernel_overlap_efficiency;
+  if (calibration_.kernel_overlap_efficiency)
+    params_.kernel_overlap_efficiency = *calibration_.kernel_overlap_efficiency;
   if (calibration_.kernel_sharing) params_.kernel_sharing = *calibration_.kernel_sharing;
   for (const auto& [op, oc] : calibration_.ops) {
     std::map<std::string, int64_t> measured;
@@ -275,7 +282,8 @@ std::string taskRole(const std::string& name) {
   size_t end = name.size();
   const size_t mb = name.rfind(".mb");
   if (mb != std::string::npos && mb >= begin && mb + 3 < name.size() &&
-      std::all_of(name.begin() + long(mb + 3), name.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+      std::all_of(name.begin() + long(mb + 3), name.end(),
+                  [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
     end = mb;
   return name.substr(begin, end - begin);
 }

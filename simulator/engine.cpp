@@ -351,7 +351,9 @@ void Engine::setup() {
   program_of_.assign(size_t(world), -1);
   for (int p = 0; p < int(plan_.programs.size()); ++p)
     for (int r : plan_.programs[size_t(p)].ranks) {
-      if (r < 0 || r >= world) throw SimulationError("program " + std::to_string(p) + " names rank " + std::to_string(r) + " outside the world");
+      if (r < 0 || r >= world)
+        throw SimulationError("program " + std::to_string(p) + " names rank " + std::to_string(r) +
+                              " outside the world");
       program_of_[size_t(r)] = p;
     }
   for (int r = 0; r < world; ++r)
@@ -469,7 +471,9 @@ void Engine::setup() {
   group_member_.assign(plan_.groups.size(), std::vector<char>(size_t(world), 0));
   for (size_t g = 0; g < plan_.groups.size(); ++g)
     for (int r : plan_.groups[g].ranks) {
-      if (r < 0 || r >= world) throw SimulationError("group '" + plan_.groups[g].name + "' names rank " + std::to_string(r) + " outside the world");
+      if (r < 0 || r >= world)
+        throw SimulationError("group '" + plan_.groups[g].name + "' names rank " + std::to_string(r) +
+                              " outside the world");
       group_member_[g][size_t(r)] = 1;
       if (rank_state_of_[size_t(r)] >= 0) simulated_members_[g].push_back(r);
     }
@@ -522,7 +526,8 @@ void Engine::tryStart(int ri, int stream) {
   if (cached < 0) {
     const DeviceSpec& device = topo_.devices[size_t(r.device)];
     cached = cost_.taskNs(t, device, plan_.job.training.precision);
-    if (t.kind == TaskKind::Kernel && device.speed != 1.0) cached = int64_t(std::llround(double(cached) / device.speed));
+    if (t.kind == TaskKind::Kernel && device.speed != 1.0)
+      cached = int64_t(std::llround(double(cached) / device.speed));
     // Kernels start later in multi-process runs (calibrated; 0 by default).
     if (plan_.world_size > 1 && t.kind == TaskKind::Kernel && t.fused_into < 0) cached += cost_.multiRankLaunchNs();
   }
@@ -651,7 +656,8 @@ void Engine::arrive(int ri, int ti) {
   RankState& r = ranks_[size_t(ri)];
   const Task& t = r.plan->tasks[size_t(ti)];
   if (!t.collective)
-    throw SimulationError("rank " + std::to_string(r.rank) + " " + describeTask(r, ti) + " is a collective without collective info");
+    throw SimulationError("rank " + std::to_string(r.rank) + " " + describeTask(r, ti) +
+                          " is a collective without collective info");
   const CollectiveInfo& ci = *t.collective;
   const int g = groupIndex(ci.group, r, ti);
   const ProcessGroup& group = plan_.groups[size_t(g)];

@@ -94,9 +94,10 @@ struct SimLongActivity {
 inline int64_t activityEndNs(const SimActivityRecord& r, const SimLongActivity* long_first,
                              const SimLongActivity* long_last) {
   if (r.duration_ns != SimActivityRecord::kLongDuration) return r.start_ns + int64_t(r.duration_ns);
-  const SimLongActivity* it = std::lower_bound(long_first, long_last, &r, [](const SimLongActivity& l, const SimActivityRecord* p) {
-    return std::less<const SimActivityRecord*>()(l.record, p);
-  });
+  const SimLongActivity* it =
+      std::lower_bound(long_first, long_last, &r, [](const SimLongActivity& l, const SimActivityRecord* p) {
+        return std::less<const SimActivityRecord*>()(l.record, p);
+      });
   return it->end_ns;  // the engine puts every long record in the table
 }
 
@@ -174,7 +175,8 @@ class SimActivityList {
   const_iterator end() const { return const_iterator(first_ + size_, this); }
   SimActivity operator[](size_t i) const { return join(first_[i]); }
   SimActivity at(size_t i) const {
-    if (i >= size_) throw std::out_of_range("SimActivityList::at: " + std::to_string(i) + " >= " + std::to_string(size_));
+    if (i >= size_)
+      throw std::out_of_range("SimActivityList::at: " + std::to_string(i) + " >= " + std::to_string(size_));
     return (*this)[i];
   }
   SimActivity front() const { return (*this)[0]; }

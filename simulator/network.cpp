@@ -255,7 +255,8 @@ void FlowNetwork::fillByHeap() {
   for (uint32_t k : unfrozen_) {
     const FlowState& f = active_[k];
     const int* links = linksOf(f);
-    for (uint32_t i = 0; i < f.link_count; ++i) csr_flow_[size_t(csr_fill_[size_t(heap_link_[size_t(links[i])].local)]++)] = k;
+    for (uint32_t i = 0; i < f.link_count; ++i)
+      csr_flow_[size_t(csr_fill_[size_t(heap_link_[size_t(links[i])].local)]++)] = k;
   }
   auto ratio = [&](int l) {
     const LinkScratch& ls = scratch_[size_t(l)];

@@ -150,7 +150,8 @@ NvidiaSmiMatrix parseNvidiaSmiTopo(const std::string& text, const std::string& s
   };
   size_t at = 0;
   while (at < lines.size() && blank(lines[at])) ++at;
-  if (at == lines.size()) throw TopologyError(fmt::format("{}: empty file (expected `nvidia-smi topo -m` output)", source));
+  if (at == lines.size())
+    throw TopologyError(fmt::format("{}: empty file (expected `nvidia-smi topo -m` output)", source));
 
   NvidiaSmiMatrix m;
   // Header: an empty corner cell, endpoint columns, then attribute columns.
@@ -175,15 +176,16 @@ NvidiaSmiMatrix parseNvidiaSmiTopo(const std::string& text, const std::string& s
     std::vector<std::string> f = splitFields(line);
     if (row >= n) throw fail(at, fmt::format("unexpected row '{}': the header has {} columns", f[0], n));
     if (f[0] != m.names[row])
-      throw fail(at, fmt::format("row '{}' where '{}' was expected (rows follow the header's columns)", f[0], m.names[row]));
+      throw fail(at, fmt::format("row '{}' where '{}' was expected (rows follow the header's columns)", f[0],
+                                 m.names[row]));
     if (f.size() < n + 1)
-      throw fail(at, fmt::format("ragged row '{}': {} cells, expected {} (one per column {} .. {})", f[0], f.size() - 1, n,
-                                 m.names.front(), m.names.back()));
+      throw fail(at, fmt::format("ragged row '{}': {} cells, expected {} (one per column {} .. {})", f[0],
+                                 f.size() - 1, n, m.names.front(), m.names.back()));
     for (size_t c = 0; c < n; ++c) {
       const std::string& code = f[c + 1];
       if (!isKnownCode(code))
-        throw fail(at, fmt::format("unknown code '{}' in row {}, column {} (legend: X, SYS, NODE, PHB, PXB, PIX, NV#)", code,
-                                   m.names[row], m.names[c]));
+        throw fail(at, fmt::format("unknown code '{}' in row {}, column {} (legend: X, SYS, NODE, PHB, PXB, PIX, NV#)",
+                                   code, m.names[row], m.names[c]));
       if ((code == "X") != (c == row))
         throw fail(at, fmt::format("row {}, column {}: 'X' (self) belongs on the diagonal only, got '{}'", m.names[row],
                                    m.names[c], code));
@@ -193,8 +195,8 @@ NvidiaSmiMatrix parseNvidiaSmiTopo(const std::string& text, const std::string& s
     for (size_t k = n + 1; k < f.size(); ++k)
       if (!f[k].empty()) values.push_back(f[k]);
     if (values.size() > m.attribute_names.size())
-      throw fail(at, fmt::format("ragged row '{}': {} values after the matrix, but the header names {} attribute columns",
-                                 f[0], values.size(), m.attribute_names.size()));
+      throw fail(at, fmt::format("ragged row '{}': {} values after the matrix, but the header names {} "
+                                 "attribute columns", f[0], values.size(), m.attribute_names.size()));
     for (size_t k = 0; k < values.size(); ++k) m.attributes[row][m.attribute_names[k]] = values[k];
     row_line[row] = at;
     ++row;
@@ -205,8 +207,8 @@ NvidiaSmiMatrix parseNvidiaSmiTopo(const std::string& text, const std::string& s
   for (size_t i = 0; i < n; ++i)
     for (size_t j = 0; j < i; ++j)
       if (m.codes[i][j] != m.codes[j][i])
-        throw fail(row_line[i], fmt::format("matrix is not symmetric: {}-{} is '{}' but {}-{} is '{}'", m.names[i], m.names[j],
-                                            m.codes[i][j], m.names[j], m.names[i], m.codes[j][i]));
+        throw fail(row_line[i], fmt::format("matrix is not symmetric: {}-{} is '{}' but {}-{} is '{}'", m.names[i],
+                                            m.names[j], m.codes[i][j], m.names[j], m.names[i], m.codes[j][i]));
 
   // The legends: "NIC Legend:" lines are "  NIC0: mlx5_0".
   bool nic_legend = false;
@@ -264,7 +266,8 @@ NvlinkStatus parseNvidiaSmiNvlink(const std::string& text, const std::string& so
       throw fail(fmt::format("unexpected line '{}' (expected `nvidia-smi nvlink -s` output)", t));
     }
   }
-  if (status.gpus.empty()) throw TopologyError(fmt::format("{}: no GPUs (expected `nvidia-smi nvlink -s` output)", source));
+  if (status.gpus.empty())
+    throw TopologyError(fmt::format("{}: no GPUs (expected `nvidia-smi nvlink -s` output)", source));
   return status;
 }
 

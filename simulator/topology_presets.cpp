@@ -106,7 +106,8 @@ std::vector<PresetInfo> listPresets() {
     out.push_back({std::string(name), t.description});
   }
   out.push_back({"<N>xdgx-h100",
-                 "N DGX H100 hosts, 8 rails of 400 Gb/s InfiniBand, non-blocking two-level fat tree (e.g. 4xdgx-h100)"});
+                 "N DGX H100 hosts, 8 rails of 400 Gb/s InfiniBand, non-blocking two-level fat tree "
+                 "(e.g. 4xdgx-h100)"});
   return out;
 }
 

@@ -122,7 +122,8 @@ void readDeviceFields(const Reader& r, const YAML::Node& entry, const std::strin
       if (!(d.mig_fraction > 0 && d.mig_fraction <= 1)) r.fail(v, fmt::format("{} must be in (0, 1]", field));
     } else continue;  // host is handled by the caller
     if (key.rfind("memory_", 0) == 0) {
-      if (given.count("memory")) r.fail(kv.first, fmt::format("{}: give only one of memory_bytes, memory_mib, memory_gib", label));
+      if (given.count("memory"))
+        r.fail(kv.first, fmt::format("{}: give only one of memory_bytes, memory_mib, memory_gib", label));
       given.insert("memory");
     } else {
       given.insert(key);
@@ -208,7 +209,8 @@ Topology parseTopologyYaml(const std::string& text, const std::string& source) {
     throw TopologyError(fmt::format("{}:{}: YAML syntax error: {}", source, e.mark.line + 1, e.msg));
   }
   if (!root || root.IsNull()) throw TopologyError(fmt::format("{}: empty topology file", source));
-  r.checkKeys(root, "topology", {"name", "description", "hosts", "devices", "device_defaults", "switches", "links", "mig"});
+  r.checkKeys(root, "topology",
+              {"name", "description", "hosts", "devices", "device_defaults", "switches", "links", "mig"});
 
   Topology topo;
   topo.source = source;
@@ -287,7 +289,9 @@ Topology parseTopologyYaml(const std::string& text, const std::string& source) {
       const std::string label = fmt::format("switches[{}]", i);
       r.checkKeys(switches[i], label, {"name", "kind", "host"});
       if (!switches[i]["name"]) r.fail(switches[i], label + ": missing field 'name'");
-      if (!switches[i]["kind"]) r.fail(switches[i], label + ": missing field 'kind' (allowed: nvswitch, pcie_switch, host_bridge, cpu, nic, ib_leaf, ib_spine, gpu_hub)");
+      if (!switches[i]["kind"])
+        r.fail(switches[i], label + ": missing field 'kind' (allowed: nvswitch, pcie_switch, host_bridge, cpu, nic, "
+                                    "ib_leaf, ib_spine, gpu_hub)");
       SwitchSpec s;
       s.name = r.str(switches[i]["name"], label + ".name");
       s.kind = readSwitchKind(r, switches[i]["kind"], label + ".kind");
@@ -312,7 +316,8 @@ Topology parseTopologyYaml(const std::string& text, const std::string& source) {
         std::string name = r.str(e[keys[k]], label + "." + keys[k]);
         auto it = index.id.find(name);
         if (it == index.id.end())
-          r.fail(e[keys[k]], fmt::format("{}.{}: unknown endpoint '{}' (not a device or switch name)", label, keys[k], name));
+          r.fail(e[keys[k]],
+                 fmt::format("{}.{}: unknown endpoint '{}' (not a device or switch name)", label, keys[k], name));
         ends[k] = it->second;
       }
       if (ends[0] == ends[1]) r.fail(e, fmt::format("{}: links '{}' to itself", label, e["a"].Scalar()));
@@ -322,17 +327,21 @@ Topology parseTopologyYaml(const std::string& text, const std::string& source) {
       if (e["gbps"] && e["lane_gbps"]) r.fail(e, fmt::format("{}: give gbps or lane_gbps, not both", label));
       if (e["gbps"]) {
         gbps = r.number(e["gbps"], label + ".gbps");
-        if (!(gbps > 0)) r.fail(e["gbps"], fmt::format("{}.gbps must be > 0 (GB/s per direction), got {}", label, e["gbps"].Scalar()));
+        if (!(gbps > 0))
+          r.fail(e["gbps"], fmt::format("{}.gbps must be > 0 (GB/s per direction), got {}", label, e["gbps"].Scalar()));
       } else if (e["lane_gbps"]) {
         double lane = r.number(e["lane_gbps"], label + ".lane_gbps");
-        if (!(lane > 0)) r.fail(e["lane_gbps"], fmt::format("{}.lane_gbps must be > 0, got {}", label, e["lane_gbps"].Scalar()));
+        if (!(lane > 0))
+          r.fail(e["lane_gbps"], fmt::format("{}.lane_gbps must be > 0, got {}", label, e["lane_gbps"].Scalar()));
         gbps = lane * lanes;
       } else {
         r.fail(e, fmt::format("{}: missing field 'gbps' (GB/s per direction) or 'lane_gbps'", label));
       }
       int64_t latency = e["latency_ns"] ? r.integer(e["latency_ns"], label + ".latency_ns") : 0;
       if (latency < 0) r.fail(e["latency_ns"], fmt::format("{}.latency_ns must be >= 0", label));
-      if (!e["kind"]) r.fail(e, fmt::format("{}: missing field 'kind' (allowed: nvlink, pcie, infiniband, ethernet, internal)", label));
+      if (!e["kind"])
+        r.fail(e,
+               fmt::format("{}: missing field 'kind' (allowed: nvlink, pcie, infiniband, ethernet, internal)", label));
       LinkKind kind = readLinkKind(r, e["kind"], label + ".kind");
       bool both = e["bidirectional"] ? r.boolean(e["bidirectional"], label + ".bidirectional") : true;
       topo.addLink(ends[0], ends[1], gbps, latency, kind, lanes, both);

@@ -80,7 +80,8 @@ CriticalPath pathOfRank(const RankTracks& rank, const CategoryTable& categories,
   std::vector<size_t> order(nodes.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return nodes[a].start_ns != nodes[b].start_ns ? nodes[a].start_ns < nodes[b].start_ns : nodes[a].task_id < nodes[b].task_id;
+    return nodes[a].start_ns != nodes[b].start_ns ? nodes[a].start_ns < nodes[b].start_ns
+                                                  : nodes[a].task_id < nodes[b].task_id;
   });
   std::unordered_map<int, size_t> last_on_stream;
   for (size_t k : order) {

@@ -101,7 +101,8 @@ IdleGaps idleGaps(const std::vector<RankTracks>& ranks, const CategoryTable& cat
       any = true;
     }
   }
-  for (const auto& [key, s] : pairs) out.pairs.push_back({labelText(key.first), labelText(key.second), s.count, s.total_ns});
+  for (const auto& [key, s] : pairs)
+    out.pairs.push_back({labelText(key.first), labelText(key.second), s.count, s.total_ns});
   std::sort(out.pairs.begin(), out.pairs.end(), [](const IdleGapPair& a, const IdleGapPair& b) {
     if (a.total_ns != b.total_ns) return a.total_ns > b.total_ns;
     return a.before != b.before ? a.before < b.before : a.after < b.after;

@@ -100,8 +100,9 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
     for (int64_t d : by_name[n].durations) total += d;
     totals.emplace_back(total, n);
   }
-  std::sort(totals.begin(), totals.end(),
-            [&](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : strings[a.second] < strings[b.second]; });
+  std::sort(totals.begin(), totals.end(), [&](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : strings[a.second] < strings[b.second];
+  });
   for (size_t k = 0; k < totals.size() && k < options.top_names; ++k)
     report.by_name.push_back(statOf(strings[totals[k].second], by_name[totals[k].second]));
   sortByTotal(report.by_name);
@@ -113,8 +114,9 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
   for (size_t n = 0; n < unattributed_seen.size(); ++n)
     if (unattributed_seen[n]) un.emplace_back(strings[n], unattributed_ns[n]);
   attr.unattributed_names = static_cast<int64_t>(un.size());
-  std::sort(un.begin(), un.end(),
-            [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  std::sort(un.begin(), un.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
   if (un.size() > options.top_names) un.resize(options.top_names);
   attr.top_unattributed = std::move(un);
 }

@@ -138,7 +138,8 @@ ChromeExportSummary exportChromeTrace(TraceReader& reader, int64_t run, std::ost
     ++summary.counters;
   }
   for (int rank : ranks) {
-    w.add(Json{{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", fmt::format("rank {}", rank)}}}});
+    w.add(Json{
+        {"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", fmt::format("rank {}", rank)}}}});
     w.add(Json{{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank}, {"args", {{"sort_index", rank}}}});
   }
   summary.processes = static_cast<int>(ranks.size());

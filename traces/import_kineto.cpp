@@ -99,9 +99,11 @@ class KinetoImporter {
     auto it = e.find(name);
     if (it == e.end()) fail(fmt::format("traceEvents[{}]: missing field '{}'", i, name));
     if constexpr (std::is_same_v<T, std::string>) {
-      if (!it->is_string()) fail(fmt::format("traceEvents[{}]: field '{}' must be a string, got {}", i, name, typeName(*it)));
+      if (!it->is_string())
+        fail(fmt::format("traceEvents[{}]: field '{}' must be a string, got {}", i, name, typeName(*it)));
     } else {
-      if (!it->is_number()) fail(fmt::format("traceEvents[{}]: field '{}' must be a number, got {}", i, name, typeName(*it)));
+      if (!it->is_number())
+        fail(fmt::format("traceEvents[{}]: field '{}' must be a number, got {}", i, name, typeName(*it)));
     }
     return it->get<T>();
   }
@@ -164,7 +166,8 @@ class KinetoImporter {
         }
       }
       a.stream = static_cast<int>(stream);
-      a.device = static_cast<int>(num("device", e.contains("pid") && e["pid"].is_number_integer() ? e["pid"].get<int64_t>() : -1));
+      a.device = static_cast<int>(
+          num("device", e.contains("pid") && e["pid"].is_number_integer() ? e["pid"].get<int64_t>() : -1));
       if (cat == "kernel") {
         bool nccl = containsNoCase(name, "nccl");
         a.kind = nccl ? ActivityKind::Collective : ActivityKind::Kernel;

@@ -159,7 +159,8 @@ class NsysImporter {
   // Ranks in device id order over every device that ran GPU work.
   void mapDevices() {
     std::set<int64_t> devices;
-    for (const char* prefix : {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"}) {
+    for (const char* prefix :
+         {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"}) {
       std::string t = table(prefix);
       if (t.empty() || !columns(t).count("deviceId")) continue;
       sql::Stmt s(db_, fmt::format("SELECT DISTINCT deviceId FROM \"{}\"", t));
@@ -177,7 +178,8 @@ class NsysImporter {
                            : cols.count("demangledName")  ? "demangledName"
                            : cols.count("shortName")      ? "shortName"
                                                           : "";
-    if (kind == ActivityKind::Kernel && name_col.empty()) fail(fmt::format("table {}: missing column 'demangledName'", t));
+    if (kind == ActivityKind::Kernel && name_col.empty())
+      fail(fmt::format("table {}: missing column 'demangledName'", t));
     bool geometry = kind == ActivityKind::Kernel && cols.count("gridX") && cols.count("blockZ");
     auto opt = [&](const char* c) { return cols.count(c) ? std::string(c) : std::string("NULL"); };
     std::string q = fmt::format(
@@ -257,7 +259,8 @@ class NsysImporter {
     if (t.empty()) return;
     auto cols = columns(t);
     require(t, cols, {"start", "end", "globalTid", "correlationId", "nameId"});
-    sql::Stmt s(db_, fmt::format("SELECT start, \"end\", globalTid, correlationId, nameId FROM \"{}\" ORDER BY start", t));
+    sql::Stmt s(db_, fmt::format("SELECT start, \"end\", globalTid, correlationId, nameId FROM \"{}\" "
+                                 "ORDER BY start", t));
     ActivityRow a;
     a.kind = ActivityKind::Host;
     while (s.step()) {
@@ -286,7 +289,8 @@ class NsysImporter {
     auto cols = columns(t);
     require(t, cols, {"start", "end", "eventType", "globalTid"});
     bool text_id = cols.count("textId") > 0, text = cols.count("text") > 0;
-    std::string q = fmt::format("SELECT start, \"end\", eventType, globalTid, {}, {}, {} FROM \"{}\" ORDER BY globalTid, start",
+    std::string q = fmt::format("SELECT start, \"end\", eventType, globalTid, {}, {}, {} FROM \"{}\" "
+                                "ORDER BY globalTid, start",
                                 text ? "text" : "NULL", text_id ? "textId" : "NULL",
                                 cols.count("domainId") ? "domainId" : "0", t);
     sql::Stmt s(db_, q);

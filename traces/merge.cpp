@@ -114,7 +114,9 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
     for (const auto& s : r.streams(run)) ranks.insert(s.rank);
     for (int rank : ranks) {
       auto [it, fresh] = owner.emplace(rank, path);
-      if (!fresh) throw TraceError(fmt::format("{}: rank {} is also in {}; each rank must come from one file", path, rank, it->second));
+      if (!fresh)
+        throw TraceError(
+            fmt::format("{}: rank {} is also in {}; each rank must come from one file", path, rank, it->second));
     }
     std::map<int, RankClock> clock_of;
     std::vector<ClockRow> clocks = r.clocks(run);

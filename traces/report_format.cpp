@@ -62,7 +62,8 @@ std::vector<std::string> powerLines(const std::vector<StatRow>& stats) {
   int fastest = -1, slowest = -1;
   for (const auto& [rank, p] : ranks) {
     auto or_dash = [](int64_t v, const std::string& text) { return v < 0 ? std::string("-") : text; };
-    out.push_back(fmt::format("  rank {:>4}: {:>5} W, {:>7} J/step, SM clock median {:>5} MHz, {:>4} of samples at the power cap",
+    out.push_back(fmt::format("  rank {:>4}: {:>5} W, {:>7} J/step, SM clock median {:>5} MHz, "
+                              "{:>4} of samples at the power cap",
                               rank, or_dash(p.power_w, std::to_string(p.power_w)),
                               or_dash(p.energy_mj, fmt::format("{:.2f}", double(p.energy_mj) / 1e3)),
                               or_dash(p.clock_mhz, std::to_string(p.clock_mhz)),
@@ -81,8 +82,8 @@ std::vector<std::string> powerLines(const std::vector<StatRow>& stats) {
   // shorter (docs/gpu-executor.md, "At the power cap").
   const bool capped = std::any_of(ranks.begin(), ranks.end(), [](const auto& r) { return r.second.capped_pct >= 50; });
   if (capped)
-    out.push_back("  mostly at the power cap: the step's time follows its energy (J/step above); a change pays in joules "
-                  "saved, see bench_energy_by_op");
+    out.push_back("  mostly at the power cap: the step's time follows its energy (J/step above); a change pays in "
+                  "joules saved, see bench_energy_by_op");
   return out;
 }
 
@@ -197,7 +198,8 @@ std::string reportToText(const RunReport& r) {
   if (r.ranks.size() > 1) row("all", r.total, "");
   line("");
   const auto& st = r.step_time;
-  line(fmt::format("step time{} (ms): p50 {}  p95 {}  min {}  max {}  ({} rank-steps; slowest rank per step: p50 {} p95 {})",
+  line(fmt::format("step time{} (ms): p50 {}  p95 {}  min {}  max {}  "
+                   "({} rank-steps; slowest rank per step: p50 {} p95 {})",
                    st.synthesized ? " (no step markers: whole run per rank)" : "", ms(st.duration_ns.p50),
                    ms(st.duration_ns.p95), ms(st.duration_ns.min), ms(st.duration_ns.max), st.duration_ns.count,
                    ms(st.max_over_ranks_ns.p50), ms(st.max_over_ranks_ns.p95)));

@@ -397,7 +397,8 @@ std::vector<StepRow> TraceReader::steps(int64_t run) {
 
 std::vector<RangeRow> TraceReader::ranges(int64_t run) {
   sql::Stmt s(impl_->db,
-              "SELECT rank, start_ns, end_ns, name, depth, domain FROM ranges WHERE run=? ORDER BY rank, start_ns, seq");
+              "SELECT rank, start_ns, end_ns, name, depth, domain FROM ranges WHERE run=? "
+              "ORDER BY rank, start_ns, seq");
   s.bind(1, run);
   std::vector<RangeRow> out;
   while (s.step()) {
@@ -448,7 +449,8 @@ std::vector<PlanTaskRow> TraceReader::planTasks(int64_t run) {
     index[{t.rank, t.task_id}] = out.size();
     out.push_back(std::move(t));
   }
-  sql::Stmt d(impl_->db, "SELECT rank, task_id, dep_task_id FROM plan_deps WHERE run=? ORDER BY rank, task_id, dep_task_id");
+  sql::Stmt d(impl_->db,
+              "SELECT rank, task_id, dep_task_id FROM plan_deps WHERE run=? ORDER BY rank, task_id, dep_task_id");
   d.bind(1, run);
   while (d.step()) {
     auto it = index.find({static_cast<int>(d.colInt(0)), d.colInt(1)});
@@ -471,7 +473,8 @@ std::vector<CollectiveRow> TraceReader::collectives(int64_t run) {
 
 std::vector<ClockRow> TraceReader::clocks(int64_t run) {
   sql::Stmt s(impl_->db,
-              "SELECT rank, source, cupti_ns, realtime_ns, monotonic_ns, offset_ns FROM clocks WHERE run=? ORDER BY rank");
+              "SELECT rank, source, cupti_ns, realtime_ns, monotonic_ns, offset_ns FROM clocks WHERE run=? "
+              "ORDER BY rank");
   s.bind(1, run);
   std::vector<ClockRow> out;
   while (s.step())

@@ -56,8 +56,8 @@ struct TraceWriter::Impl {
   std::string path;
   WriterOptions options;
   sql::Db db;
-  sql::Stmt insert_string, insert_run, insert_stream, insert_activity, insert_range, insert_counter,
-      insert_step, insert_stat, insert_extent, insert_geometry, insert_task, insert_dep, insert_collective, insert_clock;
+  sql::Stmt insert_string, insert_run, insert_stream, insert_activity, insert_range, insert_counter, insert_step,
+      insert_stat, insert_extent, insert_geometry, insert_task, insert_dep, insert_collective, insert_clock;
   std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>> strings;
   int64_t next_string_id = 1;
   std::map<std::string, PendingStat, std::less<>> stats;
@@ -78,7 +78,8 @@ struct TraceWriter::Impl {
   // it is waited for before the connection and statements are destroyed.
   std::future<void> inflight;
 
-  Impl(const std::string& p, WriterOptions o) : path(p), options(o), db(openFile(p, o), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX) {
+  Impl(const std::string& p, WriterOptions o)
+      : path(p), options(o), db(openFile(p, o), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX) {
     configureForWriting(db);
     prepareSchema(db, /*for_write=*/true);
     insert_string = sql::Stmt(db, "INSERT INTO strings(id, value) VALUES(?,?)");

@@ -1,12 +1,13 @@
 // Matmul forward and both backward rules, built on one blocked kernel.
 //
 // Every product here has the shape C[M,N] (+)= A(M,P) * B(P,N) where A and B
-// may be read with any strides (so W^T and dy^T need no transposed copy). The kernel keeps an MR x NR tile of C in local accumulators
-// and walks p in ascending order, broadcasting one A value against a contiguous
-// slice of a B row: the innermost loop runs over contiguous memory with no
-// reduction across lanes, so the compiler vectorises it without reassociating
-// sums. Each element of C is therefore sum_p A(i,p) B(p,j) added in ascending
-// p, whatever the tile sizes: results do not depend on blocking.
+// may be read with any strides (so W^T and dy^T need no transposed copy). The
+// kernel keeps an MR x NR tile of C in local accumulators and walks p in
+// ascending order, broadcasting one A value against a contiguous slice of a B
+// row: the innermost loop runs over contiguous memory with no reduction across
+// lanes, so the compiler vectorises it without reassociating sums. Each element
+// of C is therefore sum_p A(i,p) B(p,j) added in ascending p, whatever the tile
+// sizes: results do not depend on blocking.
 //
 // The sum is formed from zero and only then added to (or stored into) C, so
 // accumulate=true gives exactly "old value + fresh product".

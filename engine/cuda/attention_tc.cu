@@ -394,7 +394,8 @@ __global__ void __launch_bounds__(kThreads, 4) attnForwardTc(bf16* out, void* ls
 #pragma unroll
     for (int j = 0; j < 8; ++j) o[j][2 * r] *= inv, o[j][2 * r + 1] *= inv;
     const int row = row0 + g + 8 * r;
-    if (t == 0 && row < Tn) storeAny(lse, lse_bf16, (int64_t(b) * H + h) * Tn + row, (m[r] * scale_log2 + log2f(l[r])) * kLn2);
+    if (t == 0 && row < Tn)
+      storeAny(lse, lse_bf16, (int64_t(b) * H + h) * Tn + row, (m[r] * scale_log2 + log2f(l[r])) * kLn2);
   }
   storeRows(ob, C, row0, Tn, o, 1.f, false);
 }
@@ -703,7 +704,8 @@ static BackwardBlocks attentionBackwardBlocksPerSm() {
     if (env == nullptr || *env == 0) return b;
     const std::string v(env);
     const bool ok = v.size() == 3 && v[1] == ',' && (v[0] == '2' || v[0] == '3') && (v[2] == '2' || v[2] == '3');
-    if (!ok) throw std::runtime_error("TANDEM_ATTN_BWD_BLOCKS must be KV,Q with each 2 or 3 (e.g. 2,3), not '" + v + "'");
+    if (!ok)
+      throw std::runtime_error("TANDEM_ATTN_BWD_BLOCKS must be KV,Q with each 2 or 3 (e.g. 2,3), not '" + v + "'");
     b.kv = v[0] - '0';
     b.q = v[2] - '0';
     return b;

@@ -547,7 +547,8 @@ void embeddingBackwardGathered(void* bucket, int64_t wte_at, int64_t wpe_at, int
 
 void geluForward(void* y, const void* x, int64_t n, DType dt, cudaStream_t s) {
   if (dt == DType::BF16 && vec8(n, {y, x})) {
-    geluForwardVec<<<gridFor(n / 8, kThreads), kThreads, 0, s>>>(static_cast<uint4*>(y), static_cast<const uint4*>(x), n / 8);
+    geluForwardVec<<<gridFor(n / 8, kThreads), kThreads, 0, s>>>(
+        static_cast<uint4*>(y), static_cast<const uint4*>(x), n / 8);
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
   TANDEM_DISPATCH_DT(dt, geluForwardKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(

@@ -351,7 +351,8 @@ void CudaExecutor::Impl::initialiseParameters() {
   }
   // Sharded optimizer, bf16: this rank's fp32 master shard of each bucket.
   for (const GradBucket& b : program->buckets)
-    if (b.master_shard >= 0) writeBuffer(b.master_shard, initialMasterShard(plan.job, *program, b, opt.rank, opt.world));
+    if (b.master_shard >= 0)
+      writeBuffer(b.master_shard, initialMasterShard(plan.job, *program, b, opt.rank, opt.world));
 }
 
 // Issues every task that launches a GEMM once, with the Gemm in tuning mode:

@@ -493,11 +493,13 @@ void launchBackwardVec(T* dx, float* pdw, float* pdb, float* pdr, const T* dy, c
                        const void* mean, int mean_bf16, const void* rstd, int rstd_bf16, int64_t M, int64_t C,
                        bool accumulate_dx, cudaStream_t s) {
   if (pdr)
-    layernormBackwardVecKernel<T, kV, true><<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV, true>(C), s>>>(
-        dx, pdw, pdb, pdr, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
+    layernormBackwardVecKernel<T, kV, true>
+        <<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV, true>(C), s>>>(
+            dx, pdw, pdb, pdr, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
   else
-    layernormBackwardVecKernel<T, kV, false><<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV, false>(C), s>>>(
-        dx, pdw, pdb, nullptr, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
+    layernormBackwardVecKernel<T, kV, false>
+        <<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV, false>(C), s>>>(
+            dx, pdw, pdb, nullptr, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
 }
 
 template <class T, int kV, bool kBias>
@@ -520,11 +522,12 @@ static void layernormForwardAny(void* y, void* mean, DType mean_dt, void* rstd, 
   // Up to 64 elements per lane: bf16 rows up to 2048 wide, fp32 up to 1024.
   const int vec = vectorsPerLane(C, dt, 8, {y, x, w, b, x2, sum});
   if (vec > 0) {
-    TANDEM_DISPATCH_DT(dt, TANDEM_DISPATCH_VEC(vec, layernormForwardVecKernel<T, kV><<<grid, kWarpsPerBlock * 32, 0, s>>>(
-                                                    static_cast<T*>(y), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt),
-                                                    static_cast<const T*>(x), static_cast<const T*>(w),
-                                                    static_cast<const T*>(b), M, C, static_cast<const T*>(x2),
-                                                    static_cast<T*>(sum))));
+    TANDEM_DISPATCH_DT(dt, TANDEM_DISPATCH_VEC(vec,
+                                               layernormForwardVecKernel<T, kV><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+                                                   static_cast<T*>(y), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt),
+                                                   static_cast<const T*>(x), static_cast<const T*>(w),
+                                                   static_cast<const T*>(b), M, C, static_cast<const T*>(x2),
+                                                   static_cast<T*>(sum))));
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
   TANDEM_DISPATCH_DT(dt, layernormForwardKernel<T><<<grid, kWarpsPerBlock * 32, 0, s>>>(
@@ -624,11 +627,14 @@ void layernormBackwardDataOnly(void* dx, const void* dy, const void* x, const vo
     auto* in = static_cast<const T*>(x);
     auto* wt = static_cast<const T*>(w);
     if (vec == 1)
-      launchBackwardDataOnly<T, 1>(out, g, in, wt, mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx, s);
+      launchBackwardDataOnly<T, 1>(out, g, in, wt, mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C,
+                                   accumulate_dx, s);
     else if (vec == 2)
-      launchBackwardDataOnly<T, 2>(out, g, in, wt, mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx, s);
+      launchBackwardDataOnly<T, 2>(out, g, in, wt, mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C,
+                                   accumulate_dx, s);
     else
-      launchBackwardDataOnly<T, 3>(out, g, in, wt, mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C, accumulate_dx, s);
+      launchBackwardDataOnly<T, 3>(out, g, in, wt, mean, isBf16(mean_dt), rstd, isBf16(rstd_dt), M, C,
+                                   accumulate_dx, s);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
 }

@@ -278,7 +278,8 @@ IdBlob waitForId(const std::string& path, int rank, double timeout_s) {
     }
     if (std::chrono::steady_clock::now() > deadline) {
       std::string msg = "rank " + std::to_string(rank) + ": rank 0 did not publish the NCCL id in " + path +
-                        " within " + seconds(timeout_s) + " s (is rank 0 running, and do all ranks see this folder? see --rendezvous, --timeout)";
+                        " within " + seconds(timeout_s) +
+                        " s (is rank 0 running, and do all ranks see this folder? see --rendezvous, --timeout)";
       if (saw_stale) msg += "; a file older than " + std::to_string(kStaleSeconds) + " s was there and was ignored";
       throw LaunchError(msg);
     }

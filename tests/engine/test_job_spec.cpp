@@ -153,7 +153,8 @@ TEST_CASE("--set overrides change the tree before validation", "[job]") {
                         "recompute.layers.4=selective", "parallel.data_parallel=2", "training.lr=1e-3"});
   CHECK(j.training.micro_batch == 32);
   CHECK(j.recompute.policy == RecomputePolicy::Full);
-  CHECK(j.recompute.per_layer == std::map<int, RecomputePolicy>{{3, RecomputePolicy::Full}, {4, RecomputePolicy::Selective}});
+  CHECK(j.recompute.per_layer ==
+        std::map<int, RecomputePolicy>{{3, RecomputePolicy::Full}, {4, RecomputePolicy::Selective}});
   CHECK(j.parallel.data_parallel == 2);
   CHECK(j.training.lr == 1e-3);
   CHECK(j.globalBatch() == 64);
@@ -208,8 +209,8 @@ TEST_CASE("canonical YAML round-trips every field", "[job]") {
 }
 
 TEST_CASE("canonical YAML quotes strings that YAML would read as something else", "[job]") {
-  for (const std::string name : {"tab\there", "line\nbreak", "\xc3\xa9t\xc3\xa9", "bell\x07", "true", "null", "~", "123",
-                                 "- dash", "a: b", "#hash", " lead", "back\\slash", "plain-name_1.0"}) {
+  for (const std::string name : {"tab\there", "line\nbreak", "\xc3\xa9t\xc3\xa9", "bell\x07", "true", "null", "~",
+                                 "123", "- dash", "a: b", "#hash", " lead", "back\\slash", "plain-name_1.0"}) {
     JobSpec j = defaultJob();
     j.name = name;
     j.data.path = name;
@@ -283,7 +284,8 @@ TEST_CASE("bad job specs fail with one line naming file, line, field and allowed
        "'most' is not a recompute policy (allowed: none, selective, full)"},
       {"recompute:\n  layers:\n    12: full\n", {}, "bad.yaml:3: recompute.layers.12: ",
        "layer 12 does not exist, the model has 12 layers (allowed: layer indices from 0 to 11)"},
-      {"data:\n  source: web\n", {}, "bad.yaml:2: data.source: ", "'web' is not a data source (allowed: synthetic, tokens)"},
+      {"data:\n  source: web\n", {}, "bad.yaml:2: data.source: ",
+       "'web' is not a data source (allowed: synthetic, tokens)"},
       {"data:\n  source: tokens\n", {}, "bad.yaml:2: data.source: ", "data.source tokens needs a token file"},
       {"data:\n  source: tokens\n  path: /no/such/file.bin\n", {}, "bad.yaml:3: data.path: ",
        "token file '/no/such/file.bin' does not exist"},
@@ -295,12 +297,14 @@ TEST_CASE("bad job specs fail with one line naming file, line, field and allowed
       {"parallel: {data_parallel: -2}\n", {}, "bad.yaml:1: parallel.data_parallel: ", "value -2 is out of range"},
       {"model: {tied_embeddings: maybe}\n", {}, "bad.yaml:1: model.tied_embeddings: ",
        "expected a boolean, got 'maybe' (allowed: true, false)"},
-      {"model:\n  family: bert\n", {}, "bad.yaml:2: model.family: ", "'bert' is not a model family (allowed: gpt2, llama)"},
+      {"model:\n  family: bert\n", {}, "bad.yaml:2: model.family: ",
+       "'bert' is not a model family (allowed: gpt2, llama)"},
       {"name: a\nmodel:\n  layers: [1, 2\n", {}, "bad.yaml:", "yaml: malformed YAML: "},
       {"", {}, "bad.yaml:1: job: ", "the job is empty (allowed: a YAML mapping with keys name, model"},
       {"- a\n- b\n", {}, "bad.yaml:1: job: ", "expected a mapping at the top level, got a sequence"},
       {"name: a\ntraining: {}\nname: b\n", {}, "bad.yaml:3: name: ", "duplicate key (first on line 1)"},
-      {"name: a\ntraining: 5\n", {}, "bad.yaml:2: training: ", "expected a mapping, got '5' (allowed: a mapping with keys"},
+      {"name: a\ntraining: 5\n", {}, "bad.yaml:2: training: ",
+       "expected a mapping, got '5' (allowed: a mapping with keys"},
       {"training: {seed: -1}\n", {}, "bad.yaml:1: training.seed: ", "expected an unsigned integer, got '-1'"},
       {"name: a\n", {"training.micro_batch=abc"}, "--set training.micro_batch=abc: training.micro_batch: ",
        "expected an integer, got 'abc' (allowed: integers >= 1)"},

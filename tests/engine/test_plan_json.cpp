@@ -203,8 +203,9 @@ TEST_CASE("forRank finds the program of a rank", "[plan_json]") {
 }
 
 TEST_CASE("collective and reduce ops have stable spellings both ways", "[plan_json]") {
-  for (auto op : {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::ReduceScatter, CollectiveOp::Broadcast,
-                  CollectiveOp::Reduce, CollectiveOp::AllToAll, CollectiveOp::Send, CollectiveOp::Recv})
+  for (auto op : {CollectiveOp::AllReduce, CollectiveOp::AllGather, CollectiveOp::ReduceScatter,
+                  CollectiveOp::Broadcast, CollectiveOp::Reduce, CollectiveOp::AllToAll, CollectiveOp::Send,
+                  CollectiveOp::Recv})
     CHECK(parseCollectiveOp(toString(op)) == op);
   for (auto op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) CHECK(parseReduceOp(toString(op)) == op);
   CHECK(toString(CollectiveOp::AllToAll) == "all_to_all");

@@ -252,7 +252,7 @@ TEST_CASE("file rendezvous: timeouts, stale and foreign files", "[rendezvous][er
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH(waitForId(path, 2, 0.3),
                     "rank 2: rank 0 did not publish the NCCL id in " + path +
-                        " within 0.3 s (is rank 0 running, and do all ranks see this folder? see --rendezvous, --timeout)");
+                    " within 0.3 s (is rank 0 running, and do all ranks see this folder? see --rendezvous, --timeout)");
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(waited >= 0.3);
   CHECK(waited < 5);

@@ -158,8 +158,8 @@ void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
   }
   bool same = ra[0].size() == 20 && ra[1].size() == 20;
   for (size_t s = 0; same && s < 20; ++s) same = ra[0][s].loss == step_losses[s] && ra[1][s].loss == step_losses[s];
-  fmt::print("     {} run(): step 20 loss {:.6f} (step by step {:.6f})\n", label, ra[0].empty() ? 0.0 : ra[0].back().loss,
-             step_losses.back());
+  fmt::print("     {} run(): step 20 loss {:.6f} (step by step {:.6f})\n", label,
+             ra[0].empty() ? 0.0 : ra[0].back().loss, step_losses.back());
   expectTrue(label + ": run() on both ranks gives the step-by-step losses over 20 steps", same);
 }
 

@@ -42,8 +42,9 @@ void compareGradients(const std::string& label0, const JobSpec& job, double tol)
   cuda::CudaExecutor gpu(plan, options(false));
   fmt::print("     {}: {}\n", label, gpu.fusion().summary());
   for (const std::string& r : gpu.fusion().refusals) fmt::print("       {}\n", r);
-  if (!g_fusion) expectTrue(label + ": fusion off leaves every task its own kernels", gpu.fusion().fused_task_ids.empty() &&
-                            gpu.fusion().matmul_bwd_weight_bias == 0);
+  if (!g_fusion)
+    expectTrue(label + ": fusion off leaves every task its own kernels",
+               gpu.fusion().fused_task_ids.empty() && gpu.fusion().matmul_bwd_weight_bias == 0);
   const cpu::StepResult rc = ref.computeGradients();
   const cuda::GpuStepResult rg = gpu.computeGradients();
   double worst = 0;
@@ -94,7 +95,8 @@ void compareTraining(const std::string& label0, const JobSpec& job, int steps, d
   const std::vector<cuda::GpuStepResult> ra = ahead.run(steps);
   bool same = int(ra.size()) == steps;
   for (int s = 0; same && s < steps; ++s) same = ra[size_t(s)].loss == g_losses[size_t(s)] && ra[size_t(s)].step == s;
-  expectTrue(label + ": run() (steps queued ahead) and step() losses identical over " + std::to_string(steps) + " steps",
+  expectTrue(label + ": run() (steps queued ahead) and step() losses identical over " + std::to_string(steps) +
+                 " steps",
              same);
   // Parameters after the steps. The key part of the qkv bias has an exact
   // zero gradient (softmax ignores a constant added to every score), so both
@@ -148,7 +150,8 @@ void expectFusion() {
     expectTrue(label + ": every gelu fused into its matmul", f.matmul_gelu == gelu && gelu > 0);
     expectTrue(label + ": every gelu_bwd fused into its matmul_bwd_data", f.matmul_bwd_data_gelu == gelu_bwd);
     expectTrue(label + ": bias gradients in the GEMM exactly where not accumulating",
-               f.matmul_bwd_weight_bias == weight_bias_fresh && (accumulating_mbs == 0 || weight_bias_fresh < weight_bias));
+               f.matmul_bwd_weight_bias == weight_bias_fresh &&
+                   (accumulating_mbs == 0 || weight_bias_fresh < weight_bias));
     expectTrue(label + ": no candidate refused", f.refused == 0);
     // Each fused pair: (the task that issues nothing, the task whose GEMM does its work).
     auto opOf = [&](int id) {
@@ -171,7 +174,8 @@ void expectFusion() {
                           (q == OpKind::MatmulBwdData && r == OpKind::GeluBwd));
     }
     expectTrue(label + ": fused pairs are matmul/gelu, matmul_bwd_data/gelu_bwd and add/layernorm of the plan", ids_ok);
-    expectTrue(label + fmt::format(": DGELU GEMMs placed {} ({} early, {} late)", late ? "late" : "early", early_n, late_n),
+    expectTrue(label +
+                   fmt::format(": DGELU GEMMs placed {} ({} early, {} late)", late ? "late" : "early", early_n, late_n),
                late ? (late_n == gelu_bwd && early_n == 0) : (early_n == gelu_bwd && late_n == 0));
   }
 }
@@ -273,24 +277,26 @@ int main() {
       g_fusion = fusion;
       compareGradients("tiny fp32", tiny({"training.precision=fp32"}), 1e-4);
       compareGradients("tiny bf16", tiny({"training.precision=bf16"}), 1e-2);
-      compareGradients("tiny bf16 one stream", tiny({"training.precision=bf16", "schedule.weight_gradient_stream=false"}),
-                       1e-2);
+      compareGradients("tiny bf16 one stream",
+                       tiny({"training.precision=bf16", "schedule.weight_gradient_stream=false"}), 1e-2);
       compareGradients("tiny fp32 grad_accum=2", tiny({"training.precision=fp32", "training.grad_accum=2"}), 1e-4);
       compareGradients("tiny bf16 grad_accum=2", tiny({"training.precision=bf16", "training.grad_accum=2"}), 1e-2);
       compareGradients("tiny fp32 vocab 1024", tiny({"training.precision=fp32", "model.vocab=1024"}), 1e-4);
       compareGradients("tiny bf16 vocab 1024", tiny({"training.precision=bf16", "model.vocab=1024"}), 1e-2);
       compareGradients("tiny bf16 recompute=full", tiny({"training.precision=bf16", "recompute.policy=full"}), 1e-2);
       // Head dimension 64: the tensor-core attention (wgmma on sm_90a).
-      compareGradients("tiny bf16 head dim 64", tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2"}), 1e-2);
+      compareGradients("tiny bf16 head dim 64",
+                       tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2"}), 1e-2);
       compareGradients("tiny bf16 head dim 64 grad_accum=2",
                        tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2", "training.grad_accum=2"}),
                        1e-2);
-      compareGradients("tiny bf16 recompute=selective", tiny({"training.precision=bf16", "recompute.policy=selective"}), 1e-2);
+      compareGradients("tiny bf16 recompute=selective",
+                       tiny({"training.precision=bf16", "recompute.policy=selective"}), 1e-2);
       // Bias gradients summed by the layernorm and attention backward
       // (engine/pass_bias_grad.h): the vector layernorm and the CUDA-core
       // attention (head dim 16), the tensor-core attention (head dim 64).
-      compareGradients("tiny bf16 bias gradients fused", tiny({"training.precision=bf16", "schedule.fuse_bias_gradients=true"}),
-                       1e-2);
+      compareGradients("tiny bf16 bias gradients fused",
+                       tiny({"training.precision=bf16", "schedule.fuse_bias_gradients=true"}), 1e-2);
       compareGradients("tiny fp32 bias gradients fused grad_accum=2",
                        tiny({"training.precision=fp32", "schedule.fuse_bias_gradients=true", "training.grad_accum=2"}),
                        1e-4);
@@ -303,13 +309,14 @@ int main() {
       compareTraining("tiny fp32", tiny({"training.precision=fp32"}), 20, 1e-4, 1e-4);
       compareTraining("tiny bf16", tiny({"training.precision=bf16"}), 20, 1e-2, 5e-2);
       compareTraining("tiny bf16 vocab 1024", tiny({"training.precision=bf16", "model.vocab=1024"}), 20, 1e-2, 5e-2);
-      compareTraining("tiny bf16 head dim 64", tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2"}), 20,
-                      1e-2, 5e-2);
+      compareTraining("tiny bf16 head dim 64",
+                      tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2"}), 20, 1e-2, 5e-2);
       // AdamW at the start of the next step, beside the forward.
       compareTraining("tiny bf16 optimizer beside forward",
                       tiny({"training.precision=bf16", "schedule.optimizer_beside_forward=true"}), 20, 1e-2, 5e-2);
       compareTraining("tiny fp32 optimizer beside forward grad_accum=2",
-                      tiny({"training.precision=fp32", "schedule.optimizer_beside_forward=true", "training.grad_accum=2"}),
+                      tiny({"training.precision=fp32", "schedule.optimizer_beside_forward=true",
+                            "training.grad_accum=2"}),
                       20, 1e-4, 1e-4);
     }
     g_fusion = true;

@@ -417,7 +417,8 @@ void testGemmEpilogues(DType dt, int64_t M, int64_t N, int64_t K) {
       const bool ok = gemm.forwardGeluSupported(M, N, K, with_bias, dt);
       if (!ok) {
         if (dt == DType::BF16) expectTrue(tag(dt, (what + ": supported by cuBLASLt").c_str()), false);
-        else fmt::print("note {}: not supported by cuBLASLt (the executor keeps the separate kernels)\n", tag(dt, what.c_str()));
+        else fmt::print("note {}: not supported by cuBLASLt (the executor keeps the separate kernels)\n",
+                        tag(dt, what.c_str()));
         continue;
       }
       std::vector<float> pre(M * N);
@@ -442,7 +443,8 @@ void testGemmEpilogues(DType dt, int64_t M, int64_t N, int64_t K) {
       const std::string what = "gemm*gelu' (DGELU) epilogue" + shape;
       if (!gemm.backwardDataGeluSupported(M, N, K, dt)) {
         if (dt == DType::BF16) expectTrue(tag(dt, (what + ": supported by cuBLASLt").c_str()), false);
-        else fmt::print("note {}: not supported by cuBLASLt (the executor keeps the separate kernels)\n", tag(dt, what.c_str()));
+        else fmt::print("note {}: not supported by cuBLASLt (the executor keeps the separate kernels)\n",
+                        tag(dt, what.c_str()));
       } else {
         auto dy = rounded(randomVector(M * N, rng), dt), pre = rounded(randomVector(M * K, rng, 1.5f), dt);
         std::vector<float> dgemm(M * K);
@@ -467,7 +469,8 @@ void testGemmEpilogues(DType dt, int64_t M, int64_t N, int64_t K) {
       const std::string what = "gemm+bias gradient (BGRADB) epilogue" + shape;
       if (!gemm.backwardWeightBiasSupported(M, N, K, dt)) {
         if (dt == DType::BF16) expectTrue(tag(dt, (what + ": supported by cuBLASLt").c_str()), false);
-        else fmt::print("note {}: not supported by cuBLASLt (the executor keeps the separate kernels)\n", tag(dt, what.c_str()));
+        else fmt::print("note {}: not supported by cuBLASLt (the executor keeps the separate kernels)\n",
+                        tag(dt, what.c_str()));
       } else {
         auto dy = rounded(randomVector(M * N, rng), dt);
         std::vector<float> dW(N * K), db(N);
@@ -617,7 +620,8 @@ void testHoistMemsets() {
   const std::vector<cudaGraphNode_t> dc = deps(c);
   expectTrue("graph memsets: its dependent follows its predecessor and it",
              dc.size() == 2 && std::count(dc.begin(), dc.end(), a) == 1 && std::count(dc.begin(), dc.end(), b) == 1);
-  expectTrue("graph memsets: nothing outside the region moves", cuda::hoistMemsetsInside(g, mem + 2048, mem + 4096) == 0);
+  expectTrue("graph memsets: nothing outside the region moves",
+             cuda::hoistMemsetsInside(g, mem + 2048, mem + 4096) == 0);
   cudaGraphExec_t e = nullptr;
   TANDEM_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
   TANDEM_CUDA_CHECK(cudaGraphLaunch(e, nullptr));

@@ -182,7 +182,8 @@ int main() {
   int task_ranges = 0;
   for (const auto& r : reader.ranges(run))
     if (r.depth == 1 && r.name == "gelu.fwd") ++task_ranges;
-  expectTrue(fmt::format("task ranges: gelu.fwd issued twice (eager, capture) (got {})", task_ranges), task_ranges == 2);
+  expectTrue(fmt::format("task ranges: gelu.fwd issued twice (eager, capture) (got {})", task_ranges),
+             task_ranges == 2);
   bool dropped_stat = false;
   for (const auto& st : reader.stats(run))
     if (st.name == "cupti.dropped_records") dropped_stat = st.value == 0;

@@ -106,7 +106,8 @@ Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool 
   });
   std::vector<tr::StepRow> step_rows = reader.steps(run);
   out.steps = int(step_rows.size());
-  std::sort(step_rows.begin(), step_rows.end(), [](const tr::StepRow& a, const tr::StepRow& b) { return a.step < b.step; });
+  std::sort(step_rows.begin(), step_rows.end(),
+            [](const tr::StepRow& a, const tr::StepRow& b) { return a.step < b.step; });
   for (size_t i = 1; i < step_rows.size(); ++i)
     if (step_rows[i - 1].end_ns > step_rows[i].start_ns) out.steps_disjoint = false;
   out.kernels_per_step.assign(step_rows.size(), 0);
@@ -133,13 +134,15 @@ Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool 
 int main() {
   requireGpus(1);
   const Plan plan = buildPlan(tinyJob());
-  const std::string base = (std::filesystem::temp_directory_path() / fmt::format("tandem_prof_exec_{}", getpid())).string();
+  const std::string base =
+      (std::filesystem::temp_directory_path() / fmt::format("tandem_prof_exec_{}", getpid())).string();
   Profiled g = profileRun(plan, true, base + ".graph.sqlite", true);
   Profiled e = profileRun(plan, false, base + ".eager.sqlite", false);
   Profiled q = profileRun(plan, true, base + ".queued.sqlite", false, true);
   for (const Profiled* p : {&g, &e, &q}) {
     const std::string m = p == &g ? "graph" : p == &e ? "eager" : "graph, steps queued ahead";
-    expectTrue(fmt::format("{}: every compute kernel attributed ({}/{})", m, p->summary.kernels_attributed, p->summary.kernels),
+    expectTrue(fmt::format("{}: every compute kernel attributed ({}/{})", m, p->summary.kernels_attributed,
+                           p->summary.kernels),
                p->summary.kernels > 0 && p->summary.kernels_attributed == p->summary.kernels);
     expectTrue(fmt::format("{}: no kernel row without a plan task outside the set-up track (got {})", m, p->untagged),
                p->untagged == 0);
@@ -147,14 +150,17 @@ int main() {
                            p->setup_track_kernels, p->summary.setup_records),
                p->setup_track_kernels <= p->summary.setup_records &&
                    (p->summary.setup_records == 0) == (p->setup_track_kernels == 0));
-    expectTrue(fmt::format("{}: every kernel carries its task's phase (wrong: {})", m, p->wrong_phase), p->wrong_phase == 0);
-    expectTrue(fmt::format("{}: every kernel on its task's plan stream (wrong: {})", m, p->wrong_stream), p->wrong_stream == 0);
+    expectTrue(fmt::format("{}: every kernel carries its task's phase (wrong: {})", m, p->wrong_phase),
+               p->wrong_phase == 0);
+    expectTrue(fmt::format("{}: every kernel on its task's plan stream (wrong: {})", m, p->wrong_stream),
+               p->wrong_stream == 0);
     expectTrue(fmt::format("{}: {} steps stored (got {})", m, kSteps, p->steps), p->steps == kSteps);
     expectTrue(fmt::format("{}: no dropped records", m), p->summary.dropped_records == 0);
     int uneven = 0;
     for (auto [task, n] : p->kernels_per_task)
       if (n % kSteps != 0) ++uneven;
-    expectTrue(fmt::format("{}: each task launches the same kernels every step (uneven tasks: {})", m, uneven), uneven == 0);
+    expectTrue(fmt::format("{}: each task launches the same kernels every step (uneven tasks: {})", m, uneven),
+               uneven == 0);
     expectTrue(fmt::format("{}: step rows do not overlap", m), p->steps_disjoint);
     const int per_step = p->summary.kernels / kSteps;
     const bool even = std::all_of(p->kernels_per_step.begin(), p->kernels_per_step.end(),

@@ -148,7 +148,8 @@ TEST_CASE("recompute policies are editable per layer and become job overrides", 
   CHECK(overrides[2] == "recompute.layers.2=full");
   CHECK(overrides[0] == "recompute.layers.0=none");
   // The overrides plan exactly what the table shows.
-  JobSpec job = parseJob(defaultJob().yaml, "<default>", recomputeOverrides({{3, RecomputePolicy::Full}, {5, RecomputePolicy::Selective}}));
+  JobSpec job = parseJob(defaultJob().yaml, "<default>",
+                         recomputeOverrides({{3, RecomputePolicy::Full}, {5, RecomputePolicy::Selective}}));
   const Plan plan = buildPlan(job);
   CHECK(plan.recompute[3].policy == RecomputePolicy::Full);
   CHECK(plan.recompute[5].policy == RecomputePolicy::Selective);

@@ -110,7 +110,8 @@ TEST_CASE("tandem plan rejects bad specs with one line naming file, line and fie
       {"zero data parallel", replaced(kGood, "data_parallel: 2", "data_parallel: 0"), "parallel.data_parallel", ":12:"},
       {"malformed YAML", replaced(kGood, "vocab: 64", "vocab: [64"), "", ":"},
       {"top-level sequence", "- 1\n- 2\n", "", ":"},
-      {"negative learning rate", replaced(kGood, "precision: fp32", "precision: fp32\n  lr: -1"), "training.lr", ":11:"},
+      {"negative learning rate", replaced(kGood, "precision: fp32", "precision: fp32\n  lr: -1"),
+       "training.lr", ":11:"},
       {"token file missing", kGood + std::string("data:\n  source: tokens\n  path: /nonexistent/tokens.bin\n"),
        "data.path", ":"},
   };

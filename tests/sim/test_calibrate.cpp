@@ -521,7 +521,8 @@ collective_beside:
   for (size_t i = 0; i < t.collectives.size(); ++i) {
     const double truth_ns = double(t.collectives[i].end_ns - t.collectives[i].start_ns);
     if (t.collectives[i].bytes < (1 << 20)) continue;
-    worst_with = std::max(worst_with, std::fabs(double(p.collectives[i].end_ns - p.collectives[i].start_ns) / truth_ns - 1));
+    worst_with =
+        std::max(worst_with, std::fabs(double(p.collectives[i].end_ns - p.collectives[i].start_ns) / truth_ns - 1));
     worst_without =
         std::max(worst_without, std::fabs(double(q.collectives[i].end_ns - q.collectives[i].start_ns) / truth_ns - 1));
   }

@@ -509,7 +509,8 @@ TEST_CASE("a collective takes the factor of the kernel role beside it the longes
   RooflineParams params = RooflineParams::defaults();
   params.comm_slowdown = 1.0;
   auto duration = [&](const Plan& plan, const Calibration& cal, int task) {
-    const SimActivity c = activityOf(simulatePlan(plan, topo, RooflineCostModel(params, cal), idealOptions()).ranks[0], task);
+    const SimActivity c =
+        activityOf(simulatePlan(plan, topo, RooflineCostModel(params, cal), idealOptions()).ranks[0], task);
     return double(c.end_ns - c.start_ns);
   };
   const double base = duration(beside, {}, 1);

@@ -148,7 +148,8 @@ TEST_CASE("tabs turned into spaces still parse", "[import]") {
   CHECK(m.attributes[1].at("CPU Affinity") == "0-7");
   CHECK(m.attributes[1].at("NUMA Affinity") == "0");
   // Windows line ends and a byte order mark are tolerated too.
-  NvidiaSmiMatrix w = parseNvidiaSmiTopo("\xEF\xBB\xBF\tGPU0\tGPU1\r\nGPU0\t X \tSYS\r\nGPU1\tSYS\t X \r\n", "crlf.txt");
+  NvidiaSmiMatrix w =
+      parseNvidiaSmiTopo("\xEF\xBB\xBF\tGPU0\tGPU1\r\nGPU0\t X \tSYS\r\nGPU1\tSYS\t X \r\n", "crlf.txt");
   CHECK(w.codes[0][1] == "SYS");
   // SYS: the GPUs sit on two sockets and meet across the CPU interconnect.
   NvidiaSmiImportOptions options;

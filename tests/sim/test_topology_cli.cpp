@@ -148,7 +148,8 @@ TEST_CASE("topo import of bad input fails cleanly and writes nothing", "[cli][im
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   CHECK_FALSE(fs::exists(out));
   // Nothing half-written next to it either.
-  for (const auto& e : fs::directory_iterator(scratch())) CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+  for (const auto& e : fs::directory_iterator(scratch()))
+    CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
 
   // An existing output survives a failed import untouched.
   std::ofstream(out) << "keep me\n";
@@ -157,7 +158,8 @@ TEST_CASE("topo import of bad input fails cleanly and writes nothing", "[cli][im
   CHECK(slurp(out) == "keep me\n");
   fs::remove(out);
 
-  Result no_model = runTandem("topo import --nvidia-smi '" + fixture("pcie4-topo-m.txt") + "' --out '" + out.string() + "'");
+  Result no_model =
+      runTandem("topo import --nvidia-smi '" + fixture("pcie4-topo-m.txt") + "' --out '" + out.string() + "'");
   CHECK(no_model.rc != 0);
   CHECK(no_model.err.find("--model") != std::string::npos);
   CHECK_FALSE(fs::exists(out));

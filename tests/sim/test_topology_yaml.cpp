@@ -231,7 +231,8 @@ TEST_CASE("saving writes atomically and replaces the old file", "[topology]") {
   Topology b = loadTopologyFile(file.string());
   CHECK(b.devices.size() == 2);
   size_t entries = 0;
-  for (const auto& e : fs::directory_iterator(dir)) entries += e.path().filename().string().find(".tmp") == std::string::npos;
+  for (const auto& e : fs::directory_iterator(dir))
+    entries += e.path().filename().string().find(".tmp") == std::string::npos;
   CHECK(entries == 1);
   CHECK_THROWS_AS(saveTopologyFile(a, (dir / "missing-folder" / "x.yaml").string()), TopologyError);
   CHECK_FALSE(fs::exists(dir / "missing-folder"));

@@ -114,7 +114,8 @@ void writeRankFile(const std::string& path, int rank, int64_t offset_ns) {
 }  // namespace
 
 TEST_CASE("merge puts per-rank files on one clock in one run", "[merge]") {
-  std::string a = tempTracePath("rank0.sqlite"), b = tempTracePath("rank1.sqlite"), out = tempTracePath("merged.sqlite");
+  std::string a = tempTracePath("rank0.sqlite"), b = tempTracePath("rank1.sqlite"),
+              out = tempTracePath("merged.sqlite");
   writeRankFile(a, 0, 0);
   writeRankFile(b, 1, 1000);  // rank 1's clock runs 1000 ns behind the common clock
   MergeResult m;

@@ -117,9 +117,10 @@ TEST_CASE("PyTorch profiler JSON with missing fields or wrong types is refused",
   CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"kernel\", \"ts\": 1, \"dur\": 1} ]}"),
              Catch::Contains("traceEvents[0]: missing field 'name'"));
   CHECK_THAT(importError("{\"traceEvents\": [ 3 ]}"), Catch::Contains("traceEvents[0] must be an object"));
-  CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"python_function\", \"name\": \"f\", \"ts\": 1, "
-                         "\"dur\": 1} ]}"),
-             Catch::Contains("no GPU or CPU activity"));
+  CHECK_THAT(
+      importError("{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"python_function\", \"name\": \"f\", \"ts\": 1, "
+                  "\"dur\": 1} ]}"),
+      Catch::Contains("no GPU or CPU activity"));
   CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": "), Catch::Contains("not valid JSON"));
   CHECK_THAT(importError("hello"), Catch::Contains("unrecognised trace format"));
 }

@@ -32,7 +32,8 @@ TEST_CASE("Chrome export of a real capture has Perfetto's process/thread/flow st
   for (const auto& e : doc["traceEvents"]) {
     const std::string ph = e.at("ph").get<std::string>();
     phases[ph]++;
-    if (ph == "M" && e.at("name") == "thread_name") threads_named.insert({e.at("pid").get<int>(), e.at("tid").get<int>()});
+    if (ph == "M" && e.at("name") == "thread_name")
+      threads_named.insert({e.at("pid").get<int>(), e.at("tid").get<int>()});
     if (ph == "X") {
       pids.insert(e.at("pid").get<int>());
       threads_used.insert({e.at("pid").get<int>(), e.at("tid").get<int>()});

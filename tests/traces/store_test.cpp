@@ -79,7 +79,8 @@ TEST_CASE("activities, streams and side tables round-trip through a file", "[sto
 
   auto tasks = r.planTasks(run);
   REQUIRE(tasks.size() == 14);
-  auto t2 = std::find_if(tasks.begin(), tasks.end(), [](const PlanTaskRow& p) { return p.rank == 0 && p.task_id == 2; });
+  auto t2 = std::find_if(tasks.begin(), tasks.end(),
+                         [](const PlanTaskRow& p) { return p.rank == 0 && p.task_id == 2; });
   REQUIRE(t2 != tasks.end());
   CHECK(t2->deps == std::vector<int64_t>{1, 7});
   CHECK(t2->op == "matmul_bwd_data");
