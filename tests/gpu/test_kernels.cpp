@@ -228,6 +228,12 @@ void testAttentionDeterministic(int64_t B, int64_t T, int64_t C, int64_t H) {
   expectTrue(fmt::format("attention backward [{}] bit-identical over three runs, B{} T{} C{} H{}",
                          cuda::attentionMmaPath(), B, T, C, H),
              same);
+  // Identical zeros would pass the check above: the gradient must be there.
+  double norm = 0;
+  for (float x : first) norm += double(x) * x;
+  expectTrue(fmt::format("attention backward [{}] gradient not zero, B{} T{} C{} H{}", cuda::attentionMmaPath(), B, T,
+                         C, H),
+             norm > 0);
 }
 
 void testElementwise(DType dt, int64_t n) {
