@@ -68,7 +68,8 @@ bool applyGatheredEmbeddingGradient(Graph& g, const JobSpec& job) {
   for (int i = 0; i < emb; ++i)
     if (std::count(g.nodes[size_t(i)].outputs.begin(), g.nodes[size_t(i)].outputs.end(), dy)) dy_done = i;
   if (dy_done < 0) return false;
-  const Tensor& dy_t = g.tensor(dy);
+  // A copy: addTensor below may reallocate the graph's tensors.
+  const Tensor dy_t = g.tensor(dy);
   Tensor gathered;
   gathered.name = "embed.grad_input.gathered";
   gathered.dtype = dy_t.dtype;

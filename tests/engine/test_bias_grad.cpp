@@ -75,7 +75,10 @@ TEST_CASE("Bias gradients move to the layernorm and attention backward", "[plann
 }
 
 TEST_CASE("GPT-2 124M sums 36 bias gradients inside other kernels, none by default", "[planner][bias_grad]") {
-  for (const Task& t : buildPlan(defaultJob()).programs[0].tasks) CHECK(!t.attrs.bias_grad);
+  // The plan is a named object: a range-for over a member of a temporary would
+  // read freed memory (the temporary dies before the loop body runs).
+  const Plan plain = buildPlan(defaultJob());
+  for (const Task& t : plain.programs[0].tasks) CHECK(!t.attrs.bias_grad);
   JobSpec job = defaultJob();
   job.schedule.fuse_bias_gradients = true;
   const Plan plan = buildPlan(job);

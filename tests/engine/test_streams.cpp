@@ -264,5 +264,6 @@ TEST_CASE("The previous step's AdamW opens the step beside the forward", "[plann
   JobSpec sharded = test::microJob(2, 2, 1);
   sharded.parallel.shard_optimizer = true;
   sharded.schedule.optimizer_beside_forward = true;
-  for (const Task& t : buildPlan(sharded).programs[0].tasks) CHECK(!t.attrs.from_previous_step);
+  const Plan sharded_plan = buildPlan(sharded);
+  for (const Task& t : sharded_plan.programs[0].tasks) CHECK(!t.attrs.from_previous_step);
 }
