@@ -4,7 +4,7 @@
 # $TANDEM_ASAN_BUILD_DIR) and runs their tests. Any use of freed memory, overflow
 # or undefined behaviour fails the test that hit it. Leaks inside the system's
 # fontconfig (loaded by Qt's offscreen platform) are not ours and are
-# suppressed (scripts/lsan-suppressions.txt). About 20 minutes on 2 cores;
+# suppressed (scripts/lsan-suppressions.txt). About 30 minutes on 2 cores;
 # not part of CI for that reason.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
