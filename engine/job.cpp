@@ -402,6 +402,8 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        [&](const YAML::Node& v, const std::string& p) {
          job.schedule.optimizer_beside_forward = r.readBool(v, p);
        }},
+      {"residual_in_gemm",
+       [&](const YAML::Node& v, const std::string& p) { job.schedule.residual_in_gemm = r.readBool(v, p); }},
   });
   auto recompute = section({
       {"policy", [&](const YAML::Node& v, const std::string& p) { job.recompute.policy = r.readPolicy(v, p); }},

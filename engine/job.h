@@ -102,6 +102,12 @@ struct ScheduleSpec {
   // Unsharded optimizers only (a sharded one keeps its updates at the end,
   // where its all-gathers are planned; a job asking for both is refused).
   bool optimizer_beside_forward = false;
+  // The residual add after an output projection done by the projection's
+  // GEMM (its C operand, beta = 1; engine/pass_fusion.h): the GEMM writes
+  // the new residual stream, the add issues nothing, and the layernorm that
+  // follows reads the sum alone (no longer fused with the add). One pass
+  // over the activations fewer per residual add.
+  bool residual_in_gemm = false;
   bool operator==(const ScheduleSpec&) const = default;
 };
 

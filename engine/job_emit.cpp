@@ -115,6 +115,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("weight_gradient_stream", job.schedule.weight_gradient_stream ? "true" : "false");
   field("fuse_bias_gradients", job.schedule.fuse_bias_gradients ? "true" : "false");
   field("optimizer_beside_forward", job.schedule.optimizer_beside_forward ? "true" : "false");
+  field("residual_in_gemm", job.schedule.residual_in_gemm ? "true" : "false");
   line("recompute:");
   field("policy", std::string(toString(job.recompute.policy)));
   if (job.recompute.per_layer.empty()) {

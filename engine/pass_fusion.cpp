@@ -136,14 +136,52 @@ int layernormAfterAdd(const RankPlan& p, int i) {
   return i + 1;
 }
 
+// Matmul (i) -> Add of its output and another tensor (the residual stream),
+// the very next task of the program, on the same stream, with no event
+// between them: the GEMM takes the other tensor as its C operand (beta = 1)
+// and writes the add's output, so the matmul's own output is never written
+// and must be read by nobody else (nor be a view, nor have views). The GEMM
+// writes the sum while it reads its inputs, so the sum shares no memory with
+// them, except that it may take the residual's place exactly (C == D).
+// Returns the Add's index or -1.
+int residualAddAfterMatmul(const RankPlan& p, int i) {
+  const Task& t = p.tasks[size_t(i)];
+  if (t.writes.size() != 1 || t.record_event >= 0 || t.attrs.accumulate || size_t(i) + 1 >= p.tasks.size())
+    return -1;
+  const Task& u = p.tasks[size_t(i) + 1];
+  if (u.op != OpKind::Add || u.stream != t.stream || !u.wait_events.empty() || u.reads.size() != 2 ||
+      u.writes.size() != 1)
+    return -1;
+  const int out = t.writes[0];
+  if (u.reads[0] == u.reads[1] || (u.reads[0] != out && u.reads[1] != out)) return -1;
+  const int residual = u.reads[0] == out ? u.reads[1] : u.reads[0];
+  const int sum = u.writes[0];
+  if (dtypeOf(p, residual) != dtypeOf(p, out) || dtypeOf(p, sum) != dtypeOf(p, out) ||
+      u.attrs.elements != t.attrs.m * t.attrs.n)
+    return -1;
+  if (p.buffers.at(size_t(out)).parent >= 0) return -1;
+  for (const Buffer& b : p.buffers)
+    if (b.parent == out) return -1;
+  for (size_t j = 0; j < p.tasks.size(); ++j) {
+    if (int(j) == i || int(j) == i + 1) continue;
+    if (mentions(p.tasks[j].reads, out) || mentions(p.tasks[j].writes, out)) return -1;
+  }
+  const Range rs = rangeOf(p, sum), rr = rangeOf(p, residual);
+  if (anyOverlaps(p, t.reads, rs)) return -1;
+  if (overlaps(rs, rr) && !(rs.lo == rr.lo && rs.hi == rr.hi)) return -1;
+  return i + 1;
+}
+
 }  // namespace
 
-EpilogueCandidate epilogueCandidate(const RankPlan& p, int i) {
+EpilogueCandidate epilogueCandidate(const RankPlan& p, int i, bool residual_in_gemm) {
   EpilogueCandidate c;
   const Task& t = p.tasks[size_t(i)];
   if (t.op == OpKind::Matmul) {
     const int g = geluAfterMatmul(p, i);
+    const int add = g < 0 && residual_in_gemm ? residualAddAfterMatmul(p, i) : -1;
     if (g >= 0) c = {Epilogue::Gelu, i, g, i};
+    else if (add >= 0) c = {Epilogue::Residual, i, add, i};
   } else if (t.op == OpKind::MatmulBwdData) {
     bool late = false;
     const int g = geluBwdAfterMatmulBwdData(p, i, &late);
@@ -164,11 +202,13 @@ bool biasGradInGemmCandidate(const RankPlan& p, int i) {
 }
 
 
-int applyEpilogueFusion(RankPlan& p) {
+int applyEpilogueFusion(RankPlan& p, bool residual_in_gemm) {
   int fused = 0;
+  // In program order, so that a residual add taken by its GEMM is no longer
+  // a candidate for the add+layernorm kernel.
   for (size_t i = 0; i < p.tasks.size(); ++i) {
     if (p.tasks[i].fused_into >= 0 || p.tasks[i].epilogue != Epilogue::None) continue;
-    const EpilogueCandidate c = epilogueCandidate(p, int(i));
+    const EpilogueCandidate c = epilogueCandidate(p, int(i), residual_in_gemm);
     if (c.epilogue == Epilogue::None) continue;
     // The launching task names the epilogue and the other task of the pair;
     // the other task issues nothing.
@@ -191,6 +231,17 @@ int applyEpilogueFusion(RankPlan& p) {
       runs.bytes_written += q.bytes_written;
       runs.attrs.m = q.attrs.m;
       runs.attrs.c = q.attrs.c;
+      q.flops = 0;
+      q.bytes_read = q.bytes_written = 0;
+      ++fused;
+      continue;
+    }
+    if (c.epilogue == Epilogue::Residual) {
+      // The GEMM also reads the residual (C) and writes the sum in place of
+      // its own output (same size); the add reads and writes nothing.
+      const int residual = q.reads[0] == runs.writes[0] ? q.reads[1] : q.reads[0];
+      runs.flops += q.flops;
+      runs.bytes_read += p.buffers.at(size_t(residual)).bytes;
       q.flops = 0;
       q.bytes_read = q.bytes_written = 0;
       ++fused;

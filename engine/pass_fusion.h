@@ -4,7 +4,10 @@
 // GELU_AUX epilogue, a GELU backward of a data-gradient matmul's output
 // becomes that matmul's DGELU epilogue, and a layernorm right after the
 // residual add that makes its input is done by the add's kernel (one read of
-// the residual stream instead of two). The pass runs after memory planning
+// the residual stream instead of two). With schedule.residual_in_gemm, a
+// residual add right after the matmul that makes one of its inputs is done
+// by that matmul's GEMM instead (C = the residual, beta = 1); its layernorm
+// then runs alone. The pass runs after memory planning
 // and fuses only where the result is the same program: same stream, no
 // event that would order another stream between the two tasks, outputs
 // that nobody else reads, nothing in between touching the moved memory, no
@@ -28,8 +31,9 @@ struct EpilogueCandidate {
 };
 
 // The candidate that starts at task index `i` (a Matmul, MatmulBwdData or
-// Add), or one with Epilogue::None.
-EpilogueCandidate epilogueCandidate(const RankPlan& program, int i);
+// Add), or one with Epilogue::None. A matmul's residual add is a candidate
+// only with `residual_in_gemm` (schedule.residual_in_gemm).
+EpilogueCandidate epilogueCandidate(const RankPlan& program, int i, bool residual_in_gemm = false);
 
 // Whether the bias gradient of weight-gradient task `i` can come out of its
 // GEMM (cuBLASLt BGRADB): an executor-level choice, the task stays one task.
@@ -37,6 +41,6 @@ bool biasGradInGemmCandidate(const RankPlan& program, int i);
 
 // Records every candidate in the program's tasks (task ids are indices in
 // planner plans); returns how many pairs were fused.
-int applyEpilogueFusion(RankPlan& program);
+int applyEpilogueFusion(RankPlan& program, bool residual_in_gemm = false);
 
 }  // namespace tandem

@@ -110,7 +110,8 @@ Plan buildPlan(const JobSpec& job) {
   LowerOptions lower;
   lower.weight_gradient_stream = job.schedule.weight_gradient_stream;
   plan.programs.push_back(lowerGraph(g, dp.ranks, lower));
-  applyEpilogueFusion(plan.programs.back());  // reads the memory plan, so after lowering
+  // Reads the memory plan, so after lowering.
+  applyEpilogueFusion(plan.programs.back(), job.schedule.residual_in_gemm);
   plan.recompute = std::move(decisions);
   plan.summary = summarize(g, plan.programs.front(), job);
   return plan;

@@ -36,10 +36,11 @@ constexpr Names<TaskKind, 5> kTask{{{TaskKind::Kernel, "kernel"},
                                     {TaskKind::SendRecv, "sendrecv"},
                                     {TaskKind::Memcpy, "memcpy"},
                                     {TaskKind::Host, "host"}}};
-constexpr Names<Epilogue, 4> kEpilogue{{{Epilogue::None, "none"},
+constexpr Names<Epilogue, 5> kEpilogue{{{Epilogue::None, "none"},
                                         {Epilogue::Gelu, "gelu"},
                                         {Epilogue::DGelu, "dgelu"},
-                                        {Epilogue::AddLayerNorm, "add_layernorm"}}};
+                                        {Epilogue::AddLayerNorm, "add_layernorm"},
+                                        {Epilogue::Residual, "residual"}}};
 constexpr Names<OpKind, 20> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::EmbeddingBwd, "embedding_bwd"},
                                  {OpKind::LayerNorm, "layernorm"},

@@ -37,7 +37,7 @@ enum class TaskKind { Kernel, Collective, SendRecv, Memcpy, Host };
 // Fusion of two tasks into one kernel (pass_fusion.h): a GELU forward or
 // backward done in the epilogue of the GEMM before it, or a layernorm done
 // by the kernel of the residual add before it.
-enum class Epilogue { None, Gelu, DGelu, AddLayerNorm };
+enum class Epilogue { None, Gelu, DGelu, AddLayerNorm, Residual };
 
 // Every operation a Plan task can carry. Forward ops, their backward rules and
 // the optimizer and communication ops. The CPU executor, the CUDA executor and

@@ -67,7 +67,8 @@ std::string shapeKey(const Task& task) {
 
 OpKind costOpKind(const Task& task) {
   switch (task.epilogue) {
-    case Epilogue::Gelu: return OpKind::Matmul;
+    case Epilogue::Gelu:
+    case Epilogue::Residual: return OpKind::Matmul;
     case Epilogue::DGelu: return OpKind::MatmulBwdData;
     case Epilogue::AddLayerNorm: return OpKind::LayerNorm;
     case Epilogue::None: break;

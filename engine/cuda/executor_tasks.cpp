@@ -85,12 +85,18 @@ void CudaExecutor::Impl::enqueueTask(int index) {
                         dt(W[0]), scr, s);
       break;
     case OpKind::Matmul:
-      if (fu.kind == FusionKind::MatmulGelu)  // D = the Gelu task's output, aux = this task's output
+      if (fu.kind == FusionKind::MatmulGelu) {  // D = the Gelu task's output, aux = this task's output
         gemm->forwardGelu(ptr(program->tasks[size_t(fu.partner)].writes[0]), ptr(W[0]), ptr(R[0]), ptr(R[1]),
                           a.has_bias ? ptr(R[2]) : nullptr, a.m, a.n, a.k, dt(W[0]), s);
-      else
+      } else if (fu.kind == FusionKind::MatmulResidual) {  // D = the Add's output, C = its other input
+        const Task& add = program->tasks[size_t(fu.partner)];
+        const int residual = add.reads[0] == W[0] ? add.reads[1] : add.reads[0];
+        gemm->forwardResidual(ptr(add.writes[0]), ptr(R[0]), ptr(R[1]), a.has_bias ? ptr(R[2]) : nullptr,
+                              ptr(residual), a.m, a.n, a.k, dt(W[0]), s);
+      } else {
         gemm->forward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.has_bias ? ptr(R[2]) : nullptr, a.m, a.n, a.k,
                       dt(W[0]), s);
+      }
       break;
     case OpKind::MatmulBwdData:
       if (fu.kind == FusionKind::MatmulBwdDataGelu) {  // D = the GeluBwd task's output, aux = its x
@@ -231,6 +237,14 @@ bool CudaExecutor::Impl::fusionSupported(int index, int partner, FusionKind kind
       return aligned(t.writes[1]) && gemm->backwardWeightBiasSupported(a.m, a.n, a.k, d);
     case FusionKind::AddLayerNorm:
       return true;  // our kernel: any alignment (unaligned rows take its scalar path)
+    case FusionKind::MatmulResidual: {
+      // C and D are read and written like the plain GEMM's D, for which the
+      // algorithms are chosen at the arena's alignment.
+      const Task& add = program->tasks[size_t(partner)];
+      const int residual = add.reads[0] == t.writes[0] ? add.reads[1] : add.reads[0];
+      return aligned(residual) && aligned(add.writes[0]) &&
+             (!a.has_bias || aligned(t.reads[2])) && gemm->forwardResidualSupported(a.m, a.n, a.k, a.has_bias, d);
+    }
     case FusionKind::None: break;
   }
   return false;

@@ -18,6 +18,7 @@ const char* kindName(FusionKind k) {
     case FusionKind::MatmulBwdDataGelu: return "matmul_bwd_data+gelu_bwd (DGELU)";
     case FusionKind::MatmulBwdWeightBias: return "bias gradient in the weight GEMM (BGRADB)";
     case FusionKind::AddLayerNorm: return "add+layernorm";
+    case FusionKind::MatmulResidual: return "matmul+residual add (beta = 1)";
     case FusionKind::None: break;
   }
   return "none";
@@ -42,6 +43,7 @@ unsigned fusionKinds(unsigned option) {
     else if (k == "dgelu") kinds |= fusionBit(FusionKind::MatmulBwdDataGelu);
     else if (k == "bgrad") kinds |= fusionBit(FusionKind::MatmulBwdWeightBias);
     else if (k == "addln") kinds |= fusionBit(FusionKind::AddLayerNorm);
+    else if (k == "residual") kinds |= fusionBit(FusionKind::MatmulResidual);
     start = end + 1;
   }
   return kinds;
@@ -73,6 +75,7 @@ FusionPlan planFusion(const RankPlan& p, unsigned kinds, const FusionSupported& 
                                              t.id, t.name, quiet));
       const FusionKind kind = t.epilogue == Epilogue::Gelu           ? FusionKind::MatmulGelu
                               : t.epilogue == Epilogue::AddLayerNorm ? FusionKind::AddLayerNorm
+                              : t.epilogue == Epilogue::Residual     ? FusionKind::MatmulResidual
                                                                      : FusionKind::MatmulBwdDataGelu;
       // The GEMM's own task is the producer the cuBLASLt check is asked about.
       const int gemm = p.tasks[size_t(quiet)].op == OpKind::MatmulBwdData ? quiet : i;
@@ -86,6 +89,7 @@ FusionPlan planFusion(const RankPlan& p, unsigned kinds, const FusionSupported& 
       f.fused_into.push_back({p.tasks[size_t(quiet)].id, t.id});
       if (kind == FusionKind::MatmulGelu) ++f.matmul_gelu;
       else if (kind == FusionKind::AddLayerNorm) ++f.add_layernorm;
+      else if (kind == FusionKind::MatmulResidual) ++f.matmul_residual;
       else ++f.matmul_bwd_data_gelu;
     } else if (t.op == OpKind::MatmulBwdWeight && (kinds & fusionBit(FusionKind::MatmulBwdWeightBias)) &&
                biasGradInGemmCandidate(p, i) && ask(i, -1, FusionKind::MatmulBwdWeightBias)) {
@@ -108,12 +112,14 @@ std::string FusionPlan::summary() const {
     if (kinds & fusionBit(FusionKind::MatmulBwdDataGelu)) which += " dgelu";
     if (kinds & fusionBit(FusionKind::MatmulBwdWeightBias)) which += " bgrad";
     if (kinds & fusionBit(FusionKind::AddLayerNorm)) which += " addln";
+    if (kinds & fusionBit(FusionKind::MatmulResidual)) which += " residual";
     which += ")";
   }
   std::string s = fmt::format(
-      "fusion: {} matmul+gelu, {} matmul_bwd_data+gelu_bwd, {} add+layernorm, {} bias gradients in the weight "
-      "GEMM; {} tasks issue no kernel of their own{}",
-      matmul_gelu, matmul_bwd_data_gelu, add_layernorm, matmul_bwd_weight_bias, fused_task_ids.size(), which);
+      "fusion: {} matmul+gelu, {} matmul_bwd_data+gelu_bwd, {} add+layernorm, {} matmul+residual add, {} bias "
+      "gradients in the weight GEMM; {} tasks issue no kernel of their own{}",
+      matmul_gelu, matmul_bwd_data_gelu, add_layernorm, matmul_residual, matmul_bwd_weight_bias,
+      fused_task_ids.size(), which);
   if (refused > 0) s += fmt::format("; {} candidates refused by cuBLASLt (separate kernels kept)", refused);
   return s;
 }

@@ -14,6 +14,9 @@
 //                             and written to GeluBwd's output: CUBLASLT_EPILOGUE_DGELU,
 //                             launched by the MatmulBwdData or, where the
 //                             memory plan forbids that, by the GeluBwd
+//   Matmul -> Add             the matmul adds the add's other input as its C
+//                             operand (beta = 1) and writes the add's output
+//                             (schedule.residual_in_gemm)
 //   MatmulBwdWeight (bias)    the bias gradient comes out of the weight
 //                             gradient's GEMM: CUBLASLT_EPILOGUE_BGRADB. The
 //                             executor's own choice inside one task (the plan
@@ -36,22 +39,25 @@
 
 namespace tandem::cuda {
 
-enum class FusionKind { None, MatmulGelu, MatmulBwdDataGelu, MatmulBwdWeightBias, AddLayerNorm };
+enum class FusionKind { None, MatmulGelu, MatmulBwdDataGelu, MatmulBwdWeightBias, AddLayerNorm, MatmulResidual };
 
 // Which fusions to apply: a set of FusionKind bits.
 constexpr unsigned fusionBit(FusionKind k) { return 1u << unsigned(k); }
 inline constexpr unsigned kAllFusions = fusionBit(FusionKind::MatmulGelu) |
                                         fusionBit(FusionKind::MatmulBwdDataGelu) |
                                         fusionBit(FusionKind::MatmulBwdWeightBias) |
-                                        fusionBit(FusionKind::AddLayerNorm);
+                                        fusionBit(FusionKind::AddLayerNorm) |
+                                        fusionBit(FusionKind::MatmulResidual);
 // The two GELU fusions (TANDEM_FUSION=1). The bias gradient in the weight
 // GEMM (BGRADB) is correct but was not faster on H200 (GPT-2 124M: the GEMM
 // with that epilogue took as long as GEMM + biasGradient kernel).
 inline constexpr unsigned kGeluFusions = fusionBit(FusionKind::MatmulGelu) |
                                             fusionBit(FusionKind::MatmulBwdDataGelu);
 // The fusions the plan decides (engine/pass_fusion.h), the executor's
-// default: the two GELU epilogues and the residual add with its layernorm.
-inline constexpr unsigned kPlanFusions = kGeluFusions | fusionBit(FusionKind::AddLayerNorm);
+// default: the two GELU epilogues, the residual add with its layernorm and
+// the residual add in its GEMM.
+inline constexpr unsigned kPlanFusions =
+    kGeluFusions | fusionBit(FusionKind::AddLayerNorm) | fusionBit(FusionKind::MatmulResidual);
 
 // What one task of the program does under fusion (index = task index).
 struct TaskFusion {
@@ -73,6 +79,7 @@ struct FusionPlan {
   std::vector<std::string> refusals;  // one line per refused candidate (task name: why)
   bool enabled = true;
   int add_layernorm = 0;
+  int matmul_residual = 0;
   unsigned kinds = kPlanFusions;   // the kinds that were allowed
   // One line for logs: "epilogue fusion: 12 matmul+gelu, ..." or "... off".
   std::string summary() const;
@@ -90,7 +97,8 @@ FusionPlan planFusion(const RankPlan& program, unsigned kinds, const FusionSuppo
 
 // The fusions to apply: `option` (a set of kinds, ExecutorOptions::fusion)
 // unless the environment overrides it: TANDEM_FUSION=0 (none), =1 (the
-// default kinds), =all, or a list of kinds, e.g. TANDEM_FUSION=gelu,dgelu,bgrad.
+// default kinds), =all, or a list of kinds, e.g. TANDEM_FUSION=gelu,dgelu,bgrad
+// (the others: addln, residual).
 unsigned fusionKinds(unsigned option);
 // fusionKinds(option) != 0.
 bool fusionEnabled(unsigned option);

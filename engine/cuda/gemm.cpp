@@ -168,7 +168,8 @@ void Gemm::run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
       slice_used_ += need;
     }
   }
-  LT_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.algo, ws, ws_bytes,
+  const void* C = epi.c ? epi.c : D;
+  LT_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, A, p.a, B, p.b, &beta, C, p.d, D, p.d, &p.algo, ws, ws_bytes,
                           s));
 }
 
@@ -322,6 +323,17 @@ void Gemm::backwardWeight(void* dW, const void* dy, const void* x, int64_t M, in
                           bool accumulate, DType dt, cudaStream_t s) {
   // dW^T[K,N] = x^T[K,M] * dy[M,N] (dy stored N x M, transposed)
   run(false, true, K, N, M, x, K, dy, N, dW, K, accumulate, Epi{}, dt, s);
+}
+
+bool Gemm::forwardResidualSupported(int64_t M, int64_t N, int64_t K, bool has_bias, DType dt) {
+  // As forward, accumulating: the same key forwardResidual runs.
+  return supported(Key{true, false, N, M, K, K, K, N, true, int(has_bias ? kBias : kNone), int(dt)});
+}
+
+void Gemm::forwardResidual(void* y, const void* x, const void* W, const void* bias, const void* r, int64_t M,
+                           int64_t N, int64_t K, DType dt, cudaStream_t s) {
+  // As forward, with C = r^T[N,M] in y's layout.
+  run(true, false, N, M, K, W, K, x, K, y, N, true, Epi{bias ? kBias : kNone, bias, nullptr, r}, dt, s);
 }
 
 bool Gemm::forwardGeluSupported(int64_t M, int64_t N, int64_t K, bool has_bias, DType dt) {

@@ -72,6 +72,13 @@ class Gemm {
   void backwardWeight(void* dW, const void* dy, const void* x, int64_t M, int64_t N, int64_t K,
                       bool accumulate, DType dt, cudaStream_t s);
 
+  // y[M,N] = x[M,K] * W[N,K]^T + bias[N] + r[M,N] (bias may be null): the
+  // residual add as cuBLASLt's C operand (beta = 1), summed in fp32 and
+  // rounded once. y and r may be the same memory (in place), or disjoint.
+  bool forwardResidualSupported(int64_t M, int64_t N, int64_t K, bool has_bias, DType dt);
+  void forwardResidual(void* y, const void* x, const void* W, const void* bias, const void* r, int64_t M,
+                       int64_t N, int64_t K, DType dt, cudaStream_t s);
+
   // pre[M,N] = x[M,K] * W[N,K]^T + bias[N] (bias may be null) and
   // y[M,N] = gelu(pre), GELU computed from the fp32 accumulator
   // (CUBLASLT_EPILOGUE_GELU_AUX[_BIAS]). y and pre must not overlap; N % 8 == 0.
@@ -127,7 +134,8 @@ class Gemm {
 
  private:
   enum Epilogue : int { kNone, kBias, kGeluAux, kGeluAuxBias, kDGelu, kBGradB };
-  // Column-major D[m,n] = op(A)[m,k] * op(B)[k,n] (+ beta * D) with the
+  // Column-major D[m,n] = op(A)[m,k] * op(B)[k,n] (+ C, C = D unless `c`
+  // names another matrix of D's layout, when accumulating) with the
   // epilogue: bias[m] added (kBias, kGeluAuxBias), GELU with its input to
   // aux[m,n] (kGeluAux*), times gelu'(aux[m,n]) (kDGelu), or the column sums
   // of op(B) to bias[n] (kBGradB).
@@ -135,6 +143,7 @@ class Gemm {
     Epilogue kind = kNone;
     const void* bias = nullptr;
     const void* aux = nullptr;
+    const void* c = nullptr;
   };
   void run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda,
            const void* B, int64_t ldb, void* D, int64_t ldd, bool accumulate, const Epi& epi,

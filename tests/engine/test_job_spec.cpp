@@ -193,11 +193,14 @@ TEST_CASE("canonical YAML round-trips every field", "[job]") {
       "parallel: {data_parallel: 64}\n"
       "comm: {bucket_mib: 0.1, first_bucket_mib: 123456.789}\n"
       "recompute: {policy: selective, layers: {0: full, 4: none}}\n"
+      "schedule: {weight_gradient_stream: false, fuse_bias_gradients: true, optimizer_beside_forward: true, "
+      "residual_in_gemm: true}\n"
       "data: {source: synthetic, path: \"tokens/some file.bin\", markov_order: 3, branching: 300}\n",
       "odd.yaml");
   CHECK(odd.name == "odd: job #1 'quoted' \"x\"");
   CHECK(odd.training.seed == 18446744073709551615ull);
   CHECK(odd.data.path == "tokens/some file.bin");
+  CHECK(odd.schedule.residual_in_gemm);
   jobs.push_back(odd);
   for (const JobSpec& j : jobs) {
     INFO(j.yaml);
@@ -294,6 +297,8 @@ TEST_CASE("bad job specs fail with one line naming file, line, field and allowed
       {"comm:\n  bucket_mib: 0\n", {}, "bad.yaml:2: comm.bucket_mib: ", "out of range (allowed: numbers > 0 (MiB))"},
       {"parallel: {data_parallel: 2, shard_optimizer: true}\nschedule:\n  optimizer_beside_forward: true\n", {},
        "bad.yaml:3: schedule.optimizer_beside_forward: ", "needs an unsharded optimizer"},
+      {"schedule:\n  residual_in_gemm: 1\n", {}, "bad.yaml:2: schedule.residual_in_gemm: ",
+       "expected a boolean, got '1' (allowed: true, false)"},
       {"parallel: {data_parallel: -2}\n", {}, "bad.yaml:1: parallel.data_parallel: ", "value -2 is out of range"},
       {"model: {tied_embeddings: maybe}\n", {}, "bad.yaml:1: model.tied_embeddings: ",
        "expected a boolean, got 'maybe' (allowed: true, false)"},

@@ -454,6 +454,60 @@ TEST_CASE("Fusion: every GELU in its GEMM, every layernorm after a residual add 
   CHECK(total == Approx(plan.summary.flops_per_step));
 }
 
+TEST_CASE("Fusion with schedule.residual_in_gemm: each residual add in its projection's GEMM, the layernorms alone",
+          "[planner][fusion]") {
+  JobSpec job = defaultJob();
+  job.parallel.data_parallel = 1;
+  const Plan plain = buildPlan(job);
+  job.schedule.residual_in_gemm = true;
+  const Plan plan = buildPlan(job);
+  const RankPlan& rp = plan.programs[0];
+  int residual = 0, add_ln = 0, adds = 0;
+  for (const Task& t : rp.tasks) {
+    adds += t.op == OpKind::Add;
+    add_ln += t.epilogue == Epilogue::AddLayerNorm;
+    if (t.epilogue != Epilogue::Residual) continue;
+    ++residual;
+    INFO(t.name);
+    CHECK(t.op == OpKind::Matmul);
+    const Task& add = rp.tasks.at(size_t(t.epilogue_partner));
+    CHECK(add.op == OpKind::Add);
+    CHECK(add.fused_into == t.id);
+    CHECK(add.id == t.id + 1);  // the very next task: nothing runs between them
+    CHECK(add.flops + add.bytes_read + add.bytes_written == 0);
+    // The GEMM writes the add's output while it reads x, W, the bias and the
+    // residual: that output overlaps none of them (or is the residual exactly).
+    const Buffer& sum = rp.buffers.at(size_t(add.writes[0]));
+    for (int r : add.reads) {
+      if (r == t.writes[0]) continue;
+      const Buffer& res = rp.buffers.at(size_t(r));
+      const bool disjoint = sum.offset + sum.bytes <= res.offset || res.offset + res.bytes <= sum.offset;
+      CHECK((disjoint || (sum.offset == res.offset && sum.bytes == res.bytes)));
+      // The GEMM's traffic: its plain reads plus the residual.
+      const auto same = std::find_if(plain.programs[0].tasks.begin(), plain.programs[0].tasks.end(),
+                                     [&](const Task& u) { return u.id == t.id; });
+      REQUIRE(same != plain.programs[0].tasks.end());
+      CHECK(t.bytes_read == same->bytes_read + res.bytes);
+    }
+    for (int r : t.reads) {
+      const Buffer& in = rp.buffers.at(size_t(r));
+      CHECK((sum.offset + sum.bytes <= in.offset || in.offset + in.bytes <= sum.offset));
+    }
+  }
+  CHECK(residual == 24);  // the attention and MLP output projections of each of the 12 layers
+  CHECK(add_ln == 0);     // their adds no longer run, so no layernorm fuses with one
+  CHECK(adds == 24);
+  // The same program otherwise: tasks, buffers and the memory plan.
+  CHECK(rp.tasks.size() == plain.programs[0].tasks.size());
+  CHECK(rp.buffers == plain.programs[0].buffers);
+  double total = 0;
+  for (const Task& t : rp.tasks) total += t.flops;
+  CHECK(total == Approx(plan.summary.flops_per_step));
+  // Off by default, and then no task names the epilogue.
+  CHECK_FALSE(defaultJob().schedule.residual_in_gemm);
+  for (const Task& t : plain.programs[0].tasks) CHECK(t.epilogue != Epilogue::Residual);
+}
+
 TEST_CASE("Epilogue fusion under recompute: a recomputed GELU fuses only into a recomputed GEMM", "[planner][fusion]") {
   for (const RecomputePolicy policy : {RecomputePolicy::Selective, RecomputePolicy::Full}) {
     JobSpec job = test::microJob(2, 1, 1);

@@ -3,7 +3,7 @@
 # of prebuilt binaries (DIST: bin/, lib/, peers/), logging each stage to OUT.
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
 # Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill bench
-#         benchonly bench2 scaling geluforward geluclocks energy fusebias
+#         benchonly bench2 scaling geluforward geluclocks energy fusebias residual
 set -u
 DIST=$(cd "$1" && pwd); OUT=$2; shift 2
 export LD_LIBRARY_PATH=$DIST/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -106,6 +106,30 @@ for s in "$@"; do
       for f in false true; do
         stage fusebias_energy_$f $B/bench_energy_by_op --seconds 1 --set schedule.fuse_bias_gradients=$f
       done ;;
+    residual)
+      # The residual add in the projection GEMM (schedule.residual_in_gemm)
+      # against the default, alternating: step time, kernel time per kind
+      # and a step's energy; then graph == eager with it on.
+      for i in 1 2 3; do
+        for f in false true; do
+          stage residual_${f}_$i $B/bench_gpt2_h200 --steps 40 --set schedule.residual_in_gemm=$f
+        done
+      done
+      for f in false true; do
+        stage residual_breakdown_$f $B/bench_gpt2_h200 --steps 30 --breakdown --set schedule.residual_in_gemm=$f
+        stage residual_energy_$f $B/bench_energy_by_op --seconds 1 --set schedule.residual_in_gemm=$f
+      done
+      for mode in graph eager; do
+        TANDEM_GEMM_TUNING=0 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --json \
+          --set schedule.residual_in_gemm=true $([ $mode = eager ] && echo --eager) | grep '"step"' |
+          sed 's/,"ms".*//' > $OUT/residual_$mode.jsonl
+      done
+      if cmp -s $OUT/residual_graph.jsonl $OUT/residual_eager.jsonl; then
+        echo "residual in the GEMM: graph == eager over $(wc -l < $OUT/residual_graph.jsonl) steps"
+      else
+        echo "residual in the GEMM: graph != eager"; diff $OUT/residual_graph.jsonl $OUT/residual_eager.jsonl | head
+      fi
+      tail -n 1 $OUT/residual_graph.jsonl ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done

@@ -180,6 +180,27 @@ void expectFusion() {
   }
 }
 
+// schedule.residual_in_gemm: every residual add of the tiny GPT (two per
+// layer) is planned into its projection's GEMM and cuBLASLt takes each one
+// (bf16 and fp32), so no add+layernorm remains.
+void expectResidualFusion() {
+  if (!(cuda::fusionKinds(cuda::kAllFusions) & cuda::fusionBit(cuda::FusionKind::MatmulResidual))) return;
+  for (const std::string precision : {"bf16", "fp32"}) {
+    const std::string label = "tiny " + precision + " residual in the GEMM";
+    const Plan plan = buildPlan(tiny({"training.precision=" + precision, "schedule.residual_in_gemm=true"}));
+    const RankPlan& rp = plan.programs[0];
+    cuda::CudaExecutor gpu(plan, options(false));
+    const cuda::FusionPlan& f = gpu.fusion();
+    int planned = 0;
+    for (const Task& t : rp.tasks) planned += t.epilogue == Epilogue::Residual;
+    fmt::print("     {}: {} ({} planned)\n", label, f.summary(), planned);
+    expectTrue(label + fmt::format(": every planned residual add in its GEMM ({} of {})", f.matmul_residual, planned),
+               f.matmul_residual == planned && planned == 2 * plan.job.model.layers);
+    expectTrue(label + ": no add+layernorm left", f.add_layernorm == 0);
+    expectTrue(label + ": no candidate refused", f.refused == 0);
+  }
+}
+
 void trainToEntropy(const JobSpec& job) {
   const Plan plan = buildPlan(job);
   cuda::CudaExecutor gpu(plan, options(true));
@@ -273,6 +294,7 @@ int main() {
     if (cuda::fusionKinds(cuda::kAllFusions) != cuda::kAllFusions)
       fmt::print("note: TANDEM_FUSION in the environment limits the fusions: the fused runs fuse less\n");
     expectFusion();
+    expectResidualFusion();
     for (const bool fusion : {true, false}) {
       g_fusion = fusion;
       compareGradients("tiny fp32", tiny({"training.precision=fp32"}), 1e-4);
@@ -304,6 +326,17 @@ int main() {
                        tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2",
                              "schedule.fuse_bias_gradients=true"}),
                        1e-2);
+      // The residual add as the projection GEMM's C operand (beta = 1):
+      // fp32 and bf16, with gradient accumulation and full recompute (the
+      // recomputed projections add the residual too).
+      compareGradients("tiny bf16 residual in the GEMM",
+                       tiny({"training.precision=bf16", "schedule.residual_in_gemm=true"}), 1e-2);
+      compareGradients("tiny fp32 residual in the GEMM grad_accum=2",
+                       tiny({"training.precision=fp32", "schedule.residual_in_gemm=true", "training.grad_accum=2"}),
+                       1e-4);
+      compareGradients("tiny bf16 residual in the GEMM recompute=full",
+                       tiny({"training.precision=bf16", "schedule.residual_in_gemm=true", "recompute.policy=full"}),
+                       1e-2);
       compareGradients("tiny fp32 seq 100 (ragged tiles)",
                        tiny({"training.precision=fp32", "model.seq_len=100", "training.micro_batch=4"}), 1e-4);
       compareTraining("tiny fp32", tiny({"training.precision=fp32"}), 20, 1e-4, 1e-4);
@@ -311,6 +344,8 @@ int main() {
       compareTraining("tiny bf16 vocab 1024", tiny({"training.precision=bf16", "model.vocab=1024"}), 20, 1e-2, 5e-2);
       compareTraining("tiny bf16 head dim 64",
                       tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2"}), 20, 1e-2, 5e-2);
+      compareTraining("tiny bf16 residual in the GEMM",
+                      tiny({"training.precision=bf16", "schedule.residual_in_gemm=true"}), 20, 1e-2, 5e-2);
       // AdamW at the start of the next step, beside the forward.
       compareTraining("tiny bf16 optimizer beside forward",
                       tiny({"training.precision=bf16", "schedule.optimizer_beside_forward=true"}), 20, 1e-2, 5e-2);
