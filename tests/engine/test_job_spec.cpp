@@ -194,13 +194,13 @@ TEST_CASE("canonical YAML round-trips every field", "[job]") {
       "comm: {bucket_mib: 0.1, first_bucket_mib: 123456.789}\n"
       "recompute: {policy: selective, layers: {0: full, 4: none}}\n"
       "schedule: {weight_gradient_stream: false, fuse_bias_gradients: true, optimizer_beside_forward: true, "
-      "residual_in_gemm: true}\n"
+      "residual_in_gemm: false}\n"
       "data: {source: synthetic, path: \"tokens/some file.bin\", markov_order: 3, branching: 300}\n",
       "odd.yaml");
   CHECK(odd.name == "odd: job #1 'quoted' \"x\"");
   CHECK(odd.training.seed == 18446744073709551615ull);
   CHECK(odd.data.path == "tokens/some file.bin");
-  CHECK(odd.schedule.residual_in_gemm);
+  CHECK_FALSE(odd.schedule.residual_in_gemm);
   jobs.push_back(odd);
   for (const JobSpec& j : jobs) {
     INFO(j.yaml);

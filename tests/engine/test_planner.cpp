@@ -418,6 +418,7 @@ TEST_CASE("Fusion: every GELU in its GEMM, every layernorm after a residual add 
           "[planner][fusion]") {
   JobSpec job = defaultJob();
   job.parallel.data_parallel = 1;
+  job.schedule.residual_in_gemm = false;  // the residual adds stay adds, so their layernorms join them
   const Plan plan = buildPlan(job);
   const RankPlan& rp = plan.programs[0];
   int gelu = 0, gelu_bwd = 0, fused = 0, early_dgelu = 0, add_ln = 0;
@@ -454,10 +455,12 @@ TEST_CASE("Fusion: every GELU in its GEMM, every layernorm after a residual add 
   CHECK(total == Approx(plan.summary.flops_per_step));
 }
 
-TEST_CASE("Fusion with schedule.residual_in_gemm: each residual add in its projection's GEMM, the layernorms alone",
+TEST_CASE("Fusion with schedule.residual_in_gemm (the default): each residual add in its projection's GEMM, the "
+          "layernorms alone",
           "[planner][fusion]") {
   JobSpec job = defaultJob();
   job.parallel.data_parallel = 1;
+  job.schedule.residual_in_gemm = false;
   const Plan plain = buildPlan(job);
   job.schedule.residual_in_gemm = true;
   const Plan plan = buildPlan(job);
@@ -503,8 +506,8 @@ TEST_CASE("Fusion with schedule.residual_in_gemm: each residual add in its proje
   double total = 0;
   for (const Task& t : rp.tasks) total += t.flops;
   CHECK(total == Approx(plan.summary.flops_per_step));
-  // Off by default, and then no task names the epilogue.
-  CHECK_FALSE(defaultJob().schedule.residual_in_gemm);
+  // On by default; off, no task names the epilogue.
+  CHECK(defaultJob().schedule.residual_in_gemm);
   for (const Task& t : plain.programs[0].tasks) CHECK(t.epilogue != Epilogue::Residual);
 }
 

@@ -127,13 +127,17 @@ void expectFusion() {
   // DGELU placement (fusion.h): on one compute stream the tiny job's memory
   // plan allows only the late one; with the weight-gradient stream (the
   // default), and with a vocabulary of 1024, only the early one (as GPT-2 124M).
-  for (const auto& [label, sets, accumulating_mbs, late] :
+  // The residual adds stay adds here (expectResidualFusion has the default),
+  // so that each is fused with its layernorm.
+  for (const auto& [label, sets0, accumulating_mbs, late] :
        std::vector<std::tuple<std::string, std::vector<std::string>, int, bool>>{
            {"tiny bf16 one stream", {"training.precision=bf16", "schedule.weight_gradient_stream=false"}, 0, true},
            {"tiny bf16 grad_accum=2 one stream",
             {"training.precision=bf16", "training.grad_accum=2", "schedule.weight_gradient_stream=false"}, 1, true},
            {"tiny bf16", {"training.precision=bf16"}, 0, false},
            {"tiny bf16 vocab 1024", {"training.precision=bf16", "model.vocab=1024"}, 0, false}}) {
+    std::vector<std::string> sets = sets0;
+    sets.push_back("schedule.residual_in_gemm=false");
     const Plan plan = buildPlan(tiny(sets));
     const RankPlan& rp = plan.programs[0];
     cuda::CudaExecutor gpu(plan, options(false));
@@ -180,14 +184,14 @@ void expectFusion() {
   }
 }
 
-// schedule.residual_in_gemm: every residual add of the tiny GPT (two per
-// layer) is planned into its projection's GEMM and cuBLASLt takes each one
-// (bf16 and fp32), so no add+layernorm remains.
+// schedule.residual_in_gemm (the default): every residual add of the tiny
+// GPT (two per layer) is planned into its projection's GEMM and cuBLASLt
+// takes each one (bf16 and fp32), so no add+layernorm remains.
 void expectResidualFusion() {
   if (!(cuda::fusionKinds(cuda::kAllFusions) & cuda::fusionBit(cuda::FusionKind::MatmulResidual))) return;
   for (const std::string precision : {"bf16", "fp32"}) {
     const std::string label = "tiny " + precision + " residual in the GEMM";
-    const Plan plan = buildPlan(tiny({"training.precision=" + precision, "schedule.residual_in_gemm=true"}));
+    const Plan plan = buildPlan(tiny({"training.precision=" + precision}));
     const RankPlan& rp = plan.programs[0];
     cuda::CudaExecutor gpu(plan, options(false));
     const cuda::FusionPlan& f = gpu.fusion();
@@ -326,16 +330,17 @@ int main() {
                        tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2",
                              "schedule.fuse_bias_gradients=true"}),
                        1e-2);
-      // The residual add as the projection GEMM's C operand (beta = 1):
-      // fp32 and bf16, with gradient accumulation and full recompute (the
-      // recomputed projections add the residual too).
-      compareGradients("tiny bf16 residual in the GEMM",
-                       tiny({"training.precision=bf16", "schedule.residual_in_gemm=true"}), 1e-2);
-      compareGradients("tiny fp32 residual in the GEMM grad_accum=2",
-                       tiny({"training.precision=fp32", "schedule.residual_in_gemm=true", "training.grad_accum=2"}),
+      // The residual adds as adds (schedule.residual_in_gemm=false; the
+      // default runs them as the projection GEMMs' C operand): each fused
+      // with the layernorm after it. fp32 and bf16, with gradient
+      // accumulation and full recompute.
+      compareGradients("tiny bf16 add+layernorm",
+                       tiny({"training.precision=bf16", "schedule.residual_in_gemm=false"}), 1e-2);
+      compareGradients("tiny fp32 add+layernorm grad_accum=2",
+                       tiny({"training.precision=fp32", "schedule.residual_in_gemm=false", "training.grad_accum=2"}),
                        1e-4);
-      compareGradients("tiny bf16 residual in the GEMM recompute=full",
-                       tiny({"training.precision=bf16", "schedule.residual_in_gemm=true", "recompute.policy=full"}),
+      compareGradients("tiny bf16 add+layernorm recompute=full",
+                       tiny({"training.precision=bf16", "schedule.residual_in_gemm=false", "recompute.policy=full"}),
                        1e-2);
       compareGradients("tiny fp32 seq 100 (ragged tiles)",
                        tiny({"training.precision=fp32", "model.seq_len=100", "training.micro_batch=4"}), 1e-4);
@@ -344,8 +349,8 @@ int main() {
       compareTraining("tiny bf16 vocab 1024", tiny({"training.precision=bf16", "model.vocab=1024"}), 20, 1e-2, 5e-2);
       compareTraining("tiny bf16 head dim 64",
                       tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2"}), 20, 1e-2, 5e-2);
-      compareTraining("tiny bf16 residual in the GEMM",
-                      tiny({"training.precision=bf16", "schedule.residual_in_gemm=true"}), 20, 1e-2, 5e-2);
+      compareTraining("tiny bf16 add+layernorm",
+                      tiny({"training.precision=bf16", "schedule.residual_in_gemm=false"}), 20, 1e-2, 5e-2);
       // AdamW at the start of the next step, beside the forward.
       compareTraining("tiny bf16 optimizer beside forward",
                       tiny({"training.precision=bf16", "schedule.optimizer_beside_forward=true"}), 20, 1e-2, 5e-2);
