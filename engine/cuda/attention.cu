@@ -294,6 +294,7 @@ void prepareKernels() {
   prepareAttentionKernels();
   prepareGeluGemm();
   prepareLayernormKernels();
+  prepareCrossEntropyKernels();
 }
 
 bool attentionSupportsHeadDim(int64_t D) { return D == 16 || D == 32 || D == 64; }

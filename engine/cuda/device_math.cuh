@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "engine/cuda/check.h"
 #include "engine/types.h"
@@ -73,6 +74,28 @@ __device__ __forceinline__ float blockMax(float v, float* shared) {
   v = shared[0];
   __syncthreads();
   return v;
+}
+
+// bf16 fast paths: 8 elements per 16-byte access (memory-bound kernels).
+__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
+  const bf16* h = reinterpret_cast<const bf16*>(&u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = __bfloat162float(h[i]);
+}
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+  uint4 u;
+  bf16* h = reinterpret_cast<bf16*>(&u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) h[i] = __float2bfloat16_rn(f[i]);
+  return u;
+}
+// Whether n is a multiple of 8 and every pointer 16-byte aligned (the
+// 8-element paths above).
+inline bool vec8(int64_t n, std::initializer_list<const void*> ptrs) {
+  if (n % 8 != 0) return false;
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 inline int isBf16(DType t) { return t == DType::BF16 ? 1 : 0; }

@@ -1,5 +1,6 @@
-// Elementwise and row kernels: embedding, GELU, residual add, fused softmax +
-// cross-entropy, matmul bias gradient. Every reduction runs in a fixed order.
+// Elementwise and row kernels: embedding, GELU, residual add, matmul bias
+// gradient. Every reduction runs in a fixed order. (The fused softmax +
+// cross-entropy is in cross_entropy.cu.)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -217,53 +218,6 @@ __global__ void addKernel(T* c, const T* a, const T* b, int64_t n) {
     c[i] = fromF<T>(toF(a[i]) + toF(b[i]));
 }
 
-// One block per row: online max/sum in one pass, then (optionally) the
-// gradient in a second pass, written over the logits when they alias.
-template <class T>
-__global__ void crossEntropyKernel(void* losses, int loss_bf16, T* dlogits, const T* logits,
-                                   const int32_t* targets, int64_t V, float scale,
-                                   float* row_loss) {
-  __shared__ float shared[32];
-  int64_t row = blockIdx.x;
-  const T* x = logits + row * V;
-  float m = -INFINITY, s = 0.f;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-    float v = toF(x[i]);
-    if (v > m) {
-      s = s * __expf(m - v) + 1.f;
-      m = v;
-    } else {
-      s += __expf(v - m);
-    }
-  }
-  float row_max = blockMax(m, shared);
-  float local = (m == -INFINITY) ? 0.f : s * expf(m - row_max);
-  float sum = blockSum(local, shared);
-  float lse = row_max + logf(sum);
-  int32_t target = targets[row];
-  float loss = lse - toF(x[target]);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    if (losses) storeAny(losses, loss_bf16, row, loss);
-    if (row_loss) row_loss[row] = loss;
-  }
-  if (dlogits) {
-    T* d = dlogits + row * V;
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-      float p = expf(toF(x[i]) - lse);
-      d[i] = fromF<T>(scale * (p - (i == target ? 1.f : 0.f)));
-    }
-  }
-}
-
-__global__ void sumRowsKernel(float* loss_sum, const float* row_loss, int64_t M) {
-  __shared__ float shared[32];
-  float acc = 0.f;
-  for (int64_t i = threadIdx.x; i < M; i += blockDim.x) acc += row_loss[i];
-  acc = blockSum(acc, shared);
-  if (threadIdx.x == 0) *loss_sum += acc;
-}
-
 constexpr int kBiasRowChunks = 64;
 
 template <class T>
@@ -343,20 +297,6 @@ __global__ void biasPartialVecKernel(float* partial, const bf16* dy, int64_t M, 
   partial[blockIdx.y * N + c] = t;
 }
 
-// bf16 fast paths: 8 elements per 16-byte access (memory-bound kernels).
-__device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
-  const bf16* h = reinterpret_cast<const bf16*>(&u);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) f[i] = __bfloat162float(h[i]);
-}
-__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
-  uint4 u;
-  bf16* h = reinterpret_cast<bf16*>(&u);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) h[i] = __float2bfloat16_rn(f[i]);
-  return u;
-}
-
 __global__ void geluForwardVec(uint4* y, const uint4* x, int64_t n8) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
     float f[8], t;
@@ -394,93 +334,6 @@ __global__ void addVec(uint4* c, const uint4* a, const uint4* b, int64_t n8) {
     for (int j = 0; j < 8; ++j) fa[j] += fb[j];
     c[i] = pack8(fa);
   }
-}
-
-// Cross-entropy over bf16 rows whose length is a multiple of 8, one block of
-// 1024 threads per row, two rows per SM. Each thread issues kLoads 16-byte
-// loads before it uses any of them, in both passes; exp2 with log2(e)
-// folded into one multiply-add; the target's -1 applied by the thread that
-// holds it. GPT-2 124M on one H200, ms per step (--breakdown): 1.21 for the
-// previous kernel (one load at a time, expf and a 64-bit target compare per
-// element in the gradient pass); 0.99 / 0.96 / 0.94 / 0.97 with 1 / 2 / 3 /
-// 4 loads in flight. Two it is.
-template <int kLoads>
-__global__ void __launch_bounds__(1024, 2)
-    crossEntropyVec(void* losses, int loss_bf16, bf16* dlogits, const bf16* logits, const int32_t* targets,
-                    int64_t V, float scale, float* row_loss) {
-  __shared__ float shared[32];
-  constexpr float kLog2e = 1.4426950408889634f;
-  const int64_t row = blockIdx.x;
-  const uint4* x = reinterpret_cast<const uint4*>(logits + row * V);
-  const int v8 = int(V / 8);
-  const int stride = blockDim.x;
-  float m = -INFINITY, s = 0.f;  // s sums exp2((f - m) * log2e)
-  auto absorb = [&](const uint4& u) {
-    float f[8];
-    unpack8(u, f);
-    float mx = f[0];
-#pragma unroll
-    for (int j = 1; j < 8; ++j) mx = fmaxf(mx, f[j]);
-    if (mx > m) {
-      s *= exp2f((m - mx) * kLog2e);
-      m = mx;
-    }
-    const float mb = m * kLog2e;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s += exp2f(fmaf(f[j], kLog2e, -mb));
-  };
-  int i = threadIdx.x;
-  for (; i + (kLoads - 1) * stride < v8; i += kLoads * stride) {
-    uint4 u[kLoads];
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) u[l] = x[i + l * stride];
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) absorb(u[l]);
-  }
-  for (; i < v8; i += stride) absorb(x[i]);
-  const float row_max = blockMax(m, shared);
-  const float local = (m == -INFINITY) ? 0.f : s * exp2f((m - row_max) * kLog2e);
-  const float sum = blockSum(local, shared);
-  const float lse = row_max + logf(sum);
-  const int32_t target = targets[row];
-  const float loss = lse - __bfloat162float(logits[row * V + target]);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    if (losses) storeAny(losses, loss_bf16, row, loss);
-    if (row_loss) row_loss[row] = loss;
-  }
-  if (!dlogits) return;
-  uint4* d = reinterpret_cast<uint4*>(dlogits + row * V);
-  const float lb = lse * kLog2e;
-  auto grad = [&](const uint4& u, int at) {
-    float f[8];
-    unpack8(u, f);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] = scale * exp2f(fmaf(f[j], kLog2e, -lb));
-    const int t = target - at * 8;
-    if (t >= 0 && t < 8) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        if (j == t) f[j] -= scale;
-    }
-    d[at] = pack8(f);
-  };
-  i = threadIdx.x;
-  for (; i + (kLoads - 1) * stride < v8; i += kLoads * stride) {
-    uint4 u[kLoads];
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) u[l] = x[i + l * stride];
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) grad(u[l], i + l * stride);
-  }
-  for (; i < v8; i += stride) grad(x[i], i);
-}
-
-bool vec8(int64_t n, std::initializer_list<const void*> ptrs) {
-  if (n % 8 != 0) return false;
-  for (const void* p : ptrs)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
 }
 
 }  // namespace
@@ -579,31 +432,6 @@ void addForward(void* c, const void* a, const void* b, int64_t n, DType dt, cuda
                              static_cast<T*>(c), static_cast<const T*>(a),
                              static_cast<const T*>(b), n));
   TANDEM_CUDA_LAUNCH_CHECK();
-}
-
-int64_t crossEntropyScratchBytes(int64_t M) { return M * int64_t(sizeof(float)); }
-
-void crossEntropy(void* losses, DType loss_dt, void* dlogits, const void* logits,
-                  const int32_t* targets, int64_t M, int64_t V, float scale, DType dt,
-                  float* loss_sum, float* scratch, cudaStream_t s) {
-  float* row_loss = loss_sum ? scratch : nullptr;
-  if (dt == DType::BF16 && vec8(V, {logits, dlogits ? dlogits : logits})) {
-    // 1024 threads per row: at most two rows per SM, 26 MB of GPT-2 rows in
-    // flight, so the second pass over a row finds more of it in L2. GPT-2
-    // 124M on one H200, alternating: 30.54 / 30.37 ms per step against 30.56
-    // / 30.59 with 512 threads (one row per SM: 30.85 / 30.49).
-    crossEntropyVec<2><<<unsigned(M), 1024, 0, s>>>(losses, isBf16(loss_dt), static_cast<bf16*>(dlogits),
-                                                    static_cast<const bf16*>(logits), targets, V, scale, row_loss);
-  } else {
-    TANDEM_DISPATCH_DT(dt, crossEntropyKernel<T><<<unsigned(M), 512, 0, s>>>(
-                             losses, isBf16(loss_dt), static_cast<T*>(dlogits),
-                             static_cast<const T*>(logits), targets, V, scale, row_loss));
-  }
-  TANDEM_CUDA_LAUNCH_CHECK();
-  if (loss_sum) {
-    sumRowsKernel<<<1, 1024, 0, s>>>(loss_sum, row_loss, M);
-    TANDEM_CUDA_LAUNCH_CHECK();
-  }
 }
 
 int64_t biasGradientScratchBytes(int64_t N) {

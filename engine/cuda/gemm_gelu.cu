@@ -52,6 +52,7 @@
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/mbarrier.cuh"
 #include "engine/cuda/wgmma.cuh"
 
 namespace tandem::cuda {
@@ -89,31 +90,6 @@ __device__ __forceinline__ float gelu(float x) {
 __device__ __forceinline__ float geluGrad(float x) {
   const float t = tanhFast(kGeluK * (x + 0.044715f * x * x * x));
   return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kGeluK * (1.f + 3.f * 0.044715f * x * x);
-}
-
-// ---- mbarriers (shared memory, CTA scope) ----------------------------------
-
-__device__ __forceinline__ void mbarInit(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarArrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-// The arrival of a TMA issuer that announces the bytes still to land.
-__device__ __forceinline__ void mbarExpectBytes(uint32_t bar, uint32_t bytes) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(bar),
-               "r"(bytes)
-               : "memory");
-}
-// Waits until the phase with the given parity has completed.
-__device__ __forceinline__ void mbarWait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
 }
 
 // ---- the Tensor Memory Accelerator ---------------------------------------
@@ -204,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbarInit(turn + 8 * w, 1);
       mbarInit(pre_full + 8 * w, 1);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fenceMbarrierInit();
   }
   __syncthreads();
 

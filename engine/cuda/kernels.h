@@ -111,6 +111,15 @@ void crossEntropy(void* losses, DType loss_dt, void* dlogits, const void* logits
                   const int32_t* targets, int64_t M, int64_t V, float scale, DType dt,
                   float* loss_sum, float* scratch, cudaStream_t s);
 int64_t crossEntropyScratchBytes(int64_t M);
+// Whether crossEntropy takes the streamed kernel for rows of V logits of dt
+// (cross_entropy.cu): bf16, V % 8 == 0, two rows fit in shared memory, a
+// compute capability 9.0 device, and neither TANDEM_CROSS_ENTROPY=rows nor
+// setCrossEntropyStreamed(false). It gives the same bits as the other bf16 kernel.
+bool crossEntropyStreams(int64_t V, DType dt);
+// Tests and benchmarks: off keeps every call on the one-row-per-block kernel.
+void setCrossEntropyStreamed(bool on);
+// Raises the streamed kernel's shared-memory limit (part of prepareKernels).
+void prepareCrossEntropyKernels();
 
 // db[n] (+)= sum_m dy[m,n]   (the bias gradient of a matmul)
 void biasGradient(void* db, const void* dy, int64_t M, int64_t N, bool accumulate, DType dt,

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "engine/cuda/mbarrier.cuh"  // fenceProxyAsync
+
 namespace tandem::cuda {
 
 // Whether the device runs this build's sm_90a code: a probe kernel reports
@@ -67,9 +69,8 @@ __device__ __forceinline__ void wgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 // Shared memory written by the generic proxy (cp.async, st.shared) becomes
-// visible to wgmma's reads (async proxy) after this fence and a barrier.
-__device__ __forceinline__ void fenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
+// visible to wgmma's reads (async proxy) after fenceProxyAsync
+// (mbarrier.cuh) and a barrier.
 
 // D (64 x 64) {=, +=} A (64 x 16, shared) * B (16 x 64, shared), both K-major.
 __device__ __forceinline__ void wgmmaSS64(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
@@ -123,7 +124,6 @@ __device__ __forceinline__ void wgmmaFence() { __trap(); }
 __device__ __forceinline__ void wgmmaCommit() { __trap(); }
 template <int N>
 __device__ __forceinline__ void wgmmaWait() { __trap(); }
-__device__ __forceinline__ void fenceProxyAsync() { __trap(); }
 __device__ __forceinline__ void wgmmaSS64(float (&)[8][4], uint64_t, uint64_t, int) { __trap(); }
 __device__ __forceinline__ void wgmmaSS32(float (&)[4][4], uint64_t, uint64_t, int) { __trap(); }
 __device__ __forceinline__ void wgmmaRS64T(float (&)[8][4], const uint32_t (&)[4], uint64_t) { __trap(); }

@@ -303,6 +303,26 @@ void testCrossEntropy(DType dt, int64_t M, int64_t V, bool with_grad, DType loss
     expectTrue(tag(dt, ("cross-entropy loss sum repeats bit for bit" + sz).c_str()),
                std::memcmp(&sum1, &sum2, sizeof(float)) == 0);
   }
+  // The streamed kernel (whole rows through shared memory) and the
+  // one-row-per-block kernel: the same bits, losses and dlogits.
+  if (cuda::crossEntropyStreams(V, dt)) {
+    gl.upload(logits);
+    gsum.upload({0.f});
+    launch();
+    const auto streamed_loss = gloss.download(), streamed_grad = gl.download();
+    const float streamed_sum = gsum.download()[0];
+    cuda::setCrossEntropyStreamed(false);
+    gl.upload(logits);
+    gsum.upload({0.f});
+    launch();
+    cuda::setCrossEntropyStreamed(true);
+    const float rows_sum = gsum.download()[0];
+    expectTrue(tag(dt, ("cross-entropy streamed == one row per block, bit for bit" + sz).c_str()),
+               gloss.download() == streamed_loss && gl.download() == streamed_grad &&
+                   std::memcmp(&streamed_sum, &rows_sum, sizeof(float)) == 0);
+  } else if (dt == DType::BF16 && V % 8 == 0) {
+    fmt::print("     (cross-entropy{}: the streamed kernel does not apply here)\n", sz);
+  }
   cudaFree(gt);
 }
 
@@ -705,7 +725,11 @@ int main() {
     testCrossEntropy(dt, 64, 50304, false, DType::BF16);
     testCrossEntropy(dt, 300, 50304, false);  // more rows than SMs
     testCrossEntropy(dt, 400, 50304, true);
-    testCrossEntropy(dt, 16, 60000, true);
+    testCrossEntropy(dt, 16, 60000, true);  // bf16 rows too wide for two in shared memory: not streamed
+    // Many rows per block in the streamed kernel (both buffers reused, the
+    // barriers' phases flipping): GPT-2's rows, and short ones.
+    testCrossEntropy(dt, 1000, 50304, true);
+    testCrossEntropy(dt, 2003, 1024, false);
     testEmbedding(dt);
     testMatmul(dt, 128, 96, 80);
     testMatmul(dt, 1000, 772, 64);  // bias gradient: N not a multiple of 8 (scalar path)
