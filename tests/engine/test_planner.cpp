@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "engine/memory_plan.h"
+#include "engine/pass_fusion.h"
 #include "engine/planner.h"
 #include "test_jobs.h"
 
@@ -509,6 +511,96 @@ TEST_CASE("Fusion with schedule.residual_in_gemm (the default): each residual ad
   // On by default; off, no task names the epilogue.
   CHECK(defaultJob().schedule.residual_in_gemm);
   for (const Task& t : plain.programs[0].tasks) CHECK(t.epilogue != Epilogue::Residual);
+}
+
+// A hand-built program: matmul (x, W -> P) then add (P, R -> S), each
+// buffer 1 KiB at its own arena offset; `edit` changes it before the pass.
+static RankPlan residualProgram(const std::function<void(RankPlan&)>& edit) {
+  RankPlan p;
+  const char* names[] = {"x", "W", "P", "R", "S", "other"};
+  for (int b = 0; b < 6; ++b) {
+    Buffer buf;
+    buf.id = b;
+    buf.name = names[b];
+    buf.dtype = DType::BF16;
+    buf.shape = {16, 32};
+    buf.bytes = 1024;
+    buf.offset = 2048 * b;
+    p.buffers.push_back(buf);
+  }
+  Task mm;
+  mm.id = 0;
+  mm.op = OpKind::Matmul;
+  mm.reads = {0, 1};
+  mm.writes = {2};
+  mm.attrs.m = 16, mm.attrs.n = 32, mm.attrs.k = 32;
+  mm.flops = 2.0 * 16 * 32 * 32;
+  mm.bytes_read = 2048;
+  mm.bytes_written = 1024;
+  Task add;
+  add.id = 1;
+  add.op = OpKind::Add;
+  add.reads = {3, 2};  // the residual first: either order is an add
+  add.writes = {4};
+  add.attrs.elements = 16 * 32;
+  add.flops = 16 * 32;
+  add.bytes_read = 2048;
+  add.bytes_written = 1024;
+  p.tasks = {mm, add};
+  edit(p);
+  return p;
+}
+
+TEST_CASE("Residual add in the GEMM: what the pass accepts and refuses", "[planner][fusion]") {
+  auto fuses = [](const std::function<void(RankPlan&)>& edit, bool option = true) {
+    RankPlan p = residualProgram(edit);
+    const int n = applyEpilogueFusion(p, option);
+    if (n == 0) return false;
+    CHECK(p.tasks[0].epilogue == Epilogue::Residual);
+    CHECK(p.tasks[0].epilogue_partner == 1);
+    CHECK(p.tasks[1].fused_into == 0);
+    CHECK(p.tasks[0].bytes_read == 2048 + 1024);  // x, W and the residual
+    CHECK(p.tasks[0].flops == 2.0 * 16 * 32 * 32 + 16 * 32);
+    CHECK(p.tasks[1].flops + p.tasks[1].bytes_read + p.tasks[1].bytes_written == 0);
+    return true;
+  };
+  CHECK(fuses([](RankPlan&) {}));
+  CHECK_FALSE(fuses([](RankPlan&) {}, /*option=*/false));
+  // In place: the sum takes the residual's memory exactly (C == D).
+  CHECK(fuses([](RankPlan& p) { p.buffers[4].offset = p.buffers[3].offset; }));
+  // Partly over the residual, or over an input the GEMM still reads.
+  CHECK_FALSE(fuses([](RankPlan& p) { p.buffers[4].offset = p.buffers[3].offset + 512; }));
+  CHECK_FALSE(fuses([](RankPlan& p) { p.buffers[4].offset = p.buffers[0].offset; }));
+  // The matmul's output read by someone else, later.
+  CHECK_FALSE(fuses([](RankPlan& p) {
+    Task t;
+    t.id = 2;
+    t.op = OpKind::Gelu;
+    t.reads = {2};
+    t.writes = {5};
+    p.tasks.push_back(t);
+  }));
+  // A view of the matmul's output.
+  CHECK_FALSE(fuses([](RankPlan& p) { p.buffers[5].parent = 2; }));
+  // An event between them, a task between them, another stream, another dtype.
+  CHECK_FALSE(fuses([](RankPlan& p) { p.tasks[1].wait_events = {0}; }));
+  CHECK_FALSE(fuses([](RankPlan& p) { p.tasks[0].record_event = 0; }));
+  CHECK_FALSE(fuses([](RankPlan& p) {
+    Task t;
+    t.id = 2;
+    t.op = OpKind::Gelu;
+    t.reads = {0};
+    t.writes = {5};
+    p.tasks.insert(p.tasks.begin() + 1, t);
+    p.tasks[2].id = 1;
+  }));
+  CHECK_FALSE(fuses([](RankPlan& p) { p.tasks[1].stream = 1; }));
+  CHECK_FALSE(fuses([](RankPlan& p) { p.buffers[3].dtype = DType::F32; }));
+  // An add of the matmul's output with itself, or of two other tensors.
+  CHECK_FALSE(fuses([](RankPlan& p) { p.tasks[1].reads = {2, 2}; }));
+  CHECK_FALSE(fuses([](RankPlan& p) { p.tasks[1].reads = {3, 5}; }));
+  // An accumulating matmul (its output is also its C).
+  CHECK_FALSE(fuses([](RankPlan& p) { p.tasks[0].attrs.accumulate = true; }));
 }
 
 TEST_CASE("Epilogue fusion under recompute: a recomputed GELU fuses only into a recomputed GEMM", "[planner][fusion]") {
