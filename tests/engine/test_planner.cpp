@@ -571,29 +571,23 @@ TEST_CASE("Residual add in the GEMM: what the pass accepts and refuses", "[plann
   // Partly over the residual, or over an input the GEMM still reads.
   CHECK_FALSE(fuses([](RankPlan& p) { p.buffers[4].offset = p.buffers[3].offset + 512; }));
   CHECK_FALSE(fuses([](RankPlan& p) { p.buffers[4].offset = p.buffers[0].offset; }));
-  // The matmul's output read by someone else, later.
-  CHECK_FALSE(fuses([](RankPlan& p) {
+  // Another task (a GELU of `in` into buffer 5).
+  auto gelu = [](int id, int in) {
     Task t;
-    t.id = 2;
+    t.id = id;
     t.op = OpKind::Gelu;
-    t.reads = {2};
+    t.reads = {in};
     t.writes = {5};
-    p.tasks.push_back(t);
-  }));
+    return t;
+  };
+  // The matmul's output read by someone else, later.
+  CHECK_FALSE(fuses([&](RankPlan& p) { p.tasks.push_back(gelu(2, 2)); }));
   // A view of the matmul's output.
   CHECK_FALSE(fuses([](RankPlan& p) { p.buffers[5].parent = 2; }));
   // An event between them, a task between them, another stream, another dtype.
   CHECK_FALSE(fuses([](RankPlan& p) { p.tasks[1].wait_events = {0}; }));
   CHECK_FALSE(fuses([](RankPlan& p) { p.tasks[0].record_event = 0; }));
-  CHECK_FALSE(fuses([](RankPlan& p) {
-    Task t;
-    t.id = 2;
-    t.op = OpKind::Gelu;
-    t.reads = {0};
-    t.writes = {5};
-    p.tasks.insert(p.tasks.begin() + 1, t);
-    p.tasks[2].id = 1;
-  }));
+  CHECK_FALSE(fuses([&](RankPlan& p) { p.tasks.insert(p.tasks.begin() + 1, gelu(2, 0)); }));
   CHECK_FALSE(fuses([](RankPlan& p) { p.tasks[1].stream = 1; }));
   CHECK_FALSE(fuses([](RankPlan& p) { p.buffers[3].dtype = DType::F32; }));
   // An add of the matmul's output with itself, or of two other tensors.

@@ -11,6 +11,37 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # The binaries look for resources under the source folder they were built in.
 if [ ! -e /work/main/resources ]; then mkdir -p /work && rm -rf /work/main && ln -s "$PWD" /work/main; fi
 B=$DIST/bin
+# GPT-2 124M's losses, gradient norms and learning rates over 20 steps with
+# and without the CUDA Graph, optionally under one --set override, compared.
+# Two processes: GEMM algorithm timing may choose differently in each, so it
+# is off (docs/gpu-executor.md, GEMM algorithm timing).
+graph_vs_eager() {
+  local set=() tag=${1:-default}
+  [ -n "$1" ] && set=(--set "$1")
+  for mode in graph eager; do
+    TANDEM_GEMM_TUNING=0 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --json "${set[@]}" \
+      $([ $mode = eager ] && echo --eager) | grep '"step"' | sed 's/,"ms".*//' > "$OUT/$mode.${tag//[^a-z_]/_}.jsonl"
+  done
+  local g="$OUT/graph.${tag//[^a-z_]/_}.jsonl" e="$OUT/eager.${tag//[^a-z_]/_}.jsonl"
+  echo "=== gpt2eager ($tag): $(wc -l < "$g") graph steps, $(wc -l < "$e") eager steps"
+  if cmp -s "$g" "$e"; then echo "graph == eager (loss, norm, lr) over 20 steps"; else echo "graph != eager"; diff "$g" "$e" | head; fi
+  tail -n 1 "$g"
+}
+# A job field off and on (false, true), alternating three times: step time
+# (bench_gpt2_h200 --steps 40), then kernel time per kind (--breakdown) and a
+# step's energy by kind (bench_energy_by_op) for each setting.
+alternate() {
+  local name=$1 field=$2
+  for i in 1 2 3; do
+    for f in false true; do
+      stage ${name}_${f}_$i $B/bench_gpt2_h200 --steps 40 --set $field=$f
+    done
+  done
+  for f in false true; do
+    stage ${name}_breakdown_$f $B/bench_gpt2_h200 --steps 30 --breakdown --set $field=$f
+    stage ${name}_energy_$f $B/bench_energy_by_op --seconds 1 --set $field=$f
+  done
+}
 stage() {
   local name=$1; shift
   echo "=== $name: $*"
@@ -34,13 +65,7 @@ for s in "$@"; do
       python3 -c "import sqlite3; c = sqlite3.connect('/tmp/run.sqlite'); print('trace tables:', [r[0] for r in c.execute(\"select name from sqlite_master where type='table'\")])" ;;
     gpt2eager)
       # GPT-2 124M: CUDA Graph and eager losses over 20 steps must be identical.
-      # Two processes: GEMM algorithm timing may choose differently in each,
-      # so it is off (docs/gpu-executor.md, GEMM algorithm timing).
-      TANDEM_GEMM_TUNING=0 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --json | grep '"step"' | sed 's/,"ms".*//' > $OUT/graph.jsonl
-      TANDEM_GEMM_TUNING=0 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --json --eager | grep '"step"' | sed 's/,"ms".*//' > $OUT/eager.jsonl
-      echo "=== gpt2eager: $(wc -l < $OUT/graph.jsonl) graph steps, $(wc -l < $OUT/eager.jsonl) eager steps"
-      if cmp -s $OUT/graph.jsonl $OUT/eager.jsonl; then echo "graph == eager (loss, norm, lr) over 20 steps"; else echo "graph != eager"; diff $OUT/graph.jsonl $OUT/eager.jsonl | head; fi
-      tail -n 1 $OUT/graph.jsonl ;;
+      graph_vs_eager "" ;;
     kill)
       # Kill rank 1 of a 2-GPU run mid-training; the launch must end, non-zero, within 60 s.
       echo "=== kill"
@@ -95,41 +120,15 @@ for s in "$@"; do
       stage energy $B/bench_energy_by_op --seconds 1 ;;
     fusebias)
       # The bias gradients summed by the layernorm and attention backward
-      # (schedule.fuse_bias_gradients) against the default, alternating:
-      # step time and a step's energy (docs/benchmarks.md, seventeenth
-      # session: 0.07-0.21 ms less on one machine, neutral on another).
-      for i in 1 2 3; do
-        for f in false true; do
-          stage fusebias_${f}_$i $B/bench_gpt2_h200 --steps 40 --set schedule.fuse_bias_gradients=$f
-        done
-      done
-      for f in false true; do
-        stage fusebias_energy_$f $B/bench_energy_by_op --seconds 1 --set schedule.fuse_bias_gradients=$f
-      done ;;
+      # (schedule.fuse_bias_gradients) against the default (docs/benchmarks.md,
+      # seventeenth session: 0.07-0.21 ms less on one machine, neutral on another).
+      alternate fusebias schedule.fuse_bias_gradients ;;
     residual)
-      # The residual add in the projection GEMM (schedule.residual_in_gemm)
-      # against the default, alternating: step time, kernel time per kind
-      # and a step's energy; then graph == eager with it on.
-      for i in 1 2 3; do
-        for f in false true; do
-          stage residual_${f}_$i $B/bench_gpt2_h200 --steps 40 --set schedule.residual_in_gemm=$f
-        done
-      done
-      for f in false true; do
-        stage residual_breakdown_$f $B/bench_gpt2_h200 --steps 30 --breakdown --set schedule.residual_in_gemm=$f
-        stage residual_energy_$f $B/bench_energy_by_op --seconds 1 --set schedule.residual_in_gemm=$f
-      done
-      for mode in graph eager; do
-        TANDEM_GEMM_TUNING=0 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --json \
-          --set schedule.residual_in_gemm=true $([ $mode = eager ] && echo --eager) | grep '"step"' |
-          sed 's/,"ms".*//' > $OUT/residual_$mode.jsonl
-      done
-      if cmp -s $OUT/residual_graph.jsonl $OUT/residual_eager.jsonl; then
-        echo "residual in the GEMM: graph == eager over $(wc -l < $OUT/residual_graph.jsonl) steps"
-      else
-        echo "residual in the GEMM: graph != eager"; diff $OUT/residual_graph.jsonl $OUT/residual_eager.jsonl | head
-      fi
-      tail -n 1 $OUT/residual_graph.jsonl ;;
+      # The residual add in the projection GEMM (schedule.residual_in_gemm,
+      # the default) against the add+layernorm kernel; then graph == eager
+      # with the add+layernorm kernel (gpt2eager has the default).
+      alternate residual schedule.residual_in_gemm
+      graph_vs_eager schedule.residual_in_gemm=false ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done
