@@ -209,7 +209,6 @@ __global__ void __launch_bounds__(kRowThreads, 1)
   }
 }
 
-
 // What the device allows the streamed kernel: compute capability 9.0 or
 // later (bulk copies, transaction barriers), and its shared memory.
 struct StreamDevice {
@@ -242,8 +241,8 @@ bool g_stream_forced_off = false;
 // TANDEM_CROSS_ENTROPY=rows keeps the one-row-per-block kernel; =stream (the
 // default) takes the streamed one where it applies. GPT-2 124M on one H200
 // (micro-batch 16, --breakdown): 0.948 -> 0.869 ms per step, near the copy
-// bandwidth (3.30 GB in and out: 3.8 TB/s, against 4.27 for
-// cudaMemcpy on the same machine); whole steps within their run-to-run
+// bandwidth (3.30 GB in and out: 3.8 TB/s, against 4.26 for
+// cudaMemcpy on another H200); whole steps within their run-to-run
 // spread (step by step 28.39 / 28.31 / 28.23 ms against 28.31 / 28.32 /
 // 28.23, alternating).
 bool streamChosen() {
