@@ -154,7 +154,7 @@ int residualAddAfterMatmul(const RankPlan& p, int i) {
     return -1;
   const int out = t.writes[0];
   if (u.reads[0] == u.reads[1] || (u.reads[0] != out && u.reads[1] != out)) return -1;
-  const int residual = u.reads[0] == out ? u.reads[1] : u.reads[0];
+  const int residual = residualInput(u, out);
   const int sum = u.writes[0];
   if (dtypeOf(p, residual) != dtypeOf(p, out) || dtypeOf(p, sum) != dtypeOf(p, out) ||
       u.attrs.elements != t.attrs.m * t.attrs.n)
@@ -239,7 +239,7 @@ int applyEpilogueFusion(RankPlan& p, bool residual_in_gemm) {
     if (c.epilogue == Epilogue::Residual) {
       // The GEMM also reads the residual (C) and writes the sum in place of
       // its own output (same size); the add reads and writes nothing.
-      const int residual = q.reads[0] == runs.writes[0] ? q.reads[1] : q.reads[0];
+      const int residual = residualInput(q, runs.writes[0]);
       runs.flops += q.flops;
       runs.bytes_read += p.buffers.at(size_t(residual)).bytes;
       q.flops = 0;

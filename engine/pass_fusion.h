@@ -35,6 +35,12 @@ struct EpilogueCandidate {
 // only with `residual_in_gemm` (schedule.residual_in_gemm).
 EpilogueCandidate epilogueCandidate(const RankPlan& program, int i, bool residual_in_gemm = false);
 
+// The residual of a `residual` epilogue: the input of `add` that is not
+// the matmul's output `matmul_out`.
+inline int residualInput(const Task& add, int matmul_out) {
+  return add.reads[0] == matmul_out ? add.reads[1] : add.reads[0];
+}
+
 // Whether the bias gradient of weight-gradient task `i` can come out of its
 // GEMM (cuBLASLt BGRADB): an executor-level choice, the task stays one task.
 bool biasGradInGemmCandidate(const RankPlan& program, int i);

@@ -7,6 +7,7 @@
 
 #include "engine/cuda/executor_impl.h"
 #include "engine/init.h"
+#include "engine/pass_fusion.h"
 
 namespace tandem::cuda {
 
@@ -90,7 +91,7 @@ void CudaExecutor::Impl::enqueueTask(int index) {
                           a.has_bias ? ptr(R[2]) : nullptr, a.m, a.n, a.k, dt(W[0]), s);
       } else if (fu.kind == FusionKind::MatmulResidual) {  // D = the Add's output, C = its other input
         const Task& add = program->tasks[size_t(fu.partner)];
-        const int residual = add.reads[0] == W[0] ? add.reads[1] : add.reads[0];
+        const int residual = residualInput(add, W[0]);
         gemm->forwardResidual(ptr(add.writes[0]), ptr(R[0]), ptr(R[1]), a.has_bias ? ptr(R[2]) : nullptr,
                               ptr(residual), a.m, a.n, a.k, dt(W[0]), s);
       } else {
@@ -241,7 +242,7 @@ bool CudaExecutor::Impl::fusionSupported(int index, int partner, FusionKind kind
       // C and D are read and written like the plain GEMM's D, for which the
       // algorithms are chosen at the arena's alignment.
       const Task& add = program->tasks[size_t(partner)];
-      const int residual = add.reads[0] == t.writes[0] ? add.reads[1] : add.reads[0];
+      const int residual = residualInput(add, t.writes[0]);
       return aligned(residual) && aligned(add.writes[0]) &&
              (!a.has_bias || aligned(t.reads[2])) && gemm->forwardResidualSupported(a.m, a.n, a.k, a.has_bias, d);
     }
