@@ -703,6 +703,7 @@ int main() {
     // M past the 2112 warps of the backward makes warps take several rows.
     testLayernorm(dt, 300, 96);
     testLayernorm(dt, 2500, 768);
+    testLayernorm(dt, 16384, 768);  // GPT-2's rows: about 8 per warp of the fixed grid
     testLayernorm(dt, 700, 1000);
     testLayernorm(dt, 257, 1024);
     testLayernorm(dt, 2200, 1280);  // shared-memory partial sums (bf16), scalar kernel (fp32)
