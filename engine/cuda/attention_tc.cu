@@ -416,7 +416,8 @@ struct BwdKvSmem {
 // kMinBlocks: blocks per SM the register allocation must allow (see
 // attentionBackwardBlocksPerSm).
 // kSplit: the query tile is processed in kSplit column slices, so that S^T
-// and dP^T take 64 / kSplit columns of registers (3 blocks per SM need 2).
+// and dP^T take 64 / kSplit columns of registers (3 blocks per SM need 2 on
+// mma.sync; on wgmma, where K and V stay in shared memory, 1 fits).
 // kWg: products on wgmma (sm_90a), K and V read from shared memory.
 // bias_partial (or null): row b * tiles + key tile of the QKV bias
 // gradient's partial sums (3C columns), the K and V parts written here.
@@ -692,7 +693,11 @@ bool attentionTensorCoreEligible(int64_t C, int64_t H, DType dt) {
 // unsplit it spilled about 200 bytes). GPT-2 124M step on one H200:
 // 30.25 ms with 2,2, 30.01 with 2,3, 30.55 with 3,3 unsplit (one call);
 // 30.81 / 30.78 with 2,3 against 30.52 / 30.51 with 3,3 split (another
-// call, alternating; attention backward 4.93 -> 4.54 ms). The default is
+// call, alternating; attention backward 4.93 -> 4.54 ms). On wgmma the
+// dK/dV kernel reads K and V from shared memory and fits 3 blocks per SM
+// unsplit (168 registers, no spills), its products m64n64 instead of
+// m64n32: attention backward 3.56 / 3.59 ms per step against 3.79 / 3.82
+// split (one H200, GPT-2 124M, --breakdown, alternating). The default is
 // 3,3. TANDEM_ATTN_BWD_BLOCKS="KV,Q" (each 2 or 3) overrides it.
 struct BackwardBlocks {
   int kv = 3, q = 3;
@@ -767,7 +772,7 @@ template <bool kWg>
 static void allowAttentionSmem() {
   allowSmem(attnForwardTc<kWg>, sizeof(FwdSmem));
   allowSmem(attnBackwardKvTc<2, 1, kWg>, sizeof(BwdKvSmem));
-  allowSmem(attnBackwardKvTc<3, 2, kWg>, sizeof(BwdKvSmem));
+  allowSmem(attnBackwardKvTc<3, kWg ? 1 : 2, kWg>, sizeof(BwdKvSmem));
   allowSmem(attnBackwardQTc<2, kWg>, sizeof(BwdQSmem));
   allowSmem(attnBackwardQTc<3, kWg>, sizeof(BwdQSmem));
 }
@@ -796,7 +801,7 @@ void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const vo
   const float scale = 1.f / sqrtf(float(D));
   const BackwardBlocks blocks = attentionBackwardBlocksPerSm();
   const bool wg = useWgmma();
-  const auto kv_kernel = blocks.kv == 3 ? (wg ? attnBackwardKvTc<3, 2, true> : attnBackwardKvTc<3, 2, false>)
+  const auto kv_kernel = blocks.kv == 3 ? (wg ? attnBackwardKvTc<3, 1, true> : attnBackwardKvTc<3, 2, false>)
                                         : (wg ? attnBackwardKvTc<2, 1, true> : attnBackwardKvTc<2, 1, false>);
   const auto q_kernel = blocks.q == 3 ? (wg ? attnBackwardQTc<3, true> : attnBackwardQTc<3, false>)
                                       : (wg ? attnBackwardQTc<2, true> : attnBackwardQTc<2, false>);
