@@ -37,7 +37,7 @@ void runReport(const ReportOptions& o) {
 void addReportCommand(CLI::App& root) {
   auto o = std::make_shared<ReportOptions>();
   CLI::App* cmd = root.add_subcommand(
-      "report", "Analyse one run of a trace file: temporal breakdown, comm/compute overlap, idle time, kernel "
+      "report", "Analyse one run of a trace file: temporal breakdown, comm/compute overlap, idle time, stream waits, kernel "
                 "statistics, recompute cost, critical path and stragglers");
   cmd->add_option("DB", o->db, "trace file (SQLite) written by run, simulate, import or merge")->required();
   cmd->add_option("--run", o->run, "run id (default: the latest run in the file)");

@@ -32,6 +32,7 @@ struct AnalysisOptions {
   size_t top_names = 20;                  // rows of the by-name kernel table
   size_t critical_path_tasks = 50;        // tasks listed on the critical path
   size_t idle_gap_pairs = 10;             // rows of the idle-gap table
+  size_t stream_wait_pairs = 10;          // rows of the stream-wait table
 };
 
 struct Breakdown {
@@ -151,6 +152,39 @@ struct IdleGaps {
   std::vector<IdleGapPair> pairs;  // the largest by total time
 };
 
+// The waits of each stream between its own pieces of GPU work, charged to
+// the work around them on that stream (analysis_gaps.cpp). Part of a wait
+// may be filled by other streams' work; only the rest is idle GPU time, so
+// a wait that is filled costs a step nothing while the GPU is busy anyway
+// (at its power cap, for instance).
+struct StreamWaitPair {
+  int stream = 0;
+  std::string stream_name;
+  std::string before;  // op (plan tasks) or name of the stream's work before the wait
+  std::string after;   // ... and after it
+  int64_t count = 0;
+  int64_t total_ns = 0;
+  int64_t filled_ns = 0;  // of total_ns, while another stream of the rank ran GPU work
+};
+
+struct StreamWaitTotal {
+  int stream = 0;
+  std::string stream_name;
+  int64_t waits = 0;
+  int64_t total_ns = 0;
+  int64_t filled_ns = 0;
+};
+
+struct StreamWaits {
+  int64_t steps = 0;  // step windows counted, over all ranks (0: whole runs)
+  int64_t waits = 0;
+  int64_t total_ns = 0;
+  int64_t filled_ns = 0;
+  std::vector<StreamWaitTotal> streams;  // every stream that waited, the longest total first
+  int64_t pair_kinds = 0;                // distinct (stream, before, after)
+  std::vector<StreamWaitPair> pairs;     // the largest by total time
+};
+
 struct StragglerRank {
   int rank = 0;
   int64_t last_count = 0;  // collectives this rank entered last
@@ -176,6 +210,7 @@ struct RunReport {
   Attribution attribution;
   CriticalPath critical_path;
   IdleGaps idle_gaps;
+  StreamWaits stream_waits;
   Stragglers stragglers;
   std::vector<StatRow> stats;
 };

@@ -29,6 +29,11 @@ IdleGaps idleGaps(const std::vector<RankTracks>& ranks, const CategoryTable& cat
                   const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
                   const std::vector<StepRow>& steps, size_t max_pairs);
 
+// streams: the run's stream rows, for the streams' names.
+StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
+                        const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
+                        const std::vector<StepRow>& steps, const std::vector<StreamRow>& streams, size_t max_pairs);
+
 Stragglers stragglers(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                       const std::vector<CollectiveRow>& collectives);
 

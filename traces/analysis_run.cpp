@@ -113,6 +113,8 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
   report.step_time.max_over_ranks_ns = distributionOf(std::move(maxima));
 
   report.idle_gaps = detail::idleGaps(ranks, categories, strings, plan, recorded_steps, options.idle_gap_pairs);
+  report.stream_waits = detail::streamWaits(ranks, categories, strings, plan, recorded_steps, reader.streams(run),
+                                            options.stream_wait_pairs);
   report.stragglers = detail::stragglers(ranks, categories, collectives);
   RunReport part = kernels.get();
   report.by_op = std::move(part.by_op);

@@ -99,6 +99,42 @@ Json statJson(const KernelStat& s) {
 
 std::string ms(int64_t ns) { return fmt::format("{:.3f}", static_cast<double>(ns) / 1e6); }
 
+// "s1 compute.wgrad": a stream by number and name.
+std::string streamLabel(int stream, const std::string& name) {
+  return name.empty() ? fmt::format("s{}", stream) : fmt::format("s{} {}", stream, name);
+}
+
+std::string filledPct(int64_t filled, int64_t total) {
+  return fmt::format("{:.1f}%", total > 0 ? 100.0 * double(filled) / double(total) : 0.0);
+}
+
+// Per step where steps were recorded: how long each stream waits between
+// its own kernels, and how much of that the other streams fill.
+std::vector<std::string> streamWaitLines(const StreamWaits& w) {
+  if (w.waits == 0)
+    return {"stream waits: no stream waited between its own activities" +
+            std::string(w.steps > 0 ? " within the steps" : "")};
+  const double per = w.steps > 0 ? double(w.steps) : 1.0;
+  const std::string unit = w.steps > 0 ? " us/step" : " us";
+  std::vector<std::string> out;
+  out.push_back(fmt::format("stream waits{}: {} waits, {} ms{}, {} filled by other streams' work; by stream:",
+                            w.steps > 0 ? " within the steps" : "", w.waits,
+                            fmt::format("{:.3f}", double(w.total_ns) / 1e6),
+                            w.steps > 0 ? fmt::format(", {:.1f} us per step", double(w.total_ns) / per / 1e3) : "",
+                            filledPct(w.filled_ns, w.total_ns)));
+  for (const auto& t : w.streams)
+    out.push_back(fmt::format("  {:>10}{} {:>7} filled {:>7} waits  {}",
+                              fmt::format("{:.1f}", double(t.total_ns) / per / 1e3), unit,
+                              filledPct(t.filled_ns, t.total_ns), t.waits, streamLabel(t.stream, t.stream_name)));
+  out.push_back(fmt::format("  by the stream's work before and after each wait ({} pairs):", w.pair_kinds));
+  for (const auto& p : w.pairs)
+    out.push_back(fmt::format("  {:>10}{} {:>7} filled {:>7} waits  {}: {} -> {}",
+                              fmt::format("{:.1f}", double(p.total_ns) / per / 1e3), unit,
+                              filledPct(p.filled_ns, p.total_ns), p.count, streamLabel(p.stream, p.stream_name),
+                              p.before, p.after));
+  return out;
+}
+
 }  // namespace
 
 std::string reportToJson(const RunReport& r) {
@@ -164,6 +200,18 @@ std::string reportToJson(const RunReport& r) {
   j["idle_gaps"] = Json{{"steps", r.idle_gaps.steps},          {"gaps", r.idle_gaps.gaps},
                         {"total_ns", r.idle_gaps.total_ns},    {"pair_kinds", r.idle_gaps.pair_kinds},
                         {"pairs", gap_pairs}};
+  const StreamWaits& sw = r.stream_waits;
+  Json wait_streams = Json::array(), wait_pairs = Json::array();
+  for (const auto& t : sw.streams)
+    wait_streams.push_back(Json{{"stream", t.stream},     {"name", t.stream_name},   {"waits", t.waits},
+                                {"total_ns", t.total_ns}, {"filled_ns", t.filled_ns}});
+  for (const auto& p : sw.pairs)
+    wait_pairs.push_back(Json{{"stream", p.stream},     {"name", p.stream_name},   {"before", p.before},
+                              {"after", p.after},       {"count", p.count},        {"total_ns", p.total_ns},
+                              {"filled_ns", p.filled_ns}});
+  j["stream_waits"] = Json{{"steps", sw.steps},         {"waits", sw.waits},           {"total_ns", sw.total_ns},
+                           {"filled_ns", sw.filled_ns}, {"streams", wait_streams},     {"pair_kinds", sw.pair_kinds},
+                           {"pairs", wait_pairs}};
   Json sranks = Json::array();
   for (const auto& s : r.stragglers.ranks)
     sranks.push_back(Json{{"rank", s.rank}, {"last_count", s.last_count}, {"mean_delay_ns", r3(s.mean_delay_ns)},
@@ -265,6 +313,8 @@ std::string reportToText(const RunReport& r) {
       line(fmt::format("  {:>8} us{} {:>6} gaps  {} -> {}", fmt::format("{:.1f}", double(p.total_ns) / per / 1e3),
                        g.steps > 0 ? "/step" : "", p.count, p.before, p.after));
   }
+  line("");
+  for (const std::string& l : streamWaitLines(r.stream_waits)) line(l);
   line("");
   const auto& s = r.stragglers;
   if (s.collectives_matched == 0) {

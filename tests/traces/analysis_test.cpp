@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "traces/analysis.h"
 #include "traces/analysis_parts.h"
@@ -228,6 +229,66 @@ TEST_CASE("idle gaps: charged to the work before and after, inside the steps", "
   CHECK(gaps({{0, 0, 0, 420}}) == 1);
   CHECK(gaps({{0, 0, 0, 390}}) == 0);
   CHECK(gaps({}) == 1);  // no steps: the whole run
+}
+
+TEST_CASE("stream waits: each stream's gaps, charged to its own work, and what other streams filled",
+          "[analysis]") {
+  // Rank 0: stream 0 waits [100,150) (matmul -> matmul_bwd_data) and
+  // [350,450) (gelu -> adamw); stream 4 waits [120,130) (add -> add); the
+  // all-reduce and the copy are alone on their streams. The rank's GPU work
+  // covers [0,400) and [450,500), so the waits are filled 50, 50 and 10 ns.
+  // Rank 1: stream 0 waits [330,420) (gelu -> adamw), filled by the
+  // all-reduce [290,420).
+  RunReport rep = fixtureReport();
+  const StreamWaits& w = rep.stream_waits;
+  CHECK(w.steps == 2);
+  CHECK(w.waits == 4);
+  CHECK(w.total_ns == 250);
+  CHECK(w.filled_ns == 200);
+  REQUIRE(w.streams.size() == 2);
+  CHECK(w.streams[0].stream == 0);
+  CHECK(w.streams[0].stream_name == "compute");
+  CHECK(w.streams[0].waits == 3);
+  CHECK(w.streams[0].total_ns == 240);
+  CHECK(w.streams[0].filled_ns == 190);
+  CHECK(w.streams[1].stream == 4);
+  CHECK(w.streams[1].stream_name == "side");
+  CHECK(w.streams[1].total_ns == 10);
+  CHECK(w.streams[1].filled_ns == 10);
+  CHECK(w.pair_kinds == 3);
+  REQUIRE(w.pairs.size() == 3);
+  CHECK(w.pairs[0].stream == 0);
+  CHECK(w.pairs[0].before == "gelu");
+  CHECK(w.pairs[0].after == "adamw");
+  CHECK(w.pairs[0].count == 2);
+  CHECK(w.pairs[0].total_ns == 190);
+  CHECK(w.pairs[0].filled_ns == 140);
+  CHECK(w.pairs[1].before == "matmul");
+  CHECK(w.pairs[1].after == "matmul_bwd_data");
+  CHECK(w.pairs[1].filled_ns == 50);
+  CHECK(w.pairs[2].stream == 4);
+  CHECK(w.pairs[2].before == "add");
+  CHECK(w.pairs[2].after == "add");
+
+  const std::string text = reportToText(rep);
+  CHECK(text.find("stream waits within the steps: 4 waits, 0.000 ms, 0.1 us per step, 80.0% filled by other "
+                  "streams' work") != std::string::npos);
+  CHECK(text.find("s0 compute: gelu -> adamw") != std::string::npos);
+  CHECK(text.find("73.7% filled") != std::string::npos);  // 140 of 190
+  const auto json = nlohmann::json::parse(reportToJson(rep));
+  CHECK(json["stream_waits"]["waits"] == 4);
+  CHECK(json["stream_waits"]["filled_ns"] == 200);
+  CHECK(json["stream_waits"]["streams"][0]["name"] == "compute");
+  CHECK(json["stream_waits"]["pairs"][0]["filled_ns"] == 140);
+
+  // Steps cut the window as for the idle gaps: a step of rank 0 ending at
+  // 340 keeps only the first two waits (they start at 100 and 120).
+  RankZero z("waits.sqlite");
+  const StreamWaits cut =
+      detail::streamWaits({z.rank0}, z.cats, z.r.strings(), z.r.planTasks(1), {{0, 0, 0, 340}}, z.r.streams(1), 10);
+  CHECK(cut.waits == 2);
+  CHECK(cut.total_ns == 60);
+  CHECK(cut.filled_ns == 60);
 }
 
 TEST_CASE("stragglers: the rank that enters collectives last", "[analysis]") {
