@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <map>
 #include <queue>
-#include <tuple>
 #include <unordered_map>
 
 #include "traces/analysis_parts.h"
@@ -33,21 +32,42 @@ namespace {
 std::string shortName(const std::string& s) { return s.size() > 40 ? s.substr(0, 37) + "..." : s; }
 
 // Integer labels of activities: 0 .. ops-1 the plan's ops, ops + name id
-// the activity names.
+// the activity names. A plan's task ids are dense from 0, so a rank's ops
+// are looked up in a vector (one per activity: the lookups are the
+// analyses' main cost on a 10M-activity run); ids far beyond the plan's
+// size go through a map.
 class WorkLabels {
  public:
   WorkLabels(const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan) : strings_(strings) {
+    std::unordered_map<int, int64_t> tasks_of_rank;
+    for (const auto& t : plan) ++tasks_of_rank[t.rank];
     for (const auto& t : plan) {
       if (t.op.empty()) continue;
       auto [it, fresh] = op_id_.emplace(t.op, int32_t(ops_.size()));
       if (fresh) ops_.push_back(t.op);
-      op_of_task_.emplace((int64_t(t.rank) << 40) | t.task_id, it->second);
+      if (t.task_id >= 0 && t.task_id < 4 * tasks_of_rank[t.rank] + 1024) {
+        std::vector<int32_t>& dense = dense_[t.rank];
+        if (dense.size() <= size_t(t.task_id)) dense.resize(size_t(t.task_id) + 1, -1);
+        dense[size_t(t.task_id)] = it->second;
+      } else {
+        sparse_.emplace((int64_t(t.rank) << 40) | t.task_id, it->second);
+      }
     }
   }
-  int32_t of(int rank, const Track& t, size_t i) const {
-    if (t.task_id[i] >= 0 && (t.kind[i] == ActivityKind::Kernel || t.kind[i] == ActivityKind::Collective)) {
-      auto it = op_of_task_.find((int64_t(rank) << 40) | t.task_id[i]);
-      if (it != op_of_task_.end()) return it->second;
+  // The rank's dense table (or null), for of() in a loop over its tracks.
+  const std::vector<int32_t>* denseOf(int rank) const {
+    auto it = dense_.find(rank);
+    return it != dense_.end() ? &it->second : nullptr;
+  }
+  int32_t of(int rank, const std::vector<int32_t>* dense, const Track& t, size_t i) const {
+    const int64_t task = t.task_id[i];
+    if (task >= 0 && (t.kind[i] == ActivityKind::Kernel || t.kind[i] == ActivityKind::Collective)) {
+      if (dense != nullptr && task < int64_t(dense->size()) && (*dense)[size_t(task)] >= 0)
+        return (*dense)[size_t(task)];
+      if (!sparse_.empty()) {
+        auto it = sparse_.find((int64_t(rank) << 40) | task);
+        if (it != sparse_.end()) return it->second;
+      }
     }
     return int32_t(ops_.size()) + t.name[i];
   }
@@ -60,7 +80,8 @@ class WorkLabels {
   const std::vector<std::string>& strings_;
   std::vector<std::string> ops_;
   std::unordered_map<std::string, int32_t> op_id_;
-  std::unordered_map<int64_t, int32_t> op_of_task_;  // (rank << 40 | task) -> op label
+  std::unordered_map<int, std::vector<int32_t>> dense_;  // rank -> op label by task id (-1: none)
+  std::unordered_map<int64_t, int32_t> sparse_;          // (rank << 40 | task) -> op label
 };
 
 // A rank's recorded step windows: whether a time falls inside one (always,
@@ -92,6 +113,35 @@ struct Sum {
   int64_t count = 0, total_ns = 0, filled_ns = 0;
 };
 
+// The union of a rank's GPU work as disjoint spans in time order: its
+// tracks (each in start order) merged through a heap of one cursor each,
+// without sorting the rank's activities.
+std::vector<std::pair<int64_t, int64_t>> workSpans(const RankTracks& rank, const CategoryTable& categories) {
+  using Cursor = std::pair<int64_t, size_t>;  // (start, track index)
+  std::priority_queue<Cursor, std::vector<Cursor>, std::greater<Cursor>> heap;
+  std::vector<size_t> next(rank.tracks.size(), 0);
+  auto advance = [&](size_t k) {
+    const Track* t = rank.tracks[k];
+    while (next[k] < t->size() && !isGpuWork(categories, *t, next[k])) ++next[k];
+    if (next[k] < t->size()) heap.emplace(t->start_ns[next[k]], k);
+  };
+  for (size_t k = 0; k < rank.tracks.size(); ++k) advance(k);
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  while (!heap.empty()) {
+    const size_t k = heap.top().second;
+    heap.pop();
+    const Track* t = rank.tracks[k];
+    const size_t i = next[k]++;
+    advance(k);
+    if (t->end_ns[i] <= t->start_ns[i]) continue;
+    if (!spans.empty() && t->start_ns[i] <= spans.back().second)
+      spans.back().second = std::max(spans.back().second, t->end_ns[i]);
+    else
+      spans.emplace_back(t->start_ns[i], t->end_ns[i]);
+  }
+  return spans;
+}
+
 }  // namespace
 
 IdleGaps idleGaps(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
@@ -102,6 +152,7 @@ IdleGaps idleGaps(const std::vector<RankTracks>& ranks, const CategoryTable& cat
   std::map<std::pair<int32_t, int32_t>, Sum> pairs;
   for (const RankTracks& rank : ranks) {
     const StepWindows windows(steps, rank.rank);
+    const std::vector<int32_t>* dense = labels.denseOf(rank.rank);
     out.steps += windows.count();
     // One cursor per track, the earliest start first.
     using Cursor = std::pair<int64_t, size_t>;  // (start, track index)
@@ -122,7 +173,7 @@ IdleGaps idleGaps(const std::vector<RankTracks>& ranks, const CategoryTable& cat
       const Track* t = rank.tracks[k];
       const size_t i = next[k]++;
       advance(k);
-      const int32_t label = labels.of(rank.rank, *t, i);
+      const int32_t label = labels.of(rank.rank, dense, *t, i);
       if (any && t->start_ns[i] > last_end && windows.contains(last_end)) {
         Sum& s = pairs[{last_label, label}];
         ++s.count;
@@ -154,39 +205,58 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
   std::map<int, std::string> stream_names;
   for (const StreamRow& s : streams) stream_names.emplace(s.stream, s.name);
   StreamWaits out;
-  std::map<std::tuple<int, int32_t, int32_t>, Sum> pairs;
+  // (stream, before, after) packed into one key: a wait follows nearly
+  // every kernel of a busy stream, so this map is hit once per activity.
+  auto key = [](int stream, int32_t before, int32_t after) {
+    return (uint64_t(uint16_t(stream)) << 48) | (uint64_t(uint32_t(before) & 0xFFFFFF) << 24) |
+           (uint64_t(uint32_t(after) & 0xFFFFFF));
+  };
+  std::unordered_map<uint64_t, Sum> pairs;
   std::map<int, Sum> per_stream;
   for (const RankTracks& rank : ranks) {
     const StepWindows windows(steps, rank.rank);
+    const std::vector<int32_t>* dense = labels.denseOf(rank.rank);
     out.steps += windows.count();
-    std::vector<std::pair<int64_t, int64_t>> work;
-    for (const Track* t : rank.tracks)
-      for (size_t i = 0; i < t->size(); ++i)
-        if (isGpuWork(categories, *t, i)) work.emplace_back(t->start_ns[i], t->end_ns[i]);
     // A stream has no work inside its own wait, so the rank's union there
     // is the other streams' work.
-    const IntervalSet busy = IntervalSet::fromUnsorted(std::move(work));
+    const std::vector<std::pair<int64_t, int64_t>> spans = workSpans(rank, categories);
     for (const Track* t : rank.tracks) {
+      Sum stream_sum;
+      uint64_t last_key = ~uint64_t(0);
+      Sum* last_sum = nullptr;  // stays valid: the map's elements never move
+      size_t cursor = 0;  // the first busy span that ends after the current wait starts
       bool any = false;
       int64_t last_end = 0;
       int32_t last_label = 0;
       for (size_t i = 0; i < t->size(); ++i) {
         if (!isGpuWork(categories, *t, i)) continue;
-        const int32_t label = labels.of(rank.rank, *t, i);
+        const int32_t label = labels.of(rank.rank, dense, *t, i);
         if (any && t->start_ns[i] > last_end && windows.contains(last_end)) {
-          const int64_t wait = t->start_ns[i] - last_end, filled = busy.lengthIn(last_end, t->start_ns[i]);
-          for (Sum* s : {&pairs[{t->stream, last_label, label}], &per_stream[t->stream]}) {
+          const int64_t from = last_end, to = t->start_ns[i];
+          // The waits of a track come in time order: the cursor only advances.
+          while (cursor < spans.size() && spans[cursor].second <= from) ++cursor;
+          int64_t filled = 0;
+          for (size_t c = cursor; c < spans.size() && spans[c].first < to; ++c)
+            filled += std::min(to, spans[c].second) - std::max(from, spans[c].first);
+          const uint64_t k = key(t->stream, last_label, label);
+          if (k != last_key) last_key = k, last_sum = &pairs[k];
+          for (Sum* s : {last_sum, &stream_sum}) {
             ++s->count;
-            s->total_ns += wait;
+            s->total_ns += to - from;
             s->filled_ns += filled;
           }
-          ++out.waits;
-          out.total_ns += wait;
-          out.filled_ns += filled;
         }
         if (!any || t->end_ns[i] > last_end) last_end = t->end_ns[i], last_label = label;
         any = true;
       }
+      if (stream_sum.count == 0) continue;
+      Sum& s = per_stream[t->stream];
+      s.count += stream_sum.count;
+      s.total_ns += stream_sum.total_ns;
+      s.filled_ns += stream_sum.filled_ns;
+      out.waits += stream_sum.count;
+      out.total_ns += stream_sum.total_ns;
+      out.filled_ns += stream_sum.filled_ns;
     }
   }
   auto nameOf = [&](int stream) {
@@ -198,8 +268,9 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
   std::sort(out.streams.begin(), out.streams.end(), [](const StreamWaitTotal& a, const StreamWaitTotal& b) {
     return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.stream < b.stream;
   });
-  for (const auto& [key, s] : pairs) {
-    const auto& [stream, before, after] = key;
+  for (const auto& [k, s] : pairs) {
+    const int stream = int(int16_t(k >> 48));
+    const int32_t before = int32_t((k >> 24) & 0xFFFFFF), after = int32_t(k & 0xFFFFFF);
     out.pairs.push_back({stream, nameOf(stream), labels.text(before), labels.text(after), s.count, s.total_ns,
                          s.filled_ns});
   }

@@ -52,8 +52,9 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
   std::vector<PlanTaskRow> plan = reader.planTasks(run);
   std::vector<CollectiveRow> collectives = reader.collectives(run);
 
-  // The kernel table and the critical path are independent of the per-rank
-  // unions: they run on their own threads while this one builds the unions.
+  // The kernel table, the critical path and the stream waits are
+  // independent of the per-rank unions: they run on their own threads while
+  // this one builds the unions.
   auto kernels = std::async(std::launch::async, [&] {
     RunReport part;
     detail::kernelStatistics(ranks, categories, strings, plan, options, part);
@@ -61,6 +62,10 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
   });
   auto path = std::async(std::launch::async, [&] {
     return detail::criticalPath(ranks, categories, strings, plan, recorded_steps, options.critical_path_tasks);
+  });
+  const std::vector<StreamRow> streams = reader.streams(run);
+  auto waits = std::async(std::launch::async, [&] {
+    return detail::streamWaits(ranks, categories, strings, plan, recorded_steps, streams, options.stream_wait_pairs);
   });
 
   std::map<int, RankSets> sets;
@@ -113,8 +118,7 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
   report.step_time.max_over_ranks_ns = distributionOf(std::move(maxima));
 
   report.idle_gaps = detail::idleGaps(ranks, categories, strings, plan, recorded_steps, options.idle_gap_pairs);
-  report.stream_waits = detail::streamWaits(ranks, categories, strings, plan, recorded_steps, reader.streams(run),
-                                            options.stream_wait_pairs);
+  report.stream_waits = waits.get();
   report.stragglers = detail::stragglers(ranks, categories, collectives);
   RunReport part = kernels.get();
   report.by_op = std::move(part.by_op);
