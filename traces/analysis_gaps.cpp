@@ -111,28 +111,52 @@ bool isGpuWork(const CategoryTable& categories, const Track& t, size_t i) {
 
 struct Sum {
   int64_t count = 0, total_ns = 0, filled_ns = 0;
+  void add(const Sum& o) {
+    count += o.count;
+    total_ns += o.total_ns;
+    filled_ns += o.filled_ns;
+  }
 };
 
-// The union of a rank's GPU work as disjoint spans in time order: its
-// tracks (each in start order) merged through a heap of one cursor each,
-// without sorting the rank's activities.
-std::vector<std::pair<int64_t, int64_t>> workSpans(const RankTracks& rank, const CategoryTable& categories) {
-  using Cursor = std::pair<int64_t, size_t>;  // (start, track index)
-  std::priority_queue<Cursor, std::vector<Cursor>, std::greater<Cursor>> heap;
-  std::vector<size_t> next(rank.tracks.size(), 0);
-  auto advance = [&](size_t k) {
-    const Track* t = rank.tracks[k];
-    while (next[k] < t->size() && !isGpuWork(categories, *t, next[k])) ++next[k];
-    if (next[k] < t->size()) heap.emplace(t->start_ns[next[k]], k);
-  };
-  for (size_t k = 0; k < rank.tracks.size(); ++k) advance(k);
-  std::vector<std::pair<int64_t, int64_t>> spans;
-  while (!heap.empty()) {
-    const size_t k = heap.top().second;
-    heap.pop();
-    const Track* t = rank.tracks[k];
-    const size_t i = next[k]++;
+// A rank's GPU work in start order across its tracks: each track is already
+// in start order, so they are merged through a heap of one cursor each.
+class WorkInStartOrder {
+ public:
+  WorkInStartOrder(const RankTracks& rank, const CategoryTable& categories)
+      : rank_(rank), categories_(categories), next_(rank.tracks.size(), 0) {
+    for (size_t k = 0; k < rank.tracks.size(); ++k) advance(k);
+  }
+  // The next piece of work (track, index); false when there is none.
+  bool next(const Track*& track, size_t& index) {
+    if (heap_.empty()) return false;
+    const size_t k = heap_.top().second;
+    heap_.pop();
+    track = rank_.tracks[k];
+    index = next_[k]++;
     advance(k);
+    return true;
+  }
+
+ private:
+  void advance(size_t k) {  // to the track's next piece of GPU work
+    const Track* t = rank_.tracks[k];
+    while (next_[k] < t->size() && !isGpuWork(categories_, *t, next_[k])) ++next_[k];
+    if (next_[k] < t->size()) heap_.emplace(t->start_ns[next_[k]], k);
+  }
+  using Cursor = std::pair<int64_t, size_t>;  // (start, track index)
+  const RankTracks& rank_;
+  const CategoryTable& categories_;
+  std::vector<size_t> next_;
+  std::priority_queue<Cursor, std::vector<Cursor>, std::greater<Cursor>> heap_;
+};
+
+// The union of a rank's GPU work as disjoint spans in time order.
+std::vector<std::pair<int64_t, int64_t>> workSpans(const RankTracks& rank, const CategoryTable& categories) {
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  WorkInStartOrder work(rank, categories);
+  const Track* t = nullptr;
+  size_t i = 0;
+  while (work.next(t, i)) {
     if (t->end_ns[i] <= t->start_ns[i]) continue;
     if (!spans.empty() && t->start_ns[i] <= spans.back().second)
       spans.back().second = std::max(spans.back().second, t->end_ns[i]);
@@ -154,25 +178,13 @@ IdleGaps idleGaps(const std::vector<RankTracks>& ranks, const CategoryTable& cat
     const StepWindows windows(steps, rank.rank);
     const std::vector<int32_t>* dense = labels.denseOf(rank.rank);
     out.steps += windows.count();
-    // One cursor per track, the earliest start first.
-    using Cursor = std::pair<int64_t, size_t>;  // (start, track index)
-    std::priority_queue<Cursor, std::vector<Cursor>, std::greater<Cursor>> heap;
-    std::vector<size_t> next(rank.tracks.size(), 0);
-    auto advance = [&](size_t k) {  // to the track's next piece of GPU work
-      const Track* t = rank.tracks[k];
-      while (next[k] < t->size() && !isGpuWork(categories, *t, next[k])) ++next[k];
-      if (next[k] < t->size()) heap.emplace(t->start_ns[next[k]], k);
-    };
-    for (size_t k = 0; k < rank.tracks.size(); ++k) advance(k);
+    WorkInStartOrder work(rank, categories);
     bool any = false;
     int64_t last_end = 0;
     int32_t last_label = 0;
-    while (!heap.empty()) {
-      const size_t k = heap.top().second;
-      heap.pop();
-      const Track* t = rank.tracks[k];
-      const size_t i = next[k]++;
-      advance(k);
+    const Track* t = nullptr;
+    size_t i = 0;
+    while (work.next(t, i)) {
       const int32_t label = labels.of(rank.rank, dense, *t, i);
       if (any && t->start_ns[i] > last_end && windows.contains(last_end)) {
         Sum& s = pairs[{last_label, label}];
@@ -250,10 +262,7 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
         any = true;
       }
       if (stream_sum.count == 0) continue;
-      Sum& s = per_stream[t->stream];
-      s.count += stream_sum.count;
-      s.total_ns += stream_sum.total_ns;
-      s.filled_ns += stream_sum.filled_ns;
+      per_stream[t->stream].add(stream_sum);
       out.waits += stream_sum.count;
       out.total_ns += stream_sum.total_ns;
       out.filled_ns += stream_sum.filled_ns;
