@@ -79,6 +79,12 @@ RunSide sideOf(TraceReader& reader, int64_t run, int64_t tasks) {
   s.run = rep.run;
   s.step_ns = double(rep.step_time.duration_ns.p50);
   s.tasks = tasks;
+  // Windows as the analysis counted them: recorded (rank, step) pairs, else
+  // one per rank.
+  const double windows =
+      std::max<double>(1.0, double(rep.stream_waits.steps > 0 ? rep.stream_waits.steps : int64_t(rep.ranks.size())));
+  for (const StreamWaitTotal& w : rep.stream_waits.streams)
+    s.stream_waits[w.stream] = {w.stream_name, double(w.total_ns) / windows, double(w.filled_ns) / windows};
   if (rep.steps.empty()) {
     s.overlap_pct = rep.total.overlap_pct;
     const double rank_steps = std::max<double>(1.0, double(rep.step_time.duration_ns.count));
@@ -119,6 +125,22 @@ RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t
   c.a = sideOf(a, a_run, int64_t(ta.size()));
   c.b = sideOf(b, b_run, int64_t(tb.size()));
   c.step_error_pct = c.a.step_ns > 0 ? 100.0 * (c.b.step_ns - c.a.step_ns) / c.a.step_ns : 0.0;
+  std::map<int, StreamWaitDelta> waits;
+  for (const auto& [stream, w] : c.a.stream_waits) {
+    StreamWaitDelta& d = waits[stream];
+    d.stream = stream;
+    d.name = w.name;
+    d.a_ns = w.total_ns;
+    d.a_filled_ns = w.filled_ns;
+  }
+  for (const auto& [stream, w] : c.b.stream_waits) {
+    StreamWaitDelta& d = waits[stream];
+    d.stream = stream;
+    if (d.name.empty()) d.name = w.name;
+    d.b_ns = w.total_ns;
+    d.b_filled_ns = w.filled_ns;
+  }
+  for (auto& [stream, d] : waits) c.stream_waits.push_back(std::move(d));
 
   std::vector<TaskDelta> deltas;
   std::map<std::string, std::vector<double>> errors_by_op;
@@ -174,6 +196,16 @@ std::string comparisonToText(const RunComparison& c) {
                    ms(c.b.exposed_comm_ns), ms(c.b.exposed_comm_ns - c.a.exposed_comm_ns));
   s += fmt::format("{:<24} {:>12.1f} {:>12.1f} {:>+9.1f}pp\n\n", "comm/compute overlap %", c.a.overlap_pct,
                    c.b.overlap_pct, c.b.overlap_pct - c.a.overlap_pct);
+  if (!c.stream_waits.empty()) {
+    s += "stream waits per rank and step (us; filled: while other streams ran GPU work)\n";
+    s += fmt::format("{:<24} {:>12} {:>12} {:>10} {:>9} {:>9}\n", "stream", "A", "B", "B - A", "A filled", "B filled");
+    auto pct = [](double part, double whole) { return whole > 0 ? fmt::format("{:.1f}%", 100.0 * part / whole) : "-"; };
+    for (const StreamWaitDelta& d : c.stream_waits)
+      s += fmt::format("{:<24} {:>12.1f} {:>12.1f} {:>+10.1f} {:>9} {:>9}\n",
+                       fmt::format("s{} {}", d.stream, d.name), d.a_ns / 1e3, d.b_ns / 1e3, (d.b_ns - d.a_ns) / 1e3,
+                       pct(d.a_filled_ns, d.a_ns), pct(d.b_filled_ns, d.b_ns));
+    s += "\n";
+  }
   s += "task time error by op (|B - A| / A, per task)\n";
   s += fmt::format("{:<20} {:>6} {:>11} {:>11} {:>9} {:>9} {:>9}\n", "op", "tasks", "A ms", "B ms", "median%",
                    "p90%", "max%");
@@ -214,6 +246,11 @@ std::string comparisonToJson(const RunComparison& c) {
                    {"p90_abs_pct", e.p90_abs_pct},
                    {"max_abs_pct", e.max_abs_pct}});
   j["by_op"] = ops;
+  json waits = json::array();
+  for (const StreamWaitDelta& d : c.stream_waits)
+    waits.push_back({{"stream", d.stream}, {"name", d.name}, {"a_ns", d.a_ns}, {"b_ns", d.b_ns},
+                     {"a_filled_ns", d.a_filled_ns}, {"b_filled_ns", d.b_filled_ns}});
+  j["stream_waits"] = waits;
   json top = json::array();
   for (const TaskDelta& d : c.top_tasks)
     top.push_back({{"rank", d.rank}, {"task_id", d.task_id}, {"name", d.name}, {"op", d.op}, {"a_ns", d.a_ns},

@@ -41,6 +41,24 @@ struct RunSide {
   double exposed_comm_ns = 0;  // per (rank, step), median
   double compute_ns = 0;       // per (rank, step), median
   int64_t tasks = 0;
+  // Each stream's waits between its own activities, per (rank, step):
+  // stream -> (name, total ns, ns filled by other streams' work).
+  struct Waits {
+    std::string name;
+    double total_ns = 0, filled_ns = 0;
+  };
+  std::map<int, Waits> stream_waits;
+};
+
+// One stream's waits per (rank, step) in both runs (docs/trace-schema.md,
+// stream waits): where one run's stream waits for another stream's work and
+// the other's does not, the two schedules differ even when the step times
+// agree.
+struct StreamWaitDelta {
+  int stream = 0;
+  std::string name;
+  double a_ns = 0, b_ns = 0;
+  double a_filled_ns = 0, b_filled_ns = 0;
 };
 
 struct RunComparison {
@@ -48,6 +66,7 @@ struct RunComparison {
   double step_error_pct = 0;  // (b - a) / a
   int64_t matched = 0, only_a = 0, only_b = 0;
   std::vector<OpError> by_op;        // sorted by op name
+  std::vector<StreamWaitDelta> stream_waits;  // by stream number
   std::vector<TaskDelta> top_tasks;  // largest |b - a| first
 };
 

@@ -94,8 +94,26 @@ TEST_CASE("compareRuns matches tasks and reports per-op errors", "[compare]") {
   CHECK(c.b.overlap_pct == Approx(100.0));
   CHECK(c.a.exposed_comm_ns == Approx(0.0));
 
+  // Stream waits per (rank, step). A's compute stream waits [200,300) and
+  // [1200,1300) (matmul -> layernorm) and from step 0's layernorm (ends 350)
+  // to step 1's first matmul (1000): 850 ns over 2 steps, nothing of it
+  // under other streams' work. A's comm stream waits from 190 to 1110,
+  // filled by [190,200), [300,350) and [1000,1110): 920 and 170 ns over 2
+  // steps. B's streams never wait.
+  REQUIRE(c.stream_waits.size() == 2);
+  CHECK(c.stream_waits[0].stream == 0);
+  CHECK(c.stream_waits[0].name == "compute");
+  CHECK(c.stream_waits[0].a_ns == Approx(425));
+  CHECK(c.stream_waits[0].a_filled_ns == Approx(0));
+  CHECK(c.stream_waits[0].b_ns == Approx(0));
+  CHECK(c.stream_waits[1].name == "comm");
+  CHECK(c.stream_waits[1].a_ns == Approx(460));
+  CHECK(c.stream_waits[1].a_filled_ns == Approx(85));
+
   const auto j = nlohmann::json::parse(comparisonToJson(c));
   CHECK(j["step_error_pct"].get<double>() == Approx(-20.0));
+  CHECK(j["stream_waits"][1]["a_filled_ns"].get<double>() == Approx(85));
+  CHECK(comparisonToText(c).find("s1 comm") != std::string::npos);
   CHECK(j["by_op"].size() == 3);
   CHECK(comparisonToText(c).find("matmul") != std::string::npos);
 }
