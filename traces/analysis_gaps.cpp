@@ -217,13 +217,10 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
   std::map<int, std::string> stream_names;
   for (const StreamRow& s : streams) stream_names.emplace(s.stream, s.name);
   StreamWaits out;
-  // (stream, before, after) packed into one key: a wait follows nearly
+  // Per stream, (before, after) packed into one key: a wait follows nearly
   // every kernel of a busy stream, so this map is hit once per activity.
-  auto key = [](int stream, int32_t before, int32_t after) {
-    return (uint64_t(uint16_t(stream)) << 48) | (uint64_t(uint32_t(before) & 0xFFFFFF) << 24) |
-           (uint64_t(uint32_t(after) & 0xFFFFFF));
-  };
-  std::unordered_map<uint64_t, Sum> pairs;
+  auto key = [](int32_t before, int32_t after) { return (uint64_t(uint32_t(before)) << 32) | uint32_t(after); };
+  std::map<int, std::unordered_map<uint64_t, Sum>> pairs;  // stream -> pair -> sums
   std::map<int, Sum> per_stream;
   for (const RankTracks& rank : ranks) {
     const StepWindows windows(steps, rank.rank);
@@ -234,6 +231,7 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
     const std::vector<std::pair<int64_t, int64_t>> spans = workSpans(rank, categories);
     for (const Track* t : rank.tracks) {
       Sum stream_sum;
+      std::unordered_map<uint64_t, Sum>& stream_pairs = pairs[t->stream];
       uint64_t last_key = ~uint64_t(0);
       Sum* last_sum = nullptr;  // stays valid: the map's elements never move
       size_t cursor = 0;  // the first busy span that ends after the current wait starts
@@ -250,8 +248,8 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
           int64_t filled = 0;
           for (size_t c = cursor; c < spans.size() && spans[c].first < to; ++c)
             filled += std::min(to, spans[c].second) - std::max(from, spans[c].first);
-          const uint64_t k = key(t->stream, last_label, label);
-          if (k != last_key) last_key = k, last_sum = &pairs[k];
+          const uint64_t k = key(last_label, label);
+          if (k != last_key) last_key = k, last_sum = &stream_pairs[k];
           for (Sum* s : {last_sum, &stream_sum}) {
             ++s->count;
             s->total_ns += to - from;
@@ -277,12 +275,12 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
   std::sort(out.streams.begin(), out.streams.end(), [](const StreamWaitTotal& a, const StreamWaitTotal& b) {
     return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.stream < b.stream;
   });
-  for (const auto& [k, s] : pairs) {
-    const int stream = int(int16_t(k >> 48));
-    const int32_t before = int32_t((k >> 24) & 0xFFFFFF), after = int32_t(k & 0xFFFFFF);
-    out.pairs.push_back({stream, nameOf(stream), labels.text(before), labels.text(after), s.count, s.total_ns,
-                         s.filled_ns});
-  }
+  for (const auto& [stream, stream_pairs] : pairs)
+    for (const auto& [k, s] : stream_pairs) {
+      const int32_t before = int32_t(k >> 32), after = int32_t(k & 0xFFFFFFFFu);
+      out.pairs.push_back({stream, nameOf(stream), labels.text(before), labels.text(after), s.count, s.total_ns,
+                           s.filled_ns});
+    }
   std::sort(out.pairs.begin(), out.pairs.end(), [](const StreamWaitPair& a, const StreamWaitPair& b) {
     if (a.total_ns != b.total_ns) return a.total_ns > b.total_ns;
     if (a.stream != b.stream) return a.stream < b.stream;
