@@ -14,6 +14,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -205,8 +206,11 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
              m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));
   {
     const cuda::CudaExecutor::GraphMemsets gm = ex[0]->graphMemsets();
-    fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{},\"merged_into\":{}}},\"attention_mma\":\"{}\"}}\n",
-               gm.memsets, gm.hoisted, gm.merged_into, cuda::attentionMmaPath());
+    const char* cache = std::getenv("TANDEM_CACHE_CONFIG");
+    fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{},\"merged_into\":{}}},\"attention_mma\":\"{}\","
+               "\"cache_config\":\"{}\"}}\n",
+               gm.memsets, gm.hoisted, gm.merged_into, cuda::attentionMmaPath(),
+               cache != nullptr && *cache != 0 ? cache : "default");
   }
   std::fflush(stdout);
   ex.clear();

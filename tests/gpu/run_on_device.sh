@@ -4,6 +4,7 @@
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
 # Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill bench
 #         benchonly bench2 scaling geluforward geluclocks energy fusebias residual
+#         cacheconfig
 set -u
 DIST=$(cd "$1" && pwd); OUT=$2; shift 2
 export LD_LIBRARY_PATH=$DIST/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -113,6 +114,19 @@ for s in "$@"; do
       # bursts: does the epilogues' memory traffic hold the clock down?
       stage gelu_clocks_50 $B/bench_gelu_gemm --rounds 7 --reps 50
       stage gelu_clocks_500 $B/bench_gelu_gemm --rounds 5 --reps 500 ;;
+    cacheconfig)
+      # The device's L1 / shared-memory preference (TANDEM_CACHE_CONFIG):
+      # step time alternating three times with the default, then a profile
+      # of each for the gaps before cuBLASLt's kernels (`tandem report`'s
+      # idle gaps and stream waits).
+      for i in 1 2 3; do
+        for c in default shared; do TANDEM_CACHE_CONFIG=$c stage cache_${c}_$i $B/bench_gpt2_h200 --steps 40; done
+      done
+      for c in default shared; do
+        TANDEM_CACHE_CONFIG=$c stage cache_profile_$c $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 \
+          --steps 12 --profile --out $OUT/cache_$c.sqlite
+        stage cache_report_$c $B/tandem report $OUT/cache_$c.sqlite
+      done ;;
     energy)
       # Where a step's energy goes, by kind of work, and the whole step's
       # (bench_energy_by_op: at the power cap a step's time is its energy
