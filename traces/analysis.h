@@ -173,6 +173,11 @@ struct StreamWaitTotal {
   int64_t waits = 0;
   int64_t total_ns = 0;
   int64_t filled_ns = 0;
+  // Medians over the (rank, step) windows of the ranks that have the stream
+  // (one window per rank without recorded steps): a real run's first step
+  // (graph capture, NCCL set-up) does not weigh on them as on the sums.
+  int64_t p50_step_ns = 0;
+  int64_t p50_step_filled_ns = 0;
 };
 
 struct StreamWaits {

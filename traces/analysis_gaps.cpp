@@ -94,10 +94,14 @@ class StepWindows {
     std::sort(windows_.begin(), windows_.end());
   }
   int64_t count() const { return static_cast<int64_t>(windows_.size()); }
-  bool contains(int64_t t) const {
-    if (windows_.empty()) return true;
+  bool contains(int64_t t) const { return indexOf(t) >= 0; }
+  // The window (in start order) holding t: 0 when the rank recorded none,
+  // -1 when t is outside every window.
+  int64_t indexOf(int64_t t) const {
+    if (windows_.empty()) return 0;
     auto it = std::upper_bound(windows_.begin(), windows_.end(), std::make_pair(t, INT64_MAX));
-    return it != windows_.begin() && t < std::prev(it)->second;
+    if (it == windows_.begin() || t >= std::prev(it)->second) return -1;
+    return std::prev(it) - windows_.begin();
   }
 
  private:
@@ -222,15 +226,20 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
   auto key = [](int32_t before, int32_t after) { return (uint64_t(uint32_t(before)) << 32) | uint32_t(after); };
   std::map<int, std::unordered_map<uint64_t, Sum>> pairs;  // stream -> pair -> sums
   std::map<int, Sum> per_stream;
+  // Per stream, its waits in each (rank, step) window of the ranks that have
+  // it (zero where it did not wait), for the medians over steps.
+  std::map<int, std::vector<int64_t>> window_total, window_filled;
   for (const RankTracks& rank : ranks) {
     const StepWindows windows(steps, rank.rank);
     const std::vector<int32_t>* dense = labels.denseOf(rank.rank);
     out.steps += windows.count();
+    const size_t window_count = size_t(std::max<int64_t>(1, windows.count()));
     // A stream has no work inside its own wait, so the rank's union there
     // is the other streams' work.
     const std::vector<std::pair<int64_t, int64_t>> spans = workSpans(rank, categories);
     for (const Track* t : rank.tracks) {
       Sum stream_sum;
+      std::vector<int64_t> in_window(window_count, 0), filled_in_window(window_count, 0);
       std::unordered_map<uint64_t, Sum>& stream_pairs = pairs[t->stream];
       uint64_t last_key = ~uint64_t(0);
       Sum* last_sum = nullptr;  // stays valid: the map's elements never move
@@ -241,7 +250,8 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
       for (size_t i = 0; i < t->size(); ++i) {
         if (!isGpuWork(categories, *t, i)) continue;
         const int32_t label = labels.of(rank.rank, dense, *t, i);
-        if (any && t->start_ns[i] > last_end && windows.contains(last_end)) {
+        const int64_t window = any && t->start_ns[i] > last_end ? windows.indexOf(last_end) : -1;
+        if (window >= 0) {
           const int64_t from = last_end, to = t->start_ns[i];
           // The waits of a track come in time order: the cursor only advances.
           while (cursor < spans.size() && spans[cursor].second <= from) ++cursor;
@@ -255,10 +265,16 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
             s->total_ns += to - from;
             s->filled_ns += filled;
           }
+          in_window[size_t(window)] += to - from;
+          filled_in_window[size_t(window)] += filled;
         }
         if (!any || t->end_ns[i] > last_end) last_end = t->end_ns[i], last_label = label;
         any = true;
       }
+      auto& totals = window_total[t->stream];
+      totals.insert(totals.end(), in_window.begin(), in_window.end());
+      auto& filled = window_filled[t->stream];
+      filled.insert(filled.end(), filled_in_window.begin(), filled_in_window.end());
       if (stream_sum.count == 0) continue;
       per_stream[t->stream].add(stream_sum);
       out.waits += stream_sum.count;
@@ -271,7 +287,8 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
     return it != stream_names.end() ? it->second : std::string();
   };
   for (const auto& [stream, s] : per_stream)
-    out.streams.push_back({stream, nameOf(stream), s.count, s.total_ns, s.filled_ns});
+    out.streams.push_back({stream, nameOf(stream), s.count, s.total_ns, s.filled_ns,
+                           distributionOf(window_total[stream]).p50, distributionOf(window_filled[stream]).p50});
   std::sort(out.streams.begin(), out.streams.end(), [](const StreamWaitTotal& a, const StreamWaitTotal& b) {
     return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.stream < b.stream;
   });

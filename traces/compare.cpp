@@ -79,12 +79,8 @@ RunSide sideOf(TraceReader& reader, int64_t run, int64_t tasks) {
   s.run = rep.run;
   s.step_ns = double(rep.step_time.duration_ns.p50);
   s.tasks = tasks;
-  // Windows as the analysis counted them: recorded (rank, step) pairs, else
-  // one per rank.
-  const double windows =
-      std::max<double>(1.0, double(rep.stream_waits.steps > 0 ? rep.stream_waits.steps : int64_t(rep.ranks.size())));
   for (const StreamWaitTotal& w : rep.stream_waits.streams)
-    s.stream_waits[w.stream] = {w.stream_name, double(w.total_ns) / windows, double(w.filled_ns) / windows};
+    s.stream_waits[w.stream] = {w.stream_name, double(w.p50_step_ns), double(w.p50_step_filled_ns)};
   if (rep.steps.empty()) {
     s.overlap_pct = rep.total.overlap_pct;
     const double rank_steps = std::max<double>(1.0, double(rep.step_time.duration_ns.count));
@@ -197,7 +193,7 @@ std::string comparisonToText(const RunComparison& c) {
   s += fmt::format("{:<24} {:>12.1f} {:>12.1f} {:>+9.1f}pp\n\n", "comm/compute overlap %", c.a.overlap_pct,
                    c.b.overlap_pct, c.b.overlap_pct - c.a.overlap_pct);
   if (!c.stream_waits.empty()) {
-    s += "stream waits per rank and step (us; filled: while other streams ran GPU work)\n";
+    s += "stream waits per rank and step, median (us; filled: while other streams ran GPU work)\n";
     s += fmt::format("{:<24} {:>12} {:>12} {:>10} {:>9} {:>9}\n", "stream", "A", "B", "B - A", "A filled", "B filled");
     auto pct = [](double part, double whole) { return whole > 0 ? fmt::format("{:.1f}%", 100.0 * part / whole) : "-"; };
     for (const StreamWaitDelta& d : c.stream_waits)

@@ -41,8 +41,8 @@ struct RunSide {
   double exposed_comm_ns = 0;  // per (rank, step), median
   double compute_ns = 0;       // per (rank, step), median
   int64_t tasks = 0;
-  // Each stream's waits between its own activities, per (rank, step):
-  // stream -> (name, total ns, ns filled by other streams' work).
+  // Each stream's waits between its own activities, per (rank, step),
+  // median over those: stream -> (name, ns, ns filled by other streams' work).
   struct Waits {
     std::string name;
     double total_ns = 0, filled_ns = 0;

@@ -203,8 +203,13 @@ std::string reportToJson(const RunReport& r) {
   const StreamWaits& sw = r.stream_waits;
   Json wait_streams = Json::array(), wait_pairs = Json::array();
   for (const auto& t : sw.streams)
-    wait_streams.push_back(Json{{"stream", t.stream},     {"name", t.stream_name},   {"waits", t.waits},
-                                {"total_ns", t.total_ns}, {"filled_ns", t.filled_ns}});
+    wait_streams.push_back(Json{{"stream", t.stream},
+                                {"name", t.stream_name},
+                                {"waits", t.waits},
+                                {"total_ns", t.total_ns},
+                                {"filled_ns", t.filled_ns},
+                                {"p50_step_ns", t.p50_step_ns},
+                                {"p50_step_filled_ns", t.p50_step_filled_ns}});
   for (const auto& p : sw.pairs)
     wait_pairs.push_back(Json{{"stream", p.stream},     {"name", p.stream_name},   {"before", p.before},
                               {"after", p.after},       {"count", p.count},        {"total_ns", p.total_ns},

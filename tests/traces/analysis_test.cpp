@@ -255,6 +255,11 @@ TEST_CASE("stream waits: each stream's gaps, charged to its own work, and what o
   CHECK(w.streams[1].stream_name == "side");
   CHECK(w.streams[1].total_ns == 10);
   CHECK(w.streams[1].filled_ns == 10);
+  // Medians over (rank, step): stream 0 waited 150 ns (100 filled) in rank
+  // 0's step and 90 (all filled) in rank 1's; nearest rank takes the lower.
+  CHECK(w.streams[0].p50_step_ns == 90);
+  CHECK(w.streams[0].p50_step_filled_ns == 90);
+  CHECK(w.streams[1].p50_step_ns == 10);
   CHECK(w.pair_kinds == 3);
   REQUIRE(w.pairs.size() == 3);
   CHECK(w.pairs[0].stream == 0);
