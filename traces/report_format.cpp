@@ -122,10 +122,13 @@ std::vector<std::string> streamWaitLines(const StreamWaits& w) {
                             fmt::format("{:.3f}", double(w.total_ns) / 1e6),
                             w.steps > 0 ? fmt::format(", {:.1f} us per step", double(w.total_ns) / per / 1e3) : "",
                             filledPct(w.filled_ns, w.total_ns)));
+  // The median step beside the mean: a real run's first step (graph
+  // capture, NCCL set-up) can dominate the mean.
   for (const auto& t : w.streams)
-    out.push_back(fmt::format("  {:>10}{} {:>7} filled {:>7} waits  {}",
+    out.push_back(fmt::format("  {:>10}{} {:>7} filled {:>7} waits  (median step {:.1f} us)  {}",
                               fmt::format("{:.1f}", double(t.total_ns) / per / 1e3), unit,
-                              filledPct(t.filled_ns, t.total_ns), t.waits, streamLabel(t.stream, t.stream_name)));
+                              filledPct(t.filled_ns, t.total_ns), t.waits, double(t.p50_step_ns) / 1e3,
+                              streamLabel(t.stream, t.stream_name)));
   out.push_back(fmt::format("  by the stream's work before and after each wait ({} pairs):", w.pair_kinds));
   for (const auto& p : w.pairs)
     out.push_back(fmt::format("  {:>10}{} {:>7} filled {:>7} waits  {}: {} -> {}",

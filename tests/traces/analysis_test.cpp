@@ -279,6 +279,7 @@ TEST_CASE("stream waits: each stream's gaps, charged to its own work, and what o
   CHECK(text.find("stream waits within the steps: 4 waits, 0.000 ms, 0.1 us per step, 80.0% filled by other "
                   "streams' work") != std::string::npos);
   CHECK(text.find("s0 compute: gelu -> adamw") != std::string::npos);
+  CHECK(text.find("(median step 0.1 us)  s0 compute") != std::string::npos);  // 90 ns
   CHECK(text.find("73.7% filled") != std::string::npos);  // 140 of 190
   const auto json = nlohmann::json::parse(reportToJson(rep));
   CHECK(json["stream_waits"]["waits"] == 4);
