@@ -33,9 +33,10 @@ double peakBf16Flops(const std::string& device_name);
 // choice; a bad value throws). An experiment lever, not measured yet: the
 // CUDA documentation says a launch whose preference differs from the last
 // one may insert a device-side synchronization point, and cuBLASLt's GEMMs
-// (most shared memory) start 4-7 us after our kernels (little) end in a
-// GPT-2 step (docs/benchmarks.md, twentieth session). Returns the setting
-// applied.
+// start 4-7 us after our kernels end in a GPT-2 step (docs/benchmarks.md,
+// twentieth session). The suspicion that their shared-memory needs differ
+// enough from ours to reconfigure the SMs is not checked. Returns the
+// setting applied.
 std::string applyCacheConfigFromEnv();
 
 }  // namespace tandem::cuda
