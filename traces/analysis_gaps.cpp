@@ -4,9 +4,9 @@
 // communication, copies; not host calls or synchronization), each charged
 // to the pair of activities around it: the one that ended last before the
 // gap and the one that starts it.
-// Stream waits: the gaps between one stream's own pieces of GPU work,
-// charged to the work around them on that stream, and how much of each the
-// rank's other streams filled.
+// Stream waits: the gaps between one stream's own pieces of GPU work inside
+// one step, charged to the work around them on that stream, and how much of
+// each the rank's other streams filled.
 // Kernels and collectives of plan tasks go by their op ("add -> matmul");
 // other work by its name. Inside recorded steps only, where a rank has
 // them: the set-up before the first step (GEMM algorithm timing, the first
@@ -103,6 +103,9 @@ class StepWindows {
     if (it == windows_.begin() || t >= std::prev(it)->second) return -1;
     return std::prev(it) - windows_.begin();
   }
+  // The end of window `index` (from indexOf; INT64_MAX when the rank
+  // recorded none).
+  int64_t endOf(int64_t index) const { return windows_.empty() ? INT64_MAX : windows_[size_t(index)].second; }
 
  private:
   std::vector<std::pair<int64_t, int64_t>> windows_;
@@ -250,7 +253,12 @@ StreamWaits streamWaits(const std::vector<RankTracks>& ranks, const CategoryTabl
       for (size_t i = 0; i < t->size(); ++i) {
         if (!isGpuWork(categories, *t, i)) continue;
         const int32_t label = labels.of(rank.rank, dense, *t, i);
-        const int64_t window = any && t->start_ns[i] > last_end ? windows.indexOf(last_end) : -1;
+        // A wait lies inside one step: the stream's idle time from its last
+        // work of one step to its first of the next (a stream that runs in
+        // the backward only, a memset the graph puts on a stream of its own
+        // once per step) is not a wait inside the steps.
+        int64_t window = any && t->start_ns[i] > last_end ? windows.indexOf(last_end) : -1;
+        if (window >= 0 && t->start_ns[i] >= windows.endOf(window)) window = -1;
         if (window >= 0) {
           const int64_t from = last_end, to = t->start_ns[i];
           // The waits of a track come in time order: the cursor only advances.

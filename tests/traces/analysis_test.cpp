@@ -295,6 +295,14 @@ TEST_CASE("stream waits: each stream's gaps, charged to its own work, and what o
   CHECK(cut.waits == 2);
   CHECK(cut.total_ns == 60);
   CHECK(cut.filled_ns == 60);
+  // A wait that runs into the next step is no wait inside a step: with the
+  // steps [0,420) and [420,500), stream 0's wait [350,450) ends in the
+  // second step and is left out.
+  const StreamWaits split = detail::streamWaits({z.rank0}, z.cats, z.r.strings(), z.r.planTasks(1),
+                                                {{0, 0, 0, 420}, {0, 1, 420, 500}}, z.r.streams(1), 10);
+  CHECK(split.steps == 2);
+  CHECK(split.waits == 2);
+  CHECK(split.total_ns == 60);
 }
 
 TEST_CASE("stragglers: the rank that enters collectives last", "[analysis]") {

@@ -96,36 +96,33 @@ TEST_CASE("compareRuns matches tasks and reports per-op errors", "[compare]") {
   CHECK(c.a.exposed_comm_ns == Approx(0.0));
 
   // Stream waits, median over (rank, step) (nearest rank: the lower of
-  // two). A's compute stream waits [200,300) (matmul -> layernorm) and, in
-  // the same step, from its layernorm (ends 350) to step 1's first matmul
-  // (1000): 750 ns in step 0; [1200,1300) in step 1: median 100 ns, the
-  // wait between the steps not weighing on it. A's comm stream waits from
-  // 190 to 1110 (step 0; 170 ns of it filled by [190,200), [300,350) and
-  // [1000,1110)) and never in step 1: median 0. B's streams never wait.
-  REQUIRE(c.stream_waits.size() == 2);
+  // two). A's compute stream waits [200,300) (matmul -> layernorm) in step 0
+  // and [1200,1300) in step 1: median 100 ns. Its time from the layernorm
+  // (ends 350) to step 1's first matmul (1000) runs into the next step and
+  // is no wait; nor is the comm stream's from one step's all-reduce to the
+  // next, its only work in a step, so it has no waits and is not listed.
+  // B's compute stream never waits.
+  REQUIRE(c.stream_waits.size() == 1);
   CHECK(c.stream_waits[0].stream == 0);
   CHECK(c.stream_waits[0].name == "compute");
   CHECK(c.stream_waits[0].a_ns == Approx(100));
   CHECK(c.stream_waits[0].a_filled_ns == Approx(0));
   CHECK(c.stream_waits[0].b_ns == Approx(0));
-  CHECK(c.stream_waits[1].name == "comm");
-  CHECK(c.stream_waits[1].a_ns == Approx(0));
-  CHECK(c.stream_waits[1].a_filled_ns == Approx(0));
   {
     // The report's sums behind those medians.
     TraceReader r(path);
     const StreamWaits w = analyzeRun(r, 1).stream_waits;
-    REQUIRE(w.streams.size() == 2);
-    CHECK(w.streams[0].stream == 1);  // the longest total first: comm's 920 ns
-    CHECK(w.streams[0].total_ns == 920);
-    CHECK(w.streams[0].filled_ns == 170);
-    CHECK(w.streams[1].total_ns == 850);
+    REQUIRE(w.streams.size() == 1);
+    CHECK(w.streams[0].stream == 0);
+    CHECK(w.streams[0].waits == 2);
+    CHECK(w.streams[0].total_ns == 200);
+    CHECK(w.streams[0].filled_ns == 0);
   }
 
   const auto j = nlohmann::json::parse(comparisonToJson(c));
   CHECK(j["step_error_pct"].get<double>() == Approx(-20.0));
   CHECK(j["stream_waits"][0]["a_ns"].get<double>() == Approx(100));
-  CHECK(comparisonToText(c).find("s1 comm") != std::string::npos);
+  CHECK(comparisonToText(c).find("s0 compute") != std::string::npos);
   CHECK(j["by_op"].size() == 3);
   CHECK(comparisonToText(c).find("matmul") != std::string::npos);
 }
