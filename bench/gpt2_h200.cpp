@@ -12,6 +12,7 @@
 //   bench_gpt2_h200 [--steps N] [--gpus 1|2] [--scaling] [--peer PATH/gpt2_torch.py [--rounds N]]
 //                   [--breakdown] [--ahead-first] [--set KEY=VALUE]...
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -206,10 +207,16 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
              m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));
   {
     const cuda::CudaExecutor::GraphMemsets gm = ex[0]->graphMemsets();
+    std::string examples;
+    for (const std::string& e : gm.other_edge_examples)
+      examples += (examples.empty() ? "" : ",") + nlohmann::json(e).dump();
     const char* cache = std::getenv("TANDEM_CACHE_CONFIG");
-    fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{},\"merged_into\":{}}},\"attention_mma\":\"{}\","
+    fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{},\"merged_into\":{},\"before_roots\":{}}},"
+               "\"graph_edges\":{{\"full\":{},\"other\":{},\"other_examples\":[{}]}},"
+               "\"attention_mma\":\"{}\","
                "\"cache_config\":\"{}\"}}\n",
-               gm.memsets, gm.hoisted, gm.merged_into, cuda::attentionMmaPath(),
+               gm.memsets, gm.hoisted, gm.merged_into, gm.before_roots, gm.full_edges, gm.other_edges,
+               examples, cuda::attentionMmaPath(),
                cache != nullptr && *cache != 0 ? cache : "default");
   }
   std::fflush(stdout);

@@ -45,6 +45,16 @@ std::vector<int64_t> scratchBytesPerStream(const RankPlan& rp) {
 
 int64_t chunksOf(int64_t n) { return (n + kChunkElements - 1) / kChunkElements; }
 
+// TANDEM_GRAPH_MERGED_MEMSET: `roots` (the default) runs the merged memsets
+// before the graph's roots, `users` before each GEMM that had a memset
+// (orderBeforeRoots in graph_memsets.h says why).
+bool mergedMemsetsBeforeRoots() {
+  const char* env = std::getenv("TANDEM_GRAPH_MERGED_MEMSET");
+  if (env == nullptr || *env == 0 || std::string(env) == "roots") return true;
+  if (std::string(env) == "users") return false;
+  throw CudaError(std::string("TANDEM_GRAPH_MERGED_MEMSET must be roots or users, not '") + env + "'");
+}
+
 int64_t computeStreamsOf(const RankPlan& rp) {
   return std::count_if(rp.streams.begin(), rp.streams.end(),
                        [](const StreamInfo& s) { return s.kind == StreamKind::Compute; });
@@ -517,16 +527,22 @@ void CudaExecutor::Impl::launchStep(int step, int slot, bool with_optimizer) {
     if (opt.observer) opt.observer->onCaptureEnd(s0);
     try {
       graph_memsets.memsets = memsetNodesOf(g);
-      std::vector<cudaGraphNode_t> merged;
+      std::vector<cudaGraphNode_t> merged, whole;
       if (hoist)
         for (auto& gm : gemms)
           if (gm) {
             const auto [lo, hi] = gm->capturedSlices();
-            const std::vector<cudaGraphNode_t> into_one = mergeZeroMemsetsInside(g, lo, hi);
-            merged.insert(merged.end(), into_one.begin(), into_one.end());
-            graph_memsets.merged_into += !into_one.empty();
-            graph_memsets.hoisted += int(into_one.size()) + hoistMemsetsInside(g, lo, hi);
+            const MergedMemsets into_one = mergeZeroMemsetsInside(g, lo, hi);
+            merged.insert(merged.end(), into_one.merged.begin(), into_one.merged.end());
+            if (into_one.whole) whole.push_back(into_one.whole);
+            graph_memsets.merged_into += into_one.whole != nullptr;
+            graph_memsets.hoisted += int(into_one.merged.size()) + hoistMemsetsInside(g, lo, hi);
           }
+      if (mergedMemsetsBeforeRoots()) graph_memsets.before_roots = orderBeforeRoots(g, whole, merged);
+      const GraphEdges edges = edgesOf(g);
+      graph_memsets.full_edges = edges.full;
+      graph_memsets.other_edges = edges.other;
+      graph_memsets.other_edge_examples = edges.examples;
       TANDEM_CUDA_CHECK(cudaGraphInstantiate(&graph_exec, g, 0));
       disableNodes(graph_exec, merged);
     } catch (...) {

@@ -135,6 +135,13 @@ class CudaExecutor {
   // is captured or without a graph.
   struct GraphMemsets {
     int memsets = 0, hoisted = 0, merged_into = 0;
+    // The graph roots the merged memsets precede (0: they precede each GEMM
+    // that had a memset instead; TANDEM_GRAPH_MERGED_MEMSET=users).
+    int before_roots = 0;
+    // The graph's edges as instantiated: full dependencies and the others
+    // (programmatic, launch completion), a few of those named.
+    int full_edges = 0, other_edges = 0;
+    std::vector<std::string> other_edge_examples;
   };
   GraphMemsets graphMemsets() const;
   // The data-parallel communicator (nullptr with one rank): for work outside

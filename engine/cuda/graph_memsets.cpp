@@ -18,22 +18,28 @@ std::vector<cudaGraphNode_t> nodesOf(cudaGraph_t graph) {
 }
 
 // A node's predecessors (cudaGraphNodeGetDependencies) or successors
-// (cudaGraphNodeGetDependentNodes). Captured edges carry default edge data,
-// so the queries pass none.
+// (cudaGraphNodeGetDependentNodes). The queries take the edges' data: a
+// captured graph can hold programmatic edges (a launch that allowed
+// programmatic dependent launch), and without the data the runtime refuses
+// the query as lossy.
 using EdgeQuery = cudaError_t (*)(cudaGraphNode_t, cudaGraphNode_t*, cudaGraphEdgeData*, size_t*);
-std::vector<cudaGraphNode_t> neighboursOf(cudaGraphNode_t node, EdgeQuery query) {
+std::vector<cudaGraphNode_t> neighboursOf(cudaGraphNode_t node, EdgeQuery query,
+                                          std::vector<cudaGraphEdgeData>* data = nullptr) {
   size_t n = 0;
   TANDEM_CUDA_CHECK(query(node, nullptr, nullptr, &n));
   std::vector<cudaGraphNode_t> out(n);
-  if (n) TANDEM_CUDA_CHECK(query(node, out.data(), nullptr, &n));
+  std::vector<cudaGraphEdgeData> edges(n);
+  if (n) TANDEM_CUDA_CHECK(query(node, out.data(), edges.data(), &n));
   out.resize(n);
+  edges.resize(n);
+  if (data) *data = std::move(edges);
   return out;
 }
 std::vector<cudaGraphNode_t> dependenciesOf(cudaGraphNode_t node) {
   return neighboursOf(node, &cudaGraphNodeGetDependencies);
 }
-std::vector<cudaGraphNode_t> dependentsOf(cudaGraphNode_t node) {
-  return neighboursOf(node, &cudaGraphNodeGetDependentNodes);
+std::vector<cudaGraphNode_t> dependentsOf(cudaGraphNode_t node, std::vector<cudaGraphEdgeData>* data = nullptr) {
+  return neighboursOf(node, &cudaGraphNodeGetDependentNodes, data);
 }
 
 bool isMemset(cudaGraphNode_t node) {
@@ -93,16 +99,17 @@ int hoistMemsetsInside(cudaGraph_t graph, const void* begin, const void* end) {
   return moved;
 }
 
-std::vector<cudaGraphNode_t> mergeZeroMemsetsInside(cudaGraph_t graph, const void* begin, const void* end) {
+MergedMemsets mergeZeroMemsetsInside(cudaGraph_t graph, const void* begin, const void* end) {
   const char* lo = static_cast<const char*>(begin);
   const char* hi = static_cast<const char*>(end);
-  std::vector<cudaGraphNode_t> zeroing;
-  if (!lo || hi <= lo) return zeroing;
+  MergedMemsets out;
+  std::vector<cudaGraphNode_t>& zeroing = out.merged;
+  if (!lo || hi <= lo) return out;
   for (cudaGraphNode_t node : nodesOf(graph)) {
     cudaMemsetParams p{};
     if (isMemset(node) && memsetInside(node, lo, hi, p) && p.value == 0) zeroing.push_back(node);
   }
-  if (zeroing.empty()) return zeroing;
+  if (zeroing.empty()) return out;
   const size_t bytes = size_t(hi - lo);
   cudaMemsetParams whole{};
   whole.dst = const_cast<char*>(lo);
@@ -120,7 +127,66 @@ std::vector<cudaGraphNode_t> mergeZeroMemsetsInside(cudaGraph_t graph, const voi
         TANDEM_CUDA_CHECK(cudaGraphAddDependencies(graph, &merged, &next, nullptr, 1));
     }
   }
-  return zeroing;
+  out.whole = merged;
+  return out;
+}
+
+int orderBeforeRoots(cudaGraph_t graph, const std::vector<cudaGraphNode_t>& whole,
+                     const std::vector<cudaGraphNode_t>& merged) {
+  if (whole.empty()) return 0;
+  auto detach = [&](cudaGraphNode_t node) {
+    std::vector<cudaGraphEdgeData> data;
+    const std::vector<cudaGraphNode_t> next = dependentsOf(node, &data);
+    if (next.empty()) return;
+    const std::vector<cudaGraphNode_t> self(next.size(), node);
+    TANDEM_CUDA_CHECK(cudaGraphRemoveDependencies(graph, self.data(), next.data(), data.data(), next.size()));
+  };
+  for (cudaGraphNode_t node : merged) detach(node);
+  for (cudaGraphNode_t node : whole) detach(node);
+  auto among = [](const std::vector<cudaGraphNode_t>& set, cudaGraphNode_t node) {
+    return std::find(set.begin(), set.end(), node) != set.end();
+  };
+  int roots = 0;
+  for (cudaGraphNode_t node : nodesOf(graph)) {
+    if (among(whole, node) || among(merged, node) || !dependenciesOf(node).empty()) continue;
+    for (cudaGraphNode_t first : whole) TANDEM_CUDA_CHECK(cudaGraphAddDependencies(graph, &first, &node, nullptr, 1));
+    ++roots;
+  }
+  return roots;
+}
+
+GraphEdges edgesOf(cudaGraph_t graph) {
+  size_t n = 0;
+  TANDEM_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n));
+  std::vector<cudaGraphNode_t> from(n), to(n);
+  std::vector<cudaGraphEdgeData> data(n);
+  if (n) TANDEM_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n));
+  GraphEdges out;
+  auto kernelName = [](cudaGraphNode_t node) -> std::string {
+    cudaGraphNodeType type{};
+    TANDEM_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type != cudaGraphNodeTypeKernel) return "node of type " + std::to_string(int(type));
+    cudaKernelNodeParams p{};
+    const char* name = nullptr;
+    if (cudaGraphKernelNodeGetParams(node, &p) != cudaSuccess || cudaFuncGetName(&name, p.func) != cudaSuccess ||
+        name == nullptr) {
+      cudaGetLastError();  // a library's kernel may have no name to give
+      return "kernel";
+    }
+    return name;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const cudaGraphEdgeData& e = data[i];
+    if (e.type == cudaGraphDependencyTypeDefault && e.from_port == cudaGraphKernelNodePortDefault) {
+      ++out.full;
+      continue;
+    }
+    ++out.other;
+    if (out.examples.size() < 4)
+      out.examples.push_back(kernelName(from[i]) + " -> " + kernelName(to[i]) + " (type " + std::to_string(e.type) +
+                             ", port " + std::to_string(e.from_port) + ")");
+  }
+  return out;
 }
 
 void disableNodes(cudaGraphExec_t exec, const std::vector<cudaGraphNode_t>& nodes) {

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
 #include <vector>
 
 namespace tandem::cuda {
@@ -45,7 +46,39 @@ int hoistMemsetsInside(cudaGraph_t graph, const void* begin, const void* end);
 // of the graph, and the GPU ran them one after another at the step's start,
 // about 2 us apart, 230 us in all, before the first kernel (profiled, one
 // H200, micro-batch 16).
-std::vector<cudaGraphNode_t> mergeZeroMemsetsInside(cudaGraph_t graph, const void* begin, const void* end);
+struct MergedMemsets {
+  cudaGraphNode_t whole = nullptr;       // the new memset of the whole range (null when none merged)
+  std::vector<cudaGraphNode_t> merged;  // the nodes it replaces, to disable
+};
+MergedMemsets mergeZeroMemsetsInside(cudaGraph_t graph, const void* begin, const void* end);
+
+// Makes the whole-range memsets run before the graph's roots instead of
+// before each GEMM that had a memset: every edge out of `whole` and out of
+// the disabled `merged` nodes is removed, and each of `whole` gets an edge
+// to every root of the graph (a node without dependencies that is neither).
+// Everything in the graph then follows the whole-range memsets, and each
+// such GEMM is left with the one dependency it was captured with: the
+// kernel before it on its stream. Same conditions as mergeZeroMemsetsInside.
+// Returns how many roots the memsets now precede.
+//
+// Why: with an edge from the whole-range memset and one from its disabled
+// node, each of those GEMMs waited for three nodes, two of them on other
+// branches of the graph; in a profiled GPT-2 step every such cuBLASLt
+// kernel started 4-7 us after the kernel before it, our own kernels (one
+// dependency) within 1 us. Measured in docs/benchmarks.md.
+int orderBeforeRoots(cudaGraph_t graph, const std::vector<cudaGraphNode_t>& whole,
+                     const std::vector<cudaGraphNode_t>& merged);
+
+// The graph's edges: full dependencies (completion of the upstream node)
+// and the others (programmatic or launch-completion edges, which a library
+// can capture by launching with programmatic dependent launch allowed),
+// with a few of the latter named "upstream -> downstream (type, port)".
+struct GraphEdges {
+  int full = 0, other = 0;
+  std::vector<std::string> examples;
+};
+GraphEdges edgesOf(cudaGraph_t graph);
+
 void disableNodes(cudaGraphExec_t exec, const std::vector<cudaGraphNode_t>& nodes);
 
 // How many memset nodes the graph has (for the report).

@@ -114,6 +114,19 @@ for s in "$@"; do
       # bursts: does the epilogues' memory traffic hold the clock down?
       stage gelu_clocks_50 $B/bench_gelu_gemm --rounds 7 --reps 50
       stage gelu_clocks_500 $B/bench_gelu_gemm --rounds 5 --reps 500 ;;
+    mergedmemset)
+      # Where the merged cuBLASLt memsets go in the step graph
+      # (TANDEM_GRAPH_MERGED_MEMSET): before the graph's roots (the default)
+      # or before each GEMM that had one; step time alternating three times,
+      # then a profile of each for the gaps before cuBLASLt's kernels.
+      for i in 1 2 3; do
+        for c in roots users; do TANDEM_GRAPH_MERGED_MEMSET=$c stage merged_${c}_$i $B/bench_gpt2_h200 --steps 40; done
+      done
+      for c in roots users; do
+        TANDEM_GRAPH_MERGED_MEMSET=$c stage merged_profile_$c $B/tandem run resources/jobs/gpt2-124m-dp8.yaml \
+          --gpus 1 --steps 12 --profile --out $OUT/merged_$c.sqlite
+        stage merged_report_$c $B/tandem report $OUT/merged_$c.sqlite
+      done ;;
     cacheconfig)
       # The device's L1 / shared-memory preference (TANDEM_CACHE_CONFIG):
       # step time alternating three times with the default, then a profile

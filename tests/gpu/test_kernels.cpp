@@ -663,6 +663,75 @@ void testHoistMemsets() {
   cudaFree(mem);
 }
 
+// graph_memsets.h's merge and orderBeforeRoots on a chain of memsets
+// a -> z1 -> c -> z2 -> d, where z1 and z2 write zeros inside the region:
+// one memset of the whole region replaces them, runs before the graph's
+// only root (a), and the chain keeps its order without them.
+void testMergedMemsetsBeforeRoots() {
+  unsigned char* mem = nullptr;
+  TANDEM_CUDA_CHECK(cudaMalloc(&mem, 4096));
+  TANDEM_CUDA_CHECK(cudaMemset(mem, 0xff, 4096));
+  cudaGraph_t g = nullptr;
+  TANDEM_CUDA_CHECK(cudaGraphCreate(&g, 0));
+  auto memset = [&](size_t offset, unsigned value, const std::vector<cudaGraphNode_t>& deps) {
+    cudaMemsetParams p{};
+    p.dst = mem + offset;
+    p.value = value;
+    p.elementSize = 4;
+    p.width = 1;
+    p.height = 1;
+    cudaGraphNode_t n = nullptr;
+    TANDEM_CUDA_CHECK(cudaGraphAddMemsetNode(&n, g, deps.data(), deps.size(), &p));
+    return n;
+  };
+  auto deps = [](cudaGraphNode_t n) {
+    size_t k = 0;
+    TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(n, nullptr, nullptr, &k));
+    std::vector<cudaGraphNode_t> out(k);
+    if (k) TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(n, out.data(), nullptr, &k));
+    return out;
+  };
+  auto dependents = [](cudaGraphNode_t n) {
+    size_t k = 0;
+    TANDEM_CUDA_CHECK(cudaGraphNodeGetDependentNodes(n, nullptr, nullptr, &k));
+    return k;
+  };
+  const cudaGraphNode_t a = memset(0, 0x11111111u, {});
+  const cudaGraphNode_t z1 = memset(2048, 0, {a});
+  const cudaGraphNode_t c = memset(16, 0x33333333u, {z1});
+  const cudaGraphNode_t z2 = memset(3000, 0, {c});
+  const cudaGraphNode_t d = memset(32, 0x44444444u, {z2});
+  const cuda::MergedMemsets m = cuda::mergeZeroMemsetsInside(g, mem + 2048, mem + 4096);
+  expectTrue("merged memsets: two merged into one", m.merged.size() == 2 && m.whole != nullptr);
+  expectTrue("merged memsets: before the one root", cuda::orderBeforeRoots(g, {m.whole}, m.merged) == 1);
+  const std::vector<cudaGraphNode_t> da = deps(a), dc = deps(c), dd = deps(d);
+  expectTrue("merged memsets: the root follows the whole-range memset", da.size() == 1 && da[0] == m.whole);
+  expectTrue("merged memsets: the chain keeps its order, one dependency each",
+             dc.size() == 1 && dc[0] == a && dd.size() == 1 && dd[0] == c);
+  expectTrue("merged memsets: the merged nodes have no edges",
+             deps(z1).empty() && deps(z2).empty() && dependents(z1) == 0 && dependents(z2) == 0);
+  expectTrue("merged memsets: the whole-range memset precedes only the root",
+             deps(m.whole).empty() && dependents(m.whole) == 1);
+  cudaGraphExec_t e = nullptr;
+  TANDEM_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+  cuda::disableNodes(e, m.merged);
+  TANDEM_CUDA_CHECK(cudaGraphLaunch(e, nullptr));
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<unsigned char> host(4096);
+  TANDEM_CUDA_CHECK(cudaMemcpy(host.data(), mem, 4096, cudaMemcpyDeviceToHost));
+  uint32_t v[3] = {};
+  std::memcpy(&v[0], &host[0], 4);
+  std::memcpy(&v[1], &host[16], 4);
+  std::memcpy(&v[2], &host[32], 4);
+  expectTrue("merged memsets: the replay writes the chain",
+             v[0] == 0x11111111u && v[1] == 0x33333333u && v[2] == 0x44444444u);
+  expectTrue("merged memsets: the replay zeroes the whole region",
+             std::all_of(host.begin() + 2048, host.end(), [](unsigned char b) { return b == 0; }));
+  cudaGraphExecDestroy(e);
+  cudaGraphDestroy(g);
+  cudaFree(mem);
+}
+
 // The bf16 head-dimension-64 attention on both instruction paths: wgmma
 // (sm_90a, the default where it runs) and mma.sync. On compute capability
 // 9.0 the wgmma path must be there: the build targets it.
@@ -720,6 +789,7 @@ void testCacheConfig() {
 int main() {
   requireGpus(1);
   testHoistMemsets();
+  testMergedMemsetsBeforeRoots();
   testCacheConfig();
   cuda::prepareKernels();
   for (DType dt : {DType::F32, DType::BF16}) {
