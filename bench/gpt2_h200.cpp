@@ -210,14 +210,11 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
     std::string examples;
     for (const std::string& e : gm.other_edge_examples)
       examples += (examples.empty() ? "" : ",") + nlohmann::json(e).dump();
-    const char* cache = std::getenv("TANDEM_CACHE_CONFIG");
     fmt::print("{{\"graph_memsets\":{{\"memsets\":{},\"hoisted\":{},\"merged_into\":{},\"before_roots\":{}}},"
                "\"graph_edges\":{{\"full\":{},\"other\":{},\"other_examples\":[{}]}},"
-               "\"attention_mma\":\"{}\","
-               "\"cache_config\":\"{}\"}}\n",
+               "\"attention_mma\":\"{}\"}}\n",
                gm.memsets, gm.hoisted, gm.merged_into, gm.before_roots, gm.full_edges, gm.other_edges,
-               examples, cuda::attentionMmaPath(),
-               cache != nullptr && *cache != 0 ? cache : "default");
+               examples, cuda::attentionMmaPath());
   }
   std::fflush(stdout);
   ex.clear();

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/cuda/device.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/kernels.h"
@@ -292,7 +291,6 @@ void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const vo
                          bool accumulate, cudaStream_t s);
 
 void prepareKernels() {
-  applyCacheConfigFromEnv();
   prepareAttentionKernels();
   prepareGeluGemm();
   prepareLayernormKernels();

@@ -2,9 +2,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <stdexcept>
-
 #include "engine/cuda/check.h"
 
 namespace tandem::cuda {
@@ -51,22 +48,6 @@ double peakBf16Flops(const std::string& name) {
   for (const Entry& e : table)
     if (name.find(e.key) != std::string::npos) return e.flops;
   return 0;
-}
-
-std::string applyCacheConfigFromEnv() {
-  const char* env = std::getenv("TANDEM_CACHE_CONFIG");
-  const std::string v = env == nullptr || *env == 0 ? "default" : env;
-  cudaFuncCache config = cudaFuncCachePreferNone;
-  if (v == "shared")
-    config = cudaFuncCachePreferShared;
-  else if (v == "l1")
-    config = cudaFuncCachePreferL1;
-  else if (v == "equal")
-    config = cudaFuncCachePreferEqual;
-  else if (v != "default")
-    throw std::runtime_error("TANDEM_CACHE_CONFIG must be default, shared, l1 or equal, not '" + v + "'");
-  if (v != "default") TANDEM_CUDA_CHECK(cudaDeviceSetCacheConfig(config));
-  return v;
 }
 
 }  // namespace tandem::cuda

@@ -27,16 +27,4 @@ DeviceInfo deviceInfo(int device);
 // H100/H200 989 TFLOP/s, A100 312, L40S 362, 0 for unknown devices.
 double peakBf16Flops(const std::string& device_name);
 
-// The current device's preferred split of each SM's memory between L1 and
-// shared memory for kernels that state none (cudaDeviceSetCacheConfig), from
-// TANDEM_CACHE_CONFIG=default|shared|l1|equal (default: leave the driver's
-// choice; a bad value throws). An experiment lever, not measured yet: the
-// CUDA documentation says a launch whose preference differs from the last
-// one may insert a device-side synchronization point, and cuBLASLt's GEMMs
-// start 4-7 us after our kernels end in a GPT-2 step (docs/benchmarks.md,
-// twentieth session). The suspicion that their shared-memory needs differ
-// enough from ours to reconfigure the SMs is not checked. Returns the
-// setting applied.
-std::string applyCacheConfigFromEnv();
-
 }  // namespace tandem::cuda

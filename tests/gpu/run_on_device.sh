@@ -127,19 +127,6 @@ for s in "$@"; do
           --gpus 1 --steps 12 --profile --out $OUT/merged_$c.sqlite
         stage merged_report_$c $B/tandem report $OUT/merged_$c.sqlite
       done ;;
-    cacheconfig)
-      # The device's L1 / shared-memory preference (TANDEM_CACHE_CONFIG):
-      # step time alternating three times with the default, then a profile
-      # of each for the gaps before cuBLASLt's kernels (`tandem report`'s
-      # idle gaps and stream waits).
-      for i in 1 2 3; do
-        for c in default shared; do TANDEM_CACHE_CONFIG=$c stage cache_${c}_$i $B/bench_gpt2_h200 --steps 40; done
-      done
-      for c in default shared; do
-        TANDEM_CACHE_CONFIG=$c stage cache_profile_$c $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 \
-          --steps 12 --profile --out $OUT/cache_$c.sqlite
-        stage cache_report_$c $B/tandem report $OUT/cache_$c.sqlite
-      done ;;
     energy)
       # Where a step's energy goes, by kind of work, and the whole step's
       # (bench_energy_by_op: at the power cap a step's time is its energy

@@ -763,34 +763,10 @@ void testAttentionPaths() {
   cuda::prepareKernels();
 }
 
-// TANDEM_CACHE_CONFIG: a value reaches the device, a bad one is refused
-// with its name, and unset leaves the driver's choice.
-void testCacheConfig() {
-  setenv("TANDEM_CACHE_CONFIG", "shared", 1);
-  cuda::prepareKernels();
-  cudaFuncCache got = cudaFuncCachePreferNone;
-  TANDEM_CUDA_CHECK(cudaDeviceGetCacheConfig(&got));
-  expectTrue("TANDEM_CACHE_CONFIG=shared sets the device's preference", got == cudaFuncCachePreferShared);
-  setenv("TANDEM_CACHE_CONFIG", "bogus", 1);
-  std::string message;
-  try {
-    cuda::prepareKernels();
-  } catch (const std::exception& e) {
-    message = e.what();
-  }
-  expectTrue("TANDEM_CACHE_CONFIG=bogus refused: " + message, message.find("'bogus'") != std::string::npos);
-  TANDEM_CUDA_CHECK(cudaDeviceSetCacheConfig(cudaFuncCachePreferNone));
-  unsetenv("TANDEM_CACHE_CONFIG");
-  cuda::prepareKernels();
-  TANDEM_CUDA_CHECK(cudaDeviceGetCacheConfig(&got));
-  expectTrue("TANDEM_CACHE_CONFIG unset leaves no preference", got == cudaFuncCachePreferNone);
-}
-
 int main() {
   requireGpus(1);
   testHoistMemsets();
   testMergedMemsetsBeforeRoots();
-  testCacheConfig();
   cuda::prepareKernels();
   for (DType dt : {DType::F32, DType::BF16}) {
     // Vector paths (C multiple of the 16-byte vector) and the scalar ones;
