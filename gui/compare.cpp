@@ -21,19 +21,26 @@ struct Acc {
   StreamKind kind = StreamKind::Compute;
 };
 
-// Keyed by task name: unique per rank within a plan, and stable across plans
-// whose task ids differ (another recompute policy inserts tasks).
+// Keyed by the plan task's name (a real run's activities carry kernel
+// names; the plan rows give the task's): unique per rank within a plan, and
+// stable across plans whose task ids differ (another recompute policy
+// inserts tasks). Runs without plan rows go by the activity's name. Only
+// activities inside the recorded steps count, where a run has steps: a real
+// run's set-up runs tasks' kernels too.
 std::map<std::string, Acc> perTask(const TimelineData& d, int rank) {
   std::map<std::string, Acc> out;
   for (const Track& t : d.tracks) {
     if (t.rank != rank) continue;
     for (size_t i = 0; i < t.size(); ++i) {
       if (t.task_id[i] < 0) continue;
-      Acc& a = out[d.names[size_t(t.name_id[i])]];
+      if (!d.steps.empty() && d.stepAt(t.start_ns[i]) < 0) continue;
+      const TaskFacts* facts = d.factsFor(rank, t.task_id[i]);
+      const int32_t name = facts != nullptr && facts->name_id >= 0 ? facts->name_id : t.name_id[i];
+      Acc& a = out[d.names[size_t(name)]];
       a.task_id = t.task_id[i];
       a.count += 1;
       a.total_ns += t.end_ns[i] - t.start_ns[i];
-      a.name = t.name_id[i];
+      a.name = name;
       a.phase = t.phase[i];
       a.kind = t.kind;
     }
@@ -41,9 +48,9 @@ std::map<std::string, Acc> perTask(const TimelineData& d, int rank) {
   return out;
 }
 
-const traces::Breakdown* breakdownOf(const std::vector<RankBreakdown>& rows, int rank) {
+const RankBreakdown* breakdownOf(const std::vector<RankBreakdown>& rows, int rank) {
   for (const auto& r : rows)
-    if (r.rank == rank) return &r.breakdown;
+    if (r.rank == rank) return &r;
   return nullptr;
 }
 
@@ -67,6 +74,8 @@ Comparison compareRuns(const TimelineData& a, const std::vector<RankBreakdown>& 
   Comparison c;
   const auto ta = perTask(a, rank);
   const auto tb = perTask(b, rank);
+  const double steps_a = double(std::max<size_t>(1, a.steps.size()));
+  const double steps_b = double(std::max<size_t>(1, b.steps.size()));
   for (const auto& [id, x] : ta) {
     auto it = tb.find(id);
     if (it == tb.end()) {
@@ -81,8 +90,8 @@ Comparison compareRuns(const TimelineData& a, const std::vector<RankBreakdown>& 
     d.stream = std::string(toString(x.kind));
     d.count_a = x.count;
     d.count_b = y.count;
-    d.mean_a_ns = double(x.total_ns) / double(x.count);
-    d.mean_b_ns = double(y.total_ns) / double(y.count);
+    d.mean_a_ns = double(x.total_ns) / steps_a;
+    d.mean_b_ns = double(y.total_ns) / steps_b;
     c.tasks.push_back(std::move(d));
   }
   for (const auto& [id, y] : tb)
@@ -92,12 +101,16 @@ Comparison compareRuns(const TimelineData& a, const std::vector<RankBreakdown>& 
     return std::fabs(x.delta_ns()) > std::fabs(y.delta_ns());
   });
 
-  const double steps_a = double(std::max<size_t>(1, a.steps.size()));
-  const double steps_b = double(std::max<size_t>(1, b.steps.size()));
   c.summary.push_back({"step", stepNs(a), stepNs(b)});
-  const traces::Breakdown* ba = breakdownOf(a_breakdown, rank);
-  const traces::Breakdown* bb = breakdownOf(b_breakdown, rank);
-  if (ba && bb) {
+  const RankBreakdown* ra = breakdownOf(a_breakdown, rank);
+  const RankBreakdown* rb = breakdownOf(b_breakdown, rank);
+  if (ra && rb) {
+    // Inside the steps where the run recorded them (a real run's set-up lies
+    // outside), per step of the rank.
+    const traces::Breakdown* ba = ra->steps > 0 ? &ra->in_steps : &ra->breakdown;
+    const traces::Breakdown* bb = rb->steps > 0 ? &rb->in_steps : &rb->breakdown;
+    const double steps_a = double(std::max(1, ra->steps));
+    const double steps_b = double(std::max(1, rb->steps));
     c.summary.push_back({"compute", double(ba->compute_ns) / steps_a, double(bb->compute_ns) / steps_b});
     c.summary.push_back({"exposed comm", double(ba->exposed_comm_ns) / steps_a, double(bb->exposed_comm_ns) / steps_b});
     c.summary.push_back({"hidden comm", double(ba->overlap_ns) / steps_a, double(bb->overlap_ns) / steps_b});

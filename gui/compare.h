@@ -1,9 +1,10 @@
 #pragma once
 // Comparing two runs (real vs simulated, A vs B): tasks aligned by plan task
 // name (equal to the task id join for runs of one plan; robust when another
-// policy renumbers the tasks), per-task mean
-// durations and their difference, and a summary of where the time went
-// (compute, exposed communication, recompute, step). Qt-free.
+// policy renumbers the tasks), each task's time per step (its activities
+// inside the recorded steps, summed, over the number of steps) and the
+// difference, and a summary of where the time went per step (compute,
+// exposed communication, recompute, step). Qt-free.
 
 #include <cstdint>
 #include <string>
@@ -19,8 +20,8 @@ struct TaskDelta {
   std::string name;
   std::string phase;
   std::string stream;
-  int64_t count_a = 0, count_b = 0;
-  double mean_a_ns = 0, mean_b_ns = 0;
+  int64_t count_a = 0, count_b = 0;  // activities inside the steps
+  double mean_a_ns = 0, mean_b_ns = 0;  // time per step
   double delta_ns() const { return mean_b_ns - mean_a_ns; }
 };
 

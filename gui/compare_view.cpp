@@ -4,6 +4,7 @@
 #include <QLabel>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableView>
 #include <QVBoxLayout>
 #include <cmath>
@@ -17,6 +18,9 @@ namespace {
 
 QString dur(double ns) { return QString::fromStdString(formatDuration(int64_t(std::llround(ns)))); }
 QString signedDur(double ns) { return (ns >= 0 ? "+" : "-") + dur(std::fabs(ns)); }
+QString ms(double ns) { return QString::asprintf("%.3f ms", ns / 1e6); }
+QString us(double ns) { return QString::asprintf("%.1f us", ns / 1e3); }
+QString share(double part, double whole) { return whole > 0 ? QString::asprintf("%.1f%%", 100.0 * part / whole) : "-"; }
 QString pct(double a, double b) {
   if (a == 0) return b == 0 ? QString("0%") : QString("new");
   return QString::asprintf("%+.1f%%", 100.0 * (b - a) / a);
@@ -94,7 +98,72 @@ QVariant TaskDeltaModel::data(const QModelIndex& index, int role) const {
 }
 
 QVariant TaskDeltaModel::headerData(int section, Qt::Orientation o, int role) const {
-  static const char* titles[] = {"task", "name", "phase", "stream", "mean A", "mean B", "B - A", "change"};
+  static const char* titles[] = {"task", "name", "phase", "stream", "A per step", "B per step", "B - A", "change"};
+  if (o != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount) return {};
+  return tr(titles[section]);
+}
+
+void OpErrorModel::setRows(std::vector<traces::OpError> rows) {
+  beginResetModel();
+  rows_ = std::move(rows);
+  endResetModel();
+}
+int OpErrorModel::rowCount(const QModelIndex& p) const { return p.isValid() ? 0 : int(rows_.size()); }
+int OpErrorModel::columnCount(const QModelIndex& p) const { return p.isValid() ? 0 : ColumnCount; }
+
+QVariant OpErrorModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= int(rows_.size())) return {};
+  const auto& r = rows_[size_t(index.row())];
+  if (role == Qt::TextAlignmentRole) return align(index.column(), Tasks);
+  if (role != Qt::DisplayRole && role != kSortRole) return {};
+  const bool raw = role == kSortRole;
+  auto percent = [raw](double v) { return raw ? QVariant(v) : QVariant(QString::asprintf("%.1f%%", v)); };
+  switch (index.column()) {
+    case Op: return QString::fromStdString(r.op);
+    case Tasks: return qlonglong(r.tasks);
+    case A: return raw ? QVariant(r.a_total_ns) : QVariant(ms(r.a_total_ns));
+    case B: return raw ? QVariant(r.b_total_ns) : QVariant(ms(r.b_total_ns));
+    case Median: return percent(r.median_abs_pct);
+    case P90: return percent(r.p90_abs_pct);
+    case Max: return percent(r.max_abs_pct);
+  }
+  return {};
+}
+
+QVariant OpErrorModel::headerData(int section, Qt::Orientation o, int role) const {
+  static const char* titles[] = {"op", "tasks", "A per step", "B per step", "median |B-A|/A", "p90", "max"};
+  if (o != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount) return {};
+  return tr(titles[section]);
+}
+
+void StreamWaitModel::setRows(std::vector<traces::StreamWaitDelta> rows) {
+  beginResetModel();
+  rows_ = std::move(rows);
+  endResetModel();
+}
+int StreamWaitModel::rowCount(const QModelIndex& p) const { return p.isValid() ? 0 : int(rows_.size()); }
+int StreamWaitModel::columnCount(const QModelIndex& p) const { return p.isValid() ? 0 : ColumnCount; }
+
+QVariant StreamWaitModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= int(rows_.size())) return {};
+  const auto& r = rows_[size_t(index.row())];
+  if (role == Qt::TextAlignmentRole) return align(index.column(), A);
+  if (role == Qt::ForegroundRole && index.column() == Delta) return deltaColor(r.b_ns - r.a_ns);
+  if (role != Qt::DisplayRole && role != kSortRole) return {};
+  const bool raw = role == kSortRole;
+  switch (index.column()) {
+    case Stream: return QString("s%1 %2").arg(r.stream).arg(QString::fromStdString(r.name));
+    case A: return raw ? QVariant(r.a_ns) : QVariant(us(r.a_ns));
+    case B: return raw ? QVariant(r.b_ns) : QVariant(us(r.b_ns));
+    case Delta: return raw ? QVariant(r.b_ns - r.a_ns) : QVariant(signedDur(r.b_ns - r.a_ns));
+    case AFilled: return raw ? QVariant(r.a_ns > 0 ? r.a_filled_ns / r.a_ns : 0.0) : QVariant(share(r.a_filled_ns, r.a_ns));
+    case BFilled: return raw ? QVariant(r.b_ns > 0 ? r.b_filled_ns / r.b_ns : 0.0) : QVariant(share(r.b_filled_ns, r.b_ns));
+  }
+  return {};
+}
+
+QVariant StreamWaitModel::headerData(int section, Qt::Orientation o, int role) const {
+  static const char* titles[] = {"stream", "A waits per step", "B waits per step", "B - A", "A filled", "B filled"};
   if (o != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount) return {};
   return tr(titles[section]);
 }
@@ -130,9 +199,36 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   task_view->horizontalHeader()->setStretchLastSection(true);
   task_view->horizontalHeader()->resizeSection(1, 300);
   task_view->setAlternatingRowColors(true);
+  // Per task (this view's own alignment by task name), and what `tandem
+  // compare` prints for runs from trace files.
+  auto* lower = new QTabWidget(split);
+  lower->addTab(task_view, tr("Tasks"));
+  op_errors_ = new OpErrorModel(this);
+  stream_waits_ = new StreamWaitModel(this);
+  auto table = [&](QAbstractTableModel* model, int first_width) {
+    auto* sorted = new QSortFilterProxyModel(this);
+    sorted->setSourceModel(model);
+    sorted->setSortRole(kSortRole);
+    auto* view = new QTableView(lower);
+    view->setModel(sorted);
+    view->setSortingEnabled(true);
+    view->sortByColumn(-1, Qt::AscendingOrder);
+    view->verticalHeader()->hide();
+    view->verticalHeader()->setDefaultSectionSize(20);
+    view->horizontalHeader()->setStretchLastSection(true);
+    view->horizontalHeader()->resizeSection(0, first_width);
+    view->setAlternatingRowColors(true);
+    return view;
+  };
+  lower->addTab(table(op_errors_, 180), tr("Error by op"));
+  lower->addTab(table(stream_waits_, 220), tr("Stream waits"));
   split->addWidget(summary_view);
-  split->addWidget(task_view);
+  split->addWidget(lower);
   split->setSizes({180, 500});
+  trace_summary_ = new QLabel(this);
+  trace_summary_->setWordWrap(true);
+  trace_summary_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  layout->addWidget(trace_summary_);
   layout->addWidget(split, 1);
   setMessage(tr("Choose a run in the Runs panel and press \"Compare shown run with selected\"."));
 }
@@ -142,7 +238,31 @@ void CompareView::setMessage(const QString& message) {
   verdict_->clear();
   summary_->setRows({});
   tasks_->setRows({});
+  setTraceComparisonMessage({});
 }
+
+void CompareView::setTraceComparison(const traces::RunComparison& c) {
+  auto pp = [](double a, double b) { return QString::asprintf("%.1f%% / %.1f%% (%+.1f points)", a, b, b - a); };
+  trace_summary_->setText(tr("As tandem compare (tasks by plan task id: %1 matched, %2 only in A, %3 only in B): "
+                             "step (median of ranks and steps) %4 / %5, %6; overlap A / B %7; exposed "
+                             "communication %8 / %9.")
+                              .arg(c.matched)
+                              .arg(c.only_a)
+                              .arg(c.only_b)
+                              .arg(ms(c.a.step_ns), ms(c.b.step_ns), QString::asprintf("%+.2f%%", c.step_error_pct),
+                                   pp(c.a.overlap_pct, c.b.overlap_pct), ms(c.a.exposed_comm_ns),
+                                   ms(c.b.exposed_comm_ns)));
+  op_errors_->setRows(c.by_op);
+  stream_waits_->setRows(c.stream_waits);
+}
+
+void CompareView::setTraceComparisonMessage(const QString& message) {
+  trace_summary_->setText(message);
+  op_errors_->setRows({});
+  stream_waits_->setRows({});
+}
+
+QString CompareView::traceComparisonText() const { return trace_summary_->text(); }
 
 void CompareView::setComparison(const QString& a_label, const QString& b_label, Comparison c) {
   title_->setText(tr("A: %1    B: %2    (%3 tasks matched, %4 only in A, %5 only in B)")

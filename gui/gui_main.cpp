@@ -2,11 +2,13 @@
 // writes a PNG and exits (non-zero when the input could not be shown).
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QElapsedTimer>
 #include <QFont>
 #include <QFontDatabase>
 #include <QImage>
 #include <QSaveFile>
 #include <QStatusBar>
+#include <QThread>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -161,6 +163,13 @@ int main(int argc, char** argv) {
   window.show();
   QApplication::processEvents();
   if (!applyRange(range_opt, false) || !applyRange(select_opt, true) || !applyPick()) return 1;
+  // The compare view's store figures come from a worker thread.
+  QElapsedTimer waited;
+  waited.start();
+  while (window.traceComparisonPending() && waited.elapsed() < 120000) {
+    QApplication::processEvents();
+    QThread::msleep(5);
+  }
   QApplication::processEvents();
   const QImage image = window.grab().toImage();
   QSaveFile out(parser.value(shot_opt));

@@ -14,10 +14,12 @@
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTableView>
+#include <QThread>
 #include <QVBoxLayout>
 #include <map>
 
 #include "gui/compare_view.h"
+#include "gui/compare_worker.h"
 #include "gui/item_models.h"
 #include "gui/recompute_view.h"
 #include "gui/topology_view.h"
@@ -149,7 +151,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
       tr("Wheel: zoom · drag: pan · Shift-drag: select range · W/A/S/D · F: fit · ./,: next/previous"));
 }
 
-MainWindow::~MainWindow() = default;
+MainWindow::~MainWindow() {
+  // A comparison still reading the files finishes first (its result, queued
+  // to this window, is then dropped with it).
+  if (trace_compare_worker_) trace_compare_worker_->wait();
+}
 
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
@@ -224,6 +230,8 @@ bool MainWindow::openCompare(const QString& path, qint64 run) {
     addRunsOf(loaded.path);
     compare_ = loaded.timeline;
     compare_breakdown_ = std::move(loaded.breakdown);
+    compare_path_ = QString::fromStdString(loaded.path);
+    compare_run_ = loaded.info.id;
     compare_label_ = QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName();
     refreshComparison();
     statusBar()->showMessage(tr("Comparing with %1").arg(QString::fromStdString(describeRun(loaded.info))));
@@ -301,6 +309,32 @@ void MainWindow::refreshComparison() {
   }
   compare_view_->setComparison(compare_label_, current_label_,
                                compareRuns(*compare_, compare_breakdown_, *d, current_breakdown_, 0));
+  const int generation = ++trace_compare_generation_;
+  trace_compare_pending_ = false;
+  if (compare_path_.isEmpty() || current_path_.isEmpty()) {
+    compare_view_->setTraceComparisonMessage(
+        tr("The error by op and the stream waits of tandem compare need both runs from trace files."));
+    return;
+  }
+  compare_view_->setTraceComparisonMessage(tr("Comparing as tandem compare…"));
+  TraceComparisonRequest request;
+  request.a_path = compare_path_.toStdString();
+  request.a_run = compare_run_;
+  request.b_path = current_path_.toStdString();
+  request.b_run = current_run_;
+  trace_compare_pending_ = true;
+  trace_compare_worker_ = startTraceComparison(
+      this, request,
+      [this, generation](const traces::RunComparison& c) {
+        if (generation != trace_compare_generation_) return;
+        trace_compare_pending_ = false;
+        compare_view_->setTraceComparison(c);
+      },
+      [this, generation](const QString& message) {
+        if (generation != trace_compare_generation_) return;
+        trace_compare_pending_ = false;
+        compare_view_->setTraceComparisonMessage(tr("No tandem compare figures: %1").arg(message));
+      });
 }
 
 void MainWindow::selectRange(qint64 start_ns, qint64 end_ns) { onRangeSelected(start_ns, end_ns); }

@@ -6,6 +6,7 @@
 // the window, never a crash.
 
 #include <QMainWindow>
+#include <QPointer>
 #include <memory>
 #include <vector>
 
@@ -16,6 +17,7 @@ class QComboBox;
 class QLabel;
 class QTabWidget;
 class QTableView;
+class QThread;
 
 namespace tandem::gui {
 
@@ -60,6 +62,9 @@ class MainWindow : public QMainWindow {
   RecomputeView* recomputeView() const { return recompute_view_; }
   TopologyView* topologyView() const { return topology_view_; }
   CompareView* compareView() const { return compare_view_; }
+  // Whether the trace store's comparison is still being computed (a
+  // screenshot of the compare view waits for it).
+  bool traceComparisonPending() const { return trace_compare_pending_; }
 
  private slots:
   void onSliceSelected(int track, qint64 index);
@@ -96,6 +101,14 @@ class MainWindow : public QMainWindow {
   std::shared_ptr<TimelineData> compare_;
   std::vector<RankBreakdown> compare_breakdown_;
   QString compare_label_;
+  // The compared run's file and id (empty for runs not from a file), and the
+  // trace store's comparison being computed: a result that arrives after
+  // the runs changed (another generation) is dropped.
+  QString compare_path_;
+  qint64 compare_run_ = -1;
+  QPointer<QThread> trace_compare_worker_;
+  int trace_compare_generation_ = 0;
+  bool trace_compare_pending_ = false;
   bool stats_dirty_ = true;
   QString last_error_;
 };

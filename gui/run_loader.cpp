@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <thread>
+#include <unordered_map>
 
 #include "gui/timeline_palette.h"
 #include "traces/atomic_output.h"
@@ -237,6 +238,16 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
     if (size_t(task) >= v.size()) v.resize(size_t(task) + 1);
     return &v[size_t(task)];
   };
+  // Plan task names join the string table (a real run's activities carry
+  // kernel names; a comparison matches tasks by their plan names).
+  std::unordered_map<std::string, int32_t> name_ids;
+  auto nameId = [&](const std::string& name) {
+    if (name_ids.empty())
+      for (size_t i = 0; i < data->names.size(); ++i) name_ids.emplace(data->names[i], int32_t(i));
+    auto [it, fresh] = name_ids.emplace(name, int32_t(data->names.size()));
+    if (fresh) data->names.push_back(name);
+    return it->second;
+  };
   for (const auto& pt : reader.planTasks(run)) {
     if (pt.rank > max_rank) continue;
     if (TaskFacts* f = slot(pt.rank, pt.task_id)) {
@@ -244,6 +255,7 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
       f->bytes = pt.bytes;
       if (auto op = parseOpKind(pt.op)) f->op = *op;
       f->has_op = true;
+      if (!pt.name.empty()) f->name_id = nameId(pt.name);
     }
   }
   for (const auto& src : tracks)
@@ -257,7 +269,8 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
     }
 
   std::map<int, StepMark> steps;
-  for (const auto& s : reader.steps(run)) {
+  const std::vector<traces::StepRow> step_rows = reader.steps(run);
+  for (const auto& s : step_rows) {
     auto [it, fresh] = steps.try_emplace(s.step, StepMark{s.step, s.start_ns, s.end_ns});
     if (!fresh) {
       it->second.start_ns = std::min(it->second.start_ns, s.start_ns);
@@ -300,7 +313,16 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
         lo = std::min(lo, t->start_ns.front());
         for (int64_t e : t->end_ns) hi = std::max(hi, e);
       }
-    out.breakdown.push_back({lanes.rank, traces::breakdownOf(sets, lo, hi)});
+    RankBreakdown b{lanes.rank, traces::breakdownOf(sets, lo, hi), {}, 0};
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (const auto& s : step_rows)
+      if (s.rank == lanes.rank) {
+        first = std::min(first, s.start_ns);
+        last = std::max(last, s.end_ns);
+        ++b.steps;
+      }
+    if (b.steps > 0) b.in_steps = traces::breakdownOf(sets, first, last);
+    out.breakdown.push_back(b);
   }
   out.timings.analysis_s = seconds(t0);
   out.timeline = std::move(data);
@@ -366,7 +388,7 @@ std::vector<RankBreakdown> breakdownFromTimeline(const TimelineData& data) {
         if (t.phase[i] == uint8_t(Phase::Recompute)) b.recompute_ns += t.end_ns[i] - t.start_ns[i];
     }
     b.recompute_share_pct = b.span_ns > 0 ? 100.0 * double(b.recompute_ns) / double(b.span_ns) : 0.0;
-    out.push_back({r.rank, b});
+    out.push_back({r.rank, b, {}, 0});
   }
   return out;
 }

@@ -30,7 +30,13 @@ class LoadError : public std::runtime_error {
 
 struct RankBreakdown {
   int rank = 0;
-  traces::Breakdown breakdown;
+  traces::Breakdown breakdown;  // over the rank's whole span
+  // Over the rank's recorded steps (first start to last end) and how many
+  // there are; 0 steps when the run recorded none. A real run's set-up
+  // (GEMM algorithm timing, the first copies) lies outside them, so per
+  // step figures divide this one.
+  traces::Breakdown in_steps;
+  int steps = 0;
 };
 
 // Where the time of a load went, in seconds.

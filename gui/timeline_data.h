@@ -27,6 +27,7 @@ struct TaskFacts {
   double flops = 0;
   int64_t bytes = 0;  // read + written
   bool has_op = false;
+  int32_t name_id = -1;  // the plan task's name in TimelineData::names (-1: the run has no plan rows)
 };
 
 // One lane of slices: a rank's stream. Slices are sorted by start; on a GPU

@@ -8,8 +8,10 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sqlite3.h>
 
+#include "gui/compare.h"
 #include "gui/item_models.h"
 #include "gui/main_window.h"
 #include "gui/run_loader.h"
@@ -184,6 +186,82 @@ TEST_CASE("a profiled run's power and SM clock samples load as counter lanes", "
   CHECK(from_energy.max == Approx(700.0));
   // The first run of the file (simulated, no samples) has none.
   CHECK(loadRun(reader, 1).timeline->ranks[0].counters.empty());
+}
+
+TEST_CASE("a real run and its simulation compare by plan task name, per step inside the steps",
+          "[gui][compare]") {
+  // Run A (real): kernels named as the GPU names them; two steps [0,1000)
+  // and [1000,2000); task 0 (fc.fwd) 100 ns per step, task 1 (fc.bwd) two
+  // kernels of 40 and 60 ns per step; before the steps a set-up kernel of
+  // task 0 (GEMM algorithm timing) of 1000 ns. Run B (simulated): one step,
+  // activities named by their tasks, fc.fwd 110 ns, fc.bwd 200 ns.
+  const std::string path = tempPath("real_sim.sqlite").string();
+  {
+    traces::TraceWriter w(path);
+    using K = traces::ActivityKind;
+    using P = traces::TracePhase;
+    auto planTask = [](int64_t id, const std::string& name) {
+      traces::PlanTaskRow t;
+      t.task_id = id;
+      t.name = name;
+      t.op = "matmul";
+      return t;
+    };
+    traces::RunInfo real;
+    real.kind = traces::RunKind::Real;
+    real.name = "real";
+    w.beginRun(real);
+    w.addStream({0, 0, traces::StreamKind::Compute, "compute", 0});
+    w.addActivity(act(0, 0, -5000, -4000, K::Kernel, "nvjet_tuning", 0, P::Forward));
+    for (int step = 0; step < 2; ++step) {
+      const int64_t t0 = step * 1000;
+      w.addStep({0, step, t0, t0 + 1000});
+      w.addActivity(act(0, 0, t0, t0 + 100, K::Kernel, "nvjet_fwd", 0, P::Forward));
+      w.addActivity(act(0, 0, t0 + 100, t0 + 140, K::Kernel, "nvjet_bwd", 1, P::Backward));
+      w.addActivity(act(0, 0, t0 + 140, t0 + 200, K::Kernel, "bias_sum", 1, P::Backward));
+    }
+    w.addPlanTask(planTask(0, "fc.fwd"));
+    w.addPlanTask(planTask(1, "fc.bwd"));
+    traces::RunInfo sim;
+    sim.kind = traces::RunKind::Simulated;
+    sim.name = "sim";
+    w.beginRun(sim);
+    w.addStream({0, 0, traces::StreamKind::Compute, "compute", 0});
+    w.addStep({0, 0, 0, 500});
+    w.addActivity(act(0, 0, 0, 110, K::Kernel, "fc.fwd", 0, P::Forward));
+    w.addActivity(act(0, 0, 110, 310, K::Kernel, "fc.bwd", 1, P::Backward));
+    w.addPlanTask(planTask(0, "fc.fwd"));
+    w.addPlanTask(planTask(1, "fc.bwd"));
+    w.flush();
+  }
+  traces::TraceReader reader(path);
+  const auto runs = reader.runs();
+  REQUIRE(runs.size() == 2);
+  const LoadedRun a = loadRun(reader, runs[0].id), b = loadRun(reader, runs[1].id);
+  const Comparison c = compareRuns(*a.timeline, a.breakdown, *b.timeline, b.breakdown, 0);
+  CHECK(c.matched == 2);
+  CHECK(c.only_a == 0);
+  CHECK(c.only_b == 0);
+  std::map<std::string, TaskDelta> by_name;
+  for (const TaskDelta& d : c.tasks) by_name[d.name] = d;
+  REQUIRE(by_name.count("fc.fwd") == 1);
+  REQUIRE(by_name.count("fc.bwd") == 1);
+  CHECK(by_name["fc.fwd"].mean_a_ns == Approx(100));  // the set-up kernel left out
+  CHECK(by_name["fc.fwd"].mean_b_ns == Approx(110));
+  CHECK(by_name["fc.bwd"].mean_a_ns == Approx(100));  // 40 + 60 per step
+  CHECK(by_name["fc.bwd"].count_a == 4);
+  CHECK(by_name["fc.bwd"].mean_b_ns == Approx(200));
+  // Per step inside the steps: A computes 200 ns per step (not its whole
+  // span's 1400 ns over two steps), B 310.
+  auto row = [&](const std::string& m) {
+    for (const auto& r : c.summary)
+      if (r.metric == m) return r;
+    FAIL("no row " << m);
+    return CompareSummaryRow{};
+  };
+  CHECK(row("compute").a_ns == Approx(200));
+  CHECK(row("compute").b_ns == Approx(310));
+  CHECK(row("idle").a_ns == Approx(800));
 }
 
 TEST_CASE("bad input raises readable errors", "[gui][loader]") {

@@ -18,6 +18,8 @@
 #include "gui/what_if.h"
 #include "gui_test_app.h"
 #include "simulator/topology_presets.h"
+#include "traces/compare.h"
+#include "traces/trace_reader.h"
 
 using namespace tandem;
 using namespace tandem::gui;
@@ -80,6 +82,47 @@ TEST_CASE("compare: full recompute adds recompute time and lengthens the step", 
   view.setComparison("A", "B", c);
   CHECK(view.summary()->rowCount() == int(c.summary.size()));
   CHECK(view.tasks()->rowCount() == int(c.matched));
+}
+
+TEST_CASE("compare view shows tandem compare's figures for runs from trace files", "[gui][compare]") {
+  test::app();
+  // What `tandem compare` computes for the same two runs (A: no recompute).
+  traces::TraceReader reader(simRuns().path);
+  const traces::RunComparison expected = traces::compareRuns(reader, simRuns().none_id, reader, simRuns().full_id);
+  REQUIRE(!expected.by_op.empty());
+
+  MainWindow w;
+  CompareView* view = w.compareView();
+  QAbstractItemModelTester t1(view->opErrors(), QAbstractItemModelTester::FailureReportingMode::Fatal);
+  QAbstractItemModelTester t2(view->streamWaits(), QAbstractItemModelTester::FailureReportingMode::Fatal);
+  REQUIRE(w.openFile(QString::fromStdString(simRuns().path), simRuns().full_id));
+  REQUIRE(w.openCompare(QString::fromStdString(simRuns().path), simRuns().none_id));
+  // Computed on a worker thread; the view says so meanwhile.
+  QTRY_VERIFY_WITH_TIMEOUT(view->opErrors()->rowCount() > 0, 60000);
+  const auto& ops = view->opErrors()->rows();
+  REQUIRE(ops.size() == expected.by_op.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    CHECK(ops[i].op == expected.by_op[i].op);
+    CHECK(ops[i].tasks == expected.by_op[i].tasks);
+    CHECK(ops[i].median_abs_pct == Approx(expected.by_op[i].median_abs_pct));
+    CHECK(ops[i].max_abs_pct == Approx(expected.by_op[i].max_abs_pct));
+  }
+  CHECK(view->streamWaits()->rowCount() == int(expected.stream_waits.size()));
+  const QString step_error = QString::asprintf("%+.2f%%", expected.step_error_pct);
+  CHECK(view->traceComparisonText().contains(step_error));
+  CHECK(view->traceComparisonText().contains(QString("%1 matched").arg(expected.matched)));
+  // Full recompute adds recompute tasks: some ops exist only in B, and B's
+  // step is longer.
+  CHECK(expected.only_b > 0);
+  CHECK(expected.step_error_pct > 0);
+  view->resize(1000, 700);
+  CHECK(!view->grab().toImage().isNull());
+
+  // A run that did not come from a file has no store to compare from.
+  LoadedRun a = loadRunFile(simRuns().path, simRuns().none_id);
+  w.showRun(a.timeline, a.breakdown, "generated");
+  CHECK(view->opErrors()->rowCount() == 0);
+  CHECK(view->traceComparisonText().contains("need both runs from trace files"));
 }
 
 TEST_CASE("recompute view lists the plan's per-layer decisions and re-simulates in the background",
