@@ -123,36 +123,51 @@ std::vector<traces::KernelStat> sliceStats(const TimelineData& data, StatsGroup 
   return out;
 }
 
+namespace {
+
+// A slice's task name: the plan task's where the run has plan rows (a real
+// run's kernels carry their own names), else the slice's.
+const std::string& taskNameOf(const TimelineData& d, const Track& t, size_t i) {
+  const TaskFacts* facts = t.task_id[i] >= 0 ? d.factsFor(t.rank, t.task_id[i]) : nullptr;
+  return d.names[size_t(facts != nullptr && facts->name_id >= 0 ? facts->name_id : t.name_id[i])];
+}
+
+}  // namespace
+
 int64_t counterpartOf(const TimelineData& data, int track, int64_t index, const TimelineData& other,
                       int& other_track) {
   other_track = -1;
   const Track& t = data.tracks[size_t(track)];
   const int32_t task = t.task_id[size_t(index)];
-  const std::string& name = data.names[size_t(t.name_id[size_t(index)])];
+  const std::string& name = taskNameOf(data, t, size_t(index));
   // Plan task ids are the join key between a real run and its simulation;
   // two different plans (another recompute policy) number their tasks
   // differently, so the name must agree too, and the name alone decides when
-  // the ids do not line up.
+  // the ids do not line up. The same occurrence of the task (its kernel in
+  // the same step), or its last one when the other run has fewer (one
+  // simulated step against many profiled ones).
   for (int pass = 0; pass < 2; ++pass) {
     const bool by_id = pass == 0;
     if (by_id && task < 0) continue;
     int occurrence = 0;
     for (int64_t i = 0; i < index; ++i)
-      occurrence += (!by_id || t.task_id[size_t(i)] == task) && data.names[size_t(t.name_id[size_t(i)])] == name;
+      occurrence += (!by_id || t.task_id[size_t(i)] == task) && taskNameOf(data, t, size_t(i)) == name;
+    int64_t last = -1;
     for (size_t k = 0; k < other.tracks.size(); ++k) {
       const Track& o = other.tracks[k];
       if (o.rank != t.rank || o.kind != t.kind) continue;
       int seen = 0;
       for (size_t i = 0; i < o.size(); ++i) {
         if (by_id && o.task_id[i] != task) continue;
-        if (other.names[size_t(o.name_id[i])] != name) continue;
-        if (seen++ == occurrence) {
-          other_track = int(k);
-          return int64_t(i);
-        }
+        if (taskNameOf(other, o, i) != name) continue;
+        other_track = int(k);
+        last = int64_t(i);
+        if (seen++ == occurrence) return last;
       }
+      if (last >= 0) return last;
     }
   }
+  other_track = -1;
   return -1;
 }
 

@@ -262,6 +262,19 @@ TEST_CASE("a real run and its simulation compare by plan task name, per step ins
   CHECK(row("compute").a_ns == Approx(200));
   CHECK(row("compute").b_ns == Approx(310));
   CHECK(row("idle").a_ns == Approx(800));
+
+  // The details of A's fc.fwd kernel in step 1 name its counterpart in B's
+  // single step (by plan task, not by the kernel's name).
+  const TimelineData& ta = *a.timeline;
+  int track = -1;
+  int64_t index = -1;
+  for (size_t k = 0; k < ta.tracks.size(); ++k)
+    for (size_t i = 0; i < ta.tracks[k].size(); ++i)
+      if (ta.tracks[k].start_ns[i] == 1000) track = int(k), index = int64_t(i);
+  REQUIRE(track >= 0);
+  std::map<std::string, std::string> details;
+  for (const auto& [k, v] : sliceDetails(ta, track, index, b.timeline.get())) details[k] = v;
+  CHECK(details["compared run"].rfind("110 ns (fc.fwd)", 0) == 0);
 }
 
 TEST_CASE("bad input raises readable errors", "[gui][loader]") {
