@@ -111,8 +111,7 @@ void writeTrace(const std::string& path, const Plan& plan, const cuda::DeviceInf
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
     info.host = host;
-    info.devices_json = fmt::format(R"([{{"index":{},"name":"{}","memory_bytes":{}}}])", dev.index, dev.name,
-                                    dev.total_bytes);
+    info.devices_json = cuda::devicesJson(cuda::deviceRecord(dev.index));
     info.tool_version = TANDEM_VERSION;
     info.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
@@ -176,8 +175,7 @@ std::unique_ptr<profiler::Profiler> startProfiler(const RunOptions& o, const Pla
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   po.run.host = host;
-  po.run.devices_json =
-      fmt::format(R"([{{"index":{},"name":"{}","memory_bytes":{}}}])", dev.index, dev.name, dev.total_bytes);
+  po.run.devices_json = cuda::devicesJson(cuda::deviceRecord(dev.index));
   po.run.tool_version = TANDEM_VERSION;
   po.run.world_size = plan.world_size;
   po.rank = rank;

@@ -1,6 +1,9 @@
 #include "engine/cuda/device.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <nccl.h>
 
 #include "engine/cuda/check.h"
 
@@ -35,6 +38,50 @@ DeviceInfo deviceInfo(int device) {
   info.total_bytes = int64_t(total_b);
   info.peak_bf16_flops = peakBf16Flops(info.name);
   return info;
+}
+
+namespace {
+
+// The driver's release ("580.82.07") from NVML's documented C API, or ""
+// when the library or the call is missing.
+std::string driverRelease() {
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return "";
+  using Init = int (*)();
+  using Shutdown = int (*)();
+  using Version = int (*)(char*, unsigned int);
+  const auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
+  const auto shutdown = reinterpret_cast<Shutdown>(dlsym(lib, "nvmlShutdown"));
+  const auto version = reinterpret_cast<Version>(dlsym(lib, "nvmlSystemGetDriverVersion"));
+  std::string out;
+  if (init != nullptr && shutdown != nullptr && version != nullptr && init() == 0) {
+    char text[96] = {0};  // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE is 80
+    if (version(text, sizeof text) == 0) out = text;
+    shutdown();
+  }
+  dlclose(lib);
+  return out;
+}
+
+}  // namespace
+
+DeviceRecord deviceRecord(int device) {
+  const DeviceInfo info = deviceInfo(device);
+  DeviceRecord r;
+  r.index = info.index;
+  r.name = info.name;
+  r.memory_bytes = info.total_bytes;
+  r.sm_count = info.sm_count;
+  cudaDeviceProp prop{};
+  TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  r.cc_major = prop.major;
+  r.cc_minor = prop.minor;
+  TANDEM_CUDA_CHECK(cudaDriverGetVersion(&r.cuda_driver));
+  TANDEM_CUDA_CHECK(cudaRuntimeGetVersion(&r.cuda_runtime));
+  r.cublaslt = int64_t(cublasLtGetVersion());
+  if (ncclGetVersion(&r.nccl) != ncclSuccess) r.nccl = 0;
+  r.driver = driverRelease();
+  return r;
 }
 
 double peakBf16Flops(const std::string& name) {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/cuda/device_record.h"
+
 namespace tandem::cuda {
 
 struct DeviceInfo {
@@ -22,6 +24,13 @@ struct DeviceInfo {
 int usableGpuCount(std::string* reason);
 
 DeviceInfo deviceInfo(int device);
+
+// The device and the software a run measures it with (device_record.h):
+// properties from the CUDA runtime, the versions of the driver's CUDA, the
+// runtime, cuBLASLt and NCCL, and the driver's release from NVML when
+// libnvidia-ml is there (opened at run time, like the profiler's power
+// sampler: nothing links it).
+DeviceRecord deviceRecord(int device);
 
 // Dense bf16 tensor-core peak by device name (PaLM-style MFU denominators):
 // H100/H200 989 TFLOP/s, A100 312, L40S 362, 0 for unknown devices.

@@ -15,6 +15,7 @@
 #include "engine/cpu/bf16.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cuda/check.h"
+#include "engine/cuda/device.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/graph_memsets.h"
@@ -763,10 +764,25 @@ void testAttentionPaths() {
   cuda::prepareKernels();
 }
 
+// The device record a real run writes into the trace store: every version
+// known on a GPU machine (NVML's driver release too, where the driver
+// library is there).
+void testDeviceRecord() {
+  const cuda::DeviceRecord r = cuda::deviceRecord(0);
+  const std::string json = cuda::devicesJson(r);
+  std::printf("     device record: %s\n", json.c_str());
+  expectTrue("device record: name, memory and SMs", !r.name.empty() && r.memory_bytes > 0 && r.sm_count > 0);
+  expectTrue("device record: compute capability", r.cc_major >= 7);
+  expectTrue("device record: CUDA driver and runtime versions", r.cuda_driver >= 12000 && r.cuda_runtime >= 12000);
+  expectTrue("device record: cuBLASLt and NCCL versions", r.cublaslt >= 120000 && r.nccl >= 21000);
+  expectTrue("device record: the driver's release from NVML", !r.driver.empty());
+}
+
 int main() {
   requireGpus(1);
   testHoistMemsets();
   testMergedMemsetsBeforeRoots();
+  testDeviceRecord();
   cuda::prepareKernels();
   for (DType dt : {DType::F32, DType::BF16}) {
     // Vector paths (C multiple of the 16-byte vector) and the scalar ones;
