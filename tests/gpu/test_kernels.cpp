@@ -609,18 +609,21 @@ void testOptimizer() {
   cudaFree(gsc);
 }
 
-}  // namespace
-
-// graph_memsets.h on a graph of memsets: a -> b -> c, where only b writes
-// inside the region. b becomes a root, c keeps its order after a and now
-// also depends on b, and a replay writes what the chain wrote.
-void testHoistMemsets() {
+// A graph of 4-byte memset nodes over one 4 KiB allocation, for
+// graph_memsets.h's checks.
+struct MemsetGraph {
   unsigned char* mem = nullptr;
-  TANDEM_CUDA_CHECK(cudaMalloc(&mem, 4096));
-  TANDEM_CUDA_CHECK(cudaMemset(mem, 0, 4096));
   cudaGraph_t g = nullptr;
-  TANDEM_CUDA_CHECK(cudaGraphCreate(&g, 0));
-  auto memset = [&](size_t offset, unsigned value, const std::vector<cudaGraphNode_t>& deps) {
+  explicit MemsetGraph(int fill) {
+    TANDEM_CUDA_CHECK(cudaMalloc(&mem, 4096));
+    TANDEM_CUDA_CHECK(cudaMemset(mem, fill, 4096));
+    TANDEM_CUDA_CHECK(cudaGraphCreate(&g, 0));
+  }
+  ~MemsetGraph() {
+    cudaGraphDestroy(g);
+    cudaFree(mem);
+  }
+  cudaGraphNode_t memset(size_t offset, unsigned value, const std::vector<cudaGraphNode_t>& deps) {
     cudaMemsetParams p{};
     p.dst = mem + offset;
     p.value = value;
@@ -630,38 +633,62 @@ void testHoistMemsets() {
     cudaGraphNode_t n = nullptr;
     TANDEM_CUDA_CHECK(cudaGraphAddMemsetNode(&n, g, deps.data(), deps.size(), &p));
     return n;
-  };
-  const cudaGraphNode_t a = memset(0, 0x11111111u, {});
-  const cudaGraphNode_t b = memset(2048, 0x22222222u, {a});
-  const cudaGraphNode_t c = memset(16, 0x33333333u, {b});
-  expectTrue("graph memsets: the graph holds 3", cuda::memsetNodesOf(g) == 3);
-  expectTrue("graph memsets: one inside [2048, 4096) moved", cuda::hoistMemsetsInside(g, mem + 2048, mem + 4096) == 1);
-  auto deps = [](cudaGraphNode_t n) {
+  }
+  static std::vector<cudaGraphNode_t> deps(cudaGraphNode_t n) {
     size_t k = 0;
     TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(n, nullptr, nullptr, &k));
     std::vector<cudaGraphNode_t> out(k);
     if (k) TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(n, out.data(), nullptr, &k));
     return out;
-  };
-  expectTrue("graph memsets: the moved one is a root", deps(b).empty());
-  const std::vector<cudaGraphNode_t> dc = deps(c);
+  }
+  static size_t dependents(cudaGraphNode_t n) {
+    size_t k = 0;
+    TANDEM_CUDA_CHECK(cudaGraphNodeGetDependentNodes(n, nullptr, nullptr, &k));
+    return k;
+  }
+  // Instantiates the graph, disables `off`, replays it once and returns the
+  // allocation's bytes.
+  std::vector<unsigned char> replay(const std::vector<cudaGraphNode_t>& off = {}) {
+    cudaGraphExec_t e = nullptr;
+    TANDEM_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+    cuda::disableNodes(e, off);
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(e, nullptr));
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+    cudaGraphExecDestroy(e);
+    std::vector<unsigned char> host(4096);
+    TANDEM_CUDA_CHECK(cudaMemcpy(host.data(), mem, 4096, cudaMemcpyDeviceToHost));
+    return host;
+  }
+};
+
+uint32_t wordAt(const std::vector<unsigned char>& bytes, size_t offset) {
+  uint32_t v = 0;
+  std::memcpy(&v, &bytes[offset], 4);
+  return v;
+}
+
+}  // namespace
+
+// graph_memsets.h on a graph of memsets: a -> b -> c, where only b writes
+// inside the region. b becomes a root, c keeps its order after a and now
+// also depends on b, and a replay writes what the chain wrote.
+void testHoistMemsets() {
+  MemsetGraph m(0);
+  const cudaGraphNode_t a = m.memset(0, 0x11111111u, {});
+  const cudaGraphNode_t b = m.memset(2048, 0x22222222u, {a});
+  const cudaGraphNode_t c = m.memset(16, 0x33333333u, {b});
+  expectTrue("graph memsets: the graph holds 3", cuda::memsetNodesOf(m.g) == 3);
+  expectTrue("graph memsets: one inside [2048, 4096) moved",
+             cuda::hoistMemsetsInside(m.g, m.mem + 2048, m.mem + 4096) == 1);
+  expectTrue("graph memsets: the moved one is a root", MemsetGraph::deps(b).empty());
+  const std::vector<cudaGraphNode_t> dc = MemsetGraph::deps(c);
   expectTrue("graph memsets: its dependent follows its predecessor and it",
              dc.size() == 2 && std::count(dc.begin(), dc.end(), a) == 1 && std::count(dc.begin(), dc.end(), b) == 1);
   expectTrue("graph memsets: nothing outside the region moves",
-             cuda::hoistMemsetsInside(g, mem + 2048, mem + 4096) == 0);
-  cudaGraphExec_t e = nullptr;
-  TANDEM_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-  TANDEM_CUDA_CHECK(cudaGraphLaunch(e, nullptr));
-  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-  uint32_t v[3] = {};
-  TANDEM_CUDA_CHECK(cudaMemcpy(&v[0], mem, 4, cudaMemcpyDeviceToHost));
-  TANDEM_CUDA_CHECK(cudaMemcpy(&v[1], mem + 2048, 4, cudaMemcpyDeviceToHost));
-  TANDEM_CUDA_CHECK(cudaMemcpy(&v[2], mem + 16, 4, cudaMemcpyDeviceToHost));
+             cuda::hoistMemsetsInside(m.g, m.mem + 2048, m.mem + 4096) == 0);
+  const std::vector<unsigned char> out = m.replay();
   expectTrue("graph memsets: the replay writes all three",
-             v[0] == 0x11111111u && v[1] == 0x22222222u && v[2] == 0x33333333u);
-  cudaGraphExecDestroy(e);
-  cudaGraphDestroy(g);
-  cudaFree(mem);
+             wordAt(out, 0) == 0x11111111u && wordAt(out, 2048) == 0x22222222u && wordAt(out, 16) == 0x33333333u);
 }
 
 // graph_memsets.h's merge and orderBeforeRoots on a chain of memsets
@@ -669,68 +696,29 @@ void testHoistMemsets() {
 // one memset of the whole region replaces them, runs before the graph's
 // only root (a), and the chain keeps its order without them.
 void testMergedMemsetsBeforeRoots() {
-  unsigned char* mem = nullptr;
-  TANDEM_CUDA_CHECK(cudaMalloc(&mem, 4096));
-  TANDEM_CUDA_CHECK(cudaMemset(mem, 0xff, 4096));
-  cudaGraph_t g = nullptr;
-  TANDEM_CUDA_CHECK(cudaGraphCreate(&g, 0));
-  auto memset = [&](size_t offset, unsigned value, const std::vector<cudaGraphNode_t>& deps) {
-    cudaMemsetParams p{};
-    p.dst = mem + offset;
-    p.value = value;
-    p.elementSize = 4;
-    p.width = 1;
-    p.height = 1;
-    cudaGraphNode_t n = nullptr;
-    TANDEM_CUDA_CHECK(cudaGraphAddMemsetNode(&n, g, deps.data(), deps.size(), &p));
-    return n;
-  };
-  auto deps = [](cudaGraphNode_t n) {
-    size_t k = 0;
-    TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(n, nullptr, nullptr, &k));
-    std::vector<cudaGraphNode_t> out(k);
-    if (k) TANDEM_CUDA_CHECK(cudaGraphNodeGetDependencies(n, out.data(), nullptr, &k));
-    return out;
-  };
-  auto dependents = [](cudaGraphNode_t n) {
-    size_t k = 0;
-    TANDEM_CUDA_CHECK(cudaGraphNodeGetDependentNodes(n, nullptr, nullptr, &k));
-    return k;
-  };
-  const cudaGraphNode_t a = memset(0, 0x11111111u, {});
-  const cudaGraphNode_t z1 = memset(2048, 0, {a});
-  const cudaGraphNode_t c = memset(16, 0x33333333u, {z1});
-  const cudaGraphNode_t z2 = memset(3000, 0, {c});
-  const cudaGraphNode_t d = memset(32, 0x44444444u, {z2});
-  const cuda::MergedMemsets m = cuda::mergeZeroMemsetsInside(g, mem + 2048, mem + 4096);
-  expectTrue("merged memsets: two merged into one", m.merged.size() == 2 && m.whole != nullptr);
-  expectTrue("merged memsets: before the one root", cuda::orderBeforeRoots(g, {m.whole}, m.merged) == 1);
-  const std::vector<cudaGraphNode_t> da = deps(a), dc = deps(c), dd = deps(d);
-  expectTrue("merged memsets: the root follows the whole-range memset", da.size() == 1 && da[0] == m.whole);
+  MemsetGraph m(0xff);
+  const cudaGraphNode_t a = m.memset(0, 0x11111111u, {});
+  const cudaGraphNode_t z1 = m.memset(2048, 0, {a});
+  const cudaGraphNode_t c = m.memset(16, 0x33333333u, {z1});
+  const cudaGraphNode_t z2 = m.memset(3000, 0, {c});
+  const cudaGraphNode_t d = m.memset(32, 0x44444444u, {z2});
+  const cuda::MergedMemsets merged = cuda::mergeZeroMemsetsInside(m.g, m.mem + 2048, m.mem + 4096);
+  expectTrue("merged memsets: two merged into one", merged.merged.size() == 2 && merged.whole != nullptr);
+  expectTrue("merged memsets: before the one root", cuda::orderBeforeRoots(m.g, {merged.whole}, merged.merged) == 1);
+  using G = MemsetGraph;
+  const std::vector<cudaGraphNode_t> da = G::deps(a), dc = G::deps(c), dd = G::deps(d);
+  expectTrue("merged memsets: the root follows the whole-range memset", da.size() == 1 && da[0] == merged.whole);
   expectTrue("merged memsets: the chain keeps its order, one dependency each",
              dc.size() == 1 && dc[0] == a && dd.size() == 1 && dd[0] == c);
   expectTrue("merged memsets: the merged nodes have no edges",
-             deps(z1).empty() && deps(z2).empty() && dependents(z1) == 0 && dependents(z2) == 0);
+             G::deps(z1).empty() && G::deps(z2).empty() && G::dependents(z1) == 0 && G::dependents(z2) == 0);
   expectTrue("merged memsets: the whole-range memset precedes only the root",
-             deps(m.whole).empty() && dependents(m.whole) == 1);
-  cudaGraphExec_t e = nullptr;
-  TANDEM_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-  cuda::disableNodes(e, m.merged);
-  TANDEM_CUDA_CHECK(cudaGraphLaunch(e, nullptr));
-  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<unsigned char> host(4096);
-  TANDEM_CUDA_CHECK(cudaMemcpy(host.data(), mem, 4096, cudaMemcpyDeviceToHost));
-  uint32_t v[3] = {};
-  std::memcpy(&v[0], &host[0], 4);
-  std::memcpy(&v[1], &host[16], 4);
-  std::memcpy(&v[2], &host[32], 4);
+             G::deps(merged.whole).empty() && G::dependents(merged.whole) == 1);
+  const std::vector<unsigned char> out = m.replay(merged.merged);
   expectTrue("merged memsets: the replay writes the chain",
-             v[0] == 0x11111111u && v[1] == 0x33333333u && v[2] == 0x44444444u);
+             wordAt(out, 0) == 0x11111111u && wordAt(out, 16) == 0x33333333u && wordAt(out, 32) == 0x44444444u);
   expectTrue("merged memsets: the replay zeroes the whole region",
-             std::all_of(host.begin() + 2048, host.end(), [](unsigned char b) { return b == 0; }));
-  cudaGraphExecDestroy(e);
-  cudaGraphDestroy(g);
-  cudaFree(mem);
+             std::all_of(out.begin() + 2048, out.end(), [](unsigned char v) { return v == 0; }));
 }
 
 // The bf16 head-dimension-64 attention on both instruction paths: wgmma
