@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "traces/trace_reader.h"
@@ -95,6 +96,35 @@ bool isRunLevelStat(const std::string& name) {
   return kRunLevel.count(name) > 0;
 }
 
+// The merged run's devices: every input's devices_json array, each device
+// tagged with its input's rank where the input holds one rank and the entry
+// names none (a per-rank profile records its own GPU only). Inputs whose
+// devices_json is not a JSON array add nothing; when none is, the first
+// input's text stays as it was.
+std::string mergedDevices(const std::vector<std::string>& inputs) {
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  std::string first;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TraceReader r(inputs[i]);
+    const int64_t run = r.defaultRunId();
+    const std::string text = r.run(run).devices_json;
+    if (i == 0) first = text;
+    std::set<int> ranks;
+    for (const auto& s : r.streams(run)) ranks.insert(s.rank);
+    const auto devices = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!devices.is_array()) continue;
+    for (auto d : devices) {
+      if (d.is_object() && !d.contains("rank") && ranks.size() == 1) {
+        nlohmann::ordered_json tagged = {{"rank", *ranks.begin()}};
+        tagged.update(d);
+        d = std::move(tagged);
+      }
+      all.push_back(std::move(d));
+    }
+  }
+  return all.empty() ? first : all.dump();
+}
+
 }  // namespace
 
 MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) {
@@ -102,6 +132,7 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
   MergeResult result;
   std::map<int, std::string> owner;  // rank -> input that holds it
   bool begun = false;
+  const std::string devices = mergedDevices(inputs);
   std::map<std::string, int64_t> run_level;  // isRunLevelStat: the largest value over the inputs
   for (const auto& path : inputs) {
     TraceReader r(path);
@@ -137,6 +168,7 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
       RunInfo merged = info;
       merged.name = fmt::format("merge of {} files ({}...)", inputs.size(), info.name);
       merged.world_size = std::max(info.world_size, 1);
+      merged.devices_json = devices;
       w.beginRun(merged);
       begun = true;
     }

@@ -33,6 +33,50 @@ Json breakdownJson(const Breakdown& b) {
               {"recompute_share_pct", r3(b.recompute_share_pct)}};
 }
 
+// The run's devices in one line, from devices_json in any of the writers'
+// shapes (a real run's record, the simulator's, Kineto's deviceProperties,
+// Nsight Systems' GPU table): a device by its model or name, with the
+// compute capability, driver and library versions where recorded; equal
+// descriptions counted ("2 x NVIDIA H200 (...)"). Empty when the text is
+// not a JSON array of objects with a name.
+std::string devicesLine(const std::string& devices_json) {
+  const Json devices = Json::parse(devices_json, nullptr, /*allow_exceptions=*/false);
+  if (!devices.is_array()) return "";
+  auto text = [](const Json& d, const char* key) {
+    auto it = d.find(key);
+    return it != d.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  std::vector<std::pair<std::string, int>> seen;  // description, count (first-seen order)
+  for (const Json& d : devices) {
+    if (!d.is_object()) continue;
+    std::string label = text(d, "model");
+    if (label.empty()) label = text(d, "name");
+    if (label.empty()) continue;
+    std::vector<std::string> parts;
+    auto add = [&](const char* key, const char* prefix) {
+      if (const std::string v = text(d, key); !v.empty()) parts.push_back(prefix + v);
+    };
+    add("compute_capability", "cc ");
+    add("driver", "driver ");
+    add("cuda_runtime", "CUDA ");
+    add("cublaslt", "cuBLASLt ");
+    add("nccl", "NCCL ");
+    if (!parts.empty()) {
+      label += " (";
+      for (size_t i = 0; i < parts.size(); ++i) label += (i ? ", " : "") + parts[i];
+      label += ")";
+    }
+    auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return s.first == label; });
+    if (it == seen.end())
+      seen.emplace_back(label, 1);
+    else
+      ++it->second;
+  }
+  std::string out;
+  for (const auto& [label, n] : seen) out += (out.empty() ? "" : "; ") + (n > 1 ? fmt::format("{} x ", n) : "") + label;
+  return out;
+}
+
 // The profiler's per-rank power stats (profiler/power_sampler.h), as one
 // line per rank: a data-parallel step runs at the pace of its slowest GPU,
 // and the GPUs of one machine can differ by a few percent in clock.
@@ -148,6 +192,9 @@ std::string reportToJson(const RunReport& r) {
                   {"name", r.run.name},
                   {"job_hash", r.run.job_hash},
                   {"world_size", r.run.world_size}};
+  // The devices as recorded (a JSON array in every writer of the store).
+  if (const Json devices = Json::parse(r.run.devices_json, nullptr, false); devices.is_array())
+    j["run"]["devices"] = devices;
   j["activity_count"] = r.activity_count;
   j["total"] = breakdownJson(r.total);
   Json ranks = Json::array();
@@ -240,6 +287,7 @@ std::string reportToText(const RunReport& r) {
   auto line = [&](const std::string& s) { out += s + "\n"; };
   line(fmt::format("run {} ({}, \"{}\"), {} ranks, {} activities", r.run.id, toString(r.run.kind), r.run.name,
                    r.ranks.size(), r.activity_count));
+  if (const std::string devices = devicesLine(r.run.devices_json); !devices.empty()) line("devices: " + devices);
   line("");
   line("temporal breakdown per rank (ms; HTA: idle = span - |union of all GPU activity|)");
   line(fmt::format("{:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10}", "rank", "span", "compute",

@@ -305,6 +305,28 @@ TEST_CASE("stream waits: each stream's gaps, charged to its own work, and what o
   CHECK(split.total_ns == 60);
 }
 
+TEST_CASE("the report names the run's devices and their software", "[analysis]") {
+  RunReport rep = fixtureReport();
+  // A real run's record per rank, after a merge of two per-rank files.
+  rep.run.devices_json =
+      R"([{"rank":0,"index":0,"name":"NVIDIA H200","compute_capability":"9.0","driver":"580.159.04",)"
+      R"("cuda_driver":"13.0","cuda_runtime":"13.0","cublaslt":"13.1.0","nccl":"2.28.3"},)"
+      R"({"rank":1,"index":1,"name":"NVIDIA H200","compute_capability":"9.0","driver":"580.159.04",)"
+      R"("cuda_driver":"13.0","cuda_runtime":"13.0","cublaslt":"13.1.0","nccl":"2.28.3"}])";
+  CHECK(reportToText(rep).find("devices: 2 x NVIDIA H200 (cc 9.0, driver 580.159.04, CUDA 13.0, cuBLASLt 13.1.0, "
+                               "NCCL 2.28.3)\n") != std::string::npos);
+  const auto json = nlohmann::json::parse(reportToJson(rep));
+  CHECK(json["run"]["devices"].size() == 2);
+  CHECK(json["run"]["devices"][1]["nccl"] == "2.28.3");
+  // The simulator's record names a model per rank.
+  rep.run.devices_json = R"([{"rank":0,"name":"gpu0","model":"H200"},{"rank":1,"name":"gpu1","model":"H200"}])";
+  CHECK(reportToText(rep).find("devices: 2 x H200\n") != std::string::npos);
+  // Free-form text that is no JSON array names nothing, and breaks nothing.
+  rep.run.devices_json = "one H200";
+  CHECK(reportToText(rep).find("devices:") == std::string::npos);
+  CHECK(!nlohmann::json::parse(reportToJson(rep))["run"].contains("devices"));
+}
+
 TEST_CASE("stragglers: the rank that enters collectives last", "[analysis]") {
   RunReport rep = fixtureReport();
   CHECK(rep.stragglers.collectives_matched == 1);

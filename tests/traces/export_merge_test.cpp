@@ -97,6 +97,7 @@ void writeRankFile(const std::string& path, int rank, int64_t offset_ns) {
   info.kind = RunKind::Real;
   info.name = "rank" + std::to_string(rank);
   info.world_size = 2;
+  info.devices_json = R"([{"index":)" + std::to_string(rank) + R"(,"name":"NVIDIA H200","driver":"580.1"}])";
   w.beginRun(info);
   w.addStream({rank, 0, StreamKind::Compute, "compute", rank});
   w.addActivity(act(rank, 0, 100, 200, ActivityKind::Kernel, "gemm", 1, TracePhase::Forward));
@@ -142,6 +143,14 @@ TEST_CASE("merge puts per-rank files on one clock in one run", "[merge]") {
   CHECK(stats["tokens_per_second"] == 1'000'000);
   CHECK(stats["mfu_ppm"] == 480'000);
   CHECK(stats["device_used_bytes"] == 10'001);
+  // Each rank's GPU, not only the first file's, tagged with its rank.
+  const auto devices = nlohmann::json::parse(r.run(m.run).devices_json);
+  REQUIRE(devices.size() == 2);
+  CHECK(devices[0]["rank"] == 0);
+  CHECK(devices[0]["index"] == 0);
+  CHECK(devices[1]["rank"] == 1);
+  CHECK(devices[1]["index"] == 1);
+  CHECK(devices[1]["driver"] == "580.1");
 
   TraceWriter w(tempTracePath("merged-dup.sqlite"), WriterOptions{.truncate = true});
   CHECK_THROWS_WITH(mergeTraces({a, a}, w), Catch::Contains("rank 0 is also in"));
