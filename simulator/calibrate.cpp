@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -499,6 +501,41 @@ std::map<int, double> forwardSpeedByRank(const std::map<traces::TaskKey, traces:
   return out;
 }
 
+namespace {
+
+// What a run's devices_json says of its GPUs and software (the store's
+// device record: docs/trace-schema.md): the distinct device models or names
+// joined ("" when it names none), and the first device's driver and library
+// versions ("" when not recorded).
+struct RunDevices {
+  std::string gpus, software;
+};
+RunDevices runDevices(const std::string& devices_json) {
+  RunDevices out;
+  const auto devices = nlohmann::json::parse(devices_json, nullptr, /*allow_exceptions=*/false);
+  if (!devices.is_array()) return out;
+  std::set<std::string> names;
+  for (const auto& d : devices) {
+    if (!d.is_object()) continue;
+    // A simulated run names each rank's device and gives its model.
+    for (const char* key : {"model", "name"})
+      if (auto it = d.find(key); it != d.end() && it->is_string() && !it->get<std::string>().empty()) {
+        names.insert(it->get<std::string>());
+        break;
+      }
+    if (!out.software.empty()) continue;
+    std::string sw;
+    for (const char* key : {"driver", "cuda_runtime", "cublaslt", "nccl"})
+      if (auto it = d.find(key); it != d.end() && it->is_string())
+        sw += (sw.empty() ? "" : ", ") + std::string(key) + " " + it->get<std::string>();
+    out.software = sw;
+  }
+  for (const std::string& n : names) out.gpus += (out.gpus.empty() ? "" : " + ") + n;
+  return out;
+}
+
+}  // namespace
+
 CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs) {
   CalibrationResult out;
   std::map<int, std::vector<double>> rank_speeds;  // per rank, one per multi-rank run
@@ -518,6 +555,11 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   std::vector<SharingStep> sharing_steps;              // one-rank runs with a second compute stream
   std::vector<double> step_overheads;
   LaunchGapsByShape gaps_by_shape;
+  // A calibration describes one kind of GPU: the first run that names its
+  // GPUs sets it, and a run on another kind stops the fit. Software versions
+  // may differ between runs; the provenance then says so.
+  std::string gpus, gpus_from;
+  std::map<std::string, std::vector<std::string>> runs_by_software;
 
   for (const CalibrationInput& in : inputs) {
     traces::TraceReader reader(in.path);
@@ -532,6 +574,19 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     }
     for (int64_t run : runs) {
       const traces::RunInfo info = reader.run(run);
+      const std::string where = fmt::format("{} run {}", std::filesystem::path(in.path).filename().string(), run);
+      if (const RunDevices d = runDevices(info.devices_json); !d.gpus.empty()) {
+        if (gpus.empty()) {
+          gpus = d.gpus;
+          gpus_from = where;
+        } else if (d.gpus != gpus) {
+          throw std::runtime_error(fmt::format(
+              "{}: run {} ran on {}, but {} ran on {}; a calibration describes one kind of GPU: fit each kind "
+              "from its own runs",
+              in.path, run, d.gpus, gpus_from, gpus));
+        }
+        if (!d.software.empty()) runs_by_software[d.software].push_back(where);
+      }
       if (info.job_yaml.empty())
         throw std::runtime_error(
             fmt::format("{}: run {} carries no job, so its tasks cannot be re-planned", in.path, run));
@@ -664,6 +719,16 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     }
   }
 
+  if (runs_by_software.size() > 1) {
+    std::string note = "the runs used different driver or library versions:";
+    for (const auto& [sw, where] : runs_by_software) {
+      note += " " + sw + " (";
+      for (size_t i = 0; i < where.size(); ++i) note += (i ? ", " : "") + where[i];
+      note += ");";
+    }
+    note.pop_back();
+    out.provenance.push_back(note);
+  }
   out.calibration.source = "tandem calibrate";
   if (!launch_gaps.empty()) out.calibration.launch_overhead_ns = int64_t(std::llround(median(launch_gaps)));
   if (!step_overheads.empty()) out.calibration.step_overhead_ns = int64_t(std::llround(median(step_overheads)));

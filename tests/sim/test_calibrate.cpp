@@ -108,6 +108,33 @@ TEST_CASE("Calibration fitted from a measured run predicts measured and unseen j
   CHECK(unseen_err < default_err);
 }
 
+TEST_CASE("Calibration fits one kind of GPU and notes differing software", "[calibrate]") {
+  const sim::RooflineCostModel truth = truthModel();
+  const JobSpec job = smallJob(8, 4);
+  auto measuredOn = [&](const std::string& file, const std::string& devices) {
+    const std::string path = traces::testing::tempTracePath(file);
+    simulate(job, truth, {}, path);
+    traces::sql::Db db(path, SQLITE_OPEN_READWRITE);
+    db.exec("UPDATE runs SET devices_json = '" + devices + "'");
+    return path;
+  };
+  const std::string a = measuredOn(
+      "gpu-a.sqlite", R"([{"index":0,"name":"NVIDIA H200","driver":"580.1","cuda_runtime":"13.0","nccl":"2.28.3"}])");
+  const std::string b = measuredOn(
+      "gpu-b.sqlite", R"([{"index":0,"name":"NVIDIA H200","driver":"580.2","cuda_runtime":"13.0","nccl":"2.28.3"}])");
+  const std::string c = measuredOn("gpu-c.sqlite", R"([{"index":0,"name":"NVIDIA H100 80GB HBM3"}])");
+
+  const sim::CalibrationResult same_gpu = sim::calibrateFromRuns({{a, 1}, {b, 1}});
+  const std::string yaml = sim::calibrationToYaml(same_gpu);
+  CHECK_THAT(yaml, Catch::Contains("different driver or library versions: driver 580.1, cuda_runtime 13.0, nccl "
+                                   "2.28.3 (gpu-a.sqlite run 1); driver 580.2"));
+  CHECK_THAT(sim::calibrationToYaml(sim::calibrateFromRuns({{a, 1}})),
+             !Catch::Contains("different driver or library versions"));
+  CHECK_THROWS_WITH(sim::calibrateFromRuns({{a, 1}, {c, 1}}),
+                    Catch::Contains("run 1 ran on NVIDIA H100 80GB HBM3, but gpu-a.sqlite run 1 ran on NVIDIA H200") &&
+                        Catch::Contains("one kind of GPU"));
+}
+
 TEST_CASE("Calibration refuses runs it cannot re-plan", "[calibrate]") {
   const std::string path = traces::testing::tempTracePath("nojob.sqlite");
   {
