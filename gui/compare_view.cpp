@@ -243,9 +243,10 @@ void CompareView::setMessage(const QString& message) {
 
 void CompareView::setTraceComparison(const traces::RunComparison& c) {
   auto pp = [](double a, double b) { return QString::asprintf("%.1f%% / %.1f%% (%+.1f points)", a, b, b - a); };
-  trace_summary_->setText(tr("As tandem compare (tasks by plan task id: %1 matched, %2 only in A, %3 only in B): "
-                             "step (median of ranks and steps) %4 / %5, %6; overlap A / B %7; exposed "
-                             "communication %8 / %9.")
+  trace_summary_->setText(tr("As tandem compare (tasks by %1: %2 matched, %3 only in A, %4 only in B): "
+                             "step (median of ranks and steps) %5 / %6, %7; overlap A / B %8; exposed "
+                             "communication %9 / %10.")
+                              .arg(QString::fromStdString(c.matched_by))
                               .arg(c.matched)
                               .arg(c.only_a)
                               .arg(c.only_b)

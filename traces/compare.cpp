@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "traces/analysis.h"
@@ -57,6 +58,7 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
     // can be a cuBLASLt memset, which says nothing of the task.
     const auto name = names.find(key);
     if (name != names.end() && !name->second.empty()) t.name = name->second;
+    t.planned = name != names.end();
   }
   return times;
 }
@@ -138,16 +140,41 @@ RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t
   }
   for (auto& [stream, d] : waits) c.stream_waits.push_back(std::move(d));
 
+  // One plan or two: an id that names another task in B (both runs with
+  // plan rows for it) means the ids do not line up, and names join the runs
+  // instead.
+  bool same_plan = true;
+  for (const auto& [key, t] : ta)
+    if (const auto it = tb.find(key); it != tb.end() && t.planned && it->second.planned &&
+                                      (t.name != it->second.name || t.op != it->second.op)) {
+      same_plan = false;
+      break;
+    }
+  using NameKey = std::pair<int, std::string>;
+  std::map<NameKey, TaskKey> b_by_name;  // (rank, name) -> B's key
+  if (!same_plan) {
+    c.matched_by = "plan task name";
+    for (const auto& [key, t] : tb) b_by_name.emplace(NameKey{key.first, t.name}, key);
+  }
+  auto counterpart = [&](const TaskKey& key, const TaskTime& t) {
+    if (same_plan) return tb.find(key);
+    const auto it = b_by_name.find({key.first, t.name});
+    return it == b_by_name.end() ? tb.end() : tb.find(it->second);
+  };
+  std::set<TaskKey> b_matched;
+
   std::vector<TaskDelta> deltas;
   std::map<std::string, std::vector<double>> errors_by_op;
   std::map<std::string, OpError> ops;
   for (const auto& [key, t] : ta) {
-    const auto it = tb.find(key);
+    const auto it = counterpart(key, t);
     if (it == tb.end()) {
       ++c.only_a;
       continue;
     }
-    TaskDelta d{key.first, key.second, t.name, t.op, t.ns, it->second.ns};
+    b_matched.insert(it->first);
+    // B's id: the task as numbered in the run the comparison predicts.
+    TaskDelta d{key.first, it->first.second, t.name, t.op, t.ns, it->second.ns};
     OpError& e = ops[t.op];
     e.op = t.op;
     e.tasks++;
@@ -156,8 +183,7 @@ RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t
     errors_by_op[t.op].push_back(std::fabs(d.errorPct()));
     deltas.push_back(std::move(d));
   }
-  for (const auto& [key, t] : tb)
-    if (!ta.count(key)) ++c.only_b;
+  c.only_b = int64_t(tb.size() - b_matched.size());
   c.matched = int64_t(deltas.size());
   for (auto& [op, e] : ops) {
     const auto& errs = errors_by_op[op];
@@ -181,8 +207,9 @@ std::string comparisonToText(const RunComparison& c) {
   auto ms = [](double ns) { return ns / 1e6; };
   s += fmt::format("A: run {} ({}, \"{}\")\nB: run {} ({}, \"{}\")\n", c.a.run.id, toString(c.a.run.kind), c.a.run.name,
                    c.b.run.id, toString(c.b.run.kind), c.b.run.name);
-  s += fmt::format("tasks matched by (rank, plan task id): {} (only in A: {}, only in B: {})\n\n", c.matched,
-                   c.only_a, c.only_b);
+  s += fmt::format("tasks matched by (rank, {}): {} (only in A: {}, only in B: {}){}\n\n", c.matched_by, c.matched,
+                   c.only_a, c.only_b,
+                   c.matched_by == "plan task id" ? "" : "; the runs' plans number their tasks differently");
   s += fmt::format("{:<24} {:>12} {:>12} {:>10}\n", "per rank and step", "A", "B", "B - A");
   s += fmt::format("{:<24} {:>12.3f} {:>12.3f} {:>+9.2f}%\n", "step time (ms, p50)", ms(c.a.step_ns), ms(c.b.step_ns),
                    c.step_error_pct);
@@ -230,6 +257,7 @@ std::string comparisonToJson(const RunComparison& c) {
   j["overlap_diff_pp"] = c.b.overlap_pct - c.a.overlap_pct;
   j["exposed_comm_diff_ns"] = c.b.exposed_comm_ns - c.a.exposed_comm_ns;
   j["matched"] = c.matched;
+  j["matched_by"] = c.matched_by;
   j["only_a"] = c.only_a;
   j["only_b"] = c.only_b;
   json ops = json::array();

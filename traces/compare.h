@@ -1,7 +1,10 @@
 #pragma once
 // Comparing two runs task by task: a real run against its simulation (the
 // calibration loop) or configuration A against B. Tasks are matched by
-// (rank, plan task id), the join key every writer of the store keeps.
+// (rank, plan task id), the join key every writer of the store keeps, when
+// both runs come from one plan; runs of two plans (another recompute policy
+// or schedule inserts tasks and renumbers the rest) are matched by (rank,
+// plan task name) instead, so that an id never pairs two different tasks.
 //
 // A task's time in a run is the median over steps of its summed activity
 // duration per step (a real profile holds many steps, a simulation one), so
@@ -65,6 +68,9 @@ struct RunComparison {
   RunSide a, b;
   double step_error_pct = 0;  // (b - a) / a
   int64_t matched = 0, only_a = 0, only_b = 0;
+  // "plan task id", or "plan task name" when a task id names different tasks
+  // in the two runs (two plans).
+  std::string matched_by = "plan task id";
   std::vector<OpError> by_op;        // sorted by op name
   std::vector<StreamWaitDelta> stream_waits;  // by stream number
   std::vector<TaskDelta> top_tasks;  // largest |b - a| first
@@ -80,6 +86,7 @@ struct TaskTime {
   std::string op;
   double ns = 0;
   int64_t activities = 0;
+  bool planned = false;  // the run has a plan row for the task (name and op are the plan's)
 };
 using TaskKey = std::pair<int, int64_t>;  // rank, plan task id
 std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run);

@@ -1,6 +1,9 @@
 // compareRuns: tasks matched by (rank, plan task id), per-step times, per-op
 // error distribution and run-level differences, on hand-built runs.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -39,7 +42,7 @@ void writeRuns(const std::string& path) {
     w.addActivity(act(0, 1, t0 + 110, t0 + 190, ActivityKind::Collective, "nccl", 3, TracePhase::Comm));
   }
   for (auto [id, op] : {std::pair{0, "matmul"}, {1, "matmul"}, {2, "layernorm"}, {3, "all_reduce"}})
-    w.addPlanTask(task(0, id, "t" + std::to_string(id), op, TracePhase::Forward, id == 3 ? 1 : 0, {}));
+    w.addPlanTask(task(0, id, fmt::format("t{}", id), op, TracePhase::Forward, id == 3 ? 1 : 0, {}));
 
   RunInfo sim;
   sim.kind = RunKind::Simulated;
@@ -54,10 +57,55 @@ void writeRuns(const std::string& path) {
   w.addActivity(act(0, 1, 120, 200, ActivityKind::Collective, "t3", 3, TracePhase::Comm));
   w.addActivity(act(0, 0, 350, 400, ActivityKind::Kernel, "t9", 9, TracePhase::Optimizer));
   for (auto [id, op] : {std::pair{0, "matmul"}, {1, "matmul"}, {2, "layernorm"}, {3, "all_reduce"}, {9, "adamw"}})
-    w.addPlanTask(task(0, id, "t" + std::to_string(id), op, TracePhase::Forward, id == 3 ? 1 : 0, {}));
+    w.addPlanTask(task(0, id, fmt::format("t{}", id), op, TracePhase::Forward, id == 3 ? 1 : 0, {}));
 }
 
 }  // namespace
+
+TEST_CASE("compareRuns pairs tasks by name when the runs' plans number them differently", "[compare]") {
+  // A: fc.fwd (id 0) 100 ns, fc.bwd (id 1) 200 ns. B, another plan: a
+  // recompute task takes id 1 and fc.bwd moves to id 2. By id, B's id 1
+  // would be compared with A's fc.bwd.
+  const std::string path = tempTracePath("two-plans.sqlite");
+  {
+    TraceWriter w(path);
+    for (int which = 0; which < 2; ++which) {
+      RunInfo info;
+      info.kind = RunKind::Simulated;
+      info.name = which == 0 ? "a" : "b";
+      w.beginRun(info);
+      w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+      w.addStep({0, 0, 0, 1000});
+      w.addActivity(act(0, 0, 0, 100, ActivityKind::Kernel, "k0", 0, TracePhase::Forward));
+      w.addPlanTask(task(0, 0, "fc.fwd", "matmul", TracePhase::Forward, 0, {}));
+      if (which == 0) {
+        w.addActivity(act(0, 0, 100, 300, ActivityKind::Kernel, "k1", 1, TracePhase::Backward));
+        w.addPlanTask(task(0, 1, "fc.bwd", "matmul_bwd_data", TracePhase::Backward, 0, {0}));
+      } else {
+        w.addActivity(act(0, 0, 100, 150, ActivityKind::Kernel, "k1", 1, TracePhase::Recompute));
+        w.addActivity(act(0, 0, 150, 370, ActivityKind::Kernel, "k2", 2, TracePhase::Backward));
+        w.addPlanTask(task(0, 1, "fc.fwd.recompute", "matmul", TracePhase::Recompute, 0, {0}));
+        w.addPlanTask(task(0, 2, "fc.bwd", "matmul_bwd_data", TracePhase::Backward, 0, {1}));
+      }
+    }
+  }
+  TraceReader reader(path);
+  const RunComparison c = compareRuns(reader, 1, reader, 2);
+  CHECK(c.matched_by == "plan task name");
+  CHECK(c.matched == 2);
+  CHECK(c.only_a == 0);
+  CHECK(c.only_b == 1);  // the recompute task
+  std::map<std::string, TaskDelta> by_name;
+  for (const TaskDelta& d : c.top_tasks) by_name[d.name] = d;
+  REQUIRE(by_name.count("fc.bwd") == 1);
+  CHECK(by_name["fc.bwd"].a_ns == Approx(200));
+  CHECK(by_name["fc.bwd"].b_ns == Approx(220));
+  CHECK(by_name["fc.bwd"].task_id == 2);  // as B numbers it
+  CHECK(comparisonToText(c).find("the runs' plans number their tasks differently") != std::string::npos);
+  CHECK(nlohmann::json::parse(comparisonToJson(c))["matched_by"] == "plan task name");
+  // One plan: ids join, as before.
+  CHECK(compareRuns(reader, 1, reader, 1).matched_by == "plan task id");
+}
 
 TEST_CASE("compareRuns matches tasks and reports per-op errors", "[compare]") {
   const std::string path = tempTracePath("compare.sqlite");
