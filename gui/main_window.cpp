@@ -152,9 +152,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 }
 
 MainWindow::~MainWindow() {
-  // A comparison still reading the files finishes first (its result, queued
-  // to this window, is then dropped with it).
-  if (trace_compare_worker_) trace_compare_worker_->wait();
+  // Comparisons still reading the files finish first (their results, queued
+  // to this window, are then dropped with it).
+  for (const QPointer<QThread>& worker : trace_compare_workers_)
+    if (worker) worker->wait();
 }
 
 void MainWindow::buildMenus() {
@@ -323,7 +324,8 @@ void MainWindow::refreshComparison() {
   request.b_path = current_path_.toStdString();
   request.b_run = current_run_;
   trace_compare_pending_ = true;
-  trace_compare_worker_ = startTraceComparison(
+  std::erase_if(trace_compare_workers_, [](const QPointer<QThread>& w) { return w.isNull(); });
+  trace_compare_workers_.push_back(startTraceComparison(
       this, request,
       [this, generation](const traces::RunComparison& c) {
         if (generation != trace_compare_generation_) return;
@@ -334,7 +336,7 @@ void MainWindow::refreshComparison() {
         if (generation != trace_compare_generation_) return;
         trace_compare_pending_ = false;
         compare_view_->setTraceComparisonMessage(tr("No tandem compare figures: %1").arg(message));
-      });
+      }));
 }
 
 void MainWindow::selectRange(qint64 start_ns, qint64 end_ns) { onRangeSelected(start_ns, end_ns); }

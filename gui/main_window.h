@@ -106,7 +106,7 @@ class MainWindow : public QMainWindow {
   // the runs changed (another generation) is dropped.
   QString compare_path_;
   qint64 compare_run_ = -1;
-  QPointer<QThread> trace_compare_worker_;
+  std::vector<QPointer<QThread>> trace_compare_workers_;  // started, not yet deleted
   int trace_compare_generation_ = 0;
   bool trace_compare_pending_ = false;
   bool stats_dirty_ = true;
