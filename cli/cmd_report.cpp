@@ -37,8 +37,9 @@ void runReport(const ReportOptions& o) {
 void addReportCommand(CLI::App& root) {
   auto o = std::make_shared<ReportOptions>();
   CLI::App* cmd = root.add_subcommand(
-      "report", "Analyse one run of a trace file: temporal breakdown, comm/compute overlap, idle time, stream waits, kernel "
-                "statistics, recompute cost, critical path and stragglers");
+      "report",
+      "Analyse one run of a trace file: devices, temporal breakdown, comm/compute overlap, idle time, stream waits, "
+      "kernel statistics, recompute cost, critical path and stragglers");
   cmd->add_option("DB", o->db, "trace file (SQLite) written by run, simulate, import or merge")->required();
   cmd->add_option("--run", o->run, "run id (default: the latest run in the file)");
   cmd->add_flag("--json", o->json, "print a stable JSON document instead of tables");

@@ -20,7 +20,10 @@ QString dur(double ns) { return QString::fromStdString(formatDuration(int64_t(st
 QString signedDur(double ns) { return (ns >= 0 ? "+" : "-") + dur(std::fabs(ns)); }
 QString ms(double ns) { return QString::asprintf("%.3f ms", ns / 1e6); }
 QString us(double ns) { return QString::asprintf("%.1f us", ns / 1e3); }
-QString share(double part, double whole) { return whole > 0 ? QString::asprintf("%.1f%%", 100.0 * part / whole) : "-"; }
+QString share(double part, double whole) {
+  return whole > 0 ? QString::asprintf("%.1f%%", 100.0 * part / whole) : QString("-");
+}
+double ratio(double part, double whole) { return whole > 0 ? part / whole : 0.0; }
 QString pct(double a, double b) {
   if (a == 0) return b == 0 ? QString("0%") : QString("new");
   return QString::asprintf("%+.1f%%", 100.0 * (b - a) / a);
@@ -156,8 +159,8 @@ QVariant StreamWaitModel::data(const QModelIndex& index, int role) const {
     case A: return raw ? QVariant(r.a_ns) : QVariant(us(r.a_ns));
     case B: return raw ? QVariant(r.b_ns) : QVariant(us(r.b_ns));
     case Delta: return raw ? QVariant(r.b_ns - r.a_ns) : QVariant(signedDur(r.b_ns - r.a_ns));
-    case AFilled: return raw ? QVariant(r.a_ns > 0 ? r.a_filled_ns / r.a_ns : 0.0) : QVariant(share(r.a_filled_ns, r.a_ns));
-    case BFilled: return raw ? QVariant(r.b_ns > 0 ? r.b_filled_ns / r.b_ns : 0.0) : QVariant(share(r.b_filled_ns, r.b_ns));
+    case AFilled: return raw ? QVariant(ratio(r.a_filled_ns, r.a_ns)) : QVariant(share(r.a_filled_ns, r.a_ns));
+    case BFilled: return raw ? QVariant(ratio(r.b_filled_ns, r.b_ns)) : QVariant(share(r.b_filled_ns, r.b_ns));
   }
   return {};
 }

@@ -73,7 +73,8 @@ std::string devicesLine(const std::string& devices_json) {
       ++it->second;
   }
   std::string out;
-  for (const auto& [label, n] : seen) out += (out.empty() ? "" : "; ") + (n > 1 ? fmt::format("{} x ", n) : "") + label;
+  for (const auto& [label, n] : seen)
+    out += (out.empty() ? "" : "; ") + (n > 1 ? fmt::format("{} x ", n) : "") + label;
   return out;
 }
 
