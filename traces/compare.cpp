@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "traces/analysis.h"
@@ -20,45 +21,80 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
   std::map<int, std::vector<int64_t>> step_starts;
   for (const StepRow& s : reader.steps(run)) step_starts[s.rank].push_back(s.start_ns);
   for (auto& [rank, starts] : step_starts) std::sort(starts.begin(), starts.end());
-  std::map<TaskKey, std::string> ops, names;
-  for (const PlanTaskRow& t : reader.planTasks(run)) {
-    ops[{t.rank, t.task_id}] = t.op;
-    names[{t.rank, t.task_id}] = t.name;
-  }
+  std::map<TaskKey, std::pair<std::string, std::string>> plan;  // (op, name)
+  for (const PlanTaskRow& t : reader.planTasks(run)) plan[{t.rank, t.task_id}] = {t.op, t.name};
 
-  // Per task: the summed duration within each step. The median over steps
-  // is the task's time: warm-up steps and rare stalls do not move it.
-  std::map<TaskKey, TaskTime> times;
-  std::map<TaskKey, std::map<size_t, double>> per_step;
-  reader.forEachActivity(run, [&](const ActivityRow& a) {
-    if (a.task_id < 0 || a.kind == ActivityKind::Host) return;
-    const TaskKey key{a.rank, a.task_id};
-    TaskTime& t = times[key];
-    if (t.name.empty()) t.name = a.name;
-    t.activities++;
-    size_t step = 0;
-    if (auto it = step_starts.find(a.rank); it != step_starts.end()) {
-      const auto& starts = it->second;
-      const auto pos = std::upper_bound(starts.begin(), starts.end(), a.start_ns);
-      step = pos == starts.begin() ? 0 : size_t(pos - starts.begin() - 1);
+  // Per task: the summed duration within each step; the median over steps is
+  // the task's time (warm-up steps and rare stalls do not move it). Tasks
+  // get dense indices and their (step, ns) sums go into one flat array, not
+  // a map per task: a 10M-activity run has millions of tasks.
+  struct Sum {
+    uint32_t task;
+    uint32_t step;
+    double ns;
+  };
+  struct TaskAcc {
+    TaskKey key;
+    int32_t first_name = -1;  // string id of its first activity
+    int64_t activities = 0;
+    size_t open = SIZE_MAX;   // its last Sum, while activities of that step keep coming
+  };
+  std::vector<TaskAcc> tasks;
+  std::unordered_map<uint64_t, uint32_t> index_of;  // (rank << 40 | task id) -> index in tasks
+  std::vector<Sum> sums;
+  for (const Track& t : reader.loadRun(run, /*with_details=*/false)) {
+    const std::vector<int64_t>* starts = nullptr;
+    if (auto it = step_starts.find(t.rank); it != step_starts.end()) starts = &it->second;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t.task_id[i] < 0 || t.kind[i] == ActivityKind::Host) continue;
+      const uint64_t packed = (uint64_t(uint32_t(t.rank)) << 40) ^ uint64_t(t.task_id[i]);
+      auto [it, fresh] = index_of.emplace(packed, uint32_t(tasks.size()));
+      if (fresh) tasks.push_back({{t.rank, t.task_id[i]}, t.name[i], 0, SIZE_MAX});
+      TaskAcc& a = tasks[it->second];
+      a.activities++;
+      uint32_t step = 0;
+      if (starts != nullptr) {
+        const auto pos = std::upper_bound(starts->begin(), starts->end(), t.start_ns[i]);
+        step = pos == starts->begin() ? 0 : uint32_t(pos - starts->begin() - 1);
+      }
+      const double ns = double(t.end_ns[i] - t.start_ns[i]);
+      if (a.open != SIZE_MAX && sums[a.open].step == step) {
+        sums[a.open].ns += ns;
+      } else {
+        a.open = sums.size();
+        sums.push_back({it->second, step, ns});
+      }
     }
-    per_step[key][step] += double(a.end_ns - a.start_ns);
-  });
-  for (auto& [key, t] : times) {
-    std::vector<double> durations;
-    for (const auto& [step, ns] : per_step[key]) durations.push_back(ns);
+  }
+  // Each task's sums together, by step; a step that came back (a task on two
+  // streams) is added to its first sum.
+  std::sort(sums.begin(), sums.end(),
+            [](const Sum& x, const Sum& y) { return x.task != y.task ? x.task < y.task : x.step < y.step; });
+  std::map<TaskKey, TaskTime> times;
+  std::vector<double> durations;
+  for (size_t k = 0; k < sums.size();) {
+    const uint32_t task = sums[k].task;
+    durations.clear();
+    for (; k < sums.size() && sums[k].task == task; ++k) {
+      if (!durations.empty() && k > 0 && sums[k - 1].task == task && sums[k - 1].step == sums[k].step)
+        durations.back() += sums[k].ns;
+      else
+        durations.push_back(sums[k].ns);
+    }
     std::sort(durations.begin(), durations.end());
     const size_t n = durations.size();
+    const TaskAcc& a = tasks[task];
+    TaskTime& t = times[a.key];
     t.ns = n % 2 ? durations[n / 2] : 0.5 * (durations[n / 2 - 1] + durations[n / 2]);
     // Activities per step, for callers that charge a launch per kernel.
-    t.activities = (t.activities + int64_t(n) - 1) / int64_t(std::max<size_t>(n, 1));
-    const auto op = ops.find(key);
-    t.op = op != ops.end() && !op->second.empty() ? op->second : t.name;
-    // The plan's task name where the run has one: a task's first activity
-    // can be a cuBLASLt memset, which says nothing of the task.
-    const auto name = names.find(key);
-    if (name != names.end() && !name->second.empty()) t.name = name->second;
-    t.planned = name != names.end();
+    t.activities = (a.activities + int64_t(n) - 1) / int64_t(std::max<size_t>(n, 1));
+    t.name = reader.string(a.first_name);
+    // The plan's op and task name where the run has them: a task's first
+    // activity can be a cuBLASLt memset, which says nothing of the task.
+    const auto p = plan.find(a.key);
+    t.op = p != plan.end() && !p->second.first.empty() ? p->second.first : t.name;
+    if (p != plan.end() && !p->second.second.empty()) t.name = p->second.second;
+    t.planned = p != plan.end();
   }
   return times;
 }
