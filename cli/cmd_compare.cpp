@@ -54,8 +54,9 @@ void runCompare(const CompareOptions& o) {
 
 void addCompareCommand(CLI::App& root) {
   auto* cmd = root.add_subcommand(
-      "compare", "Compare two runs task by task (matched by plan task id): step time, overlap, exposed "
-                 "communication and per-op error");
+      "compare",
+      "Compare two runs task by task (matched by plan task id, or by plan task name when the runs' plans number "
+      "their tasks differently): step time, overlap, exposed communication, stream waits and per-op error");
   auto o = std::make_shared<CompareOptions>();
   cmd->add_option("db", o->files, "one trace file holding both runs, or two files (A then B)")
       ->required()
