@@ -34,8 +34,7 @@ std::map<std::string, Acc> perTask(const TimelineData& d, int rank) {
     for (size_t i = 0; i < t.size(); ++i) {
       if (t.task_id[i] < 0) continue;
       if (!d.steps.empty() && d.stepAt(t.start_ns[i]) < 0) continue;
-      const TaskFacts* facts = d.factsFor(rank, t.task_id[i]);
-      const int32_t name = facts != nullptr && facts->name_id >= 0 ? facts->name_id : t.name_id[i];
+      const int32_t name = d.taskNameId(t, i);
       Acc& a = out[d.names[size_t(name)]];
       a.task_id = t.task_id[i];
       a.count += 1;

@@ -125,11 +125,8 @@ std::vector<traces::KernelStat> sliceStats(const TimelineData& data, StatsGroup 
 
 namespace {
 
-// A slice's task name: the plan task's where the run has plan rows (a real
-// run's kernels carry their own names), else the slice's.
 const std::string& taskNameOf(const TimelineData& d, const Track& t, size_t i) {
-  const TaskFacts* facts = t.task_id[i] >= 0 ? d.factsFor(t.rank, t.task_id[i]) : nullptr;
-  return d.names[size_t(facts != nullptr && facts->name_id >= 0 ? facts->name_id : t.name_id[i])];
+  return d.names[size_t(d.taskNameId(t, i))];
 }
 
 }  // namespace

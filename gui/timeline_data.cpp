@@ -126,6 +126,11 @@ size_t TimelineData::sliceCount() const {
   return n;
 }
 
+int32_t TimelineData::taskNameId(const Track& t, size_t i) const {
+  const TaskFacts* facts = t.task_id[i] >= 0 ? factsFor(t.rank, t.task_id[i]) : nullptr;
+  return facts != nullptr && facts->name_id >= 0 ? facts->name_id : t.name_id[i];
+}
+
 const TaskFacts* TimelineData::factsFor(int rank, int task) const {
   if (rank < 0 || size_t(rank) >= task_facts.size() || task < 0) return nullptr;
   const auto& facts = task_facts[size_t(rank)];

@@ -131,6 +131,10 @@ struct TimelineData {
 
   size_t sliceCount() const;
   const TaskFacts* factsFor(int rank, int task) const;
+  // Slice i of track t's task name, as an index into names: the plan task's
+  // where the run has plan rows (a real run's kernels carry their own
+  // names), else the slice's.
+  int32_t taskNameId(const Track& t, size_t i) const;
   // Step index holding time t (-1 when outside every step).
   int stepAt(int64_t t_ns) const;
   // Finalizes tracks, groups them per rank (compute, comm, copy order), and

@@ -76,7 +76,7 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
     const uint32_t task = sums[k].task;
     durations.clear();
     for (; k < sums.size() && sums[k].task == task; ++k) {
-      if (!durations.empty() && k > 0 && sums[k - 1].task == task && sums[k - 1].step == sums[k].step)
+      if (!durations.empty() && sums[k - 1].step == sums[k].step)  // same task: durations restart per task
         durations.back() += sums[k].ns;
       else
         durations.push_back(sums[k].ns);
