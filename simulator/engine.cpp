@@ -172,6 +172,7 @@ struct RankState {
   int rank = 0;
   int program = 0;
   SimActivityRecord* first = nullptr;  // start of the rank's slice
+  SimActivityRecord* slice_end = nullptr;  // its end (checked in debug builds)
   bool eventDone(int e) const { return (event_bits[size_t(e) >> 6] >> (e & 63)) & 1; }
   const std::vector<int>* event_recorder = nullptr;  // the program's
   std::map<int, int64_t> group_seq;  // per group index: collectives reached
@@ -235,9 +236,11 @@ struct ActivityStore {
   std::vector<SimLongActivity> long_activities;  // sorted by record at the end of the run
 };
 
+// Two entries per task: the task's, then (all after the tasks') its trailing
+// kernels', whose flops and bytes the first entry already counts.
 std::vector<SimActivity> taskFacts(const RankPlan& rp) {
   std::vector<SimActivity> out;
-  out.reserve(rp.tasks.size());
+  out.reserve(2 * rp.tasks.size());
   for (size_t i = 0; i < rp.tasks.size(); ++i) {
     const Task& t = rp.tasks[i];
     SimActivity a;
@@ -250,6 +253,13 @@ std::vector<SimActivity> taskFacts(const RankPlan& rp) {
     a.micro_batch = t.micro_batch;
     a.flops = t.flops;
     a.bytes = t.collective ? t.collective->bytes : t.bytes_read + t.bytes_written;
+    out.push_back(a);
+  }
+  for (size_t i = 0; i < rp.tasks.size(); ++i) {
+    SimActivity a = out[i];
+    a.trailing = true;
+    a.flops = 0;
+    a.bytes = 0;
     out.push_back(a);
   }
   return out;
@@ -283,6 +293,13 @@ class Engine {
   int holderOf(const RankState& r) const;
   // The trailing part of task ti's duration on rank r (CostModel::trailingNs).
   int64_t trailingOf(const RankState& r, int ti) const;
+  // Writes the record of task ti's activity (record_index: ti, or ti plus
+  // the task count for its trailing kernels) from start_ns to now.
+  void writeRecord(RankState& r, int record_index, int64_t start_ns);
+  // How many of r's tasks may have trailing kernels on its device.
+  size_t countTrailing(const RankState& r) const;
+  // Where stream state s sits in stream_states_.
+  size_t streamIndex(const StreamState& s) const { return size_t(&s - stream_states_.data()); }
   // When work_ns of work ends at `divisor` times its time alone, from now;
   // kNever when that is beyond any simulation.
   int64_t completionAt(double work_ns, double divisor) const;
@@ -317,9 +334,15 @@ class Engine {
   // devices with the same figures (DeviceSpec without name and host).
   std::vector<std::vector<int64_t>> duration_tables_;
   std::map<std::pair<int, int>, size_t> duration_table_of_;
+  // Per duration table: how many of its program's tasks may have trailing
+  // kernels on that device class (each has a second record).
+  std::vector<size_t> trailing_tasks_;
   std::vector<int> device_class_;  // per topology device
   std::vector<RankState> ranks_;          // simulated ranks
   std::vector<StreamState> stream_states_;  // every simulated rank's streams, rank after rank
+  // Per stream state: when its trailing kernels first got SMs (-1: not yet).
+  // Kept apart so that StreamState stays 48 bytes.
+  std::vector<int64_t> trailing_start_;
   std::shared_ptr<ActivityStore> activities_;  // every simulated rank's records, rank after rank; task tables
   std::vector<uint64_t> event_words_;       // every simulated rank's recorded-event bits, likewise
   std::vector<int> rank_state_of_;        // world rank -> index in ranks_, -1 when represented
@@ -391,7 +414,7 @@ void Engine::setup() {
     const auto& pranks = plan_.programs[size_t(p)].ranks;
     if (!pranks.empty()) program_min_rank_[size_t(p)] = *std::min_element(pranks.begin(), pranks.end());
   }
-  std::vector<size_t> stream_slices, event_slices;  // per simulated rank
+  std::vector<size_t> stream_slices, event_slices, record_slots;  // per simulated rank
   for (int r = 0; r < world; ++r) {
     const int p = program_of_[size_t(r)];
     if (symmetric_ && program_min_rank_[size_t(p)] != r) continue;
@@ -433,8 +456,12 @@ void Engine::setup() {
     {
       const auto key = std::make_pair(p, device_class_[size_t(st.device)]);
       auto [it, fresh] = duration_table_of_.try_emplace(key, duration_tables_.size());
-      if (fresh) duration_tables_.emplace_back(st.plan->tasks.size(), int64_t(-1));
+      if (fresh) {
+        duration_tables_.emplace_back(st.plan->tasks.size(), int64_t(-1));
+        trailing_tasks_.push_back(countTrailing(st));
+      }
       st.durations = duration_tables_[it->second].data();  // inner buffers never move
+      record_slots.push_back(st.plan->tasks.size() + trailing_tasks_[it->second]);
     }
     rank_state_of_[size_t(r)] = int(ranks_.size());
     ranks_.push_back(std::move(st));
@@ -445,13 +472,14 @@ void Engine::setup() {
   for (size_t i = 0; i < ranks_.size(); ++i) {
     total_streams += stream_slices[i];
     total_words += event_slices[i];
-    total_tasks += ranks_[i].plan->tasks.size();
+    total_tasks += record_slots[i];
   }
   activities_ = std::make_shared<ActivityStore>();
   activities_->records.reset(allocateRecords(total_tasks));
   activities_->facts.resize(plan_.programs.size());
   total_tasks = 0;
   stream_states_.assign(total_streams, StreamState{});
+  trailing_start_.assign(total_streams, -1);
   event_words_.assign(total_words, 0);
   total_streams = total_words = 0;
   for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -460,8 +488,11 @@ void Engine::setup() {
     st.event_bits = std::span<uint64_t>(event_words_.data() + total_words, event_slices[i]);
     total_streams += stream_slices[i];
     total_words += event_slices[i];
-    st.first = st.out = activities_->records.get() + total_tasks;  // each task ends once: exactly its program's count
-    total_tasks += st.plan->tasks.size();
+    // Each task ends once and its main kernel before that: at most the
+    // program's count plus its tasks with trailing kernels.
+    st.first = st.out = activities_->records.get() + total_tasks;
+    total_tasks += record_slots[i];
+    st.slice_end = activities_->records.get() + total_tasks;
     std::vector<SimActivity>& facts = activities_->facts[size_t(st.program)];
     if (facts.empty()) facts = taskFacts(*st.plan);
     const ProgramQueues& q = queues_[size_t(st.program)];
@@ -557,6 +588,34 @@ int64_t Engine::trailingOf(const RankState& r, int ti) const {
   return std::min(tail, d / 2);  // a calibrated total may be shorter than the estimate
 }
 
+size_t Engine::countTrailing(const RankState& r) const {
+  const DeviceSpec& device = topo_.devices[size_t(r.device)];
+  size_t n = 0;
+  for (const Task& t : r.plan->tasks) {
+    const bool shares = t.kind == TaskKind::Kernel && t.fused_into < 0 && t.stream >= 0 &&
+                        t.stream < int(r.plan->streams.size()) &&
+                        r.plan->streams[size_t(t.stream)].kind == StreamKind::Compute;
+    if (shares && cost_.trailingNs(t, device, plan_.job.training.precision) > 0) ++n;
+  }
+  return n;
+}
+
+void Engine::writeRecord(RankState& r, int record_index, int64_t start_ns) {
+  // The slice holds a record per task and one more per task that may have
+  // trailing kernels, and a task ends once (isCurrentCompletion drops stale
+  // events; the test of one activity per task guards it): no bounds check
+  // on this path, only in debug builds.
+  assert(r.out < r.slice_end);
+  const int64_t duration = now_ - start_ns;
+  if (duration < int64_t(SimActivityRecord::kLongDuration)) {
+    *r.out = SimActivityRecord{start_ns, record_index, uint32_t(duration)};
+  } else {
+    *r.out = SimActivityRecord{start_ns, record_index, SimActivityRecord::kLongDuration};
+    activities_->long_activities.push_back(SimLongActivity{r.out, now_});
+  }
+  ++r.out;
+}
+
 int64_t Engine::completionAt(double work_ns, double divisor) const {
   if (divisor == 1.0) return now_ + int64_t(std::llround(work_ns));
   const double ns = work_ns * divisor;
@@ -636,6 +695,9 @@ void Engine::rescheduleKernels(int ri) {
     const double before = rateDivisor(t, s.slowed, s.sharing), after = rateDivisor(t, slowed, sharing);
     const double elapsed = double(now_ - s.updated_ns);
     if (!std::isinf(before)) s.work_left_ns = std::max(0.0, s.work_left_ns - elapsed / before);
+    // Trailing kernels that get SMs for the first time start their record.
+    if ((phase & kTrailing) && std::isinf(before) && !std::isinf(after) && trailing_start_[streamIndex(s)] < 0)
+      trailing_start_[streamIndex(s)] = now_;
     s.slowed = slowed;
     s.sharing = sharing;
     s.updated_ns = now_;
@@ -815,7 +877,7 @@ std::string Engine::dominantRoleBeside(const Instance& inst) const {
       if (rec->duration_ns == SimActivityRecord::kLongDuration) continue;
       const int64_t rec_end = rec->start_ns + int64_t(rec->duration_ns);
       if (rec_end <= inst.start_ns) break;
-      add(r, rec->task, rec->start_ns, rec_end);
+      add(r, rec->task % int(r.plan->tasks.size()), rec->start_ns, rec_end);  // a trailing record's too
     }
     for (const StreamState& st : r.streams)
       if (st.busy && st.kernel && st.head < st.tasks->size()) add(r, (*st.tasks)[st.head], st.started_ns, now_);
@@ -833,29 +895,30 @@ void Engine::finishTask(int ri, int ti) {
   StreamState& s = r.streams[size_t(t.stream)];
   if (s.sharing != 0 && !(s.sharing & kTrailing)) {
     if (const int64_t tail = trailingOf(r, ti); tail > 0) {
-      // The main kernel is done: the trailing kernels take the GPU anew,
-      // after whatever the other streams run now.
+      // The main kernel is done (its record ends here): the trailing
+      // kernels take the GPU anew, after whatever the other streams run now.
+      writeRecord(r, ti, s.started_ns);
       s.sharing = uint8_t(kTrailing | kNotHolder | 1);
       s.work_left_ns = double(tail);
       s.updated_ns = now_;
       s.done_ns = completionAt(s.work_left_ns, rateDivisor(t, s.slowed, s.sharing));
       if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, ti);
+      trailing_start_[streamIndex(s)] = -1;
       rescheduleKernels(ri);  // its share beside the others
+      // Progressing now (else from when rescheduleKernels gives it SMs).
+      if (s.done_ns != kNever && trailing_start_[streamIndex(s)] < 0) trailing_start_[streamIndex(s)] = now_;
       return;
     }
   }
-  // The slice holds one record per task of the program, and a task ends once
-  // (isCurrentCompletion drops stale events; the test of one activity per
-  // task guards it): no bounds check on this path, only in debug builds.
-  assert(r.out < r.first + r.plan->tasks.size());
-  const int64_t duration = now_ - s.started_ns;
-  if (duration < int64_t(SimActivityRecord::kLongDuration)) {
-    *r.out = SimActivityRecord{s.started_ns, ti, uint32_t(duration)};
+  if (s.sharing & kTrailing) {
+    // The trailing kernels' record, from when they first got SMs (a trace's
+    // kernel starts when its first block runs).
+    int64_t& start = trailing_start_[streamIndex(s)];
+    writeRecord(r, ti + int(r.plan->tasks.size()), start >= 0 ? start : s.started_ns);
+    start = -1;
   } else {
-    *r.out = SimActivityRecord{s.started_ns, ti, SimActivityRecord::kLongDuration};
-    activities_->long_activities.push_back(SimLongActivity{r.out, now_});
+    writeRecord(r, ti, s.started_ns);
   }
-  ++r.out;
   ++result_.stats.tasks;
   if (t.record_event >= 0) r.event_bits[size_t(t.record_event) >> 6] |= uint64_t(1) << (t.record_event & 63);
   s.busy = false;

@@ -54,6 +54,13 @@ struct SimOptions {
 // which task) are decided by the simulation; the rest is the plan task's
 // (SimActivityList puts the two together). The name stays in the plan
 // (SimRank::program indexes Plan::programs).
+//
+// A task with trailing kernels (CostModel::trailingNs: a weight gradient's
+// bias sums after its GEMM) has two activities, as in a trace, where each
+// kernel is one: its main kernel's, then the trailing kernels' (`trailing`,
+// no flops or bytes of its own), which starts when they first get SMs, not
+// when they were launched (a trace's kernel starts when its first block
+// runs).
 struct SimActivity {
   int task = -1;  // index in the program's task list (== Task::id for planner plans)
   int task_id = -1;
@@ -62,6 +69,7 @@ struct SimActivity {
   int64_t end_ns = 0;
   TaskKind kind = TaskKind::Kernel;
   Phase phase = Phase::Forward;
+  bool trailing = false;
   int layer = -1;
   int micro_batch = -1;
   double flops = 0;
@@ -77,7 +85,9 @@ struct SimActivity {
 struct SimActivityRecord {
   static constexpr uint32_t kLongDuration = UINT32_MAX;
   int64_t start_ns = 0;
-  int32_t task = -1;          // index in the program's task list
+  // Index in the program's task list; plus the list's size for a task's
+  // trailing kernels (an index into the facts table of SimActivityList).
+  int32_t task = -1;
   uint32_t duration_ns = 0;   // end - start, or kLongDuration
 };
 static_assert(sizeof(SimActivityRecord) == 16);
@@ -103,8 +113,9 @@ inline int64_t activityEndNs(const SimActivityRecord& r, const SimLongActivity* 
 
 // One rank's activities, read-only: a view into a block that holds the
 // records of every simulated rank of a run (rank after rank), and into a
-// table with one SimActivity per task of the rank's program holding the
-// plan's fields (times zero). Element i is the table's entry for record i's
+// table with two SimActivity entries per task of the rank's program holding
+// the plan's fields (times zero): the task's, then, after all of those, its
+// trailing kernels'. Element i is the table's entry for record i's
 // task with the record's times, returned by value. The table is a copy of
 // the plan's fields made once per program, not a pointer into the Plan, so a
 // result stays valid after the Plan it was simulated from is gone (callers
@@ -115,8 +126,8 @@ inline int64_t activityEndNs(const SimActivityRecord& r, const SimLongActivity* 
 // simulated, each task's record goes to a different rank's buffer, so each
 // rank's buffer had its own current 4 KiB page, more pages than the CPU's
 // address cache (TLB) holds at 4096 ranks (a page walk per record). The
-// engine sizes the block exactly (one record per task) and asks for huge
-// pages for it (engine.cpp).
+// engine sizes the block exactly (one record per task, two for a task with
+// trailing kernels) and asks for huge pages for it (engine.cpp).
 class SimActivityList {
  public:
   using value_type = SimActivity;
@@ -156,7 +167,7 @@ class SimActivityList {
   using iterator = const_iterator;
 
   SimActivityList() = default;
-  // `first` points into the record block, `facts` (one entry per task of
+  // `first` points into the record block, `facts` (two entries per task of
   // the rank's program) into a table and [long_first, long_last) is the
   // run's table of long activities, all kept alive by `owner`.
   SimActivityList(std::shared_ptr<const void> owner, const SimActivityRecord* first, size_t size,

@@ -81,7 +81,9 @@ int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Top
       row.start_ns = a.start_ns;
       row.end_ns = a.end_ns;
       row.kind = activityKind(t);
-      row.name = t.name;
+      // A task's trailing kernels are an activity of their own, as in a
+      // real trace (SimActivity::trailing).
+      row.name = a.trailing ? t.name + " [trailing]" : t.name;
       row.task_id = a.task_id;
       row.phase = traces::tracePhaseOf(a.phase);
       row.layer = a.layer;
@@ -89,7 +91,7 @@ int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Top
       row.bytes = a.bytes;
       row.flops = a.flops;
       w.addActivity(row);
-      if (t.collective) {
+      if (t.collective && !a.trailing) {
         w.addCollective(traces::CollectiveRow{r.rank, a.task_id, std::string(toString(t.collective->op)),
                                               t.collective->group, t.collective->bytes, a.start_ns, a.end_ns});
       }

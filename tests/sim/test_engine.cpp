@@ -42,11 +42,20 @@ RankPlan overlapProgram() {
 }
 
 // By value: the list joins each record with the plan's fields on access.
+// The task's (first) activity, its main kernel's for a task with trailing
+// kernels.
 SimActivity activityOf(const SimRank& r, int task_id) {
   for (const SimActivity a : r.activities)
-    if (a.task_id == task_id) return a;
+    if (a.task_id == task_id && !a.trailing) return a;
   FAIL("no activity for task " << task_id);
   return r.activities.front();
+}
+
+std::vector<SimActivity> activitiesOf(const SimRank& r, int task_id) {
+  std::vector<SimActivity> out;
+  for (const SimActivity a : r.activities)
+    if (a.task_id == task_id) out.push_back(a);
+  return out;
 }
 
 // The plan simulated with compute slowed by `f` while a collective is
@@ -706,7 +715,9 @@ TEST_CASE("a weight gradient's bias kernels take the GPU anew after its GEMM", "
   // kernels: CostModel::trailingNs) starts alone. Stream 0: a 1 ms kernel
   // starts 0.1 ms later, beside the GEMM, and waits for it. When the GEMM
   // is done the 1 ms kernel holds the GPU (the bias kernels were launched
-  // after it), so the weight-gradient task ends only after it.
+  // after it), so the weight-gradient task ends only after it. The task has
+  // two activities, as in a trace: its GEMM's, and its bias kernels' from
+  // when they first got SMs (not from their launch).
   Task wgrad = kernel(2, 1, 2.8e11, 0);
   wgrad.op = OpKind::MatmulBwdWeight;
   wgrad.attrs.has_bias = true;
@@ -724,14 +735,26 @@ TEST_CASE("a weight gradient's bias kernels take the GPU anew after its GEMM", "
   REQUIRE(tail > 0);
   REQUIRE(tail < total / 2);
   CHECK(w.start_ns == 0);
+  CHECK(w.end_ns == total - tail);  // the GEMM alone
+  CHECK(!w.trailing);
+  CHECK(w.flops == wt.flops);
   CHECK(big.start_ns == 100'000);
   CHECK(big.end_ns == (total - tail) + 1'000'000);  // waited for the GEMM, then alone
-  CHECK(w.end_ns == big.end_ns + tail);             // the bias kernels after it
+  const std::vector<SimActivity> parts = activitiesOf(r.ranks[0], 2);
+  REQUIRE(parts.size() == 2);
+  const SimActivity& bias = parts[1];
+  CHECK(bias.trailing);
+  CHECK(bias.task == w.task);
+  CHECK(bias.flops == 0);
+  CHECK(bias.bytes == 0);
+  CHECK(bias.start_ns == big.end_ns);  // launched at the GEMM's end, first SMs after the big kernel
+  CHECK(bias.end_ns == big.end_ns + tail);
   // Without a bias there is nothing trailing: the task ends with its GEMM.
   RankPlan no_bias = f.rp;
   no_bias.tasks[2].attrs.has_bias = false;
   const SimResult q = simulatePlan(uniformPlan(1, no_bias), topo, model, idealOptions());
   CHECK(activityOf(q.ranks[0], 2).end_ns == total);
+  CHECK(activitiesOf(q.ranks[0], 2).size() == 1);
 }
 
 TEST_CASE("calibration files carry the kernel overlap efficiency", "[engine][calibration]") {
