@@ -397,6 +397,45 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
   return out;
 }
 
+// Per (op kind, shape): the thread blocks of each kernel task's main kernel
+// (its longest traced kernel with a launch geometry), one entry per task of
+// the run (CostModel::smRoomBeside).
+std::map<std::pair<OpKind, std::string>, std::vector<int>> mainKernelBlocks(traces::TraceReader& reader, int64_t run,
+                                                                            const Plan& plan) {
+  std::map<traces::TaskKey, std::pair<int64_t, int>> longest;  // (duration, blocks)
+  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
+    if (a.kind != traces::ActivityKind::Kernel || a.task_id < 0 || !a.geometry) return;
+    const int64_t blocks = int64_t(a.geometry->grid_x) * a.geometry->grid_y * a.geometry->grid_z;
+    if (blocks <= 0 || blocks > std::numeric_limits<int>::max()) return;
+    auto [it, fresh] = longest.try_emplace({a.rank, a.task_id}, a.end_ns - a.start_ns, int(blocks));
+    if (!fresh && a.end_ns - a.start_ns > it->second.first) it->second = {a.end_ns - a.start_ns, int(blocks)};
+  });
+  std::map<std::pair<OpKind, std::string>, std::vector<int>> out;
+  for (const auto& [key, v] : longest) {
+    const RankPlan* program = nullptr;
+    try {
+      program = &plan.forRank(key.first);
+    } catch (const std::out_of_range&) {
+      continue;
+    }
+    if (key.second >= int64_t(program->tasks.size())) continue;
+    const Task& task = program->tasks[size_t(key.second)];
+    if (task.kind != TaskKind::Kernel || task.collective || task.fused_into >= 0) continue;
+    out[{costOpKind(task), shapeKey(task)}].push_back(v.second);
+  }
+  return out;
+}
+
+// The value most entries hold (the smallest of those tied).
+int mostCommon(const std::vector<int>& v) {
+  std::map<int, int> count;
+  for (int x : v) ++count[x];
+  int best = v.front(), most = 0;
+  for (const auto& [x, n] : count)
+    if (n > most) most = n, best = x;
+  return best;
+}
+
 // One step of a one-rank run with a second compute stream: how long one
 // kernel ran alone and how long several ran at once, and the kernel tasks
 // that ran. With each task's time alone (from runs without the stream), the
@@ -559,6 +598,8 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   // GPUs sets it, and a run on another kind stops the fit. Software versions
   // may differ between runs; the provenance then says so.
   std::string gpus, gpus_from;
+  // Thread blocks of the main kernels of GEMM and attention tasks, by shape.
+  std::map<std::pair<OpKind, std::string>, std::vector<int>> blocks_by_shape;
   std::map<std::string, std::vector<std::string>> runs_by_software;
 
   for (const CalibrationInput& in : inputs) {
@@ -596,6 +637,8 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
       if (times.empty())
         throw std::runtime_error(fmt::format("{}: run {} has no activities with plan task ids", in.path, run));
       const LaunchGaps gaps = launchGaps(reader, run, plan);
+      for (auto& [key, v] : mainKernelBlocks(reader, run, plan))
+        blocks_by_shape[key].insert(blocks_by_shape[key].end(), v.begin(), v.end());
       for (SharingStep& st : sharingSteps(reader, run, plan)) sharing_steps.push_back(std::move(st));
       const RunKernelsAndCollectives beside_run = plan.world_size > 1 ? readKernelsAndCollectives(reader, run, plan)
                                                                       : RunKernelsAndCollectives{};
@@ -768,11 +811,17 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     oc.all_shapes.ns_per_mb_slow = rep.ns_per_mb_slow;
     std::map<std::string, std::vector<double>> by_shape;
     for (const Sample& x : s) by_shape[x.shape].push_back(x.ns);
+    std::vector<int> op_blocks;  // every task's of the op kind: its default for shapes not measured
     for (const auto& [shape, ns] : by_shape) {
       CostEntry e;
       e.ns = int64_t(std::llround(median(ns)));
+      if (const auto b = blocks_by_shape.find({op, shape}); b != blocks_by_shape.end()) {
+        e.blocks = mostCommon(b->second);
+        op_blocks.insert(op_blocks.end(), b->second.begin(), b->second.end());
+      }
       oc.shapes[shape] = e;
     }
+    if (!op_blocks.empty()) oc.all_shapes.blocks = mostCommon(op_blocks);
     out.ops.push_back(rep);
   }
   // comm_slowdown f: the simulator runs a kernel f times slower while a
@@ -999,8 +1048,13 @@ std::string calibrationToYaml(const CalibrationResult& r) {
     y += fmt::format("    fit: {{base_ns: {:.1f}, ns_per_gflop: {:.4f}, ns_per_mb: {:.4f}{}}}\n", rep.base_ns,
                      rep.ns_per_gflop, rep.ns_per_mb,
                      rep.ns_per_mb_slow > 0 ? fmt::format(", ns_per_mb_slow: {:.4f}", rep.ns_per_mb_slow) : "");
+    if (oc.all_shapes.blocks > 0)
+      y += fmt::format("    blocks: {}  # the main kernel's thread blocks in most of its tasks (shapes not listed)\n",
+                       oc.all_shapes.blocks);
     y += "    shapes:\n";
-    for (const auto& [shape, e] : oc.shapes) y += fmt::format("      \"{}\": {{ns: {}}}\n", shape, e.ns);
+    for (const auto& [shape, e] : oc.shapes)
+      y += fmt::format("      \"{}\": {{ns: {}{}}}\n", shape, e.ns,
+                       e.blocks > 0 ? fmt::format(", blocks: {}", e.blocks) : "");
   }
   for (OpKind op : r.fused_ops)
     y += fmt::format("  {}:  # planned but never measured: the executor fuses it into another task\n    ns: 0\n",

@@ -125,9 +125,13 @@ CostEntry parseEntry(const std::string& source, const YAML::Node& node, const st
       }
     } else if (key == "shapes" && allow_shapes) {
       // handled by the caller
+    } else if (key == "blocks") {
+      const double v = number(source, kv.second, f, 1, 1e9);
+      if (v != std::floor(v)) fail(source, kv.second, f + ": expected a whole number of thread blocks");
+      e.blocks = int(v);
     } else {
       fail(source, kv.first,
-           f + ": unknown key (allowed: ns, flops_efficiency, bw_efficiency, fit" +
+           f + ": unknown key (allowed: ns, flops_efficiency, bw_efficiency, fit, blocks" +
                std::string(allow_shapes ? ", shapes)" : ")"));
     }
   }
@@ -303,6 +307,38 @@ int64_t RooflineCostModel::trailingNs(const Task& task, const DeviceSpec& device
     return 0;
   const double bytes = double(task.attrs.m) * double(task.attrs.n) * (precision == Precision::BF16 ? 2.0 : 4.0);
   return int64_t(std::ceil(bytes / (device.hbm_gbps * params_.bw_efficiency[size_t(OpKind::Add)])));
+}
+
+bool blocksTakeWholeSms(OpKind op) {
+  return op == OpKind::Matmul || op == OpKind::MatmulBwdData || op == OpKind::MatmulBwdWeight ||
+         op == OpKind::Attention || op == OpKind::AttentionBwd;
+}
+
+SmRoom RooflineCostModel::smRoomBeside(const Task& task, const DeviceSpec& device) const {
+  const int blocks = kernelBlocks(task);
+  if (blocks <= 0) return SmRoom::Unknown;
+  if (!blocksTakeWholeSms(costOpKind(task))) return SmRoom::Some;
+  if (device.sm_count <= 0) return SmRoom::Unknown;
+  return blocks >= device.sm_count ? SmRoom::None : SmRoom::Some;
+}
+
+int RooflineCostModel::kernelBlocks(const Task& task) const {
+  if (task.fused_into >= 0) return -1;
+  const auto it = calibration_.ops.find(costOpKind(task));
+  if (it == calibration_.ops.end()) return -1;
+  // A shape not measured takes its nearest measured neighbour's (cuBLASLt
+  // picks kernels by shape: the vocabulary projection's weight gradient
+  // fills the SMs at every batch where the layers' leave some free), and
+  // without one the op kind's.
+  const std::string key = shapeKey(task);
+  std::vector<std::string> with_blocks;
+  for (const auto& [shape, e] : it->second.shapes) {
+    if (e.blocks <= 0) continue;
+    if (shape == key) return e.blocks;
+    with_blocks.push_back(shape);
+  }
+  if (const auto near = nearestShapeKey(key, with_blocks)) return it->second.shapes.at(*near).blocks;
+  return it->second.all_shapes.blocks;
 }
 
 int64_t RooflineCostModel::taskNs(const Task& task, const DeviceSpec& device, Precision precision) const {

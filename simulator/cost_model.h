@@ -58,12 +58,26 @@ struct RooflineParams {
 
 // A duration rule: any of the fields set (>= 0) wins over the op's default in
 // this order: ns, fit, efficiencies.
+// Room for other kernels on the SMs beside a kernel that holds the GPU.
+// A GEMM's or attention kernel's block takes a whole SM (shared memory or
+// registers), so one with a block on every SM leaves none until its last
+// blocks retire (None), one with fewer blocks than SMs leaves the rest
+// (Some); a memory-bound kernel's small blocks leave room beside them
+// (Some). Unknown without a calibrated launch geometry.
+enum class SmRoom : int8_t { Unknown = -1, None = 0, Some = 1 };
+
+// Op kinds whose kernels' blocks take a whole SM each (SmRoom).
+bool blocksTakeWholeSms(OpKind op);
+
 struct CostEntry {
   int64_t ns = -1;              // measured duration, launch included
   double flops_efficiency = -1;
   double bw_efficiency = -1;
   bool has_fit = false;         // ns = base_ns + ns_per_gflop * GFLOP + ns_per_mb * MB (+ ns_per_mb_slow * slow MB)
   double base_ns = 0, ns_per_gflop = 0, ns_per_mb = 0, ns_per_mb_slow = 0;
+  // Thread blocks of the shape's main kernel as traced (-1: unknown;
+  // CostModel::smRoomBeside).
+  int blocks = -1;
 };
 
 struct OpCalibration {
@@ -159,6 +173,12 @@ class CostModel {
     (void)task, (void)device, (void)precision;
     return 0;
   }
+  // Whether kernels launched beside the task's main kernel while it holds
+  // the GPU find SMs to run on (docs/simulator.md, kernel sharing).
+  virtual SmRoom smRoomBeside(const Task& task, const DeviceSpec& device) const {
+    (void)task, (void)device;
+    return SmRoom::Unknown;
+  }
   // Share of the remaining time of the kernels running beside a collective
   // that it waits before it starts (Calibration::collective_start_wait).
   virtual double collectiveStartWait() const { return 0; }
@@ -185,6 +205,10 @@ class RooflineCostModel : public CostModel {
   double kernelOverlapEfficiency() const override { return params_.kernel_overlap_efficiency; }
   KernelSharing kernelSharing() const override { return params_.kernel_sharing; }
   int64_t trailingNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
+  SmRoom smRoomBeside(const Task& task, const DeviceSpec& device) const override;
+  // The thread blocks of the task's main kernel: its shape's as calibrated,
+  // else its nearest calibrated shape's, else its op kind's; -1 unknown.
+  int kernelBlocks(const Task& task) const;
   double collectiveStartWait() const override { return calibration_.collective_start_wait.value_or(0); }
   bool hasCollectiveBeside() const override { return !calibration_.collective_beside.empty(); }
   double collectiveBeside(const std::string& role) const override {

@@ -173,6 +173,9 @@ struct RankState {
   int program = 0;
   SimActivityRecord* first = nullptr;  // start of the rank's slice
   SimActivityRecord* slice_end = nullptr;  // its end (checked in debug builds)
+  // Per task of the program, like durations: room for other kernels beside
+  // its main kernel (CostModel::smRoomBeside).
+  SmRoom* sm_room = nullptr;
   bool eventDone(int e) const { return (event_bits[size_t(e) >> 6] >> (e & 63)) & 1; }
   const std::vector<int>* event_recorder = nullptr;  // the program's
   std::map<int, int64_t> group_seq;  // per group index: collectives reached
@@ -287,7 +290,9 @@ class Engine {
   // slowed by a resident collective, and sharing the SMs with other kernels
   // as its `sharing` code says (StreamState::sharing). Infinite for a kernel
   // that makes no progress while another holds the GPU.
-  double rateDivisor(const Task& t, bool slowed, int sharing) const;
+  // holder_room: room beside the kernel that holds the GPU (roomBeside).
+  double rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holder_room) const;
+  SmRoom roomBeside(const RankState& r, int holder) const;
   // KernelSharing::FirstHolds: the stream whose running kernel holds the
   // GPU (-1 when no sharing kernel runs).
   int holderOf(const RankState& r) const;
@@ -333,6 +338,7 @@ class Engine {
   // Task durations per (program, device class); a device class is the set of
   // devices with the same figures (DeviceSpec without name and host).
   std::vector<std::vector<int64_t>> duration_tables_;
+  std::vector<std::vector<SmRoom>> sm_room_tables_;  // RankState::sm_room, alongside
   std::map<std::pair<int, int>, size_t> duration_table_of_;
   // Per duration table: how many of its program's tasks may have trailing
   // kernels on that device class (each has a second record).
@@ -340,9 +346,12 @@ class Engine {
   std::vector<int> device_class_;  // per topology device
   std::vector<RankState> ranks_;          // simulated ranks
   std::vector<StreamState> stream_states_;  // every simulated rank's streams, rank after rank
-  // Per stream state: when its trailing kernels first got SMs (-1: not yet).
-  // Kept apart so that StreamState stays 48 bytes.
-  std::vector<int64_t> trailing_start_;
+  // Per stream state, kept apart so that StreamState stays 48 bytes: when
+  // its running kernel (or its task's trailing kernels) first got SMs, the
+  // start of its record (-1: not yet), and the room beside the holder its
+  // rate was last set with (rateDivisor).
+  std::vector<int64_t> record_start_;
+  std::vector<SmRoom> rate_room_;
   std::shared_ptr<ActivityStore> activities_;  // every simulated rank's records, rank after rank; task tables
   std::vector<uint64_t> event_words_;       // every simulated rank's recorded-event bits, likewise
   std::vector<int> rank_state_of_;        // world rank -> index in ranks_, -1 when represented
@@ -458,9 +467,11 @@ void Engine::setup() {
       auto [it, fresh] = duration_table_of_.try_emplace(key, duration_tables_.size());
       if (fresh) {
         duration_tables_.emplace_back(st.plan->tasks.size(), int64_t(-1));
+        sm_room_tables_.emplace_back(st.plan->tasks.size(), SmRoom::Unknown);
         trailing_tasks_.push_back(countTrailing(st));
       }
       st.durations = duration_tables_[it->second].data();  // inner buffers never move
+      st.sm_room = sm_room_tables_[it->second].data();
       record_slots.push_back(st.plan->tasks.size() + trailing_tasks_[it->second]);
     }
     rank_state_of_[size_t(r)] = int(ranks_.size());
@@ -479,7 +490,8 @@ void Engine::setup() {
   activities_->facts.resize(plan_.programs.size());
   total_tasks = 0;
   stream_states_.assign(total_streams, StreamState{});
-  trailing_start_.assign(total_streams, -1);
+  record_start_.assign(total_streams, -1);
+  rate_room_.assign(total_streams, SmRoom::Unknown);
   event_words_.assign(total_words, 0);
   total_streams = total_words = 0;
   for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -561,6 +573,7 @@ void Engine::tryStart(int ri, int stream) {
       cached = int64_t(std::llround(double(cached) / device.speed));
     // Kernels start later in multi-process runs (calibrated; 0 by default).
     if (plan_.world_size > 1 && t.kind == TaskKind::Kernel && t.fused_into < 0) cached += cost_.multiRankLaunchNs();
+    if (t.kind == TaskKind::Kernel) r.sm_room[size_t(ti)] = cost_.smRoomBeside(t, device);
   }
   const int64_t d = cached;
   s.kernel = t.kind == TaskKind::Kernel;
@@ -574,10 +587,16 @@ void Engine::tryStart(int ri, int stream) {
   // starts the rest).
   s.work_left_ns = double(d - (shares ? trailingOf(r, ti) : 0));
   s.updated_ns = now_;
-  const double div = rateDivisor(t, s.slowed, s.sharing);
+  const size_t si = streamIndex(s);
+  rate_room_[si] = SmRoom::Unknown;
+  const double div = rateDivisor(t, s.slowed, s.sharing, rate_room_[si]);
   s.done_ns = completionAt(s.work_left_ns, div);
   if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, ti);
+  record_start_[si] = -1;
   if (shares && r.running_kernels > 1) rescheduleKernels(ri);  // the others now share with it
+  // Its record starts when it first gets SMs: now, or when
+  // rescheduleKernels first gives it a rate.
+  if (s.done_ns != kNever && record_start_[si] < 0) record_start_[si] = now_;
 }
 
 int64_t Engine::trailingOf(const RankState& r, int ti) const {
@@ -654,7 +673,16 @@ int Engine::holderOf(const RankState& r) const {
   return holder;
 }
 
-double Engine::rateDivisor(const Task& t, bool slowed, int sharing) const {
+SmRoom Engine::roomBeside(const RankState& r, int holder) const {
+  if (holder < 0) return SmRoom::Unknown;
+  const StreamState& h = r.streams[size_t(holder)];
+  // The calibrated geometry is the task's main kernel's, not its trailing
+  // ones'.
+  if (h.sharing & kTrailing) return SmRoom::Unknown;
+  return r.sm_room[size_t((*h.tasks)[h.head])];
+}
+
+double Engine::rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holder_room) const {
   double div = slowed ? cost_.commSlowdown(t) : 1.0;
   const int n = sharing & kSharingCount;
   if (n <= 1) return div;
@@ -663,10 +691,15 @@ double Engine::rateDivisor(const Task& t, bool slowed, int sharing) const {
   // FirstHolds: the holder gets min(1, e) of the GPU, the other main
   // kernels split what is left of e.
   if (!(sharing & kNotHolder)) return e >= 1.0 ? div : div / e;
+  // Except beside a holder with a block on every SM (a GEMM of 132 blocks
+  // on an H200's 132 SMs): nothing runs beside it until its last blocks
+  // retire (docs/simulator.md, kernel sharing).
+  if (holder_room == SmRoom::None) return std::numeric_limits<double>::infinity();
   // A task's trailing kernels, launched after the holder took the SMs, get
-  // none until it ends (the traces: a weight gradient's bias kernels wait
-  // for the data-gradient GEMM beside them).
-  if (sharing & kTrailing) return std::numeric_limits<double>::infinity();
+  // none until it ends, unless the holder is known to leave room (the
+  // traces: a weight gradient's bias kernels wait for the data-gradient GEMM
+  // and the attention backward beside them, and run beside a layernorm).
+  if ((sharing & kTrailing) && holder_room != SmRoom::Some) return std::numeric_limits<double>::infinity();
   const double rate = (e - 1.0) / double(n - 1);
   return rate > 0 ? div / rate : std::numeric_limits<double>::infinity();
 }
@@ -684,20 +717,27 @@ void Engine::rescheduleKernels(int ri) {
   const uint8_t n = uint8_t(std::min(r.running_kernels, int(kSharingCount)));
   const bool fair = cost_.kernelSharing() == KernelSharing::Fair;
   const int holder = fair ? -1 : holderOf(r);
+  const SmRoom holder_room = roomBeside(r, holder);
   for (int si = 0; si < int(r.streams.size()); ++si) {
     StreamState& s = r.streams[size_t(si)];
     if (!s.busy || !s.kernel) continue;
     const uint8_t phase = s.sharing & kTrailing;
     const uint8_t sharing =
         s.sharing == 0 ? 0 : uint8_t(phase | (fair || si == holder ? n : uint8_t(n | kNotHolder)));
-    if (s.slowed == slowed && s.sharing == sharing) continue;
+    const size_t gi = streamIndex(s);
+    const SmRoom room_before = rate_room_[gi], room_after = sharing == 0 ? SmRoom::Unknown : holder_room;
+    if (s.slowed == slowed && s.sharing == sharing && room_before == room_after) continue;
     const Task& t = r.plan->tasks[size_t((*s.tasks)[s.head])];
-    const double before = rateDivisor(t, s.slowed, s.sharing), after = rateDivisor(t, slowed, sharing);
+    const double before = rateDivisor(t, s.slowed, s.sharing, room_before),
+                 after = rateDivisor(t, slowed, sharing, room_after);
     const double elapsed = double(now_ - s.updated_ns);
     if (!std::isinf(before)) s.work_left_ns = std::max(0.0, s.work_left_ns - elapsed / before);
-    // Trailing kernels that get SMs for the first time start their record.
-    if ((phase & kTrailing) && std::isinf(before) && !std::isinf(after) && trailing_start_[streamIndex(s)] < 0)
-      trailing_start_[streamIndex(s)] = now_;
+    // A kernel that gets SMs for the first time starts its record; one that
+    // loses them the moment it got them (it started with the holder) has
+    // not started.
+    if (std::isinf(before) && !std::isinf(after) && record_start_[gi] < 0) record_start_[gi] = now_;
+    if (!std::isinf(before) && std::isinf(after) && record_start_[gi] == now_) record_start_[gi] = -1;
+    rate_room_[gi] = room_after;
     s.slowed = slowed;
     s.sharing = sharing;
     s.updated_ns = now_;
@@ -897,27 +937,29 @@ void Engine::finishTask(int ri, int ti) {
     if (const int64_t tail = trailingOf(r, ti); tail > 0) {
       // The main kernel is done (its record ends here): the trailing
       // kernels take the GPU anew, after whatever the other streams run now.
-      writeRecord(r, ti, s.started_ns);
+      const size_t si = streamIndex(s);
+      writeRecord(r, ti, record_start_[si] >= 0 ? record_start_[si] : s.started_ns);
       s.sharing = uint8_t(kTrailing | kNotHolder | 1);
       s.work_left_ns = double(tail);
       s.updated_ns = now_;
-      s.done_ns = completionAt(s.work_left_ns, rateDivisor(t, s.slowed, s.sharing));
+      rate_room_[si] = SmRoom::Unknown;
+      s.done_ns = completionAt(s.work_left_ns, rateDivisor(t, s.slowed, s.sharing, rate_room_[si]));
       if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, ti);
-      trailing_start_[streamIndex(s)] = -1;
+      record_start_[si] = -1;
       rescheduleKernels(ri);  // its share beside the others
       // Progressing now (else from when rescheduleKernels gives it SMs).
-      if (s.done_ns != kNever && trailing_start_[streamIndex(s)] < 0) trailing_start_[streamIndex(s)] = now_;
+      if (s.done_ns != kNever && record_start_[si] < 0) record_start_[si] = now_;
       return;
     }
   }
-  if (s.sharing & kTrailing) {
-    // The trailing kernels' record, from when they first got SMs (a trace's
-    // kernel starts when its first block runs).
-    int64_t& start = trailing_start_[streamIndex(s)];
-    writeRecord(r, ti + int(r.plan->tasks.size()), start >= 0 ? start : s.started_ns);
+  {
+    // A kernel's record starts when it first got SMs (a trace's kernel
+    // starts when its first block runs); the trailing kernels' record is
+    // the task's second.
+    int64_t& start = record_start_[streamIndex(s)];
+    const int index = (s.sharing & kTrailing) ? ti + int(r.plan->tasks.size()) : ti;
+    writeRecord(r, index, s.sharing != 0 && start >= 0 ? start : s.started_ns);
     start = -1;
-  } else {
-    writeRecord(r, ti, s.started_ns);
   }
   ++result_.stats.tasks;
   if (t.record_event >= 0) r.event_bits[size_t(t.record_event) >> 6] |= uint64_t(1) << (t.record_event & 63);
@@ -981,7 +1023,8 @@ SimResult Engine::run() {
           } else if (other.sharing & kNotHolder) {
             const double projected = double(other.done_ns - now_);
             const Task& t = r.plan->tasks[size_t((*other.tasks)[other.head])];
-            const double rate = 1.0 / rateDivisor(t, other.slowed, other.sharing);  // of its alone speed
+            const double rate =
+                1.0 / rateDivisor(t, other.slowed, other.sharing, rate_room_[streamIndex(other)]);  // of its alone speed
             const double end = projected <= double(held) ? projected : double(held) + rate * (projected - double(held));
             remaining = std::max(remaining, int64_t(std::llround(end)));
           }

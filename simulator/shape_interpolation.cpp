@@ -38,6 +38,31 @@ ShapeFields parseShapeKey(const std::string& key) {
   return fields;
 }
 
+std::optional<std::string> nearestShapeKey(const std::string& key, const std::vector<std::string>& candidates) {
+  const ShapeFields want = parseShapeKey(key);
+  std::optional<std::string> best;
+  double best_distance = 0;
+  for (const std::string& c : candidates) {
+    const ShapeFields have = parseShapeKey(c);
+    if (have.size() != want.size()) continue;
+    double distance = 0;
+    bool comparable = true;
+    for (size_t i = 0; i < want.size() && comparable; ++i) {
+      if (want[i].first != have[i].first) {
+        comparable = false;
+        break;
+      }
+      const std::optional<double> x = numberOf(want[i].second), y = numberOf(have[i].second);
+      if (x && y && *x > 0 && *y > 0)
+        distance += std::fabs(std::log(*x / *y));
+      else
+        comparable = want[i].second == have[i].second;
+    }
+    if (comparable && (!best || distance < best_distance)) best = c, best_distance = distance;
+  }
+  return best;
+}
+
 ShapeInterpolator::ShapeInterpolator(const std::map<std::string, int64_t>& measured_ns) {
   for (const auto& [key, ns] : measured_ns)
     if (ns >= 0) shapes_.push_back({parseShapeKey(key), ns});

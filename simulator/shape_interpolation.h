@@ -25,6 +25,14 @@ namespace tandem::sim {
 using ShapeFields = std::vector<std::pair<std::string, std::string>>;
 ShapeFields parseShapeKey(const std::string& key);
 
+// Of `candidates`, the shape key nearest to `key`: the same fields in the
+// same order, the same values where they are not numbers ("epi=gelu"), and
+// the least sum of |ln(a / b)| over the numeric fields (the first of those
+// tied); nothing when no candidate has that form. For what a shape key
+// cannot be interpolated in, such as the kernel a library picks: a job
+// between or beside measured ones most likely gets its nearest neighbour's.
+std::optional<std::string> nearestShapeKey(const std::string& key, const std::vector<std::string>& candidates);
+
 class ShapeInterpolator {
  public:
   ShapeInterpolator() = default;

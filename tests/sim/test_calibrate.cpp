@@ -771,3 +771,84 @@ TEST_CASE("Multi-rank keys kept from another calibration through a one-rank refi
                     Catch::Contains("plain.yaml has no multi-rank keys"));
   CHECK_THROWS_AS(sim::keepMultiRankKeys(fresh, "version: 1\ncomm_slowdown: -2\n", "bad.yaml"), sim::CalibrationError);
 }
+
+TEST_CASE("Kernel geometry: each shape's main kernel's blocks, and the room they leave beside them", "[calibrate]") {
+  const sim::RooflineCostModel truth = truthModel();
+  const JobSpec job = smallJob(8, 4);
+  const std::string path = traces::testing::tempTracePath("geometry.sqlite");
+  simulate(job, truth, {}, path);
+  {
+    // The launch geometry a profiled run stores: the data-gradient GEMMs
+    // with a block on each of an H200's 132 SMs, the weight-gradient GEMMs
+    // with 120, the layernorm backward with many small blocks. One
+    // weight-gradient task's longest kernel says 96: the shape keeps the
+    // blocks most of its tasks had.
+    traces::sql::Db db(path, SQLITE_OPEN_READWRITE);
+    auto geometry = [&](const std::string& op, int blocks) {
+      db.exec(fmt::format("INSERT INTO activity_geometry SELECT a.id, {}, 1, 1, 384, 1, 1 FROM activities a JOIN "
+                          "plan_tasks p ON p.run = a.run AND p.rank = a.rank AND p.task_id = a.task_id WHERE "
+                          "p.op = '{}' AND a.kind = 0",
+                          blocks, op));
+    };
+    geometry("matmul_bwd_data", 132);
+    geometry("matmul_bwd_weight", 120);
+    geometry("layernorm_bwd", 264);
+    db.exec("UPDATE activity_geometry SET grid_x = 96 WHERE activity = (SELECT MIN(a.id) FROM activities a JOIN "
+            "plan_tasks p ON p.run = a.run AND p.rank = a.rank AND p.task_id = a.task_id WHERE p.op = "
+            "'matmul_bwd_weight' AND p.name = (SELECT id FROM strings WHERE value = 'layer0.attn.qkv.bwd_weight.mb0'))");
+  }
+  const sim::CalibrationResult cal = sim::calibrateFromRuns({{path, 1}});
+  const std::string yaml = sim::calibrationToYaml(cal);
+  const sim::Calibration loaded = sim::parseCalibration(yaml, "geometry.yaml");
+  const auto& wgrad = loaded.ops.at(OpKind::MatmulBwdWeight);
+  CHECK(wgrad.all_shapes.blocks == 120);
+  REQUIRE(!wgrad.shapes.empty());
+  for (const auto& [shape, e] : wgrad.shapes) CHECK(e.blocks == 120);
+  CHECK(loaded.ops.at(OpKind::MatmulBwdData).all_shapes.blocks == 132);
+  CHECK(loaded.ops.at(OpKind::LayerNormBwd).all_shapes.blocks == 264);
+  // No geometry, no blocks: the forward GEMMs' entries say nothing.
+  CHECK(loaded.ops.at(OpKind::Matmul).all_shapes.blocks == -1);
+  for (const auto& [shape, e] : loaded.ops.at(OpKind::Matmul).shapes) CHECK(e.blocks == -1);
+
+  const sim::RooflineCostModel model(sim::RooflineParams::defaults(), loaded);
+  sim::DeviceSpec h200;
+  h200.sm_count = 132;
+  const Plan plan = buildPlan(job);
+  auto task = [&](const std::string& name) -> const Task& {
+    for (const Task& t : plan.programs[0].tasks)
+      if (t.name == name) return t;
+    FAIL("no task " << name);
+    return plan.programs[0].tasks[0];
+  };
+  const Task& dgrad = task("layer1.mlp.fc.bwd_data.mb0");
+  CHECK(model.smRoomBeside(dgrad, h200) == sim::SmRoom::None);  // a block on every SM
+  CHECK(model.smRoomBeside(task("layer1.mlp.fc.bwd_weight.mb0"), h200) == sim::SmRoom::Some);  // 12 SMs left
+  CHECK(model.smRoomBeside(task("layer1.ln2.bwd.mb0"), h200) == sim::SmRoom::Some);  // small blocks
+  CHECK(model.smRoomBeside(task("layer1.mlp.fc.fwd.mb0"), h200) == sim::SmRoom::Unknown);
+  sim::DeviceSpec bigger = h200;
+  bigger.sm_count = 144;  // the same 132 blocks leave 12 SMs of a larger GPU
+  CHECK(model.smRoomBeside(dgrad, bigger) == sim::SmRoom::Some);
+  // A shape the runs did not have takes its nearest measured one's blocks.
+  JobSpec wider = job;
+  wider.training.micro_batch = 12;
+  const Plan other = buildPlan(wider);
+  for (const Task& t : other.programs[0].tasks)
+    if (t.name == "layer1.mlp.fc.bwd_data.mb0") {
+      REQUIRE(loaded.ops.at(OpKind::MatmulBwdData).shapes.count(sim::shapeKey(t)) == 0);
+      CHECK(model.kernelBlocks(t) == 132);
+    }
+  // Calibrations without geometry leave kernels as before.
+  CHECK(sim::RooflineCostModel().smRoomBeside(dgrad, h200) == sim::SmRoom::Unknown);
+}
+
+TEST_CASE("Calibration files: blocks are whole numbers", "[calibrate]") {
+  const sim::Calibration ok = sim::parseCalibration(
+      "version: 1\nops:\n  matmul_bwd_data:\n    blocks: 132\n    shapes:\n      \"m=1 n=2 k=3\": {ns: 10, blocks: 120}\n",
+      "ok.yaml");
+  CHECK(ok.ops.at(OpKind::MatmulBwdData).all_shapes.blocks == 132);
+  CHECK(ok.ops.at(OpKind::MatmulBwdData).shapes.at("m=1 n=2 k=3").blocks == 120);
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nops:\n  matmul:\n    blocks: 1.5\n", "half.yaml"),
+                    Catch::Contains("half.yaml:4") && Catch::Contains("whole number of thread blocks"));
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nops:\n  matmul:\n    blocks: 0\n", "zero.yaml"),
+                    Catch::Contains("ops.matmul.blocks") && Catch::Contains("out of range"));
+}

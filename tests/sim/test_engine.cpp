@@ -657,7 +657,9 @@ TEST_CASE("kernels of two compute streams share the GPU", "[engine]") {
   SECTION("first holds: the holder keeps its speed, the other waits for it") {
     const auto [l, sh] = run(KernelSharing::FirstHolds, 1.0);
     CHECK(std::llabs(len(sh) - alone_short) <= 1);
-    CHECK(l.start_ns == sh.start_ns);
+    // Launched together, it first gets SMs when the holder ends: its record
+    // starts then, as a traced kernel's does.
+    CHECK(l.start_ns == sh.end_ns);
     CHECK(std::llabs(l.end_ns - (sh.end_ns + alone_long)) <= 1);  // no progress beside it, then alone
   }
   SECTION("first holds, efficiency 1.5: the other gets the extra half") {
@@ -699,14 +701,15 @@ TEST_CASE("the next oldest kernel holds the GPU when the holder ends", "[engine]
   // Stream 1 starts a 0.4 ms kernel at once; stream 0's 1 ms kernel starts
   // beside it at 0.1 ms and makes no progress until the 0.4 ms one ends (the
   // older kernel holds the GPU although its stream is the higher), then runs
-  // alone: it ends at 1.4 ms.
+  // alone: it ends at 1.4 ms. Its record starts when it first got SMs, as a
+  // traced kernel's starts when its first block runs.
   const LateKernelBeside f(kernel(2, 1, 2.8e11, 0));
   const SimResult r = simulatePlan(uniformPlan(1, f.rp), f.topo, f.model, idealOptions());
   const SimActivity h = activityOf(r.ranks[0], 0), big = activityOf(r.ranks[0], 1), small = activityOf(r.ranks[0], 2);
   REQUIRE(h.end_ns == 100'000);
   CHECK(small.start_ns == 0);
   CHECK(small.end_ns - small.start_ns == 400'000);  // the holder: as alone
-  CHECK(big.start_ns == h.end_ns);
+  CHECK(big.start_ns == small.end_ns);
   CHECK(big.end_ns == small.end_ns + 1'000'000);  // no progress beside it, then alone
 }
 
@@ -738,7 +741,7 @@ TEST_CASE("a weight gradient's bias kernels take the GPU anew after its GEMM", "
   CHECK(w.end_ns == total - tail);  // the GEMM alone
   CHECK(!w.trailing);
   CHECK(w.flops == wt.flops);
-  CHECK(big.start_ns == 100'000);
+  CHECK(big.start_ns == total - tail);               // launched at 0.1 ms, first SMs when the GEMM ended
   CHECK(big.end_ns == (total - tail) + 1'000'000);  // waited for the GEMM, then alone
   const std::vector<SimActivity> parts = activitiesOf(r.ranks[0], 2);
   REQUIRE(parts.size() == 2);
@@ -755,6 +758,102 @@ TEST_CASE("a weight gradient's bias kernels take the GPU anew after its GEMM", "
   const SimResult q = simulatePlan(uniformPlan(1, no_bias), topo, model, idealOptions());
   CHECK(activityOf(q.ranks[0], 2).end_ns == total);
   CHECK(activitiesOf(q.ranks[0], 2).size() == 1);
+}
+
+// A roofline whose kernels leave the room given per task id beside them
+// (CostModel::smRoomBeside; a calibration derives it from traced blocks).
+struct RoomModel : RooflineCostModel {
+  std::map<int, SmRoom> room;
+  explicit RoomModel(const RooflineParams& p) : RooflineCostModel(p) {}
+  SmRoom smRoomBeside(const Task& t, const DeviceSpec&) const override {
+    const auto it = room.find(t.id);
+    return it == room.end() ? SmRoom::Unknown : it->second;
+  }
+};
+
+TEST_CASE("beside a kernel with a block on every SM nothing runs, and its neighbour's record starts after it",
+          "[engine]") {
+  // As in "kernels of two compute streams share the GPU": a 1 ms kernel on
+  // stream 0 and a 0.4 ms one on stream 1, ready together (stream 1's
+  // holds), first holds at efficiency 1.5.
+  Topology topo = ringTopology(1, 1, 0);
+  RankPlan rp;
+  rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
+  rp.tasks.push_back(kernel(0, 0, 7e11, 0));
+  rp.tasks.push_back(kernel(1, 1, 2.8e11, 0));
+  const Plan plan = uniformPlan(1, rp);
+  RooflineParams p = RooflineParams::defaults();
+  p.launch_overhead_ns = 0;
+  p.comm_slowdown = 1.0;
+  p.kernel_overlap_efficiency = 1.5;
+  auto run = [&](SmRoom room) {
+    RoomModel model(p);
+    model.room[1] = room;
+    const SimResult r = simulatePlan(plan, topo, model, idealOptions());
+    return std::pair{activityOf(r.ranks[0], 0), activityOf(r.ranks[0], 1)};
+  };
+  const auto [l_known, sh_known] = run(SmRoom::None);
+  const int64_t short_ns = sh_known.end_ns - sh_known.start_ns;
+  CHECK(sh_known.start_ns == 0);
+  // No SMs until the holder ends: the long kernel's first block runs then,
+  // and it takes as long as alone (1 ms) from there.
+  CHECK(l_known.start_ns == sh_known.end_ns);
+  CHECK(std::llabs(l_known.end_ns - (sh_known.end_ns + 1'000'000)) <= 1);
+  // With room beside the holder (or none known), the long kernel starts at
+  // once and gets the extra half of the GPU.
+  for (SmRoom room : {SmRoom::Some, SmRoom::Unknown}) {
+    const auto [l, sh] = run(room);
+    CHECK(l.start_ns == 0);
+    CHECK(sh.end_ns - sh.start_ns == short_ns);
+    CHECK(std::llabs(l.end_ns - (1'000'000 + short_ns / 2)) <= 1);
+  }
+}
+
+TEST_CASE("trailing kernels run beside a holder that leaves room", "[engine]") {
+  // LateKernelBeside at efficiency 1.5: the weight gradient's GEMM runs from
+  // 0, the 1 ms kernel beside it from 0.1 ms gets half speed; when the GEMM
+  // ends the 1 ms kernel holds the GPU and the bias kernels are launched.
+  Task wgrad = kernel(2, 1, 2.8e11, 0);
+  wgrad.op = OpKind::MatmulBwdWeight;
+  wgrad.attrs.has_bias = true;
+  wgrad.attrs.m = 16384;
+  wgrad.attrs.n = 3072;
+  const LateKernelBeside f(wgrad);
+  RooflineParams p = LateKernelBeside::params();
+  p.kernel_overlap_efficiency = 1.5;
+  const Plan plan = uniformPlan(1, f.rp);
+  auto run = [&](SmRoom room) {
+    RoomModel model(p);
+    model.room[1] = room;
+    return simulatePlan(plan, f.topo, model, idealOptions());
+  };
+  const RoomModel plain(p);
+  const Task& wt = plan.programs[0].tasks[2];
+  const int64_t total = plain.taskNs(wt, f.topo.devices[0], plan.job.training.precision);
+  const int64_t tail = plain.trailingNs(wt, f.topo.devices[0], plan.job.training.precision);
+  REQUIRE(tail > 0);
+  const int64_t gemm_end = total - tail;
+  {
+    // Unknown room (no calibrated geometry): the bias kernels wait for the holder.
+    const SimResult r = run(SmRoom::Unknown);
+    const SimActivity big = activityOf(r.ranks[0], 1);
+    const std::vector<SimActivity> parts = activitiesOf(r.ranks[0], 2);
+    REQUIRE(parts.size() == 2);
+    CHECK(parts[0].end_ns == gemm_end);
+    CHECK(parts[1].start_ns == big.end_ns);
+    CHECK(parts[1].end_ns == big.end_ns + tail);
+  }
+  {
+    // Room beside it: they start at the GEMM's end and run at the half the
+    // 1 ms kernel leaves (it ends after them).
+    const SimResult r = run(SmRoom::Some);
+    const SimActivity big = activityOf(r.ranks[0], 1);
+    const std::vector<SimActivity> parts = activitiesOf(r.ranks[0], 2);
+    REQUIRE(parts.size() == 2);
+    CHECK(parts[1].start_ns == gemm_end);
+    CHECK(std::llabs(parts[1].end_ns - (gemm_end + 2 * tail)) <= 1);
+    CHECK(big.end_ns > parts[1].end_ns);
+  }
 }
 
 TEST_CASE("calibration files carry the kernel overlap efficiency", "[engine][calibration]") {

@@ -44,6 +44,21 @@ TEST_CASE("a shape between two measured ones takes the line through them", "[cal
   CHECK_FALSE(ShapeInterpolator().ns("m=1 n=1 k=1"));
 }
 
+TEST_CASE("the nearest shape key: same fields and words, least log distance", "[calibration][interpolation]") {
+  const std::vector<std::string> measured = {"m=8192 n=50304 k=768", "m=4096 n=50304 k=1280", "m=16384 n=768 k=768",
+                                             "m=16384 n=3072 k=768 epi=gelu", "b=16 t=1024 c=768 h=12"};
+  // Off in two fields from both vocabulary shapes: ln(8192/8192) + ln(1024/768)
+  // = 0.29 against ln(2) + ln(1280/1024) = 0.92.
+  CHECK(nearestShapeKey("m=8192 n=50304 k=1024", measured) == "m=8192 n=50304 k=768");
+  CHECK(nearestShapeKey("m=4096 n=50304 k=1024", measured) == "m=4096 n=50304 k=1280");
+  CHECK(nearestShapeKey("m=12288 n=3072 k=768 epi=gelu", measured) == "m=16384 n=3072 k=768 epi=gelu");
+  CHECK(nearestShapeKey("b=4 t=1024 c=1280 h=20", measured) == "b=16 t=1024 c=768 h=12");
+  // Another epilogue, or another field list, is not comparable.
+  CHECK_FALSE(nearestShapeKey("m=16384 n=3072 k=768 epi=dgelu", measured));
+  CHECK_FALSE(nearestShapeKey("m=1 c=768", measured));
+  CHECK_FALSE(nearestShapeKey("m=1 n=1 k=1", {}));
+}
+
 TEST_CASE("the calibrated cost model reads unmeasured shapes off their neighbours", "[calibration][interpolation]") {
   const char* yaml = R"(
 version: 1
