@@ -322,6 +322,13 @@ SmRoom RooflineCostModel::smRoomBeside(const Task& task, const DeviceSpec& devic
   return blocks >= device.sm_count ? SmRoom::None : SmRoom::Some;
 }
 
+double RooflineCostModel::spareSmShare(const Task& task, const DeviceSpec& device) const {
+  const int blocks = kernelBlocks(task);
+  if (blocks <= 0 || !blocksTakeWholeSms(costOpKind(task)) || device.sm_count <= 0 || blocks >= device.sm_count)
+    return -1;
+  return double(device.sm_count - blocks) / double(device.sm_count);
+}
+
 int RooflineCostModel::kernelBlocks(const Task& task) const {
   if (task.fused_into >= 0) return -1;
   const auto it = calibration_.ops.find(costOpKind(task));

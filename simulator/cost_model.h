@@ -179,6 +179,14 @@ class CostModel {
     (void)task, (void)device;
     return SmRoom::Unknown;
   }
+  // The share of the SMs a holder with room leaves, where its blocks say
+  // (a GEMM or attention kernel with fewer blocks than SMs: (SMs - blocks)
+  // / SMs); -1 otherwise (a memory-bound kernel leaves room in an amount
+  // its blocks do not tell).
+  virtual double spareSmShare(const Task& task, const DeviceSpec& device) const {
+    (void)task, (void)device;
+    return -1;
+  }
   // Share of the remaining time of the kernels running beside a collective
   // that it waits before it starts (Calibration::collective_start_wait).
   virtual double collectiveStartWait() const { return 0; }
@@ -206,6 +214,7 @@ class RooflineCostModel : public CostModel {
   KernelSharing kernelSharing() const override { return params_.kernel_sharing; }
   int64_t trailingNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
   SmRoom smRoomBeside(const Task& task, const DeviceSpec& device) const override;
+  double spareSmShare(const Task& task, const DeviceSpec& device) const override;
   // The thread blocks of the task's main kernel: its shape's as calibrated,
   // else its nearest calibrated shape's, else its op kind's; -1 unknown.
   int kernelBlocks(const Task& task) const;

@@ -176,6 +176,7 @@ struct RankState {
   // Per task of the program, like durations: room for other kernels beside
   // its main kernel (CostModel::smRoomBeside).
   SmRoom* sm_room = nullptr;
+  float* spare = nullptr;  // and the share of the SMs it leaves, where known (CostModel::spareSmShare), else -1
   bool eventDone(int e) const { return (event_bits[size_t(e) >> 6] >> (e & 63)) & 1; }
   const std::vector<int>* event_recorder = nullptr;  // the program's
   std::map<int, int64_t> group_seq;  // per group index: collectives reached
@@ -291,7 +292,10 @@ class Engine {
   // as its `sharing` code says (StreamState::sharing). Infinite for a kernel
   // that makes no progress while another holds the GPU.
   // holder_room: room beside the kernel that holds the GPU (roomBeside).
-  double rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holder_room) const;
+  // holder_spare: the share of the SMs it leaves, where known (spareBeside),
+  // else -1.
+  double rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holder_room, float holder_spare) const;
+  float spareBeside(const RankState& r, int holder) const;
   SmRoom roomBeside(const RankState& r, int holder) const;
   // KernelSharing::FirstHolds: the stream whose running kernel holds the
   // GPU (-1 when no sharing kernel runs).
@@ -348,10 +352,12 @@ class Engine {
   std::vector<StreamState> stream_states_;  // every simulated rank's streams, rank after rank
   // Per stream state, kept apart so that StreamState stays 48 bytes: when
   // its running kernel (or its task's trailing kernels) first got SMs, the
-  // start of its record (-1: not yet), and the room beside the holder its
-  // rate was last set with (rateDivisor).
+  // start of its record (-1: not yet), and the room and spare share beside
+  // the holder its rate was last set with (rateDivisor).
   std::vector<int64_t> record_start_;
   std::vector<SmRoom> rate_room_;
+  std::vector<float> rate_spare_;
+  std::vector<std::vector<float>> spare_tables_;  // RankState::spare, alongside the durations
   std::shared_ptr<ActivityStore> activities_;  // every simulated rank's records, rank after rank; task tables
   std::vector<uint64_t> event_words_;       // every simulated rank's recorded-event bits, likewise
   std::vector<int> rank_state_of_;        // world rank -> index in ranks_, -1 when represented
@@ -468,10 +474,12 @@ void Engine::setup() {
       if (fresh) {
         duration_tables_.emplace_back(st.plan->tasks.size(), int64_t(-1));
         sm_room_tables_.emplace_back(st.plan->tasks.size(), SmRoom::Unknown);
+        spare_tables_.emplace_back(st.plan->tasks.size(), -1.0f);
         trailing_tasks_.push_back(countTrailing(st));
       }
       st.durations = duration_tables_[it->second].data();  // inner buffers never move
       st.sm_room = sm_room_tables_[it->second].data();
+      st.spare = spare_tables_[it->second].data();
       record_slots.push_back(st.plan->tasks.size() + trailing_tasks_[it->second]);
     }
     rank_state_of_[size_t(r)] = int(ranks_.size());
@@ -492,6 +500,7 @@ void Engine::setup() {
   stream_states_.assign(total_streams, StreamState{});
   record_start_.assign(total_streams, -1);
   rate_room_.assign(total_streams, SmRoom::Unknown);
+  rate_spare_.assign(total_streams, -1.0f);
   event_words_.assign(total_words, 0);
   total_streams = total_words = 0;
   for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -574,6 +583,7 @@ void Engine::tryStart(int ri, int stream) {
     // Kernels start later in multi-process runs (calibrated; 0 by default).
     if (plan_.world_size > 1 && t.kind == TaskKind::Kernel && t.fused_into < 0) cached += cost_.multiRankLaunchNs();
     if (t.kind == TaskKind::Kernel) r.sm_room[size_t(ti)] = cost_.smRoomBeside(t, device);
+    if (t.kind == TaskKind::Kernel) r.spare[size_t(ti)] = float(cost_.spareSmShare(t, device));
   }
   const int64_t d = cached;
   s.kernel = t.kind == TaskKind::Kernel;
@@ -589,7 +599,8 @@ void Engine::tryStart(int ri, int stream) {
   s.updated_ns = now_;
   const size_t si = streamIndex(s);
   rate_room_[si] = SmRoom::Unknown;
-  const double div = rateDivisor(t, s.slowed, s.sharing, rate_room_[si]);
+  rate_spare_[si] = -1.0f;
+  const double div = rateDivisor(t, s.slowed, s.sharing, rate_room_[si], rate_spare_[si]);
   s.done_ns = completionAt(s.work_left_ns, div);
   if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, ti);
   record_start_[si] = -1;
@@ -682,7 +693,14 @@ SmRoom Engine::roomBeside(const RankState& r, int holder) const {
   return r.sm_room[size_t((*h.tasks)[h.head])];
 }
 
-double Engine::rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holder_room) const {
+float Engine::spareBeside(const RankState& r, int holder) const {
+  if (holder < 0) return -1.0f;
+  const StreamState& h = r.streams[size_t(holder)];
+  if (h.sharing & kTrailing) return -1.0f;
+  return r.spare[size_t((*h.tasks)[h.head])];
+}
+
+double Engine::rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holder_room, float holder_spare) const {
   double div = slowed ? cost_.commSlowdown(t) : 1.0;
   const int n = sharing & kSharingCount;
   if (n <= 1) return div;
@@ -690,6 +708,14 @@ double Engine::rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holde
   if (cost_.kernelSharing() == KernelSharing::Fair) return div * std::max(1.0, double(n) / e);
   // FirstHolds: the holder gets min(1, e) of the GPU, the other main
   // kernels split what is left of e.
+  // A holder whose blocks leave a known share s of the SMs (a weight
+  // gradient's 120 blocks on 132 SMs: 9%): the others split s, the holder
+  // gets what is left of e (the traces: such a GEMM runs 4-14% slower while
+  // a layernorm backward runs on its spare SMs at about 9% of its speed).
+  if (holder_spare > 0) {
+    if (!(sharing & kNotHolder)) return div / std::clamp(e - double(holder_spare), 0.05, 1.0);
+    return div * double(n - 1) / double(holder_spare);
+  }
   if (!(sharing & kNotHolder)) return e >= 1.0 ? div : div / e;
   // Except beside a holder with a block on every SM (a GEMM of 132 blocks
   // on an H200's 132 SMs): nothing runs beside it until its last blocks
@@ -718,6 +744,7 @@ void Engine::rescheduleKernels(int ri) {
   const bool fair = cost_.kernelSharing() == KernelSharing::Fair;
   const int holder = fair ? -1 : holderOf(r);
   const SmRoom holder_room = roomBeside(r, holder);
+  const float holder_spare = fair ? -1.0f : spareBeside(r, holder);
   for (int si = 0; si < int(r.streams.size()); ++si) {
     StreamState& s = r.streams[size_t(si)];
     if (!s.busy || !s.kernel) continue;
@@ -726,10 +753,11 @@ void Engine::rescheduleKernels(int ri) {
         s.sharing == 0 ? 0 : uint8_t(phase | (fair || si == holder ? n : uint8_t(n | kNotHolder)));
     const size_t gi = streamIndex(s);
     const SmRoom room_before = rate_room_[gi], room_after = sharing == 0 ? SmRoom::Unknown : holder_room;
-    if (s.slowed == slowed && s.sharing == sharing && room_before == room_after) continue;
+    const float spare_before = rate_spare_[gi], spare_after = sharing == 0 ? -1.0f : holder_spare;
+    if (s.slowed == slowed && s.sharing == sharing && room_before == room_after && spare_before == spare_after) continue;
     const Task& t = r.plan->tasks[size_t((*s.tasks)[s.head])];
-    const double before = rateDivisor(t, s.slowed, s.sharing, room_before),
-                 after = rateDivisor(t, slowed, sharing, room_after);
+    const double before = rateDivisor(t, s.slowed, s.sharing, room_before, spare_before),
+                 after = rateDivisor(t, slowed, sharing, room_after, spare_after);
     const double elapsed = double(now_ - s.updated_ns);
     if (!std::isinf(before)) s.work_left_ns = std::max(0.0, s.work_left_ns - elapsed / before);
     // A kernel that gets SMs for the first time starts its record; one that
@@ -738,6 +766,7 @@ void Engine::rescheduleKernels(int ri) {
     if (std::isinf(before) && !std::isinf(after) && record_start_[gi] < 0) record_start_[gi] = now_;
     if (!std::isinf(before) && std::isinf(after) && record_start_[gi] == now_) record_start_[gi] = -1;
     rate_room_[gi] = room_after;
+    rate_spare_[gi] = spare_after;
     s.slowed = slowed;
     s.sharing = sharing;
     s.updated_ns = now_;
@@ -943,7 +972,8 @@ void Engine::finishTask(int ri, int ti) {
       s.work_left_ns = double(tail);
       s.updated_ns = now_;
       rate_room_[si] = SmRoom::Unknown;
-      s.done_ns = completionAt(s.work_left_ns, rateDivisor(t, s.slowed, s.sharing, rate_room_[si]));
+      rate_spare_[si] = -1.0f;
+      s.done_ns = completionAt(s.work_left_ns, rateDivisor(t, s.slowed, s.sharing, rate_room_[si], rate_spare_[si]));
       if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, ti);
       record_start_[si] = -1;
       rescheduleKernels(ri);  // its share beside the others
@@ -1024,7 +1054,7 @@ SimResult Engine::run() {
             const double projected = double(other.done_ns - now_);
             const Task& t = r.plan->tasks[size_t((*other.tasks)[other.head])];
             const double rate =
-                1.0 / rateDivisor(t, other.slowed, other.sharing, rate_room_[streamIndex(other)]);  // of its alone speed
+                1.0 / rateDivisor(t, other.slowed, other.sharing, rate_room_[streamIndex(other)], rate_spare_[streamIndex(other)]);  // of its alone speed
             const double end = projected <= double(held) ? projected : double(held) + rate * (projected - double(held));
             remaining = std::max(remaining, int64_t(std::llround(end)));
           }

@@ -828,6 +828,11 @@ TEST_CASE("Kernel geometry: each shape's main kernel's blocks, and the room they
   sim::DeviceSpec bigger = h200;
   bigger.sm_count = 144;  // the same 132 blocks leave 12 SMs of a larger GPU
   CHECK(model.smRoomBeside(dgrad, bigger) == sim::SmRoom::Some);
+  // How much room: the SMs without a block, where the blocks take whole SMs.
+  CHECK(model.spareSmShare(task("layer1.mlp.fc.bwd_weight.mb0"), h200) == Approx(12.0 / 132));
+  CHECK(model.spareSmShare(dgrad, bigger) == Approx(12.0 / 144));
+  CHECK(model.spareSmShare(dgrad, h200) == -1);
+  CHECK(model.spareSmShare(task("layer1.ln2.bwd.mb0"), h200) == -1);  // room, in an amount blocks do not tell
   // A shape the runs did not have takes its nearest measured one's blocks.
   JobSpec wider = job;
   wider.training.micro_batch = 12;

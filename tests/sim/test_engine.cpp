@@ -764,10 +764,15 @@ TEST_CASE("a weight gradient's bias kernels take the GPU anew after its GEMM", "
 // (CostModel::smRoomBeside; a calibration derives it from traced blocks).
 struct RoomModel : RooflineCostModel {
   std::map<int, SmRoom> room;
+  std::map<int, double> spare;  // CostModel::spareSmShare
   explicit RoomModel(const RooflineParams& p) : RooflineCostModel(p) {}
   SmRoom smRoomBeside(const Task& t, const DeviceSpec&) const override {
     const auto it = room.find(t.id);
     return it == room.end() ? SmRoom::Unknown : it->second;
+  }
+  double spareSmShare(const Task& t, const DeviceSpec&) const override {
+    const auto it = spare.find(t.id);
+    return it == spare.end() ? -1 : it->second;
   }
 };
 
@@ -807,6 +812,35 @@ TEST_CASE("beside a kernel with a block on every SM nothing runs, and its neighb
     CHECK(sh.end_ns - sh.start_ns == short_ns);
     CHECK(std::llabs(l.end_ns - (1'000'000 + short_ns / 2)) <= 1);
   }
+}
+
+TEST_CASE("beside a holder that leaves a known share of the SMs, the others get that share", "[engine]") {
+  // The 1 ms and 0.4 ms kernels of the test above, efficiency 1.1; the
+  // holder (stream 1's) leaves 20% of the SMs: it runs at 1.1 - 0.2 = 0.9
+  // of its speed (0.4 / 0.9 ms), the other at 0.2 until it ends, then alone.
+  Topology topo = ringTopology(1, 1, 0);
+  RankPlan rp;
+  rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
+  rp.tasks.push_back(kernel(0, 0, 7e11, 0));
+  rp.tasks.push_back(kernel(1, 1, 2.8e11, 0));
+  const Plan plan = uniformPlan(1, rp);
+  RooflineParams p = RooflineParams::defaults();
+  p.launch_overhead_ns = 0;
+  p.comm_slowdown = 1.0;
+  p.kernel_overlap_efficiency = 1.1;
+  RoomModel model(p);
+  const int64_t long_alone = model.taskNs(rp.tasks[0], topo.devices[0], plan.job.training.precision);
+  const int64_t short_alone = model.taskNs(rp.tasks[1], topo.devices[0], plan.job.training.precision);
+  REQUIRE(long_alone == 1'000'000);
+  REQUIRE(short_alone == 400'000);
+  model.room[1] = SmRoom::Some;
+  model.spare[1] = 0.2;
+  const SimResult r = simulatePlan(plan, topo, model, idealOptions());
+  const SimActivity l = activityOf(r.ranks[0], 0), sh = activityOf(r.ranks[0], 1);
+  const double holder_ns = 400'000 / 0.9;
+  CHECK(std::llabs(sh.end_ns - std::llround(holder_ns)) <= 1);
+  CHECK(l.start_ns == 0);  // it ran from the start, on the spare SMs
+  CHECK(std::llabs(l.end_ns - std::llround(holder_ns + (1'000'000 - 0.2 * holder_ns))) <= 2);
 }
 
 TEST_CASE("trailing kernels run beside a holder that leaves room", "[engine]") {
