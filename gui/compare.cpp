@@ -18,7 +18,7 @@ struct Acc {
   int64_t total_ns = 0;
   int32_t name = -1;
   uint8_t phase = 0;
-  StreamKind kind = StreamKind::Compute;
+  const std::string* stream = nullptr;  // the track's label: the stream's name ("compute.wgrad")
 };
 
 // Keyed by the plan task's name (a real run's activities carry kernel
@@ -41,7 +41,7 @@ std::map<std::string, Acc> perTask(const TimelineData& d, int rank) {
       a.total_ns += t.end_ns[i] - t.start_ns[i];
       a.name = name;
       a.phase = t.phase[i];
-      a.kind = t.kind;
+      a.stream = &t.label;
     }
   }
   return out;
@@ -86,7 +86,8 @@ Comparison compareRuns(const TimelineData& a, const std::vector<RankBreakdown>& 
     d.task_id = y.task_id;
     d.name = id;
     d.phase = phaseName(x.phase);
-    d.stream = std::string(toString(x.kind));
+    // By name: two compute streams (the weight gradients') have one kind.
+    d.stream = x.stream ? *x.stream : std::string();
     d.count_a = x.count;
     d.count_b = y.count;
     d.mean_a_ns = double(x.total_ns) / steps_a;

@@ -7,6 +7,7 @@
 #include <QTest>
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <map>
 
 #include "engine/planner.h"
 #include "gui/compare.h"
@@ -74,6 +75,11 @@ TEST_CASE("compare: full recompute adds recompute time and lengthens the step", 
   CHECK(row("recompute").a_ns == 0);
   CHECK(row("recompute").b_ns > 0);
   CHECK(c.verdict.find("recompute +") != std::string::npos);
+  // Each task names its stream: the default job has two compute streams.
+  std::map<std::string, std::string> stream_of;
+  for (const TaskDelta& d : c.tasks) stream_of[d.name] = d.stream;
+  CHECK(stream_of["layer0.mlp.fc.fwd.mb0"] == "compute");
+  CHECK(stream_of["layer0.mlp.fc.bwd_weight.mb0"] == "compute.wgrad");
 
   test::app();
   CompareView view;
