@@ -697,6 +697,17 @@ struct LateKernelBeside {
   }
 };
 
+// Task 2 on stream 1 for LateKernelBeside: a weight gradient with a bias,
+// so that it has trailing kernels (CostModel::trailingNs).
+Task biasedWeightGradient() {
+  Task wgrad = kernel(2, 1, 2.8e11, 0);
+  wgrad.op = OpKind::MatmulBwdWeight;
+  wgrad.attrs.has_bias = true;
+  wgrad.attrs.m = 16384;
+  wgrad.attrs.n = 3072;
+  return wgrad;
+}
+
 TEST_CASE("the next oldest kernel holds the GPU when the holder ends", "[engine]") {
   // Stream 1 starts a 0.4 ms kernel at once; stream 0's 1 ms kernel starts
   // beside it at 0.1 ms and makes no progress until the 0.4 ms one ends (the
@@ -721,12 +732,7 @@ TEST_CASE("a weight gradient's bias kernels take the GPU anew after its GEMM", "
   // after it), so the weight-gradient task ends only after it. The task has
   // two activities, as in a trace: its GEMM's, and its bias kernels' from
   // when they first got SMs (not from their launch).
-  Task wgrad = kernel(2, 1, 2.8e11, 0);
-  wgrad.op = OpKind::MatmulBwdWeight;
-  wgrad.attrs.has_bias = true;
-  wgrad.attrs.m = 16384;
-  wgrad.attrs.n = 3072;
-  const LateKernelBeside f(wgrad);
+  const LateKernelBeside f(biasedWeightGradient());
   const Topology& topo = f.topo;
   const RooflineCostModel& model = f.model;
   const Plan plan = uniformPlan(1, f.rp);
@@ -776,23 +782,32 @@ struct RoomModel : RooflineCostModel {
   }
 };
 
+// As in "kernels of two compute streams share the GPU": a 1 ms kernel on
+// stream 0 and a 0.4 ms one on stream 1, ready together (stream 1's holds),
+// first holds at the given efficiency, no launch gaps.
+struct TwoKernelsTogether {
+  Topology topo = ringTopology(1, 1, 0);
+  Plan plan;
+  RooflineParams params = RooflineParams::defaults();
+  explicit TwoKernelsTogether(double efficiency) {
+    RankPlan rp;
+    rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
+    rp.tasks.push_back(kernel(0, 0, 7e11, 0));
+    rp.tasks.push_back(kernel(1, 1, 2.8e11, 0));
+    plan = uniformPlan(1, rp);
+    params.launch_overhead_ns = 0;
+    params.comm_slowdown = 1.0;
+    params.kernel_overlap_efficiency = efficiency;
+  }
+};
+
 TEST_CASE("beside a kernel with a block on every SM nothing runs, and its neighbour's record starts after it",
           "[engine]") {
-  // As in "kernels of two compute streams share the GPU": a 1 ms kernel on
-  // stream 0 and a 0.4 ms one on stream 1, ready together (stream 1's
-  // holds), first holds at efficiency 1.5.
-  Topology topo = ringTopology(1, 1, 0);
-  RankPlan rp;
-  rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
-  rp.tasks.push_back(kernel(0, 0, 7e11, 0));
-  rp.tasks.push_back(kernel(1, 1, 2.8e11, 0));
-  const Plan plan = uniformPlan(1, rp);
-  RooflineParams p = RooflineParams::defaults();
-  p.launch_overhead_ns = 0;
-  p.comm_slowdown = 1.0;
-  p.kernel_overlap_efficiency = 1.5;
+  const TwoKernelsTogether f(1.5);
+  const Plan& plan = f.plan;
+  const Topology& topo = f.topo;
   auto run = [&](SmRoom room) {
-    RoomModel model(p);
+    RoomModel model(f.params);
     model.room[1] = room;
     const SimResult r = simulatePlan(plan, topo, model, idealOptions());
     return std::pair{activityOf(r.ranks[0], 0), activityOf(r.ranks[0], 1)};
@@ -815,22 +830,16 @@ TEST_CASE("beside a kernel with a block on every SM nothing runs, and its neighb
 }
 
 TEST_CASE("beside a holder that leaves a known share of the SMs, the others get that share", "[engine]") {
-  // The 1 ms and 0.4 ms kernels of the test above, efficiency 1.1; the
-  // holder (stream 1's) leaves 20% of the SMs: it runs at 1.1 - 0.2 = 0.9
-  // of its speed (0.4 / 0.9 ms), the other at 0.2 until it ends, then alone.
-  Topology topo = ringTopology(1, 1, 0);
-  RankPlan rp;
-  rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
-  rp.tasks.push_back(kernel(0, 0, 7e11, 0));
-  rp.tasks.push_back(kernel(1, 1, 2.8e11, 0));
-  const Plan plan = uniformPlan(1, rp);
-  RooflineParams p = RooflineParams::defaults();
-  p.launch_overhead_ns = 0;
-  p.comm_slowdown = 1.0;
-  p.kernel_overlap_efficiency = 1.1;
-  RoomModel model(p);
-  const int64_t long_alone = model.taskNs(rp.tasks[0], topo.devices[0], plan.job.training.precision);
-  const int64_t short_alone = model.taskNs(rp.tasks[1], topo.devices[0], plan.job.training.precision);
+  // The 1 ms and 0.4 ms kernels, efficiency 1.1; the holder (stream 1's)
+  // leaves 20% of the SMs: it runs at 1.1 - 0.2 = 0.9 of its speed (0.4 /
+  // 0.9 ms), the other at 0.2 until it ends, then alone.
+  const TwoKernelsTogether f(1.1);
+  const Plan& plan = f.plan;
+  const Topology& topo = f.topo;
+  const std::vector<Task>& tasks = plan.programs[0].tasks;
+  RoomModel model(f.params);
+  const int64_t long_alone = model.taskNs(tasks[0], topo.devices[0], plan.job.training.precision);
+  const int64_t short_alone = model.taskNs(tasks[1], topo.devices[0], plan.job.training.precision);
   REQUIRE(long_alone == 1'000'000);
   REQUIRE(short_alone == 400'000);
   model.room[1] = SmRoom::Some;
@@ -847,12 +856,7 @@ TEST_CASE("trailing kernels run beside a holder that leaves room", "[engine]") {
   // LateKernelBeside at efficiency 1.5: the weight gradient's GEMM runs from
   // 0, the 1 ms kernel beside it from 0.1 ms gets half speed; when the GEMM
   // ends the 1 ms kernel holds the GPU and the bias kernels are launched.
-  Task wgrad = kernel(2, 1, 2.8e11, 0);
-  wgrad.op = OpKind::MatmulBwdWeight;
-  wgrad.attrs.has_bias = true;
-  wgrad.attrs.m = 16384;
-  wgrad.attrs.n = 3072;
-  const LateKernelBeside f(wgrad);
+  const LateKernelBeside f(biasedWeightGradient());
   RooflineParams p = LateKernelBeside::params();
   p.kernel_overlap_efficiency = 1.5;
   const Plan plan = uniformPlan(1, f.rp);
