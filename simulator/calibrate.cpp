@@ -598,7 +598,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   // GPUs sets it, and a run on another kind stops the fit. Software versions
   // may differ between runs; the provenance then says so.
   std::string gpus, gpus_from;
-  // Thread blocks of the main kernels of GEMM and attention tasks, by shape.
+  // Thread blocks of each kernel task's main kernel, by shape (mainKernelBlocks).
   std::map<std::pair<OpKind, std::string>, std::vector<int>> blocks_by_shape;
   std::map<std::string, std::vector<std::string>> runs_by_software;
 

@@ -56,8 +56,6 @@ struct RooflineParams {
   static RooflineParams defaults();
 };
 
-// A duration rule: any of the fields set (>= 0) wins over the op's default in
-// this order: ns, fit, efficiencies.
 // Room for other kernels on the SMs beside a kernel that holds the GPU.
 // A GEMM's or attention kernel's block takes a whole SM (shared memory or
 // registers), so one with a block on every SM leaves none until its last
@@ -69,6 +67,8 @@ enum class SmRoom : int8_t { Unknown = -1, None = 0, Some = 1 };
 // Op kinds whose kernels' blocks take a whole SM each (SmRoom).
 bool blocksTakeWholeSms(OpKind op);
 
+// A duration rule: any of the fields set (>= 0) wins over the op's default in
+// this order: ns, fit, efficiencies.
 struct CostEntry {
   int64_t ns = -1;              // measured duration, launch included
   double flops_efficiency = -1;

@@ -706,16 +706,17 @@ double Engine::rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holde
   if (n <= 1) return div;
   const double e = cost_.kernelOverlapEfficiency();
   if (cost_.kernelSharing() == KernelSharing::Fair) return div * std::max(1.0, double(n) / e);
-  // FirstHolds: the holder gets min(1, e) of the GPU, the other main
-  // kernels split what is left of e.
-  // A holder whose blocks leave a known share s of the SMs (a weight
-  // gradient's 120 blocks on 132 SMs: 9%): the others split s, the holder
-  // gets what is left of e (the traces: such a GEMM runs 4-14% slower while
-  // a layernorm backward runs on its spare SMs at about 9% of its speed).
+  // FirstHolds. A holder whose blocks leave a known share s of the SMs (a
+  // weight gradient's 120 blocks on 132 SMs: 9%): the others split s, the
+  // holder gets what is left of e (the traces: such a GEMM runs 4-14% slower
+  // while a layernorm backward runs on its spare SMs at about 9% of its
+  // speed).
   if (holder_spare > 0) {
     if (!(sharing & kNotHolder)) return div / std::clamp(e - double(holder_spare), 0.05, 1.0);
     return div * double(n - 1) / double(holder_spare);
   }
+  // Otherwise the holder gets min(1, e) of the GPU, the other main kernels
+  // split what is left of e.
   if (!(sharing & kNotHolder)) return e >= 1.0 ? div : div / e;
   // Except beside a holder with a block on every SM (a GEMM of 132 blocks
   // on an H200's 132 SMs): nothing runs beside it until its last blocks
@@ -754,7 +755,8 @@ void Engine::rescheduleKernels(int ri) {
     const size_t gi = streamIndex(s);
     const SmRoom room_before = rate_room_[gi], room_after = sharing == 0 ? SmRoom::Unknown : holder_room;
     const float spare_before = rate_spare_[gi], spare_after = sharing == 0 ? -1.0f : holder_spare;
-    if (s.slowed == slowed && s.sharing == sharing && room_before == room_after && spare_before == spare_after) continue;
+    if (s.slowed == slowed && s.sharing == sharing && room_before == room_after && spare_before == spare_after)
+      continue;
     const Task& t = r.plan->tasks[size_t((*s.tasks)[s.head])];
     const double before = rateDivisor(t, s.slowed, s.sharing, room_before, spare_before),
                  after = rateDivisor(t, slowed, sharing, room_after, spare_after);
@@ -1053,8 +1055,9 @@ SimResult Engine::run() {
           } else if (other.sharing & kNotHolder) {
             const double projected = double(other.done_ns - now_);
             const Task& t = r.plan->tasks[size_t((*other.tasks)[other.head])];
-            const double rate =
-                1.0 / rateDivisor(t, other.slowed, other.sharing, rate_room_[streamIndex(other)], rate_spare_[streamIndex(other)]);  // of its alone speed
+            const size_t oi = streamIndex(other);
+            const double rate =  // of its alone speed
+                1.0 / rateDivisor(t, other.slowed, other.sharing, rate_room_[oi], rate_spare_[oi]);
             const double end = projected <= double(held) ? projected : double(held) + rate * (projected - double(held));
             remaining = std::max(remaining, int64_t(std::llround(end)));
           }
