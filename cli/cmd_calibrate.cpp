@@ -75,6 +75,17 @@ void runCalibrate(const CalibrateOptions& o) {
   for (const auto& op : r.ops)
     fmt::print("{:<20} {:>8} {:>7} {:>11.2f} {:>12.1f} {:>10.2f} {:>12.2f} {:>10.2f}\n", toString(op.op), op.samples,
                op.shapes, op.base_ns / 1e3, op.ns_per_gflop, op.ns_per_mb, op.median_residual_pct, op.max_residual_pct);
+  {
+    // Whether the traces carried launch geometry, which decides what the
+    // simulator runs beside a kernel (docs/simulator.md, kernel sharing).
+    size_t shapes = 0, with_blocks = 0;
+    for (const auto& [op, oc] : r.calibration.ops)
+      for (const auto& [key, e] : oc.shapes) ++shapes, with_blocks += e.blocks > 0;
+    if (with_blocks > 0)
+      fmt::print("kernel geometry: main-kernel thread blocks for {} of {} shapes\n", with_blocks, shapes);
+    else
+      fmt::print("kernel geometry: none in the traces (kernels side by side share the GPU without it)\n");
+  }
   const bool fitted_multi_rank = r.multi_rank_source.empty();  // else kept, printed in one line below
   if (r.calibration.comm_slowdown && fitted_multi_rank)
     fmt::print("comm_slowdown {:.4f} (least squares over {} task-steps under a collective)\n",

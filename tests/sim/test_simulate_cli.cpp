@@ -151,6 +151,8 @@ TEST_CASE("tandem calibrate --topology refits the kernel overlap efficiency by s
   REQUIRE(at != std::string::npos);
   CHECK(std::stod(ok.text.substr(at + key.size(), 6)) == Approx(1.3).margin(0.02));
   CHECK(ok.text.find("by simulation on h200x2-nv18") != std::string::npos);
+  // Simulated traces carry no launch geometry, and the output says so.
+  CHECK(ok.text.find("kernel geometry: none in the traces") != std::string::npos);
   CHECK(std::filesystem::exists(cal));
   // A topology that does not exist: one line, exit 1, no file.
   const std::string bad = tempPath("cli_overlap_bad.yaml");
