@@ -116,10 +116,11 @@ constexpr uint8_t kSharingCount = 0x3f;
 // StreamState::done_ns of a running kernel that makes no progress for now.
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
-// 48 bytes (fields ordered so that no padding is left): every simulated
-// rank's streams sit together, and at thousands of ranks their total is what
-// decides whether the per-task state stays in the CPU's cache.
-struct StreamState {
+// One cache line (fields ordered so that no padding is left inside): every
+// simulated rank's streams sit together, and at thousands of ranks their
+// total is what decides whether the per-task state stays in the CPU's cache;
+// aligned, a stream's state is one line, not parts of two.
+struct alignas(64) StreamState {
   const std::vector<int>* tasks = nullptr;  // the program's list for this stream
   int64_t started_ns = 0;
   // A running kernel: the work left (ns at full speed) as of `updated_ns`,
@@ -139,8 +140,14 @@ struct StreamState {
   // (KernelSharing::FirstHolds) and kTrailing in the task's trailing kernels.
   // 0 for anything else.
   uint8_t sharing = 0;
+  // When the running kernel (or its task's trailing kernels) first got SMs:
+  // the start of its record (-1: not yet); and the room and spare share
+  // beside the holder its rate was last set with (rateDivisor).
+  int64_t record_start_ns = -1;
+  float rate_spare = -1.0f;
+  SmRoom rate_room = SmRoom::Unknown;
 };
-static_assert(sizeof(StreamState) == 48);
+static_assert(sizeof(StreamState) == 64);
 
 struct RankState {
   // What every task touches comes first, in the first 64 bytes (plan, the
@@ -307,8 +314,6 @@ class Engine {
   void writeRecord(RankState& r, int record_index, int64_t start_ns);
   // How many of r's tasks may have trailing kernels on its device.
   size_t countTrailing(const RankState& r) const;
-  // Where stream state s sits in stream_states_.
-  size_t streamIndex(const StreamState& s) const { return size_t(&s - stream_states_.data()); }
   // When work_ns of work ends at `divisor` times its time alone, from now;
   // kNever when that is beyond any simulation.
   int64_t completionAt(double work_ns, double divisor) const;
@@ -350,13 +355,6 @@ class Engine {
   std::vector<int> device_class_;  // per topology device
   std::vector<RankState> ranks_;          // simulated ranks
   std::vector<StreamState> stream_states_;  // every simulated rank's streams, rank after rank
-  // Per stream state, kept apart so that StreamState stays 48 bytes: when
-  // its running kernel (or its task's trailing kernels) first got SMs, the
-  // start of its record (-1: not yet), and the room and spare share beside
-  // the holder its rate was last set with (rateDivisor).
-  std::vector<int64_t> record_start_;
-  std::vector<SmRoom> rate_room_;
-  std::vector<float> rate_spare_;
   std::vector<std::vector<float>> spare_tables_;  // RankState::spare, alongside the durations
   std::shared_ptr<ActivityStore> activities_;  // every simulated rank's records, rank after rank; task tables
   std::vector<uint64_t> event_words_;       // every simulated rank's recorded-event bits, likewise
@@ -498,9 +496,6 @@ void Engine::setup() {
   activities_->facts.resize(plan_.programs.size());
   total_tasks = 0;
   stream_states_.assign(total_streams, StreamState{});
-  record_start_.assign(total_streams, -1);
-  rate_room_.assign(total_streams, SmRoom::Unknown);
-  rate_spare_.assign(total_streams, -1.0f);
   event_words_.assign(total_words, 0);
   total_streams = total_words = 0;
   for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -597,17 +592,16 @@ void Engine::tryStart(int ri, int stream) {
   // starts the rest).
   s.work_left_ns = double(d - (shares ? trailingOf(r, ti) : 0));
   s.updated_ns = now_;
-  const size_t si = streamIndex(s);
-  rate_room_[si] = SmRoom::Unknown;
-  rate_spare_[si] = -1.0f;
-  const double div = rateDivisor(t, s.slowed, s.sharing, rate_room_[si], rate_spare_[si]);
+  s.rate_room = SmRoom::Unknown;
+  s.rate_spare = -1.0f;
+  const double div = rateDivisor(t, s.slowed, s.sharing, s.rate_room, s.rate_spare);
   s.done_ns = completionAt(s.work_left_ns, div);
   if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, ti);
-  record_start_[si] = -1;
+  s.record_start_ns = -1;
   if (shares && r.running_kernels > 1) rescheduleKernels(ri);  // the others now share with it
   // Its record starts when it first gets SMs: now, or when
   // rescheduleKernels first gives it a rate.
-  if (s.done_ns != kNever && record_start_[si] < 0) record_start_[si] = now_;
+  if (s.done_ns != kNever && s.record_start_ns < 0) s.record_start_ns = now_;
 }
 
 int64_t Engine::trailingOf(const RankState& r, int ti) const {
@@ -752,9 +746,8 @@ void Engine::rescheduleKernels(int ri) {
     const uint8_t phase = s.sharing & kTrailing;
     const uint8_t sharing =
         s.sharing == 0 ? 0 : uint8_t(phase | (fair || si == holder ? n : uint8_t(n | kNotHolder)));
-    const size_t gi = streamIndex(s);
-    const SmRoom room_before = rate_room_[gi], room_after = sharing == 0 ? SmRoom::Unknown : holder_room;
-    const float spare_before = rate_spare_[gi], spare_after = sharing == 0 ? -1.0f : holder_spare;
+    const SmRoom room_before = s.rate_room, room_after = sharing == 0 ? SmRoom::Unknown : holder_room;
+    const float spare_before = s.rate_spare, spare_after = sharing == 0 ? -1.0f : holder_spare;
     if (s.slowed == slowed && s.sharing == sharing && room_before == room_after && spare_before == spare_after)
       continue;
     const Task& t = r.plan->tasks[size_t((*s.tasks)[s.head])];
@@ -765,10 +758,10 @@ void Engine::rescheduleKernels(int ri) {
     // A kernel that gets SMs for the first time starts its record; one that
     // loses them the moment it got them (it started with the holder) has
     // not started.
-    if (std::isinf(before) && !std::isinf(after) && record_start_[gi] < 0) record_start_[gi] = now_;
-    if (!std::isinf(before) && std::isinf(after) && record_start_[gi] == now_) record_start_[gi] = -1;
-    rate_room_[gi] = room_after;
-    rate_spare_[gi] = spare_after;
+    if (std::isinf(before) && !std::isinf(after) && s.record_start_ns < 0) s.record_start_ns = now_;
+    if (!std::isinf(before) && std::isinf(after) && s.record_start_ns == now_) s.record_start_ns = -1;
+    s.rate_room = room_after;
+    s.rate_spare = spare_after;
     s.slowed = slowed;
     s.sharing = sharing;
     s.updated_ns = now_;
@@ -968,19 +961,18 @@ void Engine::finishTask(int ri, int ti) {
     if (const int64_t tail = trailingOf(r, ti); tail > 0) {
       // The main kernel is done (its record ends here): the trailing
       // kernels take the GPU anew, after whatever the other streams run now.
-      const size_t si = streamIndex(s);
-      writeRecord(r, ti, record_start_[si] >= 0 ? record_start_[si] : s.started_ns);
+      writeRecord(r, ti, s.record_start_ns >= 0 ? s.record_start_ns : s.started_ns);
       s.sharing = uint8_t(kTrailing | kNotHolder | 1);
       s.work_left_ns = double(tail);
       s.updated_ns = now_;
-      rate_room_[si] = SmRoom::Unknown;
-      rate_spare_[si] = -1.0f;
-      s.done_ns = completionAt(s.work_left_ns, rateDivisor(t, s.slowed, s.sharing, rate_room_[si], rate_spare_[si]));
+      s.rate_room = SmRoom::Unknown;
+      s.rate_spare = -1.0f;
+      s.done_ns = completionAt(s.work_left_ns, rateDivisor(t, s.slowed, s.sharing, s.rate_room, s.rate_spare));
       if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, ti);
-      record_start_[si] = -1;
+      s.record_start_ns = -1;
       rescheduleKernels(ri);  // its share beside the others
       // Progressing now (else from when rescheduleKernels gives it SMs).
-      if (s.done_ns != kNever && record_start_[si] < 0) record_start_[si] = now_;
+      if (s.done_ns != kNever && s.record_start_ns < 0) s.record_start_ns = now_;
       return;
     }
   }
@@ -988,7 +980,7 @@ void Engine::finishTask(int ri, int ti) {
     // A kernel's record starts when it first got SMs (a trace's kernel
     // starts when its first block runs); the trailing kernels' record is
     // the task's second.
-    int64_t& start = record_start_[streamIndex(s)];
+    int64_t& start = s.record_start_ns;
     const int index = (s.sharing & kTrailing) ? ti + int(r.plan->tasks.size()) : ti;
     writeRecord(r, index, s.sharing != 0 && start >= 0 ? start : s.started_ns);
     start = -1;
@@ -1055,9 +1047,8 @@ SimResult Engine::run() {
           } else if (other.sharing & kNotHolder) {
             const double projected = double(other.done_ns - now_);
             const Task& t = r.plan->tasks[size_t((*other.tasks)[other.head])];
-            const size_t oi = streamIndex(other);
             const double rate =  // of its alone speed
-                1.0 / rateDivisor(t, other.slowed, other.sharing, rate_room_[oi], rate_spare_[oi]);
+                1.0 / rateDivisor(t, other.slowed, other.sharing, other.rate_room, other.rate_spare);
             const double end = projected <= double(held) ? projected : double(held) + rate * (projected - double(held));
             remaining = std::max(remaining, int64_t(std::llround(end)));
           }
