@@ -206,6 +206,7 @@ RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t
     const auto it = counterpart(key, t);
     if (it == tb.end()) {
       ++c.only_a;
+      c.only_a_no_time += t.ns == 0;
       continue;
     }
     b_matched.insert(it->first);
@@ -220,6 +221,8 @@ RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t
     deltas.push_back(std::move(d));
   }
   c.only_b = int64_t(tb.size() - b_matched.size());
+  for (const auto& [key, t] : tb)
+    if (t.ns == 0 && !b_matched.count(key)) ++c.only_b_no_time;
   c.matched = int64_t(deltas.size());
   for (auto& [op, e] : ops) {
     const auto& errs = errors_by_op[op];
@@ -243,8 +246,13 @@ std::string comparisonToText(const RunComparison& c) {
   auto ms = [](double ns) { return ns / 1e6; };
   s += fmt::format("A: run {} ({}, \"{}\")\nB: run {} ({}, \"{}\")\n", c.a.run.id, toString(c.a.run.kind), c.a.run.name,
                    c.b.run.id, toString(c.b.run.kind), c.b.run.name);
+  // Tasks of one run only that take no time there (fused into another
+  // task's kernel) are said apart: they are no missing work.
+  auto only = [](int64_t n, int64_t no_time) {
+    return no_time == 0 ? fmt::format("{}", n) : fmt::format("{}, {} of them taking no time", n, no_time);
+  };
   s += fmt::format("tasks matched by (rank, {}): {} (only in A: {}, only in B: {}){}\n\n", c.matched_by, c.matched,
-                   c.only_a, c.only_b,
+                   only(c.only_a, c.only_a_no_time), only(c.only_b, c.only_b_no_time),
                    c.matched_by == "plan task id" ? "" : "; the runs' plans number their tasks differently");
   s += fmt::format("{:<24} {:>12} {:>12} {:>10}\n", "per rank and step", "A", "B", "B - A");
   s += fmt::format("{:<24} {:>12.3f} {:>12.3f} {:>+9.2f}%\n", "step time (ms, p50)", ms(c.a.step_ns), ms(c.b.step_ns),
@@ -296,6 +304,8 @@ std::string comparisonToJson(const RunComparison& c) {
   j["matched_by"] = c.matched_by;
   j["only_a"] = c.only_a;
   j["only_b"] = c.only_b;
+  j["only_a_no_time"] = c.only_a_no_time;
+  j["only_b_no_time"] = c.only_b_no_time;
   json ops = json::array();
   for (const OpError& e : c.by_op)
     ops.push_back({{"op", e.op},

@@ -68,6 +68,10 @@ struct RunComparison {
   RunSide a, b;
   double step_error_pct = 0;  // (b - a) / a
   int64_t matched = 0, only_a = 0, only_b = 0;
+  // Of only_a / only_b, the tasks that take no time in their run: a
+  // simulation writes a zero-length activity for a task fused into another
+  // task's kernel, which a real run has no record of.
+  int64_t only_a_no_time = 0, only_b_no_time = 0;
   // "plan task id", or "plan task name" when a task id names different tasks
   // in the two runs (two plans).
   std::string matched_by = "plan task id";

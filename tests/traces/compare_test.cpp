@@ -103,8 +103,41 @@ TEST_CASE("compareRuns pairs tasks by name when the runs' plans number them diff
   CHECK(by_name["fc.bwd"].task_id == 2);  // as B numbers it
   CHECK(comparisonToText(c).find("the runs' plans number their tasks differently") != std::string::npos);
   CHECK(nlohmann::json::parse(comparisonToJson(c))["matched_by"] == "plan task name");
+  CHECK(c.only_b_no_time == 0);  // the recompute task takes time
+  CHECK(comparisonToText(c).find("only in B: 1)") != std::string::npos);
   // One plan: ids join, as before.
   CHECK(compareRuns(reader, 1, reader, 1).matched_by == "plan task id");
+}
+
+TEST_CASE("compareRuns says which tasks of one run only take no time", "[compare]") {
+  // A (real): one kernel for fc.fwd. B (simulated): fc.fwd, and its GELU
+  // fused into it, a zero-length activity as the simulator writes one.
+  const std::string path = tempTracePath("fused-only-in-b.sqlite");
+  {
+    TraceWriter w(path);
+    for (int which = 0; which < 2; ++which) {
+      RunInfo info;
+      info.kind = which == 0 ? RunKind::Real : RunKind::Simulated;
+      info.name = which == 0 ? "real" : "sim";
+      w.beginRun(info);
+      w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+      w.addStep({0, 0, 0, 1000});
+      w.addActivity(act(0, 0, 0, 100, ActivityKind::Kernel, "k0", 0, TracePhase::Forward));
+      w.addPlanTask(task(0, 0, "fc.fwd", "matmul", TracePhase::Forward, 0, {}));
+      w.addPlanTask(task(0, 1, "gelu.fwd", "gelu", TracePhase::Forward, 0, {0}));
+      if (which == 1) w.addActivity(act(0, 0, 100, 100, ActivityKind::Kernel, "gelu.fwd", 1, TracePhase::Forward));
+    }
+  }
+  TraceReader reader(path);
+  const RunComparison c = compareRuns(reader, 1, reader, 2);
+  CHECK(c.matched == 1);
+  CHECK(c.only_b == 1);
+  CHECK(c.only_b_no_time == 1);
+  CHECK(c.only_a_no_time == 0);
+  CHECK(comparisonToText(c).find("only in B: 1, 1 of them taking no time") != std::string::npos);
+  const auto j = nlohmann::json::parse(comparisonToJson(c));
+  CHECK(j["only_b_no_time"] == 1);
+  CHECK(j["only_a_no_time"] == 0);
 }
 
 TEST_CASE("compareRuns matches tasks and reports per-op errors", "[compare]") {
