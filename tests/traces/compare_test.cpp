@@ -60,6 +60,16 @@ void writeRuns(const std::string& path) {
     w.addPlanTask(task(0, id, fmt::format("t{}", id), op, TracePhase::Forward, id == 3 ? 1 : 0, {}));
 }
 
+// A run of one rank with one compute stream and one step [0, 1000).
+void beginOneStepRun(TraceWriter& w, RunKind kind, const std::string& name) {
+  RunInfo info;
+  info.kind = kind;
+  info.name = name;
+  w.beginRun(info);
+  w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+  w.addStep({0, 0, 0, 1000});
+}
+
 }  // namespace
 
 TEST_CASE("compareRuns pairs tasks by name when the runs' plans number them differently", "[compare]") {
@@ -70,12 +80,7 @@ TEST_CASE("compareRuns pairs tasks by name when the runs' plans number them diff
   {
     TraceWriter w(path);
     for (int which = 0; which < 2; ++which) {
-      RunInfo info;
-      info.kind = RunKind::Simulated;
-      info.name = which == 0 ? "a" : "b";
-      w.beginRun(info);
-      w.addStream({0, 0, StreamKind::Compute, "compute", 0});
-      w.addStep({0, 0, 0, 1000});
+      beginOneStepRun(w, RunKind::Simulated, which == 0 ? "a" : "b");
       w.addActivity(act(0, 0, 0, 100, ActivityKind::Kernel, "k0", 0, TracePhase::Forward));
       w.addPlanTask(task(0, 0, "fc.fwd", "matmul", TracePhase::Forward, 0, {}));
       if (which == 0) {
@@ -116,12 +121,7 @@ TEST_CASE("compareRuns says which tasks of one run only take no time", "[compare
   {
     TraceWriter w(path);
     for (int which = 0; which < 2; ++which) {
-      RunInfo info;
-      info.kind = which == 0 ? RunKind::Real : RunKind::Simulated;
-      info.name = which == 0 ? "real" : "sim";
-      w.beginRun(info);
-      w.addStream({0, 0, StreamKind::Compute, "compute", 0});
-      w.addStep({0, 0, 0, 1000});
+      beginOneStepRun(w, which == 0 ? RunKind::Real : RunKind::Simulated, which == 0 ? "real" : "sim");
       w.addActivity(act(0, 0, 0, 100, ActivityKind::Kernel, "k0", 0, TracePhase::Forward));
       w.addPlanTask(task(0, 0, "fc.fwd", "matmul", TracePhase::Forward, 0, {}));
       w.addPlanTask(task(0, 1, "gelu.fwd", "gelu", TracePhase::Forward, 0, {0}));
