@@ -5,15 +5,14 @@
 // shapes its fused kernels take 37 and 43 us more than the same GEMMs
 // without them (146 / 132 against 108 / 89 us, one H200, bench_gelu_gemm):
 // 0.95 ms per step, because each block stores its tile while the tensor
-// cores wait. Ours hides the epilogue better: forward 128-129 us (17-19 us
-// under cuBLASLt's), backward 139-142 (9-10 over; gemm_gelu.h says which
-// runs).
+// cores wait. Ours hides the epilogue better: forward 122 us (24 us under
+// cuBLASLt's), backward 139 (7 over; gemm_gelu.h says which runs).
 //
 // Persistent, one block per SM; the block's output tiles (128 x 128) are
 // blockIdx.x, + gridDim.x, ... in row-major order, and its two consumer
 // warpgroups take them in turn (ping-pong): while one multiplies a tile, the
 // other writes its last one out. One thread of a producer warp streams the
-// k-tiles (64 deep) of the tiles in order into four shared-memory stages
+// k-tiles (64 deep) of the tiles in order into five shared-memory stages
 // with the Tensor Memory Accelerator (cp.async.bulk.tensor, 128-byte
 // swizzle), each stage's mbarrier counting the bytes that landed; the
 // multiplying warpgroup waits for a stage, issues its m64n128k16 wgmmas
@@ -36,7 +35,10 @@
 //     persistent, TMA stores                                        151 / 162
 //     persistent, a whole tile staged (2 stages)                    214 / 219
 //     the forward's products alone, no epilogue, 2 / 3 / 4 stages   105 / 93 / 86
-//   ping-pong (this file)                                           129 / 142
+//   ping-pong, four stages, the turn passed after the last products
+//     completed                                                     129 / 142
+//   ping-pong, five stages, the turn passed once the last products
+//     are issued (this file)                                        122 / 139
 #include <cuda.h>  // CUtensorMap and its enums only: the encoder comes through cudaGetDriverEntryPointByVersion
 
 #include <algorithm>
@@ -61,7 +63,7 @@ namespace {
 constexpr int kTileRows = 128, kTileCols = 128, kDepth = 64;  // one warpgroup's output tile
 constexpr int kConsumerThreads = 256;                  // two warpgroups
 constexpr int kThreads = kConsumerThreads + 32;        // + the producer warp
-constexpr int kStages = 4;
+constexpr int kStages = 5;  // 160 KiB: with the epilogue regions, 225 of the 227 KiB a block may have
 constexpr uint32_t kOperandBytes = 128 * 128;          // 128 rows of 128 bytes: 16 KiB
 constexpr uint32_t kStageBytes = 2 * kOperandBytes;    // A and B: 32 KiB
 constexpr uint32_t kChunkBytes = 128 * 128;            // 64 output columns x 128 rows, bf16: 16 KiB
@@ -275,13 +277,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       prev_stage = stage;
       if (++stage == kStages) stage = 0, parity ^= 1u;
     }
+    // The tensor cores to the other warpgroup as soon as this one's last
+    // products are issued: its first products queue behind them, and the
+    // drain below is no bubble.
+    if (wt == 0) mbarArrive(turn + 8 * (wg ^ 1));
     wgmmaWait<0>();
     wgmmaFenceOperands(lo);
     wgmmaFenceOperands(hi);
-    if (wt == 0) {
-      mbarArrive(empty + 8 * prev_stage);
-      mbarArrive(turn + 8 * (wg ^ 1));  // the tensor cores to the other warpgroup
-    }
+    if (wt == 0) mbarArrive(empty + 8 * prev_stage);
 
     // The epilogue, beside the other warpgroup's main loop: fragments into
     // this warpgroup's region in the layout of a TMA box, stored by its
@@ -436,8 +439,8 @@ void prepareGeluGemm() {
     st.prepared = true;
   }
   // Default `forward` where the sm_90a code runs, cuBLASLt elsewhere: our
-  // forward is 17-19 us faster per GPT-2 layer than GELU_AUX_BIAS on one
-  // H200, our backward 9-10 us slower than DGELU (bench_gelu_gemm), and
+  // forward is 24 us faster per GPT-2 layer than GELU_AUX_BIAS on one
+  // H200, our backward 7 us slower than DGELU (bench_gelu_gemm), and
   // whole steps gain 0.1-0.3 ms (docs/benchmarks.md, sixteenth session).
   const char* env = std::getenv("TANDEM_GELU_GEMM");
   const std::string v = env == nullptr ? "" : env;
