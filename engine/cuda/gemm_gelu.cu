@@ -6,7 +6,7 @@
 // without them (146 / 132 against 108 / 89 us, one H200, bench_gelu_gemm):
 // 0.95 ms per step, because each block stores its tile while the tensor
 // cores wait. Ours hides the epilogue better: forward 122 us (24 us under
-// cuBLASLt's), backward 139 (7 over; gemm_gelu.h says which runs).
+// cuBLASLt's), backward 136 (4 over; gemm_gelu.h says which runs).
 //
 // Persistent, one block per SM; the block's output tiles (128 x 128) are
 // blockIdx.x, + gridDim.x, ... in row-major order, and its two consumer
@@ -38,7 +38,9 @@
 //   ping-pong, four stages, the turn passed after the last products
 //     completed                                                     129 / 142
 //   ping-pong, five stages, the turn passed once the last products
-//     are issued (this file)                                        122 / 139
+//     are issued                                                    122 / 139
+//   the same, the backward's wait for its last dx store moved from
+//     its epilogue to its next turn (this file)                     123 / 136
 #include <cuda.h>  // CUtensorMap and its enums only: the encoder comes through cudaGetDriverEntryPointByVersion
 
 #include <algorithm>
@@ -221,9 +223,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t region = regions + uint32_t(wg) * kWgBytes;
   unsigned char* const region_ptr = base_ptr + (region - base);
   // The backward's pre tile comes into the warpgroup's region by the TMA,
-  // issued by the warpgroup's thread 0 as soon as the region is free (its
-  // last dx tile read out): it lands during the main loop, and the producer
-  // never waits for an epilogue.
+  // issued by the warpgroup's thread 0 when the tensor cores come to it for
+  // the tile (the region's last dx tile read out by then): it lands during
+  // the main loop, and the producer never waits for an epilogue.
   auto loadPre = [&](int tile) {
     if (kForward || wt != 0 || tile >= tiles) return;
     const int row0 = tile / col_tiles * kTileRows, col0 = tile % col_tiles * kTileCols;
@@ -246,6 +248,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     // warpgroup 0 waits for nothing).
     if (wg == 1) mbarWait(turn + 8, uint32_t(n) & 1u);
     else if (n > 0) mbarWait(turn, uint32_t(n - 1) & 1u);
+    // The backward's next pre tile: its region's last dx tile has been read
+    // out by now (the other warpgroup's main loop ran meanwhile), so the
+    // wait costs nothing here, where at the end of the epilogue it kept the
+    // tensor cores waiting for the store; the tile lands during this main
+    // loop.
+    if (!kForward && n > 0) {
+      if (wt == 0) bulkWaitRead<0>();
+      loadPre(tile);
+    }
     // No zeroing: each tile's first wgmma overwrites (scale-d 0), and a
     // fitting shape has at least one k-tile.
     float lo[16][4], hi[16][4];  // rows 0..63 and 64..127
@@ -344,9 +355,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         tmaStore(map_out, region, col0, int(row0));
         tmaStore(map_out, region + kChunkBytes, col0 + 64, int(row0));
         bulkCommit();
-        bulkWaitRead<0>();  // the region may take this warpgroup's next pre tile
       }
-      loadPre(tile + 2 * gridDim.x);
     }
   }
   if (wt == 0) bulkWaitAll();  // the stores are done before the block leaves
@@ -440,7 +449,7 @@ void prepareGeluGemm() {
   }
   // Default `forward` where the sm_90a code runs, cuBLASLt elsewhere: our
   // forward is 24 us faster per GPT-2 layer than GELU_AUX_BIAS on one
-  // H200, our backward 7 us slower than DGELU (bench_gelu_gemm), and
+  // H200, our backward 4 us slower than DGELU (bench_gelu_gemm), and
   // whole steps gain 0.1-0.3 ms (docs/benchmarks.md, sixteenth session).
   const char* env = std::getenv("TANDEM_GELU_GEMM");
   const std::string v = env == nullptr ? "" : env;
