@@ -78,7 +78,7 @@ for s in "$@"; do
       victim=$(pgrep -f "tandem run tiny" | while read p; do if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -q '^TANDEM_RANK=1$'; then echo $p; fi; done | head -1)
       if [ -z "$victim" ]; then echo "no rank 1 process found to kill (the launch did not start?)"
       else echo "killing rank 1 (pid $victim) at $(date +%s)"; kill -9 $victim; fi; t0=$(date +%s)
-      wait; echo "launch ended $(( $(date +%s) - t0 )) s after the kill"; tail -n 8 $OUT/kill.log ;;
+      wait; [ -n "$victim" ] && echo "launch ended $(( $(date +%s) - t0 )) s after the kill"; tail -n 8 $OUT/kill.log ;;
     bench) stage bench $B/bench_gpt2_h200 --steps 30 --peer $DIST/peers/gpt2_torch.py ;;
     benchonly) stage benchonly $B/bench_gpt2_h200 --steps 30 --breakdown ;;
     bench2) stage bench2 $B/bench_gpt2_h200 --steps 30 --gpus 2 --peer $DIST/peers/gpt2_torch.py ;;
