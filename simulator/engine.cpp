@@ -247,6 +247,14 @@ struct ActivityStore {
   std::vector<SimLongActivity> long_activities;  // sorted by record at the end of the run
 };
 
+// A kernel that shares the GPU's SMs with the rank's other running kernels:
+// one that launches something (not fused into another task's GEMM), on a
+// compute stream (collectives' kernels are modelled apart).
+bool sharesSms(const RankPlan& rp, const Task& t) {
+  return t.kind == TaskKind::Kernel && t.fused_into < 0 && t.stream >= 0 && t.stream < int(rp.streams.size()) &&
+         rp.streams[size_t(t.stream)].kind == StreamKind::Compute;
+}
+
 // Two entries per task: the task's, then (all after the tasks') its trailing
 // kernels', whose flops and bytes the first entry already counts.
 std::vector<SimActivity> taskFacts(const RankPlan& rp) {
@@ -577,14 +585,15 @@ void Engine::tryStart(int ri, int stream) {
       cached = int64_t(std::llround(double(cached) / device.speed));
     // Kernels start later in multi-process runs (calibrated; 0 by default).
     if (plan_.world_size > 1 && t.kind == TaskKind::Kernel && t.fused_into < 0) cached += cost_.multiRankLaunchNs();
-    if (t.kind == TaskKind::Kernel) r.sm_room[size_t(ti)] = cost_.smRoomBeside(t, device);
-    if (t.kind == TaskKind::Kernel) r.spare[size_t(ti)] = float(cost_.spareSmShare(t, device));
+    if (t.kind == TaskKind::Kernel) {
+      r.sm_room[size_t(ti)] = cost_.smRoomBeside(t, device);
+      r.spare[size_t(ti)] = float(cost_.spareSmShare(t, device));
+    }
   }
   const int64_t d = cached;
   s.kernel = t.kind == TaskKind::Kernel;
   s.slowed = s.kernel && r.active_comm > 0;
-  const bool shares = s.kernel && t.fused_into < 0 && stream < int(r.plan->streams.size()) &&
-                      r.plan->streams[size_t(stream)].kind == StreamKind::Compute;
+  const bool shares = sharesSms(*r.plan, t);
   if (shares) ++r.running_kernels;
   // Alone it holds the GPU; beside others rescheduleKernels decides.
   s.sharing = !shares ? 0 : r.running_kernels == 1 ? 1 : uint8_t(kNotHolder | 1);
@@ -616,10 +625,7 @@ size_t Engine::countTrailing(const RankState& r) const {
   const DeviceSpec& device = topo_.devices[size_t(r.device)];
   size_t n = 0;
   for (const Task& t : r.plan->tasks) {
-    const bool shares = t.kind == TaskKind::Kernel && t.fused_into < 0 && t.stream >= 0 &&
-                        t.stream < int(r.plan->streams.size()) &&
-                        r.plan->streams[size_t(t.stream)].kind == StreamKind::Compute;
-    if (shares && cost_.trailingNs(t, device, plan_.job.training.precision) > 0) ++n;
+    if (sharesSms(*r.plan, t) && cost_.trailingNs(t, device, plan_.job.training.precision) > 0) ++n;
   }
   return n;
 }
