@@ -1,5 +1,8 @@
 // bench/plan_build: wall time to build and memory-plan the Plan of large
 // models for one rank (target: under 1 s each). Prints one JSON line per job.
+// Besides the two targets' models: GPT-2 1.5B accumulating 64 micro-batches
+// (a step of 64 forward and backward passes) and a 1000-layer GPT-2, where
+// a pass that is quadratic in the program's length shows.
 //
 //   bench_plan_build [REPEATS]
 #include <fmt/format.h>
@@ -19,6 +22,7 @@ namespace {
 struct Case {
   const char* name;
   int layers, hidden, heads, seq_len, micro_batch;
+  int grad_accum = 1;
 };
 
 JobSpec jobFor(const Case& c) {
@@ -29,6 +33,7 @@ JobSpec jobFor(const Case& c) {
   j.model.heads = c.heads;
   j.model.seq_len = c.seq_len;
   j.training.micro_batch = c.micro_batch;
+  j.training.grad_accum = c.grad_accum;
   j.parallel.data_parallel = 1;
   return j;
 }
@@ -51,7 +56,10 @@ int main(int argc, char** argv) {
     }
     repeats = int(n);
   }
-  const Case cases[] = {{"gpt2-1.5b", 48, 1600, 25, 1024, 16}, {"gpt-96l-12288h", 96, 12288, 96, 2048, 1}};
+  const Case cases[] = {{"gpt2-1.5b", 48, 1600, 25, 1024, 16},
+                        {"gpt-96l-12288h", 96, 12288, 96, 2048, 1},
+                        {"gpt2-1.5b-accum64", 48, 1600, 25, 1024, 16, 64},
+                        {"gpt2-1000l", 1000, 768, 12, 1024, 16}};
   for (const Case& c : cases)
     for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Full}) {
       JobSpec job = jobFor(c);
@@ -66,10 +74,10 @@ int main(int argc, char** argv) {
       std::sort(ms.begin(), ms.end());
       const RankPlan& rp = plan.programs[0];
       fmt::print(
-          "{{\"bench\":\"plan_build\",\"job\":\"{}\",\"recompute\":\"{}\",\"parameters\":{},\"tasks\":{},"
+          "{{\"bench\":\"plan_build\",\"job\":\"{}\",\"grad_accum\":{},\"recompute\":\"{}\",\"parameters\":{},\"tasks\":{},"
           "\"buffers\":{},\"repeats\":{},\"min_ms\":{:.2f},\"median_ms\":{:.2f},\"arena_bytes\":{},"
           "\"lower_bound_bytes\":{},\"arena_over_bound\":{:.4f}}}\n",
-          c.name, toString(policy), plan.summary.parameters, rp.tasks.size(), rp.buffers.size(), repeats, ms.front(),
+          c.name, c.grad_accum, toString(policy), plan.summary.parameters, rp.tasks.size(), rp.buffers.size(), repeats, ms.front(),
           ms[ms.size() / 2], rp.memory.arena_bytes, rp.memory.lower_bound_bytes,
           double(rp.memory.arena_bytes) / double(rp.memory.lower_bound_bytes));
     }

@@ -27,6 +27,26 @@ bool mentions(const std::vector<int>& buffers, int b) {
 
 DType dtypeOf(const RankPlan& p, int buffer) { return p.buffers.at(size_t(buffer)).dtype; }
 
+// Who touches each buffer, counted once over the program, so that "nobody
+// else reads or writes it" and "it has views" are lookups rather than scans
+// of every task and buffer per candidate (which made the pass quadratic in
+// the number of layers). The pass changes no task's reads or writes, so the
+// counts hold while it runs.
+struct BufferUse {
+  std::vector<int> tasks;       // tasks that read or write the buffer (a task counted once)
+  std::vector<char> has_views;  // some buffer is a view into it
+
+  explicit BufferUse(const RankPlan& p) : tasks(p.buffers.size(), 0), has_views(p.buffers.size(), 0) {
+    for (const Task& t : p.tasks) {
+      for (int b : t.reads) ++tasks.at(size_t(b));
+      for (int b : t.writes)
+        if (!mentions(t.reads, b)) ++tasks.at(size_t(b));
+    }
+    for (const Buffer& b : p.buffers)
+      if (b.parent >= 0) has_views.at(size_t(b.parent)) = 1;
+  }
+};
+
 // Matmul (i) -> Gelu: the next task on i's stream must be the Gelu of i's
 // output, with no event between them. Returns the Gelu's index or -1.
 int geluAfterMatmul(const RankPlan& p, int i) {
@@ -59,14 +79,12 @@ int geluAfterMatmul(const RankPlan& p, int i) {
 //    them may write i's inputs, and none of [i, u) may record an event
 //    (another stream could take the memory of i's inputs after it).
 // Returns u or -1; *late says which placement.
-int geluBwdAfterMatmulBwdData(const RankPlan& p, int i, bool* late) {
+int geluBwdAfterMatmulBwdData(const RankPlan& p, const BufferUse& use, int i, bool* late) {
   const Task& t = p.tasks[size_t(i)];
   if (t.writes.size() != 1 || t.attrs.accumulate) return -1;
   const int out = t.writes[0];
   const Buffer& ob = p.buffers.at(size_t(out));
-  if (ob.parent >= 0) return -1;
-  for (const Buffer& b : p.buffers)
-    if (b.parent == out) return -1;
+  if (ob.parent >= 0 || use.has_views.at(size_t(out))) return -1;
   int u_index = -1;
   for (size_t j = size_t(i) + 1; j < p.tasks.size(); ++j) {
     const Task& u = p.tasks[j];
@@ -88,11 +106,9 @@ int geluBwdAfterMatmulBwdData(const RankPlan& p, int i, bool* late) {
   const Range rdx = rangeOf(p, dx), rpre = rangeOf(p, pre);
   // The GEMM writes dx while it reads its inputs and x.
   if (overlaps(rdx, rpre) || anyOverlaps(p, t.reads, rdx)) return -1;
-  // Nobody else (any stream) may read or write the gradient the GEMM no longer writes.
-  for (size_t j = 0; j < p.tasks.size(); ++j) {
-    if (int(j) == i || int(j) == u_index) continue;
-    if (mentions(p.tasks[j].reads, out) || mentions(p.tasks[j].writes, out)) return -1;
-  }
+  // Nobody else (any stream) may read or write the gradient the GEMM no
+  // longer writes: i writes it, u reads it, and no third task touches it.
+  if (use.tasks.at(size_t(out)) != 2) return -1;
   bool early = u.wait_events.empty(), at_u = t.record_event < 0;
   for (int j = i + 1; j < u_index; ++j) {
     const Task& v = p.tasks[size_t(j)];
@@ -144,7 +160,7 @@ int layernormAfterAdd(const RankPlan& p, int i) {
 // writes the sum while it reads its inputs, so the sum shares no memory with
 // them, except that it may take the residual's place exactly (C == D).
 // Returns the Add's index or -1.
-int residualAddAfterMatmul(const RankPlan& p, int i) {
+int residualAddAfterMatmul(const RankPlan& p, const BufferUse& use, int i) {
   const Task& t = p.tasks[size_t(i)];
   if (t.writes.size() != 1 || t.record_event >= 0 || t.attrs.accumulate || size_t(i) + 1 >= p.tasks.size())
     return -1;
@@ -159,38 +175,38 @@ int residualAddAfterMatmul(const RankPlan& p, int i) {
   if (dtypeOf(p, residual) != dtypeOf(p, out) || dtypeOf(p, sum) != dtypeOf(p, out) ||
       u.attrs.elements != t.attrs.m * t.attrs.n)
     return -1;
-  if (p.buffers.at(size_t(out)).parent >= 0) return -1;
-  for (const Buffer& b : p.buffers)
-    if (b.parent == out) return -1;
-  for (size_t j = 0; j < p.tasks.size(); ++j) {
-    if (int(j) == i || int(j) == i + 1) continue;
-    if (mentions(p.tasks[j].reads, out) || mentions(p.tasks[j].writes, out)) return -1;
-  }
+  if (p.buffers.at(size_t(out)).parent >= 0 || use.has_views.at(size_t(out))) return -1;
+  // i writes `out` and the add reads it; no third task may touch it.
+  if (use.tasks.at(size_t(out)) != 2) return -1;
   const Range rs = rangeOf(p, sum), rr = rangeOf(p, residual);
   if (anyOverlaps(p, t.reads, rs)) return -1;
   if (overlaps(rs, rr) && !(rs.lo == rr.lo && rs.hi == rr.hi)) return -1;
   return i + 1;
 }
 
-}  // namespace
-
-EpilogueCandidate epilogueCandidate(const RankPlan& p, int i, bool residual_in_gemm) {
+EpilogueCandidate candidateAt(const RankPlan& p, const BufferUse& use, int i, bool residual_in_gemm) {
   EpilogueCandidate c;
   const Task& t = p.tasks[size_t(i)];
   if (t.op == OpKind::Matmul) {
     const int g = geluAfterMatmul(p, i);
-    const int add = g < 0 && residual_in_gemm ? residualAddAfterMatmul(p, i) : -1;
+    const int add = g < 0 && residual_in_gemm ? residualAddAfterMatmul(p, use, i) : -1;
     if (g >= 0) c = {Epilogue::Gelu, i, g, i};
     else if (add >= 0) c = {Epilogue::Residual, i, add, i};
   } else if (t.op == OpKind::MatmulBwdData) {
     bool late = false;
-    const int g = geluBwdAfterMatmulBwdData(p, i, &late);
+    const int g = geluBwdAfterMatmulBwdData(p, use, i, &late);
     if (g >= 0) c = {Epilogue::DGelu, i, g, late ? g : i};
   } else if (t.op == OpKind::Add) {
     const int ln = layernormAfterAdd(p, i);
     if (ln >= 0) c = {Epilogue::AddLayerNorm, i, ln, i};
   }
   return c;
+}
+
+}  // namespace
+
+EpilogueCandidate epilogueCandidate(const RankPlan& p, int i, bool residual_in_gemm) {
+  return candidateAt(p, BufferUse(p), i, residual_in_gemm);
 }
 
 bool biasGradInGemmCandidate(const RankPlan& p, int i) {
@@ -204,11 +220,12 @@ bool biasGradInGemmCandidate(const RankPlan& p, int i) {
 
 int applyEpilogueFusion(RankPlan& p, bool residual_in_gemm) {
   int fused = 0;
+  const BufferUse use(p);
   // In program order, so that a residual add taken by its GEMM is no longer
   // a candidate for the add+layernorm kernel.
   for (size_t i = 0; i < p.tasks.size(); ++i) {
     if (p.tasks[i].fused_into >= 0 || p.tasks[i].epilogue != Epilogue::None) continue;
-    const EpilogueCandidate c = epilogueCandidate(p, int(i), residual_in_gemm);
+    const EpilogueCandidate c = candidateAt(p, use, int(i), residual_in_gemm);
     if (c.epilogue == Epilogue::None) continue;
     // The launching task names the epilogue and the other task of the pair;
     // the other task issues nothing.
