@@ -460,11 +460,68 @@ std::string number(double x) {
   return out.str();
 }
 
+// A constraint between two fields is reported at the one the user changed
+// last (a --set override), else at the one they wrote, so the location
+// points at something they can change.
+std::string fieldToBlame(const JobReader& r, const std::string& a, const std::string& b) {
+  for (const std::string& f : {a, b})
+    if (r.locate(f).starts_with("--set ")) return f;
+  return r.has(a) || !r.has(b) ? a : b;
+}
+
+// Sizes every part of tandem computes in 64-bit integers (bytes, elements,
+// tokens) must fit with room to spare, and the plan, which unrolls every
+// layer of every micro-batch, must be one that can be built: a job beyond
+// either is refused here rather than planned with wrapped-around numbers
+// or for hours.
+constexpr long double kMaxBytes = 4611686018427387904.0L;  // 2^62
+constexpr int64_t kMaxLayerPasses = 65536;                  // layers x micro-batches per step
+
+void validateSizes(const JobReader& r, const JobSpec& job) {
+  const ModelSpec& m = job.model;
+  const TrainingSpec& t = job.training;
+  auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
+  const long double mlp = std::floor((long double)m.hidden * m.mlp_ratio + 0.5L);
+  if (mlp < 1 || mlp > std::numeric_limits<int>::max())
+    r.fail(pick("model.mlp_ratio", "model.hidden"),
+           "the MLP width model.hidden x model.mlp_ratio = " + number(double(mlp)) + " is out of range",
+           "an MLP width from 1 to 2147483647");
+  const long double h = m.hidden, layers = m.layers;
+  // Weights of one layer (attention and MLP matrices, biases, layernorms)
+  // and of the embeddings; each parameter has 16 bytes of state at most
+  // (bf16 weight and gradient, fp32 master weight and two moments).
+  const long double params = layers * (4 * h * h + 2 * h * mlp + 9 * h + mlp) + (m.vocab + m.seq_len + 2.0L) * h;
+  if (params * 16 > kMaxBytes)
+    r.fail(pick("model.hidden", "model.layers"),
+           "the model would have about " + number(double(params)) +
+               " parameters, more bytes of weights and optimizer state than sizes can hold (2^62)",
+           "models of up to about 2.8e17 parameters");
+  // The activations one micro-batch keeps, over-estimated (the plans of the
+  // resource jobs keep 32 hidden-widths of bf16 per token and layer).
+  const long double tokens = (long double)t.micro_batch * m.seq_len;
+  const long double activations = tokens * (layers * (48 * h + 8 * mlp) + 8.0L * m.vocab) * 4;
+  if (activations > kMaxBytes)
+    r.fail(pick("training.micro_batch", "model.seq_len"),
+           "one micro-batch would keep about " + number(double(activations)) +
+               " bytes of activations, more than sizes can hold (2^62)",
+           "a smaller training.micro_batch, model.seq_len or model");
+  const long double step_tokens = tokens * t.grad_accum * job.parallel.data_parallel;
+  if (step_tokens > kMaxBytes)
+    r.fail(pick("training.grad_accum", "parallel.data_parallel"),
+           "a step would train on " + number(double(step_tokens)) + " tokens, more than counts can hold (2^62)",
+           "fewer tokens per step");
+  const int64_t passes = int64_t(m.layers) * t.grad_accum;
+  if (passes > kMaxLayerPasses)
+    r.fail(pick("training.grad_accum", "model.layers"),
+           "model.layers x training.grad_accum = " + std::to_string(passes) +
+               " layer passes per step; the plan unrolls each of them (about 23 tasks per pass) and would not be "
+               "built in reasonable time and memory",
+           "model.layers x training.grad_accum up to " + std::to_string(kMaxLayerPasses));
+}
+
 void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& options) {
   const ModelSpec& m = job.model;
-  // A constraint between two fields is reported at the one the user wrote
-  // (or overrode), so the location points at something they can change.
-  auto pick = [&](const std::string& a, const std::string& b) { return r.has(a) || !r.has(b) ? a : b; };
+  auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
   if (job.name.empty()) r.fail("name", "the name is empty", "a non-empty string");
   if (m.hidden % m.heads != 0) {
     r.fail(pick("model.heads", "model.hidden"),
@@ -515,6 +572,7 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
            "data.branching " + std::to_string(d.branching) + " exceeds model.vocab " + std::to_string(m.vocab),
            "integers from 1 to model.vocab");
   }
+  validateSizes(r, job);
 }
 
 }  // namespace

@@ -317,6 +317,21 @@ TEST_CASE("bad job specs fail with one line naming file, line, field and allowed
        "unknown key, did you mean 'micro_batch'?"},
       {"name: a\n", {"nokey"}, "--set nokey: nokey: ", "expected KEY=VALUE"},
       {"name: a\n", {"name.first=x"}, "--set name.first=x: name: ", "not a mapping"},
+      // Sizes that would not fit the planner's 64-bit arithmetic, and plans too long to build.
+      {"model: {hidden: 1000000008, heads: 8}\n", {}, "bad.yaml:1: model.hidden: ",
+       "the MLP width model.hidden x model.mlp_ratio = 4e+09 is out of range"},
+      {"model: {mlp_ratio: 1e-9}\n", {}, "bad.yaml:1: model.mlp_ratio: ", "= 0 is out of range"},
+      {"model:\n  hidden: 8388608\n  heads: 16\n  layers: 400\n", {}, "bad.yaml:2: model.hidden: ",
+       "more bytes of weights and optimizer state than sizes can hold (2^62)"},
+      {"model:\n  seq_len: 1000000000\ntraining:\n  micro_batch: 1000000\n", {}, "bad.yaml:4: training.micro_batch: ",
+       "bytes of activations, more than sizes can hold (2^62)"},
+      {"model:\n  layers: 12\ntraining:\n  grad_accum: 6000\n", {}, "bad.yaml:4: training.grad_accum: ",
+       "model.layers x training.grad_accum = 72000 layer passes per step"},
+      // Between two fields, the one a --set override changed is blamed.
+      {"model:\n  layers: 12\ntraining:\n  grad_accum: 2\n", {"model.layers=40000"},
+       "--set model.layers=40000: model.layers: ", "= 80000 layer passes per step"},
+      {"model:\n  hidden: 768\n  heads: 12\n", {"model.hidden=100"}, "--set model.hidden=100: model.hidden: ",
+       "model.heads 12 does not divide model.hidden 100"},
   };
   for (const Case& c : cases) {
     INFO("input:\n" << c.yaml);
