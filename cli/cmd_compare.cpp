@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/command_registry.h"
+#include "cli/number_checks.h"
 #include "traces/compare.h"
 #include "traces/trace_reader.h"
 
@@ -63,7 +64,9 @@ void addCompareCommand(CLI::App& root) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--real,-a", o->a_run, "run id of A, the reference (default: the latest real run)");
   cmd->add_option("--sim,-b", o->b_run, "run id of B, the prediction (default: the latest simulated run)");
-  cmd->add_option("--top", o->top, "tasks listed by absolute difference")->capture_default_str();
+  cmd->add_option("--top", o->top, "tasks listed by absolute difference")
+      ->capture_default_str()
+      ->check(wholeNumberAtLeast(0));
   cmd->add_flag("--json", o->json, "print JSON instead of tables");
   cmd->callback([o] { runCompare(*o); });
 }

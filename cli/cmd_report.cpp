@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/command_registry.h"
+#include "cli/number_checks.h"
 #include "traces/analysis.h"
 #include "traces/report_format.h"
 #include "traces/trace_reader.h"
@@ -46,9 +47,12 @@ void addReportCommand(CLI::App& root) {
   cmd->add_option("--rule", o->rules,
                   "classification rule tried before the defaults: PATTERN=CATEGORY or "
                   "kind:KIND[:PATTERN]=CATEGORY, CATEGORY one of compute, comm, memcpy, sync, host (repeatable)");
-  cmd->add_option("--top", o->top, "rows in the by-name kernel table and the unattributed list")->capture_default_str();
+  cmd->add_option("--top", o->top, "rows in the by-name kernel table and the unattributed list")
+      ->capture_default_str()
+      ->check(wholeNumberAtLeast(0));
   cmd->add_option("--kernel-wait-ns", o->kernel_wait_ns, "gaps shorter than this count as kernel wait (HTA)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(wholeNumberAtLeast(0));
   cmd->callback([o] { runReport(*o); });
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command_registry.h"
+#include "cli/number_checks.h"
 #include "cli/job_options.h"
 #include "engine/planner.h"
 #include "simulator/cost_model.h"
@@ -185,12 +186,15 @@ void addSimulateCommand(CLI::App& root) {
                 "allow tree all-reduce across hosts (slow to simulate on large hashed fat trees)");
   cmd->add_option("--call-floor-ns", o->call_floor_ns,
                   "shortest time of one collective call (default 20000, host overhead of eager frameworks; 0 for "
-                  "CUDA-graph replays)");
+                  "CUDA-graph replays)")
+      ->check(wholeNumberAtLeast(0));
   cmd->add_option("--kernel-sharing", o->kernel_sharing,
                   "how kernels of two compute streams divide a GPU: first_holds (the one that started first runs "
                   "as alone; default) or fair (processor sharing); overrides the calibration's")
       ->check(CLI::IsMember({"first_holds", "fair"}));
-  cmd->add_option("--rank-rows", o->max_rank_rows, "ranks listed in the text table")->capture_default_str();
+  cmd->add_option("--rank-rows", o->max_rank_rows, "ranks listed in the text table")
+      ->capture_default_str()
+      ->check(wholeNumberAtLeast(0));
   cmd->callback([o] { runSimulate(*o); });
 }
 

@@ -315,13 +315,12 @@ Topology loadTopology(const std::string& name_or_file) {
       else if (base.compare(digits, 2, "\xC3\x97") == 0) rest = base.substr(digits + 2);
     }
     if (!rest.empty() && rest == "dgx-h100") {
-      int n = 0;
-      try {
-        n = std::stoi(base.substr(0, digits));
-      } catch (const std::exception&) {
-        n = -1;
-      }
-      topo = makeDgxH100Cluster(n);
+      // More digits than an int holds are out of range all the same; say
+      // what was written rather than a wrapped or placeholder count.
+      const std::string count = base.substr(0, digits);
+      if (digits > 6)
+        throw TopologyError(fmt::format("cluster size {} is out of range: 1 to 4096 hosts", count));
+      topo = makeDgxH100Cluster(std::stoi(count));
     } else if (std::filesystem::is_regular_file(base)) {
       topo = loadTopologyFile(base);
     } else {

@@ -233,4 +233,18 @@ TEST_CASE("numeric flags say what they take", "[cli][errors]") {
   const auto timeout = runTandem("run tiny --timeout -1", dir + "/f3");
   CHECK(timeout.exit_code != 0);
   CHECK_THAT(timeout.err, Catch::Contains("--timeout: takes a number greater than 0, not '-1'"));
+  // Counts and durations of simulate and report that cannot be negative.
+  const auto floor = runTandem("simulate tiny --topology h200x2-nv18 --call-floor-ns -5", dir + "/f4");
+  CHECK(floor.exit_code != 0);
+  CHECK_THAT(floor.err, Catch::Contains("--call-floor-ns: takes a whole number of at least 0, not '-5'"));
+  const auto rows = runTandem("simulate tiny --topology h200x2-nv18 --rank-rows -1", dir + "/f5");
+  CHECK(rows.exit_code != 0);
+  CHECK_THAT(rows.err, Catch::Contains("--rank-rows: takes a whole number of at least 0, not '-1'"));
+  const auto wait = runTandem("report nothing.sqlite --kernel-wait-ns -5", dir + "/f6");
+  CHECK(wait.exit_code != 0);
+  CHECK_THAT(wait.err, Catch::Contains("--kernel-wait-ns: takes a whole number of at least 0, not '-5'"));
+  // A cluster too large to count in an int is named as written.
+  const auto hosts = runTandem("simulate tiny --topology 99999999999xdgx-h100", dir + "/f7");
+  CHECK(hosts.exit_code != 0);
+  CHECK_THAT(hosts.err, Catch::Contains("cluster size 99999999999 is out of range: 1 to 4096 hosts"));
 }
