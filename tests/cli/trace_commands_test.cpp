@@ -224,27 +224,27 @@ TEST_CASE("bad inputs: one-line errors, non-zero exit, no partial output", "[cli
 TEST_CASE("numeric flags say what they take", "[cli][errors]") {
   const std::string dir = tempTracePath("flags-dir");
   std::filesystem::create_directories(dir);
-  const auto steps = runTandem("run tiny --steps 0", dir + "/f1");
-  CHECK(steps.exit_code != 0);
-  CHECK_THAT(steps.err, Catch::Contains("--steps: takes a whole number of at least 1, not '0'"));
-  const auto every = runTandem("train tiny --log-every x", dir + "/f2");
-  CHECK(every.exit_code != 0);
-  CHECK_THAT(every.err, Catch::Contains("--log-every: takes a whole number of at least 1, not 'x'"));
-  const auto timeout = runTandem("run tiny --timeout -1", dir + "/f3");
-  CHECK(timeout.exit_code != 0);
-  CHECK_THAT(timeout.err, Catch::Contains("--timeout: takes a number greater than 0, not '-1'"));
-  // Counts and durations of simulate and report that cannot be negative.
-  const auto floor = runTandem("simulate tiny --topology h200x2-nv18 --call-floor-ns -5", dir + "/f4");
-  CHECK(floor.exit_code != 0);
-  CHECK_THAT(floor.err, Catch::Contains("--call-floor-ns: takes a whole number of at least 0, not '-5'"));
-  const auto rows = runTandem("simulate tiny --topology h200x2-nv18 --rank-rows -1", dir + "/f5");
-  CHECK(rows.exit_code != 0);
-  CHECK_THAT(rows.err, Catch::Contains("--rank-rows: takes a whole number of at least 0, not '-1'"));
-  const auto wait = runTandem("report nothing.sqlite --kernel-wait-ns -5", dir + "/f6");
-  CHECK(wait.exit_code != 0);
-  CHECK_THAT(wait.err, Catch::Contains("--kernel-wait-ns: takes a whole number of at least 0, not '-5'"));
-  // A cluster too large to count in an int is named as written.
-  const auto hosts = runTandem("simulate tiny --topology 99999999999xdgx-h100", dir + "/f7");
-  CHECK(hosts.exit_code != 0);
-  CHECK_THAT(hosts.err, Catch::Contains("cluster size 99999999999 is out of range: 1 to 4096 hosts"));
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"run tiny --steps 0", "--steps: takes a whole number of at least 1, not '0'"},
+      {"train tiny --log-every x", "--log-every: takes a whole number of at least 1, not 'x'"},
+      {"run tiny --timeout -1", "--timeout: takes a number greater than 0, not '-1'"},
+      // Counts and durations of simulate and report that cannot be negative.
+      {"simulate tiny --topology h200x2-nv18 --call-floor-ns -5",
+       "--call-floor-ns: takes a whole number of at least 0, not '-5'"},
+      {"simulate tiny --topology h200x2-nv18 --rank-rows -1", "--rank-rows: takes a whole number of at least 0, not '-1'"},
+      {"report nothing.sqlite --kernel-wait-ns -5", "--kernel-wait-ns: takes a whole number of at least 0, not '-5'"},
+      // A cluster too large to count in an int is named as written.
+      {"simulate tiny --topology 99999999999xdgx-h100", "cluster size 99999999999 is out of range: 1 to 4096 hosts"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    INFO(c.args);
+    const auto r = runTandem(c.args, dir + "/f" + std::to_string(++n));
+    CHECK(r.exit_code != 0);
+    CHECK_THAT(r.err, Catch::Contains(c.message));
+  }
 }
