@@ -21,13 +21,21 @@ constexpr std::array<std::string_view, 7> kPhases{"",         "forward", "backwa
                                                   "optimizer", "comm",   "data"};
 constexpr std::array<std::string_view, 4> kSeverities{"info", "warning", "error", "data_loss"};
 
+// The codes come from trace files, which may be damaged: a code past the
+// table is spelled "?" instead of read past its end.
+template <typename E, size_t N>
+std::string_view nameOf(const std::array<std::string_view, N>& names, E v) {
+  const auto i = static_cast<size_t>(v);
+  return i < N ? names[i] : std::string_view("?");
+}
+
 }  // namespace
 
-std::string_view toString(RunKind v) { return kRunKinds[static_cast<size_t>(v)]; }
-std::string_view toString(ActivityKind v) { return kActivityKinds[static_cast<size_t>(v)]; }
-std::string_view toString(StreamKind v) { return kStreamKinds[static_cast<size_t>(v)]; }
-std::string_view toString(TracePhase v) { return kPhases[static_cast<size_t>(v)]; }
-std::string_view toString(Severity v) { return kSeverities[static_cast<size_t>(v)]; }
+std::string_view toString(RunKind v) { return nameOf(kRunKinds, v); }
+std::string_view toString(ActivityKind v) { return nameOf(kActivityKinds, v); }
+std::string_view toString(StreamKind v) { return nameOf(kStreamKinds, v); }
+std::string_view toString(TracePhase v) { return nameOf(kPhases, v); }
+std::string_view toString(Severity v) { return nameOf(kSeverities, v); }
 
 std::optional<RunKind> parseRunKind(std::string_view s) { return parseFrom<RunKind>(kRunKinds, s); }
 std::optional<ActivityKind> parseActivityKind(std::string_view s) {

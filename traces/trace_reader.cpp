@@ -70,6 +70,15 @@ struct TraceReader::Impl {
 
   void loadStrings() {
     if (strings_loaded) return;
+    // The writer numbers strings from 1 without gaps; ids far beyond the
+    // count mean a damaged table (and would size the lookup by the id).
+    sql::Stmt range(db, "SELECT COUNT(*), MIN(id), MAX(id) FROM strings");
+    if (range.step() && range.colInt(0) > 0) {
+      const int64_t count = range.colInt(0), lo = range.colInt(1), hi = range.colInt(2);
+      if (lo < 0 || hi > 2 * count + 16)
+        throw TraceError(fmt::format("{}: the strings table is damaged: ids {} to {} for {} strings", db.path(), lo,
+                                     hi, count));
+    }
     sql::Stmt s(db, "SELECT id, value FROM strings ORDER BY id");
     while (s.step()) {
       auto id = static_cast<size_t>(s.colInt(0));
@@ -77,6 +86,27 @@ struct TraceReader::Impl {
       strings[id] = s.colText(1);
     }
     strings_loaded = true;
+  }
+
+  // Analyses index tables by an activity's kind, phase and name: a value
+  // outside them (a damaged file) is an error naming the run and track, not
+  // a read past the end.
+  void checkTrack(const Track& t, int64_t run) {
+    loadStrings();
+    for (size_t i = 0; i < t.size(); ++i) {
+      const auto where = [&] { return fmt::format("{}: run {}, rank {} stream {}", db.path(), run, t.rank, t.stream); };
+      if (t.name[i] < 0 || size_t(t.name[i]) >= strings.size())
+        throw TraceError(fmt::format("{}: an activity names string {}, which the strings table lacks (the trace is "
+                                     "damaged)",
+                                     where(), t.name[i]));
+      if (uint8_t(t.kind[i]) > uint8_t(ActivityKind::Host))
+        throw TraceError(fmt::format("{}: an activity has kind {}, which is not an activity kind (the trace is "
+                                     "damaged)",
+                                     where(), int(t.kind[i])));
+      if (uint8_t(t.phase[i]) > uint8_t(TracePhase::Data))
+        throw TraceError(fmt::format("{}: an activity has phase {}, which is not a phase (the trace is damaged)",
+                                     where(), int(t.phase[i])));
+    }
   }
 
   RunInfo runFrom(const sql::Stmt& s) {
@@ -238,12 +268,16 @@ static Track loadChunks(sql::Db& db, int rank, int stream, const std::vector<Chu
 Track TraceReader::loadTrack(int64_t run, int rank, int stream) {
   auto chunks = chunksOf(impl_->db, run, rank, stream, INT64_MIN, INT64_MAX);
   // A zero-length activity at INT64_MIN cannot exist; every real one passes.
-  return loadChunks(impl_->db, rank, stream, chunks, INT64_MIN, INT64_MAX);
+  Track t = loadChunks(impl_->db, rank, stream, chunks, INT64_MIN, INT64_MAX);
+  impl_->checkTrack(t, run);
+  return t;
 }
 
 Track TraceReader::loadWindow(int64_t run, int rank, int stream, int64_t t0_ns, int64_t t1_ns) {
   auto chunks = chunksOf(impl_->db, run, rank, stream, t0_ns, t1_ns);
-  return loadChunks(impl_->db, rank, stream, chunks, t0_ns, t1_ns);
+  Track t = loadChunks(impl_->db, rank, stream, chunks, t0_ns, t1_ns);
+  impl_->checkTrack(t, run);
+  return t;
 }
 
 std::vector<Track> TraceReader::loadRun(int64_t run, bool with_details) {
@@ -347,7 +381,10 @@ std::vector<Track> TraceReader::loadRun(int64_t run, bool with_details) {
       p = Track();
     }
   }
-  for (size_t k = 0; k < out.size(); ++k) sortIfNeeded(out[k], unsorted[k]);
+  for (size_t k = 0; k < out.size(); ++k) {
+    sortIfNeeded(out[k], unsorted[k]);
+    impl_->checkTrack(out[k], run);
+  }
   return out;
 }
 

@@ -289,6 +289,29 @@ TEST_CASE("files that are not whole tandem traces give one-line errors", "[store
     CHECK_THAT(errorOf([&] { r.defaultRunId(); }), Catch::Contains("holds no runs"));
     CHECK_THAT(errorOf([&] { r.run(7); }), Catch::Contains("no run with id 7"));
   }
+  SECTION("damaged references: names, kinds and phases outside their tables") {
+    writeOverlapFixture(path);
+    const auto analysis = [&] {
+      TraceReader r(path);
+      r.loadRun(r.defaultRunId());
+    };
+    SECTION("strings deleted") {
+      rawSql(path, "DELETE FROM strings;");
+      CHECK_THAT(errorOf(analysis), Catch::Contains("which the strings table lacks (the trace is damaged)"));
+    }
+    SECTION("a string id beyond reason") {
+      rawSql(path, "UPDATE strings SET id = 4611686018427387904 WHERE id = (SELECT MAX(id) FROM strings);");
+      CHECK_THAT(errorOf(analysis), Catch::Contains("the strings table is damaged: ids"));
+    }
+    SECTION("an unknown activity kind") {
+      rawSql(path, "UPDATE activities SET kind = 200 WHERE id = (SELECT MIN(id) FROM activities);");
+      CHECK_THAT(errorOf(analysis), Catch::Contains("has kind 200, which is not an activity kind"));
+    }
+    SECTION("an unknown phase") {
+      rawSql(path, "UPDATE activities SET phase = 77 WHERE id = (SELECT MIN(id) FROM activities);");
+      CHECK_THAT(errorOf(analysis), Catch::Contains("has phase 77, which is not a phase"));
+    }
+  }
   SECTION("writing without a run or a reversed interval") {
     TraceWriter w(path, WriterOptions{.truncate = true});
     CHECK_THAT(errorOf([&] { w.addActivity(act(0, 0, 0, 1, ActivityKind::Kernel, "k")); }),
@@ -305,6 +328,11 @@ TEST_CASE("enum spellings round-trip", "[store]") {
   for (int p = 0; p <= static_cast<int>(TracePhase::Data); ++p)
     CHECK(parseTracePhase(toString(static_cast<TracePhase>(p))) == static_cast<TracePhase>(p));
   CHECK_FALSE(parseRunKind("fake").has_value());
+  // Codes read from a damaged file are spelled "?", not read past the table.
+  CHECK(toString(static_cast<ActivityKind>(200)) == "?");
+  CHECK(toString(static_cast<TracePhase>(77)) == "?");
+  CHECK(toString(static_cast<StreamKind>(9)) == "?");
+  CHECK(toString(static_cast<Severity>(9)) == "?");
 }
 
 TEST_CASE("tracks come back sorted whatever order the writer saw, also when read in parallel", "[store]") {
