@@ -210,7 +210,9 @@ TARGETS = {
     "nvidia-smi": dict(seeds=["tests/sim/fixtures/h200x2-topo-m.txt", "tests/sim/fixtures/dgx8-topo-m.txt",
                               "tests/sim/fixtures/pcie4-topo-m.txt"],
                        kind="text", suffix=".txt",
-                       cmds=[["topo", "import", "--nvidia-smi", "{in}", "--out", "{out}"]]),
+                       # The matrix alone does not name the GPUs, so one command says which.
+                       cmds=[["topo", "import", "--nvidia-smi", "{in}", "--model", "H200", "--out", "{out}"],
+                             ["topo", "import", "--nvidia-smi", "{in}", "--nvlink", "{pair}", "--out", "{out}"]]),
     "nvlink": dict(seeds=["tests/sim/fixtures/h200x2-nvlink-s.txt", "tests/sim/fixtures/dgx8-nvlink-s.txt"],
                    kind="text", suffix=".txt",
                    cmds=[["topo", "import", "--nvidia-smi", "{pair}", "--nvlink", "{in}", "--out", "{out}"]]),
@@ -226,7 +228,10 @@ TARGETS = {
                            ["calibrate", "{in}", "--out", "{out}"],
                            ["merge", "{in}", "{in}", "--out", "{out}"]]),
 }
-PAIRS = {"h200x2-nvlink-s.txt": "h200x2-topo-m.txt", "dgx8-nvlink-s.txt": "dgx8-topo-m.txt"}
+# The other half of an `nvidia-smi topo -m` / `nvidia-smi nvlink -s` pair ({pair} in a command).
+PAIRS = {"h200x2-nvlink-s.txt": "h200x2-topo-m.txt", "dgx8-nvlink-s.txt": "dgx8-topo-m.txt",
+         "h200x2-topo-m.txt": "h200x2-nvlink-s.txt", "dgx8-topo-m.txt": "dgx8-nvlink-s.txt",
+         "pcie4-topo-m.txt": "h200x2-nvlink-s.txt"}
 
 
 def run_case(tandem, target, case_in, out, cmd, timeout, seed_file):
