@@ -279,6 +279,8 @@ RecomputePolicy JobReader::readPolicy(const YAML::Node& v, const std::string& pa
   return *policy;
 }
 
+constexpr int kMaxLayers = 8192;
+
 bool positive(double x) { return x > 0; }
 bool nonNegative(double x) { return x >= 0; }
 bool unitInterval(double x) { return x >= 0 && x < 1; }
@@ -304,7 +306,14 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        }},
       {"vocab", [&](const YAML::Node& v, const std::string& p) { m.vocab = r.readInt(v, p, 2, "integers >= 2"); }},
       {"seq_len", [&](const YAML::Node& v, const std::string& p) { m.seq_len = r.readInt(v, p, 1, "integers >= 1"); }},
-      {"layers", [&](const YAML::Node& v, const std::string& p) { m.layers = r.readInt(v, p, 1, "integers >= 1"); }},
+      {"layers",
+       [&](const YAML::Node& v, const std::string& p) {
+         // Deep programs plan in time that grows faster than their length
+         // (8192 layers: about 15 s); far beyond any trained model.
+         const std::string allowed = "integers from 1 to " + std::to_string(kMaxLayers);
+         m.layers = r.readInt(v, p, 1, allowed);
+         if (m.layers > kMaxLayers) r.fail(p, "value " + std::to_string(m.layers) + " is out of range", allowed);
+       }},
       {"hidden", [&](const YAML::Node& v, const std::string& p) { m.hidden = r.readInt(v, p, 1, "integers >= 1"); }},
       {"heads",
        [&](const YAML::Node& v, const std::string& p) {

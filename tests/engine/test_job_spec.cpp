@@ -328,8 +328,10 @@ TEST_CASE("bad job specs fail with one line naming file, line, field and allowed
       {"model:\n  layers: 12\ntraining:\n  grad_accum: 6000\n", {}, "bad.yaml:4: training.grad_accum: ",
        "model.layers x training.grad_accum = 72000 layer passes per step"},
       // Between two fields, the one a --set override changed is blamed.
-      {"model:\n  layers: 12\ntraining:\n  grad_accum: 2\n", {"model.layers=40000"},
-       "--set model.layers=40000: model.layers: ", "= 80000 layer passes per step"},
+      {"model:\n  layers: 12\ntraining:\n  grad_accum: 12\n", {"model.layers=6000"},
+       "--set model.layers=6000: model.layers: ", "= 72000 layer passes per step"},
+      {"model:\n  layers: 9000\n", {}, "bad.yaml:2: model.layers: ",
+       "value 9000 is out of range (allowed: integers from 1 to 8192)"},
       {"model:\n  hidden: 768\n  heads: 12\n", {"model.hidden=100"}, "--set model.hidden=100: model.hidden: ",
        "model.heads 12 does not divide model.hidden 100"},
   };
