@@ -41,6 +41,10 @@ struct RankClock {
   double drift = 0;
 
   void add(const ClockRow& c) {
+    if (!traceTimeInRange(c.realtime_ns) || !traceTimeInRange(c.offset_ns))
+      throw TraceError(fmt::format("rank {}'s clock row '{}' (at {} ns, offset {} ns) lies outside the trace's range "
+                                   "of +-2^62 ns (a damaged clock table?)",
+                                   c.rank, c.source, c.realtime_ns, c.offset_ns));
     if (c.source == "rank0-start") {
       have_start = true, start_at = c.realtime_ns, start_offset = c.offset_ns;
     } else if (c.source == "rank0-end") {
@@ -49,7 +53,8 @@ struct RankClock {
       have_first = true, first_offset = c.offset_ns;
     }
   }
-  static bool within(int64_t value, int64_t rtt) { return rtt >= 0 && 2 * std::llabs(value) <= rtt; }
+  // Sums and differences of two in-range times can pass 2^63: long double.
+  static bool within(int64_t value, int64_t rtt) { return rtt >= 0 && 2.0L * std::fabs((long double)value) <= rtt; }
   void fit() {
     base_at = start_at;
     drift = 0;
@@ -63,15 +68,25 @@ struct RankClock {
       base = rtts && within(start_offset, start_rtt) ? 0 : start_offset;
       return;
     }
-    if (rtts && 2 * std::llabs(end_offset - start_offset) <= start_rtt + end_rtt) {
+    const long double change = (long double)end_offset - start_offset;
+    if (rtts && 2.0L * std::fabs(change) <= (long double)start_rtt + end_rtt) {
       const bool zero = within(start_offset, start_rtt) && within(end_offset, end_rtt);
-      base = zero ? 0 : start_offset + (end_offset - start_offset) / 2;
+      base = zero ? 0 : int64_t(start_offset + change / 2);
       return;
     }
     base = start_offset;
-    drift = double(end_offset - start_offset) / double(end_at - start_at);
+    drift = double(change / ((long double)end_at - start_at));
   }
-  int64_t toCommon(int64_t t) const { return t + base + int64_t(std::llround(drift * double(t - base_at))); }
+  // In long double, so that a damaged offset or drift gives an error rather
+  // than an overflow; times stay within the trace's range.
+  int64_t toCommon(int64_t t, int rank) const {
+    const long double shifted = (long double)t + base + std::llround(drift * ((long double)t - base_at));
+    if (!(shifted >= -kMaxTraceTimeNs && shifted <= kMaxTraceTimeNs))
+      throw TraceError(fmt::format("rank {}'s clock offsets move time {} ns outside the trace's range of +-2^62 ns "
+                                   "(a damaged clock table?)",
+                                   rank, t));
+    return int64_t(shifted);
+  }
 };
 
 // "clock.offset_rtt_ns.rank3" -> 3 (or -1).
@@ -151,7 +166,15 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
     }
     std::map<int, RankClock> clock_of;
     std::vector<ClockRow> clocks = r.clocks(run);
-    for (const auto& c : clocks) clock_of[c.rank].add(c);
+    // The clock model's errors name the rank; the file is added here.
+    auto inFile = [&](auto&& fn) {
+      try {
+        return fn();
+      } catch (const TraceError& e) {
+        throw TraceError(fmt::format("{}: {}", path, e.what()));
+      }
+    };
+    for (const auto& c : clocks) inFile([&] { clock_of[c.rank].add(c); });
     const std::vector<StatRow> stats = r.stats(run);
     for (const auto& st : stats) {
       if (int k = rankOfStat(st.name, "clock.offset_rtt_ns.rank"); k >= 0 && clock_of.count(k))
@@ -162,7 +185,7 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
     for (auto& [rank, c] : clock_of) c.fit();
     auto shift = [&](int rank, int64_t t) {
       auto it = clock_of.find(rank);
-      return it == clock_of.end() ? t : it->second.toCommon(t);
+      return it == clock_of.end() ? t : inFile([&] { return it->second.toCommon(t, rank); });
     };
     if (!begun) {
       RunInfo merged = info;

@@ -25,6 +25,12 @@ class TraceError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Every time in a trace (ns, any clock) lies within +-2^62, about 146 years
+// either way: durations and clock shifts of such times cannot overflow, and
+// a time outside is a damaged or foreign input, refused when written.
+constexpr int64_t kMaxTraceTimeNs = int64_t(1) << 62;
+inline bool traceTimeInRange(int64_t t) { return t >= -kMaxTraceTimeNs && t <= kMaxTraceTimeNs; }
+
 enum class RunKind { Real, Simulated, Imported };
 
 // Stored as small integers (see the `activity_kinds` table in the file).

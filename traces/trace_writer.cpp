@@ -127,6 +127,13 @@ struct TraceWriter::Impl {
     if (run < 0) throw TraceError(fmt::format("{}: beginRun() must be called before adding rows", path));
   }
 
+  void requireTimes(const char* what, const std::string& name, int64_t start_ns, int64_t end_ns) const {
+    for (int64_t t : {start_ns, end_ns})
+      if (!traceTimeInRange(t))
+        throw TraceError(fmt::format("{}: {} '{}' has time {} ns, outside the trace's range of +-2^62 ns", path,
+                                     what, name, t));
+  }
+
   void begin() {
     if (!in_transaction) {
       db.exec("BEGIN");
@@ -389,6 +396,7 @@ void TraceWriter::addStream(const StreamRow& r) {
 void TraceWriter::addActivity(const ActivityRow& r) {
   auto& m = *impl_;
   m.requireRun();
+  m.requireTimes("activity", r.name, r.start_ns, r.end_ns);
   if (r.end_ns < r.start_ns)
     throw TraceError(fmt::format("{}: activity '{}' ends ({}) before it starts ({})", m.path, r.name, r.end_ns,
                                  r.start_ns));
@@ -413,6 +421,7 @@ void TraceWriter::addActivity(const ActivityRow& r) {
 void TraceWriter::addRange(const RangeRow& r) {
   auto& m = *impl_;
   m.requireRun();
+  m.requireTimes("range", r.name, r.start_ns, r.end_ns);
   int64_t name = m.intern(r.name);
   m.beginDirect();
   auto& s = m.insert_range;
@@ -431,6 +440,7 @@ void TraceWriter::addRange(const RangeRow& r) {
 void TraceWriter::addCounter(const CounterRow& r) {
   auto& m = *impl_;
   m.requireRun();
+  m.requireTimes("counter sample", r.name, r.ts_ns, r.ts_ns);
   int64_t name = m.intern(r.name);
   m.beginDirect();
   auto& s = m.insert_counter;

@@ -197,3 +197,33 @@ TEST_CASE("merge: offsets within their measurement's uncertainty", "[merge][cloc
   CHECK(mergedRank1("u3", {true, false, 1000, 3000, 0, 0, 8000, -1}, nullptr) == std::vector<int64_t>{1000, 501000});
   CHECK(mergedRank1("u4", {true, false, 1000, 3000, 0, 0, 4000, -1}, nullptr) == std::vector<int64_t>{4000, 504000});
 }
+
+TEST_CASE("merge: clock offsets that would move times out of range are an error naming the file", "[merge][clock]") {
+  const std::string a = tempTracePath("clk-bad-rank0.sqlite"), b = tempTracePath("clk-bad-rank1.sqlite"),
+                    out = tempTracePath("clk-bad-merged.sqlite");
+  writeRank(a, 0, {});
+  auto mergeError = [&] {
+    try {
+      TraceWriter w(out, WriterOptions{.truncate = true});
+      mergeTraces({a, b}, w);
+    } catch (const TraceError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  SECTION("an offset itself out of range") {
+    writeRank(b, 1, {true, false, 1000, int64_t(1) << 62 | 1, 0, 0});
+    const std::string msg = mergeError();
+    CHECK_THAT(msg, Catch::StartsWith(b + ": rank 1's clock row 'rank0-start'"));
+    CHECK_THAT(msg, Catch::Contains("outside the trace's range of +-2^62 ns"));
+  }
+  SECTION("an offset that pushes a time out of range") {
+    writeRank(b, 1, {true, false, 1000, (int64_t(1) << 62) - 1500, 0, 0});
+    const std::string msg = mergeError();
+    CHECK_THAT(msg, Catch::StartsWith(b + ": rank 1's clock offsets move time"));
+  }
+  SECTION("a drift fitted from far-apart offsets") {
+    writeRank(b, 1, {true, true, 1000, -(int64_t(1) << 62), 1001, int64_t(1) << 62});
+    CHECK_THAT(mergeError(), Catch::Contains("rank 1's clock offsets move time"));
+  }
+}

@@ -319,6 +319,13 @@ TEST_CASE("files that are not whole tandem traces give one-line errors", "[store
     w.beginRun({});
     CHECK_THAT(errorOf([&] { w.addActivity(act(0, 0, 10, 5, ActivityKind::Kernel, "k")); }),
                Catch::Contains("ends (5) before it starts (10)"));
+    // Times beyond +-2^62 ns (a damaged import) are refused before any arithmetic on them.
+    CHECK_THAT(errorOf([&] { w.addActivity(act(0, 0, INT64_MIN, 950, ActivityKind::Kernel, "k")); }),
+               Catch::Contains("activity 'k' has time -9223372036854775808 ns, outside the trace's range of +-2^62 ns"));
+    CHECK_THAT(errorOf([&] { w.addRange({0, 0, INT64_MAX, "r", 1, "d"}); }),
+               Catch::Contains("range 'r' has time 9223372036854775807 ns"));
+    CHECK_THAT(errorOf([&] { w.addCounter({0, "c", INT64_MAX, 1.0}); }),
+               Catch::Contains("counter sample 'c' has time"));
   }
 }
 
