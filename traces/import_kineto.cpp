@@ -276,7 +276,12 @@ ImportFormat detectImportFormat(const std::string& path) {
 ImportResult importTrace(const std::string& path, TraceWriter& writer, ImportFormat format,
                          const std::string& run_name) {
   if (format == ImportFormat::Auto) format = detectImportFormat(path);
-  return format == ImportFormat::Nsys ? importNsys(path, writer, run_name) : importKineto(path, writer, run_name);
+  try {
+    return format == ImportFormat::Nsys ? importNsys(path, writer, run_name) : importKineto(path, writer, run_name);
+  } catch (const TraceRowError& e) {
+    // A row the store refuses came from this input, not from the output.
+    throw TraceError(fmt::format("{}: {}", path, e.what()));
+  }
 }
 
 }  // namespace tandem::traces

@@ -149,7 +149,7 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
   bool begun = false;
   const std::string devices = mergedDevices(inputs);
   std::map<std::string, int64_t> run_level;  // isRunLevelStat: the largest value over the inputs
-  for (const auto& path : inputs) {
+  auto mergeOne = [&](const std::string& path) {
     TraceReader r(path);
     int64_t run = r.defaultRunId();
     RunInfo info = r.run(run);
@@ -241,6 +241,14 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
                  Severity::Info, "drift merge applied to this rank's times (ns per s)"});
     }
     ++result.inputs;
+  };
+  for (const auto& path : inputs) {
+    try {
+      mergeOne(path);
+    } catch (const TraceRowError& e) {
+      // A row the store refuses came from this input.
+      throw TraceError(fmt::format("{}: {}", path, e.what()));
+    }
   }
   w.setStat({"merge.inputs", result.inputs, Severity::Info, "per-rank files merged into this run"});
   w.flush();

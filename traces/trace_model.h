@@ -25,6 +25,14 @@ class TraceError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A row the writer refuses for its content (a time out of range, an end
+// before its start): its message names the row, not a file, so that the
+// one who made the row (an importer, merge) can say where it came from.
+class TraceRowError : public TraceError {
+ public:
+  using TraceError::TraceError;
+};
+
 // Every time in a trace (ns, any clock) lies within +-2^62, about 146 years
 // either way: durations and clock shifts of such times cannot overflow, and
 // a time outside is a damaged or foreign input, refused when written.

@@ -130,8 +130,7 @@ struct TraceWriter::Impl {
   void requireTimes(const char* what, const std::string& name, int64_t start_ns, int64_t end_ns) const {
     for (int64_t t : {start_ns, end_ns})
       if (!traceTimeInRange(t))
-        throw TraceError(fmt::format("{}: {} '{}' has time {} ns, outside the trace's range of +-2^62 ns", path,
-                                     what, name, t));
+        throw TraceRowError(fmt::format("{} '{}' has time {} ns, outside the trace's range of +-2^62 ns", what, name, t));
   }
 
   void begin() {

@@ -185,3 +185,18 @@ TEST_CASE("Nsight Systems import refuses files that are not exports", "[import][
   TraceWriter w(out, WriterOptions{.truncate = true});
   CHECK_THROWS_WITH(importTrace(in, w), Catch::Contains("not an Nsight Systems export"));
 }
+
+TEST_CASE("an imported row with a time the store cannot hold names the input file", "[import][nsys][errors]") {
+  const std::string in = tempTracePath("nsys-bad-time.sqlite");
+  writeNsysFixture(in);
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(in.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = -9223372036854775808 WHERE rowid = 1",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  const std::string out = tempTracePath("nsys-bad-time-out.sqlite");
+  TraceWriter w(out, WriterOptions{.truncate = true});
+  CHECK_THROWS_WITH(importTrace(in, w), Catch::StartsWith(in + ": ") &&
+                                            Catch::Contains("has time -9223372036854775808 ns, outside the trace's "
+                                                            "range of +-2^62 ns"));
+}
