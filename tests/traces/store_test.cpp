@@ -290,26 +290,24 @@ TEST_CASE("files that are not whole tandem traces give one-line errors", "[store
     CHECK_THAT(errorOf([&] { r.run(7); }), Catch::Contains("no run with id 7"));
   }
   SECTION("damaged references: names, kinds and phases outside their tables") {
-    writeOverlapFixture(path);
-    const auto analysis = [&] {
-      TraceReader r(path);
-      r.loadRun(r.defaultRunId());
+    const std::pair<const char*, const char*> damages[] = {
+        {"DELETE FROM strings;", "which the strings table lacks (the trace is damaged)"},
+        {"UPDATE strings SET id = 4611686018427387904 WHERE id = (SELECT MAX(id) FROM strings);",
+         "the strings table is damaged: ids"},
+        {"UPDATE activities SET kind = 200 WHERE id = (SELECT MIN(id) FROM activities);",
+         "has kind 200, which is not an activity kind"},
+        {"UPDATE activities SET phase = 77 WHERE id = (SELECT MIN(id) FROM activities);",
+         "has phase 77, which is not a phase"},
     };
-    SECTION("strings deleted") {
-      rawSql(path, "DELETE FROM strings;");
-      CHECK_THAT(errorOf(analysis), Catch::Contains("which the strings table lacks (the trace is damaged)"));
-    }
-    SECTION("a string id beyond reason") {
-      rawSql(path, "UPDATE strings SET id = 4611686018427387904 WHERE id = (SELECT MAX(id) FROM strings);");
-      CHECK_THAT(errorOf(analysis), Catch::Contains("the strings table is damaged: ids"));
-    }
-    SECTION("an unknown activity kind") {
-      rawSql(path, "UPDATE activities SET kind = 200 WHERE id = (SELECT MIN(id) FROM activities);");
-      CHECK_THAT(errorOf(analysis), Catch::Contains("has kind 200, which is not an activity kind"));
-    }
-    SECTION("an unknown phase") {
-      rawSql(path, "UPDATE activities SET phase = 77 WHERE id = (SELECT MIN(id) FROM activities);");
-      CHECK_THAT(errorOf(analysis), Catch::Contains("has phase 77, which is not a phase"));
+    for (const auto& [damage, message] : damages) {
+      INFO(damage);
+      writeOverlapFixture(path);
+      rawSql(path, damage);
+      CHECK_THAT(errorOf([&] {
+                   TraceReader r(path);
+                   r.loadRun(r.defaultRunId());
+                 }),
+                 Catch::Contains(message));
     }
   }
   SECTION("writing without a run or a reversed interval") {
