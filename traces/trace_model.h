@@ -25,9 +25,9 @@ class TraceError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A row the writer refuses for its content (a time out of range, an end
-// before its start): its message names the row, not a file, so that the
-// one who made the row (an importer, merge) can say where it came from.
+// A row the writer refuses for a time outside the trace's range: its
+// message names the row, not a file, so that the one who made the row (an
+// importer, merge) can say where it came from.
 class TraceRowError : public TraceError {
  public:
   using TraceError::TraceError;
