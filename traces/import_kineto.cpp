@@ -136,7 +136,14 @@ class KinetoImporter {
     return id;
   }
 
-  static int64_t ns(double us) { return std::llround(us * 1000.0); }
+  // Microseconds to ns; a time beyond the trace's range (a damaged file)
+  // is refused here, before any sum of two of them could overflow.
+  int64_t ns(double us, size_t i, const char* field) {
+    const double v = std::round(us * 1000.0);
+    if (!(v >= -double(kMaxTraceTimeNs) && v <= double(kMaxTraceTimeNs)))
+      fail(fmt::format("traceEvents[{}]: field '{}' ({} us) is outside the trace's range of +-2^62 ns", i, field, us));
+    return int64_t(v);
+  }
 
   void complete(const Json& e, size_t i) {
     std::string name = field<std::string>(e, i, "name");
@@ -148,12 +155,20 @@ class KinetoImporter {
     const Json& args = e.contains("args") && e["args"].is_object() ? e["args"] : empty;
     auto num = [&](const char* key, int64_t fallback) -> int64_t {
       auto it = args.find(key);
-      return it != args.end() && it->is_number() ? it->get<int64_t>() : fallback;
+      if (it == args.end() || !it->is_number()) return fallback;
+      if (it->is_number_float()) {  // converting an out-of-range double would be undefined
+        const double v = it->get<double>();
+        if (!(v >= -double(kMaxTraceTimeNs) && v <= double(kMaxTraceTimeNs)))
+          fail(fmt::format("traceEvents[{}]: args.{} ({}) is out of range", i, key, v));
+        return int64_t(v);
+      }
+      return it->get<int64_t>();
     };
     ActivityRow a;
     a.rank = rank_;
-    a.start_ns = ns(ts);
-    a.end_ns = a.start_ns + ns(dur);
+    a.start_ns = ns(ts, i, "ts");
+    if (__builtin_add_overflow(a.start_ns, ns(dur, i, "dur"), &a.end_ns))
+      fail(fmt::format("traceEvents[{}]: ts + dur lies outside the trace's range of +-2^62 ns", i));
     a.name = name;
     a.correlation_id = num("correlation", -1);
     if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset") {

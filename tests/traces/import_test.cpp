@@ -123,6 +123,13 @@ TEST_CASE("PyTorch profiler JSON with missing fields or wrong types is refused",
       Catch::Contains("no GPU or CPU activity"));
   CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": "), Catch::Contains("not valid JSON"));
   CHECK_THAT(importError("hello"), Catch::Contains("unrecognised trace format"));
+  // Times and numbers beyond what the store holds.
+  CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"ts\": 1e300, "
+                         "\"dur\": 1, \"args\": {\"stream\": 7}} ]}"),
+             Catch::Contains("traceEvents[0]: field 'ts' (1e+300 us) is outside the trace's range of +-2^62 ns"));
+  CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"ts\": 1, "
+                         "\"dur\": 1, \"args\": {\"stream\": 1e300}} ]}"),
+             Catch::Contains("traceEvents[0]: args.stream (1e+300) is out of range"));
 }
 
 TEST_CASE("Nsight Systems export: devices become ranks, names resolve through StringIds", "[import][nsys]") {
