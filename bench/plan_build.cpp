@@ -1,8 +1,9 @@
 // bench/plan_build: wall time to build and memory-plan the Plan of large
 // models for one rank (target: under 1 s each). Prints one JSON line per job.
 // Besides the two targets' models: GPT-2 1.5B accumulating 64 micro-batches
-// (a step of 64 forward and backward passes) and a 1000-layer GPT-2, where
-// a pass that is quadratic in the program's length shows.
+// (a step of 64 forward and backward passes) and GPT-2 with 1000 and 8000
+// layers (the job check's limit is 8192), where a pass that is quadratic in
+// the program's length shows.
 //
 //   bench_plan_build [REPEATS]
 #include <fmt/format.h>
@@ -59,7 +60,8 @@ int main(int argc, char** argv) {
   const Case cases[] = {{"gpt2-1.5b", 48, 1600, 25, 1024, 16},
                         {"gpt-96l-12288h", 96, 12288, 96, 2048, 1},
                         {"gpt2-1.5b-accum64", 48, 1600, 25, 1024, 16, 64},
-                        {"gpt2-1000l", 1000, 768, 12, 1024, 16}};
+                        {"gpt2-1000l", 1000, 768, 12, 1024, 16},
+                        {"gpt2-8000l", 8000, 768, 12, 1024, 16}};
   for (const Case& c : cases)
     for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Full}) {
       JobSpec job = jobFor(c);

@@ -3,7 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
+
+#include "engine/buffer_placement.h"
 
 namespace tandem {
 namespace {
@@ -45,87 +46,6 @@ class ReleasePoints {
  private:
   const RankPlan& rp_;
   std::vector<int> release_;
-};
-
-struct Placed {
-  int64_t offset, size;
-  int first, last;
-};
-
-bool byOffset(const Placed& a, const Placed& b) { return a.offset < b.offset; }
-
-// The placed transient buffers, each list sorted by offset, for the greedy
-// placement's question: the lowest offset where a buffer live over tasks
-// [first, last] fits beside the placed buffers live at the same time.
-// Scanning every placed buffer in offset order answers it, but with many
-// micro-batches most of those belong to other micro-batches, at the same
-// offsets, and the scan became quadratic (GPT-2 1.5B with 64 micro-batches:
-// seconds). So the program is cut into blocks of tasks: a buffer live over
-// at most kShortBlocks blocks is also listed in each of them, a longer-lived
-// one in a list of its own, and a short-lived buffer's question merges only
-// its blocks' lists and the long-lived one. A long-lived buffer's question
-// scans everything, as before. Either way the buffers considered, in offset
-// order, are those live beside it (a buffer met twice changes nothing), so
-// the placement is the same as the full scan's.
-class PlacedBuffers {
- public:
-  explicit PlacedBuffers(int tasks)
-      : block_tasks_(std::max(1, (tasks + kBlocks - 1) / kBlocks)), blocks_(size_t(kBlocks)) {}
-
-  // Lowest offset >= 0 where `size` bytes fit over [first, last].
-  int64_t lowestFit(int first, int last, int64_t size) {
-    int64_t candidate = 0;
-    // Returns false once the scan may stop.
-    auto consider = [&](const Placed& p) {
-      if (p.last < first || p.first > last) return true;
-      if (p.offset >= candidate + size) return false;
-      candidate = std::max(candidate, p.offset + p.size);
-      return true;
-    };
-    const int b0 = first / block_tasks_, b1 = last / block_tasks_;
-    if (b1 - b0 + 1 > kShortBlocks) {
-      for (const Placed& p : all_)
-        if (!consider(p)) break;
-      return candidate;
-    }
-    lists_.clear();
-    lists_.push_back(&long_lived_);
-    for (int b = b0; b <= b1; ++b) lists_.push_back(&blocks_[size_t(b)]);
-    heads_.assign(lists_.size(), 0);
-    for (;;) {
-      int pick = -1;
-      for (size_t i = 0; i < lists_.size(); ++i)
-        if (heads_[i] < lists_[i]->size() &&
-            (pick < 0 || (*lists_[i])[heads_[i]].offset < (*lists_[size_t(pick)])[heads_[size_t(pick)]].offset))
-          pick = int(i);
-      if (pick < 0 || !consider((*lists_[size_t(pick)])[heads_[size_t(pick)]++])) break;
-    }
-    return candidate;
-  }
-
-  void add(const Placed& p) {
-    insertSorted(all_, p);
-    const int b0 = p.first / block_tasks_, b1 = p.last / block_tasks_;
-    if (b1 - b0 + 1 > kShortBlocks) {
-      insertSorted(long_lived_, p);
-      return;
-    }
-    for (int b = b0; b <= b1; ++b) insertSorted(blocks_[size_t(b)], p);
-  }
-
- private:
-  static constexpr int kBlocks = 256;
-  static constexpr int kShortBlocks = 4;
-
-  static void insertSorted(std::vector<Placed>& list, const Placed& p) {
-    list.insert(std::upper_bound(list.begin(), list.end(), p, byOffset), p);
-  }
-
-  int block_tasks_;
-  std::vector<Placed> all_, long_lived_;
-  std::vector<std::vector<Placed>> blocks_;
-  std::vector<const std::vector<Placed>*> lists_;  // the lists a question merges
-  std::vector<size_t> heads_;
 };
 
 }  // namespace
