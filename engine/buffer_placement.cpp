@@ -91,12 +91,10 @@ int64_t PlacedBuffers::lowestFit(int first, int last, int64_t size) const {
   }
   // Each list's cursor reads what lies below the candidate's window; one
   // that raises it sends the others round again, until none does.
-  PlacementList::Cursor cursors[kShortBlocks + 1] = {
-      PlacementList::Cursor(long_lived_), PlacementList::Cursor(blocks_[size_t(b0)]),
-      PlacementList::Cursor(blocks_[size_t(std::min(b0 + 1, b1))]),
-      PlacementList::Cursor(blocks_[size_t(std::min(b0 + 2, b1))]),
-      PlacementList::Cursor(blocks_[size_t(std::min(b0 + 3, b1))])};
-  const int lists = 1 + (b1 - b0 + 1);
+  PlacementList::Cursor cursors[kShortBlocks + 1];
+  int lists = 0;
+  cursors[lists++] = PlacementList::Cursor(long_lived_);
+  for (int b = b0; b <= b1; ++b) cursors[lists++] = PlacementList::Cursor(blocks_[size_t(b)]);
   for (bool raised = true; raised;) {
     raised = false;
     for (int i = 0; i < lists; ++i) raised |= cursors[i].advance(first, last, size, &candidate);

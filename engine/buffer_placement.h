@@ -41,6 +41,7 @@ class PlacementList {
   // the candidate offset and raises it past what blocks it.
   class Cursor {
    public:
+    Cursor() = default;
     explicit Cursor(const PlacementList& list) : list_(&list) {}
     // Reads, in offset order, the buffers starting below *candidate + size;
     // raises *candidate past those live over [first, last] that block it.
@@ -48,7 +49,7 @@ class PlacementList {
     bool advance(int first, int last, int64_t size, int64_t* candidate);
 
    private:
-    const PlacementList* list_;
+    const PlacementList* list_ = nullptr;
     size_t chunk_ = 0, item_ = 0;  // item_ > 0: inside chunk_
   };
 
