@@ -47,6 +47,39 @@ void appendRow(Track& t, const sql::Stmt& s, int first) {
   t.flops.push_back(s.colDouble(first + 10));
 }
 
+// A row's time and duration as the analyses may use them: both times
+// within the store's range and the duration's magnitude no more than it.
+// Returns the duration's magnitude, or -1 when the row is out of range.
+int64_t durationInRange(int64_t start_ns, int64_t end_ns) {
+  int64_t d = 0;
+  if (!traceTimeInRange(start_ns) || !traceTimeInRange(end_ns) || __builtin_sub_overflow(end_ns, start_ns, &d))
+    return -1;
+  d = d < 0 ? -d : d;
+  return d <= kMaxTraceTimeNs ? d : -1;
+}
+
+// Sums of durations (or of spans) over rows a reader hands out, bounded by
+// the store's range so that no analysis's sum over them can overflow: a
+// real trace stays far below (2^62 ns are 146 years).
+class DurationSum {
+ public:
+  // False once the sum leaves the range.
+  bool add(int64_t magnitude) { return !__builtin_add_overflow(sum_, magnitude, &sum_) && sum_ <= kMaxTraceTimeNs; }
+
+ private:
+  int64_t sum_ = 0;
+};
+
+std::string outOfRange(const char* what, int64_t start_ns, int64_t end_ns) {
+  return fmt::format("{} from {} to {} ns is outside the trace's range (times within +-2^62 ns, durations up to "
+                     "2^62 ns; the trace is damaged)",
+                     what, start_ns, end_ns);
+}
+
+std::string sumOutOfRange(const char* what) {
+  return fmt::format("the {} add up to more than 2^62 ns (the trace is damaged)", what);
+}
+
 }  // namespace
 
 size_t Track::lowerBound(int64_t t_ns) const {
@@ -88,13 +121,19 @@ struct TraceReader::Impl {
     strings_loaded = true;
   }
 
-  // Analyses index tables by an activity's kind, phase and name: a value
-  // outside them (a damaged file) is an error naming the run and track, not
-  // a read past the end.
-  void checkTrack(const Track& t, int64_t run) {
+  // Analyses index tables by an activity's kind, phase and name and add up
+  // its times: a value outside them (a damaged file) is an error naming the
+  // run and track, not a read past the end or an overflow. `durations`
+  // gathers the run's durations when the caller checks a whole run.
+  void checkTrack(const Track& t, int64_t run, DurationSum* durations = nullptr) {
     loadStrings();
+    DurationSum own;
+    if (durations == nullptr) durations = &own;
     for (size_t i = 0; i < t.size(); ++i) {
       const auto where = [&] { return fmt::format("{}: run {}, rank {} stream {}", db.path(), run, t.rank, t.stream); };
+      const int64_t d = durationInRange(t.start_ns[i], t.end_ns[i]);
+      if (d < 0) throw TraceError(fmt::format("{}: {}", where(), outOfRange("an activity", t.start_ns[i], t.end_ns[i])));
+      if (!durations->add(d)) throw TraceError(fmt::format("{}: {}", where(), sumOutOfRange("activities' durations")));
       if (t.name[i] < 0 || size_t(t.name[i]) >= strings.size())
         throw TraceError(fmt::format("{}: an activity names string {}, which the strings table lacks (the trace is "
                                      "damaged)",
@@ -107,6 +146,14 @@ struct TraceReader::Impl {
         throw TraceError(fmt::format("{}: an activity has phase {}, which is not a phase (the trace is damaged)",
                                      where(), int(t.phase[i])));
     }
+  }
+
+  // One row of steps, ranges, counters or activities read on its own.
+  void checkRow(int64_t run, int rank, const char* what, int64_t start_ns, int64_t end_ns, DurationSum& durations,
+                const char* sum_name) {
+    const int64_t d = durationInRange(start_ns, end_ns);
+    if (d < 0) throw TraceError(fmt::format("{}: run {}, rank {}: {}", db.path(), run, rank, outOfRange(what, start_ns, end_ns)));
+    if (!durations.add(d)) throw TraceError(fmt::format("{}: run {}: {}", db.path(), run, sumOutOfRange(sum_name)));
   }
 
   RunInfo runFrom(const sql::Stmt& s) {
@@ -381,10 +428,23 @@ std::vector<Track> TraceReader::loadRun(int64_t run, bool with_details) {
       p = Track();
     }
   }
+  DurationSum durations, spans;
+  std::map<int, std::pair<int64_t, int64_t>> rank_span;  // first start, last end
   for (size_t k = 0; k < out.size(); ++k) {
     sortIfNeeded(out[k], unsorted[k]);
-    impl_->checkTrack(out[k], run);
+    const Track& t = out[k];
+    impl_->checkTrack(t, run, &durations);
+    if (t.size() == 0) continue;
+    auto [it, fresh] = rank_span.try_emplace(t.rank, t.start_ns.front(), t.end_ns.front());
+    for (size_t i = 0; i < t.size(); ++i) {
+      it->second.first = std::min(it->second.first, t.start_ns[i]);
+      it->second.second = std::max(it->second.second, t.end_ns[i]);
+    }
   }
+  // Breakdowns add the ranks' spans up.
+  for (const auto& [rank, span] : rank_span)
+    if (durationInRange(span.first, span.second) < 0 || !spans.add(durationInRange(span.first, span.second)))
+      throw TraceError(fmt::format("{}: run {}: {}", path(), run, sumOutOfRange("ranks' time spans")));
   return out;
 }
 
@@ -397,12 +457,14 @@ void TraceReader::forEachActivity(int64_t run, const std::function<void(const Ac
               "WHERE a.run=? ORDER BY a.rank, a.stream, a.start_ns, a.id");
   s.bind(1, run);
   ActivityRow r;
+  DurationSum durations;
   while (s.step()) {
     r.rank = static_cast<int>(s.colInt(0));
     r.device = static_cast<int>(s.colInt(1));
     r.stream = static_cast<int>(s.colInt(2));
     r.start_ns = s.colInt(3);
     r.end_ns = s.colInt(4);
+    impl_->checkRow(run, r.rank, "an activity", r.start_ns, r.end_ns, durations, "activities' durations");
     r.kind = static_cast<ActivityKind>(s.colInt(5));
     r.name = string(s.colInt(6));
     r.task_id = s.colInt(7);
@@ -427,8 +489,11 @@ std::vector<StepRow> TraceReader::steps(int64_t run) {
   sql::Stmt s(impl_->db, "SELECT rank, step, start_ns, end_ns FROM steps WHERE run=? ORDER BY rank, step");
   s.bind(1, run);
   std::vector<StepRow> out;
-  while (s.step())
+  DurationSum durations;
+  while (s.step()) {
     out.push_back({static_cast<int>(s.colInt(0)), static_cast<int>(s.colInt(1)), s.colInt(2), s.colInt(3)});
+    impl_->checkRow(run, out.back().rank, "a step", out.back().start_ns, out.back().end_ns, durations, "steps");
+  }
   return out;
 }
 
@@ -438,9 +503,11 @@ std::vector<RangeRow> TraceReader::ranges(int64_t run) {
               "ORDER BY rank, start_ns, seq");
   s.bind(1, run);
   std::vector<RangeRow> out;
+  DurationSum durations;
   while (s.step()) {
     out.push_back({static_cast<int>(s.colInt(0)), s.colInt(1), s.colInt(2), string(s.colInt(3)),
                    static_cast<int>(s.colInt(4)), s.colText(5)});
+    impl_->checkRow(run, out.back().rank, "a range", out.back().start_ns, out.back().end_ns, durations, "ranges");
   }
   return out;
 }
@@ -450,8 +517,11 @@ std::vector<CounterRow> TraceReader::counters(int64_t run) {
               "SELECT rank, name, ts_ns, value FROM counters WHERE run=? ORDER BY rank, name, ts_ns, seq");
   s.bind(1, run);
   std::vector<CounterRow> out;
-  while (s.step())
+  DurationSum none;
+  while (s.step()) {
     out.push_back({static_cast<int>(s.colInt(0)), string(s.colInt(1)), s.colInt(2), s.colDouble(3)});
+    impl_->checkRow(run, out.back().rank, "a counter sample", out.back().ts_ns, out.back().ts_ns, none, "");
+  }
   return out;
 }
 

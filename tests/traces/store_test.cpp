@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "traces/atomic_output.h"
@@ -309,6 +310,59 @@ TEST_CASE("files that are not whole tandem traces give one-line errors", "[store
                  }),
                  Catch::Contains(message));
     }
+  }
+  SECTION("damaged times: beyond the store's range, overlong, or adding up beyond it") {
+    // Each damage and the reader's call that meets it; the analyses add
+    // durations and spans up, so the reader refuses what would overflow.
+    struct Damage {
+      const char* sql;
+      std::function<void(TraceReader&, int64_t)> read;
+      const char* message;
+    };
+    const auto loadRun = [](TraceReader& r, int64_t run) { r.loadRun(run); };
+    const auto eachActivity = [](TraceReader& r, int64_t run) { r.forEachActivity(run, [](const ActivityRow&) {}); };
+    const Damage damages[] = {
+        {"UPDATE activities SET start_ns = -9223372036854775808 WHERE id = (SELECT MIN(id) FROM activities);", loadRun,
+         "an activity from -9223372036854775808 to"},
+        {"UPDATE activities SET end_ns = 4611686018427387904, start_ns = -4611686018427387904 "
+         "WHERE id = (SELECT MIN(id) FROM activities);",
+         loadRun, "is outside the trace's range (times within +-2^62 ns, durations up to 2^62 ns"},
+        {"UPDATE activities SET start_ns = 0, end_ns = 3000000000000000000;", loadRun,
+         "the activities' durations add up to more than 2^62 ns"},
+        {"UPDATE activities SET start_ns = -9223372036854775808 WHERE id = (SELECT MIN(id) FROM activities);",
+         eachActivity, "run 1, rank 0: an activity from -9223372036854775808"},
+        {"INSERT INTO steps VALUES (1, 0, 99, 100, -9223372036854775808);",
+         [](TraceReader& r, int64_t run) { r.steps(run); }, "run 1, rank 0: a step from 100 to -9223372036854775808"},
+        {"INSERT INTO ranges VALUES (1, 1, -9223372036854775808, 0, 5, 1, 0, 'd');",
+         [](TraceReader& r, int64_t run) { r.ranges(run); }, "run 1, rank 1: a range from -9223372036854775808 to 5"},
+        {"INSERT INTO ranges VALUES (1, 0, 0, 0, 3000000000000000000, 1, 0, 'd'), "
+         "(1, 0, 1, 1, 3000000000000000000, 1, 0, 'd');",
+         [](TraceReader& r, int64_t run) { r.ranges(run); }, "the ranges add up to more than 2^62 ns"},
+        {"INSERT INTO counters VALUES (1, 0, 1, 9223372036854775807, 0, 1.0);",
+         [](TraceReader& r, int64_t run) { r.counters(run); }, "a counter sample from 9223372036854775807"},
+    };
+    for (const Damage& d : damages) {
+      INFO(d.sql);
+      writeOverlapFixture(path);
+      rawSql(path, d.sql);
+      CHECK_THAT(errorOf([&] {
+                   TraceReader r(path);
+                   d.read(r, r.defaultRunId());
+                 }),
+                 Catch::Contains(d.message) && Catch::Contains("the trace is damaged)"));
+    }
+    // Ranks whose spans add up beyond the range: each alone is fine.
+    writeOverlapFixture(path);
+    rawSql(path,
+           "UPDATE activities SET start_ns = -3000000000000000000, end_ns = -2999999999999999990 "
+           "WHERE id = (SELECT MIN(id) FROM activities WHERE rank = 0); "
+           "UPDATE activities SET start_ns = 3000000000000000000, end_ns = 3000000000000000010 "
+           "WHERE id = (SELECT MIN(id) FROM activities WHERE rank = 1);");
+    CHECK_THAT(errorOf([&] {
+                 TraceReader r(path);
+                 r.loadRun(r.defaultRunId());
+               }),
+               Catch::Contains("the ranks' time spans add up to more than 2^62 ns"));
   }
   SECTION("writing without a run or a reversed interval") {
     TraceWriter w(path, WriterOptions{.truncate = true});
