@@ -572,9 +572,13 @@ std::vector<CollectiveRow> TraceReader::collectives(int64_t run) {
               "ORDER BY rank, start_ns");
   s.bind(1, run);
   std::vector<CollectiveRow> out;
-  while (s.step())
+  DurationSum durations;
+  while (s.step()) {
     out.push_back({static_cast<int>(s.colInt(0)), s.colInt(1), s.colText(2), s.colText(3), s.colInt(4), s.colInt(5),
                    s.colInt(6)});
+    impl_->checkRow(run, out.back().rank, "a collective", out.back().start_ns, out.back().end_ns, durations,
+                    "collectives' durations");
+  }
   return out;
 }
 

@@ -338,6 +338,8 @@ TEST_CASE("files that are not whole tandem traces give one-line errors", "[store
         {"INSERT INTO ranges VALUES (1, 0, 0, 0, 3000000000000000000, 1, 0, 'd'), "
          "(1, 0, 1, 1, 3000000000000000000, 1, 0, 'd');",
          [](TraceReader& r, int64_t run) { r.ranges(run); }, "the ranges add up to more than 2^62 ns"},
+        {"INSERT INTO collectives VALUES (1, 1, 4, 'all_reduce', 'dp', 64, 0, -9223372036854775807);",
+         [](TraceReader& r, int64_t run) { r.collectives(run); }, "run 1, rank 1: a collective from 0 to"},
         {"INSERT INTO counters VALUES (1, 0, 1, 9223372036854775807, 0, 1.0);",
          [](TraceReader& r, int64_t run) { r.counters(run); }, "a counter sample from 9223372036854775807"},
     };
