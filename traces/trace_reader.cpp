@@ -132,8 +132,10 @@ struct TraceReader::Impl {
     for (size_t i = 0; i < t.size(); ++i) {
       const auto where = [&] { return fmt::format("{}: run {}, rank {} stream {}", db.path(), run, t.rank, t.stream); };
       const int64_t d = durationInRange(t.start_ns[i], t.end_ns[i]);
-      if (d < 0) throw TraceError(fmt::format("{}: {}", where(), outOfRange("an activity", t.start_ns[i], t.end_ns[i])));
-      if (!durations->add(d)) throw TraceError(fmt::format("{}: {}", where(), sumOutOfRange("activities' durations")));
+      if (d < 0)
+        throw TraceError(fmt::format("{}: {}", where(), outOfRange("an activity", t.start_ns[i], t.end_ns[i])));
+      if (!durations->add(d))
+        throw TraceError(fmt::format("{}: {}", where(), sumOutOfRange("activities' durations")));
       if (t.name[i] < 0 || size_t(t.name[i]) >= strings.size())
         throw TraceError(fmt::format("{}: an activity names string {}, which the strings table lacks (the trace is "
                                      "damaged)",
@@ -152,7 +154,9 @@ struct TraceReader::Impl {
   void checkRow(int64_t run, int rank, const char* what, int64_t start_ns, int64_t end_ns, DurationSum& durations,
                 const char* sum_name) {
     const int64_t d = durationInRange(start_ns, end_ns);
-    if (d < 0) throw TraceError(fmt::format("{}: run {}, rank {}: {}", db.path(), run, rank, outOfRange(what, start_ns, end_ns)));
+    if (d < 0)
+      throw TraceError(
+          fmt::format("{}: run {}, rank {}: {}", db.path(), run, rank, outOfRange(what, start_ns, end_ns)));
     if (!durations.add(d)) throw TraceError(fmt::format("{}: run {}: {}", db.path(), run, sumOutOfRange(sum_name)));
   }
 
@@ -435,16 +439,18 @@ std::vector<Track> TraceReader::loadRun(int64_t run, bool with_details) {
     const Track& t = out[k];
     impl_->checkTrack(t, run, &durations);
     if (t.size() == 0) continue;
-    auto [it, fresh] = rank_span.try_emplace(t.rank, t.start_ns.front(), t.end_ns.front());
+    auto& span = rank_span.try_emplace(t.rank, t.start_ns.front(), t.end_ns.front()).first->second;
     for (size_t i = 0; i < t.size(); ++i) {
-      it->second.first = std::min(it->second.first, t.start_ns[i]);
-      it->second.second = std::max(it->second.second, t.end_ns[i]);
+      span.first = std::min(span.first, t.start_ns[i]);
+      span.second = std::max(span.second, t.end_ns[i]);
     }
   }
   // Breakdowns add the ranks' spans up.
-  for (const auto& [rank, span] : rank_span)
-    if (durationInRange(span.first, span.second) < 0 || !spans.add(durationInRange(span.first, span.second)))
+  for (const auto& [rank, span] : rank_span) {
+    const int64_t length = durationInRange(span.first, span.second);
+    if (length < 0 || !spans.add(length))
       throw TraceError(fmt::format("{}: run {}: {}", path(), run, sumOutOfRange("ranks' time spans")));
+  }
   return out;
 }
 
