@@ -35,7 +35,6 @@ struct PlacedRange {
 class PlacementList {
  public:
   void insert(const PlacedRange& p);
-  bool empty() const { return chunks_.empty(); }
 
   // A position in the list for one question: passes over what cannot move
   // the candidate offset and raises it past what blocks it.
