@@ -456,6 +456,7 @@ void TraceWriter::addCounter(const CounterRow& r) {
 void TraceWriter::addStep(const StepRow& r) {
   auto& m = *impl_;
   m.requireRun();
+  m.requireTimes("step", std::to_string(r.step), r.start_ns, r.end_ns);
   m.beginDirect();
   auto& s = m.insert_step;
   s.bind(1, m.run);
@@ -499,6 +500,7 @@ void TraceWriter::addPlanTask(const PlanTaskRow& r) {
 void TraceWriter::addCollective(const CollectiveRow& r) {
   auto& m = *impl_;
   m.requireRun();
+  m.requireTimes("collective", r.op, r.start_ns, r.end_ns);
   m.beginDirect();
   auto& s = m.insert_collective;
   s.bind(1, m.run);

@@ -380,6 +380,10 @@ TEST_CASE("files that are not whole tandem traces give one-line errors", "[store
                Catch::Contains("range 'r' has time 9223372036854775807 ns"));
     CHECK_THAT(errorOf([&] { w.addCounter({0, "c", INT64_MAX, 1.0}); }),
                Catch::Contains("counter sample 'c' has time"));
+    // Steps and collectives too: the reader refuses them as well.
+    CHECK_THAT(errorOf([&] { w.addStep({0, 3, 0, INT64_MIN}); }), Catch::Contains("step '3' has time"));
+    CHECK_THAT(errorOf([&] { w.addCollective({0, 4, "all_reduce", "dp", 64, INT64_MIN, 0}); }),
+               Catch::Contains("collective 'all_reduce' has time -9223372036854775808 ns"));
   }
 }
 
