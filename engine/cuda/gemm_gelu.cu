@@ -41,22 +41,18 @@
 //     are issued                                                    122 / 139
 //   the same, the backward's wait for its last dx store moved from
 //     its epilogue to its next turn (this file)                     123 / 136
-#include <cuda.h>  // CUtensorMap and its enums only: the encoder comes through cudaGetDriverEntryPointByVersion
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 
 #include "engine/cuda/cp_async.cuh"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/mbarrier.cuh"
+#include "engine/cuda/tensor_map.h"
 #include "engine/cuda/wgmma.cuh"
 
 namespace tandem::cuda {
@@ -376,48 +372,6 @@ PathState& state() {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// cuTensorMapEncodeTiled from the driver the runtime loaded (never linked:
-// the binaries must start where there is no driver).
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiled encoder() {
-  static EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &status) !=
-            cudaSuccess ||
-        p == nullptr || status != cudaDriverEntryPointSuccess)
-      throw std::runtime_error("the CUDA driver has no cuTensorMapEncodeTiled (needed by the own GELU GEMM)");
-    return reinterpret_cast<EncodeTiled>(p);
-  }();
-  return fn;
-}
-
-// A bf16 row-major matrix [rows, cols] in boxes of 64 columns x box_rows
-// rows. Encoded once per (pointer, shape, box): the executor's tensors keep
-// their addresses for the whole run.
-const CUtensorMap& tensorMap(const void* ptr, int64_t rows, int64_t cols, int box_rows) {
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int64_t, int64_t, int>, CUtensorMap> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(ptr, rows, cols, box_rows);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  CUtensorMap map;
-  std::memset(&map, 0, sizeof(map));
-  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
-  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(ptr), dims, strides, box,
-                               element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw std::runtime_error("cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ") for a " +
-                             std::to_string(rows) + " x " + std::to_string(cols) + " bf16 matrix");
-  return cache.emplace(key, map).first->second;
-}
-
 int smCount() {
   static const int n = [] {
     int dev = 0, sms = 0;
@@ -495,16 +449,16 @@ void geluGemmForwardOwn(void* y, void* pre, const void* x, const void* W, const 
                         int64_t K, cudaStream_t s) {
   const Args args{static_cast<bf16*>(y), static_cast<bf16*>(pre), static_cast<const bf16*>(x),
                   static_cast<const bf16*>(W), static_cast<const bf16*>(bias), int(M), int(N), int(K)};
-  launch<true>(tensorMap(x, M, K, 128), tensorMap(W, N, K, 128), tensorMap(pre, M, N, 128), tensorMap(y, M, N, 128),
-               args, s);
+  launch<true>(matrixTileMap(x, M, K, 128), matrixTileMap(W, N, K, 128), matrixTileMap(pre, M, N, 128),
+               matrixTileMap(y, M, N, 128), args, s);
 }
 
 void geluGemmBackwardOwn(void* dx, const void* dy, const void* W, const void* pre, int64_t M, int64_t N, int64_t K,
                          cudaStream_t s) {
   const Args args{static_cast<bf16*>(dx), static_cast<bf16*>(const_cast<void*>(pre)), static_cast<const bf16*>(dy),
                   static_cast<const bf16*>(W), nullptr, int(M), int(K), int(N)};
-  launch<false>(tensorMap(dy, M, N, 128), tensorMap(W, N, K, 64), tensorMap(pre, M, K, 128), tensorMap(dx, M, K, 128),
-                args, s);
+  launch<false>(matrixTileMap(dy, M, N, 128), matrixTileMap(W, N, K, 64), matrixTileMap(pre, M, K, 128),
+                matrixTileMap(dx, M, K, 128), args, s);
 }
 
 }  // namespace tandem::cuda
