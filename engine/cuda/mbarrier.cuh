@@ -2,8 +2,8 @@
 // bulk copies into shared memory (cp.async.bulk, the TMA without a tensor
 // map): a producer thread announces the bytes a copy will land and the
 // consumers wait for the barrier's phase. Used by the GELU GEMMs
-// (gemm_gelu.cu), the tensor-core attention (its proxy fence) and the
-// streamed cross-entropy (cross_entropy.cu). These instructions exist from
+// (gemm_gelu.cu), the tensor-core attention (its TMA tiles, attention_tc.cu)
+// and the streamed cross-entropy (cross_entropy.cu). These instructions exist from
 // sm_90 on; on older targets the wrappers trap, and their kernels are never
 // launched there (the host checks which code the device runs, or its
 // compute capability).
