@@ -312,6 +312,36 @@ __device__ __forceinline__ void initTileBarriers(uint32_t bars) {
   }
 }
 
+// TMA path, at the top of streamed iteration `it`: once every warp is done
+// with tile it - 1 (block barrier), `refill` may refill its stage (copies
+// from thread 0 only); then waits until tile `it` (and, first, the block's
+// fixed tiles) has landed.
+template <class Refill>
+__device__ __forceinline__ void awaitTmaTile(uint32_t bars, int it, Refill refill) {
+  if (it > 0) __syncthreads();
+  refill();
+  if (it == 0) mbarWait(bars + 8 * kStages, 0);
+  mbarWait(bars + 8 * (it % kStages), (it / kStages) & 1);
+}
+
+// The K and V tiles of key tile `tile` into its stage (of three, from
+// `skv`): the TMA from thread 0 (kWg; qkv_map over [B, Tn, 3C]) or every
+// thread's cp.async (kb, vb: the head's first K and V columns of batch b).
+template <bool kWg>
+__device__ __forceinline__ void loadKvStage(uint32_t skv, uint32_t bars, int tile, const CUtensorMap& qkv_map,
+                                            const bf16* kb, const bf16* vb, int b, int h, int Tn, int C) {
+  const uint32_t st = skv + (tile % kStages) * 2 * kTileBytes;
+  if constexpr (kWg) {
+    const uint32_t bar = bars + 8 * (tile % kStages);
+    mbarExpectBytes(bar, 2 * kTileBytes);
+    tmaTile(st, qkv_map, C + h * D, tile * kTile, b, bar);
+    tmaTile(st + kTileBytes, qkv_map, 2 * C + h * D, tile * kTile, b, bar);
+  } else {
+    loadTileAsync(st, kb, tile * kTile, Tn, 3 * int64_t(C));
+    loadTileAsync(st + kTileBytes, vb, tile * kTile, Tn, 3 * int64_t(C));
+  }
+}
+
 // ---- forward --------------------------------------------------------------
 
 struct FwdSmem {
@@ -342,17 +372,8 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int n_tiles = q0 / kTile + 1;  // key tiles 0..q0 (the last is the diagonal)
   const uint32_t bars = smemAddr(sm.bars);
 
-  auto loadKv = [&](int tile) {
-    const uint32_t st = skv + (tile % kStages) * 2 * kTileBytes;
-    if constexpr (kWg) {  // thread 0 only
-      const uint32_t bar = bars + 8 * (tile % kStages);
-      mbarExpectBytes(bar, 2 * kTileBytes);
-      tmaTile(st, qkv_map, C + h * D, tile * kTile, b, bar);
-      tmaTile(st + kTileBytes, qkv_map, 2 * C + h * D, tile * kTile, b, bar);
-    } else {
-      loadTileAsync(st, kb, tile * kTile, Tn, stride);
-      loadTileAsync(st + kTileBytes, vb, tile * kTile, Tn, stride);
-    }
+  auto loadKv = [&](int tile) {  // on the TMA path from thread 0 only
+    loadKvStage<kWg>(skv, bars, tile, qkv_map, kb, vb, b, h, Tn, C);
   };
   if constexpr (kWg) {
     initTileBarriers(bars);
@@ -378,10 +399,9 @@ __global__ void __launch_bounds__(kThreads, 4)
 
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (kWg) {
-      if (it > 0) __syncthreads();  // every warp is done with tile it - 1, whose stage is refilled here
-      if (threadIdx.x == 0 && it + 2 < n_tiles) loadKv(it + 2);
-      if (it == 0) mbarWait(bars + 8 * kStages, 0);
-      mbarWait(bars + 8 * (it % kStages), (it / kStages) & 1);
+      awaitTmaTile(bars, it, [&] {
+        if (threadIdx.x == 0 && it + 2 < n_tiles) loadKv(it + 2);
+      });
     } else {
       cpAsyncWait<1>();      // tile `it` has landed (its group is the second newest)
       tilesLanded<kWg>();    // ...for every thread; and every warp is done with tile it - 1,
@@ -566,11 +586,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (int it = 0; it < n_tiles; ++it) {
     const bool refill = it + 2 < n_tiles;
     if constexpr (kWg) {
-      if (it > 0) __syncthreads();  // every warp is done with tile it - 1, whose stage is refilled here
-      if (refill && threadIdx.x == 0) loadQdo(it + 2);
-      if (refill) fetchStats(k0 + (it + 2) * kTile);
-      if (it == 0) mbarWait(bars + 8 * kStages, 0);
-      mbarWait(bars + 8 * (it % kStages), (it / kStages) & 1);
+      awaitTmaTile(bars, it, [&] {
+        if (refill && threadIdx.x == 0) loadQdo(it + 2);
+        if (refill) fetchStats(k0 + (it + 2) * kTile);
+      });
     } else {
       cpAsyncWait<1>();    // tile `it` has landed (its group is the second newest)
       tilesLanded<kWg>();  // ...for every thread; and every warp is done with tile it - 1
@@ -684,17 +703,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int n_tiles = q0 / kTile + 1;
   const uint32_t bars = smemAddr(sm.bars);
 
-  auto loadKv = [&](int tile) {
-    const uint32_t st = skv + (tile % kStages) * 2 * kTileBytes;
-    if constexpr (kWg) {  // thread 0 only
-      const uint32_t bar = bars + 8 * (tile % kStages);
-      mbarExpectBytes(bar, 2 * kTileBytes);
-      tmaTile(st, qkv_map, C + h * D, tile * kTile, b, bar);
-      tmaTile(st + kTileBytes, qkv_map, 2 * C + h * D, tile * kTile, b, bar);
-    } else {
-      loadTileAsync(st, kb, tile * kTile, Tn, stride);
-      loadTileAsync(st + kTileBytes, vb, tile * kTile, Tn, stride);
-    }
+  auto loadKv = [&](int tile) {  // on the TMA path from thread 0 only
+    loadKvStage<kWg>(skv, bars, tile, qkv_map, kb, vb, b, h, Tn, C);
   };
   if constexpr (kWg) {
     initTileBarriers(bars);
@@ -754,10 +764,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   zero(dq);
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (kWg) {
-      if (it > 0) __syncthreads();  // every warp is done with tile it - 1, whose stage is refilled here
-      if (threadIdx.x == 0 && it + 2 < n_tiles) loadKv(it + 2);
-      if (it == 0) mbarWait(bars + 8 * kStages, 0);
-      mbarWait(bars + 8 * (it % kStages), (it / kStages) & 1);
+      awaitTmaTile(bars, it, [&] {
+        if (threadIdx.x == 0 && it + 2 < n_tiles) loadKv(it + 2);
+      });
     } else {
       cpAsyncWait<1>();
       tilesLanded<kWg>();
