@@ -140,7 +140,7 @@ class KinetoImporter {
   // is refused here, before any sum of two of them could overflow.
   int64_t ns(double us, size_t i, const char* field) {
     const double v = std::round(us * 1000.0);
-    if (!(v >= -double(kMaxTraceTimeNs) && v <= double(kMaxTraceTimeNs)))
+    if (!floatTraceTimeInRange(v))
       fail(fmt::format("traceEvents[{}]: field '{}' ({} us) is outside the trace's range of +-2^62 ns", i, field, us));
     return int64_t(v);
   }
@@ -158,8 +158,7 @@ class KinetoImporter {
       if (it == args.end() || !it->is_number()) return fallback;
       if (it->is_number_float()) {  // converting an out-of-range double would be undefined
         const double v = it->get<double>();
-        if (!(v >= -double(kMaxTraceTimeNs) && v <= double(kMaxTraceTimeNs)))
-          fail(fmt::format("traceEvents[{}]: args.{} ({}) is out of range", i, key, v));
+        if (!floatTraceTimeInRange(v)) fail(fmt::format("traceEvents[{}]: args.{} ({}) is out of range", i, key, v));
         return int64_t(v);
       }
       return it->get<int64_t>();

@@ -81,7 +81,7 @@ struct RankClock {
   // than an overflow; times stay within the trace's range.
   int64_t toCommon(int64_t t, int rank) const {
     const long double shifted = (long double)t + base + std::round(drift * ((long double)t - base_at));
-    if (!(shifted >= -kMaxTraceTimeNs && shifted <= kMaxTraceTimeNs))
+    if (!floatTraceTimeInRange(shifted))
       throw TraceError(fmt::format("rank {}'s clock offsets move time {} ns outside the trace's range of +-2^62 ns "
                                    "(a damaged clock table?)",
                                    rank, t));

@@ -38,6 +38,11 @@ class TraceRowError : public TraceError {
 // a time outside is a damaged or foreign input, refused when written.
 constexpr int64_t kMaxTraceTimeNs = int64_t(1) << 62;
 inline bool traceTimeInRange(int64_t t) { return t >= -kMaxTraceTimeNs && t <= kMaxTraceTimeNs; }
+// The same test for a time still in floating point (an import's microseconds
+// scaled, a clock shift), before it is converted to int64_t, where a value
+// outside would be undefined: false for NaN too. (Not an overload: an int
+// argument would then be ambiguous.)
+inline bool floatTraceTimeInRange(long double t) { return t >= -kMaxTraceTimeNs && t <= kMaxTraceTimeNs; }
 
 enum class RunKind { Real, Simulated, Imported };
 
