@@ -271,14 +271,6 @@ __device__ __forceinline__ void wgCommitWait() {
   wgmmaWait<0>();
 }
 
-// Landed cp.async tiles become visible to wgmma (async proxy) once every
-// thread has fenced and the block has met at the barrier that follows.
-template <bool kWg>
-__device__ __forceinline__ void tilesLanded() {
-  if constexpr (kWg) fenceProxyAsync();
-  __syncthreads();
-}
-
 // wgmma's 128-byte swizzle repeats on 1024-byte boundaries: the tiles must
 // start on one.
 template <bool kWg>
@@ -404,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, 4)
       });
     } else {
       cpAsyncWait<1>();      // tile `it` has landed (its group is the second newest)
-      tilesLanded<kWg>();    // ...for every thread; and every warp is done with tile it - 1,
+      __syncthreads();       // ...for every thread; and every warp is done with tile it - 1,
       if (it + 2 < n_tiles) loadKv(it + 2);  // whose stage is refilled here
       cpAsyncCommit();
     }
@@ -592,7 +584,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       });
     } else {
       cpAsyncWait<1>();    // tile `it` has landed (its group is the second newest)
-      tilesLanded<kWg>();  // ...for every thread; and every warp is done with tile it - 1
+      __syncthreads();     // ...for every thread; and every warp is done with tile it - 1
       if (refill) {
         loadQdo(it + 2);
         fetchStats(k0 + (it + 2) * kTile);
@@ -769,7 +761,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       });
     } else {
       cpAsyncWait<1>();
-      tilesLanded<kWg>();
+      __syncthreads();
       if (it + 2 < n_tiles) loadKv(it + 2);
       cpAsyncCommit();
     }
