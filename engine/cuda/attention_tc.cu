@@ -304,6 +304,20 @@ __device__ __forceinline__ void initTileBarriers(uint32_t bars) {
   }
 }
 
+// TMA path, before the loop over streamed tiles: thread 0 initialises the
+// barriers, `fixed(bar)` copies the block's fixed tiles (counting their bytes
+// on `bar`), `load(t)` streamed tiles 0 and 1; then the block meets.
+template <class Fixed, class Load>
+__device__ __forceinline__ void startTmaTiles(uint32_t bars, int n_tiles, Fixed fixed, Load load) {
+  initTileBarriers(bars);
+  if (threadIdx.x == 0) {
+    fixed(bars + 8 * kStages);
+    load(0);
+    if (n_tiles > 1) load(1);
+  }
+  __syncthreads();
+}
+
 // TMA path, at the top of streamed iteration `it`: once every warp is done
 // with tile it - 1 (block barrier), `refill` may refill its stage (copies
 // from thread 0 only); then waits until tile `it` (and, first, the block's
@@ -368,14 +382,10 @@ __global__ void __launch_bounds__(kThreads, 4)
     loadKvStage<kWg>(skv, bars, tile, qkv_map, kb, vb, b, h, Tn, C);
   };
   if constexpr (kWg) {
-    initTileBarriers(bars);
-    if (threadIdx.x == 0) {
-      mbarExpectBytes(bars + 8 * kStages, kTileBytes);
-      tmaTile(sq, qkv_map, h * D, q0, b, bars + 8 * kStages);
-      loadKv(0);
-      if (n_tiles > 1) loadKv(1);
-    }
-    __syncthreads();
+    startTmaTiles(bars, n_tiles, [&](uint32_t bar) {
+      mbarExpectBytes(bar, kTileBytes);
+      tmaTile(sq, qkv_map, h * D, q0, b, bar);
+    }, loadKv);
   } else {
     loadTileAsync(sq, qb, q0, Tn, stride);
     loadKv(0);
@@ -699,15 +709,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     loadKvStage<kWg>(skv, bars, tile, qkv_map, kb, vb, b, h, Tn, C);
   };
   if constexpr (kWg) {
-    initTileBarriers(bars);
-    if (threadIdx.x == 0) {
-      mbarExpectBytes(bars + 8 * kStages, 2 * kTileBytes);
-      tmaTile(sq, qkv_map, h * D, q0, b, bars + 8 * kStages);
-      tmaTile(sg, dout_map, h * D, q0, b, bars + 8 * kStages);
-      loadKv(0);
-      if (n_tiles > 1) loadKv(1);
-    }
-    __syncthreads();
+    startTmaTiles(bars, n_tiles, [&](uint32_t bar) {
+      mbarExpectBytes(bar, 2 * kTileBytes);
+      tmaTile(sq, qkv_map, h * D, q0, b, bar);
+      tmaTile(sg, dout_map, h * D, q0, b, bar);
+    }, loadKv);
   } else {
     loadTileAsync(sq, qb, q0, Tn, stride);
     loadTileAsync(sg, gb, q0, Tn, C);
