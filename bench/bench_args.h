@@ -1,6 +1,6 @@
 #pragma once
 // Command-line flags of the benchmarks, read one way: a bad flag or value
-// gets one line naming it and the usage, exit status 2. (Each bench parsed
+// gets one line naming it and the usage, exit status 2; --help the usage. (Each bench parsed
 // its own before: a value that was not a number ended in std::terminate
 // through std::stoi, or became 0 without a word through atoi.)
 //
@@ -27,11 +27,16 @@ class ArgReader {
   ArgReader(std::string program, std::string usage, int argc, char** argv, int first = 1)
       : program_(std::move(program)), usage_(std::move(usage)), argc_(argc), argv_(argv), i_(first - 1) {}
 
-  // Moves to the next flag; false when there is none left.
+  // Moves to the next flag; false when there is none left. --help (or -h)
+  // prints the usage and exits with status 0.
   bool next() {
     ++i_;
     if (i_ >= argc_) return false;
     flag_ = argv_[i_];
+    if (flag_ == "--help" || flag_ == "-h") {
+      fmt::print("usage: {} {}\n", program_, usage_);
+      std::exit(0);
+    }
     return true;
   }
   bool is(const char* name) const { return flag_ == name; }

@@ -18,7 +18,12 @@
 // cap, the top clock), so its joules are those of that clock; they rank the
 // kinds, they do not add up to a capped step exactly.
 //
-//   bench_energy_by_op [--seconds S] [--set KEY=VALUE]...
+// --kind NAME (repeatable) replays only those kinds (the names it prints:
+// matmul, attention_bwd, ...) and --rounds N replays them N times in turns,
+// each printed with its round: a kernel change measured on the kinds it
+// touches, a few seconds per round instead of the whole list.
+//
+//   bench_energy_by_op [--seconds S] [--kind NAME]... [--rounds N] [--set KEY=VALUE]...
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -63,16 +68,20 @@ double medianClock(const std::vector<tandem::profiler::PowerSample>& samples, ui
 int main(int argc, char** argv) {
   using namespace tandem;
   double seconds = 1.0;
-  std::vector<std::string> sets;
-  bench::ArgReader args("bench_energy_by_op", "[--seconds S] [--set KEY=VALUE]...", argc, argv);
+  int rounds = 1;
+  std::vector<std::string> sets, only;
+  bench::ArgReader args("bench_energy_by_op", "[--seconds S] [--kind NAME]... [--rounds N] [--set KEY=VALUE]...",
+                        argc, argv);
   while (args.next()) {
     if (args.is("--seconds")) seconds = args.number(0.3, 60);
+    else if (args.is("--kind")) only.push_back(args.text());
+    else if (args.is("--rounds")) rounds = int(args.integer(1, 100));
     else if (args.is("--set")) sets.push_back(args.text());
     else args.unknown();
   }
   if (!bench::gpusPresent("energy_by_op")) return 0;
 #ifndef TANDEM_HAVE_CUDA
-  (void)seconds;
+  (void)seconds, (void)rounds;
 #else
   try {
     std::vector<std::string> all = {"parallel.data_parallel=1", "training.micro_batch=16", "training.precision=bf16",
@@ -88,11 +97,33 @@ int main(int argc, char** argv) {
       bench::printSkipped("energy_by_op", "no NVML energy counter: " + sampler.note());
       return 0;
     }
+    // Each kind of task that issues work (a task fused into a GEMM's
+    // epilogue issues none: its work is the GEMM's), and how many per step.
+    std::map<OpKind, int> kinds;
+    const auto& tasks = plan.programs[0].tasks;
+    for (size_t i = 0; i < tasks.size(); ++i)
+      if (tasks[i].op != OpKind::LoadBatch && !tasks[i].collective && ex.issuesWork(int(i))) ++kinds[tasks[i].op];
+    for (const std::string& name : only) {
+      const bool known = std::any_of(kinds.begin(), kinds.end(),
+                                     [&](const auto& k) { return toString(k.first) == name; });
+      if (!known) {
+        std::string names;
+        for (const auto& k : kinds) names += (names.empty() ? "" : ", ") + std::string(toString(k.first));
+        fmt::print(stderr, "bench_energy_by_op: --kind {}: this plan has no such kind of work (it has {})\n", name,
+                   names);
+        return 2;
+      }
+    }
+    auto selected = [&](OpKind op) {
+      return only.empty() || std::find(only.begin(), only.end(), std::string(toString(op))) != only.end();
+    };
+
     struct Window {
       std::string kind;
       uint64_t t0 = 0, t1 = 0;
       double gpu_ms = 0;  // per step's worth
       int reps = 0;
+      int round = 0;
     };
     std::vector<Window> windows;
 
@@ -112,19 +143,14 @@ int main(int argc, char** argv) {
       windows.push_back(w);
     }
 
-    // Each kind of task alone, counting the tasks that issue work (a task
-    // fused into a GEMM's epilogue issues none: its work is the GEMM's).
-    std::map<OpKind, int> kinds;
-    const auto& tasks = plan.programs[0].tasks;
-    for (size_t i = 0; i < tasks.size(); ++i)
-      if (tasks[i].op != OpKind::LoadBatch && !tasks[i].collective && ex.issuesWork(int(i))) ++kinds[tasks[i].op];
-    for (const auto& [op, count] : kinds) {
+    // One kind of task alone, a step's worth of its tasks over and over.
+    auto replayAlone = [&](OpKind op, int count, int round) {
       // Kernels that index with the batch's tokens or targets get the batch
       // loaded again before them: by the step's end the arena has reused
       // those buffers.
       const bool indexes = op == OpKind::Embedding || op == OpKind::EmbeddingBwd || op == OpKind::CrossEntropy ||
                            op == OpKind::CrossEntropyBwd;
-      auto pick = [op = op, indexes](const Task& t) { return t.op == op || (indexes && t.op == OpKind::LoadBatch); };
+      auto pick = [op, indexes](const Task& t) { return t.op == op || (indexes && t.op == OpKind::LoadBatch); };
       // A step's worth once to warm up, three times to size the window.
       ex.replayTasks(pick, 1);
       const uint64_t w0 = hostNs();
@@ -138,9 +164,14 @@ int main(int argc, char** argv) {
       ex.replayTasks(pick, reps);
       w.t1 = hostNs();
       w.reps = reps;
+      w.round = round;
       w.gpu_ms = double(w.t1 - w.t0) * 1e-6 / reps;
-      windows.push_back(w);
       fmt::print(stderr, "bench_energy_by_op: {} ({} tasks per step) {} times\n", w.kind, count, reps);
+      return w;
+    };
+    for (int round = 1; round <= rounds; ++round) {
+      for (const auto& [op, count] : kinds)
+        if (selected(op)) windows.push_back(replayAlone(op, count, round));
     }
 
     // The idle GPU.
@@ -163,18 +194,22 @@ int main(int argc, char** argv) {
       }
       const double joules = watts > 0 ? watts * w.gpu_ms * 1e-3 : -1;
       const double above_idle = watts > 0 && idle_w > 0 ? (watts - idle_w) * w.gpu_ms * 1e-3 : -1;
+      const std::string round = rounds > 1 && w.round > 0 ? fmt::format(",\"round\":{}", w.round) : "";
       fmt::print("{{\"bench\":\"energy_by_op\",\"kind\":\"{}\",\"ms_per_step\":{:.3f},\"power_w\":{:.1f},"
-                 "\"j_per_step\":{:.3f},\"j_above_idle\":{:.3f},\"sm_clock_mhz\":{:.0f},\"reps\":{}}}\n",
-                 w.kind, w.gpu_ms, watts, joules, above_idle, mhz, w.reps);
+                 "\"j_per_step\":{:.3f},\"j_above_idle\":{:.3f},\"sm_clock_mhz\":{:.0f},\"reps\":{}{}}}\n",
+                 w.kind, w.gpu_ms, watts, joules, above_idle, mhz, w.reps, round);
       if (w.kind == "whole step") {
         step_j = joules, step_ms = w.gpu_ms;
-      } else if (joules > 0) {
+      } else if (joules > 0 && w.round == 1) {
         sum_j += joules, sum_ms += w.gpu_ms;
       }
     }
-    fmt::print("{{\"bench\":\"energy_by_op\",\"summary\":\"kinds alone against the whole step\",\"step_ms\":{:.3f},"
-               "\"step_j\":{:.3f},\"kinds_ms\":{:.3f},\"kinds_j\":{:.3f},\"idle_w\":{:.1f}}}\n",
-               step_ms, step_j, sum_ms, sum_j, idle_w);
+    // The sum over the kinds (of the first round) is the step's only when
+    // every kind was replayed.
+    if (only.empty())
+      fmt::print("{{\"bench\":\"energy_by_op\",\"summary\":\"kinds alone against the whole step\",\"step_ms\":{:.3f},"
+                 "\"step_j\":{:.3f},\"kinds_ms\":{:.3f},\"kinds_j\":{:.3f},\"idle_w\":{:.1f}}}\n",
+                 step_ms, step_j, sum_ms, sum_j, idle_w);
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_energy_by_op: {}\n", e.what());
     return 1;
