@@ -5,12 +5,14 @@
 #include <fmt/core.h>
 
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/command_registry.h"
 #include "cli/number_checks.h"
 #include "cli/job_options.h"
 #include "engine/planner.h"
+#include "simulator/calibration_device.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
 #include "simulator/sim_trace_output.h"
@@ -138,6 +140,10 @@ void runSimulate(const SimulateOptions& o) {
   const sim::Topology topo = sim::loadTopology(resourcePath(o.topology));
   sim::Calibration cal;
   if (!o.calibration.empty()) cal = sim::loadCalibration(o.calibration);
+  // Said before the work, on stderr, and kept in the JSON document: a
+  // calibration of another GPU still runs (what-if studies may want it).
+  const std::optional<std::string> mismatch = sim::calibrationGpuMismatch(cal, topo);
+  if (mismatch) fmt::print(stderr, "tandem simulate: warning: {}\n", *mismatch);
   if (!o.kernel_sharing.empty())
     cal.kernel_sharing = o.kernel_sharing == "fair" ? sim::KernelSharing::Fair : sim::KernelSharing::FirstHolds;
   const sim::SimOptions so = simOptions(o, cal);
@@ -158,8 +164,13 @@ void runSimulate(const SimulateOptions& o) {
     }
     output.commit();
   }
-  if (o.json) fmt::print("{}\n", toJson(plan, topo, result, sums, o.out).dump(2));
-  else printText(plan, topo, result, sums, o);
+  if (o.json) {
+    nlohmann::json j = toJson(plan, topo, result, sums, o.out);
+    j["warnings"] = mismatch ? nlohmann::json::array({*mismatch}) : nlohmann::json::array();
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    printText(plan, topo, result, sums, o);
+  }
 }
 
 void addSimulateCommand(CLI::App& root) {

@@ -773,6 +773,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     out.provenance.push_back(note);
   }
   out.calibration.source = "tandem calibrate";
+  out.calibration.gpu = gpus;
   if (!launch_gaps.empty()) out.calibration.launch_overhead_ns = int64_t(std::llround(median(launch_gaps)));
   if (!step_overheads.empty()) out.calibration.step_overhead_ns = int64_t(std::llround(median(step_overheads)));
   if (!start_waits.empty()) {
@@ -1000,6 +1001,12 @@ std::string calibrationToYaml(const CalibrationResult& r) {
                      r.rank_speed_runs, speeds);
   }
   y += "version: 1\n";
+  if (!r.calibration.gpu.empty()) {
+    std::string quoted;  // a YAML double-quoted scalar
+    for (char c : r.calibration.gpu) quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    y += fmt::format("gpu: \"{}\"  # the GPU the runs ran on; tandem simulate warns on a topology of others\n",
+                     quoted);
+  }
   if (r.calibration.launch_overhead_ns) y += fmt::format("launch_overhead_ns: {}\n", *r.calibration.launch_overhead_ns);
   if (r.calibration.kernel_overlap_efficiency) {
     if (r.kernel_overlap_by_simulation)

@@ -1,5 +1,7 @@
 #include "simulator/calibrate_merge.h"
 
+#include "simulator/calibration_device.h"
+
 #include <sstream>
 #include <stdexcept>
 
@@ -18,6 +20,10 @@ void keepMultiRankKeys(CalibrationResult& r, const std::string& base_yaml, const
                              "keeping those of " + base_source + " would drop them; calibrate from one-rank runs only");
   const Calibration base = parseCalibration(base_yaml, base_source);
   Calibration& c = r.calibration;
+  // A calibration describes one kind of GPU, its kept keys included.
+  if (!base.gpu.empty() && !c.gpu.empty() && gpuModelToken(base.gpu) != gpuModelToken(c.gpu))
+    throw std::runtime_error("the runs ran on " + c.gpu + ", but " + base_source + " was measured on " + base.gpu +
+                             ": a calibration describes one kind of GPU, so its multi-rank keys cannot be kept");
   c.comm_slowdown = base.comm_slowdown;
   c.comm_slowdown_by_op = base.comm_slowdown_by_op;
   c.multi_rank_launch_ns = base.multi_rank_launch_ns;

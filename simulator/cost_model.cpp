@@ -154,6 +154,10 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
     const std::string key = kv.first.as<std::string>();
     if (key == "version") {
       if (number(source, kv.second, "version", 1, 1e9) != 1) fail(source, kv.second, "version: only 1 is known");
+    } else if (key == "gpu") {
+      const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : std::string();
+      if (v.empty()) fail(source, kv.second, "gpu: expected the GPU's name as its runs recorded it (\"NVIDIA H200\")");
+      cal.gpu = v;
     } else if (key == "launch_overhead_ns") {
       cal.launch_overhead_ns = int64_t(number(source, kv.second, key, 0, 1e9));
     } else if (key == "step_overhead_ns") {
@@ -247,7 +251,7 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
       }
     } else {
       fail(source, kv.first,
-           key + ": unknown key (allowed: version, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, "
+           key + ": unknown key (allowed: version, gpu, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, "
                  "step_overhead_ns, multi_rank_launch_ns, kernel_overlap_efficiency, kernel_sharing, "
                  "collective_start_wait, collective_beside, ops, collectives)");
     }

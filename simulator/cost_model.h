@@ -87,6 +87,10 @@ struct OpCalibration {
 
 struct Calibration {
   std::string source;
+  // The GPU its runs ran on, as their device records name it ("NVIDIA
+  // H200"); empty when the file does not say. calibration_device.h compares
+  // it with a topology's GPUs.
+  std::string gpu;
   std::optional<int64_t> launch_overhead_ns;
   std::optional<double> comm_slowdown;
   // Per op kind, where the runs measured it apart (kernels of different

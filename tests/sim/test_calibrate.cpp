@@ -15,6 +15,7 @@
 #include "simulator/calibrate_collectives.h"
 #include "simulator/calibrate_merge.h"
 #include "simulator/calibrate_overlap.h"
+#include "simulator/calibration_device.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
 #include "simulator/sim_trace_output.h"
@@ -133,6 +134,45 @@ TEST_CASE("Calibration fits one kind of GPU and notes differing software", "[cal
   CHECK_THROWS_WITH(sim::calibrateFromRuns({{a, 1}, {c, 1}}),
                     Catch::Contains("run 1 ran on NVIDIA H100 80GB HBM3, but gpu-a.sqlite run 1 ran on NVIDIA H200") &&
                         Catch::Contains("one kind of GPU"));
+
+  // The file names that GPU as a key of its own, and reads it back.
+  CHECK_THAT(yaml, Catch::Contains("\ngpu: \"NVIDIA H200\""));
+  CHECK(sim::parseCalibration(yaml, "same.yaml").gpu == "NVIDIA H200");
+  CHECK(sim::parseCalibration(sim::calibrationToYaml(sim::calibrateFromRuns({{c, 1}})), "c.yaml").gpu ==
+        "NVIDIA H100 80GB HBM3");
+}
+
+TEST_CASE("A calibration of one GPU on a topology of another is named", "[calibrate]") {
+  CHECK(sim::gpuModelToken("NVIDIA H100 80GB HBM3") == "H100");
+  CHECK(sim::gpuModelToken("NVIDIA H200") == "H200");
+  CHECK(sim::gpuModelToken("h200") == "H200");
+  CHECK(sim::gpuModelToken("NVIDIA A100-SXM4-80GB") == "A100");
+  CHECK(sim::gpuModelToken("A100-PCIE-80GB") == "A100");
+  CHECK(sim::gpuModelToken("") == "");
+
+  const sim::Topology h100 = sim::loadTopology("dgx-h100");
+  const sim::Topology h200 = sim::loadTopology("h200x2-nv18");
+  const sim::Topology a100 = sim::loadTopology("pcie-4gpu");
+  sim::Calibration cal = sim::parseCalibration("version: 1\ngpu: \"NVIDIA H200\"\n", "h200.yaml");
+  CHECK_FALSE(sim::calibrationGpuMismatch(cal, h200));
+  const auto on_h100 = sim::calibrationGpuMismatch(cal, h100);
+  REQUIRE(on_h100);
+  CHECK_THAT(*on_h100, Catch::Contains("calibration h200.yaml was measured on NVIDIA H200, but the topology dgx-h100 "
+                                       "has H100 GPUs"));
+  CHECK(sim::calibrationGpuMismatch(cal, a100));
+  // A calibration that does not name its GPU says nothing either way.
+  CHECK_FALSE(sim::calibrationGpuMismatch(sim::parseCalibration("version: 1\n", "plain.yaml"), h100));
+  // Runs on two kinds of GPU at once name both: a topology of either is theirs.
+  cal.gpu = "NVIDIA H100 80GB HBM3 + NVIDIA H200";
+  CHECK_FALSE(sim::calibrationGpuMismatch(cal, h100));
+  CHECK_FALSE(sim::calibrationGpuMismatch(cal, h200));
+  CHECK(sim::calibrationGpuMismatch(cal, a100));
+
+  // The key must name something.
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\ngpu: \"\"\n", "empty.yaml"),
+                    Catch::Contains("empty.yaml:2") && Catch::Contains("gpu: expected the GPU's name"));
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\ngpu: [H200]\n", "list.yaml"),
+                    Catch::Contains("gpu: expected the GPU's name"));
 }
 
 TEST_CASE("Calibration refuses runs it cannot re-plan", "[calibrate]") {
@@ -770,6 +810,13 @@ TEST_CASE("Multi-rank keys kept from another calibration through a one-rank refi
   CHECK_THROWS_WITH(sim::keepMultiRankKeys(fresh, "version: 1\nlaunch_overhead_ns: 5\n", "plain.yaml"),
                     Catch::Contains("plain.yaml has no multi-rank keys"));
   CHECK_THROWS_AS(sim::keepMultiRankKeys(fresh, "version: 1\ncomm_slowdown: -2\n", "bad.yaml"), sim::CalibrationError);
+  // Keys of another kind of GPU are not kept.
+  fresh.calibration.gpu = "NVIDIA H200";
+  CHECK_THROWS_WITH(sim::keepMultiRankKeys(fresh, "version: 1\ngpu: \"NVIDIA H100 80GB HBM3\"\ncomm_slowdown: 1.4\n",
+                                           "h100.yaml"),
+                    Catch::Contains("the runs ran on NVIDIA H200, but h100.yaml was measured on NVIDIA H100 80GB HBM3"));
+  sim::keepMultiRankKeys(fresh, "version: 1\ngpu: \"NVIDIA H200\"\ncomm_slowdown: 1.4\n", "h200.yaml");
+  CHECK(*fresh.calibration.comm_slowdown == Approx(1.4));
 }
 
 TEST_CASE("Kernel geometry: each shape's main kernel's blocks, and the room they leave beside them", "[calibrate]") {

@@ -219,3 +219,33 @@ TEST_CASE("tandem calibrate --multi-rank-from keeps another calibration's multi-
   CHECK(broken.status == 1);
   CHECK(!std::filesystem::exists(bad));
 }
+
+TEST_CASE("tandem simulate warns when the calibration was measured on another GPU", "[cli]") {
+  REQUIRE(std::filesystem::exists(tandemBin()));
+  const std::string path = tempPath("cli_gpu_h200.yaml");
+  {
+    FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs("version: 1\ngpu: \"NVIDIA H200\"\nlaunch_overhead_ns: 2000\n", f);
+    std::fclose(f);
+  }
+  const std::string job = "simulate default --set parallel.data_parallel=1 --set model.layers=2 --calibration " + path;
+  const Output other = run(job + " --topology dgx-h100");
+  INFO(other.text);
+  CHECK(other.status == 0);  // a what-if may want it: it still runs
+  CHECK(other.text.find("tandem simulate: warning: calibration " + path +
+                        " was measured on NVIDIA H200, but the topology dgx-h100 has H100 GPUs") != std::string::npos);
+  CHECK(other.text.find("step time") != std::string::npos);
+  const Output same = run(job + " --topology h200x2-nv18");
+  CHECK(same.status == 0);
+  CHECK(same.text.find("warning") == std::string::npos);
+  // --json keeps it (the warning line comes first on stderr, merged here).
+  const Output js = run(job + " --topology dgx-h100 --json");
+  REQUIRE(js.status == 0);
+  const nlohmann::json doc = nlohmann::json::parse(js.text.substr(js.text.find('{')));
+  REQUIRE(doc.at("warnings").size() == 1);
+  CHECK(doc.at("warnings")[0].get<std::string>().find("has H100 GPUs") != std::string::npos);
+  const Output js_same = run(job + " --topology h200x2-nv18 --json");
+  REQUIRE(js_same.status == 0);
+  CHECK(nlohmann::json::parse(js_same.text).at("warnings").empty());
+}
