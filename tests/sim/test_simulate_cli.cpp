@@ -41,6 +41,16 @@ std::string tempPath(const std::string& name) {
   return path;
 }
 
+// A file of the build folder holding `text` (a calibration, say); its path.
+std::string textFile(const std::string& name, const std::string& text) {
+  const std::string path = tempPath(name);
+  FILE* f = std::fopen(path.c_str(), "w");
+  REQUIRE(f != nullptr);
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  return path;
+}
+
 }  // namespace
 
 TEST_CASE("tandem simulate writes traces that tandem report reads", "[cli]") {
@@ -92,17 +102,9 @@ TEST_CASE("tandem simulate --kernel-sharing picks how kernels side by side divid
   // times the throughput of one: the two models line the same work up
   // differently, so their steps differ; each is deterministic, and the
   // flag overrides what a calibration file says.
-  auto calibration = [&](const std::string& name, const std::string& text) {
-    const std::string path = tempPath(name);
-    FILE* f = std::fopen(path.c_str(), "w");
-    REQUIRE(f != nullptr);
-    std::fputs(text.c_str(), f);
-    std::fclose(f);
-    return path;
-  };
-  const std::string plain = calibration("cli_sharing.yaml", "version: 1\nkernel_overlap_efficiency: 1.3\n");
+  const std::string plain = textFile("cli_sharing.yaml", "version: 1\nkernel_overlap_efficiency: 1.3\n");
   const std::string says_fair =
-      calibration("cli_sharing_fair.yaml", "version: 1\nkernel_overlap_efficiency: 1.3\nkernel_sharing: fair\n");
+      textFile("cli_sharing_fair.yaml", "version: 1\nkernel_overlap_efficiency: 1.3\nkernel_sharing: fair\n");
   const std::string job = "default --set parallel.data_parallel=1 --set model.layers=4 --topology h200x2-nv18 --json";
   auto stepOf = [&](const std::string& extra) {
     const Output out = run("simulate " + job + extra);
@@ -129,13 +131,7 @@ TEST_CASE("tandem calibrate --topology refits the kernel overlap efficiency by s
   // The "hardware": kernels of two compute streams side by side at 1.3
   // times the throughput of one. One run on one compute stream, one with
   // the weight-gradient stream, of a small one-GPU job.
-  const std::string hw = tempPath("cli_overlap_hw.yaml");
-  {
-    FILE* f = std::fopen(hw.c_str(), "w");
-    REQUIRE(f != nullptr);
-    std::fputs("version: 1\nkernel_overlap_efficiency: 1.3\n", f);
-    std::fclose(f);
-  }
+  const std::string hw = textFile("cli_overlap_hw.yaml", "version: 1\nkernel_overlap_efficiency: 1.3\n");
   const std::string job =
       "default --set parallel.data_parallel=1 --set model.layers=4 --set model.hidden=512 --set model.heads=8 "
       "--set model.seq_len=512 --set training.micro_batch=8 --topology h200x2-nv18 --calibration " + hw;
@@ -198,13 +194,7 @@ TEST_CASE("tandem calibrate --multi-rank-from keeps another calibration's multi-
 
   // A base without multi-rank keys, and runs with multi-rank keys of their
   // own: one line, exit 1, no file.
-  const std::string plain = tempPath("cli_keep_plain.yaml");
-  {
-    FILE* f = std::fopen(plain.c_str(), "w");
-    REQUIRE(f != nullptr);
-    std::fputs("version: 1\nlaunch_overhead_ns: 500\n", f);
-    std::fclose(f);
-  }
+  const std::string plain = textFile("cli_keep_plain.yaml", "version: 1\nlaunch_overhead_ns: 500\n");
   const std::string bad = tempPath("cli_keep_bad.yaml");
   const Output none = run("calibrate " + one + ":1 --out " + bad + " --multi-rank-from " + plain);
   CHECK(none.status == 1);
@@ -222,13 +212,8 @@ TEST_CASE("tandem calibrate --multi-rank-from keeps another calibration's multi-
 
 TEST_CASE("tandem simulate warns when the calibration was measured on another GPU", "[cli]") {
   REQUIRE(std::filesystem::exists(tandemBin()));
-  const std::string path = tempPath("cli_gpu_h200.yaml");
-  {
-    FILE* f = std::fopen(path.c_str(), "w");
-    REQUIRE(f != nullptr);
-    std::fputs("version: 1\ngpu: \"NVIDIA H200\"\nlaunch_overhead_ns: 2000\n", f);
-    std::fclose(f);
-  }
+  const std::string path =
+      textFile("cli_gpu_h200.yaml", "version: 1\ngpu: \"NVIDIA H200\"\nlaunch_overhead_ns: 2000\n");
   const std::string job = "simulate default --set parallel.data_parallel=1 --set model.layers=2 --calibration " + path;
   const Output other = run(job + " --topology dgx-h100");
   INFO(other.text);
