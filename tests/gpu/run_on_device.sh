@@ -4,7 +4,7 @@
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
 # Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
-#         fusebias residual svr twogpu
+#         attnenergy fusebias residual svr twogpu
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -136,6 +136,10 @@ for s in "$@"; do
       # (bench_energy_by_op: at the power cap a step's time is its energy
       # divided by the cap).
       stage energy $B/bench_energy_by_op --seconds 1 ;;
+    attnenergy)
+      # The attention kernels' energy alone, three rounds in turns (about
+      # 20 s): where an attention change shows first, to 0.5%.
+      stage attnenergy $B/bench_energy_by_op --kind attention --kind attention_bwd --rounds 3 ;;
     fusebias)
       # The bias gradients summed by the layernorm and attention backward
       # (schedule.fuse_bias_gradients) against the default (docs/benchmarks.md,
