@@ -1,8 +1,9 @@
 #pragma once
 // Command-line flags of the benchmarks, read one way: a bad flag or value
-// gets one line naming it and the usage, exit status 2; --help the usage. (Each bench parsed
-// its own before: a value that was not a number ended in std::terminate
-// through std::stoi, or became 0 without a word through atoi.)
+// gets one line naming it and the usage, exit status 2; --help gets the
+// usage. (Each bench parsed its own before: a value that was not a number
+// ended in std::terminate through std::stoi, or became 0 without a word
+// through atoi.)
 //
 //   bench::ArgReader args("bench_x", "[--reps N] [--keep]", argc, argv);
 //   while (args.next()) {

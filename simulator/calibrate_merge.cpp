@@ -1,9 +1,9 @@
 #include "simulator/calibrate_merge.h"
 
-#include "simulator/calibration_device.h"
-
 #include <sstream>
 #include <stdexcept>
+
+#include "simulator/calibration_device.h"
 
 namespace tandem::sim {
 

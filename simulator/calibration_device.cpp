@@ -4,7 +4,6 @@
 
 #include <cctype>
 #include <set>
-#include <vector>
 
 namespace tandem::sim {
 
