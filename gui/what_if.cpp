@@ -4,6 +4,7 @@
 
 #include "engine/job.h"
 #include "engine/planner.h"
+#include "simulator/calibration_device.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
 #include "simulator/sim_trace_output.h"
@@ -37,11 +38,21 @@ WhatIfResult runWhatIf(const WhatIfRequest& request, const std::function<void(in
   const Plan plan = buildPlan(job);
   report(30, "loading topology " + request.topology);
   const sim::Topology topo = sim::loadTopology(request.topology);
-  report(40, "simulating one step");
-  const sim::RooflineCostModel cost;
-  const sim::SimResult result = sim::simulatePlan(plan, topo, cost);
-  report(80, "writing the run");
   WhatIfResult out;
+  sim::Calibration cal;
+  if (!request.calibration.empty()) {
+    report(35, "loading calibration " + request.calibration);
+    cal = sim::loadCalibration(request.calibration);
+    if (auto mismatch = sim::calibrationGpuMismatch(cal, topo)) out.warnings.push_back(*mismatch);
+  }
+  report(40, "simulating one step");
+  // As `tandem simulate` does with the same file: the cost model's keys and
+  // the calibrated collectives.
+  const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
+  sim::SimOptions sim_options;
+  sim_options.collective_calibration = cal.collectives;
+  const sim::SimResult result = sim::simulatePlan(plan, topo, cost, sim_options);
+  report(80, "writing the run");
   {
     traces::TraceWriter writer(request.out_path);
     sim::SimTraceOptions options;

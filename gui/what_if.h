@@ -19,6 +19,9 @@ struct WhatIfRequest {
   std::string topology = "dgx-h200";    // preset name or topology file
   std::string out_path;                 // trace file the run is appended to
   std::string run_name;                 // default: the job's name + " (what-if)"
+  // Calibration file (docs/simulator.md) replacing the roofline defaults, as
+  // `tandem simulate --calibration`; empty: the defaults.
+  std::string calibration;
 };
 
 struct WhatIfResult {
@@ -28,11 +31,14 @@ struct WhatIfResult {
   int64_t recompute_ns = 0;       // recompute time on rank 0
   int64_t exposed_comm_ns = 0;    // on rank 0
   std::vector<RecomputeDecision> recompute;
+  // What the user should know about the result: a calibration measured on
+  // another GPU than the topology's (simulator/calibration_device.h).
+  std::vector<std::string> warnings;
 };
 
 // progress(percent, stage) is called from the calling thread between stages.
-// Throws SpecError, TopologyError, SimulationError or TraceError with a
-// readable message.
+// Throws SpecError, TopologyError, CalibrationError, SimulationError or
+// TraceError with a readable message.
 WhatIfResult runWhatIf(const WhatIfRequest& request,
                        const std::function<void(int, const std::string&)>& progress = {});
 

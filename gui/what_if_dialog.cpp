@@ -2,6 +2,7 @@
 
 #include <QComboBox>
 #include <QDialogButtonBox>
+#include <QDir>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QLabel>
@@ -18,6 +19,10 @@
 
 namespace tandem::gui {
 
+namespace {
+const QString kNoCalibration = QStringLiteral("none");
+}  // namespace
+
 WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, const QString& out_path, QWidget* parent)
     : QDialog(parent), job_yaml_(job_yaml), out_path_(out_path) {
   setWindowTitle(tr("What-if"));
@@ -33,6 +38,16 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
   for (const auto& name : sim::fixedPresetNames()) topology_->addItem(QString::fromStdString(name));
   setTopology(topology.isEmpty() || topology.contains('\n') ? QString("dgx-h200") : topology);
   form->addRow(tr("topology (preset or file)"), topology_);
+  calibration_ = new QComboBox(this);
+  calibration_->setEditable(true);  // "none" or a calibration file
+  calibration_->addItem(kNoCalibration);
+  // The calibrations that come with tandem (resources/calibration).
+  const QDir committed(QStringLiteral(TANDEM_RESOURCE_DIR "/calibration"));
+  for (const QString& f : committed.entryList({"*.yaml"}, QDir::Files, QDir::Name))
+    calibration_->addItem(committed.filePath(f));
+  calibration_->setToolTip(tr("Measured kernel and collective times replacing the roofline defaults "
+                              "(tandem calibrate); a calibration of another GPU than the topology's is warned about"));
+  form->addRow(tr("calibration (none or file)"), calibration_);
   dp_ = new QSpinBox(this);
   dp_->setRange(1, 4096);
   dp_->setValue(job.parallel.data_parallel);
@@ -79,6 +94,7 @@ WhatIfDialog::~WhatIfDialog() {
 }
 
 void WhatIfDialog::setTopology(const QString& name_or_file) { topology_->setCurrentText(name_or_file); }
+void WhatIfDialog::setCalibration(const QString& none_or_file) { calibration_->setCurrentText(none_or_file); }
 void WhatIfDialog::setDataParallel(int n) { dp_->setValue(n); }
 void WhatIfDialog::setMicroBatch(int n) { micro_batch_->setValue(n); }
 void WhatIfDialog::setGradAccum(int n) { accum_->setValue(n); }
@@ -91,6 +107,8 @@ WhatIfRequest WhatIfDialog::request() const {
   WhatIfRequest r;
   r.job_yaml = job_yaml_.toStdString();
   r.topology = topology_->currentText().trimmed().toStdString();
+  const QString calibration = calibration_->currentText().trimmed();
+  if (!calibration.isEmpty() && calibration != kNoCalibration) r.calibration = calibration.toStdString();
   r.out_path = out_path_.toStdString();
   r.overrides = {
       "parallel.data_parallel=" + std::to_string(dp_->value()),
@@ -102,6 +120,7 @@ WhatIfRequest WhatIfDialog::request() const {
   r.run_name = "what-if: dp " + std::to_string(dp_->value()) + ", mb " + std::to_string(micro_batch_->value()) +
                ", accum " + std::to_string(accum_->value()) + ", recompute " + recompute_->currentText().toStdString() +
                " on " + r.topology;
+  if (!r.calibration.empty()) r.run_name += ", calibrated";
   return r;
 }
 
@@ -117,10 +136,12 @@ void WhatIfDialog::start() {
          status_->setText(stage);
        },
        [this](const WhatIfResult& r) {
-         status_->setText(tr("New run %1: step %2, peak memory %3 GiB")
-                              .arg(r.run_id)
-                              .arg(QString::fromStdString(formatDuration(r.step_ns)))
-                              .arg(double(r.peak_memory_bytes) / double(int64_t(1) << 30), 0, 'f', 2));
+         QString text = tr("New run %1: step %2, peak memory %3 GiB")
+                            .arg(r.run_id)
+                            .arg(QString::fromStdString(formatDuration(r.step_ns)))
+                            .arg(double(r.peak_memory_bytes) / double(int64_t(1) << 30), 0, 'f', 2);
+         for (const std::string& w : r.warnings) text += tr("\nWarning: %1").arg(QString::fromStdString(w));
+         status_->setText(text);
          emit runCreated(out_path_, r.run_id);
        },
        [this](const QString& msg) {

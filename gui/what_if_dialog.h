@@ -1,8 +1,10 @@
 #pragma once
-// What-if dialog: choose topology (preset or file), data-parallel size,
-// micro-batch, gradient accumulation, bucket size and recompute policy for a
-// run's job; "Simulate" re-plans and simulates on a worker thread with
-// progress and reports the new run, appended to the given trace file.
+// What-if dialog: choose topology (preset or file), calibration (none, a
+// committed one or a file), data-parallel size, micro-batch, gradient
+// accumulation, bucket size and recompute policy for a run's job;
+// "Simulate" re-plans and simulates on a worker thread with progress and
+// reports the new run, appended to the given trace file, with any warning
+// (a calibration of another GPU than the topology's).
 
 #include <QDialog>
 #include <vector>
@@ -30,6 +32,8 @@ class WhatIfDialog : public QDialog {
   // The request the current settings describe.
   WhatIfRequest request() const;
   void setTopology(const QString& name_or_file);
+  // "none" (the roofline defaults) or a calibration file.
+  void setCalibration(const QString& none_or_file);
   void setDataParallel(int n);
   void setMicroBatch(int n);
   void setGradAccum(int n);
@@ -47,6 +51,7 @@ class WhatIfDialog : public QDialog {
   QString job_yaml_;
   QString out_path_;
   QComboBox* topology_ = nullptr;
+  QComboBox* calibration_ = nullptr;
   QSpinBox* dp_ = nullptr;
   QSpinBox* micro_batch_ = nullptr;
   QSpinBox* accum_ = nullptr;

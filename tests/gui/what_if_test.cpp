@@ -68,6 +68,36 @@ TEST_CASE("what-if: full recompute lowers peak memory and lengthens the step", "
   CHECK_THROWS_WITH(runWhatIf(bad), Catch::Contains("recompute.policy"));
 }
 
+TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of another GPU is warned about",
+          "[gui][whatif]") {
+  const fs::path db = fs::temp_directory_path() / ("tandem_gui_calibrated_" + std::to_string(::getpid()) + ".sqlite");
+  removeDb(db);
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() { removeDb(p); }
+  } cleanup{db};
+  const std::string h200 = std::string(TANDEM_SOURCE_DIR) + "/resources/calibration/h200x2-nv18.yaml";
+  WhatIfRequest base;
+  base.overrides = {"parallel.data_parallel=1", "training.micro_batch=16"};
+  base.topology = "h200x2-nv18";
+  base.out_path = db.string();
+  const WhatIfResult roofline = runWhatIf(base);
+  WhatIfRequest calibrated = base;
+  calibrated.calibration = h200;
+  const WhatIfResult measured = runWhatIf(calibrated);
+  CHECK(measured.step_ns != roofline.step_ns);
+  CHECK(measured.warnings.empty());
+  CHECK(roofline.warnings.empty());
+  // The same file on H100s: it still runs, and says whose times it used.
+  calibrated.topology = "dgx-h100";
+  const WhatIfResult other = runWhatIf(calibrated);
+  REQUIRE(other.warnings.size() == 1);
+  CHECK_THAT(other.warnings[0], Catch::Contains("measured on NVIDIA H200") && Catch::Contains("H100 GPUs"));
+  // A file that is not there: the error names it.
+  calibrated.calibration = "no-such-calibration.yaml";
+  CHECK_THROWS_WITH(runWhatIf(calibrated), Catch::Contains("no-such-calibration.yaml"));
+}
+
 #include <QSignalSpy>
 #include <QTest>
 
@@ -90,6 +120,7 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   dialog.setRecompute(RecomputePolicy::Selective);
   const WhatIfRequest req = dialog.request();
   CHECK(req.topology == "dgx-h200");
+  CHECK(req.calibration.empty());  // the roofline defaults unless one is chosen
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "parallel.data_parallel=4") != req.overrides.end());
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "training.micro_batch=8") != req.overrides.end());
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "training.grad_accum=2") != req.overrides.end());
@@ -103,6 +134,18 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   const auto info = reader.run(created.at(0).at(1).toLongLong());
   CHECK(info.world_size == 4);
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+
+  // A calibration of H200s on dgx-h200: chosen, named in the run, no warning.
+  const QString h200 = QStringLiteral(TANDEM_SOURCE_DIR "/resources/calibration/h200x2-nv18.yaml");
+  dialog.setCalibration(h200);
+  CHECK(dialog.request().calibration == h200.toStdString());
+  CHECK_THAT(dialog.request().run_name, Catch::EndsWith(", calibrated"));
+  QSignalSpy calibrated(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(calibrated.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  dialog.setCalibration("none");
+  CHECK(dialog.request().calibration.empty());
 
   QSignalSpy failed(&dialog, &WhatIfDialog::failed);
   dialog.setTopology("no-such-topology");
