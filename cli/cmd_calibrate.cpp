@@ -53,7 +53,7 @@ void runCalibrate(const CalibrateOptions& o) {
   std::optional<sim::Topology> topology;
   if (!o.topology.empty()) topology = sim::loadTopology(resourcePath(o.topology));
   // And the calibration to keep keys from: a bad file fails before the fit.
-  const std::string base_path = o.multi_rank_from.empty() ? "" : resourcePath(o.multi_rank_from);
+  const std::string base_path = o.multi_rank_from.empty() ? "" : calibrationPath(o.multi_rank_from);
   const std::string base_yaml = base_path.empty() ? "" : readWholeFile(base_path);
   if (!base_path.empty()) sim::parseCalibration(base_yaml, base_path);
   sim::CalibrationResult r = sim::calibrateFromRuns(inputs);
@@ -142,8 +142,8 @@ void addCalibrateCommand(CLI::App& root) {
   cmd->add_option("--multi-rank-from", o->multi_rank_from,
                   "calibration whose multi-rank keys (collectives, comm_slowdown, collective_start_wait, "
                   "collective_beside, multi_rank_launch_ns) are kept: refit on one GPU without losing what only "
-                  "several measured")
-      ->type_name("FILE");
+                  "several measured (a file, or the name of one that comes with tandem)")
+      ->type_name("NAME|FILE");
   cmd->callback([o] { runCalibrate(*o); });
 }
 

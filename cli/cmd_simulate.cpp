@@ -1,4 +1,4 @@
-// tandem simulate JOB --topology NAME|FILE [--calibration FILE] [--out SIM.sqlite] [--json]:
+// tandem simulate JOB --topology NAME|FILE [--calibration NAME|FILE] [--out SIM.sqlite] [--json]:
 // replay the job's plan on a simulated machine and print step time,
 // breakdown, overlap, exposed communication and peak memory per rank.
 #include <CLI/CLI.hpp>
@@ -139,7 +139,7 @@ void runSimulate(const SimulateOptions& o) {
   const Plan plan = buildPlan(job);
   const sim::Topology topo = sim::loadTopology(resourcePath(o.topology));
   sim::Calibration cal;
-  if (!o.calibration.empty()) cal = sim::loadCalibration(o.calibration);
+  if (!o.calibration.empty()) cal = sim::loadCalibration(calibrationPath(o.calibration));
   // Said before the work, on stderr, and kept in the JSON document: a
   // calibration of another GPU still runs (what-if studies may want it).
   const std::optional<std::string> mismatch = sim::calibrationGpuMismatch(cal, topo);
@@ -182,8 +182,10 @@ void addSimulateCommand(CLI::App& root) {
   cmd->add_option("--topology", o->topology,
                   "preset (h200x2-nv18, dgx-h100, dgx-h200, pcie-4gpu, hgx-a100, <N>xdgx-h100) or topology YAML file")
       ->required();
-  cmd->add_option("--calibration", o->calibration, "calibration YAML (docs/simulator.md) replacing the cost model")
-      ->type_name("FILE");
+  cmd->add_option("--calibration", o->calibration,
+                  "calibration YAML (docs/simulator.md) replacing the cost model, or the name of one that comes "
+                  "with tandem (h200x2-nv18)")
+      ->type_name("NAME|FILE");
   cmd->add_option("--out", o->out, "trace file to write (appended as a new run when it exists)")
       ->type_name("SIM.sqlite");
   cmd->add_flag("--json", o->json, "print a JSON document instead of tables");

@@ -37,4 +37,9 @@ struct CommandRegistration {
 // they are, otherwise the path is looked up under the installed resources/.
 std::string resourcePath(const std::string& relative);
 
+// A calibration file, or the name of one that comes with tandem
+// ("h200x2-nv18" for resources/calibration/h200x2-nv18.yaml). What matches
+// neither is returned as given, so that loading it names the path.
+std::string calibrationPath(const std::string& name_or_file);
+
 }  // namespace tandem::cli

@@ -234,3 +234,22 @@ TEST_CASE("tandem simulate warns when the calibration was measured on another GP
   REQUIRE(js_same.status == 0);
   CHECK(nlohmann::json::parse(js_same.text).at("warnings").empty());
 }
+
+TEST_CASE("tandem simulate --calibration takes the name of a calibration that comes with tandem", "[cli]") {
+  REQUIRE(std::filesystem::exists(tandemBin()));
+  const std::string job = "simulate default --set parallel.data_parallel=1 --set model.layers=2 --topology "
+                          "h200x2-nv18 --json --calibration ";
+  auto stepOf = [&](const std::string& calibration) {
+    const Output out = run(job + calibration);
+    INFO(out.text);
+    REQUIRE(out.status == 0);
+    return nlohmann::json::parse(out.text).at("step_ns").get<int64_t>();
+  };
+  const std::string file = std::string(TANDEM_SOURCE_DIR) + "/resources/calibration/h200x2-nv18.yaml";
+  const int64_t by_file = stepOf(file);
+  CHECK(stepOf("h200x2-nv18") == by_file);
+  CHECK(stepOf("h200x2-nv18.yaml") == by_file);
+  const Output missing = run(job + "no-such-calibration");
+  CHECK(missing.status != 0);
+  CHECK(missing.text.find("no-such-calibration") != std::string::npos);
+}
