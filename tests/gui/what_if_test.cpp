@@ -15,21 +15,33 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The file and SQLite's write-ahead log beside it.
-void removeDb(const fs::path& db) {
-  std::error_code ec;
-  for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(db.string() + suffix, ec);
-}
+// A trace file in the temp folder, gone (with SQLite's write-ahead log
+// beside it) before the test and after it: declare it before any reader of
+// the file, so that it is destroyed after them.
+class TempDb {
+ public:
+  explicit TempDb(const std::string& stem)
+      : path_(fs::temp_directory_path() / (stem + std::to_string(::getpid()) + ".sqlite")) {
+    remove();
+  }
+  ~TempDb() { remove(); }
+  TempDb(const TempDb&) = delete;
+  TempDb& operator=(const TempDb&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  void remove() const {
+    std::error_code ec;
+    for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path_.string() + suffix, ec);
+  }
+  fs::path path_;
+};
 
 }  // namespace
 
 TEST_CASE("what-if: full recompute lowers peak memory and lengthens the step", "[gui][whatif]") {
-  const fs::path db = fs::temp_directory_path() / ("tandem_gui_whatif_" + std::to_string(::getpid()) + ".sqlite");
-  removeDb(db);
-  struct Cleanup {
-    fs::path p;
-    ~Cleanup() { removeDb(p); }
-  } cleanup{db};  // destroyed after the reader below
+  const TempDb temp("tandem_gui_whatif_");  // before the readers below: removed after them
+  const fs::path& db = temp.path();
   std::vector<int> progress;
   WhatIfRequest base;
   base.overrides = {"recompute.policy=none"};
@@ -70,12 +82,8 @@ TEST_CASE("what-if: full recompute lowers peak memory and lengthens the step", "
 
 TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of another GPU is warned about",
           "[gui][whatif]") {
-  const fs::path db = fs::temp_directory_path() / ("tandem_gui_calibrated_" + std::to_string(::getpid()) + ".sqlite");
-  removeDb(db);
-  struct Cleanup {
-    fs::path p;
-    ~Cleanup() { removeDb(p); }
-  } cleanup{db};
+  const TempDb temp("tandem_gui_calibrated_");  // before the readers below: removed after them
+  const fs::path& db = temp.path();
   const std::string h200 = std::string(TANDEM_SOURCE_DIR) + "/resources/calibration/h200x2-nv18.yaml";
   WhatIfRequest base;
   base.overrides = {"parallel.data_parallel=1", "training.micro_batch=16"};
@@ -106,12 +114,8 @@ TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of ano
 
 TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][whatif]") {
   tandem::gui::test::app();
-  const fs::path db = fs::temp_directory_path() / ("tandem_gui_dialog_" + std::to_string(::getpid()) + ".sqlite");
-  removeDb(db);
-  struct Cleanup {
-    fs::path p;
-    ~Cleanup() { removeDb(p); }
-  } cleanup{db};
+  const TempDb temp("tandem_gui_dialog_");  // before the readers below: removed after them
+  const fs::path& db = temp.path();
   WhatIfDialog dialog(QString(), "dgx-h200", QString::fromStdString(db.string()));
   dialog.setDataParallel(4);
   dialog.setMicroBatch(8);
