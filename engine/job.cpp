@@ -634,6 +634,9 @@ JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
 }
 
 JobSpec loadJobFile(const std::string& path, const std::vector<std::string>& overrides) {
+  // A folder opens as a stream that reads nothing ("the job is empty").
+  if (std::filesystem::is_directory(path))
+    throw SpecError(path + ": is a folder, not a job file (allowed: a readable YAML file, see resources/jobs/)");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw SpecError(path + ": cannot open the job file: " + std::strerror(errno) +

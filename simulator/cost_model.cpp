@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -260,6 +261,10 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
 }
 
 Calibration loadCalibration(const std::string& path) {
+  // A folder opens as a stream that reads nothing: say what it is instead of
+  // "expected a map".
+  if (std::filesystem::is_directory(path))
+    throw CalibrationError(path + ":0: is a folder, not a calibration file");
   std::ifstream in(path);
   if (!in) throw CalibrationError(path + ":0: cannot read the calibration file");
   std::stringstream ss;

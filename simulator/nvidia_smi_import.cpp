@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <numeric>
@@ -434,6 +435,9 @@ Topology importNvidiaSmi(const NvidiaSmiMatrix& m, const NvlinkStatus* nvlink, c
 namespace {
 
 std::string readText(const std::string& path, const char* what) {
+  // A folder opens as a stream that reads nothing ("empty file").
+  if (std::filesystem::is_directory(path))
+    throw TopologyError(fmt::format("{}: is a folder, not a file of {}", path, what));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TopologyError(fmt::format("{}: cannot open {}", path, what));
   std::stringstream s;

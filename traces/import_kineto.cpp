@@ -271,6 +271,8 @@ ImportResult importKineto(const std::string& path, TraceWriter& writer, const st
 }
 
 ImportFormat detectImportFormat(const std::string& path) {
+  if (std::filesystem::is_directory(path))
+    throw TraceError(fmt::format("{}: is a folder, not a PyTorch profiler JSON or Nsight Systems SQLite export", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TraceError(fmt::format("{}: cannot open file", path));
   char head[16] = {};

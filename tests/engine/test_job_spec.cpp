@@ -371,6 +371,8 @@ TEST_CASE("loadJobFile names the file it cannot open and the file of a bad value
   } catch (const SpecError& e) {
     CHECK(std::string(e.what()).rfind(missing.string() + ": cannot open the job file", 0) == 0);
   }
+  // A folder opens and reads nothing; the error says what it is.
+  CHECK_THROWS_WITH(loadJobFile(dir.string()), Catch::StartsWith(dir.string() + ": is a folder, not a job file"));
   const fs::path bad = dir / "bad-layers.yaml";
   { std::ofstream(bad) << "# comment\nmodel:\n  layers: zero\n"; }
   try {

@@ -168,6 +168,9 @@ TEST_CASE("A calibration of one GPU on a topology of another is named", "[calibr
   CHECK_FALSE(sim::calibrationGpuMismatch(cal, h200));
   CHECK(sim::calibrationGpuMismatch(cal, a100));
 
+  // A folder is not a calibration file.
+  CHECK_THROWS_WITH(sim::loadCalibration(std::string(TANDEM_SOURCE_DIR) + "/resources/calibration"),
+                    Catch::Contains("resources/calibration:0: is a folder, not a calibration file"));
   // The key must name something.
   CHECK_THROWS_WITH(sim::parseCalibration("version: 1\ngpu: \"\"\n", "empty.yaml"),
                     Catch::Contains("empty.yaml:2") && Catch::Contains("gpu: expected the GPU's name"));

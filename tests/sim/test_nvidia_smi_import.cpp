@@ -235,4 +235,6 @@ TEST_CASE("import writes YAML that loads back, from files", "[import]") {
   CHECK(r.bottleneckGbps(0, 1) == Approx(478.116));
   CHECK_THROWS_WITH(importNvidiaSmiFilesToYaml((fixtures / "absent.txt").string(), "", {}),
                     Catch::Contains("cannot open"));
+  CHECK_THROWS_WITH(importNvidiaSmiFilesToYaml(fixtures.string(), "", {}),
+                    Catch::Contains(fixtures.string() + ": is a folder, not a file of `nvidia-smi topo -m` output"));
 }

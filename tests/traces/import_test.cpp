@@ -123,6 +123,8 @@ TEST_CASE("PyTorch profiler JSON with missing fields or wrong types is refused",
       Catch::Contains("no GPU or CPU activity"));
   CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": "), Catch::Contains("not valid JSON"));
   CHECK_THAT(importError("hello"), Catch::Contains("unrecognised trace format"));
+  CHECK_THROWS_WITH(detectImportFormat(std::string(TANDEM_SOURCE_DIR) + "/tests"),
+                    Catch::Contains("/tests: is a folder, not a PyTorch profiler JSON or Nsight Systems SQLite export"));
   // Times and numbers beyond what the store holds.
   CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"ts\": 1e300, "
                          "\"dur\": 1, \"args\": {\"stream\": 7}} ]}"),
