@@ -95,6 +95,7 @@ WhatIfDialog::~WhatIfDialog() {
 
 void WhatIfDialog::setTopology(const QString& name_or_file) { topology_->setCurrentText(name_or_file); }
 void WhatIfDialog::setCalibration(const QString& none_or_file) { calibration_->setCurrentText(none_or_file); }
+QString WhatIfDialog::statusText() const { return status_->text(); }
 void WhatIfDialog::setDataParallel(int n) { dp_->setValue(n); }
 void WhatIfDialog::setMicroBatch(int n) { micro_batch_->setValue(n); }
 void WhatIfDialog::setGradAccum(int n) { accum_->setValue(n); }

@@ -42,6 +42,9 @@ class WhatIfDialog : public QDialog {
   // Starts the simulation (what the Simulate button does).
   void start();
   bool busy() const { return worker_ != nullptr; }
+  // The status line: the stage while it runs, then the new run (and any
+  // warning) or the error.
+  QString statusText() const;
 
  signals:
   void runCreated(const QString& path, qint64 run_id);

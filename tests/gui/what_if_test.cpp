@@ -148,6 +148,16 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   dialog.start();
   REQUIRE(calibrated.wait(120000));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  CHECK_FALSE(dialog.statusText().contains("Warning"));
+  // The same calibration on H100s: the status line says whose times it used.
+  dialog.setTopology("dgx-h100");
+  QSignalSpy warned(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(warned.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  CHECK(dialog.statusText().contains("Warning: calibration"));
+  CHECK(dialog.statusText().contains("H100 GPUs"));
+  dialog.setTopology("dgx-h200");
   dialog.setCalibration("none");
   CHECK(dialog.request().calibration.empty());
 
