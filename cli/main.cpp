@@ -26,12 +26,13 @@ std::string resourcePath(const std::string& relative) {
 
 std::string calibrationPath(const std::string& name_or_file) {
   namespace fs = std::filesystem;
-  if (fs::exists(name_or_file)) return name_or_file;
-  for (const std::string& candidate : {name_or_file, name_or_file + ".yaml"}) {
-    const fs::path committed = fs::path(TANDEM_RESOURCE_DIR) / "calibration" / candidate;
+  const std::string path = resourcePath(name_or_file);
+  if (fs::exists(path)) return path;
+  for (const std::string& name : {name_or_file, name_or_file + ".yaml"}) {
+    const fs::path committed = fs::path(TANDEM_RESOURCE_DIR) / "calibration" / name;
     if (fs::is_regular_file(committed)) return committed.string();
   }
-  return resourcePath(name_or_file);
+  return name_or_file;
 }
 
 }  // namespace tandem::cli
