@@ -413,6 +413,10 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        }},
       {"residual_in_gemm",
        [&](const YAML::Node& v, const std::string& p) { job.schedule.residual_in_gemm = r.readBool(v, p); }},
+      {"lm_head_chunks",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.schedule.lm_head_chunks = r.readInt(v, p, 1, "integers >= 1");
+       }},
   });
   auto recompute = section({
       {"policy", [&](const YAML::Node& v, const std::string& p) { job.recompute.policy = r.readPolicy(v, p); }},
@@ -575,6 +579,14 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
            "schedule.optimizer_beside_forward needs an unsharded optimizer (a sharded one updates at the end of the "
            "step, where its all-gathers are planned)",
            "parallel.shard_optimizer: false, or data_parallel 1");
+  }
+  if (const int chunks = job.schedule.lm_head_chunks; chunks > 1) {
+    const int64_t tokens = int64_t(job.training.micro_batch) * m.seq_len;
+    if (tokens % chunks != 0 || (tokens / chunks) % 8 != 0)
+      r.fail(pick("schedule.lm_head_chunks", "training.micro_batch"),
+             std::to_string(chunks) + " groups do not split a micro-batch's " + std::to_string(tokens) +
+                 " tokens (training.micro_batch x model.seq_len) into equal groups of a multiple of 8 tokens",
+             "1, or a divisor of training.micro_batch * model.seq_len that leaves a multiple of 8 tokens");
   }
   if (d.branching > m.vocab) {
     r.fail(pick("data.branching", "model.vocab"),

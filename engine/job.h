@@ -110,6 +110,14 @@ struct ScheduleSpec {
   // micro-batch 16: 0.07-0.31 ms faster per step in four alternations
   // (docs/benchmarks.md).
   bool residual_in_gemm = true;
+  // The LM head (its matmul, the cross-entropy and their gradients) in this
+  // many groups of consecutive tokens, group by group (engine/pass_lm_head_chunks.h):
+  // each group's logits are a buffer of their own, so only a few groups'
+  // logits are live at once instead of the whole [tokens, vocab], and each
+  // group's weight-gradient GEMM runs beside the next group's matmul and
+  // memory-bound cross-entropy. 1 keeps one group. The tokens of a
+  // micro-batch must split evenly into groups of a multiple of 8.
+  int lm_head_chunks = 1;
   bool operator==(const ScheduleSpec&) const = default;
 };
 

@@ -116,6 +116,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("fuse_bias_gradients", job.schedule.fuse_bias_gradients ? "true" : "false");
   field("optimizer_beside_forward", job.schedule.optimizer_beside_forward ? "true" : "false");
   field("residual_in_gemm", job.schedule.residual_in_gemm ? "true" : "false");
+  field("lm_head_chunks", integer(job.schedule.lm_head_chunks));
   line("recompute:");
   field("policy", std::string(toString(job.recompute.policy)));
   if (job.recompute.per_layer.empty()) {

@@ -14,6 +14,7 @@
 #include "engine/pass_bias_grad.h"
 #include "engine/pass_buckets.h"
 #include "engine/pass_embedding_gather.h"
+#include "engine/pass_lm_head_chunks.h"
 #include "engine/pass_fusion.h"
 #include "engine/pass_recompute.h"
 
@@ -90,6 +91,7 @@ Plan buildPlan(const JobSpec& job) {
     const ForwardOutputs fwd = emitGpt2Forward(g, job, params, mb);
     emitBackward(g, grads, first, g.nodes.size(), fwd.losses, loss_scale);
   }
+  applyLmHeadChunks(g, job);
 
   std::vector<RecomputeDecision> decisions = keptAndSaved(g, job);
   applyRecompute(g, job);

@@ -232,6 +232,55 @@ TEST_CASE("AdamW at the start of the next step: the same losses and weights", "[
     }
 }
 
+TEST_CASE("The LM head in groups of tokens: the same rows, the weight gradient summed over the groups",
+          "[executor][lm_head_chunks]") {
+  // engine/pass_lm_head_chunks.h: every row of the logits, losses and the
+  // layernorm output's gradient is computed as before, so every gradient
+  // but the LM head weight's has the same bits; that one is a sum of one
+  // product per group (rounded to bf16 after each in bf16 jobs).
+  struct Case {
+    Precision prec;
+    int dp, accum, chunks;
+    bool tied, shard;
+  };
+  for (const Case& c : {Case{Precision::FP32, 1, 1, 2, true, false}, Case{Precision::FP32, 2, 2, 4, true, false},
+                        Case{Precision::FP32, 1, 2, 2, false, false}, Case{Precision::BF16, 1, 1, 2, true, false},
+                        Case{Precision::BF16, 2, 1, 2, false, false}, Case{Precision::FP32, 2, 1, 2, true, true},
+                        Case{Precision::BF16, 2, 2, 2, true, true}}) {
+    JobSpec job = forWeightComparison(test::microJob(4, c.dp, c.accum));  // 32 tokens per micro-batch
+    job.training.precision = c.prec;
+    job.model.tied_embeddings = c.tied;
+    job.model.vocab = 64;  // with a sharded optimizer the embedding's gradient is gathered (pass_embedding_gather.h)
+    job.parallel.shard_optimizer = c.shard;
+    job.comm.gather_embedding_gradient = c.shard;
+    const std::string what = fmt::format("{} dp {} accum {} chunks {}{}{}", toString(c.prec), c.dp, c.accum, c.chunks,
+                                         c.tied ? "" : " untied", c.shard ? " sharded" : "");
+    INFO(what);
+    cpu::CpuExecutor ref(buildPlan(job));
+    job.schedule.lm_head_chunks = c.chunks;
+    const Plan plan = buildPlan(job);
+    REQUIRE(std::count_if(plan.programs[0].tasks.begin(), plan.programs[0].tasks.end(), [](const Task& t) {
+              return t.op == OpKind::CrossEntropy;
+            }) == c.chunks * c.accum);
+    cpu::CpuExecutor ex(plan);
+    const std::string lm_head = c.tied ? "wte" : "lm_head.weight";
+    auto expected = gradients(ref), got = gradients(ex);
+    const double tol = c.prec == Precision::BF16 ? 1e-2 : 1e-6;
+    // A different sum of the same products; a wrong accumulate flag (a
+    // group overwriting the others') would be off by far more.
+    CHECK(relativeDifference(got.at(lm_head), expected.at(lm_head)) <= tol);
+    got.erase(lm_head);
+    expected.erase(lm_head);
+    requireBitIdentical(got, expected, what);
+    for (int step = 0; step < 3; ++step) {
+      const cpu::StepResult a = ref.step(), b = ex.step();
+      INFO("step " << step);
+      CHECK(b.loss == Approx(a.loss).epsilon(c.prec == Precision::BF16 ? 1e-4 : 1e-6));
+      CHECK(b.grad_norm == Approx(a.grad_norm).epsilon(c.prec == Precision::BF16 ? 1e-2 : 1e-5));
+    }
+  }
+}
+
 TEST_CASE("bf16 jobs store bf16 values and still track the fp32 run", "[executor][bf16]") {
   JobSpec f32 = test::microJob(4, 1, 1);
   JobSpec b16 = f32;

@@ -4,7 +4,7 @@
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
 # Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
-#         attnenergy fusebias residual svr twogpu
+#         attnenergy fusebias residual lmhead lmheadmemory svr twogpu
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -31,17 +31,19 @@ graph_vs_eager() {
   if cmp -s "$g" "$e"; then echo "graph == eager (loss, norm, lr) over 20 steps"; else echo "graph != eager"; diff "$g" "$e" | head; fi
   tail -n 1 "$g"
 }
-# A job field off and on (false, true), alternating three times: step time
-# (bench_gpt2_h200 --steps 40), then kernel time per kind (--breakdown) and a
-# step's energy by kind (bench_energy_by_op) for each setting.
+# A job field's values (false and true unless named), alternating three
+# times: step time (bench_gpt2_h200 --steps 40), then kernel time per kind
+# (--breakdown) and a step's energy by kind (bench_energy_by_op) for each.
 alternate() {
-  local name=$1 field=$2
+  local name=$1 field=$2; shift 2
+  local values=("$@")
+  [ ${#values[@]} -eq 0 ] && values=(false true)
   for i in 1 2 3; do
-    for f in false true; do
+    for f in "${values[@]}"; do
       stage ${name}_${f}_$i $B/bench_gpt2_h200 --steps 40 --set $field=$f
     done
   done
-  for f in false true; do
+  for f in "${values[@]}"; do
     stage ${name}_breakdown_$f $B/bench_gpt2_h200 --steps 30 --breakdown --set $field=$f
     stage ${name}_energy_$f $B/bench_energy_by_op --seconds 1 --set $field=$f
   done
@@ -151,6 +153,21 @@ for s in "$@"; do
       # with the add+layernorm kernel (gpt2eager has the default).
       alternate residual schedule.residual_in_gemm
       graph_vs_eager schedule.residual_in_gemm=false ;;
+    lmhead)
+      # The LM head in 8 groups of tokens (schedule.lm_head_chunks) against
+      # one; then graph == eager with the groups.
+      alternate lmhead schedule.lm_head_chunks 1 8
+      graph_vs_eager schedule.lm_head_chunks=8 ;;
+    lmheadmemory)
+      # Memory against step time: the LM head in 4 and 16 groups, selective
+      # recompute, and both, against the default; two rounds in turns (the
+      # planned arena is in each line).
+      for i in 1 2; do
+        for set in schedule.lm_head_chunks=1 schedule.lm_head_chunks=4 schedule.lm_head_chunks=16 \
+            recompute.policy=selective "recompute.policy=selective --set schedule.lm_head_chunks=16"; do
+          stage lmheadmemory_${i}_${set//[^a-z0-9]/_} $B/bench_gpt2_h200 --steps 40 --set $set
+        done
+      done ;;
     svr)
       # Sim-vs-real over every job of bench/sim_vs_real.cpp, the two-GPU ones
       # included (docs/accuracy.md); the real traces stay in OUT/svr.

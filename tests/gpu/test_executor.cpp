@@ -342,6 +342,14 @@ int main() {
       compareGradients("tiny bf16 add+layernorm recompute=full",
                        tiny({"training.precision=bf16", "schedule.residual_in_gemm=false", "recompute.policy=full"}),
                        1e-2);
+      // The LM head in groups of tokens (engine/pass_lm_head_chunks.h):
+      // row views, per-group logits, the weight gradient summed over groups.
+      compareGradients("tiny bf16 lm_head_chunks=4", tiny({"training.precision=bf16", "schedule.lm_head_chunks=4"}),
+                       1e-2);
+      compareGradients("tiny fp32 lm_head_chunks=4 vocab 1024 grad_accum=2",
+                       tiny({"training.precision=fp32", "schedule.lm_head_chunks=4", "model.vocab=1024",
+                             "training.grad_accum=2"}),
+                       1e-4);
       compareGradients("tiny fp32 seq 100 (ragged tiles)",
                        tiny({"training.precision=fp32", "model.seq_len=100", "training.micro_batch=4"}), 1e-4);
       compareTraining("tiny fp32", tiny({"training.precision=fp32"}), 20, 1e-4, 1e-4);
@@ -351,6 +359,8 @@ int main() {
                       tiny({"training.precision=bf16", "model.hidden=128", "model.heads=2"}), 20, 1e-2, 5e-2);
       compareTraining("tiny bf16 add+layernorm",
                       tiny({"training.precision=bf16", "schedule.residual_in_gemm=false"}), 20, 1e-2, 5e-2);
+      compareTraining("tiny fp32 lm_head_chunks=4", tiny({"training.precision=fp32", "schedule.lm_head_chunks=4"}), 20,
+                      1e-4, 1e-4);
       // AdamW at the start of the next step, beside the forward.
       compareTraining("tiny bf16 optimizer beside forward",
                       tiny({"training.precision=bf16", "schedule.optimizer_beside_forward=true"}), 20, 1e-2, 5e-2);
