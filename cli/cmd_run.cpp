@@ -14,6 +14,7 @@
 #include "cli/command_registry.h"
 #include "cli/job_options.h"
 #include "cli/number_checks.h"
+#include "engine/memory_fit.h"
 #include "engine/planner.h"
 
 #ifdef TANDEM_HAVE_CUDA
@@ -50,34 +51,14 @@ struct RunOptions {
 
 constexpr double kGiB = double(1 << 30);
 
-// Recompute / micro-batch choices whose plan fits `free_bytes` (the planner
-// decides the arena; the executor adds its own overhead).
+// Recompute, micro-batch and LM-head choices whose plan fits `free_bytes`
+// with the executor's own buffers and 512 MiB to spare (engine/memory_fit.h).
 std::string fittingChoices(const JobSpec& job, int64_t free_bytes) {
-  std::vector<std::string> fits;
-  for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full}) {
-    for (int mb = job.training.micro_batch; mb >= 1 && fits.size() < 3; mb /= 2) {
-      if (policy == job.recompute.policy && mb == job.training.micro_batch) continue;
-      JobSpec j = job;
-      j.recompute.policy = policy;
-      j.recompute.per_layer.clear();
-      j.training.micro_batch = mb;
-      try {
-        const Plan p = buildPlan(j);
-        const int64_t need =
-            p.programs.at(0).memory.arena_bytes + cuda::executorOverheadBytes(p) + (int64_t(512) << 20);
-        if (need <= free_bytes) {
-          fits.push_back(fmt::format("recompute.policy={} training.micro_batch={} ({:.1f} GiB)", toString(policy), mb,
-                                     need / kGiB));
-          break;  // the largest micro-batch for this policy
-        }
-      } catch (const std::exception&) {
-      }
-      if (mb == 1) break;
-    }
-  }
-  if (fits.empty()) return "no recompute policy or micro-batch fits on this GPU";
+  const std::vector<FittingChoice> fits = choicesThatFit(
+      job, free_bytes, [](const Plan& p) { return cuda::executorOverheadBytes(p) + (int64_t(512) << 20); });
+  if (fits.empty()) return "no recompute policy, micro-batch or LM head split fits on this GPU";
   std::string s = "choices that fit: ";
-  for (size_t i = 0; i < fits.size(); ++i) s += (i ? "; " : "") + fits[i];
+  for (size_t i = 0; i < fits.size(); ++i) s += (i ? "; " : "") + fits[i].text(job);
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "engine/memory_fit.h"
 #include "engine/planner.h"
 #include "test_jobs.h"
 
@@ -105,4 +106,49 @@ TEST_CASE("lm_head_chunks that do not split the tokens are refused", "[planner][
   const JobSpec ok = parseJob("schedule: {lm_head_chunks: 8}\n", "ok.yaml");
   CHECK(ok.schedule.lm_head_chunks == 8);
   CHECK(parseJob(ok.yaml, ok.source) == ok);
+}
+
+TEST_CASE("Choices that fit a memory budget include the LM head in groups", "[planner][lm_head_chunks][memory]") {
+  JobSpec job = defaultJob();
+  job.parallel.data_parallel = 1;
+  job.training.micro_batch = 16;
+  const int64_t whole = buildPlan(job).programs[0].memory.arena_bytes;
+  auto none = [](const Plan&) { return int64_t(0); };
+  // Between 16 groups' arena (6.84 GiB) and the whole one's (8.14): without
+  // recompute only the split head keeps micro-batch 16.
+  job.schedule.lm_head_chunks = 16;
+  const int64_t split = buildPlan(job).programs[0].memory.arena_bytes;
+  job.schedule.lm_head_chunks = 1;
+  REQUIRE(split < whole);
+  const std::vector<FittingChoice> fits = choicesThatFit(job, split, none);
+  REQUIRE(fits.size() == 3);
+  CHECK(fits[0].policy == RecomputePolicy::None);
+  CHECK(fits[0].micro_batch == 16);
+  CHECK(fits[0].lm_head_chunks == 16);
+  CHECK(fits[0].bytes == split);
+  CHECK(fits[0].text(job) == fmt::format("recompute.policy=none training.micro_batch=16 schedule.lm_head_chunks=16 "
+                                         "({:.1f} GiB)",
+                                         double(split) / double(1 << 30)));
+  // Selective recompute fits without the split (6.54 GiB), so it is not added.
+  CHECK(fits[1].policy == RecomputePolicy::Selective);
+  CHECK(fits[1].micro_batch == 16);
+  CHECK(fits[1].lm_head_chunks == 1);
+  CHECK(fits[1].text(job).find("lm_head_chunks") == std::string::npos);
+  CHECK(fits[2].policy == RecomputePolicy::Full);
+  // Every choice is within the budget, with the caller's overhead counted.
+  const int64_t overhead = int64_t(64) << 20;
+  for (const FittingChoice& f : choicesThatFit(job, split, [&](const Plan&) { return overhead; })) {
+    INFO(f.text(job));
+    CHECK(f.bytes <= split);
+    JobSpec j = job;
+    j.recompute.policy = f.policy;
+    j.training.micro_batch = f.micro_batch;
+    j.schedule.lm_head_chunks = f.lm_head_chunks;
+    CHECK(buildPlan(j).programs[0].memory.arena_bytes + overhead == f.bytes);
+  }
+  // Nothing fits a budget below the smallest plan.
+  CHECK(choicesThatFit(job, 1 << 20, none).empty());
+  // The job itself is never offered back, even when it fits.
+  for (const FittingChoice& f : choicesThatFit(job, whole, none))
+    CHECK_FALSE((f.policy == RecomputePolicy::None && f.micro_batch == 16 && f.lm_head_chunks == 1));
 }

@@ -1,0 +1,63 @@
+#include "engine/memory_fit.h"
+
+#include <fmt/format.h>
+
+#include "engine/planner.h"
+
+namespace tandem {
+namespace {
+
+// The most groups up to kMaxSuggestedLmHeadChunks that split a
+// micro-batch's tokens evenly into multiples of 8 (job validation's rule),
+// or 1.
+int mostLmHeadChunks(const JobSpec& job, int micro_batch) {
+  const int64_t tokens = int64_t(micro_batch) * job.model.seq_len;
+  for (int chunks = kMaxSuggestedLmHeadChunks; chunks > 1; chunks /= 2)
+    if (tokens % chunks == 0 && (tokens / chunks) % 8 == 0) return chunks;
+  return 1;
+}
+
+}  // namespace
+
+std::string FittingChoice::text(const JobSpec& job) const {
+  std::string s = fmt::format("recompute.policy={} training.micro_batch={}", toString(policy), micro_batch);
+  if (lm_head_chunks != job.schedule.lm_head_chunks) s += fmt::format(" schedule.lm_head_chunks={}", lm_head_chunks);
+  return s + fmt::format(" ({:.1f} GiB)", double(bytes) / double(int64_t(1) << 30));
+}
+
+std::vector<FittingChoice> choicesThatFit(const JobSpec& job, int64_t budget,
+                                          const std::function<int64_t(const Plan&)>& overhead) {
+  std::vector<FittingChoice> fits;
+  for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full}) {
+    bool found = false;
+    for (int mb = job.training.micro_batch; mb >= 1 && !found; mb /= 2) {
+      const int most = mostLmHeadChunks(job, mb);
+      for (int chunks : {job.schedule.lm_head_chunks, most}) {
+        if (policy == job.recompute.policy && job.recompute.per_layer.empty() && mb == job.training.micro_batch &&
+            chunks == job.schedule.lm_head_chunks)
+          continue;  // the job itself
+        JobSpec j = job;
+        j.recompute.policy = policy;
+        j.recompute.per_layer.clear();
+        j.training.micro_batch = mb;
+        j.schedule.lm_head_chunks = chunks;
+        try {
+          const Plan p = buildPlan(j);
+          const int64_t need = p.programs.at(0).memory.arena_bytes + overhead(p);
+          if (need <= budget) {
+            fits.push_back({policy, mb, chunks, need});
+            found = true;
+            break;
+          }
+        } catch (const std::exception&) {
+          // Not plannable (the job's groups may not split this micro-batch's
+          // tokens): not a choice.
+        }
+        if (most == job.schedule.lm_head_chunks) break;
+      }
+    }
+  }
+  return fits;
+}
+
+}  // namespace tandem
