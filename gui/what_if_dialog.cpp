@@ -69,6 +69,13 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
   recompute_->addItems({"none", "selective", "full"});
   recompute_->setCurrentText(QString::fromStdString(std::string(toString(job.recompute.policy))));
   form->addRow(tr("recompute (all layers)"), recompute_);
+  lm_head_chunks_ = new QSpinBox(this);
+  lm_head_chunks_->setRange(1, 1024);
+  lm_head_chunks_->setValue(job.schedule.lm_head_chunks);
+  lm_head_chunks_->setToolTip(tr("The LM head and cross-entropy in this many groups of tokens, each with logits of "
+                                 "its own: less memory for some step time (a divisor of micro-batch x sequence "
+                                 "leaving a multiple of 8 tokens)"));
+  form->addRow(tr("LM head groups"), lm_head_chunks_);
 
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(form);
@@ -103,6 +110,7 @@ void WhatIfDialog::setBucketMib(double mib) { bucket_->setValue(mib); }
 void WhatIfDialog::setRecompute(RecomputePolicy policy) {
   recompute_->setCurrentText(QString::fromStdString(std::string(toString(policy))));
 }
+void WhatIfDialog::setLmHeadChunks(int n) { lm_head_chunks_->setValue(n); }
 
 WhatIfRequest WhatIfDialog::request() const {
   WhatIfRequest r;
@@ -117,9 +125,12 @@ WhatIfRequest WhatIfDialog::request() const {
       "training.grad_accum=" + std::to_string(accum_->value()),
       "comm.bucket_mib=" + QString::number(bucket_->value()).toStdString(),
       "recompute.policy=" + recompute_->currentText().toStdString(),
+      "schedule.lm_head_chunks=" + std::to_string(lm_head_chunks_->value()),
   };
   r.run_name = "what-if: dp " + std::to_string(dp_->value()) + ", mb " + std::to_string(micro_batch_->value()) +
                ", accum " + std::to_string(accum_->value()) + ", recompute " + recompute_->currentText().toStdString() +
+               (lm_head_chunks_->value() > 1 ? ", LM head in " + std::to_string(lm_head_chunks_->value()) + " groups"
+                                             : std::string()) +
                " on " + r.topology;
   if (!r.calibration.empty()) r.run_name += ", calibrated";
   return r;

@@ -1,7 +1,8 @@
 #pragma once
 // What-if dialog: choose topology (preset or file), calibration (none, a
 // committed one or a file), data-parallel size, micro-batch, gradient
-// accumulation, bucket size and recompute policy for a run's job;
+// accumulation, bucket size, recompute policy and the LM head's groups of
+// tokens (schedule.lm_head_chunks) for a run's job;
 // "Simulate" re-plans and simulates on a worker thread with progress and
 // reports the new run, appended to the given trace file, with any warning
 // (a calibration of another GPU than the topology's).
@@ -39,6 +40,7 @@ class WhatIfDialog : public QDialog {
   void setGradAccum(int n);
   void setBucketMib(double mib);
   void setRecompute(RecomputePolicy policy);
+  void setLmHeadChunks(int n);
   // Starts the simulation (what the Simulate button does).
   void start();
   bool busy() const { return worker_ != nullptr; }
@@ -60,6 +62,7 @@ class WhatIfDialog : public QDialog {
   QSpinBox* accum_ = nullptr;
   QDoubleSpinBox* bucket_ = nullptr;
   QComboBox* recompute_ = nullptr;
+  QSpinBox* lm_head_chunks_ = nullptr;
   QProgressBar* progress_ = nullptr;
   QLabel* status_ = nullptr;
   QPushButton* simulate_ = nullptr;

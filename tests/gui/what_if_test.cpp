@@ -74,6 +74,12 @@ TEST_CASE("what-if: full recompute lowers peak memory and lengthens the step", "
     for (uint8_t p : t.phase) has_recompute |= p == uint8_t(Phase::Recompute);
   CHECK(has_recompute);
 
+  // The LM head in 16 groups: less memory than the whole head.
+  WhatIfRequest split = base;
+  split.overrides = {"recompute.policy=none", "schedule.lm_head_chunks=16"};
+  split.run_name = "split";
+  CHECK(runWhatIf(split).peak_memory_bytes < none.peak_memory_bytes);
+
   // A bad setting is a readable error, not a crash.
   WhatIfRequest bad = base;
   bad.overrides = {"recompute.policy=sometimes"};
@@ -122,6 +128,7 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   dialog.setGradAccum(2);
   dialog.setBucketMib(50);
   dialog.setRecompute(RecomputePolicy::Selective);
+  dialog.setLmHeadChunks(4);
   const WhatIfRequest req = dialog.request();
   CHECK(req.topology == "dgx-h200");
   CHECK(req.calibration.empty());  // the roofline defaults unless one is chosen
@@ -130,6 +137,8 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "training.grad_accum=2") != req.overrides.end());
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "comm.bucket_mib=50") != req.overrides.end());
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "recompute.policy=selective") != req.overrides.end());
+  CHECK(std::find(req.overrides.begin(), req.overrides.end(), "schedule.lm_head_chunks=4") != req.overrides.end());
+  CHECK_THAT(req.run_name, Catch::Contains(", LM head in 4 groups on dgx-h200"));
 
   QSignalSpy created(&dialog, &WhatIfDialog::runCreated);
   dialog.start();
