@@ -2,7 +2,7 @@
 # Runs the GPU tests, the CLI and the benchmark on a GPU machine from a folder
 # of prebuilt binaries (DIST: bin/, lib/, peers/), logging each stage to OUT.
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
-# Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill bench
+# Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr twogpu
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
@@ -83,6 +83,10 @@ for s in "$@"; do
       wait; [ -n "$victim" ] && echo "launch ended $(( $(date +%s) - t0 )) s after the kill"; tail -n 8 $OUT/kill.log ;;
     bench) stage bench $B/bench_gpt2_h200 --steps 30 --peer $DIST/peers/gpt2_torch.py ;;
     benchonly) stage benchonly $B/bench_gpt2_h200 --steps 30 --breakdown ;;
+    peers)
+      # Issue 5's point 3 as quoted: three rounds of 40 steps against the
+      # PyTorch peers, in turns.
+      stage peers $B/bench_gpt2_h200 --steps 40 --rounds 3 --peer $DIST/peers/gpt2_torch.py ;;
     bench2) stage bench2 $B/bench_gpt2_h200 --steps 30 --gpus 2 --peer $DIST/peers/gpt2_torch.py ;;
     scaling)
       # Two-GPU scaling (GPU 0 alone, GPU 1 alone, both), with NCCL's default
