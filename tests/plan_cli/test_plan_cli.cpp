@@ -153,6 +153,32 @@ TEST_CASE("tandem plan rejects a missing file, an empty file and bad overrides",
   CHECK(r.err.find("model.hidden") != std::string::npos);
 }
 
+TEST_CASE("tandem plan --fit names what fits a memory budget", "[cli][plan][fit]") {
+  const std::string gpt2 = "plan gpt2-124m-dp8 --set training.micro_batch=16 --set parallel.data_parallel=1";
+  // 8.14 GiB planned: with 7 GiB only the split LM head keeps micro-batch
+  // 16 without recompute (engine/memory_fit.h).
+  Result r = runTandem(gpt2 + " --fit 7");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("fit        7.00 GiB per rank: the plan needs 8.14 GiB; choices that fit:\n"
+                   "           recompute.policy=none training.micro_batch=16 schedule.lm_head_chunks=16 (6.8 GiB)\n"
+                   "           recompute.policy=selective training.micro_batch=16 (6.5 GiB)\n") != std::string::npos);
+  r = runTandem(gpt2 + " --fit 10");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("the plan fits as it is (8.14 GiB)") != std::string::npos);
+  r = runTandem(gpt2 + " --fit 0.01");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("no recompute policy, micro-batch or LM head split fits") != std::string::npos);
+  // A budget that is not a positive number is refused on one line.
+  for (const char* bad : {"0", "-3", "lots"}) {
+    r = runTandem(gpt2 + " --fit " + bad);
+    INFO(bad);
+    CHECK(r.exit_code != 0);
+    CHECK(r.err.find("--fit: takes a number greater than 0") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+}
+
 TEST_CASE("tandem train reaches the synthetic data's entropy on the tiny job", "[cli][train]") {
   const Result r = runTandem("train tiny --backend cpu --log-every 100");
   INFO(r.out << r.err);
