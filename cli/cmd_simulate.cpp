@@ -12,6 +12,7 @@
 #include "cli/number_checks.h"
 #include "cli/job_options.h"
 #include "engine/planner.h"
+#include "simulator/calibration_coverage.h"
 #include "simulator/calibration_device.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
@@ -140,14 +141,18 @@ void runSimulate(const SimulateOptions& o) {
   const sim::Topology topo = sim::loadTopology(resourcePath(o.topology));
   sim::Calibration cal;
   if (!o.calibration.empty()) cal = sim::loadCalibration(calibrationPath(o.calibration));
-  // Said before the work, on stderr, and kept in the JSON document: a
-  // calibration of another GPU still runs (what-if studies may want it).
-  const std::optional<std::string> mismatch = sim::calibrationGpuMismatch(cal, topo);
-  if (mismatch) fmt::print(stderr, "tandem simulate: warning: {}\n", *mismatch);
   if (!o.kernel_sharing.empty())
     cal.kernel_sharing = o.kernel_sharing == "fair" ? sim::KernelSharing::Fair : sim::KernelSharing::FirstHolds;
   const sim::SimOptions so = simOptions(o, cal);
   const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
+  // Said before the work, on stderr, and kept in the JSON document: a
+  // calibration of another GPU, or one that did not measure some of the
+  // plan's shapes, still runs (what-if studies may want it).
+  std::vector<std::string> warnings;
+  if (auto mismatch = sim::calibrationGpuMismatch(cal, topo)) warnings.push_back(*mismatch);
+  if (auto coverage = sim::calibrationCoverageWarning(sim::calibrationCoverage(plan, cost, topo.devices.at(0))))
+    warnings.push_back(*coverage);
+  for (const std::string& w : warnings) fmt::print(stderr, "tandem simulate: warning: {}\n", w);
   const sim::SimResult result = sim::simulatePlan(plan, topo, cost, so);
   const std::vector<sim::SimRankSummary> sums = sim::summarizeRanks(result);
 
@@ -166,7 +171,7 @@ void runSimulate(const SimulateOptions& o) {
   }
   if (o.json) {
     nlohmann::json j = toJson(plan, topo, result, sums, o.out);
-    j["warnings"] = mismatch ? nlohmann::json::array({*mismatch}) : nlohmann::json::array();
+    j["warnings"] = warnings;
     fmt::print("{}\n", j.dump(2));
   } else {
     printText(plan, topo, result, sums, o);

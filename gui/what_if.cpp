@@ -4,6 +4,7 @@
 
 #include "engine/job.h"
 #include "engine/planner.h"
+#include "simulator/calibration_coverage.h"
 #include "simulator/calibration_device.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
@@ -49,6 +50,8 @@ WhatIfResult runWhatIf(const WhatIfRequest& request, const std::function<void(in
   // As `tandem simulate` does with the same file: the cost model's keys and
   // the calibrated collectives.
   const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
+  if (auto coverage = sim::calibrationCoverageWarning(sim::calibrationCoverage(plan, cost, topo.devices.at(0))))
+    out.warnings.push_back(*coverage);
   sim::SimOptions sim_options;
   sim_options.collective_calibration = cal.collectives;
   const sim::SimResult result = sim::simulatePlan(plan, topo, cost, sim_options);

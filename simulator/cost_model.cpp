@@ -357,6 +357,28 @@ int RooflineCostModel::kernelBlocks(const Task& task) const {
   return it->second.all_shapes.blocks;
 }
 
+TimeSource RooflineCostModel::timeSource(const Task& task) const {
+  if (task.kind == TaskKind::Host || task.fused_into >= 0 || task.op == OpKind::LoadBatch ||
+      task.kind == TaskKind::Memcpy || task.kind == TaskKind::Collective || task.kind == TaskKind::SendRecv)
+    return TimeSource::NoKernel;
+  const OpKind op = costOpKind(task);
+  const auto it = calibration_.ops.find(op);
+  if (it == calibration_.ops.end()) return TimeSource::Roofline;
+  // A kind calibrated as a whole, with no shapes (a task the executor fuses
+  // away: "ns: 0"), is covered at every shape.
+  if (it->second.shapes.empty()) return TimeSource::Measured;
+  const std::string key = shapeKey(task);
+  // As taskNs reads them: a shape entry wins over interpolation, and only
+  // one with a time, a fit or an efficiency says more than its op kind.
+  if (const auto sh = it->second.shapes.find(key); sh != it->second.shapes.end()) {
+    const CostEntry& e = sh->second;
+    const bool timed = e.ns >= 0 || e.has_fit || e.flops_efficiency > 0 || e.bw_efficiency > 0;
+    return timed ? TimeSource::Measured : TimeSource::OpKindFit;
+  }
+  if (interpolators_.at(op).ns(key)) return TimeSource::Interpolated;
+  return TimeSource::OpKindFit;
+}
+
 int64_t RooflineCostModel::taskNs(const Task& task, const DeviceSpec& device, Precision precision) const {
   const double bytes = double(task.bytes_read + task.bytes_written);
   if (task.kind == TaskKind::Host) return params_.host_task_ns;

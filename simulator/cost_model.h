@@ -203,10 +203,22 @@ class CostModel {
   }
 };
 
+// Where a task's time comes from in a RooflineCostModel (calibration
+// coverage: calibration_coverage.h).
+enum class TimeSource : uint8_t {
+  NoKernel,      // a host task, the data copy, or work fused into another task's kernel
+  Measured,      // the calibration measured the task's shape
+  Interpolated,  // between two measured shapes (shape_interpolation.h)
+  OpKindFit,     // the op kind is calibrated, this shape is outside what was measured
+  Roofline,      // the op kind is not calibrated: peak figures and default efficiencies
+};
+
 class RooflineCostModel : public CostModel {
  public:
   explicit RooflineCostModel(RooflineParams params = RooflineParams::defaults(), Calibration calibration = {});
   int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
+  // The rule taskNs takes for the task.
+  TimeSource timeSource(const Task& task) const;
   double commSlowdown() const override { return params_.comm_slowdown; }
   double commSlowdown(const Task& task) const override {
     const auto it = calibration_.comm_slowdown_by_op.find(costOpKind(task));

@@ -107,6 +107,13 @@ TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of ano
   const WhatIfResult other = runWhatIf(calibrated);
   REQUIRE(other.warnings.size() == 1);
   CHECK_THAT(other.warnings[0], Catch::Contains("measured on NVIDIA H200") && Catch::Contains("H100 GPUs"));
+  // Shapes the calibration did not measure (the LM head in groups of 1024
+  // tokens) are named as well.
+  calibrated.topology = "h200x2-nv18";
+  calibrated.overrides.push_back("schedule.lm_head_chunks=16");
+  const WhatIfResult split = runWhatIf(calibrated);
+  REQUIRE(split.warnings.size() == 1);
+  CHECK_THAT(split.warnings[0], Catch::Contains("the calibration did not measure 64 of the plan's"));
   // A file that is not there: the error names it.
   calibrated.calibration = "no-such-calibration.yaml";
   CHECK_THROWS_WITH(runWhatIf(calibrated), Catch::Contains("no-such-calibration.yaml"));
@@ -148,9 +155,11 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   CHECK(info.world_size == 4);
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
 
-  // A calibration of H200s on dgx-h200: chosen, named in the run, no warning.
+  // A calibration of H200s on dgx-h200: chosen, named in the run, no
+  // warning (with the whole LM head: the calibration measured its shapes).
   const QString h200 = QStringLiteral(TANDEM_SOURCE_DIR "/resources/calibration/h200x2-nv18.yaml");
   dialog.setCalibration(h200);
+  dialog.setLmHeadChunks(1);
   CHECK(dialog.request().calibration == h200.toStdString());
   CHECK_THAT(dialog.request().run_name, Catch::EndsWith(", calibrated"));
   QSignalSpy calibrated(&dialog, &WhatIfDialog::runCreated);

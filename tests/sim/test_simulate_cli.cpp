@@ -235,6 +235,25 @@ TEST_CASE("tandem simulate warns when the calibration was measured on another GP
   CHECK(nlohmann::json::parse(js_same.text).at("warnings").empty());
 }
 
+TEST_CASE("tandem simulate warns when the calibration did not measure the plan's shapes", "[cli][coverage]") {
+  REQUIRE(std::filesystem::exists(tandemBin()));
+  const std::string job = "simulate default --set parallel.data_parallel=1 --set training.micro_batch=16 --topology "
+                          "h200x2-nv18 --calibration h200x2-nv18";
+  // The measured shapes: nothing to say.
+  const Output measured = run(job);
+  CHECK(measured.status == 0);
+  CHECK(measured.text.find("warning") == std::string::npos);
+  // The LM head in groups of 1024 tokens, below the smallest it measured.
+  const Output split = run(job + " --set schedule.lm_head_chunks=16 --json");
+  INFO(split.text);
+  REQUIRE(split.status == 0);
+  CHECK(split.text.find("tandem simulate: warning: the calibration did not measure 64 of the plan's 311 kernel "
+                        "tasks, ") != std::string::npos);
+  const nlohmann::json doc = nlohmann::json::parse(split.text.substr(split.text.find('{')));
+  REQUIRE(doc.at("warnings").size() == 1);
+  CHECK(doc.at("warnings")[0].get<std::string>().find("matmul m=1024 n=50304 k=768") != std::string::npos);
+}
+
 TEST_CASE("tandem simulate --calibration takes the name of a calibration that comes with tandem", "[cli]") {
   REQUIRE(std::filesystem::exists(tandemBin()));
   const std::string job = "simulate default --set parallel.data_parallel=1 --set model.layers=2 --topology "

@@ -1,0 +1,113 @@
+// Which of a plan's kernel tasks a calibration measured
+// (simulator/calibration_coverage.h), against the calibration that comes
+// with tandem.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "engine/planner.h"
+#include "simulator/calibration_coverage.h"
+#include "simulator/topology_presets.h"
+
+using namespace tandem;
+
+namespace {
+
+const sim::Calibration& committed() {
+  static const sim::Calibration cal =
+      sim::loadCalibration(std::string(TANDEM_SOURCE_DIR) + "/resources/calibration/h200x2-nv18.yaml");
+  return cal;
+}
+
+const sim::DeviceSpec& h200() {
+  static const sim::Topology topo = sim::loadTopology("h200x2-nv18");
+  return topo.devices.at(0);
+}
+
+sim::CalibrationCoverage coverage(const Plan& plan, const sim::RooflineCostModel& cost) {
+  return sim::calibrationCoverage(plan, cost, h200());
+}
+
+Plan gpt2(int micro_batch, int lm_head_chunks = 1) {
+  JobSpec job = defaultJob();
+  job.parallel.data_parallel = 1;
+  job.training.micro_batch = micro_batch;
+  job.schedule.lm_head_chunks = lm_head_chunks;
+  return buildPlan(job);
+}
+
+}  // namespace
+
+TEST_CASE("A plan of the calibrated shapes is covered, one between them interpolated", "[calibrate][coverage]") {
+  const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), committed());
+  const sim::CalibrationCoverage at16 = coverage(gpt2(16), cost);
+  CHECK(at16.kernel_tasks > 200);
+  CHECK(at16.measured == at16.kernel_tasks);
+  CHECK(at16.op_kind_fit == 0);
+  CHECK(at16.roofline == 0);
+  CHECK_FALSE(sim::calibrationCoverageWarning(at16));
+  // Micro-batch 12 lies between the measured 8 and 16 in one number.
+  const sim::CalibrationCoverage at12 = coverage(gpt2(12), cost);
+  CHECK(at12.interpolated > 100);
+  CHECK(at12.op_kind_fit == 0);
+  CHECK_FALSE(sim::calibrationCoverageWarning(at12));
+}
+
+TEST_CASE("Shapes outside the calibrated ones are counted and named", "[calibrate][coverage]") {
+  const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), committed());
+  // The LM head in 16 groups: GEMMs and cross-entropy of 1024 tokens, below
+  // the smallest measured LM head (4096): four tasks per group.
+  const sim::CalibrationCoverage split = coverage(gpt2(16, 16), cost);
+  CHECK(split.op_kind_fit == 4 * 16);
+  // The LM head's GEMMs and cross-entropy: a sizeable part of the kernel
+  // time (the fit puts it at about a quarter, twice what it measures).
+  CHECK(double(split.op_kind_fit_ns) > 0.05 * double(split.kernel_ns));
+  CHECK(split.op_kind_fit_ns < split.kernel_ns / 2);
+  REQUIRE(split.unmeasured_shapes.size() == 4);
+  CHECK(split.unmeasured_shapes[0] == "matmul m=1024 n=50304 k=768");
+  const auto warning = sim::calibrationCoverageWarning(split);
+  REQUIRE(warning);
+  CHECK_THAT(*warning, Catch::StartsWith("the calibration did not measure 64 of the plan's " +
+                                         std::to_string(split.kernel_tasks) +
+                                         " kernel tasks, "));
+  CHECK_THAT(*warning, Catch::Contains("% of their time (4 shapes: matmul m=1024 n=50304 k=768, "));
+  CHECK_THAT(*warning, Catch::Contains(" and 1 more), nor two shapes around them"));
+  // Micro-batch 32, above every measured shape: nearly every task.
+  const sim::CalibrationCoverage at32 = coverage(gpt2(32), cost);
+  CHECK(at32.op_kind_fit > at32.kernel_tasks * 9 / 10);
+}
+
+TEST_CASE("Without a calibration nothing is said; a kind calibrated as a whole covers every shape",
+          "[calibrate][coverage]") {
+  const sim::RooflineCostModel roofline;
+  const sim::CalibrationCoverage c = coverage(gpt2(16), roofline);
+  CHECK(c.roofline == c.kernel_tasks);
+  CHECK_FALSE(sim::calibrationCoverageWarning(c));
+  // One op kind timed for all its shapes, one at a single shape.
+  const sim::Calibration cal = sim::parseCalibration(
+      "version: 1\nops:\n  layernorm:\n    ns: 1000\n  matmul:\n    shapes:\n      \"m=1 n=2 k=3\": {ns: 5}\n",
+      "two.yaml");
+  const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
+  const sim::CalibrationCoverage mixed = coverage(gpt2(16), cost);
+  CHECK(mixed.measured == 25);  // the layernorms (12 x 2 and the final one)
+  CHECK(mixed.op_kind_fit > 0);  // every matmul
+  CHECK(mixed.roofline == mixed.kernel_tasks - mixed.measured - mixed.op_kind_fit);
+  CHECK(sim::calibrationCoverageWarning(mixed));
+}
+
+TEST_CASE("A shape outside the calibrated ones is not worth a warning below 1% of the kernel time",
+          "[calibrate][coverage]") {
+  // Selective recompute on 4 ranks, micro-batch 8, two micro-batches per
+  // step: one data-gradient GEMM of a shape the calibration has not seen,
+  // among 550 measured tasks.
+  JobSpec job = defaultJob();
+  job.parallel.data_parallel = 4;
+  job.training.micro_batch = 8;
+  job.training.grad_accum = 2;
+  job.recompute.policy = RecomputePolicy::Selective;
+  const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), committed());
+  const sim::CalibrationCoverage c = coverage(buildPlan(job), cost);
+  REQUIRE(c.op_kind_fit >= 1);
+  CHECK(double(c.op_kind_fit_ns) < sim::kCoverageWarnShare * double(c.kernel_ns));
+  CHECK_FALSE(sim::calibrationCoverageWarning(c));
+}
