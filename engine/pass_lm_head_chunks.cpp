@@ -2,16 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <optional>
 #include <stdexcept>
 
 namespace tandem {
 namespace {
-
-// Positions of one LM head's five nodes in Graph::nodes.
-struct LmHeadNodes {
-  size_t matmul = 0;  // the cross-entropy, its backward and the two gradient GEMMs follow in this order
-};
 
 bool readsOrWrites(const Node& n, int tensor) {
   for (int t : n.inputs)
@@ -21,32 +15,33 @@ bool readsOrWrites(const Node& n, int tensor) {
   return false;
 }
 
-// The five nodes as autodiff emits them for `logits = x W^T` followed by
-// the cross-entropy, starting at node i; nothing after them may touch the
-// logits (they become per-group tensors).
-std::optional<LmHeadNodes> matchAt(const Graph& g, size_t i) {
-  if (i + 4 >= g.nodes.size()) return std::nullopt;
+// Whether node i starts the five nodes autodiff emits for `logits = x W^T`
+// followed by the cross-entropy: the matmul, the cross-entropy, its
+// backward, the data and the weight gradient, in this order. Nothing after
+// them may touch the logits (they become per-group tensors).
+bool lmHeadStartsAt(const Graph& g, size_t i) {
+  if (i + 4 >= g.nodes.size()) return false;
   const Node& mm = g.nodes[i];
   if (mm.op != OpKind::Matmul || mm.phase != Phase::Forward || mm.attrs.has_bias || mm.inputs.size() != 2 ||
       mm.outputs.size() != 1)
-    return std::nullopt;
+    return false;
   const int logits = mm.outputs[0], x = mm.inputs[0], w = mm.inputs[1];
   const Node& ce = g.nodes[i + 1];
   const Node& ce_bwd = g.nodes[i + 2];
   const Node& dx = g.nodes[i + 3];
   const Node& dw = g.nodes[i + 4];
   if (ce.op != OpKind::CrossEntropy || ce.inputs.size() != 2 || ce.inputs[0] != logits || ce.outputs.size() != 1)
-    return std::nullopt;
+    return false;
   if (ce_bwd.op != OpKind::CrossEntropyBwd || ce_bwd.inputs != std::vector<int>{logits, ce.inputs[1]} ||
       ce_bwd.outputs != std::vector<int>{logits})
-    return std::nullopt;
+    return false;
   if (dx.op != OpKind::MatmulBwdData || dx.inputs != std::vector<int>{logits, w} || dx.outputs.size() != 1)
-    return std::nullopt;
+    return false;
   if (dw.op != OpKind::MatmulBwdWeight || dw.inputs != std::vector<int>{logits, x} || dw.outputs.size() != 1)
-    return std::nullopt;
+    return false;
   for (size_t j = i + 5; j < g.nodes.size(); ++j)
-    if (readsOrWrites(g.nodes[j], logits)) return std::nullopt;
-  return LmHeadNodes{i};
+    if (readsOrWrites(g.nodes[j], logits)) return false;
+  return true;
 }
 
 // "lm_head.fwd.mb0" -> "lm_head.chunk2.fwd.mb0": the group goes before the
@@ -86,10 +81,10 @@ int rowView(Graph& g, int tensor, int64_t total_rows, int64_t row0, int64_t rows
   return g.addTensor(std::move(v));
 }
 
-// Appends the K groups that replace the five nodes at `at` to `out`.
-void splitLmHead(Graph& g, const LmHeadNodes& at, int chunks, std::vector<Node>& out) {
-  const Node mm = g.nodes[at.matmul], ce = g.nodes[at.matmul + 1], ce_bwd = g.nodes[at.matmul + 2],
-             dx = g.nodes[at.matmul + 3], dw = g.nodes[at.matmul + 4];
+// Appends the K groups that replace the five nodes from node `first` to `out`.
+void splitLmHead(Graph& g, size_t first, int chunks, std::vector<Node>& out) {
+  const Node mm = g.nodes[first], ce = g.nodes[first + 1], ce_bwd = g.nodes[first + 2], dx = g.nodes[first + 3],
+             dw = g.nodes[first + 4];
   const int64_t tokens = mm.attrs.m;
   if (tokens % chunks != 0 || (tokens / chunks) % 8 != 0)
     throw std::invalid_argument(fmt::format(
@@ -145,8 +140,8 @@ int applyLmHeadChunks(Graph& g, const JobSpec& job) {
   out.reserve(g.nodes.size() + 8 * size_t(chunks));
   int split = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (const std::optional<LmHeadNodes> at = matchAt(g, i)) {
-      splitLmHead(g, *at, chunks, out);
+    if (lmHeadStartsAt(g, i)) {
+      splitLmHead(g, i, chunks, out);
       ++split;
       i += 4;
       continue;

@@ -21,7 +21,9 @@
 // first group keeps the original node's accumulate flag, the others add).
 // With the weight-gradient stream, group c's weight GEMM runs beside group
 // c + 1's matmul and cross-entropy, so the cross-entropy no longer runs
-// alone (docs/gpu-executor.md).
+// alone. On one H200 that overlap did not pay for the smaller kernels (8
+// groups: 0.6-0.9 ms more per GPT-2 124M step, docs/benchmarks.md): this is
+// a memory lever, off by default.
 //
 // Every row is computed as before; only the weight gradient becomes a sum
 // of K partial products (in bf16 jobs rounded to bf16 after each, as with
