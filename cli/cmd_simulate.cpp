@@ -12,8 +12,7 @@
 #include "cli/number_checks.h"
 #include "cli/job_options.h"
 #include "engine/planner.h"
-#include "simulator/calibration_coverage.h"
-#include "simulator/calibration_device.h"
+#include "simulator/calibration_warnings.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
 #include "simulator/sim_trace_output.h"
@@ -148,11 +147,8 @@ void runSimulate(const SimulateOptions& o) {
   // Said before the work, on stderr, and kept in the JSON document: a
   // calibration of another GPU, or one that did not measure some of the
   // plan's shapes, still runs (what-if studies may want it).
-  std::vector<std::string> warnings;
-  if (auto mismatch = sim::calibrationGpuMismatch(cal, topo)) warnings.push_back(*mismatch);
-  if (auto coverage = sim::calibrationCoverageWarning(sim::calibrationCoverage(plan, cost, topo.devices.at(0))))
-    warnings.push_back(*coverage);
-  for (const std::string& w : warnings) fmt::print(stderr, "tandem simulate: warning: {}\n", w);
+  const sim::CalibrationWarnings warnings = sim::calibrationWarnings(plan, topo, cal, cost);
+  for (const std::string& w : warnings.lines) fmt::print(stderr, "tandem simulate: warning: {}\n", w);
   const sim::SimResult result = sim::simulatePlan(plan, topo, cost, so);
   const std::vector<sim::SimRankSummary> sums = sim::summarizeRanks(result);
 
@@ -165,13 +161,14 @@ void runSimulate(const SimulateOptions& o) {
       sim::SimTraceOptions to;
       to.topology_label = o.topology;
       to.tool_version = std::string("tandem ") + TANDEM_VERSION;
+      to.stats = warnings.stats;
       sim::writeSimulationTrace(writer, plan, topo, result, to);
     }
     output.commit();
   }
   if (o.json) {
     nlohmann::json j = toJson(plan, topo, result, sums, o.out);
-    j["warnings"] = warnings;
+    j["warnings"] = warnings.lines;
     fmt::print("{}\n", j.dump(2));
   } else {
     printText(plan, topo, result, sums, o);

@@ -4,8 +4,7 @@
 
 #include "engine/job.h"
 #include "engine/planner.h"
-#include "simulator/calibration_coverage.h"
-#include "simulator/calibration_device.h"
+#include "simulator/calibration_warnings.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
 #include "simulator/sim_trace_output.h"
@@ -44,14 +43,13 @@ WhatIfResult runWhatIf(const WhatIfRequest& request, const std::function<void(in
   if (!request.calibration.empty()) {
     report(35, "loading calibration " + request.calibration);
     cal = sim::loadCalibration(request.calibration);
-    if (auto mismatch = sim::calibrationGpuMismatch(cal, topo)) out.warnings.push_back(*mismatch);
   }
   report(40, "simulating one step");
   // As `tandem simulate` does with the same file: the cost model's keys and
   // the calibrated collectives.
   const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
-  if (auto coverage = sim::calibrationCoverageWarning(sim::calibrationCoverage(plan, cost, topo.devices.at(0))))
-    out.warnings.push_back(*coverage);
+  const sim::CalibrationWarnings warnings = sim::calibrationWarnings(plan, topo, cal, cost);
+  out.warnings = warnings.lines;
   sim::SimOptions sim_options;
   sim_options.collective_calibration = cal.collectives;
   const sim::SimResult result = sim::simulatePlan(plan, topo, cost, sim_options);
@@ -61,6 +59,7 @@ WhatIfResult runWhatIf(const WhatIfRequest& request, const std::function<void(in
     sim::SimTraceOptions options;
     options.topology_label = request.topology;
     options.run_name = request.run_name.empty() ? job.name + " (what-if)" : request.run_name;
+    options.stats = warnings.stats;
     out.run_id = sim::writeSimulationTrace(writer, plan, topo, result, options);
     writer.flush();
   }

@@ -59,6 +59,7 @@ int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Top
     info.devices_json = devices + "]";
   }
   const int64_t run = w.beginRun(info);
+  for (const traces::StatRow& stat : options.stats) w.setStat(stat);
 
   const bool replicate = int(result.ranks.size()) <= options.replicate_up_to;
   int64_t left_out = 0;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/plan.h"
 #include "simulator/engine.h"
@@ -23,6 +24,9 @@ struct SimTraceOptions {
   // only simulated ranks are written (a stat says how many were left out).
   int replicate_up_to = 256;
   bool link_counters = true;
+  // Written with the run: what the simulation warned about
+  // (calibration_warnings.h).
+  std::vector<traces::StatRow> stats;
 };
 
 // Appends one run; returns its id. No wall clock is read: the same inputs

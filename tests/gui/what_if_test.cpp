@@ -114,6 +114,14 @@ TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of ano
   const WhatIfResult split = runWhatIf(calibrated);
   REQUIRE(split.warnings.size() == 1);
   CHECK_THAT(split.warnings[0], Catch::Contains("the calibration did not measure 64 of the plan's"));
+  // ... and kept with the run, for whoever opens it later.
+  {
+    traces::TraceReader reader(db.string());
+    bool kept = false;
+    for (const auto& st : reader.stats(split.run_id))
+      kept |= st.name == "sim.calibration_unmeasured_tasks" && st.value == 64;
+    CHECK(kept);
+  }
   // A file that is not there: the error names it.
   calibrated.calibration = "no-such-calibration.yaml";
   CHECK_THROWS_WITH(runWhatIf(calibrated), Catch::Contains("no-such-calibration.yaml"));

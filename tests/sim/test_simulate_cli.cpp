@@ -252,6 +252,23 @@ TEST_CASE("tandem simulate warns when the calibration did not measure the plan's
   const nlohmann::json doc = nlohmann::json::parse(split.text.substr(split.text.find('{')));
   REQUIRE(doc.at("warnings").size() == 1);
   CHECK(doc.at("warnings")[0].get<std::string>().find("matmul m=1024 n=50304 k=768") != std::string::npos);
+  // The simulated run keeps it: a warning stat that tandem report shows.
+  const std::string db = tempPath("cli_coverage.sqlite");
+  std::filesystem::remove(db);
+  REQUIRE(run(job + " --set schedule.lm_head_chunks=16 --out " + db).status == 0);
+  const Output report = run("report " + db + " --json");
+  REQUIRE(report.status == 0);
+  const nlohmann::json report_doc = nlohmann::json::parse(report.text);
+  bool found = false;
+  for (const auto& st : report_doc.at("stats"))
+    if (st.at("name") == "sim.calibration_unmeasured_tasks") {
+      found = true;
+      CHECK(st.at("value") == 64);
+      CHECK(st.at("severity") == "warning");
+      CHECK(st.at("description").get<std::string>().find("did not measure 64") != std::string::npos);
+    }
+  CHECK(found);
+  std::filesystem::remove(db);
 }
 
 TEST_CASE("tandem simulate --calibration takes the name of a calibration that comes with tandem", "[cli]") {
