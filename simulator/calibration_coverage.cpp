@@ -46,7 +46,7 @@ std::optional<std::string> calibrationCoverageWarning(const CalibrationCoverage&
   return fmt::format(
       "the calibration did not measure {} of the plan's {} kernel tasks, {:.1f}% of their time ({} {}: {}), nor "
       "two shapes around them: their times come from their op kind's fit over other shapes, which can be far off "
-      "outside them",
+      "outside them (a profiled run of this job among the runs tandem calibrate fits would measure them)",
       c.op_kind_fit, c.kernel_tasks, 100 * share, c.unmeasured_shapes.size(),
       c.unmeasured_shapes.size() == 1 ? "shape" : "shapes", shapes);
 }
