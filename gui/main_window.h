@@ -75,6 +75,8 @@ class MainWindow : public QMainWindow {
   void refreshStats();
 
  private:
+  // The status bar's usage hints (shown when a run has nothing to warn about).
+  QString hints() const;
   void buildMenus();
   void addRunsOf(const std::string& path);
   void showTopologyOf(const LoadedRun& run);

@@ -184,6 +184,8 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
   out.path = reader.path();
   if (run < 0) run = reader.defaultRunId();
   out.info = reader.run(run);
+  for (traces::StatRow& st : reader.stats(run))
+    if (st.severity != traces::Severity::Info) out.warnings.push_back(std::move(st));
   auto data = std::make_shared<TimelineData>();
   data->run_label = describeRun(out.info);
   data->names = reader.strings();

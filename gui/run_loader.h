@@ -52,6 +52,9 @@ struct LoadedRun {
   traces::RunInfo info;
   std::shared_ptr<TimelineData> timeline;
   std::vector<RankBreakdown> breakdown;
+  // The run's stats above severity info: what its producer warned about
+  // (dropped records, import anomalies, a simulation's calibration).
+  std::vector<traces::StatRow> warnings;
 };
 
 // Loads run `run` (or the file's default run when run < 0).

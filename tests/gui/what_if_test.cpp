@@ -2,11 +2,14 @@
 // on dgx-h200 with a different recompute policy for all layers, simulate,
 // and open the new run.
 #include <catch2/catch.hpp>
+#include <QStatusBar>
 #include <filesystem>
 
 #include "engine/job.h"
 #include "gui/run_loader.h"
+#include "gui/main_window.h"
 #include "gui/what_if.h"
+#include "gui_test_app.h"
 #include "traces/trace_reader.h"
 
 using namespace tandem;
@@ -121,6 +124,16 @@ TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of ano
     for (const auto& st : reader.stats(split.run_id))
       kept |= st.name == "sim.calibration_unmeasured_tasks" && st.value == 64;
     CHECK(kept);
+  }
+  // The main window says so when it opens that run.
+  {
+    tandem::gui::test::app();
+    MainWindow window;
+    REQUIRE(window.openFile(QString::fromStdString(db.string()), split.run_id));
+    CHECK(window.statusBar()->currentMessage().startsWith("Warning about this run: the calibration did not measure 64"));
+    // A run without warnings leaves the usual hints.
+    REQUIRE(window.openFile(QString::fromStdString(db.string()), measured.run_id));
+    CHECK_FALSE(window.statusBar()->currentMessage().contains("Warning"));
   }
   // A file that is not there: the error names it.
   calibrated.calibration = "no-such-calibration.yaml";
