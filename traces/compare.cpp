@@ -115,6 +115,8 @@ RunSide sideOf(TraceReader& reader, int64_t run, int64_t tasks) {
   const RunReport rep = analyzeRun(reader, run);
   RunSide s;
   s.run = rep.run;
+  for (const StatRow& st : rep.stats)
+    if (st.severity != Severity::Info) s.warnings.push_back(st);
   s.step_ns = double(rep.step_time.duration_ns.p50);
   s.tasks = tasks;
   for (const StreamWaitTotal& w : rep.stream_waits.streams)
@@ -251,9 +253,13 @@ std::string comparisonToText(const RunComparison& c) {
   auto only = [](int64_t n, int64_t no_time) {
     return no_time == 0 ? fmt::format("{}", n) : fmt::format("{}, {} of them taking no time", n, no_time);
   };
-  s += fmt::format("tasks matched by (rank, {}): {} (only in A: {}, only in B: {}){}\n\n", c.matched_by, c.matched,
+  s += fmt::format("tasks matched by (rank, {}): {} (only in A: {}, only in B: {}){}\n", c.matched_by, c.matched,
                    only(c.only_a, c.only_a_no_time), only(c.only_b, c.only_b_no_time),
                    c.matched_by == "plan task id" ? "" : "; the runs' plans number their tasks differently");
+  for (const auto& [label, side] : {std::pair{"A", &c.a}, std::pair{"B", &c.b}})
+    for (const StatRow& st : side->warnings)
+      s += fmt::format("{} warns ({} {}): {}\n", label, st.name, st.value, st.description);
+  s += "\n";
   s += fmt::format("{:<24} {:>12} {:>12} {:>10}\n", "per rank and step", "A", "B", "B - A");
   s += fmt::format("{:<24} {:>12.3f} {:>12.3f} {:>+9.2f}%\n", "step time (ms, p50)", ms(c.a.step_ns), ms(c.b.step_ns),
                    c.step_error_pct);
@@ -289,10 +295,17 @@ std::string comparisonToText(const RunComparison& c) {
 
 std::string comparisonToJson(const RunComparison& c) {
   using nlohmann::json;
-  auto side = [](const RunSide& s) {
+  auto warningsJson = [](const std::vector<StatRow>& rows) {
+    json list = json::array();
+    for (const StatRow& st : rows)
+      list.push_back({{"name", st.name}, {"value", st.value}, {"severity", std::string(toString(st.severity))},
+                      {"description", st.description}});
+    return list;
+  };
+  auto side = [&](const RunSide& s) {
     return json{{"run", s.run.id},        {"kind", toString(s.run.kind)}, {"name", s.run.name},
                 {"step_ns", s.step_ns},   {"overlap_pct", s.overlap_pct}, {"exposed_comm_ns", s.exposed_comm_ns},
-                {"compute_ns", s.compute_ns}, {"tasks", s.tasks}};
+                {"compute_ns", s.compute_ns}, {"tasks", s.tasks}, {"warnings", warningsJson(s.warnings)}};
   };
   json j;
   j["a"] = side(c.a);

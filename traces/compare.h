@@ -51,6 +51,10 @@ struct RunSide {
     double total_ns = 0, filled_ns = 0;
   };
   std::map<int, Waits> stream_waits;
+  // The run's stats above severity info: what its producer warned about
+  // (a simulation's calibration, dropped records), said with the comparison
+  // so that an error is read against it.
+  std::vector<StatRow> warnings;
 };
 
 // One stream's waits per (rank, step) in both runs (docs/trace-schema.md,

@@ -56,6 +56,9 @@ void writeRuns(const std::string& path) {
   w.addActivity(act(0, 0, 310, 350, ActivityKind::Kernel, "t2", 2, TracePhase::Backward));
   w.addActivity(act(0, 1, 120, 200, ActivityKind::Collective, "t3", 3, TracePhase::Comm));
   w.addActivity(act(0, 0, 350, 400, ActivityKind::Kernel, "t9", 9, TracePhase::Optimizer));
+  // What the simulation warned about, and a plain count.
+  w.setStat({"sim.calibration_unmeasured_tasks", 1, Severity::Warning, "the calibration did not measure 1 task"});
+  w.setStat({"sim.events", 12, Severity::Info, "discrete events processed"});
   for (auto [id, op] : {std::pair{0, "matmul"}, {1, "matmul"}, {2, "layernorm"}, {3, "all_reduce"}, {9, "adamw"}})
     w.addPlanTask(task(0, id, fmt::format("t{}", id), op, TracePhase::Forward, id == 3 ? 1 : 0, {}));
 }
@@ -206,6 +209,17 @@ TEST_CASE("compareRuns matches tasks and reports per-op errors", "[compare]") {
   CHECK(comparisonToText(c).find("s0 compute") != std::string::npos);
   CHECK(j["by_op"].size() == 3);
   CHECK(comparisonToText(c).find("matmul") != std::string::npos);
+
+  // B's warning is said with the comparison; info stats are not.
+  CHECK(c.a.warnings.empty());
+  REQUIRE(c.b.warnings.size() == 1);
+  CHECK(c.b.warnings[0].name == "sim.calibration_unmeasured_tasks");
+  CHECK(comparisonToText(c).find("B warns (sim.calibration_unmeasured_tasks 1): the calibration did not measure 1 "
+                                 "task\n") != std::string::npos);
+  CHECK(comparisonToText(c).find("sim.events") == std::string::npos);
+  CHECK(j["a"]["warnings"].empty());
+  REQUIRE(j["b"]["warnings"].size() == 1);
+  CHECK(j["b"]["warnings"][0]["severity"] == "warning");
 }
 
 TEST_CASE("compareRuns refuses runs without task ids", "[compare]") {
