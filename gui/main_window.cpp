@@ -150,6 +150,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   statusBar()->showMessage(hints());
 }
 
+QString MainWindow::warningText(const std::vector<traces::StatRow>& warnings) const {
+  QString text = QString::fromStdString(warnings.front().description);
+  if (warnings.size() > 1) text += tr(" (and %1 more; tandem report lists them)").arg(warnings.size() - 1);
+  return text;
+}
+
 QString MainWindow::hints() const {
   return tr("Wheel: zoom · drag: pan · Shift-drag: select range · W/A/S/D · F: fit · ./,: next/previous");
 }
@@ -224,14 +230,8 @@ bool MainWindow::openFile(const QString& path, qint64 run) {
     // What the run's producer warned about stays in view until the next
     // message: a step that rests on unmeasured shapes or lost records
     // should not pass for a clean one.
-    if (loaded.warnings.empty()) {
-      statusBar()->showMessage(hints());
-    } else {
-      QString text = tr("Warning about this run: %1").arg(QString::fromStdString(loaded.warnings.front().description));
-      if (loaded.warnings.size() > 1)
-        text += tr(" (and %1 more; tandem report lists them)").arg(loaded.warnings.size() - 1);
-      statusBar()->showMessage(text);
-    }
+    statusBar()->showMessage(loaded.warnings.empty() ? hints()
+                                                     : tr("Warning about this run: %1").arg(warningText(loaded.warnings)));
     return true;
   } catch (const std::exception& e) {
     showError(tr("Cannot show %1:\n%2").arg(path, QString::fromUtf8(e.what())));
@@ -249,7 +249,9 @@ bool MainWindow::openCompare(const QString& path, qint64 run) {
     compare_run_ = loaded.info.id;
     compare_label_ = QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName();
     refreshComparison();
-    statusBar()->showMessage(tr("Comparing with %1").arg(QString::fromStdString(describeRun(loaded.info))));
+    QString text = tr("Comparing with %1").arg(QString::fromStdString(describeRun(loaded.info)));
+    if (!loaded.warnings.empty()) text += tr(" — warning about that run: %1").arg(warningText(loaded.warnings));
+    statusBar()->showMessage(text);
     onSliceSelected(timeline_->selection().track, timeline_->selection().index);
     return true;
   } catch (const std::exception& e) {

@@ -77,6 +77,9 @@ class MainWindow : public QMainWindow {
  private:
   // The status bar's usage hints (shown when a run has nothing to warn about).
   QString hints() const;
+  // A run's warnings (LoadedRun::warnings, not empty) in one line: the first
+  // and how many more.
+  QString warningText(const std::vector<traces::StatRow>& warnings) const;
   void buildMenus();
   void addRunsOf(const std::string& path);
   void showTopologyOf(const LoadedRun& run);

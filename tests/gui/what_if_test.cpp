@@ -134,6 +134,9 @@ TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of ano
     // A run without warnings leaves the usual hints.
     REQUIRE(window.openFile(QString::fromStdString(db.string()), measured.run_id));
     CHECK_FALSE(window.statusBar()->currentMessage().contains("Warning"));
+    // Compared with the run that warns: said with the comparison.
+    REQUIRE(window.openCompare(QString::fromStdString(db.string()), split.run_id));
+    CHECK(window.statusBar()->currentMessage().contains(" — warning about that run: the calibration did not measure 64"));
   }
   // A file that is not there: the error names it.
   calibrated.calibration = "no-such-calibration.yaml";
