@@ -8,6 +8,7 @@
 #include "cli/job_options.h"
 #include "cli/number_checks.h"
 #include "cli/plan_summary.h"
+#include "engine/gpu_footprint.h"
 #include "engine/memory_fit.h"
 #include "engine/plan_json.h"
 #include "engine/planner.h"
@@ -17,23 +18,26 @@ namespace {
 
 constexpr double kGiB = double(int64_t(1) << 30);
 
-// What fits `gib` of device memory per rank: the job as it is, or the
-// planner's choices (engine/memory_fit.h). Counts the plan's arena alone:
-// the CUDA executor's own buffers depend on the build and are named.
+// What fits `gib` of free device memory per rank: the job as it is, or the
+// planner's choices (engine/memory_fit.h). Counts what `tandem run` counts
+// before it allocates: the arena, the executor's buffers and the reserve
+// it keeps free (engine/gpu_footprint.h).
 std::string fitText(const JobSpec& job, const Plan& plan, double gib) {
   const int64_t budget = int64_t(std::floor(gib * kGiB));
   const int64_t arena = plan.programs.at(0).memory.arena_bytes;
-  std::string s = fmt::format("fit        {:.2f} GiB per rank: ", gib);
-  if (arena <= budget) {
-    s += fmt::format("the plan fits as it is ({:.2f} GiB)\n", arena / kGiB);
-  } else {
-    const std::vector<FittingChoice> fits = choicesThatFit(job, budget, [](const Plan&) { return int64_t(0); });
-    s += fmt::format("the plan needs {:.2f} GiB; ", arena / kGiB);
-    if (fits.empty()) s += "no recompute policy, micro-batch or LM head split fits\n";
-    else s += "choices that fit:\n";
-    for (const FittingChoice& f : fits) s += "           " + f.text(job) + "\n";
-  }
-  return s + "           (planned arenas; a GPU run adds about 0.1 GiB of executor buffers and keeps 0.5 GiB free)\n";
+  const int64_t executor = gpu_footprint::executorFootprint(plan).total();
+  const int64_t needed = arena + gpu_footprint::runOverheadBytes(plan);
+  std::string s = fmt::format("fit        {:.2f} GiB free per rank: ", gib);
+  const std::string parts =
+      fmt::format("{:.2f} GiB (arena {:.2f} + executor {:.2f} + reserve {:.2f})", needed / kGiB, arena / kGiB,
+                  executor / kGiB, gpu_footprint::kRunReserveBytes / kGiB);
+  if (needed <= budget) return s + "the plan fits as it is: " + parts + "\n";
+  const std::vector<FittingChoice> fits = choicesThatFit(job, budget, gpu_footprint::runOverheadBytes);
+  s += "the plan needs " + parts + "; ";
+  if (fits.empty()) return s + "no recompute policy, micro-batch or LM head split fits\n";
+  s += "choices that fit (arena, executor and reserve):\n";
+  for (const FittingChoice& f : fits) s += "           " + f.text(job) + "\n";
+  return s;
 }
 
 void addPlanCommand(CLI::App& root) {

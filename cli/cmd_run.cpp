@@ -14,6 +14,7 @@
 #include "cli/command_registry.h"
 #include "cli/job_options.h"
 #include "cli/number_checks.h"
+#include "engine/gpu_footprint.h"
 #include "engine/memory_fit.h"
 #include "engine/planner.h"
 
@@ -54,8 +55,7 @@ constexpr double kGiB = double(1 << 30);
 // Recompute, micro-batch and LM-head choices whose plan fits `free_bytes`
 // with the executor's own buffers and 512 MiB to spare (engine/memory_fit.h).
 std::string fittingChoices(const JobSpec& job, int64_t free_bytes) {
-  const std::vector<FittingChoice> fits = choicesThatFit(
-      job, free_bytes, [](const Plan& p) { return cuda::executorOverheadBytes(p) + (int64_t(512) << 20); });
+  const std::vector<FittingChoice> fits = choicesThatFit(job, free_bytes, gpu_footprint::runOverheadBytes);
   if (fits.empty()) return "no recompute policy, micro-batch or LM head split fits on this GPU";
   std::string s = "choices that fit: ";
   for (size_t i = 0; i < fits.size(); ++i) s += (i ? "; " : "") + fits[i].text(job);

@@ -315,16 +315,6 @@ void attentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64
   TANDEM_DISPATCH_DT(dt, TANDEM_DISPATCH_HEAD_DIM(C / H, (launchForward<T, D>(out, lse, lse_dt, qkv, B, Tn, C, H, s))));
 }
 
-// Rows of the bias gradient's partial sums on the tensor-core path: one per
-// 64-row tile of each sequence.
-static int64_t biasPartialRows(int64_t B, int64_t Tn) { return B * ((Tn + 63) / 64); }
-
-int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, bool bias_grad) {
-  const int64_t delta = B * H * Tn * int64_t(sizeof(float));
-  if (!bias_grad) return delta;
-  return std::max(delta + biasPartialRows(B, Tn) * 3 * C * int64_t(sizeof(float)), biasGradientScratchBytes(3 * C));
-}
-
 void attentionBackward(void* dqkv, void* dbias, const void* dout, const void* qkv, const void* out,
                        const void* lse, DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H,
                        bool accumulate, bool accumulate_bias, DType dt, float* scratch, cudaStream_t s) {
@@ -336,7 +326,9 @@ void attentionBackward(void* dqkv, void* dbias, const void* dout, const void* qk
   if (attentionTensorCoreEligible(C, H, dt)) {
     float* partial = dbias ? scratch + B * H * Tn : nullptr;
     attentionBackwardTc(dqkv, dout, qkv, out, lse, lse_dt, scratch, partial, B, Tn, C, H, accumulate, s);
-    if (dbias) biasGradientFromPartials(dbias, partial, 3 * C, biasPartialRows(B, Tn), accumulate_bias, dt, s);
+    if (dbias)
+      biasGradientFromPartials(dbias, partial, 3 * C, gpu_footprint::attentionBiasPartialRows(B, Tn),
+                               accumulate_bias, dt, s);
     return;
   }
   TANDEM_DISPATCH_DT(dt, {

@@ -275,8 +275,6 @@ bool crossEntropyStreams(int64_t V, DType dt) {
 
 void setCrossEntropyStreamed(bool on) { g_stream_forced_off = !on; }
 
-int64_t crossEntropyScratchBytes(int64_t M) { return M * int64_t(sizeof(float)); }
-
 void crossEntropy(void* losses, DType loss_dt, void* dlogits, const void* logits,
                   const int32_t* targets, int64_t M, int64_t V, float scale, DType dt,
                   float* loss_sum, float* scratch, cudaStream_t s) {

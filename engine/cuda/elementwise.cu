@@ -218,7 +218,7 @@ __global__ void addKernel(T* c, const T* a, const T* b, int64_t n) {
     c[i] = fromF<T>(toF(a[i]) + toF(b[i]));
 }
 
-constexpr int kBiasRowChunks = 64;
+constexpr int kBiasRowChunks = gpu_footprint::kBiasRowChunks;
 
 template <class T>
 __global__ void biasPartialKernel(float* partial, const T* dy, int64_t M, int64_t N) {
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(32 * kFinalSlices)
 // columns over its slice of rows; grid = (ceil(N/256), kBiasVecChunks),
 // blockDim = (32, 8). Fixed chunk count: the summation order never depends
 // on the launch, so replays give the same bits.
-constexpr int kBiasVecChunks = 256;
+constexpr int kBiasVecChunks = gpu_footprint::kBiasVecChunks;
 
 __global__ void biasPartialVecKernel(float* partial, const bf16* dy, int64_t M, int64_t N) {
   __shared__ float acc[8][32 * 8 + 4];
@@ -432,10 +432,6 @@ void addForward(void* c, const void* a, const void* b, int64_t n, DType dt, cuda
                              static_cast<T*>(c), static_cast<const T*>(a),
                              static_cast<const T*>(b), n));
   TANDEM_CUDA_LAUNCH_CHECK();
-}
-
-int64_t biasGradientScratchBytes(int64_t N) {
-  return std::max(kBiasRowChunks, kBiasVecChunks) * N * int64_t(sizeof(float));
 }
 
 void biasGradientFromPartials(void* db, const float* partial, int64_t N, int64_t rows, bool accumulate, DType dt,

@@ -14,36 +14,12 @@
 #include "engine/cpu/bf16.h"
 #include "engine/cuda/executor_impl.h"
 #include "engine/cuda/graph_memsets.h"
+#include "engine/gpu_footprint.h"
 #include "engine/init.h"
 
 namespace tandem::cuda {
 
 namespace {
-
-int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
-
-// Scratch one kernel task needs on its stream (reused by the next task).
-int64_t taskScratchBytes(const Task& t) {
-  const OpAttrs& a = t.attrs;
-  switch (t.op) {
-    case OpKind::LayerNormBwd: return layernormScratchBytes(a.c, a.bias_grad);
-    case OpKind::AttentionBwd: return attentionScratchBytes(a.b, a.t, a.h, a.c, a.bias_grad);
-    case OpKind::CrossEntropy:
-    case OpKind::CrossEntropyBwd: return crossEntropyScratchBytes(a.m);
-    case OpKind::MatmulBwdWeight: return a.has_bias ? biasGradientScratchBytes(a.n) : 0;
-    default: return 0;
-  }
-}
-
-// Each stream's scratch: the most any of its tasks needs (a stream's tasks
-// run one after another, so they share it).
-std::vector<int64_t> scratchBytesPerStream(const RankPlan& rp) {
-  std::vector<int64_t> bytes(rp.streams.size(), 256);
-  for (const Task& t : rp.tasks) bytes.at(size_t(t.stream)) = std::max(bytes[size_t(t.stream)], taskScratchBytes(t));
-  return bytes;
-}
-
-int64_t chunksOf(int64_t n) { return (n + kChunkElements - 1) / kChunkElements; }
 
 // TANDEM_GRAPH_MERGED_MEMSET: `roots` (the default) runs the merged memsets
 // before the graph's roots, `users` before each GEMM that had a memset
@@ -55,32 +31,11 @@ bool mergedMemsetsBeforeRoots() {
   throw CudaError(std::string("TANDEM_GRAPH_MERGED_MEMSET must be roots or users, not '") + env + "'");
 }
 
-int64_t computeStreamsOf(const RankPlan& rp) {
-  return std::count_if(rp.streams.begin(), rp.streams.end(),
-                       [](const StreamInfo& s) { return s.kind == StreamKind::Compute; });
-}
+int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
+
+int64_t chunksOf(int64_t n) { return (n + kChunkElements - 1) / kChunkElements; }
 
 }  // namespace
-
-int64_t executorOverheadBytes(const Plan& plan) {
-  const RankPlan& rp = plan.programs.at(0);
-  int64_t total = int64_t(Gemm::kWorkspaceBytes) * computeStreamsOf(rp);
-  for (int64_t b : scratchBytesPerStream(rp)) total += align256(b);
-  for (const Task& t : rp.tasks) {
-    if (t.op == OpKind::LoadBatch) {
-      const int64_t n = rp.buffers[t.writes[0]].elementCount();
-      total += align256((2 * n + 2) * 4);
-    }
-    if (t.op == OpKind::GradNorm || t.op == OpKind::AdamW) {
-      int64_t chunks = 0;
-      if (t.op == OpKind::GradNorm)
-        for (int b : t.reads) chunks += chunksOf(rp.buffers[b].elementCount());
-      total += align256(int64_t(std::max(t.reads.size(), t.attrs.params.size())) * sizeof(TensorSlot)) +
-               align256(chunks * 4);
-    }
-  }
-  return total + 4096;
-}
 
 CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt(o) {
   if (plan.programs.size() != 1)
@@ -95,8 +50,8 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   size_t free_b = 0, total_b = 0;
   TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const int64_t arena_bytes = program->memory.arena_bytes;
-  const int64_t overhead = executorOverheadBytes(plan);
-  const int64_t reserve = int64_t(512) << 20;  // CUDA graph, NCCL buffers, allocator slack
+  const int64_t overhead = gpu_footprint::executorFootprint(plan).total();
+  const int64_t reserve = gpu_footprint::kRunReserveBytes;
   const int64_t needed = arena_bytes + overhead + reserve;
   if (needed > int64_t(free_b)) {
     const double gib = double(1 << 30);
@@ -146,7 +101,7 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
                         : nullptr);
   if (gemms.empty() || !gemms[0])
     throw CudaError("cuda executor: the plan's stream 0 is not a compute stream");
-  for (int64_t bytes : scratchBytesPerStream(*program)) scratch.push_back(static_cast<float*>(deviceAlloc(bytes)));
+  for (int64_t bytes : gpu_footprint::scratchBytesPerStream(*program)) scratch.push_back(static_cast<float*>(deviceAlloc(bytes)));
   scalars = static_cast<StepScalars*>(deviceAlloc(sizeof(StepScalars)));
   TANDEM_CUDA_CHECK(cudaMallocHost(&host_scalars, kSlots * sizeof(StepScalars)));
   TANDEM_CUDA_CHECK(cudaMallocHost(&host_out, kSlots * 2 * sizeof(float)));
@@ -174,7 +129,7 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   size_t free_after = 0;
   TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_after, &total_b));
   mem.planned_arena_bytes = arena_bytes;
-  mem.workspace_bytes = int64_t(Gemm::kWorkspaceBytes) * computeStreamsOf(*program);
+  mem.workspace_bytes = gpu_footprint::executorFootprint(plan).gemm_workspaces;
   mem.allocated_bytes = allocated;
   mem.scratch_bytes = allocated - arena_bytes - mem.workspace_bytes;
   mem.device_used_bytes = int64_t(total_b) - int64_t(free_after);

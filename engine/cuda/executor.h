@@ -154,7 +154,4 @@ class CudaExecutor {
   std::unique_ptr<Impl> impl_;
 };
 
-// Bytes the executor needs beyond the arena (workspace, scratch, staging).
-int64_t executorOverheadBytes(const Plan& plan);
-
 }  // namespace tandem::cuda

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/gpu_footprint.h"
 #include "engine/types.h"
 
 namespace tandem::cuda {
@@ -130,7 +131,7 @@ class Gemm {
   // Pointers the fused epilogues accept (bias, aux): the algorithms are
   // chosen for this alignment.
   static constexpr uintptr_t kEpilogueAlignment = 256;
-  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+  static constexpr size_t kWorkspaceBytes = size_t(gpu_footprint::kGemmWorkspaceBytes);
 
  private:
   enum Epilogue : int { kNone, kBias, kGeluAux, kGeluAuxBias, kDGelu, kBGradB };

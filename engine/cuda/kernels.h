@@ -11,9 +11,18 @@
 
 #include <cstdint>
 
+#include "engine/gpu_footprint.h"
 #include "engine/types.h"
 
 namespace tandem::cuda {
+
+// Scratch sizes and multi-tensor chunks live with the executor's footprint,
+// which a build without CUDA computes too (engine/gpu_footprint.h).
+using gpu_footprint::attentionScratchBytes;
+using gpu_footprint::biasGradientScratchBytes;
+using gpu_footprint::crossEntropyScratchBytes;
+using gpu_footprint::kChunkElements;
+using gpu_footprint::layernormScratchBytes;
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 void embeddingForward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
@@ -57,7 +66,6 @@ void addLayernormForward(void* sum, void* y, void* mean, DType mean_dt, void* rs
                          const void* a2, const void* w, const void* b, int64_t M, int64_t C, DType dt,
                          cudaStream_t s);
 // scratch: layernormScratchBytes(C, dbias != null) bytes of executor workspace.
-int64_t layernormScratchBytes(int64_t C, bool bias_grad = false);
 // The layernorm backward's dx alone, its rows spread over every warp (no
 // parameter sums, which pin the row to a fixed set of warps): what moving
 // the sums off the critical path would leave there. Rows of up to 3
@@ -90,7 +98,6 @@ bool attentionSupportsHeadDim(int64_t D);
 void attentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn,
                       int64_t C, int64_t H, DType dt, cudaStream_t s);
 // scratch: attentionScratchBytes(B, Tn, H, C, dbias != null) bytes of executor workspace.
-int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C = 0, bool bias_grad = false);
 // dbias (may be null): also the column sums of dqkv, the QKV projection's
 // bias gradient (engine/pass_bias_grad.h); needs accumulate off, adds to
 // dbias with accumulate_bias.
@@ -110,7 +117,6 @@ void addForward(void* c, const void* a, const void* b, int64_t n, DType dt, cuda
 void crossEntropy(void* losses, DType loss_dt, void* dlogits, const void* logits,
                   const int32_t* targets, int64_t M, int64_t V, float scale, DType dt,
                   float* loss_sum, float* scratch, cudaStream_t s);
-int64_t crossEntropyScratchBytes(int64_t M);
 // Whether crossEntropy takes the streamed kernel for rows of V logits of dt
 // (cross_entropy.cu): bf16, V % 8 == 0, two rows fit in shared memory, a
 // compute capability 9.0 device, and neither TANDEM_CROSS_ENTROPY=rows nor
@@ -124,7 +130,6 @@ void prepareCrossEntropyKernels();
 // db[n] (+)= sum_m dy[m,n]   (the bias gradient of a matmul)
 void biasGradient(void* db, const void* dy, int64_t M, int64_t N, bool accumulate, DType dt,
                   float* scratch, cudaStream_t s);
-int64_t biasGradientScratchBytes(int64_t N);
 // db[N] (+)= the sums of `rows` rows of fp32 partial sums (row pitch N), in a
 // fixed order: the last step of a bias gradient summed inside another kernel.
 void biasGradientFromPartials(void* db, const float* partial, int64_t N, int64_t rows, bool accumulate, DType dt,
@@ -144,7 +149,8 @@ struct TensorSlot {
   int param_bf16 = 0;
   int grad_bf16 = 0;
 };
-inline constexpr int64_t kChunkElements = 16384;
+static_assert(sizeof(TensorSlot) == gpu_footprint::kTensorSlotBytes,
+              "the executor footprint counts TensorSlot tables by this size");
 
 // Per-step scalars the optimizer reads from device memory, so a captured
 // graph picks up the learning rate and step of each replay.

@@ -10,9 +10,11 @@ namespace tandem::cuda {
 namespace {
 
 constexpr float kEps = 1e-5f;
-constexpr int kWarpsPerBlock = 8;
-constexpr int kBwdBlocks = 264;  // fixed (2 per H200 SM): the reduction order must not depend on M
-constexpr int kBwdWarps = kBwdBlocks * kWarpsPerBlock;
+// Fixed launch shapes (2 backward blocks per H200 SM): the reduction order
+// must not depend on M. They size the scratch (engine/gpu_footprint.h).
+constexpr int kWarpsPerBlock = gpu_footprint::kLayernormWarpsPerBlock;
+constexpr int kBwdBlocks = gpu_footprint::kLayernormBwdBlocks;
+constexpr int kBwdWarps = gpu_footprint::kLayernormBwdWarps;
 
 template <class T>
 __global__ void layernormForwardKernel(T* y, void* mean, int mean_bf16, void* rstd, int rstd_bf16,
@@ -547,11 +549,6 @@ void addLayernormForward(void* sum, void* y, void* mean, DType mean_dt, void* rs
                          const void* a2, const void* w, const void* b, int64_t M, int64_t C, DType dt,
                          cudaStream_t s) {
   layernormForwardAny(y, mean, mean_dt, rstd, rstd_dt, a, a2, sum, w, b, M, C, dt, s);
-}
-
-int64_t layernormScratchBytes(int64_t C, bool bias_grad) {
-  const int64_t partials = int64_t(kBwdWarps) * C * (bias_grad ? 3 : 2) * int64_t(sizeof(float));
-  return bias_grad ? std::max(partials, biasGradientScratchBytes(C)) : partials;
 }
 
 void layernormBackward(void* dx, void* dw, void* db, void* dbias, const void* dy, const void* x, const void* w,

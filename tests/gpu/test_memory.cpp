@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/cuda/executor.h"
+#include "engine/gpu_footprint.h"
 #include "engine/planner.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -38,6 +39,13 @@ void plannedVersusMeasured() {
              "(workspace {:.1f}, scratch and tables {:.1f}); device use grew {:.1f} MiB over two steps\n",
              m.planned_arena_bytes / kMiB, plan.programs[0].memory.lower_bound_bytes / kMiB,
              m.allocated_bytes / kMiB, m.workspace_bytes / kMiB, m.scratch_bytes / kMiB, (after - before) / kMiB);
+  // What the refusal and `tandem plan --fit` count for the executor
+  // (engine/gpu_footprint.h) must cover what it allocates, and not by much.
+  const int64_t counted = gpu_footprint::executorFootprint(plan).total();
+  fmt::print("     executor buffers counted without a GPU {:.2f} MiB, allocated {:.2f} MiB\n", counted / kMiB,
+             overhead / kMiB);
+  expectBelow("allocated beyond the arena minus the counted footprint, MiB", (overhead - counted) / kMiB, 0.0);
+  expectBelow("counted footprint minus allocated beyond the arena, MiB", (counted - overhead) / kMiB, 1.0);
   // The cuBLASLt workspaces (32 MiB per compute stream: two with the
   // weight-gradient stream) and at most 32 MiB of scratch and tables.
   expectBelow("allocated beyond the planned arena and the GEMM workspaces, MiB (scratch and tables)",

@@ -155,17 +155,26 @@ TEST_CASE("tandem plan rejects a missing file, an empty file and bad overrides",
 
 TEST_CASE("tandem plan --fit names what fits a memory budget", "[cli][plan][fit]") {
   const std::string gpt2 = "plan gpt2-124m-dp8 --set training.micro_batch=16 --set parallel.data_parallel=1";
-  // 8.14 GiB planned: with 7 GiB only the split LM head keeps micro-batch
-  // 16 without recompute (engine/memory_fit.h).
+  // 8.14 GiB of arena, 0.08 of executor buffers and 0.5 kept free, as
+  // `tandem run` counts them (engine/gpu_footprint.h). With 7 GiB free the
+  // split LM head alone (6.8 GiB of arena) no longer fits: selective
+  // recompute needs it too.
   Result r = runTandem(gpt2 + " --fit 7");
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  CHECK(r.out.find("fit        7.00 GiB per rank: the plan needs 8.14 GiB; choices that fit:\n"
-                   "           recompute.policy=none training.micro_batch=16 schedule.lm_head_chunks=16 (6.8 GiB)\n"
-                   "           recompute.policy=selective training.micro_batch=16 (6.5 GiB)\n") != std::string::npos);
-  r = runTandem(gpt2 + " --fit 10");
+  CHECK(r.out.find("fit        7.00 GiB free per rank: the plan needs 8.71 GiB (arena 8.14 + executor 0.08 + "
+                   "reserve 0.50); choices that fit (arena, executor and reserve):\n"
+                   "           recompute.policy=none training.micro_batch=8 (5.6 GiB)\n"
+                   "           recompute.policy=selective training.micro_batch=16 schedule.lm_head_chunks=16 "
+                   "(5.8 GiB)\n"
+                   "           recompute.policy=full training.micro_batch=16 (4.8 GiB)\n") != std::string::npos);
+  // 8.71 GiB is the boundary: just above it the job fits, just below it not.
+  r = runTandem(gpt2 + " --fit 8.72");
   CHECK(r.exit_code == 0);
-  CHECK(r.out.find("the plan fits as it is (8.14 GiB)") != std::string::npos);
+  CHECK(r.out.find("the plan fits as it is: 8.71 GiB (arena 8.14 + executor 0.08 + reserve 0.50)") !=
+        std::string::npos);
+  r = runTandem(gpt2 + " --fit 8.70");
+  CHECK(r.out.find("the plan needs 8.71 GiB") != std::string::npos);
   r = runTandem(gpt2 + " --fit 0.01");
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("no recompute policy, micro-batch or LM head split fits") != std::string::npos);

@@ -1,0 +1,77 @@
+#include "engine/gpu_footprint.h"
+
+#include <algorithm>
+
+#include "engine/plan.h"
+
+namespace tandem::gpu_footprint {
+namespace {
+
+int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
+int64_t chunksOf(int64_t n) { return (n + kChunkElements - 1) / kChunkElements; }
+constexpr int64_t kFloat = int64_t(sizeof(float));
+
+}  // namespace
+
+int64_t biasGradientScratchBytes(int64_t N) { return std::max(kBiasRowChunks, kBiasVecChunks) * N * kFloat; }
+
+int64_t layernormScratchBytes(int64_t C, bool bias_grad) {
+  // Partial rows of dw and db (and the residual gradient's sums) per warp.
+  const int64_t partials = int64_t(kLayernormBwdWarps) * C * (bias_grad ? 3 : 2) * kFloat;
+  return bias_grad ? std::max(partials, biasGradientScratchBytes(C)) : partials;
+}
+
+int64_t attentionBiasPartialRows(int64_t B, int64_t Tn) { return B * ((Tn + 63) / 64); }
+
+int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, bool bias_grad) {
+  const int64_t delta = B * H * Tn * kFloat;  // rowsum(dO * O) per query row and head
+  if (!bias_grad) return delta;
+  return std::max(delta + attentionBiasPartialRows(B, Tn) * 3 * C * kFloat, biasGradientScratchBytes(3 * C));
+}
+
+int64_t crossEntropyScratchBytes(int64_t M) { return M * kFloat; }
+
+int64_t taskScratchBytes(const Task& t) {
+  const OpAttrs& a = t.attrs;
+  switch (t.op) {
+    case OpKind::LayerNormBwd: return layernormScratchBytes(a.c, a.bias_grad);
+    case OpKind::AttentionBwd: return attentionScratchBytes(a.b, a.t, a.h, a.c, a.bias_grad);
+    case OpKind::CrossEntropy:
+    case OpKind::CrossEntropyBwd: return crossEntropyScratchBytes(a.m);
+    case OpKind::MatmulBwdWeight: return a.has_bias ? biasGradientScratchBytes(a.n) : 0;
+    default: return 0;
+  }
+}
+
+std::vector<int64_t> scratchBytesPerStream(const RankPlan& rp) {
+  std::vector<int64_t> bytes(rp.streams.size(), 256);
+  for (const Task& t : rp.tasks) bytes.at(size_t(t.stream)) = std::max(bytes[size_t(t.stream)], taskScratchBytes(t));
+  return bytes;
+}
+
+Footprint executorFootprint(const Plan& plan) {
+  const RankPlan& rp = plan.programs.at(0);
+  Footprint f;
+  for (const StreamInfo& s : rp.streams)
+    if (s.kind == StreamKind::Compute) f.gemm_workspaces += kGemmWorkspaceBytes;
+  for (int64_t b : scratchBytesPerStream(rp)) f.scratch += align256(b);
+  for (const Task& t : rp.tasks) {
+    if (t.op == OpKind::LoadBatch) {
+      // Tokens and targets of the micro-batch, staged as 32-bit integers.
+      const int64_t n = rp.buffers[size_t(t.writes[0])].elementCount();
+      f.batch_staging += align256((2 * n + 2) * 4);
+    }
+    if (t.op == OpKind::GradNorm || t.op == OpKind::AdamW) {
+      int64_t chunks = 0;
+      if (t.op == OpKind::GradNorm)
+        for (int b : t.reads) chunks += chunksOf(rp.buffers[size_t(b)].elementCount());
+      const int64_t slots = int64_t(std::max(t.reads.size(), t.attrs.params.size()));
+      f.optimizer_tables += align256(slots * kTensorSlotBytes) + align256(chunks * kFloat);
+    }
+  }
+  return f;
+}
+
+int64_t runOverheadBytes(const Plan& plan) { return executorFootprint(plan).total() + kRunReserveBytes; }
+
+}  // namespace tandem::gpu_footprint

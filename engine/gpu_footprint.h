@@ -1,0 +1,75 @@
+#pragma once
+// What the CUDA executor allocates beyond a plan's arena, computed without
+// CUDA: cuBLASLt workspaces, each stream's kernel scratch, the batch
+// staging and the optimizer's tables. The executor allocates exactly these
+// (engine/cuda/executor.cpp), and `tandem plan --fit` and the planner's
+// fitting choices count them on a machine without a GPU, so a budget
+// checked on a laptop is the one `tandem run` checks on the GPU.
+//
+// The constants are launch shapes of the executor's kernels that size their
+// scratch; the kernels take them from here (engine/cuda/*.cu).
+
+#include <cstdint>
+#include <vector>
+
+// Declared, not included: the CUDA sources include this header, and
+// engine/plan.h needs C++20 where they compile as C++17.
+namespace tandem {
+struct Plan;
+struct RankPlan;
+struct Task;
+}  // namespace tandem
+
+namespace tandem::gpu_footprint {
+
+// cuBLASLt workspace per compute stream.
+inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
+// Device memory `tandem run` keeps free beyond its allocations: the CUDA
+// Graph, NCCL's buffers and the allocator's slack.
+inline constexpr int64_t kRunReserveBytes = int64_t(512) << 20;
+
+// Layernorm backward: a fixed grid (2 blocks per H200 SM) so that the
+// reduction order of the parameter sums never depends on the row count.
+inline constexpr int kLayernormBwdBlocks = 264;
+inline constexpr int kLayernormWarpsPerBlock = 8;
+inline constexpr int kLayernormBwdWarps = kLayernormBwdBlocks * kLayernormWarpsPerBlock;
+// Bias gradients: partial column sums over a fixed number of row slices
+// (scalar and 8-wide kernels), added in order afterwards.
+inline constexpr int kBiasRowChunks = 64;
+inline constexpr int kBiasVecChunks = 256;
+// Multi-tensor launches (grad norm, AdamW) work in chunks of this many
+// elements; the grad norm keeps one fp32 partial per chunk.
+inline constexpr int64_t kChunkElements = 16384;
+// sizeof(cuda::TensorSlot), one per tensor of a multi-tensor launch
+// (engine/cuda/kernels.h asserts it).
+inline constexpr int64_t kTensorSlotBytes = 72;
+
+int64_t layernormScratchBytes(int64_t C, bool bias_grad = false);
+int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C = 0, bool bias_grad = false);
+int64_t crossEntropyScratchBytes(int64_t M);
+int64_t biasGradientScratchBytes(int64_t N);
+// Rows of partial bias sums the attention backward stores (one per 64-row tile).
+int64_t attentionBiasPartialRows(int64_t B, int64_t Tn);
+
+// Scratch of one task on its stream (a stream's tasks share one buffer).
+int64_t taskScratchBytes(const Task& t);
+// Each stream's scratch: the most any of its tasks needs, at least 256 B.
+std::vector<int64_t> scratchBytesPerStream(const RankPlan& rp);
+
+// The executor's buffers beyond rank 0's arena, as allocated (256-byte
+// aligned), by kind.
+struct Footprint {
+  int64_t gemm_workspaces = 0;
+  int64_t scratch = 0;
+  int64_t batch_staging = 0;
+  int64_t optimizer_tables = 0;
+  int64_t fixed = 4096;  // step scalars and small tables
+  int64_t total() const { return gemm_workspaces + scratch + batch_staging + optimizer_tables + fixed; }
+};
+Footprint executorFootprint(const Plan& plan);
+
+// What `tandem run` needs free on a GPU for `plan` beyond its arena: the
+// executor's buffers and kRunReserveBytes.
+int64_t runOverheadBytes(const Plan& plan);
+
+}  // namespace tandem::gpu_footprint

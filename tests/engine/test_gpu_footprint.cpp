@@ -1,0 +1,103 @@
+// The CUDA executor's buffers beyond the arena, counted without a GPU
+// (engine/gpu_footprint.h): the sizes follow the kernels' launch shapes and
+// the plan's tasks and streams. gpu_test_memory checks on the GPU that the
+// executor allocates no more than this.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "engine/gpu_footprint.h"
+#include "engine/memory_fit.h"
+#include "engine/planner.h"
+
+using namespace tandem;
+
+namespace {
+
+constexpr int64_t kMiB = int64_t(1) << 20;
+
+JobSpec gpt2OneRank() {
+  JobSpec job = defaultJob();
+  job.parallel.data_parallel = 1;
+  job.training.micro_batch = 16;
+  return job;
+}
+
+int64_t computeStreams(const RankPlan& rp) {
+  return std::count_if(rp.streams.begin(), rp.streams.end(),
+                       [](const StreamInfo& s) { return s.kind == StreamKind::Compute; });
+}
+
+}  // namespace
+
+TEST_CASE("GPU footprint of GPT-2 124M: workspaces, scratch, staging, tables", "[gpu_footprint]") {
+  const Plan plan = buildPlan(gpt2OneRank());
+  const RankPlan& rp = plan.programs.at(0);
+  const gpu_footprint::Footprint f = gpu_footprint::executorFootprint(plan);
+  // One cuBLASLt workspace per compute stream: the main one and the
+  // weight-gradient stream.
+  REQUIRE(computeStreams(rp) == 2);
+  CHECK(f.gemm_workspaces == 64 * kMiB);
+  // The compute stream's largest scratch is the layernorm backward's dw and
+  // db partial rows, one per warp of its fixed grid (264 blocks x 8 warps x
+  // 768 columns x 2 x 4 bytes); the weight-gradient stream's is the MLP bias
+  // gradient's 256 slices of 3072 columns.
+  const std::vector<int64_t> scratch = gpu_footprint::scratchBytesPerStream(rp);
+  REQUIRE(scratch.size() == rp.streams.size());
+  CHECK(scratch[0] == 264 * 8 * 768 * 2 * 4);
+  CHECK(scratch[1] == 256 * 3072 * 4);
+  CHECK(f.scratch == scratch[0] + scratch[1]);  // both are multiples of 256
+  // Tokens and targets of a micro-batch (16 x 1024), 4 bytes each, staged.
+  CHECK(f.batch_staging >= 2 * 16 * 1024 * 4);
+  CHECK(f.batch_staging < 2 * 16 * 1024 * 4 + 1024);
+  // Grad norm and AdamW tables: a 72-byte slot per tensor plus the grad
+  // norm's partial per 16384-element chunk (124.5M parameters: 7.6k chunks).
+  CHECK(f.optimizer_tables > (124475904 / 16384) * 4);
+  CHECK(f.optimizer_tables < 128 * 1024);
+  CHECK(gpu_footprint::runOverheadBytes(plan) == f.total() + 512 * kMiB);
+}
+
+TEST_CASE("GPU footprint follows the plan's choices", "[gpu_footprint]") {
+  JobSpec job = gpt2OneRank();
+  const gpu_footprint::Footprint base = gpu_footprint::executorFootprint(buildPlan(job));
+  // The bias gradients summed by the layernorm backward add a third partial row.
+  job.schedule.fuse_bias_gradients = true;
+  const std::vector<int64_t> fused = gpu_footprint::scratchBytesPerStream(buildPlan(job).programs.at(0));
+  CHECK(fused[0] == 264 * 8 * 768 * 3 * 4);
+  // Twice the micro-batch stages twice the tokens; workspaces stay.
+  job = gpt2OneRank();
+  job.training.micro_batch = 32;
+  const gpu_footprint::Footprint big = gpu_footprint::executorFootprint(buildPlan(job));
+  CHECK(big.gemm_workspaces == base.gemm_workspaces);
+  CHECK(big.batch_staging >= 2 * base.batch_staging - 1024);
+  // A data-parallel plan adds a comm stream, which runs no GEMMs.
+  job = gpt2OneRank();
+  job.parallel.data_parallel = 8;
+  const Plan dp8 = buildPlan(job);
+  CHECK(dp8.programs.at(0).streams.size() == 3);
+  CHECK(gpu_footprint::executorFootprint(dp8).gemm_workspaces == 64 * kMiB);
+}
+
+TEST_CASE("Choices that fit a GPU count the executor's buffers and the reserve", "[gpu_footprint][memory_fit]") {
+  const JobSpec job = gpt2OneRank();
+  const Plan plan = buildPlan(job);
+  const int64_t arena = plan.programs.at(0).memory.arena_bytes;
+  const int64_t needed = arena + gpu_footprint::runOverheadBytes(plan);
+  // A budget between the arena and what a run needs: by arenas alone the
+  // job would fit, with the executor counted it does not, so the choices
+  // are smaller plans.
+  const int64_t budget = arena + 256 * kMiB;
+  REQUIRE(budget < needed);
+  const std::vector<FittingChoice> fits = choicesThatFit(job, budget, gpu_footprint::runOverheadBytes);
+  REQUIRE_FALSE(fits.empty());
+  for (const FittingChoice& f : fits) {
+    INFO(f.text(job));
+    CHECK(f.bytes <= budget);
+    JobSpec j = job;
+    j.recompute.policy = f.policy;
+    j.training.micro_batch = f.micro_batch;
+    j.schedule.lm_head_chunks = f.lm_head_chunks;
+    const Plan p = buildPlan(j);
+    CHECK(f.bytes == p.programs.at(0).memory.arena_bytes + gpu_footprint::runOverheadBytes(p));
+  }
+}
