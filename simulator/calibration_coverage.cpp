@@ -11,10 +11,9 @@ CalibrationCoverage calibrationCoverage(const Plan& plan, const RooflineCostMode
   const Precision precision = plan.job.training.precision;
   for (const RankPlan& rp : plan.programs)
     for (const Task& t : rp.tasks) {
-      const TimeSource source = cost.timeSource(t);
+      const auto [ns, source] = cost.taskTime(t, device, precision);
       if (source == TimeSource::NoKernel) continue;
       ++c.kernel_tasks;
-      const int64_t ns = cost.taskNs(t, device, precision);
       c.kernel_ns += ns;
       if (source == TimeSource::OpKindFit) c.op_kind_fit_ns += ns;
       switch (source) {

@@ -357,57 +357,51 @@ int RooflineCostModel::kernelBlocks(const Task& task) const {
   return it->second.all_shapes.blocks;
 }
 
-TimeSource RooflineCostModel::timeSource(const Task& task) const {
-  if (task.kind == TaskKind::Host || task.fused_into >= 0 || task.op == OpKind::LoadBatch ||
-      task.kind == TaskKind::Memcpy || task.kind == TaskKind::Collective || task.kind == TaskKind::SendRecv)
-    return TimeSource::NoKernel;
-  const OpKind op = costOpKind(task);
-  const auto it = calibration_.ops.find(op);
-  if (it == calibration_.ops.end()) return TimeSource::Roofline;
-  // A kind calibrated as a whole, with no shapes (a task the executor fuses
-  // away: "ns: 0"), is covered at every shape.
-  if (it->second.shapes.empty()) return TimeSource::Measured;
-  const std::string key = shapeKey(task);
-  // As taskNs reads them: a shape entry wins over interpolation, and only
-  // one with a time, a fit or an efficiency says more than its op kind.
-  if (const auto sh = it->second.shapes.find(key); sh != it->second.shapes.end()) {
-    const CostEntry& e = sh->second;
-    const bool timed = e.ns >= 0 || e.has_fit || e.flops_efficiency > 0 || e.bw_efficiency > 0;
-    return timed ? TimeSource::Measured : TimeSource::OpKindFit;
-  }
-  if (interpolators_.at(op).ns(key)) return TimeSource::Interpolated;
-  return TimeSource::OpKindFit;
-}
-
-int64_t RooflineCostModel::taskNs(const Task& task, const DeviceSpec& device, Precision precision) const {
+RooflineCostModel::TaskTime RooflineCostModel::taskTime(const Task& task, const DeviceSpec& device,
+                                                       Precision precision) const {
   const double bytes = double(task.bytes_read + task.bytes_written);
-  if (task.kind == TaskKind::Host) return params_.host_task_ns;
+  if (task.kind == TaskKind::Host) return {params_.host_task_ns, TimeSource::NoKernel};
   // Its work runs in another task's fused GEMM (engine/pass_fusion.h): it
   // issues no kernel, so it has no launch either.
-  if (task.fused_into >= 0) return 0;
+  if (task.fused_into >= 0) return {0, TimeSource::NoKernel};
   if (task.op == OpKind::LoadBatch || (task.kind == TaskKind::Memcpy && task.flops == 0 && device.hbm_gbps <= 0))
-    return params_.launch_overhead_ns + int64_t(std::ceil(bytes / params_.host_to_device_gbps));
+    return {params_.launch_overhead_ns + int64_t(std::ceil(bytes / params_.host_to_device_gbps)),
+            TimeSource::NoKernel};
+  // Copies and collectives are timed here too but are not kernels whose
+  // time a calibration covers (calibration_coverage.h).
+  const bool kernel =
+      task.kind != TaskKind::Memcpy && task.kind != TaskKind::Collective && task.kind != TaskKind::SendRecv;
+  auto from = [kernel](TimeSource s) { return kernel ? s : TimeSource::NoKernel; };
 
   // A GELU backward that launches the DGELU GEMM (placed there by memory)
   // runs a GEMM: the roofline takes the data-gradient GEMM's efficiencies.
   const OpKind roofline_op = costOpKind(task);
   double flops_eff = params_.flops_efficiency[size_t(roofline_op)];
   double bw_eff = params_.bw_efficiency[size_t(roofline_op)];
+  TimeSource source = TimeSource::Roofline;
   auto it = calibration_.ops.find(roofline_op);
   if (it != calibration_.ops.end()) {
     const OpCalibration& oc = it->second;
+    // The op kind's entry: exact for a kind calibrated as a whole, with no
+    // shapes (a task the executor fuses away: "ns: 0"), else a fit over
+    // shapes this task's may be outside of.
     const CostEntry* e = &oc.all_shapes;
+    source = oc.shapes.empty() ? TimeSource::Measured : TimeSource::OpKindFit;
     const std::string key = shapeKey(task);
     if (auto sh = oc.shapes.find(key); sh != oc.shapes.end()) {
       e = &sh->second;
+      // Only a shape entry with a time, a fit or an efficiency says more
+      // than its op kind (one with blocks alone takes the kind's efficiencies).
+      if (e->ns >= 0 || e->has_fit || e->flops_efficiency > 0 || e->bw_efficiency > 0) source = TimeSource::Measured;
     } else if (const auto between = interpolators_.at(roofline_op).ns(key)) {
       // Between two measured shapes of the op (shape_interpolation.h).
-      return *between;
+      return {*between, from(TimeSource::Interpolated)};
     }
-    if (e->ns >= 0) return e->ns;
+    if (e->ns >= 0) return {e->ns, from(source)};
     if (e->has_fit)
-      return int64_t(std::llround(e->base_ns + e->ns_per_gflop * task.flops * 1e-9 + e->ns_per_mb * bytes * 1e-6 +
-                                  e->ns_per_mb_slow * slowPathMb(task)));
+      return {int64_t(std::llround(e->base_ns + e->ns_per_gflop * task.flops * 1e-9 + e->ns_per_mb * bytes * 1e-6 +
+                                   e->ns_per_mb_slow * slowPathMb(task))),
+              from(source)};
     if (e->flops_efficiency > 0) flops_eff = e->flops_efficiency;
     if (e->bw_efficiency > 0) bw_eff = e->bw_efficiency;
     // A shape entry with only one efficiency keeps the op kind's other one.
@@ -420,7 +414,7 @@ int64_t RooflineCostModel::taskNs(const Task& task, const DeviceSpec& device, Pr
   // FLOP/s -> FLOP/ns, GB/s == bytes/ns.
   const double compute_ns = peak > 0 ? task.flops / (peak * 1e-9 * flops_eff) : 0;
   const double memory_ns = device.hbm_gbps > 0 ? bytes / (device.hbm_gbps * bw_eff) : 0;
-  return params_.launch_overhead_ns + int64_t(std::ceil(std::max(compute_ns, memory_ns)));
+  return {params_.launch_overhead_ns + int64_t(std::ceil(std::max(compute_ns, memory_ns))), from(source)};
 }
 
 }  // namespace tandem::sim

@@ -216,9 +216,15 @@ enum class TimeSource : uint8_t {
 class RooflineCostModel : public CostModel {
  public:
   explicit RooflineCostModel(RooflineParams params = RooflineParams::defaults(), Calibration calibration = {});
-  int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
-  // The rule taskNs takes for the task.
-  TimeSource timeSource(const Task& task) const;
+  int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const override {
+    return taskTime(task, device, precision).ns;
+  }
+  // A task's time and the rule it came from, in one lookup (taskNs is its ns).
+  struct TaskTime {
+    int64_t ns = 0;
+    TimeSource source = TimeSource::NoKernel;
+  };
+  TaskTime taskTime(const Task& task, const DeviceSpec& device, Precision precision) const;
   double commSlowdown() const override { return params_.comm_slowdown; }
   double commSlowdown(const Task& task) const override {
     const auto it = calibration_.comm_slowdown_by_op.find(costOpKind(task));

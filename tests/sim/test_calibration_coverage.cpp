@@ -111,3 +111,41 @@ TEST_CASE("A shape outside the calibrated ones is not worth a warning below 1% o
   CHECK(double(c.op_kind_fit_ns) < sim::kCoverageWarnShare * double(c.kernel_ns));
   CHECK_FALSE(sim::calibrationCoverageWarning(c));
 }
+
+TEST_CASE("A task's time and the rule it came from come from one lookup", "[calibrate][coverage]") {
+  const Plan plan = gpt2(16);
+  const Task* gemm = nullptr;
+  const Task* load = nullptr;
+  for (const Task& t : plan.programs[0].tasks) {
+    if (!gemm && t.op == OpKind::Matmul && t.fused_into < 0) gemm = &t;
+    if (!load && t.op == OpKind::LoadBatch) load = &t;
+  }
+  REQUIRE(gemm);
+  const std::string key = sim::shapeKey(*gemm);
+  // A shape entry with its blocks alone says nothing about time: the task
+  // takes its op kind's efficiency, and the rule says so.
+  const sim::Calibration blocks_only = sim::parseCalibration(
+      "version: 1\nops:\n  matmul:\n    flops_efficiency: 0.5\n    shapes:\n      \"" + key +
+          "\": {blocks: 132}\n      \"m=1 n=2 k=3\": {ns: 5}\n",
+      "blocks.yaml");
+  const sim::Calibration whole_kind =
+      sim::parseCalibration("version: 1\nops:\n  matmul:\n    flops_efficiency: 0.5\n", "kind.yaml");
+  const sim::RooflineCostModel with_blocks(sim::RooflineParams::defaults(), blocks_only);
+  const sim::RooflineCostModel by_kind(sim::RooflineParams::defaults(), whole_kind);
+  const auto fit = with_blocks.taskTime(*gemm, h200(), Precision::BF16);
+  const auto kind = by_kind.taskTime(*gemm, h200(), Precision::BF16);
+  CHECK(fit.source == sim::TimeSource::OpKindFit);
+  CHECK(kind.source == sim::TimeSource::Measured);  // a kind with no shapes covers every shape
+  CHECK(fit.ns == kind.ns);
+  CHECK(fit.ns == with_blocks.taskNs(*gemm, h200(), Precision::BF16));
+  // A timed shape entry is measured and gives its time.
+  const sim::Calibration timed = sim::parseCalibration(
+      "version: 1\nops:\n  matmul:\n    shapes:\n      \"" + key + "\": {ns: 777}\n", "timed.yaml");
+  const sim::RooflineCostModel measured(sim::RooflineParams::defaults(), timed);
+  const auto m = measured.taskTime(*gemm, h200(), Precision::BF16);
+  CHECK(m.source == sim::TimeSource::Measured);
+  CHECK(m.ns == 777);
+  // The batch's copy to the GPU is not a kernel, calibrated or not.
+  REQUIRE(load);
+  CHECK(measured.taskTime(*load, h200(), Precision::BF16).source == sim::TimeSource::NoKernel);
+}
