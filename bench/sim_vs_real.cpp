@@ -74,7 +74,17 @@ std::vector<BenchJob> benchJobs() {
        {"training.micro_batch=4", "model.hidden=1280", "model.heads=20", "model.layers=6", "parallel.data_parallel=1",
         alone},
        true},
+      // The LM head in 16 groups of 1024 tokens: the smallest LM-head
+      // shapes; 8 groups (2048 tokens) lie between them and base-mb8's.
+      {"lmhead16-mb16",
+       {"training.micro_batch=16", "schedule.lm_head_chunks=16", "parallel.data_parallel=1", alone},
+       true},
       {"seq512-mb16", {"training.micro_batch=16", "model.seq_len=512", "parallel.data_parallel=1"}, false},
+      {"lmhead8-mb16", {"training.micro_batch=16", "schedule.lm_head_chunks=8", "parallel.data_parallel=1"}, false},
+      {"lmhead4-mb16-selective",
+       {"training.micro_batch=16", "schedule.lm_head_chunks=4", "recompute.policy=selective",
+        "parallel.data_parallel=1"},
+       false},
       {"mb12", {"training.micro_batch=12", "parallel.data_parallel=1"}, false},
       {"layers6-mb8", {"training.micro_batch=8", "model.layers=6", "parallel.data_parallel=1"}, false},
       {"hidden1024-mb8",

@@ -4,7 +4,7 @@
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
 # Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
-#         attnenergy fusebias residual lmhead lmheadmemory svr twogpu
+#         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -176,6 +176,14 @@ for s in "$@"; do
       # Sim-vs-real over every job of bench/sim_vs_real.cpp, the two-GPU ones
       # included (docs/accuracy.md); the real traces stay in OUT/svr.
       stage svr $B/bench_sim_vs_real $B/tandem $OUT/svr --steps 20 ;;
+    svr1)
+      # Sim-vs-real on one GPU: the compute keys refitted, the multi-rank
+      # keys kept from the committed calibration; the fit, the table and
+      # the calibration jobs' traces (to analyse again without a GPU) kept.
+      stage svr1 $B/bench_sim_vs_real $B/tandem /tmp/svr1 --steps 20 --max-dp 1 \
+        --multi-rank-from resources/calibration/h200x2-nv18.yaml
+      mkdir -p $OUT/svr1 && cp /tmp/svr1/calibration.yaml /tmp/svr1/*.log $OUT/svr1/ 2>/dev/null
+      tar cJf $OUT/svr1/real-traces.tar.xz -C /tmp/svr1 $(cd /tmp/svr1 && ls *.real.sqlite) ;;
     twogpu)
       # Issue 5's data-parallel correctness, kill test, scaling and DDP peer,
       # and issue 8's two-GPU sim-vs-real, in the order of their cost.

@@ -110,19 +110,19 @@ TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of ano
   const WhatIfResult other = runWhatIf(calibrated);
   REQUIRE(other.warnings.size() == 1);
   CHECK_THAT(other.warnings[0], Catch::Contains("measured on NVIDIA H200") && Catch::Contains("H100 GPUs"));
-  // Shapes the calibration did not measure (the LM head in groups of 1024
+  // Shapes the calibration did not measure (the LM head in groups of 512
   // tokens) are named as well.
   calibrated.topology = "h200x2-nv18";
-  calibrated.overrides.push_back("schedule.lm_head_chunks=16");
+  calibrated.overrides.push_back("schedule.lm_head_chunks=32");
   const WhatIfResult split = runWhatIf(calibrated);
   REQUIRE(split.warnings.size() == 1);
-  CHECK_THAT(split.warnings[0], Catch::Contains("the calibration did not measure 64 of the plan's"));
+  CHECK_THAT(split.warnings[0], Catch::Contains("the calibration did not measure 128 of the plan's"));
   // ... and kept with the run, for whoever opens it later.
   {
     traces::TraceReader reader(db.string());
     bool kept = false;
     for (const auto& st : reader.stats(split.run_id))
-      kept |= st.name == "sim.calibration_unmeasured_tasks" && st.value == 64;
+      kept |= st.name == "sim.calibration_unmeasured_tasks" && st.value == 128;
     CHECK(kept);
   }
   // The main window says so when it opens that run.
@@ -130,13 +130,13 @@ TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of ano
     tandem::gui::test::app();
     MainWindow window;
     REQUIRE(window.openFile(QString::fromStdString(db.string()), split.run_id));
-    CHECK(window.statusBar()->currentMessage().startsWith("Warning about this run: the calibration did not measure 64"));
+    CHECK(window.statusBar()->currentMessage().startsWith("Warning about this run: the calibration did not measure 128"));
     // A run without warnings leaves the usual hints.
     REQUIRE(window.openFile(QString::fromStdString(db.string()), measured.run_id));
     CHECK_FALSE(window.statusBar()->currentMessage().contains("Warning"));
     // Compared with the run that warns: said with the comparison.
     REQUIRE(window.openCompare(QString::fromStdString(db.string()), split.run_id));
-    CHECK(window.statusBar()->currentMessage().contains(" — warning about that run: the calibration did not measure 64"));
+    CHECK(window.statusBar()->currentMessage().contains(" — warning about that run: the calibration did not measure 128"));
   }
   // A file that is not there: the error names it.
   calibrated.calibration = "no-such-calibration.yaml";
