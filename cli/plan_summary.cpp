@@ -6,6 +6,7 @@
 #include <map>
 
 #include "cli/text_format.h"
+#include "engine/gpu_footprint.h"
 
 namespace tandem::cli {
 
@@ -74,6 +75,13 @@ std::string planSummaryText(const Plan& plan) {
   for (const auto& [cat, bytes] : mem.by_category)
     cats += fmt::format("{}{} {}", cats.empty() ? "" : ", ", cat, humanBytes(double(bytes)));
   line(fmt::format("           at the peak: {}", cats));
+  // What `tandem run` checks against a GPU's free memory before it allocates.
+  const gpu_footprint::Footprint fp = gpu_footprint::executorFootprint(plan);
+  line(fmt::format("           a GPU run needs {} free per rank: arena + executor {} (GEMM workspaces {}, "
+                   "scratch {}) + reserve {}",
+                   humanBytes(double(mem.arena_bytes + gpu_footprint::runOverheadBytes(plan))),
+                   humanBytes(double(fp.total())), humanBytes(double(fp.gemm_workspaces)),
+                   humanBytes(double(fp.scratch)), humanBytes(double(gpu_footprint::kRunReserveBytes))));
 
   // One row per run of consecutive layers with the same decision.
   line("recompute  layers  policy     kept/micro-batch  saved/micro-batch  extra FLOP/step (each)");

@@ -168,6 +168,9 @@ TEST_CASE("tandem plan --fit names what fits a memory budget", "[cli][plan][fit]
                    "           recompute.policy=selective training.micro_batch=16 schedule.lm_head_chunks=16 "
                    "(5.8 GiB)\n"
                    "           recompute.policy=full training.micro_batch=16 (4.8 GiB)\n") != std::string::npos);
+  // The summary says the same without --fit.
+  CHECK(r.out.find("           a GPU run needs 8.71 GiB free per rank: arena + executor 79.58 MiB (GEMM "
+                   "workspaces 64.00 MiB, scratch 15.38 MiB) + reserve 512.00 MiB\n") != std::string::npos);
   // 8.71 GiB is the boundary: just above it the job fits, just below it not.
   r = runTandem(gpt2 + " --fit 8.72");
   CHECK(r.exit_code == 0);
