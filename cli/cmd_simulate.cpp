@@ -15,6 +15,7 @@
 #include "simulator/calibration_warnings.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
+#include "simulator/memory_fit_warning.h"
 #include "simulator/sim_trace_output.h"
 #include "simulator/topology_presets.h"
 #include "traces/atomic_output.h"
@@ -147,9 +148,16 @@ void runSimulate(const SimulateOptions& o) {
   // Said before the work, on stderr, and kept in the JSON document: a
   // calibration of another GPU, or one that did not measure some of the
   // plan's shapes, still runs (what-if studies may want it).
-  const sim::CalibrationWarnings warnings = sim::calibrationWarnings(plan, topo, cal, cost);
+  sim::CalibrationWarnings warnings = sim::calibrationWarnings(plan, topo, cal, cost);
   for (const std::string& w : warnings.lines) fmt::print(stderr, "tandem simulate: warning: {}\n", w);
   const sim::SimResult result = sim::simulatePlan(plan, topo, cost, so);
+  // A plan larger than the topology's GPUs: the step is still reported
+  // (what-if studies may want it), with what a real run would say.
+  if (auto memory = sim::memoryFitWarning(plan, topo, result)) {
+    fmt::print(stderr, "tandem simulate: warning: {}\n", memory->line);
+    warnings.lines.push_back(memory->line);
+    warnings.stats.push_back(memory->stat);
+  }
   const std::vector<sim::SimRankSummary> sums = sim::summarizeRanks(result);
 
   if (!o.out.empty()) {

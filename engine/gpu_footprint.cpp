@@ -49,8 +49,9 @@ std::vector<int64_t> scratchBytesPerStream(const RankPlan& rp) {
   return bytes;
 }
 
-Footprint executorFootprint(const Plan& plan) {
-  const RankPlan& rp = plan.programs.at(0);
+Footprint executorFootprint(const Plan& plan) { return executorFootprint(plan.programs.at(0)); }
+
+Footprint executorFootprint(const RankPlan& rp) {
   Footprint f;
   for (const StreamInfo& s : rp.streams)
     if (s.kind == StreamKind::Compute) f.gemm_workspaces += kGemmWorkspaceBytes;
@@ -73,5 +74,9 @@ Footprint executorFootprint(const Plan& plan) {
 }
 
 int64_t runOverheadBytes(const Plan& plan) { return executorFootprint(plan).total() + kRunReserveBytes; }
+
+int64_t runBytes(const RankPlan& program) {
+  return program.memory.arena_bytes + executorFootprint(program).total() + kRunReserveBytes;
+}
 
 }  // namespace tandem::gpu_footprint

@@ -66,10 +66,13 @@ struct Footprint {
   int64_t fixed = 4096;  // step scalars and small tables
   int64_t total() const { return gemm_workspaces + scratch + batch_staging + optimizer_tables + fixed; }
 };
-Footprint executorFootprint(const Plan& plan);
+Footprint executorFootprint(const RankPlan& program);
+Footprint executorFootprint(const Plan& plan);  // rank 0's program
 
 // What `tandem run` needs free on a GPU for `plan` beyond its arena: the
 // executor's buffers and kRunReserveBytes.
 int64_t runOverheadBytes(const Plan& plan);
+// All that a rank running `program` needs free: arena, buffers, reserve.
+int64_t runBytes(const RankPlan& program);
 
 }  // namespace tandem::gpu_footprint

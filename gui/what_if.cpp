@@ -7,6 +7,7 @@
 #include "simulator/calibration_warnings.h"
 #include "simulator/cost_model.h"
 #include "simulator/engine.h"
+#include "simulator/memory_fit_warning.h"
 #include "simulator/sim_trace_output.h"
 #include "simulator/topology_presets.h"
 #include "traces/trace_writer.h"
@@ -48,11 +49,15 @@ WhatIfResult runWhatIf(const WhatIfRequest& request, const std::function<void(in
   // As `tandem simulate` does with the same file: the cost model's keys and
   // the calibrated collectives.
   const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
-  const sim::CalibrationWarnings warnings = sim::calibrationWarnings(plan, topo, cal, cost);
-  out.warnings = warnings.lines;
+  sim::CalibrationWarnings warnings = sim::calibrationWarnings(plan, topo, cal, cost);
   sim::SimOptions sim_options;
   sim_options.collective_calibration = cal.collectives;
   const sim::SimResult result = sim::simulatePlan(plan, topo, cost, sim_options);
+  if (auto memory = sim::memoryFitWarning(plan, topo, result)) {
+    warnings.lines.push_back(memory->line);
+    warnings.stats.push_back(memory->stat);
+  }
+  out.warnings = warnings.lines;
   report(80, "writing the run");
   {
     traces::TraceWriter writer(request.out_path);

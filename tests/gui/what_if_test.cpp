@@ -83,6 +83,27 @@ TEST_CASE("what-if: full recompute lowers peak memory and lengthens the step", "
   split.run_name = "split";
   CHECK(runWhatIf(split).peak_memory_bytes < none.peak_memory_bytes);
 
+  // Micro-batch 256 does not fit an H100 (102.94 GiB with the executor's
+  // buffers and reserve): still simulated, warned about, and the warning
+  // kept with the run.
+  WhatIfRequest large = base;
+  large.topology = "dgx-h100";
+  large.overrides = {"recompute.policy=none", "training.micro_batch=256"};
+  large.run_name = "too large";
+  const WhatIfResult too_large = runWhatIf(large);
+  CHECK(too_large.step_ns > 0);
+  REQUIRE(too_large.warnings.size() == 1);
+  CHECK_THAT(too_large.warnings[0], Catch::StartsWith("rank 0 needs 102.94 GiB on its H100") &&
+                                        Catch::Contains("a real run would refuse this plan; choices that fit: "));
+  CHECK(none.warnings.empty());
+  {
+    traces::TraceReader large_reader(db.string());
+    bool kept = false;
+    for (const auto& st : large_reader.stats(too_large.run_id))
+      kept |= st.name == "sim.memory_short_mib" && st.severity == traces::Severity::Warning;
+    CHECK(kept);
+  }
+
   // A bad setting is a readable error, not a crash.
   WhatIfRequest bad = base;
   bad.overrides = {"recompute.policy=sometimes"};

@@ -293,3 +293,38 @@ TEST_CASE("tandem simulate --calibration takes the name of a calibration that co
   CHECK(missing.status != 0);
   CHECK(missing.text.find("no-such-calibration") != std::string::npos);
 }
+
+TEST_CASE("tandem simulate warns when the plan does not fit the topology's GPUs", "[cli][memory]") {
+  REQUIRE(std::filesystem::exists(tandemBin()));
+  const std::string job =
+      "simulate gpt2-1.5b --set training.micro_batch=64 --set parallel.data_parallel=8 --topology ";
+  // 127.55 GiB per rank with the executor's buffers and reserve: an H200
+  // holds it, an H100 does not.
+  const Output fits = run(job + "dgx-h200");
+  CHECK(fits.status == 0);
+  CHECK(fits.text.find("warning") == std::string::npos);
+  const Output json = run(job + "dgx-h100 --json");
+  INFO(json.text);
+  REQUIRE(json.status == 0);  // the step is still simulated
+  CHECK(json.text.find("tandem simulate: warning: rank 0 needs 127.55 GiB on its H100") != std::string::npos);
+  const nlohmann::json doc = nlohmann::json::parse(json.text.substr(json.text.find('{')));
+  REQUIRE(doc.at("warnings").size() == 1);
+  CHECK(doc.at("warnings")[0].get<std::string>().find("short by 47.91 GiB") != std::string::npos);
+  CHECK(doc.at("step_ns").get<int64_t>() > 0);
+  // Kept with the simulated run, for tandem report and the GUI.
+  const std::string db = tempPath("cli_memory_short.sqlite");
+  std::filesystem::remove(db);
+  REQUIRE(run(job + "dgx-h100 --out " + db).status == 0);
+  const Output report = run("report " + db + " --json");
+  REQUIRE(report.status == 0);
+  const nlohmann::json report_doc = nlohmann::json::parse(report.text);
+  bool found = false;
+  for (const auto& st : report_doc.at("stats"))
+    if (st.at("name") == "sim.memory_short_mib") {
+      found = true;
+      CHECK(st.at("value") == 49056);  // 47.91 GiB in MiB, rounded up
+      CHECK(st.at("severity") == "warning");
+    }
+  CHECK(found);
+  std::filesystem::remove(db);
+}

@@ -1,0 +1,56 @@
+#include "simulator/memory_fit_warning.h"
+
+#include <fmt/format.h>
+
+#include "engine/gpu_footprint.h"
+#include "engine/memory_fit.h"
+
+namespace tandem::sim {
+namespace {
+
+constexpr double kGiB = double(int64_t(1) << 30);
+
+}  // namespace
+
+std::optional<MemoryShortfall> memoryShortfall(const Plan& plan, const Topology& topo, const SimResult& result) {
+  std::optional<MemoryShortfall> worst;
+  for (const SimRank& r : result.ranks) {
+    if (r.device < 0 || size_t(r.device) >= topo.devices.size()) continue;
+    const DeviceSpec& d = topo.devices[size_t(r.device)];
+    if (d.memory_bytes <= 0) continue;  // a topology file that does not say
+    const RankPlan& program = plan.programs.at(size_t(r.program));
+    MemoryShortfall s;
+    s.rank = r.rank;
+    s.device_model = (d.model.empty() ? d.name : d.model) + (d.mig_profile.empty() ? "" : " MIG " + d.mig_profile);
+    s.device_bytes = d.memory_bytes;
+    s.arena_bytes = program.memory.arena_bytes;
+    s.executor_bytes = gpu_footprint::executorFootprint(program).total();
+    s.needed_bytes = gpu_footprint::runBytes(program);
+    if (s.shortBytes() > 0 && (!worst || s.shortBytes() > worst->shortBytes())) worst = s;
+  }
+  return worst;
+}
+
+std::optional<MemoryFitWarning> memoryFitWarning(const Plan& plan, const Topology& topo, const SimResult& result) {
+  const std::optional<MemoryShortfall> s = memoryShortfall(plan, topo, result);
+  if (!s) return std::nullopt;
+  std::string line = fmt::format(
+      "rank {} needs {:.2f} GiB on its {} (arena {:.2f} + executor {:.2f} + reserve {:.2f} GiB) but the GPU has "
+      "{:.2f} GiB: short by {:.2f} GiB, so a real run would refuse this plan",
+      s->rank, s->needed_bytes / kGiB, s->device_model, s->arena_bytes / kGiB, s->executor_bytes / kGiB,
+      gpu_footprint::kRunReserveBytes / kGiB, s->device_bytes / kGiB, s->shortBytes() / kGiB);
+  // The planner's choices against the whole device (a real run sees a
+  // little less free: the CUDA context).
+  const std::vector<FittingChoice> fits =
+      choicesThatFit(plan.job, s->device_bytes, gpu_footprint::runOverheadBytes);
+  if (fits.empty()) {
+    line += "; no recompute policy, micro-batch or LM head split fits";
+  } else {
+    line += "; choices that fit: ";
+    for (size_t i = 0; i < fits.size(); ++i) line += (i ? "; " : "") + fits[i].text(plan.job);
+  }
+  const int64_t short_mib = (s->shortBytes() + (int64_t(1) << 20) - 1) >> 20;
+  return MemoryFitWarning{line, {"sim.memory_short_mib", short_mib, traces::Severity::Warning, line}};
+}
+
+}  // namespace tandem::sim
