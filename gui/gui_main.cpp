@@ -103,7 +103,15 @@ int main(int argc, char** argv) {
       run = parser.value(run_opt).toLongLong(&num);
       if (!num) return fail("--run: expected a run id (an integer), got '" + parser.value(run_opt) + "'");
     }
-    ok = window.openFile(files.front(), run);
+    // On screen, with nothing to apply to the loaded run, the window shows
+    // at once and the file loads behind it with progress; a screenshot, a
+    // range or a pick needs the run first.
+    const bool background = !headless && !parser.isSet(range_opt) && !parser.isSet(select_opt) &&
+                            !parser.isSet(pick_opt) && !parser.isSet(compare_opt);
+    if (background)
+      window.openFileInBackground(files.front(), run);
+    else
+      ok = window.openFile(files.front(), run);
     for (int i = 1; i < files.size(); ++i) window.openCompare(files[i], -1);
     if (ok && parser.isSet(compare_opt)) ok = window.openCompare(files.front(), parser.value(compare_opt).toLongLong());
   } else if (headless) {

@@ -8,6 +8,7 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QMenuBar>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
@@ -15,12 +16,14 @@
 #include <QTabWidget>
 #include <QTableView>
 #include <QThread>
+#include <QToolButton>
 #include <QVBoxLayout>
 #include <map>
 
 #include "gui/compare_view.h"
 #include "gui/compare_worker.h"
 #include "gui/item_models.h"
+#include "gui/load_worker.h"
 #include "gui/recompute_view.h"
 #include "gui/topology_view.h"
 #include "gui/what_if_dialog.h"
@@ -147,6 +150,16 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   });
   connect(tabs_, &QTabWidget::currentChanged, this, [this] { refreshStats(); });
   buildMenus();
+  load_progress_ = new QProgressBar(this);
+  load_progress_->setRange(0, 100);
+  load_progress_->setMaximumWidth(220);
+  load_cancel_button_ = new QToolButton(this);
+  load_cancel_button_->setText(tr("Cancel"));
+  connect(load_cancel_button_, &QToolButton::clicked, this, &MainWindow::cancelLoad);
+  statusBar()->addPermanentWidget(load_progress_);
+  statusBar()->addPermanentWidget(load_cancel_button_);
+  load_progress_->hide();
+  load_cancel_button_->hide();
   statusBar()->showMessage(hints());
 }
 
@@ -161,8 +174,12 @@ QString MainWindow::hints() const {
 }
 
 MainWindow::~MainWindow() {
-  // Comparisons still reading the files finish first (their results, queued
-  // to this window, are then dropped with it).
+  // Loads stop at their next progress point; they and the comparisons still
+  // reading the files finish first (their results, queued to this window,
+  // are then dropped with it).
+  if (load_cancel_) *load_cancel_ = true;
+  for (const QPointer<QThread>& worker : load_workers_)
+    if (worker) worker->wait();
   for (const QPointer<QThread>& worker : trace_compare_workers_)
     if (worker) worker->wait();
 }
@@ -215,28 +232,88 @@ void MainWindow::addRunsOf(const std::string& path) {
 }
 
 bool MainWindow::openFile(const QString& path, qint64 run) {
+  cancelLoad();  // its result would replace this one later
   try {
-    LoadedRun loaded = loadRunFile(path.toStdString(), run);
-    addRunsOf(loaded.path);
-    const QString label = QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName();
-    showRun(loaded.timeline, loaded.breakdown, label);
-    current_path_ = QString::fromStdString(loaded.path);  // an imported file's database
-    current_run_ = loaded.info.id;
-    current_label_ = label;
-    recompute_view_->setRun(current_path_, QString::fromStdString(loaded.info.job_yaml),
-                            QString::fromStdString(loaded.info.topology), loaded.timeline);
-    showTopologyOf(loaded);
-    refreshComparison();
-    // What the run's producer warned about stays in view until the next
-    // message: a step that rests on unmeasured shapes or lost records
-    // should not pass for a clean one.
-    statusBar()->showMessage(loaded.warnings.empty() ? hints()
-                                                     : tr("Warning about this run: %1").arg(warningText(loaded.warnings)));
+    showLoaded(path, loadRunFile(path.toStdString(), run));
     return true;
   } catch (const std::exception& e) {
     showError(tr("Cannot show %1:\n%2").arg(path, QString::fromUtf8(e.what())));
     return false;
   }
+}
+
+void MainWindow::openFileInBackground(const QString& path, qint64 run) {
+  cancelLoad();
+  const int generation = ++load_generation_;
+  load_cancel_ = std::make_shared<std::atomic<bool>>(false);
+  load_pending_ = true;
+  load_progress_->setValue(0);
+  load_progress_->show();
+  load_cancel_button_->show();
+  const QString name = QFileInfo(path).fileName();
+  statusBar()->showMessage(tr("Opening %1...").arg(name));
+  RunLoadCallbacks callbacks;
+  callbacks.progress = [this, generation, name](int pct, const QString& stage) {
+    if (generation != load_generation_) return;
+    load_progress_->setValue(pct);
+    statusBar()->showMessage(tr("Opening %1: %2").arg(name, stage));
+  };
+  callbacks.done = [this, generation, path](std::shared_ptr<LoadedRun> loaded) {
+    if (generation != load_generation_) return;
+    endLoad();
+    try {
+      showLoaded(path, std::move(*loaded));
+      emit loadFinished(true);
+    } catch (const std::exception& e) {
+      showError(tr("Cannot show %1:\n%2").arg(path, QString::fromUtf8(e.what())));
+      emit loadFinished(false);
+    }
+  };
+  callbacks.failed = [this, generation, path](const QString& message, bool cancelled) {
+    if (generation != load_generation_) return;
+    endLoad();
+    if (cancelled)
+      statusBar()->showMessage(tr("Opening %1 cancelled").arg(QFileInfo(path).fileName()));
+    else
+      showError(tr("Cannot show %1:\n%2").arg(path, message));
+    emit loadFinished(false);
+  };
+  std::erase_if(load_workers_, [](const QPointer<QThread>& w) { return w.isNull(); });
+  load_workers_.push_back(startRunLoad(this, path.toStdString(), run, load_cancel_, std::move(callbacks)));
+}
+
+void MainWindow::cancelLoad() {
+  if (!load_pending_) return;
+  *load_cancel_ = true;
+  // Whatever the worker still sends belongs to an older generation now.
+  ++load_generation_;
+  endLoad();
+  statusBar()->showMessage(tr("Opening cancelled"));
+  emit loadFinished(false);
+}
+
+void MainWindow::endLoad() {
+  load_pending_ = false;
+  load_progress_->hide();
+  load_cancel_button_->hide();
+}
+
+void MainWindow::showLoaded(const QString& path, LoadedRun loaded) {
+  addRunsOf(loaded.path);
+  const QString label = QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName();
+  showRun(loaded.timeline, loaded.breakdown, label);
+  current_path_ = QString::fromStdString(loaded.path);  // an imported file's database
+  current_run_ = loaded.info.id;
+  current_label_ = label;
+  recompute_view_->setRun(current_path_, QString::fromStdString(loaded.info.job_yaml),
+                          QString::fromStdString(loaded.info.topology), loaded.timeline);
+  showTopologyOf(loaded);
+  refreshComparison();
+  // What the run's producer warned about stays in view until the next
+  // message: a step that rests on unmeasured shapes or lost records
+  // should not pass for a clean one.
+  statusBar()->showMessage(loaded.warnings.empty() ? hints()
+                                                   : tr("Warning about this run: %1").arg(warningText(loaded.warnings)));
 }
 
 bool MainWindow::openCompare(const QString& path, qint64 run) {
@@ -392,14 +469,14 @@ void MainWindow::onRangeSelected(qint64 start_ns, qint64 end_ns) {
 void MainWindow::onOpenDialog() {
   const QString path =
       QFileDialog::getOpenFileName(this, tr("Open trace"), {}, tr("Traces (*.sqlite *.db);;All files (*)"));
-  if (!path.isEmpty()) openFile(path);
+  if (!path.isEmpty()) openFileInBackground(path);
 }
 
 void MainWindow::onRunActivated(const QModelIndex& index) {
   auto* proxy = qobject_cast<QSortFilterProxyModel*>(runs_view_->model());
   const QModelIndex src = proxy ? proxy->mapToSource(index) : index;
   const auto& e = runs_->entry(src.row());
-  openFile(QString::fromStdString(e.path), e.info.id);
+  openFileInBackground(QString::fromStdString(e.path), e.info.id);
 }
 
 void MainWindow::onCompareWithSelectedRun() {

@@ -7,6 +7,7 @@
 
 #include <QMainWindow>
 #include <QPointer>
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -15,6 +16,8 @@
 
 class QComboBox;
 class QLabel;
+class QProgressBar;
+class QToolButton;
 class QTabWidget;
 class QTableView;
 class QThread;
@@ -41,6 +44,13 @@ class MainWindow : public QMainWindow {
   // Opens run `run` of a trace file (-1: its default run). On failure the
   // reason is shown in the window and returned by lastError().
   bool openFile(const QString& path, qint64 run = -1);
+  // The same on a worker thread, with progress and a Cancel button in the
+  // status bar; the shown run stays usable meanwhile. A load still running
+  // is cancelled. Emits loadFinished when the run is shown or the load
+  // failed or was cancelled.
+  void openFileInBackground(const QString& path, qint64 run = -1);
+  void cancelLoad();
+  bool loadPending() const { return load_pending_; }
   // Loads a run to compare the shown run against (details show the
   // counterpart of the selected task there).
   bool openCompare(const QString& path, qint64 run = -1);
@@ -66,6 +76,10 @@ class MainWindow : public QMainWindow {
   // screenshot of the compare view waits for it).
   bool traceComparisonPending() const { return trace_compare_pending_; }
 
+ signals:
+  // A background load ended: `shown` when its run is now the shown one.
+  void loadFinished(bool shown);
+
  private slots:
   void onSliceSelected(int track, qint64 index);
   void onRangeSelected(qint64 start_ns, qint64 end_ns);
@@ -81,6 +95,9 @@ class MainWindow : public QMainWindow {
   // and how many more.
   QString warningText(const std::vector<traces::StatRow>& warnings) const;
   void buildMenus();
+  // The second half of openFile: shows a loaded run and its warnings.
+  void showLoaded(const QString& path, LoadedRun loaded);
+  void endLoad();
   void addRunsOf(const std::string& path);
   void showTopologyOf(const LoadedRun& run);
   void refreshComparison();
@@ -114,6 +131,15 @@ class MainWindow : public QMainWindow {
   std::vector<QPointer<QThread>> trace_compare_workers_;  // started, not yet deleted
   int trace_compare_generation_ = 0;
   bool trace_compare_pending_ = false;
+  // The background load (openFileInBackground): its worker, cancel flag and
+  // generation (a result of an older generation is dropped), and the status
+  // bar's progress widgets.
+  std::vector<QPointer<QThread>> load_workers_;  // started, not yet deleted
+  std::shared_ptr<std::atomic<bool>> load_cancel_;
+  int load_generation_ = 0;
+  bool load_pending_ = false;
+  QProgressBar* load_progress_ = nullptr;
+  QToolButton* load_cancel_button_ = nullptr;
   bool stats_dirty_ = true;
   QString last_error_;
 };

@@ -1,7 +1,9 @@
 #include "gui/run_loader.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -76,28 +78,61 @@ IntervalLane laneFrom(const traces::IntervalSet& hidden, const traces::IntervalS
   return lane;
 }
 
+// Where a load's percentages go: reading the activities takes most of it.
+constexpr int kReadStartPct = 5, kReadEndPct = 75, kModelPct = 80, kAnalysisPct = 90;
+
+// Reports to `options.progress` (if any) and throws LoadCancelled when it
+// says stop.
+void report(const LoadOptions& options, int pct, const std::string& stage) {
+  if (options.progress && !options.progress(pct, stage)) throw LoadCancelled();
+}
+
+// 950, 12.3k, 10.0M
+std::string countText(int64_t n) {
+  char text[32];
+  if (n < 10'000) std::snprintf(text, sizeof text, "%lld", static_cast<long long>(n));
+  else if (n < 1'000'000) std::snprintf(text, sizeof text, "%.1fk", double(n) * 1e-3);
+  else std::snprintf(text, sizeof text, "%.1fM", double(n) * 1e-6);
+  return text;
+}
+
 // Reads every track of a run. Large runs are read through two connections
 // at once (SQLite connections are independent), each taking every other
-// track, which roughly halves the read on an otherwise idle machine.
-std::vector<traces::Track> readTracks(traces::TraceReader& reader, int64_t run) {
+// track, which roughly halves the read on an otherwise idle machine; the
+// calling thread reports progress after each of its tracks, and a
+// cancellation stops both after their current track.
+std::vector<traces::Track> readTracks(traces::TraceReader& reader, int64_t run, const LoadOptions& options) {
   const std::vector<traces::TrackInfo> infos = reader.tracks(run);
   int64_t total = 0;
   for (const auto& ti : infos) total += ti.activity_count;
-  if (total < 1'000'000 || infos.size() < 2) return reader.loadRun(run);
+  report(options, kReadStartPct, "reading " + countText(total) + " activities");
+  if (total < options.parallel_from || infos.size() < 2) return reader.loadRun(run);
   std::vector<traces::Track> tracks(infos.size());
-  std::string error;
-  auto load = [&](size_t first, std::string* failure) {
+  std::atomic<int64_t> read{0};
+  std::atomic<bool> stop{false};
+  auto load = [&](size_t first, std::string* failure, bool reports) {
     try {
       traces::TraceReader own(reader.path());
-      for (size_t i = first; i < infos.size(); i += 2) tracks[i] = own.loadTrack(run, infos[i].rank, infos[i].stream);
+      for (size_t i = first; i < infos.size() && !stop; i += 2) {
+        tracks[i] = own.loadTrack(run, infos[i].rank, infos[i].stream);
+        read += int64_t(tracks[i].size());
+        if (reports && total > 0)
+          report(options, kReadStartPct + int((kReadEndPct - kReadStartPct) * read / total),
+                 "reading activities: " + countText(read) + " of " + countText(total));
+      }
+    } catch (const LoadCancelled&) {
+      stop = true;
+      *failure = "cancelled";
     } catch (const std::exception& e) {
+      stop = true;
       *failure = e.what();
     }
   };
-  std::string helper_error;
-  std::thread helper(load, 1, &helper_error);
-  load(0, &error);
+  std::string error, helper_error;
+  std::thread helper(load, 1, &helper_error, false);
+  load(0, &error, true);
   helper.join();
+  if (error == "cancelled") throw LoadCancelled();
   if (!error.empty() || !helper_error.empty()) throw traces::TraceError(error.empty() ? helper_error : error);
   return tracks;
 }
@@ -179,7 +214,7 @@ void attachCounters(TimelineData& data, const std::vector<traces::CounterRow>& r
 
 }  // namespace
 
-LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
+LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& options) {
   LoadedRun out;
   out.path = reader.path();
   if (run < 0) run = reader.defaultRunId();
@@ -195,8 +230,9 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   auto t0 = Clock::now();
-  std::vector<traces::Track> tracks = readTracks(reader, run);
+  std::vector<traces::Track> tracks = readTracks(reader, run, options);
   out.timings.read_s = seconds(t0);
+  report(options, kReadEndPct, "building the timeline");
   t0 = Clock::now();
   size_t total = 0;
   for (const auto& t : tracks) total += t.size();
@@ -281,10 +317,12 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
   }
   for (const auto& [k, s] : steps) data->steps.push_back(s);
 
+  report(options, kModelPct, "building the timeline");
   data->finalize(/*compute_overlap=*/false);
   attachCounters(*data, reader.counters(run));
   out.timings.model_s = seconds(t0);
   t0 = Clock::now();
+  report(options, kAnalysisPct, "computing overlap and breakdown");
 
   // The store's classification decides what is compute and communication.
   // Ranks are independent: two threads share them.
@@ -328,6 +366,7 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run) {
   }
   out.timings.analysis_s = seconds(t0);
   out.timeline = std::move(data);
+  report(options, 100, "done");
   return out;
 }
 
@@ -367,9 +406,10 @@ std::string traceDatabaseFor(const std::string& path) {
   }
 }
 
-LoadedRun loadRunFile(const std::string& path, int64_t run) {
+LoadedRun loadRunFile(const std::string& path, int64_t run, const LoadOptions& options) {
+  report(options, 0, "opening " + std::filesystem::path(path).filename().string());
   traces::TraceReader reader(traceDatabaseFor(path));
-  return loadRun(reader, run);
+  return loadRun(reader, run, options);
 }
 
 std::vector<RankBreakdown> breakdownFromTimeline(const TimelineData& data) {

@@ -6,6 +6,7 @@
 // per-rank breakdown is the store's Breakdown.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -26,6 +27,25 @@ namespace tandem::gui {
 class LoadError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A load stopped by its progress callback (LoadOptions::progress).
+class LoadCancelled : public LoadError {
+ public:
+  LoadCancelled() : LoadError("loading cancelled") {}
+};
+
+// Progress of a load: percent done and what it is doing ("reading 3.2M of
+// 10.0M activities"). Called on the loading thread; returning false cancels
+// the load, which then throws LoadCancelled.
+using LoadProgress = std::function<bool(int percent, const std::string& stage)>;
+
+struct LoadOptions {
+  LoadProgress progress;  // may be empty
+  // Runs of at least this many activities are read track by track over two
+  // connections (about half the time on an idle machine), with progress
+  // after each track; smaller ones in one pass.
+  int64_t parallel_from = 1'000'000;
 };
 
 struct RankBreakdown {
@@ -58,12 +78,12 @@ struct LoadedRun {
 };
 
 // Loads run `run` (or the file's default run when run < 0).
-LoadedRun loadRun(traces::TraceReader& reader, int64_t run);
+LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& options = {});
 // Opens a trace database, or a PyTorch profiler (Kineto) JSON or Nsight
 // Systems SQLite export, which is imported once into a trace database in the
 // temp folder (reused while the file is unchanged). `LoadedRun::path` is the
 // database actually read.
-LoadedRun loadRunFile(const std::string& path, int64_t run);
+LoadedRun loadRunFile(const std::string& path, int64_t run, const LoadOptions& options = {});
 std::string traceDatabaseFor(const std::string& path);
 
 // The same breakdown computed from a model that did not come from a file

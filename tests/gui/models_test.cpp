@@ -4,7 +4,10 @@
 #include <QAbstractItemModelTester>
 #include <QImage>
 #include <QProcess>
+#include <QSignalSpy>
 #include <QSortFilterProxyModel>
+#include <QStatusBar>
+#include <QTest>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -413,6 +416,85 @@ TEST_CASE("the main window shows bad input as a message and good runs as lanes",
   CHECK(w.details()->value("phase") == "recompute");
   w.setView(MainWindow::View::Statistics);
   CHECK(w.stats()->rowCount() > 0);
+}
+
+TEST_CASE("a load reports its progress and stops when told to", "[gui][loader]") {
+  const std::string path = writeFixture("progress.sqlite");
+  traces::TraceReader reader(path);
+  const int64_t run = reader.runs().front().id;
+  for (int64_t parallel_from : {int64_t(1'000'000), int64_t(1)}) {
+    INFO("parallel_from " << parallel_from);  // 1: track by track over two connections
+    std::vector<std::pair<int, std::string>> seen;
+    LoadOptions options;
+    options.parallel_from = parallel_from;
+    options.progress = [&](int pct, const std::string& stage) {
+      seen.push_back({pct, stage});
+      return true;
+    };
+    const LoadedRun loaded = loadRun(reader, run, options);
+    CHECK(loaded.timeline->sliceCount() == 10);
+    REQUIRE(seen.size() >= 4);
+    for (size_t i = 1; i < seen.size(); ++i) CHECK(seen[i].first >= seen[i - 1].first);
+    CHECK(seen.back().first == 100);
+    CHECK(seen.front().second == "reading 10 activities");
+    const bool per_track = std::any_of(seen.begin(), seen.end(), [](const auto& s) {
+      return s.second.rfind("reading activities: ", 0) == 0;
+    });
+    CHECK(per_track == (parallel_from == 1));
+    // Told to stop at any of its points, it throws instead of returning.
+    for (size_t stop_at = 0; stop_at < seen.size(); ++stop_at) {
+      size_t calls = 0;
+      options.progress = [&](int, const std::string&) { return calls++ < stop_at; };
+      CHECK_THROWS_AS(loadRun(reader, run, options), LoadCancelled);
+      CHECK(calls == stop_at + 1);
+    }
+  }
+}
+
+TEST_CASE("the main window opens a file in the background with progress, and can cancel it", "[gui][window]") {
+  test::app();
+  MainWindow w;
+  const std::string first = writeFixture("background_first.sqlite");
+  const std::string second = writeFixture("background_second.sqlite", 1.5);
+  QSignalSpy finished(&w, &MainWindow::loadFinished);
+
+  w.openFileInBackground(QString::fromStdString(first));
+  CHECK(w.loadPending());
+  REQUIRE(finished.wait(30000));
+  CHECK(finished.takeFirst().at(0).toBool());
+  CHECK_FALSE(w.loadPending());
+  REQUIRE(w.timeline()->data() != nullptr);
+  CHECK(w.timeline()->data()->sliceCount() == 10);
+  CHECK(w.breakdown()->rowCount() == 2);
+  const TimelineData* shown = w.timeline()->data();
+
+  // Cancelled: said at once, and whatever the worker still sends is dropped:
+  // the first run stays shown.
+  w.openFileInBackground(QString::fromStdString(second));
+  w.cancelLoad();
+  REQUIRE(finished.size() == 1);
+  CHECK_FALSE(finished.takeFirst().at(0).toBool());
+  CHECK_FALSE(w.loadPending());
+  CHECK(w.statusBar()->currentMessage().contains("cancelled"));
+  QTest::qWait(300);
+  CHECK(w.timeline()->data() == shown);
+  CHECK(finished.isEmpty());
+
+  // A second open replaces one still running; a file that is not there is
+  // a message, as with openFile.
+  w.openFileInBackground(QString::fromStdString(first));
+  w.openFileInBackground(QString::fromStdString(second));
+  REQUIRE(finished.wait(30000));
+  while (finished.size() < 2 && finished.wait(1000)) {
+  }
+  CHECK(finished.last().at(0).toBool());
+  CHECK(w.timeline()->data() != shown);
+  const QString missing = QString::fromStdString(tempPath("missing.sqlite").string());
+  finished.clear();
+  w.openFileInBackground(missing);
+  REQUIRE(finished.wait(30000));
+  CHECK_FALSE(finished.takeFirst().at(0).toBool());
+  CHECK(w.lastError().contains("missing.sqlite"));
 }
 
 TEST_CASE("tandem-gui --screenshot renders a file and fails cleanly on bad input", "[gui][cli]") {
