@@ -101,7 +101,8 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
                         : nullptr);
   if (gemms.empty() || !gemms[0])
     throw CudaError("cuda executor: the plan's stream 0 is not a compute stream");
-  for (int64_t bytes : gpu_footprint::scratchBytesPerStream(*program)) scratch.push_back(static_cast<float*>(deviceAlloc(bytes)));
+  for (int64_t bytes : gpu_footprint::scratchBytesPerStream(*program))
+    scratch.push_back(static_cast<float*>(deviceAlloc(bytes)));
   scalars = static_cast<StepScalars*>(deviceAlloc(sizeof(StepScalars)));
   TANDEM_CUDA_CHECK(cudaMallocHost(&host_scalars, kSlots * sizeof(StepScalars)));
   TANDEM_CUDA_CHECK(cudaMallocHost(&host_out, kSlots * 2 * sizeof(float)));
