@@ -25,6 +25,15 @@ std::string FittingChoice::text(const JobSpec& job) const {
   return s + fmt::format(" ({:.1f} GiB)", double(bytes) / double(int64_t(1) << 30));
 }
 
+JobSpec FittingChoice::appliedTo(const JobSpec& job) const {
+  JobSpec j = job;
+  j.recompute.policy = policy;
+  j.recompute.per_layer.clear();
+  j.training.micro_batch = micro_batch;
+  j.schedule.lm_head_chunks = lm_head_chunks;
+  return j;
+}
+
 std::vector<FittingChoice> choicesThatFit(const JobSpec& job, int64_t budget,
                                           const std::function<int64_t(const Plan&)>& overhead) {
   std::vector<FittingChoice> fits;
@@ -36,16 +45,12 @@ std::vector<FittingChoice> choicesThatFit(const JobSpec& job, int64_t budget,
         if (policy == job.recompute.policy && job.recompute.per_layer.empty() && mb == job.training.micro_batch &&
             chunks == job.schedule.lm_head_chunks)
           continue;  // the job itself
-        JobSpec j = job;
-        j.recompute.policy = policy;
-        j.recompute.per_layer.clear();
-        j.training.micro_batch = mb;
-        j.schedule.lm_head_chunks = chunks;
+        FittingChoice choice{policy, mb, chunks, 0};
         try {
-          const Plan p = buildPlan(j);
-          const int64_t need = p.programs.at(0).memory.arena_bytes + overhead(p);
-          if (need <= budget) {
-            fits.push_back({policy, mb, chunks, need});
+          const Plan p = buildPlan(choice.appliedTo(job));
+          choice.bytes = p.programs.at(0).memory.arena_bytes + overhead(p);
+          if (choice.bytes <= budget) {
+            fits.push_back(choice);
             found = true;
             break;
           }

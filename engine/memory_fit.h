@@ -23,6 +23,8 @@ struct FittingChoice {
   // "recompute.policy=selective training.micro_batch=8 (61.2 GiB)", with
   // schedule.lm_head_chunks=N where it differs from `job`'s.
   std::string text(const JobSpec& job) const;
+  // `job` with this choice made (per-layer recompute overrides dropped).
+  JobSpec appliedTo(const JobSpec& job) const;
 };
 
 // The most groups of tokens the LM head is split into when a choice needs

@@ -155,7 +155,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   load_progress_->setMaximumWidth(220);
   load_cancel_button_ = new QToolButton(this);
   load_cancel_button_->setText(tr("Cancel"));
-  connect(load_cancel_button_, &QToolButton::clicked, this, &MainWindow::cancelLoad);
+  connect(load_cancel_button_, &QToolButton::clicked, this, [this] { cancelLoad(); });
   statusBar()->addPermanentWidget(load_progress_);
   statusBar()->addPermanentWidget(load_cancel_button_);
   load_progress_->hide();
@@ -177,7 +177,8 @@ MainWindow::~MainWindow() {
   // Loads stop at their next progress point; they and the comparisons still
   // reading the files finish first (their results, queued to this window,
   // are then dropped with it).
-  if (load_cancel_) *load_cancel_ = true;
+  for (const BackgroundLoad& load : loads_)
+    if (load.cancel) *load.cancel = true;
   for (const QPointer<QThread>& worker : load_workers_)
     if (worker) worker->wait();
   for (const QPointer<QThread>& worker : trace_compare_workers_)
@@ -232,7 +233,7 @@ void MainWindow::addRunsOf(const std::string& path) {
 }
 
 bool MainWindow::openFile(const QString& path, qint64 run) {
-  cancelLoad();  // its result would replace this one later
+  cancelLoad(kShown);  // its result would replace this one later
   try {
     showLoaded(path, loadRunFile(path.toStdString(), run));
     return true;
@@ -242,60 +243,81 @@ bool MainWindow::openFile(const QString& path, qint64 run) {
   }
 }
 
-void MainWindow::openFileInBackground(const QString& path, qint64 run) {
-  cancelLoad();
-  const int generation = ++load_generation_;
-  load_cancel_ = std::make_shared<std::atomic<bool>>(false);
-  load_pending_ = true;
+void MainWindow::openFileInBackground(const QString& path, qint64 run) { startLoad(kShown, path, run); }
+
+void MainWindow::openCompareInBackground(const QString& path, qint64 run) { startLoad(kCompared, path, run); }
+
+void MainWindow::startLoad(LoadTarget target, const QString& path, qint64 run) {
+  cancelLoad(target);
+  BackgroundLoad& load = loads_[target];
+  const int generation = ++load.generation;
+  load.cancel = std::make_shared<std::atomic<bool>>(false);
+  load.pending = true;
   load_progress_->setValue(0);
   load_progress_->show();
   load_cancel_button_->show();
   const QString name = QFileInfo(path).fileName();
-  statusBar()->showMessage(tr("Opening %1...").arg(name));
+  const QString what = target == kShown ? tr("Opening %1").arg(name) : tr("Loading %1 to compare").arg(name);
+  statusBar()->showMessage(what + "...");
+  auto current = [this, target, generation] { return generation == loads_[target].generation; };
   RunLoadCallbacks callbacks;
-  callbacks.progress = [this, generation, name](int pct, const QString& stage) {
-    if (generation != load_generation_) return;
+  callbacks.progress = [this, current, what](int pct, const QString& stage) {
+    if (!current()) return;
     load_progress_->setValue(pct);
-    statusBar()->showMessage(tr("Opening %1: %2").arg(name, stage));
+    statusBar()->showMessage(what + ": " + stage);
   };
-  callbacks.done = [this, generation, path](std::shared_ptr<LoadedRun> loaded) {
-    if (generation != load_generation_) return;
-    endLoad();
+  callbacks.done = [this, current, target, path](std::shared_ptr<LoadedRun> loaded) {
+    if (!current()) return;
+    bool shown = true;
     try {
-      showLoaded(path, std::move(*loaded));
-      emit loadFinished(true);
+      if (target == kShown) showLoaded(path, std::move(*loaded));
+      else showCompareLoaded(path, std::move(*loaded));
     } catch (const std::exception& e) {
       showError(tr("Cannot show %1:\n%2").arg(path, QString::fromUtf8(e.what())));
-      emit loadFinished(false);
+      shown = false;
     }
+    endLoad(target, shown);
   };
-  callbacks.failed = [this, generation, path](const QString& message, bool cancelled) {
-    if (generation != load_generation_) return;
-    endLoad();
-    if (cancelled)
-      statusBar()->showMessage(tr("Opening %1 cancelled").arg(QFileInfo(path).fileName()));
-    else
+  callbacks.failed = [this, current, target, path, what](const QString& message, bool cancelled) {
+    if (!current()) return;
+    if (cancelled) {
+      statusBar()->showMessage(what + tr(" cancelled"));
+    } else if (target == kShown) {
       showError(tr("Cannot show %1:\n%2").arg(path, message));
-    emit loadFinished(false);
+    } else {
+      last_error_ = message;
+      statusBar()->showMessage(tr("Cannot compare: %1").arg(message));
+    }
+    endLoad(target, false);
   };
   std::erase_if(load_workers_, [](const QPointer<QThread>& w) { return w.isNull(); });
-  load_workers_.push_back(startRunLoad(this, path.toStdString(), run, load_cancel_, std::move(callbacks)));
+  load_workers_.push_back(startRunLoad(this, path.toStdString(), run, load.cancel, std::move(callbacks)));
 }
 
 void MainWindow::cancelLoad() {
-  if (!load_pending_) return;
-  *load_cancel_ = true;
-  // Whatever the worker still sends belongs to an older generation now.
-  ++load_generation_;
-  endLoad();
-  statusBar()->showMessage(tr("Opening cancelled"));
-  emit loadFinished(false);
+  const bool any = loadPending();
+  cancelLoad(kShown);
+  cancelLoad(kCompared);
+  if (any) statusBar()->showMessage(tr("Loading cancelled"));
 }
 
-void MainWindow::endLoad() {
-  load_pending_ = false;
-  load_progress_->hide();
-  load_cancel_button_->hide();
+void MainWindow::cancelLoad(LoadTarget target) {
+  BackgroundLoad& load = loads_[target];
+  if (!load.pending) return;
+  *load.cancel = true;
+  // Whatever the worker still sends belongs to an older generation now.
+  ++load.generation;
+  endLoad(target, false);
+}
+
+void MainWindow::endLoad(LoadTarget target, bool shown) {
+  loads_[target].pending = false;
+  if (!loadPending()) {
+    load_progress_->hide();
+    load_cancel_button_->hide();
+  }
+  if (target == kShown) emit loadFinished(shown);
+  else emit compareLoadFinished(shown);
 }
 
 void MainWindow::showLoaded(const QString& path, LoadedRun loaded) {
@@ -317,25 +339,29 @@ void MainWindow::showLoaded(const QString& path, LoadedRun loaded) {
 }
 
 bool MainWindow::openCompare(const QString& path, qint64 run) {
+  cancelLoad(kCompared);  // its result would replace this one later
   try {
-    LoadedRun loaded = loadRunFile(path.toStdString(), run);
-    addRunsOf(loaded.path);
-    compare_ = loaded.timeline;
-    compare_breakdown_ = std::move(loaded.breakdown);
-    compare_path_ = QString::fromStdString(loaded.path);
-    compare_run_ = loaded.info.id;
-    compare_label_ = QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName();
-    refreshComparison();
-    QString text = tr("Comparing with %1").arg(QString::fromStdString(describeRun(loaded.info)));
-    if (!loaded.warnings.empty()) text += tr(" — warning about that run: %1").arg(warningText(loaded.warnings));
-    statusBar()->showMessage(text);
-    onSliceSelected(timeline_->selection().track, timeline_->selection().index);
+    showCompareLoaded(path, loadRunFile(path.toStdString(), run));
     return true;
   } catch (const std::exception& e) {
     last_error_ = QString::fromUtf8(e.what());
     statusBar()->showMessage(tr("Cannot compare: %1").arg(last_error_));
     return false;
   }
+}
+
+void MainWindow::showCompareLoaded(const QString& path, LoadedRun loaded) {
+  addRunsOf(loaded.path);
+  compare_ = loaded.timeline;
+  compare_breakdown_ = std::move(loaded.breakdown);
+  compare_path_ = QString::fromStdString(loaded.path);
+  compare_run_ = loaded.info.id;
+  compare_label_ = QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName();
+  refreshComparison();
+  QString text = tr("Comparing with %1").arg(QString::fromStdString(describeRun(loaded.info)));
+  if (!loaded.warnings.empty()) text += tr(" — warning about that run: %1").arg(warningText(loaded.warnings));
+  statusBar()->showMessage(text);
+  onSliceSelected(timeline_->selection().track, timeline_->selection().index);
 }
 
 void MainWindow::showRun(std::shared_ptr<TimelineData> data, std::vector<RankBreakdown> breakdown,
@@ -485,7 +511,7 @@ void MainWindow::onCompareWithSelectedRun() {
   auto* proxy = qobject_cast<QSortFilterProxyModel*>(runs_view_->model());
   const QModelIndex src = proxy ? proxy->mapToSource(current) : current;
   const auto& e = runs_->entry(src.row());
-  openCompare(QString::fromStdString(e.path), e.info.id);
+  openCompareInBackground(QString::fromStdString(e.path), e.info.id);
 }
 
 }  // namespace tandem::gui

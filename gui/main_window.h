@@ -45,12 +45,15 @@ class MainWindow : public QMainWindow {
   // reason is shown in the window and returned by lastError().
   bool openFile(const QString& path, qint64 run = -1);
   // The same on a worker thread, with progress and a Cancel button in the
-  // status bar; the shown run stays usable meanwhile. A load still running
-  // is cancelled. Emits loadFinished when the run is shown or the load
-  // failed or was cancelled.
+  // status bar; the shown run stays usable meanwhile. A load of the shown
+  // run still running is cancelled. Emits loadFinished when the run is
+  // shown or the load failed or was cancelled.
   void openFileInBackground(const QString& path, qint64 run = -1);
+  // openCompare on a worker thread, the same way; emits compareLoadFinished.
+  void openCompareInBackground(const QString& path, qint64 run = -1);
+  // Cancels both background loads, if running.
   void cancelLoad();
-  bool loadPending() const { return load_pending_; }
+  bool loadPending() const { return loads_[0].pending || loads_[1].pending; }
   // Loads a run to compare the shown run against (details show the
   // counterpart of the selected task there).
   bool openCompare(const QString& path, qint64 run = -1);
@@ -77,8 +80,10 @@ class MainWindow : public QMainWindow {
   bool traceComparisonPending() const { return trace_compare_pending_; }
 
  signals:
-  // A background load ended: `shown` when its run is now the shown one.
+  // A background load ended: `shown` when its run is now the shown one
+  // (loadFinished) or the compared one (compareLoadFinished).
   void loadFinished(bool shown);
+  void compareLoadFinished(bool shown);
 
  private slots:
   void onSliceSelected(int track, qint64 index);
@@ -95,9 +100,15 @@ class MainWindow : public QMainWindow {
   // and how many more.
   QString warningText(const std::vector<traces::StatRow>& warnings) const;
   void buildMenus();
-  // The second half of openFile: shows a loaded run and its warnings.
+  // The second halves of openFile and openCompare: show a loaded run (or
+  // compare with it) and its warnings.
   void showLoaded(const QString& path, LoadedRun loaded);
-  void endLoad();
+  void showCompareLoaded(const QString& path, LoadedRun loaded);
+  // Background loads: of the shown run (0) and of the compared run (1).
+  enum LoadTarget { kShown = 0, kCompared = 1 };
+  void startLoad(LoadTarget target, const QString& path, qint64 run);
+  void cancelLoad(LoadTarget target);
+  void endLoad(LoadTarget target, bool shown);
   void addRunsOf(const std::string& path);
   void showTopologyOf(const LoadedRun& run);
   void refreshComparison();
@@ -131,13 +142,16 @@ class MainWindow : public QMainWindow {
   std::vector<QPointer<QThread>> trace_compare_workers_;  // started, not yet deleted
   int trace_compare_generation_ = 0;
   bool trace_compare_pending_ = false;
-  // The background load (openFileInBackground): its worker, cancel flag and
-  // generation (a result of an older generation is dropped), and the status
-  // bar's progress widgets.
+  // The background loads: cancel flag and generation (a result of an older
+  // generation is dropped) per target, their workers, and the status bar's
+  // progress widgets (the latest progress of either load).
+  struct BackgroundLoad {
+    std::shared_ptr<std::atomic<bool>> cancel;
+    int generation = 0;
+    bool pending = false;
+  };
+  BackgroundLoad loads_[2];
   std::vector<QPointer<QThread>> load_workers_;  // started, not yet deleted
-  std::shared_ptr<std::atomic<bool>> load_cancel_;
-  int load_generation_ = 0;
-  bool load_pending_ = false;
   QProgressBar* load_progress_ = nullptr;
   QToolButton* load_cancel_button_ = nullptr;
   bool stats_dirty_ = true;

@@ -93,11 +93,7 @@ TEST_CASE("Choices that fit a GPU count the executor's buffers and the reserve",
   for (const FittingChoice& f : fits) {
     INFO(f.text(job));
     CHECK(f.bytes <= budget);
-    JobSpec j = job;
-    j.recompute.policy = f.policy;
-    j.training.micro_batch = f.micro_batch;
-    j.schedule.lm_head_chunks = f.lm_head_chunks;
-    const Plan p = buildPlan(j);
+    const Plan p = buildPlan(f.appliedTo(job));
     CHECK(f.bytes == p.programs.at(0).memory.arena_bytes + gpu_footprint::runOverheadBytes(p));
   }
 }

@@ -140,10 +140,10 @@ TEST_CASE("Choices that fit a memory budget include the LM head in groups", "[pl
   for (const FittingChoice& f : choicesThatFit(job, split, [&](const Plan&) { return overhead; })) {
     INFO(f.text(job));
     CHECK(f.bytes <= split);
-    JobSpec j = job;
-    j.recompute.policy = f.policy;
-    j.training.micro_batch = f.micro_batch;
-    j.schedule.lm_head_chunks = f.lm_head_chunks;
+    const JobSpec j = f.appliedTo(job);
+    CHECK(j.recompute.policy == f.policy);
+    CHECK(j.training.micro_batch == f.micro_batch);
+    CHECK(j.schedule.lm_head_chunks == f.lm_head_chunks);
     CHECK(buildPlan(j).programs[0].memory.arena_bytes + overhead == f.bytes);
   }
   // Nothing fits a budget below the smallest plan.

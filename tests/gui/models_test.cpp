@@ -15,6 +15,7 @@
 #include <sqlite3.h>
 
 #include "gui/compare.h"
+#include "gui/compare_view.h"
 #include "gui/item_models.h"
 #include "gui/main_window.h"
 #include "gui/run_loader.h"
@@ -495,6 +496,25 @@ TEST_CASE("the main window opens a file in the background with progress, and can
   REQUIRE(finished.wait(30000));
   CHECK_FALSE(finished.takeFirst().at(0).toBool());
   CHECK(w.lastError().contains("missing.sqlite"));
+
+  // The run to compare with loads the same way, beside a load of the shown
+  // run; each says when it is done.
+  QSignalSpy compared(&w, &MainWindow::compareLoadFinished);
+  w.openFileInBackground(QString::fromStdString(first));
+  w.openCompareInBackground(QString::fromStdString(second));
+  CHECK(w.loadPending());
+  REQUIRE((!compared.isEmpty() || compared.wait(30000)));
+  REQUIRE((!finished.isEmpty() || finished.wait(30000)));
+  CHECK(compared.takeFirst().at(0).toBool());
+  CHECK(finished.takeFirst().at(0).toBool());
+  CHECK_FALSE(w.loadPending());
+  CHECK(w.timeline()->data()->sliceCount() == 10);
+  CHECK(w.compareView()->summary()->rowCount() > 0);  // the two runs side by side
+  // A file that cannot be compared with is said in the status bar.
+  w.openCompareInBackground(missing);
+  REQUIRE(compared.wait(30000));
+  CHECK_FALSE(compared.takeFirst().at(0).toBool());
+  CHECK(w.statusBar()->currentMessage().startsWith("Cannot compare: "));
 }
 
 TEST_CASE("tandem-gui --screenshot renders a file and fails cleanly on bad input", "[gui][cli]") {
