@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <map>
 
+#include "engine/gpu_footprint.h"
 #include "gui/item_models.h"
 #include "gui/timeline_math.h"
 #include "gui/timeline_palette.h"
@@ -273,12 +274,15 @@ void RecomputeView::setRun(const QString& path, const QString& job_yaml, const Q
       saved += r.bytes_saved;
       extra += r.extra_ns;
     }
+    // What `tandem run` checks against free device memory before it
+    // allocates: the arena, the executor's buffers, the reserve.
+    const int64_t run_bytes = plan.programs.empty() ? 0 : gpu_footprint::runBytes(plan.programs[0]);
     summary_->setText(tr("<b>%1</b> · %2 layers · activations kept %3, saved %4 per micro-batch "
-                         "· recompute %5 per step · planned peak memory %6")
+                         "· recompute %5 per step · planned peak memory %6 · a GPU run needs %7 free per rank")
                           .arg(QString::fromStdString(plan.job.name))
                           .arg(rows.size())
                           .arg(mib(kept), mib(saved), QString::fromStdString(formatDuration(extra)),
-                               mib(plan.programs.empty() ? 0 : plan.programs[0].memory.peak_bytes)));
+                               mib(plan.programs.empty() ? 0 : plan.programs[0].memory.peak_bytes), mib(run_bytes)));
     model_->setRows(rows);
     chart_->setRows(std::move(rows));
     run_button_->setEnabled(!path_.isEmpty());
@@ -286,6 +290,8 @@ void RecomputeView::setRun(const QString& path, const QString& job_yaml, const Q
     clear(tr("Cannot plan this run's job: %1").arg(QString::fromUtf8(e.what())));
   }
 }
+
+QString RecomputeView::summaryText() const { return summary_->text(); }
 
 void RecomputeView::simulatePolicy(RecomputePolicy policy) {
   model_->setAllPolicies(policy);

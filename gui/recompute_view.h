@@ -100,6 +100,9 @@ class RecomputeView : public QWidget {
               std::shared_ptr<const TimelineData> timeline);
   void clear(const QString& why);
   RecomputeModel* model() const { return model_; }
+  // The line above the table: the job, what recompute keeps and costs, the
+  // planned peak and what a GPU run needs free per rank.
+  QString summaryText() const;
   // Starts the re-plan and re-simulation with `policy` for every layer.
   void simulatePolicy(RecomputePolicy policy);
   // Starts it with the table's per-layer policies.

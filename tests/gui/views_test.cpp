@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 
+#include "engine/gpu_footprint.h"
 #include "engine/planner.h"
 #include "gui/compare.h"
 #include "gui/compare_view.h"
@@ -140,6 +141,12 @@ TEST_CASE("recompute view lists the plan's per-layer decisions and re-simulates 
   view.setRun(QString::fromStdString(simRuns().path), QString::fromStdString(run.info.job_yaml),
               QString::fromStdString(run.info.topology), run.timeline);
   REQUIRE(view.model()->rowCount() == 12);
+  // The planned peak and what a GPU run needs beyond it (the executor's
+  // buffers and the reserve tandem run keeps free), per rank.
+  const Plan plan = buildPlan(parseJob(run.info.job_yaml, "run"));
+  const double need_mib = double(gpu_footprint::runBytes(plan.programs[0])) / double(1 << 20);
+  CHECK(view.summaryText().contains(QString("a GPU run needs %1 MiB free per rank").arg(need_mib, 0, 'f', 1)));
+  CHECK(need_mib > double(plan.programs[0].memory.peak_bytes) / double(1 << 20) + 512);
   for (const auto& r : view.model()->rows()) {
     CHECK(r.policy == RecomputePolicy::Full);
     CHECK(r.bytes_saved > 0);
