@@ -2,7 +2,7 @@
 # Runs the GPU tests, the CLI and the benchmark on a GPU machine from a folder
 # of prebuilt binaries (DIST: bin/, lib/, peers/), logging each stage to OUT.
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
-# Stages: kernels executor memory dp2 cli cli2 oom gpt2 gpt2eager kill peers bench
+# Stages: kernels executor memory dp2 profiler cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
@@ -64,6 +64,9 @@ for s in "$@"; do
     executor) stage executor $B/gpu_test_executor ;;
     memory) stage memory $B/gpu_test_memory ;;
     dp2) stage dp2 $B/gpu_test_data_parallel ;;
+    profiler)
+      stage profiler_executor $B/gpu_test_profiler_executor
+      stage profiler_collector $B/gpu_test_profiler_collector ;;
     cli) stage cli $B/tandem run tiny --steps 30 ;;
     cli2) stage cli2 $B/tandem run tiny --gpus 2 --steps 30 ;;
     oom) stage oom $B/tandem run resources/jobs/gpt2-1.5b.yaml --gpus 1 --set training.micro_batch=256 --steps 2 ;;
