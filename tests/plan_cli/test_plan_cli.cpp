@@ -182,13 +182,37 @@ TEST_CASE("tandem plan --fit names what fits a memory budget", "[cli][plan][fit]
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("no recompute policy, micro-batch or LM head split fits") != std::string::npos);
   // A budget that is not a positive number is refused on one line.
-  for (const char* bad : {"0", "-3", "lots"}) {
+  for (const char* bad : {"0", "-3"}) {
     r = runTandem(gpt2 + " --fit " + bad);
     INFO(bad);
     CHECK(r.exit_code != 0);
-    CHECK(r.err.find("--fit: takes a number greater than 0") != std::string::npos);
+    CHECK(r.err.find("--fit: takes a number greater than 0 or a topology") != std::string::npos);
     CHECK(r.out.empty());
   }
+  // Neither a number nor a topology: one line, and no summary before it.
+  r = runTandem(gpt2 + " --fit lots");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("tandem: error: --fit: expected a number of GiB or a topology: 'lots' is neither a preset") !=
+        std::string::npos);
+  CHECK(r.out.empty());
+}
+
+TEST_CASE("tandem plan --fit takes the smallest GPU of a topology", "[cli][plan][fit]") {
+  const std::string large = "plan gpt2-1.5b --set training.micro_batch=64";
+  // 127.55 GiB per rank with the executor's buffers and the reserve: more
+  // than an H100 has, less than an H200.
+  Result r = runTandem(large + " --fit dgx-h100");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("fit        dgx-h100's H100 (79.65 GiB) per rank: the plan needs 127.55 GiB (arena 126.96 + "
+                   "executor 0.10 + reserve 0.50); choices that fit (arena, executor and reserve):\n"
+                   "           recompute.policy=none training.micro_batch=16 (63.6 GiB)\n") != std::string::npos);
+  r = runTandem(large + " --fit dgx-h200");
+  CHECK(r.out.find("fit        dgx-h200's H200 (140.40 GiB) per rank: the plan fits as it is: 127.55 GiB") !=
+        std::string::npos);
+  // A MIG slice is the GPU there.
+  r = runTandem(large + " --fit dgx-h100:mig=1g.10gb");
+  CHECK(r.out.find("dgx-h100:mig=1g.10gb's H100 MIG 1g.10gb (9.96 GiB) per rank") != std::string::npos);
 }
 
 TEST_CASE("tandem train reaches the synthetic data's entropy on the tiny job", "[cli][train]") {
