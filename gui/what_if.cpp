@@ -56,7 +56,9 @@ WhatIfResult runWhatIf(const WhatIfRequest& request, const std::function<void(in
   if (auto memory = sim::memoryFitWarning(plan, topo, result)) {
     warnings.lines.push_back(memory->line);
     warnings.stats.push_back(memory->stat);
+    out.fitting_choices = std::move(memory->choices);
   }
+  out.job = job;
   out.warnings = warnings.lines;
   report(80, "writing the run");
   {

@@ -5,6 +5,7 @@
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
+#include <QHBoxLayout>
 #include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
@@ -88,6 +89,18 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
                        this);
   status_->setWordWrap(true);
   layout->addWidget(status_);
+  // Shown after a run that would not fit its GPUs: the planner's choices.
+  fit_row_ = new QWidget(this);
+  auto* fit_layout = new QHBoxLayout(fit_row_);
+  fit_layout->setContentsMargins(0, 0, 0, 0);
+  fit_layout->addWidget(new QLabel(tr("Make it fit:"), fit_row_));
+  fit_choices_ = new QComboBox(fit_row_);
+  fit_layout->addWidget(fit_choices_, 1);
+  auto* apply = new QPushButton(tr("Apply"), fit_row_);
+  fit_layout->addWidget(apply);
+  connect(apply, &QPushButton::clicked, this, [this] { applyFittingChoice(fit_choices_->currentIndex()); });
+  fit_row_->hide();
+  layout->addWidget(fit_row_);
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, this);
   simulate_ = buttons->addButton(tr("Simulate"), QDialogButtonBox::ActionRole);
   simulate_->setEnabled(!out_path.isEmpty());
@@ -103,6 +116,21 @@ WhatIfDialog::~WhatIfDialog() {
 void WhatIfDialog::setTopology(const QString& name_or_file) { topology_->setCurrentText(name_or_file); }
 void WhatIfDialog::setCalibration(const QString& none_or_file) { calibration_->setCurrentText(none_or_file); }
 QString WhatIfDialog::statusText() const { return status_->text(); }
+
+QStringList WhatIfDialog::fittingChoices() const {
+  QStringList out;
+  for (int i = 0; i < fit_choices_->count(); ++i) out << fit_choices_->itemText(i);
+  return out;
+}
+
+void WhatIfDialog::applyFittingChoice(int index) {
+  if (index < 0 || size_t(index) >= fitting_.size()) return;
+  const FittingChoice& f = fitting_[size_t(index)];
+  setRecompute(f.policy);
+  setMicroBatch(f.micro_batch);
+  setLmHeadChunks(f.lm_head_chunks);
+  status_->setText(tr("Applied: %1. Simulate to see its step.").arg(fit_choices_->itemText(index)));
+}
 void WhatIfDialog::setDataParallel(int n) { dp_->setValue(n); }
 void WhatIfDialog::setMicroBatch(int n) { micro_batch_->setValue(n); }
 void WhatIfDialog::setGradAccum(int n) { accum_->setValue(n); }
@@ -154,6 +182,10 @@ void WhatIfDialog::start() {
                             .arg(double(r.peak_memory_bytes) / double(int64_t(1) << 30), 0, 'f', 2);
          for (const std::string& w : r.warnings) text += tr("\nWarning: %1").arg(QString::fromStdString(w));
          status_->setText(text);
+         fitting_ = r.fitting_choices;
+         fit_choices_->clear();
+         for (const FittingChoice& f : fitting_) fit_choices_->addItem(QString::fromStdString(f.text(r.job)));
+         fit_row_->setVisible(!fitting_.empty());
          emit runCreated(out_path_, r.run_id);
        },
        [this](const QString& msg) {

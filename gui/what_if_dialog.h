@@ -5,7 +5,8 @@
 // tokens (schedule.lm_head_chunks) for a run's job;
 // "Simulate" re-plans and simulates on a worker thread with progress and
 // reports the new run, appended to the given trace file, with any warning
-// (a calibration of another GPU than the topology's).
+// (a calibration of another GPU than the topology's, a plan too large for
+// its GPUs, whose fitting choices the dialog then offers to apply).
 
 #include <QDialog>
 #include <vector>
@@ -47,6 +48,11 @@ class WhatIfDialog : public QDialog {
   // The status line: the stage while it runs, then the new run (and any
   // warning) or the error.
   QString statusText() const;
+  // After a run whose plan would not fit the topology's GPUs: the choices
+  // that would ("recompute.policy=none training.micro_batch=128 (52.7
+  // GiB)"), offered under the status line; applying one sets the fields.
+  QStringList fittingChoices() const;
+  void applyFittingChoice(int index);
 
  signals:
   void runCreated(const QString& path, qint64 run_id);
@@ -65,6 +71,9 @@ class WhatIfDialog : public QDialog {
   QSpinBox* lm_head_chunks_ = nullptr;
   QProgressBar* progress_ = nullptr;
   QLabel* status_ = nullptr;
+  QWidget* fit_row_ = nullptr;
+  QComboBox* fit_choices_ = nullptr;
+  std::vector<FittingChoice> fitting_;
   QPushButton* simulate_ = nullptr;
   QThread* worker_ = nullptr;
 };

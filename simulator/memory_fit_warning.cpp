@@ -50,7 +50,14 @@ std::optional<MemoryFitWarning> memoryFitWarning(const Plan& plan, const Topolog
     for (size_t i = 0; i < fits.size(); ++i) line += (i ? "; " : "") + fits[i].text(plan.job);
   }
   const int64_t short_mib = (s->shortBytes() + (int64_t(1) << 20) - 1) >> 20;
-  return MemoryFitWarning{line, {"sim.memory_short_mib", short_mib, traces::Severity::Warning, line}};
+  MemoryFitWarning w;
+  w.stat.name = "sim.memory_short_mib";
+  w.stat.value = short_mib;
+  w.stat.severity = traces::Severity::Warning;
+  w.stat.description = line;
+  w.line = std::move(line);
+  w.choices = fits;
+  return w;
 }
 
 }  // namespace tandem::sim

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/memory_fit.h"
 #include "engine/plan.h"
 #include "simulator/engine.h"
 #include "simulator/topology.h"
@@ -35,6 +36,7 @@ std::optional<MemoryShortfall> memoryShortfall(const Plan& plan, const Topology&
 struct MemoryFitWarning {
   std::string line;
   traces::StatRow stat;  // sim.memory_short_mib, severity warning, the line as description
+  std::vector<FittingChoice> choices;  // what fits the short device (engine/memory_fit.h), as named in the line
 };
 std::optional<MemoryFitWarning> memoryFitWarning(const Plan& plan, const Topology& topo, const SimResult& result);
 

@@ -224,6 +224,35 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   dialog.setCalibration("none");
   CHECK(dialog.request().calibration.empty());
 
+  // A plan too large for the topology's GPUs: the choices that would fit are
+  // offered, and applying one sets the fields, after which it fits.
+  CHECK(dialog.fittingChoices().isEmpty());
+  dialog.setTopology("dgx-h100");
+  dialog.setDataParallel(8);
+  dialog.setGradAccum(1);
+  dialog.setRecompute(RecomputePolicy::None);
+  dialog.setMicroBatch(256);
+  QSignalSpy too_large(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(too_large.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  CHECK(dialog.statusText().contains("so a real run would refuse this plan"));
+  const QStringList choices = dialog.fittingChoices();
+  REQUIRE(choices.size() == 3);
+  CHECK(choices[0] == "recompute.policy=none training.micro_batch=128 (52.7 GiB)");
+  dialog.applyFittingChoice(0);
+  CHECK(std::find(dialog.request().overrides.begin(), dialog.request().overrides.end(), "training.micro_batch=128") !=
+        dialog.request().overrides.end());
+  CHECK(std::find(dialog.request().overrides.begin(), dialog.request().overrides.end(), "recompute.policy=none") !=
+        dialog.request().overrides.end());
+  QSignalSpy fits(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(fits.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  CHECK_FALSE(dialog.statusText().contains("refuse"));
+  CHECK(dialog.fittingChoices().isEmpty());
+  dialog.setTopology("dgx-h200");
+
   QSignalSpy failed(&dialog, &WhatIfDialog::failed);
   dialog.setTopology("no-such-topology");
   dialog.start();
