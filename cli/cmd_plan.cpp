@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 
@@ -88,8 +89,15 @@ void addPlanCommand(CLI::App& root) {
       ->type_name("GIB|TOPOLOGY")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
+            // Anything that reads as a number must be a finite one above 0
+            // ("nan", "1e400" and "" are not topologies either).
+            const char* begin = v.c_str();
+            char* end = nullptr;
+            std::strtod(begin, &end);
+            const bool numeric = end != begin && *end == '\0';
             const auto x = parseFiniteNumber(v);
-            if (x && *x <= 0) return "takes a number greater than 0 or a topology, not '" + v + "'";
+            if (v.find_first_not_of(" \t") == std::string::npos || (numeric && (!x || *x <= 0)))
+              return "takes a number greater than 0 or a topology, not '" + v + "'";
             return {};
           },
           "GIB>0|TOPOLOGY"));

@@ -182,7 +182,7 @@ TEST_CASE("tandem plan --fit names what fits a memory budget", "[cli][plan][fit]
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("no recompute policy, micro-batch or LM head split fits") != std::string::npos);
   // A budget that is not a positive number is refused on one line.
-  for (const char* bad : {"0", "-3"}) {
+  for (const char* bad : {"0", "-3", "nan", "1e400", "''"}) {
     r = runTandem(gpt2 + " --fit " + bad);
     INFO(bad);
     CHECK(r.exit_code != 0);
