@@ -110,6 +110,7 @@ std::vector<traces::Track> readTracks(traces::TraceReader& reader, int64_t run, 
   std::vector<traces::Track> tracks(infos.size());
   std::atomic<int64_t> read{0};
   std::atomic<bool> stop{false};
+  bool cancelled = false;  // set by the reporting (calling) thread only
   auto load = [&](size_t first, std::string* failure, bool reports) {
     try {
       traces::TraceReader own(reader.path());
@@ -122,7 +123,7 @@ std::vector<traces::Track> readTracks(traces::TraceReader& reader, int64_t run, 
       }
     } catch (const LoadCancelled&) {
       stop = true;
-      *failure = "cancelled";
+      cancelled = true;
     } catch (const std::exception& e) {
       stop = true;
       *failure = e.what();
@@ -132,7 +133,7 @@ std::vector<traces::Track> readTracks(traces::TraceReader& reader, int64_t run, 
   std::thread helper(load, 1, &helper_error, false);
   load(0, &error, true);
   helper.join();
-  if (error == "cancelled") throw LoadCancelled();
+  if (cancelled) throw LoadCancelled();
   if (!error.empty() || !helper_error.empty()) throw traces::TraceError(error.empty() ? helper_error : error);
   return tracks;
 }
