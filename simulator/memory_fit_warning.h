@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/memory_fit.h"
 #include "engine/plan.h"
