@@ -331,20 +331,24 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
   const double tps = med > 0 ? tokens / (med / 1e3) : 0;
   const double mfu = (peak > 0 && med > 0) ? flops_per_step / (med / 1e3) / (world * peak) : 0;
   const cuda::GpuMemoryReport mem = exec->memory();
+  // What the plan says the executor allocates beyond the arena
+  // (engine/gpu_footprint.h), beside what it did.
+  const int64_t counted = gpu_footprint::executorFootprint(plan).total();
   if (lead) {
     if (o.json)
       fmt::print(R"({{"summary":true,"median_ms":{:.3f},"median_wall_ms":{:.3f},"tokens_per_s":{:.0f},"mfu":{:.4f},)"
-                 R"("planned_arena_bytes":{},"allocated_bytes":{},"device_used_bytes":{}}})"
+                 R"("planned_arena_bytes":{},"planned_executor_bytes":{},"allocated_bytes":{},"device_used_bytes":{}}})"
                  "\n",
-                 med, wall_med, tps, mfu, mem.planned_arena_bytes, mem.allocated_bytes, mem.device_used_bytes);
+                 med, wall_med, tps, mfu, mem.planned_arena_bytes, counted, mem.allocated_bytes,
+                 mem.device_used_bytes);
     else
       fmt::print("median {:.2f} ms/step on the GPU ({:.2f} ms wall between step ends), {:.0f} tokens/s, MFU {:.1f}% "
                  "({:.0f} TFLOP/s peak per GPU)\n"
-                 "memory: planned arena {:.3f} GiB; allocated {:.3f} GiB (workspace {:.0f} MiB, scratch {:.1f} MiB); "
-                 "device in use {:.3f} GiB\n",
-                 med, wall_med, tps, 100 * mfu, peak / 1e12, mem.planned_arena_bytes / kGiB, mem.allocated_bytes / kGiB,
-                 mem.workspace_bytes / double(1 << 20), mem.scratch_bytes / double(1 << 20),
-                 mem.device_used_bytes / kGiB);
+                 "memory: planned arena {:.3f} GiB + executor {:.1f} MiB; allocated {:.3f} GiB (workspace {:.0f} MiB, "
+                 "scratch {:.1f} MiB); device in use {:.3f} GiB\n",
+                 med, wall_med, tps, 100 * mfu, peak / 1e12, mem.planned_arena_bytes / kGiB,
+                 counted / double(1 << 20), mem.allocated_bytes / kGiB, mem.workspace_bytes / double(1 << 20),
+                 mem.scratch_bytes / double(1 << 20), mem.device_used_bytes / kGiB);
     if (!o.out.empty() && !o.profile) writeTrace(o.out, plan, dev, results, mem, tps, mfu);
   }
 #ifdef TANDEM_HAVE_PROFILER
