@@ -9,12 +9,11 @@
 
 #include "cli/command_registry.h"
 #include "cli/job_options.h"
-#include "cli/number_checks.h"
 #include "cli/plan_summary.h"
 #include "engine/gpu_footprint.h"
 #include "engine/memory_fit.h"
-#include "engine/plan_json.h"
 #include "engine/parse_number.h"
+#include "engine/plan_json.h"
 #include "engine/planner.h"
 #include "simulator/topology_presets.h"
 
@@ -51,7 +50,7 @@ FitBudget resolveFit(const std::string& arg) {
                       double(smallest->memory_bytes) / kGiB)};
 }
 
-// What fits `gib` of free device memory per rank: the job as it is, or the
+// What fits `fit` (free device memory per rank): the job as it is, or the
 // planner's choices (engine/memory_fit.h). Counts what `tandem run` counts
 // before it allocates: the arena, the executor's buffers and the reserve
 // it keeps free (engine/gpu_footprint.h).
