@@ -109,6 +109,8 @@ void writeTrace(const std::string& path, const Plan& plan, const cuda::DeviceInf
     w.setStat({"mfu_ppm", int64_t(mfu * 1e6), traces::Severity::Info,
                "PaLM model FLOPs utilisation, parts per million"});
     w.setStat({"planned_arena_bytes", mem.planned_arena_bytes, traces::Severity::Info, "memory plan peak"});
+    w.setStat({"planned_executor_bytes", gpu_footprint::executorFootprint(plan).total(), traces::Severity::Info,
+               "executor buffers beyond the arena, as counted from the plan"});
     w.setStat({"allocated_bytes", mem.allocated_bytes, traces::Severity::Info, "arena + workspace + scratch"});
     w.setStat({"device_used_bytes", mem.device_used_bytes, traces::Severity::Info,
                "after setup, incl. context and NCCL"});
@@ -357,6 +359,9 @@ void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& in
     prof->setStat({"mfu_ppm", int64_t(mfu * 1e6), traces::Severity::Info,
                    "PaLM model FLOPs utilisation, parts per million"});
     prof->setStat({"planned_arena_bytes", mem.planned_arena_bytes, traces::Severity::Info, "memory plan peak"});
+    prof->setStat({"planned_executor_bytes", counted, traces::Severity::Info,
+                   "executor buffers beyond the arena, as counted from the plan"});
+    prof->setStat({"allocated_bytes", mem.allocated_bytes, traces::Severity::Info, "arena + workspace + scratch"});
     prof->setStat({"device_used_bytes", mem.device_used_bytes, traces::Severity::Info,
                    "after setup, incl. context and NCCL"});
     const profiler::ProfileSummary ps = prof->finish();

@@ -107,7 +107,7 @@ int rankOfStat(const std::string& name, const std::string& prefix) {
 // add up over the ranks.
 bool isRunLevelStat(const std::string& name) {
   static const std::set<std::string> kRunLevel = {"tokens_per_second", "mfu_ppm", "planned_arena_bytes",
-                                                  "allocated_bytes", "device_used_bytes"};
+                                                  "planned_executor_bytes", "allocated_bytes", "device_used_bytes"};
   return kRunLevel.count(name) > 0;
 }
 

@@ -110,6 +110,7 @@ void writeRankFile(const std::string& path, int rank, int64_t offset_ns) {
   w.setStat({"tokens_per_second", 1'000'000, Severity::Info, "median over measured steps"});
   w.setStat({"mfu_ppm", 480'000, Severity::Info, "PaLM model FLOPs utilisation, parts per million"});
   w.setStat({"device_used_bytes", 10'000 + rank, Severity::Info, "after setup"});
+  w.setStat({"planned_executor_bytes", 2'000 + rank, Severity::Info, "executor buffers beyond the arena"});
 }
 
 }  // namespace
@@ -143,6 +144,7 @@ TEST_CASE("merge puts per-rank files on one clock in one run", "[merge]") {
   CHECK(stats["tokens_per_second"] == 1'000'000);
   CHECK(stats["mfu_ppm"] == 480'000);
   CHECK(stats["device_used_bytes"] == 10'001);
+  CHECK(stats["planned_executor_bytes"] == 2'001);
   // Each rank's GPU, not only the first file's, tagged with its rank.
   const auto devices = nlohmann::json::parse(r.run(m.run).devices_json);
   REQUIRE(devices.size() == 2);
