@@ -71,7 +71,7 @@ for s in "$@"; do
     cli2) stage cli2 $B/tandem run tiny --gpus 2 --steps 30 ;;
     oom) stage oom $B/tandem run resources/jobs/gpt2-1.5b.yaml --gpus 1 --set training.micro_batch=256 --steps 2 ;;
     gpt2) stage gpt2 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --out /tmp/run.sqlite
-      python3 -c "import sqlite3; c = sqlite3.connect('/tmp/run.sqlite'); print('trace tables:', [r[0] for r in c.execute(\"select name from sqlite_master where type='table'\")])" ;;
+      python3 -c "import sqlite3; c = sqlite3.connect('/tmp/run.sqlite'); print('trace tables:', [r[0] for r in c.execute(\"select name from sqlite_master where type='table'\")]); print('memory stats:', list(c.execute(\"select name, value from stats where name like '%bytes'\")))" ;;
     gpt2eager)
       # GPT-2 124M: CUDA Graph and eager losses over 20 steps must be identical.
       graph_vs_eager "" ;;
