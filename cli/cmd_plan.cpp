@@ -58,7 +58,7 @@ std::string fitText(const JobSpec& job, const Plan& plan, const FitBudget& fit) 
   const int64_t budget = fit.bytes;
   const int64_t arena = plan.programs.at(0).memory.arena_bytes;
   const int64_t executor = gpu_footprint::executorFootprint(plan).total();
-  const int64_t needed = arena + gpu_footprint::runOverheadBytes(plan);
+  const int64_t needed = arena + executor + gpu_footprint::kRunReserveBytes;
   std::string s = fmt::format("fit        {} per rank: ", fit.what);
   const std::string parts =
       fmt::format("{:.2f} GiB (arena {:.2f} + executor {:.2f} + reserve {:.2f})", needed / kGiB, arena / kGiB,

@@ -79,7 +79,7 @@ std::string planSummaryText(const Plan& plan) {
   const gpu_footprint::Footprint fp = gpu_footprint::executorFootprint(plan);
   line(fmt::format("           a GPU run needs {} free per rank: arena + executor {} (GEMM workspaces {}, "
                    "scratch {}) + reserve {}",
-                   humanBytes(double(mem.arena_bytes + gpu_footprint::runOverheadBytes(plan))),
+                   humanBytes(double(mem.arena_bytes + fp.total() + gpu_footprint::kRunReserveBytes)),
                    humanBytes(double(fp.total())), humanBytes(double(fp.gemm_workspaces)),
                    humanBytes(double(fp.scratch)), humanBytes(double(gpu_footprint::kRunReserveBytes))));
 

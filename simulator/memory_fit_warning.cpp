@@ -13,20 +13,26 @@ constexpr double kGiB = double(int64_t(1) << 30);
 }  // namespace
 
 std::optional<MemoryShortfall> memoryShortfall(const Plan& plan, const Topology& topo, const SimResult& result) {
+  // Per program, once: thousands of ranks share a handful of programs.
+  std::vector<int64_t> executor_bytes(plan.programs.size(), -1);
   std::optional<MemoryShortfall> worst;
   for (const SimRank& r : result.ranks) {
     if (r.device < 0 || size_t(r.device) >= topo.devices.size()) continue;
     const DeviceSpec& d = topo.devices[size_t(r.device)];
     if (d.memory_bytes <= 0) continue;  // a topology file that does not say
     const RankPlan& program = plan.programs.at(size_t(r.program));
+    int64_t& executor = executor_bytes[size_t(r.program)];
+    if (executor < 0) executor = gpu_footprint::executorFootprint(program).total();
+    const int64_t needed = program.memory.arena_bytes + executor + gpu_footprint::kRunReserveBytes;
+    if (needed <= d.memory_bytes || (worst && needed - d.memory_bytes <= worst->shortBytes())) continue;
     MemoryShortfall s;
     s.rank = r.rank;
     s.device_model = (d.model.empty() ? d.name : d.model) + (d.mig_profile.empty() ? "" : " MIG " + d.mig_profile);
     s.device_bytes = d.memory_bytes;
     s.arena_bytes = program.memory.arena_bytes;
-    s.executor_bytes = gpu_footprint::executorFootprint(program).total();
-    s.needed_bytes = gpu_footprint::runBytes(program);
-    if (s.shortBytes() > 0 && (!worst || s.shortBytes() > worst->shortBytes())) worst = s;
+    s.executor_bytes = executor;
+    s.needed_bytes = needed;
+    worst = s;
   }
   return worst;
 }
