@@ -7,8 +7,18 @@
 
 #include "cli/text_format.h"
 #include "engine/gpu_footprint.h"
+#include "engine/pass_buckets.h"
 
 namespace tandem::cli {
+namespace {
+
+std::string shardingNote(const Plan& plan) {
+  if (shardsParameters(plan.job)) return "; parameters and optimizer sharded (ZeRO-3)";
+  if (shardsOptimizer(plan.job)) return "; optimizer sharded (ZeRO-1)";
+  return "";
+}
+
+}  // namespace
 
 std::string planSummaryText(const Plan& plan) {
   const JobSpec& job = plan.job;
@@ -63,7 +73,7 @@ std::string planSummaryText(const Plan& plan) {
   line(fmt::format("comm       {} collectives per rank per step ({}) over {} buckets, {} per rank{}{}",
                    collectives, kinds.empty() ? "none" : kinds, rp.buckets.size(),
                    humanBytes(double(coll_bytes)),
-                   plan.job.parallel.shard_optimizer && plan.world_size > 1 ? "; optimizer sharded (ZeRO-1)" : "",
+                   shardingNote(plan),
                    gathered ? ", embedding gradient gathered" : ""));
 
   const MemoryPlan& mem = rp.memory;

@@ -383,6 +383,10 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        [&](const YAML::Node& v, const std::string& p) {
          job.parallel.shard_optimizer = r.readBool(v, p);
        }},
+      {"shard_parameters",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.parallel.shard_parameters = r.readBool(v, p);
+       }},
   });
   auto comm = section({
       {"bucket_mib",
@@ -574,11 +578,13 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
                "a path to an existing token file, relative to the working directory");
     }
   }
-  if (job.schedule.optimizer_beside_forward && job.parallel.shard_optimizer && job.parallel.data_parallel > 1) {
-    r.fail(pick("schedule.optimizer_beside_forward", "parallel.shard_optimizer"),
+  const bool sharded = job.parallel.shard_optimizer || job.parallel.shard_parameters;
+  if (job.schedule.optimizer_beside_forward && sharded && job.parallel.data_parallel > 1) {
+    const char* field = job.parallel.shard_parameters ? "parallel.shard_parameters" : "parallel.shard_optimizer";
+    r.fail(pick("schedule.optimizer_beside_forward", field),
            "schedule.optimizer_beside_forward needs an unsharded optimizer (a sharded one updates at the end of the "
            "step, where its all-gathers are planned)",
-           "parallel.shard_optimizer: false, or data_parallel 1");
+           "parallel.shard_optimizer: false and parallel.shard_parameters: false, or data_parallel 1");
   }
   if (const int chunks = job.schedule.lm_head_chunks; chunks > 1) {
     const int64_t tokens = int64_t(job.training.micro_batch) * m.seq_len;

@@ -61,6 +61,13 @@ struct ParallelSpec {
   // shard, all-gather of the updated parameters) instead of all-reducing
   // whole buckets and updating every parameter on every rank.
   bool shard_optimizer = false;
+  // ZeRO stage 3 / FSDP full sharding of the parameters as well: each rank
+  // keeps only its shard of every bucket's parameters between uses; each
+  // bucket is all-gathered into a temporary buffer before its forward use
+  // in a micro-batch and again before its backward use, and the optimizer
+  // writes the updated shard (engine/pass_shard_parameters.h). Implies the
+  // sharded optimizer.
+  bool shard_parameters = false;
   bool operator==(const ParallelSpec&) const = default;
 };
 

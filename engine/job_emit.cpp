@@ -107,6 +107,7 @@ std::string jobToYaml(const JobSpec& job) {
   line("parallel:");
   field("data_parallel", integer(job.parallel.data_parallel));
   field("shard_optimizer", job.parallel.shard_optimizer ? "true" : "false");
+  field("shard_parameters", job.parallel.shard_parameters ? "true" : "false");
   line("comm:");
   field("bucket_mib", yamlNumber(job.comm.bucket_mib));
   field("first_bucket_mib", yamlNumber(job.comm.first_bucket_mib));

@@ -82,8 +82,15 @@ class EventBuilder {
     };
     std::vector<int> side_issued;  // the side stream's tasks so far
     size_t side_joined = 0;        // how many of them the compute stream has joined
+    int last_compute = -1;         // the compute stream's latest task so far
     for (size_t i = 0; i < rp_.tasks.size(); ++i) {
       Task& t = rp_.tasks[i];
+      // The memory plan gives a transient buffer the memory of buffers whose
+      // last use comes before its first in issue order. On another stream
+      // it could be written before the compute stream is done with them
+      // (an all-gather of persistent shards waits for nothing), so such a
+      // task waits until the compute stream has issued everything before it.
+      if (t.stream != 0 && writesTransient(t)) dependOn(t, last_compute);
       // The previous step's updates read only persistent buffers: nothing
       // to bound, and joining them early would hold the forward back.
       if (t.stream == side_stream_ && !t.attrs.from_previous_step) side_issued.push_back(int(i));
@@ -107,7 +114,13 @@ class EventBuilder {
         a.last_writer = int(i);
         a.readers.clear();
       }
+      if (t.stream == 0) last_compute = int(i);
     }
+  }
+
+  bool writesTransient(const Task& t) const {
+    return std::any_of(t.writes.begin(), t.writes.end(),
+                       [&](int b) { return !rp_.buffers[size_t(root(b))].persistent; });
   }
 
  private:
@@ -199,6 +212,7 @@ RankPlan lowerGraph(const Graph& g, std::vector<int> ranks, const LowerOptions& 
     gb.bytes = g.tensor(gb.buffer).bytes();
     gb.params = g.buckets[b].params;
     gb.param_buffer = g.buckets[b].param_flat;
+    gb.param_shard = g.buckets[b].param_shard;
     gb.master_shard = g.buckets[b].master_shard;
     gb.adam_m_shard = g.buckets[b].adam_m_shard;
     gb.adam_v_shard = g.buckets[b].adam_v_shard;

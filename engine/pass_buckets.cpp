@@ -17,15 +17,21 @@ int64_t roundUp(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 // Sharding the optimizer makes every parameter of a bucket a view into one
 // flat parameter tensor laid out like the bucket's gradients, so that one
-// all-gather returns the updated parameters of every rank's shard.
-int addParameterBucket(Graph& g, const BucketTensors& bucket, int b, int64_t elements) {
-  const DType dt = g.tensor(g.params[bucket.params.front()].param).dtype;
+// all-gather returns the updated parameters of every rank's shard. With the
+// parameters sharded too, that flat tensor is only the forward's gathered
+// copy for micro-batch 0 (pass_shard_parameters.h), no longer persistent,
+// and the rank's shard of it is the persistent parameter.
+void addParameterBucket(Graph& g, BucketTensors& bucket, int b, int64_t elements, int world,
+                        bool shard_parameters) {
+  const Tensor& first = g.tensor(g.params[bucket.params.front()].param);
+  const DType dt = first.dtype;
+  const TensorCategory category = first.category;
   Tensor flat;
-  flat.name = fmt::format("param.bucket{}", b);
+  flat.name = shard_parameters ? fmt::format("param.bucket{}.fwd.mb0", b) : fmt::format("param.bucket{}", b);
   flat.dtype = dt;
   flat.shape = {elements};
-  flat.category = g.tensor(g.params[bucket.params.front()].param).category;
-  flat.persistent = true;
+  flat.category = category;
+  flat.persistent = !shard_parameters;
   const int flat_id = g.addTensor(std::move(flat));
   int64_t offset = 0;
   for (int p : bucket.params) {
@@ -35,9 +41,18 @@ int addParameterBucket(Graph& g, const BucketTensors& bucket, int b, int64_t ele
                                          toString(param.dtype), toString(dt)));
     param.parent = flat_id;
     param.parent_offset_bytes = offset;
+    if (shard_parameters) param.persistent = false;
     offset += param.bytes();
   }
-  return flat_id;
+  bucket.param_flat = flat_id;
+  if (!shard_parameters) return;
+  Tensor shard;
+  shard.name = fmt::format("param.bucket{}.shard", b);
+  shard.dtype = dt;
+  shard.shape = {elements / world};
+  shard.category = category;
+  shard.persistent = true;
+  bucket.param_shard = g.addTensor(std::move(shard));
 }
 
 // Index of the last node writing each parameter gradient.
@@ -118,7 +133,7 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
       bucket.params.push_back(p);
       completes_at = std::max(completes_at, done[p]);
     }
-    if (sharded) bucket.param_flat = addParameterBucket(g, bucket, int(b), elements);
+    if (sharded) addParameterBucket(g, bucket, int(b), elements, world, shardsParameters(job));
     g.buckets.push_back(bucket);
     if (world <= 1) continue;
     Node ar;
@@ -160,7 +175,11 @@ CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t 
 }
 
 bool shardsOptimizer(const JobSpec& job) {
-  return job.parallel.shard_optimizer && job.parallel.data_parallel > 1;
+  return (job.parallel.shard_optimizer || job.parallel.shard_parameters) && job.parallel.data_parallel > 1;
+}
+
+bool shardsParameters(const JobSpec& job) {
+  return job.parallel.shard_parameters && job.parallel.data_parallel > 1;
 }
 
 void appendOptimizer(Graph& g, const JobSpec& job) {
@@ -274,16 +293,20 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     if (separate_master) bt.master_shard = shardTensor("master", TensorCategory::MasterWeight);
     bt.adam_m_shard = shardTensor("adam_m", TensorCategory::OptimizerState);
     bt.adam_v_shard = shardTensor("adam_v", TensorCategory::OptimizerState);
-    // fp32 jobs update the parameter shard in place (it is the master).
-    const int master = separate_master ? bt.master_shard : param_flat;
+    // fp32 jobs update the parameter shard in place (it is the master):
+    // the rank's part of the flat parameters, or with the parameters
+    // sharded the persistent shard, which the next step gathers from.
+    const int updated = bt.param_shard >= 0 ? bt.param_shard : param_flat;
+    const int master = separate_master ? bt.master_shard : updated;
     n.inputs = {bt.flat, norm_id, master, bt.adam_m_shard, bt.adam_v_shard};
-    n.outputs = {param_flat};
+    n.outputs = {updated};
     if (separate_master) n.outputs.push_back(bt.master_shard);
     n.outputs.push_back(bt.adam_m_shard);
     n.outputs.push_back(bt.adam_v_shard);
     n.attrs.shards = world;
     n.attrs.elements = padded / world;
     g.addNode(std::move(n));
+    if (bt.param_shard >= 0) continue;  // gathered where used (pass_shard_parameters.h)
 
     Node ag;
     ag.op = OpKind::AllGather;

@@ -27,8 +27,11 @@ void applyGradientBuckets(Graph& g, const JobSpec& job);
 // their own.
 void appendOptimizer(Graph& g, const JobSpec& job);
 
-// True when the job shards the optimizer over more than one rank.
+// True when the job shards the optimizer over more than one rank (also
+// implied by sharding the parameters).
 bool shardsOptimizer(const JobSpec& job);
+// True when the job shards the parameters over more than one rank (ZeRO-3).
+bool shardsParameters(const JobSpec& job);
 
 // A collective over the data-parallel group of `count` elements of `dt`.
 CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t count, DType dt);

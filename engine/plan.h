@@ -129,6 +129,13 @@ struct GradBucket {
   // weights (bf16 jobs only) and of the two moments. The parameters'
   // ParamInfo::master (bf16), adam_m and adam_v are then -1.
   int param_buffer = -1;
+  // Sharded parameters (job.parallel.shard_parameters), else -1: the
+  // persistent shard of the parameters this rank keeps between steps;
+  // param_buffer is then the forward's gathered copy for micro-batch 0,
+  // whose views are the parameters' buffers (ParamInfo::param), and other
+  // micro-batches and the backward read copies of their own
+  // (engine/pass_shard_parameters.h).
+  int param_shard = -1;
   int master_shard = -1;
   int adam_m_shard = -1;
   int adam_v_shard = -1;

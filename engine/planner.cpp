@@ -17,6 +17,7 @@
 #include "engine/pass_lm_head_chunks.h"
 #include "engine/pass_fusion.h"
 #include "engine/pass_recompute.h"
+#include "engine/pass_shard_parameters.h"
 
 namespace tandem {
 namespace {
@@ -100,6 +101,7 @@ Plan buildPlan(const JobSpec& job) {
   applyGradientBuckets(g, job);
   applyGatheredEmbeddingGradient(g, job);
   appendOptimizer(g, job);
+  applyParameterSharding(g, job);
 
   Plan plan;
   plan.job = job;

@@ -107,17 +107,22 @@ struct CpuExecutor::Impl {
     collectives = std::make_unique<InProcessCollectives>(plan.world_size);
     for (int r = 0; r < plan.world_size; ++r) {
       for (const ParamInfo& pi : program->params) {
+        // Sharded parameters live in their bucket's shard (below); their
+        // own buffers are gathered copies.
+        if (program->buckets.at(size_t(pi.bucket)).param_shard >= 0) continue;
         const std::vector<float> v = initialParameterValues(plan.job, *program, pi);
         storeFromFloat(arenas[r].data(), program->buffers[pi.param], v.data());
         if (pi.master >= 0 && pi.master != pi.param)
           storeFromFloat(arenas[r].data(), program->buffers[pi.master], v.data());
       }
-      // Sharded optimizer, bf16: each rank's fp32 master shard.
+      // Sharded optimizer, bf16: each rank's fp32 master shard; sharded
+      // parameters: each rank's shard of them.
       for (const GradBucket& b : program->buckets)
-        if (b.master_shard >= 0) {
-          const std::vector<float> v = initialMasterShard(plan.job, *program, b, r, plan.world_size);
-          storeFromFloat(arenas[r].data(), program->buffers[b.master_shard], v.data());
-        }
+        for (int shard : {b.master_shard, b.param_shard})
+          if (shard >= 0) {
+            const std::vector<float> v = initialMasterShard(plan.job, *program, b, r, plan.world_size);
+            storeFromFloat(arenas[r].data(), program->buffers[shard], v.data());
+          }
     }
   }
 
@@ -203,6 +208,8 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
         // Sharded: reads are {grads, norm, master shard (fp32 jobs: the
         // parameter bucket), m shard, v shard}; each parameter's part of
         // the rank's shard is updated.
+        // The updated parameters go to W[0]: the flat parameters (this
+        // rank's part of them), or with sharded parameters the rank's shard.
         const ShardRange shard = shardOf(rank, a.shards, io.elements(R[0]));
         const bool separate_master = R[2] != W[0];
         for (int pi : a.params) {
@@ -210,11 +217,13 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
           const ShardSegment seg = segmentInShard(*program, p, shard);
           if (seg.to <= seg.from) continue;
           const int64_t n = seg.to - seg.from;
-          float* master = separate_master ? io.out(R[2]) + seg.shard_offset : io.out(p.param) + seg.from;
+          const bool shard_out = program->buckets.at(size_t(p.bucket)).param_shard >= 0;
+          float* param = shard_out ? io.out(W[0]) + seg.shard_offset : io.out(p.param) + seg.from;
+          float* master = separate_master ? io.out(R[2]) + seg.shard_offset : param;
           adamwStep(master, io.out(R[3]) + seg.shard_offset, io.out(R[4]) + seg.shard_offset,
                     io.in(p.grad) + seg.from, n, lr, float(tr.beta1), float(tr.beta2), float(tr.eps),
                     p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
-          if (separate_master) std::memcpy(io.out(p.param) + seg.from, master, n * sizeof(float));
+          if (separate_master) std::memcpy(param, master, n * sizeof(float));
         }
         break;
       }
@@ -344,6 +353,25 @@ void CpuExecutor::finishOptimizer() {
 
 void CpuExecutor::gatherParameters() {
   impl_->onEveryRank([&](int r) { impl_->runRank(r, impl_->steps_done, false, /*only_gathers=*/true); });
+}
+
+std::vector<float> CpuExecutor::parameterValues(int rank, int param) const {
+  const RankPlan& program = *impl_->program;
+  const ParamInfo& p = program.params.at(size_t(param));
+  const GradBucket& bucket = program.buckets.at(size_t(p.bucket));
+  if (bucket.param_shard < 0) return readBuffer(rank, p.param);
+  // Sharded parameters: every rank's part of the parameter, from its shard.
+  std::vector<float> out(size_t(program.buffers.at(size_t(p.param)).elementCount()));
+  const int world = impl_->plan.world_size;
+  for (int r = 0; r < world; ++r) {
+    const ShardSegment seg =
+        segmentInShard(program, p, shardOf(r, world, program.buffers.at(size_t(bucket.buffer)).elementCount()));
+    if (seg.to <= seg.from) continue;
+    const std::vector<float> shard = readBuffer(r, bucket.param_shard);
+    std::copy(shard.begin() + seg.shard_offset, shard.begin() + seg.shard_offset + (seg.to - seg.from),
+              out.begin() + seg.from);
+  }
+  return out;
 }
 
 std::vector<float> CpuExecutor::readBuffer(int rank, int buffer) const {

@@ -42,6 +42,11 @@ class CpuExecutor {
   // otherwise, or when already applied.
   void finishOptimizer();
 
+  // The current values of parameter `param` (an index into the program's
+  // params) as rank `rank` holds them: its buffer, or with sharded
+  // parameters, the parts of every rank's shard (whatever `rank`).
+  std::vector<float> parameterValues(int rank, int param) const;
+
   // The values of a buffer of one rank, converted to float.
   std::vector<float> readBuffer(int rank, int buffer) const;
   void writeBuffer(int rank, int buffer, const std::vector<float>& values);

@@ -280,11 +280,16 @@ void CudaExecutor::Impl::buildTable(int task) {
         return static_cast<char*>(ptr(buffer)) + element * dtypeSize(program->buffers[buffer].dtype);
       };
       const bool separate_master = shards > 1 ? t.reads.at(2) != t.writes.at(0) : p.master != p.param;
-      const int master = shards > 1 ? (separate_master ? t.reads.at(2) : p.param) : p.master;
+      // Sharded parameters: the update goes to the rank's shard (writes[0]),
+      // at the same place in it as the state.
+      const bool shard_out = shards > 1 && program->buckets.at(size_t(p.bucket)).param_shard >= 0;
+      const int updated = shard_out ? t.writes.at(0) : p.param;
+      const int master = shards > 1 ? (separate_master ? t.reads.at(2) : updated) : p.master;
       const int64_t state_at = shards > 1 ? seg.shard_offset : 0;
+      const int64_t param_at = shard_out ? seg.shard_offset : seg.from;
       TensorSlot s;
-      s.param = at(p.param, seg.from);
-      s.master = reinterpret_cast<float*>(separate_master ? at(master, state_at) : at(p.param, seg.from));
+      s.param = at(updated, param_at);
+      s.master = reinterpret_cast<float*>(separate_master ? at(master, state_at) : at(updated, param_at));
       s.m = reinterpret_cast<float*>(shards > 1 ? at(t.reads.at(3), state_at) : at(p.adam_m, 0));
       s.v = reinterpret_cast<float*>(shards > 1 ? at(t.reads.at(4), state_at) : at(p.adam_v, 0));
       s.grad = at(p.grad, seg.from);
@@ -311,14 +316,18 @@ void CudaExecutor::Impl::buildTable(int task) {
 
 void CudaExecutor::Impl::initialiseParameters() {
   for (const ParamInfo& p : program->params) {
+    // Sharded parameters live in their bucket's shard (below); their own
+    // buffers are gathered copies.
+    if (program->buckets.at(size_t(p.bucket)).param_shard >= 0) continue;
     const std::vector<float> v = initialParameterValues(plan.job, *program, p);
     writeBuffer(p.param, v);
     if (p.master >= 0 && p.master != p.param) writeBuffer(p.master, v);
   }
-  // Sharded optimizer, bf16: this rank's fp32 master shard of each bucket.
+  // Sharded optimizer, bf16: this rank's fp32 master shard of each bucket;
+  // sharded parameters: this rank's shard of them.
   for (const GradBucket& b : program->buckets)
-    if (b.master_shard >= 0)
-      writeBuffer(b.master_shard, initialMasterShard(plan.job, *program, b, opt.rank, opt.world));
+    for (int shard : {b.master_shard, b.param_shard})
+      if (shard >= 0) writeBuffer(shard, initialMasterShard(plan.job, *program, b, opt.rank, opt.world));
 }
 
 // Issues every task that launches a GEMM once, with the Gemm in tuning mode:

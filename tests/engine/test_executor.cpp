@@ -89,32 +89,66 @@ TEST_CASE("Data parallel 2 x b equals data parallel 1 x 2b", "[executor][dp]") {
 namespace {
 
 // The sharded run against the unsharded one: 3 steps of losses and norms,
-// then every parameter on both ranks after gatherParameters().
-void requireShardedMatches(Precision prec, int accum, bool gather) {
-  JobSpec whole = forWeightComparison(test::microJob(2, 2, accum));
-  whole.training.precision = prec;
+// then every parameter on both ranks after gatherParameters(). Sharded
+// parameters (ZeRO-3) are read from every rank's shard.
+struct ShardCase {
+  Precision prec = Precision::FP32;
+  int accum = 1;
+  bool gather = false;  // comm.gather_embedding_gradient
+  bool parameters = false;  // parallel.shard_parameters, else shard_optimizer
+  RecomputePolicy recompute = RecomputePolicy::None;
+};
+
+void requireShardedMatches(const ShardCase& c) {
+  JobSpec whole = forWeightComparison(test::microJob(2, 2, c.accum));
+  whole.training.precision = c.prec;
+  whole.recompute.policy = c.recompute;
   // A vocabulary large enough that gathering the embedding's input
   // gradient (2 x 2 x 8 x 16) beats reduce-scattering wte late.
   whole.model.vocab = 64;
   JobSpec sharded = whole;
-  sharded.parallel.shard_optimizer = true;
-  sharded.comm.gather_embedding_gradient = gather;
+  (c.parameters ? sharded.parallel.shard_parameters : sharded.parallel.shard_optimizer) = true;
+  sharded.comm.gather_embedding_gradient = c.gather;
   cpu::CpuExecutor a(buildPlan(whole));
   cpu::CpuExecutor b(buildPlan(sharded));
   const RankPlan& rp = b.plan().programs[0];
+  const int buckets = int(rp.buckets.size());
   auto count = [&](auto pred) { return int(std::count_if(rp.tasks.begin(), rp.tasks.end(), pred)); };
-  REQUIRE(count([](const Task& t) { return t.op == OpKind::ReduceScatter; }) == int(rp.buckets.size()));
-  REQUIRE(count([](const Task& t) { return t.op == OpKind::AllGather && t.reads[0] == t.writes[0]; }) ==
-          int(rp.buckets.size()));
+  REQUIRE(count([](const Task& t) { return t.op == OpKind::ReduceScatter; }) == buckets);
+  const int in_place = count([](const Task& t) { return t.op == OpKind::AllGather && t.reads[0] == t.writes[0]; });
+  const int forward_copies = count([](const Task& t) {
+    return t.op == OpKind::AllGather && t.name.find(".fwd.mb") != std::string::npos;
+  });
+  const int backward_copies = count([](const Task& t) {
+    return t.op == OpKind::AllGather && t.name.find(".bwd.mb") != std::string::npos;
+  });
+  if (c.parameters) {
+    // No parameter bucket stays whole: each is gathered out of place before
+    // every micro-batch's forward, and (all but one, whose parameters the
+    // backward does not read) again before its backward.
+    REQUIRE(in_place == 0);
+    REQUIRE(forward_copies == buckets * c.accum);
+    REQUIRE(backward_copies >= (buckets - 1) * c.accum);
+    REQUIRE(backward_copies <= buckets * c.accum);
+    for (const GradBucket& bk : rp.buckets) {
+      REQUIRE(bk.param_shard >= 0);
+      CHECK(rp.buffers[size_t(bk.param_shard)].persistent);
+      CHECK_FALSE(rp.buffers[size_t(bk.param_buffer)].persistent);
+    }
+  } else {
+    REQUIRE(in_place == buckets);
+    REQUIRE(forward_copies + backward_copies == 0);
+  }
   // The tied embedding's gradient: from a gathered input gradient, or not.
   REQUIRE(count([](const Task& t) { return t.op == OpKind::EmbeddingBwd && t.attrs.shards == 2; }) ==
-          (gather ? 1 : 0));
-  const std::string what =
-      std::string(toString(prec)) + " accumulation " + std::to_string(accum) + (gather ? " gathered" : "");
+          (c.gather ? 1 : 0));
+  const std::string what = std::string(toString(c.prec)) + " accumulation " + std::to_string(c.accum) +
+                           (c.gather ? " gathered" : "") + (c.parameters ? " parameters sharded" : "") +
+                           " recompute " + std::string(toString(c.recompute));
   // bf16 and gathered: the embedding's rows are rounded to bf16 once more
   // (the LM head's average, then the embedding's part added), which moves
   // the norm by about 1e-4.
-  const bool rounded_again = gather && prec == Precision::BF16;
+  const bool rounded_again = c.gather && c.prec == Precision::BF16;
   for (int step = 0; step < 3; ++step) {
     const cpu::StepResult ra = a.step(), rb = b.step();
     INFO(what << " step " << step);
@@ -128,9 +162,9 @@ void requireShardedMatches(Precision prec, int accum, bool gather) {
   for (int rank = 0; rank < 2; ++rank)
     for (size_t i = 0; i < rp.params.size(); ++i) {
       INFO(what << " rank " << rank << " " << rp.params[i].name);
-      const std::vector<float> got = b.readBuffer(rank, rp.params[i].param);
+      const std::vector<float> got = b.parameterValues(rank, int(i));
       const std::vector<float> want = a.readBuffer(rank, a.plan().programs[0].params.at(i).param);
-      CHECK(relativeDifference(got, want) <= (prec == Precision::BF16 ? 1e-2 : 1e-5));
+      CHECK(relativeDifference(got, want) <= (c.prec == Precision::BF16 ? 1e-2 : 1e-5));
     }
 }
 
@@ -139,7 +173,18 @@ void requireShardedMatches(Precision prec, int accum, bool gather) {
 TEST_CASE("Sharding the optimizer (ZeRO-1) keeps the data-parallel run's losses and weights", "[executor][dp][shard]") {
   for (Precision prec : {Precision::FP32, Precision::BF16})
     for (int accum : {1, 2})
-      for (bool gather : {false, true}) requireShardedMatches(prec, accum, gather);
+      for (bool gather : {false, true}) requireShardedMatches({prec, accum, gather});
+}
+
+TEST_CASE("Sharding the parameters (ZeRO-3) keeps the data-parallel run's losses and weights",
+          "[executor][dp][shard]") {
+  for (Precision prec : {Precision::FP32, Precision::BF16})
+    for (int accum : {1, 2})
+      for (bool gather : {false, true})
+        requireShardedMatches({prec, accum, gather, /*parameters=*/true});
+  // Recompute reads the parameters in the backward: from the backward's copy.
+  for (RecomputePolicy policy : {RecomputePolicy::Selective, RecomputePolicy::Full})
+    requireShardedMatches({Precision::FP32, 2, false, true, policy});
 }
 
 TEST_CASE("Gradient accumulation 2 x b equals 1 x 2b", "[executor][accumulation]") {
