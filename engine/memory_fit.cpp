@@ -22,6 +22,8 @@ int mostLmHeadChunks(const JobSpec& job, int micro_batch) {
 std::string FittingChoice::text(const JobSpec& job) const {
   std::string s = fmt::format("recompute.policy={} training.micro_batch={}", toString(policy), micro_batch);
   if (lm_head_chunks != job.schedule.lm_head_chunks) s += fmt::format(" schedule.lm_head_chunks={}", lm_head_chunks);
+  if (shard_parameters != job.parallel.shard_parameters)
+    s += fmt::format(" parallel.shard_parameters={}", shard_parameters ? "true" : "false");
   return s + fmt::format(" ({:.1f} GiB)", double(bytes) / double(int64_t(1) << 30));
 }
 
@@ -31,34 +33,41 @@ JobSpec FittingChoice::appliedTo(const JobSpec& job) const {
   j.recompute.per_layer.clear();
   j.training.micro_batch = micro_batch;
   j.schedule.lm_head_chunks = lm_head_chunks;
+  j.parallel.shard_parameters = shard_parameters;
   return j;
 }
 
 std::vector<FittingChoice> choicesThatFit(const JobSpec& job, int64_t budget,
                                           const std::function<int64_t(const Plan&)>& overhead) {
+  std::vector<bool> shardings{job.parallel.shard_parameters};
+  if (job.parallel.data_parallel > 1 && !job.parallel.shard_parameters) shardings.push_back(true);
   std::vector<FittingChoice> fits;
   for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full}) {
-    bool found = false;
-    for (int mb = job.training.micro_batch; mb >= 1 && !found; mb /= 2) {
-      const int most = mostLmHeadChunks(job, mb);
-      for (int chunks : {job.schedule.lm_head_chunks, most}) {
-        if (policy == job.recompute.policy && job.recompute.per_layer.empty() && mb == job.training.micro_batch &&
-            chunks == job.schedule.lm_head_chunks)
-          continue;  // the job itself
-        FittingChoice choice{policy, mb, chunks, 0};
-        try {
-          const Plan p = buildPlan(choice.appliedTo(job));
-          choice.bytes = p.programs.at(0).memory.arena_bytes + overhead(p);
-          if (choice.bytes <= budget) {
-            fits.push_back(choice);
-            found = true;
-            break;
+    int largest = 0;  // the largest micro-batch found for this policy so far
+    for (bool shard : shardings) {
+      bool found = false;
+      for (int mb = job.training.micro_batch; mb > largest && !found; mb /= 2) {
+        const int most = mostLmHeadChunks(job, mb);
+        for (int chunks : {job.schedule.lm_head_chunks, most}) {
+          if (policy == job.recompute.policy && job.recompute.per_layer.empty() && mb == job.training.micro_batch &&
+              chunks == job.schedule.lm_head_chunks && shard == job.parallel.shard_parameters)
+            continue;  // the job itself
+          FittingChoice choice{policy, mb, chunks, shard, 0};
+          try {
+            const Plan p = buildPlan(choice.appliedTo(job));
+            choice.bytes = p.programs.at(0).memory.arena_bytes + overhead(p);
+            if (choice.bytes <= budget) {
+              fits.push_back(choice);
+              largest = mb;
+              found = true;
+              break;
+            }
+          } catch (const std::exception&) {
+            // Not plannable (the job's groups may not split this micro-batch's
+            // tokens): not a choice.
           }
-        } catch (const std::exception&) {
-          // Not plannable (the job's groups may not split this micro-batch's
-          // tokens): not a choice.
+          if (most == job.schedule.lm_head_chunks) break;
         }
-        if (most == job.schedule.lm_head_chunks) break;
       }
     }
   }

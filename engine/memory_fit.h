@@ -19,9 +19,11 @@ struct FittingChoice {
   RecomputePolicy policy = RecomputePolicy::None;
   int micro_batch = 1;
   int lm_head_chunks = 1;
+  bool shard_parameters = false;
   int64_t bytes = 0;  // the plan's arena plus the caller's overhead
   // "recompute.policy=selective training.micro_batch=8 (61.2 GiB)", with
-  // schedule.lm_head_chunks=N where it differs from `job`'s.
+  // schedule.lm_head_chunks=N and parallel.shard_parameters=true where they
+  // differ from `job`'s.
   std::string text(const JobSpec& job) const;
   // `job` with this choice made (per-layer recompute overrides dropped).
   JobSpec appliedTo(const JobSpec& job) const;
@@ -36,7 +38,10 @@ inline constexpr int kMaxSuggestedLmHeadChunks = 16;
 // dropped), the largest micro-batch, halving from the job's, whose plan
 // with the job's lm_head_chunks, or else with the most groups up to
 // kMaxSuggestedLmHeadChunks that split its tokens, needs at most `budget`
-// bytes including `overhead(plan)`. The job itself is not a choice.
+// bytes including `overhead(plan)`. A data-parallel job whose parameters
+// are not sharded gets a second choice per policy with them sharded
+// (ZeRO-3) where that allows a larger micro-batch. The job itself is not a
+// choice.
 std::vector<FittingChoice> choicesThatFit(const JobSpec& job, int64_t budget,
                                           const std::function<int64_t(const Plan&)>& overhead);
 

@@ -53,6 +53,14 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
   dp_->setRange(1, 4096);
   dp_->setValue(job.parallel.data_parallel);
   form->addRow(tr("data-parallel size"), dp_);
+  sharding_ = new QComboBox(this);
+  sharding_->addItems({tr("none"), tr("optimizer (ZeRO-1)"), tr("parameters and optimizer (ZeRO-3)")});
+  sharding_->setCurrentIndex(int(job.parallel.shard_parameters   ? Sharding::Parameters
+                                 : job.parallel.shard_optimizer ? Sharding::Optimizer
+                                                                : Sharding::None));
+  sharding_->setToolTip(tr("What each data-parallel rank keeps only its share of: the optimizer's master weights "
+                           "and moments (ZeRO-1), or the parameters too, gathered before each use (ZeRO-3)"));
+  form->addRow(tr("sharded across ranks"), sharding_);
   micro_batch_ = new QSpinBox(this);
   micro_batch_->setRange(1, 4096);
   micro_batch_->setValue(job.training.micro_batch);
@@ -129,9 +137,11 @@ void WhatIfDialog::applyFittingChoice(int index) {
   setRecompute(f.policy);
   setMicroBatch(f.micro_batch);
   setLmHeadChunks(f.lm_head_chunks);
+  if (f.shard_parameters) setSharding(Sharding::Parameters);
   status_->setText(tr("Applied: %1. Simulate to see its step.").arg(fit_choices_->itemText(index)));
 }
 void WhatIfDialog::setDataParallel(int n) { dp_->setValue(n); }
+void WhatIfDialog::setSharding(Sharding sharding) { sharding_->setCurrentIndex(int(sharding)); }
 void WhatIfDialog::setMicroBatch(int n) { micro_batch_->setValue(n); }
 void WhatIfDialog::setGradAccum(int n) { accum_->setValue(n); }
 void WhatIfDialog::setBucketMib(double mib) { bucket_->setValue(mib); }
@@ -155,10 +165,18 @@ WhatIfRequest WhatIfDialog::request() const {
       "recompute.policy=" + recompute_->currentText().toStdString(),
       "schedule.lm_head_chunks=" + std::to_string(lm_head_chunks_->value()),
   };
+  const auto sharding = Sharding(sharding_->currentIndex());
+  r.overrides.push_back(std::string("parallel.shard_optimizer=") +
+                        (sharding == Sharding::Optimizer ? "true" : "false"));
+  r.overrides.push_back(std::string("parallel.shard_parameters=") +
+                        (sharding == Sharding::Parameters ? "true" : "false"));
   r.run_name = "what-if: dp " + std::to_string(dp_->value()) + ", mb " + std::to_string(micro_batch_->value()) +
                ", accum " + std::to_string(accum_->value()) + ", recompute " + recompute_->currentText().toStdString() +
                (lm_head_chunks_->value() > 1 ? ", LM head in " + std::to_string(lm_head_chunks_->value()) + " groups"
                                              : std::string()) +
+               (sharding == Sharding::Optimizer    ? ", ZeRO-1"
+                : sharding == Sharding::Parameters ? ", ZeRO-3"
+                                                   : "") +
                " on " + r.topology;
   if (!r.calibration.empty()) r.run_name += ", calibrated";
   return r;

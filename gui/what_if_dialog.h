@@ -1,8 +1,9 @@
 #pragma once
 // What-if dialog: choose topology (preset or file), calibration (none, a
-// committed one or a file), data-parallel size, micro-batch, gradient
-// accumulation, bucket size, recompute policy and the LM head's groups of
-// tokens (schedule.lm_head_chunks) for a run's job;
+// committed one or a file), data-parallel size, what the ranks shard
+// (nothing, the optimizer: ZeRO-1, or the parameters too: ZeRO-3),
+// micro-batch, gradient accumulation, bucket size, recompute policy and the
+// LM head's groups of tokens (schedule.lm_head_chunks) for a run's job;
 // "Simulate" re-plans and simulates on a worker thread with progress and
 // reports the new run, appended to the given trace file, with any warning
 // (a calibration of another GPU than the topology's, a plan too large for
@@ -37,6 +38,8 @@ class WhatIfDialog : public QDialog {
   // "none" (the roofline defaults) or a calibration file.
   void setCalibration(const QString& none_or_file);
   void setDataParallel(int n);
+  enum class Sharding { None, Optimizer, Parameters };
+  void setSharding(Sharding sharding);
   void setMicroBatch(int n);
   void setGradAccum(int n);
   void setBucketMib(double mib);
@@ -64,6 +67,7 @@ class WhatIfDialog : public QDialog {
   QComboBox* topology_ = nullptr;
   QComboBox* calibration_ = nullptr;
   QSpinBox* dp_ = nullptr;
+  QComboBox* sharding_ = nullptr;  // items in Sharding's order
   QSpinBox* micro_batch_ = nullptr;
   QSpinBox* accum_ = nullptr;
   QDoubleSpinBox* bucket_ = nullptr;

@@ -253,6 +253,28 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   CHECK(dialog.fittingChoices().isEmpty());
   dialog.setTopology("dgx-h200");
 
+  // Sharding: the request carries both switches, the run's name says which.
+  auto has = [&](const std::string& o) {
+    const auto overrides = dialog.request().overrides;
+    return std::find(overrides.begin(), overrides.end(), o) != overrides.end();
+  };
+  CHECK(has("parallel.shard_optimizer=false"));
+  CHECK(has("parallel.shard_parameters=false"));
+  dialog.setSharding(WhatIfDialog::Sharding::Parameters);
+  CHECK(has("parallel.shard_optimizer=false"));
+  CHECK(has("parallel.shard_parameters=true"));
+  CHECK_THAT(dialog.request().run_name, Catch::Contains(", ZeRO-3"));
+  QSignalSpy zero3(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(zero3.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  CHECK(dialog.statusText().startsWith("New run"));
+  dialog.setSharding(WhatIfDialog::Sharding::Optimizer);
+  CHECK(has("parallel.shard_optimizer=true"));
+  CHECK(has("parallel.shard_parameters=false"));
+  CHECK_THAT(dialog.request().run_name, Catch::Contains(", ZeRO-1"));
+  dialog.setSharding(WhatIfDialog::Sharding::None);
+
   QSignalSpy failed(&dialog, &WhatIfDialog::failed);
   dialog.setTopology("no-such-topology");
   dialog.start();
