@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/init.h"
 #include "engine/plan.h"
 
 namespace tandem::gpu_footprint {
@@ -65,7 +66,12 @@ Footprint executorFootprint(const RankPlan& rp) {
     if (t.op == OpKind::GradNorm || t.op == OpKind::AdamW) {
       int64_t chunks = 0;
       if (t.op == OpKind::GradNorm)
-        for (int b : t.reads) chunks += chunksOf(rp.buffers[size_t(b)].elementCount());
+        for (int b : t.reads) {
+          chunks += chunksOf(rp.buffers[size_t(b)].elementCount());
+          // A gradient shard is read by its parameters' segments, each
+          // rounding its chunks up (at most one more each).
+          if (const GradBucket* bucket = bucketOfGradientShard(rp, b)) chunks += int64_t(bucket->params.size());
+        }
       const int64_t slots = int64_t(std::max(t.reads.size(), t.attrs.params.size()));
       f.optimizer_tables += align256(slots * kTensorSlotBytes) + align256(chunks * kFloat);
     }

@@ -65,6 +65,7 @@ struct BucketTensors {
   int flat = -1;              // the bucket's flat gradient tensor
   int param_flat = -1;        // sharded optimizer: the flat parameter tensor (same layout)
   int param_shard = -1;       // sharded parameters: this rank's persistent shard of param_flat
+  int grad_shard = -1;        // sharded parameters: this rank's reduce-scattered shard of flat
   // Sharded optimizer: this rank's shard of the fp32 master weights (bf16
   // jobs; fp32 jobs update the parameter shard itself) and of the moments.
   int master_shard = -1, adam_m_shard = -1, adam_v_shard = -1;

@@ -58,6 +58,13 @@ ShardSegment segmentInShard(const RankPlan& program, const ParamInfo& param, Sha
   return s;
 }
 
+const GradBucket* bucketOfGradientShard(const RankPlan& program, int buffer) {
+  if (buffer < 0) return nullptr;
+  for (const GradBucket& b : program.buckets)
+    if (b.grad_shard == buffer) return &b;
+  return nullptr;
+}
+
 std::vector<float> initialMasterShard(const JobSpec& job, const RankPlan& program, const GradBucket& bucket,
                                       int rank, int world) {
   const ShardRange shard = shardOf(rank, world, program.buffers.at(bucket.buffer).elementCount());

@@ -33,6 +33,12 @@ struct ShardSegment {
   int64_t shard_offset = 0;  // where `from` lies in the shard
 };
 ShardSegment segmentInShard(const RankPlan& program, const ParamInfo& param, ShardRange shard);
+// The bucket whose shard of averaged gradients `buffer` is (sharded
+// parameters: GradBucket::grad_shard), or nullptr. A sharded norm reads
+// such a shard by its parameters' segments (its padding is not zero: the
+// whole bucket it was reduced from is transient memory), AdamW by the
+// segments it updates.
+const GradBucket* bucketOfGradientShard(const RankPlan& program, int buffer);
 
 // Linear warm-up to training.lr, then cosine decay to training.min_lr at the
 // last step. `step` counts from 0.

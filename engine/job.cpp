@@ -586,6 +586,12 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
            "step, where its all-gathers are planned)",
            "parallel.shard_optimizer: false and parallel.shard_parameters: false, or data_parallel 1");
   }
+  if (job.comm.gather_embedding_gradient && job.parallel.shard_parameters && job.parallel.data_parallel > 1) {
+    r.fail(pick("comm.gather_embedding_gradient", "parallel.shard_parameters"),
+           "comm.gather_embedding_gradient is not planned with sharded parameters (their gradients are "
+           "reduce-scattered out of place, into shards the gathered embedding backward does not write)",
+           "comm.gather_embedding_gradient: false, or parallel.shard_parameters: false");
+  }
   if (const int chunks = job.schedule.lm_head_chunks; chunks > 1) {
     const int64_t tokens = int64_t(job.training.micro_batch) * m.seq_len;
     if (tokens % chunks != 0 || (tokens / chunks) % 8 != 0)

@@ -173,16 +173,19 @@ RankPlan lowerGraph(const Graph& g, std::vector<int> ranks, const LowerOptions& 
     // Weight gradients are off the backward's critical path (only the
     // bucket's collective and the optimizer wait for them): on a compute
     // stream of their own they fill the SMs the data-gradient chain leaves
-    // idle. Only tasks whose outputs are all persistent move there, so that
-    // no transient buffer is written beside the compute stream; what they
-    // read stays live until the compute stream joins them.
-    auto persistentRoot = [&](int b) {
+    // idle. Only tasks whose outputs are all persistent, or gradient
+    // buckets, move there; what they read stays live until the compute
+    // stream joins them. A transient gradient bucket (sharded parameters)
+    // is written there only once the compute stream has issued everything
+    // before the task (the rule in EventBuilder::run).
+    auto stableOutput = [&](int b) {
       const Buffer& x = rp.buffers[size_t(b)];
-      return (x.parent >= 0 ? rp.buffers[size_t(x.parent)] : x).persistent;
+      const Buffer& root = x.parent >= 0 ? rp.buffers[size_t(x.parent)] : x;
+      return root.persistent || root.category == TensorCategory::Gradient;
     };
     for (Task& t : rp.tasks)
       if (t.op == OpKind::MatmulBwdWeight && t.stream == 0 &&
-          std::all_of(t.writes.begin(), t.writes.end(), persistentRoot)) {
+          std::all_of(t.writes.begin(), t.writes.end(), stableOutput)) {
         if (side_stream < 0) {
           side_stream = int(rp.streams.size());
           rp.streams.push_back({side_stream, StreamKind::Compute, "compute.wgrad"});
@@ -213,6 +216,7 @@ RankPlan lowerGraph(const Graph& g, std::vector<int> ranks, const LowerOptions& 
     gb.params = g.buckets[b].params;
     gb.param_buffer = g.buckets[b].param_flat;
     gb.param_shard = g.buckets[b].param_shard;
+    gb.grad_shard = g.buckets[b].grad_shard;
     gb.master_shard = g.buckets[b].master_shard;
     gb.adam_m_shard = g.buckets[b].adam_m_shard;
     gb.adam_v_shard = g.buckets[b].adam_v_shard;

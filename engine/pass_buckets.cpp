@@ -118,7 +118,11 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
     flat.dtype = dt;
     flat.shape = {elements};
     flat.category = TensorCategory::Gradient;
-    flat.persistent = true;
+    // Sharded parameters (ZeRO-3) shard the gradients too: the whole bucket
+    // lives from its first gradient to its reduce-scatter, which writes
+    // this rank's average into a shard that lives until the optimizer.
+    const bool shard_gradients = shardsParameters(job);
+    flat.persistent = !shard_gradients;
     const int flat_id = g.addTensor(std::move(flat));
     BucketTensors bucket;
     bucket.flat = flat_id;
@@ -134,6 +138,14 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
       completes_at = std::max(completes_at, done[p]);
     }
     if (sharded) addParameterBucket(g, bucket, int(b), elements, world, shardsParameters(job));
+    if (shard_gradients) {
+      Tensor shard;
+      shard.name = fmt::format("grad.bucket{}.shard", b);
+      shard.dtype = dt;
+      shard.shape = {elements / world};
+      shard.category = TensorCategory::Gradient;
+      bucket.grad_shard = g.addTensor(std::move(shard));
+    }
     g.buckets.push_back(bucket);
     if (world <= 1) continue;
     Node ar;
@@ -143,7 +155,7 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
     ar.stream = StreamKind::Comm;
     ar.micro_batch = job.training.grad_accum - 1;
     ar.inputs = {flat_id};
-    ar.outputs = {flat_id};
+    ar.outputs = {bucket.grad_shard >= 0 ? bucket.grad_shard : flat_id};
     ar.attrs.elements = elements;
     if (sharded) ar.attrs.shards = world;
     ar.collective = dataParallelCollective(sharded ? CollectiveOp::ReduceScatter : CollectiveOp::AllReduce,
@@ -197,7 +209,7 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
   gn.phase = Phase::Optimizer;
   int64_t total = 0;
   for (const auto& b : g.buckets) {
-    gn.inputs.push_back(b.flat);
+    gn.inputs.push_back(b.grad_shard >= 0 ? b.grad_shard : b.flat);
     total += g.tensor(b.flat).elements();
   }
   gn.outputs = {norm_id};
@@ -298,7 +310,7 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     // sharded the persistent shard, which the next step gathers from.
     const int updated = bt.param_shard >= 0 ? bt.param_shard : param_flat;
     const int master = separate_master ? bt.master_shard : updated;
-    n.inputs = {bt.flat, norm_id, master, bt.adam_m_shard, bt.adam_v_shard};
+    n.inputs = {bt.grad_shard >= 0 ? bt.grad_shard : bt.flat, norm_id, master, bt.adam_m_shard, bt.adam_v_shard};
     n.outputs = {updated};
     if (separate_master) n.outputs.push_back(bt.master_shard);
     n.outputs.push_back(bt.adam_m_shard);

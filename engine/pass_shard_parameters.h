@@ -25,8 +25,13 @@
 // up to that point (engine/lower.cpp), which is what makes the early
 // gather safe next to the memory plan's reuse.
 //
-// The gradients stay whole buckets reduce-scattered in place, as with the
-// sharded optimizer (persistent until the optimizer reads its shard).
+// The gradients are sharded as well (pass_buckets.cpp): each bucket's whole
+// gradient is transient, from its first gradient to its reduce-scatter,
+// which writes this rank's average out of place into a shard
+// (GradBucket::grad_shard) that the norm and AdamW read. With gradient
+// accumulation the whole bucket still lives across the micro-batches (one
+// reduce-scatter, on the last); reduce-scattering every micro-batch into
+// the shard would free it sooner for more communication.
 
 #include "engine/graph.h"
 #include "engine/job.h"

@@ -136,6 +136,11 @@ struct GradBucket {
   // micro-batches and the backward read copies of their own
   // (engine/pass_shard_parameters.h).
   int param_shard = -1;
+  // Sharded parameters, else -1: this rank's shard of the averaged
+  // gradients, which the reduce-scatter writes (out of place) and the norm
+  // and the optimizer read; the bucket's whole `buffer` is then transient,
+  // from its first gradient to the reduce-scatter.
+  int grad_shard = -1;
   int master_shard = -1;
   int adam_m_shard = -1;
   int adam_v_shard = -1;

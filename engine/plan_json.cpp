@@ -119,6 +119,7 @@ json toJson(const GradBucket& b) {
   // Only sharded plans have these (docs/plan-format.md).
   if (b.param_buffer >= 0) j["param_buffer"] = b.param_buffer;
   if (b.param_shard >= 0) j["param_shard"] = b.param_shard;
+  if (b.grad_shard >= 0) j["grad_shard"] = b.grad_shard;
   if (b.master_shard >= 0) j["master_shard"] = b.master_shard;
   if (b.adam_m_shard >= 0) j["adam_m_shard"] = b.adam_m_shard;
   if (b.adam_v_shard >= 0) j["adam_v_shard"] = b.adam_v_shard;
@@ -400,6 +401,7 @@ void readValue(const json& j, const std::string& path, GradBucket& b) {
   field(j, path, "params", b.params);
   optionalField(j, path, "param_buffer", b.param_buffer);
   optionalField(j, path, "param_shard", b.param_shard);
+  optionalField(j, path, "grad_shard", b.grad_shard);
   optionalField(j, path, "master_shard", b.master_shard);
   optionalField(j, path, "adam_m_shard", b.adam_m_shard);
   optionalField(j, path, "adam_v_shard", b.adam_v_shard);

@@ -185,14 +185,32 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
         collectives->reduceScatterAverage(rank, v);
       else
         collectives->allGather(rank, v);
+      if (t.op == OpKind::ReduceScatter && R[0] != W[0]) {  // out of place: the rank's shard alone
+        const ShardRange s = shardOf(rank, a.shards, int64_t(v.size()));
+        if (s.end - s.begin != io.elements(W[0]))
+          throw std::logic_error(fmt::format("{}: a shard of {} elements into {}", t.name, s.end - s.begin,
+                                             io.elements(W[0])));
+        std::memcpy(io.out(W[0]), v.data() + s.begin, size_t(s.end - s.begin) * sizeof(float));
+        break;
+      }
       std::memcpy(io.out(W[0]), v.data(), v.size() * sizeof(float));
       break;
     }
     case OpKind::GradNorm: {
-      // Sharded: this rank's shard of every bucket, and the sum of squares
-      // (a summing all-reduce follows); otherwise the norm itself.
+      // Sharded: this rank's shard of every bucket (or, with sharded
+      // gradients, its parameters' segments of the bucket's shard), and the
+      // sum of squares (a summing all-reduce follows); otherwise the norm.
       double ss = 0;
       for (int b : R) {
+        if (const GradBucket* bucket = bucketOfGradientShard(*program, b)) {
+          const ShardRange shard =
+              shardOf(rank, a.shards, program->buffers.at(size_t(bucket->buffer)).elementCount());
+          for (int pi : bucket->params) {
+            const ShardSegment seg = segmentInShard(*program, program->params[size_t(pi)], shard);
+            if (seg.to > seg.from) ss += sumOfSquares(io.in(b) + seg.shard_offset, seg.to - seg.from);
+          }
+          continue;
+        }
         const ShardRange s = shardOf(rank, a.shards, io.elements(b));
         ss += sumOfSquares(io.in(b) + s.begin, s.end - s.begin);
       }
@@ -209,19 +227,22 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
         // parameter bucket), m shard, v shard}; each parameter's part of
         // the rank's shard is updated.
         // The updated parameters go to W[0]: the flat parameters (this
-        // rank's part of them), or with sharded parameters the rank's shard.
-        const ShardRange shard = shardOf(rank, a.shards, io.elements(R[0]));
+        // rank's part of them), or with sharded parameters the rank's shard;
+        // the gradients come from R[0], the whole bucket or its shard.
         const bool separate_master = R[2] != W[0];
         for (int pi : a.params) {
           const ParamInfo& p = program->params[pi];
+          const GradBucket& bucket = program->buckets.at(size_t(p.bucket));
+          const ShardRange shard = shardOf(rank, a.shards, program->buffers.at(size_t(bucket.buffer)).elementCount());
           const ShardSegment seg = segmentInShard(*program, p, shard);
           if (seg.to <= seg.from) continue;
           const int64_t n = seg.to - seg.from;
-          const bool shard_out = program->buckets.at(size_t(p.bucket)).param_shard >= 0;
+          const bool shard_out = bucket.param_shard >= 0;
           float* param = shard_out ? io.out(W[0]) + seg.shard_offset : io.out(p.param) + seg.from;
           float* master = separate_master ? io.out(R[2]) + seg.shard_offset : param;
+          const float* grad = bucket.grad_shard >= 0 ? io.in(R[0]) + seg.shard_offset : io.in(p.grad) + seg.from;
           adamwStep(master, io.out(R[3]) + seg.shard_offset, io.out(R[4]) + seg.shard_offset,
-                    io.in(p.grad) + seg.from, n, lr, float(tr.beta1), float(tr.beta2), float(tr.eps),
+                    grad, n, lr, float(tr.beta1), float(tr.beta2), float(tr.eps),
                     p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
           if (separate_master) std::memcpy(param, master, n * sizeof(float));
         }

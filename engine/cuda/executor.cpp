@@ -260,16 +260,32 @@ void CudaExecutor::Impl::buildTable(int task) {
   if (t.op == OpKind::GradNorm) {
     for (int b : t.reads) {
       TensorSlot s;
-      const ShardRange shard = shardOf(int(rank), shards, program->buffers[b].elementCount());
       s.grad_bf16 = program->buffers[b].dtype == DType::BF16;
+      // A gradient shard (sharded parameters): its parameters' segments
+      // (its padding is not zero).
+      if (const GradBucket* bucket = bucketOfGradientShard(*program, b)) {
+        const ShardRange shard =
+            shardOf(int(rank), shards, program->buffers.at(size_t(bucket->buffer)).elementCount());
+        for (int pi : bucket->params) {
+          const ShardSegment seg = segmentInShard(*program, program->params.at(size_t(pi)), shard);
+          if (seg.to <= seg.from) continue;
+          TensorSlot part = s;
+          part.grad = static_cast<const char*>(ptr(b)) + seg.shard_offset * (s.grad_bf16 ? 2 : 4);
+          part.n = seg.to - seg.from;
+          add(part);
+        }
+        continue;
+      }
+      const ShardRange shard = shardOf(int(rank), shards, program->buffers[b].elementCount());
       s.grad = static_cast<const char*>(ptr(b)) + shard.begin * (s.grad_bf16 ? 2 : 4);
       s.n = shard.end - shard.begin;
       add(s);
     }
   } else {
-    const ShardRange shard = shardOf(int(rank), shards, program->buffers.at(t.reads.at(0)).elementCount());
     for (int pi : t.attrs.params) {
       const ParamInfo& p = program->params.at(pi);
+      const GradBucket& bucket = program->buckets.at(size_t(p.bucket));
+      const ShardRange shard = shardOf(int(rank), shards, program->buffers.at(size_t(bucket.buffer)).elementCount());
       // Unsharded: the whole parameter and its own state. Sharded: the part
       // of the parameter inside the rank's shard; the reads are {grads,
       // norm, master shard (fp32: the parameter bucket), m shard, v shard}.
@@ -282,7 +298,7 @@ void CudaExecutor::Impl::buildTable(int task) {
       const bool separate_master = shards > 1 ? t.reads.at(2) != t.writes.at(0) : p.master != p.param;
       // Sharded parameters: the update goes to the rank's shard (writes[0]),
       // at the same place in it as the state.
-      const bool shard_out = shards > 1 && program->buckets.at(size_t(p.bucket)).param_shard >= 0;
+      const bool shard_out = shards > 1 && bucket.param_shard >= 0;
       const int updated = shard_out ? t.writes.at(0) : p.param;
       const int master = shards > 1 ? (separate_master ? t.reads.at(2) : updated) : p.master;
       const int64_t state_at = shards > 1 ? seg.shard_offset : 0;
@@ -292,7 +308,8 @@ void CudaExecutor::Impl::buildTable(int task) {
       s.master = reinterpret_cast<float*>(separate_master ? at(master, state_at) : at(updated, param_at));
       s.m = reinterpret_cast<float*>(shards > 1 ? at(t.reads.at(3), state_at) : at(p.adam_m, 0));
       s.v = reinterpret_cast<float*>(shards > 1 ? at(t.reads.at(4), state_at) : at(p.adam_v, 0));
-      s.grad = at(p.grad, seg.from);
+      // Sharded parameters: the gradients from the bucket's shard (reads[0]).
+      s.grad = shards > 1 && bucket.grad_shard >= 0 ? at(t.reads.at(0), seg.shard_offset) : at(p.grad, seg.from);
       s.n = seg.to - seg.from;
       s.weight_decay = p.weight_decay ? float(tr.weight_decay) : 0.f;
       s.param_bf16 = program->buffers[p.param].dtype == DType::BF16;

@@ -168,11 +168,18 @@ void CudaExecutor::Impl::enqueueTask(int index) {
     case OpKind::AllGather: {
       // Only planned with more than one rank (pass_buckets.h), so a
       // communicator exists; in place on a bucket, except the embedding
-      // gradient's all-gather (pass_embedding_gather.h).
+      // gradient's all-gather (pass_embedding_gather.h) and, with sharded
+      // parameters, the gathers of parameter copies and the reduce-scatters
+      // into gradient shards (pass_shard_parameters.h).
       if (!comm) throw CudaError(fmt::format("cuda executor: {} needs a communicator", t.name));
       if (t.op == OpKind::AllGather && R[0] != W[0]) {
         comm->allGather(ptr(R[0]), ptr(W[0]), program->buffers.at(R[0]).elementCount(), dt(R[0]), s,
                         "'" + t.name + "'");
+        break;
+      }
+      if (t.op == OpKind::ReduceScatter && R[0] != W[0]) {
+        comm->reduceScatter(ptr(R[0]), ptr(W[0]), program->buffers.at(W[0]).elementCount(), dt(R[0]), s,
+                            "'" + t.name + "'");
         break;
       }
       const int64_t shard = program->buffers.at(R[0]).elementCount() / comm->world();

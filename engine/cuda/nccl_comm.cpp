@@ -119,6 +119,14 @@ void NcclComm::reduceScatterInPlace(void* buffer, int64_t shard, DType dt, cudaS
               "reduce-scatter", what);
 }
 
+void NcclComm::reduceScatter(const void* send, void* recv, int64_t shard, DType dt, cudaStream_t s,
+                             const std::string& what) {
+  if (state_->aborted)
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);
+  checkIssued(ncclReduceScatter(send, recv, size_t(shard), ncclType(dt), ncclAvg, state_->comm, s),
+              "reduce-scatter", what);
+}
+
 void NcclComm::allGatherInPlace(void* buffer, int64_t shard, DType dt, cudaStream_t s, const std::string& what) {
   if (state_->aborted)
     throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);

@@ -48,6 +48,9 @@ class NcclComm {
   // In place over `buffer` of world * shard elements: every rank's shard
   // replaces the same range here.
   void allGatherInPlace(void* buffer, int64_t shard, DType dt, cudaStream_t s, const std::string& what);
+  // Out of place: recv[0, shard) = the average over the ranks of
+  // send[rank * shard, (rank + 1) * shard).
+  void reduceScatter(const void* send, void* recv, int64_t shard, DType dt, cudaStream_t s, const std::string& what);
   // recv[r * count, (r + 1) * count) = rank r's send[0, count).
   void allGather(const void* send, void* recv, int64_t count, DType dt, cudaStream_t s, const std::string& what);
   // Collective (every rank calls it), outside steps and graph capture: rank 0

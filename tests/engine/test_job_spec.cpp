@@ -299,6 +299,8 @@ TEST_CASE("bad job specs fail with one line naming file, line, field and allowed
        "bad.yaml:3: schedule.optimizer_beside_forward: ", "needs an unsharded optimizer"},
       {"parallel: {data_parallel: 4, shard_parameters: true}\nschedule:\n  optimizer_beside_forward: true\n", {},
        "bad.yaml:3: schedule.optimizer_beside_forward: ", "needs an unsharded optimizer"},
+      {"parallel: {data_parallel: 2, shard_parameters: true}\ncomm:\n  gather_embedding_gradient: true\n", {},
+       "bad.yaml:3: comm.gather_embedding_gradient: ", "is not planned with sharded parameters"},
       {"parallel:\n  shard_parameters: all\n", {}, "bad.yaml:2: parallel.shard_parameters: ",
        "expected a boolean, got 'all' (allowed: true, false)"},
       {"schedule:\n  residual_in_gemm: 1\n", {}, "bad.yaml:2: schedule.residual_in_gemm: ",

@@ -663,6 +663,34 @@ TEST_CASE("Sharded parameters (ZeRO-3): a shard per rank, copies gathered one ah
     CHECK(persistentParameterBytes(rp) * dp == persistentParameterBytes(a.programs[0]));
     CHECK(rp.memory.arena_bytes < a.programs[0].memory.arena_bytes);
 
+    // Gradients: each whole bucket is transient, reduce-scattered out of
+    // place into its shard, which the norm and AdamW read.
+    for (const GradBucket& bk : rp.buckets) {
+      INFO("bucket " << bk.id);
+      CHECK_FALSE(rp.buffers[size_t(bk.buffer)].persistent);
+      REQUIRE(bk.grad_shard >= 0);
+      CHECK(rp.buffers[size_t(bk.grad_shard)].elementCount() * dp == rp.buffers[size_t(bk.buffer)].elementCount());
+      int scatters = 0;
+      for (const Task& t : rp.tasks)
+        if (t.op == OpKind::ReduceScatter && t.reads[0] == bk.buffer) {
+          ++scatters;
+          CHECK(t.writes == std::vector<int>{bk.grad_shard});
+        }
+      CHECK(scatters == 1);
+    }
+    for (const Task& t : rp.tasks)
+      if (t.op == OpKind::AdamW) {
+        const GradBucket& bk = rp.buckets[size_t(rp.params[size_t(t.attrs.params.at(0))].bucket)];
+        CHECK(t.reads[0] == bk.grad_shard);
+        CHECK(t.writes[0] == bk.param_shard);
+      }
+    // The weight gradients still run on their own stream.
+    CHECK(std::count_if(rp.tasks.begin(), rp.tasks.end(), [](const Task& t) {
+            return t.op == OpKind::MatmulBwdWeight && t.stream == 2;
+          }) == std::count_if(a.programs[0].tasks.begin(), a.programs[0].tasks.end(), [](const Task& t) {
+            return t.op == OpKind::MatmulBwdWeight && t.stream == 2;
+          }));
+
     // Every task that reads a parameter reads a gathered copy for its own
     // micro-batch, the forward's for forward tasks and the backward's for
     // the others; each copy is gathered before its first reader.

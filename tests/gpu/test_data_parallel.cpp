@@ -9,6 +9,7 @@
 
 #include "engine/cpu/executor.h"
 #include "engine/cuda/executor.h"
+#include "engine/init.h"
 #include "engine/planner.h"
 #include "tests/gpu/gpu_test.h"
 
@@ -59,15 +60,38 @@ void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
     cudaSetDevice(r);
     rg[r] = gpu[r]->computeGradients();
   });
+  // The gradients after the step's collectives: every parameter's, or
+  // with sharded parameters (ZeRO-3) each rank's shard of every bucket
+  // (the whole buckets are transient then), by its parameters' segments
+  // (a shard's padding was reduced from whatever the transient memory held).
+  const RankPlan& program = plan.programs[0];
+  std::vector<int> grads;
+  const bool grad_shards = program.buckets.front().grad_shard >= 0;
+  if (grad_shards)
+    for (const GradBucket& b : program.buckets) grads.push_back(b.grad_shard);
+  else
+    for (const ParamInfo& p : program.params) grads.push_back(p.grad);
+  auto segments = [&](int rank, int grad, const std::vector<float>& values) {
+    const GradBucket* bucket = bucketOfGradientShard(program, grad);
+    if (!bucket) return values;
+    std::vector<float> out;
+    const ShardRange shard = shardOf(rank, 2, program.buffers.at(size_t(bucket->buffer)).elementCount());
+    for (int pi : bucket->params) {
+      const ShardSegment seg = segmentInShard(program, program.params.at(size_t(pi)), shard);
+      if (seg.to > seg.from)
+        out.insert(out.end(), values.begin() + seg.shard_offset, values.begin() + seg.shard_offset + (seg.to - seg.from));
+    }
+    return out;
+  };
   double worst = 0, cross = 0;
-  for (const ParamInfo& p : plan.programs[0].params) {
-    const auto g0 = gpu[0]->readBuffer(p.grad);
-    worst = std::max(worst, relError(g0, ref.readBuffer(0, p.grad)));
+  for (int grad : grads) {
+    const auto g0 = segments(0, grad, gpu[0]->readBuffer(grad));
+    worst = std::max(worst, relError(g0, segments(0, grad, ref.readBuffer(0, grad))));
     cudaSetDevice(1);
-    const auto g1 = gpu[1]->readBuffer(p.grad);
+    const auto g1 = segments(1, grad, gpu[1]->readBuffer(grad));
     cudaSetDevice(0);
-    worst = std::max(worst, relError(g1, ref.readBuffer(1, p.grad)));
-    cross = std::max(cross, relError(g1, g0));
+    worst = std::max(worst, relError(g1, segments(1, grad, ref.readBuffer(1, grad))));
+    if (!grad_shards) cross = std::max(cross, relError(g1, g0));
   }
   fmt::print("     {}: loss cpu {:.6f} gpu {:.6f} / {:.6f}; worst gradient error {:.3e}\n", label, rc.loss, rg[0].loss,
              rg[1].loss, worst);
