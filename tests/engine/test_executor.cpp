@@ -97,12 +97,20 @@ struct ShardCase {
   bool gather = false;  // comm.gather_embedding_gradient
   bool parameters = false;  // parallel.shard_parameters, else shard_optimizer
   RecomputePolicy recompute = RecomputePolicy::None;
+  // Schedule options that change where parameters and gradients are read
+  // and written.
+  int lm_head_chunks = 1;
+  bool fuse_bias_gradients = false;
+  bool weight_gradient_stream = true;
 };
 
 void requireShardedMatches(const ShardCase& c) {
   JobSpec whole = forWeightComparison(test::microJob(2, 2, c.accum));
   whole.training.precision = c.prec;
   whole.recompute.policy = c.recompute;
+  whole.schedule.lm_head_chunks = c.lm_head_chunks;
+  whole.schedule.fuse_bias_gradients = c.fuse_bias_gradients;
+  whole.schedule.weight_gradient_stream = c.weight_gradient_stream;
   // A vocabulary large enough that gathering the embedding's input
   // gradient (2 x 2 x 8 x 16) beats reduce-scattering wte late.
   whole.model.vocab = 64;
@@ -144,7 +152,9 @@ void requireShardedMatches(const ShardCase& c) {
           (c.gather ? 1 : 0));
   const std::string what = std::string(toString(c.prec)) + " accumulation " + std::to_string(c.accum) +
                            (c.gather ? " gathered" : "") + (c.parameters ? " parameters sharded" : "") +
-                           " recompute " + std::string(toString(c.recompute));
+                           " recompute " + std::string(toString(c.recompute)) + " LM head groups " +
+                           std::to_string(c.lm_head_chunks) + (c.fuse_bias_gradients ? " bias gradients fused" : "") +
+                           (c.weight_gradient_stream ? "" : " one compute stream");
   // bf16 and gathered: the embedding's rows are rounded to bf16 once more
   // (the LM head's average, then the embedding's part added), which moves
   // the norm by about 1e-4.
@@ -183,6 +193,10 @@ TEST_CASE("Sharding the parameters (ZeRO-3) keeps the data-parallel run's losses
   // Recompute reads the parameters in the backward: from the backward's copy.
   for (RecomputePolicy policy : {RecomputePolicy::Selective, RecomputePolicy::Full})
     requireShardedMatches({Precision::FP32, 2, false, true, policy});
+  // The LM head in groups (its weight read by every group), bias gradients
+  // summed by other tasks, one compute stream.
+  requireShardedMatches({Precision::BF16, 2, false, true, RecomputePolicy::Selective, 2, true});
+  requireShardedMatches({Precision::FP32, 1, false, true, RecomputePolicy::None, 2, false, false});
 }
 
 TEST_CASE("Gradient accumulation 2 x b equals 1 x 2b", "[executor][accumulation]") {
