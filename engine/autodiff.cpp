@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace tandem {
@@ -22,6 +23,8 @@ int GradientState::gradOf(int t) const {
     return param_written_[t] ? param_grad_[t] : -1;
   return t < int(grad_.size()) ? grad_[t] : -1;
 }
+
+void GradientState::restartParameterGradients() { std::fill(param_written_.begin(), param_written_.end(), 0); }
 
 void GradientState::alias(int t, int grad) {
   if (grad_.size() <= size_t(t)) grad_.resize(t + 1, -1);

@@ -23,6 +23,9 @@ class GradientState {
   int contributionTarget(Graph& g, int t, bool& accumulate);
   int gradOf(int t) const;  // -1 when none yet
   void alias(int t, int grad);
+  // The next contribution to each parameter gradient writes it instead of
+  // adding (a micro-batch whose gradients are reduced on their own).
+  void restartParameterGradients();
   void ensureSize(const Graph& g);
 
  private:

@@ -401,6 +401,10 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        [&](const YAML::Node& v, const std::string& p) {
          job.comm.gather_embedding_gradient = r.readBool(v, p);
        }},
+      {"reduce_every_micro_batch",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.comm.reduce_every_micro_batch = r.readBool(v, p);
+       }},
   });
   auto schedule = section({
       {"weight_gradient_stream",
@@ -591,6 +595,12 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
            "comm.gather_embedding_gradient is not planned with sharded parameters (their gradients are "
            "reduce-scattered out of place, into shards the gathered embedding backward does not write)",
            "comm.gather_embedding_gradient: false, or parallel.shard_parameters: false");
+  }
+  if (job.comm.reduce_every_micro_batch && !(job.parallel.shard_parameters && job.parallel.data_parallel > 1)) {
+    r.fail(pick("comm.reduce_every_micro_batch", "parallel.shard_parameters"),
+           "comm.reduce_every_micro_batch needs sharded parameters over more than one rank (only their gradient "
+           "shards can be summed per micro-batch)",
+           "comm.reduce_every_micro_batch: false, or parallel.shard_parameters: true with data_parallel > 1");
   }
   if (const int chunks = job.schedule.lm_head_chunks; chunks > 1) {
     const int64_t tokens = int64_t(job.training.micro_batch) * m.seq_len;

@@ -81,6 +81,12 @@ struct CommSpec {
   // Off by default: on two H200s (GPT-2 124M, micro-batch 16) it measured
   // no faster, the early reduce-scatter slowing the backward beside it.
   bool gather_embedding_gradient = false;
+  // With sharded parameters and gradient accumulation: reduce-scatter every
+  // micro-batch's gradients into shards that are summed, instead of
+  // accumulating whole buckets over the micro-batches and reduce-scattering
+  // them once (engine/pass_micro_batch_reduce.h). More communication, and
+  // a whole bucket lives for one micro-batch only.
+  bool reduce_every_micro_batch = false;
   bool operator==(const CommSpec&) const = default;
 };
 

@@ -112,6 +112,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("bucket_mib", yamlNumber(job.comm.bucket_mib));
   field("first_bucket_mib", yamlNumber(job.comm.first_bucket_mib));
   field("gather_embedding_gradient", job.comm.gather_embedding_gradient ? "true" : "false");
+  field("reduce_every_micro_batch", job.comm.reduce_every_micro_batch ? "true" : "false");
   line("schedule:");
   field("weight_gradient_stream", job.schedule.weight_gradient_stream ? "true" : "false");
   field("fuse_bias_gradients", job.schedule.fuse_bias_gradients ? "true" : "false");

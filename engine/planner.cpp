@@ -15,6 +15,7 @@
 #include "engine/pass_buckets.h"
 #include "engine/pass_embedding_gather.h"
 #include "engine/pass_lm_head_chunks.h"
+#include "engine/pass_micro_batch_reduce.h"
 #include "engine/pass_fusion.h"
 #include "engine/pass_recompute.h"
 #include "engine/pass_shard_parameters.h"
@@ -88,6 +89,8 @@ Plan buildPlan(const JobSpec& job) {
   const double loss_scale =
       1.0 / (double(job.training.micro_batch) * job.model.seq_len * accum);
   for (int mb = 0; mb < accum; ++mb) {
+    // Gradients reduced every micro-batch start afresh in each.
+    if (mb > 0 && reducesEveryMicroBatch(job)) grads.restartParameterGradients();
     const size_t first = g.nodes.size();
     const ForwardOutputs fwd = emitGpt2Forward(g, job, params, mb);
     emitBackward(g, grads, first, g.nodes.size(), fwd.losses, loss_scale);
@@ -99,6 +102,7 @@ Plan buildPlan(const JobSpec& job) {
   addRecomputeFlops(g, decisions);
   applyBiasGradientFusion(g, job);
   applyGradientBuckets(g, job);
+  applyMicroBatchReduce(g, job);
   applyGatheredEmbeddingGradient(g, job);
   appendOptimizer(g, job);
   applyParameterSharding(g, job);

@@ -301,6 +301,8 @@ TEST_CASE("bad job specs fail with one line naming file, line, field and allowed
        "bad.yaml:3: schedule.optimizer_beside_forward: ", "needs an unsharded optimizer"},
       {"parallel: {data_parallel: 2, shard_parameters: true}\ncomm:\n  gather_embedding_gradient: true\n", {},
        "bad.yaml:3: comm.gather_embedding_gradient: ", "is not planned with sharded parameters"},
+      {"parallel: {data_parallel: 2, shard_optimizer: true}\ncomm:\n  reduce_every_micro_batch: true\n", {},
+       "bad.yaml:3: comm.reduce_every_micro_batch: ", "needs sharded parameters over more than one rank"},
       {"parallel:\n  shard_parameters: all\n", {}, "bad.yaml:2: parallel.shard_parameters: ",
        "expected a boolean, got 'all' (allowed: true, false)"},
       {"schedule:\n  residual_in_gemm: 1\n", {}, "bad.yaml:2: schedule.residual_in_gemm: ",

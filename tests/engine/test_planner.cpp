@@ -754,3 +754,64 @@ TEST_CASE("Sharded parameters (ZeRO-3): a shard per rank, copies gathered one ah
     CHECK(most <= 4);
   }
 }
+
+TEST_CASE("Sharded gradients reduced every micro-batch: a whole bucket lives for one micro-batch",
+          "[planner][dp][shard]") {
+  JobSpec once = defaultJob();  // GPT-2 124M, data parallel 8, bf16
+  once.training.grad_accum = 3;
+  once.parallel.shard_parameters = true;
+  JobSpec every = once;
+  every.comm.reduce_every_micro_batch = true;
+  const Plan a = buildPlan(once), b = buildPlan(every);
+  const RankPlan& rp = b.programs[0];
+  CHECK(countOverlaps(rp) == 0);
+  CHECK(checkMemoryPlan(rp).empty());
+  CHECK(rp.memory.arena_bytes < a.programs[0].memory.arena_bytes);
+
+  // Per bucket: one reduce-scatter per micro-batch, each reading that
+  // micro-batch's whole bucket, which no other micro-batch's task touches,
+  // and one sum per micro-batch after the first into the bucket's shard.
+  std::map<int, int> micro_batch_of_flat;  // whole bucket (or copy) -> micro-batch
+  int scatters = 0, sums = 0;
+  for (const Task& t : rp.tasks) {
+    if (t.op == OpKind::ReduceScatter) {
+      ++scatters;
+      CHECK(micro_batch_of_flat.emplace(t.reads[0], t.micro_batch).second);
+    }
+    if (t.op == OpKind::Add && t.phase == Phase::Comm) {
+      ++sums;
+      CHECK(t.micro_batch > 0);
+    }
+  }
+  const int buckets = int(rp.buckets.size());
+  CHECK(scatters == buckets * 3);
+  CHECK(sums == buckets * 2);
+  for (const Task& t : rp.tasks)
+    for (int w : t.writes) {
+      const Buffer& x = rp.buffers[size_t(w)];
+      const int root = x.parent >= 0 ? x.parent : w;
+      if (auto it = micro_batch_of_flat.find(root); it != micro_batch_of_flat.end() && t.op != OpKind::ReduceScatter) {
+        INFO(t.name << " writes " << x.name);
+        CHECK(t.micro_batch == it->second);
+      }
+    }
+  // A bucket's whole gradient of one micro-batch is free again before the
+  // next micro-batch's is first written: never two at once. (Not always by
+  // the next forward: the memory plan holds a buffer the weight-gradient
+  // stream wrote until the compute stream next joins that stream, in the
+  // next micro-batch's backward.)
+  std::map<std::pair<std::string, int>, int> flat_by_name;  // (bucket's name, micro-batch) -> buffer
+  for (const auto& [flat, mb] : micro_batch_of_flat) {
+    std::string name = rp.buffers[size_t(flat)].name;
+    if (mb > 0) name = name.substr(0, name.rfind(".mb"));
+    flat_by_name[{name, mb}] = flat;
+  }
+  REQUIRE(int(flat_by_name.size()) == buckets * 3);
+  for (const auto& [key, flat] : flat_by_name) {
+    if (key.second == 2) continue;
+    const Buffer& now = rp.buffers[size_t(flat)];
+    const Buffer& next = rp.buffers[size_t(flat_by_name.at({key.first, key.second + 1}))];
+    INFO(now.name << " then " << next.name);
+    CHECK(now.last_use < next.first_use);
+  }
+}
