@@ -214,6 +214,11 @@ int main() {
         tiny({"training.precision=bf16", "parallel.data_parallel=2", "parallel.shard_parameters=true",
               "recompute.policy=full"}),
         1e-2, true);
+    // ZeRO-3 with accumulation, reduce-scattered every micro-batch.
+    run("dp2 fp32 graph, parameters sharded, accumulation 2 reduced every micro-batch",
+        tiny({"training.precision=fp32", "parallel.data_parallel=2", "parallel.shard_parameters=true",
+              "training.grad_accum=2", "comm.reduce_every_micro_batch=true"}),
+        1e-4, true);
     // Sharded with the tied embedding's gradient gathered
     // (engine/pass_embedding_gather.h): a vocabulary and micro-batch where it
     // pays (2 x 2 x 32 rows of 64 gathered, against 256 + 32 rows).
