@@ -14,6 +14,17 @@ int Graph::addTensor(Tensor t) {
   return tensors.back().id;
 }
 
+int Graph::addCopyOf(int like, std::string name, int parent, int micro_batch) {
+  Tensor t = tensor(like);
+  t.name = std::move(name);
+  t.persistent = false;
+  t.requires_grad = false;
+  t.parent = parent;
+  t.parent_offset_bytes = parent >= 0 ? t.parent_offset_bytes : 0;
+  t.micro_batch = micro_batch;
+  return addTensor(std::move(t));
+}
+
 Node& Graph::addNode(Node n) {
   nodes.push_back(std::move(n));
   return nodes.back();

@@ -79,6 +79,11 @@ struct Graph {
   std::vector<BucketTensors> buckets;
 
   int addTensor(Tensor t);
+  // A transient tensor shaped like tensor `like` (dtype, shape, category,
+  // layer, role), named `name`: a view at `like`'s offset into `parent`, or
+  // a buffer of its own when parent < 0. Copies of parameters and
+  // gradients per micro-batch are made with it.
+  int addCopyOf(int like, std::string name, int parent, int micro_batch);
   Node& addNode(Node n);
   Tensor& tensor(int id) { return tensors.at(id); }
   const Tensor& tensor(int id) const { return tensors.at(id); }

@@ -11,16 +11,6 @@
 namespace tandem {
 namespace {
 
-int addTensorLike(Graph& g, const Tensor& like, std::string name, int parent, int micro_batch) {
-  Tensor t = like;
-  t.id = -1;
-  t.name = std::move(name);
-  t.persistent = false;
-  t.parent = parent;
-  t.micro_batch = micro_batch;
-  return g.addTensor(std::move(t));
-}
-
 Node reduceScatterInto(const Graph& g, int bucket, int flat, int shard, int micro_batch, int world) {
   const Tensor& f = g.tensor(flat);
   Node n;
@@ -69,13 +59,12 @@ void applyMicroBatchReduce(Graph& g, const JobSpec& job) {
     const int flat = g.buckets[b].flat;
     flat_of[b][0] = flat;
     for (int m = 1; m < accum; ++m) {
-      const Tensor whole = g.tensor(flat);
-      const int copy = addTensorLike(g, whole, fmt::format("{}.mb{}", whole.name, m), -1, m);
+      const int copy = g.addCopyOf(flat, fmt::format("{}.mb{}", g.tensor(flat).name, m), -1, m);
       flat_of[b][size_t(m)] = copy;
       copies[size_t(m)][flat] = copy;
       for (int p : g.buckets[b].params) {
-        const Tensor view = g.tensor(g.params[size_t(p)].grad);
-        copies[size_t(m)][view.id] = addTensorLike(g, view, fmt::format("{}.mb{}", view.name, m), copy, m);
+        const int view = g.params[size_t(p)].grad;
+        copies[size_t(m)][view] = g.addCopyOf(view, fmt::format("{}.mb{}", g.tensor(view).name, m), copy, m);
       }
     }
   }
@@ -113,8 +102,7 @@ void applyMicroBatchReduce(Graph& g, const JobSpec& job) {
                                            m, b));
       int target = shard;
       if (m > 0) {
-        const Tensor& s = g.tensor(shard);
-        target = addTensorLike(g, s, fmt::format("{}.mb{}", s.name, m), -1, m);
+        target = g.addCopyOf(shard, fmt::format("{}.mb{}", g.tensor(shard).name, m), -1, m);
         Node add;
         add.op = OpKind::Add;
         add.name = fmt::format("optimizer.sum_gradient_shards.bucket{}.mb{}", b, m);

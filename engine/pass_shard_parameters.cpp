@@ -29,27 +29,17 @@ bool readsParameters(Phase phase) {
   return phase == Phase::Forward || phase == Phase::Backward || phase == Phase::Recompute;
 }
 
-int addTensorLike(Graph& g, const Tensor& like, std::string name, int parent) {
-  Tensor t = like;
-  t.id = -1;
-  t.name = std::move(name);
-  t.persistent = false;
-  t.requires_grad = false;
-  t.parent = parent;
-  return g.addTensor(std::move(t));
-}
-
 // The copy's flat tensor and a view of every parameter of the bucket, at
 // the offsets the bucket's flat parameter tensor has them.
 void makeCopy(Graph& g, GatheredCopy& copy) {
   const BucketTensors& bucket = g.buckets[size_t(copy.bucket)];
   const std::string where = fmt::format("{}.mb{}", copy.backward ? "bwd" : "fwd", copy.micro_batch);
-  const Tensor flat = g.tensor(bucket.param_flat);
-  copy.flat = addTensorLike(g, flat, fmt::format("param.bucket{}.{}", copy.bucket, where), -1);
+  copy.flat = g.addCopyOf(bucket.param_flat, fmt::format("param.bucket{}.{}", copy.bucket, where), -1,
+                          copy.micro_batch);
   for (int p : bucket.params) {
     const int param = g.params[size_t(p)].param;
-    const Tensor original = g.tensor(param);
-    copy.views[param] = addTensorLike(g, original, fmt::format("{}.{}", original.name, where), copy.flat);
+    copy.views[param] =
+        g.addCopyOf(param, fmt::format("{}.{}", g.tensor(param).name, where), copy.flat, copy.micro_batch);
   }
 }
 
