@@ -106,7 +106,7 @@ void applyMicroBatchReduce(Graph& g, const JobSpec& job) {
         Node add;
         add.op = OpKind::Add;
         add.name = fmt::format("optimizer.sum_gradient_shards.bucket{}.mb{}", b, m);
-        add.phase = Phase::Comm;
+        add.phase = Phase::Optimizer;  // a kernel readying the gradients for AdamW
         add.micro_batch = m;
         add.inputs = {shard, target};
         add.outputs = {shard};

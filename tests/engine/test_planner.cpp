@@ -778,7 +778,7 @@ TEST_CASE("Sharded gradients reduced every micro-batch: a whole bucket lives for
       ++scatters;
       CHECK(micro_batch_of_flat.emplace(t.reads[0], t.micro_batch).second);
     }
-    if (t.op == OpKind::Add && t.phase == Phase::Comm) {
+    if (t.op == OpKind::Add && t.phase == Phase::Optimizer) {
       ++sums;
       CHECK(t.micro_batch > 0);
     }
