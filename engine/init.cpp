@@ -45,7 +45,8 @@ double learningRate(const TrainingSpec& t, int step) {
 ShardRange shardOf(int rank, int64_t shards, int64_t bucket_elements) {
   if (shards <= 1) return {0, bucket_elements};
   const int64_t size = bucket_elements / shards;
-  return {rank * size, (rank + 1) * size};
+  const int64_t place = rank % shards;  // shard groups are blocks of consecutive ranks
+  return {place * size, (place + 1) * size};
 }
 
 ShardSegment segmentInShard(const RankPlan& program, const ParamInfo& param, ShardRange shard) {

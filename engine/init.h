@@ -23,7 +23,9 @@ std::vector<float> initialMasterShard(const JobSpec& job, const RankPlan& progra
 
 // The elements [begin, end) of a bucket that rank `rank` owns when the
 // optimizer is sharded `shards` ways (shards <= 1: all of them), and where a
-// parameter of the bucket meets them.
+// parameter of the bucket meets them. Shard groups are blocks of `shards`
+// consecutive ranks (hybrid sharding: parallel.shard_group_size), so a
+// rank's shard is the one at its place in its block, rank % shards.
 struct ShardRange {
   int64_t begin = 0, end = 0;
 };

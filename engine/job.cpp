@@ -387,6 +387,10 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        [&](const YAML::Node& v, const std::string& p) {
          job.parallel.shard_parameters = r.readBool(v, p);
        }},
+      {"shard_group_size",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.parallel.shard_group_size = r.readInt(v, p, 0, "0 (all ranks), or integers >= 2 dividing data_parallel");
+       }},
   });
   auto comm = section({
       {"bucket_mib",
@@ -595,6 +599,17 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
            "comm.gather_embedding_gradient is not planned with sharded parameters (their gradients are "
            "reduce-scattered out of place, into shards the gathered embedding backward does not write)",
            "comm.gather_embedding_gradient: false, or parallel.shard_parameters: false");
+  }
+  if (const int s = job.parallel.shard_group_size; s != 0) {
+    const int dp = job.parallel.data_parallel;
+    if (s < 2 || dp % s != 0)
+      r.fail(pick("parallel.shard_group_size", "parallel.data_parallel"),
+             "shard groups of " + std::to_string(s) + " ranks do not split data_parallel " + std::to_string(dp),
+             "0 (all ranks), or integers >= 2 dividing data_parallel");
+    else if (s < dp && !job.parallel.shard_parameters)
+      r.fail(pick("parallel.shard_group_size", "parallel.shard_parameters"),
+             "shard groups smaller than data_parallel (hybrid sharding) need parallel.shard_parameters",
+             "parallel.shard_parameters: true, or parallel.shard_group_size: 0");
   }
   if (job.comm.reduce_every_micro_batch && !(job.parallel.shard_parameters && job.parallel.data_parallel > 1)) {
     r.fail(pick("comm.reduce_every_micro_batch", "parallel.shard_parameters"),

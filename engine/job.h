@@ -68,6 +68,11 @@ struct ParallelSpec {
   // writes the updated shard (engine/pass_shard_parameters.h). Implies the
   // sharded optimizer.
   bool shard_parameters = false;
+  // Hybrid sharding (FSDP's HYBRID_SHARD): with shard_parameters, shard
+  // within groups of this many consecutive ranks (a host's GPUs, say) and
+  // replicate across the groups, whose gradient shards are all-reduced.
+  // 0: one group of every rank.
+  int shard_group_size = 0;
   bool operator==(const ParallelSpec&) const = default;
 };
 

@@ -108,6 +108,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("data_parallel", integer(job.parallel.data_parallel));
   field("shard_optimizer", job.parallel.shard_optimizer ? "true" : "false");
   field("shard_parameters", job.parallel.shard_parameters ? "true" : "false");
+  field("shard_group_size", integer(job.parallel.shard_group_size));
   line("comm:");
   field("bucket_mib", yamlNumber(job.comm.bucket_mib));
   field("first_bucket_mib", yamlNumber(job.comm.first_bucket_mib));

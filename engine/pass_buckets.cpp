@@ -102,6 +102,7 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
   }
 
   const int world = job.parallel.data_parallel;
+  const int shards = shardCount(job);
   const bool sharded = shardsOptimizer(job);
   std::vector<std::pair<size_t, Node>> inserts;  // (insert after node index, node)
   for (size_t b = 0; b < groups.size(); ++b) {
@@ -112,7 +113,7 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
     // size and starts on a 256-byte boundary (vector loads in the optimizer,
     // NCCL's in-place reduce-scatter and all-gather). The padding is never
     // written, so it stays zero and adds nothing to the norm.
-    if (sharded) elements = roundUp(elements, int64_t(world) * kShardAlignElements);
+    if (sharded) elements = roundUp(elements, int64_t(shards) * kShardAlignElements);
     Tensor flat;
     flat.name = fmt::format("grad.bucket{}", b);
     flat.dtype = dt;
@@ -137,12 +138,12 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
       bucket.params.push_back(p);
       completes_at = std::max(completes_at, done[p]);
     }
-    if (sharded) addParameterBucket(g, bucket, int(b), elements, world, shardsParameters(job));
+    if (sharded) addParameterBucket(g, bucket, int(b), elements, shards, shardsParameters(job));
     if (shard_gradients) {
       Tensor shard;
       shard.name = fmt::format("grad.bucket{}.shard", b);
       shard.dtype = dt;
-      shard.shape = {elements / world};
+      shard.shape = {elements / shards};
       shard.category = TensorCategory::Gradient;
       bucket.grad_shard = g.addTensor(std::move(shard));
     }
@@ -157,9 +158,9 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
     ar.inputs = {flat_id};
     ar.outputs = {bucket.grad_shard >= 0 ? bucket.grad_shard : flat_id};
     ar.attrs.elements = elements;
-    if (sharded) ar.attrs.shards = world;
+    if (sharded) ar.attrs.shards = shards;
     ar.collective = dataParallelCollective(sharded ? CollectiveOp::ReduceScatter : CollectiveOp::AllReduce,
-                                           ReduceOp::Avg, elements, dt);
+                                           ReduceOp::Avg, elements, dt, sharded ? shardGroup(job) : "dp");
     inserts.emplace_back(completes_at, std::move(ar));
   }
   if (inserts.empty()) return;
@@ -175,11 +176,12 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
   g.nodes = std::move(nodes);
 }
 
-CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t count, DType dt) {
+CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t count, DType dt,
+                                      std::string group) {
   CollectiveInfo info;
   info.op = op;
   info.reduce = reduce;
-  info.group = "dp";
+  info.group = std::move(group);
   info.count = count;
   info.dtype = dt;
   info.bytes = count * dtypeSize(dt);
@@ -193,6 +195,17 @@ bool shardsOptimizer(const JobSpec& job) {
 bool shardsParameters(const JobSpec& job) {
   return job.parallel.shard_parameters && job.parallel.data_parallel > 1;
 }
+
+bool hybridSharding(const JobSpec& job) {
+  const int s = job.parallel.shard_group_size;
+  return shardsParameters(job) && s > 1 && s < job.parallel.data_parallel;
+}
+
+int shardCount(const JobSpec& job) {
+  return hybridSharding(job) ? job.parallel.shard_group_size : job.parallel.data_parallel;
+}
+
+std::string shardGroup(const JobSpec& job) { return hybridSharding(job) ? "shard" : "dp"; }
 
 void appendOptimizer(Graph& g, const JobSpec& job) {
   Tensor norm;
@@ -217,7 +230,7 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
   gn.attrs.params.resize(g.params.size());
   std::iota(gn.attrs.params.begin(), gn.attrs.params.end(), 0);
   const bool sharded = shardsOptimizer(job);
-  const int world = job.parallel.data_parallel;
+  const int world = shardCount(job);  // ranks a bucket is sharded over
   if (sharded) {
     gn.attrs.shards = world;
     gn.attrs.elements = total / world;
@@ -235,7 +248,9 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     sum.inputs = {norm_id};
     sum.outputs = {norm_id};
     sum.attrs.elements = 1;
-    sum.collective = dataParallelCollective(CollectiveOp::AllReduce, ReduceOp::Sum, 1, DType::F32);
+    // Within a shard group: with hybrid sharding the other groups hold the
+    // same (all-reduced) shards.
+    sum.collective = dataParallelCollective(CollectiveOp::AllReduce, ReduceOp::Sum, 1, DType::F32, shardGroup(job));
     g.addNode(std::move(sum));
   }
 

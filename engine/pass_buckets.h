@@ -32,8 +32,19 @@ void appendOptimizer(Graph& g, const JobSpec& job);
 bool shardsOptimizer(const JobSpec& job);
 // True when the job shards the parameters over more than one rank (ZeRO-3).
 bool shardsParameters(const JobSpec& job);
+// Hybrid sharding (parallel.shard_group_size below data_parallel): buckets
+// are sharded within groups of consecutive ranks, the "shard" groups, and
+// the groups' gradient shards all-reduced across them, in the "replica"
+// groups (the ranks holding the same shard).
+bool hybridSharding(const JobSpec& job);
+// How many ranks a sharded bucket is split over, and the process group its
+// sharded collectives run in ("shard" with hybrid sharding, else "dp").
+int shardCount(const JobSpec& job);
+std::string shardGroup(const JobSpec& job);
 
-// A collective over the data-parallel group of `count` elements of `dt`.
-CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t count, DType dt);
+// A collective over a data-parallel group (by default every rank) of
+// `count` elements of `dt`.
+CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t count, DType dt,
+                                      std::string group = "dp");
 
 }  // namespace tandem

@@ -11,7 +11,8 @@
 namespace tandem {
 namespace {
 
-Node reduceScatterInto(const Graph& g, int bucket, int flat, int shard, int micro_batch, int world) {
+Node reduceScatterInto(const Graph& g, int bucket, int flat, int shard, int micro_batch, int world,
+                       const std::string& group) {
   const Tensor& f = g.tensor(flat);
   Node n;
   n.op = OpKind::ReduceScatter;
@@ -23,7 +24,7 @@ Node reduceScatterInto(const Graph& g, int bucket, int flat, int shard, int micr
   n.outputs = {shard};
   n.attrs.elements = f.elements();
   n.attrs.shards = world;
-  n.collective = dataParallelCollective(CollectiveOp::ReduceScatter, ReduceOp::Avg, f.elements(), f.dtype);
+  n.collective = dataParallelCollective(CollectiveOp::ReduceScatter, ReduceOp::Avg, f.elements(), f.dtype, group);
   return n;
 }
 
@@ -35,7 +36,7 @@ bool reducesEveryMicroBatch(const JobSpec& job) {
 
 void applyMicroBatchReduce(Graph& g, const JobSpec& job) {
   if (!reducesEveryMicroBatch(job)) return;
-  const int world = job.parallel.data_parallel;
+  const int world = shardCount(job);  // ranks each bucket is sharded over
   const int accum = job.training.grad_accum;
 
   // The planned reduce-scatters (one per bucket, after the last micro-batch)
@@ -113,7 +114,8 @@ void applyMicroBatchReduce(Graph& g, const JobSpec& job) {
         add.attrs.elements = g.tensor(shard).elements();
         sums.push_back(std::move(add));
       }
-      inserts.emplace_back(completes[b][size_t(m)], reduceScatterInto(g, int(b), flat_of[b][size_t(m)], target, m, world));
+      inserts.emplace_back(completes[b][size_t(m)], reduceScatterInto(g, int(b), flat_of[b][size_t(m)], target, m, world,
+                                                                        shardGroup(job)));
     }
   }
   std::stable_sort(inserts.begin(), inserts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });

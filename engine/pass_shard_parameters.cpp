@@ -43,7 +43,7 @@ void makeCopy(Graph& g, GatheredCopy& copy) {
   }
 }
 
-Node gatherInto(const Graph& g, const GatheredCopy& copy, int world) {
+Node gatherInto(const Graph& g, const GatheredCopy& copy, int world, const std::string& group) {
   const BucketTensors& bucket = g.buckets[size_t(copy.bucket)];
   const Tensor& flat = g.tensor(copy.flat);
   Node n;
@@ -57,7 +57,7 @@ Node gatherInto(const Graph& g, const GatheredCopy& copy, int world) {
   n.outputs = {copy.flat};
   n.attrs.elements = flat.elements();
   n.attrs.shards = world;
-  n.collective = dataParallelCollective(CollectiveOp::AllGather, ReduceOp::Sum, flat.elements(), flat.dtype);
+  n.collective = dataParallelCollective(CollectiveOp::AllGather, ReduceOp::Sum, flat.elements(), flat.dtype, group);
   return n;
 }
 
@@ -65,7 +65,7 @@ Node gatherInto(const Graph& g, const GatheredCopy& copy, int world) {
 
 void applyParameterSharding(Graph& g, const JobSpec& job) {
   if (!shardsParameters(job)) return;
-  const int world = job.parallel.data_parallel;
+  const int world = shardCount(job);  // ranks each bucket is sharded over
   std::vector<int> bucket_of(g.tensors.size(), -1);
   for (size_t b = 0; b < g.buckets.size(); ++b) {
     if (g.buckets[b].param_shard < 0 || g.buckets[b].param_flat < 0)
@@ -111,7 +111,7 @@ void applyParameterSharding(Graph& g, const JobSpec& job) {
   });
   std::vector<std::pair<size_t, Node>> inserts;  // (insert before node index, node)
   for (size_t c = 0; c < order.size(); ++c)
-    inserts.emplace_back(c == 0 ? 0 : order[c - 1]->first_use, gatherInto(g, *order[c], world));
+    inserts.emplace_back(c == 0 ? 0 : order[c - 1]->first_use, gatherInto(g, *order[c], world, shardGroup(job)));
 
   std::vector<Node> nodes;
   nodes.reserve(g.nodes.size() + inserts.size());

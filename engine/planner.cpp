@@ -17,6 +17,7 @@
 #include "engine/pass_lm_head_chunks.h"
 #include "engine/pass_micro_batch_reduce.h"
 #include "engine/pass_fusion.h"
+#include "engine/pass_hybrid_shard.h"
 #include "engine/pass_recompute.h"
 #include "engine/pass_shard_parameters.h"
 
@@ -103,6 +104,7 @@ Plan buildPlan(const JobSpec& job) {
   applyBiasGradientFusion(g, job);
   applyGradientBuckets(g, job);
   applyMicroBatchReduce(g, job);
+  applyReplicaAllReduce(g, job);
   applyGatheredEmbeddingGradient(g, job);
   appendOptimizer(g, job);
   applyParameterSharding(g, job);
@@ -111,13 +113,10 @@ Plan buildPlan(const JobSpec& job) {
   plan.job = job;
   refreshJobText(plan.job);  // jobs edited in code carry the YAML and hash of what is planned
   plan.world_size = job.parallel.data_parallel;
-  ProcessGroup dp{"dp", {}};
-  dp.ranks.resize(plan.world_size);
-  std::iota(dp.ranks.begin(), dp.ranks.end(), 0);
-  plan.groups.push_back(dp);
+  plan.groups = processGroups(job);
   LowerOptions lower;
   lower.weight_gradient_stream = job.schedule.weight_gradient_stream;
-  plan.programs.push_back(lowerGraph(g, dp.ranks, lower));
+  plan.programs.push_back(lowerGraph(g, plan.groups.front().ranks, lower));
   // Reads the memory plan, so after lowering.
   applyEpilogueFusion(plan.programs.back(), job.schedule.residual_in_gemm);
   plan.recompute = std::move(decisions);

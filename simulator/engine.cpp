@@ -370,7 +370,9 @@ class Engine {
   std::vector<int> rank_device_;
   std::vector<int> program_of_;
   std::vector<int> program_min_rank_;     // per program: its lowest rank (the representative)
-  std::map<std::string, int> group_index_;
+  // Group name -> the plan's groups of that name (they partition ranks: a
+  // rank's collective runs in the one containing it).
+  std::map<std::string, std::vector<int>> group_index_;
   std::vector<std::vector<int>> simulated_members_;  // per group: simulated member ranks
   std::vector<std::vector<char>> group_member_;      // per group, per world rank: member?
   std::map<std::tuple<int, int, int64_t>, Pending> pending_;  // (group, direction or -1, seq)
@@ -402,7 +404,7 @@ void Engine::setup() {
     }
   for (int r = 0; r < world; ++r)
     if (program_of_[size_t(r)] < 0) throw SimulationError("rank " + std::to_string(r) + " has no program in the plan");
-  for (int g = 0; g < int(plan_.groups.size()); ++g) group_index_[plan_.groups[size_t(g)].name] = g;
+  for (int g = 0; g < int(plan_.groups.size()); ++g) group_index_[plan_.groups[size_t(g)].name].push_back(g);
 
   // Symmetry: one representative (the lowest rank) per program.
   std::string problem;
@@ -540,7 +542,9 @@ int Engine::groupIndex(const std::string& name, const RankState& r, int task_ind
   if (it == group_index_.end())
     throw SimulationError("rank " + std::to_string(r.rank) + " " + describeTask(r, task_index) +
                           ": unknown process group '" + name + "'");
-  return it->second;
+  for (int g : it->second)
+    if (group_member_[size_t(g)][size_t(r.rank)]) return g;
+  return it->second.front();  // arrive() reports that it does not contain the rank
 }
 
 std::string Engine::describeTask(const RankState& r, int task_index) const {
@@ -1139,7 +1143,7 @@ void Engine::reportDeadlock() {
       std::string msg = "deadlock: rank " + std::to_string(r.rank) + " " + describeTask(r, ti);
       if (s.busy) {
         const CollectiveInfo& ci = *t.collective;
-        const int g = group_index_.at(ci.group);
+        const int g = groupIndex(ci.group, r, ti);
         const auto seq = (ci.op == CollectiveOp::Send || ci.op == CollectiveOp::Recv) ? -1 : r.group_seq.at(g) - 1;
         std::string missing;
         for (int m : plan_.groups[size_t(g)].ranks) {

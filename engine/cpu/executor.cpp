@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/op_dispatch.h"
 #include "engine/init.h"
+#include "engine/pass_buckets.h"
 
 namespace tandem::cpu {
 
@@ -93,7 +95,18 @@ struct CpuExecutor::Impl {
   int pending_update = -1;
   bool updates_at_start = false;  // the plan has such tasks
   std::vector<double> loss_sums;  // per rank, this step
-  std::unique_ptr<InProcessCollectives> collectives;
+  // One in-process backend per process group; a rank's collective on a
+  // group name runs in the group of that name that contains it, where the
+  // rank has a place (its index in the group's ranks).
+  std::vector<std::unique_ptr<InProcessCollectives>> group_backends;
+  std::map<std::pair<std::string, int>, std::pair<InProcessCollectives*, int>> member;  // (group, rank) -> backend, place
+
+  std::pair<InProcessCollectives*, int> backendFor(const std::string& group, int rank) const {
+    const auto it = member.find({group, rank});
+    if (it == member.end())
+      throw std::logic_error(fmt::format("rank {} is in no process group named '{}'", rank, group));
+    return it->second;
+  }
 
   explicit Impl(const Plan& p) : plan(p) {
     program = &plan.programs.at(0);
@@ -104,7 +117,14 @@ struct CpuExecutor::Impl {
       throw std::runtime_error("cpu executor: plans with several distinct rank programs are not supported yet");
     data = makeTokenSource(plan.job);
     arenas.assign(plan.world_size, std::vector<std::byte>(program->memory.arena_bytes));
-    collectives = std::make_unique<InProcessCollectives>(plan.world_size);
+    for (const ProcessGroup& g : plan.groups) {
+      group_backends.push_back(std::make_unique<InProcessCollectives>(int(g.ranks.size())));
+      for (size_t i = 0; i < g.ranks.size(); ++i)
+        if (!member.emplace(std::pair{g.name, g.ranks[i]}, std::pair{group_backends.back().get(), int(i)}).second)
+          throw std::runtime_error(fmt::format("cpu executor: rank {} is in two process groups named '{}'",
+                                               g.ranks[i], g.name));
+    }
+    const int shards = shardCount(plan.job);
     for (int r = 0; r < plan.world_size; ++r) {
       for (const ParamInfo& pi : program->params) {
         // Sharded parameters live in their bucket's shard (below); their
@@ -120,7 +140,7 @@ struct CpuExecutor::Impl {
       for (const GradBucket& b : program->buckets)
         for (int shard : {b.master_shard, b.param_shard})
           if (shard >= 0) {
-            const std::vector<float> v = initialMasterShard(plan.job, *program, b, r, plan.world_size);
+            const std::vector<float> v = initialMasterShard(plan.job, *program, b, r, shards);
             storeFromFloat(arenas[r].data(), program->buffers[shard], v.data());
           }
     }
@@ -168,8 +188,9 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       break;
     case OpKind::AllGather:
       if (R[0] != W[0]) {  // out of place: every rank's buffer, in rank order
+        const auto [group, place] = backendFor(t.collective.value().group, rank);
         std::vector<float> mine(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
-        const std::vector<float> all = collectives->allGatherConcat(rank, mine);
+        const std::vector<float> all = group->allGatherConcat(place, mine);
         if (int64_t(all.size()) != io.elements(W[0]))
           throw std::logic_error(fmt::format("{}: gathers {} elements into {}", t.name, all.size(), io.elements(W[0])));
         std::memcpy(io.out(W[0]), all.data(), all.size() * sizeof(float));
@@ -178,13 +199,14 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       [[fallthrough]];
     case OpKind::AllReduce:
     case OpKind::ReduceScatter: {
+      const auto [group, place] = backendFor(t.collective.value().group, rank);
       std::vector<float> v(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
       if (t.op == OpKind::AllReduce)
-        collectives->allReduce(rank, v, t.collective.value().reduce == ReduceOp::Avg);
+        group->allReduce(place, v, t.collective.value().reduce == ReduceOp::Avg);
       else if (t.op == OpKind::ReduceScatter)
-        collectives->reduceScatterAverage(rank, v);
+        group->reduceScatterAverage(place, v);
       else
-        collectives->allGather(rank, v);
+        group->allGather(place, v);
       if (t.op == OpKind::ReduceScatter && R[0] != W[0]) {  // out of place: the rank's shard alone
         const ShardRange s = shardOf(rank, a.shards, int64_t(v.size()));
         if (s.end - s.begin != io.elements(W[0]))
@@ -381,9 +403,10 @@ std::vector<float> CpuExecutor::parameterValues(int rank, int param) const {
   const ParamInfo& p = program.params.at(size_t(param));
   const GradBucket& bucket = program.buckets.at(size_t(p.bucket));
   if (bucket.param_shard < 0) return readBuffer(rank, p.param);
-  // Sharded parameters: every rank's part of the parameter, from its shard.
+  // Sharded parameters: every part of the parameter, from the shards of the
+  // first shard group's ranks (hybrid sharding: every group holds them all).
   std::vector<float> out(size_t(program.buffers.at(size_t(p.param)).elementCount()));
-  const int world = impl_->plan.world_size;
+  const int world = shardCount(impl_->plan.job);
   for (int r = 0; r < world; ++r) {
     const ShardSegment seg =
         segmentInShard(program, p, shardOf(r, world, program.buffers.at(size_t(bucket.buffer)).elementCount()));

@@ -16,6 +16,7 @@
 #include "engine/cuda/graph_memsets.h"
 #include "engine/gpu_footprint.h"
 #include "engine/init.h"
+#include "engine/pass_buckets.h"
 
 namespace tandem::cuda {
 
@@ -44,6 +45,15 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   if (opt.world != plan.world_size)
     throw CudaError(fmt::format("cuda executor: the plan is for {} ranks but {} processes run it",
                                 plan.world_size, opt.world));
+  // One communicator, over every rank: the executor runs collectives of
+  // the "dp" group only (hybrid sharding's shard and replica groups would
+  // each need a communicator split from it).
+  for (const ProcessGroup& g : plan.groups)
+    if (g.name != "dp")
+      throw CudaError(fmt::format("cuda executor: the plan uses process group '{}' (hybrid sharding: "
+                                  "parallel.shard_group_size); the GPU executor runs collectives over every rank "
+                                  "only, so far. `tandem simulate` and `tandem train` run such plans",
+                                  g.name));
   TANDEM_CUDA_CHECK(cudaSetDevice(opt.device));
 
   // Refuse before any allocation when the plan cannot fit.
@@ -344,7 +354,7 @@ void CudaExecutor::Impl::initialiseParameters() {
   // sharded parameters: this rank's shard of them.
   for (const GradBucket& b : program->buckets)
     for (int shard : {b.master_shard, b.param_shard})
-      if (shard >= 0) writeBuffer(shard, initialMasterShard(plan.job, *program, b, opt.rank, opt.world));
+      if (shard >= 0) writeBuffer(shard, initialMasterShard(plan.job, *program, b, opt.rank, shardCount(plan.job)));
 }
 
 // Issues every task that launches a GEMM once, with the Gemm in tuning mode:

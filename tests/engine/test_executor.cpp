@@ -103,10 +103,12 @@ struct ShardCase {
   bool fuse_bias_gradients = false;
   bool weight_gradient_stream = true;
   bool reduce_every_micro_batch = false;  // comm.reduce_every_micro_batch (sharded parameters)
+  int dp = 2;
+  int shard_group_size = 0;  // parallel.shard_group_size: hybrid sharding when below dp
 };
 
 void requireShardedMatches(const ShardCase& c) {
-  JobSpec whole = forWeightComparison(test::microJob(2, 2, c.accum));
+  JobSpec whole = forWeightComparison(test::microJob(2, c.dp, c.accum));
   whole.training.precision = c.prec;
   whole.recompute.policy = c.recompute;
   whole.schedule.lm_head_chunks = c.lm_head_chunks;
@@ -119,6 +121,8 @@ void requireShardedMatches(const ShardCase& c) {
   (c.parameters ? sharded.parallel.shard_parameters : sharded.parallel.shard_optimizer) = true;
   sharded.comm.gather_embedding_gradient = c.gather;
   sharded.comm.reduce_every_micro_batch = c.reduce_every_micro_batch;
+  sharded.parallel.shard_group_size = c.shard_group_size;
+  const bool hybrid = c.shard_group_size > 0 && c.shard_group_size < c.dp;
   cpu::CpuExecutor a(buildPlan(whole));
   cpu::CpuExecutor b(buildPlan(sharded));
   const RankPlan& rp = b.plan().programs[0];
@@ -153,18 +157,31 @@ void requireShardedMatches(const ShardCase& c) {
   // The tied embedding's gradient: from a gathered input gradient, or not.
   REQUIRE(count([](const Task& t) { return t.op == OpKind::EmbeddingBwd && t.attrs.shards == 2; }) ==
           (c.gather ? 1 : 0));
+  // Hybrid: the sharded collectives in the shard groups, and one all-reduce
+  // of each bucket's gradient shard across the replicas.
+  REQUIRE(count([](const Task& t) { return t.collective && t.collective->group == "replica"; }) ==
+          (hybrid ? buckets : 0));
+  if (hybrid)
+    for (const Task& t : rp.tasks)
+      if (t.op == OpKind::ReduceScatter || t.op == OpKind::AllGather) {
+        INFO(t.name);
+        CHECK(t.collective->group == "shard");
+        CHECK(t.attrs.shards == c.shard_group_size);
+      }
   const std::string what = std::string(toString(c.prec)) + " accumulation " + std::to_string(c.accum) +
                            (c.gather ? " gathered" : "") + (c.parameters ? " parameters sharded" : "") +
                            " recompute " + std::string(toString(c.recompute)) + " LM head groups " +
                            std::to_string(c.lm_head_chunks) + (c.fuse_bias_gradients ? " bias gradients fused" : "") +
                            (c.weight_gradient_stream ? "" : " one compute stream") +
-                           (c.reduce_every_micro_batch ? " reduced every micro-batch" : "");
+                           (c.reduce_every_micro_batch ? " reduced every micro-batch" : "") + " dp " +
+                           std::to_string(c.dp) + (hybrid ? " shard groups of " + std::to_string(c.shard_group_size) : "");
   // bf16 and gathered: the embedding's rows are rounded to bf16 once more
   // (the LM head's average, then the embedding's part added), which moves
   // the norm by about 1e-4.
-  // Likewise bf16 gradients reduced every micro-batch: each micro-batch's
-  // average is rounded, then the sum.
-  const bool rounded_again = (c.gather || c.reduce_every_micro_batch) && c.prec == Precision::BF16;
+  // Likewise bf16 gradients reduced every micro-batch (each micro-batch's
+  // average is rounded, then the sum) and hybrid sharding (the shard
+  // group's average, then the replicas').
+  const bool rounded_again = (c.gather || c.reduce_every_micro_batch || hybrid) && c.prec == Precision::BF16;
   for (int step = 0; step < 3; ++step) {
     const cpu::StepResult ra = a.step(), rb = b.step();
     INFO(what << " step " << step);
@@ -179,7 +196,7 @@ void requireShardedMatches(const ShardCase& c) {
   // rounding noise, which Adam turns into lr-sized steps, so that tensor
   // can move 1.1e-2 apart; all parameters together stay within 1e-2.
   const double per_tensor = c.prec == Precision::BF16 ? (rounded_again ? 2e-2 : 1e-2) : 1e-5;
-  for (int rank = 0; rank < 2; ++rank) {
+  for (int rank = 0; rank < c.dp; ++rank) {
     std::vector<float> all_got, all_want;
     for (size_t i = 0; i < rp.params.size(); ++i) {
       INFO(what << " rank " << rank << " " << rp.params[i].name);
@@ -217,6 +234,12 @@ TEST_CASE("Sharding the parameters (ZeRO-3) keeps the data-parallel run's losses
   for (Precision prec : {Precision::FP32, Precision::BF16})
     requireShardedMatches({prec, 2, false, true, RecomputePolicy::None, 1, false, true, /*reduce_every=*/true});
   requireShardedMatches({Precision::FP32, 2, false, true, RecomputePolicy::Full, 2, true, true, true});
+  // Hybrid sharding: 4 ranks in shard groups of 2, replicated across them.
+  for (Precision prec : {Precision::FP32, Precision::BF16})
+    requireShardedMatches({prec, 1, false, true, RecomputePolicy::None, 1, false, true, false, 4, 2});
+  requireShardedMatches({Precision::FP32, 2, false, true, RecomputePolicy::Selective, 1, false, true, true, 4, 2});
+  // A shard group of every rank is plain sharding.
+  requireShardedMatches({Precision::FP32, 1, false, true, RecomputePolicy::None, 1, false, true, false, 4, 4});
 }
 
 TEST_CASE("Gradient accumulation 2 x b equals 1 x 2b", "[executor][accumulation]") {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <set>
@@ -11,6 +12,7 @@
 
 #include "engine/memory_plan.h"
 #include "engine/pass_fusion.h"
+#include "engine/plan_json.h"
 #include "engine/planner.h"
 #include "test_jobs.h"
 
@@ -814,4 +816,51 @@ TEST_CASE("Sharded gradients reduced every micro-batch: a whole bucket lives for
     INFO(now.name << " then " << next.name);
     CHECK(now.last_use < next.first_use);
   }
+}
+
+TEST_CASE("Hybrid sharding: shard groups of consecutive ranks, replica groups across them", "[planner][dp][shard]") {
+  JobSpec job = defaultJob();  // GPT-2 124M, bf16
+  job.parallel.data_parallel = 8;
+  job.parallel.shard_parameters = true;
+  job.parallel.shard_group_size = 4;
+  const Plan plan = buildPlan(job);
+  std::map<std::string, std::vector<std::vector<int>>> groups;
+  for (const ProcessGroup& g : plan.groups) groups[g.name].push_back(g.ranks);
+  CHECK(groups["dp"] == std::vector<std::vector<int>>{{0, 1, 2, 3, 4, 5, 6, 7}});
+  CHECK(groups["shard"] == std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}});
+  CHECK(groups["replica"] == std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  // The JSON keeps the groups of one name apart.
+  CHECK(planFromJson(planToJson(plan)) == plan);
+
+  const RankPlan& rp = plan.programs[0];
+  CHECK(countOverlaps(rp) == 0);
+  int replica_reduces = 0;
+  for (const Task& t : rp.tasks) {
+    if (!t.collective) continue;
+    INFO(t.name);
+    if (t.op == OpKind::ReduceScatter || t.op == OpKind::AllGather) {
+      CHECK(t.collective->group == "shard");
+      CHECK(t.attrs.shards == 4);
+    }
+    if (t.collective->group == "replica") {
+      ++replica_reduces;
+      CHECK(t.op == OpKind::AllReduce);
+      CHECK(t.collective->reduce == ReduceOp::Avg);
+    }
+  }
+  CHECK(replica_reduces == int(rp.buckets.size()));
+  // Sharded 4 ways, not 8: twice the optimizer state of plain sharding.
+  JobSpec plain = job;
+  plain.parallel.shard_group_size = 0;
+  auto bytesOf = [](const Plan& p, TensorCategory cat) {
+    int64_t total = 0;
+    for (const Buffer& b : p.programs[0].buffers)
+      if (b.category == cat && b.parent < 0 && b.persistent) total += b.bytes;
+    return total;
+  };
+  const Plan flat = buildPlan(plain);
+  // (Buckets are padded to a multiple of 128 x ranks sharded over.)
+  const int64_t padding = int64_t(rp.buckets.size()) * 8 * 128 * 4 * 2;
+  CHECK(std::abs(bytesOf(plan, TensorCategory::OptimizerState) - 2 * bytesOf(flat, TensorCategory::OptimizerState)) <=
+        padding);
 }

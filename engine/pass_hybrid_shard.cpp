@@ -1,0 +1,67 @@
+#include "engine/pass_hybrid_shard.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "engine/pass_buckets.h"
+
+namespace tandem {
+
+void applyReplicaAllReduce(Graph& g, const JobSpec& job) {
+  if (!hybridSharding(job)) return;
+  std::vector<std::pair<size_t, Node>> inserts;  // (insert after node index, node)
+  for (size_t b = 0; b < g.buckets.size(); ++b) {
+    const int shard = g.buckets[b].grad_shard;
+    size_t last = g.nodes.size();
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (std::count(g.nodes[i].outputs.begin(), g.nodes[i].outputs.end(), shard)) last = i;
+    if (last == g.nodes.size())
+      throw std::logic_error(fmt::format("hybrid sharding: nothing writes the gradient shard of bucket {}", b));
+    const Tensor& s = g.tensor(shard);
+    Node n;
+    n.op = OpKind::AllReduce;
+    n.name = fmt::format("comm.allreduce.replicas.bucket{}", b);
+    n.phase = Phase::Comm;
+    n.stream = StreamKind::Comm;
+    n.micro_batch = job.training.grad_accum - 1;
+    n.inputs = {shard};
+    n.outputs = {shard};
+    n.attrs.elements = s.elements();
+    n.collective = dataParallelCollective(CollectiveOp::AllReduce, ReduceOp::Avg, s.elements(), s.dtype, "replica");
+    inserts.emplace_back(last, std::move(n));
+  }
+  std::stable_sort(inserts.begin(), inserts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Node> nodes;
+  nodes.reserve(g.nodes.size() + inserts.size());
+  size_t k = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    nodes.push_back(std::move(g.nodes[i]));
+    while (k < inserts.size() && inserts[k].first == i) nodes.push_back(std::move(inserts[k++].second));
+  }
+  g.nodes = std::move(nodes);
+}
+
+std::vector<ProcessGroup> processGroups(const JobSpec& job) {
+  const int world = job.parallel.data_parallel;
+  std::vector<ProcessGroup> groups;
+  ProcessGroup dp{"dp", std::vector<int>(size_t(world))};
+  std::iota(dp.ranks.begin(), dp.ranks.end(), 0);
+  groups.push_back(dp);
+  if (!hybridSharding(job)) return groups;
+  const int size = job.parallel.shard_group_size;
+  for (int first = 0; first < world; first += size) {
+    ProcessGroup shard{"shard", std::vector<int>(size_t(size))};
+    std::iota(shard.ranks.begin(), shard.ranks.end(), first);
+    groups.push_back(shard);
+  }
+  for (int place = 0; place < size; ++place) {
+    ProcessGroup replica{"replica", {}};
+    for (int r = place; r < world; r += size) replica.ranks.push_back(r);
+    groups.push_back(replica);
+  }
+  return groups;
+}
+
+}  // namespace tandem
