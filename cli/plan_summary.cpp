@@ -13,6 +13,9 @@ namespace tandem::cli {
 namespace {
 
 std::string shardingNote(const Plan& plan) {
+  if (hybridSharding(plan.job))
+    return fmt::format("; parameters and optimizer sharded (ZeRO-3) in groups of {} ranks, replicated {} times",
+                       shardCount(plan.job), plan.job.parallel.data_parallel / shardCount(plan.job));
   if (shardsParameters(plan.job)) return "; parameters and optimizer sharded (ZeRO-3)";
   if (shardsOptimizer(plan.job)) return "; optimizer sharded (ZeRO-1)";
   return "";

@@ -61,6 +61,17 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
   sharding_->setToolTip(tr("What each data-parallel rank keeps only its share of: the optimizer's master weights "
                            "and moments (ZeRO-1), or the parameters too, gathered before each use (ZeRO-3)"));
   form->addRow(tr("sharded across ranks"), sharding_);
+  shard_group_ = new QSpinBox(this);
+  shard_group_->setRange(0, 4096);
+  shard_group_->setSpecialValueText(tr("all ranks"));
+  shard_group_->setValue(job.parallel.shard_group_size);
+  shard_group_->setToolTip(tr("With the parameters sharded: shard within groups of this many consecutive ranks "
+                              "(a host's GPUs) and all-reduce the gradient shards across the groups (hybrid "
+                              "sharding); must divide the data-parallel size"));
+  shard_group_->setEnabled(sharding_->currentIndex() == int(Sharding::Parameters));
+  connect(sharding_, &QComboBox::currentIndexChanged, this,
+          [this](int index) { shard_group_->setEnabled(index == int(Sharding::Parameters)); });
+  form->addRow(tr("shard group (ranks)"), shard_group_);
   micro_batch_ = new QSpinBox(this);
   micro_batch_->setRange(1, 4096);
   micro_batch_->setValue(job.training.micro_batch);
@@ -142,6 +153,7 @@ void WhatIfDialog::applyFittingChoice(int index) {
 }
 void WhatIfDialog::setDataParallel(int n) { dp_->setValue(n); }
 void WhatIfDialog::setSharding(Sharding sharding) { sharding_->setCurrentIndex(int(sharding)); }
+void WhatIfDialog::setShardGroupSize(int ranks) { shard_group_->setValue(ranks); }
 void WhatIfDialog::setMicroBatch(int n) { micro_batch_->setValue(n); }
 void WhatIfDialog::setGradAccum(int n) { accum_->setValue(n); }
 void WhatIfDialog::setBucketMib(double mib) { bucket_->setValue(mib); }
@@ -170,14 +182,18 @@ WhatIfRequest WhatIfDialog::request() const {
                         (sharding == Sharding::Optimizer ? "true" : "false"));
   r.overrides.push_back(std::string("parallel.shard_parameters=") +
                         (sharding == Sharding::Parameters ? "true" : "false"));
+  const int shard_group = sharding == Sharding::Parameters ? shard_group_->value() : 0;
+  r.overrides.push_back("parallel.shard_group_size=" + std::to_string(shard_group));
+  std::string sharded;
+  if (sharding == Sharding::Optimizer) sharded = ", ZeRO-1";
+  if (sharding == Sharding::Parameters)
+    sharded = shard_group > 0 && shard_group < dp_->value() ? ", ZeRO-3 in groups of " + std::to_string(shard_group)
+                                                            : std::string(", ZeRO-3");
   r.run_name = "what-if: dp " + std::to_string(dp_->value()) + ", mb " + std::to_string(micro_batch_->value()) +
                ", accum " + std::to_string(accum_->value()) + ", recompute " + recompute_->currentText().toStdString() +
                (lm_head_chunks_->value() > 1 ? ", LM head in " + std::to_string(lm_head_chunks_->value()) + " groups"
                                              : std::string()) +
-               (sharding == Sharding::Optimizer    ? ", ZeRO-1"
-                : sharding == Sharding::Parameters ? ", ZeRO-3"
-                                                   : "") +
-               " on " + r.topology;
+               sharded + " on " + r.topology;
   if (!r.calibration.empty()) r.run_name += ", calibrated";
   return r;
 }

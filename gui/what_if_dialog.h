@@ -40,6 +40,10 @@ class WhatIfDialog : public QDialog {
   void setDataParallel(int n);
   enum class Sharding { None, Optimizer, Parameters };
   void setSharding(Sharding sharding);
+  // With the parameters sharded: ranks per shard group (0: every rank;
+  // fewer than the data-parallel size shard within groups and replicate
+  // across them, parallel.shard_group_size).
+  void setShardGroupSize(int ranks);
   void setMicroBatch(int n);
   void setGradAccum(int n);
   void setBucketMib(double mib);
@@ -68,6 +72,7 @@ class WhatIfDialog : public QDialog {
   QComboBox* calibration_ = nullptr;
   QSpinBox* dp_ = nullptr;
   QComboBox* sharding_ = nullptr;  // items in Sharding's order
+  QSpinBox* shard_group_ = nullptr;
   QSpinBox* micro_batch_ = nullptr;
   QSpinBox* accum_ = nullptr;
   QDoubleSpinBox* bucket_ = nullptr;

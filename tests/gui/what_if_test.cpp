@@ -269,7 +269,18 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   REQUIRE(zero3.wait(120000));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
   CHECK(dialog.statusText().startsWith("New run"));
+  // Hybrid: shard groups of 4 of the 8 ranks.
+  dialog.setDataParallel(8);
+  dialog.setShardGroupSize(4);
+  CHECK(has("parallel.shard_group_size=4"));
+  CHECK_THAT(dialog.request().run_name, Catch::Contains(", ZeRO-3 in groups of 4"));
+  QSignalSpy hybrid(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(hybrid.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  CHECK(dialog.statusText().startsWith("New run"));
   dialog.setSharding(WhatIfDialog::Sharding::Optimizer);
+  CHECK(has("parallel.shard_group_size=0"));  // only with the parameters sharded
   CHECK(has("parallel.shard_optimizer=true"));
   CHECK(has("parallel.shard_parameters=false"));
   CHECK_THAT(dialog.request().run_name, Catch::Contains(", ZeRO-1"));
