@@ -1,5 +1,7 @@
 #include "engine/graph.h"
 
+#include <algorithm>
+
 namespace tandem {
 
 int64_t Tensor::elements() const {
@@ -23,6 +25,22 @@ int Graph::addCopyOf(int like, std::string name, int parent, int micro_batch) {
   t.parent_offset_bytes = parent >= 0 ? t.parent_offset_bytes : 0;
   t.micro_batch = micro_batch;
   return addTensor(std::move(t));
+}
+
+void Graph::insertNodes(std::vector<std::pair<size_t, Node>> inserts, bool before) {
+  if (inserts.empty()) return;
+  std::stable_sort(inserts.begin(), inserts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Node> merged;
+  merged.reserve(nodes.size() + inserts.size());
+  size_t k = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (before)
+      while (k < inserts.size() && inserts[k].first == i) merged.push_back(std::move(inserts[k++].second));
+    merged.push_back(std::move(nodes[i]));
+    if (!before)
+      while (k < inserts.size() && inserts[k].first == i) merged.push_back(std::move(inserts[k++].second));
+  }
+  nodes = std::move(merged);
 }
 
 Node& Graph::addNode(Node n) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/op_attrs.h"
@@ -85,6 +86,10 @@ struct Graph {
   // gradients per micro-batch are made with it.
   int addCopyOf(int like, std::string name, int parent, int micro_batch);
   Node& addNode(Node n);
+  // Inserts each node right after (or, with `before`, right before) the
+  // node at its index in `nodes` as it is now; nodes at one index keep
+  // their order in `inserts`.
+  void insertNodes(std::vector<std::pair<size_t, Node>> inserts, bool before = false);
   Tensor& tensor(int id) { return tensors.at(id); }
   const Tensor& tensor(int id) const { return tensors.at(id); }
 };

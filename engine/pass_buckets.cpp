@@ -163,17 +163,7 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
                                            ReduceOp::Avg, elements, dt, sharded ? shardGroup(job) : "dp");
     inserts.emplace_back(completes_at, std::move(ar));
   }
-  if (inserts.empty()) return;
-  std::stable_sort(inserts.begin(), inserts.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<Node> nodes;
-  nodes.reserve(g.nodes.size() + inserts.size());
-  size_t k = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    nodes.push_back(std::move(g.nodes[i]));
-    while (k < inserts.size() && inserts[k].first == i) nodes.push_back(std::move(inserts[k++].second));
-  }
-  g.nodes = std::move(nodes);
+  g.insertNodes(std::move(inserts));
 }
 
 CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t count, DType dt,

@@ -32,15 +32,7 @@ void applyReplicaAllReduce(Graph& g, const JobSpec& job) {
     n.collective = dataParallelCollective(CollectiveOp::AllReduce, ReduceOp::Avg, s.elements(), s.dtype, "replica");
     inserts.emplace_back(last, std::move(n));
   }
-  std::stable_sort(inserts.begin(), inserts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<Node> nodes;
-  nodes.reserve(g.nodes.size() + inserts.size());
-  size_t k = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    nodes.push_back(std::move(g.nodes[i]));
-    while (k < inserts.size() && inserts[k].first == i) nodes.push_back(std::move(inserts[k++].second));
-  }
-  g.nodes = std::move(nodes);
+  g.insertNodes(std::move(inserts));
 }
 
 std::vector<ProcessGroup> processGroups(const JobSpec& job) {

@@ -39,11 +39,13 @@ void applyMicroBatchReduce(Graph& g, const JobSpec& job) {
   const int world = shardCount(job);  // ranks each bucket is sharded over
   const int accum = job.training.grad_accum;
 
-  // The planned reduce-scatters (one per bucket, after the last micro-batch)
-  // are replaced.
-  g.nodes.erase(std::remove_if(g.nodes.begin(), g.nodes.end(),
-                               [](const Node& n) { return n.op == OpKind::ReduceScatter; }),
-                g.nodes.end());
+  // The planned reduce-scatters of the buckets (one each, after the last
+  // micro-batch) are replaced.
+  auto bucketScatter = [&](const Node& n) {
+    return n.op == OpKind::ReduceScatter &&
+           std::any_of(g.buckets.begin(), g.buckets.end(), [&](const BucketTensors& b) { return n.inputs[0] == b.flat; });
+  };
+  g.nodes.erase(std::remove_if(g.nodes.begin(), g.nodes.end(), bucketScatter), g.nodes.end());
 
   // Each micro-batch m > 0 writes a copy of every bucket: its flat tensor
   // and a view per gradient at the same offset.
@@ -118,16 +120,8 @@ void applyMicroBatchReduce(Graph& g, const JobSpec& job) {
                                                                         shardGroup(job)));
     }
   }
-  std::stable_sort(inserts.begin(), inserts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<Node> nodes;
-  nodes.reserve(g.nodes.size() + inserts.size() + sums.size());
-  size_t k = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    nodes.push_back(std::move(g.nodes[i]));
-    while (k < inserts.size() && inserts[k].first == i) nodes.push_back(std::move(inserts[k++].second));
-  }
-  for (Node& s : sums) nodes.push_back(std::move(s));
-  g.nodes = std::move(nodes);
+  g.insertNodes(std::move(inserts));
+  for (Node& s : sums) g.nodes.push_back(std::move(s));
 }
 
 }  // namespace tandem

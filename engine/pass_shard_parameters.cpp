@@ -113,14 +113,7 @@ void applyParameterSharding(Graph& g, const JobSpec& job) {
   for (size_t c = 0; c < order.size(); ++c)
     inserts.emplace_back(c == 0 ? 0 : order[c - 1]->first_use, gatherInto(g, *order[c], world, shardGroup(job)));
 
-  std::vector<Node> nodes;
-  nodes.reserve(g.nodes.size() + inserts.size());
-  size_t k = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    while (k < inserts.size() && inserts[k].first == i) nodes.push_back(std::move(inserts[k++].second));
-    nodes.push_back(std::move(g.nodes[i]));
-  }
-  g.nodes = std::move(nodes);
+  g.insertNodes(std::move(inserts), /*before=*/true);
 }
 
 }  // namespace tandem
