@@ -425,6 +425,10 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        }},
       {"residual_in_gemm",
        [&](const YAML::Node& v, const std::string& p) { job.schedule.residual_in_gemm = r.readBool(v, p); }},
+      {"gather_ahead",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.schedule.gather_ahead = r.readInt(v, p, 1, "integers >= 1");
+       }},
       {"lm_head_chunks",
        [&](const YAML::Node& v, const std::string& p) {
          job.schedule.lm_head_chunks = r.readInt(v, p, 1, "integers >= 1");

@@ -136,6 +136,11 @@ struct ScheduleSpec {
   // memory-bound cross-entropy. 1 keeps one group. The tokens of a
   // micro-batch must split evenly into groups of a multiple of 8.
   int lm_head_chunks = 1;
+  // With sharded parameters: how many gathered copies ahead of the compute
+  // the comm stream may run (engine/pass_shard_parameters.h). 1 gathers the
+  // next bucket while the current one is in use; more hides more of a slow
+  // network for that many more buckets' memory.
+  int gather_ahead = 1;
   bool operator==(const ScheduleSpec&) const = default;
 };
 

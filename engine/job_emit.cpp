@@ -120,6 +120,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("optimizer_beside_forward", job.schedule.optimizer_beside_forward ? "true" : "false");
   field("residual_in_gemm", job.schedule.residual_in_gemm ? "true" : "false");
   field("lm_head_chunks", integer(job.schedule.lm_head_chunks));
+  field("gather_ahead", integer(job.schedule.gather_ahead));
   line("recompute:");
   field("policy", std::string(toString(job.recompute.policy)));
   if (job.recompute.per_layer.empty()) {

@@ -103,15 +103,17 @@ void applyParameterSharding(Graph& g, const JobSpec& job) {
   }
 
   // Gather each copy where the compute stream reaches the first use of the
-  // copy needed before it: one copy ahead.
+  // copy needed schedule.gather_ahead copies before it (by default the one
+  // just before: one copy ahead).
   std::vector<const GatheredCopy*> order;
   for (const auto& [key, copy] : copies) order.push_back(&copy);
   std::stable_sort(order.begin(), order.end(), [](const GatheredCopy* a, const GatheredCopy* b) {
     return a->first_use < b->first_use;
   });
   std::vector<std::pair<size_t, Node>> inserts;  // (insert before node index, node)
+  const size_t ahead = size_t(std::max(1, job.schedule.gather_ahead));
   for (size_t c = 0; c < order.size(); ++c)
-    inserts.emplace_back(c == 0 ? 0 : order[c - 1]->first_use, gatherInto(g, *order[c], world, shardGroup(job)));
+    inserts.emplace_back(c < ahead ? 0 : order[c - ahead]->first_use, gatherInto(g, *order[c], world, shardGroup(job)));
 
   g.insertNodes(std::move(inserts), /*before=*/true);
 }

@@ -20,7 +20,8 @@
 // Each all-gather is issued where the compute stream reaches the first use
 // of the copy before it (in issue order), so one copy is gathered ahead
 // while the previous one is in use, and at most about two are live besides
-// those a task reads at once. Lowering keeps a transient buffer written on
+// those a task reads at once; schedule.gather_ahead = N issues it at the
+// first use of the copy N before it instead. Lowering keeps a transient buffer written on
 // another stream from being written before the compute stream has issued
 // up to that point (engine/lower.cpp), which is what makes the early
 // gather safe next to the memory plan's reuse.

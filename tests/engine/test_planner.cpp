@@ -864,3 +864,38 @@ TEST_CASE("Hybrid sharding: shard groups of consecutive ranks, replica groups ac
   CHECK(std::abs(bytesOf(plan, TensorCategory::OptimizerState) - 2 * bytesOf(flat, TensorCategory::OptimizerState)) <=
         padding);
 }
+
+TEST_CASE("Sharded parameters gathered further ahead: schedule.gather_ahead", "[planner][dp][shard]") {
+  JobSpec job = defaultJob();  // GPT-2 124M, data parallel 8
+  job.parallel.shard_parameters = true;
+  auto gathers = [](const Plan& p) {
+    std::map<std::string, int> at;  // gather name -> task index
+    for (const Task& t : p.programs[0].tasks)
+      if (t.op == OpKind::AllGather) at[t.name] = t.id;
+    return at;
+  };
+  const Plan one = buildPlan(job);
+  job.schedule.gather_ahead = 3;
+  const Plan three = buildPlan(job);
+  CHECK(countOverlaps(three.programs[0]) == 0);
+  const auto a = gathers(one), b = gathers(three);
+  REQUIRE(a.size() == b.size());
+  // The same gathers, none issued later among the other tasks (the same
+  // sequence in both plans) and some earlier.
+  int earlier = 0;
+  auto othersBefore = [](const std::map<std::string, int>& g, int at) {
+    int n = at;
+    for (const auto& [other, i] : g) n -= i < at;
+    return n;
+  };
+  for (const auto& [name, index] : a) {
+    INFO(name);
+    REQUIRE(b.count(name) == 1);
+    const int ca = othersBefore(a, index), cb = othersBefore(b, b.at(name));
+    CHECK(cb <= ca);
+    earlier += cb < ca;
+  }
+  CHECK(earlier > 0);
+  // More copies live at once: more memory.
+  CHECK(three.programs[0].memory.arena_bytes >= one.programs[0].memory.arena_bytes);
+}
