@@ -68,7 +68,7 @@ OpCost costOf(const Graph& g, const Node& n) {
   if (a.accumulate && !n.outputs.empty()) c.bytes_read += bytesOf(g, n.outputs[0]);
   if (a.accumulate_params)
     for (size_t i = 1; i < n.outputs.size(); ++i) c.bytes_read += bytesOf(g, n.outputs[i]);
-  if (a.shards > 1 && (n.op == OpKind::AdamW || n.op == OpKind::GradNorm)) {
+  if (a.shards > 0 && (n.op == OpKind::AdamW || n.op == OpKind::GradNorm)) {
     // A sharded optimizer task touches its rank's part of each whole bucket
     // (gradients, parameters) and all of the shard-sized state.
     auto touched = [&](int t) {

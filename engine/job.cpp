@@ -590,15 +590,16 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
                "a path to an existing token file, relative to the working directory");
     }
   }
-  const bool sharded = job.parallel.shard_optimizer || job.parallel.shard_parameters;
-  if (job.schedule.optimizer_beside_forward && sharded && job.parallel.data_parallel > 1) {
+  const bool sharded =
+      (job.parallel.shard_optimizer && job.parallel.data_parallel > 1) || job.parallel.shard_parameters;
+  if (job.schedule.optimizer_beside_forward && sharded) {
     const char* field = job.parallel.shard_parameters ? "parallel.shard_parameters" : "parallel.shard_optimizer";
     r.fail(pick("schedule.optimizer_beside_forward", field),
            "schedule.optimizer_beside_forward needs an unsharded optimizer (a sharded one updates at the end of the "
            "step, where its all-gathers are planned)",
            "parallel.shard_optimizer: false and parallel.shard_parameters: false, or data_parallel 1");
   }
-  if (job.comm.gather_embedding_gradient && job.parallel.shard_parameters && job.parallel.data_parallel > 1) {
+  if (job.comm.gather_embedding_gradient && job.parallel.shard_parameters) {
     r.fail(pick("comm.gather_embedding_gradient", "parallel.shard_parameters"),
            "comm.gather_embedding_gradient is not planned with sharded parameters (their gradients are "
            "reduce-scattered out of place, into shards the gathered embedding backward does not write)",
@@ -615,11 +616,11 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
              "shard groups smaller than data_parallel (hybrid sharding) need parallel.shard_parameters",
              "parallel.shard_parameters: true, or parallel.shard_group_size: 0");
   }
-  if (job.comm.reduce_every_micro_batch && !(job.parallel.shard_parameters && job.parallel.data_parallel > 1)) {
+  if (job.comm.reduce_every_micro_batch && !job.parallel.shard_parameters) {
     r.fail(pick("comm.reduce_every_micro_batch", "parallel.shard_parameters"),
-           "comm.reduce_every_micro_batch needs sharded parameters over more than one rank (only their gradient "
-           "shards can be summed per micro-batch)",
-           "comm.reduce_every_micro_batch: false, or parallel.shard_parameters: true with data_parallel > 1");
+           "comm.reduce_every_micro_batch needs sharded parameters (only their gradient shards can be summed per "
+           "micro-batch)",
+           "comm.reduce_every_micro_batch: false, or parallel.shard_parameters: true");
   }
   if (const int chunks = job.schedule.lm_head_chunks; chunks > 1) {
     const int64_t tokens = int64_t(job.training.micro_batch) * m.seq_len;

@@ -148,7 +148,9 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
       bucket.grad_shard = g.addTensor(std::move(shard));
     }
     g.buckets.push_back(bucket);
-    if (world <= 1) continue;
+    // One rank has nothing to reduce, except into the gradient shard that
+    // sharded parameters read (a reduce-scatter over one rank: a copy).
+    if (world <= 1 && !shard_gradients) continue;
     Node ar;
     ar.op = sharded ? OpKind::ReduceScatter : OpKind::AllReduce;
     ar.name = fmt::format("comm.{}.bucket{}", sharded ? "reducescatter" : "allreduce", b);
@@ -179,12 +181,13 @@ CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t 
 }
 
 bool shardsOptimizer(const JobSpec& job) {
-  return (job.parallel.shard_optimizer || job.parallel.shard_parameters) && job.parallel.data_parallel > 1;
+  return (job.parallel.shard_optimizer && job.parallel.data_parallel > 1) || shardsParameters(job);
 }
 
-bool shardsParameters(const JobSpec& job) {
-  return job.parallel.shard_parameters && job.parallel.data_parallel > 1;
-}
+// Unlike the optimizer's, parameter sharding is planned for one rank too:
+// one shard of everything (as FSDP with a world of one), which saves no
+// memory but runs the sharded schedule on one GPU.
+bool shardsParameters(const JobSpec& job) { return job.parallel.shard_parameters; }
 
 bool hybridSharding(const JobSpec& job) {
   const int s = job.parallel.shard_group_size;

@@ -30,7 +30,9 @@ void appendOptimizer(Graph& g, const JobSpec& job);
 // True when the job shards the optimizer over more than one rank (also
 // implied by sharding the parameters).
 bool shardsOptimizer(const JobSpec& job);
-// True when the job shards the parameters over more than one rank (ZeRO-3).
+// True when the job shards the parameters (ZeRO-3), also over one rank:
+// one shard of everything, no memory saved, the sharded schedule run (the
+// GPU tests run it on one GPU).
 bool shardsParameters(const JobSpec& job);
 // Hybrid sharding (parallel.shard_group_size below data_parallel): buckets
 // are sharded within groups of consecutive ranks, the "shard" groups, and

@@ -236,15 +236,15 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
         const ShardRange s = shardOf(rank, a.shards, io.elements(b));
         ss += sumOfSquares(io.in(b) + s.begin, s.end - s.begin);
       }
-      io.out(W[0])[0] = float(a.shards > 1 ? ss : std::sqrt(ss));
+      io.out(W[0])[0] = float(a.shards > 0 ? ss : std::sqrt(ss));
       break;
     }
     case OpKind::AdamW: {
       const auto& tr = plan.job.training;
-      const float norm = a.shards > 1 ? std::sqrt(io.in(R[1])[0]) : io.in(R[1])[0];
+      const float norm = a.shards > 0 ? std::sqrt(io.in(R[1])[0]) : io.in(R[1])[0];
       const float scale = (tr.grad_clip > 0 && norm > tr.grad_clip) ? float(tr.grad_clip / (norm + 1e-6)) : 1.0f;
       const float lr = float(learningRate(tr, step));
-      if (a.shards > 1) {
+      if (a.shards > 0) {
         // Sharded: reads are {grads, norm, master shard (fp32 jobs: the
         // parameter bucket), m shard, v shard}; each parameter's part of
         // the rank's shard is updated.
@@ -373,7 +373,7 @@ StepResult CpuExecutor::Impl::runStep(bool with_optimizer) {
   for (const Task& t : program->tasks)
     if (t.op == OpKind::GradNorm) {
       const float v = loadAsFloat(arenas[0].data(), program->buffers[t.writes[0]])[0];
-      res.grad_norm = t.attrs.shards > 1 ? std::sqrt(v) : v;
+      res.grad_norm = t.attrs.shards > 0 ? std::sqrt(v) : v;
     }
   res.lr = learningRate(plan.job.training, step);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -74,7 +74,14 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
         needed, int64_t(free_b));
   }
 
-  if (opt.world > 1) comm = std::make_unique<NcclComm>(opt.nccl_id, opt.rank, opt.world, opt.timeout_s);
+  if (opt.world > 1) {
+    comm = std::make_unique<NcclComm>(opt.nccl_id, opt.rank, opt.world, opt.timeout_s);
+  } else if (std::any_of(program->tasks.begin(), program->tasks.end(),
+                         [](const Task& t) { return t.collective.has_value(); })) {
+    // One rank with collectives (sharded parameters over one rank): a
+    // communicator of one, with an id of its own.
+    comm = std::make_unique<NcclComm>(makeNcclId(), 0, 1, opt.timeout_s);
+  }
 
   for (size_t i = 0; i < program->streams.size(); ++i) {
     cudaStream_t s;
@@ -242,7 +249,7 @@ void CudaExecutor::Impl::prepareTasks() {
     }
     if (t.op == OpKind::GradNorm) {
       norm_buffer = t.writes[0];
-      norm_is_squared = t.attrs.shards > 1;
+      norm_is_squared = t.attrs.shards > 0;
     }
   }
   // Staging buffers, once every load knows how many ranks' tokens it indexes.
@@ -265,8 +272,11 @@ void CudaExecutor::Impl::buildTable(int task) {
   };
   // With the optimizer sharded, each table covers this rank's shard of
   // every bucket it names (shardOf).
+  // Sharded tasks (attrs.shards >= 1; one shard for sharded parameters
+  // over one rank) use the sharded layout even when the shard is whole.
+  const bool sharded = t.attrs.shards > 0;
   const int64_t shards = std::max<int64_t>(1, t.attrs.shards);
-  const int64_t rank = shards > 1 ? opt.rank : 0;
+  const int64_t rank = sharded ? opt.rank : 0;
   if (t.op == OpKind::GradNorm) {
     for (int b : t.reads) {
       TensorSlot s;
@@ -299,27 +309,27 @@ void CudaExecutor::Impl::buildTable(int task) {
       // Unsharded: the whole parameter and its own state. Sharded: the part
       // of the parameter inside the rank's shard; the reads are {grads,
       // norm, master shard (fp32: the parameter bucket), m shard, v shard}.
-      const ShardSegment seg = shards > 1 ? segmentInShard(*program, p, shard)
+      const ShardSegment seg = sharded ? segmentInShard(*program, p, shard)
                                           : ShardSegment{0, program->buffers[p.param].elementCount(), 0};
       if (seg.to <= seg.from) continue;
       auto at = [&](int buffer, int64_t element) {
         return static_cast<char*>(ptr(buffer)) + element * dtypeSize(program->buffers[buffer].dtype);
       };
-      const bool separate_master = shards > 1 ? t.reads.at(2) != t.writes.at(0) : p.master != p.param;
+      const bool separate_master = sharded ? t.reads.at(2) != t.writes.at(0) : p.master != p.param;
       // Sharded parameters: the update goes to the rank's shard (writes[0]),
       // at the same place in it as the state.
-      const bool shard_out = shards > 1 && bucket.param_shard >= 0;
+      const bool shard_out = sharded && bucket.param_shard >= 0;
       const int updated = shard_out ? t.writes.at(0) : p.param;
-      const int master = shards > 1 ? (separate_master ? t.reads.at(2) : updated) : p.master;
-      const int64_t state_at = shards > 1 ? seg.shard_offset : 0;
+      const int master = sharded ? (separate_master ? t.reads.at(2) : updated) : p.master;
+      const int64_t state_at = sharded ? seg.shard_offset : 0;
       const int64_t param_at = shard_out ? seg.shard_offset : seg.from;
       TensorSlot s;
       s.param = at(updated, param_at);
       s.master = reinterpret_cast<float*>(separate_master ? at(master, state_at) : at(updated, param_at));
-      s.m = reinterpret_cast<float*>(shards > 1 ? at(t.reads.at(3), state_at) : at(p.adam_m, 0));
-      s.v = reinterpret_cast<float*>(shards > 1 ? at(t.reads.at(4), state_at) : at(p.adam_v, 0));
+      s.m = reinterpret_cast<float*>(sharded ? at(t.reads.at(3), state_at) : at(p.adam_m, 0));
+      s.v = reinterpret_cast<float*>(sharded ? at(t.reads.at(4), state_at) : at(p.adam_v, 0));
       // Sharded parameters: the gradients from the bucket's shard (reads[0]).
-      s.grad = shards > 1 && bucket.grad_shard >= 0 ? at(t.reads.at(0), seg.shard_offset) : at(p.grad, seg.from);
+      s.grad = sharded && bucket.grad_shard >= 0 ? at(t.reads.at(0), seg.shard_offset) : at(p.grad, seg.from);
       s.n = seg.to - seg.from;
       s.weight_decay = p.weight_decay ? float(tr.weight_decay) : 0.f;
       s.param_bf16 = program->buffers[p.param].dtype == DType::BF16;

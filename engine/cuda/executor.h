@@ -36,7 +36,7 @@ struct ExecutorOptions {
   int world = 1;
   int device = 0;
   bool use_graph = true;
-  NcclId nccl_id{};       // needed when world > 1
+  NcclId nccl_id{};       // needed when world > 1 (one rank with collectives makes its own)
   double timeout_s = 60;  // longest wait for a step or a collective before aborting
   bool time_tasks = false;  // eager steps time every task with events (see taskMilliseconds)
   TaskObserver* observer = nullptr;  // told about steps, tasks and graph capture (the profiler); not owned

@@ -192,7 +192,7 @@ void CudaExecutor::Impl::enqueueTask(int index) {
     case OpKind::GradNorm: {
       const Table& tb = tables.at(index);
       gradNorm(static_cast<float*>(ptr(W[0])), tb.slots, tb.num_slots, tb.chunks, tb.partials,
-               /*squared=*/a.shards > 1, s);
+               /*squared=*/a.shards > 0, s);
       break;
     }
     case OpKind::AdamW: {
@@ -200,7 +200,7 @@ void CudaExecutor::Impl::enqueueTask(int index) {
       const TrainingSpec& tr = plan.job.training;
       const float* norm = R.size() > 1 ? static_cast<const float*>(ptr(R[1])) : nullptr;
       if (tb.chunks > 0)
-        adamw(tb.slots, tb.num_slots, tb.chunks, scalars, a.from_previous_step, norm, /*norm_squared=*/a.shards > 1,
+        adamw(tb.slots, tb.num_slots, tb.chunks, scalars, a.from_previous_step, norm, /*norm_squared=*/a.shards > 0,
               float(tr.grad_clip), float(tr.beta1), float(tr.beta2), float(tr.eps), s);
       break;
     }

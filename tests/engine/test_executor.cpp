@@ -185,7 +185,8 @@ void requireShardedMatches(const ShardCase& c) {
   for (int step = 0; step < 3; ++step) {
     const cpu::StepResult ra = a.step(), rb = b.step();
     INFO(what << " step " << step);
-    CHECK(rb.loss == Approx(ra.loss).epsilon(rounded_again ? 1e-5 : 1e-6));
+    // (Rounded again, the loss after one update moves by up to 2e-5.)
+    CHECK(rb.loss == Approx(ra.loss).epsilon(rounded_again ? 5e-5 : 1e-6));
     CHECK(rb.grad_norm == Approx(ra.grad_norm).epsilon(rounded_again ? 1e-3 : 1e-5));
   }
   // Every rank holds every updated parameter, as without sharding, once
@@ -238,6 +239,9 @@ TEST_CASE("Sharding the parameters (ZeRO-3) keeps the data-parallel run's losses
   for (Precision prec : {Precision::FP32, Precision::BF16})
     requireShardedMatches({prec, 1, false, true, RecomputePolicy::None, 1, false, true, false, 4, 2});
   requireShardedMatches({Precision::FP32, 2, false, true, RecomputePolicy::Selective, 1, false, true, true, 4, 2});
+  // One rank: one shard of everything, the sharded schedule all the same.
+  for (Precision prec : {Precision::FP32, Precision::BF16})
+    requireShardedMatches({prec, 2, false, true, RecomputePolicy::None, 1, false, true, prec == Precision::BF16, 1});
   // A shard group of every rank is plain sharding.
   requireShardedMatches({Precision::FP32, 1, false, true, RecomputePolicy::None, 1, false, true, false, 4, 4});
 }
