@@ -597,7 +597,7 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
     r.fail(pick("schedule.optimizer_beside_forward", field),
            "schedule.optimizer_beside_forward needs an unsharded optimizer (a sharded one updates at the end of the "
            "step, where its all-gathers are planned)",
-           "parallel.shard_optimizer: false and parallel.shard_parameters: false, or data_parallel 1");
+           "parallel.shard_parameters: false, and parallel.shard_optimizer: false or data_parallel 1");
   }
   if (job.comm.gather_embedding_gradient && job.parallel.shard_parameters) {
     r.fail(pick("comm.gather_embedding_gradient", "parallel.shard_parameters"),

@@ -112,7 +112,9 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
     // Sharded buckets are padded so that every rank's shard has the same
     // size and starts on a 256-byte boundary (vector loads in the optimizer,
     // NCCL's in-place reduce-scatter and all-gather). The padding is never
-    // written, so it stays zero and adds nothing to the norm.
+    // written, so in persistent buckets it stays zero and adds nothing to
+    // the norm; the transient buckets of sharded parameters hold whatever
+    // their memory held, and the norm reads their shards by segments.
     if (sharded) elements = roundUp(elements, int64_t(shards) * kShardAlignElements);
     Tensor flat;
     flat.name = fmt::format("grad.bucket{}", b);
