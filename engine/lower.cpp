@@ -33,8 +33,8 @@ class EventBuilder {
  public:
   // side_stream >= 0: the compute stream joins that stream's task k once it
   // has issued the side stream's task k + side_lag (see lowerGraph).
-  EventBuilder(RankPlan& rp, int side_stream = -1, int side_lag = 1)
-      : rp_(rp), side_stream_(side_stream), side_lag_(side_lag) {
+  EventBuilder(RankPlan& rp, int side_stream = -1, int side_lag = 1, bool join_per_micro_batch = false)
+      : rp_(rp), side_stream_(side_stream), side_lag_(side_lag), join_per_micro_batch_(join_per_micro_batch) {
     const size_t streams = rp.streams.size();
     waited_.assign(streams, std::vector<int>(streams, -1));
     position_.assign(rp.tasks.size(), 0);
@@ -83,6 +83,7 @@ class EventBuilder {
     std::vector<int> side_issued;  // the side stream's tasks so far
     size_t side_joined = 0;        // how many of them the compute stream has joined
     int last_compute = -1;         // the compute stream's latest task so far
+    int forward_micro_batch = -1;  // the latest micro-batch whose forward the compute stream began
     for (size_t i = 0; i < rp_.tasks.size(); ++i) {
       Task& t = rp_.tasks[i];
       // The memory plan gives a transient buffer the memory of buffers whose
@@ -96,6 +97,11 @@ class EventBuilder {
       if (t.stream == side_stream_ && !t.attrs.from_previous_step) side_issued.push_back(int(i));
       if (t.stream == 0)
         while (side_joined + size_t(side_lag_) < side_issued.size()) dependOn(t, side_issued[side_joined++]);
+      if (join_per_micro_batch_ && t.stream == 0 && t.phase == Phase::Forward && t.micro_batch > forward_micro_batch) {
+        forward_micro_batch = t.micro_batch;
+        if (side_joined < side_issued.size()) dependOn(t, side_issued.back());
+        side_joined = side_issued.size();
+      }
       for (int b : t.reads) conflicting(b, [&](const Access& a) { dependOn(t, a.last_writer); });
       for (int b : t.writes)
         conflicting(b, [&](const Access& a) {
@@ -127,6 +133,7 @@ class EventBuilder {
   RankPlan& rp_;
   int side_stream_;
   int side_lag_;
+  bool join_per_micro_batch_;
   std::vector<std::vector<int>> waited_;  // [stream][other stream] -> position synced
   std::vector<int> position_;             // task -> position within its stream
 };
@@ -204,7 +211,7 @@ RankPlan lowerGraph(const Graph& g, std::vector<int> ranks, const LowerOptions& 
       }
       t.stream = side_stream;
     }
-  EventBuilder(rp, side_stream, std::max(1, opt.weight_gradient_lag)).run();
+  EventBuilder(rp, side_stream, std::max(1, opt.weight_gradient_lag), opt.join_side_stream_per_micro_batch).run();
 
   for (const auto& p : g.params)
     rp.params.push_back({p.name, p.param, p.grad, p.master, p.adam_m, p.adam_v, p.weight_decay, p.bucket});

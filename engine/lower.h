@@ -22,6 +22,11 @@ struct LowerOptions {
   // which keeps the fused DGELU GEMM from its early place (pass_fusion.h).
   bool weight_gradient_stream = false;
   int weight_gradient_lag = 2;
+  // The compute stream joins every weight-gradient task issued so far
+  // before each micro-batch's forward (not only the lagging ones): the
+  // memory plan can then reuse what they wrote within the micro-batch
+  // (gradients reduced every micro-batch, pass_micro_batch_reduce.h).
+  bool join_side_stream_per_micro_batch = false;
 };
 
 RankPlan lowerGraph(const Graph& g, std::vector<int> ranks, const LowerOptions& opt = {});

@@ -116,6 +116,7 @@ Plan buildPlan(const JobSpec& job) {
   plan.groups = processGroups(job);
   LowerOptions lower;
   lower.weight_gradient_stream = job.schedule.weight_gradient_stream;
+  lower.join_side_stream_per_micro_batch = reducesEveryMicroBatch(job);
   plan.programs.push_back(lowerGraph(g, plan.groups.front().ranks, lower));
   // Reads the memory plan, so after lowering.
   applyEpilogueFusion(plan.programs.back(), job.schedule.residual_in_gemm);

@@ -798,10 +798,9 @@ TEST_CASE("Sharded gradients reduced every micro-batch: a whole bucket lives for
       }
     }
   // A bucket's whole gradient of one micro-batch is free again before the
-  // next micro-batch's is first written: never two at once. (Not always by
-  // the next forward: the memory plan holds a buffer the weight-gradient
-  // stream wrote until the compute stream next joins that stream, in the
-  // next micro-batch's backward.)
+  // next micro-batch's backward begins (the compute stream joins the
+  // weight-gradient stream at each micro-batch's forward, so the memory
+  // plan can reuse what that stream wrote), and so never two at once.
   std::map<std::pair<std::string, int>, int> flat_by_name;  // (bucket's name, micro-batch) -> buffer
   for (const auto& [flat, mb] : micro_batch_of_flat) {
     std::string name = rp.buffers[size_t(flat)].name;
@@ -813,7 +812,14 @@ TEST_CASE("Sharded gradients reduced every micro-batch: a whole bucket lives for
     if (key.second == 2) continue;
     const Buffer& now = rp.buffers[size_t(flat)];
     const Buffer& next = rp.buffers[size_t(flat_by_name.at({key.first, key.second + 1}))];
+    int next_backward = -1;
+    for (const Task& t : rp.tasks)
+      if (t.phase == Phase::Backward && t.micro_batch == key.second + 1) {
+        next_backward = t.id;
+        break;
+      }
     INFO(now.name << " then " << next.name);
+    CHECK(now.last_use < next_backward);
     CHECK(now.last_use < next.first_use);
   }
 }
