@@ -39,36 +39,45 @@ JobSpec FittingChoice::appliedTo(const JobSpec& job) const {
 
 std::vector<FittingChoice> choicesThatFit(const JobSpec& job, int64_t budget,
                                           const std::function<int64_t(const Plan&)>& overhead) {
-  std::vector<bool> shardings{job.parallel.shard_parameters};
-  if (job.parallel.data_parallel > 1 && !job.parallel.shard_parameters) shardings.push_back(true);
-  std::vector<FittingChoice> fits;
-  for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full}) {
-    int largest = 0;  // the largest micro-batch found for this policy so far
-    for (bool shard : shardings) {
-      bool found = false;
-      for (int mb = job.training.micro_batch; mb > largest && !found; mb /= 2) {
-        const int most = mostLmHeadChunks(job, mb);
-        for (int chunks : {job.schedule.lm_head_chunks, most}) {
-          if (policy == job.recompute.policy && job.recompute.per_layer.empty() && mb == job.training.micro_batch &&
-              chunks == job.schedule.lm_head_chunks && shard == job.parallel.shard_parameters)
-            continue;  // the job itself
+  // The choice of one policy and sharding with the largest micro-batch above
+  // `above` (halving from the job's) that fits, with the job's LM-head
+  // groups or else the most that split its tokens; false when none does.
+  auto largestFitting = [&](RecomputePolicy policy, bool shard, int above, FittingChoice& out) {
+    for (int mb = job.training.micro_batch; mb > above; mb /= 2) {
+      const int most = mostLmHeadChunks(job, mb);
+      for (int chunks : {job.schedule.lm_head_chunks, most}) {
+        const bool the_job = policy == job.recompute.policy && job.recompute.per_layer.empty() &&
+                             mb == job.training.micro_batch && chunks == job.schedule.lm_head_chunks &&
+                             shard == job.parallel.shard_parameters;
+        if (!the_job) {
           FittingChoice choice{policy, mb, chunks, shard, 0};
           try {
             const Plan p = buildPlan(choice.appliedTo(job));
             choice.bytes = p.programs.at(0).memory.arena_bytes + overhead(p);
             if (choice.bytes <= budget) {
-              fits.push_back(choice);
-              largest = mb;
-              found = true;
-              break;
+              out = choice;
+              return true;
             }
           } catch (const std::exception&) {
             // Not plannable (the job's groups may not split this micro-batch's
             // tokens): not a choice.
           }
-          if (most == job.schedule.lm_head_chunks) break;
         }
+        if (most == job.schedule.lm_head_chunks) break;
       }
+    }
+    return false;
+  };
+  std::vector<bool> shardings{job.parallel.shard_parameters};
+  if (job.parallel.data_parallel > 1 && !job.parallel.shard_parameters) shardings.push_back(true);
+  std::vector<FittingChoice> fits;
+  for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full}) {
+    int largest = 0;  // a sharded choice is offered only above the unsharded one
+    for (bool shard : shardings) {
+      FittingChoice choice;
+      if (!largestFitting(policy, shard, largest, choice)) continue;
+      fits.push_back(choice);
+      largest = choice.micro_batch;
     }
   }
   return fits;
