@@ -36,6 +36,10 @@ std::string planSummaryText(const Plan& plan) {
                    toString(m.family), m.layers, m.hidden, m.heads, m.mlpHidden(), m.vocab, m.seq_len,
                    m.tied_embeddings ? ", tied embeddings" : ""));
   line(fmt::format("parameters {}", withThousands(plan.summary.parameters)));
+  if (const int tp = job.parallel.tensor_parallel; tp > 1)
+    line(fmt::format("parallel   {} ranks = data parallel {} x tensor parallel {} (each block's heads and MLP "
+                     "split over {} consecutive ranks)",
+                     plan.world_size, job.parallel.data_parallel, tp, tp));
   line(fmt::format("batch      {} tokens per step = micro-batch {} x accumulation {} x data parallel {} x "
                    "sequence {}; precision {}",
                    withThousands(plan.summary.tokens_per_step), t.micro_batch, t.grad_accum,

@@ -143,6 +143,17 @@ class BackwardEmitter {
     }
   }
 
+  // A summing all-reduce over a tensor-parallel group (a row-parallel
+  // layer's partial products): each rank's partial contributes with weight
+  // one, so its gradient is the sum's, the same on every rank.
+  void groupSum(const Node& fwd, int dy) {
+    if (!fwd.collective || fwd.collective->reduce != ReduceOp::Sum || fwd.inputs.at(0) == fwd.outputs.at(0))
+      throw std::logic_error(fwd.name + ": autodiff differentiates only out-of-place summing all-reduces");
+    if (grads_.gradOf(fwd.inputs[0]) >= 0)
+      throw std::logic_error("autodiff: all-reduce input with an earlier gradient is not supported");
+    grads_.alias(fwd.inputs[0], dy);
+  }
+
   void embedding(const Node& fwd, int dy) {
     bool acc_wte = false, acc_wpe = false;
     int dwte = grads_.contributionTarget(g_, fwd.inputs[1], acc_wte);
@@ -196,6 +207,7 @@ void emitBackward(Graph& g, GradientState& grads, size_t first, size_t last, int
       case OpKind::Gelu: em.gelu(fwd, dy); break;
       case OpKind::Add: em.add(fwd, dy); break;
       case OpKind::Embedding: em.embedding(fwd, dy); break;
+      case OpKind::AllReduce: em.groupSum(fwd, dy); break;
       default:
         throw std::logic_error(fmt::format("autodiff: no backward rule for {}", toString(fwd.op)));
     }

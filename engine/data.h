@@ -30,7 +30,8 @@ class TokenSource {
 // small token file.
 std::unique_ptr<TokenSource> makeTokenSource(const JobSpec& job);
 
-// Fills a micro-batch [B, T] for one rank, using the global sample addressing.
+// Fills a micro-batch [B, T] for one rank, using the global sample addressing
+// (the ranks of a tensor-parallel group read their replica's samples).
 void fillMicroBatch(const TokenSource& source, const JobSpec& job, int step, int micro_batch,
                     int rank, int32_t* tokens, int32_t* targets);
 

@@ -60,6 +60,8 @@ struct ParamTensors {
   int adam_v = -1;
   bool weight_decay = true;
   int bucket = -1;
+  int split_dim = -1;  // tensor parallelism: as ParamInfo::split_dim
+  int split_blocks = 1;
 };
 
 struct BucketTensors {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include "engine/rng.h"
@@ -13,25 +15,64 @@ bool endsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+// The shape of the whole parameter whose slice `param` is.
+std::vector<int64_t> wholeShape(const JobSpec& job, const RankPlan& program, const ParamInfo& param) {
+  std::vector<int64_t> shape = program.buffers.at(param.param).shape;
+  if (param.split_dim >= 0) shape.at(size_t(param.split_dim)) *= job.parallel.tensor_parallel;
+  return shape;
+}
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 }  // namespace
 
-std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& program,
-                                          const ParamInfo& param) {
-  const int64_t n = program.buffers.at(param.param).elementCount();
+std::vector<float> tensorParallelSlice(const JobSpec& job, const RankPlan& program, const ParamInfo& param,
+                                       int rank, const std::vector<float>& whole) {
+  if (param.split_dim < 0) return whole;
+  const std::vector<int64_t> full = wholeShape(job, program, param);
+  if (int64_t(whole.size()) != product(full))
+    throw std::invalid_argument(param.name + ": a whole parameter of " + std::to_string(product(full)) +
+                                " values expected, got " + std::to_string(whole.size()));
+  const int64_t parts = job.parallel.tensor_parallel, part = rank % parts;
+  // Rows of `inner` contiguous values each: the split dimension's extent,
+  // with everything after it folded into a row, and everything before it
+  // into `outer` repetitions.
+  const size_t d = size_t(param.split_dim);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < d; ++i) outer *= full[i];
+  for (size_t i = d + 1; i < full.size(); ++i) inner *= full[i];
+  const int64_t extent = full[d], block = extent / param.split_blocks, mine = block / parts;
+  std::vector<float> out;
+  out.reserve(whole.size() / size_t(parts));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t b = 0; b < param.split_blocks; ++b) {
+      const int64_t first = (o * extent + b * block + part * mine) * inner;
+      out.insert(out.end(), whole.begin() + first, whole.begin() + first + mine * inner);
+    }
+  return out;
+}
+
+std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& program, const ParamInfo& param,
+                                          int rank) {
+  const int64_t n = product(wholeShape(job, program, param));
   std::vector<float> values(n, 0.0f);
   const std::string& name = param.name;
   const bool is_norm = name.find(".ln") != std::string::npos || name.rfind("final.ln", 0) == 0;
-  if (endsWith(name, ".bias")) return values;
+  if (endsWith(name, ".bias")) return tensorParallelSlice(job, program, param, rank, values);
   if (is_norm && endsWith(name, ".weight")) {
     values.assign(n, 1.0f);
-    return values;
+    return tensorParallelSlice(job, program, param, rank, values);
   }
   double stddev = 0.02;
   if (endsWith(name, "attn.proj.weight") || endsWith(name, "mlp.proj.weight"))
     stddev /= std::sqrt(2.0 * job.model.layers);
   SplitMix64 rng(fnv1a64(name.data(), name.size(), job.training.seed ^ 0x5EEDull));
   for (auto& v : values) v = float(stddev * rng.normal());
-  return values;
+  return tensorParallelSlice(job, program, param, rank, values);
 }
 
 double learningRate(const TrainingSpec& t, int step) {
@@ -74,7 +115,7 @@ std::vector<float> initialMasterShard(const JobSpec& job, const RankPlan& progra
     const ParamInfo& p = program.params.at(size_t(pi));
     const ShardSegment seg = segmentInShard(program, p, shard);
     if (seg.to <= seg.from) continue;
-    const std::vector<float> v = initialParameterValues(job, program, p);
+    const std::vector<float> v = initialParameterValues(job, program, p, rank);
     std::copy(v.begin() + seg.from, v.begin() + seg.to, out.begin() + seg.shard_offset);
   }
   return out;

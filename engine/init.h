@@ -12,9 +12,18 @@ namespace tandem {
 
 // GPT-2 initialisation: weights ~ N(0, 0.02), the two residual projections of
 // each block scaled by 1/sqrt(2 * layers), biases 0, LayerNorm weight 1 and
-// bias 0. Values depend only on the seed and the parameter's name.
+// bias 0. Values depend only on the seed and the parameter's name: a
+// tensor-parallel slice (ParamInfo::split_dim) is rank `rank`'s part of the
+// whole parameter's values, so every layout starts from the same model.
 std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& program,
-                                          const ParamInfo& param);
+                                          const ParamInfo& param, int rank);
+
+// Rank `rank`'s slice of a whole parameter's values (row-major, `whole`
+// elements of the parameter's full shape) under tensor parallelism: the
+// slice the rank's buffer holds (ParamInfo::split_dim and split_blocks).
+// Returns `whole` for parameters every rank holds whole.
+std::vector<float> tensorParallelSlice(const JobSpec& job, const RankPlan& program, const ParamInfo& param,
+                                       int rank, const std::vector<float>& whole);
 
 // Sharded optimizer: rank `rank`'s part of a bucket's initial parameters, in
 // the bucket's layout (padding 0), for its fp32 master shard.

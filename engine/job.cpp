@@ -379,6 +379,10 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        [&](const YAML::Node& v, const std::string& p) {
          job.parallel.data_parallel = r.readInt(v, p, 1, "integers >= 1");
        }},
+      {"tensor_parallel",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.parallel.tensor_parallel = r.readInt(v, p, 1, "integers >= 1 dividing model.heads and the MLP width");
+       }},
       {"shard_optimizer",
        [&](const YAML::Node& v, const std::string& p) {
          job.parallel.shard_optimizer = r.readBool(v, p);
@@ -621,6 +625,35 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
            "comm.reduce_every_micro_batch needs sharded parameters (only their gradient shards can be summed per "
            "micro-batch)",
            "comm.reduce_every_micro_batch: false, or parallel.shard_parameters: true");
+  }
+  if (const int tp = job.parallel.tensor_parallel; tp > 1) {
+    if (m.heads % tp != 0)
+      r.fail(pick("parallel.tensor_parallel", "model.heads"),
+             "tensor_parallel " + std::to_string(tp) + " does not divide model.heads " + std::to_string(m.heads) +
+                 " (each rank computes whole attention heads)",
+             "integers >= 1 dividing model.heads and the MLP width");
+    else if (m.mlpHidden() % tp != 0)
+      r.fail(pick("parallel.tensor_parallel", "model.mlp_ratio"),
+             "tensor_parallel " + std::to_string(tp) + " does not divide the MLP width " +
+                 std::to_string(m.mlpHidden()) + " (model.hidden x model.mlp_ratio)",
+             "integers >= 1 dividing model.heads and the MLP width");
+    else if (int64_t(tp) * job.parallel.data_parallel > std::numeric_limits<int>::max())
+      r.fail(pick("parallel.tensor_parallel", "parallel.data_parallel"),
+             "data_parallel x tensor_parallel = " + number(double(tp) * job.parallel.data_parallel) +
+                 " ranks, more than rank numbers can hold",
+             "a world of up to 2147483647 ranks");
+    // The sharded optimizer places a rank's shard by its place among
+    // consecutive ranks; with tensor parallelism a data-parallel group's
+    // ranks are tensor_parallel apart (not planned yet).
+    const char* sharding = job.parallel.shard_parameters ? "parallel.shard_parameters"
+                           : (job.parallel.shard_optimizer && job.parallel.data_parallel > 1)
+                               ? "parallel.shard_optimizer"
+                               : nullptr;
+    if (sharding)
+      r.fail(pick(sharding, "parallel.tensor_parallel"),
+             std::string(sharding) + " is not planned with tensor parallelism yet (the data-parallel groups' ranks "
+                 "are tensor_parallel apart, and shards are placed among consecutive ranks)",
+             std::string(sharding) + ": false, or parallel.tensor_parallel: 1");
   }
   if (const int chunks = job.schedule.lm_head_chunks; chunks > 1) {
     const int64_t tokens = int64_t(job.training.micro_batch) * m.seq_len;

@@ -56,6 +56,15 @@ struct TrainingSpec {
 
 struct ParallelSpec {
   int data_parallel = 1;
+  // Tensor parallelism (Megatron's column and row split of each block's
+  // linear layers): the attention heads and the MLP's hidden units of every
+  // block are split over this many ranks, which all-reduce the block's two
+  // output projections in the forward and the gradients of its two
+  // LayerNorm outputs in the backward (engine/pass_tensor_parallel.h). The
+  // embedding, the LM head and the LayerNorms stay whole on every rank.
+  // The world is data_parallel x tensor_parallel ranks, the
+  // tensor-parallel groups blocks of consecutive ranks (a host's GPUs).
+  int tensor_parallel = 1;
   // ZeRO stage 1: each data-parallel rank keeps the optimizer's work for
   // 1/data_parallel of every gradient bucket (reduce-scatter, AdamW on the
   // shard, all-gather of the updated parameters) instead of all-reducing
@@ -177,6 +186,8 @@ struct JobSpec {
     return int64_t(training.micro_batch) * training.grad_accum * parallel.data_parallel;
   }
   int64_t tokensPerStep() const { return globalBatch() * model.seq_len; }
+  // Ranks of the job: each data-parallel replica is tensor_parallel ranks.
+  int worldSize() const { return parallel.data_parallel * parallel.tensor_parallel; }
 };
 
 // Parses and validates a job. `overrides` are "dotted.key=value" pairs applied

@@ -214,7 +214,8 @@ RankPlan lowerGraph(const Graph& g, std::vector<int> ranks, const LowerOptions& 
   EventBuilder(rp, side_stream, std::max(1, opt.weight_gradient_lag), opt.join_side_stream_per_micro_batch).run();
 
   for (const auto& p : g.params)
-    rp.params.push_back({p.name, p.param, p.grad, p.master, p.adam_m, p.adam_v, p.weight_decay, p.bucket});
+    rp.params.push_back(
+        {p.name, p.param, p.grad, p.master, p.adam_m, p.adam_v, p.weight_decay, p.bucket, p.split_dim, p.split_blocks});
   for (size_t b = 0; b < g.buckets.size(); ++b) {
     GradBucket gb;
     gb.id = int(b);

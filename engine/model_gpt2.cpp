@@ -1,6 +1,7 @@
 #include "engine/model_gpt2.h"
 
 #include "engine/pass_buckets.h"
+#include "engine/pass_tensor_parallel.h"
 
 #include <fmt/format.h>
 
@@ -18,6 +19,7 @@ class ForwardBuilder {
     T_ = m.seq_len;
     C_ = m.hidden;
     M_ = B_ * T_;
+    tp_ = job.parallel.tensor_parallel;
   }
 
   int act(const std::string& name, std::vector<int64_t> shape, int layer, const std::string& role,
@@ -72,6 +74,29 @@ class ForwardBuilder {
     return y;
   }
 
+  // Tensor parallelism: a row-parallel layer's output is this rank's partial
+  // product (role `role` + ".partial"); the all-reduce over the rank's
+  // tensor-parallel group writes the sum, the layer's output, to a tensor
+  // of its own. Its backward is the identity (autodiff aliases the two
+  // gradients). On the compute stream: the next task needs the sum.
+  // A block's output projection: [.., k] -> [.., C], k this rank's slice.
+  int rowParallel(const std::string& prefix, int layer, const std::string& role, int x, int w, int bias,
+                  int64_t k) {
+    int y = matmul(prefix, layer, role, x, w, bias, C_, k);
+    if (tp_ > 1) g_.nodes.back().attrs.tensor_parallel = tp_;
+    return allReduceOverGroup(prefix, layer, role, y);
+  }
+
+  int allReduceOverGroup(const std::string& prefix, int layer, const std::string& role, int partial) {
+    if (tp_ <= 1) return partial;
+    g_.tensor(partial).role = role + ".partial";
+    int y = act(prefix + ".allreduce.out", {B_, T_, C_}, layer, role);
+    Node& n = node(OpKind::AllReduce, prefix + ".allreduce", layer, {partial}, {y});
+    n.attrs.elements = M_ * C_;
+    n.collective = tensorParallelCollective(M_ * C_, dt_);
+    return y;
+  }
+
   int add(const std::string& prefix, int layer, const std::string& role, int a, int b) {
     int c = act(prefix + ".out", {B_, T_, C_}, layer, role);
     Node& n = node(OpKind::Add, prefix, layer, {a, b}, {c});
@@ -106,23 +131,24 @@ class ForwardBuilder {
       n.attrs.c = C_;
       n.attrs.v = m.vocab;
     }
-    const int64_t H = m.heads;
-    const int64_t F = m.mlpHidden();
+    // Per rank: a 1/tensor_parallel of the heads and of the MLP's width.
+    const int64_t H = m.heads / tp_, Cl = C_ / tp_;
+    const int64_t F = m.mlpHidden() / tp_;
     for (int l = 0; l < m.layers; ++l) {
       const auto& L = p.layers[l];
       const std::string pre = fmt::format("layer{}", l);
       int ln1 = layerNorm(pre + ".ln1", l, "ln1", x, L.ln1_w, L.ln1_b);
-      int qkv = matmul(pre + ".attn.qkv", l, "qkv", ln1, L.qkv_w, L.qkv_b, 3 * C_, C_);
-      int atty = act(pre + ".attn.core.out", {B_, T_, C_}, l, "att.out");
+      int qkv = matmul(pre + ".attn.qkv", l, "qkv", ln1, L.qkv_w, L.qkv_b, 3 * Cl, C_);
+      int atty = act(pre + ".attn.core.out", {B_, T_, Cl}, l, "att.out");
       int lse = act(pre + ".attn.core.lse", {B_, H, T_}, l, "att.lse", DType::F32);
       {
         Node& n = node(OpKind::Attention, pre + ".attn.core", l, {qkv}, {atty, lse});
         n.attrs.b = B_;
         n.attrs.t = T_;
-        n.attrs.c = C_;
+        n.attrs.c = Cl;
         n.attrs.h = H;
       }
-      int proj = matmul(pre + ".attn.proj", l, "attproj.out", atty, L.attproj_w, L.attproj_b, C_, C_);
+      int proj = rowParallel(pre + ".attn.proj", l, "attproj.out", atty, L.attproj_w, L.attproj_b, Cl);
       int res2 = add(pre + ".attn.residual", l, "res2", x, proj);
       int ln2 = layerNorm(pre + ".ln2", l, "ln2", res2, L.ln2_w, L.ln2_b);
       int fc = matmul(pre + ".mlp.fc", l, "fc.out", ln2, L.fc_w, L.fc_b, F, C_);
@@ -131,7 +157,7 @@ class ForwardBuilder {
         Node& n = node(OpKind::Gelu, pre + ".mlp.gelu", l, {fc}, {gelu});
         n.attrs.elements = M_ * F;
       }
-      int fcproj = matmul(pre + ".mlp.proj", l, "fcproj.out", gelu, L.fcproj_w, L.fcproj_b, C_, F);
+      int fcproj = rowParallel(pre + ".mlp.proj", l, "fcproj.out", gelu, L.fcproj_w, L.fcproj_b, F);
       x = add(pre + ".mlp.residual", l, "out", res2, fcproj);
     }
     int lnf = layerNorm("final.ln", -1, "lnf", x, p.lnf_w, p.lnf_b);
@@ -157,10 +183,19 @@ class ForwardBuilder {
   int mb_;
   DType dt_;
   int64_t B_ = 0, T_ = 0, C_ = 0, M_ = 0;
+  int tp_ = 1;
+};
+
+// Tensor parallelism: how a parameter is split over a group's ranks.
+struct Split {
+  int dim = -1;  // ParamInfo::split_dim
+  int blocks = 1;
 };
 
 int addParam(Graph& g, const JobSpec& job, const std::string& name, std::vector<int64_t> shape,
-             int layer, bool decay) {
+             int layer, bool decay, Split split = {}) {
+  if (job.parallel.tensor_parallel <= 1) split = {};
+  if (split.dim >= 0) shape.at(size_t(split.dim)) /= job.parallel.tensor_parallel;
   const bool bf16 = job.training.precision == Precision::BF16;
   auto make = [&](const std::string& suffix, TensorCategory cat, DType dt) {
     Tensor t;
@@ -186,6 +221,8 @@ int addParam(Graph& g, const JobSpec& job, const std::string& name, std::vector<
     p.adam_v = make(".adam_v", TensorCategory::OptimizerState, DType::F32);
   }
   p.weight_decay = decay;
+  p.split_dim = split.dim;
+  p.split_blocks = split.blocks;
   g.params.push_back(p);
   return p.param;
 }
@@ -210,15 +247,19 @@ Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job) {
     Gpt2Layer L;
     L.ln1_w = addParam(g, job, pre + "ln1.weight", {C}, l, false);
     L.ln1_b = addParam(g, job, pre + "ln1.bias", {C}, l, false);
-    L.qkv_w = addParam(g, job, pre + "attn.qkv.weight", {3 * C, C}, l, true);
-    L.qkv_b = addParam(g, job, pre + "attn.qkv.bias", {3 * C}, l, false);
-    L.attproj_w = addParam(g, job, pre + "attn.proj.weight", {C, C}, l, true);
+    // Tensor parallelism: column-parallel QKV (each rank's heads' rows of
+    // the query, key and value blocks) and MLP input layer, row-parallel
+    // output projections; their biases are added once (op_attrs.h).
+    const Split rows{0, 1}, qkv_rows{0, 3}, columns{1, 1};
+    L.qkv_w = addParam(g, job, pre + "attn.qkv.weight", {3 * C, C}, l, true, qkv_rows);
+    L.qkv_b = addParam(g, job, pre + "attn.qkv.bias", {3 * C}, l, false, qkv_rows);
+    L.attproj_w = addParam(g, job, pre + "attn.proj.weight", {C, C}, l, true, columns);
     L.attproj_b = addParam(g, job, pre + "attn.proj.bias", {C}, l, false);
     L.ln2_w = addParam(g, job, pre + "ln2.weight", {C}, l, false);
     L.ln2_b = addParam(g, job, pre + "ln2.bias", {C}, l, false);
-    L.fc_w = addParam(g, job, pre + "mlp.fc.weight", {F, C}, l, true);
-    L.fc_b = addParam(g, job, pre + "mlp.fc.bias", {F}, l, false);
-    L.fcproj_w = addParam(g, job, pre + "mlp.proj.weight", {C, F}, l, true);
+    L.fc_w = addParam(g, job, pre + "mlp.fc.weight", {F, C}, l, true, rows);
+    L.fc_b = addParam(g, job, pre + "mlp.fc.bias", {F}, l, false, rows);
+    L.fcproj_w = addParam(g, job, pre + "mlp.proj.weight", {C, F}, l, true, columns);
     L.fcproj_b = addParam(g, job, pre + "mlp.proj.bias", {C}, l, false);
     p.layers.push_back(L);
   }

@@ -42,6 +42,16 @@ struct OpAttrs {
   // this rank's sum of squares (a summing all-reduce follows), and a
   // sharded AdamW reads the global sum of squares.
   int64_t shards = 0;
+  // Tensor parallelism (engine/pass_tensor_parallel.h), the group size, 0
+  // without. On a row-parallel Matmul (a block's output projections, whose
+  // input is this rank's slice of k): only the first rank of each
+  // tensor-parallel group adds the bias, since the all-reduce after it sums
+  // the ranks' partial products. On GradNorm: the task writes this rank's
+  // sum of squares, its slices' gradients whole and the gradients every
+  // rank of the group holds (the same values) 1/tensor_parallel each; a
+  // summing all-reduce over the group follows, and AdamW (which then has
+  // it too) takes the root.
+  int64_t tensor_parallel = 0;
 
   bool operator==(const OpAttrs&) const = default;
 };

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "engine/pass_embedding_gather.h"
+#include "engine/pass_tensor_parallel.h"
 
 namespace tandem {
 namespace {
@@ -230,7 +231,22 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     gn.attrs.shards = world;
     gn.attrs.elements = total / world;
   }
+  const int tp = job.parallel.tensor_parallel;
+  if (tp > 1) gn.attrs.tensor_parallel = tp;
   g.addNode(std::move(gn));
+  if (tp > 1) {
+    // The slices' squares are summed over the tensor-parallel group (the
+    // gradients every rank of it holds count 1/tensor_parallel on each).
+    Node sum;
+    sum.op = OpKind::AllReduce;
+    sum.name = "comm.allreduce.grad_norm.tp";
+    sum.phase = Phase::Optimizer;
+    sum.inputs = {norm_id};
+    sum.outputs = {norm_id};
+    sum.attrs.elements = 1;
+    sum.collective = tensorParallelCollective(1, DType::F32);
+    g.addNode(std::move(sum));
+  }
 
   if (sharded) {
     // Each rank summed the squares of its shards; the global norm needs
@@ -291,6 +307,7 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     }
     n.attrs.elements = elements;
     n.attrs.params = g.buckets[b].params;
+    if (tp > 1) n.attrs.tensor_parallel = tp;  // the norm is a sum of squares
     if (!sharded) {
       if (updates_at_start) {
         n.attrs.from_previous_step = true;

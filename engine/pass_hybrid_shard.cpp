@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
 
 #include "engine/pass_buckets.h"
 
@@ -33,27 +32,6 @@ void applyReplicaAllReduce(Graph& g, const JobSpec& job) {
     inserts.emplace_back(last, std::move(n));
   }
   g.insertNodes(std::move(inserts));
-}
-
-std::vector<ProcessGroup> processGroups(const JobSpec& job) {
-  const int world = job.parallel.data_parallel;
-  std::vector<ProcessGroup> groups;
-  ProcessGroup dp{"dp", std::vector<int>(size_t(world))};
-  std::iota(dp.ranks.begin(), dp.ranks.end(), 0);
-  groups.push_back(dp);
-  if (!hybridSharding(job)) return groups;
-  const int size = job.parallel.shard_group_size;
-  for (int first = 0; first < world; first += size) {
-    ProcessGroup shard{"shard", std::vector<int>(size_t(size))};
-    std::iota(shard.ranks.begin(), shard.ranks.end(), first);
-    groups.push_back(shard);
-  }
-  for (int place = 0; place < size; ++place) {
-    ProcessGroup replica{"replica", {}};
-    for (int r = place; r < world; r += size) replica.ranks.push_back(r);
-    groups.push_back(replica);
-  }
-  return groups;
 }
 
 }  // namespace tandem

@@ -18,19 +18,11 @@
 
 #include "engine/graph.h"
 #include "engine/job.h"
-#include "engine/plan.h"
 
 namespace tandem {
 
 // Needs the gradient shards final (applyGradientBuckets and
 // applyMicroBatchReduce), before appendOptimizer.
 void applyReplicaAllReduce(Graph& g, const JobSpec& job);
-
-// The process groups of a job's plan: "dp" (every rank) and, with hybrid
-// sharding, one "shard" group per block of shard_group_size consecutive
-// ranks and one "replica" group per position in a block. Groups of one
-// name partition the ranks; a collective names the family and runs in the
-// member that contains the rank.
-std::vector<ProcessGroup> processGroups(const JobSpec& job);
 
 }  // namespace tandem

@@ -115,6 +115,15 @@ struct ParamInfo {
   int adam_v = -1;
   bool weight_decay = true;  // matrices decay; biases, norms and wpe do not
   int bucket = -1;
+  // Tensor parallelism: the dimension of the whole parameter of which this
+  // rank holds a slice (0: rows, the column-parallel layers' weights and
+  // biases; 1: columns, the row-parallel layers' weights), -1 when every
+  // rank holds the whole parameter. The whole parameter is split into
+  // `split_blocks` equal blocks along that dimension and each block sliced
+  // on its own (the QKV weight's query, key and value rows: 3), rank t of
+  // a group of p holding part t of p of every block (engine/init.h).
+  int split_dim = -1;
+  int split_blocks = 1;
   bool operator==(const ParamInfo&) const = default;
 };
 

@@ -73,6 +73,7 @@ json toJson(const OpAttrs& a) {
   put("micro_batch", a.micro_batch, d.micro_batch);
   put("params", a.params, d.params);
   put("shards", a.shards, d.shards);
+  put("tensor_parallel", a.tensor_parallel, d.tensor_parallel);
   return j;
 }
 
@@ -109,9 +110,15 @@ json toJson(const Task& t) {
 }
 
 json toJson(const ParamInfo& p) {
-  return {{"name", p.name},     {"param", p.param},   {"grad", p.grad},
-          {"master", p.master}, {"adam_m", p.adam_m}, {"adam_v", p.adam_v},
-          {"weight_decay", p.weight_decay}, {"bucket", p.bucket}};
+  json j = {{"name", p.name},     {"param", p.param},   {"grad", p.grad},
+            {"master", p.master}, {"adam_m", p.adam_m}, {"adam_v", p.adam_v},
+            {"weight_decay", p.weight_decay}, {"bucket", p.bucket}};
+  // Only tensor-parallel slices have these (docs/plan-format.md).
+  if (p.split_dim >= 0) {
+    j["split_dim"] = p.split_dim;
+    j["split_blocks"] = p.split_blocks;
+  }
+  return j;
 }
 
 json toJson(const GradBucket& b) {
@@ -341,6 +348,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "micro_batch", a.micro_batch);
   optionalField(j, path, "params", a.params);
   optionalField(j, path, "shards", a.shards);
+  optionalField(j, path, "tensor_parallel", a.tensor_parallel);
 }
 
 void readValue(const json& j, const std::string& path, CollectiveInfo& c) {
@@ -391,6 +399,8 @@ void readValue(const json& j, const std::string& path, ParamInfo& p) {
   field(j, path, "adam_v", p.adam_v);
   field(j, path, "weight_decay", p.weight_decay);
   field(j, path, "bucket", p.bucket);
+  optionalField(j, path, "split_dim", p.split_dim);
+  optionalField(j, path, "split_blocks", p.split_blocks);
 }
 
 void readValue(const json& j, const std::string& path, GradBucket& b) {

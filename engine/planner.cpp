@@ -20,6 +20,8 @@
 #include "engine/pass_hybrid_shard.h"
 #include "engine/pass_recompute.h"
 #include "engine/pass_shard_parameters.h"
+#include "engine/pass_tensor_parallel.h"
+#include "engine/process_groups.h"
 
 namespace tandem {
 namespace {
@@ -68,10 +70,12 @@ void addRecomputeFlops(const Graph& g, std::vector<RecomputeDecision>& decisions
 
 PlanSummary summarize(const Graph& g, const RankPlan& rp, const JobSpec& job) {
   PlanSummary s;
-  for (const auto& p : g.params) s.parameters += g.tensor(p.param).elements();
+  // The model's parameters: a tensor-parallel slice is 1/tensor_parallel of one.
+  for (const auto& p : g.params)
+    s.parameters += g.tensor(p.param).elements() * (p.split_dim >= 0 ? job.parallel.tensor_parallel : 1);
   double flops = 0;
   for (const Task& t : rp.tasks) flops += t.flops;
-  s.flops_per_step = flops * job.parallel.data_parallel;
+  s.flops_per_step = flops * job.worldSize();
   const auto& m = job.model;
   // PaLM (appendix B): 6N + 12 L H Q T, with H Q = hidden. N counts all
   // parameters, as the PyTorch peer and llm.c do.
@@ -96,6 +100,7 @@ Plan buildPlan(const JobSpec& job) {
     const ForwardOutputs fwd = emitGpt2Forward(g, job, params, mb);
     emitBackward(g, grads, first, g.nodes.size(), fwd.losses, loss_scale);
   }
+  applyTensorParallelBackward(g, job);
   applyLmHeadChunks(g, job);
 
   std::vector<RecomputeDecision> decisions = keptAndSaved(g, job);
@@ -112,12 +117,14 @@ Plan buildPlan(const JobSpec& job) {
   Plan plan;
   plan.job = job;
   refreshJobText(plan.job);  // jobs edited in code carry the YAML and hash of what is planned
-  plan.world_size = job.parallel.data_parallel;
+  plan.world_size = job.worldSize();
   plan.groups = processGroups(job);
+  std::vector<int> ranks(size_t(plan.world_size));
+  std::iota(ranks.begin(), ranks.end(), 0);
   LowerOptions lower;
   lower.weight_gradient_stream = job.schedule.weight_gradient_stream;
   lower.join_side_stream_per_micro_batch = reducesEveryMicroBatch(job);
-  plan.programs.push_back(lowerGraph(g, plan.groups.front().ranks, lower));
+  plan.programs.push_back(lowerGraph(g, std::move(ranks), lower));
   // Reads the memory plan, so after lowering.
   applyEpilogueFusion(plan.programs.back(), job.schedule.residual_in_gemm);
   plan.recompute = std::move(decisions);

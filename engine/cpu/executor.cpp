@@ -130,7 +130,7 @@ struct CpuExecutor::Impl {
         // Sharded parameters live in their bucket's shard (below); their
         // own buffers are gathered copies.
         if (program->buckets.at(size_t(pi.bucket)).param_shard >= 0) continue;
-        const std::vector<float> v = initialParameterValues(plan.job, *program, pi);
+        const std::vector<float> v = initialParameterValues(plan.job, *program, pi, r);
         storeFromFloat(arenas[r].data(), program->buffers[pi.param], v.data());
         if (pi.master >= 0 && pi.master != pi.param)
           storeFromFloat(arenas[r].data(), program->buffers[pi.master], v.data());
@@ -169,6 +169,14 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
   const auto& R = t.reads;
   const auto& W = t.writes;
   FloatStorage storage{io};
+  if (t.op == OpKind::Matmul && a.tensor_parallel > 1 && a.has_bias && rank % a.tensor_parallel != 0) {
+    // A row-parallel layer's bias is added once, by the group's first rank
+    // (the all-reduce after it sums the ranks' partial products).
+    Task without_bias = t;
+    without_bias.attrs.has_bias = false;
+    runMathOp<float>(without_bias, storage);
+    return;
+  }
   if (runMathOp<float>(t, storage)) {
     if (t.op == OpKind::CrossEntropy) {
       const float* losses = io.in(W[0]);
@@ -219,6 +227,19 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       break;
     }
     case OpKind::GradNorm: {
+      if (a.tensor_parallel > 1) {
+        // This rank's share of the sum of squares over its group: its
+        // slices whole, the gradients every rank holds 1/tensor_parallel
+        // each (a summing all-reduce over the group follows).
+        double ss = 0;
+        for (int pi : a.params) {
+          const ParamInfo& p = program->params[size_t(pi)];
+          const double s = sumOfSquares(io.in(p.grad), io.elements(p.grad));
+          ss += p.split_dim >= 0 ? s : s / double(a.tensor_parallel);
+        }
+        io.out(W[0])[0] = float(ss);
+        break;
+      }
       // Sharded: this rank's shard of every bucket (or, with sharded
       // gradients, its parameters' segments of the bucket's shard), and the
       // sum of squares (a summing all-reduce follows); otherwise the norm.
@@ -241,7 +262,8 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
     }
     case OpKind::AdamW: {
       const auto& tr = plan.job.training;
-      const float norm = a.shards > 0 ? std::sqrt(io.in(R[1])[0]) : io.in(R[1])[0];
+      const bool squared = a.shards > 0 || a.tensor_parallel > 1;  // the norm buffer holds a sum of squares
+      const float norm = squared ? std::sqrt(io.in(R[1])[0]) : io.in(R[1])[0];
       const float scale = (tr.grad_clip > 0 && norm > tr.grad_clip) ? float(tr.grad_clip / (norm + 1e-6)) : 1.0f;
       const float lr = float(learningRate(tr, step));
       if (a.shards > 0) {
@@ -367,13 +389,14 @@ StepResult CpuExecutor::Impl::runStep(bool with_optimizer) {
   onEveryRank([&](int r) { runRank(r, step, with_optimizer); });
   StepResult res;
   res.step = step;
+  // The ranks of a tensor-parallel group compute the same loss: one counts.
   double total = 0;
-  for (double s : loss_sums) total += s;
+  for (int r = 0; r < plan.world_size; r += plan.job.parallel.tensor_parallel) total += loss_sums[size_t(r)];
   res.loss = total / double(plan.job.tokensPerStep());
   for (const Task& t : program->tasks)
     if (t.op == OpKind::GradNorm) {
       const float v = loadAsFloat(arenas[0].data(), program->buffers[t.writes[0]])[0];
-      res.grad_norm = t.attrs.shards > 0 ? std::sqrt(v) : v;
+      res.grad_norm = t.attrs.shards > 0 || t.attrs.tensor_parallel > 1 ? std::sqrt(v) : v;
     }
   res.lr = learningRate(plan.job.training, step);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -45,6 +45,10 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   if (opt.world != plan.world_size)
     throw CudaError(fmt::format("cuda executor: the plan is for {} ranks but {} processes run it",
                                 plan.world_size, opt.world));
+  if (plan.job.parallel.tensor_parallel > 1)
+    throw CudaError(fmt::format("cuda executor: tensor parallelism (parallel.tensor_parallel {}) is not run on GPUs "
+                                "yet; `tandem simulate` and `tandem train` run such plans",
+                                plan.job.parallel.tensor_parallel));
   // One communicator, over every rank: the executor runs collectives of
   // the "dp" group only (hybrid sharding's shard and replica groups would
   // each need a communicator split from it).
@@ -356,7 +360,7 @@ void CudaExecutor::Impl::initialiseParameters() {
     // Sharded parameters live in their bucket's shard (below); their own
     // buffers are gathered copies.
     if (program->buckets.at(size_t(p.bucket)).param_shard >= 0) continue;
-    const std::vector<float> v = initialParameterValues(plan.job, *program, p);
+    const std::vector<float> v = initialParameterValues(plan.job, *program, p, opt.rank);
     writeBuffer(p.param, v);
     if (p.master >= 0 && p.master != p.param) writeBuffer(p.master, v);
   }

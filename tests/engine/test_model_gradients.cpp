@@ -45,7 +45,7 @@ class DoubleModel {
  public:
   explicit DoubleModel(const Plan& plan) : plan_(plan), rp_(plan.programs[0]), st_{rp_, {}, {}} {
     for (const ParamInfo& p : rp_.params) {
-      const auto v = initialParameterValues(plan.job, rp_, p);
+      const auto v = initialParameterValues(plan.job, rp_, p, 0);
       double* dst = st_.ptr(p.param);
       for (size_t i = 0; i < v.size(); ++i) dst[i] = v[i] + 0.01 * std::sin(double(i));  // break symmetry of LN/bias
     }

@@ -1,0 +1,246 @@
+// Tensor parallelism (engine/pass_tensor_parallel.h) against the CPU
+// reference executor as the oracle: a job split over a tensor-parallel
+// group must train as the same job on one rank per replica.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "engine/cpu/executor.h"
+#include "engine/init.h"
+#include "engine/job.h"
+#include "engine/plan_json.h"
+#include "engine/planner.h"
+#include "test_jobs.h"
+
+using namespace tandem;
+
+namespace {
+
+double relativeDifference(const std::vector<float>& a, const std::vector<float>& ref) {
+  REQUIRE(a.size() == ref.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
+    norm += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+// The micro job with 4 heads, so that groups of 2 and 4 ranks split them.
+JobSpec splittableJob(int dp, int accum) {
+  JobSpec j = test::microJob(2, dp, accum);
+  j.model.heads = 4;
+  j.model.vocab = 32;
+  j.training.eps = 1e-6;  // see forWeightComparison in test_executor.cpp
+  return j;
+}
+
+struct TpCase {
+  int tp = 2;
+  int dp = 1;
+  int accum = 1;
+  Precision prec = Precision::FP32;
+  RecomputePolicy recompute = RecomputePolicy::None;
+  int lm_head_chunks = 1;
+  bool fuse_bias_gradients = false;
+  bool weight_gradient_stream = true;
+  bool optimizer_beside_forward = false;
+
+  std::string describe() const {
+    return "tp " + std::to_string(tp) + " dp " + std::to_string(dp) + " accumulation " + std::to_string(accum) +
+           " " + std::string(toString(prec)) + " recompute " + std::string(toString(recompute)) +
+           " LM head groups " + std::to_string(lm_head_chunks) + (fuse_bias_gradients ? " bias gradients fused" : "") +
+           (weight_gradient_stream ? "" : " one compute stream") +
+           (optimizer_beside_forward ? " optimizer beside the forward" : "");
+  }
+};
+
+// Every rank's slice of every parameter (or its gradient, `grad`) against
+// the same slice of the reference rank's whole tensor, each within
+// `tolerance` and all of a rank's together within `overall`.
+void requireSlicesMatch(const cpu::CpuExecutor& split, const cpu::CpuExecutor& whole, int dp, bool grad,
+                        double tolerance, double overall, const std::string& what) {
+  const Plan& sp = split.plan();
+  const RankPlan& srp = sp.programs[0];
+  const RankPlan& wrp = whole.plan().programs[0];
+  REQUIRE(srp.params.size() == wrp.params.size());
+  const int tp = sp.job.parallel.tensor_parallel;
+  std::vector<std::vector<float>> all_got(size_t(dp * tp)), all_want(size_t(dp * tp));
+  for (int replica = 0; replica < dp; ++replica)
+    for (size_t i = 0; i < srp.params.size(); ++i) {
+      const ParamInfo& sparam = srp.params[i];
+      const ParamInfo& wparam = wrp.params[i];
+      REQUIRE(sparam.name == wparam.name);
+      const std::vector<float> ref = whole.readBuffer(replica, grad ? wparam.grad : wparam.param);
+      for (int place = 0; place < tp; ++place) {
+        const int rank = replica * tp + place;
+        const std::vector<float> got = split.readBuffer(rank, grad ? sparam.grad : sparam.param);
+        const std::vector<float> want = tensorParallelSlice(sp.job, srp, sparam, rank, ref);
+        INFO(what << (grad ? " gradient of " : " ") << sparam.name << " on rank " << rank);
+        CHECK(relativeDifference(got, want) <= tolerance);
+        all_got[size_t(rank)].insert(all_got[size_t(rank)].end(), got.begin(), got.end());
+        all_want[size_t(rank)].insert(all_want[size_t(rank)].end(), want.begin(), want.end());
+      }
+    }
+  for (size_t rank = 0; rank < all_got.size(); ++rank) {
+    INFO(what << (grad ? " gradients" : " parameters") << " of rank " << rank << ", all together");
+    CHECK(relativeDifference(all_got[rank], all_want[rank]) <= overall);
+  }
+}
+
+void requireTensorParallelMatches(const TpCase& c) {
+  JobSpec whole = splittableJob(c.dp, c.accum);
+  whole.training.precision = c.prec;
+  whole.recompute.policy = c.recompute;
+  whole.schedule.lm_head_chunks = c.lm_head_chunks;
+  whole.schedule.fuse_bias_gradients = c.fuse_bias_gradients;
+  whole.schedule.weight_gradient_stream = c.weight_gradient_stream;
+  whole.schedule.optimizer_beside_forward = c.optimizer_beside_forward;
+  JobSpec split = whole;
+  split.parallel.tensor_parallel = c.tp;
+  cpu::CpuExecutor a(buildPlan(whole));
+  cpu::CpuExecutor b(buildPlan(split));
+  const std::string what = c.describe();
+  INFO(what);
+  REQUIRE(b.plan().world_size == c.dp * c.tp);
+  // bf16: the partial products are rounded before their sum, and the
+  // slices' gradients after it: the same run to bf16 accuracy.
+  const bool bf16 = c.prec == Precision::BF16;
+  a.computeGradients();
+  b.computeGradients();
+  requireSlicesMatch(b, a, c.dp, /*grad=*/true, bf16 ? 2e-2 : 1e-5, bf16 ? 1e-2 : 1e-5, what);
+  for (int step = 0; step < 3; ++step) {
+    const cpu::StepResult ra = a.step(), rb = b.step();
+    INFO("step " << step);
+    CHECK(rb.loss == Approx(ra.loss).epsilon(bf16 ? 2e-3 : 1e-6));
+    CHECK(rb.grad_norm == Approx(ra.grad_norm).epsilon(bf16 ? 2e-2 : 1e-5));
+  }
+  a.finishOptimizer();
+  b.finishOptimizer();
+  // bf16: the biases start at zero, and Adam's first steps move each
+  // element by about the learning rate whatever its gradient's size, so
+  // a bias's elements with the smallest gradients (the key bias's are
+  // rounding noise) differ by up to 4% after 3 steps; all parameters
+  // together stay within 1e-2.
+  requireSlicesMatch(b, a, c.dp, /*grad=*/false, bf16 ? 5e-2 : 1e-5, bf16 ? 1e-2 : 1e-5, what);
+}
+
+int countTasks(const RankPlan& rp, const std::function<bool(const Task&)>& pred) {
+  return int(std::count_if(rp.tasks.begin(), rp.tasks.end(), pred));
+}
+
+}  // namespace
+
+TEST_CASE("Tensor parallel groups train as one rank per replica", "[executor][tp]") {
+  for (int tp : {2, 4}) requireTensorParallelMatches({tp});
+  // With data parallelism: groups of 2 in 2 replicas against 2 ranks.
+  requireTensorParallelMatches({2, 2});
+  requireTensorParallelMatches({2, 2, 2});
+  // Recompute re-runs the row-parallel layers' all-reduces (full) or none (selective).
+  for (RecomputePolicy policy : {RecomputePolicy::Selective, RecomputePolicy::Full})
+    requireTensorParallelMatches({2, 1, 2, Precision::FP32, policy});
+  requireTensorParallelMatches({2, 2, 1, Precision::BF16});
+  requireTensorParallelMatches({4, 1, 2, Precision::BF16, RecomputePolicy::Full});
+  // Schedule options that move bias gradients, the LM head and the optimizer.
+  requireTensorParallelMatches({2, 1, 1, Precision::FP32, RecomputePolicy::None, 2, true});
+  requireTensorParallelMatches({2, 2, 1, Precision::FP32, RecomputePolicy::Selective, 1, false, false});
+  requireTensorParallelMatches({2, 1, 2, Precision::FP32, RecomputePolicy::None, 1, false, true, true});
+}
+
+TEST_CASE("Tensor parallel plans split the blocks and add the group's collectives", "[planner][tp]") {
+  JobSpec job = splittableJob(2, 2);
+  job.parallel.tensor_parallel = 2;
+  job.recompute.policy = RecomputePolicy::Full;
+  const Plan plan = buildPlan(job);
+  const RankPlan& rp = plan.programs[0];
+  REQUIRE(plan.world_size == 4);
+  REQUIRE(rp.ranks == std::vector<int>{0, 1, 2, 3});
+  // Groups: data parallel across replicas at each place, tensor parallel within a replica.
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (const ProcessGroup& g : plan.groups) groups.emplace_back(g.name, g.ranks);
+  CHECK(groups == std::vector<std::pair<std::string, std::vector<int>>>{
+                      {"dp", {0, 2}}, {"dp", {1, 3}}, {"tp", {0, 1}}, {"tp", {2, 3}}});
+
+  const int layers = job.model.layers, accum = job.training.grad_accum;
+  auto onGroup = [&](const std::string& group, Phase phase) {
+    return countTasks(rp, [&](const Task& t) {
+      return t.collective && t.collective->group == group && t.phase == phase;
+    });
+  };
+  // Two row-parallel sums per block and micro-batch in the forward, the
+  // attention's again in the full recompute (it rebuilds the residual
+  // stream inside the block; the block's output is kept), two
+  // input-gradient sums in the backward, one for the norm.
+  CHECK(onGroup("tp", Phase::Forward) == 2 * layers * accum);
+  CHECK(onGroup("tp", Phase::Recompute) == layers * accum);
+  CHECK(onGroup("tp", Phase::Backward) == 2 * layers * accum);
+  CHECK(onGroup("tp", Phase::Optimizer) == 1);
+  for (const Task& t : rp.tasks)
+    if (t.collective && t.collective->group == "tp") {
+      INFO(t.name);
+      CHECK(t.stream == 0);  // the next task needs the sum
+      CHECK(t.collective->reduce == ReduceOp::Sum);
+    }
+
+  // Parameters: sliced where the blocks split, whole elsewhere; the model
+  // is counted whole.
+  const JobSpec one_rank_job = splittableJob(2, 2);
+  const Plan reference = buildPlan(one_rank_job);
+  CHECK(plan.summary.parameters == reference.summary.parameters);
+  CHECK(plan.summary.model_flops_per_token == reference.summary.model_flops_per_token);
+  for (size_t i = 0; i < rp.params.size(); ++i) {
+    const ParamInfo& p = rp.params[i];
+    const ParamInfo& r = reference.programs[0].params[i];
+    const int64_t got = rp.buffers[size_t(p.param)].elementCount();
+    const int64_t whole = reference.programs[0].buffers[size_t(r.param)].elementCount();
+    INFO(p.name);
+    const bool sliced = p.name.find("qkv") != std::string::npos || p.name.find("mlp.fc") != std::string::npos ||
+                        p.name.find("proj.weight") != std::string::npos;
+    CHECK((p.split_dim >= 0) == sliced);
+    CHECK(got == (sliced ? whole / 2 : whole));
+    if (p.name.find("qkv") != std::string::npos) CHECK(p.split_blocks == 3);
+  }
+  // Less memory per rank than the replica on one rank.
+  CHECK(rp.memory.arena_bytes < reference.programs[0].memory.arena_bytes);
+  // The plan survives its JSON form.
+  CHECK(planFromJson(planToJson(plan)) == plan);
+}
+
+TEST_CASE("Tensor-parallel slices of the initial parameters make up the whole parameters", "[executor][tp]") {
+  JobSpec job = splittableJob(1, 1);
+  const Plan whole_plan = buildPlan(job);
+  job.parallel.tensor_parallel = 4;
+  const Plan split_plan = buildPlan(job);
+  const RankPlan& wrp = whole_plan.programs[0];
+  const RankPlan& srp = split_plan.programs[0];
+  for (size_t i = 0; i < srp.params.size(); ++i) {
+    const std::vector<float> whole = initialParameterValues(whole_plan.job, wrp, wrp.params[i], 0);
+    std::vector<float> seen(whole.size(), 0.0f);
+    int64_t total = 0;
+    for (int rank = 0; rank < 4; ++rank) {
+      const std::vector<float> mine = initialParameterValues(split_plan.job, srp, srp.params[i], rank);
+      INFO(srp.params[i].name << " rank " << rank);
+      REQUIRE(int64_t(mine.size()) == srp.buffers[size_t(srp.params[i].param)].elementCount());
+      CHECK(mine == tensorParallelSlice(split_plan.job, srp, srp.params[i], rank, whole));
+      total += int64_t(mine.size());
+    }
+    // Slices of a split parameter are disjoint and cover it.
+    INFO(srp.params[i].name);
+    CHECK(total == int64_t(whole.size()) * (srp.params[i].split_dim >= 0 ? 1 : 4));
+  }
+  // The QKV weight's rank-1 slice: rows 4..7 of each of the query, key and
+  // value blocks of 16 rows (hidden 16, 4 ranks), 16 columns each.
+  const ParamInfo& qkv = srp.params[4];
+  REQUIRE(qkv.name == "layer0.attn.qkv.weight");
+  const std::vector<float> whole = initialParameterValues(whole_plan.job, wrp, wrp.params[4], 0);
+  const std::vector<float> mine = initialParameterValues(split_plan.job, srp, qkv, 1);
+  for (int block = 0; block < 3; ++block)
+    for (int row = 0; row < 4; ++row)
+      for (int col = 0; col < 16; ++col) {
+        INFO("block " << block << " row " << row << " column " << col);
+        REQUIRE(mine[size_t((block * 4 + row) * 16 + col)] == whole[size_t((block * 16 + 4 + row) * 16 + col)]);
+      }
+}
