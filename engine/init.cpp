@@ -109,7 +109,10 @@ const GradBucket* bucketOfGradientShard(const RankPlan& program, int buffer) {
 
 std::vector<float> initialMasterShard(const JobSpec& job, const RankPlan& program, const GradBucket& bucket,
                                       int rank, int world) {
-  const ShardRange shard = shardOf(rank, world, program.buffers.at(bucket.buffer).elementCount());
+  // The shard is placed by the rank's place among its data-parallel peers,
+  // the slice (tensor parallelism) by its place in its group.
+  const ShardRange shard =
+      shardOf(rank / job.parallel.tensor_parallel, world, program.buffers.at(bucket.buffer).elementCount());
   std::vector<float> out(size_t(shard.end - shard.begin), 0.0f);
   for (int pi : bucket.params) {
     const ParamInfo& p = program.params.at(size_t(pi));

@@ -642,18 +642,6 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
              "data_parallel x tensor_parallel = " + number(double(tp) * job.parallel.data_parallel) +
                  " ranks, more than rank numbers can hold",
              "a world of up to 2147483647 ranks");
-    // The sharded optimizer places a rank's shard by its place among
-    // consecutive ranks; with tensor parallelism a data-parallel group's
-    // ranks are tensor_parallel apart (not planned yet).
-    const char* sharding = job.parallel.shard_parameters ? "parallel.shard_parameters"
-                           : (job.parallel.shard_optimizer && job.parallel.data_parallel > 1)
-                               ? "parallel.shard_optimizer"
-                               : nullptr;
-    if (sharding)
-      r.fail(pick(sharding, "parallel.tensor_parallel"),
-             std::string(sharding) + " is not planned with tensor parallelism yet (the data-parallel groups' ranks "
-                 "are tensor_parallel apart, and shards are placed among consecutive ranks)",
-             std::string(sharding) + ": false, or parallel.tensor_parallel: 1");
   }
   if (const int chunks = job.schedule.lm_head_chunks; chunks > 1) {
     const int64_t tokens = int64_t(job.training.micro_batch) * m.seq_len;

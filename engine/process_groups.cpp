@@ -21,17 +21,22 @@ std::vector<ProcessGroup> processGroups(const JobSpec& job) {
       groups.push_back(std::move(group));
     }
   if (!hybridSharding(job)) return groups;
-  const int size = job.parallel.shard_group_size;
-  for (int first = 0; first < world; first += size) {
-    ProcessGroup shard{"shard", std::vector<int>(size_t(size))};
-    std::iota(shard.ranks.begin(), shard.ranks.end(), first);
-    groups.push_back(shard);
-  }
-  for (int place = 0; place < size; ++place) {
-    ProcessGroup replica{"replica", {}};
-    for (int r = place; r < world; r += size) replica.ranks.push_back(r);
-    groups.push_back(replica);
-  }
+  // Hybrid sharding splits each data-parallel group: blocks of
+  // shard_group_size consecutive replicas shard, the replicas at one place
+  // of every block all-reduce; per tensor-parallel place.
+  const int size = job.parallel.shard_group_size, replicas = job.parallel.data_parallel;
+  for (int first = 0; first < replicas; first += size)
+    for (int place = 0; place < tp; ++place) {
+      ProcessGroup shard{"shard", {}};
+      for (int i = 0; i < size; ++i) shard.ranks.push_back((first + i) * tp + place);
+      groups.push_back(std::move(shard));
+    }
+  for (int i = 0; i < size; ++i)
+    for (int place = 0; place < tp; ++place) {
+      ProcessGroup replica{"replica", {}};
+      for (int first = i; first < replicas; first += size) replica.ranks.push_back(first * tp + place);
+      groups.push_back(std::move(replica));
+    }
   return groups;
 }
 

@@ -10,9 +10,9 @@
 // - "dp": the data-parallel groups, one per tensor-parallel place (every
 //   rank when tensor_parallel is 1);
 // - "tp": with tensor_parallel > 1, one group per replica;
-// - "shard" and "replica": with hybrid sharding, one "shard" group per block
-//   of shard_group_size consecutive ranks and one "replica" group per place
-//   in a block (engine/pass_hybrid_shard.h).
+// - "shard" and "replica": with hybrid sharding, per tensor-parallel place,
+//   one "shard" group per block of shard_group_size consecutive replicas and
+//   one "replica" group per place in a block (engine/pass_hybrid_shard.h).
 //
 // Groups of one name partition the ranks; a collective names the family
 // and runs in the member that contains the rank.

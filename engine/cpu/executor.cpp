@@ -168,6 +168,8 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
   const auto& a = t.attrs;
   const auto& R = t.reads;
   const auto& W = t.writes;
+  // The rank's place in its data-parallel group, which places its shards.
+  const int dp_rank = rank / plan.job.parallel.tensor_parallel;
   FloatStorage storage{io};
   if (t.op == OpKind::Matmul && a.tensor_parallel > 1 && a.has_bias && rank % a.tensor_parallel != 0) {
     // A row-parallel layer's bias is added once, by the group's first rank
@@ -216,7 +218,7 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       else
         group->allGather(place, v);
       if (t.op == OpKind::ReduceScatter && R[0] != W[0]) {  // out of place: the rank's shard alone
-        const ShardRange s = shardOf(rank, a.shards, int64_t(v.size()));
+        const ShardRange s = shardOf(dp_rank, a.shards, int64_t(v.size()));
         if (s.end - s.begin != io.elements(W[0]))
           throw std::logic_error(fmt::format("{}: a shard of {} elements into {}", t.name, s.end - s.begin,
                                              io.elements(W[0])));
@@ -227,37 +229,35 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       break;
     }
     case OpKind::GradNorm: {
-      if (a.tensor_parallel > 1) {
-        // This rank's share of the sum of squares over its group: its
-        // slices whole, the gradients every rank holds 1/tensor_parallel
-        // each (a summing all-reduce over the group follows).
+      if (a.shards == 0 && a.tensor_parallel <= 1) {  // the whole model's gradients: the norm
         double ss = 0;
-        for (int pi : a.params) {
-          const ParamInfo& p = program->params[size_t(pi)];
-          const double s = sumOfSquares(io.in(p.grad), io.elements(p.grad));
-          ss += p.split_dim >= 0 ? s : s / double(a.tensor_parallel);
-        }
-        io.out(W[0])[0] = float(ss);
+        for (int b : R) ss += sumOfSquares(io.in(b), io.elements(b));
+        io.out(W[0])[0] = float(std::sqrt(ss));
         break;
       }
-      // Sharded: this rank's shard of every bucket (or, with sharded
-      // gradients, its parameters' segments of the bucket's shard), and the
-      // sum of squares (a summing all-reduce follows); otherwise the norm.
+      // This rank's share of the sum of squares (summing all-reduces over
+      // its groups follow): with a sharded optimizer its parameters'
+      // segments of its shard of each bucket (of the whole bucket, or of the
+      // gradient shard, whose padding is not zero), with tensor parallelism
+      // the gradients every rank of the group holds 1/tensor_parallel each.
       double ss = 0;
-      for (int b : R) {
-        if (const GradBucket* bucket = bucketOfGradientShard(*program, b)) {
-          const ShardRange shard =
-              shardOf(rank, a.shards, program->buffers.at(size_t(bucket->buffer)).elementCount());
-          for (int pi : bucket->params) {
-            const ShardSegment seg = segmentInShard(*program, program->params[size_t(pi)], shard);
-            if (seg.to > seg.from) ss += sumOfSquares(io.in(b) + seg.shard_offset, seg.to - seg.from);
-          }
+      for (int pi : a.params) {
+        const ParamInfo& p = program->params[size_t(pi)];
+        const double weight = a.tensor_parallel > 1 && p.split_dim < 0 ? 1.0 / double(a.tensor_parallel) : 1.0;
+        if (a.shards == 0) {
+          ss += weight * sumOfSquares(io.in(p.grad), io.elements(p.grad));
           continue;
         }
-        const ShardRange s = shardOf(rank, a.shards, io.elements(b));
-        ss += sumOfSquares(io.in(b) + s.begin, s.end - s.begin);
+        const GradBucket& bucket = program->buckets.at(size_t(p.bucket));
+        const ShardRange shard =
+            shardOf(dp_rank, a.shards, program->buffers.at(size_t(bucket.buffer)).elementCount());
+        const ShardSegment seg = segmentInShard(*program, p, shard);
+        if (seg.to <= seg.from) continue;
+        const float* grad = bucket.grad_shard >= 0 ? io.in(bucket.grad_shard) + seg.shard_offset
+                                                   : io.in(bucket.buffer) + shard.begin + seg.shard_offset;
+        ss += weight * sumOfSquares(grad, seg.to - seg.from);
       }
-      io.out(W[0])[0] = float(a.shards > 0 ? ss : std::sqrt(ss));
+      io.out(W[0])[0] = float(ss);
       break;
     }
     case OpKind::AdamW: {
@@ -277,7 +277,8 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
         for (int pi : a.params) {
           const ParamInfo& p = program->params[pi];
           const GradBucket& bucket = program->buckets.at(size_t(p.bucket));
-          const ShardRange shard = shardOf(rank, a.shards, program->buffers.at(size_t(bucket.buffer)).elementCount());
+          const ShardRange shard =
+              shardOf(dp_rank, a.shards, program->buffers.at(size_t(bucket.buffer)).elementCount());
           const ShardSegment seg = segmentInShard(*program, p, shard);
           if (seg.to <= seg.from) continue;
           const int64_t n = seg.to - seg.from;
@@ -314,15 +315,16 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
 void CpuExecutor::Impl::gatheredEmbeddingBackward(int rank, const Task& t, int step, TaskBuffers& io) {
   const auto& a = t.attrs;
   const int world = int(a.shards);
+  const int tp = plan.job.parallel.tensor_parallel;  // data-parallel peers are tp ranks apart
   const int64_t n = a.b * a.t, C = a.c;
   std::vector<int32_t> tokens(static_cast<size_t>(world * n)), targets(static_cast<size_t>(n));
   for (int r = 0; r < world; ++r)
-    fillMicroBatch(*data, plan.job, step, t.micro_batch, r, tokens.data() + r * n, targets.data());
+    fillMicroBatch(*data, plan.job, step, t.micro_batch, r * tp, tokens.data() + r * n, targets.data());
   const Buffer& wte = program->buffers[t.writes[0]];
   const Buffer& wpe = program->buffers[t.writes[1]];
   if (wte.parent < 0 || wte.parent != wpe.parent)
     throw std::logic_error(t.name + ": gathered embedding gradients must share one bucket");
-  const ShardRange shard = shardOf(rank, world, program->buffers[wte.parent].elementCount());
+  const ShardRange shard = shardOf(rank / tp, world, program->buffers[wte.parent].elementCount());
   const int64_t wte_at = wte.parent_offset / dtypeSize(wte.dtype);
   const int64_t wpe_at = wpe.parent_offset / dtypeSize(wpe.dtype);
   auto mine = [&](int64_t element) { return element >= shard.begin && element < shard.end; };
@@ -426,15 +428,17 @@ std::vector<float> CpuExecutor::parameterValues(int rank, int param) const {
   const ParamInfo& p = program.params.at(size_t(param));
   const GradBucket& bucket = program.buckets.at(size_t(p.bucket));
   if (bucket.param_shard < 0) return readBuffer(rank, p.param);
-  // Sharded parameters: every part of the parameter, from the shards of the
-  // first shard group's ranks (hybrid sharding: every group holds them all).
+  // Sharded parameters: every part of the parameter (of rank's slice, with
+  // tensor parallelism), from the shards of the first shard group's ranks
+  // at rank's tensor-parallel place (hybrid sharding: every group holds
+  // them all).
   std::vector<float> out(size_t(program.buffers.at(size_t(p.param)).elementCount()));
-  const int world = shardCount(impl_->plan.job);
+  const int world = shardCount(impl_->plan.job), tp = impl_->plan.job.parallel.tensor_parallel;
   for (int r = 0; r < world; ++r) {
     const ShardSegment seg =
         segmentInShard(program, p, shardOf(r, world, program.buffers.at(size_t(bucket.buffer)).elementCount()));
     if (seg.to <= seg.from) continue;
-    const std::vector<float> shard = readBuffer(r, bucket.param_shard);
+    const std::vector<float> shard = readBuffer(r * tp + rank % tp, bucket.param_shard);
     std::copy(shard.begin() + seg.shard_offset, shard.begin() + seg.shard_offset + (seg.to - seg.from),
               out.begin() + seg.from);
   }
