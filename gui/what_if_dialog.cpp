@@ -53,6 +53,13 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
   dp_->setRange(1, 4096);
   dp_->setValue(job.parallel.data_parallel);
   form->addRow(tr("data-parallel size"), dp_);
+  tp_ = new QSpinBox(this);
+  tp_->setRange(1, 64);
+  tp_->setValue(job.parallel.tensor_parallel);
+  tp_->setToolTip(tr("Split each block's attention heads and MLP units over this many consecutive ranks "
+                     "(Megatron-style tensor parallelism); the job then takes data-parallel x tensor-parallel "
+                     "GPUs. Must divide the heads and the MLP width"));
+  form->addRow(tr("tensor-parallel size"), tp_);
   sharding_ = new QComboBox(this);
   sharding_->addItems({tr("none"), tr("optimizer (ZeRO-1)"), tr("parameters and optimizer (ZeRO-3)")});
   sharding_->setCurrentIndex(int(job.parallel.shard_parameters   ? Sharding::Parameters
@@ -152,6 +159,7 @@ void WhatIfDialog::applyFittingChoice(int index) {
   status_->setText(tr("Applied: %1. Simulate to see its step.").arg(fit_choices_->itemText(index)));
 }
 void WhatIfDialog::setDataParallel(int n) { dp_->setValue(n); }
+void WhatIfDialog::setTensorParallel(int n) { tp_->setValue(n); }
 void WhatIfDialog::setSharding(Sharding sharding) { sharding_->setCurrentIndex(int(sharding)); }
 void WhatIfDialog::setShardGroupSize(int ranks) { shard_group_->setValue(ranks); }
 void WhatIfDialog::setMicroBatch(int n) { micro_batch_->setValue(n); }
@@ -171,6 +179,7 @@ WhatIfRequest WhatIfDialog::request() const {
   r.out_path = out_path_.toStdString();
   r.overrides = {
       "parallel.data_parallel=" + std::to_string(dp_->value()),
+      "parallel.tensor_parallel=" + std::to_string(tp_->value()),
       "training.micro_batch=" + std::to_string(micro_batch_->value()),
       "training.grad_accum=" + std::to_string(accum_->value()),
       "comm.bucket_mib=" + QString::number(bucket_->value()).toStdString(),
@@ -189,7 +198,8 @@ WhatIfRequest WhatIfDialog::request() const {
   if (sharding == Sharding::Parameters)
     sharded = shard_group > 0 && shard_group < dp_->value() ? ", ZeRO-3 in groups of " + std::to_string(shard_group)
                                                             : std::string(", ZeRO-3");
-  r.run_name = "what-if: dp " + std::to_string(dp_->value()) + ", mb " + std::to_string(micro_batch_->value()) +
+  r.run_name = "what-if: dp " + std::to_string(dp_->value()) +
+               (tp_->value() > 1 ? " x tp " + std::to_string(tp_->value()) : std::string()) + ", mb " + std::to_string(micro_batch_->value()) +
                ", accum " + std::to_string(accum_->value()) + ", recompute " + recompute_->currentText().toStdString() +
                (lm_head_chunks_->value() > 1 ? ", LM head in " + std::to_string(lm_head_chunks_->value()) + " groups"
                                              : std::string()) +

@@ -286,6 +286,27 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   CHECK_THAT(dialog.request().run_name, Catch::Contains(", ZeRO-1"));
   dialog.setSharding(WhatIfDialog::Sharding::None);
 
+  // Tensor parallelism: 4 replicas of 2 ranks on the 8 GPUs.
+  CHECK(has("parallel.tensor_parallel=1"));
+  dialog.setDataParallel(4);
+  dialog.setTensorParallel(2);
+  CHECK(has("parallel.tensor_parallel=2"));
+  CHECK_THAT(dialog.request().run_name, Catch::Contains("dp 4 x tp 2,"));
+  QSignalSpy split(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(split.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  CHECK(dialog.statusText().startsWith("New run"));
+  // 5 does not divide GPT-2's 12 heads: refused on one line, no run.
+  QSignalSpy refused(&dialog, &WhatIfDialog::failed);
+  dialog.setTensorParallel(5);
+  dialog.start();
+  REQUIRE(refused.wait(60000));
+  CHECK(refused.at(0).at(0).toString().contains("tensor_parallel 5 does not divide model.heads 12"));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  dialog.setTensorParallel(1);
+  dialog.setDataParallel(8);
+
   QSignalSpy failed(&dialog, &WhatIfDialog::failed);
   dialog.setTopology("no-such-topology");
   dialog.start();
