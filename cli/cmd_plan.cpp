@@ -56,7 +56,7 @@ FitBudget resolveFit(const std::string& arg) {
 // it keeps free (engine/gpu_footprint.h).
 std::string fitText(const JobSpec& job, const Plan& plan, const FitBudget& fit) {
   const int64_t budget = fit.bytes;
-  const int64_t arena = plan.programs.at(0).memory.arena_bytes;
+  const int64_t arena = gpu_footprint::largestProgram(plan).memory.arena_bytes;
   const int64_t executor = gpu_footprint::executorFootprint(plan).total();
   const int64_t needed = arena + executor + gpu_footprint::kRunReserveBytes;
   std::string s = fmt::format("fit        {} per rank: ", fit.what);

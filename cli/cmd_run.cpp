@@ -423,11 +423,11 @@ void runCommand(const RunOptions& o) {
   if (gpus > 0) jo.sets.push_back(fmt::format("parallel.data_parallel={}", gpus));
   if (o.steps > 0) jo.sets.push_back(fmt::format("training.steps={}", o.steps));
   const JobSpec job = jo.load();
-  if (job.parallel.tensor_parallel > 1)
+  if (job.parallel.tensor_parallel > 1 || job.parallel.pipeline_parallel > 1)
     throw std::runtime_error(fmt::format(
-        "run: the GPU executor does not run tensor parallelism yet (parallel.tensor_parallel {}); `tandem train` "
-        "runs the job on the CPU reference and `tandem simulate` on a topology",
-        job.parallel.tensor_parallel));
+        "run: the GPU executor does not run tensor or pipeline parallelism yet (parallel.tensor_parallel {}, "
+        "pipeline_parallel {}); `tandem train` runs the job on the CPU reference and `tandem simulate` on a topology",
+        job.parallel.tensor_parallel, job.parallel.pipeline_parallel));
   const int world = job.parallel.data_parallel;
   if (!info.launched() && world > 1) {
     std::string why;

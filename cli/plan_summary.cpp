@@ -27,7 +27,9 @@ std::string planSummaryText(const Plan& plan) {
   const JobSpec& job = plan.job;
   const auto& m = job.model;
   const auto& t = job.training;
-  const RankPlan& rp = plan.programs.front();
+  // Pipeline stages differ: the lines below describe the stage that needs
+  // the most memory (the one that decides whether the job fits).
+  const RankPlan& rp = gpu_footprint::largestProgram(plan);
   std::string s;
   auto line = [&](const std::string& text) { s += text + "\n"; };
 
@@ -36,10 +38,23 @@ std::string planSummaryText(const Plan& plan) {
                    toString(m.family), m.layers, m.hidden, m.heads, m.mlpHidden(), m.vocab, m.seq_len,
                    m.tied_embeddings ? ", tied embeddings" : ""));
   line(fmt::format("parameters {}", withThousands(plan.summary.parameters)));
-  if (const int tp = job.parallel.tensor_parallel; tp > 1)
-    line(fmt::format("parallel   {} ranks = data parallel {} x tensor parallel {} (each block's heads and MLP "
-                     "split over {} consecutive ranks)",
-                     plan.world_size, job.parallel.data_parallel, tp, tp));
+  const int tp = job.parallel.tensor_parallel, pp = job.parallel.pipeline_parallel;
+  if (tp > 1 || pp > 1)
+    line(fmt::format("parallel   {} ranks = data parallel {} x tensor parallel {} x pipeline parallel {}{}{}",
+                     plan.world_size, job.parallel.data_parallel, tp, pp,
+                     tp > 1 ? fmt::format("; each block's heads and MLP split over {} consecutive ranks", tp) : "",
+                     pp > 1 ? fmt::format("; {} stages of {} blocks, 1F1B over {} micro-batches", pp,
+                                          m.layers / pp, t.grad_accum)
+                            : ""));
+  if (pp > 1) {
+    std::string stages;
+    for (size_t i = 0; i < plan.programs.size(); ++i) {
+      const RankPlan& stage = plan.programs[i];
+      stages += fmt::format("{}{}: {} tasks, {}{}", stages.empty() ? "" : "; ", i, stage.tasks.size(),
+                            humanBytes(double(stage.memory.arena_bytes)), &stage == &rp ? " (below)" : "");
+    }
+    line("stages     " + stages);
+  }
   line(fmt::format("batch      {} tokens per step = micro-batch {} x accumulation {} x data parallel {} x "
                    "sequence {}; precision {}",
                    withThousands(plan.summary.tokens_per_step), t.micro_batch, t.grad_accum,

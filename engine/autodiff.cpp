@@ -184,7 +184,9 @@ void emitBackward(Graph& g, GradientState& grads, size_t first, size_t last, int
   // requires_grad flows forward from the parameters.
   for (size_t i = first; i < last; ++i) {
     const Node& n = g.nodes[i];
-    bool any = false;
+    // Activations received from an earlier pipeline stage carry their
+    // gradient back to it.
+    bool any = n.op == OpKind::Recv;
     for (int in : n.inputs) any = any || g.tensor(in).requires_grad;
     for (int out : n.outputs) g.tensor(out).requires_grad = any;
   }
@@ -192,7 +194,9 @@ void emitBackward(Graph& g, GradientState& grads, size_t first, size_t last, int
   BackwardEmitter em(g, grads);
   for (size_t i = last; i-- > first;) {
     const Node fwd = g.nodes[i];  // copy: emitting may reallocate the node vector
-    if (fwd.op == OpKind::LoadBatch) continue;
+    // Data loads and pipeline transfers have nothing to differentiate (the
+    // planner sends the received activations' gradient back).
+    if (fwd.op == OpKind::LoadBatch || fwd.op == OpKind::Send || fwd.op == OpKind::Recv) continue;
     if (fwd.op == OpKind::CrossEntropy) {
       if (fwd.outputs[0] != losses) throw std::logic_error("autodiff: unexpected loss tensor");
       em.crossEntropy(fwd, loss_scale);

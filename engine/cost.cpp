@@ -33,6 +33,8 @@ double opFlops(const Node& n) {
     case OpKind::GradNorm: return 2.0 * a.elements;
     case OpKind::AdamW: return 12.0 * a.elements;
     case OpKind::LoadBatch: return 0;
+    case OpKind::Send: return 0;
+    case OpKind::Recv: return 0;
   }
   return 0;
 }

@@ -133,8 +133,9 @@ std::unique_ptr<TokenSource> makeTokenSource(const JobSpec& job) {
 void fillMicroBatch(const TokenSource& source, const JobSpec& job, int step, int micro_batch, int rank,
                     int32_t* tokens, int32_t* targets) {
   const int64_t B = job.training.micro_batch, T = job.model.seq_len;
-  // The ranks of one tensor-parallel group (consecutive) share a replica's samples.
-  const int64_t replica = rank / job.parallel.tensor_parallel;
+  // The ranks of one replica (its tensor-parallel group in each pipeline
+  // stage) share its samples.
+  const int64_t replica = job.dataParallelRank(rank);
   const int64_t first = int64_t(step) * job.globalBatch() +
                         (int64_t(micro_batch) * job.parallel.data_parallel + replica) * B;
   for (int64_t i = 0; i < B; ++i) source.sample(first + i, tokens + i * T, targets + i * T);

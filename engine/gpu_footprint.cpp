@@ -50,7 +50,18 @@ std::vector<int64_t> scratchBytesPerStream(const RankPlan& rp) {
   return bytes;
 }
 
-Footprint executorFootprint(const Plan& plan) { return executorFootprint(plan.programs.at(0)); }
+Footprint executorFootprint(const Plan& plan) { return executorFootprint(largestProgram(plan)); }
+
+const RankPlan& largestProgram(const Plan& plan) {
+  const RankPlan* largest = &plan.programs.at(0);
+  int64_t most = runBytes(*largest);
+  for (const RankPlan& rp : plan.programs)
+    if (const int64_t b = runBytes(rp); b > most) {
+      most = b;
+      largest = &rp;
+    }
+  return *largest;
+}
 
 Footprint executorFootprint(const RankPlan& rp) {
   Footprint f;

@@ -67,12 +67,16 @@ struct Footprint {
   int64_t total() const { return gemm_workspaces + scratch + batch_staging + optimizer_tables + fixed; }
 };
 Footprint executorFootprint(const RankPlan& program);
-Footprint executorFootprint(const Plan& plan);  // rank 0's program
+Footprint executorFootprint(const Plan& plan);  // largestProgram(plan)'s
 
 // What `tandem run` needs free on a GPU for `plan` beyond its arena: the
-// executor's buffers and kRunReserveBytes.
+// executor's buffers and kRunReserveBytes (largestProgram(plan)'s).
 int64_t runOverheadBytes(const Plan& plan);
 // All that a rank running `program` needs free: arena, buffers, reserve.
 int64_t runBytes(const RankPlan& program);
+// The program whose ranks need the most memory (runBytes): the plan's one
+// program, or of several pipeline stages the one that decides whether the
+// job fits.
+const RankPlan& largestProgram(const Plan& plan);
 
 }  // namespace tandem::gpu_footprint

@@ -48,6 +48,9 @@ struct Node {
   OpAttrs attrs;
   std::optional<CollectiveInfo> collective;
   StreamKind stream = StreamKind::Compute;
+  // A stream of that kind other than its default one ("compute", "comm"):
+  // lowering gives each name a stream of its own ("comm.send").
+  std::string stream_name;
 };
 
 // Parameter bookkeeping kept beside the graph (indices are tensor ids).
@@ -62,6 +65,7 @@ struct ParamTensors {
   int bucket = -1;
   int split_dim = -1;  // tensor parallelism: as ParamInfo::split_dim
   int split_blocks = 1;
+  int copies = 1;  // as ParamInfo::copies
 };
 
 struct BucketTensors {

@@ -37,7 +37,7 @@ std::vector<float> tensorParallelSlice(const JobSpec& job, const RankPlan& progr
   if (int64_t(whole.size()) != product(full))
     throw std::invalid_argument(param.name + ": a whole parameter of " + std::to_string(product(full)) +
                                 " values expected, got " + std::to_string(whole.size()));
-  const int64_t parts = job.parallel.tensor_parallel, part = rank % parts;
+  const int64_t parts = job.parallel.tensor_parallel, part = job.tensorParallelPlace(rank);
   // Rows of `inner` contiguous values each: the split dimension's extent,
   // with everything after it folded into a row, and everything before it
   // into `outer` repetitions.
@@ -111,8 +111,7 @@ std::vector<float> initialMasterShard(const JobSpec& job, const RankPlan& progra
                                       int rank, int world) {
   // The shard is placed by the rank's place among its data-parallel peers,
   // the slice (tensor parallelism) by its place in its group.
-  const ShardRange shard =
-      shardOf(rank / job.parallel.tensor_parallel, world, program.buffers.at(bucket.buffer).elementCount());
+  const ShardRange shard = shardOf(job.dataParallelRank(rank), world, program.buffers.at(bucket.buffer).elementCount());
   std::vector<float> out(size_t(shard.end - shard.begin), 0.0f);
   for (int pi : bucket.params) {
     const ParamInfo& p = program.params.at(size_t(pi));

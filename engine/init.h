@@ -27,15 +27,15 @@ std::vector<float> tensorParallelSlice(const JobSpec& job, const RankPlan& progr
 
 // Sharded optimizer: rank `rank`'s part of a bucket's initial parameters, in
 // the bucket's layout (padding 0), for its fp32 master shard (of its
-// tensor-parallel slices; placed by its data-parallel rank, rank /
-// tensor_parallel).
+// tensor-parallel slices; placed by its data-parallel rank,
+// JobSpec::dataParallelRank).
 std::vector<float> initialMasterShard(const JobSpec& job, const RankPlan& program, const GradBucket& bucket,
                                       int rank, int world);
 
 // The elements [begin, end) of a bucket that rank `rank` owns when the
 // optimizer is sharded `shards` ways (shards <= 1: all of them), and where a
 // parameter of the bucket meets them. `rank` is the rank's place among its
-// data-parallel peers (its rank / tensor_parallel). Shard groups are blocks
+// data-parallel peers (JobSpec::dataParallelRank). Shard groups are blocks
 // of `shards` consecutive such places (hybrid sharding:
 // parallel.shard_group_size), so a rank's shard is the one at its place in
 // its block, rank % shards.

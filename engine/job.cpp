@@ -383,6 +383,10 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        [&](const YAML::Node& v, const std::string& p) {
          job.parallel.tensor_parallel = r.readInt(v, p, 1, "integers >= 1 dividing model.heads and the MLP width");
        }},
+      {"pipeline_parallel",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.parallel.pipeline_parallel = r.readInt(v, p, 1, "integers >= 1 dividing model.layers");
+       }},
       {"shard_optimizer",
        [&](const YAML::Node& v, const std::string& p) {
          job.parallel.shard_optimizer = r.readBool(v, p);
@@ -637,12 +641,32 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
              "tensor_parallel " + std::to_string(tp) + " does not divide the MLP width " +
                  std::to_string(m.mlpHidden()) + " (model.hidden x model.mlp_ratio)",
              "integers >= 1 dividing model.heads and the MLP width");
-    else if (int64_t(tp) * job.parallel.data_parallel > std::numeric_limits<int>::max())
-      r.fail(pick("parallel.tensor_parallel", "parallel.data_parallel"),
-             "data_parallel x tensor_parallel = " + number(double(tp) * job.parallel.data_parallel) +
-                 " ranks, more than rank numbers can hold",
-             "a world of up to 2147483647 ranks");
   }
+  if (const int pp = job.parallel.pipeline_parallel; pp > 1) {
+    if (m.layers % pp != 0)
+      r.fail(pick("parallel.pipeline_parallel", "model.layers"),
+             "pipeline_parallel " + std::to_string(pp) + " does not divide model.layers " + std::to_string(m.layers) +
+                 " (every stage holds as many blocks)",
+             "integers >= 1 dividing model.layers");
+    // What the pipeline schedule does not plan yet: each is refused at its field.
+    const std::pair<bool, const char*> unsupported[] = {
+        {job.parallel.shard_parameters, "parallel.shard_parameters"},
+        {job.comm.gather_embedding_gradient, "comm.gather_embedding_gradient"},
+        {job.schedule.optimizer_beside_forward, "schedule.optimizer_beside_forward"},
+    };
+    for (const auto& [set, field] : unsupported)
+      if (set)
+        r.fail(pick(field, "parallel.pipeline_parallel"),
+               std::string(field) + " is not planned with pipeline parallelism yet",
+               std::string(field) + ": false, or parallel.pipeline_parallel: 1");
+  }
+  const long double world = (long double)job.parallel.data_parallel * job.parallel.tensor_parallel *
+                            job.parallel.pipeline_parallel;
+  if (world > std::numeric_limits<int>::max())
+    r.fail(pick("parallel.data_parallel", "parallel.tensor_parallel"),
+           "data_parallel x tensor_parallel x pipeline_parallel = " + number(double(world)) +
+               " ranks, more than rank numbers can hold",
+           "a world of up to 2147483647 ranks");
   if (const int chunks = job.schedule.lm_head_chunks; chunks > 1) {
     const int64_t tokens = int64_t(job.training.micro_batch) * m.seq_len;
     if (tokens % chunks != 0 || (tokens / chunks) % 8 != 0)

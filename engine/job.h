@@ -65,6 +65,14 @@ struct ParallelSpec {
   // The world is data_parallel x tensor_parallel ranks, the
   // tensor-parallel groups blocks of consecutive ranks (a host's GPUs).
   int tensor_parallel = 1;
+  // Pipeline parallelism: the blocks split into this many stages of
+  // consecutive layers (the embedding on the first, the final LayerNorm,
+  // LM head and loss on the last), each stage on its own ranks, which pass
+  // each micro-batch's activations forward and their gradients back
+  // (send/receive) in the one-forward-one-backward order
+  // (engine/pass_pipeline.h). The world is data_parallel x tensor_parallel
+  // x pipeline_parallel ranks, the stage slowest in the numbering.
+  int pipeline_parallel = 1;
   // ZeRO stage 1: each data-parallel rank keeps the optimizer's work for
   // 1/data_parallel of every gradient bucket (reduce-scatter, AdamW on the
   // shard, all-gather of the updated parameters) instead of all-reducing
@@ -186,8 +194,19 @@ struct JobSpec {
     return int64_t(training.micro_batch) * training.grad_accum * parallel.data_parallel;
   }
   int64_t tokensPerStep() const { return globalBatch() * model.seq_len; }
-  // Ranks of the job: each data-parallel replica is tensor_parallel ranks.
-  int worldSize() const { return parallel.data_parallel * parallel.tensor_parallel; }
+  // Ranks of the job: each data-parallel replica is tensor_parallel ranks
+  // in each of pipeline_parallel stages.
+  int worldSize() const { return parallel.data_parallel * parallel.tensor_parallel * parallel.pipeline_parallel; }
+  // Where a rank sits: rank = (stage x data_parallel + replica) x
+  // tensor_parallel + place (the tensor-parallel place fastest, so a
+  // tensor-parallel group is consecutive ranks; a stage is a block of
+  // data_parallel x tensor_parallel ranks).
+  int tensorParallelPlace(int rank) const { return rank % parallel.tensor_parallel; }
+  int dataParallelRank(int rank) const { return (rank / parallel.tensor_parallel) % parallel.data_parallel; }
+  int pipelineStage(int rank) const { return rank / (parallel.tensor_parallel * parallel.data_parallel); }
+  int rankAt(int stage, int replica, int place) const {
+    return (stage * parallel.data_parallel + replica) * parallel.tensor_parallel + place;
+  }
 };
 
 // Parses and validates a job. `overrides` are "dotted.key=value" pairs applied

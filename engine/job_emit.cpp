@@ -107,6 +107,7 @@ std::string jobToYaml(const JobSpec& job) {
   line("parallel:");
   field("data_parallel", integer(job.parallel.data_parallel));
   field("tensor_parallel", integer(job.parallel.tensor_parallel));
+  field("pipeline_parallel", integer(job.parallel.pipeline_parallel));
   field("shard_optimizer", job.parallel.shard_optimizer ? "true" : "false");
   field("shard_parameters", job.parallel.shard_parameters ? "true" : "false");
   field("shard_group_size", integer(job.parallel.shard_group_size));

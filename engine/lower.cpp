@@ -144,9 +144,19 @@ RankPlan lowerGraph(const Graph& g, std::vector<int> ranks, const LowerOptions& 
   RankPlan rp;
   rp.ranks = std::move(ranks);
   rp.streams.push_back({0, StreamKind::Compute, "compute"});
-  const bool has_comm = std::any_of(g.nodes.begin(), g.nodes.end(),
-                                    [](const Node& n) { return n.stream == StreamKind::Comm; });
+  const bool has_comm = std::any_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) {
+    return n.stream == StreamKind::Comm && n.stream_name.empty();
+  });
   if (has_comm) rp.streams.push_back({1, StreamKind::Comm, "comm"});
+  // Named streams, in order of first use.
+  auto streamOf = [&](const Node& n) {
+    if (n.stream_name.empty()) return n.stream == StreamKind::Comm ? 1 : 0;
+    for (const StreamInfo& s : rp.streams)
+      if (s.kind == n.stream && s.name == n.stream_name) return s.id;
+    const int id = int(rp.streams.size());
+    rp.streams.push_back({id, n.stream, n.stream_name});
+    return id;
+  };
 
   rp.buffers.reserve(g.tensors.size());
   for (const Tensor& t : g.tensors) rp.buffers.push_back(toBuffer(t));
@@ -156,9 +166,10 @@ RankPlan lowerGraph(const Graph& g, std::vector<int> ranks, const LowerOptions& 
     const Node& n = g.nodes[i];
     Task t;
     t.id = int(i);
-    t.stream = n.stream == StreamKind::Comm ? 1 : 0;
+    t.stream = streamOf(n);
     t.op = n.op;
-    t.kind = n.collective ? TaskKind::Collective
+    t.kind = n.op == OpKind::Send || n.op == OpKind::Recv ? TaskKind::SendRecv
+             : n.collective                               ? TaskKind::Collective
              : n.op == OpKind::LoadBatch ? TaskKind::Memcpy
                                          : TaskKind::Kernel;
     t.name = n.name;
@@ -215,7 +226,8 @@ RankPlan lowerGraph(const Graph& g, std::vector<int> ranks, const LowerOptions& 
 
   for (const auto& p : g.params)
     rp.params.push_back(
-        {p.name, p.param, p.grad, p.master, p.adam_m, p.adam_v, p.weight_decay, p.bucket, p.split_dim, p.split_blocks});
+        {p.name, p.param, p.grad, p.master, p.adam_m, p.adam_v, p.weight_decay, p.bucket, p.split_dim, p.split_blocks,
+         p.copies});
   for (size_t b = 0; b < g.buckets.size(); ++b) {
     GradBucket gb;
     gb.id = int(b);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/gpu_footprint.h"
 #include "engine/planner.h"
 
 namespace tandem {
@@ -53,7 +54,7 @@ std::vector<FittingChoice> choicesThatFit(const JobSpec& job, int64_t budget,
           FittingChoice choice{policy, mb, chunks, shard, 0};
           try {
             const Plan p = buildPlan(choice.appliedTo(job));
-            choice.bytes = p.programs.at(0).memory.arena_bytes + overhead(p);
+            choice.bytes = gpu_footprint::largestProgram(p).memory.arena_bytes + overhead(p);
             if (choice.bytes <= budget) {
               out = choice;
               return true;

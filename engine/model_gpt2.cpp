@@ -12,8 +12,8 @@ namespace {
 // task names read "layer3.attn.qkv.fwd.mb0" everywhere.
 class ForwardBuilder {
  public:
-  ForwardBuilder(Graph& g, const JobSpec& job, int mb)
-      : g_(g), job_(job), mb_(mb), dt_(activationDType(job)) {
+  ForwardBuilder(Graph& g, const JobSpec& job, int mb, const PipelineStage& stage)
+      : g_(g), job_(job), mb_(mb), dt_(activationDType(job)), stage_(stage) {
     const auto& m = job.model;
     B_ = job.training.micro_batch;
     T_ = m.seq_len;
@@ -107,11 +107,12 @@ class ForwardBuilder {
   ForwardOutputs build(const Gpt2Params& p) {
     const auto& m = job_.model;
     ForwardOutputs out;
-    out.tokens = act("tokens", {B_, T_}, -1, "tokens", DType::I32);
-    out.targets = act("targets", {B_, T_}, -1, "targets", DType::I32);
-    g_.tensor(out.tokens).category = TensorCategory::Input;
-    g_.tensor(out.targets).category = TensorCategory::Input;
-    {
+    // The tokens feed the embedding (first stage), the targets the loss (last).
+    if (stage_.first() || stage_.last()) {
+      out.tokens = act("tokens", {B_, T_}, -1, "tokens", DType::I32);
+      out.targets = act("targets", {B_, T_}, -1, "targets", DType::I32);
+      g_.tensor(out.tokens).category = TensorCategory::Input;
+      g_.tensor(out.targets).category = TensorCategory::Input;
       Node n;
       n.op = OpKind::LoadBatch;
       n.name = fmt::format("data.load.mb{}", mb_);
@@ -123,19 +124,24 @@ class ForwardBuilder {
       n.attrs.micro_batch = mb_;
       g_.addNode(std::move(n));
     }
-    int x = act("embed.out", {B_, T_, C_}, -1, "embed.out");
-    {
+    int x = -1;
+    if (stage_.first()) {
+      x = act("embed.out", {B_, T_, C_}, -1, "embed.out");
       Node& n = node(OpKind::Embedding, "embed", -1, {out.tokens, p.wte, p.wpe}, {x});
       n.attrs.b = B_;
       n.attrs.t = T_;
       n.attrs.c = C_;
       n.attrs.v = m.vocab;
+    } else {
+      x = out.stage_input = act("pipe.in", {B_, T_, C_}, -1, "pipe.in");
+      g_.addNode(pipelineTransfer(g_, OpKind::Recv, fmt::format("pipe.recv.fwd.mb{}", mb_), x, stage_.index - 1,
+                                  Phase::Comm, mb_));
     }
     // Per rank: a 1/tensor_parallel of the heads and of the MLP's width.
     const int64_t H = m.heads / tp_, Cl = C_ / tp_;
     const int64_t F = m.mlpHidden() / tp_;
-    for (int l = 0; l < m.layers; ++l) {
-      const auto& L = p.layers[l];
+    for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
+      const auto& L = p.layers.at(size_t(l - stage_.first_layer));
       const std::string pre = fmt::format("layer{}", l);
       int ln1 = layerNorm(pre + ".ln1", l, "ln1", x, L.ln1_w, L.ln1_b);
       int qkv = matmul(pre + ".attn.qkv", l, "qkv", ln1, L.qkv_w, L.qkv_b, 3 * Cl, C_);
@@ -159,6 +165,12 @@ class ForwardBuilder {
       }
       int fcproj = rowParallel(pre + ".mlp.proj", l, "fcproj.out", gelu, L.fcproj_w, L.fcproj_b, F);
       x = add(pre + ".mlp.residual", l, "out", res2, fcproj);
+    }
+    if (!stage_.last()) {
+      out.stage_output = x;
+      g_.addNode(pipelineTransfer(g_, OpKind::Send, fmt::format("pipe.send.fwd.mb{}", mb_), x, stage_.index,
+                                  Phase::Comm, mb_));
+      return out;
     }
     int lnf = layerNorm("final.ln", -1, "lnf", x, p.lnf_w, p.lnf_b);
     int logits = act("lm_head.logits", {B_, T_, m.vocab}, -1, "logits");
@@ -184,6 +196,7 @@ class ForwardBuilder {
   DType dt_;
   int64_t B_ = 0, T_ = 0, C_ = 0, M_ = 0;
   int tp_ = 1;
+  PipelineStage stage_;
 };
 
 // Tensor parallelism: how a parameter is split over a group's ranks.
@@ -223,6 +236,9 @@ int addParam(Graph& g, const JobSpec& job, const std::string& name, std::vector<
   p.weight_decay = decay;
   p.split_dim = split.dim;
   p.split_blocks = split.blocks;
+  // Whole parameters are held (with the same gradients) by every rank of a
+  // tensor-parallel group.
+  if (split.dim < 0) p.copies = job.parallel.tensor_parallel;
   g.params.push_back(p);
   return p.param;
 }
@@ -233,16 +249,21 @@ DType activationDType(const JobSpec& job) {
   return job.training.precision == Precision::BF16 ? DType::BF16 : DType::F32;
 }
 
-Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job) {
+Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job, const PipelineStage& stage) {
   const auto& m = job.model;
   if (m.family != ModelFamily::GPT2)
     throw SpecError(fmt::format("{}: model.family: planning '{}' is not supported yet (allowed: gpt2)",
                                 job.source, toString(m.family)));
   const int64_t V = m.vocab, T = m.seq_len, C = m.hidden, F = m.mlpHidden();
+  // The tied embedding held by the first and the last of several stages.
+  const bool embedding_twice = m.tied_embeddings && stage.count > 1;
   Gpt2Params p;
-  p.wte = addParam(g, job, "wte", {V, C}, -1, true);
-  p.wpe = addParam(g, job, "wpe", {T, C}, -1, false);
-  for (int l = 0; l < m.layers; ++l) {
+  if (stage.first()) {
+    p.wte = addParam(g, job, "wte", {V, C}, -1, true);
+    if (embedding_twice) g.params.back().copies *= 2;
+    p.wpe = addParam(g, job, "wpe", {T, C}, -1, false);
+  }
+  for (int l = stage.first_layer; l < stage.end_layer; ++l) {
     const std::string pre = fmt::format("layer{}.", l);
     Gpt2Layer L;
     L.ln1_w = addParam(g, job, pre + "ln1.weight", {C}, l, false);
@@ -263,14 +284,23 @@ Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job) {
     L.fcproj_b = addParam(g, job, pre + "mlp.proj.bias", {C}, l, false);
     p.layers.push_back(L);
   }
+  if (!stage.last()) return p;
   p.lnf_w = addParam(g, job, "final.ln.weight", {C}, -1, false);
   p.lnf_b = addParam(g, job, "final.ln.bias", {C}, -1, false);
-  p.lm_head = m.tied_embeddings ? p.wte : addParam(g, job, "lm_head.weight", {V, C}, -1, true);
+  if (!m.tied_embeddings) {
+    p.lm_head = addParam(g, job, "lm_head.weight", {V, C}, -1, true);
+  } else if (stage.first()) {
+    p.lm_head = p.wte;
+  } else {  // the last stage's copy of the embedding, same name, same initial values
+    p.lm_head = addParam(g, job, "wte", {V, C}, -1, true);
+    g.params.back().copies *= 2;
+  }
   return p;
 }
 
-ForwardOutputs emitGpt2Forward(Graph& g, const JobSpec& job, const Gpt2Params& p, int micro_batch) {
-  ForwardBuilder b(g, job, micro_batch);
+ForwardOutputs emitGpt2Forward(Graph& g, const JobSpec& job, const Gpt2Params& p, int micro_batch,
+                               const PipelineStage& stage) {
+  ForwardBuilder b(g, job, micro_batch, stage);
   return b.build(p);
 }
 

@@ -46,12 +46,14 @@ struct OpAttrs {
   // without. On a row-parallel Matmul (a block's output projections, whose
   // input is this rank's slice of k): only the first rank of each
   // tensor-parallel group adds the bias, since the all-reduce after it sums
-  // the ranks' partial products. On GradNorm: the task writes this rank's
-  // sum of squares, its slices' gradients whole and the gradients every
-  // rank of the group holds (the same values) 1/tensor_parallel each; a
-  // summing all-reduce over the group follows, and AdamW (which then has
-  // it too) takes the root.
+  // the ranks' partial products.
   int64_t tensor_parallel = 0;
+  // GradNorm: the task writes this rank's share of the sum of squares (its
+  // shard's part with a sharded optimizer, each gradient counted
+  // 1/ParamInfo::copies), and summing all-reduces over the rank's groups
+  // follow; AdamW: the norm buffer holds the global sum of squares, whose
+  // root it takes. Sharded plans (shards > 0) are read so without it too.
+  bool norm_squared = false;
 
   bool operator==(const OpAttrs&) const = default;
 };

@@ -6,7 +6,6 @@
 #include <numeric>
 
 #include "engine/pass_embedding_gather.h"
-#include "engine/pass_tensor_parallel.h"
 
 namespace tandem {
 namespace {
@@ -231,22 +230,28 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     gn.attrs.shards = world;
     gn.attrs.elements = total / world;
   }
-  const int tp = job.parallel.tensor_parallel;
-  if (tp > 1) gn.attrs.tensor_parallel = tp;
+  // Tensor and pipeline parallelism: each rank sums the squares of what
+  // it holds (gradients other ranks of its replica hold too counted
+  // 1/ParamInfo::copies), summed over the tensor-parallel group and the
+  // pipeline's stages.
+  const int tp = job.parallel.tensor_parallel, pp = job.parallel.pipeline_parallel;
+  // (Sharded plans say so by their shards.)
+  const bool squared = tp > 1 || pp > 1;
+  gn.attrs.norm_squared = squared;
   g.addNode(std::move(gn));
-  if (tp > 1) {
-    // The slices' squares are summed over the tensor-parallel group (the
-    // gradients every rank of it holds count 1/tensor_parallel on each).
+  auto sumNorm = [&](const char* name, const char* group) {
     Node sum;
     sum.op = OpKind::AllReduce;
-    sum.name = "comm.allreduce.grad_norm.tp";
+    sum.name = name;
     sum.phase = Phase::Optimizer;
     sum.inputs = {norm_id};
     sum.outputs = {norm_id};
     sum.attrs.elements = 1;
-    sum.collective = tensorParallelCollective(1, DType::F32);
+    sum.collective = dataParallelCollective(CollectiveOp::AllReduce, ReduceOp::Sum, 1, DType::F32, group);
     g.addNode(std::move(sum));
-  }
+  };
+  if (tp > 1) sumNorm("comm.allreduce.grad_norm.tp", "tp");
+  if (pp > 1) sumNorm("comm.allreduce.grad_norm.pipe", "pipe");
 
   if (sharded) {
     // Each rank summed the squares of its shards; the global norm needs
@@ -307,7 +312,7 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     }
     n.attrs.elements = elements;
     n.attrs.params = g.buckets[b].params;
-    if (tp > 1) n.attrs.tensor_parallel = tp;  // the norm is a sum of squares
+    n.attrs.norm_squared = squared;
     if (!sharded) {
       if (updates_at_start) {
         n.attrs.from_previous_step = true;

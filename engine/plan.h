@@ -124,6 +124,12 @@ struct ParamInfo {
   // a group of p holding part t of p of every block (engine/init.h).
   int split_dim = -1;
   int split_blocks = 1;
+  // Ranks of one model replica (a tensor-parallel group in each pipeline
+  // stage) holding this parameter's gradient with the same values: the
+  // whole parameters under tensor parallelism (tensor_parallel), the tied
+  // embedding on the first and the last pipeline stage (twice that). The
+  // gradient norm counts each holder's 1/copies.
+  int copies = 1;
   bool operator==(const ParamInfo&) const = default;
 };
 

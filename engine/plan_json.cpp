@@ -74,6 +74,7 @@ json toJson(const OpAttrs& a) {
   put("params", a.params, d.params);
   put("shards", a.shards, d.shards);
   put("tensor_parallel", a.tensor_parallel, d.tensor_parallel);
+  put("norm_squared", a.norm_squared, d.norm_squared);
   return j;
 }
 
@@ -118,6 +119,7 @@ json toJson(const ParamInfo& p) {
     j["split_dim"] = p.split_dim;
     j["split_blocks"] = p.split_blocks;
   }
+  if (p.copies != 1) j["copies"] = p.copies;
   return j;
 }
 
@@ -349,6 +351,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "params", a.params);
   optionalField(j, path, "shards", a.shards);
   optionalField(j, path, "tensor_parallel", a.tensor_parallel);
+  optionalField(j, path, "norm_squared", a.norm_squared);
 }
 
 void readValue(const json& j, const std::string& path, CollectiveInfo& c) {
@@ -401,6 +404,7 @@ void readValue(const json& j, const std::string& path, ParamInfo& p) {
   field(j, path, "bucket", p.bucket);
   optionalField(j, path, "split_dim", p.split_dim);
   optionalField(j, path, "split_blocks", p.split_blocks);
+  optionalField(j, path, "copies", p.copies);
 }
 
 void readValue(const json& j, const std::string& path, GradBucket& b) {

@@ -16,6 +16,7 @@
 #include "engine/pass_embedding_gather.h"
 #include "engine/pass_lm_head_chunks.h"
 #include "engine/pass_micro_batch_reduce.h"
+#include "engine/pass_pipeline.h"
 #include "engine/pass_fusion.h"
 #include "engine/pass_hybrid_shard.h"
 #include "engine/pass_recompute.h"
@@ -68,45 +69,54 @@ void addRecomputeFlops(const Graph& g, std::vector<RecomputeDecision>& decisions
       decisions[n.layer].extra_flops += costOf(g, n).flops;
 }
 
-PlanSummary summarize(const Graph& g, const RankPlan& rp, const JobSpec& job) {
-  PlanSummary s;
-  // The model's parameters: a tensor-parallel slice is 1/tensor_parallel of one.
-  for (const auto& p : g.params)
-    s.parameters += g.tensor(p.param).elements() * (p.split_dim >= 0 ? job.parallel.tensor_parallel : 1);
-  double flops = 0;
-  for (const Task& t : rp.tasks) flops += t.flops;
-  s.flops_per_step = flops * job.worldSize();
-  const auto& m = job.model;
-  // PaLM (appendix B): 6N + 12 L H Q T, with H Q = hidden. N counts all
-  // parameters, as the PyTorch peer and llm.c do.
-  s.model_flops_per_token = 6.0 * double(s.parameters) + 12.0 * m.layers * double(m.hidden) * m.seq_len;
-  s.tokens_per_step = job.tokensPerStep();
-  return s;
-}
+// One stage's graph (the whole model without a pipeline), lowered.
+struct StagePlan {
+  RankPlan program;
+  std::vector<RecomputeDecision> decisions;  // of the stage's layers
+  int64_t parameters = 0;                   // whole model parameters (slices counted whole)
+};
 
-}  // namespace
-
-Plan buildPlan(const JobSpec& job) {
+StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   Graph g;
-  const Gpt2Params params = addGpt2Parameters(g, job);
+  const Gpt2Params params = addGpt2Parameters(g, job, stage);
   GradientState grads(g);
   const int accum = job.training.grad_accum;
   const double loss_scale =
       1.0 / (double(job.training.micro_batch) * job.model.seq_len * accum);
+  std::vector<MicroBatchNodes> micro_batches;
   for (int mb = 0; mb < accum; ++mb) {
     // Gradients reduced every micro-batch start afresh in each.
     if (mb > 0 && reducesEveryMicroBatch(job)) grads.restartParameterGradients();
-    const size_t first = g.nodes.size();
-    const ForwardOutputs fwd = emitGpt2Forward(g, job, params, mb);
-    emitBackward(g, grads, first, g.nodes.size(), fwd.losses, loss_scale);
+    MicroBatchNodes nodes;
+    nodes.forward_begin = g.nodes.size();
+    const ForwardOutputs fwd = emitGpt2Forward(g, job, params, mb, stage);
+    nodes.backward_begin = g.nodes.size();
+    if (!stage.last()) {
+      // The backward starts from the gradient of the stage's output, which
+      // the next stage sends back.
+      const int dy = g.addCopyOf(fwd.stage_output, fmt::format("pipe.out.grad.mb{}", mb), -1, mb);
+      g.tensor(dy).role = "pipe.out.grad";
+      g.addNode(pipelineTransfer(g, OpKind::Recv, fmt::format("pipe.recv.bwd.mb{}", mb), dy, stage.index,
+                                 Phase::Comm, mb));
+      grads.alias(fwd.stage_output, dy);
+    }
+    emitBackward(g, grads, nodes.forward_begin, nodes.backward_begin, fwd.losses, loss_scale);
+    if (!stage.first())
+      g.addNode(pipelineTransfer(g, OpKind::Send, fmt::format("pipe.send.bwd.mb{}", mb),
+                                 grads.gradOf(fwd.stage_input), stage.index - 1, Phase::Comm, mb));
+    nodes.backward_end = g.nodes.size();
+    micro_batches.push_back(nodes);
   }
+  if (stage.count > 1) orderOneForwardOneBackward(g, micro_batches, stage);
   applyTensorParallelBackward(g, job);
   applyLmHeadChunks(g, job);
 
-  std::vector<RecomputeDecision> decisions = keptAndSaved(g, job);
+  StagePlan out;
+  out.decisions = keptAndSaved(g, job);
   applyRecompute(g, job);
-  addRecomputeFlops(g, decisions);
+  addRecomputeFlops(g, out.decisions);
   applyBiasGradientFusion(g, job);
+  applyTiedEmbeddingSum(g, job, stage, stage.first() ? params.wte : params.lm_head);
   applyGradientBuckets(g, job);
   applyMicroBatchReduce(g, job);
   applyReplicaAllReduce(g, job);
@@ -114,21 +124,53 @@ Plan buildPlan(const JobSpec& job) {
   appendOptimizer(g, job);
   applyParameterSharding(g, job);
 
+  std::vector<int> ranks;
+  for (int replica = 0; replica < job.parallel.data_parallel; ++replica)
+    for (int place = 0; place < job.parallel.tensor_parallel; ++place)
+      ranks.push_back(job.rankAt(stage.index, replica, place));
+  LowerOptions lower;
+  lower.weight_gradient_stream = job.schedule.weight_gradient_stream;
+  lower.join_side_stream_per_micro_batch = reducesEveryMicroBatch(job);
+  out.program = lowerGraph(g, std::move(ranks), lower);
+  // Reads the memory plan, so after lowering.
+  applyEpilogueFusion(out.program, job.schedule.residual_in_gemm);
+  // The model's parameters: a tensor-parallel slice is 1/tensor_parallel of
+  // one; the tied embedding's copy on the last stage is not another.
+  for (const auto& p : g.params) {
+    if (!stage.first() && p.param == params.lm_head && job.model.tied_embeddings) continue;
+    out.parameters += g.tensor(p.param).elements() * (p.split_dim >= 0 ? job.parallel.tensor_parallel : 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+Plan buildPlan(const JobSpec& job) {
   Plan plan;
   plan.job = job;
   refreshJobText(plan.job);  // jobs edited in code carry the YAML and hash of what is planned
   plan.world_size = job.worldSize();
   plan.groups = processGroups(job);
-  std::vector<int> ranks(size_t(plan.world_size));
-  std::iota(ranks.begin(), ranks.end(), 0);
-  LowerOptions lower;
-  lower.weight_gradient_stream = job.schedule.weight_gradient_stream;
-  lower.join_side_stream_per_micro_batch = reducesEveryMicroBatch(job);
-  plan.programs.push_back(lowerGraph(g, std::move(ranks), lower));
-  // Reads the memory plan, so after lowering.
-  applyEpilogueFusion(plan.programs.back(), job.schedule.residual_in_gemm);
-  plan.recompute = std::move(decisions);
-  plan.summary = summarize(g, plan.programs.front(), job);
+  plan.recompute.resize(size_t(job.model.layers));
+  double flops = 0;
+  for (int s = 0; s < job.parallel.pipeline_parallel; ++s) {
+    const PipelineStage stage = pipelineStage(job, s);
+    StagePlan sp = planStage(job, stage);
+    for (int l = stage.first_layer; l < stage.end_layer; ++l) plan.recompute[size_t(l)] = sp.decisions[size_t(l)];
+    plan.summary.parameters += sp.parameters;
+    double program_flops = 0;
+    for (const Task& t : sp.program.tasks) program_flops += t.flops;
+    flops += program_flops * double(sp.program.ranks.size());
+    plan.programs.push_back(std::move(sp.program));
+  }
+  // Every task of every rank.
+  plan.summary.flops_per_step = flops;
+  const auto& m = job.model;
+  // PaLM (appendix B): 6N + 12 L H Q T, with H Q = hidden. N counts all
+  // parameters, as the PyTorch peer and llm.c do.
+  plan.summary.model_flops_per_token =
+      6.0 * double(plan.summary.parameters) + 12.0 * m.layers * double(m.hidden) * m.seq_len;
+  plan.summary.tokens_per_step = job.tokensPerStep();
   return plan;
 }
 

@@ -1,16 +1,21 @@
 #pragma once
 // The process groups of a job's plan (Plan::groups).
 //
-// Ranks are numbered with the tensor-parallel place fastest: rank =
-// replica x tensor_parallel + place, so a tensor-parallel group is a block
-// of consecutive ranks (one host's GPUs in the simulator's and launchers'
-// numbering), and a data-parallel group holds the ranks at one place of
-// every replica.
+// Ranks are numbered with the tensor-parallel place fastest and the
+// pipeline stage slowest: rank = (stage x data_parallel + replica) x
+// tensor_parallel + place (JobSpec::rankAt), so a tensor-parallel group is
+// a block of consecutive ranks (one host's GPUs in the simulator's and
+// launchers' numbering), a data-parallel group holds the ranks at one place
+// of every replica of a stage, and a stage is a block of ranks.
 //
-// - "dp": the data-parallel groups, one per tensor-parallel place (every
-//   rank when tensor_parallel is 1);
-// - "tp": with tensor_parallel > 1, one group per replica;
-// - "shard" and "replica": with hybrid sharding, per tensor-parallel place,
+// - "dp": the data-parallel groups, one per stage and tensor-parallel place
+//   (every rank with neither tensor nor pipeline parallelism);
+// - "tp": with tensor_parallel > 1, one group per stage and replica;
+// - "pp<b>", "pipe" and "embed": with pipeline_parallel > 1, per (replica,
+//   place), the two ranks across the boundary between stages b and b + 1,
+//   every stage's rank, and (tied embeddings) the first and the last
+//   stage's (engine/pass_pipeline.h);
+// - "shard" and "replica": with hybrid sharding, per stage and tensor-parallel place,
 //   one "shard" group per block of shard_group_size consecutive replicas and
 //   one "replica" group per place in a block (engine/pass_hybrid_shard.h).
 //

@@ -41,7 +41,7 @@ constexpr Names<Epilogue, 5> kEpilogue{{{Epilogue::None, "none"},
                                         {Epilogue::DGelu, "dgelu"},
                                         {Epilogue::AddLayerNorm, "add_layernorm"},
                                         {Epilogue::Residual, "residual"}}};
-constexpr Names<OpKind, 20> kOp{{{OpKind::Embedding, "embedding"},
+constexpr Names<OpKind, 22> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::EmbeddingBwd, "embedding_bwd"},
                                  {OpKind::LayerNorm, "layernorm"},
                                  {OpKind::LayerNormBwd, "layernorm_bwd"},
@@ -60,7 +60,9 @@ constexpr Names<OpKind, 20> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::ReduceScatter, "reduce_scatter"},
                                  {OpKind::AllGather, "all_gather"},
                                  {OpKind::GradNorm, "grad_norm"},
-                                 {OpKind::AdamW, "adamw"}}};
+                                 {OpKind::AdamW, "adamw"},
+                                 {OpKind::Send, "send"},
+                                 {OpKind::Recv, "recv"}}};
 
 template <class E, size_t N>
 std::string_view nameOf(const Names<E, N>& table, E v) {

@@ -63,6 +63,8 @@ enum class OpKind {
   AllGather,          // this rank's shard of a parameter bucket -> every rank (in place)
   GradNorm,           // all gradients -> global L2 norm (one float)
   AdamW,              // grads, norm, master, m, v -> params, master, m, v
+  Send,               // buffer -> the peer of a two-rank group (pipeline stages)
+  Recv,               // the peer's buffer -> buffer
 };
 
 std::string_view toString(DType v);

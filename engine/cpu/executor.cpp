@@ -6,9 +6,12 @@
 #include <barrier>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -64,6 +67,25 @@ class InProcessCollectives {
     data.swap(result);
   }
 
+  // Point to point, in a group of two (pipeline stages): a send never
+  // waits (its data is queued for the peer), a receive waits for the
+  // peer's next send. So a rank's sends and receives, issued in its plan's
+  // order, cannot wait on each other as rendezvous transfers could.
+  void send(int place, std::vector<float> data) {
+    {
+      std::lock_guard<std::mutex> lock(mail_mutex_);
+      mail_[1 - place].push_back(std::move(data));
+    }
+    mail_ready_.notify_all();
+  }
+  std::vector<float> recv(int place) {
+    std::unique_lock<std::mutex> lock(mail_mutex_);
+    mail_ready_.wait(lock, [&] { return !mail_[place].empty(); });
+    std::vector<float> data = std::move(mail_[place].front());
+    mail_[place].pop_front();
+    return data;
+  }
+
  private:
   void reduceRange(int rank, std::vector<float>& data, int64_t begin, int64_t end, bool average) {
     slots_[rank] = &data;
@@ -82,11 +104,14 @@ class InProcessCollectives {
   int world_;
   std::barrier<> sync_;
   std::vector<std::vector<float>*> slots_;
+  std::mutex mail_mutex_;
+  std::condition_variable mail_ready_;
+  std::deque<std::vector<float>> mail_[2];  // per receiving place
 };
 
 struct CpuExecutor::Impl {
   Plan plan;
-  const RankPlan* program = nullptr;
+  std::vector<const RankPlan*> program_of;     // per rank (pipeline stages run programs of their own)
   std::vector<std::vector<std::byte>> arenas;  // one per rank
   std::unique_ptr<TokenSource> data;
   int steps_done = 0;
@@ -108,15 +133,25 @@ struct CpuExecutor::Impl {
     return it->second;
   }
 
+  const RankPlan& programOf(int rank) const { return *program_of.at(size_t(rank)); }
+
   explicit Impl(const Plan& p) : plan(p) {
-    program = &plan.programs.at(0);
-    updates_at_start = std::any_of(program->tasks.begin(), program->tasks.end(), [](const Task& t) {
-      return t.op == OpKind::AdamW && t.attrs.from_previous_step;
-    });
-    if (plan.programs.size() != 1)
-      throw std::runtime_error("cpu executor: plans with several distinct rank programs are not supported yet");
+    program_of.assign(size_t(plan.world_size), nullptr);
+    for (const RankPlan& rp : plan.programs) {
+      for (int r : rp.ranks) {
+        if (r < 0 || r >= plan.world_size || program_of[size_t(r)])
+          throw std::runtime_error(fmt::format("cpu executor: rank {} is outside the world or in two programs", r));
+        program_of[size_t(r)] = &rp;
+      }
+      updates_at_start = updates_at_start || std::any_of(rp.tasks.begin(), rp.tasks.end(), [](const Task& t) {
+                           return t.op == OpKind::AdamW && t.attrs.from_previous_step;
+                         });
+    }
+    for (int r = 0; r < plan.world_size; ++r)
+      if (!program_of[size_t(r)]) throw std::runtime_error(fmt::format("cpu executor: no program for rank {}", r));
     data = makeTokenSource(plan.job);
-    arenas.assign(plan.world_size, std::vector<std::byte>(program->memory.arena_bytes));
+    arenas.resize(size_t(plan.world_size));
+    for (int r = 0; r < plan.world_size; ++r) arenas[size_t(r)].assign(size_t(programOf(r).memory.arena_bytes), {});
     for (const ProcessGroup& g : plan.groups) {
       group_backends.push_back(std::make_unique<InProcessCollectives>(int(g.ranks.size())));
       for (size_t i = 0; i < g.ranks.size(); ++i)
@@ -126,6 +161,7 @@ struct CpuExecutor::Impl {
     }
     const int shards = shardCount(plan.job);
     for (int r = 0; r < plan.world_size; ++r) {
+      const RankPlan* program = &programOf(r);
       for (const ParamInfo& pi : program->params) {
         // Sharded parameters live in their bucket's shard (below); their
         // own buffers are gathered copies.
@@ -168,8 +204,9 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
   const auto& a = t.attrs;
   const auto& R = t.reads;
   const auto& W = t.writes;
+  const RankPlan* program = &programOf(rank);
   // The rank's place in its data-parallel group, which places its shards.
-  const int dp_rank = rank / plan.job.parallel.tensor_parallel;
+  const int dp_rank = plan.job.dataParallelRank(rank);
   FloatStorage storage{io};
   if (t.op == OpKind::Matmul && a.tensor_parallel > 1 && a.has_bias && rank % a.tensor_parallel != 0) {
     // A row-parallel layer's bias is added once, by the group's first rank
@@ -228,8 +265,21 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       std::memcpy(io.out(W[0]), v.data(), v.size() * sizeof(float));
       break;
     }
+    case OpKind::Send: {
+      const auto [group, place] = backendFor(t.collective.value().group, rank);
+      group->send(place, std::vector<float>(io.in(R[0]), io.in(R[0]) + io.elements(R[0])));
+      break;
+    }
+    case OpKind::Recv: {
+      const auto [group, place] = backendFor(t.collective.value().group, rank);
+      const std::vector<float> v = group->recv(place);
+      if (int64_t(v.size()) != io.elements(W[0]))
+        throw std::logic_error(fmt::format("{}: received {} elements into {}", t.name, v.size(), io.elements(W[0])));
+      std::memcpy(io.out(W[0]), v.data(), v.size() * sizeof(float));
+      break;
+    }
     case OpKind::GradNorm: {
-      if (a.shards == 0 && a.tensor_parallel <= 1) {  // the whole model's gradients: the norm
+      if (a.shards == 0 && !a.norm_squared) {  // the whole model's gradients: the norm
         double ss = 0;
         for (int b : R) ss += sumOfSquares(io.in(b), io.elements(b));
         io.out(W[0])[0] = float(std::sqrt(ss));
@@ -238,12 +288,12 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       // This rank's share of the sum of squares (summing all-reduces over
       // its groups follow): with a sharded optimizer its parameters'
       // segments of its shard of each bucket (of the whole bucket, or of the
-      // gradient shard, whose padding is not zero), with tensor parallelism
-      // the gradients every rank of the group holds 1/tensor_parallel each.
+      // gradient shard, whose padding is not zero), each gradient that other
+      // ranks of the replica hold as well counted 1/copies.
       double ss = 0;
       for (int pi : a.params) {
         const ParamInfo& p = program->params[size_t(pi)];
-        const double weight = a.tensor_parallel > 1 && p.split_dim < 0 ? 1.0 / double(a.tensor_parallel) : 1.0;
+        const double weight = 1.0 / double(p.copies);
         if (a.shards == 0) {
           ss += weight * sumOfSquares(io.in(p.grad), io.elements(p.grad));
           continue;
@@ -262,7 +312,7 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
     }
     case OpKind::AdamW: {
       const auto& tr = plan.job.training;
-      const bool squared = a.shards > 0 || a.tensor_parallel > 1;  // the norm buffer holds a sum of squares
+      const bool squared = a.shards > 0 || a.norm_squared;  // the norm buffer holds a sum of squares
       const float norm = squared ? std::sqrt(io.in(R[1])[0]) : io.in(R[1])[0];
       const float scale = (tr.grad_clip > 0 && norm > tr.grad_clip) ? float(tr.grad_clip / (norm + 1e-6)) : 1.0f;
       const float lr = float(learningRate(tr, step));
@@ -314,17 +364,19 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
 // sample addressing.
 void CpuExecutor::Impl::gatheredEmbeddingBackward(int rank, const Task& t, int step, TaskBuffers& io) {
   const auto& a = t.attrs;
+  const RankPlan* program = &programOf(rank);
+  const JobSpec& job = plan.job;
   const int world = int(a.shards);
-  const int tp = plan.job.parallel.tensor_parallel;  // data-parallel peers are tp ranks apart
   const int64_t n = a.b * a.t, C = a.c;
   std::vector<int32_t> tokens(static_cast<size_t>(world * n)), targets(static_cast<size_t>(n));
-  for (int r = 0; r < world; ++r)
-    fillMicroBatch(*data, plan.job, step, t.micro_batch, r * tp, tokens.data() + r * n, targets.data());
+  for (int r = 0; r < world; ++r)  // the data-parallel peers' samples
+    fillMicroBatch(*data, job, step, t.micro_batch, job.rankAt(job.pipelineStage(rank), r, job.tensorParallelPlace(rank)),
+                   tokens.data() + r * n, targets.data());
   const Buffer& wte = program->buffers[t.writes[0]];
   const Buffer& wpe = program->buffers[t.writes[1]];
   if (wte.parent < 0 || wte.parent != wpe.parent)
     throw std::logic_error(t.name + ": gathered embedding gradients must share one bucket");
-  const ShardRange shard = shardOf(rank / tp, world, program->buffers[wte.parent].elementCount());
+  const ShardRange shard = shardOf(job.dataParallelRank(rank), world, program->buffers[wte.parent].elementCount());
   const int64_t wte_at = wte.parent_offset / dtypeSize(wte.dtype);
   const int64_t wpe_at = wpe.parent_offset / dtypeSize(wpe.dtype);
   auto mine = [&](int64_t element) { return element >= shard.begin && element < shard.end; };
@@ -346,6 +398,7 @@ void CpuExecutor::Impl::gatheredEmbeddingBackward(int rank, const Task& t, int s
 }
 
 void CpuExecutor::Impl::runRank(int rank, int step, bool with_optimizer, bool only_gathers, bool only_updates) {
+  const RankPlan* program = &programOf(rank);
   TaskBuffers io(arenas[rank].data(), *program);
   for (const Task& t : program->tasks) {
     // The previous step's update belongs to that step: it runs whenever one
@@ -391,14 +444,16 @@ StepResult CpuExecutor::Impl::runStep(bool with_optimizer) {
   onEveryRank([&](int r) { runRank(r, step, with_optimizer); });
   StepResult res;
   res.step = step;
-  // The ranks of a tensor-parallel group compute the same loss: one counts.
+  // The ranks of a tensor-parallel group compute the same loss: one counts
+  // (only the last pipeline stage computes it).
   double total = 0;
   for (int r = 0; r < plan.world_size; r += plan.job.parallel.tensor_parallel) total += loss_sums[size_t(r)];
+  const RankPlan* program = &programOf(0);
   res.loss = total / double(plan.job.tokensPerStep());
   for (const Task& t : program->tasks)
     if (t.op == OpKind::GradNorm) {
       const float v = loadAsFloat(arenas[0].data(), program->buffers[t.writes[0]])[0];
-      res.grad_norm = t.attrs.shards > 0 || t.attrs.tensor_parallel > 1 ? std::sqrt(v) : v;
+      res.grad_norm = t.attrs.shards > 0 || t.attrs.norm_squared ? std::sqrt(v) : v;
     }
   res.lr = learningRate(plan.job.training, step);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -424,7 +479,8 @@ void CpuExecutor::gatherParameters() {
 }
 
 std::vector<float> CpuExecutor::parameterValues(int rank, int param) const {
-  const RankPlan& program = *impl_->program;
+  const RankPlan& program = impl_->programOf(rank);
+  const JobSpec& job = impl_->plan.job;
   const ParamInfo& p = program.params.at(size_t(param));
   const GradBucket& bucket = program.buckets.at(size_t(p.bucket));
   if (bucket.param_shard < 0) return readBuffer(rank, p.param);
@@ -433,12 +489,13 @@ std::vector<float> CpuExecutor::parameterValues(int rank, int param) const {
   // at rank's tensor-parallel place (hybrid sharding: every group holds
   // them all).
   std::vector<float> out(size_t(program.buffers.at(size_t(p.param)).elementCount()));
-  const int world = shardCount(impl_->plan.job), tp = impl_->plan.job.parallel.tensor_parallel;
+  const int world = shardCount(job);
   for (int r = 0; r < world; ++r) {
     const ShardSegment seg =
         segmentInShard(program, p, shardOf(r, world, program.buffers.at(size_t(bucket.buffer)).elementCount()));
     if (seg.to <= seg.from) continue;
-    const std::vector<float> shard = readBuffer(r * tp + rank % tp, bucket.param_shard);
+    const std::vector<float> shard =
+        readBuffer(job.rankAt(job.pipelineStage(rank), r, job.tensorParallelPlace(rank)), bucket.param_shard);
     std::copy(shard.begin() + seg.shard_offset, shard.begin() + seg.shard_offset + (seg.to - seg.from),
               out.begin() + seg.from);
   }
@@ -446,11 +503,11 @@ std::vector<float> CpuExecutor::parameterValues(int rank, int param) const {
 }
 
 std::vector<float> CpuExecutor::readBuffer(int rank, int buffer) const {
-  return loadAsFloat(impl_->arenas.at(rank).data(), impl_->program->buffers.at(buffer));
+  return loadAsFloat(impl_->arenas.at(rank).data(), impl_->programOf(rank).buffers.at(buffer));
 }
 
 void CpuExecutor::writeBuffer(int rank, int buffer, const std::vector<float>& values) {
-  const Buffer& b = impl_->program->buffers.at(buffer);
+  const Buffer& b = impl_->programOf(rank).buffers.at(buffer);
   if (int64_t(values.size()) != b.elementCount())
     throw std::invalid_argument(fmt::format("writeBuffer: {} expects {} values, got {}", b.name,
                                             b.elementCount(), values.size()));

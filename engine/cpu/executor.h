@@ -42,9 +42,9 @@ class CpuExecutor {
   // otherwise, or when already applied.
   void finishOptimizer();
 
-  // The current values of parameter `param` (an index into the program's
-  // params) as rank `rank` holds them: its buffer, or with sharded
-  // parameters, the parts of every rank's shard (whatever `rank`).
+  // The current values of parameter `param` (an index into the params of
+  // rank `rank`'s program) as rank `rank` holds them: its buffer, or with
+  // sharded parameters, the parts of its data-parallel peers' shards.
   std::vector<float> parameterValues(int rank, int param) const;
 
   // The values of a buffer of one rank, converted to float.

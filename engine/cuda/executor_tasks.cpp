@@ -189,6 +189,10 @@ void CudaExecutor::Impl::enqueueTask(int index) {
         comm->allGatherInPlace(ptr(R[0]), shard, dt(R[0]), s, "'" + t.name + "'");
       break;
     }
+    case OpKind::Send:
+    case OpKind::Recv:  // refused with the plan (pipeline stages are several programs)
+      throw CudaError(fmt::format("cuda executor: {}: send/receive between pipeline stages is not run on GPUs",
+                                  t.name));
     case OpKind::GradNorm: {
       const Table& tb = tables.at(index);
       gradNorm(static_cast<float*>(ptr(W[0])), tb.slots, tb.num_slots, tb.chunks, tb.partials,

@@ -225,3 +225,32 @@ TEST_CASE("tandem train reaches the synthetic data's entropy on the tiny job", "
   CHECK(gap < 0.05);
   CHECK(gap > -0.05);  // below the entropy would mean the loss is measured wrong
 }
+
+TEST_CASE("tandem train runs pipeline and tensor parallel jobs; tandem run refuses them on one line",
+          "[cli][train][pp][tp]") {
+  // The tiny job's 2 blocks in 2 stages of 2-way tensor parallelism, 4
+  // micro-batches: the same losses as on one rank.
+  const Result one = runTandem("train tiny --backend cpu --steps 4 --set training.grad_accum=4");
+  const Result split = runTandem(
+      "train tiny --backend cpu --steps 4 --set training.grad_accum=4 --set parallel.pipeline_parallel=2 "
+      "--set parallel.tensor_parallel=2");
+  INFO(one.out << one.err << split.out << split.err);
+  REQUIRE(one.exit_code == 0);
+  REQUIRE(split.exit_code == 0);
+  CHECK_THAT(split.out, Catch::Contains("4 ranks"));
+  auto lastLoss = [](const std::string& out) {
+    const auto pos = out.find("step     4/4  loss ");
+    REQUIRE(pos != std::string::npos);
+    return out.substr(pos + 19, 6);
+  };
+  CHECK(lastLoss(split.out) == lastLoss(one.out));
+
+  const Result run = runTandem("run tiny --set parallel.pipeline_parallel=2");
+  INFO(run.err);
+  CHECK(run.exit_code != 0);
+  CHECK(run.out.empty());
+  const bool refused = run.err.find("does not run tensor or pipeline parallelism") != std::string::npos ||
+                       run.err.find("built without CUDA support") != std::string::npos;
+  CHECK(refused);
+  CHECK(std::count(run.err.begin(), run.err.end(), '\n') == 1);
+}

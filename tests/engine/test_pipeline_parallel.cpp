@@ -1,0 +1,216 @@
+// Pipeline parallelism (engine/pass_pipeline.h) against the CPU reference
+// executor as the oracle: the stages together must train as the whole
+// model on one rank per replica.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+
+#include "engine/cpu/executor.h"
+#include "engine/job.h"
+#include "engine/plan_json.h"
+#include "engine/planner.h"
+#include "test_jobs.h"
+
+using namespace tandem;
+
+namespace {
+
+double relativeDifference(const std::vector<float>& a, const std::vector<float>& ref) {
+  REQUIRE(a.size() == ref.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
+    norm += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+// Four blocks, so that 2 and 4 stages split them; 4 heads for tensor parallelism.
+JobSpec stagedJob(int dp, int accum) {
+  JobSpec j = test::microJob(2, dp, accum);
+  j.model.layers = 4;
+  j.model.heads = 4;
+  j.model.vocab = 64;
+  j.training.eps = 1e-6;  // see forWeightComparison in test_executor.cpp
+  return j;
+}
+
+struct PpCase {
+  int pp = 2;
+  int accum = 1;
+  int dp = 1;
+  int tp = 1;
+  Precision prec = Precision::FP32;
+  RecomputePolicy recompute = RecomputePolicy::None;
+  bool shard_optimizer = false;
+  bool tied = true;
+  bool fuse_bias_gradients = false;
+  int lm_head_chunks = 1;
+  bool weight_gradient_stream = true;
+
+  std::string describe() const {
+    return "pp " + std::to_string(pp) + " accumulation " + std::to_string(accum) + " dp " + std::to_string(dp) +
+           " tp " + std::to_string(tp) + " " + std::string(toString(prec)) + " recompute " +
+           std::string(toString(recompute)) + (shard_optimizer ? " ZeRO-1" : "") + (tied ? "" : " untied") +
+           (fuse_bias_gradients ? " bias gradients fused" : "") +
+           (lm_head_chunks > 1 ? " LM head in groups" : "") + (weight_gradient_stream ? "" : " one compute stream");
+  }
+};
+
+// Every rank's value of every parameter it holds (or its gradient) by name,
+// against the reference rank at the same replica and place.
+void requireStagesMatch(const cpu::CpuExecutor& staged, const cpu::CpuExecutor& whole, bool grad, double tolerance,
+                        const std::string& what) {
+  const Plan& sp = staged.plan();
+  const JobSpec& job = sp.job;
+  for (int rank = 0; rank < sp.world_size; ++rank) {
+    const RankPlan& mine = sp.forRank(rank);
+    const int ref_rank = job.dataParallelRank(rank) * job.parallel.tensor_parallel + job.tensorParallelPlace(rank);
+    const RankPlan& ref = whole.plan().forRank(ref_rank);
+    for (size_t i = 0; i < mine.params.size(); ++i) {
+      const ParamInfo& p = mine.params[i];
+      const auto it = std::find_if(ref.params.begin(), ref.params.end(),
+                                   [&](const ParamInfo& r) { return r.name == p.name; });
+      REQUIRE(it != ref.params.end());
+      const int ref_index = int(it - ref.params.begin());
+      const std::vector<float> got = grad ? staged.readBuffer(rank, p.grad) : staged.parameterValues(rank, int(i));
+      const std::vector<float> want =
+          grad ? whole.readBuffer(ref_rank, it->grad) : whole.parameterValues(ref_rank, ref_index);
+      INFO(what << (grad ? " gradient of " : " ") << p.name << " on rank " << rank << " (stage "
+                << job.pipelineStage(rank) << ")");
+      CHECK(relativeDifference(got, want) <= tolerance);
+    }
+  }
+}
+
+void requirePipelineMatches(const PpCase& c) {
+  JobSpec whole = stagedJob(c.dp, c.accum);
+  whole.parallel.tensor_parallel = c.tp;
+  whole.training.precision = c.prec;
+  whole.recompute.policy = c.recompute;
+  whole.parallel.shard_optimizer = c.shard_optimizer;
+  whole.model.tied_embeddings = c.tied;
+  whole.schedule.fuse_bias_gradients = c.fuse_bias_gradients;
+  whole.schedule.lm_head_chunks = c.lm_head_chunks;
+  whole.schedule.weight_gradient_stream = c.weight_gradient_stream;
+  JobSpec staged = whole;
+  staged.parallel.pipeline_parallel = c.pp;
+  cpu::CpuExecutor a(buildPlan(whole));
+  cpu::CpuExecutor b(buildPlan(staged));
+  const std::string what = c.describe();
+  INFO(what);
+  REQUIRE(b.plan().programs.size() == size_t(c.pp));
+  REQUIRE(b.plan().world_size == c.pp * c.dp * c.tp);
+  // bf16: the tied embedding's two gradients are rounded before their sum.
+  const bool bf16 = c.prec == Precision::BF16;
+  if (!c.shard_optimizer) {  // sharded, no rank holds a whole reduced bucket
+    a.computeGradients();
+    b.computeGradients();
+    requireStagesMatch(b, a, /*grad=*/true, bf16 ? 2e-2 : 1e-5, what);
+  }
+  for (int step = 0; step < 3; ++step) {
+    const cpu::StepResult ra = a.step(), rb = b.step();
+    INFO("step " << step);
+    CHECK(rb.loss == Approx(ra.loss).epsilon(bf16 ? 2e-3 : 1e-6));
+    CHECK(rb.grad_norm == Approx(ra.grad_norm).epsilon(bf16 ? 2e-2 : 1e-5));
+  }
+  a.gatherParameters();
+  b.gatherParameters();
+  // bf16: see test_tensor_parallel.cpp (Adam's first steps on biases).
+  requireStagesMatch(b, a, /*grad=*/false, bf16 ? 8e-2 : 1e-5, what);
+}
+
+}  // namespace
+
+TEST_CASE("Pipeline stages train as the whole model", "[executor][pp]") {
+  // Fewer micro-batches than stages (all bubble), as many, more.
+  for (int accum : {1, 2, 4}) requirePipelineMatches({2, accum});
+  requirePipelineMatches({4, 3});
+  requirePipelineMatches({4, 8, 1, 1, Precision::FP32, RecomputePolicy::Full});
+  requirePipelineMatches({2, 2, 1, 1, Precision::FP32, RecomputePolicy::Selective});
+  // With data and tensor parallelism, a sharded optimizer.
+  requirePipelineMatches({2, 2, 2});
+  requirePipelineMatches({2, 3, 1, 2});
+  requirePipelineMatches({2, 2, 2, 2});
+  PpCase zero1{2, 2, 2};
+  zero1.shard_optimizer = true;
+  requirePipelineMatches(zero1);
+  requirePipelineMatches({2, 2, 1, 1, Precision::BF16});
+  // Untied embeddings: no copy; schedule options.
+  PpCase untied{4, 4};
+  untied.tied = false;
+  requirePipelineMatches(untied);
+  PpCase options{2, 2};
+  options.fuse_bias_gradients = true;
+  options.lm_head_chunks = 2;
+  requirePipelineMatches(options);
+  options.fuse_bias_gradients = false;
+  options.lm_head_chunks = 1;
+  options.weight_gradient_stream = false;
+  requirePipelineMatches(options);
+}
+
+TEST_CASE("Pipeline plans: one program per stage, 1F1B order, transfers on their own streams", "[planner][pp]") {
+  JobSpec job = stagedJob(2, 8);
+  job.parallel.pipeline_parallel = 4;
+  const Plan plan = buildPlan(job);
+  REQUIRE(plan.world_size == 8);
+  REQUIRE(plan.programs.size() == 4);
+  for (int s = 0; s < 4; ++s) {
+    INFO("stage " << s);
+    const RankPlan& rp = plan.programs[size_t(s)];
+    CHECK(rp.ranks == std::vector<int>{2 * s, 2 * s + 1});
+    // The stage's blocks only; the embedding on the first, the head on the last.
+    std::set<int> layers;
+    for (const Task& t : rp.tasks)
+      if (t.layer >= 0) layers.insert(t.layer);
+    CHECK(layers == std::set<int>{s});
+    auto has = [&](OpKind op) {
+      return std::any_of(rp.tasks.begin(), rp.tasks.end(), [&](const Task& t) { return t.op == op; });
+    };
+    CHECK(has(OpKind::Embedding) == (s == 0));
+    CHECK(has(OpKind::CrossEntropy) == (s == 3));
+    // Transfers: per micro-batch one forward receive and one backward send
+    // after the first stage, one forward send and one backward receive
+    // before the last; sends and receives on streams of their own.
+    auto count = [&](OpKind op) {
+      return std::count_if(rp.tasks.begin(), rp.tasks.end(), [&](const Task& t) { return t.op == op; });
+    };
+    CHECK(count(OpKind::Recv) == 8 * ((s > 0) + (s < 3)));
+    CHECK(count(OpKind::Send) == 8 * ((s > 0) + (s < 3)));
+    for (const Task& t : rp.tasks)
+      if (t.op == OpKind::Send || t.op == OpKind::Recv) {
+        INFO(t.name);
+        CHECK(t.kind == TaskKind::SendRecv);
+        CHECK(rp.streams.at(size_t(t.stream)).name == (t.op == OpKind::Send ? "comm.send" : "comm.recv"));
+      }
+    // 1F1B: 3 - s forwards before the first backward, then alternating.
+    std::string order;
+    for (const Task& t : rp.tasks)
+      if (t.layer == s && (t.name.find(".ln1.fwd.") != std::string::npos ||
+                           t.name.find(".ln1.bwd.") != std::string::npos))
+        order += t.phase == Phase::Forward ? 'F' : 'B';
+    const std::string expected[] = {"FFFFBFBFBFBFBBBB", "FFFBFBFBFBFBFBBB", "FFBFBFBFBFBFBFBB", "FBFBFBFBFBFBFBFB"};
+    CHECK(order == expected[s]);
+  }
+  // Groups: each boundary's pairs, every stage's ranks at one place, the
+  // tied embedding's two stages.
+  std::map<std::string, std::vector<std::vector<int>>> groups;
+  for (const ProcessGroup& g : plan.groups) groups[g.name].push_back(g.ranks);
+  CHECK(groups["pp0"] == std::vector<std::vector<int>>{{0, 2}, {1, 3}});
+  CHECK(groups["pp2"] == std::vector<std::vector<int>>{{4, 6}, {5, 7}});
+  CHECK(groups["pipe"] == std::vector<std::vector<int>>{{0, 2, 4, 6}, {1, 3, 5, 7}});
+  CHECK(groups["embed"] == std::vector<std::vector<int>>{{0, 6}, {1, 7}});
+  CHECK(groups["dp"].size() == 4);
+  // The first stage keeps the activations of more micro-batches at once.
+  CHECK(plan.programs[0].memory.activation_peak_bytes > plan.programs[3].memory.activation_peak_bytes);
+  // The model is counted once (the last stage's embedding copy is not another).
+  JobSpec one = job;
+  one.parallel.pipeline_parallel = 1;
+  CHECK(plan.summary.parameters == buildPlan(one).summary.parameters);
+  CHECK(planFromJson(planToJson(plan)) == plan);
+}
