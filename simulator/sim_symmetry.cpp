@@ -5,9 +5,17 @@
 // the same kind of place in the machine (same number of the program's ranks
 // per host, same total link bandwidth out of and into the device), and every
 // process group holds ranks of a single program, so a collective's members
-// all reach it at the same time as their representative.
+// all reach it at the same time as their representative. A group may span
+// programs (pipeline stages) when its ranks hold the same place in their
+// programs' rank lists: the group at the first place joins the programs'
+// representatives (the lowest ranks), and each other such group is the same
+// exchange between the ranks that representatives stand for. Such a
+// group's transfers are simulated for the representatives' group only: the
+// others' flows, which would share links with them only where ranks at
+// different places share one, are not.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -18,10 +26,16 @@ namespace tandem::sim {
 std::string symmetryProblem(const Plan& plan, const Topology& topo, const std::vector<int>& rank_device) {
   const int world = plan.world_size;
   if (int(rank_device.size()) != world) return "the rank-to-device map does not cover the world";
-  std::vector<int> program(size_t(world), -1);
-  for (int p = 0; p < int(plan.programs.size()); ++p)
-    for (int r : plan.programs[size_t(p)].ranks)
-      if (r >= 0 && r < world) program[size_t(r)] = p;
+  std::vector<int> program(size_t(world), -1), place(size_t(world), -1);
+  for (int p = 0; p < int(plan.programs.size()); ++p) {
+    std::vector<int> ranks = plan.programs[size_t(p)].ranks;
+    std::sort(ranks.begin(), ranks.end());
+    for (size_t i = 0; i < ranks.size(); ++i)
+      if (ranks[i] >= 0 && ranks[i] < world) {
+        program[size_t(ranks[i])] = p;
+        place[size_t(ranks[i])] = int(i);
+      }
+  }
 
   std::vector<double> out_gbps(size_t(topo.nodeCount()), 0), in_gbps(size_t(topo.nodeCount()), 0);
   for (const Link& l : topo.links) {
@@ -56,14 +70,17 @@ std::string symmetryProblem(const Plan& plan, const Topology& topo, const std::v
                std::to_string(per_host.begin()->first);
   }
   for (const ProcessGroup& g : plan.groups) {
-    int p0 = -2;
-    for (int r : g.ranks) {
+    for (int r : g.ranks)
       if (r < 0 || r >= world) return "group '" + g.name + "' names rank " + std::to_string(r) + " outside the world";
-      if (p0 == -2) p0 = program[size_t(r)];
-      if (program[size_t(r)] != p0)
-        return "group '" + g.name + "' mixes ranks of different programs (" + std::to_string(g.ranks.front()) +
-               " and " + std::to_string(r) + ")";
-    }
+    if (g.ranks.empty()) continue;
+    const int first = g.ranks.front();
+    const bool spans = std::any_of(g.ranks.begin(), g.ranks.end(),
+                                   [&](int r) { return program[size_t(r)] != program[size_t(first)]; });
+    if (!spans) continue;
+    for (int r : g.ranks)
+      if (place[size_t(r)] != place[size_t(first)])
+        return "group '" + g.name + "' mixes ranks of different programs at different places in them (" +
+               std::to_string(first) + " and " + std::to_string(r) + ")";
   }
   return {};
 }
