@@ -60,6 +60,12 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
                      "(Megatron-style tensor parallelism); the job then takes data-parallel x tensor-parallel "
                      "GPUs. Must divide the heads and the MLP width"));
   form->addRow(tr("tensor-parallel size"), tp_);
+  pp_ = new QSpinBox(this);
+  pp_->setRange(1, 256);
+  pp_->setValue(job.parallel.pipeline_parallel);
+  pp_->setToolTip(tr("Split the blocks into this many pipeline stages on GPUs of their own (1F1B); the gradient "
+                     "accumulation is the number of micro-batches in flight. Must divide the layers"));
+  form->addRow(tr("pipeline stages"), pp_);
   sharding_ = new QComboBox(this);
   sharding_->addItems({tr("none"), tr("optimizer (ZeRO-1)"), tr("parameters and optimizer (ZeRO-3)")});
   sharding_->setCurrentIndex(int(job.parallel.shard_parameters   ? Sharding::Parameters
@@ -160,6 +166,7 @@ void WhatIfDialog::applyFittingChoice(int index) {
 }
 void WhatIfDialog::setDataParallel(int n) { dp_->setValue(n); }
 void WhatIfDialog::setTensorParallel(int n) { tp_->setValue(n); }
+void WhatIfDialog::setPipelineParallel(int n) { pp_->setValue(n); }
 void WhatIfDialog::setSharding(Sharding sharding) { sharding_->setCurrentIndex(int(sharding)); }
 void WhatIfDialog::setShardGroupSize(int ranks) { shard_group_->setValue(ranks); }
 void WhatIfDialog::setMicroBatch(int n) { micro_batch_->setValue(n); }
@@ -180,6 +187,7 @@ WhatIfRequest WhatIfDialog::request() const {
   r.overrides = {
       "parallel.data_parallel=" + std::to_string(dp_->value()),
       "parallel.tensor_parallel=" + std::to_string(tp_->value()),
+      "parallel.pipeline_parallel=" + std::to_string(pp_->value()),
       "training.micro_batch=" + std::to_string(micro_batch_->value()),
       "training.grad_accum=" + std::to_string(accum_->value()),
       "comm.bucket_mib=" + QString::number(bucket_->value()).toStdString(),
@@ -199,7 +207,8 @@ WhatIfRequest WhatIfDialog::request() const {
     sharded = shard_group > 0 && shard_group < dp_->value() ? ", ZeRO-3 in groups of " + std::to_string(shard_group)
                                                             : std::string(", ZeRO-3");
   r.run_name = "what-if: dp " + std::to_string(dp_->value()) +
-               (tp_->value() > 1 ? " x tp " + std::to_string(tp_->value()) : std::string()) + ", mb " + std::to_string(micro_batch_->value()) +
+               (tp_->value() > 1 ? " x tp " + std::to_string(tp_->value()) : std::string()) +
+               (pp_->value() > 1 ? " x pp " + std::to_string(pp_->value()) : std::string()) + ", mb " + std::to_string(micro_batch_->value()) +
                ", accum " + std::to_string(accum_->value()) + ", recompute " + recompute_->currentText().toStdString() +
                (lm_head_chunks_->value() > 1 ? ", LM head in " + std::to_string(lm_head_chunks_->value()) + " groups"
                                              : std::string()) +

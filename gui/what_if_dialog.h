@@ -1,6 +1,6 @@
 #pragma once
 // What-if dialog: choose topology (preset or file), calibration (none, a
-// committed one or a file), data- and tensor-parallel sizes, what the ranks shard
+// committed one or a file), data-, tensor- and pipeline-parallel sizes, what the ranks shard
 // (nothing, the optimizer: ZeRO-1, or the parameters too: ZeRO-3),
 // micro-batch, gradient accumulation, bucket size, recompute policy and the
 // LM head's groups of tokens (schedule.lm_head_chunks) for a run's job;
@@ -40,6 +40,9 @@ class WhatIfDialog : public QDialog {
   void setDataParallel(int n);
   // Ranks each replica's blocks are split over (parallel.tensor_parallel).
   void setTensorParallel(int n);
+  // Pipeline stages (parallel.pipeline_parallel); the micro-batches in
+  // flight are the gradient accumulation.
+  void setPipelineParallel(int n);
   enum class Sharding { None, Optimizer, Parameters };
   void setSharding(Sharding sharding);
   // With the parameters sharded: ranks per shard group (0: every rank;
@@ -74,6 +77,7 @@ class WhatIfDialog : public QDialog {
   QComboBox* calibration_ = nullptr;
   QSpinBox* dp_ = nullptr;
   QSpinBox* tp_ = nullptr;
+  QSpinBox* pp_ = nullptr;
   QComboBox* sharding_ = nullptr;  // items in Sharding's order
   QSpinBox* shard_group_ = nullptr;
   QSpinBox* micro_batch_ = nullptr;

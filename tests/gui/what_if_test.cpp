@@ -305,6 +305,21 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   CHECK(refused.at(0).at(0).toString().contains("tensor_parallel 5 does not divide model.heads 12"));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
   dialog.setTensorParallel(1);
+  // Pipeline: 2 replicas of 4 stages (GPT-2's 12 blocks, 3 per stage), 8
+  // micro-batches in flight.
+  CHECK(has("parallel.pipeline_parallel=1"));
+  dialog.setDataParallel(2);
+  dialog.setPipelineParallel(4);
+  dialog.setGradAccum(8);
+  CHECK(has("parallel.pipeline_parallel=4"));
+  CHECK_THAT(dialog.request().run_name, Catch::Contains("dp 2 x pp 4,"));
+  QSignalSpy staged(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(staged.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  CHECK(dialog.statusText().startsWith("New run"));
+  dialog.setPipelineParallel(1);
+  dialog.setGradAccum(1);
   dialog.setDataParallel(8);
 
   QSignalSpy failed(&dialog, &WhatIfDialog::failed);
