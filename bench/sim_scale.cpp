@@ -1,7 +1,9 @@
 // bench_sim_scale: how the simulator's cost grows with the GPU count.
 //
-// GPT-2 1.5B (resources/jobs/gpt2-1.5b.yaml) data parallel over N GPUs of
-// <N/8>xdgx-h100 clusters (8 rails of 400 Gb/s InfiniBand, fat tree). For each
+// GPT-2 1.5B (resources/jobs/gpt2-1.5b.yaml, or the built-in job --job
+// names) data parallel over N GPUs of <N/8>xdgx-h100 clusters (8 rails of
+// 400 Gb/s InfiniBand, fat tree); with tensor or pipeline parallelism set
+// (--set parallel.tensor_parallel=8 ...), N / (tensor x pipeline) replicas. For each
 // N it plans the job once, then simulates one step with one representative
 // rank (symmetric mode) and, up to --full-max GPUs, with every rank simulated.
 // Prints one JSON line per (N, mode): wall seconds of the simulation (plan
@@ -13,7 +15,7 @@
 // two builds can be checked to simulate identically.
 //
 //   bench_sim_scale [--sizes 64,256,1024,4096] [--full-max 1024] [--repeat 1]
-//                   [--set key=value]... [--inter-host-tree] [--extra-gpus K]
+//                   [--job NAME] [--set key=value]... [--inter-host-tree] [--extra-gpus K]
 //
 // --set overrides job fields (e.g. comm.bucket_mib=5); --inter-host-tree
 // turns on trees between the rails; --extra-gpus K adds K GPUs to
@@ -26,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -123,28 +126,40 @@ int main(int argc, char** argv) {
   int repeat = 1;
   int extra = 0;
   bool inter_host_tree = false;
+  std::string job_name = "gpt2-1.5b";
   std::vector<std::string> overrides;
   tandem::bench::ArgReader args(
       "bench_sim_scale",
-      "[--sizes 64,256,1024,4096] [--full-max N] [--repeat K] [--set k=v]... [--inter-host-tree] [--extra-gpus K]",
+      "[--sizes 64,256,1024,4096] [--full-max N] [--repeat K] [--job NAME] [--set k=v]... [--inter-host-tree] "
+      "[--extra-gpus K]",
       argc, argv);
   while (args.next()) {
     if (args.is("--inter-host-tree")) inter_host_tree = true;
     else if (args.is("--sizes")) sizes = parseSizes(args);
     else if (args.is("--set")) overrides.push_back(args.text());
+    else if (args.is("--job")) job_name = args.text();
     else if (args.is("--extra-gpus")) extra = int(args.integer(0, 1000000));
     else if (args.is("--full-max")) full_max = int(args.integer(0, 1000000));
     else if (args.is("--repeat")) repeat = int(args.integer(1, 1000));
     else args.unknown();
   }
   try {
-    const std::string job_text(builtinJobText("gpt2-1.5b"));
+    const std::string job_text(builtinJobText(job_name));
+    if (job_text.empty()) throw std::runtime_error("--job: no built-in job named '" + job_name + "'");
+    const std::string source = job_name + ".yaml";
+    // GPUs per replica: its tensor-parallel group in each pipeline stage.
+    std::vector<std::string> probe_sets = overrides;
+    probe_sets.push_back("parallel.data_parallel=1");
+    const JobSpec probe = parseJob(job_text, source, probe_sets);
+    const int per_replica = probe.parallel.tensor_parallel * probe.parallel.pipeline_parallel;
     for (int n : sizes) {
       const int gpus = n + extra;
+      if (gpus % per_replica != 0)
+        throw std::runtime_error(fmt::format("{} GPUs do not hold whole replicas of {} GPUs", gpus, per_replica));
       auto t0 = std::chrono::steady_clock::now();
       std::vector<std::string> sets = overrides;
-      sets.push_back("parallel.data_parallel=" + std::to_string(gpus));
-      const JobSpec job = parseJob(job_text, "gpt2-1.5b.yaml", sets);
+      sets.push_back("parallel.data_parallel=" + std::to_string(gpus / per_replica));
+      const JobSpec job = parseJob(job_text, source, sets);
       const Plan plan = buildPlan(job);
       const double plan_s = secondsSince(t0);
       t0 = std::chrono::steady_clock::now();
