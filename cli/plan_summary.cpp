@@ -21,6 +21,15 @@ std::string shardingNote(const Plan& plan) {
   return "";
 }
 
+// "6" for an even split, "5, 6, 6, 7" otherwise.
+std::string stageBlocks(const JobSpec& job) {
+  const auto& split = job.parallel.pipeline_layers;
+  if (split.empty()) return std::to_string(job.model.layers / job.parallel.pipeline_parallel);
+  std::string s;
+  for (int n : split) s += (s.empty() ? "" : ", ") + std::to_string(n);
+  return s;
+}
+
 }  // namespace
 
 std::string planSummaryText(const Plan& plan) {
@@ -44,7 +53,7 @@ std::string planSummaryText(const Plan& plan) {
                      plan.world_size, job.parallel.data_parallel, tp, pp,
                      tp > 1 ? fmt::format("; each block's heads and MLP split over {} consecutive ranks", tp) : "",
                      pp > 1 ? fmt::format("; {} stages of {} blocks, 1F1B over {} micro-batches", pp,
-                                          m.layers / pp, t.grad_accum)
+                                          stageBlocks(job), t.grad_accum)
                             : ""));
   if (pp > 1) {
     std::string stages;

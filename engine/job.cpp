@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -387,6 +388,15 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        [&](const YAML::Node& v, const std::string& p) {
          job.parallel.pipeline_parallel = r.readInt(v, p, 1, "integers >= 1 dividing model.layers");
        }},
+      {"pipeline_layers",
+       [&](const YAML::Node& v, const std::string& p) {
+         const std::string allowed = "a list of blocks per stage (integers >= 1), or [] for an even split";
+         job.parallel.pipeline_layers.clear();
+         if (v.IsNull()) return;
+         if (!v.IsSequence()) r.fail(p, "expected a list, got " + describe(v), allowed);
+         for (size_t i = 0; i < v.size(); ++i)
+           job.parallel.pipeline_layers.push_back(r.readInt(v[i], p + "[" + std::to_string(i) + "]", 1, allowed));
+       }},
       {"shard_optimizer",
        [&](const YAML::Node& v, const std::string& p) {
          job.parallel.shard_optimizer = r.readBool(v, p);
@@ -642,12 +652,24 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
                  std::to_string(m.mlpHidden()) + " (model.hidden x model.mlp_ratio)",
              "integers >= 1 dividing model.heads and the MLP width");
   }
+  if (const auto& split = job.parallel.pipeline_layers; !split.empty()) {
+    const int64_t sum = std::accumulate(split.begin(), split.end(), int64_t(0));
+    if (int(split.size()) != job.parallel.pipeline_parallel)
+      r.fail(pick("parallel.pipeline_layers", "parallel.pipeline_parallel"),
+             std::to_string(split.size()) + " stages listed for pipeline_parallel " +
+                 std::to_string(job.parallel.pipeline_parallel),
+             "one block count per stage, or [] for an even split");
+    else if (sum != m.layers)
+      r.fail(pick("parallel.pipeline_layers", "model.layers"),
+             "the stages' blocks add up to " + std::to_string(sum) + ", the model has " + std::to_string(m.layers),
+             "block counts summing to model.layers, or [] for an even split");
+  }
   if (const int pp = job.parallel.pipeline_parallel; pp > 1) {
-    if (m.layers % pp != 0)
+    if (job.parallel.pipeline_layers.empty() && m.layers % pp != 0)
       r.fail(pick("parallel.pipeline_parallel", "model.layers"),
              "pipeline_parallel " + std::to_string(pp) + " does not divide model.layers " + std::to_string(m.layers) +
-                 " (every stage holds as many blocks)",
-             "integers >= 1 dividing model.layers");
+                 " (every stage holds as many blocks; parallel.pipeline_layers splits them unevenly)",
+             "integers >= 1 dividing model.layers, or parallel.pipeline_layers");
     // What the pipeline schedule does not plan yet: each is refused at its field.
     const std::pair<bool, const char*> unsupported[] = {
         {job.parallel.shard_parameters, "parallel.shard_parameters"},

@@ -73,6 +73,11 @@ struct ParallelSpec {
   // (engine/pass_pipeline.h). The world is data_parallel x tensor_parallel
   // x pipeline_parallel ranks, the stage slowest in the numbering.
   int pipeline_parallel = 1;
+  // Blocks per stage, first stage first (summing to model.layers); empty:
+  // an even split. The first stage also runs the embedding and the last
+  // the LM head and the loss, so giving those stages fewer blocks evens
+  // the stages' work.
+  std::vector<int> pipeline_layers;
   // ZeRO stage 1: each data-parallel rank keeps the optimizer's work for
   // 1/data_parallel of every gradient bucket (reduce-scatter, AdamW on the
   // shard, all-gather of the updated parameters) instead of all-reducing

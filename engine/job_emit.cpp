@@ -108,6 +108,9 @@ std::string jobToYaml(const JobSpec& job) {
   field("data_parallel", integer(job.parallel.data_parallel));
   field("tensor_parallel", integer(job.parallel.tensor_parallel));
   field("pipeline_parallel", integer(job.parallel.pipeline_parallel));
+  std::string stage_layers;
+  for (int n : job.parallel.pipeline_layers) stage_layers += (stage_layers.empty() ? "" : ", ") + integer(n);
+  field("pipeline_layers", "[" + stage_layers + "]");
   field("shard_optimizer", job.parallel.shard_optimizer ? "true" : "false");
   field("shard_parameters", job.parallel.shard_parameters ? "true" : "false");
   field("shard_group_size", integer(job.parallel.shard_group_size));

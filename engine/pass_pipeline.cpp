@@ -13,9 +13,15 @@ PipelineStage pipelineStage(const JobSpec& job, int stage) {
   PipelineStage s;
   s.index = stage;
   s.count = job.parallel.pipeline_parallel;
-  const int per_stage = job.model.layers / s.count;
-  s.first_layer = stage * per_stage;
-  s.end_layer = s.first_layer + per_stage;
+  const auto& split = job.parallel.pipeline_layers;
+  if (split.empty()) {
+    const int per_stage = job.model.layers / s.count;
+    s.first_layer = stage * per_stage;
+    s.end_layer = s.first_layer + per_stage;
+    return s;
+  }
+  for (int i = 0; i < stage; ++i) s.first_layer += split.at(size_t(i));
+  s.end_layer = s.first_layer + split.at(size_t(stage));
   return s;
 }
 

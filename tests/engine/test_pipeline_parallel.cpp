@@ -51,13 +51,15 @@ struct PpCase {
   bool fuse_bias_gradients = false;
   int lm_head_chunks = 1;
   bool weight_gradient_stream = true;
+  std::vector<int> stage_layers = {};  // parallel.pipeline_layers
 
   std::string describe() const {
     return "pp " + std::to_string(pp) + " accumulation " + std::to_string(accum) + " dp " + std::to_string(dp) +
            " tp " + std::to_string(tp) + " " + std::string(toString(prec)) + " recompute " +
            std::string(toString(recompute)) + (shard_optimizer ? " ZeRO-1" : "") + (tied ? "" : " untied") +
            (fuse_bias_gradients ? " bias gradients fused" : "") +
-           (lm_head_chunks > 1 ? " LM head in groups" : "") + (weight_gradient_stream ? "" : " one compute stream");
+           (lm_head_chunks > 1 ? " LM head in groups" : "") + (weight_gradient_stream ? "" : " one compute stream") +
+           (stage_layers.empty() ? "" : " uneven stages");
   }
 };
 
@@ -99,6 +101,7 @@ void requirePipelineMatches(const PpCase& c) {
   whole.schedule.weight_gradient_stream = c.weight_gradient_stream;
   JobSpec staged = whole;
   staged.parallel.pipeline_parallel = c.pp;
+  staged.parallel.pipeline_layers = c.stage_layers;
   cpu::CpuExecutor a(buildPlan(whole));
   cpu::CpuExecutor b(buildPlan(staged));
   const std::string what = c.describe();
@@ -152,6 +155,13 @@ TEST_CASE("Pipeline stages train as the whole model", "[executor][pp]") {
   options.lm_head_chunks = 1;
   options.weight_gradient_stream = false;
   requirePipelineMatches(options);
+  // Uneven stages: the first with one block, the last with three, and back.
+  PpCase uneven{2, 3};
+  uneven.stage_layers = {1, 3};
+  requirePipelineMatches(uneven);
+  uneven.stage_layers = {3, 1};
+  uneven.tp = 2;
+  requirePipelineMatches(uneven);
 }
 
 TEST_CASE("Pipeline plans: one program per stage, 1F1B order, transfers on their own streams", "[planner][pp]") {

@@ -66,3 +66,24 @@ TEST_CASE("a pipeline plan replays with its transfers and the 1F1B bubble", "[en
     CHECK(bubble <= ideal + 0.10);
   }
 }
+
+TEST_CASE("fewer blocks on the stage with the LM head shorten a pipeline's step", "[engine][pp]") {
+  // GPT-2 350M's 24 blocks and 50k-token LM head in 4 stages: the last
+  // stage's head weighs about three blocks.
+  JobSpec job = defaultJob();
+  job.model.layers = 24;
+  job.model.hidden = 1024;
+  job.model.heads = 16;
+  job.parallel.data_parallel = 2;
+  job.parallel.pipeline_parallel = 4;
+  job.training.grad_accum = 8;
+  const Topology topo = loadTopology("dgx-h100");
+  const RooflineCostModel cost;
+  const SimResult even = simulatePlan(buildPlan(job), topo, cost);
+  job.parallel.pipeline_layers = {7, 7, 7, 3};
+  const Plan plan = buildPlan(job);
+  CHECK(plan.programs[3].tasks.size() < plan.programs[0].tasks.size());
+  const SimResult balanced = simulatePlan(plan, topo, cost);
+  INFO("even " << even.step_ns << " ns, 7-7-7-3 " << balanced.step_ns << " ns");
+  CHECK(balanced.step_ns < even.step_ns * 9 / 10);
+}
