@@ -182,6 +182,22 @@ CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t 
   return info;
 }
 
+Node inPlaceAllReduce(const Graph& g, int t, std::string name, ReduceOp reduce, std::string group, Phase phase,
+                      StreamKind stream, int micro_batch) {
+  const Tensor& x = g.tensor(t);
+  Node n;
+  n.op = OpKind::AllReduce;
+  n.name = std::move(name);
+  n.phase = phase;
+  n.stream = stream;
+  n.micro_batch = micro_batch;
+  n.inputs = {t};
+  n.outputs = {t};
+  n.attrs.elements = x.elements();
+  n.collective = dataParallelCollective(CollectiveOp::AllReduce, reduce, x.elements(), x.dtype, std::move(group));
+  return n;
+}
+
 bool shardsOptimizer(const JobSpec& job) {
   return (job.parallel.shard_optimizer && job.parallel.data_parallel > 1) || shardsParameters(job);
 }
@@ -239,16 +255,8 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
   const bool squared = tp > 1 || pp > 1;
   gn.attrs.norm_squared = squared;
   g.addNode(std::move(gn));
-  auto sumNorm = [&](const char* name, const char* group) {
-    Node sum;
-    sum.op = OpKind::AllReduce;
-    sum.name = name;
-    sum.phase = Phase::Optimizer;
-    sum.inputs = {norm_id};
-    sum.outputs = {norm_id};
-    sum.attrs.elements = 1;
-    sum.collective = dataParallelCollective(CollectiveOp::AllReduce, ReduceOp::Sum, 1, DType::F32, group);
-    g.addNode(std::move(sum));
+  auto sumNorm = [&](const char* name, const std::string& group) {
+    g.addNode(inPlaceAllReduce(g, norm_id, name, ReduceOp::Sum, group, Phase::Optimizer, StreamKind::Compute, -1));
   };
   if (tp > 1) sumNorm("comm.allreduce.grad_norm.tp", "tp");
   if (pp > 1) sumNorm("comm.allreduce.grad_norm.pipe", "pipe");
@@ -256,18 +264,9 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
   if (sharded) {
     // Each rank summed the squares of its shards; the global norm needs
     // every rank's sum. 4 bytes, on the compute stream: nothing else can run
-    // while the optimizer waits for it.
-    Node sum;
-    sum.op = OpKind::AllReduce;
-    sum.name = "comm.allreduce.grad_norm";
-    sum.phase = Phase::Optimizer;
-    sum.inputs = {norm_id};
-    sum.outputs = {norm_id};
-    sum.attrs.elements = 1;
-    // Within a shard group: with hybrid sharding the other groups hold the
-    // same (all-reduced) shards.
-    sum.collective = dataParallelCollective(CollectiveOp::AllReduce, ReduceOp::Sum, 1, DType::F32, shardGroup(job));
-    g.addNode(std::move(sum));
+    // while the optimizer waits for it. Within a shard group: with hybrid
+    // sharding the other groups hold the same (all-reduced) shards.
+    sumNorm("comm.allreduce.grad_norm", shardGroup(job));
   }
 
   // Sharded, the buckets are updated last-completed first. The bucket the

@@ -49,4 +49,11 @@ std::string shardGroup(const JobSpec& job);
 CollectiveInfo dataParallelCollective(CollectiveOp op, ReduceOp reduce, int64_t count, DType dt,
                                       std::string group = "dp");
 
+// An in-place all-reduce of tensor `t` over the rank's member of the group
+// family `group` (a gradient shard across replicas, the tied embedding's
+// gradient across stages, an input gradient across a tensor-parallel
+// group, the gradient norm's sum of squares).
+Node inPlaceAllReduce(const Graph& g, int t, std::string name, ReduceOp reduce, std::string group, Phase phase,
+                      StreamKind stream, int micro_batch);
+
 }  // namespace tandem

@@ -18,18 +18,9 @@ void applyReplicaAllReduce(Graph& g, const JobSpec& job) {
       if (std::count(g.nodes[i].outputs.begin(), g.nodes[i].outputs.end(), shard)) last = i;
     if (last == g.nodes.size())
       throw std::logic_error(fmt::format("hybrid sharding: nothing writes the gradient shard of bucket {}", b));
-    const Tensor& s = g.tensor(shard);
-    Node n;
-    n.op = OpKind::AllReduce;
-    n.name = fmt::format("comm.allreduce.replicas.bucket{}", b);
-    n.phase = Phase::Comm;
-    n.stream = StreamKind::Comm;
-    n.micro_batch = job.training.grad_accum - 1;
-    n.inputs = {shard};
-    n.outputs = {shard};
-    n.attrs.elements = s.elements();
-    n.collective = dataParallelCollective(CollectiveOp::AllReduce, ReduceOp::Avg, s.elements(), s.dtype, "replica");
-    inserts.emplace_back(last, std::move(n));
+    inserts.emplace_back(last, inPlaceAllReduce(g, shard, fmt::format("comm.allreduce.replicas.bucket{}", b),
+                                                ReduceOp::Avg, "replica", Phase::Comm, StreamKind::Comm,
+                                                job.training.grad_accum - 1));
   }
   g.insertNodes(std::move(inserts));
 }

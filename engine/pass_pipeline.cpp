@@ -75,18 +75,8 @@ void applyTiedEmbeddingSum(Graph& g, const JobSpec& job, const PipelineStage& st
   for (const ParamTensors& p : g.params)
     if (p.param == wte) grad = p.grad;
   if (grad < 0) throw std::logic_error("pipeline: the embedding has no gradient tensor");
-  const Tensor& t = g.tensor(grad);
-  Node n;
-  n.op = OpKind::AllReduce;
-  n.name = "comm.allreduce.tied_embedding";
-  n.phase = Phase::Comm;
-  n.stream = StreamKind::Comm;
-  n.micro_batch = job.training.grad_accum - 1;
-  n.inputs = {grad};
-  n.outputs = {grad};
-  n.attrs.elements = t.elements();
-  n.collective = dataParallelCollective(CollectiveOp::AllReduce, ReduceOp::Sum, t.elements(), t.dtype, "embed");
-  g.addNode(std::move(n));
+  g.addNode(inPlaceAllReduce(g, grad, "comm.allreduce.tied_embedding", ReduceOp::Sum, "embed", Phase::Comm,
+                             StreamKind::Comm, job.training.grad_accum - 1));
 }
 
 }  // namespace tandem

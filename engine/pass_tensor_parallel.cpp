@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "engine/pass_buckets.h"
+
 namespace tandem {
 
 CollectiveInfo tensorParallelCollective(int64_t count, DType dt) {
@@ -32,18 +34,11 @@ void applyTensorParallelBackward(Graph& g, const JobSpec& job) {
     // group's sum before the LayerNorm's backward reads it.
     if (bwd.attrs.accumulate)
       throw std::logic_error(bwd.name + ": a column-parallel layer's input gradient has other contributions");
-    const int dx = bwd.outputs.at(0);
-    const Tensor& t = g.tensor(dx);
-    Node n;
-    n.op = OpKind::AllReduce;
-    n.name = fmt::format("{}.allreduce.mb{}", bwd.name.substr(0, bwd.name.rfind(".mb")), bwd.micro_batch);
-    n.phase = bwd.phase;
+    Node n = inPlaceAllReduce(g, bwd.outputs.at(0),
+                              fmt::format("{}.allreduce.mb{}", bwd.name.substr(0, bwd.name.rfind(".mb")),
+                                          bwd.micro_batch),
+                              ReduceOp::Sum, "tp", bwd.phase, StreamKind::Compute, bwd.micro_batch);
     n.layer = bwd.layer;
-    n.micro_batch = bwd.micro_batch;
-    n.inputs = {dx};
-    n.outputs = {dx};
-    n.attrs.elements = t.elements();
-    n.collective = tensorParallelCollective(t.elements(), t.dtype);
     inserts.emplace_back(i, std::move(n));
   }
   g.insertNodes(std::move(inserts));

@@ -13,20 +13,14 @@
 
 #include "engine/cpu/executor.h"
 #include "engine/planner.h"
+#include "test_compare.h"
 #include "test_jobs.h"
 
 using namespace tandem;
 
 namespace {
 
-double relativeDifference(const std::vector<float>& a, const std::vector<float>& ref) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    norm += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
-}
+using test::relativeDifference;
 
 // Gradients (after any all-reduce) of rank 0, by parameter name.
 std::map<std::string, std::vector<float>> gradients(cpu::CpuExecutor& ex) {

@@ -13,6 +13,7 @@
 #include "engine/job.h"
 #include "engine/plan_json.h"
 #include "engine/planner.h"
+#include "test_compare.h"
 #include "test_jobs.h"
 
 using namespace tandem;
@@ -21,12 +22,7 @@ namespace {
 
 double relativeDifference(const std::vector<float>& a, const std::vector<float>& ref) {
   REQUIRE(a.size() == ref.size());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    norm += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+  return test::relativeDifference(a, ref);
 }
 
 // Four blocks, so that 2 and 4 stages split them; 4 heads for tensor parallelism.
