@@ -79,14 +79,6 @@ class ForwardBuilder {
   // tensor-parallel group writes the sum, the layer's output, to a tensor
   // of its own. Its backward is the identity (autodiff aliases the two
   // gradients). On the compute stream: the next task needs the sum.
-  // A block's output projection: [.., k] -> [.., C], k this rank's slice.
-  int rowParallel(const std::string& prefix, int layer, const std::string& role, int x, int w, int bias,
-                  int64_t k) {
-    int y = matmul(prefix, layer, role, x, w, bias, C_, k);
-    if (tp_ > 1) g_.nodes.back().attrs.tensor_parallel = tp_;
-    return allReduceOverGroup(prefix, layer, role, y);
-  }
-
   int allReduceOverGroup(const std::string& prefix, int layer, const std::string& role, int partial) {
     if (tp_ <= 1) return partial;
     g_.tensor(partial).role = role + ".partial";
@@ -95,6 +87,14 @@ class ForwardBuilder {
     n.attrs.elements = M_ * C_;
     n.collective = tensorParallelCollective(M_ * C_, dt_);
     return y;
+  }
+
+  // A block's output projection: [.., k] -> [.., C], k this rank's slice.
+  int rowParallel(const std::string& prefix, int layer, const std::string& role, int x, int w, int bias,
+                  int64_t k) {
+    int y = matmul(prefix, layer, role, x, w, bias, C_, k);
+    if (tp_ > 1) g_.nodes.back().attrs.tensor_parallel = tp_;
+    return allReduceOverGroup(prefix, layer, role, y);
   }
 
   int add(const std::string& prefix, int layer, const std::string& role, int a, int b) {

@@ -208,7 +208,7 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
   // The rank's place in its data-parallel group, which places its shards.
   const int dp_rank = plan.job.dataParallelRank(rank);
   FloatStorage storage{io};
-  if (t.op == OpKind::Matmul && a.tensor_parallel > 1 && a.has_bias && rank % a.tensor_parallel != 0) {
+  if (t.op == OpKind::Matmul && a.tensor_parallel > 1 && a.has_bias && plan.job.tensorParallelPlace(rank) != 0) {
     // A row-parallel layer's bias is added once, by the group's first rank
     // (the all-reduce after it sums the ranks' partial products).
     Task without_bias = t;
