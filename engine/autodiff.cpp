@@ -166,8 +166,9 @@ class BackwardEmitter {
 
   void crossEntropy(const Node& fwd, double loss_scale) {
     // In place: the logits buffer becomes dlogits (saves a [tokens, vocab] buffer).
+    // A vocabulary-parallel loss also reads every rank's row statistics (its third input).
     const int logits = fwd.inputs[0];
-    Node& n = emit(fwd, OpKind::CrossEntropyBwd, "bwd", {logits, fwd.inputs[1]}, {logits});
+    Node& n = emit(fwd, OpKind::CrossEntropyBwd, "bwd", fwd.inputs, {logits});
     n.attrs.loss_scale = loss_scale;
     grads_.alias(logits, logits);
   }

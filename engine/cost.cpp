@@ -23,7 +23,9 @@ double opFlops(const Node& n) {
     case OpKind::Gelu: return 10.0 * a.elements;
     case OpKind::GeluBwd: return 16.0 * a.elements;
     case OpKind::Add: return double(a.elements);
-    case OpKind::CrossEntropy: return 3.0 * a.m * double(a.v);
+    // Vocabulary split (tensor_parallel): the statistics task did the
+    // row's work; this one combines every rank's three numbers per token.
+    case OpKind::CrossEntropy: return a.tensor_parallel > 1 ? 4.0 * a.m * a.tensor_parallel : 3.0 * a.m * double(a.v);
     case OpKind::CrossEntropyBwd: return 4.0 * a.m * double(a.v);
     case OpKind::Embedding: return double(a.b) * a.t * a.c;
     case OpKind::EmbeddingBwd: return 2.0 * a.b * a.t * a.c;
@@ -33,6 +35,7 @@ double opFlops(const Node& n) {
     case OpKind::GradNorm: return 2.0 * a.elements;
     case OpKind::AdamW: return 12.0 * a.elements;
     case OpKind::LoadBatch: return 0;
+    case OpKind::CrossEntropyStats: return 3.0 * a.m * double(a.v);
     case OpKind::Send: return 0;
     case OpKind::Recv: return 0;
   }
@@ -62,6 +65,13 @@ OpCost costOf(const Graph& g, const Node& n) {
       c.bytes_written = 2 * rows * a.c * el;
       return c;
     }
+    case OpKind::CrossEntropy:
+      if (a.tensor_parallel > 1) {  // reads the gathered statistics and the targets, not the logits
+        c.bytes_read = bytesOf(g, n.inputs[1]) + bytesOf(g, n.inputs[2]);
+        c.bytes_written = bytesOf(g, n.outputs[0]);
+        return c;
+      }
+      break;
     default: break;
   }
   for (int t : n.inputs) c.bytes_read += bytesOf(g, t);

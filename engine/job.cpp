@@ -382,7 +382,8 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        }},
       {"tensor_parallel",
        [&](const YAML::Node& v, const std::string& p) {
-         job.parallel.tensor_parallel = r.readInt(v, p, 1, "integers >= 1 dividing model.heads and the MLP width");
+         job.parallel.tensor_parallel =
+             r.readInt(v, p, 1, "integers >= 1 dividing model.heads, the MLP width and model.vocab");
        }},
       {"pipeline_parallel",
        [&](const YAML::Node& v, const std::string& p) {
@@ -645,12 +646,25 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
       r.fail(pick("parallel.tensor_parallel", "model.heads"),
              "tensor_parallel " + std::to_string(tp) + " does not divide model.heads " + std::to_string(m.heads) +
                  " (each rank computes whole attention heads)",
-             "integers >= 1 dividing model.heads and the MLP width");
+             "integers >= 1 dividing model.heads, the MLP width and model.vocab");
     else if (m.mlpHidden() % tp != 0)
       r.fail(pick("parallel.tensor_parallel", "model.mlp_ratio"),
              "tensor_parallel " + std::to_string(tp) + " does not divide the MLP width " +
                  std::to_string(m.mlpHidden()) + " (model.hidden x model.mlp_ratio)",
-             "integers >= 1 dividing model.heads and the MLP width");
+             "integers >= 1 dividing model.heads, the MLP width and model.vocab");
+    else if (m.vocab % tp != 0)
+      r.fail(pick("parallel.tensor_parallel", "model.vocab"),
+             "tensor_parallel " + std::to_string(tp) + " does not divide model.vocab " + std::to_string(m.vocab) +
+                 " (the embedding and the LM head are split by vocabulary)",
+             "integers >= 1 dividing model.heads, the MLP width and model.vocab");
+    else if (job.schedule.lm_head_chunks > 1)
+      r.fail(pick("schedule.lm_head_chunks", "parallel.tensor_parallel"),
+             "the LM head in groups of tokens is not planned with a vocabulary split over tensor-parallel ranks yet",
+             "schedule.lm_head_chunks: 1, or parallel.tensor_parallel: 1");
+    else if (job.comm.gather_embedding_gradient)
+      r.fail(pick("comm.gather_embedding_gradient", "parallel.tensor_parallel"),
+             "comm.gather_embedding_gradient is not planned with the embedding split over tensor-parallel ranks",
+             "comm.gather_embedding_gradient: false, or parallel.tensor_parallel: 1");
   }
   if (const auto& split = job.parallel.pipeline_layers; !split.empty()) {
     const int64_t sum = std::accumulate(split.begin(), split.end(), int64_t(0));

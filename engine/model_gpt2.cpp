@@ -126,12 +126,18 @@ class ForwardBuilder {
     }
     int x = -1;
     if (stage_.first()) {
+      // With the vocabulary split, each rank's rows of the tokens it holds,
+      // summed over the group.
       x = act("embed.out", {B_, T_, C_}, -1, "embed.out");
       Node& n = node(OpKind::Embedding, "embed", -1, {out.tokens, p.wte, p.wpe}, {x});
       n.attrs.b = B_;
       n.attrs.t = T_;
       n.attrs.c = C_;
       n.attrs.v = m.vocab;
+      if (tp_ > 1) {
+        n.attrs.tensor_parallel = tp_;
+        x = allReduceOverGroup("embed", -1, "embed.out", x);
+      }
     } else {
       x = out.stage_input = act("pipe.in", {B_, T_, C_}, -1, "pipe.in");
       g_.addNode(pipelineTransfer(g_, OpKind::Recv, fmt::format("pipe.recv.fwd.mb{}", mb_), x, stage_.index - 1,
@@ -173,18 +179,44 @@ class ForwardBuilder {
       return out;
     }
     int lnf = layerNorm("final.ln", -1, "lnf", x, p.lnf_w, p.lnf_b);
-    int logits = act("lm_head.logits", {B_, T_, m.vocab}, -1, "logits");
+    // With the vocabulary split, the rank's columns of the logits.
+    const int64_t V = m.vocab / tp_;
+    int logits = act("lm_head.logits", {B_, T_, V}, -1, "logits");
     {
       Node& n = node(OpKind::Matmul, "lm_head", -1, {lnf, p.lm_head}, {logits});
       n.attrs.m = M_;
-      n.attrs.n = m.vocab;
+      n.attrs.n = V;
       n.attrs.k = C_;
     }
     out.losses = act("loss.per_token", {B_, T_}, -1, "losses", DType::F32);
-    {
+    if (tp_ <= 1) {
       Node& n = node(OpKind::CrossEntropy, "loss", -1, {logits, out.targets}, {out.losses});
       n.attrs.m = M_;
-      n.attrs.v = m.vocab;
+      n.attrs.v = V;
+      return out;
+    }
+    // Vocabulary-parallel loss: each rank's three numbers per token, gathered
+    // over the group, combined by every rank into the same losses (and
+    // read again by the backward for the softmax over every column).
+    int stats = act("loss.stats", {B_, T_, 3}, -1, "loss.stats", DType::F32);
+    {
+      Node& n = node(OpKind::CrossEntropyStats, "loss.stats", -1, {logits, out.targets}, {stats});
+      n.attrs.m = M_;
+      n.attrs.v = V;
+      n.attrs.tensor_parallel = tp_;
+    }
+    int gathered = act("loss.stats.gathered", {tp_, B_, T_, 3}, -1, "loss.stats", DType::F32);
+    {
+      Node& n = node(OpKind::AllGather, "loss.stats.allgather", -1, {stats}, {gathered});
+      const int64_t count = int64_t(tp_) * M_ * 3;
+      n.attrs.elements = count;
+      n.collective = dataParallelCollective(CollectiveOp::AllGather, ReduceOp::Sum, count, DType::F32, "tp");
+    }
+    {
+      Node& n = node(OpKind::CrossEntropy, "loss", -1, {logits, out.targets, gathered}, {out.losses});
+      n.attrs.m = M_;
+      n.attrs.v = V;
+      n.attrs.tensor_parallel = tp_;
     }
     return out;
   }
@@ -257,9 +289,12 @@ Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job, const PipelineStage& 
   const int64_t V = m.vocab, T = m.seq_len, C = m.hidden, F = m.mlpHidden();
   // The tied embedding held by the first and the last of several stages.
   const bool embedding_twice = m.tied_embeddings && stage.count > 1;
+  // Tensor parallelism splits the embedding and the LM head by vocabulary
+  // rows (Megatron-LM's vocabulary-parallel embedding and loss).
+  const Split vocab_rows{0, 1};
   Gpt2Params p;
   if (stage.first()) {
-    p.wte = addParam(g, job, "wte", {V, C}, -1, true);
+    p.wte = addParam(g, job, "wte", {V, C}, -1, true, vocab_rows);
     if (embedding_twice) g.params.back().copies *= 2;
     p.wpe = addParam(g, job, "wpe", {T, C}, -1, false);
   }
@@ -288,11 +323,11 @@ Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job, const PipelineStage& 
   p.lnf_w = addParam(g, job, "final.ln.weight", {C}, -1, false);
   p.lnf_b = addParam(g, job, "final.ln.bias", {C}, -1, false);
   if (!m.tied_embeddings) {
-    p.lm_head = addParam(g, job, "lm_head.weight", {V, C}, -1, true);
+    p.lm_head = addParam(g, job, "lm_head.weight", {V, C}, -1, true, vocab_rows);
   } else if (stage.first()) {
     p.lm_head = p.wte;
   } else {  // the last stage's copy of the embedding, same name, same initial values
-    p.lm_head = addParam(g, job, "wte", {V, C}, -1, true);
+    p.lm_head = addParam(g, job, "wte", {V, C}, -1, true, vocab_rows);
     g.params.back().copies *= 2;
   }
   return p;

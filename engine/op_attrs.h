@@ -46,7 +46,12 @@ struct OpAttrs {
   // without. On a row-parallel Matmul (a block's output projections, whose
   // input is this rank's slice of k): only the first rank of each
   // tensor-parallel group adds the bias, since the all-reduce after it sums
-  // the ranks' partial products.
+  // the ranks' partial products. On Embedding, EmbeddingBwd,
+  // CrossEntropyStats, CrossEntropy and CrossEntropyBwd: the vocabulary is
+  // split, rank r of the group holding rows [r, r + 1) * V / tensor_parallel
+  // of the embedding (`v` is the whole vocabulary on the embedding, the
+  // rank's part on the others); the embedding adds the position only on
+  // the group's first rank, and the loss reads every rank's statistics.
   int64_t tensor_parallel = 0;
   // GradNorm: the task writes this rank's share of the sum of squares (its
   // shard's part with a sharded optimizer, each gradient counted

@@ -41,7 +41,7 @@ constexpr Names<Epilogue, 5> kEpilogue{{{Epilogue::None, "none"},
                                         {Epilogue::DGelu, "dgelu"},
                                         {Epilogue::AddLayerNorm, "add_layernorm"},
                                         {Epilogue::Residual, "residual"}}};
-constexpr Names<OpKind, 22> kOp{{{OpKind::Embedding, "embedding"},
+constexpr Names<OpKind, 23> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::EmbeddingBwd, "embedding_bwd"},
                                  {OpKind::LayerNorm, "layernorm"},
                                  {OpKind::LayerNormBwd, "layernorm_bwd"},
@@ -61,6 +61,7 @@ constexpr Names<OpKind, 22> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::AllGather, "all_gather"},
                                  {OpKind::GradNorm, "grad_norm"},
                                  {OpKind::AdamW, "adamw"},
+                                 {OpKind::CrossEntropyStats, "cross_entropy_stats"},
                                  {OpKind::Send, "send"},
                                  {OpKind::Recv, "recv"}}};
 

@@ -63,8 +63,9 @@ enum class OpKind {
   AllGather,          // this rank's shard of a parameter bucket -> every rank (in place)
   GradNorm,           // all gradients -> global L2 norm (one float)
   AdamW,              // grads, norm, master, m, v -> params, master, m, v
+  CrossEntropyStats,  // logits[M, V/p], targets -> stats[M, 3] (vocabulary split over p ranks: max, sum exp, target logit)
   Send,               // buffer -> the peer of a two-rank group (pipeline stages)
-  Recv,               // the peer's buffer -> buffer
+  Recv,               // the peer's buffer -> buffer (keep last: simulator/cost_model.h counts the kinds by it)
 };
 
 std::string_view toString(DType v);

@@ -36,6 +36,7 @@ RooflineParams RooflineParams::defaults() {
   set(OpKind::EmbeddingBwd, 0.5, 0.40);  // scatter-add with atomics
   set(OpKind::CrossEntropy, 0.5, 0.70);
   set(OpKind::CrossEntropyBwd, 0.5, 0.70);
+  set(OpKind::CrossEntropyStats, 0.5, 0.70);
   set(OpKind::GradNorm, 0.5, 0.60);
   set(OpKind::AdamW, 0.5, 0.75);
   return p;

@@ -25,7 +25,9 @@ class CalibrationError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-inline constexpr size_t kOpKindCount = size_t(OpKind::AdamW) + 1;
+// Every op kind, so that a table indexed by one is never read past its end
+// (Recv is the last; the transfers are timed by the network, not here).
+inline constexpr size_t kOpKindCount = size_t(OpKind::Recv) + 1;
 
 // How kernels of one rank's compute streams running at once divide the GPU.
 //  - FirstHolds: the kernel that started first runs as if alone (as long

@@ -18,6 +18,7 @@
 #include "engine/cpu/bf16.h"
 #include "engine/cpu/buffer_io.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/kernels_vocab_parallel.h"
 #include "engine/cpu/op_dispatch.h"
 #include "engine/init.h"
 #include "engine/pass_buckets.h"
@@ -183,6 +184,7 @@ struct CpuExecutor::Impl {
   }
 
   void runTask(int rank, const Task& t, int step, TaskBuffers& io);
+  bool vocabularyParallel(int rank, const Task& t, TaskBuffers& io);
   void gatheredEmbeddingBackward(int rank, const Task& t, int step, TaskBuffers& io);
   // only_updates: the previous step's updates alone (finishOptimizer).
   void runRank(int rank, int step, bool with_optimizer, bool only_gathers = false, bool only_updates = false);
@@ -208,6 +210,7 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
   // The rank's place in its data-parallel group, which places its shards.
   const int dp_rank = plan.job.dataParallelRank(rank);
   FloatStorage storage{io};
+  if (a.tensor_parallel > 1 && vocabularyParallel(rank, t, io)) return;
   if (t.op == OpKind::Matmul && a.tensor_parallel > 1 && a.has_bias && plan.job.tensorParallelPlace(rank) != 0) {
     // A row-parallel layer's bias is added once, by the group's first rank
     // (the all-reduce after it sums the ranks' partial products).
@@ -355,6 +358,46 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
     }
     default:
       throw std::logic_error(fmt::format("cpu executor: no implementation of {}", toString(t.op)));
+  }
+}
+
+// The embedding and the loss with the vocabulary split over the rank's
+// tensor-parallel group (engine/cpu/kernels_vocab_parallel.h); false for
+// every other task.
+bool CpuExecutor::Impl::vocabularyParallel(int rank, const Task& t, TaskBuffers& io) {
+  const auto& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  const int64_t place = plan.job.tensorParallelPlace(rank), ranks = a.tensor_parallel;
+  switch (t.op) {
+    case OpKind::Embedding: {
+      const int64_t rows = a.v / ranks;
+      vocabParallelEmbedding(io.out(W[0]), io.ints(R[0]), io.in(R[1]), io.in(R[2]), a.b, a.t, a.c, place * rows, rows,
+                             /*add_position=*/place == 0);
+      return true;
+    }
+    case OpKind::EmbeddingBwd: {
+      const int64_t rows = a.v / ranks;
+      vocabParallelEmbeddingBackward(io.out(W[0]), io.out(W[1]), io.in(R[0]), io.ints(R[1]), a.b, a.t, a.c,
+                                     place * rows, rows, a.accumulate, a.accumulate_params);
+      return true;
+    }
+    case OpKind::CrossEntropyStats:
+      crossEntropyStats(io.out(W[0]), io.in(R[0]), io.ints(R[1]), a.m, place * a.v, a.v);
+      return true;
+    case OpKind::CrossEntropy: {
+      float* losses = io.out(W[0]);
+      vocabParallelCrossEntropy(losses, io.in(R[2]), a.m, ranks);
+      double s = 0;
+      for (int64_t i = 0; i < a.m; ++i) s += losses[i];
+      loss_sums[size_t(rank)] += s;
+      return true;
+    }
+    case OpKind::CrossEntropyBwd:
+      vocabParallelCrossEntropyBackward(io.out(W[0]), io.ints(R[1]), io.in(R[2]), a.m, place * a.v, a.v, ranks,
+                                        a.loss_scale);
+      return true;
+    default: return false;
   }
 }
 

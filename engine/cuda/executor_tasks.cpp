@@ -189,6 +189,8 @@ void CudaExecutor::Impl::enqueueTask(int index) {
         comm->allGatherInPlace(ptr(R[0]), shard, dt(R[0]), s, "'" + t.name + "'");
       break;
     }
+    case OpKind::CrossEntropyStats:  // refused with the plan (tensor parallelism)
+      throw CudaError(fmt::format("cuda executor: {}: a vocabulary-parallel loss is not run on GPUs", t.name));
     case OpKind::Send:
     case OpKind::Recv:  // refused with the plan (pipeline stages are several programs)
       throw CudaError(fmt::format("cuda executor: {}: send/receive between pipeline stages is not run on GPUs",

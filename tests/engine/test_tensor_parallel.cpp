@@ -29,8 +29,6 @@ double relativeDifference(const std::vector<float>& a, const std::vector<float>&
 JobSpec splittableJob(int dp, int accum) {
   JobSpec j = test::microJob(2, dp, accum);
   j.model.heads = 4;
-  // Large enough that gathering the embedding's input gradient pays
-  // (comm.gather_embedding_gradient), as in test_executor.cpp.
   j.model.vocab = 64;
   j.training.eps = 1e-6;  // see forWeightComparison in test_executor.cpp
   return j;
@@ -48,10 +46,9 @@ struct TpCase {
   bool optimizer_beside_forward = false;
   // Sharding over each data-parallel group: 1 the optimizer (ZeRO-1), 3
   // the parameters too (ZeRO-3); with hybrid shard groups of this many
-  // replicas; the embedding gradient gathered.
+  // replicas.
   int sharding = 0;
   int shard_group_size = 0;
-  bool gather = false;
 
   std::string describe() const {
     return "tp " + std::to_string(tp) + " dp " + std::to_string(dp) + " accumulation " + std::to_string(accum) +
@@ -60,8 +57,7 @@ struct TpCase {
            (weight_gradient_stream ? "" : " one compute stream") +
            (optimizer_beside_forward ? " optimizer beside the forward" : "") +
            (sharding ? " ZeRO-" + std::to_string(sharding) : "") +
-           (shard_group_size ? " in shard groups of " + std::to_string(shard_group_size) : "") +
-           (gather ? " embedding gradient gathered" : "");
+           (shard_group_size ? " in shard groups of " + std::to_string(shard_group_size) : "");
   }
 };
 
@@ -113,7 +109,6 @@ void requireTensorParallelMatches(const TpCase& c) {
   split.parallel.shard_optimizer = c.sharding == 1;
   split.parallel.shard_parameters = c.sharding == 3;
   split.parallel.shard_group_size = c.shard_group_size;
-  split.comm.gather_embedding_gradient = c.gather;
   cpu::CpuExecutor a(buildPlan(whole));
   cpu::CpuExecutor b(buildPlan(split));
   const std::string what = c.describe();
@@ -171,7 +166,6 @@ TEST_CASE("Tensor parallel groups with a sharded optimizer or sharded parameters
   TpCase zero1{2, 2};
   zero1.sharding = 1;
   requireTensorParallelMatches(zero1);
-  zero1.gather = true;
   zero1.accum = 2;
   requireTensorParallelMatches(zero1);
   TpCase zero1_bf16{2, 2, 2, Precision::BF16};
@@ -229,13 +223,15 @@ TEST_CASE("Tensor parallel plans split the blocks and add the group's collective
       return t.collective && t.collective->group == group && t.phase == phase;
     });
   };
-  // Two row-parallel sums per block and micro-batch in the forward, the
-  // attention's again in the full recompute (it rebuilds the residual
-  // stream inside the block; the block's output is kept), two
-  // input-gradient sums in the backward, one for the norm.
-  CHECK(onGroup("tp", Phase::Forward) == 2 * layers * accum);
+  // Per micro-batch in the forward: two row-parallel sums per block, the
+  // embedding's sum and the loss statistics' gather (the vocabulary is
+  // split); the attention's sum again in the full recompute (it rebuilds
+  // the residual stream inside the block; the block's output is kept); in
+  // the backward two input-gradient sums per block and the LM head's; one
+  // for the norm.
+  CHECK(onGroup("tp", Phase::Forward) == (2 * layers + 2) * accum);
   CHECK(onGroup("tp", Phase::Recompute) == layers * accum);
-  CHECK(onGroup("tp", Phase::Backward) == 2 * layers * accum);
+  CHECK(onGroup("tp", Phase::Backward) == (2 * layers + 1) * accum);
   CHECK(onGroup("tp", Phase::Optimizer) == 1);
   for (const Task& t : rp.tasks)
     if (t.collective && t.collective->group == "tp") {
@@ -256,8 +252,10 @@ TEST_CASE("Tensor parallel plans split the blocks and add the group's collective
     const int64_t got = rp.buffers[size_t(p.param)].elementCount();
     const int64_t whole = reference.programs[0].buffers[size_t(r.param)].elementCount();
     INFO(p.name);
+    // The blocks' four linear layers, and the embedding (with the LM head)
+    // by vocabulary rows.
     const bool sliced = p.name.find("qkv") != std::string::npos || p.name.find("mlp.fc") != std::string::npos ||
-                        p.name.find("proj.weight") != std::string::npos;
+                        p.name.find("proj.weight") != std::string::npos || p.name == "wte";
     CHECK((p.split_dim >= 0) == sliced);
     CHECK(got == (sliced ? whole / 2 : whole));
     if (p.name.find("qkv") != std::string::npos) CHECK(p.split_blocks == 3);

@@ -51,15 +51,16 @@ TEST_CASE("a tensor-parallel plan replays its group collectives, the same with a
   CHECK(simulatePlan(split, topo, cost).step_ns == b.step_ns);  // deterministic
 
   // Per group and step: 2 sums per block in the forward and 2 in the
-  // backward, and the norm's; two groups of 4 ranks.
+  // backward; the vocabulary split's embedding sum, loss statistics and LM
+  // head input gradient; the norm's; two groups of 4 ranks.
   const int64_t layers = split.job.model.layers;
-  CHECK(collectivesOf(split, b_all, "tp") == 2 * (4 * layers + 1));
+  CHECK(collectivesOf(split, b_all, "tp") == 2 * (4 * layers + 4));
   // The buckets' all-reduces run in each of the 4 data-parallel groups.
   CHECK(collectivesOf(split, b_all, "dp") == 4 * int64_t(split.programs[0].buckets.size()));
   CHECK(collectivesOf(whole, a, "tp") == 0);
 
-  // A rank computes a quarter of each block (the embedding and LM head
-  // whole) and keeps a quarter of its weights and activations, and waits
+  // A rank computes a quarter of each block and of the LM head, keeps a
+  // quarter of the weights and of most activations, and waits
   // for the group's sums, which the compute stream cannot hide.
   const SimRankSummary sa = summarizeRank(a, 0), sb = summarizeRank(b, 0);
   INFO("tp 1: compute " << sa.compute_ns << " ns, comm " << sa.comm_ns << ", exposed " << sa.exposed_comm_ns
