@@ -7,6 +7,7 @@
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSpinBox>
@@ -66,6 +67,17 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
   pp_->setToolTip(tr("Split the blocks into this many pipeline stages on GPUs of their own (1F1B); the gradient "
                      "accumulation is the number of micro-batches in flight. Must divide the layers"));
   form->addRow(tr("pipeline stages"), pp_);
+  stage_layers_ = new QLineEdit(this);
+  QStringList counts;
+  for (int n : job.parallel.pipeline_layers) counts << QString::number(n);
+  stage_layers_->setText(counts.join(','));
+  stage_layers_->setPlaceholderText(tr("even"));
+  stage_layers_->setToolTip(tr("Blocks per pipeline stage, first stage first, e.g. 7,7,7,3 (they must add up to the "
+                               "layers); the last stage also runs the LM head, so it often takes fewer. Empty: an "
+                               "even split"));
+  stage_layers_->setEnabled(pp_->value() > 1);
+  connect(pp_, &QSpinBox::valueChanged, this, [this](int n) { stage_layers_->setEnabled(n > 1); });
+  form->addRow(tr("blocks per stage"), stage_layers_);
   sharding_ = new QComboBox(this);
   sharding_->addItems({tr("none"), tr("optimizer (ZeRO-1)"), tr("parameters and optimizer (ZeRO-3)")});
   sharding_->setCurrentIndex(int(job.parallel.shard_parameters   ? Sharding::Parameters
@@ -167,6 +179,7 @@ void WhatIfDialog::applyFittingChoice(int index) {
 void WhatIfDialog::setDataParallel(int n) { dp_->setValue(n); }
 void WhatIfDialog::setTensorParallel(int n) { tp_->setValue(n); }
 void WhatIfDialog::setPipelineParallel(int n) { pp_->setValue(n); }
+void WhatIfDialog::setPipelineLayers(const QString& counts) { stage_layers_->setText(counts); }
 void WhatIfDialog::setSharding(Sharding sharding) { sharding_->setCurrentIndex(int(sharding)); }
 void WhatIfDialog::setShardGroupSize(int ranks) { shard_group_->setValue(ranks); }
 void WhatIfDialog::setMicroBatch(int n) { micro_batch_->setValue(n); }
@@ -188,6 +201,9 @@ WhatIfRequest WhatIfDialog::request() const {
       "parallel.data_parallel=" + std::to_string(dp_->value()),
       "parallel.tensor_parallel=" + std::to_string(tp_->value()),
       "parallel.pipeline_parallel=" + std::to_string(pp_->value()),
+      // The job parser checks the list (one count per stage, adding up to the layers).
+      "parallel.pipeline_layers=[" +
+          (pp_->value() > 1 ? stage_layers_->text().trimmed().toStdString() : std::string()) + "]",
       "training.micro_batch=" + std::to_string(micro_batch_->value()),
       "training.grad_accum=" + std::to_string(accum_->value()),
       "comm.bucket_mib=" + QString::number(bucket_->value()).toStdString(),
@@ -208,7 +224,11 @@ WhatIfRequest WhatIfDialog::request() const {
                                                             : std::string(", ZeRO-3");
   r.run_name = "what-if: dp " + std::to_string(dp_->value()) +
                (tp_->value() > 1 ? " x tp " + std::to_string(tp_->value()) : std::string()) +
-               (pp_->value() > 1 ? " x pp " + std::to_string(pp_->value()) : std::string()) + ", mb " + std::to_string(micro_batch_->value()) +
+               (pp_->value() > 1 ? " x pp " + std::to_string(pp_->value()) : std::string()) +
+               (pp_->value() > 1 && !stage_layers_->text().trimmed().isEmpty()
+                    ? " (" + stage_layers_->text().trimmed().toStdString() + " blocks)"
+                    : std::string()) +
+               ", mb " + std::to_string(micro_batch_->value()) +
                ", accum " + std::to_string(accum_->value()) + ", recompute " + recompute_->currentText().toStdString() +
                (lm_head_chunks_->value() > 1 ? ", LM head in " + std::to_string(lm_head_chunks_->value()) + " groups"
                                              : std::string()) +

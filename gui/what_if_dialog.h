@@ -17,6 +17,7 @@
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
+class QLineEdit;
 class QProgressBar;
 class QPushButton;
 class QSpinBox;
@@ -43,6 +44,8 @@ class WhatIfDialog : public QDialog {
   // Pipeline stages (parallel.pipeline_parallel); the micro-batches in
   // flight are the gradient accumulation.
   void setPipelineParallel(int n);
+  // Blocks per stage, "7,7,7,3" (parallel.pipeline_layers); empty: even.
+  void setPipelineLayers(const QString& counts);
   enum class Sharding { None, Optimizer, Parameters };
   void setSharding(Sharding sharding);
   // With the parameters sharded: ranks per shard group (0: every rank;
@@ -78,6 +81,7 @@ class WhatIfDialog : public QDialog {
   QSpinBox* dp_ = nullptr;
   QSpinBox* tp_ = nullptr;
   QSpinBox* pp_ = nullptr;
+  QLineEdit* stage_layers_ = nullptr;
   QComboBox* sharding_ = nullptr;  // items in Sharding's order
   QSpinBox* shard_group_ = nullptr;
   QSpinBox* micro_batch_ = nullptr;

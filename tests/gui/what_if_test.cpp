@@ -318,6 +318,23 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   REQUIRE(staged.wait(120000));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
   CHECK(dialog.statusText().startsWith("New run"));
+  // Uneven stages: the LM head's stage with fewer blocks.
+  dialog.setPipelineLayers("4,4,3,1");
+  CHECK(has("parallel.pipeline_layers=[4,4,3,1]"));
+  CHECK_THAT(dialog.request().run_name, Catch::Contains("x pp 4 (4,4,3,1 blocks)"));
+  QSignalSpy uneven(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(uneven.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  CHECK(dialog.statusText().startsWith("New run"));
+  // Two counts for four stages: refused on the status line, no run.
+  QSignalSpy miscounted(&dialog, &WhatIfDialog::failed);
+  dialog.setPipelineLayers("6,6");
+  dialog.start();
+  REQUIRE(miscounted.wait(60000));
+  CHECK(miscounted.at(0).at(0).toString().contains("2 stages listed for pipeline_parallel 4"));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  dialog.setPipelineLayers("");
   dialog.setPipelineParallel(1);
   dialog.setGradAccum(1);
   dialog.setDataParallel(8);
