@@ -684,11 +684,14 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
              "pipeline_parallel " + std::to_string(pp) + " does not divide model.layers " + std::to_string(m.layers) +
                  " (every stage holds as many blocks; parallel.pipeline_layers splits them unevenly)",
              "integers >= 1 dividing model.layers, or parallel.pipeline_layers");
-    // What the pipeline schedule does not plan yet: each is refused at its field.
+    // What the pipeline schedule does not plan yet: the embedding's gathered
+    // gradient (it assumes the embedding and the LM head on one rank) and
+    // gradients reduced every micro-batch (that pass places each
+    // micro-batch's reduction by the forward-then-backward order, which
+    // 1F1B interleaves). Each is refused at its field.
     const std::pair<bool, const char*> unsupported[] = {
-        {job.parallel.shard_parameters, "parallel.shard_parameters"},
         {job.comm.gather_embedding_gradient, "comm.gather_embedding_gradient"},
-        {job.schedule.optimizer_beside_forward, "schedule.optimizer_beside_forward"},
+        {job.comm.reduce_every_micro_batch, "comm.reduce_every_micro_batch"},
     };
     for (const auto& [set, field] : unsupported)
       if (set)

@@ -325,10 +325,15 @@ TEST_CASE("bad job specs fail with one line naming file, line, field and allowed
        "data_parallel x tensor_parallel x pipeline_parallel = 4.29497e+09 ranks, more than rank numbers can hold"},
       {"parallel: {pipeline_parallel: 5}\n", {}, "bad.yaml:1: parallel.pipeline_parallel: ",
        "pipeline_parallel 5 does not divide model.layers 12 (every stage holds as many blocks; parallel.pipeline_layers"},
-      {"parallel: {pipeline_parallel: 2, data_parallel: 2}\n", {"parallel.shard_parameters=true"},
-       "--set parallel.shard_parameters=true: parallel.shard_parameters: ",
-       "is not planned with pipeline parallelism yet (allowed: parallel.shard_parameters: false, or "
+      {"parallel: {pipeline_parallel: 2, data_parallel: 2, shard_optimizer: true}\n",
+       {"comm.gather_embedding_gradient=true"},
+       "--set comm.gather_embedding_gradient=true: comm.gather_embedding_gradient: ",
+       "is not planned with pipeline parallelism yet (allowed: comm.gather_embedding_gradient: false, or "
        "parallel.pipeline_parallel: 1)"},
+      {"parallel: {pipeline_parallel: 2, data_parallel: 2, shard_parameters: true}\ntraining: {grad_accum: 2}\n",
+       {"comm.reduce_every_micro_batch=true"},
+       "--set comm.reduce_every_micro_batch=true: comm.reduce_every_micro_batch: ",
+       "is not planned with pipeline parallelism yet"},
       {"parallel: {pipeline_parallel: 3, pipeline_layers: [4, 4]}\n", {}, "bad.yaml:1: parallel.pipeline_layers: ",
        "2 stages listed for pipeline_parallel 3 (allowed: one block count per stage, or [] for an even split)"},
       {"parallel: {pipeline_parallel: 2}\n", {"parallel.pipeline_layers=[5, 6]"},

@@ -43,6 +43,9 @@ struct PpCase {
   Precision prec = Precision::FP32;
   RecomputePolicy recompute = RecomputePolicy::None;
   bool shard_optimizer = false;
+  bool shard_parameters = false;
+  int shard_group_size = 0;
+  bool optimizer_beside_forward = false;
   bool tied = true;
   bool fuse_bias_gradients = false;
   int lm_head_chunks = 1;
@@ -52,7 +55,10 @@ struct PpCase {
   std::string describe() const {
     return "pp " + std::to_string(pp) + " accumulation " + std::to_string(accum) + " dp " + std::to_string(dp) +
            " tp " + std::to_string(tp) + " " + std::string(toString(prec)) + " recompute " +
-           std::string(toString(recompute)) + (shard_optimizer ? " ZeRO-1" : "") + (tied ? "" : " untied") +
+           std::string(toString(recompute)) + (shard_optimizer ? " ZeRO-1" : "") +
+           (shard_parameters ? " ZeRO-3" : "") +
+           (shard_group_size ? " in groups of " + std::to_string(shard_group_size) : "") + (optimizer_beside_forward ? " optimizer beside the forward" : "") +
+           (tied ? "" : " untied") +
            (fuse_bias_gradients ? " bias gradients fused" : "") +
            (lm_head_chunks > 1 ? " LM head in groups" : "") + (weight_gradient_stream ? "" : " one compute stream") +
            (stage_layers.empty() ? "" : " uneven stages");
@@ -91,6 +97,9 @@ void requirePipelineMatches(const PpCase& c) {
   whole.training.precision = c.prec;
   whole.recompute.policy = c.recompute;
   whole.parallel.shard_optimizer = c.shard_optimizer;
+  whole.parallel.shard_parameters = c.shard_parameters;
+  whole.parallel.shard_group_size = c.shard_group_size;
+  whole.schedule.optimizer_beside_forward = c.optimizer_beside_forward;
   whole.model.tied_embeddings = c.tied;
   whole.schedule.fuse_bias_gradients = c.fuse_bias_gradients;
   whole.schedule.lm_head_chunks = c.lm_head_chunks;
@@ -106,7 +115,7 @@ void requirePipelineMatches(const PpCase& c) {
   REQUIRE(b.plan().world_size == c.pp * c.dp * c.tp);
   // bf16: the tied embedding's two gradients are rounded before their sum.
   const bool bf16 = c.prec == Precision::BF16;
-  if (!c.shard_optimizer) {  // sharded, no rank holds a whole reduced bucket
+  if (!c.shard_optimizer && !c.shard_parameters) {  // sharded, no rank holds a whole reduced bucket
     a.computeGradients();
     b.computeGradients();
     requireStagesMatch(b, a, /*grad=*/true, bf16 ? 2e-2 : 1e-5, what);
@@ -117,6 +126,8 @@ void requirePipelineMatches(const PpCase& c) {
     CHECK(rb.loss == Approx(ra.loss).epsilon(bf16 ? 2e-3 : 1e-6));
     CHECK(rb.grad_norm == Approx(ra.grad_norm).epsilon(bf16 ? 2e-2 : 1e-5));
   }
+  a.finishOptimizer();
+  b.finishOptimizer();
   a.gatherParameters();
   b.gatherParameters();
   // bf16: see test_tensor_parallel.cpp (Adam's first steps on biases).
@@ -138,6 +149,19 @@ TEST_CASE("Pipeline stages train as the whole model", "[executor][pp]") {
   PpCase zero1{2, 2, 2};
   zero1.shard_optimizer = true;
   requirePipelineMatches(zero1);
+  PpCase zero3{2, 2, 2};
+  zero3.shard_parameters = true;
+  requirePipelineMatches(zero3);
+  zero3.tp = 2;
+  zero3.recompute = RecomputePolicy::Full;
+  requirePipelineMatches(zero3);
+  PpCase hybrid{2, 2, 4};  // 4 replicas in shard groups of 2
+  hybrid.shard_parameters = true;
+  hybrid.shard_group_size = 2;
+  requirePipelineMatches(hybrid);
+  PpCase beside{2, 3};
+  beside.optimizer_beside_forward = true;
+  requirePipelineMatches(beside);
   requirePipelineMatches({2, 2, 1, 1, Precision::BF16});
   // Untied embeddings: no copy; schedule options.
   PpCase untied{4, 4};
