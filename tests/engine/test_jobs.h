@@ -24,6 +24,19 @@ inline JobSpec microJob(int micro_batch = 2, int dp = 1, int accum = 1) {
   return j;
 }
 
+// The micro job with 4 heads and `layers` blocks, so that groups of 2 and 4
+// ranks split its heads (tensor parallelism) and 2 or 4 stages its blocks
+// (pipeline parallelism); Adam's eps as in test_executor.cpp's weight
+// comparisons.
+inline JobSpec splittableJob(int dp, int accum, int layers = 2) {
+  JobSpec j = microJob(2, dp, accum);
+  j.model.layers = layers;
+  j.model.heads = 4;
+  j.model.vocab = 64;
+  j.training.eps = 1e-6;
+  return j;
+}
+
 inline JobSpec gpt2Shape(int layers, int hidden, int heads) {
   JobSpec j = defaultJob();
   j.model.layers = layers;

@@ -20,20 +20,11 @@ using namespace tandem;
 
 namespace {
 
-double relativeDifference(const std::vector<float>& a, const std::vector<float>& ref) {
-  REQUIRE(a.size() == ref.size());
-  return test::relativeDifference(a, ref);
-}
+using test::relativeDifference;
+using test::splittableJob;
 
-// Four blocks, so that 2 and 4 stages split them; 4 heads for tensor parallelism.
-JobSpec stagedJob(int dp, int accum) {
-  JobSpec j = test::microJob(2, dp, accum);
-  j.model.layers = 4;
-  j.model.heads = 4;
-  j.model.vocab = 64;
-  j.training.eps = 1e-6;  // see forWeightComparison in test_executor.cpp
-  return j;
-}
+// Four blocks, so that 2 and 4 stages split them.
+JobSpec fourBlockJob(int dp, int accum) { return splittableJob(dp, accum, 4); }
 
 struct PpCase {
   int pp = 2;
@@ -92,7 +83,7 @@ void requireStagesMatch(const cpu::CpuExecutor& staged, const cpu::CpuExecutor& 
 }
 
 void requirePipelineMatches(const PpCase& c) {
-  JobSpec whole = stagedJob(c.dp, c.accum);
+  JobSpec whole = fourBlockJob(c.dp, c.accum);
   whole.parallel.tensor_parallel = c.tp;
   whole.training.precision = c.prec;
   whole.recompute.policy = c.recompute;
@@ -185,7 +176,7 @@ TEST_CASE("Pipeline stages train as the whole model", "[executor][pp]") {
 }
 
 TEST_CASE("Pipeline plans: one program per stage, 1F1B order, transfers on their own streams", "[planner][pp]") {
-  JobSpec job = stagedJob(2, 8);
+  JobSpec job = fourBlockJob(2, 8);
   job.parallel.pipeline_parallel = 4;
   const Plan plan = buildPlan(job);
   REQUIRE(plan.world_size == 8);

@@ -20,19 +20,8 @@ using namespace tandem;
 
 namespace {
 
-double relativeDifference(const std::vector<float>& a, const std::vector<float>& ref) {
-  REQUIRE(a.size() == ref.size());
-  return test::relativeDifference(a, ref);
-}
-
-// The micro job with 4 heads, so that groups of 2 and 4 ranks split them.
-JobSpec splittableJob(int dp, int accum) {
-  JobSpec j = test::microJob(2, dp, accum);
-  j.model.heads = 4;
-  j.model.vocab = 64;
-  j.training.eps = 1e-6;  // see forWeightComparison in test_executor.cpp
-  return j;
-}
+using test::relativeDifference;
+using test::splittableJob;
 
 struct TpCase {
   int tp = 2;
