@@ -51,7 +51,11 @@ std::string planSummaryText(const Plan& plan) {
   if (tp > 1 || pp > 1)
     line(fmt::format("parallel   {} ranks = data parallel {} x tensor parallel {} x pipeline parallel {}{}{}",
                      plan.world_size, job.parallel.data_parallel, tp, pp,
-                     tp > 1 ? fmt::format("; each block's heads and MLP split over {} consecutive ranks", tp) : "",
+                     tp > 1 ? fmt::format("; each block's heads and MLP split over {} consecutive ranks{}", tp,
+                                          job.parallel.sequence_parallel
+                                              ? fmt::format(", the residual stream's tokens too (1/{} each)", tp)
+                                              : "")
+                            : "",
                      pp > 1 ? fmt::format("; {} stages of {} blocks, 1F1B over {} micro-batches", pp,
                                           stageBlocks(job), t.grad_accum)
                             : ""));

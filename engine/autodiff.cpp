@@ -154,6 +154,27 @@ class BackwardEmitter {
     grads_.alias(fwd.inputs[0], dy);
   }
 
+  // Sequence parallelism's transitions over a tensor-parallel group: an
+  // all-gather of each rank's tokens (before a column-parallel layer) and a
+  // summing reduce-scatter of partial products into them (after a
+  // row-parallel one) are each other's transposes, so each one's backward
+  // is the other, out of place on the compute stream as in the forward.
+  void sequenceTransition(const Node& fwd, int dy) {
+    const bool gather = fwd.op == OpKind::AllGather;
+    if (!fwd.collective || fwd.inputs.at(0) == fwd.outputs.at(0) ||
+        (!gather && fwd.collective->reduce != ReduceOp::Sum))
+      throw std::logic_error(fwd.name + ": autodiff differentiates only out-of-place gathers and summing scatters");
+    bool acc = false;
+    const int dx = grads_.contributionTarget(g_, fwd.inputs[0], acc);
+    // The gradient of a rank's tokens (or partial) has no other contribution.
+    if (acc) throw std::logic_error(fwd.name + ": its input's gradient has other contributions");
+    Node& n = emit(fwd, gather ? OpKind::ReduceScatter : OpKind::AllGather, "bwd", {dy}, {dx});
+    CollectiveInfo c = *fwd.collective;
+    c.op = gather ? CollectiveOp::ReduceScatter : CollectiveOp::AllGather;
+    c.reduce = ReduceOp::Sum;
+    n.collective = c;
+  }
+
   void embedding(const Node& fwd, int dy) {
     bool acc_wte = false, acc_wpe = false;
     int dwte = grads_.contributionTarget(g_, fwd.inputs[1], acc_wte);
@@ -213,6 +234,8 @@ void emitBackward(Graph& g, GradientState& grads, size_t first, size_t last, int
       case OpKind::Add: em.add(fwd, dy); break;
       case OpKind::Embedding: em.embedding(fwd, dy); break;
       case OpKind::AllReduce: em.groupSum(fwd, dy); break;
+      case OpKind::AllGather:
+      case OpKind::ReduceScatter: em.sequenceTransition(fwd, dy); break;
       default:
         throw std::logic_error(fmt::format("autodiff: no backward rule for {}", toString(fwd.op)));
     }

@@ -385,6 +385,8 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
          job.parallel.tensor_parallel =
              r.readInt(v, p, 1, "integers >= 1 dividing model.heads, the MLP width and model.vocab");
        }},
+      {"sequence_parallel",
+       [&](const YAML::Node& v, const std::string& p) { job.parallel.sequence_parallel = r.readBool(v, p); }},
       {"pipeline_parallel",
        [&](const YAML::Node& v, const std::string& p) {
          job.parallel.pipeline_parallel = r.readInt(v, p, 1, "integers >= 1 dividing model.layers");
@@ -665,6 +667,19 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
       r.fail(pick("comm.gather_embedding_gradient", "parallel.tensor_parallel"),
              "comm.gather_embedding_gradient is not planned with the embedding split over tensor-parallel ranks",
              "comm.gather_embedding_gradient: false, or parallel.tensor_parallel: 1");
+  }
+  if (job.parallel.sequence_parallel) {
+    const int tp = job.parallel.tensor_parallel;
+    const int64_t tokens = int64_t(job.training.micro_batch) * m.seq_len;
+    if (tp <= 1)
+      r.fail(pick("parallel.sequence_parallel", "parallel.tensor_parallel"),
+             "sequence parallelism splits a tensor-parallel group's tokens and needs tensor_parallel >= 2",
+             "parallel.sequence_parallel: false, or parallel.tensor_parallel >= 2");
+    else if (tokens % tp != 0)
+      r.fail(pick("parallel.sequence_parallel", "training.micro_batch"),
+             "tensor_parallel " + std::to_string(tp) + " does not divide a micro-batch's " + std::to_string(tokens) +
+                 " tokens (training.micro_batch x model.seq_len), which sequence parallelism splits over the group",
+             "parallel.sequence_parallel: false, or a micro-batch whose tokens tensor_parallel divides");
   }
   if (const auto& split = job.parallel.pipeline_layers; !split.empty()) {
     const int64_t sum = std::accumulate(split.begin(), split.end(), int64_t(0));

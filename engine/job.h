@@ -61,10 +61,20 @@ struct ParallelSpec {
   // block are split over this many ranks, which all-reduce the block's two
   // output projections in the forward and the gradients of its two
   // LayerNorm outputs in the backward (engine/pass_tensor_parallel.h). The
-  // embedding, the LM head and the LayerNorms stay whole on every rank.
-  // The world is data_parallel x tensor_parallel ranks, the
-  // tensor-parallel groups blocks of consecutive ranks (a host's GPUs).
+  // embedding and the LM head are split by vocabulary; the LayerNorms stay
+  // whole on every rank. The world is data_parallel x tensor_parallel
+  // ranks, the tensor-parallel groups blocks of consecutive ranks (a host's
+  // GPUs).
   int tensor_parallel = 1;
+  // Sequence parallelism (Korthikanti et al., "Reducing Activation
+  // Recomputation in Large Transformer Models"), with tensor_parallel > 1:
+  // between the tensor-parallel regions each rank holds 1/tensor_parallel
+  // of the micro-batch's tokens (the residual stream, the LayerNorms), so
+  // those activations shrink by the group size. The all-reduces become a
+  // reduce-scatter after each row-parallel layer and an all-gather before
+  // each column-parallel one; the LayerNorms' parameter gradients are
+  // summed over the group (engine/pass_tensor_parallel.h).
+  bool sequence_parallel = false;
   // Pipeline parallelism: the blocks split into this many stages of
   // consecutive layers (the embedding on the first, the final LayerNorm,
   // LM head and loss on the last), each stage on its own ranks, which pass

@@ -107,6 +107,7 @@ std::string jobToYaml(const JobSpec& job) {
   line("parallel:");
   field("data_parallel", integer(job.parallel.data_parallel));
   field("tensor_parallel", integer(job.parallel.tensor_parallel));
+  field("sequence_parallel", job.parallel.sequence_parallel ? "true" : "false");
   field("pipeline_parallel", integer(job.parallel.pipeline_parallel));
   std::string stage_layers;
   for (int n : job.parallel.pipeline_layers) stage_layers += (stage_layers.empty() ? "" : ", ") + integer(n);

@@ -20,6 +20,15 @@ class ForwardBuilder {
     C_ = m.hidden;
     M_ = B_ * T_;
     tp_ = job.parallel.tensor_parallel;
+    sp_ = tp_ > 1 && job.parallel.sequence_parallel;
+    Ms_ = sp_ ? M_ / tp_ : M_;
+  }
+
+  // The residual stream's shape: with sequence parallelism the rank's
+  // 1/tp of the micro-batch's tokens (consecutive rows of [B*T, C]).
+  std::vector<int64_t> residualShape() const {
+    if (sp_) return {Ms_, C_};
+    return {B_, T_, C_};
   }
 
   int act(const std::string& name, std::vector<int64_t> shape, int layer, const std::string& role,
@@ -50,15 +59,26 @@ class ForwardBuilder {
     return g_.addNode(std::move(n));
   }
 
-  // y = LayerNorm(x); returns y.
+  // y = LayerNorm(x); returns y, whole on every rank. With sequence
+  // parallelism the LayerNorm normalizes the rank's tokens ("<role>.shard")
+  // and an all-gather over the group gives every rank all of them
+  // ("<role>.out", what the next layer reads and recompute may drop and
+  // gather again).
   int layerNorm(const std::string& prefix, int layer, const std::string& role, int x, int w, int b) {
-    int y = act(prefix + ".out", {B_, T_, C_}, layer, role + ".out");
-    int mean = act(prefix + ".mean", {B_, T_}, layer, role + ".mean", DType::F32);
-    int rstd = act(prefix + ".rstd", {B_, T_}, layer, role + ".rstd", DType::F32);
+    int y = act(prefix + ".out", residualShape(), layer, role + (sp_ ? ".shard" : ".out"));
+    const std::vector<int64_t> per_token = sp_ ? std::vector<int64_t>{Ms_} : std::vector<int64_t>{B_, T_};
+    int mean = act(prefix + ".mean", per_token, layer, role + ".mean", DType::F32);
+    int rstd = act(prefix + ".rstd", per_token, layer, role + ".rstd", DType::F32);
     Node& n = node(OpKind::LayerNorm, prefix, layer, {x, w, b}, {y, mean, rstd});
-    n.attrs.m = M_;
+    n.attrs.m = Ms_;
     n.attrs.c = C_;
-    return y;
+    if (!sp_) return y;
+    int all = act(prefix + ".allgather.out", {B_, T_, C_}, layer, role + ".out");
+    Node& ag = node(OpKind::AllGather, prefix + ".allgather", layer, {y}, {all});
+    ag.attrs.elements = M_ * C_;
+    ag.attrs.shards = tp_;
+    ag.collective = dataParallelCollective(CollectiveOp::AllGather, ReduceOp::Sum, M_ * C_, dt_, "tp");
+    return all;
   }
 
   int matmul(const std::string& prefix, int layer, const std::string& role, int x, int w, int bias,
@@ -78,10 +98,20 @@ class ForwardBuilder {
   // product (role `role` + ".partial"); the all-reduce over the rank's
   // tensor-parallel group writes the sum, the layer's output, to a tensor
   // of its own. Its backward is the identity (autodiff aliases the two
-  // gradients). On the compute stream: the next task needs the sum.
-  int allReduceOverGroup(const std::string& prefix, int layer, const std::string& role, int partial) {
+  // gradients). With sequence parallelism a reduce-scatter writes the
+  // sum's rows of the rank's tokens instead (its backward an all-gather).
+  // On the compute stream: the next task needs the sum.
+  int sumOverGroup(const std::string& prefix, int layer, const std::string& role, int partial) {
     if (tp_ <= 1) return partial;
     g_.tensor(partial).role = role + ".partial";
+    if (sp_) {
+      int y = act(prefix + ".reducescatter.out", residualShape(), layer, role);
+      Node& n = node(OpKind::ReduceScatter, prefix + ".reducescatter", layer, {partial}, {y});
+      n.attrs.elements = M_ * C_;
+      n.attrs.shards = tp_;
+      n.collective = dataParallelCollective(CollectiveOp::ReduceScatter, ReduceOp::Sum, M_ * C_, dt_, "tp");
+      return y;
+    }
     int y = act(prefix + ".allreduce.out", {B_, T_, C_}, layer, role);
     Node& n = node(OpKind::AllReduce, prefix + ".allreduce", layer, {partial}, {y});
     n.attrs.elements = M_ * C_;
@@ -94,13 +124,13 @@ class ForwardBuilder {
                   int64_t k) {
     int y = matmul(prefix, layer, role, x, w, bias, C_, k);
     if (tp_ > 1) g_.nodes.back().attrs.tensor_parallel = tp_;
-    return allReduceOverGroup(prefix, layer, role, y);
+    return sumOverGroup(prefix, layer, role, y);
   }
 
   int add(const std::string& prefix, int layer, const std::string& role, int a, int b) {
-    int c = act(prefix + ".out", {B_, T_, C_}, layer, role);
+    int c = act(prefix + ".out", residualShape(), layer, role);
     Node& n = node(OpKind::Add, prefix, layer, {a, b}, {c});
-    n.attrs.elements = M_ * C_;
+    n.attrs.elements = Ms_ * C_;
     return c;
   }
 
@@ -136,10 +166,10 @@ class ForwardBuilder {
       n.attrs.v = m.vocab;
       if (tp_ > 1) {
         n.attrs.tensor_parallel = tp_;
-        x = allReduceOverGroup("embed", -1, "embed.out", x);
+        x = sumOverGroup("embed", -1, "embed.out", x);
       }
     } else {
-      x = out.stage_input = act("pipe.in", {B_, T_, C_}, -1, "pipe.in");
+      x = out.stage_input = act("pipe.in", residualShape(), -1, "pipe.in");
       g_.addNode(pipelineTransfer(g_, OpKind::Recv, fmt::format("pipe.recv.fwd.mb{}", mb_), x, stage_.index - 1,
                                   Phase::Comm, mb_));
     }
@@ -228,6 +258,8 @@ class ForwardBuilder {
   DType dt_;
   int64_t B_ = 0, T_ = 0, C_ = 0, M_ = 0;
   int tp_ = 1;
+  bool sp_ = false;  // sequence parallelism
+  int64_t Ms_ = 0;   // tokens of the residual stream this rank holds
   PipelineStage stage_;
 };
 

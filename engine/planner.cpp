@@ -116,6 +116,7 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   applyRecompute(g, job);
   addRecomputeFlops(g, out.decisions);
   applyBiasGradientFusion(g, job);
+  applySequenceParallelGradientSum(g, job);
   applyTiedEmbeddingSum(g, job, stage, stage.first() ? params.wte : params.lm_head);
   applyGradientBuckets(g, job);
   applyMicroBatchReduce(g, job);

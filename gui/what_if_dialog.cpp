@@ -1,5 +1,6 @@
 #include "gui/what_if_dialog.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDialogButtonBox>
 #include <QDir>
@@ -61,6 +62,15 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
                      "(Megatron-style tensor parallelism); the job then takes data-parallel x tensor-parallel "
                      "GPUs. Must divide the heads and the MLP width"));
   form->addRow(tr("tensor-parallel size"), tp_);
+  sequence_parallel_ = new QCheckBox(tr("split the residual stream's tokens too"), this);
+  sequence_parallel_->setChecked(job.parallel.sequence_parallel);
+  sequence_parallel_->setToolTip(tr("Sequence parallelism: between the split layers each rank of a tensor-parallel "
+                                    "group holds its share of the tokens (LayerNorms, residual sums), an all-gather "
+                                    "and a reduce-scatter replacing each all-reduce: less activation memory for "
+                                    "the same communicated bytes"));
+  sequence_parallel_->setEnabled(tp_->value() > 1);
+  connect(tp_, &QSpinBox::valueChanged, this, [this](int n) { sequence_parallel_->setEnabled(n > 1); });
+  form->addRow(tr("sequence parallel"), sequence_parallel_);
   pp_ = new QSpinBox(this);
   pp_->setRange(1, 256);
   pp_->setValue(job.parallel.pipeline_parallel);
@@ -178,6 +188,7 @@ void WhatIfDialog::applyFittingChoice(int index) {
 }
 void WhatIfDialog::setDataParallel(int n) { dp_->setValue(n); }
 void WhatIfDialog::setTensorParallel(int n) { tp_->setValue(n); }
+void WhatIfDialog::setSequenceParallel(bool on) { sequence_parallel_->setChecked(on); }
 void WhatIfDialog::setPipelineParallel(int n) { pp_->setValue(n); }
 void WhatIfDialog::setPipelineLayers(const QString& counts) { stage_layers_->setText(counts); }
 void WhatIfDialog::setSharding(Sharding sharding) { sharding_->setCurrentIndex(int(sharding)); }
@@ -190,6 +201,10 @@ void WhatIfDialog::setRecompute(RecomputePolicy policy) {
 }
 void WhatIfDialog::setLmHeadChunks(int n) { lm_head_chunks_->setValue(n); }
 
+// Only with a tensor-parallel group to split the tokens over (the job
+// refuses it without).
+bool WhatIfDialog::sequenceParallel() const { return tp_->value() > 1 && sequence_parallel_->isChecked(); }
+
 WhatIfRequest WhatIfDialog::request() const {
   WhatIfRequest r;
   r.job_yaml = job_yaml_.toStdString();
@@ -200,6 +215,7 @@ WhatIfRequest WhatIfDialog::request() const {
   r.overrides = {
       "parallel.data_parallel=" + std::to_string(dp_->value()),
       "parallel.tensor_parallel=" + std::to_string(tp_->value()),
+      std::string("parallel.sequence_parallel=") + (sequenceParallel() ? "true" : "false"),
       "parallel.pipeline_parallel=" + std::to_string(pp_->value()),
       // The job parser checks the list (one count per stage, adding up to the layers).
       "parallel.pipeline_layers=[" +
@@ -224,6 +240,7 @@ WhatIfRequest WhatIfDialog::request() const {
                                                             : std::string(", ZeRO-3");
   r.run_name = "what-if: dp " + std::to_string(dp_->value()) +
                (tp_->value() > 1 ? " x tp " + std::to_string(tp_->value()) : std::string()) +
+               (sequenceParallel() ? " (sequence parallel)" : "") +
                (pp_->value() > 1 ? " x pp " + std::to_string(pp_->value()) : std::string()) +
                (pp_->value() > 1 && !stage_layers_->text().trimmed().isEmpty()
                     ? " (" + stage_layers_->text().trimmed().toStdString() + " blocks)"

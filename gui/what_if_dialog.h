@@ -1,6 +1,7 @@
 #pragma once
 // What-if dialog: choose topology (preset or file), calibration (none, a
-// committed one or a file), data-, tensor- and pipeline-parallel sizes, what the ranks shard
+// committed one or a file), data-, tensor- and pipeline-parallel sizes,
+// sequence parallelism, what the ranks shard
 // (nothing, the optimizer: ZeRO-1, or the parameters too: ZeRO-3),
 // micro-batch, gradient accumulation, bucket size, recompute policy and the
 // LM head's groups of tokens (schedule.lm_head_chunks) for a run's job;
@@ -14,6 +15,7 @@
 
 #include "gui/what_if.h"
 
+class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
@@ -41,6 +43,9 @@ class WhatIfDialog : public QDialog {
   void setDataParallel(int n);
   // Ranks each replica's blocks are split over (parallel.tensor_parallel).
   void setTensorParallel(int n);
+  // The residual stream's tokens split over the tensor-parallel group
+  // (parallel.sequence_parallel; asked for only with a group of 2 or more).
+  void setSequenceParallel(bool on);
   // Pipeline stages (parallel.pipeline_parallel); the micro-batches in
   // flight are the gradient accumulation.
   void setPipelineParallel(int n);
@@ -74,12 +79,15 @@ class WhatIfDialog : public QDialog {
   void failed(const QString& message);
 
  private:
+  bool sequenceParallel() const;
+
   QString job_yaml_;
   QString out_path_;
   QComboBox* topology_ = nullptr;
   QComboBox* calibration_ = nullptr;
   QSpinBox* dp_ = nullptr;
   QSpinBox* tp_ = nullptr;
+  QCheckBox* sequence_parallel_ = nullptr;
   QSpinBox* pp_ = nullptr;
   QLineEdit* stage_layers_ = nullptr;
   QComboBox* sharding_ = nullptr;  // items in Sharding's order

@@ -37,12 +37,12 @@ class InProcessCollectives {
     reduceRange(rank, data, 0, int64_t(data.size()), average);
   }
 
-  // Rank r's shard [r, r + 1) * size / world becomes the average over the
-  // ranks; the rest of `data` keeps this rank's values, as NCCL's in-place
-  // reduce-scatter leaves them.
-  void reduceScatterAverage(int rank, std::vector<float>& data) {
+  // Rank r's shard [r, r + 1) * size / world becomes the average (or sum)
+  // over the ranks; the rest of `data` keeps this rank's values, as NCCL's
+  // in-place reduce-scatter leaves them.
+  void reduceScatter(int rank, std::vector<float>& data, bool average) {
     const int64_t shard = int64_t(data.size()) / world_;
-    reduceRange(rank, data, rank * shard, (rank + 1) * shard, true);
+    reduceRange(rank, data, rank * shard, (rank + 1) * shard, average);
   }
 
   // Every rank's `mine`, in rank order (an out-of-place all-gather).
@@ -254,11 +254,11 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       if (t.op == OpKind::AllReduce)
         group->allReduce(place, v, t.collective.value().reduce == ReduceOp::Avg);
       else if (t.op == OpKind::ReduceScatter)
-        group->reduceScatterAverage(place, v);
+        group->reduceScatter(place, v, t.collective.value().reduce == ReduceOp::Avg);
       else
         group->allGather(place, v);
       if (t.op == OpKind::ReduceScatter && R[0] != W[0]) {  // out of place: the rank's shard alone
-        const ShardRange s = shardOf(dp_rank, a.shards, int64_t(v.size()));
+        const ShardRange s = shardOf(place, a.shards, int64_t(v.size()));
         if (s.end - s.begin != io.elements(W[0]))
           throw std::logic_error(fmt::format("{}: a shard of {} elements into {}", t.name, s.end - s.begin,
                                              io.elements(W[0])));

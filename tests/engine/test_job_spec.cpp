@@ -202,6 +202,11 @@ TEST_CASE("canonical YAML round-trips every field", "[job]") {
   CHECK(odd.data.path == "tokens/some file.bin");
   CHECK_FALSE(odd.schedule.residual_in_gemm);
   jobs.push_back(odd);
+  // The parallelism fields away from their defaults.
+  jobs.push_back(parseJob("parallel: {data_parallel: 2, tensor_parallel: 2, sequence_parallel: true, "
+                          "pipeline_parallel: 2, pipeline_layers: [5, 7], shard_parameters: true}\n",
+                          "parallel.yaml"));
+  CHECK(jobs.back().parallel.sequence_parallel);
   for (const JobSpec& j : jobs) {
     INFO(j.yaml);
     CHECK(j.yaml == jobToYaml(j));
@@ -323,6 +328,14 @@ TEST_CASE("bad job specs fail with one line naming file, line, field and allowed
        "value 0 is out of range (allowed: integers >= 1 dividing model.heads, the MLP width and model.vocab)"},
       {"parallel: {data_parallel: 1073741824, tensor_parallel: 4}\n", {}, "bad.yaml:1: parallel.data_parallel: ",
        "data_parallel x tensor_parallel x pipeline_parallel = 4.29497e+09 ranks, more than rank numbers can hold"},
+      {"parallel: {sequence_parallel: true}\n", {}, "bad.yaml:1: parallel.sequence_parallel: ",
+       "needs tensor_parallel >= 2 (allowed: parallel.sequence_parallel: false, or parallel.tensor_parallel >= 2)"},
+      {"model: {seq_len: 7}\ntraining: {micro_batch: 3}\nparallel: {tensor_parallel: 2}\n",
+       {"parallel.sequence_parallel=true"},
+       "--set parallel.sequence_parallel=true: parallel.sequence_parallel: ",
+       "tensor_parallel 2 does not divide a micro-batch's 21 tokens"},
+      {"parallel: {tensor_parallel: 2, sequence_parallel: 2}\n", {}, "bad.yaml:1: parallel.sequence_parallel: ",
+       "expected a boolean"},
       {"parallel: {pipeline_parallel: 5}\n", {}, "bad.yaml:1: parallel.pipeline_parallel: ",
        "pipeline_parallel 5 does not divide model.layers 12 (every stage holds as many blocks; parallel.pipeline_layers"},
       {"parallel: {pipeline_parallel: 2, data_parallel: 2, shard_optimizer: true}\n",

@@ -42,6 +42,7 @@ struct PpCase {
   int lm_head_chunks = 1;
   bool weight_gradient_stream = true;
   std::vector<int> stage_layers = {};  // parallel.pipeline_layers
+  bool sequence_parallel = false;
 
   std::string describe() const {
     return "pp " + std::to_string(pp) + " accumulation " + std::to_string(accum) + " dp " + std::to_string(dp) +
@@ -52,7 +53,7 @@ struct PpCase {
            (tied ? "" : " untied") +
            (fuse_bias_gradients ? " bias gradients fused" : "") +
            (lm_head_chunks > 1 ? " LM head in groups" : "") + (weight_gradient_stream ? "" : " one compute stream") +
-           (stage_layers.empty() ? "" : " uneven stages");
+           (stage_layers.empty() ? "" : " uneven stages") + (sequence_parallel ? " sequence parallel" : "");
   }
 };
 
@@ -95,6 +96,7 @@ void requirePipelineMatches(const PpCase& c) {
   whole.schedule.fuse_bias_gradients = c.fuse_bias_gradients;
   whole.schedule.lm_head_chunks = c.lm_head_chunks;
   whole.schedule.weight_gradient_stream = c.weight_gradient_stream;
+  whole.parallel.sequence_parallel = c.sequence_parallel;
   JobSpec staged = whole;
   staged.parallel.pipeline_parallel = c.pp;
   staged.parallel.pipeline_layers = c.stage_layers;
@@ -173,6 +175,23 @@ TEST_CASE("Pipeline stages train as the whole model", "[executor][pp]") {
   uneven.stage_layers = {3, 1};
   uneven.tp = 2;
   requirePipelineMatches(uneven);
+}
+
+TEST_CASE("Pipeline stages with sequence parallelism train as the whole model", "[executor][pp][sp]") {
+  // The stages pass the rank's tokens of the residual stream.
+  PpCase sp{2, 2, 1, 2};
+  sp.sequence_parallel = true;
+  requirePipelineMatches(sp);
+  sp.pp = 4;
+  sp.accum = 4;
+  sp.recompute = RecomputePolicy::Full;
+  requirePipelineMatches(sp);
+  PpCase zero3{2, 3, 2, 2};
+  zero3.sequence_parallel = true;
+  zero3.shard_parameters = true;
+  zero3.fuse_bias_gradients = true;
+  zero3.stage_layers = {1, 3};
+  requirePipelineMatches(zero3);
 }
 
 TEST_CASE("Pipeline plans: one program per stage, 1F1B order, transfers on their own streams", "[planner][pp]") {

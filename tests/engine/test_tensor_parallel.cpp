@@ -38,6 +38,8 @@ struct TpCase {
   // replicas.
   int sharding = 0;
   int shard_group_size = 0;
+  bool sequence_parallel = false;
+  bool reduce_every_micro_batch = false;  // with ZeRO-3 and accumulation
 
   std::string describe() const {
     return "tp " + std::to_string(tp) + " dp " + std::to_string(dp) + " accumulation " + std::to_string(accum) +
@@ -46,7 +48,9 @@ struct TpCase {
            (weight_gradient_stream ? "" : " one compute stream") +
            (optimizer_beside_forward ? " optimizer beside the forward" : "") +
            (sharding ? " ZeRO-" + std::to_string(sharding) : "") +
-           (shard_group_size ? " in shard groups of " + std::to_string(shard_group_size) : "");
+           (shard_group_size ? " in shard groups of " + std::to_string(shard_group_size) : "") +
+           (reduce_every_micro_batch ? " reduced every micro-batch" : "") +
+           (sequence_parallel ? " sequence parallel" : "");
   }
 };
 
@@ -98,6 +102,8 @@ void requireTensorParallelMatches(const TpCase& c) {
   split.parallel.shard_optimizer = c.sharding == 1;
   split.parallel.shard_parameters = c.sharding == 3;
   split.parallel.shard_group_size = c.shard_group_size;
+  split.parallel.sequence_parallel = c.sequence_parallel;
+  split.comm.reduce_every_micro_batch = c.reduce_every_micro_batch;
   cpu::CpuExecutor a(buildPlan(whole));
   cpu::CpuExecutor b(buildPlan(split));
   const std::string what = c.describe();
@@ -177,6 +183,50 @@ TEST_CASE("Tensor parallel groups with a sharded optimizer or sharded parameters
   TpCase one{2, 1, 2, Precision::BF16};
   one.sharding = 3;
   requireTensorParallelMatches(one);
+}
+
+TEST_CASE("Sequence parallel groups train as one rank per replica", "[executor][tp][sp]") {
+  // Each case as its tensor-parallel twin above, with the residual stream
+  // and the LayerNorms on the rank's tokens.
+  auto sp = [](TpCase c) {
+    c.sequence_parallel = true;
+    return c;
+  };
+  for (int tp : {2, 4}) requireTensorParallelMatches(sp({tp}));
+  requireTensorParallelMatches(sp({2, 2, 2}));
+  // Selective recompute gathers the LayerNorms' outputs again; full
+  // recompute re-runs the block from its input, the rank's tokens.
+  for (RecomputePolicy policy : {RecomputePolicy::Selective, RecomputePolicy::Full})
+    requireTensorParallelMatches(sp({2, 1, 2, Precision::FP32, policy}));
+  requireTensorParallelMatches(sp({2, 2, 1, Precision::BF16}));
+  requireTensorParallelMatches(sp({4, 1, 2, Precision::BF16, RecomputePolicy::Full}));
+  // Bias gradients summed by the LayerNorm backward (over the rank's tokens
+  // alone, then over the group), one compute stream, the optimizer beside
+  // the forward.
+  requireTensorParallelMatches(sp({2, 1, 2, Precision::FP32, RecomputePolicy::None, 1, true}));
+  requireTensorParallelMatches(sp({2, 2, 1, Precision::FP32, RecomputePolicy::Selective, 1, false, false}));
+  requireTensorParallelMatches(sp({2, 1, 2, Precision::FP32, RecomputePolicy::None, 1, false, true, true}));
+}
+
+TEST_CASE("Sequence parallel groups with sharding", "[executor][tp][sp][shard]") {
+  TpCase zero1{2, 2, 2};
+  zero1.sharding = 1;
+  zero1.sequence_parallel = true;
+  requireTensorParallelMatches(zero1);
+  TpCase zero3{2, 2, 2, Precision::FP32, RecomputePolicy::Full};
+  zero3.sharding = 3;
+  zero3.sequence_parallel = true;
+  requireTensorParallelMatches(zero3);
+  // Gradients restarted every micro-batch: the LayerNorms' sums after each.
+  zero3.recompute = RecomputePolicy::None;
+  zero3.fuse_bias_gradients = true;
+  zero3.reduce_every_micro_batch = true;
+  requireTensorParallelMatches(zero3);
+  TpCase hybrid{2, 4};
+  hybrid.sharding = 3;
+  hybrid.shard_group_size = 2;
+  hybrid.sequence_parallel = true;
+  requireTensorParallelMatches(hybrid);
 }
 
 TEST_CASE("Tensor parallel plans split the blocks and add the group's collectives", "[planner][tp]") {
@@ -290,4 +340,69 @@ TEST_CASE("Tensor-parallel slices of the initial parameters make up the whole pa
         INFO("block " << block << " row " << row << " column " << col);
         REQUIRE(mine[size_t((block * 4 + row) * 16 + col)] == whole[size_t((block * 16 + 4 + row) * 16 + col)]);
       }
+}
+
+TEST_CASE("Sequence parallel plans: the residual stream on the rank's tokens", "[planner][tp][sp]") {
+  JobSpec tp_job = splittableJob(1, 2);
+  tp_job.parallel.tensor_parallel = 2;
+  JobSpec job = tp_job;
+  job.parallel.sequence_parallel = true;
+  job.schedule.fuse_bias_gradients = true;
+  const Plan plan = buildPlan(job);
+  const RankPlan& rp = plan.programs[0];
+  const int layers = job.model.layers, accum = job.training.grad_accum, tp = 2;
+  auto count = [&](Phase phase, CollectiveOp op) {
+    return countTasks(rp, [&](const Task& t) {
+      return t.collective && t.collective->group == "tp" && t.phase == phase && t.collective->op == op;
+    });
+  };
+  // Per micro-batch in the forward: an all-gather after each of a block's
+  // two LayerNorms and the final one, a reduce-scatter after each
+  // row-parallel layer and the embedding, the loss statistics' gather; in
+  // the backward each one's transpose (the loss statistics have none).
+  CHECK(count(Phase::Forward, CollectiveOp::AllGather) == (2 * layers + 2) * accum);
+  CHECK(count(Phase::Forward, CollectiveOp::ReduceScatter) == (2 * layers + 1) * accum);
+  CHECK(count(Phase::Forward, CollectiveOp::AllReduce) == 0);
+  CHECK(count(Phase::Backward, CollectiveOp::ReduceScatter) == (2 * layers + 1) * accum);
+  CHECK(count(Phase::Backward, CollectiveOp::AllGather) == (2 * layers + 1) * accum);
+  CHECK(count(Phase::Backward, CollectiveOp::AllReduce) == 0);
+  // The LayerNorms' weights and biases summed once per step, on the
+  // communication stream (the output projections' bias gradients stay on
+  // their weight GEMMs even with fusion asked for: their output gradient
+  // is an all-gather's, of every token, not the residual gradient a
+  // LayerNorm backward adds to); the norm's sum.
+  CHECK(count(Phase::Comm, CollectiveOp::AllReduce) == 4 * layers + 2);
+  CHECK(countTasks(rp, [](const Task& t) { return t.op == OpKind::LayerNormBwd && t.attrs.bias_grad; }) == 0);
+  CHECK(countTasks(rp, [](const Task& t) { return t.op == OpKind::AttentionBwd && t.attrs.bias_grad; }) ==
+        layers * accum);
+  CHECK(count(Phase::Optimizer, CollectiveOp::AllReduce) == 1);
+  for (const Task& t : rp.tasks)
+    if (t.collective && t.collective->group == "tp") {
+      INFO(t.name);
+      CHECK((t.stream == 0) == (t.phase != Phase::Comm));
+    }
+
+  // Per layer and micro-batch the backward keeps the block's input and its
+  // residual sum (and both LayerNorms' statistics) for the rank's tokens
+  // alone.
+  const Plan tp_plan = buildPlan(tp_job);
+  const int64_t M = int64_t(job.training.micro_batch) * job.model.seq_len, C = job.model.hidden;
+  const int64_t saved = (2 * M * C * 4 + 4 * M * 4) * (tp - 1) / tp;  // fp32
+  for (int l = 0; l < layers; ++l) {
+    INFO("layer " << l);
+    CHECK(tp_plan.recompute[size_t(l)].bytes_kept - plan.recompute[size_t(l)].bytes_kept == saved);
+  }
+  CHECK(rp.memory.activation_peak_bytes < tp_plan.programs[0].memory.activation_peak_bytes);
+  CHECK(planFromJson(planToJson(plan)) == plan);
+
+  // Selective recompute gathers the LayerNorms' outputs again instead of
+  // keeping them: two all-gathers per block and micro-batch.
+  job.recompute.policy = RecomputePolicy::Selective;
+  const Plan selective = buildPlan(job);
+  CHECK(countTasks(selective.programs[0], [](const Task& t) {
+          return t.phase == Phase::Recompute && t.collective && t.collective->op == CollectiveOp::AllGather;
+        }) == 2 * layers * accum);
+  CHECK(countTasks(selective.programs[0], [](const Task& t) {
+          return t.phase == Phase::Recompute && t.op == OpKind::LayerNorm;
+        }) == 0);
 }

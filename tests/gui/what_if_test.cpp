@@ -297,6 +297,30 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   REQUIRE(split.wait(120000));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
   CHECK(dialog.statusText().startsWith("New run"));
+  const QString without_sequence = dialog.statusText();
+  // The same with the residual stream's tokens split over each pair: less
+  // peak memory.
+  CHECK(has("parallel.sequence_parallel=false"));
+  dialog.setSequenceParallel(true);
+  CHECK(has("parallel.sequence_parallel=true"));
+  CHECK_THAT(dialog.request().run_name, Catch::Contains("dp 4 x tp 2 (sequence parallel),"));
+  QSignalSpy sequence(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(sequence.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  auto peakGiB = [](const QString& status) {
+    const QString marker = "peak memory ";
+    const int at = status.indexOf(marker);
+    return at < 0 ? -1.0 : status.mid(at + marker.size()).section(' ', 0, 0).toDouble();
+  };
+  INFO(without_sequence.toStdString() << " / " << dialog.statusText().toStdString());
+  CHECK(peakGiB(dialog.statusText()) > 0);
+  CHECK(peakGiB(dialog.statusText()) < peakGiB(without_sequence));
+  // Without a tensor-parallel group there are no tokens to split: not asked for.
+  dialog.setTensorParallel(1);
+  CHECK(has("parallel.sequence_parallel=false"));
+  dialog.setSequenceParallel(false);
+  dialog.setTensorParallel(2);
   // 5 does not divide GPT-2's 12 heads: refused on one line, no run.
   QSignalSpy refused(&dialog, &WhatIfDialog::failed);
   dialog.setTensorParallel(5);

@@ -228,12 +228,12 @@ TEST_CASE("tandem train reaches the synthetic data's entropy on the tiny job", "
 
 TEST_CASE("tandem train runs pipeline and tensor parallel jobs; tandem run refuses them on one line",
           "[cli][train][pp][tp]") {
-  // The tiny job's 2 blocks in 2 stages of 2-way tensor parallelism, 4
-  // micro-batches: the same losses as on one rank.
+  // The tiny job's 2 blocks in 2 stages of 2-way tensor parallelism (with
+  // the sequence split), 4 micro-batches: the same losses as on one rank.
   const Result one = runTandem("train tiny --backend cpu --steps 4 --set training.grad_accum=4");
   const Result split = runTandem(
       "train tiny --backend cpu --steps 4 --set training.grad_accum=4 --set parallel.pipeline_parallel=2 "
-      "--set parallel.tensor_parallel=2");
+      "--set parallel.tensor_parallel=2 --set parallel.sequence_parallel=true");
   INFO(one.out << one.err << split.out << split.err);
   REQUIRE(one.exit_code == 0);
   REQUIRE(split.exit_code == 0);
@@ -244,6 +244,10 @@ TEST_CASE("tandem train runs pipeline and tensor parallel jobs; tandem run refus
     return out.substr(pos + 19, 6);
   };
   CHECK(lastLoss(split.out) == lastLoss(one.out));
+  const Result plan = runTandem("plan tiny --set parallel.tensor_parallel=2 --set parallel.sequence_parallel=true");
+  INFO(plan.out << plan.err);
+  CHECK(plan.exit_code == 0);
+  CHECK_THAT(plan.out, Catch::Contains("split over 2 consecutive ranks, the residual stream's tokens too (1/2 each)"));
 
   const Result run = runTandem("run tiny --set parallel.pipeline_parallel=2");
   INFO(run.err);

@@ -70,3 +70,37 @@ TEST_CASE("a tensor-parallel plan replays its group collectives, the same with a
   CHECK(sb.peak_memory_bytes < sa.peak_memory_bytes / 2);
   CHECK(sb.exposed_comm_ns > sa.exposed_comm_ns);
 }
+
+TEST_CASE("a sequence-parallel plan replays its gathers and scatters, the same with and without symmetry",
+          "[engine][tp][sp]") {
+  const Topology topo = loadTopology("dgx-h100");
+  const RooflineCostModel cost;
+  const Plan tp = buildPlan(gpt2Medium(4));
+  JobSpec job = gpt2Medium(4);
+  job.parallel.sequence_parallel = true;
+  const Plan sp = buildPlan(job);
+  const SimResult a = simulatePlan(tp, topo, cost);
+  const SimResult b = simulatePlan(sp, topo, cost);
+  SimOptions all_ranks;
+  all_ranks.symmetry = SymmetryMode::Off;
+  const SimResult b_all = simulatePlan(sp, topo, cost, all_ranks);
+  CHECK(b.stats.symmetric);
+  CHECK(b.step_ns == b_all.step_ns);
+
+  // Per group and step: each all-reduce of the tensor-parallel plan but the
+  // loss statistics' gather and the norm's becomes an all-gather and a
+  // reduce-scatter; the LayerNorms' 4 weight and bias gradients per block
+  // and the final LayerNorm's 2 are summed; two groups of 4 ranks.
+  const int64_t layers = job.model.layers;
+  CHECK(collectivesOf(tp, a, "tp") == 4 * layers + 4);  // symmetric: one group's
+  CHECK(collectivesOf(sp, b, "tp") == 2 * (4 * layers + 2) + 2 + 4 * layers + 2);
+  CHECK(collectivesOf(sp, b_all, "tp") == 2 * collectivesOf(sp, b, "tp"));
+
+  // The LayerNorms and residual adds run on a quarter of the tokens, and
+  // their activations are kept for a quarter.
+  const SimRankSummary sa = summarizeRank(a, 0), sb = summarizeRank(b, 0);
+  INFO("tp 4: compute " << sa.compute_ns << " ns, peak " << sa.peak_memory_bytes << "; with sequence parallelism "
+                        << sb.compute_ns << ", " << sb.peak_memory_bytes);
+  CHECK(sb.compute_ns < sa.compute_ns);
+  CHECK(sb.peak_memory_bytes < sa.peak_memory_bytes);
+}
