@@ -21,10 +21,12 @@ std::string shardingNote(const Plan& plan) {
   return "";
 }
 
-// "6" for an even split, "5, 6, 6, 7" otherwise.
+// "6" for an even split, "5, 6, 6, 7" otherwise (per chunk when stages
+// hold several).
 std::string stageBlocks(const JobSpec& job) {
   const auto& split = job.parallel.pipeline_layers;
-  if (split.empty()) return std::to_string(job.model.layers / job.parallel.pipeline_parallel);
+  if (split.empty())
+    return std::to_string(job.model.layers / (job.parallel.pipeline_parallel * job.parallel.pipeline_chunks));
   std::string s;
   for (int n : split) s += (s.empty() ? "" : ", ") + std::to_string(n);
   return s;
@@ -56,9 +58,12 @@ std::string planSummaryText(const Plan& plan) {
                                               ? fmt::format(", the residual stream's tokens too (1/{} each)", tp)
                                               : "")
                             : "",
-                     pp > 1 ? fmt::format("; {} stages of {} blocks, 1F1B over {} micro-batches", pp,
-                                          stageBlocks(job), t.grad_accum)
-                            : ""));
+                     pp > 1 && job.parallel.pipeline_chunks > 1
+                         ? fmt::format("; {} stages of {} chunks of {} blocks, interleaved 1F1B over {} micro-batches",
+                                       pp, job.parallel.pipeline_chunks, stageBlocks(job), t.grad_accum)
+                     : pp > 1 ? fmt::format("; {} stages of {} blocks, 1F1B over {} micro-batches", pp,
+                                            stageBlocks(job), t.grad_accum)
+                              : ""));
   if (pp > 1) {
     std::string stages;
     for (size_t i = 0; i < plan.programs.size(); ++i) {

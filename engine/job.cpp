@@ -391,6 +391,10 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        [&](const YAML::Node& v, const std::string& p) {
          job.parallel.pipeline_parallel = r.readInt(v, p, 1, "integers >= 1 dividing model.layers");
        }},
+      {"pipeline_chunks",
+       [&](const YAML::Node& v, const std::string& p) {
+         job.parallel.pipeline_chunks = r.readInt(v, p, 1, "integers >= 1 (chunks of blocks per pipeline stage)");
+       }},
       {"pipeline_layers",
        [&](const YAML::Node& v, const std::string& p) {
          const std::string allowed = "a list of blocks per stage (integers >= 1), or [] for an even split";
@@ -681,13 +685,29 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
                  " tokens (training.micro_batch x model.seq_len), which sequence parallelism splits over the group",
              "parallel.sequence_parallel: false, or a micro-batch whose tokens tensor_parallel divides");
   }
+  const int chunks = job.parallel.pipeline_chunks;
+  if (chunks > 1) {
+    const int pp = job.parallel.pipeline_parallel;
+    if (pp < 2)
+      r.fail(pick("parallel.pipeline_chunks", "parallel.pipeline_parallel"),
+             "interleaving chunks of blocks needs pipeline_parallel >= 2",
+             "parallel.pipeline_chunks: 1, or parallel.pipeline_parallel >= 2");
+    else if (job.training.grad_accum % pp != 0)
+      r.fail(pick("parallel.pipeline_chunks", "training.grad_accum"),
+             "the interleaved schedule runs micro-batches in groups of pipeline_parallel " + std::to_string(pp) +
+                 ", which does not divide training.grad_accum " + std::to_string(job.training.grad_accum),
+             "parallel.pipeline_chunks: 1, or training.grad_accum a multiple of pipeline_parallel");
+  }
   if (const auto& split = job.parallel.pipeline_layers; !split.empty()) {
     const int64_t sum = std::accumulate(split.begin(), split.end(), int64_t(0));
-    if (int(split.size()) != job.parallel.pipeline_parallel)
+    const int64_t listed = int64_t(job.parallel.pipeline_parallel) * chunks;
+    if (int64_t(split.size()) != listed)
       r.fail(pick("parallel.pipeline_layers", "parallel.pipeline_parallel"),
              std::to_string(split.size()) + " stages listed for pipeline_parallel " +
-                 std::to_string(job.parallel.pipeline_parallel),
-             "one block count per stage, or [] for an even split");
+                 std::to_string(job.parallel.pipeline_parallel) +
+                 (chunks > 1 ? " x pipeline_chunks " + std::to_string(chunks) : std::string()),
+             chunks > 1 ? "one block count per chunk of every stage, or [] for an even split"
+                        : "one block count per stage, or [] for an even split");
     else if (sum != m.layers)
       r.fail(pick("parallel.pipeline_layers", "model.layers"),
              "the stages' blocks add up to " + std::to_string(sum) + ", the model has " + std::to_string(m.layers),
@@ -699,6 +719,12 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
              "pipeline_parallel " + std::to_string(pp) + " does not divide model.layers " + std::to_string(m.layers) +
                  " (every stage holds as many blocks; parallel.pipeline_layers splits them unevenly)",
              "integers >= 1 dividing model.layers, or parallel.pipeline_layers");
+    else if (job.parallel.pipeline_layers.empty() && m.layers % (int64_t(pp) * chunks) != 0)
+      r.fail(pick("parallel.pipeline_chunks", "model.layers"),
+             "pipeline_parallel " + std::to_string(pp) + " x pipeline_chunks " + std::to_string(chunks) +
+                 " chunks do not divide model.layers " + std::to_string(m.layers) +
+                 " (every chunk holds as many blocks; parallel.pipeline_layers splits them unevenly)",
+             "chunks dividing model.layers / pipeline_parallel, or parallel.pipeline_layers");
     // What the pipeline schedule does not plan yet: the embedding's gathered
     // gradient (it assumes the embedding and the LM head on one rank) and
     // gradients reduced every micro-batch (that pass places each

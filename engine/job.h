@@ -83,10 +83,19 @@ struct ParallelSpec {
   // (engine/pass_pipeline.h). The world is data_parallel x tensor_parallel
   // x pipeline_parallel ranks, the stage slowest in the numbering.
   int pipeline_parallel = 1;
+  // Interleaved 1F1B (Megatron-LM's virtual pipeline stages): each stage
+  // holds this many chunks of consecutive blocks, the model's
+  // pipeline_parallel x pipeline_chunks chunks dealt round-robin (stage s
+  // holds chunks s, s + p, s + 2p, ...), so a micro-batch passes every
+  // stage pipeline_chunks times and the pipeline bubble shrinks by that
+  // factor, for more transfers and more micro-batches in flight. 1: the
+  // plain 1F1B schedule. Needs grad_accum divisible by pipeline_parallel.
+  int pipeline_chunks = 1;
   // Blocks per stage, first stage first (summing to model.layers); empty:
   // an even split. The first stage also runs the embedding and the last
   // the LM head and the loss, so giving those stages fewer blocks evens
-  // the stages' work.
+  // the stages' work. With pipeline_chunks > 1, blocks per chunk in the
+  // model's order (pipeline_parallel x pipeline_chunks counts).
   std::vector<int> pipeline_layers;
   // ZeRO stage 1: each data-parallel rank keeps the optimizer's work for
   // 1/data_parallel of every gradient bucket (reduce-scatter, AdamW on the

@@ -109,6 +109,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("tensor_parallel", integer(job.parallel.tensor_parallel));
   field("sequence_parallel", job.parallel.sequence_parallel ? "true" : "false");
   field("pipeline_parallel", integer(job.parallel.pipeline_parallel));
+  field("pipeline_chunks", integer(job.parallel.pipeline_chunks));
   std::string stage_layers;
   for (int n : job.parallel.pipeline_layers) stage_layers += (stage_layers.empty() ? "" : ", ") + integer(n);
   field("pipeline_layers", "[" + stage_layers + "]");

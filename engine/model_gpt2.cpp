@@ -12,7 +12,7 @@ namespace {
 // task names read "layer3.attn.qkv.fwd.mb0" everywhere.
 class ForwardBuilder {
  public:
-  ForwardBuilder(Graph& g, const JobSpec& job, int mb, const PipelineStage& stage)
+  ForwardBuilder(Graph& g, const JobSpec& job, int mb, const ModelChunk& stage)
       : g_(g), job_(job), mb_(mb), dt_(activationDType(job)), stage_(stage) {
     const auto& m = job.model;
     B_ = job.training.micro_batch;
@@ -169,9 +169,9 @@ class ForwardBuilder {
         x = sumOverGroup("embed", -1, "embed.out", x);
       }
     } else {
-      x = out.stage_input = act("pipe.in", residualShape(), -1, "pipe.in");
-      g_.addNode(pipelineTransfer(g_, OpKind::Recv, fmt::format("pipe.recv.fwd.mb{}", mb_), x, stage_.index - 1,
-                                  Phase::Comm, mb_));
+      x = out.stage_input = act("pipe.in" + stage_.tag(), residualShape(), -1, "pipe.in");
+      g_.addNode(pipelineTransfer(g_, OpKind::Recv, fmt::format("pipe.recv.fwd{}.mb{}", stage_.tag(), mb_), x,
+                                  stage_.boundaryBefore(), Phase::Comm, mb_));
     }
     // Per rank: a 1/tensor_parallel of the heads and of the MLP's width.
     const int64_t H = m.heads / tp_, Cl = C_ / tp_;
@@ -204,8 +204,8 @@ class ForwardBuilder {
     }
     if (!stage_.last()) {
       out.stage_output = x;
-      g_.addNode(pipelineTransfer(g_, OpKind::Send, fmt::format("pipe.send.fwd.mb{}", mb_), x, stage_.index,
-                                  Phase::Comm, mb_));
+      g_.addNode(pipelineTransfer(g_, OpKind::Send, fmt::format("pipe.send.fwd{}.mb{}", stage_.tag(), mb_), x,
+                                  stage_.boundaryAfter(), Phase::Comm, mb_));
       return out;
     }
     int lnf = layerNorm("final.ln", -1, "lnf", x, p.lnf_w, p.lnf_b);
@@ -260,7 +260,7 @@ class ForwardBuilder {
   int tp_ = 1;
   bool sp_ = false;  // sequence parallelism
   int64_t Ms_ = 0;   // tokens of the residual stream this rank holds
-  PipelineStage stage_;
+  ModelChunk stage_;  // the blocks this forward runs
 };
 
 // Tensor parallelism: how a parameter is split over a group's ranks.
@@ -313,7 +313,7 @@ DType activationDType(const JobSpec& job) {
   return job.training.precision == Precision::BF16 ? DType::BF16 : DType::F32;
 }
 
-Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job, const PipelineStage& stage) {
+Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job, const ModelChunk& stage) {
   const auto& m = job.model;
   if (m.family != ModelFamily::GPT2)
     throw SpecError(fmt::format("{}: model.family: planning '{}' is not supported yet (allowed: gpt2)",
@@ -366,7 +366,7 @@ Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job, const PipelineStage& 
 }
 
 ForwardOutputs emitGpt2Forward(Graph& g, const JobSpec& job, const Gpt2Params& p, int micro_batch,
-                               const PipelineStage& stage) {
+                               const ModelChunk& stage) {
   ForwardBuilder b(g, job, micro_batch, stage);
   return b.build(p);
 }

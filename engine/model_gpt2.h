@@ -14,7 +14,7 @@ struct Gpt2Layer {
   int ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
 };
 
-// A pipeline stage's parameters (-1 where another stage holds them).
+// A pipeline stage's (or chunk's) parameters (-1 where another holds them).
 struct Gpt2Params {
   int wte = -1;  // [V, C] (first stage), also the LM head when embeddings are tied
   int wpe = -1;  // [T, C] (first stage)
@@ -26,7 +26,7 @@ struct Gpt2Params {
 // Adds every parameter of the stage with its gradient, master copy (bf16
 // jobs) and AdamW moments to the graph, in the order GPT-2 checkpoints list
 // them.
-Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job, const PipelineStage& stage);
+Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job, const ModelChunk& stage);
 
 struct ForwardOutputs {
   int tokens = -1;
@@ -38,7 +38,7 @@ struct ForwardOutputs {
 
 // Emits the data load and forward nodes of one micro-batch on the stage.
 ForwardOutputs emitGpt2Forward(Graph& g, const JobSpec& job, const Gpt2Params& p, int micro_batch,
-                               const PipelineStage& stage);
+                               const ModelChunk& stage);
 
 // Activation dtype of the job (bf16 jobs keep activations in bf16).
 DType activationDType(const JobSpec& job);

@@ -9,19 +9,31 @@
 
 namespace tandem {
 
+std::string ModelChunk::tag() const { return count == stages ? std::string() : fmt::format(".c{}", local()); }
+
 PipelineStage pipelineStage(const JobSpec& job, int stage) {
   PipelineStage s;
   s.index = stage;
   s.count = job.parallel.pipeline_parallel;
+  const int per_stage = std::max(1, job.parallel.pipeline_chunks);
+  const int count = s.count * per_stage;
   const auto& split = job.parallel.pipeline_layers;
-  if (split.empty()) {
-    const int per_stage = job.model.layers / s.count;
-    s.first_layer = stage * per_stage;
-    s.end_layer = s.first_layer + per_stage;
-    return s;
+  // Blocks before chunk i.
+  auto start = [&](int i) {
+    if (split.empty()) return i * (job.model.layers / count);
+    int first = 0;
+    for (int k = 0; k < i; ++k) first += split.at(size_t(k));
+    return first;
+  };
+  for (int i = stage; i < count; i += s.count) {
+    ModelChunk c;
+    c.index = i;
+    c.count = count;
+    c.stages = s.count;
+    c.first_layer = start(i);
+    c.end_layer = start(i + 1);
+    s.chunks.push_back(c);
   }
-  for (int i = 0; i < stage; ++i) s.first_layer += split.at(size_t(i));
-  s.end_layer = s.first_layer + split.at(size_t(stage));
   return s;
 }
 
@@ -47,13 +59,43 @@ Node pipelineTransfer(const Graph& g, OpKind op, const std::string& name, int te
   return n;
 }
 
+namespace {
+
+// Megatron-LM's interleaved schedule over the stage's v chunks; `units` in
+// build order: micro-batch k's chunk c at k * v + c.
+std::vector<std::pair<int, bool>> interleavedOrder(int m, int v, const PipelineStage& stage) {
+  const int p = stage.count, total = m * v;
+  // The k-th forward (or backward) of the stage: micro-batches in groups of
+  // p, each group through the chunks (the backwards' in reverse).
+  auto unit = [&](int k, bool forward) {
+    const int in_group = k % (p * v);
+    int chunk = in_group / p;
+    if (!forward) chunk = v - 1 - chunk;
+    const int micro_batch = (k / (p * v)) * p + in_group % p;
+    return micro_batch * v + chunk;
+  };
+  const int warmup = m == p ? total : std::min(total, 2 * (p - stage.index - 1) + (v - 1) * p);
+  std::vector<std::pair<int, bool>> order;  // (unit, forward)
+  for (int k = 0; k < warmup; ++k) order.emplace_back(unit(k, true), true);
+  for (int k = 0; k < total - warmup; ++k) {
+    order.emplace_back(unit(k + warmup, true), true);
+    order.emplace_back(unit(k, false), false);
+  }
+  for (int k = total - warmup; k < total; ++k) order.emplace_back(unit(k, false), false);
+  return order;
+}
+
+}  // namespace
+
 void orderOneForwardOneBackward(Graph& g, const std::vector<MicroBatchNodes>& micro_batches,
                                 const PipelineStage& stage) {
   if (micro_batches.empty()) return;
   if (micro_batches.front().forward_begin != 0 || micro_batches.back().backward_end != g.nodes.size())
     throw std::logic_error("pipeline: the micro-batches must cover the whole graph");
-  const int m = int(micro_batches.size());
-  const int warmup = std::min(stage.count - stage.index - 1, m);
+  const int v = int(stage.chunks.size());
+  if (v < 1 || micro_batches.size() % size_t(v) != 0)
+    throw std::logic_error("pipeline: every micro-batch must have the stage's chunks");
+  const int m = int(micro_batches.size()) / v;
   std::vector<Node> ordered;
   ordered.reserve(g.nodes.size());
   auto take = [&](size_t begin, size_t end) {
@@ -61,11 +103,22 @@ void orderOneForwardOneBackward(Graph& g, const std::vector<MicroBatchNodes>& mi
   };
   auto forward = [&](int k) { take(micro_batches[size_t(k)].forward_begin, micro_batches[size_t(k)].backward_begin); };
   auto backward = [&](int k) { take(micro_batches[size_t(k)].backward_begin, micro_batches[size_t(k)].backward_end); };
-  for (int k = 0; k < warmup; ++k) forward(k);
-  for (int k = 0; k < m; ++k) {
-    if (k + warmup < m) forward(k + warmup);
-    backward(k);
+  if (v > 1) {
+    for (const auto& [k, is_forward] : interleavedOrder(m, v, stage)) {
+      if (is_forward)
+        forward(k);
+      else
+        backward(k);
+    }
+  } else {
+    const int warmup = std::min(stage.count - stage.index - 1, m);
+    for (int k = 0; k < warmup; ++k) forward(k);
+    for (int k = 0; k < m; ++k) {
+      if (k + warmup < m) forward(k + warmup);
+      backward(k);
+    }
   }
+  if (ordered.size() != g.nodes.size()) throw std::logic_error("pipeline: the schedule lost or repeated nodes");
   g.nodes = std::move(ordered);
 }
 

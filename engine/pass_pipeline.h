@@ -18,7 +18,8 @@
 // m) forwards, then alternates one forward and one backward, then runs the
 // remaining backwards; a stage holds the activations of at most p - s
 // micro-batches at once. The backwards run in micro-batch order, so
-// gradients accumulate as without a pipeline.
+// gradients accumulate as without a pipeline. With interleaving
+// (ModelChunk) each chunk's backwards still run in micro-batch order.
 //
 // Tied embeddings: the first and the last stage each hold the token
 // embedding (the last as the LM head); the two gradients are summed over
@@ -35,9 +36,33 @@
 
 namespace tandem {
 
+// Consecutive blocks that one stage runs in one pass of a micro-batch: the
+// stage's whole share of the model, or with interleaving
+// (parallel.pipeline_chunks = v) one of its v chunks. The model's p x v
+// chunks are dealt round-robin: chunk i runs on stage i % p, so a
+// micro-batch's forward goes stage 0, 1, ..., p - 1, 0, 1, ... and the
+// last stage's chunks send to the first stage's next ones.
+struct ModelChunk {
+  int index = 0, count = 1;            // among the model's chunks, in the model's order
+  int stages = 1;                      // pipeline stages
+  int first_layer = 0, end_layer = 0;  // blocks [first_layer, end_layer)
+  bool first() const { return index == 0; }  // runs the embedding
+  bool last() const { return index == count - 1; }  // runs the LM head and the loss
+  int stage() const { return index % stages; }
+  int local() const { return index / stages; }  // the chunk's place on its stage
+  // The group families of the transfers from the chunk before and to the
+  // chunk after (pipelineBoundaryGroup): boundary b joins stage b and
+  // stage (b + 1) % p.
+  int boundaryBefore() const { return (index - 1) % stages; }
+  int boundaryAfter() const { return index % stages; }
+  // Appended to the names of its transfers and their tensors when a stage
+  // holds several chunks (".c1"); empty otherwise.
+  std::string tag() const;
+};
+
 struct PipelineStage {
   int index = 0, count = 1;
-  int first_layer = 0, end_layer = 0;  // blocks [first_layer, end_layer)
+  std::vector<ModelChunk> chunks;  // the stage's chunks, in the model's order
   bool first() const { return index == 0; }
   bool last() const { return index == count - 1; }
 };
@@ -51,13 +76,18 @@ std::string pipelineBoundaryGroup(int boundary);
 Node pipelineTransfer(const Graph& g, OpKind op, const std::string& name, int tensor, int boundary, Phase phase,
                       int micro_batch);
 
-// The nodes of one micro-batch: its forward [forward_begin, backward_begin)
-// and backward [backward_begin, backward_end), as built.
+// The nodes of one micro-batch on one chunk: its forward [forward_begin,
+// backward_begin) and backward [backward_begin, backward_end), as built.
 struct MicroBatchNodes {
   size_t forward_begin = 0, backward_begin = 0, backward_end = 0;
 };
-// Reorders the graph's nodes (built micro-batch after micro-batch) into the
-// stage's 1F1B order.
+// Reorders the graph's nodes (built micro-batch after micro-batch, a
+// micro-batch's chunks in the stage's order) into the stage's 1F1B order;
+// with several chunks per stage the interleaved one (Megatron-LM's
+// virtual-pipeline schedule): micro-batches in groups of p, each group
+// through chunk 0, then chunk 1, ...; stage s first runs 2(p - s - 1) +
+// (v - 1) p forwards (all of them when m = p), then alternates, the
+// backwards taking the chunks in reverse.
 void orderOneForwardOneBackward(Graph& g, const std::vector<MicroBatchNodes>& micro_batches,
                                 const PipelineStage& stage);
 

@@ -78,34 +78,39 @@ struct StagePlan {
 
 StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   Graph g;
-  const Gpt2Params params = addGpt2Parameters(g, job, stage);
+  std::vector<Gpt2Params> params;  // per chunk
+  for (const ModelChunk& chunk : stage.chunks) params.push_back(addGpt2Parameters(g, job, chunk));
+  const int wte = stage.first() ? params.front().wte : params.back().lm_head;  // the tied embedding's copy here
   GradientState grads(g);
   const int accum = job.training.grad_accum;
   const double loss_scale =
       1.0 / (double(job.training.micro_batch) * job.model.seq_len * accum);
-  std::vector<MicroBatchNodes> micro_batches;
+  std::vector<MicroBatchNodes> micro_batches;  // per micro-batch, its chunks in order
   for (int mb = 0; mb < accum; ++mb) {
     // Gradients reduced every micro-batch start afresh in each.
     if (mb > 0 && reducesEveryMicroBatch(job)) grads.restartParameterGradients();
-    MicroBatchNodes nodes;
-    nodes.forward_begin = g.nodes.size();
-    const ForwardOutputs fwd = emitGpt2Forward(g, job, params, mb, stage);
-    nodes.backward_begin = g.nodes.size();
-    if (!stage.last()) {
-      // The backward starts from the gradient of the stage's output, which
-      // the next stage sends back.
-      const int dy = g.addCopyOf(fwd.stage_output, fmt::format("pipe.out.grad.mb{}", mb), -1, mb);
-      g.tensor(dy).role = "pipe.out.grad";
-      g.addNode(pipelineTransfer(g, OpKind::Recv, fmt::format("pipe.recv.bwd.mb{}", mb), dy, stage.index,
-                                 Phase::Comm, mb));
-      grads.alias(fwd.stage_output, dy);
+    for (size_t c = 0; c < stage.chunks.size(); ++c) {
+      const ModelChunk& chunk = stage.chunks[c];
+      MicroBatchNodes nodes;
+      nodes.forward_begin = g.nodes.size();
+      const ForwardOutputs fwd = emitGpt2Forward(g, job, params[c], mb, chunk);
+      nodes.backward_begin = g.nodes.size();
+      if (!chunk.last()) {
+        // The backward starts from the gradient of the chunk's output, which
+        // the next chunk's stage sends back.
+        const int dy = g.addCopyOf(fwd.stage_output, fmt::format("pipe.out.grad{}.mb{}", chunk.tag(), mb), -1, mb);
+        g.tensor(dy).role = "pipe.out.grad";
+        g.addNode(pipelineTransfer(g, OpKind::Recv, fmt::format("pipe.recv.bwd{}.mb{}", chunk.tag(), mb), dy,
+                                   chunk.boundaryAfter(), Phase::Comm, mb));
+        grads.alias(fwd.stage_output, dy);
+      }
+      emitBackward(g, grads, nodes.forward_begin, nodes.backward_begin, fwd.losses, loss_scale);
+      if (!chunk.first())
+        g.addNode(pipelineTransfer(g, OpKind::Send, fmt::format("pipe.send.bwd{}.mb{}", chunk.tag(), mb),
+                                   grads.gradOf(fwd.stage_input), chunk.boundaryBefore(), Phase::Comm, mb));
+      nodes.backward_end = g.nodes.size();
+      micro_batches.push_back(nodes);
     }
-    emitBackward(g, grads, nodes.forward_begin, nodes.backward_begin, fwd.losses, loss_scale);
-    if (!stage.first())
-      g.addNode(pipelineTransfer(g, OpKind::Send, fmt::format("pipe.send.bwd.mb{}", mb),
-                                 grads.gradOf(fwd.stage_input), stage.index - 1, Phase::Comm, mb));
-    nodes.backward_end = g.nodes.size();
-    micro_batches.push_back(nodes);
   }
   if (stage.count > 1) orderOneForwardOneBackward(g, micro_batches, stage);
   applyTensorParallelBackward(g, job);
@@ -117,7 +122,7 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   addRecomputeFlops(g, out.decisions);
   applyBiasGradientFusion(g, job);
   applySequenceParallelGradientSum(g, job);
-  applyTiedEmbeddingSum(g, job, stage, stage.first() ? params.wte : params.lm_head);
+  applyTiedEmbeddingSum(g, job, stage, wte);
   applyGradientBuckets(g, job);
   applyMicroBatchReduce(g, job);
   applyReplicaAllReduce(g, job);
@@ -138,7 +143,7 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   // The model's parameters: a tensor-parallel slice is 1/tensor_parallel of
   // one; the tied embedding's copy on the last stage is not another.
   for (const auto& p : g.params) {
-    if (!stage.first() && p.param == params.lm_head && job.model.tied_embeddings) continue;
+    if (!stage.first() && p.param == wte && job.model.tied_embeddings) continue;
     out.parameters += g.tensor(p.param).elements() * (p.split_dim >= 0 ? job.parallel.tensor_parallel : 1);
   }
   return out;
@@ -157,7 +162,8 @@ Plan buildPlan(const JobSpec& job) {
   for (int s = 0; s < job.parallel.pipeline_parallel; ++s) {
     const PipelineStage stage = pipelineStage(job, s);
     StagePlan sp = planStage(job, stage);
-    for (int l = stage.first_layer; l < stage.end_layer; ++l) plan.recompute[size_t(l)] = sp.decisions[size_t(l)];
+    for (const ModelChunk& chunk : stage.chunks)
+      for (int l = chunk.first_layer; l < chunk.end_layer; ++l) plan.recompute[size_t(l)] = sp.decisions[size_t(l)];
     plan.summary.parameters += sp.parameters;
     double program_flops = 0;
     for (const Task& t : sp.program.tasks) program_flops += t.flops;

@@ -28,10 +28,13 @@ std::vector<ProcessGroup> processGroups(const JobSpec& job) {
   if (pp > 1) {
     // Per (replica, place): the two ranks across each stage boundary, every
     // stage (the norm's sum) and, tied, the first and the last stage.
+    // With interleaved chunks the last stage also sends to the first
+    // (boundary p - 1).
     const int places = dp * tp;
-    for (int b = 0; b + 1 < pp; ++b)
+    const int boundaries = job.parallel.pipeline_chunks > 1 ? pp : pp - 1;
+    for (int b = 0; b < boundaries; ++b)
       family(pipelineBoundaryGroup(b), places, [&](int i) {
-        return std::vector<int>{job.rankAt(b, i / tp, i % tp), job.rankAt(b + 1, i / tp, i % tp)};
+        return std::vector<int>{job.rankAt(b, i / tp, i % tp), job.rankAt((b + 1) % pp, i / tp, i % tp)};
       });
     family("pipe", places, [&](int i) {
       std::vector<int> r;

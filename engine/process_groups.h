@@ -12,7 +12,8 @@
 //   (every rank with neither tensor nor pipeline parallelism);
 // - "tp": with tensor_parallel > 1, one group per stage and replica;
 // - "pp<b>", "pipe" and "embed": with pipeline_parallel > 1, per (replica,
-//   place), the two ranks across the boundary between stages b and b + 1,
+//   place), the two ranks across the boundary between stages b and b + 1
+//   (with interleaved chunks also "pp<p-1>": the last stage and the first),
 //   every stage's rank, and (tied embeddings) the first and the last
 //   stage's (engine/pass_pipeline.h);
 // - "shard" and "replica": with hybrid sharding, per stage and tensor-parallel place,

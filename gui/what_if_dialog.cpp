@@ -86,8 +86,20 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
                                "layers); the last stage also runs the LM head, so it often takes fewer. Empty: an "
                                "even split"));
   stage_layers_->setEnabled(pp_->value() > 1);
-  connect(pp_, &QSpinBox::valueChanged, this, [this](int n) { stage_layers_->setEnabled(n > 1); });
   form->addRow(tr("blocks per stage"), stage_layers_);
+  pipeline_chunks_ = new QSpinBox(this);
+  pipeline_chunks_->setRange(1, 64);
+  pipeline_chunks_->setValue(job.parallel.pipeline_chunks);
+  pipeline_chunks_->setToolTip(tr("Interleaved 1F1B: each stage holds this many chunks of blocks, dealt round-robin, "
+                                  "so the bubble shrinks by that factor for more transfers; the gradient "
+                                  "accumulation must be a multiple of the stages, and with blocks per stage given, "
+                                  "list one count per chunk (stages x chunks)"));
+  pipeline_chunks_->setEnabled(pp_->value() > 1);
+  connect(pp_, &QSpinBox::valueChanged, this, [this](int n) {
+    stage_layers_->setEnabled(n > 1);
+    pipeline_chunks_->setEnabled(n > 1);
+  });
+  form->addRow(tr("chunks per stage"), pipeline_chunks_);
   sharding_ = new QComboBox(this);
   sharding_->addItems({tr("none"), tr("optimizer (ZeRO-1)"), tr("parameters and optimizer (ZeRO-3)")});
   sharding_->setCurrentIndex(int(job.parallel.shard_parameters   ? Sharding::Parameters
@@ -191,6 +203,7 @@ void WhatIfDialog::setTensorParallel(int n) { tp_->setValue(n); }
 void WhatIfDialog::setSequenceParallel(bool on) { sequence_parallel_->setChecked(on); }
 void WhatIfDialog::setPipelineParallel(int n) { pp_->setValue(n); }
 void WhatIfDialog::setPipelineLayers(const QString& counts) { stage_layers_->setText(counts); }
+void WhatIfDialog::setPipelineChunks(int n) { pipeline_chunks_->setValue(n); }
 void WhatIfDialog::setSharding(Sharding sharding) { sharding_->setCurrentIndex(int(sharding)); }
 void WhatIfDialog::setShardGroupSize(int ranks) { shard_group_->setValue(ranks); }
 void WhatIfDialog::setMicroBatch(int n) { micro_batch_->setValue(n); }
@@ -204,6 +217,8 @@ void WhatIfDialog::setLmHeadChunks(int n) { lm_head_chunks_->setValue(n); }
 // Only with a tensor-parallel group to split the tokens over (the job
 // refuses it without).
 bool WhatIfDialog::sequenceParallel() const { return tp_->value() > 1 && sequence_parallel_->isChecked(); }
+// Chunks only with stages to deal them over.
+int WhatIfDialog::pipelineChunks() const { return pp_->value() > 1 ? pipeline_chunks_->value() : 1; }
 
 WhatIfRequest WhatIfDialog::request() const {
   WhatIfRequest r;
@@ -217,6 +232,7 @@ WhatIfRequest WhatIfDialog::request() const {
       "parallel.tensor_parallel=" + std::to_string(tp_->value()),
       std::string("parallel.sequence_parallel=") + (sequenceParallel() ? "true" : "false"),
       "parallel.pipeline_parallel=" + std::to_string(pp_->value()),
+      "parallel.pipeline_chunks=" + std::to_string(pipelineChunks()),
       // The job parser checks the list (one count per stage, adding up to the layers).
       "parallel.pipeline_layers=[" +
           (pp_->value() > 1 ? stage_layers_->text().trimmed().toStdString() : std::string()) + "]",
@@ -242,6 +258,8 @@ WhatIfRequest WhatIfDialog::request() const {
                (tp_->value() > 1 ? " x tp " + std::to_string(tp_->value()) : std::string()) +
                (sequenceParallel() ? " (sequence parallel)" : "") +
                (pp_->value() > 1 ? " x pp " + std::to_string(pp_->value()) : std::string()) +
+               (pipelineChunks() > 1 ? " (interleaved, " + std::to_string(pipelineChunks()) + " chunks)"
+                                     : std::string()) +
                (pp_->value() > 1 && !stage_layers_->text().trimmed().isEmpty()
                     ? " (" + stage_layers_->text().trimmed().toStdString() + " blocks)"
                     : std::string()) +

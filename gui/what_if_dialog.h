@@ -1,7 +1,8 @@
 #pragma once
 // What-if dialog: choose topology (preset or file), calibration (none, a
 // committed one or a file), data-, tensor- and pipeline-parallel sizes,
-// sequence parallelism, what the ranks shard
+// sequence parallelism, pipeline stages, blocks and chunks per stage,
+// what the ranks shard
 // (nothing, the optimizer: ZeRO-1, or the parameters too: ZeRO-3),
 // micro-batch, gradient accumulation, bucket size, recompute policy and the
 // LM head's groups of tokens (schedule.lm_head_chunks) for a run's job;
@@ -51,6 +52,9 @@ class WhatIfDialog : public QDialog {
   void setPipelineParallel(int n);
   // Blocks per stage, "7,7,7,3" (parallel.pipeline_layers); empty: even.
   void setPipelineLayers(const QString& counts);
+  // Chunks of blocks per stage for the interleaved schedule
+  // (parallel.pipeline_chunks; asked for only with 2 or more stages).
+  void setPipelineChunks(int n);
   enum class Sharding { None, Optimizer, Parameters };
   void setSharding(Sharding sharding);
   // With the parameters sharded: ranks per shard group (0: every rank;
@@ -80,6 +84,7 @@ class WhatIfDialog : public QDialog {
 
  private:
   bool sequenceParallel() const;
+  int pipelineChunks() const;
 
   QString job_yaml_;
   QString out_path_;
@@ -90,6 +95,7 @@ class WhatIfDialog : public QDialog {
   QCheckBox* sequence_parallel_ = nullptr;
   QSpinBox* pp_ = nullptr;
   QLineEdit* stage_layers_ = nullptr;
+  QSpinBox* pipeline_chunks_ = nullptr;
   QComboBox* sharding_ = nullptr;  // items in Sharding's order
   QSpinBox* shard_group_ = nullptr;
   QSpinBox* micro_batch_ = nullptr;

@@ -204,9 +204,11 @@ TEST_CASE("canonical YAML round-trips every field", "[job]") {
   jobs.push_back(odd);
   // The parallelism fields away from their defaults.
   jobs.push_back(parseJob("parallel: {data_parallel: 2, tensor_parallel: 2, sequence_parallel: true, "
-                          "pipeline_parallel: 2, pipeline_layers: [5, 7], shard_parameters: true}\n",
+                          "pipeline_parallel: 2, pipeline_chunks: 2, pipeline_layers: [3, 2, 4, 3], "
+                          "shard_parameters: true}\ntraining: {grad_accum: 4}\n",
                           "parallel.yaml"));
   CHECK(jobs.back().parallel.sequence_parallel);
+  CHECK(jobs.back().parallel.pipeline_chunks == 2);
   for (const JobSpec& j : jobs) {
     INFO(j.yaml);
     CHECK(j.yaml == jobToYaml(j));
@@ -336,6 +338,21 @@ TEST_CASE("bad job specs fail with one line naming file, line, field and allowed
        "tensor_parallel 2 does not divide a micro-batch's 21 tokens"},
       {"parallel: {tensor_parallel: 2, sequence_parallel: 2}\n", {}, "bad.yaml:1: parallel.sequence_parallel: ",
        "expected a boolean"},
+      {"parallel: {pipeline_chunks: 2}\n", {}, "bad.yaml:1: parallel.pipeline_chunks: ",
+       "interleaving chunks of blocks needs pipeline_parallel >= 2"},
+      {"parallel: {pipeline_parallel: 2, pipeline_chunks: 2}\ntraining: {grad_accum: 3}\n", {},
+       "bad.yaml:1: parallel.pipeline_chunks: ",
+       "pipeline_parallel 2, which does not divide training.grad_accum 3 (allowed: parallel.pipeline_chunks: 1, or "
+       "training.grad_accum a multiple of pipeline_parallel)"},
+      {"parallel: {pipeline_parallel: 2}\ntraining: {grad_accum: 4}\n", {"parallel.pipeline_chunks=4"},
+       "--set parallel.pipeline_chunks=4: parallel.pipeline_chunks: ",
+       "pipeline_parallel 2 x pipeline_chunks 4 chunks do not divide model.layers 12"},
+      {"parallel: {pipeline_parallel: 2, pipeline_chunks: 2, pipeline_layers: [6, 6]}\ntraining: {grad_accum: 2}\n",
+       {}, "bad.yaml:1: parallel.pipeline_layers: ",
+       "2 stages listed for pipeline_parallel 2 x pipeline_chunks 2 (allowed: one block count per chunk of every "
+       "stage, or [] for an even split)"},
+      {"parallel: {pipeline_parallel: 2, pipeline_chunks: 0}\n", {}, "bad.yaml:1: parallel.pipeline_chunks: ",
+       "value 0 is out of range"},
       {"parallel: {pipeline_parallel: 5}\n", {}, "bad.yaml:1: parallel.pipeline_parallel: ",
        "pipeline_parallel 5 does not divide model.layers 12 (every stage holds as many blocks; parallel.pipeline_layers"},
       {"parallel: {pipeline_parallel: 2, data_parallel: 2, shard_optimizer: true}\n",

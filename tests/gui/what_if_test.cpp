@@ -351,6 +351,20 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   REQUIRE(uneven.wait(120000));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
   CHECK(dialog.statusText().startsWith("New run"));
+  // Interleaved: 3 chunks per stage, GPT-2's 12 blocks in 12 chunks of one
+  // (the 8 micro-batches are a multiple of the 4 stages).
+  dialog.setPipelineLayers("");
+  CHECK(has("parallel.pipeline_chunks=1"));
+  dialog.setPipelineChunks(3);
+  CHECK(has("parallel.pipeline_chunks=3"));
+  CHECK_THAT(dialog.request().run_name, Catch::Contains("x pp 4 (interleaved, 3 chunks)"));
+  QSignalSpy chunked(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(chunked.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  CHECK(dialog.statusText().startsWith("New run"));
+  dialog.setPipelineChunks(1);
+  dialog.setPipelineLayers("4,4,3,1");
   // Two counts for four stages: refused on the status line, no run.
   QSignalSpy miscounted(&dialog, &WhatIfDialog::failed);
   dialog.setPipelineLayers("6,6");
@@ -359,7 +373,10 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   CHECK(miscounted.at(0).at(0).toString().contains("2 stages listed for pipeline_parallel 4"));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
   dialog.setPipelineLayers("");
+  dialog.setPipelineChunks(2);
   dialog.setPipelineParallel(1);
+  CHECK(has("parallel.pipeline_chunks=1"));  // no stages to deal chunks over
+  dialog.setPipelineChunks(1);
   dialog.setGradAccum(1);
   dialog.setDataParallel(8);
 

@@ -244,6 +244,19 @@ TEST_CASE("tandem train runs pipeline and tensor parallel jobs; tandem run refus
     return out.substr(pos + 19, 6);
   };
   CHECK(lastLoss(split.out) == lastLoss(one.out));
+  // Four blocks in 2 stages of 2 interleaved chunks.
+  const Result four = runTandem("train tiny --backend cpu --steps 4 --set training.grad_accum=4 --set model.layers=4");
+  const Result chunked = runTandem(
+      "train tiny --backend cpu --steps 4 --set training.grad_accum=4 --set model.layers=4 "
+      "--set parallel.pipeline_parallel=2 --set parallel.pipeline_chunks=2");
+  INFO(four.out << four.err << chunked.out << chunked.err);
+  REQUIRE(four.exit_code == 0);
+  REQUIRE(chunked.exit_code == 0);
+  CHECK(lastLoss(chunked.out) == lastLoss(four.out));
+  const Result interleaved = runTandem(
+      "plan tiny --set model.layers=4 --set parallel.pipeline_parallel=2 --set parallel.pipeline_chunks=2 "
+      "--set training.grad_accum=4");
+  CHECK_THAT(interleaved.out, Catch::Contains("2 stages of 2 chunks of 1 blocks, interleaved 1F1B over 4 micro-batches"));
   const Result plan = runTandem("plan tiny --set parallel.tensor_parallel=2 --set parallel.sequence_parallel=true");
   INFO(plan.out << plan.err);
   CHECK(plan.exit_code == 0);
