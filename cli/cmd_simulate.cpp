@@ -89,6 +89,7 @@ nlohmann::json toJson(const Plan& plan, const sim::Topology& topo, const sim::Si
                      {"overlap_ns", s.overlap_ns},
                      {"overlap_pct", s.overlap_pct},
                      {"exposed_comm_ns", s.exposed_comm_ns},
+                     {"exposed_p2p_ns", s.exposed_p2p_ns},
                      {"idle_ns", s.idle_ns},
                      {"forward_ns", s.forward_ns},
                      {"backward_ns", s.backward_ns},
@@ -118,16 +119,20 @@ void printText(const Plan& plan, const sim::Topology& topo, const sim::SimResult
   fmt::print("breakdown rank 0 forward {:.3f} ms, backward {:.3f} ms, recompute {:.3f} ms, optimizer {:.3f} ms, "
              "data {:.3f} ms\n",
              ms(s0.forward_ns), ms(s0.backward_ns), ms(s0.recompute_ns), ms(s0.optimizer_ns), ms(s0.data_ns));
-  fmt::print("{:>6} {:>10} {:>11} {:>9} {:>9} {:>12} {:>9} {:>10}\n", "rank", "step_ms", "compute_ms", "comm_ms",
-             "overlap%", "exposed_ms", "idle_ms", "peak_GiB");
+  // Pipelines: the exposed part of the stages' sends and receives (the
+  // bubble, a stage waiting for its neighbour) in a column of its own.
+  const bool pipeline = plan.job.parallel.pipeline_parallel > 1;
+  fmt::print("{:>6} {:>10} {:>11} {:>9} {:>9} {:>12}{} {:>9} {:>10}\n", "rank", "step_ms", "compute_ms", "comm_ms",
+             "overlap%", "exposed_ms", pipeline ? fmt::format(" {:>12}", "p2p_wait_ms") : "", "idle_ms", "peak_GiB");
   int shown = 0;
   for (const auto& s : sums) {
     if (shown++ >= o.max_rank_rows) {
       fmt::print("   ... {} more ranks (--json lists all)\n", sums.size() - size_t(o.max_rank_rows));
       break;
     }
-    fmt::print("{:>6} {:>10.3f} {:>11.3f} {:>9.3f} {:>9.1f} {:>12.3f} {:>9.3f} {:>10.2f}\n", s.rank, ms(s.step_ns),
-               ms(s.compute_ns), ms(s.comm_ns), s.overlap_pct, ms(s.exposed_comm_ns), ms(s.idle_ns),
+    fmt::print("{:>6} {:>10.3f} {:>11.3f} {:>9.3f} {:>9.1f} {:>12.3f}{} {:>9.3f} {:>10.2f}\n", s.rank, ms(s.step_ns),
+               ms(s.compute_ns), ms(s.comm_ns), s.overlap_pct, ms(s.exposed_comm_ns),
+               pipeline ? fmt::format(" {:>12.3f}", ms(s.exposed_p2p_ns)) : "", ms(s.idle_ns),
                gib(s.peak_memory_bytes));
   }
   fmt::print("{} collectives, {} flows, {} events; {}\n", r.stats.collectives, r.stats.flows, r.stats.events,

@@ -50,7 +50,7 @@ SimRankSummary summarizeRank(const SimResult& result, int rank) {
   s.rank = rank;
   s.step_ns = src.end_ns;
   s.peak_memory_bytes = own.peak_memory_bytes;
-  Intervals compute, comm, all;
+  Intervals compute, comm, p2p, all;
   // Per phase the time some task of it runs (a union: the weight-gradient
   // stream's kernels run beside the compute stream's, and a phase's time is
   // wall time, not the sum of its tasks).
@@ -61,6 +61,7 @@ SimRankSummary summarizeRank(const SimResult& result, int rank) {
     const bool is_comm = a.kind == TaskKind::Collective || a.kind == TaskKind::SendRecv;
     if (is_comm) {
       comm.push_back(iv);
+      if (a.kind == TaskKind::SendRecv) p2p.push_back(iv);
       continue;
     }
     // Compute is kernels only, as in the trace analyses; memcpy and host work
@@ -84,6 +85,8 @@ SimRankSummary summarizeRank(const SimResult& result, int rank) {
   s.compute_ns = length(uc);
   s.comm_ns = length(um);
   s.overlap_ns = intersection(uc, um);
+  const Intervals up = unite(std::move(p2p));
+  s.exposed_p2p_ns = length(up) - intersection(uc, up);
   s.exposed_comm_ns = s.comm_ns - s.overlap_ns;
   s.idle_ns = s.step_ns - length(ua);
   s.overlap_pct = s.comm_ns > 0 ? 100.0 * double(s.overlap_ns) / double(s.comm_ns) : 0;

@@ -45,6 +45,12 @@ struct Breakdown {
   int64_t sync_ns = 0;     // |U sync|
   int64_t overlap_ns = 0;  // |U compute ∩ U comm|
   int64_t exposed_comm_ns = 0;
+  // Point-to-point transfers (activity kinds send and recv: pipeline
+  // stages' activations and gradients) and, of the exposed communication,
+  // their part not under compute: a stage waiting for its neighbour (the
+  // pipeline bubble) and the transfers' own time.
+  int64_t p2p_ns = 0;
+  int64_t exposed_p2p_ns = 0;
   int64_t memcpy_exclusive_ns = 0;  // memcpy under neither compute nor comm
   int64_t sync_exclusive_ns = 0;    // sync under no other GPU activity
   int64_t recompute_ns = 0;         // |U activities of the recompute phase|
@@ -242,6 +248,8 @@ struct RankSets {
   IntervalSet all, compute, comm, memcpy, sync, recompute;
   IntervalSet overlap;          // compute ∩ comm
   IntervalSet exposed_comm;     // comm \ compute
+  IntervalSet p2p;              // comm activities of kind send or recv
+  IntervalSet exposed_p2p;      // p2p \ compute
   IntervalSet memcpy_exclusive; // memcpy \ (compute ∪ comm)
   IntervalSet sync_exclusive;   // sync \ (compute ∪ comm ∪ memcpy)
 };

@@ -16,13 +16,15 @@ CategoryTable::CategoryTable(const Classifier& classifier, const std::vector<std
 
 RankSets buildRankSets(const std::vector<const Track*>& tracks, const CategoryTable& categories) {
   std::vector<IntervalSet::Interval> by_cat[kCategoryCount];
-  std::vector<IntervalSet::Interval> recompute;
+  std::vector<IntervalSet::Interval> recompute, p2p;
   for (const Track* t : tracks) {
     for (size_t i = 0; i < t->size(); ++i) {
       Category c = categories.of(t->kind[i], t->name[i]);
       if (c == Category::Host) continue;
       IntervalSet::Interval iv{t->start_ns[i], t->end_ns[i]};
       by_cat[static_cast<size_t>(c)].push_back(iv);
+      if (c == Category::Comm && (t->kind[i] == ActivityKind::Send || t->kind[i] == ActivityKind::Recv))
+        p2p.push_back(iv);
       if (t->phase[i] == TracePhase::Recompute) recompute.push_back(iv);
     }
   }
@@ -37,6 +39,8 @@ RankSets buildRankSets(const std::vector<const Track*>& tracks, const CategoryTa
   s.all = with_memcpy.unite(s.sync);
   s.overlap = s.compute.intersect(s.comm);
   s.exposed_comm = s.comm.subtract(s.compute);
+  s.p2p = IntervalSet::fromUnsorted(std::move(p2p));
+  s.exposed_p2p = s.p2p.subtract(s.compute);
   s.memcpy_exclusive = s.memcpy.subtract(compute_or_comm);
   s.sync_exclusive = s.sync.subtract(with_memcpy);
   return s;
@@ -53,6 +57,8 @@ Breakdown breakdownOf(const RankSets& s, int64_t t0, int64_t t1) {
   b.sync_ns = s.sync.lengthIn(t0, t1);
   b.overlap_ns = s.overlap.lengthIn(t0, t1);
   b.exposed_comm_ns = s.exposed_comm.lengthIn(t0, t1);
+  b.p2p_ns = s.p2p.lengthIn(t0, t1);
+  b.exposed_p2p_ns = s.exposed_p2p.lengthIn(t0, t1);
   b.memcpy_exclusive_ns = s.memcpy_exclusive.lengthIn(t0, t1);
   b.sync_exclusive_ns = s.sync_exclusive.lengthIn(t0, t1);
   b.recompute_ns = s.recompute.lengthIn(t0, t1);

@@ -21,6 +21,8 @@ void accumulate(Breakdown& total, const Breakdown& b) {
   total.sync_ns += b.sync_ns;
   total.overlap_ns += b.overlap_ns;
   total.exposed_comm_ns += b.exposed_comm_ns;
+  total.p2p_ns += b.p2p_ns;
+  total.exposed_p2p_ns += b.exposed_p2p_ns;
   total.memcpy_exclusive_ns += b.memcpy_exclusive_ns;
   total.sync_exclusive_ns += b.sync_exclusive_ns;
   total.recompute_ns += b.recompute_ns;

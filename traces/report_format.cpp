@@ -27,6 +27,8 @@ Json breakdownJson(const Breakdown& b) {
               {"overlap_ns", b.overlap_ns},
               {"overlap_pct", r3(b.overlap_pct)},
               {"exposed_comm_ns", b.exposed_comm_ns},
+              {"p2p_ns", b.p2p_ns},
+              {"exposed_p2p_ns", b.exposed_p2p_ns},
               {"memcpy_exclusive_ns", b.memcpy_exclusive_ns},
               {"sync_exclusive_ns", b.sync_exclusive_ns},
               {"recompute_ns", b.recompute_ns},
@@ -291,11 +293,16 @@ std::string reportToText(const RunReport& r) {
   if (const std::string devices = devicesLine(r.run.devices_json); !devices.empty()) line("devices: " + devices);
   line("");
   line("temporal breakdown per rank (ms; HTA: idle = span - |union of all GPU activity|)");
-  line(fmt::format("{:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10}", "rank", "span", "compute",
-                   "comm", "exposed", "memcpy", "idle", "overlap%", "recompute", "idle:host"));
+  // Runs with point-to-point transfers (pipeline stages) show the part of
+  // the exposed communication that is sends and receives: the bubble.
+  const bool p2p = r.total.p2p_ns > 0;
+  line(fmt::format("{:>5} {:>10} {:>10} {:>10} {:>10}{} {:>10} {:>10} {:>9} {:>10} {:>10}", "rank", "span", "compute",
+                   "comm", "exposed", p2p ? fmt::format(" {:>10}", "p2p wait") : "", "memcpy", "idle", "overlap%",
+                   "recompute", "idle:host"));
   auto row = [&](const std::string& label, const Breakdown& b, const std::string& host) {
-    line(fmt::format("{:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9.1f} {:>10} {:>10}", label, ms(b.span_ns),
-                     ms(b.compute_ns), ms(b.comm_ns), ms(b.exposed_comm_ns), ms(b.memcpy_ns), ms(b.idle_ns),
+    line(fmt::format("{:>5} {:>10} {:>10} {:>10} {:>10}{} {:>10} {:>10} {:>9.1f} {:>10} {:>10}", label,
+                     ms(b.span_ns), ms(b.compute_ns), ms(b.comm_ns), ms(b.exposed_comm_ns),
+                     p2p ? fmt::format(" {:>10}", ms(b.exposed_p2p_ns)) : "", ms(b.memcpy_ns), ms(b.idle_ns),
                      b.overlap_pct, ms(b.recompute_ns), host));
   };
   for (const auto& rr : r.ranks)

@@ -64,6 +64,12 @@ TEST_CASE("a pipeline plan replays with its transfers and the 1F1B bubble", "[en
     INFO("bubble " << bubble << ", 1F1B's " << ideal);
     CHECK(bubble >= ideal - 0.05);
     CHECK(bubble <= ideal + 0.10);
+    // The stage spends the larger part of the bubble waiting at its sends
+    // and receives (`tandem report` and `simulate`: p2p wait); the rest at
+    // the end of the step, in the norm's sum over the stages, which waits
+    // for the first stage's last backward.
+    CHECK(s.exposed_p2p_ns <= s.exposed_comm_ns);
+    CHECK(double(s.exposed_p2p_ns) > 0.5 * bubble * double(r.step_ns));
   }
 }
 
@@ -120,6 +126,8 @@ TEST_CASE("interleaved chunks shrink the pipeline bubble", "[engine][pp][interle
   // critical path as without chunks (the model says 3/7 -> 3/11).
   const double ideal_plain = 3.0 / 7, ideal = 3.0 / 11;
   CHECK(b.step_ns < a.step_ns * 9 / 10);
+  CHECK(summarizeRank(b, job.rankAt(1, 0, 0)).exposed_p2p_ns <
+        summarizeRank(a, plain.job.rankAt(1, 0, 0)).exposed_p2p_ns);
   CHECK(bubble(interleaved, b) >= ideal - 0.05);
   CHECK(bubble(interleaved, b) < bubble(plain, a) - (ideal_plain - ideal) / 2);
 }

@@ -66,6 +66,7 @@ TEST_CASE("a tensor-parallel plan replays its group collectives, the same with a
   INFO("tp 1: compute " << sa.compute_ns << " ns, comm " << sa.comm_ns << ", exposed " << sa.exposed_comm_ns
                         << "; tp 4: compute " << sb.compute_ns << ", comm " << sb.comm_ns << ", exposed "
                         << sb.exposed_comm_ns);
+  CHECK(sb.exposed_p2p_ns == 0);  // no pipeline: no sends or receives
   CHECK(sb.compute_ns < sa.compute_ns / 2);
   CHECK(sb.peak_memory_bytes < sa.peak_memory_bytes / 2);
   CHECK(sb.exposed_comm_ns > sa.exposed_comm_ns);

@@ -421,3 +421,39 @@ TEST_CASE("report: GPU power and clock per rank from the profiler's stats", "[an
   rep.stats.push_back({"gpu.power_capped_pct.rank0", 20, Severity::Info, ""});
   CHECK(reportToText(rep).find("mostly at the power cap") == std::string::npos);
 }
+
+TEST_CASE("pipeline transfers: the exposed part of sends and receives, the bubble", "[analysis]") {
+  // One stage: compute [0,100) and [300,400); a receive waiting [100,300)
+  // for its neighbour, a send [350,450) half under compute; an all-reduce
+  // [450,500), communication but not point to point.
+  std::string path = tempTracePath("p2p.sqlite");
+  {
+    TraceWriter w(path, WriterOptions{.batch_rows = 4, .truncate = true});
+    RunInfo info;
+    info.kind = RunKind::Simulated;
+    info.name = "p2p";
+    info.world_size = 1;
+    w.beginRun(info);
+    w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+    w.addStream({0, 1, StreamKind::Comm, "comm.recv", 0});
+    w.addStream({0, 2, StreamKind::Comm, "comm.send", 0});
+    w.addActivity(act(0, 0, 0, 100, ActivityKind::Kernel, "layer0.fwd", 1, TracePhase::Forward));
+    w.addActivity(act(0, 0, 300, 400, ActivityKind::Kernel, "layer0.bwd", 2, TracePhase::Backward));
+    w.addActivity(act(0, 1, 100, 300, ActivityKind::Recv, "pipe.recv.bwd.mb0", 3, TracePhase::Comm));
+    w.addActivity(act(0, 2, 350, 450, ActivityKind::Send, "pipe.send.bwd.mb0", 4, TracePhase::Comm));
+    w.addActivity(act(0, 1, 450, 500, ActivityKind::Collective, "ncclAllReduce", 5, TracePhase::Comm));
+  }
+  TraceReader r(path);
+  const RunReport rep = analyzeRun(r, r.defaultRunId());
+  REQUIRE(rep.ranks.size() == 1);
+  const Breakdown& b = rep.ranks[0].breakdown;
+  CHECK(b.comm_ns == 350);           // [100,300) + [350,500)
+  CHECK(b.exposed_comm_ns == 300);   // all but [350,400)
+  CHECK(b.p2p_ns == 300);            // [100,300) + [350,450)
+  CHECK(b.exposed_p2p_ns == 250);    // [100,300) + [400,450)
+  const std::string text = reportToText(rep);
+  CHECK_THAT(text, Catch::Contains("p2p wait"));
+  CHECK(nlohmann::json::parse(reportToJson(rep))["ranks"][0]["breakdown"]["exposed_p2p_ns"] == 250);
+  // Runs without transfers keep the table as it was.
+  CHECK_THAT(reportToText(fixtureReport()), !Catch::Contains("p2p wait"));
+}
