@@ -117,6 +117,22 @@ class BackwardEmitter {
     n.attrs.accumulate_params = acc_w;
   }
 
+  void rmsNorm(const Node& fwd, int dy) {
+    const int x = fwd.inputs[0], w = fwd.inputs[1];
+    bool acc_dx = false, acc_w = false;
+    int dx = grads_.contributionTarget(g_, x, acc_dx);
+    int dw = grads_.contributionTarget(g_, w, acc_w);
+    Node& n = emit(fwd, OpKind::RmsNormBwd, "bwd", {dy, x, w, fwd.outputs[1]}, {dx, dw});
+    n.attrs.accumulate = acc_dx;
+    n.attrs.accumulate_params = acc_w;
+  }
+
+  void swiGlu(const Node& fwd, int dy) {
+    bool acc = false;
+    int dx = grads_.contributionTarget(g_, fwd.inputs[0], acc);
+    emit(fwd, OpKind::SwiGluBwd, "bwd", {dy, fwd.inputs[0]}, {dx}).attrs.accumulate = acc;
+  }
+
   void attention(const Node& fwd, int dy) {
     bool acc = false;
     int dqkv = grads_.contributionTarget(g_, fwd.inputs[0], acc);
@@ -177,10 +193,11 @@ class BackwardEmitter {
 
   void embedding(const Node& fwd, int dy) {
     bool acc_wte = false, acc_wpe = false;
-    int dwte = grads_.contributionTarget(g_, fwd.inputs[1], acc_wte);
-    int dwpe = grads_.contributionTarget(g_, fwd.inputs[2], acc_wpe);
+    std::vector<int> outs{grads_.contributionTarget(g_, fwd.inputs[1], acc_wte)};
+    // Llama's embedding has no position table.
+    if (fwd.inputs.size() > 2) outs.push_back(grads_.contributionTarget(g_, fwd.inputs[2], acc_wpe));
     // EmbeddingBwd: `accumulate` applies to dwte, `accumulate_params` to dwpe.
-    Node& n = emit(fwd, OpKind::EmbeddingBwd, "bwd", {dy, fwd.inputs[0]}, {dwte, dwpe});
+    Node& n = emit(fwd, OpKind::EmbeddingBwd, "bwd", {dy, fwd.inputs[0]}, outs);
     n.attrs.accumulate = acc_wte;
     n.attrs.accumulate_params = acc_wpe;
   }
@@ -229,6 +246,8 @@ void emitBackward(Graph& g, GradientState& grads, size_t first, size_t last, int
     switch (fwd.op) {
       case OpKind::Matmul: em.matmul(fwd, dy); break;
       case OpKind::LayerNorm: em.layerNorm(fwd, dy); break;
+      case OpKind::RmsNorm: em.rmsNorm(fwd, dy); break;
+      case OpKind::SwiGlu: em.swiGlu(fwd, dy); break;
       case OpKind::Attention: em.attention(fwd, dy); break;
       case OpKind::Gelu: em.gelu(fwd, dy); break;
       case OpKind::Add: em.add(fwd, dy); break;

@@ -38,6 +38,13 @@ double opFlops(const Node& n) {
     case OpKind::CrossEntropyStats: return 3.0 * a.m * double(a.v);
     case OpKind::Send: return 0;
     case OpKind::Recv: return 0;
+    // Llama's: a sum of squares and a scale per element; the backward's two
+    // passes. Grouped-query attention does the products of as many query
+    // heads as multi-head attention (c is their width).
+    case OpKind::RmsNorm: return 4.0 * a.m * a.c;
+    case OpKind::RmsNormBwd: return 9.0 * a.m * a.c;
+    case OpKind::SwiGlu: return 6.0 * a.elements;
+    case OpKind::SwiGluBwd: return 12.0 * a.elements;
   }
   return 0;
 }

@@ -647,6 +647,27 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
            "micro-batch)",
            "comm.reduce_every_micro_batch: false, or parallel.shard_parameters: true");
   }
+  if (m.family == ModelFamily::GPT2 && m.kv_heads != 0 && m.kv_heads != m.heads)
+    r.fail(pick("model.kv_heads", "model.family"),
+           "GPT-2 has no grouped-query attention (model.kv_heads " + std::to_string(m.kv_heads) + " of " +
+               std::to_string(m.heads) + " heads)",
+           "model.kv_heads: 0, or model.family: llama");
+  if (m.family == ModelFamily::Llama) {
+    if (m.hidden % m.heads == 0 && (m.hidden / m.heads) % 2 != 0)
+      r.fail(pick("model.hidden", "model.heads"),
+             "the head width model.hidden / model.heads = " + std::to_string(m.hidden / m.heads) +
+                 " is odd; rotary position embeddings rotate pairs of channels",
+             "model.hidden / model.heads even");
+    else if (job.comm.gather_embedding_gradient)
+      r.fail(pick("comm.gather_embedding_gradient", "model.family"),
+             "comm.gather_embedding_gradient is planned for GPT-2's tied embedding only",
+             "comm.gather_embedding_gradient: false, or model.family: gpt2");
+    else if (const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads; kv % job.parallel.tensor_parallel != 0)
+      r.fail(pick("parallel.tensor_parallel", "model.kv_heads"),
+             "tensor_parallel " + std::to_string(job.parallel.tensor_parallel) + " does not divide the " +
+                 std::to_string(kv) + " key/value heads (each rank computes whole groups of grouped-query attention)",
+             "integers >= 1 dividing model.kv_heads (or model.heads), the MLP width and model.vocab");
+  }
   if (const int tp = job.parallel.tensor_parallel; tp > 1) {
     if (m.heads % tp != 0)
       r.fail(pick("parallel.tensor_parallel", "model.heads"),

@@ -28,7 +28,7 @@ struct ModelSpec {
   int layers = 12;
   int hidden = 768;
   int heads = 12;
-  int kv_heads = 0;        // 0 = same as heads (Llama grouped-query attention later)
+  int kv_heads = 0;        // 0 = same as heads; fewer: Llama's grouped-query attention
   double mlp_ratio = 4.0;
   bool tied_embeddings = true;
   bool operator==(const ModelSpec&) const = default;

@@ -14,6 +14,12 @@ struct OpAttrs {
   bool has_bias = false;
   // Sequence ops: batch, time, channels, heads, vocabulary.
   int64_t b = 0, t = 0, c = 0, h = 0, v = 0;
+  // Attention: 0 for GPT-2's layout (qkv = [q | k | v], each c wide); n > 0
+  // for Llama's: n key/value heads shared by h/n query heads each (grouped
+  // query attention), qkv laid out by group, [q of the group's h/n heads,
+  // k, v] for each of the n groups, and rotary position embeddings on q and
+  // k (engine/cpu/kernels.h, groupedAttentionForward). c is h x head width.
+  int64_t kv_heads = 0;
   // Elementwise ops: element count.
   int64_t elements = 0;
   // Gradient outputs add into their destination instead of overwriting it

@@ -55,8 +55,9 @@ void applySequenceParallelGradientSum(Graph& g, const JobSpec& job) {
   if (job.parallel.tensor_parallel <= 1 || !job.parallel.sequence_parallel) return;
   std::vector<bool> is_param_grad(g.tensors.size(), false);
   for (const ParamTensors& p : g.params) is_param_grad.at(size_t(p.grad)) = true;
-  // Every parameter gradient a LayerNorm backward writes (its weight and
-  // bias, and a fused linear bias gradient) sums over the rank's tokens
+  // Every parameter gradient a norm's backward writes (a LayerNorm's weight
+  // and bias, and a fused linear bias gradient; an RMSNorm's weight) sums
+  // over the rank's tokens
   // alone. Each is summed over the group once its value is complete: at
   // the last write before one that overwrites it (gradients restarted per
   // micro-batch) or the step's last.
@@ -66,7 +67,8 @@ void applySequenceParallelGradientSum(Graph& g, const JobSpec& job) {
     const Node& n = g.nodes[i];
     for (size_t o = 1; o < n.outputs.size(); ++o) {  // outputs[0] is the data gradient
       const int t = n.outputs[o];
-      if (n.op != OpKind::LayerNormBwd || !is_param_grad.at(size_t(t))) continue;
+      const bool norm = n.op == OpKind::LayerNormBwd || n.op == OpKind::RmsNormBwd;
+      if (!norm || !is_param_grad.at(size_t(t))) continue;
       if (last_writer[size_t(t)] >= 0 && !n.attrs.accumulate_params)
         complete.emplace_back(size_t(last_writer[size_t(t)]), t);
       last_writer[size_t(t)] = int(i);

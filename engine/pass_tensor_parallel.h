@@ -34,10 +34,10 @@ CollectiveInfo tensorParallelCollective(int64_t count, DType dt);
 // gradient, right after the matmul that writes it.
 void applyTensorParallelBackward(Graph& g, const JobSpec& job);
 
-// Sequence parallelism (parallel.sequence_parallel): each LayerNorm's
-// backward sees the rank's tokens alone, so the gradients of its weight and
-// bias (and of a linear bias whose gradient it sums, pass_bias_grad.h) are
-// partial sums; a summing all-reduce over "tp" completes each, on the
+// Sequence parallelism (parallel.sequence_parallel): each norm's backward
+// (LayerNorm, RMSNorm) sees the rank's tokens alone, so the gradients of its
+// weight and bias (and of a linear bias whose gradient it sums,
+// pass_bias_grad.h) are partial sums; a summing all-reduce over "tp" completes each, on the
 // communication stream, after the last task that writes it. After the bias
 // gradient fusion, before the gradient buckets (whose reductions follow it).
 void applySequenceParallelGradientSum(Graph& g, const JobSpec& job);

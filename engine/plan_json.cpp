@@ -63,6 +63,7 @@ json toJson(const OpAttrs& a) {
   put("t", a.t, d.t);
   put("c", a.c, d.c);
   put("h", a.h, d.h);
+  put("kv_heads", a.kv_heads, d.kv_heads);
   put("v", a.v, d.v);
   put("elements", a.elements, d.elements);
   put("accumulate", a.accumulate, d.accumulate);
@@ -340,6 +341,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "t", a.t);
   optionalField(j, path, "c", a.c);
   optionalField(j, path, "h", a.h);
+  optionalField(j, path, "kv_heads", a.kv_heads);
   optionalField(j, path, "v", a.v);
   optionalField(j, path, "elements", a.elements);
   optionalField(j, path, "accumulate", a.accumulate);

@@ -10,7 +10,7 @@
 #include "engine/cost.h"
 #include "engine/graph.h"
 #include "engine/lower.h"
-#include "engine/model_gpt2.h"
+#include "engine/model.h"
 #include "engine/pass_bias_grad.h"
 #include "engine/pass_buckets.h"
 #include "engine/pass_embedding_gather.h"
@@ -78,8 +78,8 @@ struct StagePlan {
 
 StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   Graph g;
-  std::vector<Gpt2Params> params;  // per chunk
-  for (const ModelChunk& chunk : stage.chunks) params.push_back(addGpt2Parameters(g, job, chunk));
+  std::vector<ModelParams> params;  // per chunk
+  for (const ModelChunk& chunk : stage.chunks) params.push_back(addModelParameters(g, job, chunk));
   const int wte = stage.first() ? params.front().wte : params.back().lm_head;  // the tied embedding's copy here
   GradientState grads(g);
   const int accum = job.training.grad_accum;
@@ -93,7 +93,7 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
       const ModelChunk& chunk = stage.chunks[c];
       MicroBatchNodes nodes;
       nodes.forward_begin = g.nodes.size();
-      const ForwardOutputs fwd = emitGpt2Forward(g, job, params[c], mb, chunk);
+      const ForwardOutputs fwd = emitForward(g, job, params[c], mb, chunk);
       nodes.backward_begin = g.nodes.size();
       if (!chunk.last()) {
         // The backward starts from the gradient of the chunk's output, which

@@ -64,6 +64,10 @@ enum class OpKind {
   GradNorm,           // all gradients -> global L2 norm (one float)
   AdamW,              // grads, norm, master, m, v -> params, master, m, v
   CrossEntropyStats,  // logits[M, V/p], targets -> stats[M, 3] (vocabulary split over p ranks: max, sum exp, target logit)
+  RmsNorm,            // x, w -> y, rstd                       (Llama: y = x / rms(x) * w)
+  RmsNormBwd,         // dy, x, w, rstd -> dx (+=), dw
+  SwiGlu,             // x[M, 2F] (gate | up) -> y[M, F]       y = silu(gate) * up
+  SwiGluBwd,          // dy, x -> dx[M, 2F]
   Send,               // buffer -> the peer of a two-rank group (pipeline stages)
   Recv,               // the peer's buffer -> buffer (keep last: simulator/cost_model.h counts the kinds by it)
 };

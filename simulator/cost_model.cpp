@@ -31,6 +31,12 @@ RooflineParams RooflineParams::defaults() {
   set(OpKind::LayerNormBwd, 0.5, 0.60);
   set(OpKind::Gelu, 0.5, 0.75);
   set(OpKind::GeluBwd, 0.5, 0.75);
+  // Llama's norm and gated activation: as the layernorm and GELU kernels
+  // (memory-bound, one or two passes), until a calibration measures them.
+  set(OpKind::RmsNorm, 0.5, 0.70);
+  set(OpKind::RmsNormBwd, 0.5, 0.60);
+  set(OpKind::SwiGlu, 0.5, 0.75);
+  set(OpKind::SwiGluBwd, 0.5, 0.75);
   set(OpKind::Add, 0.5, 0.80);
   set(OpKind::Embedding, 0.5, 0.60);
   set(OpKind::EmbeddingBwd, 0.5, 0.40);  // scatter-add with atomics

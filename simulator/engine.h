@@ -245,9 +245,10 @@ struct SimRankSummary {
   int64_t comm_ns = 0;          // |U communication|
   int64_t overlap_ns = 0;       // |U compute ∩ U comm|
   int64_t exposed_comm_ns = 0;  // |U comm \ U compute|
-  // Of that, point-to-point transfers (pipeline sends and receives) not
-  // under compute: a stage waiting for its neighbour, the pipeline bubble,
-  // and the transfers' own time; |U send/recv \ U compute|.
+  // Of that, the time only point-to-point transfers (pipeline sends and
+  // receives) run, no compute and no other collective: a stage waiting for
+  // its neighbour, the pipeline bubble, and the transfers' own time;
+  // |U send/recv \ (U compute ∪ U other comm)|.
   int64_t exposed_p2p_ns = 0;
   int64_t idle_ns = 0;          // step - |U everything|
   double overlap_pct = 0;       // overlap / comm * 100

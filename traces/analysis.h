@@ -47,8 +47,9 @@ struct Breakdown {
   int64_t exposed_comm_ns = 0;
   // Point-to-point transfers (activity kinds send and recv: pipeline
   // stages' activations and gradients) and, of the exposed communication,
-  // their part not under compute: a stage waiting for its neighbour (the
-  // pipeline bubble) and the transfers' own time.
+  // the part where nothing but they run (no compute, no other collective):
+  // a stage waiting for its neighbour (the pipeline bubble) and the
+  // transfers' own time.
   int64_t p2p_ns = 0;
   int64_t exposed_p2p_ns = 0;
   int64_t memcpy_exclusive_ns = 0;  // memcpy under neither compute nor comm
@@ -249,7 +250,7 @@ struct RankSets {
   IntervalSet overlap;          // compute ∩ comm
   IntervalSet exposed_comm;     // comm \ compute
   IntervalSet p2p;              // comm activities of kind send or recv
-  IntervalSet exposed_p2p;      // p2p \ compute
+  IntervalSet exposed_p2p;      // p2p \ (compute ∪ other comm)
   IntervalSet memcpy_exclusive; // memcpy \ (compute ∪ comm)
   IntervalSet sync_exclusive;   // sync \ (compute ∪ comm ∪ memcpy)
 };

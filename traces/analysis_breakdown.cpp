@@ -16,15 +16,15 @@ CategoryTable::CategoryTable(const Classifier& classifier, const std::vector<std
 
 RankSets buildRankSets(const std::vector<const Track*>& tracks, const CategoryTable& categories) {
   std::vector<IntervalSet::Interval> by_cat[kCategoryCount];
-  std::vector<IntervalSet::Interval> recompute, p2p;
+  std::vector<IntervalSet::Interval> recompute, p2p, other_comm;
   for (const Track* t : tracks) {
     for (size_t i = 0; i < t->size(); ++i) {
       Category c = categories.of(t->kind[i], t->name[i]);
       if (c == Category::Host) continue;
       IntervalSet::Interval iv{t->start_ns[i], t->end_ns[i]};
       by_cat[static_cast<size_t>(c)].push_back(iv);
-      if (c == Category::Comm && (t->kind[i] == ActivityKind::Send || t->kind[i] == ActivityKind::Recv))
-        p2p.push_back(iv);
+      if (c == Category::Comm)
+        (t->kind[i] == ActivityKind::Send || t->kind[i] == ActivityKind::Recv ? p2p : other_comm).push_back(iv);
       if (t->phase[i] == TracePhase::Recompute) recompute.push_back(iv);
     }
   }
@@ -40,7 +40,9 @@ RankSets buildRankSets(const std::vector<const Track*>& tracks, const CategoryTa
   s.overlap = s.compute.intersect(s.comm);
   s.exposed_comm = s.comm.subtract(s.compute);
   s.p2p = IntervalSet::fromUnsorted(std::move(p2p));
-  s.exposed_p2p = s.p2p.subtract(s.compute);
+  // Only the transfers: a receive posted early spins beside the other
+  // collectives' exposed time, which is not the pipeline's.
+  s.exposed_p2p = s.p2p.subtract(s.compute.unite(IntervalSet::fromUnsorted(std::move(other_comm))));
   s.memcpy_exclusive = s.memcpy.subtract(compute_or_comm);
   s.sync_exclusive = s.sync.subtract(with_memcpy);
   return s;

@@ -372,14 +372,14 @@ bool CpuExecutor::Impl::vocabularyParallel(int rank, const Task& t, TaskBuffers&
   switch (t.op) {
     case OpKind::Embedding: {
       const int64_t rows = a.v / ranks;
-      vocabParallelEmbedding(io.out(W[0]), io.ints(R[0]), io.in(R[1]), io.in(R[2]), a.b, a.t, a.c, place * rows, rows,
-                             /*add_position=*/place == 0);
+      vocabParallelEmbedding(io.out(W[0]), io.ints(R[0]), io.in(R[1]), R.size() > 2 ? io.in(R[2]) : nullptr, a.b, a.t,
+                             a.c, place * rows, rows, /*add_position=*/place == 0);
       return true;
     }
     case OpKind::EmbeddingBwd: {
       const int64_t rows = a.v / ranks;
-      vocabParallelEmbeddingBackward(io.out(W[0]), io.out(W[1]), io.in(R[0]), io.ints(R[1]), a.b, a.t, a.c,
-                                     place * rows, rows, a.accumulate, a.accumulate_params);
+      vocabParallelEmbeddingBackward(io.out(W[0]), W.size() > 1 ? io.out(W[1]) : nullptr, io.in(R[0]), io.ints(R[1]),
+                                     a.b, a.t, a.c, place * rows, rows, a.accumulate, a.accumulate_params);
       return true;
     }
     case OpKind::CrossEntropyStats:

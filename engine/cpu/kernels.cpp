@@ -43,8 +43,12 @@ void embeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wpe,
       // loads the batch and again by the backward.
       checkToken(tokens[bt], bt, 0);
       const T* tok_row = wte + int64_t(tokens[bt]) * C;
-      const T* pos_row = wpe + t * C;
       T* out_row = out + bt * C;
+      if (!wpe) {  // no learned positions (Llama: rotary embeddings in the attention)
+        for (int64_t c = 0; c < C; ++c) out_row[c] = tok_row[c];
+        continue;
+      }
+      const T* pos_row = wpe + t * C;
       for (int64_t c = 0; c < C; ++c) out_row[c] = tok_row[c] + pos_row[c];
     }
   }
@@ -55,7 +59,8 @@ void embeddingBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, i
                        int64_t Tn, int64_t C, int64_t V, bool accumulate) {
   if (!accumulate) {
     for (int64_t i = 0; i < V * C; ++i) dwte[i] = 0;
-    for (int64_t i = 0; i < Tn * C; ++i) dwpe[i] = 0;
+    if (dwpe)
+      for (int64_t i = 0; i < Tn * C; ++i) dwpe[i] = 0;
   }
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < Tn; ++t) {
@@ -63,11 +68,10 @@ void embeddingBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, i
       checkToken(tokens[bt], bt, V);
       const T* d_row = dout + bt * C;
       T* tok_row = dwte + int64_t(tokens[bt]) * C;
+      for (int64_t c = 0; c < C; ++c) tok_row[c] += d_row[c];
+      if (!dwpe) continue;
       T* pos_row = dwpe + t * C;
-      for (int64_t c = 0; c < C; ++c) {
-        tok_row[c] += d_row[c];
-        pos_row[c] += d_row[c];
-      }
+      for (int64_t c = 0; c < C; ++c) pos_row[c] += d_row[c];
     }
   }
 }

@@ -18,11 +18,11 @@
 
 namespace tandem::cpu {
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe may be null: no positions)
 template <class T>
 void embeddingForward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
                       int64_t Tn, int64_t C);
-// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:]
+// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:] (dwpe may be null)
 // accumulate=false zeroes dwte (V x C) and dwpe (Tn x C) first.
 template <class T>
 void embeddingBackward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
@@ -61,6 +61,33 @@ void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64
 template <class T>
 void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
                        int64_t Tn, int64_t C, int64_t H, bool accumulate);
+
+// The Llama family (kernels_llama.cpp).
+// RoPE base: Llama 2's 10000.
+inline constexpr double kRopeTheta = 10000.0;
+// y = x / sqrt(mean(x^2) + 1e-5) * w over the last dimension C; rstd[M].
+template <class T>
+void rmsnormForward(T* y, T* rstd, const T* x, const T* w, int64_t M, int64_t C);
+template <class T>
+void rmsnormBackward(T* dx, T* dw, const T* dy, const T* x, const T* w, const T* rstd, int64_t M, int64_t C,
+                     bool accumulate_dx, bool accumulate_dw);
+// x[M, 2F] = [gate | up] per row: y[M, F] = silu(gate) * up.
+template <class T>
+void swigluForward(T* y, const T* x, int64_t M, int64_t F);
+template <class T>
+void swigluBackward(T* dx, const T* dy, const T* x, int64_t M, int64_t F, bool accumulate);
+// Causal grouped-query attention with rotary embeddings: H query heads of
+// width D = C / H share KV key/value heads (H / KV each); each token's qkv
+// row [(H + 2 KV) D] is laid out by group: [q of the group's heads, k, v].
+// q and k are rotated by the token's position t within its sequence
+// (pairs (i, i + D/2), angle t * kRopeTheta^(-2i/D)) before the scores.
+// out[B, Tn, C] by query head; lse[B, H, Tn] as attentionForward's.
+template <class T>
+void groupedAttentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H,
+                             int64_t KV);
+template <class T>
+void groupedAttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
+                              int64_t Tn, int64_t C, int64_t H, int64_t KV, bool accumulate);
 
 // GELU, tanh approximation (GPT-2).
 template <class T>

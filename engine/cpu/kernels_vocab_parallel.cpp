@@ -34,9 +34,9 @@ void vocabParallelEmbedding(float* out, const int32_t* tokens, const float* wte_
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t token = tokens[bt];
     const float* row = mine(token, first, rows) ? wte_rows + (token - first) * C : nullptr;
-    const float* pos = wpe + (bt % T) * C;
+    const float* pos = wpe && add_position ? wpe + (bt % T) * C : nullptr;
     float* o = out + bt * C;
-    for (int64_t c = 0; c < C; ++c) o[c] = (row ? row[c] : 0.0f) + (add_position ? pos[c] : 0.0f);
+    for (int64_t c = 0; c < C; ++c) o[c] = (row ? row[c] : 0.0f) + (pos ? pos[c] : 0.0f);
   }
 }
 
@@ -44,12 +44,14 @@ void vocabParallelEmbeddingBackward(float* dwte_rows, float* dwpe, const float* 
                                     int64_t B, int64_t T, int64_t C, int64_t first, int64_t rows,
                                     bool accumulate_wte, bool accumulate_wpe) {
   if (!accumulate_wte) std::fill(dwte_rows, dwte_rows + rows * C, 0.0f);
-  if (!accumulate_wpe) std::fill(dwpe, dwpe + T * C, 0.0f);
+  if (dwpe && !accumulate_wpe) std::fill(dwpe, dwpe + T * C, 0.0f);
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t token = tokens[bt];
     const float* d = dout + bt * C;
-    float* pos = dwpe + (bt % T) * C;
-    for (int64_t c = 0; c < C; ++c) pos[c] += d[c];
+    if (dwpe) {
+      float* pos = dwpe + (bt % T) * C;
+      for (int64_t c = 0; c < C; ++c) pos[c] += d[c];
+    }
     if (!mine(token, first, rows)) continue;
     float* row = dwte_rows + (token - first) * C;
     for (int64_t c = 0; c < C; ++c) row[c] += d[c];

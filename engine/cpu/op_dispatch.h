@@ -26,17 +26,19 @@ bool runMathOp(const Task& t, Storage& io) {
   const auto& W = t.writes;
   switch (t.op) {
     case OpKind::Embedding:
-      embeddingForward<T>(io.out(W[0]), io.ints(R[0]), io.in(R[1]), io.in(R[2]), a.b, a.t, a.c);
+      // Llama's embedding has no position table (R[2]).
+      embeddingForward<T>(io.out(W[0]), io.ints(R[0]), io.in(R[1]), R.size() > 2 ? io.in(R[2]) : nullptr, a.b, a.t,
+                          a.c);
       return true;
     case OpKind::EmbeddingBwd: {
       if (a.shards > 1) return false;  // gathered over ranks: the executor's (pass_embedding_gather.h)
       T* dwte = io.out(W[0]);
-      T* dwpe = io.out(W[1]);
+      T* dwpe = W.size() > 1 ? io.out(W[1]) : nullptr;
       // One accumulate flag in the kernel, two outputs that may differ (a
       // tied wte already holds the LM head's contribution): clear the ones
       // written fresh, then always accumulate.
       if (!a.accumulate) std::fill(dwte, dwte + io.elements(W[0]), T(0));
-      if (!a.accumulate_params) std::fill(dwpe, dwpe + io.elements(W[1]), T(0));
+      if (dwpe && !a.accumulate_params) std::fill(dwpe, dwpe + io.elements(W[1]), T(0));
       embeddingBackward<T>(dwte, dwpe, io.in(R[0]), io.ints(R[1]), a.b, a.t, a.c, a.v, true);
       return true;
     }
@@ -63,15 +65,33 @@ bool runMathOp(const Task& t, Storage& io) {
                               a.m, a.n, a.k, a.accumulate_params);
       return true;
     case OpKind::Attention:
-      attentionForward<T>(io.out(W[0]), io.out(W[1]), io.in(R[0]), a.b, a.t, a.c, a.h);
+      if (a.kv_heads > 0)
+        groupedAttentionForward<T>(io.out(W[0]), io.out(W[1]), io.in(R[0]), a.b, a.t, a.c, a.h, a.kv_heads);
+      else
+        attentionForward<T>(io.out(W[0]), io.out(W[1]), io.in(R[0]), a.b, a.t, a.c, a.h);
       return true;
     case OpKind::AttentionBwd:
-      attentionBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), io.in(R[2]), io.in(R[3]), a.b, a.t, a.c,
-                           a.h, a.accumulate);
+      if (a.kv_heads > 0)
+        groupedAttentionBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), io.in(R[2]), io.in(R[3]), a.b, a.t,
+                                    a.c, a.h, a.kv_heads, a.accumulate);
+      else
+        attentionBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), io.in(R[2]), io.in(R[3]), a.b, a.t, a.c,
+                             a.h, a.accumulate);
       if (a.bias_grad) {  // the sums of dqkv as stored, which the weight GEMM would have read
         io.settle(W[0]);
         columnSums<T>(io.out(W[1]), io.in(W[0]), a.b * a.t, 3 * a.c, a.accumulate_params);
       }
+      return true;
+    case OpKind::RmsNorm:
+      rmsnormForward<T>(io.out(W[0]), io.out(W[1]), io.in(R[0]), io.in(R[1]), a.m, a.c);
+      return true;
+    case OpKind::RmsNormBwd:
+      rmsnormBackward<T>(io.out(W[0]), io.out(W[1]), io.in(R[0]), io.in(R[1]), io.in(R[2]), io.in(R[3]), a.m, a.c,
+                         a.accumulate, a.accumulate_params);
+      return true;
+    case OpKind::SwiGlu: swigluForward<T>(io.out(W[0]), io.in(R[0]), a.m, a.c); return true;
+    case OpKind::SwiGluBwd:
+      swigluBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), a.m, a.c, a.accumulate);
       return true;
     case OpKind::Gelu: geluForward<T>(io.out(W[0]), io.in(R[0]), a.elements); return true;
     case OpKind::GeluBwd:

@@ -189,6 +189,11 @@ void CudaExecutor::Impl::enqueueTask(int index) {
         comm->allGatherInPlace(ptr(R[0]), shard, dt(R[0]), s, "'" + t.name + "'");
       break;
     }
+    case OpKind::RmsNorm:
+    case OpKind::RmsNormBwd:
+    case OpKind::SwiGlu:
+    case OpKind::SwiGluBwd:  // refused with the plan (the Llama family)
+      throw CudaError(fmt::format("cuda executor: {}: the Llama family's kernels are not run on GPUs yet", t.name));
     case OpKind::CrossEntropyStats:  // refused with the plan (tensor parallelism)
       throw CudaError(fmt::format("cuda executor: {}: a vocabulary-parallel loss is not run on GPUs", t.name));
     case OpKind::Send:

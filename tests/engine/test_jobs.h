@@ -37,6 +37,18 @@ inline JobSpec splittableJob(int dp, int accum, int layers = 2) {
   return j;
 }
 
+// The splittable job as a Llama: RMSNorm, rotary grouped-query attention
+// (4 query heads of width 4 sharing `kv_heads`), SwiGLU of width 40,
+// untied embeddings.
+inline JobSpec llamaJob(int dp, int accum, int layers = 2, int kv_heads = 2) {
+  JobSpec j = splittableJob(dp, accum, layers);
+  j.model.family = ModelFamily::Llama;
+  j.model.kv_heads = kv_heads;
+  j.model.mlp_ratio = 2.5;
+  j.model.tied_embeddings = false;
+  return j;
+}
+
 inline JobSpec gpt2Shape(int layers, int hidden, int heads) {
   JobSpec j = defaultJob();
   j.model.layers = layers;

@@ -140,3 +140,19 @@ TEST_CASE("Gradients with accumulation and recompute match finite differences", 
   job.recompute.per_layer[0] = RecomputePolicy::Selective;
   checkAgainstFiniteDifferences(job);
 }
+
+TEST_CASE("A whole tiny Llama's gradients match central finite differences", "[autodiff][gradcheck][llama]") {
+  // RMSNorm, grouped-query attention with rotary embeddings (4 query heads
+  // of width 4, 2 key/value heads), SwiGLU, untied embeddings.
+  JobSpec job = test::microJob(2, 1, 1);
+  job.model.family = ModelFamily::Llama;
+  job.model.heads = 4;
+  job.model.kv_heads = 2;
+  job.model.mlp_ratio = 2.5;
+  job.model.tied_embeddings = false;
+  checkAgainstFiniteDifferences(job);
+  job.model.tied_embeddings = true;
+  job.training.grad_accum = 2;
+  job.recompute.policy = RecomputePolicy::Selective;
+  checkAgainstFiniteDifferences(job);
+}

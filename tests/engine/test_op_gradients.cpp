@@ -172,6 +172,80 @@ TEST_CASE("attention backward matches finite differences", "[kernels][gradients]
     for (int64_t c = 0; c < C; ++c) CHECK(out[t * C + c] == before[t * C + c]);
 }
 
+TEST_CASE("rmsnorm backward matches finite differences", "[kernels][gradients][llama]") {
+  const int64_t M = 6, C = 7;
+  std::mt19937_64 rng(212);
+  Vec x = randomVec(rng, M * C, -2.0, 3.0), w = randomVec(rng, C);
+  const Vec R = randomVec(rng, M * C);
+  Vec y(R.size()), rstd(M);
+  auto loss = [&] {
+    rmsnormForward(y.data(), rstd.data(), x.data(), w.data(), M, C);
+    return dot(y, R);
+  };
+  loss();
+  Vec dx(x.size()), dw(C);
+  rmsnormBackward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), M, C, false, false);
+  REQUIRE_GRADIENT(x, dx, loss);
+  REQUIRE_GRADIENT(w, dw, loss);
+  // No centring: a constant row, which a layernorm maps to its bias,
+  // becomes the weights (its root mean square is the constant).
+  for (int64_t c = 0; c < C; ++c) x[size_t(c)] = 2.5;
+  loss();
+  for (int64_t c = 0; c < C; ++c) CHECK(y[size_t(c)] == Approx(w[size_t(c)] / std::sqrt(1.0 + 1e-5 / 6.25)));
+}
+
+TEST_CASE("swiglu backward matches finite differences", "[kernels][gradients][llama]") {
+  const int64_t M = 5, F = 6;
+  std::mt19937_64 rng(515);
+  Vec x = randomVec(rng, M * 2 * F, -5.0, 5.0);
+  x[0] = 0.0;  // silu's origin
+  const Vec R = randomVec(rng, M * F);
+  Vec y(R.size());
+  auto loss = [&] {
+    swigluForward(y.data(), x.data(), M, F);
+    return dot(y, R);
+  };
+  Vec dx(x.size());
+  swigluBackward(dx.data(), R.data(), x.data(), M, F, false);
+  REQUIRE_GRADIENT(x, dx, loss);
+  // y = silu(gate) * up: a zero gate gives zero whatever the up half.
+  loss();
+  CHECK(y[0] == 0.0);
+}
+
+TEST_CASE("grouped-query attention with rotary embeddings matches finite differences", "[kernels][gradients][llama]") {
+  // 4 query heads of width 4 sharing 2 key/value heads, and the
+  // multi-head case (as many key/value heads as query heads).
+  for (const int64_t KV : {int64_t(2), int64_t(4), int64_t(1)}) {
+    INFO(KV << " key/value heads");
+    const int64_t B = 2, Tn = 5, H = 4, D = 4, C = H * D;
+    std::mt19937_64 rng(606 + KV);
+    Vec qkv = randomVec(rng, B * Tn * (H + 2 * KV) * D, -1.5, 1.5);
+    const Vec R = randomVec(rng, B * Tn * C);
+    Vec out(R.size()), lse(B * H * Tn);
+    auto loss = [&] {
+      groupedAttentionForward(out.data(), lse.data(), qkv.data(), B, Tn, C, H, KV);
+      return dot(out, R);
+    };
+    loss();
+    Vec dqkv(qkv.size());
+    groupedAttentionBackward(dqkv.data(), R.data(), qkv.data(), out.data(), lse.data(), B, Tn, C, H, KV, false);
+    REQUIRE_GRADIENT(qkv, dqkv, loss);
+  }
+  // The rotation itself, on one head of width 2 (one pair, angle t rad at
+  // position t): query (1, 0) at position 1 against keys (1, 0) at
+  // positions 0 and 1 scores cos(1) / sqrt(2) and 1 / sqrt(2); values (1, 0)
+  // and (0, 1) make the output those two weights.
+  const double layout[] = {0, 0, 1, 0, 1, 0,   // position 0: q, k, v
+                           1, 0, 1, 0, 0, 1};  // position 1
+  Vec two(std::begin(layout), std::end(layout)), out2(4), lse2(2);
+  groupedAttentionForward(out2.data(), lse2.data(), two.data(), 1, 2, 2, 1, 1);
+  const double s0 = std::cos(1.0) / std::sqrt(2.0), s1 = 1.0 / std::sqrt(2.0);
+  const double p0 = std::exp(s0) / (std::exp(s0) + std::exp(s1));
+  CHECK(out2[2] == Approx(p0).epsilon(1e-12));
+  CHECK(out2[3] == Approx(1.0 - p0).epsilon(1e-12));
+}
+
 TEST_CASE("gelu backward matches finite differences", "[kernels][gradients]") {
   std::mt19937_64 rng(505);
   Vec x = randomVec(rng, 60, -6.0, 6.0);

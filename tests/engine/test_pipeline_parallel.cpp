@@ -46,6 +46,7 @@ struct PpCase {
   bool sequence_parallel = false;
   int chunks = 1;   // parallel.pipeline_chunks
   int layers = 4;
+  bool llama = false;  // test::llamaJob
 
   std::string describe() const {
     return "pp " + std::to_string(pp) + " accumulation " + std::to_string(accum) + " dp " + std::to_string(dp) +
@@ -57,7 +58,8 @@ struct PpCase {
            (fuse_bias_gradients ? " bias gradients fused" : "") +
            (lm_head_chunks > 1 ? " LM head in groups" : "") + (weight_gradient_stream ? "" : " one compute stream") +
            (stage_layers.empty() ? "" : " uneven stages") + (sequence_parallel ? " sequence parallel" : "") +
-           (chunks > 1 ? fmt::format(" {} chunks per stage of {} blocks", chunks, layers) : "");
+           (chunks > 1 ? fmt::format(" {} chunks per stage of {} blocks", chunks, layers) : "") +
+           (llama ? " llama" : "");
   }
 };
 
@@ -88,7 +90,7 @@ void requireStagesMatch(const cpu::CpuExecutor& staged, const cpu::CpuExecutor& 
 }
 
 void requirePipelineMatches(const PpCase& c) {
-  JobSpec whole = splittableJob(c.dp, c.accum, c.layers);
+  JobSpec whole = c.llama ? test::llamaJob(c.dp, c.accum, c.layers) : splittableJob(c.dp, c.accum, c.layers);
   whole.parallel.tensor_parallel = c.tp;
   whole.training.precision = c.prec;
   whole.recompute.policy = c.recompute;
@@ -295,6 +297,18 @@ TEST_CASE("Pipeline plans: one program per stage, 1F1B order, transfers on their
   one.parallel.pipeline_parallel = 1;
   CHECK(plan.summary.parameters == buildPlan(one).summary.parameters);
   CHECK(planFromJson(planToJson(plan)) == plan);
+}
+
+TEST_CASE("Llama pipeline stages train as the whole model", "[executor][pp][llama]") {
+  PpCase plain{2, 2};
+  plain.llama = true;
+  plain.tied = false;  // as Llama has it
+  requirePipelineMatches(plain);
+  PpCase mixed{2, 4, 1, 2};  // with 2-way tensor parallelism and interleaved chunks
+  mixed.llama = true;
+  mixed.chunks = 2;
+  mixed.tied = true;
+  requirePipelineMatches(mixed);
 }
 
 TEST_CASE("Interleaved pipeline plans: chunks dealt round-robin, Megatron-LM's interleaved order", "[planner][pp][interleaved]") {

@@ -54,6 +54,46 @@ TEST_CASE("GPT-2 124M has the published parameter count", "[planner]") {
   CHECK(plan.summary.tokens_per_step == 16 * 1024 * 8);
 }
 
+TEST_CASE("Llama 2 7B and 70B have the published parameter counts; their blocks", "[planner][llama]") {
+  // Meta's figures: 6,738,415,616 and 68,976,648,192 (untied embeddings,
+  // no biases; 70B with 8 key/value heads).
+  JobSpec seven = parseJob(std::string(builtinJobText("llama2-7b")), "llama2-7b");
+  seven.parallel = ParallelSpec{};  // one rank: the count does not depend on the layout
+  const Plan plan = buildPlan(seven);
+  CHECK(plan.summary.parameters == 6738415616LL);
+  const Plan seventy = buildPlan(parseJob(std::string(builtinJobText("llama2-70b")), "llama2-70b"));
+  CHECK(seventy.summary.parameters == 68976648192LL);
+  // A block: two RMSNorms, grouped-query attention, SwiGLU; no LayerNorm,
+  // GELU, position table or bias.
+  seven.model.layers = 2;
+  seven.model.kv_heads = 8;
+  const Plan two_blocks = buildPlan(seven);
+  const RankPlan& rp = two_blocks.programs[0];
+  auto count = [&](OpKind op, Phase phase) {
+    return std::count_if(rp.tasks.begin(), rp.tasks.end(),
+                         [&](const Task& t) { return t.op == op && t.phase == phase; });
+  };
+  const int accum = seven.training.grad_accum;
+  CHECK(count(OpKind::RmsNorm, Phase::Forward) == (2 * 2 + 1) * accum);
+  CHECK(count(OpKind::SwiGlu, Phase::Forward) == 2 * accum);
+  CHECK(count(OpKind::SwiGlu, Phase::Recompute) == 2 * accum);  // selective: the MLP's activation again
+  CHECK(count(OpKind::LayerNorm, Phase::Forward) == 0);
+  CHECK(count(OpKind::Gelu, Phase::Forward) == 0);
+  for (const Task& t : rp.tasks) {
+    INFO(t.name);
+    if (t.op == OpKind::Attention) CHECK(t.attrs.kv_heads == 8);
+    if (t.op == OpKind::Matmul) CHECK_FALSE(t.attrs.has_bias);
+    if (t.op == OpKind::Embedding) CHECK(t.reads.size() == 2);
+  }
+  for (const ParamInfo& p : rp.params) {
+    INFO(p.name);
+    CHECK(p.name.find("bias") == std::string::npos);
+    CHECK(p.name != "wpe");
+    if (p.name == "layer0.attn.qkv.weight")  // 32 query heads and 2 x 8 key/value heads of 128
+      CHECK(rp.buffers[size_t(p.param)].elementCount() == (32 + 2 * 8) * 128 * 4096);
+  }
+}
+
 TEST_CASE("Every buffer a task touches has a live range covering the task", "[planner]") {
   const Plan plan = buildPlan(test::microJob(2, 2, 2));
   const RankPlan& rp = plan.programs[0];

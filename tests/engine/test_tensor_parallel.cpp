@@ -40,6 +40,7 @@ struct TpCase {
   int shard_group_size = 0;
   bool sequence_parallel = false;
   bool reduce_every_micro_batch = false;  // with ZeRO-3 and accumulation
+  bool llama = false;  // test::llamaJob, as many key/value heads as ranks
 
   std::string describe() const {
     return "tp " + std::to_string(tp) + " dp " + std::to_string(dp) + " accumulation " + std::to_string(accum) +
@@ -50,7 +51,7 @@ struct TpCase {
            (sharding ? " ZeRO-" + std::to_string(sharding) : "") +
            (shard_group_size ? " in shard groups of " + std::to_string(shard_group_size) : "") +
            (reduce_every_micro_batch ? " reduced every micro-batch" : "") +
-           (sequence_parallel ? " sequence parallel" : "");
+           (sequence_parallel ? " sequence parallel" : "") + (llama ? " llama" : "");
   }
 };
 
@@ -90,7 +91,7 @@ void requireSlicesMatch(const cpu::CpuExecutor& split, const cpu::CpuExecutor& w
 }
 
 void requireTensorParallelMatches(const TpCase& c) {
-  JobSpec whole = splittableJob(c.dp, c.accum);
+  JobSpec whole = c.llama ? test::llamaJob(c.dp, c.accum, 2, c.tp) : splittableJob(c.dp, c.accum);
   whole.training.precision = c.prec;
   whole.recompute.policy = c.recompute;
   whole.schedule.lm_head_chunks = c.lm_head_chunks;
@@ -206,6 +207,22 @@ TEST_CASE("Sequence parallel groups train as one rank per replica", "[executor][
   requireTensorParallelMatches(sp({2, 1, 2, Precision::FP32, RecomputePolicy::None, 1, true}));
   requireTensorParallelMatches(sp({2, 2, 1, Precision::FP32, RecomputePolicy::Selective, 1, false, false}));
   requireTensorParallelMatches(sp({2, 1, 2, Precision::FP32, RecomputePolicy::None, 1, false, true, true}));
+}
+
+TEST_CASE("Tensor parallel Llama groups train as one rank per replica", "[executor][tp][llama]") {
+  // Whole key/value groups per rank, the gate's and the up half's rows.
+  auto llama = [](TpCase c) {
+    c.llama = true;
+    return c;
+  };
+  for (int tp : {2, 4}) requireTensorParallelMatches(llama({tp}));
+  requireTensorParallelMatches(llama({2, 2, 2, Precision::FP32, RecomputePolicy::Selective}));
+  TpCase sp = llama({2, 1, 2, Precision::FP32, RecomputePolicy::Full});
+  sp.sequence_parallel = true;
+  requireTensorParallelMatches(sp);
+  TpCase zero3 = llama({2, 2, 2, Precision::BF16});
+  zero3.sharding = 3;
+  requireTensorParallelMatches(zero3);
 }
 
 TEST_CASE("Sequence parallel groups with sharding", "[executor][tp][sp][shard]") {

@@ -1,4 +1,4 @@
-#include "engine/model_gpt2.h"
+#include "engine/model.h"
 
 #include "engine/pass_buckets.h"
 #include "engine/pass_tensor_parallel.h"
@@ -20,6 +20,7 @@ class ForwardBuilder {
     C_ = m.hidden;
     M_ = B_ * T_;
     tp_ = job.parallel.tensor_parallel;
+    llama_ = job.model.family == ModelFamily::Llama;
     sp_ = tp_ > 1 && job.parallel.sequence_parallel;
     Ms_ = sp_ ? M_ / tp_ : M_;
   }
@@ -64,14 +65,22 @@ class ForwardBuilder {
   // and an all-gather over the group gives every rank all of them
   // ("<role>.out", what the next layer reads and recompute may drop and
   // gather again).
+  // Llama's RMSNorm (no bias, b < 0) keeps no mean.
   int layerNorm(const std::string& prefix, int layer, const std::string& role, int x, int w, int b) {
     int y = act(prefix + ".out", residualShape(), layer, role + (sp_ ? ".shard" : ".out"));
     const std::vector<int64_t> per_token = sp_ ? std::vector<int64_t>{Ms_} : std::vector<int64_t>{B_, T_};
-    int mean = act(prefix + ".mean", per_token, layer, role + ".mean", DType::F32);
-    int rstd = act(prefix + ".rstd", per_token, layer, role + ".rstd", DType::F32);
-    Node& n = node(OpKind::LayerNorm, prefix, layer, {x, w, b}, {y, mean, rstd});
-    n.attrs.m = Ms_;
-    n.attrs.c = C_;
+    if (llama_) {
+      int rstd = act(prefix + ".rstd", per_token, layer, role + ".rstd", DType::F32);
+      Node& n = node(OpKind::RmsNorm, prefix, layer, {x, w}, {y, rstd});
+      n.attrs.m = Ms_;
+      n.attrs.c = C_;
+    } else {
+      int mean = act(prefix + ".mean", per_token, layer, role + ".mean", DType::F32);
+      int rstd = act(prefix + ".rstd", per_token, layer, role + ".rstd", DType::F32);
+      Node& n = node(OpKind::LayerNorm, prefix, layer, {x, w, b}, {y, mean, rstd});
+      n.attrs.m = Ms_;
+      n.attrs.c = C_;
+    }
     if (!sp_) return y;
     int all = act(prefix + ".allgather.out", {B_, T_, C_}, layer, role + ".out");
     Node& ag = node(OpKind::AllGather, prefix + ".allgather", layer, {y}, {all});
@@ -134,7 +143,7 @@ class ForwardBuilder {
     return c;
   }
 
-  ForwardOutputs build(const Gpt2Params& p) {
+  ForwardOutputs build(const ModelParams& p) {
     const auto& m = job_.model;
     ForwardOutputs out;
     // The tokens feed the embedding (first stage), the targets the loss (last).
@@ -159,7 +168,9 @@ class ForwardBuilder {
       // With the vocabulary split, each rank's rows of the tokens it holds,
       // summed over the group.
       x = act("embed.out", {B_, T_, C_}, -1, "embed.out");
-      Node& n = node(OpKind::Embedding, "embed", -1, {out.tokens, p.wte, p.wpe}, {x});
+      std::vector<int> in{out.tokens, p.wte};
+      if (p.wpe >= 0) in.push_back(p.wpe);  // Llama: positions are rotary, in the attention
+      Node& n = node(OpKind::Embedding, "embed", -1, in, {x});
       n.attrs.b = B_;
       n.attrs.t = T_;
       n.attrs.c = C_;
@@ -176,11 +187,14 @@ class ForwardBuilder {
     // Per rank: a 1/tensor_parallel of the heads and of the MLP's width.
     const int64_t H = m.heads / tp_, Cl = C_ / tp_;
     const int64_t F = m.mlpHidden() / tp_;
+    const int64_t KV = (m.kv_heads > 0 ? m.kv_heads : m.heads) / tp_, D = C_ / m.heads;
     for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
       const auto& L = p.layers.at(size_t(l - stage_.first_layer));
       const std::string pre = fmt::format("layer{}", l);
       int ln1 = layerNorm(pre + ".ln1", l, "ln1", x, L.ln1_w, L.ln1_b);
-      int qkv = matmul(pre + ".attn.qkv", l, "qkv", ln1, L.qkv_w, L.qkv_b, 3 * Cl, C_);
+      // GPT-2: [q | k | v] of the rank's heads; Llama: its key/value groups.
+      const int64_t qkv_width = llama_ ? (H + 2 * KV) * D : 3 * Cl;
+      int qkv = matmul(pre + ".attn.qkv", l, "qkv", ln1, L.qkv_w, L.qkv_b, qkv_width, C_);
       int atty = act(pre + ".attn.core.out", {B_, T_, Cl}, l, "att.out");
       int lse = act(pre + ".attn.core.lse", {B_, H, T_}, l, "att.lse", DType::F32);
       {
@@ -189,17 +203,27 @@ class ForwardBuilder {
         n.attrs.t = T_;
         n.attrs.c = Cl;
         n.attrs.h = H;
+        if (llama_) n.attrs.kv_heads = KV;
       }
       int proj = rowParallel(pre + ".attn.proj", l, "attproj.out", atty, L.attproj_w, L.attproj_b, Cl);
       int res2 = add(pre + ".attn.residual", l, "res2", x, proj);
       int ln2 = layerNorm(pre + ".ln2", l, "ln2", res2, L.ln2_w, L.ln2_b);
-      int fc = matmul(pre + ".mlp.fc", l, "fc.out", ln2, L.fc_w, L.fc_b, F, C_);
-      int gelu = act(pre + ".mlp.gelu.out", {B_, T_, F}, l, "gelu.out");
-      {
-        Node& n = node(OpKind::Gelu, pre + ".mlp.gelu", l, {fc}, {gelu});
+      int hidden = -1;
+      if (llama_) {
+        // SwiGLU: the input layer's [gate | up] halves, silu(gate) * up.
+        int fc = matmul(pre + ".mlp.fc", l, "fc.out", ln2, L.fc_w, -1, 2 * F, C_);
+        hidden = act(pre + ".mlp.swiglu.out", {B_, T_, F}, l, "swiglu.out");
+        Node& n = node(OpKind::SwiGlu, pre + ".mlp.swiglu", l, {fc}, {hidden});
+        n.attrs.m = M_;
+        n.attrs.c = F;
+        n.attrs.elements = M_ * F;
+      } else {
+        int fc = matmul(pre + ".mlp.fc", l, "fc.out", ln2, L.fc_w, L.fc_b, F, C_);
+        hidden = act(pre + ".mlp.gelu.out", {B_, T_, F}, l, "gelu.out");
+        Node& n = node(OpKind::Gelu, pre + ".mlp.gelu", l, {fc}, {hidden});
         n.attrs.elements = M_ * F;
       }
-      int fcproj = rowParallel(pre + ".mlp.proj", l, "fcproj.out", gelu, L.fcproj_w, L.fcproj_b, F);
+      int fcproj = rowParallel(pre + ".mlp.proj", l, "fcproj.out", hidden, L.fcproj_w, L.fcproj_b, F);
       x = add(pre + ".mlp.residual", l, "out", res2, fcproj);
     }
     if (!stage_.last()) {
@@ -258,6 +282,7 @@ class ForwardBuilder {
   DType dt_;
   int64_t B_ = 0, T_ = 0, C_ = 0, M_ = 0;
   int tp_ = 1;
+  bool llama_ = false;
   bool sp_ = false;  // sequence parallelism
   int64_t Ms_ = 0;   // tokens of the residual stream this rank holds
   ModelChunk stage_;  // the blocks this forward runs
@@ -313,26 +338,40 @@ DType activationDType(const JobSpec& job) {
   return job.training.precision == Precision::BF16 ? DType::BF16 : DType::F32;
 }
 
-Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job, const ModelChunk& stage) {
+ModelParams addModelParameters(Graph& g, const JobSpec& job, const ModelChunk& stage) {
   const auto& m = job.model;
-  if (m.family != ModelFamily::GPT2)
-    throw SpecError(fmt::format("{}: model.family: planning '{}' is not supported yet (allowed: gpt2)",
-                                job.source, toString(m.family)));
+  const bool llama = m.family == ModelFamily::Llama;
   const int64_t V = m.vocab, T = m.seq_len, C = m.hidden, F = m.mlpHidden();
+  const int64_t KV = m.kv_heads > 0 ? m.kv_heads : m.heads, D = C / m.heads;
   // The tied embedding held by the first and the last of several stages.
   const bool embedding_twice = m.tied_embeddings && stage.count > 1;
   // Tensor parallelism splits the embedding and the LM head by vocabulary
   // rows (Megatron-LM's vocabulary-parallel embedding and loss).
   const Split vocab_rows{0, 1};
-  Gpt2Params p;
+  ModelParams p;
   if (stage.first()) {
     p.wte = addParam(g, job, "wte", {V, C}, -1, true, vocab_rows);
     if (embedding_twice) g.params.back().copies *= 2;
-    p.wpe = addParam(g, job, "wpe", {T, C}, -1, false);
+    if (!llama) p.wpe = addParam(g, job, "wpe", {T, C}, -1, false);
   }
-  for (int l = stage.first_layer; l < stage.end_layer; ++l) {
+  for (int l = stage.first_layer; l < stage.end_layer && llama; ++l) {
     const std::string pre = fmt::format("layer{}.", l);
-    Gpt2Layer L;
+    BlockParams L;
+    // Tensor parallelism: whole key/value groups per rank (the QKV rows are
+    // laid out by group), each rank's rows of the gate and of the up
+    // halves, the output projections' columns.
+    const Split groups{0, 1}, gate_up{0, 2}, columns{1, 1};
+    L.ln1_w = addParam(g, job, pre + "ln1.weight", {C}, l, false);
+    L.qkv_w = addParam(g, job, pre + "attn.qkv.weight", {(m.heads + 2 * KV) * D, C}, l, true, groups);
+    L.attproj_w = addParam(g, job, pre + "attn.proj.weight", {C, C}, l, true, columns);
+    L.ln2_w = addParam(g, job, pre + "ln2.weight", {C}, l, false);
+    L.fc_w = addParam(g, job, pre + "mlp.fc.weight", {2 * F, C}, l, true, gate_up);
+    L.fcproj_w = addParam(g, job, pre + "mlp.proj.weight", {C, F}, l, true, columns);
+    p.layers.push_back(L);
+  }
+  for (int l = stage.first_layer; l < stage.end_layer && !llama; ++l) {
+    const std::string pre = fmt::format("layer{}.", l);
+    BlockParams L;
     L.ln1_w = addParam(g, job, pre + "ln1.weight", {C}, l, false);
     L.ln1_b = addParam(g, job, pre + "ln1.bias", {C}, l, false);
     // Tensor parallelism: column-parallel QKV (each rank's heads' rows of
@@ -353,7 +392,7 @@ Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job, const ModelChunk& sta
   }
   if (!stage.last()) return p;
   p.lnf_w = addParam(g, job, "final.ln.weight", {C}, -1, false);
-  p.lnf_b = addParam(g, job, "final.ln.bias", {C}, -1, false);
+  if (!llama) p.lnf_b = addParam(g, job, "final.ln.bias", {C}, -1, false);
   if (!m.tied_embeddings) {
     p.lm_head = addParam(g, job, "lm_head.weight", {V, C}, -1, true, vocab_rows);
   } else if (stage.first()) {
@@ -365,7 +404,7 @@ Gpt2Params addGpt2Parameters(Graph& g, const JobSpec& job, const ModelChunk& sta
   return p;
 }
 
-ForwardOutputs emitGpt2Forward(Graph& g, const JobSpec& job, const Gpt2Params& p, int micro_batch,
+ForwardOutputs emitForward(Graph& g, const JobSpec& job, const ModelParams& p, int micro_batch,
                                const ModelChunk& stage) {
   ForwardBuilder b(g, job, micro_batch, stage);
   return b.build(p);
