@@ -60,13 +60,13 @@ class ForwardBuilder {
     return g_.addNode(std::move(n));
   }
 
-  // y = LayerNorm(x); returns y, whole on every rank. With sequence
-  // parallelism the LayerNorm normalizes the rank's tokens ("<role>.shard")
-  // and an all-gather over the group gives every rank all of them
+  // y = norm(x): GPT-2's LayerNorm, or Llama's RMSNorm (no bias, b < 0, and
+  // no mean kept); returns y, whole on every rank. With sequence
+  // parallelism the norm normalizes the rank's tokens ("<role>.shard") and
+  // an all-gather over the group gives every rank all of them
   // ("<role>.out", what the next layer reads and recompute may drop and
   // gather again).
-  // Llama's RMSNorm (no bias, b < 0) keeps no mean.
-  int layerNorm(const std::string& prefix, int layer, const std::string& role, int x, int w, int b) {
+  int norm(const std::string& prefix, int layer, const std::string& role, int x, int w, int b) {
     int y = act(prefix + ".out", residualShape(), layer, role + (sp_ ? ".shard" : ".out"));
     const std::vector<int64_t> per_token = sp_ ? std::vector<int64_t>{Ms_} : std::vector<int64_t>{B_, T_};
     if (llama_) {
@@ -191,7 +191,7 @@ class ForwardBuilder {
     for (int l = stage_.first_layer; l < stage_.end_layer; ++l) {
       const auto& L = p.layers.at(size_t(l - stage_.first_layer));
       const std::string pre = fmt::format("layer{}", l);
-      int ln1 = layerNorm(pre + ".ln1", l, "ln1", x, L.ln1_w, L.ln1_b);
+      int ln1 = norm(pre + ".ln1", l, "ln1", x, L.ln1_w, L.ln1_b);
       // GPT-2: [q | k | v] of the rank's heads; Llama: its key/value groups.
       const int64_t qkv_width = llama_ ? (H + 2 * KV) * D : 3 * Cl;
       int qkv = matmul(pre + ".attn.qkv", l, "qkv", ln1, L.qkv_w, L.qkv_b, qkv_width, C_);
@@ -207,7 +207,7 @@ class ForwardBuilder {
       }
       int proj = rowParallel(pre + ".attn.proj", l, "attproj.out", atty, L.attproj_w, L.attproj_b, Cl);
       int res2 = add(pre + ".attn.residual", l, "res2", x, proj);
-      int ln2 = layerNorm(pre + ".ln2", l, "ln2", res2, L.ln2_w, L.ln2_b);
+      int ln2 = norm(pre + ".ln2", l, "ln2", res2, L.ln2_w, L.ln2_b);
       int hidden = -1;
       if (llama_) {
         // SwiGLU: the input layer's [gate | up] halves, silu(gate) * up.
@@ -232,7 +232,7 @@ class ForwardBuilder {
                                   stage_.boundaryAfter(), Phase::Comm, mb_));
       return out;
     }
-    int lnf = layerNorm("final.ln", -1, "lnf", x, p.lnf_w, p.lnf_b);
+    int lnf = norm("final.ln", -1, "lnf", x, p.lnf_w, p.lnf_b);
     // With the vocabulary split, the rank's columns of the logits.
     const int64_t V = m.vocab / tp_;
     int logits = act("lm_head.logits", {B_, T_, V}, -1, "logits");

@@ -61,8 +61,9 @@ Node pipelineTransfer(const Graph& g, OpKind op, const std::string& name, int te
 
 namespace {
 
-// Megatron-LM's interleaved schedule over the stage's v chunks; `units` in
-// build order: micro-batch k's chunk c at k * v + c.
+// Megatron-LM's interleaved schedule over the stage's v chunks, as (unit,
+// is a forward) in issue order; units are numbered in build order,
+// micro-batch k's chunk c being k * v + c.
 std::vector<std::pair<int, bool>> interleavedOrder(int m, int v, const PipelineStage& stage) {
   const int p = stage.count, total = m * v;
   // The k-th forward (or backward) of the stage: micro-batches in groups of

@@ -53,7 +53,7 @@ struct ModelChunk {
   // The group families of the transfers from the chunk before and to the
   // chunk after (pipelineBoundaryGroup): boundary b joins stage b and
   // stage (b + 1) % p.
-  int boundaryBefore() const { return (index - 1) % stages; }
+  int boundaryBefore() const { return (index - 1) % stages; }  // not for the first chunk
   int boundaryAfter() const { return index % stages; }
   // Appended to the names of its transfers and their tensors when a stage
   // holds several chunks (".c1"); empty otherwise.

@@ -47,10 +47,6 @@ void applyTensorParallelBackward(Graph& g, const JobSpec& job) {
   g.insertNodes(std::move(inserts));
 }
 
-}  // namespace tandem
-
-namespace tandem {
-
 void applySequenceParallelGradientSum(Graph& g, const JobSpec& job) {
   if (job.parallel.tensor_parallel <= 1 || !job.parallel.sequence_parallel) return;
   std::vector<bool> is_param_grad(g.tensors.size(), false);
