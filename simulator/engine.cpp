@@ -800,8 +800,13 @@ void Engine::arrive(int ri, int ti) {
   if (!group_member_[size_t(g)][size_t(r.rank)])
     throw SimulationError("rank " + std::to_string(r.rank) + " " + describeTask(r, ti) + " uses group '" +
                           group.name + "' which does not contain it");
-  if (++r.active_comm == 1) rescheduleKernels(ri);
   const bool p2p = ci.op == CollectiveOp::Send || ci.op == CollectiveOp::Recv;
+  // Compute runs slower beside a collective from its arrival (NCCL's kernel
+  // is launched and holds SMs and memory bandwidth while it waits for the
+  // group), beside a send or receive only once both peers have arrived and
+  // data moves (launch): a pipeline stage's receive posted ahead mostly
+  // waits on one flag, and the fitted slowdown is an all-reduce's.
+  if (!p2p && ++r.active_comm == 1) rescheduleKernels(ri);
   std::tuple<int, int, int64_t> key;
   int src = -1, dst = -1;
   if (p2p) {
@@ -875,6 +880,9 @@ void Engine::launch(Pending&& p, int g) {
   inst.schedule = it->second;
   inst.start_ns = now_;
   inst.members = std::move(p.arrivals);
+  if (p2p)  // see arrive(): from here the transfer moves data
+    for (const Arrival& m : inst.members)
+      if (++ranks_[size_t(m.rank_state)].active_comm == 1) rescheduleKernels(m.rank_state);
   SimCollective rec;
   rec.group = g;
   rec.op = op;
