@@ -65,7 +65,7 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
   sequence_parallel_ = new QCheckBox(tr("split the residual stream's tokens too"), this);
   sequence_parallel_->setChecked(job.parallel.sequence_parallel);
   sequence_parallel_->setToolTip(tr("Sequence parallelism: between the split layers each rank of a tensor-parallel "
-                                    "group holds its share of the tokens (LayerNorms, residual sums), an all-gather "
+                                    "group holds its share of the tokens (norms, residual sums), an all-gather "
                                     "and a reduce-scatter replacing each all-reduce: less activation memory for "
                                     "the same communicated bytes"));
   sequence_parallel_->setEnabled(tp_->value() > 1);
