@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cmath>
 
 #include "engine/planner.h"
 #include "simulator/cost_model.h"
