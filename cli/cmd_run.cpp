@@ -423,11 +423,6 @@ void runCommand(const RunOptions& o) {
   if (gpus > 0) jo.sets.push_back(fmt::format("parallel.data_parallel={}", gpus));
   if (o.steps > 0) jo.sets.push_back(fmt::format("training.steps={}", o.steps));
   const JobSpec job = jo.load();
-  if (job.model.family != ModelFamily::GPT2)
-    throw std::runtime_error(fmt::format(
-        "run: the GPU executor does not run the {} family yet (RMSNorm, SwiGLU, grouped-query attention with rotary "
-        "embeddings); `tandem train` runs the job on the CPU reference and `tandem simulate` on a topology",
-        toString(job.model.family)));
   if (job.parallel.tensor_parallel > 1 || job.parallel.pipeline_parallel > 1)
     throw std::runtime_error(fmt::format(
         "run: the GPU executor does not run tensor or pipeline parallelism yet (parallel.tensor_parallel {}, "

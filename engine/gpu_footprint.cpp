@@ -32,11 +32,30 @@ int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, bool 
 
 int64_t crossEntropyScratchBytes(int64_t M) { return M * kFloat; }
 
-int64_t taskScratchBytes(const Task& t) {
+int64_t rmsnormScratchBytes(int64_t C) { return int64_t(kBiasRowChunks) * C * kFloat; }
+
+int64_t groupedQkvBytes(int64_t B, int64_t Tn, int64_t C, int64_t element_bytes) {
+  return align256(B * Tn * 3 * C * element_bytes);
+}
+
+int64_t groupedAttentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, int64_t element_bytes,
+                                     bool backward) {
+  const int64_t copy = groupedQkvBytes(B, Tn, C, element_bytes);
+  return backward ? 2 * copy + attentionScratchBytes(B, Tn, H, C) : copy;
+}
+
+int64_t taskScratchBytes(const RankPlan& rp, const Task& t) {
   const OpAttrs& a = t.attrs;
+  // The activations' element size: the qkv buffer the attention reads.
+  auto element = [&](int buffer) { return int64_t(dtypeSize(rp.buffers.at(size_t(buffer)).dtype)); };
   switch (t.op) {
     case OpKind::LayerNormBwd: return layernormScratchBytes(a.c, a.bias_grad);
-    case OpKind::AttentionBwd: return attentionScratchBytes(a.b, a.t, a.h, a.c, a.bias_grad);
+    case OpKind::RmsNormBwd: return rmsnormScratchBytes(a.c);
+    case OpKind::Attention:
+      return a.kv_heads > 0 ? groupedAttentionScratchBytes(a.b, a.t, a.h, a.c, element(t.reads[0]), false) : 0;
+    case OpKind::AttentionBwd:
+      if (a.kv_heads > 0) return groupedAttentionScratchBytes(a.b, a.t, a.h, a.c, element(t.reads[1]), true);
+      return attentionScratchBytes(a.b, a.t, a.h, a.c, a.bias_grad);
     case OpKind::CrossEntropy:
     case OpKind::CrossEntropyBwd: return crossEntropyScratchBytes(a.m);
     case OpKind::MatmulBwdWeight: return a.has_bias ? biasGradientScratchBytes(a.n) : 0;
@@ -46,7 +65,7 @@ int64_t taskScratchBytes(const Task& t) {
 
 std::vector<int64_t> scratchBytesPerStream(const RankPlan& rp) {
   std::vector<int64_t> bytes(rp.streams.size(), 256);
-  for (const Task& t : rp.tasks) bytes.at(size_t(t.stream)) = std::max(bytes[size_t(t.stream)], taskScratchBytes(t));
+  for (const Task& t : rp.tasks) bytes.at(size_t(t.stream)) = std::max(bytes[size_t(t.stream)], taskScratchBytes(rp, t));
   return bytes;
 }
 

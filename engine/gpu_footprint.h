@@ -47,12 +47,20 @@ inline constexpr int64_t kTensorSlotBytes = 72;
 int64_t layernormScratchBytes(int64_t C, bool bias_grad = false);
 int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C = 0, bool bias_grad = false);
 int64_t crossEntropyScratchBytes(int64_t M);
+// RMSNorm backward: the weight gradient's partial sums over kBiasRowChunks row slices.
+int64_t rmsnormScratchBytes(int64_t C);
+// One [B, Tn, 3C] multi-head copy of a grouped qkv (256-byte aligned).
+int64_t groupedQkvBytes(int64_t B, int64_t Tn, int64_t C, int64_t element_bytes);
+// Grouped-query attention (engine/cuda/llama.cu): the forward's expanded
+// copy; the backward's copy, its gradient and the attention's own scratch.
+int64_t groupedAttentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, int64_t element_bytes,
+                                     bool backward);
 int64_t biasGradientScratchBytes(int64_t N);
 // Rows of partial bias sums the attention backward stores (one per 64-row tile).
 int64_t attentionBiasPartialRows(int64_t B, int64_t Tn);
 
-// Scratch of one task on its stream (a stream's tasks share one buffer).
-int64_t taskScratchBytes(const Task& t);
+// Scratch of one task of `rp` on its stream (a stream's tasks share one buffer).
+int64_t taskScratchBytes(const RankPlan& rp, const Task& t);
 // Each stream's scratch: the most any of its tasks needs, at least 256 B.
 std::vector<int64_t> scratchBytesPerStream(const RankPlan& rp);
 

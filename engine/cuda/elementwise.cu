@@ -22,7 +22,7 @@ __global__ void embeddingForwardKernel(T* out, const int32_t* tokens, const T* w
     int64_t row = i / C, c = i % C;
     int64_t t = row % Tn;
     int64_t tok = tokens[row];
-    out[i] = fromF<T>(toF(wte[tok * C + c]) + toF(wpe[t * C + c]));
+    out[i] = wpe ? fromF<T>(toF(wte[tok * C + c]) + toF(wpe[t * C + c])) : wte[tok * C + c];
   }
 }
 
@@ -65,7 +65,12 @@ __global__ void embeddingForwardVec(uint4* out, const int32_t* tokens, const uin
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const int row = i / c8, c = i - row * c8;
     const int t = row % Tn;
-    const uint4 a = wte[int64_t(tokens[row]) * c8 + c], b = wpe[int64_t(t) * c8 + c];
+    const uint4 a = wte[int64_t(tokens[row]) * c8 + c];
+    if (!wpe) {  // Llama: no position table, the row itself
+      out[i] = a;
+      continue;
+    }
+    const uint4 b = wpe[int64_t(t) * c8 + c];
     const bf16* ha = reinterpret_cast<const bf16*>(&a);
     const bf16* hb = reinterpret_cast<const bf16*>(&b);
     uint4 r;
@@ -366,8 +371,9 @@ void embeddingBackward(void* dwte, void* dwpe, const void* dout, const int32_t* 
                                                 tokens, index.order, index.seg_start,
                                                 index.seg_count, C);
     TANDEM_CUDA_LAUNCH_CHECK();
-    wpeBackwardKernel<T><<<gridFor(Tn * C, kThreads), kThreads, 0, s>>>(
-        static_cast<T*>(dwpe), static_cast<const T*>(dout), B, Tn, C, accumulate_wpe);
+    if (dwpe)  // null: no position table (the Llama family)
+      wpeBackwardKernel<T><<<gridFor(Tn * C, kThreads), kThreads, 0, s>>>(
+          static_cast<T*>(dwpe), static_cast<const T*>(dout), B, Tn, C, accumulate_wpe);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
 }

@@ -45,11 +45,12 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   if (opt.world != plan.world_size)
     throw CudaError(fmt::format("cuda executor: the plan is for {} ranks but {} processes run it",
                                 plan.world_size, opt.world));
-  if (plan.job.model.family != ModelFamily::GPT2)
-    throw CudaError(fmt::format("cuda executor: the {} family's kernels (RMSNorm, SwiGLU, grouped-query attention "
-                                "with rotary embeddings) are not run on GPUs yet; `tandem simulate` and `tandem "
-                                "train` run such plans",
-                                toString(plan.job.model.family)));
+  for (const Task& t : program->tasks)
+    if (t.op == OpKind::Attention && !attentionSupportsHeadDim(t.attrs.c / t.attrs.h))
+      throw CudaError(fmt::format("cuda executor: attention heads {} wide (model.hidden {} / model.heads {}) are not "
+                                  "run on GPUs yet: the attention kernels take heads 16, 32 or 64 wide; `tandem "
+                                  "simulate` and `tandem train` run such plans",
+                                  t.attrs.c / t.attrs.h, plan.job.model.hidden, plan.job.model.heads));
   if (plan.job.parallel.tensor_parallel > 1)
     throw CudaError(fmt::format("cuda executor: tensor parallelism (parallel.tensor_parallel {}) is not run on GPUs "
                                 "yet; `tandem simulate` and `tandem train` run such plans",

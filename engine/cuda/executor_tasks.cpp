@@ -49,8 +49,9 @@ void CudaExecutor::Impl::enqueueTask(int index) {
       }
       break;
     }
-    case OpKind::Embedding:
-      embeddingForward(ptr(W[0]), i32(R[0]), ptr(R[1]), ptr(R[2]), a.b, a.t, a.c, dt(W[0]), s);
+    case OpKind::Embedding:  // Llama's has no position table (R[2])
+      embeddingForward(ptr(W[0]), i32(R[0]), ptr(R[1]), R.size() > 2 ? ptr(R[2]) : nullptr, a.b, a.t, a.c, dt(W[0]),
+                       s);
       break;
     case OpKind::EmbeddingBwd: {
       const LoadSlot& slot = loads.at(load_of_task[index]);
@@ -70,7 +71,8 @@ void CudaExecutor::Impl::enqueueTask(int index) {
                                   shard.end, ptr(R[0]), slot.device_index + 2 * N + 2, idx, int(a.shards), a.b,
                                   a.t, a.c, a.accumulate_params, wte.dtype, s);
       } else {
-        embeddingBackward(ptr(W[0]), ptr(W[1]), ptr(R[0]), i32(R[1]), idx, a.b, a.t, a.c, a.v, a.accumulate,
+        embeddingBackward(ptr(W[0]), W.size() > 1 ? ptr(W[1]) : nullptr, ptr(R[0]), i32(R[1]), idx, a.b, a.t, a.c,
+                          a.v, a.accumulate,
                           a.accumulate_params, dt(R[0]), s);
       }
       break;
@@ -118,9 +120,19 @@ void CudaExecutor::Impl::enqueueTask(int index) {
         biasGradient(ptr(W[1]), ptr(R[0]), a.m, a.n, a.accumulate_params, dt(W[1]), scr, s);
       break;
     case OpKind::Attention:
-      attentionForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), a.b, a.t, a.c, a.h, dt(W[0]), s);
+      if (a.kv_heads > 0)  // the Llama family: grouped heads, rotary embeddings
+        groupedAttentionForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), a.b, a.t, a.c, a.h, a.kv_heads, dt(W[0]),
+                                scr, s);
+      else
+        attentionForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), a.b, a.t, a.c, a.h, dt(W[0]), s);
       break;
     case OpKind::AttentionBwd:
+      if (a.kv_heads > 0) {
+        if (a.bias_grad) throw CudaError(fmt::format("cuda executor: {}: grouped attention has no bias", t.name));
+        groupedAttentionBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]), dt(R[3]), a.b, a.t, a.c, a.h,
+                                 a.kv_heads, a.accumulate, dt(W[0]), scr, s);
+        break;
+      }
       attentionBackward(ptr(W[0]), a.bias_grad ? ptr(W[1]) : nullptr, ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]),
                         dt(R[3]), a.b, a.t, a.c, a.h, a.accumulate, a.accumulate_params, dt(W[0]), scr, s);
       break;
@@ -190,10 +202,16 @@ void CudaExecutor::Impl::enqueueTask(int index) {
       break;
     }
     case OpKind::RmsNorm:
+      rmsnormForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), ptr(R[1]), a.m, a.c, dt(W[0]), s);
+      break;
     case OpKind::RmsNormBwd:
-    case OpKind::SwiGlu:
-    case OpKind::SwiGluBwd:  // refused with the plan (the Llama family)
-      throw CudaError(fmt::format("cuda executor: {}: the Llama family's kernels are not run on GPUs yet", t.name));
+      rmsnormBackward(ptr(W[0]), ptr(W[1]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]), dt(R[3]), a.m, a.c,
+                      a.accumulate, a.accumulate_params, dt(W[0]), scr, s);
+      break;
+    case OpKind::SwiGlu: swigluForward(ptr(W[0]), ptr(R[0]), a.m, a.c, dt(W[0]), s); break;
+    case OpKind::SwiGluBwd:
+      swigluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.c, a.accumulate, dt(W[0]), s);
+      break;
     case OpKind::CrossEntropyStats:  // refused with the plan (tensor parallelism)
       throw CudaError(fmt::format("cuda executor: {}: a vocabulary-parallel loss is not run on GPUs", t.name));
     case OpKind::Send:

@@ -21,10 +21,12 @@ namespace tandem::cuda {
 using gpu_footprint::attentionScratchBytes;
 using gpu_footprint::biasGradientScratchBytes;
 using gpu_footprint::crossEntropyScratchBytes;
+using gpu_footprint::groupedAttentionScratchBytes;
 using gpu_footprint::kChunkElements;
 using gpu_footprint::layernormScratchBytes;
+using gpu_footprint::rmsnormScratchBytes;
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe may be null: no position table)
 void embeddingForward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
                       int64_t B, int64_t Tn, int64_t C, DType dt, cudaStream_t s);
 
@@ -39,7 +41,8 @@ struct TokenIndex {
 // dwte[v,:] (+)= sum of dout rows whose token is v; dwpe[t,:] (+)= sum_b dout[b,t,:].
 // The two outputs have their own flags (a tied wte may already hold the LM
 // head's contribution while wpe is written fresh); without accumulate_wte the
-// rows of dwte that no token touches are zeroed.
+// rows of dwte that no token touches are zeroed. dwpe may be null (no
+// position table).
 void embeddingBackward(void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
                        const TokenIndex& index, int64_t B, int64_t Tn, int64_t C, int64_t V,
                        bool accumulate_wte, bool accumulate_wpe, DType dt, cudaStream_t s);
@@ -104,6 +107,35 @@ void attentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64
 void attentionBackward(void* dqkv, void* dbias, const void* dout, const void* qkv, const void* out,
                        const void* lse, DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H,
                        bool accumulate, bool accumulate_bias, DType dt, float* scratch, cudaStream_t s);
+
+// The Llama family (llama.cu), the math of engine/cpu/kernels_llama.cpp.
+// y = x / sqrt(mean(x^2) + 1e-5) * w over rows of C; rstd[M] in rstd_dt.
+void rmsnormForward(void* y, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M, int64_t C, DType dt,
+                    cudaStream_t s);
+// scratch: rmsnormScratchBytes(C) bytes (the weight gradient's partial sums).
+// dx may alias dy.
+void rmsnormBackward(void* dx, void* dw, const void* dy, const void* x, const void* w, const void* rstd,
+                     DType rstd_dt, int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,
+                     float* scratch, cudaStream_t s);
+// x rows [gate | up] of 2F, y rows of F: y = silu(gate) * up.
+void swigluForward(void* y, const void* x, int64_t M, int64_t F, DType dt, cudaStream_t s);
+void swigluBackward(void* dx, const void* dy, const void* x, int64_t M, int64_t F, bool accumulate, DType dt,
+                    cudaStream_t s);
+// Grouped-query attention with rotary embeddings: qkv rows hold KV groups of
+// [H/KV query heads | k | v]. expandGroupedQkv writes the [q | k | v] layout
+// of H heads (q, k rotated) that attentionForward/Backward take;
+// foldGroupedQkv turns that layout's gradient back into the grouped one.
+void expandGroupedQkv(void* full, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV, DType dt,
+                      cudaStream_t s);
+void foldGroupedQkv(void* dqkv, const void* dfull, int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV,
+                    bool accumulate, DType dt, cudaStream_t s);
+// Through the multi-head kernels on the expanded copy. scratch:
+// groupedAttentionScratchBytes(B, Tn, H, C, KV, element bytes, backward).
+void groupedAttentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
+                             int64_t H, int64_t KV, DType dt, void* scratch, cudaStream_t s);
+void groupedAttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
+                              DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV, bool accumulate,
+                              DType dt, void* scratch, cudaStream_t s);
 
 void geluForward(void* y, const void* x, int64_t n, DType dt, cudaStream_t s);
 void geluBackward(void* dx, const void* dy, const void* x, int64_t n, bool accumulate, DType dt,

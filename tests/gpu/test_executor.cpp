@@ -1,6 +1,7 @@
 // The CUDA executor against the CPU reference executor on the same plan and
 // seed (one GPU): every parameter gradient after one step, the losses over 20
-// steps, CUDA Graph replay == eager, and training to the data's entropy.
+// steps, CUDA Graph replay == eager, and training to the data's entropy; the
+// GPT-2 and the Llama family.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,6 +22,15 @@ namespace {
 JobSpec tiny(const std::vector<std::string>& sets) {
   const JobSpec base = tinyJob();
   return parseJob(base.yaml, base.source, sets);
+}
+
+// The tiny job as a Llama: RMSNorm, SwiGLU (width 176, a multiple of 8),
+// 4 query heads 16 wide sharing 2 key/value heads, rotary embeddings, no
+// position table, untied unless a set says otherwise.
+JobSpec tinyLlama(std::vector<std::string> sets) {
+  sets.insert(sets.begin(), {"model.family=llama", "model.kv_heads=2", "model.mlp_ratio=2.75",
+                             "model.tied_embeddings=false"});
+  return tiny(sets);
 }
 
 // Every comparison runs with the cuBLASLt epilogue fusion (engine/cuda/fusion.h)
@@ -268,7 +278,7 @@ void compareShardedOneRank(const std::string& label0, const JobSpec& job, int st
   expectBelow(label + ": parameter shards after the steps", param_err, param_tol);
 }
 
-void trainToEntropy(const JobSpec& job) {
+void trainToEntropy(const std::string& label, const JobSpec& job) {
   const Plan plan = buildPlan(job);
   cuda::CudaExecutor gpu(plan, options(true));
   const int steps = job.training.steps;
@@ -285,7 +295,7 @@ void trainToEntropy(const JobSpec& job) {
   const double entropy = makeTokenSource(job)->optimalLoss();
   fmt::print("     trained {} steps ({:.2f} ms/step): loss {:.4f} -> {:.4f}, data entropy {:.4f}\n", steps,
              ms / steps, first, final_loss, entropy);
-  expectBelow("tiny bf16 trains to within 0.05 nats of the entropy", final_loss - entropy, 0.05);
+  expectBelow(label + " trains to within 0.05 nats of the entropy", final_loss - entropy, 0.05);
 }
 
 // GPT-2 124M, micro-batch 16: the shapes whose cuBLASLt algorithms zero a
@@ -431,6 +441,34 @@ int main() {
                       tiny({"training.precision=bf16", "schedule.residual_in_gemm=false"}), 20, 1e-2, 5e-2);
       compareTraining("tiny fp32 lm_head_chunks=4", tiny({"training.precision=fp32", "schedule.lm_head_chunks=4"}), 20,
                       1e-4, 1e-4);
+      // The Llama family: RMSNorm, SwiGLU, grouped-query attention with
+      // rotary embeddings (head width 16 on the CUDA-core attention, 64 on
+      // the tensor cores in bf16), the embedding without positions.
+      compareGradients("tiny Llama fp32", tinyLlama({"training.precision=fp32"}), 1e-4);
+      compareGradients("tiny Llama bf16", tinyLlama({"training.precision=bf16"}), 1e-2);
+      compareGradients("tiny Llama fp32 one key/value head grad_accum=2 tied",
+                       tinyLlama({"training.precision=fp32", "model.kv_heads=1", "training.grad_accum=2",
+                                  "model.tied_embeddings=true"}),
+                       1e-4);
+      compareGradients("tiny Llama bf16 head dim 64",
+                       tinyLlama({"training.precision=bf16", "model.hidden=128", "model.heads=2", "model.kv_heads=1",
+                                  "model.mlp_ratio=2.6875"}),
+                       1e-2);
+      compareGradients("tiny Llama bf16 recompute=selective", tinyLlama({"training.precision=bf16",
+                                                                         "recompute.policy=selective"}),
+                       1e-2);
+      compareGradients("tiny Llama fp32 recompute=full residual adds",
+                       tinyLlama({"training.precision=fp32", "recompute.policy=full",
+                                  "schedule.residual_in_gemm=false"}),
+                       1e-4);
+      compareShardedOneRank("tiny Llama bf16 parameters sharded",
+                            tinyLlama({"training.precision=bf16", "parallel.shard_parameters=true"}), 20, 1e-2, 5e-2);
+      compareTraining("tiny Llama fp32", tinyLlama({"training.precision=fp32"}), 20, 1e-4, 1e-4);
+      compareTraining("tiny Llama bf16", tinyLlama({"training.precision=bf16"}), 20, 1e-2, 5e-2);
+      compareTraining("tiny Llama bf16 head dim 64",
+                      tinyLlama({"training.precision=bf16", "model.hidden=128", "model.heads=2", "model.kv_heads=1",
+                                 "model.mlp_ratio=2.6875"}),
+                      20, 1e-2, 5e-2);
       // AdamW at the start of the next step, beside the forward.
       compareTraining("tiny bf16 optimizer beside forward",
                       tiny({"training.precision=bf16", "schedule.optimizer_beside_forward=true"}), 20, 1e-2, 5e-2);
@@ -441,7 +479,8 @@ int main() {
     }
     g_fusion = true;
     replayLeavesTheNextStep();
-    trainToEntropy(tiny({"training.precision=bf16"}));
+    trainToEntropy("tiny bf16", tiny({"training.precision=bf16"}));
+    trainToEntropy("tiny Llama bf16", tinyLlama({"training.precision=bf16"}));
     gpt2GraphMemsets();
   } catch (const std::exception& e) {
     fmt::print("FAIL exception: {}\n", e.what());

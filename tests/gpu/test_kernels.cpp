@@ -21,66 +21,12 @@
 #include "engine/cuda/graph_memsets.h"
 #include "engine/cuda/kernels.h"
 #include "tests/gpu/gpu_test.h"
+#include "tests/gpu/kernel_test_util.h"
 
 using namespace tandem;
 using namespace tandem::gputest;
 
 namespace {
-
-// A device tensor of floats stored as `dt`.
-struct Dev {
-  DType dt;
-  size_t n;
-  void* p = nullptr;
-  Dev(DType d, size_t count) : dt(d), n(count) {
-    cudaMalloc(&p, std::max<size_t>(1, n) * dtypeSize(d));
-    cudaMemset(p, 0xFF, n * dtypeSize(d));  // poison: unwritten outputs show up as NaN
-  }
-  ~Dev() { cudaFree(p); }
-  void upload(const std::vector<float>& v) {
-    if (dt == DType::BF16) {
-      std::vector<uint16_t> h(n);
-      for (size_t i = 0; i < n; ++i) h[i] = cpu::floatToBf16Bits(v[i]);
-      cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice);
-    } else {
-      cudaMemcpy(p, v.data(), n * 4, cudaMemcpyHostToDevice);
-    }
-  }
-  std::vector<float> download() const {
-    cudaDeviceSynchronize();
-    std::vector<float> v(n);
-    if (dt == DType::BF16) {
-      std::vector<uint16_t> h(n);
-      cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost);
-      for (size_t i = 0; i < n; ++i) v[i] = cpu::bf16BitsToFloat(h[i]);
-    } else {
-      cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost);
-    }
-    return v;
-  }
-};
-
-std::vector<float> rounded(std::vector<float> v, DType dt) {
-  if (dt == DType::BF16)
-    for (auto& x : v) x = cpu::roundToBf16(x);
-  return v;
-}
-
-std::mt19937 rng(20261130);
-
-double tol(DType dt) { return dt == DType::BF16 ? 1e-2 : 1e-5; }
-std::string tag(DType dt, const char* what) { return fmt::format("[{}] {}", toString(dt), what); }
-
-float* scratchBuffer(size_t bytes) {
-  static void* p = nullptr;
-  static size_t have = 0;
-  if (bytes > have) {
-    cudaFree(p);
-    cudaMalloc(&p, bytes);
-    have = bytes;
-  }
-  return static_cast<float*>(p);
-}
 
 void testLayernorm(DType dt, int64_t M, int64_t C) {
   auto x = rounded(randomVector(M * C, rng), dt), w = rounded(randomVector(C, rng), dt),
@@ -327,15 +273,17 @@ void testCrossEntropy(DType dt, int64_t M, int64_t V, bool with_grad, DType loss
   cudaFree(gt);
 }
 
-void testEmbedding(DType dt) {
-  const int64_t B = 3, T = 17, C = 40, V = 23;  // V small: many repeated tokens
+// positions false: no position table (the Llama family), wpe and dwpe null.
+void testEmbedding(DType dt, int64_t C, bool positions) {
+  const int64_t B = 3, T = 17, V = 23;  // V small: many repeated tokens
   auto wte = rounded(randomVector(V * C, rng), dt), wpe = rounded(randomVector(T * C, rng), dt),
        dout = rounded(randomVector(B * T * C, rng), dt), dwte0 = rounded(randomVector(V * C, rng), dt);
   std::vector<int32_t> tokens(B * T);
   for (auto& t : tokens) t = int32_t(rng() % V);
   std::vector<float> out(B * T * C), dwte = dwte0, dwpe(T * C, 0.f);
-  cpu::embeddingForward<float>(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-  cpu::embeddingBackward<float>(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C, V, true);
+  cpu::embeddingForward<float>(out.data(), tokens.data(), wte.data(), positions ? wpe.data() : nullptr, B, T, C);
+  cpu::embeddingBackward<float>(dwte.data(), positions ? dwpe.data() : nullptr, dout.data(), tokens.data(), B, T, C, V,
+                                true);
   // Host-built token index, as the executor builds it at LoadBatch.
   const int64_t n = B * T;
   std::vector<int32_t> index(2 * n + 2);
@@ -353,12 +301,17 @@ void testEmbedding(DType dt) {
   cudaMemcpy(gidx, index.data(), index.size() * 4, cudaMemcpyHostToDevice);
   Dev gwte(dt, V * C), gwpe(dt, T * C), gout(dt, B * T * C), gdout(dt, B * T * C), gdwte(dt, V * C), gdwpe(dt, T * C);
   gwte.upload(wte), gwpe.upload(wpe), gdout.upload(dout), gdwte.upload(dwte0);
-  cuda::embeddingForward(gout.p, gtok, gwte.p, gwpe.p, B, T, C, dt, nullptr);
+  cuda::embeddingForward(gout.p, gtok, gwte.p, positions ? gwpe.p : nullptr, B, T, C, dt, nullptr);
   cuda::TokenIndex ti{gidx, gidx + n, gidx + 2 * n + 1};
-  cuda::embeddingBackward(gdwte.p, gdwpe.p, gdout.p, gtok, ti, B, T, C, V, true, false, dt, nullptr);
-  expectBelow(tag(dt, "embedding forward"), relError(gout.download(), out), tol(dt));
-  expectBelow(tag(dt, "embedding backward dwte (accumulate)"), relError(gdwte.download(), dwte), tol(dt));
-  expectBelow(tag(dt, "embedding backward dwpe"), relError(gdwpe.download(), dwpe), tol(dt));
+  cuda::embeddingBackward(gdwte.p, positions ? gdwpe.p : nullptr, gdout.p, gtok, ti, B, T, C, V, true, false, dt,
+                          nullptr);
+  const std::string what = fmt::format("embedding C{}{}", C, positions ? "" : " without positions");
+  expectBelow(tag(dt, (what + " forward").c_str()), relError(gout.download(), out), tol(dt));
+  expectBelow(tag(dt, (what + " backward dwte (accumulate)").c_str()), relError(gdwte.download(), dwte), tol(dt));
+  if (positions)
+    expectBelow(tag(dt, (what + " backward dwpe").c_str()), relError(gdwpe.download(), dwpe), tol(dt));
+  else  // the row copied as it is: bit for bit
+    expectTrue(tag(dt, (what + ": forward rows are the token rows, bit for bit").c_str()), gout.download() == out);
   cudaFree(gtok);
   cudaFree(gidx);
 }
@@ -805,7 +758,9 @@ int main() {
     // barriers' phases flipping): GPT-2's rows, and short ones.
     testCrossEntropy(dt, 1000, 50304, true);
     testCrossEntropy(dt, 2003, 1024, false);
-    testEmbedding(dt);
+    testEmbedding(dt, 40, true);
+    testEmbedding(dt, 40, false);
+    testEmbedding(dt, 64, false);  // 16-byte rows: the vector kernel in bf16
     testMatmul(dt, 128, 96, 80);
     testMatmul(dt, 1000, 772, 64);  // bias gradient: N not a multiple of 8 (scalar path)
     // cuBLASLt's epilogues (the own kernel, the default for the forward on

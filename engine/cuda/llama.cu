@@ -1,0 +1,536 @@
+// The Llama family's kernels: RMSNorm, the SwiGLU gate, and the two layout
+// kernels that run grouped-query attention with rotary embeddings through
+// the multi-head attention kernels (as engine/cpu/kernels_llama.cpp does):
+// the grouped qkv expanded into the [q | k | v] layout of H heads with q and
+// k rotated, and the expanded gradient folded back (rotated back, summed
+// over the query heads that share a key/value head).
+//
+// Every reduction runs in a fixed order (no atomics): a CUDA Graph replay
+// and an eager step give the same bits.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/cpu/kernels.h"  // kRopeTheta: one definition for both executors
+#include "engine/cuda/device_math.cuh"
+#include "engine/cuda/kernels.h"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr float kRmsEps = 1e-5f;  // engine/cpu/kernels_llama.cpp's
+constexpr int kWarps = 8;         // rows per block of the row kernels, one warp each
+constexpr int kThreads = 256;
+
+// One row of C elements, lane-strided; 8 bf16 at a time when the row allows.
+template <class T>
+__device__ __forceinline__ float rowSumSquares(const T* x, int64_t C, int lane) {
+  float s = 0.f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float v = toF(x[c]);
+    s += v * v;
+  }
+  return warpSum(s);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kWarps * 32)
+    rmsnormForwardKernel(T* y, void* rstd, int rstd_bf16, const T* x, const T* w, int64_t M, int64_t C) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
+  if (row >= M) return;
+  const T* xr = x + row * C;
+  const float r = 1.f / sqrtf(rowSumSquares(xr, C, lane) / float(C) + kRmsEps);
+  T* yr = y + row * C;
+  for (int64_t c = lane; c < C; c += 32) yr[c] = fromF<T>(toF(xr[c]) * r * toF(w[c]));
+  if (lane == 0) storeAny(rstd, rstd_bf16, row, r);
+}
+
+// bf16 rows of whole 16-byte vectors. C = 256 kV: the row held in registers
+// (kV vectors per lane), one read of x; kV = 0: any C % 8 == 0, x streamed
+// twice (the second pass hits L1/L2).
+template <int kV>
+__global__ void __launch_bounds__(kWarps * 32)
+    rmsnormForwardVec(uint4* y, void* rstd, int rstd_bf16, const uint4* x, const uint4* w, int64_t M, int c8_any) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
+  if (row >= M) return;
+  if constexpr (kV == 0) {
+    const uint4* xr = x + row * c8_any;
+    float s = 0.f;
+#pragma unroll 4
+    for (int v = lane; v < c8_any; v += 32) {
+      float f[8];
+      unpack8(xr[v], f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s += f[j] * f[j];
+    }
+    const float r = 1.f / sqrtf(warpSum(s) / float(c8_any * 8) + kRmsEps);
+#pragma unroll 4
+    for (int v = lane; v < c8_any; v += 32) {
+      float f[8], wv[8];
+      unpack8(xr[v], f);
+      unpack8(w[v], wv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] = f[j] * r * wv[j];
+      y[row * c8_any + v] = pack8(f);
+    }
+    if (lane == 0) storeAny(rstd, rstd_bf16, row, r);
+  } else {
+    constexpr int c8 = kV * 32;
+    float v[kV][8];
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      unpack8(x[row * c8 + k * 32 + lane], v[k]);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s += v[k][j] * v[k][j];
+    }
+    const float r = 1.f / sqrtf(warpSum(s) / float(c8 * 8) + kRmsEps);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      float wv[8];
+      unpack8(w[k * 32 + lane], wv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[k][j] = v[k][j] * r * wv[j];
+      y[row * c8 + k * 32 + lane] = pack8(v[k]);
+    }
+    if (lane == 0) storeAny(rstd, rstd_bf16, row, r);
+  }
+}
+
+// dx = r (dy w - xhat mean(dy w xhat)), xhat = x r, one warp per row. Reads
+// the whole row of dy and x before it writes dx (dx may alias dy).
+template <class T>
+__global__ void __launch_bounds__(kWarps * 32)
+    rmsnormBackwardDataKernel(T* dx, const T* dy, const T* x, const T* w, const void* rstd, int rstd_bf16,
+                              int64_t M, int64_t C, bool accumulate) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
+  if (row >= M) return;
+  const T* dyr = dy + row * C;
+  const T* xr = x + row * C;
+  const float r = loadAny(rstd, rstd_bf16, row);
+  float s = 0.f;
+  for (int64_t c = lane; c < C; c += 32) s += toF(dyr[c]) * toF(w[c]) * toF(xr[c]) * r;
+  const float mean = warpSum(s) / float(C);
+  T* dxr = dx + row * C;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float g = r * (toF(dyr[c]) * toF(w[c]) - toF(xr[c]) * r * mean);
+    dxr[c] = fromF<T>(accumulate ? toF(dxr[c]) + g : g);
+  }
+}
+
+// Partial column sums of dy * x * r over kBiasRowChunks slices of the rows
+// (one block column of 32 columns x 8 row lanes per slice), summed in a
+// fixed order: partial[slice][c]. biasGradientFromPartials adds the slices.
+template <class T>
+__global__ void rmsnormWeightPartialKernel(float* partial, const T* dy, const T* x, const void* rstd, int rstd_bf16,
+                                           int64_t M, int64_t C) {
+  __shared__ float sums[8][33];
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t per = (M + gridDim.y - 1) / gridDim.y;
+  const int64_t begin = blockIdx.y * per, end = min(M, begin + per);
+  float s = 0.f;
+  if (c < C)
+    for (int64_t m = begin + threadIdx.y; m < end; m += 8)
+      s += toF(dy[m * C + c]) * toF(x[m * C + c]) * loadAny(rstd, rstd_bf16, m);
+  sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float t = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) t += sums[k][threadIdx.x];
+    partial[blockIdx.y * C + c] = t;
+  }
+}
+
+// The bf16 backward for rows of whole 16-byte vectors (C % 8 == 0): the
+// row's dy and x are read as vectors, kV per lane held in registers when
+// the row fits (C = 256 kV), else streamed twice (the second pass hits L1/L2).
+template <int kV>
+__global__ void __launch_bounds__(kWarps * 32)
+    rmsnormBackwardDataVec(bf16* dx, const bf16* dy, const bf16* x, const bf16* w, const void* rstd, int rstd_bf16,
+                           int64_t M, int c8, bool accumulate) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
+  if (row >= M) return;
+  const uint4* dyr = reinterpret_cast<const uint4*>(dy) + row * c8;
+  const uint4* xr = reinterpret_cast<const uint4*>(x) + row * c8;
+  const uint4* wv = reinterpret_cast<const uint4*>(w);
+  uint4* dxr = reinterpret_cast<uint4*>(dx) + row * c8;
+  const float r = loadAny(rstd, rstd_bf16, row);
+  float s = 0.f;
+  auto gradient = [&](const float (&g)[8], const float (&xv)[8], const float (&ww)[8], float mean, int v) {
+    float out[8];
+    if (accumulate) unpack8(dxr[v], out);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float d = r * (g[j] * ww[j] - xv[j] * r * mean);
+      out[j] = accumulate ? out[j] + d : d;
+    }
+    dxr[v] = pack8(out);
+  };
+  if constexpr (kV > 0) {
+    float g[kV][8], xv[kV][8];
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      unpack8(dyr[k * 32 + lane], g[k]);
+      unpack8(xr[k * 32 + lane], xv[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      float ww[8];
+      unpack8(wv[k * 32 + lane], ww);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s += g[k][j] * ww[j] * xv[k][j] * r;
+    }
+    const float mean = warpSum(s) / float(c8 * 8);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      float ww[8];
+      unpack8(wv[k * 32 + lane], ww);
+      gradient(g[k], xv[k], ww, mean, k * 32 + lane);
+    }
+  } else {
+#pragma unroll 4
+    for (int v = lane; v < c8; v += 32) {
+      float g[8], xv[8], ww[8];
+      unpack8(dyr[v], g);
+      unpack8(xr[v], xv);
+      unpack8(wv[v], ww);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s += g[j] * ww[j] * xv[j] * r;
+    }
+    const float mean = warpSum(s) / float(c8 * 8);
+    // dx may alias dy: every lane has read its whole share of the row above,
+    // and each vector is read and written by the same lane below.
+#pragma unroll 4
+    for (int v = lane; v < c8; v += 32) {
+      float g[8], xv[8], ww[8];
+      unpack8(dyr[v], g);
+      unpack8(xr[v], xv);
+      unpack8(wv[v], ww);
+      gradient(g, xv, ww, mean, v);
+    }
+  }
+}
+
+// The weight gradient's partial sums with 8 bf16 columns per thread: a warp
+// reads 512 contiguous bytes of a row; 8 row lanes per slice, summed in order.
+__global__ void __launch_bounds__(256)
+    rmsnormWeightPartialVec(float* partial, const bf16* dy, const bf16* x, const void* rstd, int rstd_bf16, int64_t M,
+                            int c8) {
+  __shared__ float sums[8][32 * 8 + 1];
+  const int v = blockIdx.x * 32 + threadIdx.x;
+  const int64_t per = (M + gridDim.y - 1) / gridDim.y;
+  const int64_t begin = blockIdx.y * per, end = min(M, begin + per);
+  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  if (v < c8) {
+#pragma unroll 4
+    for (int64_t m = begin + threadIdx.y; m < end; m += 8) {
+      float g[8], xv[8];
+      unpack8(reinterpret_cast<const uint4*>(dy)[m * c8 + v], g);
+      unpack8(reinterpret_cast<const uint4*>(x)[m * c8 + v], xv);
+      const float r = loadAny(rstd, rstd_bf16, m);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[j] += g[j] * xv[j] * r;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) sums[threadIdx.y][threadIdx.x * 8 + j] = acc[j];
+  __syncthreads();
+  // 256 threads, one column each of the block's 256: the 8 row lanes in order.
+  const int t = threadIdx.y * 32 + threadIdx.x;
+  const int64_t c = int64_t(blockIdx.x) * 256 + t;
+  if (c < int64_t(c8) * 8) {
+    float total = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) total += sums[k][t];
+    partial[blockIdx.y * int64_t(c8) * 8 + c] = total;
+  }
+}
+
+__device__ __forceinline__ float sigmoidf(float g) { return 1.f / (1.f + expf(-g)); }
+
+// x rows are [gate (F) | up (F)], y rows F wide: y = silu(gate) up.
+template <class T>
+__global__ void swigluForwardKernel(T* y, const T* x, int64_t M, int64_t F) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * F; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / F, f = i - m * F;
+    const float g = toF(x[m * 2 * F + f]), u = toF(x[m * 2 * F + F + f]);
+    y[i] = fromF<T>(g * sigmoidf(g) * u);
+  }
+}
+
+// d gate = dy up sigmoid(g) (1 + g (1 - sigmoid(g))), d up = dy silu(g).
+template <class T>
+__global__ void swigluBackwardKernel(T* dx, const T* dy, const T* x, int64_t M, int64_t F, bool accumulate) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * F; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / F, f = i - m * F;
+    const int64_t gi = m * 2 * F + f, ui = gi + F;
+    const float g = toF(x[gi]), u = toF(x[ui]), d = toF(dy[i]), sg = sigmoidf(g);
+    const float dg = d * u * sg * (1.f + g * (1.f - sg)), du = d * g * sg;
+    dx[gi] = fromF<T>(accumulate ? toF(dx[gi]) + dg : dg);
+    dx[ui] = fromF<T>(accumulate ? toF(dx[ui]) + du : du);
+  }
+}
+
+// The same with 8 bf16 per thread (F % 8 == 0, 16-byte aligned rows).
+__global__ void swigluForwardVec(uint4* y, const uint4* x, int64_t M, int64_t f8) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * f8; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / f8, f = i - m * f8;
+    float g[8], u[8];
+    unpack8(x[m * 2 * f8 + f], g);
+    unpack8(x[m * 2 * f8 + f8 + f], u);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g[j] = g[j] * sigmoidf(g[j]) * u[j];
+    y[i] = pack8(g);
+  }
+}
+
+__global__ void swigluBackwardVec(uint4* dx, const uint4* dy, const uint4* x, int64_t M, int64_t f8, bool accumulate) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * f8; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / f8, f = i - m * f8;
+    const int64_t gi = m * 2 * f8 + f, ui = gi + f8;
+    float g[8], u[8], d[8], dg[8], du[8];
+    unpack8(x[gi], g);
+    unpack8(x[ui], u);
+    unpack8(dy[i], d);
+    if (accumulate) {
+      unpack8(dx[gi], dg);
+      unpack8(dx[ui], du);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float sg = sigmoidf(g[j]);
+      const float a = d[j] * u[j] * sg * (1.f + g[j] * (1.f - sg)), b = d[j] * g[j] * sg;
+      dg[j] = accumulate ? dg[j] + a : a;
+      du[j] = accumulate ? du[j] + b : b;
+    }
+    dx[gi] = pack8(dg);
+    dx[ui] = pack8(du);
+  }
+}
+
+// Position t's rotation of frequency i of a head D wide, in double as the
+// CPU reference computes it (the angle reaches t radians; fp32 would lose
+// the low bits of long sequences' angles).
+__device__ __forceinline__ void ropeAngle(int64_t t, int i, int D, double* c, double* s) {
+  const double angle = double(t) * pow(cpu::kRopeTheta, -2.0 * double(i) / double(D));
+  sincos(angle, s, c);
+}
+
+// One thread per (token, frequency i < D/2): the rotation is computed once
+// and applied to the token's H query heads and KV key heads.
+// Grouped row: KV groups of [R query heads | k | v], each D wide.
+template <class T>
+__global__ void expandGroupedQkvKernel(T* full, const T* qkv, int64_t BT, int Tn, int H, int KV, int D) {
+  const int half = D / 2, R = H / KV;
+  const int64_t C = int64_t(H) * D, width = int64_t(H + 2 * KV) * D;
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < BT * half;
+       n += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t bt = n / half;
+    const int i = int(n - bt * half);
+    double c, s;
+    ropeAngle(bt % Tn, i, D, &c, &s);
+    const T* src = qkv + bt * width;
+    T* dst = full + bt * 3 * C;
+    for (int kv = 0; kv < KV; ++kv) {
+      const T* group = src + int64_t(kv) * (R + 2) * D;
+      const T* k = group + int64_t(R) * D;
+      const T* v = k + D;
+      const double k0 = toF(k[i]), k1 = toF(k[i + half]);
+      const T rk0 = fromF<T>(float(k0 * c - k1 * s)), rk1 = fromF<T>(float(k0 * s + k1 * c));
+      const T v0 = v[i], v1 = v[i + half];
+      for (int j = 0; j < R; ++j) {
+        const int64_t h = int64_t(kv) * R + j;
+        const double q0 = toF(group[j * D + i]), q1 = toF(group[j * D + i + half]);
+        dst[h * D + i] = fromF<T>(float(q0 * c - q1 * s));
+        dst[h * D + i + half] = fromF<T>(float(q0 * s + q1 * c));
+        dst[C + h * D + i] = rk0;
+        dst[C + h * D + i + half] = rk1;
+        dst[2 * C + h * D + i] = v0;
+        dst[2 * C + h * D + i + half] = v1;
+      }
+    }
+  }
+}
+
+// The expanded gradient back into the grouped layout: dq rotated back, dk
+// rotated back and summed over the group's heads (in head order), dv summed.
+template <class T>
+__global__ void foldGroupedQkvKernel(T* dqkv, const T* dfull, int64_t BT, int Tn, int H, int KV, int D,
+                                     bool accumulate) {
+  const int half = D / 2, R = H / KV;
+  const int64_t C = int64_t(H) * D, width = int64_t(H + 2 * KV) * D;
+  auto put = [&](T* p, float v) { *p = fromF<T>(accumulate ? toF(*p) + v : v); };
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < BT * half;
+       n += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t bt = n / half;
+    const int i = int(n - bt * half);
+    double c, s;
+    ropeAngle(bt % Tn, i, D, &c, &s);
+    const T* src = dfull + bt * 3 * C;
+    T* dst = dqkv + bt * width;
+    for (int kv = 0; kv < KV; ++kv) {
+      T* group = dst + int64_t(kv) * (R + 2) * D;
+      float dk0 = 0.f, dk1 = 0.f, dv0 = 0.f, dv1 = 0.f;
+      for (int j = 0; j < R; ++j) {
+        const int64_t h = int64_t(kv) * R + j;
+        const double q0 = toF(src[h * D + i]), q1 = toF(src[h * D + i + half]);
+        put(group + j * D + i, float(q0 * c + q1 * s));
+        put(group + j * D + i + half, float(-q0 * s + q1 * c));
+        const double k0 = toF(src[C + h * D + i]), k1 = toF(src[C + h * D + i + half]);
+        dk0 += float(k0 * c + k1 * s);
+        dk1 += float(-k0 * s + k1 * c);
+        dv0 += toF(src[2 * C + h * D + i]);
+        dv1 += toF(src[2 * C + h * D + i + half]);
+      }
+      T* k = group + int64_t(R) * D;
+      put(k + i, dk0);
+      put(k + i + half, dk1);
+      put(k + D + i, dv0);
+      put(k + D + i + half, dv1);
+    }
+  }
+}
+
+}  // namespace
+
+void rmsnormForward(void* y, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M, int64_t C, DType dt,
+                    cudaStream_t s) {
+  const unsigned blocks = unsigned((M + kWarps - 1) / kWarps);
+  if (dt == DType::BF16 && vec8(C, {y, x, w})) {
+    auto* yv = static_cast<uint4*>(y);
+    auto* xv = static_cast<const uint4*>(x);
+    auto* wv = static_cast<const uint4*>(w);
+    const int rb = isBf16(rstd_dt), c8 = int(C / 8);
+    switch (C % 256 == 0 ? C / 256 : 0) {
+      case 1: rmsnormForwardVec<1><<<blocks, kWarps * 32, 0, s>>>(yv, rstd, rb, xv, wv, M, c8); break;
+      case 2: rmsnormForwardVec<2><<<blocks, kWarps * 32, 0, s>>>(yv, rstd, rb, xv, wv, M, c8); break;
+      case 3: rmsnormForwardVec<3><<<blocks, kWarps * 32, 0, s>>>(yv, rstd, rb, xv, wv, M, c8); break;
+      case 4: rmsnormForwardVec<4><<<blocks, kWarps * 32, 0, s>>>(yv, rstd, rb, xv, wv, M, c8); break;
+      default: rmsnormForwardVec<0><<<blocks, kWarps * 32, 0, s>>>(yv, rstd, rb, xv, wv, M, c8);
+    }
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
+  TANDEM_DISPATCH_DT(dt, rmsnormForwardKernel<T><<<blocks, kWarps * 32, 0, s>>>(
+                             static_cast<T*>(y), rstd, isBf16(rstd_dt), static_cast<const T*>(x),
+                             static_cast<const T*>(w), M, C));
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void rmsnormBackward(void* dx, void* dw, const void* dy, const void* x, const void* w, const void* rstd,
+                     DType rstd_dt, int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,
+                     float* scratch, cudaStream_t s) {
+  // The weight's partial sums first: dx may alias dy.
+  if (dt == DType::BF16 && vec8(C, {dx, dy, x, w})) {
+    const int c8 = int(C / 8);
+    auto* dxb = static_cast<bf16*>(dx);
+    auto* dyb = static_cast<const bf16*>(dy);
+    auto* xb = static_cast<const bf16*>(x);
+    auto* wb = static_cast<const bf16*>(w);
+    rmsnormWeightPartialVec<<<dim3(unsigned((c8 + 31) / 32), gpu_footprint::kBiasRowChunks), dim3(32, 8), 0, s>>>(
+        scratch, dyb, xb, rstd, isBf16(rstd_dt), M, c8);
+    TANDEM_CUDA_LAUNCH_CHECK();
+    const unsigned blocks = unsigned((M + kWarps - 1) / kWarps);
+    const int rb = isBf16(rstd_dt);
+    switch (C % 256 == 0 ? C / 256 : 0) {
+      case 1: rmsnormBackwardDataVec<1><<<blocks, kWarps * 32, 0, s>>>(dxb, dyb, xb, wb, rstd, rb, M, c8, accumulate_dx); break;
+      case 2: rmsnormBackwardDataVec<2><<<blocks, kWarps * 32, 0, s>>>(dxb, dyb, xb, wb, rstd, rb, M, c8, accumulate_dx); break;
+      case 3: rmsnormBackwardDataVec<3><<<blocks, kWarps * 32, 0, s>>>(dxb, dyb, xb, wb, rstd, rb, M, c8, accumulate_dx); break;
+      case 4: rmsnormBackwardDataVec<4><<<blocks, kWarps * 32, 0, s>>>(dxb, dyb, xb, wb, rstd, rb, M, c8, accumulate_dx); break;
+      default: rmsnormBackwardDataVec<0><<<blocks, kWarps * 32, 0, s>>>(dxb, dyb, xb, wb, rstd, rb, M, c8, accumulate_dx);
+    }
+    TANDEM_CUDA_LAUNCH_CHECK();
+    return biasGradientFromPartials(dw, scratch, C, gpu_footprint::kBiasRowChunks, accumulate_dw, dt, s);
+  }
+  TANDEM_DISPATCH_DT(dt, {
+    rmsnormWeightPartialKernel<T><<<dim3(unsigned((C + 31) / 32), gpu_footprint::kBiasRowChunks), dim3(32, 8), 0,
+                                    s>>>(scratch, static_cast<const T*>(dy), static_cast<const T*>(x), rstd,
+                                         isBf16(rstd_dt), M, C);
+    TANDEM_CUDA_LAUNCH_CHECK();
+    rmsnormBackwardDataKernel<T><<<unsigned((M + kWarps - 1) / kWarps), kWarps * 32, 0, s>>>(
+        static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(w), rstd,
+        isBf16(rstd_dt), M, C, accumulate_dx);
+  });
+  TANDEM_CUDA_LAUNCH_CHECK();
+  biasGradientFromPartials(dw, scratch, C, gpu_footprint::kBiasRowChunks, accumulate_dw, dt, s);
+}
+
+void swigluForward(void* y, const void* x, int64_t M, int64_t F, DType dt, cudaStream_t s) {
+  if (dt == DType::BF16 && vec8(F, {y, x})) {
+    swigluForwardVec<<<gridFor(M * F / 8, kThreads), kThreads, 0, s>>>(static_cast<uint4*>(y),
+                                                                       static_cast<const uint4*>(x), M, F / 8);
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
+  TANDEM_DISPATCH_DT(dt, swigluForwardKernel<T><<<gridFor(M * F, kThreads), kThreads, 0, s>>>(
+                             static_cast<T*>(y), static_cast<const T*>(x), M, F));
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void swigluBackward(void* dx, const void* dy, const void* x, int64_t M, int64_t F, bool accumulate, DType dt,
+                    cudaStream_t s) {
+  if (dt == DType::BF16 && vec8(F, {dx, dy, x})) {
+    swigluBackwardVec<<<gridFor(M * F / 8, kThreads), kThreads, 0, s>>>(
+        static_cast<uint4*>(dx), static_cast<const uint4*>(dy), static_cast<const uint4*>(x), M, F / 8, accumulate);
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
+  TANDEM_DISPATCH_DT(dt, swigluBackwardKernel<T><<<gridFor(M * F, kThreads), kThreads, 0, s>>>(
+                             static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), M, F,
+                             accumulate));
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+namespace {
+
+void checkGrouped(int64_t C, int64_t H, int64_t KV) {
+  if (H <= 0 || KV <= 0 || C % H != 0 || H % KV != 0 || (C / H) % 2 != 0)
+    throw CudaError("grouped attention: hidden, heads and key/value heads do not form whole groups of even-width "
+                    "heads");
+}
+
+}  // namespace
+
+void expandGroupedQkv(void* full, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV, DType dt,
+                      cudaStream_t s) {
+  checkGrouped(C, H, KV);
+  const int64_t n = B * Tn * (C / H / 2);
+  TANDEM_DISPATCH_DT(dt, expandGroupedQkvKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(
+                             static_cast<T*>(full), static_cast<const T*>(qkv), B * Tn, int(Tn), int(H), int(KV),
+                             int(C / H)));
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void foldGroupedQkv(void* dqkv, const void* dfull, int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV,
+                    bool accumulate, DType dt, cudaStream_t s) {
+  checkGrouped(C, H, KV);
+  const int64_t n = B * Tn * (C / H / 2);
+  TANDEM_DISPATCH_DT(dt, foldGroupedQkvKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(
+                             static_cast<T*>(dqkv), static_cast<const T*>(dfull), B * Tn, int(Tn), int(H), int(KV),
+                             int(C / H), accumulate));
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void groupedAttentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
+                             int64_t H, int64_t KV, DType dt, void* scratch, cudaStream_t s) {
+  expandGroupedQkv(scratch, qkv, B, Tn, C, H, KV, dt, s);
+  attentionForward(out, lse, lse_dt, scratch, B, Tn, C, H, dt, s);
+}
+
+void groupedAttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
+                              DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV, bool accumulate,
+                              DType dt, void* scratch, cudaStream_t s) {
+  const int64_t expanded = gpu_footprint::groupedQkvBytes(B, Tn, C, int64_t(dtypeSize(dt)));
+  std::byte* base = static_cast<std::byte*>(scratch);
+  void* full = base;
+  void* dfull = base + expanded;
+  float* attention_scratch = reinterpret_cast<float*>(base + 2 * expanded);
+  expandGroupedQkv(full, qkv, B, Tn, C, H, KV, dt, s);
+  attentionBackward(dfull, nullptr, dout, full, out, lse, lse_dt, B, Tn, C, H, /*accumulate=*/false, false, dt,
+                    attention_scratch, s);
+  foldGroupedQkv(dqkv, dfull, B, Tn, C, H, KV, accumulate, dt, s);
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,191 @@
+// The Llama family's CUDA kernels (engine/cuda/llama.cu) against the CPU
+// reference kernels (engine/cpu/kernels_llama.cpp) on fresh random inputs,
+// in fp32 and bf16: RMSNorm, SwiGLU, and grouped-query attention with rotary
+// embeddings (1, 2 and all key/value heads; the CUDA-core and the
+// tensor-core attention underneath).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "engine/cpu/kernels.h"
+#include "engine/cuda/kernels.h"
+#include "tests/gpu/gpu_test.h"
+#include "tests/gpu/kernel_test_util.h"
+
+using namespace tandem;
+using namespace tandem::gputest;
+
+namespace {
+
+void testRmsnorm(DType dt, int64_t M, int64_t C) {
+  auto x = rounded(randomVector(M * C, rng), dt), w = rounded(randomVector(C, rng, 0.5f), dt),
+       dy = rounded(randomVector(M * C, rng), dt), dx0 = rounded(randomVector(M * C, rng), dt),
+       dw0 = rounded(randomVector(C, rng), dt);
+  std::vector<float> y(M * C), rstd(M);
+  cpu::rmsnormForward<float>(y.data(), rstd.data(), x.data(), w.data(), M, C);
+  const std::string shape = fmt::format(" M{} C{}", M, C);
+  for (DType rstd_dt : {DType::F32, DType::BF16}) {
+    Dev gx(dt, M * C), gw(dt, C), gy(dt, M * C), gr(rstd_dt, M);
+    gx.upload(x), gw.upload(w);
+    cuda::rmsnormForward(gy.p, gr.p, gr.dt, gx.p, gw.p, M, C, dt, nullptr);
+    const std::string side = fmt::format("{} rstd {}", shape, toString(rstd_dt));
+    expectBelow(tag(dt, ("rmsnorm forward y" + side).c_str()), relError(gy.download(), y), tol(dt));
+    expectBelow(tag(dt, ("rmsnorm forward rstd" + side).c_str()), relError(gr.download(), rounded(rstd, rstd_dt)),
+                rstd_dt == DType::BF16 ? 4e-3 : 1e-5);
+  }
+  // Backward from the reference rstd: dx accumulating, dw written fresh and
+  // then accumulating; dx in place over dy.
+  for (const bool accumulate : {false, true}) {
+    std::vector<float> dx = accumulate ? dx0 : std::vector<float>(M * C), dw = accumulate ? dw0 : std::vector<float>(C);
+    cpu::rmsnormBackward<float>(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), M, C, accumulate,
+                                accumulate);
+    Dev gx(dt, M * C), gw(dt, C), gdy(dt, M * C), gdx(dt, M * C), gdw(dt, C), gr(DType::F32, M);
+    gx.upload(x), gw.upload(w), gdy.upload(dy), gr.upload(rstd);
+    if (accumulate) gdx.upload(dx0), gdw.upload(dw0);
+    cuda::rmsnormBackward(gdx.p, gdw.p, gdy.p, gx.p, gw.p, gr.p, gr.dt, M, C, accumulate, accumulate, dt,
+                          scratchBuffer(cuda::rmsnormScratchBytes(C)), nullptr);
+    const std::string how = shape + (accumulate ? " (accumulate)" : "");
+    expectBelow(tag(dt, ("rmsnorm backward dx" + how).c_str()), relError(gdx.download(), dx), tol(dt));
+    expectBelow(tag(dt, ("rmsnorm backward dw" + how).c_str()), relError(gdw.download(), dw), tol(dt));
+    if (!accumulate) {
+      cuda::rmsnormBackward(gdy.p, gdw.p, gdy.p, gx.p, gw.p, gr.p, gr.dt, M, C, false, false, dt,
+                            scratchBuffer(cuda::rmsnormScratchBytes(C)), nullptr);
+      expectBelow(tag(dt, ("rmsnorm backward dx in place over dy" + how).c_str()), relError(gdy.download(), dx),
+                  tol(dt));
+      expectBelow(tag(dt, ("rmsnorm backward dw, dx in place" + how).c_str()), relError(gdw.download(), dw), tol(dt));
+    }
+  }
+}
+
+void testSwiglu(DType dt, int64_t M, int64_t F) {
+  auto x = rounded(randomVector(M * 2 * F, rng, 2.f), dt), dy = rounded(randomVector(M * F, rng), dt),
+       dx0 = rounded(randomVector(M * 2 * F, rng), dt);
+  std::vector<float> y(M * F);
+  cpu::swigluForward<float>(y.data(), x.data(), M, F);
+  Dev gx(dt, x.size()), gy(dt, y.size()), gdy(dt, dy.size()), gdx(dt, x.size());
+  gx.upload(x), gdy.upload(dy);
+  cuda::swigluForward(gy.p, gx.p, M, F, dt, nullptr);
+  const std::string shape = fmt::format(" M{} F{}", M, F);
+  expectBelow(tag(dt, ("swiglu forward" + shape).c_str()), relError(gy.download(), y), tol(dt));
+  for (const bool accumulate : {false, true}) {
+    std::vector<float> dx = accumulate ? dx0 : std::vector<float>(x.size());
+    cpu::swigluBackward<float>(dx.data(), dy.data(), x.data(), M, F, accumulate);
+    if (accumulate) gdx.upload(dx0);
+    cuda::swigluBackward(gdx.p, gdy.p, gx.p, M, F, accumulate, dt, nullptr);
+    expectBelow(tag(dt, ("swiglu backward" + shape + (accumulate ? " (accumulate)" : "")).c_str()),
+                relError(gdx.download(), dx), tol(dt));
+  }
+}
+
+// Each part of a grouped row (queries | keys | values of every group) on its
+// own, so a small part cannot hide in the whole.
+void expectGroupedParts(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                        int64_t rows, int64_t H, int64_t KV, int64_t D, double limit) {
+  const int64_t R = H / KV, width = (H + 2 * KV) * D;
+  const char* names[3] = {"dq", "dk", "dv"};
+  for (int part = 0; part < 3; ++part) {
+    std::vector<float> a, b;
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t g = 0; g < KV; ++g) {
+        const int64_t begin = row * width + g * (R + 2) * D + (part == 0 ? 0 : (R + part - 1) * D);
+        const int64_t len = part == 0 ? R * D : D;
+        a.insert(a.end(), got.begin() + begin, got.begin() + begin + len);
+        b.insert(b.end(), want.begin() + begin, want.begin() + begin + len);
+      }
+    expectBelow(what + " " + names[part], relError(a, b), limit);
+  }
+}
+
+void testGroupedAttention(DType dt, int64_t B, int64_t T, int64_t C, int64_t H, int64_t KV, bool accumulate) {
+  const int64_t D = C / H, width = (H + 2 * KV) * D;
+  auto qkv = rounded(randomVector(B * T * width, rng), dt), dout = rounded(randomVector(B * T * C, rng), dt);
+  std::vector<float> out(B * T * C), lse(B * H * T);
+  cpu::groupedAttentionForward<float>(out.data(), lse.data(), qkv.data(), B, T, C, H, KV);
+  const int64_t el = int64_t(dtypeSize(dt));
+  Dev gq(dt, qkv.size()), go(dt, out.size()), gl(DType::F32, lse.size()), gdo(dt, dout.size()), gdq(dt, qkv.size());
+  gq.upload(qkv), gdo.upload(dout);
+  cuda::groupedAttentionForward(go.p, gl.p, gl.dt, gq.p, B, T, C, H, KV, dt,
+                                scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, C, el, false)), nullptr);
+  const std::string shape = fmt::format("B{} T{} C{} H{} KV{}{}{}", B, T, C, H, KV, accumulate ? " (accumulate)" : "",
+                                        dt == DType::BF16 && D == 64 ? " [tensor cores]" : "");
+  // The reference rotates in double and keeps the rotated q and k in fp32;
+  // the GPU stores them in dt before the attention reads them.
+  expectBelow(tag(dt, ("grouped attention forward out " + shape).c_str()), relError(go.download(), out), tol(dt));
+  expectBelow(tag(dt, ("grouped attention forward lse " + shape).c_str()), relError(gl.download(), lse),
+              dt == DType::BF16 ? 1e-3 : 1e-5);
+  auto out_r = rounded(out, dt);
+  std::vector<float> dqkv = accumulate ? rounded(randomVector(qkv.size(), rng), dt) : std::vector<float>(qkv.size());
+  if (accumulate) gdq.upload(dqkv);
+  cpu::groupedAttentionBackward<float>(dqkv.data(), dout.data(), qkv.data(), out_r.data(), lse.data(), B, T, C, H, KV,
+                                       accumulate);
+  Dev go2(dt, out.size()), gl2(DType::F32, lse.size());
+  go2.upload(out_r), gl2.upload(lse);
+  cuda::groupedAttentionBackward(gdq.p, gdo.p, gq.p, go2.p, gl2.p, DType::F32, B, T, C, H, KV, accumulate, dt,
+                                 scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, C, el, true)), nullptr);
+  expectGroupedParts(tag(dt, ("grouped attention backward " + shape).c_str()), gdq.download(), dqkv, B * T, H, KV, D,
+                     dt == DType::BF16 ? 1e-2 : 1e-4);
+}
+
+// A replay of the same launches gives the same bits (no atomics): the
+// weight gradient's fixed slices, the fold's fixed head order.
+void testDeterministic() {
+  const DType dt = DType::BF16;
+  const int64_t M = 3000, C = 512, B = 2, T = 200, H = 8, KV = 2, Cq = 512;
+  auto x = rounded(randomVector(M * C, rng), dt), w = rounded(randomVector(C, rng), dt),
+       dy = rounded(randomVector(M * C, rng), dt);
+  Dev gx(dt, M * C), gw(dt, C), gdy(dt, M * C), gy(dt, M * C), gr(DType::F32, M), gdx(dt, M * C), gdw(dt, C);
+  gx.upload(x), gw.upload(w), gdy.upload(dy);
+  auto norm = [&] {
+    cuda::rmsnormForward(gy.p, gr.p, gr.dt, gx.p, gw.p, M, C, dt, nullptr);
+    cuda::rmsnormBackward(gdx.p, gdw.p, gdy.p, gx.p, gw.p, gr.p, gr.dt, M, C, false, false, dt,
+                          scratchBuffer(cuda::rmsnormScratchBytes(C)), nullptr);
+    return std::make_tuple(gy.download(), gdx.download(), gdw.download());
+  };
+  expectTrue("[bf16] rmsnorm forward and backward: a second run, bit for bit", norm() == norm());
+  const int64_t width = (H + 2 * KV) * (Cq / H);
+  auto qkv = rounded(randomVector(B * T * width, rng), dt), dout = rounded(randomVector(B * T * Cq, rng), dt);
+  Dev gq(dt, qkv.size()), go(dt, B * T * Cq), gl(DType::F32, B * H * T), gdo(dt, dout.size()), gdq(dt, qkv.size());
+  gq.upload(qkv), gdo.upload(dout);
+  auto attention = [&] {
+    cuda::groupedAttentionForward(go.p, gl.p, gl.dt, gq.p, B, T, Cq, H, KV, dt,
+                                  scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, Cq, 2, true)), nullptr);
+    cuda::groupedAttentionBackward(gdq.p, gdo.p, gq.p, go.p, gl.p, DType::F32, B, T, Cq, H, KV, false, dt,
+                                   scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, Cq, 2, true)), nullptr);
+    return std::make_pair(go.download(), gdq.download());
+  };
+  expectTrue("[bf16] grouped attention forward and backward: a second run, bit for bit", attention() == attention());
+}
+
+}  // namespace
+
+int main() {
+  requireGpus(1);
+  cuda::prepareKernels();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    // bf16: rows of whole 16-byte vectors held in registers (C = 256 kV,
+    // kV <= 4) or streamed; the scalar kernel otherwise (and in fp32).
+    testRmsnorm(dt, 300, 100);    // scalar rows (C % 8 != 0)
+    testRmsnorm(dt, 300, 96);     // streamed
+    testRmsnorm(dt, 500, 256);    // one vector per lane
+    testRmsnorm(dt, 2500, 768);   // three (Llama 124M)
+    testRmsnorm(dt, 333, 1024);   // four
+    testRmsnorm(dt, 257, 1000);   // streamed, the last vectors on some lanes only
+    testRmsnorm(dt, 700, 4096);   // Llama 2 7B's width, streamed
+    testRmsnorm(dt, 64, 5120);
+    testSwiglu(dt, 300, 172);     // scalar path (F % 8 != 0)
+    testSwiglu(dt, 1000, 688);    // 16-byte path in bf16
+    // Head width 16 and 32: the CUDA-core attention; 64: tensor cores in bf16.
+    testGroupedAttention(dt, 2, 100, 64, 4, 2, false);
+    testGroupedAttention(dt, 2, 33, 128, 4, 1, true);   // one key/value head (multi-query)
+    testGroupedAttention(dt, 1, 130, 256, 4, 4, false);  // as many key/value heads as query heads
+    testGroupedAttention(dt, 1, 300, 512, 8, 2, false);  // head width 64, five tiles
+    testGroupedAttention(dt, 2, 1024, 256, 4, 2, true);  // long sequence: angles up to 1023 radians
+  }
+  testDeterministic();
+  const cudaError_t err = cudaDeviceSynchronize();
+  expectTrue(std::string("no CUDA error: ") + cudaGetErrorString(err), err == cudaSuccess);
+  return finish();
+}
