@@ -7,9 +7,11 @@
 // against the sum of each GPU's alone: the GPUs of one machine can differ
 // by a few percent in clock, and a data-parallel step waits for the slower.
 // With --rounds N tandem and torch.compile are measured N times in turn and
-// the median ratio is printed last.
+// the median ratio is printed last. --job runs another job file at the same
+// micro-batch and precision: resources/jobs/llama-124m.yaml against the
+// Llama peer bench/peers/llama_torch.py, which is handed the job's shape.
 //
-//   bench_gpt2_h200 [--steps N] [--gpus 1|2] [--scaling] [--peer PATH/gpt2_torch.py [--rounds N]]
+//   bench_gpt2_h200 [--job FILE] [--steps N] [--gpus 1|2] [--scaling] [--peer PATH/gpt2_torch.py [--rounds N]]
 //                   [--breakdown] [--ahead-first] [--set KEY=VALUE]...
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -39,6 +41,7 @@
 namespace {
 
 struct Args {
+  std::string job = std::string(TANDEM_RESOURCE_DIR) + "/jobs/gpt2-124m-dp8.yaml";
   int steps = 30;
   int gpus = 1;
   std::string peer;
@@ -52,12 +55,13 @@ struct Args {
 [[maybe_unused]] Args parseArgs(int argc, char** argv) {
   Args a;
   tandem::bench::ArgReader args("bench_gpt2_h200",
-                                "[--steps N] [--gpus 1|2] [--scaling] [--peer FILE [--rounds N]] [--breakdown] "
+                                "[--job FILE] [--steps N] [--gpus 1|2] [--scaling] [--peer FILE [--rounds N]] [--breakdown] "
                                 "[--ahead-first] [--set KEY=VALUE]...",
                                 argc, argv);
   while (args.next()) {
     if (args.is("--steps")) a.steps = int(args.integer(1, 1000000));
     else if (args.is("--gpus")) a.gpus = int(args.integer(1, 8));
+    else if (args.is("--job")) a.job = args.text();
     else if (args.is("--peer")) a.peer = args.text();
     else if (args.is("--breakdown")) a.breakdown = true;
     else if (args.is("--scaling")) a.scaling = true;
@@ -98,7 +102,7 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
   std::vector<std::string> sets = {fmt::format("parallel.data_parallel={}", gpus), "training.micro_batch=16",
                                    "training.precision=bf16", fmt::format("training.steps={}", 2 * a.steps)};
   sets.insert(sets.end(), a.sets.begin(), a.sets.end());
-  const JobSpec job = loadJobFile(std::string(TANDEM_RESOURCE_DIR) + "/jobs/gpt2-124m-dp8.yaml", sets);
+  const JobSpec job = loadJobFile(a.job, sets);
   const Plan plan = buildPlan(job);
   const cuda::DeviceInfo dev = cuda::deviceInfo(first_device);
   std::vector<std::unique_ptr<cuda::CudaExecutor>> ex(gpus);
@@ -195,13 +199,13 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
   const cuda::GpuMemoryReport m = ex[0]->memory();
   const bool gathered = std::any_of(plan.programs[0].tasks.begin(), plan.programs[0].tasks.end(),
                                     [](const Task& t) { return t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1; });
-  fmt::print("{{\"system\":\"tandem\",\"device\":\"{}\",\"first_device\":{},\"gpus\":{},\"shard_optimizer\":{},"
+  fmt::print("{{\"system\":\"tandem\",\"job\":\"{}\",\"device\":\"{}\",\"first_device\":{},\"gpus\":{},\"shard_optimizer\":{},"
              "\"embedding_gradient_gathered\":{},\"weight_gradient_stream\":{},\"median_step_ms\":{:.2f},"
              "\"min_step_ms\":{:.2f},"
              "\"median_gpu_ms\":{:.2f},\"step_by_step_ms\":{:.2f},\"step_by_step_gpu_ms\":{:.2f},"
              "\"tokens_per_s\":{:.0f},\"mfu\":{:.4f},\"loss\":{:.4f},\"planned_arena_gib\":{:.3f},"
              "\"allocated_gib\":{:.3f}}}\n",
-             dev.name, first_device, gpus, shardsOptimizer(job), gathered, job.schedule.weight_gradient_stream, med,
+             job.name, dev.name, first_device, gpus, shardsOptimizer(job), gathered, job.schedule.weight_gradient_stream, med,
              ahead_loop.wall_ms.empty() ? 0 : *std::min_element(ahead_loop.wall_ms.begin(), ahead_loop.wall_ms.end()),
              gpu_med, sync_med, sync_loop.median(sync_loop.gpu_ms), tps, mfu, loss,
              m.planned_arena_bytes / double(1 << 30), m.allocated_bytes / double(1 << 30));
@@ -292,7 +296,15 @@ int main(int argc, char** argv) {
       std::string line_e;
       const std::string base = a.gpus > 1 ? fmt::format("torchrun --standalone --nproc_per_node={} {}", a.gpus, a.peer)
                                           : "python3 " + a.peer;
-      const std::string common = fmt::format(" --batch 16 --seq 1024 --steps {} 2>/dev/null", std::max(a.steps, 30));
+      // A Llama job's peer builds the same shape (the GPT-2 peer has GPT-2 124M's).
+      const ModelSpec& ms = job.model;
+      const std::string shape =
+          ms.family == ModelFamily::Llama
+              ? fmt::format(" --layers {} --hidden {} --heads {} --kv-heads {} --mlp {} --vocab {}", ms.layers,
+                            ms.hidden, ms.heads, ms.kv_heads > 0 ? ms.kv_heads : ms.heads, ms.mlpHidden(), ms.vocab)
+              : "";
+      const std::string common = fmt::format(" --batch 16 --seq {}{} --steps {} 2>/dev/null", ms.seq_len, shape,
+                                             std::max(a.steps, 30));
       const double eager_ms = a.gpus == 1 ? peerMedianMs(base + " --compile 0" + common, &line_e) : 0;
       if (!line_e.empty()) fmt::print("{{\"system\":\"torch-eager\",\"peer\":{}}}\n", line_e);
       std::fflush(stdout);

@@ -11,4 +11,5 @@ cp "$BUILD/cli/tandem" "$BUILD"/tests/gpu/gpu_test_* "$BUILD/bench/bench_gpt2_h2
 strip "$D"/bin/*
 for lib in $(ldd "$D/bin/tandem" | awk '/yaml-cpp|libfmt|sqlite3/ {print $3}'); do cp -L "$lib" "$D/lib/"; done
 [ -n "$PEER" ] && cp "$PEER" "$D/peers/"
+cp "$(dirname "$0")/../../bench/peers/llama_torch.py" "$D/peers/"
 du -sh "$D"

@@ -5,6 +5,7 @@
 # Stages: kernels executor memory dp2 profiler cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
+#         llama llamapeers
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -15,19 +16,20 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # The binaries look for resources under the source folder they were built in.
 if [ ! -e /work/main/resources ]; then mkdir -p /work && rm -rf /work/main && ln -s "$PWD" /work/main; fi
 B=$DIST/bin
-# GPT-2 124M's losses, gradient norms and learning rates over 20 steps with
-# and without the CUDA Graph, optionally under one --set override, compared.
-# Two processes: GEMM algorithm timing may choose differently in each, so it
-# is off (docs/gpu-executor.md, GEMM algorithm timing).
+# GPT-2 124M's (or the job file's in $2) losses, gradient norms and learning
+# rates over 20 steps with and without the CUDA Graph, optionally under one
+# --set override, compared. Two processes: GEMM algorithm timing may choose
+# differently in each, so it is off (docs/gpu-executor.md, GEMM algorithm timing).
 graph_vs_eager() {
-  local set=() tag=${1:-default}
+  local set=() tag=${1:-default} job=${2:-resources/jobs/gpt2-124m-dp8.yaml}
   [ -n "$1" ] && set=(--set "$1")
+  local name=$(basename "$job" .yaml).${tag//[^a-z_]/_}
   for mode in graph eager; do
-    TANDEM_GEMM_TUNING=0 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --json "${set[@]}" \
-      $([ $mode = eager ] && echo --eager) | grep '"step"' | sed 's/,"ms".*//' > "$OUT/$mode.${tag//[^a-z_]/_}.jsonl"
+    TANDEM_GEMM_TUNING=0 $B/tandem run "$job" --gpus 1 --steps 20 --json "${set[@]}" \
+      $([ $mode = eager ] && echo --eager) | grep '"step"' | sed 's/,"ms".*//' > "$OUT/$mode.$name.jsonl"
   done
-  local g="$OUT/graph.${tag//[^a-z_]/_}.jsonl" e="$OUT/eager.${tag//[^a-z_]/_}.jsonl"
-  echo "=== gpt2eager ($tag): $(wc -l < "$g") graph steps, $(wc -l < "$e") eager steps"
+  local g="$OUT/graph.$name.jsonl" e="$OUT/eager.$name.jsonl"
+  echo "=== graph vs eager ($(basename "$job" .yaml), $tag): $(wc -l < "$g") graph steps, $(wc -l < "$e") eager steps"
   if cmp -s "$g" "$e"; then echo "graph == eager (loss, norm, lr) over 20 steps"; else echo "graph != eager"; diff "$g" "$e" | head; fi
   tail -n 1 "$g"
 }
@@ -191,6 +193,20 @@ for s in "$@"; do
       # Issue 5's data-parallel correctness, kill test, scaling and DDP peer,
       # and issue 8's two-GPU sim-vs-real, in the order of their cost.
       bash "$0" "$DIST" "$OUT" dp2 kill scaling bench2 svr ;;
+    llama)
+      # The Llama family on one GPU: its kernels against the CPU reference,
+      # `tandem run` of llama-124m (with a trace), graph == eager, the
+      # per-kind breakdown, and Llama 2 7B refused in one line (heads 128 wide).
+      stage llama_kernels $B/gpu_test_kernels_llama
+      stage llama_run $B/tandem run resources/jobs/llama-124m.yaml --steps 20 --out /tmp/llama.sqlite
+      graph_vs_eager "" resources/jobs/llama-124m.yaml
+      stage llama_breakdown $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml --steps 30 --breakdown
+      stage llama2_7b_refused $B/tandem run llama2-7b --gpus 1 ;;
+    llamapeers)
+      # llama-124m against the Llama peer (PyTorch eager, torch.compile),
+      # three rounds in turn.
+      stage llama_peers $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml --steps 40 --rounds 3 \
+        --peer $DIST/peers/llama_torch.py ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done
