@@ -32,7 +32,9 @@ int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, bool 
 
 int64_t crossEntropyScratchBytes(int64_t M) { return M * kFloat; }
 
-int64_t rmsnormScratchBytes(int64_t C) { return int64_t(kBiasRowChunks) * C * kFloat; }
+int64_t rmsnormScratchBytes(int64_t C) {
+  return int64_t(std::max({kBiasRowChunks, kBiasVecChunks, kLayernormBwdBlocks})) * C * kFloat;
+}
 
 int64_t groupedQkvBytes(int64_t B, int64_t Tn, int64_t C, int64_t element_bytes) {
   return align256(B * Tn * 3 * C * element_bytes);

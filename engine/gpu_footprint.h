@@ -47,7 +47,8 @@ inline constexpr int64_t kTensorSlotBytes = 72;
 int64_t layernormScratchBytes(int64_t C, bool bias_grad = false);
 int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C = 0, bool bias_grad = false);
 int64_t crossEntropyScratchBytes(int64_t M);
-// RMSNorm backward: the weight gradient's partial sums over kBiasRowChunks row slices.
+// RMSNorm backward: the weight gradient's partial sums, one row per block
+// of the layernorm kernel it shares (kLayernormBwdBlocks) or per row slice.
 int64_t rmsnormScratchBytes(int64_t C);
 // One [B, Tn, 3C] multi-head copy of a grouped qkv (256-byte aligned).
 int64_t groupedQkvBytes(int64_t B, int64_t Tn, int64_t C, int64_t element_bytes);

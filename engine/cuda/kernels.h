@@ -117,6 +117,12 @@ void rmsnormForward(void* y, void* rstd, DType rstd_dt, const void* x, const voi
 void rmsnormBackward(void* dx, void* dw, const void* dy, const void* x, const void* w, const void* rstd,
                      DType rstd_dt, int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,
                      float* scratch, cudaStream_t s);
+// The RMSNorm backward on the layernorm backward's one-pass vector kernel
+// (layernorm.cu; rows of up to 8 16-byte vectors per lane, aligned), or
+// false when the row does not qualify. scratch: rmsnormScratchBytes(C).
+bool rmsnormBackwardFused(void* dx, void* dw, const void* dy, const void* x, const void* w, const void* rstd,
+                          DType rstd_dt, int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,
+                          float* scratch, cudaStream_t s);
 // x rows [gate | up] of 2F, y rows of F: y = silu(gate) * up.
 void swigluForward(void* y, const void* x, int64_t M, int64_t F, DType dt, cudaStream_t s);
 void swigluBackward(void* dx, const void* dy, const void* x, int64_t M, int64_t F, bool accumulate, DType dt,

@@ -260,8 +260,10 @@ constexpr size_t lnBackwardSmemBytes(int64_t C) {
 // before the add (the bias gradient of the layer whose output gradient is
 // the residual gradient; engine/pass_bias_grad.h) into partial_dr; needs
 // accumulate_dx. kParams off: dx alone (no parameter sums; 79 registers for
-// GPT-2's rows, three blocks per SM), for bench_layernorm_bwd.
-template <class T, int kVec, bool kBias, bool kParams = true>
+// GPT-2's rows, three blocks per SM), for bench_layernorm_bwd. kRms: the
+// RMSNorm backward (the Llama family): no mean, no bias, so xhat = x rstd,
+// dx = rstd (dy w - xhat mean(dy w xhat)) and only dw is summed.
+template <class T, int kVec, bool kBias, bool kParams = true, bool kRms = false>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, kParams ? (kLnAccInSmem<T, kVec> ? 1 : 2) : 3)
     layernormBackwardVecKernel(T* dx, float* partial_dw, float* partial_db, float* partial_dr, const T* dy,
                                const T* x, const T* w, const void* mean, int mean_bf16, const void* rstd,
@@ -304,7 +306,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kParams ? (kLnAccInSmem<T
     // The row stays packed in registers and is unpacked once per pass. fp32
     // rows are twice the registers, so there the residual gradient is still
     // loaded late (early, it spills).
-    const float mu = loadAny(mean, mean_bf16, row);
+    const float mu = kRms ? 0.f : loadAny(mean, mean_bf16, row);
     const float rs = loadAny(rstd, rstd_bf16, row);
     uint4 ux[kVec], ug[kVec], up[kVec];
 #pragma unroll
@@ -336,7 +338,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kParams ? (kLnAccInSmem<T
         sum_dn_xhat += dn * xh[i];
         if constexpr (!kSmemAcc && kParams) {
           aw[k][i] += g[i] * xh[i];
-          ab[k][i] += g[i];
+          if constexpr (!kRms) ab[k][i] += g[i];
         }
       }
       if constexpr (kSmemAcc && kParams) {
@@ -344,11 +346,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kParams ? (kLnAccInSmem<T
 #pragma unroll
           for (int i = 0; i < E; ++i) {
             warp_dw[c + i] += g[i] * xh[i];
-            warp_db[c + i] += g[i];
+            if constexpr (!kRms) warp_db[c + i] += g[i];
           }
       }
     }
-    const float a = warpSum(sum_dn) / float(C);
+    const float a = kRms ? 0.f : warpSum(sum_dn) / float(C);
     const float bb = warpSum(sum_dn_xhat) / float(C);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
@@ -393,10 +395,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kParams ? (kLnAccInSmem<T
         tb += block_sum[(kWarpsPerBlock + j) * C + c];
       }
       partial_dw[blockIdx.x * C + c] = tw;
-      partial_db[blockIdx.x * C + c] = tb;
+      if constexpr (!kRms) partial_db[blockIdx.x * C + c] = tb;
     }
   } else {
-    for (int pass = 0; pass < 2; ++pass) {
+    for (int pass = 0; pass < (kRms ? 1 : 2); ++pass) {
 #pragma unroll
       for (int k = 0; k < kRegVec; ++k)
         if (lane + 32 * k < nvec)
@@ -435,7 +437,7 @@ __global__ void __launch_bounds__(32 * kSlices)
 #pragma unroll 4
     for (int j = j0; j < j1; ++j) {
       aw += partial_dw[j * C + c];
-      ab += partial_db[j * C + c];
+      if (db) ab += partial_db[j * C + c];
     }
     if (dr)
 #pragma unroll 4
@@ -454,11 +456,11 @@ __global__ void __launch_bounds__(32 * kSlices)
   }
   if (accumulate) {
     tw += toF(dw[c]);
-    tb += toF(db[c]);
+    if (db) tb += toF(db[c]);
     if (dr) tr += toF(dr[c]);
   }
   dw[c] = fromF<T>(tw);
-  db[c] = fromF<T>(tb);
+  if (db) db[c] = fromF<T>(tb);
   if (dr) dr[c] = fromF<T>(tr);
 }
 
@@ -504,10 +506,10 @@ void launchBackwardVec(T* dx, float* pdw, float* pdb, float* pdr, const T* dy, c
             dx, pdw, pdb, nullptr, dy, x, w, mean, mean_bf16, rstd, rstd_bf16, M, C, accumulate_dx);
 }
 
-template <class T, int kV, bool kBias>
+template <class T, int kV, bool kBias, bool kRms = false>
 void allowBackwardSmemOne() {
   const int64_t widest = kV * 32 * Vec16<T>::kElems;
-  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(layernormBackwardVecKernel<T, kV, kBias>,
+  TANDEM_CUDA_CHECK(cudaFuncSetAttribute(layernormBackwardVecKernel<T, kV, kBias, true, kRms>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          int(lnBackwardSmemBytes<T, kV, kBias>(widest))));
 }
@@ -515,6 +517,7 @@ template <class T, int kV>
 void allowBackwardSmem() {
   allowBackwardSmemOne<T, kV, false>();
   allowBackwardSmemOne<T, kV, true>();
+  allowBackwardSmemOne<T, kV, false, true>();
 }
 
 static void layernormForwardAny(void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* x,
@@ -634,6 +637,25 @@ void layernormBackwardDataOnly(void* dx, const void* dy, const void* x, const vo
                                    accumulate_dx, s);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+bool rmsnormBackwardFused(void* dx, void* dw, const void* dy, const void* x, const void* w, const void* rstd,
+                          DType rstd_dt, int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,
+                          float* scratch, cudaStream_t s) {
+  const int vec = vectorsPerLane(C, dt, 8, {dx, dy, x, w});
+  if (vec == 0) return false;
+  TANDEM_DISPATCH_DT(dt, {
+    TANDEM_DISPATCH_VEC(vec, layernormBackwardVecKernel<T, kV, false, true, true>
+                                 <<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV, false>(C), s>>>(
+                                     static_cast<T*>(dx), scratch, nullptr, nullptr, static_cast<const T*>(dy),
+                                     static_cast<const T*>(x), static_cast<const T*>(w), nullptr, 0, rstd,
+                                     isBf16(rstd_dt), M, C, accumulate_dx));
+    TANDEM_CUDA_LAUNCH_CHECK();
+    layernormParamGradKernel<T><<<unsigned((C + 31) / 32), dim3(32, kSlices), 0, s>>>(
+        static_cast<T*>(dw), nullptr, nullptr, scratch, nullptr, nullptr, C, kBwdBlocks, accumulate_dw);
+  });
+  TANDEM_CUDA_LAUNCH_CHECK();
+  return true;
 }
 
 void prepareLayernormKernels() {

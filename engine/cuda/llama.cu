@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "engine/cpu/kernels.h"  // kRopeTheta: one definition for both executors
 #include "engine/cuda/device_math.cuh"
@@ -396,6 +397,123 @@ __global__ void foldGroupedQkvKernel(T* dqkv, const T* dfull, int64_t BT, int Tn
   }
 }
 
+// bf16 with 16-byte vectors (half = D/2 a multiple of 8): one thread per
+// (token, key/value group, vector j of the half), frequencies 8j..8j+7, so
+// every access is a 16-byte vector. The angles are those of ropeAngle.
+struct Rotation8 {
+  float c[8], s[8];
+  __device__ Rotation8(int64_t t, int j, int D) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      double cd, sd;
+      ropeAngle(t, 8 * j + e, D, &cd, &sd);
+      c[e] = float(cd), s[e] = float(sd);
+    }
+  }
+};
+
+__global__ void expandGroupedQkvVec(uint4* full, const uint4* qkv, int64_t BT, int Tn, int H, int KV, int D) {
+  const int half8 = D / 16, d8 = D / 8, R = H / KV;
+  const int64_t c8 = int64_t(H) * d8, width8 = int64_t(H + 2 * KV) * d8;
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < BT * KV * half8;
+       n += int64_t(gridDim.x) * blockDim.x) {
+    const int j = int(n % half8);
+    const int kv = int((n / half8) % KV);
+    const int64_t bt = n / (int64_t(half8) * KV);
+    const Rotation8 rot(bt % Tn, j, D);
+    const uint4* group = qkv + bt * width8 + int64_t(kv) * (R + 2) * d8;
+    uint4* dst = full + bt * 3 * c8;
+    // Rotates the pair of vectors (j, j + half) of the head at `src` into `out`.
+    auto rotate = [&](const uint4* src, uint4* out) {
+      float a[8], b[8], x[8], y[8];
+      unpack8(src[j], a);
+      unpack8(src[j + half8], b);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        x[e] = a[e] * rot.c[e] - b[e] * rot.s[e];
+        y[e] = a[e] * rot.s[e] + b[e] * rot.c[e];
+      }
+      out[j] = pack8(x);
+      out[j + half8] = pack8(y);
+    };
+    // The key's rotated pair once, written for each query head of the group.
+    uint4 k0, k1;
+    {
+      float a[8], b[8], x[8], y[8];
+      unpack8(group[int64_t(R) * d8 + j], a);
+      unpack8(group[int64_t(R) * d8 + j + half8], b);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        x[e] = a[e] * rot.c[e] - b[e] * rot.s[e];
+        y[e] = a[e] * rot.s[e] + b[e] * rot.c[e];
+      }
+      k0 = pack8(x), k1 = pack8(y);
+    }
+    const uint4 v0 = group[int64_t(R + 1) * d8 + j], v1 = group[int64_t(R + 1) * d8 + j + half8];
+    for (int r = 0; r < R; ++r) {
+      const int64_t h = int64_t(kv) * R + r;
+      rotate(group + int64_t(r) * d8, dst + h * d8);
+      dst[c8 + h * d8 + j] = k0;
+      dst[c8 + h * d8 + j + half8] = k1;
+      dst[2 * c8 + h * d8 + j] = v0;
+      dst[2 * c8 + h * d8 + j + half8] = v1;
+    }
+  }
+}
+
+__global__ void foldGroupedQkvVec(uint4* dqkv, const uint4* dfull, int64_t BT, int Tn, int H, int KV, int D,
+                                  bool accumulate) {
+  const int half8 = D / 16, d8 = D / 8, R = H / KV;
+  const int64_t c8 = int64_t(H) * d8, width8 = int64_t(H + 2 * KV) * d8;
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < BT * KV * half8;
+       n += int64_t(gridDim.x) * blockDim.x) {
+    const int j = int(n % half8);
+    const int kv = int((n / half8) % KV);
+    const int64_t bt = n / (int64_t(half8) * KV);
+    const Rotation8 rot(bt % Tn, j, D);
+    const uint4* src = dfull + bt * 3 * c8;
+    uint4* group = dqkv + bt * width8 + int64_t(kv) * (R + 2) * d8;
+    // Adds (or writes) x, y at the pair (j, j + half) of the head at `out`.
+    auto put = [&](uint4* out, float (&x)[8], float (&y)[8]) {
+      if (accumulate) {
+        float a[8], b[8];
+        unpack8(out[j], a);
+        unpack8(out[j + half8], b);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[e] += a[e], y[e] += b[e];
+      }
+      out[j] = pack8(x);
+      out[j + half8] = pack8(y);
+    };
+    // The inverse rotation of the pair at `in` into x, y.
+    auto unrotate = [&](const uint4* in, float (&x)[8], float (&y)[8]) {
+      float a[8], b[8];
+      unpack8(in[j], a);
+      unpack8(in[j + half8], b);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        x[e] = a[e] * rot.c[e] + b[e] * rot.s[e];
+        y[e] = -a[e] * rot.s[e] + b[e] * rot.c[e];
+      }
+    };
+    float dk0[8] = {}, dk1[8] = {}, dv0[8] = {}, dv1[8] = {};
+    for (int r = 0; r < R; ++r) {
+      const int64_t h = int64_t(kv) * R + r;
+      float x[8], y[8];
+      unrotate(src + h * d8, x, y);
+      put(group + int64_t(r) * d8, x, y);
+      unrotate(src + c8 + h * d8, x, y);
+      float v0[8], v1[8];
+      unpack8(src[2 * c8 + h * d8 + j], v0);
+      unpack8(src[2 * c8 + h * d8 + j + half8], v1);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dk0[e] += x[e], dk1[e] += y[e], dv0[e] += v0[e], dv1[e] += v1[e];
+    }
+    put(group + int64_t(R) * d8, dk0, dk1);
+    put(group + int64_t(R + 1) * d8, dv0, dv1);
+  }
+}
+
 }  // namespace
 
 void rmsnormForward(void* y, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M, int64_t C, DType dt,
@@ -424,14 +542,20 @@ void rmsnormForward(void* y, void* rstd, DType rstd_dt, const void* x, const voi
 void rmsnormBackward(void* dx, void* dw, const void* dy, const void* x, const void* w, const void* rstd,
                      DType rstd_dt, int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,
                      float* scratch, cudaStream_t s) {
-  // The weight's partial sums first: dx may alias dy.
+  // Rows of up to 8 vectors per lane (bf16 up to 2048 wide): one pass over
+  // the row, the weight's sums per warp (layernorm.cu's kernel).
+  if (rmsnormBackwardFused(dx, dw, dy, x, w, rstd, rstd_dt, M, C, accumulate_dx, accumulate_dw, dt, scratch, s))
+    return;
+  // Wider rows: the weight's partial sums first (dx may alias dy), then dx.
   if (dt == DType::BF16 && vec8(C, {dx, dy, x, w})) {
     const int c8 = int(C / 8);
     auto* dxb = static_cast<bf16*>(dx);
     auto* dyb = static_cast<const bf16*>(dy);
     auto* xb = static_cast<const bf16*>(x);
     auto* wb = static_cast<const bf16*>(w);
-    rmsnormWeightPartialVec<<<dim3(unsigned((c8 + 31) / 32), gpu_footprint::kBiasRowChunks), dim3(32, 8), 0, s>>>(
+    // 256 row slices: GPT-2-sized rows give 3 column blocks, and 768
+    // blocks keep every SM busy where 64 slices left it waiting on memory.
+    rmsnormWeightPartialVec<<<dim3(unsigned((c8 + 31) / 32), gpu_footprint::kBiasVecChunks), dim3(32, 8), 0, s>>>(
         scratch, dyb, xb, rstd, isBf16(rstd_dt), M, c8);
     TANDEM_CUDA_LAUNCH_CHECK();
     const unsigned blocks = unsigned((M + kWarps - 1) / kWarps);
@@ -444,7 +568,7 @@ void rmsnormBackward(void* dx, void* dw, const void* dy, const void* x, const vo
       default: rmsnormBackwardDataVec<0><<<blocks, kWarps * 32, 0, s>>>(dxb, dyb, xb, wb, rstd, rb, M, c8, accumulate_dx);
     }
     TANDEM_CUDA_LAUNCH_CHECK();
-    return biasGradientFromPartials(dw, scratch, C, gpu_footprint::kBiasRowChunks, accumulate_dw, dt, s);
+    return biasGradientFromPartials(dw, scratch, C, gpu_footprint::kBiasVecChunks, accumulate_dw, dt, s);
   }
   TANDEM_DISPATCH_DT(dt, {
     rmsnormWeightPartialKernel<T><<<dim3(unsigned((C + 31) / 32), gpu_footprint::kBiasRowChunks), dim3(32, 8), 0,
@@ -485,6 +609,11 @@ void swigluBackward(void* dx, const void* dy, const void* x, int64_t M, int64_t 
 
 namespace {
 
+// The 16-byte kernels: bf16, each half of a head a whole number of vectors.
+bool vecGrouped(int64_t C, int64_t H, DType dt, std::initializer_list<const void*> ptrs) {
+  return dt == DType::BF16 && (C / H) % 16 == 0 && vec8(8, ptrs);
+}
+
 void checkGrouped(int64_t C, int64_t H, int64_t KV) {
   if (H <= 0 || KV <= 0 || C % H != 0 || H % KV != 0 || (C / H) % 2 != 0)
     throw CudaError("grouped attention: hidden, heads and key/value heads do not form whole groups of even-width "
@@ -496,6 +625,11 @@ void checkGrouped(int64_t C, int64_t H, int64_t KV) {
 void expandGroupedQkv(void* full, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV, DType dt,
                       cudaStream_t s) {
   checkGrouped(C, H, KV);
+  if (vecGrouped(C, H, dt, {full, qkv})) {
+    expandGroupedQkvVec<<<gridFor(B * Tn * KV * (C / H / 16), kThreads), kThreads, 0, s>>>(
+        static_cast<uint4*>(full), static_cast<const uint4*>(qkv), B * Tn, int(Tn), int(H), int(KV), int(C / H));
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   const int64_t n = B * Tn * (C / H / 2);
   TANDEM_DISPATCH_DT(dt, expandGroupedQkvKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(
                              static_cast<T*>(full), static_cast<const T*>(qkv), B * Tn, int(Tn), int(H), int(KV),
@@ -506,6 +640,12 @@ void expandGroupedQkv(void* full, const void* qkv, int64_t B, int64_t Tn, int64_
 void foldGroupedQkv(void* dqkv, const void* dfull, int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV,
                     bool accumulate, DType dt, cudaStream_t s) {
   checkGrouped(C, H, KV);
+  if (vecGrouped(C, H, dt, {dqkv, dfull})) {
+    foldGroupedQkvVec<<<gridFor(B * Tn * KV * (C / H / 16), kThreads), kThreads, 0, s>>>(
+        static_cast<uint4*>(dqkv), static_cast<const uint4*>(dfull), B * Tn, int(Tn), int(H), int(KV), int(C / H),
+        accumulate);
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   const int64_t n = B * Tn * (C / H / 2);
   TANDEM_DISPATCH_DT(dt, foldGroupedQkvKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(
                              static_cast<T*>(dqkv), static_cast<const T*>(dfull), B * Tn, int(Tn), int(H), int(KV),
