@@ -23,6 +23,8 @@ JobSpec gpt2OneRank() {
   return job;
 }
 
+JobSpec llama124m() { return parseJob(std::string(builtinJobText("llama-124m")), "llama-124m"); }
+
 int64_t computeStreams(const RankPlan& rp) {
   return std::count_if(rp.streams.begin(), rp.streams.end(),
                        [](const StreamInfo& s) { return s.kind == StreamKind::Compute; });
@@ -96,4 +98,33 @@ TEST_CASE("Choices that fit a GPU count the executor's buffers and the reserve",
     const Plan p = buildPlan(f.appliedTo(job));
     CHECK(f.bytes == p.programs.at(0).memory.arena_bytes + gpu_footprint::runOverheadBytes(p));
   }
+}
+
+TEST_CASE("GPU footprint of a Llama: the grouped attention's copies and the RMSNorm sums", "[gpu_footprint][llama]") {
+  const Plan plan = buildPlan(llama124m());
+  const RankPlan& rp = plan.programs.at(0);
+  // The attention backward expands the grouped qkv of a micro-batch (16 x
+  // 1024 tokens) into the [q | k | v] layout of 12 heads (3 x 768 wide,
+  // bf16) and holds that layout's gradient too, beside the multi-head
+  // kernel's rowsum(dO * O) (16 x 12 x 1024 floats); the forward only the
+  // copy. They are the compute stream's largest scratch.
+  const int64_t copy = 16 * 1024 * 3 * 768 * 2;
+  const int64_t backward = 2 * copy + 16 * 12 * 1024 * 4;
+  int64_t attention_fwd = 0, attention_bwd = 0, rms_bwd = 0;
+  for (const Task& t : rp.tasks) {
+    const int64_t b = gpu_footprint::taskScratchBytes(rp, t);
+    if (t.op == OpKind::Attention) attention_fwd = std::max(attention_fwd, b);
+    if (t.op == OpKind::AttentionBwd) attention_bwd = std::max(attention_bwd, b);
+    if (t.op == OpKind::RmsNormBwd) rms_bwd = std::max(rms_bwd, b);
+  }
+  CHECK(attention_fwd == copy);
+  CHECK(attention_bwd == backward);
+  // One partial row of 768 floats per block of the layernorm kernel it runs on.
+  CHECK(rms_bwd == 264 * 768 * 4);
+  CHECK(gpu_footprint::scratchBytesPerStream(rp).at(0) == backward);
+  // fp32 activations double the copies.
+  JobSpec fp32 = llama124m();
+  fp32.training.precision = Precision::FP32;
+  const Plan plan32 = buildPlan(fp32);
+  CHECK(gpu_footprint::scratchBytesPerStream(plan32.programs.at(0)).at(0) == 4 * copy + 16 * 12 * 1024 * 4);
 }
