@@ -576,6 +576,31 @@ collectives:
   CHECK_THROWS_WITH(parseCalibration("colectives: []\n", "bad.yaml"), Catch::Contains("allowed"));
 }
 
+TEST_CASE("grouped-query attention is a shape of its own; multi-head keys are unchanged", "[engine][calibration]") {
+  Task mha = kernel(0, 0, 1e9, 0);
+  mha.op = OpKind::Attention;
+  mha.attrs.b = 16, mha.attrs.t = 1024, mha.attrs.c = 768, mha.attrs.h = 12;
+  CHECK(shapeKey(mha) == "b=16 t=1024 c=768 h=12");
+  Task gqa = mha;
+  gqa.attrs.kv_heads = 4;
+  CHECK(shapeKey(gqa) == "b=16 t=1024 c=768 h=12 kv=4");
+  // A calibration that measured the multi-head shape does not price the
+  // grouped one with it.
+  const char* yaml = R"(
+version: 1
+ops:
+  attention:
+    shapes:
+      "b=16 t=1024 c=768 h=12": {ns: 100000}
+)";
+  RooflineCostModel model(RooflineParams::defaults(), parseCalibration(yaml, "cal.yaml"));
+  DeviceSpec dev;
+  dev.bf16_flops = 1e15;
+  dev.hbm_gbps = 1000;
+  CHECK(model.taskNs(mha, dev, Precision::BF16) == 100000);
+  CHECK(model.taskNs(gqa, dev, Precision::BF16) != 100000);
+}
+
 TEST_CASE("a fused task costs nothing and a fused GEMM is its own shape", "[engine][calibration]") {
   const char* yaml = R"(
 version: 1
