@@ -105,7 +105,7 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   else if (clock_sync)
     ensureStream(stream, traces::StreamKind::Comm, "clock offset measurement");
   else if (setup_work)
-    ensureStream(stream, traces::StreamKind::Compute, "executor set-up (GEMM algorithm timing)");
+    ensureStream(stream, traces::StreamKind::Compute, std::string(traces::kSetupStreamName));
   else
     ensureStream(stream, r.kind == RecordKind::Kernel ? traces::StreamKind::Compute : traces::StreamKind::Copy,
                  fmt::format("cuda stream {}", stream - kUnknownStreamBase));

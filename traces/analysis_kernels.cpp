@@ -1,5 +1,6 @@
 // Kernel statistics by op and by name, and attribution to plan tasks.
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 
 #include "traces/analysis_parts.h"
@@ -58,7 +59,10 @@ void sortByTotal(std::vector<KernelStat>& v) {
 
 void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                       const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
-                      const AnalysisOptions& options, RunReport& report) {
+                      const std::vector<StreamRow>& streams, const AnalysisOptions& options, RunReport& report) {
+  std::set<std::pair<int, int>> setup_streams;  // (rank, stream)
+  for (const StreamRow& s : streams)
+    if (s.name == kSetupStreamName) setup_streams.insert({s.rank, s.stream});
   std::unordered_map<int64_t, std::string> op_of_task;  // (rank << 40 | task) -> op
   for (const auto& t : plan) op_of_task.emplace((int64_t(t.rank) << 40) | t.task_id, t.op);
   std::map<std::string, Group> by_op;
@@ -68,11 +72,22 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
   Attribution& attr = report.attribution;
   for (const auto& rank : ranks) {
     for (const Track* t : rank.tracks) {
+      const bool setup = setup_streams.count({rank.rank, t->stream}) > 0;
       for (size_t i = 0; i < t->size(); ++i) {
         Category c = categories.of(t->kind[i], t->name[i]);
         if (c == Category::Host) continue;
         int64_t dur = t->end_ns[i] - t->start_ns[i];
         std::string_view op = toString(t->kind[i]);
+        // Set-up work is not the plan's: a row of its own, outside the
+        // attribution's counts (the profiler counts it in
+        // profiler.setup_records, never as unattributed kernels).
+        if (setup && t->task_id[i] < 0) {
+          // Its kernels; its copies and memsets stay under their kinds.
+          add(by_op[t->kind[i] == ActivityKind::Kernel ? std::string("set-up") : std::string(op)], c, dur,
+              t->flops[i], t->bytes[i]);
+          add(by_name[static_cast<size_t>(t->name[i])], c, dur, t->flops[i], t->bytes[i]);
+          continue;
+        }
         ++attr.gpu_activities;
         if (t->task_id[i] >= 0) {
           ++attr.attributed;

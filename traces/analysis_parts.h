@@ -17,9 +17,11 @@ struct RankTracks {
 
 IdleBreakdown idleBreakdownOf(const RankTracks& rank, const CategoryTable& categories, int64_t threshold_ns);
 
+// Untagged work on the executor's set-up track (kSetupStreamName) goes
+// under the op "set-up", apart from the steps' unattributed kernels.
 void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                       const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
-                      const AnalysisOptions& options, RunReport& report);
+                      const std::vector<StreamRow>& streams, const AnalysisOptions& options, RunReport& report);
 
 CriticalPath criticalPath(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                           const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,

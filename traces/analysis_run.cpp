@@ -57,15 +57,15 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
   // The kernel table, the critical path and the stream waits are
   // independent of the per-rank unions: they run on their own threads while
   // this one builds the unions.
+  const std::vector<StreamRow> streams = reader.streams(run);
   auto kernels = std::async(std::launch::async, [&] {
     RunReport part;
-    detail::kernelStatistics(ranks, categories, strings, plan, options, part);
+    detail::kernelStatistics(ranks, categories, strings, plan, streams, options, part);
     return part;
   });
   auto path = std::async(std::launch::async, [&] {
     return detail::criticalPath(ranks, categories, strings, plan, recorded_steps, options.critical_path_tasks);
   });
-  const std::vector<StreamRow> streams = reader.streams(run);
   auto waits = std::async(std::launch::async, [&] {
     return detail::streamWaits(ranks, categories, strings, plan, recorded_steps, streams, options.stream_wait_pairs);
   });

@@ -82,6 +82,10 @@ struct RunInfo {
   int world_size = 1;
 };
 
+// The track the profiler files the executor's GPU work before the first
+// step on (timing cuBLASLt's algorithms): untagged, and not step work.
+inline constexpr std::string_view kSetupStreamName = "executor set-up (GEMM algorithm timing)";
+
 // A timeline track of one rank: a CUDA stream, a simulated stream or a host thread.
 struct StreamRow {
   int rank = 0;

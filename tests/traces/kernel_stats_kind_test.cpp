@@ -40,3 +40,41 @@ TEST_CASE("kernels by op: a task's memsets stay under memset", "[analysis][kerne
   CHECK(memset->count == 1);
   CHECK(rep.attribution.attributed == 2);  // both still count as attributed
 }
+
+TEST_CASE("kernels by op: the executor's set-up work is a row of its own, not unattributed", "[analysis][kernels]") {
+  const std::string path = tempTracePath("kernel-setup.sqlite");
+  {
+    TraceWriter w(path);
+    RunInfo r;
+    r.name = "set-up before the first step";
+    w.beginRun(r);
+    w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+    w.addStream({0, 7, StreamKind::Compute, std::string(kSetupStreamName), 0});
+    // cuBLASLt's algorithms timed before the step: untagged, on the set-up track.
+    w.addActivity(act(0, 7, 0, 40, ActivityKind::Kernel, "gemm"));
+    w.addActivity(act(0, 7, 50, 90, ActivityKind::Kernel, "gemm"));
+    w.addActivity(act(0, 7, 92, 95, ActivityKind::Memset, "memset"));
+    w.addActivity(act(0, 0, 100, 200, ActivityKind::Kernel, "gemm", 5, TracePhase::Forward));
+    // A step's kernel no task claims stays unattributed.
+    w.addActivity(act(0, 0, 210, 220, ActivityKind::Kernel, "stray"));
+    w.addPlanTask(task(0, 5, "layer0.fc.fwd", "matmul", TracePhase::Forward, 0, {}));
+  }
+  TraceReader reader(path);
+  const RunReport rep = analyzeRun(reader, reader.defaultRunId());
+  const KernelStat* setup = nullptr;
+  const KernelStat* kernel = nullptr;
+  for (const auto& s : rep.by_op) {
+    if (s.key == "set-up") setup = &s;
+    if (s.key == "kernel") kernel = &s;
+  }
+  REQUIRE(setup != nullptr);
+  CHECK(setup->count == 2);
+  CHECK(setup->total_ns == 80);
+  CHECK(setup->category == "compute");  // its memset stays under memset
+  REQUIRE(kernel != nullptr);  // the stray step kernel
+  CHECK(kernel->count == 1);
+  CHECK(rep.attribution.gpu_activities == 2);
+  CHECK(rep.attribution.attributed == 1);
+  REQUIRE(rep.attribution.top_unattributed.size() == 1);
+  CHECK(rep.attribution.top_unattributed[0].first == "stray");
+}
