@@ -1,6 +1,7 @@
 // Data parallel 2 on two GPUs (one thread per rank, one NCCL communicator
 // each) against the CPU reference executor running both ranks: gradients
-// after the all-reduce on every rank, and the losses over 20 steps.
+// after the all-reduce on every rank, and the losses over 20 steps; GPT-2
+// and the Llama family.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -219,6 +220,17 @@ int main() {
         tiny({"training.precision=fp32", "parallel.data_parallel=2", "parallel.shard_parameters=true",
               "training.grad_accum=2", "comm.reduce_every_micro_batch=true"}),
         1e-4, true);
+    // The Llama family (RMSNorm, SwiGLU, grouped rotary attention): plain
+    // and with parameters sharded.
+    const std::vector<std::string> llama = {"model.family=llama", "model.kv_heads=2", "model.mlp_ratio=2.75",
+                                            "model.tied_embeddings=false", "parallel.data_parallel=2"};
+    auto withLlama = [&](std::vector<std::string> sets) {
+      sets.insert(sets.begin(), llama.begin(), llama.end());
+      return tiny(sets);
+    };
+    run("dp2 Llama fp32 eager", withLlama({"training.precision=fp32"}), 1e-4, false);
+    run("dp2 Llama bf16 graph, parameters sharded", withLlama({"training.precision=bf16", "parallel.shard_parameters=true"}),
+        1e-2, true);
     // Sharded with the tied embedding's gradient gathered
     // (engine/pass_embedding_gather.h): a vocabulary and micro-batch where it
     // pays (2 x 2 x 32 rows of 64 gathered, against 256 + 32 rows).
