@@ -7,6 +7,7 @@
 
 #include "cli/text_format.h"
 #include "engine/gpu_footprint.h"
+#include "engine/gpu_support.h"
 #include "engine/pass_buckets.h"
 
 namespace tandem::cli {
@@ -132,6 +133,8 @@ std::string planSummaryText(const Plan& plan) {
                    humanBytes(double(mem.arena_bytes + fp.total() + gpu_footprint::kRunReserveBytes)),
                    humanBytes(double(fp.total())), humanBytes(double(fp.gemm_workspaces)),
                    humanBytes(double(fp.scratch)), humanBytes(double(gpu_footprint::kRunReserveBytes))));
+  // What `tandem run` would refuse before it looks at a GPU.
+  if (const std::optional<std::string> why = gpuRunRefusal(plan)) line("           tandem run refuses it: " + *why);
 
   // One row per run of consecutive layers with the same decision.
   line("recompute  layers  policy     kept/micro-batch  saved/micro-batch  extra FLOP/step (each)");

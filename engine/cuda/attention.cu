@@ -9,6 +9,7 @@
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/kernels.h"
+#include "engine/gpu_support.h"
 
 namespace tandem::cuda {
 namespace {
@@ -297,7 +298,7 @@ void prepareKernels() {
   prepareCrossEntropyKernels();
 }
 
-bool attentionSupportsHeadDim(int64_t D) { return D == 16 || D == 32 || D == 64; }
+bool attentionSupportsHeadDim(int64_t D) { return gpuAttentionHeadWidthSupported(D); }
 
 #define TANDEM_DISPATCH_HEAD_DIM(Dv, ...)                                          \
   do {                                                                            \

@@ -15,6 +15,7 @@
 #include "engine/cuda/executor_impl.h"
 #include "engine/cuda/graph_memsets.h"
 #include "engine/gpu_footprint.h"
+#include "engine/gpu_support.h"
 #include "engine/init.h"
 #include "engine/pass_buckets.h"
 
@@ -39,31 +40,12 @@ int64_t chunksOf(int64_t n) { return (n + kChunkElements - 1) / kChunkElements; 
 }  // namespace
 
 CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt(o) {
-  if (plan.programs.size() != 1)
-    throw CudaError("cuda executor: plans with several distinct rank programs are not supported yet");
+  // What this executor does not run, in the words `tandem plan` uses too.
+  if (const std::optional<std::string> why = gpuRunRefusal(plan)) throw CudaError("cuda executor: " + *why);
   program = &plan.programs[0];
   if (opt.world != plan.world_size)
     throw CudaError(fmt::format("cuda executor: the plan is for {} ranks but {} processes run it",
                                 plan.world_size, opt.world));
-  for (const Task& t : program->tasks)
-    if (t.op == OpKind::Attention && !attentionSupportsHeadDim(t.attrs.c / t.attrs.h))
-      throw CudaError(fmt::format("cuda executor: attention heads {} wide (model.hidden {} / model.heads {}) are not "
-                                  "run on GPUs yet: the attention kernels take heads 16, 32 or 64 wide; `tandem "
-                                  "simulate` and `tandem train` run such plans",
-                                  t.attrs.c / t.attrs.h, plan.job.model.hidden, plan.job.model.heads));
-  if (plan.job.parallel.tensor_parallel > 1)
-    throw CudaError(fmt::format("cuda executor: tensor parallelism (parallel.tensor_parallel {}) is not run on GPUs "
-                                "yet; `tandem simulate` and `tandem train` run such plans",
-                                plan.job.parallel.tensor_parallel));
-  // One communicator, over every rank: the executor runs collectives of
-  // the "dp" group only (hybrid sharding's shard and replica groups would
-  // each need a communicator split from it).
-  for (const ProcessGroup& g : plan.groups)
-    if (g.name != "dp")
-      throw CudaError(fmt::format("cuda executor: the plan uses process group '{}' (hybrid sharding: "
-                                  "parallel.shard_group_size); the GPU executor runs collectives over every rank "
-                                  "only, so far. `tandem simulate` and `tandem train` run such plans",
-                                  g.name));
   TANDEM_CUDA_CHECK(cudaSetDevice(opt.device));
 
   // Refuse before any allocation when the plan cannot fit.

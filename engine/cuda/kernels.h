@@ -94,7 +94,8 @@ void prepareKernels();
 // (TANDEM_ATTN_MMA=wgmma|sync overrides).
 const char* attentionMmaPath();
 
-// Causal attention; head dimension C/H must be 16, 32 or 64. bf16 with head
+// Causal attention; head dimension C/H must be 16, 32 or 64
+// (gpuAttentionHeadWidthSupported, engine/gpu_support.h). bf16 with head
 // dimension 64 runs on the tensor cores (attention_tc.cu), the rest on a
 // fp32 CUDA-core kernel (attention.cu).
 bool attentionSupportsHeadDim(int64_t D);

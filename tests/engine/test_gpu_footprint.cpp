@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "engine/gpu_footprint.h"
+#include "engine/gpu_support.h"
 #include "engine/memory_fit.h"
 #include "engine/planner.h"
 
@@ -127,4 +128,39 @@ TEST_CASE("GPU footprint of a Llama: the grouped attention's copies and the RMSN
   fp32.training.precision = Precision::FP32;
   const Plan plan32 = buildPlan(fp32);
   CHECK(gpu_footprint::scratchBytesPerStream(plan32.programs.at(0)).at(0) == 4 * copy + 16 * 12 * 1024 * 4);
+}
+
+TEST_CASE("What the GPU executor would refuse, judged from the plan", "[gpu_footprint][gpu_support]") {
+  // Runs: GPT-2 and llama-124m on one rank or in data parallel, sharded or not.
+  CHECK_FALSE(gpuRunRefusal(buildPlan(gpt2OneRank())).has_value());
+  CHECK_FALSE(gpuRunRefusal(buildPlan(llama124m())).has_value());
+  JobSpec dp = llama124m();
+  dp.parallel.data_parallel = 4;
+  dp.parallel.shard_parameters = true;
+  CHECK_FALSE(gpuRunRefusal(buildPlan(dp)).has_value());
+  // Refused, each with the job field that decides it.
+  JobSpec wide = llama124m();
+  wide.model.heads = 6;  // heads 128 wide
+  wide.model.kv_heads = 2;
+  const auto heads = gpuRunRefusal(buildPlan(wide));
+  REQUIRE(heads.has_value());
+  CHECK_THAT(*heads, Catch::Contains("heads 128 wide") && Catch::Contains("model.heads 6"));
+  JobSpec tp = gpt2OneRank();
+  tp.parallel.tensor_parallel = 2;
+  const auto tensor = gpuRunRefusal(buildPlan(tp));
+  REQUIRE(tensor.has_value());
+  CHECK_THAT(*tensor, Catch::Contains("parallel.tensor_parallel 2"));
+  JobSpec pp = gpt2OneRank();
+  pp.parallel.pipeline_parallel = 2;
+  pp.training.grad_accum = 2;
+  const auto pipeline = gpuRunRefusal(buildPlan(pp));
+  REQUIRE(pipeline.has_value());
+  CHECK_THAT(*pipeline, Catch::Contains("parallel.pipeline_parallel 2"));
+  JobSpec hybrid = gpt2OneRank();
+  hybrid.parallel.data_parallel = 4;
+  hybrid.parallel.shard_parameters = true;
+  hybrid.parallel.shard_group_size = 2;
+  const auto groups = gpuRunRefusal(buildPlan(hybrid));
+  REQUIRE(groups.has_value());
+  CHECK_THAT(*groups, Catch::Contains("parallel.shard_group_size"));
 }

@@ -271,6 +271,11 @@ TEST_CASE("tandem train runs pipeline and tensor parallel jobs; tandem run refus
   INFO(llama.out << llama.err);
   REQUIRE(llama.exit_code == 0);
   CHECK_THAT(llama.out, Catch::Contains("step    30/30"));
+  // `tandem plan` says so on a machine without a GPU too.
+  const Result llama_plan = runTandem("plan llama2-7b");
+  CHECK(llama_plan.exit_code == 0);
+  CHECK_THAT(llama_plan.out, Catch::Contains("tandem run refuses it: attention heads 128 wide"));
+  CHECK_THAT(runTandem("plan llama-124m").out, !Catch::Contains("refuses"));
   const Result llama_run = runTandem("run llama2-7b --gpus 1");
   INFO(llama_run.err);
   CHECK(llama_run.exit_code != 0);

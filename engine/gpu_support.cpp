@@ -1,0 +1,35 @@
+#include "engine/gpu_support.h"
+
+#include <fmt/format.h>
+
+#include "engine/plan.h"
+
+namespace tandem {
+
+std::optional<std::string> gpuRunRefusal(const Plan& plan) {
+  const ParallelSpec& par = plan.job.parallel;
+  const char* elsewhere = "`tandem simulate` and `tandem train` run such plans";
+  if (par.tensor_parallel > 1)
+    return fmt::format("tensor parallelism (parallel.tensor_parallel {}) is not run on GPUs yet; {}",
+                       par.tensor_parallel, elsewhere);
+  if (par.pipeline_parallel > 1 || plan.programs.size() != 1)
+    return fmt::format("pipeline parallelism (parallel.pipeline_parallel {}: several rank programs) is not run on "
+                       "GPUs yet; {}",
+                       par.pipeline_parallel, elsewhere);
+  for (const Task& t : plan.programs.front().tasks)
+    if (t.op == OpKind::Attention && t.attrs.h > 0 && !gpuAttentionHeadWidthSupported(t.attrs.c / t.attrs.h))
+      return fmt::format("attention heads {} wide (model.hidden {} / model.heads {}) are not run on GPUs yet: the "
+                         "attention kernels take heads 16, 32 or 64 wide; {}",
+                         t.attrs.c / t.attrs.h, plan.job.model.hidden, plan.job.model.heads, elsewhere);
+  // One communicator, over every rank: the executor runs collectives of
+  // the "dp" group only (hybrid sharding's shard and replica groups would
+  // each need a communicator split from it).
+  for (const ProcessGroup& g : plan.groups)
+    if (g.name != "dp")
+      return fmt::format("the plan uses process group '{}' (hybrid sharding: parallel.shard_group_size); the GPU "
+                         "executor runs collectives over every rank only, so far; {}",
+                         g.name, elsewhere);
+  return std::nullopt;
+}
+
+}  // namespace tandem
