@@ -15,6 +15,7 @@
 #include "cli/job_options.h"
 #include "cli/number_checks.h"
 #include "engine/gpu_footprint.h"
+#include "engine/gpu_support.h"
 #include "engine/memory_fit.h"
 #include "engine/planner.h"
 
@@ -201,11 +202,10 @@ void printClockOffsets(const std::vector<cuda::ClockOffset>& all, const std::vec
 }
 #endif
 
-void runRank(const RunOptions& o, const JobSpec& job, const cuda::LaunchInfo& info) {
+void runRank(const RunOptions& o, const JobSpec& job, const Plan& plan, const cuda::LaunchInfo& info) {
   std::string why;
   const int count = cuda::usableGpuCount(&why);
   if (count == 0) throw std::runtime_error("run: no CUDA GPU available (" + why + ")");
-  const Plan plan = buildPlan(job);
   const int rank = info.launched() ? info.rank : 0;
   const int world = info.launched() ? info.world : 1;
   if (plan.world_size != world)
@@ -423,11 +423,11 @@ void runCommand(const RunOptions& o) {
   if (gpus > 0) jo.sets.push_back(fmt::format("parallel.data_parallel={}", gpus));
   if (o.steps > 0) jo.sets.push_back(fmt::format("training.steps={}", o.steps));
   const JobSpec job = jo.load();
-  if (job.parallel.tensor_parallel > 1 || job.parallel.pipeline_parallel > 1)
-    throw std::runtime_error(fmt::format(
-        "run: the GPU executor does not run tensor or pipeline parallelism yet (parallel.tensor_parallel {}, "
-        "pipeline_parallel {}); `tandem train` runs the job on the CPU reference and `tandem simulate` on a topology",
-        job.parallel.tensor_parallel, job.parallel.pipeline_parallel));
+  // What the executor would refuse, before looking for GPUs or starting
+  // ranks: one line, the same as `tandem plan` prints.
+  const Plan plan = buildPlan(job);
+  if (const std::optional<std::string> refusal = gpuRunRefusal(plan))
+    throw std::runtime_error("run: the GPU executor refuses the job: " + *refusal);
   const int world = job.parallel.data_parallel;
   if (!info.launched() && world > 1) {
     std::string why;
@@ -448,7 +448,7 @@ void runCommand(const RunOptions& o) {
     return;
   }
   try {
-    runRank(o, job, info);
+    runRank(o, job, plan, info);
   } catch (const cuda::CudaError& e) {
     // A failed rank may have kernels or NCCL work still queued: leave without
     // running destructors that would synchronise with them.
