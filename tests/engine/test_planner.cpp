@@ -63,6 +63,13 @@ TEST_CASE("Llama 2 7B and 70B have the published parameter counts; their blocks"
   CHECK(plan.summary.parameters == 6738415616LL);
   const Plan seventy = buildPlan(parseJob(std::string(builtinJobText("llama2-70b")), "llama2-70b"));
   CHECK(seventy.summary.parameters == 68976648192LL);
+  // llama-124m, GPT-2 small's size: 2 x 32000 x 768 embeddings and LM head,
+  // 12 blocks of qkv 768 x (12 + 8) x 64, proj 768 x 768, gate/up 768 x 4096,
+  // down 2048 x 768 and two norms of 768, and the final norm.
+  const Plan small = buildPlan(parseJob(std::string(builtinJobText("llama-124m")), "llama-124m"));
+  CHECK(small.summary.parameters ==
+        2LL * 32000 * 768 + 12LL * (768 * 1280 + 768 * 768 + 768 * 4096 + 2048 * 768 + 2 * 768) + 768);
+  CHECK(small.summary.parameters == 124668672LL);
   // A block: two RMSNorms, grouped-query attention, SwiGLU; no LayerNorm,
   // GELU, position table or bias.
   seven.model.layers = 2;
