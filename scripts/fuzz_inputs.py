@@ -194,7 +194,7 @@ def nsys_seed(work):
 # Each target: seed files, how to mutate, and the command (with {in} and {out}).
 TARGETS = {
     "job": dict(seeds=["resources/jobs/gpt2-tiny.yaml", "resources/jobs/gpt2-124m-dp8.yaml",
-                       "resources/jobs/gpt2-350m.yaml"],
+                       "resources/jobs/gpt2-350m.yaml", "resources/jobs/llama-124m.yaml"],
                 kind="text", suffix=".yaml",
                 cmds=[["plan", "{in}", "--json", "{out}"],
                       ["simulate", "{in}", "--topology", "h200x2-nv18", "--out", "{out}"]]),
