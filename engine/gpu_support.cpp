@@ -21,6 +21,11 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
       return fmt::format("attention heads {} wide (model.hidden {} / model.heads {}) are not run on GPUs yet: the "
                          "attention kernels take heads 16, 32 or 64 wide; {}",
                          t.attrs.c / t.attrs.h, plan.job.model.hidden, plan.job.model.heads, elsewhere);
+  for (const Task& t : plan.programs.front().tasks)
+    if (t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1 && t.writes.size() < 2)
+      return fmt::format("the gathered embedding gradient of a model without a position table "
+                         "(comm.gather_embedding_gradient with model.family {}) is not run on GPUs yet; {}",
+                         toString(plan.job.model.family), elsewhere);
   // One communicator, over every rank: the executor runs collectives of
   // the "dp" group only (hybrid sharding's shard and replica groups would
   // each need a communicator split from it).

@@ -658,10 +658,6 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
              "the head width model.hidden / model.heads = " + std::to_string(m.hidden / m.heads) +
                  " is odd; rotary position embeddings rotate pairs of channels",
              "model.hidden / model.heads even");
-    else if (job.comm.gather_embedding_gradient)
-      r.fail(pick("comm.gather_embedding_gradient", "model.family"),
-             "comm.gather_embedding_gradient is planned for GPT-2's tied embedding only",
-             "comm.gather_embedding_gradient: false, or model.family: gpt2");
     else if (const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads; kv % job.parallel.tensor_parallel != 0)
       r.fail(pick("parallel.tensor_parallel", "model.kv_heads"),
              "tensor_parallel " + std::to_string(job.parallel.tensor_parallel) + " does not divide the " +

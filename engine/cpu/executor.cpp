@@ -415,8 +415,10 @@ void CpuExecutor::Impl::gatheredEmbeddingBackward(int rank, const Task& t, int s
   for (int r = 0; r < world; ++r)  // the data-parallel peers' samples
     fillMicroBatch(*data, job, step, t.micro_batch, job.rankAt(job.pipelineStage(rank), r, job.tensorParallelPlace(rank)),
                    tokens.data() + r * n, targets.data());
+  // Llama's embedding has no position table: wte alone.
+  const bool positions = t.writes.size() > 1;
   const Buffer& wte = program->buffers[t.writes[0]];
-  const Buffer& wpe = program->buffers[t.writes[1]];
+  const Buffer& wpe = program->buffers[t.writes[positions ? 1 : 0]];
   if (wte.parent < 0 || wte.parent != wpe.parent)
     throw std::logic_error(t.name + ": gathered embedding gradients must share one bucket");
   const ShardRange shard = shardOf(job.dataParallelRank(rank), world, program->buffers[wte.parent].elementCount());
@@ -431,6 +433,7 @@ void CpuExecutor::Impl::gatheredEmbeddingBackward(int rank, const Task& t, int s
     for (int64_t c = 0; c < C; ++c)
       if (mine(wte_at + row + c)) dwte[row + c] += dy[p * C + c] * inv;
   }
+  if (!positions) return;
   float* dwpe = io.out(t.writes[1]);
   for (int64_t i = 0; i < a.t * C; ++i) {
     if (!mine(wpe_at + i)) continue;

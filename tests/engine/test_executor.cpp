@@ -99,6 +99,7 @@ struct ShardCase {
   bool reduce_every_micro_batch = false;  // comm.reduce_every_micro_batch (sharded parameters)
   int dp = 2;
   int shard_group_size = 0;  // parallel.shard_group_size: hybrid sharding when below dp
+  bool llama = false;  // the Llama family (no position table), embeddings tied
 };
 
 void requireShardedMatches(const ShardCase& c) {
@@ -111,6 +112,12 @@ void requireShardedMatches(const ShardCase& c) {
   // A vocabulary large enough that gathering the embedding's input
   // gradient (2 x 2 x 8 x 16) beats reduce-scattering wte late.
   whole.model.vocab = 64;
+  if (c.llama) {  // 2 query heads of width 8 over 1 key/value head, SwiGLU 40 wide, tied
+    whole.model.family = ModelFamily::Llama;
+    whole.model.kv_heads = 1;
+    whole.model.mlp_ratio = 2.5;
+    whole.model.tied_embeddings = true;
+  }
   JobSpec sharded = whole;
   (c.parameters ? sharded.parallel.shard_parameters : sharded.parallel.shard_optimizer) = true;
   sharded.comm.gather_embedding_gradient = c.gather;
@@ -168,7 +175,8 @@ void requireShardedMatches(const ShardCase& c) {
                            std::to_string(c.lm_head_chunks) + (c.fuse_bias_gradients ? " bias gradients fused" : "") +
                            (c.weight_gradient_stream ? "" : " one compute stream") +
                            (c.reduce_every_micro_batch ? " reduced every micro-batch" : "") + " dp " +
-                           std::to_string(c.dp) + (hybrid ? " shard groups of " + std::to_string(c.shard_group_size) : "");
+                           std::to_string(c.dp) + (hybrid ? " shard groups of " + std::to_string(c.shard_group_size) : "") +
+                           (c.llama ? " llama" : "");
   // bf16 and gathered: the embedding's rows are rounded to bf16 once more
   // (the LM head's average, then the embedding's part added), which moves
   // the norm by about 1e-4.
@@ -212,6 +220,16 @@ TEST_CASE("Sharding the optimizer (ZeRO-1) keeps the data-parallel run's losses 
   for (Precision prec : {Precision::FP32, Precision::BF16})
     for (int accum : {1, 2})
       for (bool gather : {false, true}) requireShardedMatches({prec, accum, gather});
+}
+
+TEST_CASE("A tied Llama embedding's gradient from the gathered input gradient", "[executor][dp][shard][llama]") {
+  // No position table: the gathered backward writes the token rows alone.
+  for (Precision prec : {Precision::FP32, Precision::BF16})
+    for (int accum : {1, 2}) {
+      ShardCase c{prec, accum, /*gather=*/true};
+      c.llama = true;
+      requireShardedMatches(c);
+    }
 }
 
 TEST_CASE("Sharding the parameters (ZeRO-3) keeps the data-parallel run's losses and weights",

@@ -156,6 +156,20 @@ TEST_CASE("What the GPU executor would refuse, judged from the plan", "[gpu_foot
   const auto pipeline = gpuRunRefusal(buildPlan(pp));
   REQUIRE(pipeline.has_value());
   CHECK_THAT(*pipeline, Catch::Contains("parallel.pipeline_parallel 2"));
+  // A tied Llama whose embedding gradient is gathered (it pays at
+  // micro-batch 1 over 8 ranks): no position table, which the GPU's
+  // gathered kernel does not take yet.
+  JobSpec gathered = llama124m();
+  gathered.model.tied_embeddings = true;
+  gathered.training.micro_batch = 1;
+  gathered.parallel.data_parallel = 8;
+  gathered.parallel.shard_optimizer = true;
+  gathered.comm.gather_embedding_gradient = true;
+  const auto embedding = gpuRunRefusal(buildPlan(gathered));
+  REQUIRE(embedding.has_value());
+  CHECK_THAT(*embedding, Catch::Contains("comm.gather_embedding_gradient"));
+  gathered.comm.gather_embedding_gradient = false;
+  CHECK_FALSE(gpuRunRefusal(buildPlan(gathered)).has_value());
   JobSpec hybrid = gpt2OneRank();
   hybrid.parallel.data_parallel = 4;
   hybrid.parallel.shard_parameters = true;
