@@ -259,6 +259,12 @@ void runRank(const RunOptions& o, const JobSpec& job, const Plan& plan, const cu
   }
 #endif
   std::unique_ptr<cuda::CudaExecutor> exec;
+  // A large model's set-up takes a while (weights drawn on the host, GEMM
+  // algorithms timed, the step captured): say so before it starts.
+  if (rank == 0 && !o.json && plan.summary.parameters >= 1'000'000'000)
+    fmt::print("run {}: setting up {:.2f}B parameters (initial weights, GEMM timing, graph capture)...\n",
+               plan.job.name, double(plan.summary.parameters) / 1e9);
+  std::fflush(stdout);
   try {
     exec = std::make_unique<cuda::CudaExecutor>(plan, eo);
   } catch (const cuda::OutOfDeviceMemory& e) {

@@ -16,11 +16,19 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
     return fmt::format("pipeline parallelism (parallel.pipeline_parallel {}: several rank programs) is not run on "
                        "GPUs yet; {}",
                        par.pipeline_parallel, elsewhere);
-  for (const Task& t : plan.programs.front().tasks)
-    if (t.op == OpKind::Attention && t.attrs.h > 0 && !gpuAttentionHeadWidthSupported(t.attrs.c / t.attrs.h))
+  const bool bf16 = plan.job.training.precision == Precision::BF16;
+  for (const Task& t : plan.programs.front().tasks) {
+    if (t.op != OpKind::Attention || t.attrs.h <= 0) continue;
+    const int64_t width = t.attrs.c / t.attrs.h;
+    if (width == 128 && !bf16)
+      return fmt::format("attention heads 128 wide (model.hidden {} / model.heads {}) run on the tensor cores only, "
+                         "in bf16 (training.precision is {}); {}",
+                         plan.job.model.hidden, plan.job.model.heads, toString(plan.job.training.precision), elsewhere);
+    if (!gpuAttentionHeadWidthSupported(width, bf16))
       return fmt::format("attention heads {} wide (model.hidden {} / model.heads {}) are not run on GPUs yet: the "
-                         "attention kernels take heads 16, 32 or 64 wide; {}",
-                         t.attrs.c / t.attrs.h, plan.job.model.hidden, plan.job.model.heads, elsewhere);
+                         "attention kernels take heads 16, 32, 64 or (bf16) 128 wide; {}",
+                         width, plan.job.model.hidden, plan.job.model.heads, elsewhere);
+  }
   for (const Task& t : plan.programs.front().tasks)
     if (t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1 && t.writes.size() < 2)
       return fmt::format("the gathered embedding gradient of a model without a position table "

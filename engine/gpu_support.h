@@ -11,9 +11,14 @@ namespace tandem {
 
 struct Plan;
 
-// Attention head widths the executor's attention kernels take
-// (engine/cuda/attention.cu, attention_tc.cu).
+// Attention head widths the executor's attention kernels take: 16, 32 and
+// 64 in any precision (engine/cuda/attention.cu, attention_tc.cu), 128 in
+// bf16 on the tensor-core kernels only (their Hopper code; the executor
+// checks the device when it starts).
 inline bool gpuAttentionHeadWidthSupported(int64_t width) { return width == 16 || width == 32 || width == 64; }
+inline bool gpuAttentionHeadWidthSupported(int64_t width, bool bf16) {
+  return gpuAttentionHeadWidthSupported(width) || (bf16 && width == 128);
+}
 
 // Why the CUDA executor would not run `plan` (the first reason, one line,
 // naming the job field and what runs it instead), or nothing when it would.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <future>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -73,6 +75,26 @@ std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& pr
   SplitMix64 rng(fnv1a64(name.data(), name.size(), job.training.seed ^ 0x5EEDull));
   for (auto& v : values) v = float(stddev * rng.normal());
   return tensorParallelSlice(job, program, param, rank, values);
+}
+
+void forEachInitialParameter(const JobSpec& job, const RankPlan& program, const std::vector<const ParamInfo*>& params,
+                             int rank, int threads,
+                             const std::function<void(const ParamInfo&, const std::vector<float>&)>& use) {
+  const size_t window = size_t(std::max(1, threads));
+  std::deque<std::future<std::vector<float>>> ahead;
+  size_t next = 0;
+  auto launch = [&] {
+    const ParamInfo* p = params[next++];
+    ahead.push_back(std::async(std::launch::async, [&job, &program, p, rank] {
+      return initialParameterValues(job, program, *p, rank);
+    }));
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    while (next < params.size() && ahead.size() < window) launch();
+    const std::vector<float> values = ahead.front().get();
+    ahead.pop_front();
+    use(*params[i], values);
+  }
 }
 
 double learningRate(const TrainingSpec& t, int step) {

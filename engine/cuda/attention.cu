@@ -298,7 +298,9 @@ void prepareKernels() {
   prepareCrossEntropyKernels();
 }
 
-bool attentionSupportsHeadDim(int64_t D) { return gpuAttentionHeadWidthSupported(D); }
+bool attentionRunsHere(int64_t C, int64_t H, DType dt) {
+  return attentionTensorCoreEligible(C, H, dt) || (H > 0 && C % H == 0 && gpuAttentionHeadWidthSupported(C / H));
+}
 
 #define TANDEM_DISPATCH_HEAD_DIM(Dv, ...)                                          \
   do {                                                                            \
@@ -306,7 +308,7 @@ bool attentionSupportsHeadDim(int64_t D) { return gpuAttentionHeadWidthSupported
       case 16: { constexpr int D = 16; __VA_ARGS__; break; }                      \
       case 32: { constexpr int D = 32; __VA_ARGS__; break; }                      \
       case 64: { constexpr int D = 64; __VA_ARGS__; break; }                      \
-      default: throw CudaError("attention: head dimension must be 16, 32 or 64"); \
+      default: throw CudaError("attention: heads 16, 32, 64 wide (128: tensor cores)"); \
     }                                                                             \
   } while (0)
 

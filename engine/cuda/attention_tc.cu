@@ -1,4 +1,4 @@
-// Causal attention on the tensor cores (bf16, head dimension 64), in the
+// Causal attention on the tensor cores (bf16, heads 64 or 128 wide), in the
 // style of FlashAttention-2: 64-row tiles, four warps per block each owning
 // 16 rows. The tile products run on Hopper's wgmma where the device has the
 // sm_90a code (the block is one warpgroup; wgmma.cuh), else on mma.sync
@@ -15,6 +15,13 @@
 // address arithmetic off every thread: GPT-2 124M's attention backward
 // 3.53 -> 3.36 ms and 2.44 -> 2.32 J per step on one H200
 // (bench_energy_by_op), the forward unchanged. Never stores T x T.
+//
+// Heads 128 wide (Llama 2 and 3, GPT-3's shapes) run on the wgmma path only:
+// a tile row of 256 bytes is two 64-column swizzle atoms, 8 KiB apart in
+// shared memory (each atom is one TMA box), the scores' contraction walks
+// both atoms and P V is one m64n128 product whose B operand spans them. The
+// tiles are twice as large, so these kernels keep two stages in flight
+// instead of three (two blocks per SM fit).
 //
 // Backward in two kernels so every output element has one writer (no
 // atomics, deterministic): dQ per query tile looping over the key tiles up to
@@ -40,12 +47,21 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int D = 64;
 constexpr int kTile = 64;                    // rows of queries and keys per tile
 constexpr int kWarps = 4;                    // 16 rows each
 constexpr int kThreads = kWarps * 32;
-constexpr int kTileBytes = kTile * D * 2;    // 8 KiB: 64 rows of 128 bytes
-constexpr int kStages = 3;  // streamed tiles: two in flight while one is used
+constexpr int kAtomBytes = kTile * 64 * 2;   // 8 KiB: 64 rows of one 128-byte swizzle atom (64 columns)
+
+// What a head width fixes: tile sizes and the pipeline's depth.
+template <int kD>
+struct Head {
+  static_assert(kD == 64 || kD == 128, "heads 64 or 128 wide");
+  static constexpr int kTileBytes = kTile * kD * 2;  // 8 or 16 KiB
+  static constexpr int kFrags = kD / 8;              // 8-column C fragments across a head row
+  // Streamed tiles: two in flight while one is used; at 128 one, so that
+  // two blocks' tiles fit in an SM's shared memory.
+  static constexpr int kStages = kD == 64 ? 3 : 2;
+};
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -86,9 +102,12 @@ __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
 //
 // Fragment layouts (lane = 4 * g + t): a 16x8 fp32 C fragment holds
 // (row g, cols 2t, 2t+1) in c[0..1] and (row g+8, same cols) in c[2..3]; a
-// 16x64 result is 8 such fragments f[j] covering cols 8j..8j+7.
+// 16x64 result is 8 such fragments f[j] covering cols 8j..8j+7 (a 16x128
+// result 16).
 
-using Acc = float[8][4];
+template <int kD>
+using AccOf = float[Head<kD>::kFrags][4];
+using Acc = AccOf<64>;  // the mma.sync helpers' results (heads 64 wide)
 
 template <int kFrags>
 __device__ __forceinline__ void zero(float (&a)[kFrags][4]) {
@@ -169,10 +188,11 @@ __device__ __forceinline__ void probsTimesTile(Acc& acc, const float (&p)[kFrags
   }
 }
 
-// Writes a warp's 16 x 64 result (times `mul`) to rows [row0, row0 + 16) of
-// dst (row pitch `stride`), adding what is there when `accumulate`.
-__device__ __forceinline__ void storeRows(bf16* dst, int64_t stride, int row0, int Tn, const Acc& acc, float mul,
-                                          bool accumulate) {
+// Writes a warp's 16 x 8 kN result (times `mul`) to rows [row0, row0 + 16)
+// of dst (row pitch `stride`), adding what is there when `accumulate`.
+template <int kN>
+__device__ __forceinline__ void storeRows(bf16* dst, int64_t stride, int row0, int Tn, const float (&acc)[kN][4],
+                                          float mul, bool accumulate) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
@@ -180,7 +200,7 @@ __device__ __forceinline__ void storeRows(bf16* dst, int64_t stride, int row0, i
     if (row >= Tn) continue;
     bf16* p = dst + int64_t(row) * stride + 2 * t;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < kN; ++j) {
       float x0 = acc[j][2 * hh] * mul, x1 = acc[j][2 * hh + 1] * mul;
       __nv_bfloat162* q = reinterpret_cast<__nv_bfloat162*>(p + 8 * j);
       if (accumulate) {
@@ -195,25 +215,29 @@ __device__ __forceinline__ void storeRows(bf16* dst, int64_t stride, int row0, i
 // Column sums over the block's 64 rows of what storeRows stores with
 // accumulate off (each value rounded to bf16 as stored), in a fixed order:
 // one row of the bias gradient's partial sums (engine/pass_bias_grad.h),
-// written to out[0, 64). Every thread of the block calls it after its last
-// use of `red`, 4 x 64 floats of shared memory.
-__device__ __forceinline__ void tileColumnSums(float* out, const Acc& acc, float mul, int row0, int Tn, float* red) {
+// written to out[0, 8 kN). Every thread of the block calls it after its last
+// use of `red`, 4 x 8 kN floats of shared memory.
+template <int kN>
+__device__ __forceinline__ void tileColumnSums(float* out, const float (&acc)[kN][4], float mul, int row0, int Tn,
+                                               float* red) {
+  constexpr int kCols = 8 * kN;
+  static_assert(kCols <= kThreads, "a thread per column");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  float cs[8][2];
+  float cs[kN][2];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) cs[j][0] = cs[j][1] = 0.f;
+  for (int j = 0; j < kN; ++j) cs[j][0] = cs[j][1] = 0.f;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     if (row0 + g + 8 * hh >= Tn) continue;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < kN; ++j) {
       const float2 v = __bfloat1622float2(__floats2bfloat162_rn(acc[j][2 * hh] * mul, acc[j][2 * hh + 1] * mul));
       cs[j][0] += v.x;
       cs[j][1] += v.y;
     }
   }
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < kN; ++j)
 #pragma unroll
     for (int e = 0; e < 2; ++e)
 #pragma unroll
@@ -221,13 +245,14 @@ __device__ __forceinline__ void tileColumnSums(float* out, const Acc& acc, float
   __syncthreads();  // every warp is done with `red` (the caller's tiles)
   if (g == 0)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      red[warp * D + 8 * j + 2 * t] = cs[j][0];
-      red[warp * D + 8 * j + 2 * t + 1] = cs[j][1];
+    for (int j = 0; j < kN; ++j) {
+      red[warp * kCols + 8 * j + 2 * t] = cs[j][0];
+      red[warp * kCols + 8 * j + 2 * t + 1] = cs[j][1];
     }
   __syncthreads();
-  if (threadIdx.x < D) out[threadIdx.x] = ((red[threadIdx.x] + red[D + threadIdx.x]) + red[2 * D + threadIdx.x]) +
-                                          red[3 * D + threadIdx.x];
+  if (threadIdx.x < kCols)
+    out[threadIdx.x] = ((red[threadIdx.x] + red[kCols + threadIdx.x]) + red[2 * kCols + threadIdx.x]) +
+                       red[3 * kCols + threadIdx.x];
 }
 
 // ---- the same products on wgmma (sm_90a) ---------------------------------
@@ -237,13 +262,15 @@ __device__ __forceinline__ void tileColumnSums(float* out, const Acc& acc, float
 // the packed A registers, which wgmma reads until it completes).
 
 // acc = X * Y^T for the block's 64-row tile X and rows [col0, col0 + 8 kFrags)
-// of tile Y, both in shared memory (contraction along the rows: K-major).
-template <int kFrags>
+// of tile Y, both in shared memory, rows kD wide (contraction along the rows:
+// K-major; a 128-wide row's second half in the tile's second swizzle atom).
+template <int kD, int kFrags>
 __device__ __forceinline__ void wgTileTimesTileT(float (&acc)[kFrags][4], uint32_t x, uint32_t y, int col0 = 0) {
   static_assert(kFrags == 8 || kFrags == 4, "64 or 32 columns");
 #pragma unroll
-  for (int kc = 0; kc < 4; ++kc) {
-    const uint64_t dx = wgmmaDesc(x + kc * 32), dy = wgmmaDesc(y + col0 * 128 + kc * 32);
+  for (int kc = 0; kc < kD / 16; ++kc) {
+    const uint32_t k_off = (kc >> 2) * kAtomBytes + (kc & 3) * 32;
+    const uint64_t dx = wgmmaDesc(x + k_off), dy = wgmmaDesc(y + col0 * 128 + k_off);
     if constexpr (kFrags == 8)
       wgmmaSS64(acc, dx, dy, kc > 0);
     else
@@ -252,16 +279,24 @@ __device__ __forceinline__ void wgTileTimesTileT(float (&acc)[kFrags][4], uint32
 }
 
 // acc += P * Y for P (each warp's 16 x 8 kFrags C fragments, packed to bf16
-// into `a`) and rows [row0, row0 + 8 kFrags) of tile Y (contraction down the
-// rows: MN-major).
-template <int kFrags>
-__device__ __forceinline__ void wgProbsTimesTile(Acc& acc, const float (&p)[kFrags][4], uint32_t y, int row0,
-                                                 uint32_t (&a)[kFrags / 2][4]) {
+// into `a`) and rows [row0, row0 + 8 kFrags) of tile Y, 8 kN columns
+// (contraction down the rows: MN-major; 128 columns span the tile's two
+// swizzle atoms, the descriptor's leading byte offset apart).
+template <int kN, int kFrags>
+__device__ __forceinline__ void wgProbsTimesTile(float (&acc)[kN][4], const float (&p)[kFrags][4], uint32_t y,
+                                                 int row0, uint32_t (&a)[kFrags / 2][4]) {
+  static_assert(kN == 8 || kN == 16, "64 or 128 columns");
 #pragma unroll
   for (int kc = 0; kc < kFrags / 2; ++kc) packAFragment(p, kc, a[kc]);
   wgmmaFence();
 #pragma unroll
-  for (int kc = 0; kc < kFrags / 2; ++kc) wgmmaRS64T(acc, a[kc], wgmmaDesc(y + (row0 + kc * 16) * 128));
+  for (int kc = 0; kc < kFrags / 2; ++kc) {
+    const uint32_t rows = y + (row0 + kc * 16) * 128;
+    if constexpr (kN == 8)
+      wgmmaRS64T(acc, a[kc], wgmmaDesc(rows));
+    else
+      wgmmaRS128T(acc, a[kc], wgmmaDescLbo(rows, kAtomBytes));
+  }
 }
 
 // Commits the issued wgmmas and waits for all of them; the caller then pins
@@ -294,9 +329,18 @@ __device__ __forceinline__ void tmaTile(uint32_t dst, const CUtensorMap& map, in
 #endif
 }
 
+// Rows [y, y + 64) of a head's kD columns starting at column x: one box per
+// 64-column swizzle atom, the atoms kAtomBytes apart at dst.
+template <int kD>
+__device__ __forceinline__ void tmaHeadTile(uint32_t dst, const CUtensorMap& map, int x, int y, int z, uint32_t bar) {
+#pragma unroll
+  for (int atom = 0; atom < kD / 64; ++atom) tmaTile(dst + atom * kAtomBytes, map, x + atom * 64, y, z, bar);
+}
+
 // The streamed tiles' barriers on the TMA path: stage i's at bars + 8 i, the
 // block's fixed tiles' at bars + 8 kStages. Thread 0 initialises them and
 // issues every copy; the block meets before anyone waits.
+template <int kStages>
 __device__ __forceinline__ void initTileBarriers(uint32_t bars) {
   if (threadIdx.x == 0) {
     for (int i = 0; i <= kStages; ++i) mbarInit(bars + 8 * i, 1);
@@ -306,23 +350,24 @@ __device__ __forceinline__ void initTileBarriers(uint32_t bars) {
 
 // TMA path, before the loop over streamed tiles: thread 0 initialises the
 // barriers, `fixed(bar)` copies the block's fixed tiles (counting their bytes
-// on `bar`), `load(t)` streamed tiles 0 and 1; then the block meets.
-template <class Fixed, class Load>
+// on `bar`), `load(t)` streamed tiles 0 .. kStages - 2; then the block meets.
+template <int kStages, class Fixed, class Load>
 __device__ __forceinline__ void startTmaTiles(uint32_t bars, int n_tiles, Fixed fixed, Load load) {
-  initTileBarriers(bars);
+  initTileBarriers<kStages>(bars);
   if (threadIdx.x == 0) {
     fixed(bars + 8 * kStages);
-    load(0);
-    if (n_tiles > 1) load(1);
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i)
+      if (i < n_tiles) load(i);
   }
   __syncthreads();
 }
 
 // TMA path, at the top of streamed iteration `it`: once every warp is done
-// with tile it - 1 (block barrier), `refill` may refill its stage (copies
-// from thread 0 only); then waits until tile `it` (and, first, the block's
-// fixed tiles) has landed.
-template <class Refill>
+// with tile it - 1 (block barrier), `refill` may refill its stage with tile
+// it + kStages - 1 (copies from thread 0 only); then waits until tile `it`
+// (and, first, the block's fixed tiles) has landed.
+template <int kStages, class Refill>
 __device__ __forceinline__ void awaitTmaTile(uint32_t bars, int it, Refill refill) {
   if (it > 0) __syncthreads();
   refill();
@@ -330,19 +375,21 @@ __device__ __forceinline__ void awaitTmaTile(uint32_t bars, int it, Refill refil
   mbarWait(bars + 8 * (it % kStages), (it / kStages) & 1);
 }
 
-// The K and V tiles of key tile `tile` into its stage (of three, from
+// The K and V tiles of key tile `tile` into its stage (of kStages, from
 // `skv`): the TMA from thread 0 (kWg; qkv_map over [B, Tn, 3C]) or every
 // thread's cp.async (kb, vb: the head's first K and V columns of batch b).
-template <bool kWg>
+template <int kD, bool kWg>
 __device__ __forceinline__ void loadKvStage(uint32_t skv, uint32_t bars, int tile, const CUtensorMap& qkv_map,
                                             const bf16* kb, const bf16* vb, int b, int h, int Tn, int C) {
+  constexpr int kStages = Head<kD>::kStages, kTileBytes = Head<kD>::kTileBytes;
   const uint32_t st = skv + (tile % kStages) * 2 * kTileBytes;
   if constexpr (kWg) {
     const uint32_t bar = bars + 8 * (tile % kStages);
     mbarExpectBytes(bar, 2 * kTileBytes);
-    tmaTile(st, qkv_map, C + h * D, tile * kTile, b, bar);
-    tmaTile(st + kTileBytes, qkv_map, 2 * C + h * D, tile * kTile, b, bar);
+    tmaHeadTile<kD>(st, qkv_map, C + h * kD, tile * kTile, b, bar);
+    tmaHeadTile<kD>(st + kTileBytes, qkv_map, 2 * C + h * kD, tile * kTile, b, bar);
   } else {
+    static_assert(kWg || kD == 64, "heads 128 wide run on wgmma only");
     loadTileAsync(st, kb, tile * kTile, Tn, 3 * int64_t(C));
     loadTileAsync(st + kTileBytes, vb, tile * kTile, Tn, 3 * int64_t(C));
   }
@@ -350,27 +397,32 @@ __device__ __forceinline__ void loadKvStage(uint32_t skv, uint32_t bars, int til
 
 // ---- forward --------------------------------------------------------------
 
+template <int kD>
 struct FwdSmem {
-  bf16 q[kTile * D];
-  bf16 kv[kStages][2][kTile * D];  // [stage][K, V]
-  uint64_t bars[kStages + 1];      // TMA path (initTileBarriers)
+  static constexpr int kStages = Head<kD>::kStages;
+  bf16 q[kTile * kD];
+  bf16 kv[kStages][2][kTile * kD];  // [stage][K, V]
+  uint64_t bars[kStages + 1];       // TMA path (initTileBarriers)
 };
 
 // grid: x = b * H + h, y = query tile counted from the last (longest first).
 // kWg: products on wgmma (sm_90a) instead of mma.sync, and the tiles copied by
 // the TMA (qkv_map: batchedTileMap of qkv) instead of every thread's cp.async.
-template <bool kWg>
-__global__ void __launch_bounds__(kThreads, 4)
+// Heads 64 wide fit four blocks per SM, 128 wide two (O takes twice the
+// registers, the tiles twice the shared memory).
+template <int kD, bool kWg>
+__global__ void __launch_bounds__(kThreads, kD == 64 ? 4 : 2)
     attnForwardTc(const __grid_constant__ CUtensorMap qkv_map, bf16* out, void* lse, int lse_bf16, const bf16* qkv,
                   int Tn, int C, int H, float scale_log2) {
+  constexpr int kStages = Head<kD>::kStages, kTileBytes = Head<kD>::kTileBytes;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
-  FwdSmem& sm = *reinterpret_cast<FwdSmem*>(smem_raw);
+  FwdSmem<kD>& sm = *reinterpret_cast<FwdSmem<kD>*>(smem_raw);
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t stride = 3 * int64_t(C);
-  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * D;
+  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * kD;
   const bf16* kb = qb + C;
   const bf16* vb = qb + 2 * int64_t(C);
   const uint32_t sq = smemAddr(sm.q);
@@ -379,12 +431,12 @@ __global__ void __launch_bounds__(kThreads, 4)
   const uint32_t bars = smemAddr(sm.bars);
 
   auto loadKv = [&](int tile) {  // on the TMA path from thread 0 only
-    loadKvStage<kWg>(skv, bars, tile, qkv_map, kb, vb, b, h, Tn, C);
+    loadKvStage<kD, kWg>(skv, bars, tile, qkv_map, kb, vb, b, h, Tn, C);
   };
   if constexpr (kWg) {
-    startTmaTiles(bars, n_tiles, [&](uint32_t bar) {
+    startTmaTiles<kStages>(bars, n_tiles, [&](uint32_t bar) {
       mbarExpectBytes(bar, kTileBytes);
-      tmaTile(sq, qkv_map, h * D, q0, b, bar);
+      tmaHeadTile<kD>(sq, qkv_map, h * kD, q0, b, bar);
     }, loadKv);
   } else {
     loadTileAsync(sq, qb, q0, Tn, stride);
@@ -395,14 +447,14 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 
   uint32_t qf[4][4];
-  Acc o;
+  AccOf<kD> o;
   zero(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (kWg) {
-      awaitTmaTile(bars, it, [&] {
-        if (threadIdx.x == 0 && it + 2 < n_tiles) loadKv(it + 2);
+      awaitTmaTile<kStages>(bars, it, [&] {
+        if (threadIdx.x == 0 && it + kStages - 1 < n_tiles) loadKv(it + kStages - 1);
       });
     } else {
       cpAsyncWait<1>();      // tile `it` has landed (its group is the second newest)
@@ -416,7 +468,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     Acc s;
     if constexpr (kWg) {
       wgmmaFence();
-      wgTileTimesTileT(s, sq, sk);
+      wgTileTimesTileT<kD>(s, sq, sk);
       wgCommitWait();
       wgmmaFenceOperands(s);
     } else {
@@ -455,6 +507,10 @@ __global__ void __launch_bounds__(kThreads, 4)
         o[j][e] *= corr[e >> 1];
       }
     }
+#pragma unroll
+    for (int j = 8; j < Head<kD>::kFrags; ++j)  // a 128-wide head's second half
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[j][e] *= corr[e >> 1];
     if constexpr (kWg) {
       uint32_t pa[4][4];
       wgProbsTimesTile(o, s, sv, 0, pa);
@@ -473,12 +529,12 @@ __global__ void __launch_bounds__(kThreads, 4)
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
   }
   const int row0 = q0 + warp * 16;
-  bf16* ob = out + int64_t(b) * Tn * C + int64_t(h) * D;
+  bf16* ob = out + int64_t(b) * Tn * C + int64_t(h) * kD;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float inv = 1.f / l[r];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) o[j][2 * r] *= inv, o[j][2 * r + 1] *= inv;
+    for (int j = 0; j < Head<kD>::kFrags; ++j) o[j][2 * r] *= inv, o[j][2 * r + 1] *= inv;
     const int row = row0 + g + 8 * r;
     if (t == 0 && row < Tn)
       storeAny(lse, lse_bf16, (int64_t(b) * H + h) * Tn + row, (m[r] * scale_log2 + log2f(l[r])) * kLn2);
@@ -490,11 +546,13 @@ __global__ void __launch_bounds__(kThreads, 4)
 
 // dK/dV: the block's K and V tiles are read once into register fragments;
 // Q and dO tiles (with their lse and delta) stream through the stages.
+template <int kD>
 struct BwdKvSmem {
-  bf16 k[kTile * D];
-  bf16 v[kTile * D];
-  bf16 qdo[kStages][2][kTile * D];  // [stage][Q, dO]
-  float lse[kStages][kTile];        // log2-domain lse; +inf past Tn (P = 0)
+  static constexpr int kStages = Head<kD>::kStages;
+  bf16 k[kTile * kD];
+  bf16 v[kTile * kD];
+  bf16 qdo[kStages][2][kTile * kD];  // [stage][Q, dO]
+  float lse[kStages][kTile];         // log2-domain lse; +inf past Tn (P = 0)
   float delta[kStages][kTile];
   uint64_t bars[kStages + 1];  // TMA path (initTileBarriers)
 };
@@ -509,20 +567,21 @@ struct BwdKvSmem {
 // copied by the TMA (qkv_map, dout_map: batchedTileMap of qkv and dout).
 // bias_partial (or null): row b * tiles + key tile of the QKV bias
 // gradient's partial sums (3C columns), the K and V parts written here.
-template <int kMinBlocks, int kSplit, bool kWg>
+template <int kD, int kMinBlocks, int kSplit, bool kWg>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     attnBackwardKvTc(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                      bf16* dqkv, const bf16* dout, const bf16* qkv, const void* lse, int lse_bf16, const float* delta,
                      float* bias_partial, int Tn, int C, int H, float scale, float scale_log2, bool accumulate) {
+  constexpr int kStages = Head<kD>::kStages, kTileBytes = Head<kD>::kTileBytes;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
-  BwdKvSmem& sm = *reinterpret_cast<BwdKvSmem*>(smem_raw);
+  BwdKvSmem<kD>& sm = *reinterpret_cast<BwdKvSmem<kD>*>(smem_raw);
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int k0 = blockIdx.y * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t stride = 3 * int64_t(C);
-  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * D;
-  const bf16* gb = dout + int64_t(b) * Tn * C + int64_t(h) * D;
+  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * kD;
+  const bf16* gb = dout + int64_t(b) * Tn * C + int64_t(h) * kD;
   const int64_t stat = (int64_t(b) * H + h) * Tn;
   const uint32_t sk = smemAddr(sm.k), sv = smemAddr(sm.v), sqdo = smemAddr(sm.qdo);
   const int n_tiles = (Tn - k0 + kTile - 1) / kTile;  // query tiles k0, k0 + 64, ...
@@ -547,21 +606,23 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if constexpr (kWg) {  // thread 0 only
       const uint32_t bar = bars + 8 * (tile % kStages);
       mbarExpectBytes(bar, 2 * kTileBytes);
-      tmaTile(st, qkv_map, h * D, k0 + tile * kTile, b, bar);
-      tmaTile(st + kTileBytes, dout_map, h * D, k0 + tile * kTile, b, bar);
+      tmaHeadTile<kD>(st, qkv_map, h * kD, k0 + tile * kTile, b, bar);
+      tmaHeadTile<kD>(st + kTileBytes, dout_map, h * kD, k0 + tile * kTile, b, bar);
     } else {
+      static_assert(kWg || kD == 64, "heads 128 wide run on wgmma only");
       loadTileAsync(st, qb, k0 + tile * kTile, Tn, stride);
       loadTileAsync(st + kTileBytes, gb, k0 + tile * kTile, Tn, C);
     }
   };
   if constexpr (kWg) {
-    initTileBarriers(bars);
+    initTileBarriers<kStages>(bars);
     if (threadIdx.x == 0) {
       mbarExpectBytes(bars + 8 * kStages, 2 * kTileBytes);
-      tmaTile(sk, qkv_map, C + h * D, k0, b, bars + 8 * kStages);
-      tmaTile(sv, qkv_map, 2 * C + h * D, k0, b, bars + 8 * kStages);
-      loadQdo(0);
-      if (n_tiles > 1) loadQdo(1);
+      tmaHeadTile<kD>(sk, qkv_map, C + h * kD, k0, b, bars + 8 * kStages);
+      tmaHeadTile<kD>(sv, qkv_map, 2 * C + h * kD, k0, b, bars + 8 * kStages);
+#pragma unroll
+      for (int i = 0; i < kStages - 1; ++i)
+        if (i < n_tiles) loadQdo(i);
     }
   } else {
     loadTileAsync(sk, qb + C, k0, Tn, stride);
@@ -571,7 +632,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   fetchStats(k0);
   putStats(0);
-  if (n_tiles > 1) {
+  if (kStages > 2 && n_tiles > 1) {  // with two stages tile 1 comes with the loop's first refill
     if constexpr (!kWg) loadQdo(1);
     fetchStats(k0 + kTile);
     putStats(1);
@@ -582,22 +643,23 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     cpAsyncCommit();
 
   uint32_t kf[4][4], vf[4][4];
-  Acc dk, dv;
+  AccOf<kD> dk, dv;
   zero(dk);
   zero(dv);
+  constexpr int kAhead = kStages - 1;  // tiles in flight while one is used
   for (int it = 0; it < n_tiles; ++it) {
-    const bool refill = it + 2 < n_tiles;
+    const bool refill = it + kAhead < n_tiles;
     if constexpr (kWg) {
-      awaitTmaTile(bars, it, [&] {
-        if (refill && threadIdx.x == 0) loadQdo(it + 2);
-        if (refill) fetchStats(k0 + (it + 2) * kTile);
+      awaitTmaTile<kStages>(bars, it, [&] {
+        if (refill && threadIdx.x == 0) loadQdo(it + kAhead);
+        if (refill) fetchStats(k0 + (it + kAhead) * kTile);
       });
     } else {
       cpAsyncWait<1>();    // tile `it` has landed (its group is the second newest)
       __syncthreads();     // ...for every thread; and every warp is done with tile it - 1
       if (refill) {
-        loadQdo(it + 2);
-        fetchStats(k0 + (it + 2) * kTile);
+        loadQdo(it + kAhead);
+        fetchStats(k0 + (it + kAhead) * kTile);
       }
       cpAsyncCommit();
     }
@@ -620,8 +682,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       float s[kF][4], dp[kF][4];  // S^T and dP^T: rows are the warp's 16 keys, columns the slice's queries
       if constexpr (kWg) {
         wgmmaFence();
-        wgTileTimesTileT(s, sk, sq, col0);
-        wgTileTimesTileT(dp, sv, sg, col0);
+        wgTileTimesTileT<kD>(s, sk, sq, col0);
+        wgTileTimesTileT<kD>(dp, sv, sg, col0);
         wgCommitWait();
         wgmmaFenceOperands(s);
         wgmmaFenceOperands(dp);
@@ -656,14 +718,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         probsTimesTile(dk, dp, sq, col0);  // dK += dS^T Q
       }
     }
-    if (refill) putStats((it + 2) % kStages);
+    if (refill) putStats((it + kAhead) % kStages);
   }
-  bf16* db = dqkv + int64_t(b) * Tn * stride + int64_t(h) * D;
+  bf16* db = dqkv + int64_t(b) * Tn * stride + int64_t(h) * kD;
   storeRows(db + C, stride, k0 + warp * 16, Tn, dk, scale, accumulate);
   storeRows(db + 2 * int64_t(C), stride, k0 + warp * 16, Tn, dv, 1.f, accumulate);
   if (bias_partial) {
     cpAsyncWait<0>();
-    float* row = bias_partial + (int64_t(b) * gridDim.y + blockIdx.y) * 3 * C + int64_t(h) * D;
+    float* row = bias_partial + (int64_t(b) * gridDim.y + blockIdx.y) * 3 * C + int64_t(h) * kD;
     float* red = reinterpret_cast<float*>(sm.qdo);
     tileColumnSums(row + C, dk, scale, k0 + warp * 16, Tn, red);
     tileColumnSums(row + 2 * int64_t(C), dv, 1.f, k0 + warp * 16, Tn, red);
@@ -672,47 +734,50 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 // dQ: the block's Q and dO tiles are read once into register fragments; K
 // and V tiles stream through the stages.
+template <int kD>
 struct BwdQSmem {
-  bf16 q[kTile * D];
-  bf16 g[kTile * D];
-  bf16 kv[kStages][2][kTile * D];  // [stage][K, V]
-  uint64_t bars[kStages + 1];      // TMA path (initTileBarriers)
+  static constexpr int kStages = Head<kD>::kStages;
+  bf16 q[kTile * kD];
+  bf16 g[kTile * kD];
+  bf16 kv[kStages][2][kTile * kD];  // [stage][K, V]
+  uint64_t bars[kStages + 1];       // TMA path (initTileBarriers)
 };
 
 // grid: x = b * H + h, y = query tile counted from the last (longest first).
 // kWg: products on wgmma (sm_90a), Q and dO read from shared memory, tiles
 // copied by the TMA (as in attnBackwardKvTc).
 // bias_partial (or null): as in attnBackwardKvTc, the Q part written here.
-template <int kMinBlocks, bool kWg>
+template <int kD, int kMinBlocks, bool kWg>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     attnBackwardQTc(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
                     bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const void* lse, int lse_bf16,
                     float* delta, float* bias_partial, int Tn, int C, int H, float scale, float scale_log2,
                     bool accumulate) {
+  constexpr int kStages = Head<kD>::kStages, kTileBytes = Head<kD>::kTileBytes;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
-  BwdQSmem& sm = *reinterpret_cast<BwdQSmem*>(smem_raw);
+  BwdQSmem<kD>& sm = *reinterpret_cast<BwdQSmem<kD>*>(smem_raw);
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t stride = 3 * int64_t(C);
-  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * D;
+  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * kD;
   const bf16* kb = qb + C;
   const bf16* vb = qb + 2 * int64_t(C);
-  const bf16* gb = dout + int64_t(b) * Tn * C + int64_t(h) * D;
+  const bf16* gb = dout + int64_t(b) * Tn * C + int64_t(h) * kD;
   const int64_t stat = (int64_t(b) * H + h) * Tn;
   const uint32_t sq = smemAddr(sm.q), sg = smemAddr(sm.g), skv = smemAddr(sm.kv);
   const int n_tiles = q0 / kTile + 1;
   const uint32_t bars = smemAddr(sm.bars);
 
   auto loadKv = [&](int tile) {  // on the TMA path from thread 0 only
-    loadKvStage<kWg>(skv, bars, tile, qkv_map, kb, vb, b, h, Tn, C);
+    loadKvStage<kD, kWg>(skv, bars, tile, qkv_map, kb, vb, b, h, Tn, C);
   };
   if constexpr (kWg) {
-    startTmaTiles(bars, n_tiles, [&](uint32_t bar) {
+    startTmaTiles<kStages>(bars, n_tiles, [&](uint32_t bar) {
       mbarExpectBytes(bar, 2 * kTileBytes);
-      tmaTile(sq, qkv_map, h * D, q0, b, bar);
-      tmaTile(sg, dout_map, h * D, q0, b, bar);
+      tmaHeadTile<kD>(sq, qkv_map, h * kD, q0, b, bar);
+      tmaHeadTile<kD>(sg, dout_map, h * kD, q0, b, bar);
     }, loadKv);
   } else {
     loadTileAsync(sq, qb, q0, Tn, stride);
@@ -724,16 +789,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 
   const int row0 = q0 + warp * 16;
-  // delta = rowsum(dO * O) of the warp's 16 rows, two lanes per row (32
-  // columns each), while the first tiles load. The dK/dV kernel, launched
-  // after this one, reads it from `delta`.
+  // delta = rowsum(dO * O) of the warp's 16 rows, two lanes per row (half
+  // the columns each), while the first tiles load. The dK/dV kernel,
+  // launched after this one, reads it from `delta`.
   float my_delta = 0.f;
   {
     const int q = row0 + (lane >> 1);
     if (q < Tn) {
-      const int64_t off = (int64_t(b) * Tn + q) * C + int64_t(h) * D + (lane & 1) * 32;
+      const int64_t off = (int64_t(b) * Tn + q) * C + int64_t(h) * kD + (lane & 1) * (kD / 2);
 #pragma unroll
-      for (int v = 0; v < 4; ++v) {
+      for (int v = 0; v < kD / 16; ++v) {
         const uint4 gv = *reinterpret_cast<const uint4*>(dout + off + 8 * v);
         const uint4 ov = *reinterpret_cast<const uint4*>(out + off + 8 * v);
         const __nv_bfloat162* ge = reinterpret_cast<const __nv_bfloat162*>(&gv);
@@ -758,12 +823,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 
   uint32_t qf[4][4], gf[4][4];
-  Acc dq;
+  AccOf<kD> dq;
   zero(dq);
   for (int it = 0; it < n_tiles; ++it) {
     if constexpr (kWg) {
-      awaitTmaTile(bars, it, [&] {
-        if (threadIdx.x == 0 && it + 2 < n_tiles) loadKv(it + 2);
+      awaitTmaTile<kStages>(bars, it, [&] {
+        if (threadIdx.x == 0 && it + kStages - 1 < n_tiles) loadKv(it + kStages - 1);
       });
     } else {
       cpAsyncWait<1>();
@@ -780,9 +845,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     Acc s, dp;
     if constexpr (kWg) {  // dP's product runs beside P's exponentials
       wgmmaFence();
-      wgTileTimesTileT(s, sq, sk);   // S = Q K^T
+      wgTileTimesTileT<kD>(s, sq, sk);   // S = Q K^T
       wgmmaCommit();
-      wgTileTimesTileT(dp, sg, sv);  // dP = dO V^T
+      wgTileTimesTileT<kD>(dp, sg, sv);  // dP = dO V^T
       wgmmaCommit();
       wgmmaWait<1>();  // S has landed; dP may still run
       wgmmaFenceOperands(s);
@@ -818,19 +883,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       probsTimesTile(dq, dp, sk);  // dQ += dS K
     }
   }
-  storeRows(dqkv + int64_t(b) * Tn * stride + int64_t(h) * D, stride, row0, Tn, dq, scale, accumulate);
+  storeRows(dqkv + int64_t(b) * Tn * stride + int64_t(h) * kD, stride, row0, Tn, dq, scale, accumulate);
   if (bias_partial) {
     cpAsyncWait<0>();
     const int tile = q0 / kTile;
-    tileColumnSums(bias_partial + (int64_t(b) * gridDim.y + tile) * 3 * C + int64_t(h) * D, dq, scale, row0, Tn,
+    tileColumnSums(bias_partial + (int64_t(b) * gridDim.y + tile) * 3 * C + int64_t(h) * kD, dq, scale, row0, Tn,
                    reinterpret_cast<float*>(sm.kv));
   }
 }
 
 }  // namespace
 
+static bool& useWgmma();
+
+// Heads 64 wide on either instruction set; 128 wide on wgmma only (the
+// mma.sync kernels keep K and V fragments of a whole head in registers).
 bool attentionTensorCoreEligible(int64_t C, int64_t H, DType dt) {
-  return dt == DType::BF16 && H > 0 && C / H == D && C % 8 == 0;
+  if (dt != DType::BF16 || H <= 0 || C % H != 0 || C % 8 != 0) return false;
+  return C / H == 64 || (C / H == 128 && useWgmma());
 }
 
 // Blocks per SM for the two backward kernels. At 2 every fragment stays in
@@ -917,16 +987,28 @@ static void allowSmem(Kernel kernel, size_t bytes) {
 
 template <bool kWg>
 static void allowAttentionSmem() {
-  allowSmem(attnForwardTc<kWg>, sizeof(FwdSmem));
-  allowSmem(attnBackwardKvTc<2, 1, kWg>, sizeof(BwdKvSmem));
-  allowSmem(attnBackwardKvTc<3, kWg ? 1 : 2, kWg>, sizeof(BwdKvSmem));
-  allowSmem(attnBackwardQTc<2, kWg>, sizeof(BwdQSmem));
-  allowSmem(attnBackwardQTc<3, kWg>, sizeof(BwdQSmem));
+  allowSmem(attnForwardTc<64, kWg>, sizeof(FwdSmem<64>));
+  allowSmem(attnBackwardKvTc<64, 2, 1, kWg>, sizeof(BwdKvSmem<64>));
+  allowSmem(attnBackwardKvTc<64, 3, kWg ? 1 : 2, kWg>, sizeof(BwdKvSmem<64>));
+  allowSmem(attnBackwardQTc<64, 2, kWg>, sizeof(BwdQSmem<64>));
+  allowSmem(attnBackwardQTc<64, 3, kWg>, sizeof(BwdQSmem<64>));
 }
+
+// Heads 128 wide: two blocks per SM for every kernel (the shared tiles of
+// two stages fill about 100 KiB per block); the dK/dV kernel takes each query
+// tile in two 32-column slices so that dK and dV (64 registers each) and the
+// slice's S^T and dP^T stay in registers.
+constexpr int kWideSplit = 2;
+const auto attnForwardWide = attnForwardTc<128, true>;
+const auto attnBackwardKvWide = attnBackwardKvTc<128, 2, kWideSplit, true>;
+const auto attnBackwardQWide = attnBackwardQTc<128, 2, true>;
 
 void prepareAttentionKernels() {
   allowAttentionSmem<false>();
   allowAttentionSmem<true>();
+  allowSmem(attnForwardWide, sizeof(FwdSmem<128>));
+  allowSmem(attnBackwardKvWide, sizeof(BwdKvSmem<128>));
+  allowSmem(attnBackwardQWide, sizeof(BwdQSmem<128>));
   attentionBackwardBlocksPerSm();  // a bad override fails here, before any step
   chooseAttentionMma();
 }
@@ -941,11 +1023,12 @@ static const CUtensorMap& headTiles(const void* p, int64_t B, int64_t Tn, int64_
 void attentionForwardTc(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
                         int64_t H, cudaStream_t s) {
   dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
-  const auto kernel = useWgmma() ? attnForwardTc<true> : attnForwardTc<false>;
-  kernel<<<grid, kThreads, sizeof(FwdSmem), s>>>(headTiles(qkv, B, Tn, 3 * C), static_cast<bf16*>(out), lse,
-                                                 isBf16(lse_dt),
-                                                 static_cast<const bf16*>(qkv), int(Tn), int(C), int(H),
-                                                 kLog2e / sqrtf(float(D)));
+  const bool wide = C / H == 128;
+  const auto kernel = wide ? attnForwardWide : useWgmma() ? attnForwardTc<64, true> : attnForwardTc<64, false>;
+  const size_t smem = wide ? sizeof(FwdSmem<128>) : sizeof(FwdSmem<64>);
+  kernel<<<grid, kThreads, smem, s>>>(headTiles(qkv, B, Tn, 3 * C), static_cast<bf16*>(out), lse, isBf16(lse_dt),
+                                      static_cast<const bf16*>(qkv), int(Tn), int(C), int(H),
+                                      kLog2e / sqrtf(float(C / H)));
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
@@ -953,27 +1036,29 @@ void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const vo
                          DType lse_dt, float* delta, float* bias_partial, int64_t B, int64_t Tn, int64_t C, int64_t H,
                          bool accumulate, cudaStream_t s) {
   dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
-  const float scale = 1.f / sqrtf(float(D));
+  const float scale = 1.f / sqrtf(float(C / H));
   const BackwardBlocks blocks = attentionBackwardBlocksPerSm();
-  const bool wg = useWgmma();
-  const auto kv_kernel = blocks.kv == 3 ? (wg ? attnBackwardKvTc<3, 1, true> : attnBackwardKvTc<3, 2, false>)
-                                        : (wg ? attnBackwardKvTc<2, 1, true> : attnBackwardKvTc<2, 1, false>);
-  const auto q_kernel = blocks.q == 3 ? (wg ? attnBackwardQTc<3, true> : attnBackwardQTc<3, false>)
-                                      : (wg ? attnBackwardQTc<2, true> : attnBackwardQTc<2, false>);
+  const bool wg = useWgmma(), wide = C / H == 128;
+  const auto kv_kernel =
+      wide ? attnBackwardKvWide
+           : blocks.kv == 3 ? (wg ? attnBackwardKvTc<64, 3, 1, true> : attnBackwardKvTc<64, 3, 2, false>)
+                            : (wg ? attnBackwardKvTc<64, 2, 1, true> : attnBackwardKvTc<64, 2, 1, false>);
+  const auto q_kernel = wide ? attnBackwardQWide
+                             : blocks.q == 3 ? (wg ? attnBackwardQTc<64, 3, true> : attnBackwardQTc<64, 3, false>)
+                                             : (wg ? attnBackwardQTc<64, 2, true> : attnBackwardQTc<64, 2, false>);
+  const size_t q_smem = wide ? sizeof(BwdQSmem<128>) : sizeof(BwdQSmem<64>);
+  const size_t kv_smem = wide ? sizeof(BwdKvSmem<128>) : sizeof(BwdKvSmem<64>);
   const CUtensorMap& qkv_map = headTiles(qkv, B, Tn, 3 * C);
   const CUtensorMap& dout_map = headTiles(dout, B, Tn, C);
   // dQ first: it writes the delta the dK/dV kernel reads.
-  q_kernel<<<grid, kThreads, sizeof(BwdQSmem), s>>>(qkv_map, dout_map, static_cast<bf16*>(dqkv),
-                                                   static_cast<const bf16*>(dout),
-                                                   static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse,
-                                                   isBf16(lse_dt), delta, bias_partial, int(Tn), int(C), int(H),
-                                                   scale, scale * kLog2e, accumulate);
+  q_kernel<<<grid, kThreads, q_smem, s>>>(qkv_map, dout_map, static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
+                                          static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse,
+                                          isBf16(lse_dt), delta, bias_partial, int(Tn), int(C), int(H), scale,
+                                          scale * kLog2e, accumulate);
   TANDEM_CUDA_LAUNCH_CHECK();
-  kv_kernel<<<grid, kThreads, sizeof(BwdKvSmem), s>>>(qkv_map, dout_map, static_cast<bf16*>(dqkv),
-                                                     static_cast<const bf16*>(dout),
-                                                     static_cast<const bf16*>(qkv), lse, isBf16(lse_dt), delta,
-                                                     bias_partial, int(Tn), int(C), int(H), scale, scale * kLog2e,
-                                                     accumulate);
+  kv_kernel<<<grid, kThreads, kv_smem, s>>>(qkv_map, dout_map, static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
+                                            static_cast<const bf16*>(qkv), lse, isBf16(lse_dt), delta, bias_partial,
+                                            int(Tn), int(C), int(H), scale, scale * kLog2e, accumulate);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 

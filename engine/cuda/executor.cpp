@@ -102,6 +102,14 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   if (opt.observer) opt.observer->onSetupWorkBegin();
   prepareKernels();
   if (opt.observer) opt.observer->onSetupWorkEnd();
+  // Heads 128 wide run on the tensor-core kernels' Hopper code only, which
+  // prepareKernels found loaded or not (gpuRunRefusal judged the plan).
+  const DType activations = plan.job.training.precision == Precision::BF16 ? DType::BF16 : DType::F32;
+  for (const Task& t : program->tasks)
+    if (t.op == OpKind::Attention && !attentionRunsHere(t.attrs.c, t.attrs.h, activations))
+      throw CudaError(fmt::format("cuda executor: attention heads {} wide run on the tensor cores' Hopper (sm_90a) "
+                                  "kernels only; on this GPU the attention takes the {} path",
+                                  t.attrs.c / t.attrs.h, attentionMmaPath()));
   arena = static_cast<std::byte*>(deviceAlloc(arena_bytes));
   TANDEM_CUDA_CHECK(cudaMemset(arena, 0, arena_bytes));
   for (const StreamInfo& si : program->streams)
@@ -344,14 +352,19 @@ void CudaExecutor::Impl::buildTable(int task) {
 }
 
 void CudaExecutor::Impl::initialiseParameters() {
-  for (const ParamInfo& p : program->params) {
-    // Sharded parameters live in their bucket's shard (below); their own
-    // buffers are gathered copies.
-    if (program->buckets.at(size_t(p.bucket)).param_shard >= 0) continue;
-    const std::vector<float> v = initialParameterValues(plan.job, *program, p, opt.rank);
-    writeBuffer(p.param, v);
-    if (p.master >= 0 && p.master != p.param) writeBuffer(p.master, v);
-  }
+  // Sharded parameters live in their bucket's shard (below); their own
+  // buffers are gathered copies.
+  std::vector<const ParamInfo*> whole;
+  for (const ParamInfo& p : program->params)
+    if (program->buckets.at(size_t(p.bucket)).param_shard < 0) whole.push_back(&p);
+  // Drawn on several cores (the values do not depend on how many), written
+  // in order from this thread.
+  const int threads = int(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  forEachInitialParameter(plan.job, *program, whole, opt.rank, threads,
+                          [&](const ParamInfo& p, const std::vector<float>& v) {
+                            writeBuffer(p.param, v);
+                            if (p.master >= 0 && p.master != p.param) writeBuffer(p.master, v);
+                          });
   // Sharded optimizer, bf16: this rank's fp32 master shard of each bucket;
   // sharded parameters: this rank's shard of them.
   for (const GradBucket& b : program->buckets)

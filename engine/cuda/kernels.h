@@ -94,11 +94,13 @@ void prepareKernels();
 // (TANDEM_ATTN_MMA=wgmma|sync overrides).
 const char* attentionMmaPath();
 
-// Causal attention; head dimension C/H must be 16, 32 or 64
+// Causal attention; head dimension C/H 16, 32 or 64, or 128 in bf16 where
+// the tensor-core kernels have their Hopper code
 // (gpuAttentionHeadWidthSupported, engine/gpu_support.h). bf16 with head
-// dimension 64 runs on the tensor cores (attention_tc.cu), the rest on a
-// fp32 CUDA-core kernel (attention.cu).
-bool attentionSupportsHeadDim(int64_t D);
+// dimension 64 or 128 runs on the tensor cores (attention_tc.cu), the rest
+// on a fp32 CUDA-core kernel (attention.cu). attentionRunsHere: whether this
+// device (after prepareKernels) runs the shape.
+bool attentionRunsHere(int64_t C, int64_t H, DType dt);
 void attentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn,
                       int64_t C, int64_t H, DType dt, cudaStream_t s);
 // scratch: attentionScratchBytes(B, Tn, H, C, dbias != null) bytes of executor workspace.

@@ -138,13 +138,22 @@ TEST_CASE("What the GPU executor would refuse, judged from the plan", "[gpu_foot
   dp.parallel.data_parallel = 4;
   dp.parallel.shard_parameters = true;
   CHECK_FALSE(gpuRunRefusal(buildPlan(dp)).has_value());
-  // Refused, each with the job field that decides it.
+  // Heads 128 wide run in bf16 (the tensor-core kernels).
   JobSpec wide = llama124m();
-  wide.model.heads = 6;  // heads 128 wide
+  wide.model.heads = 6;
   wide.model.kv_heads = 2;
-  const auto heads = gpuRunRefusal(buildPlan(wide));
+  CHECK_FALSE(gpuRunRefusal(buildPlan(wide)).has_value());
+  // Refused, each with the job field that decides it.
+  wide.training.precision = Precision::FP32;
+  const auto wide32 = gpuRunRefusal(buildPlan(wide));
+  REQUIRE(wide32.has_value());
+  CHECK_THAT(*wide32, Catch::Contains("heads 128 wide") && Catch::Contains("training.precision is fp32"));
+  JobSpec odd = llama124m();
+  odd.model.heads = 8;  // heads 96 wide
+  odd.model.kv_heads = 2;
+  const auto heads = gpuRunRefusal(buildPlan(odd));
   REQUIRE(heads.has_value());
-  CHECK_THAT(*heads, Catch::Contains("heads 128 wide") && Catch::Contains("model.heads 6"));
+  CHECK_THAT(*heads, Catch::Contains("heads 96 wide") && Catch::Contains("model.heads 8"));
   JobSpec tp = gpt2OneRank();
   tp.parallel.tensor_parallel = 2;
   const auto tensor = gpuRunRefusal(buildPlan(tp));

@@ -5,7 +5,7 @@
 # Stages: kernels executor memory dp2 profiler cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
-#         llama llamapeers
+#         llama llamapeers wide
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -18,11 +18,11 @@ if [ ! -e /work/main/resources ]; then mkdir -p /work && rm -rf /work/main && ln
 B=$DIST/bin
 # GPT-2 124M's (or the job file's in $2) losses, gradient norms and learning
 # rates over 20 steps with and without the CUDA Graph, optionally under one
-# --set override, compared. Two processes: GEMM algorithm timing may choose
+# --set overrides (KEY=VALUE words), compared. Two processes: GEMM algorithm timing may choose
 # differently in each, so it is off (docs/gpu-executor.md, GEMM algorithm timing).
 graph_vs_eager() {
   local set=() tag=${1:-default} job=${2:-resources/jobs/gpt2-124m-dp8.yaml}
-  [ -n "$1" ] && set=(--set "$1")
+  for kv in $1; do set+=(--set "$kv"); done
   local name=$(basename "$job" .yaml).${tag//[^a-z_]/_}
   for mode in graph eager; do
     TANDEM_GEMM_TUNING=0 $B/tandem run "$job" --gpus 1 --steps 20 --json "${set[@]}" \
@@ -207,6 +207,17 @@ for s in "$@"; do
       # three rounds in turn.
       stage llama_peers $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml --steps 40 --rounds 3 \
         --peer $DIST/peers/llama_torch.py ;;
+    wide)
+      # Heads 128 wide (Llama 2 and 3): Llama 2 7B on one GPU (parameters
+      # not sharded: one rank), llama-124m with 6 heads of 128 (graph ==
+      # eager, breakdown, against the PyTorch peer, two rounds).
+      stage llama2_7b $B/tandem run llama2-7b --gpus 1 --steps 4 --set parallel.shard_parameters=false
+      local_set="model.heads=6 model.kv_heads=2"
+      graph_vs_eager "$local_set" resources/jobs/llama-124m.yaml
+      stage wide_breakdown $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml --steps 30 --breakdown \
+        --set model.heads=6 --set model.kv_heads=2
+      stage wide_peers $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml --steps 40 --rounds 2 \
+        --set model.heads=6 --set model.kv_heads=2 --peer $DIST/peers/llama_torch.py ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done

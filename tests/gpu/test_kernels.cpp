@@ -95,7 +95,7 @@ void testAttention(DType dt, int64_t B, int64_t T, int64_t C, int64_t H, bool ac
   Dev gq(dt, qkv.size()), go(dt, out.size()), gl(DType::F32, lse.size()), gdo(dt, dout.size()), gdq(dt, qkv.size());
   gq.upload(qkv), gdo.upload(dout);
   cuda::attentionForward(go.p, gl.p, gl.dt, gq.p, B, T, C, H, dt, nullptr);
-  const bool tensor_cores = dt == DType::BF16 && C / H == 64;
+  const bool tensor_cores = dt == DType::BF16 && (C / H == 64 || C / H == 128);
   const std::string shape = fmt::format("B{} T{} C{} H{}{}{}", B, T, C, H, accumulate ? " (accumulate)" : "",
                                         tensor_cores ? fmt::format(" [{}]", cuda::attentionMmaPath()) : "");
   expectBelow(tag(dt, ("attention forward out " + shape).c_str()), relError(go.download(), out), tol(dt));
@@ -705,6 +705,46 @@ void testAttentionPaths() {
   cuda::prepareKernels();
 }
 
+// Heads 128 wide (Llama 2 and 3): the tensor-core kernels' wgmma code only,
+// tiles of two swizzle atoms and two pipeline stages. Elsewhere (another
+// architecture, or TANDEM_ATTN_MMA=sync) the shape is not run: the kernels
+// say so instead of computing something else.
+void testWideAttention() {
+  cudaDeviceProp prop{};
+  TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const bool hopper = prop.major == 9 && prop.minor == 0;
+  expectTrue(fmt::format("heads 128 wide run on compute capability {}.{} (bf16)", prop.major, prop.minor),
+             cuda::attentionRunsHere(256, 2, DType::BF16) == hopper);
+  expectTrue("heads 128 wide are not run in fp32", !cuda::attentionRunsHere(256, 2, DType::F32));
+  expectTrue("heads 96 wide are not run", !cuda::attentionRunsHere(192, 2, DType::BF16));
+  if (!hopper) {
+    std::printf("SKIP attention with heads 128 wide (compute capability %d.%d: no wgmma)\n", prop.major, prop.minor);
+    return;
+  }
+  testAttention(DType::BF16, 1, 130, 256, 2);   // two heads, a ragged third tile
+  testAttention(DType::BF16, 2, 64, 128, 1);    // one full tile
+  testAttention(DType::BF16, 2, 1024, 512, 4);  // sixteen tiles
+  testAttention(DType::BF16, 3, 77, 256, 2, true);  // gradients accumulated
+  testAttention(DType::BF16, 2, 1, 256, 2);     // a single token
+  testAttention(DType::BF16, 1, 4096, 128, 1);  // Llama 2's sequence: 64 tiles
+  testAttentionDeterministic(2, 1024, 512, 4);
+  // The mma.sync path does not take them: the launch refuses in words.
+  setenv("TANDEM_ATTN_MMA", "sync", 1);
+  cuda::prepareKernels();
+  expectTrue("heads 128 wide are not run on the mma.sync path", !cuda::attentionRunsHere(256, 2, DType::BF16));
+  Dev gq(DType::BF16, 3 * 256), go(DType::BF16, 256), gl(DType::F32, 2);
+  std::string refusal;
+  try {
+    cuda::attentionForward(go.p, gl.p, gl.dt, gq.p, 1, 1, 256, 2, DType::BF16, nullptr);
+  } catch (const std::exception& e) {
+    refusal = e.what();
+  }
+  expectTrue("heads 128 wide on mma.sync: refused with a message (" + refusal + ")",
+             refusal.find("128") != std::string::npos);
+  unsetenv("TANDEM_ATTN_MMA");
+  cuda::prepareKernels();
+}
+
 // The device record a real run writes into the trace store: every version
 // known on a GPU machine (NVML's driver release too, where the driver
 // library is there).
@@ -725,6 +765,7 @@ int main() {
   testMergedMemsetsBeforeRoots();
   testDeviceRecord();
   cuda::prepareKernels();
+  testWideAttention();
   for (DType dt : {DType::F32, DType::BF16}) {
     // Vector paths (C multiple of the 16-byte vector) and the scalar ones;
     // M past the 2112 warps of the backward makes warps take several rows.

@@ -184,6 +184,14 @@ int main() {
     testGroupedAttention(dt, 1, 300, 512, 8, 2, false);  // head width 64, five tiles
     testGroupedAttention(dt, 2, 1024, 256, 4, 2, true);  // long sequence: angles up to 1023 radians
   }
+  // Heads 128 wide (Llama 2 and 3): bf16 on the tensor cores' wgmma code.
+  if (cuda::attentionRunsHere(1024, 8, DType::BF16)) {
+    testGroupedAttention(DType::BF16, 1, 300, 1024, 8, 2, false);  // 4 query heads per key/value head
+    testGroupedAttention(DType::BF16, 2, 256, 512, 4, 4, true);   // as many key/value heads as query heads
+    testGroupedAttention(DType::BF16, 1, 2048, 256, 2, 1, false);  // one key/value head, angles up to 2047 radians
+  } else {
+    std::printf("SKIP grouped attention with heads 128 wide (no wgmma on this GPU)\n");
+  }
   testDeterministic();
   const cudaError_t err = cudaDeviceSynchronize();
   expectTrue(std::string("no CUDA error: ") + cudaGetErrorString(err), err == cudaSuccess);

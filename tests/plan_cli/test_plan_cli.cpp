@@ -263,8 +263,8 @@ TEST_CASE("tandem train runs pipeline and tensor parallel jobs; tandem run refus
   CHECK_THAT(plan.out, Catch::Contains("split over 2 consecutive ranks, the residual stream's tokens too (1/2 each)"));
 
   // A Llama job: planned and trained on the CPU reference. Llama 2 7B's
-  // heads are 128 wide, which the GPU kernels do not take: `run` refuses it
-  // in one line (or, without a GPU, says so).
+  // heads are 128 wide, which the GPU kernels take in bf16 only: `run`
+  // refuses an fp32 one in one line (or, without a GPU, says so).
   const Result llama = runTandem(
       "train tiny --backend cpu --steps 30 --set model.family=llama --set model.kv_heads=2 "
       "--set model.mlp_ratio=2.75 --set model.tied_embeddings=false");
@@ -272,11 +272,12 @@ TEST_CASE("tandem train runs pipeline and tensor parallel jobs; tandem run refus
   REQUIRE(llama.exit_code == 0);
   CHECK_THAT(llama.out, Catch::Contains("step    30/30"));
   // `tandem plan` says so on a machine without a GPU too.
-  const Result llama_plan = runTandem("plan llama2-7b");
+  const Result llama_plan = runTandem("plan llama2-7b --set training.precision=fp32");
   CHECK(llama_plan.exit_code == 0);
   CHECK_THAT(llama_plan.out, Catch::Contains("tandem run refuses it: attention heads 128 wide"));
   CHECK_THAT(runTandem("plan llama-124m").out, !Catch::Contains("refuses"));
-  const Result llama_run = runTandem("run llama2-7b --gpus 1");
+  CHECK_THAT(runTandem("plan llama2-7b").out, !Catch::Contains("refuses"));
+  const Result llama_run = runTandem("run llama2-7b --gpus 1 --set training.precision=fp32");
   INFO(llama_run.err);
   CHECK(llama_run.exit_code != 0);
   CHECK(std::count(llama_run.err.begin(), llama_run.err.end(), '\n') == 1);
