@@ -58,8 +58,24 @@ std::vector<float> tensorParallelSlice(const JobSpec& job, const RankPlan& progr
   return out;
 }
 
+void fillNormal(float* out, int64_t n, uint64_t seed, double stddev, int threads) {
+  // Chunks of at least 1M values: below that a thread costs more than it draws.
+  const int64_t chunks = std::clamp<int64_t>(n >> 20, 1, std::max(1, threads));
+  auto fill = [&](int64_t begin, int64_t end) {
+    SplitMix64 rng(seed);
+    rng.skip(2 * uint64_t(begin));  // each normal takes two draws
+    for (int64_t i = begin; i < end; ++i) out[i] = float(stddev * rng.normal());
+  };
+  if (chunks == 1) return fill(0, n);
+  std::vector<std::future<void>> parts;
+  for (int64_t c = 1; c < chunks; ++c)
+    parts.push_back(std::async(std::launch::async, fill, n * c / chunks, n * (c + 1) / chunks));
+  fill(0, n / chunks);
+  for (auto& p : parts) p.get();
+}
+
 std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& program, const ParamInfo& param,
-                                          int rank) {
+                                          int rank, int threads) {
   const int64_t n = product(wholeShape(job, program, param));
   std::vector<float> values(n, 0.0f);
   const std::string& name = param.name;
@@ -72,21 +88,20 @@ std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& pr
   double stddev = 0.02;
   if (endsWith(name, "attn.proj.weight") || endsWith(name, "mlp.proj.weight"))
     stddev /= std::sqrt(2.0 * job.model.layers);
-  SplitMix64 rng(fnv1a64(name.data(), name.size(), job.training.seed ^ 0x5EEDull));
-  for (auto& v : values) v = float(stddev * rng.normal());
+  fillNormal(values.data(), n, fnv1a64(name.data(), name.size(), job.training.seed ^ 0x5EEDull), stddev, threads);
   return tensorParallelSlice(job, program, param, rank, values);
 }
 
 void forEachInitialParameter(const JobSpec& job, const RankPlan& program, const std::vector<const ParamInfo*>& params,
                              int rank, int threads,
                              const std::function<void(const ParamInfo&, const std::vector<float>&)>& use) {
-  const size_t window = size_t(std::max(1, threads));
+  const size_t window = 2;  // the one handed over and the next
   std::deque<std::future<std::vector<float>>> ahead;
   size_t next = 0;
   auto launch = [&] {
     const ParamInfo* p = params[next++];
-    ahead.push_back(std::async(std::launch::async, [&job, &program, p, rank] {
-      return initialParameterValues(job, program, *p, rank);
+    ahead.push_back(std::async(std::launch::async, [&job, &program, p, rank, threads] {
+      return initialParameterValues(job, program, *p, rank, threads);
     }));
   };
   for (size_t i = 0; i < params.size(); ++i) {

@@ -17,15 +17,19 @@ namespace tandem {
 // tensor-parallel slice (ParamInfo::split_dim) is rank `rank`'s part of the
 // whole parameter's values, so every layout starts from the same model.
 std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& program,
-                                          const ParamInfo& param, int rank);
+                                          const ParamInfo& param, int rank, int threads = 1);
 
 // initialParameterValues of each of `params`, handed to `use` in their order
-// on the calling thread, computed ahead of it by up to `threads` worker
-// threads (at most that many parameters' values held at once). A 7B model
-// draws 6.7 billion normal values: about four minutes on one core.
+// on the calling thread, the next parameter's drawn meanwhile on
+// `threads` threads. A 7B model draws 6.7 billion normal values: about five
+// minutes on one core.
 void forEachInitialParameter(const JobSpec& job, const RankPlan& program, const std::vector<const ParamInfo*>& params,
                              int rank, int threads,
                              const std::function<void(const ParamInfo&, const std::vector<float>&)>& use);
+
+// out[i] = stddev * (the i-th normal of SplitMix64(seed)), for i < n, drawn
+// in chunks on up to `threads` threads: the same values for any count.
+void fillNormal(float* out, int64_t n, uint64_t seed, double stddev, int threads);
 
 // Rank `rank`'s slice of a whole parameter's values (row-major, `whole`
 // elements of the parameter's full shape) under tensor parallelism: the

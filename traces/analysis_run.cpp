@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <future>
 #include <map>
+#include <set>
 
 #include "traces/analysis_parts.h"
 
@@ -70,13 +71,23 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
     return detail::streamWaits(ranks, categories, strings, plan, recorded_steps, streams, options.stream_wait_pairs);
   });
 
+  // The executor's set-up before the first step (initial weights copied in,
+  // GEMM algorithms timed) is no part of the run's time: the rank's span,
+  // breakdown and idle time leave its track out (the kernel table keeps it,
+  // as the op "set-up").
+  std::set<std::pair<int, int>> setup_tracks;  // (rank, stream)
+  for (const StreamRow& st : streams)
+    if (st.name == kSetupStreamName) setup_tracks.insert({st.rank, st.stream});
   std::map<int, RankSets> sets;
-  for (const auto& rk : ranks) {
+  for (const auto& all : ranks) {
+    detail::RankTracks rk{all.rank, {}};
+    for (const Track* t : all.tracks)
+      if (!setup_tracks.count({t->rank, t->stream})) rk.tracks.push_back(t);
     RankReport rr;
     rr.rank = rk.rank;
+    for (const Track* t : all.tracks) rr.activities += static_cast<int64_t>(t->size());
     int64_t first = INT64_MAX, last = INT64_MIN;
     for (const Track* t : rk.tracks) {
-      rr.activities += static_cast<int64_t>(t->size());
       for (size_t i = 0; i < t->size(); ++i) {
         if (categories.of(t->kind[i], t->name[i]) == Category::Host) continue;
         first = std::min(first, t->start_ns[i]);

@@ -410,6 +410,23 @@ struct Rotation8 {
       c[e] = float(cd), s[e] = float(sd);
     }
   }
+  // (x, y) = the pair of vectors (va, vb) rotated, or rotated back.
+  template <bool kInverse>
+  __device__ __forceinline__ void apply(const uint4& va, const uint4& vb, float (&x)[8], float (&y)[8]) const {
+    float a[8], b[8];
+    unpack8(va, a);
+    unpack8(vb, b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if constexpr (kInverse) {
+        x[e] = a[e] * c[e] + b[e] * s[e];
+        y[e] = -a[e] * s[e] + b[e] * c[e];
+      } else {
+        x[e] = a[e] * c[e] - b[e] * s[e];
+        y[e] = a[e] * s[e] + b[e] * c[e];
+      }
+    }
+  }
 };
 
 __global__ void expandGroupedQkvVec(uint4* full, const uint4* qkv, int64_t BT, int Tn, int H, int KV, int D) {
@@ -425,28 +442,16 @@ __global__ void expandGroupedQkvVec(uint4* full, const uint4* qkv, int64_t BT, i
     uint4* dst = full + bt * 3 * c8;
     // Rotates the pair of vectors (j, j + half) of the head at `src` into `out`.
     auto rotate = [&](const uint4* src, uint4* out) {
-      float a[8], b[8], x[8], y[8];
-      unpack8(src[j], a);
-      unpack8(src[j + half8], b);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        x[e] = a[e] * rot.c[e] - b[e] * rot.s[e];
-        y[e] = a[e] * rot.s[e] + b[e] * rot.c[e];
-      }
+      float x[8], y[8];
+      rot.apply<false>(src[j], src[j + half8], x, y);
       out[j] = pack8(x);
       out[j + half8] = pack8(y);
     };
     // The key's rotated pair once, written for each query head of the group.
     uint4 k0, k1;
     {
-      float a[8], b[8], x[8], y[8];
-      unpack8(group[int64_t(R) * d8 + j], a);
-      unpack8(group[int64_t(R) * d8 + j + half8], b);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        x[e] = a[e] * rot.c[e] - b[e] * rot.s[e];
-        y[e] = a[e] * rot.s[e] + b[e] * rot.c[e];
-      }
+      float x[8], y[8];
+      rot.apply<false>(group[int64_t(R) * d8 + j], group[int64_t(R) * d8 + j + half8], x, y);
       k0 = pack8(x), k1 = pack8(y);
     }
     const uint4 v0 = group[int64_t(R + 1) * d8 + j], v1 = group[int64_t(R + 1) * d8 + j + half8];
@@ -487,14 +492,7 @@ __global__ void foldGroupedQkvVec(uint4* dqkv, const uint4* dfull, int64_t BT, i
     };
     // The inverse rotation of the pair at `in` into x, y.
     auto unrotate = [&](const uint4* in, float (&x)[8], float (&y)[8]) {
-      float a[8], b[8];
-      unpack8(in[j], a);
-      unpack8(in[j + half8], b);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        x[e] = a[e] * rot.c[e] + b[e] * rot.s[e];
-        y[e] = -a[e] * rot.s[e] + b[e] * rot.c[e];
-      }
+      rot.apply<true>(in[j], in[j + half8], x, y);
     };
     float dk0[8] = {}, dk1[8] = {}, dv0[8] = {}, dv1[8] = {};
     for (int r = 0; r < R; ++r) {

@@ -6,8 +6,11 @@
 // The executor calls, on its host thread and in this order:
 //   [onSetupWorkBegin() ... onSetupWorkEnd()   in the constructor, around GPU
 //                                              work that is not a step: the
-//                                              kernels' set-up (a probe kernel),
-//                                              then timing GEMM algorithms]
+//                                              kernels' set-up (a probe kernel)
+//                                              and the arena zeroed, the tasks'
+//                                              tables, timing GEMM algorithms,
+//                                              the initial weights copied in;
+//                                              never nested]
 //   onStepBegin(step)
 //     [onCaptureBegin(stream)            first step of graph mode only]
 //       onTaskBegin(task, stream) ... launches of the task ... onTaskEnd(task, stream)

@@ -6,6 +6,7 @@
 
 #include "engine/init.h"
 #include "engine/planner.h"
+#include "engine/rng.h"
 #include "test_jobs.h"
 
 using namespace tandem;
@@ -36,4 +37,22 @@ TEST_CASE("Parameters drawn on worker threads arrive in order with the sequentia
   int calls = 0;
   forEachInitialParameter(plan.job, rp, {}, 0, 4, [&](const ParamInfo&, const std::vector<float>&) { ++calls; });
   CHECK(calls == 0);
+}
+
+TEST_CASE("Normal values drawn in chunks on several threads are one generator's sequence", "[init]") {
+  const int64_t n = (int64_t(3) << 20) + 12345;  // three chunks of a million values or more, the last ragged
+  SplitMix64 rng(0xC0FFEEull);
+  std::vector<float> sequential(static_cast<size_t>(n));
+  for (float& v : sequential) v = float(0.02 * rng.normal());
+  for (int threads : {1, 2, 4, 7}) {
+    std::vector<float> chunked(static_cast<size_t>(n), -1.f);
+    fillNormal(chunked.data(), n, 0xC0FFEEull, 0.02, threads);
+    INFO("threads " << threads);
+    CHECK(chunked == sequential);
+  }
+  // skip(n) is n calls of next().
+  SplitMix64 a(7), b(7);
+  for (int i = 0; i < 1000; ++i) a.next();
+  b.skip(1000);
+  CHECK(a.next() == b.next());
 }

@@ -77,4 +77,13 @@ TEST_CASE("kernels by op: the executor's set-up work is a row of its own, not un
   CHECK(rep.attribution.attributed == 1);
   REQUIRE(rep.attribution.top_unattributed.size() == 1);
   CHECK(rep.attribution.top_unattributed[0].first == "stray");
+  // The rank's time starts with its first step work: the set-up track is
+  // no part of its span, busy or idle time (a 7B model's set-up is a minute).
+  REQUIRE(rep.ranks.size() == 1);
+  CHECK(rep.ranks[0].first_ns == 100);
+  CHECK(rep.ranks[0].breakdown.span_ns == 120);
+  CHECK(rep.ranks[0].breakdown.compute_ns == 110);
+  CHECK(rep.ranks[0].breakdown.memcpy_ns == 0);
+  CHECK(rep.ranks[0].breakdown.idle_ns == 10);
+  CHECK(rep.ranks[0].activities == 5);  // every activity still counted
 }
