@@ -273,6 +273,19 @@ void runRank(const RunOptions& o, const JobSpec& job, const Plan& plan, const cu
   // Every rank joined the communicator: the id file has served.
   cuda::finishRendezvous(info, rendezvous);
   const bool lead = rank == 0;
+  if (lead) {
+    // Where the wait before the first step went (a minute or more for 7B).
+    const cuda::SetupTimes st = exec->setupTimes();
+    if (o.json)
+      fmt::print(R"({{"setup_s":{:.3f},"kernels_and_arena_s":{:.3f},"tables_s":{:.3f},"gemm_timing_s":{:.3f},)"
+                 R"("initial_weights_s":{:.3f}}})"
+                 "\n",
+                 st.total_s, st.kernels_and_arena_s, st.tables_s, st.gemm_timing_s, st.initial_weights_s);
+    else if (st.total_s >= 5)
+      fmt::print("set-up {:.1f} s: kernels and arena {:.1f} s, task tables {:.1f} s, GEMM timing {:.1f} s, initial "
+                 "weights {:.1f} s\n",
+                 st.total_s, st.kernels_and_arena_s, st.tables_s, st.gemm_timing_s, st.initial_weights_s);
+  }
   if (lead && !o.json && !exec->gemmTuning().empty()) {
     const cuda::GemmTuningTotals t = cuda::totalsOf(exec->gemmTuning());
     fmt::print("GEMM algorithms timed for {} shapes, {} changed from cuBLASLt's first choice: {:.3f} -> {:.3f} ms "

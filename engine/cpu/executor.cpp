@@ -161,13 +161,15 @@ struct CpuExecutor::Impl {
                                                g.ranks[i], g.name));
     }
     const int shards = shardCount(plan.job);
+    // Large parameters' values are drawn on every core (the same values).
+    const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
     for (int r = 0; r < plan.world_size; ++r) {
       const RankPlan* program = &programOf(r);
       for (const ParamInfo& pi : program->params) {
         // Sharded parameters live in their bucket's shard (below); their
         // own buffers are gathered copies.
         if (program->buckets.at(size_t(pi.bucket)).param_shard >= 0) continue;
-        const std::vector<float> v = initialParameterValues(plan.job, *program, pi, r);
+        const std::vector<float> v = initialParameterValues(plan.job, *program, pi, r, threads);
         storeFromFloat(arenas[r].data(), program->buffers[pi.param], v.data());
         if (pi.master >= 0 && pi.master != pi.param)
           storeFromFloat(arenas[r].data(), program->buffers[pi.master], v.data());

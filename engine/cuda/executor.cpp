@@ -40,6 +40,14 @@ int64_t chunksOf(int64_t n) { return (n + kChunkElements - 1) / kChunkElements; 
 }  // namespace
 
 CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt(o) {
+  const auto setup_start = std::chrono::steady_clock::now();
+  auto mark = setup_start;
+  auto secondsSinceMark = [&mark] {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - mark).count();
+    mark = now;
+    return s;
+  };
   // What this executor does not run, in the words `tandem plan` uses too.
   if (const std::optional<std::string> why = gpuRunRefusal(plan)) throw CudaError("cuda executor: " + *why);
   program = &plan.programs[0];
@@ -100,6 +108,7 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   // Set-up work on the GPU, like the GEMM timing below: a profiler files
   // its records (the attention's probe kernel) apart from the steps'.
   if (opt.observer) opt.observer->onSetupWorkBegin();
+  secondsSinceMark();  // what comes before (streams, events, NCCL) is not timed here
   prepareKernels();
   // Heads 128 wide run on the tensor-core kernels' Hopper code only, which
   // prepareKernels found loaded or not (gpuRunRefusal judged the plan).
@@ -139,15 +148,20 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   updates_at_start = std::any_of(program->tasks.begin(), program->tasks.end(), [](const Task& t) {
     return t.op == OpKind::AdamW && t.attrs.from_previous_step;
   });
+  setup_times.kernels_and_arena_s = secondsSinceMark();
   if (opt.observer) opt.observer->onSetupWorkBegin();
   prepareTasks();
   if (opt.observer) opt.observer->onSetupWorkEnd();
+  setup_times.tables_s = secondsSinceMark();
   tuneGemms();  // a set-up window of its own
+  setup_times.gemm_timing_s = secondsSinceMark();
   // The initial weights' copies (Llama 2 7B: 40 GB, 5.7 s) are set-up too.
   if (opt.observer) opt.observer->onSetupWorkBegin();
   initialiseParameters();
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
   if (opt.observer) opt.observer->onSetupWorkEnd();
+  setup_times.initial_weights_s = secondsSinceMark();
+  setup_times.total_s = std::chrono::duration<double>(mark - setup_start).count();
 
   size_t free_after = 0;
   TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_after, &total_b));
@@ -795,6 +809,7 @@ void CudaExecutor::writeBuffer(int buffer, const std::vector<float>& values) {
   impl_->writeBuffer(buffer, values);
 }
 GpuMemoryReport CudaExecutor::memory() const { return impl_->mem; }
+SetupTimes CudaExecutor::setupTimes() const { return impl_->setup_times; }
 std::vector<double> CudaExecutor::taskMilliseconds() const { return impl_->task_ms; }
 int CudaExecutor::stepsDone() const { return impl_->steps_done; }
 const FusionPlan& CudaExecutor::fusion() const { return impl_->fusion; }

@@ -72,6 +72,16 @@ struct GpuMemoryReport {
   int64_t device_used_bytes = 0;    // device memory in use after setup (context, NCCL too)
 };
 
+// Wall seconds of the constructor's set-up, by part (a 7B model's takes a
+// minute or more before its first step).
+struct SetupTimes {
+  double total_s = 0;
+  double kernels_and_arena_s = 0;  // kernel attributes, the arena allocated and zeroed
+  double tables_s = 0;             // the tasks' tables and buffers (prepareTasks)
+  double gemm_timing_s = 0;        // cuBLASLt algorithms timed (0 with tuning off)
+  double initial_weights_s = 0;    // drawn on the host and copied in
+};
+
 class CudaExecutor {
  public:
   CudaExecutor(const Plan& plan, const ExecutorOptions& options);
@@ -114,6 +124,7 @@ class CudaExecutor {
   void writeBuffer(int buffer, const std::vector<float>& values);
 
   GpuMemoryReport memory() const;
+  SetupTimes setupTimes() const;
   // With time_tasks: GPU milliseconds of each task, summed over the eager
   // steps run so far (index = task index of the rank's program).
   std::vector<double> taskMilliseconds() const;

@@ -127,6 +127,7 @@ struct CudaExecutor::Impl {
   std::vector<void*> host_allocations;
   int64_t allocated = 0;
   GpuMemoryReport mem;
+  SetupTimes setup_times;
   std::vector<cudaEvent_t> task_start, task_end;  // time_tasks only
   std::vector<double> task_ms;
   bool timing_now = false;
