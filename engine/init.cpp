@@ -74,41 +74,60 @@ void fillNormal(float* out, int64_t n, uint64_t seed, double stddev, int threads
   for (auto& p : parts) p.get();
 }
 
-std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& program, const ParamInfo& param,
-                                          int rank, int threads) {
+void initialParameterValuesInto(std::vector<float>& values, const JobSpec& job, const RankPlan& program,
+                                const ParamInfo& param, int rank, int threads) {
   const int64_t n = product(wholeShape(job, program, param));
-  std::vector<float> values(n, 0.0f);
   const std::string& name = param.name;
   const bool is_norm = name.find(".ln") != std::string::npos || name.rfind("final.ln", 0) == 0;
-  if (endsWith(name, ".bias")) return tensorParallelSlice(job, program, param, rank, values);
-  if (is_norm && endsWith(name, ".weight")) {
-    values.assign(n, 1.0f);
-    return tensorParallelSlice(job, program, param, rank, values);
+  if (endsWith(name, ".bias")) {
+    values.assign(size_t(n), 0.0f);
+  } else if (is_norm && endsWith(name, ".weight")) {
+    values.assign(size_t(n), 1.0f);
+  } else {
+    double stddev = 0.02;
+    if (endsWith(name, "attn.proj.weight") || endsWith(name, "mlp.proj.weight"))
+      stddev /= std::sqrt(2.0 * job.model.layers);
+    values.resize(size_t(n));  // every value is drawn below
+    fillNormal(values.data(), n, fnv1a64(name.data(), name.size(), job.training.seed ^ 0x5EEDull), stddev,
+               threads);
   }
-  double stddev = 0.02;
-  if (endsWith(name, "attn.proj.weight") || endsWith(name, "mlp.proj.weight"))
-    stddev /= std::sqrt(2.0 * job.model.layers);
-  fillNormal(values.data(), n, fnv1a64(name.data(), name.size(), job.training.seed ^ 0x5EEDull), stddev, threads);
-  return tensorParallelSlice(job, program, param, rank, values);
+  if (param.split_dim >= 0) values = tensorParallelSlice(job, program, param, rank, values);
+}
+
+std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& program, const ParamInfo& param,
+                                          int rank, int threads) {
+  std::vector<float> values;
+  initialParameterValuesInto(values, job, program, param, rank, threads);
+  return values;
 }
 
 void forEachInitialParameter(const JobSpec& job, const RankPlan& program, const std::vector<const ParamInfo*>& params,
                              int rank, int threads,
                              const std::function<void(const ParamInfo&, const std::vector<float>&)>& use) {
-  const size_t window = 2;  // the one handed over and the next
-  std::deque<std::future<std::vector<float>>> ahead;
+  // The one handed over and the next, each drawn into a vector of its own
+  // that is reused: fresh memory for every parameter costs a page fault per
+  // 4 KiB (a 7B model's 27 GB of values: tens of seconds), mapped memory
+  // only its writes.
+  constexpr size_t kWindow = 2;
+  std::vector<float> slots[kWindow];
+  std::deque<std::pair<std::future<void>, size_t>> ahead;  // (drawing, its slot), in parameter order
   size_t next = 0;
   auto launch = [&] {
-    const ParamInfo* p = params[next++];
-    ahead.push_back(std::async(std::launch::async, [&job, &program, p, rank, threads] {
-      return initialParameterValues(job, program, *p, rank, threads);
-    }));
+    const ParamInfo* p = params[next];
+    const size_t slot = next++ % kWindow;  // the slot of the parameter kWindow before, handed over by now
+    std::vector<float>* out = &slots[slot];
+    ahead.emplace_back(std::async(std::launch::async,
+                                  [&job, &program, p, rank, threads, out] {
+                                    initialParameterValuesInto(*out, job, program, *p, rank, threads);
+                                  }),
+                       slot);
   };
   for (size_t i = 0; i < params.size(); ++i) {
-    while (next < params.size() && ahead.size() < window) launch();
-    const std::vector<float> values = ahead.front().get();
+    while (next < params.size() && ahead.size() < kWindow) launch();
+    ahead.front().first.get();
+    const size_t slot = ahead.front().second;
     ahead.pop_front();
-    use(*params[i], values);
+    use(*params[i], slots[slot]);
   }
 }
 

@@ -19,6 +19,10 @@ namespace tandem {
 std::vector<float> initialParameterValues(const JobSpec& job, const RankPlan& program,
                                           const ParamInfo& param, int rank, int threads = 1);
 
+// The same into `values`, reusing its memory.
+void initialParameterValuesInto(std::vector<float>& values, const JobSpec& job, const RankPlan& program,
+                                const ParamInfo& param, int rank, int threads = 1);
+
 // initialParameterValues of each of `params`, handed to `use` in their order
 // on the calling thread, the next parameter's drawn meanwhile on
 // `threads` threads. A 7B model draws 6.7 billion normal values: about five

@@ -128,6 +128,7 @@ struct CudaExecutor::Impl {
   int64_t allocated = 0;
   GpuMemoryReport mem;
   SetupTimes setup_times;
+  std::vector<std::byte> staging;  // writeBuffer's conversions, grown to the largest buffer written
   std::vector<cudaEvent_t> task_start, task_end;  // time_tasks only
   std::vector<double> task_ms;
   bool timing_now = false;
