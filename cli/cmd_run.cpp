@@ -13,6 +13,7 @@
 
 #include "cli/command_registry.h"
 #include "cli/job_options.h"
+#include "cli/plan_summary.h"
 #include "cli/number_checks.h"
 #include "engine/gpu_footprint.h"
 #include "engine/gpu_support.h"
@@ -316,6 +317,8 @@ void runRank(const RunOptions& o, const JobSpec& job, const Plan& plan, const cu
     fmt::print("run {}: {} x {} ({} SMs), {} steps, {} tokens/step, {}, arena {:.2f} GiB\n", plan.job.name,
                world, dev.name, dev.sm_count, steps, int64_t(tokens), o.eager ? "eager" : "CUDA graph",
                plan.programs[0].memory.arena_bytes / kGiB);
+  if (lead && !o.json)
+    if (const std::optional<std::string> note = oneRankShardingNote(plan)) fmt::print("run: note: {}\n", *note);
   // exec->run keeps the next step queued behind the running one (graph mode,
   // not profiling), so the per-step figures are GPU time without host gaps.
   std::vector<std::chrono::steady_clock::time_point> ended;  // when the host saw each step end

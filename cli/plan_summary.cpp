@@ -35,6 +35,14 @@ std::string stageBlocks(const JobSpec& job) {
 
 }  // namespace
 
+std::optional<std::string> oneRankShardingNote(const Plan& plan) {
+  const ParallelSpec& par = plan.job.parallel;
+  if (!par.shard_parameters || par.data_parallel != 1) return std::nullopt;
+  return "parameters sharded over one data-parallel rank (parallel.shard_parameters with data_parallel 1): every "
+         "step gathers them from itself; --set parallel.shard_parameters=false runs the job without those "
+         "collectives";
+}
+
 std::string planSummaryText(const Plan& plan) {
   const JobSpec& job = plan.job;
   const auto& m = job.model;
@@ -135,6 +143,7 @@ std::string planSummaryText(const Plan& plan) {
                    humanBytes(double(fp.scratch)), humanBytes(double(gpu_footprint::kRunReserveBytes))));
   // What `tandem run` would refuse before it looks at a GPU.
   if (const std::optional<std::string> why = gpuRunRefusal(plan)) line("           tandem run refuses it: " + *why);
+  if (const std::optional<std::string> note = oneRankShardingNote(plan)) line("           note: " + *note);
 
   // One row per run of consecutive layers with the same decision.
   line("recompute  layers  policy     kept/micro-batch  saved/micro-batch  extra FLOP/step (each)");

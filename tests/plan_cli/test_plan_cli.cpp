@@ -276,7 +276,13 @@ TEST_CASE("tandem train runs pipeline and tensor parallel jobs; tandem run refus
   CHECK(llama_plan.exit_code == 0);
   CHECK_THAT(llama_plan.out, Catch::Contains("tandem run refuses it: attention heads 128 wide"));
   CHECK_THAT(runTandem("plan llama-124m").out, !Catch::Contains("refuses"));
-  CHECK_THAT(runTandem("plan llama2-7b").out, !Catch::Contains("refuses"));
+  const Result seven = runTandem("plan llama2-7b");
+  CHECK_THAT(seven.out, !Catch::Contains("refuses"));
+  CHECK_THAT(seven.out, !Catch::Contains("sharded over one data-parallel rank"));
+  // On one rank its ZeRO-3 gathers from itself: `plan` says how to run it without.
+  CHECK_THAT(runTandem("plan llama2-7b --set parallel.data_parallel=1").out,
+             Catch::Contains("note: parameters sharded over one data-parallel rank") &&
+                 Catch::Contains("--set parallel.shard_parameters=false"));
   const Result llama_run = runTandem("run llama2-7b --gpus 1 --set training.precision=fp32");
   INFO(llama_run.err);
   CHECK(llama_run.exit_code != 0);
