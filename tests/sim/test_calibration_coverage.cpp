@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "engine/job.h"
 #include "engine/planner.h"
 #include "simulator/calibration_coverage.h"
 #include "simulator/topology_presets.h"
@@ -153,4 +154,31 @@ TEST_CASE("A task's time and the rule it came from come from one lookup", "[cali
   // The batch's copy to the GPU is not a kernel, calibrated or not.
   REQUIRE(load);
   CHECK(measured.taskTime(*load, h200(), Precision::BF16).source == sim::TimeSource::NoKernel);
+}
+
+TEST_CASE("The Llama 2 7B calibration measured every kernel of the job, on one rank and on eight",
+          "[calibrate][coverage][llama]") {
+  const sim::Calibration seven =
+      sim::loadCalibration(std::string(TANDEM_SOURCE_DIR) + "/resources/calibration/h200-llama2-7b.yaml");
+  const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), seven);
+  JobSpec job = parseJob(std::string(builtinJobText("llama2-7b")), "llama2-7b");
+  const Plan eight = buildPlan(job);  // as its file gives it: 8 ranks, parameters sharded
+  job.parallel.data_parallel = 1;
+  job.parallel.shard_parameters = false;
+  const Plan one = buildPlan(job);  // as it was profiled on one H200
+  const sim::CalibrationCoverage c1 = coverage(one, cost);
+  CHECK(c1.kernel_tasks > 3000);
+  CHECK(c1.measured == c1.kernel_tasks);
+  CHECK_FALSE(sim::calibrationCoverageWarning(c1));
+  // Sharded over eight, the optimizer's tasks take a shard's shapes, which
+  // the one-GPU run did not have: small, and no warning for them.
+  const sim::CalibrationCoverage c8 = coverage(eight, cost);
+  INFO("8 ranks: " << c8.measured << " measured, " << c8.interpolated << " interpolated, " << c8.op_kind_fit
+                   << " from the op kind's fit, " << c8.roofline << " roofline of " << c8.kernel_tasks);
+  CHECK(c8.measured > c8.kernel_tasks * 9 / 10);
+  CHECK(c8.roofline == 0);
+  CHECK_FALSE(sim::calibrationCoverageWarning(c8));
+  // The shipped GPT-2 calibration measured none of its GEMM shapes.
+  const sim::RooflineCostModel gpt2_cost(sim::RooflineParams::defaults(), committed());
+  CHECK(sim::calibrationCoverageWarning(coverage(one, gpt2_cost)));
 }
