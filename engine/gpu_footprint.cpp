@@ -40,8 +40,22 @@ int64_t groupedQkvBytes(int64_t B, int64_t Tn, int64_t C, int64_t element_bytes)
   return align256(B * Tn * 3 * C * element_bytes);
 }
 
-int64_t groupedAttentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, int64_t element_bytes,
+bool groupedAttentionOnTensorCores(int64_t C, int64_t H, int64_t element_bytes) {
+  return element_bytes == 2 && H > 0 && C % H == 0 && (C / H == 64 || C / H == 128);
+}
+
+int64_t rotatedQkBytes(int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV) {
+  return align256(B * Tn * (H + KV) * (C / H) * 2);
+}
+
+int64_t ropeAngleBytes(int64_t Tn, int64_t D) { return align256(Tn * (D / 2) * 2 * kFloat); }
+
+int64_t groupedAttentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, int64_t KV, int64_t element_bytes,
                                      bool backward) {
+  if (groupedAttentionOnTensorCores(C, H, element_bytes)) {
+    const int64_t qk = rotatedQkBytes(B, Tn, C, H, KV);
+    return backward ? qk + ropeAngleBytes(Tn, C / H) + attentionScratchBytes(B, Tn, H, C) : qk;
+  }
   const int64_t copy = groupedQkvBytes(B, Tn, C, element_bytes);
   return backward ? 2 * copy + attentionScratchBytes(B, Tn, H, C) : copy;
 }
@@ -54,9 +68,11 @@ int64_t taskScratchBytes(const RankPlan& rp, const Task& t) {
     case OpKind::LayerNormBwd: return layernormScratchBytes(a.c, a.bias_grad);
     case OpKind::RmsNormBwd: return rmsnormScratchBytes(a.c);
     case OpKind::Attention:
-      return a.kv_heads > 0 ? groupedAttentionScratchBytes(a.b, a.t, a.h, a.c, element(t.reads[0]), false) : 0;
+      return a.kv_heads > 0 ? groupedAttentionScratchBytes(a.b, a.t, a.h, a.c, a.kv_heads, element(t.reads[0]), false)
+                            : 0;
     case OpKind::AttentionBwd:
-      if (a.kv_heads > 0) return groupedAttentionScratchBytes(a.b, a.t, a.h, a.c, element(t.reads[1]), true);
+      if (a.kv_heads > 0)
+        return groupedAttentionScratchBytes(a.b, a.t, a.h, a.c, a.kv_heads, element(t.reads[1]), true);
       return attentionScratchBytes(a.b, a.t, a.h, a.c, a.bias_grad);
     case OpKind::CrossEntropy:
     case OpKind::CrossEntropyBwd: return crossEntropyScratchBytes(a.m);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/cuda/attention_tc.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/kernels.h"
@@ -282,15 +283,6 @@ void launchBackward(void* dqkv, const void* dout, const void* qkv, const void* l
 
 }  // namespace
 
-// attention_tc.cu
-bool attentionTensorCoreEligible(int64_t C, int64_t H, DType dt);
-void prepareAttentionKernels();
-void attentionForwardTc(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
-                        int64_t H, cudaStream_t s);
-void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
-                         DType lse_dt, float* delta, float* bias_partial, int64_t B, int64_t Tn, int64_t C, int64_t H,
-                         bool accumulate, cudaStream_t s);
-
 void prepareKernels() {
   prepareAttentionKernels();
   prepareGeluGemm();
@@ -314,7 +306,8 @@ bool attentionRunsHere(int64_t C, int64_t H, DType dt) {
 
 void attentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn,
                       int64_t C, int64_t H, DType dt, cudaStream_t s) {
-  if (attentionTensorCoreEligible(C, H, dt)) return attentionForwardTc(out, lse, lse_dt, qkv, B, Tn, C, H, s);
+  if (attentionTensorCoreEligible(C, H, dt))
+    return attentionForwardTc(out, lse, lse_dt, {qkv, qkv, multiHeadLayout(C, H)}, B, Tn, C, H, s);
   TANDEM_DISPATCH_DT(dt, TANDEM_DISPATCH_HEAD_DIM(C / H, (launchForward<T, D>(out, lse, lse_dt, qkv, B, Tn, C, H, s))));
 }
 
@@ -328,7 +321,8 @@ void attentionBackward(void* dqkv, void* dbias, const void* dout, const void* qk
   // gradient's partial sums as it stores its tiles.
   if (attentionTensorCoreEligible(C, H, dt)) {
     float* partial = dbias ? scratch + B * H * Tn : nullptr;
-    attentionBackwardTc(dqkv, dout, qkv, out, lse, lse_dt, scratch, partial, B, Tn, C, H, accumulate, s);
+    attentionBackwardTc(dqkv, dout, {qkv, qkv, multiHeadLayout(C, H)}, out, lse, lse_dt, scratch, partial, B, Tn, C, H,
+                        accumulate, s);
     if (dbias)
       biasGradientFromPartials(dbias, partial, 3 * C, gpu_footprint::attentionBiasPartialRows(B, Tn),
                                accumulate_bias, dt, s);

@@ -37,6 +37,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/cuda/attention_tc.h"
 #include "engine/cuda/cp_async.cuh"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
@@ -375,23 +376,60 @@ __device__ __forceinline__ void awaitTmaTile(uint32_t bars, int it, Refill refil
   mbarWait(bars + 8 * (it % kStages), (it / kStages) & 1);
 }
 
+// A key/value head's K and V as the kernels stream them: the TMA's maps
+// and columns (wgmma path) and the cp.async path's pointers to batch b's
+// first K and V columns with their row pitches.
+struct KvSource {
+  const CUtensorMap& k_map;
+  const CUtensorMap& v_map;
+  int k_col, v_col;
+  const bf16* kb;
+  const bf16* vb;
+  int64_t k_pitch, v_pitch;
+};
+
 // The K and V tiles of key tile `tile` into its stage (of kStages, from
-// `skv`): the TMA from thread 0 (kWg; qkv_map over [B, Tn, 3C]) or every
-// thread's cp.async (kb, vb: the head's first K and V columns of batch b).
+// `skv`): the TMA from thread 0 (kWg) or every thread's cp.async.
 template <int kD, bool kWg>
-__device__ __forceinline__ void loadKvStage(uint32_t skv, uint32_t bars, int tile, const CUtensorMap& qkv_map,
-                                            const bf16* kb, const bf16* vb, int b, int h, int Tn, int C) {
+__device__ __forceinline__ void loadKvStage(uint32_t skv, uint32_t bars, int tile, const KvSource& src, int b,
+                                            int Tn) {
   constexpr int kStages = Head<kD>::kStages, kTileBytes = Head<kD>::kTileBytes;
   const uint32_t st = skv + (tile % kStages) * 2 * kTileBytes;
   if constexpr (kWg) {
     const uint32_t bar = bars + 8 * (tile % kStages);
     mbarExpectBytes(bar, 2 * kTileBytes);
-    tmaHeadTile<kD>(st, qkv_map, C + h * kD, tile * kTile, b, bar);
-    tmaHeadTile<kD>(st + kTileBytes, qkv_map, 2 * C + h * kD, tile * kTile, b, bar);
+    tmaHeadTile<kD>(st, src.k_map, src.k_col, tile * kTile, b, bar);
+    tmaHeadTile<kD>(st + kTileBytes, src.v_map, src.v_col, tile * kTile, b, bar);
   } else {
     static_assert(kWg || kD == 64, "heads 128 wide run on wgmma only");
-    loadTileAsync(st, kb, tile * kTile, Tn, 3 * int64_t(C));
-    loadTileAsync(st + kTileBytes, vb, tile * kTile, Tn, 3 * int64_t(C));
+    loadTileAsync(st, src.kb, tile * kTile, Tn, src.k_pitch);
+    loadTileAsync(st + kTileBytes, src.vb, tile * kTile, Tn, src.v_pitch);
+  }
+}
+
+// Rotates a warp's 16 rows of a head's dQ or dK back by the rotary angles of
+// their positions (rope: [Tn][kD/2] (cos, sin), engine/cuda/llama.cu):
+// column i pairs with i + kD/2, both in the same thread (fragments j and
+// j + kN/2), so the gradient of the unrotated input is stored directly.
+template <int kN>
+__device__ __forceinline__ void rotateRowsBack(float (&acc)[kN][4], const float2* rope, int row0, int Tn) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int row = row0 + g + 8 * hh;
+    if (row >= Tn) continue;
+    const float2* angles = rope + int64_t(row) * (4 * kN);
+#pragma unroll
+    for (int j = 0; j < kN / 2; ++j) {
+      const float4 cs = *reinterpret_cast<const float4*>(angles + 8 * j + 2 * t);  // columns 2t, 2t + 1
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float c = e ? cs.z : cs.x, sn = e ? cs.w : cs.y;
+        const float a = acc[j][2 * hh + e], b = acc[j + kN / 2][2 * hh + e];
+        acc[j][2 * hh + e] = a * c + b * sn;
+        acc[j + kN / 2][2 * hh + e] = -a * sn + b * c;
+      }
+    }
   }
 }
 
@@ -405,15 +443,35 @@ struct FwdSmem {
   uint64_t bars[kStages + 1];       // TMA path (initTileBarriers)
 };
 
+// Query head h's Q and its key/value head's K and V (kv_head = h / group)
+// in batch b: the columns, pointers and pitches of `lay`.
+struct HeadPointers {
+  int q_col;
+  const bf16* qb;
+  int64_t q_pitch;
+};
+template <int kD>
+__device__ __forceinline__ HeadPointers queryHead(const AttnLayout& lay, const bf16* qk, int b, int h, int Tn) {
+  const int col = lay.qk.q(h, lay.group, kD);
+  return {col, qk + int64_t(b) * Tn * lay.qk.width + col, int64_t(lay.qk.width)};
+}
+__device__ __forceinline__ KvSource kvHead(const AttnLayout& lay, const CUtensorMap& qk_map, const CUtensorMap& v_map,
+                                           const bf16* qk, const bf16* v, int b, int kv_head, int Tn) {
+  const int k_col = lay.qk.k(kv_head), v_col = lay.v.v(kv_head);
+  return {qk_map, v_map, k_col, v_col, qk + int64_t(b) * Tn * lay.qk.width + k_col,
+          v + int64_t(b) * Tn * lay.v.width + v_col, int64_t(lay.qk.width), int64_t(lay.v.width)};
+}
+
 // grid: x = b * H + h, y = query tile counted from the last (longest first).
 // kWg: products on wgmma (sm_90a) instead of mma.sync, and the tiles copied by
-// the TMA (qkv_map: batchedTileMap of qkv) instead of every thread's cp.async.
-// Heads 64 wide fit four blocks per SM, 128 wide two (O takes twice the
-// registers, the tiles twice the shared memory).
+// the TMA (qk_map, v_map: batchedTileMap of qk and v) instead of every
+// thread's cp.async. Heads 64 wide fit four blocks per SM, 128 wide two (O
+// takes twice the registers, the tiles twice the shared memory).
 template <int kD, bool kWg>
 __global__ void __launch_bounds__(kThreads, kD == 64 ? 4 : 2)
-    attnForwardTc(const __grid_constant__ CUtensorMap qkv_map, bf16* out, void* lse, int lse_bf16, const bf16* qkv,
-                  int Tn, int C, int H, float scale_log2) {
+    attnForwardTc(const __grid_constant__ CUtensorMap qk_map, const __grid_constant__ CUtensorMap v_map, bf16* out,
+                  void* lse, int lse_bf16, const bf16* qk, const bf16* v, AttnLayout lay, int Tn, int C, int H,
+                  float scale_log2) {
   constexpr int kStages = Head<kD>::kStages, kTileBytes = Head<kD>::kTileBytes;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
@@ -421,25 +479,23 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 4 : 2)
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int64_t stride = 3 * int64_t(C);
-  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * kD;
-  const bf16* kb = qb + C;
-  const bf16* vb = qb + 2 * int64_t(C);
+  const HeadPointers qh = queryHead<kD>(lay, qk, b, h, Tn);
+  const KvSource kv = kvHead(lay, qk_map, v_map, qk, v, b, h / lay.group, Tn);
   const uint32_t sq = smemAddr(sm.q);
   const uint32_t skv = smemAddr(sm.kv);
   const int n_tiles = q0 / kTile + 1;  // key tiles 0..q0 (the last is the diagonal)
   const uint32_t bars = smemAddr(sm.bars);
 
   auto loadKv = [&](int tile) {  // on the TMA path from thread 0 only
-    loadKvStage<kD, kWg>(skv, bars, tile, qkv_map, kb, vb, b, h, Tn, C);
+    loadKvStage<kD, kWg>(skv, bars, tile, kv, b, Tn);
   };
   if constexpr (kWg) {
     startTmaTiles<kStages>(bars, n_tiles, [&](uint32_t bar) {
       mbarExpectBytes(bar, kTileBytes);
-      tmaHeadTile<kD>(sq, qkv_map, h * kD, q0, b, bar);
+      tmaHeadTile<kD>(sq, qk_map, qh.q_col, q0, b, bar);
     }, loadKv);
   } else {
-    loadTileAsync(sq, qb, q0, Tn, stride);
+    loadTileAsync(sq, qh.qb, q0, Tn, qh.q_pitch);
     loadKv(0);
     cpAsyncCommit();
     if (n_tiles > 1) loadKv(1);
@@ -557,7 +613,10 @@ struct BwdKvSmem {
   uint64_t bars[kStages + 1];  // TMA path (initTileBarriers)
 };
 
-// grid: x = b * H + h, y = key tile (the first ones have the most work).
+// grid: x = b * KV + key/value head, y = key tile (the first ones have the
+// most work). A block loops over the query heads of its key/value head (the
+// group, one head in multi-head attention) and over their query tiles at or
+// after its key tile, so dK and dV of a group are summed in registers.
 // kMinBlocks: blocks per SM the register allocation must allow (see
 // attentionBackwardBlocksPerSm).
 // kSplit: the query tile is processed in kSplit column slices, so that S^T
@@ -565,33 +624,40 @@ struct BwdKvSmem {
 // mma.sync; on wgmma, where K and V stay in shared memory, 1 fits).
 // kWg: products on wgmma (sm_90a), K and V read from shared memory, tiles
 // copied by the TMA (qkv_map, dout_map: batchedTileMap of qkv and dout).
-// bias_partial (or null): row b * tiles + key tile of the QKV bias
-// gradient's partial sums (3C columns), the K and V parts written here.
+// bias_partial (or null; multi-head only): row b * tiles + key tile of the
+// QKV bias gradient's partial sums (3C columns), the K and V parts written
+// here. rope (or null): dK rotated back as stored (rotateRowsBack).
 template <int kD, int kMinBlocks, int kSplit, bool kWg>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    attnBackwardKvTc(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
-                     bf16* dqkv, const bf16* dout, const bf16* qkv, const void* lse, int lse_bf16, const float* delta,
-                     float* bias_partial, int Tn, int C, int H, float scale, float scale_log2, bool accumulate) {
+    attnBackwardKvTc(const __grid_constant__ CUtensorMap qk_map, const __grid_constant__ CUtensorMap v_map,
+                     const __grid_constant__ CUtensorMap dout_map, bf16* dqkv, const bf16* dout, const bf16* qk,
+                     const bf16* v, AttnLayout lay, const float2* rope, const void* lse, int lse_bf16,
+                     const float* delta, float* bias_partial, int Tn, int C, int H, float scale, float scale_log2,
+                     bool accumulate) {
   constexpr int kStages = Head<kD>::kStages, kTileBytes = Head<kD>::kTileBytes;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
   BwdKvSmem<kD>& sm = *reinterpret_cast<BwdKvSmem<kD>*>(smem_raw);
-  const int b = blockIdx.x / H, h = blockIdx.x % H;
+  const int KV = H / lay.group;
+  const int b = blockIdx.x / KV, kv_head = blockIdx.x % KV;
   const int k0 = blockIdx.y * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int64_t stride = 3 * int64_t(C);
-  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * kD;
-  const bf16* gb = dout + int64_t(b) * Tn * C + int64_t(h) * kD;
-  const int64_t stat = (int64_t(b) * H + h) * Tn;
+  const KvSource kv = kvHead(lay, qk_map, v_map, qk, v, b, kv_head, Tn);
   const uint32_t sk = smemAddr(sm.k), sv = smemAddr(sm.v), sqdo = smemAddr(sm.qdo);
-  const int n_tiles = (Tn - k0 + kTile - 1) / kTile;  // query tiles k0, k0 + 64, ...
+  const int n_tiles = (Tn - k0 + kTile - 1) / kTile;  // query tiles k0, k0 + 64, ... of each head
+  // Streamed tile i: query head kv_head * group + i / n_tiles, its query
+  // tile k0 + (i % n_tiles) * 64.
+  const int n_streamed = lay.group * n_tiles;
+  auto headOf = [&](int i) { return kv_head * lay.group + i / n_tiles; };
+  auto rowOf = [&](int i) { return k0 + (i % n_tiles) * kTile; };
 
   // lse/delta of the next tile travel through registers: loaded when its
   // copies are issued, stored to shared memory after this tile's math.
   float pre_l = 0.f, pre_d = 0.f;
-  auto fetchStats = [&](int q0) {
+  auto fetchStats = [&](int i) {
     if (threadIdx.x < kTile) {
-      const int q = q0 + threadIdx.x;
+      const int q = rowOf(i) + threadIdx.x;
+      const int64_t stat = (int64_t(b) * H + headOf(i)) * Tn;
       pre_l = q < Tn ? loadAny(lse, lse_bf16, stat + q) * kLog2e : INFINITY;
       pre_d = q < Tn ? delta[stat + q] : 0.f;
     }
@@ -601,40 +667,42 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   };
 
   const uint32_t bars = smemAddr(sm.bars);
-  auto loadQdo = [&](int tile) {  // query tile `tile` (counted from k0) into its stage
-    const uint32_t st = sqdo + (tile % kStages) * 2 * kTileBytes;
+  auto loadQdo = [&](int i) {  // streamed tile i into its stage
+    const uint32_t st = sqdo + (i % kStages) * 2 * kTileBytes;
+    const int h = headOf(i), row = rowOf(i);
     if constexpr (kWg) {  // thread 0 only
-      const uint32_t bar = bars + 8 * (tile % kStages);
+      const uint32_t bar = bars + 8 * (i % kStages);
       mbarExpectBytes(bar, 2 * kTileBytes);
-      tmaHeadTile<kD>(st, qkv_map, h * kD, k0 + tile * kTile, b, bar);
-      tmaHeadTile<kD>(st + kTileBytes, dout_map, h * kD, k0 + tile * kTile, b, bar);
+      tmaHeadTile<kD>(st, qk_map, lay.qk.q(h, lay.group, kD), row, b, bar);
+      tmaHeadTile<kD>(st + kTileBytes, dout_map, h * kD, row, b, bar);
     } else {
       static_assert(kWg || kD == 64, "heads 128 wide run on wgmma only");
-      loadTileAsync(st, qb, k0 + tile * kTile, Tn, stride);
-      loadTileAsync(st + kTileBytes, gb, k0 + tile * kTile, Tn, C);
+      const HeadPointers qh = queryHead<kD>(lay, qk, b, h, Tn);
+      loadTileAsync(st, qh.qb, row, Tn, qh.q_pitch);
+      loadTileAsync(st + kTileBytes, dout + int64_t(b) * Tn * C + int64_t(h) * kD, row, Tn, C);
     }
   };
   if constexpr (kWg) {
     initTileBarriers<kStages>(bars);
     if (threadIdx.x == 0) {
       mbarExpectBytes(bars + 8 * kStages, 2 * kTileBytes);
-      tmaHeadTile<kD>(sk, qkv_map, C + h * kD, k0, b, bars + 8 * kStages);
-      tmaHeadTile<kD>(sv, qkv_map, 2 * C + h * kD, k0, b, bars + 8 * kStages);
+      tmaHeadTile<kD>(sk, qk_map, kv.k_col, k0, b, bars + 8 * kStages);
+      tmaHeadTile<kD>(sv, v_map, kv.v_col, k0, b, bars + 8 * kStages);
 #pragma unroll
       for (int i = 0; i < kStages - 1; ++i)
-        if (i < n_tiles) loadQdo(i);
+        if (i < n_streamed) loadQdo(i);
     }
   } else {
-    loadTileAsync(sk, qb + C, k0, Tn, stride);
-    loadTileAsync(sv, qb + 2 * int64_t(C), k0, Tn, stride);
+    loadTileAsync(sk, kv.kb, k0, Tn, kv.k_pitch);
+    loadTileAsync(sv, kv.vb, k0, Tn, kv.v_pitch);
     loadQdo(0);
     cpAsyncCommit();
   }
-  fetchStats(k0);
+  fetchStats(0);
   putStats(0);
-  if (kStages > 2 && n_tiles > 1) {  // with two stages tile 1 comes with the loop's first refill
+  if (kStages > 2 && n_streamed > 1) {  // with two stages tile 1 comes with the loop's first refill
     if constexpr (!kWg) loadQdo(1);
-    fetchStats(k0 + kTile);
+    fetchStats(1);
     putStats(1);
   }
   if constexpr (kWg)
@@ -647,19 +715,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   zero(dk);
   zero(dv);
   constexpr int kAhead = kStages - 1;  // tiles in flight while one is used
-  for (int it = 0; it < n_tiles; ++it) {
-    const bool refill = it + kAhead < n_tiles;
+  for (int it = 0; it < n_streamed; ++it) {
+    const bool refill = it + kAhead < n_streamed;
     if constexpr (kWg) {
       awaitTmaTile<kStages>(bars, it, [&] {
         if (refill && threadIdx.x == 0) loadQdo(it + kAhead);
-        if (refill) fetchStats(k0 + (it + kAhead) * kTile);
+        if (refill) fetchStats(it + kAhead);
       });
     } else {
       cpAsyncWait<1>();    // tile `it` has landed (its group is the second newest)
       __syncthreads();     // ...for every thread; and every warp is done with tile it - 1
       if (refill) {
         loadQdo(it + kAhead);
-        fetchStats(k0 + (it + kAhead) * kTile);
+        fetchStats(it + kAhead);
       }
       cpAsyncCommit();
     }
@@ -669,7 +737,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     const int stage = it % kStages;
     const uint32_t sq = sqdo + stage * 2 * kTileBytes, sg = sq + kTileBytes;
-    const bool diag = it == 0;  // query tile == key tile: mask queries before the key
+    const bool diag = it % n_tiles == 0;  // query tile == key tile: mask queries before the key
 #pragma unroll
     for (int part = 0; part < kSplit; ++part) {
       constexpr int kF = 8 / kSplit;  // 8-column fragments per slice
@@ -720,12 +788,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     if (refill) putStats((it + kAhead) % kStages);
   }
-  bf16* db = dqkv + int64_t(b) * Tn * stride + int64_t(h) * kD;
-  storeRows(db + C, stride, k0 + warp * 16, Tn, dk, scale, accumulate);
-  storeRows(db + 2 * int64_t(C), stride, k0 + warp * 16, Tn, dv, 1.f, accumulate);
+  if (rope) rotateRowsBack(dk, rope, k0 + warp * 16, Tn);
+  bf16* db = dqkv + int64_t(b) * Tn * lay.grad.width;
+  storeRows(db + lay.grad.k(kv_head), lay.grad.width, k0 + warp * 16, Tn, dk, scale, accumulate);
+  storeRows(db + lay.grad.v(kv_head), lay.grad.width, k0 + warp * 16, Tn, dv, 1.f, accumulate);
   if (bias_partial) {
     cpAsyncWait<0>();
-    float* row = bias_partial + (int64_t(b) * gridDim.y + blockIdx.y) * 3 * C + int64_t(h) * kD;
+    float* row = bias_partial + (int64_t(b) * gridDim.y + blockIdx.y) * 3 * C + int64_t(kv_head) * kD;
     float* red = reinterpret_cast<float*>(sm.qdo);
     tileColumnSums(row + C, dk, scale, k0 + warp * 16, Tn, red);
     tileColumnSums(row + 2 * int64_t(C), dv, 1.f, k0 + warp * 16, Tn, red);
@@ -746,13 +815,15 @@ struct BwdQSmem {
 // grid: x = b * H + h, y = query tile counted from the last (longest first).
 // kWg: products on wgmma (sm_90a), Q and dO read from shared memory, tiles
 // copied by the TMA (as in attnBackwardKvTc).
-// bias_partial (or null): as in attnBackwardKvTc, the Q part written here.
+// bias_partial (or null): as in attnBackwardKvTc, the Q part written here;
+// rope (or null): dQ rotated back as stored.
 template <int kD, int kMinBlocks, bool kWg>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    attnBackwardQTc(const __grid_constant__ CUtensorMap qkv_map, const __grid_constant__ CUtensorMap dout_map,
-                    bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const void* lse, int lse_bf16,
-                    float* delta, float* bias_partial, int Tn, int C, int H, float scale, float scale_log2,
-                    bool accumulate) {
+    attnBackwardQTc(const __grid_constant__ CUtensorMap qk_map, const __grid_constant__ CUtensorMap v_map,
+                    const __grid_constant__ CUtensorMap dout_map, bf16* dqkv, const bf16* dout, const bf16* qk,
+                    const bf16* v, AttnLayout lay, const float2* rope, const bf16* out, const void* lse,
+                    int lse_bf16, float* delta, float* bias_partial, int Tn, int C, int H, float scale,
+                    float scale_log2, bool accumulate) {
   constexpr int kStages = Head<kD>::kStages, kTileBytes = Head<kD>::kTileBytes;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
@@ -760,10 +831,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int64_t stride = 3 * int64_t(C);
-  const bf16* qb = qkv + int64_t(b) * Tn * stride + int64_t(h) * kD;
-  const bf16* kb = qb + C;
-  const bf16* vb = qb + 2 * int64_t(C);
+  const HeadPointers qh = queryHead<kD>(lay, qk, b, h, Tn);
+  const KvSource kv = kvHead(lay, qk_map, v_map, qk, v, b, h / lay.group, Tn);
   const bf16* gb = dout + int64_t(b) * Tn * C + int64_t(h) * kD;
   const int64_t stat = (int64_t(b) * H + h) * Tn;
   const uint32_t sq = smemAddr(sm.q), sg = smemAddr(sm.g), skv = smemAddr(sm.kv);
@@ -771,16 +840,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const uint32_t bars = smemAddr(sm.bars);
 
   auto loadKv = [&](int tile) {  // on the TMA path from thread 0 only
-    loadKvStage<kD, kWg>(skv, bars, tile, qkv_map, kb, vb, b, h, Tn, C);
+    loadKvStage<kD, kWg>(skv, bars, tile, kv, b, Tn);
   };
   if constexpr (kWg) {
     startTmaTiles<kStages>(bars, n_tiles, [&](uint32_t bar) {
       mbarExpectBytes(bar, 2 * kTileBytes);
-      tmaHeadTile<kD>(sq, qkv_map, h * kD, q0, b, bar);
+      tmaHeadTile<kD>(sq, qk_map, qh.q_col, q0, b, bar);
       tmaHeadTile<kD>(sg, dout_map, h * kD, q0, b, bar);
     }, loadKv);
   } else {
-    loadTileAsync(sq, qb, q0, Tn, stride);
+    loadTileAsync(sq, qh.qb, q0, Tn, qh.q_pitch);
     loadTileAsync(sg, gb, q0, Tn, C);
     loadKv(0);
     cpAsyncCommit();
@@ -883,7 +952,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       probsTimesTile(dq, dp, sk);  // dQ += dS K
     }
   }
-  storeRows(dqkv + int64_t(b) * Tn * stride + int64_t(h) * kD, stride, row0, Tn, dq, scale, accumulate);
+  if (rope) rotateRowsBack(dq, rope, row0, Tn);
+  storeRows(dqkv + int64_t(b) * Tn * lay.grad.width + lay.grad.q(h, lay.group, kD), lay.grad.width, row0, Tn, dq,
+            scale, accumulate);
   if (bias_partial) {
     cpAsyncWait<0>();
     const int tile = q0 / kTile;
@@ -1020,22 +1091,42 @@ static const CUtensorMap& headTiles(const void* p, int64_t B, int64_t Tn, int64_
   return useWgmma() ? batchedTileMap(p, B, Tn, cols) : unused;
 }
 
-void attentionForwardTc(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
+AttnLayout multiHeadLayout(int64_t C, int64_t H) {
+  const HeadCols cols{int(3 * C), int(C / H), int(C), int(2 * C)};
+  return {cols, cols, cols, 1};
+}
+
+// The layout's key/value heads: H / group, a whole number.
+static int64_t kvHeads(const AttnLayout& lay, int64_t H) {
+  if (lay.group <= 0 || H % lay.group != 0)
+    throw CudaError("attention: " + std::to_string(H) + " query heads do not form groups of " +
+                    std::to_string(lay.group));
+  return H / lay.group;
+}
+
+void attentionForwardTc(void* out, void* lse, DType lse_dt, const TcAttention& in, int64_t B, int64_t Tn, int64_t C,
                         int64_t H, cudaStream_t s) {
+  kvHeads(in.layout, H);
   dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
   const bool wide = C / H == 128;
   const auto kernel = wide ? attnForwardWide : useWgmma() ? attnForwardTc<64, true> : attnForwardTc<64, false>;
   const size_t smem = wide ? sizeof(FwdSmem<128>) : sizeof(FwdSmem<64>);
-  kernel<<<grid, kThreads, smem, s>>>(headTiles(qkv, B, Tn, 3 * C), static_cast<bf16*>(out), lse, isBf16(lse_dt),
-                                      static_cast<const bf16*>(qkv), int(Tn), int(C), int(H),
+  kernel<<<grid, kThreads, smem, s>>>(headTiles(in.qk, B, Tn, in.layout.qk.width),
+                                      headTiles(in.v, B, Tn, in.layout.v.width), static_cast<bf16*>(out), lse,
+                                      isBf16(lse_dt), static_cast<const bf16*>(in.qk),
+                                      static_cast<const bf16*>(in.v), in.layout, int(Tn), int(C), int(H),
                                       kLog2e / sqrtf(float(C / H)));
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
-void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
+void attentionBackwardTc(void* dqkv, const void* dout, const TcAttention& in, const void* out, const void* lse,
                          DType lse_dt, float* delta, float* bias_partial, int64_t B, int64_t Tn, int64_t C, int64_t H,
                          bool accumulate, cudaStream_t s) {
+  const int64_t KV = kvHeads(in.layout, H);
+  if (bias_partial && in.layout.group != 1)
+    throw CudaError("attention backward: a bias gradient needs multi-head attention's layout");
   dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
+  dim3 kv_grid(unsigned(B * KV), grid.y);
   const float scale = 1.f / sqrtf(float(C / H));
   const BackwardBlocks blocks = attentionBackwardBlocksPerSm();
   const bool wg = useWgmma(), wide = C / H == 128;
@@ -1048,17 +1139,21 @@ void attentionBackwardTc(void* dqkv, const void* dout, const void* qkv, const vo
                                              : (wg ? attnBackwardQTc<64, 2, true> : attnBackwardQTc<64, 2, false>);
   const size_t q_smem = wide ? sizeof(BwdQSmem<128>) : sizeof(BwdQSmem<64>);
   const size_t kv_smem = wide ? sizeof(BwdKvSmem<128>) : sizeof(BwdKvSmem<64>);
-  const CUtensorMap& qkv_map = headTiles(qkv, B, Tn, 3 * C);
+  const CUtensorMap& qk_map = headTiles(in.qk, B, Tn, in.layout.qk.width);
+  const CUtensorMap& v_map = headTiles(in.v, B, Tn, in.layout.v.width);
   const CUtensorMap& dout_map = headTiles(dout, B, Tn, C);
+  const auto* qk = static_cast<const bf16*>(in.qk);
+  const auto* v = static_cast<const bf16*>(in.v);
   // dQ first: it writes the delta the dK/dV kernel reads.
-  q_kernel<<<grid, kThreads, q_smem, s>>>(qkv_map, dout_map, static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
-                                          static_cast<const bf16*>(qkv), static_cast<const bf16*>(out), lse,
-                                          isBf16(lse_dt), delta, bias_partial, int(Tn), int(C), int(H), scale,
-                                          scale * kLog2e, accumulate);
+  q_kernel<<<grid, kThreads, q_smem, s>>>(qk_map, v_map, dout_map, static_cast<bf16*>(dqkv),
+                                          static_cast<const bf16*>(dout), qk, v, in.layout, in.rope,
+                                          static_cast<const bf16*>(out), lse, isBf16(lse_dt), delta, bias_partial,
+                                          int(Tn), int(C), int(H), scale, scale * kLog2e, accumulate);
   TANDEM_CUDA_LAUNCH_CHECK();
-  kv_kernel<<<grid, kThreads, kv_smem, s>>>(qkv_map, dout_map, static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
-                                            static_cast<const bf16*>(qkv), lse, isBf16(lse_dt), delta, bias_partial,
-                                            int(Tn), int(C), int(H), scale, scale * kLog2e, accumulate);
+  kv_kernel<<<kv_grid, kThreads, kv_smem, s>>>(qk_map, v_map, dout_map, static_cast<bf16*>(dqkv),
+                                               static_cast<const bf16*>(dout), qk, v, in.layout, in.rope, lse,
+                                               isBf16(lse_dt), delta, bias_partial, int(Tn), int(C), int(H), scale,
+                                               scale * kLog2e, accumulate);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 

@@ -138,8 +138,12 @@ void expandGroupedQkv(void* full, const void* qkv, int64_t B, int64_t Tn, int64_
                       cudaStream_t s);
 void foldGroupedQkv(void* dqkv, const void* dfull, int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV,
                     bool accumulate, DType dt, cudaStream_t s);
-// Through the multi-head kernels on the expanded copy. scratch:
-// groupedAttentionScratchBytes(B, Tn, H, C, KV, element bytes, backward).
+// bf16 heads 64 or 128 wide: the tensor-core kernels read the grouped
+// layout as it is (queries and keys rotated into scratch, V in place; each
+// key/value head's dK and dV summed over its group in registers, dQ and dK
+// rotated back as stored). Otherwise through the multi-head kernels on the
+// expanded copy. scratch: groupedAttentionScratchBytes(B, Tn, H, C, KV,
+// element bytes, backward).
 void groupedAttentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
                              int64_t H, int64_t KV, DType dt, void* scratch, cudaStream_t s);
 void groupedAttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,

@@ -11,8 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include "engine/cpu/kernels.h"  // kRopeTheta: one definition for both executors
+#include "engine/cuda/attention_tc.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
 
@@ -429,14 +431,23 @@ struct Rotation8 {
   }
 };
 
+// The 16-byte kernels' work item n: token bt, key/value group kv, vector j
+// of a head's first half (frequencies 8j..8j+7).
+struct GroupedLane {
+  int64_t bt;
+  int kv, j;
+  __device__ GroupedLane(int64_t n, int half8, int KV)
+      : bt(n / (int64_t(half8) * KV)), kv(int((n / half8) % KV)), j(int(n % half8)) {}
+};
+
 __global__ void expandGroupedQkvVec(uint4* full, const uint4* qkv, int64_t BT, int Tn, int H, int KV, int D) {
   const int half8 = D / 16, d8 = D / 8, R = H / KV;
   const int64_t c8 = int64_t(H) * d8, width8 = int64_t(H + 2 * KV) * d8;
   for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < BT * KV * half8;
        n += int64_t(gridDim.x) * blockDim.x) {
-    const int j = int(n % half8);
-    const int kv = int((n / half8) % KV);
-    const int64_t bt = n / (int64_t(half8) * KV);
+    const GroupedLane at(n, half8, KV);
+    const int j = at.j, kv = at.kv;
+    const int64_t bt = at.bt;
     const Rotation8 rot(bt % Tn, j, D);
     const uint4* group = qkv + bt * width8 + int64_t(kv) * (R + 2) * d8;
     uint4* dst = full + bt * 3 * c8;
@@ -472,9 +483,9 @@ __global__ void foldGroupedQkvVec(uint4* dqkv, const uint4* dfull, int64_t BT, i
   const int64_t c8 = int64_t(H) * d8, width8 = int64_t(H + 2 * KV) * d8;
   for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < BT * KV * half8;
        n += int64_t(gridDim.x) * blockDim.x) {
-    const int j = int(n % half8);
-    const int kv = int((n / half8) % KV);
-    const int64_t bt = n / (int64_t(half8) * KV);
+    const GroupedLane at(n, half8, KV);
+    const int j = at.j, kv = at.kv;
+    const int64_t bt = at.bt;
     const Rotation8 rot(bt % Tn, j, D);
     const uint4* src = dfull + bt * 3 * c8;
     uint4* group = dqkv + bt * width8 + int64_t(kv) * (R + 2) * d8;
@@ -509,6 +520,33 @@ __global__ void foldGroupedQkvVec(uint4* dqkv, const uint4* dfull, int64_t BT, i
     }
     put(group + int64_t(R) * d8, dk0, dk1);
     put(group + int64_t(R + 1) * d8, dv0, dv1);
+  }
+}
+
+// For the tensor-core attention, which reads the grouped layout as it is:
+// the rotated queries and keys into qk, rows of KV groups of [R query heads
+// | k] (V stays where the projection wrote it). With `angles` (may be
+// null), batch 0's lanes of group 0 also store the (cos, sin) pairs they
+// used, [Tn][D/2], for the backward to rotate dQ and dK back in its epilogue.
+__global__ void rotateGroupedQkVec(uint4* qk, const uint4* qkv, float2* angles, int64_t BT, int Tn, int H, int KV,
+                                   int D) {
+  const int half8 = D / 16, d8 = D / 8, R = H / KV;
+  const int64_t width8 = int64_t(H + 2 * KV) * d8, qk_width8 = int64_t(H + KV) * d8;
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < BT * KV * half8;
+       n += int64_t(gridDim.x) * blockDim.x) {
+    const GroupedLane at(n, half8, KV);
+    const Rotation8 rot(at.bt % Tn, at.j, D);
+    const uint4* src = qkv + at.bt * width8 + int64_t(at.kv) * (R + 2) * d8;
+    uint4* dst = qk + at.bt * qk_width8 + int64_t(at.kv) * (R + 1) * d8;
+    for (int r = 0; r <= R; ++r) {  // the group's query heads, then its key (at R in both layouts)
+      float x[8], y[8];
+      rot.apply<false>(src[r * d8 + at.j], src[r * d8 + at.j + half8], x, y);
+      dst[r * d8 + at.j] = pack8(x);
+      dst[r * d8 + at.j + half8] = pack8(y);
+    }
+    if (angles != nullptr && at.kv == 0 && at.bt < Tn)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) angles[at.bt * (D / 2) + 8 * at.j + e] = make_float2(rot.c[e], rot.s[e]);
   }
 }
 
@@ -651,8 +689,51 @@ void foldGroupedQkv(void* dqkv, const void* dfull, int64_t B, int64_t Tn, int64_
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
+namespace {
+
+// Whether the grouped layout goes to the tensor-core kernels as it is: the
+// rule the scratch was counted by (gpu_footprint::groupedAttentionOnTensorCores,
+// from the plan without a GPU), so the other path never runs in a scratch
+// sized for this one.
+bool groupedOnTensorCores(int64_t C, int64_t H, DType dt, std::initializer_list<const void*> ptrs) {
+  if (!gpu_footprint::groupedAttentionOnTensorCores(C, H, int64_t(dtypeSize(dt)))) return false;
+  if (!attentionTensorCoreEligible(C, H, dt))
+    throw CudaError("grouped attention: heads " + std::to_string(C / H) +
+                    " wide need the tensor-core kernels' sm_90a code on this GPU");
+  if (!vecGrouped(C, H, dt, ptrs))
+    throw CudaError("grouped attention: its buffers must start on 16-byte boundaries");
+  return true;
+}
+
+// The rotated queries and keys (rotateGroupedQkVec) at qk, V read from qkv.
+TcAttention groupedInputs(const void* qk, const void* qkv, int64_t C, int64_t H, int64_t KV) {
+  const int D = int(C / H), R = int(H / KV);
+  TcAttention in;
+  in.qk = qk;
+  in.v = qkv;
+  in.layout.group = R;
+  in.layout.qk = {int((H + KV) * D), (R + 1) * D, R * D, 0};
+  in.layout.v = {int((H + 2 * KV) * D), (R + 2) * D, 0, (R + 1) * D};
+  in.layout.grad = {int((H + 2 * KV) * D), (R + 2) * D, R * D, (R + 1) * D};
+  return in;
+}
+
+void rotateGroupedQk(void* qk, float2* angles, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H,
+                     int64_t KV, cudaStream_t s) {
+  rotateGroupedQkVec<<<gridFor(B * Tn * KV * (C / H / 16), kThreads), kThreads, 0, s>>>(
+      static_cast<uint4*>(qk), static_cast<const uint4*>(qkv), angles, B * Tn, int(Tn), int(H), int(KV), int(C / H));
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
 void groupedAttentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64_t B, int64_t Tn, int64_t C,
                              int64_t H, int64_t KV, DType dt, void* scratch, cudaStream_t s) {
+  checkGrouped(C, H, KV);
+  if (groupedOnTensorCores(C, H, dt, {qkv, scratch})) {
+    rotateGroupedQk(scratch, nullptr, qkv, B, Tn, C, H, KV, s);
+    return attentionForwardTc(out, lse, lse_dt, groupedInputs(scratch, qkv, C, H, KV), B, Tn, C, H, s);
+  }
   expandGroupedQkv(scratch, qkv, B, Tn, C, H, KV, dt, s);
   attentionForward(out, lse, lse_dt, scratch, B, Tn, C, H, dt, s);
 }
@@ -660,8 +741,21 @@ void groupedAttentionForward(void* out, void* lse, DType lse_dt, const void* qkv
 void groupedAttentionBackward(void* dqkv, const void* dout, const void* qkv, const void* out, const void* lse,
                               DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV, bool accumulate,
                               DType dt, void* scratch, cudaStream_t s) {
-  const int64_t expanded = gpu_footprint::groupedQkvBytes(B, Tn, C, int64_t(dtypeSize(dt)));
+  checkGrouped(C, H, KV);
   std::byte* base = static_cast<std::byte*>(scratch);
+  if (groupedOnTensorCores(C, H, dt, {dqkv, qkv, scratch})) {
+    // The rotated queries and keys again (the forward's copy is not kept),
+    // the angles for the epilogues, then the kernels write the grouped
+    // gradient directly: dK and dV summed over each group in registers.
+    const int64_t qk_bytes = gpu_footprint::rotatedQkBytes(B, Tn, C, H, KV);
+    auto* angles = reinterpret_cast<float2*>(base + qk_bytes);
+    auto* delta = reinterpret_cast<float*>(base + qk_bytes + gpu_footprint::ropeAngleBytes(Tn, C / H));
+    rotateGroupedQk(base, angles, qkv, B, Tn, C, H, KV, s);
+    TcAttention in = groupedInputs(base, qkv, C, H, KV);
+    in.rope = angles;
+    return attentionBackwardTc(dqkv, dout, in, out, lse, lse_dt, delta, nullptr, B, Tn, C, H, accumulate, s);
+  }
+  const int64_t expanded = gpu_footprint::groupedQkvBytes(B, Tn, C, int64_t(dtypeSize(dt)));
   void* full = base;
   void* dfull = base + expanded;
   float* attention_scratch = reinterpret_cast<float*>(base + 2 * expanded);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -108,9 +109,11 @@ void testGroupedAttention(DType dt, int64_t B, int64_t T, int64_t C, int64_t H, 
   Dev gq(dt, qkv.size()), go(dt, out.size()), gl(DType::F32, lse.size()), gdo(dt, dout.size()), gdq(dt, qkv.size());
   gq.upload(qkv), gdo.upload(dout);
   cuda::groupedAttentionForward(go.p, gl.p, gl.dt, gq.p, B, T, C, H, KV, dt,
-                                scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, C, el, false)), nullptr);
+                                scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, C, KV, el, false)), nullptr);
   const std::string shape = fmt::format("B{} T{} C{} H{} KV{}{}{}", B, T, C, H, KV, accumulate ? " (accumulate)" : "",
-                                        dt == DType::BF16 && D == 64 ? " [tensor cores]" : "");
+                                        dt == DType::BF16 && (D == 64 || D == 128)
+                                            ? fmt::format(" [tensor cores, {}]", cuda::attentionMmaPath())
+                                            : "");
   // The reference rotates in double and keeps the rotated q and k in fp32;
   // the GPU stores them in dt before the attention reads them.
   expectBelow(tag(dt, ("grouped attention forward out " + shape).c_str()), relError(go.download(), out), tol(dt));
@@ -124,7 +127,7 @@ void testGroupedAttention(DType dt, int64_t B, int64_t T, int64_t C, int64_t H, 
   Dev go2(dt, out.size()), gl2(DType::F32, lse.size());
   go2.upload(out_r), gl2.upload(lse);
   cuda::groupedAttentionBackward(gdq.p, gdo.p, gq.p, go2.p, gl2.p, DType::F32, B, T, C, H, KV, accumulate, dt,
-                                 scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, C, el, true)), nullptr);
+                                 scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, C, KV, el, true)), nullptr);
   expectGroupedParts(tag(dt, ("grouped attention backward " + shape).c_str()), gdq.download(), dqkv, B * T, H, KV, D,
                      dt == DType::BF16 ? 1e-2 : 1e-4);
 }
@@ -151,9 +154,9 @@ void testDeterministic() {
   gq.upload(qkv), gdo.upload(dout);
   auto attention = [&] {
     cuda::groupedAttentionForward(go.p, gl.p, gl.dt, gq.p, B, T, Cq, H, KV, dt,
-                                  scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, Cq, 2, true)), nullptr);
+                                  scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, Cq, KV, 2, true)), nullptr);
     cuda::groupedAttentionBackward(gdq.p, gdo.p, gq.p, go.p, gl.p, DType::F32, B, T, Cq, H, KV, false, dt,
-                                   scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, Cq, 2, true)), nullptr);
+                                   scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, Cq, KV, 2, true)), nullptr);
     return std::make_pair(go.download(), gdq.download());
   };
   expectTrue("[bf16] grouped attention forward and backward: a second run, bit for bit", attention() == attention());
@@ -192,6 +195,16 @@ int main() {
   } else {
     std::printf("SKIP grouped attention with heads 128 wide (no wgmma on this GPU)\n");
   }
+  // The grouped layout read in place on the other instruction path too
+  // (mma.sync and cp.async, heads 64 wide): the layout's columns, the
+  // group's dK and dV summed in registers, dQ and dK rotated back as stored.
+  setenv("TANDEM_ATTN_MMA", "sync", 1);
+  cuda::prepareKernels();
+  testGroupedAttention(DType::BF16, 1, 300, 512, 8, 2, false);
+  testGroupedAttention(DType::BF16, 2, 200, 256, 4, 1, true);
+  testGroupedAttention(DType::BF16, 1, 130, 256, 4, 4, false);
+  unsetenv("TANDEM_ATTN_MMA");
+  cuda::prepareKernels();
   testDeterministic();
   const cudaError_t err = cudaDeviceSynchronize();
   expectTrue(std::string("no CUDA error: ") + cudaGetErrorString(err), err == cudaSuccess);
