@@ -53,8 +53,8 @@ int64_t ropeAngleBytes(int64_t Tn, int64_t D) { return align256(Tn * (D / 2) * 2
 int64_t groupedAttentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, int64_t KV, int64_t element_bytes,
                                      bool backward) {
   if (groupedAttentionOnTensorCores(C, H, element_bytes)) {
-    const int64_t qk = rotatedQkBytes(B, Tn, C, H, KV);
-    return backward ? qk + ropeAngleBytes(Tn, C / H) + attentionScratchBytes(B, Tn, H, C) : qk;
+    const int64_t copies = rotatedQkBytes(B, Tn, C, H, KV) + ropeAngleBytes(Tn, C / H);
+    return backward ? copies + attentionScratchBytes(B, Tn, H, C) : copies;
   }
   const int64_t copy = groupedQkvBytes(B, Tn, C, element_bytes);
   return backward ? 2 * copy + attentionScratchBytes(B, Tn, H, C) : copy;

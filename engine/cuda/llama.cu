@@ -412,6 +412,15 @@ struct Rotation8 {
       c[e] = float(cd), s[e] = float(sd);
     }
   }
+  // The same values from a table of (cos, sin) pairs (ropeAnglesKernel):
+  // at frequencies 8j..8j+7 of one position, 16-byte aligned.
+  __device__ explicit Rotation8(const float2* angles) {
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      const float4 v = *reinterpret_cast<const float4*>(angles + e);
+      c[e] = v.x, s[e] = v.y, c[e + 1] = v.z, s[e + 1] = v.w;
+    }
+  }
   // (x, y) = the pair of vectors (va, vb) rotated, or rotated back.
   template <bool kInverse>
   __device__ __forceinline__ void apply(const uint4& va, const uint4& vb, float (&x)[8], float (&y)[8]) const {
@@ -523,30 +532,42 @@ __global__ void foldGroupedQkvVec(uint4* dqkv, const uint4* dfull, int64_t BT, i
   }
 }
 
+// The rotary angles' (cos, sin) of positions [0, Tn), [Tn][D/2], as
+// ropeAngle computes them: once per position and frequency, where drawing
+// them per head and token made the rotation below bound by fp64 arithmetic
+// (Llama 2 7B: 144 us a call for 134 MB moved).
+__global__ void ropeAnglesKernel(float2* angles, int Tn, int D) {
+  const int half = D / 2;
+  for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < int64_t(Tn) * half;
+       n += int64_t(gridDim.x) * blockDim.x) {
+    double c, s;
+    ropeAngle(n / half, int(n % half), D, &c, &s);
+    angles[n] = make_float2(float(c), float(s));
+  }
+}
+
 // For the tensor-core attention, which reads the grouped layout as it is:
 // the rotated queries and keys into qk, rows of KV groups of [R query heads
-// | k] (V stays where the projection wrote it). With `angles` (may be
-// null), batch 0's lanes of group 0 also store the (cos, sin) pairs they
-// used, [Tn][D/2], for the backward to rotate dQ and dK back in its epilogue.
-__global__ void rotateGroupedQkVec(uint4* qk, const uint4* qkv, float2* angles, int64_t BT, int Tn, int H, int KV,
-                                   int D) {
+// | k]; V stays where the projection wrote it. (Rows padded by 128 bytes, so
+// that Llama 2 7B's 16 KiB pitch is no power of two, changed nothing: per
+// step of a 4-layer 7B on one H200, attention 6.64 / 6.65 ms padded against
+// 6.61 / 6.53 unpadded, backward 21.03 / 20.96 against 20.97 / 20.69.)
+__global__ void rotateGroupedQkVec(uint4* qk, const uint4* qkv, const float2* angles, int64_t BT, int Tn, int H,
+                                   int KV, int D) {
   const int half8 = D / 16, d8 = D / 8, R = H / KV;
-  const int64_t width8 = int64_t(H + 2 * KV) * d8, qk_width8 = int64_t(H + KV) * d8;
+  const int64_t width8 = int64_t(H + 2 * KV) * d8, qk_pitch8 = int64_t(H + KV) * d8;
   for (int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; n < BT * KV * half8;
        n += int64_t(gridDim.x) * blockDim.x) {
     const GroupedLane at(n, half8, KV);
-    const Rotation8 rot(at.bt % Tn, at.j, D);
+    const Rotation8 rot(angles + (at.bt % Tn) * (D / 2) + 8 * at.j);
     const uint4* src = qkv + at.bt * width8 + int64_t(at.kv) * (R + 2) * d8;
-    uint4* dst = qk + at.bt * qk_width8 + int64_t(at.kv) * (R + 1) * d8;
+    uint4* dst = qk + at.bt * qk_pitch8 + int64_t(at.kv) * (R + 1) * d8;
     for (int r = 0; r <= R; ++r) {  // the group's query heads, then its key (at R in both layouts)
       float x[8], y[8];
       rot.apply<false>(src[r * d8 + at.j], src[r * d8 + at.j + half8], x, y);
       dst[r * d8 + at.j] = pack8(x);
       dst[r * d8 + at.j + half8] = pack8(y);
     }
-    if (angles != nullptr && at.kv == 0 && at.bt < Tn)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) angles[at.bt * (D / 2) + 8 * at.j + e] = make_float2(rot.c[e], rot.s[e]);
   }
 }
 
@@ -705,12 +726,14 @@ bool groupedOnTensorCores(int64_t C, int64_t H, DType dt, std::initializer_list<
   return true;
 }
 
-// The rotated queries and keys (rotateGroupedQkVec) at qk, V read from qkv.
-TcAttention groupedInputs(const void* qk, const void* qkv, int64_t C, int64_t H, int64_t KV) {
+// The rotated queries and keys (rotateGroupedQkVec) at qk, V read from qkv,
+// the angles for the backward's epilogues.
+TcAttention groupedInputs(const void* qk, const void* qkv, const float2* angles, int64_t C, int64_t H, int64_t KV) {
   const int D = int(C / H), R = int(H / KV);
   TcAttention in;
   in.qk = qk;
   in.v = qkv;
+  in.rope = angles;
   in.layout.group = R;
   in.layout.qk = {int((H + KV) * D), (R + 1) * D, R * D, 0};
   in.layout.v = {int((H + 2 * KV) * D), (R + 2) * D, 0, (R + 1) * D};
@@ -718,10 +741,28 @@ TcAttention groupedInputs(const void* qk, const void* qkv, int64_t C, int64_t H,
   return in;
 }
 
-void rotateGroupedQk(void* qk, float2* angles, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H,
+// Scratch of the tensor-core path: the rotated queries and keys, then the
+// angles, then (backward) the kernels' delta.
+struct RotatedScratch {
+  void* qk;
+  float2* angles;
+  float* delta;
+};
+RotatedScratch rotatedScratch(void* scratch, int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV) {
+  std::byte* base = static_cast<std::byte*>(scratch);
+  const int64_t qk_bytes = gpu_footprint::rotatedQkBytes(B, Tn, C, H, KV);
+  return {base, reinterpret_cast<float2*>(base + qk_bytes),
+          reinterpret_cast<float*>(base + qk_bytes + gpu_footprint::ropeAngleBytes(Tn, C / H))};
+}
+
+// The angles, then the rotated queries and keys.
+void rotateGroupedQk(const RotatedScratch& dst, const void* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H,
                      int64_t KV, cudaStream_t s) {
-  rotateGroupedQkVec<<<gridFor(B * Tn * KV * (C / H / 16), kThreads), kThreads, 0, s>>>(
-      static_cast<uint4*>(qk), static_cast<const uint4*>(qkv), angles, B * Tn, int(Tn), int(H), int(KV), int(C / H));
+  const int D = int(C / H);
+  ropeAnglesKernel<<<gridFor(Tn * (D / 2), kThreads), kThreads, 0, s>>>(dst.angles, int(Tn), D);
+  TANDEM_CUDA_LAUNCH_CHECK();
+  rotateGroupedQkVec<<<gridFor(B * Tn * KV * (D / 16), kThreads), kThreads, 0, s>>>(
+      static_cast<uint4*>(dst.qk), static_cast<const uint4*>(qkv), dst.angles, B * Tn, int(Tn), int(H), int(KV), D);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
@@ -731,8 +772,9 @@ void groupedAttentionForward(void* out, void* lse, DType lse_dt, const void* qkv
                              int64_t H, int64_t KV, DType dt, void* scratch, cudaStream_t s) {
   checkGrouped(C, H, KV);
   if (groupedOnTensorCores(C, H, dt, {qkv, scratch})) {
-    rotateGroupedQk(scratch, nullptr, qkv, B, Tn, C, H, KV, s);
-    return attentionForwardTc(out, lse, lse_dt, groupedInputs(scratch, qkv, C, H, KV), B, Tn, C, H, s);
+    const RotatedScratch rs = rotatedScratch(scratch, B, Tn, C, H, KV);
+    rotateGroupedQk(rs, qkv, B, Tn, C, H, KV, s);
+    return attentionForwardTc(out, lse, lse_dt, groupedInputs(rs.qk, qkv, rs.angles, C, H, KV), B, Tn, C, H, s);
   }
   expandGroupedQkv(scratch, qkv, B, Tn, C, H, KV, dt, s);
   attentionForward(out, lse, lse_dt, scratch, B, Tn, C, H, dt, s);
@@ -745,15 +787,12 @@ void groupedAttentionBackward(void* dqkv, const void* dout, const void* qkv, con
   std::byte* base = static_cast<std::byte*>(scratch);
   if (groupedOnTensorCores(C, H, dt, {dqkv, qkv, scratch})) {
     // The rotated queries and keys again (the forward's copy is not kept),
-    // the angles for the epilogues, then the kernels write the grouped
-    // gradient directly: dK and dV summed over each group in registers.
-    const int64_t qk_bytes = gpu_footprint::rotatedQkBytes(B, Tn, C, H, KV);
-    auto* angles = reinterpret_cast<float2*>(base + qk_bytes);
-    auto* delta = reinterpret_cast<float*>(base + qk_bytes + gpu_footprint::ropeAngleBytes(Tn, C / H));
-    rotateGroupedQk(base, angles, qkv, B, Tn, C, H, KV, s);
-    TcAttention in = groupedInputs(base, qkv, C, H, KV);
-    in.rope = angles;
-    return attentionBackwardTc(dqkv, dout, in, out, lse, lse_dt, delta, nullptr, B, Tn, C, H, accumulate, s);
+    // then the kernels write the grouped gradient directly: dK and dV summed
+    // over each group in registers, dQ and dK rotated back by the angles.
+    const RotatedScratch rs = rotatedScratch(scratch, B, Tn, C, H, KV);
+    rotateGroupedQk(rs, qkv, B, Tn, C, H, KV, s);
+    return attentionBackwardTc(dqkv, dout, groupedInputs(rs.qk, qkv, rs.angles, C, H, KV), out, lse, lse_dt,
+                               rs.delta, nullptr, B, Tn, C, H, accumulate, s);
   }
   const int64_t expanded = gpu_footprint::groupedQkvBytes(B, Tn, C, int64_t(dtypeSize(dt)));
   void* full = base;

@@ -106,12 +106,12 @@ TEST_CASE("GPU footprint of a Llama: the grouped attention's copies and the RMSN
   const RankPlan& rp = plan.programs.at(0);
   // bf16 heads 64 wide go to the tensor-core kernels as they are laid out:
   // the forward rotates the 12 query and 4 key heads of a micro-batch (16 x
-  // 1024 tokens, 16 x 64 wide, bf16) into scratch; the backward does the
-  // same and keeps the rotary angles (1024 x 32 pairs of floats) and the
+  // 1024 tokens, 16 x 64 wide, bf16) into scratch beside the rotary angles
+  // (1024 x 32 pairs of floats); the backward does the same and keeps the
   // kernels' rowsum(dO * O) (16 x 12 x 1024 floats): the compute stream's
   // largest scratch (the expanded copies it replaced took 4.4 times as much).
-  const int64_t rotated = 16 * 1024 * 16 * 64 * 2;
-  const int64_t backward = rotated + 1024 * 32 * 8 + 16 * 12 * 1024 * 4;
+  const int64_t forward = 16 * 1024 * 16 * 64 * 2 + 1024 * 32 * 8;
+  const int64_t backward = forward + 16 * 12 * 1024 * 4;
   int64_t attention_fwd = 0, attention_bwd = 0, rms_bwd = 0;
   for (const Task& t : rp.tasks) {
     const int64_t b = gpu_footprint::taskScratchBytes(rp, t);
@@ -119,7 +119,7 @@ TEST_CASE("GPU footprint of a Llama: the grouped attention's copies and the RMSN
     if (t.op == OpKind::AttentionBwd) attention_bwd = std::max(attention_bwd, b);
     if (t.op == OpKind::RmsNormBwd) rms_bwd = std::max(rms_bwd, b);
   }
-  CHECK(attention_fwd == rotated);
+  CHECK(attention_fwd == forward);
   CHECK(attention_bwd == backward);
   // One partial row of 768 floats per block of the layernorm kernel it runs on.
   CHECK(rms_bwd == 264 * 768 * 4);
