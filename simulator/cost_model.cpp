@@ -67,8 +67,9 @@ std::string shapeKey(const Task& task) {
   add("h", a.h);
   // Grouped-query attention (the Llama family) is another kernel sequence
   // than multi-head attention of the same b, t, c, h on the GPU (the
-  // executor expands and folds the grouped qkv around it): a shape of its
-  // own. 0 (GPT-2) adds nothing, so existing calibrations keep their keys.
+  // executor rotates queries and keys into a copy first, and a key/value
+  // head's gradients are summed over its group): a shape of its own. 0
+  // (GPT-2) adds nothing, so existing calibrations keep their keys.
   add("kv", a.kv_heads);
   add("v", a.v);
   // A fused GEMM is another kernel than the plain one of the same shape.
