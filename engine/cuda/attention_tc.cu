@@ -29,6 +29,13 @@
 // key tile looping over the query tiles at or after it; both rebuild P from
 // the forward's log-sum-exp. Accumulation is fp32; P and dS
 // are rounded to bf16 only as matrix-unit operands.
+//
+// The kernels find a head's columns through an AttnLayout (attention_tc.h):
+// multi-head attention's [q | k | v] rows, or grouped-query attention's
+// groups read in place (engine/cuda/llama.cu), where query head h uses
+// key/value head h / group, the dK/dV block of a key/value head loops over
+// its group's query heads (the group's sum stays in registers), and dQ and
+// dK are rotated back by the rotary angles as they are stored.
 #include <cuda.h>  // CUtensorMap
 
 #include <cmath>
