@@ -58,15 +58,16 @@ std::vector<float> tensorParallelSlice(const JobSpec& job, const RankPlan& progr
   return out;
 }
 
-void fillNormal(float* out, int64_t n, uint64_t seed, double stddev, int threads) {
+void fillNormalRange(float* out, int64_t begin, int64_t end, uint64_t seed, double stddev, int threads) {
+  const int64_t n = end - begin;
   // Chunks of at least 1M values: below that a thread costs more than it draws.
   const int64_t chunks = std::clamp<int64_t>(n >> 20, 1, std::max(1, threads));
-  auto fill = [&](int64_t begin, int64_t end) {
+  auto fill = [&](int64_t from, int64_t to) {  // offsets into out
     SplitMix64 rng(seed);
-    rng.skip(2 * uint64_t(begin));  // each normal takes two draws
-    for (int64_t i = begin; i < end; ++i) out[i] = float(stddev * rng.normal());
+    rng.skip(2 * uint64_t(begin + from));  // each normal takes two draws
+    for (int64_t i = from; i < to; ++i) out[i] = float(stddev * rng.normal());
   };
-  if (chunks == 1) return fill(0, n);
+  if (chunks <= 1) return fill(0, std::max<int64_t>(n, 0));
   std::vector<std::future<void>> parts;
   for (int64_t c = 1; c < chunks; ++c)
     parts.push_back(std::async(std::launch::async, fill, n * c / chunks, n * (c + 1) / chunks));
@@ -74,23 +75,51 @@ void fillNormal(float* out, int64_t n, uint64_t seed, double stddev, int threads
   for (auto& p : parts) p.get();
 }
 
+void fillNormal(float* out, int64_t n, uint64_t seed, double stddev, int threads) {
+  fillNormalRange(out, 0, n, seed, stddev, threads);
+}
+
+namespace {
+
+// How a parameter's whole values are made: every value `constant`, or
+// normals of `stddev` from `seed` (GPT-2 initialisation, by name).
+struct InitRule {
+  bool normal = false;
+  float constant = 0.0f;
+  uint64_t seed = 0;
+  double stddev = 0;
+};
+
+InitRule initRule(const JobSpec& job, const ParamInfo& param) {
+  const std::string& name = param.name;
+  const bool is_norm = name.find(".ln") != std::string::npos || name.rfind("final.ln", 0) == 0;
+  InitRule r;
+  if (endsWith(name, ".bias")) return r;
+  if (is_norm && endsWith(name, ".weight")) {
+    r.constant = 1.0f;
+    return r;
+  }
+  r.normal = true;
+  r.stddev = 0.02;
+  if (endsWith(name, "attn.proj.weight") || endsWith(name, "mlp.proj.weight"))
+    r.stddev /= std::sqrt(2.0 * job.model.layers);
+  r.seed = fnv1a64(name.data(), name.size(), job.training.seed ^ 0x5EEDull);
+  return r;
+}
+
+// Values [begin, end) of the whole parameter under `rule` into out.
+void fillInitial(float* out, int64_t begin, int64_t end, const InitRule& rule, int threads) {
+  if (rule.normal) return fillNormalRange(out, begin, end, rule.seed, rule.stddev, threads);
+  std::fill(out, out + (end - begin), rule.constant);
+}
+
+}  // namespace
+
 void initialParameterValuesInto(std::vector<float>& values, const JobSpec& job, const RankPlan& program,
                                 const ParamInfo& param, int rank, int threads) {
   const int64_t n = product(wholeShape(job, program, param));
-  const std::string& name = param.name;
-  const bool is_norm = name.find(".ln") != std::string::npos || name.rfind("final.ln", 0) == 0;
-  if (endsWith(name, ".bias")) {
-    values.assign(size_t(n), 0.0f);
-  } else if (is_norm && endsWith(name, ".weight")) {
-    values.assign(size_t(n), 1.0f);
-  } else {
-    double stddev = 0.02;
-    if (endsWith(name, "attn.proj.weight") || endsWith(name, "mlp.proj.weight"))
-      stddev /= std::sqrt(2.0 * job.model.layers);
-    values.resize(size_t(n));  // every value is drawn below
-    fillNormal(values.data(), n, fnv1a64(name.data(), name.size(), job.training.seed ^ 0x5EEDull), stddev,
-               threads);
-  }
+  values.resize(size_t(n));  // every value is written below
+  fillInitial(values.data(), 0, n, initRule(job, param), threads);
   if (param.split_dim >= 0) values = tensorParallelSlice(job, program, param, rank, values);
 }
 
@@ -164,7 +193,7 @@ const GradBucket* bucketOfGradientShard(const RankPlan& program, int buffer) {
 }
 
 std::vector<float> initialMasterShard(const JobSpec& job, const RankPlan& program, const GradBucket& bucket,
-                                      int rank, int world) {
+                                      int rank, int world, int threads) {
   // The shard is placed by the rank's place among its data-parallel peers,
   // the slice (tensor parallelism) by its place in its group.
   const ShardRange shard = shardOf(job.dataParallelRank(rank), world, program.buffers.at(bucket.buffer).elementCount());
@@ -173,7 +202,13 @@ std::vector<float> initialMasterShard(const JobSpec& job, const RankPlan& progra
     const ParamInfo& p = program.params.at(size_t(pi));
     const ShardSegment seg = segmentInShard(program, p, shard);
     if (seg.to <= seg.from) continue;
-    const std::vector<float> v = initialParameterValues(job, program, p, rank);
+    if (p.split_dim < 0) {
+      // A whole parameter: only the shard's part of its values is drawn
+      // (the generator skips ahead), a 1/world share of the work.
+      fillInitial(out.data() + seg.shard_offset, seg.from, seg.to, initRule(job, p), threads);
+      continue;
+    }
+    const std::vector<float> v = initialParameterValues(job, program, p, rank, threads);
     std::copy(v.begin() + seg.from, v.begin() + seg.to, out.begin() + seg.shard_offset);
   }
   return out;

@@ -34,6 +34,8 @@ void forEachInitialParameter(const JobSpec& job, const RankPlan& program, const 
 // out[i] = stddev * (the i-th normal of SplitMix64(seed)), for i < n, drawn
 // in chunks on up to `threads` threads: the same values for any count.
 void fillNormal(float* out, int64_t n, uint64_t seed, double stddev, int threads);
+// The same sequence's values [begin, end) into out[0, end - begin).
+void fillNormalRange(float* out, int64_t begin, int64_t end, uint64_t seed, double stddev, int threads);
 
 // Rank `rank`'s slice of a whole parameter's values (row-major, `whole`
 // elements of the parameter's full shape) under tensor parallelism: the
@@ -45,9 +47,11 @@ std::vector<float> tensorParallelSlice(const JobSpec& job, const RankPlan& progr
 // Sharded optimizer: rank `rank`'s part of a bucket's initial parameters, in
 // the bucket's layout (padding 0), for its fp32 master shard (of its
 // tensor-parallel slices; placed by its data-parallel rank,
-// JobSpec::dataParallelRank).
+// JobSpec::dataParallelRank). Whole parameters have only the shard's part
+// of their values drawn, on `threads` threads; tensor-parallel slices are
+// drawn whole and cut.
 std::vector<float> initialMasterShard(const JobSpec& job, const RankPlan& program, const GradBucket& bucket,
-                                      int rank, int world);
+                                      int rank, int world, int threads = 1);
 
 // The elements [begin, end) of a bucket that rank `rank` owns when the
 // optimizer is sharded `shards` ways (shards <= 1: all of them), and where a

@@ -179,7 +179,7 @@ struct CpuExecutor::Impl {
       for (const GradBucket& b : program->buckets)
         for (int shard : {b.master_shard, b.param_shard})
           if (shard >= 0) {
-            const std::vector<float> v = initialMasterShard(plan.job, *program, b, r, shards);
+            const std::vector<float> v = initialMasterShard(plan.job, *program, b, r, shards, threads);
             storeFromFloat(arenas[r].data(), program->buffers[shard], v.data());
           }
     }

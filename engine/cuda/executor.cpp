@@ -388,7 +388,8 @@ void CudaExecutor::Impl::initialiseParameters() {
   // sharded parameters: this rank's shard of them.
   for (const GradBucket& b : program->buckets)
     for (int shard : {b.master_shard, b.param_shard})
-      if (shard >= 0) writeBuffer(shard, initialMasterShard(plan.job, *program, b, opt.rank, shardCount(plan.job)));
+      if (shard >= 0)
+        writeBuffer(shard, initialMasterShard(plan.job, *program, b, opt.rank, shardCount(plan.job), threads));
 }
 
 // Issues every task that launches a GEMM once, with the Gemm in tuning mode:
