@@ -54,14 +54,14 @@ int64_t rmsnormScratchBytes(int64_t C);
 int64_t groupedQkvBytes(int64_t B, int64_t Tn, int64_t C, int64_t element_bytes);
 // Grouped-query attention (engine/cuda/llama.cu) on the tensor-core kernels
 // (bf16 heads 64 or 128 wide): the rotated queries and keys [B, Tn, (H+KV)
-// D], and the backward's rotary angles [Tn, D/2] of (cos, sin) in fp32.
+// D], and the rotary angles [Tn, D/2] of (cos, sin) in fp32.
 bool groupedAttentionOnTensorCores(int64_t C, int64_t H, int64_t element_bytes);
 int64_t rotatedQkBytes(int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV);
 int64_t ropeAngleBytes(int64_t Tn, int64_t D);
-// Its scratch: on the tensor cores the rotated copy (and in the backward the
-// angles and the attention's own scratch); elsewhere the forward's expanded
-// multi-head copy, the backward's copy, its gradient and the attention's
-// scratch.
+// Its scratch: on the tensor cores the rotated copy and the angles (and in
+// the backward the attention's own scratch); elsewhere the forward's
+// expanded multi-head copy, the backward's copy, its gradient and the
+// attention's scratch.
 int64_t groupedAttentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, int64_t KV, int64_t element_bytes,
                                      bool backward);
 int64_t biasGradientScratchBytes(int64_t N);
