@@ -458,8 +458,9 @@ struct HeadPointers {
   int64_t q_pitch;
 };
 template <int kD>
-__device__ __forceinline__ HeadPointers queryHead(const AttnLayout& lay, const bf16* qk, int b, int h, int Tn) {
-  const int col = lay.qk.q(h, lay.group, kD);
+__device__ __forceinline__ HeadPointers queryHead(const AttnLayout& lay, int group, const bf16* qk, int b, int h,
+                                                  int Tn) {
+  const int col = lay.qk.q(h, group, kD);
   return {col, qk + int64_t(b) * Tn * lay.qk.width + col, int64_t(lay.qk.width)};
 }
 __device__ __forceinline__ KvSource kvHead(const AttnLayout& lay, const CUtensorMap& qk_map, const CUtensorMap& v_map,
@@ -486,7 +487,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 4 : 2)
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const HeadPointers qh = queryHead<kD>(lay, qk, b, h, Tn);
+  const HeadPointers qh = queryHead<kD>(lay, lay.group, qk, b, h, Tn);
   const KvSource kv = kvHead(lay, qk_map, v_map, qk, v, b, h / lay.group, Tn);
   const uint32_t sq = smemAddr(sm.q);
   const uint32_t skv = smemAddr(sm.kv);
@@ -634,7 +635,11 @@ struct BwdKvSmem {
 // bias_partial (or null; multi-head only): row b * tiles + key tile of the
 // QKV bias gradient's partial sums (3C columns), the K and V parts written
 // here. rope (or null): dK rotated back as stored (rotateRowsBack).
-template <int kD, int kMinBlocks, int kSplit, bool kWg>
+// kGrouped: more than one query head per key/value head (lay.group > 1).
+// Multi-head attention gets an instantiation of its own, which streams one
+// head's query tiles with no division by the tile count: the loop over
+// (query head, tile) pairs cost it ~100 us per layer at Llama 2 7B's shape.
+template <int kD, int kMinBlocks, int kSplit, bool kWg, bool kGrouped>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     attnBackwardKvTc(const __grid_constant__ CUtensorMap qk_map, const __grid_constant__ CUtensorMap v_map,
                      const __grid_constant__ CUtensorMap dout_map, bf16* dqkv, const bf16* dout, const bf16* qk,
@@ -645,7 +650,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
   BwdKvSmem<kD>& sm = *reinterpret_cast<BwdKvSmem<kD>*>(smem_raw);
-  const int KV = H / lay.group;
+  const int group = kGrouped ? lay.group : 1;
+  const int KV = H / group;
   const int b = blockIdx.x / KV, kv_head = blockIdx.x % KV;
   const int k0 = blockIdx.y * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -654,9 +660,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int n_tiles = (Tn - k0 + kTile - 1) / kTile;  // query tiles k0, k0 + 64, ... of each head
   // Streamed tile i: query head kv_head * group + i / n_tiles, its query
   // tile k0 + (i % n_tiles) * 64.
-  const int n_streamed = lay.group * n_tiles;
-  auto headOf = [&](int i) { return kv_head * lay.group + i / n_tiles; };
-  auto rowOf = [&](int i) { return k0 + (i % n_tiles) * kTile; };
+  const int n_streamed = group * n_tiles;
+  auto headOf = [&](int i) { return kGrouped ? kv_head * group + i / n_tiles : kv_head; };
+  auto rowOf = [&](int i) { return k0 + (kGrouped ? i % n_tiles : i) * kTile; };
 
   // lse/delta of the next tile travel through registers: loaded when its
   // copies are issued, stored to shared memory after this tile's math.
@@ -680,11 +686,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if constexpr (kWg) {  // thread 0 only
       const uint32_t bar = bars + 8 * (i % kStages);
       mbarExpectBytes(bar, 2 * kTileBytes);
-      tmaHeadTile<kD>(st, qk_map, lay.qk.q(h, lay.group, kD), row, b, bar);
+      tmaHeadTile<kD>(st, qk_map, lay.qk.q(h, group, kD), row, b, bar);
       tmaHeadTile<kD>(st + kTileBytes, dout_map, h * kD, row, b, bar);
     } else {
       static_assert(kWg || kD == 64, "heads 128 wide run on wgmma only");
-      const HeadPointers qh = queryHead<kD>(lay, qk, b, h, Tn);
+      const HeadPointers qh = queryHead<kD>(lay, group, qk, b, h, Tn);
       loadTileAsync(st, qh.qb, row, Tn, qh.q_pitch);
       loadTileAsync(st + kTileBytes, dout + int64_t(b) * Tn * C + int64_t(h) * kD, row, Tn, C);
     }
@@ -744,7 +750,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
     const int stage = it % kStages;
     const uint32_t sq = sqdo + stage * 2 * kTileBytes, sg = sq + kTileBytes;
-    const bool diag = it % n_tiles == 0;  // query tile == key tile: mask queries before the key
+    const bool diag = kGrouped ? it % n_tiles == 0 : it == 0;  // query tile == key tile: mask queries before the key
 #pragma unroll
     for (int part = 0; part < kSplit; ++part) {
       constexpr int kF = 8 / kSplit;  // 8-column fragments per slice
@@ -838,7 +844,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const HeadPointers qh = queryHead<kD>(lay, qk, b, h, Tn);
+  const HeadPointers qh = queryHead<kD>(lay, lay.group, qk, b, h, Tn);
   const KvSource kv = kvHead(lay, qk_map, v_map, qk, v, b, h / lay.group, Tn);
   const bf16* gb = dout + int64_t(b) * Tn * C + int64_t(h) * kD;
   const int64_t stat = (int64_t(b) * H + h) * Tn;
@@ -1066,8 +1072,9 @@ static void allowSmem(Kernel kernel, size_t bytes) {
 template <bool kWg>
 static void allowAttentionSmem() {
   allowSmem(attnForwardTc<64, kWg>, sizeof(FwdSmem<64>));
-  allowSmem(attnBackwardKvTc<64, 2, 1, kWg>, sizeof(BwdKvSmem<64>));
-  allowSmem(attnBackwardKvTc<64, 3, kWg ? 1 : 2, kWg>, sizeof(BwdKvSmem<64>));
+  for (const auto kernel : {attnBackwardKvTc<64, 2, 1, kWg, false>, attnBackwardKvTc<64, 2, 1, kWg, true>,
+                            attnBackwardKvTc<64, 3, kWg ? 1 : 2, kWg, false>, attnBackwardKvTc<64, 3, kWg ? 1 : 2, kWg, true>})
+    allowSmem(kernel, sizeof(BwdKvSmem<64>));
   allowSmem(attnBackwardQTc<64, 2, kWg>, sizeof(BwdQSmem<64>));
   allowSmem(attnBackwardQTc<64, 3, kWg>, sizeof(BwdQSmem<64>));
 }
@@ -1078,7 +1085,8 @@ static void allowAttentionSmem() {
 // slice's S^T and dP^T stay in registers.
 constexpr int kWideSplit = 2;
 const auto attnForwardWide = attnForwardTc<128, true>;
-const auto attnBackwardKvWide = attnBackwardKvTc<128, 2, kWideSplit, true>;
+const auto attnBackwardKvWide = attnBackwardKvTc<128, 2, kWideSplit, true, false>;
+const auto attnBackwardKvWideGrouped = attnBackwardKvTc<128, 2, kWideSplit, true, true>;
 const auto attnBackwardQWide = attnBackwardQTc<128, 2, true>;
 
 void prepareAttentionKernels() {
@@ -1086,6 +1094,7 @@ void prepareAttentionKernels() {
   allowAttentionSmem<true>();
   allowSmem(attnForwardWide, sizeof(FwdSmem<128>));
   allowSmem(attnBackwardKvWide, sizeof(BwdKvSmem<128>));
+  allowSmem(attnBackwardKvWideGrouped, sizeof(BwdKvSmem<128>));
   allowSmem(attnBackwardQWide, sizeof(BwdQSmem<128>));
   attentionBackwardBlocksPerSm();  // a bad override fails here, before any step
   chooseAttentionMma();
@@ -1126,6 +1135,14 @@ void attentionForwardTc(void* out, void* lse, DType lse_dt, const TcAttention& i
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
+// The dK/dV instantiation for heads `wide` (128) or 64 wide at `blocks` per SM.
+template <bool kGrouped>
+static auto kvBackwardKernel(bool wide, int blocks, bool wg) {
+  if (wide) return kGrouped ? attnBackwardKvWideGrouped : attnBackwardKvWide;
+  if (blocks == 3) return wg ? attnBackwardKvTc<64, 3, 1, true, kGrouped> : attnBackwardKvTc<64, 3, 2, false, kGrouped>;
+  return wg ? attnBackwardKvTc<64, 2, 1, true, kGrouped> : attnBackwardKvTc<64, 2, 1, false, kGrouped>;
+}
+
 void attentionBackwardTc(void* dqkv, const void* dout, const TcAttention& in, const void* out, const void* lse,
                          DType lse_dt, float* delta, float* bias_partial, int64_t B, int64_t Tn, int64_t C, int64_t H,
                          bool accumulate, cudaStream_t s) {
@@ -1137,10 +1154,8 @@ void attentionBackwardTc(void* dqkv, const void* dout, const TcAttention& in, co
   const float scale = 1.f / sqrtf(float(C / H));
   const BackwardBlocks blocks = attentionBackwardBlocksPerSm();
   const bool wg = useWgmma(), wide = C / H == 128;
-  const auto kv_kernel =
-      wide ? attnBackwardKvWide
-           : blocks.kv == 3 ? (wg ? attnBackwardKvTc<64, 3, 1, true> : attnBackwardKvTc<64, 3, 2, false>)
-                            : (wg ? attnBackwardKvTc<64, 2, 1, true> : attnBackwardKvTc<64, 2, 1, false>);
+  const auto kv_kernel = in.layout.group == 1 ? kvBackwardKernel<false>(wide, blocks.kv, wg)
+                                              : kvBackwardKernel<true>(wide, blocks.kv, wg);
   const auto q_kernel = wide ? attnBackwardQWide
                              : blocks.q == 3 ? (wg ? attnBackwardQTc<64, 3, true> : attnBackwardQTc<64, 3, false>)
                                              : (wg ? attnBackwardQTc<64, 2, true> : attnBackwardQTc<64, 2, false>);
