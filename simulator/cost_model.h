@@ -69,6 +69,10 @@ enum class SmRoom : int8_t { Unknown = -1, None = 0, Some = 1 };
 // Op kinds whose kernels' blocks take a whole SM each (SmRoom).
 bool blocksTakeWholeSms(OpKind op);
 
+// The tiles a GEMM task's output (y, dx or dW by its kind) is cut into by
+// the largest tile Hopper's GEMMs use (256 x 128); 0 for other kinds.
+int64_t gemmOutputTiles(const Task& task);
+
 // A duration rule: any of the fields set (>= 0) wins over the op's default in
 // this order: ns, fit, efficiencies.
 struct CostEntry {
@@ -239,9 +243,11 @@ class RooflineCostModel : public CostModel {
   int64_t trailingNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
   SmRoom smRoomBeside(const Task& task, const DeviceSpec& device) const override;
   double spareSmShare(const Task& task, const DeviceSpec& device) const override;
-  // The thread blocks of the task's main kernel: its shape's as calibrated,
-  // else its nearest calibrated shape's, else its op kind's; -1 unknown.
-  int kernelBlocks(const Task& task) const;
+  // The thread blocks of the task's main kernel on `device`: its shape's as
+  // calibrated, else a block per SM for a GEMM whose output has two waves
+  // of the largest tile (gemmOutputTiles), else its nearest calibrated
+  // shape's, else its op kind's; -1 unknown (nothing calibrated of its kind).
+  int kernelBlocks(const Task& task, const DeviceSpec& device) const;
   double collectiveStartWait() const override { return calibration_.collective_start_wait.value_or(0); }
   bool hasCollectiveBeside() const override { return !calibration_.collective_beside.empty(); }
   double collectiveBeside(const std::string& role) const override {

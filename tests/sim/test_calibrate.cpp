@@ -890,8 +890,30 @@ TEST_CASE("Kernel geometry: each shape's main kernel's blocks, and the room they
   for (const Task& t : other.programs[0].tasks)
     if (t.name == "layer1.mlp.fc.bwd_data.mb0") {
       REQUIRE(loaded.ops.at(OpKind::MatmulBwdData).shapes.count(sim::shapeKey(t)) == 0);
-      CHECK(model.kernelBlocks(t) == 132);
+      CHECK(model.kernelBlocks(t, h200) == 132);
     }
+  // A GEMM far larger than the measured ones (Llama 2 7B's MLP beside this
+  // small model's): its output holds two waves of even the largest tile,
+  // so it fills the SMs, where its nearest measured neighbour's 120 blocks
+  // would leave 12 free for the kernels beside it.
+  JobSpec large = job;
+  large.model.hidden = 4096;
+  large.model.heads = 32;
+  const Plan big = buildPlan(large);
+  int found = 0;
+  for (const Task& t : big.programs[0].tasks)
+    if (t.name == "layer1.mlp.fc.bwd_weight.mb0") {
+      ++found;
+      REQUIRE(loaded.ops.at(OpKind::MatmulBwdWeight).shapes.count(sim::shapeKey(t)) == 0);
+      CHECK(sim::gemmOutputTiles(t) == 64 * 32);  // dW 16384 x 4096
+      CHECK(model.kernelBlocks(t, h200) == 132);
+      CHECK(model.smRoomBeside(t, h200) == sim::SmRoom::None);
+      CHECK(model.spareSmShare(t, h200) == -1);
+      sim::DeviceSpec smaller = h200;
+      smaller.sm_count = 108;
+      CHECK(model.kernelBlocks(t, smaller) == 108);
+    }
+  CHECK(found == 1);
   // Calibrations without geometry leave kernels as before.
   CHECK(sim::RooflineCostModel().smRoomBeside(dgrad, h200) == sim::SmRoom::Unknown);
 }
