@@ -254,6 +254,148 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// ---- rows too wide for a warp: a block per row --------------------------
+// Llama 2 7B's rows are 4096 wide (512 vectors). With a warp per row, the
+// row streamed twice, the forward took 41 us per micro-batch and the
+// backward 88 (dx) + 76 us (the weight's sums, a kernel of its own) on one
+// H200, a third of the memory bandwidth. Here a block's 256 threads hold
+// the row in registers, kPer vectors each (vector v = thread + 256 k), and
+// read it once.
+constexpr int kWideThreads = 256;
+constexpr int kWideMaxPer = 4;  // rows up to 8192 wide (Llama 2 70B's)
+
+// Every thread's v summed over the block, in one fixed order (each thread
+// adds the warps' sums the same way). `red`: kWideThreads / 32 floats, not
+// reused before the block's next barrier.
+__device__ __forceinline__ float blockSum(float v, float* red) {
+  v = warpSum(v);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float t = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWideThreads / 32; ++w) t += red[w];
+  return t;
+}
+
+// grid: one block per row.
+template <int kPer>
+__global__ void __launch_bounds__(kWideThreads)
+    rmsnormForwardWide(uint4* y, void* rstd, int rstd_bf16, const uint4* x, const uint4* w, int c8) {
+  __shared__ float red[kWideThreads / 32];
+  const int64_t row = blockIdx.x;
+  uint4 xv[kPer];
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int v = threadIdx.x + k * kWideThreads;
+    if (v >= c8) continue;
+    xv[k] = x[row * c8 + v];
+    float f[8];
+    unpack8(xv[k], f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s += f[j] * f[j];
+  }
+  const float r = 1.f / sqrtf(blockSum(s, red) / float(c8 * 8) + kRmsEps);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int v = threadIdx.x + k * kWideThreads;
+    if (v >= c8) continue;
+    float f[8], wv[8];
+    unpack8(xv[k], f);
+    unpack8(w[v], wv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = f[j] * r * wv[j];
+    y[row * c8 + v] = pack8(f);
+  }
+  if (threadIdx.x == 0) storeAny(rstd, rstd_bf16, row, r);
+}
+
+// grid: kBiasVecChunks blocks; block b takes rows [b per, (b + 1) per),
+// per = ceil(M / chunks), in order: dx of each, and the weight's partial
+// sums of dy x r over its rows into partial[b][c] (each column one thread's,
+// so the sums need no reduction across threads; biasGradientFromPartials
+// adds the blocks' rows in order). The next row's dy and x are loaded before
+// this row's sum is reduced. dx may alias dy: a row's vectors are read into
+// registers before any is written, each by the thread that writes it.
+template <int kPer>
+__global__ void __launch_bounds__(kWideThreads)
+    rmsnormBackwardWide(uint4* dx, float* partial, const uint4* dy, const uint4* x, const uint4* w, const void* rstd,
+                        int rstd_bf16, int64_t M, int c8, bool accumulate) {
+  __shared__ float red[2][kWideThreads / 32];  // by row parity (blockSum)
+  const int64_t per = (M + gridDim.x - 1) / gridDim.x;
+  const int64_t begin = min(M, blockIdx.x * per), end = min(M, begin + per);
+  auto valid = [&](int k) { return int(threadIdx.x) + k * kWideThreads < c8; };
+  auto load = [&](int64_t row, uint4 (&g)[kPer], uint4 (&xv)[kPer]) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+      if (valid(k)) {
+        const int64_t at = row * c8 + threadIdx.x + k * kWideThreads;
+        g[k] = dy[at];
+        xv[k] = x[at];
+      }
+  };
+  float acc[kPer][8];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[k][j] = 0.f;
+  uint4 g[kPer], xv[kPer];
+  if (begin < end) load(begin, g, xv);
+  for (int64_t row = begin; row < end; ++row) {
+    uint4 g_next[kPer], x_next[kPer];
+    if (row + 1 < end) load(row + 1, g_next, x_next);
+    const float r = loadAny(rstd, rstd_bf16, row);
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (!valid(k)) continue;
+      float gf[8], xf[8], wf[8];
+      unpack8(g[k], gf);
+      unpack8(xv[k], xf);
+      unpack8(w[threadIdx.x + k * kWideThreads], wf);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        s += gf[j] * wf[j] * xf[j] * r;
+        acc[k][j] += gf[j] * xf[j] * r;
+      }
+    }
+    const float mean = blockSum(s, red[row & 1]) / float(c8 * 8);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (!valid(k)) continue;
+      const int64_t at = row * c8 + threadIdx.x + k * kWideThreads;
+      float gf[8], xf[8], wf[8], out[8];
+      unpack8(g[k], gf);
+      unpack8(xv[k], xf);
+      unpack8(w[threadIdx.x + k * kWideThreads], wf);
+      if (accumulate) unpack8(dx[at], out);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float d = r * (gf[j] * wf[j] - xf[j] * r * mean);
+        out[j] = accumulate ? out[j] + d : d;
+      }
+      dx[at] = pack8(out);
+    }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) g[k] = g_next[k], xv[k] = x_next[k];
+  }
+  float* mine = partial + int64_t(blockIdx.x) * c8 * 8;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (!valid(k)) continue;
+    float4* out = reinterpret_cast<float4*>(mine + (threadIdx.x + k * kWideThreads) * 8);
+    out[0] = make_float4(acc[k][0], acc[k][1], acc[k][2], acc[k][3]);
+    out[1] = make_float4(acc[k][4], acc[k][5], acc[k][6], acc[k][7]);
+  }
+}
+
+// The wide kernels' vectors per thread for rows of c8 vectors; 0 where the
+// row is too wide for them.
+int widePer(int64_t c8) {
+  const int64_t per = (c8 + kWideThreads - 1) / kWideThreads;
+  return per <= kWideMaxPer ? int(per) : 0;
+}
+
 __device__ __forceinline__ float sigmoidf(float g) { return 1.f / (1.f + expf(-g)); }
 
 // x rows are [gate (F) | up (F)], y rows F wide: y = silu(gate) up.
@@ -581,6 +723,17 @@ void rmsnormForward(void* y, void* rstd, DType rstd_dt, const void* x, const voi
     auto* xv = static_cast<const uint4*>(x);
     auto* wv = static_cast<const uint4*>(w);
     const int rb = isBf16(rstd_dt), c8 = int(C / 8);
+    // Rows beyond what a warp holds in registers (1024 wide): a block per row.
+    if (const int per = C > 1024 ? widePer(c8) : 0; per > 0) {
+      const unsigned rows = unsigned(M);
+      switch (per) {
+        case 1: rmsnormForwardWide<1><<<rows, kWideThreads, 0, s>>>(yv, rstd, rb, xv, wv, c8); break;
+        case 2: rmsnormForwardWide<2><<<rows, kWideThreads, 0, s>>>(yv, rstd, rb, xv, wv, c8); break;
+        case 3: rmsnormForwardWide<3><<<rows, kWideThreads, 0, s>>>(yv, rstd, rb, xv, wv, c8); break;
+        default: rmsnormForwardWide<4><<<rows, kWideThreads, 0, s>>>(yv, rstd, rb, xv, wv, c8);
+      }
+      return TANDEM_CUDA_LAUNCH_CHECK();
+    }
     switch (C % 256 == 0 ? C / 256 : 0) {
       case 1: rmsnormForwardVec<1><<<blocks, kWarps * 32, 0, s>>>(yv, rstd, rb, xv, wv, M, c8); break;
       case 2: rmsnormForwardVec<2><<<blocks, kWarps * 32, 0, s>>>(yv, rstd, rb, xv, wv, M, c8); break;
@@ -603,14 +756,33 @@ void rmsnormBackward(void* dx, void* dw, const void* dy, const void* x, const vo
   // the row, the weight's sums per warp (layernorm.cu's kernel).
   if (rmsnormBackwardFused(dx, dw, dy, x, w, rstd, rstd_dt, M, C, accumulate_dx, accumulate_dw, dt, scratch, s))
     return;
-  // Wider rows: the weight's partial sums first (dx may alias dy), then dx.
+  // Wider bf16 rows of whole vectors.
   if (dt == DType::BF16 && vec8(C, {dx, dy, x, w})) {
     const int c8 = int(C / 8);
     auto* dxb = static_cast<bf16*>(dx);
     auto* dyb = static_cast<const bf16*>(dy);
     auto* xb = static_cast<const bf16*>(x);
     auto* wb = static_cast<const bf16*>(w);
-    // 256 row slices: GPT-2-sized rows give 3 column blocks, and 768
+    // Rows a block holds in registers (up to 8192 wide): dx and the weight's
+    // partial sums in one pass.
+    if (const int per = widePer(c8); per > 0) {
+      auto* dxv = static_cast<uint4*>(dx);
+      auto* dyv = static_cast<const uint4*>(dy);
+      auto* xv = static_cast<const uint4*>(x);
+      auto* wv = static_cast<const uint4*>(w);
+      const int rb = isBf16(rstd_dt);
+      constexpr unsigned chunks = gpu_footprint::kBiasVecChunks;
+      switch (per) {
+        case 1: rmsnormBackwardWide<1><<<chunks, kWideThreads, 0, s>>>(dxv, scratch, dyv, xv, wv, rstd, rb, M, c8, accumulate_dx); break;
+        case 2: rmsnormBackwardWide<2><<<chunks, kWideThreads, 0, s>>>(dxv, scratch, dyv, xv, wv, rstd, rb, M, c8, accumulate_dx); break;
+        case 3: rmsnormBackwardWide<3><<<chunks, kWideThreads, 0, s>>>(dxv, scratch, dyv, xv, wv, rstd, rb, M, c8, accumulate_dx); break;
+        default: rmsnormBackwardWide<4><<<chunks, kWideThreads, 0, s>>>(dxv, scratch, dyv, xv, wv, rstd, rb, M, c8, accumulate_dx);
+      }
+      TANDEM_CUDA_LAUNCH_CHECK();
+      return biasGradientFromPartials(dw, scratch, C, chunks, accumulate_dw, dt, s);
+    }
+    // Wider still: the weight's partial sums first (dx may alias dy), then
+    // dx, the row streamed twice. 256 row slices: GPT-2-sized rows give 3 column blocks, and 768
     // blocks keep every SM busy where 64 slices left it waiting on memory.
     rmsnormWeightPartialVec<<<dim3(unsigned((c8 + 31) / 32), gpu_footprint::kBiasVecChunks), dim3(32, 8), 0, s>>>(
         scratch, dyb, xb, rstd, isBf16(rstd_dt), M, c8);

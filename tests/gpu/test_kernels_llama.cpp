@@ -148,6 +148,21 @@ void testDeterministic() {
     return std::make_tuple(gy.download(), gdx.download(), gdw.download());
   };
   expectTrue("[bf16] rmsnorm forward and backward: a second run, bit for bit", norm() == norm());
+  {  // rows a block holds (Llama 2 7B's width)
+    const int64_t Mw = 600, Cw = 4096;
+    auto xw = rounded(randomVector(Mw * Cw, rng), dt), ww = rounded(randomVector(Cw, rng), dt),
+         dyw = rounded(randomVector(Mw * Cw, rng), dt);
+    Dev wx(dt, Mw * Cw), wwt(dt, Cw), wdy(dt, Mw * Cw), wy(dt, Mw * Cw), wr(DType::F32, Mw), wdx(dt, Mw * Cw),
+        wdw(dt, Cw);
+    wx.upload(xw), wwt.upload(ww), wdy.upload(dyw);
+    auto wide = [&] {
+      cuda::rmsnormForward(wy.p, wr.p, wr.dt, wx.p, wwt.p, Mw, Cw, dt, nullptr);
+      cuda::rmsnormBackward(wdx.p, wdw.p, wdy.p, wx.p, wwt.p, wr.p, wr.dt, Mw, Cw, false, false, dt,
+                            scratchBuffer(cuda::rmsnormScratchBytes(Cw)), nullptr);
+      return std::make_tuple(wy.download(), wdx.download(), wdw.download());
+    };
+    expectTrue("[bf16] rmsnorm 4096 wide forward and backward: a second run, bit for bit", wide() == wide());
+  }
   const int64_t width = (H + 2 * KV) * (Cq / H);
   auto qkv = rounded(randomVector(B * T * width, rng), dt), dout = rounded(randomVector(B * T * Cq, rng), dt);
   Dev gq(dt, qkv.size()), go(dt, B * T * Cq), gl(DType::F32, B * H * T), gdo(dt, dout.size()), gdq(dt, qkv.size());
@@ -168,16 +183,22 @@ int main() {
   requireGpus(1);
   cuda::prepareKernels();
   for (DType dt : {DType::F32, DType::BF16}) {
-    // bf16: rows of whole 16-byte vectors held in registers (C = 256 kV,
-    // kV <= 4) or streamed; the scalar kernel otherwise (and in fp32).
+    // bf16: rows of whole 16-byte vectors held in a warp's registers (C =
+    // 256 kV, kV <= 4) or streamed, wider ones (up to 8192) in a block's;
+    // the scalar kernel otherwise (and in fp32).
     testRmsnorm(dt, 300, 100);    // scalar rows (C % 8 != 0)
     testRmsnorm(dt, 300, 96);     // streamed
     testRmsnorm(dt, 500, 256);    // one vector per lane
     testRmsnorm(dt, 2500, 768);   // three (Llama 124M)
     testRmsnorm(dt, 333, 1024);   // four
     testRmsnorm(dt, 257, 1000);   // streamed, the last vectors on some lanes only
-    testRmsnorm(dt, 700, 4096);   // Llama 2 7B's width, streamed
-    testRmsnorm(dt, 64, 5120);
+    testRmsnorm(dt, 300, 1536);   // a block per row, some threads without a vector
+    testRmsnorm(dt, 700, 4096);   // Llama 2 7B's width: two vectors per thread
+    testRmsnorm(dt, 64, 5120);    // three, the last on some threads only
+    testRmsnorm(dt, 300, 2560);   // backward in a block per row too, the second vector on some threads
+    testRmsnorm(dt, 130, 8192);   // Llama 2 70B's width: four per thread
+    testRmsnorm(dt, 100, 8200);   // wider than the block holds: streamed
+    testRmsnorm(dt, 3, 4096);     // fewer rows than the backward's blocks
     testSwiglu(dt, 300, 172);     // scalar path (F % 8 != 0)
     testSwiglu(dt, 1000, 688);    // 16-byte path in bf16
     // Head width 16 and 32: the CUDA-core attention; 64: tensor cores in bf16.
