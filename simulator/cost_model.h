@@ -69,6 +69,10 @@ enum class SmRoom : int8_t { Unknown = -1, None = 0, Some = 1 };
 // Op kinds whose kernels' blocks take a whole SM each (SmRoom).
 bool blocksTakeWholeSms(OpKind op);
 
+// A GEMM shape key's FLOPs, 2 m n k ("m=16384 n=2304 k=768", epilogue
+// or not); nothing for a key without the three.
+std::optional<double> gemmKeyFlops(const std::string& key);
+
 // The tiles a GEMM task's output (y, dx or dW by its kind) is cut into by
 // the largest tile Hopper's GEMMs use (256 x 128); 0 for other kinds.
 int64_t gemmOutputTiles(const Task& task);
@@ -262,6 +266,9 @@ class RooflineCostModel : public CostModel {
   RooflineParams params_;
   Calibration calibration_;
   std::map<OpKind, ShapeInterpolator> interpolators_;  // measured shapes per op kind (shape_interpolation.h)
+  // Per GEMM kind, the most FLOP per ns any of its measured shapes ran at
+  // (gemmKeyFlops): the op kind's fit extrapolates no faster than that.
+  std::map<OpKind, double> fastest_flop_per_ns_;
 };
 
 }  // namespace tandem::sim

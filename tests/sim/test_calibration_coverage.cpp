@@ -3,6 +3,7 @@
 // with tandem.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 
 #include "engine/job.h"
@@ -154,6 +155,37 @@ TEST_CASE("A task's time and the rule it came from come from one lookup", "[cali
   // The batch's copy to the GPU is not a kernel, calibrated or not.
   REQUIRE(load);
   CHECK(measured.taskTime(*load, h200(), Precision::BF16).source == sim::TimeSource::NoKernel);
+}
+
+TEST_CASE("A GEMM kind's fit runs an unmeasured shape no faster than its fastest measured one",
+          "[calibrate][coverage]") {
+  const Plan plan = gpt2(16);
+  const Task* gemm = nullptr;
+  for (const Task& t : plan.programs[0].tasks)
+    if (!gemm && t.op == OpKind::Matmul && t.fused_into < 0) gemm = &t;
+  REQUIRE(gemm);
+  REQUIRE(sim::gemmKeyFlops(sim::shapeKey(*gemm)));
+  CHECK(*sim::gemmKeyFlops("m=1024 n=1024 k=512 epi=gelu") == Approx(2.0 * 1024 * 1024 * 512));
+  CHECK_FALSE(sim::gemmKeyFlops("b=16 t=1024 c=768 h=12"));
+  // A fit of 100 ns per GFLOP (10 PFLOP/s: what an additive fit can promise
+  // far from its shapes) beside a measured shape that ran 2 m n k FLOPs in
+  // 10 us, and a slow tiny one that does not lower the bound.
+  const std::string fit = "    fit: {base_ns: 0, ns_per_gflop: 100, ns_per_mb: 0}\n";
+  const sim::Calibration bounded = sim::parseCalibration(
+      "version: 1\nops:\n  matmul:\n" + fit +
+          "    shapes:\n      \"m=1024 n=1024 k=1024\": {ns: 10000}\n      \"m=1 n=2 k=3\": {ns: 5000}\n",
+      "bounded.yaml");
+  const sim::Calibration fit_only = sim::parseCalibration("version: 1\nops:\n  matmul:\n" + fit, "fit.yaml");
+  const sim::RooflineCostModel with_shapes(sim::RooflineParams::defaults(), bounded);
+  const sim::RooflineCostModel without(sim::RooflineParams::defaults(), fit_only);
+  const auto t = with_shapes.taskTime(*gemm, h200(), Precision::BF16);
+  CHECK(t.source == sim::TimeSource::OpKindFit);
+  const double fastest = 2.0 * 1024 * 1024 * 1024 / 10000.0;  // FLOP per ns
+  CHECK(t.ns == int64_t(std::ceil(gemm->flops / fastest)));
+  CHECK(t.ns > std::llround(100 * gemm->flops * 1e-9));
+  // Without a measured shape the fit is all there is (a kind measured as a
+  // whole).
+  CHECK(without.taskTime(*gemm, h200(), Precision::BF16).ns == std::llround(100 * gemm->flops * 1e-9));
 }
 
 TEST_CASE("The Llama 2 7B calibration measured every kernel of the job, on one rank and on eight",

@@ -84,7 +84,17 @@ ops:
   CHECK(model.taskNs(mm, dev, Precision::BF16) == 26000);
   mm.attrs.m = 16384;  // measured itself
   CHECK(model.taskNs(mm, dev, Precision::BF16) == 34000);
-  mm.attrs.m = 32768;  // past the measured shapes: the op kind's fit
+  // Past the measured shapes: the op kind's fit, but no faster than the
+  // fastest measured shape ran (the fit's 1 PFLOP/s would take 38655 ns;
+  // m=16384 ran at 2 * 16384 * 768 * 768 FLOPs in 34000 ns, twice as many
+  // take 68000).
+  mm.attrs.m = 32768;
   mm.flops = 2.0 * 32768 * 768 * 768;
-  CHECK(model.taskNs(mm, dev, Precision::BF16) == int64_t(std::llround(1000 * mm.flops * 1e-9)));
+  CHECK(std::llround(1000 * mm.flops * 1e-9) == 38655);
+  CHECK(model.taskNs(mm, dev, Precision::BF16) == 68000);
+  // A fit slower than that bound gives its own time.
+  std::string slower = yaml;
+  slower.replace(slower.find("ns_per_gflop: 1000"), 18, "ns_per_gflop: 3000");
+  const RooflineCostModel slow(RooflineParams::defaults(), parseCalibration(slower, "slow.yaml"));
+  CHECK(slow.taskNs(mm, dev, Precision::BF16) == int64_t(std::llround(3000 * mm.flops * 1e-9)));
 }
