@@ -49,6 +49,16 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (lane == 0) storeAny(rstd, rstd_bf16, row, r);
 }
 
+// One 16-byte vector of y = x r w.
+__device__ __forceinline__ uint4 normedVector(const uint4& x, const uint4& w, float r) {
+  float f[8], wv[8];
+  unpack8(x, f);
+  unpack8(w, wv);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) f[j] = f[j] * r * wv[j];
+  return pack8(f);
+}
+
 // bf16 rows of whole 16-byte vectors. C = 256 kV: the row held in registers
 // (kV vectors per lane), one read of x; kV = 0: any C % 8 == 0, x streamed
 // twice (the second pass hits L1/L2).
@@ -70,14 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     const float r = 1.f / sqrtf(warpSum(s) / float(c8_any * 8) + kRmsEps);
 #pragma unroll 4
-    for (int v = lane; v < c8_any; v += 32) {
-      float f[8], wv[8];
-      unpack8(xr[v], f);
-      unpack8(w[v], wv);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) f[j] = f[j] * r * wv[j];
-      y[row * c8_any + v] = pack8(f);
-    }
+    for (int v = lane; v < c8_any; v += 32) y[row * c8_any + v] = normedVector(xr[v], w[v], r);
     if (lane == 0) storeAny(rstd, rstd_bf16, row, r);
   } else {
     constexpr int c8 = kV * 32;
@@ -100,6 +103,20 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     if (lane == 0) storeAny(rstd, rstd_bf16, row, r);
   }
+}
+
+// One 16-byte vector of dx = r (dy w - x r mean) from its dy (g), x and w,
+// stored at `out` (added to what it holds when accumulating).
+__device__ __forceinline__ void storeRmsnormDx(uint4* out, const float (&g)[8], const float (&xv)[8],
+                                               const float (&ww)[8], float r, float mean, bool accumulate) {
+  float v[8];
+  if (accumulate) unpack8(*out, v);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float d = r * (g[j] * ww[j] - xv[j] * r * mean);
+    v[j] = accumulate ? v[j] + d : d;
+  }
+  *out = pack8(v);
 }
 
 // dx = r (dy w - xhat mean(dy w xhat)), xhat = x r, one warp per row. Reads
@@ -165,14 +182,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float r = loadAny(rstd, rstd_bf16, row);
   float s = 0.f;
   auto gradient = [&](const float (&g)[8], const float (&xv)[8], const float (&ww)[8], float mean, int v) {
-    float out[8];
-    if (accumulate) unpack8(dxr[v], out);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float d = r * (g[j] * ww[j] - xv[j] * r * mean);
-      out[j] = accumulate ? out[j] + d : d;
-    }
-    dxr[v] = pack8(out);
+    storeRmsnormDx(dxr + v, g, xv, ww, r, mean, accumulate);
   };
   if constexpr (kV > 0) {
     float g[kV][8], xv[kV][8];
@@ -300,12 +310,7 @@ __global__ void __launch_bounds__(kWideThreads)
   for (int k = 0; k < kPer; ++k) {
     const int v = threadIdx.x + k * kWideThreads;
     if (v >= c8) continue;
-    float f[8], wv[8];
-    unpack8(xv[k], f);
-    unpack8(w[v], wv);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] = f[j] * r * wv[j];
-    y[row * c8 + v] = pack8(f);
+    y[row * c8 + v] = normedVector(xv[k], w[v], r);
   }
   if (threadIdx.x == 0) storeAny(rstd, rstd_bf16, row, r);
 }
@@ -340,6 +345,11 @@ __global__ void __launch_bounds__(kWideThreads)
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[k][j] = 0.f;
   uint4 g[kPer], xv[kPer];
+  auto unpackVector = [&](int k, float (&gf)[8], float (&xf)[8], float (&wf)[8]) {  // dy, x, w of vector k
+    unpack8(g[k], gf);
+    unpack8(xv[k], xf);
+    unpack8(w[threadIdx.x + k * kWideThreads], wf);
+  };
   if (begin < end) load(begin, g, xv);
   for (int64_t row = begin; row < end; ++row) {
     uint4 g_next[kPer], x_next[kPer];
@@ -350,9 +360,7 @@ __global__ void __launch_bounds__(kWideThreads)
     for (int k = 0; k < kPer; ++k) {
       if (!valid(k)) continue;
       float gf[8], xf[8], wf[8];
-      unpack8(g[k], gf);
-      unpack8(xv[k], xf);
-      unpack8(w[threadIdx.x + k * kWideThreads], wf);
+      unpackVector(k, gf, xf, wf);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         s += gf[j] * wf[j] * xf[j] * r;
@@ -363,18 +371,9 @@ __global__ void __launch_bounds__(kWideThreads)
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
       if (!valid(k)) continue;
-      const int64_t at = row * c8 + threadIdx.x + k * kWideThreads;
-      float gf[8], xf[8], wf[8], out[8];
-      unpack8(g[k], gf);
-      unpack8(xv[k], xf);
-      unpack8(w[threadIdx.x + k * kWideThreads], wf);
-      if (accumulate) unpack8(dx[at], out);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float d = r * (gf[j] * wf[j] - xf[j] * r * mean);
-        out[j] = accumulate ? out[j] + d : d;
-      }
-      dx[at] = pack8(out);
+      float gf[8], xf[8], wf[8];
+      unpackVector(k, gf, xf, wf);
+      storeRmsnormDx(dx + row * c8 + threadIdx.x + k * kWideThreads, gf, xf, wf, r, mean, accumulate);
     }
 #pragma unroll
     for (int k = 0; k < kPer; ++k) g[k] = g_next[k], xv[k] = x_next[k];

@@ -132,11 +132,9 @@ void testGroupedAttention(DType dt, int64_t B, int64_t T, int64_t C, int64_t H, 
                      dt == DType::BF16 ? 1e-2 : 1e-4);
 }
 
-// A replay of the same launches gives the same bits (no atomics): the
-// weight gradient's fixed slices, the fold's fixed head order.
-void testDeterministic() {
+// RMSNorm forward and backward twice on the same rows: the same bits.
+void testRmsnormDeterministic(int64_t M, int64_t C, const char* what) {
   const DType dt = DType::BF16;
-  const int64_t M = 3000, C = 512, B = 2, T = 200, H = 8, KV = 2, Cq = 512;
   auto x = rounded(randomVector(M * C, rng), dt), w = rounded(randomVector(C, rng), dt),
        dy = rounded(randomVector(M * C, rng), dt);
   Dev gx(dt, M * C), gw(dt, C), gdy(dt, M * C), gy(dt, M * C), gr(DType::F32, M), gdx(dt, M * C), gdw(dt, C);
@@ -147,22 +145,17 @@ void testDeterministic() {
                           scratchBuffer(cuda::rmsnormScratchBytes(C)), nullptr);
     return std::make_tuple(gy.download(), gdx.download(), gdw.download());
   };
-  expectTrue("[bf16] rmsnorm forward and backward: a second run, bit for bit", norm() == norm());
-  {  // rows a block holds (Llama 2 7B's width)
-    const int64_t Mw = 600, Cw = 4096;
-    auto xw = rounded(randomVector(Mw * Cw, rng), dt), ww = rounded(randomVector(Cw, rng), dt),
-         dyw = rounded(randomVector(Mw * Cw, rng), dt);
-    Dev wx(dt, Mw * Cw), wwt(dt, Cw), wdy(dt, Mw * Cw), wy(dt, Mw * Cw), wr(DType::F32, Mw), wdx(dt, Mw * Cw),
-        wdw(dt, Cw);
-    wx.upload(xw), wwt.upload(ww), wdy.upload(dyw);
-    auto wide = [&] {
-      cuda::rmsnormForward(wy.p, wr.p, wr.dt, wx.p, wwt.p, Mw, Cw, dt, nullptr);
-      cuda::rmsnormBackward(wdx.p, wdw.p, wdy.p, wx.p, wwt.p, wr.p, wr.dt, Mw, Cw, false, false, dt,
-                            scratchBuffer(cuda::rmsnormScratchBytes(Cw)), nullptr);
-      return std::make_tuple(wy.download(), wdx.download(), wdw.download());
-    };
-    expectTrue("[bf16] rmsnorm 4096 wide forward and backward: a second run, bit for bit", wide() == wide());
-  }
+  expectTrue(fmt::format("[bf16] rmsnorm {}forward and backward: a second run, bit for bit", what).c_str(),
+             norm() == norm());
+}
+
+// A replay of the same launches gives the same bits (no atomics): the
+// weight gradient's fixed slices, the fold's fixed head order.
+void testDeterministic() {
+  const DType dt = DType::BF16;
+  const int64_t B = 2, T = 200, H = 8, KV = 2, Cq = 512;
+  testRmsnormDeterministic(3000, 512, "");
+  testRmsnormDeterministic(600, 4096, "4096 wide (a block per row) ");
   const int64_t width = (H + 2 * KV) * (Cq / H);
   auto qkv = rounded(randomVector(B * T * width, rng), dt), dout = rounded(randomVector(B * T * Cq, rng), dt);
   Dev gq(dt, qkv.size()), go(dt, B * T * Cq), gl(DType::F32, B * H * T), gdo(dt, dout.size()), gdq(dt, qkv.size());
