@@ -638,7 +638,8 @@ struct BwdKvSmem {
 // kGrouped: more than one query head per key/value head (lay.group > 1).
 // Multi-head attention gets an instantiation of its own, which streams one
 // head's query tiles with no division by the tile count: the loop over
-// (query head, tile) pairs cost it ~100 us per layer at Llama 2 7B's shape.
+// (query head, tile) pairs cost it about 80 us per layer and micro-batch at
+// Llama 2 7B's shape (1.3 ms per step of a 4-layer 7B on one H200).
 template <int kD, int kMinBlocks, int kSplit, bool kWg, bool kGrouped>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     attnBackwardKvTc(const __grid_constant__ CUtensorMap qk_map, const __grid_constant__ CUtensorMap v_map,
