@@ -1,5 +1,6 @@
 #include "simulator/calibrate_merge.h"
 
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 
@@ -44,9 +45,11 @@ void keepMultiRankKeys(CalibrationResult& r, const std::string& base_yaml, const
     rep.sizes = k.sizes;
     r.collectives.push_back(rep);
   }
-  r.multi_rank_source = base_source;
+  // Named by its file name, as the runs are (calibrate.cpp): a calibration
+  // is committed and shared, the folder it was read from is this machine's.
+  r.multi_rank_source = std::filesystem::path(base_source).filename().string();
   // Where the kept keys were measured: the base's own header comments.
-  r.provenance.push_back("multi-rank keys kept from " + base_source + ", whose header reads:");
+  r.provenance.push_back("multi-rank keys kept from " + r.multi_rank_source + ", whose header reads:");
   std::istringstream in(base_yaml);
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("version:", 0) == 0) break;

@@ -22,8 +22,8 @@ namespace tandem::sim {
 bool hasMultiRankKeys(const CalibrationResult& r);
 
 // Copies the multi-rank keys of the calibration YAML `base_yaml` (read from
-// `base_source`) into `r`, and the base's header comments into its
-// provenance. Throws CalibrationError for a base that does not parse, and
+// `base_source`, named in errors as given and in `r` by its file name) into
+// `r`, and the base's header comments into its provenance. Throws CalibrationError for a base that does not parse, and
 // std::runtime_error when `r` has multi-rank keys of its own (keeping
 // another file's would silently drop measured ones) or the base has none.
 void keepMultiRankKeys(CalibrationResult& r, const std::string& base_yaml, const std::string& base_source);
