@@ -1,6 +1,9 @@
 // Kernel statistics by op and by name, and attribution to plan tasks.
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "traces/analysis_parts.h"
@@ -16,6 +19,11 @@ struct Group {
   int64_t flops_time_ns = 0;
   int64_t bytes = 0;
   int64_t bytes_time_ns = 0;
+  // Kernels that carry no figures of their own (a profiled run's): their
+  // plan task's flops and bytes, once per execution, over their time.
+  double plan_flops = 0;
+  int64_t plan_bytes = 0;
+  int64_t plan_time_ns = 0;
 };
 
 void add(Group& g, Category c, int64_t dur, double flops, int64_t bytes) {
@@ -44,10 +52,36 @@ KernelStat statOf(const std::string& key, Group& g) {
   s.flops = g.flops;
   s.bytes = g.bytes;
   // flops per ns is GFLOP/s; bytes per ns is GB/s.
-  if (g.flops_time_ns > 0) s.tflops = g.flops / static_cast<double>(g.flops_time_ns) / 1e3;
-  if (g.bytes_time_ns > 0) s.gbps = static_cast<double>(g.bytes) / static_cast<double>(g.bytes_time_ns);
+  const double flops = g.flops + g.plan_flops;
+  const int64_t flops_ns = g.flops_time_ns + (g.plan_flops > 0 ? g.plan_time_ns : 0);
+  const int64_t bytes = g.bytes + g.plan_bytes;
+  const int64_t bytes_ns = g.bytes_time_ns + (g.plan_bytes > 0 ? g.plan_time_ns : 0);
+  if (flops_ns > 0) s.tflops = flops / static_cast<double>(flops_ns) / 1e3;
+  if (bytes_ns > 0) s.gbps = static_cast<double>(bytes) / static_cast<double>(bytes_ns);
   return s;
 }
+
+// Which recorded step of its rank a time falls in (-1: none).
+class StepFinder {
+ public:
+  explicit StepFinder(const std::vector<StepRow>& steps) {
+    for (const StepRow& st : steps) by_rank_[st.rank].push_back(st);
+    for (auto& [rank, v] : by_rank_)
+      std::sort(v.begin(), v.end(), [](const StepRow& a, const StepRow& b) { return a.start_ns < b.start_ns; });
+  }
+  int stepAt(int rank, int64_t t) const {
+    const auto it = by_rank_.find(rank);
+    if (it == by_rank_.end()) return -1;
+    const auto& v = it->second;
+    auto after = std::upper_bound(v.begin(), v.end(), t, [](int64_t x, const StepRow& st) { return x < st.start_ns; });
+    if (after == v.begin()) return -1;
+    const StepRow& st = *std::prev(after);
+    return t < st.end_ns ? st.step : -1;
+  }
+
+ private:
+  std::map<int, std::vector<StepRow>> by_rank_;
+};
 
 void sortByTotal(std::vector<KernelStat>& v) {
   std::sort(v.begin(), v.end(), [](const KernelStat& a, const KernelStat& b) {
@@ -59,12 +93,20 @@ void sortByTotal(std::vector<KernelStat>& v) {
 
 void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                       const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
-                      const std::vector<StreamRow>& streams, const AnalysisOptions& options, RunReport& report) {
+                      const std::vector<StreamRow>& streams, const std::vector<StepRow>& steps,
+                      const AnalysisOptions& options, RunReport& report) {
   std::set<std::pair<int, int>> setup_streams;  // (rank, stream)
   for (const StreamRow& s : streams)
     if (s.name == kSetupStreamName) setup_streams.insert({s.rank, s.stream});
-  std::unordered_map<int64_t, std::string> op_of_task;  // (rank << 40 | task) -> op
-  for (const auto& t : plan) op_of_task.emplace((int64_t(t.rank) << 40) | t.task_id, t.op);
+  std::unordered_map<int64_t, const PlanTaskRow*> task_of;  // (rank << 40 | task) -> its plan row
+  for (const auto& t : plan) task_of.emplace((int64_t(t.rank) << 40) | t.task_id, &t);
+  // A profiled run's kernels carry no flops or bytes: an op's rates come from
+  // its plan tasks' figures, counted once per task and recorded step (the
+  // executions: a task's kernels in one step are one), over the time of
+  // every kernel of those executions. Without recorded steps there is no
+  // telling executions apart, and no rate.
+  const StepFinder step_of(steps);
+  std::set<std::tuple<int, int64_t, int>> executed;  // (rank, task, step)
   std::map<std::string, Group> by_op;
   std::vector<Group> by_name(strings.size());
   std::vector<int64_t> unattributed_ns(strings.size(), 0);
@@ -91,11 +133,24 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
         ++attr.gpu_activities;
         if (t->task_id[i] >= 0) {
           ++attr.attributed;
-          auto it = op_of_task.find((int64_t(rank.rank) << 40) | t->task_id[i]);
+          auto it = task_of.find((int64_t(rank.rank) << 40) | t->task_id[i]);
           // Copies and memsets a task issues (cuBLASLt workspace clears, say)
           // stay under their own kind, so an op's row holds one category.
           const bool work = t->kind[i] == ActivityKind::Kernel || t->kind[i] == ActivityKind::Collective;
-          if (work && it != op_of_task.end() && !it->second.empty()) op = it->second;
+          if (work && it != task_of.end() && !it->second->op.empty()) {
+            op = it->second->op;
+            const PlanTaskRow& task = *it->second;
+            const int step = step_of.stepAt(rank.rank, t->start_ns[i]);
+            if (t->kind[i] == ActivityKind::Kernel && t->flops[i] <= 0 && t->bytes[i] <= 0 && step >= 0 &&
+                (task.flops > 0 || task.bytes > 0)) {
+              Group& g = by_op[std::string(op)];
+              g.plan_time_ns += dur;
+              if (executed.insert({rank.rank, task.task_id, step}).second) {
+                g.plan_flops += task.flops;
+                g.plan_bytes += task.bytes;
+              }
+            }
+          }
         } else {
           unattributed_ns[static_cast<size_t>(t->name[i])] += dur;
           unattributed_seen[static_cast<size_t>(t->name[i])] = 1;

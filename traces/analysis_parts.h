@@ -19,9 +19,12 @@ IdleBreakdown idleBreakdownOf(const RankTracks& rank, const CategoryTable& categ
 
 // Untagged work on the executor's set-up track (kSetupStreamName) goes
 // under the op "set-up", apart from the steps' unattributed kernels.
+// Kernels without flops or bytes of their own (a profiled run's) get their
+// op's rates from the plan tasks' figures, once per task and recorded step.
 void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                       const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,
-                      const std::vector<StreamRow>& streams, const AnalysisOptions& options, RunReport& report);
+                      const std::vector<StreamRow>& streams, const std::vector<StepRow>& steps,
+                      const AnalysisOptions& options, RunReport& report);
 
 CriticalPath criticalPath(const std::vector<RankTracks>& ranks, const CategoryTable& categories,
                           const std::vector<std::string>& strings, const std::vector<PlanTaskRow>& plan,

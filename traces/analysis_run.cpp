@@ -61,7 +61,7 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
   const std::vector<StreamRow> streams = reader.streams(run);
   auto kernels = std::async(std::launch::async, [&] {
     RunReport part;
-    detail::kernelStatistics(ranks, categories, strings, plan, streams, options, part);
+    detail::kernelStatistics(ranks, categories, strings, plan, streams, recorded_steps, options, part);
     return part;
   });
   auto path = std::async(std::launch::async, [&] {

@@ -133,6 +133,60 @@ TEST_CASE("kernel statistics by op and by name", "[analysis]") {
   for (size_t i = 1; i < rep.by_op.size(); ++i) CHECK(rep.by_op[i - 1].total_ns >= rep.by_op[i].total_ns);
 }
 
+// A profiled run's kernels carry no flops: the op's rate comes from its plan
+// task's figures, once per execution (task and step), over all its kernels'
+// time. Task 1 (1e6 flops, 4000 bytes) runs two kernels in each of two
+// steps (100 + 50 ns each); a third kernel of it falls outside the steps.
+TEST_CASE("a profiled run's op rates come from its plan tasks, once per step", "[analysis]") {
+  using K = ActivityKind;
+  using P = TracePhase;
+  auto write = [](const std::string& path, bool with_steps) {
+    TraceWriter w(path, WriterOptions{.truncate = true});
+    RunInfo info;
+    info.kind = RunKind::Real;
+    info.name = "plan-rates";
+    info.world_size = 1;
+    w.beginRun(info);
+    w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+    for (int64_t base : {0, 1000}) {
+      w.addActivity(act(0, 0, base, base + 100, K::Kernel, "gemm", 1, P::Forward));
+      w.addActivity(act(0, 0, base + 100, base + 150, K::Kernel, "gemm_tail", 1, P::Forward));
+      w.addActivity(act(0, 0, base + 200, base + 300, K::Kernel, "norm", 2, P::Forward));
+    }
+    w.addActivity(act(0, 0, 2500, 2600, K::Kernel, "gemm", 1, P::Forward));
+    PlanTaskRow mm = task(0, 1, "layer0.fc.fwd", "matmul", P::Forward, 0, {});
+    mm.flops = 1e6;
+    mm.bytes = 4000;
+    w.addPlanTask(mm);
+    w.addPlanTask(task(0, 2, "layer0.ln.fwd", "layernorm", P::Forward, 0, {1}));  // no figures
+    if (with_steps) {
+      w.addStep({0, 0, 0, 1000});
+      w.addStep({0, 1, 1000, 2000});
+    }
+  };
+  auto byOp = [](const RunReport& rep, const std::string& op) {
+    auto it = std::find_if(rep.by_op.begin(), rep.by_op.end(), [&](const KernelStat& s) { return s.key == op; });
+    REQUIRE(it != rep.by_op.end());
+    return *it;
+  };
+  const std::string path = tempTracePath("plan_rates.sqlite");
+  write(path, true);
+  TraceReader r(path);
+  const RunReport rep = analyzeRun(r, r.defaultRunId());
+  const KernelStat mm = byOp(rep, "matmul");
+  CHECK(mm.count == 5);  // the kernel outside the steps is counted, not rated
+  CHECK(mm.tflops == Approx(2e6 / 300.0 / 1e3));
+  CHECK(mm.gbps == Approx(8000.0 / 300.0));
+  CHECK(byOp(rep, "layernorm").tflops == 0);  // a task without figures has no rate
+  // Without recorded steps the executions cannot be told apart: no rate.
+  const std::string no_steps = tempTracePath("plan_rates_no_steps.sqlite");
+  write(no_steps, false);
+  TraceReader r2(no_steps);
+  const KernelStat unrated = byOp(analyzeRun(r2, r2.defaultRunId()), "matmul");
+  CHECK(unrated.tflops == 0);
+  CHECK(unrated.gbps == 0);
+}
+
 TEST_CASE("critical path follows the dependency that finished last", "[analysis]") {
   RunReport rep = fixtureReport();
   const CriticalPath& cp = rep.critical_path;
