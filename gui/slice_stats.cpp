@@ -85,7 +85,17 @@ std::vector<traces::KernelStat> sliceStats(const TimelineData& data, StatsGroup 
       const int64_t d = t.end_ns[i] - t.start_ns[i];
       a.durations.push_back(d);
       a.total += d;
-      if (facts) {
+      // A task's work counts once per execution: a profiled task may run
+      // several kernels in a row on its stream (Llama's attention: angles,
+      // rotation, the attention kernel), a simulated one a main and a
+      // trailing record; each carries the task's plan facts. A slice
+      // continues an execution when the one before it on the track is the
+      // same task's in the same step (a track holding one task only, a
+      // bucket's all-reduce say, has a slice per step).
+      const bool continues = i > 0 && t.task_id[i] >= 0 && t.task_id[i - 1] == t.task_id[i] &&
+                             data.stepAt(t.start_ns[i]) >= 0 &&
+                             data.stepAt(t.start_ns[i]) == data.stepAt(t.start_ns[i - 1]);
+      if (facts && !continues) {
         a.flops += facts->flops;
         a.bytes += facts->bytes;
       }

@@ -17,7 +17,9 @@ namespace tandem::gui {
 enum class StatsGroup { Name, Op, Phase };
 
 // Per group: count, total, mean, p95 of slice durations; FLOPs and bytes from
-// the plan facts; achieved TFLOP/s and GB/s over the group's total time.
+// the plan facts, once per execution of a task (consecutive slices of one
+// task on a track in one step are one); achieved TFLOP/s and GB/s over the
+// group's total time.
 // Counts the slices overlapping [t0_ns, t1_ns) with their whole durations.
 // Rows are sorted by total time, longest first.
 std::vector<traces::KernelStat> sliceStats(const TimelineData& data, StatsGroup group, int64_t t0_ns,

@@ -301,6 +301,56 @@ TEST_CASE("bad input raises readable errors", "[gui][loader]") {
   CHECK_THROWS_AS(loadRun(reader, 999), traces::TraceError);
 }
 
+// A profiled run's task may run several kernels in a row (an attention:
+// a rotation, then the attention kernel); its plan work counts once per
+// execution. The all-reduce, alone on its track, is one execution per step.
+TEST_CASE("slice statistics count a task's plan work once per execution", "[gui][stats]") {
+  const std::string path = tempPath("executions.sqlite").string();
+  {
+    traces::TraceWriter w(path);
+    traces::RunInfo info;
+    info.kind = traces::RunKind::Real;
+    info.name = "profiled";
+    info.world_size = 1;
+    w.beginRun(info);
+    using K = traces::ActivityKind;
+    using P = traces::TracePhase;
+    w.addStream({0, 0, traces::StreamKind::Compute, "compute", 0});
+    w.addStream({0, 1, traces::StreamKind::Comm, "nccl", 0});
+    for (int step = 0; step < 2; ++step) {
+      const int64_t b = step * 1000;
+      w.addStep({0, step, b, b + 1000});
+      w.addActivity(act(0, 0, b, b + 100, K::Kernel, "rotate", 7, P::Forward));
+      w.addActivity(act(0, 0, b + 100, b + 300, K::Kernel, "attn", 7, P::Forward));
+      w.addActivity(act(0, 0, b + 300, b + 500, K::Kernel, "gemm", 8, P::Forward));
+      w.addActivity(act(0, 1, b + 400, b + 600, K::Collective, "ncclAllReduce", 9, P::Comm));
+    }
+    auto plan = [&](int64_t id, const std::string& name, const std::string& op, double flops, int64_t bytes) {
+      traces::PlanTaskRow t;
+      t.task_id = id;
+      t.name = name;
+      t.op = op;
+      t.flops = flops;
+      t.bytes = bytes;
+      w.addPlanTask(t);
+    };
+    plan(7, "layer0.attn", "attention", 3e6, 0);
+    plan(8, "layer0.fc", "matmul", 1e6, 0);
+    plan(9, "bucket0.all_reduce", "all_reduce", 0, 4000);
+    w.flush();
+  }
+  LoadedRun loaded = loadRunFile(path, -1);
+  std::map<std::string, traces::KernelStat> by_op;
+  for (const auto& s : sliceStats(*loaded.timeline, StatsGroup::Op, INT64_MIN, INT64_MAX)) by_op[s.key] = s;
+  REQUIRE(by_op.count("attention") == 1);
+  CHECK(by_op["attention"].count == 4);
+  CHECK(by_op["attention"].flops == Approx(6e6));  // twice, not four times
+  CHECK(by_op["attention"].tflops == Approx(6e6 / 600.0 / 1e3));
+  CHECK(by_op["matmul"].tflops == Approx(2e6 / 400.0 / 1e3));
+  CHECK(by_op["all_reduce"].bytes == 8000);  // once per step
+  CHECK(by_op["all_reduce"].gbps == Approx(8000.0 / 400.0));
+}
+
 TEST_CASE("slice statistics and details", "[gui][stats]") {
   const std::string path = writeFixture("stats.sqlite");
   LoadedRun loaded = loadRunFile(path, -1);
