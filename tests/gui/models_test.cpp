@@ -70,6 +70,15 @@ traces::ActivityRow act(int rank, int stream, int64_t s, int64_t e, traces::Acti
   return a;
 }
 
+// Starts a profiled run named `name` of `world_size` ranks in `w`.
+void beginProfiledRun(traces::TraceWriter& w, const std::string& name, int world_size) {
+  traces::RunInfo info;
+  info.kind = traces::RunKind::Real;
+  info.name = name;
+  info.world_size = world_size;
+  w.beginRun(info);
+}
+
 // Two ranks; per rank: forward 0-1 ms, recompute 1-2 ms, backward 2-4 ms on
 // compute; an all-reduce 2.5-3.5 ms (hidden) and 4.2-5 ms (exposed) on comm.
 // Rank 1 runs `slow` times slower. With `empty_run`, a second run without
@@ -144,11 +153,7 @@ TEST_CASE("a profiled run's power and SM clock samples load as counter lanes", "
   const std::string path = writeFixture("counters.sqlite");
   {
     traces::TraceWriter w(path);
-    traces::RunInfo info;
-    info.kind = traces::RunKind::Real;
-    info.name = "profiled";
-    info.world_size = 2;
-    w.beginRun(info);
+    beginProfiledRun(w, "profiled", 2);
     for (int r = 0; r < 2; ++r) {
       w.addStream({r, 0, traces::StreamKind::Compute, "compute", r});
       w.addActivity(act(r, 0, 0, 3'000'000, traces::ActivityKind::Kernel, "k", 0, traces::TracePhase::Forward));
@@ -308,11 +313,7 @@ TEST_CASE("slice statistics count a task's plan work once per execution", "[gui]
   const std::string path = tempPath("executions.sqlite").string();
   {
     traces::TraceWriter w(path);
-    traces::RunInfo info;
-    info.kind = traces::RunKind::Real;
-    info.name = "profiled";
-    info.world_size = 1;
-    w.beginRun(info);
+    beginProfiledRun(w, "profiled", 1);
     using K = traces::ActivityKind;
     using P = traces::TracePhase;
     w.addStream({0, 0, traces::StreamKind::Compute, "compute", 0});

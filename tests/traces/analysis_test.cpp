@@ -37,6 +37,17 @@ struct RankZero {
 
 namespace {
 
+// Starts a profiled one-rank run named `name` in `w`, its stream 0 a
+// compute stream.
+void beginOneRankRun(TraceWriter& w, const std::string& name) {
+  RunInfo info;
+  info.kind = RunKind::Real;
+  info.name = name;
+  info.world_size = 1;
+  w.beginRun(info);
+  w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+}
+
 RunReport fixtureReport(const AnalysisOptions& options = {}) {
   std::string path = tempTracePath("analysis.sqlite");
   writeOverlapFixture(path);
@@ -142,12 +153,7 @@ TEST_CASE("a profiled run's op rates come from its plan tasks, once per step", "
   using P = TracePhase;
   auto write = [](const std::string& path, bool with_steps) {
     TraceWriter w(path, WriterOptions{.truncate = true});
-    RunInfo info;
-    info.kind = RunKind::Real;
-    info.name = "plan-rates";
-    info.world_size = 1;
-    w.beginRun(info);
-    w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+    beginOneRankRun(w, "plan-rates");
     for (int64_t base : {0, 1000}) {
       w.addActivity(act(0, 0, base, base + 100, K::Kernel, "gemm", 1, P::Forward));
       w.addActivity(act(0, 0, base + 100, base + 150, K::Kernel, "gemm_tail", 1, P::Forward));
@@ -224,12 +230,7 @@ TEST_CASE("critical path of a many-step run: within the median step", "[analysis
   std::string path = tempTracePath("cp_steps.sqlite");
   {
     TraceWriter w(path, WriterOptions{.truncate = true});
-    RunInfo info;
-    info.kind = RunKind::Real;
-    info.name = "three-steps";
-    info.world_size = 1;
-    w.beginRun(info);
-    w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+    beginOneRankRun(w, "three-steps");
     w.addStream({0, 1, StreamKind::Compute, "compute.wgrad", 0});
     w.addPlanTask(task(0, 1, "fwd", "matmul", P::Forward, 0, {}));
     w.addPlanTask(task(0, 3, "wgrad", "matmul_bwd_weight", P::Backward, 1, {1}));
