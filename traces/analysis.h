@@ -105,10 +105,12 @@ struct KernelStat {
   double mean_ns = 0;
   int64_t p50_ns = 0;
   int64_t p95_ns = 0;
+  // The activities' own flops and bytes; for a profiled run's kernels, which
+  // carry none, their plan tasks' once per execution (by op only).
   double flops = 0;
   int64_t bytes = 0;
-  double tflops = 0;  // flops / total time, when flops are known
-  double gbps = 0;    // bytes / total time (1e9 bytes/s), when bytes are known
+  double tflops = 0;  // flops / the time of the activities they come from
+  double gbps = 0;    // bytes / the time of the activities they come from (1e9 bytes/s)
 };
 
 struct Attribution {

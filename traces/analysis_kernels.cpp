@@ -49,13 +49,13 @@ KernelStat statOf(const std::string& key, Group& g) {
   s.mean_ns = d.mean;
   s.p50_ns = d.p50;
   s.p95_ns = d.p95;
-  s.flops = g.flops;
-  s.bytes = g.bytes;
   // flops per ns is GFLOP/s; bytes per ns is GB/s.
   const double flops = g.flops + g.plan_flops;
   const int64_t flops_ns = g.flops_time_ns + (g.plan_flops > 0 ? g.plan_time_ns : 0);
   const int64_t bytes = g.bytes + g.plan_bytes;
   const int64_t bytes_ns = g.bytes_time_ns + (g.plan_bytes > 0 ? g.plan_time_ns : 0);
+  s.flops = flops;
+  s.bytes = bytes;
   if (flops_ns > 0) s.tflops = flops / static_cast<double>(flops_ns) / 1e3;
   if (bytes_ns > 0) s.gbps = static_cast<double>(bytes) / static_cast<double>(bytes_ns);
   return s;

@@ -181,6 +181,8 @@ TEST_CASE("a profiled run's op rates come from its plan tasks, once per step", "
   const RunReport rep = analyzeRun(r, r.defaultRunId());
   const KernelStat mm = byOp(rep, "matmul");
   CHECK(mm.count == 5);  // the kernel outside the steps is counted, not rated
+  CHECK(mm.flops == Approx(2e6));  // the totals the rates are taken from
+  CHECK(mm.bytes == 8000);
   CHECK(mm.tflops == Approx(2e6 / 300.0 / 1e3));
   CHECK(mm.gbps == Approx(8000.0 / 300.0));
   CHECK(byOp(rep, "layernorm").tflops == 0);  // a task without figures has no rate
