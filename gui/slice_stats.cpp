@@ -30,6 +30,18 @@ std::string bytesText(double b) {
   return number(b, "%.0f B");
 }
 
+// Whether slice i of t continues the execution of the slice before it: a
+// profiled task may run several kernels in a row on its stream (Llama's
+// attention: angles, rotation, the attention kernel), a simulated one a
+// main and a trailing record, and each carries the task's plan facts. The
+// slice before it must be the same task's in the same step (a track holding
+// one task only, a bucket's all-reduce say, has a slice per step).
+bool continuesExecution(const TimelineData& data, const Track& t, size_t i) {
+  if (i == 0 || t.task_id[i] < 0 || t.task_id[i - 1] != t.task_id[i]) return false;
+  const int step = data.stepAt(t.start_ns[i]);
+  return step >= 0 && step == data.stepAt(t.start_ns[i - 1]);
+}
+
 struct Acc {
   std::string key;
   std::string category;
@@ -85,17 +97,8 @@ std::vector<traces::KernelStat> sliceStats(const TimelineData& data, StatsGroup 
       const int64_t d = t.end_ns[i] - t.start_ns[i];
       a.durations.push_back(d);
       a.total += d;
-      // A task's work counts once per execution: a profiled task may run
-      // several kernels in a row on its stream (Llama's attention: angles,
-      // rotation, the attention kernel), a simulated one a main and a
-      // trailing record; each carries the task's plan facts. A slice
-      // continues an execution when the one before it on the track is the
-      // same task's in the same step (a track holding one task only, a
-      // bucket's all-reduce say, has a slice per step).
-      const bool continues = i > 0 && t.task_id[i] >= 0 && t.task_id[i - 1] == t.task_id[i] &&
-                             data.stepAt(t.start_ns[i]) >= 0 &&
-                             data.stepAt(t.start_ns[i]) == data.stepAt(t.start_ns[i - 1]);
-      if (facts && !continues) {
+      // A task's work counts once per execution (continuesExecution).
+      if (facts && !continuesExecution(data, t, i)) {
         a.flops += facts->flops;
         a.bytes += facts->bytes;
       }
@@ -197,14 +200,23 @@ std::vector<std::pair<std::string, std::string>> sliceDetails(const TimelineData
   rows.push_back({"step", step >= 0 ? std::to_string(data.steps[size_t(step)].step) : "-"});
   rows.push_back({"start", formatDuration(t.start_ns[i] - data.begin_ns)});
   rows.push_back({"duration", formatDuration(dur)});
+  // The plan's work is the whole execution's: with several kernels in a row
+  // (continuesExecution) the rates are over all of them.
+  size_t first = i, last = i;
+  while (continuesExecution(data, t, first)) --first;
+  while (last + 1 < t.size() && continuesExecution(data, t, last + 1)) ++last;
+  int64_t busy = 0;
+  for (size_t k = first; k <= last; ++k) busy += t.end_ns[k] - t.start_ns[k];
+  if (last > first)
+    rows.push_back({"task's kernels", std::to_string(last - first + 1) + " in a row, " + formatDuration(busy)});
   if (facts && facts->flops > 0) {
     rows.push_back({"FLOPs", number(facts->flops / 1e9, "%.2f GFLOP")});
-    if (dur > 0) rows.push_back({"achieved", number(facts->flops / double(dur) / 1e3, "%.1f TFLOP/s")});
+    if (busy > 0) rows.push_back({"achieved", number(facts->flops / double(busy) / 1e3, "%.1f TFLOP/s")});
   }
   if (facts && facts->bytes > 0) {
     rows.push_back({"bytes", bytesText(double(facts->bytes))});
-    if (dur > 0 && (!facts || facts->flops <= 0))
-      rows.push_back({"achieved", number(double(facts->bytes) / double(dur), "%.1f GB/s")});
+    if (busy > 0 && (!facts || facts->flops <= 0))
+      rows.push_back({"achieved", number(double(facts->bytes) / double(busy), "%.1f GB/s")});
   }
   rows.push_back({"plan task", t.task_id[i] >= 0 ? std::to_string(t.task_id[i]) : "-"});
   if (compare) {

@@ -25,7 +25,9 @@ enum class StatsGroup { Name, Op, Phase };
 std::vector<traces::KernelStat> sliceStats(const TimelineData& data, StatsGroup group, int64_t t0_ns,
                                            int64_t t1_ns);
 
-// Field / value pairs describing slice `index` of track `track`; when
+// Field / value pairs describing slice `index` of track `track` (its task's
+// achieved TFLOP/s or GB/s over the execution it belongs to: the task's
+// kernels in a row on the track in one step); when
 // `compare` is given, the same task's occurrence there (matched by rank,
 // stream kind, plan task id and occurrence number) and the difference.
 std::vector<std::pair<std::string, std::string>> sliceDetails(const TimelineData& data, int track,

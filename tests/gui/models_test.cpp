@@ -350,6 +350,17 @@ TEST_CASE("slice statistics count a task's plan work once per execution", "[gui]
   CHECK(by_op["matmul"].tflops == Approx(2e6 / 400.0 / 1e3));
   CHECK(by_op["all_reduce"].bytes == 8000);  // once per step
   CHECK(by_op["all_reduce"].gbps == Approx(8000.0 / 400.0));
+  // A kernel's details give its task's rate over the execution's kernels.
+  const TimelineData& d = *loaded.timeline;
+  std::map<std::string, std::string> attn, gemm;
+  const int compute = d.ranks[0].tracks[0];
+  REQUIRE(d.tracks[size_t(compute)].kind == StreamKind::Compute);
+  for (const auto& [k, v] : sliceDetails(d, compute, 1, nullptr)) attn[k] = v;  // step 0's attention kernel
+  for (const auto& [k, v] : sliceDetails(d, compute, 2, nullptr)) gemm[k] = v;
+  CHECK(attn["achieved"] == "10.0 TFLOP/s");  // 3e6 flops over 100 + 200 ns
+  CHECK(attn["task's kernels"].rfind("2 in a row", 0) == 0);
+  CHECK(gemm["achieved"] == "5.0 TFLOP/s");
+  CHECK(gemm.count("task's kernels") == 0);
 }
 
 TEST_CASE("slice statistics and details", "[gui][stats]") {
