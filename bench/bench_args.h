@@ -18,7 +18,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/parse_number.h"
+#include "engine/spec/parse_number.h"
 
 namespace tandem::bench {
 

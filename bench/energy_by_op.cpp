@@ -40,7 +40,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/cuda/executor.h"
-#include "engine/planner.h"
+#include "engine/plan/planner.h"
 #include "profiler/power_sampler.h"
 #endif
 

@@ -34,8 +34,8 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/executor.h"
 #include "engine/cuda/kernels.h"
-#include "engine/pass_buckets.h"
-#include "engine/planner.h"
+#include "engine/passes/buckets.h"
+#include "engine/plan/planner.h"
 #endif
 
 namespace {

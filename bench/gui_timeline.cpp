@@ -35,8 +35,8 @@
 #include "gui/synthetic_run.h"
 #include "gui/timeline_palette.h"
 #include "gui/timeline_view.h"
-#include "traces/trace_reader.h"
-#include "traces/trace_writer.h"
+#include "traces/store/trace_reader.h"
+#include "traces/store/trace_writer.h"
 
 using namespace tandem;
 using namespace tandem::gui;
@@ -53,18 +53,6 @@ double threadCpuMs() {
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-traces::TracePhase tracePhase(uint8_t p) {
-  switch (p) {
-    case uint8_t(Phase::Forward): return traces::TracePhase::Forward;
-    case uint8_t(Phase::Backward): return traces::TracePhase::Backward;
-    case uint8_t(Phase::Recompute): return traces::TracePhase::Recompute;
-    case uint8_t(Phase::Optimizer): return traces::TracePhase::Optimizer;
-    case uint8_t(Phase::Comm): return traces::TracePhase::Comm;
-    case uint8_t(Phase::Data): return traces::TracePhase::Data;
-    default: return traces::TracePhase::None;
-  }
 }
 
 traces::ActivityKind activityKind(uint8_t k) {
@@ -85,7 +73,7 @@ void writeRun(const TimelineData& d, const std::string& path) {
   info.name = "bench_gui_timeline";
   info.world_size = int(d.ranks.size());
   w.beginRun(info);
-  const traces::StreamKind kinds[] = {traces::StreamKind::Compute, traces::StreamKind::Comm, traces::StreamKind::Copy};
+  const StreamKind kinds[] = {StreamKind::Compute, StreamKind::Comm, StreamKind::Copy};
   for (const Track& t : d.tracks) w.addStream({t.rank, t.stream, kinds[int(t.kind)], t.label, t.rank});
   traces::ActivityRow row;
   for (const Track& t : d.tracks) {
@@ -98,7 +86,7 @@ void writeRun(const TimelineData& d, const std::string& path) {
       row.kind = activityKind(t.task_kind[i]);
       row.name = d.names[size_t(t.name_id[i])];
       row.task_id = t.task_id[i];
-      row.phase = tracePhase(t.phase[i]);
+      row.phase = Phase(t.phase[i]);
       row.layer = t.layer[i];
       row.micro_batch = t.micro_batch[i];
       w.addActivity(row);

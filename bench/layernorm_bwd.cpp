@@ -23,7 +23,7 @@
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "engine/cpu/bf16.h"
+#include "engine/numerics/bf16.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/kernels.h"
 #endif
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
       TANDEM_CUDA_CHECK(cudaMalloc(&p, n * (bf16 ? 2 : 4)));
       if (bf16) {
         std::vector<uint16_t> h(n);
-        for (auto& v : h) v = cpu::floatToBf16Bits(mean_of + normal(rng));
+        for (auto& v : h) v = floatToBf16Bits(mean_of + normal(rng));
         TANDEM_CUDA_CHECK(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
       } else {
         std::vector<float> h(n);

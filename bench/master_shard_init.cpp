@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "bench/bench_args.h"
-#include "engine/init.h"
-#include "engine/job.h"
-#include "engine/pass_buckets.h"
-#include "engine/planner.h"
+#include "engine/numerics/init.h"
+#include "engine/spec/job.h"
+#include "engine/passes/buckets.h"
+#include "engine/plan/planner.h"
 
 using namespace tandem;
 

@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "engine/planner.h"
+#include "engine/plan/planner.h"
 
 using namespace tandem;
 

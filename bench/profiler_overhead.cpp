@@ -27,8 +27,8 @@
 #include "engine/cuda/device.h"
 #include "engine/cuda/executor.h"
 #include "engine/cuda/launcher.h"
-#include "engine/planner.h"
-#include "profiler/plan_observer.h"
+#include "engine/plan/planner.h"
+#include "plan_trace/gpu/plan_observer.h"
 #endif
 
 namespace {
@@ -96,7 +96,7 @@ int runChild(const Args& a) {
   eo.use_graph = !a.eager;
   if (world > 1) eo.nccl_id = cuda::shareNcclId(env, 120);
   std::unique_ptr<profiler::Profiler> prof;
-  std::unique_ptr<profiler::PlanObserver> obs;
+  std::unique_ptr<plan_trace::PlanObserver> obs;
   if (a.child_mode == "profiled") {
     profiler::ProfilerOptions po;
     po.path = fmt::format("{}.rank{}.sqlite", a.trace, rank);
@@ -106,7 +106,7 @@ int runChild(const Args& a) {
     po.rank = rank;
     po.device = rank;
     prof = std::make_unique<profiler::Profiler>(po);
-    obs = std::make_unique<profiler::PlanObserver>(*prof, plan.programs.at(0));
+    obs = std::make_unique<plan_trace::PlanObserver>(*prof, plan.programs.at(0));
     eo.observer = obs.get();
   }
   cuda::CudaExecutor exec(plan, eo);

@@ -34,11 +34,11 @@
 
 #include "bench/bench_args.h"
 
-#include "engine/job.h"
-#include "engine/planner.h"
-#include "simulator/cost_model.h"
-#include "simulator/engine.h"
-#include "simulator/topology_presets.h"
+#include "engine/spec/job.h"
+#include "engine/plan/planner.h"
+#include "simulator/cost/cost_model.h"
+#include "simulator/replay/replay.h"
+#include "simulator/topology/topology_presets.h"
 
 namespace {
 

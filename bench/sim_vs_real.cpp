@@ -28,18 +28,18 @@
 #include <vector>
 
 #include "bench/bench_args.h"
-#include "engine/planner.h"
-#include "simulator/calibrate.h"
-#include "simulator/calibrate_merge.h"
-#include "simulator/calibrate_overlap.h"
-#include "simulator/cost_model.h"
-#include "simulator/engine.h"
-#include "simulator/sim_trace_output.h"
-#include "simulator/topology_presets.h"
-#include "traces/analysis.h"
-#include "traces/compare.h"
-#include "traces/trace_reader.h"
-#include "traces/trace_writer.h"
+#include "engine/plan/planner.h"
+#include "simulator/calibrate/calibrate.h"
+#include "simulator/calibrate/calibrate_merge.h"
+#include "simulator/calibrate/calibrate_overlap.h"
+#include "simulator/cost/cost_model.h"
+#include "simulator/replay/replay.h"
+#include "simulator/pipeline/trace_output.h"
+#include "simulator/topology/topology_presets.h"
+#include "traces/analysis/analysis.h"
+#include "traces/analysis/compare.h"
+#include "traces/store/trace_reader.h"
+#include "traces/store/trace_writer.h"
 
 using namespace tandem;
 namespace fs = std::filesystem;

@@ -16,9 +16,9 @@
 #include <string>
 
 #include "bench/bench_args.h"
-#include "traces/analysis.h"
-#include "traces/trace_reader.h"
-#include "traces/trace_writer.h"
+#include "traces/analysis/analysis.h"
+#include "traces/store/trace_reader.h"
+#include "traces/store/trace_writer.h"
 
 using namespace tandem::traces;
 
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
       a.kind = s == 0 ? ActivityKind::Kernel : (s == 1 ? ActivityKind::Collective : ActivityKind::Memcpy);
       a.name = s == 1 ? comm_name : (s == 2 ? "Memcpy DtoD" : names[static_cast<size_t>(i / 24) % names.size()]);
       a.task_id = i / (ranks * streams);
-      a.phase = static_cast<TracePhase>(1 + (i / 1000) % 4);
+      a.phase = static_cast<Phase>(1 + (i / 1000) % 4);
       a.layer = static_cast<int>((i / 24) % 48);
       a.micro_batch = 0;
       a.correlation_id = i;

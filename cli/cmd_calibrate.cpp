@@ -8,12 +8,12 @@
 #include <sstream>
 
 #include "cli/command_registry.h"
-#include "simulator/calibrate.h"
-#include "simulator/calibrate_merge.h"
-#include "simulator/calibrate_overlap.h"
-#include "simulator/cost_model.h"
-#include "simulator/topology_presets.h"
-#include "traces/atomic_output.h"
+#include "simulator/calibrate/calibrate.h"
+#include "simulator/calibrate/calibrate_merge.h"
+#include "simulator/calibrate/calibrate_overlap.h"
+#include "simulator/cost/cost_model.h"
+#include "simulator/topology/topology_presets.h"
+#include "traces/store/atomic_output.h"
 
 namespace tandem::cli {
 namespace {

@@ -6,8 +6,8 @@
 
 #include "cli/command_registry.h"
 #include "cli/number_checks.h"
-#include "traces/compare.h"
-#include "traces/trace_reader.h"
+#include "traces/analysis/compare.h"
+#include "traces/store/trace_reader.h"
 
 namespace tandem::cli {
 namespace {

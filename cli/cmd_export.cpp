@@ -6,9 +6,9 @@
 #include <memory>
 
 #include "cli/command_registry.h"
-#include "traces/atomic_output.h"
-#include "traces/chrome_export.h"
-#include "traces/trace_reader.h"
+#include "traces/store/atomic_output.h"
+#include "traces/export/chrome_export.h"
+#include "traces/store/trace_reader.h"
 
 namespace tandem::cli {
 

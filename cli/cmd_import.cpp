@@ -6,9 +6,9 @@
 #include <memory>
 
 #include "cli/command_registry.h"
-#include "traces/atomic_output.h"
-#include "traces/importers.h"
-#include "traces/trace_writer.h"
+#include "traces/store/atomic_output.h"
+#include "traces/importers/importers.h"
+#include "traces/store/trace_writer.h"
 
 namespace tandem::cli {
 

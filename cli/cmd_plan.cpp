@@ -10,12 +10,12 @@
 #include "cli/command_registry.h"
 #include "cli/job_options.h"
 #include "cli/plan_summary.h"
-#include "engine/gpu_footprint.h"
-#include "engine/memory_fit.h"
-#include "engine/parse_number.h"
-#include "engine/plan_json.h"
-#include "engine/planner.h"
-#include "simulator/topology_presets.h"
+#include "engine/memory/gpu_footprint.h"
+#include "engine/memory/memory_fit.h"
+#include "engine/spec/parse_number.h"
+#include "engine/plan/plan_json.h"
+#include "engine/plan/planner.h"
+#include "simulator/topology/topology_presets.h"
 
 namespace tandem::cli {
 namespace {
@@ -51,9 +51,9 @@ FitBudget resolveFit(const std::string& arg) {
 }
 
 // What fits `fit` (free device memory per rank): the job as it is, or the
-// planner's choices (engine/memory_fit.h). Counts what `tandem run` counts
+// planner's choices (engine/memory/memory_fit.h). Counts what `tandem run` counts
 // before it allocates: the arena, the executor's buffers and the reserve
-// it keeps free (engine/gpu_footprint.h).
+// it keeps free (engine/memory/gpu_footprint.h).
 std::string fitText(const JobSpec& job, const Plan& plan, const FitBudget& fit) {
   const int64_t budget = fit.bytes;
   const int64_t arena = gpu_footprint::largestProgram(plan).memory.arena_bytes;

@@ -6,9 +6,9 @@
 
 #include "cli/command_registry.h"
 #include "cli/number_checks.h"
-#include "traces/analysis.h"
-#include "traces/report_format.h"
-#include "traces/trace_reader.h"
+#include "traces/analysis/analysis.h"
+#include "traces/analysis/report_format.h"
+#include "traces/store/trace_reader.h"
 
 namespace tandem::cli {
 

@@ -15,10 +15,10 @@
 #include "cli/job_options.h"
 #include "cli/plan_summary.h"
 #include "cli/number_checks.h"
-#include "engine/gpu_footprint.h"
-#include "engine/gpu_support.h"
-#include "engine/memory_fit.h"
-#include "engine/planner.h"
+#include "engine/memory/gpu_footprint.h"
+#include "engine/plan/gpu_support.h"
+#include "engine/memory/memory_fit.h"
+#include "engine/plan/planner.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include <unistd.h>
@@ -27,12 +27,12 @@
 #include "engine/cuda/executor.h"
 #include "engine/cuda/launcher.h"
 #include "engine/cuda/rendezvous.h"
-#include "traces/trace_writer.h"
+#include "traces/store/trace_writer.h"
 #endif
 #ifdef TANDEM_HAVE_PROFILER
-#include "profiler/plan_observer.h"
-#include "traces/atomic_output.h"
-#include "traces/merge.h"
+#include "plan_trace/gpu/plan_observer.h"
+#include "traces/store/atomic_output.h"
+#include "traces/store/merge.h"
 #endif
 
 namespace tandem::cli {
@@ -55,7 +55,7 @@ struct RunOptions {
 constexpr double kGiB = double(1 << 30);
 
 // Recompute, micro-batch and LM-head choices whose plan fits `free_bytes`
-// with the executor's own buffers and 512 MiB to spare (engine/memory_fit.h).
+// with the executor's own buffers and 512 MiB to spare (engine/memory/memory_fit.h).
 std::string fittingChoices(const JobSpec& job, int64_t free_bytes) {
   const std::vector<FittingChoice> fits = choicesThatFit(job, free_bytes, gpu_footprint::runOverheadBytes);
   if (fits.empty()) return "no recompute policy, micro-batch or LM head split fits on this GPU";
@@ -252,10 +252,10 @@ void runRank(const RunOptions& o, const JobSpec& job, const Plan& plan, const cu
   }
 #ifdef TANDEM_HAVE_PROFILER
   std::unique_ptr<profiler::Profiler> prof;
-  std::unique_ptr<profiler::PlanObserver> observer;
+  std::unique_ptr<plan_trace::PlanObserver> observer;
   if (o.profile) {
     prof = startProfiler(o, plan, dev, rank, eo.device);
-    observer = std::make_unique<profiler::PlanObserver>(*prof, plan.programs.at(0));
+    observer = std::make_unique<plan_trace::PlanObserver>(*prof, plan.programs.at(0));
     eo.observer = observer.get();
   }
 #endif
@@ -356,7 +356,7 @@ void runRank(const RunOptions& o, const JobSpec& job, const Plan& plan, const cu
   const double mfu = (peak > 0 && med > 0) ? flops_per_step / (med / 1e3) / (world * peak) : 0;
   const cuda::GpuMemoryReport mem = exec->memory();
   // What the plan says the executor allocates beyond the arena
-  // (engine/gpu_footprint.h), beside what it did.
+  // (engine/memory/gpu_footprint.h), beside what it did.
   const int64_t counted = gpu_footprint::executorFootprint(plan).total();
   if (lead) {
     if (o.json)

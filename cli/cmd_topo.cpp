@@ -13,10 +13,10 @@
 
 #include "cli/command_registry.h"
 #include "cli/number_checks.h"
-#include "simulator/nvidia_smi_import.h"
-#include "simulator/routing.h"
-#include "simulator/topology_presets.h"
-#include "simulator/topology_yaml.h"
+#include "simulator/topology/nvidia_smi_import.h"
+#include "simulator/topology/routing.h"
+#include "simulator/topology/topology_presets.h"
+#include "simulator/topology/topology_yaml.h"
 
 namespace tandem::cli {
 namespace {

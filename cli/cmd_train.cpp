@@ -9,7 +9,7 @@
 #include "cli/cpu_training.h"
 #include "cli/job_options.h"
 #include "cli/number_checks.h"
-#include "engine/planner.h"
+#include "engine/plan/planner.h"
 
 namespace tandem::cli {
 namespace {

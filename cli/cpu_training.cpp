@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "engine/cpu/executor.h"
-#include "engine/data.h"
+#include "engine/numerics/data.h"
 
 namespace tandem::cli {
 

@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 
 namespace tandem::cli {
 

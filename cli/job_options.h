@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/job.h"
+#include "engine/spec/job.h"
 
 namespace CLI {
 class App;

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "engine/parse_number.h"
+#include "engine/spec/parse_number.h"
 
 namespace tandem::cli {
 

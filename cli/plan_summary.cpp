@@ -6,9 +6,9 @@
 #include <map>
 
 #include "cli/text_format.h"
-#include "engine/gpu_footprint.h"
-#include "engine/gpu_support.h"
-#include "engine/pass_buckets.h"
+#include "engine/memory/gpu_footprint.h"
+#include "engine/plan/gpu_support.h"
+#include "engine/passes/buckets.h"
 
 namespace tandem::cli {
 namespace {

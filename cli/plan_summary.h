@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 
 namespace tandem::cli {
 

@@ -1,18 +1,25 @@
 # Helpers that keep every folder's CMakeLists.txt to a few lines.
 
-# tandem_library(NAME <target> [CUDA] PUBLIC_DEPS ... PRIVATE_DEPS ...
+# tandem_library(NAME <target> [CUDA] [SUBDIRS dir...] PUBLIC_DEPS ... PRIVATE_DEPS ...
 #                [EXCLUDE file...])
-# Builds every *.cpp (and *.cu with CUDA) of the current folder (not its
-# sub-folders), less the EXCLUDE'd file names, into a static library. The
-# repository root is the include root, so code includes "engine/plan.h",
-# "traces/store.h" and so on.
+# Builds every *.cpp (and *.cu with CUDA) of the current folder and of the
+# named sub-folders (the library's stages: engine/spec, engine/passes, ...),
+# less the EXCLUDE'd file names (relative to the current folder), into a
+# static library. Sub-folders not named (engine/cpu, engine/cuda) are other
+# libraries. The repository root is the include root, so code includes
+# "engine/plan/plan.h", "traces/store/trace_writer.h" and so on.
 function(tandem_library)
-  cmake_parse_arguments(ARG "CUDA" "NAME" "PUBLIC_DEPS;PRIVATE_DEPS;EXCLUDE" ${ARGN})
-  file(GLOB sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
-  if(ARG_CUDA)
-    file(GLOB cu_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cu)
-    list(APPEND sources ${cu_sources})
-  endif()
+  cmake_parse_arguments(ARG "CUDA" "NAME" "PUBLIC_DEPS;PRIVATE_DEPS;EXCLUDE;SUBDIRS" ${ARGN})
+  set(sources "")
+  foreach(dir . ${ARG_SUBDIRS})
+    file(GLOB dir_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/*.cpp)
+    list(APPEND sources ${dir_sources})
+    if(ARG_CUDA)
+      file(GLOB cu_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/*.cu)
+      list(APPEND sources ${cu_sources})
+    endif()
+  endforeach()
+  list(TRANSFORM sources REPLACE "/\\./" "/")
   foreach(name IN LISTS ARG_EXCLUDE)
     list(REMOVE_ITEM sources ${CMAKE_CURRENT_SOURCE_DIR}/${name})
   endforeach()

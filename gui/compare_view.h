@@ -3,7 +3,7 @@
 // faster or slower (step, compute, exposed and hidden communication,
 // recompute, idle, per step on rank 0), a one-line verdict, and the tasks
 // whose mean duration changed most. For runs from trace files, also what
-// `tandem compare` prints (traces/compare.h, computed on a worker thread):
+// `tandem compare` prints (traces/analysis/compare.h, computed on a worker thread):
 // the step-time error, overlap and exposed communication of both runs, the
 // error distribution per op kind and each stream's waits side by side.
 
@@ -11,7 +11,7 @@
 #include <QWidget>
 
 #include "gui/compare.h"
-#include "traces/compare.h"
+#include "traces/analysis/compare.h"
 
 class QLabel;
 

@@ -4,7 +4,7 @@
 #include <exception>
 #include <memory>
 
-#include "traces/trace_reader.h"
+#include "traces/store/trace_reader.h"
 
 namespace tandem::gui {
 

@@ -1,5 +1,5 @@
 #pragma once
-// Runs the trace store's comparison of two runs (traces/compare.h, the same
+// Runs the trace store's comparison of two runs (traces/analysis/compare.h, the same
 // figures `tandem compare` prints) on a worker thread: on runs of millions
 // of activities it reads both files again and takes seconds. The outcome
 // comes back to the owner's thread as a queued call carrying plain values.
@@ -7,7 +7,7 @@
 #include <QString>
 #include <functional>
 
-#include "traces/compare.h"
+#include "traces/analysis/compare.h"
 
 class QObject;
 class QThread;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "gui/run_loader.h"
-#include "traces/analysis.h"
-#include "traces/trace_model.h"
+#include "traces/analysis/analysis.h"
+#include "traces/store/trace_model.h"
 
 namespace tandem::gui {
 

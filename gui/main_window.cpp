@@ -31,9 +31,9 @@
 #include "gui/synthetic_run.h"
 #include "gui/timeline_math.h"
 #include "gui/timeline_view.h"
-#include "simulator/topology_presets.h"
-#include "simulator/topology_yaml.h"
-#include "traces/trace_reader.h"
+#include "simulator/topology/topology_presets.h"
+#include "simulator/topology/topology_yaml.h"
+#include "traces/store/trace_reader.h"
 
 namespace tandem::gui {
 

@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <map>
 
-#include "engine/gpu_footprint.h"
+#include "engine/memory/gpu_footprint.h"
 #include "gui/item_models.h"
 #include "gui/timeline_math.h"
 #include "gui/timeline_palette.h"

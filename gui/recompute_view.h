@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 #include "gui/timeline_data.h"
 #include "gui/what_if.h"
 

@@ -11,27 +11,14 @@
 #include <unordered_map>
 
 #include "gui/timeline_palette.h"
-#include "traces/atomic_output.h"
-#include "traces/importers.h"
-#include "traces/trace_reader.h"
-#include "traces/trace_writer.h"
+#include "traces/store/atomic_output.h"
+#include "traces/importers/importers.h"
+#include "traces/store/trace_reader.h"
+#include "traces/store/trace_writer.h"
 
 namespace tandem::gui {
 
 namespace {
-
-uint8_t phaseOf(traces::TracePhase p) {
-  switch (p) {
-    case traces::TracePhase::None: return kPhaseNone;
-    case traces::TracePhase::Forward: return uint8_t(Phase::Forward);
-    case traces::TracePhase::Backward: return uint8_t(Phase::Backward);
-    case traces::TracePhase::Recompute: return uint8_t(Phase::Recompute);
-    case traces::TracePhase::Optimizer: return uint8_t(Phase::Optimizer);
-    case traces::TracePhase::Comm: return uint8_t(Phase::Comm);
-    case traces::TracePhase::Data: return uint8_t(Phase::Data);
-  }
-  return kPhaseNone;
-}
 
 uint8_t taskKindOf(traces::ActivityKind k) {
   switch (k) {
@@ -45,14 +32,6 @@ uint8_t taskKindOf(traces::ActivityKind k) {
     case traces::ActivityKind::Host: return uint8_t(TaskKind::Host);
   }
   return uint8_t(TaskKind::Kernel);
-}
-
-StreamKind streamKindOf(traces::StreamKind k) {
-  switch (k) {
-    case traces::StreamKind::Comm: return StreamKind::Comm;
-    case traces::StreamKind::Copy: return StreamKind::Copy;
-    default: return StreamKind::Compute;
-  }
 }
 
 template <typename Out, typename In>
@@ -244,12 +223,12 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& o
   for (const auto& src : tracks) {
     auto it = streams.find({src.rank, src.stream});
     // Host threads are not GPU lanes; the breakdown leaves them out as well.
-    if (it != streams.end() && it->second.kind == traces::StreamKind::Host) continue;
+    if (it != streams.end() && it->second.kind == StreamKind::Host) continue;
     by_rank[src.rank].push_back(&src);
     Track t;
     t.rank = src.rank;
     t.stream = src.stream;
-    t.kind = it != streams.end() ? streamKindOf(it->second.kind) : StreamKind::Compute;
+    t.kind = it != streams.end() ? it->second.kind : StreamKind::Compute;  // host tracks skipped above
     t.label = it != streams.end() && !it->second.name.empty() ? it->second.name
                                                               : "stream " + std::to_string(src.stream);
     t.start_ns = src.start_ns;
@@ -262,7 +241,7 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& o
     t.phase.resize(src.size());
     for (size_t i = 0; i < src.size(); ++i) {
       t.task_kind[i] = taskKindOf(src.kind[i]);
-      t.phase[i] = phaseOf(src.phase[i]);
+      t.phase[i] = uint8_t(src.phase[i]);
     }
     data->tracks.push_back(std::move(t));
   }

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "gui/timeline_data.h"
-#include "traces/analysis.h"
-#include "traces/trace_model.h"
+#include "traces/analysis/analysis.h"
+#include "traces/store/trace_model.h"
 
 namespace tandem::traces {
 class TraceReader;

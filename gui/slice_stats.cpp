@@ -11,7 +11,7 @@
 namespace tandem::gui {
 
 std::string phaseName(uint8_t phase) {
-  if (phase == kPhaseNone || phase > uint8_t(Phase::Data)) return "";
+  if (phase > uint8_t(kLastPhase)) return "";
   return std::string(toString(Phase(phase)));
 }
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gui/timeline_data.h"
-#include "traces/analysis.h"
+#include "traces/analysis/analysis.h"
 
 namespace tandem::gui {
 

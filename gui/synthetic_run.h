@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/types.h"
+#include "engine/ir/types.h"
 #include "gui/timeline_data.h"
 
 namespace tandem::gui {

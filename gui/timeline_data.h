@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/types.h"
+#include "engine/ir/types.h"
 
 namespace tandem::gui {
 

@@ -8,12 +8,12 @@
 #include <QColor>
 #include <cstdint>
 
-#include "engine/types.h"
+#include "engine/ir/types.h"
 
 namespace tandem::gui {
 
 // Phase value stored for activities that belong to no phase.
-inline constexpr uint8_t kPhaseNone = 0xFF;
+inline constexpr uint8_t kPhaseNone = uint8_t(Phase::None);
 
 enum class PaintClass : uint8_t {
   Forward,

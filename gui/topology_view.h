@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "simulator/topology.h"
+#include "simulator/topology/topology.h"
 
 namespace tandem::gui {
 

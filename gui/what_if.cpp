@@ -2,15 +2,15 @@
 
 #include <algorithm>
 
-#include "engine/job.h"
-#include "engine/planner.h"
-#include "simulator/calibration_warnings.h"
-#include "simulator/cost_model.h"
-#include "simulator/engine.h"
-#include "simulator/memory_fit_warning.h"
-#include "simulator/sim_trace_output.h"
-#include "simulator/topology_presets.h"
-#include "traces/trace_writer.h"
+#include "engine/spec/job.h"
+#include "engine/plan/planner.h"
+#include "simulator/cost/calibration_warnings.h"
+#include "simulator/cost/cost_model.h"
+#include "simulator/replay/replay.h"
+#include "simulator/replay/memory_fit_warning.h"
+#include "simulator/pipeline/trace_output.h"
+#include "simulator/topology/topology_presets.h"
+#include "traces/store/trace_writer.h"
 
 namespace tandem::gui {
 

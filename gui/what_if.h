@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/memory_fit.h"
-#include "engine/plan.h"
+#include "engine/memory/memory_fit.h"
+#include "engine/plan/plan.h"
 
 namespace tandem::gui {
 
@@ -33,11 +33,11 @@ struct WhatIfResult {
   int64_t exposed_comm_ns = 0;    // on rank 0
   std::vector<RecomputeDecision> recompute;
   // What the user should know about the result: a calibration measured on
-  // another GPU than the topology's (simulator/calibration_device.h), shapes
+  // another GPU than the topology's (simulator/cost/calibration_device.h), shapes
   // it did not measure, a plan that would not fit the topology's GPUs.
   std::vector<std::string> warnings;
   // When it would not fit: the recompute, micro-batch and LM-head choices
-  // that would (simulator/memory_fit_warning.h), and the job they apply to.
+  // that would (simulator/replay/memory_fit_warning.h), and the job they apply to.
   std::vector<FittingChoice> fitting_choices;
   JobSpec job;
 };

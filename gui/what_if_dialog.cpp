@@ -15,10 +15,10 @@
 #include <QThread>
 #include <QVBoxLayout>
 
-#include "engine/job.h"
+#include "engine/spec/job.h"
 #include "gui/timeline_math.h"
 #include "gui/what_if_worker.h"
-#include "simulator/topology_presets.h"
+#include "simulator/topology/topology_presets.h"
 
 namespace tandem::gui {
 

@@ -45,7 +45,7 @@ bool Profiler::Impl::attribute(const Record& r, int64_t& task) const {
   return true;
 }
 
-void Profiler::Impl::ensureStream(int stream, traces::StreamKind kind, const std::string& name) {
+void Profiler::Impl::ensureStream(int stream, StreamKind kind, const std::string& name) {
   if (!streams_written.insert(stream).second) return;
   traces::StreamRow row;
   row.rank = opt.rank;
@@ -101,13 +101,13 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   if (ps != plan_streams.end())
     ensureStream(stream, ps->second.first, ps->second.second);
   else if (stream == kHostSyncStream)
-    ensureStream(stream, traces::StreamKind::Host, "host synchronization");
+    ensureStream(stream, StreamKind::Host, "host synchronization");
   else if (clock_sync)
-    ensureStream(stream, traces::StreamKind::Comm, "clock offset measurement");
+    ensureStream(stream, StreamKind::Comm, "clock offset measurement");
   else if (setup_work)
-    ensureStream(stream, traces::StreamKind::Compute, std::string(traces::kSetupStreamName));
+    ensureStream(stream, StreamKind::Compute, std::string(traces::kSetupStreamName));
   else
-    ensureStream(stream, r.kind == RecordKind::Kernel ? traces::StreamKind::Compute : traces::StreamKind::Copy,
+    ensureStream(stream, r.kind == RecordKind::Kernel ? StreamKind::Compute : StreamKind::Copy,
                  fmt::format("cuda stream {}", stream - kUnknownStreamBase));
   row.stream = stream;
 
@@ -151,7 +151,7 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
     if (nccl) {
       ++summary.nccl_kernels;
       if (attributed) ++summary.nccl_attributed;
-      if (ps != plan_streams.end() && ps->second.first == traces::StreamKind::Comm) ++summary.nccl_on_comm_stream;
+      if (ps != plan_streams.end() && ps->second.first == StreamKind::Comm) ++summary.nccl_on_comm_stream;
     } else {
       ++summary.kernels;
       if (attributed) ++summary.kernels_attributed;

@@ -197,7 +197,7 @@ void Profiler::addTasks(const std::vector<TaskInfo>& tasks) {
   }
 }
 
-void Profiler::nameStream(int plan_stream, cudaStream_t stream, traces::StreamKind kind, const std::string& name) {
+void Profiler::nameStream(int plan_stream, cudaStream_t stream, StreamKind kind, const std::string& name) {
   Impl& p = *impl_;
   {
     std::lock_guard<std::mutex> lock(p.write_mu);

@@ -10,7 +10,7 @@
 //   ProfileSummary s = p.finish();         // forced flush, stats, closes the file
 //
 // The profiler knows nothing of the engine: tasks arrive as TaskInfo (see
-// profiler/plan_observer.h for the adapter from the executor's TaskObserver).
+// plan_trace/gpu/plan_observer.h for the adapter from the executor's TaskObserver).
 // CUPTI is one per process, so at most one Profiler exists at a time.
 // Eager launches are attributed through CUPTI external correlation ids (the
 // task id is pushed around each task's launches); CUDA Graph replays through
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "traces/trace_model.h"
+#include "traces/store/trace_model.h"
 
 namespace tandem::profiler {
 
@@ -118,7 +118,7 @@ class Profiler {
 
   // The plan's tasks and streams (stored in the trace; used to tag records).
   void addTasks(const std::vector<TaskInfo>& tasks);
-  void nameStream(int plan_stream, cudaStream_t stream, traces::StreamKind kind, const std::string& name);
+  void nameStream(int plan_stream, cudaStream_t stream, StreamKind kind, const std::string& name);
 
   void stepBegin(int step);
   void stepEnd(int step);  // after the step's GPU work completed: samples device memory

@@ -17,7 +17,7 @@
 #include "profiler/power_sampler.h"
 #include "profiler/profiler.h"
 #include "profiler/records.h"
-#include "traces/trace_writer.h"
+#include "traces/store/trace_writer.h"
 
 namespace tandem::profiler {
 
@@ -61,7 +61,7 @@ struct Profiler::Impl {
   void consume(std::vector<Record>& records, bool final);
   bool attribute(const Record& r, int64_t& task) const;
   void writeDeviceRecord(const Record& r, int64_t task);
-  void ensureStream(int stream, traces::StreamKind kind, const std::string& name);
+  void ensureStream(int stream, StreamKind kind, const std::string& name);
   void drainHostRows(bool final);
   void resolveNccl(bool final);
   // Writes the rows of ended steps whose records have all arrived (three
@@ -78,7 +78,7 @@ struct Profiler::Impl {
   Clock start_clock;
 
   std::unordered_map<int64_t, TaskInfo> tasks;
-  std::map<int, std::pair<traces::StreamKind, std::string>> plan_streams;
+  std::map<int, std::pair<StreamKind, std::string>> plan_streams;
   std::unordered_map<uint32_t, int> cupti_stream_to_plan;  // learned
   std::unordered_map<cudaStream_t, int> cuda_stream_to_plan;
   std::set<int> streams_written;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "traces/trace_model.h"
+#include "traces/store/trace_model.h"
 
 namespace tandem::profiler {
 

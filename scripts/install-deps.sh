@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git python3
   libsqlite3-dev sqlite3
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   catch2

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "engine/cpu/bf16.h"
+#include "engine/numerics/bf16.h"
 
 namespace tandem::cpu {
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 
 namespace tandem::cpu {
 

@@ -15,13 +15,13 @@
 #include <stdexcept>
 #include <thread>
 
-#include "engine/cpu/bf16.h"
+#include "engine/numerics/bf16.h"
 #include "engine/cpu/buffer_io.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kernels_vocab_parallel.h"
 #include "engine/cpu/op_dispatch.h"
-#include "engine/init.h"
-#include "engine/pass_buckets.h"
+#include "engine/numerics/init.h"
+#include "engine/passes/buckets.h"
 
 namespace tandem::cpu {
 
@@ -405,7 +405,7 @@ bool CpuExecutor::Impl::vocabularyParallel(int rank, const Task& t, TaskBuffers&
 
 // The embedding backward over every rank's input gradient (gathered in rank
 // order, [ranks * B * T, C]) into this rank's shard of the bucket:
-// engine/pass_embedding_gather.h. Each rank's tokens come from the global
+// engine/passes/embedding_gather.h. Each rank's tokens come from the global
 // sample addressing.
 void CpuExecutor::Impl::gatheredEmbeddingBackward(int rank, const Task& t, int step, TaskBuffers& io) {
   const auto& a = t.attrs;

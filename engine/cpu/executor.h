@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/data.h"
-#include "engine/plan.h"
+#include "engine/numerics/data.h"
+#include "engine/plan/plan.h"
 
 namespace tandem::cpu {
 

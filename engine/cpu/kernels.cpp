@@ -19,7 +19,6 @@
 namespace tandem::cpu {
 namespace {
 
-constexpr double kLayernormEps = 1e-5;
 
 void checkToken(int32_t token, int64_t index, int64_t V) {
   if (token < 0 || (V > 0 && token >= V)) {
@@ -93,7 +92,7 @@ void layernormForward(T* y, T* mean, T* rstd, const T* x, const T* w, const T* b
       const double d = double(x_row[c]) - mu;
       sq += d * d;
     }
-    const double r = 1.0 / std::sqrt(sq / double(C) + kLayernormEps);  // biased variance
+    const double r = 1.0 / std::sqrt(sq / double(C) + kLayerNormEps);  // biased variance
     T* y_row = y + m * C;
     for (int64_t c = 0; c < C; ++c)
       y_row[c] = T((double(x_row[c]) - mu) * r * double(w[c]) + double(b[c]));

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "engine/numerics/constants.h"
+
 namespace tandem::cpu {
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:] (wpe may be null: no positions)
@@ -62,9 +64,7 @@ template <class T>
 void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
                        int64_t Tn, int64_t C, int64_t H, bool accumulate);
 
-// The Llama family (kernels_llama.cpp).
-// RoPE base: Llama 2's 10000.
-inline constexpr double kRopeTheta = 10000.0;
+// The Llama family (kernels_llama.cpp); its constants are engine/numerics/constants.h.
 // y = x / sqrt(mean(x^2) + 1e-5) * w over the last dimension C; rstd[M].
 template <class T>
 void rmsnormForward(T* y, T* rstd, const T* x, const T* w, int64_t M, int64_t C);

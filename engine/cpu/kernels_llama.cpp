@@ -21,7 +21,6 @@
 namespace tandem::cpu {
 namespace {
 
-constexpr double kRmsNormEps = 1e-5;
 
 struct GroupedShape {
   int64_t H, KV, D, R;  // query heads, key/value heads, head width, query heads per group

@@ -1,7 +1,7 @@
 #pragma once
 // The embedding and the loss with the vocabulary split over a
 // tensor-parallel group (Megatron-LM's vocabulary-parallel embedding and
-// cross-entropy; engine/pass_tensor_parallel.h). A rank holds `rows`
+// cross-entropy; engine/passes/tensor_parallel.h). A rank holds `rows`
 // consecutive rows of the embedding (and of the LM head), from row `first`;
 // its logits are the columns [first, first + rows) of the whole logits.
 

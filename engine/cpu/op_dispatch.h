@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "engine/cpu/kernels.h"
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 
 namespace tandem::cpu {
 
@@ -47,7 +47,7 @@ bool runMathOp(const Task& t, Storage& io) {
                           a.m, a.c);
       return true;
     case OpKind::LayerNormBwd:
-      // A bias gradient it sums (engine/pass_bias_grad.h) is the residual
+      // A bias gradient it sums (engine/passes/bias_grad.h) is the residual
       // gradient in dx before the layernorm's contribution is added to it.
       if (a.bias_grad) columnSums<T>(io.out(W[3]), io.in(W[0]), a.m, a.c, a.accumulate_params);
       layernormBackward<T>(io.out(W[0]), io.out(W[1]), io.out(W[2]), io.in(R[0]), io.in(R[1]), io.in(R[2]),

@@ -10,7 +10,7 @@
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/kernels.h"
-#include "engine/gpu_support.h"
+#include "engine/plan/gpu_support.h"
 
 namespace tandem::cuda {
 namespace {

@@ -222,7 +222,7 @@ __device__ __forceinline__ void storeRows(bf16* dst, int64_t stride, int row0, i
 
 // Column sums over the block's 64 rows of what storeRows stores with
 // accumulate off (each value rounded to bf16 as stored), in a fixed order:
-// one row of the bias gradient's partial sums (engine/pass_bias_grad.h),
+// one row of the bias gradient's partial sums (engine/passes/bias_grad.h),
 // written to out[0, 8 kN). Every thread of the block calls it after its last
 // use of `red`, 4 x 8 kN floats of shared memory.
 template <int kN>

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "engine/types.h"
+#include "engine/ir/types.h"
 
 namespace tandem::cuda {
 

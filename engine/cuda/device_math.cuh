@@ -9,7 +9,7 @@
 #include <initializer_list>
 
 #include "engine/cuda/check.h"
-#include "engine/types.h"
+#include "engine/ir/types.h"
 
 namespace tandem::cuda {
 

@@ -11,13 +11,13 @@
 #include <numeric>
 #include <thread>
 
-#include "engine/cpu/bf16.h"
+#include "engine/numerics/bf16.h"
 #include "engine/cuda/executor_impl.h"
 #include "engine/cuda/graph_memsets.h"
-#include "engine/gpu_footprint.h"
-#include "engine/gpu_support.h"
-#include "engine/init.h"
-#include "engine/pass_buckets.h"
+#include "engine/memory/gpu_footprint.h"
+#include "engine/plan/gpu_support.h"
+#include "engine/numerics/init.h"
+#include "engine/passes/buckets.h"
 
 namespace tandem::cuda {
 
@@ -673,7 +673,7 @@ std::vector<float> CudaExecutor::Impl::readBuffer(int buffer) const {
   std::vector<float> out(n);
   if (b.dtype == DType::BF16) {
     const auto* h = reinterpret_cast<const uint16_t*>(raw.data());
-    for (int64_t i = 0; i < n; ++i) out[i] = cpu::bf16BitsToFloat(h[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16BitsToFloat(h[i]);
   } else if (b.dtype == DType::F32) {
     std::memcpy(out.data(), raw.data(), n * 4);
   } else {
@@ -701,7 +701,7 @@ void CudaExecutor::Impl::writeBuffer(int buffer, const std::vector<float>& value
   if (staging.size() < size_t(b.bytes)) staging.resize(size_t(b.bytes));
   if (b.dtype == DType::BF16) {
     auto* h = reinterpret_cast<uint16_t*>(staging.data());
-    for (int64_t i = 0; i < n; ++i) h[i] = cpu::floatToBf16Bits(values[i]);
+    for (int64_t i = 0; i < n; ++i) h[i] = floatToBf16Bits(values[i]);
   } else if (b.dtype == DType::F32) {
     std::memcpy(staging.data(), values.data(), size_t(payload));
   } else {

@@ -18,7 +18,7 @@
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/nccl_comm.h"
 #include "engine/cuda/task_observer.h"
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 
 namespace tandem::cuda {
 
@@ -42,7 +42,7 @@ struct ExecutorOptions {
   TaskObserver* observer = nullptr;  // told about steps, tasks and graph capture (the profiler); not owned
   // Fusions allowed (engine/cuda/fusion.h: kPlanFusions, kAllFusions, 0 for
   // none); TANDEM_FUSION in the environment overrides it. The plan's
-  // fusions (GELU epilogues, add+layernorm) run where the plan decided them (engine/pass_fusion.h),
+  // fusions (GELU epilogues, add+layernorm) run where the plan decided them (engine/passes/fusion.h),
   // so the simulator and the calibration see the same work; 0 runs every
   // planned task on its own (a run that differs from its plan). The bias
   // gradient in the weight GEMM (kAllFusions) is the executor's own choice
@@ -101,12 +101,12 @@ class CudaExecutor {
   // optimizer, always eager: for gradient checks against the CPU reference.
   GpuStepResult computeGradients();
   // With the optimizer sharded, a step starts by gathering the parameters
-  // the previous step updated (engine/pass_buckets.h); this runs those
+  // the previous step updated (engine/passes/buckets.h); this runs those
   // all-gathers now (collective: every rank calls it), so that every rank
   // holds every parameter after the last step. Nothing to do otherwise.
   void gatherParameters();
   // With schedule.optimizer_beside_forward a step's AdamW runs at the start
-  // of the next step (engine/pass_buckets.h); this applies the last step's
+  // of the next step (engine/passes/buckets.h); this applies the last step's
   // now, so that the parameters are those after every step run (run() ends
   // with it). Nothing to do otherwise, or when already applied.
   void finishOptimizer();

@@ -15,7 +15,7 @@
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/nccl_comm.h"
-#include "engine/data.h"
+#include "engine/numerics/data.h"
 
 namespace tandem::cuda {
 
@@ -25,7 +25,7 @@ struct CudaExecutor::Impl {
   // embedding backward uses, copied to device_index: order[N] seg_start[N+1]
   // seg_count[1], and with ranks > 1 every rank's tokens[N] (N = ranks * n:
   // a gathered embedding backward reads this load's tokens,
-  // engine/pass_embedding_gather.h).
+  // engine/passes/embedding_gather.h).
   struct LoadSlot {
     int task = -1;
     int64_t count = 0;

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "engine/cuda/executor_impl.h"
-#include "engine/init.h"
-#include "engine/pass_fusion.h"
+#include "engine/numerics/init.h"
+#include "engine/passes/fusion.h"
 
 namespace tandem::cuda {
 

@@ -1,6 +1,6 @@
 #include "engine/cuda/fusion.h"
 
-#include "engine/pass_fusion.h"
+#include "engine/passes/fusion.h"
 
 #include <fmt/format.h>
 
@@ -66,7 +66,7 @@ FusionPlan planFusion(const RankPlan& p, unsigned kinds, const FusionSupported& 
   const int n = int(p.tasks.size());
   for (int i = 0; i < n; ++i) {
     const Task& t = p.tasks[size_t(i)];
-    // The plan's epilogue fusions (engine/pass_fusion.h), on the task that
+    // The plan's epilogue fusions (engine/passes/fusion.h), on the task that
     // launches the fused GEMM; task ids are indices in planner plans.
     if (t.epilogue != Epilogue::None) {
       const int quiet = t.epilogue_partner;

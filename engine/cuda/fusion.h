@@ -1,7 +1,7 @@
 #pragma once
 // cuBLASLt epilogue fusion in the executor (docs/gpu-executor.md, "Epilogue
 // fusion"). Which GELUs move into their GEMM is the plan's decision
-// (engine/pass_fusion.h: Task::epilogue, epilogue_partner, fused_into), so
+// (engine/passes/fusion.h: Task::epilogue, epilogue_partner, fused_into), so
 // the simulation and the calibration see the same work; here each planned
 // pair is checked with cuBLASLt (the `supported` callback) and becomes one
 // GEMM with an epilogue. Every task keeps its id, its place and its events;
@@ -35,7 +35,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/plan.h"
+#include "engine/plan/plan.h"
 
 namespace tandem::cuda {
 
@@ -53,7 +53,7 @@ inline constexpr unsigned kAllFusions = fusionBit(FusionKind::MatmulGelu) |
 // with that epilogue took as long as GEMM + biasGradient kernel).
 inline constexpr unsigned kGeluFusions = fusionBit(FusionKind::MatmulGelu) |
                                             fusionBit(FusionKind::MatmulBwdDataGelu);
-// The fusions the plan decides (engine/pass_fusion.h), the executor's
+// The fusions the plan decides (engine/passes/fusion.h), the executor's
 // default: the two GELU epilogues, the residual add with its layernorm and
 // the residual add in its GEMM.
 inline constexpr unsigned kPlanFusions =

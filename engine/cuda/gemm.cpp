@@ -10,7 +10,7 @@
 #include "engine/cuda/algorithm_choice.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/gemm_gelu.h"
-#include "engine/parse_number.h"
+#include "engine/spec/parse_number.h"
 
 namespace tandem::cuda {
 namespace {

@@ -11,13 +11,13 @@
 
 #include <cstdint>
 
-#include "engine/gpu_footprint.h"
-#include "engine/types.h"
+#include "engine/memory/gpu_footprint.h"
+#include "engine/ir/types.h"
 
 namespace tandem::cuda {
 
 // Scratch sizes and multi-tensor chunks live with the executor's footprint,
-// which a build without CUDA computes too (engine/gpu_footprint.h).
+// which a build without CUDA computes too (engine/memory/gpu_footprint.h).
 using gpu_footprint::attentionScratchBytes;
 using gpu_footprint::biasGradientScratchBytes;
 using gpu_footprint::crossEntropyScratchBytes;
@@ -63,7 +63,7 @@ void layernormForward(void* y, void* mean, DType mean_dt, void* rstd, DType rstd
                       DType dt, cudaStream_t s);
 // sum = a + a2 (rounded to dt, as addForward writes it), then y = the
 // layernorm of sum: the residual add and the layernorm after it in one
-// kernel (the plan's add+layernorm fusion, engine/pass_fusion.h). Bit for
+// kernel (the plan's add+layernorm fusion, engine/passes/fusion.h). Bit for
 // bit the same as addForward then layernormForward.
 void addLayernormForward(void* sum, void* y, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* a,
                          const void* a2, const void* w, const void* b, int64_t M, int64_t C, DType dt,
@@ -80,7 +80,7 @@ void layernormBackwardDataOnly(void* dx, const void* dy, const void* x, const vo
 void prepareLayernormKernels();
 // dbias (may be null): also the column sums of dx's contents before the add,
 // the bias gradient of the layer whose output gradient dx holds
-// (engine/pass_bias_grad.h); needs accumulate_dx, accumulates with accumulate_dw.
+// (engine/passes/bias_grad.h); needs accumulate_dx, accumulates with accumulate_dw.
 void layernormBackward(void* dx, void* dw, void* db, void* dbias, const void* dy, const void* x, const void* w,
                        const void* mean, DType mean_dt, const void* rstd, DType rstd_dt,
                        int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,
@@ -96,7 +96,7 @@ const char* attentionMmaPath();
 
 // Causal attention; head dimension C/H 16, 32 or 64, or 128 in bf16 where
 // the tensor-core kernels have their Hopper code
-// (gpuAttentionHeadWidthSupported, engine/gpu_support.h). bf16 with head
+// (gpuAttentionHeadWidthSupported, engine/plan/gpu_support.h). bf16 with head
 // dimension 64 or 128 runs on the tensor cores (attention_tc.cu), the rest
 // on a fp32 CUDA-core kernel (attention.cu). attentionRunsHere: whether this
 // device (after prepareKernels) runs the shape.
@@ -105,7 +105,7 @@ void attentionForward(void* out, void* lse, DType lse_dt, const void* qkv, int64
                       int64_t C, int64_t H, DType dt, cudaStream_t s);
 // scratch: attentionScratchBytes(B, Tn, H, C, dbias != null) bytes of executor workspace.
 // dbias (may be null): also the column sums of dqkv, the QKV projection's
-// bias gradient (engine/pass_bias_grad.h); needs accumulate off, adds to
+// bias gradient (engine/passes/bias_grad.h); needs accumulate off, adds to
 // dbias with accumulate_bias.
 void attentionBackward(void* dqkv, void* dbias, const void* dout, const void* qkv, const void* out,
                        const void* lse, DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H,

@@ -1,17 +1,18 @@
-// LayerNorm forward and backward, eps = 1e-5 (engine/cpu/kernels.h).
+// LayerNorm forward and backward, eps = kLayerNormEps (engine/numerics/constants.h).
 // One warp per row. The backward writes dw/db partial sums per warp into
 // scratch and reduces them in a second kernel: deterministic, no atomics.
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/numerics/constants.h"
 
 #include <initializer_list>
 
 namespace tandem::cuda {
 namespace {
 
-constexpr float kEps = 1e-5f;
+constexpr float kEps = float(kLayerNormEps);
 // Fixed launch shapes (2 backward blocks per H200 SM): the reduction order
-// must not depend on M. They size the scratch (engine/gpu_footprint.h).
+// must not depend on M. They size the scratch (engine/memory/gpu_footprint.h).
 constexpr int kWarpsPerBlock = gpu_footprint::kLayernormWarpsPerBlock;
 constexpr int kBwdBlocks = gpu_footprint::kLayernormBwdBlocks;
 constexpr int kBwdWarps = gpu_footprint::kLayernormBwdWarps;
@@ -258,7 +259,7 @@ constexpr size_t lnBackwardSmemBytes(int64_t C) {
 // added over the block in a fixed order, so the scratch holds one partial row
 // per block (kBwdBlocks rows). kBias: also the column sums of dx's contents
 // before the add (the bias gradient of the layer whose output gradient is
-// the residual gradient; engine/pass_bias_grad.h) into partial_dr; needs
+// the residual gradient; engine/passes/bias_grad.h) into partial_dr; needs
 // accumulate_dx. kParams off: dx alone (no parameter sums; 79 registers for
 // GPT-2's rows, three blocks per SM), for bench_layernorm_bwd. kRms: the
 // RMSNorm backward (the Llama family): no mean, no bias, so xhat = x rstd,

@@ -13,7 +13,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "engine/cpu/kernels.h"  // kRopeTheta: one definition for both executors
+#include "engine/numerics/constants.h"  // one definition for both executors
 #include "engine/cuda/attention_tc.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
@@ -21,7 +21,7 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr float kRmsEps = 1e-5f;  // engine/cpu/kernels_llama.cpp's
+constexpr float kRmsEps = float(kRmsNormEps);
 constexpr int kWarps = 8;         // rows per block of the row kernels, one warp each
 constexpr int kThreads = 256;
 
@@ -461,7 +461,7 @@ __global__ void swigluBackwardVec(uint4* dx, const uint4* dy, const uint4* x, in
 // CPU reference computes it (the angle reaches t radians; fp32 would lose
 // the low bits of long sequences' angles).
 __device__ __forceinline__ void ropeAngle(int64_t t, int i, int D, double* c, double* s) {
-  const double angle = double(t) * pow(cpu::kRopeTheta, -2.0 * double(i) / double(D));
+  const double angle = double(t) * pow(kRopeTheta, -2.0 * double(i) / double(D));
   sincos(angle, s, c);
 }
 

@@ -14,7 +14,7 @@
 
 #include <cuda_runtime.h>
 
-#include "engine/types.h"
+#include "engine/ir/types.h"
 
 namespace tandem::cuda {
 

@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "engine/parse_number.h"
+#include "engine/spec/parse_number.h"
 
 namespace tandem::cuda {
 

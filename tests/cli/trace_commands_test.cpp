@@ -50,7 +50,7 @@ void expectOneLineError(const CommandResult& r, const std::string& fragment) {
 // (sync by the default rules), idle 100. No communication.
 void writeStepsFixture(const std::string& path) {
   using K = ActivityKind;
-  using P = TracePhase;
+  using P = Phase;
   TraceWriter w(path, WriterOptions{.truncate = true});
   RunInfo info;
   info.kind = RunKind::Real;

@@ -1,12 +1,12 @@
 // Bias gradients summed by the backward that already touches their input
-// (engine/pass_bias_grad.h): which tasks write them, and what stays put.
+// (engine/passes/bias_grad.h): which tasks write them, and what stays put.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <string>
 
-#include "engine/planner.h"
+#include "engine/plan/planner.h"
 #include "test_jobs.h"
 
 using namespace tandem;

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/buffer_placement.h"
+#include "engine/memory/buffer_placement.h"
 
 using namespace tandem;
 

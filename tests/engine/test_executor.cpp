@@ -9,10 +9,10 @@
 #include <fstream>
 #include <unistd.h>
 
-#include "engine/data.h"
+#include "engine/numerics/data.h"
 
 #include "engine/cpu/executor.h"
-#include "engine/planner.h"
+#include "engine/plan/planner.h"
 #include "test_compare.h"
 #include "test_jobs.h"
 
@@ -290,7 +290,7 @@ TEST_CASE("Every recompute policy gives bit-identical gradients", "[executor][re
 }
 
 TEST_CASE("Bias gradients summed by the neighbouring backward are bit-identical", "[executor][bias_grad]") {
-  // engine/pass_bias_grad.h: the layernorm backward sums the residual
+  // engine/passes/bias_grad.h: the layernorm backward sums the residual
   // gradient the weight GEMM read, the attention backward its own output;
   // the same values, so the same sums, with accumulation and across ranks.
   for (Precision prec : {Precision::FP32, Precision::BF16})
@@ -350,7 +350,7 @@ TEST_CASE("AdamW at the start of the next step: the same losses and weights", "[
 
 TEST_CASE("The LM head in groups of tokens: the same rows, the weight gradient summed over the groups",
           "[executor][lm_head_chunks]") {
-  // engine/pass_lm_head_chunks.h: every row of the logits, losses and the
+  // engine/passes/lm_head_chunks.h: every row of the logits, losses and the
   // layernorm output's gradient is computed as before, so every gradient
   // but the LM head weight's has the same bits; that one is a sum of one
   // product per group (rounded to bf16 after each in bf16 jobs).

@@ -1,15 +1,15 @@
 // The CUDA executor's buffers beyond the arena, counted without a GPU
-// (engine/gpu_footprint.h): the sizes follow the kernels' launch shapes and
+// (engine/memory/gpu_footprint.h): the sizes follow the kernels' launch shapes and
 // the plan's tasks and streams. gpu_test_memory checks on the GPU that the
 // executor allocates no more than this.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 
-#include "engine/gpu_footprint.h"
-#include "engine/gpu_support.h"
-#include "engine/memory_fit.h"
-#include "engine/planner.h"
+#include "engine/memory/gpu_footprint.h"
+#include "engine/plan/gpu_support.h"
+#include "engine/memory/memory_fit.h"
+#include "engine/plan/planner.h"
 
 using namespace tandem;
 

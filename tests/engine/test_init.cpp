@@ -5,10 +5,10 @@
 #include <thread>
 #include <vector>
 
-#include "engine/init.h"
-#include "engine/pass_buckets.h"
-#include "engine/planner.h"
-#include "engine/rng.h"
+#include "engine/numerics/init.h"
+#include "engine/passes/buckets.h"
+#include "engine/plan/planner.h"
+#include "engine/numerics/rng.h"
 #include "test_jobs.h"
 
 using namespace tandem;

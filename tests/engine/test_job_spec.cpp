@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/init.h"
-#include "engine/job.h"
+#include "engine/numerics/init.h"
+#include "engine/spec/job.h"
 
 using namespace tandem;
 namespace fs = std::filesystem;
@@ -123,7 +123,7 @@ TEST_CASE("defaultJob and tinyJob equal their files and hold the documented valu
   CHECK(t.comm.bucket_mib == 0.05);
 }
 
-TEST_CASE("missing fields take the defaults of engine/job.h", "[job]") {
+TEST_CASE("missing fields take the defaults of engine/spec/job.h", "[job]") {
   JobSpec parsed = parseJob("model: {layers: 3}\n", "partial.yaml");
   JobSpec expected;
   expected.model.layers = 3;

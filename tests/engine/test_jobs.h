@@ -1,7 +1,7 @@
 #pragma once
 // Small job variants for engine tests, built from the embedded tiny job.
 
-#include "engine/job.h"
+#include "engine/spec/job.h"
 
 namespace tandem::test {
 

@@ -15,11 +15,14 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/cpu/bf16.h"
+#include "engine/numerics/bf16.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kernels_isa.h"
 
 using namespace tandem::cpu;
+using tandem::bf16BitsToFloat;
+using tandem::floatToBf16Bits;
+using tandem::roundToBf16;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The LM head in groups of tokens (engine/pass_lm_head_chunks.h): the
+// The LM head in groups of tokens (engine/passes/lm_head_chunks.h): the
 // plan's shape. The CPU executor's equality checks are in test_executor.cpp.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "engine/memory_fit.h"
-#include "engine/planner.h"
+#include "engine/memory/memory_fit.h"
+#include "engine/plan/planner.h"
 #include "test_jobs.h"
 
 using namespace tandem;

@@ -4,8 +4,8 @@
 
 #include <map>
 
-#include "engine/memory_fit.h"
-#include "engine/planner.h"
+#include "engine/memory/memory_fit.h"
+#include "engine/plan/planner.h"
 
 using namespace tandem;
 

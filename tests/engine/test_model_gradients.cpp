@@ -7,9 +7,9 @@
 #include <map>
 
 #include "engine/cpu/op_dispatch.h"
-#include "engine/data.h"
-#include "engine/init.h"
-#include "engine/planner.h"
+#include "engine/numerics/data.h"
+#include "engine/numerics/init.h"
+#include "engine/plan/planner.h"
 #include "test_jobs.h"
 
 using namespace tandem;

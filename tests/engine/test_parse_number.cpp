@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "engine/parse_number.h"
+#include "engine/spec/parse_number.h"
 
 using tandem::parseFiniteNumber;
 using tandem::parseWholeNumber;

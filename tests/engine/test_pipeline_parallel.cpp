@@ -1,4 +1,4 @@
-// Pipeline parallelism (engine/pass_pipeline.h) against the CPU reference
+// Pipeline parallelism (engine/passes/pipeline.h) against the CPU reference
 // executor as the oracle: the stages together must train as the whole
 // model on one rank per replica.
 #include <catch2/catch.hpp>
@@ -11,9 +11,9 @@
 #include <string>
 
 #include "engine/cpu/executor.h"
-#include "engine/job.h"
-#include "engine/plan_json.h"
-#include "engine/planner.h"
+#include "engine/spec/job.h"
+#include "engine/plan/plan_json.h"
+#include "engine/plan/planner.h"
 #include "test_compare.h"
 #include "test_jobs.h"
 

@@ -9,8 +9,8 @@
 #include <sstream>
 #include <string>
 
-#include "engine/plan_json.h"
-#include "engine/planner.h"
+#include "engine/plan/plan_json.h"
+#include "engine/plan/planner.h"
 
 using namespace tandem;
 using nlohmann::json;

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/memory_plan.h"
-#include "engine/pass_fusion.h"
-#include "engine/plan_json.h"
-#include "engine/planner.h"
+#include "engine/memory/memory_plan.h"
+#include "engine/passes/fusion.h"
+#include "engine/plan/plan_json.h"
+#include "engine/plan/planner.h"
 #include "test_jobs.h"
 
 using namespace tandem;

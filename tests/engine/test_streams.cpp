@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/memory_plan.h"
-#include "engine/planner.h"
+#include "engine/memory/memory_plan.h"
+#include "engine/plan/planner.h"
 #include "test_jobs.h"
 
 using namespace tandem;

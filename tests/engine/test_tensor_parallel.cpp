@@ -1,4 +1,4 @@
-// Tensor parallelism (engine/pass_tensor_parallel.h) against the CPU
+// Tensor parallelism (engine/passes/tensor_parallel.h) against the CPU
 // reference executor as the oracle: a job split over a tensor-parallel
 // group must train as the same job on one rank per replica.
 #include <catch2/catch.hpp>
@@ -9,10 +9,10 @@
 #include <string>
 
 #include "engine/cpu/executor.h"
-#include "engine/init.h"
-#include "engine/job.h"
-#include "engine/plan_json.h"
-#include "engine/planner.h"
+#include "engine/numerics/init.h"
+#include "engine/spec/job.h"
+#include "engine/plan/plan_json.h"
+#include "engine/plan/planner.h"
 #include "test_compare.h"
 #include "test_jobs.h"
 

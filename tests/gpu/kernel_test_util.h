@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/cpu/bf16.h"
-#include "engine/types.h"
+#include "engine/numerics/bf16.h"
+#include "engine/ir/types.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace tandem::gputest {
@@ -28,7 +28,7 @@ struct Dev {
   void upload(const std::vector<float>& v) {
     if (dt == DType::BF16) {
       std::vector<uint16_t> h(n);
-      for (size_t i = 0; i < n; ++i) h[i] = cpu::floatToBf16Bits(v[i]);
+      for (size_t i = 0; i < n; ++i) h[i] = floatToBf16Bits(v[i]);
       cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice);
     } else {
       cudaMemcpy(p, v.data(), n * 4, cudaMemcpyHostToDevice);
@@ -40,7 +40,7 @@ struct Dev {
     if (dt == DType::BF16) {
       std::vector<uint16_t> h(n);
       cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost);
-      for (size_t i = 0; i < n; ++i) v[i] = cpu::bf16BitsToFloat(h[i]);
+      for (size_t i = 0; i < n; ++i) v[i] = bf16BitsToFloat(h[i]);
     } else {
       cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost);
     }
@@ -50,7 +50,7 @@ struct Dev {
 
 inline std::vector<float> rounded(std::vector<float> v, DType dt) {
   if (dt == DType::BF16)
-    for (auto& x : v) x = cpu::roundToBf16(x);
+    for (auto& x : v) x = roundToBf16(x);
   return v;
 }
 

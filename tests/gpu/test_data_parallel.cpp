@@ -10,8 +10,8 @@
 
 #include "engine/cpu/executor.h"
 #include "engine/cuda/executor.h"
-#include "engine/init.h"
-#include "engine/planner.h"
+#include "engine/numerics/init.h"
+#include "engine/plan/planner.h"
 #include "tests/gpu/gpu_test.h"
 
 using namespace tandem;
@@ -232,7 +232,7 @@ int main() {
     run("dp2 Llama bf16 graph, parameters sharded", withLlama({"training.precision=bf16", "parallel.shard_parameters=true"}),
         1e-2, true);
     // Sharded with the tied embedding's gradient gathered
-    // (engine/pass_embedding_gather.h): a vocabulary and micro-batch where it
+    // (engine/passes/embedding_gather.h): a vocabulary and micro-batch where it
     // pays (2 x 2 x 32 rows of 64 gathered, against 256 + 32 rows).
     for (const char* prec : {"fp32", "bf16"}) {
       const JobSpec job = tiny({std::string("training.precision=") + prec, "parallel.data_parallel=2",

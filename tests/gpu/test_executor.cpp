@@ -9,9 +9,9 @@
 
 #include "engine/cpu/executor.h"
 #include "engine/cuda/executor.h"
-#include "engine/data.h"
-#include "engine/init.h"
-#include "engine/planner.h"
+#include "engine/numerics/data.h"
+#include "engine/numerics/init.h"
+#include "engine/plan/planner.h"
 #include "tests/gpu/gpu_test.h"
 
 using namespace tandem;
@@ -392,7 +392,7 @@ int main() {
       compareGradients("tiny bf16 recompute=selective",
                        tiny({"training.precision=bf16", "recompute.policy=selective"}), 1e-2);
       // Bias gradients summed by the layernorm and attention backward
-      // (engine/pass_bias_grad.h): the vector layernorm and the CUDA-core
+      // (engine/passes/bias_grad.h): the vector layernorm and the CUDA-core
       // attention (head dim 16), the tensor-core attention (head dim 64).
       compareGradients("tiny bf16 bias gradients fused",
                        tiny({"training.precision=bf16", "schedule.fuse_bias_gradients=true"}), 1e-2);
@@ -415,7 +415,7 @@ int main() {
       compareGradients("tiny bf16 add+layernorm recompute=full",
                        tiny({"training.precision=bf16", "schedule.residual_in_gemm=false", "recompute.policy=full"}),
                        1e-2);
-      // The LM head in groups of tokens (engine/pass_lm_head_chunks.h):
+      // The LM head in groups of tokens (engine/passes/lm_head_chunks.h):
       // row views, per-group logits, the weight gradient summed over groups.
       compareGradients("tiny bf16 lm_head_chunks=4", tiny({"training.precision=bf16", "schedule.lm_head_chunks=4"}),
                        1e-2);

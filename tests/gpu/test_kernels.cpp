@@ -12,7 +12,7 @@
 #include <numeric>
 #include <tuple>
 
-#include "engine/cpu/bf16.h"
+#include "engine/numerics/bf16.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/device.h"
@@ -52,7 +52,7 @@ void testLayernorm(DType dt, int64_t M, int64_t C) {
   expectBelow(tag(dt, ("layernorm backward dw" + shape).c_str()), relError(gdw.download(), dw), tol(dt));
   expectBelow(tag(dt, ("layernorm backward db" + shape).c_str()), relError(gdb.download(), db), tol(dt));
   // The same backward also summing the residual gradient it adds to (a
-  // linear layer's bias gradient, engine/pass_bias_grad.h): the column sums
+  // linear layer's bias gradient, engine/passes/bias_grad.h): the column sums
   // of dx0, the other outputs unchanged.
   std::vector<float> bias(C);
   cpu::columnSums<float>(bias.data(), dx0.data(), M, C, false);
@@ -111,7 +111,7 @@ void testAttention(DType dt, int64_t B, int64_t T, int64_t C, int64_t H, bool ac
   Dev go2(dt, out.size()), gl2(DType::F32, lse.size());
   go2.upload(out_r), gl2.upload(lse);
   // Without accumulation the QKV bias gradient is summed on the way
-  // (engine/pass_bias_grad.h): the column sums of what was stored.
+  // (engine/passes/bias_grad.h): the column sums of what was stored.
   Dev gbias(dt, 3 * C);
   cuda::attentionBackward(gdq.p, accumulate ? nullptr : gbias.p, gdo.p, gq.p, go2.p, gl2.p, DType::F32, B, T, C, H,
                           accumulate, false, dt, scratchBuffer(cuda::attentionScratchBytes(B, T, H, C, !accumulate)),

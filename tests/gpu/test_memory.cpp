@@ -5,8 +5,8 @@
 #include <cuda_runtime.h>
 
 #include "engine/cuda/executor.h"
-#include "engine/gpu_footprint.h"
-#include "engine/planner.h"
+#include "engine/memory/gpu_footprint.h"
+#include "engine/plan/planner.h"
 #include "tests/gpu/gpu_test.h"
 
 using namespace tandem;
@@ -42,7 +42,7 @@ void plannedVersusMeasured(const std::string& label, const std::string& file, do
              label, m.planned_arena_bytes / kMiB, plan.programs[0].memory.lower_bound_bytes / kMiB,
              m.allocated_bytes / kMiB, m.workspace_bytes / kMiB, m.scratch_bytes / kMiB, (after - before) / kMiB);
   // What the refusal and `tandem plan --fit` count for the executor
-  // (engine/gpu_footprint.h) must cover what it allocates, and not by much.
+  // (engine/memory/gpu_footprint.h) must cover what it allocates, and not by much.
   const int64_t counted = gpu_footprint::executorFootprint(plan).total();
   fmt::print("     executor buffers counted without a GPU {:.2f} MiB, allocated {:.2f} MiB\n", counted / kMiB,
              overhead / kMiB);

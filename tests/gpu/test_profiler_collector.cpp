@@ -17,7 +17,7 @@
 #include "profiler/power_sampler.h"
 #include "profiler/profiler.h"
 #include "tests/gpu/gpu_test.h"
-#include "traces/trace_reader.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem;
 using namespace tandem::gputest;
@@ -103,7 +103,7 @@ int main() {
       t.task_id = 10 + i;
       t.name = names[i];
       t.op = names[i];
-      t.phase = tr::TracePhase::Forward;
+      t.phase = tr::Phase::Forward;
       t.layer = i;
       t.stream = 3;  // a plan stream index that is not 0, to see it carried
       tasks.push_back(t);

@@ -15,10 +15,10 @@
 #include <set>
 
 #include "engine/cuda/executor.h"
-#include "engine/planner.h"
-#include "profiler/plan_observer.h"
+#include "engine/plan/planner.h"
+#include "plan_trace/gpu/plan_observer.h"
 #include "tests/gpu/gpu_test.h"
-#include "traces/trace_reader.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem;
 using namespace tandem::gputest;
@@ -69,7 +69,7 @@ Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool 
     po.run.name = graph ? "graph" : "eager";
     po.arena_bytes = plan.programs[0].memory.arena_bytes;
     profiler::Profiler prof(po);
-    profiler::PlanObserver obs(prof, plan.programs[0]);
+    plan_trace::PlanObserver obs(prof, plan.programs[0]);
     cuda::ExecutorOptions eo;
     eo.use_graph = graph;
     eo.observer = &obs;
@@ -104,7 +104,7 @@ Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool 
       return;
     }
     ++out.kernels_per_task[a.task_id];
-    if (a.phase != traces::tracePhaseOf(it->second->phase)) ++out.wrong_phase;
+    if (a.phase != it->second->phase) ++out.wrong_phase;
     if (a.stream != it->second->stream) ++out.wrong_stream;
   });
   std::vector<tr::StepRow> step_rows = reader.steps(run);

@@ -24,9 +24,9 @@
 #include "gui/timeline_palette.h"
 #include "gui/timeline_view.h"
 #include "gui_test_app.h"
-#include "traces/analysis.h"
-#include "traces/trace_reader.h"
-#include "traces/trace_writer.h"
+#include "traces/analysis/analysis.h"
+#include "traces/store/trace_reader.h"
+#include "traces/store/trace_writer.h"
 
 using namespace tandem;
 using namespace tandem::gui;
@@ -53,7 +53,7 @@ fs::path tempPath(const std::string& name) {
 }
 
 traces::ActivityRow act(int rank, int stream, int64_t s, int64_t e, traces::ActivityKind kind, std::string name,
-                        int64_t task, traces::TracePhase phase) {
+                        int64_t task, Phase phase) {
   traces::ActivityRow a;
   a.rank = rank;
   a.stream = stream;
@@ -95,12 +95,12 @@ std::string writeFixture(const std::string& name, double slow = 1.1, bool empty_
   info.created_unix_ns = 1'700'000'000'000'000'000;
   w.beginRun(info);
   using K = traces::ActivityKind;
-  using P = traces::TracePhase;
+  using P = Phase;
   for (int r = 0; r < 2; ++r) {
     const double f = r == 0 ? 1.0 : slow;
     auto t = [&](int64_t ns) { return int64_t(double(ns) * f); };
-    w.addStream({r, 0, traces::StreamKind::Compute, "compute", r});
-    w.addStream({r, 1, traces::StreamKind::Comm, "nccl", r});
+    w.addStream({r, 0, StreamKind::Compute, "compute", r});
+    w.addStream({r, 1, StreamKind::Comm, "nccl", r});
     w.addActivity(act(r, 0, 0, t(1'000'000), K::Kernel, "layer0.fwd", 0, P::Forward));
     w.addActivity(act(r, 0, t(1'000'000), t(2'000'000), K::Kernel, "layer0.recompute", 1, P::Recompute));
     w.addActivity(act(r, 0, t(2'000'000), t(4'000'000), K::Kernel, "layer0.bwd", 2, P::Backward));
@@ -155,8 +155,8 @@ TEST_CASE("a profiled run's power and SM clock samples load as counter lanes", "
     traces::TraceWriter w(path);
     beginProfiledRun(w, "profiled", 2);
     for (int r = 0; r < 2; ++r) {
-      w.addStream({r, 0, traces::StreamKind::Compute, "compute", r});
-      w.addActivity(act(r, 0, 0, 3'000'000, traces::ActivityKind::Kernel, "k", 0, traces::TracePhase::Forward));
+      w.addStream({r, 0, StreamKind::Compute, "compute", r});
+      w.addActivity(act(r, 0, 0, 3'000'000, traces::ActivityKind::Kernel, "k", 0, Phase::Forward));
     }
     // Written out of order; rank 1 has a single sample (no line), energy is not drawn.
     w.addCounter({0, "gpu.power_w", 2'000'000, 640.0});
@@ -208,7 +208,7 @@ TEST_CASE("a real run and its simulation compare by plan task name, per step ins
   {
     traces::TraceWriter w(path);
     using K = traces::ActivityKind;
-    using P = traces::TracePhase;
+    using P = Phase;
     auto planTask = [](int64_t id, const std::string& name) {
       traces::PlanTaskRow t;
       t.task_id = id;
@@ -220,7 +220,7 @@ TEST_CASE("a real run and its simulation compare by plan task name, per step ins
     real.kind = traces::RunKind::Real;
     real.name = "real";
     w.beginRun(real);
-    w.addStream({0, 0, traces::StreamKind::Compute, "compute", 0});
+    w.addStream({0, 0, StreamKind::Compute, "compute", 0});
     w.addActivity(act(0, 0, -5000, -4000, K::Kernel, "nvjet_tuning", 0, P::Forward));
     for (int step = 0; step < 2; ++step) {
       const int64_t t0 = step * 1000;
@@ -235,7 +235,7 @@ TEST_CASE("a real run and its simulation compare by plan task name, per step ins
     sim.kind = traces::RunKind::Simulated;
     sim.name = "sim";
     w.beginRun(sim);
-    w.addStream({0, 0, traces::StreamKind::Compute, "compute", 0});
+    w.addStream({0, 0, StreamKind::Compute, "compute", 0});
     w.addStep({0, 0, 0, 500});
     w.addActivity(act(0, 0, 0, 110, K::Kernel, "fc.fwd", 0, P::Forward));
     w.addActivity(act(0, 0, 110, 310, K::Kernel, "fc.bwd", 1, P::Backward));
@@ -315,9 +315,9 @@ TEST_CASE("slice statistics count a task's plan work once per execution", "[gui]
     traces::TraceWriter w(path);
     beginProfiledRun(w, "profiled", 1);
     using K = traces::ActivityKind;
-    using P = traces::TracePhase;
-    w.addStream({0, 0, traces::StreamKind::Compute, "compute", 0});
-    w.addStream({0, 1, traces::StreamKind::Comm, "nccl", 0});
+    using P = Phase;
+    w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+    w.addStream({0, 1, StreamKind::Comm, "nccl", 0});
     for (int step = 0; step < 2; ++step) {
       const int64_t b = step * 1000;
       w.addStep({0, step, b, b + 1000});

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <map>
 
-#include "engine/gpu_footprint.h"
-#include "engine/planner.h"
+#include "engine/memory/gpu_footprint.h"
+#include "engine/plan/planner.h"
 #include "gui/compare.h"
 #include "gui/compare_view.h"
 #include "gui/main_window.h"
@@ -19,9 +19,9 @@
 #include "gui/topology_view.h"
 #include "gui/what_if.h"
 #include "gui_test_app.h"
-#include "simulator/topology_presets.h"
-#include "traces/compare.h"
-#include "traces/trace_reader.h"
+#include "simulator/topology/topology_presets.h"
+#include "traces/analysis/compare.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem;
 using namespace tandem::gui;

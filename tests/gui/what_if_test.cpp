@@ -5,12 +5,12 @@
 #include <QStatusBar>
 #include <filesystem>
 
-#include "engine/job.h"
+#include "engine/spec/job.h"
 #include "gui/run_loader.h"
 #include "gui/main_window.h"
 #include "gui/what_if.h"
 #include "gui_test_app.h"
-#include "traces/trace_reader.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem;
 using namespace tandem::gui;

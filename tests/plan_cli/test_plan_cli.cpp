@@ -156,7 +156,7 @@ TEST_CASE("tandem plan rejects a missing file, an empty file and bad overrides",
 TEST_CASE("tandem plan --fit names what fits a memory budget", "[cli][plan][fit]") {
   const std::string gpt2 = "plan gpt2-124m-dp8 --set training.micro_batch=16 --set parallel.data_parallel=1";
   // 8.14 GiB of arena, 0.08 of executor buffers and 0.5 kept free, as
-  // `tandem run` counts them (engine/gpu_footprint.h). With 7 GiB free the
+  // `tandem run` counts them (engine/memory/gpu_footprint.h). With 7 GiB free the
   // split LM head alone (6.8 GiB of arena) no longer fits: selective
   // recompute needs it too.
   Result r = runTandem(gpt2 + " --fit 7");

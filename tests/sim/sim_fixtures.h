@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/plan.h"
-#include "simulator/topology.h"
+#include "engine/plan/plan.h"
+#include "simulator/topology/topology.h"
 
 namespace tandem::sim::testing {
 

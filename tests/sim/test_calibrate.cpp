@@ -10,18 +10,18 @@
 #include <map>
 #include <cmath>
 
-#include "engine/planner.h"
-#include "simulator/calibrate.h"
-#include "simulator/calibrate_collectives.h"
-#include "simulator/calibrate_merge.h"
-#include "simulator/calibrate_overlap.h"
-#include "simulator/calibration_device.h"
-#include "simulator/cost_model.h"
-#include "simulator/engine.h"
-#include "simulator/sim_trace_output.h"
-#include "simulator/topology_presets.h"
-#include "traces/sqlite_util.h"
-#include "traces/trace_writer.h"
+#include "engine/plan/planner.h"
+#include "simulator/calibrate/calibrate.h"
+#include "simulator/calibrate/calibrate_collectives.h"
+#include "simulator/calibrate/calibrate_merge.h"
+#include "simulator/calibrate/calibrate_overlap.h"
+#include "simulator/cost/calibration_device.h"
+#include "simulator/cost/cost_model.h"
+#include "simulator/replay/replay.h"
+#include "simulator/pipeline/trace_output.h"
+#include "simulator/topology/topology_presets.h"
+#include "traces/store/sqlite_util.h"
+#include "traces/store/trace_writer.h"
 #include "tests/traces/test_fixtures.h"
 
 using namespace tandem;

@@ -1,15 +1,15 @@
 // Which of a plan's kernel tasks a calibration measured
-// (simulator/calibration_coverage.h), against the calibration that comes
+// (simulator/cost/calibration_coverage.h), against the calibration that comes
 // with tandem.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <string>
 
-#include "engine/job.h"
-#include "engine/planner.h"
-#include "simulator/calibration_coverage.h"
-#include "simulator/topology_presets.h"
+#include "engine/spec/job.h"
+#include "engine/plan/planner.h"
+#include "simulator/cost/calibration_coverage.h"
+#include "simulator/topology/topology_presets.h"
 
 using namespace tandem;
 

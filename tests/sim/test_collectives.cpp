@@ -3,10 +3,10 @@
 #include <catch2/catch.hpp>
 
 #include "sim_fixtures.h"
-#include "simulator/collectives.h"
-#include "simulator/engine.h"
-#include "simulator/routing.h"
-#include "simulator/topology_presets.h"
+#include "simulator/network/collectives.h"
+#include "simulator/replay/replay.h"
+#include "simulator/topology/routing.h"
+#include "simulator/topology/topology_presets.h"
 
 using namespace tandem;
 using namespace tandem::sim;

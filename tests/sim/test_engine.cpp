@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "sim_fixtures.h"
-#include "simulator/engine.h"
+#include "simulator/replay/replay.h"
 
 using namespace tandem;
 using namespace tandem::sim;

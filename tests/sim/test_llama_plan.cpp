@@ -7,10 +7,10 @@
 #include <cmath>
 #include <string>
 
-#include "engine/planner.h"
-#include "simulator/cost_model.h"
-#include "simulator/engine.h"
-#include "simulator/topology_presets.h"
+#include "engine/plan/planner.h"
+#include "simulator/cost/cost_model.h"
+#include "simulator/replay/replay.h"
+#include "simulator/topology/topology_presets.h"
 
 using namespace tandem;
 using namespace tandem::sim;

@@ -1,12 +1,12 @@
 // A simulated plan larger than its GPUs' memory, counted as `tandem run`
-// counts it (simulator/memory_fit_warning.h).
+// counts it (simulator/replay/memory_fit_warning.h).
 #include <catch2/catch.hpp>
 
-#include "engine/gpu_footprint.h"
-#include "engine/planner.h"
-#include "simulator/cost_model.h"
-#include "simulator/memory_fit_warning.h"
-#include "simulator/topology_presets.h"
+#include "engine/memory/gpu_footprint.h"
+#include "engine/plan/planner.h"
+#include "simulator/cost/cost_model.h"
+#include "simulator/replay/memory_fit_warning.h"
+#include "simulator/topology/topology_presets.h"
 
 using namespace tandem;
 

@@ -26,8 +26,8 @@
 #include <nlohmann/json.hpp>
 
 #include "sim_fixtures.h"
-#include "simulator/engine.h"
-#include "simulator/topology_presets.h"
+#include "simulator/replay/replay.h"
+#include "simulator/topology/topology_presets.h"
 
 using namespace tandem;
 using namespace tandem::sim;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <random>
 
-#include "simulator/network.h"
+#include "simulator/network/network.h"
 
 using tandem::sim::FlowNetwork;
 using tandem::sim::FlowSpec;

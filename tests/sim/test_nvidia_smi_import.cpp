@@ -6,9 +6,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "simulator/nvidia_smi_import.h"
-#include "simulator/routing.h"
-#include "simulator/topology_yaml.h"
+#include "simulator/topology/nvidia_smi_import.h"
+#include "simulator/topology/routing.h"
+#include "simulator/topology/topology_yaml.h"
 
 using namespace tandem::sim;
 

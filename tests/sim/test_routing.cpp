@@ -6,9 +6,9 @@
 #include <random>
 #include <set>
 
-#include "simulator/routing.h"
-#include "simulator/topology_presets.h"
-#include "simulator/topology_yaml.h"
+#include "simulator/topology/routing.h"
+#include "simulator/topology/topology_presets.h"
+#include "simulator/topology/topology_yaml.h"
 
 using namespace tandem::sim;
 

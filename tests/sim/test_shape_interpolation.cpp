@@ -1,9 +1,9 @@
 // Times of unmeasured shapes from the two measured ones around them
-// (simulator/shape_interpolation.h), alone and inside the calibrated cost model.
+// (simulator/cost/shape_interpolation.h), alone and inside the calibrated cost model.
 #include <catch2/catch.hpp>
 
-#include "simulator/cost_model.h"
-#include "simulator/shape_interpolation.h"
+#include "simulator/cost/cost_model.h"
+#include "simulator/cost/shape_interpolation.h"
 
 using namespace tandem;
 using namespace tandem::sim;

@@ -6,12 +6,12 @@
 #include <filesystem>
 
 #include "sim_fixtures.h"
-#include "simulator/engine.h"
-#include "simulator/sim_trace_output.h"
-#include "traces/plan_rows.h"
-#include "traces/analysis.h"
-#include "traces/trace_reader.h"
-#include "traces/trace_writer.h"
+#include "simulator/replay/replay.h"
+#include "simulator/pipeline/trace_output.h"
+#include "plan_trace/plan_rows.h"
+#include "traces/analysis/analysis.h"
+#include "traces/store/trace_reader.h"
+#include "traces/store/trace_writer.h"
 
 using namespace tandem;
 using namespace tandem::sim;
@@ -109,11 +109,11 @@ TEST_CASE("writing the same simulation twice gives the same rows", "[trace]") {
 TEST_CASE("plan rows: stream order and the recorders of waited events, as the trace stores them", "[trace]") {
   // Tasks 0, 1 and 3 on stream 0 (1 records event 0), the all-reduce 2 on
   // stream 1 waiting for that event. The profiler stores the same rows for a
-  // real run (profiler/plan_observer.h), so the two graphs match.
+  // real run (plan_trace/gpu/plan_observer.h), so the two graphs match.
   Topology topo = ringTopology(2, 100, 500);
   Plan plan = overlapPlan(2);
   // One program stands for both ranks (uniformPlan); rank 1 is written with it.
-  const std::vector<traces::PlanTaskRow> rows = traces::planTaskRows(1, plan.programs[0]);
+  const std::vector<traces::PlanTaskRow> rows = plan_trace::planTaskRows(1, plan.programs[0]);
   REQUIRE(rows.size() == 4);
   CHECK(rows[0].deps.empty());
   CHECK(rows[1].deps == std::vector<int64_t>{0});
@@ -121,7 +121,7 @@ TEST_CASE("plan rows: stream order and the recorders of waited events, as the tr
   CHECK(rows[3].deps == std::vector<int64_t>{1});
   CHECK(rows[2].op == "all_reduce");
   CHECK(rows[2].bytes == 8'000'000);
-  CHECK(rows[3].phase == traces::TracePhase::Backward);
+  CHECK(rows[3].phase == Phase::Backward);
   CHECK(rows[1].rank == 1);
 
   RooflineCostModel cost;

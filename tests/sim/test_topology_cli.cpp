@@ -10,8 +10,8 @@
 #include <sstream>
 #include <sys/wait.h>
 
-#include "simulator/routing.h"
-#include "simulator/topology_yaml.h"
+#include "simulator/topology/routing.h"
+#include "simulator/topology/topology_yaml.h"
 
 namespace fs = std::filesystem;
 

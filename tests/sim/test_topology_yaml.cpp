@@ -5,8 +5,8 @@
 #include <fstream>
 #include <string>
 
-#include "simulator/topology.h"
-#include "simulator/topology_yaml.h"
+#include "simulator/topology/topology.h"
+#include "simulator/topology/topology_yaml.h"
 
 using namespace tandem::sim;
 

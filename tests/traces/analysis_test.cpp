@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "traces/analysis.h"
-#include "traces/analysis_parts.h"
-#include "traces/report_format.h"
+#include "traces/analysis/analysis.h"
+#include "traces/analysis/parts.h"
+#include "traces/analysis/report_format.h"
 #include "traces/test_fixtures.h"
-#include "traces/trace_reader.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem::traces;
 using namespace tandem::traces::testing;
@@ -150,7 +150,7 @@ TEST_CASE("kernel statistics by op and by name", "[analysis]") {
 // steps (100 + 50 ns each); a third kernel of it falls outside the steps.
 TEST_CASE("a profiled run's op rates come from its plan tasks, once per step", "[analysis]") {
   using K = ActivityKind;
-  using P = TracePhase;
+  using P = Phase;
   auto write = [](const std::string& path, bool with_steps) {
     TraceWriter w(path, WriterOptions{.truncate = true});
     beginOneRankRun(w, "plan-rates");
@@ -228,7 +228,7 @@ TEST_CASE("critical path of a many-step run: within the median step", "[analysis
   // task 2 after both. Spanning all steps, each task would cover the whole
   // run and the path's busy time would exceed its length.
   using K = ActivityKind;
-  using P = TracePhase;
+  using P = Phase;
   std::string path = tempTracePath("cp_steps.sqlite");
   {
     TraceWriter w(path, WriterOptions{.truncate = true});
@@ -495,11 +495,11 @@ TEST_CASE("pipeline transfers: the exposed part of sends and receives, the bubbl
     w.addStream({0, 0, StreamKind::Compute, "compute", 0});
     w.addStream({0, 1, StreamKind::Comm, "comm.recv", 0});
     w.addStream({0, 2, StreamKind::Comm, "comm.send", 0});
-    w.addActivity(act(0, 0, 0, 100, ActivityKind::Kernel, "layer0.fwd", 1, TracePhase::Forward));
-    w.addActivity(act(0, 0, 300, 400, ActivityKind::Kernel, "layer0.bwd", 2, TracePhase::Backward));
-    w.addActivity(act(0, 1, 100, 300, ActivityKind::Recv, "pipe.recv.bwd.mb0", 3, TracePhase::Comm));
-    w.addActivity(act(0, 2, 350, 450, ActivityKind::Send, "pipe.send.bwd.mb0", 4, TracePhase::Comm));
-    w.addActivity(act(0, 1, 420, 500, ActivityKind::Collective, "ncclAllReduce", 5, TracePhase::Comm));
+    w.addActivity(act(0, 0, 0, 100, ActivityKind::Kernel, "layer0.fwd", 1, Phase::Forward));
+    w.addActivity(act(0, 0, 300, 400, ActivityKind::Kernel, "layer0.bwd", 2, Phase::Backward));
+    w.addActivity(act(0, 1, 100, 300, ActivityKind::Recv, "pipe.recv.bwd.mb0", 3, Phase::Comm));
+    w.addActivity(act(0, 2, 350, 450, ActivityKind::Send, "pipe.send.bwd.mb0", 4, Phase::Comm));
+    w.addActivity(act(0, 1, 420, 500, ActivityKind::Collective, "ncclAllReduce", 5, Phase::Comm));
   }
   TraceReader r(path);
   const RunReport rep = analyzeRun(r, r.defaultRunId());

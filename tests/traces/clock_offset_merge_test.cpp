@@ -7,9 +7,9 @@
 
 #include <map>
 
-#include "traces/merge.h"
+#include "traces/store/merge.h"
 #include "traces/test_fixtures.h"
-#include "traces/trace_reader.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem::traces;
 using namespace tandem::traces::testing;
@@ -33,9 +33,9 @@ void writeRank(const std::string& path, int rank, const Offsets& o) {
   w.beginRun(info);
   w.addStream({rank, 0, StreamKind::Compute, "compute", rank});
   w.addStream({rank, 2, StreamKind::Comm, "comm", rank});
-  w.addActivity(act(rank, 0, 1000, 2000, ActivityKind::Kernel, "gemm", 1, TracePhase::Forward));
-  w.addActivity(act(rank, 0, 501000, 502000, ActivityKind::Kernel, "gemm", 1, TracePhase::Forward));
-  w.addActivity(act(rank, 2, 1001000, 1001400, ActivityKind::Kernel, "ncclKernel_AllReduce", 2, TracePhase::Comm));
+  w.addActivity(act(rank, 0, 1000, 2000, ActivityKind::Kernel, "gemm", 1, Phase::Forward));
+  w.addActivity(act(rank, 0, 501000, 502000, ActivityKind::Kernel, "gemm", 1, Phase::Forward));
+  w.addActivity(act(rank, 2, 1001000, 1001400, ActivityKind::Kernel, "ncclKernel_AllReduce", 2, Phase::Comm));
   w.addStep({rank, 0, 1000, 1001400});
   w.addRange({rank, 501000, 502000, "task", 1, "tandem"});
   w.addCounter({rank, "memory.device_in_use_bytes", 501000, 42.0});

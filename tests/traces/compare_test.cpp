@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "test_fixtures.h"
-#include "traces/analysis.h"
-#include "traces/compare.h"
-#include "traces/trace_reader.h"
+#include "traces/analysis/analysis.h"
+#include "traces/analysis/compare.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem::traces;
 using tandem::traces::testing::act;
@@ -35,14 +35,14 @@ void writeRuns(const std::string& path) {
   for (int step = 0; step < 2; ++step) {
     const int64_t t0 = step * 1000;
     w.addStep({0, step, t0, t0 + 500});
-    w.addActivity(act(0, 0, t0, t0 + 100, ActivityKind::Kernel, "gemm_a", 0, TracePhase::Forward));
-    w.addActivity(act(0, 0, t0 + 100, t0 + 140, ActivityKind::Kernel, "gemm_b1", 1, TracePhase::Forward));
-    w.addActivity(act(0, 0, t0 + 140, t0 + 200, ActivityKind::Kernel, "gemm_b2", 1, TracePhase::Forward));
-    w.addActivity(act(0, 0, t0 + 300, t0 + 350, ActivityKind::Kernel, "ln", 2, TracePhase::Backward));
-    w.addActivity(act(0, 1, t0 + 110, t0 + 190, ActivityKind::Collective, "nccl", 3, TracePhase::Comm));
+    w.addActivity(act(0, 0, t0, t0 + 100, ActivityKind::Kernel, "gemm_a", 0, Phase::Forward));
+    w.addActivity(act(0, 0, t0 + 100, t0 + 140, ActivityKind::Kernel, "gemm_b1", 1, Phase::Forward));
+    w.addActivity(act(0, 0, t0 + 140, t0 + 200, ActivityKind::Kernel, "gemm_b2", 1, Phase::Forward));
+    w.addActivity(act(0, 0, t0 + 300, t0 + 350, ActivityKind::Kernel, "ln", 2, Phase::Backward));
+    w.addActivity(act(0, 1, t0 + 110, t0 + 190, ActivityKind::Collective, "nccl", 3, Phase::Comm));
   }
   for (auto [id, op] : {std::pair{0, "matmul"}, {1, "matmul"}, {2, "layernorm"}, {3, "all_reduce"}})
-    w.addPlanTask(task(0, id, fmt::format("t{}", id), op, TracePhase::Forward, id == 3 ? 1 : 0, {}));
+    w.addPlanTask(task(0, id, fmt::format("t{}", id), op, Phase::Forward, id == 3 ? 1 : 0, {}));
 
   RunInfo sim;
   sim.kind = RunKind::Simulated;
@@ -51,16 +51,16 @@ void writeRuns(const std::string& path) {
   w.addStream({0, 0, StreamKind::Compute, "compute", 0});
   w.addStream({0, 1, StreamKind::Comm, "comm", 0});
   w.addStep({0, 0, 0, 400});
-  w.addActivity(act(0, 0, 0, 110, ActivityKind::Kernel, "t0", 0, TracePhase::Forward));
-  w.addActivity(act(0, 0, 110, 310, ActivityKind::Kernel, "t1", 1, TracePhase::Forward));
-  w.addActivity(act(0, 0, 310, 350, ActivityKind::Kernel, "t2", 2, TracePhase::Backward));
-  w.addActivity(act(0, 1, 120, 200, ActivityKind::Collective, "t3", 3, TracePhase::Comm));
-  w.addActivity(act(0, 0, 350, 400, ActivityKind::Kernel, "t9", 9, TracePhase::Optimizer));
+  w.addActivity(act(0, 0, 0, 110, ActivityKind::Kernel, "t0", 0, Phase::Forward));
+  w.addActivity(act(0, 0, 110, 310, ActivityKind::Kernel, "t1", 1, Phase::Forward));
+  w.addActivity(act(0, 0, 310, 350, ActivityKind::Kernel, "t2", 2, Phase::Backward));
+  w.addActivity(act(0, 1, 120, 200, ActivityKind::Collective, "t3", 3, Phase::Comm));
+  w.addActivity(act(0, 0, 350, 400, ActivityKind::Kernel, "t9", 9, Phase::Optimizer));
   // What the simulation warned about, and a plain count.
   w.setStat({"sim.calibration_unmeasured_tasks", 1, Severity::Warning, "the calibration did not measure 1 task"});
   w.setStat({"sim.events", 12, Severity::Info, "discrete events processed"});
   for (auto [id, op] : {std::pair{0, "matmul"}, {1, "matmul"}, {2, "layernorm"}, {3, "all_reduce"}, {9, "adamw"}})
-    w.addPlanTask(task(0, id, fmt::format("t{}", id), op, TracePhase::Forward, id == 3 ? 1 : 0, {}));
+    w.addPlanTask(task(0, id, fmt::format("t{}", id), op, Phase::Forward, id == 3 ? 1 : 0, {}));
 }
 
 // A run of one rank with one compute stream and one step [0, 1000).
@@ -84,16 +84,16 @@ TEST_CASE("compareRuns pairs tasks by name when the runs' plans number them diff
     TraceWriter w(path);
     for (int which = 0; which < 2; ++which) {
       beginOneStepRun(w, RunKind::Simulated, which == 0 ? "a" : "b");
-      w.addActivity(act(0, 0, 0, 100, ActivityKind::Kernel, "k0", 0, TracePhase::Forward));
-      w.addPlanTask(task(0, 0, "fc.fwd", "matmul", TracePhase::Forward, 0, {}));
+      w.addActivity(act(0, 0, 0, 100, ActivityKind::Kernel, "k0", 0, Phase::Forward));
+      w.addPlanTask(task(0, 0, "fc.fwd", "matmul", Phase::Forward, 0, {}));
       if (which == 0) {
-        w.addActivity(act(0, 0, 100, 300, ActivityKind::Kernel, "k1", 1, TracePhase::Backward));
-        w.addPlanTask(task(0, 1, "fc.bwd", "matmul_bwd_data", TracePhase::Backward, 0, {0}));
+        w.addActivity(act(0, 0, 100, 300, ActivityKind::Kernel, "k1", 1, Phase::Backward));
+        w.addPlanTask(task(0, 1, "fc.bwd", "matmul_bwd_data", Phase::Backward, 0, {0}));
       } else {
-        w.addActivity(act(0, 0, 100, 150, ActivityKind::Kernel, "k1", 1, TracePhase::Recompute));
-        w.addActivity(act(0, 0, 150, 370, ActivityKind::Kernel, "k2", 2, TracePhase::Backward));
-        w.addPlanTask(task(0, 1, "fc.fwd.recompute", "matmul", TracePhase::Recompute, 0, {0}));
-        w.addPlanTask(task(0, 2, "fc.bwd", "matmul_bwd_data", TracePhase::Backward, 0, {1}));
+        w.addActivity(act(0, 0, 100, 150, ActivityKind::Kernel, "k1", 1, Phase::Recompute));
+        w.addActivity(act(0, 0, 150, 370, ActivityKind::Kernel, "k2", 2, Phase::Backward));
+        w.addPlanTask(task(0, 1, "fc.fwd.recompute", "matmul", Phase::Recompute, 0, {0}));
+        w.addPlanTask(task(0, 2, "fc.bwd", "matmul_bwd_data", Phase::Backward, 0, {1}));
       }
     }
   }
@@ -125,10 +125,10 @@ TEST_CASE("compareRuns says which tasks of one run only take no time", "[compare
     TraceWriter w(path);
     for (int which = 0; which < 2; ++which) {
       beginOneStepRun(w, which == 0 ? RunKind::Real : RunKind::Simulated, which == 0 ? "real" : "sim");
-      w.addActivity(act(0, 0, 0, 100, ActivityKind::Kernel, "k0", 0, TracePhase::Forward));
-      w.addPlanTask(task(0, 0, "fc.fwd", "matmul", TracePhase::Forward, 0, {}));
-      w.addPlanTask(task(0, 1, "gelu.fwd", "gelu", TracePhase::Forward, 0, {0}));
-      if (which == 1) w.addActivity(act(0, 0, 100, 100, ActivityKind::Kernel, "gelu.fwd", 1, TracePhase::Forward));
+      w.addActivity(act(0, 0, 0, 100, ActivityKind::Kernel, "k0", 0, Phase::Forward));
+      w.addPlanTask(task(0, 0, "fc.fwd", "matmul", Phase::Forward, 0, {}));
+      w.addPlanTask(task(0, 1, "gelu.fwd", "gelu", Phase::Forward, 0, {0}));
+      if (which == 1) w.addActivity(act(0, 0, 100, 100, ActivityKind::Kernel, "gelu.fwd", 1, Phase::Forward));
     }
   }
   TraceReader reader(path);

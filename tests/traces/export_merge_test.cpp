@@ -5,10 +5,10 @@
 #include <set>
 #include <sstream>
 
-#include "traces/chrome_export.h"
-#include "traces/merge.h"
+#include "traces/export/chrome_export.h"
+#include "traces/store/merge.h"
 #include "traces/test_fixtures.h"
-#include "traces/trace_reader.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem::traces;
 using namespace tandem::traces::testing;
@@ -100,8 +100,8 @@ void writeRankFile(const std::string& path, int rank, int64_t offset_ns) {
   info.devices_json = R"([{"index":)" + std::to_string(rank) + R"(,"name":"NVIDIA H200","driver":"580.1"}])";
   w.beginRun(info);
   w.addStream({rank, 0, StreamKind::Compute, "compute", rank});
-  w.addActivity(act(rank, 0, 100, 200, ActivityKind::Kernel, "gemm", 1, TracePhase::Forward));
-  w.addActivity(act(rank, 0, 300, 350, ActivityKind::Collective, "ncclAllReduce", 2, TracePhase::Comm));
+  w.addActivity(act(rank, 0, 100, 200, ActivityKind::Kernel, "gemm", 1, Phase::Forward));
+  w.addActivity(act(rank, 0, 300, 350, ActivityKind::Collective, "ncclAllReduce", 2, Phase::Comm));
   w.addStep({rank, 0, 100, 350});
   w.addClock({rank, "cupti", 5, 6, 7, offset_ns});
   w.incrementStat("cupti.dropped_records", rank + 1, Severity::DataLoss);

@@ -4,11 +4,11 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "traces/analysis.h"
-#include "traces/importers.h"
+#include "traces/analysis/analysis.h"
+#include "traces/importers/importers.h"
 #include "traces/nsys_fixture.h"
 #include "traces/test_fixtures.h"
-#include "traces/trace_reader.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem::traces;
 using namespace tandem::traces::testing;

@@ -4,8 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include "test_fixtures.h"
-#include "traces/analysis.h"
-#include "traces/trace_reader.h"
+#include "traces/analysis/analysis.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem::traces;
 using tandem::traces::testing::act;
@@ -20,9 +20,9 @@ TEST_CASE("kernels by op: a task's memsets stay under memset", "[analysis][kerne
     r.name = "memset inside a matmul task";
     w.beginRun(r);
     w.addStream({0, 0, StreamKind::Compute, "compute", 0});
-    w.addActivity(act(0, 0, 0, 10, ActivityKind::Memset, "memset", 5, TracePhase::Forward));
-    w.addActivity(act(0, 0, 10, 110, ActivityKind::Kernel, "gemm", 5, TracePhase::Forward));
-    w.addPlanTask(task(0, 5, "layer0.fc.fwd", "matmul", TracePhase::Forward, 0, {}));
+    w.addActivity(act(0, 0, 0, 10, ActivityKind::Memset, "memset", 5, Phase::Forward));
+    w.addActivity(act(0, 0, 10, 110, ActivityKind::Kernel, "gemm", 5, Phase::Forward));
+    w.addPlanTask(task(0, 5, "layer0.fc.fwd", "matmul", Phase::Forward, 0, {}));
   }
   TraceReader reader(path);
   const RunReport rep = analyzeRun(reader, reader.defaultRunId());
@@ -54,10 +54,10 @@ TEST_CASE("kernels by op: the executor's set-up work is a row of its own, not un
     w.addActivity(act(0, 7, 0, 40, ActivityKind::Kernel, "gemm"));
     w.addActivity(act(0, 7, 50, 90, ActivityKind::Kernel, "gemm"));
     w.addActivity(act(0, 7, 92, 95, ActivityKind::Memset, "memset"));
-    w.addActivity(act(0, 0, 100, 200, ActivityKind::Kernel, "gemm", 5, TracePhase::Forward));
+    w.addActivity(act(0, 0, 100, 200, ActivityKind::Kernel, "gemm", 5, Phase::Forward));
     // A step's kernel no task claims stays unattributed.
     w.addActivity(act(0, 0, 210, 220, ActivityKind::Kernel, "stray"));
-    w.addPlanTask(task(0, 5, "layer0.fc.fwd", "matmul", TracePhase::Forward, 0, {}));
+    w.addPlanTask(task(0, 5, "layer0.fc.fwd", "matmul", Phase::Forward, 0, {}));
   }
   TraceReader reader(path);
   const RunReport rep = analyzeRun(reader, reader.defaultRunId());

@@ -4,9 +4,9 @@
 #include <catch2/catch.hpp>
 #include <random>
 
-#include "traces/analysis.h"
+#include "traces/analysis/analysis.h"
 #include "traces/test_fixtures.h"
-#include "traces/trace_reader.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem::traces;
 using namespace tandem::traces::testing;
@@ -127,7 +127,7 @@ std::vector<Track> tracksOf(const std::vector<RandomActivity>& acts, std::vector
     t.kind.push_back(a.kind);
     t.name.push_back(static_cast<int32_t>(it - strings.begin()));
     t.task_id.push_back(-1);
-    t.phase.push_back(a.recompute ? TracePhase::Recompute : TracePhase::Backward);
+    t.phase.push_back(a.recompute ? Phase::Recompute : Phase::Backward);
     t.layer.push_back(-1);
     t.micro_batch.push_back(-1);
     t.correlation_id.push_back(-1);
@@ -177,7 +177,7 @@ TEST_CASE("the whole pipeline through a file agrees with the sweep", "[analysis]
       w.beginRun({});
       for (const auto& a : acts) {
         ActivityRow row = act(0, a.stream, a.start, a.end, a.kind, a.name, -1,
-                              a.recompute ? TracePhase::Recompute : TracePhase::Backward);
+                              a.recompute ? Phase::Recompute : Phase::Backward);
         w.addActivity(row);
         any_gpu |= sweepClass(a) != 'h';
       }

@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "test_fixtures.h"
-#include "traces/analysis.h"
-#include "traces/chrome_export.h"
-#include "traces/trace_reader.h"
+#include "traces/analysis/analysis.h"
+#include "traces/export/chrome_export.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem::traces;
 

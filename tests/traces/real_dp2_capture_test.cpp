@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "test_fixtures.h"
-#include "traces/analysis.h"
-#include "traces/sqlite_util.h"
-#include "traces/trace_reader.h"
+#include "traces/analysis/analysis.h"
+#include "traces/store/sqlite_util.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem::traces;
 

@@ -9,10 +9,10 @@
 #include <functional>
 #include <fstream>
 
-#include "traces/atomic_output.h"
-#include "traces/schema.h"
+#include "traces/store/atomic_output.h"
+#include "traces/store/schema.h"
 #include "traces/test_fixtures.h"
-#include "traces/trace_reader.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem::traces;
 using namespace tandem::traces::testing;
@@ -60,7 +60,7 @@ TEST_CASE("activities, streams and side tables round-trip through a file", "[sto
   CHECK(t.start_ns == std::vector<int64_t>{0, 150, 300, 450});
   CHECK(r.string(t.name[0]) == "gemm_fwd");
   CHECK(t.flops[0] == 2e5);
-  CHECK(t.phase[2] == TracePhase::Recompute);
+  CHECK(t.phase[2] == Phase::Recompute);
   CHECK(t.correlation_id[1] == 11);
 
   // Geometry and every field come back through the row interface.
@@ -390,12 +390,12 @@ TEST_CASE("files that are not whole tandem traces give one-line errors", "[store
 TEST_CASE("enum spellings round-trip", "[store]") {
   for (int k = 0; k <= static_cast<int>(ActivityKind::Host); ++k)
     CHECK(parseActivityKind(toString(static_cast<ActivityKind>(k))) == static_cast<ActivityKind>(k));
-  for (int p = 0; p <= static_cast<int>(TracePhase::Data); ++p)
-    CHECK(parseTracePhase(toString(static_cast<TracePhase>(p))) == static_cast<TracePhase>(p));
+  for (int p = 0; p <= static_cast<int>(Phase::Data); ++p)
+    CHECK(parsePhase(toString(static_cast<Phase>(p))) == static_cast<Phase>(p));
   CHECK_FALSE(parseRunKind("fake").has_value());
   // Codes read from a damaged file are spelled "?", not read past the table.
   CHECK(toString(static_cast<ActivityKind>(200)) == "?");
-  CHECK(toString(static_cast<TracePhase>(77)) == "?");
+  CHECK(toString(static_cast<Phase>(77)) == "?");
   CHECK(toString(static_cast<StreamKind>(9)) == "?");
   CHECK(toString(static_cast<Severity>(9)) == "?");
 }

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <string>
 
-#include "traces/trace_writer.h"
+#include "traces/store/trace_writer.h"
 
 namespace tandem::traces::testing {
 
@@ -39,7 +39,7 @@ inline std::string fixtureCopy(const std::string& name) {
 }
 
 inline ActivityRow act(int rank, int stream, int64_t start, int64_t end, ActivityKind kind, const std::string& name,
-                       int64_t task = -1, TracePhase phase = TracePhase::None) {
+                       int64_t task = -1, Phase phase = Phase::None) {
   ActivityRow a;
   a.rank = rank;
   a.device = rank;
@@ -53,7 +53,7 @@ inline ActivityRow act(int rank, int stream, int64_t start, int64_t end, Activit
   return a;
 }
 
-inline PlanTaskRow task(int rank, int64_t id, const std::string& name, const std::string& op, TracePhase phase,
+inline PlanTaskRow task(int rank, int64_t id, const std::string& name, const std::string& op, Phase phase,
                         int stream, std::vector<int64_t> deps) {
   PlanTaskRow t;
   t.rank = rank;
@@ -79,7 +79,7 @@ inline PlanTaskRow task(int rank, int64_t id, const std::string& name, const std
 //   all-reduce (task 4) 40 ns after rank 0.
 inline void writeOverlapFixture(const std::string& path) {
   using K = ActivityKind;
-  using P = TracePhase;
+  using P = Phase;
   TraceWriter w(path, WriterOptions{.batch_rows = 7, .truncate = true});
   RunInfo info;
   info.kind = RunKind::Simulated;

@@ -1,0 +1,72 @@
+#pragma once
+// Shape and behaviour attributes of one operation. One flat struct for every
+// op kind: each kind reads the fields its comment in types.h names. Keeping it
+// flat keeps the Plan JSON, the cost model and both executors simple.
+
+#include <cstdint>
+#include <vector>
+
+namespace tandem {
+
+struct OpAttrs {
+  // Matmul family: y[m,n] = x[m,k] * W[n,k]^T (+ bias[n]).
+  int64_t m = 0, n = 0, k = 0;
+  bool has_bias = false;
+  // Sequence ops: batch, time, channels, heads, vocabulary.
+  int64_t b = 0, t = 0, c = 0, h = 0, v = 0;
+  // Attention: 0 for GPT-2's layout (qkv = [q | k | v], each c wide); n > 0
+  // for Llama's: n key/value heads shared by h/n query heads each (grouped
+  // query attention), qkv laid out by group, [q of the group's h/n heads,
+  // k, v] for each of the n groups, and rotary position embeddings on q and
+  // k (engine/cpu/kernels.h, groupedAttentionForward). c is h x head width.
+  int64_t kv_heads = 0;
+  // Elementwise ops: element count.
+  int64_t elements = 0;
+  // Gradient outputs add into their destination instead of overwriting it
+  // (second and later contributions, micro-batches after the first).
+  bool accumulate = false;         // the activation-gradient output (dx)
+  bool accumulate_params = false;  // the parameter-gradient outputs (dW, db)
+  // LayerNormBwd / AttentionBwd: the task also writes, as its last output,
+  // the bias gradient of a linear layer whose output gradient it already
+  // touches (engine/passes/bias_grad.h): a LayerNormBwd sums the residual
+  // gradient it adds to (its dx before the add), an AttentionBwd its own
+  // output. That layer's MatmulBwdWeight then writes dW alone (has_bias off).
+  bool bias_grad = false;
+  // AdamW: applies the previous step's gradients at the start of this step
+  // (schedule.optimizer_beside_forward): skipped on a run's first step, and
+  // the executors' finishOptimizer() applies the last step's.
+  bool from_previous_step = false;
+  // Cross-entropy backward: dloss per token, 1 / (tokens in the global batch).
+  double loss_scale = 1.0;
+  // Data loading: which micro-batch of the step this is.
+  int64_t micro_batch = 0;
+  // AdamW / GradNorm: indices into RankPlan::params that the task covers.
+  std::vector<int> params;
+  // Optimizer sharding (ZeRO-1), on AdamW, GradNorm, ReduceScatter and
+  // AllGather: the task covers rank r's part [r, r + 1) * size / shards of
+  // each bucket it names; 0 = the whole bucket. A sharded GradNorm writes
+  // this rank's sum of squares (a summing all-reduce follows), and a
+  // sharded AdamW reads the global sum of squares.
+  int64_t shards = 0;
+  // Tensor parallelism (engine/passes/tensor_parallel.h), the group size, 0
+  // without. On a row-parallel Matmul (a block's output projections, whose
+  // input is this rank's slice of k): only the first rank of each
+  // tensor-parallel group adds the bias, since the all-reduce after it sums
+  // the ranks' partial products. On Embedding, EmbeddingBwd,
+  // CrossEntropyStats, CrossEntropy and CrossEntropyBwd: the vocabulary is
+  // split, rank r of the group holding rows [r, r + 1) * V / tensor_parallel
+  // of the embedding (`v` is the whole vocabulary on the embedding, the
+  // rank's part on the others); the embedding adds the position only on
+  // the group's first rank, and the loss reads every rank's statistics.
+  int64_t tensor_parallel = 0;
+  // GradNorm: the task writes this rank's share of the sum of squares (its
+  // shard's part with a sharded optimizer, each gradient counted
+  // 1/ParamInfo::copies), and summing all-reduces over the rank's groups
+  // follow; AdamW: the norm buffer holds the global sum of squares, whose
+  // root it takes. Sharded plans (shards > 0) are read so without it too.
+  bool norm_squared = false;
+
+  bool operator==(const OpAttrs&) const = default;
+};
+
+}  // namespace tandem

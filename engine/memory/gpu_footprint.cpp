@@ -1,0 +1,136 @@
+#include "engine/memory/gpu_footprint.h"
+
+#include <algorithm>
+
+#include "engine/numerics/init.h"
+#include "engine/plan/plan.h"
+
+namespace tandem::gpu_footprint {
+namespace {
+
+int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
+int64_t chunksOf(int64_t n) { return (n + kChunkElements - 1) / kChunkElements; }
+constexpr int64_t kFloat = int64_t(sizeof(float));
+
+}  // namespace
+
+int64_t biasGradientScratchBytes(int64_t N) { return std::max(kBiasRowChunks, kBiasVecChunks) * N * kFloat; }
+
+int64_t layernormScratchBytes(int64_t C, bool bias_grad) {
+  // Partial rows of dw and db (and the residual gradient's sums) per warp.
+  const int64_t partials = int64_t(kLayernormBwdWarps) * C * (bias_grad ? 3 : 2) * kFloat;
+  return bias_grad ? std::max(partials, biasGradientScratchBytes(C)) : partials;
+}
+
+int64_t attentionBiasPartialRows(int64_t B, int64_t Tn) { return B * ((Tn + 63) / 64); }
+
+int64_t attentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, bool bias_grad) {
+  const int64_t delta = B * H * Tn * kFloat;  // rowsum(dO * O) per query row and head
+  if (!bias_grad) return delta;
+  return std::max(delta + attentionBiasPartialRows(B, Tn) * 3 * C * kFloat, biasGradientScratchBytes(3 * C));
+}
+
+int64_t crossEntropyScratchBytes(int64_t M) { return M * kFloat; }
+
+int64_t rmsnormScratchBytes(int64_t C) {
+  return int64_t(std::max({kBiasRowChunks, kBiasVecChunks, kLayernormBwdBlocks})) * C * kFloat;
+}
+
+int64_t groupedQkvBytes(int64_t B, int64_t Tn, int64_t C, int64_t element_bytes) {
+  return align256(B * Tn * 3 * C * element_bytes);
+}
+
+bool groupedAttentionOnTensorCores(int64_t C, int64_t H, int64_t element_bytes) {
+  return element_bytes == 2 && H > 0 && C % H == 0 && (C / H == 64 || C / H == 128);
+}
+
+int64_t rotatedQkBytes(int64_t B, int64_t Tn, int64_t C, int64_t H, int64_t KV) {
+  return align256(B * Tn * (H + KV) * (C / H) * 2);
+}
+
+int64_t ropeAngleBytes(int64_t Tn, int64_t D) { return align256(Tn * (D / 2) * 2 * kFloat); }
+
+int64_t groupedAttentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C, int64_t KV, int64_t element_bytes,
+                                     bool backward) {
+  if (groupedAttentionOnTensorCores(C, H, element_bytes)) {
+    const int64_t copies = rotatedQkBytes(B, Tn, C, H, KV) + ropeAngleBytes(Tn, C / H);
+    return backward ? copies + attentionScratchBytes(B, Tn, H, C) : copies;
+  }
+  const int64_t copy = groupedQkvBytes(B, Tn, C, element_bytes);
+  return backward ? 2 * copy + attentionScratchBytes(B, Tn, H, C) : copy;
+}
+
+int64_t taskScratchBytes(const RankPlan& rp, const Task& t) {
+  const OpAttrs& a = t.attrs;
+  // The activations' element size: the qkv buffer the attention reads.
+  auto element = [&](int buffer) { return int64_t(dtypeSize(rp.buffers.at(size_t(buffer)).dtype)); };
+  switch (t.op) {
+    case OpKind::LayerNormBwd: return layernormScratchBytes(a.c, a.bias_grad);
+    case OpKind::RmsNormBwd: return rmsnormScratchBytes(a.c);
+    case OpKind::Attention:
+      return a.kv_heads > 0 ? groupedAttentionScratchBytes(a.b, a.t, a.h, a.c, a.kv_heads, element(t.reads[0]), false)
+                            : 0;
+    case OpKind::AttentionBwd:
+      if (a.kv_heads > 0)
+        return groupedAttentionScratchBytes(a.b, a.t, a.h, a.c, a.kv_heads, element(t.reads[1]), true);
+      return attentionScratchBytes(a.b, a.t, a.h, a.c, a.bias_grad);
+    case OpKind::CrossEntropy:
+    case OpKind::CrossEntropyBwd: return crossEntropyScratchBytes(a.m);
+    case OpKind::MatmulBwdWeight: return a.has_bias ? biasGradientScratchBytes(a.n) : 0;
+    default: return 0;
+  }
+}
+
+std::vector<int64_t> scratchBytesPerStream(const RankPlan& rp) {
+  std::vector<int64_t> bytes(rp.streams.size(), 256);
+  for (const Task& t : rp.tasks) bytes.at(size_t(t.stream)) = std::max(bytes[size_t(t.stream)], taskScratchBytes(rp, t));
+  return bytes;
+}
+
+Footprint executorFootprint(const Plan& plan) { return executorFootprint(largestProgram(plan)); }
+
+const RankPlan& largestProgram(const Plan& plan) {
+  const RankPlan* largest = &plan.programs.at(0);
+  int64_t most = runBytes(*largest);
+  for (const RankPlan& rp : plan.programs)
+    if (const int64_t b = runBytes(rp); b > most) {
+      most = b;
+      largest = &rp;
+    }
+  return *largest;
+}
+
+Footprint executorFootprint(const RankPlan& rp) {
+  Footprint f;
+  for (const StreamInfo& s : rp.streams)
+    if (s.kind == StreamKind::Compute) f.gemm_workspaces += kGemmWorkspaceBytes;
+  for (int64_t b : scratchBytesPerStream(rp)) f.scratch += align256(b);
+  for (const Task& t : rp.tasks) {
+    if (t.op == OpKind::LoadBatch) {
+      // Tokens and targets of the micro-batch, staged as 32-bit integers.
+      const int64_t n = rp.buffers[size_t(t.writes[0])].elementCount();
+      f.batch_staging += align256((2 * n + 2) * 4);
+    }
+    if (t.op == OpKind::GradNorm || t.op == OpKind::AdamW) {
+      int64_t chunks = 0;
+      if (t.op == OpKind::GradNorm)
+        for (int b : t.reads) {
+          chunks += chunksOf(rp.buffers[size_t(b)].elementCount());
+          // A gradient shard is read by its parameters' segments, each
+          // rounding its chunks up (at most one more each).
+          if (const GradBucket* bucket = bucketOfGradientShard(rp, b)) chunks += int64_t(bucket->params.size());
+        }
+      const int64_t slots = int64_t(std::max(t.reads.size(), t.attrs.params.size()));
+      f.optimizer_tables += align256(slots * kTensorSlotBytes) + align256(chunks * kFloat);
+    }
+  }
+  return f;
+}
+
+int64_t runOverheadBytes(const Plan& plan) { return executorFootprint(plan).total() + kRunReserveBytes; }
+
+int64_t runBytes(const RankPlan& program) {
+  return program.memory.arena_bytes + executorFootprint(program).total() + kRunReserveBytes;
+}
+
+}  // namespace tandem::gpu_footprint

@@ -1,0 +1,48 @@
+#pragma once
+// Choices of a job that fit a memory budget: the planner's answer when a
+// job's plan does not fit on a GPU (`tandem run` prints them with the
+// shortfall). Each choice is planned, so its size is the arena the
+// executor would allocate, plus what the caller adds for the executor's own
+// buffers.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/spec/job.h"
+#include "engine/plan/plan.h"
+
+namespace tandem {
+
+struct FittingChoice {
+  RecomputePolicy policy = RecomputePolicy::None;
+  int micro_batch = 1;
+  int lm_head_chunks = 1;
+  bool shard_parameters = false;
+  int64_t bytes = 0;  // the plan's arena plus the caller's overhead
+  // "recompute.policy=selective training.micro_batch=8 (61.2 GiB)", with
+  // schedule.lm_head_chunks=N and parallel.shard_parameters=true where they
+  // differ from `job`'s.
+  std::string text(const JobSpec& job) const;
+  // `job` with this choice made (per-layer recompute overrides dropped).
+  JobSpec appliedTo(const JobSpec& job) const;
+};
+
+// The most groups of tokens the LM head is split into when a choice needs
+// it: on one H200 16 groups cost GPT-2 124M about 0.6 ms per GiB saved,
+// selective recompute about 0.9 (docs/benchmarks.md).
+inline constexpr int kMaxSuggestedLmHeadChunks = 16;
+
+// For each recompute policy (none, selective, full; per-layer overrides
+// dropped), the largest micro-batch, halving from the job's, whose plan
+// with the job's lm_head_chunks, or else with the most groups up to
+// kMaxSuggestedLmHeadChunks that split its tokens, needs at most `budget`
+// bytes including `overhead(plan)`. A data-parallel job whose parameters
+// are not sharded gets a second choice per policy with them sharded
+// (ZeRO-3) where that allows a larger micro-batch. The job itself is not a
+// choice.
+std::vector<FittingChoice> choicesThatFit(const JobSpec& job, int64_t budget,
+                                          const std::function<int64_t(const Plan&)>& overhead);
+
+}  // namespace tandem

@@ -1,0 +1,94 @@
+#include "engine/passes/recompute.h"
+
+#include <array>
+#include <string_view>
+#include <unordered_map>
+
+namespace tandem {
+
+bool recomputeDrops(RecomputePolicy policy, const std::string& role) {
+  // The norms' outputs and the MLP's activation (GELU, or Llama's SwiGLU).
+  static constexpr std::array<std::string_view, 4> kSelective{"ln1.out", "ln2.out", "gelu.out", "swiglu.out"};
+  switch (policy) {
+    case RecomputePolicy::None: return false;
+    case RecomputePolicy::Selective:
+      for (auto r : kSelective)
+        if (role == r) return true;
+      return false;
+    case RecomputePolicy::Full:
+      // Everything produced inside the block except its output (the next
+      // block's input, which is always kept).
+      return !role.empty() && role != "out";
+  }
+  return false;
+}
+
+namespace {
+
+class Recomputer {
+ public:
+  Recomputer(Graph& g, const JobSpec& job) : g_(g), job_(job) {
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (g.nodes[i].phase == Phase::Forward)
+        for (int out : g.nodes[i].outputs) producer_[out] = i;
+  }
+
+  bool dropped(int t) const {
+    const Tensor& x = g_.tensor(t);
+    if (x.category != TensorCategory::Activation || x.layer < 0) return false;
+    if (!producer_.count(t)) return false;
+    return recomputeDrops(job_.recompute.forLayer(x.layer), x.role);
+  }
+
+  // Returns the recomputed twin of `t`, emitting the nodes that make it.
+  int ensure(int t, std::vector<Node>& out) {
+    if (auto it = twin_.find(t); it != twin_.end()) return it->second;
+    const Node fwd = g_.nodes[producer_.at(t)];
+    Node rc = fwd;
+    rc.phase = Phase::Recompute;
+    if (auto pos = rc.name.find(".fwd."); pos != std::string::npos)
+      rc.name.replace(pos, 5, ".recompute.");
+    for (int& in : rc.inputs)
+      if (dropped(in)) in = ensure(in, out);
+    for (int& o : rc.outputs) {
+      Tensor copy = g_.tensor(o);
+      copy.name += ".rc";
+      int id = g_.addTensor(std::move(copy));
+      twin_[o] = id;
+      o = id;
+    }
+    out.push_back(std::move(rc));
+    return twin_.at(t);
+  }
+
+  void run() {
+    std::vector<Node> result;
+    result.reserve(g_.nodes.size() * 3 / 2);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      Node n = g_.nodes[i];
+      if (n.phase == Phase::Backward)
+        for (int& in : n.inputs)
+          if (dropped(in)) in = ensure(in, result);
+      result.push_back(std::move(n));
+    }
+    g_.nodes = std::move(result);
+  }
+
+ private:
+  Graph& g_;
+  const JobSpec& job_;
+  std::unordered_map<int, size_t> producer_;
+  std::unordered_map<int, int> twin_;
+};
+
+}  // namespace
+
+void applyRecompute(Graph& g, const JobSpec& job) {
+  bool any = job.recompute.policy != RecomputePolicy::None;
+  for (const auto& [layer, policy] : job.recompute.per_layer)
+    any = any || policy != RecomputePolicy::None;
+  if (!any) return;
+  Recomputer(g, job).run();
+}
+
+}  // namespace tandem

@@ -1,0 +1,48 @@
+#include "engine/plan/gpu_support.h"
+
+#include <fmt/format.h>
+
+#include "engine/plan/plan.h"
+
+namespace tandem {
+
+std::optional<std::string> gpuRunRefusal(const Plan& plan) {
+  const ParallelSpec& par = plan.job.parallel;
+  const char* elsewhere = "`tandem simulate` and `tandem train` run such plans";
+  if (par.tensor_parallel > 1)
+    return fmt::format("tensor parallelism (parallel.tensor_parallel {}) is not run on GPUs yet; {}",
+                       par.tensor_parallel, elsewhere);
+  if (par.pipeline_parallel > 1 || plan.programs.size() != 1)
+    return fmt::format("pipeline parallelism (parallel.pipeline_parallel {}: several rank programs) is not run on "
+                       "GPUs yet; {}",
+                       par.pipeline_parallel, elsewhere);
+  const bool bf16 = plan.job.training.precision == Precision::BF16;
+  for (const Task& t : plan.programs.front().tasks) {
+    if (t.op != OpKind::Attention || t.attrs.h <= 0) continue;
+    const int64_t width = t.attrs.c / t.attrs.h;
+    if (width == 128 && !bf16)
+      return fmt::format("attention heads 128 wide (model.hidden {} / model.heads {}) run on the tensor cores only, "
+                         "in bf16 (training.precision is {}); {}",
+                         plan.job.model.hidden, plan.job.model.heads, toString(plan.job.training.precision), elsewhere);
+    if (!gpuAttentionHeadWidthSupported(width, bf16))
+      return fmt::format("attention heads {} wide (model.hidden {} / model.heads {}) are not run on GPUs yet: the "
+                         "attention kernels take heads 16, 32, 64 or (bf16) 128 wide; {}",
+                         width, plan.job.model.hidden, plan.job.model.heads, elsewhere);
+  }
+  for (const Task& t : plan.programs.front().tasks)
+    if (t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1 && t.writes.size() < 2)
+      return fmt::format("the gathered embedding gradient of a model without a position table "
+                         "(comm.gather_embedding_gradient with model.family {}) is not run on GPUs yet; {}",
+                         toString(plan.job.model.family), elsewhere);
+  // One communicator, over every rank: the executor runs collectives of
+  // the "dp" group only (hybrid sharding's shard and replica groups would
+  // each need a communicator split from it).
+  for (const ProcessGroup& g : plan.groups)
+    if (g.name != "dp")
+      return fmt::format("the plan uses process group '{}' (hybrid sharding: parallel.shard_group_size); the GPU "
+                         "executor runs collectives over every rank only, so far; {}",
+                         g.name, elsewhere);
+  return std::nullopt;
+}
+
+}  // namespace tandem

@@ -1,0 +1,273 @@
+#pragma once
+// The job spec: what the user asks tandem to train, read from YAML
+// (resources/jobs/*.yaml documents every field). Validation errors name the
+// file, line, field and the allowed values, and are thrown as SpecError.
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/ir/types.h"
+
+namespace tandem {
+
+class SpecError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class ModelFamily { GPT2, Llama };
+
+struct ModelSpec {
+  ModelFamily family = ModelFamily::GPT2;
+  int vocab = 50304;
+  int seq_len = 1024;
+  int layers = 12;
+  int hidden = 768;
+  int heads = 12;
+  int kv_heads = 0;        // 0 = same as heads; fewer: Llama's grouped-query attention
+  double mlp_ratio = 4.0;
+  bool tied_embeddings = true;
+  bool operator==(const ModelSpec&) const = default;
+
+  int headDim() const { return hidden / heads; }
+  int mlpHidden() const { return static_cast<int>(hidden * mlp_ratio + 0.5); }
+};
+
+struct TrainingSpec {
+  int micro_batch = 16;
+  int grad_accum = 1;
+  int steps = 10;
+  double lr = 6e-4;
+  double min_lr = 6e-5;
+  int warmup_steps = 0;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+  Precision precision = Precision::BF16;
+  uint64_t seed = 1337;
+  bool operator==(const TrainingSpec&) const = default;
+};
+
+struct ParallelSpec {
+  int data_parallel = 1;
+  // Tensor parallelism (Megatron's column and row split of each block's
+  // linear layers): the attention heads and the MLP's hidden units of every
+  // block are split over this many ranks, which all-reduce the block's two
+  // output projections in the forward and the gradients of its two
+  // LayerNorm outputs in the backward (engine/passes/tensor_parallel.h). The
+  // embedding and the LM head are split by vocabulary; the LayerNorms stay
+  // whole on every rank. The world is data_parallel x tensor_parallel
+  // ranks, the tensor-parallel groups blocks of consecutive ranks (a host's
+  // GPUs).
+  int tensor_parallel = 1;
+  // Sequence parallelism (Korthikanti et al., "Reducing Activation
+  // Recomputation in Large Transformer Models"), with tensor_parallel > 1:
+  // between the tensor-parallel regions each rank holds 1/tensor_parallel
+  // of the micro-batch's tokens (the residual stream, the LayerNorms), so
+  // those activations shrink by the group size. The all-reduces become a
+  // reduce-scatter after each row-parallel layer and an all-gather before
+  // each column-parallel one; the LayerNorms' parameter gradients are
+  // summed over the group (engine/passes/tensor_parallel.h).
+  bool sequence_parallel = false;
+  // Pipeline parallelism: the blocks split into this many stages of
+  // consecutive layers (the embedding on the first, the final LayerNorm,
+  // LM head and loss on the last), each stage on its own ranks, which pass
+  // each micro-batch's activations forward and their gradients back
+  // (send/receive) in the one-forward-one-backward order
+  // (engine/passes/pipeline.h). The world is data_parallel x tensor_parallel
+  // x pipeline_parallel ranks, the stage slowest in the numbering.
+  int pipeline_parallel = 1;
+  // Interleaved 1F1B (Megatron-LM's virtual pipeline stages): each stage
+  // holds this many chunks of consecutive blocks, the model's
+  // pipeline_parallel x pipeline_chunks chunks dealt round-robin (stage s
+  // holds chunks s, s + p, s + 2p, ...), so a micro-batch passes every
+  // stage pipeline_chunks times and the pipeline bubble shrinks by that
+  // factor, for more transfers and more micro-batches in flight. 1: the
+  // plain 1F1B schedule. Needs grad_accum divisible by pipeline_parallel.
+  int pipeline_chunks = 1;
+  // Blocks per stage, first stage first (summing to model.layers); empty:
+  // an even split. The first stage also runs the embedding and the last
+  // the LM head and the loss, so giving those stages fewer blocks evens
+  // the stages' work. With pipeline_chunks > 1, blocks per chunk in the
+  // model's order (pipeline_parallel x pipeline_chunks counts).
+  std::vector<int> pipeline_layers;
+  // ZeRO stage 1: each data-parallel rank keeps the optimizer's work for
+  // 1/data_parallel of every gradient bucket (reduce-scatter, AdamW on the
+  // shard, all-gather of the updated parameters) instead of all-reducing
+  // whole buckets and updating every parameter on every rank.
+  bool shard_optimizer = false;
+  // ZeRO stage 3 / FSDP full sharding of the parameters as well: each rank
+  // keeps only its shard of every bucket's parameters between uses; each
+  // bucket is all-gathered into a temporary buffer before its forward use
+  // in a micro-batch and again before its backward use, and the optimizer
+  // writes the updated shard (engine/passes/shard_parameters.h). Implies the
+  // sharded optimizer.
+  bool shard_parameters = false;
+  // Hybrid sharding (FSDP's HYBRID_SHARD): with shard_parameters, shard
+  // within groups of this many consecutive ranks (a host's GPUs, say) and
+  // replicate across the groups, whose gradient shards are all-reduced.
+  // 0: one group of every rank.
+  int shard_group_size = 0;
+  bool operator==(const ParallelSpec&) const = default;
+};
+
+struct CommSpec {
+  double bucket_mib = 25.0;
+  double first_bucket_mib = 1.0;
+  // With the optimizer sharded and tied embeddings: reduce-scatter the
+  // embedding's bucket once the LM head's gradient is in it, and apply the
+  // embedding backward to each rank's shard from an all-gather of its input
+  // gradient (engine/passes/embedding_gather.h).
+  // Off by default: on two H200s (GPT-2 124M, micro-batch 16) it measured
+  // no faster, the early reduce-scatter slowing the backward beside it.
+  bool gather_embedding_gradient = false;
+  // With sharded parameters and gradient accumulation: reduce-scatter every
+  // micro-batch's gradients into shards that are summed, instead of
+  // accumulating whole buckets over the micro-batches and reduce-scattering
+  // them once (engine/passes/micro_batch_reduce.h). More communication, and
+  // a whole bucket lives for one micro-batch only.
+  bool reduce_every_micro_batch = false;
+  bool operator==(const CommSpec&) const = default;
+};
+
+// How the planner orders work on a rank's streams.
+struct ScheduleSpec {
+  // Weight-gradient GEMMs (and their bias gradients) on a second compute
+  // stream beside the data-gradient chain of the backward, which they are
+  // off the critical path of (engine/plan/lower.h). One H200, GPT-2 124M
+  // micro-batch 16: about 0.6 ms faster per step (docs/benchmarks.md).
+  bool weight_gradient_stream = true;
+  // The bias gradients of the attention and MLP output projections summed
+  // by the layernorm backward that adds their output gradient to the
+  // residual gradient, and the QKV projection's by the attention backward
+  // that writes its output gradient (engine/passes/bias_grad.h): no separate
+  // pass over those gradients. Off by default: on one H200 (GPT-2 124M,
+  // micro-batch 16) it saved 0.43 ms of kernel time but no step time, the
+  // passes it removes having run hidden on the weight-gradient stream
+  // (docs/benchmarks.md).
+  bool fuse_bias_gradients = false;
+  // AdamW moved to the start of the next step, on a compute stream of its
+  // own beside the forward, each bucket's update before the first forward
+  // use of its parameters (engine/passes/buckets.h): memory-bound updates
+  // beside compute-bound GEMMs instead of alone at the end. A run's first
+  // step has nothing to apply; the executors' finishOptimizer() applies the
+  // last step's update. The same arithmetic, in the same order per bucket.
+  // Unsharded optimizers only (a sharded one keeps its updates at the end,
+  // where its all-gathers are planned; a job asking for both is refused).
+  bool optimizer_beside_forward = false;
+  // The residual add after an output projection done by the projection's
+  // GEMM (its C operand, beta = 1; engine/passes/fusion.h): the GEMM writes
+  // the new residual stream, the add issues nothing, and the layernorm that
+  // follows reads the sum alone (no longer fused with the add). One pass
+  // over the activations fewer per residual add. One H200, GPT-2 124M,
+  // micro-batch 16: 0.07-0.31 ms faster per step in four alternations
+  // (docs/benchmarks.md).
+  bool residual_in_gemm = true;
+  // The LM head (its matmul, the cross-entropy and their gradients) in this
+  // many groups of consecutive tokens, group by group (engine/passes/lm_head_chunks.h):
+  // each group's logits are a buffer of their own, so only a few groups'
+  // logits are live at once instead of the whole [tokens, vocab], and each
+  // group's weight-gradient GEMM runs beside the next group's matmul and
+  // memory-bound cross-entropy. 1 keeps one group. The tokens of a
+  // micro-batch must split evenly into groups of a multiple of 8.
+  int lm_head_chunks = 1;
+  // With sharded parameters: how many gathered copies ahead of the compute
+  // the comm stream may run (engine/passes/shard_parameters.h). 1 gathers the
+  // next bucket while the current one is in use; more hides more of a slow
+  // network for that many more buckets' memory.
+  int gather_ahead = 1;
+  bool operator==(const ScheduleSpec&) const = default;
+};
+
+struct RecomputeSpec {
+  RecomputePolicy policy = RecomputePolicy::None;
+  std::map<int, RecomputePolicy> per_layer;  // overrides by layer index
+  RecomputePolicy forLayer(int layer) const;
+  bool operator==(const RecomputeSpec&) const = default;
+};
+
+struct DataSpec {
+  std::string source = "synthetic";  // synthetic | tokens
+  std::string path;                  // token file (little-endian uint16) for `tokens`
+  int markov_order = 2;              // synthetic: tokens depend on this many predecessors
+  int branching = 4;                 // synthetic: successors per context
+  bool operator==(const DataSpec&) const = default;
+};
+
+struct JobSpec {
+  std::string name = "job";
+  ModelSpec model;
+  TrainingSpec training;
+  ParallelSpec parallel;
+  CommSpec comm;
+  ScheduleSpec schedule;
+  RecomputeSpec recompute;
+  DataSpec data;
+  std::string source;        // file the spec came from ("<embedded>" for built-ins)
+  std::string yaml;          // the effective spec as YAML (after --set overrides)
+  std::string content_hash;  // FNV-1a 64 of `yaml`, hex
+  bool operator==(const JobSpec&) const = default;
+
+  int64_t globalBatch() const {
+    return int64_t(training.micro_batch) * training.grad_accum * parallel.data_parallel;
+  }
+  int64_t tokensPerStep() const { return globalBatch() * model.seq_len; }
+  // Ranks of the job: each data-parallel replica is tensor_parallel ranks
+  // in each of pipeline_parallel stages.
+  int worldSize() const { return parallel.data_parallel * parallel.tensor_parallel * parallel.pipeline_parallel; }
+  // Where a rank sits: rank = (stage x data_parallel + replica) x
+  // tensor_parallel + place (the tensor-parallel place fastest, so a
+  // tensor-parallel group is consecutive ranks; a stage is a block of
+  // data_parallel x tensor_parallel ranks).
+  int tensorParallelPlace(int rank) const { return rank % parallel.tensor_parallel; }
+  int dataParallelRank(int rank) const { return (rank / parallel.tensor_parallel) % parallel.data_parallel; }
+  int pipelineStage(int rank) const { return rank / (parallel.tensor_parallel * parallel.data_parallel); }
+  int rankAt(int stage, int replica, int place) const {
+    return (stage * parallel.data_parallel + replica) * parallel.tensor_parallel + place;
+  }
+};
+
+// Parses and validates a job. `overrides` are "dotted.key=value" pairs applied
+// before validation (the CLI's --set). Throws SpecError with
+// "FILE:LINE: FIELD: problem (allowed: ...)".
+JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
+                 const std::vector<std::string>& overrides = {});
+JobSpec loadJobFile(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Checks that touch the file system. A plan read on another machine re-parses
+// its embedded job without them (the token file may live elsewhere there).
+struct JobParseOptions {
+  bool check_files = true;  // data.path must exist for source `tokens`
+};
+JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
+                 const std::vector<std::string>& overrides, const JobParseOptions& options);
+
+// The embedded default job (GPT-2 124M, data parallel 8) and the tiny job the
+// demo trains on the CPU.
+JobSpec defaultJob();
+JobSpec tinyJob();
+
+// The job files shipped in resources/jobs/, compiled into the library so the
+// binary works without that folder. Names are file names without ".yaml"
+// ("gpt2-tiny"); the text is byte for byte the file's. Empty when unknown.
+std::vector<std::string> builtinJobNames();
+std::string_view builtinJobText(std::string_view name);
+
+// Serializes a job back to YAML (the form stored in plans and traces):
+// canonical, every field in a fixed order, so parseJob(jobToYaml(j)) equals j
+// (apart from `source`).
+std::string jobToYaml(const JobSpec& job);
+
+// Recomputes `yaml` and `content_hash` from the fields. Call it after changing
+// a parsed job in code so the text stored in plans and traces stays truthful.
+void refreshJobText(JobSpec& job);
+
+std::string_view toString(ModelFamily f);
+
+}  // namespace tandem

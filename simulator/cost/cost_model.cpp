@@ -1,0 +1,485 @@
+#include "simulator/cost/cost_model.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace tandem::sim {
+
+RooflineParams RooflineParams::defaults() {
+  RooflineParams p;
+  // Bandwidth-bound kernels reach 60-80% of HBM bandwidth; tensor-core GEMMs
+  // of transformer shapes 60-75% of dense peak; flash attention a little
+  // less, its backward less again (recompute of scores, atomics).
+  p.flops_efficiency.fill(0.5);
+  p.bw_efficiency.fill(0.7);
+  auto set = [&](OpKind k, double f, double b) {
+    p.flops_efficiency[size_t(k)] = f;
+    p.bw_efficiency[size_t(k)] = b;
+  };
+  set(OpKind::Matmul, 0.70, 0.80);
+  set(OpKind::MatmulBwdData, 0.68, 0.80);
+  set(OpKind::MatmulBwdWeight, 0.65, 0.80);
+  set(OpKind::Attention, 0.55, 0.75);
+  set(OpKind::AttentionBwd, 0.45, 0.70);
+  set(OpKind::LayerNorm, 0.5, 0.70);
+  set(OpKind::LayerNormBwd, 0.5, 0.60);
+  set(OpKind::Gelu, 0.5, 0.75);
+  set(OpKind::GeluBwd, 0.5, 0.75);
+  // Llama's norm and gated activation: as the layernorm and GELU kernels
+  // (memory-bound, one or two passes), until a calibration measures them.
+  set(OpKind::RmsNorm, 0.5, 0.70);
+  set(OpKind::RmsNormBwd, 0.5, 0.60);
+  set(OpKind::SwiGlu, 0.5, 0.75);
+  set(OpKind::SwiGluBwd, 0.5, 0.75);
+  set(OpKind::Add, 0.5, 0.80);
+  set(OpKind::Embedding, 0.5, 0.60);
+  set(OpKind::EmbeddingBwd, 0.5, 0.40);  // scatter-add with atomics
+  set(OpKind::CrossEntropy, 0.5, 0.70);
+  set(OpKind::CrossEntropyBwd, 0.5, 0.70);
+  set(OpKind::CrossEntropyStats, 0.5, 0.70);
+  set(OpKind::GradNorm, 0.5, 0.60);
+  set(OpKind::AdamW, 0.5, 0.75);
+  return p;
+}
+
+std::string shapeKey(const Task& task) {
+  const OpAttrs& a = task.attrs;
+  std::string key;
+  auto add = [&](const char* name, int64_t v) {
+    if (v == 0) return;
+    if (!key.empty()) key += ' ';
+    key += name;
+    key += '=';
+    key += std::to_string(v);
+  };
+  add("m", a.m);
+  add("n", a.n);
+  add("k", a.k);
+  add("b", a.b);
+  add("t", a.t);
+  add("c", a.c);
+  add("h", a.h);
+  // Grouped-query attention (the Llama family) is another kernel sequence
+  // than multi-head attention of the same b, t, c, h on the GPU (the
+  // executor rotates queries and keys into a copy first, and a key/value
+  // head's gradients are summed over its group): a shape of its own. 0
+  // (GPT-2) adds nothing, so existing calibrations keep their keys.
+  add("kv", a.kv_heads);
+  add("v", a.v);
+  // A fused GEMM is another kernel than the plain one of the same shape.
+  if (task.epilogue != Epilogue::None)
+    return key + (key.empty() ? "" : " ") + "epi=" + std::string(toString(task.epilogue));
+  add("elements", a.elements);
+  return key;
+}
+
+OpKind costOpKind(const Task& task) {
+  switch (task.epilogue) {
+    case Epilogue::Gelu:
+    case Epilogue::Residual: return OpKind::Matmul;
+    case Epilogue::DGelu: return OpKind::MatmulBwdData;
+    case Epilogue::AddLayerNorm: return OpKind::LayerNorm;
+    case Epilogue::None: break;
+  }
+  return task.op;
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& source, const YAML::Node& node, const std::string& what) {
+  int line = node.IsDefined() ? node.Mark().line + 1 : 0;
+  throw CalibrationError(source + ":" + std::to_string(line) + ": " + what);
+}
+
+double number(const std::string& source, const YAML::Node& node, const std::string& field, double lo,
+              double hi) {
+  double v = 0;
+  try {
+    v = node.as<double>();
+  } catch (const YAML::Exception&) {
+    fail(source, node, field + ": expected a number");
+  }
+  if (!(v >= lo && v <= hi))
+    fail(source, node, field + ": " + node.as<std::string>() + " is out of range [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "]");
+  return v;
+}
+
+CostEntry parseEntry(const std::string& source, const YAML::Node& node, const std::string& field,
+                     bool allow_shapes) {
+  if (!node.IsMap()) fail(source, node, field + ": expected a map");
+  CostEntry e;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string f = field + "." + key;
+    if (key == "ns") {
+      e.ns = int64_t(number(source, kv.second, f, 0, 1e15));
+    } else if (key == "flops_efficiency") {
+      e.flops_efficiency = number(source, kv.second, f, 1e-6, 1.0);
+    } else if (key == "bw_efficiency") {
+      e.bw_efficiency = number(source, kv.second, f, 1e-6, 1.0);
+    } else if (key == "fit") {
+      if (!kv.second.IsMap()) fail(source, kv.second, f + ": expected a map of base_ns, ns_per_gflop, ns_per_mb");
+      e.has_fit = true;
+      for (const auto& c : kv.second) {
+        const std::string ck = c.first.as<std::string>();
+        double v = number(source, c.second, f + "." + ck, 0, 1e15);
+        if (ck == "base_ns") e.base_ns = v;
+        else if (ck == "ns_per_gflop") e.ns_per_gflop = v;
+        else if (ck == "ns_per_mb") e.ns_per_mb = v;
+        else if (ck == "ns_per_mb_slow") e.ns_per_mb_slow = v;
+        else fail(source, c.first,
+                  f + "." + ck + ": unknown key (allowed: base_ns, ns_per_gflop, ns_per_mb, ns_per_mb_slow)");
+      }
+    } else if (key == "shapes" && allow_shapes) {
+      // handled by the caller
+    } else if (key == "blocks") {
+      const double v = number(source, kv.second, f, 1, 1e9);
+      if (v != std::floor(v)) fail(source, kv.second, f + ": expected a whole number of thread blocks");
+      e.blocks = int(v);
+    } else {
+      fail(source, kv.first,
+           f + ": unknown key (allowed: ns, flops_efficiency, bw_efficiency, fit, blocks" +
+               std::string(allow_shapes ? ", shapes)" : ")"));
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
+Calibration parseCalibration(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw CalibrationError(source + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  Calibration cal;
+  cal.source = source;
+  if (!root.IsMap()) throw CalibrationError(source + ":1: expected a map with version, ops, collectives");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    if (key == "version") {
+      if (number(source, kv.second, "version", 1, 1e9) != 1) fail(source, kv.second, "version: only 1 is known");
+    } else if (key == "gpu") {
+      const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : std::string();
+      if (v.empty()) fail(source, kv.second, "gpu: expected the GPU's name as its runs recorded it (\"NVIDIA H200\")");
+      cal.gpu = v;
+    } else if (key == "launch_overhead_ns") {
+      cal.launch_overhead_ns = int64_t(number(source, kv.second, key, 0, 1e9));
+    } else if (key == "step_overhead_ns") {
+      cal.step_overhead_ns = int64_t(number(source, kv.second, key, 0, 1e12));
+    } else if (key == "multi_rank_launch_ns") {
+      cal.multi_rank_launch_ns = int64_t(number(source, kv.second, key, 0, 1e9));
+    } else if (key == "comm_slowdown") {
+      cal.comm_slowdown = number(source, kv.second, key, 1.0, 10.0);
+    } else if (key == "comm_slowdown_by_op") {
+      if (!kv.second.IsMap()) fail(source, kv.second, "comm_slowdown_by_op: expected a map of op kinds to factors");
+      for (const auto& op : kv.second) {
+        const std::string name = op.first.as<std::string>();
+        const auto kind = parseOpKind(name);
+        if (!kind)
+          fail(source, op.first, "comm_slowdown_by_op." + name + ": unknown op kind (allowed: matmul, attention, ...)");
+        cal.comm_slowdown_by_op[*kind] = number(source, op.second, "comm_slowdown_by_op." + name, 1.0, 10.0);
+      }
+    } else if (key == "kernel_overlap_efficiency") {
+      cal.kernel_overlap_efficiency = number(source, kv.second, key, 0.5, 2.0);
+    } else if (key == "kernel_sharing") {
+      const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : std::string();
+      if (v == "first_holds")
+        cal.kernel_sharing = KernelSharing::FirstHolds;
+      else if (v == "fair")
+        cal.kernel_sharing = KernelSharing::Fair;
+      else
+        fail(source, kv.second, "kernel_sharing: expected first_holds or fair, got '" + v + "'");
+    } else if (key == "collective_start_wait") {
+      cal.collective_start_wait = number(source, kv.second, key, 0.0, 1.0);
+    } else if (key == "collective_beside") {
+      if (!kv.second.IsMap()) fail(source, kv.second, "collective_beside: expected a map of task roles to factors");
+      for (const auto& role : kv.second)
+        cal.collective_beside[role.first.as<std::string>()] =
+            number(source, role.second, "collective_beside." + role.first.as<std::string>(), 0.2, 5.0);
+    } else if (key == "ops") {
+      if (!kv.second.IsMap()) fail(source, kv.second, "ops: expected a map of op kinds");
+      for (const auto& op : kv.second) {
+        const std::string name = op.first.as<std::string>();
+        auto kind = parseOpKind(name);
+        if (!kind)
+          fail(source, op.first, "ops." + name + ": unknown op kind (allowed: matmul, attention, layernorm, ...)");
+        OpCalibration oc;
+        oc.all_shapes = parseEntry(source, op.second, "ops." + name, true);
+        if (const YAML::Node shapes = op.second["shapes"]) {
+          if (!shapes.IsMap()) fail(source, shapes, "ops." + name + ".shapes: expected a map of shape keys");
+          for (const auto& sh : shapes)
+            oc.shapes[sh.first.as<std::string>()] =
+                parseEntry(source, sh.second, "ops." + name + ".shapes[" + sh.first.as<std::string>() + "]", false);
+        }
+        cal.ops[*kind] = std::move(oc);
+      }
+    } else if (key == "collectives") {
+      if (!kv.second.IsSequence()) fail(source, kv.second, "collectives: expected a list");
+      for (const auto& item : kv.second) {
+        CollectiveCalibration c;
+        bool has_op = false, has_ranks = false, has_gbps = false;
+        for (const auto& f : item) {
+          const std::string fk = f.first.as<std::string>();
+          if (fk == "op") {
+            auto op = parseCollectiveOp(f.second.as<std::string>());
+            if (!op)
+              fail(source, f.second, "collectives.op: unknown (allowed: all_reduce, all_gather, reduce_scatter, "
+                                     "broadcast, reduce, all_to_all, send, recv)");
+            c.op = *op;
+            has_op = true;
+          } else if (fk == "ranks") {
+            c.ranks = int(number(source, f.second, "collectives.ranks", 1, 1e7));
+            has_ranks = true;
+          } else if (fk == "latency_ns") {
+            c.latency_ns = int64_t(number(source, f.second, "collectives.latency_ns", 0, 1e12));
+          } else if (fk == "gbps") {
+            c.gbps = number(source, f.second, "collectives.gbps", 1e-6, 1e6);
+            has_gbps = true;
+          } else if (fk == "sizes") {
+            if (!f.second.IsSequence()) fail(source, f.second, "collectives.sizes: expected a list of [bytes, gbps]");
+            for (const auto& pt : f.second) {
+              if (!pt.IsSequence() || pt.size() != 2)
+                fail(source, pt, "collectives.sizes: each entry is [bytes, gbps]");
+              const double bytes = number(source, pt[0], "collectives.sizes bytes", 1, 1e15);
+              const double gbps = number(source, pt[1], "collectives.sizes gbps", 1e-6, 1e6);
+              if (!c.sizes.empty() && bytes <= c.sizes.back().first)
+                fail(source, pt, "collectives.sizes: sizes must be ascending");
+              c.sizes.push_back({bytes, gbps});
+            }
+          } else {
+            fail(source, f.first, "collectives." + fk + ": unknown key (allowed: op, ranks, latency_ns, gbps, sizes)");
+          }
+        }
+        if (!has_op || !has_ranks || !has_gbps) fail(source, item, "collectives: each entry needs op, ranks and gbps");
+        cal.collectives.push_back(c);
+      }
+    } else {
+      fail(source, kv.first,
+           key + ": unknown key (allowed: version, gpu, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, "
+                 "step_overhead_ns, multi_rank_launch_ns, kernel_overlap_efficiency, kernel_sharing, "
+                 "collective_start_wait, collective_beside, ops, collectives)");
+    }
+  }
+  return cal;
+}
+
+Calibration loadCalibration(const std::string& path) {
+  // A folder opens as a stream that reads nothing: say what it is instead of
+  // "expected a map".
+  if (std::filesystem::is_directory(path))
+    throw CalibrationError(path + ":0: is a folder, not a calibration file");
+  std::ifstream in(path);
+  if (!in) throw CalibrationError(path + ":0: cannot read the calibration file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parseCalibration(ss.str(), path);
+}
+
+RooflineCostModel::RooflineCostModel(RooflineParams params, Calibration calibration)
+    : params_(params), calibration_(std::move(calibration)) {
+  if (calibration_.launch_overhead_ns) params_.launch_overhead_ns = *calibration_.launch_overhead_ns;
+  if (calibration_.comm_slowdown) params_.comm_slowdown = *calibration_.comm_slowdown;
+  if (calibration_.kernel_overlap_efficiency)
+    params_.kernel_overlap_efficiency = *calibration_.kernel_overlap_efficiency;
+  if (calibration_.kernel_sharing) params_.kernel_sharing = *calibration_.kernel_sharing;
+  for (const auto& [op, oc] : calibration_.ops) {
+    std::map<std::string, int64_t> measured;
+    for (const auto& [key, entry] : oc.shapes) measured[key] = entry.ns;
+    interpolators_[op] = ShapeInterpolator(measured);
+    if (op != OpKind::Matmul && op != OpKind::MatmulBwdData && op != OpKind::MatmulBwdWeight) continue;
+    for (const auto& [key, entry] : oc.shapes)
+      if (const auto flops = gemmKeyFlops(key); flops && entry.ns > 0)
+        fastest_flop_per_ns_[op] = std::max(fastest_flop_per_ns_[op], *flops / double(entry.ns));
+  }
+}
+
+std::optional<double> gemmKeyFlops(const std::string& key) {
+  double m = 0, n = 0, k = 0;
+  for (const auto& [field, value] : parseShapeKey(key)) {
+    double* at = field == "m" ? &m : field == "n" ? &n : field == "k" ? &k : nullptr;
+    if (at == nullptr) continue;
+    try {
+      *at = std::stod(value);
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  if (m <= 0 || n <= 0 || k <= 0) return std::nullopt;
+  return 2.0 * m * n * k;
+}
+
+std::string taskRole(const std::string& name) {
+  size_t begin = 0;
+  if (name.rfind("layer", 0) == 0) {
+    size_t i = 5;
+    while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+    if (i > 5 && i < name.size() && name[i] == '.') begin = i + 1;
+  }
+  size_t end = name.size();
+  const size_t mb = name.rfind(".mb");
+  if (mb != std::string::npos && mb >= begin && mb + 3 < name.size() &&
+      std::all_of(name.begin() + long(mb + 3), name.end(),
+                  [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+    end = mb;
+  return name.substr(begin, end - begin);
+}
+
+double slowPathMb(const Task& task) {
+  if (costOpKind(task) == OpKind::LayerNormBwd && task.attrs.c > 768)
+    return double(task.bytes_read + task.bytes_written) / 1e6;
+  return 0;
+}
+
+int64_t RooflineCostModel::trailingNs(const Task& task, const DeviceSpec& device, Precision precision) const {
+  // The executor's bias gradient after a weight GEMM: kernels that read dy
+  // once, at an elementwise op's share of the memory bandwidth (a roofline
+  // estimate on purpose: calibration measures the task as a whole).
+  if (task.op != OpKind::MatmulBwdWeight || !task.attrs.has_bias || task.fused_into >= 0 || device.hbm_gbps <= 0)
+    return 0;
+  const double bytes = double(task.attrs.m) * double(task.attrs.n) * (precision == Precision::BF16 ? 2.0 : 4.0);
+  return int64_t(std::ceil(bytes / (device.hbm_gbps * params_.bw_efficiency[size_t(OpKind::Add)])));
+}
+
+bool blocksTakeWholeSms(OpKind op) {
+  return op == OpKind::Matmul || op == OpKind::MatmulBwdData || op == OpKind::MatmulBwdWeight ||
+         op == OpKind::Attention || op == OpKind::AttentionBwd;
+}
+
+SmRoom RooflineCostModel::smRoomBeside(const Task& task, const DeviceSpec& device) const {
+  const int blocks = kernelBlocks(task, device);
+  if (blocks <= 0) return SmRoom::Unknown;
+  if (!blocksTakeWholeSms(costOpKind(task))) return SmRoom::Some;
+  if (device.sm_count <= 0) return SmRoom::Unknown;
+  return blocks >= device.sm_count ? SmRoom::None : SmRoom::Some;
+}
+
+double RooflineCostModel::spareSmShare(const Task& task, const DeviceSpec& device) const {
+  const int blocks = kernelBlocks(task, device);
+  if (blocks <= 0 || !blocksTakeWholeSms(costOpKind(task)) || device.sm_count <= 0 || blocks >= device.sm_count)
+    return -1;
+  return double(device.sm_count - blocks) / double(device.sm_count);
+}
+
+int64_t gemmOutputTiles(const Task& task) {
+  const OpAttrs& a = task.attrs;
+  int64_t rows = 0, cols = 0;
+  switch (costOpKind(task)) {
+    case OpKind::Matmul: rows = a.m, cols = a.n; break;            // y [tokens, out]
+    case OpKind::MatmulBwdData: rows = a.m, cols = a.k; break;     // dx [tokens, in]
+    case OpKind::MatmulBwdWeight: rows = a.n, cols = a.k; break;   // dW [out, in]
+    default: return 0;
+  }
+  if (rows <= 0 || cols <= 0) return 0;
+  // The largest tile Hopper's GEMM kernels use, 256 x 128, either way round:
+  // the fewest tiles any of them would cut the output into.
+  const auto tiles = [](int64_t r, int64_t c) { return ((r + 255) / 256) * ((c + 127) / 128); };
+  return std::min(tiles(rows, cols), tiles(cols, rows));
+}
+
+int RooflineCostModel::kernelBlocks(const Task& task, const DeviceSpec& device) const {
+  if (task.fused_into >= 0) return -1;
+  const auto it = calibration_.ops.find(costOpKind(task));
+  if (it == calibration_.ops.end()) return -1;
+  const std::string key = shapeKey(task);
+  std::vector<std::string> with_blocks;
+  for (const auto& [shape, e] : it->second.shapes) {
+    if (e.blocks <= 0) continue;
+    if (shape == key) return e.blocks;
+    with_blocks.push_back(shape);
+  }
+  // A calibration that traced no launch geometry for the kind says nothing.
+  if (with_blocks.empty() && it->second.all_shapes.blocks <= 0) return -1;
+  // A GEMM whose output holds two waves of even the largest tile fills the
+  // SMs: the GEMMs are persistent, a block per SM unless the output has
+  // fewer tiles (every one of the 33 traced shapes of that size on H200,
+  // GPT-2's and Llama 2 7B's, ran 132 blocks; a 7B shape's nearest GPT-2
+  // neighbour, a weight gradient of 120 blocks, would leave 12 SMs free
+  // that the real GEMM does not).
+  if (device.sm_count > 0 && gemmOutputTiles(task) >= 2 * int64_t(device.sm_count)) return device.sm_count;
+  // Another shape not measured takes its nearest measured neighbour's
+  // (cuBLASLt picks kernels by shape: the vocabulary projection's weight
+  // gradient fills the SMs at every batch where the layers' leave some
+  // free), and without one the op kind's.
+  if (const auto near = nearestShapeKey(key, with_blocks)) return it->second.shapes.at(*near).blocks;
+  return it->second.all_shapes.blocks;
+}
+
+RooflineCostModel::TaskTime RooflineCostModel::taskTime(const Task& task, const DeviceSpec& device,
+                                                       Precision precision) const {
+  const double bytes = double(task.bytes_read + task.bytes_written);
+  if (task.kind == TaskKind::Host) return {params_.host_task_ns, TimeSource::NoKernel};
+  // Its work runs in another task's fused GEMM (engine/passes/fusion.h): it
+  // issues no kernel, so it has no launch either.
+  if (task.fused_into >= 0) return {0, TimeSource::NoKernel};
+  if (task.op == OpKind::LoadBatch || (task.kind == TaskKind::Memcpy && task.flops == 0 && device.hbm_gbps <= 0))
+    return {params_.launch_overhead_ns + int64_t(std::ceil(bytes / params_.host_to_device_gbps)),
+            TimeSource::NoKernel};
+  // Copies and collectives are timed here too but are not kernels whose
+  // time a calibration covers (calibration_coverage.h).
+  const bool kernel =
+      task.kind != TaskKind::Memcpy && task.kind != TaskKind::Collective && task.kind != TaskKind::SendRecv;
+  auto from = [kernel](TimeSource s) { return kernel ? s : TimeSource::NoKernel; };
+
+  // A GELU backward that launches the DGELU GEMM (placed there by memory)
+  // runs a GEMM: the roofline takes the data-gradient GEMM's efficiencies.
+  const OpKind roofline_op = costOpKind(task);
+  double flops_eff = params_.flops_efficiency[size_t(roofline_op)];
+  double bw_eff = params_.bw_efficiency[size_t(roofline_op)];
+  TimeSource source = TimeSource::Roofline;
+  auto it = calibration_.ops.find(roofline_op);
+  if (it != calibration_.ops.end()) {
+    const OpCalibration& oc = it->second;
+    // The op kind's entry: exact for a kind calibrated as a whole, with no
+    // shapes (a task the executor fuses away: "ns: 0"), else a fit over
+    // shapes this task's may be outside of.
+    const CostEntry* e = &oc.all_shapes;
+    source = oc.shapes.empty() ? TimeSource::Measured : TimeSource::OpKindFit;
+    const std::string key = shapeKey(task);
+    if (auto sh = oc.shapes.find(key); sh != oc.shapes.end()) {
+      e = &sh->second;
+      // Only a shape entry with a time, a fit or an efficiency says more
+      // than its op kind (one with blocks alone takes the kind's efficiencies).
+      if (e->ns >= 0 || e->has_fit || e->flops_efficiency > 0 || e->bw_efficiency > 0) source = TimeSource::Measured;
+    } else if (const auto between = interpolators_.at(roofline_op).ns(key)) {
+      // Between two measured shapes of the op (shape_interpolation.h).
+      return {*between, from(TimeSource::Interpolated)};
+    }
+    if (e->ns >= 0) return {e->ns, from(source)};
+    if (e->has_fit) {
+      int64_t ns = std::llround(e->base_ns + e->ns_per_gflop * task.flops * 1e-9 + e->ns_per_mb * bytes * 1e-6 +
+                                e->ns_per_mb_slow * slowPathMb(task));
+      // The fit adds a FLOP term to a byte term; beyond the measured shapes,
+      // where a GEMM's FLOPs outgrow its bytes, that sum promises more
+      // FLOP/s than any measured shape ran at (Llama 2 7B's GEMMs under the
+      // GPT-2 calibration: 20-33% fast). No faster than the fastest one.
+      if (const auto fast = fastest_flop_per_ns_.find(roofline_op);
+          source == TimeSource::OpKindFit && fast != fastest_flop_per_ns_.end() && fast->second > 0)
+        ns = std::max(ns, int64_t(std::ceil(task.flops / fast->second)));
+      return {ns, from(source)};
+    }
+    if (e->flops_efficiency > 0) flops_eff = e->flops_efficiency;
+    if (e->bw_efficiency > 0) bw_eff = e->bw_efficiency;
+    // A shape entry with only one efficiency keeps the op kind's other one.
+    if (e != &oc.all_shapes) {
+      if (e->flops_efficiency <= 0 && oc.all_shapes.flops_efficiency > 0) flops_eff = oc.all_shapes.flops_efficiency;
+      if (e->bw_efficiency <= 0 && oc.all_shapes.bw_efficiency > 0) bw_eff = oc.all_shapes.bw_efficiency;
+    }
+  }
+  const double peak = precision == Precision::BF16 ? device.bf16_flops : device.fp32_flops;
+  // FLOP/s -> FLOP/ns, GB/s == bytes/ns.
+  const double compute_ns = peak > 0 ? task.flops / (peak * 1e-9 * flops_eff) : 0;
+  const double memory_ns = device.hbm_gbps > 0 ? bytes / (device.hbm_gbps * bw_eff) : 0;
+  return {params_.launch_overhead_ns + int64_t(std::ceil(std::max(compute_ns, memory_ns))), from(source)};
+}
+
+}  // namespace tandem::sim

@@ -1,0 +1,274 @@
+#pragma once
+// Compute cost model: how long a non-communication task of the Plan takes on
+// a device. The default is a roofline with per-op-kind efficiencies plus a
+// launch overhead; a calibration file (docs/simulator.md, "Calibration
+// format") replaces efficiencies per op kind and per shape, or gives measured
+// durations and fitted coefficients, and carries measured collective figures.
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/plan/plan.h"
+#include "simulator/network/collectives.h"
+#include "simulator/cost/shape_interpolation.h"
+#include "simulator/topology/topology.h"
+
+namespace tandem::sim {
+
+class CalibrationError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Every op kind, so that a table indexed by one is never read past its end
+// (Recv is the last; the transfers are timed by the network, not here).
+inline constexpr size_t kOpKindCount = size_t(OpKind::Recv) + 1;
+
+// How kernels of one rank's compute streams running at once divide the GPU.
+//  - FirstHolds: the kernel that started first runs as if alone (as long
+//    as the efficiency is at least 1), the others share what the efficiency
+//    adds beyond one kernel; when it ends, the next oldest holds. Measured on
+//    H200 (docs/accuracy.md): a kernel keeps the SMs its blocks hold, so a
+//    GEMM or layernorm backward launched beside a running GEMM barely moves
+//    until that one ends, and the running one keeps its speed.
+//  - Fair: processor sharing, each of n runs n / efficiency times slower.
+enum class KernelSharing : uint8_t { FirstHolds, Fair };
+
+struct RooflineParams {
+  // Fraction of peak FLOP/s and of HBM bandwidth an op kind reaches; indexed
+  // by OpKind. Defaults in roofline_defaults (cost_model.cpp), documented in
+  // docs/simulator.md.
+  std::array<double, kOpKindCount> flops_efficiency{};
+  std::array<double, kOpKindCount> bw_efficiency{};
+  int64_t launch_overhead_ns = 3000;   // per kernel: launch gap between dependent kernels
+  double comm_slowdown = 1.10;         // compute runs this much slower while a collective runs
+  // Kernels of several compute streams running at once share the GPU and
+  // together get kernel_overlap_efficiency times the throughput of one
+  // alone (1: together they take as long as one after the other). How they
+  // divide it is kernel_sharing.
+  double kernel_overlap_efficiency = 1.0;
+  KernelSharing kernel_sharing = KernelSharing::FirstHolds;
+  double host_to_device_gbps = 25.0;   // LoadBatch and host memcpy (PCIe Gen5 x16, effective)
+  int64_t host_task_ns = 5000;         // plain host work
+  static RooflineParams defaults();
+};
+
+// Room for other kernels on the SMs beside a kernel that holds the GPU.
+// A GEMM's or attention kernel's block takes a whole SM (shared memory or
+// registers), so one with a block on every SM leaves none until its last
+// blocks retire (None), one with fewer blocks than SMs leaves the rest
+// (Some); a memory-bound kernel's small blocks leave room beside them
+// (Some). Unknown without a calibrated launch geometry.
+enum class SmRoom : int8_t { Unknown = -1, None = 0, Some = 1 };
+
+// Op kinds whose kernels' blocks take a whole SM each (SmRoom).
+bool blocksTakeWholeSms(OpKind op);
+
+// A GEMM shape key's FLOPs, 2 m n k ("m=16384 n=2304 k=768", epilogue
+// or not); nothing for a key without the three.
+std::optional<double> gemmKeyFlops(const std::string& key);
+
+// The tiles a GEMM task's output (y, dx or dW by its kind) is cut into by
+// the largest tile Hopper's GEMMs use (256 x 128); 0 for other kinds.
+int64_t gemmOutputTiles(const Task& task);
+
+// A duration rule: any of the fields set (>= 0) wins over the op's default in
+// this order: ns, fit, efficiencies.
+struct CostEntry {
+  int64_t ns = -1;              // measured duration, launch included
+  double flops_efficiency = -1;
+  double bw_efficiency = -1;
+  bool has_fit = false;         // ns = base_ns + ns_per_gflop * GFLOP + ns_per_mb * MB (+ ns_per_mb_slow * slow MB)
+  double base_ns = 0, ns_per_gflop = 0, ns_per_mb = 0, ns_per_mb_slow = 0;
+  // Thread blocks of the shape's main kernel as traced (-1: unknown;
+  // CostModel::smRoomBeside).
+  int blocks = -1;
+};
+
+struct OpCalibration {
+  CostEntry all_shapes;                       // the op kind's default
+  std::map<std::string, CostEntry> shapes;    // by shapeKey()
+};
+
+struct Calibration {
+  std::string source;
+  // The GPU its runs ran on, as their device records name it ("NVIDIA
+  // H200"); empty when the file does not say. calibration_device.h compares
+  // it with a topology's GPUs.
+  std::string gpu;
+  std::optional<int64_t> launch_overhead_ns;
+  std::optional<double> comm_slowdown;
+  // Per op kind, where the runs measured it apart (kernels of different
+  // kinds lose different shares to NCCL); other kinds take comm_slowdown.
+  std::map<OpKind, double> comm_slowdown_by_op;
+  std::optional<int64_t> step_overhead_ns;  // host time per step outside all GPU work
+  std::optional<int64_t> multi_rank_launch_ns;  // per kernel task, extra in plans of more than one rank
+  std::optional<double> kernel_overlap_efficiency;  // RooflineParams::kernel_overlap_efficiency
+  std::optional<KernelSharing> kernel_sharing;       // RooflineParams::kernel_sharing
+  std::map<OpKind, OpCalibration> ops;
+  std::vector<CollectiveCalibration> collectives;
+  // A collective that becomes ready while kernels run on its GPU starts
+  // after this share of their remaining time: NCCL's kernel waits for SMs.
+  std::optional<double> collective_start_wait;
+  // A collective that shares its GPUs the longest with kernels of this task
+  // role takes this factor times its time: NCCL shares the SMs and the
+  // memory with them, and how much it loses depends on the kernel
+  // (docs/accuracy.md, "What a bucket's all-reduce runs beside").
+  // Two entries are not task roles: kNoKernelBeside (no kernel ran beside
+  // it) and kUnseenKernelBeside (a role the calibration never saw).
+  std::map<std::string, double> collective_beside;
+};
+inline constexpr const char* kNoKernelBeside = "(none)";
+inline constexpr const char* kUnseenKernelBeside = "(other)";
+
+// "mlp.fc.bwd_weight": a task's name without its layer and micro-batch
+// ("layer5.mlp.fc.bwd_weight.mb0"), so that one role covers every layer,
+// micro-batch and model size.
+std::string taskRole(const std::string& task_name);
+
+// "m=16384 n=2304 k=768": the non-zero shape attributes of a task in the fixed
+// order m n k b t c h v elements; a task that launches a fused kernel
+// (engine/passes/fusion.h) has the fused kernel's shape ("m n k" of the GEMM,
+// "m c" of the layernorm) and "epi=gelu", "epi=dgelu" or "epi=add_layernorm".
+std::string shapeKey(const Task& task);
+// The op kind a task is costed and calibrated as: its own, except a task
+// that launches a fused kernel: a GELU epilogue counts as its GEMM's op (a
+// GELU backward that launches the DGELU GEMM as a data-gradient matmul), a
+// residual add that also does the layernorm after it as a layernorm.
+OpKind costOpKind(const Task& task);
+
+// The MB of a task's bytes that the executor moves on a slower path of its
+// kernel, for the calibrated fit's ns_per_mb_slow term: layernorm backward
+// rows wider than 768 elements keep their dw/db partial sums in shared memory
+// instead of registers (engine/cuda/layernorm.cu, kLnAccInSmem). On H200 that
+// path took about twice the time per byte. 0 for everything else.
+double slowPathMb(const Task& task);
+
+// Parses the calibration YAML; errors are CalibrationError "FILE:LINE: field: problem".
+Calibration parseCalibration(const std::string& yaml_text, const std::string& source);
+Calibration loadCalibration(const std::string& path);
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  // Duration in ns of a kernel, memcpy or host task on `device`, alone on the GPU.
+  // It may depend on the task, the device's figures (model, peaks, memory,
+  // SMs, MIG slice) and the precision, never on the device's name or host:
+  // the engine computes it once per program and kind of device.
+  virtual int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const = 0;
+  // Factor applied to compute tasks that start while a collective runs on the same GPU.
+  virtual double commSlowdown() const = 0;
+  // The same for one task (by its op kind where calibrated apart).
+  virtual double commSlowdown(const Task& task) const {
+    (void)task;
+    return commSlowdown();
+  }
+  // Host time of a step outside all GPU work (launching the step's graph
+  // before its first kernel, noticing its end after the last), added to
+  // every rank's step.
+  virtual int64_t stepOverheadNs() const { return 0; }
+  // Extra launch time of a kernel task in a plan of more than one rank
+  // (kernels wait longer to start in multi-process runs), added by the engine.
+  virtual int64_t multiRankLaunchNs() const { return 0; }
+  // Throughput of kernels of several compute streams running at once,
+  // relative to one alone (RooflineParams::kernel_overlap_efficiency), and
+  // how they divide it (RooflineParams::kernel_sharing).
+  virtual double kernelOverlapEfficiency() const { return 1.0; }
+  virtual KernelSharing kernelSharing() const { return KernelSharing::FirstHolds; }
+  // The part of a task's time (ns, within taskNs) spent in kernels launched
+  // after its main one, which take the GPU anew beside other streams' work:
+  // a weight gradient's bias-gradient kernels after its GEMM. 0 for most.
+  virtual int64_t trailingNs(const Task& task, const DeviceSpec& device, Precision precision) const {
+    (void)task, (void)device, (void)precision;
+    return 0;
+  }
+  // Whether kernels launched beside the task's main kernel while it holds
+  // the GPU find SMs to run on (docs/simulator.md, kernel sharing).
+  virtual SmRoom smRoomBeside(const Task& task, const DeviceSpec& device) const {
+    (void)task, (void)device;
+    return SmRoom::Unknown;
+  }
+  // The share of the SMs a holder with room leaves, where its blocks say
+  // (a GEMM or attention kernel with fewer blocks than SMs: (SMs - blocks)
+  // / SMs); -1 otherwise (a memory-bound kernel leaves room in an amount
+  // its blocks do not tell).
+  virtual double spareSmShare(const Task& task, const DeviceSpec& device) const {
+    (void)task, (void)device;
+    return -1;
+  }
+  // Share of the remaining time of the kernels running beside a collective
+  // that it waits before it starts (Calibration::collective_start_wait).
+  virtual double collectiveStartWait() const { return 0; }
+  // Factor on the time of a collective beside kernels of this task role
+  // (Calibration::collective_beside); 1 when not calibrated.
+  virtual bool hasCollectiveBeside() const { return false; }
+  virtual double collectiveBeside(const std::string& role) const {
+    (void)role;
+    return 1.0;
+  }
+};
+
+// Where a task's time comes from in a RooflineCostModel (calibration
+// coverage: calibration_coverage.h).
+enum class TimeSource : uint8_t {
+  NoKernel,      // a host task, the data copy, or work fused into another task's kernel
+  Measured,      // the calibration measured the task's shape
+  Interpolated,  // between two measured shapes (shape_interpolation.h)
+  OpKindFit,     // the op kind is calibrated, this shape is outside what was measured
+  Roofline,      // the op kind is not calibrated: peak figures and default efficiencies
+};
+
+class RooflineCostModel : public CostModel {
+ public:
+  explicit RooflineCostModel(RooflineParams params = RooflineParams::defaults(), Calibration calibration = {});
+  int64_t taskNs(const Task& task, const DeviceSpec& device, Precision precision) const override {
+    return taskTime(task, device, precision).ns;
+  }
+  // A task's time and the rule it came from, in one lookup (taskNs is its ns).
+  struct TaskTime {
+    int64_t ns = 0;
+    TimeSource source = TimeSource::NoKernel;
+  };
+  TaskTime taskTime(const Task& task, const DeviceSpec& device, Precision precision) const;
+  double commSlowdown() const override { return params_.comm_slowdown; }
+  double commSlowdown(const Task& task) const override {
+    const auto it = calibration_.comm_slowdown_by_op.find(costOpKind(task));
+    return it == calibration_.comm_slowdown_by_op.end() ? params_.comm_slowdown : it->second;
+  }
+  int64_t stepOverheadNs() const override { return calibration_.step_overhead_ns.value_or(0); }
+  int64_t multiRankLaunchNs() const override { return calibration_.multi_rank_launch_ns.value_or(0); }
+  double kernelOverlapEfficiency() const override { return params_.kernel_overlap_efficiency; }
+  KernelSharing kernelSharing() const override { return params_.kernel_sharing; }
+  int64_t trailingNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
+  SmRoom smRoomBeside(const Task& task, const DeviceSpec& device) const override;
+  double spareSmShare(const Task& task, const DeviceSpec& device) const override;
+  // The thread blocks of the task's main kernel on `device`: its shape's as
+  // calibrated, else a block per SM for a GEMM whose output has two waves
+  // of the largest tile (gemmOutputTiles), else its nearest calibrated
+  // shape's, else its op kind's; -1 unknown (nothing calibrated of its kind).
+  int kernelBlocks(const Task& task, const DeviceSpec& device) const;
+  double collectiveStartWait() const override { return calibration_.collective_start_wait.value_or(0); }
+  bool hasCollectiveBeside() const override { return !calibration_.collective_beside.empty(); }
+  double collectiveBeside(const std::string& role) const override {
+    const auto& m = calibration_.collective_beside;
+    auto it = m.find(role.empty() ? std::string(kNoKernelBeside) : role);
+    if (it == m.end() && !role.empty()) it = m.find(kUnseenKernelBeside);
+    return it == m.end() ? 1.0 : it->second;
+  }
+  const RooflineParams& params() const { return params_; }
+
+ private:
+  RooflineParams params_;
+  Calibration calibration_;
+  std::map<OpKind, ShapeInterpolator> interpolators_;  // measured shapes per op kind (shape_interpolation.h)
+  // Per GEMM kind, the most FLOP per ns any of its measured shapes ran at
+  // (gemmKeyFlops): the op kind's fit extrapolates no faster than that.
+  std::map<OpKind, double> fastest_flop_per_ns_;
+};
+
+}  // namespace tandem::sim

@@ -1,0 +1,336 @@
+// Presets, generated DGX H100 clusters, GPU model figures and MIG slicing.
+#include "simulator/topology/topology_presets.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "simulator/topology/topology_yaml.h"
+
+namespace tandem::sim {
+
+// Generated from resources/topologies/*.yaml by cmake/TandemEmbed.cmake.
+const std::vector<std::pair<std::string_view, std::string_view>>& embeddedPresets();
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct ModelRow {
+  const char* name;
+  double bf16_flops;
+  double fp32_flops;
+  double hbm_gbps;
+  double memory_mib;  // as nvidia-smi reports it
+  int sm_count;
+};
+
+// Dense peaks from NVIDIA's data sheets (SXM parts unless named PCIE).
+constexpr ModelRow kModels[] = {
+    {"H100", 989e12, 67e12, 3350, 81559, 132},
+    {"H200", 989e12, 67e12, 4800, 143771, 132},
+    {"A100-80GB", 312e12, 19.5e12, 2039, 81920, 108},
+    {"A100-40GB", 312e12, 19.5e12, 1555, 40960, 108},
+    {"A100-PCIE-80GB", 312e12, 19.5e12, 1935, 81920, 108},
+};
+
+std::string upper(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Cluster building blocks, kept equal to resources/topologies/dgx-h100.yaml.
+constexpr double kNvlinkLaneGbps = 25.0;
+constexpr int kNvlinkLanes = 18;
+constexpr double kPcieGen5Gbps = 55.0;
+constexpr double kIbGbps = 50.0;  // 400 Gb/s
+constexpr int kRails = 8;
+constexpr int kHostsPerLeaf = 32;  // a 64-port switch: 32 down, 32 up
+
+}  // namespace
+
+std::optional<DeviceSpec> gpuModelSpec(std::string_view model) {
+  std::string want = upper(model);
+  if (want.rfind("NVIDIA ", 0) == 0) want = want.substr(7);
+  const ModelRow* row = nullptr;
+  for (const auto& m : kModels)
+    if (want == m.name) row = &m;
+  if (!row) {
+    // nvidia-smi spellings: "H100 80GB HBM3", "A100-SXM4-80GB", "A100-PCIE-40GB", ...
+    auto has = [&](const char* part) { return want.find(part) != std::string::npos; };
+    if (has("H200")) row = &kModels[1];
+    else if (has("H100")) row = &kModels[0];
+    else if (has("A100") && has("PCIE") && has("80GB")) row = &kModels[4];
+    else if (has("A100") && has("40GB")) row = &kModels[3];
+    else if (has("A100")) row = &kModels[2];
+  }
+  if (!row) return std::nullopt;
+  DeviceSpec d;
+  d.model = row->name;
+  d.bf16_flops = row->bf16_flops;
+  d.fp32_flops = row->fp32_flops;
+  d.hbm_gbps = row->hbm_gbps;
+  d.memory_bytes = int64_t(row->memory_mib * kMiB);
+  d.sm_count = row->sm_count;
+  return d;
+}
+
+std::vector<std::string> knownGpuModels() {
+  std::vector<std::string> out;
+  for (const auto& m : kModels) out.push_back(m.name);
+  return out;
+}
+
+std::vector<std::string> fixedPresetNames() {
+  std::vector<std::string> out;
+  for (const auto& [name, text] : embeddedPresets()) out.emplace_back(name);
+  return out;
+}
+
+std::optional<std::string_view> presetYaml(std::string_view name) {
+  for (const auto& [preset, text] : embeddedPresets())
+    if (preset == name) return text;
+  return std::nullopt;
+}
+
+std::vector<PresetInfo> listPresets() {
+  std::vector<PresetInfo> out;
+  for (const auto& [name, text] : embeddedPresets()) {
+    Topology t = parseTopologyYaml(std::string(text), std::string(name));
+    out.push_back({std::string(name), t.description});
+  }
+  out.push_back({"<N>xdgx-h100",
+                 "N DGX H100 hosts, 8 rails of 400 Gb/s InfiniBand, non-blocking two-level fat tree "
+                 "(e.g. 4xdgx-h100)"});
+  return out;
+}
+
+Topology makeDgxH100Cluster(int hosts) {
+  if (hosts < 1 || hosts > 4096)
+    throw TopologyError(fmt::format("cluster size {} is out of range: 1 to 4096 hosts", hosts));
+  const DeviceSpec h100 = *gpuModelSpec("H100");
+  Topology t;
+  t.name = fmt::format("{}xdgx-h100", hosts);
+  t.source = "generated";
+  t.description = fmt::format(
+      "{} x DGX H100 ({} GPUs), NVSwitch inside, 8 rails of 400 Gb/s InfiniBand, two-level fat tree", hosts,
+      hosts * 8);
+  for (int h = 0; h < hosts; ++h) {
+    t.hosts.push_back({fmt::format("node{}", h)});
+    for (int g = 0; g < 8; ++g) {
+      DeviceSpec d = h100;
+      d.name = fmt::format("node{}.gpu{}", h, g);
+      d.host = h;
+      t.devices.push_back(std::move(d));
+    }
+  }
+  // Per host: the dgx-h100 preset's switches and links, names prefixed.
+  std::vector<int> nic_of(size_t(hosts) * kRails);
+  for (int h = 0; h < hosts; ++h) {
+    const std::string p = fmt::format("node{}.", h);
+    int nvs = t.addSwitch(p + "nvswitch", NodeKind::NvSwitch, h);
+    int cpu[2] = {t.addSwitch(p + "cpu0", NodeKind::Cpu, h), t.addSwitch(p + "cpu1", NodeKind::Cpu, h)};
+    for (int g = 0; g < 8; ++g) {
+      int gpu = h * 8 + g;
+      int pcie = t.addSwitch(fmt::format("{}pcie{}", p, g), NodeKind::PcieSwitch, h);
+      int nic = t.addSwitch(fmt::format("{}nic{}", p, g), NodeKind::Nic, h);
+      nic_of[size_t(gpu)] = nic;
+      t.addLink(gpu, nvs, kNvlinkLanes * kNvlinkLaneGbps, 250, LinkKind::NvLink, kNvlinkLanes);
+      t.addLink(gpu, pcie, kPcieGen5Gbps, 250, LinkKind::Pcie, 1);
+      t.addLink(nic, pcie, kPcieGen5Gbps, 250, LinkKind::Pcie, 1);
+      t.addLink(pcie, cpu[g / 4], kPcieGen5Gbps, 250, LinkKind::Pcie, 1);
+    }
+    t.addLink(cpu[0], cpu[1], 60, 300, LinkKind::Internal, 1);
+  }
+  // Rail-optimised fat tree: rail r of every host goes to the leaves of rail
+  // r, kHostsPerLeaf hosts per leaf. Every leaf has one uplink to every spine
+  // and as many spines as hosts per leaf, so uplink = downlink bandwidth
+  // (non-blocking). Spines have one port per leaf: beyond 32 hosts that is
+  // more than a 64-port switch has, where a real cluster would use director
+  // switches or a third level; the bandwidth is the same.
+  const int per_leaf = std::min(hosts, kHostsPerLeaf);
+  const int leaves_per_rail = (hosts + kHostsPerLeaf - 1) / kHostsPerLeaf;
+  std::vector<int> spines;
+  for (int s = 0; s < per_leaf; ++s) spines.push_back(t.addSwitch(fmt::format("spine{}", s), NodeKind::IbSpine, -1));
+  for (int r = 0; r < kRails; ++r) {
+    for (int k = 0; k < leaves_per_rail; ++k) {
+      int leaf = t.addSwitch(fmt::format("leaf.rail{}.{}", r, k), NodeKind::IbLeaf, -1);
+      for (int h = k * kHostsPerLeaf; h < std::min(hosts, (k + 1) * kHostsPerLeaf); ++h)
+        t.addLink(nic_of[size_t(h * 8 + r)], leaf, kIbGbps, 600, LinkKind::InfiniBand, 1);
+      for (int spine : spines) t.addLink(leaf, spine, kIbGbps, 600, LinkKind::InfiniBand, 1);
+    }
+  }
+  return t;
+}
+
+MigProfile parseMigProfile(std::string_view profile, const DeviceSpec& gpu) {
+  // "<g>g.<m>gb", e.g. 1g.10gb, 3g.40gb, 7g.141gb.
+  auto bad = [&](const std::string& why) {
+    return TopologyError(fmt::format("MIG profile '{}' {} (expected <g>g.<m>gb with g in 1, 2, 3, 4, 7, e.g. "
+                                     "1g.10gb, 3g.40gb)",
+                                     profile, why));
+  };
+  std::string p(profile);
+  size_t g_pos = p.find("g.");
+  if (g_pos == std::string::npos || g_pos == 0 || p.size() < g_pos + 5 || p.substr(p.size() - 2) != "gb")
+    throw bad("is malformed");
+  int g = 0;
+  double m = 0;
+  try {
+    size_t used = 0;
+    g = std::stoi(p.substr(0, g_pos), &used);
+    if (used != g_pos) throw bad("is malformed");
+    std::string mem = p.substr(g_pos + 2, p.size() - g_pos - 4);
+    m = std::stod(mem, &used);
+    if (used != mem.size()) throw bad("is malformed");
+  } catch (const TopologyError&) {
+    throw;
+  } catch (const std::exception&) {
+    throw bad("is malformed");
+  }
+  static const std::map<int, int> kInstances{{1, 7}, {2, 3}, {3, 2}, {4, 1}, {7, 1}};
+  if (!kInstances.count(g)) throw bad(fmt::format("has {} compute slices", g));
+  if (gpu.memory_bytes <= 0) throw bad("applies to a GPU without memory size");
+  // Memory comes in eighths of the GPU; profile names round them to GB.
+  double eighth_gib = double(gpu.memory_bytes) / (1024.0 * 1024.0 * 1024.0) / 8.0;
+  double want = m / eighth_gib;
+  int eighths = 0;
+  for (int e : {1, 2, 4, 8})
+    if (std::fabs(want - e) <= 0.15 * e) eighths = e;
+  if (eighths == 0)
+    throw bad(fmt::format("does not fit a {} of {:.0f} GiB (memory slices are 1/8, 2/8, 4/8 or 8/8 of it)",
+                          gpu.model.empty() ? "GPU" : gpu.model, eighth_gib * 8));
+  MigProfile out;
+  out.name = p;
+  out.compute_slices = g;
+  out.memory_eighths = eighths;
+  out.instances = (g == 1 && eighths == 2) ? 4 : kInstances.at(g);
+  if (out.instances * eighths > 8 || (g == 7 && eighths != 8) || (g >= 3 && g <= 4 && eighths != 4) ||
+      (g == 2 && eighths != 2))
+    throw bad("is not a profile NVIDIA offers");
+  return out;
+}
+
+Topology applyMig(const Topology& topo, std::string_view profile, const std::vector<std::string>& gpus) {
+  std::set<std::string> wanted(gpus.begin(), gpus.end());
+  for (const auto& g : wanted)
+    if (topo.findNode(g) < 0 || !topo.isDevice(topo.findNode(g)))
+      throw TopologyError(fmt::format("MIG: unknown device '{}'", g));
+  Topology out;
+  out.name = fmt::format("{}:mig={}", topo.name, profile);
+  out.source = topo.source;
+  out.description = topo.description.empty() ? std::string() : fmt::format("{} (MIG {})", topo.description, profile);
+  out.hosts = topo.hosts;
+
+  // New node ids: devices (slices or untouched GPUs), old switches, hubs.
+  struct Hub {
+    std::string name;
+    int host;
+    std::vector<int> slices;
+    double slice_gbps;
+  };
+  std::vector<Hub> hubs;
+  std::vector<int> old_device_to_hub(topo.devices.size(), -1);
+  std::vector<int> old_device_to_new(topo.devices.size(), -1);
+  for (size_t i = 0; i < topo.devices.size(); ++i) {
+    const DeviceSpec& d = topo.devices[i];
+    if (!wanted.empty() && !wanted.count(d.name)) {
+      old_device_to_new[i] = int(out.devices.size());
+      out.devices.push_back(d);
+      continue;
+    }
+    if (!d.mig_profile.empty())
+      throw TopologyError(fmt::format("MIG: device '{}' is already a MIG slice", d.name));
+    MigProfile mp = parseMigProfile(profile, d);
+    const double compute = mp.compute_slices / 7.0;
+    const double memory = mp.memory_eighths / 8.0;
+    Hub hub{d.name + ".hub", d.host, {}, d.hbm_gbps * memory};
+    for (int k = 0; k < mp.instances; ++k) {
+      DeviceSpec s = d;
+      s.name = fmt::format("{}.mig{}", d.name, k);
+      s.bf16_flops = d.bf16_flops * compute;
+      s.fp32_flops = d.fp32_flops * compute;
+      s.sm_count = std::max(1, int(d.sm_count * compute));
+      s.memory_bytes = int64_t(double(d.memory_bytes) * memory);
+      s.hbm_gbps = d.hbm_gbps * memory;
+      s.mig_fraction = compute;
+      s.mig_profile = mp.name;
+      hub.slices.push_back(int(out.devices.size()));
+      out.devices.push_back(std::move(s));
+    }
+    old_device_to_hub[i] = int(hubs.size());
+    hubs.push_back(std::move(hub));
+  }
+  const int new_devices = int(out.devices.size());
+  out.switches = topo.switches;
+  std::vector<int> hub_node(hubs.size());
+  for (size_t h = 0; h < hubs.size(); ++h) hub_node[h] = out.addSwitch(hubs[h].name, NodeKind::GpuHub, hubs[h].host);
+
+  auto remap = [&](int node) {
+    if (topo.isDevice(node)) {
+      int hub = old_device_to_hub[size_t(node)];
+      return hub >= 0 ? hub_node[size_t(hub)] : old_device_to_new[size_t(node)];
+    }
+    return new_devices + (node - int(topo.devices.size()));
+  };
+  for (const Link& l : topo.links) {
+    Link m = l;
+    m.src = remap(l.src);
+    m.dst = remap(l.dst);
+    out.links.push_back(m);
+  }
+  for (size_t h = 0; h < hubs.size(); ++h)
+    for (int s : hubs[h].slices) out.addLink(s, hub_node[h], hubs[h].slice_gbps, 100, LinkKind::Internal, 1);
+  validateTopology(out);
+  return out;
+}
+
+Topology loadTopology(const std::string& name_or_file) {
+  std::string base = name_or_file;
+  std::string mig;
+  size_t at = name_or_file.rfind(":mig=");
+  if (at != std::string::npos) {
+    base = name_or_file.substr(0, at);
+    mig = name_or_file.substr(at + 5);
+    if (mig.empty()) throw TopologyError(fmt::format("'{}': empty MIG profile after ':mig='", name_or_file));
+  }
+
+  Topology topo;
+  if (auto text = presetYaml(base)) {
+    topo = parseTopologyYaml(std::string(*text), base);
+    topo.source = "preset " + base;
+  } else {
+    // "<N>xdgx-h100" or "<N>×dgx-h100" (U+00D7).
+    std::string rest;
+    size_t digits = 0;
+    while (digits < base.size() && std::isdigit(static_cast<unsigned char>(base[digits]))) ++digits;
+    if (digits > 0) {
+      if (base.compare(digits, 1, "x") == 0) rest = base.substr(digits + 1);
+      else if (base.compare(digits, 2, "\xC3\x97") == 0) rest = base.substr(digits + 2);
+    }
+    if (!rest.empty() && rest == "dgx-h100") {
+      // More digits than an int holds are out of range all the same; say
+      // what was written rather than a wrapped or placeholder count.
+      const std::string count = base.substr(0, digits);
+      if (digits > 6)
+        throw TopologyError(fmt::format("cluster size {} is out of range: 1 to 4096 hosts", count));
+      topo = makeDgxH100Cluster(std::stoi(count));
+    } else if (std::filesystem::is_regular_file(base)) {
+      topo = loadTopologyFile(base);
+    } else {
+      std::string names;
+      for (const auto& n : fixedPresetNames()) names += n + ", ";
+      throw TopologyError(fmt::format("'{}' is neither a preset ({}<N>xdgx-h100) nor a topology file", base, names));
+    }
+  }
+  if (!mig.empty()) topo = applyMig(topo, mig);
+  return topo;
+}
+
+}  // namespace tandem::sim

@@ -1,0 +1,27 @@
+#pragma once
+// The trace file's schema: creation, version checks and the header sanity
+// check that turns a truncated or foreign file into a one-line error.
+// The tables are documented in docs/trace-schema.md.
+
+#include <string>
+
+#include "traces/store/sqlite_util.h"
+
+namespace tandem::traces {
+
+inline constexpr int kTraceSchemaVersion = 1;
+// PRAGMA application_id of a tandem trace file: "TNDM".
+inline constexpr int kTraceApplicationId = 0x544E444D;
+
+// Checks that an existing file looks like a whole SQLite database (magic
+// bytes, page count against file size). Throws TraceError otherwise.
+void checkSqliteHeader(const std::string& path);
+
+// Creates the schema in an empty database, or checks that an existing one is
+// a tandem trace file this version can read (and write, when for_write).
+void prepareSchema(sql::Db& db, bool for_write);
+
+// Sets the per-connection pragmas the writer relies on (WAL, page cache).
+void configureForWriting(sql::Db& db);
+
+}  // namespace tandem::traces
