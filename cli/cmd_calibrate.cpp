@@ -8,9 +8,11 @@
 #include <sstream>
 
 #include "cli/command_registry.h"
+#include "engine/spec/resources.h"
 #include "simulator/calibrate/calibrate.h"
 #include "simulator/calibrate/calibrate_merge.h"
 #include "simulator/calibrate/calibrate_overlap.h"
+#include "simulator/cost/calibration_lookup.h"
 #include "simulator/cost/cost_model.h"
 #include "simulator/topology/topology_presets.h"
 #include "traces/store/atomic_output.h"
@@ -53,10 +55,11 @@ void runCalibrate(const CalibrateOptions& o) {
   std::optional<sim::Topology> topology;
   if (!o.topology.empty()) topology = sim::loadTopology(resourcePath(o.topology));
   // And the calibration to keep keys from: a bad file fails before the fit.
-  const std::string base_path = o.multi_rank_from.empty() ? "" : calibrationPath(o.multi_rank_from);
+  const std::string base_path = o.multi_rank_from.empty() ? "" : sim::calibrationPath(o.multi_rank_from);
   const std::string base_yaml = base_path.empty() ? "" : readWholeFile(base_path);
   if (!base_path.empty()) sim::parseCalibration(base_yaml, base_path);
   sim::CalibrationResult r = sim::calibrateFromRuns(inputs);
+  for (const std::string& note : r.notes) fmt::print(stderr, "tandem calibrate: note: {}\n", note);
   std::optional<sim::OverlapRefit> refit;
   if (topology) refit = sim::refitOverlapBySimulation(r, inputs, *topology);
   if (!base_path.empty()) sim::keepMultiRankKeys(r, base_yaml, o.multi_rank_from);

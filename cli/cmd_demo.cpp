@@ -18,15 +18,10 @@
 #include "cli/number_checks.h"
 #include "cli/plan_summary.h"
 #include "engine/plan/planner.h"
-#include "simulator/cost/cost_model.h"
-#include "simulator/replay/replay.h"
-#include "simulator/pipeline/trace_output.h"
-#include "simulator/topology/topology_presets.h"
+#include "simulator/pipeline/simulate_job.h"
 #include "traces/analysis/analysis.h"
-#include "traces/store/atomic_output.h"
 #include "traces/analysis/report_format.h"
 #include "traces/store/trace_reader.h"
-#include "traces/store/trace_writer.h"
 #ifdef TANDEM_HAVE_CUDA
 #include "engine/cuda/device.h"
 #endif
@@ -44,24 +39,19 @@ struct DemoOptions {
 // Simulates `plan` on the topology, writes the run into a fresh trace file
 // and returns the run id.
 int64_t simulateIntoTrace(const Plan& plan, const DemoOptions& o) {
-  const sim::Topology topo = sim::loadTopology(resourcePath(o.topology));
-  const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), sim::Calibration{});
-  const sim::SimResult result = sim::simulatePlan(plan, topo, cost, sim::SimOptions{});
-  const double tokens_per_s = double(plan.job.tokensPerStep()) / (double(result.step_ns) * 1e-9);
+  sim::SimulateRequest request;
+  request.job = plan.job;
+  request.plan = plan;
+  request.settings.topology = o.topology;
+  request.out_path = o.out;
+  request.fresh_out = true;
+  const sim::SimulateOutcome out = sim::simulateJob(request);
+  const sim::SimResult& result = out.result;
+  const double tokens_per_s = double(out.plan.job.tokensPerStep()) / (double(result.step_ns) * 1e-9);
   fmt::print("simulated step on {}: {:.2f} ms, {:.0f} tokens/s ({} collectives, {} flows, {} events)\n",
-             topo.name, double(result.step_ns) / 1e6, tokens_per_s, result.stats.collectives,
+             out.topology.name, double(result.step_ns) / 1e6, tokens_per_s, result.stats.collectives,
              result.stats.flows, result.stats.events);
-  traces::AtomicOutput output(o.out);
-  int64_t run = -1;
-  {
-    traces::TraceWriter writer(output.tempPath());
-    sim::SimTraceOptions to;
-    to.topology_label = o.topology;
-    to.tool_version = std::string("tandem ") + TANDEM_VERSION;
-    run = sim::writeSimulationTrace(writer, plan, topo, result, to);
-  }
-  output.commit();
-  return run;
+  return out.run_id;
 }
 
 #ifdef TANDEM_HAVE_CUDA

@@ -15,6 +15,7 @@
 #include "engine/spec/parse_number.h"
 #include "engine/plan/plan_json.h"
 #include "engine/plan/planner.h"
+#include "engine/spec/resources.h"
 #include "simulator/topology/topology_presets.h"
 
 namespace tandem::cli {

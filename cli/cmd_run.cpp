@@ -19,6 +19,7 @@
 #include "engine/plan/gpu_support.h"
 #include "engine/memory/memory_fit.h"
 #include "engine/plan/planner.h"
+#include "vocabulary/version.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include "engine/cuda/executor.h"
 #include "engine/cuda/launcher.h"
 #include "engine/cuda/rendezvous.h"
+#include "plan_trace/plan_facts.h"
 #include "traces/store/trace_writer.h"
 #endif
 #ifdef TANDEM_HAVE_PROFILER
@@ -95,12 +97,14 @@ void writeTrace(const std::string& path, const Plan& plan, const cuda::DeviceInf
     gethostname(host, sizeof(host) - 1);
     info.host = host;
     info.devices_json = cuda::devicesJson(cuda::deviceRecord(dev.index));
-    info.tool_version = TANDEM_VERSION;
+    info.tool_version = std::string(toolVersion());
+    info.plan_format = plan.version;
     info.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();
     info.world_size = plan.world_size;
     w.beginRun(info);
+    w.setPlanFacts(plan_trace::planFacts(plan));
     int64_t t = 0;
     for (const auto& s : steps) {
       const int64_t dur = int64_t(s.ms * 1e6);
@@ -161,7 +165,9 @@ std::unique_ptr<profiler::Profiler> startProfiler(const RunOptions& o, const Pla
   gethostname(host, sizeof(host) - 1);
   po.run.host = host;
   po.run.devices_json = cuda::devicesJson(cuda::deviceRecord(dev.index));
-  po.run.tool_version = TANDEM_VERSION;
+  po.run.tool_version = std::string(toolVersion());
+  po.run.plan_format = plan.version;
+  po.plan_facts = plan_trace::planFacts(plan);
   po.run.world_size = plan.world_size;
   po.rank = rank;
   po.device = device;

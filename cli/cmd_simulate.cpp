@@ -11,15 +11,8 @@
 #include "cli/command_registry.h"
 #include "cli/number_checks.h"
 #include "cli/job_options.h"
-#include "engine/plan/planner.h"
-#include "simulator/cost/calibration_warnings.h"
-#include "simulator/cost/cost_model.h"
+#include "simulator/pipeline/simulate_job.h"
 #include "simulator/replay/replay.h"
-#include "simulator/replay/memory_fit_warning.h"
-#include "simulator/pipeline/trace_output.h"
-#include "simulator/topology/topology_presets.h"
-#include "traces/store/atomic_output.h"
-#include "traces/store/trace_writer.h"
 
 namespace tandem::cli {
 namespace {
@@ -43,28 +36,23 @@ struct SimulateOptions {
 double ms(int64_t ns) { return double(ns) / 1e6; }
 double gib(int64_t bytes) { return double(bytes) / double(int64_t(1) << 30); }
 
-sim::SimOptions simOptions(const SimulateOptions& o, const sim::Calibration& cal) {
-  sim::SimOptions so;
-  if (o.symmetry == "auto") so.symmetry = sim::SymmetryMode::Auto;
-  else if (o.symmetry == "on") so.symmetry = sim::SymmetryMode::On;
-  else if (o.symmetry == "off") so.symmetry = sim::SymmetryMode::Off;
-  else throw std::runtime_error("simulate: --symmetric " + o.symmetry + " (allowed: auto, on, off)");
-  if (!o.algorithm.empty()) {
-    auto a = sim::parseAlgorithm(o.algorithm);
-    if (!a || *a == sim::Algorithm::Direct)
-      throw std::runtime_error("simulate: --algorithm " + o.algorithm + " (allowed: ring, tree, nvls)");
-    so.nccl.force_algorithm = a;
+// The flags as the pipeline's settings; a bad spelling is one line naming it.
+sim::SimulateSettings settingsOf(const SimulateOptions& o) {
+  sim::SimulateSettings s;
+  s.topology = o.topology;
+  s.calibration = o.calibration;
+  try {
+    s.symmetry = sim::parseSymmetrySetting(o.symmetry);
+    s.algorithm = sim::parseAlgorithmSetting(o.algorithm);
+    s.protocol = sim::parseProtocolSetting(o.protocol);
+    s.kernel_sharing = sim::parseKernelSharingSetting(o.kernel_sharing);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("simulate: ") + e.what());
   }
-  if (!o.protocol.empty()) {
-    auto p = sim::parseProtocol(o.protocol);
-    if (!p) throw std::runtime_error("simulate: --protocol " + o.protocol + " (allowed: ll, ll128, simple)");
-    so.nccl.force_protocol = p;
-  }
-  so.nccl.allow_nvls = o.nvls;
-  so.nccl.inter_host_tree = o.inter_host_tree;
-  if (o.call_floor_ns >= 0) so.nccl.call_floor_ns = o.call_floor_ns;
-  so.collective_calibration = cal.collectives;
-  return so;
+  s.nvls = o.nvls;
+  s.inter_host_tree = o.inter_host_tree;
+  s.call_floor_ns = o.call_floor_ns;
+  return s;
 }
 
 nlohmann::json toJson(const Plan& plan, const sim::Topology& topo, const sim::SimResult& r,
@@ -141,50 +129,21 @@ void printText(const Plan& plan, const sim::Topology& topo, const sim::SimResult
 }
 
 void runSimulate(const SimulateOptions& o) {
-  const JobSpec job = o.job.load();
-  const Plan plan = buildPlan(job);
-  const sim::Topology topo = sim::loadTopology(resourcePath(o.topology));
-  sim::Calibration cal;
-  if (!o.calibration.empty()) cal = sim::loadCalibration(calibrationPath(o.calibration));
-  if (!o.kernel_sharing.empty())
-    cal.kernel_sharing = o.kernel_sharing == "fair" ? sim::KernelSharing::Fair : sim::KernelSharing::FirstHolds;
-  const sim::SimOptions so = simOptions(o, cal);
-  const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
-  // Said before the work, on stderr, and kept in the JSON document: a
-  // calibration of another GPU, or one that did not measure some of the
-  // plan's shapes, still runs (what-if studies may want it).
-  sim::CalibrationWarnings warnings = sim::calibrationWarnings(plan, topo, cal, cost);
-  for (const std::string& w : warnings.lines) fmt::print(stderr, "tandem simulate: warning: {}\n", w);
-  const sim::SimResult result = sim::simulatePlan(plan, topo, cost, so);
-  // A plan larger than the topology's GPUs: the step is still reported
-  // (what-if studies may want it), with what a real run would say.
-  if (auto memory = sim::memoryFitWarning(plan, topo, result)) {
-    fmt::print(stderr, "tandem simulate: warning: {}\n", memory->line);
-    warnings.lines.push_back(memory->line);
-    warnings.stats.push_back(memory->stat);
-  }
-  const std::vector<sim::SimRankSummary> sums = sim::summarizeRanks(result);
-
-  if (!o.out.empty()) {
-    // Appends to an existing trace file; the file is replaced only when the
-    // whole run has been written.
-    traces::AtomicOutput output(o.out, /*copy_existing=*/true);
-    {
-      traces::TraceWriter writer(output.tempPath());
-      sim::SimTraceOptions to;
-      to.topology_label = o.topology;
-      to.tool_version = std::string("tandem ") + TANDEM_VERSION;
-      to.stats = warnings.stats;
-      sim::writeSimulationTrace(writer, plan, topo, result, to);
-    }
-    output.commit();
-  }
+  sim::SimulateRequest request;
+  request.job = o.job.load();
+  request.settings = settingsOf(o);
+  request.out_path = o.out;
+  // Each warning on stderr as soon as it is known (a calibration's before
+  // the simulation), and kept in the JSON document.
+  sim::SimulateCallbacks callbacks;
+  callbacks.on_warning = [](const std::string& w) { fmt::print(stderr, "tandem simulate: warning: {}\n", w); };
+  const sim::SimulateOutcome out = sim::simulateJob(request, callbacks);
   if (o.json) {
-    nlohmann::json j = toJson(plan, topo, result, sums, o.out);
-    j["warnings"] = warnings.lines;
+    nlohmann::json j = toJson(out.plan, out.topology, out.result, out.ranks, o.out);
+    j["warnings"] = out.warnings;
     fmt::print("{}\n", j.dump(2));
   } else {
-    printText(plan, topo, result, sums, o);
+    printText(out.plan, out.topology, out.result, out.ranks, o);
   }
 }
 

@@ -33,13 +33,4 @@ struct CommandRegistration {
   }
 };
 
-// Resolves a resource path: absolute or relative paths that exist are used as
-// they are, otherwise the path is looked up under the installed resources/.
-std::string resourcePath(const std::string& relative);
-
-// A calibration file, or the name of one that comes with tandem
-// ("h200x2-nv18" for resources/calibration/h200x2-nv18.yaml). What matches
-// neither is returned as given, so that loading it names the path.
-std::string calibrationPath(const std::string& name_or_file);
-
 }  // namespace tandem::cli

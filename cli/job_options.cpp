@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command_registry.h"
+#include "engine/spec/resources.h"
 
 namespace tandem::cli {
 

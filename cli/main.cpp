@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
-#include <filesystem>
 
 #include "cli/command_registry.h"
+#include "vocabulary/version.h"
 
 namespace tandem::cli {
 
@@ -16,31 +16,12 @@ std::vector<CommandEntry>& commandRegistry() {
   return registry;
 }
 
-std::string resourcePath(const std::string& relative) {
-  namespace fs = std::filesystem;
-  if (fs::exists(relative)) return relative;
-  fs::path installed = fs::path(TANDEM_RESOURCE_DIR) / relative;
-  if (fs::exists(installed)) return installed.string();
-  return relative;
-}
-
-std::string calibrationPath(const std::string& name_or_file) {
-  namespace fs = std::filesystem;
-  const std::string path = resourcePath(name_or_file);
-  if (fs::exists(path)) return path;
-  for (const std::string& name : {name_or_file, name_or_file + ".yaml"}) {
-    const fs::path committed = fs::path(TANDEM_RESOURCE_DIR) / "calibration" / name;
-    if (fs::is_regular_file(committed)) return committed.string();
-  }
-  return name_or_file;
-}
-
 }  // namespace tandem::cli
 
 int main(int argc, char** argv) {
   using namespace tandem::cli;
   CLI::App app{"tandem: plan, run, simulate, profile and analyse distributed training steps"};
-  app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
+  app.set_version_flag("--version", std::string(tandem::toolVersion()));
   app.require_subcommand(1);
   auto& registry = commandRegistry();
   std::sort(registry.begin(), registry.end(),

@@ -7,6 +7,7 @@ find_package(yaml-cpp REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
+find_package(ZLIB REQUIRED)
 
 # yaml-cpp 0.7 in Debian exports the plain target name only.
 if(TARGET yaml-cpp AND NOT TARGET yaml-cpp::yaml-cpp)

@@ -39,6 +39,15 @@ QVariant deltaColor(double d) {
 
 }  // namespace
 
+std::vector<CompareSummaryRow> summaryRows(const traces::RunComparison& c) {
+  return {{"step", c.a.step_ns, c.b.step_ns},
+          {"compute", c.a.compute_ns, c.b.compute_ns},
+          {"exposed comm", c.a.exposed_comm_ns, c.b.exposed_comm_ns},
+          {"hidden comm", c.a.hidden_comm_ns, c.b.hidden_comm_ns},
+          {"recompute", c.a.recompute_ns, c.b.recompute_ns},
+          {"idle", c.a.idle_ns, c.b.idle_ns}};
+}
+
 void CompareSummaryModel::setRows(std::vector<CompareSummaryRow> rows) {
   beginResetModel();
   rows_ = std::move(rows);
@@ -65,12 +74,12 @@ QVariant CompareSummaryModel::data(const QModelIndex& index, int role) const {
 }
 
 QVariant CompareSummaryModel::headerData(int section, Qt::Orientation o, int role) const {
-  static const char* titles[] = {"per step (rank 0)", "A", "B", "B - A", "change"};
+  static const char* titles[] = {"per rank and step (median)", "A", "B", "B - A", "change"};
   if (o != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount) return {};
   return tr(titles[section]);
 }
 
-void TaskDeltaModel::setRows(std::vector<TaskDelta> rows) {
+void TaskDeltaModel::setRows(std::vector<traces::TaskDelta> rows) {
   beginResetModel();
   rows_ = std::move(rows);
   endResetModel();
@@ -81,27 +90,26 @@ int TaskDeltaModel::columnCount(const QModelIndex& p) const { return p.isValid()
 QVariant TaskDeltaModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= int(rows_.size())) return {};
   const auto& r = rows_[size_t(index.row())];
+  const double delta = r.b_ns - r.a_ns;
   if (role == Qt::TextAlignmentRole) return align(index.column(), MeanA);
-  if (role == Qt::ForegroundRole && index.column() >= Delta) return deltaColor(r.delta_ns());
+  if (role == Qt::ForegroundRole && index.column() >= Delta) return deltaColor(delta);
   if (role != Qt::DisplayRole && role != kSortRole) return {};
   const bool raw = role == kSortRole;
   switch (index.column()) {
-    case Task: return r.task_id;
+    case Rank: return r.rank;
+    case Task: return qlonglong(r.task_id);
     case Name: return QString::fromStdString(r.name);
-    case Phase: return QString::fromStdString(r.phase);
-    case Stream: return QString::fromStdString(r.stream);
-    case MeanA: return raw ? QVariant(r.mean_a_ns) : QVariant(dur(r.mean_a_ns));
-    case MeanB: return raw ? QVariant(r.mean_b_ns) : QVariant(dur(r.mean_b_ns));
-    case Delta: return raw ? QVariant(r.delta_ns()) : QVariant(signedDur(r.delta_ns()));
-    case DeltaPct:
-      return raw ? QVariant(r.mean_a_ns > 0 ? r.delta_ns() / r.mean_a_ns : 0.0)
-                 : QVariant(pct(r.mean_a_ns, r.mean_b_ns));
+    case Op: return QString::fromStdString(r.op);
+    case MeanA: return raw ? QVariant(r.a_ns) : QVariant(dur(r.a_ns));
+    case MeanB: return raw ? QVariant(r.b_ns) : QVariant(dur(r.b_ns));
+    case Delta: return raw ? QVariant(delta) : QVariant(signedDur(delta));
+    case DeltaPct: return raw ? QVariant(r.a_ns > 0 ? delta / r.a_ns : 0.0) : QVariant(pct(r.a_ns, r.b_ns));
   }
   return {};
 }
 
 QVariant TaskDeltaModel::headerData(int section, Qt::Orientation o, int role) const {
-  static const char* titles[] = {"task", "name", "phase", "stream", "A per step", "B per step", "B - A", "change"};
+  static const char* titles[] = {"rank", "task", "name", "op", "A per step", "B per step", "B - A", "change"};
   if (o != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount) return {};
   return tr(titles[section]);
 }
@@ -200,10 +208,8 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
   task_view->verticalHeader()->hide();
   task_view->verticalHeader()->setDefaultSectionSize(20);
   task_view->horizontalHeader()->setStretchLastSection(true);
-  task_view->horizontalHeader()->resizeSection(1, 300);
+  task_view->horizontalHeader()->resizeSection(TaskDeltaModel::Name, 300);
   task_view->setAlternatingRowColors(true);
-  // Per task (this view's own alignment by task name), and what `tandem
-  // compare` prints for runs from trace files.
   auto* lower = new QTabWidget(split);
   lower->addTab(task_view, tr("Tasks"));
   op_errors_ = new OpErrorModel(this);
@@ -239,12 +245,16 @@ CompareView::CompareView(QWidget* parent) : QWidget(parent) {
 void CompareView::setMessage(const QString& message) {
   title_->setText(message);
   verdict_->clear();
+  trace_summary_->setText(message);
   summary_->setRows({});
   tasks_->setRows({});
-  setTraceComparisonMessage({});
+  op_errors_->setRows({});
+  stream_waits_->setRows({});
 }
 
-void CompareView::setTraceComparison(const traces::RunComparison& c) {
+void CompareView::setComparison(const QString& a_label, const QString& b_label, const traces::RunComparison& c) {
+  title_->setText(tr("A: %1    B: %2").arg(a_label, b_label));
+  verdict_->setText(QString::fromStdString(c.verdict));
   auto pp = [](double a, double b) { return QString::asprintf("%.1f%% / %.1f%% (%+.1f points)", a, b, b - a); };
   trace_summary_->setText(tr("As tandem compare (tasks by %1: %2 matched, %3 only in A, %4 only in B): "
                              "step (median of ranks and steps) %5 / %6, %7; overlap A / B %8; exposed "
@@ -256,27 +266,12 @@ void CompareView::setTraceComparison(const traces::RunComparison& c) {
                               .arg(ms(c.a.step_ns), ms(c.b.step_ns), QString::asprintf("%+.2f%%", c.step_error_pct),
                                    pp(c.a.overlap_pct, c.b.overlap_pct), ms(c.a.exposed_comm_ns),
                                    ms(c.b.exposed_comm_ns)));
+  summary_->setRows(summaryRows(c));
+  tasks_->setRows(c.top_tasks);
   op_errors_->setRows(c.by_op);
   stream_waits_->setRows(c.stream_waits);
 }
 
-void CompareView::setTraceComparisonMessage(const QString& message) {
-  trace_summary_->setText(message);
-  op_errors_->setRows({});
-  stream_waits_->setRows({});
-}
-
 QString CompareView::traceComparisonText() const { return trace_summary_->text(); }
-
-void CompareView::setComparison(const QString& a_label, const QString& b_label, Comparison c) {
-  title_->setText(tr("A: %1    B: %2    (%3 tasks matched, %4 only in A, %5 only in B)")
-                      .arg(a_label, b_label)
-                      .arg(c.matched)
-                      .arg(c.only_a)
-                      .arg(c.only_b));
-  verdict_->setText(QString::fromStdString(c.verdict));
-  summary_->setRows(std::move(c.summary));
-  tasks_->setRows(std::move(c.tasks));
-}
 
 }  // namespace tandem::gui

@@ -1,21 +1,27 @@
 #pragma once
-// Compare view: two runs aligned by step and plan task. A summary of what got
-// faster or slower (step, compute, exposed and hidden communication,
-// recompute, idle, per step on rank 0), a one-line verdict, and the tasks
-// whose mean duration changed most. For runs from trace files, also what
-// `tandem compare` prints (traces/analysis/compare.h, computed on a worker thread):
-// the step-time error, overlap and exposed communication of both runs, the
-// error distribution per op kind and each stream's waits side by side.
+// Compare view: what `tandem compare` computes for two runs of trace files
+// (traces/analysis/compare.h; the main window runs it on a worker thread):
+// a summary of what got faster or slower (step, compute, exposed and hidden
+// communication, recompute, idle: per rank and step, median), a one-line
+// verdict, the tasks whose time per step changed most, the error
+// distribution per op kind and each stream's waits side by side.
 
 #include <QAbstractTableModel>
 #include <QWidget>
 
-#include "gui/compare.h"
 #include "traces/analysis/compare.h"
 
 class QLabel;
 
 namespace tandem::gui {
+
+// One row of the summary: a figure per rank and step in A and B.
+struct CompareSummaryRow {
+  std::string metric;  // "step", "compute", "exposed comm", "hidden comm", "recompute", "idle"
+  double a_ns = 0;
+  double b_ns = 0;
+};
+std::vector<CompareSummaryRow> summaryRows(const traces::RunComparison& c);
 
 class CompareSummaryModel : public QAbstractTableModel {
   Q_OBJECT
@@ -35,16 +41,17 @@ class CompareSummaryModel : public QAbstractTableModel {
 class TaskDeltaModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Task, Name, Phase, Stream, MeanA, MeanB, Delta, DeltaPct, ColumnCount };
+  enum Column { Rank, Task, Name, Op, MeanA, MeanB, Delta, DeltaPct, ColumnCount };
   using QAbstractTableModel::QAbstractTableModel;
-  void setRows(std::vector<TaskDelta> rows);
+  void setRows(std::vector<traces::TaskDelta> rows);
+  const std::vector<traces::TaskDelta>& rows() const { return rows_; }
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role) const override;
   QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
 
  private:
-  std::vector<TaskDelta> rows_;
+  std::vector<traces::TaskDelta> rows_;
 };
 
 // Per op kind: tasks, time per step in A and B, |B - A| / A per task
@@ -87,16 +94,15 @@ class CompareView : public QWidget {
   Q_OBJECT
  public:
   explicit CompareView(QWidget* parent = nullptr);
-  void setComparison(const QString& a_label, const QString& b_label, Comparison comparison);
+  // Says why there is no comparison (none chosen, runs not from files, no
+  // plan task ids, still computing) and empties the tables.
   void setMessage(const QString& message);
-  // The trace store's comparison of the same two runs, once computed; or
-  // why there is none (runs not from files, no plan task ids, computing).
-  void setTraceComparison(const traces::RunComparison& c);
-  void setTraceComparisonMessage(const QString& message);
+  void setComparison(const QString& a_label, const QString& b_label, const traces::RunComparison& c);
   CompareSummaryModel* summary() const { return summary_; }
   TaskDeltaModel* tasks() const { return tasks_; }
   OpErrorModel* opErrors() const { return op_errors_; }
   StreamWaitModel* streamWaits() const { return stream_waits_; }
+  // The line under the title: the figures as `tandem compare` states them, or the message.
   QString traceComparisonText() const;
 
  private:

@@ -18,7 +18,8 @@ QThread* startTraceComparison(QObject* owner, TraceComparisonRequest request,
       std::unique_ptr<traces::TraceReader> other;
       if (request.b_path != request.a_path) other = std::make_unique<traces::TraceReader>(request.b_path);
       traces::TraceReader& b = other ? *other : a;
-      auto c = std::make_shared<traces::RunComparison>(traces::compareRuns(a, request.a_run, b, request.b_run));
+      auto c = std::make_shared<traces::RunComparison>(
+          traces::compareRuns(a, request.a_run, b, request.b_run, request.top_n));
       QMetaObject::invokeMethod(owner, [done, c] { done(*c); }, Qt::QueuedConnection);
     } catch (const std::exception& e) {
       QMetaObject::invokeMethod(

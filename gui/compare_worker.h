@@ -17,6 +17,7 @@ namespace tandem::gui {
 struct TraceComparisonRequest {
   std::string a_path, b_path;  // trace databases (A: the reference)
   int64_t a_run = -1, b_run = -1;
+  size_t top_n = 20;           // tasks listed, largest difference first
 };
 
 // Starts the worker and returns it (it deletes itself when finished). `done`

@@ -3,6 +3,7 @@
 #include <QDateTime>
 #include <QFileInfo>
 
+#include "gui/run_loader.h"
 #include "gui/timeline_math.h"
 
 namespace tandem::gui {
@@ -155,18 +156,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
     case Id: return raw ? QVariant(qlonglong(e.info.id)) : QVariant(QString::number(e.info.id));
     case Kind: return QString::fromStdString(std::string(traces::toString(e.info.kind)));
     case Name: return QString::fromStdString(e.info.name);
-    case Job: {
-      // The job's own name from its YAML, else its content hash.
-      const QString yaml = QString::fromStdString(e.info.job_yaml);
-      for (const QString& line : yaml.split('\n'))
-        if (line.startsWith("name:")) return line.mid(5).trimmed().remove('"');
-      return QString::fromStdString(e.info.job_hash).left(12);
-    }
-    case Topology: {
-      // Presets are stored by name; whole files by their contents: show the first line.
-      QString topo = QString::fromStdString(e.info.topology);
-      return topo.section('\n', 0, 0).left(40);
-    }
+    case Job: return QString::fromStdString(jobNameOf(e.info));
+    case Topology: return QString::fromStdString(e.info.topology).left(40);
     case Ranks: return raw ? QVariant(e.info.world_size) : QVariant(QString::number(e.info.world_size));
     case Date:
       if (raw) return QVariant(qlonglong(e.info.created_unix_ns));

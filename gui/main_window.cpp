@@ -37,6 +37,10 @@
 
 namespace tandem::gui {
 
+// Tasks the compare view lists, largest difference first: every task of a
+// GPT-2-size step, and a bound on a thousand-layer one's.
+constexpr size_t kCompareTasksShown = 20000;
+
 namespace {
 
 // sort_column < 0 keeps the model's own order (longest first for statistics).
@@ -198,17 +202,18 @@ void MainWindow::buildMenus() {
   sim_menu->addAction(tr("&What-if..."), this, [this] {
     // Based on the shown run's job and topology; the new run is appended to
     // the shown run's file.
-    QString job, topo;
+    QString job, topo, topo_yaml;
     if (!current_path_.isEmpty()) {
       for (int r = 0; r < runs_->rowCount(); ++r) {
         const auto& e = runs_->entry(r);
         if (QString::fromStdString(e.path) == current_path_ && e.info.id == current_run_) {
           job = QString::fromStdString(e.info.job_yaml);
           topo = QString::fromStdString(e.info.topology);
+          topo_yaml = QString::fromStdString(e.info.topology_yaml);
         }
       }
     }
-    auto* dialog = new WhatIfDialog(job, topo, current_path_, this);
+    auto* dialog = new WhatIfDialog(job, topo, current_path_, this, topo_yaml);
     dialog->setAttribute(Qt::WA_DeleteOnClose);
     connect(dialog, &WhatIfDialog::runCreated, this, [this](const QString& path, qint64 run) {
       const QString old_path = current_path_;
@@ -327,8 +332,7 @@ void MainWindow::showLoaded(const QString& path, LoadedRun loaded) {
   current_path_ = QString::fromStdString(loaded.path);  // an imported file's database
   current_run_ = loaded.info.id;
   current_label_ = label;
-  recompute_view_->setRun(current_path_, QString::fromStdString(loaded.info.job_yaml),
-                          QString::fromStdString(loaded.info.topology), loaded.timeline);
+  recompute_view_->setRun(current_path_, loaded.info, loaded.facts, loaded.schema_version, loaded.timeline);
   showTopologyOf(loaded);
   refreshComparison();
   // What the run's producer warned about stays in view until the next
@@ -398,14 +402,17 @@ void MainWindow::setView(View view) { tabs_->setCurrentIndex(int(view)); }
 
 void MainWindow::showTopologyOf(const LoadedRun& run) {
   const std::string& topo = run.info.topology;
-  if (topo.empty()) {
+  if (topo.empty() && run.info.topology_yaml.empty()) {
     topology_view_->setMessage(tr("This run names no topology."));
     return;
   }
   try {
-    // The store keeps a preset's name or a whole topology file's text.
-    sim::Topology t = topo.find('\n') == std::string::npos ? sim::loadTopology(topo)
-                                                           : sim::parseTopologyYaml(topo, "<run topology>");
+    // The topology the run was simulated on, as it stored it; runs from
+    // before the store kept the text name a preset.
+    sim::Topology t = run.info.topology_yaml.empty()
+                          ? sim::loadTopology(topo)
+                          : sim::parseTopologyYaml(run.info.topology_yaml, "<topology of run " +
+                                                                                std::to_string(run.info.id) + ">");
     std::map<std::string, double> util;
     traces::TraceReader reader(run.path);
     const std::string prefix = "link.util.";
@@ -416,45 +423,43 @@ void MainWindow::showTopologyOf(const LoadedRun& run) {
       }
     topology_view_->setTopology(std::move(t), std::move(util));
   } catch (const std::exception& e) {
-    topology_view_->setMessage(tr("Cannot show topology %1: %2")
-                                   .arg(QString::fromStdString(topo).section('\n', 0, 0), QString::fromUtf8(e.what())));
+    topology_view_->setMessage(
+        tr("Cannot show topology %1: %2").arg(QString::fromStdString(topo), QString::fromUtf8(e.what())));
   }
 }
 
 void MainWindow::refreshComparison() {
   const TimelineData* d = timeline_->data();
+  const int generation = ++trace_compare_generation_;
+  trace_compare_pending_ = false;
   if (!compare_ || !d) {
     compare_view_->setMessage(tr("Choose a run in the Runs panel and press \"Compare shown run with selected\"."));
     return;
   }
-  compare_view_->setComparison(compare_label_, current_label_,
-                               compareRuns(*compare_, compare_breakdown_, *d, current_breakdown_, 0));
-  const int generation = ++trace_compare_generation_;
-  trace_compare_pending_ = false;
   if (compare_path_.isEmpty() || current_path_.isEmpty()) {
-    compare_view_->setTraceComparisonMessage(
-        tr("The error by op and the stream waits of tandem compare need both runs from trace files."));
+    compare_view_->setMessage(tr("Comparing needs both runs from trace files (as tandem compare)."));
     return;
   }
-  compare_view_->setTraceComparisonMessage(tr("Comparing as tandem compare…"));
+  compare_view_->setMessage(tr("Comparing as tandem compare…"));
   TraceComparisonRequest request;
   request.a_path = compare_path_.toStdString();
   request.a_run = compare_run_;
   request.b_path = current_path_.toStdString();
   request.b_run = current_run_;
+  request.top_n = kCompareTasksShown;
   trace_compare_pending_ = true;
   std::erase_if(trace_compare_workers_, [](const QPointer<QThread>& w) { return w.isNull(); });
   trace_compare_workers_.push_back(startTraceComparison(
       this, request,
-      [this, generation](const traces::RunComparison& c) {
+      [this, generation, a = compare_label_, b = current_label_](const traces::RunComparison& c) {
         if (generation != trace_compare_generation_) return;
         trace_compare_pending_ = false;
-        compare_view_->setTraceComparison(c);
+        compare_view_->setComparison(a, b, c);
       },
       [this, generation](const QString& message) {
         if (generation != trace_compare_generation_) return;
         trace_compare_pending_ = false;
-        compare_view_->setTraceComparisonMessage(tr("No tandem compare figures: %1").arg(message));
+        compare_view_->setMessage(tr("No comparison: %1").arg(message));
       }));
 }
 

@@ -1,7 +1,6 @@
 #include "gui/recompute_view.h"
 
 #include <QComboBox>
-#include <QDir>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -16,8 +15,8 @@
 #include <algorithm>
 #include <map>
 
-#include "engine/memory/gpu_footprint.h"
 #include "gui/item_models.h"
+#include "gui/run_loader.h"
 #include "gui/timeline_math.h"
 #include "gui/timeline_palette.h"
 #include "gui/what_if_worker.h"
@@ -30,7 +29,7 @@ QString mib(int64_t bytes) { return QString::number(double(bytes) / double(1 << 
 
 }  // namespace
 
-std::vector<RecomputeRow> recomputeRows(const Plan& plan, const TimelineData* run) {
+std::vector<RecomputeRow> recomputeRows(const traces::PlanFacts& facts, const TimelineData* run) {
   std::map<int, int64_t> extra;
   if (run) {
     for (const Track& t : run->tracks) {
@@ -42,9 +41,11 @@ std::vector<RecomputeRow> recomputeRows(const Plan& plan, const TimelineData* ru
     for (auto& [layer, ns] : extra) ns /= steps;
   }
   std::vector<RecomputeRow> rows;
-  for (const auto& d : plan.recompute)
-    rows.push_back(
-        {d.layer, d.policy, d.bytes_kept, d.bytes_saved, d.extra_flops, extra.count(d.layer) ? extra[d.layer] : 0});
+  for (const traces::RecomputeRow& d : facts.recompute) {
+    const int64_t measured = extra.count(d.layer) ? extra[d.layer] : 0;
+    rows.push_back({d.layer, parseRecomputePolicy(d.policy).value_or(RecomputePolicy::None), d.bytes_kept,
+                    d.bytes_saved, d.extra_flops, d.extra_ns >= 0 ? d.extra_ns : measured});
+  }
   return rows;
 }
 
@@ -256,39 +257,42 @@ void RecomputeView::clear(const QString& why) {
   run_button_->setEnabled(false);
 }
 
-void RecomputeView::setRun(const QString& path, const QString& job_yaml, const QString& topology,
-                           std::shared_ptr<const TimelineData> timeline) {
+void RecomputeView::setRun(const QString& path, const traces::RunInfo& info, const traces::PlanFacts& facts,
+                           int schema_version, std::shared_ptr<const TimelineData> timeline) {
   path_ = path;
-  job_yaml_ = job_yaml;
-  if (!topology.isEmpty() && !topology.contains('\n')) topology_->setText(topology);
-  if (job_yaml.isEmpty()) {
-    clear(tr("This run carries no job, so its recompute choices are unknown."));
+  job_yaml_ = QString::fromStdString(info.job_yaml);
+  run_topology_ = QString::fromStdString(info.topology);
+  run_topology_yaml_ = QString::fromStdString(info.topology_yaml);
+  if (!run_topology_.isEmpty()) topology_->setText(run_topology_);
+  if (facts.recompute.empty()) {
+    clear(schema_version < 2 ? tr("This run was written before tandem stored its plan's decisions (trace schema %1), "
+                                  "so they are not known; re-plan and simulate to see today's plan of its job.")
+                                   .arg(schema_version)
+                             : tr("This run carries no plan facts (an imported trace or a run without a plan)."));
+    run_button_->setEnabled(!path_.isEmpty() && !job_yaml_.isEmpty());
     return;
   }
-  try {
-    const Plan plan = planFor(job_yaml.toStdString());
-    auto rows = recomputeRows(plan, timeline.get());
-    int64_t kept = 0, saved = 0, extra = 0;
-    for (const auto& r : rows) {
-      kept += r.bytes_kept;
-      saved += r.bytes_saved;
-      extra += r.extra_ns;
-    }
-    // What `tandem run` checks against free device memory before it
-    // allocates: the arena, the executor's buffers, the reserve.
-    const int64_t run_bytes = plan.programs.empty() ? 0 : gpu_footprint::runBytes(plan.programs[0]);
-    summary_->setText(tr("<b>%1</b> · %2 layers · activations kept %3, saved %4 per micro-batch "
-                         "· recompute %5 per step · planned peak memory %6 · a GPU run needs %7 free per rank")
-                          .arg(QString::fromStdString(plan.job.name))
-                          .arg(rows.size())
-                          .arg(mib(kept), mib(saved), QString::fromStdString(formatDuration(extra)),
-                               mib(plan.programs.empty() ? 0 : plan.programs[0].memory.peak_bytes), mib(run_bytes)));
-    model_->setRows(rows);
-    chart_->setRows(std::move(rows));
-    run_button_->setEnabled(!path_.isEmpty());
-  } catch (const std::exception& e) {
-    clear(tr("Cannot plan this run's job: %1").arg(QString::fromUtf8(e.what())));
+  auto rows = recomputeRows(facts, timeline.get());
+  int64_t kept = 0, saved = 0, extra = 0;
+  for (const auto& r : rows) {
+    kept += r.bytes_kept;
+    saved += r.bytes_saved;
+    extra += r.extra_ns;
   }
+  // Rank 0's program: its planned peak, and what `tandem run` checks against
+  // free device memory before it allocates (arena, executor buffers, reserve).
+  const traces::MemoryRow* memory = nullptr;
+  for (const traces::MemoryRow& m : facts.memory)
+    if (!memory || m.first_rank == 0) memory = &m;
+  summary_->setText(tr("<b>%1</b> · %2 layers · activations kept %3, saved %4 per micro-batch "
+                       "· recompute %5 per step · planned peak memory %6 · a GPU run needs %7 free per rank")
+                        .arg(QString::fromStdString(jobNameOf(info)))
+                        .arg(rows.size())
+                        .arg(mib(kept), mib(saved), QString::fromStdString(formatDuration(extra)),
+                             mib(memory ? memory->peak_bytes : 0), mib(memory ? memory->gpu_run_bytes : 0)));
+  model_->setRows(rows);
+  chart_->setRows(std::move(rows));
+  run_button_->setEnabled(!path_.isEmpty() && !job_yaml_.isEmpty());
 }
 
 QString RecomputeView::summaryText() const { return summary_->text(); }
@@ -309,7 +313,9 @@ void RecomputeView::simulateTable() {
   WhatIfRequest req;
   req.job_yaml = job_yaml_.toStdString();
   req.overrides = recomputeOverrides(policies);
-  req.topology = topology_->text().toStdString();
+  req.settings.topology = topology_->text().trimmed().toStdString();
+  if (!run_topology_yaml_.isEmpty() && topology_->text().trimmed() == run_topology_)
+    req.settings.topology_yaml = run_topology_yaml_.toStdString();
   req.out_path = path_.toStdString();
   req.run_name = counts.size() == 1 ? "what-if: recompute " + std::string(toString(policies.begin()->second))
                                     : "what-if: recompute per layer (" + label + ")";

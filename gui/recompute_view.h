@@ -1,11 +1,14 @@
 #pragma once
-// Recompute view: per layer the recompute policy of the run's plan, the
-// activation memory it keeps and saves, the extra FLOPs, and the extra time
-// the run spent recomputing that layer (simulated or measured, from the
-// timeline). A chart puts memory against time. The policy column is
-// editable per layer (and a control sets all layers at once); re-planning
-// and re-simulating with the table's choices runs on a worker thread, with
-// progress, and the result opens as a new run beside the old one.
+// Recompute view: per layer the recompute policy the run was planned with,
+// the activation memory it keeps and saves, the extra FLOPs, and the extra
+// time the run spent recomputing that layer (as simulated, or measured from
+// a profile's timeline). All of it is read from the facts the run recorded
+// (traces' PlanFacts), never re-planned: a run shows the decisions it ran
+// with, whatever today's planner would choose. A chart puts memory against
+// time. The policy column is editable per layer (and a control sets all
+// layers at once); re-planning and re-simulating with the table's choices is
+// a what-if on a worker thread, with progress, and the result opens as a new
+// run beside the old one.
 
 #include <QAbstractTableModel>
 #include <QStyledItemDelegate>
@@ -15,7 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/plan/plan.h"
+#include "engine/ir/types.h"
+#include "traces/store/trace_model.h"
 #include "gui/timeline_data.h"
 #include "gui/what_if.h"
 
@@ -37,8 +41,10 @@ struct RecomputeRow {
   int64_t extra_ns = 0;  // recompute time of the layer per step on rank 0, from the run
 };
 
-// Rows of a plan's recompute decisions joined with the run's recompute time.
-std::vector<RecomputeRow> recomputeRows(const Plan& plan, const TimelineData* run);
+// Rows of a run's recorded recompute decisions, with the time the run
+// recorded for each layer or, where it recorded none (a real run), the time
+// its timeline spent recomputing the layer on rank 0 per step.
+std::vector<RecomputeRow> recomputeRows(const traces::PlanFacts& facts, const TimelineData* run);
 
 // The job overrides that plan exactly the given per-layer policies
 // ("recompute.layers.3=full", ...).
@@ -94,9 +100,10 @@ class RecomputeView : public QWidget {
  public:
   explicit RecomputeView(QWidget* parent = nullptr);
   ~RecomputeView() override;
-  // The run to explain: its job (YAML), topology and timeline; `path` is the
-  // file new what-if runs are appended to.
-  void setRun(const QString& path, const QString& job_yaml, const QString& topology,
+  // The run to explain: its row (job, topology), the plan facts it recorded,
+  // the schema of its file (to say why facts are missing) and its timeline;
+  // `path` is the file new what-if runs are appended to.
+  void setRun(const QString& path, const traces::RunInfo& info, const traces::PlanFacts& facts, int schema_version,
               std::shared_ptr<const TimelineData> timeline);
   void clear(const QString& why);
   RecomputeModel* model() const { return model_; }
@@ -124,6 +131,8 @@ class RecomputeView : public QWidget {
   RecomputeChart* chart_ = nullptr;
   QString path_;
   QString job_yaml_;
+  QString run_topology_;       // the run's topology name ...
+  QString run_topology_yaml_;  // ... and its text, used while the name is kept
   QThread* worker_ = nullptr;
 };
 

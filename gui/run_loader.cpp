@@ -126,6 +126,22 @@ std::string describeRun(const traces::RunInfo& info) {
   return s;
 }
 
+std::string jobNameOf(const traces::RunInfo& info) {
+  size_t at = 0;
+  while (at < info.job_yaml.size()) {
+    const size_t end = std::min(info.job_yaml.find('\n', at), info.job_yaml.size());
+    const std::string_view line(info.job_yaml.data() + at, end - at);
+    if (line.rfind("name:", 0) == 0) {
+      std::string name(line.substr(5));
+      name.erase(std::remove(name.begin(), name.end(), '"'), name.end());
+      const size_t first = name.find_first_not_of(" \t"), last = name.find_last_not_of(" \t\r");
+      return first == std::string::npos ? std::string() : name.substr(first, last - first + 1);
+    }
+    at = end + 1;
+  }
+  return info.job_hash.substr(0, 12);
+}
+
 namespace {
 
 // Power from the energy counter. NVML's usual power reading is a one-second
@@ -199,6 +215,8 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& o
   out.path = reader.path();
   if (run < 0) run = reader.defaultRunId();
   out.info = reader.run(run);
+  out.facts = reader.planFacts(run, /*with_plan=*/false);
+  out.schema_version = reader.schemaVersion();
   for (traces::StatRow& st : reader.stats(run))
     if (st.severity != traces::Severity::Info) out.warnings.push_back(std::move(st));
   auto data = std::make_shared<TimelineData>();

@@ -75,6 +75,10 @@ struct LoadedRun {
   // The run's stats above severity info: what its producer warned about
   // (dropped records, import anomalies, a simulation's calibration).
   std::vector<traces::StatRow> warnings;
+  // What the run recorded of its plan (recompute decisions, memory), without
+  // the encoded plan; empty for runs that stored none.
+  traces::PlanFacts facts;
+  int schema_version = 0;  // of the file read (traces/store/schema.h)
 };
 
 // Loads run `run` (or the file's default run when run < 0).
@@ -91,5 +95,8 @@ std::string traceDatabaseFor(const std::string& path);
 std::vector<RankBreakdown> breakdownFromTimeline(const TimelineData& data);
 
 std::string describeRun(const traces::RunInfo& info);
+// The job's own name from the run's job YAML (its `name:` line), else the
+// first 12 characters of its content hash.
+std::string jobNameOf(const traces::RunInfo& info);
 
 }  // namespace tandem::gui

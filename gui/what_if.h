@@ -1,6 +1,8 @@
 #pragma once
-// What-if: re-plan a job with changed settings, simulate one step on a
-// topology and append the result to a trace file as a new simulated run.
+// What-if: re-plan a run's job with changed settings, simulate one step and
+// append the result to a trace file as a new simulated run. A thin adapter
+// over the one plan -> simulate -> trace pipeline (simulator/pipeline/
+// simulate_job.h), so the GUI offers every setting `tandem simulate` has.
 // The GUI runs this on a worker thread; tests call it directly. Qt-free.
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 
 #include "engine/memory/memory_fit.h"
 #include "engine/plan/plan.h"
+#include "simulator/pipeline/simulate_job.h"
 
 namespace tandem::gui {
 
@@ -17,12 +20,10 @@ struct WhatIfRequest {
   std::string job_yaml;                 // the base job; empty: the built-in GPT-2 124M, data parallel 8
   std::string job_source = "<run>";     // named in spec errors
   std::vector<std::string> overrides;   // "recompute.policy=full", "training.micro_batch=8", ...
-  std::string topology = "dgx-h200";    // preset name or topology file
+  // Topology, calibration and the simulator's options, as `tandem simulate` takes them.
+  sim::SimulateSettings settings;
   std::string out_path;                 // trace file the run is appended to
   std::string run_name;                 // default: the job's name + " (what-if)"
-  // Calibration file (docs/simulator.md) replacing the roofline defaults, as
-  // `tandem simulate --calibration`; empty: the defaults.
-  std::string calibration;
 };
 
 struct WhatIfResult {
@@ -43,12 +44,9 @@ struct WhatIfResult {
 };
 
 // progress(percent, stage) is called from the calling thread between stages.
-// Throws SpecError, TopologyError, CalibrationError, SimulationError or
-// TraceError with a readable message.
+// Throws SpecError, TopologyError, CalibrationError, SimulationError,
+// std::invalid_argument or TraceError with a readable message.
 WhatIfResult runWhatIf(const WhatIfRequest& request,
                        const std::function<void(int, const std::string&)>& progress = {});
-
-// The plan of a run's job with overrides applied (for the recompute view).
-Plan planFor(const std::string& job_yaml, const std::vector<std::string>& overrides = {});
 
 }  // namespace tandem::gui

@@ -3,7 +3,6 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDialogButtonBox>
-#include <QDir>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QHBoxLayout>
@@ -18,6 +17,7 @@
 #include "engine/spec/job.h"
 #include "gui/timeline_math.h"
 #include "gui/what_if_worker.h"
+#include "simulator/cost/calibration_lookup.h"
 #include "simulator/topology/topology_presets.h"
 
 namespace tandem::gui {
@@ -26,8 +26,10 @@ namespace {
 const QString kNoCalibration = QStringLiteral("none");
 }  // namespace
 
-WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, const QString& out_path, QWidget* parent)
-    : QDialog(parent), job_yaml_(job_yaml), out_path_(out_path) {
+WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, const QString& out_path, QWidget* parent,
+                           const QString& topology_yaml)
+    : QDialog(parent), job_yaml_(job_yaml), out_path_(out_path), run_topology_(topology),
+      run_topology_yaml_(topology_yaml) {
   setWindowTitle(tr("What-if"));
   JobSpec job = defaultJob();
   try {
@@ -39,18 +41,24 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
   topology_ = new QComboBox(this);
   topology_->setEditable(true);  // a preset name or a topology file
   for (const auto& name : sim::fixedPresetNames()) topology_->addItem(QString::fromStdString(name));
-  setTopology(topology.isEmpty() || topology.contains('\n') ? QString("dgx-h200") : topology);
+  setTopology(topology.isEmpty() ? QString("dgx-h200") : topology);
   form->addRow(tr("topology (preset or file)"), topology_);
   calibration_ = new QComboBox(this);
   calibration_->setEditable(true);  // "none" or a calibration file
   calibration_->addItem(kNoCalibration);
   // The calibrations that come with tandem (resources/calibration).
-  const QDir committed(QStringLiteral(TANDEM_RESOURCE_DIR "/calibration"));
-  for (const QString& f : committed.entryList({"*.yaml"}, QDir::Files, QDir::Name))
-    calibration_->addItem(committed.filePath(f));
+  for (const std::string& f : sim::committedCalibrations()) calibration_->addItem(QString::fromStdString(f));
   calibration_->setToolTip(tr("Measured kernel and collective times replacing the roofline defaults "
                               "(tandem calibrate); a calibration of another GPU than the topology's is warned about"));
   form->addRow(tr("calibration (none or file)"), calibration_);
+  addJobFields(form, job);
+  addSimulatorFields(form);
+  auto* layout = new QVBoxLayout(this);
+  layout->addLayout(form);
+  addStatusArea(layout);
+}
+
+void WhatIfDialog::addJobFields(QFormLayout* form, const JobSpec& job) {
   dp_ = new QSpinBox(this);
   dp_->setRange(1, 4096);
   dp_->setValue(job.parallel.data_parallel);
@@ -144,14 +152,47 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
                                  "leaving a multiple of 8 tokens)"));
   form->addRow(tr("LM head groups"), lm_head_chunks_);
 
-  auto* layout = new QVBoxLayout(this);
-  layout->addLayout(form);
+}
+
+void WhatIfDialog::addSimulatorFields(QFormLayout* form) {
+  // `tandem simulate`'s options, with its defaults.
+  symmetry_ = new QComboBox(this);
+  symmetry_->addItems({"auto", "on", "off"});
+  symmetry_->setToolTip(tr("Simulate one representative rank per program: auto (when the check passes), on, off "
+                           "(every rank)"));
+  form->addRow(tr("symmetric ranks"), symmetry_);
+  algorithm_ = new QComboBox(this);
+  algorithm_->addItems({tr("model's choice"), "ring", "tree", "nvls"});
+  form->addRow(tr("collective algorithm"), algorithm_);
+  protocol_ = new QComboBox(this);
+  protocol_->addItems({tr("model's choice"), "ll", "ll128", "simple"});
+  form->addRow(tr("collective protocol"), protocol_);
+  nvls_ = new QCheckBox(tr("allow NVLink SHARP all-reduce on NVSwitch machines"), this);
+  form->addRow(tr("NVLS"), nvls_);
+  inter_host_tree_ = new QCheckBox(tr("allow tree all-reduce across hosts (slow to simulate at scale)"), this);
+  form->addRow(tr("trees across hosts"), inter_host_tree_);
+  call_floor_us_ = new QSpinBox(this);
+  call_floor_us_->setRange(-1, 1'000'000);
+  call_floor_us_->setValue(-1);
+  call_floor_us_->setSuffix(" us");
+  call_floor_us_->setSpecialValueText(tr("model default (20 us)"));
+  call_floor_us_->setToolTip(tr("Shortest time of one collective call: host overhead of eager frameworks; 0 for "
+                                "CUDA-graph replays"));
+  form->addRow(tr("collective call floor"), call_floor_us_);
+  kernel_sharing_ = new QComboBox(this);
+  kernel_sharing_->addItems({tr("calibration's"), "first_holds", "fair"});
+  kernel_sharing_->setToolTip(tr("How kernels of two compute streams divide a GPU: first_holds (the one that started "
+                                 "first runs as alone) or fair (processor sharing)"));
+  form->addRow(tr("kernel sharing"), kernel_sharing_);
+}
+
+void WhatIfDialog::addStatusArea(QVBoxLayout* layout) {
   progress_ = new QProgressBar(this);
   progress_->setRange(0, 100);
   progress_->setValue(0);
   layout->addWidget(progress_);
-  status_ = new QLabel(out_path.isEmpty() ? tr("No trace file to append the new run to.")
-                                          : tr("The new run is appended to %1").arg(out_path),
+  status_ = new QLabel(out_path_.isEmpty() ? tr("No trace file to append the new run to.")
+                                           : tr("The new run is appended to %1").arg(out_path_),
                        this);
   status_->setWordWrap(true);
   layout->addWidget(status_);
@@ -169,7 +210,7 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
   layout->addWidget(fit_row_);
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, this);
   simulate_ = buttons->addButton(tr("Simulate"), QDialogButtonBox::ActionRole);
-  simulate_->setEnabled(!out_path.isEmpty());
+  simulate_->setEnabled(!out_path_.isEmpty());
   layout->addWidget(buttons);
   connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
   connect(simulate_, &QPushButton::clicked, this, &WhatIfDialog::start);
@@ -220,14 +261,38 @@ bool WhatIfDialog::sequenceParallel() const { return tp_->value() > 1 && sequenc
 // Chunks only with stages to deal them over.
 int WhatIfDialog::pipelineChunks() const { return pp_->value() > 1 ? pipeline_chunks_->value() : 1; }
 
-WhatIfRequest WhatIfDialog::request() const {
-  WhatIfRequest r;
-  r.job_yaml = job_yaml_.toStdString();
-  r.topology = topology_->currentText().trimmed().toStdString();
+sim::SimulateSettings WhatIfDialog::settings() const {
+  sim::SimulateSettings s;
+  s.topology = topology_->currentText().trimmed().toStdString();
+  // The run's own topology while its name is kept: its stored text, so that
+  // a file no longer at hand still simulates.
+  if (!run_topology_yaml_.isEmpty() && topology_->currentText().trimmed() == run_topology_)
+    s.topology_yaml = run_topology_yaml_.toStdString();
   const QString calibration = calibration_->currentText().trimmed();
-  if (!calibration.isEmpty() && calibration != kNoCalibration) r.calibration = calibration.toStdString();
-  r.out_path = out_path_.toStdString();
-  r.overrides = {
+  if (!calibration.isEmpty() && calibration != kNoCalibration) s.calibration = calibration.toStdString();
+  s.symmetry = sim::parseSymmetrySetting(symmetry_->currentText().toStdString());
+  s.algorithm = sim::parseAlgorithmSetting(algorithm_->currentIndex() == 0 ? "" : algorithm_->currentText().toStdString());
+  s.protocol = sim::parseProtocolSetting(protocol_->currentIndex() == 0 ? "" : protocol_->currentText().toStdString());
+  s.nvls = nvls_->isChecked();
+  s.inter_host_tree = inter_host_tree_->isChecked();
+  s.call_floor_ns = call_floor_us_->value() < 0 ? -1 : int64_t(call_floor_us_->value()) * 1000;
+  s.kernel_sharing = sim::parseKernelSharingSetting(
+      kernel_sharing_->currentIndex() == 0 ? "" : kernel_sharing_->currentText().toStdString());
+  return s;
+}
+
+void WhatIfDialog::setSimulatorOptions(const sim::SimulateSettings& s) {
+  symmetry_->setCurrentIndex(s.symmetry == sim::SymmetryMode::Auto ? 0 : s.symmetry == sim::SymmetryMode::On ? 1 : 2);
+  algorithm_->setCurrentIndex(s.algorithm ? algorithm_->findText(QString::fromUtf8(sim::toString(*s.algorithm).data())) : 0);
+  protocol_->setCurrentIndex(s.protocol ? protocol_->findText(QString::fromUtf8(sim::toString(*s.protocol).data())) : 0);
+  nvls_->setChecked(s.nvls);
+  inter_host_tree_->setChecked(s.inter_host_tree);
+  call_floor_us_->setValue(s.call_floor_ns < 0 ? -1 : int(s.call_floor_ns / 1000));
+  kernel_sharing_->setCurrentIndex(!s.kernel_sharing ? 0 : *s.kernel_sharing == sim::KernelSharing::FirstHolds ? 1 : 2);
+}
+
+std::vector<std::string> WhatIfDialog::jobOverrides() const {
+  std::vector<std::string> o = {
       "parallel.data_parallel=" + std::to_string(dp_->value()),
       "parallel.tensor_parallel=" + std::to_string(tp_->value()),
       std::string("parallel.sequence_parallel=") + (sequenceParallel() ? "true" : "false"),
@@ -243,32 +308,47 @@ WhatIfRequest WhatIfDialog::request() const {
       "schedule.lm_head_chunks=" + std::to_string(lm_head_chunks_->value()),
   };
   const auto sharding = Sharding(sharding_->currentIndex());
-  r.overrides.push_back(std::string("parallel.shard_optimizer=") +
-                        (sharding == Sharding::Optimizer ? "true" : "false"));
-  r.overrides.push_back(std::string("parallel.shard_parameters=") +
-                        (sharding == Sharding::Parameters ? "true" : "false"));
+  o.push_back(std::string("parallel.shard_optimizer=") + (sharding == Sharding::Optimizer ? "true" : "false"));
+  o.push_back(std::string("parallel.shard_parameters=") + (sharding == Sharding::Parameters ? "true" : "false"));
   const int shard_group = sharding == Sharding::Parameters ? shard_group_->value() : 0;
-  r.overrides.push_back("parallel.shard_group_size=" + std::to_string(shard_group));
+  o.push_back("parallel.shard_group_size=" + std::to_string(shard_group));
+  return o;
+}
+
+std::string WhatIfDialog::runName(const WhatIfRequest& r) const {
+  const auto sharding = Sharding(sharding_->currentIndex());
+  const int shard_group = sharding == Sharding::Parameters ? shard_group_->value() : 0;
   std::string sharded;
   if (sharding == Sharding::Optimizer) sharded = ", ZeRO-1";
   if (sharding == Sharding::Parameters)
     sharded = shard_group > 0 && shard_group < dp_->value() ? ", ZeRO-3 in groups of " + std::to_string(shard_group)
                                                             : std::string(", ZeRO-3");
-  r.run_name = "what-if: dp " + std::to_string(dp_->value()) +
-               (tp_->value() > 1 ? " x tp " + std::to_string(tp_->value()) : std::string()) +
-               (sequenceParallel() ? " (sequence parallel)" : "") +
-               (pp_->value() > 1 ? " x pp " + std::to_string(pp_->value()) : std::string()) +
-               (pipelineChunks() > 1 ? " (interleaved, " + std::to_string(pipelineChunks()) + " chunks)"
-                                     : std::string()) +
-               (pp_->value() > 1 && !stage_layers_->text().trimmed().isEmpty()
-                    ? " (" + stage_layers_->text().trimmed().toStdString() + " blocks)"
-                    : std::string()) +
-               ", mb " + std::to_string(micro_batch_->value()) +
-               ", accum " + std::to_string(accum_->value()) + ", recompute " + recompute_->currentText().toStdString() +
-               (lm_head_chunks_->value() > 1 ? ", LM head in " + std::to_string(lm_head_chunks_->value()) + " groups"
-                                             : std::string()) +
-               sharded + " on " + r.topology;
-  if (!r.calibration.empty()) r.run_name += ", calibrated";
+  std::string name = "what-if: dp " + std::to_string(dp_->value()) +
+                     (tp_->value() > 1 ? " x tp " + std::to_string(tp_->value()) : std::string()) +
+                     (sequenceParallel() ? " (sequence parallel)" : "") +
+                     (pp_->value() > 1 ? " x pp " + std::to_string(pp_->value()) : std::string()) +
+                     (pipelineChunks() > 1 ? " (interleaved, " + std::to_string(pipelineChunks()) + " chunks)"
+                                           : std::string()) +
+                     (pp_->value() > 1 && !stage_layers_->text().trimmed().isEmpty()
+                          ? " (" + stage_layers_->text().trimmed().toStdString() + " blocks)"
+                          : std::string()) +
+                     ", mb " + std::to_string(micro_batch_->value()) + ", accum " + std::to_string(accum_->value()) +
+                     ", recompute " + recompute_->currentText().toStdString() +
+                     (lm_head_chunks_->value() > 1
+                          ? ", LM head in " + std::to_string(lm_head_chunks_->value()) + " groups"
+                          : std::string()) +
+                     sharded + " on " + r.settings.topology;
+  if (!r.settings.calibration.empty()) name += ", calibrated";
+  return name;
+}
+
+WhatIfRequest WhatIfDialog::request() const {
+  WhatIfRequest r;
+  r.job_yaml = job_yaml_.toStdString();
+  r.settings = settings();
+  r.out_path = out_path_.toStdString();
+  r.overrides = jobOverrides();
+  r.run_name = runName(r);
   return r;
 }
 

@@ -5,7 +5,9 @@
 // what the ranks shard
 // (nothing, the optimizer: ZeRO-1, or the parameters too: ZeRO-3),
 // micro-batch, gradient accumulation, bucket size, recompute policy and the
-// LM head's groups of tokens (schedule.lm_head_chunks) for a run's job;
+// LM head's groups of tokens (schedule.lm_head_chunks) for a run's job, and
+// every option of `tandem simulate` (symmetric mode, collective algorithm and
+// protocol, NVLS, trees across hosts, the call floor, kernel sharing);
 // "Simulate" re-plans and simulates on a worker thread with progress and
 // reports the new run, appended to the given trace file, with any warning
 // (a calibration of another GPU than the topology's, a plan too large for
@@ -19,12 +21,14 @@
 class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
+class QFormLayout;
 class QLabel;
 class QLineEdit;
 class QProgressBar;
 class QPushButton;
 class QSpinBox;
 class QThread;
+class QVBoxLayout;
 
 namespace tandem::gui {
 
@@ -33,7 +37,11 @@ class WhatIfDialog : public QDialog {
  public:
   // job_yaml: the base job (empty: the built-in GPT-2 124M, data parallel 8);
   // out_path: the trace file the new run is appended to.
-  WhatIfDialog(const QString& job_yaml, const QString& topology, const QString& out_path, QWidget* parent = nullptr);
+  // topology: the run's topology name; topology_yaml: its text as the run
+  // stored it (used while the name is kept, so a run simulated on a file
+  // that is not at hand can be re-simulated).
+  WhatIfDialog(const QString& job_yaml, const QString& topology, const QString& out_path, QWidget* parent = nullptr,
+               const QString& topology_yaml = {});
   ~WhatIfDialog() override;
 
   // The request the current settings describe.
@@ -66,6 +74,8 @@ class WhatIfDialog : public QDialog {
   void setBucketMib(double mib);
   void setRecompute(RecomputePolicy policy);
   void setLmHeadChunks(int n);
+  // The simulator's options (every field but topology and calibration).
+  void setSimulatorOptions(const sim::SimulateSettings& settings);
   // Starts the simulation (what the Simulate button does).
   void start();
   bool busy() const { return worker_ != nullptr; }
@@ -83,11 +93,28 @@ class WhatIfDialog : public QDialog {
   void failed(const QString& message);
 
  private:
+  // The constructor's parts: the job's fields, the simulator's options,
+  // the progress and status area with its buttons.
+  void addJobFields(QFormLayout* form, const JobSpec& job);
+  void addSimulatorFields(QFormLayout* form);
+  void addStatusArea(QVBoxLayout* layout);
   bool sequenceParallel() const;
   int pipelineChunks() const;
+  sim::SimulateSettings settings() const;
+  std::vector<std::string> jobOverrides() const;
+  std::string runName(const WhatIfRequest& r) const;
 
   QString job_yaml_;
   QString out_path_;
+  QString run_topology_;       // the run's topology name ...
+  QString run_topology_yaml_;  // ... and its text
+  QComboBox* symmetry_ = nullptr;
+  QComboBox* algorithm_ = nullptr;
+  QComboBox* protocol_ = nullptr;
+  QCheckBox* nvls_ = nullptr;
+  QCheckBox* inter_host_tree_ = nullptr;
+  QSpinBox* call_floor_us_ = nullptr;
+  QComboBox* kernel_sharing_ = nullptr;
   QComboBox* topology_ = nullptr;
   QComboBox* calibration_ = nullptr;
   QSpinBox* dp_ = nullptr;

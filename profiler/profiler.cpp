@@ -88,6 +88,7 @@ Profiler::Impl::Impl(const ProfilerOptions& o) : opt(o) {
   run.kind = traces::RunKind::Real;
   if (run.created_unix_ns == 0) run.created_unix_ns = clockNs(CLOCK_REALTIME);
   writer->beginRun(run);
+  if (!opt.plan_facts.empty()) writer->setPlanFacts(opt.plan_facts);
   start();  // after the file: a CUPTI failure leaves an empty run, never a half one
   start_clock = readClocks();
   // Run time is CLOCK_REALTIME: ranks on one host share it exactly; across

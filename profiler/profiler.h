@@ -50,6 +50,7 @@ struct TaskInfo : traces::PlanTaskRow {
 struct ProfilerOptions {
   std::string path;            // this rank's trace file (appended to if it exists)
   traces::RunInfo run;         // kind is forced to Real
+  traces::PlanFacts plan_facts;  // of the plan the run executes (plan_trace/plan_facts.h), stored with the run
   int rank = 0;
   int device = 0;              // CUDA device of this rank (memory sampling)
   int64_t buffer_bytes = 8 << 20;  // size of one CUPTI activity buffer

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config git python3
-  libsqlite3-dev sqlite3
+  libsqlite3-dev sqlite3 zlib1g-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   catch2
   qt6-base-dev libgl-dev fonts-dejavu-core

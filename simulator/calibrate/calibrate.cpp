@@ -13,7 +13,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "engine/plan/planner.h"
+#include "plan_trace/plan_facts.h"
 #include "simulator/calibrate/calibrate_collectives.h"
 #include "traces/analysis/compare.h"
 
@@ -628,10 +628,11 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
         }
         if (!d.software.empty()) runs_by_software[d.software].push_back(where);
       }
-      if (info.job_yaml.empty())
-        throw std::runtime_error(
-            fmt::format("{}: run {} carries no job, so its tasks cannot be re-planned", in.path, run));
-      const Plan plan = buildPlan(parseJob(info.job_yaml, fmt::format("{} run {}", in.path, run)));
+      // The plan the run stored; a run from before plans were stored has
+      // its job planned again, which the notes say.
+      std::string note;
+      const Plan plan = plan_trace::planOfRun(reader, run, &note);
+      if (!note.empty()) out.notes.push_back(note);
       const auto times = traces::taskTimesPerStep(reader, run);
       const auto by_comm = taskStepsByComm(reader, run, plan);
       if (times.empty())

@@ -80,6 +80,9 @@ struct CalibrationResult {
   std::vector<OpFitReport> ops;
   std::vector<CollectiveFitReport> collectives;
   std::vector<std::string> provenance;  // one line per run used
+  // What the user should know about how runs were read: a run that stored
+  // no plan (written before trace schema 2) had its job planned again.
+  std::vector<std::string> notes;
   int64_t samples = 0;
   int64_t unmatched = 0;  // activities whose task id is not in the re-planned job
   std::vector<OpKind> fused_ops;  // planned kernel ops no run measured (cost 0)

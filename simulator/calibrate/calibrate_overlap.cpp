@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/plan/planner.h"
+#include "plan_trace/plan_facts.h"
 #include "simulator/replay/replay.h"
 #include "traces/store/trace_reader.h"
 
@@ -37,8 +37,8 @@ std::vector<MeasuredRun> qualifyingRuns(const std::vector<CalibrationInput>& inp
     }
     for (int64_t run : runs) {
       const traces::RunInfo info = reader.run(run);
-      if (info.job_yaml.empty()) continue;
-      Plan plan = buildPlan(parseJob(info.job_yaml, fmt::format("{} run {}", in.path, run)));
+      if (info.job_yaml.empty() && info.plan_format == 0) continue;
+      Plan plan = plan_trace::planOfRun(reader, run);
       if (!hasSecondComputeStream(plan)) continue;
       std::vector<double> steps;
       for (const auto& st : reader.steps(run))

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 
+#include "plan_trace/plan_facts.h"
 #include "plan_trace/plan_rows.h"
+#include "simulator/topology/topology_yaml.h"
+#include "vocabulary/version.h"
 
 namespace tandem::sim {
 namespace {
@@ -33,6 +36,19 @@ std::string jsonEscape(const std::string& s) {
   return out;
 }
 
+// Rank 0's time recomputing each layer in the simulated step: what the
+// recompute decisions cost, stored beside them.
+plan_trace::LayerTimes recomputeTimeByLayer(const Plan& plan, const SimResult& result) {
+  plan_trace::LayerTimes out;
+  if (result.ranks.empty()) return out;
+  const SimRank& r0 = result.ranks.front();
+  const SimRank& src = r0.represented_by < 0 ? r0 : result.ranks[size_t(r0.represented_by)];
+  for (const SimActivity a : src.activities)
+    if (a.phase == Phase::Recompute && a.layer >= 0) out[a.layer] += a.end_ns - a.start_ns;
+  for (const RecomputeDecision& d : plan.recompute) out.try_emplace(d.layer, 0);
+  return out;
+}
+
 }  // namespace
 
 int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Topology& topo, const SimResult& result,
@@ -42,9 +58,11 @@ int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Top
   info.name = options.run_name.empty() ? plan.job.name + " (simulated)" : options.run_name;
   info.job_yaml = plan.job.yaml;
   info.job_hash = plan.job.content_hash;
-  info.topology = options.topology_label.empty() ? topo.name : options.topology_label;
+  info.topology = topo.name;
+  info.topology_yaml = topologyToYaml(topo);
+  info.plan_format = plan.version;
   info.host = "simulated";
-  info.tool_version = options.tool_version;
+  info.tool_version = std::string(toolVersion());
   info.created_unix_ns = 0;  // deterministic output: no wall clock
   info.world_size = plan.world_size;
   {
@@ -59,6 +77,7 @@ int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Top
     info.devices_json = devices + "]";
   }
   const int64_t run = w.beginRun(info);
+  w.setPlanFacts(plan_trace::planFacts(plan, recomputeTimeByLayer(plan, result)));
   for (const traces::StatRow& stat : options.stats) w.setStat(stat);
 
   const bool replicate = int(result.ranks.size()) <= options.replicate_up_to;

@@ -2,7 +2,9 @@
 // Writes a simulation into the trace store as a run of kind `simulated`, with
 // the same rows a real profile has (streams, activities carrying plan task
 // ids, steps, collectives, plan tasks with their dependencies, memory
-// counters) plus link utilization counters for the topology view.
+// counters, the plan facts: recompute decisions with their simulated time,
+// memory, the plan) plus the topology's name and text and link utilization
+// counters for the topology view.
 
 #include <cstdint>
 #include <string>
@@ -17,8 +19,6 @@ namespace tandem::sim {
 
 struct SimTraceOptions {
   std::string run_name;          // default: the job's name + " (simulated)"
-  std::string tool_version = "tandem";
-  std::string topology_label;    // preset name or file; default Topology::name
   // Ranks simulated through a representative get their representative's
   // timeline copied while the world has at most this many ranks; above it
   // only simulated ranks are written (a stat says how many were left out).

@@ -14,7 +14,6 @@
 #include <map>
 #include <sqlite3.h>
 
-#include "gui/compare.h"
 #include "gui/compare_view.h"
 #include "gui/item_models.h"
 #include "gui/main_window.h"
@@ -25,6 +24,7 @@
 #include "gui/timeline_view.h"
 #include "gui_test_app.h"
 #include "traces/analysis/analysis.h"
+#include "traces/analysis/compare.h"
 #include "traces/store/trace_reader.h"
 #include "traces/store/trace_writer.h"
 
@@ -247,23 +247,23 @@ TEST_CASE("a real run and its simulation compare by plan task name, per step ins
   const auto runs = reader.runs();
   REQUIRE(runs.size() == 2);
   const LoadedRun a = loadRun(reader, runs[0].id), b = loadRun(reader, runs[1].id);
-  const Comparison c = compareRuns(*a.timeline, a.breakdown, *b.timeline, b.breakdown, 0);
+  // The comparison `tandem compare` makes, as the compare view shows it.
+  const traces::RunComparison c = traces::compareRuns(reader, runs[0].id, reader, runs[1].id, 100);
   CHECK(c.matched == 2);
   CHECK(c.only_a == 0);
   CHECK(c.only_b == 0);
-  std::map<std::string, TaskDelta> by_name;
-  for (const TaskDelta& d : c.tasks) by_name[d.name] = d;
+  std::map<std::string, traces::TaskDelta> by_name;
+  for (const traces::TaskDelta& d : c.top_tasks) by_name[d.name] = d;
   REQUIRE(by_name.count("fc.fwd") == 1);
   REQUIRE(by_name.count("fc.bwd") == 1);
-  CHECK(by_name["fc.fwd"].mean_a_ns == Approx(100));  // the set-up kernel left out
-  CHECK(by_name["fc.fwd"].mean_b_ns == Approx(110));
-  CHECK(by_name["fc.bwd"].mean_a_ns == Approx(100));  // 40 + 60 per step
-  CHECK(by_name["fc.bwd"].count_a == 4);
-  CHECK(by_name["fc.bwd"].mean_b_ns == Approx(200));
+  CHECK(by_name["fc.fwd"].a_ns == Approx(100));  // the set-up kernel before the steps left out
+  CHECK(by_name["fc.fwd"].b_ns == Approx(110));
+  CHECK(by_name["fc.bwd"].a_ns == Approx(100));  // 40 + 60 per step
+  CHECK(by_name["fc.bwd"].b_ns == Approx(200));
   // Per step inside the steps: A computes 200 ns per step (not its whole
   // span's 1400 ns over two steps), B 310.
   auto row = [&](const std::string& m) {
-    for (const auto& r : c.summary)
+    for (const auto& r : summaryRows(c))
       if (r.metric == m) return r;
     FAIL("no row " << m);
     return CompareSummaryRow{};
@@ -571,7 +571,9 @@ TEST_CASE("the main window opens a file in the background with progress, and can
   CHECK(finished.takeFirst().at(0).toBool());
   CHECK_FALSE(w.loadPending());
   CHECK(w.timeline()->data()->sliceCount() == 10);
-  CHECK(w.compareView()->summary()->rowCount() > 0);  // the two runs side by side
+  // The two runs side by side, as `tandem compare` computes them on a worker.
+  QTRY_VERIFY_WITH_TIMEOUT(!w.traceComparisonPending(), 30000);
+  CHECK(w.compareView()->summary()->rowCount() > 0);
   // A file that cannot be compared with is said in the status bar.
   w.openCompareInBackground(missing);
   REQUIRE(compared.wait(30000));

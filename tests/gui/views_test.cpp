@@ -5,13 +5,14 @@
 #include <QImage>
 #include <QSignalSpy>
 #include <QTest>
+#include <sqlite3.h>
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <unistd.h>
 #include <map>
 
 #include "engine/memory/gpu_footprint.h"
 #include "engine/plan/planner.h"
-#include "gui/compare.h"
 #include "gui/compare_view.h"
 #include "gui/main_window.h"
 #include "gui/recompute_view.h"
@@ -61,13 +62,12 @@ const SimFixture& simRuns() {
 }  // namespace
 
 TEST_CASE("compare: full recompute adds recompute time and lengthens the step", "[gui][compare]") {
-  LoadedRun a = loadRunFile(simRuns().path, simRuns().none_id);
-  LoadedRun b = loadRunFile(simRuns().path, simRuns().full_id);
-  Comparison c = compareRuns(*a.timeline, a.breakdown, *b.timeline, b.breakdown, 0);
+  traces::TraceReader reader(simRuns().path);
+  const traces::RunComparison c = traces::compareRuns(reader, simRuns().none_id, reader, simRuns().full_id, 100000);
   CHECK(c.matched > 100);
   CHECK(c.only_b > 0);  // the recompute tasks exist only with recompute on
   auto row = [&](const std::string& m) {
-    for (const auto& r : c.summary)
+    for (const auto& r : summaryRows(c))
       if (r.metric == m) return r;
     FAIL("no row " << m);
     return CompareSummaryRow{};
@@ -76,18 +76,13 @@ TEST_CASE("compare: full recompute adds recompute time and lengthens the step", 
   CHECK(row("recompute").a_ns == 0);
   CHECK(row("recompute").b_ns > 0);
   CHECK(c.verdict.find("recompute +") != std::string::npos);
-  // Each task names its stream: the default job has two compute streams.
-  std::map<std::string, std::string> stream_of;
-  for (const TaskDelta& d : c.tasks) stream_of[d.name] = d.stream;
-  CHECK(stream_of["layer0.mlp.fc.fwd.mb0"] == "compute");
-  CHECK(stream_of["layer0.mlp.fc.bwd_weight.mb0"] == "compute.wgrad");
 
   test::app();
   CompareView view;
   QAbstractItemModelTester t1(view.summary(), QAbstractItemModelTester::FailureReportingMode::Fatal);
   QAbstractItemModelTester t2(view.tasks(), QAbstractItemModelTester::FailureReportingMode::Fatal);
   view.setComparison("A", "B", c);
-  CHECK(view.summary()->rowCount() == int(c.summary.size()));
+  CHECK(view.summary()->rowCount() == int(summaryRows(c).size()));
   CHECK(view.tasks()->rowCount() == int(c.matched));
 }
 
@@ -129,7 +124,7 @@ TEST_CASE("compare view shows tandem compare's figures for runs from trace files
   LoadedRun a = loadRunFile(simRuns().path, simRuns().none_id);
   w.showRun(a.timeline, a.breakdown, "generated");
   CHECK(view->opErrors()->rowCount() == 0);
-  CHECK(view->traceComparisonText().contains("need both runs from trace files"));
+  CHECK(view->traceComparisonText().contains("needs both runs from trace files"));
 }
 
 TEST_CASE("recompute view lists the plan's per-layer decisions and re-simulates in the background",
@@ -138,8 +133,7 @@ TEST_CASE("recompute view lists the plan's per-layer decisions and re-simulates 
   LoadedRun run = loadRunFile(simRuns().path, simRuns().full_id);
   RecomputeView view;
   QAbstractItemModelTester tester(view.model(), QAbstractItemModelTester::FailureReportingMode::Fatal);
-  view.setRun(QString::fromStdString(simRuns().path), QString::fromStdString(run.info.job_yaml),
-              QString::fromStdString(run.info.topology), run.timeline);
+  view.setRun(QString::fromStdString(simRuns().path), run.info, run.facts, run.schema_version, run.timeline);
   REQUIRE(view.model()->rowCount() == 12);
   // The planned peak and what a GPU run needs beyond it (the executor's
   // buffers and the reserve tandem run keeps free), per rank.
@@ -162,6 +156,68 @@ TEST_CASE("recompute view lists the plan's per-layer decisions and re-simulates 
   REQUIRE(created.wait(120000));
   CHECK(created.at(0).at(1).toLongLong() > simRuns().full_id);
   QTRY_VERIFY_WITH_TIMEOUT(!view.busy(), 10000);
+}
+
+TEST_CASE("a run shows the recompute decisions and memory it recorded, not today's plan of its job",
+          "[gui][recompute][facts]") {
+  test::app();
+  // A copy of the file whose full-recompute run then gets another job text:
+  // planning that run's job now gives no recompute and another memory plan,
+  // as a change of the planner would. The view must still show what the
+  // run was planned with.
+  const std::string path = (fs::temp_directory_path() / ("tandem_gui_facts_" + std::to_string(::getpid()) +
+                                                         ".sqlite"))
+                               .string();
+  fs::copy_file(simRuns().path, path, fs::copy_options::overwrite_existing);
+  const JobSpec planned = parseJob(defaultJob().yaml, "<default>", {"recompute.policy=full"});
+  const JobSpec today = parseJob(defaultJob().yaml, "<default>", {"recompute.policy=none"});
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, "UPDATE runs SET job_yaml=?, job_hash=? WHERE id=?", -1, &st, nullptr) ==
+            SQLITE_OK);
+    sqlite3_bind_text(st, 1, today.yaml.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, today.content_hash.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, simRuns().full_id);
+    REQUIRE(sqlite3_step(st) == SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+  }
+  const LoadedRun run = loadRunFile(path, simRuns().full_id);
+  REQUIRE(run.info.job_yaml == today.yaml);
+  RecomputeView view;
+  view.setRun(QString::fromStdString(path), run.info, run.facts, run.schema_version, run.timeline);
+  const Plan then = buildPlan(planned), now = buildPlan(today);
+  REQUIRE(then.programs[0].memory.peak_bytes != now.programs[0].memory.peak_bytes);
+  REQUIRE(view.model()->rows().size() == then.recompute.size());
+  for (size_t i = 0; i < then.recompute.size(); ++i) {
+    const RecomputeRow& r = view.model()->rows()[i];
+    CHECK(r.policy == RecomputePolicy::Full);
+    CHECK(r.bytes_saved == then.recompute[i].bytes_saved);
+    CHECK(r.extra_flops == then.recompute[i].extra_flops);
+    CHECK(r.extra_ns > 0);  // the recompute time the simulation recorded
+  }
+  auto mib = [](int64_t bytes) { return QString::number(double(bytes) / double(1 << 20), 'f', 1) + " MiB"; };
+  CHECK(view.summaryText().contains("planned peak memory " + mib(then.programs[0].memory.peak_bytes)));
+  CHECK_FALSE(view.summaryText().contains("planned peak memory " + mib(now.programs[0].memory.peak_bytes)));
+  CHECK(view.summaryText().contains(
+      QString("a GPU run needs %1 free per rank").arg(mib(gpu_footprint::runBytes(then.programs[0])))));
+  std::error_code ec;
+  for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path + suffix, ec);
+}
+
+TEST_CASE("a run from before plan facts were stored says so", "[gui][recompute][facts]") {
+  test::app();
+  // The committed real capture is a schema-1 file: it has a job, no facts.
+  const std::string v1 = std::string(TANDEM_SOURCE_DIR) + "/tests/traces/fixtures/real-tiny-h200.sqlite";
+  const LoadedRun run = loadRunFile(v1, -1);
+  CHECK(run.schema_version == 1);
+  CHECK(run.facts.empty());
+  RecomputeView view;
+  view.setRun(QString::fromStdString(v1), run.info, run.facts, run.schema_version, run.timeline);
+  CHECK(view.model()->rowCount() == 0);
+  CHECK(view.summaryText().contains("written before tandem stored its plan's decisions (trace schema 1)"));
 }
 
 TEST_CASE("topology view colours links by their simulated utilization", "[gui][topology]") {

@@ -5,6 +5,7 @@
 #include <QStatusBar>
 #include <filesystem>
 
+#include "cli/cli_test_util.h"
 #include "engine/spec/job.h"
 #include "gui/run_loader.h"
 #include "gui/main_window.h"
@@ -87,7 +88,7 @@ TEST_CASE("what-if: full recompute lowers peak memory and lengthens the step", "
   // buffers and reserve): still simulated, warned about, and the warning
   // kept with the run.
   WhatIfRequest large = base;
-  large.topology = "dgx-h100";
+  large.settings.topology = "dgx-h100";
   large.overrides = {"recompute.policy=none", "training.micro_batch=256"};
   large.run_name = "too large";
   const WhatIfResult too_large = runWhatIf(large);
@@ -117,23 +118,23 @@ TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of ano
   const std::string h200 = std::string(TANDEM_SOURCE_DIR) + "/resources/calibration/h200x2-nv18.yaml";
   WhatIfRequest base;
   base.overrides = {"parallel.data_parallel=1", "training.micro_batch=16"};
-  base.topology = "h200x2-nv18";
+  base.settings.topology = "h200x2-nv18";
   base.out_path = db.string();
   const WhatIfResult roofline = runWhatIf(base);
   WhatIfRequest calibrated = base;
-  calibrated.calibration = h200;
+  calibrated.settings.calibration = h200;
   const WhatIfResult measured = runWhatIf(calibrated);
   CHECK(measured.step_ns != roofline.step_ns);
   CHECK(measured.warnings.empty());
   CHECK(roofline.warnings.empty());
   // The same file on H100s: it still runs, and says whose times it used.
-  calibrated.topology = "dgx-h100";
+  calibrated.settings.topology = "dgx-h100";
   const WhatIfResult other = runWhatIf(calibrated);
   REQUIRE(other.warnings.size() == 1);
   CHECK_THAT(other.warnings[0], Catch::Contains("measured on NVIDIA H200") && Catch::Contains("H100 GPUs"));
   // Shapes the calibration did not measure (the LM head in groups of 512
   // tokens) are named as well.
-  calibrated.topology = "h200x2-nv18";
+  calibrated.settings.topology = "h200x2-nv18";
   calibrated.overrides.push_back("schedule.lm_head_chunks=32");
   const WhatIfResult split = runWhatIf(calibrated);
   REQUIRE(split.warnings.size() == 1);
@@ -160,7 +161,7 @@ TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of ano
     CHECK(window.statusBar()->currentMessage().contains(" — warning about that run: the calibration did not measure 128"));
   }
   // A file that is not there: the error names it.
-  calibrated.calibration = "no-such-calibration.yaml";
+  calibrated.settings.calibration = "no-such-calibration.yaml";
   CHECK_THROWS_WITH(runWhatIf(calibrated), Catch::Contains("no-such-calibration.yaml"));
 }
 
@@ -182,8 +183,8 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   dialog.setRecompute(RecomputePolicy::Selective);
   dialog.setLmHeadChunks(4);
   const WhatIfRequest req = dialog.request();
-  CHECK(req.topology == "dgx-h200");
-  CHECK(req.calibration.empty());  // the roofline defaults unless one is chosen
+  CHECK(req.settings.topology == "dgx-h200");
+  CHECK(req.settings.calibration.empty());  // the roofline defaults unless one is chosen
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "parallel.data_parallel=4") != req.overrides.end());
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "training.micro_batch=8") != req.overrides.end());
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "training.grad_accum=2") != req.overrides.end());
@@ -205,7 +206,7 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   const QString h200 = QStringLiteral(TANDEM_SOURCE_DIR "/resources/calibration/h200x2-nv18.yaml");
   dialog.setCalibration(h200);
   dialog.setLmHeadChunks(1);
-  CHECK(dialog.request().calibration == h200.toStdString());
+  CHECK(dialog.request().settings.calibration == h200.toStdString());
   CHECK_THAT(dialog.request().run_name, Catch::EndsWith(", calibrated"));
   QSignalSpy calibrated(&dialog, &WhatIfDialog::runCreated);
   dialog.start();
@@ -222,7 +223,7 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   CHECK(dialog.statusText().contains("H100 GPUs"));
   dialog.setTopology("dgx-h200");
   dialog.setCalibration("none");
-  CHECK(dialog.request().calibration.empty());
+  CHECK(dialog.request().settings.calibration.empty());
 
   // A plan too large for the topology's GPUs: the choices that would fit are
   // offered, and applying one sets the fields, after which it fits.
@@ -386,4 +387,52 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   REQUIRE(failed.wait(60000));
   CHECK(failed.at(0).at(0).toString().contains("no-such-topology"));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+}
+
+TEST_CASE("what-if and tandem simulate give the same step for the same settings", "[gui][whatif][parity]") {
+  // One pipeline behind both (simulator/pipeline/simulate_job.h): the GUI's
+  // what-if with `tandem simulate`'s options set gives the step the command
+  // prints, symmetric mode and kernel sharing included.
+  using cli::testing::runTandem;
+  struct Case {
+    const char* flags;
+    sim::SimulateSettings settings;
+  };
+  std::vector<Case> cases(4);
+  cases[0].flags = "--symmetric off";
+  cases[0].settings.symmetry = sim::SymmetryMode::Off;
+  cases[1].flags = "--symmetric on --kernel-sharing fair";
+  cases[1].settings.symmetry = sim::SymmetryMode::On;
+  cases[1].settings.kernel_sharing = sim::KernelSharing::Fair;
+  cases[2].flags = "--kernel-sharing first_holds --calibration h200x2-nv18 --algorithm ring --call-floor-ns 0";
+  cases[2].settings.kernel_sharing = sim::KernelSharing::FirstHolds;
+  cases[2].settings.calibration = "h200x2-nv18";
+  cases[2].settings.algorithm = sim::Algorithm::Ring;
+  cases[2].settings.call_floor_ns = 0;
+  cases[3].flags = "--protocol simple --nvls";
+  cases[3].settings.protocol = sim::Protocol::Simple;
+  cases[3].settings.nvls = true;
+  const TempDb temp("tandem_gui_parity_");
+  int64_t previous = -1;
+  bool differ = false;
+  for (Case& c : cases) {
+    c.settings.topology = "dgx-h200";
+    WhatIfRequest r;
+    r.settings = c.settings;
+    r.out_path = temp.path().string();
+    const WhatIfResult gui = runWhatIf(r);
+    // The default job runs its weight gradients on a second compute stream,
+    // so kernel sharing matters.
+    const auto cli = runTandem(std::string("simulate default --topology dgx-h200 --json ") + c.flags,
+                               temp.path().string() + ".cli");
+    INFO(c.flags << "\n" << cli.err);
+    REQUIRE(cli.exit_code == 0);
+    const auto at = cli.out.find("\"step_ns\": ");
+    REQUIRE(at != std::string::npos);
+    const int64_t cli_step = std::stoll(cli.out.substr(at + 11));
+    CHECK(gui.step_ns == cli_step);
+    differ |= previous >= 0 && cli_step != previous;
+    previous = cli_step;
+  }
+  CHECK(differ);  // the settings reach the simulation: not every case gives the same step
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <nlohmann/json.hpp>
 
@@ -17,9 +18,15 @@ namespace {
 }  // namespace
 
 std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
-  // Step starts per rank, sorted, to place each activity in its step.
+  // Step starts per rank, sorted, to place each activity in its step, and
+  // where the rank's last step ends.
   std::map<int, std::vector<int64_t>> step_starts;
-  for (const StepRow& s : reader.steps(run)) step_starts[s.rank].push_back(s.start_ns);
+  std::map<int, int64_t> steps_end;
+  for (const StepRow& s : reader.steps(run)) {
+    step_starts[s.rank].push_back(s.start_ns);
+    int64_t& end = steps_end.try_emplace(s.rank, s.end_ns).first->second;
+    end = std::max(end, s.end_ns);
+  }
   for (auto& [rank, starts] : step_starts) std::sort(starts.begin(), starts.end());
   std::map<TaskKey, std::pair<std::string, std::string>> plan;  // (op, name)
   for (const PlanTaskRow& t : reader.planTasks(run)) plan[{t.rank, t.task_id}] = {t.op, t.name};
@@ -44,9 +51,14 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
   std::vector<Sum> sums;
   for (const Track& t : reader.loadRun(run, /*with_details=*/false)) {
     const std::vector<int64_t>* starts = nullptr;
-    if (auto it = step_starts.find(t.rank); it != step_starts.end()) starts = &it->second;
+    int64_t last_end = 0;
+    if (auto it = step_starts.find(t.rank); it != step_starts.end()) {
+      starts = &it->second;
+      last_end = steps_end[t.rank];
+    }
     for (size_t i = 0; i < t.size(); ++i) {
       if (t.task_id[i] < 0 || t.kind[i] == ActivityKind::Host) continue;
+      if (starts != nullptr && (t.start_ns[i] < starts->front() || t.start_ns[i] >= last_end)) continue;
       const uint64_t packed = (uint64_t(uint32_t(t.rank)) << 40) ^ uint64_t(t.task_id[i]);
       auto [it, fresh] = index_of.emplace(packed, uint32_t(tasks.size()));
       if (fresh) tasks.push_back({{t.rank, t.task_id[i]}, t.name[i], 0, SIZE_MAX});
@@ -126,18 +138,41 @@ RunSide sideOf(TraceReader& reader, int64_t run, int64_t tasks) {
     const double rank_steps = std::max<double>(1.0, double(rep.step_time.duration_ns.count));
     s.exposed_comm_ns = double(rep.total.exposed_comm_ns) / rank_steps;
     s.compute_ns = double(rep.total.compute_ns) / rank_steps;
+    s.hidden_comm_ns = double(rep.total.overlap_ns) / rank_steps;
+    s.recompute_ns = double(rep.total.recompute_ns) / rank_steps;
+    s.idle_ns = double(rep.total.idle_ns) / rank_steps;
     return s;
   }
-  std::vector<double> overlap, exposed, compute;
+  std::vector<double> overlap, exposed, compute, hidden, recompute, idle;
   for (const StepReport& st : rep.steps) {
     if (st.breakdown.comm_ns > 0) overlap.push_back(st.breakdown.overlap_pct);
     exposed.push_back(double(st.breakdown.exposed_comm_ns));
     compute.push_back(double(st.breakdown.compute_ns));
+    hidden.push_back(double(st.breakdown.overlap_ns));
+    recompute.push_back(double(st.breakdown.recompute_ns));
+    idle.push_back(double(st.breakdown.idle_ns));
   }
   s.overlap_pct = medianOf(overlap);
   s.exposed_comm_ns = medianOf(exposed);
   s.compute_ns = medianOf(compute);
+  s.hidden_comm_ns = medianOf(hidden);
+  s.recompute_ns = medianOf(recompute);
+  s.idle_ns = medianOf(idle);
   return s;
+}
+
+// B's step change and its largest contributors, in one sentence.
+std::string verdictOf(const RunSide& a, const RunSide& b) {
+  std::string v = fmt::format("B's step is {:+.2f} ms versus A", (b.step_ns - a.step_ns) / 1e6);
+  std::vector<std::pair<double, std::string>> parts;
+  for (const auto& [name, da] : {std::pair{"compute", b.compute_ns - a.compute_ns},
+                                 std::pair{"exposed comm", b.exposed_comm_ns - a.exposed_comm_ns},
+                                 std::pair{"recompute", b.recompute_ns - a.recompute_ns}})
+    if (std::fabs(da) >= 1e3) parts.push_back({da, fmt::format("{} {:+.2f} ms", name, da / 1e6)});
+  std::stable_sort(parts.begin(), parts.end(),
+                   [](const auto& x, const auto& y) { return std::fabs(x.first) > std::fabs(y.first); });
+  for (size_t i = 0; i < parts.size(); ++i) v += (i ? ", " : ": ") + parts[i].second;
+  return v + ".";
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -161,6 +196,7 @@ RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t
   c.a = sideOf(a, a_run, int64_t(ta.size()));
   c.b = sideOf(b, b_run, int64_t(tb.size()));
   c.step_error_pct = c.a.step_ns > 0 ? 100.0 * (c.b.step_ns - c.a.step_ns) / c.a.step_ns : 0.0;
+  c.verdict = verdictOf(c.a, c.b);
   std::map<int, StreamWaitDelta> waits;
   for (const auto& [stream, w] : c.a.stream_waits) {
     StreamWaitDelta& d = waits[stream];
@@ -267,8 +303,13 @@ std::string comparisonToText(const RunComparison& c) {
                    ms(c.b.compute_ns - c.a.compute_ns));
   s += fmt::format("{:<24} {:>12.3f} {:>12.3f} {:>+10.3f}\n", "exposed comm (ms)", ms(c.a.exposed_comm_ns),
                    ms(c.b.exposed_comm_ns), ms(c.b.exposed_comm_ns - c.a.exposed_comm_ns));
-  s += fmt::format("{:<24} {:>12.1f} {:>12.1f} {:>+9.1f}pp\n\n", "comm/compute overlap %", c.a.overlap_pct,
+  s += fmt::format("{:<24} {:>12.1f} {:>12.1f} {:>+9.1f}pp\n", "comm/compute overlap %", c.a.overlap_pct,
                    c.b.overlap_pct, c.b.overlap_pct - c.a.overlap_pct);
+  for (const auto& [label, a_ns, b_ns] : {std::tuple{"hidden comm (ms)", c.a.hidden_comm_ns, c.b.hidden_comm_ns},
+                                         std::tuple{"recompute (ms)", c.a.recompute_ns, c.b.recompute_ns},
+                                         std::tuple{"idle (ms)", c.a.idle_ns, c.b.idle_ns}})
+    s += fmt::format("{:<24} {:>12.3f} {:>12.3f} {:>+10.3f}\n", label, ms(a_ns), ms(b_ns), ms(b_ns - a_ns));
+  s += c.verdict + "\n\n";
   if (!c.stream_waits.empty()) {
     s += "stream waits per rank and step, median (us; filled: while other streams ran GPU work)\n";
     s += fmt::format("{:<24} {:>12} {:>12} {:>10} {:>9} {:>9}\n", "stream", "A", "B", "B - A", "A filled", "B filled");
@@ -305,7 +346,8 @@ std::string comparisonToJson(const RunComparison& c) {
   auto side = [&](const RunSide& s) {
     return json{{"run", s.run.id},        {"kind", toString(s.run.kind)}, {"name", s.run.name},
                 {"step_ns", s.step_ns},   {"overlap_pct", s.overlap_pct}, {"exposed_comm_ns", s.exposed_comm_ns},
-                {"compute_ns", s.compute_ns}, {"tasks", s.tasks}, {"warnings", warningsJson(s.warnings)}};
+                {"compute_ns", s.compute_ns}, {"hidden_comm_ns", s.hidden_comm_ns}, {"recompute_ns", s.recompute_ns},
+                {"idle_ns", s.idle_ns}, {"tasks", s.tasks}, {"warnings", warningsJson(s.warnings)}};
   };
   json j;
   j["a"] = side(c.a);
@@ -313,6 +355,7 @@ std::string comparisonToJson(const RunComparison& c) {
   j["step_error_pct"] = c.step_error_pct;
   j["overlap_diff_pp"] = c.b.overlap_pct - c.a.overlap_pct;
   j["exposed_comm_diff_ns"] = c.b.exposed_comm_ns - c.a.exposed_comm_ns;
+  j["verdict"] = c.verdict;
   j["matched"] = c.matched;
   j["matched_by"] = c.matched_by;
   j["only_a"] = c.only_a;

@@ -43,6 +43,9 @@ struct RunSide {
   double overlap_pct = 0;      // HTA definition, per (rank, step), median over those with communication
   double exposed_comm_ns = 0;  // per (rank, step), median
   double compute_ns = 0;       // per (rank, step), median
+  double hidden_comm_ns = 0;   // communication under compute, per (rank, step), median
+  double recompute_ns = 0;     // per (rank, step), median
+  double idle_ns = 0;          // per (rank, step), median
   int64_t tasks = 0;
   // Each stream's waits between its own activities, per (rank, step),
   // median over those: stream -> (name, ns, ns filled by other streams' work).
@@ -82,11 +85,17 @@ struct RunComparison {
   std::vector<OpError> by_op;        // sorted by op name
   std::vector<StreamWaitDelta> stream_waits;  // by stream number
   std::vector<TaskDelta> top_tasks;  // largest |b - a| first
+  // One sentence: B's step against A's and the largest contributors
+  // (compute, exposed communication, recompute).
+  std::string verdict;
 };
 
 // Time per step of every (rank, plan task id) of a run: the median over the
 // rank's steps of the task's summed activity duration in that step (a run
-// without step rows is one step). `activities` is per step, rounded up.
+// without step rows is one step). Only activities that start inside the
+// rank's recorded steps count where it has steps: a real run's set-up (GEMM
+// algorithm timing) runs tasks' kernels before the first step. `activities`
+// is per step, rounded up.
 // `op` and `name` are the plan task's op spelling and name when the run
 // carries plan tasks (else the name of the task's first activity).
 struct TaskTime {
@@ -101,6 +110,7 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run);
 
 // Compares run `a_run` of `a` (reference) with run `b_run` of `b`. Both may
 // be the same reader. Throws TraceError when either run has no task ids.
+// `tandem compare` and the GUI's compare view both show this.
 RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t b_run, size_t top_n = 20);
 
 std::string comparisonToText(const RunComparison& c);

@@ -193,6 +193,8 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
       merged.world_size = std::max(info.world_size, 1);
       merged.devices_json = devices;
       w.beginRun(merged);
+      // The ranks ran one plan: its facts come with the first file.
+      if (const PlanFacts facts = r.planFacts(run); !facts.empty()) w.setPlanFacts(facts);
       begun = true;
     }
     for (const auto& s : r.streams(run)) w.addStream(s);

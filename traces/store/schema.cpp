@@ -26,7 +26,7 @@ CREATE TABLE phases(code INTEGER PRIMARY KEY, name TEXT NOT NULL);
 CREATE TABLE runs(
   id INTEGER PRIMARY KEY, kind TEXT NOT NULL, name TEXT NOT NULL, job_yaml TEXT, job_hash TEXT,
   topology TEXT, host TEXT, devices_json TEXT, tool_version TEXT,
-  created_unix_ns INTEGER, world_size INTEGER NOT NULL);
+  created_unix_ns INTEGER, world_size INTEGER NOT NULL, topology_yaml TEXT, plan_format INTEGER);
 CREATE TABLE streams(
   run INTEGER NOT NULL, rank INTEGER NOT NULL, stream INTEGER NOT NULL, kind TEXT NOT NULL,
   name TEXT NOT NULL, device INTEGER, PRIMARY KEY(run, rank, stream)) WITHOUT ROWID;
@@ -76,6 +76,24 @@ CREATE TABLE clocks(
   realtime_ns INTEGER, monotonic_ns INTEGER, offset_ns INTEGER NOT NULL);
 )SQL";
 
+// Schema 2: the plan facts a run keeps (docs/trace-schema.md, "Plan facts").
+// Created with a new file and by the migration of a schema-1 file alike.
+const char* kPlanFactsSql = R"SQL(
+CREATE TABLE run_recompute(
+  run INTEGER NOT NULL, layer INTEGER NOT NULL, policy TEXT NOT NULL, bytes_kept INTEGER NOT NULL,
+  bytes_saved INTEGER NOT NULL, extra_flops REAL NOT NULL, extra_ns INTEGER,
+  PRIMARY KEY(run, layer)) WITHOUT ROWID;
+CREATE TABLE run_memory(
+  run INTEGER NOT NULL, program INTEGER NOT NULL, first_rank INTEGER NOT NULL, rank_count INTEGER NOT NULL,
+  arena_bytes INTEGER NOT NULL, peak_bytes INTEGER NOT NULL, lower_bound_bytes INTEGER NOT NULL,
+  activation_peak_bytes INTEGER NOT NULL, gpu_run_bytes INTEGER NOT NULL,
+  PRIMARY KEY(run, program)) WITHOUT ROWID;
+CREATE TABLE run_memory_categories(
+  run INTEGER NOT NULL, program INTEGER NOT NULL, category TEXT NOT NULL, bytes INTEGER NOT NULL,
+  PRIMARY KEY(run, program, category)) WITHOUT ROWID;
+CREATE TABLE run_plans(run INTEGER PRIMARY KEY, encoding TEXT NOT NULL, plan BLOB NOT NULL);
+)SQL";
+
 bool hasTable(sql::Db& db, const char* name) {
   sql::Stmt s(db, "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?");
   s.bind(1, std::string_view(name));
@@ -85,6 +103,7 @@ bool hasTable(sql::Db& db, const char* name) {
 void createSchema(sql::Db& db) {
   db.exec("BEGIN");
   db.exec(kSchemaSql);
+  db.exec(kPlanFactsSql);
   db.exec(fmt::format("INSERT INTO meta VALUES('format','tandem-traces'),('schema_version','{}')",
                       kTraceSchemaVersion));
   for (int k = 0; k <= static_cast<int>(ActivityKind::Host); ++k)
@@ -93,6 +112,22 @@ void createSchema(sql::Db& db) {
   for (int p = 0; p <= static_cast<int>(Phase::Data); ++p)
     db.exec(fmt::format("INSERT INTO phases VALUES({},'{}')", p, toString(static_cast<Phase>(p))));
   db.exec(fmt::format("PRAGMA application_id={}", kTraceApplicationId));
+  db.exec(fmt::format("PRAGMA user_version={}", kTraceSchemaVersion));
+  db.exec("COMMIT");
+}
+
+// Schema 1 -> 2, in one transaction: the runs' topology text and plan
+// format columns and the plan facts tables. A schema-1 run whose topology
+// column holds a whole topology file (it held a name or the file's text)
+// has the text moved to topology_yaml. Runs written before keep no plan
+// facts: readers say so rather than plan their jobs again.
+void migrateFromVersion1(sql::Db& db) {
+  db.exec("BEGIN");
+  db.exec("ALTER TABLE runs ADD COLUMN topology_yaml TEXT");
+  db.exec("ALTER TABLE runs ADD COLUMN plan_format INTEGER");
+  db.exec("UPDATE runs SET topology_yaml = topology, topology = '' WHERE instr(topology, char(10)) > 0");
+  db.exec(kPlanFactsSql);
+  db.exec(fmt::format("UPDATE meta SET value='{}' WHERE key='schema_version'", kTraceSchemaVersion));
   db.exec(fmt::format("PRAGMA user_version={}", kTraceSchemaVersion));
   db.exec("COMMIT");
 }
@@ -121,7 +156,7 @@ void checkSqliteHeader(const std::string& path) {
                                  size, uint64_t(pages) * page_size));
 }
 
-void prepareSchema(sql::Db& db, bool for_write) {
+int prepareSchema(sql::Db& db, bool for_write) {
   const std::string& path = db.path();
   int64_t app = 0, version = 0, tables = 0;
   try {
@@ -134,7 +169,7 @@ void prepareSchema(sql::Db& db, bool for_write) {
   if (tables == 0 && app == 0) {
     if (!for_write) throw TraceError(fmt::format("{}: empty database, no trace runs in it", path));
     createSchema(db);
-    return;
+    return kTraceSchemaVersion;
   }
   if (app != kTraceApplicationId || !hasTable(db, "meta") || !hasTable(db, "activities"))
     throw TraceError(fmt::format("{}: foreign schema: not a tandem trace file (application_id {:#x}, "
@@ -146,6 +181,11 @@ void prepareSchema(sql::Db& db, bool for_write) {
   if (version < 1)
     throw TraceError(fmt::format("{}: trace schema version {} is not supported (expected {})", path, version,
                                  kTraceSchemaVersion));
+  if (version == 1 && for_write) {
+    migrateFromVersion1(db);
+    return kTraceSchemaVersion;
+  }
+  return int(version);
 }
 
 void configureForWriting(sql::Db& db) {

@@ -9,7 +9,10 @@
 
 namespace tandem::traces {
 
-inline constexpr int kTraceSchemaVersion = 1;
+// 2: runs keep their plan facts (recompute decisions, memory, the plan) and
+// their topology's text beside its name. Version 1 files are read as they
+// are (without plan facts) and migrated when a writer opens them.
+inline constexpr int kTraceSchemaVersion = 2;
 // PRAGMA application_id of a tandem trace file: "TNDM".
 inline constexpr int kTraceApplicationId = 0x544E444D;
 
@@ -18,8 +21,9 @@ inline constexpr int kTraceApplicationId = 0x544E444D;
 void checkSqliteHeader(const std::string& path);
 
 // Creates the schema in an empty database, or checks that an existing one is
-// a tandem trace file this version can read (and write, when for_write).
-void prepareSchema(sql::Db& db, bool for_write);
+// a tandem trace file this version can read (and write, when for_write: an
+// older schema is then migrated). Returns the file's schema version.
+int prepareSchema(sql::Db& db, bool for_write);
 
 // Sets the per-connection pragmas the writer relies on (WAL, page cache).
 void configureForWriting(sql::Db& db);

@@ -48,6 +48,9 @@ class Stmt {
     check(sqlite3_bind_text(stmt_, index, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
   }
   void bindNull(int index) { check(sqlite3_bind_null(stmt_, index)); }
+  void bindBlob(int index, std::string_view bytes) {
+    check(sqlite3_bind_blob64(stmt_, index, bytes.data(), bytes.size(), SQLITE_TRANSIENT));
+  }
 
   // Advances to the next row; false when done.
   bool step();
@@ -58,6 +61,10 @@ class Stmt {
   int64_t colInt(int i) const { return sqlite3_column_int64(stmt_, i); }
   double colDouble(int i) const { return sqlite3_column_double(stmt_, i); }
   bool colIsNull(int i) const { return sqlite3_column_type(stmt_, i) == SQLITE_NULL; }
+  std::string colBlob(int i) const {
+    const void* p = sqlite3_column_blob(stmt_, i);
+    return p ? std::string(static_cast<const char*>(p), size_t(sqlite3_column_bytes(stmt_, i))) : std::string();
+  }
   std::string colText(int i) const {
     const unsigned char* p = sqlite3_column_text(stmt_, i);
     return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, i)) : std::string();

@@ -74,12 +74,14 @@ struct RunInfo {
   std::string name;
   std::string job_yaml;       // the job as given (may be empty for imports)
   std::string job_hash;       // content hash of the job
-  std::string topology;       // preset name or file contents
+  std::string topology;       // the topology's name (a preset's, or a file's name); "" when unknown
+  std::string topology_yaml;  // the whole topology (docs/topology-format.md) the run was simulated on; "" for real runs
   std::string host;
   std::string devices_json;   // JSON array describing the devices, free form
-  std::string tool_version;
+  std::string tool_version;   // "tandem 0.1.0", or the import source's schema version
   int64_t created_unix_ns = 0;
   int world_size = 1;
+  int plan_format = 0;        // the Plan format (docs/plan-format.md) of the plan facts stored; 0: none
 };
 
 // The track the profiler files the executor's GPU work before the first
@@ -170,6 +172,42 @@ struct PlanTaskRow {
   double flops = 0;
   int64_t bytes = 0;
   std::vector<int64_t> deps;  // task ids this task waits for (events and stream order)
+};
+
+// The facts of the plan a run came from (docs/trace-schema.md, "Plan
+// facts"), written with the run where the plan is known, so that whoever
+// explains the run reads them instead of planning its job again. Filled by
+// the plan-trace bridge (plan_trace/plan_facts.h); the store knows no plan.
+struct RecomputeRow {
+  int layer = 0;
+  std::string policy;        // "none", "selective", "full"
+  int64_t bytes_kept = 0;    // the layer's activations kept from forward to backward, per micro-batch
+  int64_t bytes_saved = 0;   // versus recomputing nothing
+  double extra_flops = 0;    // recompute work per step
+  int64_t extra_ns = -1;     // time recomputing the layer per step on rank 0, where the run timed it (simulated); -1 otherwise
+};
+
+// The memory plan of one rank program (ranks that run the same program share it).
+struct MemoryRow {
+  int program = 0;
+  int first_rank = 0;
+  int rank_count = 1;
+  int64_t arena_bytes = 0;            // the one allocation the executor makes
+  int64_t peak_bytes = 0;
+  int64_t lower_bound_bytes = 0;      // most bytes live at once, however placed
+  int64_t activation_peak_bytes = 0;
+  int64_t gpu_run_bytes = 0;          // free device memory `tandem run` requires per rank (arena, executor buffers, reserve)
+  std::vector<std::pair<std::string, int64_t>> by_category;  // live bytes per tensor category at the peak
+};
+
+struct PlanFacts {
+  std::vector<RecomputeRow> recompute;  // by layer
+  std::vector<MemoryRow> memory;        // by program
+  // The whole plan, as the bridge encoded it (`encoding`, e.g.
+  // "json+zlib"); empty when not stored.
+  std::string plan_encoding;
+  std::string plan_blob;
+  bool empty() const { return recompute.empty() && memory.empty() && plan_blob.empty(); }
 };
 
 // A collective as one record per rank: issued at start_ns, done at end_ns.

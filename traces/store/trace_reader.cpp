@@ -90,9 +90,20 @@ struct TraceReader::Impl {
   sql::Db db;
   std::vector<std::string> strings;
   bool strings_loaded = false;
+  int schema_version = 0;
 
   explicit Impl(const std::string& path) : db(checked(path), SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX) {
-    prepareSchema(db, /*for_write=*/false);
+    schema_version = prepareSchema(db, /*for_write=*/false);
+  }
+
+  // The runs' columns; a schema-1 file (read as it is: a reader never
+  // migrates) has neither the topology text nor the plan format.
+  std::string runQuery() const {
+    return schema_version >= 2
+               ? "SELECT id, kind, name, job_yaml, job_hash, topology, host, devices_json, tool_version, "
+                 "created_unix_ns, world_size, topology_yaml, plan_format FROM runs"
+               : "SELECT id, kind, name, job_yaml, job_hash, topology, host, devices_json, tool_version, "
+                 "created_unix_ns, world_size, NULL, NULL FROM runs";
   }
 
   static const std::string& checked(const std::string& path) {
@@ -173,6 +184,10 @@ struct TraceReader::Impl {
     r.tool_version = s.colText(8);
     r.created_unix_ns = s.colInt(9);
     r.world_size = static_cast<int>(s.colInt(10));
+    r.topology_yaml = s.colText(11);
+    r.plan_format = static_cast<int>(s.colInt(12));
+    // Schema 1 kept a topology file's whole text in the name's column.
+    if (r.topology_yaml.empty() && r.topology.find('\n') != std::string::npos) std::swap(r.topology, r.topology_yaml);
     return r;
   }
 };
@@ -182,19 +197,17 @@ TraceReader::~TraceReader() = default;
 
 const std::string& TraceReader::path() const { return impl_->db.path(); }
 
-static const char* kRunColumns =
-    "SELECT id, kind, name, job_yaml, job_hash, topology, host, devices_json, tool_version, "
-    "created_unix_ns, world_size FROM runs";
+int TraceReader::schemaVersion() const { return impl_->schema_version; }
 
 std::vector<RunInfo> TraceReader::runs() {
-  sql::Stmt s(impl_->db, std::string(kRunColumns) + " ORDER BY id");
+  sql::Stmt s(impl_->db, impl_->runQuery() + " ORDER BY id");
   std::vector<RunInfo> out;
   while (s.step()) out.push_back(impl_->runFrom(s));
   return out;
 }
 
 RunInfo TraceReader::run(int64_t id) {
-  sql::Stmt s(impl_->db, std::string(kRunColumns) + " WHERE id=?");
+  sql::Stmt s(impl_->db, impl_->runQuery() + " WHERE id=?");
   s.bind(1, id);
   if (s.step()) return impl_->runFrom(s);
   std::string ids;
@@ -609,6 +622,46 @@ const std::string& TraceReader::string(int64_t id) {
 const std::vector<std::string>& TraceReader::strings() {
   impl_->loadStrings();
   return impl_->strings;
+}
+
+PlanFacts TraceReader::planFacts(int64_t run, bool with_plan) {
+  PlanFacts f;
+  if (impl_->schema_version < 2) return f;
+  auto& db = impl_->db;
+  sql::Stmt r(db, "SELECT layer, policy, bytes_kept, bytes_saved, extra_flops, extra_ns FROM run_recompute "
+                  "WHERE run=? ORDER BY layer");
+  r.bind(1, run);
+  while (r.step())
+    f.recompute.push_back({static_cast<int>(r.colInt(0)), r.colText(1), r.colInt(2), r.colInt(3), r.colDouble(4),
+                           r.colIsNull(5) ? int64_t(-1) : r.colInt(5)});
+  sql::Stmt m(db, "SELECT program, first_rank, rank_count, arena_bytes, peak_bytes, lower_bound_bytes, "
+                  "activation_peak_bytes, gpu_run_bytes FROM run_memory WHERE run=? ORDER BY program");
+  m.bind(1, run);
+  while (m.step()) {
+    MemoryRow row;
+    row.program = static_cast<int>(m.colInt(0));
+    row.first_rank = static_cast<int>(m.colInt(1));
+    row.rank_count = static_cast<int>(m.colInt(2));
+    row.arena_bytes = m.colInt(3);
+    row.peak_bytes = m.colInt(4);
+    row.lower_bound_bytes = m.colInt(5);
+    row.activation_peak_bytes = m.colInt(6);
+    row.gpu_run_bytes = m.colInt(7);
+    f.memory.push_back(std::move(row));
+  }
+  sql::Stmt c(db, "SELECT program, category, bytes FROM run_memory_categories WHERE run=? ORDER BY program, category");
+  c.bind(1, run);
+  while (c.step())
+    for (MemoryRow& row : f.memory)
+      if (row.program == c.colInt(0)) row.by_category.emplace_back(c.colText(1), c.colInt(2));
+  if (!with_plan) return f;
+  sql::Stmt p(db, "SELECT encoding, plan FROM run_plans WHERE run=?");
+  p.bind(1, run);
+  if (p.step()) {
+    f.plan_encoding = p.colText(0);
+    f.plan_blob = p.colBlob(1);
+  }
+  return f;
 }
 
 }  // namespace tandem::traces

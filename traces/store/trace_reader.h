@@ -59,6 +59,9 @@ class TraceReader {
   TraceReader& operator=(const TraceReader&) = delete;
 
   const std::string& path() const;
+  // The file's trace schema version (schema.h): an older file is read as
+  // it is, without what later versions added (plan facts before 2).
+  int schemaVersion() const;
 
   std::vector<RunInfo> runs();
   // The run with this id; throws TraceError naming the runs in the file.
@@ -88,6 +91,10 @@ class TraceReader {
   std::vector<PlanTaskRow> planTasks(int64_t run);
   std::vector<CollectiveRow> collectives(int64_t run);
   std::vector<ClockRow> clocks(int64_t run);
+  // The run's plan facts; empty for a run that stored none (imported, or
+  // written before trace schema 2). Without with_plan the encoded plan
+  // (tens to hundreds of KiB) is not read.
+  PlanFacts planFacts(int64_t run, bool with_plan = true);
 
   // The interned string with this id ("" for an unknown id).
   const std::string& string(int64_t id);

@@ -85,7 +85,7 @@ struct TraceWriter::Impl {
     insert_string = sql::Stmt(db, "INSERT INTO strings(id, value) VALUES(?,?)");
     insert_run = sql::Stmt(db,
         "INSERT INTO runs(kind,name,job_yaml,job_hash,topology,host,devices_json,tool_version,"
-        "created_unix_ns,world_size) VALUES(?,?,?,?,?,?,?,?,?,?)");
+        "created_unix_ns,world_size,topology_yaml,plan_format) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
     insert_stream = sql::Stmt(db, "INSERT OR REPLACE INTO streams VALUES(?,?,?,?,?,?)");
     std::string one = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
     std::string many = "INSERT INTO activities VALUES" + one;
@@ -366,6 +366,8 @@ int64_t TraceWriter::beginRun(const RunInfo& info) {
   s.bind(8, std::string_view(info.tool_version));
   s.bind(9, info.created_unix_ns);
   s.bind(10, info.world_size);
+  s.bind(11, std::string_view(info.topology_yaml));
+  s.bind(12, info.plan_format);
   s.run();
   m.run = sqlite3_last_insert_rowid(m.db.handle());
   m.seq = 0;
@@ -376,6 +378,52 @@ int64_t TraceWriter::beginRun(const RunInfo& info) {
 }
 
 int64_t TraceWriter::runId() const { return impl_->run; }
+
+void TraceWriter::setPlanFacts(const PlanFacts& facts) {
+  auto& m = *impl_;
+  m.requireRun();
+  m.beginDirect();
+  // Replaces what an earlier call wrote for this run: one set of facts per run.
+  for (const char* table : {"run_recompute", "run_memory", "run_memory_categories", "run_plans"}) {
+    sql::Stmt del(m.db, fmt::format("DELETE FROM {} WHERE run=?", table));
+    del.bind(1, m.run);
+    del.run();
+  }
+  sql::Stmt recompute(m.db, "INSERT INTO run_recompute VALUES(?,?,?,?,?,?,?)");
+  for (const RecomputeRow& r : facts.recompute) {
+    recompute.bind(1, m.run);
+    recompute.bind(2, r.layer);
+    recompute.bind(3, std::string_view(r.policy));
+    recompute.bind(4, r.bytes_kept);
+    recompute.bind(5, r.bytes_saved);
+    recompute.bind(6, r.extra_flops);
+    if (r.extra_ns >= 0) recompute.bind(7, r.extra_ns);
+    else recompute.bindNull(7);
+    recompute.run();
+  }
+  sql::Stmt memory(m.db, "INSERT INTO run_memory VALUES(?,?,?,?,?,?,?,?,?)");
+  sql::Stmt category(m.db, "INSERT OR REPLACE INTO run_memory_categories VALUES(?,?,?,?)");
+  for (const MemoryRow& r : facts.memory) {
+    const int64_t values[] = {m.run, r.program, r.first_rank, r.rank_count, r.arena_bytes, r.peak_bytes,
+                              r.lower_bound_bytes, r.activation_peak_bytes, r.gpu_run_bytes};
+    for (int k = 0; k < 9; ++k) memory.bind(k + 1, values[k]);
+    memory.run();
+    for (const auto& [name, bytes] : r.by_category) {
+      category.bind(1, m.run);
+      category.bind(2, r.program);
+      category.bind(3, std::string_view(name));
+      category.bind(4, bytes);
+      category.run();
+    }
+  }
+  if (!facts.plan_blob.empty()) {
+    sql::Stmt plan(m.db, "INSERT INTO run_plans VALUES(?,?,?)");
+    plan.bind(1, m.run);
+    plan.bind(2, std::string_view(facts.plan_encoding));
+    plan.bindBlob(3, facts.plan_blob);
+    plan.run();
+  }
+}
 
 void TraceWriter::addStream(const StreamRow& r) {
   auto& m = *impl_;

@@ -49,6 +49,9 @@ class TraceWriter {
   void addPlanTask(const PlanTaskRow& row);
   void addCollective(const CollectiveRow& row);
   void addClock(const ClockRow& row);
+  // The run's plan facts (trace_model.h, PlanFacts); a second call replaces
+  // the first. Written with the next commit like every other row.
+  void setPlanFacts(const PlanFacts& facts);
 
   // Sets a named stat of the run (replaces an earlier value).
   void setStat(const StatRow& row);

@@ -1,0 +1,32 @@
+#include "simulator/cost/calibration_lookup.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "engine/spec/resources.h"
+
+namespace tandem::sim {
+
+std::string calibrationPath(const std::string& name_or_file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string path = resourcePath(name_or_file);
+  if (fs::exists(path, ec)) return path;
+  for (const std::string& name : {name_or_file, name_or_file + ".yaml"}) {
+    const fs::path committed = fs::path(resourceDir()) / "calibration" / name;
+    if (fs::is_regular_file(committed, ec)) return committed.string();
+  }
+  return name_or_file;
+}
+
+std::vector<std::string> committedCalibrations() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(resourceDir()) / "calibration", ec))
+    if (e.is_regular_file() && e.path().extension() == ".yaml") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace tandem::sim
