@@ -36,6 +36,7 @@
 #include "engine/cuda/kernels.h"
 #include "engine/passes/buckets.h"
 #include "engine/plan/planner.h"
+#include "runner/rank_session.h"
 #endif
 
 namespace {
@@ -105,7 +106,9 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
   const JobSpec job = loadJobFile(a.job, sets);
   const Plan plan = buildPlan(job);
   const cuda::DeviceInfo dev = cuda::deviceInfo(first_device);
-  std::vector<std::unique_ptr<cuda::CudaExecutor>> ex(gpus);
+  // Each rank as `tandem run` sets one up (runner/rank_session.h), one thread per rank.
+  std::vector<std::unique_ptr<runner::RankSession>> sessions(gpus);
+  std::vector<cuda::CudaExecutor*> ex(gpus);
   const cuda::NcclId id = gpus > 1 ? cuda::makeNcclId() : cuda::NcclId{};
   auto onRanks = [&](auto fn) {
     if (gpus == 1) return fn(0);  // no thread per step on one GPU
@@ -116,9 +119,10 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
   std::vector<std::string> errors(gpus);
   onRanks([&](int r) {
     try {
-      cuda::ExecutorOptions o;
-      o.rank = r, o.world = gpus, o.device = first_device + r, o.nccl_id = id;
-      ex[r] = std::make_unique<cuda::CudaExecutor>(plan, o);
+      runner::SessionOptions o;
+      o.executor.rank = r, o.executor.world = gpus, o.executor.device = first_device + r, o.executor.nccl_id = id;
+      sessions[r] = std::make_unique<runner::RankSession>(plan, o);
+      ex[r] = &sessions[r]->executor();
     } catch (const std::exception& e) {
       errors[r] = e.what();
     }
@@ -222,6 +226,7 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
   }
   std::fflush(stdout);
   ex.clear();
+  sessions.clear();
   return {job, med, sync_med, tps};
 }
 #endif

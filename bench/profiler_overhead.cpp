@@ -28,7 +28,7 @@
 #include "engine/cuda/executor.h"
 #include "engine/cuda/launcher.h"
 #include "engine/plan/planner.h"
-#include "plan_trace/gpu/plan_observer.h"
+#include "runner/rank_session.h"
 #endif
 
 namespace {
@@ -89,27 +89,16 @@ int runChild(const Args& a) {
                                   {fmt::format("parallel.data_parallel={}", world), "training.micro_batch=16",
                                    "training.precision=bf16", fmt::format("training.steps={}", a.steps + warmup)});
   const Plan plan = buildPlan(job);
-  cuda::ExecutorOptions eo;
-  eo.rank = rank;
-  eo.world = world;
-  eo.device = rank;
-  eo.use_graph = !a.eager;
-  if (world > 1) eo.nccl_id = cuda::shareNcclId(env, 120);
-  std::unique_ptr<profiler::Profiler> prof;
-  std::unique_ptr<plan_trace::PlanObserver> obs;
-  if (a.child_mode == "profiled") {
-    profiler::ProfilerOptions po;
-    po.path = fmt::format("{}.rank{}.sqlite", a.trace, rank);
-    std::filesystem::remove(po.path);
-    po.run.name = "profiler overhead";
-    po.run.world_size = world;
-    po.rank = rank;
-    po.device = rank;
-    prof = std::make_unique<profiler::Profiler>(po);
-    obs = std::make_unique<plan_trace::PlanObserver>(*prof, plan.programs.at(0));
-    eo.observer = obs.get();
-  }
-  cuda::CudaExecutor exec(plan, eo);
+  // The rank as `tandem run` sets it up (runner/rank_session.h), profiled or not.
+  runner::SessionOptions so;
+  so.executor.rank = rank;
+  so.executor.world = world;
+  so.executor.device = rank;
+  so.executor.use_graph = !a.eager;
+  if (world > 1) so.executor.nccl_id = cuda::shareNcclId(env, 120);
+  if (a.child_mode == "profiled") so.profile_path = fmt::format("{}.rank{}.sqlite", a.trace, rank);
+  runner::RankSession session(plan, so);
+  cuda::CudaExecutor& exec = session.executor();
   std::vector<double> gpu_ms, wall_ms;
   for (int s = 0; s < warmup + a.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -118,7 +107,7 @@ int runChild(const Args& a) {
     if (s >= warmup) gpu_ms.push_back(r.ms), wall_ms.push_back(wall);
   }
   profiler::ProfileSummary ps;
-  if (prof) ps = prof->finish();
+  if (session.profiler()) ps = session.finishProfile();
   if (rank == 0) {
     const std::string tmp = a.result + ".tmp";
     {

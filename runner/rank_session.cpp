@@ -1,0 +1,170 @@
+#include "runner/rank_session.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <stdexcept>
+
+#include "engine/cuda/device_record.h"
+#include "engine/memory/gpu_footprint.h"
+#include "engine/memory/memory_fit.h"
+#include "plan_trace/plan_facts.h"
+#include "vocabulary/version.h"
+#ifdef TANDEM_HAVE_PROFILER
+#include "plan_trace/gpu/plan_observer.h"
+#endif
+
+namespace tandem::runner {
+
+bool profilingAvailable() {
+#ifdef TANDEM_HAVE_PROFILER
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string profileSummaryLine(const profiler::ProfileSummary& summary) {
+#ifdef TANDEM_HAVE_PROFILER
+  return profiler::formatSummary(summary);
+#else
+  (void)summary;
+  return "no profile (built without the profiler)";
+#endif
+}
+
+traces::RunInfo realRunInfo(const Plan& plan, int device) {
+  traces::RunInfo info;
+  info.kind = traces::RunKind::Real;
+  info.name = plan.job.name;
+  info.job_yaml = plan.job.yaml;
+  info.job_hash = plan.job.content_hash;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  info.host = host;
+  info.devices_json = cuda::devicesJson(cuda::deviceRecord(device));
+  info.tool_version = std::string(toolVersion());
+  info.created_unix_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  info.world_size = plan.world_size;
+  info.plan_format = plan.version;
+  return info;
+}
+
+std::string fittingChoices(const JobSpec& job, int64_t free_bytes) {
+  const std::vector<FittingChoice> fits = choicesThatFit(job, free_bytes, gpu_footprint::runOverheadBytes);
+  if (fits.empty()) return "no recompute policy, micro-batch or LM head split fits on this GPU";
+  std::string s = "choices that fit: ";
+  for (size_t i = 0; i < fits.size(); ++i) s += (i ? "; " : "") + fits[i].text(job);
+  return s;
+}
+
+RankSession::RankSession(const Plan& plan, const SessionOptions& options)
+    : plan_(plan), options_(options), device_(cuda::deviceInfo(options.executor.device)) {
+  cuda::ExecutorOptions eo = options.executor;
+  if (!options.profile_path.empty()) {
+#ifdef TANDEM_HAVE_PROFILER
+    profiler::ProfilerOptions po;
+    po.path = options.profile_path;
+    std::error_code ec;
+    std::filesystem::remove(po.path, ec);  // one run per rank file: a fresh profile
+    po.run = realRunInfo(plan, eo.device);
+    po.run.created_unix_ns = 0;  // the profiler stamps its own start
+    po.plan_facts = plan_trace::planFacts(plan);
+    po.rank = eo.rank;
+    po.device = eo.device;
+    po.arena_bytes = plan.programs.at(0).memory.arena_bytes;
+    po.arena_peak_bytes = plan.programs.at(0).memory.peak_bytes;
+    profiler_ = std::make_unique<profiler::Profiler>(po);
+    observer_ = std::make_unique<plan_trace::PlanObserver>(*profiler_, plan.programs.at(0));
+    eo.observer = observer_.get();
+#else
+    throw std::runtime_error("run: this tandem was built without the CUPTI profiler (--profile unavailable)");
+#endif
+  }
+  try {
+    executor_ = std::make_unique<cuda::CudaExecutor>(plan, eo);
+  } catch (const cuda::OutOfDeviceMemory& e) {
+    throw cuda::OutOfDeviceMemory(std::string(e.what()) + "; " + fittingChoices(plan.job, e.free_bytes),
+                                  e.needed_bytes, e.free_bytes);
+  }
+}
+
+RankSession::~RankSession() {
+  // The executor first: it may still call the observer.
+  executor_.reset();
+  observer_.reset();
+  profiler_.reset();
+}
+
+std::vector<cuda::ClockOffset> RankSession::measureClocks(bool at_end) {
+  if (!executor_->communicator()) return {};
+#ifdef TANDEM_HAVE_PROFILER
+  if (profiler_) {
+    profiler_->clockSyncBegin();
+    std::vector<cuda::ClockOffset> all =
+        executor_->communicator()->measureClockOffsets([this] { return profiler_->nowNs(); }, 20);
+    const cuda::ClockOffset& mine = all.at(size_t(options_.executor.rank));
+    profiler_->clockSyncEnd({mine.local_ns, mine.offset_ns, mine.rtt_ns}, at_end);
+    return all;
+  }
+#endif
+  (void)at_end;
+  return {};
+}
+
+std::vector<cuda::GpuStepResult> RankSession::run(int steps,
+                                                   const std::function<void(const cuda::GpuStepResult&)>& each) {
+  ended_.clear();
+  results_ = executor_->run(steps, [&](const cuda::GpuStepResult& r) {
+    ended_.push_back(std::chrono::steady_clock::now());
+    if (each) each(r);
+  });
+  return results_;
+}
+
+StepStats RankSession::stats() const {
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  std::vector<double> ms;
+  for (size_t i = std::min<size_t>(3, results_.size() / 2); i < results_.size(); ++i) ms.push_back(results_[i].ms);
+  std::vector<double> wall;
+  for (size_t i = std::max<size_t>(1, std::min<size_t>(3, ended_.size() / 2)); i < ended_.size(); ++i)
+    wall.push_back(std::chrono::duration<double, std::milli>(ended_[i] - ended_[i - 1]).count());
+  StepStats s;
+  s.median_ms = median(ms);
+  s.median_wall_ms = median(wall);
+  const double tokens = double(plan_.job.tokensPerStep());
+  const double flops_per_step = plan_.summary.model_flops_per_token * tokens;
+  const double peak = device_.peak_bf16_flops * options_.executor.world;
+  s.tokens_per_s = s.median_ms > 0 ? tokens / (s.median_ms / 1e3) : 0;
+  s.mfu = peak > 0 && s.median_ms > 0 ? flops_per_step / (s.median_ms / 1e3) / peak : 0;
+  return s;
+}
+
+profiler::ProfileSummary RankSession::finishProfile() {
+#ifdef TANDEM_HAVE_PROFILER
+  if (!profiler_) throw std::logic_error("finishProfile: this session does not profile");
+  const StepStats s = stats();
+  const cuda::GpuMemoryReport mem = executor_->memory();
+  using traces::Severity;
+  profiler_->setStat({"tokens_per_second", int64_t(s.tokens_per_s), Severity::Info, "median over measured steps"});
+  profiler_->setStat({"mfu_ppm", int64_t(s.mfu * 1e6), Severity::Info, "PaLM model FLOPs utilisation, parts per million"});
+  profiler_->setStat({"planned_arena_bytes", mem.planned_arena_bytes, Severity::Info, "memory plan peak"});
+  profiler_->setStat({"planned_executor_bytes", gpu_footprint::executorFootprint(plan_).total(), Severity::Info,
+                      "executor buffers beyond the arena, as counted from the plan"});
+  profiler_->setStat({"allocated_bytes", mem.allocated_bytes, Severity::Info, "arena + workspace + scratch"});
+  profiler_->setStat(
+      {"device_used_bytes", mem.device_used_bytes, Severity::Info, "after setup, incl. context and NCCL"});
+  return profiler_->finish();
+#else
+  throw std::logic_error("finishProfile: this tandem was built without the profiler");
+#endif
+}
+
+}  // namespace tandem::runner

@@ -1,0 +1,98 @@
+#pragma once
+// One rank of a real run: the CUDA executor for the rank's program, and,
+// when profiling, the CUPTI profiler joined to it by the plan observer. The
+// rank runner of `tandem run` (runner/run_rank.h) drives one per process;
+// the GPU benchmarks drive one per rank thread. Everything a rank does
+// between "the plan is built" and "the steps are measured" lives here, once.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/cuda/device.h"
+#include "engine/cuda/executor.h"
+#include "engine/plan/plan.h"
+#include "profiler/profiler.h"  // its types; the profiler itself only where it was built
+#include "traces/store/trace_model.h"
+
+namespace tandem::plan_trace {
+class PlanObserver;
+}
+
+namespace tandem::runner {
+
+// Whether this build can profile (the CUPTI profiler was built).
+bool profilingAvailable();
+// A rank's profile summary in one line (kernels attributed, dropped records, ...).
+std::string profileSummaryLine(const profiler::ProfileSummary& summary);
+
+struct SessionOptions {
+  cuda::ExecutorOptions executor;  // rank, world, device, graph or eager, NCCL id, timeout
+  // The rank's profile file (one run per rank file, started afresh); empty:
+  // no profiling. Needs profilingAvailable().
+  std::string profile_path;
+};
+
+// The run row a real run of `plan` on device `device` writes: job, host,
+// devices, tool version, plan format.
+traces::RunInfo realRunInfo(const Plan& plan, int device);
+
+// The recompute, micro-batch and LM-head choices whose plan fits
+// `free_bytes` with the executor's own buffers, as one line for an
+// out-of-memory message.
+std::string fittingChoices(const JobSpec& job, int64_t free_bytes);
+
+// Figures of the steady state: the steps after the first three (graph
+// capture, cuBLASLt heuristics, warm-up), medians.
+struct StepStats {
+  double median_ms = 0;       // GPU time per step
+  double median_wall_ms = 0;  // wall time between two step ends, as a training loop sees it
+  double tokens_per_s = 0;
+  double mfu = 0;             // PaLM model FLOPs utilisation over the world's peak
+};
+
+class RankSession {
+ public:
+  // Builds the profiler (if asked) and the executor. A plan that does not fit
+  // the device throws cuda::OutOfDeviceMemory whose message names the choices
+  // that would (fittingChoices).
+  RankSession(const Plan& plan, const SessionOptions& options);
+  ~RankSession();
+  RankSession(const RankSession&) = delete;
+  RankSession& operator=(const RankSession&) = delete;
+
+  cuda::CudaExecutor& executor() { return *executor_; }
+  const cuda::DeviceInfo& device() const { return device_; }
+  // Null unless profiling.
+  profiler::Profiler* profiler() { return profiler_.get(); }
+
+  // This rank's clock against rank 0's (NCCL ping-pong), outside the steps;
+  // stored in the profile when profiling. Every rank's offset (rank 0's first);
+  // empty on one rank.
+  std::vector<cuda::ClockOffset> measureClocks(bool at_end);
+
+  // Runs `steps` steps, the next one queued behind the running one, calling
+  // `each` as each step ends (on this thread).
+  std::vector<cuda::GpuStepResult> run(int steps, const std::function<void(const cuda::GpuStepResult&)>& each);
+  // The steady-state figures of the last run().
+  StepStats stats() const;
+
+  // Stores the run's summary stats in the profile and closes it.
+  profiler::ProfileSummary finishProfile();
+
+ private:
+  const Plan& plan_;
+  SessionOptions options_;
+  cuda::DeviceInfo device_;
+  std::unique_ptr<profiler::Profiler> profiler_;
+  std::unique_ptr<plan_trace::PlanObserver> observer_;
+  std::unique_ptr<cuda::CudaExecutor> executor_;
+  std::vector<cuda::GpuStepResult> results_;
+  std::vector<std::chrono::steady_clock::time_point> ended_;
+};
+
+}  // namespace tandem::runner
