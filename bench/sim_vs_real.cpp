@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -197,40 +198,42 @@ double medianOf(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (argc < 3) {
-    fmt::print(stderr,
-               "usage: bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] "
-               "[--max-dp N] [--equal-ranks] [--multi-rank-from FILE]\n");
-    return 2;
-  }
-  const std::string tandem_bin = argv[1];
-  const fs::path out_dir = argv[2];
+struct Options {
+  std::string tandem_bin;
+  fs::path out_dir;
   std::string topology = "h200x2-nv18";
   int steps = 30;
   bool reuse = false;  // keep real traces already in OUT_DIR (analyse again without a GPU)
   int max_dp = 1 << 20;
   bool equal_ranks = false;  // simulate every GPU at one speed (the measured speeds are not applied)
   std::string multi_rank_from;  // a calibration whose multi-rank keys the written one keeps
+};
+
+// TANDEM_BINARY OUT_DIR and the flags after them (a bad flag exits with status 2).
+Options parseOptions(int argc, char** argv) {
+  Options o;
+  o.tandem_bin = argv[1];
+  o.out_dir = argv[2];
   tandem::bench::ArgReader args(
       "bench_sim_vs_real",
       "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks] "
       "[--multi-rank-from FILE]",
       argc, argv, 3);
   while (args.next()) {
-    if (args.is("--reuse-real")) reuse = true;
-    else if (args.is("--topology")) topology = args.text();
-    else if (args.is("--steps")) steps = int(args.integer(1, 100000));
-    else if (args.is("--max-dp")) max_dp = int(args.integer(1, 1 << 20));
-    else if (args.is("--equal-ranks")) equal_ranks = true;
-    else if (args.is("--multi-rank-from")) multi_rank_from = args.text();
+    if (args.is("--reuse-real")) o.reuse = true;
+    else if (args.is("--topology")) o.topology = args.text();
+    else if (args.is("--steps")) o.steps = int(args.integer(1, 100000));
+    else if (args.is("--max-dp")) o.max_dp = int(args.integer(1, 1 << 20));
+    else if (args.is("--equal-ranks")) o.equal_ranks = true;
+    else if (args.is("--multi-rank-from")) o.multi_rank_from = args.text();
     else args.unknown();
   }
-  fs::create_directories(out_dir);
-  // --max-dp: leave out the jobs of more ranks (a machine with fewer GPUs);
-  // the summary then covers the jobs that ran.
+  return o;
+}
+
+// --max-dp: leave out the jobs of more ranks (a machine with fewer GPUs);
+// the summary then covers the jobs that ran.
+std::vector<BenchJob> jobsUpTo(int max_dp) {
   std::vector<BenchJob> jobs;
   for (const BenchJob& b : benchJobs()) {
     if (jobOf(b).parallel.data_parallel > max_dp) {
@@ -239,75 +242,89 @@ int main(int argc, char** argv) {
     }
     jobs.push_back(b);
   }
+  return jobs;
+}
 
-  // --multi-rank-from: checked before any run (calibrate_merge.h).
-  std::string multi_rank_yaml;
-  if (!multi_rank_from.empty()) {
-    for (const BenchJob& b : jobs)
-      if (b.calibrate && jobOf(b).parallel.data_parallel > 1) {
-        fmt::print(stderr, "bench_sim_vs_real: --multi-rank-from keeps the multi-rank keys of another calibration, so "
-                           "the calibration jobs must have one rank: add --max-dp 1\n");
-        return 2;
-      }
-    std::ifstream base(multi_rank_from);
-    std::ostringstream text;
-    text << base.rdbuf();
-    multi_rank_yaml = text.str();
-    try {
-      sim::parseCalibration(multi_rank_yaml, multi_rank_from);
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "bench_sim_vs_real: --multi-rank-from: {}\n", base ? e.what() : "cannot read the file");
-      return 2;
+// --multi-rank-from: checked before any run (calibrate_merge.h). Reads the
+// file's text into `yaml`; false, having said why, when it cannot serve.
+bool readMultiRankBase(const std::string& multi_rank_from, const std::vector<BenchJob>& jobs, std::string& yaml) {
+  for (const BenchJob& b : jobs)
+    if (b.calibrate && jobOf(b).parallel.data_parallel > 1) {
+      fmt::print(stderr, "bench_sim_vs_real: --multi-rank-from keeps the multi-rank keys of another calibration, so "
+                         "the calibration jobs must have one rank: add --max-dp 1\n");
+      return false;
     }
+  std::ifstream base(multi_rank_from);
+  std::ostringstream text;
+  text << base.rdbuf();
+  yaml = text.str();
+  try {
+    sim::parseCalibration(yaml, multi_rank_from);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_sim_vs_real: --multi-rank-from: {}\n", base ? e.what() : "cannot read the file");
+    return false;
   }
+  return true;
+}
 
-  // 1. Real runs, profiled.
+// 1. Real runs, profiled (kept from an earlier invocation with --reuse-real).
+// False, having named the job and its log, when one fails.
+bool runRealJobs(const Options& o, const std::vector<BenchJob>& jobs) {
   for (const BenchJob& b : jobs) {
-    const fs::path trace = out_dir / (b.name + ".real.sqlite");
-    if (reuse && fs::exists(trace)) continue;
+    const fs::path trace = o.out_dir / (b.name + ".real.sqlite");
+    if (o.reuse && fs::exists(trace)) continue;
     fs::remove(trace);
-    std::string cmd = fmt::format("{} run default --steps {} --profile --out {}", shellQuote(tandem_bin), steps,
+    std::string cmd = fmt::format("{} run default --steps {} --profile --out {}", shellQuote(o.tandem_bin), o.steps,
                                   shellQuote(trace.string()));
     for (const auto& s : b.sets) cmd += " --set " + s;
-    cmd += " > " + shellQuote((out_dir / (b.name + ".log")).string()) + " 2>&1";
+    cmd += " > " + shellQuote((o.out_dir / (b.name + ".log")).string()) + " 2>&1";
     fmt::print(stderr, "real run {}\n", b.name);
     if (std::system(cmd.c_str()) != 0) {
-      fmt::print(stderr, "real run {} failed; see {}\n", b.name, (out_dir / (b.name + ".log")).string());
-      return 1;
+      fmt::print(stderr, "real run {} failed; see {}\n", b.name, (o.out_dir / (b.name + ".log")).string());
+      return false;
     }
   }
+  return true;
+}
 
-  // 2. Calibration from the calibration subset.
+// 2. Calibration from the calibration subset; empty, having said why, when
+// --multi-rank-from's keys cannot be kept.
+std::optional<sim::CalibrationResult> fitCalibration(const Options& o, const std::vector<BenchJob>& jobs,
+                                                     const sim::Topology& topo, const std::string& multi_rank_yaml) {
   std::vector<sim::CalibrationInput> inputs;
   for (const BenchJob& b : jobs)
-    if (b.calibrate) inputs.push_back({(out_dir / (b.name + ".real.sqlite")).string(), -1});
-  const sim::Topology topo = sim::loadTopology(topology);
+    if (b.calibrate) inputs.push_back({(o.out_dir / (b.name + ".real.sqlite")).string(), -1});
   sim::CalibrationResult cal = sim::calibrateFromRuns(inputs);
   if (const auto refit = sim::refitOverlapBySimulation(cal, inputs, topo))
     fmt::print(stderr, "kernel overlap efficiency {:.3f} from the timelines, {:.3f} by simulation ({} runs, {:.2f}%)\n",
                refit->from_timelines, refit->efficiency, refit->runs, refit->mean_abs_error_pct);
-  if (!multi_rank_from.empty()) {
+  if (!o.multi_rank_from.empty()) {
     // One-rank runs refresh what they measure; the rest stays as measured
     // on more GPUs.
     try {
-      sim::keepMultiRankKeys(cal, multi_rank_yaml, multi_rank_from);
+      sim::keepMultiRankKeys(cal, multi_rank_yaml, o.multi_rank_from);
     } catch (const std::exception& e) {
       fmt::print(stderr, "bench_sim_vs_real: --multi-rank-from: {}\n", e.what());
-      return 1;
+      return std::nullopt;
     }
   }
-  const std::string cal_path = (out_dir / "calibration.yaml").string();
-  {
-    std::FILE* f = std::fopen(cal_path.c_str(), "w");
-    if (f) {
-      std::fputs(sim::calibrationToYaml(cal).c_str(), f);
-      std::fclose(f);
-    }
+  return cal;
+}
+
+// Writes the calibration as YAML (nothing when the file cannot be opened:
+// loading it afterwards says so).
+void writeCalibration(const sim::CalibrationResult& cal, const std::string& cal_path) {
+  std::FILE* f = std::fopen(cal_path.c_str(), "w");
+  if (f) {
+    std::fputs(sim::calibrationToYaml(cal).c_str(), f);
+    std::fclose(f);
   }
-  const sim::Calibration loaded = sim::loadCalibration(cal_path);
-  // The machine as the calibration runs measured it: its GPUs' relative
-  // speeds (rank r on device r), unless --equal-ranks. The roofline
-  // simulations keep the topology as it is.
+}
+
+// The machine as the calibration runs measured it: its GPUs' relative
+// speeds (rank r on device r), unless --equal-ranks. The roofline
+// simulations keep the topology as it is.
+sim::Topology measuredTopology(const sim::Topology& topo, const sim::CalibrationResult& cal, bool equal_ranks) {
   sim::Topology measured = topo;
   if (!equal_ranks)
     for (const auto& [rank, speed] : cal.rank_speed)
@@ -317,102 +334,169 @@ int main(int argc, char** argv) {
                    "device {} at speed {:.4f} of device 0 (forward kernels of {} multi-rank calibration runs)\n",
                    measured.devices[size_t(rank)].name, speed, cal.rank_speed_runs);
       }
+  return measured;
+}
 
-  // 3 and 4. Simulate and compare.
-  std::vector<Outcome> outcomes;
-  std::vector<CollectivePoint> collectives;
-  for (const BenchJob& b : jobs) {
-    const JobSpec job = jobOf(b);
-    const std::string real_path = (out_dir / (b.name + ".real.sqlite")).string();
-    const std::string sim_path = (out_dir / (b.name + ".sim.sqlite")).string();
-    fs::remove(sim_path);
-    const int64_t cal_run = simulateInto(job, measured, loaded, sim_path, "(calibrated)");
-    const int64_t uncal_run = simulateInto(job, topo, {}, sim_path, "(roofline defaults)");
-    traces::TraceReader real(real_path);
-    traces::TraceReader simr(sim_path);
-    const int64_t real_run = real.defaultRunId();
-    const traces::RunComparison c = traces::compareRuns(real, real_run, simr, cal_run);
-    const traces::RunComparison u = traces::compareRuns(real, real_run, simr, uncal_run);
-    if (job.parallel.data_parallel > 1)
-      for (const CollectivePoint& p : collectivePoints(b.name, real, real_run, simr, cal_run)) collectives.push_back(p);
-    Outcome o;
-    o.name = b.name;
-    o.calibrate = b.calibrate;
-    o.dp = job.parallel.data_parallel;
-    o.real_ms = c.a.step_ns / 1e6;
-    o.sim_ms = c.b.step_ns / 1e6;
-    o.uncal_ms = u.b.step_ns / 1e6;
-    o.real_overlap = c.a.overlap_pct;
-    o.sim_overlap = c.b.overlap_pct;
-    o.real_exposed_ms = c.a.exposed_comm_ns / 1e6;
-    o.sim_exposed_ms = c.b.exposed_comm_ns / 1e6;
-    outcomes.push_back(o);
-    fmt::print("{{\"bench\":\"sim_vs_real\",\"job\":\"{}\",\"calibration_job\":{},\"dp\":{},\"real_ms\":{:.3f},"
-               "\"sim_ms\":{:.3f},\"error_pct\":{:.2f},\"uncalibrated_ms\":{:.3f},\"uncalibrated_error_pct\":{:.2f},"
-               "\"real_overlap_pct\":{:.1f},\"sim_overlap_pct\":{:.1f},\"real_exposed_ms\":{:.3f},"
-               "\"sim_exposed_ms\":{:.3f}}}\n",
-               o.name, o.calibrate, o.dp, o.real_ms, o.sim_ms, o.errPct(), o.uncal_ms, o.uncalErrPct(), o.real_overlap,
-               o.sim_overlap, o.real_exposed_ms, o.sim_exposed_ms);
-  }
+// 3 and 4 for one job: simulated with the calibration and without it, each
+// compared with the real run; a data-parallel job's collectives are added
+// to `collectives`.
+Outcome simulateAndCompare(const BenchJob& b, const fs::path& out_dir, const sim::Topology& measured,
+                           const sim::Topology& topo, const sim::Calibration& loaded,
+                           std::vector<CollectivePoint>& collectives) {
+  const JobSpec job = jobOf(b);
+  const std::string real_path = (out_dir / (b.name + ".real.sqlite")).string();
+  const std::string sim_path = (out_dir / (b.name + ".sim.sqlite")).string();
+  fs::remove(sim_path);
+  const int64_t cal_run = simulateInto(job, measured, loaded, sim_path, "(calibrated)");
+  const int64_t uncal_run = simulateInto(job, topo, {}, sim_path, "(roofline defaults)");
+  traces::TraceReader real(real_path);
+  traces::TraceReader simr(sim_path);
+  const int64_t real_run = real.defaultRunId();
+  const traces::RunComparison c = traces::compareRuns(real, real_run, simr, cal_run);
+  const traces::RunComparison u = traces::compareRuns(real, real_run, simr, uncal_run);
+  if (job.parallel.data_parallel > 1)
+    for (const CollectivePoint& p : collectivePoints(b.name, real, real_run, simr, cal_run)) collectives.push_back(p);
+  Outcome o;
+  o.name = b.name;
+  o.calibrate = b.calibrate;
+  o.dp = job.parallel.data_parallel;
+  o.real_ms = c.a.step_ns / 1e6;
+  o.sim_ms = c.b.step_ns / 1e6;
+  o.uncal_ms = u.b.step_ns / 1e6;
+  o.real_overlap = c.a.overlap_pct;
+  o.sim_overlap = c.b.overlap_pct;
+  o.real_exposed_ms = c.a.exposed_comm_ns / 1e6;
+  o.sim_exposed_ms = c.b.exposed_comm_ns / 1e6;
+  return o;
+}
 
-  fmt::print("\n{:<22} {:>5} {:>3} {:>9} {:>9} {:>8} {:>12} {:>8} {:>14}\n", "job", "calib", "dp", "real ms", "sim ms",
-             "error%", "roofline ms", "error%", "overlap r/s %");
+// One job's JSON line.
+void printOutcomeJson(const Outcome& o) {
+  fmt::print("{{\"bench\":\"sim_vs_real\",\"job\":\"{}\",\"calibration_job\":{},\"dp\":{},\"real_ms\":{:.3f},"
+             "\"sim_ms\":{:.3f},\"error_pct\":{:.2f},\"uncalibrated_ms\":{:.3f},\"uncalibrated_error_pct\":{:.2f},"
+             "\"real_overlap_pct\":{:.1f},\"sim_overlap_pct\":{:.1f},\"real_exposed_ms\":{:.3f},"
+             "\"sim_exposed_ms\":{:.3f}}}\n",
+             o.name, o.calibrate, o.dp, o.real_ms, o.sim_ms, o.errPct(), o.uncal_ms, o.uncalErrPct(), o.real_overlap,
+             o.sim_overlap, o.real_exposed_ms, o.sim_exposed_ms);
+}
+
+// The step times of all jobs and of the held-out ones, for the summary.
+struct StepStats {
   std::vector<double> real_ms, sim_ms, held_out_err, held_real_ms, held_sim_ms;
   double worst_overlap_pp = 0;
+};
+
+// Prints the table of step times and overlap per job.
+StepStats printStepTable(const std::vector<Outcome>& outcomes) {
+  fmt::print("\n{:<22} {:>5} {:>3} {:>9} {:>9} {:>8} {:>12} {:>8} {:>14}\n", "job", "calib", "dp", "real ms", "sim ms",
+             "error%", "roofline ms", "error%", "overlap r/s %");
+  StepStats st;
   for (const Outcome& o : outcomes) {
     fmt::print("{:<22} {:>5} {:>3} {:>9.3f} {:>9.3f} {:>+8.2f} {:>12.3f} {:>+8.2f} {:>7.1f}/{:<6.1f}\n", o.name,
                o.calibrate ? "yes" : "no", o.dp, o.real_ms, o.sim_ms, o.errPct(), o.uncal_ms, o.uncalErrPct(),
                o.real_overlap, o.sim_overlap);
-    real_ms.push_back(o.real_ms);
-    sim_ms.push_back(o.sim_ms);
-    if (o.dp > 1) worst_overlap_pp = std::max(worst_overlap_pp, std::fabs(o.sim_overlap - o.real_overlap));
+    st.real_ms.push_back(o.real_ms);
+    st.sim_ms.push_back(o.sim_ms);
+    if (o.dp > 1) st.worst_overlap_pp = std::max(st.worst_overlap_pp, std::fabs(o.sim_overlap - o.real_overlap));
     if (!o.calibrate) {
-      held_out_err.push_back(std::fabs(o.errPct()));
-      held_real_ms.push_back(o.real_ms);
-      held_sim_ms.push_back(o.sim_ms);
+      st.held_out_err.push_back(std::fabs(o.errPct()));
+      st.held_real_ms.push_back(o.real_ms);
+      st.held_sim_ms.push_back(o.sim_ms);
     }
   }
-  const double median = medianOf(held_out_err);
-  const double worst = held_out_err.empty() ? 0 : *std::max_element(held_out_err.begin(), held_out_err.end());
-  const double tau = kendallTau(real_ms, sim_ms);
-  const double tau_held = kendallTau(held_real_ms, held_sim_ms);
+  return st;
+}
 
-  // Collectives of the data-parallel jobs, 1 MiB and more: all of them, and
-  // those of the held-out jobs alone (what the accuracy target speaks of).
+// Collectives of 1 MiB and more: how many, how many within 5%, the worst.
+struct CollectiveStats {
+  int big = 0, big_within = 0, held_big = 0, held_big_within = 0;
+  double big_worst = 0, held_big_worst = 0;
+};
+
+// Collectives of the data-parallel jobs, 1 MiB and more: all of them, and
+// those of the held-out jobs alone (what the accuracy target speaks of).
+CollectiveStats printCollectiveTable(const std::vector<CollectivePoint>& collectives,
+                                     const std::vector<Outcome>& outcomes) {
   std::set<std::string> calibration_jobs;
   for (const Outcome& o : outcomes)
     if (o.calibrate) calibration_jobs.insert(o.name);
-  int big = 0, big_within = 0, held_big = 0, held_big_within = 0;
-  double big_worst = 0, held_big_worst = 0;
+  CollectiveStats st;
   fmt::print("\n{:<22} {:>6} {:>10} {:>10} {:>10} {:>8}\n", "collective of job", "task", "MiB", "real us", "sim us",
              "error%");
   for (const CollectivePoint& p : collectives) {
     fmt::print("{:<22} {:>6} {:>10.2f} {:>10.1f} {:>10.1f} {:>+8.1f}\n", p.job, p.task_id, double(p.bytes) / (1 << 20),
                p.real_us, p.sim_us, p.errPct());
     if (p.bytes >= (int64_t(1) << 20)) {
-      ++big;
-      big_within += std::fabs(p.errPct()) <= 5.0;
-      big_worst = std::max(big_worst, std::fabs(p.errPct()));
+      ++st.big;
+      st.big_within += std::fabs(p.errPct()) <= 5.0;
+      st.big_worst = std::max(st.big_worst, std::fabs(p.errPct()));
       if (!calibration_jobs.count(p.job)) {
-        ++held_big;
-        held_big_within += std::fabs(p.errPct()) <= 5.0;
-        held_big_worst = std::max(held_big_worst, std::fabs(p.errPct()));
+        ++st.held_big;
+        st.held_big_within += std::fabs(p.errPct()) <= 5.0;
+        st.held_big_worst = std::max(st.held_big_worst, std::fabs(p.errPct()));
       }
     }
   }
+  return st;
+}
+
+// The summary line and its JSON object: held-out error, rank order (Kendall
+// tau), overlap and collectives.
+void printSummary(const StepStats& s, const CollectiveStats& c, size_t jobs) {
+  const double median = medianOf(s.held_out_err);
+  const double worst = s.held_out_err.empty() ? 0 : *std::max_element(s.held_out_err.begin(), s.held_out_err.end());
+  const double tau = kendallTau(s.real_ms, s.sim_ms);
+  const double tau_held = kendallTau(s.held_real_ms, s.held_sim_ms);
   fmt::print("\nheld-out jobs ({}): median |error| {:.2f}%, max {:.2f}%; Kendall tau {:.3f} over them, "
              "{:.3f} over all {} jobs; overlap within {:.1f} points on the data-parallel jobs; "
              "collectives >= 1 MiB: {} of {} within 5% in the held-out jobs (worst {:.1f}%), {} of {} with the "
              "calibration jobs (worst {:.1f}%)\n",
-             held_out_err.size(), median, worst, tau_held, tau, outcomes.size(), worst_overlap_pp, held_big_within,
-             held_big, held_big_worst, big_within, big, big_worst);
+             s.held_out_err.size(), median, worst, tau_held, tau, jobs, s.worst_overlap_pp, c.held_big_within,
+             c.held_big, c.held_big_worst, c.big_within, c.big, c.big_worst);
   fmt::print("{{\"bench\":\"sim_vs_real\",\"summary\":true,\"held_out_jobs\":{},"
              "\"held_out_median_abs_error_pct\":{:.2f},\"held_out_max_abs_error_pct\":{:.2f},"
              "\"kendall_tau_held_out\":{:.3f},\"kendall_tau_all\":{:.3f},\"jobs\":{},"
              "\"worst_overlap_diff_pp\":{:.1f},\"collectives_1mib\":{},\"collectives_1mib_within_5pct\":{},"
              "\"collectives_1mib_worst_pct\":{:.1f},\"held_out_collectives_1mib\":{},"
              "\"held_out_collectives_1mib_within_5pct\":{},\"held_out_collectives_1mib_worst_pct\":{:.1f}}}\n",
-             held_out_err.size(), median, worst, tau_held, tau, outcomes.size(), worst_overlap_pp, big, big_within,
-             big_worst, held_big, held_big_within, held_big_worst);
+             s.held_out_err.size(), median, worst, tau_held, tau, jobs, s.worst_overlap_pp, c.big, c.big_within,
+             c.big_worst, c.held_big, c.held_big_within, c.held_big_worst);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fmt::print(stderr,
+               "usage: bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] "
+               "[--max-dp N] [--equal-ranks] [--multi-rank-from FILE]\n");
+    return 2;
+  }
+  const Options o = parseOptions(argc, argv);
+  fs::create_directories(o.out_dir);
+  const std::vector<BenchJob> jobs = jobsUpTo(o.max_dp);
+  std::string multi_rank_yaml;
+  if (!o.multi_rank_from.empty() && !readMultiRankBase(o.multi_rank_from, jobs, multi_rank_yaml)) return 2;
+  if (!runRealJobs(o, jobs)) return 1;
+
+  const sim::Topology topo = sim::loadTopology(o.topology);
+  const std::optional<sim::CalibrationResult> cal = fitCalibration(o, jobs, topo, multi_rank_yaml);
+  if (!cal) return 1;
+  const std::string cal_path = (o.out_dir / "calibration.yaml").string();
+  writeCalibration(*cal, cal_path);
+  const sim::Calibration loaded = sim::loadCalibration(cal_path);
+  const sim::Topology measured = measuredTopology(topo, *cal, o.equal_ranks);
+
+  // 3 and 4. Simulate and compare.
+  std::vector<Outcome> outcomes;
+  std::vector<CollectivePoint> collectives;
+  for (const BenchJob& b : jobs) {
+    outcomes.push_back(simulateAndCompare(b, o.out_dir, measured, topo, loaded, collectives));
+    printOutcomeJson(outcomes.back());
+  }
+
+  const StepStats step_stats = printStepTable(outcomes);
+  const CollectiveStats collective_stats = printCollectiveTable(collectives, outcomes);
+  printSummary(step_stats, collective_stats, outcomes.size());
   return 0;
 }

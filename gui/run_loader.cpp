@@ -208,36 +208,14 @@ void attachCounters(TimelineData& data, const std::vector<traces::CounterRow>& r
   }
 }
 
-}  // namespace
+using StreamRows = std::map<std::pair<int, int>, traces::StreamRow>;
+using TracksByRank = std::map<int, std::vector<const traces::Track*>>;
 
-LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& options) {
-  LoadedRun out;
-  out.path = reader.path();
-  if (run < 0) run = reader.defaultRunId();
-  out.info = reader.run(run);
-  out.facts = reader.planFacts(run, /*with_plan=*/false);
-  out.schema_version = reader.schemaVersion();
-  for (traces::StatRow& st : reader.stats(run))
-    if (st.severity != traces::Severity::Info) out.warnings.push_back(std::move(st));
-  auto data = std::make_shared<TimelineData>();
-  data->run_label = describeRun(out.info);
-  data->names = reader.strings();
-
-  std::map<std::pair<int, int>, traces::StreamRow> streams;
-  for (const auto& s : reader.streams(run)) streams[{s.rank, s.stream}] = s;
-  using Clock = std::chrono::steady_clock;
-  auto seconds = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  auto t0 = Clock::now();
-  std::vector<traces::Track> tracks = readTracks(reader, run, options);
-  out.timings.read_s = seconds(t0);
-  report(options, kReadEndPct, "building the timeline");
-  t0 = Clock::now();
-  size_t total = 0;
-  for (const auto& t : tracks) total += t.size();
-  if (total == 0)
-    throw LoadError(reader.path() + ": run " + std::to_string(run) + " has no activities to show");
-
-  std::map<int, std::vector<const traces::Track*>> by_rank;
+// The timeline's lanes from the store's tracks, and the GPU tracks of each
+// rank for the analysis.
+TracksByRank addTimelineTracks(TimelineData& data, const std::vector<traces::Track>& tracks,
+                               const StreamRows& streams) {
+  TracksByRank by_rank;
   for (const auto& src : tracks) {
     auto it = streams.find({src.rank, src.stream});
     // Host threads are not GPU lanes; the breakdown leaves them out as well.
@@ -261,16 +239,20 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& o
       t.task_kind[i] = taskKindOf(src.kind[i]);
       t.phase[i] = uint8_t(src.phase[i]);
     }
-    data->tracks.push_back(std::move(t));
+    data.tracks.push_back(std::move(t));
   }
+  return by_rank;
+}
 
-  // Plan facts per task; activities fill in what the plan rows lack.
+// Plan facts per task; activities fill in what the plan rows lack.
+void addTaskFacts(TimelineData& data, traces::TraceReader& reader, int64_t run,
+                  const std::vector<traces::Track>& tracks) {
   int max_rank = 0;
   for (const auto& t : tracks) max_rank = std::max(max_rank, t.rank);
-  data->task_facts.resize(size_t(max_rank) + 1);
+  data.task_facts.resize(size_t(max_rank) + 1);
   auto slot = [&](int rank, int64_t task) -> TaskFacts* {
     if (rank < 0 || task < 0 || task > 50'000'000) return nullptr;
-    auto& v = data->task_facts[size_t(rank)];
+    auto& v = data.task_facts[size_t(rank)];
     if (size_t(task) >= v.size()) v.resize(size_t(task) + 1);
     return &v[size_t(task)];
   };
@@ -279,9 +261,9 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& o
   std::unordered_map<std::string, int32_t> name_ids;
   auto nameId = [&](const std::string& name) {
     if (name_ids.empty())
-      for (size_t i = 0; i < data->names.size(); ++i) name_ids.emplace(data->names[i], int32_t(i));
-    auto [it, fresh] = name_ids.emplace(name, int32_t(data->names.size()));
-    if (fresh) data->names.push_back(name);
+      for (size_t i = 0; i < data.names.size(); ++i) name_ids.emplace(data.names[i], int32_t(i));
+    auto [it, fresh] = name_ids.emplace(name, int32_t(data.names.size()));
+    if (fresh) data.names.push_back(name);
     return it->second;
   };
   for (const auto& pt : reader.planTasks(run)) {
@@ -303,9 +285,11 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& o
       f->op = src.kind[i] == traces::ActivityKind::Collective ? OpKind::AllReduce : OpKind::Add;
       f->has_op = true;
     }
+}
 
+// One step marker per step number, spanning that step on every rank.
+void addStepMarks(TimelineData& data, const std::vector<traces::StepRow>& step_rows) {
   std::map<int, StepMark> steps;
-  const std::vector<traces::StepRow> step_rows = reader.steps(run);
   for (const auto& s : step_rows) {
     auto [it, fresh] = steps.try_emplace(s.step, StepMark{s.step, s.start_ns, s.end_ns});
     if (!fresh) {
@@ -313,7 +297,90 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& o
       it->second.end_ns = std::max(it->second.end_ns, s.end_ns);
     }
   }
-  for (const auto& [k, s] : steps) data->steps.push_back(s);
+  for (const auto& [k, s] : steps) data.steps.push_back(s);
+}
+
+// The store's interval sets of every rank. The store's classification
+// decides what is compute and communication. Ranks are independent: two
+// threads share them.
+std::vector<traces::RankSets> analyseRanks(const TimelineData& data, TracksByRank& by_rank,
+                                           const std::vector<std::string>& strings) {
+  traces::CategoryTable categories(traces::Classifier(), strings);
+  std::vector<traces::RankSets> rank_sets(data.ranks.size());
+  auto analyse = [&](size_t first, size_t step) {
+    for (size_t r = first; r < data.ranks.size(); r += step)
+      rank_sets[r] = traces::buildRankSets(by_rank[data.ranks[r].rank], categories);
+  };
+  {
+    std::thread helper(analyse, 1, 2);
+    analyse(0, 2);
+    helper.join();
+  }
+  return rank_sets;
+}
+
+// A rank's overlap lane and totals from its interval sets, and its
+// breakdown over its whole span and over its recorded steps.
+RankBreakdown summariseRank(RankLanes& lanes, const traces::RankSets& sets,
+                            const std::vector<const traces::Track*>& rank_tracks,
+                            const std::vector<traces::StepRow>& step_rows) {
+  lanes.overlap = laneFrom(sets.overlap, sets.exposed_comm);
+  lanes.overlap.finalize();
+  lanes.compute_ns = sets.compute.length();
+  lanes.comm_ns = sets.comm.length();
+  lanes.hidden_ns = sets.overlap.length();
+  lanes.exposed_ns = sets.exposed_comm.length();
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (const auto* t : rank_tracks)
+    if (t->size()) {
+      lo = std::min(lo, t->start_ns.front());
+      for (int64_t e : t->end_ns) hi = std::max(hi, e);
+    }
+  RankBreakdown b{lanes.rank, traces::breakdownOf(sets, lo, hi), {}, 0};
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const auto& s : step_rows)
+    if (s.rank == lanes.rank) {
+      first = std::min(first, s.start_ns);
+      last = std::max(last, s.end_ns);
+      ++b.steps;
+    }
+  if (b.steps > 0) b.in_steps = traces::breakdownOf(sets, first, last);
+  return b;
+}
+
+}  // namespace
+
+LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& options) {
+  LoadedRun out;
+  out.path = reader.path();
+  if (run < 0) run = reader.defaultRunId();
+  out.info = reader.run(run);
+  out.facts = reader.planFacts(run, /*with_plan=*/false);
+  out.schema_version = reader.schemaVersion();
+  for (traces::StatRow& st : reader.stats(run))
+    if (st.severity != traces::Severity::Info) out.warnings.push_back(std::move(st));
+  auto data = std::make_shared<TimelineData>();
+  data->run_label = describeRun(out.info);
+  data->names = reader.strings();
+
+  StreamRows streams;
+  for (const auto& s : reader.streams(run)) streams[{s.rank, s.stream}] = s;
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  auto t0 = Clock::now();
+  std::vector<traces::Track> tracks = readTracks(reader, run, options);
+  out.timings.read_s = seconds(t0);
+  report(options, kReadEndPct, "building the timeline");
+  t0 = Clock::now();
+  size_t total = 0;
+  for (const auto& t : tracks) total += t.size();
+  if (total == 0)
+    throw LoadError(reader.path() + ": run " + std::to_string(run) + " has no activities to show");
+
+  TracksByRank by_rank = addTimelineTracks(*data, tracks, streams);
+  addTaskFacts(*data, reader, run, tracks);
+  const std::vector<traces::StepRow> step_rows = reader.steps(run);
+  addStepMarks(*data, step_rows);
 
   report(options, kModelPct, "building the timeline");
   data->finalize(/*compute_overlap=*/false);
@@ -322,45 +389,10 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& o
   t0 = Clock::now();
   report(options, kAnalysisPct, "computing overlap and breakdown");
 
-  // The store's classification decides what is compute and communication.
-  // Ranks are independent: two threads share them.
-  traces::CategoryTable categories(traces::Classifier(), reader.strings());
-  std::vector<traces::RankSets> rank_sets(data->ranks.size());
-  auto analyse = [&](size_t first, size_t step) {
-    for (size_t r = first; r < data->ranks.size(); r += step)
-      rank_sets[r] = traces::buildRankSets(by_rank[data->ranks[r].rank], categories);
-  };
-  {
-    std::thread helper(analyse, 1, 2);
-    analyse(0, 2);
-    helper.join();
-  }
+  const std::vector<traces::RankSets> rank_sets = analyseRanks(*data, by_rank, reader.strings());
   for (size_t r = 0; r < data->ranks.size(); ++r) {
     auto& lanes = data->ranks[r];
-    const auto& rank_tracks = by_rank[lanes.rank];
-    const traces::RankSets& sets = rank_sets[r];
-    lanes.overlap = laneFrom(sets.overlap, sets.exposed_comm);
-    lanes.overlap.finalize();
-    lanes.compute_ns = sets.compute.length();
-    lanes.comm_ns = sets.comm.length();
-    lanes.hidden_ns = sets.overlap.length();
-    lanes.exposed_ns = sets.exposed_comm.length();
-    int64_t lo = INT64_MAX, hi = INT64_MIN;
-    for (const auto* t : rank_tracks)
-      if (t->size()) {
-        lo = std::min(lo, t->start_ns.front());
-        for (int64_t e : t->end_ns) hi = std::max(hi, e);
-      }
-    RankBreakdown b{lanes.rank, traces::breakdownOf(sets, lo, hi), {}, 0};
-    int64_t first = INT64_MAX, last = INT64_MIN;
-    for (const auto& s : step_rows)
-      if (s.rank == lanes.rank) {
-        first = std::min(first, s.start_ns);
-        last = std::max(last, s.end_ns);
-        ++b.steps;
-      }
-    if (b.steps > 0) b.in_steps = traces::breakdownOf(sets, first, last);
-    out.breakdown.push_back(b);
+    out.breakdown.push_back(summariseRank(lanes, rank_sets[r], by_rank[lanes.rank], step_rows));
   }
   out.timings.analysis_s = seconds(t0);
   out.timeline = std::move(data);

@@ -86,6 +86,14 @@ QPolygonF counterLine(const CounterLane& lane, const TimeMapping& m, int y, int 
   return line;
 }
 
+// Whole-pixel rectangles take the raster engine's plain fill path;
+// fractional ones go through the general rasterizer.
+QRect pixelRect(float x0, float x1, int y, int h) {
+  const int left = int(std::floor(x0));
+  const int right = std::max(left + 1, int(std::lround(x1)));
+  return QRect(left, y, right - left, h);
+}
+
 }  // namespace
 
 TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
@@ -305,6 +313,21 @@ QString TimelineView::counterTextAt(QPoint pos) const {
       .arg(qs(formatDuration(lane.t_ns[i] - data_->begin_ns)));
 }
 
+// What one rebuild paints, gathered before any painting so that boxes of
+// one colour are drawn in one call.
+struct TimelineView::BaseGeometry {
+  struct Label {
+    QRect rect;
+    int32_t name;
+    uint32_t count;
+  };
+  std::array<std::vector<QRect>, size_t(PaintClass::Count)> rects;
+  std::vector<Label> labels;
+  std::vector<QPolygonF> counter_lines;
+  std::vector<QRect> row_alt;
+  std::vector<QRect> headers;
+};
+
 void TimelineView::rebuildBase() {
   ++base_rebuilds_;
   const qreal dpr = devicePixelRatioF();
@@ -324,87 +347,98 @@ void TimelineView::rebuildBase() {
   const int bottom = height();
   const int lane_right = kLabelWidth + laneWidth();
 
-  // Whole-pixel rectangles take the raster engine's plain fill path;
-  // fractional ones go through the general rasterizer.
-  std::array<std::vector<QRect>, size_t(PaintClass::Count)> rects;
-  auto pixelRect = [](float x0, float x1, int y, int h) {
-    const int left = int(std::floor(x0));
-    const int right = std::max(left + 1, int(std::lround(x1)));
-    return QRect(left, y, right - left, h);
-  };
-  struct Label {
-    QRect rect;
-    int32_t name;
-    uint32_t count;
-  };
-  std::vector<Label> labels;
-  std::vector<QPolygonF> counter_lines;
-  std::vector<QRect> row_alt;
-  std::vector<QRect> headers;
-
+  BaseGeometry g;
   QElapsedTimer timer;
   timer.start();
   p.setClipRect(QRect(kLabelWidth, top, laneWidth(), bottom - top));
+  collectGeometry(m, top, bottom, g);
+
+  last_geometry_ms_ = double(timer.nsecsElapsed()) / 1e6;
+  timer.start();
+  paintGeometry(p, m, g, top, bottom);
+  paintSliceLabels(p, g);
+  paintStepMarkers(p, m, top, bottom, lane_right);
+  paintLabelColumn(p, top, bottom);
+  p.setClipping(false);
+  paintAxis(p, m);
+  last_paint_ms_ = double(timer.nsecsElapsed()) / 1e6;
+}
+
+// The boxes, labels and counter lines of every row in view, in content order.
+void TimelineView::collectGeometry(const TimeMapping& m, int top, int bottom, BaseGeometry& g) {
+  const int lane_right = kLabelWidth + laneWidth();
   for (const Row& row : rows_) {
     const int y = top + row.y - v_offset_;
     if (y + row.height < top || y > bottom) continue;
     const RankLanes& rank = data_->ranks[size_t(row.rank_index)];
     switch (row.kind) {
       case RowKind::RankHeader:
-        headers.push_back(QRect(0, y, lane_right, row.height));
+        g.headers.push_back(QRect(0, y, lane_right, row.height));
         break;
-      case RowKind::Stream: {
-        const Track& t = data_->tracks[size_t(row.track)];
-        if ((&row - rows_.data()) % 2 == 0) row_alt.push_back(QRect(kLabelWidth, y, laneWidth(), row.height));
-        coalesce(t.start_ns.data(), t.end_ns.data(), t.max_end_ns.data(), t.size(), m, kMergePx, scratch_,
-                 &t.start_sample);
-        for (const LaneBox& b : scratch_) {
-          const PaintClass c = classForPhase(t.phase[b.first], t.kind);
-          const QRect r = pixelRect(b.x0, b.x1, y + 2, row.height - 4);
-          rects[size_t(c)].push_back(r);
-          if (r.width() >= kMinLabelPx) labels.push_back({r, t.name_id[b.first], b.count});
-        }
+      case RowKind::Stream:
+        collectStreamRow(row, y, m, g);
         break;
-      }
       case RowKind::Overlap:
-      case RowKind::Phase: {
-        const IntervalLane& lane = row.kind == RowKind::Overlap ? rank.overlap : rank.phases;
-        // Disjoint lanes: the end array is its own running maximum.
-        coalesce(lane.start_ns.data(), lane.end_ns.data(), lane.end_ns.data(), lane.size(), m, kMergePx,
-                 scratch_, &lane.start_sample);
-        for (const LaneBox& b : scratch_) {
-          PaintClass c;
-          if (row.kind == RowKind::Overlap) {
-            // A folded box takes the verdict covering most of its time, so
-            // launch gaps of a few microseconds between kernels do not paint
-            // mostly hidden communication red.
-            if (b.count == 1) {
-              c = lane.code[b.first] == uint8_t(OverlapCode::Hidden) ? PaintClass::Hidden : PaintClass::Exposed;
-            } else {
-              const int64_t exposed = lane.nonzeroLength(b.first, b.count);
-              const int64_t total = lane.totalLength(b.first, b.count);
-              c = 2 * exposed > total ? PaintClass::Exposed : PaintClass::Hidden;
-            }
-          } else {
-            c = classForPhase(lane.code[b.first], StreamKind::Compute);
-          }
-          rects[size_t(c)].push_back(pixelRect(b.x0, b.x1, y + 1, row.height - 2));
-        }
+      case RowKind::Phase:
+        collectIntervalRow(row, y, m, g);
         break;
-      }
       case RowKind::Counter:
-        counter_lines.push_back(counterLine(rank.counters[size_t(row.track)], m, y, row.height));
+        g.counter_lines.push_back(counterLine(rank.counters[size_t(row.track)], m, y, row.height));
         break;
     }
   }
+}
 
-  last_geometry_ms_ = double(timer.nsecsElapsed()) / 1e6;
-  timer.start();
+// A stream row: its slices folded into boxes coloured by phase, with a name
+// label on those wide enough; every other row gets the alternate background.
+void TimelineView::collectStreamRow(const Row& row, int y, const TimeMapping& m, BaseGeometry& g) {
+  const Track& t = data_->tracks[size_t(row.track)];
+  if ((&row - rows_.data()) % 2 == 0) g.row_alt.push_back(QRect(kLabelWidth, y, laneWidth(), row.height));
+  coalesce(t.start_ns.data(), t.end_ns.data(), t.max_end_ns.data(), t.size(), m, kMergePx, scratch_,
+           &t.start_sample);
+  for (const LaneBox& b : scratch_) {
+    const PaintClass c = classForPhase(t.phase[b.first], t.kind);
+    const QRect r = pixelRect(b.x0, b.x1, y + 2, row.height - 4);
+    g.rects[size_t(c)].push_back(r);
+    if (r.width() >= kMinLabelPx) g.labels.push_back({r, t.name_id[b.first], b.count});
+  }
+}
+
+// An overlap or phase row: its intervals folded into boxes, coloured by the
+// hidden/exposed verdict or by phase.
+void TimelineView::collectIntervalRow(const Row& row, int y, const TimeMapping& m, BaseGeometry& g) {
+  const RankLanes& rank = data_->ranks[size_t(row.rank_index)];
+  const IntervalLane& lane = row.kind == RowKind::Overlap ? rank.overlap : rank.phases;
+  // Disjoint lanes: the end array is its own running maximum.
+  coalesce(lane.start_ns.data(), lane.end_ns.data(), lane.end_ns.data(), lane.size(), m, kMergePx,
+           scratch_, &lane.start_sample);
+  for (const LaneBox& b : scratch_) {
+    PaintClass c;
+    if (row.kind == RowKind::Overlap) {
+      // A folded box takes the verdict covering most of its time, so
+      // launch gaps of a few microseconds between kernels do not paint
+      // mostly hidden communication red.
+      if (b.count == 1) {
+        c = lane.code[b.first] == uint8_t(OverlapCode::Hidden) ? PaintClass::Hidden : PaintClass::Exposed;
+      } else {
+        const int64_t exposed = lane.nonzeroLength(b.first, b.count);
+        const int64_t total = lane.totalLength(b.first, b.count);
+        c = 2 * exposed > total ? PaintClass::Exposed : PaintClass::Hidden;
+      }
+    } else {
+      c = classForPhase(lane.code[b.first], StreamKind::Compute);
+    }
+    g.rects[size_t(c)].push_back(pixelRect(b.x0, b.x1, y + 1, row.height - 2));
+  }
+}
+
+// Row backgrounds, the time grid, the coloured boxes and the counter lines.
+void TimelineView::paintGeometry(QPainter& p, const TimeMapping& m, const BaseGeometry& g, int top, int bottom) const {
   p.setPen(Qt::NoPen);
   p.setBrush(kLaneAlt);
-  p.drawRects(row_alt.data(), int(row_alt.size()));
+  p.drawRects(g.row_alt.data(), int(g.row_alt.size()));
   p.setBrush(kHeaderBg);
-  p.drawRects(headers.data(), int(headers.size()));
+  p.drawRects(g.headers.data(), int(g.headers.size()));
 
   // Vertical grid at the axis ticks, under the slices.
   const int64_t step = tickStep(m.end_ns - m.start_ns, m.width_px, 90);
@@ -415,13 +449,13 @@ void TimelineView::rebuildBase() {
   }
 
   p.setPen(Qt::NoPen);
-  for (size_t c = 0; c < rects.size(); ++c) {
-    if (rects[c].empty()) continue;
+  for (size_t c = 0; c < g.rects.size(); ++c) {
+    if (g.rects[c].empty()) continue;
     p.setBrush(paintColor(PaintClass(c)));
-    p.drawRects(rects[c].data(), int(rects[c].size()));
+    p.drawRects(g.rects[c].data(), int(g.rects[c].size()));
   }
   // Recompute is hatched as well as coloured so it reads in greyscale too.
-  const auto& rec = rects[size_t(PaintClass::Recompute)];
+  const auto& rec = g.rects[size_t(PaintClass::Recompute)];
   if (!rec.empty()) {
     p.setBrush(QBrush(recomputeHatchColor(), Qt::BDiagPattern));
     p.drawRects(rec.data(), int(rec.size()));
@@ -430,22 +464,26 @@ void TimelineView::rebuildBase() {
   // Counters as lines over their lane's range (min at the bottom).
   p.setBrush(Qt::NoBrush);
   p.setPen(QPen(kCounterLine, 1.5));
-  for (const QPolygonF& line : counter_lines) p.drawPolyline(line);
+  for (const QPolygonF& line : g.counter_lines) p.drawPolyline(line);
   p.setPen(Qt::NoPen);
+}
 
-  // Names inside slices wide enough to hold some text.
+// Names inside slices wide enough to hold some text.
+void TimelineView::paintSliceLabels(QPainter& p, const BaseGeometry& g) const {
   p.setPen(Qt::white);
   const QFontMetrics fm(font());
-  for (const Label& l : labels) {
+  for (const BaseGeometry::Label& l : g.labels) {
     QString text = l.count > 1 ? QStringLiteral("%1 slices").arg(l.count) : qs(data_->names[size_t(l.name)]);
     const QString shown = fm.elidedText(text, Qt::ElideRight, int(l.rect.width()) - 6);
     if (shown.size() <= 1) continue;
     p.drawText(l.rect.adjusted(3, 0, -3, 0), Qt::AlignVCenter | Qt::AlignLeft, shown);
   }
+}
 
-  // Step markers across all lanes, only for the visible steps and only while
-  // they are far enough apart to tell apart (thousands of dashed lines on a
-  // zoomed-out run would cost more than every slice together).
+// Step markers across all lanes, only for the visible steps and only while
+// they are far enough apart to tell apart (thousands of dashed lines on a
+// zoomed-out run would cost more than every slice together).
+void TimelineView::paintStepMarkers(QPainter& p, const TimeMapping& m, int top, int bottom, int lane_right) const {
   const auto [step_first, step_last] = visibleSteps(m);
   if (step_last > step_first && stepSpacingPx(m) >= 6) {
     p.setPen(QPen(kStepLine, 1, Qt::DashLine));
@@ -456,8 +494,10 @@ void TimelineView::rebuildBase() {
     }
     p.drawLines(lines.data(), int(lines.size()));
   }
+}
 
-  // Label column and rank headers' text.
+// Label column and rank headers' text.
+void TimelineView::paintLabelColumn(QPainter& p, int top, int bottom) const {
   p.setClipping(false);
   p.setPen(Qt::NoPen);
   p.setBrush(kLabelBg);
@@ -468,58 +508,60 @@ void TimelineView::rebuildBase() {
   for (const Row& row : rows_) {
     const int y = top + row.y - v_offset_;
     if (y + row.height < top || y > bottom) continue;
-    const RankLanes& rank = data_->ranks[size_t(row.rank_index)];
-    QRect label_rect(8, y, kLabelWidth - 12, row.height);
-    switch (row.kind) {
-      case RowKind::RankHeader: {
-        p.setPen(Qt::NoPen);
-        p.setBrush(kHeaderBg);
-        p.drawRect(QRect(0, y, width(), row.height));
-        p.setPen(kText);
-        QFont bold = font();
-        bold.setBold(true);
-        p.setFont(bold);
-        const bool collapsed = collapsed_[size_t(row.rank_index)];
-        p.drawText(QRect(6, y, kLabelWidth, row.height), Qt::AlignVCenter,
-                   QStringLiteral("%1 rank %2").arg(collapsed ? QChar(0x25B8) : QChar(0x25BE)).arg(rank.rank));
-        p.setFont(font());
-        const double share = rank.comm_ns > 0 ? 100.0 * double(rank.exposed_ns) / double(rank.comm_ns) : 0.0;
-        p.drawText(QRect(kLabelWidth + 6, y, laneWidth() - 12, row.height), Qt::AlignVCenter,
-                   QStringLiteral("compute %1  ·  comm %2  ·  hidden %3  ·  exposed %4 (%5% of comm)")
-                       .arg(qs(formatDuration(rank.compute_ns)), qs(formatDuration(rank.comm_ns)),
-                            qs(formatDuration(rank.hidden_ns)), qs(formatDuration(rank.exposed_ns)))
-                       .arg(share, 0, 'f', 1));
-        break;
-      }
-      case RowKind::Stream:
-        p.setPen(kText);
-        p.drawText(label_rect, Qt::AlignVCenter, qs(data_->tracks[size_t(row.track)].label));
-        break;
-      case RowKind::Overlap:
-      case RowKind::Phase: {
-        p.setFont(resized(font(), -2));
-        p.setPen(QColor(0x66, 0x6B, 0x73));
-        p.drawText(label_rect, Qt::AlignVCenter, row.kind == RowKind::Overlap ? tr("overlap") : tr("phase"));
-        p.setFont(font());
-        break;
-      }
-      case RowKind::Counter: {
-        const CounterLane& lane = rank.counters[size_t(row.track)];
-        p.setFont(resized(font(), -2));
-        p.setPen(QColor(0x66, 0x6B, 0x73));
-        p.drawText(label_rect, Qt::AlignVCenter,
-                   QStringLiteral("%1\n%2 to %3")
-                       .arg(qs(lane.label))
-                       .arg(lane.min, 0, 'f', 0)
-                       .arg(lane.max, 0, 'f', 0));
-        p.setFont(font());
-        break;
-      }
+    paintRowLabel(p, row, y);
+  }
+}
+
+// One row's label; a rank header also gets its totals across the lanes.
+void TimelineView::paintRowLabel(QPainter& p, const Row& row, int y) const {
+  const RankLanes& rank = data_->ranks[size_t(row.rank_index)];
+  QRect label_rect(8, y, kLabelWidth - 12, row.height);
+  switch (row.kind) {
+    case RowKind::RankHeader: {
+      p.setPen(Qt::NoPen);
+      p.setBrush(kHeaderBg);
+      p.drawRect(QRect(0, y, width(), row.height));
+      p.setPen(kText);
+      QFont bold = font();
+      bold.setBold(true);
+      p.setFont(bold);
+      const bool collapsed = collapsed_[size_t(row.rank_index)];
+      p.drawText(QRect(6, y, kLabelWidth, row.height), Qt::AlignVCenter,
+                 QStringLiteral("%1 rank %2").arg(collapsed ? QChar(0x25B8) : QChar(0x25BE)).arg(rank.rank));
+      p.setFont(font());
+      const double share = rank.comm_ns > 0 ? 100.0 * double(rank.exposed_ns) / double(rank.comm_ns) : 0.0;
+      p.drawText(QRect(kLabelWidth + 6, y, laneWidth() - 12, row.height), Qt::AlignVCenter,
+                 QStringLiteral("compute %1  ·  comm %2  ·  hidden %3  ·  exposed %4 (%5% of comm)")
+                     .arg(qs(formatDuration(rank.compute_ns)), qs(formatDuration(rank.comm_ns)),
+                          qs(formatDuration(rank.hidden_ns)), qs(formatDuration(rank.exposed_ns)))
+                     .arg(share, 0, 'f', 1));
+      break;
+    }
+    case RowKind::Stream:
+      p.setPen(kText);
+      p.drawText(label_rect, Qt::AlignVCenter, qs(data_->tracks[size_t(row.track)].label));
+      break;
+    case RowKind::Overlap:
+    case RowKind::Phase: {
+      p.setFont(resized(font(), -2));
+      p.setPen(QColor(0x66, 0x6B, 0x73));
+      p.drawText(label_rect, Qt::AlignVCenter, row.kind == RowKind::Overlap ? tr("overlap") : tr("phase"));
+      p.setFont(font());
+      break;
+    }
+    case RowKind::Counter: {
+      const CounterLane& lane = rank.counters[size_t(row.track)];
+      p.setFont(resized(font(), -2));
+      p.setPen(QColor(0x66, 0x6B, 0x73));
+      p.drawText(label_rect, Qt::AlignVCenter,
+                 QStringLiteral("%1\n%2 to %3")
+                     .arg(qs(lane.label))
+                     .arg(lane.min, 0, 'f', 0)
+                     .arg(lane.max, 0, 'f', 0));
+      p.setFont(font());
+      break;
     }
   }
-  p.setClipping(false);
-  paintAxis(p, m);
-  last_paint_ms_ = double(timer.nsecsElapsed()) / 1e6;
 }
 
 void TimelineView::paintAxis(QPainter& p, const TimeMapping& m) {

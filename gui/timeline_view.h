@@ -118,6 +118,17 @@ class TimelineView : public QWidget {
   void invalidateBase();
   void applyWindow(const TimeMapping& m);
   void rebuildBase();
+  // rebuildBase's steps: gather every visible row's boxes, labels and counter
+  // lines, then paint them layer by layer.
+  struct BaseGeometry;
+  void collectGeometry(const TimeMapping& m, int top, int bottom, BaseGeometry& g);
+  void collectStreamRow(const Row& row, int y, const TimeMapping& m, BaseGeometry& g);
+  void collectIntervalRow(const Row& row, int y, const TimeMapping& m, BaseGeometry& g);
+  void paintGeometry(QPainter& p, const TimeMapping& m, const BaseGeometry& g, int top, int bottom) const;
+  void paintSliceLabels(QPainter& p, const BaseGeometry& g) const;
+  void paintStepMarkers(QPainter& p, const TimeMapping& m, int top, int bottom, int lane_right) const;
+  void paintLabelColumn(QPainter& p, int top, int bottom) const;
+  void paintRowLabel(QPainter& p, const Row& row, int y) const;
   void paintAxis(QPainter& p, const TimeMapping& m);
   void paintOverlay(QPainter& p, const TimeMapping& m);
   const Row* rowAtY(int y) const;

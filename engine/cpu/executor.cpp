@@ -186,6 +186,9 @@ struct CpuExecutor::Impl {
   }
 
   void runTask(int rank, const Task& t, int step, TaskBuffers& io);
+  void runCollective(int rank, const Task& t, TaskBuffers& io);
+  void runGradNorm(int rank, const Task& t, TaskBuffers& io);
+  void runAdamW(int rank, const Task& t, int step, TaskBuffers& io);
   bool vocabularyParallel(int rank, const Task& t, TaskBuffers& io);
   void gatheredEmbeddingBackward(int rank, const Task& t, int step, TaskBuffers& io);
   // only_updates: the previous step's updates alone (finishOptimizer).
@@ -208,9 +211,6 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
   const auto& a = t.attrs;
   const auto& R = t.reads;
   const auto& W = t.writes;
-  const RankPlan* program = &programOf(rank);
-  // The rank's place in its data-parallel group, which places its shards.
-  const int dp_rank = plan.job.dataParallelRank(rank);
   FloatStorage storage{io};
   if (a.tensor_parallel > 1 && vocabularyParallel(rank, t, io)) return;
   if (t.op == OpKind::Matmul && a.tensor_parallel > 1 && a.has_bias && plan.job.tensorParallelPlace(rank) != 0) {
@@ -239,37 +239,10 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       gatheredEmbeddingBackward(rank, t, step, io);
       break;
     case OpKind::AllGather:
-      if (R[0] != W[0]) {  // out of place: every rank's buffer, in rank order
-        const auto [group, place] = backendFor(t.collective.value().group, rank);
-        std::vector<float> mine(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
-        const std::vector<float> all = group->allGatherConcat(place, mine);
-        if (int64_t(all.size()) != io.elements(W[0]))
-          throw std::logic_error(fmt::format("{}: gathers {} elements into {}", t.name, all.size(), io.elements(W[0])));
-        std::memcpy(io.out(W[0]), all.data(), all.size() * sizeof(float));
-        break;
-      }
-      [[fallthrough]];
     case OpKind::AllReduce:
-    case OpKind::ReduceScatter: {
-      const auto [group, place] = backendFor(t.collective.value().group, rank);
-      std::vector<float> v(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
-      if (t.op == OpKind::AllReduce)
-        group->allReduce(place, v, t.collective.value().reduce == ReduceOp::Avg);
-      else if (t.op == OpKind::ReduceScatter)
-        group->reduceScatter(place, v, t.collective.value().reduce == ReduceOp::Avg);
-      else
-        group->allGather(place, v);
-      if (t.op == OpKind::ReduceScatter && R[0] != W[0]) {  // out of place: the rank's shard alone
-        const ShardRange s = shardOf(place, a.shards, int64_t(v.size()));
-        if (s.end - s.begin != io.elements(W[0]))
-          throw std::logic_error(fmt::format("{}: a shard of {} elements into {}", t.name, s.end - s.begin,
-                                             io.elements(W[0])));
-        std::memcpy(io.out(W[0]), v.data() + s.begin, size_t(s.end - s.begin) * sizeof(float));
-        break;
-      }
-      std::memcpy(io.out(W[0]), v.data(), v.size() * sizeof(float));
+    case OpKind::ReduceScatter:
+      runCollective(rank, t, io);
       break;
-    }
     case OpKind::Send: {
       const auto [group, place] = backendFor(t.collective.value().group, rank);
       group->send(place, std::vector<float>(io.in(R[0]), io.in(R[0]) + io.elements(R[0])));
@@ -283,83 +256,140 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       std::memcpy(io.out(W[0]), v.data(), v.size() * sizeof(float));
       break;
     }
-    case OpKind::GradNorm: {
-      if (a.shards == 0 && !a.norm_squared) {  // the whole model's gradients: the norm
-        double ss = 0;
-        for (int b : R) ss += sumOfSquares(io.in(b), io.elements(b));
-        io.out(W[0])[0] = float(std::sqrt(ss));
-        break;
-      }
-      // This rank's share of the sum of squares (summing all-reduces over
-      // its groups follow): with a sharded optimizer its parameters'
-      // segments of its shard of each bucket (of the whole bucket, or of the
-      // gradient shard, whose padding is not zero), each gradient that other
-      // ranks of the replica hold as well counted 1/copies.
-      double ss = 0;
-      for (int pi : a.params) {
-        const ParamInfo& p = program->params[size_t(pi)];
-        const double weight = 1.0 / double(p.copies);
-        if (a.shards == 0) {
-          ss += weight * sumOfSquares(io.in(p.grad), io.elements(p.grad));
-          continue;
-        }
-        const GradBucket& bucket = program->buckets.at(size_t(p.bucket));
-        const ShardRange shard =
-            shardOf(dp_rank, a.shards, program->buffers.at(size_t(bucket.buffer)).elementCount());
-        const ShardSegment seg = segmentInShard(*program, p, shard);
-        if (seg.to <= seg.from) continue;
-        const float* grad = bucket.grad_shard >= 0 ? io.in(bucket.grad_shard) + seg.shard_offset
-                                                   : io.in(bucket.buffer) + shard.begin + seg.shard_offset;
-        ss += weight * sumOfSquares(grad, seg.to - seg.from);
-      }
-      io.out(W[0])[0] = float(ss);
+    case OpKind::GradNorm:
+      runGradNorm(rank, t, io);
       break;
-    }
-    case OpKind::AdamW: {
-      const auto& tr = plan.job.training;
-      const bool squared = a.shards > 0 || a.norm_squared;  // the norm buffer holds a sum of squares
-      const float norm = squared ? std::sqrt(io.in(R[1])[0]) : io.in(R[1])[0];
-      const float scale = (tr.grad_clip > 0 && norm > tr.grad_clip) ? float(tr.grad_clip / (norm + 1e-6)) : 1.0f;
-      const float lr = float(learningRate(tr, step));
-      if (a.shards > 0) {
-        // Sharded: reads are {grads, norm, master shard (fp32 jobs: the
-        // parameter bucket), m shard, v shard}; each parameter's part of
-        // the rank's shard is updated.
-        // The updated parameters go to W[0]: the flat parameters (this
-        // rank's part of them), or with sharded parameters the rank's shard;
-        // the gradients come from R[0], the whole bucket or its shard.
-        const bool separate_master = R[2] != W[0];
-        for (int pi : a.params) {
-          const ParamInfo& p = program->params[pi];
-          const GradBucket& bucket = program->buckets.at(size_t(p.bucket));
-          const ShardRange shard =
-              shardOf(dp_rank, a.shards, program->buffers.at(size_t(bucket.buffer)).elementCount());
-          const ShardSegment seg = segmentInShard(*program, p, shard);
-          if (seg.to <= seg.from) continue;
-          const int64_t n = seg.to - seg.from;
-          const bool shard_out = bucket.param_shard >= 0;
-          float* param = shard_out ? io.out(W[0]) + seg.shard_offset : io.out(p.param) + seg.from;
-          float* master = separate_master ? io.out(R[2]) + seg.shard_offset : param;
-          const float* grad = bucket.grad_shard >= 0 ? io.in(R[0]) + seg.shard_offset : io.in(p.grad) + seg.from;
-          adamwStep(master, io.out(R[3]) + seg.shard_offset, io.out(R[4]) + seg.shard_offset,
-                    grad, n, lr, float(tr.beta1), float(tr.beta2), float(tr.eps),
-                    p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
-          if (separate_master) std::memcpy(param, master, n * sizeof(float));
-        }
-        break;
-      }
-      for (int pi : a.params) {
-        const ParamInfo& p = program->params[pi];
-        const int64_t n = io.elements(p.param);
-        float* master = io.out(p.master);
-        adamwStep(master, io.out(p.adam_m), io.out(p.adam_v), io.in(p.grad), n, lr, float(tr.beta1),
-                  float(tr.beta2), float(tr.eps), p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
-        if (p.master != p.param) std::memcpy(io.out(p.param), master, n * sizeof(float));
-      }
+    case OpKind::AdamW:
+      runAdamW(rank, t, step, io);
       break;
-    }
     default:
       throw std::logic_error(fmt::format("cpu executor: no implementation of {}", toString(t.op)));
+  }
+}
+
+// All-reduce, reduce-scatter and all-gather in the task's process group: in
+// place, or out of place (an all-gather of every rank's buffer, a
+// reduce-scatter into the rank's shard alone).
+void CpuExecutor::Impl::runCollective(int rank, const Task& t, TaskBuffers& io) {
+  const auto& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  if (t.op == OpKind::AllGather && R[0] != W[0]) {  // out of place: every rank's buffer, in rank order
+    const auto [group, place] = backendFor(t.collective.value().group, rank);
+    std::vector<float> mine(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
+    const std::vector<float> all = group->allGatherConcat(place, mine);
+    if (int64_t(all.size()) != io.elements(W[0]))
+      throw std::logic_error(fmt::format("{}: gathers {} elements into {}", t.name, all.size(), io.elements(W[0])));
+    std::memcpy(io.out(W[0]), all.data(), all.size() * sizeof(float));
+    return;
+  }
+  const auto [group, place] = backendFor(t.collective.value().group, rank);
+  std::vector<float> v(io.in(R[0]), io.in(R[0]) + io.elements(R[0]));
+  if (t.op == OpKind::AllReduce)
+    group->allReduce(place, v, t.collective.value().reduce == ReduceOp::Avg);
+  else if (t.op == OpKind::ReduceScatter)
+    group->reduceScatter(place, v, t.collective.value().reduce == ReduceOp::Avg);
+  else
+    group->allGather(place, v);
+  if (t.op == OpKind::ReduceScatter && R[0] != W[0]) {  // out of place: the rank's shard alone
+    const ShardRange s = shardOf(place, a.shards, int64_t(v.size()));
+    if (s.end - s.begin != io.elements(W[0]))
+      throw std::logic_error(fmt::format("{}: a shard of {} elements into {}", t.name, s.end - s.begin,
+                                         io.elements(W[0])));
+    std::memcpy(io.out(W[0]), v.data() + s.begin, size_t(s.end - s.begin) * sizeof(float));
+    return;
+  }
+  std::memcpy(io.out(W[0]), v.data(), v.size() * sizeof(float));
+}
+
+// The gradient norm, or this rank's share of its sum of squares when
+// all-reduces over the rank's groups complete it.
+void CpuExecutor::Impl::runGradNorm(int rank, const Task& t, TaskBuffers& io) {
+  const auto& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  const RankPlan* program = &programOf(rank);
+  // The rank's place in its data-parallel group, which places its shards.
+  const int dp_rank = plan.job.dataParallelRank(rank);
+  if (a.shards == 0 && !a.norm_squared) {  // the whole model's gradients: the norm
+    double ss = 0;
+    for (int b : R) ss += sumOfSquares(io.in(b), io.elements(b));
+    io.out(W[0])[0] = float(std::sqrt(ss));
+    return;
+  }
+  // This rank's share of the sum of squares (summing all-reduces over
+  // its groups follow): with a sharded optimizer its parameters'
+  // segments of its shard of each bucket (of the whole bucket, or of the
+  // gradient shard, whose padding is not zero), each gradient that other
+  // ranks of the replica hold as well counted 1/copies.
+  double ss = 0;
+  for (int pi : a.params) {
+    const ParamInfo& p = program->params[size_t(pi)];
+    const double weight = 1.0 / double(p.copies);
+    if (a.shards == 0) {
+      ss += weight * sumOfSquares(io.in(p.grad), io.elements(p.grad));
+      continue;
+    }
+    const GradBucket& bucket = program->buckets.at(size_t(p.bucket));
+    const ShardRange shard =
+        shardOf(dp_rank, a.shards, program->buffers.at(size_t(bucket.buffer)).elementCount());
+    const ShardSegment seg = segmentInShard(*program, p, shard);
+    if (seg.to <= seg.from) continue;
+    const float* grad = bucket.grad_shard >= 0 ? io.in(bucket.grad_shard) + seg.shard_offset
+                                               : io.in(bucket.buffer) + shard.begin + seg.shard_offset;
+    ss += weight * sumOfSquares(grad, seg.to - seg.from);
+  }
+  io.out(W[0])[0] = float(ss);
+}
+
+// AdamW on the task's parameters, clipped by the gradient norm: on whole
+// parameters, or sharded on each parameter's part of the rank's shard.
+void CpuExecutor::Impl::runAdamW(int rank, const Task& t, int step, TaskBuffers& io) {
+  const auto& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  const RankPlan* program = &programOf(rank);
+  // The rank's place in its data-parallel group, which places its shards.
+  const int dp_rank = plan.job.dataParallelRank(rank);
+  const auto& tr = plan.job.training;
+  const bool squared = a.shards > 0 || a.norm_squared;  // the norm buffer holds a sum of squares
+  const float norm = squared ? std::sqrt(io.in(R[1])[0]) : io.in(R[1])[0];
+  const float scale = (tr.grad_clip > 0 && norm > tr.grad_clip) ? float(tr.grad_clip / (norm + 1e-6)) : 1.0f;
+  const float lr = float(learningRate(tr, step));
+  if (a.shards > 0) {
+    // Sharded: reads are {grads, norm, master shard (fp32 jobs: the
+    // parameter bucket), m shard, v shard}; each parameter's part of
+    // the rank's shard is updated.
+    // The updated parameters go to W[0]: the flat parameters (this
+    // rank's part of them), or with sharded parameters the rank's shard;
+    // the gradients come from R[0], the whole bucket or its shard.
+    const bool separate_master = R[2] != W[0];
+    for (int pi : a.params) {
+      const ParamInfo& p = program->params[pi];
+      const GradBucket& bucket = program->buckets.at(size_t(p.bucket));
+      const ShardRange shard =
+          shardOf(dp_rank, a.shards, program->buffers.at(size_t(bucket.buffer)).elementCount());
+      const ShardSegment seg = segmentInShard(*program, p, shard);
+      if (seg.to <= seg.from) continue;
+      const int64_t n = seg.to - seg.from;
+      const bool shard_out = bucket.param_shard >= 0;
+      float* param = shard_out ? io.out(W[0]) + seg.shard_offset : io.out(p.param) + seg.from;
+      float* master = separate_master ? io.out(R[2]) + seg.shard_offset : param;
+      const float* grad = bucket.grad_shard >= 0 ? io.in(R[0]) + seg.shard_offset : io.in(p.grad) + seg.from;
+      adamwStep(master, io.out(R[3]) + seg.shard_offset, io.out(R[4]) + seg.shard_offset,
+                grad, n, lr, float(tr.beta1), float(tr.beta2), float(tr.eps),
+                p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
+      if (separate_master) std::memcpy(param, master, n * sizeof(float));
+    }
+    return;
+  }
+  for (int pi : a.params) {
+    const ParamInfo& p = program->params[pi];
+    const int64_t n = io.elements(p.param);
+    float* master = io.out(p.master);
+    adamwStep(master, io.out(p.adam_m), io.out(p.adam_v), io.in(p.grad), n, lr, float(tr.beta1),
+              float(tr.beta2), float(tr.eps), p.weight_decay ? float(tr.weight_decay) : 0.0f, step + 1, scale);
+    if (p.master != p.param) std::memcpy(io.out(p.param), master, n * sizeof(float));
   }
 }
 

@@ -55,6 +55,15 @@ struct CudaExecutor::Impl {
   void fillHostData(int step);
   void enqueueStep(bool with_optimizer);
   void enqueueTask(int index);
+  // enqueueTask's launches (executor_tasks.cpp): issueTask by the task's
+  // kind, and the kinds that take more than a launch or two.
+  void issueTask(int index, cudaStream_t s);
+  void issueLoadBatch(int index, cudaStream_t s);
+  void issueEmbeddingBackward(int index, cudaStream_t s);
+  void issueFusable(int index, cudaStream_t s);
+  void issueAttention(int index, cudaStream_t s);
+  void issueCollective(int index, cudaStream_t s);
+  void issueOptimizer(int index, cudaStream_t s);
   void waitForEvent(cudaEvent_t event, const char* what);
   void gatherParameters();
   void finishOptimizer();

@@ -13,14 +13,7 @@ namespace tandem::cuda {
 
 void CudaExecutor::Impl::enqueueTask(int index) {
   const Task& t = program->tasks[index];
-  const OpAttrs& a = t.attrs;
-  const auto& R = t.reads;
-  const auto& W = t.writes;
   cudaStream_t s = streams.at(t.stream);
-  float* scr = scratch.at(t.stream);
-  Gemm* gemm = gemms.at(t.stream).get();  // null on a comm stream, which issues no GEMM
-  auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
-  auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
   // Tasks issued alone (tuneGemms, replayTasks): no events, no observer.
   if (!issue_alone)
     for (int e : t.wait_events) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, events.at(e), 0));
@@ -28,55 +21,44 @@ void CudaExecutor::Impl::enqueueTask(int index) {
   if (timing_now) TANDEM_CUDA_CHECK(cudaEventRecord(task_start[index], s));
 
   // A task fused into a GEMM epilogue (fusion.h) issues nothing of its own.
-  const TaskFusion& fu = fusion.tasks[size_t(index)];
-  if (!skip[index] && !fu.issues_nothing) switch (t.op) {
-    case OpKind::LoadBatch: {
-      const LoadSlot& slot = loads.at(size_t(std::find_if(loads.begin(), loads.end(),
-                                                          [&](const LoadSlot& l) { return l.task == index; }) -
-                                             loads.begin()));
-      const int64_t n = slot.count;
-      TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[0]), slot.host, n * 4, cudaMemcpyHostToDevice, s));
-      TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[1]), slot.host + n, n * 4, cudaMemcpyHostToDevice, s));
-      TANDEM_CUDA_CHECK(cudaMemcpyAsync(slot.device_index, slot.host + 2 * n, size_t(slot.indexWords()) * 4,
-                                        cudaMemcpyHostToDevice, s));
-      // The host stages the next batch once this has run. Inside a capture
-      // only an "external" record is recorded by the graph's replays.
-      if (index == last_load_task) {
-        if (capturing)
-          TANDEM_CUDA_CHECK(cudaEventRecordWithFlags(loads_done, s, cudaEventRecordExternal));
-        else
-          TANDEM_CUDA_CHECK(cudaEventRecord(loads_done, s));
-      }
+  if (!skip[index] && !fusion.tasks[size_t(index)].issues_nothing) issueTask(index, s);
+
+  if (timing_now) TANDEM_CUDA_CHECK(cudaEventRecord(task_end[index], s));
+  if (t.collective) {
+    const size_t k = size_t(std::find(collective_tasks.begin(), collective_tasks.end(), index) -
+                            collective_tasks.begin());
+    // Inside a capture only an "external" record stays queryable after replay.
+    if (capturing)
+      TANDEM_CUDA_CHECK(cudaEventRecordWithFlags(collective_done.at(k), s, cudaEventRecordExternal));
+    else
+      TANDEM_CUDA_CHECK(cudaEventRecord(collective_done.at(k), s));
+  }
+  if (issue_alone) return;
+  if (t.record_event >= 0) TANDEM_CUDA_CHECK(cudaEventRecord(events.at(t.record_event), s));
+  if (opt.observer) opt.observer->onTaskEnd(t, s);
+}
+
+// One task's launches, by its kind; the kinds that take more than a launch
+// or two have functions of their own below.
+void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
+  const Task& t = program->tasks[index];
+  const OpAttrs& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  float* scr = scratch.at(t.stream);
+  auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
+  auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
+  switch (t.op) {
+    case OpKind::LoadBatch:
+      issueLoadBatch(index, s);
       break;
-    }
     case OpKind::Embedding:  // Llama's has no position table (R[2])
       embeddingForward(ptr(W[0]), i32(R[0]), ptr(R[1]), R.size() > 2 ? ptr(R[2]) : nullptr, a.b, a.t, a.c, dt(W[0]),
                        s);
       break;
-    case OpKind::EmbeddingBwd: {
-      const LoadSlot& slot = loads.at(load_of_task[index]);
-      const int64_t N = slot.ranks * slot.count;
-      TokenIndex idx{slot.device_index, slot.device_index + N, slot.device_index + 2 * N + 1};
-      if (a.shards > 1) {  // over every rank's gradient, into this rank's shard (pass_embedding_gather.h)
-        const Buffer& wte = program->buffers.at(W[0]);
-        const Buffer& wpe = program->buffers.at(W[1]);
-        if (wte.parent < 0 || wte.parent != wpe.parent || slot.ranks != int(a.shards))
-          throw CudaError(fmt::format("cuda executor: task {} ({}) is not a gathered embedding backward the "
-                                      "executor can run",
-                                      t.id, t.name));
-        const Buffer& bucket = program->buffers.at(wte.parent);
-        const ShardRange shard = shardOf(opt.rank, a.shards, bucket.elementCount());
-        const int64_t el = int64_t(dtypeSize(wte.dtype));
-        embeddingBackwardGathered(ptr(bucket.id), wte.parent_offset / el, wpe.parent_offset / el, shard.begin,
-                                  shard.end, ptr(R[0]), slot.device_index + 2 * N + 2, idx, int(a.shards), a.b,
-                                  a.t, a.c, a.accumulate_params, wte.dtype, s);
-      } else {
-        embeddingBackward(ptr(W[0]), W.size() > 1 ? ptr(W[1]) : nullptr, ptr(R[0]), i32(R[1]), idx, a.b, a.t, a.c,
-                          a.v, a.accumulate,
-                          a.accumulate_params, dt(R[0]), s);
-      }
+    case OpKind::EmbeddingBwd:
+      issueEmbeddingBackward(index, s);
       break;
-    }
     case OpKind::LayerNorm:
       layernormForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(W[2]), dt(W[2]), ptr(R[0]), ptr(R[1]),
                        ptr(R[2]), a.m, a.c, dt(W[0]), s);
@@ -87,6 +69,124 @@ void CudaExecutor::Impl::enqueueTask(int index) {
                         dt(R[3]), ptr(R[4]), dt(R[4]), a.m, a.c, a.accumulate, a.accumulate_params,
                         dt(W[0]), scr, s);
       break;
+    case OpKind::Matmul:
+    case OpKind::MatmulBwdData:
+    case OpKind::MatmulBwdWeight:
+    case OpKind::GeluBwd:
+    case OpKind::Add:
+      issueFusable(index, s);
+      break;
+    case OpKind::Attention:
+    case OpKind::AttentionBwd:
+      issueAttention(index, s);
+      break;
+    case OpKind::Gelu: geluForward(ptr(W[0]), ptr(R[0]), a.elements, dt(W[0]), s); break;
+    case OpKind::CrossEntropy: {
+      const bool fused = fused_scale[index] != 0.0;
+      crossEntropy(ptr(W[0]), dt(W[0]), fused ? ptr(R[0]) : nullptr, ptr(R[0]), i32(R[1]), a.m, a.v,
+                   float(fused_scale[index]), dt(R[0]), &scalars->loss_sum, scr, s);
+      break;
+    }
+    case OpKind::CrossEntropyBwd:
+      crossEntropy(nullptr, DType::F32, ptr(W[0]), ptr(W[0]), i32(R[1]), a.m, a.v, float(a.loss_scale),
+                   dt(W[0]), nullptr, scr, s);
+      break;
+    case OpKind::AllReduce:
+    case OpKind::ReduceScatter:
+    case OpKind::AllGather:
+      issueCollective(index, s);
+      break;
+    case OpKind::RmsNorm:
+      rmsnormForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), ptr(R[1]), a.m, a.c, dt(W[0]), s);
+      break;
+    case OpKind::RmsNormBwd:
+      rmsnormBackward(ptr(W[0]), ptr(W[1]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]), dt(R[3]), a.m, a.c,
+                      a.accumulate, a.accumulate_params, dt(W[0]), scr, s);
+      break;
+    case OpKind::SwiGlu: swigluForward(ptr(W[0]), ptr(R[0]), a.m, a.c, dt(W[0]), s); break;
+    case OpKind::SwiGluBwd:
+      swigluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.c, a.accumulate, dt(W[0]), s);
+      break;
+    case OpKind::CrossEntropyStats:  // refused with the plan (tensor parallelism)
+      throw CudaError(fmt::format("cuda executor: {}: a vocabulary-parallel loss is not run on GPUs", t.name));
+    case OpKind::Send:
+    case OpKind::Recv:  // refused with the plan (pipeline stages are several programs)
+      throw CudaError(fmt::format("cuda executor: {}: send/receive between pipeline stages is not run on GPUs",
+                                  t.name));
+    case OpKind::GradNorm:
+    case OpKind::AdamW:
+      issueOptimizer(index, s);
+      break;
+  }
+}
+
+// Copies the staged tokens, targets and token index of one micro-batch to the
+// device.
+void CudaExecutor::Impl::issueLoadBatch(int index, cudaStream_t s) {
+  const Task& t = program->tasks[index];
+  const auto& W = t.writes;
+  const LoadSlot& slot = loads.at(size_t(std::find_if(loads.begin(), loads.end(),
+                                                      [&](const LoadSlot& l) { return l.task == index; }) -
+                                         loads.begin()));
+  const int64_t n = slot.count;
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[0]), slot.host, n * 4, cudaMemcpyHostToDevice, s));
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[1]), slot.host + n, n * 4, cudaMemcpyHostToDevice, s));
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(slot.device_index, slot.host + 2 * n, size_t(slot.indexWords()) * 4,
+                                    cudaMemcpyHostToDevice, s));
+  // The host stages the next batch once this has run. Inside a capture
+  // only an "external" record is recorded by the graph's replays.
+  if (index == last_load_task) {
+    if (capturing)
+      TANDEM_CUDA_CHECK(cudaEventRecordWithFlags(loads_done, s, cudaEventRecordExternal));
+    else
+      TANDEM_CUDA_CHECK(cudaEventRecord(loads_done, s));
+  }
+}
+
+// The embedding backward over this rank's tokens, or over every rank's
+// gradient into this rank's shard of the bucket.
+void CudaExecutor::Impl::issueEmbeddingBackward(int index, cudaStream_t s) {
+  const Task& t = program->tasks[index];
+  const OpAttrs& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
+  auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
+  const LoadSlot& slot = loads.at(load_of_task[index]);
+  const int64_t N = slot.ranks * slot.count;
+  TokenIndex idx{slot.device_index, slot.device_index + N, slot.device_index + 2 * N + 1};
+  if (a.shards > 1) {  // over every rank's gradient, into this rank's shard (pass_embedding_gather.h)
+    const Buffer& wte = program->buffers.at(W[0]);
+    const Buffer& wpe = program->buffers.at(W[1]);
+    if (wte.parent < 0 || wte.parent != wpe.parent || slot.ranks != int(a.shards))
+      throw CudaError(fmt::format("cuda executor: task {} ({}) is not a gathered embedding backward the "
+                                  "executor can run",
+                                  t.id, t.name));
+    const Buffer& bucket = program->buffers.at(wte.parent);
+    const ShardRange shard = shardOf(opt.rank, a.shards, bucket.elementCount());
+    const int64_t el = int64_t(dtypeSize(wte.dtype));
+    embeddingBackwardGathered(ptr(bucket.id), wte.parent_offset / el, wpe.parent_offset / el, shard.begin,
+                              shard.end, ptr(R[0]), slot.device_index + 2 * N + 2, idx, int(a.shards), a.b,
+                              a.t, a.c, a.accumulate_params, wte.dtype, s);
+  } else {
+    embeddingBackward(ptr(W[0]), W.size() > 1 ? ptr(W[1]) : nullptr, ptr(R[0]), i32(R[1]), idx, a.b, a.t, a.c,
+                      a.v, a.accumulate,
+                      a.accumulate_params, dt(R[0]), s);
+  }
+}
+
+// The tasks that a cuBLASLt epilogue (fusion.h) may join with a partner task:
+// each issues the fused launch where it is planned, else its own.
+void CudaExecutor::Impl::issueFusable(int index, cudaStream_t s) {
+  const Task& t = program->tasks[index];
+  const OpAttrs& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  float* scr = scratch.at(t.stream);
+  Gemm* gemm = gemms.at(t.stream).get();  // null on a comm stream, which issues no GEMM
+  const TaskFusion& fu = fusion.tasks[size_t(index)];
+  auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
+  switch (t.op) {
     case OpKind::Matmul:
       if (fu.kind == FusionKind::MatmulGelu) {  // D = the Gelu task's output, aux = this task's output
         gemm->forwardGelu(ptr(program->tasks[size_t(fu.partner)].writes[0]), ptr(W[0]), ptr(R[0]), ptr(R[1]),
@@ -119,24 +219,6 @@ void CudaExecutor::Impl::enqueueTask(int index) {
       if (a.has_bias)
         biasGradient(ptr(W[1]), ptr(R[0]), a.m, a.n, a.accumulate_params, dt(W[1]), scr, s);
       break;
-    case OpKind::Attention:
-      if (a.kv_heads > 0)  // the Llama family: grouped heads, rotary embeddings
-        groupedAttentionForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), a.b, a.t, a.c, a.h, a.kv_heads, dt(W[0]),
-                                scr, s);
-      else
-        attentionForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), a.b, a.t, a.c, a.h, dt(W[0]), s);
-      break;
-    case OpKind::AttentionBwd:
-      if (a.kv_heads > 0) {
-        if (a.bias_grad) throw CudaError(fmt::format("cuda executor: {}: grouped attention has no bias", t.name));
-        groupedAttentionBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]), dt(R[3]), a.b, a.t, a.c, a.h,
-                                 a.kv_heads, a.accumulate, dt(W[0]), scr, s);
-        break;
-      }
-      attentionBackward(ptr(W[0]), a.bias_grad ? ptr(W[1]) : nullptr, ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]),
-                        dt(R[3]), a.b, a.t, a.c, a.h, a.accumulate, a.accumulate_params, dt(W[0]), scr, s);
-      break;
-    case OpKind::Gelu: geluForward(ptr(W[0]), ptr(R[0]), a.elements, dt(W[0]), s); break;
     case OpKind::GeluBwd:
       if (fu.kind == FusionKind::MatmulBwdDataGelu) {  // the DGELU GEMM of the MatmulBwdData placed here
         const Task& m = program->tasks[size_t(fu.partner)];
@@ -156,16 +238,49 @@ void CudaExecutor::Impl::enqueueTask(int index) {
         addForward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.elements, dt(W[0]), s);
       }
       break;
-    case OpKind::CrossEntropy: {
-      const bool fused = fused_scale[index] != 0.0;
-      crossEntropy(ptr(W[0]), dt(W[0]), fused ? ptr(R[0]) : nullptr, ptr(R[0]), i32(R[1]), a.m, a.v,
-                   float(fused_scale[index]), dt(R[0]), &scalars->loss_sum, scr, s);
+    default: break;
+  }
+}
+
+// Causal attention forward or backward: GPT-2's, or with grouped heads and
+// rotary embeddings the Llama family's.
+void CudaExecutor::Impl::issueAttention(int index, cudaStream_t s) {
+  const Task& t = program->tasks[index];
+  const OpAttrs& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  float* scr = scratch.at(t.stream);
+  auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
+  switch (t.op) {
+    case OpKind::Attention:
+      if (a.kv_heads > 0)  // the Llama family: grouped heads, rotary embeddings
+        groupedAttentionForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), a.b, a.t, a.c, a.h, a.kv_heads, dt(W[0]),
+                                scr, s);
+      else
+        attentionForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), a.b, a.t, a.c, a.h, dt(W[0]), s);
       break;
-    }
-    case OpKind::CrossEntropyBwd:
-      crossEntropy(nullptr, DType::F32, ptr(W[0]), ptr(W[0]), i32(R[1]), a.m, a.v, float(a.loss_scale),
-                   dt(W[0]), nullptr, scr, s);
+    case OpKind::AttentionBwd:
+      if (a.kv_heads > 0) {
+        if (a.bias_grad) throw CudaError(fmt::format("cuda executor: {}: grouped attention has no bias", t.name));
+        groupedAttentionBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]), dt(R[3]), a.b, a.t, a.c, a.h,
+                                 a.kv_heads, a.accumulate, dt(W[0]), scr, s);
+        break;
+      }
+      attentionBackward(ptr(W[0]), a.bias_grad ? ptr(W[1]) : nullptr, ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]),
+                        dt(R[3]), a.b, a.t, a.c, a.h, a.accumulate, a.accumulate_params, dt(W[0]), scr, s);
       break;
+    default: break;
+  }
+}
+
+// All-reduce, reduce-scatter and all-gather through the communicator (one
+// rank without one: an all-reduce is a copy, or nothing in place).
+void CudaExecutor::Impl::issueCollective(int index, cudaStream_t s) {
+  const Task& t = program->tasks[index];
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
+  switch (t.op) {
     case OpKind::AllReduce: {
       const CollectiveInfo& c = t.collective.value();
       const int64_t count = program->buffers.at(R[0]).elementCount();
@@ -201,23 +316,18 @@ void CudaExecutor::Impl::enqueueTask(int index) {
         comm->allGatherInPlace(ptr(R[0]), shard, dt(R[0]), s, "'" + t.name + "'");
       break;
     }
-    case OpKind::RmsNorm:
-      rmsnormForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), ptr(R[1]), a.m, a.c, dt(W[0]), s);
-      break;
-    case OpKind::RmsNormBwd:
-      rmsnormBackward(ptr(W[0]), ptr(W[1]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]), dt(R[3]), a.m, a.c,
-                      a.accumulate, a.accumulate_params, dt(W[0]), scr, s);
-      break;
-    case OpKind::SwiGlu: swigluForward(ptr(W[0]), ptr(R[0]), a.m, a.c, dt(W[0]), s); break;
-    case OpKind::SwiGluBwd:
-      swigluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.c, a.accumulate, dt(W[0]), s);
-      break;
-    case OpKind::CrossEntropyStats:  // refused with the plan (tensor parallelism)
-      throw CudaError(fmt::format("cuda executor: {}: a vocabulary-parallel loss is not run on GPUs", t.name));
-    case OpKind::Send:
-    case OpKind::Recv:  // refused with the plan (pipeline stages are several programs)
-      throw CudaError(fmt::format("cuda executor: {}: send/receive between pipeline stages is not run on GPUs",
-                                  t.name));
+    default: break;
+  }
+}
+
+// The multi-tensor launches over the task's table: the gradient norm, and
+// AdamW on every parameter the table lists.
+void CudaExecutor::Impl::issueOptimizer(int index, cudaStream_t s) {
+  const Task& t = program->tasks[index];
+  const OpAttrs& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  switch (t.op) {
     case OpKind::GradNorm: {
       const Table& tb = tables.at(index);
       gradNorm(static_cast<float*>(ptr(W[0])), tb.slots, tb.num_slots, tb.chunks, tb.partials,
@@ -233,21 +343,8 @@ void CudaExecutor::Impl::enqueueTask(int index) {
               float(tr.grad_clip), float(tr.beta1), float(tr.beta2), float(tr.eps), s);
       break;
     }
+    default: break;
   }
-
-  if (timing_now) TANDEM_CUDA_CHECK(cudaEventRecord(task_end[index], s));
-  if (t.collective) {
-    const size_t k = size_t(std::find(collective_tasks.begin(), collective_tasks.end(), index) -
-                            collective_tasks.begin());
-    // Inside a capture only an "external" record stays queryable after replay.
-    if (capturing)
-      TANDEM_CUDA_CHECK(cudaEventRecordWithFlags(collective_done.at(k), s, cudaEventRecordExternal));
-    else
-      TANDEM_CUDA_CHECK(cudaEventRecord(collective_done.at(k), s));
-  }
-  if (issue_alone) return;
-  if (t.record_event >= 0) TANDEM_CUDA_CHECK(cudaEventRecord(events.at(t.record_event), s));
-  if (opt.observer) opt.observer->onTaskEnd(t, s);
 }
 
 // Asked once per candidate while the tasks are prepared (outside any capture):

@@ -218,7 +218,18 @@ int shardCount(const JobSpec& job) {
 
 std::string shardGroup(const JobSpec& job) { return hybridSharding(job) ? "shard" : "dp"; }
 
-void appendOptimizer(Graph& g, const JobSpec& job) {
+namespace {
+
+// The gradient norm the optimizer clips by: its tensor, and whether it
+// holds the sum of squares rather than the norm.
+struct GradientNorm {
+  int tensor;
+  bool squared;
+};
+
+// The norm's tensor, the GradNorm task over every bucket, and the
+// all-reduces that sum it over the ranks that hold parts of the gradients.
+GradientNorm addGradientNorm(Graph& g, const JobSpec& job) {
   Tensor norm;
   norm.name = "optimizer.grad_norm";
   norm.dtype = DType::F32;
@@ -268,6 +279,93 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
     // sharding the other groups hold the same (all-reduced) shards.
     sumNorm("comm.allreduce.grad_norm", shardGroup(job));
   }
+  return {norm_id, squared};
+}
+
+// Bucket b's AdamW task as an unsharded optimizer runs it, on every
+// parameter's own master weight and moments; shardAdamW turns it into the
+// sharded one.
+Node adamwTask(const Graph& g, size_t b, int norm_id, bool sharded, bool separate_master, bool squared) {
+  Node n;
+  n.op = OpKind::AdamW;
+  n.name = fmt::format("optimizer.adamw.bucket{}", b);
+  n.phase = Phase::Optimizer;
+  n.inputs = {g.buckets[b].flat, norm_id};
+  int64_t elements = 0;
+  for (int p : g.buckets[b].params) {
+    const auto& pt = g.params[p];
+    elements += g.tensor(pt.param).elements();
+    if (sharded) continue;  // the bucket's shards (shardAdamW)
+    n.inputs.push_back(pt.master);
+    n.inputs.push_back(pt.adam_m);
+    n.inputs.push_back(pt.adam_v);
+    n.outputs.push_back(pt.param);
+    if (separate_master) n.outputs.push_back(pt.master);
+    n.outputs.push_back(pt.adam_m);
+    n.outputs.push_back(pt.adam_v);
+  }
+  n.attrs.elements = elements;
+  n.attrs.params = g.buckets[b].params;
+  n.attrs.norm_squared = squared;
+  return n;
+}
+
+// Sharded: adds this rank's shards of bucket b's optimizer state and points
+// the AdamW task `n` at them, updating the rank's shard of the parameters.
+void shardAdamW(Graph& g, size_t b, Node& n, int norm_id, int world, bool separate_master) {
+  const int param_flat = g.buckets[b].param_flat;
+  const int64_t padded = g.tensor(param_flat).elements();
+  BucketTensors& bt = g.buckets[b];
+  auto shardTensor = [&](const char* what, TensorCategory cat) {
+    Tensor t;
+    t.name = fmt::format("optimizer.{}.bucket{}.shard", what, b);
+    t.dtype = DType::F32;
+    t.shape = {padded / world};
+    t.category = cat;
+    t.persistent = true;
+    return g.addTensor(std::move(t));
+  };
+  if (separate_master) bt.master_shard = shardTensor("master", TensorCategory::MasterWeight);
+  bt.adam_m_shard = shardTensor("adam_m", TensorCategory::OptimizerState);
+  bt.adam_v_shard = shardTensor("adam_v", TensorCategory::OptimizerState);
+  // fp32 jobs update the parameter shard in place (it is the master):
+  // the rank's part of the flat parameters, or with the parameters
+  // sharded the persistent shard, which the next step gathers from.
+  const int updated = bt.param_shard >= 0 ? bt.param_shard : param_flat;
+  const int master = separate_master ? bt.master_shard : updated;
+  n.inputs = {bt.grad_shard >= 0 ? bt.grad_shard : bt.flat, norm_id, master, bt.adam_m_shard, bt.adam_v_shard};
+  n.outputs = {updated};
+  if (separate_master) n.outputs.push_back(bt.master_shard);
+  n.outputs.push_back(bt.adam_m_shard);
+  n.outputs.push_back(bt.adam_v_shard);
+  n.attrs.shards = world;
+  n.attrs.elements = padded / world;
+}
+
+// The in-place all-gather of bucket b's flat parameters that brings every
+// rank's updated shard to every rank.
+Node parameterAllGather(const Graph& g, size_t b, int world) {
+  const int param_flat = g.buckets[b].param_flat;
+  const int64_t padded = g.tensor(param_flat).elements();
+  Node ag;
+  ag.op = OpKind::AllGather;
+  ag.name = fmt::format("comm.allgather.bucket{}", b);
+  ag.phase = Phase::Comm;
+  ag.stream = StreamKind::Comm;
+  ag.inputs = {param_flat};
+  ag.outputs = {param_flat};
+  ag.attrs.elements = padded;
+  ag.attrs.shards = world;
+  ag.collective = dataParallelCollective(CollectiveOp::AllGather, ReduceOp::Sum, padded, g.tensor(param_flat).dtype);
+  return ag;
+}
+
+}  // namespace
+
+void appendOptimizer(Graph& g, const JobSpec& job) {
+  const GradientNorm norm = addGradientNorm(g, job);
+  const bool sharded = shardsOptimizer(job);
+  const int world = shardCount(job);  // ranks a bucket is sharded over
 
   // Sharded, the buckets are updated last-completed first. The bucket the
   // backward completes last is the one the forward needs first (GPT-2: the
@@ -291,27 +389,7 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
 
   const bool separate_master = job.training.precision == Precision::BF16;
   for (size_t b : bucket_order) {
-    Node n;
-    n.op = OpKind::AdamW;
-    n.name = fmt::format("optimizer.adamw.bucket{}", b);
-    n.phase = Phase::Optimizer;
-    n.inputs = {g.buckets[b].flat, norm_id};
-    int64_t elements = 0;
-    for (int p : g.buckets[b].params) {
-      const auto& pt = g.params[p];
-      elements += g.tensor(pt.param).elements();
-      if (sharded) continue;  // the bucket's shards, below
-      n.inputs.push_back(pt.master);
-      n.inputs.push_back(pt.adam_m);
-      n.inputs.push_back(pt.adam_v);
-      n.outputs.push_back(pt.param);
-      if (separate_master) n.outputs.push_back(pt.master);
-      n.outputs.push_back(pt.adam_m);
-      n.outputs.push_back(pt.adam_v);
-    }
-    n.attrs.elements = elements;
-    n.attrs.params = g.buckets[b].params;
-    n.attrs.norm_squared = squared;
+    Node n = adamwTask(g, b, norm.tensor, sharded, separate_master, norm.squared);
     if (!sharded) {
       if (updates_at_start) {
         n.attrs.from_previous_step = true;
@@ -321,46 +399,11 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
       }
       continue;
     }
-    const int param_flat = g.buckets[b].param_flat;
-    const int64_t padded = g.tensor(param_flat).elements();
-    BucketTensors& bt = g.buckets[b];
-    auto shardTensor = [&](const char* what, TensorCategory cat) {
-      Tensor t;
-      t.name = fmt::format("optimizer.{}.bucket{}.shard", what, b);
-      t.dtype = DType::F32;
-      t.shape = {padded / world};
-      t.category = cat;
-      t.persistent = true;
-      return g.addTensor(std::move(t));
-    };
-    if (separate_master) bt.master_shard = shardTensor("master", TensorCategory::MasterWeight);
-    bt.adam_m_shard = shardTensor("adam_m", TensorCategory::OptimizerState);
-    bt.adam_v_shard = shardTensor("adam_v", TensorCategory::OptimizerState);
-    // fp32 jobs update the parameter shard in place (it is the master):
-    // the rank's part of the flat parameters, or with the parameters
-    // sharded the persistent shard, which the next step gathers from.
-    const int updated = bt.param_shard >= 0 ? bt.param_shard : param_flat;
-    const int master = separate_master ? bt.master_shard : updated;
-    n.inputs = {bt.grad_shard >= 0 ? bt.grad_shard : bt.flat, norm_id, master, bt.adam_m_shard, bt.adam_v_shard};
-    n.outputs = {updated};
-    if (separate_master) n.outputs.push_back(bt.master_shard);
-    n.outputs.push_back(bt.adam_m_shard);
-    n.outputs.push_back(bt.adam_v_shard);
-    n.attrs.shards = world;
-    n.attrs.elements = padded / world;
+    shardAdamW(g, b, n, norm.tensor, world, separate_master);
     g.addNode(std::move(n));
-    if (bt.param_shard >= 0) continue;  // gathered where used (pass_shard_parameters.h)
+    if (g.buckets[b].param_shard >= 0) continue;  // gathered where used (pass_shard_parameters.h)
 
-    Node ag;
-    ag.op = OpKind::AllGather;
-    ag.name = fmt::format("comm.allgather.bucket{}", b);
-    ag.phase = Phase::Comm;
-    ag.stream = StreamKind::Comm;
-    ag.inputs = {param_flat};
-    ag.outputs = {param_flat};
-    ag.attrs.elements = padded;
-    ag.attrs.shards = world;
-    ag.collective = dataParallelCollective(CollectiveOp::AllGather, ReduceOp::Sum, padded, g.tensor(param_flat).dtype);
+    Node ag = parameterAllGather(g, b, world);
     if (b + 1 == g.buckets.size())
       g.addNode(std::move(ag));
     else

@@ -286,18 +286,9 @@ bool positive(double x) { return x > 0; }
 bool nonNegative(double x) { return x >= 0; }
 bool unitInterval(double x) { return x >= 0 && x < 1; }
 
-// Reads every section into `job`. Range checks that involve one field happen
-// here; checks across fields happen in validateJob below.
-void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
-  using H = JobReader::Handler;
-  auto section = [&](std::vector<std::pair<std::string, H>> fields) {
-    return [&r, fields = std::move(fields)](const YAML::Node& v, const std::string& path) {
-      r.readMap(v, path, fields);
-    };
-  };
-  ModelSpec& m = job.model;
-  TrainingSpec& t = job.training;
-  auto model = section({
+// Reads the model section (architecture: family, sizes, embeddings) into `m`.
+void readModel(JobReader& r, const YAML::Node& node, const std::string& node_path, ModelSpec& m) {
+  r.readMap(node, node_path, {
       {"family",
        [&](const YAML::Node& v, const std::string& p) {
          std::string s = r.readString(v, p, "gpt2, llama");
@@ -330,7 +321,11 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        }},
       {"tied_embeddings", [&](const YAML::Node& v, const std::string& p) { m.tied_embeddings = r.readBool(v, p); }},
   });
-  auto training = section({
+}
+
+// Reads the training section (batch sizes, steps, optimizer settings, precision, seed) into `t`.
+void readTraining(JobReader& r, const YAML::Node& node, const std::string& node_path, TrainingSpec& t) {
+  r.readMap(node, node_path, {
       {"micro_batch",
        [&](const YAML::Node& v, const std::string& p) {
          t.micro_batch = r.readInt(v, p, 1, "integers >= 1");
@@ -375,92 +370,108 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
        }},
       {"seed", [&](const YAML::Node& v, const std::string& p) { t.seed = r.readUint64(v, p); }},
   });
-  auto parallel = section({
+}
+
+// Reads the parallel section (data, tensor and pipeline splits; what is sharded).
+void readParallel(JobReader& r, const YAML::Node& node, const std::string& node_path, ParallelSpec& parallel) {
+  r.readMap(node, node_path, {
       {"data_parallel",
        [&](const YAML::Node& v, const std::string& p) {
-         job.parallel.data_parallel = r.readInt(v, p, 1, "integers >= 1");
+         parallel.data_parallel = r.readInt(v, p, 1, "integers >= 1");
        }},
       {"tensor_parallel",
        [&](const YAML::Node& v, const std::string& p) {
-         job.parallel.tensor_parallel =
+         parallel.tensor_parallel =
              r.readInt(v, p, 1, "integers >= 1 dividing model.heads, the MLP width and model.vocab");
        }},
       {"sequence_parallel",
-       [&](const YAML::Node& v, const std::string& p) { job.parallel.sequence_parallel = r.readBool(v, p); }},
+       [&](const YAML::Node& v, const std::string& p) { parallel.sequence_parallel = r.readBool(v, p); }},
       {"pipeline_parallel",
        [&](const YAML::Node& v, const std::string& p) {
-         job.parallel.pipeline_parallel = r.readInt(v, p, 1, "integers >= 1 dividing model.layers");
+         parallel.pipeline_parallel = r.readInt(v, p, 1, "integers >= 1 dividing model.layers");
        }},
       {"pipeline_chunks",
        [&](const YAML::Node& v, const std::string& p) {
-         job.parallel.pipeline_chunks = r.readInt(v, p, 1, "integers >= 1 (chunks of blocks per pipeline stage)");
+         parallel.pipeline_chunks = r.readInt(v, p, 1, "integers >= 1 (chunks of blocks per pipeline stage)");
        }},
       {"pipeline_layers",
        [&](const YAML::Node& v, const std::string& p) {
          const std::string allowed = "a list of blocks per stage (integers >= 1), or [] for an even split";
-         job.parallel.pipeline_layers.clear();
+         parallel.pipeline_layers.clear();
          if (v.IsNull()) return;
          if (!v.IsSequence()) r.fail(p, "expected a list, got " + describe(v), allowed);
          for (size_t i = 0; i < v.size(); ++i)
-           job.parallel.pipeline_layers.push_back(r.readInt(v[i], p + "[" + std::to_string(i) + "]", 1, allowed));
+           parallel.pipeline_layers.push_back(r.readInt(v[i], p + "[" + std::to_string(i) + "]", 1, allowed));
        }},
       {"shard_optimizer",
        [&](const YAML::Node& v, const std::string& p) {
-         job.parallel.shard_optimizer = r.readBool(v, p);
+         parallel.shard_optimizer = r.readBool(v, p);
        }},
       {"shard_parameters",
        [&](const YAML::Node& v, const std::string& p) {
-         job.parallel.shard_parameters = r.readBool(v, p);
+         parallel.shard_parameters = r.readBool(v, p);
        }},
       {"shard_group_size",
        [&](const YAML::Node& v, const std::string& p) {
-         job.parallel.shard_group_size = r.readInt(v, p, 0, "0 (all ranks), or integers >= 2 dividing data_parallel");
+         parallel.shard_group_size = r.readInt(v, p, 0, "0 (all ranks), or integers >= 2 dividing data_parallel");
        }},
   });
-  auto comm = section({
+}
+
+// Reads the comm section (gradient buckets; how gradients are reduced).
+void readComm(JobReader& r, const YAML::Node& node, const std::string& node_path, CommSpec& comm) {
+  r.readMap(node, node_path, {
       {"bucket_mib",
        [&](const YAML::Node& v, const std::string& p) {
-         job.comm.bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)");
+         comm.bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)");
        }},
       {"first_bucket_mib",
        [&](const YAML::Node& v, const std::string& p) {
-         job.comm.first_bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)");
+         comm.first_bucket_mib = r.readNumber(v, p, positive, "numbers > 0 (MiB)");
        }},
       {"gather_embedding_gradient",
        [&](const YAML::Node& v, const std::string& p) {
-         job.comm.gather_embedding_gradient = r.readBool(v, p);
+         comm.gather_embedding_gradient = r.readBool(v, p);
        }},
       {"reduce_every_micro_batch",
        [&](const YAML::Node& v, const std::string& p) {
-         job.comm.reduce_every_micro_batch = r.readBool(v, p);
+         comm.reduce_every_micro_batch = r.readBool(v, p);
        }},
   });
-  auto schedule = section({
+}
+
+// Reads the schedule section (where tasks run; what is fused or chunked).
+void readSchedule(JobReader& r, const YAML::Node& node, const std::string& node_path, ScheduleSpec& schedule) {
+  r.readMap(node, node_path, {
       {"weight_gradient_stream",
        [&](const YAML::Node& v, const std::string& p) {
-         job.schedule.weight_gradient_stream = r.readBool(v, p);
+         schedule.weight_gradient_stream = r.readBool(v, p);
        }},
       {"fuse_bias_gradients",
        [&](const YAML::Node& v, const std::string& p) {
-         job.schedule.fuse_bias_gradients = r.readBool(v, p);
+         schedule.fuse_bias_gradients = r.readBool(v, p);
        }},
       {"optimizer_beside_forward",
        [&](const YAML::Node& v, const std::string& p) {
-         job.schedule.optimizer_beside_forward = r.readBool(v, p);
+         schedule.optimizer_beside_forward = r.readBool(v, p);
        }},
       {"residual_in_gemm",
-       [&](const YAML::Node& v, const std::string& p) { job.schedule.residual_in_gemm = r.readBool(v, p); }},
+       [&](const YAML::Node& v, const std::string& p) { schedule.residual_in_gemm = r.readBool(v, p); }},
       {"gather_ahead",
        [&](const YAML::Node& v, const std::string& p) {
-         job.schedule.gather_ahead = r.readInt(v, p, 1, "integers >= 1");
+         schedule.gather_ahead = r.readInt(v, p, 1, "integers >= 1");
        }},
       {"lm_head_chunks",
        [&](const YAML::Node& v, const std::string& p) {
-         job.schedule.lm_head_chunks = r.readInt(v, p, 1, "integers >= 1");
+         schedule.lm_head_chunks = r.readInt(v, p, 1, "integers >= 1");
        }},
   });
-  auto recompute = section({
-      {"policy", [&](const YAML::Node& v, const std::string& p) { job.recompute.policy = r.readPolicy(v, p); }},
+}
+
+// Reads the recompute section: the policy, and per-layer policies that override it.
+void readRecompute(JobReader& r, const YAML::Node& node, const std::string& node_path, RecomputeSpec& recompute) {
+  r.readMap(node, node_path, {
+      {"policy", [&](const YAML::Node& v, const std::string& p) { recompute.policy = r.readPolicy(v, p); }},
       {"layers",
        [&](const YAML::Node& v, const std::string& p) {
          const std::string allowed = "a mapping from layer index to none, selective or full";
@@ -471,40 +482,49 @@ void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
            std::string path = p + "." + index_text;
            r.remember(path, entry.first.Mark());
            int index = r.readInt(entry.first, path, 0, "layer indices from 0 to model.layers - 1");
-           if (job.recompute.per_layer.count(index))
+           if (recompute.per_layer.count(index))
              JobReader::failAt(r.locate(path, entry.first.Mark()), path,
                                "layer " + std::to_string(index) + " is listed twice", "each layer index once");
-           job.recompute.per_layer[index] = r.readPolicy(entry.second, path);
+           recompute.per_layer[index] = r.readPolicy(entry.second, path);
          }
        }},
   });
-  auto data = section({
+}
+
+// Reads the data section: where the tokens come from (synthetic or a token file).
+void readData(JobReader& r, const YAML::Node& node, const std::string& node_path, DataSpec& data) {
+  r.readMap(node, node_path, {
       {"source",
        [&](const YAML::Node& v, const std::string& p) {
-         job.data.source = r.readString(v, p, "synthetic, tokens");
+         data.source = r.readString(v, p, "synthetic, tokens");
        }},
       {"path",
        [&](const YAML::Node& v, const std::string& p) {
-         job.data.path = r.readString(v, p, "a path to a token file");
+         data.path = r.readString(v, p, "a path to a token file");
        }},
       {"markov_order",
        [&](const YAML::Node& v, const std::string& p) {
-         job.data.markov_order = r.readInt(v, p, 1, "integers >= 1");
+         data.markov_order = r.readInt(v, p, 1, "integers >= 1");
        }},
       {"branching",
        [&](const YAML::Node& v, const std::string& p) {
-         job.data.branching = r.readInt(v, p, 1, "integers from 1 to model.vocab");
+         data.branching = r.readInt(v, p, 1, "integers from 1 to model.vocab");
        }},
   });
+}
+
+// Reads every section into `job`. Range checks that involve one field happen
+// here; checks across fields happen in validateJob below.
+void readJob(JobReader& r, const YAML::Node& root, JobSpec& job) {
   r.readMap(root, "", {
       {"name", [&](const YAML::Node& v, const std::string& p) { job.name = r.readString(v, p, "a non-empty string"); }},
-      {"model", model},
-      {"training", training},
-      {"parallel", parallel},
-      {"comm", comm},
-      {"schedule", schedule},
-      {"recompute", recompute},
-      {"data", data},
+      {"model", [&](const YAML::Node& v, const std::string& p) { readModel(r, v, p, job.model); }},
+      {"training", [&](const YAML::Node& v, const std::string& p) { readTraining(r, v, p, job.training); }},
+      {"parallel", [&](const YAML::Node& v, const std::string& p) { readParallel(r, v, p, job.parallel); }},
+      {"comm", [&](const YAML::Node& v, const std::string& p) { readComm(r, v, p, job.comm); }},
+      {"schedule", [&](const YAML::Node& v, const std::string& p) { readSchedule(r, v, p, job.schedule); }},
+      {"recompute", [&](const YAML::Node& v, const std::string& p) { readRecompute(r, v, p, job.recompute); }},
+      {"data", [&](const YAML::Node& v, const std::string& p) { readData(r, v, p, job.data); }},
   });
 }
 
@@ -573,10 +593,11 @@ void validateSizes(const JobReader& r, const JobSpec& job) {
            "model.layers x training.grad_accum up to " + std::to_string(kMaxLayerPasses));
 }
 
-void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& options) {
+// Checks within the model and training sections, and the recompute section's
+// layer indices against model.layers.
+void validateFields(const JobReader& r, const JobSpec& job) {
   const ModelSpec& m = job.model;
   auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
-  if (job.name.empty()) r.fail("name", "the name is empty", "a non-empty string");
   if (m.hidden % m.heads != 0) {
     r.fail(pick("model.heads", "model.hidden"),
            "model.heads " + std::to_string(m.heads) + " does not divide model.hidden " + std::to_string(m.hidden),
@@ -601,6 +622,12 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
              "layer indices from 0 to " + std::to_string(m.layers - 1));
     }
   }
+}
+
+// The data source, and with a token file that the file is named (and, when
+// the options ask, exists).
+void validateDataSource(const JobReader& r, const JobSpec& job, const JobParseOptions& options) {
+  auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
   const DataSpec& d = job.data;
   if (d.source != "synthetic" && d.source != "tokens")
     r.fail("data.source", shown(d.source) + " is not a data source", "synthetic, tokens");
@@ -615,6 +642,11 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
                "a path to an existing token file, relative to the working directory");
     }
   }
+}
+
+// What a sharded optimizer or sharded parameters rule out or need.
+void validateSharding(const JobReader& r, const JobSpec& job) {
+  auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
   const bool sharded =
       (job.parallel.shard_optimizer && job.parallel.data_parallel > 1) || job.parallel.shard_parameters;
   if (job.schedule.optimizer_beside_forward && sharded) {
@@ -647,6 +679,13 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
            "micro-batch)",
            "comm.reduce_every_micro_batch: false, or parallel.shard_parameters: true");
   }
+}
+
+// What each model family's attention allows (GPT-2: no grouped-query
+// attention; Llama: rotary pairs, whole key/value groups per rank).
+void validateModelFamily(const JobReader& r, const JobSpec& job) {
+  const ModelSpec& m = job.model;
+  auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
   if (m.family == ModelFamily::GPT2 && m.kv_heads != 0 && m.kv_heads != m.heads)
     r.fail(pick("model.kv_heads", "model.family"),
            "GPT-2 has no grouped-query attention (model.kv_heads " + std::to_string(m.kv_heads) + " of " +
@@ -664,6 +703,13 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
                  std::to_string(kv) + " key/value heads (each rank computes whole groups of grouped-query attention)",
              "integers >= 1 dividing model.kv_heads (or model.heads), the MLP width and model.vocab");
   }
+}
+
+// Tensor parallelism splits heads, the MLP and the vocabulary; sequence
+// parallelism splits a micro-batch's tokens over the same group.
+void validateTensorParallel(const JobReader& r, const JobSpec& job) {
+  const ModelSpec& m = job.model;
+  auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
   if (const int tp = job.parallel.tensor_parallel; tp > 1) {
     if (m.heads % tp != 0)
       r.fail(pick("parallel.tensor_parallel", "model.heads"),
@@ -702,6 +748,13 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
                  " tokens (training.micro_batch x model.seq_len), which sequence parallelism splits over the group",
              "parallel.sequence_parallel: false, or a micro-batch whose tokens tensor_parallel divides");
   }
+}
+
+// Pipeline stages and chunks: how the blocks are split and what the
+// pipeline schedule does not plan yet.
+void validatePipeline(const JobReader& r, const JobSpec& job) {
+  const ModelSpec& m = job.model;
+  auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
   const int chunks = job.parallel.pipeline_chunks;
   if (chunks > 1) {
     const int pp = job.parallel.pipeline_parallel;
@@ -757,6 +810,20 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
                std::string(field) + " is not planned with pipeline parallelism yet",
                std::string(field) + ": false, or parallel.pipeline_parallel: 1");
   }
+}
+
+// Checks across fields. The first check that fails is the error reported, so
+// the steps keep the order in which they were written.
+void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& options) {
+  const ModelSpec& m = job.model;
+  auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
+  if (job.name.empty()) r.fail("name", "the name is empty", "a non-empty string");
+  validateFields(r, job);
+  validateDataSource(r, job, options);
+  validateSharding(r, job);
+  validateModelFamily(r, job);
+  validateTensorParallel(r, job);
+  validatePipeline(r, job);
   const long double world = (long double)job.parallel.data_parallel * job.parallel.tensor_parallel *
                             job.parallel.pipeline_parallel;
   if (world > std::numeric_limits<int>::max())
@@ -772,6 +839,7 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
                  " tokens (training.micro_batch x model.seq_len) into equal groups of a multiple of 8 tokens",
              "1, or a divisor of training.micro_batch * model.seq_len that leaves a multiple of 8 tokens");
   }
+  const DataSpec& d = job.data;
   if (d.branching > m.vocab) {
     r.fail(pick("data.branching", "model.vocab"),
            "data.branching " + std::to_string(d.branching) + " exceeds model.vocab " + std::to_string(m.vocab),

@@ -573,18 +573,20 @@ RunDevices runDevices(const std::string& devices_json) {
   return out;
 }
 
-}  // namespace
+// A collective with kernels beside it: its group (op, ranks), its sample and
+// the task role of the kernels beside it the longest.
+struct BesideSample {
+  std::pair<CollectiveOp, int> group;
+  CollSample sample;
+  std::string role;
+};
 
-CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs) {
-  CalibrationResult out;
+// What calibrateFromRuns gathers from every run of every input before it
+// fits anything: readRun adds one run, the fitting stages read it.
+struct CalibrationSamples {
   std::map<int, std::vector<double>> rank_speeds;  // per rank, one per multi-rank run
   std::map<OpKind, std::vector<Sample>> samples;
   std::map<std::pair<CollectiveOp, int>, std::vector<CollSample>> coll;
-  struct BesideSample {
-    std::pair<CollectiveOp, int> group;
-    CollSample sample;
-    std::string role;
-  };
   std::vector<BesideSample> beside;  // collectives with kernels beside them
   std::vector<double> launch_gaps;
   std::vector<double> start_waits;  // collectiveStartWaits of the multi-rank runs
@@ -601,171 +603,244 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   // Thread blocks of each kernel task's main kernel, by shape (mainKernelBlocks).
   std::map<std::pair<OpKind, std::string>, std::vector<int>> blocks_by_shape;
   std::map<std::string, std::vector<std::string>> runs_by_software;
+};
 
-  for (const CalibrationInput& in : inputs) {
-    traces::TraceReader reader(in.path);
-    std::vector<int64_t> runs;
-    if (in.run >= 0) {
-      runs.push_back(reader.run(in.run).id);
-    } else {
-      for (const auto& r : reader.runs())
-        if (r.kind == traces::RunKind::Real) runs.push_back(r.id);
-      if (runs.empty())
-        throw std::runtime_error(fmt::format("{}: no real run to calibrate from (pick one with FILE:RUN)", in.path));
-    }
-    for (int64_t run : runs) {
-      const traces::RunInfo info = reader.run(run);
-      const std::string where = fmt::format("{} run {}", std::filesystem::path(in.path).filename().string(), run);
-      if (const RunDevices d = runDevices(info.devices_json); !d.gpus.empty()) {
-        if (gpus.empty()) {
-          gpus = d.gpus;
-          gpus_from = where;
-        } else if (d.gpus != gpus) {
-          throw std::runtime_error(fmt::format(
-              "{}: run {} ran on {}, but {} ran on {}; a calibration describes one kind of GPU: fit each kind "
-              "from its own runs",
-              in.path, run, d.gpus, gpus_from, gpus));
-        }
-        if (!d.software.empty()) runs_by_software[d.software].push_back(where);
-      }
-      // The plan the run stored; a run from before plans were stored has
-      // its job planned again, which the notes say.
-      std::string note;
-      const Plan plan = plan_trace::planOfRun(reader, run, &note);
-      if (!note.empty()) out.notes.push_back(note);
-      const auto times = traces::taskTimesPerStep(reader, run);
-      const auto by_comm = taskStepsByComm(reader, run, plan);
-      if (times.empty())
-        throw std::runtime_error(fmt::format("{}: run {} has no activities with plan task ids", in.path, run));
-      const LaunchGaps gaps = launchGaps(reader, run, plan);
-      for (auto& [key, v] : mainKernelBlocks(reader, run, plan))
-        blocks_by_shape[key].insert(blocks_by_shape[key].end(), v.begin(), v.end());
-      for (SharingStep& st : sharingSteps(reader, run, plan)) sharing_steps.push_back(std::move(st));
-      const RunKernelsAndCollectives beside_run = plan.world_size > 1 ? readKernelsAndCollectives(reader, run, plan)
-                                                                      : RunKernelsAndCollectives{};
-      for (double share : collectiveStartWaits(beside_run, plan)) start_waits.push_back(share);
-      for (double ns : stepOverheads(reader, run)) step_overheads.push_back(ns);
-      if (plan.world_size > 1) {
-        for (const auto& [rank, speed] : forwardSpeedByRank(times, plan)) rank_speeds[rank].push_back(speed);
-        ++out.rank_speed_runs;
-      }
-      launch_gaps.push_back(double(gaps.median_ns));
-      for (const auto& rp : plan.programs)
-        for (const Task& task : rp.tasks)
-          if (!task.collective && task.kind == TaskKind::Kernel && task.fused_into < 0)
-            planned_ops.insert(costOpKind(task));
-      std::map<int64_t, std::pair<std::pair<CollectiveOp, int>, CollSample>> run_colls;  // by task id
-      std::map<int64_t, int> run_coll_rank;  // the rank that measured each one's shortest time
-      const auto beside_roles = rolesBesideCollectives(beside_run, plan);
-      for (const auto& [key, t] : times) {
-        const RankPlan* program = nullptr;
-        try {
-          program = &plan.forRank(key.first);
-        } catch (const std::out_of_range&) {
-        }
-        if (!program || key.second < 0 || key.second >= int64_t(program->tasks.size())) {
-          ++out.unmatched;
-          continue;
-        }
-        const Task& task = program->tasks[size_t(key.second)];
-        // Its work is in another task's fused kernel: whatever a trace shows
-        // for it (nothing from the GPU, a zero-length activity from a
-        // simulation) is not a duration of its op kind.
-        if (task.fused_into >= 0) continue;
-        ++out.samples;
-        if (task.collective) {
-          // A collective on a compute stream (the sharded optimizer's
-          // 4-byte norm sum) starts with the ranks already in step and
-          // measures launch latency alone; in the fit it bent the buckets'
-          // line (latency 18.5 -> 8.1 us, the 3.5 MB point 169 -> 128 GB/s).
-          // Only the comm streams' collectives are fitted.
-          if (program->streams.at(size_t(task.stream)).kind != StreamKind::Comm) continue;
-          int n = 1;
-          for (const auto& g : plan.groups)
-            if (g.name == task.collective->group) n = int(g.ranks.size());
-          // A rank that reaches a collective early waits inside the NCCL
-          // kernel for the others; the member that arrived last measures
-          // the collective itself, so each collective keeps its shortest
-          // time over the ranks.
-          CollSample cs{busFactor(task.collective->op, n) * double(task.collective->bytes), t.ns};
-          auto [it, fresh] =
-              run_colls.try_emplace(key.second, std::make_pair(std::make_pair(task.collective->op, n), cs));
-          if (fresh || t.ns < it->second.second.ns) {
-            it->second.second.ns = t.ns;
-            run_coll_rank[key.second] = key.first;
-          }
-          continue;
-        }
-        const auto gap = gaps.per_task_per_step.find(key);
-        const double launch_ns = gap == gaps.per_task_per_step.end() ? 0.0 : gap->second;
-        const bool multi_rank = plan.world_size > 1;
-        Sample base{task.flops / 1e9, double(task.bytes_read + task.bytes_written) / 1e6, 0.0, shapeKey(task)};
-        base.mb_slow = slowPathMb(task);
-        base.multi_rank = multi_rank;
-        if (task.kind == TaskKind::Kernel)
-          (multi_rank ? gaps_by_shape.multi : gaps_by_shape.single)[{costOpKind(task), base.shape}]
-              .push_back(launch_ns);
-        // Steps in which a collective was resident during the task measure
-        // the slowed kernel: they fit comm_slowdown, not the op's cost.
-        const auto split = by_comm.find(key);
-        if (split != by_comm.end() && !split->second.clean_ns.empty()) {
-          Sample x = base;
-          x.ns = median(split->second.clean_ns);
-          kernel_clean[costOpKind(task)].push_back(x);
-          x.ns += launch_ns;
-          x.launch_ns = launch_ns;
-          samples[costOpKind(task)].push_back(x);
-        } else if (split != by_comm.end() && !split->second.shared_ns.empty()) {
-          // Only measured beside the other compute stream's kernels: charged
-          // as shared evenly (taskStepsByComm), and left out of the fit
-          // where the shape was also measured alone (fitOps below).
-          Sample x = base;
-          x.ns = median(split->second.shared_ns) + launch_ns;
-          x.launch_ns = launch_ns;
-          x.shared = true;
-          samples[costOpKind(task)].push_back(x);
-        } else {
-          // Never measured without a collective beside it (a data-parallel
-          // run only): its slowed time is still better than no figure, and
-          // the op must not pass for a fused one.
-          // The per-step times of taskStepsByComm carry the charge for
-          // kernels side by side; t.ns does not.
-          Sample x = base;
-          x.ns = t.ns;
-          if (split != by_comm.end() && !split->second.slowed_ns.empty()) {
-            std::vector<double> steps;
-            for (const auto& [ns, share] : split->second.slowed_ns) steps.push_back(ns);
-            x.ns = median(steps);
-          }
-          x.ns += launch_ns;
-          x.launch_ns = launch_ns;
-          samples[costOpKind(task)].push_back(x);
-        }
-        if (split != by_comm.end())
-          for (const auto& [ns, share] : split->second.slowed_ns) {
-            Sample y = base;
-            y.ns = ns;  // kernel time only: the slowdown is a property of the kernels
-            y.under_comm = share;
-            slowed[costOpKind(task)].push_back(y);
-          }
-      }
-      for (const auto& [task_id, c] : run_colls) {
-        coll[c.first].push_back(c.second);
-        const auto role = beside_roles.find({run_coll_rank[task_id], task_id});
-        if (role != beside_roles.end())
-          beside.push_back({c.first, c.second, role->second.empty() ? std::string(kNoKernelBeside) : role->second});
-      }
-      // The file name only: provenance must not leak the machine's folders.
-      out.provenance.push_back(fmt::format("{} run {} \"{}\" ({}; host {}; {}; devices {})",
-                                           std::filesystem::path(in.path).filename().string(), run, info.name,
-                                           traces::toString(info.kind), info.host, info.tool_version,
-                                           info.devices_json.empty() ? "unknown" : info.devices_json));
-    }
+// The runs of one input: the one it names, else every real run of its file.
+std::vector<int64_t> runsOfInput(traces::TraceReader& reader, const CalibrationInput& in) {
+  std::vector<int64_t> runs;
+  if (in.run >= 0) {
+    runs.push_back(reader.run(in.run).id);
+  } else {
+    for (const auto& r : reader.runs())
+      if (r.kind == traces::RunKind::Real) runs.push_back(r.id);
+    if (runs.empty())
+      throw std::runtime_error(fmt::format("{}: no real run to calibrate from (pick one with FILE:RUN)", in.path));
   }
+  return runs;
+}
 
-  if (runs_by_software.size() > 1) {
+// Records the GPUs and software versions the run names; throws when its GPUs
+// are of another kind than an earlier run's.
+void checkRunDevices(CalibrationSamples& acc, const CalibrationInput& in, int64_t run, const traces::RunInfo& info,
+                     const std::string& where) {
+  if (const RunDevices d = runDevices(info.devices_json); !d.gpus.empty()) {
+    if (acc.gpus.empty()) {
+      acc.gpus = d.gpus;
+      acc.gpus_from = where;
+    } else if (d.gpus != acc.gpus) {
+      throw std::runtime_error(fmt::format(
+          "{}: run {} ran on {}, but {} ran on {}; a calibration describes one kind of GPU: fit each kind "
+          "from its own runs",
+          in.path, run, d.gpus, acc.gpus_from, acc.gpus));
+    }
+    if (!d.software.empty()) acc.runs_by_software[d.software].push_back(where);
+  }
+}
+
+// The run's main kernels' thread blocks by shape, and its steps with kernels
+// of two compute streams side by side.
+void addKernelFigures(CalibrationSamples& acc, traces::TraceReader& reader, int64_t run, const Plan& plan) {
+  for (auto& [key, v] : mainKernelBlocks(reader, run, plan))
+    acc.blocks_by_shape[key].insert(acc.blocks_by_shape[key].end(), v.begin(), v.end());
+  for (SharingStep& st : sharingSteps(reader, run, plan)) acc.sharing_steps.push_back(std::move(st));
+}
+
+// The run's figures that are not per task: collective start waits, step
+// overheads, ranks' speeds, the median launch gap and the planned op kinds.
+void addRunFigures(CalibrationSamples& acc, CalibrationResult& out, traces::TraceReader& reader, int64_t run,
+                   const Plan& plan, const std::map<traces::TaskKey, traces::TaskTime>& times,
+                   const RunKernelsAndCollectives& beside_run, const LaunchGaps& gaps) {
+  for (double share : collectiveStartWaits(beside_run, plan)) acc.start_waits.push_back(share);
+  for (double ns : stepOverheads(reader, run)) acc.step_overheads.push_back(ns);
+  if (plan.world_size > 1) {
+    for (const auto& [rank, speed] : forwardSpeedByRank(times, plan)) acc.rank_speeds[rank].push_back(speed);
+    ++out.rank_speed_runs;
+  }
+  acc.launch_gaps.push_back(double(gaps.median_ns));
+  for (const auto& rp : plan.programs)
+    for (const Task& task : rp.tasks)
+      if (!task.collective && task.kind == TaskKind::Kernel && task.fused_into < 0)
+        acc.planned_ops.insert(costOpKind(task));
+}
+
+// One run's collectives by plan task id: each one's group and sample, and
+// the rank that measured its shortest time.
+struct RunCollectives {
+  std::map<int64_t, std::pair<std::pair<CollectiveOp, int>, CollSample>> by_task;
+  std::map<int64_t, int> rank;  // the rank that measured each one's shortest time
+};
+
+// A collective task's time on one rank, kept when it is the shortest so far.
+void addCollectiveTime(RunCollectives& rc, const Plan& plan, const RankPlan& program, const Task& task,
+                       const traces::TaskKey& key, const traces::TaskTime& t) {
+  // A collective on a compute stream (the sharded optimizer's
+  // 4-byte norm sum) starts with the ranks already in step and
+  // measures launch latency alone; in the fit it bent the buckets'
+  // line (latency 18.5 -> 8.1 us, the 3.5 MB point 169 -> 128 GB/s).
+  // Only the comm streams' collectives are fitted.
+  if (program.streams.at(size_t(task.stream)).kind != StreamKind::Comm) return;
+  int n = 1;
+  for (const auto& g : plan.groups)
+    if (g.name == task.collective->group) n = int(g.ranks.size());
+  // A rank that reaches a collective early waits inside the NCCL
+  // kernel for the others; the member that arrived last measures
+  // the collective itself, so each collective keeps its shortest
+  // time over the ranks.
+  CollSample cs{busFactor(task.collective->op, n) * double(task.collective->bytes), t.ns};
+  auto [it, fresh] = rc.by_task.try_emplace(key.second, std::make_pair(std::make_pair(task.collective->op, n), cs));
+  if (fresh || t.ns < it->second.second.ns) {
+    it->second.second.ns = t.ns;
+    rc.rank[key.second] = key.first;
+  }
+}
+
+// A task's sample for its op kind's fit: from its clean steps when it has
+// some (those also go to kernel_clean, kernel time only), else from its
+// steps beside the other compute stream, else from its slowed steps or its
+// whole time. `split` is null when taskStepsByComm has no steps of it.
+void addCostSample(CalibrationSamples& acc, OpKind op, const Sample& base, const TaskSteps* split, double task_ns,
+                   double launch_ns) {
+  if (split && !split->clean_ns.empty()) {
+    Sample x = base;
+    x.ns = median(split->clean_ns);
+    acc.kernel_clean[op].push_back(x);
+    x.ns += launch_ns;
+    x.launch_ns = launch_ns;
+    acc.samples[op].push_back(x);
+  } else if (split && !split->shared_ns.empty()) {
+    // Only measured beside the other compute stream's kernels: charged
+    // as shared evenly (taskStepsByComm), and left out of the fit
+    // where the shape was also measured alone (dropSharedWhereAlone).
+    Sample x = base;
+    x.ns = median(split->shared_ns) + launch_ns;
+    x.launch_ns = launch_ns;
+    x.shared = true;
+    acc.samples[op].push_back(x);
+  } else {
+    // Never measured without a collective beside it (a data-parallel
+    // run only): its slowed time is still better than no figure, and
+    // the op must not pass for a fused one.
+    // The per-step times of taskStepsByComm carry the charge for
+    // kernels side by side; t.ns does not.
+    Sample x = base;
+    x.ns = task_ns;
+    if (split && !split->slowed_ns.empty()) {
+      std::vector<double> steps;
+      for (const auto& [ns, share] : split->slowed_ns) steps.push_back(ns);
+      x.ns = median(steps);
+    }
+    x.ns += launch_ns;
+    x.launch_ns = launch_ns;
+    acc.samples[op].push_back(x);
+  }
+}
+
+// A task that is not a collective: its launch gap by shape, its sample for
+// its op kind's fit and one slowed sample per step under a collective.
+void addOpSamples(CalibrationSamples& acc, const Task& task, const traces::TaskKey& key, const traces::TaskTime& t,
+                  bool multi_rank, const LaunchGaps& gaps, const std::map<traces::TaskKey, TaskSteps>& by_comm) {
+  const auto gap = gaps.per_task_per_step.find(key);
+  const double launch_ns = gap == gaps.per_task_per_step.end() ? 0.0 : gap->second;
+  Sample base{task.flops / 1e9, double(task.bytes_read + task.bytes_written) / 1e6, 0.0, shapeKey(task)};
+  base.mb_slow = slowPathMb(task);
+  base.multi_rank = multi_rank;
+  if (task.kind == TaskKind::Kernel)
+    (multi_rank ? acc.gaps_by_shape.multi : acc.gaps_by_shape.single)[{costOpKind(task), base.shape}]
+        .push_back(launch_ns);
+  // Steps in which a collective was resident during the task measure
+  // the slowed kernel: they fit comm_slowdown, not the op's cost.
+  const auto found = by_comm.find(key);
+  const TaskSteps* split = found == by_comm.end() ? nullptr : &found->second;
+  addCostSample(acc, costOpKind(task), base, split, t.ns, launch_ns);
+  if (split)
+    for (const auto& [ns, share] : split->slowed_ns) {
+      Sample y = base;
+      y.ns = ns;  // kernel time only: the slowdown is a property of the kernels
+      y.under_comm = share;
+      acc.slowed[costOpKind(task)].push_back(y);
+    }
+}
+
+// Every measured task of the run: a collective's time goes to the returned
+// collectives, any other task's samples to acc. Counts the samples and the
+// task ids outside the plan in out.
+RunCollectives addRunTasks(CalibrationSamples& acc, CalibrationResult& out, const Plan& plan,
+                           const std::map<traces::TaskKey, traces::TaskTime>& times, const LaunchGaps& gaps,
+                           const std::map<traces::TaskKey, TaskSteps>& by_comm) {
+  RunCollectives rc;
+  for (const auto& [key, t] : times) {
+    const RankPlan* program = nullptr;
+    try {
+      program = &plan.forRank(key.first);
+    } catch (const std::out_of_range&) {
+    }
+    if (!program || key.second < 0 || key.second >= int64_t(program->tasks.size())) {
+      ++out.unmatched;
+      continue;
+    }
+    const Task& task = program->tasks[size_t(key.second)];
+    // Its work is in another task's fused kernel: whatever a trace shows
+    // for it (nothing from the GPU, a zero-length activity from a
+    // simulation) is not a duration of its op kind.
+    if (task.fused_into >= 0) continue;
+    ++out.samples;
+    if (task.collective)
+      addCollectiveTime(rc, plan, *program, task, key, t);
+    else
+      addOpSamples(acc, task, key, t, plan.world_size > 1, gaps, by_comm);
+  }
+  return rc;
+}
+
+// The run's collectives into the collective fit's samples; those the run's
+// kernels ran beside also into acc.beside, with the kernels' role.
+void addRunCollectives(CalibrationSamples& acc, RunCollectives& rc,
+                       const std::map<traces::TaskKey, std::string>& beside_roles) {
+  for (const auto& [task_id, c] : rc.by_task) {
+    acc.coll[c.first].push_back(c.second);
+    const auto role = beside_roles.find({rc.rank[task_id], task_id});
+    if (role != beside_roles.end())
+      acc.beside.push_back({c.first, c.second, role->second.empty() ? std::string(kNoKernelBeside) : role->second});
+  }
+}
+
+// Reads one run of an input into acc: its devices, its run-wide figures and
+// its tasks' samples. The run's notes and provenance go to out.
+void readRun(CalibrationSamples& acc, CalibrationResult& out, const CalibrationInput& in,
+             traces::TraceReader& reader, int64_t run) {
+  const traces::RunInfo info = reader.run(run);
+  const std::string where = fmt::format("{} run {}", std::filesystem::path(in.path).filename().string(), run);
+  checkRunDevices(acc, in, run, info, where);
+  // The plan the run stored; a run from before plans were stored has
+  // its job planned again, which the notes say.
+  std::string note;
+  const Plan plan = plan_trace::planOfRun(reader, run, &note);
+  if (!note.empty()) out.notes.push_back(note);
+  const auto times = traces::taskTimesPerStep(reader, run);
+  const auto by_comm = taskStepsByComm(reader, run, plan);
+  if (times.empty())
+    throw std::runtime_error(fmt::format("{}: run {} has no activities with plan task ids", in.path, run));
+  const LaunchGaps gaps = launchGaps(reader, run, plan);
+  addKernelFigures(acc, reader, run, plan);
+  const RunKernelsAndCollectives beside_run = plan.world_size > 1 ? readKernelsAndCollectives(reader, run, plan)
+                                                                  : RunKernelsAndCollectives{};
+  addRunFigures(acc, out, reader, run, plan, times, beside_run, gaps);
+  const auto beside_roles = rolesBesideCollectives(beside_run, plan);
+  RunCollectives rc = addRunTasks(acc, out, plan, times, gaps, by_comm);
+  addRunCollectives(acc, rc, beside_roles);
+  // The file name only: provenance must not leak the machine's folders.
+  out.provenance.push_back(fmt::format("{} run {} \"{}\" ({}; host {}; {}; devices {})",
+                                       std::filesystem::path(in.path).filename().string(), run, info.name,
+                                       traces::toString(info.kind), info.host, info.tool_version,
+                                       info.devices_json.empty() ? "unknown" : info.devices_json));
+}
+
+// A provenance line naming the runs of each driver and library version,
+// when the runs used more than one.
+void noteSoftwareVersions(const CalibrationSamples& acc, CalibrationResult& out) {
+  if (acc.runs_by_software.size() > 1) {
     std::string note = "the runs used different driver or library versions:";
-    for (const auto& [sw, where] : runs_by_software) {
+    for (const auto& [sw, where] : acc.runs_by_software) {
       note += " " + sw + " (";
       for (size_t i = 0; i < where.size(); ++i) note += (i ? ", " : "") + where[i];
       note += ");";
@@ -773,29 +848,41 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     note.pop_back();
     out.provenance.push_back(note);
   }
+}
+
+// The calibration's keys that are medians over the runs: launch and step
+// overheads, collective start wait and the ranks' speeds; and its source and GPU.
+void fitRunFigures(const CalibrationSamples& acc, CalibrationResult& out) {
   out.calibration.source = "tandem calibrate";
-  out.calibration.gpu = gpus;
-  if (!launch_gaps.empty()) out.calibration.launch_overhead_ns = int64_t(std::llround(median(launch_gaps)));
-  if (!step_overheads.empty()) out.calibration.step_overhead_ns = int64_t(std::llround(median(step_overheads)));
-  if (!start_waits.empty()) {
-    out.calibration.collective_start_wait = std::clamp(median(start_waits), 0.0, 1.0);
-    out.collective_start_wait_samples = int64_t(start_waits.size());
+  out.calibration.gpu = acc.gpus;
+  if (!acc.launch_gaps.empty()) out.calibration.launch_overhead_ns = int64_t(std::llround(median(acc.launch_gaps)));
+  if (!acc.step_overheads.empty())
+    out.calibration.step_overhead_ns = int64_t(std::llround(median(acc.step_overheads)));
+  if (!acc.start_waits.empty()) {
+    out.calibration.collective_start_wait = std::clamp(median(acc.start_waits), 0.0, 1.0);
+    out.collective_start_wait_samples = int64_t(acc.start_waits.size());
   }
-  for (const auto& [rank, v] : rank_speeds) out.rank_speed[rank] = median(v);
-  // Kernel tasks wait longer before they start in multi-rank runs (measured
-  // on 2 x H200: about 0.9 us per task, forward tasks included). Samples of
-  // such runs are written as one-rank costs; the simulation adds the extra
-  // back to plans of more than one rank.
-  if (const auto extra = multiRankLaunchExtra(gaps_by_shape, &out.multi_rank_launch_shapes)) {
+  for (const auto& [rank, v] : acc.rank_speeds) out.rank_speed[rank] = median(v);
+}
+
+// Kernel tasks wait longer before they start in multi-rank runs (measured
+// on 2 x H200: about 0.9 us per task, forward tasks included). Samples of
+// such runs are written as one-rank costs; the simulation adds the extra
+// back to plans of more than one rank.
+void fitMultiRankLaunch(CalibrationSamples& acc, CalibrationResult& out) {
+  if (const auto extra = multiRankLaunchExtra(acc.gaps_by_shape, &out.multi_rank_launch_shapes)) {
     out.calibration.multi_rank_launch_ns = int64_t(std::llround(*extra));
-    for (auto& [op, s] : samples)
+    for (auto& [op, s] : acc.samples)
       for (Sample& x : s)
         if (x.multi_rank) x.ns -= std::min(*extra, x.launch_ns);
   }
-  // A shape measured alone somewhere is costed from those measurements
-  // only: a kernel's share of the GPU beside another stream's kernels is
-  // not even (a GEMM takes most of it), so shared times only stand in for
-  // shapes never seen alone.
+}
+
+// A shape measured alone somewhere is costed from those measurements
+// only: a kernel's share of the GPU beside another stream's kernels is
+// not even (a GEMM takes most of it), so shared times only stand in for
+// shapes never seen alone.
+void dropSharedWhereAlone(std::map<OpKind, std::vector<Sample>>& samples) {
   for (auto& [op, s] : samples) {
     std::set<std::string> alone;
     for (const Sample& x : s)
@@ -803,7 +890,12 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     s.erase(std::remove_if(s.begin(), s.end(), [&](const Sample& x) { return x.shared && alone.count(x.shape); }),
             s.end());
   }
-  for (auto& [op, s] : samples) {
+}
+
+// Per op kind: the fit over its samples, each measured shape's median time
+// and the thread blocks most of its main kernels had.
+void fitOps(const CalibrationSamples& acc, CalibrationResult& out) {
+  for (const auto& [op, s] : acc.samples) {
     OpFitReport rep = fitOp(op, s);
     OpCalibration& oc = out.calibration.ops[op];
     oc.all_shapes.has_fit = true;
@@ -817,7 +909,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     for (const auto& [shape, ns] : by_shape) {
       CostEntry e;
       e.ns = int64_t(std::llround(median(ns)));
-      if (const auto b = blocks_by_shape.find({op, shape}); b != blocks_by_shape.end()) {
+      if (const auto b = acc.blocks_by_shape.find({op, shape}); b != acc.blocks_by_shape.end()) {
         e.blocks = mostCommon(b->second);
         op_blocks.insert(op_blocks.end(), b->second.begin(), b->second.end());
       }
@@ -826,39 +918,54 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     if (!op_blocks.empty()) oc.all_shapes.blocks = mostCommon(op_blocks);
     out.ops.push_back(rep);
   }
-  // comm_slowdown f: the simulator runs a kernel f times slower while a
-  // collective is resident on its rank, so a task-step with a share s of its
-  // time under one takes clean * (1 + (f - 1) s). Least squares of
-  // (measured / clean - 1) on s over every such task-step gives f - 1; the
-  // clean time is the kernel time of the shape's clean steps (launch gaps
-  // excluded on both sides).
-  std::map<std::pair<OpKind, std::string>, std::vector<double>> clean_kernel_ns;
+}
+
+// Times by (op kind, shape).
+using ShapeTimes = std::map<std::pair<OpKind, std::string>, std::vector<double>>;
+
+// Per (op kind, shape): the kernel times of its clean steps, launch gaps
+// excluded (what comm_slowdown and kernel_overlap_efficiency compare with).
+ShapeTimes cleanKernelNs(const std::map<OpKind, std::vector<Sample>>& kernel_clean) {
+  ShapeTimes clean_kernel_ns;
   for (const auto& [op, xs] : kernel_clean)
     for (const Sample& x : xs) clean_kernel_ns[{op, x.shape}].push_back(x.ns);
-  // Kernels side by side (kernel_overlap_efficiency): per step of a run with
-  // the weight-gradient stream whose every task was also measured alone,
-  // (sum of the tasks' time alone - time one kernel ran alone) / time
-  // several ran; the median over such steps. Without such steps the
-  // simulation shares evenly (1), as the shared samples were charged.
-  {
-    std::vector<double> e;
-    for (const SharingStep& st : sharing_steps) {
-      if (st.multi_ns < 0.01 * (st.single_ns + st.multi_ns)) continue;
-      double alone = 0;
-      bool known = true;
-      for (const auto& key : st.tasks) {
-        const auto it = clean_kernel_ns.find(key);
-        if (it == clean_kernel_ns.end()) {
-          known = false;
-          break;
-        }
-        alone += median(it->second);
+  return clean_kernel_ns;
+}
+
+// Kernels side by side (kernel_overlap_efficiency): per step of a run with
+// the weight-gradient stream whose every task was also measured alone,
+// (sum of the tasks' time alone - time one kernel ran alone) / time
+// several ran; the median over such steps. Without such steps the
+// simulation shares evenly (1), as the shared samples were charged.
+void fitKernelOverlap(const std::vector<SharingStep>& sharing_steps, const ShapeTimes& clean_kernel_ns,
+                      CalibrationResult& out) {
+  std::vector<double> e;
+  for (const SharingStep& st : sharing_steps) {
+    if (st.multi_ns < 0.01 * (st.single_ns + st.multi_ns)) continue;
+    double alone = 0;
+    bool known = true;
+    for (const auto& key : st.tasks) {
+      const auto it = clean_kernel_ns.find(key);
+      if (it == clean_kernel_ns.end()) {
+        known = false;
+        break;
       }
-      if (known) e.push_back((alone - st.single_ns) / st.multi_ns);
+      alone += median(it->second);
     }
-    out.calibration.kernel_overlap_efficiency = e.empty() ? 1.0 : std::clamp(median(e), 0.5, 2.0);
-    out.kernel_overlap_samples = int64_t(e.size());
+    if (known) e.push_back((alone - st.single_ns) / st.multi_ns);
   }
+  out.calibration.kernel_overlap_efficiency = e.empty() ? 1.0 : std::clamp(median(e), 0.5, 2.0);
+  out.kernel_overlap_samples = int64_t(e.size());
+}
+
+// comm_slowdown f: the simulator runs a kernel f times slower while a
+// collective is resident on its rank, so a task-step with a share s of its
+// time under one takes clean * (1 + (f - 1) s). Least squares of
+// (measured / clean - 1) on s over every such task-step gives f - 1; the
+// clean time is the kernel time of the shape's clean steps (launch gaps
+// excluded on both sides).
+void fitCommSlowdown(const std::map<OpKind, std::vector<Sample>>& slowed, const ShapeTimes& clean_kernel_ns,
+                     CalibrationResult& out) {
   // The same fit per op kind too: a weight-gradient GEMM beside NCCL loses
   // more than a data-gradient GEMM does. A kind gets its own factor with
   // kMinSlowedSamples task-steps or more; the others keep the pooled one.
@@ -887,69 +994,92 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     out.calibration.comm_slowdown = std::clamp(1.0 + sxy / sxx, 1.0, 3.0);
     out.comm_slowdown_samples = used;
   }
-  // Op kinds the plans have but no run measured: the executor issues no
-  // kernel of their own (it fuses their work into another task, e.g. the
-  // cross-entropy backward into the forward's kernel), so they cost nothing.
-  for (OpKind op : planned_ops)
-    if (!samples.count(op)) {
+}
+
+// Op kinds the plans have but no run measured: the executor issues no
+// kernel of their own (it fuses their work into another task, e.g. the
+// cross-entropy backward into the forward's kernel), so they cost nothing.
+void addFusedOps(const CalibrationSamples& acc, CalibrationResult& out) {
+  for (OpKind op : acc.planned_ops)
+    if (!acc.samples.count(op)) {
       out.calibration.ops[op].all_shapes.ns = 0;
       out.fused_ops.push_back(op);
     }
-  for (auto& [key, s] : coll) {
-    CollectiveFitReport rep;
-    rep.op = key.first;
-    rep.ranks = key.second;
-    rep.samples = int64_t(s.size());
-    // ns = latency + bus_bytes / gbps: a line through the samples (ordinary
-    // least squares; with a single size, all time is bandwidth time).
-    std::vector<Sample> pts;
-    for (const auto& c : s) pts.push_back({c.bus_bytes / 1e9, 0, c.ns, ""});
-    std::array<double, kFitTerms> c{};
-    if (!(solveWeighted(pts, {true, true, false, false}, c) && c[0] >= 0 && c[1] > 0)) {
-      c = {};
-      solveWeighted(pts, {false, true, false, false}, c);
-    }
-    rep.latency_ns = int64_t(std::llround(c[0]));
-    // c[1] is ns per bus GB, so the bandwidth in GB/s is 1e9 / c[1].
-    rep.gbps = c[1] > 0 ? 1e9 / c[1] : 0;
-    for (const Sample& p : pts) rep.max_residual_pct = std::max(rep.max_residual_pct, relativeResidualPct(p, c));
-    // The bandwidth measured sizes reached (median over the samples, less
-    // the fitted latency): NCCL is faster per byte on large messages than one
-    // line says. Sizes within kSizePoolRatio of each other make one point:
-    // a bucket's time moves by up to 10% with the kernels that run beside it
-    // (docs/accuracy.md), far more than the size effect over such a span, so
-    // one point per size would learn the calibration job's neighbours of each
-    // bucket and hand them to other jobs' buckets of that size.
-    std::map<double, std::vector<double>> by_size;
-    for (const auto& x : s) by_size[x.bus_bytes].push_back(x.ns);
-    CollectiveCalibration cc{rep.op, rep.ranks, rep.latency_ns, rep.gbps, {}};
-    const double bus_factor = busFactor(rep.op, rep.ranks);
-    std::vector<std::pair<double, double>> pool;  // (message bytes, bus GB/s) of each sample in the pool
-    const auto flush = [&] {
-      if (pool.empty()) return;
-      std::vector<double> bytes, gbps;
-      for (const auto& [b, g] : pool) bytes.push_back(b), gbps.push_back(g);
-      cc.sizes.push_back({std::round(median(bytes)), median(gbps)});
-      pool.clear();
-    };
-    for (const auto& [bus_bytes, ns] : by_size) {
-      const double bytes = bus_factor > 0 ? bus_bytes / bus_factor : bus_bytes;  // the message size
-      if (bytes < double(1 << 20)) continue;
-      if (!pool.empty() && bytes > pool.front().first * kSizePoolRatio) flush();
-      for (double t : ns) {
-        const double transfer_ns = t - double(rep.latency_ns);
-        if (transfer_ns > 0) pool.push_back({bytes, bus_bytes / transfer_ns});
-      }
-    }
-    flush();
-    rep.sizes = cc.sizes;
-    if (rep.gbps > 0) out.calibration.collectives.push_back(cc);
-    out.collectives.push_back(rep);
+}
+
+// A collective group's (op, ranks) line over its samples: latency, bandwidth
+// and the largest residual; its sizes are left to sizeBandwidths.
+CollectiveFitReport fitCollectiveLine(const std::pair<CollectiveOp, int>& key, const std::vector<CollSample>& s) {
+  CollectiveFitReport rep;
+  rep.op = key.first;
+  rep.ranks = key.second;
+  rep.samples = int64_t(s.size());
+  // ns = latency + bus_bytes / gbps: a line through the samples (ordinary
+  // least squares; with a single size, all time is bandwidth time).
+  std::vector<Sample> pts;
+  for (const auto& c : s) pts.push_back({c.bus_bytes / 1e9, 0, c.ns, ""});
+  std::array<double, kFitTerms> c{};
+  if (!(solveWeighted(pts, {true, true, false, false}, c) && c[0] >= 0 && c[1] > 0)) {
+    c = {};
+    solveWeighted(pts, {false, true, false, false}, c);
   }
-  // How much longer (or shorter) than the pooled size model a collective
-  // took, by the role of the kernels beside it the longest: the pools
-  // average over the calibration jobs' neighbours, the factor puts each
-  // neighbour back. Only sizes the pools describe (1 MiB and more).
+  rep.latency_ns = int64_t(std::llround(c[0]));
+  // c[1] is ns per bus GB, so the bandwidth in GB/s is 1e9 / c[1].
+  rep.gbps = c[1] > 0 ? 1e9 / c[1] : 0;
+  for (const Sample& p : pts) rep.max_residual_pct = std::max(rep.max_residual_pct, relativeResidualPct(p, c));
+  return rep;
+}
+
+// The bandwidth measured sizes reached (median over the samples, less
+// the fitted latency): NCCL is faster per byte on large messages than one
+// line says. Sizes within kSizePoolRatio of each other make one point:
+// a bucket's time moves by up to 10% with the kernels that run beside it
+// (docs/accuracy.md), far more than the size effect over such a span, so
+// one point per size would learn the calibration job's neighbours of each
+// bucket and hand them to other jobs' buckets of that size.
+std::vector<std::pair<double, double>> sizeBandwidths(const CollectiveFitReport& rep,
+                                                      const std::vector<CollSample>& s) {
+  std::map<double, std::vector<double>> by_size;
+  for (const auto& x : s) by_size[x.bus_bytes].push_back(x.ns);
+  std::vector<std::pair<double, double>> sizes;
+  const double bus_factor = busFactor(rep.op, rep.ranks);
+  std::vector<std::pair<double, double>> pool;  // (message bytes, bus GB/s) of each sample in the pool
+  const auto flush = [&] {
+    if (pool.empty()) return;
+    std::vector<double> bytes, gbps;
+    for (const auto& [b, g] : pool) bytes.push_back(b), gbps.push_back(g);
+    sizes.push_back({std::round(median(bytes)), median(gbps)});
+    pool.clear();
+  };
+  for (const auto& [bus_bytes, ns] : by_size) {
+    const double bytes = bus_factor > 0 ? bus_bytes / bus_factor : bus_bytes;  // the message size
+    if (bytes < double(1 << 20)) continue;
+    if (!pool.empty() && bytes > pool.front().first * kSizePoolRatio) flush();
+    for (double t : ns) {
+      const double transfer_ns = t - double(rep.latency_ns);
+      if (transfer_ns > 0) pool.push_back({bytes, bus_bytes / transfer_ns});
+    }
+  }
+  flush();
+  return sizes;
+}
+
+// A collective group's calibration (when it has a bandwidth) and report.
+void fitCollective(const std::pair<CollectiveOp, int>& key, const std::vector<CollSample>& s,
+                   CalibrationResult& out) {
+  CollectiveFitReport rep = fitCollectiveLine(key, s);
+  const CollectiveCalibration cc{rep.op, rep.ranks, rep.latency_ns, rep.gbps, sizeBandwidths(rep, s)};
+  rep.sizes = cc.sizes;
+  if (rep.gbps > 0) out.calibration.collectives.push_back(cc);
+  out.collectives.push_back(rep);
+}
+
+// How much longer (or shorter) than the pooled size model a collective
+// took, by the role of the kernels beside it the longest: the pools
+// average over the calibration jobs' neighbours, the factor puts each
+// neighbour back. Only sizes the pools describe (1 MiB and more).
+std::map<std::string, std::vector<double>> besideRatios(const std::vector<BesideSample>& beside,
+                                                        const CalibrationResult& out) {
   std::map<std::string, std::vector<double>> ratios;
   for (const BesideSample& b : beside) {
     const CollectiveCalibration* cc = nullptr;
@@ -963,27 +1093,53 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
     const double model_ns = double(cc->latency_ns) + b.sample.bus_bytes / gbps;
     if (model_ns > 0) ratios[b.role].push_back(b.sample.ns / model_ns);
   }
-  // The simulator can only stretch a collective beyond its flows, so the
-  // size model is scaled with the factors (fitCollectiveBeside).
-  if (!ratios.empty()) {
-    std::map<std::string, RoleRatio> by_role;
-    for (const auto& [role, v] : ratios) by_role[role] = {median(v), int64_t(v.size())};
-    const BesideFit fit = fitCollectiveBeside(by_role);
-    for (auto& c : out.calibration.collectives) {
-      c.latency_ns = int64_t(std::llround(double(c.latency_ns) * fit.model_scale));
-      c.gbps /= fit.model_scale;
-      for (auto& [bytes, gbps] : c.sizes) gbps /= fit.model_scale;
-    }
-    for (CollectiveFitReport& rep : out.collectives) {
-      rep.latency_ns = int64_t(std::llround(double(rep.latency_ns) * fit.model_scale));
-      rep.gbps /= fit.model_scale;
-      for (auto& [bytes, gbps] : rep.sizes) gbps /= fit.model_scale;
-    }
-    for (const CollectiveBesideReport& b : fit.reports) {
-      out.calibration.collective_beside[b.role] = b.factor;
-      out.collective_beside.push_back(b);
-    }
+  return ratios;
+}
+
+// The simulator can only stretch a collective beyond its flows, so the
+// size model is scaled with the factors (fitCollectiveBeside).
+void applyCollectiveBeside(const std::map<std::string, std::vector<double>>& ratios, CalibrationResult& out) {
+  if (ratios.empty()) return;
+  std::map<std::string, RoleRatio> by_role;
+  for (const auto& [role, v] : ratios) by_role[role] = {median(v), int64_t(v.size())};
+  const BesideFit fit = fitCollectiveBeside(by_role);
+  for (auto& c : out.calibration.collectives) {
+    c.latency_ns = int64_t(std::llround(double(c.latency_ns) * fit.model_scale));
+    c.gbps /= fit.model_scale;
+    for (auto& [bytes, gbps] : c.sizes) gbps /= fit.model_scale;
   }
+  for (CollectiveFitReport& rep : out.collectives) {
+    rep.latency_ns = int64_t(std::llround(double(rep.latency_ns) * fit.model_scale));
+    rep.gbps /= fit.model_scale;
+    for (auto& [bytes, gbps] : rep.sizes) gbps /= fit.model_scale;
+  }
+  for (const CollectiveBesideReport& b : fit.reports) {
+    out.calibration.collective_beside[b.role] = b.factor;
+    out.collective_beside.push_back(b);
+  }
+}
+
+}  // namespace
+
+CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs) {
+  CalibrationResult out;
+  CalibrationSamples acc;
+  for (const CalibrationInput& in : inputs) {
+    traces::TraceReader reader(in.path);
+    for (int64_t run : runsOfInput(reader, in)) readRun(acc, out, in, reader, run);
+  }
+
+  noteSoftwareVersions(acc, out);
+  fitRunFigures(acc, out);
+  fitMultiRankLaunch(acc, out);
+  dropSharedWhereAlone(acc.samples);
+  fitOps(acc, out);
+  const ShapeTimes clean_kernel_ns = cleanKernelNs(acc.kernel_clean);
+  fitKernelOverlap(acc.sharing_steps, clean_kernel_ns, out);
+  fitCommSlowdown(acc.slowed, clean_kernel_ns, out);
+  addFusedOps(acc, out);
+  for (const auto& [key, s] : acc.coll) fitCollective(key, s, out);
+  applyCollectiveBeside(besideRatios(acc.beside, out), out);
   return out;
 }
 

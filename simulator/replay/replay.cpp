@@ -284,6 +284,31 @@ std::vector<SimActivity> taskFacts(const RankPlan& rp) {
   return out;
 }
 
+// Fills a program's shared queues from its plan: each stream's tasks and
+// each event's recorder, checking the streams and events the tasks name.
+// Checked once per program; errors name its first simulated rank.
+void buildProgramQueues(ProgramQueues& q, const RankPlan& plan, int r, size_t num_events) {
+  q.built = true;
+  q.stream_tasks.resize(plan.streams.size());
+  q.event_recorder.assign(num_events, -1);
+  for (int i = 0; i < int(plan.tasks.size()); ++i) {
+    const Task& t = plan.tasks[size_t(i)];
+    if (t.stream < 0 || t.stream >= int(q.stream_tasks.size()))
+      throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " '" + t.name +
+                            "': stream " + std::to_string(t.stream) + " does not exist");
+    q.stream_tasks[size_t(t.stream)].push_back(i);
+    for (int e : t.wait_events)
+      if (e < 0 || e >= int(num_events))
+        throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " '" + t.name +
+                              "' waits on event " + std::to_string(e) + " but the program has " +
+                              std::to_string(num_events) + " events");
+    if (t.record_event >= int(num_events))
+      throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " records event " +
+                            std::to_string(t.record_event) + " beyond num_events");
+    if (t.record_event >= 0) q.event_recorder[size_t(t.record_event)] = i;
+  }
+}
+
 class Replay {
  public:
   Replay(const Plan& plan, const Topology& topo, const CostModel& cost, const SimOptions& options)
@@ -300,6 +325,20 @@ class Replay {
     return caps;
   }
   void setup();
+  // Per simulated rank (in ranks_ order), its share of the engine-wide
+  // arrays: stream states, event words and activity records.
+  struct RankSlices {
+    std::vector<size_t> streams, events, records;
+  };
+  // setup's steps, in order.
+  void assignRanks();
+  void chooseSymmetry();
+  void classifyDevices();
+  void findRepresentatives();
+  void addRankState(int r, RankSlices& slices);
+  void attachTaskTables(RankState& st, RankSlices& slices);
+  void sliceArrays(const RankSlices& slices);
+  void indexGroupMembers();
   void push(int64_t t, EventType type, int a, int b = 0) { queue_.push(Event{t, type, a, b}); }
   void tryStart(int ri, int stream);
   // How many times longer than alone a running kernel of task t takes:
@@ -385,6 +424,26 @@ class Replay {
 };
 
 void Replay::setup() {
+  assignRanks();
+  chooseSymmetry();
+  classifyDevices();
+  rank_state_of_.assign(size_t(plan_.world_size), -1);
+  queues_.resize(plan_.programs.size());
+  findRepresentatives();
+  RankSlices slices;
+  for (int r = 0; r < plan_.world_size; ++r) {
+    const int p = program_of_[size_t(r)];
+    if (symmetric_ && program_min_rank_[size_t(p)] != r) continue;
+    addRankState(r, slices);
+  }
+  sliceArrays(slices);
+  indexGroupMembers();
+  result_.stats.simulated_ranks = int(ranks_.size());
+}
+
+// Each rank's device and program, checked against the topology and the
+// world; and the plan's groups by name.
+void Replay::assignRanks() {
   const int world = plan_.world_size;
   rank_device_ = options_.rank_device;
   if (rank_device_.empty()) {
@@ -405,8 +464,10 @@ void Replay::setup() {
   for (int r = 0; r < world; ++r)
     if (program_of_[size_t(r)] < 0) throw SimulationError("rank " + std::to_string(r) + " has no program in the plan");
   for (int g = 0; g < int(plan_.groups.size()); ++g) group_index_[plan_.groups[size_t(g)].name].push_back(g);
+}
 
-  // Symmetry: one representative (the lowest rank) per program.
+// Symmetry: one representative (the lowest rank) per program.
+void Replay::chooseSymmetry() {
   std::string problem;
   if (options_.symmetry != SymmetryMode::Off) {
     problem = symmetryProblem(plan_, topo_, rank_device_);
@@ -418,88 +479,77 @@ void Replay::setup() {
   result_.stats.symmetry_note = options_.symmetry == SymmetryMode::Off ? "off"
                                 : symmetric_ ? "one representative per program"
                                              : "every rank simulated: " + problem;
+}
 
-  // Device classes: the cost model sees a device's figures, never its name or host.
-  {
-    using Figures = std::tuple<std::string, double, double, double, int64_t, int, double, std::string, double>;
-    std::map<Figures, int> class_of;
-    device_class_.clear();
-    for (const DeviceSpec& d : topo_.devices) {
-      const Figures f{d.model,     d.bf16_flops,  d.fp32_flops, d.hbm_gbps, d.memory_bytes,
-                      d.sm_count, d.mig_fraction, d.mig_profile, d.speed};
-      device_class_.push_back(class_of.try_emplace(f, int(class_of.size())).first->second);
-    }
+// Device classes: the cost model sees a device's figures, never its name or host.
+void Replay::classifyDevices() {
+  using Figures = std::tuple<std::string, double, double, double, int64_t, int, double, std::string, double>;
+  std::map<Figures, int> class_of;
+  device_class_.clear();
+  for (const DeviceSpec& d : topo_.devices) {
+    const Figures f{d.model,     d.bf16_flops,  d.fp32_flops, d.hbm_gbps, d.memory_bytes,
+                    d.sm_count, d.mig_fraction, d.mig_profile, d.speed};
+    device_class_.push_back(class_of.try_emplace(f, int(class_of.size())).first->second);
   }
-  rank_state_of_.assign(size_t(world), -1);
-  queues_.resize(plan_.programs.size());
+}
+
+// Each program's lowest rank, its representative in a symmetric simulation.
+void Replay::findRepresentatives() {
   program_min_rank_.assign(plan_.programs.size(), -1);
   for (int p = 0; p < int(plan_.programs.size()); ++p) {
     const auto& pranks = plan_.programs[size_t(p)].ranks;
     if (!pranks.empty()) program_min_rank_[size_t(p)] = *std::min_element(pranks.begin(), pranks.end());
   }
-  std::vector<size_t> stream_slices, event_slices, record_slots;  // per simulated rank
-  for (int r = 0; r < world; ++r) {
-    const int p = program_of_[size_t(r)];
-    if (symmetric_ && program_min_rank_[size_t(p)] != r) continue;
-    RankState st;
-    st.rank = r;
-    st.program = p;
-    st.device = rank_device_[size_t(r)];
-    st.plan = &plan_.programs[size_t(p)];
-    const size_t num_events = size_t(std::max(0, st.plan->num_events));
-    ProgramQueues& q = queues_[size_t(p)];
-    if (!q.built) {
-      // Checked once per program; errors name its first simulated rank.
-      q.built = true;
-      q.stream_tasks.resize(st.plan->streams.size());
-      q.event_recorder.assign(num_events, -1);
-      for (int i = 0; i < int(st.plan->tasks.size()); ++i) {
-        const Task& t = st.plan->tasks[size_t(i)];
-        if (t.stream < 0 || t.stream >= int(q.stream_tasks.size()))
-          throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " '" + t.name +
-                                "': stream " + std::to_string(t.stream) + " does not exist");
-        q.stream_tasks[size_t(t.stream)].push_back(i);
-        for (int e : t.wait_events)
-          if (e < 0 || e >= int(num_events))
-            throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " '" + t.name +
-                                  "' waits on event " + std::to_string(e) + " but the program has " +
-                                  std::to_string(num_events) + " events");
-        if (t.record_event >= int(num_events))
-          throw SimulationError("rank " + std::to_string(r) + " task " + std::to_string(t.id) + " records event " +
-                                std::to_string(t.record_event) + " beyond num_events");
-        if (t.record_event >= 0) q.event_recorder[size_t(t.record_event)] = i;
-      }
-    }
-    stream_slices.push_back(q.stream_tasks.size());
-    event_slices.push_back((num_events + 63) / 64);
-    st.event_recorder = &q.event_recorder;
-    if (st.device < 0 || st.device >= int(device_class_.size()))
-      throw SimulationError("rank " + std::to_string(r) + " is placed on device " + std::to_string(st.device) +
-                            " but topology '" + topo_.name + "' has " + std::to_string(topo_.devices.size()));
-    {
-      const auto key = std::make_pair(p, device_class_[size_t(st.device)]);
-      auto [it, fresh] = duration_table_of_.try_emplace(key, duration_tables_.size());
-      if (fresh) {
-        duration_tables_.emplace_back(st.plan->tasks.size(), int64_t(-1));
-        sm_room_tables_.emplace_back(st.plan->tasks.size(), SmRoom::Unknown);
-        spare_tables_.emplace_back(st.plan->tasks.size(), -1.0f);
-        trailing_tasks_.push_back(countTrailing(st));
-      }
-      st.durations = duration_tables_[it->second].data();  // inner buffers never move
-      st.sm_room = sm_room_tables_[it->second].data();
-      st.spare = spare_tables_[it->second].data();
-      record_slots.push_back(st.plan->tasks.size() + trailing_tasks_[it->second]);
-    }
-    rank_state_of_[size_t(r)] = int(ranks_.size());
-    ranks_.push_back(std::move(st));
+}
+
+// Adds simulated rank r to ranks_ (building its program's queues when it is
+// the program's first), and its sizes to slices.
+void Replay::addRankState(int r, RankSlices& slices) {
+  const int p = program_of_[size_t(r)];
+  RankState st;
+  st.rank = r;
+  st.program = p;
+  st.device = rank_device_[size_t(r)];
+  st.plan = &plan_.programs[size_t(p)];
+  const size_t num_events = size_t(std::max(0, st.plan->num_events));
+  ProgramQueues& q = queues_[size_t(p)];
+  if (!q.built) buildProgramQueues(q, *st.plan, r, num_events);
+  slices.streams.push_back(q.stream_tasks.size());
+  slices.events.push_back((num_events + 63) / 64);
+  st.event_recorder = &q.event_recorder;
+  if (st.device < 0 || st.device >= int(device_class_.size()))
+    throw SimulationError("rank " + std::to_string(r) + " is placed on device " + std::to_string(st.device) +
+                          " but topology '" + topo_.name + "' has " + std::to_string(topo_.devices.size()));
+  attachTaskTables(st, slices);
+  rank_state_of_[size_t(r)] = int(ranks_.size());
+  ranks_.push_back(std::move(st));
+}
+
+// Points the rank at the per-task tables of its (program, device class),
+// created on first use, and adds its record slots to slices.
+void Replay::attachTaskTables(RankState& st, RankSlices& slices) {
+  const auto key = std::make_pair(st.program, device_class_[size_t(st.device)]);
+  auto [it, fresh] = duration_table_of_.try_emplace(key, duration_tables_.size());
+  if (fresh) {
+    duration_tables_.emplace_back(st.plan->tasks.size(), int64_t(-1));
+    sm_room_tables_.emplace_back(st.plan->tasks.size(), SmRoom::Unknown);
+    spare_tables_.emplace_back(st.plan->tasks.size(), -1.0f);
+    trailing_tasks_.push_back(countTrailing(st));
   }
-  // The slices, now that every rank's sizes are known (the arrays are not
-  // resized after this, so the spans stay valid).
+  st.durations = duration_tables_[it->second].data();  // inner buffers never move
+  st.sm_room = sm_room_tables_[it->second].data();
+  st.spare = spare_tables_[it->second].data();
+  slices.records.push_back(st.plan->tasks.size() + trailing_tasks_[it->second]);
+}
+
+// The slices, now that every rank's sizes are known (the arrays are not
+// resized after this, so the spans stay valid).
+void Replay::sliceArrays(const RankSlices& slices) {
   size_t total_streams = 0, total_words = 0, total_tasks = 0;
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    total_streams += stream_slices[i];
-    total_words += event_slices[i];
-    total_tasks += record_slots[i];
+    total_streams += slices.streams[i];
+    total_words += slices.events[i];
+    total_tasks += slices.records[i];
   }
   activities_ = std::make_shared<ActivityStore>();
   activities_->records.reset(allocateRecords(total_tasks));
@@ -510,20 +560,25 @@ void Replay::setup() {
   total_streams = total_words = 0;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     RankState& st = ranks_[i];
-    st.streams = std::span<StreamState>(stream_states_.data() + total_streams, stream_slices[i]);
-    st.event_bits = std::span<uint64_t>(event_words_.data() + total_words, event_slices[i]);
-    total_streams += stream_slices[i];
-    total_words += event_slices[i];
+    st.streams = std::span<StreamState>(stream_states_.data() + total_streams, slices.streams[i]);
+    st.event_bits = std::span<uint64_t>(event_words_.data() + total_words, slices.events[i]);
+    total_streams += slices.streams[i];
+    total_words += slices.events[i];
     // Each task ends once and its main kernel before that: at most the
     // program's count plus its tasks with trailing kernels.
     st.first = st.out = activities_->records.get() + total_tasks;
-    total_tasks += record_slots[i];
+    total_tasks += slices.records[i];
     st.slice_end = activities_->records.get() + total_tasks;
     std::vector<SimActivity>& facts = activities_->facts[size_t(st.program)];
     if (facts.empty()) facts = taskFacts(*st.plan);
     const ProgramQueues& q = queues_[size_t(st.program)];
     for (size_t si = 0; si < st.streams.size(); ++si) st.streams[si].tasks = &q.stream_tasks[si];
   }
+}
+
+// Per group: which world ranks are members and which members are simulated.
+void Replay::indexGroupMembers() {
+  const int world = plan_.world_size;
   simulated_members_.resize(plan_.groups.size());
   group_member_.assign(plan_.groups.size(), std::vector<char>(size_t(world), 0));
   for (size_t g = 0; g < plan_.groups.size(); ++g)
@@ -534,7 +589,6 @@ void Replay::setup() {
       group_member_[g][size_t(r)] = 1;
       if (rank_state_of_[size_t(r)] >= 0) simulated_members_[g].push_back(r);
     }
-  result_.stats.simulated_ranks = int(ranks_.size());
 }
 
 int Replay::groupIndex(const std::string& name, const RankState& r, int task_index) const {

@@ -198,10 +198,9 @@ NodeKind readSwitchKind(const Reader& r, const YAML::Node& node, const std::stri
   return *k;
 }
 
-}  // namespace
-
-Topology parseTopologyYaml(const std::string& text, const std::string& source) {
-  Reader r(source);
+// The document's root mapping; throws on a YAML syntax error, an empty file
+// or an unknown top-level key.
+YAML::Node loadRoot(const Reader& r, const std::string& text, const std::string& source) {
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -211,56 +210,68 @@ Topology parseTopologyYaml(const std::string& text, const std::string& source) {
   if (!root || root.IsNull()) throw TopologyError(fmt::format("{}: empty topology file", source));
   r.checkKeys(root, "topology",
               {"name", "description", "hosts", "devices", "device_defaults", "switches", "links", "mig"});
+  return root;
+}
 
-  Topology topo;
-  topo.source = source;
-  topo.name = root["name"] ? r.str(root["name"], "name")
-                           : std::filesystem::path(source).stem().string();
-  if (root["description"]) topo.description = r.str(root["description"], "description");
+// Host ids by name while the file is read: the hosts listed, then (when none
+// are) the ones devices and switches name.
+struct HostIndex {
+  std::map<std::string, int> ids;
+  bool listed = false;  // the file has a `hosts` section
+};
 
-  // Hosts: listed, or created from the devices' host names.
-  std::map<std::string, int> host_ids;
-  const bool hosts_listed = bool(root["hosts"]);
-  if (hosts_listed) {
-    const YAML::Node hosts = root["hosts"];
-    if (!hosts.IsSequence()) r.fail(hosts, "hosts must be a list");
-    for (size_t i = 0; i < hosts.size(); ++i) {
+// Hosts: listed, or created from the devices' host names.
+void readHosts(const Reader& r, YAML::Node& root, Topology& topo, HostIndex& hosts) {
+  std::map<std::string, int>& host_ids = hosts.ids;
+  hosts.listed = bool(root["hosts"]);
+  if (hosts.listed) {
+    const YAML::Node list = root["hosts"];
+    if (!list.IsSequence()) r.fail(list, "hosts must be a list");
+    for (size_t i = 0; i < list.size(); ++i) {
       const std::string label = fmt::format("hosts[{}]", i);
-      r.checkKeys(hosts[i], label, {"name"});
-      if (!hosts[i]["name"]) r.fail(hosts[i], label + ": missing field 'name'");
-      std::string name = r.str(hosts[i]["name"], label + ".name");
-      if (host_ids.count(name)) r.fail(hosts[i], fmt::format("{}: duplicate host name '{}'", label, name));
+      r.checkKeys(list[i], label, {"name"});
+      if (!list[i]["name"]) r.fail(list[i], label + ": missing field 'name'");
+      std::string name = r.str(list[i]["name"], label + ".name");
+      if (host_ids.count(name)) r.fail(list[i], fmt::format("{}: duplicate host name '{}'", label, name));
       host_ids[name] = int(topo.hosts.size());
       topo.hosts.push_back({name});
     }
   }
-  // `node` is the host field or undefined; `entry` the device or switch.
-  auto hostId = [&](const std::optional<YAML::Node>& maybe, const YAML::Node& entry, const std::string& field) -> int {
-    if (!maybe) {
-      if (topo.hosts.size() == 1) return 0;
-      if (hosts_listed) r.fail(entry, fmt::format("{}: missing field (several hosts are listed)", field));
-      // No hosts listed: devices without a host share "host0".
-      if (!host_ids.count("host0")) {
-        host_ids["host0"] = int(topo.hosts.size());
-        topo.hosts.push_back({"host0"});
-      }
-      return host_ids["host0"];
-    }
-    const YAML::Node& node = *maybe;
-    std::string name = r.str(node, field);
-    auto it = host_ids.find(name);
-    if (it != host_ids.end()) return it->second;
-    if (hosts_listed) {
-      std::vector<std::string> names;
-      for (const auto& h : topo.hosts) names.push_back(h.name);
-      r.fail(node, fmt::format("{}: unknown host '{}' (hosts: {})", field, name, joinNames(names)));
-    }
-    host_ids[name] = int(topo.hosts.size());
-    topo.hosts.push_back({name});
-    return host_ids[name];
-  };
+}
 
-  NodeIndex index;
+// The id of the host a device or switch names, adding the host when the
+// file lists none.
+// `node` is the host field or undefined; `entry` the device or switch.
+int hostId(const Reader& r, Topology& topo, HostIndex& hosts, const std::optional<YAML::Node>& maybe,
+           const YAML::Node& entry, const std::string& field) {
+  std::map<std::string, int>& host_ids = hosts.ids;
+  if (!maybe) {
+    if (topo.hosts.size() == 1) return 0;
+    if (hosts.listed) r.fail(entry, fmt::format("{}: missing field (several hosts are listed)", field));
+    // No hosts listed: devices without a host share "host0".
+    if (!host_ids.count("host0")) {
+      host_ids["host0"] = int(topo.hosts.size());
+      topo.hosts.push_back({"host0"});
+    }
+    return host_ids["host0"];
+  }
+  const YAML::Node& node = *maybe;
+  std::string name = r.str(node, field);
+  auto it = host_ids.find(name);
+  if (it != host_ids.end()) return it->second;
+  if (hosts.listed) {
+    std::vector<std::string> names;
+    for (const auto& h : topo.hosts) names.push_back(h.name);
+    r.fail(node, fmt::format("{}: unknown host '{}' (hosts: {})", field, name, joinNames(names)));
+  }
+  host_ids[name] = int(topo.hosts.size());
+  topo.hosts.push_back({name});
+  return host_ids[name];
+}
+
+// The `devices` section (with `device_defaults`): every device, its host,
+// and its name in the index.
+void readDevices(const Reader& r, YAML::Node& root, Topology& topo, HostIndex& hosts, NodeIndex& index) {
   const YAML::Node defaults = root["device_defaults"];
   if (defaults) {
     std::vector<std::string> keys;
@@ -276,13 +287,17 @@ Topology parseTopologyYaml(const std::string& text, const std::string& source) {
     std::optional<YAML::Node> host_node;
     if (devices[i]["host"]) host_node = devices[i]["host"];
     else if (defaults && defaults["host"]) host_node = defaults["host"];
-    d.host = hostId(host_node, devices[i], fmt::format("devices[{}].host", i));
+    d.host = hostId(r, topo, hosts, host_node, devices[i], fmt::format("devices[{}].host", i));
     if (index.id.count(d.name)) r.fail(devices[i], fmt::format("devices[{}]: duplicate name '{}'", i, d.name));
     index.id[d.name] = int(topo.devices.size());
     index.where[d.name] = devices[i];
     topo.devices.push_back(std::move(d));
   }
+}
 
+// The optional `switches` section: every switch, its host, and its name in
+// the index (ids after the devices').
+void readSwitches(const Reader& r, YAML::Node& root, Topology& topo, HostIndex& hosts, NodeIndex& index) {
   if (const YAML::Node switches = root["switches"]) {
     if (!switches.IsSequence()) r.fail(switches, "switches must be a list");
     for (size_t i = 0; i < switches.size(); ++i) {
@@ -295,67 +310,85 @@ Topology parseTopologyYaml(const std::string& text, const std::string& source) {
       SwitchSpec s;
       s.name = r.str(switches[i]["name"], label + ".name");
       s.kind = readSwitchKind(r, switches[i]["kind"], label + ".kind");
-      s.host = switches[i]["host"] ? hostId(switches[i]["host"], switches[i], label + ".host") : -1;
+      s.host = switches[i]["host"] ? hostId(r, topo, hosts, switches[i]["host"], switches[i], label + ".host") : -1;
       if (index.id.count(s.name)) r.fail(switches[i], fmt::format("{}: duplicate name '{}'", label, s.name));
       index.id[s.name] = int(topo.devices.size() + topo.switches.size());
       index.where[s.name] = switches[i];
       topo.switches.push_back(std::move(s));
     }
   }
+}
+
+// A link's bandwidth per direction: its gbps, or its lane_gbps times its lanes.
+double readLinkGbps(const Reader& r, const YAML::Node& e, const std::string& label, int lanes) {
+  double gbps = 0;
+  if (e["gbps"] && e["lane_gbps"]) r.fail(e, fmt::format("{}: give gbps or lane_gbps, not both", label));
+  if (e["gbps"]) {
+    gbps = r.number(e["gbps"], label + ".gbps");
+    if (!(gbps > 0))
+      r.fail(e["gbps"], fmt::format("{}.gbps must be > 0 (GB/s per direction), got {}", label, e["gbps"].Scalar()));
+  } else if (e["lane_gbps"]) {
+    double lane = r.number(e["lane_gbps"], label + ".lane_gbps");
+    if (!(lane > 0))
+      r.fail(e["lane_gbps"], fmt::format("{}.lane_gbps must be > 0, got {}", label, e["lane_gbps"].Scalar()));
+    gbps = lane * lanes;
+  } else {
+    r.fail(e, fmt::format("{}: missing field 'gbps' (GB/s per direction) or 'lane_gbps'", label));
+  }
+  return gbps;
+}
+
+// One entry of the `links` section, added to the topology.
+void readLink(const Reader& r, const YAML::Node& e, size_t i, const NodeIndex& index, Topology& topo) {
+  const std::string label = fmt::format("links[{}]", i);
+  r.checkKeys(e, label, {"a", "b", "gbps", "lane_gbps", "lanes", "latency_ns", "kind", "bidirectional"});
+  int ends[2];
+  const char* keys[2] = {"a", "b"};
+  for (int k = 0; k < 2; ++k) {
+    if (!e[keys[k]]) r.fail(e, fmt::format("{}: missing endpoint '{}'", label, keys[k]));
+    std::string name = r.str(e[keys[k]], label + "." + keys[k]);
+    auto it = index.id.find(name);
+    if (it == index.id.end())
+      r.fail(e[keys[k]],
+             fmt::format("{}.{}: unknown endpoint '{}' (not a device or switch name)", label, keys[k], name));
+    ends[k] = it->second;
+  }
+  if (ends[0] == ends[1]) r.fail(e, fmt::format("{}: links '{}' to itself", label, e["a"].Scalar()));
+  int lanes = e["lanes"] ? int(r.integer(e["lanes"], label + ".lanes")) : 1;
+  if (lanes < 1) r.fail(e["lanes"], fmt::format("{}.lanes must be >= 1", label));
+  const double gbps = readLinkGbps(r, e, label, lanes);
+  int64_t latency = e["latency_ns"] ? r.integer(e["latency_ns"], label + ".latency_ns") : 0;
+  if (latency < 0) r.fail(e["latency_ns"], fmt::format("{}.latency_ns must be >= 0", label));
+  if (!e["kind"])
+    r.fail(e, fmt::format("{}: missing field 'kind' (allowed: nvlink, pcie, infiniband, ethernet, internal)", label));
+  LinkKind kind = readLinkKind(r, e["kind"], label + ".kind");
+  bool both = e["bidirectional"] ? r.boolean(e["bidirectional"], label + ".bidirectional") : true;
+  topo.addLink(ends[0], ends[1], gbps, latency, kind, lanes, both);
+}
+
+// The optional `links` section.
+void readLinks(const Reader& r, YAML::Node& root, const NodeIndex& index, Topology& topo) {
   const YAML::Node links = root["links"];
   if (links) {
     if (!links.IsSequence()) r.fail(links, "links must be a list");
-    for (size_t i = 0; i < links.size(); ++i) {
-      const YAML::Node e = links[i];
-      const std::string label = fmt::format("links[{}]", i);
-      r.checkKeys(e, label, {"a", "b", "gbps", "lane_gbps", "lanes", "latency_ns", "kind", "bidirectional"});
-      int ends[2];
-      const char* keys[2] = {"a", "b"};
-      for (int k = 0; k < 2; ++k) {
-        if (!e[keys[k]]) r.fail(e, fmt::format("{}: missing endpoint '{}'", label, keys[k]));
-        std::string name = r.str(e[keys[k]], label + "." + keys[k]);
-        auto it = index.id.find(name);
-        if (it == index.id.end())
-          r.fail(e[keys[k]],
-                 fmt::format("{}.{}: unknown endpoint '{}' (not a device or switch name)", label, keys[k], name));
-        ends[k] = it->second;
-      }
-      if (ends[0] == ends[1]) r.fail(e, fmt::format("{}: links '{}' to itself", label, e["a"].Scalar()));
-      int lanes = e["lanes"] ? int(r.integer(e["lanes"], label + ".lanes")) : 1;
-      if (lanes < 1) r.fail(e["lanes"], fmt::format("{}.lanes must be >= 1", label));
-      double gbps = 0;
-      if (e["gbps"] && e["lane_gbps"]) r.fail(e, fmt::format("{}: give gbps or lane_gbps, not both", label));
-      if (e["gbps"]) {
-        gbps = r.number(e["gbps"], label + ".gbps");
-        if (!(gbps > 0))
-          r.fail(e["gbps"], fmt::format("{}.gbps must be > 0 (GB/s per direction), got {}", label, e["gbps"].Scalar()));
-      } else if (e["lane_gbps"]) {
-        double lane = r.number(e["lane_gbps"], label + ".lane_gbps");
-        if (!(lane > 0))
-          r.fail(e["lane_gbps"], fmt::format("{}.lane_gbps must be > 0, got {}", label, e["lane_gbps"].Scalar()));
-        gbps = lane * lanes;
-      } else {
-        r.fail(e, fmt::format("{}: missing field 'gbps' (GB/s per direction) or 'lane_gbps'", label));
-      }
-      int64_t latency = e["latency_ns"] ? r.integer(e["latency_ns"], label + ".latency_ns") : 0;
-      if (latency < 0) r.fail(e["latency_ns"], fmt::format("{}.latency_ns must be >= 0", label));
-      if (!e["kind"])
-        r.fail(e,
-               fmt::format("{}: missing field 'kind' (allowed: nvlink, pcie, infiniband, ethernet, internal)", label));
-      LinkKind kind = readLinkKind(r, e["kind"], label + ".kind");
-      bool both = e["bidirectional"] ? r.boolean(e["bidirectional"], label + ".bidirectional") : true;
-      topo.addLink(ends[0], ends[1], gbps, latency, kind, lanes, both);
-    }
+    for (size_t i = 0; i < links.size(); ++i) readLink(r, links[i], i, index, topo);
   }
+}
 
+// Fails, at its entry, on a device that cannot reach some other device
+// (findUnreachableDevices).
+void checkReachable(const Reader& r, const Topology& topo, NodeIndex& index) {
   auto [a, b] = findUnreachableDevices(topo);
   if (a >= 0)
     r.fail(index.where[topo.devices[size_t(a)].name],
            fmt::format("device '{}' cannot reach device '{}': every GPU must reach every other GPU through links "
                        "and switches (traffic never passes through a GPU)",
                        topo.devices[size_t(a)].name, topo.devices[size_t(b)].name));
-  validateTopology(topo);
+}
 
+// The optional `mig` section: the topology with the profile applied to the
+// GPUs named (all when none are).
+void readMig(const Reader& r, YAML::Node& root, NodeIndex& index, Topology& topo) {
   if (const YAML::Node mig = root["mig"]) {
     r.checkKeys(mig, "mig", {"profile", "gpus"});
     if (!mig["profile"]) r.fail(mig, "mig: missing field 'profile' (e.g. 3g.40gb)");
@@ -376,6 +409,31 @@ Topology parseTopologyYaml(const std::string& text, const std::string& source) {
       r.fail(mig["profile"], e.what());
     }
   }
+}
+
+}  // namespace
+
+Topology parseTopologyYaml(const std::string& text, const std::string& source) {
+  Reader r(source);
+  YAML::Node root = loadRoot(r, text, source);
+
+  Topology topo;
+  topo.source = source;
+  topo.name = root["name"] ? r.str(root["name"], "name")
+                           : std::filesystem::path(source).stem().string();
+  if (root["description"]) topo.description = r.str(root["description"], "description");
+
+  HostIndex hosts;
+  readHosts(r, root, topo, hosts);
+  NodeIndex index;
+  readDevices(r, root, topo, hosts, index);
+  readSwitches(r, root, topo, hosts, index);
+  readLinks(r, root, index, topo);
+
+  checkReachable(r, topo, index);
+  validateTopology(topo);
+
+  readMig(r, root, index, topo);
   return topo;
 }
 

@@ -40,10 +40,11 @@ void onBothRanks(F fn) {
     if (e) std::rethrow_exception(e);
 }
 
-void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
-  const Plan plan = buildPlan(job);
+using Executors = std::unique_ptr<cuda::CudaExecutor>[2];
+
+// One executor per rank, on its own GPU, sharing a fresh NCCL communicator.
+void makeExecutors(const Plan& plan, bool graph, Executors& gpu) {
   const cuda::NcclId id = cuda::makeNcclId();
-  std::unique_ptr<cuda::CudaExecutor> gpu[2];
   onBothRanks([&](int r) {
     cuda::ExecutorOptions o;
     o.rank = r;
@@ -54,13 +55,26 @@ void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
     o.timeout_s = 60;
     gpu[r] = std::make_unique<cuda::CudaExecutor>(plan, o);
   });
-  cpu::CpuExecutor ref(plan);
-  const cpu::StepResult rc = ref.computeGradients();
-  cuda::GpuStepResult rg[2];
-  onBothRanks([&](int r) {
-    cudaSetDevice(r);
-    rg[r] = gpu[r]->computeGradients();
-  });
+}
+
+// A rank's values of gradient buffer `grad`: all of them, or of a gradient
+// shard only its parameters' segments (without the shard's padding).
+std::vector<float> shardSegments(const RankPlan& program, int rank, int grad, const std::vector<float>& values) {
+  const GradBucket* bucket = bucketOfGradientShard(program, grad);
+  if (!bucket) return values;
+  std::vector<float> out;
+  const ShardRange shard = shardOf(rank, 2, program.buffers.at(size_t(bucket->buffer)).elementCount());
+  for (int pi : bucket->params) {
+    const ShardSegment seg = segmentInShard(program, program.params.at(size_t(pi)), shard);
+    if (seg.to > seg.from)
+      out.insert(out.end(), values.begin() + seg.shard_offset, values.begin() + seg.shard_offset + (seg.to - seg.from));
+  }
+  return out;
+}
+
+// The gradients and loss of one pass on both ranks against the CPU's.
+void checkGradients(const std::string& label, const Plan& plan, double tol, Executors& gpu, cpu::CpuExecutor& ref,
+                    const cpu::StepResult& rc, const cuda::GpuStepResult (&rg)[2]) {
   // The gradients after the step's collectives: every parameter's, or
   // with sharded parameters (ZeRO-3) each rank's shard of every bucket
   // (the whole buckets are transient then), by its parameters' segments
@@ -73,16 +87,7 @@ void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
   else
     for (const ParamInfo& p : program.params) grads.push_back(p.grad);
   auto segments = [&](int rank, int grad, const std::vector<float>& values) {
-    const GradBucket* bucket = bucketOfGradientShard(program, grad);
-    if (!bucket) return values;
-    std::vector<float> out;
-    const ShardRange shard = shardOf(rank, 2, program.buffers.at(size_t(bucket->buffer)).elementCount());
-    for (int pi : bucket->params) {
-      const ShardSegment seg = segmentInShard(program, program.params.at(size_t(pi)), shard);
-      if (seg.to > seg.from)
-        out.insert(out.end(), values.begin() + seg.shard_offset, values.begin() + seg.shard_offset + (seg.to - seg.from));
-    }
-    return out;
+    return shardSegments(program, rank, grad, values);
   };
   double worst = 0, cross = 0;
   for (int grad : grads) {
@@ -103,8 +108,12 @@ void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
   expectBelow(label + ": worst per-tensor gradient error (both ranks)", worst, tol);
   if (!sharded) expectBelow(label + ": ranks hold the same averaged gradients", cross, 0);
   expectBelow(label + ": loss (mean over both ranks)", std::abs(rg[0].loss - rc.loss) / rc.loss, tol);
+}
 
-  // Twenty steps (the gradient pass above did not advance the step counter).
+// Twenty steps (the gradient pass before did not advance the step counter):
+// the losses against the CPU's.
+void checkTwentySteps(const std::string& label, double tol, Executors& gpu, cpu::CpuExecutor& ref,
+                      cuda::GpuStepResult (&rg)[2]) {
   double worst_loss = 0;
   for (int s = 0; s < 20; ++s) {
     const double lc = ref.step().loss;
@@ -116,6 +125,11 @@ void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
     if (s == 0 || s == 19) fmt::print("     {} step {:>2}: loss cpu {:.6f} gpu {:.6f}\n", label, s + 1, lc, rg[0].loss);
   }
   expectBelow(label + ": worst loss deviation over 20 steps", worst_loss, tol);
+}
+
+// The parameters after those steps on both ranks, against the CPU's and
+// (unsharded) against each other.
+void checkParameters(const std::string& label, const Plan& plan, double tol, Executors& gpu, cpu::CpuExecutor& ref) {
   // Sharded, the all-gathers that begin a step complete the previous one.
   ref.gatherParameters();
   onBothRanks([&](int r) {
@@ -158,10 +172,11 @@ void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
   const double param_tol = plan.job.training.precision == Precision::BF16 ? 3 * tol : tol;
   expectBelow(label + ": parameters after 20 steps against the CPU (both ranks)", param_err, param_tol);
   if (!shard_parameters) expectBelow(label + ": both ranks hold the same parameters after 20 steps", param_cross, 0);
-  if (!graph) return;
+}
 
-  // The same 20 steps through run(), which queues each step on both GPUs
-  // before the previous one ends, from fresh executors: identical losses.
+// The same 20 steps through run(), which queues each step on both GPUs
+// before the previous one ends, from fresh executors: identical losses.
+void checkRunAhead(const std::string& label, const Plan& plan) {
   std::unique_ptr<cuda::CudaExecutor> ahead[2];
   const cuda::NcclId id2 = cuda::makeNcclId();
   std::vector<cuda::GpuStepResult> ra[2];
@@ -194,6 +209,24 @@ void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
   fmt::print("     {} run(): step 20 loss {:.6f} (step by step {:.6f})\n", label,
              ra[0].empty() ? 0.0 : ra[0].back().loss, step_losses.back());
   expectTrue(label + ": run() on both ranks gives the step-by-step losses over 20 steps", same);
+}
+
+void run(const std::string& label, const JobSpec& job, double tol, bool graph) {
+  const Plan plan = buildPlan(job);
+  Executors gpu;
+  makeExecutors(plan, graph, gpu);
+  cpu::CpuExecutor ref(plan);
+  const cpu::StepResult rc = ref.computeGradients();
+  cuda::GpuStepResult rg[2];
+  onBothRanks([&](int r) {
+    cudaSetDevice(r);
+    rg[r] = gpu[r]->computeGradients();
+  });
+  checkGradients(label, plan, tol, gpu, ref, rc, rg);
+  checkTwentySteps(label, tol, gpu, ref, rg);
+  checkParameters(label, plan, tol, gpu, ref);
+  if (!graph) return;
+  checkRunAhead(label, plan);
 }
 
 }  // namespace

@@ -61,88 +61,101 @@ void issueStep(profiler::Profiler& p, const Buffers& m, cudaStream_t s) {
   p.taskEnd(13);
 }
 
-}  // namespace
-
-int main() {
-  requireGpus(1);
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            fmt::format("tandem_profiler_collector_{}.sqlite", getpid())).string();
-  std::filesystem::remove(path);
-
-  CHECK_CUDA(cudaSetDevice(0));
+// Four device buffers of kN floats, a and b filled with the same random values.
+Buffers makeBuffers() {
   Buffers m;
   for (float** q : {&m.a, &m.b, &m.c, &m.d}) CHECK_CUDA(cudaMalloc(q, kN * 4));
   std::mt19937 rng(7);
   const std::vector<float> init = randomVector(size_t(kN), rng);
   CHECK_CUDA(cudaMemcpy(m.a, init.data(), kN * 4, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(m.b, init.data(), kN * 4, cudaMemcpyHostToDevice));
-  cudaStream_t s;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return m;
+}
 
-  profiler::ProfilerOptions o;
-  o.path = path;
-  o.run.name = "collector test";
-  o.buffer_bytes = 4 << 20;
-  o.buffers = 4;
-  profiler::ProfileSummary summary;
-  {
-    profiler::Profiler p(o);
-    bool second_refused = false;
-    try {
-      profiler::Profiler again(o);
-    } catch (const profiler::ProfilerError& e) {
-      second_refused = true;
-      fmt::print("     second profiler: {}\n", e.what());
-    }
-    expectTrue("a second profiler in the same process is refused", second_refused);
-
-    std::vector<profiler::TaskInfo> tasks;
-    const char* names[] = {"add.fwd", "gelu.fwd", "copy.d2d", "zero.b"};
-    for (int i = 0; i < 4; ++i) {
-      profiler::TaskInfo t;
-      t.task_id = 10 + i;
-      t.name = names[i];
-      t.op = names[i];
-      t.phase = tr::Phase::Forward;
-      t.layer = i;
-      t.stream = 3;  // a plan stream index that is not 0, to see it carried
-      tasks.push_back(t);
-    }
-    p.addTasks(tasks);
-    p.nameStream(3, s, tr::StreamKind::Compute, "compute");
-
-    // Work outside any step and task: must stay unattributed.
-    addForward(m.c, m.a, m.b, kN, DType::F32, s);
-
-    p.stepBegin(0);
-    issueStep(p, m, s);
-    CHECK_CUDA(cudaStreamSynchronize(s));
-    p.stepEnd(0);
-
-    cudaGraph_t g;
-    cudaGraphExec_t exec;
-    p.stepBegin(1);
-    p.captureBegin();
-    CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    issueStep(p, m, s);
-    CHECK_CUDA(cudaStreamEndCapture(s, &g));
-    p.captureEnd();
-    CHECK_CUDA(cudaGraphInstantiate(&exec, g, 0));
-    for (int step = 1; step <= 3; ++step) {
-      if (step > 1) p.stepBegin(step);
-      CHECK_CUDA(cudaGraphLaunch(exec, s));
-      CHECK_CUDA(cudaStreamSynchronize(s));
-      p.stepEnd(step);
-    }
-    CHECK_CUDA(cudaGetLastError());
-    summary = p.finish();
-    fmt::print("     {}\n", profiler::formatSummary(summary));
-    CHECK_CUDA(cudaGraphExecDestroy(exec));
-    CHECK_CUDA(cudaGraphDestroy(g));
+// One profiler per process: a second one, while the first lives, is refused.
+void expectSecondProfilerRefused(const profiler::ProfilerOptions& o) {
+  bool second_refused = false;
+  try {
+    profiler::Profiler again(o);
+  } catch (const profiler::ProfilerError& e) {
+    second_refused = true;
+    fmt::print("     second profiler: {}\n", e.what());
   }
+  expectTrue("a second profiler in the same process is refused", second_refused);
+}
 
-  tr::TraceReader reader(path);
-  const int64_t run = reader.defaultRunId();
+// The plan's four tasks (ids 10 to 13), on plan stream 3.
+std::vector<profiler::TaskInfo> stepTasks() {
+  std::vector<profiler::TaskInfo> tasks;
+  const char* names[] = {"add.fwd", "gelu.fwd", "copy.d2d", "zero.b"};
+  for (int i = 0; i < 4; ++i) {
+    profiler::TaskInfo t;
+    t.task_id = 10 + i;
+    t.name = names[i];
+    t.op = names[i];
+    t.phase = tr::Phase::Forward;
+    t.layer = i;
+    t.stream = 3;  // a plan stream index that is not 0, to see it carried
+    tasks.push_back(t);
+  }
+  return tasks;
+}
+
+struct CapturedStep {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+};
+
+// Steps 1 to 3: the step captured as a CUDA Graph (in step 1) and replayed
+// once per step. The graph is destroyed by the caller, after the profiler's
+// finish().
+CapturedStep captureAndReplay(profiler::Profiler& p, const Buffers& m, cudaStream_t s) {
+  CapturedStep c;
+  p.stepBegin(1);
+  p.captureBegin();
+  CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  issueStep(p, m, s);
+  CHECK_CUDA(cudaStreamEndCapture(s, &c.graph));
+  p.captureEnd();
+  CHECK_CUDA(cudaGraphInstantiate(&c.exec, c.graph, 0));
+  for (int step = 1; step <= 3; ++step) {
+    if (step > 1) p.stepBegin(step);
+    CHECK_CUDA(cudaGraphLaunch(c.exec, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    p.stepEnd(step);
+  }
+  return c;
+}
+
+// Profiles one kernel outside any task, an eager step (step 0) and three
+// graph replays into o.path; returns the profiler's summary.
+profiler::ProfileSummary profileSteps(const profiler::ProfilerOptions& o, const Buffers& m, cudaStream_t s) {
+  profiler::Profiler p(o);
+  expectSecondProfilerRefused(o);
+  p.addTasks(stepTasks());
+  p.nameStream(3, s, tr::StreamKind::Compute, "compute");
+
+  // Work outside any step and task: must stay unattributed.
+  addForward(m.c, m.a, m.b, kN, DType::F32, s);
+
+  p.stepBegin(0);
+  issueStep(p, m, s);
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  p.stepEnd(0);
+
+  const CapturedStep captured = captureAndReplay(p, m, s);
+  CHECK_CUDA(cudaGetLastError());
+  const profiler::ProfileSummary summary = p.finish();
+  fmt::print("     {}\n", profiler::formatSummary(summary));
+  CHECK_CUDA(cudaGraphExecDestroy(captured.exec));
+  CHECK_CUDA(cudaGraphDestroy(captured.graph));
+  return summary;
+}
+
+// The stored activities: inside the clock anchors, each task's records
+// tagged with it and its stream and layer, the one kernel outside any task
+// untagged.
+void checkActivities(tr::TraceReader& reader, int64_t run, const profiler::ProfileSummary& summary) {
   std::map<int64_t, int> per_task;
   std::map<int64_t, std::set<int>> streams_of_task;
   int unattributed_kernels = 0, rows = 0;
@@ -177,6 +190,11 @@ int main() {
              summary.graph_kernels == 6);
   expectTrue("every record lies between the start and end clock anchors", !bad_time);
   expectTrue("no dropped records", summary.dropped_records == 0);
+}
+
+// The run's other records: steps, task ranges, the dropped-record stat and
+// the plan's tasks.
+void checkRunRecords(tr::TraceReader& reader, int64_t run) {
   const auto steps = reader.steps(run);
   expectTrue(fmt::format("4 steps stored (got {})", steps.size()), steps.size() == 4);
   int task_ranges = 0;
@@ -189,9 +207,11 @@ int main() {
     if (st.name == "cupti.dropped_records") dropped_stat = st.value == 0;
   expectTrue("dropped-record stat stored (0)", dropped_stat);
   expectTrue("plan tasks stored", reader.planTasks(run).size() == 4);
+}
 
-  // Power and SM clock through NVML (profiler/power_sampler.h): counters in
-  // the trace with plausible values, or a note saying why there are none.
+// Power and SM clock through NVML (profiler/power_sampler.h): counters in
+// the trace with plausible values, or a note saying why there are none.
+void checkPowerCounters(tr::TraceReader& reader, int64_t run, const profiler::ProfileSummary& summary) {
   if (summary.power_note.empty()) {
     int watts = 0, clocks_mhz = 0;
     bool plausible = true;
@@ -204,34 +224,65 @@ int main() {
   } else {
     fmt::print("SKIP power counters: {}\n", summary.power_note);
   }
-  {
-    // A bus id no GPU has: nothing sampled, and a note that says why.
-    profiler::PowerSampler none("0000:ff:1f.7", 2, [] { return uint64_t(0); });
-    expectTrue("a sampler for a GPU that does not exist samples nothing and says why",
-               !none.active() && !none.note().empty() && none.stop().empty());
-    char bus[32] = {};
-    CHECK_CUDA(cudaDeviceGetPCIBusId(bus, int(sizeof bus), 0));
-    uint64_t tick = 0;
-    profiler::PowerSampler sampler(bus, 2, [&tick] { return ++tick; });
-    if (sampler.active()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(60));
-      const std::vector<profiler::PowerSample> got = sampler.stop();
-      bool ordered = true, plausible = true;
-      for (size_t i = 0; i < got.size(); ++i) {
-        ordered = ordered && (i == 0 || got[i].ts > got[i - 1].ts);
-        plausible = plausible && got[i].power_w > 0 && got[i].sm_clock_mhz > 0 &&
-                    (i == 0 || got[i].energy_mj < 0 || got[i].energy_mj >= got[i - 1].energy_mj);
-      }
-      // Each sample is four NVML calls (about 6 ms on an H200), so fewer
-      // than 30 arrive.
-      expectTrue(fmt::format("sampling every 2 ms for 60 ms: {} samples (at least 5), in order", got.size()),
-                 got.size() >= 5 && ordered);
-      expectTrue("every sample has power and clock, and the energy counter never falls", plausible);
-      expectTrue("stop() a second time hands over nothing more", sampler.stop().empty());
-    } else {
-      fmt::print("SKIP power sampler: {}\n", sampler.note());
+}
+
+// The power sampler on its own: on a GPU that does not exist, and on
+// device 0 for 60 ms.
+void checkPowerSampler() {
+  // A bus id no GPU has: nothing sampled, and a note that says why.
+  profiler::PowerSampler none("0000:ff:1f.7", 2, [] { return uint64_t(0); });
+  expectTrue("a sampler for a GPU that does not exist samples nothing and says why",
+             !none.active() && !none.note().empty() && none.stop().empty());
+  char bus[32] = {};
+  CHECK_CUDA(cudaDeviceGetPCIBusId(bus, int(sizeof bus), 0));
+  uint64_t tick = 0;
+  profiler::PowerSampler sampler(bus, 2, [&tick] { return ++tick; });
+  if (sampler.active()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    const std::vector<profiler::PowerSample> got = sampler.stop();
+    bool ordered = true, plausible = true;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ordered = ordered && (i == 0 || got[i].ts > got[i - 1].ts);
+      plausible = plausible && got[i].power_w > 0 && got[i].sm_clock_mhz > 0 &&
+                  (i == 0 || got[i].energy_mj < 0 || got[i].energy_mj >= got[i - 1].energy_mj);
     }
+    // Each sample is four NVML calls (about 6 ms on an H200), so fewer
+    // than 30 arrive.
+    expectTrue(fmt::format("sampling every 2 ms for 60 ms: {} samples (at least 5), in order", got.size()),
+               got.size() >= 5 && ordered);
+    expectTrue("every sample has power and clock, and the energy counter never falls", plausible);
+    expectTrue("stop() a second time hands over nothing more", sampler.stop().empty());
+  } else {
+    fmt::print("SKIP power sampler: {}\n", sampler.note());
   }
+}
+
+}  // namespace
+
+int main() {
+  requireGpus(1);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            fmt::format("tandem_profiler_collector_{}.sqlite", getpid())).string();
+  std::filesystem::remove(path);
+
+  CHECK_CUDA(cudaSetDevice(0));
+  const Buffers m = makeBuffers();
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  profiler::ProfilerOptions o;
+  o.path = path;
+  o.run.name = "collector test";
+  o.buffer_bytes = 4 << 20;
+  o.buffers = 4;
+  const profiler::ProfileSummary summary = profileSteps(o, m, s);
+
+  tr::TraceReader reader(path);
+  const int64_t run = reader.defaultRunId();
+  checkActivities(reader, run, summary);
+  checkRunRecords(reader, run);
+  checkPowerCounters(reader, run, summary);
+  checkPowerSampler();
 
   for (float* q : {m.a, m.b, m.c, m.d}) cudaFree(q);
   cudaStreamDestroy(s);

@@ -171,17 +171,60 @@ TEST_CASE("what-if: a calibration replaces the roofline defaults, and one of ano
 #include "gui/what_if_dialog.h"
 #include "gui_test_app.h"
 
-TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][whatif]") {
-  tandem::gui::test::app();
-  const TempDb temp("tandem_gui_dialog_");  // before the readers below: removed after them
-  const fs::path& db = temp.path();
-  WhatIfDialog dialog(QString(), "dgx-h200", QString::fromStdString(db.string()));
+namespace {
+
+// The what-if dialog on the built-in job (GPT-2 124M, data parallel 8) on
+// dgx-h200, its runs appended to a trace file of its own.
+struct DialogSession {
+  QApplication& app = tandem::gui::test::app();  // before any widget
+  const TempDb temp{"tandem_gui_dialog_"};  // before the readers of the file: removed after them
+  WhatIfDialog dialog{QString(), "dgx-h200", QString::fromStdString(temp.path().string())};
+};
+
+// The fields of the dialog's first run: data parallel 4, micro-batch 8,
+// accumulation 2, 50 MiB buckets, selective recompute, the LM head in 4 groups.
+void setFirstRunFields(WhatIfDialog& dialog) {
   dialog.setDataParallel(4);
   dialog.setMicroBatch(8);
   dialog.setGradAccum(2);
   dialog.setBucketMib(50);
   dialog.setRecompute(RecomputePolicy::Selective);
   dialog.setLmHeadChunks(4);
+}
+
+// The fields as the too-large plan's first fitting choice leaves them (the
+// starting point of the sharding and parallelism cases): data parallel 8,
+// micro-batch 128, no accumulation, 50 MiB buckets, no recompute, the whole
+// LM head, on dgx-h200 without a calibration.
+void setFittedFields(WhatIfDialog& dialog) {
+  dialog.setTopology("dgx-h200");
+  dialog.setDataParallel(8);
+  dialog.setMicroBatch(128);
+  dialog.setGradAccum(1);
+  dialog.setBucketMib(50);
+  dialog.setRecompute(RecomputePolicy::None);
+  dialog.setLmHeadChunks(1);
+}
+
+// Whether the dialog's request carries the override `o`.
+bool hasOverride(const WhatIfDialog& dialog, const std::string& o) {
+  const auto overrides = dialog.request().overrides;
+  return std::find(overrides.begin(), overrides.end(), o) != overrides.end();
+}
+
+// The peak memory a "New run ..." status line names, in GiB; -1 without one.
+double peakGiB(const QString& status) {
+  const QString marker = "peak memory ";
+  const int at = status.indexOf(marker);
+  return at < 0 ? -1.0 : status.mid(at + marker.size()).section(' ', 0, 0).toDouble();
+}
+
+}  // namespace
+
+TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][whatif]") {
+  DialogSession session;
+  WhatIfDialog& dialog = session.dialog;
+  setFirstRunFields(dialog);
   const WhatIfRequest req = dialog.request();
   CHECK(req.settings.topology == "dgx-h200");
   CHECK(req.settings.calibration.empty());  // the roofline defaults unless one is chosen
@@ -196,11 +239,17 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   QSignalSpy created(&dialog, &WhatIfDialog::runCreated);
   dialog.start();
   REQUIRE(created.wait(120000));
-  traces::TraceReader reader(db.string());
+  traces::TraceReader reader(session.temp.path().string());
   const auto info = reader.run(created.at(0).at(1).toLongLong());
   CHECK(info.world_size == 4);
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+}
 
+TEST_CASE("what-if dialog: a calibration is named in the run, and one of another GPU is warned about",
+          "[gui][whatif]") {
+  DialogSession session;
+  WhatIfDialog& dialog = session.dialog;
+  setFirstRunFields(dialog);
   // A calibration of H200s on dgx-h200: chosen, named in the run, no
   // warning (with the whole LM head: the calibration measured its shapes).
   const QString h200 = QStringLiteral(TANDEM_SOURCE_DIR "/resources/calibration/h200x2-nv18.yaml");
@@ -224,10 +273,18 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   dialog.setTopology("dgx-h200");
   dialog.setCalibration("none");
   CHECK(dialog.request().settings.calibration.empty());
+  // Plans that fit offer no choices.
+  CHECK(dialog.fittingChoices().isEmpty());
+}
 
+TEST_CASE("what-if dialog: a plan too large offers the choices that fit, and an applied one fits",
+          "[gui][whatif]") {
+  DialogSession session;
+  WhatIfDialog& dialog = session.dialog;
+  setFirstRunFields(dialog);
+  dialog.setLmHeadChunks(1);  // as the calibrated runs left it: the whole LM head
   // A plan too large for the topology's GPUs: the choices that would fit are
   // offered, and applying one sets the fields, after which it fits.
-  CHECK(dialog.fittingChoices().isEmpty());
   dialog.setTopology("dgx-h100");
   dialog.setDataParallel(8);
   dialog.setGradAccum(1);
@@ -252,13 +309,15 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
   CHECK_FALSE(dialog.statusText().contains("refuse"));
   CHECK(dialog.fittingChoices().isEmpty());
-  dialog.setTopology("dgx-h200");
+}
 
+TEST_CASE("what-if dialog: sharding (ZeRO-1, ZeRO-3, groups) reaches the request, the run name and the run",
+          "[gui][whatif]") {
+  DialogSession session;
+  WhatIfDialog& dialog = session.dialog;
+  setFittedFields(dialog);
   // Sharding: the request carries both switches, the run's name says which.
-  auto has = [&](const std::string& o) {
-    const auto overrides = dialog.request().overrides;
-    return std::find(overrides.begin(), overrides.end(), o) != overrides.end();
-  };
+  auto has = [&](const std::string& o) { return hasOverride(dialog, o); };
   CHECK(has("parallel.shard_optimizer=false"));
   CHECK(has("parallel.shard_parameters=false"));
   dialog.setSharding(WhatIfDialog::Sharding::Parameters);
@@ -285,8 +344,14 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   CHECK(has("parallel.shard_optimizer=true"));
   CHECK(has("parallel.shard_parameters=false"));
   CHECK_THAT(dialog.request().run_name, Catch::Contains(", ZeRO-1"));
-  dialog.setSharding(WhatIfDialog::Sharding::None);
+}
 
+TEST_CASE("what-if dialog: tensor and sequence parallelism, and a tensor-parallel size the heads refuse",
+          "[gui][whatif]") {
+  DialogSession session;
+  WhatIfDialog& dialog = session.dialog;
+  setFittedFields(dialog);
+  auto has = [&](const std::string& o) { return hasOverride(dialog, o); };
   // Tensor parallelism: 4 replicas of 2 ranks on the 8 GPUs.
   CHECK(has("parallel.tensor_parallel=1"));
   dialog.setDataParallel(4);
@@ -309,11 +374,6 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   dialog.start();
   REQUIRE(sequence.wait(120000));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
-  auto peakGiB = [](const QString& status) {
-    const QString marker = "peak memory ";
-    const int at = status.indexOf(marker);
-    return at < 0 ? -1.0 : status.mid(at + marker.size()).section(' ', 0, 0).toDouble();
-  };
   INFO(without_sequence.toStdString() << " / " << dialog.statusText().toStdString());
   CHECK(peakGiB(dialog.statusText()) > 0);
   CHECK(peakGiB(dialog.statusText()) < peakGiB(without_sequence));
@@ -329,7 +389,14 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   REQUIRE(refused.wait(60000));
   CHECK(refused.at(0).at(0).toString().contains("tensor_parallel 5 does not divide model.heads 12"));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
-  dialog.setTensorParallel(1);
+}
+
+TEST_CASE("what-if dialog: pipeline stages, uneven and interleaved, and a stage list that does not match",
+          "[gui][whatif]") {
+  DialogSession session;
+  WhatIfDialog& dialog = session.dialog;
+  setFittedFields(dialog);
+  auto has = [&](const std::string& o) { return hasOverride(dialog, o); };
   // Pipeline: 2 replicas of 4 stages (GPT-2's 12 blocks, 3 per stage), 8
   // micro-batches in flight.
   CHECK(has("parallel.pipeline_parallel=1"));
@@ -377,10 +444,12 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   dialog.setPipelineChunks(2);
   dialog.setPipelineParallel(1);
   CHECK(has("parallel.pipeline_chunks=1"));  // no stages to deal chunks over
-  dialog.setPipelineChunks(1);
-  dialog.setGradAccum(1);
-  dialog.setDataParallel(8);
+}
 
+TEST_CASE("what-if dialog: an unknown topology fails, naming it", "[gui][whatif]") {
+  DialogSession session;
+  WhatIfDialog& dialog = session.dialog;
+  setFittedFields(dialog);
   QSignalSpy failed(&dialog, &WhatIfDialog::failed);
   dialog.setTopology("no-such-topology");
   dialog.start();
