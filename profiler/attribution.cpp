@@ -95,7 +95,7 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   } else if (auto it = cupti_stream_to_plan.find(r.stream); it != cupti_stream_to_plan.end()) {
     stream = it->second;
   } else {
-    stream = kUnknownStreamBase + int(r.stream);
+    stream = unknown_stream_tracks.idOf(int64_t(r.stream));
   }
   auto ps = plan_streams.find(stream);
   if (ps != plan_streams.end())
@@ -108,7 +108,7 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
     ensureStream(stream, StreamKind::Compute, std::string(traces::kSetupStreamName));
   else
     ensureStream(stream, r.kind == RecordKind::Kernel ? StreamKind::Compute : StreamKind::Copy,
-                 fmt::format("cuda stream {}", stream - kUnknownStreamBase));
+                 fmt::format("cuda stream {}", r.stream));
   row.stream = stream;
 
   if (info) {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "profiler/profiler_impl.h"
+#include "traces/trackers/stats.h"
 
 namespace tandem::profiler {
 
@@ -227,7 +228,7 @@ void Profiler::Impl::bufferDone(CUcontext ctx, uint32_t stream, uint8_t* buffer,
     writer->flush();  // committed: a rank killed later still leaves these rows readable
   } catch (const std::exception& e) {
     // Never throw into CUPTI's thread; the loss is counted and reported.
-    writer->incrementStat("profiler.write_errors", 1, traces::Severity::DataLoss, e.what());
+    writer->incrementStat(traces::stats::kProfilerWriteErrors.row(1, e.what()));
   }
 }
 

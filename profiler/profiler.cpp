@@ -15,6 +15,7 @@
 #include <ctime>
 
 #include "profiler/profiler_impl.h"
+#include "traces/trackers/stats.h"
 
 namespace tandem::profiler {
 
@@ -406,86 +407,61 @@ ProfileSummary Profiler::finish() {
   p.writer->addClock({p.opt.rank, "cupti", int64_t(end.cupti_ns), end.realtime_ns, end.monotonic_ns, 0});
   using traces::Severity;
   const ProfileSummary& s = p.summary;
-  p.writer->setStat({"cupti.dropped_records", s.dropped_records,
-                     s.dropped_records ? Severity::DataLoss : Severity::Info,
-                     "activity records CUPTI dropped (buffers full)"});
-  p.writer->setStat({"cupti.records", s.records, Severity::Info, "activity records read"});
-  p.writer->setStat({"cupti.buffers_grown", s.buffers_grown, Severity::Info,
-                     "activity buffers allocated beyond the pre-allocated pool"});
-  p.writer->setStat({"profiler.kernels", s.kernels, Severity::Info, "compute kernels (not NCCL)"});
-  p.writer->setStat({"profiler.kernels_attributed", s.kernels_attributed, Severity::Info,
-                     "compute kernels tagged with a plan task (or the executor's step work)"});
-  p.writer->setStat({"profiler.nccl_kernels", s.nccl_kernels, Severity::Info, "NCCL kernels"});
-  p.writer->setStat({"profiler.nccl_attributed", s.nccl_attributed, Severity::Info, "NCCL kernels tagged"});
-  p.writer->setStat({"cupti.external_correlation_records", p.ext_records, Severity::Info,
-                     "external correlation records (task ids pushed around launches)"});
-  p.writer->setStat({"profiler.graph_kernels", s.graph_kernels, Severity::Info, "kernels run by CUDA Graph replays"});
-  p.writer->setStat({"profiler.setup_records", s.setup_records, Severity::Info,
-                     "GPU records of the executor's set-up before the first step (GEMM algorithm timing)"});
+  namespace st = traces::stats;
+  p.writer->setStat(st::kCuptiDroppedRecords.row(s.dropped_records));
+  p.writer->setStat(st::kCuptiRecords.row(s.records));
+  p.writer->setStat(st::kCuptiBuffersGrown.row(s.buffers_grown));
+  p.writer->setStat(st::kProfilerKernels.row(s.kernels));
+  p.writer->setStat(st::kProfilerKernelsAttributed.row(s.kernels_attributed));
+  p.writer->setStat(st::kProfilerNcclKernels.row(s.nccl_kernels));
+  p.writer->setStat(st::kProfilerNcclAttributed.row(s.nccl_attributed));
+  p.writer->setStat(st::kCuptiExternalCorrelationRecords.row(p.ext_records));
+  p.writer->setStat(st::kProfilerGraphKernels.row(s.graph_kernels));
+  p.writer->setStat(st::kProfilerSetupRecords.row(s.setup_records));
   const int64_t unattributed =
       (s.kernels - s.kernels_attributed) + (s.nccl_kernels - s.nccl_attributed) - s.step_work_kernels;
-  p.writer->setStat({"profiler.step_work_kernels", s.step_work_kernels, Severity::Info,
-                     "kernels the executor issued in a step outside every plan task (its loss all-reduce)"});
-  p.writer->setStat({"profiler.kernels_unattributed", unattributed, unattributed ? Severity::Warning : Severity::Info,
-                     "kernels with no plan task"});
+  p.writer->setStat(st::kProfilerStepWorkKernels.row(s.step_work_kernels));
+  p.writer->setStat(st::kProfilerKernelsUnattributed.row(unattributed));
   // Named per rank: merging rank files adds stats of the same name.
-  p.writer->setStat({fmt::format("clock.drift_ns.rank{}", p.opt.rank),
-                     (end.realtime_ns - int64_t(end.cupti_ns)) - p.offset_ns, Severity::Info,
-                     "CUPTI clock drift against CLOCK_REALTIME over the run"});
-  p.writer->setStat({"profiler.clock_sync_records", s.clock_sync_records, Severity::Info,
-                     "GPU records of the clock-offset measurement (not plan work)"});
+  p.writer->setStat(st::kClockDriftNs.row(p.opt.rank, (end.realtime_ns - int64_t(end.cupti_ns)) - p.offset_ns));
+  p.writer->setStat(st::kProfilerClockSyncRecords.row(s.clock_sync_records));
   // Per-rank names: `tandem merge` sums stats of the same name over its inputs.
   {
     std::lock_guard<std::mutex> host_lock(p.host_mu);
     const int r = p.opt.rank;
     if (p.have_offset[0]) {
       const ClockOffsetSample& a = p.offsets[0];
-      p.writer->setStat({fmt::format("clock.offset_ns.rank{}", r), a.offset_ns, Severity::Info,
-                         "add to this rank's time to get rank 0's, measured at start (NCCL ping-pong)"});
-      p.writer->setStat({fmt::format("clock.offset_rtt_ns.rank{}", r), a.rtt_ns, Severity::Info,
-                         "round trip of the start measurement (the offset is right within half of it)"});
+      p.writer->setStat(st::kClockOffsetNs.row(r, a.offset_ns));
+      p.writer->setStat(st::kClockOffsetRttNs.row(r, a.rtt_ns));
     }
     if (p.have_offset[1]) {
       const ClockOffsetSample& b = p.offsets[1];
-      p.writer->setStat({fmt::format("clock.offset_end_ns.rank{}", r), b.offset_ns, Severity::Info,
-                         "the same offset measured at the end of the run"});
-      p.writer->setStat({fmt::format("clock.offset_end_rtt_ns.rank{}", r), b.rtt_ns, Severity::Info,
-                         "round trip of the end measurement"});
+      p.writer->setStat(st::kClockOffsetEndNs.row(r, b.offset_ns));
+      p.writer->setStat(st::kClockOffsetEndRttNs.row(r, b.rtt_ns));
     }
     if (p.have_offset[0] && p.have_offset[1] && p.offsets[1].local_ns > p.offsets[0].local_ns) {
       const double drift = double(p.offsets[1].offset_ns - p.offsets[0].offset_ns) /
                            double(p.offsets[1].local_ns - p.offsets[0].local_ns);
-      p.writer->setStat({fmt::format("clock.offset_drift_ppb.rank{}", r), int64_t(std::llround(drift * 1e9)),
-                         Severity::Info, "drift of this rank's clock against rank 0's (ns per s), applied by merge"});
+      p.writer->setStat(st::kClockOffsetDriftPpb.row(r, int64_t(std::llround(drift * 1e9))));
     }
   }
   if (s.power_samples > 0) {
     // Per rank (merge sums stats of one name); whole watts and MHz, the
     // capped share in percent.
     const int r = p.opt.rank;
-    p.writer->setStat({fmt::format("gpu.power_samples.rank{}", r), s.power_samples, Severity::Info,
-                       "NVML samples of power, SM clock and clock-limit reasons (counters gpu.*)"});
-    p.writer->setStat({fmt::format("gpu.power_instant.rank{}", r), s.power_instant ? 1 : 0, Severity::Info,
-                       "1: gpu.power_w is NVML's instantaneous power; 0: its one-second average"});
-    if (s.power_w_median >= 0)
-      p.writer->setStat({fmt::format("gpu.power_w_median.rank{}", r), int64_t(std::llround(s.power_w_median)),
-                         Severity::Info, "median board power (W) from the first step's start to the last step's end"});
+    p.writer->setStat(st::kGpuPowerSamples.row(r, s.power_samples));
+    p.writer->setStat(st::kGpuPowerInstant.row(r, s.power_instant ? 1 : 0));
+    if (s.power_w_median >= 0) p.writer->setStat(st::kGpuPowerWMedian.row(r, int64_t(std::llround(s.power_w_median))));
     if (s.sm_clock_mhz_median >= 0)
-      p.writer->setStat({fmt::format("gpu.sm_clock_mhz_median.rank{}", r), int64_t(std::llround(s.sm_clock_mhz_median)),
-                         Severity::Info, "median SM clock (MHz) over the same span"});
+      p.writer->setStat(st::kGpuSmClockMhzMedian.row(r, int64_t(std::llround(s.sm_clock_mhz_median))));
     if (s.power_capped_share >= 0)
-      p.writer->setStat({fmt::format("gpu.power_capped_pct.rank{}", r),
-                         int64_t(std::llround(100 * s.power_capped_share)),
-                         Severity::Info, "share of those samples with the clock held by the software power cap (%)"});
+      p.writer->setStat(st::kGpuPowerCappedPct.row(r, int64_t(std::llround(100 * s.power_capped_share))));
     if (s.energy_per_step_j >= 0) {
-      p.writer->setStat({fmt::format("gpu.energy_per_step_mj.rank{}", r),
-                         int64_t(std::llround(1e3 * s.energy_per_step_j)),
-                         Severity::Info, "board energy per step (mJ) from the energy counter over the steps' span"});
-      p.writer->setStat({fmt::format("gpu.energy_power_w.rank{}", r), int64_t(std::llround(s.energy_power_w)),
-                         Severity::Info, "mean board power (W) over the steps from the energy counter"});
+      p.writer->setStat(st::kGpuEnergyPerStepMj.row(r, int64_t(std::llround(1e3 * s.energy_per_step_j))));
+      p.writer->setStat(st::kGpuEnergyPowerW.row(r, int64_t(std::llround(s.energy_power_w))));
     }
   } else if (!s.power_note.empty()) {
-    p.writer->setStat({fmt::format("gpu.power_samples.rank{}", p.opt.rank), 0, Severity::Info, s.power_note});
+    p.writer->setStat(st::kGpuPowerSamples.row(p.opt.rank, 0, s.power_note));
   }
   {
     std::lock_guard<std::mutex> host_lock(p.host_mu);

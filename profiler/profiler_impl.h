@@ -18,6 +18,7 @@
 #include "profiler/profiler.h"
 #include "profiler/records.h"
 #include "traces/store/trace_writer.h"
+#include "traces/trackers/track_ids.h"
 
 namespace tandem::profiler {
 
@@ -30,10 +31,11 @@ namespace tandem::profiler {
 inline constexpr int64_t kStepWork = -2;
 inline constexpr uint64_t kStepExternalBase = uint64_t(1) << 62;
 
-// The plan stream of records whose CUDA stream the plan does not name.
-inline constexpr int kUnknownStreamBase = 1000;
-inline constexpr int kHostSyncStream = 999;
-inline constexpr int kSetupStream = 998;
+// Tracks outside the plan's streams come from the shared declarations
+// (traces/trackers/track_ids.h): set-up work, host syncs, and CUDA streams
+// no plan task named, numbered in the device-stream range.
+inline constexpr int kHostSyncStream = traces::kHostSyncTrack;
+inline constexpr int kSetupStream = traces::kSetupWorkTrack;
 
 struct Clock {
   uint64_t cupti_ns = 0;
@@ -80,6 +82,7 @@ struct Profiler::Impl {
   std::unordered_map<int64_t, TaskInfo> tasks;
   std::map<int, std::pair<StreamKind, std::string>> plan_streams;
   std::unordered_map<uint32_t, int> cupti_stream_to_plan;  // learned
+  traces::TrackNumbering unknown_stream_tracks{traces::kDeviceStreamTracks};  // CUDA streams no task named
   std::unordered_map<cudaStream_t, int> cuda_stream_to_plan;
   std::set<int> streams_written;
   std::set<int64_t> arena_counter_written;  // tasks whose live-arena sample is stored

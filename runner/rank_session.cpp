@@ -11,6 +11,7 @@
 #include "engine/memory/gpu_footprint.h"
 #include "engine/memory/memory_fit.h"
 #include "plan_trace/plan_facts.h"
+#include "traces/trackers/stats.h"
 #include "vocabulary/version.h"
 #ifdef TANDEM_HAVE_PROFILER
 #include "plan_trace/gpu/plan_observer.h"
@@ -60,6 +61,17 @@ std::string fittingChoices(const JobSpec& job, int64_t free_bytes) {
   std::string s = "choices that fit: ";
   for (size_t i = 0; i < fits.size(); ++i) s += (i ? "; " : "") + fits[i].text(job);
   return s;
+}
+
+std::vector<traces::StatRow> summaryStats(const Plan& plan, const StepStats& stats,
+                                          const cuda::GpuMemoryReport& memory) {
+  namespace st = traces::stats;
+  return {st::kTokensPerSecond.row(int64_t(stats.tokens_per_s)),
+          st::kMfuPpm.row(int64_t(stats.mfu * 1e6)),
+          st::kPlannedArenaBytes.row(memory.planned_arena_bytes),
+          st::kPlannedExecutorBytes.row(gpu_footprint::executorFootprint(plan).total()),
+          st::kAllocatedBytes.row(memory.allocated_bytes),
+          st::kDeviceUsedBytes.row(memory.device_used_bytes)};
 }
 
 RankSession::RankSession(const Plan& plan, const SessionOptions& options)
@@ -150,17 +162,7 @@ StepStats RankSession::stats() const {
 profiler::ProfileSummary RankSession::finishProfile() {
 #ifdef TANDEM_HAVE_PROFILER
   if (!profiler_) throw std::logic_error("finishProfile: this session does not profile");
-  const StepStats s = stats();
-  const cuda::GpuMemoryReport mem = executor_->memory();
-  using traces::Severity;
-  profiler_->setStat({"tokens_per_second", int64_t(s.tokens_per_s), Severity::Info, "median over measured steps"});
-  profiler_->setStat({"mfu_ppm", int64_t(s.mfu * 1e6), Severity::Info, "PaLM model FLOPs utilisation, parts per million"});
-  profiler_->setStat({"planned_arena_bytes", mem.planned_arena_bytes, Severity::Info, "memory plan peak"});
-  profiler_->setStat({"planned_executor_bytes", gpu_footprint::executorFootprint(plan_).total(), Severity::Info,
-                      "executor buffers beyond the arena, as counted from the plan"});
-  profiler_->setStat({"allocated_bytes", mem.allocated_bytes, Severity::Info, "arena + workspace + scratch"});
-  profiler_->setStat(
-      {"device_used_bytes", mem.device_used_bytes, Severity::Info, "after setup, incl. context and NCCL"});
+  for (const traces::StatRow& row : summaryStats(plan_, stats(), executor_->memory())) profiler_->setStat(row);
   return profiler_->finish();
 #else
   throw std::logic_error("finishProfile: this tandem was built without the profiler");

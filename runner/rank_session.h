@@ -55,6 +55,11 @@ struct StepStats {
   double mfu = 0;             // PaLM model FLOPs utilisation over the world's peak
 };
 
+// The stats a real run's record carries about its steady state and memory
+// (tokens per second, MFU, planned and allocated bytes).
+std::vector<traces::StatRow> summaryStats(const Plan& plan, const StepStats& stats,
+                                          const cuda::GpuMemoryReport& memory);
+
 class RankSession {
  public:
   // Builds the profiler (if asked) and the executor. A plan that does not fit

@@ -4,7 +4,6 @@
 
 #include <filesystem>
 
-#include "engine/memory/gpu_footprint.h"
 #include "plan_trace/plan_facts.h"
 #include "traces/store/atomic_output.h"
 #include "traces/store/trace_writer.h"
@@ -44,14 +43,7 @@ void writeStepsRun(const std::string& path, const Plan& plan, int device,
       w.addStep({0, s.step, t, t + dur});
       t += dur;
     }
-    using traces::Severity;
-    w.setStat({"tokens_per_second", int64_t(stats.tokens_per_s), Severity::Info, "median over measured steps"});
-    w.setStat({"mfu_ppm", int64_t(stats.mfu * 1e6), Severity::Info, "PaLM model FLOPs utilisation, parts per million"});
-    w.setStat({"planned_arena_bytes", memory.planned_arena_bytes, Severity::Info, "memory plan peak"});
-    w.setStat({"planned_executor_bytes", gpu_footprint::executorFootprint(plan).total(), Severity::Info,
-               "executor buffers beyond the arena, as counted from the plan"});
-    w.setStat({"allocated_bytes", memory.allocated_bytes, Severity::Info, "arena + workspace + scratch"});
-    w.setStat({"device_used_bytes", memory.device_used_bytes, Severity::Info, "after setup, incl. context and NCCL"});
+    for (const traces::StatRow& row : summaryStats(plan, stats, memory)) w.setStat(row);
     w.flush();
   }
   output.commit();

@@ -2,6 +2,7 @@
 
 #include "simulator/cost/calibration_coverage.h"
 #include "simulator/cost/calibration_device.h"
+#include "traces/trackers/stats.h"
 
 namespace tandem::sim {
 
@@ -10,12 +11,12 @@ CalibrationWarnings calibrationWarnings(const Plan& plan, const Topology& topo, 
   CalibrationWarnings w;
   if (auto mismatch = calibrationGpuMismatch(cal, topo)) {
     w.lines.push_back(*mismatch);
-    w.stats.push_back({"sim.calibration_gpu_mismatch", 1, traces::Severity::Warning, *mismatch});
+    w.stats.push_back(traces::stats::kSimCalibrationGpuMismatch.row(1, *mismatch));
   }
   const CalibrationCoverage coverage = calibrationCoverage(plan, cost, topo.devices.at(0));
   if (auto line = calibrationCoverageWarning(coverage)) {
     w.lines.push_back(*line);
-    w.stats.push_back({"sim.calibration_unmeasured_tasks", coverage.op_kind_fit, traces::Severity::Warning, *line});
+    w.stats.push_back(traces::stats::kSimCalibrationUnmeasuredTasks.row(coverage.op_kind_fit, *line));
   }
   return w;
 }

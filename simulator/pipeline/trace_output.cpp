@@ -9,6 +9,7 @@
 #include "plan_trace/plan_facts.h"
 #include "plan_trace/plan_rows.h"
 #include "simulator/topology/topology_yaml.h"
+#include "traces/trackers/stats.h"
 #include "vocabulary/version.h"
 
 namespace tandem::sim {
@@ -128,14 +129,12 @@ int64_t writeSimulationTrace(traces::TraceWriter& w, const Plan& plan, const Top
       w.addCounter(traces::CounterRow{-1, name, 0, u.utilization});
     }
   }
-  w.setStat({"sim.events", result.stats.events, traces::Severity::Info, "discrete events processed"});
-  w.setStat({"sim.flows", result.stats.flows, traces::Severity::Info, "network flows simulated"});
-  w.setStat({"sim.collectives", result.stats.collectives, traces::Severity::Info, "collectives simulated"});
-  w.setStat({"sim.simulated_ranks", result.stats.simulated_ranks, traces::Severity::Info,
-             result.stats.symmetry_note});
-  if (left_out > 0)
-    w.setStat({"sim.ranks_not_written", left_out, traces::Severity::Info,
-               "ranks that share a representative's timeline and were not copied"});
+  namespace stats = traces::stats;
+  w.setStat(stats::kSimEvents.row(result.stats.events));
+  w.setStat(stats::kSimFlows.row(result.stats.flows));
+  w.setStat(stats::kSimCollectives.row(result.stats.collectives));
+  w.setStat(stats::kSimSimulatedRanks.row(result.stats.simulated_ranks, result.stats.symmetry_note));
+  if (left_out > 0) w.setStat(stats::kSimRanksNotWritten.row(left_out));
   w.flush();
   return run;
 }

@@ -4,6 +4,7 @@
 
 #include "engine/memory/gpu_footprint.h"
 #include "engine/memory/memory_fit.h"
+#include "traces/trackers/stats.h"
 
 namespace tandem::sim {
 namespace {
@@ -57,10 +58,7 @@ std::optional<MemoryFitWarning> memoryFitWarning(const Plan& plan, const Topolog
   }
   const int64_t short_mib = (s->shortBytes() + (int64_t(1) << 20) - 1) >> 20;
   MemoryFitWarning w;
-  w.stat.name = "sim.memory_short_mib";
-  w.stat.value = short_mib;
-  w.stat.severity = traces::Severity::Warning;
-  w.stat.description = line;
+  w.stat = traces::stats::kSimMemoryShortMib.row(short_mib, line);
   w.line = std::move(line);
   w.choices = fits;
   return w;

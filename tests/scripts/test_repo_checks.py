@@ -133,5 +133,25 @@ class LongFunctionsTest(unittest.TestCase):
         self.assertIn("A::A: 14 lines", out)
 
 
+class StatNamesTest(unittest.TestCase):
+    """Stats are declared once (traces/trackers/stats.h); producers build
+    their rows from the declarations, never from a name written inline."""
+
+    def test_no_stat_name_written_inline(self):
+        import re
+        inline = re.compile(r'(setStat\(\s*\{\s*(fmt::format\()?"|incrementStat\(\s*"|StatRow\s*\{\s*"|stat\.name\s*=\s*")')
+        found = []
+        for folder in ("engine", "simulator", "traces", "plan_trace", "profiler", "runner", "cli", "gui"):
+            for dirpath, _, files in os.walk(os.path.join(ROOT, folder)):
+                for f in files:
+                    if not f.endswith((".cpp", ".h")) or "trackers" in dirpath:
+                        continue
+                    path = os.path.join(dirpath, f)
+                    for n, line in enumerate(open(path, encoding="utf-8"), 1):
+                        if inline.search(line):
+                            found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+        self.assertEqual(found, [], "stat names written inline instead of traces/trackers/stats.h declarations")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -7,6 +7,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "traces/trackers/stats.h"
+
 namespace tandem::traces {
 
 namespace {
@@ -83,25 +85,21 @@ std::string devicesLine(const std::string& devices_json) {
 // The profiler's per-rank power stats (profiler/power_sampler.h), as one
 // line per rank: a data-parallel step runs at the pace of its slowest GPU,
 // and the GPUs of one machine can differ by a few percent in clock.
-std::vector<std::string> powerLines(const std::vector<StatRow>& stats) {
+std::vector<std::string> powerLines(const std::vector<StatRow>& rows) {
   struct RankPower {
     int64_t power_w = -1, energy_mj = -1, clock_mhz = -1, capped_pct = -1;
   };
   std::map<int, RankPower> ranks;
-  auto take = [&](const std::string& name, const std::string& prefix, int64_t value, int64_t RankPower::*field) {
-    if (name.rfind(prefix, 0) != 0) return;
-    const std::string rest = name.substr(prefix.size());
-    // A rank number of at most 9 digits (the file is input: no stoi overflow).
-    if (rest.empty() || rest.size() > 9 ||
-        !std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      return;
-    ranks[std::stoi(rest)].*field = value;
+  // The profiler's per-rank stats (traces/trackers/stats.h); a name that
+  // is not one of them, or a rank that is not a number, is no figure.
+  auto take = [&](const StatRow& st, const stats::StatDecl& decl, int64_t RankPower::*field) {
+    if (const int rank = stats::rankOf(decl, st.name); rank >= 0) ranks[rank].*field = st.value;
   };
-  for (const StatRow& st : stats) {
-    take(st.name, "gpu.energy_power_w.rank", st.value, &RankPower::power_w);
-    take(st.name, "gpu.energy_per_step_mj.rank", st.value, &RankPower::energy_mj);
-    take(st.name, "gpu.sm_clock_mhz_median.rank", st.value, &RankPower::clock_mhz);
-    take(st.name, "gpu.power_capped_pct.rank", st.value, &RankPower::capped_pct);
+  for (const StatRow& st : rows) {
+    take(st, stats::kGpuEnergyPowerW, &RankPower::power_w);
+    take(st, stats::kGpuEnergyPerStepMj, &RankPower::energy_mj);
+    take(st, stats::kGpuSmClockMhzMedian, &RankPower::clock_mhz);
+    take(st, stats::kGpuPowerCappedPct, &RankPower::capped_pct);
   }
   std::vector<std::string> out;
   if (ranks.empty()) return out;

@@ -13,6 +13,8 @@
 
 #include "traces/importers/importers.h"
 #include "traces/store/trace_writer.h"
+#include "traces/trackers/stats.h"
+#include "traces/trackers/track_ids.h"
 
 namespace tandem::traces {
 
@@ -20,7 +22,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr int kHostStreamBase = 100000;
 
 std::string typeName(const Json& j) { return j.type_name(); }
 
@@ -70,8 +71,7 @@ class KinetoImporter {
       if (ph == "X")
         complete(e, i);
       else if (ph != "M")
-        w_.incrementStat("import.kineto.skipped_phase." + ph, 1, Severity::Info,
-                         "events of this phase type are not imported (flows, instants, counters)");
+        w_.incrementStat(stats::kKinetoSkippedPhase.row(ph, 1));
     }
     if (result_.activities == 0)
       fail("no GPU or CPU activity found (no complete 'X' events of a known category)");
@@ -131,7 +131,7 @@ class KinetoImporter {
     std::pair<std::string, std::string> key{idOf(e.value("pid", Json(0))), idOf(e.value("tid", Json(0)))};
     auto it = host_streams_.find(key);
     if (it != host_streams_.end()) return it->second;
-    int id = kHostStreamBase + static_cast<int>(host_streams_.size());
+    const int id = host_tracks_.idOf(key.first + "/" + key.second);
     host_streams_[key] = id;
     return id;
   }
@@ -179,7 +179,8 @@ class KinetoImporter {
           fail(fmt::format("traceEvents[{}]: GPU event '{}' has neither a numeric args.stream nor tid", i, name));
         }
       }
-      a.stream = static_cast<int>(stream);
+      a.stream = importedStreamTrack(stream, device_tracks_);
+      gpu_streams_[a.stream].source = stream;
       a.device = static_cast<int>(
           num("device", e.contains("pid") && e["pid"].is_number_integer() ? e["pid"].get<int64_t>() : -1));
       if (cat == "kernel") {
@@ -210,8 +211,7 @@ class KinetoImporter {
       ranges_[cat == "gpu_user_annotation" ? -1 - num("stream", 0) : hostStream(e)].push_back(r);
       return;
     } else {
-      w_.incrementStat("import.kineto.skipped_category." + (cat.empty() ? std::string("none") : cat), 1,
-                       Severity::Info, "complete events of this category are not imported");
+      w_.incrementStat(stats::kKinetoSkippedCategory.row(cat.empty() ? std::string("none") : cat, 1));
       return;
     }
     w_.addActivity(a);
@@ -221,7 +221,7 @@ class KinetoImporter {
   void writeStreams() {
     for (const auto& [id, s] : gpu_streams_) {
       StreamKind kind = s.compute ? StreamKind::Compute : (s.comm ? StreamKind::Comm : StreamKind::Copy);
-      w_.addStream({rank_, id, kind, fmt::format("stream {}", id), s.device});
+      w_.addStream({rank_, id, kind, fmt::format("stream {}", s.source), s.device});
     }
     for (const auto& [key, id] : host_streams_) {
       auto it = thread_names_.find(key);
@@ -247,6 +247,7 @@ class KinetoImporter {
   }
 
   struct GpuStream {
+    int64_t source = -1;  // the trace's own stream id
     int device = -1;
     bool compute = false, comm = false, copy = false;
   };
@@ -260,6 +261,8 @@ class KinetoImporter {
   std::string devices_;
   std::map<std::pair<std::string, std::string>, std::string> thread_names_;
   std::map<std::pair<std::string, std::string>, int> host_streams_;
+  TrackNumbering host_tracks_{kHostThreadTracks};
+  TrackNumbering device_tracks_{kDeviceStreamTracks};
   std::map<int, GpuStream> gpu_streams_;
   std::map<int64_t, std::vector<RangeRow>> ranges_;
 };

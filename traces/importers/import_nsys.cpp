@@ -17,12 +17,13 @@
 #include "traces/store/schema.h"
 #include "traces/store/sqlite_util.h"
 #include "traces/store/trace_writer.h"
+#include "traces/trackers/stats.h"
+#include "traces/trackers/track_ids.h"
 
 namespace tandem::traces {
 
 namespace {
 
-constexpr int kHostStreamBase = 100000;
 // NVTX event types in nsys exports: push/pop and start/end ranges.
 constexpr int kNvtxPushPopRange = 59;
 constexpr int kNvtxStartEndRange = 60;
@@ -57,8 +58,7 @@ class NsysImporter {
     result_.format = "nsys";
     result_.ranks = info.world_size;
     if (schema == "unknown")
-      w_.incrementStat("import.nsys.no_schema_version", 1, Severity::Warning,
-                       "no EXPORT_SCHEMA_VERSION found; columns were resolved by name");
+      w_.incrementStat(stats::kNsysNoSchemaVersion.row(1));
 
     gpuTable(kernel_, ActivityKind::Kernel);
     gpuTable(table("CUPTI_ACTIVITY_KIND_MEMCPY"), ActivityKind::Memcpy);
@@ -70,8 +70,7 @@ class NsysImporter {
     for (const auto& t : tables_)
       if (!used_.count(t) && (t.starts_with("CUPTI_") || t.starts_with("NVTX_") || t.starts_with("OSRT_"))) ++skipped;
     if (skipped > 0)
-      w_.setStat({"import.nsys.tables_not_imported", skipped, Severity::Info,
-                  "activity tables of the export that tandem does not read"});
+      w_.setStat(stats::kNsysTablesNotImported.row(skipped));
     if (result_.activities == 0) fail("no GPU activity found (kernel, memcpy and memset tables are empty)");
     writeStreams();
     w_.flush();
@@ -119,7 +118,7 @@ class NsysImporter {
   std::string str(int64_t id) {
     auto it = strings_.find(id);
     if (it != strings_.end()) return it->second;
-    w_.incrementStat("import.nsys.unknown_string_id", 1, Severity::Warning, "name ids missing from StringIds");
+    w_.incrementStat(stats::kNsysUnknownStringId.row(1));
     return fmt::format("<string {}>", id);
   }
 
@@ -192,17 +191,17 @@ class NsysImporter {
     while (s.step()) {
       int64_t start = s.colInt(0), end = s.colInt(1);
       if (start == 0 && end == 0) {
-        w_.incrementStat("import.nsys.no_timestamp", 1, Severity::DataLoss, "GPU records without timestamps");
+        w_.incrementStat(stats::kNsysNoTimestamp.row(1));
         continue;
       }
       if (end < start) {
-        w_.incrementStat("import.nsys.negative_duration", 1, Severity::Error, "GPU records ending before they start");
+        w_.incrementStat(stats::kNsysNegativeDuration.row(1));
         continue;
       }
       int64_t device = s.colInt(2);
       a.rank = rank_of_device_.at(device);
       a.device = static_cast<int>(device);
-      a.stream = static_cast<int>(s.colInt(3));
+      a.stream = importedStreamTrack(s.colInt(3), device_tracks_);
       a.start_ns = start;
       a.end_ns = end;
       a.correlation_id = s.colIsNull(4) ? -1 : s.colInt(4);
@@ -210,6 +209,7 @@ class NsysImporter {
       a.geometry.reset();
       StreamUse& use = streams_[{a.rank, a.stream}];
       use.device = a.device;
+      use.source = s.colInt(3);
       if (kind == ActivityKind::Kernel) {
         a.name = str(s.colInt(5));
         bool nccl = a.name.find("nccl") != std::string::npos || a.name.find("NCCL") != std::string::npos;
@@ -251,7 +251,7 @@ class NsysImporter {
 
   int hostStream(int rank, int64_t global_tid) {
     auto [it, fresh] = host_streams_.emplace(std::make_pair(rank, global_tid), 0);
-    if (fresh) it->second = kHostStreamBase + static_cast<int>(host_streams_.size()) - 1;
+    if (fresh) it->second = host_tracks_.idOf(std::to_string(rank) + "/" + std::to_string(global_tid));
     return it->second;
   }
 
@@ -298,12 +298,11 @@ class NsysImporter {
     while (s.step()) {
       int64_t type = s.colInt(2);
       if (type != kNvtxPushPopRange && type != kNvtxStartEndRange) {
-        w_.incrementStat("import.nsys.nvtx_skipped_event_type." + std::to_string(type), 1, Severity::Info,
-                         "NVTX events other than ranges (marks, names, domains)");
+        w_.incrementStat(stats::kNsysNvtxSkippedEventType.row(std::to_string(type), 1));
         continue;
       }
       if (s.colIsNull(1)) {
-        w_.incrementStat("import.nsys.nvtx_unterminated_range", 1, Severity::Warning, "NVTX ranges without an end");
+        w_.incrementStat(stats::kNsysNvtxUnterminatedRange.row(1));
         continue;
       }
       RangeRow r;
@@ -327,13 +326,14 @@ class NsysImporter {
   void writeStreams() {
     for (const auto& [key, use] : streams_) {
       StreamKind kind = use.compute ? StreamKind::Compute : (use.comm ? StreamKind::Comm : StreamKind::Copy);
-      w_.addStream({key.first, key.second, kind, fmt::format("CUDA stream {}", key.second), use.device});
+      w_.addStream({key.first, key.second, kind, fmt::format("CUDA stream {}", use.source), use.device});
     }
     for (const auto& [key, id] : host_streams_)
       w_.addStream({key.first, id, StreamKind::Host, fmt::format("thread {}", key.second & 0xFFFFFF), -1});
   }
 
   struct StreamUse {
+    int64_t source = -1;  // the export's own stream id
     int device = -1;
     bool compute = false, comm = false, copy = false;
   };
@@ -348,6 +348,8 @@ class NsysImporter {
   std::unordered_map<int64_t, int> rank_of_correlation_;
   std::unordered_map<int64_t, int> rank_of_thread_;
   std::map<std::pair<int, int64_t>, int> host_streams_;
+  TrackNumbering host_tracks_{kHostThreadTracks};
+  TrackNumbering device_tracks_{kDeviceStreamTracks};
   std::map<std::pair<int, int>, StreamUse> streams_;
   ImportResult result_;
 };

@@ -12,6 +12,7 @@
 
 #include "traces/store/trace_reader.h"
 #include "traces/store/trace_writer.h"
+#include "traces/trackers/stats.h"
 
 namespace tandem::traces {
 
@@ -89,26 +90,11 @@ struct RankClock {
   }
 };
 
-// "clock.offset_rtt_ns.rank3" -> 3 (or -1).
-int rankOfStat(const std::string& name, const std::string& prefix) {
-  if (name.rfind(prefix, 0) != 0) return -1;
-  try {
-    size_t used = 0;
-    const int r = std::stoi(name.substr(prefix.size()), &used);
-    return used == name.size() - prefix.size() ? r : -1;
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
-// Stats every rank writes for the whole run (throughput, MFU: each rank
-// computes the world's) or for its own GPU (memory): the merged run keeps
-// the largest, not the sum. The rest are counts (records, kernels), which
-// add up over the ranks.
+// A run-level figure every rank wrote alike (declared MergeRule::Max): the
+// largest is kept, where counts add up.
 bool isRunLevelStat(const std::string& name) {
-  static const std::set<std::string> kRunLevel = {"tokens_per_second", "mfu_ppm", "planned_arena_bytes",
-                                                  "planned_executor_bytes", "allocated_bytes", "device_used_bytes"};
-  return kRunLevel.count(name) > 0;
+  const stats::StatDecl* d = stats::find(name);
+  return d && d->merge == stats::MergeRule::Max;
 }
 
 // The merged run's devices: every input's devices_json array, each device
@@ -177,9 +163,9 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
     for (const auto& c : clocks) inFile([&] { clock_of[c.rank].add(c); });
     const std::vector<StatRow> stats = r.stats(run);
     for (const auto& st : stats) {
-      if (int k = rankOfStat(st.name, "clock.offset_rtt_ns.rank"); k >= 0 && clock_of.count(k))
+      if (int k = stats::rankOf(stats::kClockOffsetRttNs, st.name); k >= 0 && clock_of.count(k))
         clock_of[k].start_rtt = st.value;
-      if (int k = rankOfStat(st.name, "clock.offset_end_rtt_ns.rank"); k >= 0 && clock_of.count(k))
+      if (int k = stats::rankOf(stats::kClockOffsetEndRttNs, st.name); k >= 0 && clock_of.count(k))
         clock_of[k].end_rtt = st.value;
     }
     for (auto& [rank, c] : clock_of) c.fit();
@@ -237,10 +223,8 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
     }
     for (const auto& [rank, c] : clock_of) {
       if (!c.have_start) continue;
-      w.setStat({fmt::format("clock.applied_offset_ns.rank{}", rank), c.base, Severity::Info,
-                 "offset merge added to this rank's times at its first clock measurement"});
-      w.setStat({fmt::format("clock.applied_drift_ppb.rank{}", rank), int64_t(std::llround(c.drift * 1e9)),
-                 Severity::Info, "drift merge applied to this rank's times (ns per s)"});
+      w.setStat(stats::kClockAppliedOffsetNs.row(rank, c.base));
+      w.setStat(stats::kClockAppliedDriftPpb.row(rank, int64_t(std::llround(c.drift * 1e9))));
     }
     ++result.inputs;
   };
@@ -252,7 +236,7 @@ MergeResult mergeTraces(const std::vector<std::string>& inputs, TraceWriter& w) 
       throw TraceError(fmt::format("{}: {}", path, e.what()));
     }
   }
-  w.setStat({"merge.inputs", result.inputs, Severity::Info, "per-rank files merged into this run"});
+  w.setStat(stats::kMergeInputs.row(result.inputs));
   w.flush();
   result.run = w.runId();
   result.ranks = static_cast<int>(owner.size());

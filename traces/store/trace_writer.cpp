@@ -25,6 +25,7 @@ struct StringHash {
 // Per-track extents, kept in memory and written with each batch so that
 // time-window queries can bound how far back a long activity may start.
 struct TrackExtent {
+  uint32_t index = 0;  // dense, in order of the track's first row in the run
   int64_t count = 0;
   int64_t min_start_ns = INT64_MAX;
   int64_t max_end_ns = INT64_MIN;
@@ -33,6 +34,7 @@ struct TrackExtent {
 
 // An activity waiting for its batch: numbers only, the name already interned.
 struct PendingActivity {
+  uint32_t track;  // TrackExtent::index
   int32_t rank, device, stream, layer, micro_batch;
   uint8_t kind, phase;
   int32_t geometry;  // index into the pending geometry, -1 if none
@@ -40,8 +42,10 @@ struct PendingActivity {
   double flops;
 };
 
-// Rows per multi-row INSERT: SQLite's per-statement cost is paid once for all.
-constexpr int kRowsPerInsert = 32;
+// Rows per multi-row INSERT: SQLite's per-statement cost is paid once for
+// all. 1M activities on the 2-core CPU machine: 32 rows 1.1-1.2 M/s, 64 1.26,
+// 128 1.29-1.33, 256 1.31-1.32 (docs/benchmarks.md).
+constexpr int kRowsPerInsert = 128;
 constexpr int kActivityColumns = 16;
 
 struct PendingStat {
@@ -63,6 +67,11 @@ struct TraceWriter::Impl {
   std::map<std::string, PendingStat, std::less<>> stats;
   std::map<std::pair<int, int>, TrackExtent> extents;
   std::vector<PendingActivity> pending;
+  // Buffers kept between batches (a fresh one per batch cost page faults on
+  // every batch): the sorted copy the caller builds, and the buffer of the
+  // last written batch, given back by the writer thread (read after wait()).
+  std::vector<PendingActivity> sorted_scratch, recycled;
+  std::vector<uint32_t> track_offsets;
   std::vector<LaunchGeometry> pending_geometry;
   sql::Stmt insert_activities, insert_chunk;
   int64_t next_activity_id = 1;
@@ -196,16 +205,48 @@ struct TraceWriter::Impl {
     int64_t first_id = 0;
   };
 
+  // Takes the rows added so far, ordered by (rank, stream, start, insertion)
+  // on the caller's thread, so the writer thread only writes. Rows come in
+  // time order per track from every producer: a counting sort by track, in
+  // the tracks' (rank, stream) order, leaves a track's rows in insertion
+  // order, and only a track whose starts go back needs sorting.
   Batch takeBatch() {
     Batch b;
-    b.acts.swap(pending);
+    if (!pending.empty()) {
+      b.extents.assign(extents.begin(), extents.end());
+      orderByTrack(b.extents);
+      b.acts.swap(sorted_scratch);
+      sorted_scratch.clear();
+    }
+    pending.clear();
     b.geometry.swap(pending_geometry);
     b.strings.swap(pending_strings);
-    if (!b.acts.empty()) b.extents.assign(extents.begin(), extents.end());
     b.first_id = next_activity_id;
     next_activity_id += static_cast<int64_t>(b.acts.size());
-    pending.reserve(b.acts.size());
     return b;
+  }
+
+  // pending -> sorted_scratch, ordered as takeBatch says.
+  void orderByTrack(const std::vector<std::pair<std::pair<int, int>, TrackExtent>>& by_key) {
+    // Offsets of each track's rows, tracks in (rank, stream) order.
+    track_offsets.assign(by_key.size() + 1, 0);
+    std::vector<uint32_t> position(by_key.size());
+    for (size_t k = 0; k < by_key.size(); ++k) position[by_key[k].second.index] = uint32_t(k);
+    for (const PendingActivity& a : pending) ++track_offsets[position[a.track] + 1];
+    for (size_t k = 1; k < track_offsets.size(); ++k) track_offsets[k] += track_offsets[k - 1];
+    if (sorted_scratch.capacity() == 0) sorted_scratch.swap(recycled);  // the buffer the writer gave back
+    sorted_scratch.resize(pending.size());
+    std::vector<uint32_t> next(track_offsets.begin(), track_offsets.end() - 1);
+    for (const PendingActivity& a : pending) sorted_scratch[next[position[a.track]]++] = a;
+    for (size_t k = 0; k + 1 < track_offsets.size(); ++k) {
+      auto first = sorted_scratch.begin() + track_offsets[k], last = sorted_scratch.begin() + track_offsets[k + 1];
+      const bool in_order = std::is_sorted(
+          first, last, [](const PendingActivity& x, const PendingActivity& y) { return x.start_ns < y.start_ns; });
+      if (!in_order)
+        std::sort(first, last, [](const PendingActivity& x, const PendingActivity& y) {
+          return x.start_ns != y.start_ns ? x.start_ns < y.start_ns : x.seq < y.seq;
+        });
+    }
   }
 
   // Writes a batch and commits the open transaction. Activities go in sorted
@@ -218,13 +259,7 @@ struct TraceWriter::Impl {
       insert_string.bind(2, std::string_view(value));
       insert_string.run();
     }
-    auto& acts = b.acts;
-    std::sort(acts.begin(), acts.end(), [](const PendingActivity& x, const PendingActivity& y) {
-      if (x.rank != y.rank) return x.rank < y.rank;
-      if (x.stream != y.stream) return x.stream < y.stream;
-      if (x.start_ns != y.start_ns) return x.start_ns < y.start_ns;
-      return x.seq < y.seq;
-    });
+    auto& acts = b.acts;  // ordered by takeBatch
     size_t n = acts.size();
     size_t i = 0;
     for (; i + kRowsPerInsert <= n; i += kRowsPerInsert) {
@@ -299,7 +334,11 @@ struct TraceWriter::Impl {
     if (++rows_in_batch < options.batch_rows) return;
     rows_in_batch = 0;
     wait();
-    inflight = std::async(std::launch::async, [this, b = takeBatch()]() mutable { writeBatch(b); });
+    inflight = std::async(std::launch::async, [this, b = takeBatch()]() mutable {
+      writeBatch(b);
+      b.acts.clear();
+      recycled = std::move(b.acts);
+    });
   }
 
   // Ids are assigned here; the rows reach the file with the next batch.
@@ -315,7 +354,9 @@ struct TraceWriter::Impl {
   TrackExtent& extentOf(int rank, int stream) {
     std::pair<int, int> key{rank, stream};
     if (key != last_track || !last_extent) {
-      last_extent = &extents[key];
+      auto [it, fresh] = extents.try_emplace(key);
+      if (fresh) it->second.index = uint32_t(extents.size() - 1);
+      last_extent = &it->second;
       last_track = key;
     }
     return *last_extent;
@@ -454,10 +495,10 @@ void TraceWriter::addActivity(const ActivityRow& r) {
     geometry = static_cast<int32_t>(m.pending_geometry.size());
     m.pending_geometry.push_back(*r.geometry);
   }
-  m.pending.push_back({r.rank, r.device, r.stream, r.layer, r.micro_batch, static_cast<uint8_t>(r.kind),
+  TrackExtent& e = m.extentOf(r.rank, r.stream);
+  m.pending.push_back({e.index, r.rank, r.device, r.stream, r.layer, r.micro_batch, static_cast<uint8_t>(r.kind),
                        static_cast<uint8_t>(r.phase), geometry, r.start_ns, r.end_ns, seq, name, r.task_id,
                        r.correlation_id, r.bytes, r.flops});
-  TrackExtent& e = m.extentOf(r.rank, r.stream);
   ++e.count;
   e.min_start_ns = std::min(e.min_start_ns, r.start_ns);
   e.max_end_ns = std::max(e.max_end_ns, r.end_ns);
@@ -593,6 +634,10 @@ void TraceWriter::incrementStat(std::string_view name, int64_t delta, Severity s
   if (it == m.stats.end())
     it = m.stats.emplace(std::string(name), PendingStat{0, severity, std::string(description)}).first;
   it->second.value += delta;
+}
+
+void TraceWriter::incrementStat(const StatRow& delta) {
+  incrementStat(delta.name, delta.value, delta.severity, delta.description);
 }
 
 int64_t TraceWriter::intern(std::string_view s) { return impl_->intern(s); }

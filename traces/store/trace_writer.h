@@ -58,6 +58,9 @@ class TraceWriter {
   // Adds delta to a named stat, creating it with the given severity.
   void incrementStat(std::string_view name, int64_t delta = 1, Severity severity = Severity::Info,
                      std::string_view description = {});
+  // The same with a row built from a declaration (traces/trackers/stats.h):
+  // its value is the delta.
+  void incrementStat(const StatRow& delta);
 
   // Returns the id of a string in the file's string table, adding it if new.
   int64_t intern(std::string_view s);
