@@ -2,7 +2,7 @@
 # Runs the GPU tests, the CLI and the benchmark on a GPU machine from a folder
 # of prebuilt binaries (DIST: bin/, lib/, peers/), logging each stage to OUT.
 #   tests/gpu/run_on_device.sh DIST OUT STAGE...
-# Stages: kernels executor memory dp2 profiler cli cli2 oom gpt2 gpt2eager kill peers bench
+# Stages: kernels executor memory dp2 profiler facts overhead cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide
@@ -74,6 +74,19 @@ for s in "$@"; do
     oom) stage oom $B/tandem run resources/jobs/gpt2-1.5b.yaml --gpus 1 --set training.micro_batch=256 --steps 2 ;;
     gpt2) stage gpt2 $B/tandem run resources/jobs/gpt2-124m-dp8.yaml --gpus 1 --steps 20 --out /tmp/run.sqlite
       python3 -c "import sqlite3; c = sqlite3.connect('/tmp/run.sqlite'); print('trace tables:', [r[0] for r in c.execute(\"select name from sqlite_master where type='table'\")]); print('memory stats:', list(c.execute(\"select name, value from stats where name like '%bytes'\")))" ;;
+    facts)
+      # A profiled run keeps its plan facts (trace schema 2): calibrate reads
+      # the stored plan (no "planned again" note), the calibrated simulation
+      # lands beside it, and compare sets the two side by side.
+      rm -f /tmp/facts.sqlite*
+      stage facts_run $B/tandem run default --gpus 1 --steps 20 --profile --out /tmp/facts.sqlite
+      python3 -c "import sqlite3; c = sqlite3.connect('/tmp/facts.sqlite'); print('schema', c.execute('pragma user_version').fetchone(), 'recompute rows', c.execute('select count(*) from run_recompute').fetchone(), 'memory rows', list(c.execute('select program, arena_bytes, gpu_run_bytes from run_memory')), 'plans', list(c.execute('select run, encoding, length(plan) from run_plans')), 'runs', list(c.execute('select id, kind, tool_version, plan_format from runs')))"
+      stage facts_calibrate $B/tandem calibrate /tmp/facts.sqlite --out /tmp/facts-cal.yaml
+      stage facts_simulate $B/tandem simulate default --set parallel.data_parallel=1 --topology h200x2-nv18 \
+        --calibration /tmp/facts-cal.yaml --out /tmp/facts.sqlite
+      stage facts_compare $B/tandem compare /tmp/facts.sqlite --real 1 --sim 2
+      stage facts_report $B/tandem report /tmp/facts.sqlite --run 1 ;;
+    overhead) stage overhead $B/bench_profiler_overhead --gpus 1 --steps 30 ;;
     gpt2eager)
       # GPT-2 124M: CUDA Graph and eager losses over 20 steps must be identical.
       graph_vs_eager "" ;;
