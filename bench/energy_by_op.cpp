@@ -35,6 +35,7 @@
 
 #include "bench/bench_args.h"
 #include "bench/gpu_bench.h"
+#include "engine/spec/resources.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -208,7 +209,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> all = {"parallel.data_parallel=1", "training.micro_batch=16", "training.precision=bf16",
                                     "training.steps=100000"};
     all.insert(all.end(), sets.begin(), sets.end());
-    const JobSpec job = loadJobFile(std::string(TANDEM_RESOURCE_DIR) + "/jobs/gpt2-124m-dp8.yaml", all);
+    const JobSpec job = loadJobFile(tandem::resourceDir() + "/jobs/gpt2-124m-dp8.yaml", all);
     const Plan plan = buildPlan(job);
     cuda::CudaExecutor ex(plan, cuda::ExecutorOptions{});
     char bus[32] = {};

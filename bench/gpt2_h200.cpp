@@ -27,6 +27,7 @@
 
 #include "bench/bench_args.h"
 #include "bench/gpu_bench.h"
+#include "engine/spec/resources.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include <thread>
@@ -42,7 +43,7 @@
 namespace {
 
 struct Args {
-  std::string job = std::string(TANDEM_RESOURCE_DIR) + "/jobs/gpt2-124m-dp8.yaml";
+  std::string job = tandem::resourceDir() + "/jobs/gpt2-124m-dp8.yaml";
   int steps = 30;
   int gpus = 1;
   std::string peer;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench/bench_args.h"
+#include "engine/spec/resources.h"
 
 #ifdef TANDEM_HAVE_PROFILER
 #include <unistd.h>
@@ -85,7 +86,7 @@ int runChild(const Args& a) {
   const int world = env.launched ? env.world : 1;
   const int rank = env.launched ? env.rank : 0;
   const int warmup = 10;
-  const JobSpec job = loadJobFile(std::string(TANDEM_RESOURCE_DIR) + "/jobs/gpt2-124m-dp8.yaml",
+  const JobSpec job = loadJobFile(tandem::resourceDir() + "/jobs/gpt2-124m-dp8.yaml",
                                   {fmt::format("parallel.data_parallel={}", world), "training.micro_batch=16",
                                    "training.precision=bf16", fmt::format("training.steps={}", a.steps + warmup)});
   const Plan plan = buildPlan(job);
