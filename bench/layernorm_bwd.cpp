@@ -23,9 +23,9 @@
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "engine/numerics/bf16.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/kernels.h"
+#include "engine/numerics/bf16.h"
 #endif
 
 int main(int argc, char** argv) {

@@ -14,9 +14,9 @@
 
 #include "bench/bench_args.h"
 #include "engine/numerics/init.h"
-#include "engine/spec/job.h"
 #include "engine/passes/buckets.h"
 #include "engine/plan/planner.h"
+#include "engine/spec/job.h"
 
 using namespace tandem;
 

@@ -34,8 +34,8 @@
 
 #include "bench/bench_args.h"
 
-#include "engine/spec/job.h"
 #include "engine/plan/planner.h"
+#include "engine/spec/job.h"
 #include "simulator/cost/cost_model.h"
 #include "simulator/replay/replay.h"
 #include "simulator/topology/topology_presets.h"

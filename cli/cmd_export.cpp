@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "cli/command_registry.h"
-#include "traces/store/atomic_output.h"
 #include "traces/export/chrome_export.h"
+#include "traces/store/atomic_output.h"
 #include "traces/store/trace_reader.h"
 
 namespace tandem::cli {

@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "cli/command_registry.h"
-#include "traces/store/atomic_output.h"
 #include "traces/importers/importers.h"
+#include "traces/store/atomic_output.h"
 #include "traces/store/trace_writer.h"
 
 namespace tandem::cli {

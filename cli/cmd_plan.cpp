@@ -12,9 +12,9 @@
 #include "cli/plan_summary.h"
 #include "engine/memory/gpu_footprint.h"
 #include "engine/memory/memory_fit.h"
-#include "engine/spec/parse_number.h"
 #include "engine/plan/plan_json.h"
 #include "engine/plan/planner.h"
+#include "engine/spec/parse_number.h"
 #include "engine/spec/resources.h"
 #include "simulator/topology/topology_presets.h"
 

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command_registry.h"
-#include "cli/number_checks.h"
 #include "cli/job_options.h"
+#include "cli/number_checks.h"
 #include "simulator/pipeline/simulate_job.h"
 #include "simulator/replay/replay.h"
 

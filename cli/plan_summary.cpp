@@ -7,8 +7,8 @@
 
 #include "cli/text_format.h"
 #include "engine/memory/gpu_footprint.h"
-#include "engine/plan/gpu_support.h"
 #include "engine/passes/buckets.h"
+#include "engine/plan/gpu_support.h"
 
 namespace tandem::cli {
 namespace {

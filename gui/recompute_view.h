@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "engine/ir/types.h"
-#include "traces/store/trace_model.h"
 #include "gui/timeline_data.h"
 #include "gui/what_if.h"
+#include "traces/store/trace_model.h"
 
 class QComboBox;
 class QLabel;

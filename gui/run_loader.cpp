@@ -11,8 +11,8 @@
 #include <unordered_map>
 
 #include "gui/timeline_palette.h"
-#include "traces/store/atomic_output.h"
 #include "traces/importers/importers.h"
+#include "traces/store/atomic_output.h"
 #include "traces/store/trace_reader.h"
 #include "traces/store/trace_writer.h"
 

@@ -7,8 +7,8 @@
 
 #include "engine/memory/gpu_footprint.h"
 #include "engine/plan/plan_json.h"
-#include "engine/spec/job.h"
 #include "engine/plan/planner.h"
+#include "engine/spec/job.h"
 #include "traces/store/trace_reader.h"
 #include "vocabulary/version.h"
 

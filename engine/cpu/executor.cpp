@@ -15,11 +15,11 @@
 #include <stdexcept>
 #include <thread>
 
-#include "engine/numerics/bf16.h"
 #include "engine/cpu/buffer_io.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kernels_vocab_parallel.h"
 #include "engine/cpu/op_dispatch.h"
+#include "engine/numerics/bf16.h"
 #include "engine/numerics/init.h"
 #include "engine/passes/buckets.h"
 

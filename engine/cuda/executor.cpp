@@ -11,13 +11,13 @@
 #include <numeric>
 #include <thread>
 
-#include "engine/numerics/bf16.h"
 #include "engine/cuda/executor_impl.h"
 #include "engine/cuda/graph_memsets.h"
 #include "engine/memory/gpu_footprint.h"
-#include "engine/plan/gpu_support.h"
+#include "engine/numerics/bf16.h"
 #include "engine/numerics/init.h"
 #include "engine/passes/buckets.h"
+#include "engine/plan/gpu_support.h"
 
 namespace tandem::cuda {
 

@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/memory/gpu_footprint.h"
 #include "engine/ir/types.h"
+#include "engine/memory/gpu_footprint.h"
 
 namespace tandem::cuda {
 

@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "engine/memory/gpu_footprint.h"
 #include "engine/ir/types.h"
+#include "engine/memory/gpu_footprint.h"
 
 namespace tandem::cuda {
 

@@ -13,10 +13,10 @@
 #include <initializer_list>
 #include <string>
 
-#include "engine/numerics/constants.h"  // one definition for both executors
 #include "engine/cuda/attention_tc.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/numerics/constants.h"  // one definition for both executors
 
 namespace tandem::cuda {
 namespace {

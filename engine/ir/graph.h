@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "engine/ir/op_attrs.h"
-#include "engine/plan/plan.h"
 #include "engine/ir/types.h"
+#include "engine/plan/plan.h"
 
 namespace tandem {
 

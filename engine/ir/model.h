@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "engine/ir/graph.h"
-#include "engine/spec/job.h"
 #include "engine/passes/pipeline.h"
+#include "engine/spec/job.h"
 
 namespace tandem {
 

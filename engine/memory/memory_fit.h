@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/spec/job.h"
 #include "engine/plan/plan.h"
+#include "engine/spec/job.h"
 
 namespace tandem {
 

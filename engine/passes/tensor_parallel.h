@@ -22,8 +22,8 @@
 // result, as in Megatron-LM without communication overlap.
 
 #include "engine/ir/graph.h"
-#include "engine/spec/job.h"
 #include "engine/plan/plan.h"
+#include "engine/spec/job.h"
 
 namespace tandem {
 

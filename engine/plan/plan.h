@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/spec/job.h"
 #include "engine/ir/op_attrs.h"
 #include "engine/ir/types.h"
+#include "engine/spec/job.h"
 
 namespace tandem {
 

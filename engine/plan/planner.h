@@ -4,8 +4,8 @@
 // parallel buckets, streams and events, memory plan) and lowers the result to
 // per-rank task lists.
 
-#include "engine/spec/job.h"
 #include "engine/plan/plan.h"
+#include "engine/spec/job.h"
 
 namespace tandem {
 

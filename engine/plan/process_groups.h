@@ -25,8 +25,8 @@
 
 #include <vector>
 
-#include "engine/spec/job.h"
 #include "engine/plan/plan.h"
+#include "engine/spec/job.h"
 
 namespace tandem {
 

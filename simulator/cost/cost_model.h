@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "engine/plan/plan.h"
-#include "simulator/network/collectives.h"
 #include "simulator/cost/shape_interpolation.h"
+#include "simulator/network/collectives.h"
 #include "simulator/topology/topology.h"
 
 namespace tandem::sim {

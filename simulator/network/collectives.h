@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "engine/plan/plan.h"
-#include "simulator/network/network.h"
 #include "simulator/network/nccl_model.h"
+#include "simulator/network/network.h"
 #include "simulator/topology/routing.h"
 
 namespace tandem::sim {

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "engine/plan/plan.h"
-#include "simulator/network/collectives.h"
 #include "simulator/cost/cost_model.h"
+#include "simulator/network/collectives.h"
 #include "simulator/network/nccl_model.h"
 #include "simulator/topology/topology.h"
 

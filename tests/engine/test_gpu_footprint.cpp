@@ -7,8 +7,8 @@
 #include <algorithm>
 
 #include "engine/memory/gpu_footprint.h"
-#include "engine/plan/gpu_support.h"
 #include "engine/memory/memory_fit.h"
+#include "engine/plan/gpu_support.h"
 #include "engine/plan/planner.h"
 
 using namespace tandem;

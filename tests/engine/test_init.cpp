@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "engine/numerics/init.h"
+#include "engine/numerics/rng.h"
 #include "engine/passes/buckets.h"
 #include "engine/plan/planner.h"
-#include "engine/numerics/rng.h"
 #include "test_jobs.h"
 
 using namespace tandem;

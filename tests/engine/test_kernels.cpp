@@ -15,9 +15,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "engine/numerics/bf16.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kernels_isa.h"
+#include "engine/numerics/bf16.h"
 
 using namespace tandem::cpu;
 using tandem::bf16BitsToFloat;

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "engine/cpu/executor.h"
-#include "engine/spec/job.h"
 #include "engine/plan/plan_json.h"
 #include "engine/plan/planner.h"
+#include "engine/spec/job.h"
 #include "test_compare.h"
 #include "test_jobs.h"
 

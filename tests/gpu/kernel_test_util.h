@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/numerics/bf16.h"
 #include "engine/ir/types.h"
+#include "engine/numerics/bf16.h"
 #include "tests/gpu/gpu_test.h"
 
 namespace tandem::gputest {

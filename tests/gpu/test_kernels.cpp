@@ -12,7 +12,6 @@
 #include <numeric>
 #include <tuple>
 
-#include "engine/numerics/bf16.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/device.h"
@@ -20,6 +19,7 @@
 #include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/graph_memsets.h"
 #include "engine/cuda/kernels.h"
+#include "engine/numerics/bf16.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/kernel_test_util.h"
 

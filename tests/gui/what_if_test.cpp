@@ -7,8 +7,8 @@
 
 #include "cli/cli_test_util.h"
 #include "engine/spec/job.h"
-#include "gui/run_loader.h"
 #include "gui/main_window.h"
+#include "gui/run_loader.h"
 #include "gui/what_if.h"
 #include "gui_test_app.h"
 #include "traces/store/trace_reader.h"

@@ -17,12 +17,12 @@
 #include "simulator/calibrate/calibrate_overlap.h"
 #include "simulator/cost/calibration_device.h"
 #include "simulator/cost/cost_model.h"
-#include "simulator/replay/replay.h"
 #include "simulator/pipeline/trace_output.h"
+#include "simulator/replay/replay.h"
 #include "simulator/topology/topology_presets.h"
+#include "tests/traces/test_fixtures.h"
 #include "traces/store/sqlite_util.h"
 #include "traces/store/trace_writer.h"
-#include "tests/traces/test_fixtures.h"
 
 using namespace tandem;
 

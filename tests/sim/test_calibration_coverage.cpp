@@ -6,8 +6,8 @@
 #include <cmath>
 #include <string>
 
-#include "engine/spec/job.h"
 #include "engine/plan/planner.h"
+#include "engine/spec/job.h"
 #include "simulator/cost/calibration_coverage.h"
 #include "simulator/topology/topology_presets.h"
 

@@ -5,10 +5,10 @@
 
 #include <filesystem>
 
-#include "sim_fixtures.h"
-#include "simulator/replay/replay.h"
-#include "simulator/pipeline/trace_output.h"
 #include "plan_trace/plan_rows.h"
+#include "sim_fixtures.h"
+#include "simulator/pipeline/trace_output.h"
+#include "simulator/replay/replay.h"
 #include "traces/analysis/analysis.h"
 #include "traces/store/trace_reader.h"
 #include "traces/store/trace_writer.h"

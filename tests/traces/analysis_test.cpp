@@ -8,8 +8,8 @@
 #include "traces/analysis/analysis.h"
 #include "traces/analysis/parts.h"
 #include "traces/analysis/report_format.h"
-#include "traces/test_fixtures.h"
 #include "traces/store/trace_reader.h"
+#include "traces/test_fixtures.h"
 
 using namespace tandem::traces;
 using namespace tandem::traces::testing;

@@ -7,8 +7,8 @@
 
 #include "traces/export/chrome_export.h"
 #include "traces/store/merge.h"
-#include "traces/test_fixtures.h"
 #include "traces/store/trace_reader.h"
+#include "traces/test_fixtures.h"
 
 using namespace tandem::traces;
 using namespace tandem::traces::testing;

@@ -7,8 +7,8 @@
 #include "traces/analysis/analysis.h"
 #include "traces/importers/importers.h"
 #include "traces/nsys_fixture.h"
-#include "traces/test_fixtures.h"
 #include "traces/store/trace_reader.h"
+#include "traces/test_fixtures.h"
 
 using namespace tandem::traces;
 using namespace tandem::traces::testing;

@@ -5,8 +5,8 @@
 #include <random>
 
 #include "traces/analysis/analysis.h"
-#include "traces/test_fixtures.h"
 #include "traces/store/trace_reader.h"
+#include "traces/test_fixtures.h"
 
 using namespace tandem::traces;
 using namespace tandem::traces::testing;

@@ -11,8 +11,8 @@
 
 #include "traces/store/atomic_output.h"
 #include "traces/store/schema.h"
-#include "traces/test_fixtures.h"
 #include "traces/store/trace_reader.h"
+#include "traces/test_fixtures.h"
 
 using namespace tandem::traces;
 using namespace tandem::traces::testing;
