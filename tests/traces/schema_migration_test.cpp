@@ -35,6 +35,17 @@ PlanFacts sampleFacts() {
   return f;
 }
 
+// A simulated run's row with its topology named and written out.
+RunInfo simulatedRun(const std::string& name, const std::string& topology) {
+  RunInfo info;
+  info.kind = RunKind::Simulated;
+  info.name = name;
+  info.topology = topology;
+  info.topology_yaml = "name: " + topology + "\n";
+  info.plan_format = 1;
+  return info;
+}
+
 int64_t userVersion(const std::string& path) {
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
@@ -51,12 +62,7 @@ int64_t userVersion(const std::string& path) {
 
 TEST_CASE("a new run's plan facts and topology text round-trip", "[store][schema][facts]") {
   const std::string path = tempTracePath("facts_roundtrip.sqlite");
-  RunInfo info;
-  info.kind = RunKind::Simulated;
-  info.name = "sim";
-  info.topology = "dgx-h200";
-  info.topology_yaml = "name: dgx-h200\nnodes: []\n";
-  info.plan_format = 1;
+  const RunInfo info = simulatedRun("sim", "dgx-h200");
   const PlanFacts facts = sampleFacts();
   int64_t run = -1;
   {
@@ -104,12 +110,7 @@ TEST_CASE("a schema-1 file is read as it is and migrated when written", "[store]
     CHECK(r.planFacts(old_run).empty());
   }
   REQUIRE(userVersion(path) == 1);  // reading never changes the file
-  RunInfo info;
-  info.kind = RunKind::Simulated;
-  info.name = "appended";
-  info.topology = "h200x2-nv18";
-  info.topology_yaml = "name: h200x2-nv18\n";
-  info.plan_format = 1;
+  const RunInfo info = simulatedRun("appended", "h200x2-nv18");
   int64_t new_run = -1;
   {
     TraceWriter w(path);
