@@ -125,16 +125,18 @@ int main(int argc, char** argv) {
   int full_max = 1024;
   int repeat = 1;
   int extra = 0;
-  bool inter_host_tree = false;
+  bool inter_host_tree = true;  // NCCL's default choice; --rings-only as before 2026-12-04
+  bool tree_flows = false;
   std::string job_name = "gpt2-1.5b";
   std::vector<std::string> overrides;
   tandem::bench::ArgReader args(
       "bench_sim_scale",
-      "[--sizes 64,256,1024,4096] [--full-max N] [--repeat K] [--job NAME] [--set k=v]... [--inter-host-tree] "
-      "[--extra-gpus K]",
+      "[--sizes 64,256,1024,4096] [--full-max N] [--repeat K] [--job NAME] [--set k=v]... [--rings-only] "
+      "[--tree-flows] [--extra-gpus K]",
       argc, argv);
   while (args.next()) {
-    if (args.is("--inter-host-tree")) inter_host_tree = true;
+    if (args.is("--rings-only")) inter_host_tree = false;
+    else if (args.is("--tree-flows")) tree_flows = true;
     else if (args.is("--sizes")) sizes = parseSizes(args);
     else if (args.is("--set")) overrides.push_back(args.text());
     else if (args.is("--job")) job_name = args.text();
@@ -171,6 +173,7 @@ int main(int argc, char** argv) {
         sim::SimOptions opt;
         opt.symmetry = mode == 0 ? (extra ? sim::SymmetryMode::Auto : sim::SymmetryMode::On) : sim::SymmetryMode::Off;
         opt.nccl.inter_host_tree = inter_host_tree;
+        opt.nccl.tree_flows = tree_flows;
         double best = 1e300, best_cpu = 1e300;
         sim::SimResult r;
         for (int k = 0; k < repeat; ++k) {

@@ -27,7 +27,8 @@ struct SimulateOptions {
   std::string algorithm;
   std::string protocol;
   bool nvls = false;
-  bool inter_host_tree = false;
+  bool inter_host_tree = true;
+  bool tree_flows = false;
   int64_t call_floor_ns = -1;
   std::string kernel_sharing;  // empty: the calibration's, else first_holds
   int max_rank_rows = 16;
@@ -51,6 +52,7 @@ sim::SimulateSettings settingsOf(const SimulateOptions& o) {
   }
   s.nvls = o.nvls;
   s.inter_host_tree = o.inter_host_tree;
+  s.tree_flows = o.tree_flows;
   s.call_floor_ns = o.call_floor_ns;
   return s;
 }
@@ -169,8 +171,12 @@ void addSimulateCommand(CLI::App& root) {
   cmd->add_option("--algorithm", o->algorithm, "force the collective algorithm: ring, tree, nvls");
   cmd->add_option("--protocol", o->protocol, "force the protocol: ll, ll128, simple");
   cmd->add_flag("--nvls", o->nvls, "allow NVLink SHARP all-reduce on NVSwitch machines");
-  cmd->add_flag("--inter-host-tree", o->inter_host_tree,
-                "allow tree all-reduce across hosts (slow to simulate on large hashed fat trees)");
+  cmd->add_flag("--inter-host-tree,!--no-inter-host-tree", o->inter_host_tree,
+                "allow tree all-reduce across hosts, as NCCL's tuner weighs it (default; --no-inter-host-tree: rings "
+                "only)");
+  cmd->add_flag("--tree-flows", o->tree_flows,
+                "simulate a tree across hosts flow by flow (spine collisions; slow at 1000+ GPUs) instead of in "
+                "closed form");
   cmd->add_option("--call-floor-ns", o->call_floor_ns,
                   "shortest time of one collective call (default 20000, host overhead of eager frameworks; 0 for "
                   "CUDA-graph replays)")

@@ -169,8 +169,11 @@ void WhatIfDialog::addSimulatorFields(QFormLayout* form) {
   form->addRow(tr("collective protocol"), protocol_);
   nvls_ = new QCheckBox(tr("allow NVLink SHARP all-reduce on NVSwitch machines"), this);
   form->addRow(tr("NVLS"), nvls_);
-  inter_host_tree_ = new QCheckBox(tr("allow tree all-reduce across hosts (slow to simulate at scale)"), this);
+  inter_host_tree_ = new QCheckBox(tr("allow tree all-reduce across hosts, as NCCL's tuner weighs it"), this);
+  inter_host_tree_->setChecked(true);
   form->addRow(tr("trees across hosts"), inter_host_tree_);
+  tree_flows_ = new QCheckBox(tr("simulate them flow by flow (spine collisions; slow at 1000+ GPUs)"), this);
+  form->addRow(tr("tree flows"), tree_flows_);
   call_floor_us_ = new QSpinBox(this);
   call_floor_us_->setRange(-1, 1'000'000);
   call_floor_us_->setValue(-1);
@@ -275,6 +278,7 @@ sim::SimulateSettings WhatIfDialog::settings() const {
   s.protocol = sim::parseProtocolSetting(protocol_->currentIndex() == 0 ? "" : protocol_->currentText().toStdString());
   s.nvls = nvls_->isChecked();
   s.inter_host_tree = inter_host_tree_->isChecked();
+  s.tree_flows = tree_flows_->isChecked();
   s.call_floor_ns = call_floor_us_->value() < 0 ? -1 : int64_t(call_floor_us_->value()) * 1000;
   s.kernel_sharing = sim::parseKernelSharingSetting(
       kernel_sharing_->currentIndex() == 0 ? "" : kernel_sharing_->currentText().toStdString());
@@ -287,6 +291,7 @@ void WhatIfDialog::setSimulatorOptions(const sim::SimulateSettings& s) {
   protocol_->setCurrentIndex(s.protocol ? protocol_->findText(QString::fromUtf8(sim::toString(*s.protocol).data())) : 0);
   nvls_->setChecked(s.nvls);
   inter_host_tree_->setChecked(s.inter_host_tree);
+  tree_flows_->setChecked(s.tree_flows);
   call_floor_us_->setValue(s.call_floor_ns < 0 ? -1 : int(s.call_floor_ns / 1000));
   kernel_sharing_->setCurrentIndex(!s.kernel_sharing ? 0 : *s.kernel_sharing == sim::KernelSharing::FirstHolds ? 1 : 2);
 }

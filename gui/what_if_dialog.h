@@ -113,6 +113,7 @@ class WhatIfDialog : public QDialog {
   QComboBox* protocol_ = nullptr;
   QCheckBox* nvls_ = nullptr;
   QCheckBox* inter_host_tree_ = nullptr;
+  QCheckBox* tree_flows_ = nullptr;
   QSpinBox* call_floor_us_ = nullptr;
   QComboBox* kernel_sharing_ = nullptr;
   QComboBox* topology_ = nullptr;

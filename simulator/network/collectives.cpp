@@ -220,7 +220,7 @@ CollectiveSchedule CollectiveBuilder::build(const CollectiveRequest& req) const 
   // schedule.
   const std::vector<std::vector<int>>& by_host = g.by_host;
   const bool tree_candidate = params_.force_algorithm == Algorithm::Tree ||
-                              (n > 2 && (by_host.size() <= 1 || params_.inter_host_tree));
+                              (n > 2 && (by_host.size() <= 1 || (params_.inter_host_tree && params_.tree_flows)));
   const NcclParams* params = &params_;
   NcclParams ring_only;
   if (params_.allow_tree && req.op == CollectiveOp::AllReduce && tree_candidate && g.tree_routable < 0)
@@ -416,6 +416,13 @@ bool CollectiveBuilder::buildHierarchical(const CollectiveRequest& req, const Gr
   auto inter = [&](const char* label, CollectiveOp op, double bytes, int64_t extra_latency) {
     const bool tree = c.algorithm == Algorithm::Tree && op == CollectiveOp::AllReduce && hosts > 2;
     CollectivePhase ph{tree ? "inter-tree-all-reduce" : label, 0, {}};
+    // The rails are identical: in closed form unless their flows are asked
+    // for (NcclParams::tree_flows, flow_hosts_limit).
+    if (tree ? !params_.tree_flows : hosts > params_.flow_hosts_limit) {
+      ph.latency_ns = extra_latency + int64_t(std::llround(interHostNs(params_, c, op, bytes, g.shape)));
+      s.phases.push_back(std::move(ph));
+      return;
+    }
     int64_t hop = tree ? 0 : g.shape.inter_hop_ns;  // rings: the largest maxHopLatency of the rails
     std::vector<int> rail;
     for (size_t l = 0; l < k; ++l) {

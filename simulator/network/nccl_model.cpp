@@ -134,30 +134,42 @@ CollectiveChoice makeChoice(const NcclParams& p, Algorithm a, Protocol pr, Colle
 
 }  // namespace
 
+namespace {
+double rateOf(const CollectiveChoice& c, double gbps) {
+  return c.rate_cap_gbps > 0 ? std::min(gbps, c.rate_cap_gbps) : gbps;
+}
+}  // namespace
+
+double interHostNs(const NcclParams& p, const CollectiveChoice& c, CollectiveOp op, double rail_bytes,
+                   const HierarchyShape& hier) {
+  const int H = hier.hosts;
+  const bool tree = c.algorithm == Algorithm::Tree && op == CollectiveOp::AllReduce;
+  const double bus = tree ? busBytes(Algorithm::Tree, op, rail_bytes, H) : ringBusBytes(op, rail_bytes, H);
+  const int n_steps = tree ? steps(Algorithm::Tree, op, H) : ringSteps(op, H);
+  const double rate = rateOf(c, hier.inter_gbps);
+  return n_steps * double(c.step_latency_ns + hier.inter_hop_ns) + (rate > 0 ? bus / c.efficiency / rate : 0);
+}
+
 double predictNs(const NcclParams& p, const CollectiveChoice& c, CollectiveOp op, int64_t bytes, int n,
                  double path_gbps, int64_t hop_latency_ns, const HierarchyShape* hier) {
-  auto rateOf = [&](double gbps) { return c.rate_cap_gbps > 0 ? std::min(gbps, c.rate_cap_gbps) : gbps; };
+  auto rateOf = [&](double gbps) { return sim::rateOf(c, gbps); };
   const bool hierarchical = hier && hier->hosts > 1 && hier->per_host > 1 &&
                             (c.algorithm == Algorithm::Ring || c.algorithm == Algorithm::Tree) &&
                             (op == CollectiveOp::AllReduce || op == CollectiveOp::AllGather ||
                              op == CollectiveOp::ReduceScatter);
   double t = double(c.base_latency_ns);
   if (hierarchical) {
-    const int k = hier->per_host, H = hier->hosts;
+    const int k = hier->per_host;
     const double S = double(bytes);
     // Inside hosts: reduce-scatter and/or all-gather rings over the whole buffer.
     const int intra_parts = op == CollectiveOp::AllReduce ? 2 : 1;
     const double intra_bus = intra_parts * ringBusBytes(CollectiveOp::AllGather, S, k);
     const int intra_steps = intra_parts * ringSteps(CollectiveOp::AllGather, k);
-    // Across hosts: the buffer's 1/k share per rail, by ring or tree.
-    const bool tree = c.algorithm == Algorithm::Tree;
-    const double inter_bus = tree ? busBytes(Algorithm::Tree, op, S / k, H) : ringBusBytes(op, S / k, H);
-    const int inter_steps = tree ? steps(Algorithm::Tree, op, H) : ringSteps(op, H);
-    t += intra_steps * double(c.step_latency_ns + hier->intra_hop_ns) +
-         inter_steps * double(c.step_latency_ns + hier->inter_hop_ns);
-    const double ri = rateOf(hier->intra_gbps), rx = rateOf(hier->inter_gbps);
+    t += intra_steps * double(c.step_latency_ns + hier->intra_hop_ns);
+    const double ri = rateOf(hier->intra_gbps);
     if (ri > 0) t += intra_bus / c.efficiency / ri;
-    if (rx > 0) t += inter_bus / c.efficiency / rx;
+    // Across hosts: the buffer's 1/k share per rail, by ring or tree.
+    t += interHostNs(p, c, op, S / k, *hier);
   } else {
     const double wire = busBytes(c.algorithm, op, double(bytes), n) / c.efficiency;
     const double rate = rateOf(path_gbps);

@@ -63,11 +63,19 @@ struct NcclParams {
   double channel_gbps = 40.0;
   bool allow_tree = true;
   bool allow_nvls = false;  // NVSwitch multicast all-reduce (NVSwitch topologies only)
-  // Trees across hosts (between the rails of a hierarchical all-reduce). Off
-  // by default: in hashed (ECMP) fat trees their edges collide on spine links,
-  // every collision gives flows their own finish time, and the rate
-  // recomputations make 1000+ GPU simulations slow. Rings stay on one leaf.
-  bool inter_host_tree = false;
+  // Trees across hosts (between the rails of a hierarchical all-reduce), as
+  // NCCL's tuner weighs them: log-depth latency where rings take 2 (H-1)
+  // steps, which decides at hundreds of hosts.
+  bool inter_host_tree = true;
+  // How the across-hosts part of a hierarchical collective is simulated. The
+  // rails are identical, so by default a tree's is taken in closed form
+  // (interHostNs), as is a ring's beyond flow_hosts_limit hosts; below it a
+  // ring's flows share the fabric with every other flow. tree_flows moves a
+  // tree's flows one by one instead: on hashed (ECMP) fat trees its edges
+  // collide on spine links and every collision gives flows their own finish
+  // time, which at 1000+ GPUs is slow to simulate.
+  bool tree_flows = false;
+  int flow_hosts_limit = 128;
   std::optional<Algorithm> force_algorithm;
   std::optional<Protocol> force_protocol;
 
@@ -110,6 +118,14 @@ struct HierarchyShape {
 CollectiveChoice chooseCollective(const NcclParams& p, CollectiveOp op, int64_t bytes, int n,
                                   double path_gbps, int64_t hop_latency_ns, bool nvls_possible,
                                   const HierarchyShape* hier = nullptr);
+
+// The across-hosts part of a hierarchical collective (its rail all-reduce,
+// all-gather or reduce-scatter of `rail_bytes`, the buffer's 1/k share),
+// without the call's base latency: steps times (protocol step + the rails'
+// hop latency) plus bus bytes at the rails' rate. predictNs adds it for that
+// part; the simulator uses it where it does not move the rails' flows.
+double interHostNs(const NcclParams& p, const CollectiveChoice& c, CollectiveOp op, double rail_bytes,
+                   const HierarchyShape& hier);
 
 // Time the choice predicts on an otherwise idle network (ns).
 double predictNs(const NcclParams& p, const CollectiveChoice& c, CollectiveOp op, int64_t bytes,

@@ -53,6 +53,7 @@ SimOptions simOptions(const SimulateSettings& s, const Calibration& cal) {
   so.nccl.force_protocol = s.protocol;
   so.nccl.allow_nvls = s.nvls;
   so.nccl.inter_host_tree = s.inter_host_tree;
+  so.nccl.tree_flows = s.tree_flows;
   if (s.call_floor_ns >= 0) so.nccl.call_floor_ns = s.call_floor_ns;
   so.collective_calibration = cal.collectives;
   return so;

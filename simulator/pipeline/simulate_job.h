@@ -32,7 +32,8 @@ struct SimulateSettings {
   std::optional<Algorithm> algorithm;  // forced collective algorithm (ring, tree, nvls)
   std::optional<Protocol> protocol;    // forced protocol (ll, ll128, simple)
   bool nvls = false;                   // allow NVLink SHARP on NVSwitch machines
-  bool inter_host_tree = false;        // allow tree all-reduce across hosts
+  bool inter_host_tree = true;         // allow tree all-reduce across hosts (NCCL's default)
+  bool tree_flows = false;             // simulate trees across hosts flow by flow, not in closed form
   int64_t call_floor_ns = -1;          // shortest collective call; -1: the model's default
   std::optional<KernelSharing> kernel_sharing;  // empty: the calibration's
 };

@@ -140,26 +140,63 @@ TEST_CASE("a calibrated (op, ranks) pair replaces the model", "[collectives]") {
   CHECK(s.phases[0].flows[0].bytes == Approx(1000.0));  // bus bytes of a 2-rank all-reduce
 }
 
-TEST_CASE("cluster all-reduce: rings across hosts by default, trees between rails on request", "[collectives]") {
+TEST_CASE("cluster all-reduce: trees between rails where NCCL's tuner takes them, rings on request", "[collectives]") {
   Topology topo = makeDgxH100Cluster(4);
   Router router(topo);
   CollectiveRequest req;
   req.op = CollectiveOp::AllReduce;
   req.bytes = 64 << 10;
   for (int i = 0; i < 32; ++i) req.nodes.push_back(i);
-  CollectiveSchedule ring = CollectiveBuilder(router, NcclParams{}).build(req);
+  NcclParams rings_only;
+  rings_only.inter_host_tree = false;
+  CollectiveSchedule ring = CollectiveBuilder(router, rings_only).build(req);
   CHECK(ring.choice.algorithm == Algorithm::Ring);
   REQUIRE(ring.phases.size() == 3);
   CHECK(ring.phases[1].label == "inter-all-reduce");
   CHECK(ring.phases[1].flows.size() == 32);  // 8 rails, a ring of 4 hosts each
-  NcclParams p;
-  p.inter_host_tree = true;
-  CollectiveSchedule tree = CollectiveBuilder(router, p).build(req);
+  // By default the small message takes the tree, its rails in closed form.
+  CollectiveSchedule tree = CollectiveBuilder(router, NcclParams{}).build(req);
   CHECK(tree.choice.algorithm == Algorithm::Tree);
   REQUIRE(tree.phases.size() == 3);
   CHECK(tree.phases[1].label == "inter-tree-all-reduce");
+  CHECK(tree.phases[1].flows.empty());
   // The tree's log-depth latency beats the ring's 2 (H-1) steps for a small message.
   CHECK(tree.phases[1].latency_ns < ring.phases[1].latency_ns);
+  // Flow by flow on request: the same choice, the tree's edges moved.
+  NcclParams flows;
+  flows.tree_flows = true;
+  CollectiveSchedule tree_flows = CollectiveBuilder(router, flows).build(req);
+  CHECK(tree_flows.choice.algorithm == Algorithm::Tree);
+  CHECK(!tree_flows.phases[1].flows.empty());
+  // A large bucket still goes around the rings (bandwidth, not latency, decides).
+  req.bytes = 256 << 20;
+  CHECK(CollectiveBuilder(router, NcclParams{}).build(req).choice.algorithm == Algorithm::Ring);
+}
+
+TEST_CASE("the rails of a ring across many hosts are taken in closed form", "[collectives]") {
+  // Beyond flow_hosts_limit hosts a ring's rails are not moved flow by flow:
+  // the phase lasts what interHostNs predicts for them on an idle fabric.
+  Topology topo = makeDgxH100Cluster(6);
+  Router router(topo);
+  CollectiveRequest req;
+  req.op = CollectiveOp::AllReduce;
+  req.bytes = 64 << 20;
+  for (int i = 0; i < 48; ++i) req.nodes.push_back(i);
+  NcclParams flows, closed;
+  flows.inter_host_tree = closed.inter_host_tree = false;
+  closed.flow_hosts_limit = 4;
+  const CollectiveSchedule a = CollectiveBuilder(router, flows).build(req);
+  const CollectiveSchedule b = CollectiveBuilder(router, closed).build(req);
+  REQUIRE(a.phases.size() == 3);
+  REQUIRE(b.phases.size() == 3);
+  CHECK(a.phases[1].flows.size() == 48);  // 8 rails of 6 hosts
+  CHECK(b.phases[1].flows.empty());
+  // 8 MiB per rail; the ring's bus bytes, 2 (H-1)/H of it, at a rail's
+  // 400 Gb/s (50 GB/s) with the choice's efficiency, plus 10 steps' latency.
+  const double rate = b.choice.rate_cap_gbps > 0 ? std::min(50.0, b.choice.rate_cap_gbps) : 50.0;
+  const double wire_ns = 2.0 * 5 / 6 * double(8 << 20) / b.choice.efficiency / rate;
+  CHECK(double(b.phases[1].latency_ns) > wire_ns);
+  CHECK(double(b.phases[1].latency_ns) < wire_ns * 1.2);
 }
 
 TEST_CASE("one builder for many collectives of a group gives what a fresh builder gives", "[collectives]") {
