@@ -886,6 +886,18 @@ JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
                       "expected a mapping at the top level, got " + describe(root),
                       "a YAML mapping with keys " + sections);
   }
+  if (!options.section.empty()) {
+    const YAML::Node job = static_cast<const YAML::Node&>(root)[options.section];
+    if (!job || job.IsNull())
+      JobReader::failAt(source_name + ":1", options.section, "no '" + options.section + ":' section",
+                        "a mapping under '" + options.section + ":' with keys " + sections);
+    if (!job.IsMap()) {
+      const int line = job.Mark().line >= 0 ? job.Mark().line + 1 : 1;
+      JobReader::failAt(source_name + ":" + std::to_string(line), options.section,
+                        "expected a mapping, got " + describe(job), "a mapping with keys " + sections);
+    }
+    root = job;
+  }
   JobReader reader(source_name);
   for (const std::string& text : overrides) reader.applyOverride(root, text);
 

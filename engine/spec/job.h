@@ -244,6 +244,10 @@ JobSpec loadJobFile(const std::string& path, const std::vector<std::string>& ove
 // its embedded job without them (the token file may live elsewhere there).
 struct JobParseOptions {
   bool check_files = true;  // data.path must exist for source `tokens`
+  // The job is the mapping under this top-level key of a larger file (a
+  // published row's `job:`, whose other keys its reader checks); errors name
+  // the file's own lines. Empty: the whole file is the job.
+  std::string section;
 };
 JobSpec parseJob(const std::string& yaml_text, const std::string& source_name,
                  const std::vector<std::string>& overrides, const JobParseOptions& options);

@@ -45,13 +45,39 @@ std::string upper(std::string_view s) {
   return out;
 }
 
-// Cluster building blocks, kept equal to resources/topologies/dgx-h100.yaml.
-constexpr double kNvlinkLaneGbps = 25.0;
-constexpr int kNvlinkLanes = 18;
-constexpr double kPcieGen5Gbps = 55.0;
-constexpr double kIbGbps = 50.0;  // 400 Gb/s
+// The generated clusters' building blocks: DGX hosts of 8 GPUs on NVSwitch,
+// one NIC per GPU on a rail-optimised InfiniBand fat tree.
+constexpr double kNvlinkLaneGbps = 25.0;  // one NVLink3 or NVLink4 link, per direction
 constexpr int kRails = 8;
 constexpr int kHostsPerLeaf = 32;  // a 64-port switch: 32 down, 32 up
+
+struct DgxSystem {
+  const char* name;        // "dgx-h100": the cluster is "<N>xdgx-h100"
+  const char* gpu;         // a kModels name
+  int nvlink_lanes;        // NVLink links per GPU to the NVSwitch chips
+  double pcie_gbps;        // per direction, per GPU's switch
+  double nic_gbps;         // per rail, per direction (GB/s)
+  const char* fabric;      // what the description says of it
+};
+
+// DGX H100 as resources/topologies/dgx-h100.yaml has it (18 NVLink4 links,
+// PCIe Gen5, ConnectX-7 NDR 400 Gb/s: NVIDIA Eos); DGX H200 the same with
+// H200s; DGX A100 (NVIDIA Selene): 12 NVLink3 links, PCIe Gen4,
+// ConnectX-6 HDR 200 Gb/s per GPU.
+constexpr DgxSystem kDgxSystems[] = {
+    {"dgx-h100", "H100", 18, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)"},
+    {"dgx-h200", "H200", 18, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)"},
+    {"dgx-a100", "A100-80GB", 12, 26.0, 25.0, "8 rails of 200 Gb/s InfiniBand (HDR)"},
+};
+
+// "DGX H100" for "dgx-h100".
+std::string displayName(const DgxSystem& d) { return "DGX " + upper(std::string_view(d.name).substr(4)); }
+
+const DgxSystem* dgxSystem(std::string_view name) {
+  for (const DgxSystem& d : kDgxSystems)
+    if (name == d.name) return &d;
+  return nullptr;
+}
 
 }  // namespace
 
@@ -105,55 +131,56 @@ std::vector<PresetInfo> listPresets() {
     Topology t = parseTopologyYaml(std::string(text), std::string(name));
     out.push_back({std::string(name), t.description});
   }
-  out.push_back({"<N>xdgx-h100",
-                 "N DGX H100 hosts, 8 rails of 400 Gb/s InfiniBand, non-blocking two-level fat tree "
-                 "(e.g. 4xdgx-h100)"});
+  for (const DgxSystem& d : kDgxSystems)
+    out.push_back({fmt::format("<N>x{}", d.name),
+                   fmt::format("N {} hosts, {}, non-blocking rail-optimised two-level fat tree (e.g. 4x{})",
+                               displayName(d), d.fabric, d.name)});
   return out;
 }
 
-Topology makeDgxH100Cluster(int hosts) {
-  if (hosts < 1 || hosts > 4096)
-    throw TopologyError(fmt::format("cluster size {} is out of range: 1 to 4096 hosts", hosts));
-  const DeviceSpec h100 = *gpuModelSpec("H100");
-  Topology t;
-  t.name = fmt::format("{}xdgx-h100", hosts);
-  t.source = "generated";
-  t.description = fmt::format(
-      "{} x DGX H100 ({} GPUs), NVSwitch inside, 8 rails of 400 Gb/s InfiniBand, two-level fat tree", hosts,
-      hosts * 8);
+namespace {
+
+// N hosts of `sys`: per host the NVSwitch, PCIe and CPU links of the
+// dgx-h100 preset with the system's figures, names prefixed by the host.
+// Returns each GPU's NIC.
+std::vector<int> addDgxHosts(Topology& t, const DgxSystem& sys, int hosts) {
+  const DeviceSpec gpu = *gpuModelSpec(sys.gpu);
   for (int h = 0; h < hosts; ++h) {
     t.hosts.push_back({fmt::format("node{}", h)});
     for (int g = 0; g < 8; ++g) {
-      DeviceSpec d = h100;
+      DeviceSpec d = gpu;
       d.name = fmt::format("node{}.gpu{}", h, g);
       d.host = h;
       t.devices.push_back(std::move(d));
     }
   }
-  // Per host: the dgx-h100 preset's switches and links, names prefixed.
   std::vector<int> nic_of(size_t(hosts) * kRails);
   for (int h = 0; h < hosts; ++h) {
     const std::string p = fmt::format("node{}.", h);
     int nvs = t.addSwitch(p + "nvswitch", NodeKind::NvSwitch, h);
     int cpu[2] = {t.addSwitch(p + "cpu0", NodeKind::Cpu, h), t.addSwitch(p + "cpu1", NodeKind::Cpu, h)};
     for (int g = 0; g < 8; ++g) {
-      int gpu = h * 8 + g;
+      int gpu_node = h * 8 + g;
       int pcie = t.addSwitch(fmt::format("{}pcie{}", p, g), NodeKind::PcieSwitch, h);
       int nic = t.addSwitch(fmt::format("{}nic{}", p, g), NodeKind::Nic, h);
-      nic_of[size_t(gpu)] = nic;
-      t.addLink(gpu, nvs, kNvlinkLanes * kNvlinkLaneGbps, 250, LinkKind::NvLink, kNvlinkLanes);
-      t.addLink(gpu, pcie, kPcieGen5Gbps, 250, LinkKind::Pcie, 1);
-      t.addLink(nic, pcie, kPcieGen5Gbps, 250, LinkKind::Pcie, 1);
-      t.addLink(pcie, cpu[g / 4], kPcieGen5Gbps, 250, LinkKind::Pcie, 1);
+      nic_of[size_t(gpu_node)] = nic;
+      t.addLink(gpu_node, nvs, sys.nvlink_lanes * kNvlinkLaneGbps, 250, LinkKind::NvLink, sys.nvlink_lanes);
+      t.addLink(gpu_node, pcie, sys.pcie_gbps, 250, LinkKind::Pcie, 1);
+      t.addLink(nic, pcie, sys.pcie_gbps, 250, LinkKind::Pcie, 1);
+      t.addLink(pcie, cpu[g / 4], sys.pcie_gbps, 250, LinkKind::Pcie, 1);
     }
     t.addLink(cpu[0], cpu[1], 60, 300, LinkKind::Internal, 1);
   }
-  // Rail-optimised fat tree: rail r of every host goes to the leaves of rail
-  // r, kHostsPerLeaf hosts per leaf. Every leaf has one uplink to every spine
-  // and as many spines as hosts per leaf, so uplink = downlink bandwidth
-  // (non-blocking). Spines have one port per leaf: beyond 32 hosts that is
-  // more than a 64-port switch has, where a real cluster would use director
-  // switches or a third level; the bandwidth is the same.
+  return nic_of;
+}
+
+// Rail-optimised fat tree: rail r of every host goes to the leaves of rail
+// r, kHostsPerLeaf hosts per leaf. Every leaf has one uplink to every spine
+// and as many spines as hosts per leaf, so uplink = downlink bandwidth
+// (non-blocking). Spines have one port per leaf: beyond 32 hosts that is
+// more than a 64-port switch has, where a real cluster would use director
+// switches or a third level; the bandwidth is the same.
+void addRailFatTree(Topology& t, const std::vector<int>& nic_of, int hosts, double nic_gbps) {
   const int per_leaf = std::min(hosts, kHostsPerLeaf);
   const int leaves_per_rail = (hosts + kHostsPerLeaf - 1) / kHostsPerLeaf;
   std::vector<int> spines;
@@ -162,12 +189,30 @@ Topology makeDgxH100Cluster(int hosts) {
     for (int k = 0; k < leaves_per_rail; ++k) {
       int leaf = t.addSwitch(fmt::format("leaf.rail{}.{}", r, k), NodeKind::IbLeaf, -1);
       for (int h = k * kHostsPerLeaf; h < std::min(hosts, (k + 1) * kHostsPerLeaf); ++h)
-        t.addLink(nic_of[size_t(h * 8 + r)], leaf, kIbGbps, 600, LinkKind::InfiniBand, 1);
-      for (int spine : spines) t.addLink(leaf, spine, kIbGbps, 600, LinkKind::InfiniBand, 1);
+        t.addLink(nic_of[size_t(h * 8 + r)], leaf, nic_gbps, 600, LinkKind::InfiniBand, 1);
+      for (int spine : spines) t.addLink(leaf, spine, nic_gbps, 600, LinkKind::InfiniBand, 1);
     }
   }
+}
+
+}  // namespace
+
+Topology makeDgxCluster(std::string_view system, int hosts) {
+  const DgxSystem* sys = dgxSystem(system);
+  if (!sys) throw TopologyError(fmt::format("no DGX system named '{}'", system));
+  if (hosts < 1 || hosts > 4096)
+    throw TopologyError(fmt::format("cluster size {} is out of range: 1 to 4096 hosts", hosts));
+  Topology t;
+  t.name = fmt::format("{}x{}", hosts, sys->name);
+  t.source = "generated";
+  t.description = fmt::format("{} x {} ({} GPUs), NVSwitch inside, {}, two-level fat tree", hosts,
+                              displayName(*sys), hosts * 8, sys->fabric);
+  const std::vector<int> nic_of = addDgxHosts(t, *sys, hosts);
+  addRailFatTree(t, nic_of, hosts, sys->nic_gbps);
   return t;
 }
+
+Topology makeDgxH100Cluster(int hosts) { return makeDgxCluster("dgx-h100", hosts); }
 
 MigProfile parseMigProfile(std::string_view profile, const DeviceSpec& gpu) {
   // "<g>g.<m>gb", e.g. 1g.10gb, 3g.40gb, 7g.141gb.
@@ -306,7 +351,7 @@ Topology loadTopology(const std::string& name_or_file) {
     topo = parseTopologyYaml(std::string(*text), base);
     topo.source = "preset " + base;
   } else {
-    // "<N>xdgx-h100" or "<N>×dgx-h100" (U+00D7).
+    // "<N>xdgx-h100" or "<N>×dgx-h100" (U+00D7), and the other DGX systems.
     std::string rest;
     size_t digits = 0;
     while (digits < base.size() && std::isdigit(static_cast<unsigned char>(base[digits]))) ++digits;
@@ -314,19 +359,20 @@ Topology loadTopology(const std::string& name_or_file) {
       if (base.compare(digits, 1, "x") == 0) rest = base.substr(digits + 1);
       else if (base.compare(digits, 2, "\xC3\x97") == 0) rest = base.substr(digits + 2);
     }
-    if (!rest.empty() && rest == "dgx-h100") {
+    if (!rest.empty() && dgxSystem(rest)) {
       // More digits than an int holds are out of range all the same; say
       // what was written rather than a wrapped or placeholder count.
       const std::string count = base.substr(0, digits);
       if (digits > 6)
         throw TopologyError(fmt::format("cluster size {} is out of range: 1 to 4096 hosts", count));
-      topo = makeDgxH100Cluster(std::stoi(count));
+      topo = makeDgxCluster(rest, std::stoi(count));
     } else if (std::filesystem::is_regular_file(base)) {
       topo = loadTopologyFile(base);
     } else {
       std::string names;
       for (const auto& n : fixedPresetNames()) names += n + ", ";
-      throw TopologyError(fmt::format("'{}' is neither a preset ({}<N>xdgx-h100) nor a topology file", base, names));
+      throw TopologyError(fmt::format(
+          "'{}' is neither a preset ({}<N>xdgx-h100, <N>xdgx-h200, <N>xdgx-a100) nor a topology file", base, names));
     }
   }
   if (!mig.empty()) topo = applyMig(topo, mig);

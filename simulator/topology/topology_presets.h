@@ -5,7 +5,8 @@
 //   1. a fixed preset name (h200x2-nv18, dgx-h100, dgx-h200, pcie-4gpu,
 //      hgx-a100), whose YAML text is compiled into the binary and identical to
 //      resources/topologies/<name>.yaml;
-//   2. a generated cluster "<N>xdgx-h100" (also "<N>×dgx-h100");
+//   2. a generated cluster "<N>xdgx-h100", "<N>xdgx-h200" or "<N>xdgx-a100"
+//      (also with "×");
 //   3. a file path.
 // Any of them may end in ":mig=<profile>" ("dgx-h100:mig=3g.40gb") to cut
 // every GPU into MIG slices.
@@ -37,8 +38,11 @@ std::vector<std::string> fixedPresetNames();
 // when `name_or_file` is neither a preset nor a readable file.
 Topology loadTopology(const std::string& name_or_file);
 
-// N hosts of 8 H100 joined by a rail-optimised, non-blocking two-level
-// InfiniBand fat tree (8 rails of 400 Gb/s, one NIC per GPU). hosts >= 1.
+// N DGX hosts of 8 GPUs joined by a rail-optimised, non-blocking two-level
+// InfiniBand fat tree, one NIC per GPU: "dgx-h100" and "dgx-h200" (NVLink4,
+// 8 rails of 400 Gb/s: NVIDIA Eos), "dgx-a100" (NVLink3 300 GB/s per GPU, 8
+// rails of 200 Gb/s HDR: NVIDIA Selene). 1 <= hosts <= 4096.
+Topology makeDgxCluster(std::string_view system, int hosts);
 Topology makeDgxH100Cluster(int hosts);
 
 // Figures of a known GPU model ("H100", "H200", "A100-80GB", ...; names as

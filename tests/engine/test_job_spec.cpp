@@ -497,7 +497,9 @@ TEST_CASE("token files are checked on disk unless the caller says otherwise", "[
   CHECK(parseJob(yaml, "t.yaml").data.path == tokens.string());
   fs::remove(tokens);
   CHECK_THROWS_AS(parseJob(yaml, "t.yaml"), SpecError);
-  CHECK(parseJob(yaml, "t.yaml", {}, JobParseOptions{.check_files = false}).data.source == "tokens");
+  JobParseOptions no_file_checks;
+  no_file_checks.check_files = false;
+  CHECK(parseJob(yaml, "t.yaml", {}, no_file_checks).data.source == "tokens");
 }
 
 TEST_CASE("loadJobFile names the file it cannot open and the file of a bad value", "[job]") {

@@ -149,13 +149,33 @@ TEST_CASE("generated DGX H100 clusters", "[presets][cluster]") {
     CHECK(r.route(0, 5).size() == 2);
   }
   CHECK_THROWS_AS(loadTopology("0xdgx-h100"), TopologyError);
-  CHECK_THROWS_WITH(loadTopology("5xdgx-a100"), Catch::Contains("neither a preset"));
+  CHECK_THROWS_WITH(loadTopology("5xdgx-b200"), Catch::Contains("neither a preset"));
+}
+
+TEST_CASE("generated DGX A100 and H200 clusters", "[presets]") {
+  // Selene's hosts: A100 80GB on NVLink3 (12 links of 25 GB/s), one HDR NIC
+  // (200 Gb/s) per GPU; H200 hosts as DGX H100 with H200s.
+  const Topology a = loadTopology("3xdgx-a100");
+  CHECK(a.name == "3xdgx-a100");
+  REQUIRE(a.devices.size() == 24);
+  CHECK(a.devices[0].model == "A100-80GB");
+  CHECK(a.devices[0].bf16_flops == Approx(312e12));
+  Router ra(a);
+  CHECK(ra.bottleneckGbps(0, 5) == Approx(300));  // NVSwitch inside the host
+  CHECK(ra.bottleneckGbps(3, 11) == Approx(25));  // rail 3 across hosts
+  const Topology h = loadTopology("2xdgx-h200");
+  REQUIRE(h.devices.size() == 16);
+  CHECK(h.devices[0].model == "H200");
+  CHECK(Router(h).bottleneckGbps(1, 9) == Approx(50));
+  // The same shape as the H100 cluster, GPU aside.
+  const Topology h100 = makeDgxH100Cluster(2);
+  CHECK(h.links.size() == h100.links.size());
 }
 
 TEST_CASE("unknown names list the presets", "[presets]") {
   CHECK_THROWS_WITH(loadTopology("dgx-h900"), Catch::Contains("dgx-h100") && Catch::Contains("<N>xdgx-h100"));
   auto list = listPresets();
-  REQUIRE(list.size() == 6);
+  REQUIRE(list.size() == 8);
   for (const auto& p : list) CHECK_FALSE(p.description.empty());
 }
 
