@@ -58,10 +58,16 @@ std::string planSummaryText(const Plan& plan) {
                    toString(m.family), m.layers, m.hidden, m.heads, m.mlpHidden(), m.vocab, m.seq_len,
                    m.tied_embeddings ? ", tied embeddings" : ""));
   line(fmt::format("parameters {}", withThousands(plan.summary.parameters)));
-  const int tp = job.parallel.tensor_parallel, pp = job.parallel.pipeline_parallel;
-  if (tp > 1 || pp > 1)
-    line(fmt::format("parallel   {} ranks = data parallel {} x tensor parallel {} x pipeline parallel {}{}{}",
-                     plan.world_size, job.parallel.data_parallel, tp, pp,
+  const int tp = job.parallel.tensor_parallel, pp = job.parallel.pipeline_parallel,
+            cp = job.parallel.context_parallel;
+  if (tp > 1 || pp > 1 || cp > 1)
+    line(fmt::format("parallel   {} ranks = data parallel {}{} x tensor parallel {} x pipeline parallel {}{}{}{}",
+                     plan.world_size, job.parallel.data_parallel,
+                     cp > 1 ? fmt::format(" x context parallel {}", cp) : "", tp, pp,
+                     cp > 1 ? fmt::format("; each sequence split over {} ranks ({} tokens each, two chunks), keys "
+                                          "and values gathered for the attention",
+                                          cp, job.rankSeqLen())
+                            : "",
                      tp > 1 ? fmt::format("; each block's heads and MLP split over {} consecutive ranks{}", tp,
                                           job.parallel.sequence_parallel
                                               ? fmt::format(", the residual stream's tokens too (1/{} each)", tp)

@@ -79,6 +79,14 @@ void WhatIfDialog::addJobFields(QFormLayout* form, const JobSpec& job) {
   sequence_parallel_->setEnabled(tp_->value() > 1);
   connect(tp_, &QSpinBox::valueChanged, this, [this](int n) { sequence_parallel_->setEnabled(n > 1); });
   form->addRow(tr("sequence parallel"), sequence_parallel_);
+  cp_ = new QSpinBox(this);
+  cp_->setRange(1, 64);
+  cp_->setValue(job.parallel.context_parallel);
+  cp_->setToolTip(tr("Split each sequence over this many ranks (context parallelism: two chunks each, the keys "
+                     "and values gathered for the attention); they see the same samples, so the job takes "
+                     "data-parallel x context-parallel x tensor-parallel x pipeline GPUs. 2 x this must divide "
+                     "the sequence length"));
+  form->addRow(tr("context-parallel size"), cp_);
   pp_ = new QSpinBox(this);
   pp_->setRange(1, 256);
   pp_->setValue(job.parallel.pipeline_parallel);
@@ -244,6 +252,7 @@ void WhatIfDialog::applyFittingChoice(int index) {
 }
 void WhatIfDialog::setDataParallel(int n) { dp_->setValue(n); }
 void WhatIfDialog::setTensorParallel(int n) { tp_->setValue(n); }
+void WhatIfDialog::setContextParallel(int n) { cp_->setValue(n); }
 void WhatIfDialog::setSequenceParallel(bool on) { sequence_parallel_->setChecked(on); }
 void WhatIfDialog::setPipelineParallel(int n) { pp_->setValue(n); }
 void WhatIfDialog::setPipelineLayers(const QString& counts) { stage_layers_->setText(counts); }
@@ -301,6 +310,7 @@ std::vector<std::string> WhatIfDialog::jobOverrides() const {
       "parallel.data_parallel=" + std::to_string(dp_->value()),
       "parallel.tensor_parallel=" + std::to_string(tp_->value()),
       std::string("parallel.sequence_parallel=") + (sequenceParallel() ? "true" : "false"),
+      "parallel.context_parallel=" + std::to_string(cp_->value()),
       "parallel.pipeline_parallel=" + std::to_string(pp_->value()),
       "parallel.pipeline_chunks=" + std::to_string(pipelineChunks()),
       // The job parser checks the list (one count per stage, adding up to the layers).
@@ -331,6 +341,7 @@ std::string WhatIfDialog::runName(const WhatIfRequest& r) const {
   std::string name = "what-if: dp " + std::to_string(dp_->value()) +
                      (tp_->value() > 1 ? " x tp " + std::to_string(tp_->value()) : std::string()) +
                      (sequenceParallel() ? " (sequence parallel)" : "") +
+                     (cp_->value() > 1 ? " x cp " + std::to_string(cp_->value()) : std::string()) +
                      (pp_->value() > 1 ? " x pp " + std::to_string(pp_->value()) : std::string()) +
                      (pipelineChunks() > 1 ? " (interleaved, " + std::to_string(pipelineChunks()) + " chunks)"
                                            : std::string()) +

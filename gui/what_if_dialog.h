@@ -55,6 +55,8 @@ class WhatIfDialog : public QDialog {
   // The residual stream's tokens split over the tensor-parallel group
   // (parallel.sequence_parallel; asked for only with a group of 2 or more).
   void setSequenceParallel(bool on);
+  // Ranks each sequence is split over (parallel.context_parallel).
+  void setContextParallel(int n);
   // Pipeline stages (parallel.pipeline_parallel); the micro-batches in
   // flight are the gradient accumulation.
   void setPipelineParallel(int n);
@@ -120,6 +122,7 @@ class WhatIfDialog : public QDialog {
   QComboBox* calibration_ = nullptr;
   QSpinBox* dp_ = nullptr;
   QSpinBox* tp_ = nullptr;
+  QSpinBox* cp_ = nullptr;
   QCheckBox* sequence_parallel_ = nullptr;
   QSpinBox* pp_ = nullptr;
   QLineEdit* stage_layers_ = nullptr;

@@ -17,6 +17,7 @@
 
 #include "engine/cpu/buffer_io.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/kernels_context_parallel.h"
 #include "engine/cpu/kernels_vocab_parallel.h"
 #include "engine/cpu/op_dispatch.h"
 #include "engine/numerics/bf16.h"
@@ -190,6 +191,7 @@ struct CpuExecutor::Impl {
   void runGradNorm(int rank, const Task& t, TaskBuffers& io);
   void runAdamW(int rank, const Task& t, int step, TaskBuffers& io);
   bool vocabularyParallel(int rank, const Task& t, TaskBuffers& io);
+  bool contextParallel(int rank, const Task& t, TaskBuffers& io);
   void gatheredEmbeddingBackward(int rank, const Task& t, int step, TaskBuffers& io);
   // only_updates: the previous step's updates alone (finishOptimizer).
   void runRank(int rank, int step, bool with_optimizer, bool only_gathers = false, bool only_updates = false);
@@ -212,6 +214,7 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
   const auto& R = t.reads;
   const auto& W = t.writes;
   FloatStorage storage{io};
+  if (a.context_parallel > 1 && contextParallel(rank, t, io)) return;
   if (a.tensor_parallel > 1 && vocabularyParallel(rank, t, io)) return;
   if (t.op == OpKind::Matmul && a.tensor_parallel > 1 && a.has_bias && plan.job.tensorParallelPlace(rank) != 0) {
     // A row-parallel layer's bias is added once, by the group's first rank
@@ -429,6 +432,66 @@ bool CpuExecutor::Impl::vocabularyParallel(int rank, const Task& t, TaskBuffers&
       vocabParallelCrossEntropyBackward(io.out(W[0]), io.ints(R[1]), io.in(R[2]), a.m, place * a.v, a.v, ranks,
                                         a.loss_scale);
       return true;
+    default: return false;
+  }
+}
+
+// The tasks whose work depends on where the rank's tokens sit in the
+// sequence (engine/cpu/kernels_context_parallel.h): the attention over the
+// gathered keys and values, and the position table's rows of the embedding
+// (taken out into a table of the rank's positions, and its gradient's rows
+// added back to theirs). False for every other task.
+bool CpuExecutor::Impl::contextParallel(int rank, const Task& t, TaskBuffers& io) {
+  const auto& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  const int cp = int(a.context_parallel), place = plan.job.contextParallelPlace(rank);
+  const AttentionLayout layout{a.c, a.h, a.kv_heads};
+  const int64_t tp_place = plan.job.tensorParallelPlace(rank), rows = a.tensor_parallel > 1 ? a.v / a.tensor_parallel : 0;
+  auto positionRows = [&](int64_t t_) { return contextParallelPosition(t_, a.t, place, cp) * a.c; };
+  switch (t.op) {
+    case OpKind::Attention:
+      contextParallelAttentionForward<float>(io.out(W[0]), io.out(W[1]), io.in(R[0]), io.in(R[1]), a.b, a.t, layout,
+                                             place, cp);
+      return true;
+    case OpKind::AttentionBwd:
+      contextParallelAttentionBackward<float>(io.out(W[0]), io.out(W[1]), io.in(R[0]), io.in(R[1]), io.in(R[2]),
+                                              io.in(R[3]), io.in(R[4]), a.b, a.t, layout, place, cp, a.accumulate);
+      return true;
+    case OpKind::Embedding: {
+      std::vector<float> positions;  // the position table's rows of the rank's tokens (none: Llama)
+      if (R.size() > 2) {
+        const float* wpe = io.in(R[2]);
+        for (int64_t i = 0; i < a.t; ++i)
+          positions.insert(positions.end(), wpe + positionRows(i), wpe + positionRows(i) + a.c);
+      }
+      const float* wpe_rows = positions.empty() ? nullptr : positions.data();
+      if (a.tensor_parallel > 1)
+        vocabParallelEmbedding(io.out(W[0]), io.ints(R[0]), io.in(R[1]), wpe_rows, a.b, a.t, a.c, tp_place * rows, rows,
+                               /*add_position=*/tp_place == 0);
+      else
+        embeddingForward<float>(io.out(W[0]), io.ints(R[0]), io.in(R[1]), wpe_rows, a.b, a.t, a.c);
+      return true;
+    }
+    case OpKind::EmbeddingBwd: {
+      if (a.shards > 1) return false;  // refused by the job's validation
+      float* dwte = io.out(W[0]);
+      std::vector<float> dpositions(W.size() > 1 ? size_t(a.t * a.c) : 0, 0.0f);
+      float* dpos = dpositions.empty() ? nullptr : dpositions.data();
+      if (a.tensor_parallel > 1) {
+        vocabParallelEmbeddingBackward(dwte, dpos, io.in(R[0]), io.ints(R[1]), a.b, a.t, a.c, tp_place * rows, rows,
+                                       a.accumulate, true);
+      } else {
+        if (!a.accumulate) std::fill(dwte, dwte + io.elements(W[0]), 0.0f);
+        embeddingBackward<float>(dwte, dpos, io.in(R[0]), io.ints(R[1]), a.b, a.t, a.c, a.v, true);
+      }
+      if (!dpos) return true;
+      float* dwpe = io.out(W[1]);
+      if (!a.accumulate_params) std::fill(dwpe, dwpe + io.elements(W[1]), 0.0f);
+      for (int64_t i = 0; i < a.t; ++i)
+        for (int64_t c = 0; c < a.c; ++c) dwpe[positionRows(i) + c] += dpos[i * a.c + c];
+      return true;
+    }
     default: return false;
   }
 }

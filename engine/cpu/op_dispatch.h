@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/kernels_context_parallel.h"
 #include "engine/plan/plan.h"
 
 namespace tandem::cpu {
@@ -92,6 +93,12 @@ bool runMathOp(const Task& t, Storage& io) {
     case OpKind::SwiGlu: swigluForward<T>(io.out(W[0]), io.in(R[0]), a.m, a.c); return true;
     case OpKind::SwiGluBwd:
       swigluBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), a.m, a.c, a.accumulate);
+      return true;
+    case OpKind::PackKv:
+      packKv<T>(io.out(W[0]), io.in(R[0]), a.b * a.t, {a.c, a.h, a.kv_heads});
+      return true;
+    case OpKind::PackKvBwd:
+      packKvBackward<T>(io.out(W[0]), io.in(R[0]), a.b * a.t, {a.c, a.h, a.kv_heads}, a.accumulate);
       return true;
     case OpKind::Gelu: geluForward<T>(io.out(W[0]), io.in(R[0]), a.elements); return true;
     case OpKind::GeluBwd:

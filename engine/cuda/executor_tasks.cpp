@@ -107,6 +107,9 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
     case OpKind::SwiGluBwd:
       swigluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.c, a.accumulate, dt(W[0]), s);
       break;
+    case OpKind::PackKv:
+    case OpKind::PackKvBwd:  // refused with the plan (context parallelism)
+      throw CudaError(fmt::format("cuda executor: {}: context parallelism is not run on GPUs", t.name));
     case OpKind::CrossEntropyStats:  // refused with the plan (tensor parallelism)
       throw CudaError(fmt::format("cuda executor: {}: a vocabulary-parallel loss is not run on GPUs", t.name));
     case OpKind::Send:

@@ -133,12 +133,27 @@ class BackwardEmitter {
     emit(fwd, OpKind::SwiGluBwd, "bwd", {dy, fwd.inputs[0]}, {dx}).attrs.accumulate = acc;
   }
 
+  // With context parallelism the attention also reads the gathered keys
+  // and values (its second input) and writes their gradient.
   void attention(const Node& fwd, int dy) {
     bool acc = false;
+    std::vector<int> in{dy, fwd.inputs[0], fwd.outputs[0], fwd.outputs[1]};
+    std::vector<int> out{grads_.contributionTarget(g_, fwd.inputs[0], acc)};
+    if (fwd.inputs.size() > 1) {
+      bool acc_kv = false;
+      in.push_back(fwd.inputs[1]);
+      out.push_back(grads_.contributionTarget(g_, fwd.inputs[1], acc_kv));
+      if (acc_kv) throw std::logic_error(fwd.name + ": the gathered keys and values have other readers");
+    }
+    emit(fwd, OpKind::AttentionBwd, "bwd", std::move(in), std::move(out)).attrs.accumulate = acc;
+  }
+
+  // The keys and values packed for the gather: their gradient adds into
+  // qkv's key and value columns.
+  void packKv(const Node& fwd, int dy) {
+    bool acc = false;
     int dqkv = grads_.contributionTarget(g_, fwd.inputs[0], acc);
-    emit(fwd, OpKind::AttentionBwd, "bwd", {dy, fwd.inputs[0], fwd.outputs[0], fwd.outputs[1]},
-         {dqkv})
-        .attrs.accumulate = acc;
+    emit(fwd, OpKind::PackKvBwd, "bwd", {dy}, {dqkv}).attrs.accumulate = acc;
   }
 
   void gelu(const Node& fwd, int dy) {
@@ -249,6 +264,7 @@ void emitBackward(Graph& g, GradientState& grads, size_t first, size_t last, int
       case OpKind::RmsNorm: em.rmsNorm(fwd, dy); break;
       case OpKind::SwiGlu: em.swiGlu(fwd, dy); break;
       case OpKind::Attention: em.attention(fwd, dy); break;
+      case OpKind::PackKv: em.packKv(fwd, dy); break;
       case OpKind::Gelu: em.gelu(fwd, dy); break;
       case OpKind::Add: em.add(fwd, dy); break;
       case OpKind::Embedding: em.embedding(fwd, dy); break;

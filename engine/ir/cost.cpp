@@ -14,10 +14,17 @@ double opFlops(const Node& n) {
     case OpKind::Matmul: return mnk2 + (a.has_bias ? double(a.m) * a.n : 0);
     case OpKind::MatmulBwdData: return mnk2;
     case OpKind::MatmulBwdWeight: return mnk2 + (a.has_bias ? double(a.m) * a.n : 0);
-    case OpKind::Attention: return 2.0 * a.b * double(a.t) * a.t * a.c;
+    // Causal: half the t x t scores. With context parallelism each rank's
+    // queries (t of them, two balanced chunks) meet a 1/cp share of the whole
+    // sequence's (cp t)^2 / 2 pairs, cp times the pairs of t alone.
+    case OpKind::Attention: return 2.0 * a.b * double(a.t) * a.t * a.c * std::max<int64_t>(1, a.context_parallel);
     // A bias gradient summed by the backward (engine/passes/bias_grad.h) adds
     // one addition per element of the gradient it sums.
-    case OpKind::AttentionBwd: return 5.0 * a.b * double(a.t) * a.t * a.c + (a.bias_grad ? 3.0 * a.b * a.t * a.c : 0);
+    case OpKind::AttentionBwd:
+      return 5.0 * a.b * double(a.t) * a.t * a.c * std::max<int64_t>(1, a.context_parallel) +
+             (a.bias_grad ? 3.0 * a.b * a.t * a.c : 0);
+    case OpKind::PackKv: return 0;
+    case OpKind::PackKvBwd: return double(a.elements);
     case OpKind::LayerNorm: return 8.0 * a.m * a.c;
     case OpKind::LayerNormBwd: return (a.bias_grad ? 15.0 : 14.0) * a.m * a.c;
     case OpKind::Gelu: return 10.0 * a.elements;

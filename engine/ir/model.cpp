@@ -16,7 +16,8 @@ class ForwardBuilder {
       : g_(g), job_(job), mb_(mb), dt_(activationDType(job)), stage_(stage) {
     const auto& m = job.model;
     B_ = job.training.micro_batch;
-    T_ = m.seq_len;
+    T_ = job.rankSeqLen();  // with context parallelism the rank's two chunks of each sample
+    cp_ = job.parallel.context_parallel;
     C_ = m.hidden;
     M_ = B_ * T_;
     tp_ = job.parallel.tensor_parallel;
@@ -136,6 +137,36 @@ class ForwardBuilder {
     return sumOverGroup(prefix, layer, role, y);
   }
 
+  void setAttentionShape(OpAttrs& a, int64_t H, int64_t Cl, int64_t KV) const {
+    a.b = B_;
+    a.t = T_;
+    a.c = Cl;
+    a.h = H;
+    if (llama_) a.kv_heads = KV;
+    if (cp_ > 1) a.context_parallel = cp_;
+  }
+
+  // Context parallelism: the keys and values of the rank's tokens, packed
+  // out of qkv and all-gathered over the rank's context-parallel group, so
+  // its queries can attend to the whole sequence's. On the compute stream:
+  // the attention waits for them. Returns the gathered [cp, B, T, 2, KV x D].
+  int gatherKeysAndValues(const std::string& pre, int layer, int qkv, int64_t H, int64_t KV, int64_t D) {
+    const int64_t width = 2 * KV * D;
+    int kv = act(pre + ".attn.kv", {B_, T_, width}, layer, "att.kv");
+    {
+      Node& n = node(OpKind::PackKv, pre + ".attn.kv", layer, {qkv}, {kv});
+      setAttentionShape(n.attrs, H, H * D, KV);
+      n.attrs.elements = M_ * width;
+    }
+    int all = act(pre + ".attn.kv.allgather.out", {cp_, B_, T_, width}, layer, "att.kv.gathered");
+    Node& ag = node(OpKind::AllGather, pre + ".attn.kv.allgather", layer, {kv}, {all});
+    const int64_t count = int64_t(cp_) * M_ * width;
+    ag.attrs.elements = count;
+    ag.attrs.shards = cp_;
+    ag.collective = dataParallelCollective(CollectiveOp::AllGather, ReduceOp::Sum, count, dt_, "cp");
+    return all;
+  }
+
   int add(const std::string& prefix, int layer, const std::string& role, int a, int b) {
     int c = act(prefix + ".out", residualShape(), layer, role);
     Node& n = node(OpKind::Add, prefix, layer, {a, b}, {c});
@@ -175,6 +206,7 @@ class ForwardBuilder {
       n.attrs.t = T_;
       n.attrs.c = C_;
       n.attrs.v = m.vocab;
+      if (cp_ > 1) n.attrs.context_parallel = cp_;  // the positions of the rank's chunks
       if (tp_ > 1) {
         n.attrs.tensor_parallel = tp_;
         x = sumOverGroup("embed", -1, "embed.out", x);
@@ -198,12 +230,10 @@ class ForwardBuilder {
       int atty = act(pre + ".attn.core.out", {B_, T_, Cl}, l, "att.out");
       int lse = act(pre + ".attn.core.lse", {B_, H, T_}, l, "att.lse", DType::F32);
       {
-        Node& n = node(OpKind::Attention, pre + ".attn.core", l, {qkv}, {atty, lse});
-        n.attrs.b = B_;
-        n.attrs.t = T_;
-        n.attrs.c = Cl;
-        n.attrs.h = H;
-        if (llama_) n.attrs.kv_heads = KV;
+        std::vector<int> in{qkv};
+        if (cp_ > 1) in.push_back(gatherKeysAndValues(pre, l, qkv, H, KV, D));
+        Node& n = node(OpKind::Attention, pre + ".attn.core", l, in, {atty, lse});
+        setAttentionShape(n.attrs, H, Cl, KV);
       }
       int proj = rowParallel(pre + ".attn.proj", l, "attproj.out", atty, L.attproj_w, L.attproj_b, Cl);
       int res2 = add(pre + ".attn.residual", l, "res2", x, proj);
@@ -282,6 +312,7 @@ class ForwardBuilder {
   DType dt_;
   int64_t B_ = 0, T_ = 0, C_ = 0, M_ = 0;
   int tp_ = 1;
+  int cp_ = 1;  // context parallelism
   bool llama_ = false;
   bool sp_ = false;  // sequence parallelism
   int64_t Ms_ = 0;   // tokens of the residual stream this rank holds

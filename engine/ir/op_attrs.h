@@ -59,6 +59,16 @@ struct OpAttrs {
   // rank's part on the others); the embedding adds the position only on
   // the group's first rank, and the loss reads every rank's statistics.
   int64_t tensor_parallel = 0;
+  // Context parallelism (ParallelSpec::context_parallel), the group size, 0
+  // without; `t` is then the rank's tokens of each sample, its two chunks
+  // (contextParallelPosition). On Embedding and EmbeddingBwd the positions
+  // are those chunks'. Attention reads a second input, the keys and values
+  // of the whole sequence gathered over the group ([cp, B, t, 2, kv x D],
+  // PackKv's layout in rank order), and its backward writes their gradient
+  // as a second output; each of the rank's queries attends to the keys up
+  // to its position in the sequence. PackKv and PackKvBwd carry b, t, c, h
+  // and kv_heads as the Attention they serve.
+  int64_t context_parallel = 0;
   // GradNorm: the task writes this rank's share of the sum of squares (its
   // shard's part with a sharded optimizer, each gradient counted
   // 1/ParamInfo::copies), and summing all-reduces over the rank's groups

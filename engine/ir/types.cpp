@@ -33,7 +33,7 @@ constexpr Names<Epilogue, 5> kEpilogue{{{Epilogue::None, "none"},
                                         {Epilogue::DGelu, "dgelu"},
                                         {Epilogue::AddLayerNorm, "add_layernorm"},
                                         {Epilogue::Residual, "residual"}}};
-constexpr Names<OpKind, 27> kOp{{{OpKind::Embedding, "embedding"},
+constexpr Names<OpKind, 29> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::EmbeddingBwd, "embedding_bwd"},
                                  {OpKind::LayerNorm, "layernorm"},
                                  {OpKind::LayerNormBwd, "layernorm_bwd"},
@@ -58,6 +58,8 @@ constexpr Names<OpKind, 27> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::RmsNormBwd, "rmsnorm_bwd"},
                                  {OpKind::SwiGlu, "swiglu"},
                                  {OpKind::SwiGluBwd, "swiglu_bwd"},
+                                 {OpKind::PackKv, "pack_kv"},
+                                 {OpKind::PackKvBwd, "pack_kv_bwd"},
                                  {OpKind::Send, "send"},
                                  {OpKind::Recv, "recv"}}};
 

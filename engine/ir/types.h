@@ -66,6 +66,8 @@ enum class OpKind {
   RmsNormBwd,         // dy, x, w, rstd -> dx (+=), dw
   SwiGlu,             // x[M, 2F] (gate | up) -> y[M, F]       y = silu(gate) * up
   SwiGluBwd,          // dy, x -> dx[M, 2F]
+  PackKv,             // qkv[B,T,W] -> kv[B,T,2,KV*D]           (context parallelism: the keys and values to gather)
+  PackKvBwd,          // dkv -> dqkv (+=; the key and value columns)
   Send,               // buffer -> the peer of a two-rank group (pipeline stages)
   Recv,               // the peer's buffer -> buffer (keep last: simulator/cost/cost_model.h counts the kinds by it)
 };

@@ -12,7 +12,7 @@ namespace {
 // micro-batch's tokens evenly into multiples of 8 (job validation's rule),
 // or 1.
 int mostLmHeadChunks(const JobSpec& job, int micro_batch) {
-  const int64_t tokens = int64_t(micro_batch) * job.model.seq_len;
+  const int64_t tokens = int64_t(micro_batch) * job.rankSeqLen();
   for (int chunks = kMaxSuggestedLmHeadChunks; chunks > 1; chunks /= 2)
     if (tokens % chunks == 0 && (tokens / chunks) % 8 == 0) return chunks;
   return 1;
@@ -70,7 +70,7 @@ std::vector<FittingChoice> choicesThatFit(const JobSpec& job, int64_t budget,
     return false;
   };
   std::vector<bool> shardings{job.parallel.shard_parameters};
-  if (job.parallel.data_parallel > 1 && !job.parallel.shard_parameters) shardings.push_back(true);
+  if (job.replicas() > 1 && !job.parallel.shard_parameters) shardings.push_back(true);
   std::vector<FittingChoice> fits;
   for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full}) {
     int largest = 0;  // a sharded choice is offered only above the unsharded one

@@ -133,12 +133,28 @@ std::unique_ptr<TokenSource> makeTokenSource(const JobSpec& job) {
 void fillMicroBatch(const TokenSource& source, const JobSpec& job, int step, int micro_batch, int rank,
                     int32_t* tokens, int32_t* targets) {
   const int64_t B = job.training.micro_batch, T = job.model.seq_len;
-  // The ranks of one replica (its tensor-parallel group in each pipeline
-  // stage) share its samples.
-  const int64_t replica = job.dataParallelRank(rank);
+  // The ranks of one sample replica (its tensor- and context-parallel
+  // groups in each pipeline stage) share its samples.
+  const int64_t replica = job.sampleReplica(rank);
   const int64_t first = int64_t(step) * job.globalBatch() +
                         (int64_t(micro_batch) * job.parallel.data_parallel + replica) * B;
-  for (int64_t i = 0; i < B; ++i) source.sample(first + i, tokens + i * T, targets + i * T);
+  const int cp = job.parallel.context_parallel;
+  if (cp == 1) {
+    for (int64_t i = 0; i < B; ++i) source.sample(first + i, tokens + i * T, targets + i * T);
+    return;
+  }
+  // Context parallelism: the rank's two chunks of each sample, in order.
+  const int64_t local = job.rankSeqLen();
+  const int place = job.contextParallelPlace(rank);
+  std::vector<int32_t> whole_tokens(static_cast<size_t>(T)), whole_targets(static_cast<size_t>(T));
+  for (int64_t i = 0; i < B; ++i) {
+    source.sample(first + i, whole_tokens.data(), whole_targets.data());
+    for (int64_t t = 0; t < local; ++t) {
+      const int64_t at = contextParallelPosition(t, local, place, cp);
+      tokens[i * local + t] = whole_tokens[size_t(at)];
+      targets[i * local + t] = whole_targets[size_t(at)];
+    }
+  }
 }
 
 }  // namespace tandem

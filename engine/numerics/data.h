@@ -31,7 +31,9 @@ class TokenSource {
 std::unique_ptr<TokenSource> makeTokenSource(const JobSpec& job);
 
 // Fills a micro-batch [B, T] for one rank, using the global sample addressing
-// (the ranks of a tensor-parallel group read their replica's samples).
+// (the ranks of a tensor-parallel group read their replica's samples); with
+// context parallelism [B, T / context_parallel], the rank's two chunks of
+// each sample (contextParallelPosition).
 void fillMicroBatch(const TokenSource& source, const JobSpec& job, int step, int micro_batch,
                     int rank, int32_t* tokens, int32_t* targets);
 

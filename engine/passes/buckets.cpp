@@ -101,7 +101,7 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
     filled += bytes;
   }
 
-  const int world = job.parallel.data_parallel;
+  const int world = job.replicas();
   const int shards = shardCount(job);
   const bool sharded = shardsOptimizer(job);
   std::vector<std::pair<size_t, Node>> inserts;  // (insert after node index, node)
@@ -199,7 +199,7 @@ Node inPlaceAllReduce(const Graph& g, int t, std::string name, ReduceOp reduce, 
 }
 
 bool shardsOptimizer(const JobSpec& job) {
-  return (job.parallel.shard_optimizer && job.parallel.data_parallel > 1) || shardsParameters(job);
+  return (job.parallel.shard_optimizer && job.replicas() > 1) || shardsParameters(job);
 }
 
 // Unlike the optimizer's, parameter sharding is planned for one rank too:
@@ -209,11 +209,11 @@ bool shardsParameters(const JobSpec& job) { return job.parallel.shard_parameters
 
 bool hybridSharding(const JobSpec& job) {
   const int s = job.parallel.shard_group_size;
-  return shardsParameters(job) && s > 1 && s < job.parallel.data_parallel;
+  return shardsParameters(job) && s > 1 && s < job.replicas();
 }
 
 int shardCount(const JobSpec& job) {
-  return hybridSharding(job) ? job.parallel.shard_group_size : job.parallel.data_parallel;
+  return hybridSharding(job) ? job.parallel.shard_group_size : job.replicas();
 }
 
 std::string shardGroup(const JobSpec& job) { return hybridSharding(job) ? "shard" : "dp"; }

@@ -28,7 +28,7 @@ int embeddingBackwardToGather(const Graph& g, const JobSpec& job) {
     if (n.op != OpKind::EmbeddingBwd || n.micro_batch != last_mb) continue;
     int64_t bucket_bytes = 0;
     for (int t : n.outputs) bucket_bytes += g.tensor(t).bytes();
-    const int64_t gathered_bytes = int64_t(job.parallel.data_parallel) * g.tensor(n.inputs[0]).bytes();
+    const int64_t gathered_bytes = int64_t(job.replicas()) * g.tensor(n.inputs[0]).bytes();
     return gathered_bytes < bucket_bytes ? i : -1;
   }
   return -1;
@@ -36,7 +36,7 @@ int embeddingBackwardToGather(const Graph& g, const JobSpec& job) {
 
 bool applyGatheredEmbeddingGradient(Graph& g, const JobSpec& job) {
   if (g.buckets.empty()) return false;
-  const int world = job.parallel.data_parallel;
+  const int world = job.replicas();
   const int last_mb = job.training.grad_accum - 1;
 
   // The final embedding backward and the bucket it completes.

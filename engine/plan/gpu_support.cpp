@@ -12,6 +12,10 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
   if (par.tensor_parallel > 1)
     return fmt::format("tensor parallelism (parallel.tensor_parallel {}) is not run on GPUs yet; {}",
                        par.tensor_parallel, elsewhere);
+  if (par.context_parallel > 1)
+    return fmt::format("context parallelism (parallel.context_parallel {}) is not run on GPUs yet: the attention "
+                       "kernels take whole sequences; {}",
+                       par.context_parallel, elsewhere);
   if (par.pipeline_parallel > 1 || plan.programs.size() != 1)
     return fmt::format("pipeline parallelism (parallel.pipeline_parallel {}: several rank programs) is not run on "
                        "GPUs yet; {}",

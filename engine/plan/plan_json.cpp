@@ -75,6 +75,7 @@ json toJson(const OpAttrs& a) {
   put("params", a.params, d.params);
   put("shards", a.shards, d.shards);
   put("tensor_parallel", a.tensor_parallel, d.tensor_parallel);
+  put("context_parallel", a.context_parallel, d.context_parallel);
   put("norm_squared", a.norm_squared, d.norm_squared);
   return j;
 }
@@ -364,6 +365,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "params", a.params);
   optionalField(j, path, "shards", a.shards);
   optionalField(j, path, "tensor_parallel", a.tensor_parallel);
+  optionalField(j, path, "context_parallel", a.context_parallel);
   optionalField(j, path, "norm_squared", a.norm_squared);
 }
 

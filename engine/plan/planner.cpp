@@ -83,8 +83,9 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   const int wte = stage.first() ? params.front().wte : params.back().lm_head;  // the tied embedding's copy here
   GradientState grads(g);
   const int accum = job.training.grad_accum;
-  const double loss_scale =
-      1.0 / (double(job.training.micro_batch) * job.model.seq_len * accum);
+  // Per token of the rank's: the replicas' average (context-parallel ranks
+  // among them, each with an equal share of the tokens) is the global mean.
+  const double loss_scale = 1.0 / (double(job.training.micro_batch) * double(job.rankSeqLen()) * accum);
   std::vector<MicroBatchNodes> micro_batches;  // per micro-batch, its chunks in order
   for (int mb = 0; mb < accum; ++mb) {
     // Gradients reduced every micro-batch start afresh in each.
@@ -131,7 +132,7 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   applyParameterSharding(g, job);
 
   std::vector<int> ranks;
-  for (int replica = 0; replica < job.parallel.data_parallel; ++replica)
+  for (int replica = 0; replica < job.replicas(); ++replica)
     for (int place = 0; place < job.parallel.tensor_parallel; ++place)
       ranks.push_back(job.rankAt(stage.index, replica, place));
   LowerOptions lower;

@@ -8,7 +8,8 @@
 namespace tandem {
 
 std::vector<ProcessGroup> processGroups(const JobSpec& job) {
-  const int tp = job.parallel.tensor_parallel, dp = job.parallel.data_parallel, pp = job.parallel.pipeline_parallel;
+  const int tp = job.parallel.tensor_parallel, pp = job.parallel.pipeline_parallel;
+  const int dp = job.replicas(), cp = job.parallel.context_parallel;
   std::vector<ProcessGroup> groups;
   auto family = [&](const std::string& name, int count, auto&& ranks_of) {
     for (int i = 0; i < count; ++i) groups.push_back(ProcessGroup{name, ranks_of(i)});
@@ -23,6 +24,13 @@ std::vector<ProcessGroup> processGroups(const JobSpec& job) {
     family("tp", pp * dp, [&](int i) {
       std::vector<int> r(static_cast<size_t>(tp));
       std::iota(r.begin(), r.end(), job.rankAt(i / dp, i % dp, 0));
+      return r;
+    });
+  if (cp > 1)  // per stage, sample replica and place: the replica's context-parallel ranks
+    family("cp", pp * (dp / cp) * tp, [&](int i) {
+      const int stage = i / (dp / cp * tp), first = (i / tp) % (dp / cp) * cp, place = i % tp;
+      std::vector<int> r;
+      for (int c = 0; c < cp; ++c) r.push_back(job.rankAt(stage, first + c, place));
       return r;
     });
   if (pp > 1) {

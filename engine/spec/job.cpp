@@ -386,6 +386,11 @@ void readParallel(JobReader& r, const YAML::Node& node, const std::string& node_
        }},
       {"sequence_parallel",
        [&](const YAML::Node& v, const std::string& p) { parallel.sequence_parallel = r.readBool(v, p); }},
+      {"context_parallel",
+       [&](const YAML::Node& v, const std::string& p) {
+         parallel.context_parallel =
+             r.readInt(v, p, 1, "integers >= 1 such that 2 x context_parallel divides model.seq_len");
+       }},
       {"pipeline_parallel",
        [&](const YAML::Node& v, const std::string& p) {
          parallel.pipeline_parallel = r.readInt(v, p, 1, "integers >= 1 dividing model.layers");
@@ -644,11 +649,36 @@ void validateDataSource(const JobReader& r, const JobSpec& job, const JobParseOp
   }
 }
 
+// How a rank's tokens of a micro-batch are counted, for messages.
+std::string rankTokensMeaning(const JobSpec& job) {
+  return job.parallel.context_parallel > 1 ? "(training.micro_batch x model.seq_len / parallel.context_parallel)"
+                                           : "(training.micro_batch x model.seq_len)";
+}
+
+// Context parallelism: the sequence must split into 2 x context_parallel
+// equal chunks (ParallelSpec::context_parallel).
+void validateContextParallel(const JobReader& r, const JobSpec& job) {
+  const int cp = job.parallel.context_parallel;
+  if (cp <= 1) return;
+  auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
+  if (job.model.seq_len % (2 * cp) != 0)
+    r.fail(pick("parallel.context_parallel", "model.seq_len"),
+           "context_parallel " + std::to_string(cp) + " splits each sequence into " + std::to_string(2 * cp) +
+               " equal chunks (two per rank, for an even share of the causal attention), which do not divide "
+               "model.seq_len " + std::to_string(job.model.seq_len),
+           "integers >= 1 such that 2 x context_parallel divides model.seq_len");
+  else if (job.comm.gather_embedding_gradient)
+    r.fail(pick("comm.gather_embedding_gradient", "parallel.context_parallel"),
+           "comm.gather_embedding_gradient is not planned with context parallelism (the gathered backward reads "
+           "every replica's tokens at the whole sequence's positions)",
+           "comm.gather_embedding_gradient: false, or parallel.context_parallel: 1");
+}
+
 // What a sharded optimizer or sharded parameters rule out or need.
 void validateSharding(const JobReader& r, const JobSpec& job) {
   auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
   const bool sharded =
-      (job.parallel.shard_optimizer && job.parallel.data_parallel > 1) || job.parallel.shard_parameters;
+      (job.parallel.shard_optimizer && job.replicas() > 1) || job.parallel.shard_parameters;
   if (job.schedule.optimizer_beside_forward && sharded) {
     const char* field = job.parallel.shard_parameters ? "parallel.shard_parameters" : "parallel.shard_optimizer";
     r.fail(pick("schedule.optimizer_beside_forward", field),
@@ -663,10 +693,14 @@ void validateSharding(const JobReader& r, const JobSpec& job) {
            "comm.gather_embedding_gradient: false, or parallel.shard_parameters: false");
   }
   if (const int s = job.parallel.shard_group_size; s != 0) {
-    const int dp = job.parallel.data_parallel;
+    // Context-parallel ranks shard with the replicas.
+    const int dp = job.replicas();
+    const std::string replicas = job.parallel.context_parallel > 1
+                                     ? "the " + std::to_string(dp) + " replicas (data_parallel x context_parallel)"
+                                     : "data_parallel " + std::to_string(dp);
     if (s < 2 || dp % s != 0)
       r.fail(pick("parallel.shard_group_size", "parallel.data_parallel"),
-             "shard groups of " + std::to_string(s) + " ranks do not split data_parallel " + std::to_string(dp),
+             "shard groups of " + std::to_string(s) + " ranks do not split " + replicas,
              "0 (all ranks), or integers >= 2 dividing data_parallel");
     else if (s < dp && !job.parallel.shard_parameters)
       r.fail(pick("parallel.shard_group_size", "parallel.shard_parameters"),
@@ -737,7 +771,7 @@ void validateTensorParallel(const JobReader& r, const JobSpec& job) {
   }
   if (job.parallel.sequence_parallel) {
     const int tp = job.parallel.tensor_parallel;
-    const int64_t tokens = int64_t(job.training.micro_batch) * m.seq_len;
+    const int64_t tokens = int64_t(job.training.micro_batch) * job.rankSeqLen();
     if (tp <= 1)
       r.fail(pick("parallel.sequence_parallel", "parallel.tensor_parallel"),
              "sequence parallelism splits a tensor-parallel group's tokens and needs tensor_parallel >= 2",
@@ -745,7 +779,7 @@ void validateTensorParallel(const JobReader& r, const JobSpec& job) {
     else if (tokens % tp != 0)
       r.fail(pick("parallel.sequence_parallel", "training.micro_batch"),
              "tensor_parallel " + std::to_string(tp) + " does not divide a micro-batch's " + std::to_string(tokens) +
-                 " tokens (training.micro_batch x model.seq_len), which sequence parallelism splits over the group",
+                 " tokens " + rankTokensMeaning(job) + ", which sequence parallelism splits over the group",
              "parallel.sequence_parallel: false, or a micro-batch whose tokens tensor_parallel divides");
   }
 }
@@ -820,23 +854,24 @@ void validateJob(const JobReader& r, const JobSpec& job, const JobParseOptions& 
   if (job.name.empty()) r.fail("name", "the name is empty", "a non-empty string");
   validateFields(r, job);
   validateDataSource(r, job, options);
+  validateContextParallel(r, job);
   validateSharding(r, job);
   validateModelFamily(r, job);
   validateTensorParallel(r, job);
   validatePipeline(r, job);
-  const long double world = (long double)job.parallel.data_parallel * job.parallel.tensor_parallel *
-                            job.parallel.pipeline_parallel;
+  const long double world = (long double)job.parallel.data_parallel * job.parallel.context_parallel *
+                            job.parallel.tensor_parallel * job.parallel.pipeline_parallel;
   if (world > std::numeric_limits<int>::max())
     r.fail(pick("parallel.data_parallel", "parallel.tensor_parallel"),
-           "data_parallel x tensor_parallel x pipeline_parallel = " + number(double(world)) +
+           "data_parallel x context_parallel x tensor_parallel x pipeline_parallel = " + number(double(world)) +
                " ranks, more than rank numbers can hold",
            "a world of up to 2147483647 ranks");
   if (const int chunks = job.schedule.lm_head_chunks; chunks > 1) {
-    const int64_t tokens = int64_t(job.training.micro_batch) * m.seq_len;
+    const int64_t tokens = int64_t(job.training.micro_batch) * job.rankSeqLen();
     if (tokens % chunks != 0 || (tokens / chunks) % 8 != 0)
       r.fail(pick("schedule.lm_head_chunks", "training.micro_batch"),
              std::to_string(chunks) + " groups do not split a micro-batch's " + std::to_string(tokens) +
-                 " tokens (training.micro_batch x model.seq_len) into equal groups of a multiple of 8 tokens",
+                 " tokens " + rankTokensMeaning(job) + " into equal groups of a multiple of 8 tokens",
              "1, or a divisor of training.micro_batch * model.seq_len that leaves a multiple of 8 tokens");
   }
   const DataSpec& d = job.data;

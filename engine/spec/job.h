@@ -75,6 +75,20 @@ struct ParallelSpec {
   // each column-parallel one; the LayerNorms' parameter gradients are
   // summed over the group (engine/passes/tensor_parallel.h).
   bool sequence_parallel = false;
+  // Context parallelism (Llama 3's all-gather form; Megatron-LM's
+  // context_parallel_size): each sample's sequence is split over this many
+  // ranks, each holding two of 2 x context_parallel equal chunks (chunk i
+  // and its mirror 2 x context_parallel - 1 - i, so every rank does the same
+  // share of the causal attention's work). Every per-token layer runs on the
+  // rank's tokens; the attention gathers the keys and values of the whole
+  // sequence over the group and reduce-scatters their gradients back
+  // (engine/ir/model.cpp). The group's ranks see the same samples and
+  // average their gradients with the data-parallel replicas, so the world is
+  // data_parallel x context_parallel x tensor_parallel x pipeline_parallel
+  // ranks and the groups' order is Megatron's: tensor-parallel place
+  // fastest, then the context-parallel place, the sample replica and the
+  // pipeline stage.
+  int context_parallel = 1;
   // Pipeline parallelism: the blocks split into this many stages of
   // consecutive layers (the embedding on the first, the final LayerNorm,
   // LM head and loss on the last), each stage on its own ranks, which pass
@@ -218,20 +232,41 @@ struct JobSpec {
     return int64_t(training.micro_batch) * training.grad_accum * parallel.data_parallel;
   }
   int64_t tokensPerStep() const { return globalBatch() * model.seq_len; }
-  // Ranks of the job: each data-parallel replica is tensor_parallel ranks
-  // in each of pipeline_parallel stages.
-  int worldSize() const { return parallel.data_parallel * parallel.tensor_parallel * parallel.pipeline_parallel; }
-  // Where a rank sits: rank = (stage x data_parallel + replica) x
+  // The tokens of each sample one rank holds (the whole sequence without
+  // context parallelism).
+  int64_t rankSeqLen() const { return model.seq_len / parallel.context_parallel; }
+  // The replicas of each stage and tensor-parallel place: the ranks that
+  // average their gradients (and shard the optimizer), data_parallel sample
+  // replicas of context_parallel ranks each.
+  int replicas() const { return parallel.data_parallel * parallel.context_parallel; }
+  // Ranks of the job: each replica is tensor_parallel ranks in each of
+  // pipeline_parallel stages.
+  int worldSize() const { return replicas() * parallel.tensor_parallel * parallel.pipeline_parallel; }
+  // Where a rank sits: rank = (stage x replicas() + replica) x
   // tensor_parallel + place (the tensor-parallel place fastest, so a
   // tensor-parallel group is consecutive ranks; a stage is a block of
-  // data_parallel x tensor_parallel ranks).
+  // replicas() x tensor_parallel ranks), and replica = sample replica x
+  // context_parallel + context-parallel place.
   int tensorParallelPlace(int rank) const { return rank % parallel.tensor_parallel; }
-  int dataParallelRank(int rank) const { return (rank / parallel.tensor_parallel) % parallel.data_parallel; }
-  int pipelineStage(int rank) const { return rank / (parallel.tensor_parallel * parallel.data_parallel); }
+  int dataParallelRank(int rank) const { return (rank / parallel.tensor_parallel) % replicas(); }
+  int contextParallelPlace(int rank) const { return dataParallelRank(rank) % parallel.context_parallel; }
+  int sampleReplica(int rank) const { return dataParallelRank(rank) / parallel.context_parallel; }
+  int pipelineStage(int rank) const { return rank / (parallel.tensor_parallel * replicas()); }
   int rankAt(int stage, int replica, int place) const {
-    return (stage * parallel.data_parallel + replica) * parallel.tensor_parallel + place;
+    return (stage * replicas() + replica) * parallel.tensor_parallel + place;
   }
 };
+
+// Context parallelism's layout: the position in the whole sequence of the
+// rank's token `t` (of `local` = seq_len / context_parallel), for the rank
+// at context-parallel `place` of `context_parallel`: its first half is
+// chunk `place`, its second the mirror chunk 2 x context_parallel - 1 -
+// place (ParallelSpec::context_parallel).
+inline int64_t contextParallelPosition(int64_t t, int64_t local, int place, int context_parallel) {
+  const int64_t chunk = local / 2;
+  if (t < chunk) return int64_t(place) * chunk + t;
+  return int64_t(2 * context_parallel - 1 - place) * chunk + (t - chunk);
+}
 
 // Parses and validates a job. `overrides` are "dotted.key=value" pairs applied
 // before validation (the CLI's --set). Throws SpecError with

@@ -108,6 +108,10 @@ std::string jobToYaml(const JobSpec& job) {
   field("data_parallel", integer(job.parallel.data_parallel));
   field("tensor_parallel", integer(job.parallel.tensor_parallel));
   field("sequence_parallel", job.parallel.sequence_parallel ? "true" : "false");
+  // Fields added after the first format are written only where they differ
+  // from their default, so a job planned before they existed keeps its
+  // text and hash (plans and traces name the job by it).
+  if (job.parallel.context_parallel != 1) field("context_parallel", integer(job.parallel.context_parallel));
   field("pipeline_parallel", integer(job.parallel.pipeline_parallel));
   field("pipeline_chunks", integer(job.parallel.pipeline_chunks));
   std::string stage_layers;

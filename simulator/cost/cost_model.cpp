@@ -37,6 +37,10 @@ RooflineParams RooflineParams::defaults() {
   set(OpKind::RmsNormBwd, 0.5, 0.60);
   set(OpKind::SwiGlu, 0.5, 0.75);
   set(OpKind::SwiGluBwd, 0.5, 0.75);
+  // Context parallelism's copies of the keys and values (and their
+  // gradients' adds): strided elementwise passes.
+  set(OpKind::PackKv, 0.5, 0.75);
+  set(OpKind::PackKvBwd, 0.5, 0.75);
   set(OpKind::Add, 0.5, 0.80);
   set(OpKind::Embedding, 0.5, 0.60);
   set(OpKind::EmbeddingBwd, 0.5, 0.40);  // scatter-add with atomics

@@ -209,6 +209,13 @@ TEST_CASE("canonical YAML round-trips every field", "[job]") {
                           "parallel.yaml"));
   CHECK(jobs.back().parallel.sequence_parallel);
   CHECK(jobs.back().parallel.pipeline_chunks == 2);
+  jobs.push_back(parseJob("parallel: {data_parallel: 2, context_parallel: 4, tensor_parallel: 2}\n", "cp.yaml"));
+  CHECK(jobs.back().parallel.context_parallel == 4);
+  CHECK(jobs.back().worldSize() == 16);
+  CHECK(jobs.back().yaml.find("context_parallel: 4") != std::string::npos);
+  // A field added after the first format is written only away from its
+  // default: jobs planned before it keep their text and hash.
+  CHECK(jobs.front().yaml.find("context_parallel") == std::string::npos);
   for (const JobSpec& j : jobs) {
     INFO(j.yaml);
     CHECK(j.yaml == jobToYaml(j));
@@ -421,7 +428,7 @@ TEST_CASE("tensor and sequence parallel splits the model cannot take, and too ma
       {"parallel: {tensor_parallel: 2, data_parallel: 2, shard_optimizer: true}\ncomm: {gather_embedding_gradient: true}\n",
        {}, "bad.yaml:2: comm.gather_embedding_gradient: ", "not planned with the embedding split"},
       {"parallel: {data_parallel: 1073741824, tensor_parallel: 4}\n", {}, "bad.yaml:1: parallel.data_parallel: ",
-       "data_parallel x tensor_parallel x pipeline_parallel = 4.29497e+09 ranks, more than rank numbers can hold"},
+       "data_parallel x context_parallel x tensor_parallel x pipeline_parallel = 4.29497e+09 ranks, more than rank numbers can hold"},
       {"model: {family: llama, heads: 8, hidden: 64, kv_heads: 2}\nparallel: {tensor_parallel: 4}\n", {},
        "bad.yaml:2: parallel.tensor_parallel: ", "tensor_parallel 4 does not divide the 2 key/value heads"},
       {"parallel: {sequence_parallel: true}\n", {}, "bad.yaml:1: parallel.sequence_parallel: ",
@@ -430,6 +437,18 @@ TEST_CASE("tensor and sequence parallel splits the model cannot take, and too ma
        {"parallel.sequence_parallel=true"},
        "--set parallel.sequence_parallel=true: parallel.sequence_parallel: ",
        "tensor_parallel 2 does not divide a micro-batch's 21 tokens"},
+      {"model: {seq_len: 12}\nparallel: {context_parallel: 4}\n", {}, "bad.yaml:2: parallel.context_parallel: ",
+       "context_parallel 4 splits each sequence into 8 equal chunks"},
+      {"parallel: {context_parallel: 0}\n", {}, "bad.yaml:1: parallel.context_parallel: ",
+       "(allowed: integers >= 1 such that 2 x context_parallel divides model.seq_len)"},
+      {"parallel: {context_parallel: 2, shard_optimizer: true}\ncomm: {gather_embedding_gradient: true}\n", {},
+       "bad.yaml:2: comm.gather_embedding_gradient: ", "not planned with context parallelism"},
+      {"model: {seq_len: 12}\ntraining: {micro_batch: 1}\nparallel: {context_parallel: 2, tensor_parallel: 4}\n",
+       {"parallel.sequence_parallel=true"}, "--set parallel.sequence_parallel=true: parallel.sequence_parallel: ",
+       "tensor_parallel 4 does not divide a micro-batch's 6 tokens (training.micro_batch x model.seq_len / "
+       "parallel.context_parallel)"},
+      {"parallel: {context_parallel: 2, data_parallel: 3, shard_parameters: true, shard_group_size: 4}\n", {},
+       "bad.yaml:1: parallel.shard_group_size: ", "do not split the 6 replicas (data_parallel x context_parallel)"},
   };
   checkBadSpecs(cases);
 }

@@ -391,6 +391,41 @@ TEST_CASE("what-if dialog: tensor and sequence parallelism, and a tensor-paralle
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
 }
 
+TEST_CASE("what-if dialog: context parallelism, and a size the sequence refuses", "[gui][whatif]") {
+  DialogSession session;
+  WhatIfDialog& dialog = session.dialog;
+  setFittedFields(dialog);
+  auto has = [&](const std::string& o) { return hasOverride(dialog, o); };
+  CHECK(has("parallel.context_parallel=1"));
+  dialog.setDataParallel(8);
+  QSignalSpy whole(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(whole.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  const QString without_split = dialog.statusText();
+  // 4 replicas whose sequences are split over 2 ranks each: the same 8
+  // GPUs, half the tokens per rank, so less activation memory.
+  dialog.setDataParallel(4);
+  dialog.setContextParallel(2);
+  CHECK(has("parallel.context_parallel=2"));
+  CHECK_THAT(dialog.request().run_name, Catch::Contains("dp 4 x cp 2,"));
+  QSignalSpy split(&dialog, &WhatIfDialog::runCreated);
+  dialog.start();
+  REQUIRE(split.wait(120000));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+  INFO(without_split.toStdString() << " / " << dialog.statusText().toStdString());
+  CHECK(dialog.statusText().startsWith("New run"));
+  CHECK(peakGiB(dialog.statusText()) > 0);
+  CHECK(peakGiB(dialog.statusText()) < peakGiB(without_split));
+  // 2 x 3 does not divide GPT-2's 1024 positions: refused on one line, no run.
+  QSignalSpy refused(&dialog, &WhatIfDialog::failed);
+  dialog.setContextParallel(3);
+  dialog.start();
+  REQUIRE(refused.wait(60000));
+  CHECK(refused.at(0).at(0).toString().contains("context_parallel 3 splits each sequence into 6 equal chunks"));
+  QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
+}
+
 TEST_CASE("what-if dialog: pipeline stages, uneven and interleaved, and a stage list that does not match",
           "[gui][whatif]") {
   DialogSession session;

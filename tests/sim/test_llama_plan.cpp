@@ -73,6 +73,53 @@ TEST_CASE("a 3D-parallel Llama replays the same with and without symmetry", "[en
   CHECK(sym.step_ns == full.step_ns);
 }
 
+TEST_CASE("a context-parallel Llama replays the same with and without symmetry, its attention split", "[engine][llama][cp]") {
+  JobSpec job = smallLlama();
+  job.model.kv_heads = 8;
+  job.parallel = ParallelSpec{};
+  job.parallel.context_parallel = 2;
+  job.parallel.tensor_parallel = 2;
+  job.parallel.sequence_parallel = true;
+  job.parallel.pipeline_parallel = 2;
+  job.parallel.data_parallel = 2;
+  job.training.grad_accum = 4;
+  const Plan plan = buildPlan(job);
+  const Topology topo = loadTopology("2xdgx-h100");
+  const RooflineCostModel cost;
+  SimOptions all_ranks;
+  all_ranks.symmetry = SymmetryMode::Off;
+  const SimResult sym = simulatePlan(plan, topo, cost);
+  const SimResult full = simulatePlan(plan, topo, cost, all_ranks);
+  CHECK(sym.stats.symmetric);
+  CHECK(sym.step_ns == full.step_ns);
+  // Each rank's attention is its share of the sequence's: the causal
+  // products of half the queries against the whole sequence, about half
+  // of the whole attention's time (the kernels are compute-bound).
+  JobSpec whole = job;
+  whole.parallel.context_parallel = 1;
+  const Plan whole_plan = buildPlan(whole);
+  auto attentionNs = [&](const Plan& p, const SimResult& r) {
+    int64_t ns = 0;
+    for (const SimActivity& a : r.ranks[0].activities)
+      if (p.programs[0].tasks.at(size_t(a.task)).op == OpKind::Attention) ns += a.end_ns - a.start_ns;
+    return ns;
+  };
+  const int64_t split_ns = attentionNs(plan, full);
+  const int64_t whole_ns = attentionNs(whole_plan, simulatePlan(whole_plan, topo, cost, all_ranks));
+  CHECK(split_ns > 0);
+  CHECK(double(split_ns) == Approx(0.5 * double(whole_ns)).epsilon(0.05));
+  // The key/value gathers ran over the two ranks of each context-parallel group.
+  int gathers = 0;
+  for (const SimActivity& a : full.ranks[0].activities) {
+    const Task& t = plan.programs[0].tasks.at(size_t(a.task));
+    if (t.collective && t.collective->group == "cp") {
+      CHECK(a.end_ns > a.start_ns);
+      ++gathers;
+    }
+  }
+  CHECK(gathers == 2 * job.model.layers / 2 * job.training.grad_accum);  // a gather and a scatter per stage's block
+}
+
 TEST_CASE("receives posted ahead of their data do not slow the kernels beside them", "[engine][llama][pp]") {
   // Llama 2 70B as shipped (4 stages of 2 interleaved chunks, 64
   // micro-batches) against one chunk per stage: the first stage runs the
