@@ -34,7 +34,10 @@ std::string jsonText(const std::string& s) {
 
 std::string jsonList(const std::vector<std::string>& v) {
   std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + jsonText(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += jsonText(v[i]);  // appended, not "," + text: GCC 12 warns falsely (-Wrestrict) on that concatenation
+  }
   return out + "]";
 }
 

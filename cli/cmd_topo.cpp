@@ -59,7 +59,7 @@ std::vector<DeviceGroup> groupDevices(const Topology& t) {
   std::vector<DeviceGroup> groups;
   for (const auto& d : t.devices) {
     auto key = [](const sim::DeviceSpec& x) {
-      return std::tie(x.model, x.mig_profile, x.bf16_flops, x.fp32_flops, x.hbm_gbps, x.memory_bytes, x.sm_count,
+      return std::tie(x.model, x.mig_profile, x.bf16_flops, x.fp32_flops, x.fp8_flops, x.hbm_gbps, x.memory_bytes, x.sm_count,
                       x.speed);
     };
     auto it = std::find_if(groups.begin(), groups.end(), [&](const DeviceGroup& g) { return key(*g.first) == key(d); });
@@ -123,6 +123,7 @@ void showCommand(const std::string& what, bool as_json) {
                          {"host", t.hosts[size_t(d.host)].name},
                          {"bf16_flops", d.bf16_flops},
                          {"fp32_flops", d.fp32_flops},
+                         {"fp8_flops", d.fp8_flops},
                          {"hbm_gbps", d.hbm_gbps},
                          {"memory_bytes", d.memory_bytes},
                          {"sm_count", d.sm_count},
@@ -154,8 +155,9 @@ void showCommand(const std::string& what, bool as_json) {
   fmt::print("devices:\n");
   for (const auto& g : groups) {
     const auto& d = *g.first;
-    fmt::print("  {:>5} x {:<14} bf16 {:7.1f} TFLOP/s  fp32 {:6.1f} TFLOP/s  HBM {:6.0f} GB/s  {:6.1f} GiB  {} SMs{}\n",
-               g.count, d.model.empty() ? "?" : d.model, d.bf16_flops / 1e12, d.fp32_flops / 1e12, d.hbm_gbps,
+    fmt::print("  {:>5} x {:<14} bf16 {:7.1f} TFLOP/s  fp32 {:6.1f} TFLOP/s  {}HBM {:6.0f} GB/s  {:6.1f} GiB  {} SMs{}\n",
+               g.count, d.model.empty() ? "?" : d.model, d.bf16_flops / 1e12, d.fp32_flops / 1e12,
+               d.fp8_flops > 0 ? fmt::format("fp8 {:7.1f} TFLOP/s  ", d.fp8_flops / 1e12) : std::string(), d.hbm_gbps,
                double(d.memory_bytes) / (1024.0 * 1024 * 1024), d.sm_count,
                (d.mig_profile.empty() ? "" : "  (MIG " + d.mig_profile + ")") +
                    (d.speed == 1.0 ? "" : fmt::format("  (speed {})", d.speed)));

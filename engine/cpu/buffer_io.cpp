@@ -22,6 +22,8 @@ std::vector<float> loadAsFloat(const std::byte* arena, const Buffer& b) {
       for (int64_t i = 0; i < n; ++i) v[i] = float(q[i]);
       break;
     }
+    case DType::F8:  // FP8 plans are refused by the CPU executor
+      throw std::logic_error("cpu executor: FP8 buffers are not run on the CPU reference");
   }
   return v;
 }
@@ -41,6 +43,8 @@ void storeFromFloat(std::byte* arena, const Buffer& b, const float* values) {
       for (int64_t i = 0; i < n; ++i) q[i] = int32_t(values[i]);
       break;
     }
+    case DType::F8:
+      throw std::logic_error("cpu executor: FP8 buffers are not run on the CPU reference");
   }
 }
 

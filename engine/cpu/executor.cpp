@@ -138,6 +138,10 @@ struct CpuExecutor::Impl {
   const RankPlan& programOf(int rank) const { return *program_of.at(size_t(rank)); }
 
   explicit Impl(const Plan& p) : plan(p) {
+    if (plan.job.training.precision == Precision::FP8)
+      throw std::runtime_error(
+          "cpu executor: FP8 GEMMs (training.precision fp8) are planned and simulated; the CPU reference has no FP8 "
+          "arithmetic yet (train the job as bf16)");
     program_of.assign(size_t(plan.world_size), nullptr);
     for (const RankPlan& rp : plan.programs) {
       for (int r : rp.ranks) {

@@ -112,7 +112,7 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   prepareKernels();
   // Heads 128 wide run on the tensor-core kernels' Hopper code only, which
   // prepareKernels found loaded or not (gpuRunRefusal judged the plan).
-  const DType activations = plan.job.training.precision == Precision::BF16 ? DType::BF16 : DType::F32;
+  const DType activations = plan.job.training.precision == Precision::FP32 ? DType::F32 : DType::BF16;
   for (const Task& t : program->tasks)
     if (t.op == OpKind::Attention && !attentionRunsHere(t.attrs.c, t.attrs.h, activations))
       throw CudaError(fmt::format("cuda executor: attention heads {} wide run on the tensor cores' Hopper (sm_90a) "

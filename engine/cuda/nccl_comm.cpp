@@ -27,6 +27,7 @@ ncclDataType_t ncclType(DType dt) {
     case DType::F32: return ncclFloat32;
     case DType::BF16: return ncclBfloat16;
     case DType::I32: return ncclInt32;
+    case DType::F8: return ncclUint8;  // never communicated: FP8 plans are refused (gpu_support.h)
   }
   return ncclFloat32;
 }

@@ -24,6 +24,8 @@ double opFlops(const Node& n) {
       return 5.0 * a.b * double(a.t) * a.t * a.c * std::max<int64_t>(1, a.context_parallel) +
              (a.bias_grad ? 3.0 * a.b * a.t * a.c : 0);
     case OpKind::PackKv: return 0;
+    // The amax reduction and the scaled conversion.
+    case OpKind::CastFp8: return 2.0 * a.elements;
     case OpKind::PackKvBwd: return double(a.elements);
     case OpKind::LayerNorm: return 8.0 * a.m * a.c;
     case OpKind::LayerNormBwd: return (a.bias_grad ? 15.0 : 14.0) * a.m * a.c;

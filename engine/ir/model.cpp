@@ -329,7 +329,7 @@ int addParam(Graph& g, const JobSpec& job, const std::string& name, std::vector<
              int layer, bool decay, Split split = {}) {
   if (job.parallel.tensor_parallel <= 1) split = {};
   if (split.dim >= 0) shape.at(size_t(split.dim)) /= job.parallel.tensor_parallel;
-  const bool bf16 = job.training.precision == Precision::BF16;
+  const bool bf16 = job.training.precision != Precision::FP32;  // fp8: bf16 weights, FP8 copies for the GEMMs
   auto make = [&](const std::string& suffix, TensorCategory cat, DType dt) {
     Tensor t;
     t.name = name + suffix;
@@ -366,7 +366,7 @@ int addParam(Graph& g, const JobSpec& job, const std::string& name, std::vector<
 }  // namespace
 
 DType activationDType(const JobSpec& job) {
-  return job.training.precision == Precision::BF16 ? DType::BF16 : DType::F32;
+  return job.training.precision == Precision::FP32 ? DType::F32 : DType::BF16;
 }
 
 ModelParams addModelParameters(Graph& g, const JobSpec& job, const ModelChunk& stage) {

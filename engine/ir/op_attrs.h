@@ -69,6 +69,10 @@ struct OpAttrs {
   // to its position in the sequence. PackKv and PackKvBwd carry b, t, c, h
   // and kv_heads as the Attention they serve.
   int64_t context_parallel = 0;
+  // Matmul family (training.precision fp8): the GEMM reads FP8 copies of
+  // its two operands (CastFp8's outputs, or a producer's FP8 output) and
+  // runs at the GPU's FP8 rate (engine/passes/fp8_gemms.h).
+  bool fp8 = false;
   // GradNorm: the task writes this rank's share of the sum of squares (its
   // shard's part with a sharded optimizer, each gradient counted
   // 1/ParamInfo::copies), and summing all-reduces over the rank's groups

@@ -11,7 +11,7 @@ namespace {
 template <class E, size_t N>
 using Names = std::array<std::pair<E, std::string_view>, N>;
 
-constexpr Names<DType, 3> kDType{{{DType::F32, "f32"}, {DType::BF16, "bf16"}, {DType::I32, "i32"}}};
+constexpr Names<DType, 4> kDType{{{DType::F32, "f32"}, {DType::BF16, "bf16"}, {DType::I32, "i32"}, {DType::F8, "f8"}}};
 constexpr Names<TensorCategory, 7> kCategory{{{TensorCategory::Parameter, "parameters"},
                                               {TensorCategory::MasterWeight, "master_weights"},
                                               {TensorCategory::Gradient, "gradients"},
@@ -22,7 +22,8 @@ constexpr Names<TensorCategory, 7> kCategory{{{TensorCategory::Parameter, "param
 constexpr Names<RecomputePolicy, 3> kRecompute{{{RecomputePolicy::None, "none"},
                                                 {RecomputePolicy::Selective, "selective"},
                                                 {RecomputePolicy::Full, "full"}}};
-constexpr Names<Precision, 2> kPrecision{{{Precision::FP32, "fp32"}, {Precision::BF16, "bf16"}}};
+constexpr Names<Precision, 3> kPrecision{
+    {{Precision::FP32, "fp32"}, {Precision::BF16, "bf16"}, {Precision::FP8, "fp8"}}};
 constexpr Names<TaskKind, 5> kTask{{{TaskKind::Kernel, "kernel"},
                                     {TaskKind::Collective, "collective"},
                                     {TaskKind::SendRecv, "sendrecv"},
@@ -33,7 +34,7 @@ constexpr Names<Epilogue, 5> kEpilogue{{{Epilogue::None, "none"},
                                         {Epilogue::DGelu, "dgelu"},
                                         {Epilogue::AddLayerNorm, "add_layernorm"},
                                         {Epilogue::Residual, "residual"}}};
-constexpr Names<OpKind, 29> kOp{{{OpKind::Embedding, "embedding"},
+constexpr Names<OpKind, 30> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::EmbeddingBwd, "embedding_bwd"},
                                  {OpKind::LayerNorm, "layernorm"},
                                  {OpKind::LayerNormBwd, "layernorm_bwd"},
@@ -60,6 +61,7 @@ constexpr Names<OpKind, 29> kOp{{{OpKind::Embedding, "embedding"},
                                  {OpKind::SwiGluBwd, "swiglu_bwd"},
                                  {OpKind::PackKv, "pack_kv"},
                                  {OpKind::PackKvBwd, "pack_kv_bwd"},
+                                 {OpKind::CastFp8, "cast_fp8"},
                                  {OpKind::Send, "send"},
                                  {OpKind::Recv, "recv"}}};
 
@@ -84,6 +86,7 @@ int64_t dtypeSize(DType t) {
     case DType::F32: return 4;
     case DType::BF16: return 2;
     case DType::I32: return 4;
+    case DType::F8: return 1;
   }
   return 4;
 }

@@ -12,7 +12,10 @@
 
 namespace tandem {
 
-enum class DType { F32, BF16, I32 };
+// F8: an FP8 operand of a GEMM (E4M3 in the forward, E5M2 for gradients in
+// Transformer Engine's hybrid recipe; one byte either way), planned and
+// simulated, not run (training.precision fp8).
+enum class DType { F32, BF16, I32, F8 };
 int64_t dtypeSize(DType t);
 
 // What a tensor is for; the memory plan reports its peak per category.
@@ -28,7 +31,9 @@ enum class TensorCategory {
 
 enum class RecomputePolicy { None, Selective, Full };
 
-enum class Precision { FP32, BF16 };
+// FP8: bf16 training whose transformer blocks' GEMMs read FP8 copies of
+// their operands (engine/passes/fp8_gemms.h); fp32 master weights.
+enum class Precision { FP32, BF16, FP8 };
 
 enum class TaskKind { Kernel, Collective, SendRecv, Memcpy, Host };
 
@@ -68,6 +73,7 @@ enum class OpKind {
   SwiGluBwd,          // dy, x -> dx[M, 2F]
   PackKv,             // qkv[B,T,W] -> kv[B,T,2,KV*D]           (context parallelism: the keys and values to gather)
   PackKvBwd,          // dkv -> dqkv (+=; the key and value columns)
+  CastFp8,            // x (bf16) -> x8 (f8)                    (scaled by the tensor's amax: training.precision fp8)
   Send,               // buffer -> the peer of a two-rank group (pipeline stages)
   Recv,               // the peer's buffer -> buffer (keep last: simulator/cost/cost_model.h counts the kinds by it)
 };

@@ -387,7 +387,7 @@ void appendOptimizer(Graph& g, const JobSpec& job) {
   const bool updates_at_start = job.schedule.optimizer_beside_forward && !sharded;
   std::vector<Node> updates_at_start_nodes;
 
-  const bool separate_master = job.training.precision == Precision::BF16;
+  const bool separate_master = job.training.precision != Precision::FP32;
   for (size_t b : bucket_order) {
     Node n = adamwTask(g, b, norm.tensor, sharded, separate_master, norm.squared);
     if (!sharded) {

@@ -12,6 +12,9 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
   if (par.tensor_parallel > 1)
     return fmt::format("tensor parallelism (parallel.tensor_parallel {}) is not run on GPUs yet; {}",
                        par.tensor_parallel, elsewhere);
+  if (plan.job.training.precision == Precision::FP8)
+    return fmt::format("FP8 GEMMs (training.precision fp8) are planned and simulated, not run on GPUs yet; "
+                       "`tandem simulate` runs such plans");
   if (par.context_parallel > 1)
     return fmt::format("context parallelism (parallel.context_parallel {}) is not run on GPUs yet: the attention "
                        "kernels take whole sequences; {}",

@@ -76,6 +76,7 @@ json toJson(const OpAttrs& a) {
   put("shards", a.shards, d.shards);
   put("tensor_parallel", a.tensor_parallel, d.tensor_parallel);
   put("context_parallel", a.context_parallel, d.context_parallel);
+  put("fp8", a.fp8, d.fp8);
   put("norm_squared", a.norm_squared, d.norm_squared);
   return j;
 }
@@ -366,6 +367,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "shards", a.shards);
   optionalField(j, path, "tensor_parallel", a.tensor_parallel);
   optionalField(j, path, "context_parallel", a.context_parallel);
+  optionalField(j, path, "fp8", a.fp8);
   optionalField(j, path, "norm_squared", a.norm_squared);
 }
 

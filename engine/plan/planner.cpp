@@ -13,6 +13,7 @@
 #include "engine/passes/bias_grad.h"
 #include "engine/passes/buckets.h"
 #include "engine/passes/embedding_gather.h"
+#include "engine/passes/fp8_gemms.h"
 #include "engine/passes/fusion.h"
 #include "engine/passes/hybrid_shard.h"
 #include "engine/passes/lm_head_chunks.h"
@@ -130,6 +131,7 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   applyGatheredEmbeddingGradient(g, job);
   appendOptimizer(g, job);
   applyParameterSharding(g, job);
+  applyFp8Gemms(g, job);
 
   std::vector<int> ranks;
   for (int replica = 0; replica < job.replicas(); ++replica)

@@ -365,7 +365,7 @@ void readTraining(JobReader& r, const YAML::Node& node, const std::string& node_
        [&](const YAML::Node& v, const std::string& p) {
          std::string s = r.readString(v, p, "fp32, bf16");
          auto precision = parsePrecision(s);
-         if (!precision) r.fail(p, shown(s) + " is not a precision", "fp32, bf16");
+         if (!precision) r.fail(p, shown(s) + " is not a precision", "fp32, bf16, fp8");
          t.precision = *precision;
        }},
       {"seed", [&](const YAML::Node& v, const std::string& p) { t.seed = r.readUint64(v, p); }},

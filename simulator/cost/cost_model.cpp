@@ -41,6 +41,7 @@ RooflineParams RooflineParams::defaults() {
   // gradients' adds): strided elementwise passes.
   set(OpKind::PackKv, 0.5, 0.75);
   set(OpKind::PackKvBwd, 0.5, 0.75);
+  set(OpKind::CastFp8, 0.5, 0.75);
   set(OpKind::Add, 0.5, 0.80);
   set(OpKind::Embedding, 0.5, 0.60);
   set(OpKind::EmbeddingBwd, 0.5, 0.40);  // scatter-add with atomics
@@ -350,7 +351,7 @@ int64_t RooflineCostModel::trailingNs(const Task& task, const DeviceSpec& device
   // estimate on purpose: calibration measures the task as a whole).
   if (task.op != OpKind::MatmulBwdWeight || !task.attrs.has_bias || task.fused_into >= 0 || device.hbm_gbps <= 0)
     return 0;
-  const double bytes = double(task.attrs.m) * double(task.attrs.n) * (precision == Precision::BF16 ? 2.0 : 4.0);
+  const double bytes = double(task.attrs.m) * double(task.attrs.n) * (precision == Precision::FP32 ? 4.0 : 2.0);
   return int64_t(std::ceil(bytes / (device.hbm_gbps * params_.bw_efficiency[size_t(OpKind::Add)])));
 }
 
@@ -440,7 +441,9 @@ RooflineCostModel::TaskTime RooflineCostModel::taskTime(const Task& task, const 
   double flops_eff = params_.flops_efficiency[size_t(roofline_op)];
   double bw_eff = params_.bw_efficiency[size_t(roofline_op)];
   TimeSource source = TimeSource::Roofline;
-  auto it = calibration_.ops.find(roofline_op);
+  // A calibration measured bf16 GEMMs: an FP8 one takes the roofline at the
+  // FP8 peak (the op kind's efficiency against it, docs/simulator.md).
+  auto it = task.attrs.fp8 ? calibration_.ops.end() : calibration_.ops.find(roofline_op);
   if (it != calibration_.ops.end()) {
     const OpCalibration& oc = it->second;
     // The op kind's entry: exact for a kind calibrated as a whole, with no
@@ -479,7 +482,9 @@ RooflineCostModel::TaskTime RooflineCostModel::taskTime(const Task& task, const 
       if (e->bw_efficiency <= 0 && oc.all_shapes.bw_efficiency > 0) bw_eff = oc.all_shapes.bw_efficiency;
     }
   }
-  const double peak = precision == Precision::BF16 ? device.bf16_flops : device.fp32_flops;
+  const double peak = task.attrs.fp8                     ? device.fp8_flops
+                      : precision == Precision::FP32 ? device.fp32_flops
+                                                     : device.bf16_flops;
   // FLOP/s -> FLOP/ns, GB/s == bytes/ns.
   const double compute_ns = peak > 0 ? task.flops / (peak * 1e-9 * flops_eff) : 0;
   const double memory_ns = device.hbm_gbps > 0 ? bytes / (device.hbm_gbps * bw_eff) : 0;

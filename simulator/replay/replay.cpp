@@ -463,6 +463,16 @@ void Replay::assignRanks() {
     }
   for (int r = 0; r < world; ++r)
     if (program_of_[size_t(r)] < 0) throw SimulationError("rank " + std::to_string(r) + " has no program in the plan");
+  // FP8 GEMMs need FP8 tensor cores on every rank's GPU (DeviceSpec::fp8_flops).
+  if (plan_.job.training.precision == Precision::FP8)
+    for (int r = 0; r < world; ++r) {
+      const DeviceSpec& d = topo_.devices.at(size_t(rank_device_[size_t(r)]));
+      if (d.fp8_flops <= 0)
+        throw SimulationError("the plan's GEMMs run in FP8 (training.precision fp8), but rank " + std::to_string(r) +
+                              "'s GPU " + d.name + " (" + (d.model.empty() ? "no model" : d.model) +
+                              ") has no FP8 tensor cores (fp8_flops 0 in topology '" + topo_.name +
+                              "'); simulate it as bf16, or on H100/H200-class GPUs");
+    }
   for (int g = 0; g < int(plan_.groups.size()); ++g) group_index_[plan_.groups[size_t(g)].name].push_back(g);
 }
 
@@ -483,11 +493,11 @@ void Replay::chooseSymmetry() {
 
 // Device classes: the cost model sees a device's figures, never its name or host.
 void Replay::classifyDevices() {
-  using Figures = std::tuple<std::string, double, double, double, int64_t, int, double, std::string, double>;
+  using Figures = std::tuple<std::string, double, double, double, double, int64_t, int, double, std::string, double>;
   std::map<Figures, int> class_of;
   device_class_.clear();
   for (const DeviceSpec& d : topo_.devices) {
-    const Figures f{d.model,     d.bf16_flops,  d.fp32_flops, d.hbm_gbps, d.memory_bytes,
+    const Figures f{d.model,     d.bf16_flops,  d.fp32_flops, d.fp8_flops, d.hbm_gbps, d.memory_bytes,
                     d.sm_count, d.mig_fraction, d.mig_profile, d.speed};
     device_class_.push_back(class_of.try_emplace(f, int(class_of.size())).first->second);
   }

@@ -51,7 +51,7 @@ std::string symmetryProblem(const Plan& plan, const Topology& topo, const std::v
     for (int r : ranks) {
       const int d = rank_device[size_t(r)];
       const DeviceSpec& b = topo.devices[size_t(d)];
-      if (a.model != b.model || a.bf16_flops != b.bf16_flops || a.fp32_flops != b.fp32_flops ||
+      if (a.model != b.model || a.bf16_flops != b.bf16_flops || a.fp32_flops != b.fp32_flops || a.fp8_flops != b.fp8_flops ||
           a.hbm_gbps != b.hbm_gbps || a.mig_fraction != b.mig_fraction)
         return "rank " + std::to_string(r) + " runs on " + b.name + " (" + b.model + "), unlike rank " +
                std::to_string(ranks.front()) + " on " + a.name + " (" + a.model + ")";

@@ -32,6 +32,7 @@ struct DeviceSpec {
   std::string model;         // "H200"
   double bf16_flops = 0;     // dense peak, FLOP/s
   double fp32_flops = 0;
+  double fp8_flops = 0;      // dense FP8 tensor-core peak; 0: none (A100), FP8 GEMMs cannot be simulated
   double hbm_gbps = 0;       // GB/s
   int64_t memory_bytes = 0;
   int sm_count = 0;

@@ -25,6 +25,7 @@ struct ModelRow {
   const char* name;
   double bf16_flops;
   double fp32_flops;
+  double fp8_flops;  // 0: no FP8 tensor cores
   double hbm_gbps;
   double memory_mib;  // as nvidia-smi reports it
   int sm_count;
@@ -32,11 +33,11 @@ struct ModelRow {
 
 // Dense peaks from NVIDIA's data sheets (SXM parts unless named PCIE).
 constexpr ModelRow kModels[] = {
-    {"H100", 989e12, 67e12, 3350, 81559, 132},
-    {"H200", 989e12, 67e12, 4800, 143771, 132},
-    {"A100-80GB", 312e12, 19.5e12, 2039, 81920, 108},
-    {"A100-40GB", 312e12, 19.5e12, 1555, 40960, 108},
-    {"A100-PCIE-80GB", 312e12, 19.5e12, 1935, 81920, 108},
+    {"H100", 989e12, 67e12, 1979e12, 3350, 81559, 132},
+    {"H200", 989e12, 67e12, 1979e12, 4800, 143771, 132},
+    {"A100-80GB", 312e12, 19.5e12, 0, 2039, 81920, 108},
+    {"A100-40GB", 312e12, 19.5e12, 0, 1555, 40960, 108},
+    {"A100-PCIE-80GB", 312e12, 19.5e12, 0, 1935, 81920, 108},
 };
 
 std::string upper(std::string_view s) {
@@ -101,6 +102,7 @@ std::optional<DeviceSpec> gpuModelSpec(std::string_view model) {
   d.model = row->name;
   d.bf16_flops = row->bf16_flops;
   d.fp32_flops = row->fp32_flops;
+  d.fp8_flops = row->fp8_flops;
   d.hbm_gbps = row->hbm_gbps;
   d.memory_bytes = int64_t(row->memory_mib * kMiB);
   d.sm_count = row->sm_count;
@@ -301,6 +303,7 @@ Topology applyMig(const Topology& topo, std::string_view profile, const std::vec
       s.name = fmt::format("{}.mig{}", d.name, k);
       s.bf16_flops = d.bf16_flops * compute;
       s.fp32_flops = d.fp32_flops * compute;
+      s.fp8_flops = d.fp8_flops * compute;
       s.sm_count = std::max(1, int(d.sm_count * compute));
       s.memory_bytes = int64_t(double(d.memory_bytes) * memory);
       s.hbm_gbps = d.hbm_gbps * memory;

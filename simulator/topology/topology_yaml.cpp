@@ -107,6 +107,7 @@ void readDeviceFields(const Reader& r, const YAML::Node& entry, const std::strin
     else if (key == "model") d.model = r.str(v, field);
     else if (key == "bf16_flops") d.bf16_flops = r.number(v, field);
     else if (key == "fp32_flops") d.fp32_flops = r.number(v, field);
+    else if (key == "fp8_flops") d.fp8_flops = r.number(v, field);
     else if (key == "hbm_gbps") d.hbm_gbps = r.number(v, field);
     else if (key == "memory_bytes") d.memory_bytes = r.integer(v, field);
     else if (key == "memory_mib") d.memory_bytes = int64_t(std::llround(r.number(v, field) * kBytesPerMiB));
@@ -131,7 +132,7 @@ void readDeviceFields(const Reader& r, const YAML::Node& entry, const std::strin
   }
 }
 
-const std::vector<std::string> kDeviceKeys{"name", "model", "host", "bf16_flops", "fp32_flops", "hbm_gbps",
+const std::vector<std::string> kDeviceKeys{"name", "model", "host", "bf16_flops", "fp32_flops", "fp8_flops", "hbm_gbps",
                                            "memory_bytes", "memory_mib", "memory_gib", "sm_count",
                                            "mig_profile", "mig_fraction", "speed"};
 
@@ -157,6 +158,7 @@ DeviceSpec readDevice(const Reader& r, const YAML::Node& entry, const YAML::Node
   d.model = from_entry.model;
   if (given.count("bf16_flops")) d.bf16_flops = from_entry.bf16_flops;
   if (given.count("fp32_flops")) d.fp32_flops = from_entry.fp32_flops;
+  if (given.count("fp8_flops")) d.fp8_flops = from_entry.fp8_flops;
   if (given.count("hbm_gbps")) d.hbm_gbps = from_entry.hbm_gbps;
   if (given.count("memory")) d.memory_bytes = from_entry.memory_bytes;
   if (given.count("sm_count")) d.sm_count = from_entry.sm_count;
@@ -175,6 +177,8 @@ DeviceSpec readDevice(const Reader& r, const YAML::Node& entry, const YAML::Node
   };
   require("bf16_flops", "bf16_flops", d.bf16_flops > 0);
   require("fp32_flops", "fp32_flops", d.fp32_flops > 0);
+  // Optional: 0 for a GPU without FP8 tensor cores.
+  if (d.fp8_flops < 0) r.fail(entry["fp8_flops"], fmt::format("{}: field 'fp8_flops' must be >= 0", who));
   require("hbm_gbps", "hbm_gbps", d.hbm_gbps > 0);
   require("memory_bytes", "memory", d.memory_bytes > 0);
   require("sm_count", "sm_count", d.sm_count > 0);
@@ -483,6 +487,7 @@ std::string topologyToYaml(const Topology& topo) {
     out += fmt::format("    host: {}\n", quoted(topo.hosts.at(size_t(d.host)).name));
     out += fmt::format("    bf16_flops: {}\n", num(d.bf16_flops));
     out += fmt::format("    fp32_flops: {}\n", num(d.fp32_flops));
+    if (d.fp8_flops > 0) out += fmt::format("    fp8_flops: {}\n", num(d.fp8_flops));
     out += fmt::format("    hbm_gbps: {}\n", num(d.hbm_gbps));
     out += fmt::format("    memory_bytes: {}  # {:.1f} GiB\n", d.memory_bytes, double(d.memory_bytes) / kBytesPerGiB);
     out += fmt::format("    sm_count: {}\n", d.sm_count);

@@ -311,7 +311,7 @@ TEST_CASE("bad values and unknown keys fail with one line naming file, line, fie
        "value 0 is out of range (allowed: integers >= 1)"},
       {"training: {beta2: 1.0}\n", {}, "bad.yaml:1: training.beta2: ", "out of range (allowed: numbers in [0, 1))"},
       {"training:\n  precision: fp16\n", {}, "bad.yaml:2: training.precision: ",
-       "'fp16' is not a precision (allowed: fp32, bf16)"},
+       "'fp16' is not a precision (allowed: fp32, bf16, fp8)"},
       {"recompute:\n  policy: most\n", {}, "bad.yaml:2: recompute.policy: ",
        "'most' is not a recompute policy (allowed: none, selective, full)"},
       {"data:\n  source: web\n", {}, "bad.yaml:2: data.source: ",

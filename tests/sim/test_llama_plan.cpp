@@ -120,6 +120,45 @@ TEST_CASE("a context-parallel Llama replays the same with and without symmetry, 
   CHECK(gathers == 2 * job.model.layers / 2 * job.training.grad_accum);  // a gather and a scatter per stage's block
 }
 
+TEST_CASE("an FP8 Llama replays its block GEMMs at the FP8 peak, and needs GPUs that have one", "[engine][llama][fp8]") {
+  JobSpec job = smallLlama();
+  const Topology topo = loadTopology("dgx-h100");
+  const RooflineCostModel cost;
+  SimOptions all_ranks;
+  all_ranks.symmetry = SymmetryMode::Off;
+  const Plan bf16_plan = buildPlan(job);
+  job.training.precision = Precision::FP8;
+  const Plan fp8_plan = buildPlan(job);
+  const SimResult bf16 = simulatePlan(bf16_plan, topo, cost, all_ranks);
+  const SimResult fp8 = simulatePlan(fp8_plan, topo, cost, all_ranks);
+  auto gemmNs = [](const Plan& p, const SimResult& r) {
+    int64_t ns = 0;
+    for (const SimActivity& a : r.ranks[0].activities) {
+      const Task& t = p.programs[0].tasks.at(size_t(a.task));
+      if (t.attrs.fp8 || (t.layer >= 0 && (t.op == OpKind::Matmul || t.op == OpKind::MatmulBwdData ||
+                                           t.op == OpKind::MatmulBwdWeight)))
+        ns += a.end_ns - a.start_ns;
+    }
+    return ns;
+  };
+  // 7B's block GEMMs are compute-bound: about half the time at twice the peak.
+  const double ratio = double(gemmNs(fp8_plan, fp8)) / double(gemmNs(bf16_plan, bf16));
+  CHECK(ratio > 0.45);
+  CHECK(ratio < 0.6);
+  CHECK(fp8.step_ns < bf16.step_ns);
+  // The casts took time.
+  int casts = 0;
+  for (const SimActivity& a : fp8.ranks[0].activities)
+    if (fp8_plan.programs[0].tasks.at(size_t(a.task)).op == OpKind::CastFp8) {
+      CHECK(a.end_ns > a.start_ns);
+      ++casts;
+    }
+  CHECK(casts > 0);
+  // An A100 has no FP8 tensor cores: refused, with the reason.
+  CHECK_THROWS_WITH(simulatePlan(fp8_plan, loadTopology("hgx-a100"), cost),
+                    Catch::Contains("has no FP8 tensor cores"));
+}
+
 TEST_CASE("receives posted ahead of their data do not slow the kernels beside them", "[engine][llama][pp]") {
   // Llama 2 70B as shipped (4 stages of 2 interleaved chunks, 64
   // micro-batches) against one chunk per stage: the first stage runs the

@@ -18,7 +18,7 @@ hosts:
   - name: h0
 devices:
   - {name: g0, model: H100, host: h0}
-  - {name: g1, model: H100, host: h0, sm_count: 100}
+  - {name: g1, model: H100, host: h0, sm_count: 100, fp8_flops: 1.5e15}
 switches:
   - {name: sw, kind: pcie_switch, host: h0}
 links:
@@ -45,6 +45,8 @@ TEST_CASE("a small topology loads with model defaults and overrides", "[topology
   REQUIRE(t.switches.size() == 1);
   REQUIRE(t.links.size() == 4);  // two bidirectional links
   CHECK(t.devices[0].bf16_flops == Approx(989e12));
+  CHECK(t.devices[0].fp8_flops == Approx(1979e12));  // the model's
+  CHECK(t.devices[1].fp8_flops == Approx(1.5e15));   // the file's
   CHECK(t.devices[0].sm_count == 132);
   CHECK(t.devices[1].sm_count == 100);
   CHECK(t.nodeName(2) == "sw");
@@ -91,6 +93,12 @@ TEST_CASE("topology errors name file, line and field", "[topology][errors]") {
     CHECK(e.find("gbps must be > 0") != std::string::npos);
     e = errorOf(std::string(kSmall) + "  - {a: g0, b: g1, kind: nvlink, lane_gbps: 0, lanes: 4}\n");
     CHECK(e.find("lane_gbps must be > 0") != std::string::npos);
+  }
+  SECTION("a negative FP8 peak") {
+    std::string text = std::string(kSmall).replace(std::string(kSmall).find("fp8_flops: 1.5e15"), 17, "fp8_flops: -1");
+    std::string e = errorOf(text);
+    CHECK(e.find("bad.yaml:7:") == 0);
+    CHECK(e.find("field 'fp8_flops' must be >= 0") != std::string::npos);
   }
   SECTION("unknown key lists the allowed ones") {
     std::string text = std::string(kSmall) + "  - {a: g0, b: g1, kind: nvlink, bandwith: 5}\n";
@@ -206,6 +214,7 @@ TEST_CASE("YAML round trip keeps every field", "[topology]") {
   for (size_t i = 0; i < a.devices.size(); ++i) {
     CHECK(b.devices[i].name == a.devices[i].name);
     CHECK(b.devices[i].bf16_flops == a.devices[i].bf16_flops);
+    CHECK(b.devices[i].fp8_flops == a.devices[i].fp8_flops);
     CHECK(b.devices[i].memory_bytes == a.devices[i].memory_bytes);
     CHECK(b.devices[i].sm_count == a.devices[i].sm_count);
     CHECK(b.devices[i].host == a.devices[i].host);

@@ -1,0 +1,141 @@
+#include "engine/passes/fp8_gemms.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
+#include <vector>
+
+namespace tandem {
+namespace {
+
+bool isGemm(OpKind op) { return op == OpKind::Matmul || op == OpKind::MatmulBwdData || op == OpKind::MatmulBwdWeight; }
+
+// The linear layers of the blocks; the embedding and the LM head (layer
+// -1) stay in bf16, as Megatron-LM's FP8 recipe keeps them.
+bool fp8Gemm(const Node& n) { return isGemm(n.op) && n.layer >= 0; }
+
+// Kernels that write their output in FP8 when only FP8 GEMMs read it.
+bool castsItsOutput(OpKind op) {
+  switch (op) {
+    case OpKind::LayerNorm:
+    case OpKind::RmsNorm:
+    case OpKind::Gelu:
+    case OpKind::SwiGlu:
+    case OpKind::GeluBwd:
+    case OpKind::SwiGluBwd: return true;
+    default: return false;
+  }
+}
+
+// "layer3.attn.qkv.fwd.cast_x.mb0" from the GEMM "layer3.attn.qkv.fwd.mb0".
+std::string castName(const Node& gemm, const char* operand) {
+  std::string base = gemm.name;
+  const std::string suffix = fmt::format(".mb{}", gemm.micro_batch);
+  if (base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0)
+    base.resize(base.size() - suffix.size());
+  return fmt::format("{}.cast_{}{}", base, operand, suffix);
+}
+
+const char* operandName(const Node& gemm, size_t slot) {
+  if (gemm.op == OpKind::Matmul) return slot == 0 ? "x" : "w";
+  if (gemm.op == OpKind::MatmulBwdData) return slot == 0 ? "dy" : "w";
+  return slot == 0 ? "dy" : "x";
+}
+
+class Fp8Planner {
+ public:
+  explicit Fp8Planner(Graph& g) : g_(g) {
+    for (const Node& n : g.nodes) {
+      for (int t : n.outputs) ++writers_[t];
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const bool operand = fp8Gemm(n) && i < 2;
+        if (!operand) bf16_readers_[n.inputs[i]] += 1;
+      }
+    }
+  }
+
+  int run() {
+    // Outputs written in FP8 by their producer: every reader an FP8 operand.
+    for (const Node& n : g_.nodes) {
+      if (!castsItsOutput(n.op) || n.outputs.empty()) continue;
+      const int y = n.outputs[0];
+      Tensor& t = g_.tensor(y);
+      if (t.category == TensorCategory::Activation && t.dtype == DType::BF16 && writers_[y] == 1 &&
+          bf16_readers_[y] == 0 && readByFp8Gemm(y))
+        t.dtype = DType::F8;
+    }
+    std::vector<Node> out;
+    out.reserve(g_.nodes.size() * 5 / 4);
+    int casts = 0;
+    for (Node n : g_.nodes) {
+      if (fp8Gemm(n)) {
+        for (size_t slot = 0; slot < 2; ++slot) {
+          const int src = n.inputs[slot];
+          if (g_.tensor(src).dtype == DType::F8) continue;  // written in FP8 by its producer
+          auto it = copy_.find(src);
+          if (it == copy_.end()) {
+            it = copy_.emplace(src, addCast(n, slot, out)).first;
+            ++casts;
+          }
+          n.inputs[slot] = it->second;
+        }
+        n.attrs.fp8 = true;
+      }
+      // A write makes the tensor's FP8 copy stale: the next reader casts again.
+      for (int t : n.outputs) copy_.erase(t);
+      out.push_back(std::move(n));
+    }
+    g_.nodes = std::move(out);
+    return casts;
+  }
+
+ private:
+  bool readByFp8Gemm(int t) const {
+    return std::any_of(g_.nodes.begin(), g_.nodes.end(), [&](const Node& n) {
+      return fp8Gemm(n) && (n.inputs[0] == t || n.inputs[1] == t);
+    });
+  }
+
+  // A CastFp8 task right before `gemm`, writing an FP8 copy of its operand
+  // in `slot`; returns the copy.
+  int addCast(const Node& gemm, size_t slot, std::vector<Node>& out) {
+    const int src = gemm.inputs[slot];
+    const Tensor& from = g_.tensor(src);
+    Tensor t;
+    t.name = from.name + ".fp8";
+    t.dtype = DType::F8;
+    t.shape = from.shape;
+    // A weight's copy is transient (one step), counted with the parameters.
+    t.category = from.category == TensorCategory::Parameter ? TensorCategory::Parameter : TensorCategory::Activation;
+    t.layer = gemm.layer;
+    t.micro_batch = from.micro_batch;
+    t.role = from.role.empty() ? std::string("fp8") : from.role + ".fp8";
+    const int copy = g_.addTensor(std::move(t));
+    Node c;
+    c.op = OpKind::CastFp8;
+    c.name = castName(gemm, operandName(gemm, slot));
+    c.phase = gemm.phase;
+    c.layer = gemm.layer;
+    c.micro_batch = gemm.micro_batch;
+    c.inputs = {src};
+    c.outputs = {copy};
+    c.attrs.elements = g_.tensor(copy).elements();
+    out.push_back(std::move(c));
+    return copy;
+  }
+
+  Graph& g_;
+  std::unordered_map<int, int> writers_;
+  std::unordered_map<int, int> bf16_readers_;
+  std::unordered_map<int, int> copy_;  // tensor -> its current FP8 copy
+};
+
+}  // namespace
+
+int applyFp8Gemms(Graph& g, const JobSpec& job) {
+  if (job.training.precision != Precision::FP8) return 0;
+  return Fp8Planner(g).run();
+}
+
+}  // namespace tandem

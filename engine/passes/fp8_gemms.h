@@ -1,0 +1,34 @@
+#pragma once
+// FP8 GEMMs (training.precision fp8), as Transformer Engine runs them in
+// Megatron-LM and NeMo: the linear layers of the transformer blocks (QKV,
+// the attention's output projection, the MLP's two layers; not the
+// embedding or the LM head) multiply FP8 copies of their two operands, at
+// the GPU's FP8 tensor-core rate, accumulating in fp32 and writing bf16.
+// Everything else stays as in a bf16 job (bf16 weights and activations,
+// fp32 master weights and moments).
+//
+// Each operand gets its FP8 copy once per value:
+//   - an activation whose one writer is a norm, an activation function or
+//     an activation's backward, and whose every reader is an FP8 GEMM, is
+//     written in FP8 by that kernel (Transformer Engine fuses the cast into
+//     it: LayerNormLinear, the activations' FP8 output, dact + cast +
+//     transpose), so the bf16 tensor never exists and the backward's
+//     weight GEMM reads the kept FP8 copy;
+//   - any other operand (a weight, a gathered or received tensor, a
+//     gradient accumulated by several writers) is cast by a CastFp8 task
+//     before its first FP8 reader; the copy serves later GEMMs until the
+//     tensor is written again. A weight is cast once per step (Transformer
+//     Engine keeps the FP8 weights over the micro-batches of a step) and
+//     its copy lives until its last GEMM.
+// The scaling factors (one per tensor, from the amax history) are a few
+// floats per tensor and are not planned as buffers.
+
+#include "engine/ir/graph.h"
+#include "engine/spec/job.h"
+
+namespace tandem {
+
+// Returns the number of CastFp8 tasks added (0 unless the job is fp8).
+int applyFp8Gemms(Graph& g, const JobSpec& job);
+
+}  // namespace tandem

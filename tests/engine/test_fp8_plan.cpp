@@ -1,0 +1,126 @@
+// FP8 GEMMs (training.precision fp8, engine/passes/fp8_gemms.h): which
+// GEMMs read FP8 operands, where the casts go, and that no GEMM reads a
+// copy its source was written after.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "engine/cpu/executor.h"
+#include "engine/plan/gpu_support.h"
+#include "engine/plan/planner.h"
+#include "engine/spec/job.h"
+#include "test_jobs.h"
+
+using namespace tandem;
+
+namespace {
+
+bool isGemm(OpKind op) { return op == OpKind::Matmul || op == OpKind::MatmulBwdData || op == OpKind::MatmulBwdWeight; }
+
+JobSpec fp8Job(bool llama, RecomputePolicy recompute = RecomputePolicy::None) {
+  JobSpec j = llama ? test::llamaJob(1, 2) : test::splittableJob(1, 2);
+  j.training.precision = Precision::FP8;
+  j.recompute.policy = recompute;
+  return j;
+}
+
+// Every FP8 operand a GEMM reads was cast (or written) after the last
+// write of what it copies, before the GEMM.
+void requireFreshCopies(const RankPlan& rp) {
+  std::map<int, size_t> last_write;  // buffer -> task index of its latest writer so far
+  std::map<int, std::pair<int, size_t>> cast_of;  // FP8 copy -> (source, task index of the cast)
+  for (size_t i = 0; i < rp.tasks.size(); ++i) {
+    const Task& t = rp.tasks[i];
+    if (t.op == OpKind::CastFp8) cast_of[t.writes[0]] = {t.reads[0], i};
+    if (isGemm(t.op) && t.attrs.fp8)
+      for (int slot : {0, 1}) {
+        const int b = t.reads[size_t(slot)];
+        INFO(t.name << " operand " << slot << " " << rp.buffers[size_t(b)].name);
+        CHECK(rp.buffers[size_t(b)].dtype == DType::F8);
+        if (auto c = cast_of.find(b); c != cast_of.end()) {
+          const auto [source, at] = c->second;
+          CHECK((!last_write.count(source) || last_write.at(source) < at));
+        }
+      }
+    for (int b : t.writes) last_write[b] = i;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("FP8 plans: the blocks' GEMMs read FP8 copies, the embedding and the LM head stay bf16", "[plan][fp8]") {
+  for (bool llama : {false, true})
+    for (RecomputePolicy recompute : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full}) {
+      const JobSpec job = fp8Job(llama, recompute);
+      INFO((llama ? "llama" : "gpt-2") << " recompute " << toString(recompute));
+      const Plan plan = buildPlan(job);
+      const RankPlan& rp = plan.programs[0];
+      int fp8 = 0, bf16 = 0, casts = 0;
+      std::map<std::string, int> weight_casts;
+      for (const Task& t : rp.tasks) {
+        if (isGemm(t.op)) {
+          INFO(t.name);
+          CHECK(t.attrs.fp8 == (t.layer >= 0));
+          (t.attrs.fp8 ? fp8 : bf16) += 1;
+        }
+        if (t.op == OpKind::CastFp8) {
+          ++casts;
+          const Buffer& src = rp.buffers[size_t(t.reads[0])];
+          if (src.category == TensorCategory::Parameter) ++weight_casts[src.name];
+        }
+      }
+      CHECK(fp8 > 0);
+      CHECK(bf16 > 0);  // the LM head's three GEMMs
+      CHECK(casts > 0);
+      // A weight is cast once per step, whatever the micro-batches.
+      CHECK(weight_casts.size() == size_t(4 * job.model.layers));
+      for (const auto& [name, n] : weight_casts) {
+        INFO(name);
+        CHECK(n == 1);
+      }
+      requireFreshCopies(rp);
+      // The same products as the bf16 plan, in FP8 (2 m n k each; the
+      // tasks' FLOPs also count what fusion folds into them).
+      JobSpec bf16_job = job;
+      bf16_job.training.precision = Precision::BF16;
+      const Plan plain = buildPlan(bf16_job);
+      auto products = [](const RankPlan& p) {
+        double f = 0;
+        for (const Task& t : p.tasks)
+          if (isGemm(t.op)) f += 2.0 * double(t.attrs.m) * double(t.attrs.n) * double(t.attrs.k);
+        return f;
+      };
+      CHECK(products(rp) == Approx(products(plain.programs[0])));
+    }
+}
+
+TEST_CASE("FP8 plans: norms and activations write their GEMM inputs in FP8", "[plan][fp8]") {
+  const Plan plan = buildPlan(fp8Job(true));
+  const RankPlan& rp = plan.programs[0];
+  int fused = 0;
+  for (const Task& t : rp.tasks) {
+    if (t.op != OpKind::RmsNorm && t.op != OpKind::SwiGlu && t.op != OpKind::SwiGluBwd) continue;
+    if (t.layer < 0) continue;  // the final norm feeds the bf16 LM head
+    INFO(t.name);
+    CHECK(rp.buffers[size_t(t.writes[0])].dtype == DType::F8);
+    ++fused;
+  }
+  CHECK(fused > 0);
+  // The attention's output is read by its backward too: cast, not fused.
+  for (const Task& t : rp.tasks)
+    if (t.op == OpKind::Attention) CHECK(rp.buffers[size_t(t.writes[0])].dtype == DType::BF16);
+}
+
+TEST_CASE("FP8 plans are refused by the executors with the reason", "[plan][fp8]") {
+  const Plan plan = buildPlan(fp8Job(false));
+  const auto refusal = gpuRunRefusal(plan);
+  REQUIRE(refusal.has_value());
+  CHECK_THAT(*refusal, Catch::Contains("FP8 GEMMs (training.precision fp8) are planned and simulated"));
+  CHECK_THROWS_WITH(cpu::CpuExecutor(plan), Catch::Contains("the CPU reference has no FP8 arithmetic yet"));
+  // bf16 and fp32 plans have no casts.
+  JobSpec bf16 = fp8Job(false);
+  bf16.training.precision = Precision::BF16;
+  const Plan plain = buildPlan(bf16);
+  for (const Task& t : plain.programs[0].tasks) CHECK(t.op != OpKind::CastFp8);
+}
