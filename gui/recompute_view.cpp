@@ -116,7 +116,7 @@ std::map<int, RecomputePolicy> RecomputeModel::policies() const {
 
 QWidget* PolicyDelegate::createEditor(QWidget* parent, const QStyleOptionViewItem&, const QModelIndex&) const {
   auto* box = new QComboBox(parent);
-  box->addItems({"none", "selective", "full"});
+  box->addItems({"none", "selective", "full", "attention"});
   return box;
 }
 
@@ -208,7 +208,7 @@ RecomputeView::RecomputeView(QWidget* parent) : QWidget(parent) {
   auto* controls = new QHBoxLayout;
   controls->addWidget(new QLabel(tr("Set all layers to:"), this));
   policy_ = new QComboBox(this);
-  policy_->addItems({"none", "selective", "full"});
+  policy_->addItems({"none", "selective", "full", "attention"});
   controls->addWidget(policy_);
   controls->addWidget(new QLabel(tr("topology:"), this));
   topology_ = new QLineEdit("dgx-h200", this);

@@ -45,6 +45,7 @@ bool recomputedUnder(RecomputePolicy p, OpKind op) {
   if (p == RecomputePolicy::Full) return true;
   // Selective recompute drops the cheap, memory-hungry activations.
   if (p == RecomputePolicy::Selective) return op == OpKind::Attention || op == OpKind::Gelu;
+  if (p == RecomputePolicy::Attention) return op == OpKind::Attention;
   return false;
 }
 

@@ -149,7 +149,7 @@ void WhatIfDialog::addJobFields(QFormLayout* form, const JobSpec& job) {
   bucket_->setValue(job.comm.bucket_mib);
   form->addRow(tr("gradient bucket"), bucket_);
   recompute_ = new QComboBox(this);
-  recompute_->addItems({"none", "selective", "full"});
+  recompute_->addItems({"none", "selective", "full", "attention"});
   recompute_->setCurrentText(QString::fromStdString(std::string(toString(job.recompute.policy))));
   form->addRow(tr("recompute (all layers)"), recompute_);
   lm_head_chunks_ = new QSpinBox(this);

@@ -58,11 +58,16 @@ void columnSums(T* db, const T* dy, int64_t M, int64_t N, bool accumulate);
 // v in [2C,3C); head h uses channels [h*D,(h+1)*D), D = C/H; scale 1/sqrt(D).
 // out[B,Tn,C]; lse[B,H,Tn] = log-sum-exp of the scaled scores of each query
 // row, so the backward rebuilds the probabilities without keeping Tn x Tn.
+// With `probs` (the materialized form, schedule.materialized_attention)
+// the forward also writes them, [B, H, Tn, Tn] with zeros past the
+// diagonal, and a backward given `saved_probs` reads them instead of
+// rebuilding them from lse (which it then does not read).
 template <class T>
-void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H);
+void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H,
+                      T* probs = nullptr);
 template <class T>
 void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                       int64_t Tn, int64_t C, int64_t H, bool accumulate);
+                       int64_t Tn, int64_t C, int64_t H, bool accumulate, const T* saved_probs = nullptr);
 
 // The Llama family (kernels_llama.cpp); its constants are engine/numerics/constants.h.
 // y = x / sqrt(mean(x^2) + 1e-5) * w over the last dimension C; rstd[M].
@@ -82,12 +87,14 @@ void swigluBackward(T* dx, const T* dy, const T* x, int64_t M, int64_t F, bool a
 // q and k are rotated by the token's position t within its sequence
 // (pairs (i, i + D/2), angle t * kRopeTheta^(-2i/D)) before the scores.
 // out[B, Tn, C] by query head; lse[B, H, Tn] as attentionForward's.
+// `probs` and `saved_probs` as attentionForward's and attentionBackward's.
 template <class T>
 void groupedAttentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H,
-                             int64_t KV);
+                             int64_t KV, T* probs = nullptr);
 template <class T>
 void groupedAttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                              int64_t Tn, int64_t C, int64_t H, int64_t KV, bool accumulate);
+                              int64_t Tn, int64_t C, int64_t H, int64_t KV, bool accumulate,
+                              const T* saved_probs = nullptr);
 
 // GELU, tanh approximation (GPT-2).
 template <class T>

@@ -61,7 +61,7 @@ void rowScores(T* scores, const T* q, const T* kt, int64_t Tn, int64_t D, int64_
 }  // namespace
 
 template <class T>
-void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H) {
+void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H, T* probs) {
   const HeadShape hs = headShape(Tn, C, H);
   const int64_t D = hs.D;
   const T scale = T(1.0 / std::sqrt(double(D)));
@@ -89,6 +89,10 @@ void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64
         }
         lse[(b * H + h) * Tn + t] = T(max + std::log(sum));
         const double inv_sum = 1.0 / sum;
+        if (probs) {  // the materialized row: the probabilities, zero past the diagonal
+          T* row = probs + ((b * H + h) * Tn + t) * Tn;
+          for (int64_t s = 0; s < Tn; ++s) row[s] = s < count ? T(weights[std::size_t(s)] * inv_sum) : T(0);
+        }
         for (int64_t d = 0; d < D; ++d) acc[std::size_t(d)] = 0;
         for (int64_t s = 0; s < count; ++s) {
           const T p = T(weights[std::size_t(s)] * inv_sum);
@@ -111,7 +115,7 @@ void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64
 // into (or added to) dqkv, so accumulate=true gives "old + fresh" exactly.
 template <class T>
 void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                       int64_t Tn, int64_t C, int64_t H, bool accumulate) {
+                       int64_t Tn, int64_t C, int64_t H, bool accumulate, const T* saved_probs) {
   const HeadShape hs = headShape(Tn, C, H);
   const int64_t D = hs.D;
   const T scale = T(1.0 / std::sqrt(double(D)));
@@ -137,10 +141,14 @@ void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const
         const T* q_row = q_head + t * hs.stride;
         const T* dout_row = dout + (b * Tn + t) * C + h * D;
         const T* out_row = out + (b * Tn + t) * C + h * D;
-        // Rebuild this row's probabilities from the saved log-sum-exp.
-        rowScores(probs.data(), q_row, kt.data(), Tn, D, count, scale);
-        const double row_lse = double(lse[(b * H + h) * Tn + t]);
-        for (int64_t s = 0; s < count; ++s) probs[s] = T(std::exp(double(probs[s]) - row_lse));
+        if (saved_probs) {  // materialized: the forward kept them
+          const T* row = saved_probs + ((b * H + h) * Tn + t) * Tn;
+          for (int64_t s = 0; s < count; ++s) probs[s] = row[s];
+        } else {  // rebuild this row's probabilities from the saved log-sum-exp
+          rowScores(probs.data(), q_row, kt.data(), Tn, D, count, scale);
+          const double row_lse = double(lse[(b * H + h) * Tn + t]);
+          for (int64_t s = 0; s < count; ++s) probs[s] = T(std::exp(double(probs[s]) - row_lse));
+        }
         // dP_ts = dout_t . v_s, built like the scores (scale 1).
         rowScores(dscores.data(), dout_row, vt.data(), Tn, D, count, T(1));
         double delta = 0;
@@ -178,9 +186,9 @@ void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const
 }
 
 #define TANDEM_INSTANTIATE_ATTENTION(T)                                                          \
-  template void attentionForward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t);      \
+  template void attentionForward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, T*);  \
   template void attentionBackward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, \
-                                     int64_t, int64_t, bool);
+                                     int64_t, int64_t, bool, const T*);
 
 TANDEM_INSTANTIATE_ATTENTION(float)
 TANDEM_INSTANTIATE_ATTENTION(double)

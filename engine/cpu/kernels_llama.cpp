@@ -153,19 +153,20 @@ void swigluBackward(T* dx, const T* dy, const T* x, int64_t M, int64_t F, bool a
 
 template <class T>
 void groupedAttentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H,
-                             int64_t KV) {
+                             int64_t KV, T* probs) {
   const GroupedShape g = groupedShape(C, H, KV);
   const std::vector<T> full = expand(qkv, B, Tn, g);
-  attentionForward<T>(out, lse, full.data(), B, Tn, C, H);
+  attentionForward<T>(out, lse, full.data(), B, Tn, C, H, probs);
 }
 
 template <class T>
 void groupedAttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                              int64_t Tn, int64_t C, int64_t H, int64_t KV, bool accumulate) {
+                              int64_t Tn, int64_t C, int64_t H, int64_t KV, bool accumulate,
+                              const T* saved_probs) {
   const GroupedShape g = groupedShape(C, H, KV);
   const std::vector<T> full = expand(qkv, B, Tn, g);
   std::vector<T> dfull(full.size());
-  attentionBackward<T>(dfull.data(), dout, full.data(), out, lse, B, Tn, C, H, false);
+  attentionBackward<T>(dfull.data(), dout, full.data(), out, lse, B, Tn, C, H, false, saved_probs);
   std::vector<T> dk(std::size_t(g.D)), dv(std::size_t(g.D));
   for (int64_t bt = 0; bt < B * Tn; ++bt) {
     const int64_t t = bt % Tn;
@@ -202,9 +203,9 @@ void groupedAttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out
   template void rmsnormBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t, bool, bool); \
   template void swigluForward<T>(T*, const T*, int64_t, int64_t);                                              \
   template void swigluBackward<T>(T*, const T*, const T*, int64_t, int64_t, bool);                             \
-  template void groupedAttentionForward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);     \
+  template void groupedAttentionForward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, T*); \
   template void groupedAttentionBackward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t,      \
-                                            int64_t, int64_t, int64_t, bool);
+                                            int64_t, int64_t, int64_t, bool, const T*);
 
 TANDEM_INSTANTIATE_LLAMA(float)
 TANDEM_INSTANTIATE_LLAMA(double)

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kernels_context_parallel.h"
@@ -65,24 +66,34 @@ bool runMathOp(const Task& t, Storage& io) {
       matmulBackwardWeight<T>(io.out(W[0]), a.has_bias ? io.out(W[1]) : nullptr, io.in(R[0]), io.in(R[1]),
                               a.m, a.n, a.k, a.accumulate_params);
       return true;
-    case OpKind::Attention:
+    case OpKind::Attention: {
+      // Materialized: the second output is the probabilities; the
+      // log-sum-exp the kernel also forms is scratch.
+      std::vector<T> lse_scratch(a.materialized ? size_t(a.b * a.h * a.t) : 0);
+      T* lse = a.materialized ? lse_scratch.data() : io.out(W[1]);
+      T* probs = a.materialized ? io.out(W[1]) : nullptr;
       if (a.kv_heads > 0)
-        groupedAttentionForward<T>(io.out(W[0]), io.out(W[1]), io.in(R[0]), a.b, a.t, a.c, a.h, a.kv_heads);
+        groupedAttentionForward<T>(io.out(W[0]), lse, io.in(R[0]), a.b, a.t, a.c, a.h, a.kv_heads, probs);
       else
-        attentionForward<T>(io.out(W[0]), io.out(W[1]), io.in(R[0]), a.b, a.t, a.c, a.h);
+        attentionForward<T>(io.out(W[0]), lse, io.in(R[0]), a.b, a.t, a.c, a.h, probs);
       return true;
-    case OpKind::AttentionBwd:
+    }
+    case OpKind::AttentionBwd: {
+      // Its fourth input: the probabilities (materialized) or the log-sum-exp.
+      const T* lse = a.materialized ? nullptr : io.in(R[3]);
+      const T* probs = a.materialized ? io.in(R[3]) : nullptr;
       if (a.kv_heads > 0)
-        groupedAttentionBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), io.in(R[2]), io.in(R[3]), a.b, a.t,
-                                    a.c, a.h, a.kv_heads, a.accumulate);
+        groupedAttentionBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), io.in(R[2]), lse, a.b, a.t, a.c, a.h,
+                                    a.kv_heads, a.accumulate, probs);
       else
-        attentionBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), io.in(R[2]), io.in(R[3]), a.b, a.t, a.c,
-                             a.h, a.accumulate);
+        attentionBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), io.in(R[2]), lse, a.b, a.t, a.c, a.h,
+                             a.accumulate, probs);
       if (a.bias_grad) {  // the sums of dqkv as stored, which the weight GEMM would have read
         io.settle(W[0]);
         columnSums<T>(io.out(W[1]), io.in(W[0]), a.b * a.t, 3 * a.c, a.accumulate_params);
       }
       return true;
+    }
     case OpKind::RmsNorm:
       rmsnormForward<T>(io.out(W[0]), io.out(W[1]), io.in(R[0]), io.in(R[1]), a.m, a.c);
       return true;

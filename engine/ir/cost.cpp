@@ -17,10 +17,15 @@ double opFlops(const Node& n) {
     // Causal: half the t x t scores. With context parallelism each rank's
     // queries (t of them, two balanced chunks) meet a 1/cp share of the whole
     // sequence's (cp t)^2 / 2 pairs, cp times the pairs of t alone.
-    case OpKind::Attention: return 2.0 * a.b * double(a.t) * a.t * a.c * std::max<int64_t>(1, a.context_parallel);
+    // Materialized (OpAttrs::materialized): the two GEMMs over the whole
+    // T x T (the mask is applied after Q K^T), four of them backward.
+    case OpKind::Attention:
+      if (a.materialized) return 4.0 * a.b * double(a.t) * a.t * a.c;
+      return 2.0 * a.b * double(a.t) * a.t * a.c * std::max<int64_t>(1, a.context_parallel);
     // A bias gradient summed by the backward (engine/passes/bias_grad.h) adds
     // one addition per element of the gradient it sums.
     case OpKind::AttentionBwd:
+      if (a.materialized) return 8.0 * a.b * double(a.t) * a.t * a.c + (a.bias_grad ? 3.0 * a.b * a.t * a.c : 0);
       return 5.0 * a.b * double(a.t) * a.t * a.c * std::max<int64_t>(1, a.context_parallel) +
              (a.bias_grad ? 3.0 * a.b * a.t * a.c : 0);
     case OpKind::PackKv: return 0;
@@ -96,6 +101,16 @@ OpCost costOf(const Graph& g, const Node& n) {
   if (a.accumulate && !n.outputs.empty()) c.bytes_read += bytesOf(g, n.outputs[0]);
   if (a.accumulate_params)
     for (size_t i = 1; i < n.outputs.size(); ++i) c.bytes_read += bytesOf(g, n.outputs[i]);
+  if (a.materialized && (n.op == OpKind::Attention || n.op == OpKind::AttentionBwd)) {
+    // The score matrices between the kernels (the probabilities, the
+    // forward's output and the backward's input, are counted above):
+    // forward, S written and read by the softmax, P read by P V; backward,
+    // dP written, P and dP read and dS written by the softmax's backward, dS
+    // read by both GEMMs.
+    const int64_t pass = a.b * a.h * a.t * a.t * dtypeSize(g.tensor(n.op == OpKind::Attention ? n.outputs[1] : n.inputs[3]).dtype);
+    c.bytes_written += (n.op == OpKind::Attention ? 1 : 2) * pass;
+    c.bytes_read += (n.op == OpKind::Attention ? 2 : 4) * pass;
+  }
   if (a.shards > 0 && (n.op == OpKind::AdamW || n.op == OpKind::GradNorm)) {
     // A sharded optimizer task touches its rank's part of each whole bucket
     // (gradients, parameters) and all of the shard-sized state.

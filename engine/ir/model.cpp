@@ -144,6 +144,7 @@ class ForwardBuilder {
     a.h = H;
     if (llama_) a.kv_heads = KV;
     if (cp_ > 1) a.context_parallel = cp_;
+    a.materialized = job_.schedule.materialized_attention;
   }
 
   // Context parallelism: the keys and values of the rank's tokens, packed
@@ -228,7 +229,11 @@ class ForwardBuilder {
       const int64_t qkv_width = llama_ ? (H + 2 * KV) * D : 3 * Cl;
       int qkv = matmul(pre + ".attn.qkv", l, "qkv", ln1, L.qkv_w, L.qkv_b, qkv_width, C_);
       int atty = act(pre + ".attn.core.out", {B_, T_, Cl}, l, "att.out");
-      int lse = act(pre + ".attn.core.lse", {B_, H, T_}, l, "att.lse", DType::F32);
+      // The probabilities kept for the backward when the score matrix is
+      // materialized, else each row's log-sum-exp.
+      const bool materialized = job_.schedule.materialized_attention;
+      int lse = materialized ? act(pre + ".attn.core.probs", {B_, H, T_, T_}, l, "att.probs")
+                             : act(pre + ".attn.core.lse", {B_, H, T_}, l, "att.lse", DType::F32);
       {
         std::vector<int> in{qkv};
         if (cp_ > 1) in.push_back(gatherKeysAndValues(pre, l, qkv, H, KV, D));

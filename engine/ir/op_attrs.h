@@ -69,6 +69,12 @@ struct OpAttrs {
   // to its position in the sequence. PackKv and PackKvBwd carry b, t, c, h
   // and kv_heads as the Attention they serve.
   int64_t context_parallel = 0;
+  // Attention and AttentionBwd (schedule.materialized_attention): the
+  // forward's second output is the probabilities [B, H, T, T] (zero above
+  // the diagonal) instead of lse, and the backward reads them; the kernels
+  // are a batched GEMM, a softmax pass and a second GEMM each way
+  // (simulator: one roofline per kernel, summed).
+  bool materialized = false;
   // Matmul family (training.precision fp8): the GEMM reads FP8 copies of
   // its two operands (CastFp8's outputs, or a producer's FP8 output) and
   // runs at the GPU's FP8 rate (engine/passes/fp8_gemms.h).

@@ -19,6 +19,10 @@ bool recomputeDrops(RecomputePolicy policy, const std::string& role) {
       // Everything produced inside the block except its output (the next
       // block's input, which is always kept).
       return !role.empty() && role != "out";
+    case RecomputePolicy::Attention:
+      // The attention's output and what its backward reads besides QKV: the
+      // probabilities (materialized) or each row's log-sum-exp.
+      return role == "att.out" || role == "att.lse" || role == "att.probs";
   }
   return false;
 }

@@ -7,6 +7,11 @@
 //   selective  drop the cheap-to-recompute outputs: both LayerNorm outputs and
 //              the GELU output (the largest activation of a block)
 //   full       keep only the block's input; recompute the whole block
+//   attention  Megatron-LM's selective recompute: drop the attention core's
+//              output and probabilities (or log-sum-exp), re-run the
+//              attention from the kept QKV; with a materialized score
+//              matrix (schedule.materialized_attention) that saves the
+//              largest activation of a block
 
 #include <string>
 

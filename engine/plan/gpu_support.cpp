@@ -15,6 +15,10 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
   if (plan.job.training.precision == Precision::FP8)
     return fmt::format("FP8 GEMMs (training.precision fp8) are planned and simulated, not run on GPUs yet; "
                        "`tandem simulate` runs such plans");
+  if (plan.job.schedule.materialized_attention)
+    return fmt::format("a materialized attention score matrix (schedule.materialized_attention) is planned and "
+                       "simulated for what-if studies; the GPU executor runs the fused attention only; {}",
+                       elsewhere);
   if (par.context_parallel > 1)
     return fmt::format("context parallelism (parallel.context_parallel {}) is not run on GPUs yet: the attention "
                        "kernels take whole sequences; {}",

@@ -77,6 +77,7 @@ json toJson(const OpAttrs& a) {
   put("tensor_parallel", a.tensor_parallel, d.tensor_parallel);
   put("context_parallel", a.context_parallel, d.context_parallel);
   put("fp8", a.fp8, d.fp8);
+  put("materialized", a.materialized, d.materialized);
   put("norm_squared", a.norm_squared, d.norm_squared);
   return j;
 }
@@ -368,6 +369,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "tensor_parallel", a.tensor_parallel);
   optionalField(j, path, "context_parallel", a.context_parallel);
   optionalField(j, path, "fp8", a.fp8);
+  optionalField(j, path, "materialized", a.materialized);
   optionalField(j, path, "norm_squared", a.norm_squared);
 }
 

@@ -273,7 +273,7 @@ std::string JobReader::readString(const YAML::Node& v, const std::string& path,
 }
 
 RecomputePolicy JobReader::readPolicy(const YAML::Node& v, const std::string& path) const {
-  const std::string allowed = "none, selective, full";
+  const std::string allowed = "none, selective, full, attention";
   std::string s = readString(v, path, allowed);
   auto policy = parseRecomputePolicy(s);
   if (!policy) fail(path, shown(s) + " is not a recompute policy", allowed);
@@ -470,6 +470,8 @@ void readSchedule(JobReader& r, const YAML::Node& node, const std::string& node_
        [&](const YAML::Node& v, const std::string& p) {
          schedule.lm_head_chunks = r.readInt(v, p, 1, "integers >= 1");
        }},
+      {"materialized_attention",
+       [&](const YAML::Node& v, const std::string& p) { schedule.materialized_attention = r.readBool(v, p); }},
   });
 }
 
@@ -479,7 +481,7 @@ void readRecompute(JobReader& r, const YAML::Node& node, const std::string& node
       {"policy", [&](const YAML::Node& v, const std::string& p) { recompute.policy = r.readPolicy(v, p); }},
       {"layers",
        [&](const YAML::Node& v, const std::string& p) {
-         const std::string allowed = "a mapping from layer index to none, selective or full";
+         const std::string allowed = "a mapping from layer index to none, selective, full or attention";
          if (v.IsNull()) return;
          if (!v.IsMap()) r.fail(p, "expected a mapping, got " + describe(v), allowed);
          for (const auto& entry : v) {
@@ -667,6 +669,11 @@ void validateContextParallel(const JobReader& r, const JobSpec& job) {
                " equal chunks (two per rank, for an even share of the causal attention), which do not divide "
                "model.seq_len " + std::to_string(job.model.seq_len),
            "integers >= 1 such that 2 x context_parallel divides model.seq_len");
+  else if (job.schedule.materialized_attention)
+    r.fail(pick("schedule.materialized_attention", "parallel.context_parallel"),
+           "a materialized score matrix is not planned with context parallelism (its attention reads the gathered "
+           "keys and values)",
+           "schedule.materialized_attention: false, or parallel.context_parallel: 1");
   else if (job.comm.gather_embedding_gradient)
     r.fail(pick("comm.gather_embedding_gradient", "parallel.context_parallel"),
            "comm.gather_embedding_gradient is not planned with context parallelism (the gathered backward reads "

@@ -196,6 +196,15 @@ struct ScheduleSpec {
   // next bucket while the current one is in use; more hides more of a slow
   // network for that many more buckets' memory.
   int gather_ahead = 1;
+  // The attention as frameworks without a fused kernel run it (Megatron-LM
+  // of 2021-22, eager PyTorch): Q K^T as a batched GEMM into a [B, H, T, T]
+  // score matrix, a scale-mask-softmax pass, the probabilities times V, and
+  // the probabilities kept for the backward instead of each row's
+  // log-sum-exp. The same arithmetic; the full T x T products (the mask is
+  // applied after them) and passes over B H T^2 elements that the fused
+  // kernel does not make, and their memory. For what-if studies of such
+  // frameworks; the GPU executor runs the fused kernel only.
+  bool materialized_attention = false;
   bool operator==(const ScheduleSpec&) const = default;
 };
 

@@ -132,6 +132,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("residual_in_gemm", job.schedule.residual_in_gemm ? "true" : "false");
   field("lm_head_chunks", integer(job.schedule.lm_head_chunks));
   field("gather_ahead", integer(job.schedule.gather_ahead));
+  if (job.schedule.materialized_attention) field("materialized_attention", "true");
   line("recompute:");
   field("policy", std::string(toString(job.recompute.policy)));
   if (job.recompute.per_layer.empty()) {

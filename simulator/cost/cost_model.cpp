@@ -419,6 +419,39 @@ int RooflineCostModel::kernelBlocks(const Task& task, const DeviceSpec& device) 
   return it->second.all_shapes.blocks;
 }
 
+int64_t RooflineCostModel::materializedAttentionNs(const Task& task, const DeviceSpec& device,
+                                                   Precision precision) const {
+  const OpAttrs& a = task.attrs;
+  const double el = precision == Precision::FP32 ? 4.0 : 2.0;
+  const double scores = double(a.b) * double(a.h) * double(a.t) * double(a.t);  // elements of S, P, dP or dS
+  const double rows = double(a.b) * double(a.t) * double(a.c);                   // of q, k, v, out or dout
+  const double product = 2.0 * double(a.b) * double(a.t) * double(a.t) * double(a.c);  // a T x T x D GEMM per head
+  struct Kernel {
+    double flops, bytes;
+    OpKind as;  // whose efficiencies it takes
+  };
+  // Batched GEMMs as the GEMMs; the softmax and its backward as the
+  // loss's softmax passes.
+  const std::vector<Kernel> kernels =
+      task.op == OpKind::Attention
+          ? std::vector<Kernel>{{product, (2 * rows + scores) * el, OpKind::Matmul},   // S = Q K^T
+                                {5 * scores, 2 * scores * el, OpKind::CrossEntropy},   // P = softmax(scale S, masked)
+                                {product, (scores + 2 * rows) * el, OpKind::Matmul}}   // out = P V
+          : std::vector<Kernel>{{product, (2 * rows + scores) * el, OpKind::MatmulBwdData},     // dP = dO V^T
+                                {product, (scores + 2 * rows) * el, OpKind::MatmulBwdWeight},   // dV = P^T dO
+                                {4 * scores, 3 * scores * el, OpKind::CrossEntropyBwd},         // dS = P (dP - rowsum)
+                                {product, (scores + 2 * rows) * el, OpKind::MatmulBwdData},     // dQ = dS K
+                                {product, (scores + 2 * rows) * el, OpKind::MatmulBwdWeight}};  // dK = dS^T Q
+  const double peak = precision == Precision::FP32 ? device.fp32_flops : device.bf16_flops;
+  int64_t ns = 0;
+  for (const Kernel& k : kernels) {
+    const double compute_ns = peak > 0 ? k.flops / (peak * 1e-9 * params_.flops_efficiency[size_t(k.as)]) : 0;
+    const double memory_ns = device.hbm_gbps > 0 ? k.bytes / (device.hbm_gbps * params_.bw_efficiency[size_t(k.as)]) : 0;
+    ns += params_.launch_overhead_ns + int64_t(std::ceil(std::max(compute_ns, memory_ns)));
+  }
+  return ns;
+}
+
 RooflineCostModel::TaskTime RooflineCostModel::taskTime(const Task& task, const DeviceSpec& device,
                                                        Precision precision) const {
   const double bytes = double(task.bytes_read + task.bytes_written);
@@ -435,6 +468,9 @@ RooflineCostModel::TaskTime RooflineCostModel::taskTime(const Task& task, const 
       task.kind != TaskKind::Memcpy && task.kind != TaskKind::Collective && task.kind != TaskKind::SendRecv;
   auto from = [kernel](TimeSource s) { return kernel ? s : TimeSource::NoKernel; };
 
+  // A calibration measured the fused attention kernels, not these.
+  if (task.attrs.materialized && (task.op == OpKind::Attention || task.op == OpKind::AttentionBwd))
+    return {materializedAttentionNs(task, device, precision), from(TimeSource::Roofline)};
   // A GELU backward that launches the DGELU GEMM (placed there by memory)
   // runs a GEMM: the roofline takes the data-gradient GEMM's efficiencies.
   const OpKind roofline_op = costOpKind(task);

@@ -263,6 +263,10 @@ class RooflineCostModel : public CostModel {
   const RooflineParams& params() const { return params_; }
 
  private:
+  // A materialized attention (OpAttrs::materialized): the framework's
+  // kernels, each timed by its own roofline, summed.
+  int64_t materializedAttentionNs(const Task& task, const DeviceSpec& device, Precision precision) const;
+
   RooflineParams params_;
   Calibration calibration_;
   std::map<OpKind, ShapeInterpolator> interpolators_;  // measured shapes per op kind (shape_interpolation.h)

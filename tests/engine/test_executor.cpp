@@ -279,7 +279,7 @@ TEST_CASE("Every recompute policy gives bit-identical gradients", "[executor][re
     base.training.precision = prec;
     cpu::CpuExecutor ref(buildPlan(base));
     const auto expected = gradients(ref);
-    for (RecomputePolicy p : {RecomputePolicy::Selective, RecomputePolicy::Full}) {
+    for (RecomputePolicy p : {RecomputePolicy::Selective, RecomputePolicy::Full, RecomputePolicy::Attention}) {
       JobSpec job = base;
       job.recompute.policy = p;
       job.recompute.per_layer[1] = p == RecomputePolicy::Full ? RecomputePolicy::Selective : RecomputePolicy::Full;

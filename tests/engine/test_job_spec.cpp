@@ -313,7 +313,7 @@ TEST_CASE("bad values and unknown keys fail with one line naming file, line, fie
       {"training:\n  precision: fp16\n", {}, "bad.yaml:2: training.precision: ",
        "'fp16' is not a precision (allowed: fp32, bf16, fp8)"},
       {"recompute:\n  policy: most\n", {}, "bad.yaml:2: recompute.policy: ",
-       "'most' is not a recompute policy (allowed: none, selective, full)"},
+       "'most' is not a recompute policy (allowed: none, selective, full, attention)"},
       {"data:\n  source: web\n", {}, "bad.yaml:2: data.source: ",
        "'web' is not a data source (allowed: synthetic, tokens)"},
       {"comm:\n  bucket_mib: 0\n", {}, "bad.yaml:2: comm.bucket_mib: ", "out of range (allowed: numbers > 0 (MiB))"},

@@ -116,7 +116,8 @@ TEST_CASE("Every buffer a task touches has a live range covering the task", "[pl
 }
 
 TEST_CASE("Memory plans never overlap two live buffers", "[planner][memory]") {
-  for (RecomputePolicy p : {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full}) {
+  for (RecomputePolicy p :
+       {RecomputePolicy::None, RecomputePolicy::Selective, RecomputePolicy::Full, RecomputePolicy::Attention}) {
     for (const JobSpec& job : {test::microJob(2, 2, 2), test::microJob(4, 1, 1), defaultJob()}) {
       const Plan plan = planWith(job, p);
       INFO(job.name << " recompute " << toString(p));
