@@ -81,6 +81,11 @@ template <class T>
 void swigluForward(T* y, const T* x, int64_t M, int64_t F);
 template <class T>
 void swigluBackward(T* dx, const T* dy, const T* x, int64_t M, int64_t F, bool accumulate);
+// y = relu(x)^2 elementwise (Nemotron-4's MLP activation).
+template <class T>
+void squaredReluForward(T* y, const T* x, int64_t n);
+template <class T>
+void squaredReluBackward(T* dx, const T* dy, const T* x, int64_t n, bool accumulate);
 // Causal grouped-query attention with rotary embeddings: H query heads of
 // width D = C / H share KV key/value heads (H / KV each); each token's qkv
 // row [(H + 2 KV) D] is laid out by group: [q of the group's heads, k, v].

@@ -152,6 +152,20 @@ void swigluBackward(T* dx, const T* dy, const T* x, int64_t M, int64_t F, bool a
 }
 
 template <class T>
+void squaredReluForward(T* y, const T* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? T(x[i] * x[i]) : T(0);
+}
+
+// d relu(x)^2 / dx = 2 relu(x).
+template <class T>
+void squaredReluBackward(T* dx, const T* dy, const T* x, int64_t n, bool accumulate) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = x[i] > T(0) ? T(T(2) * x[i] * dy[i]) : T(0);
+    dx[i] = accumulate ? T(dx[i] + g) : g;
+  }
+}
+
+template <class T>
 void groupedAttentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H,
                              int64_t KV, T* probs) {
   const GroupedShape g = groupedShape(C, H, KV);
@@ -203,6 +217,8 @@ void groupedAttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out
   template void rmsnormBackward<T>(T*, T*, const T*, const T*, const T*, const T*, int64_t, int64_t, bool, bool); \
   template void swigluForward<T>(T*, const T*, int64_t, int64_t);                                              \
   template void swigluBackward<T>(T*, const T*, const T*, int64_t, int64_t, bool);                             \
+  template void squaredReluForward<T>(T*, const T*, int64_t);                                                  \
+  template void squaredReluBackward<T>(T*, const T*, const T*, int64_t, bool);                                 \
   template void groupedAttentionForward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, T*); \
   template void groupedAttentionBackward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t,      \
                                             int64_t, int64_t, int64_t, bool, const T*);

@@ -111,6 +111,10 @@ bool runMathOp(const Task& t, Storage& io) {
     case OpKind::PackKvBwd:
       packKvBackward<T>(io.out(W[0]), io.in(R[0]), a.b * a.t, {a.c, a.h, a.kv_heads}, a.accumulate);
       return true;
+    case OpKind::SquaredRelu: squaredReluForward<T>(io.out(W[0]), io.in(R[0]), a.elements); return true;
+    case OpKind::SquaredReluBwd:
+      squaredReluBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), a.elements, a.accumulate);
+      return true;
     case OpKind::Gelu: geluForward<T>(io.out(W[0]), io.in(R[0]), a.elements); return true;
     case OpKind::GeluBwd:
       geluBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), a.elements, a.accumulate);

@@ -110,6 +110,9 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
     case OpKind::PackKv:
     case OpKind::PackKvBwd:  // refused with the plan (context parallelism)
       throw CudaError(fmt::format("cuda executor: {}: context parallelism is not run on GPUs", t.name));
+    case OpKind::SquaredRelu:
+    case OpKind::SquaredReluBwd:  // refused with the plan (model.mlp_activation squared_relu)
+      throw CudaError(fmt::format("cuda executor: {}: the squared-ReLU MLP is not run on GPUs", t.name));
     case OpKind::CastFp8:  // refused with the plan (training.precision fp8)
       throw CudaError(fmt::format("cuda executor: {}: FP8 GEMMs are not run on GPUs", t.name));
     case OpKind::CrossEntropyStats:  // refused with the plan (tensor parallelism)

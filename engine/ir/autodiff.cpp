@@ -156,6 +156,12 @@ class BackwardEmitter {
     emit(fwd, OpKind::PackKvBwd, "bwd", {dy}, {dqkv}).attrs.accumulate = acc;
   }
 
+  void squaredRelu(const Node& fwd, int dy) {
+    bool acc = false;
+    int dx = grads_.contributionTarget(g_, fwd.inputs[0], acc);
+    emit(fwd, OpKind::SquaredReluBwd, "bwd", {dy, fwd.inputs[0]}, {dx}).attrs.accumulate = acc;
+  }
+
   void gelu(const Node& fwd, int dy) {
     bool acc = false;
     int dx = grads_.contributionTarget(g_, fwd.inputs[0], acc);
@@ -263,6 +269,7 @@ void emitBackward(Graph& g, GradientState& grads, size_t first, size_t last, int
       case OpKind::LayerNorm: em.layerNorm(fwd, dy); break;
       case OpKind::RmsNorm: em.rmsNorm(fwd, dy); break;
       case OpKind::SwiGlu: em.swiGlu(fwd, dy); break;
+      case OpKind::SquaredRelu: em.squaredRelu(fwd, dy); break;
       case OpKind::Attention: em.attention(fwd, dy); break;
       case OpKind::PackKv: em.packKv(fwd, dy); break;
       case OpKind::Gelu: em.gelu(fwd, dy); break;

@@ -59,6 +59,8 @@ double opFlops(const Node& n) {
     case OpKind::RmsNormBwd: return 9.0 * a.m * a.c;
     case OpKind::SwiGlu: return 6.0 * a.elements;
     case OpKind::SwiGluBwd: return 12.0 * a.elements;
+    case OpKind::SquaredRelu: return 2.0 * a.elements;
+    case OpKind::SquaredReluBwd: return 3.0 * a.elements;
   }
   return 0;
 }

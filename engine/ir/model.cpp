@@ -244,7 +244,13 @@ class ForwardBuilder {
       int res2 = add(pre + ".attn.residual", l, "res2", x, proj);
       int ln2 = norm(pre + ".ln2", l, "ln2", res2, L.ln2_w, L.ln2_b);
       int hidden = -1;
-      if (llama_) {
+      if (llama_ && job_.model.mlp_activation == MlpActivation::SquaredRelu) {
+        // Nemotron-4's ungated MLP: relu(x)^2 of the input layer.
+        int fc = matmul(pre + ".mlp.fc", l, "fc.out", ln2, L.fc_w, -1, F, C_);
+        hidden = act(pre + ".mlp.relu2.out", {B_, T_, F}, l, "relu2.out");
+        Node& n = node(OpKind::SquaredRelu, pre + ".mlp.relu2", l, {fc}, {hidden});
+        n.attrs.elements = M_ * F;
+      } else if (llama_) {
         // SwiGLU: the input layer's [gate | up] halves, silu(gate) * up.
         int fc = matmul(pre + ".mlp.fc", l, "fc.out", ln2, L.fc_w, -1, 2 * F, C_);
         hidden = act(pre + ".mlp.swiglu.out", {B_, T_, F}, l, "swiglu.out");
@@ -396,12 +402,14 @@ ModelParams addModelParameters(Graph& g, const JobSpec& job, const ModelChunk& s
     // Tensor parallelism: whole key/value groups per rank (the QKV rows are
     // laid out by group), each rank's rows of the gate and of the up
     // halves, the output projections' columns.
-    const Split groups{0, 1}, gate_up{0, 2}, columns{1, 1};
+    const Split groups{0, 1}, gate_up{0, 2}, rows{0, 1}, columns{1, 1};
+    const bool gated = m.mlp_activation == MlpActivation::SwiGlu;
     L.ln1_w = addParam(g, job, pre + "ln1.weight", {C}, l, false);
     L.qkv_w = addParam(g, job, pre + "attn.qkv.weight", {(m.heads + 2 * KV) * D, C}, l, true, groups);
     L.attproj_w = addParam(g, job, pre + "attn.proj.weight", {C, C}, l, true, columns);
     L.ln2_w = addParam(g, job, pre + "ln2.weight", {C}, l, false);
-    L.fc_w = addParam(g, job, pre + "mlp.fc.weight", {2 * F, C}, l, true, gate_up);
+    L.fc_w = gated ? addParam(g, job, pre + "mlp.fc.weight", {2 * F, C}, l, true, gate_up)
+                   : addParam(g, job, pre + "mlp.fc.weight", {F, C}, l, true, rows);
     L.fcproj_w = addParam(g, job, pre + "mlp.proj.weight", {C, F}, l, true, columns);
     p.layers.push_back(L);
   }

@@ -74,6 +74,8 @@ enum class OpKind {
   RmsNormBwd,         // dy, x, w, rstd -> dx (+=), dw
   SwiGlu,             // x[M, 2F] (gate | up) -> y[M, F]       y = silu(gate) * up
   SwiGluBwd,          // dy, x -> dx[M, 2F]
+  SquaredRelu,        // x -> y                                 y = relu(x)^2 (Nemotron-4's MLP)
+  SquaredReluBwd,     // dy, x -> dx
   PackKv,             // qkv[B,T,W] -> kv[B,T,2,KV*D]           (context parallelism: the keys and values to gather)
   PackKvBwd,          // dkv -> dqkv (+=; the key and value columns)
   CastFp8,            // x (bf16) -> x8 (f8)                    (scaled by the tensor's amax: training.precision fp8)

@@ -22,6 +22,8 @@ bool castsItsOutput(OpKind op) {
     case OpKind::RmsNorm:
     case OpKind::Gelu:
     case OpKind::SwiGlu:
+    case OpKind::SquaredRelu:
+    case OpKind::SquaredReluBwd:
     case OpKind::GeluBwd:
     case OpKind::SwiGluBwd: return true;
     default: return false;

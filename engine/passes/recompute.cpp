@@ -8,7 +8,8 @@ namespace tandem {
 
 bool recomputeDrops(RecomputePolicy policy, const std::string& role) {
   // The norms' outputs and the MLP's activation (GELU, or Llama's SwiGLU).
-  static constexpr std::array<std::string_view, 4> kSelective{"ln1.out", "ln2.out", "gelu.out", "swiglu.out"};
+  static constexpr std::array<std::string_view, 5> kSelective{"ln1.out", "ln2.out", "gelu.out", "swiglu.out",
+                                                              "relu2.out"};
   switch (policy) {
     case RecomputePolicy::None: return false;
     case RecomputePolicy::Selective:

@@ -12,6 +12,9 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
   if (par.tensor_parallel > 1)
     return fmt::format("tensor parallelism (parallel.tensor_parallel {}) is not run on GPUs yet; {}",
                        par.tensor_parallel, elsewhere);
+  if (plan.job.model.mlp_activation != MlpActivation::SwiGlu)
+    return fmt::format("the squared-ReLU MLP (model.mlp_activation {}) is not run on GPUs yet; {}",
+                       toString(plan.job.model.mlp_activation), elsewhere);
   if (plan.job.training.precision == Precision::FP8)
     return fmt::format("FP8 GEMMs (training.precision fp8) are planned and simulated, not run on GPUs yet; "
                        "`tandem simulate` runs such plans");

@@ -296,6 +296,13 @@ void readModel(JobReader& r, const YAML::Node& node, const std::string& node_pat
          else if (s == "llama") m.family = ModelFamily::Llama;
          else r.fail(p, shown(s) + " is not a model family", "gpt2, llama");
        }},
+      {"mlp_activation",
+       [&](const YAML::Node& v, const std::string& p) {
+         std::string s = r.readString(v, p, "swiglu, squared_relu");
+         if (s == "swiglu") m.mlp_activation = MlpActivation::SwiGlu;
+         else if (s == "squared_relu") m.mlp_activation = MlpActivation::SquaredRelu;
+         else r.fail(p, shown(s) + " is not an MLP activation", "swiglu, squared_relu");
+       }},
       {"vocab", [&](const YAML::Node& v, const std::string& p) { m.vocab = r.readInt(v, p, 2, "integers >= 2"); }},
       {"seq_len", [&](const YAML::Node& v, const std::string& p) { m.seq_len = r.readInt(v, p, 1, "integers >= 1"); }},
       {"layers",
@@ -727,6 +734,10 @@ void validateSharding(const JobReader& r, const JobSpec& job) {
 void validateModelFamily(const JobReader& r, const JobSpec& job) {
   const ModelSpec& m = job.model;
   auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
+  if (m.family == ModelFamily::GPT2 && m.mlp_activation != MlpActivation::SwiGlu)
+    r.fail(pick("model.mlp_activation", "model.family"),
+           "GPT-2's MLP is GELU; model.mlp_activation chooses the Llama family's",
+           "no model.mlp_activation, or model.family: llama");
   if (m.family == ModelFamily::GPT2 && m.kv_heads != 0 && m.kv_heads != m.heads)
     r.fail(pick("model.kv_heads", "model.family"),
            "GPT-2 has no grouped-query attention (model.kv_heads " + std::to_string(m.kv_heads) + " of " +
@@ -896,6 +907,8 @@ RecomputePolicy RecomputeSpec::forLayer(int layer) const {
   auto it = per_layer.find(layer);
   return it == per_layer.end() ? policy : it->second;
 }
+
+std::string_view toString(MlpActivation a) { return a == MlpActivation::SquaredRelu ? "squared_relu" : "swiglu"; }
 
 std::string_view toString(ModelFamily f) {
   switch (f) {

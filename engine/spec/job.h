@@ -20,6 +20,10 @@ class SpecError : public std::runtime_error {
 };
 
 enum class ModelFamily { GPT2, Llama };
+// The Llama family's MLP: SwiGLU (Llama: silu(gate) x up, a gated input
+// layer twice as wide), or an ungated input layer and relu(x)^2
+// (Nemotron-4's squared ReLU).
+enum class MlpActivation { SwiGlu, SquaredRelu };
 
 struct ModelSpec {
   ModelFamily family = ModelFamily::GPT2;
@@ -31,6 +35,7 @@ struct ModelSpec {
   int kv_heads = 0;        // 0 = same as heads; fewer: Llama's grouped-query attention
   double mlp_ratio = 4.0;
   bool tied_embeddings = true;
+  MlpActivation mlp_activation = MlpActivation::SwiGlu;  // Llama family only
   bool operator==(const ModelSpec&) const = default;
 
   int headDim() const { return hidden / heads; }
@@ -317,5 +322,6 @@ std::string jobToYaml(const JobSpec& job);
 void refreshJobText(JobSpec& job);
 
 std::string_view toString(ModelFamily f);
+std::string_view toString(MlpActivation a);
 
 }  // namespace tandem

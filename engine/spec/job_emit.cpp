@@ -90,6 +90,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("kv_heads", integer(m.kv_heads));
   field("mlp_ratio", yamlNumber(m.mlp_ratio));
   field("tied_embeddings", m.tied_embeddings ? "true" : "false");
+  if (m.mlp_activation != MlpActivation::SwiGlu) field("mlp_activation", std::string(toString(m.mlp_activation)));
   line("training:");
   field("micro_batch", integer(t.micro_batch));
   field("grad_accum", integer(t.grad_accum));

@@ -37,6 +37,8 @@ RooflineParams RooflineParams::defaults() {
   set(OpKind::RmsNormBwd, 0.5, 0.60);
   set(OpKind::SwiGlu, 0.5, 0.75);
   set(OpKind::SwiGluBwd, 0.5, 0.75);
+  set(OpKind::SquaredRelu, 0.5, 0.75);
+  set(OpKind::SquaredReluBwd, 0.5, 0.75);
   // Context parallelism's copies of the keys and values (and their
   // gradients' adds): strided elementwise passes.
   set(OpKind::PackKv, 0.5, 0.75);

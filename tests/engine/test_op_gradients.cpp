@@ -213,6 +213,29 @@ TEST_CASE("swiglu backward matches finite differences", "[kernels][gradients][ll
   CHECK(y[0] == 0.0);
 }
 
+TEST_CASE("squared ReLU backward matches finite differences", "[kernels][gradients][llama]") {
+  const int64_t n = 40;
+  std::mt19937_64 rng(516);
+  Vec x = randomVec(rng, n, -3.0, 3.0);
+  for (double& v : x)
+    if (std::abs(v) < 1e-3) v = 0.5;  // away from the kink, where differences straddle it
+  const Vec R = randomVec(rng, n);
+  Vec y(R.size());
+  auto loss = [&] {
+    squaredReluForward(y.data(), x.data(), n);
+    return dot(y, R);
+  };
+  Vec dx(x.size());
+  squaredReluBackward(dx.data(), R.data(), x.data(), n, false);
+  REQUIRE_GRADIENT(x, dx, loss);
+  // relu(-2)^2 = 0 and relu(3)^2 = 9.
+  x[0] = -2.0;
+  x[1] = 3.0;
+  loss();
+  CHECK(y[0] == 0.0);
+  CHECK(y[1] == 9.0);
+}
+
 TEST_CASE("grouped-query attention with rotary embeddings matches finite differences", "[kernels][gradients][llama]") {
   // 4 query heads of width 4 sharing 2 key/value heads, and the
   // multi-head case (as many key/value heads as query heads).

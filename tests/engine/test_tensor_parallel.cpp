@@ -41,6 +41,8 @@ struct TpCase {
   bool sequence_parallel = false;
   bool reduce_every_micro_batch = false;  // with ZeRO-3 and accumulation
   bool llama = false;  // test::llamaJob, as many key/value heads as ranks
+  bool squared_relu = false;  // with llama: Nemotron-4's ungated MLP
+  bool materialized_attention = false;
 
   std::string describe() const {
     return "tp " + std::to_string(tp) + " dp " + std::to_string(dp) + " accumulation " + std::to_string(accum) +
@@ -51,7 +53,8 @@ struct TpCase {
            (sharding ? " ZeRO-" + std::to_string(sharding) : "") +
            (shard_group_size ? " in shard groups of " + std::to_string(shard_group_size) : "") +
            (reduce_every_micro_batch ? " reduced every micro-batch" : "") +
-           (sequence_parallel ? " sequence parallel" : "") + (llama ? " llama" : "");
+           (sequence_parallel ? " sequence parallel" : "") + (llama ? " llama" : "") +
+           (squared_relu ? " squared relu" : "") + (materialized_attention ? " materialized attention" : "");
   }
 };
 
@@ -92,6 +95,8 @@ void requireSlicesMatch(const cpu::CpuExecutor& split, const cpu::CpuExecutor& w
 
 void requireTensorParallelMatches(const TpCase& c) {
   JobSpec whole = c.llama ? test::llamaJob(c.dp, c.accum, 2, c.tp) : splittableJob(c.dp, c.accum);
+  if (c.squared_relu) whole.model.mlp_activation = MlpActivation::SquaredRelu;
+  whole.schedule.materialized_attention = c.materialized_attention;
   whole.training.precision = c.prec;
   whole.recompute.policy = c.recompute;
   whole.schedule.lm_head_chunks = c.lm_head_chunks;
@@ -223,6 +228,13 @@ TEST_CASE("Tensor parallel Llama groups train as one rank per replica", "[execut
   TpCase zero3 = llama({2, 2, 2, Precision::BF16});
   zero3.sharding = 3;
   requireTensorParallelMatches(zero3);
+  // Nemotron-4's ungated MLP: each rank's rows of the input layer.
+  TpCase relu2 = llama({2, 2, 2, Precision::FP32, RecomputePolicy::Attention});
+  relu2.squared_relu = true;
+  relu2.sequence_parallel = true;
+  requireTensorParallelMatches(relu2);
+  relu2.materialized_attention = true;
+  requireTensorParallelMatches(relu2);
 }
 
 TEST_CASE("Sequence parallel groups with sharding", "[executor][tp][sp][shard]") {
