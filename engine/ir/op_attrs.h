@@ -75,6 +75,12 @@ struct OpAttrs {
   // are a batched GEMM, a softmax pass and a second GEMM each way
   // (simulator: one roofline per kernel, summed).
   bool materialized = false;
+  // A tensor-parallel all-gather or reduce-scatter pipelined with its GEMM
+  // (schedule.tp_comm_overlap, engine/passes/tp_comm_overlap.h): the
+  // all-gather's first reader, or the reduce-scatter's input's writer, runs
+  // beside it; a reduce-scatter's reads after the first are that GEMM's
+  // inputs (ordering only).
+  bool overlapped = false;
   // Matmul family (training.precision fp8): the GEMM reads FP8 copies of
   // its two operands (CastFp8's outputs, or a producer's FP8 output) and
   // runs at the GPU's FP8 rate (engine/passes/fp8_gemms.h).

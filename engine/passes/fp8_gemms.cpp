@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace tandem {
@@ -40,9 +41,16 @@ std::string castName(const Node& gemm, const char* operand) {
 }
 
 const char* operandName(const Node& gemm, size_t slot) {
+  if (gemm.op == OpKind::AllGather) return "shard";
   if (gemm.op == OpKind::Matmul) return slot == 0 ? "x" : "w";
   if (gemm.op == OpKind::MatmulBwdData) return slot == 0 ? "dy" : "w";
   return slot == 0 ? "dy" : "x";
+}
+
+// A sequence-parallel all-gather of a rank's tokens (out of place, over "tp").
+bool sequenceGather(const Node& n) {
+  return n.op == OpKind::AllGather && n.collective && n.collective->group == "tp" && !n.inputs.empty() &&
+         !n.outputs.empty() && n.inputs[0] != n.outputs[0];
 }
 
 class Fp8Planner {
@@ -58,19 +66,42 @@ class Fp8Planner {
   }
 
   int run() {
-    // Outputs written in FP8 by their producer: every reader an FP8 operand.
+    // Sequence parallelism: a gather that only FP8 GEMMs read moves FP8
+    // (Transformer Engine casts the rank's tokens, then gathers them).
+    for (Node& n : g_.nodes) {
+      if (!sequenceGather(n)) continue;
+      const int y = n.outputs[0];
+      if (writers_[y] != 1 || bf16_readers_[y] != 0 || !readByFp8Gemm(y)) continue;
+      g_.tensor(y).dtype = DType::F8;
+      n.collective->dtype = DType::F8;
+      n.collective->bytes = n.collective->count;
+      fp8_gathers_.insert(y);
+      bf16_readers_[n.inputs[0]] -= 1;  // the gather reads the rank's tokens in FP8 now
+      gather_inputs_[n.inputs[0]] += 1;
+    }
+    // Outputs written in FP8 by their producer: every reader an FP8 operand
+    // (or an FP8 gather).
     for (const Node& n : g_.nodes) {
       if (!castsItsOutput(n.op) || n.outputs.empty()) continue;
       const int y = n.outputs[0];
       Tensor& t = g_.tensor(y);
       if (t.category == TensorCategory::Activation && t.dtype == DType::BF16 && writers_[y] == 1 &&
-          bf16_readers_[y] == 0 && readByFp8Gemm(y))
+          bf16_readers_[y] == 0 && (readByFp8Gemm(y) || gather_inputs_.count(y)))
         t.dtype = DType::F8;
     }
     std::vector<Node> out;
     out.reserve(g_.nodes.size() * 5 / 4);
     int casts = 0;
     for (Node n : g_.nodes) {
+      if (sequenceGather(n) && fp8_gathers_.count(n.outputs[0]) && g_.tensor(n.inputs[0]).dtype != DType::F8) {
+        const int src = n.inputs[0];
+        auto it = copy_.find(src);
+        if (it == copy_.end()) {
+          it = copy_.emplace(src, addCast(n, 0, out)).first;
+          ++casts;
+        }
+        n.inputs[0] = it->second;
+      }
       if (fp8Gemm(n)) {
         for (size_t slot = 0; slot < 2; ++slot) {
           const int src = n.inputs[slot];
@@ -131,6 +162,8 @@ class Fp8Planner {
   std::unordered_map<int, int> writers_;
   std::unordered_map<int, int> bf16_readers_;
   std::unordered_map<int, int> copy_;  // tensor -> its current FP8 copy
+  std::unordered_set<int> fp8_gathers_;  // gathered tensors moved in FP8
+  std::unordered_map<int, int> gather_inputs_;  // a rank's tokens -> FP8 gathers reading them
 };
 
 }  // namespace

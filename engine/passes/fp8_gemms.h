@@ -20,6 +20,9 @@
 //     tensor is written again. A weight is cast once per step (Transformer
 //     Engine keeps the FP8 weights over the micro-batches of a step) and
 //     its copy lives until its last GEMM.
+// With sequence parallelism a gather whose rows only FP8 GEMMs read moves
+// them in FP8 (half the bytes): the rank's tokens are cast (or written in
+// FP8 by their norm) before it, as Transformer Engine does.
 // The scaling factors (one per tensor, from the amax history) are a few
 // floats per tensor and are not planned as buffers.
 

@@ -84,14 +84,43 @@ class EventBuilder {
     size_t side_joined = 0;        // how many of them the compute stream has joined
     int last_compute = -1;         // the compute stream's latest task so far
     int forward_micro_batch = -1;  // the latest micro-batch whose forward the compute stream began
+    // Overlapped tensor-parallel collectives (engine/passes/tp_comm_overlap.h):
+    // an all-gather's output whose first reader runs beside it, the
+    // all-gather the next task on that reader's stream joins, and each
+    // task's predecessor on its stream.
+    std::map<int, int> gathered_by;  // buffer -> overlapped all-gather writing it, until its first reader
+    std::map<int, int> join;         // stream -> overlapped all-gather its next task waits for
+    std::vector<int> last_on_stream(rp_.streams.size(), -1), previous_on_stream(rp_.tasks.size(), -1);
     for (size_t i = 0; i < rp_.tasks.size(); ++i) {
       Task& t = rp_.tasks[i];
+      previous_on_stream[i] = last_on_stream[size_t(t.stream)];
+      last_on_stream[size_t(t.stream)] = int(i);
+      int pipelined_read = -1;  // a buffer this task reads chunk by chunk beside its writer
+      if (auto it = join.find(t.stream); it != join.end()) {
+        dependOn(t, it->second);
+        join.erase(it);
+      }
+      for (int b : t.reads)
+        if (auto g = gathered_by.find(b); g != gathered_by.end()) {
+          pipelined_read = b;
+          join[t.stream] = g->second;
+          gathered_by.erase(g);
+          break;
+        }
+      const bool scatters_beside = t.attrs.overlapped && t.op == OpKind::ReduceScatter;
+      if (scatters_beside) {
+        // Starts with the GEMM that writes its input: after what ran before
+        // that GEMM on its stream (its reads of the GEMM's inputs add the rest).
+        pipelined_read = t.reads[0];
+        const int writer = state[size_t(t.reads[0])].last_writer;
+        dependOn(t, writer >= 0 ? previous_on_stream[size_t(writer)] : last_compute);
+      }
       // The memory plan gives a transient buffer the memory of buffers whose
       // last use comes before its first in issue order. On another stream
       // it could be written before the compute stream is done with them
       // (an all-gather of persistent shards waits for nothing), so such a
       // task waits until the compute stream has issued everything before it.
-      if (t.stream != 0 && writesTransient(t)) dependOn(t, last_compute);
+      if (t.stream != 0 && writesTransient(t) && !scatters_beside) dependOn(t, last_compute);
       // The previous step's updates read only persistent buffers: nothing
       // to bound, and joining them early would hold the forward back.
       if (t.stream == side_stream_ && !t.attrs.from_previous_step) side_issued.push_back(int(i));
@@ -102,7 +131,8 @@ class EventBuilder {
         if (side_joined < side_issued.size()) dependOn(t, side_issued.back());
         side_joined = side_issued.size();
       }
-      for (int b : t.reads) conflicting(b, [&](const Access& a) { dependOn(t, a.last_writer); });
+      for (int b : t.reads)
+        if (b != pipelined_read) conflicting(b, [&](const Access& a) { dependOn(t, a.last_writer); });
       for (int b : t.writes)
         conflicting(b, [&](const Access& a) {
           dependOn(t, a.last_writer);
@@ -121,6 +151,7 @@ class EventBuilder {
         a.readers.clear();
       }
       if (t.stream == 0) last_compute = int(i);
+      if (t.attrs.overlapped && t.op == OpKind::AllGather) gathered_by[t.writes[0]] = int(i);
     }
   }
 

@@ -22,6 +22,7 @@
 #include "engine/passes/recompute.h"
 #include "engine/passes/shard_parameters.h"
 #include "engine/passes/tensor_parallel.h"
+#include "engine/passes/tp_comm_overlap.h"
 #include "engine/plan/lower.h"
 #include "engine/plan/process_groups.h"
 
@@ -132,6 +133,7 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   appendOptimizer(g, job);
   applyParameterSharding(g, job);
   applyFp8Gemms(g, job);
+  applyTpCommOverlap(g, job);
 
   std::vector<int> ranks;
   for (int replica = 0; replica < job.replicas(); ++replica)

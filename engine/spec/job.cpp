@@ -479,6 +479,8 @@ void readSchedule(JobReader& r, const YAML::Node& node, const std::string& node_
        }},
       {"materialized_attention",
        [&](const YAML::Node& v, const std::string& p) { schedule.materialized_attention = r.readBool(v, p); }},
+      {"tp_comm_overlap",
+       [&](const YAML::Node& v, const std::string& p) { schedule.tp_comm_overlap = r.readBool(v, p); }},
   });
 }
 
@@ -787,6 +789,11 @@ void validateTensorParallel(const JobReader& r, const JobSpec& job) {
              "comm.gather_embedding_gradient is not planned with the embedding split over tensor-parallel ranks",
              "comm.gather_embedding_gradient: false, or parallel.tensor_parallel: 1");
   }
+  if (job.schedule.tp_comm_overlap && !job.parallel.sequence_parallel)
+    r.fail(pick("schedule.tp_comm_overlap", "parallel.sequence_parallel"),
+           "overlapping tensor-parallel communication pipelines sequence parallelism's all-gathers and "
+           "reduce-scatters with their GEMMs, and needs parallel.sequence_parallel",
+           "schedule.tp_comm_overlap: false, or parallel.sequence_parallel: true");
   if (job.parallel.sequence_parallel) {
     const int tp = job.parallel.tensor_parallel;
     const int64_t tokens = int64_t(job.training.micro_batch) * job.rankSeqLen();

@@ -210,6 +210,12 @@ struct ScheduleSpec {
   // kernel does not make, and their memory. For what-if studies of such
   // frameworks; the GPU executor runs the fused kernel only.
   bool materialized_attention = false;
+  // With sequence parallelism: each tensor-parallel all-gather and
+  // reduce-scatter pipelined with the GEMM beside it, on a communication
+  // stream of its own (engine/passes/tp_comm_overlap.h; Megatron-LM and
+  // NeMo's tp_comm_overlap). The same arithmetic; the simulator runs each
+  // pair about as long as the longer of the two.
+  bool tp_comm_overlap = false;
   bool operator==(const ScheduleSpec&) const = default;
 };
 

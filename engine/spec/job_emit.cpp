@@ -134,6 +134,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("lm_head_chunks", integer(job.schedule.lm_head_chunks));
   field("gather_ahead", integer(job.schedule.gather_ahead));
   if (job.schedule.materialized_attention) field("materialized_attention", "true");
+  if (job.schedule.tp_comm_overlap) field("tp_comm_overlap", "true");
   line("recompute:");
   field("policy", std::string(toString(job.recompute.policy)));
   if (job.recompute.per_layer.empty()) {

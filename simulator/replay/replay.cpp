@@ -38,6 +38,10 @@ struct ProgramQueues {
   bool built = false;
   std::vector<std::vector<int>> stream_tasks;  // task indices of each stream, plan order
   std::vector<int> event_recorder;             // task index recording each event, -1 none
+  // Overlapped tensor-parallel collectives (attrs.overlapped) -> the GEMM
+  // each is pipelined with: an all-gather's first reader, a reduce-scatter's
+  // input's writer (engine/passes/tp_comm_overlap.h).
+  std::unordered_map<int, int> pipeline_partner;
 };
 
 // The event queue, ordered by (time, insertion order). Events of one time
@@ -186,6 +190,7 @@ struct RankState {
   float* spare = nullptr;  // and the share of the SMs it leaves, where known (CostModel::spareSmShare), else -1
   bool eventDone(int e) const { return (event_bits[size_t(e) >> 6] >> (e & 63)) & 1; }
   const std::vector<int>* event_recorder = nullptr;  // the program's
+  const std::unordered_map<int, int>* pipeline_partner = nullptr;  // the program's (ProgramQueues)
   std::map<int, int64_t> group_seq;  // per group index: collectives reached
   std::map<std::pair<int, int>, int64_t> p2p_seq;  // (group, direction) -> sends/recvs reached
 };
@@ -284,6 +289,23 @@ std::vector<SimActivity> taskFacts(const RankPlan& rp) {
   return out;
 }
 
+// Pairs each overlapped collective of the plan with its GEMM, in one pass.
+void findPipelinePartners(ProgramQueues& q, const RankPlan& plan) {
+  std::unordered_map<int, int> last_writer, gathered_by;  // buffer -> task
+  for (int i = 0; i < int(plan.tasks.size()); ++i) {
+    const Task& t = plan.tasks[size_t(i)];
+    for (int b : t.reads)
+      if (auto g = gathered_by.find(b); g != gathered_by.end()) {
+        q.pipeline_partner[g->second] = i;
+        gathered_by.erase(g);
+      }
+    if (t.attrs.overlapped && t.op == OpKind::ReduceScatter && !t.reads.empty())
+      if (auto w = last_writer.find(t.reads[0]); w != last_writer.end()) q.pipeline_partner[i] = w->second;
+    for (int b : t.writes) last_writer[b] = i;
+    if (t.attrs.overlapped && t.op == OpKind::AllGather && !t.writes.empty()) gathered_by[t.writes[0]] = i;
+  }
+}
+
 // Fills a program's shared queues from its plan: each stream's tasks and
 // each event's recorder, checking the streams and events the tasks name.
 // Checked once per program; errors name its first simulated rank.
@@ -307,6 +329,7 @@ void buildProgramQueues(ProgramQueues& q, const RankPlan& plan, int r, size_t nu
                             std::to_string(t.record_event) + " beyond num_events");
     if (t.record_event >= 0) q.event_recorder[size_t(t.record_event)] = i;
   }
+  findPipelinePartners(q, plan);
 }
 
 class Replay {
@@ -377,6 +400,7 @@ class Replay {
   // The task role (taskRole) of the kernels that ran beside a collective the
   // longest on its members, from its start until now; "" when none did.
   std::string dominantRoleBeside(const Instance& inst) const;
+  int64_t pipelineFillNs(const Instance& inst) const;
   void finishTask(int ri, int task_index);
   [[noreturn]] void reportDeadlock();
   std::string describeTask(const RankState& r, int task_index) const;
@@ -527,6 +551,7 @@ void Replay::addRankState(int r, RankSlices& slices) {
   slices.streams.push_back(q.stream_tasks.size());
   slices.events.push_back((num_events + 63) / 64);
   st.event_recorder = &q.event_recorder;
+  st.pipeline_partner = &q.pipeline_partner;
   if (st.device < 0 || st.device >= int(device_class_.size()))
     throw SimulationError("rank " + std::to_string(r) + " is placed on device " + std::to_string(st.device) +
                           " but topology '" + topo_.name + "' has " + std::to_string(topo_.devices.size()));
@@ -994,7 +1019,7 @@ void Replay::phaseDone(int ii) {
       return;
     }
   }
-  int64_t end = std::max(now_, inst.start_ns + inst.schedule->floor_ns);
+  int64_t end = std::max(now_, inst.start_ns + inst.schedule->floor_ns) + pipelineFillNs(inst);
   if (cost_.hasCollectiveBeside()) {
     // The kernels it shared its GPUs with the longest slow it by their task
     // role's factor (calibrated, 1 or more: the calibration scales the size
@@ -1003,6 +1028,31 @@ void Replay::phaseDone(int ii) {
     end = std::max(end, inst.start_ns + int64_t(std::llround(double(end - inst.start_ns) * f)));
   }
   push(end, EventType::CollectiveDone, ii);
+}
+
+// A collective pipelined with a GEMM moves the GEMM's work in as many chunks
+// as the group has ranks: the gathered rows' last chunk is multiplied after
+// it arrives, a scattered output's first chunk is computed before it can
+// leave. So the pair ends a chunk's GEMM time after the transfers would
+// alone (max(GEMM, transfers + GEMM / ranks)); the GEMM's own time runs
+// beside it on the compute stream.
+int64_t Replay::pipelineFillNs(const Instance& inst) const {
+  int64_t fill = 0;
+  const int64_t chunks = std::max<int64_t>(
+      1, int64_t(plan_.groups[size_t(result_.collectives[size_t(inst.record)].group)].ranks.size()));
+  for (const Arrival& m : inst.members) {
+    const RankState& r = ranks_[size_t(m.rank_state)];
+    const Task& t = r.plan->tasks[size_t(m.task)];
+    if (!t.attrs.overlapped) return 0;
+    const auto it = r.pipeline_partner->find(m.task);
+    if (it == r.pipeline_partner->end()) continue;
+    const Task& gemm = r.plan->tasks[size_t(it->second)];
+    const DeviceSpec& device = topo_.devices[size_t(r.device)];
+    int64_t ns = r.durations[size_t(it->second)];
+    if (ns < 0) ns = int64_t(std::llround(double(cost_.taskNs(gemm, device, plan_.job.training.precision)) / device.speed));
+    fill = std::max(fill, ns / chunks);
+  }
+  return fill;
 }
 
 std::string Replay::dominantRoleBeside(const Instance& inst) const {

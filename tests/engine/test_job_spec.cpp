@@ -209,6 +209,9 @@ TEST_CASE("canonical YAML round-trips every field", "[job]") {
                           "parallel.yaml"));
   CHECK(jobs.back().parallel.sequence_parallel);
   CHECK(jobs.back().parallel.pipeline_chunks == 2);
+  jobs.push_back(parseJob("parallel: {tensor_parallel: 2, sequence_parallel: true}\nschedule: {tp_comm_overlap: true}\n",
+                          "overlap.yaml"));
+  CHECK(jobs.back().schedule.tp_comm_overlap);
   jobs.push_back(parseJob("parallel: {data_parallel: 2, context_parallel: 4, tensor_parallel: 2}\n", "cp.yaml"));
   CHECK(jobs.back().parallel.context_parallel == 4);
   CHECK(jobs.back().worldSize() == 16);
@@ -431,6 +434,8 @@ TEST_CASE("tensor and sequence parallel splits the model cannot take, and too ma
        "data_parallel x context_parallel x tensor_parallel x pipeline_parallel = 4.29497e+09 ranks, more than rank numbers can hold"},
       {"model: {family: llama, heads: 8, hidden: 64, kv_heads: 2}\nparallel: {tensor_parallel: 4}\n", {},
        "bad.yaml:2: parallel.tensor_parallel: ", "tensor_parallel 4 does not divide the 2 key/value heads"},
+      {"parallel: {tensor_parallel: 2}\nschedule: {tp_comm_overlap: true}\n", {}, "bad.yaml:2: schedule.tp_comm_overlap: ",
+       "needs parallel.sequence_parallel (allowed: schedule.tp_comm_overlap: false, or parallel.sequence_parallel: true)"},
       {"parallel: {sequence_parallel: true}\n", {}, "bad.yaml:1: parallel.sequence_parallel: ",
        "needs tensor_parallel >= 2 (allowed: parallel.sequence_parallel: false, or parallel.tensor_parallel >= 2)"},
       {"model: {seq_len: 7}\ntraining: {micro_batch: 3}\nparallel: {tensor_parallel: 2}\n",
