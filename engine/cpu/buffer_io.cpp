@@ -24,6 +24,11 @@ std::vector<float> loadAsFloat(const std::byte* arena, const Buffer& b) {
     }
     case DType::F8:  // FP8 plans are refused by the CPU executor
       throw std::logic_error("cpu executor: FP8 buffers are not run on the CPU reference");
+    case DType::U8: {
+      const auto* q = reinterpret_cast<const uint8_t*>(p);
+      for (int64_t i = 0; i < n; ++i) v[i] = float(q[i]);
+      break;
+    }
   }
   return v;
 }
@@ -45,7 +50,18 @@ void storeFromFloat(std::byte* arena, const Buffer& b, const float* values) {
     }
     case DType::F8:
       throw std::logic_error("cpu executor: FP8 buffers are not run on the CPU reference");
+    case DType::U8: {
+      auto* q = reinterpret_cast<uint8_t*>(p);
+      for (int64_t i = 0; i < n; ++i) q[i] = uint8_t(values[i]);
+      break;
+    }
   }
+}
+
+uint8_t* TaskBuffers::bytes(int buffer) {
+  const Buffer& b = rp_.buffers[buffer];
+  if (b.dtype != DType::U8) throw std::logic_error("cpu executor: byte view of a non-byte buffer " + b.name);
+  return reinterpret_cast<uint8_t*>(address(buffer));
 }
 
 TaskBuffers::Scratch& TaskBuffers::scratchFor(int buffer) {

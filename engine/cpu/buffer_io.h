@@ -25,6 +25,8 @@ class TaskBuffers {
   float* out(int buffer);
   const int32_t* ints(int buffer) const;
   int32_t* mutableInts(int buffer);
+  // A byte buffer (DType::U8: dropout masks), in place.
+  uint8_t* bytes(int buffer);
   int64_t elements(int buffer) const { return rp_.buffers[buffer].elementCount(); }
   // Rounds what the task wrote to a bf16 buffer so far to bf16 now (commit
   // would), so that a sum over it sees the stored values.

@@ -206,18 +206,29 @@ struct CpuExecutor::Impl {
 // Adapts TaskBuffers to the storage interface of runMathOp.
 struct FloatStorage {
   TaskBuffers& io;
+  uint64_t random_key;
   const float* in(int b) { return io.in(b); }
   float* out(int b) { return io.out(b); }
   const int32_t* ints(int b) { return io.ints(b); }
+  uint8_t* bytes(int b) { return io.bytes(b); }
   int64_t elements(int b) const { return io.elements(b); }
   void settle(int b) { io.settle(b); }
+  uint64_t randomKey() const { return random_key; }
 };
+
+// The draws (attention dropout) of a step on a rank: the job's seed, the
+// step and the rank, mixed so that neighbouring values share no bits.
+uint64_t stepRandomKey(uint64_t seed, int step, int rank) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (uint64_t(step) + 1) + 0xC2B2AE3D27D4EB4Full * (uint64_t(rank) + 1);
+  z = (z ^ (z >> 33)) * 0xFF51AFD7ED558CCDull;
+  return z ^ (z >> 33);
+}
 
 void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& io) {
   const auto& a = t.attrs;
   const auto& R = t.reads;
   const auto& W = t.writes;
-  FloatStorage storage{io};
+  FloatStorage storage{io, stepRandomKey(plan.job.training.seed, step, rank)};
   if (a.context_parallel > 1 && contextParallel(rank, t, io)) return;
   if (a.tensor_parallel > 1 && vocabularyParallel(rank, t, io)) return;
   if (t.op == OpKind::Matmul && a.tensor_parallel > 1 && a.has_bias && plan.job.tensorParallelPlace(rank) != 0) {

@@ -62,12 +62,29 @@ void columnSums(T* db, const T* dy, int64_t M, int64_t N, bool accumulate);
 // the forward also writes them, [B, H, Tn, Tn] with zeros past the
 // diagonal, and a backward given `saved_probs` reads them instead of
 // rebuilding them from lse (which it then does not read).
+//
+// With `dropout` as well (model.attention_dropout) the forward draws a
+// mask over the probabilities (1 = kept, with probability 1 - p; zero past
+// the diagonal), writes it and the dropped probabilities (kept ones scaled
+// by 1 / (1 - p)) and multiplies V by those; the backward reads both.
+// Draws depend on the key and the element's place in [B, H, Tn, Tn] only.
+template <class T>
+struct AttentionDropout {
+  double p = 0;
+  uint64_t key = 0;
+  T* dropped = nullptr;
+  uint8_t* mask = nullptr;
+};
+// Whether element `index` of the draw `key` is kept: a hash of both to a
+// uniform number in [0, 1), kept when it is at least p.
+bool keptByDropout(uint64_t key, uint64_t index, double p);
 template <class T>
 void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H,
-                      T* probs = nullptr);
+                      T* probs = nullptr, const AttentionDropout<T>* dropout = nullptr);
 template <class T>
 void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                       int64_t Tn, int64_t C, int64_t H, bool accumulate, const T* saved_probs = nullptr);
+                       int64_t Tn, int64_t C, int64_t H, bool accumulate, const T* saved_probs = nullptr,
+                       const AttentionDropout<T>* dropout = nullptr);
 
 // The Llama family (kernels_llama.cpp); its constants are engine/numerics/constants.h.
 // y = x / sqrt(mean(x^2) + 1e-5) * w over the last dimension C; rstd[M].
@@ -95,11 +112,11 @@ void squaredReluBackward(T* dx, const T* dy, const T* x, int64_t n, bool accumul
 // `probs` and `saved_probs` as attentionForward's and attentionBackward's.
 template <class T>
 void groupedAttentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H,
-                             int64_t KV, T* probs = nullptr);
+                             int64_t KV, T* probs = nullptr, const AttentionDropout<T>* dropout = nullptr);
 template <class T>
 void groupedAttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
                               int64_t Tn, int64_t C, int64_t H, int64_t KV, bool accumulate,
-                              const T* saved_probs = nullptr);
+                              const T* saved_probs = nullptr, const AttentionDropout<T>* dropout = nullptr);
 
 // GELU, tanh approximation (GPT-2).
 template <class T>

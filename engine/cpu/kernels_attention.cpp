@@ -60,14 +60,27 @@ void rowScores(T* scores, const T* q, const T* kt, int64_t Tn, int64_t D, int64_
 
 }  // namespace
 
+bool keptByDropout(uint64_t key, uint64_t index, double p) {
+  // splitmix64's finalizer over the key and the index: every bit of both
+  // reaches every bit of the result.
+  uint64_t z = key ^ (index * 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return double(z >> 11) * 0x1.0p-53 >= p;
+}
+
 template <class T>
-void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H, T* probs) {
+void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H, T* probs,
+                      const AttentionDropout<T>* dropout) {
+  if (dropout && !probs) throw std::logic_error("attention: dropout needs the materialized probabilities");
   const HeadShape hs = headShape(Tn, C, H);
   const int64_t D = hs.D;
   const T scale = T(1.0 / std::sqrt(double(D)));
   std::vector<T> kt(static_cast<std::size_t>(D * Tn));
   std::vector<T> scores(static_cast<std::size_t>(Tn));
   std::vector<double> weights(static_cast<std::size_t>(Tn));
+  std::vector<T> multipliers(static_cast<std::size_t>(Tn));
   std::vector<T> acc(static_cast<std::size_t>(D));
   for (int64_t b = 0; b < B; ++b) {
     const T* seq = qkv + b * Tn * hs.stride;
@@ -89,13 +102,27 @@ void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64
         }
         lse[(b * H + h) * Tn + t] = T(max + std::log(sum));
         const double inv_sum = 1.0 / sum;
+        const int64_t row_at = ((b * H + h) * Tn + t) * Tn;
         if (probs) {  // the materialized row: the probabilities, zero past the diagonal
-          T* row = probs + ((b * H + h) * Tn + t) * Tn;
+          T* row = probs + row_at;
           for (int64_t s = 0; s < Tn; ++s) row[s] = s < count ? T(weights[std::size_t(s)] * inv_sum) : T(0);
+        }
+        // What multiplies V: the probabilities, or with dropout the kept
+        // ones scaled.
+        for (int64_t s = 0; s < count; ++s) multipliers[std::size_t(s)] = T(weights[std::size_t(s)] * inv_sum);
+        if (dropout) {
+          const double keep_scale = 1.0 / (1.0 - dropout->p);
+          for (int64_t s = 0; s < Tn; ++s) {
+            const bool kept = s < count && keptByDropout(dropout->key, uint64_t(row_at + s), dropout->p);
+            dropout->mask[row_at + s] = kept ? 1 : 0;
+            const T w = kept ? T(weights[std::size_t(s)] * inv_sum * keep_scale) : T(0);
+            dropout->dropped[row_at + s] = w;
+            if (s < count) multipliers[std::size_t(s)] = w;
+          }
         }
         for (int64_t d = 0; d < D; ++d) acc[std::size_t(d)] = 0;
         for (int64_t s = 0; s < count; ++s) {
-          const T p = T(weights[std::size_t(s)] * inv_sum);
+          const T p = multipliers[std::size_t(s)];
           const T* v_row = v_head + s * hs.stride;
           for (int64_t d = 0; d < D; ++d) acc[std::size_t(d)] += p * v_row[d];
         }
@@ -115,13 +142,16 @@ void attentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64
 // into (or added to) dqkv, so accumulate=true gives "old + fresh" exactly.
 template <class T>
 void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                       int64_t Tn, int64_t C, int64_t H, bool accumulate, const T* saved_probs) {
+                       int64_t Tn, int64_t C, int64_t H, bool accumulate, const T* saved_probs,
+                       const AttentionDropout<T>* dropout) {
+  if (dropout && !saved_probs) throw std::logic_error("attention backward: dropout needs the saved probabilities");
   const HeadShape hs = headShape(Tn, C, H);
   const int64_t D = hs.D;
   const T scale = T(1.0 / std::sqrt(double(D)));
   std::vector<T> kt(static_cast<std::size_t>(D * Tn));
   std::vector<T> vt(static_cast<std::size_t>(D * Tn));
   std::vector<T> probs(static_cast<std::size_t>(Tn));
+  std::vector<T> multipliers(static_cast<std::size_t>(Tn));  // what multiplied V in the forward
   std::vector<T> dscores(static_cast<std::size_t>(Tn));
   std::vector<T> dq(static_cast<std::size_t>(Tn * D));
   std::vector<T> dk(static_cast<std::size_t>(Tn * D));
@@ -149,8 +179,21 @@ void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const
           const double row_lse = double(lse[(b * H + h) * Tn + t]);
           for (int64_t s = 0; s < count; ++s) probs[s] = T(std::exp(double(probs[s]) - row_lse));
         }
-        // dP_ts = dout_t . v_s, built like the scores (scale 1).
+        // dP_ts = dout_t . v_s, built like the scores (scale 1). With
+        // dropout that is the gradient of the dropped probabilities, and
+        // each kept one's probability gets it scaled; dv sums the dropped
+        // ones. delta = dout_t . out_t is still sum_s P_ts dP_ts: out_t sums
+        // the dropped probabilities' rows of v.
         rowScores(dscores.data(), dout_row, vt.data(), Tn, D, count, T(1));
+        for (int64_t s = 0; s < count; ++s) multipliers[std::size_t(s)] = probs[std::size_t(s)];
+        if (dropout) {
+          const int64_t row_at = ((b * H + h) * Tn + t) * Tn;
+          const T keep_scale = T(1.0 / (1.0 - dropout->p));
+          for (int64_t s = 0; s < count; ++s) {
+            multipliers[std::size_t(s)] = dropout->dropped[row_at + s];
+            dscores[std::size_t(s)] = dropout->mask[row_at + s] ? T(dscores[std::size_t(s)] * keep_scale) : T(0);
+          }
+        }
         double delta = 0;
         for (int64_t d = 0; d < D; ++d) delta += double(dout_row[d]) * double(out_row[d]);
         for (int64_t s = 0; s < count; ++s)
@@ -158,7 +201,7 @@ void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const
         T* dq_row = dq.data() + t * D;
         for (int64_t s = 0; s < count; ++s) {
           const T ds = dscores[s];
-          const T p = probs[s];
+          const T p = multipliers[std::size_t(s)];
           const T* k_row = k_head + s * hs.stride;
           T* dk_row = dk.data() + s * D;
           T* dv_row = dv.data() + s * D;
@@ -186,9 +229,10 @@ void attentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const
 }
 
 #define TANDEM_INSTANTIATE_ATTENTION(T)                                                          \
-  template void attentionForward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, T*);  \
+  template void attentionForward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, T*,      \
+                                    const AttentionDropout<T>*);                                   \
   template void attentionBackward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t, \
-                                     int64_t, int64_t, bool, const T*);
+                                     int64_t, int64_t, bool, const T*, const AttentionDropout<T>*);
 
 TANDEM_INSTANTIATE_ATTENTION(float)
 TANDEM_INSTANTIATE_ATTENTION(double)

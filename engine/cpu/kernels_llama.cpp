@@ -167,20 +167,20 @@ void squaredReluBackward(T* dx, const T* dy, const T* x, int64_t n, bool accumul
 
 template <class T>
 void groupedAttentionForward(T* out, T* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C, int64_t H,
-                             int64_t KV, T* probs) {
+                             int64_t KV, T* probs, const AttentionDropout<T>* dropout) {
   const GroupedShape g = groupedShape(C, H, KV);
   const std::vector<T> full = expand(qkv, B, Tn, g);
-  attentionForward<T>(out, lse, full.data(), B, Tn, C, H, probs);
+  attentionForward<T>(out, lse, full.data(), B, Tn, C, H, probs, dropout);
 }
 
 template <class T>
 void groupedAttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
                               int64_t Tn, int64_t C, int64_t H, int64_t KV, bool accumulate,
-                              const T* saved_probs) {
+                              const T* saved_probs, const AttentionDropout<T>* dropout) {
   const GroupedShape g = groupedShape(C, H, KV);
   const std::vector<T> full = expand(qkv, B, Tn, g);
   std::vector<T> dfull(full.size());
-  attentionBackward<T>(dfull.data(), dout, full.data(), out, lse, B, Tn, C, H, false, saved_probs);
+  attentionBackward<T>(dfull.data(), dout, full.data(), out, lse, B, Tn, C, H, false, saved_probs, dropout);
   std::vector<T> dk(std::size_t(g.D)), dv(std::size_t(g.D));
   for (int64_t bt = 0; bt < B * Tn; ++bt) {
     const int64_t t = bt % Tn;
@@ -219,9 +219,10 @@ void groupedAttentionBackward(T* dqkv, const T* dout, const T* qkv, const T* out
   template void swigluBackward<T>(T*, const T*, const T*, int64_t, int64_t, bool);                             \
   template void squaredReluForward<T>(T*, const T*, int64_t);                                                  \
   template void squaredReluBackward<T>(T*, const T*, const T*, int64_t, bool);                                 \
-  template void groupedAttentionForward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, T*); \
+  template void groupedAttentionForward<T>(T*, T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, T*, \
+                                           const AttentionDropout<T>*);                                        \
   template void groupedAttentionBackward<T>(T*, const T*, const T*, const T*, const T*, int64_t, int64_t,      \
-                                            int64_t, int64_t, int64_t, bool, const T*);
+                                            int64_t, int64_t, int64_t, bool, const T*, const AttentionDropout<T>*);
 
 TANDEM_INSTANTIATE_LLAMA(float)
 TANDEM_INSTANTIATE_LLAMA(double)

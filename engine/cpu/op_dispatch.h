@@ -7,8 +7,10 @@
 //
 // Storage must provide: T* in(int buffer) (const use), T* out(int buffer)
 // (current contents kept, for accumulation), const int32_t* ints(int buffer),
+// uint8_t* bytes(int buffer) (u8 buffers: dropout masks),
 // int64_t elements(int buffer), void settle(int buffer) (round what was
-// written so far to the buffer's storage precision; no-op where it is T).
+// written so far to the buffer's storage precision; no-op where it is T),
+// uint64_t randomKey() (the draws of this step on this rank).
 
 #include <algorithm>
 #include <cstring>
@@ -19,6 +21,14 @@
 #include "engine/plan/plan.h"
 
 namespace tandem::cpu {
+
+// The attention dropout's draw for a task: the storage's key with the
+// task's layer and micro-batch, so a recomputed forward draws what the
+// forward drew.
+inline uint64_t attentionDropoutKey(uint64_t storage_key, const Task& t) {
+  return storage_key ^ (uint64_t(t.layer + 1) * 0xD1B54A32D192ED03ull) ^
+         (uint64_t(t.micro_batch + 1) * 0x8CB92BA72F3D8DD7ull);
+}
 
 // Returns false for ops that are not pure math (data, collectives, optimizer).
 template <class T, class Storage>
@@ -72,22 +82,30 @@ bool runMathOp(const Task& t, Storage& io) {
       std::vector<T> lse_scratch(a.materialized ? size_t(a.b * a.h * a.t) : 0);
       T* lse = a.materialized ? lse_scratch.data() : io.out(W[1]);
       T* probs = a.materialized ? io.out(W[1]) : nullptr;
+      AttentionDropout<T> dropout;
+      if (a.dropout > 0)  // its third and fourth outputs: the dropped probabilities, the mask
+        dropout = {a.dropout, attentionDropoutKey(io.randomKey(), t), io.out(W[2]), io.bytes(W[3])};
+      const AttentionDropout<T>* drop = a.dropout > 0 ? &dropout : nullptr;
       if (a.kv_heads > 0)
-        groupedAttentionForward<T>(io.out(W[0]), lse, io.in(R[0]), a.b, a.t, a.c, a.h, a.kv_heads, probs);
+        groupedAttentionForward<T>(io.out(W[0]), lse, io.in(R[0]), a.b, a.t, a.c, a.h, a.kv_heads, probs, drop);
       else
-        attentionForward<T>(io.out(W[0]), lse, io.in(R[0]), a.b, a.t, a.c, a.h, probs);
+        attentionForward<T>(io.out(W[0]), lse, io.in(R[0]), a.b, a.t, a.c, a.h, probs, drop);
       return true;
     }
     case OpKind::AttentionBwd: {
       // Its fourth input: the probabilities (materialized) or the log-sum-exp.
       const T* lse = a.materialized ? nullptr : io.in(R[3]);
       const T* probs = a.materialized ? io.in(R[3]) : nullptr;
+      AttentionDropout<T> dropout;
+      if (a.dropout > 0)  // its fifth and sixth inputs: the dropped probabilities, the mask
+        dropout = {a.dropout, 0, const_cast<T*>(io.in(R[4])), io.bytes(R[5])};
+      const AttentionDropout<T>* drop = a.dropout > 0 ? &dropout : nullptr;
       if (a.kv_heads > 0)
         groupedAttentionBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), io.in(R[2]), lse, a.b, a.t, a.c, a.h,
-                                    a.kv_heads, a.accumulate, probs);
+                                    a.kv_heads, a.accumulate, probs, drop);
       else
         attentionBackward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), io.in(R[2]), lse, a.b, a.t, a.c, a.h,
-                             a.accumulate, probs);
+                             a.accumulate, probs, drop);
       if (a.bias_grad) {  // the sums of dqkv as stored, which the weight GEMM would have read
         io.settle(W[0]);
         columnSums<T>(io.out(W[1]), io.in(W[0]), a.b * a.t, 3 * a.c, a.accumulate_params);

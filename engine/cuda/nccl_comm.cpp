@@ -28,6 +28,7 @@ ncclDataType_t ncclType(DType dt) {
     case DType::BF16: return ncclBfloat16;
     case DType::I32: return ncclInt32;
     case DType::F8: return ncclUint8;  // never communicated: FP8 plans are refused (gpu_support.h)
+    case DType::U8: return ncclUint8;  // dropout masks: never communicated
   }
   return ncclFloat32;
 }

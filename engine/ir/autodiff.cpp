@@ -138,6 +138,8 @@ class BackwardEmitter {
   void attention(const Node& fwd, int dy) {
     bool acc = false;
     std::vector<int> in{dy, fwd.inputs[0], fwd.outputs[0], fwd.outputs[1]};
+    // With dropout (materialized): the dropped probabilities and the mask.
+    for (size_t i = 2; i < fwd.outputs.size(); ++i) in.push_back(fwd.outputs[i]);
     std::vector<int> out{grads_.contributionTarget(g_, fwd.inputs[0], acc)};
     if (fwd.inputs.size() > 1) {
       bool acc_kv = false;

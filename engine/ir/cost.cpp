@@ -112,6 +112,14 @@ OpCost costOf(const Graph& g, const Node& n) {
     const int64_t pass = a.b * a.h * a.t * a.t * dtypeSize(g.tensor(n.op == OpKind::Attention ? n.outputs[1] : n.inputs[3]).dtype);
     c.bytes_written += (n.op == OpKind::Attention ? 1 : 2) * pass;
     c.bytes_read += (n.op == OpKind::Attention ? 2 : 4) * pass;
+    if (a.dropout > 0) {
+      // The dropout's pass (the dropped P and the mask are outputs or
+      // inputs, counted above): forward, P read once more; backward, dP'
+      // written by the GEMM and read by the dropout, which writes dP, while
+      // dV's GEMM reads the dropped P (an input) instead of P once more.
+      if (n.op == OpKind::Attention) c.bytes_read += pass;
+      else c.bytes_written += pass;
+    }
   }
   if (a.shards > 0 && (n.op == OpKind::AdamW || n.op == OpKind::GradNorm)) {
     // A sharded optimizer task touches its rank's part of each whole bucket

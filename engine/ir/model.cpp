@@ -145,6 +145,7 @@ class ForwardBuilder {
     if (llama_) a.kv_heads = KV;
     if (cp_ > 1) a.context_parallel = cp_;
     a.materialized = job_.schedule.materialized_attention;
+    a.dropout = job_.model.attention_dropout;
   }
 
   // Context parallelism: the keys and values of the rank's tokens, packed
@@ -234,10 +235,18 @@ class ForwardBuilder {
       const bool materialized = job_.schedule.materialized_attention;
       int lse = materialized ? act(pre + ".attn.core.probs", {B_, H, T_, T_}, l, "att.probs")
                              : act(pre + ".attn.core.lse", {B_, H, T_}, l, "att.lse", DType::F32);
+      std::vector<int> outs{atty, lse};
+      if (job_.model.attention_dropout > 0) {
+        // What P V reads, and which probabilities were kept (Megatron keeps
+        // both for the backward: with the probabilities, 5 bytes per score
+        // in 16-bit types).
+        outs.push_back(act(pre + ".attn.core.dropped", {B_, H, T_, T_}, l, "att.dropped"));
+        outs.push_back(act(pre + ".attn.core.mask", {B_, H, T_, T_}, l, "att.mask", DType::U8));
+      }
       {
         std::vector<int> in{qkv};
         if (cp_ > 1) in.push_back(gatherKeysAndValues(pre, l, qkv, H, KV, D));
-        Node& n = node(OpKind::Attention, pre + ".attn.core", l, in, {atty, lse});
+        Node& n = node(OpKind::Attention, pre + ".attn.core", l, in, outs);
         setAttentionShape(n.attrs, H, Cl, KV);
       }
       int proj = rowParallel(pre + ".attn.proj", l, "attproj.out", atty, L.attproj_w, L.attproj_b, Cl);

@@ -75,6 +75,13 @@ struct OpAttrs {
   // are a batched GEMM, a softmax pass and a second GEMM each way
   // (simulator: one roofline per kernel, summed).
   bool materialized = false;
+  // Materialized Attention and AttentionBwd (model.attention_dropout): the
+  // probability of dropping each attention probability. The forward also
+  // writes the dropped probabilities (kept ones scaled by 1 / (1 - p), what
+  // multiplies V) and the mask (u8, 1 = kept), drawn from the step, the
+  // rank, the task's layer and micro-batch and the element's position, so a
+  // recomputed forward draws the same; the backward reads both.
+  double dropout = 0;
   // A tensor-parallel all-gather or reduce-scatter pipelined with its GEMM
   // (schedule.tp_comm_overlap, engine/passes/tp_comm_overlap.h): the
   // all-gather's first reader, or the reduce-scatter's input's writer, runs

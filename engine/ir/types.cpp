@@ -11,7 +11,8 @@ namespace {
 template <class E, size_t N>
 using Names = std::array<std::pair<E, std::string_view>, N>;
 
-constexpr Names<DType, 4> kDType{{{DType::F32, "f32"}, {DType::BF16, "bf16"}, {DType::I32, "i32"}, {DType::F8, "f8"}}};
+constexpr Names<DType, 5> kDType{
+    {{DType::F32, "f32"}, {DType::BF16, "bf16"}, {DType::I32, "i32"}, {DType::F8, "f8"}, {DType::U8, "u8"}}};
 constexpr Names<TensorCategory, 7> kCategory{{{TensorCategory::Parameter, "parameters"},
                                               {TensorCategory::MasterWeight, "master_weights"},
                                               {TensorCategory::Gradient, "gradients"},
@@ -90,6 +91,7 @@ int64_t dtypeSize(DType t) {
     case DType::BF16: return 2;
     case DType::I32: return 4;
     case DType::F8: return 1;
+    case DType::U8: return 1;
   }
   return 4;
 }

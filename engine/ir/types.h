@@ -15,7 +15,8 @@ namespace tandem {
 // F8: an FP8 operand of a GEMM (E4M3 in the forward, E5M2 for gradients in
 // Transformer Engine's hybrid recipe; one byte either way), planned and
 // simulated, not run (training.precision fp8).
-enum class DType { F32, BF16, I32, F8 };
+// U8: bytes that are not numbers to compute with (dropout masks).
+enum class DType { F32, BF16, I32, F8, U8 };
 int64_t dtypeSize(DType t);
 
 // What a tensor is for; the memory plan reports its peak per category.

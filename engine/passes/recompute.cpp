@@ -22,8 +22,10 @@ bool recomputeDrops(RecomputePolicy policy, const std::string& role) {
       return !role.empty() && role != "out";
     case RecomputePolicy::Attention:
       // The attention's output and what its backward reads besides QKV: the
-      // probabilities (materialized) or each row's log-sum-exp.
-      return role == "att.out" || role == "att.lse" || role == "att.probs";
+      // probabilities (materialized; with dropout also the dropped ones and
+      // the mask) or each row's log-sum-exp.
+      return role == "att.out" || role == "att.lse" || role == "att.probs" || role == "att.dropped" ||
+             role == "att.mask";
   }
   return false;
 }

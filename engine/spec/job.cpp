@@ -303,6 +303,10 @@ void readModel(JobReader& r, const YAML::Node& node, const std::string& node_pat
          else if (s == "squared_relu") m.mlp_activation = MlpActivation::SquaredRelu;
          else r.fail(p, shown(s) + " is not an MLP activation", "swiglu, squared_relu");
        }},
+      {"attention_dropout",
+       [&](const YAML::Node& v, const std::string& p) {
+         m.attention_dropout = r.readNumber(v, p, unitInterval, "numbers in [0, 1)");
+       }},
       {"vocab", [&](const YAML::Node& v, const std::string& p) { m.vocab = r.readInt(v, p, 2, "integers >= 2"); }},
       {"seq_len", [&](const YAML::Node& v, const std::string& p) { m.seq_len = r.readInt(v, p, 1, "integers >= 1"); }},
       {"layers",
@@ -736,6 +740,11 @@ void validateSharding(const JobReader& r, const JobSpec& job) {
 void validateModelFamily(const JobReader& r, const JobSpec& job) {
   const ModelSpec& m = job.model;
   auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
+  if (m.attention_dropout > 0 && !job.schedule.materialized_attention)
+    r.fail(pick("model.attention_dropout", "schedule.materialized_attention"),
+           "dropout on the attention probabilities is planned with the materialized attention only (a fused "
+           "attention kernel draws it on the fly, which tandem does not plan)",
+           "model.attention_dropout: 0, or schedule.materialized_attention: true");
   if (m.family == ModelFamily::GPT2 && m.mlp_activation != MlpActivation::SwiGlu)
     r.fail(pick("model.mlp_activation", "model.family"),
            "GPT-2's MLP is GELU; model.mlp_activation chooses the Llama family's",

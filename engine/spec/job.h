@@ -36,6 +36,11 @@ struct ModelSpec {
   double mlp_ratio = 4.0;
   bool tied_embeddings = true;
   MlpActivation mlp_activation = MlpActivation::SwiGlu;  // Llama family only
+  // Dropout on the attention probabilities (Megatron-LM's
+  // --attention-dropout, GPT-2's attn_pdrop): each kept probability scaled
+  // by 1 / (1 - p), the mask kept for the backward. Planned with the
+  // materialized attention (schedule.materialized_attention) only.
+  double attention_dropout = 0;
   bool operator==(const ModelSpec&) const = default;
 
   int headDim() const { return hidden / heads; }

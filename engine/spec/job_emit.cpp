@@ -91,6 +91,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("mlp_ratio", yamlNumber(m.mlp_ratio));
   field("tied_embeddings", m.tied_embeddings ? "true" : "false");
   if (m.mlp_activation != MlpActivation::SwiGlu) field("mlp_activation", std::string(toString(m.mlp_activation)));
+  if (m.attention_dropout != 0) field("attention_dropout", yamlNumber(m.attention_dropout));
   line("training:");
   field("micro_batch", integer(t.micro_batch));
   field("grad_accum", integer(t.grad_accum));

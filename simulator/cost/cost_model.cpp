@@ -444,9 +444,17 @@ int64_t RooflineCostModel::materializedAttentionNs(const Task& task, const Devic
                                 {4 * scores, 3 * scores * el, OpKind::CrossEntropyBwd},         // dS = P (dP - rowsum)
                                 {product, (scores + 2 * rows) * el, OpKind::MatmulBwdData},     // dQ = dS K
                                 {product, (scores + 2 * rows) * el, OpKind::MatmulBwdWeight}};  // dK = dS^T Q
+  std::vector<Kernel> all = kernels;
+  if (a.dropout > 0) {
+    // Dropout on the probabilities, an elementwise pass each way (PyTorch's
+    // fused dropout): P read, the dropped P and a byte of mask written; in
+    // the backward dP' and the mask read, dP written. P V and its gradient
+    // read the dropped P in place of P.
+    all.push_back(Kernel{scores, (2 * el + 1) * scores, OpKind::Add});
+  }
   const double peak = precision == Precision::FP32 ? device.fp32_flops : device.bf16_flops;
   int64_t ns = 0;
-  for (const Kernel& k : kernels) {
+  for (const Kernel& k : all) {
     const double compute_ns = peak > 0 ? k.flops / (peak * 1e-9 * params_.flops_efficiency[size_t(k.as)]) : 0;
     const double memory_ns = device.hbm_gbps > 0 ? k.bytes / (device.hbm_gbps * params_.bw_efficiency[size_t(k.as)]) : 0;
     ns += params_.launch_overhead_ns + int64_t(std::ceil(std::max(compute_ns, memory_ns)));

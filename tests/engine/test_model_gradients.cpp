@@ -20,6 +20,7 @@ struct DoubleStorage {
   const RankPlan& rp;
   std::map<int, std::vector<double>> values;
   std::map<int, std::vector<int32_t>> ints_;
+  std::map<int, std::vector<uint8_t>> bytes_;
 
   // Views share the storage of their root buffer.
   std::vector<double>& root(int b) {
@@ -37,13 +38,21 @@ struct DoubleStorage {
   double* in(int b) { return ptr(b); }
   double* out(int b) { return ptr(b); }
   const int32_t* ints(int b) { return ints_[b].data(); }
+  uint8_t* bytes(int b) {
+    auto& v = bytes_[b];
+    v.resize(size_t(rp.buffers[b].elementCount()));
+    return v.data();
+  }
   int64_t elements(int b) const { return rp.buffers[b].elementCount(); }
   void settle(int) {}  // doubles are stored as computed
+  // One draw for every evaluation of the loss: the finite differences see
+  // the same dropout masks as the analytic gradient.
+  uint64_t randomKey() const { return 0x5EED; }
 };
 
 class DoubleModel {
  public:
-  explicit DoubleModel(const Plan& plan) : plan_(plan), rp_(plan.programs[0]), st_{rp_, {}, {}} {
+  explicit DoubleModel(const Plan& plan) : plan_(plan), rp_(plan.programs[0]), st_{rp_, {}, {}, {}} {
     for (const ParamInfo& p : rp_.params) {
       const auto v = initialParameterValues(plan.job, rp_, p, 0);
       double* dst = st_.ptr(p.param);
@@ -170,5 +179,25 @@ TEST_CASE("Gradients with a materialized attention match finite differences", "[
   JobSpec job = test::microJob(1, 1, 2);
   job.schedule.materialized_attention = true;
   job.recompute.policy = RecomputePolicy::Attention;
+  checkAgainstFiniteDifferences(job);
+}
+
+TEST_CASE("Gradients with dropout on the attention probabilities match finite differences",
+          "[autodiff][gradcheck][attention][dropout]") {
+  // The loss is evaluated with the same masks each time (one key per
+  // evaluation set); a recomputed forward must draw the masks its forward
+  // drew, or its backward's gradients would not be the loss's.
+  JobSpec job = test::microJob(1, 1, 2);
+  job.schedule.materialized_attention = true;
+  job.model.attention_dropout = 0.25;
+  checkAgainstFiniteDifferences(job);
+  job.recompute.policy = RecomputePolicy::Attention;
+  checkAgainstFiniteDifferences(job);
+  job.model.family = ModelFamily::Llama;
+  job.model.heads = 4;
+  job.model.kv_heads = 2;
+  job.model.mlp_ratio = 2.5;
+  job.model.tied_embeddings = false;
+  job.recompute.policy = RecomputePolicy::Full;
   checkAgainstFiniteDifferences(job);
 }
