@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "gui/timeline_palette.h"
+#include "traces/analysis/kernel_names.h"
 #include "traces/importers/importers.h"
 #include "traces/store/atomic_output.h"
 #include "traces/store/trace_reader.h"
@@ -361,7 +362,9 @@ LoadedRun loadRun(traces::TraceReader& reader, int64_t run, const LoadOptions& o
     if (st.severity != traces::Severity::Info) out.warnings.push_back(std::move(st));
   auto data = std::make_shared<TimelineData>();
   data->run_label = describeRun(out.info);
-  data->names = reader.strings();
+  data->symbols = reader.strings();
+  data->names.reserve(data->symbols.size());
+  for (const std::string& s : data->symbols) data->names.push_back(traces::compactName(s));
 
   StreamRows streams;
   for (const auto& s : reader.streams(run)) streams[{s.rank, s.stream}] = s;

@@ -7,6 +7,7 @@
 
 #include "gui/timeline_math.h"
 #include "gui/timeline_palette.h"
+#include "traces/analysis/kernel_names.h"
 
 namespace tandem::gui {
 
@@ -191,6 +192,8 @@ std::vector<std::pair<std::string, std::string>> sliceDetails(const TimelineData
   const int64_t dur = t.end_ns[i] - t.start_ns[i];
   const TaskFacts* facts = data.factsFor(t.rank, t.task_id[i]);
   rows.push_back({"name", data.names[size_t(t.name_id[i])]});
+  if (size_t(t.name_id[i]) < data.symbols.size() && data.symbols[size_t(t.name_id[i])] != data.names[size_t(t.name_id[i])])
+    rows.push_back({"symbol", traces::demangledName(data.symbols[size_t(t.name_id[i])])});
   rows.push_back({"op", facts ? std::string(toString(facts->op)) : std::string(toString(TaskKind(t.task_kind[i])))});
   rows.push_back({"rank / stream", std::to_string(t.rank) + " / " + t.label});
   rows.push_back({"layer", t.layer[i] >= 0 ? std::to_string(t.layer[i]) : "-"});

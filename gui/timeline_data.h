@@ -120,7 +120,11 @@ struct StepMark {
 
 struct TimelineData {
   std::string run_label;  // "run 3 · simulated · gpt2-124m"
+  // Names as shown: kernel symbols in their compact demangled form
+  // (traces/analysis/kernel_names.h); `symbols` holds the trace's strings as
+  // recorded, at the same indices (names interned later have none).
   std::vector<std::string> names;
+  std::vector<std::string> symbols;
   std::vector<Track> tracks;
   std::vector<RankLanes> ranks;
   std::vector<StepMark> steps;

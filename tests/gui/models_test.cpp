@@ -643,3 +643,29 @@ TEST_CASE("the loader opens a PyTorch profiler trace by importing it once", "[gu
   // A read-only open of a WAL database leaves its -wal and -shm behind.
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(copy.string() + suffix);
 }
+
+TEST_CASE("a real run's kernels show compact demangled names, the whole symbol in the details", "[gui][names]") {
+  const std::string real = std::string(TANDEM_SOURCE_DIR) + "/tests/traces/fixtures/real-tiny-h200.sqlite";
+  const std::filesystem::path copy = std::filesystem::temp_directory_path() / "tandem-gui-names-copy.sqlite";
+  std::filesystem::copy_file(real, copy, std::filesystem::copy_options::overwrite_existing);
+  LoadedRun loaded = loadRunFile(copy.string(), -1);
+  REQUIRE(loaded.timeline);
+  const TimelineData& d = *loaded.timeline;
+  for (const std::string& n : d.names) CHECK_FALSE(n.starts_with("_Z"));
+  // A slice of our attention kernel: its name, and its symbol in the details.
+  bool found = false;
+  for (size_t t = 0; t < d.tracks.size() && !found; ++t)
+    for (size_t i = 0; i < d.tracks[t].size() && !found; ++i) {
+      const int32_t id = d.tracks[t].name_id[i];
+      if (size_t(id) >= d.symbols.size() || !d.symbols[size_t(id)].starts_with("_Z")) continue;
+      if (d.names[size_t(id)].find("attentionForwardKernel") == std::string::npos) continue;
+      found = true;
+      CHECK(d.names[size_t(id)] == "tandem::cuda::attentionForwardKernel<float, 16>");
+      std::map<std::string, std::string> rows;
+      for (const auto& [k, v] : sliceDetails(d, int(t), int64_t(i), nullptr)) rows[k] = v;
+      CHECK(rows["name"] == d.names[size_t(id)]);
+      CHECK(rows["symbol"].starts_with("void tandem::cuda::(anonymous namespace)::attentionForwardKernel<float, 16>("));
+    }
+  CHECK(found);
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(copy.string() + suffix);
+}

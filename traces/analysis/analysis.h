@@ -98,7 +98,8 @@ struct StepSummary {
 };
 
 struct KernelStat {
-  std::string key;       // op kind or kernel name
+  std::string key;       // op kind, or kernel name in its compact form (kernel_names.h)
+  std::string symbol;    // by name: the name as recorded (a mangled symbol where the trace had one)
   std::string category;  // compute, comm, ...
   int64_t count = 0;
   int64_t total_ns = 0;

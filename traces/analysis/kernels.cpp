@@ -6,6 +6,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "traces/analysis/kernel_names.h"
 #include "traces/analysis/parts.h"
 
 namespace tandem::traces::detail {
@@ -174,7 +175,11 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
     return a.first != b.first ? a.first > b.first : strings[a.second] < strings[b.second];
   });
   for (size_t k = 0; k < totals.size() && k < options.top_names; ++k)
-    report.by_name.push_back(statOf(strings[totals[k].second], by_name[totals[k].second]));
+  {
+    const std::string& symbol = strings[totals[k].second];
+    report.by_name.push_back(statOf(compactName(symbol), by_name[totals[k].second]));
+    report.by_name.back().symbol = symbol;
+  }
   sortByTotal(report.by_name);
 
   attr.share_pct = attr.gpu_activities > 0

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "traces/analysis/kernel_names.h"
 #include "traces/trackers/stats.h"
 
 namespace tandem::traces {
@@ -137,9 +138,11 @@ Json distributionJson(const Distribution& d) {
 }
 
 Json statJson(const KernelStat& s) {
-  return Json{{"key", s.key},         {"category", s.category}, {"count", s.count},   {"total_ns", s.total_ns},
-              {"mean_ns", r3(s.mean_ns)}, {"p50_ns", s.p50_ns},    {"p95_ns", s.p95_ns}, {"flops", s.flops},
-              {"bytes", s.bytes},     {"tflops", r3(s.tflops)}, {"gbps", r3(s.gbps)}};
+  Json j{{"key", s.key},         {"category", s.category}, {"count", s.count},   {"total_ns", s.total_ns},
+         {"mean_ns", r3(s.mean_ns)}, {"p50_ns", s.p50_ns},    {"p95_ns", s.p95_ns}, {"flops", s.flops},
+         {"bytes", s.bytes},     {"tflops", r3(s.tflops)}, {"gbps", r3(s.gbps)}};
+  if (!s.symbol.empty()) j["symbol"] = s.symbol;  // by name: the recorded name behind the compact key
+  return j;
 }
 
 std::string ms(int64_t ns) { return fmt::format("{:.3f}", static_cast<double>(ns) / 1e6); }
@@ -227,7 +230,7 @@ std::string reportToJson(const RunReport& r) {
   j["kernels_by_name"] = by_name;
   Json unattributed = Json::array();
   for (const auto& [name, ns] : r.attribution.top_unattributed)
-    unattributed.push_back(Json{{"name", name}, {"total_ns", ns}});
+    unattributed.push_back(Json{{"name", compactName(name)}, {"symbol", name}, {"total_ns", ns}});
   j["attribution"] = Json{{"gpu_activities", r.attribution.gpu_activities},
                           {"attributed", r.attribution.attributed},
                           {"share_pct", r3(r.attribution.share_pct)},
@@ -333,7 +336,7 @@ std::string reportToText(const RunReport& r) {
   line(fmt::format("attribution: {:.1f}% of {} GPU activities carry a plan task id", a.share_pct, a.gpu_activities));
   if (!a.top_unattributed.empty()) {
     line(fmt::format("  unattributed names ({}):", a.unattributed_names));
-    for (const auto& [name, ns] : a.top_unattributed) line(fmt::format("    {:>10} ms  {}", ms(ns), name));
+    for (const auto& [name, ns] : a.top_unattributed) line(fmt::format("    {:>10} ms  {}", ms(ns), compactName(name)));
   }
   line("");
   const auto& cp = r.critical_path;

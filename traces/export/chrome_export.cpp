@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "traces/analysis/kernel_names.h"
 #include "traces/store/trace_reader.h"
 
 namespace tandem::traces {
@@ -84,7 +85,10 @@ ChromeExportSummary exportChromeTrace(TraceReader& reader, int64_t run, std::ost
       args["grid"] = Json::array({g.grid_x, g.grid_y, g.grid_z});
       args["block"] = Json::array({g.block_x, g.block_y, g.block_z});
     }
-    w.add(Json{{"name", a.name}, {"cat", std::string(toString(a.kind))}, {"ph", "X"}, {"ts", us(a.start_ns)},
+    // The compact name on the slice, the whole demangled symbol beside it.
+    const std::string shown = compactName(a.name);
+    if (shown != a.name) args["symbol"] = demangledName(a.name);
+    w.add(Json{{"name", shown}, {"cat", std::string(toString(a.kind))}, {"ph", "X"}, {"ts", us(a.start_ns)},
                {"dur", us(a.end_ns - a.start_ns)}, {"pid", a.rank}, {"tid", a.stream}, {"args", args}});
     ++summary.slices;
     if (a.task_id >= 0) {
