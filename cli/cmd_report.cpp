@@ -1,4 +1,5 @@
-// tandem report DB [--run ID] [--json]: the analyses of one run of a trace file.
+// tandem report DB [--run ID] [--json] [--whole-run | --step N]: the analyses
+// of one run of a trace file, over its steps by default.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
@@ -21,6 +22,8 @@ struct ReportOptions {
   std::vector<std::string> rules;
   size_t top = 20;
   int64_t kernel_wait_ns = 30;
+  bool whole_run = false;
+  int step = -1;
 };
 
 void runReport(const ReportOptions& o) {
@@ -31,6 +34,8 @@ void runReport(const ReportOptions& o) {
   traces::AnalysisOptions options{traces::Classifier(std::move(rules))};
   options.top_names = o.top;
   options.kernel_wait_threshold_ns = o.kernel_wait_ns;
+  options.window = o.whole_run ? traces::ReportWindow::WholeRun : traces::ReportWindow::Steps;
+  options.step = o.step;
   traces::RunReport report = traces::analyzeRun(reader, run, options);
   fmt::print("{}", o.json ? traces::reportToJson(report) : traces::reportToText(report));
 }
@@ -50,6 +55,12 @@ void addReportCommand(CLI::App& root) {
   cmd->add_option("--top", o->top, "rows in the by-name kernel table and the unattributed list")
       ->capture_default_str()
       ->check(wholeNumberAtLeast(0));
+  auto* whole = cmd->add_flag("--whole-run", o->whole_run,
+                              "report every activity, start-up, set-up and tail included (default: a run with "
+                              "recorded steps is reported over its steps, the rest summarized apart)");
+  cmd->add_option("--step", o->step, "report one step only (its index as recorded)")
+      ->check(wholeNumberAtLeast(0))
+      ->excludes(whole);
   cmd->add_option("--kernel-wait-ns", o->kernel_wait_ns, "gaps shorter than this count as kernel wait (HTA)")
       ->capture_default_str()
       ->check(wholeNumberAtLeast(0));

@@ -116,7 +116,24 @@ TEST_CASE("report --json with steps, sync and a classification rule matches the 
 
   auto text = runTandem("report " + shellQuote(db), db);
   REQUIRE(text.exit_code == 0);
-  CHECK_THAT(text.out, Catch::Contains("temporal breakdown") && Catch::Contains("critical path"));
+  CHECK_THAT(text.out, Catch::Contains("temporal breakdown") && Catch::Contains("critical path") &&
+                           Catch::Contains("window: steps 0-1"));
+
+  // One step; a step the run lacks; the whole run.
+  auto one = runTandem("report " + shellQuote(db) + " --json --step 1", db);
+  REQUIRE(one.exit_code == 0);
+  auto s1 = nlohmann::json::parse(one.out);
+  CHECK(s1["window"]["covers"] == "step 1");
+  REQUIRE(s1["steps"].size() == 1);
+  CHECK(s1["steps"][0]["breakdown"] == j["steps"][1]["breakdown"]);
+  CHECK(s1["total"]["span_ns"] == j["steps"][1]["breakdown"]["span_ns"]);
+  expectOneLineError(runTandem("report " + shellQuote(db) + " --step 5", db), "has steps 0-1; step 5 is not one");
+  auto both = runTandem("report " + shellQuote(db) + " --step 1 --whole-run", db);
+  CHECK(both.exit_code != 0);
+  CHECK(both.out.empty());
+  auto whole = runTandem("report " + shellQuote(db) + " --json --whole-run", db);
+  REQUIRE(whole.exit_code == 0);
+  CHECK(nlohmann::json::parse(whole.out)["window"]["whole_run"] == true);
 }
 
 TEST_CASE("import of both formats, then report, matches the golden output", "[cli][golden][import]") {

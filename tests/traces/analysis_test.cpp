@@ -178,9 +178,12 @@ TEST_CASE("a profiled run's op rates come from its plan tasks, once per step", "
   const std::string path = tempTracePath("plan_rates.sqlite");
   write(path, true);
   TraceReader r(path);
-  const RunReport rep = analyzeRun(r, r.defaultRunId());
+  AnalysisOptions whole_run;
+  whole_run.window = ReportWindow::WholeRun;
+  const RunReport rep = analyzeRun(r, r.defaultRunId(), whole_run);
+  CHECK(byOp(analyzeRun(r, r.defaultRunId()), "matmul").count == 4);  // the steps only, by default
   const KernelStat mm = byOp(rep, "matmul");
-  CHECK(mm.count == 5);  // the kernel outside the steps is counted, not rated
+  CHECK(mm.count == 5);  // the whole run: the kernel outside the steps is counted, not rated
   CHECK(mm.flops == Approx(2e6));  // the totals the rates are taken from
   CHECK(mm.bytes == 8000);
   CHECK(mm.tflops == Approx(2e6 / 300.0 / 1e3));

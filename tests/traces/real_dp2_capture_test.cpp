@@ -114,7 +114,9 @@ TEST_CASE("Breakdown of a real 2-GPU capture equals a computation from the raw r
   TraceReader reader(path);
   const int64_t run = reader.defaultRunId();
   REQUIRE(reader.run(run).kind == RunKind::Real);
-  const RunReport rep = analyzeRun(reader, run);
+  AnalysisOptions whole_run;
+  whole_run.window = ReportWindow::WholeRun;
+  const RunReport rep = analyzeRun(reader, run, whole_run);
   REQUIRE(rep.ranks.size() == 2);
   const std::map<int, RawRank> raw = readRaw(path, run);
   REQUIRE(raw.size() == 2);
@@ -160,4 +162,58 @@ TEST_CASE("Breakdown of a real 2-GPU capture equals a computation from the raw r
     CHECK(st.breakdown.overlap_ns == overlap);
     CHECK(st.breakdown.exposed_comm_ns == lengthOf(comm) - overlap);
   }
+}
+
+TEST_CASE("A real 2-GPU capture is reported over its steps by default, the rest left out", "[real][analysis]") {
+  const std::string path = testing::fixtureCopy("real-dp2-h200.sqlite");
+  TraceReader reader(path);
+  const int64_t run = reader.defaultRunId();
+  const RunReport rep = analyzeRun(reader, run);
+  CHECK_FALSE(rep.window.whole_run);
+  CHECK(rep.window.covers == "steps 0-3");
+  // Start-up (the GEMM algorithms timed, NCCL's set-up) before the steps,
+  // the profiler's clock exchange after them.
+  CHECK(rep.window.before_activities > 1000);
+  CHECK(rep.window.after_activities > 0);
+  std::map<int, RawRank> raw = readRaw(path, run);
+  for (const RankReport& rr : rep.ranks) {
+    INFO("rank " << rr.rank);
+    int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+    for (const StepRow& st : reader.steps(run))
+      if (st.rank == rr.rank) lo = std::min(lo, st.start_ns), hi = std::max(hi, st.end_ns);
+    // The span is the steps' span; what started in it counts, to its end.
+    CHECK(rr.breakdown.span_ns == hi - lo);
+    auto inside = [&](const std::vector<Span>& v) {
+      std::vector<Span> kept;
+      for (const Span& s : v)
+        if (s.first >= lo && s.first < hi) kept.push_back(s);
+      return unionOf(kept, lo, hi);
+    };
+    const RawRank& r = raw.at(rr.rank);
+    const auto compute = inside(r.compute), comm = inside(r.comm);
+    CHECK(rr.breakdown.compute_ns == lengthOf(compute));
+    CHECK(rr.breakdown.comm_ns == lengthOf(comm));
+    CHECK(rr.breakdown.overlap_ns == intersectionOf(compute, comm));
+    CHECK(rr.breakdown.idle_ns <= rr.breakdown.span_ns);
+  }
+  // Every compute kernel inside the steps is a plan task's.
+  CHECK(rep.attribution.compute_kernels > 0);
+  CHECK(rep.attribution.compute_attributed == rep.attribution.compute_kernels);
+  // The set-up's kernels are outside the window, not a row of the tables.
+  for (const KernelStat& s : rep.by_op) CHECK(s.key != "set-up");
+
+  // One step: its span, its activities only.
+  AnalysisOptions one;
+  one.step = 2;
+  const RunReport step2 = analyzeRun(reader, run, one);
+  CHECK(step2.window.covers == "step 2");
+  REQUIRE(step2.steps.size() == 2);  // one per rank
+  for (const StepReport& st : step2.steps) CHECK(st.step == 2);
+  for (const RankReport& rr : step2.ranks) {
+    const auto it = std::find_if(step2.steps.begin(), step2.steps.end(),
+                                 [&](const StepReport& st) { return st.rank == rr.rank; });
+    CHECK(rr.breakdown.span_ns == it->end_ns - it->start_ns);
+  }
+  one.step = 9;
+  CHECK_THROWS_WITH(analyzeRun(reader, run, one), Catch::Contains("has steps 0-3; step 9 is not one of them"));
 }

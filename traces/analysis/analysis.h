@@ -26,8 +26,17 @@ namespace tandem::traces {
 class TraceReader;
 struct Track;
 
+// Which part of a run a report describes. A run with recorded steps is
+// reported over its steps (from the first step's start to the last step's
+// end on each rank): start-up and set-up before them and the tail after
+// them are summarized apart (RunReport::window). WholeRun reports every
+// activity, as runs without steps always are.
+enum class ReportWindow { Steps, WholeRun };
+
 struct AnalysisOptions {
   Classifier classifier;
+  ReportWindow window = ReportWindow::Steps;
+  int step = -1;  // with ReportWindow::Steps, one step index only (-1: every step)
   int64_t kernel_wait_threshold_ns = 30;  // HTA: gaps shorter than this are "kernel wait"
   size_t top_names = 20;                  // rows of the by-name kernel table
   size_t critical_path_tasks = 50;        // tasks listed on the critical path
@@ -117,6 +126,8 @@ struct KernelStat {
 struct Attribution {
   int64_t gpu_activities = 0;
   int64_t attributed = 0;  // carrying a plan task id
+  int64_t compute_kernels = 0;  // kernels of the compute category (the plan's work in a tandem run)
+  int64_t compute_attributed = 0;
   double share_pct = 0;
   int64_t unattributed_names = 0;
   std::vector<std::pair<std::string, int64_t>> top_unattributed;  // name, total ns
@@ -213,8 +224,22 @@ struct Stragglers {
   std::vector<StragglerRank> ranks;
 };
 
+// What a report covered and what it left out.
+struct WindowReport {
+  std::string covers;        // "steps 0-9", "step 4", "the whole run" ("...: no steps recorded")
+  bool whole_run = true;
+  int first_step = -1, last_step = -1;
+  // Activities left out, by where they lie on their rank: before the
+  // window (start-up, set-up and, for one step, the steps before it) and
+  // after it (the tail); GPU time is the sum of their durations.
+  int64_t before_activities = 0, before_gpu_ns = 0;
+  int64_t after_activities = 0, after_gpu_ns = 0;
+  std::vector<std::pair<std::string, int64_t>> top_outside;  // compact name, GPU ns; the longest first
+};
+
 struct RunReport {
   RunInfo run;
+  WindowReport window;
   int64_t activity_count = 0;
   std::vector<RankReport> ranks;
   Breakdown total;  // sums over ranks (overlap % recomputed from the sums)

@@ -132,8 +132,11 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
           continue;
         }
         ++attr.gpu_activities;
+        const bool compute_kernel = t->kind[i] == ActivityKind::Kernel && c == Category::Compute;
+        attr.compute_kernels += compute_kernel;
         if (t->task_id[i] >= 0) {
           ++attr.attributed;
+          attr.compute_attributed += compute_kernel;
           auto it = task_of.find((int64_t(rank.rank) << 40) | t->task_id[i]);
           // Copies and memsets a task issues (cuBLASLt workspace clears, say)
           // stay under their own kind, so an op's row holds one category.

@@ -15,6 +15,20 @@ struct RankTracks {
   std::vector<const Track*> tracks;
 };
 
+// The report's window on each rank and the recorded steps inside it
+// (window.cpp). Throws TraceError for a step index the run does not have.
+struct Window {
+  std::map<int, std::pair<int64_t, int64_t>> by_rank;  // [from, to); empty: the whole run
+  std::vector<StepRow> steps;                           // recorded steps inside the window
+  WindowReport report;
+};
+Window chooseWindow(const std::vector<StepRow>& steps, const AnalysisOptions& options, const std::string& path,
+                    int64_t run);
+// The activities that start inside their rank's window (all of them for the
+// whole run); the others are counted into window.report.
+std::vector<Track> keepInside(std::vector<Track> tracks, Window& window, const std::vector<std::string>& strings,
+                              const CategoryTable& categories);
+
 IdleBreakdown idleBreakdownOf(const RankTracks& rank, const CategoryTable& categories, int64_t threshold_ns);
 
 // Untagged work on the executor's set-up track (kSetupStreamName) goes

@@ -200,6 +200,20 @@ std::string reportToJson(const RunReport& r) {
   if (const Json devices = Json::parse(r.run.devices_json, nullptr, false); devices.is_array())
     j["run"]["devices"] = devices;
   j["activity_count"] = r.activity_count;
+  {
+    const WindowReport& w = r.window;
+    Json outside = Json::array();
+    for (const auto& [name, ns] : w.top_outside) outside.push_back(Json{{"name", name}, {"gpu_ns", ns}});
+    j["window"] = Json{{"covers", w.covers},
+                       {"whole_run", w.whole_run},
+                       {"first_step", w.first_step},
+                       {"last_step", w.last_step},
+                       {"before_activities", w.before_activities},
+                       {"before_gpu_ns", w.before_gpu_ns},
+                       {"after_activities", w.after_activities},
+                       {"after_gpu_ns", w.after_gpu_ns},
+                       {"top_outside", outside}};
+  }
   j["total"] = breakdownJson(r.total);
   Json ranks = Json::array();
   for (const auto& rr : r.ranks) {
@@ -233,6 +247,8 @@ std::string reportToJson(const RunReport& r) {
     unattributed.push_back(Json{{"name", compactName(name)}, {"symbol", name}, {"total_ns", ns}});
   j["attribution"] = Json{{"gpu_activities", r.attribution.gpu_activities},
                           {"attributed", r.attribution.attributed},
+                          {"compute_kernels", r.attribution.compute_kernels},
+                          {"compute_attributed", r.attribution.compute_attributed},
                           {"share_pct", r3(r.attribution.share_pct)},
                           {"unattributed_names", r.attribution.unattributed_names},
                           {"top_unattributed", unattributed}};
@@ -292,6 +308,22 @@ std::string reportToText(const RunReport& r) {
   line(fmt::format("run {} ({}, \"{}\"), {} ranks, {} activities", r.run.id, toString(r.run.kind), r.run.name,
                    r.ranks.size(), r.activity_count));
   if (const std::string devices = devicesLine(r.run.devices_json); !devices.empty()) line("devices: " + devices);
+  const WindowReport& w = r.window;
+  if (w.whole_run) {
+    line("window: " + w.covers);
+  } else {
+    line(fmt::format("window: {} (--whole-run for everything, --step N for one step); left out: {} GPU activities "
+                     "before it ({} ms: start-up, set-up{}), {} after it ({} ms)",
+                     w.covers, w.before_activities, ms(w.before_gpu_ns),
+                     w.first_step == w.last_step ? ", earlier steps" : "", w.after_activities, ms(w.after_gpu_ns)));
+    if (!w.top_outside.empty()) {
+      std::string names;
+      for (const auto& [name, ns] : w.top_outside)
+        names += fmt::format("{}{} {} ms", names.empty() ? "" : ", ",
+                             name.size() > 48 ? name.substr(0, 45) + "..." : name, ms(ns));
+      line("  outside the window, longest: " + names);
+    }
+  }
   line("");
   line("temporal breakdown per rank (ms; HTA: idle = span - |union of all GPU activity|)");
   // Runs with point-to-point transfers (pipeline stages) show the part of
@@ -333,7 +365,10 @@ std::string reportToText(const RunReport& r) {
   table("kernels by name (top by total time)", r.by_name);
   line("");
   const auto& a = r.attribution;
-  line(fmt::format("attribution: {:.1f}% of {} GPU activities carry a plan task id", a.share_pct, a.gpu_activities));
+  line(fmt::format("attribution: {:.1f}% of {} GPU activities carry a plan task id; compute kernels {:.1f}% ({} of {})",
+                   a.share_pct, a.gpu_activities,
+                   a.compute_kernels > 0 ? 100.0 * double(a.compute_attributed) / double(a.compute_kernels) : 0.0,
+                   a.compute_attributed, a.compute_kernels));
   if (!a.top_unattributed.empty()) {
     line(fmt::format("  unattributed names ({}):", a.unattributed_names));
     for (const auto& [name, ns] : a.top_unattributed) line(fmt::format("    {:>10} ms  {}", ms(ns), compactName(name)));

@@ -42,6 +42,12 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
   const auto& strings = reader.strings();
   CategoryTable categories(options.classifier, strings);
 
+  // Everything below describes the window (the steps, by default); what
+  // lies outside it is summarized in report.window.
+  detail::Window window = detail::chooseWindow(reader.steps(run), options, reader.path(), run);
+  tracks = detail::keepInside(std::move(tracks), window, strings, categories);
+  report.window = window.report;
+
   std::vector<detail::RankTracks> ranks;
   for (const auto& t : tracks) {
     if (ranks.empty() || ranks.back().rank != t.rank) ranks.push_back({t.rank, {}});
@@ -50,7 +56,7 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
 
   // The critical path's thread reads the recorded steps while this one may
   // add synthesized ones to its own copy below.
-  const std::vector<StepRow> recorded_steps = reader.steps(run);
+  const std::vector<StepRow> recorded_steps = window.steps;
   std::vector<StepRow> steps = recorded_steps;
   std::vector<PlanTaskRow> plan = reader.planTasks(run);
   std::vector<CollectiveRow> collectives = reader.collectives(run);
@@ -95,6 +101,11 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
       }
     }
     if (first > last) first = last = 0;  // host activity only
+    if (const auto w = window.by_rank.find(rk.rank); w != window.by_rank.end()) {
+      // The steps' span: idle counts inside the window only.
+      first = w->second.first;
+      last = w->second.second;
+    }
     rr.first_ns = first;
     rr.last_ns = last;
     RankSets& s = sets[rk.rank] = buildRankSets(rk.tracks, categories);
