@@ -1,10 +1,12 @@
 #include "gui/main_window.h"
 
 #include <QApplication>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QMenuBar>
@@ -85,9 +87,17 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   // Statistics: per op / name / phase above, overlap and breakdown per rank below.
   auto* stats_page = new QWidget(tabs_);
   auto* stats_layout = new QVBoxLayout(stats_page);
+  auto* stats_bar = new QHBoxLayout();
   group_box_ = new QComboBox(stats_page);
   group_box_->addItems({tr("by op kind"), tr("by name"), tr("by phase")});
-  stats_layout->addWidget(group_box_);
+  stats_bar->addWidget(group_box_);
+  // The steps by default: start-up and set-up (GEMM timing, copies in)
+  // would otherwise lead the table.
+  whole_run_box_ = new QCheckBox(tr("whole run (start-up and tail too)"), stats_page);
+  whole_run_box_->setObjectName("statistics_whole_run");
+  stats_bar->addWidget(whole_run_box_);
+  stats_bar->addStretch();
+  stats_layout->addLayout(stats_bar);
   auto* split = new QSplitter(Qt::Vertical, stats_page);
   auto* stats_view = makeTable(stats_, split, true);
   stats_view->horizontalHeader()->resizeSection(0, 280);
@@ -149,6 +159,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(runs_view_, &QTableView::doubleClicked, this, &MainWindow::onRunActivated);
   connect(compare_button, &QPushButton::clicked, this, &MainWindow::onCompareWithSelectedRun);
   connect(group_box_, &QComboBox::currentIndexChanged, this, [this] {
+    stats_dirty_ = true;
+    refreshStats();
+  });
+  connect(whole_run_box_, &QCheckBox::toggled, this, [this] {
     stats_dirty_ = true;
     refreshStats();
   });
@@ -226,6 +240,22 @@ void MainWindow::buildMenus() {
   view->addAction(tr("&Timeline"), this, [this] { setView(View::Timeline); });
   view->addAction(tr("&Statistics"), this, [this] { setView(View::Statistics); });
   view->addAction(tr("&Fit run"), this, [this] { timeline_->fitAll(); });
+  view->addSeparator();
+  view->addAction(tr("&Median step"), this, [this] {
+    if (const TimelineData* d = timeline_->data()) timeline_->showStep(d->medianStep());
+  });
+  view->addAction(tr("&Next step\t]"), this, [this] { timeline_->showAdjacentStep(+1); });
+  view->addAction(tr("&Previous step\t["), this, [this] { timeline_->showAdjacentStep(-1); });
+  view->addAction(tr("S&lowest step\tL"), this, [this] { timeline_->showSlowestStep(); });
+  QAction* idle_lanes = view->addAction(tr("Lanes &idle in the steps"));
+  idle_lanes->setObjectName("idle_lanes");
+  idle_lanes->setCheckable(true);
+  connect(idle_lanes, &QAction::toggled, timeline_, &TimelineView::setShowIdleLanes);
+  QAction* relative = view->addAction(tr("&Relative time axis"));
+  relative->setObjectName("relative_time_axis");
+  relative->setShortcut(Qt::Key_T);
+  relative->setCheckable(true);
+  connect(relative, &QAction::toggled, timeline_, &TimelineView::setRelativeAxis);
 }
 
 void MainWindow::addRunsOf(const std::string& path) {
@@ -474,7 +504,8 @@ void MainWindow::refreshStats() {
   if (!d) return;
   const int g = group_box_->currentIndex();
   const StatsGroup group = g == 0 ? StatsGroup::Op : g == 1 ? StatsGroup::Name : StatsGroup::Phase;
-  stats_->setRows(sliceStats(*d, group, INT64_MIN, INT64_MAX), group_box_->currentText().mid(3));
+  const auto [from, to] = whole_run_box_->isChecked() ? std::make_pair(INT64_MIN, INT64_MAX) : d->stepsSpan();
+  stats_->setRows(sliceStats(*d, group, from, to), group_box_->currentText().mid(3));
 }
 
 void MainWindow::onSliceSelected(int track, qint64 index) {

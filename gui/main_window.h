@@ -14,6 +14,7 @@
 #include "gui/run_loader.h"
 #include "gui/timeline_data.h"
 
+class QCheckBox;
 class QComboBox;
 class QLabel;
 class QProgressBar;
@@ -117,6 +118,7 @@ class MainWindow : public QMainWindow {
   QTabWidget* tabs_ = nullptr;
   QLabel* range_label_ = nullptr;
   QComboBox* group_box_ = nullptr;
+  QCheckBox* whole_run_box_ = nullptr;
   QTableView* runs_view_ = nullptr;
   DetailsModel* details_ = nullptr;
   KernelStatsModel* range_stats_ = nullptr;

@@ -345,7 +345,15 @@ RankBreakdown summariseRank(RankLanes& lanes, const traces::RankSets& sets,
       last = std::max(last, s.end_ns);
       ++b.steps;
     }
-  if (b.steps > 0) b.in_steps = traces::breakdownOf(sets, first, last);
+  if (b.steps > 0) {
+    b.in_steps = traces::breakdownOf(sets, first, last);
+    // The rank's header describes its steps, as tandem report does.
+    lanes.compute_ns = b.in_steps.compute_ns;
+    lanes.comm_ns = b.in_steps.comm_ns;
+    lanes.hidden_ns = b.in_steps.overlap_ns;
+    lanes.exposed_ns = b.in_steps.exposed_comm_ns;
+    lanes.totals_in_steps = true;
+  }
   return b;
 }
 

@@ -138,6 +138,28 @@ const TaskFacts* TimelineData::factsFor(int rank, int task) const {
   return &facts[size_t(task)];
 }
 
+int TimelineData::medianStep() const {
+  if (steps.empty()) return -1;
+  std::vector<int> order(steps.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = int(k);
+  auto duration = [&](int k) { return steps[size_t(k)].end_ns - steps[size_t(k)].start_ns; };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return duration(a) < duration(b); });
+  return order[(order.size() - 1) / 2];
+}
+
+int TimelineData::slowestStep() const {
+  int best = -1;
+  for (size_t k = 0; k < steps.size(); ++k)
+    if (best < 0 || steps[k].end_ns - steps[k].start_ns > steps[size_t(best)].end_ns - steps[size_t(best)].start_ns)
+      best = int(k);
+  return best;
+}
+
+std::pair<int64_t, int64_t> TimelineData::stepsSpan() const {
+  if (steps.empty()) return {begin_ns, end_ns};
+  return {steps.front().start_ns, steps.back().end_ns};
+}
+
 int TimelineData::stepAt(int64_t t_ns) const {
   auto it = std::upper_bound(steps.begin(), steps.end(), t_ns,
                              [](int64_t t, const StepMark& s) { return t < s.start_ns; });

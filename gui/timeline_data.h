@@ -105,6 +105,7 @@ struct RankLanes {
   IntervalLane phases;      // Phase per interval (compute stream)
   std::vector<CounterLane> counters;  // profiled runs: power, SM clock
   // Totals of the overlap sweep, in ns.
+  bool totals_in_steps = false;  // the totals below cover the recorded steps (else the whole run)
   int64_t compute_ns = 0;   // union of compute busy time
   int64_t comm_ns = 0;      // union of communication busy time
   int64_t hidden_ns = 0;    // communication under compute
@@ -141,6 +142,13 @@ struct TimelineData {
   int32_t taskNameId(const Track& t, size_t i) const;
   // Step index holding time t (-1 when outside every step).
   int stepAt(int64_t t_ns) const;
+  // Index into steps of the step of median duration (the lower median; the
+  // first such), and of the longest; -1 without steps.
+  int medianStep() const;
+  int slowestStep() const;
+  // [first step's start, last step's end], or [begin, end] without steps:
+  // what statistics describe by default.
+  std::pair<int64_t, int64_t> stepsSpan() const;
   // Finalizes tracks, groups them per rank (compute, comm, copy order), and
   // computes the phase lanes, the time bounds and (unless the caller fills
   // them from the trace store's analysis) the overlap lanes.

@@ -68,6 +68,60 @@ int64_t tickStep(int64_t window_ns, double width_px, double min_spacing_px) {
   }
 }
 
+std::string formatTick(int64_t offset_ns, int64_t step_ns) {
+  if (offset_ns == 0) return "0";
+  step_ns = std::max<int64_t>(step_ns, 1);
+  const uint64_t a = offset_ns < 0 ? uint64_t(-(offset_ns + 1)) + 1 : uint64_t(offset_ns);
+  struct Unit {
+    uint64_t ns;
+    int digits;  // log10(ns)
+    const char* name;
+  };
+  static constexpr Unit kUnits[] = {{1000000000, 9, "s"}, {1000000, 6, "ms"}, {1000, 3, "us"}, {1, 0, "ns"}};
+  const Unit* u = &kUnits[3];
+  for (const Unit& c : kUnits)
+    if (a >= c.ns) {
+      u = &c;
+      break;
+    }
+  // Decimals that resolve the step in this unit: a 1-2-5 step of
+  // m x 10^e ns needs digits - e of them (none when the step is a whole unit).
+  int e = 0;
+  for (int64_t s = step_ns; s % 10 == 0; s /= 10) ++e;
+  const int decimals = std::max(0, u->digits - e);
+  std::string out = offset_ns < 0 ? "-" : "";
+  out += std::to_string(a / u->ns);
+  if (decimals > 0) {
+    uint64_t frac = a % u->ns;
+    for (int k = 0; k < u->digits - decimals; ++k) frac /= 10;
+    const std::string f = std::to_string(frac);
+    out.push_back('.');
+    out.append(size_t(decimals) - f.size(), '0');
+    out.append(f);
+  }
+  out.push_back(' ');
+  out.append(u->name);
+  return out;
+}
+
+AxisLabels axisLabels(const TimeMapping& m, int64_t origin_ns, bool relative, double min_spacing_px) {
+  AxisLabels out;
+  out.step_ns = tickStep(m.end_ns - m.start_ns, m.width_px, min_spacing_px);
+  const int64_t step = out.step_ns;
+  // The first multiple of the step (from the origin) at or after the start.
+  int64_t first = m.start_ns - origin_ns;
+  first = first >= 0 ? (first + step - 1) / step * step : -((-first) / step * step);
+  first += origin_ns;
+  for (int64_t t = first; t <= m.end_ns; t += step) {
+    const int64_t offset = relative ? t - first : t - origin_ns;
+    std::string label = relative && offset > 0 ? std::string("+") : std::string();
+    label.append(formatTick(offset, step));
+    out.ticks.push_back({t, std::move(label)});
+  }
+  if (relative) out.base = formatTick(first - origin_ns, step);
+  return out;
+}
+
 std::string formatDuration(int64_t ns) {
   char buf[64];
   const double a = std::fabs(double(ns));

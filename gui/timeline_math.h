@@ -42,6 +42,27 @@ int64_t tickStep(int64_t window_ns, double width_px, double min_spacing_px);
 // "1.5 ms", "250 us", "12 ns": the unit chosen by magnitude.
 std::string formatDuration(int64_t ns);
 
+// A time axis label: `offset_ns` (a multiple of `step_ns`) in the unit its
+// magnitude calls for, with the decimals the step needs, so that labels a
+// step apart always differ ("3.578124 s" beside "3.578126 s" at a 2 us
+// step, where formatDuration's three digits repeat "3.58 s").
+std::string formatTick(int64_t offset_ns, int64_t step_ns);
+
+// The ticks of a window: every `step_ns` (tickStep) from a multiple of it
+// after `origin_ns`. Absolute labels count from the origin (the run's
+// start); relative ones from the first tick ("0", "+2 us", ...), whose own
+// time from the origin is `base`.
+struct AxisTick {
+  int64_t t_ns = 0;
+  std::string label;
+};
+struct AxisLabels {
+  int64_t step_ns = 1;
+  std::vector<AxisTick> ticks;
+  std::string base;  // relative labels: the first tick's time from the origin
+};
+AxisLabels axisLabels(const TimeMapping& m, int64_t origin_ns, bool relative, double min_spacing_px);
+
 // Index range [first, last) of slices that may intersect [t0, t1): first is
 // the first slice whose running maximum end exceeds t0, last the first slice
 // starting at or after t1. Works for nested slices.

@@ -115,8 +115,54 @@ void TimelineView::setData(std::shared_ptr<const TimelineData> data) {
   collapsed_.assign(data_ ? data_->ranks.size() : 0, false);
   v_offset_ = 0;
   layoutRows();
-  fitAll();
+  if (data_ && !data_->steps.empty())
+    showStep(data_->medianStep());
+  else
+    fitAll();
   invalidateBase();
+}
+
+void TimelineView::showStep(int k) {
+  if (!data_ || k < 0 || size_t(k) >= data_->steps.size()) return;
+  const StepMark& s = data_->steps[size_t(k)];
+  const int64_t pad = std::max<int64_t>((s.end_ns - s.start_ns) / 50, kMinWindowNs / 2);
+  setWindow(s.start_ns - pad, s.end_ns + pad);
+}
+
+int TimelineView::currentStep() const {
+  if (!data_) return -1;
+  return data_->stepAt(start_ns_ + (end_ns_ - start_ns_) / 2);
+}
+
+void TimelineView::showAdjacentStep(int direction) {
+  if (!data_ || data_->steps.empty()) return;
+  const int64_t centre = start_ns_ + (end_ns_ - start_ns_) / 2;
+  int k = currentStep();
+  if (k < 0) {
+    // Between steps: the first one after the centre, or the last before it.
+    k = 0;
+    while (size_t(k) < data_->steps.size() && data_->steps[size_t(k)].start_ns < centre) ++k;
+    if (direction < 0) --k;
+  } else {
+    k += direction;
+  }
+  showStep(std::clamp(k, 0, int(data_->steps.size()) - 1));
+}
+
+void TimelineView::showSlowestStep() {
+  if (data_ && !data_->steps.empty()) showStep(data_->slowestStep());
+}
+
+void TimelineView::setShowIdleLanes(bool show) {
+  if (show == show_idle_lanes_) return;
+  show_idle_lanes_ = show;
+  layoutRows();
+  invalidateBase();
+}
+
+void TimelineView::setRelativeAxis(bool relative) {
+  relative_axis_ = relative;
+  update();
 }
 
 void TimelineView::setMessage(const QString& message) {
@@ -132,7 +178,14 @@ void TimelineView::layoutRows() {
     rows_.push_back({RowKind::RankHeader, int(r), -1, y, kHeaderHeight});
     y += kHeaderHeight;
     if (!collapsed_[r]) {
+      const auto [steps_from, steps_to] = data_->stepsSpan();
       for (int t : data_->ranks[r].tracks) {
+        // Streams with nothing in the steps (the set-up's GEMM timing, the
+        // profiler's clock exchange) are left out unless asked for.
+        const Track& track = data_->tracks[size_t(t)];
+        if (!show_idle_lanes_ && !data_->steps.empty() &&
+            firstIndex(track.max_end_ns, steps_from) >= lastIndex(track.start_ns, steps_to))
+          continue;
         rows_.push_back({RowKind::Stream, int(r), t, y, kStreamHeight});
         y += kStreamHeight;
       }
@@ -531,10 +584,11 @@ void TimelineView::paintRowLabel(QPainter& p, const Row& row, int y) const {
       p.setFont(font());
       const double share = rank.comm_ns > 0 ? 100.0 * double(rank.exposed_ns) / double(rank.comm_ns) : 0.0;
       p.drawText(QRect(kLabelWidth + 6, y, laneWidth() - 12, row.height), Qt::AlignVCenter,
-                 QStringLiteral("compute %1  ·  comm %2  ·  hidden %3  ·  exposed %4 (%5% of comm)")
+                 QStringLiteral("%6compute %1  ·  comm %2  ·  hidden %3  ·  exposed %4 (%5% of comm)")
                      .arg(qs(formatDuration(rank.compute_ns)), qs(formatDuration(rank.comm_ns)),
                           qs(formatDuration(rank.hidden_ns)), qs(formatDuration(rank.exposed_ns)))
-                     .arg(share, 0, 'f', 1));
+                     .arg(share, 0, 'f', 1)
+                     .arg(rank.totals_in_steps ? tr("steps: ") : QString()));
       break;
     }
     case RowKind::Stream:
@@ -571,20 +625,20 @@ void TimelineView::paintAxis(QPainter& p, const TimeMapping& m) {
   p.setPen(QPen(kGrid, 1));
   p.drawLine(0, kAxisHeight - 1, width(), kAxisHeight - 1);
   p.setPen(kText);
-  if (data_) {
-    p.drawText(QRect(6, 0, kLabelWidth - 8, kAxisHeight), Qt::AlignVCenter,
-               QString::fromStdString(formatDuration(m.end_ns - m.start_ns)) + tr(" shown"));
-  }
-  const int64_t step = tickStep(m.end_ns - m.start_ns, m.width_px, 90);
   const int64_t origin = data_ ? data_->begin_ns : 0;
+  const AxisLabels axis = axisLabels(m, origin, relative_axis_, 90);
+  if (data_) {
+    // Relative labels count from the first tick: the corner says from when.
+    const QString corner = relative_axis_ ? tr("from %1").arg(QString::fromStdString(axis.base))
+                                          : QString::fromStdString(formatDuration(m.end_ns - m.start_ns)) + tr(" shown");
+    p.drawText(QRect(6, 0, kLabelWidth - 8, kAxisHeight), Qt::AlignVCenter, corner);
+  }
   p.setClipRect(QRect(kLabelWidth, 0, laneWidth(), kAxisHeight));
-  int64_t first = ((m.start_ns - origin) / step) * step + origin;
-  if (first < m.start_ns) first += step;
-  for (int64_t t = first; t <= m.end_ns; t += step) {
-    const double x = m.toX(t);
+  for (const AxisTick& tick : axis.ticks) {
+    const double x = m.toX(tick.t_ns);
     p.drawLine(QPointF(x, kAxisHeight - 6), QPointF(x, kAxisHeight - 1));
     p.drawText(QRectF(x + 3, 0, 120, kAxisHeight - 4), Qt::AlignBottom | Qt::AlignLeft,
-               QString::fromStdString(formatDuration(t - origin)));
+               QString::fromStdString(tick.label));
   }
   if (data_) {
     QFont bold = font();
@@ -739,6 +793,9 @@ void TimelineView::keyPressEvent(QKeyEvent* event) {
     case Qt::Key_D: applyWindow(panBy(m, -m.width_px * 0.2)); break;
     case Qt::Key_F: fitSelection(); break;
     case Qt::Key_0: fitAll(); break;
+    case Qt::Key_BracketRight: showAdjacentStep(+1); break;
+    case Qt::Key_BracketLeft: showAdjacentStep(-1); break;
+    case Qt::Key_L: showSlowestStep(); break;
     case Qt::Key_Period: stepSelection(+1); break;
     case Qt::Key_Comma: stepSelection(-1); break;
     case Qt::Key_Escape:

@@ -75,6 +75,25 @@ class TimelineView : public QWidget {
   // Fits the selected slice or selected range (or the whole run).
   void fitSelection();
 
+  // Steps (TimelineData::steps): a run opens on its median step (by
+  // duration; the whole run when it has none). showStep fits step k (an
+  // index into steps) with a small margin; showAdjacentStep moves to the
+  // next (+1) or previous (-1) step from the one under the window's centre.
+  void showStep(int k);
+  void showAdjacentStep(int direction);
+  void showSlowestStep();
+  // The step index under the window's centre, or -1.
+  int currentStep() const;
+
+  // Lanes of streams with no slice inside the steps (set-up, clock
+  // exchange) are hidden unless shown here; runs without steps show all.
+  void setShowIdleLanes(bool show);
+  bool showIdleLanes() const { return show_idle_lanes_; }
+
+  // Axis labels relative to the first tick shown (or from the run's start).
+  void setRelativeAxis(bool relative);
+  bool relativeAxis() const { return relative_axis_; }
+
   // Rows in content coordinates; the lane area starts at kLabelWidth.
   const std::vector<Row>& rows() const { return rows_; }
   int contentHeight() const;
@@ -156,6 +175,8 @@ class TimelineView : public QWidget {
 
   SliceRef selection_;
   SliceRef hover_;
+  bool relative_axis_ = false;
+  bool show_idle_lanes_ = false;
   int64_t range_start_ns_ = -1;
   int64_t range_end_ns_ = -1;
   // Drag state.

@@ -669,3 +669,51 @@ TEST_CASE("a real run's kernels show compact demangled names, the whole symbol i
   CHECK(found);
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(copy.string() + suffix);
 }
+
+TEST_CASE("a real run opens on its median step; the step keys move between steps", "[gui][steps]") {
+  test::app();
+  const std::string real = std::string(TANDEM_SOURCE_DIR) + "/tests/traces/fixtures/real-tiny-h200.sqlite";
+  const std::filesystem::path copy = std::filesystem::temp_directory_path() / "tandem-gui-steps-copy.sqlite";
+  std::filesystem::copy_file(real, copy, std::filesystem::copy_options::overwrite_existing);
+  LoadedRun loaded = loadRunFile(copy.string(), -1);
+  REQUIRE(loaded.timeline);
+  const TimelineData& d = *loaded.timeline;
+  // Steps 0.90 ms (1), 0.91 ms (2) and 134.5 ms (0: graph capture).
+  REQUIRE(d.steps.size() == 3);
+  CHECK(d.medianStep() == 2);
+  CHECK(d.slowestStep() == 0);
+  TimelineView view;
+  view.resize(1200, 600);
+  view.setData(loaded.timeline);
+  auto shows = [&](int k) {
+    const StepMark& s = d.steps[size_t(k)];
+    const TimeMapping m = view.mapping();
+    return m.start_ns <= s.start_ns && m.end_ns >= s.end_ns &&
+           double(m.end_ns - m.start_ns) <= 1.1 * double(s.end_ns - s.start_ns);
+  };
+  CHECK(shows(2));
+  CHECK(view.currentStep() == 2);
+  QTest::keyClick(&view, Qt::Key_BracketLeft);
+  CHECK(shows(1));
+  QTest::keyClick(&view, Qt::Key_BracketLeft);
+  CHECK(shows(0));
+  QTest::keyClick(&view, Qt::Key_BracketLeft);  // no step before the first
+  CHECK(shows(0));
+  QTest::keyClick(&view, Qt::Key_BracketRight);
+  CHECK(shows(1));
+  QTest::keyClick(&view, Qt::Key_L);
+  CHECK(shows(0));
+
+  // Statistics describe the steps: the plan's ops lead, the copies and
+  // waits before the first step are left out unless asked for.
+  const auto [from, to] = d.stepsSpan();
+  const auto in_steps = sliceStats(d, StatsGroup::Op, from, to);
+  const auto whole = sliceStats(d, StatsGroup::Op, INT64_MIN, INT64_MAX);
+  REQUIRE(!in_steps.empty());
+  CHECK(in_steps.front().key == "adamw");
+  int64_t steps_count = 0, whole_count = 0;
+  for (const auto& s : in_steps) steps_count += s.count;
+  for (const auto& s : whole) whole_count += s.count;
+  CHECK(steps_count < whole_count);
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(copy.string() + suffix);
+}

@@ -226,3 +226,51 @@ TEST_CASE("a wide slice is never folded into a box of narrow ones", "[gui][lod]"
   CHECK(boxes[1].first == 2);
   CHECK(boxes[1].count == 1);
 }
+
+TEST_CASE("tick labels carry the digits their step needs", "[gui][math][axis]") {
+  CHECK(formatTick(0, 1000) == "0");
+  CHECK(formatTick(3'578'124'000, 2'000) == "3.578124 s");
+  CHECK(formatTick(3'578'126'000, 2'000) == "3.578126 s");
+  CHECK(formatTick(1'500'000, 500'000) == "1.5 ms");
+  CHECK(formatTick(2'000, 2'000) == "2 us");
+  CHECK(formatTick(1'001, 1) == "1.001 us");
+  CHECK(formatTick(700, 100) == "700 ns");
+  CHECK(formatTick(-1'500'000, 500'000) == "-1.5 ms");
+  CHECK(formatTick(12'000'000'000, 1'000'000'000) == "12 s");
+}
+
+TEST_CASE("axis labels never repeat, from a microsecond to the whole run", "[gui][math][axis]") {
+  // A 10 s run; windows from 1 us to all of it, near the start, in the
+  // middle (where three significant digits repeat) and at the end, over
+  // widths of 300 to 2000 pixels, absolute and relative.
+  const int64_t origin = 1'796'022'436'020'453'248;  // a real run's clock
+  const int64_t run = 10'000'000'000;
+  int windows = 0;
+  for (int64_t width_ns = 1'000; width_ns <= run; width_ns = width_ns * 3 + 7)
+    for (double at : {0.0, 0.357812, 0.5, 0.999})
+      for (double px : {300.0, 1000.0, 2000.0})
+        for (bool relative : {false, true}) {
+          TimeMapping m;
+          m.start_ns = origin + int64_t(at * double(run - width_ns));
+          m.end_ns = m.start_ns + width_ns;
+          m.width_px = px;
+          const AxisLabels axis = axisLabels(m, origin, relative, 90);
+          INFO("window " << width_ns << " ns at " << at << ", " << px << " px, relative " << relative);
+          REQUIRE(axis.ticks.size() >= 1);
+          CHECK(axis.ticks.size() <= size_t(px / 90) + 2);
+          for (size_t k = 0; k < axis.ticks.size(); ++k) {
+            CHECK(axis.ticks[k].t_ns >= m.start_ns);
+            CHECK(axis.ticks[k].t_ns <= m.end_ns);
+            if (k > 0) {
+              INFO(axis.ticks[k - 1].label << " then " << axis.ticks[k].label);
+              CHECK(axis.ticks[k].label != axis.ticks[k - 1].label);
+            }
+          }
+          if (relative) {
+            CHECK(axis.ticks[0].label == "0");
+            CHECK_FALSE(axis.base.empty());
+          }
+          ++windows;
+        }
+  CHECK(windows > 300);
+}
