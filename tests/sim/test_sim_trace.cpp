@@ -3,12 +3,15 @@
 // simulator's own summary.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
+#include "engine/plan/planner.h"
 #include "plan_trace/plan_rows.h"
 #include "sim_fixtures.h"
 #include "simulator/pipeline/trace_output.h"
 #include "simulator/replay/replay.h"
+#include "simulator/topology/topology_presets.h"
 #include "traces/analysis/analysis.h"
 #include "traces/store/trace_reader.h"
 #include "traces/store/trace_writer.h"
@@ -138,4 +141,39 @@ TEST_CASE("plan rows: stream order and the recorders of waited events, as the tr
     CHECK(stored[i].bytes == rows[i].bytes);
     CHECK(stored[i].deps == rows[i].deps);
   }
+}
+
+TEST_CASE("a simulated run's weight gradients are rated by their own figures, once", "[trace]") {
+  // GPT-2's weight gradients carry their bias sums as trailing kernels,
+  // activities without figures of their own: the rate must not take the
+  // plan's figures for them as well.
+  JobSpec job = defaultJob();
+  job.model.layers = 2;
+  job.parallel.data_parallel = 1;
+  const Plan plan = buildPlan(job);
+  const Topology topo = loadTopology("dgx-h100");
+  const SimResult r = simulatePlan(plan, topo, RooflineCostModel{});
+  const std::string path = writeTrace(plan, topo, r, "sim_trace_rates.sqlite");
+  traces::TraceReader reader(path);
+  const int64_t run = reader.defaultRunId();
+  double flops = 0;
+  int64_t flops_ns = 0, trailing = 0;
+  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
+    if (a.name.find("bwd_weight") == std::string::npos) return;
+    if (a.flops > 0) {
+      flops += a.flops;
+      flops_ns += a.end_ns - a.start_ns;
+    } else {
+      ++trailing;
+    }
+  });
+  REQUIRE(trailing > 0);
+  REQUIRE(flops_ns > 0);
+  const traces::RunReport report = traces::analyzeRun(reader, run);
+  const auto it = std::find_if(report.by_op.begin(), report.by_op.end(),
+                               [](const traces::KernelStat& s) { return s.key == "matmul_bwd_weight"; });
+  REQUIRE(it != report.by_op.end());
+  CHECK(it->flops == Approx(flops));
+  CHECK(it->tflops == Approx(flops / double(flops_ns) / 1e3));
+  CHECK(it->tflops * 1e12 <= topo.devices.at(0).bf16_flops);
 }

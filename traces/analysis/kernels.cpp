@@ -108,6 +108,15 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
   // telling executions apart, and no rate.
   const StepFinder step_of(steps);
   std::set<std::tuple<int, int64_t, int>> executed;  // (rank, task, step)
+  // Only a run whose activities carry no figures at all (a profiled one)
+  // takes its plan's: in a simulated run a task's trailing kernels (a
+  // weight gradient's bias sums) carry none while its main kernel carries
+  // the task's, which would be counted twice.
+  bool activities_carry_figures = false;
+  for (const auto& rank : ranks)
+    for (const Track* t : rank.tracks)
+      for (size_t i = 0; i < t->size() && !activities_carry_figures; ++i)
+        activities_carry_figures = t->flops[i] > 0 || t->bytes[i] > 0;
   std::map<std::string, Group> by_op;
   std::vector<Group> by_name(strings.size());
   std::vector<int64_t> unattributed_ns(strings.size(), 0);
@@ -145,7 +154,7 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
             op = it->second->op;
             const PlanTaskRow& task = *it->second;
             const int step = step_of.stepAt(rank.rank, t->start_ns[i]);
-            if (t->kind[i] == ActivityKind::Kernel && t->flops[i] <= 0 && t->bytes[i] <= 0 && step >= 0 &&
+            if (!activities_carry_figures && t->kind[i] == ActivityKind::Kernel && step >= 0 &&
                 (task.flops > 0 || task.bytes > 0)) {
               Group& g = by_op[std::string(op)];
               g.plan_time_ns += dur;
