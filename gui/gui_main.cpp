@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   QCommandLineOption run_opt("run", "run id to show (default: the file's latest run)", "ID");
   QCommandLineOption compare_opt("compare", "run id of the first file to compare the shown run against", "ID");
   QCommandLineOption shot_opt("screenshot", "render offscreen to this PNG and exit", "out.png");
-  QCommandLineOption view_opt("view", "view for the screenshot: timeline|statistics|recompute|topology|compare",
+  QCommandLineOption view_opt("view", "view for the screenshot: timeline|statistics|recompute|topology|compare|side-by-side",
                               "VIEW", "timeline");
   QCommandLineOption range_opt("range", "visible time range START:END from the run's start (ns, or 1.5ms, 200us)",
                                "START:END");
@@ -140,10 +140,10 @@ int main(int argc, char** argv) {
   const QString view = parser.value(view_opt);
   const std::map<QString, View> views = {{"timeline", View::Timeline},   {"statistics", View::Statistics},
                                          {"recompute", View::Recompute}, {"topology", View::Topology},
-                                         {"compare", View::Compare}};
+                                         {"compare", View::Compare},     {"side-by-side", View::SideBySide}};
   auto v = views.find(view);
   if (v == views.end())
-    return fail("--view: unknown view '" + view + "' (allowed: timeline, statistics, recompute, topology, compare)");
+    return fail("--view: unknown view '" + view + "' (allowed: timeline, statistics, recompute, topology, compare, side-by-side)");
   window.setView(v->second);
 
   auto applyPick = [&] {

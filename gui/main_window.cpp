@@ -23,6 +23,7 @@
 #include <map>
 
 #include "gui/compare_view.h"
+#include "gui/side_by_side_view.h"
 #include "gui/compare_worker.h"
 #include "gui/item_models.h"
 #include "gui/load_worker.h"
@@ -111,6 +112,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   tabs_->addTab(topology_view_, tr("Topology"));
   compare_view_ = new CompareView(tabs_);
   tabs_->addTab(compare_view_, tr("Compare"));
+  side_by_side_ = new SideBySideView(tabs_);
+  tabs_->addTab(side_by_side_, tr("Side by side"));
   setCentralWidget(tabs_);
   connect(recompute_view_, &RecomputeView::runCreated, this, [this](const QString& path, qint64 run) {
     // The new run is shown and compared against the run it came from.
@@ -362,6 +365,7 @@ void MainWindow::showLoaded(const QString& path, LoadedRun loaded) {
   current_path_ = QString::fromStdString(loaded.path);  // an imported file's database
   current_run_ = loaded.info.id;
   current_label_ = label;
+  current_kind_ = QString::fromStdString(std::string(traces::toString(loaded.info.kind)));
   recompute_view_->setRun(current_path_, loaded.info, loaded.facts, loaded.schema_version, loaded.timeline);
   showTopologyOf(loaded);
   refreshComparison();
@@ -391,6 +395,7 @@ void MainWindow::showCompareLoaded(const QString& path, LoadedRun loaded) {
   compare_path_ = QString::fromStdString(loaded.path);
   compare_run_ = loaded.info.id;
   compare_label_ = QString::fromStdString(describeRun(loaded.info)) + " — " + QFileInfo(path).fileName();
+  compare_kind_ = QString::fromStdString(std::string(traces::toString(loaded.info.kind)));
   refreshComparison();
   QString text = tr("Comparing with %1").arg(QString::fromStdString(describeRun(loaded.info)));
   if (!loaded.warnings.empty()) text += tr(" — warning about that run: %1").arg(warningText(loaded.warnings));
@@ -460,6 +465,15 @@ void MainWindow::showTopologyOf(const LoadedRun& run) {
 
 void MainWindow::refreshComparison() {
   const TimelineData* d = timeline_->data();
+  if (compare_ && d) {
+    // One above the other; the same kind of run twice is told apart by "shown" and "compared".
+    const bool same = current_kind_ == compare_kind_ || current_kind_.isEmpty();
+    side_by_side_->setRuns(timeline_->sharedData(), compare_, same ? tr("shown") : current_kind_,
+                           same ? tr("compared") : compare_kind_);
+  } else {
+    side_by_side_->setMessage(tr("Open a second run (Runs panel, or a second file on the command line) to see both "
+                                 "on one time axis."));
+  }
   const int generation = ++trace_compare_generation_;
   trace_compare_pending_ = false;
   if (!compare_ || !d) {

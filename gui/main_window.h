@@ -27,6 +27,7 @@ namespace tandem::gui {
 
 class BreakdownModel;
 class CompareView;
+class SideBySideView;
 class RecomputeView;
 class TopologyView;
 class DetailsModel;
@@ -37,7 +38,8 @@ class TimelineView;
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  enum class View { Timeline, Statistics, Recompute, Topology, Compare };
+  enum class View { Timeline, Statistics, Recompute, Topology, Compare, SideBySide };
+  SideBySideView* sideBySideView() const { return side_by_side_; }
 
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
@@ -128,6 +130,8 @@ class MainWindow : public QMainWindow {
   RecomputeView* recompute_view_ = nullptr;
   TopologyView* topology_view_ = nullptr;
   CompareView* compare_view_ = nullptr;
+  SideBySideView* side_by_side_ = nullptr;
+  QString current_kind_, compare_kind_;  // "real", "simulated", ...: the side-by-side labels
   // The shown run (when it came from a file) and the run compared with it.
   QString current_path_;
   qint64 current_run_ = -1;

@@ -5,6 +5,7 @@
 // pixels. The view only ever asks "which indices are visible" and "what is
 // slice i", never iterates a whole track per frame.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -52,6 +53,10 @@ struct Track {
   std::vector<int64_t> start_sample;  // filled by finalize()
 
   size_t size() const { return start_ns.size(); }
+  // Index of the first slice starting at or after t_ns.
+  size_t lowerBoundStart(int64_t t_ns) const {
+    return size_t(std::lower_bound(start_ns.begin(), start_ns.end(), t_ns) - start_ns.begin());
+  }
   void reserve(size_t n);
   void append(int64_t start, int64_t end, int32_t name, int32_t task, TaskKind kind, Phase ph,
               int layer_index, int mb);
@@ -98,8 +103,17 @@ struct CounterLane {
   std::pair<size_t, size_t> visible(int64_t start_ns, int64_t end_ns) const;
 };
 
+// One slice: track index into TimelineData::tracks, index on the track.
+struct SliceRef {
+  int track = -1;
+  int64_t index = -1;
+  bool valid() const { return track >= 0 && index >= 0; }
+  bool operator==(const SliceRef&) const = default;
+};
+
 struct RankLanes {
   int rank = 0;
+  std::string title;        // the header's name when not "rank N" (two runs side by side)
   std::vector<int> tracks;  // indices into TimelineData::tracks, display order
   IntervalLane overlap;     // OverlapCode per interval
   IntervalLane phases;      // Phase per interval (compute stream)

@@ -110,7 +110,7 @@ TimelineView::~TimelineView() = default;
 void TimelineView::setData(std::shared_ptr<const TimelineData> data) {
   data_ = std::move(data);
   message_.clear();
-  selection_ = hover_ = {};
+  selection_ = hover_ = linked_ = {};
   range_start_ns_ = range_end_ns_ = -1;
   collapsed_.assign(data_ ? data_->ranks.size() : 0, false);
   v_offset_ = 0;
@@ -282,6 +282,14 @@ void TimelineView::selectSlice(SliceRef ref) {
   selection_ = ref;
   update();
   emit sliceSelected(ref.track, ref.index);
+}
+
+void TimelineView::setLinkedSlice(SliceRef ref) {
+  if (data_ && ref.valid() &&
+      (size_t(ref.track) >= data_->tracks.size() || size_t(ref.index) >= data_->tracks[size_t(ref.track)].size()))
+    ref = {};
+  linked_ = ref;
+  update();
 }
 
 void TimelineView::stepSelection(int direction) {
@@ -580,7 +588,10 @@ void TimelineView::paintRowLabel(QPainter& p, const Row& row, int y) const {
       p.setFont(bold);
       const bool collapsed = collapsed_[size_t(row.rank_index)];
       p.drawText(QRect(6, y, kLabelWidth, row.height), Qt::AlignVCenter,
-                 QStringLiteral("%1 rank %2").arg(collapsed ? QChar(0x25B8) : QChar(0x25BE)).arg(rank.rank));
+                 rank.title.empty()
+                     ? QStringLiteral("%1 rank %2").arg(collapsed ? QChar(0x25B8) : QChar(0x25BE)).arg(rank.rank)
+                     : QStringLiteral("%1 %2").arg(collapsed ? QChar(0x25B8) : QChar(0x25BE))
+                           .arg(QString::fromStdString(rank.title)));
       p.setFont(font());
       const double share = rank.comm_ns > 0 ? 100.0 * double(rank.exposed_ns) / double(rank.comm_ns) : 0.0;
       p.drawText(QRect(kLabelWidth + 6, y, laneWidth() - 12, row.height), Qt::AlignVCenter,
@@ -683,6 +694,12 @@ void TimelineView::paintOverlay(QPainter& p, const TimeMapping& m) {
     p.setPen(QPen(Qt::black, 1));
     p.drawRect(r);
   }
+  if (linked_.valid() && !(linked_ == selection_)) {
+    // The twin: a magenta outline, dashed so it reads apart from the selection.
+    const QRectF r = sliceRect(linked_);
+    p.setPen(QPen(QColor(0xD0, 0x1C, 0x8B), 3, Qt::DashLine));
+    p.drawRect(r);
+  }
   if (range_end_ns_ > range_start_ns_) {
     const double x0 = m.toX(range_start_ns_);
     const double x1 = m.toX(range_end_ns_);
@@ -746,6 +763,7 @@ void TimelineView::mouseMoveEvent(QMouseEvent* event) {
     if (!(h == hover_)) {
       hover_ = h;
       update();
+      emit sliceHovered(h.track, h.index);
     }
     const QString sample = counterTextAt(pos);
     if (sample.isEmpty()) QToolTip::hideText();

@@ -30,13 +30,6 @@ class QScrollBar;
 
 namespace tandem::gui {
 
-struct SliceRef {
-  int track = -1;
-  int64_t index = -1;
-  bool valid() const { return track >= 0 && index >= 0; }
-  bool operator==(const SliceRef&) const = default;
-};
-
 class TimelineView : public QWidget {
   Q_OBJECT
  public:
@@ -69,6 +62,11 @@ class TimelineView : public QWidget {
 
   SliceRef selection() const { return selection_; }
   void selectSlice(SliceRef ref);
+  // A second slice outlined beside the selection (the selected task's twin
+  // in the other run of a side-by-side view); invalid to clear.
+  void setLinkedSlice(SliceRef ref);
+  SliceRef linkedSlice() const { return linked_; }
+  SliceRef hovered() const { return hover_; }
   // Moves the selection to the next (+1) or previous (-1) slice on its lane
   // and pans so it is visible.
   void stepSelection(int direction);
@@ -119,6 +117,7 @@ class TimelineView : public QWidget {
 
  signals:
   void sliceSelected(int track, qint64 index);
+  void sliceHovered(int track, qint64 index);
   void rangeSelected(qint64 start_ns, qint64 end_ns);
   void windowChanged(qint64 start_ns, qint64 end_ns);
 
@@ -175,6 +174,7 @@ class TimelineView : public QWidget {
 
   SliceRef selection_;
   SliceRef hover_;
+  SliceRef linked_;
   bool relative_axis_ = false;
   bool show_idle_lanes_ = false;
   int64_t range_start_ns_ = -1;

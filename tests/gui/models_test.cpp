@@ -18,6 +18,8 @@
 #include "gui/item_models.h"
 #include "gui/main_window.h"
 #include "gui/run_loader.h"
+#include "gui/side_by_side.h"
+#include "gui/side_by_side_view.h"
 #include "gui/slice_stats.h"
 #include "gui/synthetic_run.h"
 #include "gui/timeline_palette.h"
@@ -716,4 +718,94 @@ TEST_CASE("a real run opens on its median step; the step keys move between steps
   for (const auto& s : whole) whole_count += s.count;
   CHECK(steps_count < whole_count);
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(copy.string() + suffix);
+}
+
+TEST_CASE("a real run and its simulation on one axis: aligned steps, each task linked to its twin",
+          "[gui][side-by-side]") {
+  test::app();
+  // Real: steps [0,1000) and [1000,2000), task 0 (100 ns) then task 1 (two
+  // kernels); simulated: steps [0,500) and [500,1000), task 0 then task 1.
+  const std::string path = tempPath("side_by_side.sqlite").string();
+  {
+    traces::TraceWriter w(path);
+    using K = traces::ActivityKind;
+    using P = Phase;
+    auto planTask = [](int64_t id, const std::string& name) {
+      traces::PlanTaskRow t;
+      t.task_id = id;
+      t.name = name;
+      t.op = "matmul";
+      return t;
+    };
+    for (const bool real : {true, false}) {
+      traces::RunInfo info;
+      info.kind = real ? traces::RunKind::Real : traces::RunKind::Simulated;
+      info.name = real ? "real" : "sim";
+      w.beginRun(info);
+      w.addStream({0, 0, StreamKind::Compute, "compute", 0});
+      const int64_t len = real ? 1000 : 500;
+      for (int step = 0; step < 2; ++step) {
+        const int64_t t0 = step * len;
+        w.addStep({0, step, t0, t0 + len});
+        if (real) {
+          w.addActivity(act(0, 0, t0, t0 + 100, K::Kernel, "nvjet_fwd", 0, P::Forward));
+          w.addActivity(act(0, 0, t0 + 100, t0 + 140, K::Kernel, "nvjet_bwd", 1, P::Backward));
+          w.addActivity(act(0, 0, t0 + 140, t0 + 200, K::Kernel, "bias_sum", 1, P::Backward));
+        } else {
+          w.addActivity(act(0, 0, t0, t0 + 110, K::Kernel, "fc.fwd", 0, P::Forward));
+          w.addActivity(act(0, 0, t0 + 110, t0 + 310, K::Kernel, "fc.bwd", 1, P::Backward));
+        }
+      }
+      w.addPlanTask(planTask(0, "fc.fwd"));
+      w.addPlanTask(planTask(1, "fc.bwd"));
+    }
+    w.flush();
+  }
+  traces::TraceReader reader(path);
+  const auto runs = reader.runs();
+  REQUIRE(runs.size() == 2);
+  const LoadedRun real = loadRun(reader, runs[0].id), sim = loadRun(reader, runs[1].id);
+
+  // Real step 1 beside simulated step 0.
+  const SideBySide s = sideBySide(*real.timeline, *sim.timeline, 1, 0, "real", "simulated");
+  const TimelineData& d = *s.data;
+  REQUIRE(d.ranks.size() == 2);
+  CHECK(d.ranks[0].title == "real rank 0");
+  CHECK(d.ranks[1].title == "simulated rank 0");
+  CHECK(s.shift_ns == 1000);  // the simulated step 0 now starts where the real step 1 does
+  REQUIRE(s.first_b_track == 1);
+  const Track& a = d.tracks[0];
+  const Track& b = d.tracks[1];
+  CHECK(b.start_ns[0] == 1000);
+  auto find = [](const Track& t, int64_t start) {
+    for (size_t i = 0; i < t.size(); ++i)
+      if (t.start_ns[i] == start) return int64_t(i);
+    return int64_t(-1);
+  };
+  // Real step 1's second task (its first kernel) is simulated step 0's.
+  const SliceRef real_bwd{0, find(a, 1100)};
+  REQUIRE(real_bwd.valid());
+  CHECK(twinOf(s, real_bwd) == (SliceRef{1, find(b, 1110)}));
+  // Its second kernel has the same twin; and back again, the first kernel.
+  CHECK(twinOf(s, SliceRef{0, find(a, 1140)}) == (SliceRef{1, find(b, 1110)}));
+  CHECK(twinOf(s, SliceRef{1, find(b, 1110)}) == real_bwd);
+  // Real step 0 would pair with simulated step -1: none.
+  CHECK_FALSE(twinOf(s, SliceRef{0, find(a, 0)}).valid());
+  // The simulated step 1 (shifted to 1500) pairs with a real step 2: none.
+  CHECK_FALSE(twinOf(s, SliceRef{1, find(b, 1500)}).valid());
+
+  // The tab: picking a task outlines its twin.
+  SideBySideView view;
+  view.resize(1200, 500);
+  view.setRuns(real.timeline, sim.timeline, "real", "simulated");
+  REQUIRE(view.layout());
+  CHECK(view.layout()->step_a == 0);  // both runs' median (lower) step
+  view.alignAt(1, 0);
+  const SideBySide* l = view.layout();
+  const SliceRef pick{0, find(l->data->tracks[0], 1100)};
+  view.timeline()->selectSlice(pick);
+  CHECK(view.timeline()->linkedSlice() == twinOf(*l, pick));
+  CHECK(view.timeline()->linkedSlice().valid());
+  view.timeline()->selectSlice({});
+  CHECK_FALSE(view.timeline()->linkedSlice().valid());
 }
