@@ -67,3 +67,24 @@ TEST_CASE("The report attributes every compute kernel of the real capture", "[an
     CHECK(copy_or_sync);
   }
 }
+
+TEST_CASE("a real capture's ops take their plan tasks' rates; host waits sit apart", "[analysis][real]") {
+  TraceReader reader(testing::fixtureCopy("real-tiny-h200.sqlite"));
+  const RunReport rep = analyzeRun(reader, reader.defaultRunId());
+  // The kernels carry no flops of their own (the copies carry bytes): the
+  // GEMMs' rates come from the plan.
+  int rated = 0;
+  for (const KernelStat& s : rep.by_op)
+    if (s.key == "matmul" || s.key == "matmul_bwd_data" || s.key == "matmul_bwd_weight") {
+      INFO(s.key);
+      CHECK(s.tflops > 0);
+      ++rated;
+    }
+  CHECK(rated == 3);
+  // cudaEventSynchronize is the host waiting: in the synchronization table, not counted as GPU work.
+  REQUIRE_FALSE(rep.host_calls.empty());
+  CHECK(rep.host_calls.front().key == "cudaEventSynchronize");
+  for (const KernelStat& s : rep.by_op) CHECK(s.key != "sync");
+  for (const KernelStat& s : rep.by_name) CHECK(s.key.find("Synchronize") == std::string::npos);
+  for (const auto& [name, ns] : rep.attribution.top_unattributed) CHECK(name.find("Synchronize") == std::string::npos);
+}

@@ -247,6 +247,10 @@ struct RunReport {
   StepSummary step_time;
   std::vector<KernelStat> by_op;
   std::vector<KernelStat> by_name;
+  // Synchronization records (the host waiting on the GPU, cudaEventSynchronize;
+  // a stream waiting on an event, cudaStreamWaitEvent), apart from the GPU
+  // work above, by name.
+  std::vector<KernelStat> host_calls;
   Attribution attribution;
   CriticalPath critical_path;
   IdleGaps idle_gaps;

@@ -108,16 +108,17 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
   // telling executions apart, and no rate.
   const StepFinder step_of(steps);
   std::set<std::tuple<int, int64_t, int>> executed;  // (rank, task, step)
-  // Only a run whose activities carry no figures at all (a profiled one)
-  // takes its plan's: in a simulated run a task's trailing kernels (a
-  // weight gradient's bias sums) carry none while its main kernel carries
-  // the task's, which would be counted twice.
-  bool activities_carry_figures = false;
+  // Only a run whose kernels carry no figures at all (a profiled one: its
+  // copies do carry bytes) takes its plan's: in a simulated run a task's
+  // trailing kernels (a weight gradient's bias sums) carry none while its
+  // main kernel carries the task's, which would be counted twice.
+  bool kernels_carry_figures = false;
   for (const auto& rank : ranks)
     for (const Track* t : rank.tracks)
-      for (size_t i = 0; i < t->size() && !activities_carry_figures; ++i)
-        activities_carry_figures = t->flops[i] > 0 || t->bytes[i] > 0;
+      for (size_t i = 0; i < t->size() && !kernels_carry_figures; ++i)
+        kernels_carry_figures = t->kind[i] == ActivityKind::Kernel && (t->flops[i] > 0 || t->bytes[i] > 0);
   std::map<std::string, Group> by_op;
+  std::map<std::string, Group> host_calls;  // synchronization records: the host waiting, not GPU work
   std::vector<Group> by_name(strings.size());
   std::vector<int64_t> unattributed_ns(strings.size(), 0);
   std::vector<char> unattributed_seen(strings.size(), 0);
@@ -129,6 +130,12 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
         Category c = categories.of(t->kind[i], t->name[i]);
         if (c == Category::Host) continue;
         int64_t dur = t->end_ns[i] - t->start_ns[i];
+        if (t->kind[i] == ActivityKind::Sync) {
+          // cudaEventSynchronize, cudaStreamWaitEvent and their kin: a table
+          // of their own, outside the GPU work's tables and the attribution.
+          add(host_calls[compactName(strings[static_cast<size_t>(t->name[i])])], c, dur, 0, 0);
+          continue;
+        }
         std::string_view op = toString(t->kind[i]);
         // Set-up work is not the plan's: a row of its own, outside the
         // attribution's counts (the profiler counts it in
@@ -154,7 +161,7 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
             op = it->second->op;
             const PlanTaskRow& task = *it->second;
             const int step = step_of.stepAt(rank.rank, t->start_ns[i]);
-            if (!activities_carry_figures && t->kind[i] == ActivityKind::Kernel && step >= 0 &&
+            if (!kernels_carry_figures && t->kind[i] == ActivityKind::Kernel && step >= 0 &&
                 (task.flops > 0 || task.bytes > 0)) {
               Group& g = by_op[std::string(op)];
               g.plan_time_ns += dur;
@@ -186,13 +193,14 @@ void kernelStatistics(const std::vector<RankTracks>& ranks, const CategoryTable&
   std::sort(totals.begin(), totals.end(), [&](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : strings[a.second] < strings[b.second];
   });
-  for (size_t k = 0; k < totals.size() && k < options.top_names; ++k)
-  {
+  for (size_t k = 0; k < totals.size() && k < options.top_names; ++k) {
     const std::string& symbol = strings[totals[k].second];
     report.by_name.push_back(statOf(compactName(symbol), by_name[totals[k].second]));
     report.by_name.back().symbol = symbol;
   }
   sortByTotal(report.by_name);
+  for (auto& [key, g] : host_calls) report.host_calls.push_back(statOf(key, g));
+  sortByTotal(report.host_calls);
 
   attr.share_pct = attr.gpu_activities > 0
                        ? 100.0 * static_cast<double>(attr.attributed) / static_cast<double>(attr.gpu_activities)

@@ -242,6 +242,9 @@ std::string reportToJson(const RunReport& r) {
   for (const auto& s : r.by_name) by_name.push_back(statJson(s));
   j["kernels_by_op"] = by_op;
   j["kernels_by_name"] = by_name;
+  Json host_calls = Json::array();
+  for (const auto& s : r.host_calls) host_calls.push_back(statJson(s));
+  j["host_calls"] = host_calls;
   Json unattributed = Json::array();
   for (const auto& [name, ns] : r.attribution.top_unattributed)
     unattributed.push_back(Json{{"name", compactName(name)}, {"symbol", name}, {"total_ns", ns}});
@@ -363,6 +366,7 @@ std::string reportToText(const RunReport& r) {
   };
   table("kernels by op", r.by_op);
   table("kernels by name (top by total time)", r.by_name);
+  if (!r.host_calls.empty()) table("synchronization (the host or a stream waiting: no GPU work)", r.host_calls);
   line("");
   const auto& a = r.attribution;
   line(fmt::format("attribution: {:.1f}% of {} GPU activities carry a plan task id; compute kernels {:.1f}% ({} of {})",

@@ -147,6 +147,7 @@ RunReport analyzeRun(TraceReader& reader, int64_t run, const AnalysisOptions& op
   RunReport part = kernels.get();
   report.by_op = std::move(part.by_op);
   report.by_name = std::move(part.by_name);
+  report.host_calls = std::move(part.host_calls);
   report.attribution = std::move(part.attribution);
   report.critical_path = path.get();
   report.stats = reader.stats(run);
