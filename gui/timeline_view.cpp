@@ -275,20 +275,22 @@ bool TimelineView::isRankCollapsed(int rank_index) const {
   return rank_index >= 0 && size_t(rank_index) < collapsed_.size() && collapsed_[size_t(rank_index)];
 }
 
-void TimelineView::selectSlice(SliceRef ref) {
+SliceRef TimelineView::existing(SliceRef ref) const {
   if (data_ && ref.valid() &&
       (size_t(ref.track) >= data_->tracks.size() || size_t(ref.index) >= data_->tracks[size_t(ref.track)].size()))
-    ref = {};
+    return {};
+  return ref;
+}
+
+void TimelineView::selectSlice(SliceRef ref) {
+  ref = existing(ref);
   selection_ = ref;
   update();
   emit sliceSelected(ref.track, ref.index);
 }
 
 void TimelineView::setLinkedSlice(SliceRef ref) {
-  if (data_ && ref.valid() &&
-      (size_t(ref.track) >= data_->tracks.size() || size_t(ref.index) >= data_->tracks[size_t(ref.track)].size()))
-    ref = {};
-  linked_ = ref;
+  linked_ = existing(ref);
   update();
 }
 

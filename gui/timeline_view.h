@@ -175,6 +175,8 @@ class TimelineView : public QWidget {
   SliceRef selection_;
   SliceRef hover_;
   SliceRef linked_;
+  // `ref` if it names a slice of the data, else an invalid reference.
+  SliceRef existing(SliceRef ref) const;
   bool relative_axis_ = false;
   bool show_idle_lanes_ = false;
   int64_t range_start_ns_ = -1;

@@ -54,6 +54,15 @@ fs::path tempPath(const std::string& name) {
   return p;
 }
 
+// A matmul plan task of the given id and name.
+traces::PlanTaskRow planTask(int64_t id, const std::string& name) {
+  traces::PlanTaskRow t;
+  t.task_id = id;
+  t.name = name;
+  t.op = "matmul";
+  return t;
+}
+
 traces::ActivityRow act(int rank, int stream, int64_t s, int64_t e, traces::ActivityKind kind, std::string name,
                         int64_t task, Phase phase) {
   traces::ActivityRow a;
@@ -211,13 +220,6 @@ TEST_CASE("a real run and its simulation compare by plan task name, per step ins
     traces::TraceWriter w(path);
     using K = traces::ActivityKind;
     using P = Phase;
-    auto planTask = [](int64_t id, const std::string& name) {
-      traces::PlanTaskRow t;
-      t.task_id = id;
-      t.name = name;
-      t.op = "matmul";
-      return t;
-    };
     traces::RunInfo real;
     real.kind = traces::RunKind::Real;
     real.name = "real";
@@ -730,13 +732,6 @@ TEST_CASE("a real run and its simulation on one axis: aligned steps, each task l
     traces::TraceWriter w(path);
     using K = traces::ActivityKind;
     using P = Phase;
-    auto planTask = [](int64_t id, const std::string& name) {
-      traces::PlanTaskRow t;
-      t.task_id = id;
-      t.name = name;
-      t.op = "matmul";
-      return t;
-    };
     for (const bool real : {true, false}) {
       traces::RunInfo info;
       info.kind = real ? traces::RunKind::Real : traces::RunKind::Simulated;
