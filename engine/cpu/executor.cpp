@@ -262,16 +262,20 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
       runCollective(rank, t, io);
       break;
     case OpKind::Send: {
+      // Split over the tensor-parallel group (comm.pipeline_scatter_gather):
+      // the slice of the rank's place.
       const auto [group, place] = backendFor(t.collective.value().group, rank);
-      group->send(place, std::vector<float>(io.in(R[0]), io.in(R[0]) + io.elements(R[0])));
+      const ShardRange s = shardOf(plan.job.tensorParallelPlace(rank), a.shards, io.elements(R[0]));
+      group->send(place, std::vector<float>(io.in(R[0]) + s.begin, io.in(R[0]) + s.end));
       break;
     }
     case OpKind::Recv: {
       const auto [group, place] = backendFor(t.collective.value().group, rank);
       const std::vector<float> v = group->recv(place);
-      if (int64_t(v.size()) != io.elements(W[0]))
-        throw std::logic_error(fmt::format("{}: received {} elements into {}", t.name, v.size(), io.elements(W[0])));
-      std::memcpy(io.out(W[0]), v.data(), v.size() * sizeof(float));
+      const ShardRange s = shardOf(plan.job.tensorParallelPlace(rank), a.shards, io.elements(W[0]));
+      if (int64_t(v.size()) != s.end - s.begin)
+        throw std::logic_error(fmt::format("{}: received {} elements into {}", t.name, v.size(), s.end - s.begin));
+      std::memcpy(io.out(W[0]) + s.begin, v.data(), v.size() * sizeof(float));
       break;
     }
     case OpKind::GradNorm:

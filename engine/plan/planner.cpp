@@ -22,6 +22,7 @@
 #include "engine/passes/recompute.h"
 #include "engine/passes/shard_parameters.h"
 #include "engine/passes/tensor_parallel.h"
+#include "engine/passes/pipeline_scatter_gather.h"
 #include "engine/passes/tp_comm_overlap.h"
 #include "engine/plan/lower.h"
 #include "engine/plan/process_groups.h"
@@ -134,6 +135,7 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   applyParameterSharding(g, job);
   applyFp8Gemms(g, job);
   applyTpCommOverlap(g, job);
+  applyPipelineScatterGather(g, job);
 
   std::vector<int> ranks;
   for (int replica = 0; replica < job.replicas(); ++replica)

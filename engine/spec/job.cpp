@@ -453,6 +453,8 @@ void readComm(JobReader& r, const YAML::Node& node, const std::string& node_path
        [&](const YAML::Node& v, const std::string& p) {
          comm.reduce_every_micro_batch = r.readBool(v, p);
        }},
+      {"pipeline_scatter_gather",
+       [&](const YAML::Node& v, const std::string& p) { comm.pipeline_scatter_gather = r.readBool(v, p); }},
   });
 }
 
@@ -823,6 +825,17 @@ void validateTensorParallel(const JobReader& r, const JobSpec& job) {
 void validatePipeline(const JobReader& r, const JobSpec& job) {
   const ModelSpec& m = job.model;
   auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
+  if (job.comm.pipeline_scatter_gather) {
+    if (job.parallel.pipeline_parallel < 2 || job.parallel.tensor_parallel < 2)
+      r.fail(pick("comm.pipeline_scatter_gather", "parallel.pipeline_parallel"),
+             "splitting stage transfers over a tensor-parallel group needs pipeline_parallel >= 2 and "
+             "tensor_parallel >= 2",
+             "comm.pipeline_scatter_gather: false, or parallel.pipeline_parallel and parallel.tensor_parallel >= 2");
+    else if (job.parallel.sequence_parallel)
+      r.fail(pick("comm.pipeline_scatter_gather", "parallel.sequence_parallel"),
+             "with sequence parallelism each rank already sends its own tokens only",
+             "comm.pipeline_scatter_gather: false, or parallel.sequence_parallel: false");
+  }
   const int chunks = job.parallel.pipeline_chunks;
   if (chunks > 1) {
     const int pp = job.parallel.pipeline_parallel;

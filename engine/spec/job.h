@@ -157,6 +157,13 @@ struct CommSpec {
   // them once (engine/passes/micro_batch_reduce.h). More communication, and
   // a whole bucket lives for one micro-batch only.
   bool reduce_every_micro_batch = false;
+  // Pipeline stages with tensor parallelism but no sequence parallelism:
+  // each rank of a tensor-parallel group sends and receives only its
+  // 1/tensor_parallel of the activations (or their gradient) across a stage
+  // boundary, and the receiving group all-gathers them over its fast links
+  // (Megatron-LM's scatter/gather optimization, on by default there;
+  // engine/passes/pipeline_scatter_gather.h).
+  bool pipeline_scatter_gather = false;
   bool operator==(const CommSpec&) const = default;
 };
 

@@ -436,6 +436,11 @@ TEST_CASE("tensor and sequence parallel splits the model cannot take, and too ma
        "bad.yaml:2: parallel.tensor_parallel: ", "tensor_parallel 4 does not divide the 2 key/value heads"},
       {"parallel: {tensor_parallel: 2}\nschedule: {tp_comm_overlap: true}\n", {}, "bad.yaml:2: schedule.tp_comm_overlap: ",
        "needs parallel.sequence_parallel (allowed: schedule.tp_comm_overlap: false, or parallel.sequence_parallel: true)"},
+      {"parallel: {tensor_parallel: 2}\ncomm: {pipeline_scatter_gather: true}\n", {},
+       "bad.yaml:2: comm.pipeline_scatter_gather: ", "needs pipeline_parallel >= 2 and tensor_parallel >= 2"},
+      {"model: {layers: 4}\nparallel: {tensor_parallel: 2, pipeline_parallel: 2, sequence_parallel: true}\n"
+       "comm: {pipeline_scatter_gather: true}\n",
+       {}, "bad.yaml:3: comm.pipeline_scatter_gather: ", "already sends its own tokens only"},
       {"parallel: {sequence_parallel: true}\n", {}, "bad.yaml:1: parallel.sequence_parallel: ",
        "needs tensor_parallel >= 2 (allowed: parallel.sequence_parallel: false, or parallel.tensor_parallel >= 2)"},
       {"model: {seq_len: 7}\ntraining: {micro_batch: 3}\nparallel: {tensor_parallel: 2}\n",

@@ -47,6 +47,7 @@ struct PpCase {
   int chunks = 1;   // parallel.pipeline_chunks
   int layers = 4;
   bool llama = false;  // test::llamaJob
+  bool scatter_gather = false;  // comm.pipeline_scatter_gather (staged job only)
 
   std::string describe() const {
     return "pp " + std::to_string(pp) + " accumulation " + std::to_string(accum) + " dp " + std::to_string(dp) +
@@ -59,7 +60,7 @@ struct PpCase {
            (lm_head_chunks > 1 ? " LM head in groups" : "") + (weight_gradient_stream ? "" : " one compute stream") +
            (stage_layers.empty() ? "" : " uneven stages") + (sequence_parallel ? " sequence parallel" : "") +
            (chunks > 1 ? fmt::format(" {} chunks per stage of {} blocks", chunks, layers) : "") +
-           (llama ? " llama" : "");
+           (llama ? " llama" : "") + (scatter_gather ? " transfers split over tp" : "");
   }
 };
 
@@ -107,6 +108,7 @@ void requirePipelineMatches(const PpCase& c) {
   staged.parallel.pipeline_parallel = c.pp;
   staged.parallel.pipeline_layers = c.stage_layers;
   staged.parallel.pipeline_chunks = c.chunks;
+  staged.comm.pipeline_scatter_gather = c.scatter_gather;
   cpu::CpuExecutor a(buildPlan(whole));
   cpu::CpuExecutor b(buildPlan(staged));
   const std::string what = c.describe();
@@ -363,3 +365,61 @@ TEST_CASE("Interleaved pipeline plans: chunks dealt round-robin, Megatron-LM's i
   CHECK(plan.summary.parameters == one_chunk.summary.parameters);
   CHECK(planFromJson(planToJson(plan)) == plan);
 }
+
+TEST_CASE("Pipeline transfers split over the tensor-parallel group train as the whole model", "[executor][pp][tp]") {
+  // Each rank sends its half (or quarter) of the activations and of their
+  // gradients; the receiving group all-gathers them.
+  auto split = [](PpCase c) {
+    c.scatter_gather = true;
+    return c;
+  };
+  requirePipelineMatches(split({2, 2, 1, 2}));
+  requirePipelineMatches(split({4, 4, 2, 2, Precision::FP32, RecomputePolicy::Full}));
+  requirePipelineMatches(split({2, 2, 1, 4, Precision::BF16}));
+  PpCase interleaved = split({2, 4, 1, 2});
+  interleaved.chunks = 2;
+  requirePipelineMatches(interleaved);
+  PpCase llama = split({2, 2, 1, 2});
+  llama.llama = true;
+  requirePipelineMatches(llama);
+}
+
+TEST_CASE("Split pipeline transfers move 1/tensor_parallel each and are gathered before use", "[planner][pp][tp]") {
+  JobSpec job = fourBlockJob(1, 4);
+  job.parallel.pipeline_parallel = 2;
+  job.parallel.tensor_parallel = 4;
+  JobSpec split = job;
+  split.comm.pipeline_scatter_gather = true;
+  const Plan whole_transfers = buildPlan(job), split_transfers = buildPlan(split);
+  for (size_t s = 0; s < 2; ++s) {
+    const RankPlan& a = whole_transfers.programs[s];
+    const RankPlan& b = split_transfers.programs[s];
+    int64_t bytes_a = 0, bytes_b = 0, recvs = 0, gathers = 0;
+    for (const Task& t : a.tasks)
+      if (t.op == OpKind::Send || t.op == OpKind::Recv) bytes_a += t.collective->bytes;
+    for (size_t i = 0; i < b.tasks.size(); ++i) {
+      const Task& t = b.tasks[i];
+      if (t.op == OpKind::Send || t.op == OpKind::Recv) {
+        bytes_b += t.collective->bytes;
+        CHECK(t.attrs.shards == 4);
+      }
+      if (t.op != OpKind::Recv) continue;
+      ++recvs;
+      // The next task on the compute stream that touches the buffer gathers it.
+      for (size_t j = i + 1; j < b.tasks.size(); ++j)
+        if (std::find(b.tasks[j].reads.begin(), b.tasks[j].reads.end(), t.writes[0]) != b.tasks[j].reads.end()) {
+          INFO(t.name << " first read by " << b.tasks[j].name);
+          CHECK(b.tasks[j].op == OpKind::AllGather);
+          CHECK(b.tasks[j].collective->group == "tp");
+          gathers += b.tasks[j].op == OpKind::AllGather;
+          break;
+        }
+    }
+    INFO("stage " << s);
+    CHECK(recvs == 4);  // activations into stage 1, gradients into stage 0, per micro-batch
+    CHECK(gathers == recvs);
+    CHECK(bytes_b * 4 == bytes_a);
+  }
+  CHECK(planFromJson(planToJson(split_transfers)) == split_transfers);
+}
+

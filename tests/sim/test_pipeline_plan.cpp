@@ -131,3 +131,34 @@ TEST_CASE("interleaved chunks shrink the pipeline bubble", "[engine][pp][interle
   CHECK(bubble(interleaved, b) >= ideal - 0.05);
   CHECK(bubble(interleaved, b) < bubble(plain, a) - (ideal_plain - ideal) / 2);
 }
+
+TEST_CASE("pipeline transfers split over a tensor-parallel group cross the hosts' links once", "[engine][pp][tp]") {
+  // Two stages of 8-way tensor parallelism, one per host: whole transfers
+  // move each activation 8 times over the network, split ones once, and
+  // the gathers run over NVLink.
+  JobSpec job = defaultJob();
+  job.model.layers = 4;
+  job.model.hidden = 4096;
+  job.model.heads = 32;
+  job.model.vocab = 50304;
+  job.training.micro_batch = 4;
+  job.training.grad_accum = 8;
+  job.parallel.data_parallel = 1;
+  job.parallel.tensor_parallel = 8;
+  job.parallel.pipeline_parallel = 2;
+  JobSpec split = job;
+  split.comm.pipeline_scatter_gather = true;
+  const Topology topo = loadTopology("2xdgx-h100");
+  const RooflineCostModel cost;
+  const Plan whole_plan = buildPlan(job), split_plan = buildPlan(split);
+  const SimResult whole = simulatePlan(whole_plan, topo, cost), parts = simulatePlan(split_plan, topo, cost);
+  auto p2pBytes = [](const Plan& plan, const SimResult& r) {
+    int64_t bytes = 0;
+    for (const SimCollective& c : r.collectives)
+      if (plan.groups.at(size_t(c.group)).name.rfind("pp", 0) == 0) bytes += c.bytes;
+    return bytes;
+  };
+  CHECK(p2pBytes(split_plan, parts) * 8 == p2pBytes(whole_plan, whole));
+  INFO("whole " << whole.step_ns << " ns, split " << parts.step_ns << " ns");
+  CHECK(parts.step_ns < whole.step_ns);
+}
