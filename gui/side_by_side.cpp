@@ -1,6 +1,9 @@
 #include "gui/side_by_side.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <tuple>
 
 namespace tandem::gui {
 namespace {
@@ -122,6 +125,54 @@ SliceRef twinOf(const SideBySide& s, SliceRef slice) {
       }
   }
   return best;
+}
+
+PaintClass differenceClass(double r) {
+  if (r < 0.8) return PaintClass::MuchShorter;
+  if (r < 0.95) return PaintClass::Shorter;
+  if (r <= 1.05) return PaintClass::Alike;
+  if (r <= 1.25) return PaintClass::Longer;
+  return PaintClass::MuchLonger;
+}
+
+int colourByDifference(SideBySide& s, bool on) {
+  TimelineData& d = *s.data;
+  if (!on) {
+    for (Track& t : d.tracks) t.paint.clear();
+    return 0;
+  }
+  // (run's own rank, task, step relative to the aligned one) -> time.
+  using Key = std::tuple<int, int32_t, int>;
+  std::map<Key, int64_t> time[2];
+  auto keyOf = [&](size_t track, size_t i) -> std::optional<Key> {
+    const Track& t = d.tracks[track];
+    const bool in_a = track < s.first_b_track;
+    if (t.task_id[i] < 0) return std::nullopt;
+    const int k = in_a ? d.stepAt(t.start_ns[i]) : stepIndexAt(s.steps_b, t.start_ns[i]);
+    const int aligned = in_a ? s.step_a : s.step_b;
+    const int rel = k >= 0 && aligned >= 0 ? k - aligned : 0;
+    if (k < 0 && aligned >= 0) return std::nullopt;  // outside the steps
+    return Key{in_a ? t.rank : t.rank - s.b_rank_offset, t.task_id[i], rel};
+  };
+  for (size_t ti = 0; ti < d.tracks.size(); ++ti) {
+    const Track& t = d.tracks[ti];
+    for (size_t i = 0; i < t.size(); ++i)
+      if (const auto key = keyOf(ti, i)) time[ti < s.first_b_track ? 0 : 1][*key] += t.end_ns[i] - t.start_ns[i];
+  }
+  int matched = 0;
+  for (const auto& [key, ns] : time[0]) matched += time[1].count(key) > 0;
+  for (size_t ti = 0; ti < d.tracks.size(); ++ti) {
+    Track& t = d.tracks[ti];
+    t.paint.assign(t.size(), uint8_t(PaintClass::Other));
+    for (size_t i = 0; i < t.size(); ++i) {
+      const auto key = keyOf(ti, i);
+      if (!key) continue;
+      const auto a = time[0].find(*key), b = time[1].find(*key);
+      if (a == time[0].end() || b == time[1].end() || a->second <= 0) continue;
+      t.paint[i] = uint8_t(differenceClass(double(b->second) / double(a->second)));
+    }
+  }
+  return matched;
 }
 
 }  // namespace tandem::gui

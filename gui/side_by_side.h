@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gui/timeline_data.h"
+#include "gui/timeline_palette.h"
 
 namespace tandem::gui {
 
@@ -34,5 +35,15 @@ SideBySide sideBySide(const TimelineData& a, const TimelineData& b, int step_a, 
 // task on the same rank in the step as far from the aligned step; an invalid
 // reference when the slice has no plan task or the other run has no twin.
 SliceRef twinOf(const SideBySide& s, SliceRef slice);
+
+// Colours both runs' slices by how long the second run took for the task
+// against the first, per (rank, task, step): its time there over the
+// first run's, both summed over the task's slices in the step. Below 0.8
+// MuchShorter, below 0.95 Shorter, up to 1.05 Alike, up to 1.25 Longer,
+// above MuchLonger; slices without a twin task stay grey (Other). `on`
+// false returns the phase colours. Returns the (rank, task, step) pairs
+// matched.
+int colourByDifference(SideBySide& s, bool on);
+PaintClass differenceClass(double second_over_first);
 
 }  // namespace tandem::gui

@@ -1,5 +1,6 @@
 #include "gui/side_by_side_view.h"
 
+#include <QCheckBox>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QSignalBlocker>
@@ -20,6 +21,12 @@ SideBySideView::SideBySideView(QWidget* parent) : QWidget(parent) {
   step_b_->setObjectName("align_step_b");
   bar->addWidget(info_);
   bar->addStretch();
+  by_difference_ = new QCheckBox(tr("colour by difference"), this);
+  by_difference_->setObjectName("colour_by_difference");
+  by_difference_->setToolTip(tr("each task by the second run's time against the first's, per step: dark blue "
+                                "< 0.8, light blue < 0.95, grey within 5%, light red <= 1.25, dark red above; "
+                                "tasks without a twin in mid grey"));
+  bar->addWidget(by_difference_);
   bar->addWidget(new QLabel(tr("align step"), this));
   bar->addWidget(step_a_);
   bar->addWidget(new QLabel(tr("with step"), this));
@@ -37,6 +44,7 @@ SideBySideView::SideBySideView(QWidget* parent) : QWidget(parent) {
     };
     alignAt(indexOf(*a_, step_a_->value()), indexOf(*b_, step_b_->value()));
   };
+  connect(by_difference_, &QCheckBox::toggled, this, [this] { applyColours(); });
   connect(step_a_, &QSpinBox::valueChanged, this, realign);
   connect(step_b_, &QSpinBox::valueChanged, this, realign);
   connect(view_, &TimelineView::sliceSelected, this, [this](int track, qint64 index) { linkTwinOf({track, index}); });
@@ -77,6 +85,7 @@ void SideBySideView::setRuns(std::shared_ptr<const TimelineData> a, std::shared_
 void SideBySideView::alignAt(int k_a, int k_b) {
   if (!a_ || !b_) return;
   layout_ = std::make_unique<SideBySide>(sideBySide(*a_, *b_, k_a, k_b, label_a_, label_b_));
+  colourByDifference(*layout_, by_difference_->isChecked());
   view_->setMessage({});
   view_->setData(layout_->data);
   if (layout_->step_a >= 0) view_->showStep(layout_->step_a);
@@ -87,6 +96,19 @@ void SideBySideView::alignAt(int k_a, int k_b) {
                     "selecting a task outlines its twin")
                      .arg(QString::fromStdString(label_a_), QString::fromStdString(label_b_),
                           stepName(*a_, layout_->step_a), stepName(*b_, layout_->step_b)));
+}
+
+void SideBySideView::setColourByDifference(bool on) { by_difference_->setChecked(on); }
+
+void SideBySideView::applyColours() {
+  if (!layout_) return;
+  colourByDifference(*layout_, by_difference_->isChecked());
+  // The same window and selection, the lanes repainted.
+  const TimeMapping m = view_->mapping();
+  const SliceRef selected = view_->selection();
+  view_->setData(layout_->data);
+  view_->setWindow(m.start_ns, m.end_ns);
+  view_->selectSlice(selected);
 }
 
 void SideBySideView::linkTwinOf(SliceRef ref) {

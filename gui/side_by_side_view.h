@@ -8,6 +8,7 @@
 
 #include "gui/side_by_side.h"
 
+class QCheckBox;
 class QLabel;
 class QSpinBox;
 
@@ -28,11 +29,14 @@ class SideBySideView : public QWidget {
   void alignAt(int k_a, int k_b);
 
   TimelineView* timeline() const { return view_; }
+  // Colours both runs' tasks by the second's time against the first's
+  // (colourByDifference), or by phase.
+  void setColourByDifference(bool on);
   const SideBySide* layout() const { return layout_ ? &*layout_ : nullptr; }
 
  private:
-  void rebuild();
   void linkTwinOf(SliceRef ref);
+  void applyColours();
 
   std::shared_ptr<const TimelineData> a_, b_;
   std::string label_a_, label_b_;
@@ -41,6 +45,7 @@ class SideBySideView : public QWidget {
   QSpinBox* step_a_ = nullptr;
   QSpinBox* step_b_ = nullptr;
   QLabel* info_ = nullptr;
+  QCheckBox* by_difference_ = nullptr;
 };
 
 }  // namespace tandem::gui

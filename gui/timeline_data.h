@@ -48,6 +48,9 @@ struct Track {
   std::vector<uint8_t> phase;     // Phase
   std::vector<int16_t> layer;     // -1 outside transformer blocks
   std::vector<int16_t> micro_batch;
+  // Per slice, a PaintClass replacing the phase's colour (two runs
+  // coloured by their difference); empty: by phase.
+  std::vector<uint8_t> paint;
   // max_end_ns[i] = max(end_ns[0..i]); filled by finalize().
   std::vector<int64_t> max_end_ns;
   std::vector<int64_t> start_sample;  // filled by finalize()

@@ -26,6 +26,13 @@ enum class PaintClass : uint8_t {
   Other,
   Hidden,
   Exposed,
+  // Two runs side by side, coloured by how long the second run's twin of a
+  // task took against the first's (gui/side_by_side.h): a diverging scale.
+  MuchShorter,
+  Shorter,
+  Alike,
+  Longer,
+  MuchLonger,
   Count
 };
 
@@ -41,6 +48,11 @@ inline QColor paintColor(PaintClass c) {
     case PaintClass::Other: return QColor(0x88, 0x88, 0x88);
     case PaintClass::Hidden: return QColor(0x4C, 0xAF, 0x50);
     case PaintClass::Exposed: return QColor(0xE5, 0x39, 0x35);
+    case PaintClass::MuchShorter: return QColor(0x21, 0x66, 0xAC);
+    case PaintClass::Shorter: return QColor(0x92, 0xC5, 0xDE);
+    case PaintClass::Alike: return QColor(0xD9, 0xD9, 0xD9);
+    case PaintClass::Longer: return QColor(0xF4, 0xA5, 0x82);
+    case PaintClass::MuchLonger: return QColor(0xB2, 0x18, 0x2B);
     case PaintClass::Count: break;
   }
   return QColor(0, 0, 0);

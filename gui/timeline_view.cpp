@@ -460,7 +460,7 @@ void TimelineView::collectStreamRow(const Row& row, int y, const TimeMapping& m,
   coalesce(t.start_ns.data(), t.end_ns.data(), t.max_end_ns.data(), t.size(), m, kMergePx, scratch_,
            &t.start_sample);
   for (const LaneBox& b : scratch_) {
-    const PaintClass c = classForPhase(t.phase[b.first], t.kind);
+    const PaintClass c = t.paint.empty() ? classForPhase(t.phase[b.first], t.kind) : PaintClass(t.paint[b.first]);
     const QRect r = pixelRect(b.x0, b.x1, y + 2, row.height - 4);
     g.rects[size_t(c)].push_back(r);
     if (r.width() >= kMinLabelPx) g.labels.push_back({r, t.name_id[b.first], b.count});

@@ -789,6 +789,23 @@ TEST_CASE("a real run and its simulation on one axis: aligned steps, each task l
   // The simulated step 1 (shifted to 1500) pairs with a real step 2: none.
   CHECK_FALSE(twinOf(s, SliceRef{1, find(b, 1500)}).valid());
 
+  // Coloured by difference, per (rank, task, step): fc.fwd 110 against 100
+  // ns is longer, fc.bwd 200 against 40 + 60 much longer, on both sides;
+  // real step 0 (no simulated step before 0) stays grey.
+  SideBySide coloured = s;
+  CHECK(colourByDifference(coloured, true) == 2);
+  const Track& ca = coloured.data->tracks[0];
+  const Track& cb = coloured.data->tracks[1];
+  CHECK(ca.paint[size_t(find(ca, 1000))] == uint8_t(PaintClass::Longer));
+  CHECK(ca.paint[size_t(find(ca, 1100))] == uint8_t(PaintClass::MuchLonger));
+  CHECK(ca.paint[size_t(find(ca, 1140))] == uint8_t(PaintClass::MuchLonger));
+  CHECK(cb.paint[size_t(find(cb, 1110))] == uint8_t(PaintClass::MuchLonger));
+  CHECK(ca.paint[size_t(find(ca, 0))] == uint8_t(PaintClass::Other));
+  CHECK(differenceClass(1.0) == PaintClass::Alike);
+  CHECK(differenceClass(0.5) == PaintClass::MuchShorter);
+  colourByDifference(coloured, false);
+  CHECK(coloured.data->tracks[0].paint.empty());
+
   // The tab: picking a task outlines its twin.
   SideBySideView view;
   view.resize(1200, 500);
@@ -803,4 +820,7 @@ TEST_CASE("a real run and its simulation on one axis: aligned steps, each task l
   CHECK(view.timeline()->linkedSlice().valid());
   view.timeline()->selectSlice({});
   CHECK_FALSE(view.timeline()->linkedSlice().valid());
+  view.setColourByDifference(true);
+  REQUIRE(view.layout());
+  CHECK_FALSE(view.layout()->data->tracks[0].paint.empty());
 }
