@@ -36,12 +36,13 @@ void runImport(const ImportOptions& o) {
   }
   output.commit();
   if (o.json)
-    fmt::print("{{\"output\":\"{}\",\"run\":{},\"format\":\"{}\",\"ranks\":{},\"activities\":{},\"ranges\":{}}}\n",
-               o.out, r.run, r.format, r.ranks, r.activities, r.ranges);
+    fmt::print("{{\"output\":\"{}\",\"run\":{},\"format\":\"{}\",\"ranks\":{},\"activities\":{},\"ranges\":{},"
+               "\"steps\":{}}}\n",
+               o.out, r.run, r.format, r.ranks, r.activities, r.ranges, r.steps);
   else
-    fmt::print("imported {} ({}) into {} as run {}: {} ranks, {} activities, {} ranges (records not imported are "
-               "counted in the run's stats, see `tandem report`)\n",
-               o.input, r.format, o.out, r.run, r.ranks, r.activities, r.ranges);
+    fmt::print("imported {} ({}) into {} as run {}: {} ranks, {} activities, {} ranges, {} steps (records not "
+               "imported are counted in the run's stats, see `tandem report`)\n",
+               o.input, r.format, o.out, r.run, r.ranks, r.activities, r.ranges, r.steps);
 }
 
 void addImportCommand(CLI::App& root) {

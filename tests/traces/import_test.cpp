@@ -209,3 +209,41 @@ TEST_CASE("an imported row with a time the store cannot hold names the input fil
                                             Catch::Contains("has time -9223372036854775808 ns, outside the trace's "
                                                             "range of +-2^62 ns"));
 }
+
+TEST_CASE("PyTorch profiler steps: one per ProfilerStep#N, on the GPU where the trace has it", "[import][kineto][steps]") {
+  // Steps 4 and 5 marked on the CPU ([0,100) and [100,200) us) and on the
+  // GPU's two streams (the work lagging the CPU: [30,140) and [140,260) us,
+  // stream 7 ending step 4 at 135); a "ProfilerStep#x" that is no step.
+  const std::string in = tempTracePath("kineto_steps.json");
+  std::ofstream(in) << R"({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#5", "ts": 100, "dur": 100, "pid": 1, "tid": 1},
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#x", "ts": 0, "dur": 300, "pid": 1, "tid": 1},
+    {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#4", "ts": 30, "dur": 110, "pid": 0, "tid": 7, "args": {"stream": 7}},
+    {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#4", "ts": 40, "dur": 95, "pid": 0, "tid": 8, "args": {"stream": 8}},
+    {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#5", "ts": 140, "dur": 120, "pid": 0, "tid": 7, "args": {"stream": 7}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 30, "dur": 100, "pid": 0, "tid": 7, "args": {"stream": 7}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 140, "dur": 110, "pid": 0, "tid": 7, "args": {"stream": 7}}
+  ]})";
+  const std::string out = tempTracePath("kineto_steps.sqlite");
+  ImportResult res;
+  {
+    TraceWriter w(out, WriterOptions{.truncate = true});
+    res = importTrace(in, w);
+  }
+  CHECK(res.steps == 2);
+  TraceReader r(out);
+  const std::vector<StepRow> steps = r.steps(res.run);
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[0].step == 4);
+  CHECK(steps[0].start_ns == 30'000);
+  CHECK(steps[0].end_ns == 140'000);
+  CHECK(steps[1].step == 5);
+  CHECK(steps[1].start_ns == 140'000);
+  CHECK(steps[1].end_ns == 260'000);
+  // The report then has per-step figures.
+  const RunReport rep = analyzeRun(r, res.run);
+  CHECK(rep.window.covers == "steps 4-5");
+  CHECK(rep.step_time.duration_ns.count == 2);
+  CHECK(rep.step_time.duration_ns.max == 120'000);
+}

@@ -228,6 +228,7 @@ struct Stragglers {
 struct WindowReport {
   std::string covers;        // "steps 0-9", "step 4", "the whole run" ("...: no steps recorded")
   bool whole_run = true;
+  bool one_step = false;  // --step N: the steps before it are left out too
   int first_step = -1, last_step = -1;
   // Activities left out, by where they lie on their rank: before the
   // window (start-up, set-up and, for one step, the steps before it) and

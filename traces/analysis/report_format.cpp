@@ -206,6 +206,7 @@ std::string reportToJson(const RunReport& r) {
     for (const auto& [name, ns] : w.top_outside) outside.push_back(Json{{"name", name}, {"gpu_ns", ns}});
     j["window"] = Json{{"covers", w.covers},
                        {"whole_run", w.whole_run},
+                       {"one_step", w.one_step},
                        {"first_step", w.first_step},
                        {"last_step", w.last_step},
                        {"before_activities", w.before_activities},
@@ -318,7 +319,7 @@ std::string reportToText(const RunReport& r) {
     line(fmt::format("window: {} (--whole-run for everything, --step N for one step); left out: {} GPU activities "
                      "before it ({} ms: start-up, set-up{}), {} after it ({} ms)",
                      w.covers, w.before_activities, ms(w.before_gpu_ns),
-                     w.first_step == w.last_step ? ", earlier steps" : "", w.after_activities, ms(w.after_gpu_ns)));
+                     w.one_step ? ", earlier steps" : "", w.after_activities, ms(w.after_gpu_ns)));
     if (!w.top_outside.empty()) {
       std::string names;
       for (const auto& [name, ns] : w.top_outside)

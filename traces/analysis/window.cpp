@@ -41,6 +41,7 @@ Window chooseWindow(const std::vector<StepRow>& steps, const AnalysisOptions& op
     }
   }
   w.report.whole_run = false;
+  w.report.one_step = options.step >= 0;
   w.report.first_step = options.step >= 0 ? options.step : *indices.begin();
   w.report.last_step = options.step >= 0 ? options.step : *indices.rbegin();
   w.report.covers = w.report.first_step == w.report.last_step

@@ -4,7 +4,9 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +79,7 @@ class KinetoImporter {
       fail("no GPU or CPU activity found (no complete 'X' events of a known category)");
     writeStreams();
     writeRanges();
+    writeSteps();
     w_.flush();
     return result_;
   }
@@ -209,6 +212,7 @@ class KinetoImporter {
     } else if (cat == "user_annotation" || cat == "gpu_user_annotation") {
       RangeRow r{rank_, a.start_ns, a.end_ns, name, 0, cat == "gpu_user_annotation" ? "gpu" : ""};
       ranges_[cat == "gpu_user_annotation" ? -1 - num("stream", 0) : hostStream(e)].push_back(r);
+      noteProfilerStep(name, a.start_ns, a.end_ns, cat == "gpu_user_annotation");
       return;
     } else {
       w_.incrementStat(stats::kKinetoSkippedCategory.row(cat.empty() ? std::string("none") : cat, 1));
@@ -226,6 +230,32 @@ class KinetoImporter {
     for (const auto& [key, id] : host_streams_) {
       auto it = thread_names_.find(key);
       w_.addStream({rank_, id, StreamKind::Host, it != thread_names_.end() ? it->second : "thread " + key.second, -1});
+    }
+  }
+
+  // torch.profiler marks each step as "ProfilerStep#N", once on the CPU
+  // and, where a GPU ran its work, once per stream on the GPU.
+  void noteProfilerStep(const std::string& name, int64_t start, int64_t end, bool gpu) {
+    static constexpr std::string_view kPrefix = "ProfilerStep#";
+    if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) return;
+    int step = 0;
+    const char* first = name.data() + kPrefix.size();
+    const char* last = name.data() + name.size();
+    const auto [end_of_number, ec] = std::from_chars(first, last, step);
+    if (ec != std::errc() || end_of_number != last || step < 0) return;
+    auto& [lo, hi] = profiler_steps_[step][gpu ? 1 : 0];
+    lo = lo == 0 && hi == 0 ? start : std::min(lo, start);
+    hi = std::max(hi, end);
+  }
+
+  // A step per ProfilerStep#N: its GPU span where the trace has one (the
+  // work the step launched, as the GPU ran it), else its CPU span.
+  void writeSteps() {
+    for (const auto& [step, spans] : profiler_steps_) {
+      const auto& [lo, hi] = spans[1].second > spans[1].first ? spans[1] : spans[0];
+      if (hi <= lo) continue;
+      w_.addStep({rank_, step, lo, hi});
+      ++result_.steps;
     }
   }
 
@@ -265,6 +295,7 @@ class KinetoImporter {
   TrackNumbering device_tracks_{kDeviceStreamTracks};
   std::map<int, GpuStream> gpu_streams_;
   std::map<int64_t, std::vector<RangeRow>> ranges_;
+  std::map<int, std::array<std::pair<int64_t, int64_t>, 2>> profiler_steps_;  // N -> {CPU span, GPU span}
 };
 
 }  // namespace

@@ -30,6 +30,7 @@ struct ImportResult {
   std::string format;  // "kineto" or "nsys"
   int64_t activities = 0;
   int64_t ranges = 0;
+  int64_t steps = 0;  // step rows (PyTorch: one per ProfilerStep#N)
   int ranks = 0;
   std::vector<StatRow> stats;
 };
