@@ -60,7 +60,7 @@ std::vector<traces::KernelStat> sliceStats(const TimelineData& data, StatsGroup 
   std::vector<Acc> accs;
   // Per (track kind, name id) the group slot, so the string key is built
   // once per distinct name rather than once per slice.
-  std::vector<std::vector<int32_t>> slot_of(3);
+  std::vector<std::vector<int32_t>> slot_of(size_t(kLastStreamKind) + 2);  // per track kind, then host calls
   for (const Track& t : data.tracks) {
     const size_t first = firstIndex(t.max_end_ns, t0_ns);
     const size_t last = lastIndex(t.start_ns, t1_ns);
@@ -76,7 +76,9 @@ std::vector<traces::KernelStat> sliceStats(const TimelineData& data, StatsGroup 
         case StatsGroup::Op: code = facts ? int32_t(facts->op) : 1000 + t.task_kind[i]; break;
         case StatsGroup::Phase: code = t.phase[i]; break;
       }
-      int32_t slot = size_t(code) < slot_table.size() ? slot_table[size_t(code)] : -1;
+      // Host calls and waits (synchronization records) group apart (below).
+      auto& group_slots = t.task_kind[i] == uint8_t(TaskKind::Host) ? slot_of.back() : slot_table;
+      int32_t slot = size_t(code) < group_slots.size() ? group_slots[size_t(code)] : -1;
       if (slot < 0) {
         std::string key;
         switch (group) {
@@ -87,12 +89,16 @@ std::vector<traces::KernelStat> sliceStats(const TimelineData& data, StatsGroup 
           case StatsGroup::Phase: key = phaseName(t.phase[i]); break;
         }
         if (key.empty()) key = "(none)";
-        const std::string full = std::string(toString(t.kind)) + "\x1f" + key;
+        // Host calls and waits (synchronization records) are no GPU work:
+        // their own category, listed after the GPU's rows.
+        const bool host = t.task_kind[i] == uint8_t(TaskKind::Host);
+        const std::string category = host ? std::string("host") : std::string(toString(t.kind));
+        const std::string full = category + "\x1f" + key;
         auto [it, fresh] = index.try_emplace(full, accs.size());
-        if (fresh) accs.push_back({key, std::string(toString(t.kind)), {}, 0, 0, 0});
+        if (fresh) accs.push_back({key, category, {}, 0, 0, 0});
         slot = int32_t(it->second);
-        if (slot_table.size() <= size_t(code)) slot_table.resize(size_t(code) + 1, -1);
-        slot_table[size_t(code)] = slot;
+        if (group_slots.size() <= size_t(code)) group_slots.resize(size_t(code) + 1, -1);
+        group_slots[size_t(code)] = slot;
       }
       Acc& a = accs[size_t(slot)];
       const int64_t d = t.end_ns[i] - t.start_ns[i];
@@ -132,6 +138,8 @@ std::vector<traces::KernelStat> sliceStats(const TimelineData& data, StatsGroup 
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) {
+    const bool hx = x.category == "host", hy = y.category == "host";
+    if (hx != hy) return hy;  // GPU work first
     return x.total_ns != y.total_ns ? x.total_ns > y.total_ns : x.key < y.key;
   });
   return out;

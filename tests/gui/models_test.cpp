@@ -719,6 +719,16 @@ TEST_CASE("a real run opens on its median step; the step keys move between steps
   for (const auto& s : in_steps) steps_count += s.count;
   for (const auto& s : whole) whole_count += s.count;
   CHECK(steps_count < whole_count);
+  // Host waits (cudaEventSynchronize, on the host's tracks) are no GPU
+  // work: never among the GPU rows; host rows, where a trace puts them on a
+  // device stream, come after every GPU row.
+  const auto by_name = sliceStats(d, StatsGroup::Name, INT64_MIN, INT64_MAX);
+  bool host_seen = false;
+  for (const auto& s : by_name) {
+    if (s.category == "host") host_seen = true;
+    else CHECK_FALSE(host_seen);
+    if (s.key.find("Synchronize") != std::string::npos) CHECK(s.category == "host");
+  }
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(copy.string() + suffix);
 }
 
