@@ -3,6 +3,7 @@
 // Systems export built by nsys_fixture.h.
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <sqlite3.h>
 
 #include "traces/analysis/analysis.h"
 #include "traces/importers/importers.h"
@@ -246,4 +247,35 @@ TEST_CASE("PyTorch profiler steps: one per ProfilerStep#N, on the GPU where the 
   CHECK(rep.window.covers == "steps 4-5");
   CHECK(rep.step_time.duration_ns.count == 2);
   CHECK(rep.step_time.duration_ns.max == 120'000);
+}
+
+TEST_CASE("Nsight Systems steps: tandem's \"step N\" and torch's ProfilerStep#N ranges", "[import][nsys][steps]") {
+  std::string in = tempTracePath("report_steps.nsys.sqlite");
+  writeNsysFixture(in);
+  {
+    // Two step ranges on the fixture's thread, and one that is no step.
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(in.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db,
+                         "INSERT INTO NVTX_EVENTS VALUES (900, 1500, 59, 0, 0, 0, 'step 3', 5001, 5001, NULL, 0),"
+                         "(1500, 2500, 59, 0, 0, 0, 'ProfilerStep#4', 5001, 5001, NULL, 0),"
+                         "(1500, 2500, 59, 0, 0, 0, 'step four', 5001, 5001, NULL, 0);",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  std::string out = tempTracePath("nsys_steps.sqlite");
+  ImportResult res;
+  {
+    TraceWriter w(out, WriterOptions{.truncate = true});
+    res = importTrace(in, w);
+  }
+  CHECK(res.steps == 2);
+  TraceReader r(out);
+  const std::vector<StepRow> steps = r.steps(res.run);
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[0].step == 3);
+  CHECK(steps[0].start_ns == 900);
+  CHECK(steps[0].end_ns == 1500);
+  CHECK(steps[1].step == 4);
+  CHECK(steps[1].end_ns == 2500);
 }

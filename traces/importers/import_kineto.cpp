@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "traces/importers/importers.h"
+#include "traces/importers/step_names.h"
 #include "traces/store/trace_writer.h"
 #include "traces/trackers/stats.h"
 #include "traces/trackers/track_ids.h"
@@ -236,14 +236,9 @@ class KinetoImporter {
   // torch.profiler marks each step as "ProfilerStep#N", once on the CPU
   // and, where a GPU ran its work, once per stream on the GPU.
   void noteProfilerStep(const std::string& name, int64_t start, int64_t end, bool gpu) {
-    static constexpr std::string_view kPrefix = "ProfilerStep#";
-    if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) return;
-    int step = 0;
-    const char* first = name.data() + kPrefix.size();
-    const char* last = name.data() + name.size();
-    const auto [end_of_number, ec] = std::from_chars(first, last, step);
-    if (ec != std::errc() || end_of_number != last || step < 0) return;
-    auto& [lo, hi] = profiler_steps_[step][gpu ? 1 : 0];
+    const std::optional<int> step = stepNumberOf(name);
+    if (!step) return;
+    auto& [lo, hi] = profiler_steps_[*step][gpu ? 1 : 0];
     lo = lo == 0 && hi == 0 ? start : std::min(lo, start);
     hi = std::max(hi, end);
   }

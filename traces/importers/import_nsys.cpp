@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "traces/importers/importers.h"
+#include "traces/importers/step_names.h"
 #include "traces/store/schema.h"
 #include "traces/store/sqlite_util.h"
 #include "traces/store/trace_writer.h"
@@ -73,6 +74,10 @@ class NsysImporter {
       w_.setStat(stats::kNsysTablesNotImported.row(skipped));
     if (result_.activities == 0) fail("no GPU activity found (kernel, memcpy and memset tables are empty)");
     writeStreams();
+    for (const auto& [key, span] : steps_) {
+      w_.addStep({key.first, key.second, span.first, span.second});
+      ++result_.steps;
+    }
     w_.flush();
     return result_;
   }
@@ -318,6 +323,12 @@ class NsysImporter {
       while (!ends.empty() && ends.back() <= r.start_ns) ends.pop_back();
       r.depth = type == kNvtxPushPopRange ? static_cast<int>(ends.size()) : 0;
       if (type == kNvtxPushPopRange) ends.push_back(r.end_ns);
+      // A step range (tandem's "step N", torch's "ProfilerStep#N"): the
+      // union of its spans on the rank's threads.
+      if (const std::optional<int> step = stepNumberOf(r.name)) {
+        auto [it, fresh] = steps_.try_emplace({r.rank, *step}, r.start_ns, r.end_ns);
+        if (!fresh) it->second = {std::min(it->second.first, r.start_ns), std::max(it->second.second, r.end_ns)};
+      }
       w_.addRange(r);
       ++result_.ranges;
     }
@@ -351,6 +362,7 @@ class NsysImporter {
   TrackNumbering host_tracks_{kHostThreadTracks};
   TrackNumbering device_tracks_{kDeviceStreamTracks};
   std::map<std::pair<int, int>, StreamUse> streams_;
+  std::map<std::pair<int, int>, std::pair<int64_t, int64_t>> steps_;  // (rank, step) -> span of its ranges
   ImportResult result_;
 };
 
