@@ -91,6 +91,14 @@ class EventBuilder {
     std::map<int, int> gathered_by;  // buffer -> overlapped all-gather writing it, until its first reader
     std::map<int, int> join;         // stream -> overlapped all-gather its next task waits for
     std::vector<int> last_on_stream(rp_.streams.size(), -1), previous_on_stream(rp_.tasks.size(), -1);
+    // Pipeline sends: nothing on the compute stream reads what they
+    // produce, so nothing would ever wait for them, and the memory plan
+    // would keep every sent buffer to the end of the step. The compute
+    // stream joins each send once the next one is issued: one send in
+    // flight beside the current one, as a blocking send would allow no
+    // more, without making the compute stream wait for the latest.
+    std::vector<int> sends_issued;
+    size_t sends_joined = 0;
     for (size_t i = 0; i < rp_.tasks.size(); ++i) {
       Task& t = rp_.tasks[i];
       previous_on_stream[i] = last_on_stream[size_t(t.stream)];
@@ -150,6 +158,9 @@ class EventBuilder {
         a.last_writer = int(i);
         a.readers.clear();
       }
+      if (t.op == OpKind::Send) sends_issued.push_back(int(i));
+      if (t.stream == 0)
+        while (sends_joined + 1 < sends_issued.size()) dependOn(t, sends_issued[sends_joined++]);
       if (t.stream == 0) last_compute = int(i);
       if (t.attrs.overlapped && t.op == OpKind::AllGather) gathered_by[t.writes[0]] = int(i);
     }

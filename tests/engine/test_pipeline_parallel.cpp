@@ -423,3 +423,22 @@ TEST_CASE("Split pipeline transfers move 1/tensor_parallel each and are gathered
   CHECK(planFromJson(planToJson(split_transfers)) == split_transfers);
 }
 
+
+TEST_CASE("A stage's memory does not grow with the micro-batches it has sent", "[planner][pp][memory]") {
+  // 1F1B keeps at most as many micro-batches in flight as there are stages;
+  // what a stage sent is freed once the compute stream has joined the send
+  // (at the next send), not at the end of the step.
+  auto peak = [](int accum, int chunks) {
+    JobSpec job = fourBlockJob(1, accum);
+    job.parallel.pipeline_parallel = 2;
+    job.parallel.pipeline_chunks = chunks;
+    const Plan plan = buildPlan(job);
+    int64_t most = 0;
+    for (const RankPlan& rp : plan.programs) most = std::max(most, rp.memory.activation_peak_bytes);
+    return most;
+  };
+  for (int chunks : {1, 2}) {
+    INFO(chunks << " chunks per stage");
+    CHECK(peak(16, chunks) == peak(8, chunks));
+  }
+}
