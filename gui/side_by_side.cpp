@@ -8,14 +8,6 @@
 namespace tandem::gui {
 namespace {
 
-int stepIndexAt(const std::vector<StepMark>& steps, int64_t t_ns) {
-  auto it = std::upper_bound(steps.begin(), steps.end(), t_ns,
-                             [](int64_t t, const StepMark& s) { return t < s.start_ns; });
-  if (it == steps.begin()) return -1;
-  --it;
-  return t_ns < it->end_ns ? int(it - steps.begin()) : -1;
-}
-
 void shiftLane(IntervalLane& lane, int64_t shift) {
   for (int64_t& t : lane.start_ns) t += shift;
   for (int64_t& t : lane.end_ns) t += shift;

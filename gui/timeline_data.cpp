@@ -160,13 +160,15 @@ std::pair<int64_t, int64_t> TimelineData::stepsSpan() const {
   return {steps.front().start_ns, steps.back().end_ns};
 }
 
-int TimelineData::stepAt(int64_t t_ns) const {
+int stepIndexAt(const std::vector<StepMark>& steps, int64_t t_ns) {
   auto it = std::upper_bound(steps.begin(), steps.end(), t_ns,
                              [](int64_t t, const StepMark& s) { return t < s.start_ns; });
   if (it == steps.begin()) return -1;
   --it;
   return t_ns < it->end_ns ? int(it - steps.begin()) : -1;
 }
+
+int TimelineData::stepAt(int64_t t_ns) const { return stepIndexAt(steps, t_ns); }
 
 void TimelineData::finalize(bool compute_overlap) {
   for (auto& t : tracks) t.finalize();

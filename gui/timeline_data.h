@@ -136,6 +136,9 @@ struct StepMark {
   int64_t end_ns = 0;
 };
 
+// Index into `steps` (sorted by start) of the step holding time t, or -1.
+int stepIndexAt(const std::vector<StepMark>& steps, int64_t t_ns);
+
 struct TimelineData {
   std::string run_label;  // "run 3 · simulated · gpt2-124m"
   // Names as shown: kernel symbols in their compact demangled form

@@ -37,6 +37,12 @@ std::string importError(const std::string& json) {
   return "";
 }
 
+// Imports `in` into a fresh file `out`, closed when this returns.
+ImportResult importInto(const std::string& in, const std::string& out) {
+  TraceWriter w(out, WriterOptions{.truncate = true});
+  return importTrace(in, w);
+}
+
 }  // namespace
 
 TEST_CASE("PyTorch profiler JSON: kernels, copies, launches, annotations and skipped records", "[import][kineto]") {
@@ -227,11 +233,7 @@ TEST_CASE("PyTorch profiler steps: one per ProfilerStep#N, on the GPU where the 
     {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 140, "dur": 110, "pid": 0, "tid": 7, "args": {"stream": 7}}
   ]})";
   const std::string out = tempTracePath("kineto_steps.sqlite");
-  ImportResult res;
-  {
-    TraceWriter w(out, WriterOptions{.truncate = true});
-    res = importTrace(in, w);
-  }
+  const ImportResult res = importInto(in, out);
   CHECK(res.steps == 2);
   TraceReader r(out);
   const std::vector<StepRow> steps = r.steps(res.run);
@@ -263,12 +265,8 @@ TEST_CASE("Nsight Systems steps: tandem's \"step N\" and torch's ProfilerStep#N 
                          nullptr, nullptr, nullptr) == SQLITE_OK);
     sqlite3_close(db);
   }
-  std::string out = tempTracePath("nsys_steps.sqlite");
-  ImportResult res;
-  {
-    TraceWriter w(out, WriterOptions{.truncate = true});
-    res = importTrace(in, w);
-  }
+  const std::string out = tempTracePath("nsys_steps.sqlite");
+  const ImportResult res = importInto(in, out);
   CHECK(res.steps == 2);
   TraceReader r(out);
   const std::vector<StepRow> steps = r.steps(res.run);
