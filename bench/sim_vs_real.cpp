@@ -33,6 +33,7 @@
 #include "simulator/calibrate/calibrate.h"
 #include "simulator/calibrate/calibrate_merge.h"
 #include "simulator/calibrate/calibrate_overlap.h"
+#include "simulator/cost/calibration_lookup.h"
 #include "simulator/cost/cost_model.h"
 #include "simulator/pipeline/trace_output.h"
 #include "simulator/replay/replay.h"
@@ -96,6 +97,59 @@ std::vector<BenchJob> benchJobs() {
       {"dp2-mb16-selective",
        {"training.micro_batch=16", "parallel.data_parallel=2", "recompute.policy=selective"},
        false},
+  };
+}
+
+// Jobs far from any calibration run (issue 49's held-out set): GPT-2 350M
+// to 1.5B, Llama 1B to 3B and Llama 2 7B with four of its layers; sequences
+// 512-8192, micro-batches 1-32, accumulation, recompute policies and mixes,
+// LM-head groups, both families. None is a calibration job: they are
+// simulated with the calibration given by --calibration (the sweep's).
+std::vector<BenchJob> scaleJobs() {
+  const std::vector<std::string> dp1 = {"parallel.data_parallel=1"};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), dp1.begin(), dp1.end());
+    return sets;
+  };
+  const std::vector<std::string> gpt350 = {"model.hidden=1024", "model.heads=16", "model.layers=24"};
+  const std::vector<std::string> gpt774 = {"model.hidden=1280", "model.heads=20", "model.layers=36"};
+  const std::vector<std::string> gpt1558 = {"model.hidden=1600", "model.heads=25", "model.layers=48"};
+  const std::vector<std::string> llama = {"model.family=llama", "model.vocab=32000", "model.tied_embeddings=false"};
+  auto join = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<std::string> llama1b =
+      join(llama, {"model.hidden=2048", "model.heads=32", "model.kv_heads=8", "model.mlp_ratio=4", "model.layers=16"});
+  const std::vector<std::string> tinyllama = join(
+      llama, {"model.hidden=2048", "model.heads=16", "model.kv_heads=4", "model.mlp_ratio=2.75", "model.layers=22"});
+  const std::vector<std::string> llama3b = join(llama, {"model.hidden=3072", "model.heads=24", "model.kv_heads=8",
+                                                        "model.mlp_ratio=2.6666666667", "model.layers=28"});
+  const std::vector<std::string> llama7b_4l = join(
+      llama, {"model.hidden=4096", "model.heads=32", "model.kv_heads=32", "model.mlp_ratio=2.6875", "model.layers=4"});
+  return {
+      {"gpt2-350m-mb8", with(join(gpt350, {"training.micro_batch=8"})), false},
+      {"gpt2-350m-mb32-seq512", with(join(gpt350, {"training.micro_batch=32", "model.seq_len=512"})), false},
+      {"gpt2-350m-mb2-seq4096",
+       with(join(gpt350, {"training.micro_batch=2", "model.seq_len=4096", "recompute.policy=selective"})), false},
+      {"gpt2-774m-mb4-selective", with(join(gpt774, {"training.micro_batch=4", "recompute.policy=selective"})), false},
+      {"gpt2-774m-mb16-seq512-lmhead4",
+       with(join(gpt774, {"training.micro_batch=16", "model.seq_len=512", "schedule.lm_head_chunks=4"})), false},
+      {"gpt2-1.5b-mb4-accum2-full",
+       with(join(gpt1558, {"training.micro_batch=4", "training.grad_accum=2", "recompute.policy=full"})), false},
+      {"gpt2-1.5b-mb1-seq8192-mix",
+       with(join(gpt1558, {"training.micro_batch=1", "model.seq_len=8192", "recompute.policy=selective",
+                           "recompute.layers={0: full, 1: full, 2: full, 3: none}"})),
+       false},
+      {"llama-1b-mb4-seq2048", with(join(llama1b, {"training.micro_batch=4", "model.seq_len=2048"})), false},
+      {"tinyllama-mb8-seq2048-full",
+       with(join(tinyllama, {"training.micro_batch=8", "model.seq_len=2048", "recompute.policy=full"})), false},
+      {"llama-3b-mb1-seq8192-selective",
+       with(join(llama3b, {"training.micro_batch=1", "model.seq_len=8192", "recompute.policy=selective"})), false},
+      {"llama2-7b-4l-mb1-seq4096-accum2",
+       with(join(llama7b_4l, {"training.micro_batch=1", "model.seq_len=4096", "training.grad_accum=2"})), false},
+      {"llama2-7b-4l-mb32-seq512-lmhead2",
+       with(join(llama7b_4l, {"training.micro_batch=32", "model.seq_len=512", "schedule.lm_head_chunks=2"})), false},
   };
 }
 
@@ -207,6 +261,8 @@ struct Options {
   int max_dp = 1 << 20;
   bool equal_ranks = false;  // simulate every GPU at one speed (the measured speeds are not applied)
   std::string multi_rank_from;  // a calibration whose multi-rank keys the written one keeps
+  std::string jobs = "gpt2-124m";  // the job set: gpt2-124m (benchJobs) or scale (scaleJobs)
+  std::string calibration;      // simulate with this calibration instead of fitting one
 };
 
 // TANDEM_BINARY OUT_DIR and the flags after them (a bad flag exits with status 2).
@@ -217,7 +273,7 @@ Options parseOptions(int argc, char** argv) {
   tandem::bench::ArgReader args(
       "bench_sim_vs_real",
       "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks] "
-      "[--multi-rank-from FILE]",
+      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale] [--calibration FILE]",
       argc, argv, 3);
   while (args.next()) {
     if (args.is("--reuse-real")) o.reuse = true;
@@ -226,6 +282,8 @@ Options parseOptions(int argc, char** argv) {
     else if (args.is("--max-dp")) o.max_dp = int(args.integer(1, 1 << 20));
     else if (args.is("--equal-ranks")) o.equal_ranks = true;
     else if (args.is("--multi-rank-from")) o.multi_rank_from = args.text();
+    else if (args.is("--jobs")) o.jobs = args.text();
+    else if (args.is("--calibration")) o.calibration = args.text();
     else args.unknown();
   }
   return o;
@@ -233,9 +291,9 @@ Options parseOptions(int argc, char** argv) {
 
 // --max-dp: leave out the jobs of more ranks (a machine with fewer GPUs);
 // the summary then covers the jobs that ran.
-std::vector<BenchJob> jobsUpTo(int max_dp) {
+std::vector<BenchJob> jobsUpTo(int max_dp, const std::string& set) {
   std::vector<BenchJob> jobs;
-  for (const BenchJob& b : benchJobs()) {
+  for (const BenchJob& b : set == "scale" ? scaleJobs() : benchJobs()) {
     if (jobOf(b).parallel.data_parallel > max_dp) {
       fmt::print(stderr, "job {} left out (--max-dp {})\n", b.name, max_dp);
       continue;
@@ -474,18 +532,34 @@ int main(int argc, char** argv) {
   }
   const Options o = parseOptions(argc, argv);
   fs::create_directories(o.out_dir);
-  const std::vector<BenchJob> jobs = jobsUpTo(o.max_dp);
+  if (o.jobs != "gpt2-124m" && o.jobs != "scale") {
+    fmt::print(stderr, "bench_sim_vs_real: --jobs takes gpt2-124m or scale, not '{}'\n", o.jobs);
+    return 2;
+  }
+  if (o.jobs == "scale" && o.calibration.empty()) {
+    fmt::print(stderr, "bench_sim_vs_real: --jobs scale has no calibration jobs: give --calibration FILE\n");
+    return 2;
+  }
+  const std::vector<BenchJob> jobs = jobsUpTo(o.max_dp, o.jobs);
   std::string multi_rank_yaml;
   if (!o.multi_rank_from.empty() && !readMultiRankBase(o.multi_rank_from, jobs, multi_rank_yaml)) return 2;
   if (!runRealJobs(o, jobs)) return 1;
 
   const sim::Topology topo = sim::loadTopology(o.topology);
-  const std::optional<sim::CalibrationResult> cal = fitCalibration(o, jobs, topo, multi_rank_yaml);
-  if (!cal) return 1;
-  const std::string cal_path = (o.out_dir / "calibration.yaml").string();
-  writeCalibration(*cal, cal_path);
-  const sim::Calibration loaded = sim::loadCalibration(cal_path);
-  const sim::Topology measured = measuredTopology(topo, *cal, o.equal_ranks);
+  // --calibration: simulate with it as it is (no job fits one); else fit
+  // from the calibration jobs.
+  sim::Calibration loaded;
+  sim::Topology measured = topo;
+  if (!o.calibration.empty()) {
+    loaded = sim::loadCalibration(sim::calibrationPath(o.calibration));
+  } else {
+    const std::optional<sim::CalibrationResult> cal = fitCalibration(o, jobs, topo, multi_rank_yaml);
+    if (!cal) return 1;
+    const std::string cal_path = (o.out_dir / "calibration.yaml").string();
+    writeCalibration(*cal, cal_path);
+    loaded = sim::loadCalibration(cal_path);
+    measured = measuredTopology(topo, *cal, o.equal_ranks);
+  }
 
   // 3 and 4. Simulate and compare.
   std::vector<Outcome> outcomes;

@@ -7,11 +7,13 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/calibrate_sweep.h"
 #include "cli/command_registry.h"
 #include "engine/spec/resources.h"
 #include "simulator/calibrate/calibrate.h"
 #include "simulator/calibrate/calibrate_merge.h"
 #include "simulator/calibrate/calibrate_overlap.h"
+#include "simulator/calibrate/sweep_grid.h"
 #include "simulator/cost/calibration_lookup.h"
 #include "simulator/cost/cost_model.h"
 #include "simulator/topology/topology_presets.h"
@@ -25,6 +27,8 @@ struct CalibrateOptions {
   std::string out;
   std::string topology;  // optional: refit kernel_overlap_efficiency by simulation
   std::string multi_rank_from;  // optional: a calibration whose multi-rank keys are kept
+  std::string sweep_grid;       // --sweep: measure this grid on the GPU first (calibrate_sweep.h)
+  SweepOptions sweep;
 };
 
 std::string readWholeFile(const std::string& path) {
@@ -48,8 +52,18 @@ sim::CalibrationInput parseInput(const std::string& arg) {
   return in;
 }
 
-void runCalibrate(const CalibrateOptions& o) {
+void runCalibrate(CalibrateOptions o) {
+  if (o.sweep_grid.empty() && o.inputs.empty())
+    throw std::runtime_error("calibrate: name profiled runs to fit from, or --sweep GRID to measure one");
+  if (o.out.empty() && !o.sweep.dry_run) throw std::runtime_error("calibrate: --out FILE is required");
   std::vector<sim::CalibrationInput> inputs;
+  if (!o.sweep_grid.empty()) {
+    o.sweep.grid = o.sweep_grid;
+    if (o.sweep.work_dir.empty()) o.sweep.work_dir = o.out + ".sweep";
+    const std::vector<std::string> traces = runSweep(o.sweep);
+    if (o.sweep.dry_run) return;
+    for (const std::string& t : traces) inputs.push_back({t, -1, /*sweep=*/true});
+  }
   for (const auto& a : o.inputs) inputs.push_back(parseInput(a));
   // The topology first: a bad name fails before the runs are read.
   std::optional<sim::Topology> topology;
@@ -136,8 +150,29 @@ void addCalibrateCommand(CLI::App& root) {
   auto* cmd =
       root.add_subcommand("calibrate", "Fit the simulator's cost model from profiled runs (matched to plan tasks)");
   auto o = std::make_shared<CalibrateOptions>();
-  cmd->add_option("runs", o->inputs, "trace files (every real run in them) or FILE:RUN for one run")->required();
-  cmd->add_option("--out", o->out, "calibration YAML to write")->required()->type_name("FILE");
+  cmd->add_option("runs", o->inputs,
+                  "trace files (every real run in them) or FILE:RUN for one run; with --sweep they refine the "
+                  "sweep: a shape they measured takes their time");
+  cmd->add_option("--out", o->out, "calibration YAML to write")->type_name("FILE");
+  cmd->add_option("--sweep", o->sweep_grid,
+                  "first measure the kernels of this grid of shapes on this machine's GPU (full: GPT-2 124M to "
+                  "Llama 3.1 405B layers, docs/accuracy.md; smoke: three small points)")
+      ->type_name("GRID")
+      ->check(CLI::IsMember(sim::sweepGridNames()));
+  cmd->add_option("--part", o->sweep.parts, "with --sweep: only the points of this part of the grid (gpt, llama)")
+      ->type_name("NAME");
+  cmd->add_option("--work-dir", o->sweep.work_dir,
+                  "with --sweep: where each point's trace and log go (default: OUT.sweep)")
+      ->type_name("DIR");
+  cmd->add_option("--steps", o->sweep.steps, "with --sweep: profiled steps per point")->check(CLI::Range(2, 1000));
+  cmd->add_option("--time-limit", o->sweep.time_limit_s,
+                  "with --sweep: start no point after this many seconds (fit from those that ran; --reuse adds the "
+                  "rest later)")
+      ->type_name("SECONDS")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--reuse", o->sweep.reuse, "with --sweep: keep the traces already in the work folder");
+  cmd->add_flag("--dry-run", o->sweep.dry_run,
+                "with --sweep: plan every point and print its GPU memory need and whether the executor runs it");
   cmd->add_option("--topology", o->topology,
                   "preset or topology file of the measured machine: choose kernel_overlap_efficiency by simulating "
                   "the one-rank runs with the weight-gradient stream (docs/simulator.md)")
@@ -148,6 +183,11 @@ void addCalibrateCommand(CLI::App& root) {
                   "several measured (a file, or the name of one that comes with tandem)")
       ->type_name("NAME|FILE");
   cmd->callback([o] { runCalibrate(*o); });
+  cmd->footer(
+      "Examples:\n"
+      "  tandem calibrate run1.sqlite run2.sqlite --out mine.yaml\n"
+      "  tandem calibrate --sweep full --out h200.yaml --multi-rank-from h200x2-nv18   (on one GPU, about 8 min)\n"
+      "  tandem calibrate --sweep full --dry-run\n");
 }
 
 const CommandRegistration reg{"calibrate", 58, &addCalibrateCommand};

@@ -35,6 +35,7 @@ struct Sample {
   double launch_ns = 0;   // the part of ns that is the task's launch gaps
   bool multi_rank = false;  // measured in a run of more than one rank
   bool shared = false;      // measured only beside kernels of another compute stream
+  bool sweep = false;       // from a run of the kernel sweep (CalibrationInput::sweep)
 };
 
 struct CollSample {
@@ -603,6 +604,7 @@ struct CalibrationSamples {
   // Thread blocks of each kernel task's main kernel, by shape (mainKernelBlocks).
   std::map<std::pair<OpKind, std::string>, std::vector<int>> blocks_by_shape;
   std::map<std::string, std::vector<std::string>> runs_by_software;
+  bool any_sweep = false;  // some input is a sweep run: every shape says where it came from
 };
 
 // The runs of one input: the one it names, else every real run of its file.
@@ -903,12 +905,23 @@ void fitOps(const CalibrationSamples& acc, CalibrationResult& out) {
     oc.all_shapes.ns_per_gflop = rep.ns_per_gflop;
     oc.all_shapes.ns_per_mb = rep.ns_per_mb;
     oc.all_shapes.ns_per_mb_slow = rep.ns_per_mb_slow;
-    std::map<std::string, std::vector<double>> by_shape;
-    for (const Sample& x : s) by_shape[x.shape].push_back(x.ns);
+    // A shape measured by profiled runs takes their time; the sweep's
+    // samples stand in for shapes no run measured.
+    std::set<std::string> by_runs;
+    for (const Sample& x : s)
+      if (!x.sweep) by_runs.insert(x.shape);
+    std::map<std::string, std::vector<const Sample*>> by_shape;
+    for (const Sample& x : s)
+      if (!x.sweep || !by_runs.count(x.shape)) by_shape[x.shape].push_back(&x);
     std::vector<int> op_blocks;  // every task's of the op kind: its default for shapes not measured
-    for (const auto& [shape, ns] : by_shape) {
+    for (const auto& [shape, xs] : by_shape) {
+      std::vector<double> ns, gflop, mb;
+      for (const Sample* x : xs) ns.push_back(x->ns), gflop.push_back(x->gflop), mb.push_back(x->mb);
       CostEntry e;
       e.ns = int64_t(std::llround(median(ns)));
+      e.gflop = median(gflop);
+      e.mb = median(mb);
+      if (acc.any_sweep) e.origin = by_runs.count(shape) ? ShapeOrigin::Runs : ShapeOrigin::Sweep;
       if (const auto b = acc.blocks_by_shape.find({op, shape}); b != acc.blocks_by_shape.end()) {
         e.blocks = mostCommon(b->second);
         op_blocks.insert(op_blocks.end(), b->second.begin(), b->second.end());
@@ -1126,7 +1139,15 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   CalibrationSamples acc;
   for (const CalibrationInput& in : inputs) {
     traces::TraceReader reader(in.path);
-    for (int64_t run : runsOfInput(reader, in)) readRun(acc, out, in, reader, run);
+    for (int64_t run : runsOfInput(reader, in)) {
+      std::map<OpKind, size_t> before;
+      for (const auto& [op, s] : acc.samples) before[op] = s.size();
+      readRun(acc, out, in, reader, run);
+      if (!in.sweep) continue;
+      acc.any_sweep = true;
+      for (auto& [op, s] : acc.samples)
+        for (size_t i = before.count(op) ? before[op] : 0; i < s.size(); ++i) s[i].sweep = true;
+    }
   }
 
   noteSoftwareVersions(acc, out);
@@ -1217,8 +1238,12 @@ std::string calibrationToYaml(const CalibrationResult& r) {
                        oc.all_shapes.blocks);
     y += "    shapes:\n";
     for (const auto& [shape, e] : oc.shapes)
-      y += fmt::format("      \"{}\": {{ns: {}{}}}\n", shape, e.ns,
-                       e.blocks > 0 ? fmt::format(", blocks: {}", e.blocks) : "");
+      y += fmt::format("      \"{}\": {{ns: {}{}{}{}}}\n", shape, e.ns,
+                       e.blocks > 0 ? fmt::format(", blocks: {}", e.blocks) : "",
+                       e.gflop >= 0 && e.mb >= 0 ? fmt::format(", gflop: {:.6g}, mb: {:.6g}", e.gflop, e.mb) : "",
+                       e.origin == ShapeOrigin::Sweep  ? ", from: sweep"
+                       : e.origin == ShapeOrigin::Runs ? ", from: runs"
+                                                       : "");
   }
   for (OpKind op : r.fused_ops)
     y += fmt::format("  {}:  # planned but never measured: the executor fuses it into another task\n    ns: 0\n",

@@ -45,6 +45,9 @@ namespace tandem::sim {
 struct CalibrationInput {
   std::string path;
   int64_t run = -1;
+  // A run of `tandem calibrate --sweep` (sweep_grid.h): its shapes are
+  // marked as swept, and a shape that other runs measured too takes theirs.
+  bool sweep = false;
 };
 
 struct OpFitReport {

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/spec/parse_number.h"
+
 namespace tandem::sim {
 
 RooflineParams RooflineParams::defaults() {
@@ -146,6 +148,15 @@ CostEntry parseEntry(const std::string& source, const YAML::Node& node, const st
       }
     } else if (key == "shapes" && allow_shapes) {
       // handled by the caller
+    } else if (key == "gflop" && !allow_shapes) {
+      e.gflop = number(source, kv.second, f, 0, 1e12);
+    } else if (key == "mb" && !allow_shapes) {
+      e.mb = number(source, kv.second, f, 0, 1e12);
+    } else if (key == "from" && !allow_shapes) {
+      const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : std::string();
+      if (v == "sweep") e.origin = ShapeOrigin::Sweep;
+      else if (v == "runs") e.origin = ShapeOrigin::Runs;
+      else fail(source, kv.second, f + ": expected sweep or runs, got '" + v + "'");
     } else if (key == "blocks") {
       const double v = number(source, kv.second, f, 1, 1e9);
       if (v != std::floor(v)) fail(source, kv.second, f + ": expected a whole number of thread blocks");
@@ -153,7 +164,7 @@ CostEntry parseEntry(const std::string& source, const YAML::Node& node, const st
     } else {
       fail(source, kv.first,
            f + ": unknown key (allowed: ns, flops_efficiency, bw_efficiency, fit, blocks" +
-               std::string(allow_shapes ? ", shapes)" : ")"));
+               std::string(allow_shapes ? ", shapes)" : ", gflop, mb, from)"));
     }
   }
   return e;
@@ -292,6 +303,24 @@ Calibration loadCalibration(const std::string& path) {
   return parseCalibration(ss.str(), path);
 }
 
+namespace {
+
+// Whether an op kind's kernel takes its slow path at rows this wide
+// (slowPathMb).
+bool onSlowPath(OpKind op, int64_t c) { return op == OpKind::LayerNormBwd && c > 768; }
+
+// The key a shape is interpolated under: its shape key, with the kernel's
+// path added where the op kind has two (a shape on the slow path and one
+// off it are different kernels, whose efficiencies must not mix).
+std::string interpolationKey(OpKind op, const std::string& key) {
+  int64_t c = 0;
+  for (const auto& [field, value] : parseShapeKey(key))
+    if (field == "c") c = int64_t(parseFiniteNumber(value).value_or(0));
+  return onSlowPath(op, c) ? key + " path=slow" : key;
+}
+
+}  // namespace
+
 RooflineCostModel::RooflineCostModel(RooflineParams params, Calibration calibration)
     : params_(params), calibration_(std::move(calibration)) {
   if (calibration_.launch_overhead_ns) params_.launch_overhead_ns = *calibration_.launch_overhead_ns;
@@ -301,8 +330,14 @@ RooflineCostModel::RooflineCostModel(RooflineParams params, Calibration calibrat
   if (calibration_.kernel_sharing) params_.kernel_sharing = *calibration_.kernel_sharing;
   for (const auto& [op, oc] : calibration_.ops) {
     std::map<std::string, int64_t> measured;
-    for (const auto& [key, entry] : oc.shapes) measured[key] = entry.ns;
+    std::map<std::string, ShapeWork> with_work;
+    for (const auto& [key, entry] : oc.shapes) {
+      measured[key] = entry.ns;
+      if (entry.ns > 0 && entry.gflop >= 0 && entry.mb >= 0)
+        with_work[interpolationKey(op, key)] = {entry.ns, entry.gflop, entry.mb};
+    }
     interpolators_[op] = ShapeInterpolator(measured);
+    if (!with_work.empty()) work_interpolators_[op] = WorkInterpolator(with_work);
     if (op != OpKind::Matmul && op != OpKind::MatmulBwdData && op != OpKind::MatmulBwdWeight) continue;
     for (const auto& [key, entry] : oc.shapes)
       if (const auto flops = gemmKeyFlops(key); flops && entry.ns > 0)
@@ -341,9 +376,9 @@ std::string taskRole(const std::string& name) {
   return name.substr(begin, end - begin);
 }
 
+
 double slowPathMb(const Task& task) {
-  if (costOpKind(task) == OpKind::LayerNormBwd && task.attrs.c > 768)
-    return double(task.bytes_read + task.bytes_written) / 1e6;
+  if (onSlowPath(costOpKind(task), task.attrs.c)) return double(task.bytes_read + task.bytes_written) / 1e6;
   return 0;
 }
 
@@ -462,6 +497,25 @@ int64_t RooflineCostModel::materializedAttentionNs(const Task& task, const Devic
   return ns;
 }
 
+std::optional<int64_t> RooflineCostModel::interpolatedNs(const Task& task, const std::string& key,
+                                                         const DeviceSpec& device, Precision precision) const {
+  const OpKind op = costOpKind(task);
+  // From the efficiency of measured neighbours where the calibration
+  // records the shapes' work, else between two measured times.
+  if (const auto w = work_interpolators_.find(op); w != work_interpolators_.end()) {
+    const PeakRates peaks{(precision == Precision::FP32 ? device.fp32_flops : device.bf16_flops) * 1e-9,
+                          device.hbm_gbps};
+    const double bytes = double(task.bytes_read + task.bytes_written);
+    // What a kernel of the kind costs whatever its work: the fit's
+    // constant (launch included), else the launch.
+    const CostEntry& kind = calibration_.ops.at(op).all_shapes;
+    const int64_t fixed_ns = kind.has_fit ? int64_t(std::llround(kind.base_ns)) : params_.launch_overhead_ns;
+    if (const auto ns = w->second.ns(interpolationKey(op, key), task.flops * 1e-9, bytes * 1e-6, peaks, fixed_ns))
+      return ns;
+  }
+  return interpolators_.at(op).ns(key);
+}
+
 RooflineCostModel::TaskTime RooflineCostModel::taskTime(const Task& task, const DeviceSpec& device,
                                                        Precision precision) const {
   const double bytes = double(task.bytes_read + task.bytes_written);
@@ -503,8 +557,7 @@ RooflineCostModel::TaskTime RooflineCostModel::taskTime(const Task& task, const 
       // Only a shape entry with a time, a fit or an efficiency says more
       // than its op kind (one with blocks alone takes the kind's efficiencies).
       if (e->ns >= 0 || e->has_fit || e->flops_efficiency > 0 || e->bw_efficiency > 0) source = TimeSource::Measured;
-    } else if (const auto between = interpolators_.at(roofline_op).ns(key)) {
-      // Between two measured shapes of the op (shape_interpolation.h).
+    } else if (const auto between = interpolatedNs(task, key, device, precision)) {
       return {*between, from(TimeSource::Interpolated)};
     }
     if (e->ns >= 0) return {e->ns, from(source)};

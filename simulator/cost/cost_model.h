@@ -77,6 +77,10 @@ std::optional<double> gemmKeyFlops(const std::string& key);
 // the largest tile Hopper's GEMMs use (256 x 128); 0 for other kinds.
 int64_t gemmOutputTiles(const Task& task);
 
+// Where a measured shape's time came from (written by calibrations that
+// include a sweep, calibrate_sweep.h).
+enum class ShapeOrigin : uint8_t { Unknown, Sweep, Runs };
+
 // A duration rule: any of the fields set (>= 0) wins over the op's default in
 // this order: ns, fit, efficiencies.
 struct CostEntry {
@@ -88,6 +92,12 @@ struct CostEntry {
   // Thread blocks of the shape's main kernel as traced (-1: unknown;
   // CostModel::smRoomBeside).
   int blocks = -1;
+  // A measured shape's work: its task's FLOPs (in GFLOP) and bytes moved
+  // (in MB), as planned. With them, shapes never measured take the
+  // efficiency of their measured neighbours (RooflineCostModel::taskTime);
+  // -1 where the file does not say (calibrations written before them).
+  double gflop = -1, mb = -1;
+  ShapeOrigin origin = ShapeOrigin::Unknown;
 };
 
 struct OpCalibration {
@@ -266,10 +276,16 @@ class RooflineCostModel : public CostModel {
   // A materialized attention (OpAttrs::materialized): the framework's
   // kernels, each timed by its own roofline, summed.
   int64_t materializedAttentionNs(const Task& task, const DeviceSpec& device, Precision precision) const;
+  // An unmeasured shape's time from the measured ones (shape_interpolation.h).
+  std::optional<int64_t> interpolatedNs(const Task& task, const std::string& key, const DeviceSpec& device,
+                                        Precision precision) const;
 
   RooflineParams params_;
   Calibration calibration_;
   std::map<OpKind, ShapeInterpolator> interpolators_;  // measured shapes per op kind (shape_interpolation.h)
+  // Measured shapes with their work, per op kind: where the calibration
+  // records it, unmeasured shapes take their neighbours' efficiency.
+  std::map<OpKind, WorkInterpolator> work_interpolators_;
   // Per GEMM kind, the most FLOP per ns any of its measured shapes ran at
   // (gemmKeyFlops): the op kind's fit extrapolates no faster than that.
   std::map<OpKind, double> fastest_flop_per_ns_;

@@ -1,5 +1,6 @@
 #include "simulator/cost/shape_interpolation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -61,6 +62,105 @@ std::optional<std::string> nearestShapeKey(const std::string& key, const std::ve
     if (comparable && (!best || distance < best_distance)) best = c, best_distance = distance;
   }
   return best;
+}
+
+double PeakRates::idealNs(double gflop, double mb) const {
+  const double compute = flop_per_ns > 0 ? gflop * 1e9 / flop_per_ns : 0;
+  const double memory = bytes_per_ns > 0 ? mb * 1e6 / bytes_per_ns : 0;
+  return std::max(compute, memory);
+}
+
+namespace {
+
+// The attention head width of a key with both c and h, else 0.
+double headWidth(const ShapeFields& f) {
+  double c = 0, h = 0;
+  for (const auto& [name, value] : f) {
+    const std::optional<double> v = parseFiniteNumber(value);
+    if (!v) continue;
+    if (name == "c") c = *v;
+    if (name == "h") h = *v;
+  }
+  return c > 0 && h > 0 ? c / h : 0;
+}
+
+// Sum of |ln(a / b)| over the numeric fields, or nothing when the keys
+// differ in form or in a field that is not a number.
+std::optional<double> logDistance(const ShapeFields& a, const ShapeFields& b) {
+  if (a.size() != b.size()) return std::nullopt;
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first) return std::nullopt;
+    const std::optional<double> x = parseFiniteNumber(a[i].second), y = parseFiniteNumber(b[i].second);
+    if (x && y && *x > 0 && *y > 0) d += std::fabs(std::log(*x / *y));
+    else if (a[i].second != b[i].second) return std::nullopt;
+  }
+  return d;
+}
+
+}  // namespace
+
+WorkInterpolator::WorkInterpolator(const std::map<std::string, ShapeWork>& measured) {
+  for (const auto& [key, w] : measured)
+    if (w.ns > 0 && (w.gflop > 0 || w.mb > 0)) shapes_.push_back({parseShapeKey(key), w});
+}
+
+std::optional<int64_t> WorkInterpolator::ns(const std::string& key, double gflop, double mb, const PeakRates& peaks,
+                                            int64_t fixed_ns) const {
+  const double ideal = peaks.idealNs(gflop, mb);
+  if (shapes_.empty() || ideal <= 0) return std::nullopt;
+  // ln(slowness) of a measured shape; nothing when its ideal time is 0.
+  auto logSlowness = [&](const Shape& s) -> std::optional<double> {
+    const double own = peaks.idealNs(s.work.gflop, s.work.mb);
+    if (own <= 0) return std::nullopt;
+    return std::log(std::max(double(s.work.ns - fixed_ns), 1.0) / own);
+  };
+  auto timeAt = [&](double log_slowness) {
+    return fixed_ns + int64_t(std::ceil(ideal * std::max(1.0, std::exp(log_slowness))));
+  };
+  const ShapeFields want = parseShapeKey(key);
+  // Between two shapes that differ from it in one number.
+  for (size_t f = 0; f < want.size(); ++f) {
+    const std::optional<double> x = parseFiniteNumber(want[f].second);
+    if (!x || *x <= 0) continue;
+    const Shape* below = nullptr;
+    const Shape* above = nullptr;
+    double below_x = 0, above_x = 0;
+    for (const Shape& s : shapes_) {
+      if (!sameExcept(want, s.fields, f)) continue;
+      const std::optional<double> v = parseFiniteNumber(s.fields[f].second);
+      if (!v || *v <= 0 || *v == *x) continue;
+      if (*v < *x && (!below || *v > below_x)) below = &s, below_x = *v;
+      if (*v > *x && (!above || *v < above_x)) above = &s, above_x = *v;
+    }
+    if (!below || !above) continue;
+    const auto lb = logSlowness(*below), la = logSlowness(*above);
+    if (!lb || !la) continue;
+    const double w = std::log(*x / below_x) / std::log(above_x / below_x);
+    return timeAt((1 - w) * *lb + w * *la);
+  }
+  // The nearest measured neighbours.
+  // A different attention head width is another kernel: such shapes count
+  // only when no shape of the key's width was measured.
+  const double width = headWidth(want);
+  std::vector<std::pair<double, double>> near, other_width;  // (distance, ln slowness)
+  for (const Shape& s : shapes_) {
+    const std::optional<double> d = logDistance(want, s.fields);
+    const std::optional<double> l = d ? logSlowness(s) : std::nullopt;
+    if (d && l) (headWidth(s.fields) == width ? near : other_width).emplace_back(*d, *l);
+  }
+  if (near.empty()) near = std::move(other_width);
+  if (near.empty()) return std::nullopt;
+  constexpr size_t kNeighbours = 4;
+  const size_t k = std::min(kNeighbours, near.size());
+  std::partial_sort(near.begin(), near.begin() + long(k), near.end());
+  double sum_w = 0, sum = 0;
+  for (size_t i = 0; i < k; ++i) {
+    const double w = 1.0 / (near[i].first * near[i].first + 1e-6);
+    sum_w += w;
+    sum += w * near[i].second;
+  }
+  return timeAt(sum / sum_w);
 }
 
 ShapeInterpolator::ShapeInterpolator(const std::map<std::string, int64_t>& measured_ns) {

@@ -33,6 +33,52 @@ ShapeFields parseShapeKey(const std::string& key);
 // between or beside measured ones most likely gets its nearest neighbour's.
 std::optional<std::string> nearestShapeKey(const std::string& key, const std::vector<std::string>& candidates);
 
+// A measured shape with its task's work (CostEntry::gflop, mb).
+struct ShapeWork {
+  int64_t ns = 0;  // launch included
+  double gflop = 0, mb = 0;
+};
+
+// What a shape's work takes at best on a device: max(FLOPs / peak, bytes /
+// bandwidth), in ns (the roofline at 100% of both peaks).
+struct PeakRates {
+  double flop_per_ns = 0, bytes_per_ns = 0;
+  double idealNs(double gflop, double mb) const;
+};
+
+// Times of unmeasured shapes from the efficiency of measured ones, for
+// calibrations that record each shape's work (a kernel sweep's:
+// simulator/calibrate/sweep_grid.h). A measured shape's slowness is its
+// time beyond what a kernel of its kind costs whatever its work (the fixed
+// part: launch, ramp-up; the op kind's fitted constant) over its ideal time
+// at the device's peaks;
+// a new shape takes
+//   - between two measured shapes that differ from it in one number only,
+//     the slowness interpolated linearly in the logarithms of that number
+//     and of the slowness (a GEMM's m doubled between 8k and 32k keeps the
+//     efficiency it has there, where a line through the times would not);
+//   - otherwise the weighted geometric mean of its nearest measured
+//     neighbours' slowness (the four of least log distance, weights 1 /
+//     distance^2), shapes of another attention head width (another kernel)
+//     only when none of its own was measured;
+// and never less than 1: no shape runs faster than the peaks. Nothing when
+// no measured shape has the key's form.
+class WorkInterpolator {
+ public:
+  WorkInterpolator() = default;
+  explicit WorkInterpolator(const std::map<std::string, ShapeWork>& measured);
+  std::optional<int64_t> ns(const std::string& key, double gflop, double mb, const PeakRates& peaks,
+                            int64_t fixed_ns) const;
+  bool empty() const { return shapes_.empty(); }
+
+ private:
+  struct Shape {
+    ShapeFields fields;
+    ShapeWork work;
+  };
+  std::vector<Shape> shapes_;
+};
+
 class ShapeInterpolator {
  public:
   ShapeInterpolator() = default;

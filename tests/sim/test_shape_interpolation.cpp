@@ -1,6 +1,9 @@
 // Times of unmeasured shapes from the two measured ones around them
 // (simulator/cost/shape_interpolation.h), alone and inside the calibrated cost model.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
 
 #include "simulator/cost/cost_model.h"
 #include "simulator/cost/shape_interpolation.h"
@@ -97,4 +100,86 @@ ops:
   slower.replace(slower.find("ns_per_gflop: 1000"), 18, "ns_per_gflop: 3000");
   const RooflineCostModel slow(RooflineParams::defaults(), parseCalibration(slower, "slow.yaml"));
   CHECK(slow.taskNs(mm, dev, Precision::BF16) == int64_t(std::llround(3000 * mm.flops * 1e-9)));
+}
+
+TEST_CASE("unmeasured shapes take their measured neighbours' efficiency", "[calibration][interpolation]") {
+  // Peaks: 1 GFLOP per us and 1 MB per us, so a shape's ideal time in ns is
+  // 1000 x max(GFLOP, MB); launches 500 ns.
+  const PeakRates peaks{1e6, 1000.0};
+  const int64_t launch = 500;
+  auto measured = [&](double gflop, double slowness) {
+    return ShapeWork{launch + int64_t(std::llround(1000 * gflop * slowness)), gflop, 0.1};
+  };
+  const WorkInterpolator w({{"m=8192 n=768 k=768", measured(8, 1.5)},
+                            {"m=32768 n=768 k=768", measured(32, 1.2)},
+                            {"m=8192 n=768 k=768 epi=gelu", measured(8, 3.0)},
+                            {"b=8 t=1024 c=768 h=12", measured(10, 2.0)},     // heads 64 wide
+                            {"b=4 t=1024 c=1536 h=12", measured(10, 1.25)}});  // heads 128 wide
+  // Between 8192 and 32768 in m, halfway in log m: the geometric mean of
+  // the two slownesses, sqrt(1.5 x 1.2), on the shape's own ideal time.
+  CHECK(w.ns("m=16384 n=768 k=768", 16, 0.1, peaks, launch) ==
+        launch + int64_t(std::ceil(16000 * std::sqrt(1.5 * 1.2))));
+  // Past the measured ones: the nearest neighbours weighted by 1 / d^2
+  // (d = ln 2 to m=32768, ln 8 to m=8192).
+  const double d1 = std::log(2.0), d2 = std::log(8.0);
+  const double w1 = 1 / (d1 * d1 + 1e-6), w2 = 1 / (d2 * d2 + 1e-6);
+  const double slow = std::exp((w1 * std::log(1.2) + w2 * std::log(1.5)) / (w1 + w2));
+  CHECK(w.ns("m=65536 n=768 k=768", 64, 0.1, peaks, launch) == launch + int64_t(std::ceil(64000 * slow)));
+  // The epilogue is part of the kernel: only its own kind answers.
+  const auto gelu = w.ns("m=16384 n=768 k=768 epi=gelu", 16, 0.1, peaks, launch);
+  REQUIRE(gelu);
+  CHECK(std::abs(*gelu - (launch + 16000 * 3)) <= 1);
+  CHECK_FALSE(w.ns("m=16384 n=768 k=768 epi=dgelu", 16, 0.1, peaks, launch));
+  // Attention: a shape with heads 128 wide takes the 128-wide kernel's
+  // efficiency although the 64-wide shape is nearer in its numbers.
+  CHECK(w.ns("b=8 t=1024 c=2048 h=16", 20, 0.1, peaks, launch) == launch + 25000);
+  // No shape runs faster than the peaks: a neighbour measured faster than
+  // its ideal time lends a slowness of 1 at most.
+  const WorkInterpolator fast({{"m=1024 n=1024 k=1024", ShapeWork{launch + 500, 2.0, 0.1}}});
+  CHECK(fast.ns("m=2048 n=1024 k=1024", 4.0, 0.2, peaks, launch) == launch + 4000);
+  // Shapes without work, or of another form, give nothing.
+  CHECK_FALSE(WorkInterpolator({{"m=1 n=1 k=1", ShapeWork{100, 0, 0}}}).ns("m=2 n=1 k=1", 1, 1, peaks, 0));
+  CHECK_FALSE(w.ns("elements=1000", 0, 1, peaks, launch));
+}
+
+TEST_CASE("a calibration that records shapes' work interpolates efficiencies, not times",
+          "[calibration][interpolation]") {
+  // GEMMs of 8192 and 32768 rows at 1.5 and 1.2 times their ideal time on
+  // a 1 PFLOP/s device, beyond a fixed 1000 ns per kernel (the fit's constant).
+  const double g8 = 2.0 * 8192 * 768 * 768 * 1e-9, g32 = 4 * g8;
+  const std::string yaml = fmt::format(R"(
+version: 1
+launch_overhead_ns: 1000
+ops:
+  matmul:
+    fit: {{base_ns: 1000, ns_per_gflop: 1000, ns_per_mb: 0}}
+    shapes:
+      "m=8192 n=768 k=768": {{ns: {}, gflop: {}, mb: 1, from: sweep}}
+      "m=32768 n=768 k=768": {{ns: {}, gflop: {}, mb: 1, from: runs}}
+)",
+                                       1000 + std::llround(g8 * 1e3 * 1.5), g8, 1000 + std::llround(g32 * 1e3 * 1.2),
+                                       g32);
+  const Calibration cal = parseCalibration(yaml, "cal.yaml");
+  CHECK(cal.ops.at(OpKind::Matmul).shapes.at("m=8192 n=768 k=768").origin == ShapeOrigin::Sweep);
+  CHECK(cal.ops.at(OpKind::Matmul).shapes.at("m=32768 n=768 k=768").origin == ShapeOrigin::Runs);
+  const RooflineCostModel model(RooflineParams::defaults(), cal);
+  DeviceSpec dev;
+  dev.bf16_flops = 1e15;
+  dev.hbm_gbps = 1e6;  // so fast that every GEMM here is bound by its FLOPs
+  Task mm;
+  mm.kind = TaskKind::Kernel;
+  mm.op = OpKind::Matmul;
+  mm.attrs.n = mm.attrs.k = 768;
+  mm.attrs.m = 16384;
+  mm.flops = 2.0 * 16384 * 768 * 768;
+  const RooflineCostModel::TaskTime t = model.taskTime(mm, dev, Precision::BF16);
+  CHECK(t.source == TimeSource::Interpolated);
+  // sqrt(1.5 x 1.2) = 1.342 times the ideal 19.3 us; a line through the two
+  // times would say (1.5 x 9.66 + 1.2 x 38.65) / 2 + 1 = 31.4 us.
+  const double ideal = mm.flops / 1e6;
+  CHECK(std::fabs(double(t.ns) - (1000 + ideal * std::sqrt(1.5 * 1.2))) < 3);
+  // A bad origin is named with its line.
+  std::string bad = yaml;
+  bad.replace(bad.find("from: runs"), 10, "from: lab ");
+  CHECK_THROWS_WITH(parseCalibration(bad, "cal.yaml"), Catch::Contains("cal.yaml:9:") && Catch::Contains("from"));
 }

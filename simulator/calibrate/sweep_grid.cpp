@@ -1,0 +1,131 @@
+#include "simulator/calibrate/sweep_grid.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace tandem::sim {
+namespace {
+
+// What every point shares: one rank, one micro-batch per step, nothing
+// recomputed, and every kernel alone on one compute stream (a kernel is
+// timed as itself, not as whatever ran beside it) except in the points
+// marked `beside`, which measure how the weight-gradient stream shares the
+// GPU (kernel_overlap_efficiency).
+std::vector<std::string> commonSets(int layers, bool beside) {
+  std::vector<std::string> sets = {"parallel.data_parallel=1", "training.grad_accum=1", "recompute.policy=none",
+                                   fmt::format("model.layers={}", layers)};
+  if (!beside) sets.push_back("schedule.weight_gradient_stream=false");
+  return sets;
+}
+
+struct Width {
+  int hidden, heads, kv_heads;  // kv_heads 0: as many as heads
+  double mlp_ratio;             // 0: the family's default (GPT-2's 4)
+  int layers;
+};
+
+SweepPoint gptPoint(const Width& w, int micro_batch, int seq, bool beside = false) {
+  SweepPoint p;
+  p.part = "gpt";
+  p.name = fmt::format("gpt-c{}-b{}x{}{}", w.hidden, micro_batch, seq, beside ? "-beside" : "");
+  p.sets = commonSets(w.layers, beside);
+  for (std::string s : {fmt::format("model.hidden={}", w.hidden), fmt::format("model.heads={}", w.heads),
+                        fmt::format("training.micro_batch={}", micro_batch), fmt::format("model.seq_len={}", seq)})
+    p.sets.push_back(std::move(s));
+  return p;
+}
+
+SweepPoint llamaPoint(const Width& w, int micro_batch, int seq, bool beside = false) {
+  SweepPoint p;
+  p.part = "llama";
+  const int ffn = int(w.hidden * w.mlp_ratio + 0.5);
+  p.name = fmt::format("llama-c{}-h{}-kv{}-f{}-b{}x{}{}", w.hidden, w.heads, w.kv_heads, ffn, micro_batch, seq,
+                       beside ? "-beside" : "");
+  p.sets = commonSets(w.layers, beside);
+  for (std::string s :
+       {std::string("model.family=llama"), std::string("model.vocab=32000"),
+        std::string("model.tied_embeddings=false"), fmt::format("model.hidden={}", w.hidden),
+        fmt::format("model.heads={}", w.heads), fmt::format("model.kv_heads={}", w.kv_heads),
+        fmt::format("model.mlp_ratio={}", w.mlp_ratio), fmt::format("training.micro_batch={}", micro_batch),
+        fmt::format("model.seq_len={}", seq)})
+    p.sets.push_back(std::move(s));
+  return p;
+}
+
+// GPT-2 family: heads 64 wide, MLP 4x, two layers. Each width at two to
+// four (micro-batch x sequence) pairs, so that tokens per micro-batch (the
+// GEMMs' m) run 2k-32k and sequences (attention) 512-8192 across the grid.
+std::vector<SweepPoint> gptPoints() {
+  struct Row {
+    Width w;
+    std::vector<std::pair<int, int>> batches;  // (micro-batch, sequence)
+  };
+  const std::vector<Row> rows = {
+      {{512, 8, 0, 0, 2}, {{4, 512}, {8, 1024}, {16, 2048}, {4, 8192}}},
+      {{768, 12, 0, 0, 2}, {{4, 512}, {16, 1024}, {8, 4096}}},
+      {{1024, 16, 0, 0, 2}, {{8, 512}, {8, 1024}, {4, 8192}}},
+      {{1600, 25, 0, 0, 2}, {{4, 1024}, {8, 2048}, {32, 1024}}},
+      {{2048, 32, 0, 0, 2}, {{2, 1024}, {4, 2048}, {16, 2048}}},
+      {{3072, 48, 0, 0, 2}, {{4, 1024}, {4, 4096}}},
+      {{4096, 64, 0, 0, 2}, {{2, 1024}, {8, 1024}, {8, 4096}}},
+      {{6144, 96, 0, 0, 2}, {{4, 1024}, {4, 4096}}},
+  };
+  std::vector<SweepPoint> out;
+  for (const Row& r : rows)
+    for (const auto& [mb, seq] : r.batches) out.push_back(gptPoint(r.w, mb, seq));
+  out.push_back(gptPoint(rows[2].w, 8, 1024, /*beside=*/true));
+  return out;
+}
+
+// Llama family: heads 128 wide (one 64-wide point, Llama 3.2 1B's), the
+// SwiGLU widths and grouped-query ratios of Llama 2 7B/13B, Llama 3 8B and
+// 70B, Llama 3.2 1B/3B and Llama 3.1 405B; tokens per micro-batch 4k-64k,
+// sequences 1k-32k. The 70B and 405B widths run one layer (memory).
+std::vector<SweepPoint> llamaPoints() {
+  struct Row {
+    Width w;
+    std::vector<std::pair<int, int>> batches;
+  };
+  const std::vector<Row> rows = {
+      {{2048, 32, 8, 4.0, 2}, {{4, 2048}, {2, 8192}}},              // Llama 3.2 1B (heads 64 wide)
+      {{2048, 16, 16, 2.6875, 2}, {{8, 1024}, {16, 4096}}},         // heads 128 wide, no grouping
+      {{3072, 24, 8, 8192.0 / 3072, 2}, {{1, 4096}, {4, 4096}}},    // Llama 3.2 3B
+      {{4096, 32, 32, 2.6875, 2}, {{1, 4096}, {4, 4096}, {2, 32768}}},  // Llama 2 7B
+      {{4096, 32, 8, 3.5, 2}, {{2, 4096}, {4, 8192}}},              // Llama 3 8B
+      {{5120, 40, 40, 2.7, 2}, {{2, 4096}}},                        // Llama 2 13B
+      {{8192, 64, 8, 3.5, 1}, {{1, 4096}, {4, 4096}}},              // Llama 3 70B
+      {{16384, 128, 8, 3.25, 1}, {{1, 8192}}},                      // Llama 3.1 405B
+  };
+  std::vector<SweepPoint> out;
+  for (const Row& r : rows)
+    for (const auto& [mb, seq] : r.batches) out.push_back(llamaPoint(r.w, mb, seq));
+  out.push_back(llamaPoint(rows[3].w, 1, 4096, /*beside=*/true));
+  return out;
+}
+
+std::vector<SweepPoint> smokePoints() {
+  return {gptPoint({512, 8, 0, 0, 2}, 4, 512), gptPoint({512, 8, 0, 0, 2}, 4, 512, /*beside=*/true),
+          llamaPoint({2048, 16, 4, 2.6875, 1}, 2, 1024)};
+}
+
+}  // namespace
+
+std::vector<std::string> sweepGridNames() { return {"full", "smoke"}; }
+
+std::vector<SweepPoint> sweepGrid(const std::string& name) {
+  if (name == "full") {
+    std::vector<SweepPoint> all = gptPoints();
+    for (SweepPoint& p : llamaPoints()) all.push_back(std::move(p));
+    return all;
+  }
+  if (name == "smoke") return smokePoints();
+  throw std::invalid_argument(fmt::format("unknown sweep grid '{}' (grids: full, smoke)", name));
+}
+
+JobSpec sweepJob(const SweepPoint& point) {
+  const JobSpec base = defaultJob();
+  return parseJob(base.yaml, "sweep point " + point.name, point.sets);
+}
+
+}  // namespace tandem::sim
