@@ -11,9 +11,11 @@
 #include "cli/command_registry.h"
 #include "engine/spec/resources.h"
 #include "simulator/calibrate/calibrate.h"
+#include "simulator/calibrate/calibrate_derive.h"
 #include "simulator/calibrate/calibrate_merge.h"
 #include "simulator/calibrate/calibrate_overlap.h"
 #include "simulator/calibrate/sweep_grid.h"
+#include "simulator/cost/calibration_device.h"
 #include "simulator/cost/calibration_lookup.h"
 #include "simulator/cost/cost_model.h"
 #include "simulator/topology/topology_presets.h"
@@ -28,6 +30,8 @@ struct CalibrateOptions {
   std::string topology;  // optional: refit kernel_overlap_efficiency by simulation
   std::string multi_rank_from;  // optional: a calibration whose multi-rank keys are kept
   std::string sweep_grid;       // --sweep: measure this grid on the GPU first (calibrate_sweep.h)
+  std::string derive_gpu;       // --derive: rescale --from's calibration to this GPU model
+  std::string derive_from;
   SweepOptions sweep;
 };
 
@@ -52,7 +56,36 @@ sim::CalibrationInput parseInput(const std::string& arg) {
   return in;
 }
 
+// --derive GPU --from FILE: the calibration of one GPU rescaled to another
+// (calibrate_derive.h).
+void runDerive(const CalibrateOptions& o) {
+  if (o.derive_from.empty()) throw std::runtime_error("calibrate: --derive needs --from FILE (the measured calibration)");
+  if (o.out.empty()) throw std::runtime_error("calibrate: --out FILE is required");
+  if (!o.inputs.empty() || !o.sweep_grid.empty())
+    throw std::runtime_error("calibrate: --derive rescales a calibration; it takes no runs and no --sweep");
+  const std::string path = sim::calibrationPath(o.derive_from);
+  const std::string yaml = readWholeFile(path);
+  const sim::Calibration src = sim::parseCalibration(yaml, path);
+  const auto from = sim::gpuModelSpec(sim::gpuModelToken(src.gpu));
+  if (!from) throw std::runtime_error(path + ": its gpu '" + src.gpu + "' is not a GPU model tandem knows");
+  const auto to = sim::gpuModelSpec(o.derive_gpu);
+  if (!to) throw std::runtime_error("calibrate: --derive " + o.derive_gpu + ": not a GPU model tandem knows (H100, H200, A100-80GB, ...)");
+  const sim::CalibrationResult r = sim::deriveCalibration(yaml, path, *from, *to, "NVIDIA " + to->model);
+  const std::string out = sim::calibrationToYaml(r);
+  sim::parseCalibration(out, o.out);  // what we write must load
+  traces::AtomicOutput output(o.out);
+  {
+    std::ofstream f(output.tempPath());
+    f << out;
+    if (!f) throw std::runtime_error(o.out + ": cannot write the calibration");
+  }
+  output.commit();
+  fmt::print("calibration for the {} derived from {} ({}): {} op kinds; written to {}\n", to->model, path, src.gpu,
+             r.ops.size(), o.out);
+}
+
 void runCalibrate(CalibrateOptions o) {
+  if (!o.derive_gpu.empty()) return runDerive(o);
   if (o.sweep_grid.empty() && o.inputs.empty())
     throw std::runtime_error("calibrate: name profiled runs to fit from, or --sweep GRID to measure one");
   if (o.out.empty() && !o.sweep.dry_run) throw std::runtime_error("calibrate: --out FILE is required");
@@ -170,6 +203,12 @@ void addCalibrateCommand(CLI::App& root) {
                   "rest later)")
       ->type_name("SECONDS")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--derive", o->derive_gpu,
+                  "write a calibration for this GPU model derived from --from's (the H100 from the H200: times scaled "
+                  "by each shape's roofline on both; docs/accuracy.md)")
+      ->type_name("GPU");
+  cmd->add_option("--from", o->derive_from, "with --derive: the measured calibration (a file or a shipped name)")
+      ->type_name("NAME|FILE");
   cmd->add_flag("--reuse", o->sweep.reuse, "with --sweep: keep the traces already in the work folder");
   cmd->add_flag("--dry-run", o->sweep.dry_run,
                 "with --sweep: plan every point and print its GPU memory need and whether the executor runs it");
@@ -187,7 +226,8 @@ void addCalibrateCommand(CLI::App& root) {
       "Examples:\n"
       "  tandem calibrate run1.sqlite run2.sqlite --out mine.yaml\n"
       "  tandem calibrate --sweep full --out h200.yaml --multi-rank-from h200x2-nv18   (on one GPU, about 8 min)\n"
-      "  tandem calibrate --sweep full --dry-run\n");
+      "  tandem calibrate --sweep full --dry-run\n"
+      "  tandem calibrate --derive H100 --from h200 --out h100.yaml\n");
 }
 
 const CommandRegistration reg{"calibrate", 58, &addCalibrateCommand};

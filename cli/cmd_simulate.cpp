@@ -20,7 +20,7 @@ namespace {
 struct SimulateOptions {
   JobOptions job;
   std::string topology;
-  std::string calibration;
+  std::string calibration = "auto";
   std::string out;
   bool json = false;
   std::string symmetry = "auto";
@@ -93,9 +93,11 @@ nlohmann::json toJson(const Plan& plan, const sim::Topology& topo, const sim::Si
 }
 
 void printText(const Plan& plan, const sim::Topology& topo, const sim::SimResult& r,
-               const std::vector<sim::SimRankSummary>& sums, const SimulateOptions& o) {
+               const std::vector<sim::SimRankSummary>& sums, const std::string& calibration_used,
+               const SimulateOptions& o) {
   fmt::print("simulated {} on {} ({} ranks{})\n", plan.job.name, topo.name, plan.world_size,
              r.stats.symmetric ? ", one representative per program" : "");
+  fmt::print("kernel times     {}\n", calibration_used);
   const double tokens = double(plan.job.tokensPerStep());
   fmt::print("step time        {:.3f} ms ({:.0f} tokens/s)\n", ms(r.step_ns),
              r.step_ns > 0 ? tokens / (double(r.step_ns) * 1e-9) : 0.0);
@@ -143,9 +145,10 @@ void runSimulate(const SimulateOptions& o) {
   if (o.json) {
     nlohmann::json j = toJson(out.plan, out.topology, out.result, out.ranks, o.out);
     j["warnings"] = out.warnings;
+    j["calibration"] = out.calibration_used;
     fmt::print("{}\n", j.dump(2));
   } else {
-    printText(out.plan, out.topology, out.result, out.ranks, o);
+    printText(out.plan, out.topology, out.result, out.ranks, out.calibration_used, o);
   }
 }
 
@@ -159,9 +162,11 @@ void addSimulateCommand(CLI::App& root) {
                   "preset (h200x2-nv18, dgx-h100, dgx-h200, pcie-4gpu, hgx-a100, <N>xdgx-h100) or topology YAML file")
       ->required();
   cmd->add_option("--calibration", o->calibration,
-                  "calibration YAML (docs/simulator.md) replacing the cost model, or the name of one that comes "
-                  "with tandem (h200x2-nv18)")
-      ->type_name("NAME|FILE");
+                  "kernel times: auto (the profile shipped for the topology's GPU, measured by `tandem calibrate "
+                  "--sweep`: h200, h100; the roofline defaults with a warning for other GPUs), none (the roofline "
+                  "defaults), a calibration YAML (docs/simulator.md) or the name of one that comes with tandem")
+      ->type_name("auto|none|NAME|FILE")
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "trace file to write (appended as a new run when it exists)")
       ->type_name("SIM.sqlite");
   cmd->add_flag("--json", o->json, "print a JSON document instead of tables");

@@ -1228,8 +1228,11 @@ std::string calibrationToYaml(const CalibrationResult& r) {
   y += r.ops.empty() ? "ops: {}\n" : "ops:\n";  // an empty map still parses
   for (const OpFitReport& rep : r.ops) {
     const OpCalibration& oc = r.calibration.ops.at(rep.op);
-    y += fmt::format("  {}:  # {} samples, {} shapes; fit residual median {:.2f}%, max {:.2f}%\n", toString(rep.op),
-                     rep.samples, rep.shapes, rep.median_residual_pct, rep.max_residual_pct);
+    if (rep.samples > 0)
+      y += fmt::format("  {}:  # {} samples, {} shapes; fit residual median {:.2f}%, max {:.2f}%\n",
+                       toString(rep.op), rep.samples, rep.shapes, rep.median_residual_pct, rep.max_residual_pct);
+    else
+      y += fmt::format("  {}:  # {} shapes, derived (see the header)\n", toString(rep.op), rep.shapes);
     y += fmt::format("    fit: {{base_ns: {:.1f}, ns_per_gflop: {:.4f}, ns_per_mb: {:.4f}{}}}\n", rep.base_ns,
                      rep.ns_per_gflop, rep.ns_per_mb,
                      rep.ns_per_mb_slow > 0 ? fmt::format(", ns_per_mb_slow: {:.4f}", rep.ns_per_mb_slow) : "");

@@ -1,9 +1,11 @@
 #include "simulator/cost/calibration_lookup.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "engine/spec/resources.h"
+#include "simulator/cost/calibration_device.h"
 
 namespace tandem::sim {
 
@@ -17,6 +19,23 @@ std::string calibrationPath(const std::string& name_or_file) {
     if (fs::is_regular_file(committed, ec)) return committed.string();
   }
   return name_or_file;
+}
+
+std::optional<std::string> shippedCalibrationFor(const Topology& topo) {
+  namespace fs = std::filesystem;
+  std::string model;
+  for (const DeviceSpec& d : topo.devices) {
+    const std::string token = gpuModelToken(d.model);
+    if (token.empty() || (!model.empty() && token != model)) return std::nullopt;
+    model = token;
+  }
+  if (model.empty()) return std::nullopt;
+  std::string file;
+  for (char c : model) file += char(std::tolower(static_cast<unsigned char>(c)));
+  const fs::path path = fs::path(resourceDir()) / "calibration" / (file + ".yaml");
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  return path.string();
 }
 
 std::vector<std::string> committedCalibrations() {

@@ -2,10 +2,24 @@
 // Where a calibration named by the user is: a file, or the name of one that
 // comes with tandem (resources/calibration/NAME.yaml).
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "simulator/topology/topology.h"
+
 namespace tandem::sim {
+
+// The calibration setting that asks for the profile shipped for the
+// topology's GPU (tandem simulate's default), and the one that asks for
+// the roofline defaults.
+inline constexpr const char* kShippedCalibration = "auto";
+inline constexpr const char* kNoCalibration = "none";
+
+// The profile that comes with tandem for the GPUs of `topo`
+// (resources/calibration/<model>.yaml: h200.yaml, h100.yaml), when every
+// GPU of it is of one model and such a profile exists.
+std::optional<std::string> shippedCalibrationFor(const Topology& topo);
 
 // The path to load; `name_or_file` unchanged when nothing matches (loading
 // it then fails with the user's words).

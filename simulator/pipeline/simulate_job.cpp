@@ -1,6 +1,9 @@
 #include "simulator/pipeline/simulate_job.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <stdexcept>
 
 #include "engine/plan/planner.h"
@@ -95,9 +98,23 @@ SimulateOutcome simulateJob(const SimulateRequest& request, const SimulateCallba
   out.topology = s.topology_yaml.empty() ? loadTopology(resourcePath(s.topology))
                                          : parseTopologyYaml(s.topology_yaml, "<topology of " + s.topology + ">");
   Calibration cal;
-  if (!s.calibration.empty()) {
+  out.calibration_used = "roofline defaults";
+  if (s.calibration == kShippedCalibration) {
+    if (const std::optional<std::string> shipped = shippedCalibrationFor(out.topology)) {
+      progress(35, "loading calibration " + *shipped);
+      cal = loadCalibration(*shipped);
+      out.calibration_used = std::filesystem::path(*shipped).filename().string() + " (shipped for the " +
+                             out.topology.devices.at(0).model + ")";
+    } else {
+      warn(fmt::format("no calibration comes with tandem for the GPUs of {} ({}): kernel times from the roofline "
+                       "defaults (docs/simulator.md); measure one with `tandem calibrate --sweep` and pass it with "
+                       "--calibration",
+                       out.topology.name, out.topology.devices.empty() ? "none" : out.topology.devices[0].model));
+    }
+  } else if (!s.calibration.empty() && s.calibration != kNoCalibration) {
     progress(35, "loading calibration " + s.calibration);
     cal = loadCalibration(calibrationPath(s.calibration));
+    out.calibration_used = std::filesystem::path(calibrationPath(s.calibration)).filename().string();
   }
   if (s.kernel_sharing) cal.kernel_sharing = s.kernel_sharing;
   const RooflineCostModel cost(RooflineParams::defaults(), cal);

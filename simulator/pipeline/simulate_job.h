@@ -26,7 +26,9 @@ struct SimulateSettings {
   // when set, `topology` only names it.
   std::string topology_yaml;
   // Calibration (docs/simulator.md) replacing the roofline defaults: the name
-  // of one that comes with tandem or a file; empty: the defaults.
+  // of one that comes with tandem or a file; "auto" (kShippedCalibration):
+  // the profile shipped for the topology's GPU, the defaults with a warning
+  // where none is; empty or "none": the defaults.
   std::string calibration;
   SymmetryMode symmetry = SymmetryMode::Auto;
   std::optional<Algorithm> algorithm;  // forced collective algorithm (ring, tree, nvls)
@@ -70,6 +72,9 @@ struct SimulateOutcome {
   // When the plan does not fit the GPUs: the choices that would.
   std::vector<FittingChoice> fitting_choices;
   int64_t run_id = -1;  // in out_path
+  // The kernel times' source in words: a calibration's file name (and
+  // "shipped for H200" where "auto" chose it), or "roofline defaults".
+  std::string calibration_used;
 };
 
 struct SimulateCallbacks {
