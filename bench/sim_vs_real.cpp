@@ -166,6 +166,13 @@ struct Outcome {
   int dp = 1;
   double real_ms = 0, sim_ms = 0, uncal_ms = 0;
   double real_overlap = 0, sim_overlap = 0, real_exposed_ms = 0, sim_exposed_ms = 0;
+  // Op kinds holding >= 5% of the real step's kernel time: their share and
+  // median per-task error (issue 49's per-op target).
+  struct OpRow {
+    std::string op;
+    double share_pct = 0, median_abs_pct = 0, total_error_pct = 0;
+  };
+  std::vector<OpRow> big_ops;
   double errPct() const { return 100.0 * (sim_ms - real_ms) / real_ms; }
   double uncalErrPct() const { return 100.0 * (uncal_ms - real_ms) / real_ms; }
 };
@@ -425,6 +432,12 @@ Outcome simulateAndCompare(const BenchJob& b, const fs::path& out_dir, const sim
   o.sim_overlap = c.b.overlap_pct;
   o.real_exposed_ms = c.a.exposed_comm_ns / 1e6;
   o.sim_exposed_ms = c.b.exposed_comm_ns / 1e6;
+  double kernel_ns = 0;
+  for (const traces::OpError& e : c.by_op) kernel_ns += e.a_total_ns;
+  for (const traces::OpError& e : c.by_op)
+    if (kernel_ns > 0 && e.a_total_ns >= 0.05 * kernel_ns)
+      o.big_ops.push_back({e.op, 100.0 * e.a_total_ns / kernel_ns, e.median_abs_pct,
+                           e.a_total_ns > 0 ? 100.0 * (e.b_total_ns - e.a_total_ns) / e.a_total_ns : 0.0});
   return o;
 }
 
@@ -463,6 +476,27 @@ StepStats printStepTable(const std::vector<Outcome>& outcomes) {
     }
   }
   return st;
+}
+
+// Per held-out job, the op kinds holding >= 5% of its kernel time: share,
+// median per-task error and the kind's summed error; the worst median.
+double printOpTable(const std::vector<Outcome>& outcomes) {
+  fmt::print("\n{:<34} {:<20} {:>8} {:>14} {:>12}\n", "held-out job", "op kind (>= 5%)", "share%", "median |err|%",
+             "sum err%");
+  double worst = 0;
+  for (const Outcome& o : outcomes) {
+    if (o.calibrate) continue;
+    for (const Outcome::OpRow& r : o.big_ops) {
+      fmt::print("{:<34} {:<20} {:>8.1f} {:>14.2f} {:>+12.2f}\n", o.name, r.op, r.share_pct, r.median_abs_pct,
+                 r.total_error_pct);
+      fmt::print("{{\"bench\":\"sim_vs_real\",\"job\":\"{}\",\"op\":\"{}\",\"share_pct\":{:.2f},"
+                 "\"median_abs_error_pct\":{:.2f},\"sum_error_pct\":{:.2f}}}\n",
+                 o.name, r.op, r.share_pct, r.median_abs_pct, r.total_error_pct);
+      worst = std::max(worst, r.median_abs_pct);
+    }
+  }
+  fmt::print("worst median per-task error of an op kind holding >= 5% of a held-out job: {:.2f}%\n", worst);
+  return worst;
 }
 
 // Collectives of 1 MiB and more: how many, how many within 5%, the worst.
@@ -570,6 +604,7 @@ int main(int argc, char** argv) {
   }
 
   const StepStats step_stats = printStepTable(outcomes);
+  printOpTable(outcomes);
   const CollectiveStats collective_stats = printCollectiveTable(collectives, outcomes);
   printSummary(step_stats, collective_stats, outcomes.size());
   return 0;

@@ -24,6 +24,7 @@ namespace tandem::gui {
 
 namespace {
 const QString kNoCalibration = QStringLiteral("none");
+const QString kShippedCalibration = QStringLiteral("auto");
 }  // namespace
 
 WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, const QString& out_path, QWidget* parent,
@@ -44,13 +45,15 @@ WhatIfDialog::WhatIfDialog(const QString& job_yaml, const QString& topology, con
   setTopology(topology.isEmpty() ? QString("dgx-h200") : topology);
   form->addRow(tr("topology (preset or file)"), topology_);
   calibration_ = new QComboBox(this);
-  calibration_->setEditable(true);  // "none" or a calibration file
+  calibration_->setEditable(true);  // "auto", "none" or a calibration file
+  calibration_->addItem(kShippedCalibration);  // the profile shipped for the topology's GPU, as tandem simulate
   calibration_->addItem(kNoCalibration);
   // The calibrations that come with tandem (resources/calibration).
   for (const std::string& f : sim::committedCalibrations()) calibration_->addItem(QString::fromStdString(f));
   calibration_->setToolTip(tr("Measured kernel and collective times replacing the roofline defaults "
-                              "(tandem calibrate); a calibration of another GPU than the topology's is warned about"));
-  form->addRow(tr("calibration (none or file)"), calibration_);
+                              "(tandem calibrate): auto takes the profile shipped for the topology's GPU; a "
+                              "calibration of another GPU than the topology's is warned about"));
+  form->addRow(tr("calibration (auto, none or file)"), calibration_);
   addJobFields(form, job);
   addSimulatorFields(form);
   auto* layout = new QVBoxLayout(this);

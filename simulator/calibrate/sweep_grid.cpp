@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace tandem::sim {
@@ -115,8 +116,14 @@ std::vector<std::string> sweepGridNames() { return {"full", "smoke"}; }
 
 std::vector<SweepPoint> sweepGrid(const std::string& name) {
   if (name == "full") {
-    std::vector<SweepPoint> all = gptPoints();
-    for (SweepPoint& p : llamaPoints()) all.push_back(std::move(p));
+    // The families in turn, so that a sweep stopped by its time limit has
+    // measured some of each.
+    const std::vector<SweepPoint> gpt = gptPoints(), llama = llamaPoints();
+    std::vector<SweepPoint> all;
+    for (size_t i = 0; i < std::max(gpt.size(), llama.size()); ++i) {
+      if (i < gpt.size()) all.push_back(gpt[i]);
+      if (i < llama.size()) all.push_back(llama[i]);
+    }
     return all;
   }
   if (name == "smoke") return smokePoints();

@@ -189,7 +189,8 @@ TEST_CASE("bad inputs: one-line errors, non-zero exit, no partial output", "[cli
   expectOneLineError(runTandem("report " + shellQuote(dir + "/missing.sqlite"), dir + "/r2"), "no such trace file");
   // Appending a run to a file that is no trace names that file and leaves it as it was.
   const std::string notes = readFile(text);
-  expectOneLineError(runTandem("simulate tiny --topology h200x2-nv18 --out " + shellQuote(text), dir + "/r2b"),
+  expectOneLineError(runTandem("simulate tiny --topology h200x2-nv18 --calibration none --out " + shellQuote(text),
+                               dir + "/r2b"),
                      "notes.sqlite: not a SQLite database");
   CHECK(readFile(text) == notes);
 

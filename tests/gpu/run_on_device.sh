@@ -5,7 +5,7 @@
 # Stages: kernels executor memory dp2 profiler facts overhead cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
-#         llama llamapeers wide sweep sweepagain heldout
+#         llama llamapeers wide sweep sweepagain heldout sweepheldout
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -247,6 +247,14 @@ for s in "$@"; do
         --calibration resources/calibration/h200.yaml --max-dp 1
       mkdir -p $OUT/heldout && cp /tmp/heldout/*.log /tmp/ 2>/dev/null
       tar cf - -C /tmp/heldout $(cd /tmp/heldout && ls *.real.sqlite *.log) | xz -T16 -6 | split -b 15m - $OUT/heldout/traces.tar.xz. ;;
+    sweepheldout)
+      # Both in one call of 10 minutes: the sweep for at most 300 s, then the
+      # held-out jobs simulated with what it measured; every trace packed.
+      STAGE_TIMEOUT=420 stage sweep $B/tandem calibrate --sweep full --out $OUT/sweep/h200.yaml --work-dir /tmp/sweep \
+        --steps 8 --time-limit 300 --multi-rank-from resources/calibration/h200x2-nv18.yaml
+      STAGE_TIMEOUT=200 stage heldout $B/bench_sim_vs_real $B/tandem /tmp/sweep/heldout --steps 10 --jobs scale \
+        --calibration $OUT/sweep/h200.yaml --max-dp 1
+      mkdir -p $OUT/sweep && tar cf - -C /tmp sweep | xz -T16 -6 | split -b 15m - $OUT/sweep/traces.tar.xz. ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done

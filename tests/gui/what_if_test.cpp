@@ -227,7 +227,7 @@ TEST_CASE("what-if dialog: settings become overrides and a new run", "[gui][what
   setFirstRunFields(dialog);
   const WhatIfRequest req = dialog.request();
   CHECK(req.settings.topology == "dgx-h200");
-  CHECK(req.settings.calibration.empty());  // the roofline defaults unless one is chosen
+  CHECK(req.settings.calibration == "auto");  // the profile shipped for the GPU, as tandem simulate
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "parallel.data_parallel=4") != req.overrides.end());
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "training.micro_batch=8") != req.overrides.end());
   CHECK(std::find(req.overrides.begin(), req.overrides.end(), "training.grad_accum=2") != req.overrides.end());

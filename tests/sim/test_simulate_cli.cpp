@@ -60,7 +60,7 @@ TEST_CASE("tandem simulate writes traces that tandem report reads", "[cli]") {
                         Case{"default --topology dgx-h200", 8}}) {
     INFO(c.args);
     const std::string db = tempPath("cli_simulate_" + std::to_string(c.ranks) + ".sqlite");
-    Output sim = run("simulate " + c.args + " --out " + db + " --json");
+    Output sim = run("simulate " + c.args + " --calibration none --out " + db + " --json");
     REQUIRE(sim.status == 0);
     auto j = nlohmann::json::parse(sim.text);
     CHECK(j.at("world_size").get<int>() == c.ranks);
@@ -299,7 +299,8 @@ TEST_CASE("tandem simulate --calibration takes the name of a calibration that co
 TEST_CASE("tandem simulate warns when the plan does not fit the topology's GPUs", "[cli][memory]") {
   REQUIRE(std::filesystem::exists(tandemBin()));
   const std::string job =
-      "simulate gpt2-1.5b --set training.micro_batch=64 --set parallel.data_parallel=8 --topology ";
+      "simulate gpt2-1.5b --calibration none --set training.micro_batch=64 --set parallel.data_parallel=8 "
+      "--topology ";
   // 127.55 GiB per rank with the executor's buffers and reserve: an H200
   // holds it, an H100 does not.
   const Output fits = run(job + "dgx-h200");
