@@ -249,6 +249,7 @@ void WhatIfDialog::applyFittingChoice(int index) {
   const FittingChoice& f = fitting_[size_t(index)];
   setRecompute(f.policy);
   setMicroBatch(f.micro_batch);
+  setGradAccum(f.grad_accum);  // the global batch kept
   setLmHeadChunks(f.lm_head_chunks);
   if (f.shard_parameters) setSharding(Sharding::Parameters);
   status_->setText(tr("Applied: %1. Simulate to see its step.").arg(fit_choices_->itemText(index)));

@@ -20,8 +20,17 @@ int mostLmHeadChunks(const JobSpec& job, int micro_batch) {
 
 }  // namespace
 
+int accumulationKeepingBatch(const JobSpec& job, int micro_batch) {
+  const int64_t sequences = int64_t(job.training.micro_batch) * job.training.grad_accum;
+  return int((sequences + micro_batch - 1) / micro_batch);
+}
+
 std::string FittingChoice::text(const JobSpec& job) const {
   std::string s = fmt::format("recompute.policy={} training.micro_batch={}", toString(policy), micro_batch);
+  if (grad_accum != job.training.grad_accum) s += fmt::format(" training.grad_accum={}", grad_accum);
+  if (int64_t(micro_batch) * grad_accum != int64_t(job.training.micro_batch) * job.training.grad_accum)
+    s += fmt::format(" [global batch {} sequences per replica, the job's {}]", int64_t(micro_batch) * grad_accum,
+                     int64_t(job.training.micro_batch) * job.training.grad_accum);
   if (lm_head_chunks != job.schedule.lm_head_chunks) s += fmt::format(" schedule.lm_head_chunks={}", lm_head_chunks);
   if (shard_parameters != job.parallel.shard_parameters)
     s += fmt::format(" parallel.shard_parameters={}", shard_parameters ? "true" : "false");
@@ -33,6 +42,7 @@ JobSpec FittingChoice::appliedTo(const JobSpec& job) const {
   j.recompute.policy = policy;
   j.recompute.per_layer.clear();
   j.training.micro_batch = micro_batch;
+  j.training.grad_accum = grad_accum;
   j.schedule.lm_head_chunks = lm_head_chunks;
   j.parallel.shard_parameters = shard_parameters;
   return j;
@@ -51,7 +61,7 @@ std::vector<FittingChoice> choicesThatFit(const JobSpec& job, int64_t budget,
                              mb == job.training.micro_batch && chunks == job.schedule.lm_head_chunks &&
                              shard == job.parallel.shard_parameters;
         if (!the_job) {
-          FittingChoice choice{policy, mb, chunks, shard, 0};
+          FittingChoice choice{policy, mb, accumulationKeepingBatch(job, mb), chunks, shard, 0};
           try {
             const Plan p = buildPlan(choice.appliedTo(job));
             choice.bytes = gpu_footprint::largestProgram(p).memory.arena_bytes + overhead(p);

@@ -18,16 +18,26 @@ namespace tandem {
 struct FittingChoice {
   RecomputePolicy policy = RecomputePolicy::None;
   int micro_batch = 1;
+  // Micro-batches per step: raised as the micro-batch is lowered, so that
+  // the global batch (and with it the training) stays the job's
+  // (accumulationKeepingBatch).
+  int grad_accum = 1;
   int lm_head_chunks = 1;
   bool shard_parameters = false;
   int64_t bytes = 0;  // the plan's arena plus the caller's overhead
-  // "recompute.policy=selective training.micro_batch=8 (61.2 GiB)", with
-  // schedule.lm_head_chunks=N and parallel.shard_parameters=true where they
-  // differ from `job`'s.
+  // "recompute.policy=selective training.micro_batch=8
+  // training.grad_accum=2 (61.2 GiB)", with training.grad_accum,
+  // schedule.lm_head_chunks and parallel.shard_parameters where they differ
+  // from `job`'s, and the global batch where it cannot stay the job's.
   std::string text(const JobSpec& job) const;
   // `job` with this choice made (per-layer recompute overrides dropped).
   JobSpec appliedTo(const JobSpec& job) const;
 };
+
+// The accumulation that keeps `job`'s global batch at `micro_batch`: the
+// job's times job micro-batch / micro-batch, rounded up where it does not
+// divide (the batch then grows a little, and the choice says so).
+int accumulationKeepingBatch(const JobSpec& job, int micro_batch);
 
 // The most groups of tokens the LM head is split into when a choice needs
 // it: on one H200 16 groups cost GPT-2 124M about 0.6 ms per GiB saved,

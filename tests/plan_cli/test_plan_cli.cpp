@@ -164,7 +164,7 @@ TEST_CASE("tandem plan --fit names what fits a memory budget", "[cli][plan][fit]
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("fit        7.00 GiB free per rank: the plan needs 8.71 GiB (arena 8.14 + executor 0.08 + "
                    "reserve 0.50); choices that fit (arena, executor and reserve):\n"
-                   "           recompute.policy=none training.micro_batch=8 (5.6 GiB)\n"
+                   "           recompute.policy=none training.micro_batch=8 training.grad_accum=2 (5.6 GiB)\n"
                    "           recompute.policy=selective training.micro_batch=16 schedule.lm_head_chunks=16 "
                    "(5.8 GiB)\n"
                    "           recompute.policy=full training.micro_batch=16 (4.8 GiB)\n") != std::string::npos);
@@ -206,7 +206,8 @@ TEST_CASE("tandem plan --fit takes the smallest GPU of a topology", "[cli][plan]
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("fit        dgx-h100's H100 (79.65 GiB) per rank: the plan needs 127.55 GiB (arena 126.96 + "
                    "executor 0.10 + reserve 0.50); choices that fit (arena, executor and reserve):\n"
-                   "           recompute.policy=none training.micro_batch=16 (63.6 GiB)\n") != std::string::npos);
+                   "           recompute.policy=none training.micro_batch=16 training.grad_accum=8 (63.6 GiB)\n") !=
+        std::string::npos);
   r = runTandem(large + " --fit dgx-h200");
   CHECK(r.out.find("fit        dgx-h200's H200 (140.40 GiB) per rank: the plan fits as it is: 127.55 GiB") !=
         std::string::npos);

@@ -52,7 +52,7 @@ TEST_CASE("A plan larger than the topology's GPUs is named with what a run needs
                                         "reserve 0.50 GiB) but the GPU has 79.65 GiB: short by 47.91 GiB, so a "
                                         "real run would refuse this plan; choices that fit: "));
   // Each choice is a plan that fits the device as a run counts it.
-  CHECK_THAT(w->line, Catch::Contains("recompute.policy=none training.micro_batch=16 (63.6 GiB)"));
+  CHECK_THAT(w->line, Catch::Contains("recompute.policy=none training.micro_batch=16 training.grad_accum=8 (63.6 GiB)"));
   CHECK_THAT(w->line, Catch::Contains("recompute.policy=full training.micro_batch=64 (45.0 GiB)"));
   CHECK(w->stat.name == "sim.memory_short_mib");
   CHECK(w->stat.severity == traces::Severity::Warning);
