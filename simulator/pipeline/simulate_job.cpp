@@ -131,6 +131,7 @@ SimulateOutcome simulateJob(const SimulateRequest& request, const SimulateCallba
   if (std::optional<MemoryFitWarning> memory = memoryFitWarning(out.plan, out.topology, out.result)) {
     warn(memory->line);
     stats.push_back(memory->stat);
+    out.fits_memory = false;
     out.fitting_choices = std::move(memory->choices);
   }
   out.ranks = summarizeRanks(out.result);

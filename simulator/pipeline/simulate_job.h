@@ -69,7 +69,9 @@ struct SimulateOutcome {
   // calibration of another GPU or of other shapes, a plan too large for the
   // topology's GPUs. Each also reached on_warning as it was found.
   std::vector<std::string> warnings;
-  // When the plan does not fit the GPUs: the choices that would.
+  // Whether every rank's plan fits its GPU's memory as `tandem run` counts
+  // it (memory_fit_warning.h); when not, the choices that would.
+  bool fits_memory = true;
   std::vector<FittingChoice> fitting_choices;
   int64_t run_id = -1;  // in out_path
   // The kernel times' source in words: a calibration's file name (and

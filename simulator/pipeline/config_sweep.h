@@ -1,0 +1,62 @@
+#pragma once
+// Configuration sweeps (`tandem sweep`): every combination of the values
+// given for some job fields, planned and simulated through simulateJob
+// (simulate_job.h) on all cores, ranked by throughput. What a what-if user
+// asks first: the best layout of a model on a cluster, not one
+// configuration at a time.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/spec/job.h"
+#include "simulator/pipeline/simulate_job.h"
+
+namespace tandem::sim {
+
+// One --vary: a job field and its values ("parallel.tensor_parallel=1,2,4").
+struct SweepAxis {
+  std::string key;
+  std::vector<std::string> values;
+};
+
+// "KEY=V1,V2,..." -> an axis; throws std::invalid_argument naming the
+// argument when it has no '=', no key or an empty value.
+SweepAxis parseSweepAxis(const std::string& arg);
+
+// Every combination, the last axis fastest: each a list of "KEY=VALUE".
+std::vector<std::vector<std::string>> sweepCombinations(const std::vector<SweepAxis>& axes);
+
+struct SweepRow {
+  std::vector<std::string> sets;  // the combination's "KEY=VALUE"s
+  bool simulated = false;
+  std::string why_not;            // the one-line reason it was skipped (invalid job, plan refused, ...)
+  double step_ms = 0, tokens_per_s = 0, mfu_pct = 0;
+  double peak_memory_gib = 0;     // the largest rank's, as simulated
+  double exposed_comm_ms = 0;     // rank 0's
+  bool fits_memory = true;
+  int world_size = 0;
+};
+
+struct ConfigSweepRequest {
+  std::string job_yaml;                 // the job every combination overrides
+  std::string job_source;               // its name in errors
+  std::vector<std::string> base_sets;   // --set overrides applied before the axes'
+  std::vector<SweepAxis> axes;
+  SimulateSettings settings;
+  int threads = 0;                      // 0: all cores
+};
+
+// Runs every combination; the rows in combination order (rankSweepRows
+// sorts them). `progress(done, total)` is called from worker threads,
+// serialized, after each combination.
+std::vector<SweepRow> runConfigSweep(const ConfigSweepRequest& request,
+                                     const std::function<void(size_t, size_t)>& progress = {});
+
+// Simulated rows first, by tokens/s (highest first), then the skipped ones.
+void rankSweepRows(std::vector<SweepRow>& rows);
+
+std::string sweepRowsToCsv(const std::vector<SweepRow>& rows, const std::vector<SweepAxis>& axes);
+std::string sweepRowsToJson(const std::vector<SweepRow>& rows, const std::vector<SweepAxis>& axes);
+
+}  // namespace tandem::sim

@@ -1,0 +1,68 @@
+// Configuration sweeps (simulator/pipeline/config_sweep.h): axes, their
+// combinations, the simulations and their ranking.
+#include <catch2/catch.hpp>
+
+#include "simulator/pipeline/config_sweep.h"
+
+using namespace tandem;
+using namespace tandem::sim;
+
+TEST_CASE("sweep axes parse and combine, the last fastest", "[sweep]") {
+  const SweepAxis a = parseSweepAxis("parallel.data_parallel=1, 2,4");
+  CHECK(a.key == "parallel.data_parallel");
+  CHECK(a.values == std::vector<std::string>{"1", "2", "4"});
+  CHECK_THROWS_WITH(parseSweepAxis("parallel.data_parallel"), Catch::Contains("KEY=V1,V2"));
+  CHECK_THROWS_WITH(parseSweepAxis("=1,2"), Catch::Contains("KEY=V1,V2"));
+  CHECK_THROWS_WITH(parseSweepAxis("training.micro_batch=8,,16"), Catch::Contains("empty value"));
+  const auto combos = sweepCombinations({a, parseSweepAxis("training.micro_batch=8,16")});
+  REQUIRE(combos.size() == 6);
+  CHECK(combos[0] == std::vector<std::string>{"parallel.data_parallel=1", "training.micro_batch=8"});
+  CHECK(combos[1] == std::vector<std::string>{"parallel.data_parallel=1", "training.micro_batch=16"});
+  CHECK(combos[5] == std::vector<std::string>{"parallel.data_parallel=4", "training.micro_batch=16"});
+}
+
+TEST_CASE("a sweep simulates every combination, skips the invalid ones with their reason, ranks by tokens/s",
+          "[sweep]") {
+  ConfigSweepRequest r;
+  const JobSpec base = defaultJob();
+  r.job_yaml = base.yaml;
+  r.job_source = "default";
+  r.base_sets = {"model.layers=2"};
+  r.axes = {parseSweepAxis("parallel.data_parallel=1,2,4"), parseSweepAxis("training.micro_batch=4,8,0")};
+  r.settings.topology = "h200x2-nv18";
+  r.settings.calibration = "none";
+  r.threads = 2;
+  size_t calls = 0;
+  std::vector<SweepRow> rows = runConfigSweep(r, [&](size_t done, size_t total) {
+    ++calls;
+    CHECK(done <= total);
+  });
+  CHECK(calls == 9);
+  REQUIRE(rows.size() == 9);
+  // Four ranks do not fit a machine of two GPUs; micro-batch 0 is no job.
+  int simulated = 0;
+  for (const SweepRow& row : rows) {
+    if (row.sets[1] == "training.micro_batch=0") {
+      CHECK_FALSE(row.simulated);
+      CHECK_THAT(row.why_not, Catch::Contains("micro_batch"));
+    } else if (row.sets[0] == "parallel.data_parallel=4") {
+      CHECK_FALSE(row.simulated);
+      CHECK_THAT(row.why_not, Catch::Contains("4 ranks"));
+    } else {
+      CHECK(row.simulated);
+      CHECK(row.step_ms > 0);
+      CHECK(row.tokens_per_s > 0);
+      CHECK(row.peak_memory_gib > 0);
+      ++simulated;
+    }
+  }
+  CHECK(simulated == 4);
+  rankSweepRows(rows);
+  for (size_t i = 1; i < 4; ++i) CHECK(rows[i - 1].tokens_per_s >= rows[i].tokens_per_s);
+  CHECK_FALSE(rows[4].simulated);
+  // Two ranks at micro-batch 8 move the most tokens per second.
+  CHECK(rows[0].sets == std::vector<std::string>{"parallel.data_parallel=2", "training.micro_batch=8"});
+  const std::string csv = sweepRowsToCsv(rows, r.axes);
+  CHECK_THAT(csv, Catch::StartsWith("parallel.data_parallel,training.micro_batch,simulated,step_ms"));
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 10);
+}
