@@ -268,6 +268,7 @@ struct Options {
   int max_dp = 1 << 20;
   bool equal_ranks = false;  // simulate every GPU at one speed (the measured speeds are not applied)
   std::string multi_rank_from;  // a calibration whose multi-rank keys the written one keeps
+  bool no_run = false;  // run nothing: analyse the jobs whose real traces are in OUT_DIR, leave out the rest
   std::string jobs = "gpt2-124m";  // the job set: gpt2-124m (benchJobs) or scale (scaleJobs)
   std::string calibration;      // simulate with this calibration instead of fitting one
 };
@@ -280,7 +281,7 @@ Options parseOptions(int argc, char** argv) {
   tandem::bench::ArgReader args(
       "bench_sim_vs_real",
       "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks] "
-      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale] [--calibration FILE]",
+      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale] [--calibration FILE] [--no-run]",
       argc, argv, 3);
   while (args.next()) {
     if (args.is("--reuse-real")) o.reuse = true;
@@ -290,6 +291,7 @@ Options parseOptions(int argc, char** argv) {
     else if (args.is("--equal-ranks")) o.equal_ranks = true;
     else if (args.is("--multi-rank-from")) o.multi_rank_from = args.text();
     else if (args.is("--jobs")) o.jobs = args.text();
+    else if (args.is("--no-run")) o.no_run = o.reuse = true;
     else if (args.is("--calibration")) o.calibration = args.text();
     else args.unknown();
   }
@@ -333,23 +335,31 @@ bool readMultiRankBase(const std::string& multi_rank_from, const std::vector<Ben
 }
 
 // 1. Real runs, profiled (kept from an earlier invocation with --reuse-real).
-// False, having named the job and its log, when one fails.
-bool runRealJobs(const Options& o, const std::vector<BenchJob>& jobs) {
+// A job that fails is named with its log and left out of `jobs`; false when
+// one did.
+bool runRealJobs(const Options& o, std::vector<BenchJob>& jobs) {
+  std::vector<BenchJob> ran;
   for (const BenchJob& b : jobs) {
     const fs::path trace = o.out_dir / (b.name + ".real.sqlite");
-    if (o.reuse && fs::exists(trace)) continue;
+    if (o.reuse && fs::exists(trace)) {
+      ran.push_back(b);
+      continue;
+    }
     fs::remove(trace);
     std::string cmd = fmt::format("{} run default --steps {} --profile --out {}", shellQuote(o.tandem_bin), o.steps,
                                   shellQuote(trace.string()));
-    for (const auto& s : b.sets) cmd += " --set " + s;
+    for (const auto& s : b.sets) cmd += " --set " + shellQuote(s);
     cmd += " > " + shellQuote((o.out_dir / (b.name + ".log")).string()) + " 2>&1";
     fmt::print(stderr, "real run {}\n", b.name);
     if (std::system(cmd.c_str()) != 0) {
-      fmt::print(stderr, "real run {} failed; see {}\n", b.name, (o.out_dir / (b.name + ".log")).string());
-      return false;
+      fmt::print(stderr, "real run {} failed; see {}; left out\n", b.name, (o.out_dir / (b.name + ".log")).string());
+      continue;
     }
+    ran.push_back(b);
   }
-  return true;
+  const bool all = ran.size() == jobs.size();
+  jobs = std::move(ran);
+  return all;
 }
 
 // 2. Calibration from the calibration subset; empty, having said why, when
@@ -574,10 +584,19 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_sim_vs_real: --jobs scale has no calibration jobs: give --calibration FILE\n");
     return 2;
   }
-  const std::vector<BenchJob> jobs = jobsUpTo(o.max_dp, o.jobs);
+  std::vector<BenchJob> jobs = jobsUpTo(o.max_dp, o.jobs);
+  if (o.no_run)
+    jobs.erase(std::remove_if(jobs.begin(), jobs.end(),
+                              [&](const BenchJob& b) {
+                                const bool missing = !fs::exists(o.out_dir / (b.name + ".real.sqlite"));
+                                if (missing) fmt::print(stderr, "job {} left out: no real trace (--no-run)\n", b.name);
+                                return missing;
+                              }),
+               jobs.end());
   std::string multi_rank_yaml;
   if (!o.multi_rank_from.empty() && !readMultiRankBase(o.multi_rank_from, jobs, multi_rank_yaml)) return 2;
-  if (!runRealJobs(o, jobs)) return 1;
+  const bool all_ran = runRealJobs(o, jobs);
+  if (jobs.empty()) return 1;
 
   const sim::Topology topo = sim::loadTopology(o.topology);
   // --calibration: simulate with it as it is (no job fits one); else fit
@@ -607,5 +626,5 @@ int main(int argc, char** argv) {
   printOpTable(outcomes);
   const CollectiveStats collective_stats = printCollectiveTable(collectives, outcomes);
   printSummary(step_stats, collective_stats, outcomes.size());
-  return 0;
+  return all_ran ? 0 : 1;  // a job that failed to run was named above
 }

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
@@ -11,6 +13,9 @@
 #include "engine/plan/gpu_support.h"
 #include "engine/plan/planner.h"
 #include "simulator/calibrate/sweep_grid.h"
+#include "simulator/cost/cost_model.h"
+#include "simulator/replay/replay.h"
+#include "simulator/topology/topology_presets.h"
 
 namespace tandem::cli {
 namespace {
@@ -37,14 +42,29 @@ std::vector<sim::SweepPoint> selectedPoints(const SweepOptions& o) {
 
 // The dry run's line for one point: its plan's memory need against the GPU,
 // or why the executor would refuse it.
-void describePoint(const sim::SweepPoint& p, double gpu_memory_gib) {
+int stepsFor(const sim::SweepPoint& p, const SweepOptions& o);
+
+void describePoint(const sim::SweepPoint& p, const SweepOptions& o) {
+  const double gpu_memory_gib = o.gpu_memory_gib;
   const Plan plan = buildPlan(sim::sweepJob(p));
   const double need_gib =
       double(gpu_footprint::runBytes(gpu_footprint::largestProgram(plan))) / double(int64_t(1) << 30);
   const auto refusal = gpuRunRefusal(plan);
-  fmt::print("{:<44} {:>6} {:>9.1f} GiB  {}\n", p.name, p.part, need_gib,
+  fmt::print("{:<44} {:>6} {:>6} {:>9.1f} GiB  {}\n", p.name, p.part, stepsFor(p, o), need_gib,
              refusal ? "refused: " + *refusal
                      : need_gib > gpu_memory_gib ? fmt::format("does not fit {:.0f} GiB", gpu_memory_gib) : "ok");
+}
+
+// The steps a point runs: o.steps, or as many as its step time (the
+// roofline's estimate on one H200) takes to fill o.warm_seconds, at most
+// 500 (the smallest points' kernels are bound by latency, not power).
+int stepsFor(const sim::SweepPoint& p, const SweepOptions& o) {
+  const Plan plan = buildPlan(sim::sweepJob(p));
+  static const sim::Topology one_gpu = sim::loadTopology("h200x2-nv18");
+  const sim::RooflineCostModel roofline;
+  const double step_s = double(sim::simulatePlan(plan, one_gpu, roofline).step_ns) * 1e-9;
+  if (step_s <= 0) return o.steps;
+  return std::clamp(int(std::ceil(o.warm_seconds / step_s)), o.steps, 500);
 }
 
 }  // namespace
@@ -52,8 +72,8 @@ void describePoint(const sim::SweepPoint& p, double gpu_memory_gib) {
 std::vector<std::string> runSweep(const SweepOptions& o) {
   const std::vector<sim::SweepPoint> points = selectedPoints(o);
   if (o.dry_run) {
-    fmt::print("{:<44} {:>6} {:>13}  {}\n", "point", "part", "GPU memory", "verdict");
-    for (const sim::SweepPoint& p : points) describePoint(p, o.gpu_memory_gib);
+    fmt::print("{:<44} {:>6} {:>6} {:>13}  {}\n", "point", "part", "steps", "GPU memory", "verdict");
+    for (const sim::SweepPoint& p : points) describePoint(p, o);
     return {};
   }
   fs::create_directories(o.work_dir);
@@ -78,15 +98,16 @@ std::vector<std::string> runSweep(const SweepOptions& o) {
       continue;
     }
     fs::remove(trace);
-    std::string cmd = fmt::format("{} run default --steps {} --profile --out {}", shellQuote(self), o.steps,
+    const int steps = stepsFor(p, o);
+    std::string cmd = fmt::format("{} run default --steps {} --profile --out {}", shellQuote(self), steps,
                                   shellQuote(trace.string()));
     for (const std::string& s : p.sets) cmd += " --set " + shellQuote(s);
     cmd += " > " + shellQuote(log.string()) + " 2>&1";
     const double t0 = elapsed();
     const int rc = std::system(cmd.c_str());
     const bool ok = rc == 0 && fs::exists(trace);
-    fmt::print(stderr, "[{:>2}/{}] {:<44} {:>6.1f} s{}\n", i + 1, points.size(), p.name, elapsed() - t0,
-               ok ? "" : "  FAILED, see " + log.string());
+    fmt::print(stderr, "[{:>2}/{}] {:<44} {:>5} steps {:>6.1f} s{}\n", i + 1, points.size(), p.name, steps,
+               elapsed() - t0, ok ? "" : "  FAILED, see " + log.string());
     if (ok) traces.push_back(trace.string());
     else failed.push_back(p.name);
   }

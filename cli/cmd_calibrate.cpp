@@ -197,7 +197,13 @@ void addCalibrateCommand(CLI::App& root) {
   cmd->add_option("--work-dir", o->sweep.work_dir,
                   "with --sweep: where each point's trace and log go (default: OUT.sweep)")
       ->type_name("DIR");
-  cmd->add_option("--steps", o->sweep.steps, "with --sweep: profiled steps per point")->check(CLI::Range(2, 1000));
+  cmd->add_option("--steps", o->sweep.steps, "with --sweep: profiled steps per point, at least")
+      ->check(CLI::Range(2, 1000));
+  cmd->add_option("--warm-seconds", o->sweep.warm_seconds,
+                  "with --sweep: run each point's steps for about this long, so that its kernels are timed at the "
+                  "GPU's power limit as in a training run")
+      ->check(CLI::Range(0.0, 600.0))
+      ->capture_default_str();
   cmd->add_option("--time-limit", o->sweep.time_limit_s,
                   "with --sweep: start no point after this many seconds (fit from those that ran; --reuse adds the "
                   "rest later)")

@@ -5,7 +5,7 @@
 # Stages: kernels executor memory dp2 profiler facts overhead cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
-#         llama llamapeers wide sweep sweepagain heldout sweepheldout
+#         llama llamapeers wide sweep sweepagain heldout
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -233,28 +233,25 @@ for s in "$@"; do
         --set model.heads=6 --set model.kv_heads=2 --peer $DIST/peers/llama_torch.py ;;
     sweep|sweepagain)
       # The kernel sweep (issue 49): every point of the full grid run and
-      # profiled, the calibration fitted (multi-rank keys kept from the
-      # two-GPU fit); its traces and logs packed to analyse without a GPU.
-      # sweepagain is the same on another machine of the kind, for the
-      # agreement of two sweeps.
-      STAGE_TIMEOUT=540 stage $s $B/tandem calibrate --sweep full --out $OUT/$s/h200.yaml --work-dir /tmp/$s \
-        --steps 8 --time-limit 380 --multi-rank-from resources/calibration/h200x2-nv18.yaml
-      mkdir -p $OUT/$s && tar cf - -C /tmp $s | xz -T16 -6 | split -b 15m - $OUT/$s/traces.tar.xz. ;;
+      # profiled at the GPU's steady state (--warm-seconds), the calibration
+      # fitted there (multi-rank keys kept from the two-GPU fit); the fit and
+      # the points' logs come back (the traces are too large to). sweepagain
+      # is the same on another machine of the kind, for the agreement of two
+      # sweeps. About 6 minutes on one H200.
+      mkdir -p $OUT/$s
+      STAGE_TIMEOUT=560 stage $s $B/tandem calibrate --sweep full --out $OUT/$s/h200.yaml --work-dir /tmp/$s \
+        --warm-seconds 2 --time-limit 460 --multi-rank-from resources/calibration/h200x2-nv18.yaml \
+        --topology h200x2-nv18
+      tar cJf $OUT/$s/logs.tar.xz -C /tmp $s --exclude '*.sqlite' ;;
     heldout)
-      # Issue 49's held-out jobs (bench_sim_vs_real --jobs scale): real and
-      # profiled, simulated with the shipped H200 profile; traces packed.
-      STAGE_TIMEOUT=500 stage heldout $B/bench_sim_vs_real $B/tandem /tmp/heldout --steps 12 --jobs scale \
-        --calibration resources/calibration/h200.yaml --max-dp 1
-      mkdir -p $OUT/heldout && cp /tmp/heldout/*.log /tmp/ 2>/dev/null
+      # Issue 49's held-out jobs (bench_sim_vs_real --jobs scale): run and
+      # profiled for real; simulated with the shipped H200 profile where it
+      # exists (analyse again anywhere with --no-run); traces packed.
+      cal=resources/calibration/h200.yaml; [ -e $cal ] || cal=resources/calibration/h200x2-nv18.yaml
+      STAGE_TIMEOUT=540 stage heldout $B/bench_sim_vs_real $B/tandem /tmp/heldout --steps 20 --jobs scale \
+        --calibration $cal --max-dp 1
+      mkdir -p $OUT/heldout
       tar cf - -C /tmp/heldout $(cd /tmp/heldout && ls *.real.sqlite *.log) | xz -T16 -6 | split -b 15m - $OUT/heldout/traces.tar.xz. ;;
-    sweepheldout)
-      # Both in one call of 10 minutes: the sweep for at most 300 s, then the
-      # held-out jobs simulated with what it measured; every trace packed.
-      STAGE_TIMEOUT=420 stage sweep $B/tandem calibrate --sweep full --out $OUT/sweep/h200.yaml --work-dir /tmp/sweep \
-        --steps 8 --time-limit 300 --multi-rank-from resources/calibration/h200x2-nv18.yaml
-      STAGE_TIMEOUT=200 stage heldout $B/bench_sim_vs_real $B/tandem /tmp/sweep/heldout --steps 10 --jobs scale \
-        --calibration $OUT/sweep/h200.yaml --max-dp 1
-      mkdir -p $OUT/sweep && tar cf - -C /tmp sweep | xz -T16 -6 | split -b 15m - $OUT/sweep/traces.tar.xz. ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done
