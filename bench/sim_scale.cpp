@@ -36,6 +36,7 @@
 
 #include "engine/plan/planner.h"
 #include "engine/spec/job.h"
+#include "simulator/cost/calibration_lookup.h"
 #include "simulator/cost/cost_model.h"
 #include "simulator/replay/replay.h"
 #include "simulator/topology/topology_presets.h"
@@ -129,10 +130,11 @@ int main(int argc, char** argv) {
   bool tree_flows = false;
   std::string job_name = "gpt2-1.5b";
   std::vector<std::string> overrides;
+  std::string calibration;  // empty: the roofline defaults
   tandem::bench::ArgReader args(
       "bench_sim_scale",
       "[--sizes 64,256,1024,4096] [--full-max N] [--repeat K] [--job NAME] [--set k=v]... [--rings-only] "
-      "[--tree-flows] [--extra-gpus K]",
+      "[--tree-flows] [--extra-gpus K] [--calibration NAME|FILE]",
       argc, argv);
   while (args.next()) {
     if (args.is("--rings-only")) inter_host_tree = false;
@@ -143,6 +145,7 @@ int main(int argc, char** argv) {
     else if (args.is("--extra-gpus")) extra = int(args.integer(0, 1000000));
     else if (args.is("--full-max")) full_max = int(args.integer(0, 1000000));
     else if (args.is("--repeat")) repeat = int(args.integer(1, 1000));
+    else if (args.is("--calibration")) calibration = args.text();
     else args.unknown();
   }
   try {
@@ -167,7 +170,12 @@ int main(int argc, char** argv) {
       t0 = std::chrono::steady_clock::now();
       const sim::Topology topo = sim::makeDgxH100Cluster((gpus + 7) / 8);
       const double topo_s = secondsSince(t0);
-      const sim::RooflineCostModel cost;
+      // The shipped profile costs its unmeasured shapes from their
+      // neighbours, once per program and kind of device; --calibration shows
+      // what that adds to a simulation's time.
+      const sim::Calibration cal =
+          calibration.empty() ? sim::Calibration{} : sim::loadCalibration(sim::calibrationPath(calibration));
+      const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
       for (int mode = 0; mode < 2; ++mode) {
         if (mode == 1 && gpus > full_max) continue;
         sim::SimOptions opt;

@@ -1,5 +1,6 @@
 #include "simulator/cost/cost_model.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -433,14 +434,28 @@ int RooflineCostModel::kernelBlocks(const Task& task, const DeviceSpec& device) 
   const auto it = calibration_.ops.find(costOpKind(task));
   if (it == calibration_.ops.end()) return -1;
   const std::string key = shapeKey(task);
+  // The answer depends on the op kind, the shape and the device's SMs.
+  const std::string memo = fmt::format("{}|{}|{}", int(costOpKind(task)), key, device.sm_count);
+  {
+    std::lock_guard<std::mutex> lock(memo_mutex_);
+    if (const auto m = blocks_memo_.find(memo); m != blocks_memo_.end()) return m->second;
+  }
+  const int blocks = kernelBlocksUncached(task, device, it->second, key);
+  std::lock_guard<std::mutex> lock(memo_mutex_);
+  blocks_memo_.emplace(memo, blocks);
+  return blocks;
+}
+
+int RooflineCostModel::kernelBlocksUncached(const Task& task, const DeviceSpec& device, const OpCalibration& oc,
+                                            const std::string& key) const {
   std::vector<std::string> with_blocks;
-  for (const auto& [shape, e] : it->second.shapes) {
+  for (const auto& [shape, e] : oc.shapes) {
     if (e.blocks <= 0) continue;
     if (shape == key) return e.blocks;
     with_blocks.push_back(shape);
   }
   // A calibration that traced no launch geometry for the kind says nothing.
-  if (with_blocks.empty() && it->second.all_shapes.blocks <= 0) return -1;
+  if (with_blocks.empty() && oc.all_shapes.blocks <= 0) return -1;
   // A GEMM whose output holds two waves of even the largest tile fills the
   // SMs: the GEMMs are persistent, a block per SM unless the output has
   // fewer tiles (every one of the 33 traced shapes of that size on H200,
@@ -452,8 +467,8 @@ int RooflineCostModel::kernelBlocks(const Task& task, const DeviceSpec& device) 
   // (cuBLASLt picks kernels by shape: the vocabulary projection's weight
   // gradient fills the SMs at every batch where the layers' leave some
   // free), and without one the op kind's.
-  if (const auto near = nearestShapeKey(key, with_blocks)) return it->second.shapes.at(*near).blocks;
-  return it->second.all_shapes.blocks;
+  if (const auto near = nearestShapeKey(key, with_blocks)) return oc.shapes.at(*near).blocks;
+  return oc.all_shapes.blocks;
 }
 
 int64_t RooflineCostModel::materializedAttentionNs(const Task& task, const DeviceSpec& device,
@@ -499,6 +514,23 @@ int64_t RooflineCostModel::materializedAttentionNs(const Task& task, const Devic
 
 std::optional<int64_t> RooflineCostModel::interpolatedNs(const Task& task, const std::string& key,
                                                          const DeviceSpec& device, Precision precision) const {
+  const OpKind op = costOpKind(task);
+  // Everything the answer depends on.
+  const std::string memo = fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", int(op), key, task.flops,
+                                       task.bytes_read + task.bytes_written, device.bf16_flops, device.fp32_flops,
+                                       device.hbm_gbps, int(precision));
+  {
+    std::lock_guard<std::mutex> lock(memo_mutex_);
+    if (const auto it = interpolated_memo_.find(memo); it != interpolated_memo_.end()) return it->second;
+  }
+  const std::optional<int64_t> ns = interpolatedNsUncached(task, key, device, precision);
+  std::lock_guard<std::mutex> lock(memo_mutex_);
+  interpolated_memo_.emplace(memo, ns);
+  return ns;
+}
+
+std::optional<int64_t> RooflineCostModel::interpolatedNsUncached(const Task& task, const std::string& key,
+                                                                 const DeviceSpec& device, Precision precision) const {
   const OpKind op = costOpKind(task);
   // From the efficiency of measured neighbours where the calibration
   // records the shapes' work, else between two measured times.
