@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <sqlite3.h>
+#include <zlib.h>
+
+#include <iterator>
 
 #include "traces/analysis/analysis.h"
 #include "traces/importers/importers.h"
@@ -276,4 +279,34 @@ TEST_CASE("Nsight Systems steps: tandem's \"step N\" and torch's ProfilerStep#N 
   CHECK(steps[0].end_ns == 1500);
   CHECK(steps[1].step == 4);
   CHECK(steps[1].end_ns == 2500);
+}
+
+TEST_CASE("PyTorch profiler JSON compressed (.json.gz) imports as the plain file does; a cut one is named",
+          "[import][kineto][gzip]") {
+  std::ifstream in(kKineto, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string gz = tempTracePath("kineto.json.gz");
+  {
+    gzFile f = gzopen(gz.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    REQUIRE(gzwrite(f, text.data(), unsigned(text.size())) == int(text.size()));
+    REQUIRE(gzclose(f) == Z_OK);
+  }
+  REQUIRE(detectImportFormat(gz) == ImportFormat::Kineto);
+  const std::string out = tempTracePath("kineto-gz.sqlite");
+  ImportResult res;
+  {
+    TraceWriter w(out, WriterOptions{.truncate = true});
+    res = importTrace(gz, w);
+  }
+  CHECK(res.format == "kineto");
+  CHECK(res.activities == 7);
+  CHECK(res.ranges == 2);
+  // The same file cut after half its bytes.
+  std::ifstream whole(gz, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(whole)), std::istreambuf_iterator<char>());
+  const std::string cut = tempTracePath("kineto-cut.json.gz");
+  std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  TraceWriter w(tempTracePath("kineto-cut.sqlite"), WriterOptions{.truncate = true});
+  CHECK_THROWS_WITH(importTrace(cut, w), Catch::Contains("kineto-cut.json.gz") && Catch::Contains("gzip"));
 }

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <vector>
+#include <zlib.h>
 
 #include "traces/importers/importers.h"
 #include "traces/importers/step_names.h"
@@ -23,6 +25,14 @@ namespace tandem::traces {
 namespace {
 
 using Json = nlohmann::json;
+
+// Whether the file starts with gzip's magic bytes.
+bool isGzip(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char magic[2] = {0, 0};
+  in.read(reinterpret_cast<char*>(magic), 2);
+  return in.gcount() == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+}
 
 
 std::string typeName(const Json& j) { return j.type_name(); }
@@ -88,6 +98,16 @@ class KinetoImporter {
   [[noreturn]] void fail(const std::string& what) const { throw TraceError(fmt::format("{}: {}", path_, what)); }
 
   Json parse() {
+    if (isGzip(path_)) {
+      // PyTorch's profiler writes .json.gz when asked to (export_chrome_trace
+      // to a name ending in .gz, tensorboard_trace_handler(use_gzip=True)).
+      const std::string text = gunzip();
+      try {
+        return Json::parse(text);
+      } catch (const Json::parse_error& e) {
+        fail(fmt::format("not valid JSON inside the gzip stream (byte {}): {}", e.byte, e.what()));
+      }
+    }
     std::ifstream in(path_, std::ios::binary);
     if (!in) fail("cannot open file");
     try {
@@ -95,6 +115,28 @@ class KinetoImporter {
     } catch (const Json::parse_error& e) {
       fail(fmt::format("not valid JSON (byte {}): {}", e.byte, e.what()));
     }
+  }
+
+  // The whole decompressed text; a damaged or truncated stream is named.
+  std::string gunzip() const {
+    gzFile gz = gzopen(path_.c_str(), "rb");
+    if (gz == nullptr) fail("cannot open file");
+    std::string text;
+    std::vector<char> buf(size_t(1) << 20);
+    while (true) {
+      const int n = gzread(gz, buf.data(), unsigned(buf.size()));
+      if (n < 0) {
+        int code = 0;
+        const std::string why = gzerror(gz, &code);
+        gzclose(gz);
+        fail("damaged gzip stream: " + why);
+      }
+      if (n == 0) break;
+      text.append(buf.data(), size_t(n));
+    }
+    // A stream cut short reads as its end; zlib says so at close.
+    if (gzclose(gz) != Z_OK) fail("the gzip stream ends early (a truncated file)");
+    return text;
   }
 
   template <typename T>
@@ -308,6 +350,7 @@ ImportFormat detectImportFormat(const std::string& path) {
   in.read(head, sizeof head);
   auto n = static_cast<size_t>(in.gcount());
   if (n == 16 && std::string_view(head, 16) == std::string_view("SQLite format 3\0", 16)) return ImportFormat::Nsys;
+  if (isGzip(path)) return ImportFormat::Kineto;  // PyTorch's .json.gz
   for (size_t i = 0; i < n; ++i) {
     if (std::isspace(static_cast<unsigned char>(head[i]))) continue;
     if (head[i] == '{' || head[i] == '[') return ImportFormat::Kineto;

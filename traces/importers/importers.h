@@ -1,7 +1,7 @@
 #pragma once
 // Importers: traces of other tools into a new run of a tandem trace file.
 //
-// - PyTorch profiler (Kineto) Chrome-trace JSON: GPU kernels, memcpy and
+// - PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzipped (.json.gz): GPU kernels, memcpy and
 //   memset, CUDA runtime calls (launch records), CPU ops as host activity,
 //   user annotations as ranges; NCCL kernels become collectives.
 // - Nsight Systems SQLite export (`nsys export --type sqlite`): kernels,
