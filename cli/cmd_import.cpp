@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <memory>
 
 #include "cli/command_registry.h"
@@ -26,7 +27,9 @@ void runImport(const ImportOptions& o) {
   traces::ImportFormat format = o.format == "kineto" ? traces::ImportFormat::Kineto
                                 : o.format == "nsys" ? traces::ImportFormat::Nsys
                                                      : traces::ImportFormat::Auto;
-  if (format == traces::ImportFormat::Auto) format = traces::detectImportFormat(o.input);
+  // A folder is one multi-rank run of per-rank PyTorch profiler files.
+  if (format == traces::ImportFormat::Auto && !std::filesystem::is_directory(o.input))
+    format = traces::detectImportFormat(o.input);
   // An existing output gains a run; it is replaced only once the import succeeded.
   traces::AtomicOutput output(o.out, /*copy_existing=*/true);
   traces::ImportResult r;
@@ -49,7 +52,11 @@ void addImportCommand(CLI::App& root) {
   auto o = std::make_shared<ImportOptions>();
   CLI::App* cmd = root.add_subcommand(
       "import", "Import a PyTorch profiler (Kineto) JSON trace or an Nsight Systems SQLite export as a new run");
-  cmd->add_option("FILE", o->input, "trace to import")->required();
+  cmd->add_option("FILE", o->input,
+                  "trace to import: PyTorch profiler JSON (.json or .json.gz), an Nsight Systems SQLite export, or a "
+                  "folder of per-rank PyTorch profiler files (one multi-rank run, clocks aligned by each file's "
+                  "baseTimeNanoseconds)")
+      ->required();
   cmd->add_option("--out", o->out, "tandem trace file to create or add the run to")->required();
   cmd->add_option("--format", o->format, "input format")
       ->check(CLI::IsMember({"auto", "kineto", "nsys"}))

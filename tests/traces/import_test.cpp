@@ -6,7 +6,9 @@
 #include <sqlite3.h>
 #include <zlib.h>
 
+#include <filesystem>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
 #include "traces/analysis/analysis.h"
 #include "traces/importers/importers.h"
@@ -309,4 +311,48 @@ TEST_CASE("PyTorch profiler JSON compressed (.json.gz) imports as the plain file
   std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   TraceWriter w(tempTracePath("kineto-cut.sqlite"), WriterOptions{.truncate = true});
   CHECK_THROWS_WITH(importTrace(cut, w), Catch::Contains("kineto-cut.json.gz") && Catch::Contains("gzip"));
+}
+
+TEST_CASE("a folder of per-rank PyTorch profiler files is one multi-rank run on one clock", "[import][kineto][folder]") {
+  std::ifstream in(kKineto, std::ios::binary);
+  nlohmann::json base = nlohmann::json::parse(in);
+  const std::string dir = tempTracePath("kineto-ranks");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  // Rank 1's trace base is 1 ms after rank 0's: its first kernel, at the
+  // same relative ts, lies 1 ms later on the common clock.
+  for (int rank : {0, 1}) {
+    nlohmann::json j = base;
+    j["distributedInfo"] = {{"rank", rank}, {"world_size", 2}, {"backend", "nccl"}};
+    j["baseTimeNanoseconds"] = int64_t(1700000000000000000) + rank * int64_t(1000000);
+    std::ofstream(dir + "/rank" + std::to_string(rank) + ".pt.trace.json") << j.dump();
+  }
+  std::ofstream(dir + "/notes.txt") << "not a trace";
+  const std::string out = tempTracePath("kineto-ranks.sqlite");
+  ImportResult res;
+  {
+    TraceWriter w(out, WriterOptions{.truncate = true});
+    res = importTrace(dir, w);
+  }
+  CHECK(res.ranks == 2);
+  CHECK(res.activities == 14);
+  TraceReader r(out);
+  int64_t first[2] = {INT64_MAX, INT64_MAX};
+  r.forEachActivity(res.run, [&](const ActivityRow& a) {
+    if (a.rank >= 0 && a.rank < 2) first[a.rank] = std::min(first[a.rank], a.start_ns);
+  });
+  CHECK(first[1] - first[0] == 1000000);
+  // Two files of one rank cannot merge: the folder and the rank are named.
+  std::ofstream(dir + "/rank1-again.json") << [&] {
+    nlohmann::json j = base;
+    j["distributedInfo"] = {{"rank", 1}, {"world_size", 2}};
+    return j.dump();
+  }();
+  TraceWriter w2(tempTracePath("kineto-ranks-bad.sqlite"), WriterOptions{.truncate = true});
+  CHECK_THROWS_WITH(importTrace(dir, w2), Catch::Contains("kineto-ranks") && Catch::Contains("rank 1"));
+  // An empty folder says what it looked for.
+  const std::string empty = tempTracePath("kineto-empty");
+  std::filesystem::create_directories(empty);
+  TraceWriter w3(tempTracePath("kineto-empty.sqlite"), WriterOptions{.truncate = true});
+  CHECK_THROWS_WITH(importTrace(empty, w3), Catch::Contains("no PyTorch profiler traces"));
 }

@@ -10,12 +10,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <vector>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "traces/importers/importers.h"
 #include "traces/importers/step_names.h"
+#include "traces/store/merge.h"
 #include "traces/store/trace_writer.h"
 #include "traces/trackers/stats.h"
 #include "traces/trackers/track_ids.h"
@@ -69,6 +72,10 @@ class KinetoImporter {
     result_.run = w_.beginRun(info);
     result_.format = "kineto";
     result_.ranks = 1;
+    // Times are microseconds after the trace's own base, which differs
+    // between ranks: the base is the rank's clock offset, so that merging
+    // per-rank files (importKinetoFolder) puts them on one clock.
+    if (base_ns_) w_.addClock(ClockRow{rank_, "kineto", 0, 0, 0, *base_ns_});
 
     // Metadata first so that streams get their names.
     for (size_t i = 0; i < events->size(); ++i) {
@@ -155,6 +162,11 @@ class KinetoImporter {
 
   void readHeader(const Json& root) {
     if (auto it = root.find("schemaVersion"); it != root.end() && it->is_number_integer()) schema_ = it->get<int>();
+    if (auto it = root.find("baseTimeNanoseconds"); it != root.end() && it->is_number_integer()) {
+      const int64_t base = it->get<int64_t>();
+      if (!traceTimeInRange(base)) fail(fmt::format("baseTimeNanoseconds {} lies outside the trace's range", base));
+      base_ns_ = base;
+    }
     if (auto it = root.find("deviceProperties"); it != root.end()) devices_ = it->dump();
     if (auto it = root.find("distributedInfo"); it != root.end() && it->is_object()) {
       if (auto r = it->find("rank"); r != it->end() && r->is_number_integer()) rank_ = r->get<int>();
@@ -324,6 +336,7 @@ class KinetoImporter {
   ImportResult result_;
   int schema_ = 0;
   int rank_ = 0;
+  std::optional<int64_t> base_ns_;  // baseTimeNanoseconds, where the trace has it
   int world_size_ = 1;
   std::string devices_;
   std::map<std::pair<std::string, std::string>, std::string> thread_names_;
@@ -339,6 +352,51 @@ class KinetoImporter {
 
 ImportResult importKineto(const std::string& path, TraceWriter& writer, const std::string& run_name) {
   return KinetoImporter(path, writer).run(run_name);
+}
+
+ImportResult importKinetoFolder(const std::string& dir, TraceWriter& writer, const std::string& run_name) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool json = name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+    const bool gz = name.size() > 8 && name.compare(name.size() - 8, 8, ".json.gz") == 0;
+    if (e.is_regular_file() && (json || gz)) files.push_back(e.path().string());
+  }
+  if (ec) throw TraceError(fmt::format("{}: cannot list the folder: {}", dir, ec.message()));
+  if (files.empty()) throw TraceError(fmt::format("{}: no PyTorch profiler traces (*.json, *.json.gz) in the folder", dir));
+  std::sort(files.begin(), files.end());
+  // Each file into a trace of its own in a scratch folder, removed after.
+  const fs::path scratch = fs::temp_directory_path() / fmt::format("tandem-import-{}-{}", ::getpid(), files.size());
+  fs::create_directories(scratch);
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code ignored;
+      fs::remove_all(p, ignored);
+    }
+  } cleanup{scratch};
+  std::vector<std::string> parts;
+  ImportResult result;
+  result.format = "kineto";
+  for (size_t i = 0; i < files.size(); ++i) {
+    parts.push_back((scratch / fmt::format("rank-file-{}.sqlite", i)).string());
+    TraceWriter part(parts.back(), WriterOptions{.truncate = true});
+    const ImportResult r = importKineto(files[i], part, "");
+    result.activities += r.activities;
+    result.ranges += r.ranges;
+    result.steps += r.steps;
+  }
+  try {
+    const MergeResult m = mergeTraces(parts, writer);
+    result.run = m.run;
+    result.ranks = m.ranks;
+  } catch (const TraceError& e) {
+    throw TraceError(fmt::format("{}: {} (each file must be one rank: distributedInfo.rank)", dir, e.what()));
+  }
+  (void)run_name;  // the merged run is named by the merge
+  return result;
 }
 
 ImportFormat detectImportFormat(const std::string& path) {
@@ -363,6 +421,8 @@ ImportFormat detectImportFormat(const std::string& path) {
 
 ImportResult importTrace(const std::string& path, TraceWriter& writer, ImportFormat format,
                          const std::string& run_name) {
+  if (std::filesystem::is_directory(path) && format != ImportFormat::Nsys)
+    return importKinetoFolder(path, writer, run_name);
   if (format == ImportFormat::Auto) format = detectImportFormat(path);
   try {
     return format == ImportFormat::Nsys ? importNsys(path, writer, run_name) : importKineto(path, writer, run_name);

@@ -41,6 +41,13 @@ ImportFormat detectImportFormat(const std::string& path);
 ImportResult importTrace(const std::string& path, TraceWriter& writer, ImportFormat format = ImportFormat::Auto,
                          const std::string& run_name = "");
 ImportResult importKineto(const std::string& path, TraceWriter& writer, const std::string& run_name);
+// A folder of per-rank PyTorch profiler files (*.json, *.json.gz; one per
+// rank, the rank from each file's distributedInfo) as one multi-rank run:
+// each imported on its own, then merged onto one clock, each rank's times
+// moved by its file's baseTimeNanoseconds (traces/store/merge.h). Throws
+// TraceError naming the folder when it holds no such file, or the file
+// whose import or rank fails.
+ImportResult importKinetoFolder(const std::string& dir, TraceWriter& writer, const std::string& run_name);
 ImportResult importNsys(const std::string& path, TraceWriter& writer, const std::string& run_name);
 
 }  // namespace tandem::traces
