@@ -268,6 +268,7 @@ struct Options {
   int max_dp = 1 << 20;
   bool equal_ranks = false;  // simulate every GPU at one speed (the measured speeds are not applied)
   std::string multi_rank_from;  // a calibration whose multi-rank keys the written one keeps
+  std::vector<std::string> only;  // --only NAME,...: these jobs of the set alone
   bool no_run = false;  // run nothing: analyse the jobs whose real traces are in OUT_DIR, leave out the rest
   std::string jobs = "gpt2-124m";  // the job set: gpt2-124m (benchJobs) or scale (scaleJobs)
   std::string calibration;      // simulate with this calibration instead of fitting one
@@ -281,7 +282,7 @@ Options parseOptions(int argc, char** argv) {
   tandem::bench::ArgReader args(
       "bench_sim_vs_real",
       "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks] "
-      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale] [--calibration FILE] [--no-run]",
+      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale] [--calibration FILE] [--no-run] [--only NAME,...]",
       argc, argv, 3);
   while (args.next()) {
     if (args.is("--reuse-real")) o.reuse = true;
@@ -292,6 +293,15 @@ Options parseOptions(int argc, char** argv) {
     else if (args.is("--multi-rank-from")) o.multi_rank_from = args.text();
     else if (args.is("--jobs")) o.jobs = args.text();
     else if (args.is("--no-run")) o.no_run = o.reuse = true;
+    else if (args.is("--only")) {
+      const std::string list = args.text();
+      for (size_t from = 0;;) {
+        const size_t comma = list.find(',', from);
+        o.only.push_back(list.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+        if (comma == std::string::npos) break;
+        from = comma + 1;
+      }
+    }
     else if (args.is("--calibration")) o.calibration = args.text();
     else args.unknown();
   }
@@ -585,6 +595,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<BenchJob> jobs = jobsUpTo(o.max_dp, o.jobs);
+  if (!o.only.empty())
+    jobs.erase(std::remove_if(jobs.begin(), jobs.end(),
+                              [&](const BenchJob& b) {
+                                return std::find(o.only.begin(), o.only.end(), b.name) == o.only.end();
+                              }),
+               jobs.end());
   if (o.no_run)
     jobs.erase(std::remove_if(jobs.begin(), jobs.end(),
                               [&](const BenchJob& b) {

@@ -240,7 +240,7 @@ for s in "$@"; do
       # sweeps. About 6 minutes on one H200.
       mkdir -p $OUT/$s
       STAGE_TIMEOUT=560 stage $s $B/tandem calibrate --sweep full --out $OUT/$s/h200.yaml --work-dir /tmp/$s \
-        --warm-seconds 2 --time-limit 460 --multi-rank-from resources/calibration/h200x2-nv18.yaml \
+        --warm-seconds 1.5 --time-limit 400 --multi-rank-from resources/calibration/h200x2-nv18.yaml \
         --topology h200x2-nv18
       tar cJf $OUT/$s/logs.tar.xz -C /tmp $s --exclude '*.sqlite' ;;
     heldout)
@@ -249,7 +249,7 @@ for s in "$@"; do
       # exists (analyse again anywhere with --no-run); traces packed.
       cal=resources/calibration/h200.yaml; [ -e $cal ] || cal=resources/calibration/h200x2-nv18.yaml
       STAGE_TIMEOUT=540 stage heldout $B/bench_sim_vs_real $B/tandem /tmp/heldout --steps 20 --jobs scale \
-        --calibration $cal --max-dp 1
+        --calibration $cal --max-dp 1 ${HELDOUT_ONLY:+--only $HELDOUT_ONLY}
       mkdir -p $OUT/heldout
       tar cf - -C /tmp/heldout $(cd /tmp/heldout && ls *.real.sqlite *.log) | xz -T16 -6 | split -b 15m - $OUT/heldout/traces.tar.xz. ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
