@@ -285,7 +285,8 @@ sim::SimulateSettings WhatIfDialog::settings() const {
   if (!run_topology_yaml_.isEmpty() && topology_->currentText().trimmed() == run_topology_)
     s.topology_yaml = run_topology_yaml_.toStdString();
   const QString calibration = calibration_->currentText().trimmed();
-  if (!calibration.isEmpty() && calibration != kNoCalibration) s.calibration = calibration.toStdString();
+  // Empty is read as the default, the shipped profile.
+  s.calibration = calibration.isEmpty() ? kShippedCalibration.toStdString() : calibration.toStdString();
   s.symmetry = sim::parseSymmetrySetting(symmetry_->currentText().toStdString());
   s.algorithm = sim::parseAlgorithmSetting(algorithm_->currentIndex() == 0 ? "" : algorithm_->currentText().toStdString());
   s.protocol = sim::parseProtocolSetting(protocol_->currentIndex() == 0 ? "" : protocol_->currentText().toStdString());
@@ -358,7 +359,10 @@ std::string WhatIfDialog::runName(const WhatIfRequest& r) const {
                           ? ", LM head in " + std::to_string(lm_head_chunks_->value()) + " groups"
                           : std::string()) +
                      sharded + " on " + r.settings.topology;
-  if (!r.settings.calibration.empty()) name += ", calibrated";
+  // A calibration chosen by file; auto (the shipped profile) and none need no word.
+  if (r.settings.calibration != kShippedCalibration.toStdString() &&
+      r.settings.calibration != kNoCalibration.toStdString() && !r.settings.calibration.empty())
+    name += ", calibrated";
   return name;
 }
 

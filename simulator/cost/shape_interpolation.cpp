@@ -72,17 +72,8 @@ double PeakRates::idealNs(double gflop, double mb) const {
 
 namespace {
 
-// The attention head width of a key with both c and h, else 0.
-double headWidth(const ShapeFields& f) {
-  double c = 0, h = 0;
-  for (const auto& [name, value] : f) {
-    const std::optional<double> v = parseFiniteNumber(value);
-    if (!v) continue;
-    if (name == "c") c = *v;
-    if (name == "h") h = *v;
-  }
-  return c > 0 && h > 0 ? c / h : 0;
-}
+// The widest pair of measured shapes a shape between them is read off.
+constexpr double kMaxBracketRatio = 4.0;
 
 // Sum of |ln(a / b)| over the numeric fields, or nothing when the keys
 // differ in form or in a field that is not a number.
@@ -100,9 +91,37 @@ std::optional<double> logDistance(const ShapeFields& a, const ShapeFields& b) {
 
 }  // namespace
 
+ShapeFields efficiencyFields(const ShapeFields& f) {
+  // An attention shape (b t c h, kv where grouped): its kernel's efficiency
+  // follows the sequence (the causal triangle's tiles), the heads in
+  // flight, b x h (the thread blocks beside each other), the head width
+  // (another kernel) and the grouping h / kv, not b and h apart.
+  double b = 0, t = 0, c = 0, h = 0, kv = 0;
+  bool other = false;
+  for (const auto& [name, value] : f) {
+    const std::optional<double> v = parseFiniteNumber(value);
+    if (!v) {
+      other = true;
+      continue;
+    }
+    if (name == "b") b = *v;
+    else if (name == "t") t = *v;
+    else if (name == "c") c = *v;
+    else if (name == "h") h = *v;
+    else if (name == "kv") kv = *v;
+    else other = true;
+  }
+  if (other || b <= 0 || t <= 0 || c <= 0 || h <= 0) return f;
+  ShapeFields out = {{"bh", std::to_string(int64_t(b * h))},
+                     {"t", std::to_string(int64_t(t))},
+                     {"head", "w" + std::to_string(int64_t(c / h))}};  // a word: compared, not measured
+  if (kv > 0) out.emplace_back("group", std::to_string(int64_t(h / kv)));
+  return out;
+}
+
 WorkInterpolator::WorkInterpolator(const std::map<std::string, ShapeWork>& measured) {
   for (const auto& [key, w] : measured)
-    if (w.ns > 0 && (w.gflop > 0 || w.mb > 0)) shapes_.push_back({parseShapeKey(key), w});
+    if (w.ns > 0 && (w.gflop > 0 || w.mb > 0)) shapes_.push_back({efficiencyFields(parseShapeKey(key)), w});
 }
 
 std::optional<int64_t> WorkInterpolator::ns(const std::string& key, double gflop, double mb, const PeakRates& peaks,
@@ -118,7 +137,7 @@ std::optional<int64_t> WorkInterpolator::ns(const std::string& key, double gflop
   auto timeAt = [&](double log_slowness) {
     return fixed_ns + int64_t(std::ceil(ideal * std::max(1.0, std::exp(log_slowness))));
   };
-  const ShapeFields want = parseShapeKey(key);
+  const ShapeFields want = efficiencyFields(parseShapeKey(key));
   // Between two shapes that differ from it in one number.
   for (size_t f = 0; f < want.size(); ++f) {
     const std::optional<double> x = parseFiniteNumber(want[f].second);
@@ -133,23 +152,22 @@ std::optional<int64_t> WorkInterpolator::ns(const std::string& key, double gflop
       if (*v < *x && (!below || *v > below_x)) below = &s, below_x = *v;
       if (*v > *x && (!above || *v < above_x)) above = &s, above_x = *v;
     }
-    if (!below || !above) continue;
+    // Neighbours far apart say little about what lies between them (an
+    // attention's efficiency at sequence 4096 is not the log-mean of 512's
+    // and 8192's): those leave it to the nearest neighbours below.
+    if (!below || !above || above_x / below_x > kMaxBracketRatio) continue;
     const auto lb = logSlowness(*below), la = logSlowness(*above);
     if (!lb || !la) continue;
     const double w = std::log(*x / below_x) / std::log(above_x / below_x);
     return timeAt((1 - w) * *lb + w * *la);
   }
   // The nearest measured neighbours.
-  // A different attention head width is another kernel: such shapes count
-  // only when no shape of the key's width was measured.
-  const double width = headWidth(want);
-  std::vector<std::pair<double, double>> near, other_width;  // (distance, ln slowness)
+  std::vector<std::pair<double, double>> near;  // (distance, ln slowness)
   for (const Shape& s : shapes_) {
     const std::optional<double> d = logDistance(want, s.fields);
     const std::optional<double> l = d ? logSlowness(s) : std::nullopt;
-    if (d && l) (headWidth(s.fields) == width ? near : other_width).emplace_back(*d, *l);
+    if (d && l) near.emplace_back(*d, *l);
   }
-  if (near.empty()) near = std::move(other_width);
   if (near.empty()) return std::nullopt;
   constexpr size_t kNeighbours = 4;
   const size_t k = std::min(kNeighbours, near.size());

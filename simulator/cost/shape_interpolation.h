@@ -59,10 +59,16 @@ struct PeakRates {
 //     efficiency it has there, where a line through the times would not);
 //   - otherwise the weighted geometric mean of its nearest measured
 //     neighbours' slowness (the four of least log distance, weights 1 /
-//     distance^2), shapes of another attention head width (another kernel)
-//     only when none of its own was measured;
+//     distance^2);
+// where an attention shape is compared by what its kernel's efficiency
+// follows (efficiencyFields): heads in flight b x h, the sequence, the
+// head width (another kernel: only shapes of the same width count) and
+// the grouping;
 // and never less than 1: no shape runs faster than the peaks. Nothing when
 // no measured shape has the key's form.
+// "b=1 t=8192 c=1600 h=25" -> "bh=25 t=8192 head=w64"; other keys as they are.
+ShapeFields efficiencyFields(const ShapeFields& fields);
+
 class WorkInterpolator {
  public:
   WorkInterpolator() = default;

@@ -28,8 +28,9 @@ struct SimulateSettings {
   // Calibration (docs/simulator.md) replacing the roofline defaults: the name
   // of one that comes with tandem or a file; "auto" (kShippedCalibration):
   // the profile shipped for the topology's GPU, the defaults with a warning
-  // where none is; empty or "none": the defaults.
-  std::string calibration;
+  // where none is (the default, as `tandem simulate`'s); empty or "none":
+  // the defaults.
+  std::string calibration = "auto";
   SymmetryMode symmetry = SymmetryMode::Auto;
   std::optional<Algorithm> algorithm;  // forced collective algorithm (ring, tree, nvls)
   std::optional<Protocol> protocol;    // forced protocol (ll, ll128, simple)

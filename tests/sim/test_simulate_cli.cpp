@@ -331,3 +331,31 @@ TEST_CASE("tandem simulate warns when the plan does not fit the topology's GPUs"
   CHECK(found);
   std::filesystem::remove(db);
 }
+
+TEST_CASE("tandem simulate takes the profile shipped for the topology's GPU, or says it has none", "[cli]") {
+  REQUIRE(std::filesystem::exists(tandemBin()));
+  const std::string job = "simulate default --set parallel.data_parallel=1 --set model.layers=2 --topology ";
+  // An H200 machine: the shipped H200 profile, named, by default and as "auto".
+  const Output h200 = run(job + "h200x2-nv18");
+  INFO(h200.text);
+  REQUIRE(h200.status == 0);
+  CHECK(h200.text.find("kernel times     h200.yaml (shipped for the H200)") != std::string::npos);
+  CHECK(h200.text.find("warning") == std::string::npos);
+  const Output json = run(job + "h200x2-nv18 --json");
+  const nlohmann::json doc = nlohmann::json::parse(json.text);
+  CHECK(doc.at("calibration") == "h200.yaml (shipped for the H200)");
+  const std::string file = std::string(TANDEM_SOURCE_DIR) + "/resources/calibration/h200.yaml";
+  const Output by_file = run(job + "h200x2-nv18 --json --calibration " + file);
+  CHECK(nlohmann::json::parse(by_file.text).at("step_ns") == doc.at("step_ns"));
+  // The H100's is derived from it.
+  CHECK(run(job + "dgx-h100").text.find("h100.yaml (shipped for the H100)") != std::string::npos);
+  // An A100 has none: the roofline, and a warning that says so.
+  const Output a100 = run(job + "hgx-a100");
+  CHECK(a100.status == 0);
+  CHECK(a100.text.find("warning: no calibration comes with tandem for the GPUs of hgx-a100") != std::string::npos);
+  CHECK(a100.text.find("kernel times     roofline defaults") != std::string::npos);
+  // none asks for the roofline without a word.
+  const Output none = run(job + "h200x2-nv18 --calibration none");
+  CHECK(none.text.find("kernel times     roofline defaults") != std::string::npos);
+  CHECK(none.text.find("warning") == std::string::npos);
+}
