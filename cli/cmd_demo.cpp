@@ -48,9 +48,10 @@ int64_t simulateIntoTrace(const Plan& plan, const DemoOptions& o) {
   const sim::SimulateOutcome out = sim::simulateJob(request);
   const sim::SimResult& result = out.result;
   const double tokens_per_s = double(out.plan.job.tokensPerStep()) / (double(result.step_ns) * 1e-9);
-  fmt::print("simulated step on {}: {:.2f} ms, {:.0f} tokens/s ({} collectives, {} flows, {} events)\n",
+  fmt::print("simulated step on {}: {:.2f} ms, {:.0f} tokens/s ({} collectives, {} flows, {} events; kernel times: "
+             "{})\n",
              out.topology.name, double(result.step_ns) / 1e6, tokens_per_s, result.stats.collectives,
-             result.stats.flows, result.stats.events);
+             result.stats.flows, result.stats.events, out.calibration_used);
   return out.run_id;
 }
 
