@@ -11,7 +11,11 @@
 
 #include "cli/command_registry.h"
 #include "cli/job_options.h"
+#include "engine/spec/resources.h"
+#include "simulator/cost/calibration_lookup.h"
+#include "simulator/cost/cost_model.h"
 #include "simulator/pipeline/config_sweep.h"
+#include "simulator/topology/topology_presets.h"
 #include "traces/store/atomic_output.h"
 
 namespace tandem::cli {
@@ -60,6 +64,11 @@ void runSweep(const SweepCliOptions& o) {
   }
   request.settings.topology = o.topology;
   request.settings.calibration = o.calibration;
+  // What every combination shares is checked once: a bad topology or
+  // calibration is one error, not a table of skipped rows.
+  sim::loadTopology(resourcePath(o.topology));
+  if (o.calibration != sim::kShippedCalibration && o.calibration != sim::kNoCalibration && !o.calibration.empty())
+    sim::loadCalibration(sim::calibrationPath(o.calibration));
   request.threads = o.threads;
   const size_t total = sim::sweepCombinations(request.axes).size();
   if (total > 100000) throw std::runtime_error(fmt::format("sweep: {} combinations is too many (at most 100000)", total));
@@ -97,6 +106,7 @@ void runSweep(const SweepCliOptions& o) {
     fmt::print("skipped {}: {}\n", what, r.why_not);
   }
   fmt::print("{} of {} combinations simulated\n", simulated, rows.size());
+  if (simulated == 0) throw std::runtime_error("sweep: no combination could be simulated (reasons above)");
   // The best one that fits, as arguments to paste.
   for (const sim::SweepRow& r : rows) {
     if (!r.simulated || !r.fits_memory) continue;

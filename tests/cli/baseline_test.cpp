@@ -120,4 +120,9 @@ TEST_CASE("tandem sweep: a ranked table, the best line's arguments, a CSV; bad -
   const auto bad = runTandem("sweep default --topology h200x2-nv18 --vary training.micro_batch", csv + ".bad");
   CHECK(bad.exit_code == 1);
   CHECK_THAT(bad.err, Catch::StartsWith("tandem: error: sweep: --vary takes KEY=V1,V2"));
+  // What every combination shares fails once, before any simulation.
+  const auto topo = runTandem("sweep default --topology no-such-machine --vary training.micro_batch=4,8", csv + ".t");
+  CHECK(topo.exit_code == 1);
+  CHECK_THAT(topo.err, Catch::StartsWith("tandem: error: 'no-such-machine' is neither a preset"));
+  CHECK(topo.out.find("skipped") == std::string::npos);
 }
