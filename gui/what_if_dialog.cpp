@@ -15,6 +15,7 @@
 #include <QVBoxLayout>
 
 #include "engine/spec/job.h"
+#include "gui/sweep_dialog.h"
 #include "gui/timeline_math.h"
 #include "gui/what_if_worker.h"
 #include "simulator/cost/calibration_lookup.h"
@@ -223,6 +224,13 @@ void WhatIfDialog::addStatusArea(QVBoxLayout* layout) {
   fit_row_->hide();
   layout->addWidget(fit_row_);
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, this);
+  // A sweep over some fields, from these settings (gui/sweep_dialog.h).
+  auto* sweep = buttons->addButton(tr("Sweep..."), QDialogButtonBox::ActionRole);
+  connect(sweep, &QPushButton::clicked, this, [this] {
+    auto* d = new SweepDialog(request(), this);
+    d->setAttribute(Qt::WA_DeleteOnClose);
+    d->show();
+  });
   simulate_ = buttons->addButton(tr("Simulate"), QDialogButtonBox::ActionRole);
   simulate_->setEnabled(!out_path_.isEmpty());
   layout->addWidget(buttons);
