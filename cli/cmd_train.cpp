@@ -19,6 +19,7 @@ struct TrainOptions {
   std::string backend = "cpu";
   int steps = 0;
   int log_every = 10;
+  CheckpointOptions checkpoints;
 };
 
 void addTrainCommand(CLI::App& root) {
@@ -30,12 +31,24 @@ void addTrainCommand(CLI::App& root) {
   cmd->add_option("--steps", o->steps, "steps to train (default: training.steps of the job)")
       ->check(wholeNumberAtLeast(1));
   cmd->add_option("--log-every", o->log_every, "print a line every N steps")->check(wholeNumberAtLeast(1));
+  cmd->add_option("--checkpoint-dir", o->checkpoints.dir,
+                  "folder of checkpoints (DIR/step-N: a file per rank and layer, manifest.json written last)")
+      ->type_name("DIR");
+  cmd->add_option("--checkpoint-every", o->checkpoints.every, "write a checkpoint every N steps (on a thread of its own)")
+      ->check(wholeNumberAtLeast(1));
+  cmd->add_option("--keep", o->checkpoints.keep, "complete checkpoints to keep, the newest (default: all)")
+      ->check(wholeNumberAtLeast(1));
+  cmd->add_flag("--resume", o->checkpoints.resume,
+                "continue from the newest complete checkpoint in --checkpoint-dir (from step 0 when there is none); "
+                "--steps is the step to train up to");
   cmd->callback([o] {
     const JobSpec job = o->job.load();
     const Plan plan = buildPlan(job);
     fmt::print("training {} on the CPU reference executor: {} ranks, {} tokens per step\n", job.name,
                plan.world_size, job.tokensPerStep());
-    const TrainingReport rep = trainOnCpu(plan, o->steps, o->log_every, stdout);
+    if (o->checkpoints.every > 0 && o->checkpoints.dir.empty())
+      throw std::runtime_error("train: --checkpoint-every needs --checkpoint-dir");
+    const TrainingReport rep = trainOnCpu(plan, o->steps, o->log_every, stdout, o->checkpoints);
     fmt::print("done: {} steps in {:.1f} s ({:.0f} tokens/s); loss {:.4f} -> {:.4f} (mean of the last tenth)\n",
                rep.steps, rep.seconds, rep.tokens_per_second, rep.first_loss, rep.final_loss);
     if (!std::isnan(rep.optimal_loss))

@@ -3,6 +3,7 @@
 // by `tandem train` and `tandem demo`.
 
 #include <cstdio>
+#include <string>
 
 #include "engine/plan/plan.h"
 
@@ -17,8 +18,19 @@ struct TrainingReport {
   double tokens_per_second = 0;
 };
 
-// Trains `steps` steps (the job's steps when 0), printing one line every
-// `log_every` steps (and the first and last).
-TrainingReport trainOnCpu(const Plan& plan, int steps, int log_every, std::FILE* out);
+// Checkpoints of a CPU training (engine/checkpoint/checkpoint.h).
+struct CheckpointOptions {
+  std::string dir;     // empty: no checkpoints
+  int every = 0;       // steps between checkpoints (0: none written)
+  int keep = 0;        // complete checkpoints kept (0: all)
+  bool resume = false; // continue from the newest complete checkpoint in dir
+};
+
+// Trains up to step `steps` (the job's steps when 0), printing one line
+// every `log_every` steps (and the first and last). With checkpoints: the
+// newest complete one resumed first (the steps already done are not run
+// again), one written every `every` steps on a thread of its own.
+TrainingReport trainOnCpu(const Plan& plan, int steps, int log_every, std::FILE* out,
+                          const CheckpointOptions& checkpoints = {});
 
 }  // namespace tandem::cli

@@ -677,4 +677,39 @@ void CpuExecutor::writeBuffer(int rank, int buffer, const std::vector<float>& va
 const Plan& CpuExecutor::plan() const { return impl_->plan; }
 int CpuExecutor::stepsDone() const { return impl_->steps_done; }
 
+checkpoint::Snapshot CpuExecutor::snapshot() const {
+  checkpoint::Snapshot s;
+  s.step = impl_->steps_done;
+  s.update_pending = impl_->pending_update >= 0;
+  s.ranks.resize(size_t(impl_->plan.world_size));
+  for (int r = 0; r < impl_->plan.world_size; ++r) {
+    const RankPlan& program = impl_->programOf(r);
+    for (int id : checkpoint::savedBuffers(program)) {
+      const Buffer& b = program.buffers[size_t(id)];
+      const std::byte* at = impl_->arenas[size_t(r)].data() + b.offset;
+      s.ranks[size_t(r)].push_back({id, std::vector<std::byte>(at, at + b.bytes)});
+    }
+  }
+  return s;
+}
+
+void CpuExecutor::restore(const checkpoint::Snapshot& snap) {
+  if (snap.ranks.size() != size_t(impl_->plan.world_size))
+    throw checkpoint::CheckpointError(fmt::format("the checkpoint has {} ranks, the plan {}", snap.ranks.size(),
+                                                  impl_->plan.world_size));
+  for (int r = 0; r < impl_->plan.world_size; ++r) {
+    const RankPlan& program = impl_->programOf(r);
+    for (const checkpoint::BufferBytes& bb : snap.ranks[size_t(r)]) {
+      const Buffer& b = program.buffers.at(size_t(bb.buffer));
+      if (size_t(b.bytes) != bb.bytes.size())
+        throw checkpoint::CheckpointError(fmt::format("rank {} buffer {}: {} bytes, the plan has {}", r, b.name,
+                                                      bb.bytes.size(), b.bytes));
+      std::memcpy(impl_->arenas[size_t(r)].data() + b.offset, bb.bytes.data(), bb.bytes.size());
+    }
+  }
+  impl_->steps_done = int(snap.step);
+  // The step whose AdamW the next step's first tasks apply.
+  impl_->pending_update = snap.update_pending ? int(snap.step) - 1 : -1;
+}
+
 }  // namespace tandem::cpu

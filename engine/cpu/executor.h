@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/numerics/data.h"
 #include "engine/plan/plan.h"
 
@@ -53,6 +54,13 @@ class CpuExecutor {
 
   const Plan& plan() const;
   int stepsDone() const;
+
+  // The state a checkpoint holds (engine/checkpoint/checkpoint.h): every
+  // rank's persistent buffers as they are between steps, the steps done and
+  // whether the last step's AdamW is still to run. Restoring it makes the
+  // next steps bit-identical to those of the executor it was taken from.
+  checkpoint::Snapshot snapshot() const;
+  void restore(const checkpoint::Snapshot& snap);
 
  private:
   struct Impl;

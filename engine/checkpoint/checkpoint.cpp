@@ -1,0 +1,246 @@
+#include "engine/checkpoint/checkpoint.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "engine/numerics/init.h"
+
+namespace tandem::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kFormat = "tandem checkpoint 1";
+constexpr const char* kManifest = "manifest.json";
+
+std::string stepFolderName(int64_t step) { return fmt::format("step-{:08d}", step); }
+
+std::string fileName(int rank, int layer) {
+  return layer < 0 ? fmt::format("rank{}-other.bin", rank) : fmt::format("rank{}-layer{}.bin", rank, layer);
+}
+
+std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+// The layout a checkpoint's shards depend on.
+Json layoutOf(const JobSpec& job, int world) {
+  const ParallelSpec& p = job.parallel;
+  return Json{{"world", world},
+              {"data_parallel", p.data_parallel},
+              {"tensor_parallel", p.tensor_parallel},
+              {"pipeline_parallel", p.pipeline_parallel},
+              {"pipeline_chunks", p.pipeline_chunks},
+              {"context_parallel", p.context_parallel},
+              {"shard_optimizer", p.shard_optimizer},
+              {"shard_parameters", p.shard_parameters},
+              {"shard_group_size", p.shard_group_size}};
+}
+
+// The complete checkpoints of DIR by step.
+std::map<int64_t, fs::path> completeCheckpoints(const fs::path& dir) {
+  std::map<int64_t, fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("step-", 0) != 0 || name.size() != 13) continue;
+    if (name.find_first_not_of("0123456789", 5) != std::string::npos) continue;
+    if (!fs::is_regular_file(e.path() / kManifest)) continue;  // interrupted: skipped
+    out[std::stoll(name.substr(5))] = e.path();
+  }
+  return out;
+}
+
+void writeWhole(const fs::path& path, const void* data, size_t size) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(static_cast<const char*>(data), std::streamsize(size));
+  f.flush();
+  if (!f) throw CheckpointError(fmt::format("{}: cannot write the checkpoint file", path.string()));
+}
+
+std::vector<std::byte> readWhole(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw CheckpointError(fmt::format("{}: missing (the checkpoint's manifest names it)", path.string()));
+  std::vector<char> raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(raw.size());
+  std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+
+}  // namespace
+
+std::vector<int> savedBuffers(const RankPlan& program) {
+  std::vector<int> ids;
+  for (const Buffer& b : program.buffers)
+    if (b.persistent && b.parent < 0 && b.bytes > 0) ids.push_back(b.id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+fs::path writeCheckpoint(const fs::path& dir, const Plan& plan, const Snapshot& snap, int keep,
+                         const std::string& tool_version) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw CheckpointError(fmt::format("{}: cannot create the checkpoint folder: {}", dir.string(), ec.message()));
+  const fs::path folder = dir / stepFolderName(snap.step);
+  fs::remove_all(folder, ec);  // an interrupted write of the same step
+  fs::create_directories(folder, ec);
+  if (ec) throw CheckpointError(fmt::format("{}: cannot create: {}", folder.string(), ec.message()));
+  Json files = Json::array();
+  for (size_t r = 0; r < snap.ranks.size(); ++r) {
+    const RankPlan& program = plan.forRank(int(r));
+    // One file per layer of the rank's buffers, in id order within it.
+    std::map<int, std::vector<const BufferBytes*>> by_layer;
+    for (const BufferBytes& b : snap.ranks[r]) by_layer[program.buffers.at(size_t(b.buffer)).layer].push_back(&b);
+    for (const auto& [layer, buffers] : by_layer) {
+      std::vector<std::byte> data;
+      Json entries = Json::array();
+      for (const BufferBytes* b : buffers) {
+        const Buffer& buf = program.buffers.at(size_t(b->buffer));
+        entries.push_back({{"id", buf.id}, {"name", buf.name}, {"offset", data.size()}, {"bytes", b->bytes.size()}});
+        data.insert(data.end(), b->bytes.begin(), b->bytes.end());
+      }
+      const std::string name = fileName(int(r), layer);
+      writeWhole(folder / name, data.data(), data.size());
+      files.push_back({{"path", name},
+                       {"rank", r},
+                       {"layer", layer},
+                       {"bytes", data.size()},
+                       {"fnv1a64", hex64(fnv1a64(data.data(), data.size()))},
+                       {"buffers", entries}});
+    }
+  }
+  Json m;
+  m["format"] = kFormat;
+  m["tool_version"] = tool_version;
+  m["plan_format"] = kPlanFormatVersion;
+  m["job_hash"] = plan.job.content_hash;
+  m["job_yaml"] = plan.job.yaml;
+  m["step"] = snap.step;
+  m["data_position"] = snap.step;  // the data and dropout are functions of (seed, step)
+  m["lr_step"] = snap.step;
+  m["seed"] = plan.job.training.seed;
+  m["update_pending"] = snap.update_pending;
+  m["layout"] = layoutOf(plan.job, plan.world_size);
+  m["files"] = files;
+  const std::string text = m.dump(2) + "\n";
+  const fs::path tmp = folder / fmt::format("{}.tmp-{}", kManifest, ::getpid());
+  writeWhole(tmp, text.data(), text.size());
+  fs::rename(tmp, folder / kManifest, ec);  // the checkpoint exists from here on
+  if (ec) throw CheckpointError(fmt::format("{}: cannot complete the checkpoint: {}", folder.string(), ec.message()));
+  if (keep > 0) {
+    const auto all = completeCheckpoints(dir);
+    int excess = int(all.size()) - keep;
+    for (const auto& [step, path] : all)
+      if (excess-- > 0) fs::remove_all(path, ec);
+  }
+  return folder;
+}
+
+std::optional<fs::path> latestCheckpoint(const fs::path& dir) {
+  const auto all = completeCheckpoints(dir);
+  if (all.empty()) return std::nullopt;
+  return all.rbegin()->second;
+}
+
+Snapshot readCheckpoint(const fs::path& folder, const Plan& plan) {
+  const fs::path manifest_path = folder / kManifest;
+  std::ifstream in(manifest_path);
+  if (!in) throw CheckpointError(fmt::format("{}: no manifest (an interrupted checkpoint)", folder.string()));
+  Json m;
+  try {
+    m = Json::parse(in);
+  } catch (const Json::parse_error& e) {
+    throw CheckpointError(fmt::format("{}: damaged manifest: {}", manifest_path.string(), e.what()));
+  }
+  if (!m.is_object() || m.value("format", "") != kFormat)
+    throw CheckpointError(fmt::format("{}: not a tandem checkpoint manifest", manifest_path.string()));
+  try {
+    // The same model, training and data; the layout is checked apart, so
+    // that the message says which of the two differs.
+    const JobSpec saved = parseJob(m.at("job_yaml").get<std::string>(), manifest_path.string());
+    TrainingSpec a = saved.training, b = plan.job.training;
+    a.steps = b.steps = 0;  // resuming for more steps is the point
+    if (!(saved.model == plan.job.model) || !(a == b) || !(saved.data == plan.job.data))
+      throw CheckpointError(fmt::format("{}: written by another job ({}, hash {}), not {}: its model, training or "
+                                        "data settings differ",
+                                        folder.string(), saved.name, m.at("job_hash").get<std::string>(),
+                                        plan.job.name));
+    if (m.at("layout") != layoutOf(plan.job, plan.world_size))
+      throw CheckpointError(fmt::format(
+          "{}: written with layout {} but the job now has {}: resharding a checkpoint is not done (ZeRO shards and "
+          "tensor- or pipeline-parallel slices would have to be split and joined); resume with the layout it was "
+          "written with",
+          folder.string(), m.at("layout").dump(), layoutOf(plan.job, plan.world_size).dump()));
+    Snapshot snap;
+    snap.step = m.at("step").get<int64_t>();
+    snap.update_pending = m.value("update_pending", false);
+    snap.ranks.resize(size_t(plan.world_size));
+    for (const Json& f : m.at("files")) {
+      const fs::path path = folder / f.at("path").get<std::string>();
+      const std::vector<std::byte> data = readWhole(path);
+      if (data.size() != f.at("bytes").get<size_t>())
+        throw CheckpointError(fmt::format("{}: {} bytes where the manifest says {} (a truncated file)", path.string(),
+                                          data.size(), f.at("bytes").get<size_t>()));
+      if (hex64(fnv1a64(data.data(), data.size())) != f.at("fnv1a64").get<std::string>())
+        throw CheckpointError(fmt::format("{}: checksum mismatch (a damaged file)", path.string()));
+      const int rank = f.at("rank").get<int>();
+      if (rank < 0 || rank >= plan.world_size)
+        throw CheckpointError(fmt::format("{}: rank {} outside the job's {} ranks", path.string(), rank,
+                                          plan.world_size));
+      const RankPlan& program = plan.forRank(rank);
+      for (const Json& e : f.at("buffers")) {
+        const int id = e.at("id").get<int>();
+        const size_t offset = e.at("offset").get<size_t>(), bytes = e.at("bytes").get<size_t>();
+        if (id < 0 || size_t(id) >= program.buffers.size() || program.buffers[size_t(id)].name != e.at("name") ||
+            size_t(program.buffers[size_t(id)].bytes) != bytes || offset + bytes > data.size())
+          throw CheckpointError(fmt::format("{}: buffer {} ({}) does not match the job's plan", path.string(), id,
+                                            e.at("name").get<std::string>()));
+        BufferBytes b;
+        b.buffer = id;
+        b.bytes.assign(data.begin() + long(offset), data.begin() + long(offset + bytes));
+        snap.ranks[size_t(rank)].push_back(std::move(b));
+      }
+    }
+    // Every buffer the plan keeps across steps must be there.
+    for (int r = 0; r < plan.world_size; ++r)
+      if (snap.ranks[size_t(r)].size() != savedBuffers(plan.forRank(r)).size())
+        throw CheckpointError(fmt::format("{}: rank {} has {} of its {} buffers", folder.string(), r,
+                                          snap.ranks[size_t(r)].size(), savedBuffers(plan.forRank(r)).size()));
+    return snap;
+  } catch (const Json::exception& e) {
+    throw CheckpointError(fmt::format("{}: damaged manifest: {}", manifest_path.string(), e.what()));
+  }
+}
+
+AsyncWriter::AsyncWriter(fs::path dir, const Plan& plan, int keep, std::string tool_version)
+    : dir_(std::move(dir)), plan_(plan), keep_(keep), tool_version_(std::move(tool_version)) {}
+
+AsyncWriter::~AsyncWriter() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void AsyncWriter::wait() {
+  if (thread_.joinable()) thread_.join();
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void AsyncWriter::submit(Snapshot snap) {
+  wait();
+  thread_ = std::thread([this, s = std::move(snap)] {
+    try {
+      const fs::path folder = writeCheckpoint(dir_, plan_, s, keep_, tool_version_);
+      if (on_written) on_written(folder);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  });
+}
+
+}  // namespace tandem::checkpoint

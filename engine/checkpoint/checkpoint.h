@@ -1,0 +1,92 @@
+#pragma once
+// Checkpoints of a training run (issue 51), shared by the executors: what a
+// step's state is, how it is laid out on disk, and how it is read back.
+//
+// A checkpoint is a folder DIR/step-NNNNNNNN holding, per rank, one file
+// per layer of that rank's persistent buffers (parameters, master weights,
+// optimizer state, the gradient accumulators: whatever the memory plan
+// keeps across steps, so a reader can stream layer by layer), and
+// manifest.json, written last through a temporary name and a rename: the
+// job's content hash, the plan format and tool version, the step (the data
+// position and the learning-rate schedule follow from it; the data and
+// dropout are functions of the step and the job's seed), the layout (world,
+// tensor, pipeline, data, context parallel; what is sharded) and per file
+// its size, its FNV-1a 64 checksum and the buffers in it. A folder without a
+// manifest is an interrupted write and is skipped; a file whose size or
+// checksum differs from the manifest's is named in a one-line error.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/plan/plan.h"
+
+namespace tandem::checkpoint {
+
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One rank's persistent buffer as it is saved: the plan's buffer and its bytes.
+struct BufferBytes {
+  int buffer = -1;  // index into the rank's program's buffers
+  std::vector<std::byte> bytes;
+};
+
+// A step's state: every rank's persistent buffers, copied out of the
+// executor (so that writing it can go on while training does).
+struct Snapshot {
+  int64_t step = 0;              // steps completed
+  bool update_pending = false;   // schedule.optimizer_beside_forward: the last step's AdamW not yet applied
+  std::vector<std::vector<BufferBytes>> ranks;  // per rank
+};
+
+// The buffers a rank's checkpoint holds: its program's persistent buffers
+// that are not views into another, in id order.
+std::vector<int> savedBuffers(const RankPlan& program);
+
+// Writes `snap` of `plan` as DIR/step-NNNNNNNN (manifest last); then keeps
+// the newest `keep` complete checkpoints (0: all). Returns the folder.
+// Throws CheckpointError naming the path on a failed write.
+std::filesystem::path writeCheckpoint(const std::filesystem::path& dir, const Plan& plan, const Snapshot& snap,
+                                      int keep, const std::string& tool_version);
+
+// The newest complete checkpoint in DIR (one with a manifest), if any.
+std::optional<std::filesystem::path> latestCheckpoint(const std::filesystem::path& dir);
+
+// Reads a checkpoint for `plan`: checks the job (content hash) and the
+// layout, every file's size and checksum, and returns the snapshot. Throws
+// CheckpointError with one line naming what differs: another job, another
+// layout (saying that resharding is not done, and why), a damaged file.
+Snapshot readCheckpoint(const std::filesystem::path& folder, const Plan& plan);
+
+// Writes snapshots on a thread of its own, one at a time: the step loop
+// hands a snapshot over and goes on; the next submit (or wait) waits for
+// the write before.
+class AsyncWriter {
+ public:
+  AsyncWriter(std::filesystem::path dir, const Plan& plan, int keep, std::string tool_version);
+  ~AsyncWriter();  // waits for the write in flight
+  void submit(Snapshot snap);
+  // Waits for the write in flight; rethrows its error.
+  void wait();
+  // Called on the writer's thread after each completed write (the folder).
+  std::function<void(const std::filesystem::path&)> on_written;
+
+ private:
+  std::filesystem::path dir_;
+  const Plan& plan_;
+  int keep_;
+  std::string tool_version_;
+  std::thread thread_;
+  std::exception_ptr error_;
+};
+
+}  // namespace tandem::checkpoint

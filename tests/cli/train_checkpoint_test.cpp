@@ -1,0 +1,44 @@
+// tandem train's checkpoints on the command line (engine/checkpoint/checkpoint.h).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <sstream>
+
+#include "tests/cli/cli_test_util.h"
+#include "tests/traces/test_fixtures.h"
+
+using namespace tandem;
+using namespace tandem::cli::testing;
+
+TEST_CASE("tandem train --checkpoint-dir --resume continues where a stopped run left off", "[cli][checkpoint]") {
+  const std::string dir = traces::testing::tempTracePath("train-ckpt");
+  std::filesystem::remove_all(dir);
+  auto lossLines = [](const std::string& out) {
+    std::string lines;
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind("step ", 0) == 0) {
+        // "step N/LAST  loss ...  grad norm ...": the step and its figures, not the run's last step.
+        const size_t loss = l.find("loss"), lr = l.find("  lr");
+        lines += l.substr(0, l.find('/')) + " " + l.substr(loss, lr - loss) + "\n";
+      }
+    return lines;
+  };
+  const auto straight = runTandem("train tiny --steps 4 --log-every 1", dir + ".straight");
+  REQUIRE(straight.exit_code == 0);
+  const auto first = runTandem("train tiny --steps 2 --log-every 1 --checkpoint-dir " + shellQuote(dir) +
+                                   " --checkpoint-every 2 --keep 1",
+                               dir + ".first");
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  CHECK_THAT(first.out, Catch::Contains("checkpoint written: ") && Catch::Contains("step-00000002"));
+  const auto rest =
+      runTandem("train tiny --steps 4 --log-every 1 --checkpoint-dir " + shellQuote(dir) + " --resume", dir + ".rest");
+  INFO(rest.out << rest.err);
+  REQUIRE(rest.exit_code == 0);
+  CHECK_THAT(rest.out, Catch::Contains("(step 2)"));
+  CHECK(lossLines(first.out) + lossLines(rest.out) == lossLines(straight.out));
+  const auto bad = runTandem("train tiny --steps 2 --checkpoint-every 1", dir + ".bad");
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.err, Catch::Contains("--checkpoint-every needs --checkpoint-dir"));
+}
