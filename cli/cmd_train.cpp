@@ -3,6 +3,8 @@
 #include <fmt/core.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "cli/command_registry.h"
@@ -38,6 +40,10 @@ void addTrainCommand(CLI::App& root) {
       ->check(wholeNumberAtLeast(1));
   cmd->add_option("--keep", o->checkpoints.keep, "complete checkpoints to keep, the newest (default: all)")
       ->check(wholeNumberAtLeast(1));
+  cmd->add_option("--check-replicas-every", o->checkpoints.check_replicas_every,
+                  "every N steps compare the data-parallel replicas' parameters (hashes) and stop with an error "
+                  "naming the ranks and the tensor when they differ")
+      ->check(wholeNumberAtLeast(1));
   cmd->add_flag("--resume", o->checkpoints.resume,
                 "continue from the newest complete checkpoint in --checkpoint-dir (from step 0 when there is none); "
                 "--steps is the step to train up to");
@@ -46,6 +52,12 @@ void addTrainCommand(CLI::App& root) {
     const Plan plan = buildPlan(job);
     fmt::print("training {} on the CPU reference executor: {} ranks, {} tokens per step\n", job.name,
                plan.world_size, job.tokensPerStep());
+    // Tests of the replica check: TANDEM_TEST_FLIP_BIT=RANK:STEP flips one
+    // bit of that rank's parameters after that step.
+    if (const char* flip = std::getenv("TANDEM_TEST_FLIP_BIT")) {
+      if (std::sscanf(flip, "%d:%d", &o->checkpoints.flip_rank, &o->checkpoints.flip_after_step) != 2)
+        throw std::runtime_error("TANDEM_TEST_FLIP_BIT takes RANK:STEP");
+    }
     if (o->checkpoints.every > 0 && o->checkpoints.dir.empty())
       throw std::runtime_error("train: --checkpoint-every needs --checkpoint-dir");
     const TrainingReport rep = trainOnCpu(plan, o->steps, o->log_every, stdout, o->checkpoints);

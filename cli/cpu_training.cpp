@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/consistency.h"
 #include "engine/cpu/executor.h"
 #include "engine/numerics/data.h"
 #include "vocabulary/version.h"
@@ -53,6 +54,19 @@ TrainingReport trainOnCpu(const Plan& plan, int steps, int log_every, std::FILE*
       fmt::print(out, "step {:>5}/{}  loss {:.4f}  grad norm {:.3f}  lr {:.2e}  {:.0f} tokens/s\n", s + 1, last,
                  r.loss, r.grad_norm, r.lr, tokens / std::max(r.seconds, 1e-9));
     std::fflush(out);
+    if (checkpoints.flip_rank >= 0 && s + 1 == checkpoints.flip_after_step) {
+      const std::vector<int> ids = checkpoint::replicatedBuffers(plan, checkpoints.flip_rank);
+      if (!ids.empty()) exec.flipBit(checkpoints.flip_rank, ids.front(), 0);
+      fmt::print(out, "test: one bit of rank {}'s parameters flipped after step {}\n", checkpoints.flip_rank, s + 1);
+    }
+    if (checkpoints.check_replicas_every > 0 && (s + 1) % checkpoints.check_replicas_every == 0) {
+      const auto mismatch = checkpoint::checkReplicas(
+          plan, [&exec](int rank, int buffer) { return exec.bufferBytes(rank, buffer); });
+      if (mismatch) {
+        if (writer) writer->wait();  // the checkpoints before the fault stay usable
+        throw std::runtime_error(fmt::format("step {}: {}", s + 1, mismatch->line));
+      }
+    }
     // The step loop hands the state over and goes on; the write runs beside it.
     if (writer && (s + 1) % checkpoints.every == 0) writer->submit(exec.snapshot());
   }

@@ -24,6 +24,13 @@ struct CheckpointOptions {
   int every = 0;       // steps between checkpoints (0: none written)
   int keep = 0;        // complete checkpoints kept (0: all)
   bool resume = false; // continue from the newest complete checkpoint in dir
+  // Every this many steps the data-parallel replicas' parameters are
+  // hashed and compared (engine/checkpoint/consistency.h); a mismatch stops
+  // the training with an error naming the ranks and the tensor. 0: never.
+  int check_replicas_every = 0;
+  // Tests of that check: after step flip_after_step, one bit of rank
+  // flip_rank's first parameter is flipped (-1: never).
+  int flip_rank = -1, flip_after_step = -1;
 };
 
 // Trains up to step `steps` (the job's steps when 0), printing one line

@@ -693,6 +693,19 @@ checkpoint::Snapshot CpuExecutor::snapshot() const {
   return s;
 }
 
+std::vector<std::byte> CpuExecutor::bufferBytes(int rank, int buffer) const {
+  const Buffer& b = impl_->programOf(rank).buffers.at(size_t(buffer));
+  const std::byte* at = impl_->arenas.at(size_t(rank)).data() + b.offset;
+  return std::vector<std::byte>(at, at + b.bytes);
+}
+
+void CpuExecutor::flipBit(int rank, int buffer, int64_t bit) {
+  const Buffer& b = impl_->programOf(rank).buffers.at(size_t(buffer));
+  if (bit < 0 || bit >= b.bytes * 8) throw std::out_of_range("flipBit: bit outside the buffer");
+  std::byte& at = impl_->arenas.at(size_t(rank))[size_t(b.offset + bit / 8)];
+  at ^= std::byte(1u << (bit % 8));
+}
+
 void CpuExecutor::restore(const checkpoint::Snapshot& snap) {
   if (snap.ranks.size() != size_t(impl_->plan.world_size))
     throw checkpoint::CheckpointError(fmt::format("the checkpoint has {} ranks, the plan {}", snap.ranks.size(),

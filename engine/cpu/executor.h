@@ -61,6 +61,11 @@ class CpuExecutor {
   // next steps bit-identical to those of the executor it was taken from.
   checkpoint::Snapshot snapshot() const;
   void restore(const checkpoint::Snapshot& snap);
+  // A buffer's bytes as rank `rank` holds them (for the replica check,
+  // engine/checkpoint/consistency.h), and one bit of it flipped (for tests
+  // of that check: a fault on one rank).
+  std::vector<std::byte> bufferBytes(int rank, int buffer) const;
+  void flipBit(int rank, int buffer, int64_t bit);
 
  private:
   struct Impl;

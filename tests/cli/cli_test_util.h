@@ -36,9 +36,11 @@ inline std::string shellQuote(const std::string& s) {
   return out + "'";
 }
 
-inline CommandResult runTandem(const std::string& args, const std::string& scratch) {
+// `env`: "NAME=VALUE" words set for the command alone.
+inline CommandResult runTandem(const std::string& args, const std::string& scratch, const std::string& env = "") {
   std::string out = scratch + ".stdout", err = scratch + ".stderr";
-  std::string cmd = shellQuote(tandemBinary()) + " " + args + " > " + shellQuote(out) + " 2> " + shellQuote(err);
+  std::string cmd = (env.empty() ? "" : "env " + env + " ") + shellQuote(tandemBinary()) + " " + args + " > " +
+                    shellQuote(out) + " 2> " + shellQuote(err);
   int status = std::system(cmd.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

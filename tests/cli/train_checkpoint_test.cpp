@@ -42,3 +42,13 @@ TEST_CASE("tandem train --checkpoint-dir --resume continues where a stopped run 
   CHECK(bad.exit_code == 1);
   CHECK_THAT(bad.err, Catch::Contains("--checkpoint-every needs --checkpoint-dir"));
 }
+
+TEST_CASE("tandem train --check-replicas-every stops on a bit flipped on one rank", "[cli][replicas]") {
+  const std::string scratch = traces::testing::tempTracePath("replicas");
+  const auto clean = runTandem("train tiny --steps 3 --set parallel.data_parallel=2 --check-replicas-every 1", scratch);
+  CHECK(clean.exit_code == 0);
+  const auto faulty = runTandem("train tiny --steps 3 --set parallel.data_parallel=2 --check-replicas-every 1",
+                                scratch + ".f", "TANDEM_TEST_FLIP_BIT=1:2");
+  CHECK(faulty.exit_code == 1);
+  CHECK_THAT(faulty.err, Catch::StartsWith("tandem: error: step 2: replicas differ") && Catch::Contains("rank 1's"));
+}

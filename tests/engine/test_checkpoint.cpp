@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/consistency.h"
 #include "engine/cpu/executor.h"
 #include "engine/plan/planner.h"
 #include "tests/engine/test_jobs.h"
@@ -122,4 +123,29 @@ TEST_CASE("checkpoints: interrupted ones skipped, damaged ones named, the newest
   CHECK_THROWS_WITH(checkpoint::readCheckpoint(dir / "step-00000003", buildPlan(other)),
                     Catch::Contains("written by another job"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("replica check: data-parallel ranks agree bit for bit; one flipped bit is named", "[checkpoint][replicas]") {
+  JobSpec job = test::microJob(2, 2, 1);
+  job.training.precision = Precision::BF16;
+  const Plan plan = buildPlan(job);
+  cpu::CpuExecutor ex(plan);
+  const checkpoint::BufferReader read = [&ex](int rank, int buffer) { return ex.bufferBytes(rank, buffer); };
+  REQUIRE_FALSE(checkpoint::replicatedBuffers(plan, 0).empty());
+  for (int s = 0; s < 3; ++s) {
+    ex.step();
+    CHECK_FALSE(checkpoint::checkReplicas(plan, read));
+  }
+  const std::vector<int> ids = checkpoint::replicatedBuffers(plan, 1);
+  ex.flipBit(1, ids[2], 5);
+  const auto m = checkpoint::checkReplicas(plan, read);
+  REQUIRE(m);
+  CHECK(m->rank == 1);
+  CHECK(m->reference_rank == 0);
+  CHECK(m->tensor == plan.forRank(1).buffers[size_t(ids[2])].name);
+  CHECK_THAT(m->line, Catch::Contains("rank 1's " + m->tensor) && Catch::Contains("group 'dp'"));
+  // With the parameters sharded no two ranks hold the same bytes: nothing to compare.
+  JobSpec sharded = job;
+  sharded.parallel.shard_parameters = true;
+  CHECK(checkpoint::replicatedBuffers(buildPlan(sharded), 0).empty());
 }
