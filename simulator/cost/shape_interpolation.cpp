@@ -112,9 +112,9 @@ ShapeFields efficiencyFields(const ShapeFields& f) {
     else other = true;
   }
   if (other || b <= 0 || t <= 0 || c <= 0 || h <= 0) return f;
-  ShapeFields out = {{"bh", std::to_string(int64_t(b * h))},
-                     {"t", std::to_string(int64_t(t))},
-                     {"head", "w" + std::to_string(int64_t(c / h))}};  // a word: compared, not measured
+  std::string head = "w";  // a word: compared, not measured (appended: GCC 12 warns wrongly on "w" + string)
+  head += std::to_string(int64_t(c / h));
+  ShapeFields out = {{"bh", std::to_string(int64_t(b * h))}, {"t", std::to_string(int64_t(t))}, {"head", head}};
   if (kv > 0) out.emplace_back("group", std::to_string(int64_t(h / kv)));
   return out;
 }
