@@ -30,6 +30,7 @@ struct SweepCliOptions {
   std::string csv;
   bool json = false;
   int top = 20;
+  int gpus = 0;
 };
 
 void writeWhole(const std::string& path, const std::string& text) {
@@ -70,6 +71,7 @@ void runSweep(const SweepCliOptions& o) {
   if (o.calibration != sim::kShippedCalibration && o.calibration != sim::kNoCalibration && !o.calibration.empty())
     sim::loadCalibration(sim::calibrationPath(o.calibration));
   request.threads = o.threads;
+  request.gpus = o.gpus;
   const size_t total = sim::sweepCombinations(request.axes).size();
   if (total > 100000) throw std::runtime_error(fmt::format("sweep: {} combinations is too many (at most 100000)", total));
   fmt::print(stderr, "sweeping {} combinations of {} on {}\n", total, base.name, o.topology);
@@ -90,10 +92,8 @@ void runSweep(const SweepCliOptions& o) {
   for (const sim::SweepRow& r : rows) {
     if (!r.simulated || shown >= o.top) continue;
     std::string line = fmt::format("{:>4}", ++shown);
-    for (size_t i = 0; i < request.axes.size(); ++i) {
-      const std::string& s = r.sets[i];
-      line += fmt::format(" {:>{}}", s.substr(s.find('=') + 1), std::max<size_t>(request.axes[i].key.size(), 6));
-    }
+    for (const sim::SweepAxis& a : request.axes)
+      line += fmt::format(" {:>{}}", sim::sweepValue(r, a), std::max<size_t>(a.key.size(), 6));
     fmt::print("{} {:>5} {:>11.3f} {:>13.0f} {:>11.0f} {:>7.1f} {:>10.2f} {:>5} {:>12.3f}\n", line, r.world_size,
                r.step_ms, r.tokens_per_s, r.tokens_per_s / std::max(1, r.world_size), r.mfu_pct, r.peak_memory_gib,
                r.fits_memory ? "yes" : "NO", r.exposed_comm_ms);
@@ -130,12 +130,21 @@ void addSweepCommand(CLI::App& root) {
       ->type_name("KEY=V1,V2");
   cmd->add_option("--calibration", o->calibration, "as tandem simulate's (auto, none, a file or a shipped name)")
       ->capture_default_str();
+  cmd->add_option("--gpus", o->gpus,
+                  "every combination on this many GPUs: data_parallel = GPUs / (tensor x pipeline x context "
+                  "parallel), combinations that do not divide skipped")
+      ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--threads", o->threads, "simulations at once (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_option("--csv", o->csv, "also write every row as CSV")->type_name("FILE");
   cmd->add_flag("--json", o->json, "print every row as JSON instead of the table");
   cmd->add_option("--top", o->top, "rows of the table")->check(CLI::Range(1, 100000))->capture_default_str();
-  cmd->footer("Example:\n  tandem sweep llama2-7b --topology 4xdgx-h100 --vary parallel.tensor_parallel=1,2,4,8 \\\n"
-              "      --vary training.micro_batch=1,2 --vary recompute.policy=none,selective,full");
+  cmd->footer(
+      "Examples:\n  tandem sweep llama2-7b --topology 4xdgx-h100 --vary parallel.tensor_parallel=1,2,4,8 \\\n"
+      "      --vary training.micro_batch=1,2 --vary recompute.policy=none,selective,full\n"
+      "  tandem sweep llama2-70b --topology 128xdgx-h100 --gpus 1024 --vary parallel.tensor_parallel=1,2,4,8 \\\n"
+      "      --vary parallel.pipeline_parallel=1,2,4,8 \\\n"
+      "      --vary parallel.shard_optimizer+parallel.shard_parameters=false+false,true+false,true+true\n"
+      "(fields joined by + move together: one axis of three sharding choices)");
   cmd->callback([o] { runSweep(*o); });
 }
 

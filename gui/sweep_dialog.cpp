@@ -108,7 +108,7 @@ void SweepDialog::showRows() {
     const sim::SweepRow& r = rows_[i];
     int col = 0;
     auto put = [&](const QString& text) { table_->setItem(int(i), col++, new QTableWidgetItem(text)); };
-    for (const std::string& s : r.sets) put(QString::fromStdString(s.substr(s.find('=') + 1)));
+    for (const sim::SweepAxis& a : axes_) put(QString::fromStdString(sim::sweepValue(r, a)));
     if (r.simulated) {
       ++simulated;
       put(QString::number(r.world_size));

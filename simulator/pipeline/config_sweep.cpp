@@ -18,6 +18,18 @@ std::string trimmed(const std::string& s) {
   return s.substr(a, s.find_last_not_of(" \t") - a + 1);
 }
 
+// "a+b" -> {"a", "b"}: the fields (or values) of an axis that move together.
+std::vector<std::string> splitPlus(const std::string& s) {
+  std::vector<std::string> out;
+  size_t from = 0;
+  while (true) {
+    const size_t plus = s.find('+', from);
+    out.push_back(trimmed(s.substr(from, plus == std::string::npos ? std::string::npos : plus - from)));
+    if (plus == std::string::npos) return out;
+    from = plus + 1;
+  }
+}
+
 // One combination: planned and simulated; skipped with its reason when the
 // job, its plan or the topology refuses it.
 SweepRow simulateCombination(const ConfigSweepRequest& r, const std::vector<std::string>& sets) {
@@ -28,6 +40,17 @@ SweepRow simulateCombination(const ConfigSweepRequest& r, const std::vector<std:
     all.insert(all.end(), sets.begin(), sets.end());
     SimulateRequest request;
     request.job = parseJob(r.job_yaml, r.job_source, all);
+    if (r.gpus > 0) {
+      // The layout fills the GPUs asked for: what is left to data parallelism.
+      const ParallelSpec& p = request.job.parallel;
+      const int per_replica = p.tensor_parallel * p.pipeline_parallel * p.context_parallel;
+      if (r.gpus % per_replica != 0)
+        throw std::invalid_argument(fmt::format("{} GPUs do not hold whole replicas of {} (tensor x pipeline x "
+                                                "context parallel)",
+                                                r.gpus, per_replica));
+      all.push_back(fmt::format("parallel.data_parallel={}", r.gpus / per_replica));
+      request.job = parseJob(r.job_yaml, r.job_source, all);
+    }
     request.settings = r.settings;
     const SimulateOutcome out = simulateJob(request);
     row.simulated = true;
@@ -60,13 +83,22 @@ std::string csvField(const std::string& s) {
 }
 
 // The value of `key` in a combination.
-std::string valueOf(const std::vector<std::string>& sets, const std::string& key) {
+std::string valueOfField(const std::vector<std::string>& sets, const std::string& key) {
   for (const std::string& s : sets)
     if (s.compare(0, key.size() + 1, key + "=") == 0) return s.substr(key.size() + 1);
   return "";
 }
 
+// The value of an axis (joined fields' values joined by '+') in a combination.
+std::string valueOf(const std::vector<std::string>& sets, const std::string& key) {
+  std::string v;
+  for (const std::string& k : splitPlus(key)) v += (v.empty() ? "" : "+") + valueOfField(sets, k);
+  return v;
+}
+
 }  // namespace
+
+std::string sweepValue(const SweepRow& row, const SweepAxis& axis) { return valueOf(row.sets, axis.key); }
 
 SweepAxis parseSweepAxis(const std::string& arg) {
   const size_t eq = arg.find('=');
@@ -80,6 +112,9 @@ SweepAxis parseSweepAxis(const std::string& arg) {
     const size_t comma = list.find(',', from);
     const std::string v = trimmed(list.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
     if (v.empty()) throw std::invalid_argument("--vary " + arg + ": an empty value in the list");
+    if (splitPlus(v).size() != splitPlus(a.key).size())
+      throw std::invalid_argument(fmt::format("--vary {}: value '{}' has {} '+' parts where the key has {}", arg, v,
+                                              splitPlus(v).size(), splitPlus(a.key).size()));
     a.values.push_back(v);
     if (comma == std::string::npos) break;
     from = comma + 1;
@@ -90,11 +125,13 @@ SweepAxis parseSweepAxis(const std::string& arg) {
 std::vector<std::vector<std::string>> sweepCombinations(const std::vector<SweepAxis>& axes) {
   std::vector<std::vector<std::string>> out{{}};
   for (const SweepAxis& a : axes) {
+    const std::vector<std::string> keys = splitPlus(a.key);
     std::vector<std::vector<std::string>> next;
     for (const auto& prefix : out)
       for (const std::string& v : a.values) {
         next.push_back(prefix);
-        next.back().push_back(a.key + "=" + v);
+        const std::vector<std::string> parts = splitPlus(v);
+        for (size_t i = 0; i < keys.size() && i < parts.size(); ++i) next.back().push_back(keys[i] + "=" + parts[i]);
       }
     out = std::move(next);
   }

@@ -14,17 +14,22 @@
 
 namespace tandem::sim {
 
-// One --vary: a job field and its values ("parallel.tensor_parallel=1,2,4").
+// One --vary: a job field and its values ("parallel.tensor_parallel=1,2,4"),
+// or fields that move together, joined by '+' in the key and in each value
+// ("parallel.shard_optimizer+parallel.shard_parameters=false+false,true+false,true+true":
+// no sharding, the optimizer's, the parameters' too).
 struct SweepAxis {
   std::string key;
   std::vector<std::string> values;
 };
 
 // "KEY=V1,V2,..." -> an axis; throws std::invalid_argument naming the
-// argument when it has no '=', no key or an empty value.
+// argument when it has no '=', no key, an empty value, or a value with
+// another number of '+' parts than the key.
 SweepAxis parseSweepAxis(const std::string& arg);
 
-// Every combination, the last axis fastest: each a list of "KEY=VALUE".
+// Every combination, the last axis fastest: each a list of "KEY=VALUE",
+// an axis of joined fields giving one per field.
 std::vector<std::vector<std::string>> sweepCombinations(const std::vector<SweepAxis>& axes);
 
 struct SweepRow {
@@ -43,6 +48,10 @@ struct ConfigSweepRequest {
   std::string job_source;               // its name in errors
   std::vector<std::string> base_sets;   // --set overrides applied before the axes'
   std::vector<SweepAxis> axes;
+  // > 0: every combination on this many GPUs, its data-parallel size set to
+  // gpus / (tensor x pipeline x context parallel); skipped where that does
+  // not divide.
+  int gpus = 0;
   SimulateSettings settings;
   int threads = 0;                      // 0: all cores
 };
@@ -52,6 +61,9 @@ struct ConfigSweepRequest {
 // serialized, after each combination.
 std::vector<SweepRow> runConfigSweep(const ConfigSweepRequest& request,
                                      const std::function<void(size_t, size_t)>& progress = {});
+
+// A row's value of an axis ("4", or "true+false" for joined fields).
+std::string sweepValue(const SweepRow& row, const SweepAxis& axis);
 
 // Simulated rows first, by tokens/s (highest first), then the skipped ones.
 void rankSweepRows(std::vector<SweepRow>& rows);

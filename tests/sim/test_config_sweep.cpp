@@ -66,3 +66,25 @@ TEST_CASE("a sweep simulates every combination, skips the invalid ones with thei
   CHECK_THAT(csv, Catch::StartsWith("parallel.data_parallel,training.micro_batch,simulated,step_ms"));
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 10);
 }
+
+TEST_CASE("sweep axes of fields that move together, and a fixed GPU count", "[sweep]") {
+  const SweepAxis s = parseSweepAxis("parallel.shard_optimizer+parallel.shard_parameters=false+false,true+false");
+  const auto combos = sweepCombinations({s});
+  REQUIRE(combos.size() == 2);
+  CHECK(combos[1] == std::vector<std::string>{"parallel.shard_optimizer=true", "parallel.shard_parameters=false"});
+  CHECK_THROWS_WITH(parseSweepAxis("a+b=1,2+3"), Catch::Contains("'+' parts"));
+  ConfigSweepRequest r;
+  r.job_yaml = defaultJob().yaml;
+  r.base_sets = {"model.layers=2"};
+  r.axes = {parseSweepAxis("parallel.tensor_parallel=1,2,3")};
+  r.gpus = 4;
+  r.settings.topology = "dgx-h200";
+  r.settings.calibration = "none";
+  const std::vector<SweepRow> rows = runConfigSweep(r);
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0].world_size == 4);  // data parallel 4
+  CHECK(rows[1].world_size == 4);  // data parallel 2 x tensor parallel 2
+  CHECK(sweepValue(rows[1], r.axes[0]) == "2");
+  CHECK_FALSE(rows[2].simulated);
+  CHECK_THAT(rows[2].why_not, Catch::Contains("4 GPUs do not hold whole replicas of 3"));
+}
