@@ -56,6 +56,18 @@ sim::CalibrationInput parseInput(const std::string& arg) {
   return in;
 }
 
+// Writes a calibration whole or not at all, after checking that it loads.
+void writeCalibrationFile(const std::string& path, const std::string& yaml) {
+  sim::parseCalibration(yaml, path);  // what we write must load
+  traces::AtomicOutput output(path);
+  {
+    std::ofstream f(output.tempPath());
+    f << yaml;
+    if (!f) throw std::runtime_error(path + ": cannot write the calibration");
+  }
+  output.commit();
+}
+
 // --derive GPU --from FILE: the calibration of one GPU rescaled to another
 // (calibrate_derive.h).
 void runDerive(const CalibrateOptions& o) {
@@ -71,15 +83,7 @@ void runDerive(const CalibrateOptions& o) {
   const auto to = sim::gpuModelSpec(o.derive_gpu);
   if (!to) throw std::runtime_error("calibrate: --derive " + o.derive_gpu + ": not a GPU model tandem knows (H100, H200, A100-80GB, ...)");
   const sim::CalibrationResult r = sim::deriveCalibration(yaml, path, *from, *to, "NVIDIA " + to->model);
-  const std::string out = sim::calibrationToYaml(r);
-  sim::parseCalibration(out, o.out);  // what we write must load
-  traces::AtomicOutput output(o.out);
-  {
-    std::ofstream f(output.tempPath());
-    f << out;
-    if (!f) throw std::runtime_error(o.out + ": cannot write the calibration");
-  }
-  output.commit();
+  writeCalibrationFile(o.out, sim::calibrationToYaml(r));
   fmt::print("calibration for the {} derived from {} ({}): {} op kinds; written to {}\n", to->model, path, src.gpu,
              r.ops.size(), o.out);
 }
@@ -110,15 +114,7 @@ void runCalibrate(CalibrateOptions o) {
   std::optional<sim::OverlapRefit> refit;
   if (topology) refit = sim::refitOverlapBySimulation(r, inputs, *topology);
   if (!base_path.empty()) sim::keepMultiRankKeys(r, base_yaml, o.multi_rank_from);
-  const std::string yaml = sim::calibrationToYaml(r);
-  sim::parseCalibration(yaml, o.out);  // what we write must load
-  traces::AtomicOutput output(o.out);
-  {
-    std::ofstream f(output.tempPath());
-    f << yaml;
-    if (!f) throw std::runtime_error(o.out + ": cannot write the calibration");
-  }
-  output.commit();
+  writeCalibrationFile(o.out, sim::calibrationToYaml(r));
   fmt::print("calibrated from {} task samples of {} runs\n", r.samples, r.provenance.size());
   fmt::print("{:<20} {:>8} {:>7} {:>11} {:>12} {:>10} {:>12} {:>10}\n", "op", "samples", "shapes", "base us",
              "ns/GFLOP", "ns/MB", "median res%", "max res%");
