@@ -23,6 +23,31 @@ bool sameExcept(const ShapeFields& a, const ShapeFields& b, size_t skip) {
   return true;
 }
 
+// The measured shapes nearest below and above `want` in its numeric field
+// `f`, every other field the same (positive numbers only); null where there
+// is none. Both interpolators read between such a pair.
+template <class Shape>
+struct Bracket {
+  const Shape* below = nullptr;
+  const Shape* above = nullptr;
+  double x = 0, below_x = 0, above_x = 0;
+};
+template <class Shape>
+Bracket<Shape> bracketIn(const ShapeFields& want, const std::vector<Shape>& shapes, size_t f) {
+  Bracket<Shape> b;
+  const std::optional<double> x = numberOf(want[f].second);
+  if (!x || *x <= 0) return b;
+  b.x = *x;
+  for (const Shape& s : shapes) {
+    if (!sameExcept(want, s.fields, f)) continue;
+    const std::optional<double> v = numberOf(s.fields[f].second);
+    if (!v || *v <= 0 || *v == *x) continue;
+    if (*v < *x && (!b.below || *v > b.below_x)) b.below = &s, b.below_x = *v;
+    if (*v > *x && (!b.above || *v < b.above_x)) b.above = &s, b.above_x = *v;
+  }
+  return b;
+}
+
 }  // namespace
 
 ShapeFields parseShapeKey(const std::string& key) {
@@ -140,25 +165,14 @@ std::optional<int64_t> WorkInterpolator::ns(const std::string& key, double gflop
   const ShapeFields want = efficiencyFields(parseShapeKey(key));
   // Between two shapes that differ from it in one number.
   for (size_t f = 0; f < want.size(); ++f) {
-    const std::optional<double> x = parseFiniteNumber(want[f].second);
-    if (!x || *x <= 0) continue;
-    const Shape* below = nullptr;
-    const Shape* above = nullptr;
-    double below_x = 0, above_x = 0;
-    for (const Shape& s : shapes_) {
-      if (!sameExcept(want, s.fields, f)) continue;
-      const std::optional<double> v = parseFiniteNumber(s.fields[f].second);
-      if (!v || *v <= 0 || *v == *x) continue;
-      if (*v < *x && (!below || *v > below_x)) below = &s, below_x = *v;
-      if (*v > *x && (!above || *v < above_x)) above = &s, above_x = *v;
-    }
+    const Bracket<Shape> b = bracketIn(want, shapes_, f);
     // Neighbours far apart say little about what lies between them (an
     // attention's efficiency at sequence 4096 is not the log-mean of 512's
     // and 8192's): those leave it to the nearest neighbours below.
-    if (!below || !above || above_x / below_x > kMaxBracketRatio) continue;
-    const auto lb = logSlowness(*below), la = logSlowness(*above);
+    if (!b.below || !b.above || b.above_x / b.below_x > kMaxBracketRatio) continue;
+    const auto lb = logSlowness(*b.below), la = logSlowness(*b.above);
     if (!lb || !la) continue;
-    const double w = std::log(*x / below_x) / std::log(above_x / below_x);
+    const double w = std::log(b.x / b.below_x) / std::log(b.above_x / b.below_x);
     return timeAt((1 - w) * *lb + w * *la);
   }
   // The nearest measured neighbours.
@@ -190,21 +204,10 @@ std::optional<int64_t> ShapeInterpolator::ns(const std::string& key) const {
   if (shapes_.empty()) return std::nullopt;
   const ShapeFields want = parseShapeKey(key);
   for (size_t f = 0; f < want.size(); ++f) {
-    const std::optional<double> x = numberOf(want[f].second);
-    if (!x) continue;
-    const Shape* below = nullptr;
-    const Shape* above = nullptr;
-    double below_x = 0, above_x = 0;
-    for (const Shape& s : shapes_) {
-      if (!sameExcept(want, s.fields, f)) continue;
-      const std::optional<double> v = numberOf(s.fields[f].second);
-      if (!v || *v == *x) continue;
-      if (*v < *x && (!below || *v > below_x)) below = &s, below_x = *v;
-      if (*v > *x && (!above || *v < above_x)) above = &s, above_x = *v;
-    }
-    if (below && above) {
-      const double w = (*x - below_x) / (above_x - below_x);
-      return int64_t(std::llround(double(below->ns) + w * double(above->ns - below->ns)));
+    const Bracket<Shape> b = bracketIn(want, shapes_, f);
+    if (b.below && b.above) {
+      const double w = (b.x - b.below_x) / (b.above_x - b.below_x);
+      return int64_t(std::llround(double(b.below->ns) + w * double(b.above->ns - b.below->ns)));
     }
   }
   return std::nullopt;
