@@ -31,6 +31,7 @@ struct SweepCliOptions {
   bool json = false;
   int top = 20;
   int gpus = 0;
+  int global_batch = 0;
 };
 
 void writeWhole(const std::string& path, const std::string& text) {
@@ -72,6 +73,7 @@ void runSweep(const SweepCliOptions& o) {
     sim::loadCalibration(sim::calibrationPath(o.calibration));
   request.threads = o.threads;
   request.gpus = o.gpus;
+  request.global_batch = o.global_batch;
   const size_t total = sim::sweepCombinations(request.axes).size();
   if (total > 100000) throw std::runtime_error(fmt::format("sweep: {} combinations is too many (at most 100000)", total));
   fmt::print(stderr, "sweeping {} combinations of {} on {}\n", total, base.name, o.topology);
@@ -84,28 +86,42 @@ void runSweep(const SweepCliOptions& o) {
   }
   size_t simulated = 0;
   for (const sim::SweepRow& r : rows) simulated += r.simulated;
+  // Each axis's column as wide as its heading or its widest value.
+  std::vector<size_t> widths;
+  for (const sim::SweepAxis& a : request.axes) {
+    size_t w = std::max<size_t>(sim::sweepAxisLabel(a).size(), 4);
+    for (const std::string& v : a.values) w = std::max(w, v.size());
+    widths.push_back(w);
+  }
   std::string header = fmt::format("{:>4}", "rank");
-  for (const sim::SweepAxis& a : request.axes) header += fmt::format(" {:>{}}", a.key, std::max<size_t>(a.key.size(), 6));
+  for (size_t i = 0; i < request.axes.size(); ++i)
+    header += fmt::format(" {:>{}}", sim::sweepAxisLabel(request.axes[i]), widths[i]);
   fmt::print("{} {:>5} {:>11} {:>13} {:>11} {:>7} {:>10} {:>5} {:>12}\n", header, "GPUs", "step ms", "tokens/s",
              "per GPU", "MFU %", "peak GiB", "fits", "exposed ms");
   int shown = 0;
   for (const sim::SweepRow& r : rows) {
     if (!r.simulated || shown >= o.top) continue;
     std::string line = fmt::format("{:>4}", ++shown);
-    for (const sim::SweepAxis& a : request.axes)
-      line += fmt::format(" {:>{}}", sim::sweepValue(r, a), std::max<size_t>(a.key.size(), 6));
+    for (size_t i = 0; i < request.axes.size(); ++i)
+      line += fmt::format(" {:>{}}", sim::sweepValue(r, request.axes[i]), widths[i]);
     fmt::print("{} {:>5} {:>11.3f} {:>13.0f} {:>11.0f} {:>7.1f} {:>10.2f} {:>5} {:>12.3f}\n", line, r.world_size,
                r.step_ms, r.tokens_per_s, r.tokens_per_s / std::max(1, r.world_size), r.mfu_pct, r.peak_memory_gib,
                r.fits_memory ? "yes" : "NO", r.exposed_comm_ms);
   }
   if (simulated > size_t(o.top)) fmt::print("   ... {} more (--top, --csv or --json for all)\n", simulated - size_t(o.top));
+  // The first few skipped combinations with their reasons; all of them in
+  // the CSV and JSON.
+  constexpr size_t kSkippedShown = 5;
+  size_t skipped = 0;
   for (const sim::SweepRow& r : rows) {
-    if (r.simulated) continue;
+    if (r.simulated || ++skipped > kSkippedShown) continue;
     std::string what;
     for (const std::string& s : r.sets) what += (what.empty() ? "" : " ") + s;
     fmt::print("skipped {}: {}\n", what, r.why_not);
   }
-  fmt::print("{} of {} combinations simulated\n", simulated, rows.size());
+  if (skipped > kSkippedShown) fmt::print("... {} more skipped (--csv or --json for every reason)\n", skipped - kSkippedShown);
+  fmt::print("{} of {} combinations simulated (those that fit the GPUs first, each group by tokens/s)\n", simulated,
+             rows.size());
   if (simulated == 0) throw std::runtime_error("sweep: no combination could be simulated (reasons above)");
   // The best one that fits, as arguments to paste.
   for (const sim::SweepRow& r : rows) {
@@ -134,6 +150,10 @@ void addSweepCommand(CLI::App& root) {
                   "every combination on this many GPUs: data_parallel = GPUs / (tensor x pipeline x context "
                   "parallel), combinations that do not divide skipped")
       ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--global-batch", o->global_batch,
+                  "every combination trains this many sequences per step: grad_accum = global batch / (micro_batch "
+                  "x data_parallel), combinations that do not divide skipped (default: the job's accumulation)")
+      ->check(CLI::Range(1, 1 << 30));
   cmd->add_option("--threads", o->threads, "simulations at once (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_option("--csv", o->csv, "also write every row as CSV")->type_name("FILE");
   cmd->add_flag("--json", o->json, "print every row as JSON instead of the table");
@@ -141,7 +161,8 @@ void addSweepCommand(CLI::App& root) {
   cmd->footer(
       "Examples:\n  tandem sweep llama2-7b --topology 4xdgx-h100 --vary parallel.tensor_parallel=1,2,4,8 \\\n"
       "      --vary training.micro_batch=1,2 --vary recompute.policy=none,selective,full\n"
-      "  tandem sweep llama2-70b --topology 128xdgx-h100 --gpus 1024 --vary parallel.tensor_parallel=1,2,4,8 \\\n"
+      "  tandem sweep llama2-70b --topology 128xdgx-h100 --gpus 1024 --global-batch 1024 \\\n"
+      "      --vary parallel.tensor_parallel=1,2,4,8 \\\n"
       "      --vary parallel.pipeline_parallel=1,2,4,8 \\\n"
       "      --vary parallel.shard_optimizer+parallel.shard_parameters=false+false,true+false,true+true\n"
       "(fields joined by + move together: one axis of three sharding choices)");

@@ -95,7 +95,7 @@ void SweepDialog::start() {
 
 void SweepDialog::showRows() {
   QStringList headers;
-  for (const sim::SweepAxis& a : axes_) headers << QString::fromStdString(a.key);
+  for (const sim::SweepAxis& a : axes_) headers << QString::fromStdString(sim::sweepAxisLabel(a));
   headers << tr("GPUs") << tr("step ms") << tr("tokens/s") << tr("MFU %") << tr("peak GiB") << tr("fits")
           << tr("exposed ms") << tr("skipped because");
   table_->clear();
@@ -126,7 +126,7 @@ void SweepDialog::showRows() {
     }
   }
   table_->resizeColumnsToContents();
-  status_->setText(tr("%1 of %2 combinations simulated, ranked by tokens/s.").arg(simulated).arg(rows_.size()) +
+  status_->setText(tr("%1 of %2 combinations simulated, those that fit first, ranked by tokens/s.").arg(simulated).arg(rows_.size()) +
                    (best.isEmpty() ? tr(" None fits the GPUs.") : tr(" Best that fits:%1").arg(best)));
 }
 

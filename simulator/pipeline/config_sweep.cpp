@@ -51,7 +51,17 @@ SweepRow simulateCombination(const ConfigSweepRequest& r, const std::vector<std:
       all.push_back(fmt::format("parallel.data_parallel={}", r.gpus / per_replica));
       request.job = parseJob(r.job_yaml, r.job_source, all);
     }
+    if (r.global_batch > 0) {
+      const int per_pass = request.job.training.micro_batch * request.job.parallel.data_parallel;
+      if (r.global_batch % per_pass != 0)
+        throw std::invalid_argument(fmt::format("a global batch of {} sequences is not a whole number of micro-batch "
+                                                "x data parallel = {}",
+                                                r.global_batch, per_pass));
+      all.push_back(fmt::format("training.grad_accum={}", r.global_batch / per_pass));
+      request.job = parseJob(r.job_yaml, r.job_source, all);
+    }
     request.settings = r.settings;
+    request.suggest_fitting_choices = false;
     const SimulateOutcome out = simulateJob(request);
     row.simulated = true;
     row.world_size = out.plan.world_size;
@@ -99,6 +109,32 @@ std::string valueOf(const std::vector<std::string>& sets, const std::string& key
 }  // namespace
 
 std::string sweepValue(const SweepRow& row, const SweepAxis& axis) { return valueOf(row.sets, axis.key); }
+
+std::string sweepAxisLabel(const SweepAxis& axis) {
+  static const std::pair<const char*, const char*> kShort[] = {
+      {"parallel.tensor_parallel", "TP"},   {"parallel.pipeline_parallel", "PP"},
+      {"parallel.data_parallel", "DP"},     {"parallel.context_parallel", "CP"},
+      {"parallel.sequence_parallel", "SP"}, {"parallel.pipeline_chunks", "chunks"},
+  };
+  std::string label;
+  for (const std::string& field : splitPlus(axis.key)) {
+    std::string name;
+    for (const auto& [key, abbreviation] : kShort)
+      if (field == key) name = abbreviation;
+    if (name.empty()) {
+      const size_t dot = field.rfind('.');
+      name = dot == std::string::npos ? field : field.substr(dot + 1);
+      // "recompute.policy": the section says what the policy is of.
+      if (name == "policy" && dot != std::string::npos) {
+        const size_t before = field.rfind('.', dot - 1);
+        name = field.substr(before == std::string::npos ? 0 : before + 1, dot - (before == std::string::npos ? 0 : before + 1));
+      }
+    }
+    if (!label.empty()) label += "+";
+    label += name;
+  }
+  return label;
+}
 
 SweepAxis parseSweepAxis(const std::string& arg) {
   const size_t eq = arg.find('=');
@@ -163,8 +199,11 @@ std::vector<SweepRow> runConfigSweep(const ConfigSweepRequest& request,
 }
 
 void rankSweepRows(std::vector<SweepRow>& rows) {
-  std::stable_sort(rows.begin(), rows.end(), [](const SweepRow& a, const SweepRow& b) {
-    if (a.simulated != b.simulated) return a.simulated;
+  // What a user can run comes first: a layout that does not fit its GPUs is
+  // no answer however fast it simulates.
+  auto group = [](const SweepRow& r) { return !r.simulated ? 2 : r.fits_memory ? 0 : 1; };
+  std::stable_sort(rows.begin(), rows.end(), [&](const SweepRow& a, const SweepRow& b) {
+    if (group(a) != group(b)) return group(a) < group(b);
     return a.tokens_per_s > b.tokens_per_s;
   });
 }

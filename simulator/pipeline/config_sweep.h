@@ -52,6 +52,11 @@ struct ConfigSweepRequest {
   // gpus / (tensor x pipeline x context parallel); skipped where that does
   // not divide.
   int gpus = 0;
+  // > 0: every combination trains this many sequences per step, its
+  // accumulation set to global_batch / (micro_batch x data_parallel);
+  // skipped where that does not divide. Without it the job's accumulation
+  // stays, and layouts with more replicas train more tokens per step.
+  int global_batch = 0;
   SimulateSettings settings;
   int threads = 0;                      // 0: all cores
 };
@@ -62,10 +67,17 @@ struct ConfigSweepRequest {
 std::vector<SweepRow> runConfigSweep(const ConfigSweepRequest& request,
                                      const std::function<void(size_t, size_t)>& progress = {});
 
+// A column heading for an axis: each field's last name ("micro_batch"), the
+// parallel sizes as the literature writes them (TP, PP, DP, CP, SP), a
+// policy by its section ("recompute"); joined fields joined by '+'. The
+// full keys stay in the CSV and JSON.
+std::string sweepAxisLabel(const SweepAxis& axis);
+
 // A row's value of an axis ("4", or "true+false" for joined fields).
 std::string sweepValue(const SweepRow& row, const SweepAxis& axis);
 
-// Simulated rows first, by tokens/s (highest first), then the skipped ones.
+// Simulated rows that fit their GPUs first, by tokens/s (highest first),
+// then those that do not fit (by tokens/s), then the skipped ones.
 void rankSweepRows(std::vector<SweepRow>& rows);
 
 std::string sweepRowsToCsv(const std::vector<SweepRow>& rows, const std::vector<SweepAxis>& axes);

@@ -128,7 +128,7 @@ SimulateOutcome simulateJob(const SimulateRequest& request, const SimulateCallba
   out.result = simulatePlan(out.plan, out.topology, cost, simOptions(s, cal));
   // A plan larger than the topology's GPUs: the step is still reported, with
   // what a real run would say.
-  if (std::optional<MemoryFitWarning> memory = memoryFitWarning(out.plan, out.topology, out.result)) {
+  if (std::optional<MemoryFitWarning> memory = memoryFitWarning(out.plan, out.topology, out.result, request.suggest_fitting_choices)) {
     warn(memory->line);
     stats.push_back(memory->stat);
     out.fits_memory = false;

@@ -59,6 +59,10 @@ struct SimulateRequest {
   std::string out_path;
   bool fresh_out = false;
   std::string run_name;  // default: the job's name + " (simulated)"
+  // When the plan does not fit its GPUs, look for the recompute, micro-batch
+  // and LM head choices that would (fitting_choices); a sweep only needs the
+  // verdict and leaves this off (each choice is planned again).
+  bool suggest_fitting_choices = true;
 };
 
 struct SimulateOutcome {

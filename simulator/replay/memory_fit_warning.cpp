@@ -38,7 +38,8 @@ std::optional<MemoryShortfall> memoryShortfall(const Plan& plan, const Topology&
   return worst;
 }
 
-std::optional<MemoryFitWarning> memoryFitWarning(const Plan& plan, const Topology& topo, const SimResult& result) {
+std::optional<MemoryFitWarning> memoryFitWarning(const Plan& plan, const Topology& topo, const SimResult& result,
+                                                 bool suggest_choices) {
   const std::optional<MemoryShortfall> s = memoryShortfall(plan, topo, result);
   if (!s) return std::nullopt;
   std::string line = fmt::format(
@@ -49,8 +50,11 @@ std::optional<MemoryFitWarning> memoryFitWarning(const Plan& plan, const Topolog
   // The planner's choices against the whole device (a real run sees a
   // little less free: the CUDA context).
   const std::vector<FittingChoice> fits =
-      choicesThatFit(plan.job, s->device_bytes, gpu_footprint::runOverheadBytes);
-  if (fits.empty()) {
+      suggest_choices ? choicesThatFit(plan.job, s->device_bytes, gpu_footprint::runOverheadBytes)
+                      : std::vector<FittingChoice>{};
+  if (!suggest_choices) {
+    // The verdict alone.
+  } else if (fits.empty()) {
     line += "; no recompute policy, micro-batch or LM head split fits";
   } else {
     line += "; choices that fit: ";

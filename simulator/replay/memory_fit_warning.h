@@ -39,6 +39,10 @@ struct MemoryFitWarning {
   traces::StatRow stat;  // sim.memory_short_mib, severity warning, the line as description
   std::vector<FittingChoice> choices;  // what fits the short device (engine/memory/memory_fit.h), as named in the line
 };
-std::optional<MemoryFitWarning> memoryFitWarning(const Plan& plan, const Topology& topo, const SimResult& result);
+// With suggest_choices false the line only states the shortfall (a sweep
+// asks for the verdict of many plans; looking for the fitting choices plans
+// the job again several times).
+std::optional<MemoryFitWarning> memoryFitWarning(const Plan& plan, const Topology& topo, const SimResult& result,
+                                                 bool suggest_choices = true);
 
 }  // namespace tandem::sim

@@ -88,3 +88,44 @@ TEST_CASE("sweep axes of fields that move together, and a fixed GPU count", "[sw
   CHECK_FALSE(rows[2].simulated);
   CHECK_THAT(rows[2].why_not, Catch::Contains("4 GPUs do not hold whole replicas of 3"));
 }
+
+TEST_CASE("a sweep at a fixed global batch sets each combination's accumulation", "[sweep]") {
+  ConfigSweepRequest r;
+  r.job_yaml = defaultJob().yaml;
+  r.base_sets = {"model.layers=2"};
+  r.axes = {parseSweepAxis("parallel.tensor_parallel=1,2"), parseSweepAxis("training.micro_batch=2,3")};
+  r.gpus = 4;
+  r.global_batch = 16;
+  r.settings.topology = "dgx-h200";
+  r.settings.calibration = "none";
+  const std::vector<SweepRow> rows = runConfigSweep(r);
+  REQUIRE(rows.size() == 4);
+  // 16 sequences = micro-batch x data parallel x accumulation: TP 1 has 4
+  // replicas, TP 2 two.
+  const double tokens_per_step = 16.0 * 1024;  // the default job's sequence
+  for (const SweepRow& row : rows) {
+    if (sweepValue(row, r.axes[1]) == "3") {
+      CHECK_FALSE(row.simulated);
+      CHECK_THAT(row.why_not, Catch::Contains("a global batch of 16 sequences is not a whole number"));
+      continue;
+    }
+    REQUIRE(row.simulated);
+    CHECK(row.tokens_per_s * row.step_ms / 1e3 == Approx(tokens_per_step).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("sweep ranking: what fits first; axis labels", "[sweep]") {
+  std::vector<SweepRow> rows(4);
+  rows[0].simulated = true, rows[0].tokens_per_s = 900, rows[0].fits_memory = false;
+  rows[1].simulated = false;
+  rows[2].simulated = true, rows[2].tokens_per_s = 100, rows[2].fits_memory = true;
+  rows[3].simulated = true, rows[3].tokens_per_s = 300, rows[3].fits_memory = true;
+  rankSweepRows(rows);
+  CHECK(rows[0].tokens_per_s == 300);
+  CHECK(rows[1].tokens_per_s == 100);
+  CHECK(rows[2].tokens_per_s == 900);
+  CHECK_FALSE(rows[3].simulated);
+  CHECK(sweepAxisLabel(parseSweepAxis("parallel.tensor_parallel+parallel.sequence_parallel=2+true")) == "TP+SP");
+  CHECK(sweepAxisLabel(parseSweepAxis("recompute.policy=none")) == "recompute");
+  CHECK(sweepAxisLabel(parseSweepAxis("training.micro_batch=1")) == "micro_batch");
+}
