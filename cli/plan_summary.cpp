@@ -18,6 +18,7 @@ std::string shardingNote(const Plan& plan) {
     return fmt::format("; parameters and optimizer sharded (ZeRO-3) in groups of {} ranks, replicated {} times",
                        shardCount(plan.job), plan.job.parallel.data_parallel / shardCount(plan.job));
   if (shardsParameters(plan.job)) return "; parameters and optimizer sharded (ZeRO-3)";
+  if (shardsGradients(plan.job)) return "; gradients and optimizer sharded (ZeRO-2)";
   if (shardsOptimizer(plan.job)) return "; optimizer sharded (ZeRO-1)";
   return "";
 }

@@ -39,6 +39,7 @@ Json layoutOf(const JobSpec& job, int world) {
               {"pipeline_chunks", p.pipeline_chunks},
               {"context_parallel", p.context_parallel},
               {"shard_optimizer", p.shard_optimizer},
+              {"shard_gradients", p.shard_gradients},
               {"shard_parameters", p.shard_parameters},
               {"shard_group_size", p.shard_group_size}};
 }

@@ -121,10 +121,10 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
     flat.dtype = dt;
     flat.shape = {elements};
     flat.category = TensorCategory::Gradient;
-    // Sharded parameters (ZeRO-3) shard the gradients too: the whole bucket
-    // lives from its first gradient to its reduce-scatter, which writes
-    // this rank's average into a shard that lives until the optimizer.
-    const bool shard_gradients = shardsParameters(job);
+    // Sharded gradients (ZeRO-2, and ZeRO-3's): the whole bucket lives from
+    // its first gradient to its reduce-scatter, which writes this rank's
+    // average into a shard that lives until the optimizer.
+    const bool shard_gradients = shardsGradients(job);
     flat.persistent = !shard_gradients;
     const int flat_id = g.addTensor(std::move(flat));
     BucketTensors bucket;
@@ -151,7 +151,7 @@ void applyGradientBuckets(Graph& g, const JobSpec& job) {
     }
     g.buckets.push_back(bucket);
     // One rank has nothing to reduce, except into the gradient shard that
-    // sharded parameters read (a reduce-scatter over one rank: a copy).
+    // sharded gradients are read from (a reduce-scatter over one rank: a copy).
     if (world <= 1 && !shard_gradients) continue;
     Node ar;
     ar.op = sharded ? OpKind::ReduceScatter : OpKind::AllReduce;
@@ -199,8 +199,11 @@ Node inPlaceAllReduce(const Graph& g, int t, std::string name, ReduceOp reduce, 
 }
 
 bool shardsOptimizer(const JobSpec& job) {
-  return (job.parallel.shard_optimizer && job.replicas() > 1) || shardsParameters(job);
+  return (job.parallel.shard_optimizer && job.replicas() > 1) || shardsGradients(job);
 }
+
+// As sharded parameters, sharded gradients are planned for one rank too.
+bool shardsGradients(const JobSpec& job) { return job.parallel.shard_gradients || shardsParameters(job); }
 
 // Unlike the optimizer's, parameter sharding is planned for one rank too:
 // one shard of everything (as FSDP with a world of one), which saves no

@@ -30,6 +30,9 @@ void appendOptimizer(Graph& g, const JobSpec& job);
 // True when the job shards the optimizer over more than one rank (also
 // implied by sharding the parameters).
 bool shardsOptimizer(const JobSpec& job);
+// True when the job keeps its gradients as shards (ZeRO-2, and ZeRO-3,
+// which shards them too), also over one rank.
+bool shardsGradients(const JobSpec& job);
 // True when the job shards the parameters (ZeRO-3), also over one rank:
 // one shard of everything, no memory saved, the sharded schedule run (the
 // GPU tests run it on one GPU).

@@ -31,7 +31,7 @@ Node reduceScatterInto(const Graph& g, int bucket, int flat, int shard, int micr
 }  // namespace
 
 bool reducesEveryMicroBatch(const JobSpec& job) {
-  return job.comm.reduce_every_micro_batch && shardsParameters(job) && job.training.grad_accum > 1;
+  return job.comm.reduce_every_micro_batch && shardsGradients(job) && job.training.grad_accum > 1;
 }
 
 void applyMicroBatchReduce(Graph& g, const JobSpec& job) {

@@ -99,6 +99,16 @@ class EventBuilder {
     // more, without making the compute stream wait for the latest.
     std::vector<int> sends_issued;
     size_t sends_joined = 0;
+    // Gradients reduce-scattered every micro-batch: likewise nothing on the
+    // compute stream reads a micro-batch's whole buckets after their
+    // reduce-scatters (their shards are summed at the end of the step), so
+    // the compute stream joins them in the next micro-batch's forward, and
+    // the memory plan can give its activations their memory. It joins at
+    // the second block's forward, not the first task: the last bucket's
+    // reduce-scatter, issued as the backward ends, has the embedding and a
+    // block to finish beside (else at the backward, for one-block models).
+    int last_scatter = -1;
+    int scatters_joined_at = -1;  // the latest micro-batch whose compute joined the scatters before it
     for (size_t i = 0; i < rp_.tasks.size(); ++i) {
       Task& t = rp_.tasks[i];
       previous_on_stream[i] = last_on_stream[size_t(t.stream)];
@@ -134,6 +144,11 @@ class EventBuilder {
       if (t.stream == side_stream_ && !t.attrs.from_previous_step) side_issued.push_back(int(i));
       if (t.stream == 0)
         while (side_joined + size_t(side_lag_) < side_issued.size()) dependOn(t, side_issued[side_joined++]);
+      if (join_per_micro_batch_ && t.stream == 0 && t.micro_batch > scatters_joined_at &&
+          ((t.phase == Phase::Forward && t.layer >= 1) || t.phase == Phase::Backward)) {
+        scatters_joined_at = t.micro_batch;
+        dependOn(t, last_scatter);
+      }
       if (join_per_micro_batch_ && t.stream == 0 && t.phase == Phase::Forward && t.micro_batch > forward_micro_batch) {
         forward_micro_batch = t.micro_batch;
         if (side_joined < side_issued.size()) dependOn(t, side_issued.back());
@@ -159,6 +174,7 @@ class EventBuilder {
         a.readers.clear();
       }
       if (t.op == OpKind::Send) sends_issued.push_back(int(i));
+      if (t.op == OpKind::ReduceScatter && t.stream != 0) last_scatter = int(i);
       if (t.stream == 0)
         while (sends_joined + 1 < sends_issued.size()) dependOn(t, sends_issued[sends_joined++]);
       if (t.stream == 0) last_compute = int(i);

@@ -423,6 +423,10 @@ void readParallel(JobReader& r, const YAML::Node& node, const std::string& node_
        [&](const YAML::Node& v, const std::string& p) {
          parallel.shard_optimizer = r.readBool(v, p);
        }},
+      {"shard_gradients",
+       [&](const YAML::Node& v, const std::string& p) {
+         parallel.shard_gradients = r.readBool(v, p);
+       }},
       {"shard_parameters",
        [&](const YAML::Node& v, const std::string& p) {
          parallel.shard_parameters = r.readBool(v, p);
@@ -699,20 +703,23 @@ void validateContextParallel(const JobReader& r, const JobSpec& job) {
 // What a sharded optimizer or sharded parameters rule out or need.
 void validateSharding(const JobReader& r, const JobSpec& job) {
   auto pick = [&](const std::string& a, const std::string& b) { return fieldToBlame(r, a, b); };
-  const bool sharded =
-      (job.parallel.shard_optimizer && job.replicas() > 1) || job.parallel.shard_parameters;
+  const bool sharded = (job.parallel.shard_optimizer && job.replicas() > 1) || job.parallel.shard_gradients ||
+                       job.parallel.shard_parameters;
   if (job.schedule.optimizer_beside_forward && sharded) {
-    const char* field = job.parallel.shard_parameters ? "parallel.shard_parameters" : "parallel.shard_optimizer";
+    const char* field = job.parallel.shard_parameters  ? "parallel.shard_parameters"
+                        : job.parallel.shard_gradients ? "parallel.shard_gradients"
+                                                       : "parallel.shard_optimizer";
     r.fail(pick("schedule.optimizer_beside_forward", field),
            "schedule.optimizer_beside_forward needs an unsharded optimizer (a sharded one updates at the end of the "
            "step, where its all-gathers are planned)",
            "parallel.shard_parameters: false, and parallel.shard_optimizer: false or data_parallel 1");
   }
-  if (job.comm.gather_embedding_gradient && job.parallel.shard_parameters) {
-    r.fail(pick("comm.gather_embedding_gradient", "parallel.shard_parameters"),
-           "comm.gather_embedding_gradient is not planned with sharded parameters (their gradients are "
-           "reduce-scattered out of place, into shards the gathered embedding backward does not write)",
-           "comm.gather_embedding_gradient: false, or parallel.shard_parameters: false");
+  if (job.comm.gather_embedding_gradient && (job.parallel.shard_parameters || job.parallel.shard_gradients)) {
+    const char* field = job.parallel.shard_parameters ? "parallel.shard_parameters" : "parallel.shard_gradients";
+    r.fail(pick("comm.gather_embedding_gradient", field),
+           "comm.gather_embedding_gradient is not planned with sharded gradients (they are reduce-scattered out of "
+           "place, into shards the gathered embedding backward does not write)",
+           std::string("comm.gather_embedding_gradient: false, or ") + field + ": false");
   }
   if (const int s = job.parallel.shard_group_size; s != 0) {
     // Context-parallel ranks shard with the replicas.
@@ -729,11 +736,11 @@ void validateSharding(const JobReader& r, const JobSpec& job) {
              "shard groups smaller than data_parallel (hybrid sharding) need parallel.shard_parameters",
              "parallel.shard_parameters: true, or parallel.shard_group_size: 0");
   }
-  if (job.comm.reduce_every_micro_batch && !job.parallel.shard_parameters) {
-    r.fail(pick("comm.reduce_every_micro_batch", "parallel.shard_parameters"),
-           "comm.reduce_every_micro_batch needs sharded parameters (only their gradient shards can be summed per "
+  if (job.comm.reduce_every_micro_batch && !job.parallel.shard_parameters && !job.parallel.shard_gradients) {
+    r.fail(pick("comm.reduce_every_micro_batch", "parallel.shard_gradients"),
+           "comm.reduce_every_micro_batch needs sharded gradients (only gradient shards can be summed per "
            "micro-batch)",
-           "comm.reduce_every_micro_batch: false, or parallel.shard_parameters: true");
+           "comm.reduce_every_micro_batch: false, or parallel.shard_gradients or parallel.shard_parameters: true");
   }
 }
 

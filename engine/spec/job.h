@@ -126,6 +126,13 @@ struct ParallelSpec {
   // shard, all-gather of the updated parameters) instead of all-reducing
   // whole buckets and updating every parameter on every rank.
   bool shard_optimizer = false;
+  // ZeRO stage 2 (FSDP's SHARD_GRAD_OP): the sharded optimizer, and the
+  // gradients kept as shards too: a bucket's whole gradient lives from its
+  // first contribution to its reduce-scatter, which writes this rank's
+  // average into a shard the norm and the optimizer read; the parameters
+  // stay whole on every rank. Implies the sharded optimizer. Planned for
+  // one rank too (one shard), as shard_parameters is.
+  bool shard_gradients = false;
   // ZeRO stage 3 / FSDP full sharding of the parameters as well: each rank
   // keeps only its shard of every bucket's parameters between uses; each
   // bucket is all-gathered into a temporary buffer before its forward use

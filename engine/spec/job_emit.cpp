@@ -120,6 +120,7 @@ std::string jobToYaml(const JobSpec& job) {
   for (int n : job.parallel.pipeline_layers) stage_layers += (stage_layers.empty() ? "" : ", ") + integer(n);
   field("pipeline_layers", "[" + stage_layers + "]");
   field("shard_optimizer", job.parallel.shard_optimizer ? "true" : "false");
+  if (job.parallel.shard_gradients) field("shard_gradients", "true");
   field("shard_parameters", job.parallel.shard_parameters ? "true" : "false");
   field("shard_group_size", integer(job.parallel.shard_group_size));
   line("comm:");

@@ -427,6 +427,29 @@ TEST_CASE("Sharded optimizer keeps 1/ranks of the master weights and moments per
   }
 }
 
+TEST_CASE("Sharded gradients (ZeRO-2) keep only a shard of each gradient beyond its reduction", "[planner][dp][shard]") {
+  JobSpec one = defaultJob();  // GPT-2 124M, data parallel 8, bf16
+  one.parallel.shard_optimizer = true;
+  JobSpec two = one;
+  two.parallel.shard_gradients = true;
+  auto arena = [](const JobSpec& j) { return buildPlan(j).programs[0].memory.arena_bytes; };
+  auto gib = [](int64_t b) { return double(b) / double(int64_t(1) << 30); };
+  // One micro-batch: whole gradients live only through the backward.
+  const int64_t zero1 = arena(one), zero2 = arena(two);
+  INFO("accumulation 1: ZeRO-1 " << gib(zero1) << " GiB, ZeRO-2 " << gib(zero2) << " GiB");
+  CHECK(zero2 < zero1);
+  // Two micro-batches: only with each micro-batch's gradients reduced (the
+  // compute stream joining the reductions in the next micro-batch's
+  // forward, so the memory is reused for its activations).
+  one.training.grad_accum = two.training.grad_accum = 2;
+  two.comm.reduce_every_micro_batch = true;
+  const int64_t zero1_accum = arena(one), zero2_accum = arena(two);
+  INFO("accumulation 2: ZeRO-1 " << gib(zero1_accum) << " GiB, ZeRO-2 reduced every micro-batch "
+                                 << gib(zero2_accum) << " GiB");
+  CHECK(zero2_accum < zero1_accum);
+  CHECK(buildPlan(two).programs[0].buckets.front().param_shard == -1);  // the parameters stay whole
+}
+
 TEST_CASE("Gradient buckets follow completion order and the size limits", "[planner][dp]") {
   JobSpec job = defaultJob();
   const Plan plan = buildPlan(job);
