@@ -63,21 +63,12 @@ and the Kineto format, not from tandem's code):
 Differences from tandem found while writing this (none changes the figures
 of traces like the fixture's, tests/scripts/kineto_fixture.py):
 
-- tandem's report keeps only the GPU activities that *start* inside a rank's
-  window [first step's start, last step's end) and then clips them to each
-  step; this script clips every activity. The two differ only for an
-  activity that starts before the first step's span and runs into it (it is
-  counted here, left out by tandem; one that starts inside a step or
-  between two steps and runs into the next is clipped alike by both). So
-  tandem treats the first step unlike the others: a 100 us NCCL kernel
-  added 40 us before ProfilerStep#5's span adds its 60 us inside to step
-  5 on both sides, while the same kernel 40 us before ProfilerStep#4's span
-  adds nothing to step 4 in tandem (only window.before_gpu_ns = 100 us).
-  With GPU-side step bounds a usual trace has no such activity (the first
-  step's span starts with its first GPU activity, and Kineto drops
-  activities that start before the capture window; a leftover of the
-  warm-up step that starts inside the window could be one), so it is
-  checked and named if seen, not assumed away.
+- An activity that starts before the first step's span and runs into it
+  (a leftover all-reduce of the step before: the fixture has one per rank)
+  is clipped to the step here. tandem's report once left it out (it kept
+  only what *starts* inside a rank's window), treating the first step
+  unlike the others; it now keeps what runs into the window and clips it,
+  and this check is what shows it.
 - tandem classifies kernels whose name contains "synchronize", "waitevent",
   "wait_kernel" or "spin_wait" as synchronization (neither compute nor
   communication); here they would be compute. PyTorch traces of GPT-2 have
@@ -269,8 +260,8 @@ def main():
         for name in sorted(set(rt.sync_like)):
             print("note: rank %d kernel %r counts as compute here, as synchronization in tandem" % (r, name))
         for s, e in rt.straddling_first_step():
-            print("note: rank %d has GPU activity [%d, %d) ns starting before its first step: clipped here, "
-                  "left out by tandem's report" % (r, s, e))
+            print("note: rank %d has GPU activity [%d, %d) ns starting before its first step: clipped to it"
+                  % (r, s, e))
 
     with tempfile.TemporaryDirectory(prefix="check-kineto-") as scratch:
         summary, report, runs = tandem_side(args.tandem, args.trace, scratch, args.report_arg)

@@ -63,7 +63,13 @@ std::vector<Track> keepInside(std::vector<Track> tracks, Window& window, const s
     in.rank = t.rank;
     in.stream = t.stream;
     for (size_t i = 0; i < t.size(); ++i) {
-      if (t.start_ns[i] >= from && t.start_ns[i] < to) {
+      // In the window: what starts in it, and what started before it and
+      // runs into it (a collective of the step before, still running); the
+      // breakdowns clip both to the window and its steps, as they clip
+      // what runs past the end.
+      const bool starts_inside = t.start_ns[i] >= from && t.start_ns[i] < to;
+      const bool runs_into = t.start_ns[i] < from && t.end_ns[i] > from;
+      if (starts_inside || runs_into) {
         // Columns a load without details leaves empty stay empty.
         auto keep = [i](auto& dst, const auto& src) {
           if (!src.empty()) dst.push_back(src[i]);
