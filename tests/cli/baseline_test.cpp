@@ -10,7 +10,9 @@
 
 #include "tests/cli/cli_test_util.h"
 #include "tests/traces/test_fixtures.h"
+#include "tests/traces/stretch_kernels.h"
 #include "traces/analysis/baseline.h"
+#include "traces/store/trace_reader.h"
 
 using namespace tandem;
 using namespace tandem::cli::testing;
@@ -104,4 +106,49 @@ TEST_CASE("baseline gate rules: which way each metric may move", "[baseline]") {
   CHECK(g.ops[0].op == "attention");  // moved most
   CHECK(g.ops[1].op == "matmul");
   CHECK(g.ops[2].op == "rmsnorm");  // new in the run
+}
+
+namespace {
+
+// Records a baseline of `run_file`, then checks copies of it whose matmul
+// kernels ran `factor` times as long.
+struct SlowedCheck {
+  int exit_code;
+  std::string out;
+};
+SlowedCheck checkSlowedMatmuls(const std::string& run_file, const std::string& label, double factor) {
+  const std::string base = traces::testing::tempTracePath(label + "-base.json");
+  const auto rec = runTandem("baseline record " + shellQuote(run_file) + " --out " + shellQuote(base), base + ".r");
+  REQUIRE(rec.exit_code == 0);
+  const std::string slowed = traces::testing::tempTracePath(label + "-slowed.sqlite");
+  std::filesystem::copy_file(run_file, slowed, std::filesystem::copy_options::overwrite_existing);
+  const int64_t run = traces::TraceReader(slowed).defaultRunId();
+  REQUIRE(traces::testing::stretchOpKernels(slowed, run, "matmul", factor) > 0);
+  const auto check = runTandem("baseline check " + shellQuote(slowed) + " --baseline " + shellQuote(base),
+                               slowed + ".c");
+  return {check.exit_code, check.out};
+}
+
+}  // namespace
+
+TEST_CASE("baseline gate: matmuls 7% slower fail naming matmul, 3% slower pass (real and simulated runs)",
+          "[cli][baseline]") {
+  // A profiled run of two H200s (GPT-2 124M), and a simulated one.
+  const std::string real = traces::testing::fixtureCopy("real-dp2-h200.sqlite");
+  const std::string simulated = traces::testing::tempTracePath("gate-simulated.sqlite");
+  const auto sim = runTandem("simulate default --topology h200x2-nv18 --set parallel.data_parallel=2 --out " +
+                                 shellQuote(simulated),
+                             simulated);
+  REQUIRE(sim.exit_code == 0);
+  for (const auto& [label, file] : {std::pair{"real", real}, std::pair{"simulated", simulated}}) {
+    INFO(label);
+    const SlowedCheck seven = checkSlowedMatmuls(file, label, 1.07);
+    INFO(seven.out);
+    CHECK(seven.exit_code == 1);
+    CHECK_THAT(seven.out, Catch::Contains("FAIL") && Catch::Contains(" matmul time (+"));
+    const SlowedCheck three = checkSlowedMatmuls(file, label, 1.03);
+    INFO(three.out);
+    CHECK(three.exit_code == 0);
+    CHECK_THAT(three.out, Catch::Contains("PASS"));
+  }
 }

@@ -132,6 +132,16 @@ GateResult checkBaseline(const Baseline& base, const Baseline& now, double toler
     g.pass = g.pass && !r.regressed;
     g.rows.push_back(r);
   }
+  // The op kinds large enough to gate (each kind's GPU time per rank and
+  // step), largest first.
+  std::vector<std::pair<std::string, double>> large;
+  for (const auto& [op, ms] : base.op_ms)
+    if (ms >= kGatedOpShare * base.p50_step_ms) large.emplace_back(op, ms);
+  std::stable_sort(large.begin(), large.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  for (const auto& [op, ms] : large) {
+    const auto it = now.op_ms.find(op);
+    gate(op + " time", "ms", ms, it == now.op_ms.end() ? 0.0 : it->second, true);
+  }
   // Reported, not gated.
   g.rows.push_back({"slowest step", "ms", base.max_step_ms, now.max_step_ms,
                     base.max_step_ms > 0 ? 100.0 * (now.max_step_ms - base.max_step_ms) / base.max_step_ms : 0.0,
