@@ -10,6 +10,7 @@
 
 #include "cli/command_registry.h"
 #include "cli/job_options.h"
+#include "cli/plan_cache_option.h"
 #include "cli/number_checks.h"
 #include "simulator/pipeline/simulate_job.h"
 #include "simulator/replay/replay.h"
@@ -19,6 +20,7 @@ namespace {
 
 struct SimulateOptions {
   JobOptions job;
+  PlanCacheOption plan_cache;
   std::string topology;
   std::string calibration = "auto";
   std::string out;
@@ -135,6 +137,8 @@ void printText(const Plan& plan, const sim::Topology& topo, const sim::SimResult
 void runSimulate(const SimulateOptions& o) {
   sim::SimulateRequest request;
   request.job = o.job.load();
+  PlanCacheStats plan_stats;
+  request.plan = o.plan_cache.plan(request.job, "tandem simulate", &plan_stats);
   request.settings = settingsOf(o);
   request.out_path = o.out;
   // Each warning on stderr as soon as it is known (a calibration's before
@@ -146,9 +150,13 @@ void runSimulate(const SimulateOptions& o) {
     nlohmann::json j = toJson(out.plan, out.topology, out.result, out.ranks, o.out);
     j["warnings"] = out.warnings;
     j["calibration"] = out.calibration_used;
+    j["plan"] = {{"from_cache", plan_stats.from_cache}, {"cache_file", plan_stats.path},
+                 {"seconds", plan_stats.seconds}};
     fmt::print("{}\n", j.dump(2));
   } else {
     printText(out.plan, out.topology, out.result, out.ranks, out.calibration_used, o);
+    if (plan_stats.from_cache)
+      fmt::print("plan read back from the plan cache in {:.2f} s ({})\n", plan_stats.seconds, plan_stats.path);
   }
 }
 
@@ -158,6 +166,7 @@ void addSimulateCommand(CLI::App& root) {
       "simulate", "Replay a job's plan on a simulated machine: step time, breakdown, overlap, exposed "
                   "communication and peak memory per rank; optionally a trace (run kind simulated)");
   o->job.addTo(*cmd, true);
+  o->plan_cache.addTo(*cmd);
   cmd->add_option("--topology", o->topology,
                   "preset (h200x2-nv18, dgx-h100, dgx-h200, pcie-4gpu, hgx-a100, <N>xdgx-h100) or topology YAML file")
       ->required();
