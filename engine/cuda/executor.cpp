@@ -371,6 +371,15 @@ void CudaExecutor::Impl::buildTable(int task) {
 }
 
 void CudaExecutor::Impl::initialiseParameters() {
+  // Drawn on the device, the host's bits (engine/numerics/portable_normal.h),
+  // unless a parameter is a tensor-parallel slice (the host cuts those from
+  // the whole) or TANDEM_HOST_INIT=1 asks for the host's path (the GPU tests
+  // compare the two).
+  const char* host_env = std::getenv("TANDEM_HOST_INIT");
+  const bool on_host = (host_env && std::string(host_env) == "1") ||
+                       std::any_of(program->params.begin(), program->params.end(),
+                                   [](const ParamInfo& p) { return p.split_dim >= 0; });
+  if (!on_host) return initialiseParametersOnDevice();
   // Sharded parameters live in their bucket's shard (below); their own
   // buffers are gathered copies.
   std::vector<const ParamInfo*> whole;
@@ -390,6 +399,46 @@ void CudaExecutor::Impl::initialiseParameters() {
     for (int shard : {b.master_shard, b.param_shard})
       if (shard >= 0)
         writeBuffer(shard, initialMasterShard(plan.job, *program, b, opt.rank, shardCount(plan.job), threads));
+}
+
+void CudaExecutor::Impl::initialiseParametersOnDevice() {
+  // Element `from` on of a parameter's whole values into `at` (n of them, as
+  // `dt`).
+  auto fill = [&](void* at, DType dt, const ParamInfo& p, int64_t from, int64_t n) {
+    const InitRule rule = initRule(plan.job, p);
+    fillInitialValues(at, dt, from, n, rule.normal, rule.constant, rule.seed, rule.stddev, nullptr);
+  };
+  // A buffer written whole: the values, zeros past them (as writeBuffer).
+  auto fillBuffer = [&](int buffer, const ParamInfo& p) {
+    const Buffer& b = program->buffers.at(size_t(buffer));
+    const int64_t n = b.elementCount();
+    if (n * dtypeSize(b.dtype) < b.bytes) TANDEM_CUDA_CHECK(cudaMemset(ptr(buffer), 0, size_t(b.bytes)));
+    fill(ptr(buffer), b.dtype, p, 0, n);
+  };
+  for (const ParamInfo& p : program->params) {
+    if (program->buckets.at(size_t(p.bucket)).param_shard >= 0) continue;  // in its bucket's shard, below
+    fillBuffer(p.param, p);
+    if (p.master >= 0 && p.master != p.param) fillBuffer(p.master, p);
+  }
+  // Sharded optimizer, bf16: this rank's fp32 master shard of each bucket;
+  // sharded parameters: this rank's shard of them (initialMasterShard's
+  // layout: the rank's segment of each parameter, padding 0).
+  for (const GradBucket& bucket : program->buckets)
+    for (int shard : {bucket.master_shard, bucket.param_shard}) {
+      if (shard < 0) continue;
+      const Buffer& sb = program->buffers.at(size_t(shard));
+      TANDEM_CUDA_CHECK(cudaMemset(ptr(shard), 0, size_t(sb.bytes)));
+      const ShardRange range = shardOf(plan.job.dataParallelRank(opt.rank), shardCount(plan.job),
+                                       program->buffers.at(size_t(bucket.buffer)).elementCount());
+      for (int pi : bucket.params) {
+        const ParamInfo& p = program->params.at(size_t(pi));
+        const ShardSegment seg = segmentInShard(*program, p, range);
+        if (seg.to <= seg.from) continue;
+        fill(static_cast<char*>(ptr(shard)) + seg.shard_offset * dtypeSize(sb.dtype), sb.dtype, p, seg.from,
+             seg.to - seg.from);
+      }
+    }
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 // Issues every task that launches a GEMM once, with the Gemm in tuning mode:

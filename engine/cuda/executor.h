@@ -79,7 +79,7 @@ struct SetupTimes {
   double kernels_and_arena_s = 0;  // kernel attributes, the arena allocated and zeroed
   double tables_s = 0;             // the tasks' tables and buffers (prepareTasks)
   double gemm_timing_s = 0;        // cuBLASLt algorithms timed (0 with tuning off)
-  double initial_weights_s = 0;    // drawn on the host and copied in
+  double initial_weights_s = 0;    // drawn on the device (or on the host and copied in: TANDEM_HOST_INIT=1)
 };
 
 class CudaExecutor {

@@ -51,6 +51,7 @@ struct CudaExecutor::Impl {
   bool fusionSupported(int task, int partner, FusionKind kind);
   void buildTable(int task);
   void initialiseParameters();
+  void initialiseParametersOnDevice();
   void tuneGemms();
   void fillHostData(int step);
   void enqueueStep(bool with_optimizer);

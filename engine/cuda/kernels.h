@@ -212,6 +212,14 @@ struct StepScalars {
   int prev_valid = 0;
 };
 
+// Initial parameter values on the device (init_fill.cu): out[i], i < n, is
+// element begin + i of a whole parameter under its InitRule
+// (engine/numerics/init.h): `constant`, or portable::scaledNormalAt(seed,
+// begin + i, stddev), stored as f32 or bf16 (rounded as floatToBf16Bits):
+// the bits initialParameterValues gives on the host.
+void fillInitialValues(void* out, DType dt, int64_t begin, int64_t n, bool normal, float constant, uint64_t seed,
+                       double stddev, cudaStream_t s);
+
 // partials[chunks] = sum of squares per chunk; then norm[0] = sqrt(sum), or
 // the sum itself when `squared` (a sharded optimizer sums it over ranks).
 void gradNorm(float* norm, const TensorSlot* slots, int num_slots, int64_t num_chunks,

@@ -63,9 +63,7 @@ void fillNormalRange(float* out, int64_t begin, int64_t end, uint64_t seed, doub
   // Chunks of at least 1M values: below that a thread costs more than it draws.
   const int64_t chunks = std::clamp<int64_t>(n >> 20, 1, std::max(1, threads));
   auto fill = [&](int64_t from, int64_t to) {  // offsets into out
-    SplitMix64 rng(seed);
-    rng.skip(2 * uint64_t(begin + from));  // each normal takes two draws
-    for (int64_t i = from; i < to; ++i) out[i] = float(stddev * rng.normal());
+    for (int64_t i = from; i < to; ++i) out[i] = portable::scaledNormalAt(seed, uint64_t(begin + i), stddev);
   };
   if (chunks <= 1) return fill(0, std::max<int64_t>(n, 0));
   std::vector<std::future<void>> parts;
@@ -78,17 +76,6 @@ void fillNormalRange(float* out, int64_t begin, int64_t end, uint64_t seed, doub
 void fillNormal(float* out, int64_t n, uint64_t seed, double stddev, int threads) {
   fillNormalRange(out, 0, n, seed, stddev, threads);
 }
-
-namespace {
-
-// How a parameter's whole values are made: every value `constant`, or
-// normals of `stddev` from `seed` (GPT-2 initialisation, by name).
-struct InitRule {
-  bool normal = false;
-  float constant = 0.0f;
-  uint64_t seed = 0;
-  double stddev = 0;
-};
 
 InitRule initRule(const JobSpec& job, const ParamInfo& param) {
   const std::string& name = param.name;
@@ -106,6 +93,8 @@ InitRule initRule(const JobSpec& job, const ParamInfo& param) {
   r.seed = fnv1a64(name.data(), name.size(), job.training.seed ^ 0x5EEDull);
   return r;
 }
+
+namespace {
 
 // Values [begin, end) of the whole parameter under `rule` into out.
 void fillInitial(float* out, int64_t begin, int64_t end, const InitRule& rule, int threads) {

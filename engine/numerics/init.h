@@ -31,6 +31,18 @@ void forEachInitialParameter(const JobSpec& job, const RankPlan& program, const 
                              int rank, int threads,
                              const std::function<void(const ParamInfo&, const std::vector<float>&)>& use);
 
+// How a parameter's whole values are made (GPT-2 initialisation, by name):
+// every value `constant`, or value i = portable::scaledNormalAt(seed, i,
+// stddev). The GPU executor draws them on the device from this (the same
+// bits).
+struct InitRule {
+  bool normal = false;
+  float constant = 0.0f;
+  uint64_t seed = 0;
+  double stddev = 0;
+};
+InitRule initRule(const JobSpec& job, const ParamInfo& param);
+
 // out[i] = stddev * (the i-th normal of SplitMix64(seed)), for i < n, drawn
 // in chunks on up to `threads` threads: the same values for any count.
 void fillNormal(float* out, int64_t n, uint64_t seed, double stddev, int threads);

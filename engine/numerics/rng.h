@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "engine/numerics/portable_normal.h"
+
 namespace tandem {
 
 class SplitMix64 {
@@ -21,10 +23,12 @@ class SplitMix64 {
   }
   // Uniform in [0, 1).
   double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
-  // Standard normal (Box-Muller; two calls of next()).
+  // Standard normal (Box-Muller's cosine half; two calls of next()), with
+  // the logarithm and cosine of portable_normal.h: the GPU draws the same
+  // bits (portable::normalAt gives the i-th of a stream without the others).
   double normal() {
-    const double u1 = 1.0 - uniform(), u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    const double u1 = portable::sub(1.0, uniform()), u2 = uniform();
+    return portable::mul(portable::squareRoot(portable::mul(-2.0, portable::logOf(u1))), portable::cos2Pi(u2));
   }
   uint64_t below(uint64_t n) { return next() % n; }
 

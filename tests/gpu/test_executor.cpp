@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <tuple>
 
 #include "engine/cpu/executor.h"
@@ -363,6 +365,43 @@ void replayLeavesTheNextStep() {
              plain == replayed);
 }
 
+// The initial weights drawn on the device (CudaExecutor's default) have the
+// bits of the host's (TANDEM_HOST_INIT=1): parameters, fp32 masters and the
+// shards of sharded optimizers and parameters.
+void deviceInitialWeightsMatchHost(const std::string& label, const JobSpec& job) {
+  const Plan plan = buildPlan(job);
+  const RankPlan& rp = plan.programs[0];
+  setenv("TANDEM_HOST_INIT", "1", 1);
+  std::vector<std::vector<float>> host;
+  std::vector<int> buffers;
+  {
+    cuda::CudaExecutor ex(plan, cuda::ExecutorOptions{});
+    for (const ParamInfo& p : rp.params)
+      if (rp.buckets.at(size_t(p.bucket)).param_shard < 0)
+        for (int b : {p.param, p.master})
+          if (b >= 0) buffers.push_back(b);
+    for (const GradBucket& bk : rp.buckets)
+      for (int b : {bk.master_shard, bk.param_shard})
+        if (b >= 0) buffers.push_back(b);
+    for (int b : buffers) host.push_back(ex.readBuffer(b));
+  }
+  unsetenv("TANDEM_HOST_INIT");
+  cuda::CudaExecutor ex(plan, cuda::ExecutorOptions{});
+  int64_t values = 0, differ = 0;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const std::vector<float> dev = ex.readBuffer(buffers[i]);
+    values += int64_t(dev.size());
+    if (dev.size() != host[i].size()) {
+      differ += int64_t(dev.size());
+      continue;
+    }
+    for (size_t j = 0; j < dev.size(); ++j) differ += std::memcmp(&dev[j], &host[i][j], 4) != 0;
+  }
+  fmt::print("     {}: {} buffers, {} values, {} differ; set-up {:.2f} s drawing on the device\n", label,
+             buffers.size(), values, differ, ex.setupTimes().initial_weights_s);
+  expectTrue(label + ": initial weights drawn on the device are the host's bits", differ == 0 && values > 0);
+}
+
 }  // namespace
 
 int main() {
@@ -372,6 +411,15 @@ int main() {
       fmt::print("note: TANDEM_FUSION in the environment limits the fusions: the fused runs fuse less\n");
     expectFusion();
     expectResidualFusion();
+    deviceInitialWeightsMatchHost("tiny fp32", tiny({"training.precision=fp32"}));
+    deviceInitialWeightsMatchHost("tiny bf16 Llama", tinyLlama({"training.precision=bf16"}));
+    deviceInitialWeightsMatchHost("tiny bf16 ZeRO-2 (one shard)",
+                                  tiny({"training.precision=bf16", "parallel.shard_gradients=true"}));
+    deviceInitialWeightsMatchHost("tiny bf16 ZeRO-3 (one shard)",
+                                  tiny({"training.precision=bf16", "parallel.shard_parameters=true"}));
+    deviceInitialWeightsMatchHost(
+        "GPT-2 124M bf16", loadJobFile(std::string(TANDEM_SOURCE_DIR) + "/resources/jobs/gpt2-124m-dp8.yaml",
+                                       {"parallel.data_parallel=1", "training.micro_batch=4"}));
     for (const bool fusion : {true, false}) {
       g_fusion = fusion;
       compareGradients("tiny fp32", tiny({"training.precision=fp32"}), 1e-4);
