@@ -5,10 +5,12 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "engine/cuda/algorithm_choice.h"
 #include "engine/cuda/check.h"
+#include "engine/cuda/gemm_choice_cache.h"
 #include "engine/cuda/gemm_gelu.h"
 #include "engine/spec/parse_number.h"
 
@@ -180,6 +182,9 @@ namespace {
 // algorithm for every Gemm of the process.
 std::mutex g_tuned_mu;
 std::map<std::pair<std::string, std::string>, int> g_tuned;
+// The devices whose choices of earlier runs were read into g_tuned
+// (gemm_choice_cache.h), under g_tuned_mu.
+std::set<std::string> g_loaded_devices;
 
 // The charge per extra graph node (Gemm::kGraphNodeCostUs unless
 // TANDEM_GEMM_NODE_COST_US says otherwise), in ms.
@@ -234,10 +239,13 @@ void Gemm::tune(const Key& key, Prepared& p, const void* A, const void* B, void*
     device_name_ = prop.name;
   }
   const auto shared_key = std::make_pair(device_name_, keyText(key));
+  const GemmChoiceCache disk(device_name_, shared_bytes_);
   const float alpha = 1.f;
   int chosen_before = -1;
   {
     std::lock_guard<std::mutex> lock(g_tuned_mu);
+    if (g_loaded_devices.insert(device_name_).second)
+      for (const auto& [shape, choice] : disk.load()) g_tuned.emplace(std::make_pair(device_name_, shape), choice);
     if (auto it = g_tuned.find(shared_key); it != g_tuned.end()) chosen_before = it->second;
   }
   if (chosen_before >= 0) {
@@ -284,7 +292,9 @@ void Gemm::tune(const Key& key, Prepared& p, const void* A, const void* B, void*
   {
     std::lock_guard<std::mutex> lock(g_tuned_mu);
     // Another Gemm of the process may have tuned the same shape meanwhile: its choice stands.
-    chosen = g_tuned.emplace(shared_key, chosen).first->second;
+    const auto [it, fresh] = g_tuned.emplace(shared_key, chosen);
+    chosen = it->second;
+    if (fresh) disk.record(shared_key.second, chosen);
   }
   if (chosen < int(p.candidates.size())) {
     p.algo = p.candidates[size_t(chosen)];
