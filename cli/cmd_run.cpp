@@ -2,6 +2,7 @@
 // without CUDA too; then (or without a GPU) it says so in one line and fails.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include "cli/job_options.h"
 #include "cli/number_checks.h"
 #include "cli/plan_summary.h"
+#include "cli/run_placement.h"
 #include "engine/memory/gpu_footprint.h"
 #include "engine/plan/gpu_support.h"
 #include "engine/plan/planner.h"
@@ -41,6 +43,11 @@ struct RunOptions {
   std::string out;
   bool profile = false;  // CUPTI + NVTX into per-rank files, merged into `out`
   std::string rendezvous;  // under mpirun/srun/torchrun: the folder where rank 0 leaves the NCCL id
+  std::string placement;   // auto or a map file (`tandem place --out`): each rank's GPU
+  // The placement resolved by the process that starts the ranks, handed to
+  // them so they do not resolve it again (hidden flags).
+  std::string placement_devices;
+  std::string placement_source;
 };
 
 #ifdef TANDEM_HAVE_CUDA
@@ -56,6 +63,8 @@ std::vector<std::string> childArguments(const RunOptions& o) {
   if (!o.out.empty()) args.insert(args.end(), {"--out", o.out});
   if (o.profile) args.push_back("--profile");
   args.insert(args.end(), {"--timeout", fmt::format("{}", o.timeout_s)});
+  if (!o.placement_devices.empty())
+    args.insert(args.end(), {"--placement-devices", o.placement_devices, "--placement-source", o.placement_source});
   return args;
 }
 
@@ -102,7 +111,7 @@ void printClockOffsets(const std::vector<cuda::ClockOffset>& all, const std::vec
 // Where this rank runs: its rank, world and GPU from the launcher, and the
 // NCCL id shared through the rendezvous. Says who started the ranks.
 cuda::ExecutorOptions rankPlacement(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info,
-                                    cuda::RendezvousPlan& rendezvous) {
+                                    const runner::RunPlacement& placement, cuda::RendezvousPlan& rendezvous) {
   std::string why;
   const int count = cuda::usableGpuCount(&why);
   if (count == 0) throw std::runtime_error("run: no CUDA GPU available (" + why + ")");
@@ -123,6 +132,19 @@ cuda::ExecutorOptions rankPlacement(const RunOptions& o, const Plan& plan, const
     throw std::runtime_error(std::string("run: ") + e.what());
   }
   eo.device = count == 1 ? 0 : local % count;
+  // --placement: the map's GPU for this rank, counted on this host in PCI
+  // bus order (runCommand set CUDA_DEVICE_ORDER).
+  if (!placement.device_of_rank.empty()) {
+    const int wanted = placement.device_of_rank.at(size_t(eo.rank));
+    if (wanted >= count)
+      throw std::runtime_error(fmt::format(
+          "run: the placement puts rank {} on GPU {} but this rank sees {} GPU{}{}", eo.rank, wanted, count,
+          count == 1 ? "" : "s",
+          count == 1 && info.external() ? " (a launcher that sets CUDA_VISIBLE_DEVICES per rank chooses the GPU "
+                                          "itself: drop --placement or let each rank see every GPU)"
+                                        : ""));
+    eo.device = wanted;
+  }
   eo.use_graph = !o.eager;
   eo.timeout_s = o.timeout_s;
   if (eo.rank == 0 && info.external()) {
@@ -241,10 +263,12 @@ void finishProfile(const RunOptions& o, runner::RankSession& session, const cuda
   }
 }
 
-void runRank(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info) {
+void runRank(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info,
+             const runner::RunPlacement& placement) {
   cuda::RendezvousPlan rendezvous;
   runner::SessionOptions so;
-  so.executor = rankPlacement(o, plan, info, rendezvous);
+  so.executor = rankPlacement(o, plan, info, placement, rendezvous);
+  so.placement = placement;
   const int rank = so.executor.rank, world = so.executor.world;
   const bool lead = rank == 0;
   if (o.profile) so.profile_path = runner::rankTracePath(o.out, rank);
@@ -279,10 +303,36 @@ void runRank(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info
   if (lead) {
     printSummary(o, plan, session);
     if (!o.out.empty() && !o.profile)
-      runner::writeStepsRun(o.out, plan, so.executor.device, results, session.executor().memory(), session.stats());
+      runner::writeStepsRun(o.out, plan, so.executor.device, results, session.executor().memory(), session.stats(),
+                            so.placement);
   }
   if (o.profile) finishProfile(o, session, info, rank, world);
   if (rendezvous.mpi) cuda::mpiFinalize();
+}
+
+// --placement resolved once: by the process that starts the ranks (which
+// hands it to them), or by each rank under another launcher.
+runner::RunPlacement resolvePlacement(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info) {
+  runner::RunPlacement p;
+  if (!o.placement_devices.empty()) {
+    p.device_of_rank = parseDevicesText(o.placement_devices, plan.world_size);
+    p.source = o.placement_source;
+    return p;
+  }
+  if (o.placement.empty()) return p;
+  const ResolvedPlacement r = resolveRunPlacement(o.placement, plan);
+  p.device_of_rank = r.device_of_rank;
+  p.source = r.source;
+  const bool lead = !info.launched() || (info.external() && info.rank == 0);
+  if (lead) {
+    if (o.json)
+      fmt::print(R"({{"placement":[{}],"source":{}}})" "\n", devicesText(p.device_of_rank),
+                 nlohmann::json(p.source).dump());
+    else
+      fmt::print("run: placement from {}: {}\n", p.source, placementLine(p.device_of_rank));
+    std::fflush(stdout);
+  }
+  return p;
 }
 
 #endif  // TANDEM_HAVE_CUDA
@@ -314,6 +364,11 @@ void runCommand(const RunOptions& o) {
   const Plan plan = buildPlan(job);
   if (const std::optional<std::string> refusal = gpuRunRefusal(plan))
     throw std::runtime_error("run: the GPU executor refuses the job: " + *refusal);
+  // The placement, before looking for GPUs: a bad map is refused at once,
+  // and CUDA must count devices in PCI bus order (nvidia-smi's, the map's)
+  // from its first call on.
+  const runner::RunPlacement placement = resolvePlacement(o, plan, info);
+  if (!placement.device_of_rank.empty()) setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", /*overwrite=*/0);
   const int world = job.parallel.data_parallel;
   if (!info.launched() && world > 1) {
     std::string why;
@@ -324,6 +379,8 @@ void runCommand(const RunOptions& o) {
                                            "pass --gpus {} or fewer", world, count, count));
     RunOptions child = o;
     child.gpus = world;
+    child.placement_devices = devicesText(placement.device_of_rank);
+    child.placement_source = placement.source;
     std::vector<std::string> args = childArguments(child);
     args.insert(args.end(), {"--gpus", std::to_string(world)});
     if (cuda::launchLocalRanks(world, args, o.timeout_s + 30) != 0)
@@ -332,7 +389,7 @@ void runCommand(const RunOptions& o) {
     return;
   }
   try {
-    runRank(o, plan, info);
+    runRank(o, plan, info, placement);
   } catch (const cuda::CudaError& e) {
     // A failed rank may have kernels or NCCL work still queued: leave without
     // running destructors that would synchronise with them.
@@ -363,6 +420,13 @@ void addRunCommand(CLI::App& root) {
                   "under srun: $SLURM_SUBMIT_DIR/.tandem-rendezvous/JOB.STEP; under mpirun MPI_Bcast when built "
                   "with MPI)")
       ->type_name("DIR");
+  cmd->add_option("--placement", o->placement,
+                  "which GPU each rank opens: a map from `tandem place --out` (rank r on its GPU `local`), or auto "
+                  "(this machine's `nvidia-smi topo -m`, placed as `tandem place` does); recorded in the run's stats "
+                  "(placement.device.rankN)")
+      ->type_name("auto|MAP.yaml");
+  cmd->add_option("--placement-devices", o->placement_devices)->group("");  // handed to the ranks tandem run starts
+  cmd->add_option("--placement-source", o->placement_source)->group("");
   cmd->add_flag("--profile", o->profile,
                 "profile with CUPTI + NVTX: every kernel tagged with its plan task; each rank writes RUN.rankN.sqlite, "
                 "merged into --out at the end");

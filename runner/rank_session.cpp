@@ -64,14 +64,20 @@ std::string fittingChoices(const JobSpec& job, int64_t free_bytes) {
 }
 
 std::vector<traces::StatRow> summaryStats(const Plan& plan, const StepStats& stats,
-                                          const cuda::GpuMemoryReport& memory) {
+                                          const cuda::GpuMemoryReport& memory, const RunPlacement& placement) {
   namespace st = traces::stats;
-  return {st::kTokensPerSecond.row(int64_t(stats.tokens_per_s)),
-          st::kMfuPpm.row(int64_t(stats.mfu * 1e6)),
-          st::kPlannedArenaBytes.row(memory.planned_arena_bytes),
-          st::kPlannedExecutorBytes.row(gpu_footprint::executorFootprint(plan).total()),
-          st::kAllocatedBytes.row(memory.allocated_bytes),
-          st::kDeviceUsedBytes.row(memory.device_used_bytes)};
+  std::vector<traces::StatRow> rows{st::kTokensPerSecond.row(int64_t(stats.tokens_per_s)),
+                                    st::kMfuPpm.row(int64_t(stats.mfu * 1e6)),
+                                    st::kPlannedArenaBytes.row(memory.planned_arena_bytes),
+                                    st::kPlannedExecutorBytes.row(gpu_footprint::executorFootprint(plan).total()),
+                                    st::kAllocatedBytes.row(memory.allocated_bytes),
+                                    st::kDeviceUsedBytes.row(memory.device_used_bytes)};
+  if (!placement.device_of_rank.empty()) {
+    rows.push_back(st::kPlacementApplied.row(1, "each rank's GPU from tandem run --placement: " + placement.source));
+    for (size_t r = 0; r < placement.device_of_rank.size(); ++r)
+      rows.push_back(st::kPlacementDevice.row(int(r), placement.device_of_rank[r]));
+  }
+  return rows;
 }
 
 RankSession::RankSession(const Plan& plan, const SessionOptions& options)
@@ -162,7 +168,8 @@ StepStats RankSession::stats() const {
 profiler::ProfileSummary RankSession::finishProfile() {
 #ifdef TANDEM_HAVE_PROFILER
   if (!profiler_) throw std::logic_error("finishProfile: this session does not profile");
-  for (const traces::StatRow& row : summaryStats(plan_, stats(), executor_->memory())) profiler_->setStat(row);
+  for (const traces::StatRow& row : summaryStats(plan_, stats(), executor_->memory(), options_.placement))
+    profiler_->setStat(row);
   return profiler_->finish();
 #else
   throw std::logic_error("finishProfile: this tandem was built without the profiler");

@@ -30,8 +30,17 @@ bool profilingAvailable();
 // A rank's profile summary in one line (kernels attributed, dropped records, ...).
 std::string profileSummaryLine(const profiler::ProfileSummary& summary);
 
+// Where `tandem run --placement` put the ranks: the CUDA device (index
+// among its host's GPUs) of every rank and the map it came from. Empty:
+// each rank on its local rank's GPU, as the launcher numbers them.
+struct RunPlacement {
+  std::vector<int> device_of_rank;
+  std::string source;  // the map file, or "auto (...)"
+};
+
 struct SessionOptions {
   cuda::ExecutorOptions executor;  // rank, world, device, graph or eager, NCCL id, timeout
+  RunPlacement placement;          // recorded in the run's stats
   // The rank's profile file (one run per rank file, started afresh); empty:
   // no profiling. Needs profilingAvailable().
   std::string profile_path;
@@ -56,9 +65,10 @@ struct StepStats {
 };
 
 // The stats a real run's record carries about its steady state and memory
-// (tokens per second, MFU, planned and allocated bytes).
+// (tokens per second, MFU, planned and allocated bytes) and, when a
+// placement chose the GPUs, the device of every rank and the map's name.
 std::vector<traces::StatRow> summaryStats(const Plan& plan, const StepStats& stats,
-                                          const cuda::GpuMemoryReport& memory);
+                                          const cuda::GpuMemoryReport& memory, const RunPlacement& placement = {});
 
 class RankSession {
  public:

@@ -31,7 +31,7 @@ traces::MergeResult mergeProfiles(const std::string& out, int world) {
 
 void writeStepsRun(const std::string& path, const Plan& plan, int device,
                    const std::vector<cuda::GpuStepResult>& steps, const cuda::GpuMemoryReport& memory,
-                   const StepStats& stats) {
+                   const StepStats& stats, const RunPlacement& placement) {
   traces::AtomicOutput output(path, /*copy_existing=*/true);
   {
     traces::TraceWriter w(output.tempPath());
@@ -43,7 +43,7 @@ void writeStepsRun(const std::string& path, const Plan& plan, int device,
       w.addStep({0, s.step, t, t + dur});
       t += dur;
     }
-    for (const traces::StatRow& row : summaryStats(plan, stats, memory)) w.setStat(row);
+    for (const traces::StatRow& row : summaryStats(plan, stats, memory, placement)) w.setStat(row);
     w.flush();
   }
   output.commit();

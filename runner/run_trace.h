@@ -21,10 +21,11 @@ std::string rankTracePath(const std::string& out, int rank);
 // or not at all).
 traces::MergeResult mergeProfiles(const std::string& out, int world);
 
-// Appends a run of the steps' times, the steady-state figures and the memory
-// report to `path` (written whole or not at all).
+// Appends a run of the steps' times, the steady-state figures, the memory
+// report and the placement, if one chose the GPUs, to `path` (written whole
+// or not at all).
 void writeStepsRun(const std::string& path, const Plan& plan, int device,
                    const std::vector<cuda::GpuStepResult>& steps, const cuda::GpuMemoryReport& memory,
-                   const StepStats& stats);
+                   const StepStats& stats, const RunPlacement& placement = {});
 
 }  // namespace tandem::runner

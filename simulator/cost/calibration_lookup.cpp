@@ -48,4 +48,25 @@ std::vector<std::string> committedCalibrations() {
   return out;
 }
 
+ResolvedCalibration resolveCalibration(const std::string& setting, const Topology& topo) {
+  ResolvedCalibration r;
+  if (setting == kShippedCalibration) {
+    if (const std::optional<std::string> shipped = shippedCalibrationFor(topo)) {
+      r.calibration = loadCalibration(*shipped);
+      r.used = std::filesystem::path(*shipped).filename().string() + " (shipped for the " + topo.devices.at(0).model +
+               ")";
+    } else {
+      r.warning = "no calibration comes with tandem for the GPUs of " + topo.name + " (" +
+                  (topo.devices.empty() ? std::string("none") : topo.devices[0].model) +
+                  "): kernel times from the roofline defaults (docs/simulator.md); measure one with `tandem "
+                  "calibrate --sweep` and pass it with --calibration";
+    }
+  } else if (!setting.empty() && setting != kNoCalibration) {
+    const std::string path = calibrationPath(setting);
+    r.calibration = loadCalibration(path);
+    r.used = std::filesystem::path(path).filename().string();
+  }
+  return r;
+}
+
 }  // namespace tandem::sim

@@ -97,25 +97,11 @@ SimulateOutcome simulateJob(const SimulateRequest& request, const SimulateCallba
   progress(30, "loading topology " + s.topology);
   out.topology = s.topology_yaml.empty() ? loadTopology(resourcePath(s.topology))
                                          : parseTopologyYaml(s.topology_yaml, "<topology of " + s.topology + ">");
-  Calibration cal;
-  out.calibration_used = "roofline defaults";
-  if (s.calibration == kShippedCalibration) {
-    if (const std::optional<std::string> shipped = shippedCalibrationFor(out.topology)) {
-      progress(35, "loading calibration " + *shipped);
-      cal = loadCalibration(*shipped);
-      out.calibration_used = std::filesystem::path(*shipped).filename().string() + " (shipped for the " +
-                             out.topology.devices.at(0).model + ")";
-    } else {
-      warn(fmt::format("no calibration comes with tandem for the GPUs of {} ({}): kernel times from the roofline "
-                       "defaults (docs/simulator.md); measure one with `tandem calibrate --sweep` and pass it with "
-                       "--calibration",
-                       out.topology.name, out.topology.devices.empty() ? "none" : out.topology.devices[0].model));
-    }
-  } else if (!s.calibration.empty() && s.calibration != kNoCalibration) {
-    progress(35, "loading calibration " + s.calibration);
-    cal = loadCalibration(calibrationPath(s.calibration));
-    out.calibration_used = std::filesystem::path(calibrationPath(s.calibration)).filename().string();
-  }
+  progress(35, "loading calibration " + s.calibration);
+  ResolvedCalibration resolved = resolveCalibration(s.calibration, out.topology);
+  if (resolved.warning) warn(*resolved.warning);
+  Calibration cal = std::move(resolved.calibration);
+  out.calibration_used = resolved.used;
   if (s.kernel_sharing) cal.kernel_sharing = s.kernel_sharing;
   const RooflineCostModel cost(RooflineParams::defaults(), cal);
   // Said before the simulation: a calibration of another GPU, or one that

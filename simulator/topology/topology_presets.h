@@ -3,8 +3,8 @@
 //
 // loadTopology("dgx-h100") resolves, in order:
 //   1. a fixed preset name (h200x2-nv18, dgx-h100, dgx-h200, pcie-4gpu,
-//      hgx-a100), whose YAML text is compiled into the binary and identical to
-//      resources/topologies/<name>.yaml;
+//      hgx-a100, pcie4-nvbridge), whose YAML text is compiled into the binary
+//      and identical to resources/topologies/<name>.yaml;
 //   2. a generated cluster "<N>xdgx-h100", "<N>xdgx-h200" or "<N>xdgx-a100"
 //      (also with "×");
 //   3. a file path.

@@ -402,6 +402,18 @@ void deviceInitialWeightsMatchHost(const std::string& label, const JobSpec& job)
   expectTrue(label + ": initial weights drawn on the device are the host's bits", differ == 0 && values > 0);
 }
 
+void initialWeightChecks() {
+  deviceInitialWeightsMatchHost("tiny fp32", tiny({"training.precision=fp32"}));
+  deviceInitialWeightsMatchHost("tiny bf16 Llama", tinyLlama({"training.precision=bf16"}));
+  deviceInitialWeightsMatchHost("tiny bf16 ZeRO-2 (one shard)",
+                                tiny({"training.precision=bf16", "parallel.shard_gradients=true"}));
+  deviceInitialWeightsMatchHost("tiny bf16 ZeRO-3 (one shard)",
+                                tiny({"training.precision=bf16", "parallel.shard_parameters=true"}));
+  deviceInitialWeightsMatchHost(
+      "GPT-2 124M bf16", loadJobFile(std::string(TANDEM_SOURCE_DIR) + "/resources/jobs/gpt2-124m-dp8.yaml",
+                                     {"parallel.data_parallel=1", "training.micro_batch=4"}));
+}
+
 }  // namespace
 
 int main() {
@@ -411,15 +423,7 @@ int main() {
       fmt::print("note: TANDEM_FUSION in the environment limits the fusions: the fused runs fuse less\n");
     expectFusion();
     expectResidualFusion();
-    deviceInitialWeightsMatchHost("tiny fp32", tiny({"training.precision=fp32"}));
-    deviceInitialWeightsMatchHost("tiny bf16 Llama", tinyLlama({"training.precision=bf16"}));
-    deviceInitialWeightsMatchHost("tiny bf16 ZeRO-2 (one shard)",
-                                  tiny({"training.precision=bf16", "parallel.shard_gradients=true"}));
-    deviceInitialWeightsMatchHost("tiny bf16 ZeRO-3 (one shard)",
-                                  tiny({"training.precision=bf16", "parallel.shard_parameters=true"}));
-    deviceInitialWeightsMatchHost(
-        "GPT-2 124M bf16", loadJobFile(std::string(TANDEM_SOURCE_DIR) + "/resources/jobs/gpt2-124m-dp8.yaml",
-                                       {"parallel.data_parallel=1", "training.micro_batch=4"}));
+    initialWeightChecks();
     for (const bool fusion : {true, false}) {
       g_fusion = fusion;
       compareGradients("tiny fp32", tiny({"training.precision=fp32"}), 1e-4);

@@ -33,7 +33,7 @@ TEST_CASE("embedded presets equal the files in resources/topologies", "[presets]
   namespace fs = std::filesystem;
   fs::path dir = fs::path(TANDEM_SOURCE_DIR) / "resources" / "topologies";
   auto names = fixedPresetNames();
-  REQUIRE(names.size() == 5);
+  REQUIRE(names.size() == 6);
   for (const auto& name : names) {
     INFO(name);
     fs::path file = dir / (name + ".yaml");
@@ -175,7 +175,7 @@ TEST_CASE("generated DGX A100 and H200 clusters", "[presets]") {
 TEST_CASE("unknown names list the presets", "[presets]") {
   CHECK_THROWS_WITH(loadTopology("dgx-h900"), Catch::Contains("dgx-h100") && Catch::Contains("<N>xdgx-h100"));
   auto list = listPresets();
-  REQUIRE(list.size() == 8);
+  REQUIRE(list.size() == 9);
   for (const auto& p : list) CHECK_FALSE(p.description.empty());
 }
 

@@ -77,6 +77,11 @@ const StatDecl kAllocatedBytes{"allocated_bytes", Plain, S::Info, false, MergeRu
     "arena + workspace + scratch"};
 const StatDecl kDeviceUsedBytes{"device_used_bytes", Plain, S::Info, false, MergeRule::Max,
     "after setup, incl. context and NCCL"};
+// The map every rank applied alike: merge keeps one.
+const StatDecl kPlacementApplied{"placement.applied", Plain, S::Info, false, MergeRule::Max,
+    "1: each rank's GPU came from tandem run --placement (the description names the map)"};
+const StatDecl kPlacementDevice{"placement.device.rank", PerRank, S::Info, false, MergeRule::Max,
+    "the CUDA device (index among its host's GPUs, PCI bus order) the placement gave this rank"};
 
 const StatDecl kMergeInputs{"merge.inputs", Plain, S::Info, false, MergeRule::Sum,
     "per-rank files merged into this run"};
@@ -144,7 +149,7 @@ const std::vector<const StatDecl*>& all() {
       &kClockOffsetEndNs, &kClockOffsetEndRttNs, &kClockOffsetDriftPpb, &kGpuPowerSamples, &kGpuPowerInstant,
       &kGpuPowerWMedian, &kGpuSmClockMhzMedian, &kGpuPowerCappedPct, &kGpuEnergyPerStepMj, &kGpuEnergyPowerW,
       &kTokensPerSecond, &kMfuPpm, &kPlannedArenaBytes, &kPlannedExecutorBytes, &kAllocatedBytes,
-      &kDeviceUsedBytes, &kMergeInputs, &kClockAppliedOffsetNs, &kClockAppliedDriftPpb, &kSimEvents, &kSimFlows,
+      &kDeviceUsedBytes, &kPlacementApplied, &kPlacementDevice, &kMergeInputs, &kClockAppliedOffsetNs, &kClockAppliedDriftPpb, &kSimEvents, &kSimFlows,
       &kSimCollectives, &kSimSimulatedRanks, &kSimRanksNotWritten, &kSimCalibrationGpuMismatch,
       &kSimCalibrationUnmeasuredTasks, &kSimMemoryShortMib, &kKinetoSkippedPhase, &kKinetoSkippedCategory,
       &kNsysNoSchemaVersion, &kNsysTablesNotImported, &kNsysUnknownStringId, &kNsysNoTimestamp,

@@ -68,6 +68,8 @@ extern const StatDecl kGpuPowerCappedPct, kGpuEnergyPerStepMj, kGpuEnergyPowerW;
 // ---- a real run's summary (the rank runner)
 extern const StatDecl kTokensPerSecond, kMfuPpm, kPlannedArenaBytes, kPlannedExecutorBytes, kAllocatedBytes;
 extern const StatDecl kDeviceUsedBytes;
+// ---- a real run's placement (`tandem run --placement`)
+extern const StatDecl kPlacementApplied, kPlacementDevice;
 // ---- merge
 extern const StatDecl kMergeInputs, kClockAppliedOffsetNs, kClockAppliedDriftPpb;
 // ---- the simulator
