@@ -215,7 +215,14 @@ struct Instance {
   int flows_left = 0;
   int64_t start_ns = 0;
   std::vector<Arrival> members;
-  int record = -1;  // index into result collectives
+  int record = -1;  // index into result collectives; -1 for a shadow (below)
+  // A representatives' transfer ends when the transfers its members stand
+  // for have ended too (the slowest of them holds the members it stands
+  // for, as the slowest member holds a collective): its shadows still
+  // running, and whether its own flows are done; a shadow's own instance.
+  int shadows_running = 0;
+  bool waits_for_shadows = false;
+  int real = -1;
 };
 
 // Storage for `count` activity records, uninitialized (every record is
@@ -362,6 +369,10 @@ class Replay {
   void attachTaskTables(RankState& st, RankSlices& slices);
   void sliceArrays(const RankSlices& slices);
   void indexGroupMembers();
+  void findShadowGroups();
+  void launchShadow(int real_instance, int shadow_group, const ProcessGroup& real, CollectiveOp op, int64_t bytes,
+                    int src, int dst);
+  void finishTransfer(int ii);
   void push(int64_t t, EventType type, int a, int b = 0) { queue_.push(Event{t, type, a, b}); }
   void tryStart(int ri, int stream);
   // How many times longer than alone a running kernel of task t takes:
@@ -437,6 +448,10 @@ class Replay {
   // rank's collective runs in the one containing it).
   std::map<std::string, std::vector<int>> group_index_;
   std::vector<std::vector<int>> simulated_members_;  // per group: simulated member ranks
+  // Symmetric simulation: per group of representatives, the groups of the
+  // same name whose ranks they stand for and whose transfers would share a
+  // NIC with the representatives' (findShadowGroups).
+  std::vector<std::vector<int>> shadow_groups_;
   std::vector<std::vector<char>> group_member_;      // per group, per world rank: member?
   std::map<std::tuple<int, int, int64_t>, Pending> pending_;  // (group, direction or -1, seq)
   std::map<std::tuple<int, int, int64_t, int, int>, std::shared_ptr<const CollectiveSchedule>> schedules_;
@@ -462,6 +477,7 @@ void Replay::setup() {
   }
   sliceArrays(slices);
   indexGroupMembers();
+  findShadowGroups();
   result_.stats.simulated_ranks = int(ranks_.size());
 }
 
@@ -983,6 +999,105 @@ void Replay::launch(Pending&& p, int g) {
   result_.collectives.push_back(rec);
   ++result_.stats.collectives;
   instances_.push_back(std::move(inst));
+  const int real = int(instances_.size()) - 1;
+  if (symmetric_)
+    for (int h : shadow_groups_[size_t(g)]) launchShadow(real, h, group, op, p.bytes, p.src, p.dst);
+  startPhase(real);
+}
+
+// A symmetric simulation runs the transfers of the representatives' groups
+// only. The groups whose ranks they stand for make the same transfers at
+// the same time, on other links, except where their cross-host traffic
+// leaves through a NIC the representatives' groups use too (a pipeline
+// pair's send on the NIC of a data-parallel ring's member): those groups'
+// flows are simulated as shadows, which load the links but move no rank.
+// Transfers inside hosts, and across hosts through other NICs, are left
+// out (on the fabric beyond the NICs the representatives' flows meet
+// only their own).
+void Replay::findShadowGroups() {
+  shadow_groups_.assign(plan_.groups.size(), {});
+  if (!symmetric_) return;
+  std::vector<char> representative(size_t(plan_.world_size), 0);
+  for (int r : program_min_rank_)
+    if (r >= 0) representative[size_t(r)] = 1;
+  auto isReal = [&](const ProcessGroup& g) {
+    return std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) { return representative[size_t(r)] != 0; });
+  };
+  // The NICs a group's transfers between hosts leave and enter through.
+  auto nics = [&](const ProcessGroup& g) {
+    std::vector<int> out;
+    const int host = topo_.devices[size_t(rank_device_[size_t(g.ranks.front())])].host;
+    const bool crosses = std::any_of(g.ranks.begin(), g.ranks.end(), [&](int r) {
+      return topo_.devices[size_t(rank_device_[size_t(r)])].host != host;
+    });
+    if (!crosses) return out;
+    for (int r : g.ranks)
+      if (const int nic = router_.nicFor(rank_device_[size_t(r)]); nic >= 0) out.push_back(nic);
+    return out;
+  };
+  std::vector<char> real_nic(size_t(topo_.nodeCount()), 0);
+  for (const ProcessGroup& g : plan_.groups)
+    if (!g.ranks.empty() && isReal(g))
+      for (int nic : nics(g)) real_nic[size_t(nic)] = 1;
+  for (const auto& [name, groups] : group_index_) {
+    // A group of representatives stands for the groups of its name whose
+    // ranks lie in the same programs, place by place.
+    std::map<std::vector<int>, int> real_by_programs;
+    auto programsOf = [&](const ProcessGroup& g) {
+      std::vector<int> p;
+      for (int r : g.ranks) p.push_back(program_of_[size_t(r)]);
+      return p;
+    };
+    for (int g : groups)
+      if (!plan_.groups[size_t(g)].ranks.empty() && isReal(plan_.groups[size_t(g)]))
+        real_by_programs.emplace(programsOf(plan_.groups[size_t(g)]), g);
+    for (int h : groups) {
+      const ProcessGroup& group = plan_.groups[size_t(h)];
+      if (group.ranks.empty() || isReal(group)) continue;
+      const auto it = real_by_programs.find(programsOf(group));
+      if (it == real_by_programs.end()) continue;
+      const std::vector<int> used = nics(group);
+      if (std::any_of(used.begin(), used.end(), [&](int nic) { return real_nic[size_t(nic)] != 0; }))
+        shadow_groups_[size_t(it->second)].push_back(h);
+    }
+  }
+}
+
+void Replay::launchShadow(int real_instance, int h, const ProcessGroup& real, CollectiveOp op, int64_t bytes,
+                          int src, int dst) {
+  const ProcessGroup& group = plan_.groups[size_t(h)];
+  // A send's ends at the same places of the shadow group.
+  auto mapped = [&](int rank) {
+    if (rank < 0) return -1;
+    const auto at = std::find(real.ranks.begin(), real.ranks.end(), rank);
+    return at == real.ranks.end() ? -1 : group.ranks[size_t(at - real.ranks.begin())];
+  };
+  const int s = mapped(src), d = mapped(dst);
+  const bool p2p = src >= 0;
+  if (p2p && (s < 0 || d < 0)) return;
+  auto key = std::make_tuple(h, int(op), bytes, s, d);
+  auto it = schedules_.find(key);
+  if (it == schedules_.end()) {
+    CollectiveRequest req;
+    req.op = op;
+    req.bytes = bytes;
+    req.root = 0;
+    if (p2p) {
+      req.nodes = {rank_device_[size_t(s)], rank_device_[size_t(d)]};
+      req.peer_src = 0;
+      req.peer_dst = 1;
+    } else {
+      for (int r : group.ranks) req.nodes.push_back(rank_device_[size_t(r)]);
+    }
+    it = schedules_.emplace(key, std::make_shared<const CollectiveSchedule>(builder_.build(req))).first;
+  }
+  Instance inst;
+  inst.schedule = it->second;
+  inst.start_ns = now_;
+  inst.real = real_instance;
+  ++instances_[size_t(real_instance)].shadows_running;
+  ++result_.stats.shadow_transfers;
+  instances_.push_back(std::move(inst));
   startPhase(int(instances_.size()) - 1);
 }
 
@@ -1019,6 +1134,22 @@ void Replay::phaseDone(int ii) {
       return;
     }
   }
+  if (inst.record < 0) {  // a shadow: its flows are done; its representatives may wait for it
+    inst.schedule.reset();
+    Instance& real = instances_[size_t(inst.real)];
+    if (--real.shadows_running == 0 && real.waits_for_shadows) finishTransfer(inst.real);
+    return;
+  }
+  if (inst.shadows_running > 0) {
+    inst.waits_for_shadows = true;
+    return;
+  }
+  finishTransfer(ii);
+}
+
+// The end of a representatives' transfer (and of the ones it stands for).
+void Replay::finishTransfer(int ii) {
+  Instance& inst = instances_[size_t(ii)];
   int64_t end = std::max(now_, inst.start_ns + inst.schedule->floor_ns) + pipelineFillNs(inst);
   if (cost_.hasCollectiveBeside()) {
     // The kernels it shared its GPUs with the longest slow it by their task

@@ -264,6 +264,9 @@ struct SimStats {
   int64_t flows = 0;
   int64_t rate_recomputations = 0;
   int64_t collectives = 0;
+  // Symmetric simulation: transfers of groups the representatives stand for,
+  // simulated for the load they put on NICs the representatives share.
+  int64_t shadow_transfers = 0;
   int simulated_ranks = 0;
   bool symmetric = false;
   std::string symmetry_note;        // why symmetry was or was not used
