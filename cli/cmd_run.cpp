@@ -14,6 +14,7 @@
 
 #include "cli/command_registry.h"
 #include "cli/job_options.h"
+#include "cli/plan_cache_option.h"
 #include "cli/number_checks.h"
 #include "cli/plan_summary.h"
 #include "cli/run_placement.h"
@@ -35,6 +36,7 @@ namespace {
 
 struct RunOptions {
   JobOptions job;
+  PlanCacheOption plan_cache;
   int gpus = 0;  // 0: the job's data_parallel
   int steps = 0;
   bool eager = false;
@@ -65,6 +67,7 @@ std::vector<std::string> childArguments(const RunOptions& o) {
   args.insert(args.end(), {"--timeout", fmt::format("{}", o.timeout_s)});
   if (!o.placement_devices.empty())
     args.insert(args.end(), {"--placement-devices", o.placement_devices, "--placement-source", o.placement_source});
+  args.insert(args.end(), {"--plan-cache", o.plan_cache.dir.empty() ? std::string("off") : o.plan_cache.dir});
   return args;
 }
 
@@ -361,7 +364,10 @@ void runCommand(const RunOptions& o) {
   const JobSpec job = jo.load();
   // What the executor would refuse, before looking for GPUs or starting
   // ranks: one line, the same as `tandem plan` prints.
-  const Plan plan = buildPlan(job);
+  PlanCacheStats plan_stats;
+  const Plan plan = o.plan_cache.plan(job, "tandem run", &plan_stats);
+  if (!o.json && plan_stats.from_cache && info.rank == 0)
+    fmt::print("plan read back from the plan cache in {:.2f} s ({})\n", plan_stats.seconds, plan_stats.path);
   if (const std::optional<std::string> refusal = gpuRunRefusal(plan))
     throw std::runtime_error("run: the GPU executor refuses the job: " + *refusal);
   // The placement, before looking for GPUs: a bad map is refused at once,
@@ -405,6 +411,7 @@ void addRunCommand(CLI::App& root) {
   auto* cmd = root.add_subcommand("run", "Train a job on local GPUs with the CUDA executor (CUDA Graph by default)");
   auto o = std::make_shared<RunOptions>();
   o->job.addTo(*cmd, true);
+  o->plan_cache.addTo(*cmd);
   cmd->add_option("--gpus", o->gpus, "GPUs (one process each, data parallel); default: parallel.data_parallel")
       ->check(wholeNumberAtLeast(1));
   cmd->add_option("--steps", o->steps, "steps to run (default: training.steps of the job)")

@@ -5,7 +5,7 @@
 # Stages: kernels executor memory dp2 profiler facts overhead cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
-#         llama llamapeers wide sweep sweepagain heldout
+#         llama llamapeers wide sweep sweepagain heldout setup zero2 pytorchtrace
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -252,6 +252,40 @@ for s in "$@"; do
         --calibration $cal --max-dp 1 ${HELDOUT_ONLY:+--only $HELDOUT_ONLY}
       mkdir -p $OUT/heldout
       tar cf - -C /tmp/heldout $(cd /tmp/heldout && ls *.real.sqlite *.log) | xz -T16 -6 | split -b 15m - $OUT/heldout/traces.tar.xz. ;;
+    setup)
+      # Issue 52: tandem run's set-up three ways (initial weights drawn on
+      # the host, no plan or GEMM cache: as before; drawn on the device with
+      # the caches cold; the caches warm), GPT-2 124M and Llama 2 7B.
+      C=/tmp/tandem-caches; rm -rf $C; mkdir -p $C
+      for job in default llama2-7b; do
+        extra=(); [ $job = llama2-7b ] && extra=(--set parallel.shard_parameters=false)
+        stage setup_${job}_host env TANDEM_HOST_INIT=1 TANDEM_GEMM_CACHE=off $B/tandem run $job --gpus 1 --steps 3 \
+          --json --plan-cache off "${extra[@]}"
+        for temp in cold warm; do
+          stage setup_${job}_$temp env TANDEM_GEMM_CACHE=$C/gemm $B/tandem run $job --gpus 1 --steps 3 --json \
+            --plan-cache $C/plans "${extra[@]}"
+        done
+      done ;;
+    zero2)
+      # Issue 52: ZeRO-2 (one shard) against the unsharded optimizer and
+      # ZeRO-3 on one H200, 20 steps, losses side by side; and a placement
+      # map applied (the run's stats record it).
+      for s2 in "parallel.shard_optimizer=true" "parallel.shard_gradients=true" "parallel.shard_parameters=true"; do
+        n=${s2%%=*}; n=${n#parallel.}
+        stage zero2_$n $B/tandem run default --gpus 1 --steps 20 --json --set $s2
+        grep '"step"' $OUT/zero2_$n.log | sed 's/,"ms".*//' > $OUT/zero2_$n.jsonl
+      done
+      $B/tandem place default --topology h200x2-nv18 --set parallel.data_parallel=1 --out /tmp/map.yaml > $OUT/place.log 2>&1
+      stage placement $B/tandem run default --gpus 1 --steps 3 --placement /tmp/map.yaml --out /tmp/placed.sqlite
+      python3 -c "import sqlite3; print(sqlite3.connect('/tmp/placed.sqlite').execute(\"select name, value, description from stats where name like 'placement%'\").fetchall())" >> $OUT/placement.log 2>&1 ;;
+    pytorchtrace)
+      # Issue 52: a real PyTorch DDP trace of two processes (gloo on one
+      # GPU), imported and checked step by step against the independent
+      # computation.
+      STAGE_TIMEOUT=300 stage ddp_trace python3 tests/gpu/pytorch_ddp_trace.py --out /tmp/ddp
+      ls -la /tmp/ddp >> $OUT/ddp_trace.log
+      stage ddp_check python3 tests/scripts/check_kineto_import.py --tandem $B/tandem /tmp/ddp
+      tar cJf $OUT/ddp_traces.tar.xz -C /tmp ddp ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done
