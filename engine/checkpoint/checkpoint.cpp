@@ -10,7 +10,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "engine/checkpoint/reshard.h"
 #include "engine/numerics/init.h"
+#include "engine/plan/planner.h"
 
 namespace tandem::checkpoint {
 namespace {
@@ -168,17 +170,27 @@ Snapshot readCheckpoint(const fs::path& folder, const Plan& plan) {
     const JobSpec saved = parseJob(m.at("job_yaml").get<std::string>(), manifest_path.string());
     TrainingSpec a = saved.training, b = plan.job.training;
     a.steps = b.steps = 0;  // resuming for more steps is the point
+    // The batch's split may change with the layout (reshard.h checks that
+    // the global batch does not).
+    a.micro_batch = b.micro_batch = 0;
+    a.grad_accum = b.grad_accum = 0;
     if (!(saved.model == plan.job.model) || !(a == b) || !(saved.data == plan.job.data))
       throw CheckpointError(fmt::format("{}: written by another job ({}, hash {}), not {}: its model, training or "
                                         "data settings differ",
                                         folder.string(), saved.name, m.at("job_hash").get<std::string>(),
                                         plan.job.name));
-    if (m.at("layout") != layoutOf(plan.job, plan.world_size))
-      throw CheckpointError(fmt::format(
-          "{}: written with layout {} but the job now has {}: resharding a checkpoint is not done (ZeRO shards and "
-          "tensor- or pipeline-parallel slices would have to be split and joined); resume with the layout it was "
-          "written with",
-          folder.string(), m.at("layout").dump(), layoutOf(plan.job, plan.world_size).dump()));
+    const bool same_split = saved.training.micro_batch == plan.job.training.micro_batch &&
+                            saved.training.grad_accum == plan.job.training.grad_accum;
+    if (m.at("layout") != layoutOf(plan.job, plan.world_size) || !same_split) {
+      // Another data-parallel layout: read for the plan it was written
+      // with, then laid out as this one keeps it (reshard.h).
+      if (const std::string why = reshardRefusal(saved, plan); !why.empty())
+        throw CheckpointError(fmt::format("{}: written with layout {} but the job now has {}; resharding refused: {}",
+                                          folder.string(), m.at("layout").dump(),
+                                          layoutOf(plan.job, plan.world_size).dump(), why));
+      const Plan saved_plan = buildPlan(saved);
+      return reshard(saved_plan, readCheckpoint(folder, saved_plan), plan);
+    }
     Snapshot snap;
     snap.step = m.at("step").get<int64_t>();
     snap.update_pending = m.value("update_pending", false);

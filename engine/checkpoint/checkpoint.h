@@ -64,7 +64,9 @@ std::optional<std::filesystem::path> latestCheckpoint(const std::filesystem::pat
 // Reads a checkpoint for `plan`: checks the job (content hash) and the
 // layout, every file's size and checksum, and returns the snapshot. Throws
 // CheckpointError with one line naming what differs: another job, another
-// layout (saying that resharding is not done, and why), a damaged file.
+// layout it cannot reshard into the job's (reshard.h says which it can, and
+// why not the others), a damaged file. Another data-parallel layout with the
+// same global batch is read for the plan it was written with and resharded.
 Snapshot readCheckpoint(const std::filesystem::path& folder, const Plan& plan);
 
 // Writes snapshots on a thread of its own, one at a time: the step loop

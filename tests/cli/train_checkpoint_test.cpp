@@ -52,3 +52,26 @@ TEST_CASE("tandem train --check-replicas-every stops on a bit flipped on one ran
   CHECK(faulty.exit_code == 1);
   CHECK_THAT(faulty.err, Catch::StartsWith("tandem: error: step 2: replicas differ") && Catch::Contains("rank 1's"));
 }
+
+TEST_CASE("tandem train --resume under another data-parallel layout reshards; another global batch is refused",
+          "[cli][checkpoint]") {
+  const std::string dir = traces::testing::tempTracePath("train-reshard");
+  std::filesystem::remove_all(dir);
+  // tiny: one rank, micro-batch 16. Two replicas of 8 sequences, sharded,
+  // then the one of 16.
+  const auto first = runTandem("train tiny --steps 2 --set parallel.data_parallel=2 --set training.micro_batch=8 "
+                               "--set parallel.shard_optimizer=true --checkpoint-dir " + shellQuote(dir) +
+                                   " --checkpoint-every 2",
+                               dir + ".first");
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  const auto one = runTandem("train tiny --steps 3 --checkpoint-dir " + shellQuote(dir) + " --resume", dir + ".one");
+  INFO(one.out << one.err);
+  CHECK(one.exit_code == 0);
+  CHECK_THAT(one.out, Catch::Contains("(step 2)"));
+  const auto other = runTandem("train tiny --steps 3 --set training.micro_batch=8 --checkpoint-dir " + shellQuote(dir) +
+                                   " --resume",
+                               dir + ".other");
+  CHECK(other.exit_code == 1);
+  CHECK_THAT(other.err, Catch::Contains("resharding refused: the global batch changed"));
+}

@@ -77,6 +77,79 @@ TEST_CASE("resuming from a checkpoint gives the losses of a run never stopped, b
   checkResumeIsExact(beside, 2, 4, "adamw beside the forward");
 }
 
+namespace {
+
+// Steps k+1..n of `before` run straight, against `before` stopped at k,
+// written, and resumed as `after` (another data-parallel layout, the same
+// global batch): the checkpoint resharded on reading (reshard.h).
+void checkReshardedResume(const JobSpec& before, const JobSpec& after, int k, int n, double tolerance,
+                          const std::string& what) {
+  INFO(what);
+  const Plan plan = buildPlan(before), next = buildPlan(after);
+  cpu::CpuExecutor straight(plan);
+  std::vector<cpu::StepResult> want;
+  for (int s = 0; s < n; ++s) want.push_back(straight.step());
+  const fs::path dir = freshDir("reshard-" + what);
+  {
+    cpu::CpuExecutor first(plan);
+    for (int s = 0; s < k; ++s) first.step();
+    checkpoint::AsyncWriter writer(dir, plan, 0, "test");
+    writer.submit(first.snapshot());
+    writer.wait();
+  }
+  cpu::CpuExecutor resumed(next);
+  resumed.restore(checkpoint::readCheckpoint(*checkpoint::latestCheckpoint(dir), next));
+  CHECK(resumed.stepsDone() == k);
+  for (int s = k; s < n; ++s) {
+    const cpu::StepResult r = resumed.step();
+    INFO("step " << s << ": " << r.loss << " against " << want[size_t(s)].loss);
+    if (tolerance == 0) {
+      CHECK(r.loss == want[size_t(s)].loss);
+    } else {
+      CHECK(r.loss == Approx(want[size_t(s)].loss).epsilon(tolerance));
+      CHECK(r.grad_norm == Approx(want[size_t(s)].grad_norm).epsilon(100 * tolerance));
+    }
+  }
+  fs::remove_all(dir);
+}
+
+JobSpec withPrecision(JobSpec job, Precision p) {
+  job.training.precision = p;
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint resumes under another data-parallel layout: the losses of a run never stopped",
+          "[checkpoint][reshard]") {
+  // Data parallel 2 -> 1 and 1 -> 2 with the global batch kept (the
+  // micro-batch doubled or halved), sharded or not: the same samples, the
+  // gradient averaged in another order (fp32 within 1e-5, bf16 within its
+  // rounding).
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    const double tol = p == Precision::FP32 ? 1e-5 : 2e-3;
+    JobSpec dp2 = withPrecision(test::microJob(2, 2, 1), p), dp1 = withPrecision(test::microJob(4, 1, 1), p);
+    dp2.parallel.shard_optimizer = true;
+    checkReshardedResume(dp2, dp1, 2, 4, tol, fmt::format("{} dp 2 zero-1 -> dp 1", toString(p)));
+    JobSpec dp2z3 = dp2;
+    dp2z3.parallel.shard_optimizer = false;
+    dp2z3.parallel.shard_parameters = true;
+    checkReshardedResume(dp1, dp2z3, 2, 4, tol, fmt::format("{} dp 1 -> dp 2 zero-3", toString(p)));
+    // Data parallel 2 -> 1 with the accumulation doubled instead.
+    checkReshardedResume(dp2, withPrecision(test::microJob(2, 1, 2), p), 2, 4, tol,
+                         fmt::format("{} dp 2 -> dp 1 accumulation 2", toString(p)));
+  }
+  // The same replicas, another sharding (ZeRO-1 -> 3 -> 2): the same sums in
+  // the same order, bit for bit.
+  JobSpec z1 = withPrecision(test::microJob(2, 2, 1), Precision::BF16);
+  z1.parallel.shard_optimizer = true;
+  JobSpec z3 = z1, z2 = z1;
+  z3.parallel.shard_parameters = true;
+  z2.parallel.shard_gradients = true;
+  checkReshardedResume(z1, z3, 2, 4, 0, "bf16 dp 2 zero-1 -> zero-3");
+  checkReshardedResume(z3, z2, 2, 4, 0, "bf16 dp 2 zero-3 -> zero-2");
+}
+
 TEST_CASE("checkpoints: interrupted ones skipped, damaged ones named, the newest K kept", "[checkpoint][errors]") {
   const JobSpec job = test::microJob(2, 1, 1);
   const Plan plan = buildPlan(job);
@@ -114,10 +187,16 @@ TEST_CASE("checkpoints: interrupted ones skipped, damaged ones named, the newest
   std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
   CHECK_NOTHROW(checkpoint::readCheckpoint(dir / "step-00000003", plan));
 
-  // Another layout is refused with the reason; another job too.
+  // A layout that cannot be resharded is refused with the reason (another
+  // global batch; tensor parallelism); another job too.
   JobSpec two = test::microJob(2, 2, 1);
   CHECK_THROWS_WITH(checkpoint::readCheckpoint(dir / "step-00000003", buildPlan(two)),
-                    Catch::Contains("resharding a checkpoint is not done") && Catch::Contains("\"data_parallel\":2"));
+                    Catch::Contains("resharding refused: the global batch changed") &&
+                        Catch::Contains("\"data_parallel\":2"));
+  JobSpec sliced = test::microJob(2, 1, 1);
+  sliced.parallel.tensor_parallel = 2;
+  CHECK_THROWS_WITH(checkpoint::readCheckpoint(dir / "step-00000003", buildPlan(sliced)),
+                    Catch::Contains("resharding refused: tensor, pipeline or context parallelism changed"));
   JobSpec other = test::microJob(2, 1, 1);
   other.model.hidden = 32;
   CHECK_THROWS_WITH(checkpoint::readCheckpoint(dir / "step-00000003", buildPlan(other)),
