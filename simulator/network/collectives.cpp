@@ -37,15 +37,22 @@ const std::vector<int>& CollectiveBuilder::path(int a, int b) const {
       if (leaf_a == leaf_b) {
         fabric = {up, down};
       } else {
-        // Two-level fat tree: up to a spine that reaches b's leaf. The spine
-        // is picked by a hash of the pair (ECMP-like, deterministic).
+        // Two-level fat tree: up to a spine that reaches b's leaf. On
+        // InfiniBand the subnet manager's fat-tree routing sends all traffic
+        // to a destination through one spine, consecutive destinations
+        // through consecutive spines (D-mod-K): a shift between the hosts
+        // of two leaves (pipeline stages, ring neighbours) then meets no
+        // other flow on the spine links. An Ethernet fabric hashes each pair
+        // onto a spine (ECMP), where flows can collide.
         std::vector<int> spine_links;
         for (int l : router_.outLinks(leaf_a))
           if (topo.nodeHost(topo.links[size_t(l)].dst) < 0) spine_links.push_back(l);
         const size_t count = spine_links.size();
-        const uint64_t h = uint64_t(a) * 0x9E3779B97F4A7C15ull ^ uint64_t(b) * 0xC2B2AE3D27D4EB4Full;
+        const bool infiniband = topo.links[size_t(up)].kind == LinkKind::InfiniBand;
+        const uint64_t h = infiniband ? uint64_t(topo.nodeHost(b))
+                                      : (uint64_t(a) * 0x9E3779B97F4A7C15ull ^ uint64_t(b) * 0xC2B2AE3D27D4EB4Full) >> 17;
         for (size_t i = 0; i < count && fabric.empty(); ++i) {
-          const int l = spine_links[(size_t(h >> 17) + i) % count];
+          const int l = spine_links[(size_t(h) + i) % count];
           const int across = router_.directLink(topo.links[size_t(l)].dst, leaf_b);
           if (across >= 0) fabric = {up, l, across, down};
         }
