@@ -1,8 +1,17 @@
 // tandem train's checkpoints on the command line (engine/checkpoint/checkpoint.h).
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
+#include <map>
+#include <random>
 #include <sstream>
+#include <vector>
 
 #include "tests/cli/cli_test_util.h"
 #include "tests/traces/test_fixtures.h"
@@ -74,4 +83,92 @@ TEST_CASE("tandem train --resume under another data-parallel layout reshards; an
                                dir + ".other");
   CHECK(other.exit_code == 1);
   CHECK_THAT(other.err, Catch::Contains("resharding refused: the global batch changed"));
+}
+
+namespace {
+
+// `tandem train ARGS` started, and SIGKILLed after `delay_ms`.
+void runAndKill(const std::vector<std::string>& args, int delay_ms, const std::string& log) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    const std::string bin = tandemBinary();
+    argv.push_back(const_cast<char*>(bin.c_str()));
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::usleep(useconds_t(delay_ms) * 1000);
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+}
+
+}  // namespace
+
+TEST_CASE("tandem train killed at random moments while it checkpoints every step resumes from a complete "
+          "checkpoint with the losses of a run never stopped",
+          "[cli][checkpoint][kill]") {
+  constexpr int kSteps = 60;
+  auto stepLines = [](const std::string& out, int after) {
+    std::map<int, std::string> lines;  // step -> "loss ... grad norm ..."
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind("step ", 0) == 0) {
+        const int step = std::stoi(l.substr(5));
+        const size_t loss = l.find("loss"), lr = l.find("  lr");
+        if (step > after) lines[step] = l.substr(loss, lr - loss);
+      }
+    return lines;
+  };
+  const std::string base = traces::testing::tempTracePath("train-kill");
+  const auto straight = runTandem(fmt::format("train tiny --steps {} --log-every 1", kSteps), base + ".straight");
+  REQUIRE(straight.exit_code == 0);
+  const auto want = stepLines(straight.out, 0);
+  REQUIRE(want.size() == size_t(kSteps));
+  std::mt19937 rng(51);
+  std::uniform_int_distribution<int> delay(30, 800);  // the run takes about 0.8 s
+  int resumed_from_checkpoint = 0, left_incomplete = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    const std::string dir = fmt::format("{}-{}", base, trial);
+    std::filesystem::remove_all(dir);
+    const int ms = delay(rng);
+    runAndKill({"train", "tiny", "--steps", std::to_string(kSteps), "--checkpoint-dir", dir, "--checkpoint-every", "1",
+                "--keep", "2"},
+               ms, dir + ".killed.log");
+    // A save cut short leaves a step folder without its manifest.
+    if (std::filesystem::exists(dir))
+      for (const auto& e : std::filesystem::directory_iterator(dir))
+        left_incomplete += e.is_directory() && !std::filesystem::exists(e.path() / "manifest.json");
+    const auto rest = runTandem(fmt::format("train tiny --steps {} --log-every 1 --checkpoint-dir {} --resume", kSteps,
+                                            shellQuote(dir)),
+                                dir + ".rest");
+    INFO("trial " << trial << ", killed after " << ms << " ms: " << rest.out << rest.err);
+    REQUIRE(rest.exit_code == 0);
+    int from = 0;
+    if (const size_t at = rest.out.find("(step "); at != std::string::npos) {
+      from = std::stoi(rest.out.substr(at + 6));
+      ++resumed_from_checkpoint;
+    }
+    const auto got = stepLines(rest.out, from);
+    CHECK(got.size() == size_t(kSteps - from));
+    for (const auto& [step, line] : got) {
+      INFO("step " << step);
+      CHECK(line == want.at(step));
+    }
+    std::filesystem::remove_all(dir);
+  }
+  // The kills must have landed in the run, some of them in a save.
+  INFO(resumed_from_checkpoint << " of 20 resumed from a checkpoint; " << left_incomplete
+                               << " left a checkpoint without its manifest");
+  CHECK(resumed_from_checkpoint >= 10);
+  WARN(resumed_from_checkpoint << " of 20 trials resumed from a checkpoint, " << left_incomplete
+                               << " killed with a checkpoint half written");
 }
