@@ -1,5 +1,6 @@
 #include "gui/sweep_dialog.h"
 
+#include <QCheckBox>
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
@@ -21,6 +22,11 @@ SweepDialog::SweepDialog(WhatIfRequest base, QWidget* parent) : QDialog(parent),
   axes_edit_ = new QLineEdit(this);
   axes_edit_->setPlaceholderText("parallel.tensor_parallel=1,2,4; recompute.policy=none,selective,full");
   layout->addWidget(axes_edit_);
+  keep_batch_ = new QCheckBox(tr("keep the global batch (each combination's accumulation set from its micro-batch "
+                                 "and replicas)"),
+                              this);
+  keep_batch_->setChecked(true);
+  layout->addWidget(keep_batch_);
   sweep_ = new QPushButton(tr("Sweep"), this);
   layout->addWidget(sweep_);
   progress_ = new QProgressBar(this);
@@ -42,6 +48,7 @@ SweepDialog::~SweepDialog() {
 }
 
 void SweepDialog::setAxes(const QString& axes) { axes_edit_->setText(axes); }
+void SweepDialog::setKeepGlobalBatch(bool keep) { keep_batch_->setChecked(keep); }
 QString SweepDialog::statusText() const { return status_->text(); }
 
 void SweepDialog::start() {
@@ -61,6 +68,15 @@ void SweepDialog::start() {
   req.base_sets = base_.overrides;
   req.axes = axes_;
   req.settings = base_.settings;
+  if (keep_batch_->isChecked()) {
+    try {
+      const JobSpec job = parseJob(req.job_yaml, req.job_source, req.base_sets);
+      req.global_batch = job.training.micro_batch * job.training.grad_accum * job.parallel.data_parallel;
+    } catch (const std::exception& e) {
+      status_->setText(tr("Not swept: %1").arg(QString::fromUtf8(e.what())));
+      return;
+    }
+  }
   const size_t total = sim::sweepCombinations(axes_).size();
   progress_->setRange(0, int(total));
   progress_->setValue(0);

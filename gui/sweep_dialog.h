@@ -18,6 +18,7 @@ class QLineEdit;
 class QProgressBar;
 class QPushButton;
 class QTableWidget;
+class QCheckBox;
 class QThread;
 
 namespace tandem::gui {
@@ -32,6 +33,10 @@ class SweepDialog : public QDialog {
 
   // "KEY=V1,V2; KEY=V1,V2" (as `tandem sweep --vary`, axes apart by ';').
   void setAxes(const QString& axes);
+  // Whether every combination trains the what-if's global batch (its
+  // accumulation set to global batch / (micro-batch x replicas), as `tandem
+  // sweep --global-batch`); on by default.
+  void setKeepGlobalBatch(bool keep);
   void start();
   bool busy() const { return worker_ != nullptr; }
   // The ranked rows of the last sweep.
@@ -49,6 +54,7 @@ class SweepDialog : public QDialog {
   std::vector<sim::SweepAxis> axes_;
   std::vector<sim::SweepRow> rows_;
   QLineEdit* axes_edit_ = nullptr;
+  QCheckBox* keep_batch_ = nullptr;
   QPushButton* sweep_ = nullptr;
   QProgressBar* progress_ = nullptr;
   QLabel* status_ = nullptr;

@@ -121,12 +121,15 @@ void WhatIfDialog::addJobFields(QFormLayout* form, const JobSpec& job) {
   });
   form->addRow(tr("chunks per stage"), pipeline_chunks_);
   sharding_ = new QComboBox(this);
-  sharding_->addItems({tr("none"), tr("optimizer (ZeRO-1)"), tr("parameters and optimizer (ZeRO-3)")});
+  sharding_->addItems({tr("none"), tr("optimizer (ZeRO-1)"), tr("gradients and optimizer (ZeRO-2)"),
+                       tr("parameters and optimizer (ZeRO-3)")});
   sharding_->setCurrentIndex(int(job.parallel.shard_parameters   ? Sharding::Parameters
+                                 : job.parallel.shard_gradients ? Sharding::Gradients
                                  : job.parallel.shard_optimizer ? Sharding::Optimizer
                                                                 : Sharding::None));
   sharding_->setToolTip(tr("What each data-parallel rank keeps only its share of: the optimizer's master weights "
-                           "and moments (ZeRO-1), or the parameters too, gathered before each use (ZeRO-3)"));
+                           "and moments (ZeRO-1), the gradients too once reduced (ZeRO-2), or the parameters "
+                           "too, gathered before each use (ZeRO-3)"));
   form->addRow(tr("sharded across ranks"), sharding_);
   shard_group_ = new QSpinBox(this);
   shard_group_->setRange(0, 4096);
@@ -337,6 +340,7 @@ std::vector<std::string> WhatIfDialog::jobOverrides() const {
   };
   const auto sharding = Sharding(sharding_->currentIndex());
   o.push_back(std::string("parallel.shard_optimizer=") + (sharding == Sharding::Optimizer ? "true" : "false"));
+  o.push_back(std::string("parallel.shard_gradients=") + (sharding == Sharding::Gradients ? "true" : "false"));
   o.push_back(std::string("parallel.shard_parameters=") + (sharding == Sharding::Parameters ? "true" : "false"));
   const int shard_group = sharding == Sharding::Parameters ? shard_group_->value() : 0;
   o.push_back("parallel.shard_group_size=" + std::to_string(shard_group));
@@ -348,6 +352,7 @@ std::string WhatIfDialog::runName(const WhatIfRequest& r) const {
   const int shard_group = sharding == Sharding::Parameters ? shard_group_->value() : 0;
   std::string sharded;
   if (sharding == Sharding::Optimizer) sharded = ", ZeRO-1";
+  if (sharding == Sharding::Gradients) sharded = ", ZeRO-2";
   if (sharding == Sharding::Parameters)
     sharded = shard_group > 0 && shard_group < dp_->value() ? ", ZeRO-3 in groups of " + std::to_string(shard_group)
                                                             : std::string(", ZeRO-3");

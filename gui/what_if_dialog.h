@@ -65,7 +65,7 @@ class WhatIfDialog : public QDialog {
   // Chunks of blocks per stage for the interleaved schedule
   // (parallel.pipeline_chunks; asked for only with 2 or more stages).
   void setPipelineChunks(int n);
-  enum class Sharding { None, Optimizer, Parameters };
+  enum class Sharding { None, Optimizer, Gradients, Parameters };
   void setSharding(Sharding sharding);
   // With the parameters sharded: ranks per shard group (0: every rank;
   // fewer than the data-parallel size shard within groups and replicate

@@ -349,6 +349,11 @@ TEST_CASE("what-if dialog: sharding (ZeRO-1, ZeRO-3, groups) reaches the request
   CHECK(has("parallel.shard_optimizer=true"));
   CHECK(has("parallel.shard_parameters=false"));
   CHECK_THAT(dialog.request().run_name, Catch::Contains(", ZeRO-1"));
+  dialog.setSharding(WhatIfDialog::Sharding::Gradients);
+  CHECK(has("parallel.shard_gradients=true"));
+  CHECK(has("parallel.shard_optimizer=false"));
+  CHECK(has("parallel.shard_parameters=false"));
+  CHECK_THAT(dialog.request().run_name, Catch::Contains(", ZeRO-2"));
 }
 
 TEST_CASE("what-if dialog: tensor and sequence parallelism, and a tensor-parallel size the heads refuse",
