@@ -11,6 +11,7 @@
 #include "cli/cpu_training.h"
 #include "cli/job_options.h"
 #include "cli/number_checks.h"
+#include "cli/restart_supervisor.h"
 #include "engine/plan/planner.h"
 
 namespace tandem::cli {
@@ -22,7 +23,23 @@ struct TrainOptions {
   int steps = 0;
   int log_every = 10;
   CheckpointOptions checkpoints;
+  int restarts = 0;
 };
+
+// The command line of one attempt under --restarts: these options, less
+// --restarts.
+std::vector<std::string> attemptArguments(const TrainOptions& o) {
+  std::vector<std::string> args{"train", o.job.job, "--backend", o.backend, "--log-every", std::to_string(o.log_every)};
+  for (const std::string& s : o.job.sets) args.insert(args.end(), {"--set", s});
+  if (o.steps > 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
+  const CheckpointOptions& c = o.checkpoints;
+  args.insert(args.end(), {"--checkpoint-dir", c.dir, "--checkpoint-every", std::to_string(c.every)});
+  if (c.keep > 0) args.insert(args.end(), {"--keep", std::to_string(c.keep)});
+  if (c.check_replicas_every > 0)
+    args.insert(args.end(), {"--check-replicas-every", std::to_string(c.check_replicas_every)});
+  if (c.resume) args.push_back("--resume");
+  return args;
+}
 
 void addTrainCommand(CLI::App& root) {
   auto* cmd = root.add_subcommand("train", "Train a job on the CPU reference executor, printing the loss");
@@ -44,10 +61,23 @@ void addTrainCommand(CLI::App& root) {
                   "every N steps compare the data-parallel replicas' parameters (hashes) and stop with an error "
                   "naming the ranks and the tensor when they differ")
       ->check(wholeNumberAtLeast(1));
+  cmd->add_option("--restarts", o->restarts,
+                  "run the training as a child process and start it again from the newest complete checkpoint when "
+                  "it dies, at most this many times (needs --checkpoint-dir and --checkpoint-every)")
+      ->check(CLI::Range(0, 1000));
   cmd->add_flag("--resume", o->checkpoints.resume,
                 "continue from the newest complete checkpoint in --checkpoint-dir (from step 0 when there is none); "
                 "--steps is the step to train up to");
   cmd->callback([o] {
+    if (o->restarts > 0) {
+      if (o->checkpoints.dir.empty() || o->checkpoints.every <= 0)
+        throw std::runtime_error("train: --restarts needs --checkpoint-dir and --checkpoint-every (a restart resumes "
+                                 "from the newest checkpoint)");
+      if (const int status = runWithRestarts(attemptArguments(*o), o->restarts, stdout); status != 0)
+        throw std::runtime_error(fmt::format("train: the run failed (status {}) after {} restart{}", status,
+                                             o->restarts, o->restarts == 1 ? "" : "s"));
+      return;
+    }
     const JobSpec job = o->job.load();
     const Plan plan = buildPlan(job);
     fmt::print("training {} on the CPU reference executor: {} ranks, {} tokens per step\n", job.name,

@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "cli/restart_supervisor.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/consistency.h"
 #include "engine/cpu/executor.h"
@@ -69,6 +70,7 @@ TrainingReport trainOnCpu(const Plan& plan, int steps, int log_every, std::FILE*
     }
     // The step loop hands the state over and goes on; the write runs beside it.
     if (writer && (s + 1) % checkpoints.every == 0) writer->submit(exec.snapshot());
+    testKillAfterStep(s + 1);
   }
   if (writer) writer->wait();
   rep.final_loss = rep.steps > 0 ? tail_sum / std::min(tail, rep.steps) : 0;

@@ -172,3 +172,34 @@ TEST_CASE("tandem train killed at random moments while it checkpoints every step
   WARN(resumed_from_checkpoint << " of 20 trials resumed from a checkpoint, " << left_incomplete
                                << " killed with a checkpoint half written");
 }
+
+TEST_CASE("tandem train --restarts: killed twice, started again from its checkpoints, the loss of a run never "
+          "stopped; a third kill gives up",
+          "[cli][checkpoint][restarts]") {
+  const std::string dir = traces::testing::tempTracePath("train-restarts");
+  std::filesystem::remove_all(dir);
+  auto lastLine = [](const std::string& out) {
+    const size_t at = out.find("step    60/60");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find("  lr", at) - at);
+  };
+  const auto straight = runTandem("train tiny --steps 60 --log-every 20", dir + ".straight");
+  REQUIRE(straight.exit_code == 0);
+  const std::string cmd = "train tiny --steps 60 --log-every 20 --checkpoint-dir " + shellQuote(dir) +
+                          " --checkpoint-every 5 --restarts 2";
+  const auto healed = runTandem(cmd, dir + ".healed", "TANDEM_TEST_KILL_AFTER_STEPS=20,45");
+  INFO(healed.out << healed.err);
+  REQUIRE(healed.exit_code == 0);
+  CHECK_THAT(healed.out, Catch::Contains("restart 1 of 2: the run was killed by signal 9") &&
+                             Catch::Contains("restart 2 of 2: the run was killed by signal 9"));
+  REQUIRE_FALSE(lastLine(straight.out).empty());
+  CHECK(lastLine(healed.out) == lastLine(straight.out));
+  std::filesystem::remove_all(dir);
+  const auto dead = runTandem(cmd, dir + ".dead", "TANDEM_TEST_KILL_AFTER_STEPS=10,20,30");
+  CHECK(dead.exit_code == 1);
+  CHECK_THAT(dead.out, Catch::Contains("after 2 restarts: giving up"));
+  CHECK_THAT(dead.err, Catch::Contains("train: the run failed (status 137) after 2 restarts"));
+  const auto bare = runTandem("train tiny --steps 5 --restarts 1", dir + ".bare");
+  CHECK(bare.exit_code == 1);
+  CHECK_THAT(bare.err, Catch::Contains("--restarts needs --checkpoint-dir and --checkpoint-every"));
+  std::filesystem::remove_all(dir);
+}
