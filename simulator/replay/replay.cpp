@@ -373,6 +373,7 @@ class Replay {
   void launchShadow(int real_instance, int shadow_group, const ProcessGroup& real, CollectiveOp op, int64_t bytes,
                     int src, int dst);
   void finishTransfer(int ii);
+  std::shared_ptr<const CollectiveSchedule> scheduleFor(int g, CollectiveOp op, int64_t bytes, int src, int dst);
   void push(int64_t t, EventType type, int a, int b = 0) { queue_.push(Event{t, type, a, b}); }
   void tryStart(int ri, int stream);
   // How many times longer than alone a running kernel of task t takes:
@@ -963,26 +964,9 @@ void Replay::launch(Pending&& p, int g) {
   const bool p2p = p.src >= 0;
   const RankState& first = ranks_[size_t(p.arrivals.front().rank_state)];
   const Task& t = first.plan->tasks[size_t(p.arrivals.front().task)];
-  const int root_pos = 0;  // broadcast/reduce roots: the group's first rank
   const CollectiveOp op = p2p ? CollectiveOp::Send : t.collective->op;
-  auto key = std::make_tuple(g, int(op), p.bytes, p.src, p.dst);
-  auto it = schedules_.find(key);
-  if (it == schedules_.end()) {
-    CollectiveRequest req;
-    req.op = op;
-    req.bytes = p.bytes;
-    req.root = root_pos;
-    if (p2p) {
-      req.nodes = {rank_device_[size_t(p.src)], rank_device_[size_t(p.dst)]};
-      req.peer_src = 0;
-      req.peer_dst = 1;
-    } else {
-      for (int r : group.ranks) req.nodes.push_back(rank_device_[size_t(r)]);
-    }
-    it = schedules_.emplace(key, std::make_shared<const CollectiveSchedule>(builder_.build(req))).first;
-  }
   Instance inst;
-  inst.schedule = it->second;
+  inst.schedule = scheduleFor(g, op, p.bytes, p.src, p.dst);
   inst.start_ns = now_;
   inst.members = std::move(p.arrivals);
   if (p2p)  // see arrive(): from here the transfer moves data
@@ -1063,6 +1047,28 @@ void Replay::findShadowGroups() {
   }
 }
 
+// The transfers of one collective (or, src >= 0, a send from rank src to
+// dst) over group g: built once per group, op, size and pair, and kept.
+// Broadcast and reduce roots are the group's first rank.
+std::shared_ptr<const CollectiveSchedule> Replay::scheduleFor(int g, CollectiveOp op, int64_t bytes, int src,
+                                                              int dst) {
+  auto key = std::make_tuple(g, int(op), bytes, src, dst);
+  auto it = schedules_.find(key);
+  if (it != schedules_.end()) return it->second;
+  CollectiveRequest req;
+  req.op = op;
+  req.bytes = bytes;
+  req.root = 0;
+  if (src >= 0) {
+    req.nodes = {rank_device_[size_t(src)], rank_device_[size_t(dst)]};
+    req.peer_src = 0;
+    req.peer_dst = 1;
+  } else {
+    for (int r : plan_.groups[size_t(g)].ranks) req.nodes.push_back(rank_device_[size_t(r)]);
+  }
+  return schedules_.emplace(key, std::make_shared<const CollectiveSchedule>(builder_.build(req))).first->second;
+}
+
 void Replay::launchShadow(int real_instance, int h, const ProcessGroup& real, CollectiveOp op, int64_t bytes,
                           int src, int dst) {
   const ProcessGroup& group = plan_.groups[size_t(h)];
@@ -1073,26 +1079,9 @@ void Replay::launchShadow(int real_instance, int h, const ProcessGroup& real, Co
     return at == real.ranks.end() ? -1 : group.ranks[size_t(at - real.ranks.begin())];
   };
   const int s = mapped(src), d = mapped(dst);
-  const bool p2p = src >= 0;
-  if (p2p && (s < 0 || d < 0)) return;
-  auto key = std::make_tuple(h, int(op), bytes, s, d);
-  auto it = schedules_.find(key);
-  if (it == schedules_.end()) {
-    CollectiveRequest req;
-    req.op = op;
-    req.bytes = bytes;
-    req.root = 0;
-    if (p2p) {
-      req.nodes = {rank_device_[size_t(s)], rank_device_[size_t(d)]};
-      req.peer_src = 0;
-      req.peer_dst = 1;
-    } else {
-      for (int r : group.ranks) req.nodes.push_back(rank_device_[size_t(r)]);
-    }
-    it = schedules_.emplace(key, std::make_shared<const CollectiveSchedule>(builder_.build(req))).first;
-  }
+  if (src >= 0 && (s < 0 || d < 0)) return;
   Instance inst;
-  inst.schedule = it->second;
+  inst.schedule = scheduleFor(h, op, bytes, s, d);
   inst.start_ns = now_;
   inst.real = real_instance;
   ++instances_[size_t(real_instance)].shadows_running;
