@@ -366,10 +366,10 @@ void runCommand(const RunOptions& o) {
   // ranks: one line, the same as `tandem plan` prints.
   PlanCacheStats plan_stats;
   const Plan plan = o.plan_cache.plan(job, "tandem run", &plan_stats);
-  if (!o.json && plan_stats.from_cache && info.rank == 0)
-    fmt::print("plan read back from the plan cache in {:.2f} s ({})\n", plan_stats.seconds, plan_stats.path);
   if (const std::optional<std::string> refusal = gpuRunRefusal(plan))
     throw std::runtime_error("run: the GPU executor refuses the job: " + *refusal);
+  if (!o.json && plan_stats.from_cache && info.rank == 0)
+    fmt::print("plan read back from the plan cache in {:.2f} s ({})\n", plan_stats.seconds, plan_stats.path);
   // The placement, before looking for GPUs: a bad map is refused at once,
   // and CUDA must count devices in PCI bus order (nvidia-smi's, the map's)
   // from its first call on.
