@@ -15,6 +15,7 @@
 #include "cli/command_registry.h"
 #include "cli/job_options.h"
 #include "cli/plan_cache_option.h"
+#include "cli/restart_supervisor.h"
 #include "cli/number_checks.h"
 #include "cli/plan_summary.h"
 #include "cli/run_placement.h"
@@ -50,6 +51,8 @@ struct RunOptions {
   // them so they do not resolve it again (hidden flags).
   std::string placement_devices;
   std::string placement_source;
+  runner::CheckpointSettings checkpoints;
+  int restarts = 0;  // --restarts: supervised, started again from the newest checkpoint
 };
 
 #ifdef TANDEM_HAVE_CUDA
@@ -68,6 +71,11 @@ std::vector<std::string> childArguments(const RunOptions& o) {
   if (!o.placement_devices.empty())
     args.insert(args.end(), {"--placement-devices", o.placement_devices, "--placement-source", o.placement_source});
   args.insert(args.end(), {"--plan-cache", o.plan_cache.dir.empty() ? std::string("off") : o.plan_cache.dir});
+  const runner::CheckpointSettings& c = o.checkpoints;
+  if (!c.dir.empty()) args.insert(args.end(), {"--checkpoint-dir", c.dir});
+  if (c.every > 0) args.insert(args.end(), {"--checkpoint-every", std::to_string(c.every)});
+  if (c.keep > 0) args.insert(args.end(), {"--keep", std::to_string(c.keep)});
+  if (c.resume) args.push_back("--resume");
   return args;
 }
 
@@ -272,6 +280,7 @@ void runRank(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info
   runner::SessionOptions so;
   so.executor = rankPlacement(o, plan, info, placement, rendezvous);
   so.placement = placement;
+  so.checkpoints = o.checkpoints;
   const int rank = so.executor.rank, world = so.executor.world;
   const bool lead = rank == 0;
   if (o.profile) so.profile_path = runner::rankTracePath(o.out, rank);
@@ -285,6 +294,12 @@ void runRank(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info
   // Every rank joined the communicator: the id file has served.
   cuda::finishRendezvous(info, rendezvous);
   if (lead) printSetup(o, session.executor());
+  if (const std::string folder = session.resumeIfAsked(); !folder.empty() && lead && !o.json)
+    fmt::print("resumed from {} (step {})\n", folder, session.executor().stepsDone());
+  else if (o.checkpoints.resume && folder.empty() && lead && !o.json)
+    fmt::print("no complete checkpoint in {}: starting from step 0\n", o.checkpoints.dir);
+  // --steps (the job's training.steps) is the step to train up to.
+  const int steps_left = std::max(0, plan.job.training.steps - session.executor().stepsDone());
   // Clock offsets between ranks, before the first step (outside graph
   // capture and the timed steps) and after the last.
   const std::vector<cuda::ClockOffset> offsets_start = session.measureClocks(false);
@@ -298,8 +313,9 @@ void runRank(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info
     if (const std::optional<std::string> note = oneRankShardingNote(plan)) fmt::print("run: note: {}\n", *note);
   // The next step stays queued behind the running one (graph mode, not
   // profiling), so the per-step figures are GPU time without host gaps.
-  const std::vector<cuda::GpuStepResult> results = session.run(plan.job.training.steps, [&](const cuda::GpuStepResult& r) {
+  const std::vector<cuda::GpuStepResult> results = session.run(steps_left, [&](const cuda::GpuStepResult& r) {
     if (lead) printStep(o, plan, session, world, r);
+    testKillAfterStep(r.step);
   });
   const std::vector<cuda::ClockOffset> offsets_end = session.measureClocks(true);
   if (lead && !offsets_end.empty()) printClockOffsets(offsets_end, &offsets_start, o.json);
@@ -348,6 +364,19 @@ void runCommand(const RunOptions& o) {
 #else
   if (o.profile && o.out.empty())
     throw std::runtime_error("run: --profile needs --out RUN.sqlite (where the profile goes)");
+  if (o.checkpoints.every > 0 && o.checkpoints.dir.empty())
+    throw std::runtime_error("run: --checkpoint-every needs --checkpoint-dir");
+  if (o.restarts > 0) {
+    if (o.checkpoints.dir.empty() || o.checkpoints.every <= 0)
+      throw std::runtime_error("run: --restarts needs --checkpoint-dir and --checkpoint-every (a restart resumes "
+                               "from the newest checkpoint)");
+    RunOptions attempt = o;
+    attempt.restarts = 0;
+    if (const int status = runWithRestarts(childArguments(attempt), o.restarts, stdout); status != 0)
+      throw std::runtime_error(fmt::format("run: the run failed (status {}) after {} restart{}", status, o.restarts,
+                                           o.restarts == 1 ? "" : "s"));
+    return;
+  }
   if (o.profile && !runner::profilingAvailable())
     throw std::runtime_error("run: this tandem was built without the CUPTI profiler (--profile unavailable)");
   cuda::LaunchInfo info;
@@ -376,6 +405,13 @@ void runCommand(const RunOptions& o) {
   const runner::RunPlacement placement = resolvePlacement(o, plan, info);
   if (!placement.device_of_rank.empty()) setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", /*overwrite=*/0);
   const int world = job.parallel.data_parallel;
+  // Each rank's process holds only its own state; the manifest that joins
+  // them is not written yet.
+  if ((!o.checkpoints.dir.empty() || o.checkpoints.resume) && plan.world_size > 1)
+    throw std::runtime_error(fmt::format("run: checkpoints of a run over {} GPUs are not written yet (each rank's "
+                                         "process would write its own part); on one GPU they are, and `tandem "
+                                         "train` writes them for any layout",
+                                         plan.world_size));
   if (!info.launched() && world > 1) {
     std::string why;
     const int count = cuda::usableGpuCount(&why);
@@ -434,6 +470,21 @@ void addRunCommand(CLI::App& root) {
       ->type_name("auto|MAP.yaml");
   cmd->add_option("--placement-devices", o->placement_devices)->group("");  // handed to the ranks tandem run starts
   cmd->add_option("--placement-source", o->placement_source)->group("");
+  cmd->add_option("--checkpoint-dir", o->checkpoints.dir,
+                  "folder of checkpoints (DIR/step-N: a file per layer, manifest.json written last); one GPU")
+      ->type_name("DIR");
+  cmd->add_option("--checkpoint-every", o->checkpoints.every,
+                  "write a checkpoint every N steps (the state copied out between steps, written while the next "
+                  "run)")
+      ->check(wholeNumberAtLeast(1));
+  cmd->add_option("--keep", o->checkpoints.keep, "complete checkpoints to keep, the newest (default: all)")
+      ->check(wholeNumberAtLeast(1));
+  cmd->add_flag("--resume", o->checkpoints.resume,
+                "continue from the newest complete checkpoint in --checkpoint-dir; --steps is the step to train up to");
+  cmd->add_option("--restarts", o->restarts,
+                  "run as a child process, started again from the newest complete checkpoint when it dies, at most "
+                  "this many times (needs --checkpoint-dir and --checkpoint-every)")
+      ->check(CLI::Range(0, 1000));
   cmd->add_flag("--profile", o->profile,
                 "profile with CUPTI + NVTX: every kernel tagged with its plan task; each rank writes RUN.rankN.sqlite, "
                 "merged into --out at the end");

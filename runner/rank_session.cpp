@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/cuda/device_record.h"
 #include "engine/memory/gpu_footprint.h"
 #include "engine/memory/memory_fit.h"
@@ -134,13 +135,40 @@ std::vector<cuda::ClockOffset> RankSession::measureClocks(bool at_end) {
   return {};
 }
 
+std::string RankSession::resumeIfAsked() {
+  const CheckpointSettings& c = options_.checkpoints;
+  if (!c.resume) return "";
+  if (c.dir.empty()) throw std::runtime_error("run: --resume needs --checkpoint-dir");
+  const auto latest = checkpoint::latestCheckpoint(c.dir);
+  if (!latest) return "";
+  executor_->restore(checkpoint::readCheckpoint(*latest, plan_));
+  return latest->string();
+}
+
 std::vector<cuda::GpuStepResult> RankSession::run(int steps,
                                                    const std::function<void(const cuda::GpuStepResult&)>& each) {
   ended_.clear();
-  results_ = executor_->run(steps, [&](const cuda::GpuStepResult& r) {
+  auto onStep = [&](const cuda::GpuStepResult& r) {
     ended_.push_back(std::chrono::steady_clock::now());
     if (each) each(r);
-  });
+  };
+  const CheckpointSettings& c = options_.checkpoints;
+  if (c.every <= 0 || c.dir.empty()) {
+    results_ = executor_->run(steps, onStep);
+    return results_;
+  }
+  if (!writer_)
+    writer_ = std::make_unique<checkpoint::AsyncWriter>(c.dir, plan_, c.keep, std::string(toolVersion()));
+  results_.clear();
+  for (int left = steps; left > 0;) {
+    // Up to the next multiple of `every`, so checkpoints fall on the same
+    // steps after a resume.
+    const int n = std::min(left, c.every - executor_->stepsDone() % c.every);
+    for (const cuda::GpuStepResult& r : executor_->run(n, onStep)) results_.push_back(r);
+    left -= n;
+    if (executor_->stepsDone() % c.every == 0) writer_->submit(executor_->snapshot());
+  }
+  writer_->wait();
   return results_;
 }
 

@@ -38,8 +38,20 @@ struct RunPlacement {
   std::string source;  // the map file, or "auto (...)"
 };
 
+// Checkpoints of a GPU run (engine/checkpoint/checkpoint.h): written every
+// `every` steps (the GPU idle while the state is copied out, the files
+// written on a thread of their own while the next steps run), the newest
+// `keep` kept; `resume` continues from the newest complete one.
+struct CheckpointSettings {
+  std::string dir;
+  int every = 0;
+  int keep = 0;
+  bool resume = false;
+};
+
 struct SessionOptions {
   cuda::ExecutorOptions executor;  // rank, world, device, graph or eager, NCCL id, timeout
+  CheckpointSettings checkpoints;
   RunPlacement placement;          // recorded in the run's stats
   // The rank's profile file (one run per rank file, started afresh); empty:
   // no profiling. Needs profilingAvailable().
@@ -90,8 +102,14 @@ class RankSession {
   // empty on one rank.
   std::vector<cuda::ClockOffset> measureClocks(bool at_end);
 
+  // With checkpoints.resume: the state of the newest complete checkpoint
+  // put back; the folder (empty when there was none to resume from).
+  std::string resumeIfAsked();
+
   // Runs `steps` steps, the next one queued behind the running one, calling
-  // `each` as each step ends (on this thread).
+  // `each` as each step ends (on this thread). With checkpoints every N
+  // steps the steps run in runs of N, the state copied out between them and
+  // written while the next run goes on; the last write is waited for.
   std::vector<cuda::GpuStepResult> run(int steps, const std::function<void(const cuda::GpuStepResult&)>& each);
   // The steady-state figures of the last run().
   StepStats stats() const;
@@ -106,6 +124,7 @@ class RankSession {
   std::unique_ptr<profiler::Profiler> profiler_;
   std::unique_ptr<plan_trace::PlanObserver> observer_;
   std::unique_ptr<cuda::CudaExecutor> executor_;
+  std::unique_ptr<checkpoint::AsyncWriter> writer_;
   std::vector<cuda::GpuStepResult> results_;
   std::vector<std::chrono::steady_clock::time_point> ended_;
 };

@@ -873,6 +873,48 @@ GpuMemoryReport CudaExecutor::memory() const { return impl_->mem; }
 SetupTimes CudaExecutor::setupTimes() const { return impl_->setup_times; }
 std::vector<double> CudaExecutor::taskMilliseconds() const { return impl_->task_ms; }
 int CudaExecutor::stepsDone() const { return impl_->steps_done; }
+
+checkpoint::Snapshot CudaExecutor::snapshot() const {
+  TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  checkpoint::Snapshot s;
+  s.step = impl_->steps_done;
+  s.update_pending = impl_->pending_update >= 0;
+  s.ranks.resize(size_t(impl_->plan.world_size));
+  auto& mine = s.ranks.at(size_t(impl_->opt.rank));
+  for (int id : checkpoint::savedBuffers(*impl_->program)) {
+    const Buffer& b = impl_->program->buffers.at(size_t(id));
+    checkpoint::BufferBytes bb;
+    bb.buffer = id;
+    bb.bytes.resize(size_t(b.bytes));
+    TANDEM_CUDA_CHECK(cudaMemcpy(bb.bytes.data(), impl_->ptr(id), size_t(b.bytes), cudaMemcpyDeviceToHost));
+    mine.push_back(std::move(bb));
+  }
+  return s;
+}
+
+void CudaExecutor::restore(const checkpoint::Snapshot& snap) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
+  if (snap.ranks.size() != size_t(impl_->plan.world_size))
+    throw checkpoint::CheckpointError(fmt::format("the checkpoint has {} ranks, the plan {}", snap.ranks.size(),
+                                                  impl_->plan.world_size));
+  const std::vector<int> saved = checkpoint::savedBuffers(*impl_->program);
+  const auto& mine = snap.ranks.at(size_t(impl_->opt.rank));
+  if (mine.size() != saved.size())
+    throw checkpoint::CheckpointError(fmt::format("the checkpoint holds {} of rank {}'s {} persistent buffers",
+                                                  mine.size(), impl_->opt.rank, saved.size()));
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  for (const checkpoint::BufferBytes& bb : mine) {
+    const Buffer& b = impl_->program->buffers.at(size_t(bb.buffer));
+    if (size_t(b.bytes) != bb.bytes.size())
+      throw checkpoint::CheckpointError(fmt::format("rank {} buffer {}: {} bytes, the plan has {}", impl_->opt.rank,
+                                                    b.name, bb.bytes.size(), b.bytes));
+    TANDEM_CUDA_CHECK(cudaMemcpy(impl_->ptr(bb.buffer), bb.bytes.data(), bb.bytes.size(), cudaMemcpyHostToDevice));
+  }
+  impl_->steps_done = int(snap.step);
+  // The step whose AdamW the next step's first tasks apply.
+  impl_->pending_update = snap.update_pending ? int(snap.step) - 1 : -1;
+}
 const FusionPlan& CudaExecutor::fusion() const { return impl_->fusion; }
 bool CudaExecutor::issuesWork(int index) const {
   return !impl_->skip.at(size_t(index)) && !impl_->fusion.tasks.at(size_t(index)).issues_nothing;

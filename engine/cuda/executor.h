@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/checkpoint.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/fusion.h"
 #include "engine/cuda/gemm.h"
@@ -122,6 +123,14 @@ class CudaExecutor {
 
   std::vector<float> readBuffer(int buffer) const;
   void writeBuffer(int buffer, const std::vector<float>& values);
+
+  // Checkpoints (engine/checkpoint/checkpoint.h): this rank's persistent
+  // buffers copied to the host once the GPU is idle, with the step count,
+  // as this rank's entry of a Snapshot of the plan's world (the other
+  // ranks' entries empty: their processes hold them); and the state put
+  // back from this rank's entry. Not between the steps of one run() call.
+  checkpoint::Snapshot snapshot() const;
+  void restore(const checkpoint::Snapshot& snap);
 
   GpuMemoryReport memory() const;
   SetupTimes setupTimes() const;

@@ -203,3 +203,20 @@ TEST_CASE("tandem train --restarts: killed twice, started again from its checkpo
   CHECK_THAT(bare.err, Catch::Contains("--restarts needs --checkpoint-dir and --checkpoint-every"));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("tandem run's checkpoint options are checked before any GPU is looked for", "[cli][checkpoint]") {
+  const std::string dir = traces::testing::tempTracePath("run-ckpt");
+  auto refusedOr = [](const std::string& err, const std::string& why) {
+    return err.find(why) != std::string::npos || err.find("built without CUDA support") != std::string::npos;
+  };
+  const auto every = runTandem("run default --gpus 1 --checkpoint-every 5", dir + ".every");
+  CHECK(every.exit_code == 1);
+  CHECK(refusedOr(every.err, "--checkpoint-every needs --checkpoint-dir"));
+  const auto restarts = runTandem("run default --gpus 1 --restarts 2", dir + ".restarts");
+  CHECK(restarts.exit_code == 1);
+  CHECK(refusedOr(restarts.err, "--restarts needs --checkpoint-dir and --checkpoint-every"));
+  const auto multi = runTandem("run default --gpus 2 --checkpoint-dir " + shellQuote(dir) + " --checkpoint-every 5",
+                               dir + ".multi");
+  CHECK(multi.exit_code == 1);
+  CHECK(refusedOr(multi.err, "checkpoints of a run over 2 GPUs are not written yet"));
+}

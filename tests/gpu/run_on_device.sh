@@ -5,7 +5,7 @@
 # Stages: kernels executor memory dp2 profiler facts overhead cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
-#         llama llamapeers wide sweep sweepagain heldout setup zero2 pytorchtrace
+#         llama llamapeers wide sweep sweepagain heldout setup zero2 pytorchtrace checkpoint
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -286,6 +286,28 @@ for s in "$@"; do
       ls -la /tmp/ddp >> $OUT/ddp_trace.log
       stage ddp_check python3 tests/scripts/check_kineto_import.py --tandem $B/tandem /tmp/ddp
       tar cJf $OUT/ddp_traces.tar.xz -C /tmp ddp ;;
+    checkpoint)
+      # Issue 51 on one GPU: stopped at step 20 and resumed gives steps
+      # 21-40 of a run never stopped (GEMM choices fixed so two processes
+      # agree), for GPT-2 124M, llama-124m, ZeRO-3 with one shard and
+      # accumulation 2; then --restarts 2 with the run killed twice.
+      export TANDEM_GEMM_TUNING=0
+      for v in "default:" "resources/jobs/llama-124m.yaml:" "default:--set parallel.shard_parameters=true" \
+               "default:--set training.grad_accum=2"; do
+        job=${v%%:*}; sets=${v#*:}; tag=$(echo "$job$sets" | tr -c 'a-z0-9' '_' | cut -c1-60); D=/tmp/ckpt_$tag
+        rm -rf $D
+        $B/tandem run $job --gpus 1 --steps 40 --json $sets | grep '"step"' | sed 's/,"ms".*//' > $OUT/straight_$tag.jsonl
+        $B/tandem run $job --gpus 1 --steps 20 --json $sets --checkpoint-dir $D --checkpoint-every 10 > /dev/null
+        $B/tandem run $job --gpus 1 --steps 40 --json $sets --checkpoint-dir $D --resume | grep '"step"' \
+          | sed 's/,"ms".*//' > $OUT/resumed_$tag.jsonl
+        if cmp -s <(tail -n 20 $OUT/straight_$tag.jsonl) $OUT/resumed_$tag.jsonl; then
+          echo "=== resume $tag: steps 21-40 identical"; else echo "=== resume $tag: DIFFER"; fi
+      done
+      rm -rf /tmp/ckpt_restarts
+      TANDEM_TEST_KILL_AFTER_STEPS=15,30 stage restarts $B/tandem run default --gpus 1 --steps 40 \
+        --checkpoint-dir /tmp/ckpt_restarts --checkpoint-every 5 --restarts 2
+      grep -E "restart|step +40" $OUT/restarts.log
+      unset TANDEM_GEMM_TUNING ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done
