@@ -370,9 +370,16 @@ void runCommand(const RunOptions& o) {
     if (o.checkpoints.dir.empty() || o.checkpoints.every <= 0)
       throw std::runtime_error("run: --restarts needs --checkpoint-dir and --checkpoint-every (a restart resumes "
                                "from the newest checkpoint)");
+    if (cuda::detectLauncher(cuda::processEnvironment()).external())
+      throw std::runtime_error("run: --restarts supervises runs tandem starts itself; under torchrun or srun use "
+                               "their restarts (torchrun --max-restarts, a requeued srun job) with --resume");
     RunOptions attempt = o;
     attempt.restarts = 0;
-    if (const int status = runWithRestarts(childArguments(attempt), o.restarts, stdout); status != 0)
+    std::vector<std::string> args = childArguments(attempt);
+    if (o.gpus > 0) args.insert(args.end(), {"--gpus", std::to_string(o.gpus)});
+    if (!o.placement.empty()) args.insert(args.end(), {"--placement", o.placement});
+    if (!o.rendezvous.empty()) args.insert(args.end(), {"--rendezvous", o.rendezvous});
+    if (const int status = runWithRestarts(args, o.restarts, stdout); status != 0)
       throw std::runtime_error(fmt::format("run: the run failed (status {}) after {} restart{}", status, o.restarts,
                                            o.restarts == 1 ? "" : "s"));
     return;
@@ -405,13 +412,6 @@ void runCommand(const RunOptions& o) {
   const runner::RunPlacement placement = resolvePlacement(o, plan, info);
   if (!placement.device_of_rank.empty()) setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", /*overwrite=*/0);
   const int world = job.parallel.data_parallel;
-  // Each rank's process holds only its own state; the manifest that joins
-  // them is not written yet.
-  if ((!o.checkpoints.dir.empty() || o.checkpoints.resume) && plan.world_size > 1)
-    throw std::runtime_error(fmt::format("run: checkpoints of a run over {} GPUs are not written yet (each rank's "
-                                         "process would write its own part); on one GPU they are, and `tandem "
-                                         "train` writes them for any layout",
-                                         plan.world_size));
   if (!info.launched() && world > 1) {
     std::string why;
     const int count = cuda::usableGpuCount(&why);

@@ -1,5 +1,6 @@
 #include "runner/rank_session.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <stdexcept>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/numerics/init.h"
 #include "engine/cuda/device_record.h"
 #include "engine/memory/gpu_footprint.h"
 #include "engine/memory/memory_fit.h"
@@ -157,8 +159,17 @@ std::vector<cuda::GpuStepResult> RankSession::run(int steps,
     results_ = executor_->run(steps, onStep);
     return results_;
   }
-  if (!writer_)
+  if (!writer_) {
     writer_ = std::make_unique<checkpoint::AsyncWriter>(c.dir, plan_, c.keep, std::string(toolVersion()));
+    // A process per rank: its part of each checkpoint, tagged with this
+    // launch's NCCL id (every rank has it; an interrupted earlier launch's
+    // parts have another).
+    if (options_.executor.world > 1) {
+      const auto& id = options_.executor.nccl_id;
+      writer_->writeRankPartOnly(options_.executor.rank,
+                                 fmt::format("{:016x}", fnv1a64(id.data(), id.size(), 0)), c.wait_for_parts_s);
+    }
+  }
   results_.clear();
   for (int left = steps; left > 0;) {
     // Up to the next multiple of `every`, so checkpoints fall on the same

@@ -47,6 +47,9 @@ struct CheckpointSettings {
   int every = 0;
   int keep = 0;
   bool resume = false;
+  // Ranks of one run in processes of their own: each writes its part, rank
+  // 0 the manifest once every part is there (waiting this long for them).
+  double wait_for_parts_s = 600;
 };
 
 struct SessionOptions {

@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "engine/checkpoint/reshard.h"
 #include "engine/numerics/init.h"
@@ -86,37 +88,89 @@ std::vector<int> savedBuffers(const RankPlan& program) {
   return ids;
 }
 
-fs::path writeCheckpoint(const fs::path& dir, const Plan& plan, const Snapshot& snap, int keep,
-                         const std::string& tool_version) {
+namespace {
+
+std::string partName(int rank) { return fmt::format("rank{}.part.json", rank); }
+
+// The step's folder, created; `fresh`: an interrupted write of the same
+// step removed first (one process writes every rank).
+fs::path stepFolder(const fs::path& dir, int64_t step, bool fresh) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw CheckpointError(fmt::format("{}: cannot create the checkpoint folder: {}", dir.string(), ec.message()));
-  const fs::path folder = dir / stepFolderName(snap.step);
-  fs::remove_all(folder, ec);  // an interrupted write of the same step
+  const fs::path folder = dir / stepFolderName(step);
+  if (fresh) fs::remove_all(folder, ec);
   fs::create_directories(folder, ec);
   if (ec) throw CheckpointError(fmt::format("{}: cannot create: {}", folder.string(), ec.message()));
+  return folder;
+}
+
+// Writes through a temporary name and a rename: readers see all or nothing.
+void writeAtomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + fmt::format(".tmp-{}", ::getpid());
+  writeWhole(tmp, text.data(), text.size());
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw CheckpointError(fmt::format("{}: cannot complete: {}", path.string(), ec.message()));
+}
+
+}  // namespace
+
+void writeRankPart(const fs::path& dir, const Plan& plan, int64_t step, int rank,
+                   const std::vector<BufferBytes>& buffers, const std::string& token) {
+  const fs::path folder = stepFolder(dir, step, /*fresh=*/false);
+  const RankPlan& program = plan.forRank(rank);
+  // One file per layer of the rank's buffers, in id order within it.
+  std::map<int, std::vector<const BufferBytes*>> by_layer;
+  for (const BufferBytes& b : buffers) by_layer[program.buffers.at(size_t(b.buffer)).layer].push_back(&b);
   Json files = Json::array();
-  for (size_t r = 0; r < snap.ranks.size(); ++r) {
-    const RankPlan& program = plan.forRank(int(r));
-    // One file per layer of the rank's buffers, in id order within it.
-    std::map<int, std::vector<const BufferBytes*>> by_layer;
-    for (const BufferBytes& b : snap.ranks[r]) by_layer[program.buffers.at(size_t(b.buffer)).layer].push_back(&b);
-    for (const auto& [layer, buffers] : by_layer) {
-      std::vector<std::byte> data;
-      Json entries = Json::array();
-      for (const BufferBytes* b : buffers) {
-        const Buffer& buf = program.buffers.at(size_t(b->buffer));
-        entries.push_back({{"id", buf.id}, {"name", buf.name}, {"offset", data.size()}, {"bytes", b->bytes.size()}});
-        data.insert(data.end(), b->bytes.begin(), b->bytes.end());
+  for (const auto& [layer, in_layer] : by_layer) {
+    std::vector<std::byte> data;
+    Json entries = Json::array();
+    for (const BufferBytes* b : in_layer) {
+      const Buffer& buf = program.buffers.at(size_t(b->buffer));
+      entries.push_back({{"id", buf.id}, {"name", buf.name}, {"offset", data.size()}, {"bytes", b->bytes.size()}});
+      data.insert(data.end(), b->bytes.begin(), b->bytes.end());
+    }
+    const std::string name = fileName(rank, layer);
+    writeWhole(folder / name, data.data(), data.size());
+    files.push_back({{"path", name},
+                     {"rank", rank},
+                     {"layer", layer},
+                     {"bytes", data.size()},
+                     {"fnv1a64", hex64(fnv1a64(data.data(), data.size()))},
+                     {"buffers", entries}});
+  }
+  writeAtomically(folder / partName(rank), Json{{"token", token}, {"rank", rank}, {"files", files}}.dump() + "\n");
+}
+
+fs::path completeCheckpoint(const fs::path& dir, const Plan& plan, int64_t step, bool update_pending, int keep,
+                            const std::string& tool_version, const std::string& token, double wait_s) {
+  const fs::path folder = dir / stepFolderName(step);
+  // Every rank's part of this write (the token: not a part an earlier,
+  // interrupted write of the same step left), waiting for the other
+  // processes' parts up to wait_s.
+  Json files = Json::array();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(wait_s, 0.0));
+  for (int r = 0; r < plan.world_size; ++r) {
+    while (true) {
+      std::ifstream in(folder / partName(r));
+      Json part;
+      if (in) {
+        try {
+          part = Json::parse(in);
+        } catch (const Json::parse_error&) {
+          part = Json();
+        }
       }
-      const std::string name = fileName(int(r), layer);
-      writeWhole(folder / name, data.data(), data.size());
-      files.push_back({{"path", name},
-                       {"rank", r},
-                       {"layer", layer},
-                       {"bytes", data.size()},
-                       {"fnv1a64", hex64(fnv1a64(data.data(), data.size()))},
-                       {"buffers", entries}});
+      if (part.is_object() && part.value("token", "") == token) {
+        for (const Json& file : part.at("files")) files.push_back(file);
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw CheckpointError(fmt::format("{}: rank {}'s part of the checkpoint did not appear within {:.0f} s",
+                                          folder.string(), r, wait_s));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
   Json m;
@@ -125,25 +179,31 @@ fs::path writeCheckpoint(const fs::path& dir, const Plan& plan, const Snapshot& 
   m["plan_format"] = kPlanFormatVersion;
   m["job_hash"] = plan.job.content_hash;
   m["job_yaml"] = plan.job.yaml;
-  m["step"] = snap.step;
-  m["data_position"] = snap.step;  // the data and dropout are functions of (seed, step)
-  m["lr_step"] = snap.step;
+  m["step"] = step;
+  m["data_position"] = step;  // the data and dropout are functions of (seed, step)
+  m["lr_step"] = step;
   m["seed"] = plan.job.training.seed;
-  m["update_pending"] = snap.update_pending;
+  m["update_pending"] = update_pending;
   m["layout"] = layoutOf(plan.job, plan.world_size);
   m["files"] = files;
-  const std::string text = m.dump(2) + "\n";
-  const fs::path tmp = folder / fmt::format("{}.tmp-{}", kManifest, ::getpid());
-  writeWhole(tmp, text.data(), text.size());
-  fs::rename(tmp, folder / kManifest, ec);  // the checkpoint exists from here on
-  if (ec) throw CheckpointError(fmt::format("{}: cannot complete the checkpoint: {}", folder.string(), ec.message()));
+  writeAtomically(folder / kManifest, m.dump(2) + "\n");  // the checkpoint exists from here on
+  std::error_code ec;
+  for (int r = 0; r < plan.world_size; ++r) fs::remove(folder / partName(r), ec);
   if (keep > 0) {
     const auto all = completeCheckpoints(dir);
     int excess = int(all.size()) - keep;
-    for (const auto& [step, path] : all)
+    for (const auto& [s, path] : all)
       if (excess-- > 0) fs::remove_all(path, ec);
   }
   return folder;
+}
+
+fs::path writeCheckpoint(const fs::path& dir, const Plan& plan, const Snapshot& snap, int keep,
+                         const std::string& tool_version) {
+  stepFolder(dir, snap.step, /*fresh=*/true);  // an interrupted write of the same step removed
+  const std::string token = fmt::format("pid{}", ::getpid());
+  for (size_t r = 0; r < snap.ranks.size(); ++r) writeRankPart(dir, plan, snap.step, int(r), snap.ranks[r], token);
+  return completeCheckpoint(dir, plan, snap.step, snap.update_pending, keep, tool_version, token, 0);
 }
 
 std::optional<fs::path> latestCheckpoint(const fs::path& dir) {
@@ -239,6 +299,12 @@ AsyncWriter::~AsyncWriter() {
   if (thread_.joinable()) thread_.join();
 }
 
+void AsyncWriter::writeRankPartOnly(int rank, std::string token, double wait_s) {
+  part_rank_ = rank;
+  part_token_ = std::move(token);
+  part_wait_s_ = wait_s;
+}
+
 void AsyncWriter::wait() {
   if (thread_.joinable()) thread_.join();
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -248,8 +314,18 @@ void AsyncWriter::submit(Snapshot snap) {
   wait();
   thread_ = std::thread([this, s = std::move(snap)] {
     try {
-      const fs::path folder = writeCheckpoint(dir_, plan_, s, keep_, tool_version_);
-      if (on_written) on_written(folder);
+      fs::path folder;
+      if (part_rank_ < 0) {
+        folder = writeCheckpoint(dir_, plan_, s, keep_, tool_version_);
+      } else {
+        // One rank of a run with a process per rank: its part; rank 0 then
+        // waits for the others' and completes the checkpoint.
+        writeRankPart(dir_, plan_, s.step, part_rank_, s.ranks.at(size_t(part_rank_)), part_token_);
+        if (part_rank_ == 0)
+          folder = completeCheckpoint(dir_, plan_, s.step, s.update_pending, keep_, tool_version_, part_token_,
+                                      part_wait_s_);
+      }
+      if (on_written && !folder.empty()) on_written(folder);
     } catch (...) {
       error_ = std::current_exception();
     }

@@ -58,6 +58,18 @@ std::vector<int> savedBuffers(const RankPlan& program);
 std::filesystem::path writeCheckpoint(const std::filesystem::path& dir, const Plan& plan, const Snapshot& snap,
                                       int keep, const std::string& tool_version);
 
+// The same in two halves, for runs with a process per rank: each rank
+// writes its files and a part record (DIR/step-N/rankR.part.json, written
+// last, holding `token`: an identifier of this write that an interrupted
+// write of the same step does not have); then one process (rank 0) waits up
+// to `wait_s` for every rank's part of this token, writes the manifest,
+// removes the parts and keeps the newest `keep`.
+void writeRankPart(const std::filesystem::path& dir, const Plan& plan, int64_t step, int rank,
+                   const std::vector<BufferBytes>& buffers, const std::string& token);
+std::filesystem::path completeCheckpoint(const std::filesystem::path& dir, const Plan& plan, int64_t step,
+                                         bool update_pending, int keep, const std::string& tool_version,
+                                         const std::string& token, double wait_s);
+
 // The newest complete checkpoint in DIR (one with a manifest), if any.
 std::optional<std::filesystem::path> latestCheckpoint(const std::filesystem::path& dir);
 
@@ -77,6 +89,10 @@ class AsyncWriter {
   AsyncWriter(std::filesystem::path dir, const Plan& plan, int keep, std::string tool_version);
   ~AsyncWriter();  // waits for the write in flight
   void submit(Snapshot snap);
+  // A process per rank: write only `rank`'s part of each snapshot (its entry
+  // of snap.ranks); rank 0 then completes the checkpoint, waiting up to
+  // wait_s for the other ranks' parts. Call before the first submit.
+  void writeRankPartOnly(int rank, std::string token, double wait_s);
   // Waits for the write in flight; rethrows its error.
   void wait();
   // Called on the writer's thread after each completed write (the folder).
@@ -89,6 +105,9 @@ class AsyncWriter {
   std::string tool_version_;
   std::thread thread_;
   std::exception_ptr error_;
+  int part_rank_ = -1;  // -1: every rank of each snapshot, and the manifest
+  std::string part_token_;
+  double part_wait_s_ = 0;
 };
 
 }  // namespace tandem::checkpoint

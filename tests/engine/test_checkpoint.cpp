@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/consistency.h"
@@ -227,4 +229,44 @@ TEST_CASE("replica check: data-parallel ranks agree bit for bit; one flipped bit
   JobSpec sharded = job;
   sharded.parallel.shard_parameters = true;
   CHECK(checkpoint::replicatedBuffers(buildPlan(sharded), 0).empty());
+}
+
+TEST_CASE("a checkpoint written by a process per rank: each its part, rank 0 the manifest once every part is there",
+          "[checkpoint]") {
+  JobSpec job = test::microJob(2, 2, 1);
+  job.parallel.shard_optimizer = true;
+  const Plan plan = buildPlan(job);
+  cpu::CpuExecutor exec(plan);
+  exec.step();
+  exec.step();
+  const checkpoint::Snapshot snap = exec.snapshot();
+  const fs::path dir = freshDir("parts");
+  // A stale part of rank 1 from an interrupted write of the same step.
+  checkpoint::writeRankPart(dir, plan, snap.step, 1, snap.ranks[1], "an earlier attempt");
+  {
+    checkpoint::AsyncWriter rank0(dir, plan, 0, "test"), rank1(dir, plan, 0, "test");
+    rank0.writeRankPartOnly(0, "this attempt", 10);
+    rank1.writeRankPartOnly(1, "this attempt", 10);
+    rank0.submit(snap);  // waits for rank 1's part of this attempt
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK_FALSE(checkpoint::latestCheckpoint(dir));  // no manifest yet
+    rank1.submit(snap);
+    rank1.wait();
+    rank0.wait();
+  }
+  const auto latest = checkpoint::latestCheckpoint(dir);
+  REQUIRE(latest);
+  CHECK_FALSE(fs::exists(*latest / "rank0.part.json"));  // the parts gave way to the manifest
+  cpu::CpuExecutor resumed(plan);
+  resumed.restore(checkpoint::readCheckpoint(*latest, plan));
+  cpu::CpuExecutor straight(plan);
+  for (int s = 0; s < 2; ++s) straight.step();
+  CHECK(resumed.step().loss == straight.step().loss);
+  // A part that never comes: one line naming the rank.
+  const fs::path lonely = freshDir("parts-lonely");
+  checkpoint::writeRankPart(lonely, plan, 5, 0, snap.ranks[0], "t");
+  CHECK_THROWS_WITH(checkpoint::completeCheckpoint(lonely, plan, 5, false, 0, "test", "t", 0.1),
+                    Catch::Contains("rank 1's part of the checkpoint did not appear within"));
+  fs::remove_all(dir);
+  fs::remove_all(lonely);
 }
