@@ -182,24 +182,35 @@ std::vector<int> addDgxHosts(Topology& t, const DgxSystem& sys, int hosts) {
 // (non-blocking). Spines have one port per leaf: beyond 32 hosts that is
 // more than a 64-port switch has, where a real cluster would use director
 // switches or a third level; the bandwidth is the same.
-void addRailFatTree(Topology& t, const std::vector<int>& nic_of, int hosts, double nic_gbps) {
-  const int per_leaf = std::min(hosts, kHostsPerLeaf);
-  const int leaves_per_rail = (hosts + kHostsPerLeaf - 1) / kHostsPerLeaf;
+//
+// FabricOptions change it: Ethernet links (RoCE), 1/s of the spines
+// (oversubscription s), or plain leaves holding whole hosts (every NIC of 4
+// hosts on one 64-port leaf) instead of one rail each.
+void addFatTree(Topology& t, const std::vector<int>& nic_of, int hosts, double nic_gbps, const FabricOptions& f) {
+  const LinkKind kind = f.roce ? LinkKind::Ethernet : LinkKind::InfiniBand;
+  // Down ports of a leaf: kHostsPerLeaf NICs (one rail of 32 hosts, or all
+  // 8 rails of 4 hosts).
+  const int hosts_per_leaf = f.rail_optimised ? kHostsPerLeaf : kHostsPerLeaf / kRails;
+  const int down = std::min(hosts, hosts_per_leaf) * (f.rail_optimised ? 1 : kRails);
+  const int spine_count = std::max(1, down / f.oversubscription);
   std::vector<int> spines;
-  for (int s = 0; s < per_leaf; ++s) spines.push_back(t.addSwitch(fmt::format("spine{}", s), NodeKind::IbSpine, -1));
-  for (int r = 0; r < kRails; ++r) {
-    for (int k = 0; k < leaves_per_rail; ++k) {
-      int leaf = t.addSwitch(fmt::format("leaf.rail{}.{}", r, k), NodeKind::IbLeaf, -1);
-      for (int h = k * kHostsPerLeaf; h < std::min(hosts, (k + 1) * kHostsPerLeaf); ++h)
-        t.addLink(nic_of[size_t(h * 8 + r)], leaf, nic_gbps, 600, LinkKind::InfiniBand, 1);
-      for (int spine : spines) t.addLink(leaf, spine, nic_gbps, 600, LinkKind::InfiniBand, 1);
+  for (int s = 0; s < spine_count; ++s)
+    spines.push_back(t.addSwitch(fmt::format("spine{}", s), NodeKind::IbSpine, -1));
+  const int leaf_groups = (hosts + hosts_per_leaf - 1) / hosts_per_leaf;
+  for (int r = 0; r < (f.rail_optimised ? kRails : 1); ++r)
+    for (int k = 0; k < leaf_groups; ++k) {
+      const int leaf = t.addSwitch(f.rail_optimised ? fmt::format("leaf.rail{}.{}", r, k) : fmt::format("leaf{}", k),
+                                   NodeKind::IbLeaf, -1);
+      for (int h = k * hosts_per_leaf; h < std::min(hosts, (k + 1) * hosts_per_leaf); ++h)
+        for (int rail = 0; rail < kRails; ++rail)
+          if (!f.rail_optimised || rail == r) t.addLink(nic_of[size_t(h * 8 + rail)], leaf, nic_gbps, 600, kind, 1);
+      for (int spine : spines) t.addLink(leaf, spine, nic_gbps, 600, kind, 1);
     }
-  }
 }
 
 }  // namespace
 
-Topology makeDgxCluster(std::string_view system, int hosts) {
+Topology makeDgxCluster(std::string_view system, int hosts, const FabricOptions& fabric) {
   const DgxSystem* sys = dgxSystem(system);
   if (!sys) throw TopologyError(fmt::format("no DGX system named '{}'", system));
   if (hosts < 1 || hosts > 4096)
@@ -207,10 +218,27 @@ Topology makeDgxCluster(std::string_view system, int hosts) {
   Topology t;
   t.name = fmt::format("{}x{}", hosts, sys->name);
   t.source = "generated";
+  const std::string links = fabric.roce ? fmt::format("8 NICs of {:g} Gb/s RoCE (Ethernet)", sys->nic_gbps * 8)
+                                       : std::string(sys->fabric);
   t.description = fmt::format("{} x {} ({} GPUs), NVSwitch inside, {}, two-level fat tree", hosts,
-                              displayName(*sys), hosts * 8, sys->fabric);
+                              displayName(*sys), hosts * 8, links);
   const std::vector<int> nic_of = addDgxHosts(t, *sys, hosts);
-  addRailFatTree(t, nic_of, hosts, sys->nic_gbps);
+  if (fabric.oversubscription < 1 || kHostsPerLeaf % fabric.oversubscription != 0)
+    throw TopologyError(fmt::format("oversubscription {} does not divide a leaf's {} uplinks (allowed: 1, 2, 4, 8, "
+                                    "16, 32)",
+                                    fabric.oversubscription, kHostsPerLeaf));
+  addFatTree(t, nic_of, hosts, sys->nic_gbps, fabric);
+  if (fabric.roce || fabric.oversubscription > 1 || !fabric.rail_optimised) {
+    t.description += fmt::format(" ({}{}{})", fabric.roce ? "ECMP routes" : "D-mod-K routes",
+                                 fabric.rail_optimised ? ", rail-optimised" : ", plain leaves of 4 hosts",
+                                 fabric.oversubscription > 1 ? fmt::format(", {}:1 oversubscribed",
+                                                                           fabric.oversubscription)
+                                                             : std::string());
+    t.name += fmt::format("{}{}{}", fabric.roce ? ":fabric=roce" : "",
+                          fabric.oversubscription > 1 ? fmt::format(":oversubscription={}", fabric.oversubscription)
+                                                      : std::string(),
+                          fabric.rail_optimised ? "" : ":rails=off");
+  }
   return t;
 }
 
@@ -339,18 +367,71 @@ Topology applyMig(const Topology& topo, std::string_view profile, const std::vec
   return out;
 }
 
-Topology loadTopology(const std::string& name_or_file) {
-  std::string base = name_or_file;
+namespace {
+
+// A preset's options after its name: ":mig=PROFILE" for any topology,
+// ":fabric=ib|roce", ":oversubscription=S" and ":rails=on|off" for the
+// generated clusters. A file name keeps its colons when it has no such
+// option.
+struct PresetOptions {
+  std::string base;
   std::string mig;
-  size_t at = name_or_file.rfind(":mig=");
-  if (at != std::string::npos) {
-    base = name_or_file.substr(0, at);
-    mig = name_or_file.substr(at + 5);
-    if (mig.empty()) throw TopologyError(fmt::format("'{}': empty MIG profile after ':mig='", name_or_file));
+  FabricOptions fabric;
+  bool fabric_given = false;
+};
+
+PresetOptions splitPresetOptions(const std::string& name) {
+  PresetOptions o;
+  o.base = name;
+  static const char* kKeys[] = {"mig", "fabric", "oversubscription", "rails"};
+  while (true) {
+    const size_t colon = o.base.rfind(':');
+    if (colon == std::string::npos) return o;
+    const std::string option = o.base.substr(colon + 1);
+    const size_t eq = option.find('=');
+    const std::string key = option.substr(0, eq);
+    if (eq == std::string::npos || std::none_of(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }))
+      return o;
+    const std::string value = option.substr(eq + 1);
+    auto bad = [&](const std::string& allowed) {
+      return TopologyError(fmt::format("'{}': ':{}={}' (allowed: {})", name, key, value, allowed));
+    };
+    if (key == "mig") {
+      if (value.empty()) throw TopologyError(fmt::format("'{}': empty MIG profile after ':mig='", name));
+      o.mig = value;
+    } else if (key == "fabric") {
+      if (value != "ib" && value != "roce") throw bad("ib, roce");
+      o.fabric.roce = value == "roce";
+      o.fabric_given = true;
+    } else if (key == "oversubscription") {
+      const bool digits = !value.empty() && value.size() <= 3 &&
+                          std::all_of(value.begin(), value.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+      if (!digits || std::stoi(value) < 1) throw bad("1, 2, 4, 8, 16, 32");
+      o.fabric.oversubscription = std::stoi(value);
+      o.fabric_given = true;
+    } else {
+      if (value != "on" && value != "off") throw bad("on, off");
+      o.fabric.rail_optimised = value == "on";
+      o.fabric_given = true;
+    }
+    o.base = o.base.substr(0, colon);
   }
+}
+
+}  // namespace
+
+Topology loadTopology(const std::string& name_or_file) {
+  const PresetOptions options = splitPresetOptions(name_or_file);
+  const std::string& base = options.base;
+  const std::string& mig = options.mig;
 
   Topology topo;
+  const std::string fabric_only_clusters =
+      fmt::format("'{}': fabric options (:fabric, :oversubscription, :rails) apply to the generated clusters "
+                  "<N>xdgx-h100, <N>xdgx-h200, <N>xdgx-a100 only",
+                  name_or_file);
   if (auto text = presetYaml(base)) {
+    if (options.fabric_given) throw TopologyError(fabric_only_clusters);
     topo = parseTopologyYaml(std::string(*text), base);
     topo.source = "preset " + base;
   } else {
@@ -368,7 +449,9 @@ Topology loadTopology(const std::string& name_or_file) {
       const std::string count = base.substr(0, digits);
       if (digits > 6)
         throw TopologyError(fmt::format("cluster size {} is out of range: 1 to 4096 hosts", count));
-      topo = makeDgxCluster(rest, std::stoi(count));
+      topo = makeDgxCluster(rest, std::stoi(count), options.fabric);
+    } else if (options.fabric_given) {
+      throw TopologyError(fabric_only_clusters);
     } else if (std::filesystem::is_regular_file(base)) {
       topo = loadTopologyFile(base);
     } else {

@@ -42,7 +42,20 @@ Topology loadTopology(const std::string& name_or_file);
 // InfiniBand fat tree, one NIC per GPU: "dgx-h100" and "dgx-h200" (NVLink4,
 // 8 rails of 400 Gb/s: NVIDIA Eos), "dgx-a100" (NVLink3 300 GB/s per GPU, 8
 // rails of 200 Gb/s HDR: NVIDIA Selene). 1 <= hosts <= 4096.
-Topology makeDgxCluster(std::string_view system, int hosts);
+//
+// The fabric can be another (FabricOptions; in a preset name as options
+// after a colon: "128xdgx-h100:fabric=roce:oversubscription=2:rails=off"):
+// RoCE (Ethernet links: each pair of GPUs hashed onto a spine, ECMP,
+// where InfiniBand routes by destination), oversubscribed (1/s of the
+// spines: leaves with s times more bandwidth down than up), and a plain
+// fat tree (every NIC of a host on one leaf, 4 hosts per 64-port leaf)
+// instead of rail-optimised leaves.
+struct FabricOptions {
+  bool roce = false;
+  int oversubscription = 1;  // >= 1, dividing the leaf's 32 uplinks
+  bool rail_optimised = true;
+};
+Topology makeDgxCluster(std::string_view system, int hosts, const FabricOptions& fabric = {});
 Topology makeDgxH100Cluster(int hosts);
 
 // Figures of a known GPU model ("H100", "H200", "A100-80GB", ...; names as

@@ -152,6 +152,47 @@ TEST_CASE("generated DGX H100 clusters", "[presets][cluster]") {
   CHECK_THROWS_WITH(loadTopology("5xdgx-b200"), Catch::Contains("neither a preset"));
 }
 
+TEST_CASE("generated clusters on other fabrics: RoCE, oversubscribed, plain leaves", "[presets][cluster]") {
+  auto uplinkRatio = [](const Topology& t) {  // a leaf's bandwidth down over up
+    const int d = int(t.devices.size());
+    double down = 0, up = 0;
+    for (size_t s = 0; s < t.switches.size(); ++s) {
+      if (t.switches[s].kind != NodeKind::IbLeaf) continue;
+      for (const Link& l : t.links)
+        if (l.src == d + int(s)) (t.nodeKind(l.dst) == NodeKind::IbSpine ? up : down) += l.gbps;
+      break;  // the first leaf
+    }
+    return down / up;
+  };
+  const Topology roce = loadTopology("64xdgx-h100:fabric=roce");
+  CHECK(roce.name == "64xdgx-h100:fabric=roce");
+  CHECK_THAT(roce.description, Catch::Contains("RoCE") && Catch::Contains("ECMP"));
+  int ethernet = 0, infiniband = 0;
+  for (const Link& l : roce.links) {
+    ethernet += l.kind == LinkKind::Ethernet;
+    infiniband += l.kind == LinkKind::InfiniBand;
+  }
+  CHECK(ethernet > 0);
+  CHECK(infiniband == 0);
+  const Topology over = loadTopology("64xdgx-h100:oversubscription=4");
+  CHECK(count(over, NodeKind::IbSpine) == 8);  // 32 uplinks / 4
+  CHECK(uplinkRatio(over) == Approx(4));
+  CHECK(uplinkRatio(loadTopology("64xdgx-h100")) == Approx(1));
+  const Topology plain = loadTopology("16xdgx-h100:rails=off");
+  CHECK(count(plain, NodeKind::IbLeaf) == 4);  // 4 hosts (32 NICs) per leaf
+  {
+    Router r(plain);
+    CHECK(r.nicFor(0) != r.nicFor(1));  // each GPU its NIC, all of a host's on one leaf
+  }
+  // Options in any order; the name says them in one.
+  CHECK(loadTopology("8xdgx-h100:rails=off:fabric=roce:oversubscription=2").name ==
+        "8xdgx-h100:fabric=roce:oversubscription=2:rails=off");
+  CHECK_THROWS_WITH(loadTopology("8xdgx-h100:fabric=eth"), Catch::Contains("':fabric=eth' (allowed: ib, roce)"));
+  CHECK_THROWS_WITH(loadTopology("8xdgx-h100:oversubscription=3"), Catch::Contains("does not divide"));
+  CHECK_THROWS_WITH(loadTopology("8xdgx-h100:rails=maybe"), Catch::Contains("(allowed: on, off)"));
+  CHECK_THROWS_WITH(loadTopology("dgx-h100:fabric=roce"), Catch::Contains("apply to the generated clusters"));
+}
+
 TEST_CASE("generated DGX A100 and H200 clusters", "[presets]") {
   // Selene's hosts: A100 80GB on NVLink3 (12 links of 25 GB/s), one HDR NIC
   // (200 Gb/s) per GPU; H200 hosts as DGX H100 with H200s.
