@@ -126,8 +126,8 @@ std::string sweepAxisLabel(const SweepAxis& axis) {
       name = dot == std::string::npos ? field : field.substr(dot + 1);
       // "recompute.policy": the section says what the policy is of.
       if (name == "policy" && dot != std::string::npos) {
-        const size_t before = field.rfind('.', dot - 1);
-        name = field.substr(before == std::string::npos ? 0 : before + 1, dot - (before == std::string::npos ? 0 : before + 1));
+        const std::string section = field.substr(0, dot);
+        name = section.substr(section.rfind('.') == std::string::npos ? 0 : section.rfind('.') + 1);
       }
     }
     if (!label.empty()) label += "+";
