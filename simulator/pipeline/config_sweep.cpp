@@ -40,6 +40,10 @@ SweepRow simulateCombination(const ConfigSweepRequest& r, const std::vector<std:
     all.insert(all.end(), sets.begin(), sets.end());
     SimulateRequest request;
     request.job = parseJob(r.job_yaml, r.job_source, all);
+    // The fields the sweep derives from the combination's own: parsed once
+    // more with them when there are any.
+    const size_t given = all.size();
+    int data_parallel = request.job.parallel.data_parallel;
     if (r.gpus > 0) {
       // The layout fills the GPUs asked for: what is left to data parallelism.
       const ParallelSpec& p = request.job.parallel;
@@ -48,18 +52,18 @@ SweepRow simulateCombination(const ConfigSweepRequest& r, const std::vector<std:
         throw std::invalid_argument(fmt::format("{} GPUs do not hold whole replicas of {} (tensor x pipeline x "
                                                 "context parallel)",
                                                 r.gpus, per_replica));
-      all.push_back(fmt::format("parallel.data_parallel={}", r.gpus / per_replica));
-      request.job = parseJob(r.job_yaml, r.job_source, all);
+      data_parallel = r.gpus / per_replica;
+      all.push_back(fmt::format("parallel.data_parallel={}", data_parallel));
     }
     if (r.global_batch > 0) {
-      const int per_pass = request.job.training.micro_batch * request.job.parallel.data_parallel;
+      const int per_pass = request.job.training.micro_batch * data_parallel;
       if (r.global_batch % per_pass != 0)
         throw std::invalid_argument(fmt::format("a global batch of {} sequences is not a whole number of micro-batch "
                                                 "x data parallel = {}",
                                                 r.global_batch, per_pass));
       all.push_back(fmt::format("training.grad_accum={}", r.global_batch / per_pass));
-      request.job = parseJob(r.job_yaml, r.job_source, all);
     }
+    if (all.size() > given) request.job = parseJob(r.job_yaml, r.job_source, all);
     request.settings = r.settings;
     request.suggest_fitting_choices = false;
     const SimulateOutcome out = simulateJob(request);
