@@ -5,7 +5,7 @@
 # Stages: kernels executor memory dp2 profiler facts overhead cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
-#         llama llamapeers wide sweep sweepagain heldout setup zero2 pytorchtrace checkpoint
+#         llama llamapeers wide sweep sweepagain heldout setup zero2 pytorchtrace checkpoint checkpoint2
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -307,6 +307,20 @@ for s in "$@"; do
       TANDEM_TEST_KILL_AFTER_STEPS=15,30 stage restarts $B/tandem run default --gpus 1 --steps 40 \
         --checkpoint-dir /tmp/ckpt_restarts --checkpoint-every 5 --restarts 2
       grep -E "restart|step +40" $OUT/restarts.log
+      unset TANDEM_GEMM_TUNING ;;
+    checkpoint2)
+      # The same on two GPUs (a process per rank, each writing its part,
+      # rank 0 the manifest), data parallel 2 with ZeRO-1; needs a
+      # two-GPU machine.
+      export TANDEM_GEMM_TUNING=0; D=/tmp/ckpt_dp2; rm -rf $D
+      $B/tandem run default --gpus 2 --steps 40 --json --set parallel.shard_optimizer=true | grep '"step"' \
+        | sed 's/,"ms".*//' > $OUT/straight_dp2.jsonl
+      $B/tandem run default --gpus 2 --steps 20 --json --set parallel.shard_optimizer=true --checkpoint-dir $D \
+        --checkpoint-every 10 > /dev/null
+      $B/tandem run default --gpus 2 --steps 40 --json --set parallel.shard_optimizer=true --checkpoint-dir $D \
+        --resume | grep '"step"' | sed 's/,"ms".*//' > $OUT/resumed_dp2.jsonl
+      if cmp -s <(tail -n 20 $OUT/straight_dp2.jsonl) $OUT/resumed_dp2.jsonl; then
+        echo "=== resume dp2: steps 21-40 identical"; else echo "=== resume dp2: DIFFER"; fi
       unset TANDEM_GEMM_TUNING ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
