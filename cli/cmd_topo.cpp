@@ -40,7 +40,7 @@ void listPresetsCommand(bool as_json) {
   for (const auto& p : presets) width = std::max(width, p.name.size());
   for (const auto& p : presets) fmt::print("{:<{}}  {}\n", p.name, width, p.description);
   fmt::print("\nAppend :mig=<profile> (e.g. dgx-h100:mig=3g.40gb) to cut every GPU into MIG slices; to a "
-             "generated cluster :fabric=roce (Ethernet, ECMP routes), :oversubscription=S (1/S of the spines) or "
+             "generated cluster :fabric=roce (Ethernet, ECMP routes) or :fabric=ib, :oversubscription=S (1/S of the spines) or "
              ":rails=off (plain leaves of 4 hosts), e.g. 64xdgx-h100:fabric=roce:oversubscription=2; any other "
              "argument is read as a topology file.\n");
 }

@@ -46,6 +46,7 @@ bool recomputedUnder(RecomputePolicy p, OpKind op) {
   // Selective recompute drops the cheap, memory-hungry activations.
   if (p == RecomputePolicy::Selective) return op == OpKind::Attention || op == OpKind::Gelu;
   if (p == RecomputePolicy::Attention) return op == OpKind::Attention;
+  if (p == RecomputePolicy::AlternateGemms) return op == OpKind::Gelu || op == OpKind::Matmul;
   return false;
 }
 

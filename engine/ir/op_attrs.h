@@ -98,6 +98,14 @@ struct OpAttrs {
   // follow; AdamW: the norm buffer holds the global sum of squares, whose
   // root it takes. Sharded plans (shards > 0) are read so without it too.
   bool norm_squared = false;
+  // Another framework's kernels for the same arithmetic (what-if studies;
+  // engine/passes/framework_kernels.h): `flash2` on Attention and
+  // AttentionBwd (schedule.attention_kernel flash2), `eager` on the
+  // elementwise ops eager PyTorch runs as chains of kernels
+  // (schedule.elementwise eager). The simulator times them so; both
+  // executors compute the same results.
+  bool flash2 = false;
+  bool eager = false;
 
   bool operator==(const OpAttrs&) const = default;
 };

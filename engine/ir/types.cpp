@@ -20,10 +20,11 @@ constexpr Names<TensorCategory, 7> kCategory{{{TensorCategory::Parameter, "param
                                               {TensorCategory::Activation, "activations"},
                                               {TensorCategory::Input, "inputs"},
                                               {TensorCategory::Workspace, "workspace"}}};
-constexpr Names<RecomputePolicy, 4> kRecompute{{{RecomputePolicy::None, "none"},
+constexpr Names<RecomputePolicy, 5> kRecompute{{{RecomputePolicy::None, "none"},
                                                 {RecomputePolicy::Selective, "selective"},
                                                 {RecomputePolicy::Full, "full"},
-                                                {RecomputePolicy::Attention, "attention"}}};
+                                                {RecomputePolicy::Attention, "attention"},
+                                                {RecomputePolicy::AlternateGemms, "alternate_gemms"}}};
 constexpr Names<Precision, 3> kPrecision{
     {{Precision::FP32, "fp32"}, {Precision::BF16, "bf16"}, {Precision::FP8, "fp8"}}};
 constexpr Names<TaskKind, 5> kTask{{{TaskKind::Kernel, "kernel"},

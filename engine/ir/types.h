@@ -32,8 +32,10 @@ enum class TensorCategory {
 
 // Attention: Megatron-LM's selective recompute (Korthikanti et al. 2022),
 // the attention core's outputs dropped and the attention re-run from the
-// kept QKV before its backward (engine/passes/recompute.h).
-enum class RecomputePolicy { None, Selective, Full, Attention };
+// kept QKV before its backward (engine/passes/recompute.h). AlternateGemms:
+// torchtitan's per-op selective checkpointing, every other GEMM's output
+// and the attention's kept, the rest recomputed.
+enum class RecomputePolicy { None, Selective, Full, Attention, AlternateGemms };
 
 // FP8: bf16 training whose transformer blocks' GEMMs read FP8 copies of
 // their operands (engine/passes/fp8_gemms.h); fp32 master weights.

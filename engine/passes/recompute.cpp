@@ -6,10 +6,17 @@
 
 namespace tandem {
 
-bool recomputeDrops(RecomputePolicy policy, const std::string& role) {
+bool recomputeDrops(RecomputePolicy policy, const std::string& role, OpKind producer) {
   // The norms' outputs and the MLP's activation (GELU, or Llama's SwiGLU).
   static constexpr std::array<std::string_view, 5> kSelective{"ln1.out", "ln2.out", "gelu.out", "swiglu.out",
                                                               "relu2.out"};
+  // Besides those: the norms' own outputs under sequence parallelism
+  // (before their all-gather), the second and fourth GEMMs' outputs (with
+  // tensor parallelism their partial products and the all-reduce's sum)
+  // and the residual sum after the attention. The norms' fp32 statistics
+  // stay: tiny, and the norms' backward reads them beside their input.
+  static constexpr std::array<std::string_view, 7> kAlternate{
+      "ln1.shard", "ln2.shard", "attproj.out", "attproj.out.partial", "fcproj.out", "fcproj.out.partial", "res2"};
   switch (policy) {
     case RecomputePolicy::None: return false;
     case RecomputePolicy::Selective:
@@ -26,6 +33,15 @@ bool recomputeDrops(RecomputePolicy policy, const std::string& role) {
       // the mask) or each row's log-sum-exp.
       return role == "att.out" || role == "att.lse" || role == "att.probs" || role == "att.dropped" ||
              role == "att.mask";
+    case RecomputePolicy::AlternateGemms:
+      // torchtitan keeps what a reduce-scatter made (sequence parallelism's
+      // sums); an all-gather or all-reduce whose output is dropped reruns.
+      if (producer == OpKind::ReduceScatter) return false;
+      for (auto r : kSelective)
+        if (role == r) return true;
+      for (auto r : kAlternate)
+        if (role == r) return true;
+      return false;
   }
   return false;
 }
@@ -44,7 +60,7 @@ class Recomputer {
     const Tensor& x = g_.tensor(t);
     if (x.category != TensorCategory::Activation || x.layer < 0) return false;
     if (!producer_.count(t)) return false;
-    return recomputeDrops(job_.recompute.forLayer(x.layer), x.role);
+    return recomputeDrops(job_.recompute.forLayer(x.layer), x.role, g_.nodes[producer_.at(t)].op);
   }
 
   // Returns the recomputed twin of `t`, emitting the nodes that make it.

@@ -12,6 +12,22 @@
 //              attention from the kept QKV; with a materialized score
 //              matrix (schedule.materialized_attention) that saves the
 //              largest activation of a block
+//   alternate_gemms  torchtitan's per-op selective checkpointing: of a
+//              block's GEMMs in forward order every other output is kept
+//              (the first, third, ...: QKV and the MLP's input layer) and
+//              every other dropped (the output projections), the
+//              attention's outputs and a reduce-scatter's kept, everything
+//              else dropped (norms, the activation, the residual sum after
+//              the attention, sequence parallelism's all-gathers). The
+//              backward's demand decides what reruns: the attention's
+//              output projection (the residual sum the second norm's
+//              backward reads is made from it, unless a reduce-scatter
+//              made what the sum reads), the cheap ops, and the norms'
+//              all-gathers under sequence parallelism.
+//              torchtitan's separate q, k, v and gate/up GEMMs make its
+//              alternation recompute the k and up projections too, which
+//              tandem's fused QKV and gate|up GEMMs keep whole: about a
+//              fifth of its recomputed GEMM FLOPs at Llama 3 8B's shape.
 
 #include <string>
 
@@ -20,8 +36,9 @@
 
 namespace tandem {
 
-// True when `role` is dropped under `policy`.
-bool recomputeDrops(RecomputePolicy policy, const std::string& role);
+// True when an activation of `role`, made by an op of kind `producer`, is
+// dropped under `policy`.
+bool recomputeDrops(RecomputePolicy policy, const std::string& role, OpKind producer);
 
 void applyRecompute(Graph& g, const JobSpec& job);
 

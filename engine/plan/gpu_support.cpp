@@ -22,6 +22,12 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
     return fmt::format("a materialized attention score matrix (schedule.materialized_attention) is planned and "
                        "simulated for what-if studies; the GPU executor runs the fused attention only; {}",
                        elsewhere);
+  if (plan.job.schedule.attention_kernel != AttentionKernel::Fused ||
+      plan.job.schedule.elementwise != ElementwiseKernels::Fused)
+    return fmt::format("another framework's kernels (schedule.attention_kernel {}, schedule.elementwise {}) are "
+                       "planned for what-if studies; the GPU executor runs its own fused kernels, which a profile "
+                       "would then show under that framework's name; set both to fused to run it",
+                       toString(plan.job.schedule.attention_kernel), toString(plan.job.schedule.elementwise));
   if (par.context_parallel > 1)
     return fmt::format("context parallelism (parallel.context_parallel {}) is not run on GPUs yet: the attention "
                        "kernels take whole sequences; {}",

@@ -81,6 +81,8 @@ json toJson(const OpAttrs& a) {
   put("dropout", a.dropout, d.dropout);
   put("overlapped", a.overlapped, d.overlapped);
   put("norm_squared", a.norm_squared, d.norm_squared);
+  put("flash2", a.flash2, d.flash2);
+  put("eager", a.eager, d.eager);
   return j;
 }
 
@@ -375,6 +377,8 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "dropout", a.dropout);
   optionalField(j, path, "overlapped", a.overlapped);
   optionalField(j, path, "norm_squared", a.norm_squared);
+  optionalField(j, path, "flash2", a.flash2);
+  optionalField(j, path, "eager", a.eager);
 }
 
 void readValue(const json& j, const std::string& path, CollectiveInfo& c) {

@@ -5,12 +5,14 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <unordered_map>
 
 #include "engine/ir/autodiff.h"
 #include "engine/ir/cost.h"
 #include "engine/ir/graph.h"
 #include "engine/ir/model.h"
 #include "engine/passes/bias_grad.h"
+#include "engine/passes/framework_kernels.h"
 #include "engine/passes/buckets.h"
 #include "engine/passes/embedding_gather.h"
 #include "engine/passes/fp8_gemms.h"
@@ -51,6 +53,10 @@ std::map<int, std::set<int>> savedForBackward(const Graph& g) {
 
 std::vector<RecomputeDecision> keptAndSaved(const Graph& g, const JobSpec& job) {
   const auto saved = savedForBackward(g);
+  std::unordered_map<int, OpKind> producer;
+  for (const Node& n : g.nodes)
+    if (n.phase == Phase::Forward)
+      for (int t : n.outputs) producer.emplace(t, n.op);
   std::vector<RecomputeDecision> out;
   for (int l = 0; l < job.model.layers; ++l) {
     RecomputeDecision d;
@@ -59,7 +65,7 @@ std::vector<RecomputeDecision> keptAndSaved(const Graph& g, const JobSpec& job) 
     if (auto it = saved.find(l); it != saved.end())
       for (int t : it->second) {
         const Tensor& x = g.tensor(t);
-        (recomputeDrops(d.policy, x.role) ? d.bytes_saved : d.bytes_kept) += x.bytes();
+        (recomputeDrops(d.policy, x.role, producer.at(t)) ? d.bytes_saved : d.bytes_kept) += x.bytes();
       }
     out.push_back(d);
   }
@@ -136,6 +142,7 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   applyFp8Gemms(g, job);
   applyTpCommOverlap(g, job);
   applyPipelineScatterGather(g, job);
+  markFrameworkKernels(g, job);
 
   std::vector<int> ranks;
   for (int replica = 0; replica < job.replicas(); ++replica)
@@ -145,8 +152,10 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   lower.weight_gradient_stream = job.schedule.weight_gradient_stream;
   lower.join_side_stream_per_micro_batch = reducesEveryMicroBatch(job);
   out.program = lowerGraph(g, std::move(ranks), lower);
-  // Reads the memory plan, so after lowering.
-  applyEpilogueFusion(out.program, job.schedule.residual_in_gemm);
+  // Reads the memory plan, so after lowering. Eager PyTorch launches each
+  // op on its own: no epilogue does an elementwise op's work.
+  if (job.schedule.elementwise != ElementwiseKernels::Eager)
+    applyEpilogueFusion(out.program, job.schedule.residual_in_gemm);
   // The model's parameters: a tensor-parallel slice is 1/tensor_parallel of
   // one; the tied embedding's copy on the last stage is not another.
   for (const auto& p : g.params) {

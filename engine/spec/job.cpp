@@ -273,7 +273,7 @@ std::string JobReader::readString(const YAML::Node& v, const std::string& path,
 }
 
 RecomputePolicy JobReader::readPolicy(const YAML::Node& v, const std::string& path) const {
-  const std::string allowed = "none, selective, full, attention";
+  const std::string allowed = "none, selective, full, attention, alternate_gemms";
   std::string s = readString(v, path, allowed);
   auto policy = parseRecomputePolicy(s);
   if (!policy) fail(path, shown(s) + " is not a recompute policy", allowed);
@@ -491,6 +491,20 @@ void readSchedule(JobReader& r, const YAML::Node& node, const std::string& node_
        [&](const YAML::Node& v, const std::string& p) { schedule.materialized_attention = r.readBool(v, p); }},
       {"tp_comm_overlap",
        [&](const YAML::Node& v, const std::string& p) { schedule.tp_comm_overlap = r.readBool(v, p); }},
+      {"attention_kernel",
+       [&](const YAML::Node& v, const std::string& p) {
+         std::string s = r.readString(v, p, "fused, flash2");
+         if (s == "fused") schedule.attention_kernel = AttentionKernel::Fused;
+         else if (s == "flash2") schedule.attention_kernel = AttentionKernel::Flash2;
+         else r.fail(p, shown(s) + " is not an attention kernel", "fused, flash2");
+       }},
+      {"elementwise",
+       [&](const YAML::Node& v, const std::string& p) {
+         std::string s = r.readString(v, p, "fused, eager");
+         if (s == "fused") schedule.elementwise = ElementwiseKernels::Fused;
+         else if (s == "eager") schedule.elementwise = ElementwiseKernels::Eager;
+         else r.fail(p, shown(s) + " is not a way to run the elementwise ops", "fused, eager");
+       }},
   });
 }
 
@@ -500,7 +514,8 @@ void readRecompute(JobReader& r, const YAML::Node& node, const std::string& node
       {"policy", [&](const YAML::Node& v, const std::string& p) { recompute.policy = r.readPolicy(v, p); }},
       {"layers",
        [&](const YAML::Node& v, const std::string& p) {
-         const std::string allowed = "a mapping from layer index to none, selective, full or attention";
+         const std::string allowed =
+             "a mapping from layer index to none, selective, full, attention or alternate_gemms";
          if (v.IsNull()) return;
          if (!v.IsMap()) r.fail(p, "expected a mapping, got " + describe(v), allowed);
          for (const auto& entry : v) {
@@ -754,6 +769,10 @@ void validateModelFamily(const JobReader& r, const JobSpec& job) {
            "dropout on the attention probabilities is planned with the materialized attention only (a fused "
            "attention kernel draws it on the fly, which tandem does not plan)",
            "model.attention_dropout: 0, or schedule.materialized_attention: true");
+  if (job.schedule.attention_kernel == AttentionKernel::Flash2 && job.schedule.materialized_attention)
+    r.fail(pick("schedule.attention_kernel", "schedule.materialized_attention"),
+           "FlashAttention-2 is a fused attention kernel; a materialized score matrix is another attention",
+           "schedule.attention_kernel: fused, or schedule.materialized_attention: false");
   if (m.family == ModelFamily::GPT2 && m.mlp_activation != MlpActivation::SwiGlu)
     r.fail(pick("model.mlp_activation", "model.family"),
            "GPT-2's MLP is GELU; model.mlp_activation chooses the Llama family's",
@@ -945,6 +964,8 @@ RecomputePolicy RecomputeSpec::forLayer(int layer) const {
 }
 
 std::string_view toString(MlpActivation a) { return a == MlpActivation::SquaredRelu ? "squared_relu" : "swiglu"; }
+std::string_view toString(AttentionKernel k) { return k == AttentionKernel::Flash2 ? "flash2" : "fused"; }
+std::string_view toString(ElementwiseKernels k) { return k == ElementwiseKernels::Eager ? "eager" : "fused"; }
 
 std::string_view toString(ModelFamily f) {
   switch (f) {

@@ -25,6 +25,23 @@ enum class ModelFamily { GPT2, Llama };
 // (Nemotron-4's squared ReLU).
 enum class MlpActivation { SwiGlu, SquaredRelu };
 
+// The attention kernel a framework runs (schedule.attention_kernel): Fused,
+// a kernel written for the GPU it runs on (tandem's, cuDNN's, FlashAttention
+// 3 on Hopper); Flash2, FlashAttention-2, which PyTorch's
+// scaled_dot_product_attention runs on Hopper unless it prefers cuDNN
+// (before torch 2.10 with cuDNN 9.15): Ampere's tensor-core instructions,
+// about half the Hopper kernels' forward rate there and 60% of their
+// backward's (simulator/cost/framework_kernels.h).
+enum class AttentionKernel { Fused, Flash2 };
+
+// How the elementwise work around the GEMMs runs (schedule.elementwise):
+// Fused, one kernel per op (tandem's executors, torch.compile, Megatron's
+// and Transformer Engine's fused kernels); Eager, as eager PyTorch runs a
+// model's Python: each step of the RMSNorm, the SwiGLU, the rotary
+// embedding and the loss its own kernel and its own pass over memory, in
+// fp32 where the model code upcasts, and no epilogue fusion.
+enum class ElementwiseKernels { Fused, Eager };
+
 struct ModelSpec {
   ModelFamily family = ModelFamily::GPT2;
   int vocab = 50304;
@@ -235,6 +252,10 @@ struct ScheduleSpec {
   // NeMo's tp_comm_overlap). The same arithmetic; the simulator runs each
   // pair about as long as the longer of the two.
   bool tp_comm_overlap = false;
+  // What-if choices of another framework's kernels (see the enums): the
+  // same arithmetic, other kernels' time. The GPU executor runs its own.
+  AttentionKernel attention_kernel = AttentionKernel::Fused;
+  ElementwiseKernels elementwise = ElementwiseKernels::Fused;
   bool operator==(const ScheduleSpec&) const = default;
 };
 
@@ -348,5 +369,7 @@ void refreshJobText(JobSpec& job);
 
 std::string_view toString(ModelFamily f);
 std::string_view toString(MlpActivation a);
+std::string_view toString(AttentionKernel k);
+std::string_view toString(ElementwiseKernels k);
 
 }  // namespace tandem

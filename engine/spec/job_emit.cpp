@@ -138,6 +138,10 @@ std::string jobToYaml(const JobSpec& job) {
   field("gather_ahead", integer(job.schedule.gather_ahead));
   if (job.schedule.materialized_attention) field("materialized_attention", "true");
   if (job.schedule.tp_comm_overlap) field("tp_comm_overlap", "true");
+  if (job.schedule.attention_kernel != AttentionKernel::Fused)
+    field("attention_kernel", std::string(toString(job.schedule.attention_kernel)));
+  if (job.schedule.elementwise != ElementwiseKernels::Fused)
+    field("elementwise", std::string(toString(job.schedule.elementwise)));
   line("recompute:");
   field("policy", std::string(toString(job.recompute.policy)));
   if (job.recompute.per_layer.empty()) {

@@ -548,8 +548,37 @@ std::optional<int64_t> RooflineCostModel::interpolatedNsUncached(const Task& tas
   return interpolators_.at(op).ns(key);
 }
 
+int64_t RooflineCostModel::chainNs(const std::vector<PassKernel>& kernels, const DeviceSpec& device) const {
+  const double flops_eff = params_.flops_efficiency[size_t(OpKind::Add)];
+  const double bw_eff = params_.bw_efficiency[size_t(OpKind::Add)];
+  int64_t ns = 0;
+  for (const PassKernel& k : kernels) {
+    // Elementwise arithmetic runs on the CUDA cores: the fp32 peak.
+    const double compute_ns = device.fp32_flops > 0 ? k.flops / (device.fp32_flops * 1e-9 * flops_eff) : 0;
+    const double memory_ns = device.hbm_gbps > 0 ? k.bytes / (device.hbm_gbps * bw_eff) : 0;
+    ns += params_.launch_overhead_ns + int64_t(std::ceil(std::max(compute_ns, memory_ns)));
+  }
+  return ns;
+}
+
 RooflineCostModel::TaskTime RooflineCostModel::taskTime(const Task& task, const DeviceSpec& device,
                                                        Precision precision) const {
+  const bool attention = task.op == OpKind::Attention || task.op == OpKind::AttentionBwd;
+  const std::vector<PassKernel> chain = eagerKernels(task, precision);
+  // A calibration measured the fused kernel, not the chain that replaces it.
+  if (!chain.empty() && !attention && task.fused_into < 0) return {chainNs(chain, device), TimeSource::Roofline};
+  TaskTime t = ownKernelTime(task, device, precision);
+  if (!attention || t.source == TimeSource::NoKernel) return t;
+  // FlashAttention-2 in place of the fused kernel, and eager PyTorch's
+  // kernels around it.
+  if (const double stretch = flash2Stretch(task, device); stretch != 1.0)
+    t.ns = int64_t(std::llround(double(t.ns) * stretch));
+  t.ns += chainNs(chain, device);
+  return t;
+}
+
+RooflineCostModel::TaskTime RooflineCostModel::ownKernelTime(const Task& task, const DeviceSpec& device,
+                                                            Precision precision) const {
   const double bytes = double(task.bytes_read + task.bytes_written);
   if (task.kind == TaskKind::Host) return {params_.host_task_ns, TimeSource::NoKernel};
   // Its work runs in another task's fused GEMM (engine/passes/fusion.h): it

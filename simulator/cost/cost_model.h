@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/plan/plan.h"
+#include "simulator/cost/framework_kernels.h"
 #include "simulator/cost/shape_interpolation.h"
 #include "simulator/network/collectives.h"
 #include "simulator/topology/topology.h"
@@ -246,6 +247,8 @@ class RooflineCostModel : public CostModel {
     int64_t ns = 0;
     TimeSource source = TimeSource::NoKernel;
   };
+  // With another framework's kernels (OpAttrs::eager, flash2;
+  // framework_kernels.h) the task takes theirs.
   TaskTime taskTime(const Task& task, const DeviceSpec& device, Precision precision) const;
   double commSlowdown() const override { return params_.comm_slowdown; }
   double commSlowdown(const Task& task) const override {
@@ -275,6 +278,12 @@ class RooflineCostModel : public CostModel {
   const RooflineParams& params() const { return params_; }
 
  private:
+  // The task as the plan's own kernel runs it: calibrated, interpolated or
+  // from the roofline.
+  TaskTime ownKernelTime(const Task& task, const DeviceSpec& device, Precision precision) const;
+  // A chain of another framework's kernels, each timed by its roofline at
+  // the elementwise ops' efficiencies, with a launch each.
+  int64_t chainNs(const std::vector<PassKernel>& kernels, const DeviceSpec& device) const;
   // A materialized attention (OpAttrs::materialized): the framework's
   // kernels, each timed by its own roofline, summed.
   int64_t materializedAttentionNs(const Task& task, const DeviceSpec& device, Precision precision) const;

@@ -32,8 +32,18 @@ struct ModelRow {
 };
 
 // Dense peaks from NVIDIA's data sheets (SXM parts unless named PCIE).
+//
+// H100-96GB-500W: the H100 of Meta's Grand Teton hosts (torchtitan's
+// published runs): 96 GB of HBM2e at 2.4 TB/s, held at a 500 W limit. Its
+// makers say only that its peak lies between the H100 SXM (700 W: 989
+// TFLOP/s BF16 dense, 1979 FP8, 67 FP32) and the H100 NVL (400 W: 835, 1671,
+// 60); the figures here are interpolated linearly in the power limit between
+// those two data sheets (500 W: a third of the way from NVL to SXM). Its
+// memory as nvidia-smi would print it is the 80 GB part's figure scaled by
+// 96/80.
 constexpr ModelRow kModels[] = {
     {"H100", 989e12, 67e12, 1979e12, 3350, 81559, 132},
+    {"H100-96GB-500W", 886e12, 62.3e12, 1774e12, 2400, 97871, 132},
     {"H200", 989e12, 67e12, 1979e12, 4800, 143771, 132},
     {"A100-80GB", 312e12, 19.5e12, 0, 2039, 81920, 108},
     {"A100-40GB", 312e12, 19.5e12, 0, 1555, 40960, 108},
@@ -54,25 +64,30 @@ constexpr int kHostsPerLeaf = 32;  // a 64-port switch: 32 down, 32 up
 
 struct DgxSystem {
   const char* name;        // "dgx-h100": the cluster is "<N>xdgx-h100"
+  const char* display;     // "DGX H100"
   const char* gpu;         // a kModels name
   int nvlink_lanes;        // NVLink links per GPU to the NVSwitch chips
   double pcie_gbps;        // per direction, per GPU's switch
   double nic_gbps;         // per rail, per direction (GB/s)
   const char* fabric;      // what the description says of it
+  bool roce;               // its fabric is Ethernet unless ":fabric=ib" says otherwise
 };
 
 // DGX H100 as resources/topologies/dgx-h100.yaml has it (18 NVLink4 links,
 // PCIe Gen5, ConnectX-7 NDR 400 Gb/s: NVIDIA Eos); DGX H200 the same with
 // H200s; DGX A100 (NVIDIA Selene): 12 NVLink3 links, PCIe Gen4,
-// ConnectX-6 HDR 200 Gb/s per GPU.
+// ConnectX-6 HDR 200 Gb/s per GPU. Meta's Grand Teton (torchtitan's
+// published runs): 8 H100 96 GB at 500 W on NVLink4 through NVSwitch as in
+// the DGX, one 400 Gb/s RDMA NIC per GPU on a RoCE fabric.
 constexpr DgxSystem kDgxSystems[] = {
-    {"dgx-h100", "H100", 18, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)"},
-    {"dgx-h200", "H200", 18, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)"},
-    {"dgx-a100", "A100-80GB", 12, 26.0, 25.0, "8 rails of 200 Gb/s InfiniBand (HDR)"},
+    {"dgx-h100", "DGX H100", "H100", 18, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)", false},
+    {"dgx-h200", "DGX H200", "H200", 18, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)", false},
+    {"dgx-a100", "DGX A100", "A100-80GB", 12, 26.0, 25.0, "8 rails of 200 Gb/s InfiniBand (HDR)", false},
+    {"grand-teton", "Grand Teton (H100 96 GB, 500 W)", "H100-96GB-500W", 18, 55.0, 50.0,
+     "8 NICs of 400 Gb/s RoCE (Ethernet)", true},
 };
 
-// "DGX H100" for "dgx-h100".
-std::string displayName(const DgxSystem& d) { return "DGX " + upper(std::string_view(d.name).substr(4)); }
+std::string displayName(const DgxSystem& d) { return d.display; }
 
 const DgxSystem* dgxSystem(std::string_view name) {
   for (const DgxSystem& d : kDgxSystems)
@@ -91,11 +106,16 @@ std::optional<DeviceSpec> gpuModelSpec(std::string_view model) {
   if (!row) {
     // nvidia-smi spellings: "H100 80GB HBM3", "A100-SXM4-80GB", "A100-PCIE-40GB", ...
     auto has = [&](const char* part) { return want.find(part) != std::string::npos; };
-    if (has("H200")) row = &kModels[1];
-    else if (has("H100")) row = &kModels[0];
-    else if (has("A100") && has("PCIE") && has("80GB")) row = &kModels[4];
-    else if (has("A100") && has("40GB")) row = &kModels[3];
-    else if (has("A100")) row = &kModels[2];
+    auto named = [&](const char* name) {
+      for (const auto& m : kModels)
+        if (std::string_view(m.name) == name) return &m;
+      return static_cast<const ModelRow*>(nullptr);
+    };
+    if (has("H200")) row = named("H200");
+    else if (has("H100")) row = named("H100");
+    else if (has("A100") && has("PCIE") && has("80GB")) row = named("A100-PCIE-80GB");
+    else if (has("A100") && has("40GB")) row = named("A100-40GB");
+    else if (has("A100")) row = named("A100-80GB");
   }
   if (!row) return std::nullopt;
   DeviceSpec d;
@@ -187,7 +207,7 @@ std::vector<int> addDgxHosts(Topology& t, const DgxSystem& sys, int hosts) {
 // (oversubscription s), or plain leaves holding whole hosts (every NIC of 4
 // hosts on one 64-port leaf) instead of one rail each.
 void addFatTree(Topology& t, const std::vector<int>& nic_of, int hosts, double nic_gbps, const FabricOptions& f) {
-  const LinkKind kind = f.roce ? LinkKind::Ethernet : LinkKind::InfiniBand;
+  const LinkKind kind = f.roce.value_or(false) ? LinkKind::Ethernet : LinkKind::InfiniBand;
   // Down ports of a leaf: kHostsPerLeaf NICs (one rail of 32 hosts, or all
   // 8 rails of 4 hosts).
   const int hosts_per_leaf = f.rail_optimised ? kHostsPerLeaf : kHostsPerLeaf / kRails;
@@ -218,8 +238,13 @@ Topology makeDgxCluster(std::string_view system, int hosts, const FabricOptions&
   Topology t;
   t.name = fmt::format("{}x{}", hosts, sys->name);
   t.source = "generated";
-  const std::string links = fabric.roce ? fmt::format("8 NICs of {:g} Gb/s RoCE (Ethernet)", sys->nic_gbps * 8)
-                                       : std::string(sys->fabric);
+  // The system's own fabric unless the options name the other one.
+  FabricOptions resolved = fabric;
+  resolved.roce = fabric.roce.value_or(sys->roce);
+  const bool roce = *resolved.roce;
+  const std::string links = roce == sys->roce ? std::string(sys->fabric)
+                            : roce            ? fmt::format("8 NICs of {:g} Gb/s RoCE (Ethernet)", sys->nic_gbps * 8)
+                                              : fmt::format("8 rails of {:g} Gb/s InfiniBand", sys->nic_gbps * 8);
   t.description = fmt::format("{} x {} ({} GPUs), NVSwitch inside, {}, two-level fat tree", hosts,
                               displayName(*sys), hosts * 8, links);
   const std::vector<int> nic_of = addDgxHosts(t, *sys, hosts);
@@ -227,14 +252,14 @@ Topology makeDgxCluster(std::string_view system, int hosts, const FabricOptions&
     throw TopologyError(fmt::format("oversubscription {} does not divide a leaf's {} uplinks (allowed: 1, 2, 4, 8, "
                                     "16, 32)",
                                     fabric.oversubscription, kHostsPerLeaf));
-  addFatTree(t, nic_of, hosts, sys->nic_gbps, fabric);
-  if (fabric.roce || fabric.oversubscription > 1 || !fabric.rail_optimised) {
-    t.description += fmt::format(" ({}{}{})", fabric.roce ? "ECMP routes" : "D-mod-K routes",
+  addFatTree(t, nic_of, hosts, sys->nic_gbps, resolved);
+  if (roce || roce != sys->roce || fabric.oversubscription > 1 || !fabric.rail_optimised) {
+    t.description += fmt::format(" ({}{}{})", roce ? "ECMP routes" : "D-mod-K routes",
                                  fabric.rail_optimised ? ", rail-optimised" : ", plain leaves of 4 hosts",
                                  fabric.oversubscription > 1 ? fmt::format(", {}:1 oversubscribed",
                                                                            fabric.oversubscription)
                                                              : std::string());
-    t.name += fmt::format("{}{}{}", fabric.roce ? ":fabric=roce" : "",
+    t.name += fmt::format("{}{}{}", roce == sys->roce ? "" : roce ? ":fabric=roce" : ":fabric=ib",
                           fabric.oversubscription > 1 ? fmt::format(":oversubscription={}", fabric.oversubscription)
                                                       : std::string(),
                           fabric.rail_optimised ? "" : ":rails=off");
@@ -428,7 +453,7 @@ Topology loadTopology(const std::string& name_or_file) {
   Topology topo;
   const std::string fabric_only_clusters =
       fmt::format("'{}': fabric options (:fabric, :oversubscription, :rails) apply to the generated clusters "
-                  "<N>xdgx-h100, <N>xdgx-h200, <N>xdgx-a100 only",
+                  "<N>xdgx-h100, <N>xdgx-h200, <N>xdgx-a100, <N>xgrand-teton only",
                   name_or_file);
   if (auto text = presetYaml(base)) {
     if (options.fabric_given) throw TopologyError(fabric_only_clusters);

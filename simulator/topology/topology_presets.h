@@ -41,7 +41,9 @@ Topology loadTopology(const std::string& name_or_file);
 // N DGX hosts of 8 GPUs joined by a rail-optimised, non-blocking two-level
 // InfiniBand fat tree, one NIC per GPU: "dgx-h100" and "dgx-h200" (NVLink4,
 // 8 rails of 400 Gb/s: NVIDIA Eos), "dgx-a100" (NVLink3 300 GB/s per GPU, 8
-// rails of 200 Gb/s HDR: NVIDIA Selene). 1 <= hosts <= 4096.
+// rails of 200 Gb/s HDR: NVIDIA Selene); "grand-teton" (Meta's hosts of 8
+// H100 96 GB at 500 W, NVLink4, one 400 Gb/s NIC per GPU on RoCE: where
+// torchtitan's published runs ran). 1 <= hosts <= 4096.
 //
 // The fabric can be another (FabricOptions; in a preset name as options
 // after a colon: "128xdgx-h100:fabric=roce:oversubscription=2:rails=off"):
@@ -51,7 +53,7 @@ Topology loadTopology(const std::string& name_or_file);
 // fat tree (every NIC of a host on one leaf, 4 hosts per 64-port leaf)
 // instead of rail-optimised leaves.
 struct FabricOptions {
-  bool roce = false;
+  std::optional<bool> roce;  // unset: the system's own (InfiniBand for DGX, RoCE for Grand Teton)
   int oversubscription = 1;  // >= 1, dividing the leaf's 32 uplinks
   bool rail_optimised = true;
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -349,7 +350,8 @@ TEST_CASE("Every recompute policy gives bit-identical gradients", "[executor][re
     base.training.precision = prec;
     cpu::CpuExecutor ref(buildPlan(base));
     const auto expected = gradients(ref);
-    for (RecomputePolicy p : {RecomputePolicy::Selective, RecomputePolicy::Full, RecomputePolicy::Attention}) {
+    for (RecomputePolicy p : {RecomputePolicy::Selective, RecomputePolicy::Full, RecomputePolicy::Attention,
+                              RecomputePolicy::AlternateGemms}) {
       JobSpec job = base;
       job.recompute.policy = p;
       job.recompute.per_layer[1] = p == RecomputePolicy::Full ? RecomputePolicy::Selective : RecomputePolicy::Full;
@@ -357,6 +359,73 @@ TEST_CASE("Every recompute policy gives bit-identical gradients", "[executor][re
       requireBitIdentical(gradients(ex), expected, fmt::format("{} {}", toString(prec), toString(p)));
     }
   }
+}
+
+TEST_CASE("alternate_gemms on a Llama: the output projection and the cheap ops rerun, gradients bit-identical",
+          "[executor][recompute]") {
+  for (int tp : {1, 2}) {
+    JobSpec base = test::llamaJob(1, 2);
+    base.parallel.tensor_parallel = tp;
+    base.parallel.sequence_parallel = tp > 1;
+    cpu::CpuExecutor ref(buildPlan(base));
+    const auto expected = gradients(ref);
+    JobSpec job = base;
+    job.recompute.policy = RecomputePolicy::AlternateGemms;
+    const Plan plan = buildPlan(job);
+    // Per layer and micro-batch: the attention's output projection reruns
+    // (the residual sum the second norm's backward reads is made from it)
+    // unless sequence parallelism's reduce-scatter made what the sum reads;
+    // QKV, the MLP's GEMMs and the attention are kept.
+    std::map<std::string, int> recomputed;
+    for (const Task& t : plan.programs[0].tasks)
+      if (t.name.find(".recompute.") != std::string::npos) {
+        const std::string what = t.name.substr(t.name.find('.') + 1, t.name.find(".recompute.") - t.name.find('.') - 1);
+        ++recomputed[what];
+      }
+    INFO("tensor_parallel " << tp);
+    CHECK(recomputed["attn.proj"] == (tp == 1 ? 2 * 2 : 0));
+    CHECK(recomputed["attn.residual"] == 2 * 2);
+    CHECK(recomputed.count("attn.qkv") == 0);
+    CHECK(recomputed.count("attn.core") == 0);
+    CHECK(recomputed.count("mlp.fc") == 0);
+    CHECK(recomputed.count("mlp.proj") == 0);
+    CHECK(recomputed["ln1"] == 2 * 2);
+    CHECK(recomputed["mlp.swiglu"] == 2 * 2);
+    // torchtitan keeps a reduce-scatter's output and reruns the rest:
+    // under sequence parallelism the norms' all-gathers rerun with them.
+    int collectives = 0;
+    for (const Task& t : plan.programs[0].tasks)
+      if (t.name.find(".recompute.") != std::string::npos && t.kind == TaskKind::Collective) {
+        CHECK(t.op == OpKind::AllGather);
+        ++collectives;
+      }
+    CHECK(collectives == (tp == 1 ? 0 : 2 * 2 * 2));
+    cpu::CpuExecutor ex(plan);
+    requireBitIdentical(gradients(ex), expected, fmt::format("alternate_gemms tp {}", tp));
+  }
+}
+
+TEST_CASE("Another framework's kernels (flash2, eager) leave the CPU reference's gradients bit-identical",
+          "[executor][framework_kernels]") {
+  JobSpec base = test::llamaJob(1, 2);
+  cpu::CpuExecutor ref(buildPlan(base));
+  const auto expected = gradients(ref);
+  JobSpec job = base;
+  job.schedule.attention_kernel = AttentionKernel::Flash2;
+  job.schedule.elementwise = ElementwiseKernels::Eager;
+  const Plan plan = buildPlan(job);
+  int flash2 = 0, eager = 0;
+  for (const Task& t : plan.programs[0].tasks) {
+    flash2 += t.attrs.flash2;
+    eager += t.attrs.eager;
+    // Eager PyTorch fuses no epilogue.
+    CHECK(t.fused_into < 0);
+    CHECK(t.epilogue == Epilogue::None);
+  }
+  CHECK(flash2 == 2 * 2 * 2);  // forward and backward of 2 layers in 2 micro-batches
+  CHECK(eager > flash2);
+  cpu::CpuExecutor ex(plan);
+  requireBitIdentical(gradients(ex), expected, "flash2 + eager");
 }
 
 TEST_CASE("Bias gradients summed by the neighbouring backward are bit-identical", "[executor][bias_grad]") {

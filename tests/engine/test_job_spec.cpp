@@ -216,6 +216,13 @@ TEST_CASE("canonical YAML round-trips every field", "[job]") {
   CHECK(jobs.back().parallel.context_parallel == 4);
   CHECK(jobs.back().worldSize() == 16);
   CHECK(jobs.back().yaml.find("context_parallel: 4") != std::string::npos);
+  jobs.push_back(parseJob("schedule: {attention_kernel: flash2, elementwise: eager}\n"
+                          "recompute: {policy: alternate_gemms}\n",
+                          "torch.yaml"));
+  CHECK(jobs.back().schedule.attention_kernel == AttentionKernel::Flash2);
+  CHECK(jobs.back().schedule.elementwise == ElementwiseKernels::Eager);
+  CHECK(jobs.back().recompute.policy == RecomputePolicy::AlternateGemms);
+  CHECK(jobs.front().yaml.find("attention_kernel") == std::string::npos);
   // A field added after the first format is written only away from its
   // default: jobs planned before it keep their text and hash.
   CHECK(jobs.front().yaml.find("context_parallel") == std::string::npos);
@@ -316,7 +323,13 @@ TEST_CASE("bad values and unknown keys fail with one line naming file, line, fie
       {"training:\n  precision: fp16\n", {}, "bad.yaml:2: training.precision: ",
        "'fp16' is not a precision (allowed: fp32, bf16, fp8)"},
       {"recompute:\n  policy: most\n", {}, "bad.yaml:2: recompute.policy: ",
-       "'most' is not a recompute policy (allowed: none, selective, full, attention)"},
+       "'most' is not a recompute policy (allowed: none, selective, full, attention, alternate_gemms)"},
+      {"schedule:\n  attention_kernel: flash3\n", {}, "bad.yaml:2: schedule.attention_kernel: ",
+       "'flash3' is not an attention kernel (allowed: fused, flash2)"},
+      {"schedule:\n  elementwise: lazy\n", {}, "bad.yaml:2: schedule.elementwise: ",
+       "'lazy' is not a way to run the elementwise ops (allowed: fused, eager)"},
+      {"schedule:\n  materialized_attention: true\n  attention_kernel: flash2\n", {},
+       "bad.yaml:3: schedule.attention_kernel: ", "FlashAttention-2 is a fused attention kernel"},
       {"data:\n  source: web\n", {}, "bad.yaml:2: data.source: ",
        "'web' is not a data source (allowed: synthetic, tokens)"},
       {"comm:\n  bucket_mib: 0\n", {}, "bad.yaml:2: comm.bucket_mib: ", "out of range (allowed: numbers > 0 (MiB))"},

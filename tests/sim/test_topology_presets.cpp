@@ -213,10 +213,37 @@ TEST_CASE("generated DGX A100 and H200 clusters", "[presets]") {
   CHECK(h.links.size() == h100.links.size());
 }
 
+TEST_CASE("generated Grand Teton clusters: the 500 W H100 96 GB on RoCE unless told InfiniBand", "[presets]") {
+  const Topology g = loadTopology("2xgrand-teton");
+  CHECK(g.name == "2xgrand-teton");
+  REQUIRE(g.devices.size() == 16);
+  CHECK(g.devices[0].model == "H100-96GB-500W");
+  CHECK(g.devices[0].hbm_gbps == Approx(2400));
+  // Between the H100 NVL (400 W, 835 TFLOP/s) and SXM (700 W, 989): a third
+  // of the way at 500 W.
+  CHECK(g.devices[0].bf16_flops == Approx(835e12 + (989e12 - 835e12) / 3).epsilon(0.001));
+  CHECK(g.devices[0].bf16_flops < gpuModelSpec("H100")->bf16_flops);
+  auto ethernet = [](const Topology& t) {
+    int n = 0;
+    for (const Link& l : t.links) n += l.kind == LinkKind::Ethernet;
+    return n;
+  };
+  CHECK(ethernet(g) > 0);
+  CHECK(g.description.find("RoCE") != std::string::npos);
+  const Topology ib = loadTopology("2xgrand-teton:fabric=ib");
+  CHECK(ib.name == "2xgrand-teton:fabric=ib");
+  CHECK(ethernet(ib) == 0);
+  CHECK(ib.links.size() == g.links.size());
+  // A DGX stays on InfiniBand; naming its own fabric changes nothing.
+  CHECK(ethernet(loadTopology("2xdgx-h100:fabric=ib")) == 0);
+  CHECK(loadTopology("2xdgx-h100:fabric=ib").name == "2xdgx-h100");
+  CHECK(ethernet(loadTopology("2xdgx-h100:fabric=roce")) > 0);
+}
+
 TEST_CASE("unknown names list the presets", "[presets]") {
   CHECK_THROWS_WITH(loadTopology("dgx-h900"), Catch::Contains("dgx-h100") && Catch::Contains("<N>xdgx-h100"));
   auto list = listPresets();
-  REQUIRE(list.size() == 9);
+  REQUIRE(list.size() == 10);
   for (const auto& p : list) CHECK_FALSE(p.description.empty());
 }
 

@@ -1,0 +1,122 @@
+// Other frameworks' kernels for the same arithmetic (schedule.attention_kernel
+// flash2, schedule.elementwise eager; simulator/cost/framework_kernels.h):
+// FlashAttention-2 is stretched on Hopper only, eager PyTorch's chains move
+// the bytes their steps read and write, and both change a step's time, not
+// its arithmetic.
+#include <catch2/catch.hpp>
+
+#include "engine/plan/planner.h"
+#include "simulator/cost/cost_model.h"
+#include "simulator/cost/framework_kernels.h"
+#include "simulator/topology/topology_presets.h"
+
+using namespace tandem;
+using namespace tandem::sim;
+
+namespace {
+
+// One Llama 3 8B block (width 4096, 32 heads of 128 in 8 key/value
+// groups, SwiGLU of 14336), micro-batch 1 at sequence 8192, bf16.
+JobSpec llamaBlock() {
+  JobSpec job = defaultJob();
+  job.model.family = ModelFamily::Llama;
+  job.model.layers = 1;
+  job.model.hidden = 4096;
+  job.model.heads = 32;
+  job.model.kv_heads = 8;
+  job.model.mlp_ratio = 3.5;
+  job.model.seq_len = 8192;
+  job.model.vocab = 128256;
+  job.model.tied_embeddings = false;
+  job.training.micro_batch = 1;
+  job.training.precision = Precision::BF16;
+  job.parallel.data_parallel = 1;
+  return job;
+}
+
+const Task& first(const Plan& plan, OpKind op) {
+  for (const Task& t : plan.programs[0].tasks)
+    if (t.op == op) return t;
+  FAIL("no task of that kind");
+  throw;
+}
+
+double chainBytes(const std::vector<PassKernel>& chain) {
+  double bytes = 0;
+  for (const PassKernel& k : chain) bytes += k.bytes;
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("FlashAttention-2 takes longer than the fused kernel on Hopper only", "[sim][framework_kernels]") {
+  JobSpec job = llamaBlock();
+  const Plan fused = buildPlan(job);
+  job.schedule.attention_kernel = AttentionKernel::Flash2;
+  const Plan flash2 = buildPlan(job);
+  const RooflineCostModel cost;
+  const DeviceSpec h100 = *gpuModelSpec("H100");
+  const DeviceSpec a100 = *gpuModelSpec("A100-80GB");
+  CHECK(hasWarpgroupMma(h100));
+  CHECK(hasWarpgroupMma(*gpuModelSpec("H100-96GB-500W")));
+  CHECK_FALSE(hasWarpgroupMma(a100));
+  for (OpKind op : {OpKind::Attention, OpKind::AttentionBwd}) {
+    INFO(toString(op));
+    const Task& own = first(fused, op);
+    const Task& fa2 = first(flash2, op);
+    CHECK(fa2.flops == own.flops);  // the same arithmetic
+    const double ratio =
+        double(cost.taskNs(fa2, h100, Precision::BF16)) / double(cost.taskNs(own, h100, Precision::BF16));
+    // Forward 631 / 329, backward 518 / 318 (framework_kernels.h).
+    CHECK(ratio == Approx(op == OpKind::Attention ? 1.918 : 1.629).epsilon(0.01));
+    CHECK(cost.taskNs(fa2, a100, Precision::BF16) == cost.taskNs(own, a100, Precision::BF16));
+  }
+  // Other tasks are untouched.
+  CHECK(cost.taskNs(first(flash2, OpKind::Matmul), h100, Precision::BF16) ==
+        cost.taskNs(first(fused, OpKind::Matmul), h100, Precision::BF16));
+}
+
+TEST_CASE("eager PyTorch's chains move the bytes of their steps", "[sim][framework_kernels]") {
+  JobSpec job = llamaBlock();
+  const Plan fused = buildPlan(job);
+  job.schedule.elementwise = ElementwiseKernels::Eager;
+  const Plan eager = buildPlan(job);
+  const double n = 8192.0 * 4096.0;  // the residual stream's elements
+  // RMSNorm forward in bf16: the fp32 upcast (2 + 4 bytes an element), the
+  // square (4 + 4), the mean (4), the scale (4 + 4), the cast back (4 + 2)
+  // and the weight (2 + 2): 36 bytes an element, where the fused kernel
+  // reads and writes 2 each.
+  const Task& norm = first(eager, OpKind::RmsNorm);
+  CHECK(norm.attrs.eager);
+  const auto chain = eagerKernels(norm, Precision::BF16);
+  CHECK(chain.size() == 8);
+  CHECK(chainBytes(chain) == Approx(36 * n).epsilon(0.001));
+  // In fp32 the casts are no kernels.
+  CHECK(eagerKernels(norm, Precision::FP32).size() == 6);
+  // The unmarked plan's tasks have no chain.
+  CHECK(eagerKernels(first(fused, OpKind::RmsNorm), Precision::BF16).empty());
+  // SwiGLU: silu and the product, 5 two-byte passes an output element.
+  const Task& swiglu = first(eager, OpKind::SwiGlu);
+  CHECK(chainBytes(eagerKernels(swiglu, Precision::BF16)) == Approx(10.0 * 8192 * 14336));
+
+  const RooflineCostModel cost;
+  const DeviceSpec h100 = *gpuModelSpec("H100");
+  for (OpKind op : {OpKind::RmsNorm, OpKind::RmsNormBwd, OpKind::SwiGlu, OpKind::SwiGluBwd, OpKind::CrossEntropy,
+                    OpKind::CrossEntropyBwd, OpKind::Attention, OpKind::AttentionBwd}) {
+    INFO(toString(op));
+    const Task& own = first(fused, op);
+    const Task& chained = first(eager, op);
+    CHECK(chained.attrs.eager);
+    CHECK(chained.flops == own.flops);
+    CHECK(cost.taskNs(chained, h100, Precision::BF16) > cost.taskNs(own, h100, Precision::BF16));
+  }
+  // No kernel is left out: a chain's time is at least its bytes at HBM's
+  // full rate plus a launch per kernel.
+  const auto bwd_chain = eagerKernels(first(eager, OpKind::RmsNormBwd), Precision::BF16);
+  CHECK(double(cost.taskNs(first(eager, OpKind::RmsNormBwd), h100, Precision::BF16)) >=
+        chainBytes(bwd_chain) / h100.hbm_gbps + double(bwd_chain.size()) * cost.params().launch_overhead_ns);
+  // The plan of eager PyTorch leaves the residual add to its own kernel.
+  int adds = 0;
+  for (const Task& t : eager.programs[0].tasks) adds += t.op == OpKind::Add && t.fused_into < 0;
+  CHECK(adds >= 2);
+}
