@@ -79,37 +79,49 @@ bool PlacementList::Cursor::advance(int first, int last, int64_t size, int64_t* 
   return *candidate != before;
 }
 
-PlacedBuffers::PlacedBuffers(int tasks)
-    : block_tasks_(std::max(1, (tasks + kBlocks - 1) / kBlocks)), blocks_(size_t(kBlocks)) {}
+PlacedBuffers::PlacedBuffers(int tasks) {
+  tasks = std::max(1, tasks);
+  int block_tasks = std::max(1, (tasks + kBaseBlocks - 1) / kBaseBlocks);
+  while (true) {
+    Level level;
+    level.block_tasks = block_tasks;
+    level.blocks.resize(size_t((tasks + block_tasks - 1) / block_tasks));
+    const bool top = level.blocks.size() == 1;
+    levels_.push_back(std::move(level));
+    if (top) break;
+    block_tasks *= kFanout;
+  }
+}
 
 int64_t PlacedBuffers::lowestFit(int first, int last, int64_t size) const {
   int64_t candidate = 0;
-  const int b0 = first / block_tasks_, b1 = last / block_tasks_;
-  if (b1 - b0 + 1 > kShortBlocks) {
-    PlacementList::Cursor(all_).advance(first, last, size, &candidate);
-    return candidate;
+  // Every level's lists of the blocks the window meets (a buffer past the
+  // program's end, as tests place, counts in its last block).
+  cursors_.clear();
+  for (const Level& level : levels_) {
+    const int count = int(level.blocks.size());
+    const int b0 = std::min(first / level.block_tasks, count - 1), b1 = std::min(last / level.block_tasks, count - 1);
+    for (int b = b0; b <= b1; ++b)
+      if (!level.blocks[size_t(b)].empty()) cursors_.emplace_back(level.blocks[size_t(b)]);
   }
   // Each list's cursor reads what lies below the candidate's window; one
   // that raises it sends the others round again, until none does.
-  PlacementList::Cursor cursors[kShortBlocks + 1];
-  int lists = 0;
-  cursors[lists++] = PlacementList::Cursor(long_lived_);
-  for (int b = b0; b <= b1; ++b) cursors[lists++] = PlacementList::Cursor(blocks_[size_t(b)]);
   for (bool raised = true; raised;) {
     raised = false;
-    for (int i = 0; i < lists; ++i) raised |= cursors[i].advance(first, last, size, &candidate);
+    for (PlacementList::Cursor& c : cursors_) raised |= c.advance(first, last, size, &candidate);
   }
   return candidate;
 }
 
 void PlacedBuffers::add(const PlacedRange& p) {
-  all_.insert(p);
-  const int b0 = p.first / block_tasks_, b1 = p.last / block_tasks_;
-  if (b1 - b0 + 1 > kShortBlocks) {
-    long_lived_.insert(p);
+  for (Level& level : levels_) {
+    const int count = int(level.blocks.size());
+    const int b0 = std::min(p.first / level.block_tasks, count - 1);
+    const int b1 = std::min(p.last / level.block_tasks, count - 1);
+    if (b1 - b0 + 1 > kShortBlocks && count > 1 && &level != &levels_.back()) continue;
+    for (int b = b0; b <= b1; ++b) level.blocks[size_t(b)].insert(p);
     return;
   }
-  for (int b = b0; b <= b1; ++b) blocks_[size_t(b)].insert(p);
 }
 
 int64_t lowestFitByScan(const std::vector<PlacedRange>& placed, int first, int last, int64_t size) {

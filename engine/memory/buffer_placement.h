@@ -11,10 +11,17 @@
 // that scan quadratic: with many micro-batches most placed buffers belong to
 // other micro-batches (at the same offsets), and in a deep model a layer's
 // saved activations stack up under every later one. So:
-// - the program is cut into blocks of tasks; a buffer live over at most
-//   kShortBlocks blocks is listed in each of its blocks, a longer-lived one
-//   in a list of its own: a short-lived buffer's question reads only its
-//   blocks' lists and the long-lived one, a long-lived buffer's every buffer;
+// - the program is cut into blocks of tasks at several levels, each level's
+//   blocks kFanout times longer than the one below, the top one block of
+//   the whole program. A buffer is listed at the lowest level where it
+//   spans at most kShortBlocks blocks, in each of those blocks; a question
+//   reads, at every level, the lists of the blocks its window meets. A
+//   buffer live beside the window is in one of them, and the buffers read
+//   are those of the window's time and a little around it, whatever their
+//   lifetime (with one list of long-lived buffers, as interleaved pipelines
+//   of hundreds of micro-batches make most activations, every question
+//   read nearly every buffer: the plan of Llama 3.1 405B over 16 stages
+//   and 384 micro-batches spent minutes there);
 // - each list is kept in offset order in chunks that know their buffers'
 //   extent in time and offset and the largest gap between them, so that a
 //   chunk whose buffers are all live beside the question and leave no gap of
@@ -35,6 +42,7 @@ struct PlacedRange {
 class PlacementList {
  public:
   void insert(const PlacedRange& p);
+  bool empty() const { return chunks_.empty(); }
 
   // A position in the list for one question: passes over what cannot move
   // the candidate offset and raises it past what blocks it.
@@ -73,12 +81,16 @@ class PlacedBuffers {
   void add(const PlacedRange& p);
 
  private:
-  static constexpr int kBlocks = 256;
+  static constexpr int kBaseBlocks = 256;  // blocks of the lowest level
+  static constexpr int kFanout = 8;
   static constexpr int kShortBlocks = 4;
 
-  int block_tasks_;
-  PlacementList all_, long_lived_;
-  std::vector<PlacementList> blocks_;
+  struct Level {
+    int block_tasks = 1;
+    std::vector<PlacementList> blocks;
+  };
+  std::vector<Level> levels_;  // the lowest first; the last has one block
+  mutable std::vector<PlacementList::Cursor> cursors_;  // a question's, reused
 };
 
 // The lowest offset by the definition, over a plain list: for tests.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "engine/memory/gpu_footprint.h"
 #include "engine/plan/planner.h"
 
@@ -23,6 +25,12 @@ int mostLmHeadChunks(const JobSpec& job, int micro_batch) {
 int accumulationKeepingBatch(const JobSpec& job, int micro_batch) {
   const int64_t sequences = int64_t(job.training.micro_batch) * job.training.grad_accum;
   return int((sequences + micro_batch - 1) / micro_batch);
+}
+
+int accumulationForPeak(const JobSpec& job) {
+  const int stages = job.parallel.pipeline_parallel;
+  const int steady = stages > 1 ? 4 * stages : 4;
+  return std::min(job.training.grad_accum, steady);
 }
 
 std::string FittingChoice::text(const JobSpec& job) const {
@@ -63,7 +71,9 @@ std::vector<FittingChoice> choicesThatFit(const JobSpec& job, int64_t budget,
         if (!the_job) {
           FittingChoice choice{policy, mb, accumulationKeepingBatch(job, mb), chunks, shard, 0};
           try {
-            const Plan p = buildPlan(choice.appliedTo(job));
+            JobSpec planned = choice.appliedTo(job);
+            planned.training.grad_accum = accumulationForPeak(planned);
+            const Plan p = buildPlan(planned);
             choice.bytes = gpu_footprint::largestProgram(p).memory.arena_bytes + overhead(p);
             if (choice.bytes <= budget) {
               out = choice;

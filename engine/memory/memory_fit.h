@@ -39,6 +39,17 @@ struct FittingChoice {
 // divide (the batch then grows a little, and the choice says so).
 int accumulationKeepingBatch(const JobSpec& job, int micro_batch);
 
+// The fewest micro-batches per step whose plan needs the memory `job`'s
+// does: memory peaks once the schedule reaches its steady state (the
+// micro-batches in flight of a pipeline stage, a buffer reused from the
+// second micro-batch on), so more micro-batches only repeat it. At most
+// 4 x pipeline_parallel (4 without a pipeline; a multiple of the stages,
+// as interleaving asks), never more than the job's. The choices below are
+// planned with it: a Llama 3.1 405B job of 384 micro-batches over 16
+// stages plans in 19 s, with 64 in 2 s, the same arena (tests:
+// engine_tests "[memory_fit]").
+int accumulationForPeak(const JobSpec& job);
+
 // The most groups of tokens the LM head is split into when a choice needs
 // it: on one H200 16 groups cost GPT-2 124M about 0.6 ms per GiB saved,
 // selective recompute about 0.9 (docs/benchmarks.md).

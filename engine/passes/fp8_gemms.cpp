@@ -61,6 +61,7 @@ class Fp8Planner {
       for (size_t i = 0; i < n.inputs.size(); ++i) {
         const bool operand = fp8Gemm(n) && i < 2;
         if (!operand) bf16_readers_[n.inputs[i]] += 1;
+        else fp8_operands_.insert(n.inputs[i]);
       }
     }
   }
@@ -124,11 +125,7 @@ class Fp8Planner {
   }
 
  private:
-  bool readByFp8Gemm(int t) const {
-    return std::any_of(g_.nodes.begin(), g_.nodes.end(), [&](const Node& n) {
-      return fp8Gemm(n) && (n.inputs[0] == t || n.inputs[1] == t);
-    });
-  }
+  bool readByFp8Gemm(int t) const { return fp8_operands_.count(t) > 0; }
 
   // A CastFp8 task right before `gemm`, writing an FP8 copy of its operand
   // in `slot`; returns the copy.
@@ -161,6 +158,7 @@ class Fp8Planner {
   Graph& g_;
   std::unordered_map<int, int> writers_;
   std::unordered_map<int, int> bf16_readers_;
+  std::unordered_set<int> fp8_operands_;  // tensors an FP8 GEMM reads as an operand
   std::unordered_map<int, int> copy_;  // tensor -> its current FP8 copy
   std::unordered_set<int> fp8_gathers_;  // gathered tensors moved in FP8
   std::unordered_map<int, int> gather_inputs_;  // a rank's tokens -> FP8 gathers reading them

@@ -34,13 +34,18 @@ DType dtypeOf(const RankPlan& p, int buffer) { return p.buffers.at(size_t(buffer
 // counts hold while it runs.
 struct BufferUse {
   std::vector<int> tasks;       // tasks that read or write the buffer (a task counted once)
+  std::vector<int> last_task;   // the last task index that touches it
   std::vector<char> has_views;  // some buffer is a view into it
 
-  explicit BufferUse(const RankPlan& p) : tasks(p.buffers.size(), 0), has_views(p.buffers.size(), 0) {
-    for (const Task& t : p.tasks) {
-      for (int b : t.reads) ++tasks.at(size_t(b));
-      for (int b : t.writes)
+  explicit BufferUse(const RankPlan& p)
+      : tasks(p.buffers.size(), 0), last_task(p.buffers.size(), -1), has_views(p.buffers.size(), 0) {
+    for (size_t i = 0; i < p.tasks.size(); ++i) {
+      const Task& t = p.tasks[i];
+      for (int b : t.reads) ++tasks.at(size_t(b)), last_task.at(size_t(b)) = int(i);
+      for (int b : t.writes) {
         if (!mentions(t.reads, b)) ++tasks.at(size_t(b));
+        last_task.at(size_t(b)) = int(i);
+      }
     }
     for (const Buffer& b : p.buffers)
       if (b.parent >= 0) has_views.at(size_t(b.parent)) = 1;
@@ -85,8 +90,14 @@ int geluBwdAfterMatmulBwdData(const RankPlan& p, const BufferUse& use, int i, bo
   const int out = t.writes[0];
   const Buffer& ob = p.buffers.at(size_t(out));
   if (ob.parent >= 0 || use.has_views.at(size_t(out))) return -1;
+  // Nobody else (any stream) may read or write the gradient the GEMM no
+  // longer writes: i writes it, u reads it, and no third task touches it.
+  // Asked first, and the search ends at the last task touching it: a
+  // gradient read on another stream alone (a tensor-parallel reduce-scatter)
+  // would otherwise send it to the end of the program for every GEMM.
+  if (use.tasks.at(size_t(out)) != 2) return -1;
   int u_index = -1;
-  for (size_t j = size_t(i) + 1; j < p.tasks.size(); ++j) {
+  for (size_t j = size_t(i) + 1; j <= size_t(use.last_task.at(size_t(out))); ++j) {
     const Task& u = p.tasks[j];
     if (u.stream != t.stream) continue;
     if (mentions(u.reads, out) || mentions(u.writes, out)) {
@@ -106,9 +117,6 @@ int geluBwdAfterMatmulBwdData(const RankPlan& p, const BufferUse& use, int i, bo
   const Range rdx = rangeOf(p, dx), rpre = rangeOf(p, pre);
   // The GEMM writes dx while it reads its inputs and x.
   if (overlaps(rdx, rpre) || anyOverlaps(p, t.reads, rdx)) return -1;
-  // Nobody else (any stream) may read or write the gradient the GEMM no
-  // longer writes: i writes it, u reads it, and no third task touches it.
-  if (use.tasks.at(size_t(out)) != 2) return -1;
   bool early = u.wait_events.empty(), at_u = t.record_event < 0;
   for (int j = i + 1; j < u_index; ++j) {
     const Task& v = p.tasks[size_t(j)];

@@ -94,7 +94,12 @@ void applyMicroBatchReduce(Graph& g, const JobSpec& job) {
 
   // A reduce-scatter after each micro-batch completes each bucket; from
   // micro-batch 1 on into a shard of its own, added to the bucket's shard
-  // once the backward is done.
+  // where the next micro-batch completes the bucket (its reduce-scatter
+  // long done by then), the last micro-batch's once the backward is done:
+  // at most two shards of a bucket live at once whatever the micro-batches
+  // (added at the end, every micro-batch's shard lived to the end of the
+  // backward: GPT-2 124M over 8 ranks, 48 micro-batches, 1.46 GiB of
+  // shards where FSDP holds one).
   std::vector<std::pair<size_t, Node>> inserts;  // (insert after node index, node)
   std::vector<Node> sums;
   for (size_t b = 0; b < g.buckets.size(); ++b) {
@@ -108,13 +113,20 @@ void applyMicroBatchReduce(Graph& g, const JobSpec& job) {
         target = g.addCopyOf(shard, fmt::format("{}.mb{}", g.tensor(shard).name, m), -1, m);
         Node add;
         add.op = OpKind::Add;
-        add.name = fmt::format("optimizer.sum_gradient_shards.bucket{}.mb{}", b, m);
-        add.phase = Phase::Optimizer;  // a kernel readying the gradients for AdamW
-        add.micro_batch = m;
         add.inputs = {shard, target};
         add.outputs = {shard};
         add.attrs.elements = g.tensor(shard).elements();
-        sums.push_back(std::move(add));
+        if (m + 1 < accum) {
+          add.name = fmt::format("sum_gradient_shards.bucket{}.mb{}", b, m);
+          add.phase = Phase::Backward;
+          add.micro_batch = m + 1;
+          inserts.emplace_back(completes[b][size_t(m + 1)], std::move(add));
+        } else {
+          add.name = fmt::format("optimizer.sum_gradient_shards.bucket{}.mb{}", b, m);
+          add.phase = Phase::Optimizer;  // a kernel readying the gradients for AdamW
+          add.micro_batch = m;
+          sums.push_back(std::move(add));
+        }
       }
       inserts.emplace_back(completes[b][size_t(m)], reduceScatterInto(g, int(b), flat_of[b][size_t(m)], target, m, world,
                                                                         shardGroup(job)));

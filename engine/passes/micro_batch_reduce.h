@@ -11,8 +11,9 @@
 // `<gradient>.mbM` its tasks write; autodiff starts each micro-batch's
 // parameter gradients afresh), reduce-scattered right after the micro-batch
 // completes it: micro-batch 0's into the bucket's gradient shard, micro-batch
-// m's into `grad.bucketB.shard.mbM`, added to the shard at the end of the
-// backward. A whole bucket then lives for one micro-batch; the price is one
+// m's into `grad.bucketB.shard.mbM`, added to the shard where micro-batch
+// m + 1 completes the bucket (the last one's at the end of the backward).
+// A whole bucket then lives for one micro-batch; the price is one
 // reduce-scatter per micro-batch instead of one per step, and the sum of
 // averages is rounded once per micro-batch in bf16 jobs.
 //

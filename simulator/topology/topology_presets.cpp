@@ -41,9 +41,19 @@ struct ModelRow {
 // those two data sheets (500 W: a third of the way from NVL to SXM). Its
 // memory as nvidia-smi would print it is the 80 GB part's figure scaled by
 // 96/80.
+//
+// Blackwell: B200 as in DGX/HGX B200 (1000 W; 2.25 PFLOP/s BF16 dense, 4.5
+// FP8, HBM3e 8 TB/s, 180 GB), GB200 and GB300 as in the NVL72 racks at the
+// peaks NVIDIA's benchmarking recipes count with (2450 TFLOP/s BF16, 4900
+// FP8 dense; 186 and 288 GB, 8 TB/s); 148 SMs (B200, GB200) and 160 (GB300).
+// FP32 (non-tensor) peaks: 80 TFLOP/s. Memory as nvidia-smi would print it:
+// the data sheets' GB less the 80 GB part's share it does not show.
 constexpr ModelRow kModels[] = {
     {"H100", 989e12, 67e12, 1979e12, 3350, 81559, 132},
     {"H100-96GB-500W", 886e12, 62.3e12, 1774e12, 2400, 97871, 132},
+    {"B200", 2250e12, 80e12, 4500e12, 8000, 183501, 148},
+    {"GB200", 2450e12, 80e12, 4900e12, 8000, 189620, 148},
+    {"GB300", 2450e12, 80e12, 4900e12, 8000, 293601, 160},
     {"H200", 989e12, 67e12, 1979e12, 4800, 143771, 132},
     {"A100-80GB", 312e12, 19.5e12, 0, 2039, 81920, 108},
     {"A100-40GB", 312e12, 19.5e12, 0, 1555, 40960, 108},
@@ -56,17 +66,19 @@ std::string upper(std::string_view s) {
   return out;
 }
 
-// The generated clusters' building blocks: DGX hosts of 8 GPUs on NVSwitch,
-// one NIC per GPU on a rail-optimised InfiniBand fat tree.
-constexpr double kNvlinkLaneGbps = 25.0;  // one NVLink3 or NVLink4 link, per direction
-constexpr int kRails = 8;
+// The generated clusters' building blocks: hosts of GPUs on one NVSwitch
+// domain (8 GPUs; a rack of 72 for NVL72), one NIC per GPU on a
+// rail-optimised InfiniBand fat tree (NIC k of every host on rail k).
 constexpr int kHostsPerLeaf = 32;  // a 64-port switch: 32 down, 32 up
+constexpr int kNicsPerPlainLeaf = 32;  // plain leaves: whole hosts' NICs on one 64-port switch
 
 struct DgxSystem {
   const char* name;        // "dgx-h100": the cluster is "<N>xdgx-h100"
   const char* display;     // "DGX H100"
   const char* gpu;         // a kModels name
+  int gpus;                // per host: its NVLink domain
   int nvlink_lanes;        // NVLink links per GPU to the NVSwitch chips
+  double lane_gbps;        // one link, per direction: 25 GB/s NVLink3/4, 50 NVLink5
   double pcie_gbps;        // per direction, per GPU's switch
   double nic_gbps;         // per rail, per direction (GB/s)
   const char* fabric;      // what the description says of it
@@ -79,12 +91,23 @@ struct DgxSystem {
 // ConnectX-6 HDR 200 Gb/s per GPU. Meta's Grand Teton (torchtitan's
 // published runs): 8 H100 96 GB at 500 W on NVLink4 through NVSwitch as in
 // the DGX, one 400 Gb/s RDMA NIC per GPU on a RoCE fabric.
+//
+// Blackwell: DGX B200, 8 B200 on NVLink5 (18 links of 50 GB/s per
+// direction: 900 GB/s), PCIe Gen5, 8 ConnectX-7 at 400 Gb/s; GB200 NVL72,
+// a rack of 72 GPUs on one NVLink5 switch domain (each host here is a
+// rack), one 400 Gb/s ConnectX-7 per GPU; GB300 NVL72 the same with
+// ConnectX-8 at 800 Gb/s and PCIe Gen6.
 constexpr DgxSystem kDgxSystems[] = {
-    {"dgx-h100", "DGX H100", "H100", 18, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)", false},
-    {"dgx-h200", "DGX H200", "H200", 18, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)", false},
-    {"dgx-a100", "DGX A100", "A100-80GB", 12, 26.0, 25.0, "8 rails of 200 Gb/s InfiniBand (HDR)", false},
-    {"grand-teton", "Grand Teton (H100 96 GB, 500 W)", "H100-96GB-500W", 18, 55.0, 50.0,
+    {"dgx-h100", "DGX H100", "H100", 8, 18, 25.0, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)", false},
+    {"dgx-h200", "DGX H200", "H200", 8, 18, 25.0, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)", false},
+    {"dgx-a100", "DGX A100", "A100-80GB", 8, 12, 25.0, 26.0, 25.0, "8 rails of 200 Gb/s InfiniBand (HDR)", false},
+    {"grand-teton", "Grand Teton (H100 96 GB, 500 W)", "H100-96GB-500W", 8, 18, 25.0, 55.0, 50.0,
      "8 NICs of 400 Gb/s RoCE (Ethernet)", true},
+    {"dgx-b200", "DGX B200", "B200", 8, 18, 50.0, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)", false},
+    {"gb200-nvl72", "GB200 NVL72 rack", "GB200", 72, 18, 50.0, 55.0, 50.0,
+     "72 rails of 400 Gb/s InfiniBand (NDR)", false},
+    {"gb300-nvl72", "GB300 NVL72 rack", "GB300", 72, 18, 50.0, 110.0, 100.0,
+     "72 rails of 800 Gb/s InfiniBand (XDR)", false},
 };
 
 std::string displayName(const DgxSystem& d) { return d.display; }
@@ -169,29 +192,31 @@ std::vector<int> addDgxHosts(Topology& t, const DgxSystem& sys, int hosts) {
   const DeviceSpec gpu = *gpuModelSpec(sys.gpu);
   for (int h = 0; h < hosts; ++h) {
     t.hosts.push_back({fmt::format("node{}", h)});
-    for (int g = 0; g < 8; ++g) {
+    for (int g = 0; g < sys.gpus; ++g) {
       DeviceSpec d = gpu;
       d.name = fmt::format("node{}.gpu{}", h, g);
       d.host = h;
       t.devices.push_back(std::move(d));
     }
   }
-  std::vector<int> nic_of(size_t(hosts) * kRails);
+  std::vector<int> nic_of(size_t(hosts) * size_t(sys.gpus));
   for (int h = 0; h < hosts; ++h) {
     const std::string p = fmt::format("node{}.", h);
     int nvs = t.addSwitch(p + "nvswitch", NodeKind::NvSwitch, h);
-    int cpu[2] = {t.addSwitch(p + "cpu0", NodeKind::Cpu, h), t.addSwitch(p + "cpu1", NodeKind::Cpu, h)};
-    for (int g = 0; g < 8; ++g) {
-      int gpu_node = h * 8 + g;
+    // A CPU socket per 4 GPUs (a DGX's two; an NVL72 rack's 18 trays).
+    std::vector<int> cpu;
+    for (int c = 0; c < (sys.gpus + 3) / 4; ++c) cpu.push_back(t.addSwitch(fmt::format("{}cpu{}", p, c), NodeKind::Cpu, h));
+    for (int g = 0; g < sys.gpus; ++g) {
+      int gpu_node = h * sys.gpus + g;
       int pcie = t.addSwitch(fmt::format("{}pcie{}", p, g), NodeKind::PcieSwitch, h);
       int nic = t.addSwitch(fmt::format("{}nic{}", p, g), NodeKind::Nic, h);
       nic_of[size_t(gpu_node)] = nic;
-      t.addLink(gpu_node, nvs, sys.nvlink_lanes * kNvlinkLaneGbps, 250, LinkKind::NvLink, sys.nvlink_lanes);
+      t.addLink(gpu_node, nvs, sys.nvlink_lanes * sys.lane_gbps, 250, LinkKind::NvLink, sys.nvlink_lanes);
       t.addLink(gpu_node, pcie, sys.pcie_gbps, 250, LinkKind::Pcie, 1);
       t.addLink(nic, pcie, sys.pcie_gbps, 250, LinkKind::Pcie, 1);
-      t.addLink(pcie, cpu[g / 4], sys.pcie_gbps, 250, LinkKind::Pcie, 1);
+      t.addLink(pcie, cpu[size_t(g / 4)], sys.pcie_gbps, 250, LinkKind::Pcie, 1);
     }
-    t.addLink(cpu[0], cpu[1], 60, 300, LinkKind::Internal, 1);
+    for (size_t c = 1; c < cpu.size(); ++c) t.addLink(cpu[c - 1], cpu[c], 60, 300, LinkKind::Internal, 1);
   }
   return nic_of;
 }
@@ -205,25 +230,28 @@ std::vector<int> addDgxHosts(Topology& t, const DgxSystem& sys, int hosts) {
 //
 // FabricOptions change it: Ethernet links (RoCE), 1/s of the spines
 // (oversubscription s), or plain leaves holding whole hosts (every NIC of 4
-// hosts on one 64-port leaf) instead of one rail each.
-void addFatTree(Topology& t, const std::vector<int>& nic_of, int hosts, double nic_gbps, const FabricOptions& f) {
+// hosts of 8 GPUs on one 64-port leaf) instead of one rail each. `rails`:
+// NICs per host.
+void addFatTree(Topology& t, const std::vector<int>& nic_of, int hosts, int rails, double nic_gbps,
+                const FabricOptions& f) {
   const LinkKind kind = f.roce.value_or(false) ? LinkKind::Ethernet : LinkKind::InfiniBand;
-  // Down ports of a leaf: kHostsPerLeaf NICs (one rail of 32 hosts, or all
-  // 8 rails of 4 hosts).
-  const int hosts_per_leaf = f.rail_optimised ? kHostsPerLeaf : kHostsPerLeaf / kRails;
-  const int down = std::min(hosts, hosts_per_leaf) * (f.rail_optimised ? 1 : kRails);
+  // Down ports of a leaf: kHostsPerLeaf NICs (one rail of 32 hosts), or
+  // every rail of as many whole hosts as 32 ports hold.
+  const int hosts_per_leaf = f.rail_optimised ? kHostsPerLeaf : kNicsPerPlainLeaf / rails;
+  const int down = std::min(hosts, hosts_per_leaf) * (f.rail_optimised ? 1 : rails);
   const int spine_count = std::max(1, down / f.oversubscription);
   std::vector<int> spines;
   for (int s = 0; s < spine_count; ++s)
     spines.push_back(t.addSwitch(fmt::format("spine{}", s), NodeKind::IbSpine, -1));
   const int leaf_groups = (hosts + hosts_per_leaf - 1) / hosts_per_leaf;
-  for (int r = 0; r < (f.rail_optimised ? kRails : 1); ++r)
+  for (int r = 0; r < (f.rail_optimised ? rails : 1); ++r)
     for (int k = 0; k < leaf_groups; ++k) {
       const int leaf = t.addSwitch(f.rail_optimised ? fmt::format("leaf.rail{}.{}", r, k) : fmt::format("leaf{}", k),
                                    NodeKind::IbLeaf, -1);
       for (int h = k * hosts_per_leaf; h < std::min(hosts, (k + 1) * hosts_per_leaf); ++h)
-        for (int rail = 0; rail < kRails; ++rail)
-          if (!f.rail_optimised || rail == r) t.addLink(nic_of[size_t(h * 8 + rail)], leaf, nic_gbps, 600, kind, 1);
+        for (int rail = 0; rail < rails; ++rail)
+          if (!f.rail_optimised || rail == r)
+            t.addLink(nic_of[size_t(h * rails + rail)], leaf, nic_gbps, 600, kind, 1);
       for (int spine : spines) t.addLink(leaf, spine, nic_gbps, 600, kind, 1);
     }
 }
@@ -242,17 +270,21 @@ Topology makeDgxCluster(std::string_view system, int hosts, const FabricOptions&
   FabricOptions resolved = fabric;
   resolved.roce = fabric.roce.value_or(sys->roce);
   const bool roce = *resolved.roce;
-  const std::string links = roce == sys->roce ? std::string(sys->fabric)
-                            : roce            ? fmt::format("8 NICs of {:g} Gb/s RoCE (Ethernet)", sys->nic_gbps * 8)
-                                              : fmt::format("8 rails of {:g} Gb/s InfiniBand", sys->nic_gbps * 8);
+  const std::string links =
+      roce == sys->roce ? std::string(sys->fabric)
+      : roce            ? fmt::format("{} NICs of {:g} Gb/s RoCE (Ethernet)", sys->gpus, sys->nic_gbps * 8)
+                        : fmt::format("{} rails of {:g} Gb/s InfiniBand", sys->gpus, sys->nic_gbps * 8);
   t.description = fmt::format("{} x {} ({} GPUs), NVSwitch inside, {}, two-level fat tree", hosts,
-                              displayName(*sys), hosts * 8, links);
+                              displayName(*sys), hosts * sys->gpus, links);
+  if (!fabric.rail_optimised && sys->gpus > kNicsPerPlainLeaf)
+    throw TopologyError(fmt::format("':rails=off' puts whole hosts on a leaf of {} ports; a {} has {} NICs",
+                                    kNicsPerPlainLeaf, displayName(*sys), sys->gpus));
   const std::vector<int> nic_of = addDgxHosts(t, *sys, hosts);
   if (fabric.oversubscription < 1 || kHostsPerLeaf % fabric.oversubscription != 0)
     throw TopologyError(fmt::format("oversubscription {} does not divide a leaf's {} uplinks (allowed: 1, 2, 4, 8, "
                                     "16, 32)",
                                     fabric.oversubscription, kHostsPerLeaf));
-  addFatTree(t, nic_of, hosts, sys->nic_gbps, resolved);
+  addFatTree(t, nic_of, hosts, sys->gpus, sys->nic_gbps, resolved);
   if (roce || roce != sys->roce || fabric.oversubscription > 1 || !fabric.rail_optimised) {
     t.description += fmt::format(" ({}{}{})", roce ? "ECMP routes" : "D-mod-K routes",
                                  fabric.rail_optimised ? ", rail-optimised" : ", plain leaves of 4 hosts",

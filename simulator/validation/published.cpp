@@ -43,7 +43,7 @@ std::vector<std::string> list(const std::string& file, const YAML::Node& root, c
   return out;
 }
 
-const std::set<std::string> kKeys = {"id",   "title",  "source",        "hardware",     "topology", "published",
+const std::set<std::string> kKeys = {"id",   "title",  "source",        "hardware",     "topology", "published", "in_reference",
                                      "series", "gpus", "approximations", "not_modelled", "job"};
 const std::set<std::string> kProvenance = {"printed", "derived", "inferred", "recalled"};
 
@@ -84,7 +84,7 @@ PublishedRow loadPublishedRow(const std::string& path) {
     const std::string key = kv.first.as<std::string>();
     if (!kKeys.count(key))
       fail(path, kv.first, key, "unknown key (allowed: id, title, source, hardware, topology, published, series, "
-                                "gpus, approximations, not_modelled, job)");
+                                "in_reference, gpus, approximations, not_modelled, job)");
   }
   PublishedRow row;
   row.file = path;
@@ -94,6 +94,11 @@ PublishedRow loadPublishedRow(const std::string& path) {
   row.hardware = text(path, root, "hardware", false);
   row.topology = text(path, root, "topology", true);
   row.series = text(path, root, "series", false);
+  if (const YAML::Node n = root["in_reference"]) {
+    if (!n.IsScalar() || (n.Scalar() != "true" && n.Scalar() != "false"))
+      fail(path, n, "in_reference", "expected true or false");
+    row.in_reference = n.Scalar() == "true";
+  }
   readPublished(path, root, row);
   row.approximations = list(path, root, "approximations");
   row.not_modelled = list(path, root, "not_modelled");

@@ -30,6 +30,9 @@ struct PublishedRow {
   // scale) share a series name; the check compares their trend.
   std::string series;
   int gpus = 0;
+  // False for published runs the reference does not list, checked as well
+  // (key `in_reference`, default true).
+  bool in_reference = true;
   std::vector<std::string> approximations;  // what tandem models differently
   std::vector<std::string> not_modelled;    // what tandem lacks: the row is not simulated
   std::optional<JobSpec> job;               // set when not_modelled is empty

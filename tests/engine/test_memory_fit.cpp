@@ -2,6 +2,7 @@
 // (ZeRO-3) as a lever of data-parallel jobs.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 
 #include "engine/memory/memory_fit.h"
@@ -52,4 +53,50 @@ TEST_CASE("Choices that fit offer sharded parameters where they allow a larger m
   for (const FittingChoice& f : choicesThatFit(one, zero3, none)) CHECK_FALSE(f.shard_parameters);
   // A job whose parameters are sharded already is offered nothing else of the kind.
   for (const FittingChoice& f : choicesThatFit(sharded, zero3 / 2, none)) CHECK(f.shard_parameters);
+}
+
+TEST_CASE("More micro-batches than the steady state's plan the same arena", "[planner][memory_fit]") {
+  // The choices are planned with accumulationForPeak's micro-batches; every
+  // schedule here must need what its many-micro-batch job needs.
+  auto arena = [](const JobSpec& j) {
+    int64_t most = 0;
+    for (const RankPlan& p : buildPlan(j).programs) most = std::max(most, p.memory.arena_bytes);
+    return most;
+  };
+  struct Case {
+    const char* name;
+    JobSpec job;
+  };
+  std::vector<Case> cases;
+  JobSpec dp = defaultJob();
+  dp.training.grad_accum = 24;
+  dp.training.micro_batch = 2;
+  cases.push_back({"data parallel", dp});
+  JobSpec zero2 = dp;
+  zero2.parallel.shard_optimizer = true;
+  zero2.parallel.shard_gradients = true;
+  cases.push_back({"ZeRO-2", zero2});
+  JobSpec zero3 = dp;
+  zero3.parallel.shard_parameters = true;
+  zero3.comm.reduce_every_micro_batch = true;
+  cases.push_back({"ZeRO-3 reducing every micro-batch", zero3});
+  JobSpec pp = defaultJob();
+  pp.parallel.data_parallel = 2;
+  pp.parallel.pipeline_parallel = 4;
+  pp.training.micro_batch = 2;
+  pp.training.grad_accum = 40;
+  cases.push_back({"1F1B over 4 stages", pp});
+  JobSpec interleaved = pp;
+  interleaved.parallel.pipeline_chunks = 3;
+  interleaved.training.grad_accum = 36;
+  cases.push_back({"interleaved 1F1B, 3 chunks", interleaved});
+  for (Case& c : cases) {
+    INFO(c.name);
+    JobSpec few = c.job;
+    few.training.grad_accum = accumulationForPeak(c.job);
+    REQUIRE(few.training.grad_accum < c.job.training.grad_accum);
+    CHECK(arena(few) == arena(c.job));
+    // and no fewer: one micro-batch less than the steady state may need less.
+    CHECK(accumulationForPeak(few) == few.training.grad_accum);
+  }
 }

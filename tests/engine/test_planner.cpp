@@ -843,22 +843,36 @@ TEST_CASE("Sharded gradients reduced every micro-batch: a whole bucket lives for
 
   // Per bucket: one reduce-scatter per micro-batch, each reading that
   // micro-batch's whole bucket, which no other micro-batch's task touches,
-  // and one sum per micro-batch after the first into the bucket's shard.
+  // and one sum per micro-batch after the first into the bucket's shard:
+  // micro-batch 1's where micro-batch 2 completes the bucket, the last's
+  // after the backward.
   std::map<int, int> micro_batch_of_flat;  // whole bucket (or copy) -> micro-batch
-  int scatters = 0, sums = 0;
+  int scatters = 0, sums = 0, sums_in_backward = 0;
   for (const Task& t : rp.tasks) {
     if (t.op == OpKind::ReduceScatter) {
       ++scatters;
       CHECK(micro_batch_of_flat.emplace(t.reads[0], t.micro_batch).second);
     }
-    if (t.op == OpKind::Add && t.phase == Phase::Optimizer) {
+    if (t.op == OpKind::Add && t.name.find("sum_gradient_shards") != std::string::npos) {
       ++sums;
       CHECK(t.micro_batch > 0);
+      if (t.phase == Phase::Backward) {
+        ++sums_in_backward;
+        CHECK(t.micro_batch == 2);
+      } else {
+        CHECK(t.phase == Phase::Optimizer);
+      }
     }
   }
   const int buckets = int(rp.buckets.size());
   CHECK(scatters == buckets * 3);
   CHECK(sums == buckets * 2);
+  CHECK(sums_in_backward == buckets);
+  // So no more than two shards of a bucket live at once: more micro-batches
+  // need no more memory.
+  JobSpec more = every;
+  more.training.grad_accum = 12;
+  CHECK(buildPlan(more).programs[0].memory.arena_bytes == rp.memory.arena_bytes);
   for (const Task& t : rp.tasks)
     for (int w : t.writes) {
       const Buffer& x = rp.buffers[size_t(w)];

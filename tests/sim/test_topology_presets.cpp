@@ -149,7 +149,7 @@ TEST_CASE("generated DGX H100 clusters", "[presets][cluster]") {
     CHECK(r.route(0, 5).size() == 2);
   }
   CHECK_THROWS_AS(loadTopology("0xdgx-h100"), TopologyError);
-  CHECK_THROWS_WITH(loadTopology("5xdgx-b200"), Catch::Contains("neither a preset"));
+  CHECK_THROWS_WITH(loadTopology("5xdgx-b900"), Catch::Contains("neither a preset"));
 }
 
 TEST_CASE("generated clusters on other fabrics: RoCE, oversubscribed, plain leaves", "[presets][cluster]") {
@@ -213,6 +213,33 @@ TEST_CASE("generated DGX A100 and H200 clusters", "[presets]") {
   CHECK(h.links.size() == h100.links.size());
 }
 
+TEST_CASE("generated Blackwell clusters: DGX B200 hosts of 8, NVL72 racks of 72 on one NVLink domain",
+          "[presets][cluster]") {
+  const Topology b = loadTopology("2xdgx-b200");
+  REQUIRE(b.devices.size() == 16);
+  CHECK(b.devices[0].model == "B200");
+  CHECK(b.devices[0].bf16_flops == Approx(2250e12));
+  Router rb(b);
+  CHECK(rb.bottleneckGbps(0, 5) == Approx(900));  // NVLink5: 18 links of 50 GB/s
+  CHECK(rb.bottleneckGbps(3, 11) == Approx(50));  // rail 3 across hosts, 400 Gb/s
+  const Topology g = loadTopology("2xgb200-nvl72");
+  REQUIRE(g.devices.size() == 144);
+  REQUIRE(g.hosts.size() == 2);
+  CHECK(g.devices[71].host == 0);
+  CHECK(g.devices[72].host == 1);
+  CHECK(g.devices[0].model == "GB200");
+  Router rg(g);
+  CHECK(rg.bottleneckGbps(0, 71) == Approx(900));   // one NVLink domain across the rack
+  CHECK(rg.route(0, 71).size() == 2);
+  CHECK(rg.bottleneckGbps(40, 112) == Approx(50));  // GPU 40 of each rack: rail 40
+  const Topology u = loadTopology("1xgb300-nvl72");
+  CHECK(u.devices[0].model == "GB300");
+  CHECK(u.devices[0].memory_bytes > g.devices[0].memory_bytes);
+  const Topology u2 = loadTopology("2xgb300-nvl72");
+  CHECK(Router(u2).bottleneckGbps(3, 75) == Approx(100));  // 800 Gb/s
+  CHECK_THROWS_WITH(loadTopology("2xgb200-nvl72:rails=off"), Catch::Contains("72 NICs"));
+}
+
 TEST_CASE("generated Grand Teton clusters: the 500 W H100 96 GB on RoCE unless told InfiniBand", "[presets]") {
   const Topology g = loadTopology("2xgrand-teton");
   CHECK(g.name == "2xgrand-teton");
@@ -243,7 +270,7 @@ TEST_CASE("generated Grand Teton clusters: the 500 W H100 96 GB on RoCE unless t
 TEST_CASE("unknown names list the presets", "[presets]") {
   CHECK_THROWS_WITH(loadTopology("dgx-h900"), Catch::Contains("dgx-h100") && Catch::Contains("<N>xdgx-h100"));
   auto list = listPresets();
-  REQUIRE(list.size() == 10);
+  REQUIRE(list.size() == 13);
   for (const auto& p : list) CHECK_FALSE(p.description.empty());
 }
 
