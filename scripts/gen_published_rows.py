@@ -244,4 +244,66 @@ for rid, size, L, h, a, wps, policy, ac, mfu in TT_A100:
               "fused, so the k and up projections torchtitan reruns are kept"] if policy == 'alternate_gemms' else []),
           [], job, [f"torchtitan's Llama 3 {size} on 64 A100 ({ac} AC): not a row of the reference."],
           in_reference=False)
+# Megatron-Bridge's pre-training table of the 25.11 NeMo container
+# (DGX-GB300, DGX-GB200, DGX-B200, DGX-H100): not rows of the reference,
+# checked as well. Its dense Llama rows; the mixture-of-experts rows
+# (DeepSeek V3, GPT-OSS, Qwen3 MoE) are not listed: tandem plans no experts.
+MB_SRC = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md @00b7660b (25.11 NeMo container, pre-training)"
+MB_MODELS = {'8B': (32, 4096, 32, 3.5), '70B': (80, 8192, 64, 3.5), '405B': (126, 16384, 128, 3.25)}
+MB_SYSTEMS = {'GB300': ('gb300-nvl72', 72, 'GB'), 'GB200': ('gb200-nvl72', 72, 'GB'),
+              'B200': ('dgx-b200', 8, 'B'), 'H100': ('dgx-h100', 8, 'DGXH')}
+MB = [  # system, model, gpus, gbs, mbs, fsdp, tp, pp, cp, vp, tokens/s/GPU
+    ('GB300', '8B', 8, 128, 2, 0, 1, 1, 1, 1, 37556), ('GB300', '70B', 64, 256, 2, 1, 1, 1, 1, 1, 4520),
+    ('GB300', '405B', 256, 1536, 1, 0, 2, 8, 2, 4, 999),
+    ('GB200', '8B', 8, 128, 2, 0, 1, 1, 1, 1, 31508), ('GB200', '70B', 64, 256, 2, 1, 1, 1, 1, 1, 4312),
+    ('GB200', '405B', 256, 1536, 1, 0, 4, 16, 1, 4, 813),
+    ('B200', '8B', 8, 128, 2, 0, 1, 1, 1, 1, 30624), ('B200', '405B', 128, 64, 1, 0, 4, 8, 2, 8, 661),
+    ('H100', '8B', 8, 128, 1, 1, 1, 1, 1, 1, 14451), ('H100', '70B', 64, 128, 1, 0, 4, 8, 1, 5, 1602),
+    ('H100', '405B', 1024, 512, 1, 0, 8, 8, 2, 8, 292)]
+for system, size, gpus, gbs, mbs, fsdp, tp, pp, cp, vp, tps in MB:
+    rid = f"MB-{system}-{size}"
+    L, h, a, r = MB_MODELS[size]
+    preset, per_host, hw = MB_SYSTEMS[system]
+    dp = gpus // (tp * pp * cp)
+    ga = gbs // (dp * mbs)
+    assert dp * mbs * ga == gbs
+    par = (f'data_parallel: {dp}, tensor_parallel: {tp}, sequence_parallel: {"true" if tp > 1 else "false"}, '
+           f'pipeline_parallel: {pp}, context_parallel: {cp}')
+    if vp > 1: par += f', pipeline_chunks: {vp}'
+    par += ', shard_parameters: true' if fsdp else ', shard_optimizer: true'
+    approx = ["FP8 with current scaling (FP8-CS) as tandem's FP8 GEMMs: the FP8 peak at the bf16 GEMMs' efficiency, "
+              "casts fused into the norms and activations or run as their own passes (current scaling's amax pass "
+              "before each cast not planned)",
+              "activation recompute and offloading of the recipe are not in the table: none planned"]
+    if fsdp: approx.append("Megatron-FSDP as tandem's ZeRO-3 (shard_parameters), one bucket gathered ahead")
+    else: approx.append("the distributed optimizer as ZeRO-1 (shard_optimizer)")
+    if tp > 1: approx.append(TP_OVERLAP)
+    if system in ('GB300', 'GB200', 'B200'):
+        approx.append("Blackwell's kernel efficiencies taken as Hopper's (the roofline defaults): no Blackwell "
+                      "measurement; GB300's doubled exponential rate for the attention's softmax not modelled")
+    if system in ('GB300', 'GB200'):
+        approx.append(f"DGX-{system} as NVL72 racks ({preset}): the GPUs of a rack on one NVLink switch domain, one "
+                      "NIC per GPU")
+    layers = ''
+    if L % (pp * vp) != 0:
+        chunks = pp * vp
+        per = (L + 2) // chunks
+        split = [per - 1] + [per] * (chunks - 2) + [per - 1]
+        assert sum(split) == L
+        layers = ', pipeline_layers: [' + ', '.join(map(str, split)) + ']'
+        approx.append("126 blocks over the pipeline's chunks with the embedding and the loss counted as a block each "
+                      "(Megatron's account_for_embedding/loss_in_pipeline_split) [I]")
+    job = [('name', f'megatron-bridge-llama3-{size.lower()}-{system.lower()}'),
+           ('model', f'{{family: llama, vocab: 128256, seq_len: 8192, layers: {L}, hidden: {h}, heads: {a}, kv_heads: 8, mlp_ratio: {r}, tied_embeddings: false}}'),
+           ('training', f'{{micro_batch: {mbs}, grad_accum: {ga}, precision: fp8}}'),
+           ('parallel', '{' + par + layers + '}'),
+           ('schedule', f'{{tp_comm_overlap: {"true" if tp > 1 else "false"}}}'),
+           ('recompute', '{policy: none}')]
+    hosts = (gpus + per_host - 1) // per_host
+    write(rid, f"Llama 3{'.1' if size == '405B' else ''} {size} on {gpus} {system} (TP {tp}, PP {pp}, CP {cp}"
+          + (f", VP {vp}" if vp > 1 else "") + f", {'FSDP' if fsdp else 'DP'} {dp}), FP8-CS (not in the reference)",
+          MB_SRC, hw, f'{hosts}x{preset}', round(gbs * 8192 / (tps * gpus), 3), 'derived',
+          f"{tps} tokens/s per GPU printed; step = {gbs} x 8192 / ({tps} x {gpus})", '', gpus, approx, [], job,
+          [f"Megatron-Bridge 25.11 pre-training, DGX-{system}, Llama {size}: not a row of the reference."],
+          in_reference=False)
 print('written', len(os.listdir(OUT)))

@@ -81,8 +81,8 @@ class PlacedBuffers {
   void add(const PlacedRange& p);
 
  private:
-  static constexpr int kBaseBlocks = 256;  // blocks of the lowest level
-  static constexpr int kFanout = 8;
+  static constexpr int kBaseBlocks = 1024;  // blocks of the lowest level
+  static constexpr int kFanout = 32;
   static constexpr int kShortBlocks = 4;
 
   struct Level {
