@@ -114,9 +114,15 @@ std::map<int, RecomputePolicy> RecomputeModel::policies() const {
   return out;
 }
 
+QStringList recomputePolicyChoices() {
+  QStringList out;
+  for (std::string_view name : recomputePolicyNames()) out << QString::fromUtf8(name.data(), int(name.size()));
+  return out;
+}
+
 QWidget* PolicyDelegate::createEditor(QWidget* parent, const QStyleOptionViewItem&, const QModelIndex&) const {
   auto* box = new QComboBox(parent);
-  box->addItems({"none", "selective", "full", "attention"});
+  box->addItems(recomputePolicyChoices());
   return box;
 }
 
@@ -208,7 +214,7 @@ RecomputeView::RecomputeView(QWidget* parent) : QWidget(parent) {
   auto* controls = new QHBoxLayout;
   controls->addWidget(new QLabel(tr("Set all layers to:"), this));
   policy_ = new QComboBox(this);
-  policy_->addItems({"none", "selective", "full", "attention"});
+  policy_->addItems(recomputePolicyChoices());
   controls->addWidget(policy_);
   controls->addWidget(new QLabel(tr("topology:"), this));
   topology_ = new QLineEdit("dgx-h200", this);

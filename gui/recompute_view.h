@@ -11,6 +11,7 @@
 // run beside the old one.
 
 #include <QAbstractTableModel>
+#include <QStringList>
 #include <QStyledItemDelegate>
 #include <QWidget>
 #include <map>
@@ -31,6 +32,9 @@ class QPushButton;
 class QThread;
 
 namespace tandem::gui {
+
+// Every recompute policy's spelling, for the menus that choose one.
+QStringList recomputePolicyChoices();
 
 struct RecomputeRow {
   int layer = 0;

@@ -15,6 +15,7 @@
 #include <QVBoxLayout>
 
 #include "engine/spec/job.h"
+#include "gui/recompute_view.h"
 #include "gui/sweep_dialog.h"
 #include "gui/timeline_math.h"
 #include "gui/what_if_worker.h"
@@ -156,7 +157,7 @@ void WhatIfDialog::addJobFields(QFormLayout* form, const JobSpec& job) {
   bucket_->setValue(job.comm.bucket_mib);
   form->addRow(tr("gradient bucket"), bucket_);
   recompute_ = new QComboBox(this);
-  recompute_->addItems({"none", "selective", "full", "attention"});
+  recompute_->addItems(recomputePolicyChoices());
   recompute_->setCurrentText(QString::fromStdString(std::string(toString(job.recompute.policy))));
   form->addRow(tr("recompute (all layers)"), recompute_);
   lm_head_chunks_ = new QSpinBox(this);

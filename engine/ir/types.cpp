@@ -108,6 +108,11 @@ std::string_view toString(Epilogue v) { return nameOf(kEpilogue, v); }
 std::optional<DType> parseDType(std::string_view s) { return valueOf(kDType, s); }
 std::optional<TensorCategory> parseTensorCategory(std::string_view s) { return valueOf(kCategory, s); }
 std::optional<RecomputePolicy> parseRecomputePolicy(std::string_view s) { return valueOf(kRecompute, s); }
+std::vector<std::string_view> recomputePolicyNames() {
+  std::vector<std::string_view> out;
+  for (const auto& [policy, name] : kRecompute) out.push_back(name);
+  return out;
+}
 std::optional<Precision> parsePrecision(std::string_view s) { return valueOf(kPrecision, s); }
 std::optional<TaskKind> parseTaskKind(std::string_view s) { return valueOf(kTask, s); }
 std::optional<OpKind> parseOpKind(std::string_view s) { return valueOf(kOp, s); }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "vocabulary/kinds.h"  // Phase, StreamKind: shared with the trace store
 
@@ -97,6 +98,9 @@ std::string_view toString(Epilogue v);
 std::optional<DType> parseDType(std::string_view s);
 std::optional<TensorCategory> parseTensorCategory(std::string_view s);
 std::optional<RecomputePolicy> parseRecomputePolicy(std::string_view s);
+// Every recompute policy's spelling, in the enum's order (for menus and
+// messages that list them).
+std::vector<std::string_view> recomputePolicyNames();
 std::optional<Precision> parsePrecision(std::string_view s);
 std::optional<TaskKind> parseTaskKind(std::string_view s);
 std::optional<OpKind> parseOpKind(std::string_view s);

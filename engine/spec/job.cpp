@@ -273,7 +273,8 @@ std::string JobReader::readString(const YAML::Node& v, const std::string& path,
 }
 
 RecomputePolicy JobReader::readPolicy(const YAML::Node& v, const std::string& path) const {
-  const std::string allowed = "none, selective, full, attention, alternate_gemms";
+  std::string allowed;
+  for (std::string_view name : recomputePolicyNames()) allowed += (allowed.empty() ? "" : ", ") + std::string(name);
   std::string s = readString(v, path, allowed);
   auto policy = parseRecomputePolicy(s);
   if (!policy) fail(path, shown(s) + " is not a recompute policy", allowed);
@@ -514,8 +515,10 @@ void readRecompute(JobReader& r, const YAML::Node& node, const std::string& node
       {"policy", [&](const YAML::Node& v, const std::string& p) { recompute.policy = r.readPolicy(v, p); }},
       {"layers",
        [&](const YAML::Node& v, const std::string& p) {
-         const std::string allowed =
-             "a mapping from layer index to none, selective, full, attention or alternate_gemms";
+         std::string allowed = "a mapping from layer index to";
+         const auto names = recomputePolicyNames();
+         for (size_t i = 0; i < names.size(); ++i)
+           allowed += (i == 0 ? " " : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
          if (v.IsNull()) return;
          if (!v.IsMap()) r.fail(p, "expected a mapping, got " + describe(v), allowed);
          for (const auto& entry : v) {

@@ -1,5 +1,6 @@
 #pragma once
 // Hand-built topologies and plans for the simulator tests.
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,14 @@ inline Topology ringTopology(int n, double gbps, int64_t latency_ns) {
     t.links.push_back(Link{(i + 1) % n, i, gbps, latency_ns, LinkKind::NvLink, 1});
   }
   return t;
+}
+
+// The first task of kind `op` in the plan's first program (a test that
+// asks for one the plan lacks fails with the kind's name).
+inline const Task& firstTaskOf(const Plan& plan, OpKind op) {
+  for (const Task& t : plan.programs.at(0).tasks)
+    if (t.op == op) return t;
+  throw std::runtime_error("the plan has no task of kind " + std::string(toString(op)));
 }
 
 inline Task kernel(int id, int stream, double flops, int64_t bytes, Phase phase = Phase::Forward) {

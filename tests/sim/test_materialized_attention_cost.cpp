@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "engine/plan/planner.h"
+#include "sim_fixtures.h"
 #include "simulator/cost/cost_model.h"
 #include "simulator/replay/replay.h"
 #include "simulator/topology/topology_presets.h"
@@ -31,12 +32,7 @@ JobSpec megatronBlock(double dropout) {
   return job;
 }
 
-const Task& first(const Plan& plan, OpKind op) {
-  for (const Task& t : plan.programs[0].tasks)
-    if (t.op == op) return t;
-  FAIL("no task of that kind");
-  throw;
-}
+const Task& first(const Plan& plan, OpKind op) { return testing::firstTaskOf(plan, op); }
 
 }  // namespace
 
