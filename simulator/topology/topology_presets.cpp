@@ -483,10 +483,11 @@ Topology loadTopology(const std::string& name_or_file) {
   const std::string& mig = options.mig;
 
   Topology topo;
+  std::string clusters;
+  for (const DgxSystem& d : kDgxSystems) clusters += fmt::format("{}<N>x{}", clusters.empty() ? "" : ", ", d.name);
   const std::string fabric_only_clusters =
-      fmt::format("'{}': fabric options (:fabric, :oversubscription, :rails) apply to the generated clusters "
-                  "<N>xdgx-h100, <N>xdgx-h200, <N>xdgx-a100, <N>xgrand-teton only",
-                  name_or_file);
+      fmt::format("'{}': fabric options (:fabric, :oversubscription, :rails) apply to the generated clusters {} only",
+                  name_or_file, clusters);
   if (auto text = presetYaml(base)) {
     if (options.fabric_given) throw TopologyError(fabric_only_clusters);
     topo = parseTopologyYaml(std::string(*text), base);

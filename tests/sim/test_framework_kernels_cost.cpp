@@ -89,6 +89,10 @@ TEST_CASE("eager PyTorch's chains move the bytes of their steps", "[sim][framewo
   CHECK(chainBytes(chain) == Approx(36 * n).epsilon(0.001));
   // In fp32 the casts are no kernels.
   CHECK(eagerKernels(norm, Precision::FP32).size() == 6);
+  // Its backward: autograd's 13 kernels, 84 bytes an element (docs/simulator.md).
+  const auto norm_bwd = eagerKernels(first(eager, OpKind::RmsNormBwd), Precision::BF16);
+  CHECK(norm_bwd.size() == 13);
+  CHECK(chainBytes(norm_bwd) == Approx(84 * n).epsilon(0.001));
   // The unmarked plan's tasks have no chain.
   CHECK(eagerKernels(first(fused, OpKind::RmsNorm), Precision::BF16).empty());
   // SwiGLU: silu and the product, 5 two-byte passes an output element.
