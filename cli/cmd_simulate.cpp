@@ -169,7 +169,7 @@ void addSimulateCommand(CLI::App& root) {
   o->plan_cache.addTo(*cmd);
   cmd->add_option("--topology", o->topology,
                   "preset (h200x2-nv18, dgx-h100, dgx-h200, pcie-4gpu, hgx-a100, <N>xdgx-h100, <N>xdgx-a100, "
-                  "<N>xgrand-teton; `tandem topo list`) or topology YAML file")
+                  "<N>xgrand-teton-500w; `tandem topo list`) or topology YAML file")
       ->required();
   cmd->add_option("--calibration", o->calibration,
                   "kernel times: auto (the profile shipped for the topology's GPU, measured by `tandem calibrate "

@@ -212,7 +212,7 @@ for base, gpus, tps_all in J:
                ('schedule', f'{{weight_gradient_stream: false, attention_kernel: flash2, elementwise: {elementwise}}}'),
                ('recompute', '{policy: alternate_gemms}')]
         write(rid, f"Llama 3.1 8B, FSDP over {gpus} H100 (96 GB HBM2e, 500 W), {label}, per-op selective recompute",
-              TT_SRC, 'GT500', f'{gpus // 8}xgrand-teton', step, 'derived',
+              TT_SRC, 'GT500', f'{gpus // 8}xgrand-teton-500w', step, 'derived',
               f"{tps} tokens/s per GPU printed ({label}, step 90); step = 2 x 8192 / {tps}",
               f'torchtitan-llama3.1-8b-fsdp' + ('' if tech == 'eager' else f'-{tech}'), gpus,
               TT_COMMON + extra, [], job,

@@ -88,9 +88,11 @@ struct DgxSystem {
 // DGX H100 as resources/topologies/dgx-h100.yaml has it (18 NVLink4 links,
 // PCIe Gen5, ConnectX-7 NDR 400 Gb/s: NVIDIA Eos); DGX H200 the same with
 // H200s; DGX A100 (NVIDIA Selene): 12 NVLink3 links, PCIe Gen4,
-// ConnectX-6 HDR 200 Gb/s per GPU. Meta's Grand Teton (torchtitan's
-// published runs): 8 H100 96 GB at 500 W on NVLink4 through NVSwitch as in
-// the DGX, one 400 Gb/s RDMA NIC per GPU on a RoCE fabric.
+// ConnectX-6 HDR 200 Gb/s per GPU. Meta's Grand Teton hosts: 8 H100 on
+// NVLink4 through NVSwitch as in the DGX, one 400 Gb/s RDMA NIC per GPU on
+// a RoCE fabric; with the H100 96 GB at 500 W of torchtitan's published
+// runs, or the H100 80 GB at 700 W of the Llama 3 training clusters (Llama
+// 3 paper: a three-level Clos of up to 24K GPUs, here two levels).
 //
 // Blackwell: DGX B200, 8 B200 on NVLink5 (18 links of 50 GB/s per
 // direction: 900 GB/s), PCIe Gen5, 8 ConnectX-7 at 400 Gb/s; GB200 NVL72,
@@ -101,7 +103,9 @@ constexpr DgxSystem kDgxSystems[] = {
     {"dgx-h100", "DGX H100", "H100", 8, 18, 25.0, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)", false},
     {"dgx-h200", "DGX H200", "H200", 8, 18, 25.0, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)", false},
     {"dgx-a100", "DGX A100", "A100-80GB", 8, 12, 25.0, 26.0, 25.0, "8 rails of 200 Gb/s InfiniBand (HDR)", false},
-    {"grand-teton", "Grand Teton (H100 96 GB, 500 W)", "H100-96GB-500W", 8, 18, 25.0, 55.0, 50.0,
+    {"grand-teton-500w", "Grand Teton (H100 96 GB, 500 W)", "H100-96GB-500W", 8, 18, 25.0, 55.0, 50.0,
+     "8 NICs of 400 Gb/s RoCE (Ethernet)", true},
+    {"grand-teton-700w", "Grand Teton (H100 80 GB, 700 W)", "H100", 8, 18, 25.0, 55.0, 50.0,
      "8 NICs of 400 Gb/s RoCE (Ethernet)", true},
     {"dgx-b200", "DGX B200", "B200", 8, 18, 50.0, 55.0, 50.0, "8 rails of 400 Gb/s InfiniBand (NDR)", false},
     {"gb200-nvl72", "GB200 NVL72 rack", "GB200", 72, 18, 50.0, 55.0, 50.0,

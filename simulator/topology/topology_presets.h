@@ -41,9 +41,12 @@ Topology loadTopology(const std::string& name_or_file);
 // N DGX hosts of 8 GPUs joined by a rail-optimised, non-blocking two-level
 // InfiniBand fat tree, one NIC per GPU: "dgx-h100" and "dgx-h200" (NVLink4,
 // 8 rails of 400 Gb/s: NVIDIA Eos), "dgx-a100" (NVLink3 300 GB/s per GPU, 8
-// rails of 200 Gb/s HDR: NVIDIA Selene); "grand-teton" (Meta's hosts of 8
-// H100 96 GB at 500 W, NVLink4, one 400 Gb/s NIC per GPU on RoCE: where
-// torchtitan's published runs ran). 1 <= hosts <= 4096.
+// rails of 200 Gb/s HDR: NVIDIA Selene); "grand-teton-500w" and
+// "grand-teton-700w" (Meta's hosts of 8 H100, NVLink4, one 400 Gb/s NIC per
+// GPU on RoCE: the 96 GB part at 500 W where torchtitan's published runs
+// ran, the 80 GB part at 700 W of the Llama 3 clusters); "dgx-b200",
+// "gb200-nvl72", "gb300-nvl72" (Blackwell; an NVL72 host is a rack of 72
+// GPUs on one NVLink domain). 1 <= hosts <= 4096.
 //
 // The fabric can be another (FabricOptions; in a preset name as options
 // after a colon: "128xdgx-h100:fabric=roce:oversubscription=2:rails=off"):

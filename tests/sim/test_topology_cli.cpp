@@ -68,13 +68,13 @@ TEST_CASE("topo list names every preset", "[cli][topology]") {
   Result r = runTandem("topo list");
   REQUIRE(r.rc == 0);
   for (const char* name : {"h200x2-nv18", "dgx-h100", "dgx-h200", "pcie-4gpu", "hgx-a100", "pcie4-nvbridge",
-                           "<N>xdgx-h100", "<N>xdgx-h200", "<N>xdgx-a100", "<N>xgrand-teton", "<N>xdgx-b200",
+                           "<N>xdgx-h100", "<N>xdgx-h200", "<N>xdgx-a100", "<N>xgrand-teton-500w", "<N>xgrand-teton-700w", "<N>xdgx-b200",
                            "<N>xgb200-nvl72", "<N>xgb300-nvl72"})
     CHECK(r.out.find(name) != std::string::npos);
   Result j = runTandem("topo list --json");
   REQUIRE(j.rc == 0);
   auto doc = nlohmann::json::parse(j.out);
-  CHECK(doc.size() == 13);
+  CHECK(doc.size() == 14);
   CHECK(doc[0]["name"] == "h200x2-nv18");
 }
 

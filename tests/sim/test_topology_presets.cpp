@@ -241,8 +241,8 @@ TEST_CASE("generated Blackwell clusters: DGX B200 hosts of 8, NVL72 racks of 72 
 }
 
 TEST_CASE("generated Grand Teton clusters: the 500 W H100 96 GB on RoCE unless told InfiniBand", "[presets]") {
-  const Topology g = loadTopology("2xgrand-teton");
-  CHECK(g.name == "2xgrand-teton");
+  const Topology g = loadTopology("2xgrand-teton-500w");
+  CHECK(g.name == "2xgrand-teton-500w");
   REQUIRE(g.devices.size() == 16);
   CHECK(g.devices[0].model == "H100-96GB-500W");
   CHECK(g.devices[0].hbm_gbps == Approx(2400));
@@ -257,20 +257,24 @@ TEST_CASE("generated Grand Teton clusters: the 500 W H100 96 GB on RoCE unless t
   };
   CHECK(ethernet(g) > 0);
   CHECK(g.description.find("RoCE") != std::string::npos);
-  const Topology ib = loadTopology("2xgrand-teton:fabric=ib");
-  CHECK(ib.name == "2xgrand-teton:fabric=ib");
+  const Topology ib = loadTopology("2xgrand-teton-500w:fabric=ib");
+  CHECK(ib.name == "2xgrand-teton-500w:fabric=ib");
   CHECK(ethernet(ib) == 0);
   CHECK(ib.links.size() == g.links.size());
   // A DGX stays on InfiniBand; naming its own fabric changes nothing.
   CHECK(ethernet(loadTopology("2xdgx-h100:fabric=ib")) == 0);
   CHECK(loadTopology("2xdgx-h100:fabric=ib").name == "2xdgx-h100");
   CHECK(ethernet(loadTopology("2xdgx-h100:fabric=roce")) > 0);
+  // The Llama 3 clusters' hosts: the 80 GB H100 at 700 W on the same RoCE.
+  const Topology meta = loadTopology("2xgrand-teton-700w");
+  CHECK(meta.devices[0].model == "H100");
+  CHECK(ethernet(meta) == ethernet(g));
 }
 
 TEST_CASE("unknown names list the presets", "[presets]") {
   CHECK_THROWS_WITH(loadTopology("dgx-h900"), Catch::Contains("dgx-h100") && Catch::Contains("<N>xdgx-h100"));
   auto list = listPresets();
-  REQUIRE(list.size() == 13);
+  REQUIRE(list.size() == 14);
   for (const auto& p : list) CHECK_FALSE(p.description.empty());
 }
 
