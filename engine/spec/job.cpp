@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -137,6 +138,18 @@ class JobReader {
   bool readBool(const YAML::Node& v, const std::string& path) const;
   std::string readString(const YAML::Node& v, const std::string& path, const std::string& allowed) const;
   RecomputePolicy readPolicy(const YAML::Node& v, const std::string& path) const;
+  // One of a few spellings, each naming a value; anything else fails with
+  // "'x' is not <what> (allowed: ...)".
+  template <class E>
+  E readChoice(const YAML::Node& v, const std::string& path, std::initializer_list<std::pair<const char*, E>> choices,
+               const std::string& what) const {
+    std::string allowed;
+    for (const auto& [name, value] : choices) allowed += (allowed.empty() ? "" : ", ") + std::string(name);
+    const std::string s = readString(v, path, allowed);
+    for (const auto& [name, value] : choices)
+      if (s == name) return value;
+    fail(path, shown(s) + " is not " + what, allowed);
+  }
 
   bool has(const std::string& path) const {
     return lines_.count(path) > 0 || std::any_of(overrides_.begin(), overrides_.end(),
@@ -292,17 +305,12 @@ void readModel(JobReader& r, const YAML::Node& node, const std::string& node_pat
   r.readMap(node, node_path, {
       {"family",
        [&](const YAML::Node& v, const std::string& p) {
-         std::string s = r.readString(v, p, "gpt2, llama");
-         if (s == "gpt2") m.family = ModelFamily::GPT2;
-         else if (s == "llama") m.family = ModelFamily::Llama;
-         else r.fail(p, shown(s) + " is not a model family", "gpt2, llama");
+         m.family = r.readChoice<ModelFamily>(v, p, {{"gpt2", ModelFamily::GPT2}, {"llama", ModelFamily::Llama}}, "a model family");
        }},
       {"mlp_activation",
        [&](const YAML::Node& v, const std::string& p) {
-         std::string s = r.readString(v, p, "swiglu, squared_relu");
-         if (s == "swiglu") m.mlp_activation = MlpActivation::SwiGlu;
-         else if (s == "squared_relu") m.mlp_activation = MlpActivation::SquaredRelu;
-         else r.fail(p, shown(s) + " is not an MLP activation", "swiglu, squared_relu");
+         m.mlp_activation = r.readChoice<MlpActivation>(
+             v, p, {{"swiglu", MlpActivation::SwiGlu}, {"squared_relu", MlpActivation::SquaredRelu}}, "an MLP activation");
        }},
       {"attention_dropout",
        [&](const YAML::Node& v, const std::string& p) {
@@ -494,17 +502,13 @@ void readSchedule(JobReader& r, const YAML::Node& node, const std::string& node_
        [&](const YAML::Node& v, const std::string& p) { schedule.tp_comm_overlap = r.readBool(v, p); }},
       {"attention_kernel",
        [&](const YAML::Node& v, const std::string& p) {
-         std::string s = r.readString(v, p, "fused, flash2");
-         if (s == "fused") schedule.attention_kernel = AttentionKernel::Fused;
-         else if (s == "flash2") schedule.attention_kernel = AttentionKernel::Flash2;
-         else r.fail(p, shown(s) + " is not an attention kernel", "fused, flash2");
+         schedule.attention_kernel = r.readChoice<AttentionKernel>(
+             v, p, {{"fused", AttentionKernel::Fused}, {"flash2", AttentionKernel::Flash2}}, "an attention kernel");
        }},
       {"elementwise",
        [&](const YAML::Node& v, const std::string& p) {
-         std::string s = r.readString(v, p, "fused, eager");
-         if (s == "fused") schedule.elementwise = ElementwiseKernels::Fused;
-         else if (s == "eager") schedule.elementwise = ElementwiseKernels::Eager;
-         else r.fail(p, shown(s) + " is not a way to run the elementwise ops", "fused, eager");
+         schedule.elementwise = r.readChoice<ElementwiseKernels>(v, p, {{"fused", ElementwiseKernels::Fused}, {"eager", ElementwiseKernels::Eager}},
+                                             "a way to run the elementwise ops");
        }},
   });
 }
