@@ -46,8 +46,9 @@ int accumulationKeepingBatch(const JobSpec& job, int micro_batch);
 // 4 x pipeline_parallel (4 without a pipeline; a multiple of the stages,
 // as interleaving asks), never more than the job's. The choices below are
 // planned with it: a Llama 3.1 405B job of 384 micro-batches over 16
-// stages plans in 19 s, with 64 in 2 s, the same arena (tests:
-// engine_tests "[memory_fit]").
+// stages took 19 s to plan and each choice as long; planned at 64 micro-
+// batches the arena is the same (32 already reach it; tests: engine_tests
+// "[memory_fit]").
 int accumulationForPeak(const JobSpec& job);
 
 // The most groups of tokens the LM head is split into when a choice needs
