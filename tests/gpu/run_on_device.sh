@@ -6,6 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout setup zero2 pytorchtrace checkpoint checkpoint2
+#         fp8gemm
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -322,6 +323,12 @@ for s in "$@"; do
       if cmp -s <(tail -n 20 $OUT/straight_dp2.jsonl) $OUT/resumed_dp2.jsonl; then
         echo "=== resume dp2: steps 21-40 identical"; else echo "=== resume dp2: DIFFER"; fi
       unset TANDEM_GEMM_TUNING ;;
+    fp8gemm)
+      # What FP8 GEMMs of Llama 3.1 layers gain over BF16 at the power
+      # limit (the simulator's FP8 cost, docs/simulator.md), at the 8192
+      # tokens of the published recipes and at 16384.
+      stage fp8_gemm $B/bench_fp8_gemm --rounds 3
+      stage fp8_gemm_16k $B/bench_fp8_gemm --rounds 3 --tokens 16384 ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done
