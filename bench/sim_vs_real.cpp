@@ -272,6 +272,7 @@ struct Options {
   bool no_run = false;  // run nothing: analyse the jobs whose real traces are in OUT_DIR, leave out the rest
   std::string jobs = "gpt2-124m";  // the job set: gpt2-124m (benchJobs) or scale (scaleJobs)
   std::string calibration;      // simulate with this calibration instead of fitting one
+  std::vector<std::string> sets;  // --set KEY=VALUE: added to every job (run and simulated alike)
 };
 
 // TANDEM_BINARY OUT_DIR and the flags after them (a bad flag exits with status 2).
@@ -282,7 +283,8 @@ Options parseOptions(int argc, char** argv) {
   tandem::bench::ArgReader args(
       "bench_sim_vs_real",
       "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks] "
-      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale] [--calibration FILE] [--no-run] [--only NAME,...]",
+      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale] [--calibration FILE] [--no-run] [--only NAME,...] "
+      "[--set KEY=VALUE]...",
       argc, argv, 3);
   while (args.next()) {
     if (args.is("--reuse-real")) o.reuse = true;
@@ -303,6 +305,13 @@ Options parseOptions(int argc, char** argv) {
       }
     }
     else if (args.is("--calibration")) o.calibration = args.text();
+    else if (args.is("--set")) {
+      // Traces recorded by an older tandem: its defaults, e.g.
+      // recompute.rerun=needed for full recompute before the option existed.
+      const std::string kv = args.text();
+      if (kv.find('=') == std::string::npos || kv.front() == '=') args.fail("--set takes KEY=VALUE, not '" + kv + "'");
+      o.sets.push_back(kv);
+    }
     else args.unknown();
   }
   return o;
@@ -310,9 +319,10 @@ Options parseOptions(int argc, char** argv) {
 
 // --max-dp: leave out the jobs of more ranks (a machine with fewer GPUs);
 // the summary then covers the jobs that ran.
-std::vector<BenchJob> jobsUpTo(int max_dp, const std::string& set) {
+std::vector<BenchJob> jobsUpTo(int max_dp, const std::string& set, const std::vector<std::string>& extra) {
   std::vector<BenchJob> jobs;
-  for (const BenchJob& b : set == "scale" ? scaleJobs() : benchJobs()) {
+  for (BenchJob b : set == "scale" ? scaleJobs() : benchJobs()) {
+    b.sets.insert(b.sets.end(), extra.begin(), extra.end());
     if (jobOf(b).parallel.data_parallel > max_dp) {
       fmt::print(stderr, "job {} left out (--max-dp {})\n", b.name, max_dp);
       continue;
@@ -594,7 +604,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_sim_vs_real: --jobs scale has no calibration jobs: give --calibration FILE\n");
     return 2;
   }
-  std::vector<BenchJob> jobs = jobsUpTo(o.max_dp, o.jobs);
+  std::vector<BenchJob> jobs = jobsUpTo(o.max_dp, o.jobs, o.sets);
   if (!o.only.empty())
     jobs.erase(std::remove_if(jobs.begin(), jobs.end(),
                               [&](const BenchJob& b) {

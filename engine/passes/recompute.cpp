@@ -1,8 +1,12 @@
 #include "engine/passes/recompute.h"
 
 #include <array>
+#include <map>
+#include <set>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace tandem {
 
@@ -52,8 +56,10 @@ class Recomputer {
  public:
   Recomputer(Graph& g, const JobSpec& job) : g_(g), job_(job) {
     for (size_t i = 0; i < g.nodes.size(); ++i)
-      if (g.nodes[i].phase == Phase::Forward)
+      if (g.nodes[i].phase == Phase::Forward) {
         for (int out : g.nodes[i].outputs) producer_[out] = i;
+        if (blockOp(g.nodes[i])) block_nodes_[{g.nodes[i].layer, g.nodes[i].micro_batch}].push_back(i);
+      }
   }
 
   bool dropped(int t) const {
@@ -63,16 +69,52 @@ class Recomputer {
     return recomputeDrops(job_.recompute.forLayer(x.layer), x.role, g_.nodes[producer_.at(t)].op);
   }
 
+  // An op of a block's forward: every output an activation of its layer
+  // (not a gathered weight, not a pipeline transfer).
+  bool blockOp(const Node& n) const {
+    if (n.layer < 0 || n.outputs.empty() || n.op == OpKind::Send || n.op == OpKind::Recv) return false;
+    for (int o : n.outputs) {
+      const Tensor& x = g_.tensor(o);
+      if (x.category != TensorCategory::Activation || x.layer != n.layer) return false;
+    }
+    return true;
+  }
+
   // Returns the recomputed twin of `t`, emitting the nodes that make it.
   int ensure(int t, std::vector<Node>& out) {
     if (auto it = twin_.find(t); it != twin_.end()) return it->second;
-    const Node fwd = g_.nodes[producer_.at(t)];
+    const Node& fwd = g_.nodes[producer_.at(t)];
+    // Full recompute runs the block's forward again, whole, as Megatron-LM's
+    // checkpoint does (its CheckpointFunction calls the block's forward
+    // function anew before the block's backward): the ops whose outputs no
+    // backward reads run too, the block's last GEMM, its tensor-parallel
+    // sum and the residual add. Only the ops the backward demands
+    // (recompute.rerun: needed) leave out about a third of a block's
+    // recomputed GEMM FLOPs.
+    const std::pair<int, int> key{fwd.layer, fwd.micro_batch};
+    if (job_.recompute.forLayer(fwd.layer) == RecomputePolicy::Full && job_.recompute.rerun == FullRerun::Block &&
+        rerun_.insert(key).second) {
+      const auto block = block_nodes_.find(key);
+      if (block != block_nodes_.end())
+        for (size_t i : block->second)
+          if (!twin_.count(g_.nodes[i].outputs.front())) emit(g_.nodes[i], out);
+      if (auto it = twin_.find(t); it != twin_.end()) return it->second;
+    }
+    emit(g_.nodes[producer_.at(t)], out);
+    return twin_.at(t);
+  }
+
+  // Emits the recompute twin of forward node `fwd`: its inputs the twins
+  // made before or, where dropped, made now.
+  void emit(const Node& fwd, std::vector<Node>& out) {
     Node rc = fwd;
     rc.phase = Phase::Recompute;
     if (auto pos = rc.name.find(".fwd."); pos != std::string::npos)
       rc.name.replace(pos, 5, ".recompute.");
-    for (int& in : rc.inputs)
-      if (dropped(in)) in = ensure(in, out);
+    for (int& in : rc.inputs) {
+      if (auto it = twin_.find(in); it != twin_.end()) in = it->second;
+      else if (dropped(in)) in = ensure(in, out);
+    }
     for (int& o : rc.outputs) {
       Tensor copy = g_.tensor(o);
       copy.name += ".rc";
@@ -81,7 +123,6 @@ class Recomputer {
       o = id;
     }
     out.push_back(std::move(rc));
-    return twin_.at(t);
   }
 
   void run() {
@@ -102,6 +143,9 @@ class Recomputer {
   const JobSpec& job_;
   std::unordered_map<int, size_t> producer_;
   std::unordered_map<int, int> twin_;
+  // Per (layer, micro-batch): its block's forward ops in order (blockOp).
+  std::map<std::pair<int, int>, std::vector<size_t>> block_nodes_;
+  std::set<std::pair<int, int>> rerun_;  // blocks whose re-run has been emitted
 };
 
 }  // namespace

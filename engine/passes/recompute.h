@@ -6,7 +6,9 @@
 //   none       keep everything the backward reads
 //   selective  drop the cheap-to-recompute outputs: both LayerNorm outputs and
 //              the GELU output (the largest activation of a block)
-//   full       keep only the block's input; recompute the whole block
+//   full       keep only the block's input; recompute the whole block: every
+//              forward op of it runs again before its backward (Megatron-LM's
+//              checkpoint), also those whose outputs no backward reads
 //   attention  Megatron-LM's selective recompute: drop the attention core's
 //              output and probabilities (or log-sum-exp), re-run the
 //              attention from the kept QKV; with a materialized score

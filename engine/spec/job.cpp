@@ -517,6 +517,11 @@ void readSchedule(JobReader& r, const YAML::Node& node, const std::string& node_
 void readRecompute(JobReader& r, const YAML::Node& node, const std::string& node_path, RecomputeSpec& recompute) {
   r.readMap(node, node_path, {
       {"policy", [&](const YAML::Node& v, const std::string& p) { recompute.policy = r.readPolicy(v, p); }},
+      {"rerun",
+       [&](const YAML::Node& v, const std::string& p) {
+         recompute.rerun = r.readChoice<FullRerun>(v, p, {{"block", FullRerun::Block}, {"needed", FullRerun::Needed}},
+                                                   "what full recompute runs again");
+       }},
       {"layers",
        [&](const YAML::Node& v, const std::string& p) {
          std::string allowed = "a mapping from layer index to";
@@ -972,6 +977,7 @@ RecomputePolicy RecomputeSpec::forLayer(int layer) const {
 
 std::string_view toString(MlpActivation a) { return a == MlpActivation::SquaredRelu ? "squared_relu" : "swiglu"; }
 std::string_view toString(AttentionKernel k) { return k == AttentionKernel::Flash2 ? "flash2" : "fused"; }
+std::string_view toString(FullRerun r) { return r == FullRerun::Needed ? "needed" : "block"; }
 std::string_view toString(ElementwiseKernels k) { return k == ElementwiseKernels::Eager ? "eager" : "fused"; }
 
 std::string_view toString(ModelFamily f) {

@@ -259,8 +259,16 @@ struct ScheduleSpec {
   bool operator==(const ScheduleSpec&) const = default;
 };
 
+// What full recompute runs again of a block (recompute.rerun): Block, its
+// whole forward, every op, as Megatron-LM's checkpoint and PyTorch's run it;
+// Needed, only the ops whose outputs the block's backward reads, which
+// leaves out the MLP's output GEMM, its tensor-parallel sum and the
+// residual add (tandem's executors can; no framework does).
+enum class FullRerun { Block, Needed };
+
 struct RecomputeSpec {
   RecomputePolicy policy = RecomputePolicy::None;
+  FullRerun rerun = FullRerun::Block;
   std::map<int, RecomputePolicy> per_layer;  // overrides by layer index
   RecomputePolicy forLayer(int layer) const;
   bool operator==(const RecomputeSpec&) const = default;
@@ -370,6 +378,7 @@ void refreshJobText(JobSpec& job);
 std::string_view toString(ModelFamily f);
 std::string_view toString(MlpActivation a);
 std::string_view toString(AttentionKernel k);
+std::string_view toString(FullRerun r);
 std::string_view toString(ElementwiseKernels k);
 
 }  // namespace tandem

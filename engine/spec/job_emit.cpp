@@ -144,6 +144,7 @@ std::string jobToYaml(const JobSpec& job) {
     field("elementwise", std::string(toString(job.schedule.elementwise)));
   line("recompute:");
   field("policy", std::string(toString(job.recompute.policy)));
+  if (job.recompute.rerun != FullRerun::Block) field("rerun", std::string(toString(job.recompute.rerun)));
   if (job.recompute.per_layer.empty()) {
     field("layers", "{}");
   } else {

@@ -223,6 +223,10 @@ TEST_CASE("canonical YAML round-trips every field", "[job]") {
   CHECK(jobs.back().schedule.elementwise == ElementwiseKernels::Eager);
   CHECK(jobs.back().recompute.policy == RecomputePolicy::AlternateGemms);
   CHECK(jobs.front().yaml.find("attention_kernel") == std::string::npos);
+  jobs.push_back(parseJob("recompute: {policy: full, rerun: needed}\n", "needed.yaml"));
+  CHECK(jobs.back().recompute.rerun == FullRerun::Needed);
+  CHECK(jobs.front().recompute.rerun == FullRerun::Block);
+  CHECK(jobs.front().yaml.find("rerun") == std::string::npos);
   // A field added after the first format is written only away from its
   // default: jobs planned before it keep their text and hash.
   CHECK(jobs.front().yaml.find("context_parallel") == std::string::npos);
@@ -326,6 +330,8 @@ TEST_CASE("bad values and unknown keys fail with one line naming file, line, fie
        "'most' is not a recompute policy (allowed: none, selective, full, attention, alternate_gemms)"},
       {"schedule:\n  attention_kernel: flash3\n", {}, "bad.yaml:2: schedule.attention_kernel: ",
        "'flash3' is not an attention kernel (allowed: fused, flash2)"},
+      {"recompute:\n  rerun: some\n", {}, "bad.yaml:2: recompute.rerun: ",
+       "'some' is not what full recompute runs again (allowed: block, needed)"},
       {"schedule:\n  elementwise: lazy\n", {}, "bad.yaml:2: schedule.elementwise: ",
        "'lazy' is not a way to run the elementwise ops (allowed: fused, eager)"},
       {"schedule:\n  materialized_attention: true\n  attention_kernel: flash2\n", {},

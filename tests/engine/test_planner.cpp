@@ -710,6 +710,45 @@ TEST_CASE("Epilogue fusion under recompute: a recomputed GELU fuses only into a 
   }
 }
 
+namespace {
+// Tasks of the blocks in `phase` by (layer, micro-batch, op kind).
+std::map<std::tuple<int, int, OpKind>, int> opsOf(const Plan& plan, Phase phase) {
+  std::map<std::tuple<int, int, OpKind>, int> ops;
+  for (const Task& t : plan.programs[0].tasks)
+    if (t.layer >= 0 && t.kind != TaskKind::SendRecv && t.phase == phase) ++ops[{t.layer, t.micro_batch, t.op}];
+  return ops;
+}
+std::map<std::tuple<int, int, OpKind>, int> recomputedOps(const Plan& plan) { return opsOf(plan, Phase::Recompute); }
+int gemmsOf(const std::map<std::tuple<int, int, OpKind>, int>& ops) {
+  int n = 0;
+  for (const auto& [key, count] : ops)
+    if (std::get<2>(key) == OpKind::Matmul) n += count;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("Full recompute runs each block's forward again whole, as Megatron-LM's checkpoint does",
+          "[planner][recompute]") {
+  for (const bool llama : {false, true}) {
+    JobSpec job = llama ? test::llamaJob(1, 2, 3) : test::splittableJob(1, 2, 3);
+    job.recompute.policy = RecomputePolicy::Full;
+    INFO((llama ? "llama" : "gpt2"));
+    // Per (layer, micro-batch, op kind): forward tasks against recomputed
+    // ones. Every forward op of a block runs again, also those no backward
+    // reads (the MLP's output GEMM and the residual add after it).
+    const Plan plan = buildPlan(job);
+    const auto forward = opsOf(plan, Phase::Forward);
+    const auto recomputed = recomputedOps(plan);
+    CHECK(forward.size() >= size_t(job.model.layers * 2 * 5));
+    CHECK(recomputed == forward);
+    CHECK(gemmsOf(recomputed) == 4 * job.model.layers * 2);
+    // rerun: needed leaves out the MLP's output GEMM (and the residual add
+    // after it): nothing the backward reads comes from them.
+    job.recompute.rerun = FullRerun::Needed;
+    CHECK(gemmsOf(recomputedOps(buildPlan(job))) == 3 * job.model.layers * 2);
+  }
+}
+
 TEST_CASE("Sharded parameters (ZeRO-3): a shard per rank, copies gathered one ahead, freed after use",
           "[planner][dp][shard]") {
   for (RecomputePolicy policy : {RecomputePolicy::None, RecomputePolicy::Full}) {

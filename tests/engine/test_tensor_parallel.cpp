@@ -294,12 +294,12 @@ TEST_CASE("Tensor parallel plans split the blocks and add the group's collective
   };
   // Per micro-batch in the forward: two row-parallel sums per block, the
   // embedding's sum and the loss statistics' gather (the vocabulary is
-  // split); the attention's sum again in the full recompute (it rebuilds
-  // the residual stream inside the block; the block's output is kept); in
+  // split); both block sums again in the full recompute (the block's
+  // forward runs again whole, as Megatron-LM's checkpoint runs it); in
   // the backward two input-gradient sums per block and the LM head's; one
   // for the norm.
   CHECK(onGroup("tp", Phase::Forward) == (2 * layers + 2) * accum);
-  CHECK(onGroup("tp", Phase::Recompute) == layers * accum);
+  CHECK(onGroup("tp", Phase::Recompute) == 2 * layers * accum);
   CHECK(onGroup("tp", Phase::Backward) == (2 * layers + 1) * accum);
   CHECK(onGroup("tp", Phase::Optimizer) == 1);
   for (const Task& t : rp.tasks)
