@@ -183,8 +183,8 @@ TT_COMMON = [
     "peak interpolated in the power limit between the H100 NVL (400 W) and SXM (700 W) data sheets (886 TFLOP/s "
     "BF16); the makers say only that it lies between them",
     "Meta's three-level RoCE Clos as a two-level non-blocking fat tree with 400 Gb/s per GPU (ECMP routes)",
-    "torchtitan's per-op selective checkpointing as alternate_gemms: tandem's QKV and gate|up GEMMs are fused, so "
-    "the k and up projections torchtitan reruns are kept (about 6% of the step's FLOPs not recomputed)",
+    "torchtitan's separate wq, wk, wv and w1, w3 GEMMs as projections separate, and its per-op selective "
+    "checkpointing as alternate_gemms: every second GEMM rerun (k, o and up)",
     "FSDP2 as tandem's ZeRO-3 (shard_parameters), one bucket gathered ahead; the gradients reduce-scattered in bf16 "
     "(torchtitan's default reduces in fp32: twice the bytes, beside the backward)",
     "torch's scaled_dot_product_attention of December 2024 as FlashAttention-2 (attention_kernel flash2)"]
@@ -209,7 +209,7 @@ for base, gpus, tps_all in J:
                ('model', '{family: llama, vocab: 128256, seq_len: 8192, layers: 32, hidden: 4096, heads: 32, kv_heads: 8, mlp_ratio: 3.5, tied_embeddings: false}'),
                ('training', f'{{micro_batch: 2, grad_accum: 1, precision: {prec}}}'),
                ('parallel', f'{{data_parallel: {gpus}, shard_parameters: true}}'),
-               ('schedule', f'{{weight_gradient_stream: false, attention_kernel: flash2, elementwise: {elementwise}}}'),
+               ('schedule', f'{{weight_gradient_stream: false, attention_kernel: flash2, elementwise: {elementwise}, projections: separate}}'),
                ('recompute', '{policy: alternate_gemms}')]
         write(rid, f"Llama 3.1 8B, FSDP over {gpus} H100 (96 GB HBM2e, 500 W), {label}, per-op selective recompute",
               TT_SRC, 'GT500', f'{gpus // 8}xgrand-teton-500w', step, 'derived',
@@ -230,7 +230,7 @@ for rid, size, L, h, a, wps, policy, ac, mfu in TT_A100:
            ('model', f'{{family: llama, vocab: 128256, seq_len: 8192, layers: {L}, hidden: {h}, heads: {a}, kv_heads: 8, mlp_ratio: 3.5, tied_embeddings: false}}'),
            ('training', '{micro_batch: 1, grad_accum: 1, precision: bf16}'),
            ('parallel', '{data_parallel: 64, shard_parameters: true}'),
-           ('schedule', '{weight_gradient_stream: false, attention_kernel: flash2, elementwise: eager}'),
+           ('schedule', '{weight_gradient_stream: false, attention_kernel: flash2, elementwise: eager, projections: separate}'),
            ('recompute', f'{{policy: {policy}}}')]
     write(rid, f"Llama 3 {size}, FSDP over 64 A100 80GB, eager, {ac} activation checkpointing (not in the reference)",
           TT_A100_SRC, 'A100', '8xdgx-a100', round(8192 / wps, 3), 'derived',
@@ -240,8 +240,9 @@ for rid, size, L, h, a, wps, policy, ac, mfu in TT_A100:
            "of kernels (elementwise eager); SDPA's FlashAttention-2 as the A100's fused attention",
            "FSDP2 as tandem's ZeRO-3 (shard_parameters), one bucket gathered ahead; the gradients reduce-scattered in "
            "bf16 (torchtitan's default reduces in fp32)"]
-          + (["torchtitan's per-op selective checkpointing as alternate_gemms: tandem's QKV and gate|up GEMMs are "
-              "fused, so the k and up projections torchtitan reruns are kept"] if policy == 'alternate_gemms' else []),
+          + ["torchtitan's separate wq, wk, wv and w1, w3 GEMMs as projections separate"]
+          + (["torchtitan's per-op selective checkpointing as alternate_gemms: every second GEMM rerun (k, o and up)"]
+             if policy == 'alternate_gemms' else []),
           [], job, [f"torchtitan's Llama 3 {size} on 64 A100 ({ac} AC): not a row of the reference."],
           in_reference=False)
 # Megatron-Bridge's pre-training table of the 25.11 NeMo container

@@ -106,6 +106,12 @@ struct OpAttrs {
   // executors compute the same results.
   bool flash2 = false;
   bool eager = false;
+  // Matmul family (schedule.projections separate): the widths, parts of n,
+  // of the separate GEMMs the framework runs in place of this fused one
+  // (torchtitan's q, k and v projections; its gate and up). The simulator
+  // times one GEMM per part, summed; the executors run the fused GEMM,
+  // which computes the same. Empty: one GEMM.
+  std::vector<int64_t> parts;
 
   bool operator==(const OpAttrs&) const = default;
 };

@@ -13,6 +13,9 @@
 //           the attention's (rotary embedding on q and k, the output's
 //           transpose to [tokens, heads x width]). A LayerNorm, GELU or
 //           residual add is one kernel in eager PyTorch too: unmarked.
+//   parts   (schedule.projections separate) the query/key/value GEMMs and
+//           the gated MLP's gate/up GEMMs in all their roles: the widths
+//           of the separate GEMMs the framework runs in their place
 
 #include "engine/ir/graph.h"
 #include "engine/spec/job.h"
@@ -21,6 +24,10 @@ namespace tandem {
 
 // True when eager PyTorch runs `op` as more kernels than the fused plan.
 bool eagerRunsAsChain(OpKind op);
+
+// The parts of a fused projection GEMM node the framework runs separately
+// (the query, key and value widths; the gate and up halves), or none.
+std::vector<int64_t> separateProjections(const Node& n, const JobSpec& job);
 
 void markFrameworkKernels(Graph& g, const JobSpec& job);
 

@@ -1,5 +1,7 @@
 #include "engine/passes/recompute.h"
 
+#include "engine/passes/framework_kernels.h"
+
 #include <array>
 #include <map>
 #include <set>
@@ -100,8 +102,47 @@ class Recomputer {
           if (!twin_.count(g_.nodes[i].outputs.front())) emit(g_.nodes[i], out);
       if (auto it = twin_.find(t); it != twin_.end()) return it->second;
     }
+    if (job_.recompute.forLayer(fwd.layer) == RecomputePolicy::AlternateGemms &&
+        job_.schedule.projections == Projections::Separate && rerun_.insert(key).second)
+      rerunSecondParts(key, out);
     emit(g_.nodes[producer_.at(t)], out);
     return twin_.at(t);
+  }
+
+  // torchtitan's per-op selective recompute over its separate projections
+  // (schedule.projections separate) reruns every second GEMM of the block
+  // in forward order: q, k, v, o, gate, up, down. The output projection is
+  // rerun where the backward demands it, as with fused GEMMs; the key and
+  // up projections are parts of tandem's fused GEMMs, whose outputs stay
+  // kept: their rerun is emitted here as a GEMM of the part's width whose
+  // output nothing reads (the time and memory torchtitan spends on it).
+  void rerunSecondParts(const std::pair<int, int>& key, std::vector<Node>& out) {
+    const auto block = block_nodes_.find(key);
+    if (block == block_nodes_.end()) return;
+    for (size_t i : block->second) {
+      const Node& fwd = g_.nodes[i];
+      if (fwd.op != OpKind::Matmul) continue;
+      const std::vector<int64_t> parts = separateProjections(fwd, job_);
+      if (parts.size() < 2) continue;
+      Node rc = fwd;
+      rc.phase = Phase::Recompute;
+      const bool qkv = parts.size() == 3;
+      if (auto pos = rc.name.find(qkv ? ".attn.qkv.fwd." : ".mlp.fc.fwd."); pos != std::string::npos)
+        rc.name.replace(pos, qkv ? 14 : 12, qkv ? ".attn.k.recompute." : ".mlp.up.recompute.");
+      rc.attrs.n = parts[1];
+      rc.attrs.has_bias = false;
+      for (int& in : rc.inputs) {
+        if (auto it = twin_.find(in); it != twin_.end()) in = it->second;
+        else if (dropped(in)) in = ensure(in, out);
+      }
+      rc.inputs.resize(2);  // the input and the weight, no bias
+      Tensor part = g_.tensor(rc.outputs.front());
+      part.name += qkv ? ".k.rc" : ".up.rc";
+      part.role += ".part";
+      part.shape.back() = parts[1];
+      rc.outputs = {g_.addTensor(std::move(part))};
+      out.push_back(std::move(rc));
+    }
   }
 
   // Emits the recompute twin of forward node `fwd`: its inputs the twins

@@ -27,9 +27,9 @@
 //              made what the sum reads), the cheap ops, and the norms'
 //              all-gathers under sequence parallelism.
 //              torchtitan's separate q, k, v and gate/up GEMMs make its
-//              alternation recompute the k and up projections too, which
-//              tandem's fused QKV and gate|up GEMMs keep whole: about a
-//              fifth of its recomputed GEMM FLOPs at Llama 3 8B's shape.
+//              alternation recompute the k and up projections too: with
+//              schedule.projections separate they rerun as GEMMs of their
+//              width (tandem's fused QKV and gate|up outputs stay kept).
 
 #include <string>
 

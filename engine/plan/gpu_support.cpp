@@ -23,11 +23,14 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
                        "simulated for what-if studies; the GPU executor runs the fused attention only; {}",
                        elsewhere);
   if (plan.job.schedule.attention_kernel != AttentionKernel::Fused ||
-      plan.job.schedule.elementwise != ElementwiseKernels::Fused)
-    return fmt::format("another framework's kernels (schedule.attention_kernel {}, schedule.elementwise {}) are "
-                       "planned for what-if studies; the GPU executor runs its own fused kernels, which a profile "
-                       "would then show under that framework's name; set both to fused to run it",
-                       toString(plan.job.schedule.attention_kernel), toString(plan.job.schedule.elementwise));
+      plan.job.schedule.elementwise != ElementwiseKernels::Fused ||
+      plan.job.schedule.projections != Projections::Fused)
+    return fmt::format("another framework's kernels (schedule.attention_kernel {}, schedule.elementwise {}, "
+                       "schedule.projections {}) are planned for what-if studies; the GPU executor runs its own "
+                       "fused kernels, which a profile would then show under that framework's name; set all three "
+                       "to fused to run it",
+                       toString(plan.job.schedule.attention_kernel), toString(plan.job.schedule.elementwise),
+                       toString(plan.job.schedule.projections));
   if (par.context_parallel > 1)
     return fmt::format("context parallelism (parallel.context_parallel {}) is not run on GPUs yet: the attention "
                        "kernels take whole sequences; {}",

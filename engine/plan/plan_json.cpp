@@ -83,6 +83,7 @@ json toJson(const OpAttrs& a) {
   put("norm_squared", a.norm_squared, d.norm_squared);
   put("flash2", a.flash2, d.flash2);
   put("eager", a.eager, d.eager);
+  put("parts", a.parts, d.parts);
   return j;
 }
 
@@ -379,6 +380,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "norm_squared", a.norm_squared);
   optionalField(j, path, "flash2", a.flash2);
   optionalField(j, path, "eager", a.eager);
+  optionalField(j, path, "parts", a.parts);
 }
 
 void readValue(const json& j, const std::string& path, CollectiveInfo& c) {

@@ -510,6 +510,11 @@ void readSchedule(JobReader& r, const YAML::Node& node, const std::string& node_
          schedule.elementwise = r.readChoice<ElementwiseKernels>(v, p, {{"fused", ElementwiseKernels::Fused}, {"eager", ElementwiseKernels::Eager}},
                                              "a way to run the elementwise ops");
        }},
+      {"projections",
+       [&](const YAML::Node& v, const std::string& p) {
+         schedule.projections = r.readChoice<Projections>(
+             v, p, {{"fused", Projections::Fused}, {"separate", Projections::Separate}}, "a way to run the projections");
+       }},
   });
 }
 
@@ -978,6 +983,7 @@ RecomputePolicy RecomputeSpec::forLayer(int layer) const {
 std::string_view toString(MlpActivation a) { return a == MlpActivation::SquaredRelu ? "squared_relu" : "swiglu"; }
 std::string_view toString(AttentionKernel k) { return k == AttentionKernel::Flash2 ? "flash2" : "fused"; }
 std::string_view toString(FullRerun r) { return r == FullRerun::Needed ? "needed" : "block"; }
+std::string_view toString(Projections p) { return p == Projections::Separate ? "separate" : "fused"; }
 std::string_view toString(ElementwiseKernels k) { return k == ElementwiseKernels::Eager ? "eager" : "fused"; }
 
 std::string_view toString(ModelFamily f) {

@@ -42,6 +42,15 @@ enum class AttentionKernel { Fused, Flash2 };
 // fp32 where the model code upcasts, and no epilogue fusion.
 enum class ElementwiseKernels { Fused, Eager };
 
+// How a framework runs a block's input projections (schedule.projections):
+// Fused, one GEMM for query, key and value and one for the gated MLP's gate
+// and up halves (tandem, Megatron-LM, Hugging Face's GPT-2); Separate, a
+// GEMM each (torchtitan's and Hugging Face's Llama code: wq, wk, wv and w1,
+// w3). Separate GEMMs are smaller, and torchtitan's per-op selective
+// recompute (recompute.policy alternate_gemms) reruns every second of them,
+// the key and up projections among them.
+enum class Projections { Fused, Separate };
+
 struct ModelSpec {
   ModelFamily family = ModelFamily::GPT2;
   int vocab = 50304;
@@ -256,6 +265,7 @@ struct ScheduleSpec {
   // same arithmetic, other kernels' time. The GPU executor runs its own.
   AttentionKernel attention_kernel = AttentionKernel::Fused;
   ElementwiseKernels elementwise = ElementwiseKernels::Fused;
+  Projections projections = Projections::Fused;
   bool operator==(const ScheduleSpec&) const = default;
 };
 
@@ -379,6 +389,7 @@ std::string_view toString(ModelFamily f);
 std::string_view toString(MlpActivation a);
 std::string_view toString(AttentionKernel k);
 std::string_view toString(FullRerun r);
+std::string_view toString(Projections p);
 std::string_view toString(ElementwiseKernels k);
 
 }  // namespace tandem

@@ -142,6 +142,8 @@ std::string jobToYaml(const JobSpec& job) {
     field("attention_kernel", std::string(toString(job.schedule.attention_kernel)));
   if (job.schedule.elementwise != ElementwiseKernels::Fused)
     field("elementwise", std::string(toString(job.schedule.elementwise)));
+  if (job.schedule.projections != Projections::Fused)
+    field("projections", std::string(toString(job.schedule.projections)));
   line("recompute:");
   field("policy", std::string(toString(job.recompute.policy)));
   if (job.recompute.rerun != FullRerun::Block) field("rerun", std::string(toString(job.recompute.rerun)));

@@ -563,6 +563,7 @@ int64_t RooflineCostModel::chainNs(const std::vector<PassKernel>& kernels, const
 
 RooflineCostModel::TaskTime RooflineCostModel::taskTime(const Task& task, const DeviceSpec& device,
                                                        Precision precision) const {
+  if (!task.attrs.parts.empty() && task.fused_into < 0) return separateGemmsTime(task, device, precision);
   const bool attention = task.op == OpKind::Attention || task.op == OpKind::AttentionBwd;
   const std::vector<PassKernel> chain = eagerKernels(task, precision);
   // A calibration measured the fused kernel, not the chain that replaces it.
@@ -575,6 +576,45 @@ RooflineCostModel::TaskTime RooflineCostModel::taskTime(const Task& task, const 
     t.ns = int64_t(std::llround(double(t.ns) * stretch));
   t.ns += chainNs(chain, device);
   return t;
+}
+
+namespace {
+
+// The part of a fused GEMM task that one of the framework's separate GEMMs
+// computes (OpAttrs::parts): `width` of its n, with its FLOPs and bytes.
+// The fused task's bytes give the element size; each part reads the whole
+// of the operand the parts share (x forward, the weight gradient's x; the
+// data gradient's output, which every part adds into).
+Task gemmPart(const Task& task, int64_t width) {
+  Task part = task;
+  part.attrs.parts.clear();
+  const OpAttrs& a = task.attrs;
+  const double m = double(a.m), n = double(a.n), k = double(a.k), w = double(width);
+  const double elements = m * k + n * k + m * n;
+  const double elem = elements > 0 ? double(task.bytes_read + task.bytes_written) / elements : 2.0;
+  part.attrs.n = width;
+  part.flops = n > 0 ? task.flops * w / n : 0;
+  double read = 0, written = 0;
+  if (task.op == OpKind::MatmulBwdData) read = m * w + w * k, written = m * k;
+  else if (task.op == OpKind::MatmulBwdWeight) read = m * w + m * k, written = w * k;
+  else read = m * k + w * k, written = m * w;
+  part.bytes_read = int64_t(std::llround(read * elem));
+  part.bytes_written = int64_t(std::llround(written * elem));
+  return part;
+}
+
+}  // namespace
+
+RooflineCostModel::TaskTime RooflineCostModel::separateGemmsTime(const Task& task, const DeviceSpec& device,
+                                                                Precision precision) const {
+  TaskTime sum{0, TimeSource::Measured};
+  for (int64_t width : task.attrs.parts) {
+    const TaskTime t = taskTime(gemmPart(task, width), device, precision);
+    sum.ns += t.ns;
+    // The least certain part's source names the whole.
+    if (uint8_t(t.source) > uint8_t(sum.source)) sum.source = t.source;
+  }
+  return sum;
 }
 
 RooflineCostModel::TaskTime RooflineCostModel::ownKernelTime(const Task& task, const DeviceSpec& device,

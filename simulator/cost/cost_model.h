@@ -281,6 +281,9 @@ class RooflineCostModel : public CostModel {
   // The task as the plan's own kernel runs it: calibrated, interpolated or
   // from the roofline.
   TaskTime ownKernelTime(const Task& task, const DeviceSpec& device, Precision precision) const;
+  // A fused GEMM the framework runs as separate GEMMs (OpAttrs::parts):
+  // the parts' times summed.
+  TaskTime separateGemmsTime(const Task& task, const DeviceSpec& device, Precision precision) const;
   // A chain of another framework's kernels, each timed by its roofline at
   // the elementwise ops' efficiencies, with a launch each.
   int64_t chainNs(const std::vector<PassKernel>& kernels, const DeviceSpec& device) const;

@@ -428,6 +428,41 @@ TEST_CASE("Another framework's kernels (flash2, eager) leave the CPU reference's
   requireBitIdentical(gradients(ex), expected, "flash2 + eager");
 }
 
+TEST_CASE("Separate projections under per-op recompute: the same gradients, the key and up projections rerun",
+          "[executor][framework_kernels]") {
+  JobSpec base = test::llamaJob(1, 2);
+  base.recompute.policy = RecomputePolicy::AlternateGemms;
+  cpu::CpuExecutor ref(buildPlan(base));
+  const auto expected = gradients(ref);
+  JobSpec job = base;
+  job.schedule.projections = Projections::Separate;
+  const Plan plan = buildPlan(job);
+  // torchtitan reruns every second of q, k, v, o, gate, up, down: the key
+  // and up projections as GEMMs of their width (the output projection as
+  // with fused GEMMs, where the backward needs it).
+  const int64_t width = job.model.hidden / job.model.heads;
+  int keys = 0, ups = 0;
+  for (const Task& t : plan.programs[0].tasks) {
+    if (t.name.find(".attn.k.recompute.") != std::string::npos) {
+      CHECK(t.op == OpKind::Matmul);
+      CHECK(t.attrs.n == job.model.kv_heads * width);
+      CHECK(t.attrs.parts.empty());
+      ++keys;
+    }
+    if (t.name.find(".mlp.up.recompute.") != std::string::npos) {
+      CHECK(t.attrs.n == int64_t(job.model.hidden * job.model.mlp_ratio));
+      ++ups;
+    }
+  }
+  CHECK(keys == 2 * 2);  // 2 layers, 2 micro-batches
+  CHECK(ups == 2 * 2);
+  cpu::CpuExecutor ex(plan);
+  requireBitIdentical(gradients(ex), expected, "separate projections");
+  // Fused projections keep the key and up projections' outputs whole.
+  for (const Task& t : buildPlan(base).programs[0].tasks)
+    CHECK(t.name.find(".attn.k.recompute.") == std::string::npos);
+}
+
 TEST_CASE("Bias gradients summed by the neighbouring backward are bit-identical", "[executor][bias_grad]") {
   // engine/passes/bias_grad.h: the layernorm backward sums the residual
   // gradient the weight GEMM read, the attention backward its own output;

@@ -225,6 +225,9 @@ TEST_CASE("canonical YAML round-trips every field", "[job]") {
   CHECK(jobs.front().yaml.find("attention_kernel") == std::string::npos);
   jobs.push_back(parseJob("recompute: {policy: full, rerun: needed}\n", "needed.yaml"));
   CHECK(jobs.back().recompute.rerun == FullRerun::Needed);
+  jobs.push_back(parseJob("schedule: {projections: separate}\n", "separate.yaml"));
+  CHECK(jobs.back().schedule.projections == Projections::Separate);
+  CHECK(jobs.front().yaml.find("projections") == std::string::npos);
   CHECK(jobs.front().recompute.rerun == FullRerun::Block);
   CHECK(jobs.front().yaml.find("rerun") == std::string::npos);
   // A field added after the first format is written only away from its
@@ -330,6 +333,8 @@ TEST_CASE("bad values and unknown keys fail with one line naming file, line, fie
        "'most' is not a recompute policy (allowed: none, selective, full, attention, alternate_gemms)"},
       {"schedule:\n  attention_kernel: flash3\n", {}, "bad.yaml:2: schedule.attention_kernel: ",
        "'flash3' is not an attention kernel (allowed: fused, flash2)"},
+      {"schedule:\n  projections: split\n", {}, "bad.yaml:2: schedule.projections: ",
+       "'split' is not a way to run the projections (allowed: fused, separate)"},
       {"recompute:\n  rerun: some\n", {}, "bad.yaml:2: recompute.rerun: ",
        "'some' is not what full recompute runs again (allowed: block, needed)"},
       {"schedule:\n  elementwise: lazy\n", {}, "bad.yaml:2: schedule.elementwise: ",

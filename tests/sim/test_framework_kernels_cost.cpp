@@ -4,6 +4,7 @@
 // the bytes their steps read and write, and both change a step's time, not
 // its arithmetic.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "engine/plan/planner.h"
 #include "sim_fixtures.h"
@@ -119,4 +120,46 @@ TEST_CASE("eager PyTorch's chains move the bytes of their steps", "[sim][framewo
   int adds = 0;
   for (const Task& t : eager.programs[0].tasks) adds += t.op == OpKind::Add && t.fused_into < 0;
   CHECK(adds >= 2);
+}
+
+TEST_CASE("Separate projections: one GEMM per part, timed each as its own shape", "[sim][framework_kernels]") {
+  JobSpec job = llamaBlock();
+  const Plan fused = buildPlan(job);
+  job.schedule.projections = Projections::Separate;
+  const Plan separate = buildPlan(job);
+  const DeviceSpec h100 = *gpuModelSpec("H100");
+  // The query, key and value projections (4096 + 2 x 1024 wide) and the
+  // gate and up halves (2 x 14336), in every role.
+  int qkv = 0, gate_up = 0;
+  for (const Task& t : separate.programs[0].tasks) {
+    if (t.name.find(".attn.qkv.") != std::string::npos && t.op != OpKind::CastFp8) {
+      CHECK(t.attrs.parts == std::vector<int64_t>{4096, 1024, 1024});
+      ++qkv;
+    }
+    if (t.name.find(".mlp.fc.") != std::string::npos) {
+      CHECK(t.attrs.parts == std::vector<int64_t>{14336, 14336});
+      ++gate_up;
+    }
+    if (t.name.find(".attn.proj.") != std::string::npos) CHECK(t.attrs.parts.empty());
+  }
+  CHECK(qkv == 3);  // forward, data and weight gradient
+  CHECK(gate_up == 3);
+  // Under the roofline each part takes its FLOPs' share, plus a launch.
+  const RooflineCostModel roofline;
+  const Task& fused_qkv = first(fused, OpKind::Matmul);
+  const Task& split_qkv = first(separate, OpKind::Matmul);
+  CHECK(split_qkv.flops == fused_qkv.flops);
+  CHECK(roofline.taskNs(split_qkv, h100, Precision::BF16) ==
+        Approx(double(roofline.taskNs(fused_qkv, h100, Precision::BF16) + 2 * roofline.params().launch_overhead_ns))
+            .epsilon(1e-4));
+  // With a calibration that measured the three shapes, their times summed.
+  Calibration cal;
+  OpCalibration& mm = cal.ops[OpKind::Matmul];
+  const std::string m = fmt::format("m={} ", fused_qkv.attrs.m);
+  mm.shapes[m + "n=4096 k=4096"].ns = 700000;
+  mm.shapes[m + "n=1024 k=4096"].ns = 210000;
+  mm.shapes[m + "n=6144 k=4096"].ns = 950000;
+  const RooflineCostModel measured(RooflineParams::defaults(), cal);
+  CHECK(measured.taskNs(fused_qkv, h100, Precision::BF16) == 950000);
+  CHECK(measured.taskNs(split_qkv, h100, Precision::BF16) == 700000 + 2 * 210000);
 }
