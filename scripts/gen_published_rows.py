@@ -39,7 +39,8 @@ LOCAL_DDP = "Megatron's local DDP all-reduces the gradients after the backward: 
 TORCH_DDP = "torch DDP: gradient buckets all-reduced as the backward completes them (25 MiB)"
 FP8_TE = ("FP8 as tandem plans Transformer Engine's recipe: the blocks' GEMMs at the FP8 peak with the bf16 GEMMs' "
           "efficiency, casts fused into the norms and activations or run as their own passes, weights cast once per "
-          "step; the attention, embedding and LM head in bf16")
+          "step; the attention, embedding and LM head in bf16; the scaling recipe is not stated: NeMo's default, "
+          "delayed scaling (fp8_scaling delayed), assumed")
 TP_OVERLAP = ("TP communication overlap (NeMo's default) as tandem plans it: each sequence-parallel all-gather and "
               "reduce-scatter beside a GEMM pipelined with it in tensor_parallel chunks; the SMs Transformer Engine's "
               "userbuffers kernels take only as the generic slowdown of kernels beside a collective")
@@ -197,8 +198,9 @@ TT_TECH = {
                  "fuses the residual add into the output projections' GEMMs, which Inductor leaves to cuBLAS)"]),
     'float8': ("torch.compile + Float8", "fp8", "fused", 2,
                ["torch.compile's generated kernels as tandem's fused elementwise kernels",
-                "torchao's Float8 (tensorwise dynamic scaling of the blocks' linear layers) as tandem's FP8 GEMMs: the "
-                "FP8 peak at the bf16 GEMMs' efficiency, casts as their own passes; the attention, embedding and LM head "
+                "torchao's Float8 (tensorwise dynamic scaling of the blocks' linear layers) as tandem's FP8 GEMMs with "
+                "current scaling: the FP8 peak at the bf16 GEMMs' efficiency, each input's amax pass and cast into both "
+                "layouts as their own passes; the attention, embedding and LM head "
                 "in bf16"])}
 for base, gpus, tps_all in J:
     for tech, (label, prec, elementwise, i, extra) in TT_TECH.items():
@@ -207,7 +209,7 @@ for base, gpus, tps_all in J:
         step = round(2 * 8192 / tps, 3)
         job = [('name', f'torchtitan-llama3.1-8b-{rid.lower()}'),
                ('model', '{family: llama, vocab: 128256, seq_len: 8192, layers: 32, hidden: 4096, heads: 32, kv_heads: 8, mlp_ratio: 3.5, tied_embeddings: false}'),
-               ('training', f'{{micro_batch: 2, grad_accum: 1, precision: {prec}}}'),
+               ('training', f'{{micro_batch: 2, grad_accum: 1, precision: {prec}' + (', fp8_scaling: current' if prec == 'fp8' else '') + '}'),
                ('parallel', f'{{data_parallel: {gpus}, shard_parameters: true}}'),
                ('schedule', f'{{weight_gradient_stream: false, attention_kernel: flash2, elementwise: {elementwise}, projections: separate}}'),
                ('recompute', '{policy: alternate_gemms}')]
@@ -272,9 +274,8 @@ for system, size, gpus, gbs, mbs, fsdp, tp, pp, cp, vp, tps in MB:
            f'pipeline_parallel: {pp}, context_parallel: {cp}')
     if vp > 1: par += f', pipeline_chunks: {vp}'
     par += ', shard_parameters: true' if fsdp else ', shard_optimizer: true'
-    approx = ["FP8 with current scaling (FP8-CS) as tandem's FP8 GEMMs: the FP8 peak at the bf16 GEMMs' efficiency, "
-              "casts fused into the norms and activations or run as their own passes (current scaling's amax pass "
-              "before each cast not planned)",
+    approx = ["FP8 with current scaling (FP8-CS, fp8_scaling current) as tandem's FP8 GEMMs: the FP8 peak at the "
+              "bf16 GEMMs' efficiency; each input's amax pass, then its cast into both layouts",
               "activation recompute and offloading of the recipe are not in the table: none planned"]
     if fsdp: approx.append("Megatron-FSDP as tandem's ZeRO-3 (shard_parameters), one bucket gathered ahead")
     else: approx.append("the distributed optimizer as ZeRO-1 (shard_optimizer)")
@@ -296,7 +297,7 @@ for system, size, gpus, gbs, mbs, fsdp, tp, pp, cp, vp, tps in MB:
                       "(Megatron's account_for_embedding/loss_in_pipeline_split) [I]")
     job = [('name', f'megatron-bridge-llama3-{size.lower()}-{system.lower()}'),
            ('model', f'{{family: llama, vocab: 128256, seq_len: 8192, layers: {L}, hidden: {h}, heads: {a}, kv_heads: 8, mlp_ratio: {r}, tied_embeddings: false}}'),
-           ('training', f'{{micro_batch: {mbs}, grad_accum: {ga}, precision: fp8}}'),
+           ('training', f'{{micro_batch: {mbs}, grad_accum: {ga}, precision: fp8, fp8_scaling: current}}'),
            ('parallel', '{' + par + layers + '}'),
            ('schedule', f'{{tp_comm_overlap: {"true" if tp > 1 else "false"}}}'),
            ('recompute', '{policy: none}')]

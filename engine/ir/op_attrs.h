@@ -92,6 +92,10 @@ struct OpAttrs {
   // its two operands (CastFp8's outputs, or a producer's FP8 output) and
   // runs at the GPU's FP8 rate (engine/passes/fp8_gemms.h).
   bool fp8 = false;
+  // CastFp8 (training.fp8_scaling current): the scale comes from the
+  // tensor's own amax, a pass of its own before the cast (the input read
+  // twice), and the cast writes both layouts (row- and column-major).
+  bool current_scaling = false;
   // GradNorm: the task writes this rank's share of the sum of squares (its
   // shard's part with a sharded optimizer, each gradient counted
   // 1/ParamInfo::copies), and summing all-reduces over the rank's groups

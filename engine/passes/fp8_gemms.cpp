@@ -55,7 +55,7 @@ bool sequenceGather(const Node& n) {
 
 class Fp8Planner {
  public:
-  explicit Fp8Planner(Graph& g) : g_(g) {
+  Fp8Planner(Graph& g, bool current) : g_(g), current_(current) {
     for (const Node& n : g.nodes) {
       for (int t : n.outputs) ++writers_[t];
       for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -81,8 +81,10 @@ class Fp8Planner {
       gather_inputs_[n.inputs[0]] += 1;
     }
     // Outputs written in FP8 by their producer: every reader an FP8 operand
-    // (or an FP8 gather).
+    // (or an FP8 gather). Under current scaling the producer cannot: the
+    // scale needs the finished tensor's amax.
     for (const Node& n : g_.nodes) {
+      if (current_) break;
       if (!castsItsOutput(n.op) || n.outputs.empty()) continue;
       const int y = n.outputs[0];
       Tensor& t = g_.tensor(y);
@@ -151,11 +153,13 @@ class Fp8Planner {
     c.inputs = {src};
     c.outputs = {copy};
     c.attrs.elements = g_.tensor(copy).elements();
+    c.attrs.current_scaling = current_;
     out.push_back(std::move(c));
     return copy;
   }
 
   Graph& g_;
+  bool current_ = false;  // training.fp8_scaling current
   std::unordered_map<int, int> writers_;
   std::unordered_map<int, int> bf16_readers_;
   std::unordered_set<int> fp8_operands_;  // tensors an FP8 GEMM reads as an operand
@@ -168,7 +172,7 @@ class Fp8Planner {
 
 int applyFp8Gemms(Graph& g, const JobSpec& job) {
   if (job.training.precision != Precision::FP8) return 0;
-  return Fp8Planner(g).run();
+  return Fp8Planner(g, job.training.fp8_scaling == Fp8Scaling::Current).run();
 }
 
 }  // namespace tandem

@@ -84,6 +84,7 @@ json toJson(const OpAttrs& a) {
   put("flash2", a.flash2, d.flash2);
   put("eager", a.eager, d.eager);
   put("parts", a.parts, d.parts);
+  put("current_scaling", a.current_scaling, d.current_scaling);
   return j;
 }
 
@@ -381,6 +382,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "flash2", a.flash2);
   optionalField(j, path, "eager", a.eager);
   optionalField(j, path, "parts", a.parts);
+  optionalField(j, path, "current_scaling", a.current_scaling);
 }
 
 void readValue(const json& j, const std::string& path, CollectiveInfo& c) {

@@ -388,6 +388,11 @@ void readTraining(JobReader& r, const YAML::Node& node, const std::string& node_
          if (!precision) r.fail(p, shown(s) + " is not a precision", "fp32, bf16, fp8");
          t.precision = *precision;
        }},
+      {"fp8_scaling",
+       [&](const YAML::Node& v, const std::string& p) {
+         t.fp8_scaling = r.readChoice<Fp8Scaling>(v, p, {{"delayed", Fp8Scaling::Delayed}, {"current", Fp8Scaling::Current}},
+                                                  "a way to scale FP8 GEMM inputs");
+       }},
       {"seed", [&](const YAML::Node& v, const std::string& p) { t.seed = r.readUint64(v, p); }},
   });
 }
@@ -984,6 +989,7 @@ std::string_view toString(MlpActivation a) { return a == MlpActivation::SquaredR
 std::string_view toString(AttentionKernel k) { return k == AttentionKernel::Flash2 ? "flash2" : "fused"; }
 std::string_view toString(FullRerun r) { return r == FullRerun::Needed ? "needed" : "block"; }
 std::string_view toString(Projections p) { return p == Projections::Separate ? "separate" : "fused"; }
+std::string_view toString(Fp8Scaling s) { return s == Fp8Scaling::Current ? "current" : "delayed"; }
 std::string_view toString(ElementwiseKernels k) { return k == ElementwiseKernels::Eager ? "eager" : "fused"; }
 
 std::string_view toString(ModelFamily f) {

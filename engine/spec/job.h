@@ -73,6 +73,17 @@ struct ModelSpec {
   int mlpHidden() const { return static_cast<int>(hidden * mlp_ratio + 0.5); }
 };
 
+// How FP8 GEMM inputs get their scales (training.fp8_scaling, with
+// precision fp8): Delayed, from an amax history of earlier steps
+// (Transformer Engine's DelayedScaling): the producing norm or activation
+// kernel writes its output in FP8 directly; Current, from the tensor's own
+// amax in this step (Transformer Engine's Float8CurrentScaling,
+// Megatron-Bridge's FP8-CS, torchao's tensorwise dynamic scaling): the
+// producer writes bf16, a pass finds the amax, and a cast writes the FP8
+// copy in both layouts Hopper's FP8 GEMMs need (row- and column-major, for
+// the gradient GEMMs).
+enum class Fp8Scaling { Delayed, Current };
+
 struct TrainingSpec {
   int micro_batch = 16;
   int grad_accum = 1;
@@ -86,6 +97,7 @@ struct TrainingSpec {
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0 disables clipping
   Precision precision = Precision::BF16;
+  Fp8Scaling fp8_scaling = Fp8Scaling::Delayed;
   uint64_t seed = 1337;
   bool operator==(const TrainingSpec&) const = default;
 };
@@ -390,6 +402,7 @@ std::string_view toString(MlpActivation a);
 std::string_view toString(AttentionKernel k);
 std::string_view toString(FullRerun r);
 std::string_view toString(Projections p);
+std::string_view toString(Fp8Scaling s);
 std::string_view toString(ElementwiseKernels k);
 
 }  // namespace tandem

@@ -105,6 +105,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("eps", yamlNumber(t.eps));
   field("grad_clip", yamlNumber(t.grad_clip));
   field("precision", std::string(toString(t.precision)));
+  if (t.fp8_scaling != Fp8Scaling::Delayed) field("fp8_scaling", std::string(toString(t.fp8_scaling)));
   field("seed", integer(t.seed));
   line("parallel:");
   field("data_parallel", integer(job.parallel.data_parallel));

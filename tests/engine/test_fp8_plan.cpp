@@ -112,6 +112,35 @@ TEST_CASE("FP8 plans: norms and activations write their GEMM inputs in FP8", "[p
     if (t.op == OpKind::Attention) CHECK(rp.buffers[size_t(t.writes[0])].dtype == DType::BF16);
 }
 
+TEST_CASE("FP8 plans with current scaling: producers write bf16, each cast reads twice and writes both layouts",
+          "[plan][fp8]") {
+  JobSpec job = fp8Job(true);
+  const Plan delayed = buildPlan(job);
+  job.training.fp8_scaling = Fp8Scaling::Current;
+  const Plan current = buildPlan(job);
+  const RankPlan& rp = current.programs[0];
+  int casts = 0;
+  for (const Task& t : rp.tasks) {
+    if (t.op == OpKind::RmsNorm || t.op == OpKind::SwiGlu || t.op == OpKind::SwiGluBwd)
+      CHECK(rp.buffers[size_t(t.writes[0])].dtype != DType::F8);
+    if (t.op != OpKind::CastFp8) continue;
+    ++casts;
+    INFO(t.name);
+    CHECK(t.attrs.current_scaling);
+    const int64_t in = rp.buffers[size_t(t.reads[0])].bytes, out = rp.buffers[size_t(t.writes[0])].bytes;
+    CHECK(t.bytes_read == 2 * in);
+    CHECK(t.bytes_written == 2 * out);
+  }
+  // Every GEMM input the producers wrote in FP8 is cast now.
+  int delayed_casts = 0;
+  for (const Task& t : delayed.programs[0].tasks) {
+    delayed_casts += t.op == OpKind::CastFp8;
+    if (t.op == OpKind::CastFp8) CHECK_FALSE(t.attrs.current_scaling);
+  }
+  CHECK(casts > delayed_casts);
+  requireFreshCopies(rp);
+}
+
 TEST_CASE("FP8 plans are refused by the executors with the reason", "[plan][fp8]") {
   const Plan plan = buildPlan(fp8Job(false));
   const auto refusal = gpuRunRefusal(plan);

@@ -225,6 +225,9 @@ TEST_CASE("canonical YAML round-trips every field", "[job]") {
   CHECK(jobs.front().yaml.find("attention_kernel") == std::string::npos);
   jobs.push_back(parseJob("recompute: {policy: full, rerun: needed}\n", "needed.yaml"));
   CHECK(jobs.back().recompute.rerun == FullRerun::Needed);
+  jobs.push_back(parseJob("training: {precision: fp8, fp8_scaling: current}\n", "cs.yaml"));
+  CHECK(jobs.back().training.fp8_scaling == Fp8Scaling::Current);
+  CHECK(jobs.front().yaml.find("fp8_scaling") == std::string::npos);
   jobs.push_back(parseJob("schedule: {projections: separate}\n", "separate.yaml"));
   CHECK(jobs.back().schedule.projections == Projections::Separate);
   CHECK(jobs.front().yaml.find("projections") == std::string::npos);
@@ -333,6 +336,8 @@ TEST_CASE("bad values and unknown keys fail with one line naming file, line, fie
        "'most' is not a recompute policy (allowed: none, selective, full, attention, alternate_gemms)"},
       {"schedule:\n  attention_kernel: flash3\n", {}, "bad.yaml:2: schedule.attention_kernel: ",
        "'flash3' is not an attention kernel (allowed: fused, flash2)"},
+      {"training:\n  fp8_scaling: block\n", {}, "bad.yaml:2: training.fp8_scaling: ",
+       "'block' is not a way to scale FP8 GEMM inputs (allowed: delayed, current)"},
       {"schedule:\n  projections: split\n", {}, "bad.yaml:2: schedule.projections: ",
        "'split' is not a way to run the projections (allowed: fused, separate)"},
       {"recompute:\n  rerun: some\n", {}, "bad.yaml:2: recompute.rerun: ",
