@@ -190,6 +190,7 @@ bool createGpu(Gpu& g, const std::vector<Shape>& shapes) {
 // algorithm, and the timings of its rounds.
 struct Gemm {
   bool fp8 = false;
+  int variant = 0;  // FP8GEMM descriptor variant that ran (kFp8Variants)
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
   cublasLtMatmulAlgo_t algo{};
@@ -199,9 +200,16 @@ struct Gemm {
   std::vector<std::pair<uint64_t, uint64_t>> bursts;
 };
 
+// How the FP8 descriptor is set, tried in order until one runs: 0 as
+// Transformer Engine sets it (per-tensor scale pointers, fast accumulation
+// in the forward only), 1 without the fast-accumulation attribute, 2
+// without scale pointers either (scales of 1).
+constexpr int kFp8Variants = 3;
+
 // The FP8 or BF16 GEMM of `sh`; the error when cuBLASLt has none.
-std::string createGemm(Gemm& gm, const Shape& sh, bool fp8, const Gpu& g) {
+std::string createGemm(Gemm& gm, const Shape& sh, bool fp8, const Gpu& g, int variant = 0) {
   gm.fp8 = fp8;
+  gm.variant = variant;
   const bool forward = sh.role == "forward";
   cublasLtMatmulDescCreate(&gm.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -215,10 +223,12 @@ std::string createGemm(Gemm& gm, const Shape& sh, bool fp8, const Gpu& g) {
     gm.A = g.a8, gm.B = forward ? g.b8_e4m3 : g.b8_e5m2;
     const float* sa = g.scales;
     const float* sb = g.scales + 1;
-    cublasLtMatmulDescSetAttribute(gm.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof(sa));
-    cublasLtMatmulDescSetAttribute(gm.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof(sb));
+    if (variant < 2) {
+      cublasLtMatmulDescSetAttribute(gm.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof(sa));
+      cublasLtMatmulDescSetAttribute(gm.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof(sb));
+    }
     const int8_t fast = forward ? 1 : 0;
-    cublasLtMatmulDescSetAttribute(gm.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast));
+    if (variant == 0) cublasLtMatmulDescSetAttribute(gm.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast));
   }
   cublasLtMatrixLayoutCreate(&gm.la, at, uint64_t(sh.k), uint64_t(sh.m), sh.k);
   cublasLtMatrixLayoutCreate(&gm.lb, bt, uint64_t(sh.k), uint64_t(sh.n), sh.k);
@@ -232,11 +242,20 @@ std::string createGemm(Gemm& gm, const Shape& sh, bool fp8, const Gpu& g) {
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(g.lt, gm.desc, gm.la, gm.lb, gm.ld, gm.ld, pref, 1, &res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-    return fmt::format("cuBLASLt has no {} algorithm for m={} n={} k={} (status {})", fp8 ? "FP8" : "BF16", sh.m, sh.n,
-                       sh.k, int(st));
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0 || res.state != CUBLAS_STATUS_SUCCESS)
+    return fmt::format("cuBLASLt has no {} algorithm for m={} n={} k={} (status {}, {})", fp8 ? "FP8" : "BF16", sh.m,
+                       sh.n, sh.k, cublasLtGetStatusString(st), cublasLtGetStatusString(res.state));
   gm.algo = res.algo;
   gm.ws = res.workspaceSize;
+  // One launch, checked: a GEMM that cannot run must not be timed as a
+  // fast one.
+  const float alpha = 1.f, beta = 0.f;
+  const cublasStatus_t run = cublasLtMatmul(g.lt, gm.desc, &alpha, gm.A, gm.la, gm.B, gm.lb, &beta, g.d, gm.ld, g.d,
+                                            gm.ld, &gm.algo, g.ws, g.ws_bytes, g.s);
+  const cudaError_t done = cudaStreamSynchronize(g.s);
+  if (run != CUBLAS_STATUS_SUCCESS || done != cudaSuccess)
+    return fmt::format("the {} GEMM m={} n={} k={} does not run: {}, {}", fp8 ? "FP8" : "BF16", sh.m, sh.n, sh.k,
+                       cublasLtGetStatusString(run), cudaGetErrorString(done));
   return "";
 }
 
@@ -351,14 +370,20 @@ int main(int argc, char** argv) {
   std::unique_ptr<tandem::profiler::PowerSampler> sampler = startSampler();
 #endif
   std::vector<Gemm> bf16(shapes.size()), fp8(shapes.size());
-  for (size_t i = 0; i < shapes.size(); ++i)
-    for (bool f : {false, true}) {
-      const std::string err = createGemm(f ? fp8[i] : bf16[i], shapes[i], f, g);
-      if (!err.empty()) {
-        fmt::print(stderr, "bench_fp8_gemm: {} ({} {} {})\n", err, shapes[i].model, shapes[i].gemm, shapes[i].role);
-        return 1;
-      }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    std::string err = createGemm(bf16[i], shapes[i], false, g);
+    for (int v = 0; err.empty() && v < kFp8Variants; ++v) {
+      const std::string fp8_err = createGemm(fp8[i], shapes[i], true, g, v);
+      if (fp8_err.empty()) break;
+      fmt::print(stderr, "bench_fp8_gemm: descriptor variant {}: {}\n", v, fp8_err);
+      destroyGemm(fp8[i]);
+      if (v + 1 == kFp8Variants) err = fp8_err;
     }
+    if (!err.empty()) {
+      fmt::print(stderr, "bench_fp8_gemm: {} ({} {} {})\n", err, shapes[i].model, shapes[i].gemm, shapes[i].role);
+      return 1;
+    }
+  }
   // Shape by shape, the two precisions alternating round by round, so both
   // see the same thermal state.
   for (size_t i = 0; i < shapes.size(); ++i)
@@ -385,9 +410,9 @@ int main(int argc, char** argv) {
     const double b = median(bf16[i].us), f = median(fp8[i].us);
     fmt::print("{{\"bench\":\"fp8_gemm\",\"gpu\":\"{}\",\"model\":\"{}\",\"gemm\":\"{}\",\"role\":\"{}\",\"m\":{},"
                "\"n\":{},\"k\":{},\"bf16_us\":{:.1f},\"fp8_us\":{:.1f},\"bf16_tflops\":{:.0f},\"fp8_tflops\":{:.0f},"
-               "\"speedup\":{:.3f},\"rounds\":{}{}}}\n",
+               "\"speedup\":{:.3f},\"fp8_variant\":{},\"rounds\":{}{}}}\n",
                prop.name, sh.model, sh.gemm, sh.role, sh.m, sh.n, sh.k, b, f, sh.flop() / b / 1e6,
-               sh.flop() / f / 1e6, b / f, o.rounds, clocks[i]);
+               sh.flop() / f / 1e6, b / f, fp8[i].variant, o.rounds, clocks[i]);
     if (sh.model == "square") continue;
     if (!layers.count(sh.model)) order.push_back(sh.model);
     LayerSum& l = layers[sh.model];

@@ -273,8 +273,13 @@ for s in "$@"; do
       # map applied (the run's stats record it).
       for s2 in "parallel.shard_optimizer=true" "parallel.shard_gradients=true" "parallel.shard_parameters=true"; do
         n=${s2%%=*}; n=${n#parallel.}
-        stage zero2_$n $B/tandem run default --gpus 1 --steps 20 --json --set $s2
-        grep '"step"' $OUT/zero2_$n.log | sed 's/,"ms".*//' > $OUT/zero2_$n.jsonl
+        stage zero2_$n $B/tandem run default --gpus 1 --steps 20 --json --set $s2 > /dev/null
+        grep '^{"step":' $OUT/zero2_$n.log | sed 's/,"ms".*//' > $OUT/zero2_$n.jsonl
+        echo "$n: $(wc -l < $OUT/zero2_$n.jsonl) steps, last $(tail -n 1 $OUT/zero2_$n.jsonl), $(grep -o '"median_ms":[0-9.]*' $OUT/zero2_$n.log)"
+      done
+      for n in shard_gradients shard_parameters; do
+        if cmp -s $OUT/zero2_shard_optimizer.jsonl $OUT/zero2_$n.jsonl; then echo "$n == shard_optimizer (loss, norm, lr) over 20 steps"
+        else echo "$n != shard_optimizer"; diff $OUT/zero2_shard_optimizer.jsonl $OUT/zero2_$n.jsonl | head -4; fi
       done
       $B/tandem place default --topology h200x2-nv18 --set parallel.data_parallel=1 --out /tmp/map.yaml > $OUT/place.log 2>&1
       stage placement $B/tandem run default --gpus 1 --steps 3 --placement /tmp/map.yaml --out /tmp/placed.sqlite
@@ -297,17 +302,25 @@ for s in "$@"; do
                "default:--set training.grad_accum=2"; do
         job=${v%%:*}; sets=${v#*:}; tag=$(echo "$job$sets" | tr -c 'a-z0-9' '_' | cut -c1-60); D=/tmp/ckpt_$tag
         rm -rf $D
-        $B/tandem run $job --gpus 1 --steps 40 --json $sets | grep '"step"' | sed 's/,"ms".*//' > $OUT/straight_$tag.jsonl
+        # Step lines only ({"step":N,...}): a resumed run also prints lines
+        # that name the step it resumed from.
+        $B/tandem run $job --gpus 1 --steps 40 --json $sets | grep '^{"step":' | sed 's/,"ms".*//' > $OUT/straight_$tag.jsonl
         $B/tandem run $job --gpus 1 --steps 20 --json $sets --checkpoint-dir $D --checkpoint-every 10 > /dev/null
-        $B/tandem run $job --gpus 1 --steps 40 --json $sets --checkpoint-dir $D --resume | grep '"step"' \
-          | sed 's/,"ms".*//' > $OUT/resumed_$tag.jsonl
+        $B/tandem run $job --gpus 1 --steps 40 --json $sets --checkpoint-dir $D --resume > $OUT/resumed_$tag.log
+        grep '^{"step":' $OUT/resumed_$tag.log | sed 's/,"ms".*//' > $OUT/resumed_$tag.jsonl
         if cmp -s <(tail -n 20 $OUT/straight_$tag.jsonl) $OUT/resumed_$tag.jsonl; then
-          echo "=== resume $tag: steps 21-40 identical"; else echo "=== resume $tag: DIFFER"; fi
+          echo "=== resume $tag: steps 21-40 identical ($(wc -l < $OUT/resumed_$tag.jsonl) resumed steps)"
+        else
+          echo "=== resume $tag: DIFFER"; diff <(tail -n 20 $OUT/straight_$tag.jsonl) $OUT/resumed_$tag.jsonl | head -6
+          grep -v '^{"step":' $OUT/resumed_$tag.log | head -5
+        fi
+        tail -n 1 $OUT/straight_$tag.jsonl
       done
       rm -rf /tmp/ckpt_restarts
       TANDEM_TEST_KILL_AFTER_STEPS=15,30 stage restarts $B/tandem run default --gpus 1 --steps 40 \
         --checkpoint-dir /tmp/ckpt_restarts --checkpoint-every 5 --restarts 2
       grep -E "restart|step +40" $OUT/restarts.log
+      echo "uninterrupted run's step 40: $(tail -n 1 $OUT/straight_default_.jsonl)"
       unset TANDEM_GEMM_TUNING ;;
     checkpoint2)
       # The same on two GPUs (a process per rank, each writing its part,
@@ -328,7 +341,7 @@ for s in "$@"; do
       # limit (the simulator's FP8 cost, docs/simulator.md), at the 8192
       # tokens of the published recipes and at 16384.
       stage fp8_gemm $B/bench_fp8_gemm --rounds 3
-      stage fp8_gemm_16k $B/bench_fp8_gemm --rounds 3 --tokens 16384 ;;
+      [ "${FP8_16K:-1}" = 1 ] && stage fp8_gemm_16k $B/bench_fp8_gemm --rounds 3 --tokens 16384 ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done
