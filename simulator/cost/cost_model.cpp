@@ -242,6 +242,27 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
         }
         cal.ops[*kind] = std::move(oc);
       }
+    } else if (key == "fp8_gemm_speedup") {
+      if (!kv.second.IsMap()) fail(source, kv.second, "fp8_gemm_speedup: expected a map of GEMM op kinds");
+      for (const auto& op : kv.second) {
+        const std::string name = op.first.as<std::string>();
+        const auto kind = parseOpKind(name);
+        if (!kind || (*kind != OpKind::Matmul && *kind != OpKind::MatmulBwdData && *kind != OpKind::MatmulBwdWeight))
+          fail(source, op.first,
+               "fp8_gemm_speedup." + name + ": not a GEMM op kind (allowed: matmul, matmul_bwd_data, matmul_bwd_weight)");
+        const std::string what = "fp8_gemm_speedup." + name;
+        if (!op.second.IsSequence() || op.second.size() == 0)
+          fail(source, op.second, what + ": expected a list of [gflop, speedup]");
+        auto& points = cal.fp8_gemm_speedup[*kind];
+        for (const auto& pt : op.second) {
+          if (!pt.IsSequence() || pt.size() != 2) fail(source, pt, what + ": each entry is [gflop, speedup]");
+          const double gflop = number(source, pt[0], what + " gflop", 1e-6, 1e9);
+          const double speedup = number(source, pt[1], what + " speedup", 0.1, 10.0);
+          if (!points.empty() && gflop <= points.back().first)
+            fail(source, pt, what + ": GFLOP must be ascending");
+          points.push_back({gflop, speedup});
+        }
+      }
     } else if (key == "collectives") {
       if (!kv.second.IsSequence()) fail(source, kv.second, "collectives: expected a list");
       for (const auto& item : kv.second) {
@@ -286,7 +307,7 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
       fail(source, kv.first,
            key + ": unknown key (allowed: version, gpu, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, "
                  "step_overhead_ns, multi_rank_launch_ns, kernel_overlap_efficiency, kernel_sharing, "
-                 "collective_start_wait, collective_beside, ops, collectives)");
+                 "collective_start_wait, collective_beside, fp8_gemm_speedup, ops, collectives)");
     }
   }
   return cal;
@@ -605,6 +626,34 @@ Task gemmPart(const Task& task, int64_t width) {
 
 }  // namespace
 
+std::optional<RooflineCostModel::TaskTime> RooflineCostModel::fp8FromBf16Time(const Task& task,
+                                                                             const DeviceSpec& device,
+                                                                             Precision precision) const {
+  const auto table = calibration_.fp8_gemm_speedup.find(costOpKind(task));
+  if (!task.attrs.fp8 || table == calibration_.fp8_gemm_speedup.end() || task.fused_into >= 0) return std::nullopt;
+  // The same GEMM in bf16: its operands twice the bytes.
+  Task bf16 = task;
+  bf16.attrs.fp8 = false;
+  bf16.bytes_read *= 2;
+  const TaskTime t = ownKernelTime(bf16, device, precision);
+  const auto& points = table->second;
+  const double gflop = std::max(task.flops * 1e-9, 1e-9);
+  double speedup = points.front().second;
+  if (gflop >= points.back().first) {
+    speedup = points.back().second;
+  } else if (gflop > points.front().first) {
+    const auto hi = std::upper_bound(points.begin(), points.end(), gflop,
+                                     [](double g, const std::pair<double, double>& p) { return g < p.first; });
+    const auto lo = hi - 1;
+    const double w = std::log(gflop / lo->first) / std::log(hi->first / lo->first);
+    speedup = lo->second + w * (hi->second - lo->second);
+  }
+  // The launch stays; the kernel's time shrinks, never below the FP8 peak.
+  const double kernel = double(std::max<int64_t>(0, t.ns - params_.launch_overhead_ns)) / speedup;
+  const double floor = device.fp8_flops > 0 ? task.flops / (device.fp8_flops * 1e-9) : 0;
+  return TaskTime{params_.launch_overhead_ns + int64_t(std::ceil(std::max(kernel, floor))), t.source};
+}
+
 RooflineCostModel::TaskTime RooflineCostModel::separateGemmsTime(const Task& task, const DeviceSpec& device,
                                                                 Precision precision) const {
   TaskTime sum{0, TimeSource::Measured};
@@ -636,6 +685,7 @@ RooflineCostModel::TaskTime RooflineCostModel::ownKernelTime(const Task& task, c
   // A calibration measured the fused attention kernels, not these.
   if (task.attrs.materialized && (task.op == OpKind::Attention || task.op == OpKind::AttentionBwd))
     return {materializedAttentionNs(task, device, precision), from(TimeSource::Roofline)};
+  if (const auto fp8 = fp8FromBf16Time(task, device, precision)) return *fp8;
   // A GELU backward that launches the DGELU GEMM (placed there by memory)
   // runs a GEMM: the roofline takes the data-gradient GEMM's efficiencies.
   const OpKind roofline_op = costOpKind(task);

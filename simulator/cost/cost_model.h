@@ -135,6 +135,13 @@ struct Calibration {
   // Two entries are not task roles: kNoKernelBeside (no kernel ran beside
   // it) and kUnseenKernelBeside (a role the calibration never saw).
   std::map<std::string, double> collective_beside;
+  // Per GEMM op kind (matmul, matmul_bwd_data, matmul_bwd_weight): how much
+  // faster the FP8 GEMM of a shape runs than its BF16 one, as (GFLOP,
+  // speedup) points in ascending GFLOP (bench_fp8_gemm at the power limit).
+  // An FP8 GEMM of such a kind takes its bf16 time, calibrated or not, over
+  // the speedup interpolated in log GFLOP (the end points beyond them);
+  // kinds not listed take the roofline at the FP8 peak.
+  std::map<OpKind, std::vector<std::pair<double, double>>> fp8_gemm_speedup;
 };
 inline constexpr const char* kNoKernelBeside = "(none)";
 inline constexpr const char* kUnseenKernelBeside = "(other)";
@@ -284,6 +291,9 @@ class RooflineCostModel : public CostModel {
   // A fused GEMM the framework runs as separate GEMMs (OpAttrs::parts):
   // the parts' times summed.
   TaskTime separateGemmsTime(const Task& task, const DeviceSpec& device, Precision precision) const;
+  // An FP8 GEMM under a measured speedup table (Calibration::fp8_gemm_speedup):
+  // nothing when its op kind has none.
+  std::optional<TaskTime> fp8FromBf16Time(const Task& task, const DeviceSpec& device, Precision precision) const;
   // A chain of another framework's kernels, each timed by its roofline at
   // the elementwise ops' efficiencies, with a launch each.
   int64_t chainNs(const std::vector<PassKernel>& kernels, const DeviceSpec& device) const;

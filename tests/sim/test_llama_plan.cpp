@@ -159,6 +159,46 @@ TEST_CASE("an FP8 Llama replays its block GEMMs at the FP8 peak, and needs GPUs 
                     Catch::Contains("has no FP8 tensor cores"));
 }
 
+TEST_CASE("a measured FP8 speedup table times FP8 GEMMs from their bf16 time", "[engine][llama][fp8]") {
+  JobSpec job = smallLlama();
+  const Plan bf16_plan = buildPlan(job);
+  job.training.precision = Precision::FP8;
+  const Plan fp8_plan = buildPlan(job);
+  const Calibration cal = parseCalibration(
+      "fp8_gemm_speedup:\n  matmul: [[1, 1.2], [1000, 1.6]]\n  matmul_bwd_data: [[1, 1.5]]\n", "fp8.yaml");
+  const RooflineCostModel measured(RooflineParams::defaults(), cal), roofline;
+  const DeviceSpec h100 = loadTopology("dgx-h100").devices.at(0);
+  const int64_t launch = roofline.params().launch_overhead_ns;
+  int checked = 0;
+  for (const Task& t : fp8_plan.programs[0].tasks) {
+    if (!t.attrs.fp8) continue;
+    // The bf16 plan's task of the same name.
+    const Task* b = nullptr;
+    for (const Task& u : bf16_plan.programs[0].tasks)
+      if (u.name == t.name) b = &u;
+    REQUIRE(b != nullptr);
+    const double bf16_kernel = double(roofline.taskNs(*b, h100, Precision::BF16) - launch);
+    const double gflop = t.flops * 1e-9;
+    INFO(t.name << " " << gflop << " GFLOP");
+    if (t.op == OpKind::Matmul) {
+      // Interpolated in log GFLOP between 1.2 at 1 and 1.6 at 1000.
+      const double s = gflop <= 1 ? 1.2 : gflop >= 1000 ? 1.6 : 1.2 + 0.4 * std::log(gflop) / std::log(1000.0);
+      CHECK(double(measured.taskNs(t, h100, Precision::BF16) - launch) == Approx(bf16_kernel / s).epsilon(1e-3));
+      ++checked;
+    } else if (t.op == OpKind::MatmulBwdData) {
+      CHECK(double(measured.taskNs(t, h100, Precision::BF16) - launch) == Approx(bf16_kernel / 1.5).epsilon(1e-3));
+    } else {
+      // Not in the table: the roofline at the FP8 peak.
+      CHECK(measured.taskNs(t, h100, Precision::BF16) == roofline.taskNs(t, h100, Precision::BF16));
+    }
+  }
+  CHECK(checked > 0);
+  CHECK_THROWS_WITH(parseCalibration("fp8_gemm_speedup:\n  attention: [[1, 1.5]]\n", "bad.yaml"),
+                    Catch::Contains("bad.yaml:2") && Catch::Contains("not a GEMM op kind"));
+  CHECK_THROWS_WITH(parseCalibration("fp8_gemm_speedup:\n  matmul: [[10, 1.5], [5, 1.6]]\n", "bad.yaml"),
+                    Catch::Contains("GFLOP must be ascending"));
+}
+
 TEST_CASE("receives posted ahead of their data do not slow the kernels beside them", "[engine][llama][pp]") {
   // Llama 2 70B as shipped (4 stages of 2 interleaved chunks, 64
   // micro-batches) against one chunk per stage: the first stage runs the
