@@ -26,13 +26,21 @@
 // One JSON object per shape, then one per model: the layer's GEMM time in
 // BF16 and FP8 over its twelve GEMMs, and the speedup.
 //
-//   bench_fp8_gemm [--tokens N] [--rounds N] [--sustain-ms T] [--burst-ms T]
+// --yaml FILE writes the measured speedups as a calibration's
+// fp8_gemm_speedup section (docs/simulator.md): per GEMM role, [GFLOP,
+// speedup] in ascending GFLOP (shapes of equal GFLOP averaged), to paste
+// into the GPU's calibration file.
+//
+//   bench_fp8_gemm [--tokens N] [--rounds N] [--sustain-ms T] [--burst-ms T] [--yaml FILE]
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -55,17 +63,19 @@ struct Options {
   int64_t tokens = 8192;
   int rounds = 3;
   double sustain_ms = 150, burst_ms = 25;
+  std::string yaml;  // --yaml FILE: the fp8_gemm_speedup section
 };
 
 Options parseOptions(int argc, char** argv) {
   Options o;
-  tandem::bench::ArgReader args("bench_fp8_gemm", "[--tokens N] [--rounds N] [--sustain-ms T] [--burst-ms T]", argc,
-                                argv);
+  tandem::bench::ArgReader args("bench_fp8_gemm",
+                                "[--tokens N] [--rounds N] [--sustain-ms T] [--burst-ms T] [--yaml FILE]", argc, argv);
   while (args.next()) {
     if (args.is("--tokens")) o.tokens = args.integer(16, 65536);
     else if (args.is("--rounds")) o.rounds = int(args.integer(1, 99));
     else if (args.is("--sustain-ms")) o.sustain_ms = args.number(0, 60000);
     else if (args.is("--burst-ms")) o.burst_ms = args.number(1, 10000);
+    else if (args.is("--yaml")) o.yaml = args.text();
     else args.unknown();
   }
   if (o.tokens % 16 != 0) args.fail("--tokens must be a multiple of 16 (FP8 GEMMs need leading dimensions of 16)");
@@ -424,6 +434,35 @@ int main(int argc, char** argv) {
                "\"fp8_us\":{:.1f},\"bf16_tflops\":{:.0f},\"fp8_tflops\":{:.0f},\"speedup\":{:.3f}}}\n",
                m, o.tokens, l.gemms, l.bf16_us, l.fp8_us, l.flop / l.bf16_us / 1e6, l.flop / l.fp8_us / 1e6,
                l.bf16_us / l.fp8_us);
+  }
+  if (!o.yaml.empty()) {
+    // Per role (the simulator's op kind), GFLOP -> speedups measured there.
+    std::map<std::string, std::map<double, std::vector<double>>> by_role;
+    const std::map<std::string, std::string> kind = {
+        {"forward", "matmul"}, {"backward_data", "matmul_bwd_data"}, {"backward_weight", "matmul_bwd_weight"}};
+    for (size_t i = 0; i < shapes.size(); ++i)
+      by_role[kind.at(shapes[i].role)][std::round(shapes[i].flop() * 1e-9 * 1000) / 1000].push_back(
+          median(bf16[i].us) / median(fp8[i].us));
+    std::ofstream out(o.yaml + ".tmp");
+    out << fmt::format("# bench_fp8_gemm on {}, {} tokens per micro-batch, median of {} rounds\nfp8_gemm_speedup:\n",
+                       prop.name, o.tokens, o.rounds);
+    for (const auto& [role, points] : by_role) {
+      out << "  " << role << ": [";
+      bool first = true;
+      for (const auto& [gflop, s] : points) {
+        double mean = 0;
+        for (double x : s) mean += x / double(s.size());
+        out << fmt::format("{}[{}, {:.3f}]", first ? "" : ", ", gflop, mean);
+        first = false;
+      }
+      out << "]\n";
+    }
+    out.close();
+    if (!out || std::rename((o.yaml + ".tmp").c_str(), o.yaml.c_str()) != 0) {
+      fmt::print(stderr, "bench_fp8_gemm: cannot write {}\n", o.yaml);
+      std::remove((o.yaml + ".tmp").c_str());
+      return 1;
+    }
   }
   for (size_t i = 0; i < shapes.size(); ++i) destroyGemm(bf16[i]), destroyGemm(fp8[i]);
   cublasLtDestroy(g.lt);

@@ -340,7 +340,8 @@ for s in "$@"; do
       # What FP8 GEMMs of Llama 3.1 layers gain over BF16 at the power
       # limit (the simulator's FP8 cost, docs/simulator.md), at the 8192
       # tokens of the published recipes and at 16384.
-      stage fp8_gemm $B/bench_fp8_gemm --rounds 3
+      stage fp8_gemm $B/bench_fp8_gemm --rounds 3 --yaml $OUT/fp8_gemm_speedup.yaml
+      cat $OUT/fp8_gemm_speedup.yaml
       [ "${FP8_16K:-1}" = 1 ] && stage fp8_gemm_16k $B/bench_fp8_gemm --rounds 3 --tokens 16384 ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
