@@ -282,7 +282,9 @@ struct ScheduleSpec {
 };
 
 // What full recompute runs again of a block (recompute.rerun): Block, its
-// whole forward, every op, as Megatron-LM's checkpoint and PyTorch's run it;
+// whole forward, every op, as Megatron-LM's checkpoint runs it (PyTorch's
+// non-reentrant checkpoint stops after the MLP's output GEMM, the last op
+// that saves a tensor);
 // Needed, only the ops whose outputs the block's backward reads, which
 // leaves out the MLP's output GEMM, its tensor-parallel sum and the
 // residual add (tandem's executors can; no framework does).
