@@ -131,11 +131,8 @@ class Recomputer {
         rc.name.replace(pos, qkv ? 14 : 12, qkv ? ".attn.k.recompute." : ".mlp.up.recompute.");
       rc.attrs.n = parts[1];
       rc.attrs.has_bias = false;
-      for (int& in : rc.inputs) {
-        if (auto it = twin_.find(in); it != twin_.end()) in = it->second;
-        else if (dropped(in)) in = ensure(in, out);
-      }
       rc.inputs.resize(2);  // the input and the weight, no bias
+      recomputedInputs(rc, out);
       Tensor part = g_.tensor(rc.outputs.front());
       part.name += qkv ? ".k.rc" : ".up.rc";
       part.role += ".part";
@@ -145,17 +142,22 @@ class Recomputer {
     }
   }
 
-  // Emits the recompute twin of forward node `fwd`: its inputs the twins
-  // made before or, where dropped, made now.
+  // A recomputed node's inputs: the twins made before or, where dropped,
+  // made now.
+  void recomputedInputs(Node& rc, std::vector<Node>& out) {
+    for (int& in : rc.inputs) {
+      if (auto it = twin_.find(in); it != twin_.end()) in = it->second;
+      else if (dropped(in)) in = ensure(in, out);
+    }
+  }
+
+  // Emits the recompute twin of forward node `fwd`.
   void emit(const Node& fwd, std::vector<Node>& out) {
     Node rc = fwd;
     rc.phase = Phase::Recompute;
     if (auto pos = rc.name.find(".fwd."); pos != std::string::npos)
       rc.name.replace(pos, 5, ".recompute.");
-    for (int& in : rc.inputs) {
-      if (auto it = twin_.find(in); it != twin_.end()) in = it->second;
-      else if (dropped(in)) in = ensure(in, out);
-    }
+    recomputedInputs(rc, out);
     for (int& o : rc.outputs) {
       Tensor copy = g_.tensor(o);
       copy.name += ".rc";

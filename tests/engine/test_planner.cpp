@@ -718,7 +718,6 @@ std::map<std::tuple<int, int, OpKind>, int> opsOf(const Plan& plan, Phase phase)
     if (t.layer >= 0 && t.kind != TaskKind::SendRecv && t.phase == phase) ++ops[{t.layer, t.micro_batch, t.op}];
   return ops;
 }
-std::map<std::tuple<int, int, OpKind>, int> recomputedOps(const Plan& plan) { return opsOf(plan, Phase::Recompute); }
 int gemmsOf(const std::map<std::tuple<int, int, OpKind>, int>& ops) {
   int n = 0;
   for (const auto& [key, count] : ops)
@@ -738,14 +737,14 @@ TEST_CASE("Full recompute runs each block's forward again whole, as Megatron-LM'
     // reads (the MLP's output GEMM and the residual add after it).
     const Plan plan = buildPlan(job);
     const auto forward = opsOf(plan, Phase::Forward);
-    const auto recomputed = recomputedOps(plan);
+    const auto recomputed = opsOf(plan, Phase::Recompute);
     CHECK(forward.size() >= size_t(job.model.layers * 2 * 5));
     CHECK(recomputed == forward);
     CHECK(gemmsOf(recomputed) == 4 * job.model.layers * 2);
     // rerun: needed leaves out the MLP's output GEMM (and the residual add
     // after it): nothing the backward reads comes from them.
     job.recompute.rerun = FullRerun::Needed;
-    CHECK(gemmsOf(recomputedOps(buildPlan(job))) == 3 * job.model.layers * 2);
+    CHECK(gemmsOf(opsOf(buildPlan(job), Phase::Recompute)) == 3 * job.model.layers * 2);
   }
 }
 
