@@ -1225,6 +1225,15 @@ std::string calibrationToYaml(const CalibrationResult& r) {
                      why(fmt::format("median over {} collectives that became ready beside a kernel: their start as "
                                      "a share of its remaining time",
                                      r.collective_start_wait_samples)));
+  if (!r.calibration.fp8_gemm_speedup.empty()) {
+    y += "fp8_gemm_speedup:  # FP8 over BF16 speed of a GEMM by GFLOP, [gflop, speedup] (bench_fp8_gemm)\n";
+    for (const auto& [op, points] : r.calibration.fp8_gemm_speedup) {
+      std::string list;
+      for (const auto& [gflop, speedup] : points)
+        list += fmt::format("{}[{:.6g}, {:.4g}]", list.empty() ? "" : ", ", gflop, speedup);
+      y += fmt::format("  {}: [{}]\n", toString(op), list);
+    }
+  }
   y += r.ops.empty() ? "ops: {}\n" : "ops:\n";  // an empty map still parses
   for (const OpFitReport& rep : r.ops) {
     const OpCalibration& oc = r.calibration.ops.at(rep.op);

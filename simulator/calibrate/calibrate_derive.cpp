@@ -53,6 +53,12 @@ CalibrationResult deriveCalibration(const std::string& source_yaml, const std::s
   c.step_overhead_ns = src.step_overhead_ns;
   c.kernel_overlap_efficiency = src.kernel_overlap_efficiency;
   c.kernel_sharing = src.kernel_sharing;
+  // FP8 over BF16 speed is a ratio of two GEMMs on the same tensor cores:
+  // kept where the target has an FP8 peak in the same ratio to its BF16 one
+  // (H100 and H200: one GH100 at one power limit), dropped elsewhere.
+  const bool same_fp8_ratio = from.fp8_flops > 0 && to.fp8_flops > 0 &&
+                              std::abs(to.fp8_flops / to.bf16_flops - from.fp8_flops / from.bf16_flops) < 1e-6;
+  if (same_fp8_ratio) c.fp8_gemm_speedup = src.fp8_gemm_speedup;
   const std::string name = std::filesystem::path(source_name).filename().string();
   r.provenance.push_back(fmt::format(
       "derived for the {} from {} (measured on {}): kernel times beyond each kind's fixed cost scaled by the "
@@ -60,6 +66,11 @@ CalibrationResult deriveCalibration(const std::string& source_yaml, const std::s
       "memory {:.0f} -> {:.0f} GB/s; launch, step overheads and kernel sharing kept",
       gpu_name, name, src.gpu.empty() ? "an unnamed GPU" : src.gpu, from.bf16_flops / 1e12, to.bf16_flops / 1e12,
       from.hbm_gbps, to.hbm_gbps));
+  if (!src.fp8_gemm_speedup.empty())
+    r.provenance.push_back(same_fp8_ratio
+                               ? "fp8_gemm_speedup kept: the same FP8 to BF16 peak ratio on both GPUs"
+                               : "fp8_gemm_speedup dropped: the GPUs' FP8 to BF16 peak ratios differ (or one has no "
+                                 "FP8), FP8 GEMMs take the roofline at the FP8 peak");
   for (const auto& [op, oc] : src.ops) {
     if (oc.shapes.empty() && !oc.all_shapes.has_fit && oc.all_shapes.ns == 0) {
       r.fused_ops.push_back(op);  // fused into another task's kernel on either GPU

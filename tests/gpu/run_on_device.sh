@@ -6,7 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout setup zero2 pytorchtrace checkpoint checkpoint2
-#         fp8gemm
+#         checkpointkill fp8gemm
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -343,6 +343,39 @@ for s in "$@"; do
       stage fp8_gemm $B/bench_fp8_gemm --rounds 3 --yaml $OUT/fp8_gemm_speedup.yaml
       cat $OUT/fp8_gemm_speedup.yaml
       [ "${FP8_16K:-1}" = 1 ] && stage fp8_gemm_16k $B/bench_fp8_gemm --rounds 3 --tokens 16384 ;;
+    checkpointkill)
+      # Issue 51 on one GPU: the run killed (SIGKILL) at random moments while
+      # it saves a checkpoint after every step, then resumed; every resume
+      # must start from a complete checkpoint and give the losses of a run
+      # never stopped. KILL_TRIALS trials (20), the tiny job (its steps take
+      # about a millisecond, so most of the run is saving).
+      export TANDEM_GEMM_TUNING=0; S=400
+      $B/tandem run tiny --gpus 1 --steps $S --json | grep '^{"step":' | sed 's/,"ms".*//' > $OUT/kill_straight.jsonl
+      echo "=== checkpointkill: uninterrupted run $(wc -l < $OUT/kill_straight.jsonl) steps"
+      for t in $(seq 1 ${KILL_TRIALS:-20}); do
+        D=/tmp/ckpt_kill_$t; rm -rf $D
+        ms=$(python3 -c "import random; random.seed($t); print(random.randint(300, 4000))")
+        $B/tandem run tiny --gpus 1 --steps $S --json --checkpoint-dir $D --checkpoint-every 1 --keep 2 \
+          > $OUT/kill_$t.log 2>&1 &
+        pid=$!; sleep $(python3 -c "print($ms / 1000)"); kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
+        partial=0; for d in $D/*/; do [ -d "$d" ] && [ ! -e "$d/manifest.json" ] && partial=$((partial + 1)); done
+        $B/tandem run tiny --gpus 1 --steps $S --json --checkpoint-dir $D --resume 2>&1 | grep '^{"step":' \
+          | sed 's/,"ms".*//' > $OUT/kill_resumed_$t.jsonl
+        python3 - $OUT/kill_straight.jsonl $OUT/kill_resumed_$t.jsonl $S $t $ms $partial <<'PY'
+import json, sys
+straight = {json.loads(l)["step"]: l for l in open(sys.argv[1])}
+resumed = [l for l in open(sys.argv[2])]
+steps = [json.loads(l)["step"] for l in resumed]
+S, t, ms, partial = int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+first = steps[0] if steps else None
+ok = bool(steps) and steps == list(range(first, first + len(steps))) and steps[-1] == max(straight) \
+     and all(straight.get(json.loads(l)["step"]) == l for l in resumed)
+print(f"kill trial {t}: killed after {ms} ms, {partial} checkpoint(s) without manifest, resumed at step {first}, "
+      f"{len(steps)} steps, {'identical' if ok else 'DIFFER'}")
+PY
+        rm -rf $D
+      done
+      unset TANDEM_GEMM_TUNING ;;
     *) echo "=== unknown stage '$s' (see the list at the top of $0)" ;;
   esac
 done

@@ -56,3 +56,33 @@ collectives:
   CHECK_THROWS_WITH(deriveCalibration(old, "old.yaml", h200, h100, "NVIDIA H100"),
                     Catch::Contains("m=8192 c=4096") && Catch::Contains("no recorded work"));
 }
+
+TEST_CASE("a measured FP8 speedup table is written back, kept for a GPU of the same FP8 ratio and dropped for one "
+          "without FP8",
+          "[calibrate][derive][fp8]") {
+  const char* yaml = R"(version: 1
+gpu: "NVIDIA H200"
+fp8_gemm_speedup:
+  matmul: [[12.5, 1.21], [800, 1.58]]
+  matmul_bwd_weight: [[40, 1.3]]
+ops:
+  matmul:
+    fit: {base_ns: 3000, ns_per_gflop: 1200, ns_per_mb: 10}
+    shapes:
+      "m=8192 n=4096 k=4096": {ns: 403000, gflop: 274.9, mb: 134.2, from: sweep}
+)";
+  const DeviceSpec h200 = *gpuModelSpec("H200"), h100 = *gpuModelSpec("H100"), a100 = *gpuModelSpec("A100-80GB");
+  const CalibrationResult to_h100 = deriveCalibration(yaml, "h200.yaml", h200, h100, "NVIDIA H100");
+  const Calibration back = parseCalibration(calibrationToYaml(to_h100), "h100.yaml");
+  REQUIRE(back.fp8_gemm_speedup.size() == 2);
+  const auto& fwd = back.fp8_gemm_speedup.at(OpKind::Matmul);
+  REQUIRE(fwd.size() == 2);
+  CHECK(fwd[0].first == Approx(12.5));
+  CHECK(fwd[1].second == Approx(1.58));
+  CHECK(back.fp8_gemm_speedup.at(OpKind::MatmulBwdWeight)[0].second == Approx(1.3));
+  CHECK_THAT(calibrationToYaml(to_h100), Catch::Contains("fp8_gemm_speedup kept"));
+
+  const CalibrationResult to_a100 = deriveCalibration(yaml, "h200.yaml", h200, a100, "NVIDIA A100-80GB");
+  CHECK(parseCalibration(calibrationToYaml(to_a100), "a100.yaml").fp8_gemm_speedup.empty());
+  CHECK_THAT(calibrationToYaml(to_a100), Catch::Contains("fp8_gemm_speedup dropped"));
+}
