@@ -2,21 +2,28 @@
 // Typed access to the buffers of one rank's arena for the CPU executor.
 // fp32 buffers are used in place; bf16 buffers are widened to float scratch
 // on access and rounded back (ties to even) when the task commits, which is
-// exactly the storage precision a bf16 job has on the GPU.
+// exactly the storage precision a bf16 job has on the GPU. FP8 buffers
+// (training.precision fp8) likewise: read as their codes' values over the
+// scale they were written with, and cast on commit with the scale the
+// rank's Fp8Scales gives the writing task (engine/cpu/fp8_scales.h).
 
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "engine/cpu/fp8_scales.h"
 #include "engine/plan/plan.h"
 
 namespace tandem::cpu {
 
 class TaskBuffers {
  public:
-  TaskBuffers(std::byte* arena, const RankPlan& rp) : arena_(arena), rp_(rp) {}
+  TaskBuffers(std::byte* arena, const RankPlan& rp, Fp8Scales* fp8 = nullptr) : arena_(arena), rp_(rp), fp8_(fp8) {}
   ~TaskBuffers() = default;
+  // The task whose writes the next commit casts (FP8 buffers take their
+  // scale and format from it).
+  void setTask(const Task* task) { task_ = task; }
 
   // Read-only float view of a buffer.
   const float* in(int buffer);
@@ -43,8 +50,13 @@ class TaskBuffers {
   std::byte* address(int buffer) const { return arena_ + rp_.buffers[buffer].offset; }
   Scratch& scratchFor(int buffer);
 
+  std::vector<float> loadFp8(int buffer) const;
+  void storeFp8(int buffer, const std::vector<float>& values);
+
   std::byte* arena_;
   const RankPlan& rp_;
+  Fp8Scales* fp8_ = nullptr;
+  const Task* task_ = nullptr;
   std::vector<Scratch> scratch_;
 };
 

@@ -122,6 +122,8 @@ struct CpuExecutor::Impl {
   int pending_update = -1;
   bool updates_at_start = false;  // the plan has such tasks
   std::vector<double> loss_sums;  // per rank, this step
+  // training.precision fp8: each rank's FP8 scales (empty otherwise).
+  std::vector<std::unique_ptr<Fp8Scales>> fp8;
   // One in-process backend per process group; a rank's collective on a
   // group name runs in the group of that name that contains it, where the
   // rank has a place (its index in the group's ranks).
@@ -138,10 +140,6 @@ struct CpuExecutor::Impl {
   const RankPlan& programOf(int rank) const { return *program_of.at(size_t(rank)); }
 
   explicit Impl(const Plan& p) : plan(p) {
-    if (plan.job.training.precision == Precision::FP8)
-      throw std::runtime_error(
-          "cpu executor: FP8 GEMMs (training.precision fp8) are planned and simulated; the CPU reference has no FP8 "
-          "arithmetic yet (train the job as bf16)");
     program_of.assign(size_t(plan.world_size), nullptr);
     for (const RankPlan& rp : plan.programs) {
       for (int r : rp.ranks) {
@@ -156,6 +154,21 @@ struct CpuExecutor::Impl {
     for (int r = 0; r < plan.world_size; ++r)
       if (!program_of[size_t(r)]) throw std::runtime_error(fmt::format("cpu executor: no program for rank {}", r));
     data = makeTokenSource(plan.job);
+    if (plan.job.training.precision == Precision::FP8) {
+      // FP8 copies gathered over a group would need the group's common scale
+      // (Transformer Engine reduces the amax over it first): not run here yet.
+      for (const RankPlan& rp : plan.programs)
+        for (const Task& t : rp.tasks)
+          if (t.collective && std::any_of(t.writes.begin(), t.writes.end(), [&](int b) {
+                return rp.buffers[size_t(b)].dtype == DType::F8;
+              }))
+            throw std::runtime_error(fmt::format(
+                "cpu executor: {} moves FP8 copies between ranks (sequence parallelism with training.precision "
+                "fp8); the CPU reference does not run FP8 collectives yet",
+                t.name));
+      const bool current = plan.job.training.fp8_scaling == Fp8Scaling::Current;
+      for (int r = 0; r < plan.world_size; ++r) fp8.push_back(std::make_unique<Fp8Scales>(programOf(r), current));
+    }
     arenas.resize(size_t(plan.world_size));
     for (int r = 0; r < plan.world_size; ++r) arenas[size_t(r)].assign(size_t(programOf(r).memory.arena_bytes), {});
     for (const ProcessGroup& g : plan.groups) {
@@ -280,6 +293,9 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
     }
     case OpKind::GradNorm:
       runGradNorm(rank, t, io);
+      break;
+    case OpKind::CastFp8:  // the commit casts with the task's scale (Fp8Scales)
+      std::memcpy(io.out(W[0]), io.in(R[0]), size_t(io.elements(R[0])) * sizeof(float));
       break;
     case OpKind::AdamW:
       runAdamW(rank, t, step, io);
@@ -559,7 +575,7 @@ void CpuExecutor::Impl::gatheredEmbeddingBackward(int rank, const Task& t, int s
 
 void CpuExecutor::Impl::runRank(int rank, int step, bool with_optimizer, bool only_gathers, bool only_updates) {
   const RankPlan* program = &programOf(rank);
-  TaskBuffers io(arenas[rank].data(), *program);
+  TaskBuffers io(arenas[rank].data(), *program, fp8.empty() ? nullptr : fp8[size_t(rank)].get());
   for (const Task& t : program->tasks) {
     // The previous step's update belongs to that step: it runs whenever one
     // is pending (also before gradients computed without an optimizer), with
@@ -571,6 +587,7 @@ void CpuExecutor::Impl::runRank(int rank, int step, bool with_optimizer, bool on
     // Only the parameter all-gathers (in place), not the embedding gradient's.
     if (only_gathers && (t.op != OpKind::AllGather || t.reads[0] != t.writes[0])) continue;
     try {
+      io.setTask(&t);
       runTask(rank, t, previous ? pending_update : step, io);
       io.commit();
     } catch (const std::exception& e) {
@@ -602,6 +619,7 @@ StepResult CpuExecutor::Impl::runStep(bool with_optimizer) {
   const int step = steps_done;
   loss_sums.assign(plan.world_size, 0.0);
   onEveryRank([&](int r) { runRank(r, step, with_optimizer); });
+  for (auto& scales : fp8) scales->endStep();
   StepResult res;
   res.step = step;
   // The ranks of a tensor-parallel group compute the same loss: one counts
@@ -678,6 +696,11 @@ const Plan& CpuExecutor::plan() const { return impl_->plan; }
 int CpuExecutor::stepsDone() const { return impl_->steps_done; }
 
 checkpoint::Snapshot CpuExecutor::snapshot() const {
+  // Delayed scaling's amax histories are state a checkpoint does not hold.
+  if (!impl_->fp8.empty() && impl_->plan.job.training.fp8_scaling == Fp8Scaling::Delayed)
+    throw checkpoint::CheckpointError(
+        "checkpoints of FP8 jobs with delayed scaling are not written yet (their amax histories are not saved); "
+        "training.fp8_scaling: current has none");
   checkpoint::Snapshot s;
   s.step = impl_->steps_done;
   s.update_pending = impl_->pending_update >= 0;

@@ -141,12 +141,11 @@ TEST_CASE("FP8 plans with current scaling: producers write bf16, each cast reads
   requireFreshCopies(rp);
 }
 
-TEST_CASE("FP8 plans are refused by the executors with the reason", "[plan][fp8]") {
+TEST_CASE("FP8 plans are refused by the GPU executor with the reason", "[plan][fp8]") {
   const Plan plan = buildPlan(fp8Job(false));
   const auto refusal = gpuRunRefusal(plan);
   REQUIRE(refusal.has_value());
   CHECK_THAT(*refusal, Catch::Contains("FP8 GEMMs (training.precision fp8) are planned and simulated"));
-  CHECK_THROWS_WITH(cpu::CpuExecutor(plan), Catch::Contains("the CPU reference has no FP8 arithmetic yet"));
   // bf16 and fp32 plans have no casts.
   JobSpec bf16 = fp8Job(false);
   bf16.training.precision = Precision::BF16;

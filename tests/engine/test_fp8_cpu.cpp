@@ -1,0 +1,147 @@
+// FP8 on the CPU reference (engine/cpu/fp8_scales.h): casts with the
+// scales Transformer Engine computes, FP8 GEMMs reading the values back,
+// and jobs that train like their bf16 twins.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/cpu/executor.h"
+#include "engine/cpu/fp8_scales.h"
+#include "engine/numerics/bf16.h"
+#include "engine/numerics/fp8.h"
+#include "engine/plan/planner.h"
+#include "test_jobs.h"
+
+using namespace tandem;
+
+namespace {
+
+JobSpec fp8Job(bool llama, Fp8Scaling scaling, RecomputePolicy recompute = RecomputePolicy::None) {
+  JobSpec j = llama ? test::llamaJob(1, 2) : test::splittableJob(1, 2);
+  j.training.precision = Precision::FP8;
+  j.training.fp8_scaling = scaling;
+  j.recompute.policy = recompute;
+  return j;
+}
+
+std::vector<double> losses(const JobSpec& job, int steps) {
+  cpu::CpuExecutor ex(buildPlan(job));
+  std::vector<double> out;
+  for (int s = 0; s < steps; ++s) out.push_back(ex.step().loss);
+  return out;
+}
+
+int bufferNamed(const RankPlan& rp, const std::string& name) {
+  for (const Buffer& b : rp.buffers)
+    if (b.name == name) return b.id;
+  FAIL("no buffer " << name);
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("FP8 scales: current from the tensor's amax, delayed from the history of earlier steps, recompute "
+          "sharing its forward's",
+          "[fp8][cpu]") {
+  const Plan plan = buildPlan(fp8Job(false, Fp8Scaling::Delayed));
+  const RankPlan& rp = plan.programs[0];
+  Task fwd, bwd;
+  fwd.name = "layer0.ln1.fwd.mb1";
+  fwd.phase = Phase::Forward;
+  bwd.name = "layer0.mlp.gelu.bwd.mb0";
+  bwd.phase = Phase::Backward;
+  CHECK(cpu::Fp8Scales::castKey("layer0.ln1.recompute.mb3") == "layer0.ln1.fwd");
+  CHECK(cpu::Fp8Scales::castKey(fwd.name) == "layer0.ln1.fwd");
+
+  cpu::Fp8Scales delayed(rp, false);
+  CHECK(delayed.scaleForWrite(fwd, 0, 2.0f) == 1.0f);  // no history yet
+  CHECK(delayed.formatOf(0) == Fp8Format::E4M3);
+  CHECK(delayed.scaleForWrite(fwd, 1, 4.0f) == 1.0f);  // still this step
+  delayed.endStep();
+  CHECK(delayed.scaleForWrite(fwd, 0, 0.5f) == 112.0f);  // 448 / max(2, 4)
+  CHECK(delayed.scaleOf(0) == 112.0f);
+  CHECK(delayed.scaleForWrite(bwd, 2, 3.0f) == 1.0f);
+  CHECK(delayed.formatOf(2) == Fp8Format::E5M2);  // a gradient
+  delayed.endStep();
+  CHECK(delayed.scaleForWrite(bwd, 2, 1.0f) == Approx(57344.0f / 3.0f));
+
+  cpu::Fp8Scales current(rp, true);
+  CHECK(current.scaleForWrite(fwd, 0, 2.0f) == 224.0f);
+  CHECK(current.scaleForWrite(fwd, 0, 0.0f) == 224.0f);  // an all-zero tensor keeps the last scale
+}
+
+TEST_CASE("an FP8 weight copy holds the weight's E4M3 codes under its own scale (current scaling)", "[fp8][cpu]") {
+  const Plan plan = buildPlan(fp8Job(false, Fp8Scaling::Current));
+  const RankPlan& rp = plan.programs[0];
+  const int copy = bufferNamed(rp, "layer0.attn.qkv.weight.fp8");
+  int source = -1;
+  for (const Task& t : rp.tasks)
+    if (t.op == OpKind::CastFp8 && t.writes[0] == copy) source = t.reads[0];
+  REQUIRE(source >= 0);
+  REQUIRE(rp.buffers[size_t(source)].dtype == DType::BF16);
+  cpu::CpuExecutor ex(plan);
+  const std::vector<std::byte> before = ex.bufferBytes(0, source);  // the weights the step's cast reads
+  ex.step();
+  const std::vector<std::byte> codes = ex.bufferBytes(0, copy);
+  const size_t n = before.size() / 2;
+  REQUIRE(codes.size() == n);
+  std::vector<float> w(n);
+  float amax = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, before.data() + 2 * i, 2);
+    w[i] = bf16BitsToFloat(h);
+    amax = std::max(amax, std::fabs(w[i]));
+  }
+  const float scale = fp8Scale(amax, Fp8Format::E4M3);
+  size_t differ = 0, at_largest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t want = fp8FromFloat(w[i] * scale, Fp8Format::E4M3);
+    differ += uint8_t(codes[i]) != want;
+    at_largest += (want & 0x7F) == 0x7E;
+  }
+  CHECK(differ == 0);
+  CHECK(at_largest >= 1);  // the largest weight lands on 448
+}
+
+TEST_CASE("FP8 jobs on the CPU reference train like their bf16 twins; recompute gives the same losses",
+          "[fp8][cpu]") {
+  for (bool llama : {false, true}) {
+    JobSpec bf16 = fp8Job(llama, Fp8Scaling::Delayed);
+    bf16.training.precision = Precision::BF16;
+    const std::vector<double> want = losses(bf16, 12);
+    for (Fp8Scaling scaling : {Fp8Scaling::Delayed, Fp8Scaling::Current}) {
+      INFO((llama ? "llama" : "gpt-2") << (scaling == Fp8Scaling::Current ? ", current scaling" : ", delayed"));
+      const std::vector<double> got = losses(fp8Job(llama, scaling), 12);
+      bool any_differs = false;
+      for (size_t s = 0; s < got.size(); ++s) {
+        INFO("step " << s << ": bf16 " << want[s] << ", fp8 " << got[s]);
+        CHECK(std::isfinite(got[s]));
+        CHECK(std::abs(got[s] - want[s]) <= 0.02 * want[s]);
+        any_differs = any_differs || got[s] != want[s];
+      }
+      CHECK(any_differs);  // the FP8 casts really round
+      CHECK(got.back() < got.front());
+      // Full recompute reruns the casts with the forward's scales: the
+      // same values, the same losses.
+      CHECK(losses(fp8Job(llama, scaling, RecomputePolicy::Full), 12) == got);
+    }
+  }
+}
+
+TEST_CASE("FP8 on the CPU reference: what it does not run yet is refused with the reason", "[fp8][cpu]") {
+  JobSpec sp = fp8Job(false, Fp8Scaling::Delayed);
+  sp.parallel.data_parallel = 1;
+  sp.parallel.tensor_parallel = 2;
+  sp.parallel.sequence_parallel = true;
+  CHECK_THROWS_WITH(cpu::CpuExecutor(buildPlan(sp)), Catch::Contains("the CPU reference does not run FP8 collectives"));
+  cpu::CpuExecutor delayed(buildPlan(fp8Job(false, Fp8Scaling::Delayed)));
+  delayed.step();
+  CHECK_THROWS_AS(delayed.snapshot(), checkpoint::CheckpointError);
+  cpu::CpuExecutor current(buildPlan(fp8Job(false, Fp8Scaling::Current)));
+  current.step();
+  CHECK_NOTHROW(current.snapshot());
+}
