@@ -629,8 +629,13 @@ Task gemmPart(const Task& task, int64_t width) {
 std::optional<RooflineCostModel::TaskTime> RooflineCostModel::fp8FromBf16Time(const Task& task,
                                                                              const DeviceSpec& device,
                                                                              Precision precision) const {
-  const auto table = calibration_.fp8_gemm_speedup.find(costOpKind(task));
-  if (!task.attrs.fp8 || table == calibration_.fp8_gemm_speedup.end() || task.fused_into >= 0) return std::nullopt;
+  if (!task.attrs.fp8 || task.fused_into >= 0) return std::nullopt;
+  // The calibration's own measurement first, else the defaults'.
+  auto table = calibration_.fp8_gemm_speedup.find(costOpKind(task));
+  if (table == calibration_.fp8_gemm_speedup.end()) {
+    table = params_.fp8_gemm_speedup.find(costOpKind(task));
+    if (table == params_.fp8_gemm_speedup.end()) return std::nullopt;
+  }
   // The same GEMM in bf16: its operands twice the bytes.
   Task bf16 = task;
   bf16.attrs.fp8 = false;

@@ -58,6 +58,11 @@ struct RooflineParams {
   KernelSharing kernel_sharing = KernelSharing::FirstHolds;
   double host_to_device_gbps = 25.0;   // LoadBatch and host memcpy (PCIe Gen5 x16, effective)
   int64_t host_task_ns = 5000;         // plain host work
+  // FP8 over BF16 speed of a GEMM by its GFLOP, per GEMM op kind, as
+  // Calibration::fp8_gemm_speedup: what an FP8 GEMM takes where the
+  // calibration has no table of its own (defaults in cost_model.cpp, with
+  // where they were measured); none: the FP8 peak at the bf16 efficiency.
+  std::map<OpKind, std::vector<std::pair<double, double>>> fp8_gemm_speedup;
   static RooflineParams defaults();
 };
 
