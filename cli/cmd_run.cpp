@@ -40,6 +40,7 @@ struct RunOptions {
   PlanCacheOption plan_cache;
   int gpus = 0;  // 0: the job's data_parallel
   int steps = 0;
+  int stop_after = 0;  // --stop-after: the last step this run takes (0: the schedule's end)
   bool eager = false;
   bool json = false;
   double timeout_s = 30;  // a dead peer is detected within this (plus the step in flight)
@@ -63,6 +64,7 @@ std::vector<std::string> childArguments(const RunOptions& o) {
   std::vector<std::string> args{"run", o.job.job};
   for (const auto& s : o.job.sets) args.insert(args.end(), {"--set", s});
   if (o.steps > 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
+  if (o.stop_after > 0) args.insert(args.end(), {"--stop-after", std::to_string(o.stop_after)});
   if (o.eager) args.push_back("--eager");
   if (o.json) args.push_back("--json");
   if (!o.out.empty()) args.insert(args.end(), {"--out", o.out});
@@ -281,6 +283,7 @@ void runRank(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info
   so.executor = rankPlacement(o, plan, info, placement, rendezvous);
   so.placement = placement;
   so.checkpoints = o.checkpoints;
+  so.checkpoints.save_last = o.stop_after > 0;
   const int rank = so.executor.rank, world = so.executor.world;
   const bool lead = rank == 0;
   if (o.profile) so.profile_path = runner::rankTracePath(o.out, rank);
@@ -298,8 +301,11 @@ void runRank(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info
     fmt::print("resumed from {} (step {})\n", folder, session.executor().stepsDone());
   else if (o.checkpoints.resume && folder.empty() && lead && !o.json)
     fmt::print("no complete checkpoint in {}: starting from step 0\n", o.checkpoints.dir);
-  // --steps (the job's training.steps) is the step to train up to.
-  const int steps_left = std::max(0, plan.job.training.steps - session.executor().stepsDone());
+  // --steps (the job's training.steps) is the step to train up to, unless
+  // --stop-after ends the run earlier (the schedule still spans --steps).
+  const int last_step =
+      o.stop_after > 0 ? std::min(o.stop_after, plan.job.training.steps) : plan.job.training.steps;
+  const int steps_left = std::max(0, last_step - session.executor().stepsDone());
   // Clock offsets between ranks, before the first step (outside graph
   // capture and the timed steps) and after the last.
   const std::vector<cuda::ClockOffset> offsets_start = session.measureClocks(false);
@@ -451,6 +457,10 @@ void addRunCommand(CLI::App& root) {
   cmd->add_option("--gpus", o->gpus, "GPUs (one process each, data parallel); default: parallel.data_parallel")
       ->check(wholeNumberAtLeast(1));
   cmd->add_option("--steps", o->steps, "steps to run (default: training.steps of the job)")
+      ->check(wholeNumberAtLeast(1));
+  cmd->add_option("--stop-after", o->stop_after,
+                  "stop after this step, as a time-limited allocation would, the learning-rate schedule still "
+                  "spanning --steps; with --checkpoint-dir its last step is saved (go on later with --resume)")
       ->check(wholeNumberAtLeast(1));
   cmd->add_flag("--eager", o->eager, "issue every kernel each step instead of replaying a captured CUDA Graph");
   cmd->add_flag("--json", o->json, "print one JSON object per step and a summary line");

@@ -177,7 +177,7 @@ std::vector<cuda::GpuStepResult> RankSession::run(int steps,
     const int n = std::min(left, c.every - executor_->stepsDone() % c.every);
     for (const cuda::GpuStepResult& r : executor_->run(n, onStep)) results_.push_back(r);
     left -= n;
-    if (executor_->stepsDone() % c.every == 0) writer_->submit(executor_->snapshot());
+    if (executor_->stepsDone() % c.every == 0 || (left == 0 && c.save_last)) writer_->submit(executor_->snapshot());
   }
   writer_->wait();
   return results_;

@@ -47,6 +47,9 @@ struct CheckpointSettings {
   int every = 0;
   int keep = 0;
   bool resume = false;
+  // The run stops before the end of its schedule (tandem run --stop-after):
+  // its last step is saved too, wherever it falls.
+  bool save_last = false;
   // Ranks of one run in processes of their own: each writes its part, rank
   // 0 the manifest once every part is there (waiting this long for them).
   double wait_for_parts_s = 600;

@@ -305,7 +305,10 @@ for s in "$@"; do
         # Step lines only ({"step":N,...}): a resumed run also prints lines
         # that name the step it resumed from.
         $B/tandem run $job --gpus 1 --steps 40 --json $sets | grep '^{"step":' | sed 's/,"ms".*//' > $OUT/straight_$tag.jsonl
-        $B/tandem run $job --gpus 1 --steps 20 --json $sets --checkpoint-dir $D --checkpoint-every 10 > /dev/null
+        # Stopped after step 20 of the 40-step schedule (the learning rate
+        # follows the 40 steps', as in the run never stopped).
+        $B/tandem run $job --gpus 1 --steps 40 --stop-after 20 --json $sets --checkpoint-dir $D --checkpoint-every 10 \
+          > /dev/null
         $B/tandem run $job --gpus 1 --steps 40 --json $sets --checkpoint-dir $D --resume > $OUT/resumed_$tag.log
         grep '^{"step":' $OUT/resumed_$tag.log | sed 's/,"ms".*//' > $OUT/resumed_$tag.jsonl
         if cmp -s <(tail -n 20 $OUT/straight_$tag.jsonl) $OUT/resumed_$tag.jsonl; then
@@ -319,7 +322,7 @@ for s in "$@"; do
       rm -rf /tmp/ckpt_restarts
       TANDEM_TEST_KILL_AFTER_STEPS=15,30 stage restarts $B/tandem run default --gpus 1 --steps 40 \
         --checkpoint-dir /tmp/ckpt_restarts --checkpoint-every 5 --restarts 2
-      grep -E "restart|step +40" $OUT/restarts.log
+      grep -E "restart|step +40/" $OUT/restarts.log
       echo "uninterrupted run's step 40: $(tail -n 1 $OUT/straight_default_.jsonl)"
       unset TANDEM_GEMM_TUNING ;;
     checkpoint2)
@@ -329,8 +332,8 @@ for s in "$@"; do
       export TANDEM_GEMM_TUNING=0; D=/tmp/ckpt_dp2; rm -rf $D
       $B/tandem run default --gpus 2 --steps 40 --json --set parallel.shard_optimizer=true | grep '"step"' \
         | sed 's/,"ms".*//' > $OUT/straight_dp2.jsonl
-      $B/tandem run default --gpus 2 --steps 20 --json --set parallel.shard_optimizer=true --checkpoint-dir $D \
-        --checkpoint-every 10 > /dev/null
+      $B/tandem run default --gpus 2 --steps 40 --stop-after 20 --json --set parallel.shard_optimizer=true \
+        --checkpoint-dir $D --checkpoint-every 10 > /dev/null
       $B/tandem run default --gpus 2 --steps 40 --json --set parallel.shard_optimizer=true --checkpoint-dir $D \
         --resume | grep '"step"' | sed 's/,"ms".*//' > $OUT/resumed_dp2.jsonl
       if cmp -s <(tail -n 20 $OUT/straight_dp2.jsonl) $OUT/resumed_dp2.jsonl; then
