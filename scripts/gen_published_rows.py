@@ -37,8 +37,10 @@ def write(rid, title, source, hw, topology, step, prov, note, series, gpus, appr
 FP16 = "fp16 simulated as bf16: the same A100 tensor-core peak (312 TFLOP/s) and element size"
 LOCAL_DDP = "Megatron's local DDP all-reduces the gradients after the backward: one bucket of every gradient, not overlapped"
 TORCH_DDP = "torch DDP: gradient buckets all-reduced as the backward completes them (25 MiB)"
-FP8_TE = ("FP8 as tandem plans Transformer Engine's recipe: the blocks' GEMMs at the FP8 peak with the bf16 GEMMs' "
-          "efficiency, casts fused into the norms and activations or run as their own passes, weights cast once per "
+# How tandem times FP8 GEMMs (docs/simulator.md, "Compute cost model").
+FP8_SPEED = ("their bf16 time over the FP8-over-BF16 speedup measured at the power limit on one H100 (1.65-1.67 per "
+             "GEMM role; Hopper's, taken for Blackwell too)")
+FP8_TE = ("FP8 as tandem plans Transformer Engine's recipe: the blocks' GEMMs at " + FP8_SPEED + ", casts fused into the norms and activations or run as their own passes, weights cast once per "
           "step; the attention, embedding and LM head in bf16; the scaling recipe is not stated: NeMo's default, "
           "delayed scaling (fp8_scaling delayed), assumed")
 TP_OVERLAP = ("TP communication overlap (NeMo's default) as tandem plans it: each sequence-parallel all-gather and "
@@ -199,7 +201,7 @@ TT_TECH = {
     'float8': ("torch.compile + Float8", "fp8", "fused", 2,
                ["torch.compile's generated kernels as tandem's fused elementwise kernels",
                 "torchao's Float8 (tensorwise dynamic scaling of the blocks' linear layers) as tandem's FP8 GEMMs with "
-                "current scaling: the FP8 peak at the bf16 GEMMs' efficiency, each input's amax pass and cast into both "
+                "current scaling: the blocks' GEMMs at " + FP8_SPEED + ", each input's amax pass and cast into both "
                 "layouts as their own passes; the attention, embedding and LM head "
                 "in bf16"])}
 for base, gpus, tps_all in J:
@@ -274,8 +276,8 @@ for system, size, gpus, gbs, mbs, fsdp, tp, pp, cp, vp, tps in MB:
            f'pipeline_parallel: {pp}, context_parallel: {cp}')
     if vp > 1: par += f', pipeline_chunks: {vp}'
     par += ', shard_parameters: true' if fsdp else ', shard_optimizer: true'
-    approx = ["FP8 with current scaling (FP8-CS, fp8_scaling current) as tandem's FP8 GEMMs: the FP8 peak at the "
-              "bf16 GEMMs' efficiency; each input's amax pass, then its cast into both layouts",
+    approx = ["FP8 with current scaling (FP8-CS, fp8_scaling current) as tandem's FP8 GEMMs: " + FP8_SPEED +
+              "; each input's amax pass, then its cast into both layouts",
               "activation recompute and offloading of the recipe are not in the table: none planned"]
     if fsdp: approx.append("Megatron-FSDP as tandem's ZeRO-3 (shard_parameters), one bucket gathered ahead")
     else: approx.append("the distributed optimizer as ZeRO-1 (shard_optimizer)")

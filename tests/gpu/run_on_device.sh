@@ -353,11 +353,16 @@ for s in "$@"; do
       # never stopped. KILL_TRIALS trials (20), the tiny job (its steps take
       # about a millisecond, so most of the run is saving).
       export TANDEM_GEMM_TUNING=0; S=400
+      # How long a run that saves every step takes, so the kills land inside it.
+      t0=$(date +%s%N)
+      $B/tandem run tiny --gpus 1 --steps $S --json --checkpoint-dir /tmp/ckpt_kill_timed --checkpoint-every 1 \
+        --keep 2 > /dev/null 2>&1
+      run_ms=$(( ($(date +%s%N) - t0) / 1000000 )); rm -rf /tmp/ckpt_kill_timed
       $B/tandem run tiny --gpus 1 --steps $S --json | grep '^{"step":' | sed 's/,"ms".*//' > $OUT/kill_straight.jsonl
-      echo "=== checkpointkill: uninterrupted run $(wc -l < $OUT/kill_straight.jsonl) steps"
+      echo "=== checkpointkill: uninterrupted run $(wc -l < $OUT/kill_straight.jsonl) steps; with saves $run_ms ms"
       for t in $(seq 1 ${KILL_TRIALS:-20}); do
         D=/tmp/ckpt_kill_$t; rm -rf $D
-        ms=$(python3 -c "import random; random.seed($t); print(random.randint(300, 4000))")
+        ms=$(python3 -c "import random; random.seed($t); print(random.randint($run_ms // 5, $run_ms * 19 // 20))")
         $B/tandem run tiny --gpus 1 --steps $S --json --checkpoint-dir $D --checkpoint-every 1 --keep 2 \
           > $OUT/kill_$t.log 2>&1 &
         pid=$!; sleep $(python3 -c "print($ms / 1000)"); kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
@@ -365,16 +370,19 @@ for s in "$@"; do
         $B/tandem run tiny --gpus 1 --steps $S --json --checkpoint-dir $D --resume 2>&1 | grep '^{"step":' \
           | sed 's/,"ms".*//' > $OUT/kill_resumed_$t.jsonl
         python3 - $OUT/kill_straight.jsonl $OUT/kill_resumed_$t.jsonl $S $t $ms $partial <<'PY'
-import json, sys
-straight = {json.loads(l)["step"]: l for l in open(sys.argv[1])}
-resumed = [l for l in open(sys.argv[2])]
-steps = [json.loads(l)["step"] for l in resumed]
+import re, sys
+# Lines trimmed before "ms" ({"step":N,"loss":...,"lr":...): not JSON any more.
+def steps(path):
+    return {int(m.group(1)): l for l in open(path) for m in [re.match(r'\{"step":(\d+),', l)] if m}
+straight, resumed = steps(sys.argv[1]), steps(sys.argv[2])
 S, t, ms, partial = int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
-first = steps[0] if steps else None
-ok = bool(steps) and steps == list(range(first, first + len(steps))) and steps[-1] == max(straight) \
-     and all(straight.get(json.loads(l)["step"]) == l for l in resumed)
+if not resumed:
+    print(f"kill trial {t}: killed after {ms} ms, after the run's last step (nothing to resume)")
+    sys.exit()
+first = min(resumed)
+ok = sorted(resumed) == list(range(first, S + 1)) and all(straight.get(s) == l for s, l in resumed.items())
 print(f"kill trial {t}: killed after {ms} ms, {partial} checkpoint(s) without manifest, resumed at step {first}, "
-      f"{len(steps)} steps, {'identical' if ok else 'DIFFER'}")
+      f"{len(resumed)} steps, {'identical' if ok else 'DIFFER'}")
 PY
         rm -rf $D
       done
