@@ -117,7 +117,7 @@ void writeAtomically(const fs::path& path, const std::string& text) {
 }  // namespace
 
 void writeRankPart(const fs::path& dir, const Plan& plan, int64_t step, int rank,
-                   const std::vector<BufferBytes>& buffers, const std::string& token) {
+                   const std::vector<BufferBytes>& buffers, const std::string& token, const std::string& rank_state) {
   const fs::path folder = stepFolder(dir, step, /*fresh=*/false);
   const RankPlan& program = plan.forRank(rank);
   // One file per layer of the rank's buffers, in id order within it.
@@ -140,6 +140,16 @@ void writeRankPart(const fs::path& dir, const Plan& plan, int64_t step, int rank
                      {"bytes", data.size()},
                      {"fnv1a64", hex64(fnv1a64(data.data(), data.size()))},
                      {"buffers", entries}});
+  }
+  if (!rank_state.empty()) {
+    const std::string name = fmt::format("rank{}.state", rank);
+    writeWhole(folder / name, rank_state.data(), rank_state.size());
+    files.push_back({{"path", name},
+                     {"rank", rank},
+                     {"kind", "rank_state"},
+                     {"bytes", rank_state.size()},
+                     {"fnv1a64", hex64(fnv1a64(rank_state.data(), rank_state.size()))},
+                     {"buffers", Json::array()}});
   }
   writeAtomically(folder / partName(rank), Json{{"token", token}, {"rank", rank}, {"files", files}}.dump() + "\n");
 }
@@ -202,7 +212,9 @@ fs::path writeCheckpoint(const fs::path& dir, const Plan& plan, const Snapshot& 
                          const std::string& tool_version) {
   stepFolder(dir, snap.step, /*fresh=*/true);  // an interrupted write of the same step removed
   const std::string token = fmt::format("pid{}", ::getpid());
-  for (size_t r = 0; r < snap.ranks.size(); ++r) writeRankPart(dir, plan, snap.step, int(r), snap.ranks[r], token);
+  for (size_t r = 0; r < snap.ranks.size(); ++r)
+    writeRankPart(dir, plan, snap.step, int(r), snap.ranks[r], token,
+                  r < snap.rank_state.size() ? snap.rank_state[r] : std::string());
   return completeCheckpoint(dir, plan, snap.step, snap.update_pending, keep, tool_version, token, 0);
 }
 
@@ -267,6 +279,11 @@ Snapshot readCheckpoint(const fs::path& folder, const Plan& plan) {
       if (rank < 0 || rank >= plan.world_size)
         throw CheckpointError(fmt::format("{}: rank {} outside the job's {} ranks", path.string(), rank,
                                           plan.world_size));
+      if (f.value("kind", "") == "rank_state") {
+        snap.rank_state.resize(size_t(plan.world_size));
+        snap.rank_state[size_t(rank)].assign(reinterpret_cast<const char*>(data.data()), data.size());
+        continue;
+      }
       const RankPlan& program = plan.forRank(rank);
       for (const Json& e : f.at("buffers")) {
         const int id = e.at("id").get<int>();
@@ -320,7 +337,8 @@ void AsyncWriter::submit(Snapshot snap) {
       } else {
         // One rank of a run with a process per rank: its part; rank 0 then
         // waits for the others' and completes the checkpoint.
-        writeRankPart(dir_, plan_, s.step, part_rank_, s.ranks.at(size_t(part_rank_)), part_token_);
+        writeRankPart(dir_, plan_, s.step, part_rank_, s.ranks.at(size_t(part_rank_)), part_token_,
+                      size_t(part_rank_) < s.rank_state.size() ? s.rank_state[size_t(part_rank_)] : std::string());
         if (part_rank_ == 0)
           folder = completeCheckpoint(dir_, plan_, s.step, s.update_pending, keep_, tool_version_, part_token_,
                                       part_wait_s_);

@@ -46,6 +46,11 @@ struct Snapshot {
   int64_t step = 0;              // steps completed
   bool update_pending = false;   // schedule.optimizer_beside_forward: the last step's AdamW not yet applied
   std::vector<std::vector<BufferBytes>> ranks;  // per rank
+  // Per rank, state an executor keeps outside its buffers, as text (FP8
+  // delayed scaling's amax histories, engine/cpu/fp8_scales.h); empty
+  // strings, or no entries, where there is none. Saved as a file of its own
+  // per rank (rankR.state), checksummed like the others.
+  std::vector<std::string> rank_state;
 };
 
 // The buffers a rank's checkpoint holds: its program's persistent buffers
@@ -65,7 +70,8 @@ std::filesystem::path writeCheckpoint(const std::filesystem::path& dir, const Pl
 // to `wait_s` for every rank's part of this token, writes the manifest,
 // removes the parts and keeps the newest `keep`.
 void writeRankPart(const std::filesystem::path& dir, const Plan& plan, int64_t step, int rank,
-                   const std::vector<BufferBytes>& buffers, const std::string& token);
+                   const std::vector<BufferBytes>& buffers, const std::string& token,
+                   const std::string& rank_state = "");
 std::filesystem::path completeCheckpoint(const std::filesystem::path& dir, const Plan& plan, int64_t step,
                                          bool update_pending, int keep, const std::string& tool_version,
                                          const std::string& token, double wait_s);

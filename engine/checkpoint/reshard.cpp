@@ -228,6 +228,11 @@ Snapshot reshard(const Plan& saved_plan, const Snapshot& snap, const Plan& plan)
   if (snap.update_pending)
     throw CheckpointError("resharding refused: the checkpoint holds an optimizer update not yet applied "
                           "(schedule.optimizer_beside_forward); resume it with the layout it was written with");
+  for (const std::string& state : snap.rank_state)
+    if (!state.empty())
+      throw CheckpointError("resharding refused: the checkpoint holds per-rank state outside the buffers (FP8 "
+                            "delayed scaling's amax histories), which is kept per rank; resume it with the layout "
+                            "it was written with");
   return scatterWhole(plan, gatherWhole(saved_plan, snap), snap);
 }
 

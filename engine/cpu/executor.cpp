@@ -696,12 +696,9 @@ const Plan& CpuExecutor::plan() const { return impl_->plan; }
 int CpuExecutor::stepsDone() const { return impl_->steps_done; }
 
 checkpoint::Snapshot CpuExecutor::snapshot() const {
-  // Delayed scaling's amax histories are state a checkpoint does not hold.
-  if (!impl_->fp8.empty() && impl_->plan.job.training.fp8_scaling == Fp8Scaling::Delayed)
-    throw checkpoint::CheckpointError(
-        "checkpoints of FP8 jobs with delayed scaling are not written yet (their amax histories are not saved); "
-        "training.fp8_scaling: current has none");
   checkpoint::Snapshot s;
+  // FP8 delayed scaling's amax histories: state outside the buffers.
+  for (const auto& scales : impl_->fp8) s.rank_state.push_back(scales->save());
   s.step = impl_->steps_done;
   s.update_pending = impl_->pending_update >= 0;
   s.ranks.resize(size_t(impl_->plan.world_size));
@@ -741,6 +738,18 @@ void CpuExecutor::restore(const checkpoint::Snapshot& snap) {
         throw checkpoint::CheckpointError(fmt::format("rank {} buffer {}: {} bytes, the plan has {}", r, b.name,
                                                       bb.bytes.size(), b.bytes));
       std::memcpy(impl_->arenas[size_t(r)].data() + b.offset, bb.bytes.data(), bb.bytes.size());
+    }
+  }
+  // FP8 delayed scaling: each rank's scales and amax histories.
+  for (size_t r = 0; r < impl_->fp8.size(); ++r) {
+    const std::string state = r < snap.rank_state.size() ? snap.rank_state[r] : std::string();
+    if (state.empty() && impl_->plan.job.training.fp8_scaling == Fp8Scaling::Delayed)
+      throw checkpoint::CheckpointError(fmt::format(
+          "rank {}: the checkpoint has no FP8 scale state, which this FP8 job with delayed scaling needs", r));
+    try {
+      if (!state.empty()) impl_->fp8[r]->load(state);
+    } catch (const std::runtime_error& e) {
+      throw checkpoint::CheckpointError(fmt::format("rank {}: {}", r, e.what()));
     }
   }
   impl_->steps_done = int(snap.step);

@@ -1,6 +1,9 @@
 #include "engine/cpu/fp8_scales.h"
 
 #include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
 
 namespace tandem::cpu {
 
@@ -36,6 +39,62 @@ float Fp8Scales::scaleForWrite(const Task& task, int buffer, float amax) {
   buffer_scale_[size_t(buffer)] = scale;
   buffer_format_[size_t(buffer)] = format;
   return scale;
+}
+
+namespace {
+
+uint32_t bitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float floatOf(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+constexpr const char* kHeader = "tandem fp8 scales 1";
+
+}  // namespace
+
+std::string Fp8Scales::save() const {
+  if (current_) return "";
+  // One line per cast: its key, last scale and amax history, tab-separated.
+  std::ostringstream out;
+  out << kHeader << "\n";
+  for (const auto& [key, scale] : last_scale_) {
+    out << key << '\t' << std::hex << bitsOf(scale);
+    if (const auto h = history_.find(key); h != history_.end())
+      for (float a : h->second) out << '\t' << bitsOf(a);
+    out << std::dec << '\n';
+  }
+  return out.str();
+}
+
+void Fp8Scales::load(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line) || line != kHeader)
+    throw std::runtime_error("FP8 scale state: not a state this version writes (first line '" + line + "')");
+  std::map<std::string, std::deque<float>> history;
+  std::map<std::string, float> last;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string key, word;
+    if (!std::getline(fields, key, '\t') || !std::getline(fields, word, '\t'))
+      throw std::runtime_error("FP8 scale state: a line without a key and a scale: '" + line + "'");
+    try {
+      last[key] = floatOf(uint32_t(std::stoul(word, nullptr, 16)));
+      while (std::getline(fields, word, '\t')) history[key].push_back(floatOf(uint32_t(std::stoul(word, nullptr, 16))));
+    } catch (const std::logic_error&) {
+      throw std::runtime_error("FP8 scale state: not a number in '" + line + "'");
+    }
+  }
+  history_ = std::move(history);
+  last_scale_ = std::move(last);
+  step_amax_.clear();
 }
 
 void Fp8Scales::endStep() {

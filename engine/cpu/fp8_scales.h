@@ -44,6 +44,13 @@ class Fp8Scales {
   // This step's amaxes into the histories (delayed scaling).
   void endStep();
 
+  // What a checkpoint keeps between steps: each cast's last scale and amax
+  // history, as text (floats by their bits, so a resume is exact). Empty
+  // under current scaling, which keeps nothing that changes its bits.
+  std::string save() const;
+  // Restores what save() wrote; throws std::runtime_error on text it did not.
+  void load(const std::string& text);
+
   // The cast's history key: "layer0.ln1.fwd" for "layer0.ln1.recompute.mb3".
   static std::string castKey(const std::string& task_name);
 
