@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "cli/command_registry.h"
@@ -38,7 +40,10 @@ namespace {
 struct RunOptions {
   JobOptions job;
   PlanCacheOption plan_cache;
-  int gpus = 0;  // 0: the job's data_parallel
+  int gpus = 0;  // 0: the job's world (its data_parallel times the model-parallel ranks)
+  // --ranks-per-gpu: that many ranks share each GPU, in one process, their
+  // collectives in-process (engine/cuda/local_comm.h); 1: a process per rank.
+  int ranks_per_gpu = 1;
   int steps = 0;
   int stop_after = 0;  // --stop-after: the last step this run takes (0: the schedule's end)
   bool eager = false;
@@ -66,6 +71,7 @@ std::vector<std::string> childArguments(const RunOptions& o) {
   if (o.steps > 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
   if (o.stop_after > 0) args.insert(args.end(), {"--stop-after", std::to_string(o.stop_after)});
   if (o.eager) args.push_back("--eager");
+  if (o.ranks_per_gpu > 1) args.insert(args.end(), {"--ranks-per-gpu", std::to_string(o.ranks_per_gpu)});
   if (o.json) args.push_back("--json");
   if (!o.out.empty()) args.insert(args.end(), {"--out", o.out});
   if (o.profile) args.push_back("--profile");
@@ -335,6 +341,63 @@ void runRank(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info
   if (rendezvous.mpi) cuda::mpiFinalize();
 }
 
+// --ranks-per-gpu: every rank of the plan on GPU 0 of this process, a
+// thread each, eager steps, the collectives in-process. For checking
+// multi-rank plans where one GPU is at hand: the ranks share the GPU, so
+// the step times are no production speed.
+void runLocalRanks(const RunOptions& o, const Plan& plan) {
+  std::string why;
+  if (cuda::usableGpuCount(&why) == 0) throw std::runtime_error("run: no CUDA GPU available (" + why + ")");
+  const int world = plan.world_size;
+  auto local = std::make_shared<cuda::LocalWorld>(plan, 0, o.timeout_s);
+  if (!o.json)
+    fmt::print("run: {} ranks on GPU 0 in one process (--ranks-per-gpu {}): collectives in-process, eager steps; "
+               "the ranks share the GPU, so step times are not a production speed\n",
+               world, o.ranks_per_gpu);
+  std::fflush(stdout);
+  const int last_step =
+      o.stop_after > 0 ? std::min(o.stop_after, plan.job.training.steps) : plan.job.training.steps;
+  std::vector<std::unique_ptr<runner::RankSession>> sessions(static_cast<size_t>(world));
+  std::vector<std::vector<cuda::GpuStepResult>> results(static_cast<size_t>(world));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        runner::SessionOptions so;
+        so.executor.rank = r;
+        so.executor.world = world;
+        so.executor.device = 0;
+        so.executor.use_graph = false;
+        so.executor.timeout_s = o.timeout_s;
+        so.executor.local_world = local;
+        sessions[size_t(r)] = std::make_unique<runner::RankSession>(plan, so);
+        if (r == 0 && !o.json)
+          fmt::print("run {}: {} ranks x {} on one GPU, {} steps, {} tokens/step, eager, arena {:.2f} GiB (rank 0)\n",
+                     plan.job.name, world, sessions[0]->device().name, plan.job.training.steps,
+                     plan.job.tokensPerStep(), plan.forRank(0).memory.arena_bytes / kGiB);
+        results[size_t(r)] = sessions[size_t(r)]->run(last_step, [&](const cuda::GpuStepResult& res) {
+          if (r == 0) printStep(o, plan, *sessions[0], 1, res);
+        });
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = std::current_exception();
+        local->abort(fmt::format("rank {} failed: {}", r, e.what()));
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r)
+    if (errors[size_t(r)]) {
+      try {
+        std::rethrow_exception(errors[size_t(r)]);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(fmt::format("run: rank {}: {}", r, e.what()));
+      }
+    }
+  printSummary(o, plan, *sessions[0]);
+  if (!o.out.empty())
+    runner::writeStepsRun(o.out, plan, 0, results[0], sessions[0]->executor().memory(), sessions[0]->stats(), {});
+}
+
 // --placement resolved once: by the process that starts the ranks (which
 // hands it to them), or by each rank under another launcher.
 runner::RunPlacement resolvePlacement(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info) {
@@ -401,8 +464,19 @@ void runCommand(const RunOptions& o) {
     throw std::runtime_error(std::string("run: ") + e.what());
   }
   JobOptions jo = o.job;
-  if (gpus > 0) jo.sets.push_back(fmt::format("parallel.data_parallel={}", gpus));
   if (o.steps > 0) jo.sets.push_back(fmt::format("training.steps={}", o.steps));
+  if (gpus > 0) {
+    // The ranks (GPUs times --ranks-per-gpu) are the job's world: its data
+    // parallelism is what the model-parallel groups leave.
+    const ParallelSpec& p = jo.load().parallel;
+    const int model_ranks = p.tensor_parallel * p.pipeline_parallel * p.context_parallel;
+    const int ranks = gpus * o.ranks_per_gpu;
+    if (ranks % model_ranks != 0)
+      throw std::runtime_error(fmt::format(
+          "run: {} ranks ({} GPUs x {} per GPU) are not a multiple of tensor x pipeline x context parallel = {}",
+          ranks, gpus, o.ranks_per_gpu, model_ranks));
+    jo.sets.push_back(fmt::format("parallel.data_parallel={}", ranks / model_ranks));
+  }
   const JobSpec job = jo.load();
   // What the executor would refuse, before looking for GPUs or starting
   // ranks: one line, the same as `tandem plan` prints.
@@ -417,14 +491,28 @@ void runCommand(const RunOptions& o) {
   // from its first call on.
   const runner::RunPlacement placement = resolvePlacement(o, plan, info);
   if (!placement.device_of_rank.empty()) setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", /*overwrite=*/0);
-  const int world = job.parallel.data_parallel;
+  const int world = plan.world_size;
+  if (o.ranks_per_gpu > 1) {
+    if (info.launched())
+      throw std::runtime_error("run: --ranks-per-gpu runs every rank in one process; not under a launcher");
+    if (world != o.ranks_per_gpu)
+      throw std::runtime_error(fmt::format("run: --ranks-per-gpu {} puts every rank on one GPU: the job has {} ranks "
+                                           "(pass --gpus 1, or --ranks-per-gpu {})",
+                                           o.ranks_per_gpu, world, world));
+    if (o.profile || !o.checkpoints.dir.empty() || !o.placement.empty())
+      throw std::runtime_error("run: --ranks-per-gpu does not profile, checkpoint or place ranks yet (it checks "
+                               "multi-rank plans on one GPU)");
+    runLocalRanks(o, plan);
+    return;
+  }
   if (!info.launched() && world > 1) {
     std::string why;
     const int count = cuda::usableGpuCount(&why);
     if (count == 0) throw std::runtime_error("run: no CUDA GPU available (" + why + ")");
     if (count < world)
-      throw std::runtime_error(fmt::format("run: the job needs {} GPUs (data parallel) but {} are visible; "
-                                           "pass --gpus {} or fewer", world, count, count));
+      throw std::runtime_error(fmt::format("run: the job needs {} GPUs (one per rank) but {} are visible; "
+                                           "pass --gpus {} or fewer, or --ranks-per-gpu {} to run every rank on one",
+                                           world, count, count, world));
     RunOptions child = o;
     child.gpus = world;
     child.placement_devices = devicesText(placement.device_of_rank);
@@ -454,7 +542,13 @@ void addRunCommand(CLI::App& root) {
   auto o = std::make_shared<RunOptions>();
   o->job.addTo(*cmd, true);
   o->plan_cache.addTo(*cmd);
-  cmd->add_option("--gpus", o->gpus, "GPUs (one process each, data parallel); default: parallel.data_parallel")
+  cmd->add_option("--gpus", o->gpus,
+                  "GPUs (one process per rank); the ranks are the job's world, its data parallelism what tensor, "
+                  "pipeline and context parallelism leave; default: the job's world")
+      ->check(wholeNumberAtLeast(1));
+  cmd->add_option("--ranks-per-gpu", o->ranks_per_gpu,
+                  "run this many ranks on each GPU in one process (threads, collectives in-process, eager steps): "
+                  "to check a multi-rank plan where fewer GPUs are at hand; with --gpus 1 every rank shares GPU 0")
       ->check(wholeNumberAtLeast(1));
   cmd->add_option("--steps", o->steps, "steps to run (default: training.steps of the job)")
       ->check(wholeNumberAtLeast(1));

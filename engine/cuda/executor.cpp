@@ -50,7 +50,7 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   };
   // What this executor does not run, in the words `tandem plan` uses too.
   if (const std::optional<std::string> why = gpuRunRefusal(plan)) throw CudaError("cuda executor: " + *why);
-  program = &plan.programs[0];
+  program = &plan.forRank(opt.rank);
   if (opt.world != plan.world_size)
     throw CudaError(fmt::format("cuda executor: the plan is for {} ranks but {} processes run it",
                                 plan.world_size, opt.world));
@@ -74,14 +74,9 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
         needed, int64_t(free_b));
   }
 
-  if (opt.world > 1) {
-    comm = std::make_unique<NcclComm>(opt.nccl_id, opt.rank, opt.world, opt.timeout_s);
-  } else if (std::any_of(program->tasks.begin(), program->tasks.end(),
-                         [](const Task& t) { return t.collective.has_value(); })) {
-    // One rank with collectives (sharded parameters over one rank): a
-    // communicator of one, with an id of its own.
-    comm = std::make_unique<NcclComm>(makeNcclId(), 0, 1, opt.timeout_s);
-  }
+  if (opt.local_world && opt.use_graph)
+    throw CudaError("cuda executor: ranks sharing one GPU in one process (--ranks-per-gpu) run eager steps only");
+  makeCommunicators();
 
   for (size_t i = 0; i < program->streams.size(); ++i) {
     cudaStream_t s;
@@ -172,6 +167,53 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
   mem.device_used_bytes = int64_t(total_b) - int64_t(free_after);
 }
 
+// NCCL: the world's communicator from the rendezvous id, and each other
+// process group's split from it (every rank takes part in every split, in
+// the order of Plan::groups; a group over every rank shares the world's).
+// In-process ranks: the LocalWorld's.
+void CudaExecutor::Impl::makeCommunicators() {
+  const bool collectives = std::any_of(program->tasks.begin(), program->tasks.end(),
+                                       [](const Task& t) { return t.collective.has_value(); });
+  if (opt.local_world) {
+    comm = opt.local_world->world(opt.rank);
+  } else if (opt.world > 1) {
+    auto nccl = std::make_unique<NcclComm>(opt.nccl_id, opt.rank, opt.world, opt.timeout_s);
+    nccl_world = nccl.get();
+    comm = std::move(nccl);
+  } else if (collectives) {
+    // One rank with collectives (sharded parameters over one rank): a
+    // communicator of one, with an id of its own.
+    auto nccl = std::make_unique<NcclComm>(makeNcclId(), 0, 1, opt.timeout_s);
+    nccl_world = nccl.get();
+    comm = std::move(nccl);
+  }
+  std::vector<std::string> names;  // in first-appearance order, the same on every rank
+  for (const ProcessGroup& g : plan.groups)
+    if (std::find(names.begin(), names.end(), g.name) == names.end()) names.push_back(g.name);
+  for (const std::string& name : names) {
+    int color = -1, key = 0, index = 0, size = 0;
+    for (const ProcessGroup& g : plan.groups) {
+      if (g.name != name) continue;
+      const auto at = std::find(g.ranks.begin(), g.ranks.end(), opt.rank);
+      if (at != g.ranks.end()) color = index, key = int(at - g.ranks.begin()), size = int(g.ranks.size());
+      ++index;
+    }
+    if (size == plan.world_size) continue;  // the world's communicator serves it
+    if (opt.local_world) {
+      if (auto c = opt.local_world->group(name, opt.rank)) group_comms[name] = std::move(c);
+    } else if (nccl_world) {
+      if (auto c = nccl_world->split(color, key)) group_comms[name] = std::move(c);
+    }
+  }
+}
+
+Communicator& CudaExecutor::Impl::commFor(const Task& t) const {
+  const std::string& group = t.collective.value().group;
+  if (const auto it = group_comms.find(group); it != group_comms.end()) return *it->second;
+  if (!comm) throw CudaError(fmt::format("cuda executor: {} needs a communicator", t.name));
+  return *comm;
+}
+
 CudaExecutor::Impl::~Impl() {
   cudaSetDevice(opt.device);
   // Frees nothing while a kernel may still run (after an abort the process exits instead).
@@ -192,6 +234,7 @@ CudaExecutor::Impl::~Impl() {
   }
   if (loads_done) cudaEventDestroy(loads_done);
   gemms.clear();
+  group_comms.clear();
   comm.reset();
   for (auto s : streams) cudaStreamDestroy(s);
 }
@@ -244,7 +287,8 @@ void CudaExecutor::Impl::prepareTasks() {
     // Fused softmax + cross-entropy: when the backward of the same logits
     // follows on the same stream with nothing else touching the logits, the
     // forward kernel also writes dlogits in place and the backward is free.
-    if (t.op == OpKind::CrossEntropy) {
+    // (Not with the vocabulary split: the loss needs every rank's statistics.)
+    if (t.op == OpKind::CrossEntropy && t.attrs.tensor_parallel <= 1) {
       const int logits = t.reads[0];
       for (size_t j = i + 1; j < tasks.size(); ++j) {
         const Task& u = tasks[j];
@@ -268,7 +312,7 @@ void CudaExecutor::Impl::prepareTasks() {
     }
     if (t.op == OpKind::GradNorm) {
       norm_buffer = t.writes[0];
-      norm_is_squared = t.attrs.shards > 0;
+      norm_is_squared = t.attrs.shards > 0 || t.attrs.norm_squared;
     }
   }
   // Staging buffers, once every load knows how many ranks' tokens it indexes.
@@ -295,8 +339,21 @@ void CudaExecutor::Impl::buildTable(int task) {
   // over one rank) use the sharded layout even when the shard is whole.
   const bool sharded = t.attrs.shards > 0;
   const int64_t shards = std::max<int64_t>(1, t.attrs.shards);
-  const int64_t rank = sharded ? opt.rank : 0;
-  if (t.op == OpKind::GradNorm) {
+  // The rank's place in its data-parallel group places its shards.
+  const int64_t rank = sharded ? plan.job.dataParallelRank(opt.rank) : 0;
+  if (t.op == OpKind::GradNorm && !sharded && t.attrs.norm_squared) {
+    // This rank's share of the sum of squares (all-reduces over its groups
+    // follow): each gradient that other ranks hold as well counted 1/copies.
+    for (int pi : t.attrs.params) {
+      const ParamInfo& p = program->params.at(size_t(pi));
+      TensorSlot s;
+      s.grad_bf16 = program->buffers[p.grad].dtype == DType::BF16;
+      s.grad = ptr(p.grad);
+      s.n = program->buffers[p.grad].elementCount();
+      s.norm_weight = float(1.0 / double(p.copies));
+      add(s);
+    }
+  } else if (t.op == OpKind::GradNorm) {
     for (int b : t.reads) {
       TensorSlot s;
       s.grad_bf16 = program->buffers[b].dtype == DType::BF16;
@@ -527,6 +584,8 @@ void CudaExecutor::Impl::enqueueStep(bool with_optimizer) {
     TANDEM_CUDA_CHECK(cudaEventRecord(join_events[i], streams[i]));
     TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s0, join_events[i], 0));
   }
+  // Every rank of a tensor-parallel group holds the same loss sum: the
+  // world's sum counts each tensor_parallel times (finishStep divides).
   if (comm) comm->allReduce(&scalars->loss_sum, &scalars->loss_sum, 1, DType::F32, false, s0, "loss");
 }
 
@@ -540,6 +599,7 @@ void CudaExecutor::Impl::waitForEvent(cudaEvent_t event, const char* what) {
     if (q == cudaSuccess) return;
     if (q != cudaErrorNotReady) checkCuda(q, "step", __FILE__, __LINE__);
     if (comm) comm->checkAsync("step " + std::to_string(steps_done + 1));
+    for (auto& [name, c] : group_comms) c->checkAsync("step " + std::to_string(steps_done + 1));
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (waited > opt.timeout_s) {
       std::string stuck = what;
@@ -550,6 +610,7 @@ void CudaExecutor::Impl::waitForEvent(cudaEvent_t event, const char* what) {
           break;
         }
       if (comm) comm->abort();
+      for (auto& [name, c] : group_comms) c->abort();
       throw CudaError(fmt::format("rank {}: {} did not finish within {:.0f} s (a peer rank may have "
                                   "stopped); NCCL communicator aborted",
                                   opt.rank, stuck, opt.timeout_s));
@@ -672,7 +733,7 @@ GpuStepResult CudaExecutor::Impl::finishStep(int step, int slot, bool with_optim
   const float* out = host_out + 2 * slot;
   GpuStepResult r;
   r.step = step;
-  r.loss = double(out[0]) / double(plan.job.tokensPerStep());
+  r.loss = double(out[0]) / double(plan.job.tokensPerStep()) / double(comm ? plan.job.parallel.tensor_parallel : 1);
   r.grad_norm = norm_is_squared ? std::sqrt(out[1]) : out[1];
   r.lr = learningRate(plan.job.training, step);
   r.ms = ms;
@@ -792,7 +853,8 @@ void CudaExecutor::Impl::gatherParameters() {
   for (const Task& t : program->tasks)
     if (t.op == OpKind::AllGather && t.reads.at(0) == t.writes.at(0)) {  // the parameter buckets
       const Buffer& b = program->buffers.at(t.reads.at(0));
-      comm->allGatherInPlace(ptr(b.id), b.elementCount() / comm->world(), b.dtype, s, "'" + t.name + "'");
+      Communicator& c = commFor(t);
+      c.allGatherInPlace(ptr(b.id), b.elementCount() / c.world(), b.dtype, s, "'" + t.name + "'");
     }
   cudaEvent_t done;
   TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
@@ -922,6 +984,6 @@ bool CudaExecutor::issuesWork(int index) const {
 const std::vector<GemmTuning>& CudaExecutor::gemmTuning() const { return impl_->mainGemm().tuning(); }
 CudaExecutor::GraphMemsets CudaExecutor::graphMemsets() const { return impl_->graph_memsets; }
 const Plan& CudaExecutor::plan() const { return impl_->plan; }
-NcclComm* CudaExecutor::communicator() const { return impl_->comm.get(); }
+NcclComm* CudaExecutor::communicator() const { return impl_->nccl_world; }
 
 }  // namespace tandem::cuda

@@ -17,6 +17,7 @@
 #include "engine/cuda/check.h"
 #include "engine/cuda/fusion.h"
 #include "engine/cuda/gemm.h"
+#include "engine/cuda/local_comm.h"
 #include "engine/cuda/nccl_comm.h"
 #include "engine/cuda/task_observer.h"
 #include "engine/plan/plan.h"
@@ -38,6 +39,11 @@ struct ExecutorOptions {
   int device = 0;
   bool use_graph = true;
   NcclId nccl_id{};       // needed when world > 1 (one rank with collectives makes its own)
+  // Several ranks of the plan on this GPU in this process, each executor on
+  // a thread of its own (`tandem run --ranks-per-gpu`, local_comm.h): their
+  // collectives go through these in-process communicators instead of NCCL.
+  // Eager steps only (use_graph must be false). Null: NCCL.
+  std::shared_ptr<LocalWorld> local_world;
   double timeout_s = 60;  // longest wait for a step or a collective before aborting
   bool time_tasks = false;  // eager steps time every task with events (see taskMilliseconds)
   TaskObserver* observer = nullptr;  // told about steps, tasks and graph capture (the profiler); not owned
@@ -164,8 +170,9 @@ class CudaExecutor {
     std::vector<std::string> other_edge_examples;
   };
   GraphMemsets graphMemsets() const;
-  // The data-parallel communicator (nullptr with one rank): for work outside
-  // the steps, such as measuring clock offsets between ranks.
+  // The NCCL communicator over every rank (nullptr with one rank, or with
+  // ranks in one process): for work outside the steps, such as measuring
+  // clock offsets between ranks.
   NcclComm* communicator() const;
   const Plan& plan() const;
 

@@ -64,6 +64,7 @@ struct CudaExecutor::Impl {
   void issueFusable(int index, cudaStream_t s);
   void issueAttention(int index, cudaStream_t s);
   void issueCollective(int index, cudaStream_t s);
+  bool issueVocabularyParallel(int index, cudaStream_t s);
   void issueOptimizer(int index, cudaStream_t s);
   void waitForEvent(cudaEvent_t event, const char* what);
   void gatherParameters();
@@ -91,7 +92,14 @@ struct CudaExecutor::Impl {
   const RankPlan* program = nullptr;
   ExecutorOptions opt;
   std::unique_ptr<TokenSource> data;
-  std::unique_ptr<NcclComm> comm;
+  // Over every rank (the loss; the data-parallel group when it is the
+  // world), and one per other process group the rank is in, by name.
+  std::unique_ptr<Communicator> comm;
+  NcclComm* nccl_world = nullptr;  // comm, when it is NCCL's
+  std::map<std::string, std::unique_ptr<Communicator>> group_comms;
+  // The communicator of a task's process group.
+  Communicator& commFor(const Task& t) const;
+  void makeCommunicators();
 
   std::vector<cudaStream_t> streams;
   std::vector<cudaEvent_t> events;

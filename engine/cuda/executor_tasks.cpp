@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "engine/cuda/executor_impl.h"
+#include "engine/cuda/vocab_parallel.h"
 #include "engine/numerics/init.h"
 #include "engine/passes/fusion.h"
 
@@ -48,6 +49,7 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
   float* scr = scratch.at(t.stream);
   auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
   auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
+  if (a.tensor_parallel > 1 && issueVocabularyParallel(index, s)) return;
   switch (t.op) {
     case OpKind::LoadBatch:
       issueLoadBatch(index, s);
@@ -115,8 +117,8 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
       throw CudaError(fmt::format("cuda executor: {}: the squared-ReLU MLP is not run on GPUs", t.name));
     case OpKind::CastFp8:  // refused with the plan (training.precision fp8)
       throw CudaError(fmt::format("cuda executor: {}: FP8 GEMMs are not run on GPUs", t.name));
-    case OpKind::CrossEntropyStats:  // refused with the plan (tensor parallelism)
-      throw CudaError(fmt::format("cuda executor: {}: a vocabulary-parallel loss is not run on GPUs", t.name));
+    case OpKind::CrossEntropyStats:  // issueVocabularyParallel's
+      throw CudaError(fmt::format("cuda executor: {}: statistics of a loss without a tensor-parallel group", t.name));
     case OpKind::Send:
     case OpKind::Recv:  // refused with the plan (pipeline stages are several programs)
       throw CudaError(fmt::format("cuda executor: {}: send/receive between pipeline stages is not run on GPUs",
@@ -125,6 +127,54 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
     case OpKind::AdamW:
       issueOptimizer(index, s);
       break;
+  }
+}
+
+// The embedding and the loss with the vocabulary split over the rank's
+// tensor-parallel group (vocab_parallel.h); false for every other task.
+bool CudaExecutor::Impl::issueVocabularyParallel(int index, cudaStream_t s) {
+  const Task& t = program->tasks[index];
+  const OpAttrs& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
+  auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
+  const int64_t place = plan.job.tensorParallelPlace(opt.rank), ranks = a.tensor_parallel;
+  float* scr = scratch.at(t.stream);
+  switch (t.op) {
+    case OpKind::Embedding: {
+      const int64_t rows = a.v / ranks;
+      vocabParallelEmbedding(ptr(W[0]), i32(R[0]), ptr(R[1]), R.size() > 2 ? ptr(R[2]) : nullptr, a.b, a.t, a.c,
+                             place * rows, rows, /*add_position=*/place == 0, dt(W[0]), s);
+      return true;
+    }
+    case OpKind::EmbeddingBwd: {
+      if (a.shards > 1)
+        throw CudaError(fmt::format("cuda executor: {}: a gathered embedding gradient with the vocabulary split",
+                                    t.name));
+      const int64_t rows = a.v / ranks;
+      const LoadSlot& slot = loads.at(load_of_task[index]);
+      const int64_t N = slot.ranks * slot.count;
+      const TokenIndex idx{slot.device_index, slot.device_index + N, slot.device_index + 2 * N + 1};
+      vocabParallelEmbeddingBackward(ptr(W[0]), W.size() > 1 ? ptr(W[1]) : nullptr, ptr(R[0]), i32(R[1]), idx, a.b,
+                                     a.t, a.c, place * rows, rows, a.accumulate, a.accumulate_params, dt(R[0]), s);
+      return true;
+    }
+    case OpKind::CrossEntropyStats:
+      crossEntropyStats(static_cast<float*>(ptr(W[0])), ptr(R[0]), i32(R[1]), a.m, place * a.v, a.v, dt(R[0]), s);
+      return true;
+    case OpKind::CrossEntropy:
+      vocabParallelCrossEntropy(ptr(W[0]), dt(W[0]), static_cast<const float*>(ptr(R[2])), a.m, ranks,
+                                &scalars->loss_sum, scr, s);
+      return true;
+    case OpKind::CrossEntropyBwd:
+      if (R[0] != W[0])
+        TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[0]), ptr(R[0]), program->buffers.at(W[0]).bytes,
+                                          cudaMemcpyDeviceToDevice, s));
+      vocabParallelCrossEntropyBackward(ptr(W[0]), i32(R[1]), static_cast<const float*>(ptr(R[2])), a.m, place * a.v,
+                                        a.v, ranks, float(a.loss_scale), dt(W[0]), s);
+      return true;
+    default: return false;
   }
 }
 
@@ -194,18 +244,22 @@ void CudaExecutor::Impl::issueFusable(int index, cudaStream_t s) {
   Gemm* gemm = gemms.at(t.stream).get();  // null on a comm stream, which issues no GEMM
   const TaskFusion& fu = fusion.tasks[size_t(index)];
   auto dt = [&](int buffer) { return program->buffers.at(buffer).dtype; };
+  // A row-parallel layer's bias is added once, by the group's first rank
+  // (the all-reduce after it sums the ranks' partial products).
+  const bool bias = a.has_bias && !(t.op == OpKind::Matmul && a.tensor_parallel > 1 &&
+                                    plan.job.tensorParallelPlace(opt.rank) != 0);
   switch (t.op) {
     case OpKind::Matmul:
       if (fu.kind == FusionKind::MatmulGelu) {  // D = the Gelu task's output, aux = this task's output
         gemm->forwardGelu(ptr(program->tasks[size_t(fu.partner)].writes[0]), ptr(W[0]), ptr(R[0]), ptr(R[1]),
-                          a.has_bias ? ptr(R[2]) : nullptr, a.m, a.n, a.k, dt(W[0]), s);
+                          bias ? ptr(R[2]) : nullptr, a.m, a.n, a.k, dt(W[0]), s);
       } else if (fu.kind == FusionKind::MatmulResidual) {  // D = the Add's output, C = its other input
         const Task& add = program->tasks[size_t(fu.partner)];
         const int residual = residualInput(add, W[0]);
-        gemm->forwardResidual(ptr(add.writes[0]), ptr(R[0]), ptr(R[1]), a.has_bias ? ptr(R[2]) : nullptr,
+        gemm->forwardResidual(ptr(add.writes[0]), ptr(R[0]), ptr(R[1]), bias ? ptr(R[2]) : nullptr,
                               ptr(residual), a.m, a.n, a.k, dt(W[0]), s);
       } else {
-        gemm->forward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.has_bias ? ptr(R[2]) : nullptr, a.m, a.n, a.k,
+        gemm->forward(ptr(W[0]), ptr(R[0]), ptr(R[1]), bias ? ptr(R[2]) : nullptr, a.m, a.n, a.k,
                       dt(W[0]), s);
       }
       break;
@@ -292,8 +346,9 @@ void CudaExecutor::Impl::issueCollective(int index, cudaStream_t s) {
     case OpKind::AllReduce: {
       const CollectiveInfo& c = t.collective.value();
       const int64_t count = program->buffers.at(R[0]).elementCount();
-      if (comm)
-        comm->allReduce(ptr(R[0]), ptr(W[0]), count, dt(R[0]), c.reduce == ReduceOp::Avg, s, "'" + t.name + "'");
+      if (comm || !group_comms.empty())
+        commFor(t).allReduce(ptr(R[0]), ptr(W[0]), count, dt(R[0]), c.reduce == ReduceOp::Avg, s,
+                             "'" + t.name + "'");
       else if (R[0] != W[0])
         TANDEM_CUDA_CHECK(cudaMemcpyAsync(ptr(W[0]), ptr(R[0]), program->buffers.at(R[0]).bytes,
                                           cudaMemcpyDeviceToDevice, s));
@@ -306,22 +361,23 @@ void CudaExecutor::Impl::issueCollective(int index, cudaStream_t s) {
       // gradient's all-gather (pass_embedding_gather.h) and, with sharded
       // parameters, the gathers of parameter copies and the reduce-scatters
       // into gradient shards (pass_shard_parameters.h).
-      if (!comm) throw CudaError(fmt::format("cuda executor: {} needs a communicator", t.name));
+      Communicator& comm = commFor(t);
+      const bool average = t.collective.value().reduce == ReduceOp::Avg;
       if (t.op == OpKind::AllGather && R[0] != W[0]) {
-        comm->allGather(ptr(R[0]), ptr(W[0]), program->buffers.at(R[0]).elementCount(), dt(R[0]), s,
+        comm.allGather(ptr(R[0]), ptr(W[0]), program->buffers.at(R[0]).elementCount(), dt(R[0]), s,
                         "'" + t.name + "'");
         break;
       }
       if (t.op == OpKind::ReduceScatter && R[0] != W[0]) {
-        comm->reduceScatter(ptr(R[0]), ptr(W[0]), program->buffers.at(W[0]).elementCount(), dt(R[0]), s,
-                            "'" + t.name + "'");
+        comm.reduceScatter(ptr(R[0]), ptr(W[0]), program->buffers.at(W[0]).elementCount(), dt(R[0]), average, s,
+                           "'" + t.name + "'");
         break;
       }
-      const int64_t shard = program->buffers.at(R[0]).elementCount() / comm->world();
+      const int64_t shard = program->buffers.at(R[0]).elementCount() / comm.world();
       if (t.op == OpKind::ReduceScatter)
-        comm->reduceScatterInPlace(ptr(R[0]), shard, dt(R[0]), s, "'" + t.name + "'");
+        comm.reduceScatterInPlace(ptr(R[0]), shard, dt(R[0]), average, s, "'" + t.name + "'");
       else
-        comm->allGatherInPlace(ptr(R[0]), shard, dt(R[0]), s, "'" + t.name + "'");
+        comm.allGatherInPlace(ptr(R[0]), shard, dt(R[0]), s, "'" + t.name + "'");
       break;
     }
     default: break;
@@ -339,7 +395,7 @@ void CudaExecutor::Impl::issueOptimizer(int index, cudaStream_t s) {
     case OpKind::GradNorm: {
       const Table& tb = tables.at(index);
       gradNorm(static_cast<float*>(ptr(W[0])), tb.slots, tb.num_slots, tb.chunks, tb.partials,
-               /*squared=*/a.shards > 0, s);
+               /*squared=*/a.shards > 0 || a.norm_squared, s);
       break;
     }
     case OpKind::AdamW: {
@@ -347,7 +403,7 @@ void CudaExecutor::Impl::issueOptimizer(int index, cudaStream_t s) {
       const TrainingSpec& tr = plan.job.training;
       const float* norm = R.size() > 1 ? static_cast<const float*>(ptr(R[1])) : nullptr;
       if (tb.chunks > 0)
-        adamw(tb.slots, tb.num_slots, tb.chunks, scalars, a.from_previous_step, norm, /*norm_squared=*/a.shards > 0,
+        adamw(tb.slots, tb.num_slots, tb.chunks, scalars, a.from_previous_step, norm, /*norm_squared=*/a.shards > 0 || a.norm_squared,
               float(tr.grad_clip), float(tr.beta1), float(tr.beta2), float(tr.eps), s);
       break;
     }

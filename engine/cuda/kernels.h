@@ -193,6 +193,10 @@ struct TensorSlot {
   float weight_decay = 0;
   int param_bf16 = 0;
   int grad_bf16 = 0;
+  // GradNorm: the weight of this tensor's sum of squares (1 / the copies of
+  // it that the ranks summing the squares hold: tensor parallelism's
+  // replicated norms, engine/plan/plan.h ParamInfo::copies).
+  float norm_weight = 1.f;
 };
 static_assert(sizeof(TensorSlot) == gpu_footprint::kTensorSlotBytes,
               "the executor footprint counts TensorSlot tables by this size");

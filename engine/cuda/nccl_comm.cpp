@@ -58,6 +58,32 @@ NcclComm::NcclComm(const NcclId& id, int rank, int world, double timeout_s)
   checkAsync("communicator init");
 }
 
+NcclComm::NcclComm(std::unique_ptr<State> state, int rank, int world, double timeout_s)
+    : state_(std::move(state)), rank_(rank), world_(world), timeout_s_(timeout_s) {}
+
+std::unique_ptr<NcclComm> NcclComm::split(int color, int key) {
+  if (state_->aborted)
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before a split");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  auto state = std::make_unique<State>();
+  ncclResult_t r = ncclCommSplit(state_->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &state->comm, &config);
+  if (r != ncclSuccess && r != ncclInProgress)
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator split failed: " + ncclGetErrorString(r));
+  checkAsync("communicator split");
+  if (color < 0 || !state->comm) return nullptr;
+  // The new communicator's own init may still be in progress (non-blocking).
+  int count = 0, place = 0;
+  auto comm = std::unique_ptr<NcclComm>(new NcclComm(std::move(state), 0, 0, timeout_s_));
+  comm->checkAsync("communicator split");
+  if (ncclCommCount(comm->state_->comm, &count) != ncclSuccess ||
+      ncclCommUserRank(comm->state_->comm, &place) != ncclSuccess)
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL split communicator has no size");
+  comm->rank_ = place;
+  comm->world_ = count;
+  return comm;
+}
+
 NcclComm::~NcclComm() {
   if (!state_->comm) return;
   if (state_->aborted) return;
@@ -110,22 +136,24 @@ void NcclComm::allReduce(const void* send, void* recv, int64_t count, DType dt, 
   checkIssued(r, "all-reduce", what);
 }
 
-void NcclComm::reduceScatterInPlace(void* buffer, int64_t shard, DType dt, cudaStream_t s,
+void NcclComm::reduceScatterInPlace(void* buffer, int64_t shard, DType dt, bool average, cudaStream_t s,
                                     const std::string& what) {
   if (state_->aborted)
     throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);
   // NCCL's in-place form: the receive buffer is this rank's part of the send buffer.
   char* base = static_cast<char*>(buffer);
   void* mine = base + size_t(rank_) * size_t(shard) * dtypeSize(dt);
-  checkIssued(ncclReduceScatter(buffer, mine, size_t(shard), ncclType(dt), ncclAvg, state_->comm, s),
+  checkIssued(ncclReduceScatter(buffer, mine, size_t(shard), ncclType(dt), average ? ncclAvg : ncclSum,
+                                state_->comm, s),
               "reduce-scatter", what);
 }
 
-void NcclComm::reduceScatter(const void* send, void* recv, int64_t shard, DType dt, cudaStream_t s,
+void NcclComm::reduceScatter(const void* send, void* recv, int64_t shard, DType dt, bool average, cudaStream_t s,
                              const std::string& what) {
   if (state_->aborted)
     throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);
-  checkIssued(ncclReduceScatter(send, recv, size_t(shard), ncclType(dt), ncclAvg, state_->comm, s),
+  checkIssued(ncclReduceScatter(send, recv, size_t(shard), ncclType(dt), average ? ncclAvg : ncclSum,
+                                state_->comm, s),
               "reduce-scatter", what);
 }
 

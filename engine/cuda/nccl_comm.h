@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include "engine/cuda/communicator.h"
 #include "engine/ir/types.h"
 
 namespace tandem::cuda {
@@ -31,28 +32,28 @@ struct ClockOffset {
   int rounds = 0;
 };
 
-class NcclComm {
+class NcclComm final : public Communicator {
  public:
   NcclComm(const NcclId& id, int rank, int world, double timeout_s);
-  ~NcclComm();
+  ~NcclComm() override;
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
 
-  // In place or out of place; averaged (ncclAvg) or summed.
-  void allReduce(const void* send, void* recv, int64_t count, DType dt, bool average,
-                 cudaStream_t s, const std::string& what);
-  // In place over `buffer` of world * shard elements: after the call this
-  // rank's shard [rank, rank + 1) * shard holds the average over the ranks
-  // (the rest keeps this rank's values).
-  void reduceScatterInPlace(void* buffer, int64_t shard, DType dt, cudaStream_t s, const std::string& what);
-  // In place over `buffer` of world * shard elements: every rank's shard
-  // replaces the same range here.
-  void allGatherInPlace(void* buffer, int64_t shard, DType dt, cudaStream_t s, const std::string& what);
-  // Out of place: recv[0, shard) = the average over the ranks of
-  // send[rank * shard, (rank + 1) * shard).
-  void reduceScatter(const void* send, void* recv, int64_t shard, DType dt, cudaStream_t s, const std::string& what);
-  // recv[r * count, (r + 1) * count) = rank r's send[0, count).
-  void allGather(const void* send, void* recv, int64_t count, DType dt, cudaStream_t s, const std::string& what);
+  // Collective over this communicator (every rank calls it, in the same
+  // order): the communicator of the ranks that pass the same `color`
+  // (>= 0), places by `key`; a rank that passes a negative color takes
+  // part and gets nullptr (ncclCommSplit).
+  std::unique_ptr<NcclComm> split(int color, int key);
+
+  void allReduce(const void* send, void* recv, int64_t count, DType dt, bool average, cudaStream_t s,
+                 const std::string& what) override;
+  void reduceScatterInPlace(void* buffer, int64_t shard, DType dt, bool average, cudaStream_t s,
+                            const std::string& what) override;
+  void allGatherInPlace(void* buffer, int64_t shard, DType dt, cudaStream_t s, const std::string& what) override;
+  void reduceScatter(const void* send, void* recv, int64_t shard, DType dt, bool average, cudaStream_t s,
+                     const std::string& what) override;
+  void allGather(const void* send, void* recv, int64_t count, DType dt, cudaStream_t s,
+                 const std::string& what) override;
   // Collective (every rank calls it), outside steps and graph capture: rank 0
   // ping-pongs `rounds` times with each other rank (ncclSend/ncclRecv of 8
   // bytes on a stream of its own, the host polling each for completion):
@@ -64,17 +65,18 @@ class NcclComm {
   // Returns once every rank called it (an all-reduce of one value).
   void barrier(const std::string& what);
 
-  // Throws (after aborting) when the communicator reports an asynchronous error.
-  void checkAsync(const std::string& what);
-  // Aborts the communicator; later calls throw. The abort runs on a detached
-  // thread: with a peer gone, ncclCommAbort can itself wait on stuck work,
-  // and the caller must still be able to report the error and leave.
-  void abort();
-  int rank() const { return rank_; }
-  int world() const { return world_; }
+  void checkAsync(const std::string& what) override;
+  // The abort runs on a detached thread: with a peer gone, ncclCommAbort
+  // can itself wait on stuck work, and the caller must still be able to
+  // report the error and leave.
+  void abort() override;
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
   double timeoutSeconds() const { return timeout_s_; }
 
  private:
+  struct State;
+  NcclComm(std::unique_ptr<State> state, int rank, int world, double timeout_s);
   using TimePoint = std::chrono::steady_clock::time_point;
   void ensureAux(size_t count);
   // Throws, after aborting, when an issued collective returned an error.
@@ -83,7 +85,6 @@ class NcclComm {
   void spinIssued(const std::string& what, TimePoint deadline);
   void spinStream(const std::string& what, TimePoint deadline);
 
-  struct State;
   std::unique_ptr<State> state_;
   int rank_;
   int world_;

@@ -66,7 +66,7 @@ __global__ void sumSquaresKernel(float* partials, const TensorSlot* slots, int n
     acc += g * g;
   }
   acc = blockSum(acc, shared);
-  if (threadIdx.x == 0) partials[chunk] = acc;
+  if (threadIdx.x == 0) partials[chunk] = acc * t.norm_weight;
 }
 
 __global__ void normFinalKernel(float* norm, const float* partials, int64_t n, bool squared) {

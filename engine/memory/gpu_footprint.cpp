@@ -113,7 +113,11 @@ Footprint executorFootprint(const RankPlan& rp) {
     }
     if (t.op == OpKind::GradNorm || t.op == OpKind::AdamW) {
       int64_t chunks = 0;
-      if (t.op == OpKind::GradNorm)
+      if (t.op == OpKind::GradNorm && t.attrs.shards == 0 && t.attrs.norm_squared)
+        // Each parameter's gradient on its own (weighted by its copies).
+        for (int pi : t.attrs.params)
+          chunks += chunksOf(rp.buffers[size_t(rp.params.at(size_t(pi)).grad)].elementCount());
+      else if (t.op == OpKind::GradNorm)
         for (int b : t.reads) {
           chunks += chunksOf(rp.buffers[size_t(b)].elementCount());
           // A gradient shard is read by its parameters' segments, each

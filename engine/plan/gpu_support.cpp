@@ -9,9 +9,6 @@ namespace tandem {
 std::optional<std::string> gpuRunRefusal(const Plan& plan) {
   const ParallelSpec& par = plan.job.parallel;
   const char* elsewhere = "`tandem simulate` and `tandem train` run such plans";
-  if (par.tensor_parallel > 1)
-    return fmt::format("tensor parallelism (parallel.tensor_parallel {}) is not run on GPUs yet; {}",
-                       par.tensor_parallel, elsewhere);
   if (plan.job.model.mlp_activation != MlpActivation::SwiGlu)
     return fmt::format("the squared-ReLU MLP (model.mlp_activation {}) is not run on GPUs yet; {}",
                        toString(plan.job.model.mlp_activation), elsewhere);
@@ -52,19 +49,20 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
                          "attention kernels take heads 16, 32, 64 or (bf16) 128 wide; {}",
                          width, plan.job.model.hidden, plan.job.model.heads, elsewhere);
   }
-  for (const Task& t : plan.programs.front().tasks)
+  for (const Task& t : plan.programs.front().tasks) {
     if (t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1 && t.writes.size() < 2)
       return fmt::format("the gathered embedding gradient of a model without a position table "
                          "(comm.gather_embedding_gradient with model.family {}) is not run on GPUs yet; {}",
                          toString(plan.job.model.family), elsewhere);
-  // One communicator, over every rank: the executor runs collectives of
-  // the "dp" group only (hybrid sharding's shard and replica groups would
-  // each need a communicator split from it).
-  for (const ProcessGroup& g : plan.groups)
-    if (g.name != "dp")
-      return fmt::format("the plan uses process group '{}' (hybrid sharding: parallel.shard_group_size); the GPU "
-                         "executor runs collectives over every rank only, so far; {}",
-                         g.name, elsewhere);
+    if (t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1 && t.attrs.tensor_parallel > 1)
+      return fmt::format("the gathered embedding gradient with the vocabulary split over tensor-parallel ranks "
+                         "(comm.gather_embedding_gradient with parallel.tensor_parallel {}) is not run on GPUs yet; "
+                         "{}",
+                         par.tensor_parallel, elsewhere);
+  }
+  // Every process group gets a communicator of its own (split from the
+  // world's), so tensor-parallel, data-parallel and hybrid-sharding groups
+  // all run.
   return std::nullopt;
 }
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -129,12 +130,16 @@ TEST_CASE("tandem train killed at random moments while it checkpoints every step
     return lines;
   };
   const std::string base = traces::testing::tempTracePath("train-kill");
+  const auto started = std::chrono::steady_clock::now();
   const auto straight = runTandem(fmt::format("train tiny --steps {} --log-every 1", kSteps), base + ".straight");
+  // The kills fall within the run as long as it takes here (about 0.8 s on
+  // an idle machine, longer beside other tests).
+  const int run_ms = int(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
   REQUIRE(straight.exit_code == 0);
   const auto want = stepLines(straight.out, 0);
   REQUIRE(want.size() == size_t(kSteps));
   std::mt19937 rng(51);
-  std::uniform_int_distribution<int> delay(30, 800);  // the run takes about 0.8 s
+  std::uniform_int_distribution<int> delay(run_ms / 25, run_ms);
   int resumed_from_checkpoint = 0, left_incomplete = 0;
   for (int trial = 0; trial < 20; ++trial) {
     const std::string dir = fmt::format("{}-{}", base, trial);

@@ -6,7 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout setup zero2 pytorchtrace checkpoint checkpoint2
-#         checkpointkill fp8gemm
+#         checkpointkill fp8gemm rankspergpu
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -244,6 +244,15 @@ for s in "$@"; do
         --warm-seconds 1.5 --time-limit 400 --multi-rank-from resources/calibration/h200x2-nv18.yaml \
         --topology h200x2-nv18
       tar cJf $OUT/$s/logs.tar.xz -C /tmp $s --exclude '*.sqlite' ;;
+    rankspergpu)
+      # Issue 53: multi-rank plans with every rank on one GPU in one process
+      # (in-process collectives): gradients and 20-step losses against the
+      # CPU reference (tensor, sequence, data and hybrid parallelism), then
+      # the CLI on tensor parallelism 2 with and without sequence parallelism.
+      stage ranks_per_gpu $B/gpu_test_ranks_per_gpu
+      stage tp2_cli $B/tandem run tiny --set parallel.tensor_parallel=2 --ranks-per-gpu 2 --steps 20
+      stage tp2sp_llama_cli $B/tandem run llama-124m --set parallel.tensor_parallel=2 \
+        --set parallel.sequence_parallel=true --set training.micro_batch=4 --ranks-per-gpu 2 --steps 10 ;;
     heldout)
       # Issue 49's held-out jobs (bench_sim_vs_real --jobs scale): run and
       # profiled for real; simulated with the shipped H200 profile where it

@@ -1,0 +1,195 @@
+#include "engine/cuda/local_comm.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include "engine/cuda/check.h"
+#include "engine/cuda/local_collectives.h"
+
+namespace tandem::cuda {
+
+// The members' meeting point: each collective is two meetings (all arrived;
+// the kernel issued), with member 0 issuing the kernel in between.
+class LocalGroup {
+ public:
+  LocalGroup(int size, double timeout_s) : size_(size), timeout_s_(timeout_s), calls_(size_t(size)) {
+    if (size < 1 || size > kMaxLocalRanks)
+      throw CudaError(fmt::format("--ranks-per-gpu: a group of {} ranks on one GPU; at most {} share one", size,
+                                  kMaxLocalRanks));
+    for (int i = 0; i < size; ++i) {
+      cudaEvent_t e;
+      TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      ready_.push_back(e);
+    }
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  }
+  ~LocalGroup() {
+    for (cudaEvent_t e : ready_) cudaEventDestroy(e);
+    cudaEventDestroy(done_);
+  }
+  LocalGroup(const LocalGroup&) = delete;
+  LocalGroup& operator=(const LocalGroup&) = delete;
+
+  struct Call {
+    LocalOp op = LocalOp::AllReduce;
+    int64_t count = 0;
+    DType dt = DType::F32;
+    bool average = false;
+    const void* in = nullptr;
+    void* out = nullptr;
+    std::string what;
+  };
+
+  int size() const { return size_; }
+
+  void collective(int place, const Call& call, cudaStream_t s) {
+    check(place, call.what);
+    TANDEM_CUDA_CHECK(cudaEventRecord(ready_[size_t(place)], s));
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      calls_[size_t(place)] = call;
+    }
+    meet(place, call.what);
+    if (place == 0) {
+      try {
+        issue(s);
+      } catch (const std::exception& e) {
+        abort(e.what());
+        throw;
+      }
+    }
+    meet(place, call.what);
+    if (place != 0) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, done_, 0));
+  }
+
+  void check(int place, const std::string& what) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_) throw CudaError(fmt::format("rank {} of an in-process group: {} not run: {}", place, what, why_));
+  }
+
+  void abort(const std::string& why) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!aborted_) why_ = why;
+    aborted_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  // Member 0, once all arrived: the same collective everywhere, then one
+  // kernel after every member's stream reached it.
+  void issue(cudaStream_t s) {
+    const Call& c0 = calls_[0];
+    LocalBuffers b;
+    for (int m = 0; m < size_; ++m) {
+      const Call& c = calls_[size_t(m)];
+      if (c.op != c0.op || c.count != c0.count || c.dt != c0.dt || c.average != c0.average)
+        throw CudaError(fmt::format("in-process collective mismatch: rank 0 of the group issues {} ({} elements), "
+                                    "rank {} issues {} ({} elements)",
+                                    c0.what, c0.count, m, c.what, c.count));
+      b.in[m] = c.in;
+      b.out[m] = c.out;
+      if (m > 0) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, ready_[size_t(m)], 0));
+    }
+    localCollective(c0.op, b, size_, c0.count, c0.dt, c0.average, s);
+    TANDEM_CUDA_CHECK(cudaEventRecord(done_, s));
+  }
+
+  // Returns once every member called it; throws on abort or after the timeout.
+  void meet(int place, const std::string& what) {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (aborted_) throw CudaError(fmt::format("rank {} of an in-process group: {} not run: {}", place, what, why_));
+    const uint64_t generation = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                                 std::chrono::duration<double>(timeout_s_));
+    const bool met = cv_.wait_until(lk, deadline, [&] { return generation_ != generation || aborted_; });
+    if (met && generation_ != generation) return;
+    if (!met && !aborted_) {
+      aborted_ = true;
+      why_ = fmt::format("{} of {} ranks did not reach {} within {:.0f} s", size_ - arrived_, size_, what,
+                         timeout_s_);
+      cv_.notify_all();
+    }
+    throw CudaError(fmt::format("rank {} of an in-process group: {} not run: {}", place, what, why_));
+  }
+
+  const int size_;
+  const double timeout_s_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  bool aborted_ = false;
+  std::string why_;
+  std::vector<Call> calls_;
+  std::vector<cudaEvent_t> ready_;
+  cudaEvent_t done_ = nullptr;
+};
+
+LocalComm::LocalComm(std::shared_ptr<LocalGroup> group, int place) : group_(std::move(group)), place_(place) {}
+
+int LocalComm::world() const { return group_->size(); }
+
+void LocalComm::allReduce(const void* send, void* recv, int64_t count, DType dt, bool average, cudaStream_t s,
+                          const std::string& what) {
+  group_->collective(place_, {LocalOp::AllReduce, count, dt, average, send, recv, what}, s);
+}
+
+void LocalComm::reduceScatterInPlace(void* buffer, int64_t shard, DType dt, bool average, cudaStream_t s,
+                                     const std::string& what) {
+  group_->collective(place_, {LocalOp::ReduceScatterInPlace, shard, dt, average, buffer, buffer, what}, s);
+}
+
+void LocalComm::allGatherInPlace(void* buffer, int64_t shard, DType dt, cudaStream_t s, const std::string& what) {
+  group_->collective(place_, {LocalOp::AllGatherInPlace, shard, dt, false, buffer, buffer, what}, s);
+}
+
+void LocalComm::reduceScatter(const void* send, void* recv, int64_t shard, DType dt, bool average, cudaStream_t s,
+                              const std::string& what) {
+  group_->collective(place_, {LocalOp::ReduceScatter, shard, dt, average, send, recv, what}, s);
+}
+
+void LocalComm::allGather(const void* send, void* recv, int64_t count, DType dt, cudaStream_t s,
+                          const std::string& what) {
+  group_->collective(place_, {LocalOp::AllGather, count, dt, false, send, recv, what}, s);
+}
+
+void LocalComm::checkAsync(const std::string& what) { group_->check(place_, what); }
+
+void LocalComm::abort() { group_->abort(fmt::format("rank {} of the group stopped", place_)); }
+
+LocalWorld::LocalWorld(const Plan& plan, int device, double timeout_s) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(device));
+  world_ = std::make_shared<LocalGroup>(plan.world_size, timeout_s);
+  for (const ProcessGroup& g : plan.groups) {
+    auto group = std::make_shared<LocalGroup>(int(g.ranks.size()), timeout_s);
+    for (size_t i = 0; i < g.ranks.size(); ++i)
+      if (!members_.emplace(std::pair{g.name, g.ranks[i]}, std::pair{group, int(i)}).second)
+        throw CudaError(fmt::format("rank {} is in two process groups named '{}'", g.ranks[i], g.name));
+  }
+}
+
+LocalWorld::~LocalWorld() = default;
+
+std::unique_ptr<Communicator> LocalWorld::world(int rank) const { return std::make_unique<LocalComm>(world_, rank); }
+
+std::unique_ptr<Communicator> LocalWorld::group(const std::string& name, int rank) const {
+  const auto it = members_.find({name, rank});
+  if (it == members_.end()) return nullptr;
+  return std::make_unique<LocalComm>(it->second.first, it->second.second);
+}
+
+void LocalWorld::abort(const std::string& why) {
+  world_->abort(why);
+  for (auto& [key, member] : members_) member.first->abort(why);
+}
+
+}  // namespace tandem::cuda

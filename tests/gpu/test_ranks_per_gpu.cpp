@@ -1,0 +1,179 @@
+// Multi-rank plans with every rank on one GPU in one process (the
+// in-process communicator, engine/cuda/local_comm.h): tensor parallelism
+// (with sequence parallelism, the Llama family with grouped heads), data
+// parallelism beside it with ZeRO-3, and hybrid sharding, against the CPU
+// reference running the same ranks: every rank's gradients after one pass,
+// then the losses over 20 steps.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <thread>
+
+#include "engine/cpu/executor.h"
+#include "engine/cuda/executor.h"
+#include "engine/cuda/local_comm.h"
+#include "engine/numerics/init.h"
+#include "engine/passes/buckets.h"
+#include "engine/plan/planner.h"
+#include "tests/gpu/gpu_test.h"
+
+using namespace tandem;
+using namespace tandem::gputest;
+
+namespace {
+
+JobSpec tiny(const std::vector<std::string>& sets) {
+  const JobSpec base = tinyJob();
+  return parseJob(base.yaml, base.source, sets);
+}
+
+struct Ranks {
+  std::shared_ptr<cuda::LocalWorld> world;
+  std::vector<std::unique_ptr<cuda::CudaExecutor>> gpu;
+};
+
+// fn(rank) on a thread per rank; a rank that fails aborts the in-process
+// communicators (waking the others), and the first failure is rethrown.
+template <class F>
+void onEveryRank(Ranks& ranks, int world, F fn) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        cudaSetDevice(0);
+        fn(r);
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = std::current_exception();
+        if (ranks.world) ranks.world->abort(fmt::format("rank {} failed: {}", r, e.what()));
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+Ranks makeRanks(const Plan& plan) {
+  Ranks ranks;
+  ranks.world = std::make_shared<cuda::LocalWorld>(plan, 0, 60);
+  ranks.gpu.resize(size_t(plan.world_size));
+  for (int r = 0; r < plan.world_size; ++r) {
+    cuda::ExecutorOptions o;
+    o.rank = r;
+    o.world = plan.world_size;
+    o.device = 0;
+    o.use_graph = false;
+    o.tune_gemms = false;  // cuBLASLt's first choice: the same on every rank
+    o.local_world = ranks.world;
+    ranks.gpu[size_t(r)] = std::make_unique<cuda::CudaExecutor>(plan, o);
+  }
+  return ranks;
+}
+
+// A rank's values of gradient buffer `grad`: all, or of a gradient shard
+// only its parameters' segments (a shard's padding is not compared).
+std::vector<float> shardSegments(const Plan& plan, int rank, int grad, const std::vector<float>& values) {
+  const RankPlan& program = plan.forRank(rank);
+  const GradBucket* bucket = bucketOfGradientShard(program, grad);
+  if (!bucket) return values;
+  std::vector<float> out;
+  const ShardRange shard = shardOf(plan.job.dataParallelRank(rank), shardCount(plan.job),
+                                   program.buffers.at(size_t(bucket->buffer)).elementCount());
+  for (int pi : bucket->params) {
+    const ShardSegment seg = segmentInShard(program, program.params.at(size_t(pi)), shard);
+    if (seg.to > seg.from)
+      out.insert(out.end(), values.begin() + seg.shard_offset, values.begin() + seg.shard_offset + (seg.to - seg.from));
+  }
+  return out;
+}
+
+void run(const std::string& label, const JobSpec& job, double tol) {
+  const Plan plan = buildPlan(job);
+  const int world = plan.world_size;
+  Ranks ranks = makeRanks(plan);
+  cpu::CpuExecutor ref(plan);
+  const cpu::StepResult rc = ref.computeGradients();
+  std::vector<cuda::GpuStepResult> rg(static_cast<size_t>(world));
+  onEveryRank(ranks, world, [&](int r) { rg[size_t(r)] = ranks.gpu[size_t(r)]->computeGradients(); });
+
+  // Every rank's gradients: its parameters' (tensor-parallel slices), or
+  // with sharded parameters its shard of every bucket.
+  double worst = 0;
+  std::string worst_name;
+  int tensors = 0;
+  for (int r = 0; r < world; ++r) {
+    const RankPlan& program = plan.forRank(r);
+    std::vector<std::pair<int, std::string>> grads;
+    if (!program.buckets.empty() && program.buckets.front().grad_shard >= 0)
+      for (const GradBucket& b : program.buckets) grads.emplace_back(b.grad_shard, fmt::format("bucket {}", b.buffer));
+    else
+      for (const ParamInfo& p : program.params) grads.emplace_back(p.grad, p.name);
+    for (const auto& [grad, name] : grads) {
+      const auto got = shardSegments(plan, r, grad, ranks.gpu[size_t(r)]->readBuffer(grad));
+      const auto want = shardSegments(plan, r, grad, ref.readBuffer(r, grad));
+      const double e = relError(got, want);
+      ++tensors;
+      if (e > worst) worst = e, worst_name = fmt::format("rank {} {}", r, name);
+    }
+  }
+  fmt::print("     {}: {} ranks, {} gradient tensors, loss cpu {:.6f} gpu {:.6f}; worst {:.3e} ({})\n", label, world,
+             tensors, rc.loss, rg[0].loss, worst, worst_name);
+  expectBelow(label + ": worst per-tensor gradient error (every rank)", worst, tol);
+  expectBelow(label + ": loss against the CPU", std::abs(rg[0].loss - rc.loss) / rc.loss, tol);
+  bool same_loss = true;
+  for (int r = 1; r < world; ++r) same_loss = same_loss && rg[size_t(r)].loss == rg[0].loss;
+  expectTrue(label + ": every rank reports the same loss", same_loss);
+
+  // Twenty steps: the losses track the CPU's.
+  double worst_loss = 0;
+  for (int s = 0; s < 20; ++s) {
+    const double lc = ref.step().loss;
+    onEveryRank(ranks, world, [&](int r) { rg[size_t(r)] = ranks.gpu[size_t(r)]->step(); });
+    worst_loss = std::max(worst_loss, std::abs(rg[0].loss - lc) / lc);
+    if (s == 0 || s == 19) fmt::print("     {} step {:>2}: loss cpu {:.6f} gpu {:.6f}\n", label, s + 1, lc, rg[0].loss);
+  }
+  expectBelow(label + ": worst loss deviation over 20 steps", worst_loss, tol);
+
+  // Each rank's arena is the plan's (the executor's own workspaces beside it).
+  bool arenas = true;
+  for (int r = 0; r < world; ++r)
+    arenas = arenas && ranks.gpu[size_t(r)]->memory().planned_arena_bytes == plan.forRank(r).memory.arena_bytes;
+  expectTrue(label + ": every rank's arena is its planned size", arenas);
+}
+
+}  // namespace
+
+int main() {
+  requireGpus(1);
+  try {
+    run("tp2 fp32", tiny({"training.precision=fp32", "parallel.tensor_parallel=2"}), 1e-4);
+    run("tp2 bf16", tiny({"training.precision=bf16", "parallel.tensor_parallel=2"}), 1e-2);
+    run("tp2 + sp fp32",
+        tiny({"training.precision=fp32", "parallel.tensor_parallel=2", "parallel.sequence_parallel=true"}), 1e-4);
+    run("tp2 + sp bf16",
+        tiny({"training.precision=bf16", "parallel.tensor_parallel=2", "parallel.sequence_parallel=true"}), 1e-2);
+    run("dp2 fp32 (in-process all-reduce)", tiny({"training.precision=fp32", "parallel.data_parallel=2"}), 1e-4);
+    run("dp2 x tp2 fp32, ZeRO-3",
+        tiny({"training.precision=fp32", "parallel.data_parallel=2", "parallel.tensor_parallel=2",
+              "parallel.shard_parameters=true"}),
+        1e-4);
+    run("dp4 fp32, ZeRO-3 in groups of 2 (hybrid)",
+        tiny({"training.precision=fp32", "parallel.data_parallel=4", "parallel.shard_parameters=true",
+              "parallel.shard_group_size=2"}),
+        1e-4);
+    const std::vector<std::string> llama = {"model.family=llama", "model.kv_heads=2", "model.mlp_ratio=2.75",
+                                            "model.tied_embeddings=false", "parallel.tensor_parallel=2"};
+    auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+      a.insert(a.end(), b.begin(), b.end());
+      return a;
+    };
+    run("llama gqa tp2 fp32", tiny(with(llama, {"training.precision=fp32"})), 1e-4);
+    run("llama gqa tp2 bf16", tiny(with(llama, {"training.precision=bf16"})), 1e-2);
+  } catch (const std::exception& e) {
+    fmt::print("FAIL exception: {}\n", e.what());
+    return 1;
+  }
+  return finish();
+}
