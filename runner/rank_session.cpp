@@ -97,10 +97,12 @@ RankSession::RankSession(const Plan& plan, const SessionOptions& options)
     po.plan_facts = plan_trace::planFacts(plan);
     po.rank = eo.rank;
     po.device = eo.device;
-    po.arena_bytes = plan.programs.at(0).memory.arena_bytes;
-    po.arena_peak_bytes = plan.programs.at(0).memory.peak_bytes;
+    // The rank's own program (pipeline stages differ).
+    const RankPlan& program = plan.forRank(eo.rank);
+    po.arena_bytes = program.memory.arena_bytes;
+    po.arena_peak_bytes = program.memory.peak_bytes;
     profiler_ = std::make_unique<profiler::Profiler>(po);
-    observer_ = std::make_unique<plan_trace::PlanObserver>(*profiler_, plan.programs.at(0));
+    observer_ = std::make_unique<plan_trace::PlanObserver>(*profiler_, program);
     eo.observer = observer_.get();
 #else
     throw std::runtime_error("run: this tandem was built without the CUPTI profiler (--profile unavailable)");

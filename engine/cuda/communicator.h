@@ -39,6 +39,12 @@ class Communicator {
   virtual void allGather(const void* send, void* recv, int64_t count, DType dt, cudaStream_t s,
                          const std::string& what) = 0;
 
+  // Point to point between pipeline stages: `count` elements to or from
+  // place `peer`. Sends and receives between two places are matched in the
+  // order each side issues them.
+  virtual void send(const void* buf, int64_t count, DType dt, int peer, cudaStream_t s, const std::string& what) = 0;
+  virtual void recv(void* buf, int64_t count, DType dt, int peer, cudaStream_t s, const std::string& what) = 0;
+
   // Throws (after aborting) when the communicator reports an asynchronous error.
   virtual void checkAsync(const std::string& what) = 0;
   // Stops the communicator without waiting for peers; later calls throw.

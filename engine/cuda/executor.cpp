@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "engine/cuda/executor_impl.h"
@@ -190,6 +191,11 @@ void CudaExecutor::Impl::makeCommunicators() {
   std::vector<std::string> names;  // in first-appearance order, the same on every rank
   for (const ProcessGroup& g : plan.groups)
     if (std::find(names.begin(), names.end(), g.name) == names.end()) names.push_back(g.name);
+  // The groups that carry sends and receives, in any rank's program.
+  std::set<std::string> p2p_names;
+  for (const RankPlan& rp : plan.programs)
+    for (const Task& t : rp.tasks)
+      if ((t.op == OpKind::Send || t.op == OpKind::Recv) && t.collective) p2p_names.insert(t.collective->group);
   for (const std::string& name : names) {
     int color = -1, key = 0, index = 0, size = 0;
     for (const ProcessGroup& g : plan.groups) {
@@ -198,13 +204,23 @@ void CudaExecutor::Impl::makeCommunicators() {
       if (at != g.ranks.end()) color = index, key = int(at - g.ranks.begin()), size = int(g.ranks.size());
       ++index;
     }
-    if (size == plan.world_size) continue;  // the world's communicator serves it
     if (opt.local_world) {
       if (auto c = opt.local_world->group(name, opt.rank)) group_comms[name] = std::move(c);
-    } else if (nccl_world) {
-      if (auto c = nccl_world->split(color, key)) group_comms[name] = std::move(c);
+      continue;
     }
+    if (!nccl_world) continue;
+    if (p2p_names.count(name))
+      for (int sender = 0; sender < 2; ++sender)
+        if (auto c = nccl_world->split(color, key)) p2p_comms[name][size_t(sender)] = std::move(c);
+    if (size == plan.world_size) continue;  // the world's communicator serves it
+    if (auto c = nccl_world->split(color, key)) group_comms[name] = std::move(c);
   }
+}
+
+Communicator& CudaExecutor::Impl::p2pComm(const Task& t, int sender) const {
+  const auto it = p2p_comms.find(t.collective.value().group);
+  if (it == p2p_comms.end()) return commFor(t);  // in-process: one group, a channel per direction
+  return *it->second.at(size_t(sender));
 }
 
 Communicator& CudaExecutor::Impl::commFor(const Task& t) const {
@@ -234,6 +250,7 @@ CudaExecutor::Impl::~Impl() {
   }
   if (loads_done) cudaEventDestroy(loads_done);
   gemms.clear();
+  p2p_comms.clear();
   group_comms.clear();
   comm.reset();
   for (auto s : streams) cudaStreamDestroy(s);
@@ -600,6 +617,8 @@ void CudaExecutor::Impl::waitForEvent(cudaEvent_t event, const char* what) {
     if (q != cudaErrorNotReady) checkCuda(q, "step", __FILE__, __LINE__);
     if (comm) comm->checkAsync("step " + std::to_string(steps_done + 1));
     for (auto& [name, c] : group_comms) c->checkAsync("step " + std::to_string(steps_done + 1));
+    for (auto& [name, pair] : p2p_comms)
+      for (auto& c : pair) c->checkAsync("step " + std::to_string(steps_done + 1));
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (waited > opt.timeout_s) {
       std::string stuck = what;
@@ -611,6 +630,8 @@ void CudaExecutor::Impl::waitForEvent(cudaEvent_t event, const char* what) {
         }
       if (comm) comm->abort();
       for (auto& [name, c] : group_comms) c->abort();
+      for (auto& [name, pair] : p2p_comms)
+        for (auto& c : pair) c->abort();
       throw CudaError(fmt::format("rank {}: {} did not finish within {:.0f} s (a peer rank may have "
                                   "stopped); NCCL communicator aborted",
                                   opt.rank, stuck, opt.timeout_s));

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -65,6 +66,7 @@ struct CudaExecutor::Impl {
   void issueAttention(int index, cudaStream_t s);
   void issueCollective(int index, cudaStream_t s);
   bool issueVocabularyParallel(int index, cudaStream_t s);
+  void issuePointToPoint(int index, cudaStream_t s);
   void issueOptimizer(int index, cudaStream_t s);
   void waitForEvent(cudaEvent_t event, const char* what);
   void gatherParameters();
@@ -97,8 +99,15 @@ struct CudaExecutor::Impl {
   std::unique_ptr<Communicator> comm;
   NcclComm* nccl_world = nullptr;  // comm, when it is NCCL's
   std::map<std::string, std::unique_ptr<Communicator>> group_comms;
-  // The communicator of a task's process group.
+  // NCCL, pipeline pairs: a communicator per direction of each pair group
+  // (index: the sending place), so that each carries the sends of one rank
+  // and the receives of the other in one order, and a pipeline's sends and
+  // receives on separate streams never wait on each other inside NCCL.
+  std::map<std::string, std::array<std::unique_ptr<Communicator>, 2>> p2p_comms;
+  // The communicator of a task's process group; of its direction for a
+  // send or receive (the in-process one serves both).
   Communicator& commFor(const Task& t) const;
+  Communicator& p2pComm(const Task& t, int sender) const;
   void makeCommunicators();
 
   std::vector<cudaStream_t> streams;

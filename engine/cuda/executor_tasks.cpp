@@ -120,9 +120,9 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
     case OpKind::CrossEntropyStats:  // issueVocabularyParallel's
       throw CudaError(fmt::format("cuda executor: {}: statistics of a loss without a tensor-parallel group", t.name));
     case OpKind::Send:
-    case OpKind::Recv:  // refused with the plan (pipeline stages are several programs)
-      throw CudaError(fmt::format("cuda executor: {}: send/receive between pipeline stages is not run on GPUs",
-                                  t.name));
+    case OpKind::Recv:
+      issuePointToPoint(index, s);
+      break;
     case OpKind::GradNorm:
     case OpKind::AdamW:
       issueOptimizer(index, s);
@@ -382,6 +382,31 @@ void CudaExecutor::Impl::issueCollective(int index, cudaStream_t s) {
     }
     default: break;
   }
+}
+
+// Send and receive between two pipeline stages (a group of two): the whole
+// buffer, or split over the tensor-parallel group
+// (comm.pipeline_scatter_gather) the slice of the rank's place.
+void CudaExecutor::Impl::issuePointToPoint(int index, cudaStream_t s) {
+  const Task& t = program->tasks[index];
+  const bool sending = t.op == OpKind::Send;
+  const int buffer = sending ? t.reads.at(0) : t.writes.at(0);
+  const Buffer& b = program->buffers.at(size_t(buffer));
+  const ShardRange part = shardOf(plan.job.tensorParallelPlace(opt.rank), t.attrs.shards, b.elementCount());
+  char* at = static_cast<char*>(ptr(buffer)) + part.begin * int64_t(dtypeSize(b.dtype));
+  const std::string what = "'" + t.name + "'";
+  Communicator& pair = commFor(t);
+  if (pair.world() != 2)
+    throw CudaError(fmt::format("cuda executor: {}: point to point in a group of {} ranks (pipeline stages are "
+                                "pairs)",
+                                t.name, pair.world()));
+  const int place = pair.rank(), peer = 1 - place;
+  // NCCL: a communicator per direction (makeCommunicators), named by the sender's place.
+  Communicator& c = p2pComm(t, sending ? place : peer);
+  if (sending)
+    c.send(at, part.end - part.begin, b.dtype, peer, s, what);
+  else
+    c.recv(at, part.end - part.begin, b.dtype, peer, s, what);
 }
 
 // The multi-tensor launches over the task's table: the gradient norm, and

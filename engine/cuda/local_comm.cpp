@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <map>
 #include <mutex>
 
 #include "engine/cuda/check.h"
@@ -29,6 +31,12 @@ class LocalGroup {
   ~LocalGroup() {
     for (cudaEvent_t e : ready_) cudaEventDestroy(e);
     cudaEventDestroy(done_);
+    for (auto& [ends, channel] : channels_)
+      for (Slot& slot : channel.slots) {
+        cudaFree(slot.mem);
+        cudaEventDestroy(slot.filled);
+        cudaEventDestroy(slot.consumed);
+      }
   }
   LocalGroup(const LocalGroup&) = delete;
   LocalGroup& operator=(const LocalGroup&) = delete;
@@ -63,6 +71,60 @@ class LocalGroup {
     }
     meet(place, call.what);
     if (place != 0) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, done_, 0));
+  }
+
+  // The sender's half: into a free staging slot of the channel (a new one
+  // when none is free and large enough), on the sender's stream.
+  void send(int place, int peer, const void* buf, int64_t bytes, cudaStream_t s, const std::string& what) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_) throw CudaError(fmt::format("rank {} of an in-process group: {} not run: {}", place, what, why_));
+    Channel& ch = channels_[{place, peer}];
+    size_t k = 0;
+    while (k < ch.slots.size() && (ch.slots[k].busy || ch.slots[k].bytes < bytes)) ++k;
+    if (k == ch.slots.size()) {
+      Slot slot;
+      slot.bytes = bytes;
+      TANDEM_CUDA_CHECK(cudaMalloc(&slot.mem, size_t(std::max<int64_t>(bytes, 1))));
+      TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&slot.filled, cudaEventDisableTiming));
+      TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&slot.consumed, cudaEventDisableTiming));
+      ch.slots.push_back(slot);
+    }
+    Slot& slot = ch.slots[k];
+    // Its previous message was copied out by a receive already issued.
+    if (slot.used) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, slot.consumed, 0));
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(slot.mem, buf, size_t(bytes), cudaMemcpyDeviceToDevice, s));
+    TANDEM_CUDA_CHECK(cudaEventRecord(slot.filled, s));
+    slot.busy = slot.used = true;
+    ch.queue.push_back({int(k), bytes, what});
+    cv_.notify_all();
+  }
+
+  // The receiver's half: waits on the host for the channel's next message.
+  void recv(int place, int peer, void* buf, int64_t bytes, cudaStream_t s, const std::string& what) {
+    std::unique_lock<std::mutex> lk(mu_);
+    Channel& ch = channels_[{peer, place}];
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                                 std::chrono::duration<double>(timeout_s_));
+    const bool arrived = cv_.wait_until(lk, deadline, [&] { return !ch.queue.empty() || aborted_; });
+    if (!arrived && !aborted_) {
+      aborted_ = true;
+      why_ = fmt::format("place {} sent nothing for {} within {:.0f} s", peer, what, timeout_s_);
+      cv_.notify_all();
+    }
+    if (aborted_) throw CudaError(fmt::format("rank {} of an in-process group: {} not run: {}", place, what, why_));
+    const Message m = ch.queue.front();
+    ch.queue.pop_front();
+    if (m.bytes != bytes) {
+      aborted_ = true;
+      why_ = fmt::format("{} receives {} bytes where place {} sent {} ({})", what, bytes, peer, m.bytes, m.what);
+      cv_.notify_all();
+      throw CudaError(fmt::format("rank {} of an in-process group: {}", place, why_));
+    }
+    Slot& slot = ch.slots[size_t(m.slot)];
+    TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, slot.filled, 0));
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(buf, slot.mem, size_t(bytes), cudaMemcpyDeviceToDevice, s));
+    TANDEM_CUDA_CHECK(cudaEventRecord(slot.consumed, s));
+    slot.busy = false;
   }
 
   void check(int place, const std::string& what) {
@@ -132,6 +194,24 @@ class LocalGroup {
   std::vector<Call> calls_;
   std::vector<cudaEvent_t> ready_;
   cudaEvent_t done_ = nullptr;
+  // Point to point: one channel per (sender, receiver) place pair.
+  struct Slot {
+    void* mem = nullptr;
+    int64_t bytes = 0;
+    cudaEvent_t filled = nullptr, consumed = nullptr;
+    bool busy = false;  // holds a message not yet received
+    bool used = false;  // consumed was recorded at least once
+  };
+  struct Message {
+    int slot = 0;
+    int64_t bytes = 0;
+    std::string what;
+  };
+  struct Channel {
+    std::vector<Slot> slots;
+    std::deque<Message> queue;
+  };
+  std::map<std::pair<int, int>, Channel> channels_;
 };
 
 LocalComm::LocalComm(std::shared_ptr<LocalGroup> group, int place) : group_(std::move(group)), place_(place) {}
@@ -160,6 +240,14 @@ void LocalComm::reduceScatter(const void* send, void* recv, int64_t shard, DType
 void LocalComm::allGather(const void* send, void* recv, int64_t count, DType dt, cudaStream_t s,
                           const std::string& what) {
   group_->collective(place_, {LocalOp::AllGather, count, dt, false, send, recv, what}, s);
+}
+
+void LocalComm::send(const void* buf, int64_t count, DType dt, int peer, cudaStream_t s, const std::string& what) {
+  group_->send(place_, peer, buf, count * int64_t(dtypeSize(dt)), s, what);
+}
+
+void LocalComm::recv(void* buf, int64_t count, DType dt, int peer, cudaStream_t s, const std::string& what) {
+  group_->recv(place_, peer, buf, count * int64_t(dtypeSize(dt)), s, what);
 }
 
 void LocalComm::checkAsync(const std::string& what) { group_->check(place_, what); }

@@ -14,6 +14,14 @@
 // is reported after the timeout, and a member that fails aborts the group,
 // which wakes the others with an error). Eager steps only: a CUDA Graph
 // captured on one thread cannot wait on another thread's capture.
+//
+// Point to point: a send copies its buffer into a staging buffer of the
+// (sender, receiver) channel on the sender's stream and returns at once; the
+// receive waits on the host for the matching send (first in, first out),
+// then copies from the staging buffer on the receiver's stream. A sender
+// never waits for its receiver, so pipeline schedules whose sends and
+// receives run on separate streams cannot deadlock on the host; staging
+// grows to the messages in flight.
 
 #include <map>
 #include <memory>
@@ -42,6 +50,8 @@ class LocalComm final : public Communicator {
                      const std::string& what) override;
   void allGather(const void* send, void* recv, int64_t count, DType dt, cudaStream_t s,
                  const std::string& what) override;
+  void send(const void* buf, int64_t count, DType dt, int peer, cudaStream_t s, const std::string& what) override;
+  void recv(void* buf, int64_t count, DType dt, int peer, cudaStream_t s, const std::string& what) override;
   void checkAsync(const std::string& what) override;
   void abort() override;
   int rank() const override { return place_; }

@@ -172,6 +172,18 @@ void NcclComm::allGather(const void* send, void* recv, int64_t count, DType dt, 
   checkIssued(ncclAllGather(send, recv, size_t(count), ncclType(dt), state_->comm, s), "all-gather", what);
 }
 
+void NcclComm::send(const void* buf, int64_t count, DType dt, int peer, cudaStream_t s, const std::string& what) {
+  if (state_->aborted)
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);
+  checkIssued(ncclSend(buf, size_t(count), ncclType(dt), peer, state_->comm, s), "send", what);
+}
+
+void NcclComm::recv(void* buf, int64_t count, DType dt, int peer, cudaStream_t s, const std::string& what) {
+  if (state_->aborted)
+    throw CudaError("rank " + std::to_string(rank_) + ": NCCL communicator was aborted before " + what);
+  checkIssued(ncclRecv(buf, size_t(count), ncclType(dt), peer, state_->comm, s), "receive", what);
+}
+
 void NcclComm::checkIssued(int nccl_result, const char* collective, const std::string& what) {
   const auto r = ncclResult_t(nccl_result);
   if (r != ncclSuccess && r != ncclInProgress) {

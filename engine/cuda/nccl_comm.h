@@ -65,6 +65,8 @@ class NcclComm final : public Communicator {
   // Returns once every rank called it (an all-reduce of one value).
   void barrier(const std::string& what);
 
+  void send(const void* buf, int64_t count, DType dt, int peer, cudaStream_t s, const std::string& what) override;
+  void recv(void* buf, int64_t count, DType dt, int peer, cudaStream_t s, const std::string& what) override;
   void checkAsync(const std::string& what) override;
   // The abort runs on a detached thread: with a peer gone, ncclCommAbort
   // can itself wait on stuck work, and the caller must still be able to

@@ -32,12 +32,13 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
     return fmt::format("context parallelism (parallel.context_parallel {}) is not run on GPUs yet: the attention "
                        "kernels take whole sequences; {}",
                        par.context_parallel, elsewhere);
-  if (par.pipeline_parallel > 1 || plan.programs.size() != 1)
-    return fmt::format("pipeline parallelism (parallel.pipeline_parallel {}: several rank programs) is not run on "
-                       "GPUs yet; {}",
-                       par.pipeline_parallel, elsewhere);
   const bool bf16 = plan.job.training.precision == Precision::BF16;
-  for (const Task& t : plan.programs.front().tasks) {
+  // Every stage's program (pipeline stages differ).
+  std::vector<const Task*> tasks;
+  for (const RankPlan& rp : plan.programs)
+    for (const Task& t : rp.tasks) tasks.push_back(&t);
+  for (const Task* task : tasks) {
+    const Task& t = *task;
     if (t.op != OpKind::Attention || t.attrs.h <= 0) continue;
     const int64_t width = t.attrs.c / t.attrs.h;
     if (width == 128 && !bf16)
@@ -49,7 +50,8 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
                          "attention kernels take heads 16, 32, 64 or (bf16) 128 wide; {}",
                          width, plan.job.model.hidden, plan.job.model.heads, elsewhere);
   }
-  for (const Task& t : plan.programs.front().tasks) {
+  for (const Task* task : tasks) {
+    const Task& t = *task;
     if (t.op == OpKind::EmbeddingBwd && t.attrs.shards > 1 && t.writes.size() < 2)
       return fmt::format("the gathered embedding gradient of a model without a position table "
                          "(comm.gather_embedding_gradient with model.family {}) is not run on GPUs yet; {}",

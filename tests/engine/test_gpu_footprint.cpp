@@ -165,12 +165,16 @@ TEST_CASE("What the GPU executor would refuse, judged from the plan", "[gpu_foot
   tp.parallel.sequence_parallel = true;
   tp.parallel.data_parallel = 2;
   CHECK_FALSE(gpuRunRefusal(buildPlan(tp)).has_value());
+  // Pipeline stages run too (a program per stage, sends and receives).
   JobSpec pp = gpt2OneRank();
   pp.parallel.pipeline_parallel = 2;
   pp.training.grad_accum = 2;
-  const auto pipeline = gpuRunRefusal(buildPlan(pp));
-  REQUIRE(pipeline.has_value());
-  CHECK_THAT(*pipeline, Catch::Contains("parallel.pipeline_parallel 2"));
+  CHECK_FALSE(gpuRunRefusal(buildPlan(pp)).has_value());
+  JobSpec cp = gpt2OneRank();
+  cp.parallel.context_parallel = 2;
+  const auto context = gpuRunRefusal(buildPlan(cp));
+  REQUIRE(context.has_value());
+  CHECK_THAT(*context, Catch::Contains("parallel.context_parallel 2"));
   // A tied Llama whose embedding gradient is gathered (it pays at
   // micro-batch 1 over 8 ranks): no position table, which the GPU's
   // gathered kernel does not take yet.

@@ -1,7 +1,8 @@
 // Multi-rank plans with every rank on one GPU in one process (the
 // in-process communicator, engine/cuda/local_comm.h): tensor parallelism
 // (with sequence parallelism, the Llama family with grouped heads), data
-// parallelism beside it with ZeRO-3, and hybrid sharding, against the CPU
+// parallelism beside it with ZeRO-3, hybrid sharding, pipeline stages
+// (1F1B, interleaved) and tensor x pipeline parallelism, against the CPU
 // reference running the same ranks: every rank's gradients after one pass,
 // then the losses over 20 steps.
 #include <cuda_runtime.h>
@@ -162,6 +163,20 @@ int main() {
     run("dp4 fp32, ZeRO-3 in groups of 2 (hybrid)",
         tiny({"training.precision=fp32", "parallel.data_parallel=4", "parallel.shard_parameters=true",
               "parallel.shard_group_size=2"}),
+        1e-4);
+    // Pipeline stages: a program per stage, sends and receives on streams
+    // of their own through the in-process channels.
+    run("pp2 1F1B fp32", tiny({"training.precision=fp32", "parallel.pipeline_parallel=2", "training.grad_accum=4"}),
+        1e-4);
+    run("pp2 1F1B bf16", tiny({"training.precision=bf16", "parallel.pipeline_parallel=2", "training.grad_accum=4"}),
+        1e-2);
+    run("pp2 interleaved (2 chunks) fp32",
+        tiny({"training.precision=fp32", "model.layers=4", "parallel.pipeline_parallel=2", "parallel.pipeline_chunks=2",
+              "training.grad_accum=4"}),
+        1e-4);
+    run("tp2 x pp2 fp32",
+        tiny({"training.precision=fp32", "parallel.tensor_parallel=2", "parallel.pipeline_parallel=2",
+              "training.grad_accum=2"}),
         1e-4);
     const std::vector<std::string> llama = {"model.family=llama", "model.kv_heads=2", "model.mlp_ratio=2.75",
                                             "model.tied_embeddings=false", "parallel.tensor_parallel=2"};
