@@ -6,7 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout setup zero2 pytorchtrace checkpoint checkpoint2
-#         checkpointkill fp8gemm rankspergpu
+#         checkpointkill fp8gemm rankspergpu multigpu
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -22,11 +22,11 @@ B=$DIST/bin
 # --set overrides (KEY=VALUE words), compared. Two processes: GEMM algorithm timing may choose
 # differently in each, so it is off (docs/gpu-executor.md, GEMM algorithm timing).
 graph_vs_eager() {
-  local set=() tag=${1:-default} job=${2:-resources/jobs/gpt2-124m-dp8.yaml}
+  local set=() tag=${1:-default} job=${2:-resources/jobs/gpt2-124m-dp8.yaml} gpus=${3:-1}
   for kv in $1; do set+=(--set "$kv"); done
   local name=$(basename "$job" .yaml).${tag//[^a-z_]/_}
   for mode in graph eager; do
-    TANDEM_GEMM_TUNING=0 $B/tandem run "$job" --gpus 1 --steps 20 --json "${set[@]}" \
+    TANDEM_GEMM_TUNING=0 $B/tandem run "$job" --gpus $gpus --steps 20 --json "${set[@]}" \
       $([ $mode = eager ] && echo --eager) | grep '"step"' | sed 's/,"ms".*//' > "$OUT/$mode.$name.jsonl"
   done
   local g="$OUT/graph.$name.jsonl" e="$OUT/eager.$name.jsonl"
@@ -253,6 +253,25 @@ for s in "$@"; do
       stage tp2_cli $B/tandem run tiny --set parallel.tensor_parallel=2 --ranks-per-gpu 2 --steps 20
       stage tp2sp_llama_cli $B/tandem run llama-124m --set parallel.tensor_parallel=2 \
         --set parallel.sequence_parallel=true --set training.micro_batch=4 --ranks-per-gpu 2 --steps 10 ;;
+    multigpu)
+      # Issue 53 on a machine of several GPUs (the NCCL path; not run yet: no
+      # such machine lent): the ranks-per-GPU checks over NCCL (a GPU per
+      # rank, cases beyond the visible GPUs skipped), CUDA Graph == eager for
+      # TP 2 + SP and PP 2 interleaved, TP 2 against DP 2 on GPT-2 350M, and
+      # TP 2's real run profiled beside its simulation, task by task.
+      stage nccl_parallel $B/gpu_test_ranks_per_gpu --nccl
+      for kv in "parallel.tensor_parallel=2 parallel.sequence_parallel=true" \
+                "parallel.pipeline_parallel=2 parallel.pipeline_chunks=2 training.grad_accum=4 model.layers=4"; do
+        graph_vs_eager "$kv" resources/jobs/gpt2-tiny.yaml 2
+      done
+      for layout in "--set parallel.tensor_parallel=2" ""; do
+        stage "gpt2_350m_2gpu${layout:+_tp2}" $B/tandem run gpt2-350m --gpus 2 --steps 30 --json $layout
+      done
+      stage tp2_profiled $B/tandem run gpt2-350m --gpus 2 --steps 20 --set parallel.tensor_parallel=2 --profile \
+        --out /tmp/tp2.real.sqlite
+      stage tp2_simulated $B/tandem simulate gpt2-350m --set parallel.tensor_parallel=2 --set parallel.data_parallel=1 \
+        --topology h200x2-nv18 --out /tmp/tp2.sim.sqlite
+      stage tp2_compare $B/tandem compare /tmp/tp2.real.sqlite /tmp/tp2.sim.sqlite ;;
     heldout)
       # Issue 49's held-out jobs (bench_sim_vs_real --jobs scale): run and
       # profiled for real; simulated with the shipped H200 profile where it

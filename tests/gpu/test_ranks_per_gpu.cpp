@@ -5,6 +5,10 @@
 // (1F1B, interleaved) and tensor x pipeline parallelism, against the CPU
 // reference running the same ranks: every rank's gradients after one pass,
 // then the losses over 20 steps.
+//
+// `--nccl`: the same checks on the production path instead, a GPU and an
+// NCCL communicator per rank (one process, a thread each); the cases whose
+// world exceeds the visible GPUs are skipped and say so.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,9 +34,13 @@ JobSpec tiny(const std::vector<std::string>& sets) {
   return parseJob(base.yaml, base.source, sets);
 }
 
+bool g_nccl = false;  // --nccl
+int g_gpus = 1;
+
 struct Ranks {
-  std::shared_ptr<cuda::LocalWorld> world;
+  std::shared_ptr<cuda::LocalWorld> world;  // null on the NCCL path
   std::vector<std::unique_ptr<cuda::CudaExecutor>> gpu;
+  int device(int rank) const { return world ? 0 : rank; }
 };
 
 // fn(rank) on a thread per rank; a rank that fails aborts the in-process
@@ -44,7 +52,7 @@ void onEveryRank(Ranks& ranks, int world, F fn) {
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       try {
-        cudaSetDevice(0);
+        cudaSetDevice(ranks.device(r));
         fn(r);
       } catch (const std::exception& e) {
         errors[size_t(r)] = std::current_exception();
@@ -58,18 +66,21 @@ void onEveryRank(Ranks& ranks, int world, F fn) {
 
 Ranks makeRanks(const Plan& plan) {
   Ranks ranks;
-  ranks.world = std::make_shared<cuda::LocalWorld>(plan, 0, 60);
+  if (!g_nccl) ranks.world = std::make_shared<cuda::LocalWorld>(plan, 0, 60);
   ranks.gpu.resize(size_t(plan.world_size));
-  for (int r = 0; r < plan.world_size; ++r) {
+  const cuda::NcclId id = g_nccl ? cuda::makeNcclId() : cuda::NcclId{};
+  // NCCL's communicators are made by every rank at once.
+  onEveryRank(ranks, plan.world_size, [&](int r) {
     cuda::ExecutorOptions o;
     o.rank = r;
     o.world = plan.world_size;
-    o.device = 0;
+    o.device = ranks.device(r);
     o.use_graph = false;
     o.tune_gemms = false;  // cuBLASLt's first choice: the same on every rank
     o.local_world = ranks.world;
+    o.nccl_id = id;
     ranks.gpu[size_t(r)] = std::make_unique<cuda::CudaExecutor>(plan, o);
-  }
+  });
   return ranks;
 }
 
@@ -93,6 +104,10 @@ std::vector<float> shardSegments(const Plan& plan, int rank, int grad, const std
 void run(const std::string& label, const JobSpec& job, double tol) {
   const Plan plan = buildPlan(job);
   const int world = plan.world_size;
+  if (g_nccl && world > g_gpus) {
+    fmt::print("SKIP {}: {} ranks, {} GPUs visible\n", label, world, g_gpus);
+    return;
+  }
   Ranks ranks = makeRanks(plan);
   cpu::CpuExecutor ref(plan);
   const cpu::StepResult rc = ref.computeGradients();
@@ -146,8 +161,13 @@ void run(const std::string& label, const JobSpec& job, double tol) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   requireGpus(1);
+  g_nccl = argc > 1 && std::string(argv[1]) == "--nccl";
+  if (g_nccl) {
+    g_gpus = cuda::usableGpuCount(nullptr);
+    requireGpus(2);
+  }
   try {
     run("tp2 fp32", tiny({"training.precision=fp32", "parallel.tensor_parallel=2"}), 1e-4);
     run("tp2 bf16", tiny({"training.precision=bf16", "parallel.tensor_parallel=2"}), 1e-2);
