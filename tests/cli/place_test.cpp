@@ -156,3 +156,32 @@ TEST_CASE("tandem run --placement auto reads nvidia-smi", "[cli][place][run]") {
   CHECK(missing.exit_code == 1);
   CHECK_THAT(missing.err, Catch::Contains("--placement auto reads `/nonexistent/nvidia-smi topo -m`, which did not run"));
 }
+
+TEST_CASE("tandem run counts ranks: --gpus and --ranks-per-gpu against the job's model-parallel groups",
+          "[cli][run]") {
+  const std::string scratch = traces::testing::tempTracePath("ranks");
+  const auto odd = runTandem("run tiny --set parallel.tensor_parallel=2 --gpus 3", scratch, "CUDA_VISIBLE_DEVICES=");
+  if (odd.err.find("built without CUDA") != std::string::npos) {
+    SUCCEED("no CUDA in this build: run refuses first");
+    return;
+  }
+  CHECK(odd.exit_code == 1);
+  CHECK_THAT(odd.err, Catch::Contains("run: 3 ranks (3 GPUs x 1 per GPU) are not a multiple of tensor x pipeline x "
+                                      "context parallel = 2"));
+  // Every rank on one GPU: the job's world must be the ranks per GPU.
+  const auto wide = runTandem("run tiny --set parallel.tensor_parallel=2 --set parallel.data_parallel=2 "
+                              "--ranks-per-gpu 2",
+                              scratch, "CUDA_VISIBLE_DEVICES=");
+  CHECK(wide.exit_code == 1);
+  CHECK_THAT(wide.err, Catch::Contains("--ranks-per-gpu 2 puts every rank on one GPU: the job has 4 ranks"));
+  const auto profiled = runTandem("run tiny --set parallel.tensor_parallel=2 --ranks-per-gpu 2 --profile --out " +
+                                      scratch + ".sqlite",
+                                  scratch, "CUDA_VISIBLE_DEVICES=");
+  CHECK(profiled.exit_code == 1);
+  CHECK_THAT(profiled.err, Catch::Contains("--ranks-per-gpu does not profile"));
+  // The right world gets as far as looking for a GPU (none visible here).
+  const auto fits = runTandem("run tiny --set parallel.tensor_parallel=2 --ranks-per-gpu 2", scratch,
+                              "CUDA_VISIBLE_DEVICES=");
+  CHECK(fits.exit_code == 1);
+  CHECK_THAT(fits.err, Catch::Contains("no CUDA GPU available"));
+}
