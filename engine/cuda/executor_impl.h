@@ -67,6 +67,7 @@ struct CudaExecutor::Impl {
   void issueCollective(int index, cudaStream_t s);
   bool issueVocabularyParallel(int index, cudaStream_t s);
   void issuePointToPoint(int index, cudaStream_t s);
+  TokenIndex tokenIndexOf(int index) const;
   void issueOptimizer(int index, cudaStream_t s);
   void waitForEvent(cudaEvent_t event, const char* what);
   void gatherParameters();

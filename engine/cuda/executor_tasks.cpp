@@ -153,10 +153,8 @@ bool CudaExecutor::Impl::issueVocabularyParallel(int index, cudaStream_t s) {
         throw CudaError(fmt::format("cuda executor: {}: a gathered embedding gradient with the vocabulary split",
                                     t.name));
       const int64_t rows = a.v / ranks;
-      const LoadSlot& slot = loads.at(load_of_task[index]);
-      const int64_t N = slot.ranks * slot.count;
-      const TokenIndex idx{slot.device_index, slot.device_index + N, slot.device_index + 2 * N + 1};
-      vocabParallelEmbeddingBackward(ptr(W[0]), W.size() > 1 ? ptr(W[1]) : nullptr, ptr(R[0]), i32(R[1]), idx, a.b,
+      vocabParallelEmbeddingBackward(ptr(W[0]), W.size() > 1 ? ptr(W[1]) : nullptr, ptr(R[0]), i32(R[1]),
+                                     tokenIndexOf(index), a.b,
                                      a.t, a.c, place * rows, rows, a.accumulate, a.accumulate_params, dt(R[0]), s);
       return true;
     }
@@ -201,6 +199,14 @@ void CudaExecutor::Impl::issueLoadBatch(int index, cudaStream_t s) {
   }
 }
 
+// The sorted token index of the micro-batch an EmbeddingBwd task reads
+// (LoadSlot: order[N] seg_start[N+1] seg_count[1]).
+TokenIndex CudaExecutor::Impl::tokenIndexOf(int index) const {
+  const LoadSlot& slot = loads.at(load_of_task[index]);
+  const int64_t N = slot.ranks * slot.count;
+  return TokenIndex{slot.device_index, slot.device_index + N, slot.device_index + 2 * N + 1};
+}
+
 // The embedding backward over this rank's tokens, or over every rank's
 // gradient into this rank's shard of the bucket.
 void CudaExecutor::Impl::issueEmbeddingBackward(int index, cudaStream_t s) {
@@ -212,7 +218,7 @@ void CudaExecutor::Impl::issueEmbeddingBackward(int index, cudaStream_t s) {
   auto i32 = [&](int buffer) { return static_cast<const int32_t*>(ptr(buffer)); };
   const LoadSlot& slot = loads.at(load_of_task[index]);
   const int64_t N = slot.ranks * slot.count;
-  TokenIndex idx{slot.device_index, slot.device_index + N, slot.device_index + 2 * N + 1};
+  const TokenIndex idx = tokenIndexOf(index);
   if (a.shards > 1) {  // over every rank's gradient, into this rank's shard (pass_embedding_gather.h)
     const Buffer& wte = program->buffers.at(W[0]);
     const Buffer& wpe = program->buffers.at(W[1]);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/cuda/device.h"
+#include "engine/spec/job.h"
 
 namespace tandem::gputest {
 
@@ -60,6 +61,12 @@ inline std::vector<float> randomVector(size_t n, std::mt19937& rng, float scale 
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+// The embedded tiny job (gpt2-tiny) with `--set`-style overrides.
+inline JobSpec tiny(const std::vector<std::string>& sets) {
+  const JobSpec base = tinyJob();
+  return parseJob(base.yaml, base.source, sets);
 }
 
 inline int finish() {

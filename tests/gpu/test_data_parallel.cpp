@@ -19,11 +19,6 @@ using namespace tandem::gputest;
 
 namespace {
 
-JobSpec tiny(const std::vector<std::string>& sets) {
-  const JobSpec base = tinyJob();
-  return parseJob(base.yaml, base.source, sets);
-}
-
 // Runs fn(rank) on two threads and rethrows the first failure.
 template <class F>
 void onBothRanks(F fn) {

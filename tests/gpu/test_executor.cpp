@@ -21,11 +21,6 @@ using namespace tandem::gputest;
 
 namespace {
 
-JobSpec tiny(const std::vector<std::string>& sets) {
-  const JobSpec base = tinyJob();
-  return parseJob(base.yaml, base.source, sets);
-}
-
 // The tiny job as a Llama: RMSNorm, SwiGLU (width 176, a multiple of 8),
 // 4 query heads 16 wide sharing 2 key/value heads, rotary embeddings, no
 // position table, untied unless a set says otherwise.

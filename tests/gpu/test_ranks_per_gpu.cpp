@@ -29,11 +29,6 @@ using namespace tandem::gputest;
 
 namespace {
 
-JobSpec tiny(const std::vector<std::string>& sets) {
-  const JobSpec base = tinyJob();
-  return parseJob(base.yaml, base.source, sets);
-}
-
 bool g_nccl = false;  // --nccl
 int g_gpus = 1;
 
