@@ -200,7 +200,9 @@ StepStats RankSession::stats() const {
   s.median_wall_ms = median(wall);
   const double tokens = double(plan_.job.tokensPerStep());
   const double flops_per_step = plan_.summary.model_flops_per_token * tokens;
-  const double peak = device_.peak_bf16_flops * options_.executor.world;
+  // Ranks sharing one GPU (--ranks-per-gpu) have that GPU's peak between them.
+  const int gpus = options_.executor.local_world ? 1 : options_.executor.world;
+  const double peak = device_.peak_bf16_flops * gpus;
   s.tokens_per_s = s.median_ms > 0 ? tokens / (s.median_ms / 1e3) : 0;
   s.mfu = peak > 0 && s.median_ms > 0 ? flops_per_step / (s.median_ms / 1e3) / peak : 0;
   return s;

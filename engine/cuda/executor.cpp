@@ -385,11 +385,33 @@ void CudaExecutor::Impl::buildTable(int task) {
           TensorSlot part = s;
           part.grad = static_cast<const char*>(ptr(b)) + seg.shard_offset * (s.grad_bf16 ? 2 : 4);
           part.n = seg.to - seg.from;
+          part.norm_weight = float(1.0 / double(program->params.at(size_t(pi)).copies));
           add(part);
         }
         continue;
       }
       const ShardRange shard = shardOf(int(rank), shards, program->buffers[b].elementCount());
+      // The rank's shard of a bucket whose parameters other ranks hold too
+      // (tensor parallelism's replicated norms): by its parameters'
+      // segments, each counted 1/copies, as the CPU reference counts them.
+      const auto bucket = std::find_if(program->buckets.begin(), program->buckets.end(),
+                                       [&](const GradBucket& g) { return g.buffer == b; });
+      const bool replicated =
+          sharded && bucket != program->buckets.end() &&
+          std::any_of(bucket->params.begin(), bucket->params.end(),
+                      [&](int pi) { return program->params.at(size_t(pi)).copies > 1; });
+      if (replicated) {
+        for (int pi : bucket->params) {
+          const ShardSegment seg = segmentInShard(*program, program->params.at(size_t(pi)), shard);
+          if (seg.to <= seg.from) continue;
+          TensorSlot part = s;
+          part.grad = static_cast<const char*>(ptr(b)) + (shard.begin + seg.shard_offset) * (s.grad_bf16 ? 2 : 4);
+          part.n = seg.to - seg.from;
+          part.norm_weight = float(1.0 / double(program->params.at(size_t(pi)).copies));
+          add(part);
+        }
+        continue;
+      }
       s.grad = static_cast<const char*>(ptr(b)) + shard.begin * (s.grad_bf16 ? 2 : 4);
       s.n = shard.end - shard.begin;
       add(s);

@@ -123,6 +123,9 @@ Footprint executorFootprint(const RankPlan& rp) {
           // A gradient shard is read by its parameters' segments, each
           // rounding its chunks up (at most one more each).
           if (const GradBucket* bucket = bucketOfGradientShard(rp, b)) chunks += int64_t(bucket->params.size());
+          // A bucket's shard with replicated parameters: by their segments too.
+          for (const GradBucket& bucket : rp.buckets)
+            if (bucket.buffer == b) chunks += int64_t(bucket.params.size());
         }
       const int64_t slots = int64_t(std::max(t.reads.size(), t.attrs.params.size()));
       f.optimizer_tables += align256(slots * kTensorSlotBytes) + align256(chunks * kFloat);
