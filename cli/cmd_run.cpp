@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -360,6 +362,21 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
   std::vector<std::unique_ptr<runner::RankSession>> sessions(static_cast<size_t>(world));
   std::vector<std::vector<cuda::GpuStepResult>> results(static_cast<size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+  // Every rank is set up before any steps: a rank still drawing its weights
+  // would otherwise leave the others waiting at the first collective past
+  // --timeout.
+  std::mutex setup_mutex;
+  std::condition_variable setup_done;
+  int ready = 0;
+  bool failed = false;
+  int first_failed = -1;  // the rank whose error stopped the others
+  auto waitForEveryRank = [&] {
+    std::unique_lock<std::mutex> lk(setup_mutex);
+    ++ready;
+    setup_done.notify_all();
+    setup_done.wait(lk, [&] { return ready == world || failed; });
+    if (failed) throw std::runtime_error("another rank failed during set-up");
+  };
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
@@ -376,23 +393,29 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
           fmt::print("run {}: {} ranks x {} on one GPU, {} steps, {} tokens/step, eager, arena {:.2f} GiB (rank 0)\n",
                      plan.job.name, world, sessions[0]->device().name, plan.job.training.steps,
                      plan.job.tokensPerStep(), plan.forRank(0).memory.arena_bytes / kGiB);
+        waitForEveryRank();
         results[size_t(r)] = sessions[size_t(r)]->run(last_step, [&](const cuda::GpuStepResult& res) {
           if (r == 0) printStep(o, plan, *sessions[0], 1, res);
         });
       } catch (const std::exception& e) {
         errors[size_t(r)] = std::current_exception();
+        {
+          std::lock_guard<std::mutex> lk(setup_mutex);
+          if (first_failed < 0) first_failed = r;
+          failed = true;
+          setup_done.notify_all();
+        }
         local->abort(fmt::format("rank {} failed: {}", r, e.what()));
       }
     });
   for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r)
-    if (errors[size_t(r)]) {
-      try {
-        std::rethrow_exception(errors[size_t(r)]);
-      } catch (const std::exception& e) {
-        throw std::runtime_error(fmt::format("run: rank {}: {}", r, e.what()));
-      }
+  if (first_failed >= 0) {
+    try {
+      std::rethrow_exception(errors[size_t(first_failed)]);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("run: rank {}: {}", first_failed, e.what()));
     }
+  }
   printSummary(o, plan, *sessions[0]);
   if (!o.out.empty())
     runner::writeStepsRun(o.out, plan, 0, results[0], sessions[0]->executor().memory(), sessions[0]->stats(), {});
