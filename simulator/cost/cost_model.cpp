@@ -344,14 +344,28 @@ namespace {
 // (slowPathMb).
 bool onSlowPath(OpKind op, int64_t c) { return op == OpKind::LayerNormBwd && c > 768; }
 
+// The GPU executor's kernel for a norm's rows this wide (bf16): a warp per
+// row up to 2048 (the backward's partial sums in shared memory beyond 768),
+// a block per row up to 8192, and beyond that the kernels that stream the
+// row twice (engine/cuda/layernorm.cu, llama.cu). "" for other op kinds.
+std::string normKernelPath(OpKind op, int64_t c) {
+  const bool norm = op == OpKind::LayerNorm || op == OpKind::LayerNormBwd || op == OpKind::RmsNorm ||
+                    op == OpKind::RmsNormBwd;
+  if (!norm || c <= 0) return "";
+  if (c > 8192) return "streamed";
+  if (c > 2048) return "wide";
+  return onSlowPath(op, c) ? "slow" : "";
+}
+
 // The key a shape is interpolated under: its shape key, with the kernel's
-// path added where the op kind has two (a shape on the slow path and one
-// off it are different kernels, whose efficiencies must not mix).
+// path added where the op kind has several (shapes on different paths are
+// different kernels, whose efficiencies must not mix).
 std::string interpolationKey(OpKind op, const std::string& key) {
   int64_t c = 0;
   for (const auto& [field, value] : parseShapeKey(key))
     if (field == "c") c = int64_t(parseFiniteNumber(value).value_or(0));
-  return onSlowPath(op, c) ? key + " path=slow" : key;
+  const std::string path = normKernelPath(op, c);
+  return path.empty() ? key : key + " path=" + path;
 }
 
 }  // namespace

@@ -183,3 +183,42 @@ ops:
   bad.replace(bad.find("from: runs"), 10, "from: lab ");
   CHECK_THROWS_WITH(parseCalibration(bad, "cal.yaml"), Catch::Contains("cal.yaml:9:") && Catch::Contains("from"));
 }
+
+TEST_CASE("a norm's rows are read off shapes of the same kernel path", "[calibration][interpolation]") {
+  // Layernorm backwards of 8192 rows on a 1000 GB/s device: rows of 2048
+  // (the warp-per-row kernel) at 4 times their ideal time, rows of 4096 and
+  // 8192 (a block per row) at 1.25 and 1.5 times. Rows of 3072 lie between
+  // 2048 and 4096 but run the block-per-row kernel: its shapes' efficiency,
+  // not a line through the warp kernel's.
+  auto mb = [](int c) { return 3.0 * 8192 * c * 2 * 1e-6; };
+  auto ns = [&](int c, double slowness) { return 1000 + std::llround(mb(c) * 1e3 * slowness); };
+  const std::string yaml = fmt::format(R"(
+version: 1
+launch_overhead_ns: 1000
+ops:
+  layernorm_bwd:
+    fit: {{base_ns: 1000, ns_per_gflop: 0, ns_per_mb: 1000}}
+    shapes:
+      "m=8192 c=2048": {{ns: {}, gflop: 0, mb: {}, from: sweep}}
+      "m=8192 c=4096": {{ns: {}, gflop: 0, mb: {}, from: sweep}}
+      "m=8192 c=8192": {{ns: {}, gflop: 0, mb: {}, from: sweep}}
+)",
+                                       ns(2048, 4.0), mb(2048), ns(4096, 1.25), mb(4096), ns(8192, 1.5), mb(8192));
+  const RooflineCostModel model(RooflineParams::defaults(), parseCalibration(yaml, "cal.yaml"));
+  DeviceSpec dev;
+  dev.bf16_flops = 1e15;
+  dev.hbm_gbps = 1000;
+  Task ln;
+  ln.kind = TaskKind::Kernel;
+  ln.op = OpKind::LayerNormBwd;
+  ln.attrs.m = 8192;
+  ln.attrs.c = 3072;
+  ln.bytes_read = int64_t(mb(3072) * 1e6);
+  const RooflineCostModel::TaskTime t = model.taskTime(ln, dev, Precision::BF16);
+  CHECK(t.source == TimeSource::Interpolated);
+  const double ideal = mb(3072) * 1e3;
+  // Between the two block-per-row shapes' slowness (their nearest-neighbour
+  // weighting leans to 4096's), far below the warp kernel's 4.
+  CHECK(double(t.ns - 1000) / ideal > 1.2);
+  CHECK(double(t.ns - 1000) / ideal < 1.5);
+}
