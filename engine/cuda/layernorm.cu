@@ -465,6 +465,183 @@ __global__ void __launch_bounds__(32 * kSlices)
   if (dr) dr[c] = fromF<T>(tr);
 }
 
+// ---- bf16 rows too wide for a warp (GPT widths above 2048) ---------------
+// The warp-per-row kernels above hold at most 8 vectors per lane; wider rows
+// took the scalar kernel, whose partial sums are a read-modify-write of
+// global memory per element and row: 2.9 ms for 16384 rows of 3072 on one
+// H200 (140 GB/s), where the RMSNorm's block-per-row kernel moves 2.5 TB/s.
+// Here, as there (llama.cu), a block's kWideThreads threads hold a row in
+// registers, kWidePer vectors each (vector v = thread + kWideThreads k), and
+// the grid is a fixed kWideChunks blocks, block b taking a contiguous range
+// of rows in order: each column's partial sums of dy xhat and dy are one
+// thread's registers (no reduction across threads), written once per block
+// and summed over the blocks in a fixed order by layernormParamGradKernel.
+constexpr int kWideThreads = 256;
+constexpr int kWideMaxPer = 4;  // rows up to 8192 wide
+constexpr int kWideChunks = gpu_footprint::kBiasVecChunks;
+
+// The pair (a, b) summed over the block in one fixed order; `red` holds
+// kWideThreads / 32 pairs and is not reused before the block's next barrier
+// (the caller alternates two by row parity).
+__device__ __forceinline__ float2 blockSumPair(float a, float b, float2* red) {
+  a = warpSum(a);
+  b = warpSum(b);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = make_float2(a, b);
+  __syncthreads();
+  float2 t = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int w = 0; w < kWideThreads / 32; ++w) t.x += red[w].x, t.y += red[w].y;
+  return t;
+}
+
+// grid: one block per row. The forward of the same rows (three times the
+// warp-per-row scalar kernel's speed there: it read the row three times).
+// x2, sum: the residual add before it (sum = x + x2, rounded to bf16 as the
+// add kernel rounds it), or null.
+template <int kPer>
+__global__ void __launch_bounds__(kWideThreads)
+    layernormForwardWide(uint4* y, void* mean, int mean_bf16, void* rstd, int rstd_bf16, const uint4* x,
+                         const uint4* w, const uint4* b, int c8, const uint4* x2, uint4* sum) {
+  __shared__ float2 red[2][kWideThreads / 32];
+  const int64_t row = blockIdx.x;
+  auto valid = [&](int k) { return int(threadIdx.x) + k * kWideThreads < c8; };
+  float v[kPer][8];
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (!valid(k)) continue;
+    const int64_t at = row * c8 + threadIdx.x + k * kWideThreads;
+    unpack8(x[at], v[k]);
+    if (x2) {
+      float v2[8];
+      unpack8(x2[at], v2);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[k][j] = __bfloat162float(__float2bfloat16_rn(v[k][j] + v2[j]));
+      sum[at] = pack8(v[k]);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s += v[k][j];
+  }
+  const float C = float(c8) * 8.f;
+  const float mu = blockSumPair(s, 0.f, red[0]).x / C;
+  float q = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k)
+    if (valid(k))
+#pragma unroll
+      for (int j = 0; j < 8; ++j) q += (v[k][j] - mu) * (v[k][j] - mu);
+  const float rs = rsqrtf(blockSumPair(q, 0.f, red[1]).x / C + kEps);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (!valid(k)) continue;
+    const int c = threadIdx.x + k * kWideThreads;
+    float wf[8], bf[8], out[8];
+    unpack8(w[c], wf);
+    unpack8(b[c], bf);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[j] = (v[k][j] - mu) * rs * wf[j] + bf[j];
+    y[row * c8 + c] = pack8(out);
+  }
+  if (threadIdx.x == 0) {
+    if (mean) storeAny(mean, mean_bf16, row, mu);
+    if (rstd) storeAny(rstd, rstd_bf16, row, rs);
+  }
+}
+
+// dx may alias dy: a row's vectors are read into registers before any is
+// written, each by the thread that writes it.
+template <int kPer>
+__global__ void __launch_bounds__(kWideThreads)
+    layernormBackwardWide(uint4* dx, float* partial_dw, float* partial_db, const uint4* dy, const uint4* x,
+                          const uint4* w, const void* mean, int mean_bf16, const void* rstd, int rstd_bf16,
+                          int64_t M, int c8, bool accumulate_dx) {
+  __shared__ float2 red[2][kWideThreads / 32];
+  const int64_t per = (M + gridDim.x - 1) / gridDim.x;
+  const int64_t begin = min(M, blockIdx.x * per), end = min(M, begin + per);
+  const int64_t C = int64_t(c8) * 8;
+  auto valid = [&](int k) { return int(threadIdx.x) + k * kWideThreads < c8; };
+  auto load = [&](int64_t row, uint4 (&g)[kPer], uint4 (&xv)[kPer]) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+      if (valid(k)) {
+        const int64_t at = row * c8 + threadIdx.x + k * kWideThreads;
+        g[k] = dy[at];
+        xv[k] = x[at];
+      }
+  };
+  float aw[kPer][8], ab[kPer][8];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) aw[k][j] = ab[k][j] = 0.f;
+  uint4 g[kPer], xv[kPer];
+  if (begin < end) load(begin, g, xv);
+  for (int64_t row = begin; row < end; ++row) {
+    uint4 g_next[kPer], x_next[kPer];
+    if (row + 1 < end) load(row + 1, g_next, x_next);
+    const float mu = loadAny(mean, mean_bf16, row), rs = loadAny(rstd, rstd_bf16, row);
+    float sum_dn = 0.f, sum_dn_xhat = 0.f;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (!valid(k)) continue;
+      float gf[8], xf[8], wf[8];
+      unpack8(g[k], gf);
+      unpack8(xv[k], xf);
+      unpack8(w[threadIdx.x + k * kWideThreads], wf);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float xhat = (xf[j] - mu) * rs, dn = gf[j] * wf[j];
+        sum_dn += dn;
+        sum_dn_xhat += dn * xhat;
+        aw[k][j] += gf[j] * xhat;
+        ab[k][j] += gf[j];
+      }
+    }
+    const float2 sums = blockSumPair(sum_dn, sum_dn_xhat, red[row & 1]);
+    const float a = sums.x / float(C), bb = sums.y / float(C);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      if (!valid(k)) continue;
+      float gf[8], xf[8], wf[8], out[8];
+      unpack8(g[k], gf);
+      unpack8(xv[k], xf);
+      unpack8(w[threadIdx.x + k * kWideThreads], wf);
+      uint4* at = dx + row * c8 + threadIdx.x + k * kWideThreads;
+      float prev[8];
+      if (accumulate_dx) unpack8(*at, prev);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float xhat = (xf[j] - mu) * rs;
+        out[j] = rs * (gf[j] * wf[j] - a - xhat * bb);
+        if (accumulate_dx) out[j] += prev[j];
+      }
+      *at = pack8(out);
+    }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) g[k] = g_next[k], xv[k] = x_next[k];
+  }
+  const int64_t base = int64_t(blockIdx.x) * C;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (!valid(k)) continue;
+    const int64_t c = base + int64_t(threadIdx.x + k * kWideThreads) * 8;
+    float4* dw4 = reinterpret_cast<float4*>(partial_dw + c);
+    float4* db4 = reinterpret_cast<float4*>(partial_db + c);
+    dw4[0] = make_float4(aw[k][0], aw[k][1], aw[k][2], aw[k][3]);
+    dw4[1] = make_float4(aw[k][4], aw[k][5], aw[k][6], aw[k][7]);
+    db4[0] = make_float4(ab[k][0], ab[k][1], ab[k][2], ab[k][3]);
+    db4[1] = make_float4(ab[k][4], ab[k][5], ab[k][6], ab[k][7]);
+  }
+}
+
+// The wide kernel's vectors per thread for bf16 rows of C elements, or 0
+// where it does not apply (width, alignment, more than kWideMaxPer).
+int wideVectorsPerThread(int64_t C, DType dt, std::initializer_list<const void*> ptrs) {
+  if (dt != DType::BF16 || !vec8(C, ptrs)) return 0;
+  const int64_t per = (C / 8 + kWideThreads - 1) / kWideThreads;
+  return per <= kWideMaxPer ? int(per) : 0;
+}
+
 }  // namespace
 
 // Vectors of 16 bytes per lane a row of C elements needs on the vector
@@ -536,6 +713,23 @@ static void layernormForwardAny(void* y, void* mean, DType mean_dt, void* rstd, 
                                                    static_cast<T*>(sum))));
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
+  if (const int per = wideVectorsPerThread(C, dt, {y, x, w, b, x2, sum}); per > 0 && M > 0) {
+    auto* yv = static_cast<uint4*>(y);
+    auto* xv = static_cast<const uint4*>(x);
+    auto* wv = static_cast<const uint4*>(w);
+    auto* bv = static_cast<const uint4*>(b);
+    auto* x2v = static_cast<const uint4*>(x2);
+    auto* sv = static_cast<uint4*>(sum);
+    const int mb = isBf16(mean_dt), rb = isBf16(rstd_dt), c8 = int(C / 8);
+    const unsigned rows = unsigned(M);
+    switch (per) {
+      case 1: layernormForwardWide<1><<<rows, kWideThreads, 0, s>>>(yv, mean, mb, rstd, rb, xv, wv, bv, c8, x2v, sv); break;
+      case 2: layernormForwardWide<2><<<rows, kWideThreads, 0, s>>>(yv, mean, mb, rstd, rb, xv, wv, bv, c8, x2v, sv); break;
+      case 3: layernormForwardWide<3><<<rows, kWideThreads, 0, s>>>(yv, mean, mb, rstd, rb, xv, wv, bv, c8, x2v, sv); break;
+      default: layernormForwardWide<4><<<rows, kWideThreads, 0, s>>>(yv, mean, mb, rstd, rb, xv, wv, bv, c8, x2v, sv);
+    }
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   TANDEM_DISPATCH_DT(dt, layernormForwardKernel<T><<<grid, kWarpsPerBlock * 32, 0, s>>>(
                              static_cast<T*>(y), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt),
                              static_cast<const T*>(x), static_cast<const T*>(w),
@@ -581,8 +775,28 @@ void layernormBackward(void* dx, void* dw, void* db, void* dbias, const void* dy
     });
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
-  // The scalar paths: the bias gradient from dx's contents first, on its own.
+  // The wide and scalar paths: the bias gradient from dx's contents first,
+  // on its own (it uses the scratch before the partial sums do).
   if (dbias) biasGradient(dbias, dx, M, C, accumulate_dw, dt, scratch, s);
+  if (const int per = wideVectorsPerThread(C, dt, {dx, dy, x, w}); per > 0) {
+    auto* dxv = static_cast<uint4*>(dx);
+    auto* dyv = static_cast<const uint4*>(dy);
+    auto* xv = static_cast<const uint4*>(x);
+    auto* wv = static_cast<const uint4*>(w);
+    const int mb = isBf16(mean_dt), rb = isBf16(rstd_dt), c8 = int(C / 8);
+    float* wide_db = scratch + int64_t(kWideChunks) * C;
+    switch (per) {
+      case 1: layernormBackwardWide<1><<<kWideChunks, kWideThreads, 0, s>>>(dxv, scratch, wide_db, dyv, xv, wv, mean, mb, rstd, rb, M, c8, accumulate_dx); break;
+      case 2: layernormBackwardWide<2><<<kWideChunks, kWideThreads, 0, s>>>(dxv, scratch, wide_db, dyv, xv, wv, mean, mb, rstd, rb, M, c8, accumulate_dx); break;
+      case 3: layernormBackwardWide<3><<<kWideChunks, kWideThreads, 0, s>>>(dxv, scratch, wide_db, dyv, xv, wv, mean, mb, rstd, rb, M, c8, accumulate_dx); break;
+      default: layernormBackwardWide<4><<<kWideChunks, kWideThreads, 0, s>>>(dxv, scratch, wide_db, dyv, xv, wv, mean, mb, rstd, rb, M, c8, accumulate_dx);
+    }
+    TANDEM_CUDA_LAUNCH_CHECK();
+    layernormParamGradKernel<bf16><<<unsigned((C + 31) / 32), dim3(32, kSlices), 0, s>>>(
+        static_cast<bf16*>(dw), static_cast<bf16*>(db), nullptr, scratch, wide_db, nullptr, C, kWideChunks,
+        accumulate_dw);
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   TANDEM_DISPATCH_DT(dt, {
     if (C <= 32 * 24)  // GPT-2 small and medium widths: fewer live registers
       layernormBackwardRegKernel<T, 24><<<kBwdBlocks, kWarpsPerBlock * 32, 0, s>>>(

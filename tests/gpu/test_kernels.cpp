@@ -70,7 +70,8 @@ void testLayernorm(DType dt, int64_t M, int64_t C) {
 
 // The residual add and the layernorm after it in one kernel (the plan's
 // add+layernorm fusion) against the two kernels: the same bytes, sum and
-// layernorm outputs alike, on the vector and the scalar paths.
+// layernorm outputs alike, on the vector, the block-per-row and the scalar
+// paths.
 void testAddLayernorm(DType dt, int64_t M, int64_t C) {
   auto a = rounded(randomVector(M * C, rng), dt), a2 = rounded(randomVector(M * C, rng), dt),
        w = rounded(randomVector(C, rng), dt), b = rounded(randomVector(C, rng), dt);
@@ -776,7 +777,14 @@ int main() {
     testLayernorm(dt, 257, 1024);
     testLayernorm(dt, 2200, 1280);  // shared-memory partial sums (bf16), scalar kernel (fp32)
     testLayernorm(dt, 300, 2048);
+    // bf16 rows wider than a warp holds: a block per row (one to four
+    // vectors per thread, the last partly used), blocks taking several rows.
+    testLayernorm(dt, 600, 2560);
+    testLayernorm(dt, 1000, 4096);
+    testLayernorm(dt, 300, 6144);
+    testLayernorm(dt, 130, 8192);
     testAddLayernorm(dt, 2500, 768);  // vector path
+    testAddLayernorm(dt, 300, 4096);  // a block per row (bf16)
     testAddLayernorm(dt, 300, 1003);  // scalar path (rows not a whole number of 16-byte vectors)
     testAttention(dt, 2, 100, 64, 4);   // head dim 16, T not a tile multiple
     testAttention(dt, 1, 130, 256, 4);  // head dim 64
