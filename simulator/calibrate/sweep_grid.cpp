@@ -79,23 +79,28 @@ std::vector<SweepPoint> gptPoints() {
   return out;
 }
 
-// Llama family: heads 128 wide (one 64-wide point, Llama 3.2 1B's), the
+// Llama family: heads 128 wide (one 64-wide width, Llama 3.2 1B's), the
 // SwiGLU widths and grouped-query ratios of Llama 2 7B/13B, Llama 3 8B and
 // 70B, Llama 3.2 1B/3B and Llama 3.1 405B; tokens per micro-batch 4k-64k,
-// sequences 1k-32k. The 70B and 405B widths run one layer (memory).
+// sequences 512-32k. The attention's efficiency follows the sequence, the
+// heads in flight (b x h) and the grouping (shape_interpolation.h): heads 128
+// wide meet every sequence octave from 512 to 8192 with and without
+// grouping (groups 1, 4 and 8 at 2048, the commonest training length), and
+// heads 64 wide short sequences with many heads. The 70B and 405B widths run
+// one layer (memory).
 std::vector<SweepPoint> llamaPoints() {
   struct Row {
     Width w;
     std::vector<std::pair<int, int>> batches;
   };
   const std::vector<Row> rows = {
-      {{2048, 32, 8, 4.0, 2}, {{4, 2048}, {2, 8192}}},              // Llama 3.2 1B (heads 64 wide)
+      {{2048, 32, 8, 4.0, 2}, {{4, 2048}, {2, 8192}, {16, 512}}},   // Llama 3.2 1B (heads 64 wide)
       {{2048, 16, 16, 2.6875, 2}, {{8, 1024}, {16, 4096}}},         // heads 128 wide, no grouping
       {{3072, 24, 8, 8192.0 / 3072, 2}, {{1, 4096}, {4, 4096}}},    // Llama 3.2 3B
-      {{4096, 32, 32, 2.6875, 2}, {{1, 4096}, {4, 4096}, {2, 32768}}},  // Llama 2 7B
-      {{4096, 32, 8, 3.5, 2}, {{2, 4096}, {4, 8192}}},              // Llama 3 8B
+      {{4096, 32, 32, 2.6875, 2}, {{1, 4096}, {4, 4096}, {2, 32768}, {16, 512}, {4, 2048}}},  // Llama 2 7B
+      {{4096, 32, 8, 3.5, 2}, {{2, 4096}, {4, 8192}, {8, 2048}, {8, 1024}}},              // Llama 3 8B
       {{5120, 40, 40, 2.7, 2}, {{2, 4096}}},                        // Llama 2 13B
-      {{8192, 64, 8, 3.5, 1}, {{1, 4096}, {4, 4096}}},              // Llama 3 70B
+      {{8192, 64, 8, 3.5, 1}, {{1, 4096}, {4, 4096}, {2, 2048}}},   // Llama 3 70B
       {{16384, 128, 8, 3.25, 1}, {{1, 8192}}},                      // Llama 3.1 405B
   };
   std::vector<SweepPoint> out;
