@@ -7,12 +7,16 @@
 // variant that sums a bias gradient too (schedule.fuse_bias_gradients).
 // Each variant: 24 launches (a step's worth) captured in one CUDA graph,
 // replayed; the median replay per launch. Prints one JSON object per line.
+// --rows/--width choose another shape; at widths up to 2048 the executor's
+// variant is also timed on the block-per-row kernels that wider rows take
+// (TANDEM_LAYERNORM=wide), in the same process, alternating.
 //
-//   bench_layernorm_bwd [--reps N]
+//   bench_layernorm_bwd [--reps N] [--rows M] [--width C]
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -31,17 +35,19 @@
 int main(int argc, char** argv) {
   using namespace tandem;
   int reps = 20;
-  bench::ArgReader args("bench_layernorm_bwd", "[--reps N]", argc, argv);
+  int64_t M = 16384, C = 768;
+  bench::ArgReader args("bench_layernorm_bwd", "[--reps N] [--rows M] [--width C]", argc, argv);
   while (args.next()) {
     if (args.is("--reps")) reps = int(args.integer(1, 1000000));
+    else if (args.is("--rows")) M = args.integer(1, 1 << 20);
+    else if (args.is("--width")) C = args.integer(8, 8192);
     else args.unknown();
   }
   if (!bench::gpusPresent("layernorm_bwd")) return 0;
 #ifndef TANDEM_HAVE_CUDA
-  (void)reps;
+  (void)reps, (void)M, (void)C;
 #else
   try {
-    const int64_t M = 16384, C = 768;
     constexpr int kLaunches = 24;
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0.f, 1.f);
@@ -76,6 +82,7 @@ int main(int argc, char** argv) {
     TANDEM_CUDA_CHECK(cudaStreamCreate(&s));
     cuda::prepareKernels();
 
+    std::string path = "default";  // TANDEM_LAYERNORM while capturing, printed with the figures
     auto timeVariant = [&](const char* name, const std::function<void(const Rows&)>& launch) {
       cudaGraph_t graph;
       TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -99,9 +106,9 @@ int main(int argc, char** argv) {
       std::sort(us.begin(), us.end());
       const double med = us[us.size() / 2];
       const double bytes = 4.0 * M * C * 2;  // x, dy, dx read; dx written
-      fmt::print("{{\"bench\":\"layernorm_bwd\",\"variant\":\"{}\",\"rows\":{},\"width\":{},\"us_per_launch\":{:.2f},"
-                 "\"min_us\":{:.2f},\"tb_per_s\":{:.2f},\"launches_per_step\":{}}}\n",
-                 name, M, C, med, us.front(), bytes / (med * 1e-6) / 1e12, kLaunches);
+      fmt::print("{{\"bench\":\"layernorm_bwd\",\"variant\":\"{}\",\"kernels\":\"{}\",\"rows\":{},\"width\":{},"
+                 "\"us_per_launch\":{:.2f},\"min_us\":{:.2f},\"tb_per_s\":{:.2f},\"launches_per_step\":{}}}\n",
+                 name, path, M, C, med, us.front(), bytes / (med * 1e-6) / 1e12, kLaunches);
       std::fflush(stdout);
       TANDEM_CUDA_CHECK(cudaGraphExecDestroy(exec));
       TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -122,6 +129,21 @@ int main(int argc, char** argv) {
       cuda::layernormBackward(r.dx, dw, db, nullptr, r.dy, r.x, w, r.mean, DType::F32, r.rstd, DType::F32, M, C, true,
                               false, DType::BF16, scratch, s);
     });
+    if (C <= 2048 && C % 8 == 0) {
+      // The same rows on the warp-per-row and the block-per-row kernels,
+      // alternating three times.
+      for (int round = 0; round < 3; ++round)
+        for (const char* p : {"warp", "wide"}) {
+          setenv("TANDEM_LAYERNORM", p, 1);
+          path = p;
+          timeVariant("with parameter sums (executor)", [&](const Rows& r) {
+            cuda::layernormBackward(r.dx, dw, db, nullptr, r.dy, r.x, w, r.mean, DType::F32, r.rstd, DType::F32, M,
+                                    C, true, false, DType::BF16, scratch, s);
+          });
+        }
+      unsetenv("TANDEM_LAYERNORM");
+      path = "default";
+    }
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "bench_layernorm_bwd: error: {}\n", e.what());

@@ -3,9 +3,12 @@
 // scratch and reduces them in a second kernel: deterministic, no atomics.
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/wide_rows.cuh"
 #include "engine/numerics/constants.h"
 
+#include <cstdlib>
 #include <initializer_list>
+#include <string>
 
 namespace tandem::cuda {
 namespace {
@@ -470,14 +473,12 @@ __global__ void __launch_bounds__(32 * kSlices)
 // took the scalar kernel, whose partial sums are a read-modify-write of
 // global memory per element and row: 2.9 ms for 16384 rows of 3072 on one
 // H200 (140 GB/s), where the RMSNorm's block-per-row kernel moves 2.5 TB/s.
-// Here, as there (llama.cu), a block's kWideThreads threads hold a row in
-// registers, kWidePer vectors each (vector v = thread + kWideThreads k), and
-// the grid is a fixed kWideChunks blocks, block b taking a contiguous range
-// of rows in order: each column's partial sums of dy xhat and dy are one
-// thread's registers (no reduction across threads), written once per block
-// and summed over the blocks in a fixed order by layernormParamGradKernel.
-constexpr int kWideThreads = 256;
-constexpr int kWideMaxPer = 4;  // rows up to 8192 wide
+// Here, as there, a block per row (wide_rows.cuh); the backward's grid is a
+// fixed kWideChunks blocks: each column's partial sums of dy xhat and dy are
+// one thread's registers (no reduction across threads), written once per
+// block and summed over the blocks in a fixed order by
+// layernormParamGradKernel.
+constexpr int kWideThreads = wide_rows::kThreads;
 constexpr int kWideChunks = gpu_footprint::kBiasVecChunks;
 
 // The pair (a, b) summed over the block in one fixed order; `red` holds
@@ -504,7 +505,7 @@ __global__ void __launch_bounds__(kWideThreads)
                          const uint4* w, const uint4* b, int c8, const uint4* x2, uint4* sum) {
   __shared__ float2 red[2][kWideThreads / 32];
   const int64_t row = blockIdx.x;
-  auto valid = [&](int k) { return int(threadIdx.x) + k * kWideThreads < c8; };
+  auto valid = [&](int k) { return wide_rows::holds(k, c8); };
   float v[kPer][8];
   float s = 0.f;
 #pragma unroll
@@ -556,29 +557,19 @@ __global__ void __launch_bounds__(kWideThreads)
                           const uint4* w, const void* mean, int mean_bf16, const void* rstd, int rstd_bf16,
                           int64_t M, int c8, bool accumulate_dx) {
   __shared__ float2 red[2][kWideThreads / 32];
-  const int64_t per = (M + gridDim.x - 1) / gridDim.x;
-  const int64_t begin = min(M, blockIdx.x * per), end = min(M, begin + per);
+  const auto [begin, end] = wide_rows::rowRange(M);
   const int64_t C = int64_t(c8) * 8;
-  auto valid = [&](int k) { return int(threadIdx.x) + k * kWideThreads < c8; };
-  auto load = [&](int64_t row, uint4 (&g)[kPer], uint4 (&xv)[kPer]) {
-#pragma unroll
-    for (int k = 0; k < kPer; ++k)
-      if (valid(k)) {
-        const int64_t at = row * c8 + threadIdx.x + k * kWideThreads;
-        g[k] = dy[at];
-        xv[k] = x[at];
-      }
-  };
+  auto valid = [&](int k) { return wide_rows::holds(k, c8); };
   float aw[kPer][8], ab[kPer][8];
 #pragma unroll
   for (int k = 0; k < kPer; ++k)
 #pragma unroll
     for (int j = 0; j < 8; ++j) aw[k][j] = ab[k][j] = 0.f;
   uint4 g[kPer], xv[kPer];
-  if (begin < end) load(begin, g, xv);
+  if (begin < end) wide_rows::loadRow(dy, x, begin, c8, g, xv);
   for (int64_t row = begin; row < end; ++row) {
     uint4 g_next[kPer], x_next[kPer];
-    if (row + 1 < end) load(row + 1, g_next, x_next);
+    if (row + 1 < end) wide_rows::loadRow(dy, x, row + 1, c8, g_next, x_next);
     const float mu = loadAny(mean, mean_bf16, row), rs = loadAny(rstd, rstd_bf16, row);
     float sum_dn = 0.f, sum_dn_xhat = 0.f;
 #pragma unroll
@@ -638,8 +629,20 @@ __global__ void __launch_bounds__(kWideThreads)
 // where it does not apply (width, alignment, more than kWideMaxPer).
 int wideVectorsPerThread(int64_t C, DType dt, std::initializer_list<const void*> ptrs) {
   if (dt != DType::BF16 || !vec8(C, ptrs)) return 0;
-  const int64_t per = (C / 8 + kWideThreads - 1) / kWideThreads;
-  return per <= kWideMaxPer ? int(per) : 0;
+  return wide_rows::vectorsPerThread(C / 8);
+}
+
+// TANDEM_LAYERNORM=wide: every bf16 row the block-per-row kernels can take
+// goes to them, the narrow ones too (for bench_layernorm_bwd's comparison of
+// the two at widths up to 2048); unset or "warp": rows up to 2048 keep the
+// warp-per-row kernels. Read at each launch, so that one process can time
+// both.
+bool wideForEveryWidth() {
+  const char* env = std::getenv("TANDEM_LAYERNORM");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "warp") return false;
+  if (v == "wide") return true;
+  throw CudaError("TANDEM_LAYERNORM must be warp or wide, not '" + v + "'");
 }
 
 }  // namespace
@@ -704,7 +707,8 @@ static void layernormForwardAny(void* y, void* mean, DType mean_dt, void* rstd, 
   unsigned grid = unsigned((M + kWarpsPerBlock - 1) / kWarpsPerBlock);
   // Up to 64 elements per lane: bf16 rows up to 2048 wide, fp32 up to 1024.
   const int vec = vectorsPerLane(C, dt, 8, {y, x, w, b, x2, sum});
-  if (vec > 0) {
+  const int wide = wideVectorsPerThread(C, dt, {y, x, w, b, x2, sum});
+  if (vec > 0 && !(wide > 0 && wideForEveryWidth())) {
     TANDEM_DISPATCH_DT(dt, TANDEM_DISPATCH_VEC(vec,
                                                layernormForwardVecKernel<T, kV><<<grid, kWarpsPerBlock * 32, 0, s>>>(
                                                    static_cast<T*>(y), mean, isBf16(mean_dt), rstd, isBf16(rstd_dt),
@@ -713,7 +717,7 @@ static void layernormForwardAny(void* y, void* mean, DType mean_dt, void* rstd, 
                                                    static_cast<T*>(sum))));
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
-  if (const int per = wideVectorsPerThread(C, dt, {y, x, w, b, x2, sum}); per > 0 && M > 0) {
+  if (const int per = wide; per > 0 && M > 0) {
     auto* yv = static_cast<uint4*>(y);
     auto* xv = static_cast<const uint4*>(x);
     auto* wv = static_cast<const uint4*>(w);
@@ -760,9 +764,11 @@ void layernormBackward(void* dx, void* dw, void* db, void* dbias, const void* dy
   float* pdb = scratch + int64_t(kBwdWarps) * C;
   float* pdr = dbias ? scratch + 2 * int64_t(kBwdWarps) * C : nullptr;
   // Up to 8 vectors per lane (bf16 rows up to 2048 wide, fp32 up to 1024);
-  // wider or unaligned rows take the scalar kernels below.
+  // wider or unaligned rows take the block-per-row or the scalar kernels
+  // below.
   const int vec = vectorsPerLane(C, dt, 8, {dx, dy, x, w});
-  if (vec > 0) {
+  const int wide = wideVectorsPerThread(C, dt, {dx, dy, x, w});
+  if (vec > 0 && !(wide > 0 && wideForEveryWidth())) {
     TANDEM_DISPATCH_DT(dt, {
       TANDEM_DISPATCH_VEC(vec, launchBackwardVec<T, kV>(static_cast<T*>(dx), pdw, pdb, pdr, static_cast<const T*>(dy),
                                                         static_cast<const T*>(x), static_cast<const T*>(w), mean,
@@ -778,7 +784,7 @@ void layernormBackward(void* dx, void* dw, void* db, void* dbias, const void* dy
   // The wide and scalar paths: the bias gradient from dx's contents first,
   // on its own (it uses the scratch before the partial sums do).
   if (dbias) biasGradient(dbias, dx, M, C, accumulate_dw, dt, scratch, s);
-  if (const int per = wideVectorsPerThread(C, dt, {dx, dy, x, w}); per > 0) {
+  if (const int per = wide; per > 0) {
     auto* dxv = static_cast<uint4*>(dx);
     auto* dyv = static_cast<const uint4*>(dy);
     auto* xv = static_cast<const uint4*>(x);

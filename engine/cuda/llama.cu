@@ -16,6 +16,7 @@
 #include "engine/cuda/attention_tc.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/wide_rows.cuh"
 #include "engine/numerics/constants.h"  // one definition for both executors
 
 namespace tandem::cuda {
@@ -268,11 +269,9 @@ __global__ void __launch_bounds__(256)
 // Llama 2 7B's rows are 4096 wide (512 vectors). With a warp per row, the
 // row streamed twice, the forward took 41 us per micro-batch and the
 // backward 88 (dx) + 76 us (the weight's sums, a kernel of its own) on one
-// H200, a third of the memory bandwidth. Here a block's 256 threads hold
-// the row in registers, kPer vectors each (vector v = thread + 256 k), and
-// read it once.
-constexpr int kWideThreads = 256;
-constexpr int kWideMaxPer = 4;  // rows up to 8192 wide (Llama 2 70B's)
+// H200, a third of the memory bandwidth. Here a block per row
+// (wide_rows.cuh) reads it once.
+constexpr int kWideThreads = wide_rows::kThreads;
 
 // Every thread's v summed over the block, in one fixed order (each thread
 // adds the warps' sums the same way). `red`: kWideThreads / 32 floats, not
@@ -327,18 +326,8 @@ __global__ void __launch_bounds__(kWideThreads)
     rmsnormBackwardWide(uint4* dx, float* partial, const uint4* dy, const uint4* x, const uint4* w, const void* rstd,
                         int rstd_bf16, int64_t M, int c8, bool accumulate) {
   __shared__ float red[2][kWideThreads / 32];  // by row parity (blockSum)
-  const int64_t per = (M + gridDim.x - 1) / gridDim.x;
-  const int64_t begin = min(M, blockIdx.x * per), end = min(M, begin + per);
-  auto valid = [&](int k) { return int(threadIdx.x) + k * kWideThreads < c8; };
-  auto load = [&](int64_t row, uint4 (&g)[kPer], uint4 (&xv)[kPer]) {
-#pragma unroll
-    for (int k = 0; k < kPer; ++k)
-      if (valid(k)) {
-        const int64_t at = row * c8 + threadIdx.x + k * kWideThreads;
-        g[k] = dy[at];
-        xv[k] = x[at];
-      }
-  };
+  const auto [begin, end] = wide_rows::rowRange(M);
+  auto valid = [&](int k) { return wide_rows::holds(k, c8); };
   float acc[kPer][8];
 #pragma unroll
   for (int k = 0; k < kPer; ++k)
@@ -350,10 +339,10 @@ __global__ void __launch_bounds__(kWideThreads)
     unpack8(xv[k], xf);
     unpack8(w[threadIdx.x + k * kWideThreads], wf);
   };
-  if (begin < end) load(begin, g, xv);
+  if (begin < end) wide_rows::loadRow(dy, x, begin, c8, g, xv);
   for (int64_t row = begin; row < end; ++row) {
     uint4 g_next[kPer], x_next[kPer];
-    if (row + 1 < end) load(row + 1, g_next, x_next);
+    if (row + 1 < end) wide_rows::loadRow(dy, x, row + 1, c8, g_next, x_next);
     const float r = loadAny(rstd, rstd_bf16, row);
     float s = 0.f;
 #pragma unroll
@@ -390,10 +379,7 @@ __global__ void __launch_bounds__(kWideThreads)
 
 // The wide kernels' vectors per thread for rows of c8 vectors; 0 where the
 // row is too wide for them.
-int widePer(int64_t c8) {
-  const int64_t per = (c8 + kWideThreads - 1) / kWideThreads;
-  return per <= kWideMaxPer ? int(per) : 0;
-}
+int widePer(int64_t c8) { return wide_rows::vectorsPerThread(c8); }
 
 __device__ __forceinline__ float sigmoidf(float g) { return 1.f / (1.f + expf(-g)); }
 

@@ -785,6 +785,15 @@ int main() {
     testLayernorm(dt, 130, 8192);
     testAddLayernorm(dt, 2500, 768);  // vector path
     testAddLayernorm(dt, 300, 4096);  // a block per row (bf16)
+    if (dt == DType::BF16) {
+      // Narrow rows on the block-per-row kernels (bench_layernorm_bwd's
+      // comparison): most threads of a block idle at 768.
+      setenv("TANDEM_LAYERNORM", "wide", 1);
+      testLayernorm(dt, 2500, 768);
+      testLayernorm(dt, 300, 1600);
+      testAddLayernorm(dt, 300, 1024);
+      unsetenv("TANDEM_LAYERNORM");
+    }
     testAddLayernorm(dt, 300, 1003);  // scalar path (rows not a whole number of 16-byte vectors)
     testAttention(dt, 2, 100, 64, 4);   // head dim 16, T not a tile multiple
     testAttention(dt, 1, 130, 256, 4);  // head dim 64
