@@ -11,6 +11,25 @@
 using namespace tandem;
 using namespace tandem::sim;
 
+namespace {
+
+// A device of 1 PFLOP/s bf16 and this memory bandwidth.
+DeviceSpec petaflopDevice(double hbm_gbps) {
+  DeviceSpec dev;
+  dev.bf16_flops = 1e15;
+  dev.hbm_gbps = hbm_gbps;
+  return dev;
+}
+
+Task kernelTask(OpKind op) {
+  Task t;
+  t.kind = TaskKind::Kernel;
+  t.op = op;
+  return t;
+}
+
+}  // namespace
+
 TEST_CASE("shape keys split into their fields", "[calibration][interpolation]") {
   const ShapeFields f = parseShapeKey("m=16384 n=3072 k=768 epi=gelu");
   REQUIRE(f.size() == 4);
@@ -74,12 +93,8 @@ ops:
       "m=16384 n=768 k=768": {ns: 34000}
 )";
   const RooflineCostModel model(RooflineParams::defaults(), parseCalibration(yaml, "cal.yaml"));
-  DeviceSpec dev;
-  dev.bf16_flops = 1e15;
-  dev.hbm_gbps = 1000;
-  Task mm;
-  mm.kind = TaskKind::Kernel;
-  mm.op = OpKind::Matmul;
+  const DeviceSpec dev = petaflopDevice(1000);
+  Task mm = kernelTask(OpKind::Matmul);
   mm.attrs.n = mm.attrs.k = 768;
   mm.attrs.m = 12288;
   mm.flops = 2.0 * 12288 * 768 * 768;
@@ -163,12 +178,8 @@ ops:
   CHECK(cal.ops.at(OpKind::Matmul).shapes.at("m=8192 n=768 k=768").origin == ShapeOrigin::Sweep);
   CHECK(cal.ops.at(OpKind::Matmul).shapes.at("m=32768 n=768 k=768").origin == ShapeOrigin::Runs);
   const RooflineCostModel model(RooflineParams::defaults(), cal);
-  DeviceSpec dev;
-  dev.bf16_flops = 1e15;
-  dev.hbm_gbps = 1e6;  // so fast that every GEMM here is bound by its FLOPs
-  Task mm;
-  mm.kind = TaskKind::Kernel;
-  mm.op = OpKind::Matmul;
+  const DeviceSpec dev = petaflopDevice(1e6);  // so fast that every GEMM here is bound by its FLOPs
+  Task mm = kernelTask(OpKind::Matmul);
   mm.attrs.n = mm.attrs.k = 768;
   mm.attrs.m = 16384;
   mm.flops = 2.0 * 16384 * 768 * 768;
@@ -205,12 +216,8 @@ ops:
 )",
                                        ns(2048, 4.0), mb(2048), ns(4096, 1.25), mb(4096), ns(8192, 1.5), mb(8192));
   const RooflineCostModel model(RooflineParams::defaults(), parseCalibration(yaml, "cal.yaml"));
-  DeviceSpec dev;
-  dev.bf16_flops = 1e15;
-  dev.hbm_gbps = 1000;
-  Task ln;
-  ln.kind = TaskKind::Kernel;
-  ln.op = OpKind::LayerNormBwd;
+  const DeviceSpec dev = petaflopDevice(1000);
+  Task ln = kernelTask(OpKind::LayerNormBwd);
   ln.attrs.m = 8192;
   ln.attrs.c = 3072;
   ln.bytes_read = int64_t(mb(3072) * 1e6);
