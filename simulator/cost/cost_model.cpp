@@ -345,15 +345,16 @@ namespace {
 bool onSlowPath(OpKind op, int64_t c) { return op == OpKind::LayerNormBwd && c > 768; }
 
 // The GPU executor's kernel for a norm's rows this wide (bf16): a warp per
-// row up to 2048 (the backward's partial sums in shared memory beyond 768),
-// a block per row up to 8192, and beyond that the kernels that stream the
-// row twice (engine/cuda/layernorm.cu, llama.cu). "" for other op kinds.
+// row up to 2048 (the RMSNorm forward's up to 1024; the layernorm
+// backward's partial sums in shared memory beyond 768), a block per row up
+// to 8192, and beyond that kernels that hold no whole row
+// (engine/cuda/layernorm.cu, llama.cu). "" for other op kinds.
 std::string normKernelPath(OpKind op, int64_t c) {
   const bool norm = op == OpKind::LayerNorm || op == OpKind::LayerNormBwd || op == OpKind::RmsNorm ||
                     op == OpKind::RmsNormBwd;
   if (!norm || c <= 0) return "";
   if (c > 8192) return "streamed";
-  if (c > 2048) return "wide";
+  if (c > (op == OpKind::RmsNorm ? 1024 : 2048)) return "wide";
   return onSlowPath(op, c) ? "slow" : "";
 }
 
