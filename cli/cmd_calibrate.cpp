@@ -227,7 +227,7 @@ void addCalibrateCommand(CLI::App& root) {
   cmd->footer(
       "Examples:\n"
       "  tandem calibrate run1.sqlite run2.sqlite --out mine.yaml\n"
-      "  tandem calibrate --sweep full --out h200.yaml --multi-rank-from h200x2-nv18   (on one GPU, about 8 min)\n"
+      "  tandem calibrate --sweep full --out h200.yaml --multi-rank-from h200x2-nv18   (on one GPU, 3-6 min)\n"
       "  tandem calibrate --sweep full --dry-run\n"
       "  tandem calibrate --derive H100 --from h200 --out h100.yaml\n");
 }

@@ -238,7 +238,7 @@ for s in "$@"; do
       # fitted there (multi-rank keys kept from the two-GPU fit); the fit and
       # the points' logs come back (the traces are too large to). sweepagain
       # is the same on another machine of the kind, for the agreement of two
-      # sweeps. About 6 minutes on one H200.
+      # sweeps. 3-6 minutes on one H200 (46 points in 191 s on one H100).
       mkdir -p $OUT/$s
       STAGE_TIMEOUT=560 stage $s $B/tandem calibrate --sweep full --out $OUT/$s/h200.yaml --work-dir /tmp/$s \
         --warm-seconds 1.5 --time-limit 400 --multi-rank-from resources/calibration/h200x2-nv18.yaml \
