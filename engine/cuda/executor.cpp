@@ -374,20 +374,24 @@ void CudaExecutor::Impl::buildTable(int task) {
     for (int b : t.reads) {
       TensorSlot s;
       s.grad_bf16 = program->buffers[b].dtype == DType::BF16;
-      // A gradient shard (sharded parameters): its parameters' segments
-      // (its padding is not zero).
-      if (const GradBucket* bucket = bucketOfGradientShard(*program, b)) {
-        const ShardRange shard =
-            shardOf(int(rank), shards, program->buffers.at(size_t(bucket->buffer)).elementCount());
-        for (int pi : bucket->params) {
+      // The bucket's parameters' segments in this rank's shard, each weighted
+      // 1/copies, read from buffer b where the shard starts `first` elements in.
+      auto addSegments = [&](const GradBucket& bucket, const ShardRange& shard, int64_t first) {
+        for (int pi : bucket.params) {
           const ShardSegment seg = segmentInShard(*program, program->params.at(size_t(pi)), shard);
           if (seg.to <= seg.from) continue;
           TensorSlot part = s;
-          part.grad = static_cast<const char*>(ptr(b)) + seg.shard_offset * (s.grad_bf16 ? 2 : 4);
+          part.grad = static_cast<const char*>(ptr(b)) + (first + seg.shard_offset) * (s.grad_bf16 ? 2 : 4);
           part.n = seg.to - seg.from;
           part.norm_weight = float(1.0 / double(program->params.at(size_t(pi)).copies));
           add(part);
         }
+      };
+      // A gradient shard (sharded parameters): its parameters' segments
+      // (its padding is not zero).
+      if (const GradBucket* bucket = bucketOfGradientShard(*program, b)) {
+        addSegments(*bucket, shardOf(int(rank), shards, program->buffers.at(size_t(bucket->buffer)).elementCount()),
+                    0);
         continue;
       }
       const ShardRange shard = shardOf(int(rank), shards, program->buffers[b].elementCount());
@@ -401,15 +405,7 @@ void CudaExecutor::Impl::buildTable(int task) {
           std::any_of(bucket->params.begin(), bucket->params.end(),
                       [&](int pi) { return program->params.at(size_t(pi)).copies > 1; });
       if (replicated) {
-        for (int pi : bucket->params) {
-          const ShardSegment seg = segmentInShard(*program, program->params.at(size_t(pi)), shard);
-          if (seg.to <= seg.from) continue;
-          TensorSlot part = s;
-          part.grad = static_cast<const char*>(ptr(b)) + (shard.begin + seg.shard_offset) * (s.grad_bf16 ? 2 : 4);
-          part.n = seg.to - seg.from;
-          part.norm_weight = float(1.0 / double(program->params.at(size_t(pi)).copies));
-          add(part);
-        }
+        addSegments(*bucket, shard, shard.begin);
         continue;
       }
       s.grad = static_cast<const char*>(ptr(b)) + shard.begin * (s.grad_bf16 ? 2 : 4);

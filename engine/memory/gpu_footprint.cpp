@@ -123,7 +123,9 @@ Footprint executorFootprint(const RankPlan& rp) {
           // A gradient shard is read by its parameters' segments, each
           // rounding its chunks up (at most one more each).
           if (const GradBucket* bucket = bucketOfGradientShard(rp, b)) chunks += int64_t(bucket->params.size());
-          // A bucket's shard with replicated parameters: by their segments too.
+          // A bucket's shard with replicated parameters (tensor parallelism's
+          // norms) is read by their segments too; counted for every bucket
+          // of the buffer, a few floats more than the executor may need.
           for (const GradBucket& bucket : rp.buckets)
             if (bucket.buffer == b) chunks += int64_t(bucket.params.size());
         }
