@@ -171,6 +171,11 @@ struct Outcome {
   struct OpRow {
     std::string op;
     double share_pct = 0, median_abs_pct = 0, total_error_pct = 0;
+    // Split by whether the task ran alone in both runs or beside another
+    // stream's GPU work in either (traces::OpError): the cost model alone,
+    // or it with kernel sharing.
+    int64_t alone_tasks = 0, beside_tasks = 0;
+    double alone_median_abs_pct = 0, beside_median_abs_pct = 0;
   };
   std::vector<OpRow> big_ops;
   double errPct() const { return 100.0 * (sim_ms - real_ms) / real_ms; }
@@ -467,7 +472,8 @@ Outcome simulateAndCompare(const BenchJob& b, const fs::path& out_dir, const sim
   for (const traces::OpError& e : c.by_op)
     if (kernel_ns > 0 && e.a_total_ns >= 0.05 * kernel_ns)
       o.big_ops.push_back({e.op, 100.0 * e.a_total_ns / kernel_ns, e.median_abs_pct,
-                           e.a_total_ns > 0 ? 100.0 * (e.b_total_ns - e.a_total_ns) / e.a_total_ns : 0.0});
+                           e.a_total_ns > 0 ? 100.0 * (e.b_total_ns - e.a_total_ns) / e.a_total_ns : 0.0,
+                           e.alone_tasks, e.beside_tasks, e.alone_median_abs_pct, e.beside_median_abs_pct});
   return o;
 }
 
@@ -509,23 +515,37 @@ StepStats printStepTable(const std::vector<Outcome>& outcomes) {
 }
 
 // Per held-out job, the op kinds holding >= 5% of its kernel time: share,
-// median per-task error and the kind's summed error; the worst median.
+// median per-task error and the kind's summed error, the medians of its
+// tasks that ran alone and beside another stream's GPU work; the worst
+// medians.
 double printOpTable(const std::vector<Outcome>& outcomes) {
-  fmt::print("\n{:<34} {:<20} {:>8} {:>14} {:>12}\n", "held-out job", "op kind (>= 5%)", "share%", "median |err|%",
-             "sum err%");
-  double worst = 0;
+  fmt::print("\n{:<34} {:<20} {:>8} {:>14} {:>12} {:>14} {:>14}\n", "held-out job", "op kind (>= 5%)", "share%",
+             "median |err|%", "sum err%", "alone", "beside");
+  double worst = 0, worst_alone = 0, worst_beside = 0;
+  int kinds = 0, over_10 = 0, alone_over_10 = 0;
+  auto split = [](int64_t n, double median) { return n == 0 ? std::string("-") : fmt::format("{:.2f} ({})", median, n); };
   for (const Outcome& o : outcomes) {
     if (o.calibrate) continue;
     for (const Outcome::OpRow& r : o.big_ops) {
-      fmt::print("{:<34} {:<20} {:>8.1f} {:>14.2f} {:>+12.2f}\n", o.name, r.op, r.share_pct, r.median_abs_pct,
-                 r.total_error_pct);
+      fmt::print("{:<34} {:<20} {:>8.1f} {:>14.2f} {:>+12.2f} {:>14} {:>14}\n", o.name, r.op, r.share_pct,
+                 r.median_abs_pct, r.total_error_pct, split(r.alone_tasks, r.alone_median_abs_pct),
+                 split(r.beside_tasks, r.beside_median_abs_pct));
       fmt::print("{{\"bench\":\"sim_vs_real\",\"job\":\"{}\",\"op\":\"{}\",\"share_pct\":{:.2f},"
-                 "\"median_abs_error_pct\":{:.2f},\"sum_error_pct\":{:.2f}}}\n",
-                 o.name, r.op, r.share_pct, r.median_abs_pct, r.total_error_pct);
+                 "\"median_abs_error_pct\":{:.2f},\"sum_error_pct\":{:.2f},\"alone_tasks\":{},"
+                 "\"alone_median_abs_error_pct\":{:.2f},\"beside_tasks\":{},\"beside_median_abs_error_pct\":{:.2f}}}\n",
+                 o.name, r.op, r.share_pct, r.median_abs_pct, r.total_error_pct, r.alone_tasks,
+                 r.alone_median_abs_pct, r.beside_tasks, r.beside_median_abs_pct);
       worst = std::max(worst, r.median_abs_pct);
+      if (r.alone_tasks > 0) worst_alone = std::max(worst_alone, r.alone_median_abs_pct);
+      if (r.beside_tasks > 0) worst_beside = std::max(worst_beside, r.beside_median_abs_pct);
+      ++kinds;
+      over_10 += r.median_abs_pct > 10;
+      alone_over_10 += r.alone_tasks > 0 && r.alone_median_abs_pct > 10;
     }
   }
-  fmt::print("worst median per-task error of an op kind holding >= 5% of a held-out job: {:.2f}%\n", worst);
+  fmt::print("worst median per-task error of an op kind holding >= 5% of a held-out job: {:.2f}% ({} of {} kinds "
+             "over 10%); of its tasks alone in both runs: {:.2f}% ({} over 10%), beside another stream's work: {:.2f}%\n",
+             worst, over_10, kinds, worst_alone, alone_over_10, worst_beside);
   return worst;
 }
 

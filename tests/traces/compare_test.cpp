@@ -167,6 +167,23 @@ TEST_CASE("compareRuns matches tasks and reports per-op errors", "[compare]") {
   CHECK(c.by_op[1].op == "layernorm");
   CHECK(c.by_op[1].max_abs_pct == Approx(20.0));
   CHECK(c.by_op[0].median_abs_pct == Approx(0.0));
+  // Split by what ran beside: in both runs the all-reduce runs under task 1
+  // (A: 80 of its 100 ns, B: 80 of 200), never under task 0 or the
+  // layernorm, so the matmuls' errors part: task 0 alone (+10 %), task 1
+  // beside (+100 %).
+  CHECK(mm.alone_tasks == 1);
+  CHECK(mm.alone_median_abs_pct == Approx(10.0));
+  CHECK(mm.beside_tasks == 1);
+  CHECK(mm.beside_median_abs_pct == Approx(100.0));
+  CHECK(c.by_op[1].alone_tasks == 1);
+  CHECK(c.by_op[1].beside_tasks == 0);
+  CHECK(c.by_op[0].beside_tasks == 1);  // the all-reduce, under task 1
+  const auto times = taskTimesPerStep(reader, 1);
+  CHECK(times.at({0, 1}).beside_share == Approx(0.8));
+  CHECK(times.at({0, 0}).beside_share == Approx(0.0));
+  CHECK(taskTimesPerStep(reader, 2).at({0, 1}).beside_share == Approx(0.4));
+  CHECK(comparisonToText(c).find("10.0% (1)") != std::string::npos);
+  CHECK(nlohmann::json::parse(comparisonToJson(c))["by_op"][2]["beside_median_abs_pct"] == Approx(100.0));
   // The largest absolute difference first: task 1 (+100 ns).
   REQUIRE(!c.top_tasks.empty());
   CHECK(c.top_tasks.front().task_id == 1);

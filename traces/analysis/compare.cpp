@@ -15,6 +15,55 @@
 namespace tandem::traces {
 namespace {
 
+// Work that occupies SMs: kernels, memsets and NCCL's collectives and
+// point-to-point transfers (kernels too); copies run on copy engines.
+bool usesSms(ActivityKind k) {
+  return k == ActivityKind::Kernel || k == ActivityKind::Memset || k == ActivityKind::Collective ||
+         k == ActivityKind::Send || k == ActivityKind::Recv;
+}
+
+using Intervals = std::vector<std::pair<int64_t, int64_t>>;  // sorted, disjoint
+
+// A stream's SM work as disjoint intervals.
+Intervals busyIntervals(const Track& t) {
+  Intervals v;
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (!usesSms(t.kind[i]) || t.end_ns[i] <= t.start_ns[i]) continue;
+    v.emplace_back(t.start_ns[i], t.end_ns[i]);
+  }
+  std::sort(v.begin(), v.end());
+  Intervals merged;
+  for (const auto& [s, e] : v) {
+    if (!merged.empty() && s <= merged.back().second)
+      merged.back().second = std::max(merged.back().second, e);
+    else
+      merged.emplace_back(s, e);
+  }
+  return merged;
+}
+
+// Nanoseconds of [start, end) covered by any of `others` (each sorted and
+// disjoint; overlaps between two of them are counted once).
+int64_t coveredNs(int64_t start, int64_t end, const std::vector<const Intervals*>& others) {
+  Intervals hits;
+  for (const Intervals* o : others) {
+    auto it = std::upper_bound(o->begin(), o->end(), std::make_pair(start, INT64_MAX));
+    if (it != o->begin()) --it;
+    for (; it != o->end() && it->first < end; ++it) {
+      const int64_t s = std::max(start, it->first), e = std::min(end, it->second);
+      if (e > s) hits.emplace_back(s, e);
+    }
+  }
+  if (others.size() > 1) std::sort(hits.begin(), hits.end());
+  int64_t covered = 0, reach = start;
+  for (const auto& [s, e] : hits) {
+    if (e <= reach) continue;
+    covered += e - std::max(s, reach);
+    reach = e;
+  }
+  return covered;
+}
+
 }  // namespace
 
 std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
@@ -45,11 +94,21 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
     int32_t first_name = -1;  // string id of its first activity
     int64_t activities = 0;
     size_t open = SIZE_MAX;   // its last Sum, while activities of that step keep coming
+    double ns = 0, beside_ns = 0;  // over every step counted: time, and time beside other streams' SM work
   };
   std::vector<TaskAcc> tasks;
   std::unordered_map<uint64_t, uint32_t> index_of;  // (rank << 40 | task id) -> index in tasks
   std::vector<Sum> sums;
-  for (const Track& t : reader.loadRun(run, /*with_details=*/false)) {
+  const std::vector<Track> tracks = reader.loadRun(run, /*with_details=*/false);
+  // Each stream's SM work, to find what ran beside each activity.
+  std::vector<Intervals> busy;
+  busy.reserve(tracks.size());
+  for (const Track& t : tracks) busy.push_back(busyIntervals(t));
+  for (size_t ti = 0; ti < tracks.size(); ++ti) {
+    const Track& t = tracks[ti];
+    std::vector<const Intervals*> others;
+    for (size_t oi = 0; oi < tracks.size(); ++oi)
+      if (oi != ti && tracks[oi].rank == t.rank && !busy[oi].empty()) others.push_back(&busy[oi]);
     const std::vector<int64_t>* starts = nullptr;
     int64_t last_end = 0;
     if (auto it = step_starts.find(t.rank); it != step_starts.end()) {
@@ -70,6 +129,8 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
         step = pos == starts->begin() ? 0 : uint32_t(pos - starts->begin() - 1);
       }
       const double ns = double(t.end_ns[i] - t.start_ns[i]);
+      a.ns += ns;
+      if (!others.empty() && usesSms(t.kind[i])) a.beside_ns += double(coveredNs(t.start_ns[i], t.end_ns[i], others));
       if (a.open != SIZE_MAX && sums[a.open].step == step) {
         sums[a.open].ns += ns;
       } else {
@@ -107,6 +168,7 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
     t.op = p != plan.end() && !p->second.first.empty() ? p->second.first : t.name;
     if (p != plan.end() && !p->second.second.empty()) t.name = p->second.second;
     t.planned = p != plan.end();
+    t.beside_share = a.ns > 0 ? a.beside_ns / a.ns : 0.0;
   }
   return times;
 }
@@ -238,7 +300,7 @@ RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t
   std::set<TaskKey> b_matched;
 
   std::vector<TaskDelta> deltas;
-  std::map<std::string, std::vector<double>> errors_by_op;
+  std::map<std::string, std::vector<double>> errors_by_op, alone_errors, beside_errors;
   std::map<std::string, OpError> ops;
   for (const auto& [key, t] : ta) {
     const auto it = counterpart(key, t);
@@ -256,6 +318,9 @@ RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t
     e.a_total_ns += d.a_ns;
     e.b_total_ns += d.b_ns;
     errors_by_op[t.op].push_back(std::fabs(d.errorPct()));
+    // Alone in both runs: the cost model's error alone, no kernel sharing in it.
+    const bool alone = t.beside_share < kBesideShare && it->second.beside_share < kBesideShare;
+    (alone ? alone_errors : beside_errors)[t.op].push_back(std::fabs(d.errorPct()));
     deltas.push_back(std::move(d));
   }
   c.only_b = int64_t(tb.size() - b_matched.size());
@@ -267,6 +332,12 @@ RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t
     e.median_abs_pct = percentile(errs, 0.5);
     e.p90_abs_pct = percentile(errs, 0.9);
     e.max_abs_pct = *std::max_element(errs.begin(), errs.end());
+    const auto& alone = alone_errors[op];
+    const auto& beside = beside_errors[op];
+    e.alone_tasks = int64_t(alone.size());
+    e.beside_tasks = int64_t(beside.size());
+    e.alone_median_abs_pct = alone.empty() ? 0.0 : percentile(alone, 0.5);
+    e.beside_median_abs_pct = beside.empty() ? 0.0 : percentile(beside, 0.5);
     c.by_op.push_back(e);
   }
   std::sort(deltas.begin(), deltas.end(), [](const TaskDelta& x, const TaskDelta& y) {
@@ -320,12 +391,15 @@ std::string comparisonToText(const RunComparison& c) {
                        pct(d.a_filled_ns, d.a_ns), pct(d.b_filled_ns, d.b_ns));
     s += "\n";
   }
-  s += "task time error by op (|B - A| / A, per task)\n";
-  s += fmt::format("{:<20} {:>6} {:>11} {:>11} {:>9} {:>9} {:>9}\n", "op", "tasks", "A ms", "B ms", "median%",
-                   "p90%", "max%");
+  s += "task time error by op (|B - A| / A, per task; alone: the tasks that ran without another stream's GPU work\n"
+       "beside them in both runs (>= 10% of a task's time counts), beside: the others; median and count)\n";
+  s += fmt::format("{:<20} {:>6} {:>11} {:>11} {:>9} {:>9} {:>9} {:>14} {:>14}\n", "op", "tasks", "A ms", "B ms",
+                   "median%", "p90%", "max%", "alone", "beside");
+  auto split = [](int64_t n, double median) { return n == 0 ? std::string("-") : fmt::format("{:.1f}% ({})", median, n); };
   for (const OpError& e : c.by_op)
-    s += fmt::format("{:<20} {:>6} {:>11.3f} {:>11.3f} {:>9.1f} {:>9.1f} {:>9.1f}\n", e.op, e.tasks, ms(e.a_total_ns),
-                     ms(e.b_total_ns), e.median_abs_pct, e.p90_abs_pct, e.max_abs_pct);
+    s += fmt::format("{:<20} {:>6} {:>11.3f} {:>11.3f} {:>9.1f} {:>9.1f} {:>9.1f} {:>14} {:>14}\n", e.op, e.tasks,
+                     ms(e.a_total_ns), ms(e.b_total_ns), e.median_abs_pct, e.p90_abs_pct, e.max_abs_pct,
+                     split(e.alone_tasks, e.alone_median_abs_pct), split(e.beside_tasks, e.beside_median_abs_pct));
   s += "\ntasks with the largest absolute difference\n";
   s += fmt::format("{:>5} {:>6} {:<40} {:>10} {:>10} {:>8}\n", "rank", "task", "name", "A us", "B us", "error%");
   for (const TaskDelta& d : c.top_tasks)
@@ -370,7 +444,11 @@ std::string comparisonToJson(const RunComparison& c) {
                    {"b_ns", e.b_total_ns},
                    {"median_abs_pct", e.median_abs_pct},
                    {"p90_abs_pct", e.p90_abs_pct},
-                   {"max_abs_pct", e.max_abs_pct}});
+                   {"max_abs_pct", e.max_abs_pct},
+                   {"alone_tasks", e.alone_tasks},
+                   {"alone_median_abs_pct", e.alone_median_abs_pct},
+                   {"beside_tasks", e.beside_tasks},
+                   {"beside_median_abs_pct", e.beside_median_abs_pct}});
   j["by_op"] = ops;
   json waits = json::array();
   for (const StreamWaitDelta& d : c.stream_waits)

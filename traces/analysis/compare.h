@@ -35,7 +35,18 @@ struct OpError {
   int64_t tasks = 0;
   double a_total_ns = 0, b_total_ns = 0;  // per step, summed over the op's tasks
   double median_abs_pct = 0, p90_abs_pct = 0, max_abs_pct = 0;
+  // The same tasks split by how they ran: alone in both runs
+  // (TaskTime::beside_share below kBesideShare in A and in B), or beside
+  // another stream's GPU work in either. Alone, a simulated task's error is
+  // the cost model's; beside, the kernel-sharing model's too. Medians are 0
+  // without tasks.
+  int64_t alone_tasks = 0, beside_tasks = 0;
+  double alone_median_abs_pct = 0, beside_median_abs_pct = 0;
 };
+
+// A task counts as run beside other work when at least this share of its
+// time had GPU work of another stream of its rank running.
+inline constexpr double kBesideShare = 0.1;
 
 struct RunSide {
   RunInfo run;
@@ -104,6 +115,10 @@ struct TaskTime {
   double ns = 0;
   int64_t activities = 0;
   bool planned = false;  // the run has a plan row for the task (name and op are the plan's)
+  // The share of its activities' time (over the steps counted) during which
+  // another stream of its rank ran kernels or NCCL work: kernels that share
+  // the SMs run slower than alone (copies, on their own engines, do not count).
+  double beside_share = 0;
 };
 using TaskKey = std::pair<int, int64_t>;  // rank, plan task id
 std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run);
