@@ -137,13 +137,30 @@ QVariant OpErrorModel::data(const QModelIndex& index, int role) const {
     case Median: return percent(r.median_abs_pct);
     case P90: return percent(r.p90_abs_pct);
     case Max: return percent(r.max_abs_pct);
+    // "-" where the op kind has no such task (sorted below every figure).
+    case Alone:
+      if (r.alone_tasks == 0) return raw ? QVariant(-1.0) : QVariant(QStringLiteral("-"));
+      return raw ? QVariant(r.alone_median_abs_pct)
+                 : QVariant(QString::asprintf("%.1f%% (%lld)", r.alone_median_abs_pct, (long long)r.alone_tasks));
+    case Beside:
+      if (r.beside_tasks == 0) return raw ? QVariant(-1.0) : QVariant(QStringLiteral("-"));
+      return raw ? QVariant(r.beside_median_abs_pct)
+                 : QVariant(QString::asprintf("%.1f%% (%lld)", r.beside_median_abs_pct, (long long)r.beside_tasks));
   }
   return {};
 }
 
 QVariant OpErrorModel::headerData(int section, Qt::Orientation o, int role) const {
-  static const char* titles[] = {"op", "tasks", "A per step", "B per step", "median |B-A|/A", "p90", "max"};
-  if (o != Qt::Horizontal || role != Qt::DisplayRole || section < 0 || section >= ColumnCount) return {};
+  static const char* titles[] = {"op",  "tasks", "A per step", "B per step", "median |B-A|/A", "p90", "max",
+                                 "alone", "beside"};
+  if (o != Qt::Horizontal || section < 0 || section >= ColumnCount) return {};
+  if (role == Qt::ToolTipRole && section == Alone)
+    return tr("Median error of the tasks that ran without another stream's GPU work beside them in both runs "
+              "(the cost model's error), and how many");
+  if (role == Qt::ToolTipRole && section == Beside)
+    return tr("Median error of the tasks that shared the GPU with another stream's kernels in either run "
+              "(the cost model's and kernel sharing's error), and how many");
+  if (role != Qt::DisplayRole) return {};
   return tr(titles[section]);
 }
 

@@ -59,7 +59,9 @@ class TaskDeltaModel : public QAbstractTableModel {
 class OpErrorModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Op, Tasks, A, B, Median, P90, Max, ColumnCount };
+  // Alone / Beside: the median over the tasks that ran alone in both runs,
+  // and over those beside another stream's GPU work (traces::OpError).
+  enum Column { Op, Tasks, A, B, Median, P90, Max, Alone, Beside, ColumnCount };
   using QAbstractTableModel::QAbstractTableModel;
   void setRows(std::vector<traces::OpError> rows);
   const std::vector<traces::OpError>& rows() const { return rows_; }

@@ -108,6 +108,12 @@ TEST_CASE("compare view shows tandem compare's figures for runs from trace files
     CHECK(ops[i].tasks == expected.by_op[i].tasks);
     CHECK(ops[i].median_abs_pct == Approx(expected.by_op[i].median_abs_pct));
     CHECK(ops[i].max_abs_pct == Approx(expected.by_op[i].max_abs_pct));
+    CHECK(ops[i].alone_tasks + ops[i].beside_tasks == ops[i].tasks);
+    const QModelIndex alone = view->opErrors()->index(int(i), OpErrorModel::Alone);
+    CHECK(view->opErrors()->data(alone, Qt::DisplayRole).toString() ==
+          (ops[i].alone_tasks == 0 ? QString("-")
+                                   : QString::asprintf("%.1f%% (%lld)", expected.by_op[i].alone_median_abs_pct,
+                                                       (long long)expected.by_op[i].alone_tasks)));
   }
   CHECK(view->streamWaits()->rowCount() == int(expected.stream_waits.size()));
   const QString step_error = QString::asprintf("%+.2f%%", expected.step_error_pct);
