@@ -2,6 +2,7 @@
 
 #include <cupti.h>
 
+#include <algorithm>
 #include <string_view>
 
 namespace tandem::profiler {
@@ -62,6 +63,11 @@ int64_t decodeBuffer(uint8_t* buffer, size_t valid_bytes, std::vector<Record>& o
         takeGpuTiming(r, k);
         r.name = k->name ? k->name : "kernel";
         r.geometry = {k->gridX, k->gridY, k->gridZ, k->blockX, k->blockY, k->blockZ};
+        r.geometry.registers_per_thread = k->registersPerThread;
+        r.geometry.shared_memory_bytes = std::max(0, k->staticSharedMemory) + std::max(0, k->dynamicSharedMemory);
+        r.geometry.cluster_x = int(k->clusterX);
+        r.geometry.cluster_y = int(k->clusterY);
+        r.geometry.cluster_z = int(k->clusterZ);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {

@@ -398,20 +398,36 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
   return out;
 }
 
-// Per (op kind, shape): the thread blocks of each kernel task's main kernel
-// (its longest traced kernel with a launch geometry), one entry per task of
-// the run (CostModel::smRoomBeside).
-std::map<std::pair<OpKind, std::string>, std::vector<int>> mainKernelBlocks(traces::TraceReader& reader, int64_t run,
-                                                                            const Plan& plan) {
-  std::map<traces::TaskKey, std::pair<int64_t, int>> longest;  // (duration, blocks)
+// A task's main kernel as traced: its thread blocks and what each holds
+// (CostEntry; -1 where the trace did not record it).
+struct MainKernel {
+  int blocks = 0;
+  int threads = -1, registers = -1, shared_bytes = -1, cluster = -1;
+};
+
+// Per (op kind, shape): the launch of each kernel task's main kernel (its
+// longest traced kernel with a launch geometry), one entry per task of the
+// run (CostModel::smRoomBeside; the block's resources where traced).
+std::map<std::pair<OpKind, std::string>, std::vector<MainKernel>> mainKernels(traces::TraceReader& reader,
+                                                                               int64_t run, const Plan& plan) {
+  std::map<traces::TaskKey, std::pair<int64_t, MainKernel>> longest;  // (duration, kernel)
   reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
     if (a.kind != traces::ActivityKind::Kernel || a.task_id < 0 || !a.geometry) return;
-    const int64_t blocks = int64_t(a.geometry->grid_x) * a.geometry->grid_y * a.geometry->grid_z;
+    const traces::LaunchGeometry& g = *a.geometry;
+    const int64_t blocks = int64_t(g.grid_x) * g.grid_y * g.grid_z;
     if (blocks <= 0 || blocks > std::numeric_limits<int>::max()) return;
-    auto [it, fresh] = longest.try_emplace({a.rank, a.task_id}, a.end_ns - a.start_ns, int(blocks));
-    if (!fresh && a.end_ns - a.start_ns > it->second.first) it->second = {a.end_ns - a.start_ns, int(blocks)};
+    MainKernel k;
+    k.blocks = int(blocks);
+    if (g.hasResources()) {
+      k.threads = g.block_x * g.block_y * g.block_z;
+      k.registers = g.registers_per_thread;
+      k.shared_bytes = g.shared_memory_bytes;
+      k.cluster = g.cluster_x > 0 ? g.cluster_x * std::max(1, g.cluster_y) * std::max(1, g.cluster_z) : 1;
+    }
+    auto [it, fresh] = longest.try_emplace({a.rank, a.task_id}, a.end_ns - a.start_ns, k);
+    if (!fresh && a.end_ns - a.start_ns > it->second.first) it->second = {a.end_ns - a.start_ns, k};
   });
-  std::map<std::pair<OpKind, std::string>, std::vector<int>> out;
+  std::map<std::pair<OpKind, std::string>, std::vector<MainKernel>> out;
   for (const auto& [key, v] : longest) {
     const RankPlan* program = nullptr;
     try {
@@ -601,8 +617,8 @@ struct CalibrationSamples {
   // GPUs sets it, and a run on another kind stops the fit. Software versions
   // may differ between runs; the provenance then says so.
   std::string gpus, gpus_from;
-  // Thread blocks of each kernel task's main kernel, by shape (mainKernelBlocks).
-  std::map<std::pair<OpKind, std::string>, std::vector<int>> blocks_by_shape;
+  // Each kernel task's main kernel, by shape (mainKernels).
+  std::map<std::pair<OpKind, std::string>, std::vector<MainKernel>> kernels_by_shape;
   std::map<std::string, std::vector<std::string>> runs_by_software;
   bool any_sweep = false;  // some input is a sweep run: every shape says where it came from
 };
@@ -642,8 +658,8 @@ void checkRunDevices(CalibrationSamples& acc, const CalibrationInput& in, int64_
 // The run's main kernels' thread blocks by shape, and its steps with kernels
 // of two compute streams side by side.
 void addKernelFigures(CalibrationSamples& acc, traces::TraceReader& reader, int64_t run, const Plan& plan) {
-  for (auto& [key, v] : mainKernelBlocks(reader, run, plan))
-    acc.blocks_by_shape[key].insert(acc.blocks_by_shape[key].end(), v.begin(), v.end());
+  for (auto& [key, v] : mainKernels(reader, run, plan))
+    acc.kernels_by_shape[key].insert(acc.kernels_by_shape[key].end(), v.begin(), v.end());
   for (SharingStep& st : sharingSteps(reader, run, plan)) acc.sharing_steps.push_back(std::move(st));
 }
 
@@ -922,9 +938,17 @@ void fitOps(const CalibrationSamples& acc, CalibrationResult& out) {
       e.gflop = median(gflop);
       e.mb = median(mb);
       if (acc.any_sweep) e.origin = by_runs.count(shape) ? ShapeOrigin::Runs : ShapeOrigin::Sweep;
-      if (const auto b = acc.blocks_by_shape.find({op, shape}); b != acc.blocks_by_shape.end()) {
-        e.blocks = mostCommon(b->second);
-        op_blocks.insert(op_blocks.end(), b->second.begin(), b->second.end());
+      if (const auto b = acc.kernels_by_shape.find({op, shape}); b != acc.kernels_by_shape.end()) {
+        std::vector<int> blocks;
+        for (const MainKernel& k : b->second) blocks.push_back(k.blocks);
+        e.blocks = mostCommon(blocks);
+        op_blocks.insert(op_blocks.end(), blocks.begin(), blocks.end());
+        // The resources of a launch with those blocks, where traced.
+        for (const MainKernel& k : b->second)
+          if (k.blocks == e.blocks && k.threads > 0) {
+            e.threads = k.threads, e.registers = k.registers, e.shared_bytes = k.shared_bytes, e.cluster = k.cluster;
+            break;
+          }
       }
       oc.shapes[shape] = e;
     }
@@ -1250,8 +1274,11 @@ std::string calibrationToYaml(const CalibrationResult& r) {
                        oc.all_shapes.blocks);
     y += "    shapes:\n";
     for (const auto& [shape, e] : oc.shapes)
-      y += fmt::format("      \"{}\": {{ns: {}{}{}{}}}\n", shape, e.ns,
+      y += fmt::format("      \"{}\": {{ns: {}{}{}{}{}}}\n", shape, e.ns,
                        e.blocks > 0 ? fmt::format(", blocks: {}", e.blocks) : "",
+                       e.threads > 0 ? fmt::format(", threads: {}, regs: {}, smem: {}, cluster: {}", e.threads,
+                                                   e.registers, e.shared_bytes, e.cluster)
+                                     : "",
                        e.gflop >= 0 && e.mb >= 0 ? fmt::format(", gflop: {:.6g}, mb: {:.6g}", e.gflop, e.mb) : "",
                        e.origin == ShapeOrigin::Sweep  ? ", from: sweep"
                        : e.origin == ShapeOrigin::Runs ? ", from: runs"

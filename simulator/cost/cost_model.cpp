@@ -175,10 +175,18 @@ CostEntry parseEntry(const std::string& source, const YAML::Node& node, const st
       const double v = number(source, kv.second, f, 1, 1e9);
       if (v != std::floor(v)) fail(source, kv.second, f + ": expected a whole number of thread blocks");
       e.blocks = int(v);
+    } else if (!allow_shapes && (key == "threads" || key == "regs" || key == "smem" || key == "cluster")) {
+      // A block's resources: threads 1-1024, registers per thread up to
+      // 255, shared memory up to an SM's 228 KiB, clusters up to 16 blocks.
+      const double hi = key == "threads" ? 1024 : key == "regs" ? 255 : key == "smem" ? 228 * 1024 : 16;
+      const double v = number(source, kv.second, f, key == "threads" || key == "cluster" ? 1 : 0, hi);
+      if (v != std::floor(v)) fail(source, kv.second, f + ": expected a whole number");
+      (key == "threads" ? e.threads : key == "regs" ? e.registers : key == "smem" ? e.shared_bytes : e.cluster) =
+          int(v);
     } else {
       fail(source, kv.first,
            f + ": unknown key (allowed: ns, flops_efficiency, bw_efficiency, fit, blocks" +
-               std::string(allow_shapes ? ", shapes)" : ", gflop, mb, from)"));
+               std::string(allow_shapes ? ", shapes)" : ", threads, regs, smem, cluster, gflop, mb, from)"));
     }
   }
   return e;

@@ -100,6 +100,12 @@ struct CostEntry {
   // Thread blocks of the shape's main kernel as traced (-1: unknown;
   // CostModel::smRoomBeside).
   int blocks = -1;
+  // What each of those blocks holds on an SM, as traced (-1: unknown):
+  // threads, registers per thread, shared memory in bytes (static and
+  // dynamic), and the blocks of its thread block cluster (1: none). They
+  // say how many blocks of which kernels an SM can hold at once; recorded
+  // for that, not read by the cost model yet.
+  int threads = -1, registers = -1, shared_bytes = -1, cluster = -1;
   // A measured shape's work: its task's FLOPs (in GFLOP) and bytes moved
   // (in MB), as planned. With them, shapes never measured take the
   // efficiency of their measured neighbours (RooflineCostModel::taskTime);

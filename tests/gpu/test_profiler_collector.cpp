@@ -158,7 +158,7 @@ profiler::ProfileSummary profileSteps(const profiler::ProfilerOptions& o, const 
 void checkActivities(tr::TraceReader& reader, int64_t run, const profiler::ProfileSummary& summary) {
   std::map<int64_t, int> per_task;
   std::map<int64_t, std::set<int>> streams_of_task;
-  int unattributed_kernels = 0, rows = 0;
+  int unattributed_kernels = 0, rows = 0, kernels = 0, with_resources = 0;
   bool bad_time = false, layer_carried = true;
   const std::vector<tr::ClockRow> clocks = reader.clocks(run);
   expectTrue("two clock anchors (start, end)", clocks.size() == 2);
@@ -167,6 +167,11 @@ void checkActivities(tr::TraceReader& reader, int64_t run, const profiler::Profi
   reader.forEachActivity(run, [&](const tr::ActivityRow& a) {
     ++rows;
     if (a.start_ns < t0 || a.end_ns > t1 || a.end_ns < a.start_ns) bad_time = true;
+    if (a.kind == tr::ActivityKind::Kernel) {
+      ++kernels;
+      // Every kernel uses registers; its geometry says how many, and its shared memory.
+      with_resources += a.geometry && a.geometry->registers_per_thread > 0 && a.geometry->shared_memory_bytes >= 0;
+    }
     if (a.task_id >= 0) {
       ++per_task[a.task_id];
       streams_of_task[a.task_id].insert(a.stream);
@@ -189,6 +194,9 @@ void checkActivities(tr::TraceReader& reader, int64_t run, const profiler::Profi
   expectTrue(fmt::format("graph replays: 6 kernels seen with graph node ids (got {})", summary.graph_kernels),
              summary.graph_kernels == 6);
   expectTrue("every record lies between the start and end clock anchors", !bad_time);
+  expectTrue(fmt::format("every kernel's registers and shared memory per block stored ({} of {})", with_resources,
+                         kernels),
+             kernels > 0 && with_resources == kernels);
   expectTrue("no dropped records", summary.dropped_records == 0);
 }
 

@@ -846,6 +846,11 @@ TEST_CASE("Kernel geometry: each shape's main kernel's blocks, and the room they
     db.exec("UPDATE activity_geometry SET grid_x = 96 WHERE activity = (SELECT MIN(a.id) FROM activities a JOIN "
             "plan_tasks p ON p.run = a.run AND p.rank = a.rank AND p.task_id = a.task_id WHERE p.op = "
             "'matmul_bwd_weight' AND p.name = (SELECT id FROM strings WHERE value = 'layer0.attn.qkv.bwd_weight.mb0'))");
+    // What each data-gradient GEMM block holds, as a profiled run records it
+    // (168 registers per thread, 208 KiB of shared memory, clusters of 2).
+    db.exec("INSERT INTO kernel_resources SELECT g.activity, 168, 212992, 2, 1, 1 FROM activity_geometry g JOIN "
+            "activities a ON a.id = g.activity JOIN plan_tasks p ON p.run = a.run AND p.rank = a.rank AND "
+            "p.task_id = a.task_id WHERE p.op = 'matmul_bwd_data'");
   }
   const sim::CalibrationResult cal = sim::calibrateFromRuns({{path, 1}});
   const std::string yaml = sim::calibrationToYaml(cal);
@@ -855,6 +860,16 @@ TEST_CASE("Kernel geometry: each shape's main kernel's blocks, and the room they
   REQUIRE(!wgrad.shapes.empty());
   for (const auto& [shape, e] : wgrad.shapes) CHECK(e.blocks == 120);
   CHECK(loaded.ops.at(OpKind::MatmulBwdData).all_shapes.blocks == 132);
+  // Each data-gradient shape keeps its blocks' resources; the others say none.
+  REQUIRE(!loaded.ops.at(OpKind::MatmulBwdData).shapes.empty());
+  for (const auto& [shape, e] : loaded.ops.at(OpKind::MatmulBwdData).shapes) {
+    CHECK(e.threads == 384);
+    CHECK(e.registers == 168);
+    CHECK(e.shared_bytes == 212992);
+    CHECK(e.cluster == 2);
+  }
+  CHECK(yaml.find("threads: 384, regs: 168, smem: 212992, cluster: 2") != std::string::npos);
+  for (const auto& [shape, e] : wgrad.shapes) CHECK(e.threads == -1);
   CHECK(loaded.ops.at(OpKind::LayerNormBwd).all_shapes.blocks == 264);
   // No geometry, no blocks: the forward GEMMs' entries say nothing.
   CHECK(loaded.ops.at(OpKind::Matmul).all_shapes.blocks == -1);
@@ -928,4 +943,18 @@ TEST_CASE("Calibration files: blocks are whole numbers", "[calibrate]") {
                     Catch::Contains("half.yaml:4") && Catch::Contains("whole number of thread blocks"));
   CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nops:\n  matmul:\n    blocks: 0\n", "zero.yaml"),
                     Catch::Contains("ops.matmul.blocks") && Catch::Contains("out of range"));
+  // A shape's block resources: read back, and a value no SM allows refused.
+  const std::string shape = "version: 1\nops:\n  matmul:\n    shapes:\n      \"m=1 n=2 k=3\": {ns: 100, blocks: 132, ";
+  const sim::Calibration res = sim::parseCalibration(shape + "threads: 384, regs: 168, smem: 212992, cluster: 2}\n", "r.yaml");
+  const sim::CostEntry& e = res.ops.at(OpKind::Matmul).shapes.at("m=1 n=2 k=3");
+  CHECK(e.threads == 384);
+  CHECK(e.registers == 168);
+  CHECK(e.shared_bytes == 212992);
+  CHECK(e.cluster == 2);
+  CHECK_THROWS_WITH(sim::parseCalibration(shape + "regs: 300}\n", "regs.yaml"),
+                    Catch::Contains("regs.yaml:5") && Catch::Contains("regs") && Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(sim::parseCalibration(shape + "smem: 1.5}\n", "smem.yaml"),
+                    Catch::Contains("smem") && Catch::Contains("whole number"));
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nops:\n  matmul:\n    regs: 64\n", "kind.yaml"),
+                    Catch::Contains("unknown key"));
 }

@@ -95,6 +95,10 @@ TEST_CASE("PyTorch profiler JSON: kernels, copies, launches, annotations and ski
     if (a.geometry) {
       ++with_geometry;
       CHECK(a.geometry->grid_x == 132);
+      // What each block holds, as PyTorch's profiler writes it.
+      CHECK(a.geometry->registers_per_thread == 168);
+      CHECK(a.geometry->shared_memory_bytes == 213024);
+      CHECK(a.geometry->cluster_x == 0);
     }
   });
   CHECK(with_geometry == 1);
@@ -170,6 +174,18 @@ TEST_CASE("Nsight Systems export: devices become ranks, names resolve through St
   Track k = r.loadTrack(res.run, 0, 7);
   REQUIRE(k.size() == 1);
   CHECK(r.string(k.name[0]) == "void gemm_kernel<128, 256>(float*, float const*)");
+  // Geometry and each block's registers and shared memory (static + dynamic).
+  int gemms = 0;
+  r.forEachActivity(res.run, [&](const ActivityRow& a) {
+    if (a.rank != 0 || a.stream != 7) return;
+    ++gemms;
+    REQUIRE(a.geometry.has_value());
+    CHECK(a.geometry->grid_x == 132);
+    CHECK(a.geometry->block_x == 256);
+    CHECK(a.geometry->registers_per_thread == 128);
+    CHECK(a.geometry->shared_memory_bytes == 49152);
+  });
+  CHECK(gemms == 1);
   Track nccl = r.loadTrack(res.run, 0, 13);
   REQUIRE(nccl.size() == 1);
   CHECK(nccl.kind[0] == ActivityKind::Collective);

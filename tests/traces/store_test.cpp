@@ -71,12 +71,16 @@ TEST_CASE("activities, streams and side tables round-trip through a file", "[sto
       REQUIRE(a.geometry.has_value());
       CHECK(a.geometry->grid_x == 128);
       CHECK(a.geometry->block_x == 256);
+      CHECK(a.geometry->registers_per_thread == 168);
+      CHECK(a.geometry->shared_memory_bytes == 213024);
+      CHECK(a.geometry->cluster_x == 2);
       CHECK(a.task_id == 1);
       CHECK(a.device == 0);
     }
     if (a.name == "gemm_bwd") CHECK_FALSE(a.geometry.has_value());
   });
   CHECK(seen == 1);
+
 
   auto tasks = r.planTasks(run);
   REQUIRE(tasks.size() == 14);
@@ -96,6 +100,45 @@ TEST_CASE("activities, streams and side tables round-trip through a file", "[sto
   REQUIRE(stats.size() == 1);
   CHECK(stats[0].name == "sim.events");
   CHECK(stats[0].value == 12);
+}
+
+TEST_CASE("a file without the kernel resources table reads with the geometry alone", "[store][schema]") {
+  std::string path = tempTracePath("no-resources.sqlite");
+  writeOverlapFixture(path);
+  const int64_t run = TraceReader(path).defaultRunId();
+  // A file written before kernel resources were stored (no table) reads
+  // with the geometry alone; a writer that opens it adds the table.
+  rawSql(path, "DROP TABLE kernel_resources");
+  {
+    TraceReader old(path);
+    old.forEachActivity(run, [&](const ActivityRow& a) {
+      if (a.name == "gemm_fwd" && a.rank == 0) {
+        REQUIRE(a.geometry.has_value());
+        CHECK(a.geometry->grid_x == 128);
+        CHECK_FALSE(a.geometry->hasResources());
+      }
+    });
+  }
+  int64_t appended = 0;
+  {
+    TraceWriter w(path);
+    appended = w.beginRun({});
+    ActivityRow k = act(0, 0, 0, 100, ActivityKind::Kernel, "gemm");
+    k.geometry = LaunchGeometry{132, 1, 1, 384, 1, 1};
+    k.geometry->registers_per_thread = 90;
+    k.geometry->shared_memory_bytes = 1024;
+    w.addActivity(k);
+  }
+  TraceReader reader(path);
+  CHECK(reader.activityCount(run) == 15);
+  int seen = 0;
+  reader.forEachActivity(appended, [&](const ActivityRow& a) {
+    ++seen;
+    REQUIRE(a.geometry.has_value());
+    CHECK(a.geometry->registers_per_thread == 90);
+    CHECK(a.geometry->shared_memory_bytes == 1024);
+  });
+  CHECK(seen == 1);
 }
 
 TEST_CASE("time-window queries return exactly the activities overlapping the window", "[store]") {

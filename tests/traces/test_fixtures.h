@@ -98,6 +98,9 @@ inline void writeOverlapFixture(const std::string& path) {
   ActivityRow fwd = act(0, 0, 0, 100, K::Kernel, "gemm_fwd", 1, P::Forward);
   fwd.flops = 2e5;  // 2e5 flop in 100 ns = 2 TFLOP/s
   fwd.geometry = LaunchGeometry{128, 1, 1, 256, 1, 1};
+  fwd.geometry->registers_per_thread = 168;
+  fwd.geometry->shared_memory_bytes = 213024;
+  fwd.geometry->cluster_x = 2, fwd.geometry->cluster_y = 1, fwd.geometry->cluster_z = 1;
   w.addActivity(fwd);
   ActivityRow bwd = act(0, 0, 150, 300, K::Kernel, "gemm_bwd", 2, P::Backward);
   bwd.correlation_id = 11;

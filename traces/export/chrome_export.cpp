@@ -84,6 +84,12 @@ ChromeExportSummary exportChromeTrace(TraceReader& reader, int64_t run, std::ost
       const auto& g = *a.geometry;
       args["grid"] = Json::array({g.grid_x, g.grid_y, g.grid_z});
       args["block"] = Json::array({g.block_x, g.block_y, g.block_z});
+      // Named as PyTorch's profiler names them, so `tandem import` reads them back.
+      if (g.hasResources()) {
+        args["registers per thread"] = g.registers_per_thread;
+        args["shared memory"] = g.shared_memory_bytes;
+        if (g.cluster_x > 0) args["cluster"] = Json::array({g.cluster_x, g.cluster_y, g.cluster_z});
+      }
     }
     // The compact name on the slice, the whole demangled symbol beside it.
     const std::string shown = compactName(a.name);

@@ -248,8 +248,25 @@ class KinetoImporter {
         if (g != args.end() && b != args.end() && g->is_array() && b->is_array() && g->size() == 3 && b->size() == 3 &&
             std::all_of(g->begin(), g->end(), [](const Json& v) { return v.is_number_integer(); }) &&
             std::all_of(b->begin(), b->end(), [](const Json& v) { return v.is_number_integer(); }))
+        {
           a.geometry = LaunchGeometry{(*g)[0].get<int>(), (*g)[1].get<int>(), (*g)[2].get<int>(),
                                       (*b)[0].get<int>(), (*b)[1].get<int>(), (*b)[2].get<int>()};
+          // What each block holds, where the profiler wrote it.
+          auto regs = args.find("registers per thread");
+          auto shared = args.find("shared memory");
+          if (regs != args.end() && shared != args.end() && regs->is_number_integer() &&
+              shared->is_number_integer() && regs->get<int64_t>() >= 0 && shared->get<int64_t>() >= 0) {
+            a.geometry->registers_per_thread = int(regs->get<int64_t>());
+            a.geometry->shared_memory_bytes = int(std::min<int64_t>(shared->get<int64_t>(), INT32_MAX));
+            auto cl = args.find("cluster");
+            if (cl != args.end() && cl->is_array() && cl->size() == 3 &&
+                std::all_of(cl->begin(), cl->end(), [](const Json& v) { return v.is_number_integer(); })) {
+              a.geometry->cluster_x = (*cl)[0].get<int>();
+              a.geometry->cluster_y = (*cl)[1].get<int>();
+              a.geometry->cluster_z = (*cl)[2].get<int>();
+            }
+          }
+        }
         auto& s = gpu_streams_[a.stream];
         s.device = a.device;
         (nccl ? s.comm : s.compute) = true;

@@ -185,11 +185,17 @@ class NsysImporter {
     if (kind == ActivityKind::Kernel && name_col.empty())
       fail(fmt::format("table {}: missing column 'demangledName'", t));
     bool geometry = kind == ActivityKind::Kernel && cols.count("gridX") && cols.count("blockZ");
+    // Newer exports also carry each block's registers and shared memory.
+    bool resources = geometry && cols.count("registersPerThread") && cols.count("staticSharedMemory") &&
+                     cols.count("dynamicSharedMemory");
     auto opt = [&](const char* c) { return cols.count(c) ? std::string(c) : std::string("NULL"); };
     std::string q = fmt::format(
         "SELECT start, \"end\", deviceId, streamId, {}, {}, {}, {} FROM \"{}\" ORDER BY start", opt("correlationId"),
         kind == ActivityKind::Kernel ? name_col : opt("bytes"), kind == ActivityKind::Memcpy ? opt("copyKind") : "NULL",
-        geometry ? "gridX, gridY, gridZ, blockX, blockY, blockZ" : "NULL", t);
+        geometry ? std::string("gridX, gridY, gridZ, blockX, blockY, blockZ") +
+                       (resources ? ", registersPerThread, staticSharedMemory, dynamicSharedMemory" : "")
+                 : std::string("NULL"),
+        t);
     sql::Stmt s(db_, q);
     ActivityRow a;
     a.kind = kind;
@@ -224,6 +230,10 @@ class NsysImporter {
           a.geometry = LaunchGeometry{static_cast<int>(s.colInt(7)),  static_cast<int>(s.colInt(8)),
                                       static_cast<int>(s.colInt(9)),  static_cast<int>(s.colInt(10)),
                                       static_cast<int>(s.colInt(11)), static_cast<int>(s.colInt(12))};
+        if (geometry && resources && !s.colIsNull(13) && !s.colIsNull(14) && !s.colIsNull(15)) {
+          a.geometry->registers_per_thread = static_cast<int>(s.colInt(13));
+          a.geometry->shared_memory_bytes = static_cast<int>(s.colInt(14) + s.colInt(15));
+        }
       } else if (kind == ActivityKind::Memcpy || kind == ActivityKind::Memset) {
         a.bytes = s.colIsNull(5) ? 0 : s.colInt(5);
         a.name = kind == ActivityKind::Memset ? "[CUDA memset]" : memcpyName(s.colIsNull(6) ? -1 : s.colInt(6));

@@ -94,16 +94,31 @@ CREATE TABLE run_memory_categories(
 CREATE TABLE run_plans(run INTEGER PRIMARY KEY, encoding TEXT NOT NULL, plan BLOB NOT NULL);
 )SQL";
 
+// A kernel's resources per block (LaunchGeometry), beside its geometry.
+// Added within schema 2: files without the table read as they are (no
+// resources), a writer that opens one adds it, and a reader that predates
+// the table ignores it.
+const char* kKernelResourcesSql = R"SQL(
+CREATE TABLE IF NOT EXISTS kernel_resources(
+  activity INTEGER PRIMARY KEY, registers_per_thread INTEGER NOT NULL, shared_memory_bytes INTEGER NOT NULL,
+  cluster_x INTEGER NOT NULL, cluster_y INTEGER NOT NULL, cluster_z INTEGER NOT NULL);
+)SQL";
+
+}  // namespace
+
 bool hasTable(sql::Db& db, const char* name) {
   sql::Stmt s(db, "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?");
   s.bind(1, std::string_view(name));
   return s.step();
 }
 
+namespace {
+
 void createSchema(sql::Db& db) {
   db.exec("BEGIN");
   db.exec(kSchemaSql);
   db.exec(kPlanFactsSql);
+  db.exec(kKernelResourcesSql);
   db.exec(fmt::format("INSERT INTO meta VALUES('format','tandem-traces'),('schema_version','{}')",
                       kTraceSchemaVersion));
   for (int k = 0; k <= static_cast<int>(ActivityKind::Host); ++k)
@@ -183,8 +198,10 @@ int prepareSchema(sql::Db& db, bool for_write) {
                                  kTraceSchemaVersion));
   if (version == 1 && for_write) {
     migrateFromVersion1(db);
+    db.exec(kKernelResourcesSql);
     return kTraceSchemaVersion;
   }
+  if (for_write) db.exec(kKernelResourcesSql);
   return int(version);
 }
 

@@ -25,6 +25,10 @@ void checkSqliteHeader(const std::string& path);
 // older schema is then migrated). Returns the file's schema version.
 int prepareSchema(sql::Db& db, bool for_write);
 
+// Whether the file has a table of that name (tables added within a schema
+// version, such as kernel_resources).
+bool hasTable(sql::Db& db, const char* name);
+
 // Sets the per-connection pragmas the writer relies on (WAL, page cache).
 void configureForWriting(sql::Db& db);
 

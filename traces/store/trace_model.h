@@ -97,10 +97,18 @@ struct StreamRow {
   int device = -1;
 };
 
-// Launch geometry of a kernel, when known.
+// Launch geometry of a kernel, when known, and what each of its blocks holds
+// on an SM where the trace recorded it (CUPTI's kernel records; imports of
+// Nsight Systems exports): registers and shared memory decide how many of
+// its blocks an SM takes, and whether another kernel's blocks fit beside
+// them. A Hopper GEMM's cluster places its blocks on SMs in groups.
 struct LaunchGeometry {
   int grid_x = 0, grid_y = 0, grid_z = 0;
   int block_x = 0, block_y = 0, block_z = 0;
+  int registers_per_thread = -1;    // -1: not recorded
+  int shared_memory_bytes = -1;     // per block, static and dynamic; -1: not recorded
+  int cluster_x = 0, cluster_y = 0, cluster_z = 0;  // 0: no cluster or not recorded
+  bool hasResources() const { return registers_per_thread >= 0 && shared_memory_bytes >= 0; }
   bool operator==(const LaunchGeometry&) const = default;
 };
 

@@ -91,9 +91,11 @@ struct TraceReader::Impl {
   std::vector<std::string> strings;
   bool strings_loaded = false;
   int schema_version = 0;
+  bool kernel_resources = false;  // the file has the kernel_resources table
 
   explicit Impl(const std::string& path) : db(checked(path), SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX) {
     schema_version = prepareSchema(db, /*for_write=*/false);
+    kernel_resources = hasTable(db, "kernel_resources");
   }
 
   // The runs' columns; a schema-1 file (read as it is: a reader never
@@ -469,11 +471,16 @@ std::vector<Track> TraceReader::loadRun(int64_t run, bool with_details) {
 
 void TraceReader::forEachActivity(int64_t run, const std::function<void(const ActivityRow&)>& fn) {
   impl_->loadStrings();
+  const std::string resources =
+      impl_->kernel_resources
+          ? ", k.registers_per_thread, k.shared_memory_bytes, k.cluster_x, k.cluster_y, k.cluster_z "
+            "FROM activities a LEFT JOIN activity_geometry g ON g.activity = a.id "
+            "LEFT JOIN kernel_resources k ON k.activity = a.id "
+          : ", NULL, NULL, NULL, NULL, NULL FROM activities a LEFT JOIN activity_geometry g ON g.activity = a.id ";
   sql::Stmt s(impl_->db,
               "SELECT a.rank, a.device, a.stream, a.start_ns, a.end_ns, a.kind, a.name, a.task_id, a.phase, a.layer, "
               "a.micro_batch, a.correlation_id, a.bytes, a.flops, g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, "
-              "g.block_z FROM activities a LEFT JOIN activity_geometry g ON g.activity = a.id "
-              "WHERE a.run=? ORDER BY a.rank, a.stream, a.start_ns, a.id");
+              "g.block_z" + resources + "WHERE a.run=? ORDER BY a.rank, a.stream, a.start_ns, a.id");
   s.bind(1, run);
   ActivityRow r;
   DurationSum durations;
@@ -499,6 +506,13 @@ void TraceReader::forEachActivity(int64_t run, const std::function<void(const Ac
       r.geometry = LaunchGeometry{static_cast<int>(s.colInt(14)), static_cast<int>(s.colInt(15)),
                                   static_cast<int>(s.colInt(16)), static_cast<int>(s.colInt(17)),
                                   static_cast<int>(s.colInt(18)), static_cast<int>(s.colInt(19))};
+      if (!s.colIsNull(20)) {
+        r.geometry->registers_per_thread = static_cast<int>(s.colInt(20));
+        r.geometry->shared_memory_bytes = static_cast<int>(s.colInt(21));
+        r.geometry->cluster_x = static_cast<int>(s.colInt(22));
+        r.geometry->cluster_y = static_cast<int>(s.colInt(23));
+        r.geometry->cluster_z = static_cast<int>(s.colInt(24));
+      }
     }
     fn(r);
   }

@@ -61,7 +61,7 @@ struct TraceWriter::Impl {
   WriterOptions options;
   sql::Db db;
   sql::Stmt insert_string, insert_run, insert_stream, insert_activity, insert_range, insert_counter, insert_step,
-      insert_stat, insert_extent, insert_geometry, insert_task, insert_dep, insert_collective, insert_clock;
+      insert_stat, insert_extent, insert_geometry, insert_resources, insert_task, insert_dep, insert_collective, insert_clock;
   std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>> strings;
   int64_t next_string_id = 1;
   std::map<std::string, PendingStat, std::less<>> stats;
@@ -103,6 +103,7 @@ struct TraceWriter::Impl {
     insert_activities = sql::Stmt(db, many);
     insert_chunk = sql::Stmt(db, "INSERT INTO activity_chunks VALUES(?,?,?,?,?,?,?,?,?)");
     insert_geometry = sql::Stmt(db, "INSERT INTO activity_geometry VALUES(?,?,?,?,?,?,?)");
+    insert_resources = sql::Stmt(db, "INSERT INTO kernel_resources VALUES(?,?,?,?,?,?)");
     next_activity_id = db.queryInt("SELECT COALESCE(MAX(id), 0) + 1 FROM activities", 1);
     insert_range = sql::Stmt(db, "INSERT INTO ranges VALUES(?,?,?,?,?,?,?,?)");
     insert_counter = sql::Stmt(db, "INSERT INTO counters VALUES(?,?,?,?,?,?)");
@@ -282,6 +283,12 @@ struct TraceWriter::Impl {
         int values[6] = {g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z};
         for (int v = 0; v < 6; ++v) insert_geometry.bind(2 + v, values[v]);
         insert_geometry.run();
+        if (g.hasResources()) {
+          insert_resources.bind(1, id);
+          const int res[5] = {g.registers_per_thread, g.shared_memory_bytes, g.cluster_x, g.cluster_y, g.cluster_z};
+          for (int v = 0; v < 5; ++v) insert_resources.bind(2 + v, res[v]);
+          insert_resources.run();
+        }
       }
       max_end = std::max(max_end, r.end_ns);
       bool last_of_track = k + 1 == n || acts[k + 1].rank != r.rank || acts[k + 1].stream != r.stream;
