@@ -124,11 +124,14 @@ void runCalibrate(CalibrateOptions o) {
   {
     // Whether the traces carried launch geometry, which decides what the
     // simulator runs beside a kernel (docs/simulator.md, kernel sharing).
-    size_t shapes = 0, with_blocks = 0;
+    size_t shapes = 0, with_blocks = 0, with_resources = 0;
     for (const auto& [op, oc] : r.calibration.ops)
-      for (const auto& [key, e] : oc.shapes) ++shapes, with_blocks += e.blocks > 0;
+      for (const auto& [key, e] : oc.shapes) ++shapes, with_blocks += e.blocks > 0, with_resources += e.threads > 0;
     if (with_blocks > 0)
-      fmt::print("kernel geometry: main-kernel thread blocks for {} of {} shapes\n", with_blocks, shapes);
+      fmt::print("kernel geometry: main-kernel thread blocks for {} of {} shapes, their registers and shared memory "
+                 "per block for {}{}\n",
+                 with_blocks, shapes, with_resources,
+                 with_resources == 0 ? " (traces written before they were recorded)" : "");
     else
       fmt::print("kernel geometry: none in the traces (kernels side by side share the GPU without it)\n");
   }
