@@ -190,6 +190,8 @@ TEST_CASE("compareRuns matches tasks and reports per-op errors", "[compare]") {
   // Named by the plan ("t1"), not by its first kernel ("gemm_b1").
   CHECK(c.top_tasks.front().name == "t1");
   CHECK(c.top_tasks.front().errorPct() == Approx(100.0));
+  CHECK(c.top_tasks.front().a_beside == Approx(0.8));  // the all-reduce under 80 of its 100 ns
+  CHECK(c.top_tasks.front().b_beside == Approx(0.4));
   // Overlap: A's all-reduce [110,190) lies under compute [0,200): 100 %.
   // B's [120,200) lies under [0,310): 100 %.
   CHECK(c.a.overlap_pct == Approx(100.0));

@@ -311,7 +311,8 @@ RunComparison compareRuns(TraceReader& a, int64_t a_run, TraceReader& b, int64_t
     }
     b_matched.insert(it->first);
     // B's id: the task as numbered in the run the comparison predicts.
-    TaskDelta d{key.first, it->first.second, t.name, t.op, t.ns, it->second.ns};
+    TaskDelta d{key.first, it->first.second, t.name, t.op, t.ns, it->second.ns, t.beside_share,
+                it->second.beside_share};
     OpError& e = ops[t.op];
     e.op = t.op;
     e.tasks++;
@@ -401,10 +402,12 @@ std::string comparisonToText(const RunComparison& c) {
                      ms(e.a_total_ns), ms(e.b_total_ns), e.median_abs_pct, e.p90_abs_pct, e.max_abs_pct,
                      split(e.alone_tasks, e.alone_median_abs_pct), split(e.beside_tasks, e.beside_median_abs_pct));
   s += "\ntasks with the largest absolute difference\n";
-  s += fmt::format("{:>5} {:>6} {:<40} {:>10} {:>10} {:>8}\n", "rank", "task", "name", "A us", "B us", "error%");
+  s += fmt::format("{:>5} {:>6} {:<40} {:>10} {:>10} {:>8} {:>9}\n", "rank", "task", "name", "A us", "B us",
+                   "error%", "beside%");
+  // beside%: of the task's time, beside another stream's GPU work, A / B.
   for (const TaskDelta& d : c.top_tasks)
-    s += fmt::format("{:>5} {:>6} {:<40} {:>10.1f} {:>10.1f} {:>+8.1f}\n", d.rank, d.task_id, d.name, d.a_ns / 1e3,
-                     d.b_ns / 1e3, d.errorPct());
+    s += fmt::format("{:>5} {:>6} {:<40} {:>10.1f} {:>10.1f} {:>+8.1f} {:>4.0f}/{:<4.0f}\n", d.rank, d.task_id, d.name,
+                     d.a_ns / 1e3, d.b_ns / 1e3, d.errorPct(), 100 * d.a_beside, 100 * d.b_beside);
   return s;
 }
 
@@ -458,7 +461,8 @@ std::string comparisonToJson(const RunComparison& c) {
   json top = json::array();
   for (const TaskDelta& d : c.top_tasks)
     top.push_back({{"rank", d.rank}, {"task_id", d.task_id}, {"name", d.name}, {"op", d.op}, {"a_ns", d.a_ns},
-                   {"b_ns", d.b_ns}, {"error_pct", d.errorPct()}});
+                   {"b_ns", d.b_ns}, {"error_pct", d.errorPct()}, {"a_beside_share", d.a_beside},
+                   {"b_beside_share", d.b_beside}});
   j["top_tasks"] = top;
   return j.dump(2);
 }

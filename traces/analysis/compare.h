@@ -27,6 +27,9 @@ struct TaskDelta {
   std::string op;
   double a_ns = 0;  // per step, run A (the reference: real)
   double b_ns = 0;  // per step, run B (the prediction: simulated)
+  // The share of its time beside another stream's GPU work in each run
+  // (TaskTime::beside_share).
+  double a_beside = 0, b_beside = 0;
   double errorPct() const { return a_ns > 0 ? 100.0 * (b_ns - a_ns) / a_ns : 0.0; }
 };
 
