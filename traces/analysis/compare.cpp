@@ -43,9 +43,10 @@ Intervals busyIntervals(const Track& t) {
 }
 
 // Nanoseconds of [start, end) covered by any of `others` (each sorted and
-// disjoint; overlaps between two of them are counted once).
-int64_t coveredNs(int64_t start, int64_t end, const std::vector<const Intervals*>& others) {
-  Intervals hits;
+// disjoint; overlaps between two of them are counted once). `hits` is
+// scratch, reused across calls (one per activity of a run).
+int64_t coveredNs(int64_t start, int64_t end, const std::vector<const Intervals*>& others, Intervals& hits) {
+  hits.clear();
   for (const Intervals* o : others) {
     auto it = std::upper_bound(o->begin(), o->end(), std::make_pair(start, INT64_MAX));
     if (it != o->begin()) --it;
@@ -104,6 +105,7 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
   std::vector<Intervals> busy;
   busy.reserve(tracks.size());
   for (const Track& t : tracks) busy.push_back(busyIntervals(t));
+  Intervals hits;
   for (size_t ti = 0; ti < tracks.size(); ++ti) {
     const Track& t = tracks[ti];
     std::vector<const Intervals*> others;
@@ -130,7 +132,8 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
       }
       const double ns = double(t.end_ns[i] - t.start_ns[i]);
       a.ns += ns;
-      if (!others.empty() && usesSms(t.kind[i])) a.beside_ns += double(coveredNs(t.start_ns[i], t.end_ns[i], others));
+      if (!others.empty() && usesSms(t.kind[i]))
+        a.beside_ns += double(coveredNs(t.start_ns[i], t.end_ns[i], others, hits));
       if (a.open != SIZE_MAX && sums[a.open].step == step) {
         sums[a.open].ns += ns;
       } else {
@@ -392,8 +395,8 @@ std::string comparisonToText(const RunComparison& c) {
                        pct(d.a_filled_ns, d.a_ns), pct(d.b_filled_ns, d.b_ns));
     s += "\n";
   }
-  s += "task time error by op (|B - A| / A, per task; alone: the tasks that ran without another stream's GPU work\n"
-       "beside them in both runs (>= 10% of a task's time counts), beside: the others; median and count)\n";
+  s += "task time error by op (|B - A| / A, per task; alone: median and count of the tasks that had another\n"
+       "stream's GPU work beside them for less than 10% of their time in both runs, beside: of the others)\n";
   s += fmt::format("{:<20} {:>6} {:>11} {:>11} {:>9} {:>9} {:>9} {:>14} {:>14}\n", "op", "tasks", "A ms", "B ms",
                    "median%", "p90%", "max%", "alone", "beside");
   auto split = [](int64_t n, double median) { return n == 0 ? std::string("-") : fmt::format("{:.1f}% ({})", median, n); };
