@@ -148,6 +148,11 @@ TEST_CASE("PyTorch profiler JSON with missing fields or wrong types is refused",
   CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"ts\": 1, "
                          "\"dur\": 1, \"args\": {\"stream\": 1e300}} ]}"),
              Catch::Contains("traceEvents[0]: args.stream (1e+300) is out of range"));
+  CHECK_THAT(importError("{\"traceEvents\": [ {\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"k\", \"ts\": 1, "
+                         "\"dur\": 1, \"args\": {\"stream\": 7, \"grid\": [1, 1, 1], \"block\": [32, 1, 1], "
+                         "\"registers per thread\": 4096, \"shared memory\": 0}} ]}"),
+             Catch::Contains("traceEvents[0]: args \"registers per thread\" (4096) or \"shared memory\" (0) is out of "
+                             "range"));
 }
 
 TEST_CASE("Nsight Systems export: devices become ranks, names resolve through StringIds", "[import][nsys]") {

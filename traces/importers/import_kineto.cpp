@@ -251,16 +251,25 @@ class KinetoImporter {
         {
           a.geometry = LaunchGeometry{(*g)[0].get<int>(), (*g)[1].get<int>(), (*g)[2].get<int>(),
                                       (*b)[0].get<int>(), (*b)[1].get<int>(), (*b)[2].get<int>()};
-          // What each block holds, where the profiler wrote it.
+          // What each block holds, where the profiler wrote it: registers
+          // per thread (at most 255 on NVIDIA GPUs), shared memory (below
+          // 1 MiB per block), a cluster of up to 16 blocks per side.
           auto regs = args.find("registers per thread");
           auto shared = args.find("shared memory");
           if (regs != args.end() && shared != args.end() && regs->is_number_integer() &&
-              shared->is_number_integer() && regs->get<int64_t>() >= 0 && shared->get<int64_t>() >= 0) {
-            a.geometry->registers_per_thread = int(regs->get<int64_t>());
-            a.geometry->shared_memory_bytes = int(std::min<int64_t>(shared->get<int64_t>(), INT32_MAX));
+              shared->is_number_integer()) {
+            const int64_t r = regs->get<int64_t>(), sh = shared->get<int64_t>();
+            if (r < 0 || r > 255 || sh < 0 || sh > (int64_t(1) << 20))
+              fail(fmt::format("traceEvents[{}]: args \"registers per thread\" ({}) or \"shared memory\" ({}) "
+                               "is out of range (0-255 registers, 0-1 MiB)",
+                               i, r, sh));
+            a.geometry->registers_per_thread = int(r);
+            a.geometry->shared_memory_bytes = int(sh);
             auto cl = args.find("cluster");
             if (cl != args.end() && cl->is_array() && cl->size() == 3 &&
-                std::all_of(cl->begin(), cl->end(), [](const Json& v) { return v.is_number_integer(); })) {
+                std::all_of(cl->begin(), cl->end(),
+                            [](const Json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0 &&
+                                                       v.get<int64_t>() <= 16; })) {
               a.geometry->cluster_x = (*cl)[0].get<int>();
               a.geometry->cluster_y = (*cl)[1].get<int>();
               a.geometry->cluster_z = (*cl)[2].get<int>();
