@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "traces/analysis/analysis.h"
+#include "traces/analysis/interval_set.h"
 
 namespace tandem::traces {
 namespace {
@@ -22,47 +23,10 @@ bool usesSms(ActivityKind k) {
          k == ActivityKind::Send || k == ActivityKind::Recv;
 }
 
-using Intervals = std::vector<std::pair<int64_t, int64_t>>;  // sorted, disjoint
-
-// A stream's SM work as disjoint intervals.
-Intervals busyIntervals(const Track& t) {
-  Intervals v;
-  for (size_t i = 0; i < t.size(); ++i) {
-    if (!usesSms(t.kind[i]) || t.end_ns[i] <= t.start_ns[i]) continue;
-    v.emplace_back(t.start_ns[i], t.end_ns[i]);
-  }
-  std::sort(v.begin(), v.end());
-  Intervals merged;
-  for (const auto& [s, e] : v) {
-    if (!merged.empty() && s <= merged.back().second)
-      merged.back().second = std::max(merged.back().second, e);
-    else
-      merged.emplace_back(s, e);
-  }
-  return merged;
-}
-
-// Nanoseconds of [start, end) covered by any of `others` (each sorted and
-// disjoint; overlaps between two of them are counted once). `hits` is
-// scratch, reused across calls (one per activity of a run).
-int64_t coveredNs(int64_t start, int64_t end, const std::vector<const Intervals*>& others, Intervals& hits) {
-  hits.clear();
-  for (const Intervals* o : others) {
-    auto it = std::upper_bound(o->begin(), o->end(), std::make_pair(start, INT64_MAX));
-    if (it != o->begin()) --it;
-    for (; it != o->end() && it->first < end; ++it) {
-      const int64_t s = std::max(start, it->first), e = std::min(end, it->second);
-      if (e > s) hits.emplace_back(s, e);
-    }
-  }
-  if (others.size() > 1) std::sort(hits.begin(), hits.end());
-  int64_t covered = 0, reach = start;
-  for (const auto& [s, e] : hits) {
-    if (e <= reach) continue;
-    covered += e - std::max(s, reach);
-    reach = e;
-  }
-  return covered;
+// A track's SM work, as intervals (any order, overlaps allowed).
+void addSmWork(const Track& t, std::vector<IntervalSet::Interval>& out) {
+  for (size_t i = 0; i < t.size(); ++i)
+    if (usesSms(t.kind[i]) && t.end_ns[i] > t.start_ns[i]) out.emplace_back(t.start_ns[i], t.end_ns[i]);
 }
 
 }  // namespace
@@ -101,16 +65,14 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
   std::unordered_map<uint64_t, uint32_t> index_of;  // (rank << 40 | task id) -> index in tasks
   std::vector<Sum> sums;
   const std::vector<Track> tracks = reader.loadRun(run, /*with_details=*/false);
-  // Each stream's SM work, to find what ran beside each activity.
-  std::vector<Intervals> busy;
-  busy.reserve(tracks.size());
-  for (const Track& t : tracks) busy.push_back(busyIntervals(t));
-  Intervals hits;
   for (size_t ti = 0; ti < tracks.size(); ++ti) {
     const Track& t = tracks[ti];
-    std::vector<const Intervals*> others;
+    // What the rank's other streams ran on the SMs: the time each of this
+    // stream's activities had work beside it.
+    std::vector<IntervalSet::Interval> other_work;
     for (size_t oi = 0; oi < tracks.size(); ++oi)
-      if (oi != ti && tracks[oi].rank == t.rank && !busy[oi].empty()) others.push_back(&busy[oi]);
+      if (oi != ti && tracks[oi].rank == t.rank) addSmWork(tracks[oi], other_work);
+    const IntervalSet beside = IntervalSet::fromUnsorted(std::move(other_work));
     const std::vector<int64_t>* starts = nullptr;
     int64_t last_end = 0;
     if (auto it = step_starts.find(t.rank); it != step_starts.end()) {
@@ -132,8 +94,7 @@ std::map<TaskKey, TaskTime> taskTimesPerStep(TraceReader& reader, int64_t run) {
       }
       const double ns = double(t.end_ns[i] - t.start_ns[i]);
       a.ns += ns;
-      if (!others.empty() && usesSms(t.kind[i]))
-        a.beside_ns += double(coveredNs(t.start_ns[i], t.end_ns[i], others, hits));
+      if (!beside.empty() && usesSms(t.kind[i])) a.beside_ns += double(beside.lengthIn(t.start_ns[i], t.end_ns[i]));
       if (a.open != SIZE_MAX && sums[a.open].step == step) {
         sums[a.open].ns += ns;
       } else {
