@@ -633,18 +633,21 @@ int wideVectorsPerThread(int64_t C, DType dt, std::initializer_list<const void*>
   return wide_rows::vectorsPerThread(C / 8);
 }
 
-// TANDEM_LAYERNORM=wide: every bf16 row the block-per-row kernels can take
-// goes to them, the narrow ones too (for bench_layernorm_bwd's comparison of
-// the two at widths up to 2048); unset or "warp": rows up to 2048 keep the
-// warp-per-row kernels. Read at each launch, so that one process can time
-// both.
-bool wideForEveryWidth() {
+// Which kernels take bf16 rows both kinds can: TANDEM_LAYERNORM=wide sends
+// every such row to the block-per-row kernels, =warp keeps rows up to 2048
+// on the warp-per-row ones (bench_layernorm_bwd times the two side by side);
+// unset, each pass takes its default (layernormForwardAny, layernormBackward).
+// Read at each launch, so that one process can time both.
+enum class RowKernels { Default, Warp, Wide };
+RowKernels rowKernelsChosen() {
   const char* env = std::getenv("TANDEM_LAYERNORM");
   const std::string v = env ? env : "";
-  if (v.empty() || v == "warp") return false;
-  if (v == "wide") return true;
+  if (v.empty()) return RowKernels::Default;
+  if (v == "warp") return RowKernels::Warp;
+  if (v == "wide") return RowKernels::Wide;
   throw CudaError("TANDEM_LAYERNORM must be warp or wide, not '" + v + "'");
 }
+bool wideForEveryWidth() { return rowKernelsChosen() == RowKernels::Wide; }
 
 }  // namespace
 
@@ -769,7 +772,14 @@ void layernormBackward(void* dx, void* dw, void* db, void* dbias, const void* dy
   // below.
   const int vec = vectorsPerLane(C, dt, 8, {dx, dy, x, w});
   const int wide = wideVectorsPerThread(C, dt, {dx, dy, x, w});
-  if (vec > 0 && !(wide > 0 && wideForEveryWidth())) {
+  // By default bf16 rows wider than 768 (more than 3 vectors per lane, where
+  // the warp kernel's parameter sums go through shared memory) take the
+  // block-per-row kernels: at 16384 rows on one H100 they take 11%, 22%, 31%
+  // and 33% less time at widths 1024, 1280, 1600 and 2048, and twice as long
+  // at 768 (bench_layernorm_bwd, docs/benchmarks.md).
+  const RowKernels chosen = rowKernelsChosen();
+  const bool take_wide = wide > 0 && (chosen == RowKernels::Wide || (chosen == RowKernels::Default && vec > 3));
+  if (vec > 0 && !take_wide) {
     TANDEM_DISPATCH_DT(dt, {
       TANDEM_DISPATCH_VEC(vec, launchBackwardVec<T, kV>(static_cast<T*>(dx), pdw, pdb, pdr, static_cast<const T*>(dy),
                                                         static_cast<const T*>(x), static_cast<const T*>(w), mean,

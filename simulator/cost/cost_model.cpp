@@ -349,21 +349,24 @@ Calibration loadCalibration(const std::string& path) {
 namespace {
 
 // Whether an op kind's kernel takes its slow path at rows this wide
-// (slowPathMb).
+// (slowPathMb). Calibrations from before the layernorm backward took the
+// block-per-row kernels beyond 768 fitted the warp kernel's shared-memory
+// sums there; for later ones the per-MB term is the block-per-row kernel's
+// own segment of the fit.
 bool onSlowPath(OpKind op, int64_t c) { return op == OpKind::LayerNormBwd && c > 768; }
 
 // The GPU executor's kernel for a norm's rows this wide (bf16): a warp per
-// row up to 2048 (the RMSNorm forward's up to 1024; the layernorm
-// backward's partial sums in shared memory beyond 768), a block per row up
-// to 8192, and beyond that kernels that hold no whole row
-// (engine/cuda/layernorm.cu, llama.cu). "" for other op kinds.
+// row up to 2048 (the RMSNorm forward's up to 1024, the layernorm
+// backward's up to 768), a block per row up to 8192, and beyond that
+// kernels that hold no whole row (engine/cuda/layernorm.cu, llama.cu). ""
+// for other op kinds.
 std::string normKernelPath(OpKind op, int64_t c) {
   const bool norm = op == OpKind::LayerNorm || op == OpKind::LayerNormBwd || op == OpKind::RmsNorm ||
                     op == OpKind::RmsNormBwd;
   if (!norm || c <= 0) return "";
   if (c > 8192) return "streamed";
-  if (c > (op == OpKind::RmsNorm ? 1024 : 2048)) return "wide";
-  return onSlowPath(op, c) ? "slow" : "";
+  const int64_t warp_up_to = op == OpKind::RmsNorm ? 1024 : op == OpKind::LayerNormBwd ? 768 : 2048;
+  return c > warp_up_to ? "wide" : "";
 }
 
 // The key a shape is interpolated under: its shape key, with the kernel's

@@ -775,7 +775,7 @@ int main() {
     testLayernorm(dt, 16384, 768);  // GPT-2's rows: about 8 per warp of the fixed grid
     testLayernorm(dt, 700, 1000);
     testLayernorm(dt, 257, 1024);
-    testLayernorm(dt, 2200, 1280);  // shared-memory partial sums (bf16), scalar kernel (fp32)
+    testLayernorm(dt, 2200, 1280);  // a block per row (bf16, from width 769), scalar kernel (fp32)
     testLayernorm(dt, 300, 2048);
     // bf16 rows wider than a warp holds: a block per row (one to four
     // vectors per thread, the last partly used), blocks taking several rows.

@@ -196,10 +196,10 @@ ops:
 }
 
 TEST_CASE("a norm's rows are read off shapes of the same kernel path", "[calibration][interpolation]") {
-  // Layernorm backwards of 8192 rows on a 1000 GB/s device: rows of 2048
-  // (the warp-per-row kernel) at 4 times their ideal time, rows of 4096 and
-  // 8192 (a block per row) at 1.25 and 1.5 times. Rows of 3072 lie between
-  // 2048 and 4096 but run the block-per-row kernel: its shapes' efficiency,
+  // Layernorm backwards of 8192 rows on a 1000 GB/s device: rows of 768
+  // (the warp-per-row kernel) at 4 times their ideal time, rows of 2048 and
+  // 4096 (a block per row) at 1.25 and 1.5 times. Rows of 1024 lie between
+  // 768 and 2048 but run the block-per-row kernel: its shapes' efficiency,
   // not a line through the warp kernel's.
   auto mb = [](int c) { return 3.0 * 8192 * c * 2 * 1e-6; };
   auto ns = [&](int c, double slowness) { return 1000 + std::llround(mb(c) * 1e3 * slowness); };
@@ -210,22 +210,38 @@ ops:
   layernorm_bwd:
     fit: {{base_ns: 1000, ns_per_gflop: 0, ns_per_mb: 1000}}
     shapes:
+      "m=8192 c=768": {{ns: {}, gflop: 0, mb: {}, from: sweep}}
       "m=8192 c=2048": {{ns: {}, gflop: 0, mb: {}, from: sweep}}
       "m=8192 c=4096": {{ns: {}, gflop: 0, mb: {}, from: sweep}}
-      "m=8192 c=8192": {{ns: {}, gflop: 0, mb: {}, from: sweep}}
 )",
-                                       ns(2048, 4.0), mb(2048), ns(4096, 1.25), mb(4096), ns(8192, 1.5), mb(8192));
+                                       ns(768, 4.0), mb(768), ns(2048, 1.25), mb(2048), ns(4096, 1.5), mb(4096));
   const RooflineCostModel model(RooflineParams::defaults(), parseCalibration(yaml, "cal.yaml"));
   const DeviceSpec dev = petaflopDevice(1000);
   Task ln = kernelTask(OpKind::LayerNormBwd);
   ln.attrs.m = 8192;
-  ln.attrs.c = 3072;
-  ln.bytes_read = int64_t(mb(3072) * 1e6);
+  ln.attrs.c = 1024;
+  ln.bytes_read = int64_t(mb(1024) * 1e6);
   const RooflineCostModel::TaskTime t = model.taskTime(ln, dev, Precision::BF16);
   CHECK(t.source == TimeSource::Interpolated);
-  const double ideal = mb(3072) * 1e3;
+  const double ideal = mb(1024) * 1e3;
   // Between the two block-per-row shapes' slowness (their nearest-neighbour
-  // weighting leans to 4096's), far below the warp kernel's 4.
+  // weighting leans to 2048's), far below the warp kernel's 4.
   CHECK(double(t.ns - 1000) / ideal > 1.2);
   CHECK(double(t.ns - 1000) / ideal < 1.5);
+
+  // The executor's layernorm backward takes a block per row from 769 on:
+  // rows of 1024 and 4096 (both on it, at 1.25 and 2 times their ideal)
+  // bound the reading for 2048, in the logarithm of the width.
+  std::string wide = yaml;
+  wide.replace(wide.find("\"m=8192 c=2048\""), 15, "\"m=8192 c=1024\"");
+  wide.replace(wide.find(std::to_string(ns(2048, 1.25))), std::to_string(ns(2048, 1.25)).size(),
+               std::to_string(ns(1024, 1.25)));
+  wide.replace(wide.find(fmt::format("{}", mb(2048))), fmt::format("{}", mb(2048)).size(), fmt::format("{}", mb(1024)));
+  wide.replace(wide.find(std::to_string(ns(4096, 1.5))), std::to_string(ns(4096, 1.5)).size(),
+               std::to_string(ns(4096, 2.0)));
+  const RooflineCostModel wide_model(RooflineParams::defaults(), parseCalibration(wide, "wide.yaml"));
+  ln.attrs.c = 2048;
+  ln.bytes_read = int64_t(mb(2048) * 1e6);
+  const double at_2048 = double(wide_model.taskNs(ln, dev, Precision::BF16) - 1000) / (mb(2048) * 1e3);
+  CHECK(at_2048 == Approx(std::sqrt(1.25 * 2.0)).epsilon(0.02));
 }
