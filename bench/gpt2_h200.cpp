@@ -21,9 +21,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <sys/wait.h>
 
 #include "bench/bench_args.h"
 #include "bench/gpu_bench.h"
@@ -76,18 +80,34 @@ struct Args {
 }
 
 // Runs a command and returns the value of "median_step_ms" in its last JSON line (0 when absent).
+// Runs the peer script (its stderr merged into stdout) and returns the
+// median step of its last result line. A peer that prints none (out of
+// memory, a missing package) is an error naming its exit status and its
+// last lines, never a ratio of 0.
 [[maybe_unused]] double peerMedianMs(const std::string& command, std::string* line_out) {
-  FILE* p = popen(command.c_str(), "r");
-  if (!p) return 0;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (!p) throw std::runtime_error("cannot start the peer: " + command);
   char buf[4096];
   std::string last;
-  while (fgets(buf, sizeof buf, p))
-    if (std::strstr(buf, "median_step_ms")) last = buf;
-  pclose(p);
+  std::deque<std::string> tail;  // the last lines of other output
+  while (fgets(buf, sizeof buf, p)) {
+    if (std::strstr(buf, "median_step_ms")) {
+      last = buf;
+    } else {
+      tail.emplace_back(buf);
+      if (tail.size() > 6) tail.pop_front();
+    }
+  }
+  const int status = pclose(p);
   if (!last.empty() && last.back() == '\n') last.pop_back();
   *line_out = last;
-  auto pos = last.find("\"median_step_ms\":");
-  if (pos == std::string::npos) return 0;
+  const auto pos = last.find("\"median_step_ms\":");
+  if (pos == std::string::npos) {
+    std::string lines;
+    for (const std::string& l : tail) lines += "  " + l;
+    throw std::runtime_error(fmt::format("the peer printed no median_step_ms (exit status {}): {}\n{}",
+                                         WIFEXITED(status) ? WEXITSTATUS(status) : -1, command, lines));
+  }
   return std::atof(last.c_str() + pos + std::strlen("\"median_step_ms\":"));
 }
 
@@ -309,8 +329,11 @@ int main(int argc, char** argv) {
               ? fmt::format(" --layers {} --hidden {} --heads {} --kv-heads {} --mlp {} --vocab {}", ms.layers,
                             ms.hidden, ms.heads, ms.kv_heads > 0 ? ms.kv_heads : ms.heads, ms.mlpHidden(), ms.vocab)
               : "";
-      const std::string common = fmt::format(" --batch 16 --seq {}{} --steps {} 2>/dev/null", ms.seq_len, shape,
-                                             std::max(a.steps, 30));
+      // The peer runs the job's micro-batch, one per step.
+      if (job.training.grad_accum != 1)
+        throw std::runtime_error("--peer times one micro-batch per step: set training.grad_accum=1");
+      const std::string common = fmt::format(" --batch {} --seq {}{} --steps {}", job.training.micro_batch,
+                                             ms.seq_len, shape, std::max(a.steps, 30));
       const double eager_ms = a.gpus == 1 ? peerMedianMs(base + " --compile 0" + common, &line_e) : 0;
       if (!line_e.empty()) fmt::print("{{\"system\":\"torch-eager\",\"peer\":{}}}\n", line_e);
       std::fflush(stdout);
