@@ -79,7 +79,6 @@ struct Args {
   return a;
 }
 
-// Runs a command and returns the value of "median_step_ms" in its last JSON line (0 when absent).
 // Runs the peer script (its stderr merged into stdout) and returns the
 // median step of its last result line. A peer that prints none (out of
 // memory, a missing package) is an error naming its exit status and its
