@@ -15,6 +15,7 @@
 
 #include "plan_trace/plan_facts.h"
 #include "simulator/calibrate/calibrate_collectives.h"
+#include "simulator/cost/gemm_tiles.h"
 #include "traces/analysis/compare.h"
 
 namespace tandem::sim {
@@ -403,6 +404,7 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
 struct MainKernel {
   int blocks = 0;
   int threads = -1, registers = -1, shared_bytes = -1, cluster = -1;
+  std::optional<GemmTile> tile;  // a GEMM's, from its kernel's name
 };
 
 // Per (op kind, shape): the launch of each kernel task's main kernel (its
@@ -424,6 +426,7 @@ std::map<std::pair<OpKind, std::string>, std::vector<MainKernel>> mainKernels(tr
       k.shared_bytes = g.shared_memory_bytes;
       k.cluster = g.cluster_x > 0 ? g.cluster_x * std::max(1, g.cluster_y) * std::max(1, g.cluster_z) : 1;
     }
+    k.tile = gemmTileFromKernelName(a.name);
     auto [it, fresh] = longest.try_emplace({a.rank, a.task_id}, a.end_ns - a.start_ns, k);
     if (!fresh && a.end_ns - a.start_ns > it->second.first) it->second = {a.end_ns - a.start_ns, k};
   });
@@ -438,7 +441,9 @@ std::map<std::pair<OpKind, std::string>, std::vector<MainKernel>> mainKernels(tr
     if (key.second >= int64_t(program->tasks.size())) continue;
     const Task& task = program->tasks[size_t(key.second)];
     if (task.kind != TaskKind::Kernel || task.collective || task.fused_into >= 0) continue;
-    out[{costOpKind(task), shapeKey(task)}].push_back(v.second);
+    MainKernel k = v.second;
+    if (gemmOutputTiles(task) == 0) k.tile.reset();  // not a GEMM: a name's digits are no tile
+    out[{costOpKind(task), shapeKey(task)}].push_back(k);
   }
   return out;
 }
@@ -949,6 +954,12 @@ void fitOps(const CalibrationSamples& acc, CalibrationResult& out) {
             e.threads = k.threads, e.registers = k.registers, e.shared_bytes = k.shared_bytes, e.cluster = k.cluster;
             break;
           }
+        // And its GEMM tile (traces without the resources name it too).
+        for (const MainKernel& k : b->second)
+          if (k.blocks == e.blocks && k.tile) {
+            e.tile = k.tile;
+            break;
+          }
       }
       oc.shapes[shape] = e;
     }
@@ -1274,11 +1285,12 @@ std::string calibrationToYaml(const CalibrationResult& r) {
                        oc.all_shapes.blocks);
     y += "    shapes:\n";
     for (const auto& [shape, e] : oc.shapes)
-      y += fmt::format("      \"{}\": {{ns: {}{}{}{}{}}}\n", shape, e.ns,
+      y += fmt::format("      \"{}\": {{ns: {}{}{}{}{}{}}}\n", shape, e.ns,
                        e.blocks > 0 ? fmt::format(", blocks: {}", e.blocks) : "",
                        e.threads > 0 ? fmt::format(", threads: {}, regs: {}, smem: {}, cluster: {}", e.threads,
                                                    e.registers, e.shared_bytes, e.cluster)
                                      : "",
+                       e.tile ? fmt::format(", tile: {}x{}", e.tile->m, e.tile->n) : "",
                        e.gflop >= 0 && e.mb >= 0 ? fmt::format(", gflop: {:.6g}, mb: {:.6g}", e.gflop, e.mb) : "",
                        e.origin == ShapeOrigin::Sweep  ? ", from: sweep"
                        : e.origin == ShapeOrigin::Runs ? ", from: runs"

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine/spec/parse_number.h"
+#include "simulator/cost/gemm_tiles.h"
 
 namespace tandem::sim {
 
@@ -183,10 +184,14 @@ CostEntry parseEntry(const std::string& source, const YAML::Node& node, const st
       if (v != std::floor(v)) fail(source, kv.second, f + ": expected a whole number");
       (key == "threads" ? e.threads : key == "regs" ? e.registers : key == "smem" ? e.shared_bytes : e.cluster) =
           int(v);
+    } else if (!allow_shapes && key == "tile") {
+      const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : std::string();
+      e.tile = parseGemmTile(v);
+      if (!e.tile) fail(source, kv.second, f + ": expected a GEMM tile as MxN (8 to 512 each), got '" + v + "'");
     } else {
       fail(source, kv.first,
            f + ": unknown key (allowed: ns, flops_efficiency, bw_efficiency, fit, blocks" +
-               std::string(allow_shapes ? ", shapes)" : ", threads, regs, smem, cluster, gflop, mb, from)"));
+               std::string(allow_shapes ? ", shapes)" : ", threads, regs, smem, cluster, tile, gflop, mb, from)"));
     }
   }
   return e;
@@ -473,20 +478,34 @@ double RooflineCostModel::spareSmShare(const Task& task, const DeviceSpec& devic
   return double(device.sm_count - blocks) / double(device.sm_count);
 }
 
-int64_t gemmOutputTiles(const Task& task) {
-  const OpAttrs& a = task.attrs;
-  int64_t rows = 0, cols = 0;
-  switch (costOpKind(task)) {
-    case OpKind::Matmul: rows = a.m, cols = a.n; break;            // y [tokens, out]
-    case OpKind::MatmulBwdData: rows = a.m, cols = a.k; break;     // dx [tokens, in]
-    case OpKind::MatmulBwdWeight: rows = a.n, cols = a.k; break;   // dW [out, in]
-    default: return 0;
+const CostEntry* RooflineCostModel::tiledEntry(const Task& task) const {
+  if (task.fused_into >= 0) return nullptr;
+  const auto it = calibration_.ops.find(costOpKind(task));
+  if (it == calibration_.ops.end()) return nullptr;
+  const std::string key = shapeKey(task);
+  std::vector<std::string> with_tile;
+  for (const auto& [shape, e] : it->second.shapes) {
+    if (!e.tile || e.blocks <= 0) continue;
+    if (shape == key) return &e;
+    with_tile.push_back(shape);
   }
-  if (rows <= 0 || cols <= 0) return 0;
-  // The largest tile Hopper's GEMM kernels use, 256 x 128, either way round:
-  // the fewest tiles any of them would cut the output into.
-  const auto tiles = [](int64_t r, int64_t c) { return ((r + 255) / 256) * ((c + 127) / 128); };
-  return std::min(tiles(rows, cols), tiles(cols, rows));
+  if (const auto near = nearestShapeKey(key, with_tile)) return &it->second.shapes.at(*near);
+  return nullptr;
+}
+
+LastRound RooflineCostModel::lastRound(const Task& task, const DeviceSpec& device) const {
+  const CostEntry* e = tiledEntry(task);
+  if (!e || device.sm_count <= 0) return {};
+  const int64_t tiles = gemmOutputTiles(task, e->tile);
+  // Persistent blocks, at most one per SM, take tiles in turn (the traces:
+  // of 260 tiles on 132 blocks, 4 blocks end after the first round). The
+  // blocks are those of the shape whose tile this is: the kernel's.
+  const int64_t active = std::min<int64_t>(e->blocks, device.sm_count);
+  if (tiles <= active) return {};
+  const int64_t rounds = (tiles + active - 1) / active;
+  const int64_t last = tiles - (rounds - 1) * active;
+  if (last >= active) return {};
+  return {float(double(device.sm_count - last) / double(device.sm_count)), float(1.0 / double(rounds))};
 }
 
 int RooflineCostModel::kernelBlocks(const Task& task, const DeviceSpec& device) const {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/plan/plan.h"
+#include "simulator/cost/gemm_tiles.h"
 #include "simulator/cost/framework_kernels.h"
 #include "simulator/cost/shape_interpolation.h"
 #include "simulator/network/collectives.h"
@@ -77,13 +78,19 @@ enum class SmRoom : int8_t { Unknown = -1, None = 0, Some = 1 };
 // Op kinds whose kernels' blocks take a whole SM each (SmRoom).
 bool blocksTakeWholeSms(OpKind op);
 
+// A persistent GEMM's last round of tiles: its blocks walk the output's tiles
+// in rounds, and the blocks with one tile fewer leave after the round
+// before, so the SMs the last round leaves take the next kernel's blocks
+// while it ends (CostModel::lastRound). share 0: no such round (one round, or
+// a last round as full as the others).
+struct LastRound {
+  float spare = -1;  // share of the SMs free in it
+  float share = 0;   // share of the main kernel's time it lasts (1 / rounds)
+};
+
 // A GEMM shape key's FLOPs, 2 m n k ("m=16384 n=2304 k=768", epilogue
 // or not); nothing for a key without the three.
 std::optional<double> gemmKeyFlops(const std::string& key);
-
-// The tiles a GEMM task's output (y, dx or dW by its kind) is cut into by
-// the largest tile Hopper's GEMMs use (256 x 128); 0 for other kinds.
-int64_t gemmOutputTiles(const Task& task);
 
 // Where a measured shape's time came from (written by calibrations that
 // include a sweep, calibrate_sweep.h).
@@ -106,6 +113,9 @@ struct CostEntry {
   // say how many blocks of which kernels an SM can hold at once; recorded
   // for that, not read by the cost model yet.
   int threads = -1, registers = -1, shared_bytes = -1, cluster = -1;
+  // A GEMM's output tile, as its kernel's name says (the last round of a
+  // persistent GEMM's tiles leaves SMs free; replay.cpp).
+  std::optional<GemmTile> tile;
   // A measured shape's work: its task's FLOPs (in GFLOP) and bytes moved
   // (in MB), as planned. With them, shapes never measured take the
   // efficiency of their measured neighbours (RooflineCostModel::taskTime);
@@ -232,6 +242,12 @@ class CostModel {
     (void)task, (void)device;
     return -1;
   }
+  // The task's main kernel's last round of tiles, where its tile is
+  // calibrated (a GEMM's, from its kernel's name); share 0 otherwise.
+  virtual LastRound lastRound(const Task& task, const DeviceSpec& device) const {
+    (void)task, (void)device;
+    return {};
+  }
   // Share of the remaining time of the kernels running beside a collective
   // that it waits before it starts (Calibration::collective_start_wait).
   virtual double collectiveStartWait() const { return 0; }
@@ -280,6 +296,11 @@ class RooflineCostModel : public CostModel {
   int64_t trailingNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
   SmRoom smRoomBeside(const Task& task, const DeviceSpec& device) const override;
   double spareSmShare(const Task& task, const DeviceSpec& device) const override;
+  LastRound lastRound(const Task& task, const DeviceSpec& device) const override;
+  // The calibrated shape whose main kernel's tile and blocks stand for the
+  // task's: its own, else its nearest with both (cuBLASLt picks the kernel
+  // by shape); none for a calibration without tiles.
+  const CostEntry* tiledEntry(const Task& task) const;
   // The thread blocks of the task's main kernel on `device`: its shape's as
   // calibrated, else a block per SM for a GEMM whose output has two waves
   // of the largest tile (gemmOutputTiles), else its nearest calibrated

@@ -22,7 +22,7 @@
 namespace tandem::sim {
 namespace {
 
-enum class EventType : uint8_t { TaskDone, PhaseStart, CollectiveDone, CollectiveReady, CollectiveArrive };
+enum class EventType : uint8_t { TaskDone, PhaseStart, CollectiveDone, CollectiveReady, CollectiveArrive, LastRound };
 
 // Events are processed in (time, insertion order): deterministic.
 struct Event {
@@ -150,6 +150,9 @@ struct alignas(64) StreamState {
   int64_t record_start_ns = -1;
   float rate_spare = -1.0f;
   SmRoom rate_room = SmRoom::Unknown;
+  // The running kernel is in its last round of tiles (CostModel::lastRound):
+  // as the GPU's holder it leaves that round's spare SMs to the others.
+  bool last_round = false;
 };
 static_assert(sizeof(StreamState) == 64);
 
@@ -188,6 +191,7 @@ struct RankState {
   // its main kernel (CostModel::smRoomBeside).
   SmRoom* sm_room = nullptr;
   float* spare = nullptr;  // and the share of the SMs it leaves, where known (CostModel::spareSmShare), else -1
+  LastRound* last_round = nullptr;  // and its last round of tiles (CostModel::lastRound)
   bool eventDone(int e) const { return (event_bits[size_t(e) >> 6] >> (e & 63)) & 1; }
   const std::vector<int>* event_recorder = nullptr;  // the program's
   const std::unordered_map<int, int>* pipeline_partner = nullptr;  // the program's (ProgramQueues)
@@ -386,6 +390,10 @@ class Replay {
   double rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holder_room, float holder_spare) const;
   float spareBeside(const RankState& r, int holder) const;
   SmRoom roomBeside(const RankState& r, int holder) const;
+  // Queues the moment stream si's running kernel enters its last round of
+  // tiles at its current rate (none for a kernel without one, or in it).
+  void scheduleLastRound(int ri, int si);
+  void enterLastRound(int ri, int ti);
   // KernelSharing::FirstHolds: the stream whose running kernel holds the
   // GPU (-1 when no sharing kernel runs).
   int holderOf(const RankState& r) const;
@@ -439,6 +447,7 @@ class Replay {
   std::vector<RankState> ranks_;          // simulated ranks
   std::vector<StreamState> stream_states_;  // every simulated rank's streams, rank after rank
   std::vector<std::vector<float>> spare_tables_;  // RankState::spare, alongside the durations
+  std::vector<std::vector<LastRound>> last_round_tables_;  // RankState::last_round, likewise
   std::shared_ptr<ActivityStore> activities_;  // every simulated rank's records, rank after rank; task tables
   std::vector<uint64_t> event_words_;       // every simulated rank's recorded-event bits, likewise
   std::vector<int> rank_state_of_;        // world rank -> index in ranks_, -1 when represented
@@ -586,11 +595,13 @@ void Replay::attachTaskTables(RankState& st, RankSlices& slices) {
     duration_tables_.emplace_back(st.plan->tasks.size(), int64_t(-1));
     sm_room_tables_.emplace_back(st.plan->tasks.size(), SmRoom::Unknown);
     spare_tables_.emplace_back(st.plan->tasks.size(), -1.0f);
+    last_round_tables_.emplace_back(st.plan->tasks.size(), LastRound{});
     trailing_tasks_.push_back(countTrailing(st));
   }
   st.durations = duration_tables_[it->second].data();  // inner buffers never move
   st.sm_room = sm_room_tables_[it->second].data();
   st.spare = spare_tables_[it->second].data();
+  st.last_round = last_round_tables_[it->second].data();
   slices.records.push_back(st.plan->tasks.size() + trailing_tasks_[it->second]);
 }
 
@@ -698,6 +709,7 @@ void Replay::tryStart(int ri, int stream) {
     if (t.kind == TaskKind::Kernel) {
       r.sm_room[size_t(ti)] = cost_.smRoomBeside(t, device);
       r.spare[size_t(ti)] = float(cost_.spareSmShare(t, device));
+      r.last_round[size_t(ti)] = cost_.lastRound(t, device);
     }
   }
   const int64_t d = cached;
@@ -713,9 +725,11 @@ void Replay::tryStart(int ri, int stream) {
   s.updated_ns = now_;
   s.rate_room = SmRoom::Unknown;
   s.rate_spare = -1.0f;
+  s.last_round = false;
   const double div = rateDivisor(t, s.slowed, s.sharing, s.rate_room, s.rate_spare);
   s.done_ns = completionAt(s.work_left_ns, div);
   if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, ti);
+  scheduleLastRound(ri, stream);
   s.record_start_ns = -1;
   if (shares && r.running_kernels > 1) rescheduleKernels(ri);  // the others now share with it
   // Its record starts when it first gets SMs: now, or when
@@ -768,15 +782,17 @@ int64_t Replay::completionAt(double work_ns, double divisor) const {
 int Replay::holderOf(const RankState& r) const {
   // The kernel that holds the GPU keeps it; when none does (it ended), the
   // oldest of the others takes it, a task's trailing kernels after every
-  // main kernel; of kernels started at the same time, the higher stream's
-  // (on H200 a weight-gradient GEMM and the data-gradient GEMM that become
-  // ready together start in that order; docs/accuracy.md).
+  // main kernel; of kernels started at the same time, the one the host
+  // launched first, the plan's earlier task (a layer's data-gradient GEMM
+  // before its weight-gradient GEMM: in every one of the 2962 such pairs of
+  // the held-out traces on H100 and H200; docs/accuracy.md).
   auto before = [&](int a, int b) {
     const StreamState &x = r.streams[size_t(a)], &y = r.streams[size_t(b)];
     // Trailing kernels were launched last, whenever their task started.
     const bool xt = x.sharing & kTrailing, yt = y.sharing & kTrailing;
     if (xt != yt) return yt;
-    return x.started_ns < y.started_ns || (x.started_ns == y.started_ns && a > b);
+    if (x.started_ns != y.started_ns) return x.started_ns < y.started_ns;
+    return (*x.tasks)[x.head] < (*y.tasks)[y.head];
   };
   int holder = -1, oldest = -1;
   for (int i = 0; i < int(r.streams.size()); ++i) {
@@ -786,7 +802,7 @@ int Replay::holderOf(const RankState& r) const {
     if (oldest < 0 || before(i, oldest)) oldest = i;
   }
   if (holder < 0) return oldest;
-  // A kernel started with the holder, on a higher stream, takes over.
+  // A kernel started with the holder and launched before it takes over.
   const StreamState &o = r.streams[size_t(oldest)], &h = r.streams[size_t(holder)];
   if (oldest != holder && o.started_ns == h.started_ns && (o.sharing & kTrailing) == (h.sharing & kTrailing) &&
       before(oldest, holder))
@@ -800,6 +816,7 @@ SmRoom Replay::roomBeside(const RankState& r, int holder) const {
   // The calibrated geometry is the task's main kernel's, not its trailing
   // ones'.
   if (h.sharing & kTrailing) return SmRoom::Unknown;
+  if (h.last_round) return SmRoom::Some;  // its last round leaves SMs (CostModel::lastRound)
   return r.sm_room[size_t((*h.tasks)[h.head])];
 }
 
@@ -807,7 +824,43 @@ float Replay::spareBeside(const RankState& r, int holder) const {
   if (holder < 0) return -1.0f;
   const StreamState& h = r.streams[size_t(holder)];
   if (h.sharing & kTrailing) return -1.0f;
-  return r.spare[size_t((*h.tasks)[h.head])];
+  const int ti = (*h.tasks)[h.head];
+  if (h.last_round) return r.last_round[size_t(ti)].spare;
+  return r.spare[size_t(ti)];
+}
+
+void Replay::scheduleLastRound(int ri, int si) {
+  RankState& r = ranks_[size_t(ri)];
+  const StreamState& s = r.streams[size_t(si)];
+  if (!s.busy || !s.kernel || s.last_round || (s.sharing & kTrailing) || s.done_ns == kNever) return;
+  const int ti = (*s.tasks)[s.head];
+  const LastRound& lr = r.last_round[size_t(ti)];
+  if (lr.share <= 0) return;
+  // The rounds split the main kernel's work evenly.
+  const double threshold = double(lr.share) * double(r.durations[size_t(ti)] - (s.sharing ? trailingOf(r, ti) : 0));
+  const double ahead = s.work_left_ns - threshold;
+  const Task& t = r.plan->tasks[size_t(ti)];
+  const double div = rateDivisor(t, s.slowed, s.sharing, s.rate_room, s.rate_spare);
+  const int64_t at = ahead <= 0 ? now_ : s.updated_ns + int64_t(std::llround(ahead * div));
+  push(std::max(at, now_), EventType::LastRound, ri, ti);
+}
+
+void Replay::enterLastRound(int ri, int ti) {
+  RankState& r = ranks_[size_t(ri)];
+  StreamState& s = r.streams[size_t(r.plan->tasks[size_t(ti)].stream)];
+  if (!s.busy || !s.kernel || s.head >= s.tasks->size() || (*s.tasks)[s.head] != ti || s.last_round ||
+      (s.sharing & kTrailing) || s.done_ns == kNever)
+    return;
+  const LastRound& lr = r.last_round[size_t(ti)];
+  const double threshold = double(lr.share) * double(r.durations[size_t(ti)] - (s.sharing ? trailingOf(r, ti) : 0));
+  const Task& t = r.plan->tasks[size_t(ti)];
+  const double div = rateDivisor(t, s.slowed, s.sharing, s.rate_room, s.rate_spare);
+  const double left = std::max(0.0, s.work_left_ns - double(now_ - s.updated_ns) / div);
+  if (left > threshold + 1.0) return;  // queued before its rate fell: a stale event
+  s.work_left_ns = left;
+  s.updated_ns = now_;
+  s.last_round = true;
+  if (s.sharing) rescheduleKernels(ri);  // the others get the round's spare SMs if it holds the GPU
 }
 
 double Replay::rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holder_room, float holder_spare) const {
@@ -856,17 +909,32 @@ void Replay::rescheduleKernels(int ri) {
   const int holder = fair ? -1 : holderOf(r);
   const SmRoom holder_room = roomBeside(r, holder);
   const float holder_spare = fair ? -1.0f : spareBeside(r, holder);
+  const bool holder_last_round =
+      holder >= 0 && r.streams[size_t(holder)].last_round && !(r.streams[size_t(holder)].sharing & kTrailing);
   for (int si = 0; si < int(r.streams.size()); ++si) {
     StreamState& s = r.streams[size_t(si)];
     if (!s.busy || !s.kernel) continue;
     const uint8_t phase = s.sharing & kTrailing;
     const uint8_t sharing =
         s.sharing == 0 ? 0 : uint8_t(phase | (fair || si == holder ? n : uint8_t(n | kNotHolder)));
-    const SmRoom room_before = s.rate_room, room_after = sharing == 0 ? SmRoom::Unknown : holder_room;
-    const float spare_before = s.rate_spare, spare_after = sharing == 0 ? -1.0f : holder_spare;
+    // The holder's last round runs at its own speed beside the kernels on
+    // the SMs it left (its blocks are on theirs already).
+    const bool own_round = si == holder && s.last_round;
+    const Task& t = r.plan->tasks[size_t((*s.tasks)[s.head])];
+    // A GEMM whose blocks land on the SMs the holder's last round leaves
+    // starts its record there but gains no time: its persistent blocks take
+    // their tiles in a fixed order, so it ends when the blocks that land as
+    // the holder ends are through theirs (the traces: a weight-gradient GEMM
+    // that starts 27 us before its data-gradient GEMM ends runs no shorter
+    // after that end than alone). Other kernels' blocks progress there.
+    const bool lands_only = (sharing & kNotHolder) && !phase && holder_last_round && gemmOutputTiles(t) > 0;
+    const SmRoom room_before = s.rate_room,
+                 room_after = sharing == 0 ? SmRoom::Unknown : lands_only ? SmRoom::None : holder_room;
+    const float spare_before = s.rate_spare,
+                spare_after = sharing == 0 || own_round || lands_only ? -1.0f : holder_spare;
+    if (lands_only && s.record_start_ns < 0) s.record_start_ns = now_;
     if (s.slowed == slowed && s.sharing == sharing && room_before == room_after && spare_before == spare_after)
       continue;
-    const Task& t = r.plan->tasks[size_t((*s.tasks)[s.head])];
     const double before = rateDivisor(t, s.slowed, s.sharing, room_before, spare_before),
                  after = rateDivisor(t, slowed, sharing, room_after, spare_after);
     const double elapsed = double(now_ - s.updated_ns);
@@ -884,6 +952,7 @@ void Replay::rescheduleKernels(int ri) {
     if (after == before) continue;
     s.done_ns = completionAt(s.work_left_ns, after);  // a pending completion event is now stale
     if (s.done_ns != kNever) push(s.done_ns, EventType::TaskDone, ri, (*s.tasks)[s.head]);
+    scheduleLastRound(ri, si);
   }
 }
 
@@ -1277,6 +1346,7 @@ SimResult Replay::run() {
         if (isCurrentCompletion(e.a, e.b)) finishTask(e.a, e.b);  // else rescheduled: a stale event
         break;
       case EventType::PhaseStart: phaseFlowsStart(e.a); break;
+      case EventType::LastRound: enterLastRound(e.a, e.b); break;
       case EventType::CollectiveReady: {
         // Wait for the calibrated share of the remaining time of the kernels
         // now running on the rank.

@@ -851,6 +851,11 @@ TEST_CASE("Kernel geometry: each shape's main kernel's blocks, and the room they
     db.exec("INSERT INTO kernel_resources SELECT g.activity, 168, 212992, 2, 1, 1 FROM activity_geometry g JOIN "
             "activities a ON a.id = g.activity JOIN plan_tasks p ON p.run = a.run AND p.rank = a.rank AND "
             "p.task_id = a.task_id WHERE p.op = 'matmul_bwd_data'");
+    // Their kernels' names, as cuBLASLt's name them: the output tile.
+    db.exec("INSERT INTO strings(value) VALUES ('nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT')");
+    db.exec("UPDATE activities SET name = (SELECT id FROM strings WHERE value LIKE 'nvjet%') WHERE id IN (SELECT "
+            "a.id FROM activities a JOIN plan_tasks p ON p.run = a.run AND p.rank = a.rank AND p.task_id = a.task_id "
+            "WHERE p.op = 'matmul_bwd_data' AND a.kind = 0)");
   }
   const sim::CalibrationResult cal = sim::calibrateFromRuns({{path, 1}});
   const std::string yaml = sim::calibrationToYaml(cal);
@@ -868,8 +873,13 @@ TEST_CASE("Kernel geometry: each shape's main kernel's blocks, and the room they
     CHECK(e.shared_bytes == 212992);
     CHECK(e.cluster == 2);
   }
-  CHECK(yaml.find("threads: 384, regs: 168, smem: 212992, cluster: 2") != std::string::npos);
-  for (const auto& [shape, e] : wgrad.shapes) CHECK(e.threads == -1);
+  CHECK(yaml.find("threads: 384, regs: 168, smem: 212992, cluster: 2, tile: 256x128") != std::string::npos);
+  for (const auto& [shape, e] : loaded.ops.at(OpKind::MatmulBwdData).shapes)
+    CHECK((e.tile && *e.tile == sim::GemmTile{256, 128}));
+  for (const auto& [shape, e] : wgrad.shapes) {
+    CHECK(e.threads == -1);
+    CHECK(!e.tile);  // its kernels' names (the plan's task names here) hold no tile
+  }
   CHECK(loaded.ops.at(OpKind::LayerNormBwd).all_shapes.blocks == 264);
   // No geometry, no blocks: the forward GEMMs' entries say nothing.
   CHECK(loaded.ops.at(OpKind::Matmul).all_shapes.blocks == -1);
@@ -931,6 +941,65 @@ TEST_CASE("Kernel geometry: each shape's main kernel's blocks, and the room they
   CHECK(found == 1);
   // Calibrations without geometry leave kernels as before.
   CHECK(sim::RooflineCostModel().smRoomBeside(dgrad, h200) == sim::SmRoom::Unknown);
+  // dx [4096, 512] in 256 x 128 tiles: 2 x 32 = 64 on 132 blocks, one round.
+  CHECK(model.lastRound(dgrad, h200).share == 0);
+  CHECK(model.lastRound(task("layer1.mlp.fc.bwd_weight.mb0"), h200).share == 0);  // no tile known
+}
+
+TEST_CASE("GEMM tiles: read off kernel names, written in calibrations, and the last round they leave", "[calibrate]") {
+  using sim::GemmTile;
+  CHECK(sim::gemmTileFromKernelName("nvjet_sm90_tst_320x128_64x3_2x1_v_bz_coopB_NTT") == GemmTile{320, 128});
+  CHECK(sim::gemmTileFromKernelName("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_bias_TNN") == GemmTile{128, 256});
+  CHECK(sim::gemmTileFromKernelName(
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize128x128x64_warpgroupsize1x1x1_aux_bf16_dgelu") ==
+        GemmTile{128, 128});
+  CHECK(sim::gemmTileFromKernelName("cutlass3x_sm90_tensorop_gemm_bf16_bf16_f32_bf16_bf16_128x256x64_2x1x1_0_tnn") ==
+        GemmTile{128, 256});
+  CHECK(!sim::gemmTileFromKernelName("_ZN6tandem4cuda45_GLOBAL__N__98279acc_12_layernorm_cu_80422fea21layernormBackwardWideILi2EE"));
+  CHECK(!sim::gemmTileFromKernelName("nvjet_sm90_tst_4x4096_64x3"));  // no edge of 8 to 512 and a separator after
+  CHECK(!sim::gemmTileFromKernelName(""));
+  CHECK(sim::parseGemmTile("320x128") == GemmTile{320, 128});
+  CHECK(!sim::parseGemmTile("320x128x64"));
+  CHECK(!sim::parseGemmTile("320"));
+  CHECK(!sim::parseGemmTile("1024x128"));
+
+  const std::string yaml = "version: 1\nops:\n  matmul_bwd_data:\n    shapes:\n"
+                           "      \"m=8192 n=2048 k=8192\": {ns: 380000, blocks: 132, tile: 256x128}\n"
+                           "      \"m=8192 n=2048 k=2048\": {ns: 95000, blocks: 128, tile: 256x128}\n";
+  const sim::Calibration cal = sim::parseCalibration(yaml, "tiles.yaml");
+  REQUIRE(cal.ops.at(OpKind::MatmulBwdData).shapes.at("m=8192 n=2048 k=8192").tile == GemmTile{256, 128});
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nops:\n  matmul:\n    shapes:\n      \"m=1 n=1 k=1\": {ns: 1, "
+                                          "tile: 320by128}\n",
+                                          "bad.yaml"),
+                    Catch::Contains("bad.yaml:5") && Catch::Contains("tile") && Catch::Contains("320by128"));
+  const sim::RooflineCostModel model(sim::RooflineParams::defaults(), cal);
+  sim::DeviceSpec h200;
+  h200.sm_count = 132;
+  Task t;
+  t.kind = TaskKind::Kernel;
+  t.op = OpKind::MatmulBwdData;
+  t.attrs.m = 8192, t.attrs.n = 2048, t.attrs.k = 8192;  // dx [8192, 8192]
+  // cuBLASLt's M runs along the output's columns: 8192 / 256 x 8192 / 128.
+  CHECK(sim::gemmOutputTiles(t, GemmTile{256, 128}) == 32 * 64);
+  CHECK(sim::gemmOutputTiles(t, GemmTile{128, 64}) == 64 * 128);
+  // 2048 tiles on 132 blocks: 16 rounds, the last with 2048 - 15 x 132 = 68
+  // tiles, leaving 64 SMs.
+  const sim::LastRound lr = model.lastRound(t, h200);
+  CHECK(lr.share == Approx(1.0 / 16));
+  CHECK(lr.spare == Approx(64.0 / 132));
+  // dx [8192, 2048]: 8 x 64 = 512 tiles on 128 blocks, 4 full rounds.
+  t.attrs.k = 2048;
+  CHECK(model.lastRound(t, h200).share == 0);
+  // A shape not calibrated takes its nearest one's tile and blocks: dx
+  // [8192, 7936], 31 x 64 = 1984 tiles on 132 blocks, the last of 16 rounds
+  // with 4.
+  t.attrs.k = 7936;
+  const sim::LastRound near = model.lastRound(t, h200);
+  CHECK(near.share == Approx(1.0 / 16));
+  CHECK(near.spare == Approx(128.0 / 132));
+  // Other kinds have no tile.
+  t.op = OpKind::LayerNormBwd;
+  CHECK(model.lastRound(t, h200).share == 0);
 }
 
 TEST_CASE("Calibration files: blocks are whole numbers", "[calibrate]") {

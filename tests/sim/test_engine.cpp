@@ -644,15 +644,15 @@ ops:
 }
 
 TEST_CASE("kernels of two compute streams share the GPU", "[engine]") {
-  // Stream 0: a 1 ms kernel; stream 1 (a second compute stream, like the
-  // weight gradients'): a 0.4 ms kernel, both ready at once (on a tie the
-  // higher stream's kernel holds the GPU). A task fused into another
-  // launches nothing and takes no share.
+  // Stream 1 (a second compute stream, like the weight gradients'): a 0.4
+  // ms kernel; stream 0: a 1 ms kernel, both ready at once (on a tie the
+  // kernel launched first, the plan's earlier task, holds the GPU). A task
+  // fused into another launches nothing and takes no share.
   Topology topo = ringTopology(1, 1, 0);
   RankPlan rp;
   rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
-  rp.tasks.push_back(kernel(0, 0, 7e11, 0));
-  rp.tasks.push_back(kernel(1, 1, 2.8e11, 0));
+  rp.tasks.push_back(kernel(0, 1, 2.8e11, 0));
+  rp.tasks.push_back(kernel(1, 0, 7e11, 0));
   Task fused = kernel(2, 1, 0, 0);
   fused.fused_into = 0;
   rp.tasks.push_back(fused);
@@ -667,7 +667,7 @@ TEST_CASE("kernels of two compute streams share the GPU", "[engine]") {
     const RooflineCostModel model(p);
     const SimResult r = simulatePlan(plan, topo, model, idealOptions());
     CHECK(simulatePlan(plan, topo, model, idealOptions()).step_ns == r.step_ns);  // deterministic
-    return std::pair{activityOf(r.ranks[0], 0), activityOf(r.ranks[0], 1)};
+    return std::pair{activityOf(r.ranks[0], 1), activityOf(r.ranks[0], 0)};
   };
   auto len = [](const SimActivity& a) { return a.end_ns - a.start_ns; };
   // Efficiency 2, fair: each runs as fast as alone.
@@ -809,9 +809,10 @@ struct RoomModel : RooflineCostModel {
   }
 };
 
-// As in "kernels of two compute streams share the GPU": a 1 ms kernel on
-// stream 0 and a 0.4 ms one on stream 1, ready together (stream 1's holds),
-// first holds at the given efficiency, no launch gaps.
+// As in "kernels of two compute streams share the GPU": a 0.4 ms kernel on
+// stream 1 (task 0) and a 1 ms one on stream 0 (task 1), ready together
+// (task 0, launched first, holds), first holds at the given efficiency, no
+// launch gaps.
 struct TwoKernelsTogether {
   Topology topo = ringTopology(1, 1, 0);
   Plan plan;
@@ -819,8 +820,8 @@ struct TwoKernelsTogether {
   explicit TwoKernelsTogether(double efficiency) {
     RankPlan rp;
     rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Compute, "compute.wgrad"}};
-    rp.tasks.push_back(kernel(0, 0, 7e11, 0));
-    rp.tasks.push_back(kernel(1, 1, 2.8e11, 0));
+    rp.tasks.push_back(kernel(0, 1, 2.8e11, 0));
+    rp.tasks.push_back(kernel(1, 0, 7e11, 0));
     plan = uniformPlan(1, rp);
     params.launch_overhead_ns = 0;
     params.comm_slowdown = 1.0;
@@ -835,9 +836,9 @@ TEST_CASE("beside a kernel with a block on every SM nothing runs, and its neighb
   const Topology& topo = f.topo;
   auto run = [&](SmRoom room) {
     RoomModel model(f.params);
-    model.room[1] = room;
+    model.room[0] = room;
     const SimResult r = simulatePlan(plan, topo, model, idealOptions());
-    return std::pair{activityOf(r.ranks[0], 0), activityOf(r.ranks[0], 1)};
+    return std::pair{activityOf(r.ranks[0], 1), activityOf(r.ranks[0], 0)};
   };
   const auto [l_known, sh_known] = run(SmRoom::None);
   const int64_t short_ns = sh_known.end_ns - sh_known.start_ns;
@@ -857,7 +858,7 @@ TEST_CASE("beside a kernel with a block on every SM nothing runs, and its neighb
 }
 
 TEST_CASE("beside a holder that leaves a known share of the SMs, the others get that share", "[engine]") {
-  // The 1 ms and 0.4 ms kernels, efficiency 1.1; the holder (stream 1's)
+  // The 1 ms and 0.4 ms kernels, efficiency 1.1; the holder (the 0.4 ms one)
   // leaves 20% of the SMs: it runs at 1.1 - 0.2 = 0.9 of its speed (0.4 /
   // 0.9 ms), the other at 0.2 until it ends, then alone.
   const TwoKernelsTogether f(1.1);
@@ -865,14 +866,14 @@ TEST_CASE("beside a holder that leaves a known share of the SMs, the others get 
   const Topology& topo = f.topo;
   const std::vector<Task>& tasks = plan.programs[0].tasks;
   RoomModel model(f.params);
-  const int64_t long_alone = model.taskNs(tasks[0], topo.devices[0], plan.job.training.precision);
-  const int64_t short_alone = model.taskNs(tasks[1], topo.devices[0], plan.job.training.precision);
+  const int64_t long_alone = model.taskNs(tasks[1], topo.devices[0], plan.job.training.precision);
+  const int64_t short_alone = model.taskNs(tasks[0], topo.devices[0], plan.job.training.precision);
   REQUIRE(long_alone == 1'000'000);
   REQUIRE(short_alone == 400'000);
-  model.room[1] = SmRoom::Some;
-  model.spare[1] = 0.2;
+  model.room[0] = SmRoom::Some;
+  model.spare[0] = 0.2;
   const SimResult r = simulatePlan(plan, topo, model, idealOptions());
-  const SimActivity l = activityOf(r.ranks[0], 0), sh = activityOf(r.ranks[0], 1);
+  const SimActivity l = activityOf(r.ranks[0], 1), sh = activityOf(r.ranks[0], 0);
   const double holder_ns = 400'000 / 0.9;
   CHECK(std::llabs(sh.end_ns - std::llround(holder_ns)) <= 1);
   CHECK(l.start_ns == 0);  // it ran from the start, on the spare SMs
@@ -921,6 +922,52 @@ TEST_CASE("trailing kernels run beside a holder that leaves room", "[engine]") {
   }
 }
 
+// RoomModel whose tasks also have a last round of tiles (CostModel::lastRound).
+struct LastRoundModel : RoomModel {
+  std::map<int, LastRound> rounds;
+  explicit LastRoundModel(const RooflineParams& p) : RoomModel(p) {}
+  LastRound lastRound(const Task& t, const DeviceSpec&) const override {
+    const auto it = rounds.find(t.id);
+    return it == rounds.end() ? LastRound{} : it->second;
+  }
+};
+
+TEST_CASE("the holder's last round of tiles leaves its spare SMs to the kernel beside", "[engine]") {
+  // TwoKernelsTogether at efficiency 1: the 0.4 ms holder has a block on
+  // every SM, and its last quarter is a round that leaves half of them.
+  const TwoKernelsTogether f(1.0);
+  auto run = [&](const Plan& plan) {
+    LastRoundModel model(f.params);
+    model.room[0] = SmRoom::None;
+    model.rounds[0] = LastRound{0.5f, 0.25f};
+    const SimResult r = simulatePlan(plan, f.topo, model, idealOptions());
+    return std::pair{activityOf(r.ranks[0], 1), activityOf(r.ranks[0], 0)};
+  };
+  SECTION("a kernel of small blocks starts there and runs on them") {
+    const auto [l, sh] = run(f.plan);
+    CHECK(sh.start_ns == 0);
+    CHECK(std::llabs(sh.end_ns - 400'000) <= 1);  // the holder keeps its speed
+    CHECK(std::llabs(l.start_ns - 300'000) <= 1);
+    // 0.1 ms at half speed, then the 0.95 ms left alone.
+    CHECK(std::llabs(l.end_ns - 1'350'000) <= 2);
+  }
+  SECTION("a persistent GEMM's record starts there, its end is the holder's end plus its time alone") {
+    Plan plan = f.plan;
+    Task& gemm = plan.programs[0].tasks[1];
+    gemm.attrs.m = 8192, gemm.attrs.n = 2048, gemm.attrs.k = 8192;
+    const auto [l, sh] = run(plan);
+    CHECK(std::llabs(l.start_ns - 300'000) <= 1);
+    CHECK(std::llabs(l.end_ns - 1'400'000) <= 2);
+  }
+  SECTION("without a last round it waits for the holder's end") {
+    Plan plan = f.plan;
+    LastRoundModel model(f.params);
+    model.room[0] = SmRoom::None;
+    const SimResult r = simulatePlan(plan, f.topo, model, idealOptions());
+    CHECK(activityOf(r.ranks[0], 1).start_ns == activityOf(r.ranks[0], 0).end_ns);
+  }
+}
+
 TEST_CASE("calibration files carry the kernel overlap efficiency", "[engine][calibration]") {
   const Calibration c = parseCalibration("version: 1\nkernel_overlap_efficiency: 1.25\n", "k.yaml");
   REQUIRE(c.kernel_overlap_efficiency.has_value());
@@ -933,7 +980,7 @@ TEST_CASE("calibration files carry the kernel overlap efficiency", "[engine][cal
 
 TEST_CASE("a collective ready beside a shared GPU waits for the kernel beside the holder to end", "[engine]") {
   // Stream 2 (a second compute stream) holds the GPU with a 1 ms kernel from
-  // 0; on stream 0, k0 (0.1 ms alone) and then k1 (0.6 ms alone) run beside
+  // 0 (launched first: task 0); on stream 0, k0 (0.1 ms alone) and then k1 (0.6 ms alone) run beside
   // it at half speed (efficiency 1.5), k0 ending at 0.2 ms with the event
   // the all-reduce waits for. k1 has done 0.4 ms of its work when the holder
   // ends at 1 ms and ends alone at 1.2 ms; at half speed it would end at
@@ -943,14 +990,14 @@ TEST_CASE("a collective ready beside a shared GPU waits for the kernel beside th
   rp.streams = {StreamInfo{0, StreamKind::Compute, "compute"}, StreamInfo{1, StreamKind::Comm, "comm"},
                 StreamInfo{2, StreamKind::Compute, "compute.wgrad"}};
   rp.num_events = 1;
-  Task k0 = kernel(0, 0, 7e10, 0);
+  rp.tasks.push_back(kernel(0, 2, 7e11, 0));
+  Task k0 = kernel(1, 0, 7e10, 0);
   k0.record_event = 0;
   rp.tasks.push_back(k0);
-  rp.tasks.push_back(kernel(1, 0, 4.2e11, 0));
-  Task ar = collective(2, 1, CollectiveOp::AllReduce, 100'000, "world");
+  rp.tasks.push_back(kernel(2, 0, 4.2e11, 0));
+  Task ar = collective(3, 1, CollectiveOp::AllReduce, 100'000, "world");
   ar.wait_events = {0};
   rp.tasks.push_back(ar);
-  rp.tasks.push_back(kernel(3, 2, 7e11, 0));
   const Plan plan = uniformPlan(2, rp);
   RooflineParams params = RooflineParams::defaults();
   params.launch_overhead_ns = 0;
@@ -960,8 +1007,8 @@ TEST_CASE("a collective ready beside a shared GPU waits for the kernel beside th
   Calibration wait;
   wait.collective_start_wait = 1.0;
   const SimResult r = simulatePlan(plan, topo, RooflineCostModel(params, wait), idealOptions());
-  const SimActivity a0 = activityOf(r.ranks[0], 0), a1 = activityOf(r.ranks[0], 1), held = activityOf(r.ranks[0], 3);
-  const SimActivity c = activityOf(r.ranks[0], 2);
+  const SimActivity a0 = activityOf(r.ranks[0], 1), a1 = activityOf(r.ranks[0], 2), held = activityOf(r.ranks[0], 0);
+  const SimActivity c = activityOf(r.ranks[0], 3);
   REQUIRE(held.start_ns == 0);
   REQUIRE(std::llabs(held.end_ns - 1'000'000) <= 1);
   REQUIRE(std::llabs(a0.end_ns - 200'000) <= 1);
