@@ -493,6 +493,13 @@ const CostEntry* RooflineCostModel::tiledEntry(const Task& task) const {
   return nullptr;
 }
 
+bool RooflineCostModel::hasLastRounds() const {
+  for (const auto& [op, oc] : calibration_.ops)
+    for (const auto& [shape, e] : oc.shapes)
+      if (e.tile && e.blocks > 0) return true;
+  return false;
+}
+
 LastRound RooflineCostModel::lastRound(const Task& task, const DeviceSpec& device) const {
   const CostEntry* e = tiledEntry(task);
   if (!e || device.sm_count <= 0) return {};

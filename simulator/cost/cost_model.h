@@ -248,6 +248,9 @@ class CostModel {
     (void)task, (void)device;
     return {};
   }
+  // Whether lastRound may give any task a last round (false: the replay
+  // skips asking).
+  virtual bool hasLastRounds() const { return false; }
   // Share of the remaining time of the kernels running beside a collective
   // that it waits before it starts (Calibration::collective_start_wait).
   virtual double collectiveStartWait() const { return 0; }
@@ -297,6 +300,7 @@ class RooflineCostModel : public CostModel {
   SmRoom smRoomBeside(const Task& task, const DeviceSpec& device) const override;
   double spareSmShare(const Task& task, const DeviceSpec& device) const override;
   LastRound lastRound(const Task& task, const DeviceSpec& device) const override;
+  bool hasLastRounds() const override;
   // The calibrated shape whose main kernel's tile and blocks stand for the
   // task's: its own, else its nearest with both (cuBLASLt picks the kernel
   // by shape); none for a calibration without tiles.

@@ -347,7 +347,8 @@ class Replay {
  public:
   Replay(const Plan& plan, const Topology& topo, const CostModel& cost, const SimOptions& options)
       : plan_(plan), topo_(topo), cost_(cost), options_(options), router_(topo),
-        builder_(router_, options.nccl, options.collective_calibration), net_(linkCapacities(topo)) {}
+        builder_(router_, options.nccl, options.collective_calibration), net_(linkCapacities(topo)),
+        last_rounds_(cost.hasLastRounds()) {}
 
   SimResult run();
 
@@ -433,6 +434,10 @@ class Replay {
   Router router_;
   CollectiveBuilder builder_;
   FlowNetwork net_;
+  // Whether any kernel may have a last round of tiles (CostModel::lastRound):
+  // without, no task's table entry is read (the cost of a task start stays
+  // as it was at thousands of ranks).
+  const bool last_rounds_;
 
   std::vector<ProgramQueues> queues_;     // per program
   // Task durations per (program, device class); a device class is the set of
@@ -709,7 +714,7 @@ void Replay::tryStart(int ri, int stream) {
     if (t.kind == TaskKind::Kernel) {
       r.sm_room[size_t(ti)] = cost_.smRoomBeside(t, device);
       r.spare[size_t(ti)] = float(cost_.spareSmShare(t, device));
-      r.last_round[size_t(ti)] = cost_.lastRound(t, device);
+      if (last_rounds_) r.last_round[size_t(ti)] = cost_.lastRound(t, device);
     }
   }
   const int64_t d = cached;
@@ -830,6 +835,7 @@ float Replay::spareBeside(const RankState& r, int holder) const {
 }
 
 void Replay::scheduleLastRound(int ri, int si) {
+  if (!last_rounds_) return;
   RankState& r = ranks_[size_t(ri)];
   const StreamState& s = r.streams[size_t(si)];
   if (!s.busy || !s.kernel || s.last_round || (s.sharing & kTrailing) || s.done_ns == kNever) return;
@@ -920,14 +926,14 @@ void Replay::rescheduleKernels(int ri) {
     // The holder's last round runs at its own speed beside the kernels on
     // the SMs it left (its blocks are on theirs already).
     const bool own_round = si == holder && s.last_round;
-    const Task& t = r.plan->tasks[size_t((*s.tasks)[s.head])];
     // A GEMM whose blocks land on the SMs the holder's last round leaves
     // starts its record there but gains no time: its persistent blocks take
     // their tiles in a fixed order, so it ends when the blocks that land as
     // the holder ends are through theirs (the traces: a weight-gradient GEMM
     // that starts 27 us before its data-gradient GEMM ends runs no shorter
     // after that end than alone). Other kernels' blocks progress there.
-    const bool lands_only = (sharing & kNotHolder) && !phase && holder_last_round && gemmOutputTiles(t) > 0;
+    const bool lands_only = holder_last_round && (sharing & kNotHolder) && !phase &&
+                            gemmOutputTiles(r.plan->tasks[size_t((*s.tasks)[s.head])]) > 0;
     const SmRoom room_before = s.rate_room,
                  room_after = sharing == 0 ? SmRoom::Unknown : lands_only ? SmRoom::None : holder_room;
     const float spare_before = s.rate_spare,
@@ -935,6 +941,7 @@ void Replay::rescheduleKernels(int ri) {
     if (lands_only && s.record_start_ns < 0) s.record_start_ns = now_;
     if (s.slowed == slowed && s.sharing == sharing && room_before == room_after && spare_before == spare_after)
       continue;
+    const Task& t = r.plan->tasks[size_t((*s.tasks)[s.head])];
     const double before = rateDivisor(t, s.slowed, s.sharing, room_before, spare_before),
                  after = rateDivisor(t, slowed, sharing, room_after, spare_after);
     const double elapsed = double(now_ - s.updated_ns);

@@ -973,6 +973,8 @@ TEST_CASE("GEMM tiles: read off kernel names, written in calibrations, and the l
                                           "bad.yaml"),
                     Catch::Contains("bad.yaml:5") && Catch::Contains("tile") && Catch::Contains("320by128"));
   const sim::RooflineCostModel model(sim::RooflineParams::defaults(), cal);
+  CHECK(model.hasLastRounds());
+  CHECK_FALSE(sim::RooflineCostModel().hasLastRounds());
   sim::DeviceSpec h200;
   h200.sm_count = 132;
   Task t;

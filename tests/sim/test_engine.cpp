@@ -930,6 +930,7 @@ struct LastRoundModel : RoomModel {
     const auto it = rounds.find(t.id);
     return it == rounds.end() ? LastRound{} : it->second;
   }
+  bool hasLastRounds() const override { return !rounds.empty(); }
 };
 
 TEST_CASE("the holder's last round of tiles leaves its spare SMs to the kernel beside", "[engine]") {
