@@ -113,10 +113,12 @@ class EventQueue {
 
 // StreamState::sharing: set for a running kernel that does not hold the GPU,
 // and for a task's trailing kernels (CostModel::trailingNs) once its main
-// kernel is done; the low bits count the kernels that share the GPU.
+// kernel is done; kCoResident while every kernel sharing the GPU has small
+// blocks (rateDivisor); the low bits count the kernels that share the GPU.
 constexpr uint8_t kNotHolder = 0x80;
 constexpr uint8_t kTrailing = 0x40;
-constexpr uint8_t kSharingCount = 0x3f;
+constexpr uint8_t kCoResident = 0x20;
+constexpr uint8_t kSharingCount = 0x1f;
 // StreamState::done_ns of a running kernel that makes no progress for now.
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 
@@ -391,6 +393,10 @@ class Replay {
   double rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holder_room, float holder_spare) const;
   float spareBeside(const RankState& r, int holder) const;
   SmRoom roomBeside(const RankState& r, int holder) const;
+  // Whether every kernel sharing r's GPU now has small blocks: trailing
+  // kernels, and main kernels with room beside them but no share of whole
+  // SMs to give (memory-bound kinds, in a calibration with launch geometry).
+  bool allBlocksSmall(const RankState& r) const;
   // Queues the moment stream si's running kernel enters its last round of
   // tiles at its current rate (none for a kernel without one, or in it).
   void scheduleLastRound(int ri, int si);
@@ -834,6 +840,15 @@ float Replay::spareBeside(const RankState& r, int holder) const {
   return r.spare[size_t(ti)];
 }
 
+bool Replay::allBlocksSmall(const RankState& r) const {
+  for (const StreamState& x : r.streams) {
+    if (!x.busy || !x.kernel || x.sharing == 0 || (x.sharing & kTrailing)) continue;
+    const int ti = (*x.tasks)[x.head];
+    if (r.sm_room[size_t(ti)] != SmRoom::Some || r.spare[size_t(ti)] >= 0) return false;
+  }
+  return true;
+}
+
 void Replay::scheduleLastRound(int ri, int si) {
   if (!last_rounds_) return;
   RankState& r = ranks_[size_t(ri)];
@@ -874,7 +889,12 @@ double Replay::rateDivisor(const Task& t, bool slowed, int sharing, SmRoom holde
   const int n = sharing & kSharingCount;
   if (n <= 1) return div;
   const double e = cost_.kernelOverlapEfficiency();
-  if (cost_.kernelSharing() == KernelSharing::Fair) return div * std::max(1.0, double(n) / e);
+  // Kernels of small blocks (memory-bound kinds, a weight gradient's bias
+  // kernels) fit on the SMs together and share them and the memory as
+  // processor sharing does, whichever came first (the traces: a layernorm
+  // backward and the bias kernels launched after it run together).
+  if (cost_.kernelSharing() == KernelSharing::Fair || (sharing & kCoResident))
+    return div * std::max(1.0, double(n) / e);
   // FirstHolds. A holder whose blocks leave a known share s of the SMs (a
   // weight gradient's 120 blocks on 132 SMs: 9%): the others split s, the
   // holder gets what is left of e (the traces: such a GEMM runs 4-14% slower
@@ -917,12 +937,16 @@ void Replay::rescheduleKernels(int ri) {
   const float holder_spare = fair ? -1.0f : spareBeside(r, holder);
   const bool holder_last_round =
       holder >= 0 && r.streams[size_t(holder)].last_round && !(r.streams[size_t(holder)].sharing & kTrailing);
+  // (The holder's own blocks first: most reschedules stop there.)
+  const bool holder_small =
+      holder >= 0 && ((r.streams[size_t(holder)].sharing & kTrailing) || (holder_room == SmRoom::Some && holder_spare < 0));
+  const uint8_t co_resident = !fair && n > 1 && holder_small && allBlocksSmall(r) ? kCoResident : 0;
   for (int si = 0; si < int(r.streams.size()); ++si) {
     StreamState& s = r.streams[size_t(si)];
     if (!s.busy || !s.kernel) continue;
     const uint8_t phase = s.sharing & kTrailing;
     const uint8_t sharing =
-        s.sharing == 0 ? 0 : uint8_t(phase | (fair || si == holder ? n : uint8_t(n | kNotHolder)));
+        s.sharing == 0 ? 0 : uint8_t(phase | co_resident | (fair || si == holder ? n : uint8_t(n | kNotHolder)));
     // The holder's last round runs at its own speed beside the kernels on
     // the SMs it left (its blocks are on theirs already).
     const bool own_round = si == holder && s.last_round;

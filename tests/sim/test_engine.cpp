@@ -910,14 +910,15 @@ TEST_CASE("trailing kernels run beside a holder that leaves room", "[engine]") {
     CHECK(parts[1].end_ns == big.end_ns + tail);
   }
   {
-    // Room beside it: they start at the GEMM's end and run at the half the
-    // 1 ms kernel leaves (it ends after them).
+    // Room beside it and no share of whole SMs (a memory-bound holder): they
+    // start at the GEMM's end, and the two of small blocks share the GPU,
+    // each at 1.5 / 2 of its speed (the 1 ms kernel ends after them).
     const SimResult r = run(SmRoom::Some);
     const SimActivity big = activityOf(r.ranks[0], 1);
     const std::vector<SimActivity> parts = activitiesOf(r.ranks[0], 2);
     REQUIRE(parts.size() == 2);
     CHECK(parts[1].start_ns == gemm_end);
-    CHECK(std::llabs(parts[1].end_ns - (gemm_end + 2 * tail)) <= 1);
+    CHECK(std::llabs(parts[1].end_ns - (gemm_end + tail * 4 / 3)) <= 1);
     CHECK(big.end_ns > parts[1].end_ns);
   }
 }
@@ -967,6 +968,25 @@ TEST_CASE("the holder's last round of tiles leaves its spare SMs to the kernel b
     const SimResult r = simulatePlan(plan, f.topo, model, idealOptions());
     CHECK(activityOf(r.ranks[0], 1).start_ns == activityOf(r.ranks[0], 0).end_ns);
   }
+}
+
+TEST_CASE("kernels of small blocks share the GPU whichever came first", "[engine]") {
+  // TwoKernelsTogether at efficiency 1, both kernels with room beside them
+  // and no share of whole SMs (memory-bound kinds): they run together at
+  // half speed, the 0.4 ms one ends at 0.8 ms, the 1 ms one at 1.4 ms.
+  const TwoKernelsTogether f(1.0);
+  RoomModel model(f.params);
+  model.room[0] = SmRoom::Some;
+  model.room[1] = SmRoom::Some;
+  const SimResult r = simulatePlan(f.plan, f.topo, model, idealOptions());
+  const SimActivity l = activityOf(r.ranks[0], 1), sh = activityOf(r.ranks[0], 0);
+  CHECK(l.start_ns == 0);
+  CHECK(std::llabs(sh.end_ns - 800'000) <= 1);
+  CHECK(std::llabs(l.end_ns - 1'400'000) <= 2);
+  // A holder of whole SMs (a GEMM leaving 20% of them) keeps the first-holds rule.
+  model.spare[0] = 0.2;
+  const SimResult g = simulatePlan(f.plan, f.topo, model, idealOptions());
+  CHECK(std::llabs(activityOf(g.ranks[0], 0).end_ns - 500'000) <= 1);  // 0.4 ms at 1 - 0.2
 }
 
 TEST_CASE("calibration files carry the kernel overlap efficiency", "[engine][calibration]") {
