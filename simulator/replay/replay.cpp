@@ -1315,6 +1315,7 @@ void Replay::finishTask(int ri, int ti) {
       // kernels take the GPU anew, after whatever the other streams run now.
       writeRecord(r, ti, s.record_start_ns >= 0 ? s.record_start_ns : s.started_ns);
       s.sharing = uint8_t(kTrailing | kNotHolder | 1);
+      s.last_round = false;  // the main kernel's rounds are done
       s.work_left_ns = double(tail);
       s.updated_ns = now_;
       s.rate_room = SmRoom::Unknown;
