@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "engine/plan/plan.h"
-#include "simulator/cost/gemm_tiles.h"
 #include "simulator/cost/framework_kernels.h"
+#include "simulator/cost/gemm_tiles.h"
 #include "simulator/cost/shape_interpolation.h"
 #include "simulator/network/collectives.h"
 #include "simulator/topology/topology.h"
