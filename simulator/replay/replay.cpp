@@ -400,6 +400,9 @@ class Replay {
   // Queues the moment stream si's running kernel enters its last round of
   // tiles at its current rate (none for a kernel without one, or in it).
   void scheduleLastRound(int ri, int si);
+  // The work left (ns alone) when task ti's running main kernel enters its
+  // last round: the rounds split its work evenly.
+  double lastRoundWork(const RankState& r, const StreamState& s, int ti) const;
   void enterLastRound(int ri, int ti);
   // KernelSharing::FirstHolds: the stream whose running kernel holds the
   // GPU (-1 when no sharing kernel runs).
@@ -857,13 +860,16 @@ void Replay::scheduleLastRound(int ri, int si) {
   const int ti = (*s.tasks)[s.head];
   const LastRound& lr = r.last_round[size_t(ti)];
   if (lr.share <= 0) return;
-  // The rounds split the main kernel's work evenly.
-  const double threshold = double(lr.share) * double(r.durations[size_t(ti)] - (s.sharing ? trailingOf(r, ti) : 0));
-  const double ahead = s.work_left_ns - threshold;
+  const double ahead = s.work_left_ns - lastRoundWork(r, s, ti);
   const Task& t = r.plan->tasks[size_t(ti)];
   const double div = rateDivisor(t, s.slowed, s.sharing, s.rate_room, s.rate_spare);
   const int64_t at = ahead <= 0 ? now_ : s.updated_ns + int64_t(std::llround(ahead * div));
   push(std::max(at, now_), EventType::LastRound, ri, ti);
+}
+
+double Replay::lastRoundWork(const RankState& r, const StreamState& s, int ti) const {
+  const int64_t main_ns = r.durations[size_t(ti)] - (s.sharing ? trailingOf(r, ti) : 0);
+  return double(r.last_round[size_t(ti)].share) * double(main_ns);
 }
 
 void Replay::enterLastRound(int ri, int ti) {
@@ -872,12 +878,10 @@ void Replay::enterLastRound(int ri, int ti) {
   if (!s.busy || !s.kernel || s.head >= s.tasks->size() || (*s.tasks)[s.head] != ti || s.last_round ||
       (s.sharing & kTrailing) || s.done_ns == kNever)
     return;
-  const LastRound& lr = r.last_round[size_t(ti)];
-  const double threshold = double(lr.share) * double(r.durations[size_t(ti)] - (s.sharing ? trailingOf(r, ti) : 0));
   const Task& t = r.plan->tasks[size_t(ti)];
   const double div = rateDivisor(t, s.slowed, s.sharing, s.rate_room, s.rate_spare);
   const double left = std::max(0.0, s.work_left_ns - double(now_ - s.updated_ns) / div);
-  if (left > threshold + 1.0) return;  // queued before its rate fell: a stale event
+  if (left > lastRoundWork(r, s, ti) + 1.0) return;  // queued before its rate fell: a stale event
   s.work_left_ns = left;
   s.updated_ns = now_;
   s.last_round = true;

@@ -235,15 +235,18 @@ for s in "$@"; do
     sweep|sweepagain)
       # The kernel sweep (issue 49): every point of the full grid run and
       # profiled at the GPU's steady state (--warm-seconds), the calibration
-      # fitted there (multi-rank keys kept from the two-GPU fit); the fit and
-      # the points' logs come back (the traces are too large to). sweepagain
+      # fitted there (multi-rank keys kept from the two-GPU fit); the fit, the
+      # points' logs and the two runs with the weight-gradient stream come back
+      # (kernel_overlap_efficiency can be refitted from them after a change to
+      # the replay; the other traces are too large). sweepagain
       # is the same on another machine of the kind, for the agreement of two
       # sweeps. 3-6 minutes on one H200 (46 points in 191 s on one H100).
       mkdir -p $OUT/$s
       STAGE_TIMEOUT=560 stage $s $B/tandem calibrate --sweep full --out $OUT/$s/h200.yaml --work-dir /tmp/$s \
         --warm-seconds 1.5 --time-limit 400 --multi-rank-from resources/calibration/h200x2-nv18.yaml \
         --topology h200x2-nv18
-      tar cJf $OUT/$s/logs.tar.xz -C /tmp $s --exclude '*.sqlite' ;;
+      tar cJf $OUT/$s/logs.tar.xz -C /tmp $s --exclude '*.sqlite'
+      (cd /tmp/$s && tar cJf $OUT/$s/beside.tar.xz $(ls *-beside.sqlite)) ;;
     rankspergpu)
       # Issue 53: multi-rank plans with every rank on one GPU in one process
       # (in-process collectives): gradients and 20-step losses against the
