@@ -82,4 +82,13 @@ int64_t gemmOutputTiles(const Task& task, std::optional<GemmTile> tile) {
   return std::min(tiles(rows, cols, 256, 128), tiles(cols, rows, 256, 128));
 }
 
+std::string_view gemmReductionField(const Task& task) {
+  switch (costOpKind(task)) {
+    case OpKind::Matmul: return "k";
+    case OpKind::MatmulBwdData: return "n";
+    case OpKind::MatmulBwdWeight: return "m";
+    default: return {};
+  }
+}
+
 }  // namespace tandem::sim

@@ -35,4 +35,8 @@ std::optional<GemmTile> parseGemmTile(std::string_view text);
 // them would cut it into; 0 for other kinds.
 int64_t gemmOutputTiles(const Task& task, std::optional<GemmTile> tile = std::nullopt);
 
+// The shape key's field a GEMM task sums over (k for y = x W, n for dx, m,
+// the tokens, for dW); empty for other kinds.
+std::string_view gemmReductionField(const Task& task);
+
 }  // namespace tandem::sim

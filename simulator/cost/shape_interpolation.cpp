@@ -65,6 +65,11 @@ ShapeFields parseShapeKey(const std::string& key) {
 }
 
 std::optional<std::string> nearestShapeKey(const std::string& key, const std::vector<std::string>& candidates) {
+  return nearestShapeKey(key, candidates, {}, 1.0);
+}
+
+std::optional<std::string> nearestShapeKey(const std::string& key, const std::vector<std::string>& candidates,
+                                           std::string_view lighter_field, double weight) {
   const ShapeFields want = parseShapeKey(key);
   std::optional<std::string> best;
   double best_distance = 0;
@@ -80,7 +85,7 @@ std::optional<std::string> nearestShapeKey(const std::string& key, const std::ve
       }
       const std::optional<double> x = numberOf(want[i].second), y = numberOf(have[i].second);
       if (x && y && *x > 0 && *y > 0)
-        distance += std::fabs(std::log(*x / *y));
+        distance += (want[i].first == lighter_field ? weight : 1.0) * std::fabs(std::log(*x / *y));
       else
         comparable = want[i].second == have[i].second;
     }

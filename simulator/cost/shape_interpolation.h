@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,12 @@ ShapeFields parseShapeKey(const std::string& key);
 // cannot be interpolated in, such as the kernel a library picks: a job
 // between or beside measured ones most likely gets its nearest neighbour's.
 std::optional<std::string> nearestShapeKey(const std::string& key, const std::vector<std::string>& candidates);
+
+// The same with one numeric field weighed `weight` times the others (a
+// GEMM's reduction dimension: the kernel a library picks follows the output
+// more than the depth).
+std::optional<std::string> nearestShapeKey(const std::string& key, const std::vector<std::string>& candidates,
+                                           std::string_view lighter_field, double weight);
 
 // A measured shape with its task's work (CostEntry::gflop, mb).
 struct ShapeWork {

@@ -1004,6 +1004,27 @@ TEST_CASE("GEMM tiles: read off kernel names, written in calibrations, and the l
   CHECK(model.lastRound(t, h200).share == 0);
 }
 
+TEST_CASE("GEMM tiles: a shape not measured takes the tile of the one nearest in output shape", "[calibrate]") {
+  // GPT-2 1.5B's MLP weight gradient over 8192 tokens, dW [6400, 1600]: the
+  // sweep measured it at 16384 tokens (320 x 128, the tile the traces show
+  // at 8192 too) and a Llama output [6144, 2048] at 8192 (256 x 128).
+  const std::string yaml = "version: 1\nops:\n  matmul_bwd_weight:\n    shapes:\n"
+                           "      \"m=16384 n=6400 k=1600\": {ns: 537000, blocks: 132, tile: 320x128}\n"
+                           "      \"m=8192 n=6144 k=2048\": {ns: 300000, blocks: 132, tile: 256x128}\n";
+  const sim::RooflineCostModel model(sim::RooflineParams::defaults(), sim::parseCalibration(yaml, "tiles.yaml"));
+  sim::DeviceSpec h100;
+  h100.sm_count = 132;
+  Task t;
+  t.kind = TaskKind::Kernel;
+  t.op = OpKind::MatmulBwdWeight;
+  t.attrs.m = 8192, t.attrs.n = 6400, t.attrs.k = 1600;
+  // 1600 / 320 x 6400 / 128 = 250 tiles: two rounds, the last with 118
+  // (256 x 128 would cut 350: three rounds).
+  const sim::LastRound lr = model.lastRound(t, h100);
+  CHECK(lr.share == Approx(1.0 / 2));
+  CHECK(lr.spare == Approx(14.0 / 132));
+}
+
 TEST_CASE("Calibration files: blocks are whole numbers", "[calibrate]") {
   const sim::Calibration ok = sim::parseCalibration(
       "version: 1\nops:\n  matmul_bwd_data:\n    blocks: 132\n    shapes:\n      \"m=1 n=2 k=3\": {ns: 10, blocks: 120}\n",

@@ -81,6 +81,20 @@ TEST_CASE("the nearest shape key: same fields and words, least log distance", "[
   CHECK_FALSE(nearestShapeKey("m=1 n=1 k=1", {}));
 }
 
+TEST_CASE("the nearest shape key with one field weighed less", "[calibration][interpolation]") {
+  // A weight gradient dW [6400, 1600] over 8192 tokens: evenly weighed, the
+  // shape twice as deep is as far as ln 2 = 0.69 and the other output shape
+  // ln(6400/6144) + ln(2048/1600) = 0.29 nearer; the depth (m) weighed 0.1,
+  // 0.07 against 0.29.
+  const std::vector<std::string> measured = {"m=16384 n=6400 k=1600", "m=8192 n=6144 k=2048"};
+  CHECK(nearestShapeKey("m=8192 n=6400 k=1600", measured) == "m=8192 n=6144 k=2048");
+  CHECK(nearestShapeKey("m=8192 n=6400 k=1600", measured, "m", 0.1) == "m=16384 n=6400 k=1600");
+  CHECK(nearestShapeKey("m=8192 n=6400 k=1600", measured, "n", 0.1) == "m=8192 n=6144 k=2048");
+  // Weight 1 is the plain distance; fields not named keep theirs.
+  CHECK(nearestShapeKey("m=8192 n=6400 k=1600", measured, "m", 1.0) == "m=8192 n=6144 k=2048");
+  CHECK(nearestShapeKey("m=8192 n=6400 k=1600", measured, "x", 0.1) == "m=8192 n=6144 k=2048");
+}
+
 TEST_CASE("the calibrated cost model reads unmeasured shapes off their neighbours", "[calibration][interpolation]") {
   const char* yaml = R"(
 version: 1
