@@ -478,6 +478,25 @@ double RooflineCostModel::spareSmShare(const Task& task, const DeviceSpec& devic
   return double(device.sm_count - blocks) / double(device.sm_count);
 }
 
+namespace {
+
+// The measured shape whose kernel (tile, blocks) a shape not measured most
+// likely gets: the nearest, a GEMM's output dimensions first. The kernel
+// follows the output's shape more than the depth summed over: of the H100
+// sweep's neighbours a factor 1.3-4.5 apart in one dimension, 74% of
+// weight-gradient pairs apart in depth (the tokens) share the tile, 35% of
+// those apart in an output dimension. Leave-one-out over that sweep, the
+// depth weighed 0.05-0.15 against the output dimensions predicts the rounds
+// and the last round's blocks of 378 of 522 tiled shapes (weighed as much
+// as they, 276) and the blocks of 499 of 544 (472).
+std::optional<std::string> nearestKernelShape(const Task& task, const std::string& key,
+                                              const std::vector<std::string>& candidates) {
+  constexpr double kReductionWeight = 0.1;
+  return nearestShapeKey(key, candidates, gemmReductionField(task), kReductionWeight);
+}
+
+}  // namespace
+
 const CostEntry* RooflineCostModel::tiledEntry(const Task& task) const {
   if (task.fused_into >= 0) return nullptr;
   const auto it = calibration_.ops.find(costOpKind(task));
@@ -489,16 +508,7 @@ const CostEntry* RooflineCostModel::tiledEntry(const Task& task) const {
     if (shape == key) return &e;
     with_tile.push_back(shape);
   }
-  // The tile follows the output's shape more than the depth summed over: of
-  // the H100 sweep's neighbours a factor 1.3-4.5 apart in one dimension,
-  // 74% of weight-gradient pairs apart in depth (the tokens) share the tile,
-  // 35% of those apart in an output dimension. Leave-one-out over that
-  // sweep's 522 tiled shapes, the depth weighed 0.05-0.15 against the output
-  // dimensions predicts the rounds and the last round's blocks of 378 (72%),
-  // weighed as much as they 276 (53%).
-  constexpr double kReductionWeight = 0.1;
-  if (const auto near = nearestShapeKey(key, with_tile, gemmReductionField(task), kReductionWeight))
-    return &it->second.shapes.at(*near);
+  if (const auto near = nearestKernelShape(task, key, with_tile)) return &it->second.shapes.at(*near);
   return nullptr;
 }
 
@@ -562,7 +572,7 @@ int RooflineCostModel::kernelBlocksUncached(const Task& task, const DeviceSpec& 
   // (cuBLASLt picks kernels by shape: the vocabulary projection's weight
   // gradient fills the SMs at every batch where the layers' leave some
   // free), and without one the op kind's.
-  if (const auto near = nearestShapeKey(key, with_blocks)) return oc.shapes.at(*near).blocks;
+  if (const auto near = nearestKernelShape(task, key, with_blocks)) return oc.shapes.at(*near).blocks;
   return oc.all_shapes.blocks;
 }
 

@@ -1025,6 +1025,29 @@ TEST_CASE("GEMM tiles: a shape not measured takes the tile of the one nearest in
   CHECK(lr.spare == Approx(14.0 / 132));
 }
 
+TEST_CASE("GEMM blocks: a shape not measured takes the blocks of the one nearest in output shape", "[calibrate]") {
+  // dW [1024, 1024] over 16384 tokens, a single round of tiles: measured at
+  // 32768 tokens (a 128-block kernel) and, at the same depth, for the output
+  // [1024, 768] (120 blocks). The blocks come with the kernel, as the tile
+  // does: the same output at another depth's.
+  const std::string yaml = "version: 1\nops:\n  matmul_bwd_weight:\n    shapes:\n"
+                           "      \"m=32768 n=1024 k=1024\": {ns: 120000, blocks: 128, tile: 256x128}\n"
+                           "      \"m=16384 n=1024 k=768\": {ns: 50000, blocks: 120, tile: 128x128}\n";
+  const sim::RooflineCostModel model(sim::RooflineParams::defaults(), sim::parseCalibration(yaml, "blocks.yaml"));
+  sim::DeviceSpec h100;
+  h100.sm_count = 132;
+  Task t;
+  t.kind = TaskKind::Kernel;
+  t.op = OpKind::MatmulBwdWeight;
+  t.attrs.m = 16384, t.attrs.n = 1024, t.attrs.k = 1024;
+  CHECK(model.kernelBlocks(t, h100) == 128);
+  CHECK(model.spareSmShare(t, h100) == Approx(4.0 / 132));
+  // Evenly weighed the same-depth shape (ln(1024/768) = 0.29 against ln 2)
+  // would have given 120.
+  CHECK(sim::nearestShapeKey(sim::shapeKey(t), {"m=32768 n=1024 k=1024", "m=16384 n=1024 k=768"}) ==
+        "m=16384 n=1024 k=768");
+}
+
 TEST_CASE("Calibration files: blocks are whole numbers", "[calibrate]") {
   const sim::Calibration ok = sim::parseCalibration(
       "version: 1\nops:\n  matmul_bwd_data:\n    blocks: 132\n    shapes:\n      \"m=1 n=2 k=3\": {ns: 10, blocks: 120}\n",
