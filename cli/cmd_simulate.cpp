@@ -96,10 +96,11 @@ nlohmann::json toJson(const Plan& plan, const sim::Topology& topo, const sim::Si
 
 void printText(const Plan& plan, const sim::Topology& topo, const sim::SimResult& r,
                const std::vector<sim::SimRankSummary>& sums, const std::string& calibration_used,
-               const SimulateOptions& o) {
+               const std::string& kernel_time_sources, const SimulateOptions& o) {
   fmt::print("simulated {} on {} ({} ranks{})\n", plan.job.name, topo.name, plan.world_size,
              r.stats.symmetric ? ", one representative per program" : "");
   fmt::print("kernel times     {}\n", calibration_used);
+  if (!kernel_time_sources.empty()) fmt::print("                 {}\n", kernel_time_sources);
   const double tokens = double(plan.job.tokensPerStep());
   fmt::print("step time        {:.3f} ms ({:.0f} tokens/s)\n", ms(r.step_ns),
              r.step_ns > 0 ? tokens / (double(r.step_ns) * 1e-9) : 0.0);
@@ -150,11 +151,12 @@ void runSimulate(const SimulateOptions& o) {
     nlohmann::json j = toJson(out.plan, out.topology, out.result, out.ranks, o.out);
     j["warnings"] = out.warnings;
     j["calibration"] = out.calibration_used;
+    if (!out.kernel_time_sources.empty()) j["kernel_time_sources"] = out.kernel_time_sources;
     j["plan"] = {{"from_cache", plan_stats.from_cache}, {"cache_file", plan_stats.path},
                  {"seconds", plan_stats.seconds}};
     fmt::print("{}\n", j.dump(2));
   } else {
-    printText(out.plan, out.topology, out.result, out.ranks, out.calibration_used, o);
+    printText(out.plan, out.topology, out.result, out.ranks, out.calibration_used, out.kernel_time_sources, o);
     if (plan_stats.from_cache)
       fmt::print("plan read back from the plan cache in {:.2f} s ({})\n", plan_stats.seconds, plan_stats.path);
   }

@@ -17,9 +17,19 @@ CalibrationCoverage calibrationCoverage(const Plan& plan, const RooflineCostMode
       c.kernel_ns += ns;
       if (source == TimeSource::OpKindFit) c.op_kind_fit_ns += ns;
       switch (source) {
-        case TimeSource::Measured: ++c.measured; break;
-        case TimeSource::Interpolated: ++c.interpolated; break;
-        case TimeSource::Roofline: ++c.roofline; break;
+        case TimeSource::Measured:
+          ++c.measured;
+          c.measured_ns += ns;
+          break;
+        case TimeSource::Interpolated:
+          ++c.interpolated;
+          c.interpolated_ns += ns;
+          c.interpolated_ns_by_op[costOpKind(t)] += ns;
+          break;
+        case TimeSource::Roofline:
+          ++c.roofline;
+          c.roofline_ns += ns;
+          break;
         case TimeSource::OpKindFit: {
           ++c.op_kind_fit;
           const std::string shape = fmt::format("{} {}", toString(costOpKind(t)), shapeKey(t));
@@ -48,6 +58,45 @@ std::optional<std::string> calibrationCoverageWarning(const CalibrationCoverage&
       "outside them (a profiled run of this job among the runs tandem calibrate fits would measure them)",
       c.op_kind_fit, c.kernel_tasks, 100 * share, c.unmeasured_shapes.size(),
       c.unmeasured_shapes.size() == 1 ? "shape" : "shapes", shapes);
+}
+
+std::optional<NeighbourReadAccuracy> neighbourReadAccuracy(const CalibrationCoverage& coverage,
+                                                           const RooflineCostModel& cost, const DeviceSpec& device,
+                                                           Precision precision) {
+  std::vector<std::pair<double, double>> weighted;  // (error, weight)
+  for (const auto& [op, ns] : coverage.interpolated_ns_by_op) {
+    const std::vector<double> errors = cost.neighbourReadErrors(op, device, precision);
+    if (errors.empty() || ns <= 0) continue;
+    // Each kind weighs as much as its part of the plan's interpolated time,
+    // spread evenly over its measured shapes.
+    for (double e : errors) weighted.emplace_back(e, double(ns) / double(errors.size()));
+  }
+  if (weighted.empty()) return std::nullopt;
+  std::sort(weighted.begin(), weighted.end());
+  double total = 0;
+  for (const auto& [e, w] : weighted) total += w;
+  auto quantile = [&](double q) {
+    double below = 0;
+    for (const auto& [e, w] : weighted)
+      if ((below += w) >= q * total) return e;
+    return weighted.back().first;
+  };
+  return NeighbourReadAccuracy{int(weighted.size()), quantile(0.5), quantile(0.9)};
+}
+
+std::optional<std::string> calibrationCoverageSummary(const CalibrationCoverage& c,
+                                                      const std::optional<NeighbourReadAccuracy>& accuracy) {
+  if (c.measured + c.interpolated == 0 || c.kernel_ns <= 0) return std::nullopt;
+  auto pct = [&](int64_t ns) { return 100.0 * double(ns) / double(c.kernel_ns); };
+  std::string line = fmt::format("kernel time {:.0f}% measured", pct(c.measured_ns));
+  if (c.interpolated_ns > 0) line += fmt::format(", {:.0f}% read off measured neighbours", pct(c.interpolated_ns));
+  if (c.op_kind_fit_ns > 0) line += fmt::format(", {:.0f}% from an op kind's fit", pct(c.op_kind_fit_ns));
+  if (c.roofline_ns > 0) line += fmt::format(", {:.0f}% from the roofline", pct(c.roofline_ns));
+  if (c.interpolated_ns > 0 && accuracy)
+    line += fmt::format("; read so, {} measured shapes of those kinds come {:.1f}% off at the median, {:.1f}% at p90 "
+                        "(shapes far from every measured one can read worse)",
+                        accuracy->shapes, 100 * accuracy->median, 100 * accuracy->p90);
+  return line;
 }
 
 }  // namespace tandem::sim

@@ -6,6 +6,7 @@
 // them with the simulated run as warning stats (docs/trace-schema.md), so a
 // trace read later still says what its step rests on.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,10 +23,15 @@ struct CalibrationWarnings {
   // (the kernel tasks outside the measured shapes), severity warning, the
   // line as description.
   std::vector<traces::StatRow> stats;
+  // Where the step's kernel time comes from and how well the calibration
+  // reads what it interpolates (calibrationCoverageSummary): not a warning,
+  // said beside the calibration's name.
+  std::optional<std::string> kernel_time_sources;
 };
 
-// `cost` is the model built from `cal`; nothing is said without a calibration.
+// `cost` is the model built from `cal`; nothing is said without a
+// calibration. `with_sources`: also kernel_time_sources.
 CalibrationWarnings calibrationWarnings(const Plan& plan, const Topology& topo, const Calibration& cal,
-                                        const RooflineCostModel& cost);
+                                        const RooflineCostModel& cost, bool with_sources = false);
 
 }  // namespace tandem::sim

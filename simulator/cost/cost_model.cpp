@@ -640,17 +640,39 @@ std::optional<int64_t> RooflineCostModel::interpolatedNsUncached(const Task& tas
   // From the efficiency of measured neighbours where the calibration
   // records the shapes' work, else between two measured times.
   if (const auto w = work_interpolators_.find(op); w != work_interpolators_.end()) {
-    const PeakRates peaks{(precision == Precision::FP32 ? device.fp32_flops : device.bf16_flops) * 1e-9,
-                          device.hbm_gbps};
     const double bytes = double(task.bytes_read + task.bytes_written);
-    // What a kernel of the kind costs whatever its work: the fit's
-    // constant (launch included), else the launch.
-    const CostEntry& kind = calibration_.ops.at(op).all_shapes;
-    const int64_t fixed_ns = kind.has_fit ? int64_t(std::llround(kind.base_ns)) : params_.launch_overhead_ns;
-    if (const auto ns = w->second.ns(interpolationKey(op, key), task.flops * 1e-9, bytes * 1e-6, peaks, fixed_ns))
+    if (const auto ns = w->second.ns(interpolationKey(op, key), task.flops * 1e-9, bytes * 1e-6,
+                                     peakRates(device, precision), fixedNs(op)))
       return ns;
   }
   return interpolators_.at(op).ns(key);
+}
+
+PeakRates RooflineCostModel::peakRates(const DeviceSpec& device, Precision precision) const {
+  return {(precision == Precision::FP32 ? device.fp32_flops : device.bf16_flops) * 1e-9, device.hbm_gbps};
+}
+
+int64_t RooflineCostModel::fixedNs(OpKind op) const {
+  // What a kernel of the kind costs whatever its work: the fit's constant
+  // (launch included), else the launch.
+  const CostEntry& kind = calibration_.ops.at(op).all_shapes;
+  return kind.has_fit ? int64_t(std::llround(kind.base_ns)) : params_.launch_overhead_ns;
+}
+
+std::vector<double> RooflineCostModel::neighbourReadErrors(OpKind op, const DeviceSpec& device,
+                                                           Precision precision) const {
+  const auto w = work_interpolators_.find(op);
+  if (w == work_interpolators_.end()) return {};
+  const PeakRates peaks = peakRates(device, precision);
+  const std::string memo = fmt::format("{}|{}|{}", int(op), peaks.flop_per_ns, peaks.bytes_per_ns);
+  {
+    std::lock_guard<std::mutex> lock(memo_mutex_);
+    if (const auto it = read_errors_memo_.find(memo); it != read_errors_memo_.end()) return it->second;
+  }
+  std::vector<double> errors = w->second.leaveOneOutErrors(peaks, fixedNs(op));
+  std::lock_guard<std::mutex> lock(memo_mutex_);
+  read_errors_memo_.emplace(memo, errors);
+  return errors;
 }
 
 int64_t RooflineCostModel::chainNs(const std::vector<PassKernel>& kernels, const DeviceSpec& device) const {

@@ -310,6 +310,11 @@ class RooflineCostModel : public CostModel {
   // of the largest tile (gemmOutputTiles), else its nearest calibrated
   // shape's, else its op kind's; -1 unknown (nothing calibrated of its kind).
   int kernelBlocks(const Task& task, const DeviceSpec& device) const;
+  // How far a time read off measured neighbours (TimeSource::Interpolated)
+  // is off for the op kind: each measured shape read off the others,
+  // |read / measured - 1| (WorkInterpolator::leaveOneOutErrors); empty where
+  // the calibration records no work for the kind.
+  std::vector<double> neighbourReadErrors(OpKind op, const DeviceSpec& device, Precision precision) const;
   double collectiveStartWait() const override { return calibration_.collective_start_wait.value_or(0); }
   bool hasCollectiveBeside() const override { return !calibration_.collective_beside.empty(); }
   double collectiveBeside(const std::string& role) const override {
@@ -343,6 +348,11 @@ class RooflineCostModel : public CostModel {
                                                 Precision precision) const;
   int kernelBlocksUncached(const Task& task, const DeviceSpec& device, const OpCalibration& oc,
                            const std::string& key) const;
+  // What WorkInterpolator reads efficiencies against: the device's peaks at
+  // the precision, and the op kind's fixed cost (its fit's constant, else
+  // the launch).
+  PeakRates peakRates(const DeviceSpec& device, Precision precision) const;
+  int64_t fixedNs(OpKind op) const;
 
   RooflineParams params_;
   Calibration calibration_;
@@ -359,6 +369,7 @@ class RooflineCostModel : public CostModel {
   mutable std::mutex memo_mutex_;
   mutable std::unordered_map<std::string, std::optional<int64_t>> interpolated_memo_;
   mutable std::unordered_map<std::string, int> blocks_memo_;
+  mutable std::unordered_map<std::string, std::vector<double>> read_errors_memo_;
 };
 
 }  // namespace tandem::sim

@@ -33,13 +33,14 @@ struct Bracket {
   double x = 0, below_x = 0, above_x = 0;
 };
 template <class Shape>
-Bracket<Shape> bracketIn(const ShapeFields& want, const std::vector<Shape>& shapes, size_t f) {
+Bracket<Shape> bracketIn(const ShapeFields& want, const std::vector<Shape>& shapes, size_t f,
+                         const Shape* left_out = nullptr) {
   Bracket<Shape> b;
   const std::optional<double> x = numberOf(want[f].second);
   if (!x || *x <= 0) return b;
   b.x = *x;
   for (const Shape& s : shapes) {
-    if (!sameExcept(want, s.fields, f)) continue;
+    if (&s == left_out || !sameExcept(want, s.fields, f)) continue;
     const std::optional<double> v = numberOf(s.fields[f].second);
     if (!v || *v <= 0 || *v == *x) continue;
     if (*v < *x && (!b.below || *v > b.below_x)) b.below = &s, b.below_x = *v;
@@ -156,6 +157,20 @@ WorkInterpolator::WorkInterpolator(const std::map<std::string, ShapeWork>& measu
 
 std::optional<int64_t> WorkInterpolator::ns(const std::string& key, double gflop, double mb, const PeakRates& peaks,
                                             int64_t fixed_ns) const {
+  return nsOf(efficiencyFields(parseShapeKey(key)), gflop, mb, peaks, fixed_ns, nullptr);
+}
+
+std::vector<double> WorkInterpolator::leaveOneOutErrors(const PeakRates& peaks, int64_t fixed_ns) const {
+  std::vector<double> errors;
+  for (const Shape& s : shapes_) {
+    const std::optional<int64_t> read = nsOf(s.fields, s.work.gflop, s.work.mb, peaks, fixed_ns, &s);
+    if (read && s.work.ns > 0) errors.push_back(std::fabs(double(*read) / double(s.work.ns) - 1.0));
+  }
+  return errors;
+}
+
+std::optional<int64_t> WorkInterpolator::nsOf(const ShapeFields& want, double gflop, double mb, const PeakRates& peaks,
+                                              int64_t fixed_ns, const Shape* left_out) const {
   const double ideal = peaks.idealNs(gflop, mb);
   if (shapes_.empty() || ideal <= 0) return std::nullopt;
   // ln(slowness) of a measured shape; nothing when its ideal time is 0.
@@ -167,10 +182,9 @@ std::optional<int64_t> WorkInterpolator::ns(const std::string& key, double gflop
   auto timeAt = [&](double log_slowness) {
     return fixed_ns + int64_t(std::ceil(ideal * std::max(1.0, std::exp(log_slowness))));
   };
-  const ShapeFields want = efficiencyFields(parseShapeKey(key));
   // Between two shapes that differ from it in one number.
   for (size_t f = 0; f < want.size(); ++f) {
-    const Bracket<Shape> b = bracketIn(want, shapes_, f);
+    const Bracket<Shape> b = bracketIn(want, shapes_, f, left_out);
     // Neighbours far apart say little about what lies between them (an
     // attention's efficiency at sequence 4096 is not the log-mean of 512's
     // and 8192's): those leave it to the nearest neighbours below.
@@ -183,6 +197,7 @@ std::optional<int64_t> WorkInterpolator::ns(const std::string& key, double gflop
   // The nearest measured neighbours.
   std::vector<std::pair<double, double>> near;  // (distance, ln slowness)
   for (const Shape& s : shapes_) {
+    if (&s == left_out) continue;
     const std::optional<double> d = logDistance(want, s.fields);
     const std::optional<double> l = d ? logSlowness(s) : std::nullopt;
     if (d && l) near.emplace_back(*d, *l);

@@ -82,6 +82,11 @@ class WorkInterpolator {
   explicit WorkInterpolator(const std::map<std::string, ShapeWork>& measured);
   std::optional<int64_t> ns(const std::string& key, double gflop, double mb, const PeakRates& peaks,
                             int64_t fixed_ns) const;
+  // How far the reading is off where the answer is known: each measured
+  // shape read off the others as if it had not been measured, |read /
+  // measured - 1| per shape that has neighbours to read from (in the
+  // measured shapes' order).
+  std::vector<double> leaveOneOutErrors(const PeakRates& peaks, int64_t fixed_ns) const;
   bool empty() const { return shapes_.empty(); }
 
  private:
@@ -89,6 +94,8 @@ class WorkInterpolator {
     ShapeFields fields;
     ShapeWork work;
   };
+  std::optional<int64_t> nsOf(const ShapeFields& want, double gflop, double mb, const PeakRates& peaks,
+                              int64_t fixed_ns, const Shape* left_out) const;
   std::vector<Shape> shapes_;
 };
 

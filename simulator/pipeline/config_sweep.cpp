@@ -66,6 +66,7 @@ SweepRow simulateCombination(const ConfigSweepRequest& r, const std::vector<std:
     if (all.size() > given) request.job = parseJob(r.job_yaml, r.job_source, all);
     request.settings = r.settings;
     request.suggest_fitting_choices = false;
+    request.describe_kernel_times = false;
     const SimulateOutcome out = simulateJob(request);
     row.simulated = true;
     row.world_size = out.plan.world_size;

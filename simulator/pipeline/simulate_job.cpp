@@ -107,9 +107,11 @@ SimulateOutcome simulateJob(const SimulateRequest& request, const SimulateCallba
   // Said before the simulation: a calibration of another GPU, or one that
   // did not measure some of the plan's shapes, still runs (what-if studies
   // may want it).
-  CalibrationWarnings cal_warnings = calibrationWarnings(out.plan, out.topology, cal, cost);
+  CalibrationWarnings cal_warnings =
+      calibrationWarnings(out.plan, out.topology, cal, cost, request.describe_kernel_times);
   for (const std::string& w : cal_warnings.lines) warn(w);
   stats = cal_warnings.stats;
+  out.kernel_time_sources = cal_warnings.kernel_time_sources.value_or("");
   progress(40, "simulating one step");
   out.result = simulatePlan(out.plan, out.topology, cost, simOptions(s, cal));
   // A plan larger than the topology's GPUs: the step is still reported, with

@@ -63,6 +63,10 @@ struct SimulateRequest {
   // and LM head choices that would (fitting_choices); a sweep only needs the
   // verdict and leaves this off (each choice is planned again).
   bool suggest_fitting_choices = true;
+  // Say where the kernel time comes from and how well the calibration reads
+  // what it interpolates (SimulateOutcome::kernel_time_sources; about 10 ms
+  // of leave-one-out reading per simulation); a sweep leaves it off.
+  bool describe_kernel_times = true;
 };
 
 struct SimulateOutcome {
@@ -82,6 +86,9 @@ struct SimulateOutcome {
   // The kernel times' source in words: a calibration's file name (and
   // "shipped for H200" where "auto" chose it), or "roofline defaults".
   std::string calibration_used;
+  // Where the kernel time comes from (measured shapes, read off
+  // neighbours and how well, fits, roofline); empty without a calibration.
+  std::string kernel_time_sources;
 };
 
 struct SimulateCallbacks {

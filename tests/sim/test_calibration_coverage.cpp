@@ -3,8 +3,10 @@
 // with tandem.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "engine/plan/planner.h"
 #include "engine/spec/job.h"
@@ -213,4 +215,61 @@ TEST_CASE("The Llama 2 7B calibration measured every kernel of the job, on one r
   // The shipped GPT-2 calibration measured none of its GEMM shapes.
   const sim::RooflineCostModel gpt2_cost(sim::RooflineParams::defaults(), committed());
   CHECK(sim::calibrationCoverageWarning(coverage(one, gpt2_cost)));
+}
+
+TEST_CASE("How well a calibration reads what it interpolates: each measured shape read off the others",
+          "[calibrate][coverage][interpolation]") {
+  // Three GEMM shapes along m, their time over the ideal (1 GFLOP per ms at
+  // these peaks) 2, 1.5 and 1.
+  const std::string yaml = "version: 1\nops:\n  matmul:\n    shapes:\n"
+                           "      \"m=1024 n=512 k=512\": {ns: 2000000, gflop: 1, mb: 0}\n"
+                           "      \"m=2048 n=512 k=512\": {ns: 3000000, gflop: 2, mb: 0}\n"
+                           "      \"m=4096 n=512 k=512\": {ns: 4000000, gflop: 4, mb: 0}\n";
+  sim::RooflineParams params = sim::RooflineParams::defaults();
+  params.launch_overhead_ns = 0;  // the fixed part of each time: none
+  const sim::RooflineCostModel model(params, sim::parseCalibration(yaml, "three.yaml"));
+  sim::DeviceSpec device;
+  device.bf16_flops = 1e12;  // 1000 FLOP per ns
+  device.hbm_gbps = 1e9;
+  std::vector<double> errors = model.neighbourReadErrors(OpKind::Matmul, device, Precision::BF16);
+  REQUIRE(errors.size() == 3);
+  std::sort(errors.begin(), errors.end());
+  // m=2048 between the other two (a factor 4 apart): slowness sqrt(2 x 1),
+  // 2.83 ms against 3.
+  CHECK(errors[0] == Approx(1 - std::sqrt(2.0) * 2 / 3).epsilon(1e-4));
+  // m=1024 off its neighbours at distances ln 2 and ln 4, weights 1 / d^2:
+  // slowness exp((4 ln 1.5 + ln 1) / 5) = 1.383 against 2.
+  CHECK(errors[1] == Approx(1 - std::exp(0.8 * std::log(1.5)) / 2).epsilon(1e-4));
+  // m=4096: exp((4 ln 1.5 + ln 2) / 5) = 1.589 against 1.
+  CHECK(errors[2] == Approx(std::exp((4 * std::log(1.5) + std::log(2.0)) / 5) - 1).epsilon(1e-4));
+  // A kind without recorded work has nothing to read off.
+  CHECK(model.neighbourReadErrors(OpKind::Attention, device, Precision::BF16).empty());
+
+  // Pooled over the kinds a plan interpolates, weighted by its time there.
+  sim::CalibrationCoverage c;
+  c.kernel_tasks = 10;
+  c.measured = 4;
+  c.interpolated = 6;
+  c.kernel_ns = 1000;
+  c.measured_ns = 400;
+  c.interpolated_ns = 600;
+  c.interpolated_ns_by_op[OpKind::Matmul] = 600;
+  const auto accuracy = sim::neighbourReadAccuracy(c, model, device, Precision::BF16);
+  REQUIRE(accuracy);
+  CHECK(accuracy->shapes == 3);
+  CHECK(accuracy->median == Approx(errors[1]));
+  CHECK(accuracy->p90 == Approx(errors[2]));
+  const auto line = sim::calibrationCoverageSummary(c, accuracy);
+  REQUIRE(line);
+  CHECK(line->find("kernel time 40% measured, 60% read off measured neighbours; read so, 3 measured shapes of those "
+                   "kinds come 30.8% off at the median, 58.9% at p90") == 0);
+  // Nothing interpolated: no reading to report; no calibration: no line.
+  sim::CalibrationCoverage all_measured = c;
+  all_measured.interpolated = 0;
+  all_measured.interpolated_ns = 0;
+  all_measured.interpolated_ns_by_op.clear();
+  all_measured.measured_ns = 1000;
+  CHECK_FALSE(sim::neighbourReadAccuracy(all_measured, model, device, Precision::BF16));
+  CHECK(sim::calibrationCoverageSummary(all_measured, std::nullopt) == "kernel time 100% measured");
+  CHECK_FALSE(sim::calibrationCoverageSummary(sim::CalibrationCoverage{}, std::nullopt));
 }

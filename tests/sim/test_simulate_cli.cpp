@@ -340,10 +340,13 @@ TEST_CASE("tandem simulate takes the profile shipped for the topology's GPU, or 
   INFO(h200.text);
   REQUIRE(h200.status == 0);
   CHECK(h200.text.find("kernel times     h200.yaml (shipped for the H200)") != std::string::npos);
+  // Where the kernel time comes from, beside it.
+  CHECK(h200.text.find("\n                 kernel time ") != std::string::npos);
   CHECK(h200.text.find("warning") == std::string::npos);
   const Output json = run(job + "h200x2-nv18 --json");
   const nlohmann::json doc = nlohmann::json::parse(json.text);
   CHECK(doc.at("calibration") == "h200.yaml (shipped for the H200)");
+  CHECK(doc.at("kernel_time_sources").get<std::string>().rfind("kernel time ", 0) == 0);
   const std::string file = std::string(TANDEM_SOURCE_DIR) + "/resources/calibration/h200.yaml";
   const Output by_file = run(job + "h200x2-nv18 --json --calibration " + file);
   CHECK(nlohmann::json::parse(by_file.text).at("step_ns") == doc.at("step_ns"));
@@ -357,5 +360,6 @@ TEST_CASE("tandem simulate takes the profile shipped for the topology's GPU, or 
   // none asks for the roofline without a word.
   const Output none = run(job + "h200x2-nv18 --calibration none");
   CHECK(none.text.find("kernel times     roofline defaults") != std::string::npos);
+  CHECK(none.text.find("kernel time ") == std::string::npos);
   CHECK(none.text.find("warning") == std::string::npos);
 }
