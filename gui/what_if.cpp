@@ -38,6 +38,7 @@ WhatIfResult runWhatIf(const WhatIfRequest& request, const std::function<void(in
   }
   out.recompute = outcome.plan.recompute;
   out.warnings = std::move(outcome.warnings);
+  out.kernel_time_sources = std::move(outcome.kernel_time_sources);
   out.fitting_choices = std::move(outcome.fitting_choices);
   out.job = std::move(sim_request.job);
   return out;

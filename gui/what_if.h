@@ -37,6 +37,10 @@ struct WhatIfResult {
   // another GPU than the topology's (simulator/cost/calibration_device.h), shapes
   // it did not measure, a plan that would not fit the topology's GPUs.
   std::vector<std::string> warnings;
+  // Where the kernel time comes from and how well the calibration reads
+  // what it interpolates (sim::SimulateOutcome::kernel_time_sources); empty
+  // without a calibration.
+  std::string kernel_time_sources;
   // When it would not fit: the recompute, micro-batch and LM-head choices
   // that would (simulator/replay/memory_fit_warning.h), and the job they apply to.
   std::vector<FittingChoice> fitting_choices;

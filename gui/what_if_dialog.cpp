@@ -406,6 +406,7 @@ void WhatIfDialog::start() {
                             .arg(r.run_id)
                             .arg(QString::fromStdString(formatDuration(r.step_ns)))
                             .arg(double(r.peak_memory_bytes) / double(int64_t(1) << 30), 0, 'f', 2);
+         if (!r.kernel_time_sources.empty()) text += "\n" + QString::fromStdString(r.kernel_time_sources);
          for (const std::string& w : r.warnings) text += tr("\nWarning: %1").arg(QString::fromStdString(w));
          status_->setText(text);
          fitting_ = r.fitting_choices;

@@ -262,6 +262,8 @@ TEST_CASE("what-if dialog: a calibration is named in the run, and one of another
   REQUIRE(calibrated.wait(120000));
   QTRY_VERIFY_WITH_TIMEOUT(!dialog.busy(), 10000);
   CHECK_FALSE(dialog.statusText().contains("Warning"));
+  // Where the step's kernel time comes from, under the step.
+  CHECK(dialog.statusText().contains("\nkernel time "));
   // The same calibration on H100s: the status line says whose times it used.
   dialog.setTopology("dgx-h100");
   QSignalSpy warned(&dialog, &WhatIfDialog::runCreated);
