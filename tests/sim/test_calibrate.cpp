@@ -1004,42 +1004,49 @@ TEST_CASE("GEMM tiles: read off kernel names, written in calibrations, and the l
   CHECK(model.lastRound(t, h200).share == 0);
 }
 
-TEST_CASE("GEMM tiles: a shape not measured takes the tile of the one nearest in output shape", "[calibrate]") {
-  // GPT-2 1.5B's MLP weight gradient over 8192 tokens, dW [6400, 1600]: the
-  // sweep measured it at 16384 tokens (320 x 128, the tile the traces show
-  // at 8192 too) and a Llama output [6144, 2048] at 8192 (256 x 128).
-  const std::string yaml = "version: 1\nops:\n  matmul_bwd_weight:\n    shapes:\n"
-                           "      \"m=16384 n=6400 k=1600\": {ns: 537000, blocks: 132, tile: 320x128}\n"
-                           "      \"m=8192 n=6144 k=2048\": {ns: 300000, blocks: 132, tile: 256x128}\n";
-  const sim::RooflineCostModel model(sim::RooflineParams::defaults(), sim::parseCalibration(yaml, "tiles.yaml"));
-  sim::DeviceSpec h100;
-  h100.sm_count = 132;
+namespace {
+
+// A weight-gradient calibration of two measured shapes (YAML lines of the
+// shapes map), and a weight-gradient task dW [n, k] over m tokens.
+sim::RooflineCostModel weightGradientModel(const std::string& shape_lines) {
+  const std::string yaml = "version: 1\nops:\n  matmul_bwd_weight:\n    shapes:\n" + shape_lines;
+  return sim::RooflineCostModel(sim::RooflineParams::defaults(), sim::parseCalibration(yaml, "wgrad.yaml"));
+}
+
+Task weightGradient(int64_t m, int64_t n, int64_t k) {
   Task t;
   t.kind = TaskKind::Kernel;
   t.op = OpKind::MatmulBwdWeight;
-  t.attrs.m = 8192, t.attrs.n = 6400, t.attrs.k = 1600;
-  // 1600 / 320 x 6400 / 128 = 250 tiles: two rounds, the last with 118
-  // (256 x 128 would cut 350: three rounds).
-  const sim::LastRound lr = model.lastRound(t, h100);
-  CHECK(lr.share == Approx(1.0 / 2));
-  CHECK(lr.spare == Approx(14.0 / 132));
+  t.attrs.m = m, t.attrs.n = n, t.attrs.k = k;
+  return t;
 }
 
-TEST_CASE("GEMM blocks: a shape not measured takes the blocks of the one nearest in output shape", "[calibrate]") {
+}  // namespace
+
+TEST_CASE("GEMM kernels: a shape not measured takes the tile and blocks of the one nearest in output shape",
+          "[calibrate]") {
+  sim::DeviceSpec h100;
+  h100.sm_count = 132;
+  // GPT-2 1.5B's MLP weight gradient over 8192 tokens, dW [6400, 1600]: the
+  // sweep measured it at 16384 tokens (320 x 128, the tile the traces show
+  // at 8192 too) and a Llama output [6144, 2048] at 8192 (256 x 128).
+  const sim::RooflineCostModel tiles =
+      weightGradientModel("      \"m=16384 n=6400 k=1600\": {ns: 537000, blocks: 132, tile: 320x128}\n"
+                          "      \"m=8192 n=6144 k=2048\": {ns: 300000, blocks: 132, tile: 256x128}\n");
+  // 1600 / 320 x 6400 / 128 = 250 tiles: two rounds, the last with 118
+  // (256 x 128 would cut 350: three rounds).
+  const sim::LastRound lr = tiles.lastRound(weightGradient(8192, 6400, 1600), h100);
+  CHECK(lr.share == Approx(1.0 / 2));
+  CHECK(lr.spare == Approx(14.0 / 132));
+
   // dW [1024, 1024] over 16384 tokens, a single round of tiles: measured at
   // 32768 tokens (a 128-block kernel) and, at the same depth, for the output
   // [1024, 768] (120 blocks). The blocks come with the kernel, as the tile
   // does: the same output at another depth's.
-  const std::string yaml = "version: 1\nops:\n  matmul_bwd_weight:\n    shapes:\n"
-                           "      \"m=32768 n=1024 k=1024\": {ns: 120000, blocks: 128, tile: 256x128}\n"
-                           "      \"m=16384 n=1024 k=768\": {ns: 50000, blocks: 120, tile: 128x128}\n";
-  const sim::RooflineCostModel model(sim::RooflineParams::defaults(), sim::parseCalibration(yaml, "blocks.yaml"));
-  sim::DeviceSpec h100;
-  h100.sm_count = 132;
-  Task t;
-  t.kind = TaskKind::Kernel;
-  t.op = OpKind::MatmulBwdWeight;
-  t.attrs.m = 16384, t.attrs.n = 1024, t.attrs.k = 1024;
+  const sim::RooflineCostModel model =
+      weightGradientModel("      \"m=32768 n=1024 k=1024\": {ns: 120000, blocks: 128, tile: 256x128}\n"
+                          "      \"m=16384 n=1024 k=768\": {ns: 50000, blocks: 120, tile: 128x128}\n");
+  const Task t = weightGradient(16384, 1024, 1024);
   CHECK(model.kernelBlocks(t, h100) == 128);
   CHECK(model.spareSmShare(t, h100) == Approx(4.0 / 132));
   // Evenly weighed the same-depth shape (ln(1024/768) = 0.29 against ln 2)
