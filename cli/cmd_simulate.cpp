@@ -100,7 +100,11 @@ void printText(const Plan& plan, const sim::Topology& topo, const sim::SimResult
   fmt::print("simulated {} on {} ({} ranks{})\n", plan.job.name, topo.name, plan.world_size,
              r.stats.symmetric ? ", one representative per program" : "");
   fmt::print("kernel times     {}\n", calibration_used);
-  if (!kernel_time_sources.empty()) fmt::print("                 {}\n", kernel_time_sources);
+  // Its clauses (where from; how well read) one under the other.
+  std::string sources = kernel_time_sources;
+  for (size_t at = sources.find("; "); at != std::string::npos; at = sources.find("; ", at))
+    sources.replace(at, 2, "\n                 ");
+  if (!sources.empty()) fmt::print("                 {}\n", sources);
   const double tokens = double(plan.job.tokensPerStep());
   fmt::print("step time        {:.3f} ms ({:.0f} tokens/s)\n", ms(r.step_ns),
              r.step_ns > 0 ? tokens / (double(r.step_ns) * 1e-9) : 0.0);

@@ -94,7 +94,7 @@ std::optional<std::string> calibrationCoverageSummary(const CalibrationCoverage&
   if (c.roofline_ns > 0) line += fmt::format(", {:.0f}% from the roofline", pct(c.roofline_ns));
   if (c.interpolated_ns > 0 && accuracy)
     line += fmt::format("; read so, {} measured shapes of those kinds come {:.1f}% off at the median, {:.1f}% at p90 "
-                        "(shapes far from every measured one can read worse)",
+                        "(shapes farther from the measured ones can read worse)",
                         accuracy->shapes, 100 * accuracy->median, 100 * accuracy->p90);
   return line;
 }
