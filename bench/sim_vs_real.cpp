@@ -153,6 +153,50 @@ std::vector<BenchJob> scaleJobs() {
   };
 }
 
+// Unseen jobs checked after the scale set was settled (fiftieth session):
+// widths no grid point has (GPT-2 1536 and 2560, Llama 2560 with grouping
+// 5), sequences past the grid's longest for heads 64 wide, a grouped Llama
+// 2 13B width and Llama 3 8B at sequence 16384. Simulated with
+// --calibration, like the scale set.
+std::vector<BenchJob> unseenJobs() {
+  const std::vector<std::string> dp1 = {"parallel.data_parallel=1"};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.begin(), dp1.begin(), dp1.end());
+    return sets;
+  };
+  const std::vector<std::string> llama = {"model.family=llama", "model.vocab=32000", "model.tied_embeddings=false"};
+  auto join = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  return {
+      {"gpt2-2.7b-8l-mb4",
+       with({"model.hidden=2560", "model.heads=40", "model.layers=8", "training.micro_batch=4"}), false},
+      {"gpt2-w1536-12l-mb8",
+       with({"model.hidden=1536", "model.heads=24", "model.layers=12", "training.micro_batch=8"}), false},
+      {"gpt2-124m-seq16k", with({"model.layers=6", "model.seq_len=16384", "training.micro_batch=1"}), false},
+      {"llama-w2560-8l-mb4-seq2048",
+       with(join(llama, {"model.hidden=2560", "model.heads=20", "model.kv_heads=4", "model.mlp_ratio=2.75",
+                         "model.layers=8", "model.seq_len=2048", "training.micro_batch=4"})),
+       false},
+      {"llama-13b-gqa-2l-mb2-seq4096",
+       with(join(llama, {"model.hidden=5120", "model.heads=40", "model.kv_heads=8", "model.mlp_ratio=2.7",
+                         "model.layers=2", "model.seq_len=4096", "training.micro_batch=2"})),
+       false},
+      {"llama3-8b-4l-mb1-seq16k-sel",
+       with({"model.family=llama", "model.vocab=128256", "model.tied_embeddings=false", "model.hidden=4096",
+             "model.heads=32", "model.kv_heads=8", "model.mlp_ratio=3.5", "model.layers=4", "model.seq_len=16384",
+             "training.micro_batch=1", "recompute.policy=selective"}),
+       false},
+  };
+}
+
+std::vector<BenchJob> jobSet(const std::string& set) {
+  if (set == "scale") return scaleJobs();
+  if (set == "unseen") return unseenJobs();
+  return benchJobs();
+}
+
 JobSpec jobOf(const BenchJob& b) {
   JobSpec base = defaultJob();
   return parseJob(base.yaml, b.name, b.sets);
@@ -275,7 +319,7 @@ struct Options {
   std::string multi_rank_from;  // a calibration whose multi-rank keys the written one keeps
   std::vector<std::string> only;  // --only NAME,...: these jobs of the set alone
   bool no_run = false;  // run nothing: analyse the jobs whose real traces are in OUT_DIR, leave out the rest
-  std::string jobs = "gpt2-124m";  // the job set: gpt2-124m (benchJobs) or scale (scaleJobs)
+  std::string jobs = "gpt2-124m";  // the job set: gpt2-124m (benchJobs), scale (scaleJobs) or unseen (unseenJobs)
   std::string calibration;      // simulate with this calibration instead of fitting one
   std::vector<std::string> sets;  // --set KEY=VALUE: added to every job (run and simulated alike)
 };
@@ -288,7 +332,7 @@ Options parseOptions(int argc, char** argv) {
   tandem::bench::ArgReader args(
       "bench_sim_vs_real",
       "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks] "
-      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale] [--calibration FILE] [--no-run] [--only NAME,...] "
+      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale|unseen] [--calibration FILE] [--no-run] [--only NAME,...] "
       "[--set KEY=VALUE]...",
       argc, argv, 3);
   while (args.next()) {
@@ -326,7 +370,7 @@ Options parseOptions(int argc, char** argv) {
 // the summary then covers the jobs that ran.
 std::vector<BenchJob> jobsUpTo(int max_dp, const std::string& set, const std::vector<std::string>& extra) {
   std::vector<BenchJob> jobs;
-  for (BenchJob b : set == "scale" ? scaleJobs() : benchJobs()) {
+  for (BenchJob b : jobSet(set)) {
     b.sets.insert(b.sets.end(), extra.begin(), extra.end());
     if (jobOf(b).parallel.data_parallel > max_dp) {
       fmt::print(stderr, "job {} left out (--max-dp {})\n", b.name, max_dp);
@@ -616,12 +660,12 @@ int main(int argc, char** argv) {
   }
   const Options o = parseOptions(argc, argv);
   fs::create_directories(o.out_dir);
-  if (o.jobs != "gpt2-124m" && o.jobs != "scale") {
-    fmt::print(stderr, "bench_sim_vs_real: --jobs takes gpt2-124m or scale, not '{}'\n", o.jobs);
+  if (o.jobs != "gpt2-124m" && o.jobs != "scale" && o.jobs != "unseen") {
+    fmt::print(stderr, "bench_sim_vs_real: --jobs takes gpt2-124m, scale or unseen, not '{}'\n", o.jobs);
     return 2;
   }
-  if (o.jobs == "scale" && o.calibration.empty()) {
-    fmt::print(stderr, "bench_sim_vs_real: --jobs scale has no calibration jobs: give --calibration FILE\n");
+  if (o.jobs != "gpt2-124m" && o.calibration.empty()) {
+    fmt::print(stderr, "bench_sim_vs_real: --jobs {} has no calibration jobs: give --calibration FILE\n", o.jobs);
     return 2;
   }
   std::vector<BenchJob> jobs = jobsUpTo(o.max_dp, o.jobs, o.sets);
