@@ -100,25 +100,28 @@ std::vector<BenchJob> benchJobs() {
   };
 }
 
+// Override lists of the scale and unseen sets: `a` then `b`; one rank;
+// the Llama family's vocabulary and untied embeddings.
+std::vector<std::string> join(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+std::vector<std::string> oneRank(const std::vector<std::string>& sets) {
+  return join({"parallel.data_parallel=1"}, sets);
+}
+const std::vector<std::string> kLlama = {"model.family=llama", "model.vocab=32000", "model.tied_embeddings=false"};
+
 // Jobs far from any calibration run (issue 49's held-out set): GPT-2 350M
 // to 1.5B, Llama 1B to 3B and Llama 2 7B with four of its layers; sequences
 // 512-8192, micro-batches 1-32, accumulation, recompute policies and mixes,
 // LM-head groups, both families. None is a calibration job: they are
 // simulated with the calibration given by --calibration (the sweep's).
 std::vector<BenchJob> scaleJobs() {
-  const std::vector<std::string> dp1 = {"parallel.data_parallel=1"};
-  auto with = [&](std::vector<std::string> sets) {
-    sets.insert(sets.begin(), dp1.begin(), dp1.end());
-    return sets;
-  };
+  const auto with = oneRank;
+  const std::vector<std::string>& llama = kLlama;
   const std::vector<std::string> gpt350 = {"model.hidden=1024", "model.heads=16", "model.layers=24"};
   const std::vector<std::string> gpt774 = {"model.hidden=1280", "model.heads=20", "model.layers=36"};
   const std::vector<std::string> gpt1558 = {"model.hidden=1600", "model.heads=25", "model.layers=48"};
-  const std::vector<std::string> llama = {"model.family=llama", "model.vocab=32000", "model.tied_embeddings=false"};
-  auto join = [](std::vector<std::string> a, const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
   const std::vector<std::string> llama1b =
       join(llama, {"model.hidden=2048", "model.heads=32", "model.kv_heads=8", "model.mlp_ratio=4", "model.layers=16"});
   const std::vector<std::string> tinyllama = join(
@@ -159,16 +162,8 @@ std::vector<BenchJob> scaleJobs() {
 // 2 13B width and Llama 3 8B at sequence 16384. Simulated with
 // --calibration, like the scale set.
 std::vector<BenchJob> unseenJobs() {
-  const std::vector<std::string> dp1 = {"parallel.data_parallel=1"};
-  auto with = [&](std::vector<std::string> sets) {
-    sets.insert(sets.begin(), dp1.begin(), dp1.end());
-    return sets;
-  };
-  const std::vector<std::string> llama = {"model.family=llama", "model.vocab=32000", "model.tied_embeddings=false"};
-  auto join = [](std::vector<std::string> a, const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
+  const auto with = oneRank;
+  const std::vector<std::string>& llama = kLlama;
   return {
       {"gpt2-2.7b-8l-mb4",
        with({"model.hidden=2560", "model.heads=40", "model.layers=8", "training.micro_batch=4"}), false},
