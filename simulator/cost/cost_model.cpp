@@ -648,6 +648,11 @@ std::optional<int64_t> RooflineCostModel::interpolatedNsUncached(const Task& tas
   return interpolators_.at(op).ns(key);
 }
 
+const WorkInterpolator* RooflineCostModel::workInterpolator(OpKind op) const {
+  const auto w = work_interpolators_.find(op);
+  return w == work_interpolators_.end() ? nullptr : &w->second;
+}
+
 PeakRates RooflineCostModel::peakRates(const DeviceSpec& device, Precision precision) const {
   return {(precision == Precision::FP32 ? device.fp32_flops : device.bf16_flops) * 1e-9, device.hbm_gbps};
 }

@@ -315,6 +315,13 @@ class RooflineCostModel : public CostModel {
   // |read / measured - 1| (WorkInterpolator::leaveOneOutErrors); empty where
   // the calibration records no work for the kind.
   std::vector<double> neighbourReadErrors(OpKind op, const DeviceSpec& device, Precision precision) const;
+  // The op kind's measured shapes with their work (null where the
+  // calibration records none), and what it reads their efficiencies
+  // against: the device's peaks at the precision, and the op kind's fixed
+  // cost (its fit's constant, else the launch).
+  const WorkInterpolator* workInterpolator(OpKind op) const;
+  PeakRates peakRates(const DeviceSpec& device, Precision precision) const;
+  int64_t fixedNs(OpKind op) const;
   double collectiveStartWait() const override { return calibration_.collective_start_wait.value_or(0); }
   bool hasCollectiveBeside() const override { return !calibration_.collective_beside.empty(); }
   double collectiveBeside(const std::string& role) const override {
@@ -348,11 +355,6 @@ class RooflineCostModel : public CostModel {
                                                 Precision precision) const;
   int kernelBlocksUncached(const Task& task, const DeviceSpec& device, const OpCalibration& oc,
                            const std::string& key) const;
-  // What WorkInterpolator reads efficiencies against: the device's peaks at
-  // the precision, and the op kind's fixed cost (its fit's constant, else
-  // the launch).
-  PeakRates peakRates(const DeviceSpec& device, Precision precision) const;
-  int64_t fixedNs(OpKind op) const;
 
   RooflineParams params_;
   Calibration calibration_;

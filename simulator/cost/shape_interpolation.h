@@ -13,6 +13,7 @@
 // 10-13% fast; the line through the neighbours is within 1-3%).
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -64,16 +65,19 @@ struct PeakRates {
 //     the slowness interpolated linearly in the logarithms of that number
 //     and of the slowness (a GEMM's m doubled between 8k and 32k keeps the
 //     efficiency it has there, where a line through the times would not);
-//   - otherwise the weighted geometric mean of its nearest measured
-//     neighbours' slowness (the four of least log distance, weights 1 /
-//     distance^2);
+//   - otherwise the trend through its nearest measured neighbours: a plane
+//     in the logarithms of the fields and of the slowness, fitted to the
+//     eight of least log distance (weights 1 / (distance^2 + 0.01), slopes
+//     held back by a ridge), read at the shape and kept within 25% of those
+//     neighbours' slowness; so a shape beyond the measured ones (a longer
+//     sequence) follows their trend rather than stopping at the last;
 // where an attention shape is compared by what its kernel's efficiency
-// follows (efficiencyFields): heads in flight b x h, the sequence, the
-// head width (another kernel: only shapes of the same width count) and
-// the grouping;
+// follows (efficiencyFields): key/value heads in flight b x kv, the
+// sequence, the head width (another kernel: only shapes of the same width
+// count) and the grouping;
 // and never less than 1: no shape runs faster than the peaks. Nothing when
 // no measured shape has the key's form.
-// "b=1 t=8192 c=1600 h=25" -> "bh=25 t=8192 head=w64"; other keys as they are.
+// "b=2 t=8192 c=4096 h=32 kv=8" -> "bkv=16 t=8192 head=w128 group=4"; other keys as they are.
 ShapeFields efficiencyFields(const ShapeFields& fields);
 
 class WorkInterpolator {
@@ -87,6 +91,17 @@ class WorkInterpolator {
   // measured - 1| per shape that has neighbours to read from (in the
   // measured shapes' order).
   std::vector<double> leaveOneOutErrors(const PeakRates& peaks, int64_t fixed_ns) const;
+  // The same with more hidden than the shape itself: each measured shape
+  // read off the others that `hidden(read, other)` leaves visible (the
+  // shapes' efficiency fields), read / measured - 1 where there was
+  // something to read from. Leaving out every longer sequence of an
+  // attention, say, tests how far the reading extrapolates.
+  struct ReadError {
+    ShapeFields fields;
+    double error = 0;
+  };
+  using Hidden = std::function<bool(const ShapeFields& read, const ShapeFields& other)>;
+  std::vector<ReadError> readErrors(const PeakRates& peaks, int64_t fixed_ns, const Hidden& hidden) const;
   bool empty() const { return shapes_.empty(); }
 
  private:
@@ -95,7 +110,7 @@ class WorkInterpolator {
     ShapeWork work;
   };
   std::optional<int64_t> nsOf(const ShapeFields& want, double gflop, double mb, const PeakRates& peaks,
-                              int64_t fixed_ns, const Shape* left_out) const;
+                              int64_t fixed_ns, const std::function<bool(const Shape&)>& skip) const;
   std::vector<Shape> shapes_;
 };
 
