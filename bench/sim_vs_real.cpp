@@ -186,9 +186,40 @@ std::vector<BenchJob> unseenJobs() {
   };
 }
 
+// Long sequences (fifty-first session): past the grid's longest sequence
+// for each head width and grouping (GPT-2 124M and a Llama 1B at 65536,
+// heads 64 wide; Llama 3 8B's layer at 65536 and Llama 3.2 3B's at 32768,
+// grouped heads 128 wide), where the reading extrapolates along the
+// sequence, and GPT-2 1.5B at 16384, between grid points. Simulated with
+// --calibration, like the scale set.
+std::vector<BenchJob> longJobs() {
+  const auto with = oneRank;
+  const std::vector<std::string>& llama = kLlama;
+  return {
+      {"gpt2-124m-4l-seq64k", with({"model.layers=4", "model.seq_len=65536", "training.micro_batch=1"}), false},
+      {"gpt2-1.5b-4l-seq16k",
+       with({"model.hidden=1600", "model.heads=25", "model.layers=4", "model.seq_len=16384", "training.micro_batch=1",
+             "recompute.policy=selective"}),
+       false},
+      {"llama-1b-2l-seq64k",
+       with(join(llama, {"model.hidden=2048", "model.heads=32", "model.kv_heads=8", "model.mlp_ratio=4",
+                         "model.layers=2", "model.seq_len=65536", "training.micro_batch=1"})),
+       false},
+      {"llama-3b-4l-seq32k",
+       with(join(llama, {"model.hidden=3072", "model.heads=24", "model.kv_heads=8", "model.mlp_ratio=2.6666666667",
+                         "model.layers=4", "model.seq_len=32768", "training.micro_batch=1"})),
+       false},
+      {"llama3-8b-2l-seq64k",
+       with(join(llama, {"model.hidden=4096", "model.heads=32", "model.kv_heads=8", "model.mlp_ratio=3.5",
+                         "model.layers=2", "model.seq_len=65536", "training.micro_batch=1"})),
+       false},
+  };
+}
+
 std::vector<BenchJob> jobSet(const std::string& set) {
   if (set == "scale") return scaleJobs();
   if (set == "unseen") return unseenJobs();
+  if (set == "long") return longJobs();
   return benchJobs();
 }
 
@@ -314,7 +345,7 @@ struct Options {
   std::string multi_rank_from;  // a calibration whose multi-rank keys the written one keeps
   std::vector<std::string> only;  // --only NAME,...: these jobs of the set alone
   bool no_run = false;  // run nothing: analyse the jobs whose real traces are in OUT_DIR, leave out the rest
-  std::string jobs = "gpt2-124m";  // the job set: gpt2-124m (benchJobs), scale (scaleJobs) or unseen (unseenJobs)
+  std::string jobs = "gpt2-124m";  // the job set: gpt2-124m (benchJobs), scale, unseen or long (their *Jobs)
   std::string calibration;      // simulate with this calibration instead of fitting one
   std::vector<std::string> sets;  // --set KEY=VALUE: added to every job (run and simulated alike)
 };
@@ -327,7 +358,7 @@ Options parseOptions(int argc, char** argv) {
   tandem::bench::ArgReader args(
       "bench_sim_vs_real",
       "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks] "
-      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale|unseen] [--calibration FILE] [--no-run] [--only NAME,...] "
+      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale|unseen|long] [--calibration FILE] [--no-run] [--only NAME,...] "
       "[--set KEY=VALUE]...",
       argc, argv, 3);
   while (args.next()) {
@@ -655,8 +686,8 @@ int main(int argc, char** argv) {
   }
   const Options o = parseOptions(argc, argv);
   fs::create_directories(o.out_dir);
-  if (o.jobs != "gpt2-124m" && o.jobs != "scale" && o.jobs != "unseen") {
-    fmt::print(stderr, "bench_sim_vs_real: --jobs takes gpt2-124m, scale or unseen, not '{}'\n", o.jobs);
+  if (o.jobs != "gpt2-124m" && o.jobs != "scale" && o.jobs != "unseen" && o.jobs != "long") {
+    fmt::print(stderr, "bench_sim_vs_real: --jobs takes gpt2-124m, scale, unseen or long, not '{}'\n", o.jobs);
     return 2;
   }
   if (o.jobs != "gpt2-124m" && o.calibration.empty()) {

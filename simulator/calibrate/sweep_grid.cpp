@@ -55,8 +55,11 @@ SweepPoint llamaPoint(const Width& w, int micro_batch, int seq, bool beside = fa
 }
 
 // GPT-2 family: heads 64 wide, MLP 4x, two layers. Each width at two to
-// four (micro-batch x sequence) pairs, so that tokens per micro-batch (the
-// GEMMs' m) run 2k-32k and sequences (attention) 512-8192 across the grid.
+// five (micro-batch x sequence) pairs, so that tokens per micro-batch (the
+// GEMMs' m) run 2k-32k and sequences (attention) 512-32768 across the grid:
+// the attention's efficiency still rises from 8192 to 16384 (a held-out
+// GPT-2 124M at 16384 ran 5% faster per FLOP than any shape of 8192), which
+// shorter neighbours can only extrapolate.
 // At sequence 512 the heads in flight (b x h) run 32 to 800: the attention
 // gets slower per FLOP with more of them (a held-out job's 32 x 512 with 16
 // heads ran 1.3x slower per FLOP than the sweep's 8 x 512), which
@@ -69,9 +72,9 @@ std::vector<SweepPoint> gptPoints() {
   const std::vector<Row> rows = {
       {{512, 8, 0, 0, 2}, {{4, 512}, {8, 1024}, {16, 2048}, {4, 8192}}},
       {{768, 12, 0, 0, 2}, {{4, 512}, {16, 1024}, {8, 4096}}},
-      {{1024, 16, 0, 0, 2}, {{8, 512}, {16, 512}, {8, 1024}, {4, 8192}}},
+      {{1024, 16, 0, 0, 2}, {{8, 512}, {16, 512}, {8, 1024}, {4, 8192}, {1, 32768}}},
       {{1600, 25, 0, 0, 2}, {{4, 1024}, {8, 2048}, {32, 1024}, {32, 512}}},
-      {{2048, 32, 0, 0, 2}, {{2, 1024}, {4, 2048}, {16, 2048}}},
+      {{2048, 32, 0, 0, 2}, {{2, 1024}, {4, 2048}, {16, 2048}, {2, 16384}}},
       {{3072, 48, 0, 0, 2}, {{4, 1024}, {4, 4096}}},
       {{4096, 64, 0, 0, 2}, {{2, 1024}, {8, 1024}, {8, 4096}}},
       {{6144, 96, 0, 0, 2}, {{4, 1024}, {4, 4096}}},
@@ -90,15 +93,15 @@ std::vector<SweepPoint> gptPoints() {
 // heads in flight (b x h) and the grouping (shape_interpolation.h): heads 128
 // wide meet every sequence octave from 512 to 8192 with and without
 // grouping (groups 1, 4 and 8 at 2048, the commonest training length), and
-// heads 64 wide short sequences with many heads. The 70B and 405B widths run
-// one layer (memory).
+// heads 64 wide short sequences with many heads and, grouped, one of 32768.
+// The 70B and 405B widths run one layer (memory).
 std::vector<SweepPoint> llamaPoints() {
   struct Row {
     Width w;
     std::vector<std::pair<int, int>> batches;
   };
   const std::vector<Row> rows = {
-      {{2048, 32, 8, 4.0, 2}, {{4, 2048}, {2, 8192}, {16, 512}}},   // Llama 3.2 1B (heads 64 wide)
+      {{2048, 32, 8, 4.0, 2}, {{4, 2048}, {2, 8192}, {16, 512}, {1, 32768}}},  // Llama 3.2 1B (heads 64 wide)
       {{2048, 16, 16, 2.6875, 2}, {{8, 1024}, {16, 4096}}},         // heads 128 wide, no grouping
       {{3072, 24, 8, 8192.0 / 3072, 2}, {{1, 4096}, {4, 4096}}},    // Llama 3.2 3B
       {{4096, 32, 32, 2.6875, 2}, {{1, 4096}, {4, 4096}, {2, 32768}, {16, 512}, {4, 2048}}},  // Llama 2 7B

@@ -5,7 +5,7 @@
 # Stages: kernels executor memory dp2 profiler facts overhead cli cli2 oom gpt2 gpt2eager kill peers bench
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
-#         llama llamapeers wide sweep sweepagain heldout unseen setup zero2 pytorchtrace checkpoint checkpoint2
+#         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
 #         checkpointkill fp8gemm rankspergpu multigpu
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
@@ -292,6 +292,14 @@ for s in "$@"; do
         --calibration $cal --max-dp 1
       mkdir -p $OUT/unseen
       tar cf - -C /tmp/unseen $(cd /tmp/unseen && ls *.real.sqlite *.log) | xz -T16 -6 > $OUT/unseen/traces.tar.xz ;;
+    long)
+      # Five jobs past the grid's longest sequences (bench_sim_vs_real --jobs
+      # long: 16384-65536), run and profiled the same way, 12 steps each.
+      cal=resources/calibration/h200.yaml; [ -e $cal ] || cal=resources/calibration/h200x2-nv18.yaml
+      STAGE_TIMEOUT=300 stage long $B/bench_sim_vs_real $B/tandem /tmp/long --steps 12 --jobs long \
+        --calibration $cal --max-dp 1
+      mkdir -p $OUT/long
+      tar cf - -C /tmp/long $(cd /tmp/long && ls *.real.sqlite *.log) | xz -T16 -6 > $OUT/long/traces.tar.xz ;;
     setup)
       # Issue 52: tandem run's set-up three ways (initial weights drawn on
       # the host, no plan or GEMM cache: as before; drawn on the device with
