@@ -164,20 +164,24 @@ std::vector<double> solveSmall(std::vector<std::vector<double>> a, std::vector<d
 // The ln slowness at the asked shape from its nearest neighbours: a plane
 // in the logarithms of the fields, fitted by least squares weighted
 // 1 / (distance^2 + 0.01) over the eight nearest (and those tied with the
-// eighth), its slopes held back
-// (ridge 0.1) where the neighbours say little about them; the plane's value
-// at the asked shape, kept within 25% of the neighbours' own slowness.
+// eighth), its slopes held back (ridge 0.1) where the neighbours say
+// little about them; the plane's value
+// at the asked shape, kept within 10% of the neighbours' own slowness (an
+// attention's efficiency rises with the sequence and levels off: heads 128
+// wide, grouped, 345 TFLOP/s at 4096, 410-465 at 8192, 443-449 from 16384
+// to 65536; the trend from 4096 and 8192 alone would go on rising).
 // Where the asked shape lies beyond the measured ones (an attention at a
 // sequence longer than any measured), this follows their trend, where a
 // weighted mean of the neighbours would stop at the last of them: with the
 // measured attention shapes of sequences from 4096 up left out and read off
-// the shorter ones, median error 26% forward and 12% backward by the mean,
-// 11% and 6% by the plane; over every measured shape left out in turn the
-// mean error goes from 5.7% to 5.5% (docs/accuracy.md).
+// the shorter ones (bench_shape_reading, the 48-point H100 sweep), median
+// error 26.5% forward and 12.0% backward by the mean, 11.3% and 6.4% by
+// the plane; over every measured shape left out in turn the mean error
+// goes from 5.50% to 5.16% (docs/accuracy.md).
 double localTrend(std::vector<Neighbour>& near) {
   constexpr size_t kNeighbours = 8;
   constexpr double kRidge = 0.1, kDistanceFloor = 0.01;
-  const double kBeyondNeighbours = std::log(1.25);
+  const double kBeyondNeighbours = std::log(1.1);
   std::sort(near.begin(), near.end(), [](const Neighbour& a, const Neighbour& b) { return a.distance < b.distance; });
   // Shapes on a grid tie in distance: all those tied with the eighth count,
   // so that the reading does not depend on which of them is listed first.
@@ -215,8 +219,8 @@ ShapeFields efficiencyFields(const ShapeFields& f) {
   // grouping h / kv, not b and h apart. Measured on one H100: at sequence
   // 4096, 128 ungrouped heads run at 191 TFLOP/s and 256 heads in groups of
   // 8 (32 key/value heads) at 378; read by b x h instead, the grouped
-  // shapes' neighbours mislead (a Llama 3 8B layer at sequence 16384 came
-  // 46% slow instead of 1% fast, docs/accuracy.md).
+  // shapes' neighbours mislead (a Llama 3 8B layer at sequence 16384: its
+  // attention forward 46% slow by b x h, 1% fast by b x kv).
   double b = 0, t = 0, c = 0, h = 0, kv = 0;
   bool other = false;
   for (const auto& [name, value] : f) {
@@ -235,6 +239,12 @@ ShapeFields efficiencyFields(const ShapeFields& f) {
   if (other || b <= 0 || t <= 0 || c <= 0 || h <= 0) return f;
   std::string head = "w";  // a word: compared, not measured (appended: GCC 12 warns wrongly on "w" + string)
   head += std::to_string(int64_t(c / h));
+  // Grouped heads are another kernel path as far as efficiency goes: each
+  // key/value tile serves the group's query heads. Measured on one H100 at
+  // sequence 4096, heads 128 wide: 128 ungrouped heads 191 TFLOP/s, grouped
+  // ones 345-354; at 32768 ungrouped 205, grouped (65536) 449. Read across,
+  // the ungrouped 32768 shape made Llama 3 8B's layer at 65536 33% slow.
+  if (kv > 0 && kv < h) head += "-grouped";
   const double kv_heads = kv > 0 ? kv : h;
   ShapeFields out = {{"bkv", std::to_string(int64_t(b * kv_heads))}, {"t", std::to_string(int64_t(t))}, {"head", head}};
   if (kv > 0) out.emplace_back("group", std::to_string(int64_t(h / kv)));

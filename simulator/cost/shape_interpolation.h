@@ -68,16 +68,17 @@ struct PeakRates {
 //   - otherwise the trend through its nearest measured neighbours: a plane
 //     in the logarithms of the fields and of the slowness, fitted to the
 //     eight of least log distance (weights 1 / (distance^2 + 0.01), slopes
-//     held back by a ridge), read at the shape and kept within 25% of those
+//     held back by a ridge), read at the shape and kept within 10% of those
 //     neighbours' slowness; so a shape beyond the measured ones (a longer
 //     sequence) follows their trend rather than stopping at the last;
 // where an attention shape is compared by what its kernel's efficiency
 // follows (efficiencyFields): key/value heads in flight b x kv, the
-// sequence, the head width (another kernel: only shapes of the same width
-// count) and the grouping;
+// sequence, the head width and whether heads are grouped (another kernel:
+// only shapes of the same width and either grouped or not count) and the
+// grouping;
 // and never less than 1: no shape runs faster than the peaks. Nothing when
 // no measured shape has the key's form.
-// "b=2 t=8192 c=4096 h=32 kv=8" -> "bkv=16 t=8192 head=w128 group=4"; other keys as they are.
+// "b=2 t=8192 c=4096 h=32 kv=8" -> "bkv=16 t=8192 head=w128-grouped group=4"; other keys as they are.
 ShapeFields efficiencyFields(const ShapeFields& fields);
 
 class WorkInterpolator {
