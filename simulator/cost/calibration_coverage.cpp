@@ -1,6 +1,7 @@
 #include "simulator/cost/calibration_coverage.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -9,6 +10,8 @@ namespace tandem::sim {
 CalibrationCoverage calibrationCoverage(const Plan& plan, const RooflineCostModel& cost, const DeviceSpec& device) {
   CalibrationCoverage c;
   const Precision precision = plan.job.training.precision;
+  // Shape -> how it lies past the measured ones ("" within them).
+  std::map<std::string, std::string> beyond;
   for (const RankPlan& rp : plan.programs)
     for (const Task& t : rp.tasks) {
       const auto [ns, source] = cost.taskTime(t, device, precision);
@@ -21,11 +24,26 @@ CalibrationCoverage calibrationCoverage(const Plan& plan, const RooflineCostMode
           ++c.measured;
           c.measured_ns += ns;
           break;
-        case TimeSource::Interpolated:
+        case TimeSource::Interpolated: {
           ++c.interpolated;
           c.interpolated_ns += ns;
           c.interpolated_ns_by_op[costOpKind(t)] += ns;
+          const std::string shape = fmt::format("{} {}", toString(costOpKind(t)), shapeKey(t));
+          auto known = beyond.find(shape);
+          if (known == beyond.end()) {
+            std::vector<std::string> fields = cost.fieldsBeyondMeasured(t);
+            // The attention's efficiency field b x kv is not in its shape key.
+            for (std::string& f : fields)
+              if (f == "bkv") f = "b x kv";
+            known = beyond.emplace(shape, fields.empty() ? std::string() : fmt::format("{}", fmt::join(fields, ", ")))
+                        .first;
+          }
+          if (!known->second.empty()) {
+            c.beyond_ns += ns;
+            c.beyond_ns_by_shape[fmt::format("{} ({})", shape, known->second)] += ns;
+          }
           break;
+        }
         case TimeSource::Roofline:
           ++c.roofline;
           c.roofline_ns += ns;
@@ -90,6 +108,13 @@ std::optional<std::string> calibrationCoverageSummary(const CalibrationCoverage&
   auto pct = [&](int64_t ns) { return 100.0 * double(ns) / double(c.kernel_ns); };
   std::string line = fmt::format("kernel time {:.0f}% measured", pct(c.measured_ns));
   if (c.interpolated_ns > 0) line += fmt::format(", {:.0f}% read off measured neighbours", pct(c.interpolated_ns));
+  if (c.kernel_ns > 0 && double(c.beyond_ns) >= kCoverageWarnShare * double(c.kernel_ns)) {
+    const auto largest = std::max_element(c.beyond_ns_by_shape.begin(), c.beyond_ns_by_shape.end(),
+                                          [](const auto& a, const auto& b) { return a.second < b.second; });
+    line += fmt::format(" ({:.0f}% outside the measured shapes' range in some number, most of it {}: read by the "
+                        "trend of the nearest, at most 10% beyond their efficiency)",
+                        pct(c.beyond_ns), largest->first);
+  }
   if (c.op_kind_fit_ns > 0) line += fmt::format(", {:.0f}% from an op kind's fit", pct(c.op_kind_fit_ns));
   if (c.roofline_ns > 0) line += fmt::format(", {:.0f}% from the roofline", pct(c.roofline_ns));
   if (c.interpolated_ns > 0 && accuracy)

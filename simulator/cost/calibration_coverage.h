@@ -34,6 +34,12 @@ struct CalibrationCoverage {
   // The interpolated kernel time per op kind (what neighbourReadAccuracy
   // weighs each kind's errors by).
   std::map<OpKind, int64_t> interpolated_ns_by_op;
+  // Of the interpolated time, the part read past every measured shape of
+  // its kind in some number (RooflineCostModel::fieldsBeyondMeasured), and
+  // per such shape, with the numbers it lies outside the range of
+  // ("attention b=1 t=131072 c=4096 h=32 kv=8 (t)"), its time.
+  int64_t beyond_ns = 0;
+  std::map<std::string, int64_t> beyond_ns_by_shape;
   // "matmul m=1024 n=50304 k=768": each shape that took its op kind's fit,
   // once, in plan order.
   std::vector<std::string> unmeasured_shapes;
@@ -74,7 +80,9 @@ std::optional<NeighbourReadAccuracy> neighbourReadAccuracy(const CalibrationCove
 // measured shapes of those kinds come 3.5% off at the median, 14.6% at p90
 // (...)": where the step's kernel time comes from and how well the
 // calibration reads what it interpolates, when a calibration is in use;
-// nullopt otherwise.
+// nullopt otherwise. Where at least kCoverageWarnShare of the kernel time
+// was read past every measured shape in some number, it says how much and
+// names the largest such shape.
 std::optional<std::string> calibrationCoverageSummary(const CalibrationCoverage& coverage,
                                                       const std::optional<NeighbourReadAccuracy>& accuracy);
 

@@ -648,6 +648,13 @@ std::optional<int64_t> RooflineCostModel::interpolatedNsUncached(const Task& tas
   return interpolators_.at(op).ns(key);
 }
 
+std::vector<std::string> RooflineCostModel::fieldsBeyondMeasured(const Task& task) const {
+  const OpKind op = costOpKind(task);
+  const auto w = work_interpolators_.find(op);
+  if (w == work_interpolators_.end()) return {};
+  return w->second.fieldsBeyondMeasured(interpolationKey(op, shapeKey(task)));
+}
+
 const WorkInterpolator* RooflineCostModel::workInterpolator(OpKind op) const {
   const auto w = work_interpolators_.find(op);
   return w == work_interpolators_.end() ? nullptr : &w->second;

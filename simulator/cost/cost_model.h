@@ -320,6 +320,11 @@ class RooflineCostModel : public CostModel {
   // against: the device's peaks at the precision, and the op kind's fixed
   // cost (its fit's constant, else the launch).
   const WorkInterpolator* workInterpolator(OpKind op) const;
+  // Whether a task read off measured neighbours (TimeSource::Interpolated)
+  // lies past every measured shape of its kind in some number (an
+  // attention at a longer sequence than any measured): those fields, none
+  // when it lies within (WorkInterpolator::fieldsBeyondMeasured).
+  std::vector<std::string> fieldsBeyondMeasured(const Task& task) const;
   PeakRates peakRates(const DeviceSpec& device, Precision precision) const;
   int64_t fixedNs(OpKind op) const;
   double collectiveStartWait() const override { return calibration_.collective_start_wait.value_or(0); }

@@ -261,6 +261,29 @@ std::optional<int64_t> WorkInterpolator::ns(const std::string& key, double gflop
   return nsOf(efficiencyFields(parseShapeKey(key)), gflop, mb, peaks, fixed_ns, [](const Shape&) { return false; });
 }
 
+std::vector<std::string> WorkInterpolator::fieldsBeyondMeasured(const std::string& key) const {
+  const ShapeFields want = efficiencyFields(parseShapeKey(key));
+  std::vector<double> lo(want.size(), 0), hi(want.size(), 0);
+  bool any = false;
+  for (const Shape& s : shapes_) {
+    if (!logDistance(want, s.fields)) continue;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::optional<double> v = parseFiniteNumber(s.fields[i].second);
+      if (!v) continue;
+      lo[i] = any ? std::min(lo[i], *v) : *v;
+      hi[i] = any ? std::max(hi[i], *v) : *v;
+    }
+    any = true;
+  }
+  std::vector<std::string> beyond;
+  if (!any) return beyond;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::optional<double> x = parseFiniteNumber(want[i].second);
+    if (x && (*x < lo[i] || *x > hi[i])) beyond.push_back(want[i].first);
+  }
+  return beyond;
+}
+
 std::vector<double> WorkInterpolator::leaveOneOutErrors(const PeakRates& peaks, int64_t fixed_ns) const {
   std::vector<double> errors;
   for (const ReadError& e : readErrors(peaks, fixed_ns, [](const ShapeFields& read, const ShapeFields& other) {

@@ -263,6 +263,19 @@ TEST_CASE("How well a calibration reads what it interpolates: each measured shap
   REQUIRE(line);
   CHECK(line->find("kernel time 40% measured, 60% read off measured neighbours; read so, 3 measured shapes of those "
                    "kinds come 63.3% off at the median, 172.7% at p90") == 0);
+  // A share of the time read outside the measured shapes' range is named
+  // with its largest shape; under 1% of the kernel time it goes unsaid.
+  sim::CalibrationCoverage past = c;
+  past.beyond_ns = 300;
+  past.beyond_ns_by_shape["attention b=1 t=65536 c=768 h=12 (b x kv, t)"] = 200;
+  past.beyond_ns_by_shape["matmul m=65536 n=768 k=768 (m)"] = 100;
+  const auto past_line = sim::calibrationCoverageSummary(past, accuracy);
+  REQUIRE(past_line);
+  CHECK(past_line->find("60% read off measured neighbours (30% outside the measured shapes' range in some number, "
+                        "most of it attention b=1 t=65536 c=768 h=12 (b x kv, t): read by the trend of the nearest") !=
+        std::string::npos);
+  past.beyond_ns = 9;
+  CHECK(sim::calibrationCoverageSummary(past, accuracy)->find("outside the measured") == std::string::npos);
   // Nothing interpolated: no reading to report; no calibration: no line.
   sim::CalibrationCoverage all_measured = c;
   all_measured.interpolated = 0;

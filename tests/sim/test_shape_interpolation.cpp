@@ -181,6 +181,14 @@ TEST_CASE("unmeasured shapes take their measured neighbours' efficiency", "[cali
   // its ideal time lends a slowness of 1 at most.
   const WorkInterpolator fast({{"m=1024 n=1024 k=1024", ShapeWork{launch + 500, 2.0, 0.1}}});
   CHECK(fast.ns("m=2048 n=1024 k=1024", 4.0, 0.2, peaks, launch) == launch + 4000);
+  // Where a shape lies outside the measured ones: m past 32768; an
+  // attention's key/value heads in flight (b x kv) and sequence, against
+  // the 64-wide heads measured (b x kv 96, sequence 1024).
+  CHECK(w.fieldsBeyondMeasured("m=65536 n=768 k=768") == std::vector<std::string>{"m"});
+  CHECK(w.fieldsBeyondMeasured("m=16384 n=768 k=768").empty());
+  CHECK(w.fieldsBeyondMeasured("b=1 t=65536 c=768 h=12") == std::vector<std::string>{"bkv", "t"});
+  CHECK(w.fieldsBeyondMeasured("b=8 t=1024 c=768 h=12").empty());
+  CHECK(w.fieldsBeyondMeasured("elements=1000").empty());  // no shape of its form
   // Shapes without work, or of another form, give nothing.
   CHECK_FALSE(WorkInterpolator({{"m=1 n=1 k=1", ShapeWork{100, 0, 0}}}).ns("m=2 n=1 k=1", 1, 1, peaks, 0));
   CHECK_FALSE(w.ns("elements=1000", 0, 1, peaks, launch));

@@ -352,6 +352,12 @@ TEST_CASE("tandem simulate takes the profile shipped for the topology's GPU, or 
   CHECK(nlohmann::json::parse(by_file.text).at("step_ns") == doc.at("step_ns"));
   // The H100's is derived from it.
   CHECK(run(job + "dgx-h100").text.find("h100.yaml (shipped for the H100)") != std::string::npos);
+  // At a sequence longer than the sweep's longest, it says how much of the
+  // kernel time it read outside the measured shapes' range, and where.
+  const Output long_seq = run(job + "dgx-h100 --set model.seq_len=131072 --set training.micro_batch=1");
+  INFO(long_seq.text);
+  CHECK(long_seq.text.find("% outside the measured shapes' range in some number, most of it attention_bwd b=1 "
+                           "t=131072 c=768 h=12 (b x kv, t)") != std::string::npos);
   // An A100 has none: the roofline, and a warning that says so.
   const Output a100 = run(job + "hgx-a100");
   CHECK(a100.status == 0);
