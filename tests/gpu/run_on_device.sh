@@ -61,6 +61,14 @@ stage() {
   echo "=== $name rc=$rc wall=$(python3 -c "import time; print(round(time.time() - $t0, 1))")s"
 }
 nvidia-smi -L
+# The sweep and the held-out stages work with the machine's own GPU: its
+# shipped profile, its topology, and the calibration whose multi-rank keys
+# a new sweep keeps (an H100 is swept and checked as an H100).
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+  *H100*) GPU=h100 GPU_TOPO=dgx-h100 GPU_MULTI_RANK=resources/calibration/h100.yaml ;;
+  *) GPU=h200 GPU_TOPO=h200x2-nv18 GPU_MULTI_RANK=resources/calibration/h200x2-nv18.yaml ;;
+esac
+GPU_CAL=resources/calibration/$GPU.yaml
 for s in "$@"; do
   case $s in
     kernels) stage kernels $B/gpu_test_kernels ;;
@@ -240,11 +248,10 @@ for s in "$@"; do
       # (kernel_overlap_efficiency can be refitted from them after a change to
       # the replay; the other traces are too large). sweepagain
       # is the same on another machine of the kind, for the agreement of two
-      # sweeps. 3-6 minutes on one H200 (46 points in 191 s on one H100).
+      # sweeps. 3-6 minutes on one H200 (51 points in 219-231 s on one H100).
       mkdir -p $OUT/$s
-      STAGE_TIMEOUT=560 stage $s $B/tandem calibrate --sweep full --out $OUT/$s/h200.yaml --work-dir /tmp/$s \
-        --warm-seconds 1.5 --time-limit 400 --multi-rank-from resources/calibration/h200x2-nv18.yaml \
-        --topology h200x2-nv18
+      STAGE_TIMEOUT=560 stage $s $B/tandem calibrate --sweep full --out $OUT/$s/$GPU.yaml --work-dir /tmp/$s \
+        --warm-seconds 1.5 --time-limit 400 --multi-rank-from $GPU_MULTI_RANK --topology $GPU_TOPO
       tar cJf $OUT/$s/logs.tar.xz -C /tmp $s --exclude '*.sqlite'
       (cd /tmp/$s && tar cJf $OUT/$s/beside.tar.xz $(ls *-beside.sqlite)) ;;
     rankspergpu)
@@ -277,29 +284,22 @@ for s in "$@"; do
       stage tp2_compare $B/tandem compare /tmp/tp2.real.sqlite /tmp/tp2.sim.sqlite ;;
     heldout)
       # Issue 49's held-out jobs (bench_sim_vs_real --jobs scale): run and
-      # profiled for real; simulated with the shipped H200 profile where it
-      # exists (analyse again anywhere with --no-run); traces packed.
-      cal=resources/calibration/h200.yaml; [ -e $cal ] || cal=resources/calibration/h200x2-nv18.yaml
+      # profiled for real; simulated with the machine's shipped profile
+      # (analyse again anywhere with --no-run); traces packed.
       STAGE_TIMEOUT=540 stage heldout $B/bench_sim_vs_real $B/tandem /tmp/heldout --steps 20 --jobs scale \
-        --calibration $cal --max-dp 1 ${HELDOUT_ONLY:+--only $HELDOUT_ONLY}
+        --calibration $GPU_CAL --topology $GPU_TOPO --max-dp 1 ${HELDOUT_ONLY:+--only $HELDOUT_ONLY}
       mkdir -p $OUT/heldout
       tar cf - -C /tmp/heldout $(cd /tmp/heldout && ls *.real.sqlite *.log) | xz -T16 -6 | split -b 15m - $OUT/heldout/traces.tar.xz. ;;
-    unseen)
-      # Six more jobs of shapes no grid point has (bench_sim_vs_real --jobs
-      # unseen), run and profiled the same way; analyse with --no-run.
-      cal=resources/calibration/h200.yaml; [ -e $cal ] || cal=resources/calibration/h200x2-nv18.yaml
-      STAGE_TIMEOUT=300 stage unseen $B/bench_sim_vs_real $B/tandem /tmp/unseen --steps 20 --jobs unseen \
-        --calibration $cal --max-dp 1
-      mkdir -p $OUT/unseen
-      tar cf - -C /tmp/unseen $(cd /tmp/unseen && ls *.real.sqlite *.log) | xz -T16 -6 > $OUT/unseen/traces.tar.xz ;;
-    long)
-      # Five jobs past the grid's longest sequences (bench_sim_vs_real --jobs
-      # long: 16384-65536), run and profiled the same way, 12 steps each.
-      cal=resources/calibration/h200.yaml; [ -e $cal ] || cal=resources/calibration/h200x2-nv18.yaml
-      STAGE_TIMEOUT=300 stage long $B/bench_sim_vs_real $B/tandem /tmp/long --steps 12 --jobs long \
-        --calibration $cal --max-dp 1
-      mkdir -p $OUT/long
-      tar cf - -C /tmp/long $(cd /tmp/long && ls *.real.sqlite *.log) | xz -T16 -6 > $OUT/long/traces.tar.xz ;;
+    unseen|long)
+      # More job sets run and profiled the same way (bench_sim_vs_real
+      # --jobs unseen: six jobs of shapes no grid point has, 20 steps; --jobs
+      # long: five past the grid's longest sequences, 16384-65536, 12 steps);
+      # analyse with --no-run.
+      steps=20; [ $s = long ] && steps=12
+      STAGE_TIMEOUT=300 stage $s $B/bench_sim_vs_real $B/tandem /tmp/$s --steps $steps --jobs $s \
+        --calibration $GPU_CAL --topology $GPU_TOPO --max-dp 1
+      mkdir -p $OUT/$s
+      tar cf - -C /tmp/$s $(cd /tmp/$s && ls *.real.sqlite *.log) | xz -T16 -6 > $OUT/$s/traces.tar.xz ;;
     setup)
       # Issue 52: tandem run's set-up three ways (initial weights drawn on
       # the host, no plan or GEMM cache: as before; drawn on the device with
