@@ -165,11 +165,11 @@ std::vector<double> solveSmall(std::vector<std::vector<double>> a, std::vector<d
 // in the logarithms of the fields, fitted by least squares weighted
 // 1 / (distance^2 + 0.01) over the eight nearest (and those tied with the
 // eighth), its slopes held back (ridge 0.1) where the neighbours say
-// little about them; the plane's value
-// at the asked shape, kept within 10% of the neighbours' own slowness (an
-// attention's efficiency rises with the sequence and levels off: heads 128
-// wide, grouped, 345 TFLOP/s at 4096, 410-465 at 8192, 443-449 from 16384
-// to 65536; the trend from 4096 and 8192 alone would go on rising).
+// little about them; the plane's value at the asked shape, kept within 10%
+// of the neighbours' own slowness (an attention's efficiency rises with the
+// sequence and levels off: heads 128 wide, grouped, 345 TFLOP/s at 4096,
+// 410-465 at 8192, 443-449 from 16384 to 65536; the trend from 4096 and
+// 8192 alone would go on rising).
 // Where the asked shape lies beyond the measured ones (an attention at a
 // sequence longer than any measured), this follows their trend, where a
 // weighted mean of the neighbours would stop at the last of them: with the

@@ -101,14 +101,14 @@ class WorkInterpolator {
     ShapeFields fields;
     double error = 0;
   };
+  using Hidden = std::function<bool(const ShapeFields& read, const ShapeFields& other)>;
+  std::vector<ReadError> readErrors(const PeakRates& peaks, int64_t fixed_ns, const Hidden& hidden) const;
   // The numeric fields (of the efficiency fields: "t" for an attention's
   // sequence) in which `key` lies outside every measured shape of its form,
   // below the least or above the greatest; none when it lies within the
   // measured range in every field, or no shape has its form. Such a reading
   // follows the neighbours' trend past the last of them.
   std::vector<std::string> fieldsBeyondMeasured(const std::string& key) const;
-  using Hidden = std::function<bool(const ShapeFields& read, const ShapeFields& other)>;
-  std::vector<ReadError> readErrors(const PeakRates& peaks, int64_t fixed_ns, const Hidden& hidden) const;
   bool empty() const { return shapes_.empty(); }
 
  private:
