@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,26 +53,19 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string calibration;
-  size_t worst = 3;
-  std::vector<std::string> runs;
-  bench::ArgReader args("bench_kernel_model", "--calibration FILE [--worst N] RUN.sqlite...", argc, argv, 1);
-  while (args.next()) {
-    if (args.is("--calibration")) calibration = args.text();
-    else if (args.is("--worst")) worst = size_t(args.integer(0, 1000));
-    else if (args.flag().rfind("--", 0) == 0) args.unknown();
-    else runs.push_back(args.flag());
-  }
-  if (calibration.empty() || runs.empty()) {
-    fmt::print(stderr, "usage: bench_kernel_model --calibration FILE [--worst N] RUN.sqlite...\n");
-    return 2;
-  }
+// Reads the calibration and each run, prints the tables and JSON lines;
+// throws on a file it cannot read.
+int reportRuns(const std::string& calibration, size_t worst, const std::vector<std::string>& runs) {
   const sim::Calibration cal = sim::loadCalibration(sim::calibrationPath(calibration));
   const sim::RooflineCostModel model(sim::RooflineParams::defaults(), cal);
-  const sim::DeviceSpec h200 = *sim::gpuModelSpec("H200");
+  // The peaks of the GPU the calibration measured: an interpolated memory-
+  // bound kernel of an H100 profile is read against the H100's bandwidth,
+  // not an H200's (until a calibration names no GPU, the H200's).
+  const std::optional<sim::DeviceSpec> device = sim::gpuModelSpec(cal.gpu.empty() ? "H200" : cal.gpu);
+  if (!device) {
+    fmt::print(stderr, "bench_kernel_model: the calibration's GPU '{}' is not a known model\n", cal.gpu);
+    return 2;
+  }
   std::map<std::string, std::vector<double>> all_by_op;
   for (const std::string& path : runs) {
     traces::TraceReader reader(path);
@@ -86,7 +80,7 @@ int main(int argc, char** argv) {
       const auto it = by_id.find(key.second);
       if (it == by_id.end() || it->second->kind != TaskKind::Kernel || it->second->collective) continue;
       const Task& task = *it->second;
-      const auto tt = model.taskTime(task, h200, plan.job.training.precision);
+      const auto tt = model.taskTime(task, *device, plan.job.training.precision);
       if (tt.source == sim::TimeSource::NoKernel) continue;
       by_op[std::string(toString(sim::costOpKind(task)))].push_back(
           {task.name, sim::shapeKey(task), t.ns, double(tt.ns), tt.source});
@@ -122,4 +116,29 @@ int main(int argc, char** argv) {
     fmt::print("{{\"bench\":\"kernel_model\",\"op\":\"{}\",\"tasks\":{},\"median_abs_error_pct\":{:.2f}}}\n", op,
                v.size(), median(v));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string calibration;
+  size_t worst = 3;
+  std::vector<std::string> runs;
+  bench::ArgReader args("bench_kernel_model", "--calibration FILE [--worst N] RUN.sqlite...", argc, argv, 1);
+  while (args.next()) {
+    if (args.is("--calibration")) calibration = args.text();
+    else if (args.is("--worst")) worst = size_t(args.integer(0, 1000));
+    else if (args.flag().rfind("--", 0) == 0) args.unknown();
+    else runs.push_back(args.flag());
+  }
+  if (calibration.empty() || runs.empty()) {
+    fmt::print(stderr, "usage: bench_kernel_model --calibration FILE [--worst N] RUN.sqlite...\n");
+    return 2;
+  }
+  try {
+    return reportRuns(calibration, worst, runs);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_kernel_model: {}\n", e.what());
+    return 1;
+  }
 }
