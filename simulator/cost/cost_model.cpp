@@ -29,6 +29,13 @@ RooflineParams RooflineParams::defaults() {
   set(OpKind::Matmul, 0.70, 0.80);
   set(OpKind::MatmulBwdData, 0.68, 0.80);
   set(OpKind::MatmulBwdWeight, 0.65, 0.80);
+  // Fitted to the H100 sweep's 554 GEMM shapes (three roles,
+  // docs/simulator.md): a depth of 300 and 1e6 outputs on its 132 SMs each
+  // halve a GEMM's efficiency. Applied to every GPU (measured on Hopper
+  // only; tying the depth to a GPU's FLOP per HBM byte fitted the H100 as
+  // well and the published A100 rows worse, docs/accuracy.md).
+  p.gemm_depth_half = 300;
+  p.gemm_outputs_half_per_sm = 1e6 / 132;
   set(OpKind::Attention, 0.55, 0.75);
   set(OpKind::AttentionBwd, 0.45, 0.70);
   set(OpKind::LayerNorm, 0.5, 0.70);
@@ -576,6 +583,37 @@ int RooflineCostModel::kernelBlocksUncached(const Task& task, const DeviceSpec& 
   return oc.all_shapes.blocks;
 }
 
+double RooflineCostModel::gemmShapeFactor(const Task& task, const DeviceSpec& device) const {
+  const OpAttrs& a = task.attrs;
+  double rows = 0, cols = 0, depth = 0;
+  switch (costOpKind(task)) {
+    case OpKind::Matmul: rows = double(a.m), cols = double(a.n), depth = double(a.k); break;
+    case OpKind::MatmulBwdData: rows = double(a.m), cols = double(a.k), depth = double(a.n); break;
+    case OpKind::MatmulBwdWeight: rows = double(a.n), cols = double(a.k), depth = double(a.m); break;
+    default: return 1.0;
+  }
+  return gemmShapeFactor(rows * cols, depth, device);
+}
+
+// DeviceSpec::best_gemm_fraction of the GPU whose GEMMs the roofline's
+// efficiencies describe.
+constexpr double kH100BestGemmFraction = 0.801;
+
+double RooflineCostModel::gemmShapeFactor(double outputs, double depth, const DeviceSpec& device) const {
+  if (outputs <= 0 || depth <= 0) return 1.0;
+  const double outputs_half = params_.gemm_outputs_half_per_sm * double(std::max(device.sm_count, 1));
+  auto reached = [&](double o, double d) {
+    double f = 1.0;
+    if (params_.gemm_depth_half > 0) f *= d / (d + params_.gemm_depth_half);
+    if (outputs_half > 0) f *= o / (o + outputs_half);
+    return f;
+  };
+  // The op kinds' efficiencies are those of a large GEMM (8192 cubed) on an
+  // H100; a GPU whose best GEMM reaches more of its peak reaches more.
+  const double gpu = device.best_gemm_fraction > 0 ? device.best_gemm_fraction / kH100BestGemmFraction : 1.0;
+  return gpu * reached(outputs, depth) / reached(8192.0 * 8192.0, 8192);
+}
+
 int64_t RooflineCostModel::materializedAttentionNs(const Task& task, const DeviceSpec& device,
                                                    Precision precision) const {
   const OpAttrs& a = task.attrs;
@@ -583,22 +621,25 @@ int64_t RooflineCostModel::materializedAttentionNs(const Task& task, const Devic
   const double scores = double(a.b) * double(a.h) * double(a.t) * double(a.t);  // elements of S, P, dP or dS
   const double rows = double(a.b) * double(a.t) * double(a.c);                   // of q, k, v, out or dout
   const double product = 2.0 * double(a.b) * double(a.t) * double(a.t) * double(a.c);  // a T x T x D GEMM per head
+  const double head = a.h > 0 ? double(a.c) / double(a.h) : double(a.c);  // depth of Q K^T and dO V^T
+  const double t = double(a.t);
   struct Kernel {
     double flops, bytes;
     OpKind as;  // whose efficiencies it takes
+    double outputs = 0, depth = 0;  // a batched GEMM's, for its shape factor
   };
   // Batched GEMMs as the GEMMs; the softmax and its backward as the
   // loss's softmax passes.
   const std::vector<Kernel> kernels =
       task.op == OpKind::Attention
-          ? std::vector<Kernel>{{product, (2 * rows + scores) * el, OpKind::Matmul},   // S = Q K^T
-                                {5 * scores, 2 * scores * el, OpKind::CrossEntropy},   // P = softmax(scale S, masked)
-                                {product, (scores + 2 * rows) * el, OpKind::Matmul}}   // out = P V
-          : std::vector<Kernel>{{product, (2 * rows + scores) * el, OpKind::MatmulBwdData},     // dP = dO V^T
-                                {product, (scores + 2 * rows) * el, OpKind::MatmulBwdWeight},   // dV = P^T dO
-                                {4 * scores, 3 * scores * el, OpKind::CrossEntropyBwd},         // dS = P (dP - rowsum)
-                                {product, (scores + 2 * rows) * el, OpKind::MatmulBwdData},     // dQ = dS K
-                                {product, (scores + 2 * rows) * el, OpKind::MatmulBwdWeight}};  // dK = dS^T Q
+          ? std::vector<Kernel>{{product, (2 * rows + scores) * el, OpKind::Matmul, scores, head},  // S = Q K^T
+                                {5 * scores, 2 * scores * el, OpKind::CrossEntropy},  // P = softmax(scale S, masked)
+                                {product, (scores + 2 * rows) * el, OpKind::Matmul, rows, t}}  // out = P V
+          : std::vector<Kernel>{{product, (2 * rows + scores) * el, OpKind::MatmulBwdData, scores, head},  // dP = dO V^T
+                                {product, (scores + 2 * rows) * el, OpKind::MatmulBwdWeight, rows, t},     // dV = P^T dO
+                                {4 * scores, 3 * scores * el, OpKind::CrossEntropyBwd},  // dS = P (dP - rowsum)
+                                {product, (scores + 2 * rows) * el, OpKind::MatmulBwdData, rows, t},     // dQ = dS K
+                                {product, (scores + 2 * rows) * el, OpKind::MatmulBwdWeight, rows, t}};  // dK = dS^T Q
   std::vector<Kernel> all = kernels;
   if (a.dropout > 0) {
     // Dropout on the probabilities, an elementwise pass each way (PyTorch's
@@ -610,7 +651,8 @@ int64_t RooflineCostModel::materializedAttentionNs(const Task& task, const Devic
   const double peak = precision == Precision::FP32 ? device.fp32_flops : device.bf16_flops;
   int64_t ns = 0;
   for (const Kernel& k : all) {
-    const double compute_ns = peak > 0 ? k.flops / (peak * 1e-9 * params_.flops_efficiency[size_t(k.as)]) : 0;
+    const double flops_eff = params_.flops_efficiency[size_t(k.as)] * gemmShapeFactor(k.outputs, k.depth, device);
+    const double compute_ns = peak > 0 ? k.flops / (peak * 1e-9 * flops_eff) : 0;
     const double memory_ns = device.hbm_gbps > 0 ? k.bytes / (device.hbm_gbps * params_.bw_efficiency[size_t(k.as)]) : 0;
     ns += params_.launch_overhead_ns + int64_t(std::ceil(std::max(compute_ns, memory_ns)));
   }
@@ -855,6 +897,7 @@ RooflineCostModel::TaskTime RooflineCostModel::ownKernelTime(const Task& task, c
       if (e->bw_efficiency <= 0 && oc.all_shapes.bw_efficiency > 0) bw_eff = oc.all_shapes.bw_efficiency;
     }
   }
+  if (source == TimeSource::Roofline) flops_eff *= gemmShapeFactor(task, device);
   const double peak = task.attrs.fp8                     ? device.fp8_flops
                       : precision == Precision::FP32 ? device.fp32_flops
                                                      : device.bf16_flops;

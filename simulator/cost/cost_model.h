@@ -64,6 +64,14 @@ struct RooflineParams {
   // calibration has no table of its own (defaults in cost_model.cpp, with
   // where they were measured); none: the FP8 peak at the bf16 efficiency.
   std::map<OpKind, std::vector<std::pair<double, double>>> fp8_gemm_speedup;
+  // A GEMM timed by the roofline reaches its op kind's flops_efficiency
+  // only when deep and wide: depth / (depth + gemm_depth_half) of it for its
+  // reduction depth (each output tile's fixed prologue and epilogue against
+  // its main loop), times outputs / (outputs + gemm_outputs_half_per_sm x
+  // SMs) for its output elements (too few tiles to fill the SMs). 0 turns
+  // either off. Defaults fitted to a measured sweep (cost_model.cpp).
+  double gemm_depth_half = 0;
+  double gemm_outputs_half_per_sm = 0;
   static RooflineParams defaults();
 };
 
@@ -353,6 +361,13 @@ class RooflineCostModel : public CostModel {
   // A materialized attention (OpAttrs::materialized): the framework's
   // kernels, each timed by its own roofline, summed.
   int64_t materializedAttentionNs(const Task& task, const DeviceSpec& device, Precision precision) const;
+  // What of its op kind's efficiency a GEMM's shape lets the roofline reach
+  // on this GPU (RooflineParams::gemm_depth_half, scaled by the GPU's
+  // DeviceSpec::best_gemm_fraction over the H100's); 1 for other kinds.
+  double gemmShapeFactor(const Task& task, const DeviceSpec& device) const;
+  // The same for a GEMM of `outputs` output elements, each a sum of `depth`
+  // products (1 where either is 0).
+  double gemmShapeFactor(double outputs, double depth, const DeviceSpec& device) const;
   // An unmeasured shape's time from the measured ones (shape_interpolation.h).
   std::optional<int64_t> interpolatedNs(const Task& task, const std::string& key, const DeviceSpec& device,
                                         Precision precision) const;

@@ -36,6 +36,10 @@ struct DeviceSpec {
   double hbm_gbps = 0;       // GB/s
   int64_t memory_bytes = 0;
   int sm_count = 0;
+  // The fastest large BF16 GEMM's rate over bf16_flops (measured; 0:
+  // unknown). The roofline's GEMM efficiencies are the H100's; another GPU's
+  // scale by its fraction over the H100's (RooflineCostModel).
+  double best_gemm_fraction = 0;
   int host = 0;              // index into Topology::hosts
   double mig_fraction = 1.0; // < 1 for a MIG slice
   std::string mig_profile;   // "3g.40gb" for a MIG slice, empty otherwise

@@ -113,7 +113,11 @@ void readDeviceFields(const Reader& r, const YAML::Node& entry, const std::strin
     else if (key == "memory_mib") d.memory_bytes = int64_t(std::llround(r.number(v, field) * kBytesPerMiB));
     else if (key == "memory_gib") d.memory_bytes = int64_t(std::llround(r.number(v, field) * kBytesPerGiB));
     else if (key == "sm_count") d.sm_count = int(r.integer(v, field));
-    else if (key == "mig_profile") d.mig_profile = r.str(v, field);
+    else if (key == "best_gemm_fraction") {
+      d.best_gemm_fraction = r.number(v, field);
+      if (!(d.best_gemm_fraction > 0 && d.best_gemm_fraction <= 1))
+        r.fail(v, fmt::format("{} must be in (0, 1]", field));
+    } else if (key == "mig_profile") d.mig_profile = r.str(v, field);
     else if (key == "speed") {
       d.speed = r.number(v, field);
       if (!(d.speed > 0 && d.speed <= 2)) r.fail(v, fmt::format("{} must be in (0, 2]", field));
@@ -134,7 +138,7 @@ void readDeviceFields(const Reader& r, const YAML::Node& entry, const std::strin
 
 const std::vector<std::string> kDeviceKeys{"name", "model", "host", "bf16_flops", "fp32_flops", "fp8_flops", "hbm_gbps",
                                            "memory_bytes", "memory_mib", "memory_gib", "sm_count",
-                                           "mig_profile", "mig_fraction", "speed"};
+                                           "best_gemm_fraction", "mig_profile", "mig_fraction", "speed"};
 
 DeviceSpec readDevice(const Reader& r, const YAML::Node& entry, const YAML::Node& defaults, size_t index) {
   const std::string label = fmt::format("devices[{}]", index);
@@ -162,6 +166,7 @@ DeviceSpec readDevice(const Reader& r, const YAML::Node& entry, const YAML::Node
   if (given.count("hbm_gbps")) d.hbm_gbps = from_entry.hbm_gbps;
   if (given.count("memory")) d.memory_bytes = from_entry.memory_bytes;
   if (given.count("sm_count")) d.sm_count = from_entry.sm_count;
+  if (given.count("best_gemm_fraction")) d.best_gemm_fraction = from_entry.best_gemm_fraction;
   d.mig_profile = from_entry.mig_profile;
   d.mig_fraction = from_entry.mig_fraction;
   d.speed = from_entry.speed;
@@ -491,6 +496,7 @@ std::string topologyToYaml(const Topology& topo) {
     out += fmt::format("    hbm_gbps: {}\n", num(d.hbm_gbps));
     out += fmt::format("    memory_bytes: {}  # {:.1f} GiB\n", d.memory_bytes, double(d.memory_bytes) / kBytesPerGiB);
     out += fmt::format("    sm_count: {}\n", d.sm_count);
+    if (d.best_gemm_fraction > 0) out += fmt::format("    best_gemm_fraction: {}\n", num(d.best_gemm_fraction));
     if (!d.mig_profile.empty() || d.mig_fraction != 1.0)
       out += fmt::format("    mig_profile: {}\n    mig_fraction: {}\n", quoted(d.mig_profile), num(d.mig_fraction));
     if (d.speed != 1.0) out += fmt::format("    speed: {}\n", num(d.speed));

@@ -541,6 +541,10 @@ collective_beside:
   // the wait is measured exactly.
   sim::RooflineParams params = sim::RooflineParams::defaults();
   params.comm_slowdown = 1.0;
+  // GEMMs at one efficiency whatever their shape: the neighbours named
+  // below are the longest ones as designed.
+  params.gemm_depth_half = 0;
+  params.gemm_outputs_half_per_sm = 0;
   sim::Calibration hw;
   hw.collective_start_wait = 0.6;
   hw.collective_beside["attn.core.bwd"] = 1.3;
@@ -697,6 +701,8 @@ TEST_CASE("comm_slowdown: fitted through NCCL's kernels and an early rank's wait
   // (each made the fit clamp to 1 on two H200s, docs/accuracy.md).
   sim::RooflineParams params = sim::RooflineParams::defaults();
   params.comm_slowdown = 1.5;
+  params.gemm_depth_half = 0;
+  params.gemm_outputs_half_per_sm = 0;
   const sim::RooflineCostModel truth(params);
   const std::string measured = traces::testing::tempTracePath("comm-slowdown.sqlite");
   JobSpec job = smallJob(8, 4);

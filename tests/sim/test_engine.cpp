@@ -826,6 +826,9 @@ struct TwoKernelsTogether {
     params.launch_overhead_ns = 0;
     params.comm_slowdown = 1.0;
     params.kernel_overlap_efficiency = efficiency;
+    // Times by FLOPs alone, whatever shape a section gives a GEMM.
+    params.gemm_depth_half = 0;
+    params.gemm_outputs_half_per_sm = 0;
   }
 };
 

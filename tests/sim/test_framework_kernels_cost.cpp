@@ -144,14 +144,22 @@ TEST_CASE("Separate projections: one GEMM per part, timed each as its own shape"
   }
   CHECK(qkv == 3);  // forward, data and weight gradient
   CHECK(gate_up == 3);
-  // Under the roofline each part takes its FLOPs' share, plus a launch.
-  const RooflineCostModel roofline;
+  // Under a roofline of one GEMM efficiency each part takes its FLOPs'
+  // share, plus a launch; with the shape factor the narrower parts run
+  // further from the peak than the fused GEMM.
+  RooflineParams flat_params = RooflineParams::defaults();
+  flat_params.gemm_depth_half = 0;
+  flat_params.gemm_outputs_half_per_sm = 0;
+  const RooflineCostModel flat(flat_params, {});
   const Task& fused_qkv = first(fused, OpKind::Matmul);
   const Task& split_qkv = first(separate, OpKind::Matmul);
   CHECK(split_qkv.flops == fused_qkv.flops);
-  CHECK(roofline.taskNs(split_qkv, h100, Precision::BF16) ==
-        Approx(double(roofline.taskNs(fused_qkv, h100, Precision::BF16) + 2 * roofline.params().launch_overhead_ns))
+  CHECK(flat.taskNs(split_qkv, h100, Precision::BF16) ==
+        Approx(double(flat.taskNs(fused_qkv, h100, Precision::BF16) + 2 * flat.params().launch_overhead_ns))
             .epsilon(1e-4));
+  const RooflineCostModel roofline;
+  CHECK(roofline.taskNs(split_qkv, h100, Precision::BF16) >
+        roofline.taskNs(fused_qkv, h100, Precision::BF16) + 2 * roofline.params().launch_overhead_ns);
   // With a calibration that measured the three shapes, their times summed.
   Calibration cal;
   OpCalibration& mm = cal.ops[OpKind::Matmul];
@@ -162,4 +170,47 @@ TEST_CASE("Separate projections: one GEMM per part, timed each as its own shape"
   const RooflineCostModel measured(RooflineParams::defaults(), cal);
   CHECK(measured.taskNs(fused_qkv, h100, Precision::BF16) == 950000);
   CHECK(measured.taskNs(split_qkv, h100, Precision::BF16) == 700000 + 2 * 210000);
+}
+
+TEST_CASE("The roofline's GEMMs: shallow or small ones reach less of the op kind's efficiency", "[sim][roofline]") {
+  const DeviceSpec h100 = *gpuModelSpec("H100"), a100 = *gpuModelSpec("A100-80GB");
+  const RooflineCostModel roofline;
+  auto gemm = [](int64_t rows, int64_t cols, int64_t depth) {
+    Task t;
+    t.kind = TaskKind::Kernel;
+    t.op = OpKind::Matmul;
+    t.attrs.m = rows, t.attrs.n = cols, t.attrs.k = depth;
+    t.flops = 2.0 * double(rows) * double(cols) * double(depth);
+    t.bytes_read = 2 * (rows * depth + depth * cols);
+    t.bytes_written = 2 * rows * cols;
+    return t;
+  };
+  auto efficiency = [&](const Task& t, const DeviceSpec& d) {
+    const double ns = double(roofline.taskNs(t, d, Precision::BF16) - roofline.params().launch_overhead_ns);
+    return t.flops / ns / (d.bf16_flops * 1e-9);
+  };
+  const double documented = roofline.params().flops_efficiency[size_t(OpKind::Matmul)];
+  // The op kind's efficiency is that of an 8192-cubed GEMM on an H100; an
+  // A100's best GEMM reaches more of its peak (0.859 against 0.801), a GPU
+  // whose best is not known the H100's.
+  CHECK(efficiency(gemm(8192, 8192, 8192), h100) == Approx(documented).epsilon(1e-3));
+  CHECK(efficiency(gemm(8192, 8192, 8192), a100) == Approx(documented * 0.859 / 0.801).epsilon(1e-3));
+  DeviceSpec unknown = a100;
+  unknown.best_gemm_fraction = 0;
+  CHECK(efficiency(gemm(8192, 8192, 8192), unknown) == Approx(documented).epsilon(1e-3));
+  // Shallower: each output tile's fixed cost weighs more (the measured
+  // sweep: depth 512-1024 about two thirds of depth 8192's rate).
+  const double deep = efficiency(gemm(8192, 8192, 8192), h100);
+  const double shallow = efficiency(gemm(8192, 8192, 768), h100);
+  CHECK(shallow < 0.8 * deep);
+  CHECK(shallow > 0.6 * deep);
+  // Fewer outputs than the SMs can work on: further from the peak, and on a
+  // GPU of more SMs further still.
+  const Task narrow = gemm(512, 768, 8192);
+  CHECK(efficiency(narrow, h100) < 0.8 * deep);
+  DeviceSpec more_sms = h100;
+  more_sms.sm_count = 2 * h100.sm_count;
+  CHECK(efficiency(narrow, more_sms) < efficiency(narrow, h100));
+  // Never past the peak, however large.
+  CHECK(efficiency(gemm(65536, 65536, 65536), h100) < 1.0);
 }

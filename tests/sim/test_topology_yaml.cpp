@@ -18,7 +18,7 @@ hosts:
   - name: h0
 devices:
   - {name: g0, model: H100, host: h0}
-  - {name: g1, model: H100, host: h0, sm_count: 100, fp8_flops: 1.5e15}
+  - {name: g1, model: H100, host: h0, sm_count: 100, fp8_flops: 1.5e15, best_gemm_fraction: 0.75}
 switches:
   - {name: sw, kind: pcie_switch, host: h0}
 links:
@@ -49,6 +49,10 @@ TEST_CASE("a small topology loads with model defaults and overrides", "[topology
   CHECK(t.devices[1].fp8_flops == Approx(1.5e15));   // the file's
   CHECK(t.devices[0].sm_count == 132);
   CHECK(t.devices[1].sm_count == 100);
+  CHECK(t.devices[0].best_gemm_fraction == Approx(0.801));  // the model's
+  CHECK(t.devices[1].best_gemm_fraction == Approx(0.75));   // the file's
+  CHECK_THAT(errorOf(std::string(kSmall).replace(std::string(kSmall).find("0.75"), 4, "1.5")),
+             Catch::Contains("best_gemm_fraction must be in (0, 1]"));
   CHECK(t.nodeName(2) == "sw");
   CHECK(t.nodeKind(2) == NodeKind::PcieSwitch);
   CHECK(t.findNode("g1") == 1);
@@ -217,6 +221,7 @@ TEST_CASE("YAML round trip keeps every field", "[topology]") {
     CHECK(b.devices[i].fp8_flops == a.devices[i].fp8_flops);
     CHECK(b.devices[i].memory_bytes == a.devices[i].memory_bytes);
     CHECK(b.devices[i].sm_count == a.devices[i].sm_count);
+    CHECK(b.devices[i].best_gemm_fraction == a.devices[i].best_gemm_fraction);
     CHECK(b.devices[i].host == a.devices[i].host);
   }
   for (size_t i = 0; i < a.links.size(); ++i) {
