@@ -6,7 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
-#         checkpointkill fp8gemm rankspergpu multigpu
+#         checkpointkill fp8gemm materialized rankspergpu multigpu
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -386,6 +386,12 @@ for s in "$@"; do
       if cmp -s <(tail -n 20 $OUT/straight_dp2.jsonl) $OUT/resumed_dp2.jsonl; then
         echo "=== resume dp2: steps 21-40 identical"; else echo "=== resume dp2: DIFFER"; fi
       unset TANDEM_GEMM_TUNING ;;
+    materialized)
+      # PyTorch's kernels of an attention with its scores in HBM and plain
+      # GEMMs over their depth, against the roofline's times for them (the
+      # published Megatron rows; docs/accuracy.md).
+      python3 $DIST/peers/materialized_attention_torch.py --reps 30 > $OUT/materialized_attention.jsonl
+      stage materialized_attention $B/bench_materialized_attention $OUT/materialized_attention.jsonl ;;
     fp8gemm)
       # What FP8 GEMMs of Llama 3.1 layers gain over BF16 at the power
       # limit (the simulator's FP8 cost, docs/simulator.md), at the 8192
