@@ -12,6 +12,7 @@
 
 #include "engine/spec/parse_number.h"
 #include "simulator/cost/gemm_tiles.h"
+#include "simulator/topology/topology_presets.h"
 
 namespace tandem::sim {
 
@@ -596,8 +597,11 @@ double RooflineCostModel::gemmShapeFactor(const Task& task, const DeviceSpec& de
 }
 
 // DeviceSpec::best_gemm_fraction of the GPU whose GEMMs the roofline's
-// efficiencies describe.
-constexpr double kH100BestGemmFraction = 0.801;
+// efficiencies describe (the GPU table's H100).
+static double h100BestGemmFraction() {
+  static const double fraction = gpuModelSpec("H100")->best_gemm_fraction;
+  return fraction;
+}
 
 double RooflineCostModel::gemmShapeFactor(double outputs, double depth, const DeviceSpec& device) const {
   if (outputs <= 0 || depth <= 0) return 1.0;
@@ -610,7 +614,7 @@ double RooflineCostModel::gemmShapeFactor(double outputs, double depth, const De
   };
   // The op kinds' efficiencies are those of a large GEMM (8192 cubed) on an
   // H100; a GPU whose best GEMM reaches more of its peak reaches more.
-  const double gpu = device.best_gemm_fraction > 0 ? device.best_gemm_fraction / kH100BestGemmFraction : 1.0;
+  const double gpu = device.best_gemm_fraction > 0 ? device.best_gemm_fraction / h100BestGemmFraction() : 1.0;
   return gpu * reached(outputs, depth) / reached(8192.0 * 8192.0, 8192);
 }
 
