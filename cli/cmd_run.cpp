@@ -344,7 +344,8 @@ void runRank(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info
 }
 
 // --ranks-per-gpu: every rank of the plan on GPU 0 of this process, a
-// thread each, eager steps, the collectives in-process. For checking
+// thread each, the collectives in-process; with a graph, one CUDA Graph for
+// every rank's step (engine/cuda/local_comm.h). For checking
 // multi-rank plans where one GPU is at hand: the ranks share the GPU, so
 // the step times are no production speed.
 void runLocalRanks(const RunOptions& o, const Plan& plan) {
@@ -353,9 +354,9 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
   const int world = plan.world_size;
   auto local = std::make_shared<cuda::LocalWorld>(plan, 0, o.timeout_s);
   if (!o.json)
-    fmt::print("run: {} ranks on GPU 0 in one process (--ranks-per-gpu {}): collectives in-process, eager steps; "
+    fmt::print("run: {} ranks on GPU 0 in one process (--ranks-per-gpu {}): collectives in-process, {}; "
                "the ranks share the GPU, so step times are not a production speed\n",
-               world, o.ranks_per_gpu);
+               world, o.ranks_per_gpu, o.eager ? "eager steps" : "one CUDA Graph for every rank's step");
   std::fflush(stdout);
   const int last_step =
       o.stop_after > 0 ? std::min(o.stop_after, plan.job.training.steps) : plan.job.training.steps;
@@ -385,14 +386,14 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
         so.executor.rank = r;
         so.executor.world = world;
         so.executor.device = 0;
-        so.executor.use_graph = false;
+        so.executor.use_graph = !o.eager;
         so.executor.timeout_s = o.timeout_s;
         so.executor.local_world = local;
         sessions[size_t(r)] = std::make_unique<runner::RankSession>(plan, so);
         if (r == 0 && !o.json)
-          fmt::print("run {}: {} ranks x {} on one GPU, {} steps, {} tokens/step, eager, arena {:.2f} GiB (rank 0)\n",
+          fmt::print("run {}: {} ranks x {} on one GPU, {} steps, {} tokens/step, {}, arena {:.2f} GiB (rank 0)\n",
                      plan.job.name, world, sessions[0]->device().name, plan.job.training.steps,
-                     plan.job.tokensPerStep(), plan.forRank(0).memory.arena_bytes / kGiB);
+                     plan.job.tokensPerStep(), o.eager ? "eager" : "CUDA Graph", plan.forRank(0).memory.arena_bytes / kGiB);
         waitForEveryRank();
         results[size_t(r)] = sessions[size_t(r)]->run(last_step, [&](const cuda::GpuStepResult& res) {
           if (r == 0) printStep(o, plan, *sessions[0], 1, res);
@@ -570,7 +571,8 @@ void addRunCommand(CLI::App& root) {
                   "pipeline and context parallelism leave; default: the job's world")
       ->check(wholeNumberAtLeast(1));
   cmd->add_option("--ranks-per-gpu", o->ranks_per_gpu,
-                  "run this many ranks on each GPU in one process (threads, collectives in-process, eager steps): "
+                  "run this many ranks on each GPU in one process (threads, collectives in-process, one CUDA Graph for "
+                  "every rank's step unless --eager): "
                   "to check a multi-rank plan where fewer GPUs are at hand; with --gpus 1 every rank shares GPU 0")
       ->check(wholeNumberAtLeast(1));
   cmd->add_option("--steps", o->steps, "steps to run (default: training.steps of the job)")

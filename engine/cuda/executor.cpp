@@ -75,8 +75,6 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
         needed, int64_t(free_b));
   }
 
-  if (opt.local_world && opt.use_graph)
-    throw CudaError("cuda executor: ranks sharing one GPU in one process (--ranks-per-gpu) run eager steps only");
   makeCommunicators();
 
   for (size_t i = 0; i < program->streams.size(); ++i) {
@@ -676,6 +674,10 @@ void CudaExecutor::Impl::launchStep(int step, int slot, bool with_optimizer) {
   cudaStream_t s0 = streams[0];
   const bool graph = opt.use_graph && with_optimizer;
   if (opt.observer) opt.observer->onStepBegin(step);
+  if (graph && opt.local_world) {
+    launchSharedStep(slot);
+    return;
+  }
   if (graph && !graph_exec) {
     cudaGraph_t g;
     const char* hoist_env = std::getenv("TANDEM_GRAPH_HOIST_MEMSETS");
@@ -744,6 +746,38 @@ void CudaExecutor::Impl::launchStep(int step, int slot, bool with_optimizer) {
   TANDEM_CUDA_CHECK(cudaEventRecord(stop_event[slot], s0));
 }
 
+// Ranks sharing this GPU in this process (local_comm.h): one graph for all
+// of them, captured together at their first graph step and launched by rank
+// 0 once every rank's scalars are on their way. cuBLASLt's memsets stay
+// where the GEMMs issued them (each rank's GEMMs would have to hoist its
+// own out of the one graph).
+void CudaExecutor::Impl::launchSharedStep(int slot) {
+  cudaStream_t s0 = streams[0];
+  LocalWorld& world = *opt.local_world;
+  if (!shared_graph_captured) {
+    world.beginSharedCapture(opt.rank, s0);
+    capturing = true;
+    try {
+      enqueueStep(true);
+    } catch (const std::exception& e) {
+      capturing = false;
+      world.abortSharedCapture(opt.rank, s0, e.what());
+      throw;
+    }
+    capturing = false;
+    world.endSharedCapture(opt.rank, s0);
+    shared_graph_captured = true;
+  }
+  TANDEM_CUDA_CHECK(cudaEventRecord(start_event[slot], s0));
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(scalars, &host_scalars[slot], sizeof(StepScalars), cudaMemcpyHostToDevice, s0));
+  world.launchShared(opt.rank, s0);
+  float* out = host_out + 2 * slot;
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(out, &scalars->loss_sum, sizeof(float), cudaMemcpyDeviceToHost, s0));
+  if (norm_buffer >= 0)
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(out + 1, ptr(norm_buffer), sizeof(float), cudaMemcpyDeviceToHost, s0));
+  TANDEM_CUDA_CHECK(cudaEventRecord(stop_event[slot], s0));
+}
+
 // The staging buffers may take the next batch once the GPU copied this one:
 // only when all loads are on one stream (one event says they are done) and
 // the step runs whole (computeGradients is followed by host reads, not a step).
@@ -792,7 +826,7 @@ GpuStepResult CudaExecutor::Impl::runStep(bool with_optimizer) {
 // reuses one set of events per task. An observer of replays sees
 // onStepBegin(k + 1) before onStepEnd(k) (task_observer.h).
 bool CudaExecutor::Impl::canRunAhead() const {
-  return opt.use_graph && !opt.time_tasks && canStageAhead(true);
+  return opt.use_graph && !opt.time_tasks && !opt.local_world && canStageAhead(true);
 }
 
 // Keeps one step queued behind the running one: while step k runs, the host

@@ -42,7 +42,8 @@ struct ExecutorOptions {
   // Several ranks of the plan on this GPU in this process, each executor on
   // a thread of its own (`tandem run --ranks-per-gpu`, local_comm.h): their
   // collectives go through these in-process communicators instead of NCCL.
-  // Eager steps only (use_graph must be false). Null: NCCL.
+  // With use_graph every rank's step is one graph the ranks capture
+  // together (local_comm.h). Null: NCCL.
   std::shared_ptr<LocalWorld> local_world;
   double timeout_s = 60;  // longest wait for a step or a collective before aborting
   bool time_tasks = false;  // eager steps time every task with events (see taskMilliseconds)

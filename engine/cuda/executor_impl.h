@@ -81,6 +81,8 @@ struct CudaExecutor::Impl {
   // (capturing the graph the first time); finishStep waits for it and reads
   // its loss from `slot`.
   void launchStep(int step, int slot, bool with_optimizer);
+  // launchStep's graph step for ranks sharing one GPU (ExecutorOptions::local_world).
+  void launchSharedStep(int slot);
   GpuStepResult finishStep(int step, int slot, bool with_optimizer);
   // Stages step + 1's batch as soon as the GPU has copied this one.
   void stageNextBatch(int step);
@@ -165,6 +167,7 @@ struct CudaExecutor::Impl {
   // and unseen by the observer.
   bool issue_alone = false;
   cudaGraphExec_t graph_exec = nullptr;
+  bool shared_graph_captured = false;  // ranks sharing one GPU: this rank's part of the LocalWorld's graph
   CudaExecutor::GraphMemsets graph_memsets;
   int steps_done = 0;
   // schedule.optimizer_beside_forward: the plan opens with AdamW tasks that

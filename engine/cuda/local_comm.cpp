@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -125,6 +126,20 @@ class LocalGroup {
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(buf, slot.mem, size_t(bytes), cudaMemcpyDeviceToDevice, s));
     TANDEM_CUDA_CHECK(cudaEventRecord(slot.consumed, s));
     slot.busy = false;
+  }
+
+  // Returns once every member called it (the host threads' meeting of the
+  // shared CUDA Graph's capture and replays).
+  void barrier(int place, const std::string& what) { meet(place, what); }
+
+  // Called with the GPU idle, before the ranks capture their step: no
+  // staging slot's previous message is still being copied out, and the
+  // receives' events recorded outside the capture must not be waited on
+  // inside it.
+  void forgetConsumed() {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [ends, channel] : channels_)
+      for (Slot& slot : channel.slots) slot.used = false;
   }
 
   void check(int place, const std::string& what) {
@@ -265,7 +280,90 @@ LocalWorld::LocalWorld(const Plan& plan, int device, double timeout_s) {
   }
 }
 
-LocalWorld::~LocalWorld() = default;
+LocalWorld::~LocalWorld() {
+  if (shared_graph_) cudaGraphExecDestroy(shared_graph_);
+  if (capture_fork_) cudaEventDestroy(capture_fork_);
+  if (replay_done_) cudaEventDestroy(replay_done_);
+  for (cudaEvent_t e : rank_done_) cudaEventDestroy(e);
+}
+
+std::vector<std::shared_ptr<LocalGroup>> LocalWorld::groups() const {
+  std::vector<std::shared_ptr<LocalGroup>> out{world_};
+  for (const auto& [key, member] : members_)
+    if (std::find(out.begin(), out.end(), member.first) == out.end()) out.push_back(member.first);
+  return out;
+}
+
+void LocalWorld::beginSharedCapture(int rank, cudaStream_t first) {
+  world_->barrier(rank, "the step graph's capture");
+  if (rank == 0) {
+    try {
+      if (shared_graph_) throw CudaError("in-process ranks: the step graph was captured already");
+      TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+      for (auto& g : groups()) g->forgetConsumed();
+      if (!capture_fork_) {
+        TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&capture_fork_, cudaEventDisableTiming));
+        TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&replay_done_, cudaEventDisableTiming));
+        rank_done_.assign(size_t(world_->size()), nullptr);
+        for (cudaEvent_t& e : rank_done_) TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      }
+      // Relaxed: the channels allocate staging buffers while the ranks'
+      // threads capture (a first send of its size).
+      TANDEM_CUDA_CHECK(cudaStreamBeginCapture(first, cudaStreamCaptureModeRelaxed));
+      TANDEM_CUDA_CHECK(cudaEventRecord(capture_fork_, first));
+    } catch (const std::exception& e) {
+      abort(e.what());
+      throw;
+    }
+  }
+  world_->barrier(rank, "the step graph's capture");
+  if (rank != 0) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(first, capture_fork_, 0));
+}
+
+void LocalWorld::atRankZeroAfterAll(int rank, cudaStream_t first, const std::string& what,
+                                    const std::function<void()>& issue) {
+  if (rank != 0) TANDEM_CUDA_CHECK(cudaEventRecord(rank_done_[size_t(rank)], first));
+  world_->barrier(rank, what);
+  if (rank != 0) return;
+  try {
+    for (size_t r = 1; r < rank_done_.size(); ++r) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(first, rank_done_[r], 0));
+    issue();
+  } catch (const std::exception& e) {
+    abort(e.what());
+    throw;
+  }
+}
+
+void LocalWorld::endSharedCapture(int rank, cudaStream_t first) {
+  atRankZeroAfterAll(rank, first, "the end of the step graph's capture", [&] {
+    cudaGraph_t g = nullptr;
+    TANDEM_CUDA_CHECK(cudaStreamEndCapture(first, &g));
+    const cudaError_t made = cudaGraphInstantiate(&shared_graph_, g, 0);
+    cudaGraphDestroy(g);
+    TANDEM_CUDA_CHECK(made);
+  });
+  world_->barrier(rank, "the step graph's instantiation");
+}
+
+void LocalWorld::abortSharedCapture(int rank, cudaStream_t first, const std::string& why) {
+  abort(fmt::format("rank {} could not issue its step into the graph: {}", rank, why));
+  if (rank == 0) {
+    cudaGraph_t g = nullptr;
+    if (cudaStreamEndCapture(first, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+    cudaGetLastError();
+  }
+}
+
+void LocalWorld::launchShared(int rank, cudaStream_t first) {
+  atRankZeroAfterAll(rank, first, "a step graph's launch", [&] {
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(shared_graph_, first));
+    TANDEM_CUDA_CHECK(cudaEventRecord(replay_done_, first));
+  });
+  // Rank 0 records replay_done_ again only after every rank passed this
+  // meeting and the next launch's first one.
+  world_->barrier(rank, "a step graph's launch");
+  if (rank != 0) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(first, replay_done_, 0));
+}
 
 std::unique_ptr<Communicator> LocalWorld::world(int rank) const { return std::make_unique<LocalComm>(world_, rank); }
 

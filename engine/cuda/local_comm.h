@@ -12,8 +12,17 @@
 // same order (as NCCL requires); a call returns once every member has made
 // it, so host threads meet at each collective (a member that never comes
 // is reported after the timeout, and a member that fails aborts the group,
-// which wakes the others with an error). Eager steps only: a CUDA Graph
-// captured on one thread cannot wait on another thread's capture.
+// which wakes the others with an error).
+//
+// CUDA Graph steps: a graph captured on one thread cannot wait on work
+// another thread captures into a graph of its own, so the ranks capture one
+// graph together (LocalWorld::beginSharedCapture): rank 0 begins a capture on
+// its first stream and the others' first streams join it through an event;
+// every rank then issues its step as in eager mode, the collectives' and
+// channels' events becoming edges of the one graph; the ranks' streams join
+// rank 0's again before it ends the capture. A step is then rank 0
+// launching that graph after every rank's scalar copy, the others' streams
+// waiting for it (launchShared).
 //
 // Point to point: a send copies its buffer into a staging buffer of the
 // (sender, receiver) channel on the sender's stream and returns at once; the
@@ -23,6 +32,7 @@
 // receives run on separate streams cannot deadlock on the host; staging
 // grows to the messages in flight.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -76,8 +86,29 @@ class LocalWorld {
   // Wakes every member waiting in a collective with an error (a rank failed).
   void abort(const std::string& why);
 
+  // The step graph of every rank (see above). Every rank calls, on its own
+  // thread and with its first stream: beginSharedCapture, then issues its
+  // step, then endSharedCapture (rank 0 instantiates the graph; every rank
+  // returns once it is ready). A rank whose step failed to issue calls
+  // abortSharedCapture instead, which also wakes the others.
+  void beginSharedCapture(int rank, cudaStream_t first);
+  void endSharedCapture(int rank, cudaStream_t first);
+  void abortSharedCapture(int rank, cudaStream_t first, const std::string& why);
+  // One replay: `first` of every rank waits for what was issued on it
+  // before (the step's scalars) and is ordered after the replay on return.
+  void launchShared(int rank, cudaStream_t first);
+
  private:
+  std::vector<std::shared_ptr<LocalGroup>> groups() const;
+  // Every rank's `first` reached this point (an event each), then rank 0
+  // runs `issue` with its `first` ordered after all of them; a failure
+  // there aborts the ranks.
+  void atRankZeroAfterAll(int rank, cudaStream_t first, const std::string& what, const std::function<void()>& issue);
   std::shared_ptr<LocalGroup> world_;
+  cudaEvent_t capture_fork_ = nullptr;
+  std::vector<cudaEvent_t> rank_done_;  // per rank: its part of the capture, or its scalars copied
+  cudaEvent_t replay_done_ = nullptr;
+  cudaGraphExec_t shared_graph_ = nullptr;
   // (name, rank) -> (group, place)
   std::map<std::pair<std::string, int>, std::pair<std::shared_ptr<LocalGroup>, int>> members_;
 };

@@ -21,12 +21,13 @@ B=$DIST/bin
 # rates over 20 steps with and without the CUDA Graph, optionally under one
 # --set overrides (KEY=VALUE words), compared. Two processes: GEMM algorithm timing may choose
 # differently in each, so it is off (docs/gpu-executor.md, GEMM algorithm timing).
+# RUN_EXTRA: more arguments of tandem run (e.g. --ranks-per-gpu 2).
 graph_vs_eager() {
   local set=() tag=${1:-default} job=${2:-resources/jobs/gpt2-124m-dp8.yaml} gpus=${3:-1}
   for kv in $1; do set+=(--set "$kv"); done
   local name=$(basename "$job" .yaml).${tag//[^a-z_]/_}
   for mode in graph eager; do
-    TANDEM_GEMM_TUNING=0 $B/tandem run "$job" --gpus $gpus --steps 20 --json "${set[@]}" \
+    TANDEM_GEMM_TUNING=0 $B/tandem run "$job" --gpus $gpus --steps 20 --json "${set[@]}" ${RUN_EXTRA:-} \
       $([ $mode = eager ] && echo --eager) | grep '"step"' | sed 's/,"ms".*//' > "$OUT/$mode.$name.jsonl"
   done
   local g="$OUT/graph.$name.jsonl" e="$OUT/eager.$name.jsonl"
@@ -262,7 +263,14 @@ for s in "$@"; do
       stage ranks_per_gpu $B/gpu_test_ranks_per_gpu
       stage tp2_cli $B/tandem run tiny --set parallel.tensor_parallel=2 --ranks-per-gpu 2 --steps 20
       stage tp2sp_llama_cli $B/tandem run llama-124m --set parallel.tensor_parallel=2 \
-        --set parallel.sequence_parallel=true --set training.micro_batch=4 --ranks-per-gpu 2 --steps 10 ;;
+        --set parallel.sequence_parallel=true --set training.micro_batch=4 --ranks-per-gpu 2 --steps 10
+      # Issue 53 point 2 through the CLI: one CUDA Graph for both ranks'
+      # steps against eager steps, GPT-2 124M under TP 2 + SP and tiny
+      # GPT-2 under PP 2 interleaved.
+      RUN_EXTRA="--ranks-per-gpu 2" graph_vs_eager "parallel.tensor_parallel=2 parallel.sequence_parallel=true \
+        parallel.data_parallel=1 training.micro_batch=8" resources/jobs/gpt2-124m-dp8.yaml 1
+      RUN_EXTRA="--ranks-per-gpu 2" graph_vs_eager "parallel.pipeline_parallel=2 parallel.pipeline_chunks=2 \
+        training.grad_accum=4 model.layers=4" resources/jobs/gpt2-tiny.yaml 1 ;;
     multigpu)
       # Issue 53 on a machine of several GPUs (the NCCL path; not run yet: no
       # such machine lent): the ranks-per-GPU checks over NCCL (a GPU per
