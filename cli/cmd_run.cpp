@@ -360,6 +360,10 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
   std::fflush(stdout);
   const int last_step =
       o.stop_after > 0 ? std::min(o.stop_after, plan.job.training.steps) : plan.job.training.steps;
+  // --profile: one profiler for every rank, straight into --out (each rank's
+  // records under its rank); made before the ranks, destroyed after them.
+  std::unique_ptr<profiler::Profiler> shared_profiler;
+  if (o.profile) shared_profiler = runner::makeSharedProfiler(plan, o.out, 0);
   std::vector<std::unique_ptr<runner::RankSession>> sessions(static_cast<size_t>(world));
   std::vector<std::vector<cuda::GpuStepResult>> results(static_cast<size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
@@ -389,6 +393,7 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
         so.executor.use_graph = !o.eager;
         so.executor.timeout_s = o.timeout_s;
         so.executor.local_world = local;
+        so.shared_profiler = shared_profiler.get();
         sessions[size_t(r)] = std::make_unique<runner::RankSession>(plan, so);
         if (r == 0 && !o.json)
           fmt::print("run {}: {} ranks x {} on one GPU, {} steps, {} tokens/step, {}, arena {:.2f} GiB (rank 0)\n",
@@ -418,8 +423,17 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
     }
   }
   printSummary(o, plan, *sessions[0]);
-  if (!o.out.empty())
+  if (shared_profiler) {
+    const profiler::ProfileSummary ps = sessions[0]->finishProfile();
+    if (o.json)
+      fmt::print(R"({{"profile":"{}","ranks":{},"kernels":{},"kernels_attributed":{},"graph_kernels":{},)"
+                 R"("dropped_records":{}}})" "\n",
+                 o.out, world, ps.kernels, ps.kernels_attributed, ps.graph_kernels, ps.dropped_records);
+    else
+      fmt::print("profile: {} ranks into {}: {}\n", world, o.out, runner::profileSummaryLine(ps));
+  } else if (!o.out.empty()) {
     runner::writeStepsRun(o.out, plan, 0, results[0], sessions[0]->executor().memory(), sessions[0]->stats(), {});
+  }
 }
 
 // --placement resolved once: by the process that starts the ranks (which
@@ -523,8 +537,8 @@ void runCommand(const RunOptions& o) {
       throw std::runtime_error(fmt::format("run: --ranks-per-gpu {} puts every rank on one GPU: the job has {} ranks "
                                            "(pass --gpus 1, or --ranks-per-gpu {})",
                                            o.ranks_per_gpu, world, world));
-    if (o.profile || !o.checkpoints.dir.empty() || !o.placement.empty())
-      throw std::runtime_error("run: --ranks-per-gpu does not profile, checkpoint or place ranks yet (it checks "
+    if (!o.checkpoints.dir.empty() || !o.placement.empty())
+      throw std::runtime_error("run: --ranks-per-gpu does not checkpoint or place ranks yet (it checks "
                                "multi-rank plans on one GPU)");
     runLocalRanks(o, plan);
     return;

@@ -48,8 +48,8 @@ bool Profiler::Impl::attribute(const Record& r, int64_t& task) const {
 void Profiler::Impl::ensureStream(int stream, StreamKind kind, const std::string& name) {
   if (!streams_written.insert(stream).second) return;
   traces::StreamRow row;
-  row.rank = opt.rank;
-  row.stream = stream;
+  row.rank = rankOfStream(stream);
+  row.stream = streamOfKey(stream);
   row.kind = kind;
   row.name = name;
   row.device = opt.device;
@@ -63,7 +63,6 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
     if (it != tasks.end()) info = &it->second;
   }
   traces::ActivityRow row;
-  row.rank = opt.rank;
   row.device = int(r.device);
   row.start_ns = toRunNs(r.start);
   row.end_ns = std::max(row.start_ns, toRunNs(r.end));
@@ -86,7 +85,7 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   // taught us about this CUDA stream; else a track of its own.
   int stream = -1;
   if (info) {
-    stream = info->stream;
+    stream = streamKey(info->rank, info->stream);
     cupti_stream_to_plan.emplace(r.stream, stream);
   } else if (setup_work) {
     stream = kSetupStream;
@@ -109,7 +108,8 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   else
     ensureStream(stream, r.kind == RecordKind::Kernel ? StreamKind::Compute : StreamKind::Copy,
                  fmt::format("cuda stream {}", r.stream));
-  row.stream = stream;
+  row.rank = rankOfStream(stream);
+  row.stream = streamOfKey(stream);
 
   if (info) {
     row.task_id = info->task_id;
@@ -118,8 +118,8 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
     row.micro_batch = info->micro_batch;
     // The memory plan's live arena bytes, sampled at the first record of each
     // task (so over the first profiled step).
-    if (info->arena_live_bytes >= 0 && arena_counter_written.insert(info->task_id).second)
-      writer->addCounter({opt.rank, "memory.arena_live_bytes", row.start_ns, double(info->arena_live_bytes)});
+    if (info->arena_live_bytes >= 0 && arena_counter_written.insert(task).second)
+      writer->addCounter({info->rank, "memory.arena_live_bytes", row.start_ns, double(info->arena_live_bytes)});
   }
   writer->addActivity(row);
   // The step's GPU extent: a graph replay's records share its launch's
@@ -163,7 +163,7 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
   }
   if (nccl && info && !info->collective_op.empty()) {
     traces::CollectiveRow c;
-    c.rank = opt.rank;
+    c.rank = info->rank;
     c.task_id = info->task_id;
     c.op = info->collective_op;
     c.group = info->group;
@@ -333,7 +333,11 @@ void Profiler::Impl::writeSettledSteps(bool final) {
       row.end_ns = std::max(row.start_ns, toRunNs(g->second.second));
       step_gpu.erase(g);
     }
-    writer->addStep(row);
+    // Ranks sharing the process run each step together: the same span each.
+    if (manyRanks())
+      for (int r = 0; r < opt.ranks; ++r) writer->addStep({r, row.step, row.start_ns, row.end_ns});
+    else
+      writer->addStep(row);
     ++summary.steps;
   }
   if (final) corr_extent.clear();

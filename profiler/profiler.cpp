@@ -44,6 +44,17 @@ void pointNvtxAtCupti() {
 
 nvtxDomainHandle_t domainOf(void* d) { return static_cast<nvtxDomainHandle_t>(d); }
 
+// The task the current thread is inside (taskBegin .. taskEnd) and when it
+// began: per thread, as ranks sharing the process issue tasks at once.
+struct ThreadTask {
+  bool in_task = false;
+  uint64_t start_cupti = 0;
+};
+ThreadTask& threadTask() {
+  thread_local ThreadTask t;
+  return t;
+}
+
 nvtxEventAttributes_t rangeAttributes(const char* name) {
   nvtxEventAttributes_t a{};
   a.version = NVTX_VERSION;
@@ -76,6 +87,7 @@ Profiler::Impl::Impl(const ProfilerOptions& o) : opt(o) {
   if (opt.path.empty()) throw ProfilerError("profiler: no trace file given");
   if (opt.buffer_bytes < (1 << 20)) throw ProfilerError("profiler: buffer_bytes must be at least 1 MiB");
   if (opt.buffers < 1) throw ProfilerError("profiler: buffers must be at least 1");
+  if (opt.ranks < 1) throw ProfilerError("profiler: ranks must be at least 1");
   // Checked before the file is touched, so a refused profiler adds no empty run.
   if (g_active.load() != nullptr)
     throw ProfilerError("profiler: a profiler is already active in this process (CUPTI allows one)");
@@ -188,27 +200,34 @@ Profiler::~Profiler() {
 
 const std::string& Profiler::path() const { return impl_->opt.path; }
 
+void Profiler::Impl::checkRank(int rank) const {
+  if (manyRanks() && (rank < 0 || rank >= opt.ranks))
+    throw ProfilerError(fmt::format("profiler: rank {} is not among the {} ranks of this process", rank, opt.ranks));
+}
+
 void Profiler::addTasks(const std::vector<TaskInfo>& tasks) {
   Impl& p = *impl_;
   std::lock_guard<std::mutex> lock(p.write_mu);
   for (const TaskInfo& t : tasks) {
-    p.tasks[t.task_id] = t;
-    traces::PlanTaskRow row = t;  // the stored part
-    row.rank = p.opt.rank;
-    p.writer->addPlanTask(row);
+    const int rank = p.manyRanks() ? t.rank : p.opt.rank;
+    p.checkRank(rank);
+    TaskInfo& kept = p.tasks[p.taskKey(rank, t.task_id)] = t;
+    kept.rank = rank;
+    p.writer->addPlanTask(kept);  // the stored part
   }
 }
 
-void Profiler::nameStream(int plan_stream, cudaStream_t stream, StreamKind kind, const std::string& name) {
+void Profiler::nameStream(int plan_stream, cudaStream_t stream, StreamKind kind, const std::string& name, int rank) {
   Impl& p = *impl_;
+  p.checkRank(rank);
+  const int key = p.streamKey(rank, plan_stream);
   {
     std::lock_guard<std::mutex> lock(p.write_mu);
-    p.plan_streams[plan_stream] = {kind, name};
-    p.cuda_stream_to_plan[stream] = plan_stream;
+    p.plan_streams[key] = {kind, name};
+    p.cuda_stream_to_plan[stream] = key;
     uint32_t id = 0;
-    if (stream && cuptiGetStreamIdEx(nullptr, stream, 0, &id) == CUPTI_SUCCESS)
-      p.cupti_stream_to_plan[id] = plan_stream;
-    p.ensureStream(plan_stream, kind, name);
+    if (stream && cuptiGetStreamIdEx(nullptr, stream, 0, &id) == CUPTI_SUCCESS) p.cupti_stream_to_plan[id] = key;
+    p.ensureStream(key, kind, name);
   }
   if (p.opt.nvtx_ranges && stream) nvtxNameCudaStreamA(stream, name.c_str());
 }
@@ -220,30 +239,34 @@ void Profiler::stepBegin(int step) {
   currentTask() = kStepWork;
   currentStep() = step;
   cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, kStepExternalBase + uint64_t(step));
+  std::lock_guard<std::mutex> lock(p.host_mu);
+  Impl::OpenStep& open = p.open_steps[step];
+  // The first rank to begin it (the only one, unless ranks share the process).
+  if (open.ranks_in++ > 0) return;
+  open.begin = begin;
   // A start/end range, not push/pop: with steps queued ahead step k + 1's
   // range begins before step k's ends.
-  uint64_t range = 0;
   if (p.nvtx_domain) {
     const std::string name = fmt::format("step {}", step);
     const nvtxEventAttributes_t a = rangeAttributes(name.c_str());
-    range = nvtxDomainRangeStartEx(domainOf(p.nvtx_domain), &a);
+    open.range = nvtxDomainRangeStartEx(domainOf(p.nvtx_domain), &a);
   }
-  std::lock_guard<std::mutex> lock(p.host_mu);
-  p.open_steps[step] = {begin, range};
 }
 
 void Profiler::stepEnd(int step) {
   Impl& p = *impl_;
   uint64_t begin = 0, range = 0;
-  bool others_open = false;
+  bool last = false, others_open = false;
   {
     std::lock_guard<std::mutex> lock(p.host_mu);
     auto it = p.open_steps.find(step);
     if (it == p.open_steps.end()) return;
-    begin = it->second.first;
-    range = it->second.second;
-    p.open_steps.erase(it);
-    others_open = !p.open_steps.empty();
+    begin = it->second.begin;
+    range = it->second.range;
+    last = --it->second.ranks_in == 0;
+    if (last) p.open_steps.erase(it);
+    // Other steps this thread has begun (queued ahead).
+    others_open = p.open_steps.size() > (last ? 0u : 1u);
   }
   // The pushes of queued steps stack up; every step pops one, so the stack
   // is empty once the last step ended, and a launch always sees the id of
@@ -252,6 +275,7 @@ void Profiler::stepEnd(int step) {
   cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped);
   currentTask() = others_open ? kStepWork : -1;
   currentStep() = others_open ? p.current_step : -1;
+  if (!last) return;  // the other ranks sharing the process are still in it
   if (p.nvtx_domain) nvtxDomainRangeEnd(domainOf(p.nvtx_domain), range);
   const uint64_t end = cuptiNow();
   size_t free_b = 0, total_b = 0;
@@ -270,14 +294,15 @@ void Profiler::stepEnd(int step) {
   }
 }
 
-void Profiler::taskBegin(int64_t task_id, cudaStream_t) {
+void Profiler::taskBegin(int64_t local_id, cudaStream_t, int rank) {
   Impl& p = *impl_;
+  const int64_t task_id = p.taskKey(rank, local_id);
   currentTask() = task_id;
   cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, uint64_t(task_id));
-  p.in_task = true;
-  p.task_start_cupti = cuptiNow();
-  // The issue order of collective tasks in the first step that has any.
-  if (auto it = p.tasks.find(task_id); it != p.tasks.end() && !it->second.collective_op.empty()) {
+  threadTask() = {true, cuptiNow()};
+  // The issue order of collective tasks in the first step that has any
+  // (NCCL's kernels are matched by it; ranks sharing the process have none).
+  if (auto it = p.tasks.find(task_id); !p.manyRanks() && it != p.tasks.end() && !it->second.collective_op.empty()) {
     if (p.order_step == -1) p.order_step = p.current_step;
     if (p.order_step == p.current_step) {
       std::lock_guard<std::mutex> lock(p.host_mu);
@@ -290,9 +315,11 @@ void Profiler::taskBegin(int64_t task_id, cudaStream_t) {
   }
 }
 
-void Profiler::taskEnd(int64_t task_id) {
+void Profiler::taskEnd(int64_t local_id, int rank) {
   Impl& p = *impl_;
-  if (!p.in_task) return;
+  ThreadTask& mine = threadTask();
+  if (!mine.in_task) return;
+  const int64_t task_id = p.taskKey(rank, local_id);
   uint64_t popped = 0;
   cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &popped);
   bool in_step = false;
@@ -301,13 +328,14 @@ void Profiler::taskEnd(int64_t task_id) {
     in_step = !p.open_steps.empty();
   }
   currentTask() = in_step ? kStepWork : -1;
-  p.in_task = false;
+  mine.in_task = false;
   if (p.nvtx_domain) nvtxDomainRangePop(domainOf(p.nvtx_domain));
   const uint64_t end = cuptiNow();
   auto it = p.tasks.find(task_id);
   std::lock_guard<std::mutex> lock(p.host_mu);
-  p.host_ranges.push_back({p.opt.rank, p.toRunNs(p.task_start_cupti), p.toRunNs(end),
-                           it != p.tasks.end() ? it->second.name : fmt::format("task {}", task_id), 1, "tandem"});
+  p.host_ranges.push_back({it != p.tasks.end() ? it->second.rank : p.opt.rank, p.toRunNs(mine.start_cupti),
+                           p.toRunNs(end), it != p.tasks.end() ? it->second.name : fmt::format("task {}", local_id), 1,
+                           "tandem"});
 }
 
 void Profiler::captureBegin() {
@@ -380,7 +408,12 @@ void Profiler::setupWorkBegin() {
 void Profiler::setupWorkEnd() {
   Impl& p = *impl_;
   std::lock_guard<std::mutex> lock(p.host_mu);
-  if (!p.setup_windows.empty() && p.setup_windows.back().second == 0) p.setup_windows.back().second = cuptiNow();
+  // The latest window still open: ranks sharing the process set up at once.
+  for (auto w = p.setup_windows.rbegin(); w != p.setup_windows.rend(); ++w)
+    if (w->second == 0) {
+      w->second = cuptiNow();
+      break;
+    }
 }
 
 void Profiler::setStat(const traces::StatRow& stat) {

@@ -63,6 +63,11 @@ struct ProfilerOptions {
   // GPU power, SM clock and clock-limit reasons through NVML every this many
   // ms (profiler/power_sampler.h); 0: none.
   int power_sample_ms = 10;
+  // Ranks of the plan that share this process and its GPU (`tandem run
+  // --ranks-per-gpu`), 0 .. ranks - 1; `rank` is then not used. Each rank's
+  // tasks (TaskInfo::rank) and streams are kept apart, its records stored
+  // under its own rank; every rank's thread begins and ends each step.
+  int ranks = 1;
 };
 
 // A rank's clock against rank 0's, measured by the caller (`tandem run` uses
@@ -118,14 +123,19 @@ class Profiler {
   Profiler& operator=(const Profiler&) = delete;
 
   // The plan's tasks and streams (stored in the trace; used to tag records).
+  // With several ranks in the process (ProfilerOptions::ranks) a task is of
+  // rank TaskInfo::rank and a stream of `rank`; otherwise both are the
+  // profiler's rank (ProfilerOptions::rank) and `rank` is not used.
   void addTasks(const std::vector<TaskInfo>& tasks);
-  void nameStream(int plan_stream, cudaStream_t stream, StreamKind kind, const std::string& name);
+  void nameStream(int plan_stream, cudaStream_t stream, StreamKind kind, const std::string& name, int rank = 0);
 
+  // With several ranks, every rank's thread calls both for each step: the
+  // step ends when the last rank ended it.
   void stepBegin(int step);
   void stepEnd(int step);  // after the step's GPU work completed: samples device memory
-  // Around the launches of one task, on the launching thread.
-  void taskBegin(int64_t task_id, cudaStream_t stream);
-  void taskEnd(int64_t task_id);
+  // Around the launches of one task, on the launching thread (`rank` as in addTasks).
+  void taskBegin(int64_t task_id, cudaStream_t stream, int rank = 0);
+  void taskEnd(int64_t task_id, int rank = 0);
   void captureBegin();
   void captureEnd();
 

@@ -117,7 +117,12 @@ struct Profiler::Impl {
     int step = 0;
     uint64_t begin = 0, end = 0;  // CUPTI ns, host
   };
-  std::map<int, std::pair<uint64_t, uint64_t>> open_steps;  // step -> (begin, NVTX range id)
+  struct OpenStep {
+    uint64_t begin = 0;  // CUPTI ns, host
+    uint64_t range = 0;  // NVTX range id
+    int ranks_in = 0;    // ranks that began it and have not ended it
+  };
+  std::map<int, OpenStep> open_steps;
   std::vector<EndedStep> ended_steps;
   std::vector<traces::CounterRow> host_counters;
   std::vector<traces::StatRow> extra_stats;
@@ -150,9 +155,21 @@ struct Profiler::Impl {
   CUpti_SubscriberHandle subscriber = nullptr;
   bool started = false;
   bool finished = false;
-  bool in_task = false;
-  uint64_t task_start_cupti = 0;
   int current_step = -1;  // the step begun last
+
+  // Several ranks in this process (ProfilerOptions::ranks > 1): the keys of
+  // the maps above carry the rank (task ids in `tasks`, the external
+  // correlation ids and the graph nodes' tasks; plan stream indices in
+  // plan_streams, the stream maps and streams_written). With one rank a key
+  // is the id itself and every row is opt.rank's.
+  static constexpr int64_t kRankTaskStride = int64_t(1) << 40;
+  static constexpr int kRankStreamStride = 1 << 20;  // above every track range but host threads
+  bool manyRanks() const { return opt.ranks > 1; }
+  int64_t taskKey(int rank, int64_t task) const { return manyRanks() ? rank * kRankTaskStride + task : task; }
+  int streamKey(int rank, int stream) const { return manyRanks() ? rank * kRankStreamStride + stream : stream; }
+  int rankOfStream(int key) const { return manyRanks() ? key / kRankStreamStride : opt.rank; }
+  int streamOfKey(int key) const { return manyRanks() ? key % kRankStreamStride : key; }
+  void checkRank(int rank) const;
   std::set<std::string> unattributed_names;
   ProfileSummary summary;
   std::atomic<int64_t> dropped{0};

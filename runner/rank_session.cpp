@@ -83,10 +83,34 @@ std::vector<traces::StatRow> summaryStats(const Plan& plan, const StepStats& sta
   return rows;
 }
 
+std::unique_ptr<profiler::Profiler> makeSharedProfiler(const Plan& plan, const std::string& path, int device) {
+#ifdef TANDEM_HAVE_PROFILER
+  profiler::ProfilerOptions po;
+  po.path = path;
+  po.run = realRunInfo(plan, device);
+  po.run.created_unix_ns = 0;  // the profiler stamps its own start
+  po.plan_facts = plan_trace::planFacts(plan);
+  po.ranks = plan.world_size;
+  po.device = device;
+  // The arena counters are rank 0's program's.
+  po.arena_bytes = plan.forRank(0).memory.arena_bytes;
+  po.arena_peak_bytes = plan.forRank(0).memory.peak_bytes;
+  return std::make_unique<profiler::Profiler>(po);
+#else
+  (void)plan, (void)path, (void)device;
+  throw std::runtime_error("run: this tandem was built without the CUPTI profiler (--profile unavailable)");
+#endif
+}
+
 RankSession::RankSession(const Plan& plan, const SessionOptions& options)
     : plan_(plan), options_(options), device_(cuda::deviceInfo(options.executor.device)) {
   cuda::ExecutorOptions eo = options.executor;
-  if (!options.profile_path.empty()) {
+  if (options.shared_profiler) {
+#ifdef TANDEM_HAVE_PROFILER
+    observer_ = std::make_unique<plan_trace::PlanObserver>(*options.shared_profiler, plan.forRank(eo.rank), eo.rank);
+    eo.observer = observer_.get();
+#endif
+  } else if (!options.profile_path.empty()) {
 #ifdef TANDEM_HAVE_PROFILER
     profiler::ProfilerOptions po;
     po.path = options.profile_path;
@@ -210,10 +234,11 @@ StepStats RankSession::stats() const {
 
 profiler::ProfileSummary RankSession::finishProfile() {
 #ifdef TANDEM_HAVE_PROFILER
-  if (!profiler_) throw std::logic_error("finishProfile: this session does not profile");
+  profiler::Profiler* p = profiler();
+  if (!p) throw std::logic_error("finishProfile: this session does not profile");
   for (const traces::StatRow& row : summaryStats(plan_, stats(), executor_->memory(), options_.placement))
-    profiler_->setStat(row);
-  return profiler_->finish();
+    p->setStat(row);
+  return p->finish();
 #else
   throw std::logic_error("finishProfile: this tandem was built without the profiler");
 #endif

@@ -62,7 +62,15 @@ struct SessionOptions {
   // The rank's profile file (one run per rank file, started afresh); empty:
   // no profiling. Needs profilingAvailable().
   std::string profile_path;
+  // Ranks sharing one process (`tandem run --ranks-per-gpu`): the process's
+  // one profiler (makeSharedProfiler), which this rank's tasks join; not
+  // owned. Instead of profile_path.
+  profiler::Profiler* shared_profiler = nullptr;
 };
+
+// The one profiler of ranks sharing this process and GPU `device`, writing
+// every rank's records into `path` (a new run there). Needs profilingAvailable().
+std::unique_ptr<profiler::Profiler> makeSharedProfiler(const Plan& plan, const std::string& path, int device);
 
 // The run row a real run of `plan` on device `device` writes: job, host,
 // devices, tool version, plan format.
@@ -100,8 +108,8 @@ class RankSession {
 
   cuda::CudaExecutor& executor() { return *executor_; }
   const cuda::DeviceInfo& device() const { return device_; }
-  // Null unless profiling.
-  profiler::Profiler* profiler() { return profiler_.get(); }
+  // Null unless profiling (the shared profiler where ranks share the process).
+  profiler::Profiler* profiler() { return profiler_ ? profiler_.get() : options_.shared_profiler; }
 
   // This rank's clock against rank 0's (NCCL ping-pong), outside the steps;
   // stored in the profile when profiling. Every rank's offset (rank 0's first);
@@ -120,7 +128,8 @@ class RankSession {
   // The steady-state figures of the last run().
   StepStats stats() const;
 
-  // Stores the run's summary stats in the profile and closes it.
+  // Stores the run's summary stats in the profile and closes it (a shared
+  // profiler: called on one rank's session, once every rank is done).
   profiler::ProfileSummary finishProfile();
 
  private:

@@ -6,9 +6,9 @@
 
 namespace tandem::plan_trace {
 
-std::vector<profiler::TaskInfo> taskInfos(const RankPlan& rp) {
+std::vector<profiler::TaskInfo> taskInfos(const RankPlan& rp, int rank) {
   const std::vector<int64_t> live = arenaLiveBytes(rp);
-  const std::vector<traces::PlanTaskRow> rows = planTaskRows(/*rank=*/0, rp);
+  const std::vector<traces::PlanTaskRow> rows = planTaskRows(rank, rp);
   std::vector<profiler::TaskInfo> out;
   out.reserve(rp.tasks.size());
   for (size_t k = 0; k < rp.tasks.size(); ++k) {
@@ -26,9 +26,9 @@ std::vector<profiler::TaskInfo> taskInfos(const RankPlan& rp) {
   return out;
 }
 
-PlanObserver::PlanObserver(profiler::Profiler& profiler, const RankPlan& program)
-    : profiler_(profiler), program_(program) {
-  profiler_.addTasks(taskInfos(program));
+PlanObserver::PlanObserver(profiler::Profiler& profiler, const RankPlan& program, int rank)
+    : profiler_(profiler), program_(program), rank_(rank) {
+  profiler_.addTasks(taskInfos(program, rank));
   named_.assign(program.streams.size(), false);
 }
 
@@ -39,13 +39,13 @@ void PlanObserver::onTaskBegin(const Task& task, cudaStream_t stream) {
   // Streams are named the first time a task shows which CUDA stream is which.
   if (task.stream >= 0 && size_t(task.stream) < named_.size() && !named_[size_t(task.stream)]) {
     const StreamInfo& si = program_.streams[size_t(task.stream)];
-    profiler_.nameStream(task.stream, stream, si.kind, si.name);
+    profiler_.nameStream(task.stream, stream, si.kind, si.name, rank_);
     named_[size_t(task.stream)] = true;
   }
-  profiler_.taskBegin(task.id, stream);
+  profiler_.taskBegin(task.id, stream, rank_);
 }
 
-void PlanObserver::onTaskEnd(const Task& task, cudaStream_t) { profiler_.taskEnd(task.id); }
+void PlanObserver::onTaskEnd(const Task& task, cudaStream_t) { profiler_.taskEnd(task.id, rank_); }
 void PlanObserver::onCaptureBegin(cudaStream_t) { profiler_.captureBegin(); }
 void PlanObserver::onCaptureEnd(cudaStream_t) { profiler_.captureEnd(); }
 void PlanObserver::onSetupWorkBegin() { profiler_.setupWorkBegin(); }

@@ -7,6 +7,9 @@
 //   profiler::Profiler prof(options);
 //   plan_trace::PlanObserver obs(prof, plan.programs[0]);  // stores the plan's tasks
 //   exec_options.observer = &obs;                           // before creating the executor
+//
+// Ranks sharing one process (ProfilerOptions::ranks) share the profiler,
+// an observer each that names its rank.
 
 #include <vector>
 
@@ -20,11 +23,11 @@ namespace tandem::plan_trace {
 // plan rows (plan_trace/plan_rows.h, which the simulator's trace output
 // writes too, so both runs carry the same graph) with the live arena bytes
 // and the collectives' group and payload.
-std::vector<profiler::TaskInfo> taskInfos(const RankPlan& rp);
+std::vector<profiler::TaskInfo> taskInfos(const RankPlan& rp, int rank = 0);
 
 class PlanObserver : public cuda::TaskObserver {
  public:
-  PlanObserver(profiler::Profiler& profiler, const RankPlan& program);
+  PlanObserver(profiler::Profiler& profiler, const RankPlan& program, int rank = 0);
 
   void onStepBegin(int step) override;
   void onStepEnd(int step) override;
@@ -38,6 +41,7 @@ class PlanObserver : public cuda::TaskObserver {
  private:
   profiler::Profiler& profiler_;
   const RankPlan& program_;
+  int rank_;
   std::vector<bool> named_;
 };
 

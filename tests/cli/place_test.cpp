@@ -174,11 +174,18 @@ TEST_CASE("tandem run counts ranks: --gpus and --ranks-per-gpu against the job's
                               scratch, "CUDA_VISIBLE_DEVICES=");
   CHECK(wide.exit_code == 1);
   CHECK_THAT(wide.err, Catch::Contains("--ranks-per-gpu 2 puts every rank on one GPU: the job has 4 ranks"));
+  const auto checkpointed = runTandem("run tiny --set parallel.tensor_parallel=2 --ranks-per-gpu 2 --checkpoint-dir " +
+                                          scratch + "-ckpt --checkpoint-every 5",
+                                      scratch, "CUDA_VISIBLE_DEVICES=");
+  CHECK(checkpointed.exit_code == 1);
+  CHECK_THAT(checkpointed.err, Catch::Contains("--ranks-per-gpu does not checkpoint"));
+  // Profiling is no longer refused: it gets as far as looking for a GPU.
   const auto profiled = runTandem("run tiny --set parallel.tensor_parallel=2 --ranks-per-gpu 2 --profile --out " +
                                       scratch + ".sqlite",
                                   scratch, "CUDA_VISIBLE_DEVICES=");
   CHECK(profiled.exit_code == 1);
-  CHECK_THAT(profiled.err, Catch::Contains("--ranks-per-gpu does not profile"));
+  CHECK_THAT(profiled.err, Catch::Contains("no CUDA GPU available"));
+  CHECK_FALSE(std::filesystem::exists(scratch + ".sqlite"));
   // The right world gets as far as looking for a GPU (none visible here).
   const auto fits = runTandem("run tiny --set parallel.tensor_parallel=2 --ranks-per-gpu 2", scratch,
                               "CUDA_VISIBLE_DEVICES=");

@@ -270,7 +270,17 @@ for s in "$@"; do
       RUN_EXTRA="--ranks-per-gpu 2" graph_vs_eager "parallel.tensor_parallel=2 parallel.sequence_parallel=true \
         parallel.data_parallel=1 training.micro_batch=8" resources/jobs/gpt2-124m-dp8.yaml 1
       RUN_EXTRA="--ranks-per-gpu 2" graph_vs_eager "parallel.pipeline_parallel=2 parallel.pipeline_chunks=2 \
-        training.grad_accum=4 model.layers=4" resources/jobs/gpt2-tiny.yaml 1 ;;
+        training.grad_accum=4 model.layers=4" resources/jobs/gpt2-tiny.yaml 1
+      # Issue 53 point 4: TP 2 x PP 2 profiled with every rank on this GPU
+      # (one profiler, each rank's records under its rank): kernels with a
+      # task per rank (the set-up track, 998, left out), then the report.
+      rm -f /tmp/tp2pp2.sqlite
+      stage tp2pp2_profiled $B/tandem run tiny --set parallel.tensor_parallel=2 --set parallel.pipeline_parallel=2 \
+        --set training.grad_accum=2 --ranks-per-gpu 4 --steps 10 --profile --out /tmp/tp2pp2.sqlite
+      stage tp2pp2_per_rank python3 -c "import sqlite3, sys
+for r, n, t in sqlite3.connect(sys.argv[1]).execute('select rank, count(*), sum(task_id >= 0) from activities '
+    'where kind = 0 and stream != 998 group by rank'): print('rank', r, 'kernels', n, 'with a task', t)" /tmp/tp2pp2.sqlite
+      stage tp2pp2_report $B/tandem report /tmp/tp2pp2.sqlite ;;
     multigpu)
       # Issue 53 on a machine of several GPUs (the NCCL path; not run yet: no
       # such machine lent): the ranks-per-GPU checks over NCCL (a GPU per

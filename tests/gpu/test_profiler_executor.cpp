@@ -4,7 +4,10 @@
 // on how many kernels each task launches per step. The graph run also
 // brackets GPU work with a clock measurement (clockSyncBegin/End, as `tandem
 // run` does around its NCCL ping-pong): that work is counted apart, and the
-// offsets land in the clocks rows and stats.
+// offsets land in the clocks rows and stats. Then ranks sharing the GPU in
+// one process (tensor x pipeline parallel 2 x 2, in-process collectives, one
+// profiler for all): every kernel of every rank tagged with a task of that
+// rank's program, on that task's stream, in graph and eager mode.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -13,8 +16,10 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "engine/cuda/executor.h"
+#include "engine/cuda/local_comm.h"
 #include "engine/plan/planner.h"
 #include "plan_trace/gpu/plan_observer.h"
 #include "tests/gpu/gpu_test.h"
@@ -144,6 +149,90 @@ Profiled profileRun(const Plan& plan, bool graph, const std::string& path, bool 
   return out;
 }
 
+// Every rank of `plan` on this GPU, one profiler for all of them.
+struct RanksProfiled {
+  profiler::ProfileSummary summary;
+  std::vector<int> kernels, attributed, wrong_stream, steps;  // per rank
+  int foreign_ranks = 0;  // kernel rows of a rank outside the plan
+};
+
+RanksProfiled profileRanks(const Plan& plan, bool graph, const std::string& path) {
+  std::filesystem::remove(path);
+  const int world = plan.world_size;
+  RanksProfiled out;
+  {
+    profiler::ProfilerOptions po;
+    po.path = path;
+    po.run.name = graph ? "ranks graph" : "ranks eager";
+    po.ranks = world;
+    profiler::Profiler prof(po);
+    auto local = std::make_shared<cuda::LocalWorld>(plan, 0, 60);
+    std::vector<std::unique_ptr<plan_trace::PlanObserver>> observers;
+    std::vector<std::unique_ptr<cuda::CudaExecutor>> execs(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r)
+      observers.push_back(std::make_unique<plan_trace::PlanObserver>(prof, plan.forRank(r), r));
+    std::vector<std::string> errors(static_cast<size_t>(world));
+    auto onEveryRank = [&](const std::function<void(int)>& fn) {
+      std::vector<std::thread> threads;
+      for (int r = 0; r < world; ++r)
+        threads.emplace_back([&, r] {
+          try {
+            cudaSetDevice(0);
+            fn(r);
+          } catch (const std::exception& e) {
+            errors[size_t(r)] = e.what();
+            local->abort(e.what());
+          }
+        });
+      for (auto& t : threads) t.join();
+      for (const std::string& e : errors)
+        if (!e.empty()) throw std::runtime_error(e);
+    };
+    onEveryRank([&](int r) {
+      cuda::ExecutorOptions eo;
+      eo.rank = r;
+      eo.world = world;
+      eo.use_graph = graph;
+      eo.tune_gemms = false;
+      eo.local_world = local;
+      eo.observer = observers[size_t(r)].get();
+      execs[size_t(r)] = std::make_unique<cuda::CudaExecutor>(plan, eo);
+    });
+    onEveryRank([&](int r) { execs[size_t(r)]->run(kSteps); });
+    out.summary = prof.finish();
+    fmt::print("     {} ranks on one GPU, {}: {}\n", world, graph ? "graph" : "eager", profiler::formatSummary(out.summary));
+  }
+  out.kernels.assign(size_t(world), 0);
+  out.attributed.assign(size_t(world), 0);
+  out.wrong_stream.assign(size_t(world), 0);
+  out.steps.assign(size_t(world), 0);
+  std::vector<std::map<int64_t, const Task*>> by_id(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r)
+    for (const Task& t : plan.forRank(r).tasks) by_id[size_t(r)][t.id] = &t;
+  tr::TraceReader reader(path);
+  const int64_t run = reader.defaultRunId();
+  std::set<std::pair<int, int>> setup_streams;
+  for (const auto& st : reader.streams(run))
+    if (st.name == "executor set-up (GEMM algorithm timing)") setup_streams.insert({st.rank, st.stream});
+  reader.forEachActivity(run, [&](const tr::ActivityRow& a) {
+    if (a.kind != tr::ActivityKind::Kernel || setup_streams.count({a.rank, a.stream})) return;
+    if (a.rank < 0 || a.rank >= world) {
+      ++out.foreign_ranks;
+      return;
+    }
+    ++out.kernels[size_t(a.rank)];
+    const auto& tasks = by_id[size_t(a.rank)];
+    auto it = tasks.find(a.task_id);
+    if (a.task_id < 0 || it == tasks.end()) return;
+    ++out.attributed[size_t(a.rank)];
+    if (a.stream != it->second->stream) ++out.wrong_stream[size_t(a.rank)];
+  });
+  for (const tr::StepRow& s : reader.steps(run))
+    if (s.rank >= 0 && s.rank < world) ++out.steps[size_t(s.rank)];
+  std::filesystem::remove(path);
+  return out;
+}
+
 }  // namespace
 
 int main() {
@@ -217,6 +306,38 @@ int main() {
       const int m = it == e.kernels_per_task.end() ? 0 : it->second;
       if (m != n) fmt::print("     task {}: graph {} eager {}\n", task, n, m);
     }
+  }
+
+  // Tensor x pipeline parallel 2 x 2, every rank on this GPU.
+  JobSpec tp2pp2 = tinyJob();
+  tp2pp2.parallel.tensor_parallel = 2;
+  tp2pp2.parallel.pipeline_parallel = 2;
+  tp2pp2.parallel.data_parallel = 1;
+  tp2pp2.training.grad_accum = 2;
+  const Plan ranks_plan = buildPlan(tp2pp2);
+  for (const bool graph : {true, false}) {
+    const RanksProfiled rp = profileRanks(ranks_plan, graph, base + (graph ? ".ranks-graph.sqlite" : ".ranks-eager.sqlite"));
+    const std::string m = fmt::format("tp2 x pp2 on one GPU, {}", graph ? "graph" : "eager");
+    // The executor's own step work (the loss all-reduce, a kernel per step
+    // issued outside every task) is counted apart, as on one rank.
+    const int64_t step_work = rp.summary.step_work_kernels;
+    expectTrue(fmt::format("{}: every compute kernel but the {} of the executor's step work attributed ({}/{})", m,
+                           step_work, rp.summary.kernels_attributed, rp.summary.kernels),
+               rp.summary.kernels > 0 && step_work == kSteps &&
+                   rp.summary.kernels_attributed + step_work == rp.summary.kernels);
+    expectTrue(fmt::format("{}: no kernel row of a rank outside the plan ({})", m, rp.foreign_ranks),
+               rp.foreign_ranks == 0);
+    int untagged = 0;
+    for (int r = 0; r < ranks_plan.world_size; ++r) {
+      const size_t i = size_t(r);
+      untagged += rp.kernels[i] - rp.attributed[i];
+      expectTrue(fmt::format("{}: rank {}: {} kernels, {} tagged with a task of its program, on the task's stream "
+                             "(wrong: {}), {} step rows",
+                             m, r, rp.kernels[i], rp.attributed[i], rp.wrong_stream[i], rp.steps[i]),
+                 rp.attributed[i] > 0 && rp.wrong_stream[i] == 0 && rp.steps[i] == kSteps);
+    }
+    expectTrue(fmt::format("{}: the kernels without a task are the step work's ({} of {})", m, untagged, step_work),
+               untagged == step_work);
   }
   return finish();
 }

@@ -230,6 +230,10 @@ int main(int argc, char** argv) {
         tiny({"training.precision=fp32", "parallel.data_parallel=2", "parallel.tensor_parallel=2",
               "parallel.shard_parameters=true"}),
         1e-4);
+    run("dp4 x tp2 fp32, ZeRO-3 in groups of 2 (hybrid)",
+        tiny({"training.precision=fp32", "parallel.data_parallel=4", "parallel.tensor_parallel=2",
+              "parallel.shard_parameters=true", "parallel.shard_group_size=2"}),
+        1e-4);
     run("dp4 fp32, ZeRO-3 in groups of 2 (hybrid)",
         tiny({"training.precision=fp32", "parallel.data_parallel=4", "parallel.shard_parameters=true",
               "parallel.shard_group_size=2"}),
