@@ -370,7 +370,7 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
   // Every rank is set up before any steps: a rank still drawing its weights
   // would otherwise leave the others waiting at the first collective past
   // --timeout.
-  std::mutex setup_mutex;
+  std::mutex setup_mutex, construct_mutex;
   std::condition_variable setup_done;
   int ready = 0;
   bool failed = false;
@@ -394,11 +394,17 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
         so.executor.timeout_s = o.timeout_s;
         so.executor.local_world = local;
         so.shared_profiler = shared_profiler.get();
-        sessions[size_t(r)] = std::make_unique<runner::RankSession>(plan, so);
+        {
+          // One rank's set-up at a time: timing GEMM algorithms captures
+          // probe graphs and synchronizes the device, which fails while
+          // another rank's thread is capturing.
+          std::lock_guard<std::mutex> one_at_a_time(construct_mutex);
+          sessions[size_t(r)] = std::make_unique<runner::RankSession>(plan, so);
+        }
         if (r == 0 && !o.json)
           fmt::print("run {}: {} ranks x {} on one GPU, {} steps, {} tokens/step, {}, arena {:.2f} GiB (rank 0)\n",
                      plan.job.name, world, sessions[0]->device().name, plan.job.training.steps,
-                     plan.job.tokensPerStep(), o.eager ? "eager" : "CUDA Graph", plan.forRank(0).memory.arena_bytes / kGiB);
+                     plan.job.tokensPerStep(), o.eager ? "eager" : "CUDA graph", plan.forRank(0).memory.arena_bytes / kGiB);
         waitForEveryRank();
         results[size_t(r)] = sessions[size_t(r)]->run(last_step, [&](const cuda::GpuStepResult& res) {
           if (r == 0) printStep(o, plan, *sessions[0], 1, res);

@@ -91,6 +91,10 @@ void Profiler::Impl::writeDeviceRecord(const Record& r, int64_t task) {
     stream = kSetupStream;
   } else if (r.kind == RecordKind::Sync && r.stream == 0xffffffffu) {
     stream = kHostSyncStream;
+  } else if (const int rank = manyRanks() && task == kStepWork ? stepWorkRank(r) : -1; rank >= 0) {
+    // Ranks sharing the process: the step work of the rank that issued it,
+    // on its first stream (the executor issues it there).
+    stream = streamKey(rank, 0);
   } else if (auto it = cupti_stream_to_plan.find(r.stream); it != cupti_stream_to_plan.end()) {
     stream = it->second;
   } else {

@@ -23,6 +23,11 @@ int& currentStep() {
   return step;
 }
 
+int& currentRank() {
+  thread_local int rank = -1;
+  return rank;
+}
+
 namespace {
 
 std::string cuptiMessage(CUptiResult r) {
@@ -235,6 +240,17 @@ void Profiler::Impl::bufferDone(CUcontext ctx, uint32_t stream, uint8_t* buffer,
 void Profiler::Impl::onLaunch(uint32_t correlation, int64_t task) {
   std::lock_guard<std::mutex> lock(node_mu);
   launch_task[correlation] = task;
+  if (manyRanks() && task == kStepWork) launch_rank[correlation] = currentRank();
+}
+
+int Profiler::Impl::stepWorkRank(const Record& r) {
+  std::lock_guard<std::mutex> lock(node_mu);
+  if (r.graph_node != 0) {
+    auto it = node_rank.find(r.graph_node);
+    return it == node_rank.end() ? -1 : it->second;
+  }
+  auto it = launch_rank.find(r.correlation);
+  return it == launch_rank.end() ? -1 : it->second;
 }
 
 void Profiler::Impl::onLaunchStep(uint32_t correlation, int step) {
@@ -259,11 +275,13 @@ void Profiler::Impl::onGraphNode(CUpti_CallbackId cbid, const CUpti_GraphData* g
   if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED) {
     const int64_t task = currentTask();
     if (task != -1) node_task[id] = task;
+    if (manyRanks() && task == kStepWork) node_rank[id] = currentRank();
   } else {  // cloned at instantiation: the executable graph's node inherits the task
     uint64_t original = 0;
     if (cuptiGetGraphNodeId(g->originalNode, &original) != CUPTI_SUCCESS) return;
     auto it = node_task.find(original);
     if (it != node_task.end()) node_task[id] = it->second;
+    if (auto rk = node_rank.find(original); rk != node_rank.end()) node_rank[id] = rk->second;
   }
 }
 

@@ -232,9 +232,10 @@ void Profiler::nameStream(int plan_stream, cudaStream_t stream, StreamKind kind,
   if (p.opt.nvtx_ranges && stream) nvtxNameCudaStreamA(stream, name.c_str());
 }
 
-void Profiler::stepBegin(int step) {
+void Profiler::stepBegin(int step, int rank) {
   Impl& p = *impl_;
   p.current_step = step;
+  if (p.manyRanks()) currentRank() = rank;
   const uint64_t begin = cuptiNow();
   currentTask() = kStepWork;
   currentStep() = step;

@@ -129,9 +129,10 @@ class Profiler {
   void addTasks(const std::vector<TaskInfo>& tasks);
   void nameStream(int plan_stream, cudaStream_t stream, StreamKind kind, const std::string& name, int rank = 0);
 
-  // With several ranks, every rank's thread calls both for each step: the
-  // step ends when the last rank ended it.
-  void stepBegin(int step);
+  // With several ranks, every rank's thread calls both for each step, and
+  // stepBegin names the rank (`rank` as in addTasks): the step ends when
+  // the last rank ended it.
+  void stepBegin(int step, int rank = 0);
   void stepEnd(int step);  // after the step's GPU work completed: samples device memory
   // Around the launches of one task, on the launching thread (`rank` as in addTasks).
   void taskBegin(int64_t task_id, cudaStream_t stream, int rank = 0);

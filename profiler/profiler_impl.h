@@ -91,6 +91,11 @@ struct Profiler::Impl {
   std::unordered_map<uint64_t, int64_t> node_task;  // graph node id -> task (kStepWork allowed)
   std::unordered_map<uint32_t, int64_t> launch_task;  // launch correlation id -> task (callback)
   std::unordered_map<uint32_t, int> launch_step;      // launch correlation id -> step (callback)
+  // Ranks sharing the process: the rank whose thread issued step work (no
+  // task names it), by graph node and by launch correlation.
+  std::unordered_map<uint64_t, int> node_rank;
+  std::unordered_map<uint32_t, int> launch_rank;
+  int stepWorkRank(const Record& r);  // -1 when unknown (takes node_mu)
   std::unordered_map<uint32_t, int64_t> ext_task;     // API correlation id -> task (external correlation records)
   std::unordered_map<uint32_t, int> ext_step;         // API correlation id -> step (the step's own pushes)
   // First start and last end (CUPTI ns) of the GPU records per launch
@@ -183,5 +188,7 @@ extern std::atomic<Profiler::Impl*> g_active;
 int64_t& currentTask();
 // The step whose launches the current thread is issuing (launch callback), -1 outside steps.
 int& currentStep();
+// The rank whose step the current thread issues (ranks sharing the process), -1 before its first step.
+int& currentRank();
 
 }  // namespace tandem::profiler

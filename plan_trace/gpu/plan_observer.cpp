@@ -32,7 +32,7 @@ PlanObserver::PlanObserver(profiler::Profiler& profiler, const RankPlan& program
   named_.assign(program.streams.size(), false);
 }
 
-void PlanObserver::onStepBegin(int step) { profiler_.stepBegin(step); }
+void PlanObserver::onStepBegin(int step) { profiler_.stepBegin(step, rank_); }
 void PlanObserver::onStepEnd(int step) { profiler_.stepEnd(step); }
 
 void PlanObserver::onTaskBegin(const Task& task, cudaStream_t stream) {

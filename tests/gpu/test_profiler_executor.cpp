@@ -336,8 +336,11 @@ int main() {
                              m, r, rp.kernels[i], rp.attributed[i], rp.wrong_stream[i], rp.steps[i]),
                  rp.attributed[i] > 0 && rp.wrong_stream[i] == 0 && rp.steps[i] == kSteps);
     }
-    expectTrue(fmt::format("{}: the kernels without a task are the step work's ({} of {})", m, untagged, step_work),
-               untagged == step_work);
+    // The world's first member, rank 0, issues the loss all-reduce.
+    const int on_rank0 = rp.kernels[0] - rp.attributed[0];
+    expectTrue(fmt::format("{}: the kernels without a task are the step work's ({} of {}), on rank 0's lane ({})", m,
+                           untagged, step_work, on_rank0),
+               untagged == step_work && on_rank0 == step_work);
   }
   return finish();
 }
