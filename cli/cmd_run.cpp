@@ -360,10 +360,12 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
   std::fflush(stdout);
   const int last_step =
       o.stop_after > 0 ? std::min(o.stop_after, plan.job.training.steps) : plan.job.training.steps;
-  // --profile: one profiler for every rank, straight into --out (each rank's
-  // records under its rank); made before the ranks, destroyed after them.
+  // --profile: one profiler for every rank (each rank's records under its
+  // rank) into the process's rank file, merged into --out at the end as a
+  // one-process run's is, so --out is whole or untouched; made before the
+  // ranks, destroyed after them.
   std::unique_ptr<profiler::Profiler> shared_profiler;
-  if (o.profile) shared_profiler = runner::makeSharedProfiler(plan, o.out, 0);
+  if (o.profile) shared_profiler = runner::makeSharedProfiler(plan, runner::rankTracePath(o.out, 0), 0);
   std::vector<std::unique_ptr<runner::RankSession>> sessions(static_cast<size_t>(world));
   std::vector<std::vector<cuda::GpuStepResult>> results(static_cast<size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
@@ -434,9 +436,11 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
     if (o.json)
       fmt::print(R"({{"profile":"{}","ranks":{},"kernels":{},"kernels_attributed":{},"graph_kernels":{},)"
                  R"("dropped_records":{}}})" "\n",
-                 o.out, world, ps.kernels, ps.kernels_attributed, ps.graph_kernels, ps.dropped_records);
+                 ps.path, world, ps.kernels, ps.kernels_attributed, ps.graph_kernels, ps.dropped_records);
     else
-      fmt::print("profile: {} ranks into {}: {}\n", world, o.out, runner::profileSummaryLine(ps));
+      fmt::print("profile: {} ranks: {}\n", world, runner::profileSummaryLine(ps));
+    std::fflush(stdout);
+    mergeProfiles(o.out, 1, o.json);
   } else if (!o.out.empty()) {
     runner::writeStepsRun(o.out, plan, 0, results[0], sessions[0]->executor().memory(), sessions[0]->stats(), {});
   }

@@ -87,6 +87,8 @@ std::unique_ptr<profiler::Profiler> makeSharedProfiler(const Plan& plan, const s
 #ifdef TANDEM_HAVE_PROFILER
   profiler::ProfilerOptions po;
   po.path = path;
+  std::error_code ec;
+  std::filesystem::remove(po.path, ec);  // one run per rank file: a fresh profile
   po.run = realRunInfo(plan, device);
   po.run.created_unix_ns = 0;  // the profiler stamps its own start
   po.plan_facts = plan_trace::planFacts(plan);

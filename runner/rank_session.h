@@ -69,7 +69,7 @@ struct SessionOptions {
 };
 
 // The one profiler of ranks sharing this process and GPU `device`, writing
-// every rank's records into `path` (a new run there). Needs profilingAvailable().
+// every rank's records into `path` (started afresh). Needs profilingAvailable().
 std::unique_ptr<profiler::Profiler> makeSharedProfiler(const Plan& plan, const std::string& path, int device);
 
 // The run row a real run of `plan` on device `device` writes: job, host,
