@@ -10,9 +10,13 @@
 // the median ratio is printed last. --job runs another job file at the same
 // micro-batch and precision: resources/jobs/llama-124m.yaml against the
 // Llama peer bench/peers/llama_torch.py, which is handed the job's shape.
+// --versus KEY=VALUE (repeatable) makes the peer tandem itself with those
+// overrides on top (e.g. --set training.precision=fp8 --versus
+// training.precision=bf16: FP8 against tandem's own bf16 step), measured in
+// turn with the same --rounds alternation.
 //
 //   bench_gpt2_h200 [--job FILE] [--steps N] [--gpus 1|2] [--scaling] [--peer PATH/gpt2_torch.py [--rounds N]]
-//                   [--breakdown] [--ahead-first] [--set KEY=VALUE]...
+//                   [--breakdown] [--ahead-first] [--set KEY=VALUE]... [--versus KEY=VALUE [--rounds N]]...
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
@@ -56,13 +60,14 @@ struct Args {
   bool ahead_first = false;  // time the steps queued ahead before the step-by-step ones
   int rounds = 1;            // with --peer: tandem and torch.compile measured this many times, in turn
   std::vector<std::string> sets;  // job overrides (--set KEY=VALUE), e.g. comm.bucket_mib=50
+  std::vector<std::string> versus;  // the peer is tandem with these overrides on top of `sets`
 };
 
 [[maybe_unused]] Args parseArgs(int argc, char** argv) {
   Args a;
   tandem::bench::ArgReader args("bench_gpt2_h200",
                                 "[--job FILE] [--steps N] [--gpus 1|2] [--scaling] [--peer FILE [--rounds N]] [--breakdown] "
-                                "[--ahead-first] [--set KEY=VALUE]...",
+                                "[--ahead-first] [--set KEY=VALUE]... [--versus KEY=VALUE]...",
                                 argc, argv);
   while (args.next()) {
     if (args.is("--steps")) a.steps = int(args.integer(1, 1000000));
@@ -74,8 +79,11 @@ struct Args {
     else if (args.is("--ahead-first")) a.ahead_first = true;
     else if (args.is("--rounds")) a.rounds = int(args.integer(1, 20));
     else if (args.is("--set")) a.sets.push_back(args.text());
+    else if (args.is("--versus")) a.versus.push_back(args.text());
     else args.unknown();
   }
+  if (!a.versus.empty() && (!a.peer.empty() || a.scaling))
+    throw std::runtime_error("--versus compares tandem with itself: not with --peer or --scaling");
   return a;
 }
 
@@ -111,6 +119,38 @@ struct Args {
 }
 
 #ifdef TANDEM_HAVE_CUDA
+// Per-op GPU time from eager steps timed task by task, on one compute
+// stream: kernels of the weight-gradient stream would run beside the
+// others and each be timed with the time it shares. `config` names the
+// configuration in each line (empty: none).
+void printBreakdown(const tandem::JobSpec& job, const std::string& config) {
+  using namespace tandem;
+  JobSpec serial = job;
+  serial.schedule.weight_gradient_stream = false;
+  const Plan serial_plan = buildPlan(serial);
+  cuda::ExecutorOptions o;
+  o.use_graph = false;
+  o.time_tasks = true;
+  cuda::CudaExecutor timed(serial_plan, o);
+  const int timed_steps = 3;
+  for (int s = 0; s < timed_steps + 1; ++s) timed.step();
+  const std::vector<double> t = timed.taskMilliseconds();
+  std::map<std::string, double> by_op;
+  double total = 0;
+  const auto& tasks = serial_plan.programs[0].tasks;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    by_op[std::string(toString(tasks[i].op))] += t[i] / (timed_steps + 1);
+    total += t[i] / (timed_steps + 1);
+  }
+  std::vector<std::pair<double, std::string>> rows;
+  for (auto& [k, v] : by_op) rows.push_back({v, k});
+  std::sort(rows.rbegin(), rows.rend());
+  const std::string tag = config.empty() ? "" : ",\"config\":" + nlohmann::json(config).dump();
+  for (auto& [v, k] : rows)
+    fmt::print("{{\"breakdown\":\"{}\",\"ms_per_step\":{:.3f},\"share\":{:.3f}{}}}\n", k, v, v / total, tag);
+  std::fflush(stdout);
+}
+
 // One configuration measured: `gpus` ranks on devices first_device,
 // first_device + 1, ...; prints its JSON lines.
 struct Measured {
@@ -118,12 +158,17 @@ struct Measured {
   double med = 0, sync_med = 0, tps = 0;
 };
 
-Measured measureTandem(const Args& a, int gpus, int first_device) {
-  using namespace tandem;
+// The job measured: the file's, at micro-batch 16 in bf16 unless --set says otherwise.
+tandem::JobSpec jobOf(const Args& a, int gpus) {
   std::vector<std::string> sets = {fmt::format("parallel.data_parallel={}", gpus), "training.micro_batch=16",
                                    "training.precision=bf16", fmt::format("training.steps={}", 2 * a.steps)};
   sets.insert(sets.end(), a.sets.begin(), a.sets.end());
-  const JobSpec job = loadJobFile(a.job, sets);
+  return tandem::loadJobFile(a.job, sets);
+}
+
+Measured measureTandem(const Args& a, int gpus, int first_device) {
+  using namespace tandem;
+  const JobSpec job = jobOf(a, gpus);
   const Plan plan = buildPlan(job);
   const cuda::DeviceInfo dev = cuda::deviceInfo(first_device);
   // Each rank as `tandem run` sets one up (runner/rank_session.h), one thread per rank.
@@ -249,6 +294,42 @@ Measured measureTandem(const Args& a, int gpus, int first_device) {
   sessions.clear();
   return {job, med, sync_med, tps};
 }
+
+// --versus: the peer is tandem with those overrides on top, measured in
+// turn, the peer first in even rounds (whatever runs first on a rested GPU
+// at its power limit is faster). `med` is round 1's step of `a`.
+void compareWithVersus(const Args& a, double med) {
+  using namespace tandem;
+  Args peer = a;
+  peer.sets.insert(peer.sets.end(), a.versus.begin(), a.versus.end());
+  std::string versus_text;
+  for (const std::string& v : a.versus) versus_text += (versus_text.empty() ? "" : " ") + v;
+  if (a.breakdown && a.gpus == 1) printBreakdown(jobOf(peer, a.gpus), versus_text);
+  std::vector<double> ratios;
+  for (int round = 1; round <= a.rounds; ++round) {
+    double ms = med, versus_ms = 0;
+    if (round == 1) {
+      versus_ms = measureTandem(peer, a.gpus, 0).med;
+    } else if (round % 2 == 0) {
+      versus_ms = measureTandem(peer, a.gpus, 0).med;
+      ms = measureTandem(a, a.gpus, 0).med;
+    } else {
+      ms = measureTandem(a, a.gpus, 0).med;
+      versus_ms = measureTandem(peer, a.gpus, 0).med;
+    }
+    ratios.push_back(versus_ms / ms);
+    fmt::print("{{\"comparison\":\"tandem / tandem with {}\",\"round\":{},\"gpus\":{},\"tandem_ms\":{:.2f},"
+               "\"versus_ms\":{:.2f},\"speedup_vs_versus\":{:.3f}}}\n",
+               versus_text, round, a.gpus, ms, versus_ms, versus_ms / ms);
+    std::fflush(stdout);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  fmt::print("{{\"comparison\":\"tandem / tandem with {}, median of rounds\",\"rounds\":{},"
+             "\"speedup_vs_versus\":{:.3f},\"lowest\":{:.3f},\"highest\":{:.3f}}}\n",
+             versus_text, a.rounds, n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]),
+             ratios.front(), ratios.back());
+}
 #endif
 
 }  // namespace
@@ -288,34 +369,10 @@ int main(int argc, char** argv) {
     const JobSpec& job = mt.job;
     const double med = mt.med, sync_med = mt.sync_med;
 
-    if (a.breakdown && a.gpus == 1) {
-      // Per-op GPU time from eager steps timed task by task, on one compute
-      // stream: kernels of the weight-gradient stream would run beside the
-      // others and each be timed with the time it shares.
-      JobSpec serial = job;
-      serial.schedule.weight_gradient_stream = false;
-      const Plan serial_plan = buildPlan(serial);
-      cuda::ExecutorOptions o;
-      o.use_graph = false;
-      o.time_tasks = true;
-      cuda::CudaExecutor timed(serial_plan, o);
-      const int timed_steps = 3;
-      for (int s = 0; s < timed_steps + 1; ++s) timed.step();
-      const std::vector<double> t = timed.taskMilliseconds();
-      std::map<std::string, double> by_op;
-      double total = 0;
-      const auto& tasks = serial_plan.programs[0].tasks;
-      for (size_t i = 0; i < tasks.size(); ++i) {
-        by_op[std::string(toString(tasks[i].op))] += t[i] / (timed_steps + 1);
-        total += t[i] / (timed_steps + 1);
-      }
-      std::vector<std::pair<double, std::string>> rows;
-      for (auto& [k, v] : by_op) rows.push_back({v, k});
-      std::sort(rows.rbegin(), rows.rend());
-      for (auto& [v, k] : rows)
-        fmt::print("{{\"breakdown\":\"{}\",\"ms_per_step\":{:.3f},\"share\":{:.3f}}}\n", k, v, v / total);
-      std::fflush(stdout);
-    }
+    // With --versus each breakdown line names its configuration.
+    if (a.breakdown && a.gpus == 1) printBreakdown(job, a.versus.empty() ? "" : "as set");
+
+    if (!a.versus.empty()) compareWithVersus(a, med);
 
     if (!a.peer.empty()) {
       std::string line_e;

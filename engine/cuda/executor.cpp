@@ -123,6 +123,7 @@ CudaExecutor::Impl::Impl(const Plan& p, const ExecutorOptions& o) : plan(p), opt
     throw CudaError("cuda executor: the plan's stream 0 is not a compute stream");
   for (int64_t bytes : gpu_footprint::scratchBytesPerStream(*program))
     scratch.push_back(static_cast<float*>(deviceAlloc(bytes)));
+  prepareFp8();
   scalars = static_cast<StepScalars*>(deviceAlloc(sizeof(StepScalars)));
   TANDEM_CUDA_CHECK(cudaMallocHost(&host_scalars, kSlots * sizeof(StepScalars)));
   TANDEM_CUDA_CHECK(cudaMallocHost(&host_out, kSlots * 2 * sizeof(float)));
@@ -267,6 +268,37 @@ void* CudaExecutor::Impl::ptr(int buffer) const {
   if (b.offset < 0)
     throw CudaError(fmt::format("cuda executor: buffer {} ({}) has no arena offset", b.id, b.name));
   return arena + b.offset;
+}
+
+void CudaExecutor::Impl::prepareFp8() {
+  const int64_t bytes = gpu_footprint::fp8ScaleBytes(*program);
+  if (bytes == 0) return;
+  fp8_format.assign(program->buffers.size(), Fp8Format::E4M3);
+  fp8_slot.assign(program->buffers.size(), -1);
+  int slots = 0;
+  for (const Buffer& b : program->buffers)
+    if (b.dtype == DType::F8) fp8_slot[size_t(b.id)] = slots++;
+  std::vector<int> writer(program->buffers.size(), -1);
+  for (const Task& t : program->tasks)
+    for (int b : t.writes) {
+      if (program->buffers.at(size_t(b)).dtype != DType::F8) continue;
+      const Fp8Format f = t.phase == Phase::Backward ? Fp8Format::E5M2 : Fp8Format::E4M3;
+      if (writer[size_t(b)] >= 0 && fp8_format[size_t(b)] != f)
+        throw CudaError(fmt::format("cuda executor: FP8 buffer {} is written in two formats (tasks {} and {})",
+                                    program->buffers[size_t(b)].name, writer[size_t(b)], t.id));
+      fp8_format[size_t(b)] = f;
+      writer[size_t(b)] = t.id;
+    }
+  fp8_scales = static_cast<std::byte*>(deviceAlloc(bytes));
+  std::vector<float> ones(size_t(bytes) / sizeof(float), 1.0f);
+  TANDEM_CUDA_CHECK(cudaMemcpy(fp8_scales, ones.data(), size_t(bytes), cudaMemcpyHostToDevice));
+}
+
+float* CudaExecutor::Impl::fp8ScaleInv(int buffer) const {
+  const int slot = fp8_scales ? fp8_slot.at(size_t(buffer)) : -1;
+  if (slot < 0)
+    throw CudaError(fmt::format("cuda executor: {} is not an FP8 buffer", program->buffers.at(size_t(buffer)).name));
+  return reinterpret_cast<float*>(fp8_scales + int64_t(slot) * gpu_footprint::kFp8ScaleSlotBytes);
 }
 
 void CudaExecutor::Impl::prepareTasks() {

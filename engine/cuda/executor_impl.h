@@ -63,6 +63,12 @@ struct CudaExecutor::Impl {
   void issueLoadBatch(int index, cudaStream_t s);
   void issueEmbeddingBackward(int index, cudaStream_t s);
   void issueFusable(int index, cudaStream_t s);
+  // training.precision fp8 (current scaling): a CastFp8 task, and a GEMM
+  // whose operands are FP8 copies (their K-major copies made on the way).
+  void issueCastFp8(int index, cudaStream_t s);
+  void issueFp8Gemm(int index, cudaStream_t s);
+  Gemm::Fp8Operand fp8Operand(int buffer) const;
+  void prepareFp8();
   void issueAttention(int index, cudaStream_t s);
   void issueCollective(int index, cudaStream_t s);
   bool issueVocabularyParallel(int index, cudaStream_t s);
@@ -140,6 +146,15 @@ struct CudaExecutor::Impl {
   std::vector<std::unique_ptr<Gemm>> gemms;
   Gemm& mainGemm() const { return *gemms.at(0); }
   std::vector<float*> scratch;  // per stream
+  // FP8 buffers: the format each holds (by its writer's phase: E5M2 for
+  // what the backward writes, E4M3 otherwise, as the CPU reference) and on
+  // the device 1 / the scale its last cast used, in a slot of
+  // gpu_footprint::kFp8ScaleSlotBytes per FP8 buffer (fp8_slot: by buffer,
+  // -1 for the others; null without FP8 buffers).
+  std::vector<Fp8Format> fp8_format;
+  std::vector<int> fp8_slot;
+  std::byte* fp8_scales = nullptr;
+  float* fp8ScaleInv(int buffer) const;
   StepScalars* scalars = nullptr;
   StepScalars* host_scalars = nullptr;  // pinned, kSlots entries
   float* host_out = nullptr;            // pinned, per slot: loss sum, grad norm

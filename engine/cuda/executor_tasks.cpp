@@ -115,8 +115,7 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
     case OpKind::SquaredRelu:
     case OpKind::SquaredReluBwd:  // refused with the plan (model.mlp_activation squared_relu)
       throw CudaError(fmt::format("cuda executor: {}: the squared-ReLU MLP is not run on GPUs", t.name));
-    case OpKind::CastFp8:  // refused with the plan (training.precision fp8)
-      throw CudaError(fmt::format("cuda executor: {}: FP8 GEMMs are not run on GPUs", t.name));
+    case OpKind::CastFp8: issueCastFp8(index, s); break;
     case OpKind::CrossEntropyStats:  // issueVocabularyParallel's
       throw CudaError(fmt::format("cuda executor: {}: statistics of a loss without a tensor-parallel group", t.name));
     case OpKind::Send:
@@ -254,6 +253,8 @@ void CudaExecutor::Impl::issueFusable(int index, cudaStream_t s) {
   // (the all-reduce after it sums the ranks' partial products).
   const bool bias = a.has_bias && !(t.op == OpKind::Matmul && a.tensor_parallel > 1 &&
                                     plan.job.tensorParallelPlace(opt.rank) != 0);
+  if (a.fp8 && (t.op == OpKind::Matmul || t.op == OpKind::MatmulBwdData || t.op == OpKind::MatmulBwdWeight))
+    return issueFp8Gemm(index, s);
   switch (t.op) {
     case OpKind::Matmul:
       if (fu.kind == FusionKind::MatmulGelu) {  // D = the Gelu task's output, aux = this task's output
@@ -306,6 +307,83 @@ void CudaExecutor::Impl::issueFusable(int index, cudaStream_t s) {
         addForward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.elements, dt(W[0]), s);
       }
       break;
+    default: break;
+  }
+}
+
+Gemm::Fp8Operand CudaExecutor::Impl::fp8Operand(int buffer) const {
+  return Gemm::Fp8Operand{ptr(buffer), fp8_format.at(size_t(buffer)), fp8ScaleInv(buffer)};
+}
+
+// Current scaling (Transformer Engine's Float8CurrentScaling): the scale
+// from this tensor's own largest magnitude. Delayed scaling's casts
+// (producers writing FP8 with a scale from earlier steps) are refused with
+// the plan (gpu_support.h).
+void CudaExecutor::Impl::issueCastFp8(int index, cudaStream_t s) {
+  const Task& t = program->tasks[index];
+  if (!t.attrs.current_scaling)
+    throw CudaError(fmt::format("cuda executor: {}: FP8 delayed scaling is not run on GPUs (training.fp8_scaling "
+                                "current is)",
+                                t.name));
+  const Buffer& in = program->buffers.at(size_t(t.reads.at(0)));
+  const Buffer& out = program->buffers.at(size_t(t.writes.at(0)));
+  if (in.elementCount() != out.elementCount())
+    throw CudaError(fmt::format("cuda executor: {}: casts {} elements into {}", t.name, in.elementCount(),
+                                out.elementCount()));
+  fp8CastCurrentScaling(ptr(out.id), ptr(in.id), in.dtype, out.elementCount(), fp8_format.at(size_t(out.id)),
+                        fp8ScaleInv(out.id), scratch.at(t.stream), s);
+}
+
+// A linear layer's GEMM on FP8 copies of its operands. The forward reads
+// them as stored; the backward's operands are transposed into the stream's
+// scratch first (gpu_footprint::fp8TransposeBytes), since Hopper's FP8 GEMMs
+// read both operands K-major.
+void CudaExecutor::Impl::issueFp8Gemm(int index, cudaStream_t s) {
+  const Task& t = program->tasks[index];
+  const OpAttrs& a = t.attrs;
+  const auto& R = t.reads;
+  const auto& W = t.writes;
+  Gemm* gemm = gemms.at(t.stream).get();
+  if (!gemm) throw CudaError(fmt::format("cuda executor: {}: a GEMM on a stream without one", t.name));
+  auto* scr = reinterpret_cast<uint8_t*>(scratch.at(t.stream));
+  const TaskFusion& fu = fusion.tasks[size_t(index)];
+  const DType out = program->buffers.at(size_t(W[0])).dtype;
+  if (a.has_bias && t.op != OpKind::Matmul)  // refused with the plan (gpu_support.h)
+    throw CudaError(fmt::format("cuda executor: {}: a bias gradient from FP8 gradients", t.name));
+  switch (t.op) {
+    case OpKind::Matmul: {
+      const bool bias = a.has_bias && !(a.tensor_parallel > 1 && plan.job.tensorParallelPlace(opt.rank) != 0);
+      void* y = ptr(W[0]);
+      const void* residual = nullptr;
+      if (fu.kind == FusionKind::MatmulResidual) {  // D = the Add's output, C = its other input
+        const Task& add = program->tasks[size_t(fu.partner)];
+        y = ptr(add.writes[0]);
+        residual = ptr(residualInput(add, W[0]));
+      } else if (fu.kind != FusionKind::None) {
+        throw CudaError(fmt::format("cuda executor: {}: an epilogue fusion of an FP8 GEMM", t.name));
+      }
+      gemm->forwardFp8(y, fp8Operand(R[0]), fp8Operand(R[1]), bias ? ptr(R[2]) : nullptr, residual, a.m, a.n, a.k,
+                       out, s);
+      break;
+    }
+    case OpKind::MatmulBwdData: {
+      Gemm::Fp8Operand wt = fp8Operand(R[1]);
+      transposeBytes(scr, wt.codes, a.n, a.k, s);  // W[N,K] -> [K,N]
+      wt.codes = scr;
+      gemm->backwardDataFp8(ptr(W[0]), fp8Operand(R[0]), wt, a.m, a.n, a.k, a.accumulate, out, s);
+      break;
+    }
+    case OpKind::MatmulBwdWeight: {
+      Gemm::Fp8Operand dyt = fp8Operand(R[0]), xt = fp8Operand(R[1]);
+      uint8_t* dyt_at = scr;
+      uint8_t* xt_at = scr + gpu_footprint::fp8TransposeSecondOffset(t);
+      transposeBytes(dyt_at, dyt.codes, a.m, a.n, s);  // dy[M,N] -> [N,M]
+      transposeBytes(xt_at, xt.codes, a.m, a.k, s);    // x[M,K] -> [K,M]
+      dyt.codes = dyt_at;
+      xt.codes = xt_at;
+      gemm->backwardWeightFp8(ptr(W[0]), dyt, xt, a.m, a.n, a.k, a.accumulate_params, out, s);
+      break;
+    }
     default: break;
   }
 }
@@ -452,6 +530,9 @@ bool CudaExecutor::Impl::fusionSupported(int index, int partner, FusionKind kind
   };
   const DType d = program->buffers.at(size_t(t.writes[0])).dtype;
   Gemm* gemm = &mainGemm();  // support depends on the shape only
+  // An FP8 GEMM takes the residual as its C operand; its other epilogues
+  // (GELU, the bias gradient) are not run in FP8: separate kernels.
+  if (a.fp8 && kind != FusionKind::MatmulResidual) return false;
   switch (kind) {
     case FusionKind::MatmulGelu: {
       const Task& g = program->tasks[size_t(partner)];
@@ -471,6 +552,10 @@ bool CudaExecutor::Impl::fusionSupported(int index, int partner, FusionKind kind
       // algorithms are chosen at the arena's alignment.
       const Task& add = program->tasks[size_t(partner)];
       const int residual = residualInput(add, t.writes[0]);
+      if (a.fp8)
+        return aligned(residual) && aligned(add.writes[0]) && (!a.has_bias || aligned(t.reads[2])) &&
+               gemm->forwardFp8Supported(a.m, a.n, a.k, fp8_format.at(size_t(t.reads[0])),
+                                         fp8_format.at(size_t(t.reads[1])), a.has_bias, true, d);
       return aligned(residual) && aligned(add.writes[0]) &&
              (!a.has_bias || aligned(t.reads[2])) && gemm->forwardResidualSupported(a.m, a.n, a.k, a.has_bias, d);
     }

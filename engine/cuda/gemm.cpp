@@ -61,12 +61,27 @@ Gemm::~Gemm() {
 Gemm::Prepared& Gemm::prepare(const Key& key) {
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
-  auto [trans_a, trans_b, m, n, k, lda, ldb, ldd, accumulate, epi_int, dt_int] = key;
+  auto [trans_a, trans_b, m, n, k, lda, ldb, ldd, accumulate, epi_int, dt_int, fp8] = key;
   const Epilogue epi = Epilogue(epi_int);
   DType dt = DType(dt_int);
   cudaDataType_t type = cudaType(dt);
+  // FP8 operands (fp8Code): A's and B's formats; C and D stay in `type`.
+  cudaDataType_t a_type = type, b_type = type;
+  if (fp8 > 0) {
+    a_type = (fp8 - 1) & 1 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+    b_type = (fp8 - 1) & 2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+  }
   Prepared p;
   LT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  if (fp8 > 0) {
+    const int8_t fast = (fp8 - 1) & 4 ? 1 : 0;
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    // The heuristic may read the scale pointers' presence: present the
+    // workspace (it does not dereference them); each call sets its own.
+    const void* any = workspace_;
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof(any)));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof(any)));
+  }
   cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
@@ -101,8 +116,8 @@ Gemm::Prepared& Gemm::prepare(const Key& key) {
     }
   }
   // Stored (pre-transpose) shapes, column-major.
-  LT_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, trans_a ? k : m, trans_a ? m : k, lda));
-  LT_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, trans_b ? n : k, trans_b ? k : n, ldb));
+  LT_CHECK(cublasLtMatrixLayoutCreate(&p.a, a_type, trans_a ? k : m, trans_a ? m : k, lda));
+  LT_CHECK(cublasLtMatrixLayoutCreate(&p.b, b_type, trans_b ? n : k, trans_b ? k : n, ldb));
   LT_CHECK(cublasLtMatrixLayoutCreate(&p.d, type, m, n, ldd));
 
   cublasLtMatmulPreference_t pref;
@@ -118,7 +133,9 @@ Gemm::Prepared& Gemm::prepare(const Key& key) {
   p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
   // A plain GEMM (or the bias epilogue) must exist; a fused epilogue may be
   // refused and the caller falls back to separate kernels.
-  if (!p.ok && (epi == kNone || epi == kBias)) {
+  // (An FP8 GEMM may be refused too: the executor asks forwardFp8Supported
+  // and the plan check refuses shapes it cannot run.)
+  if (!p.ok && fp8 == 0 && (epi == kNone || epi == kBias)) {
     cublasLtMatrixLayoutDestroy(p.a);
     cublasLtMatrixLayoutDestroy(p.b);
     cublasLtMatrixLayoutDestroy(p.d);
@@ -142,9 +159,12 @@ Gemm::Prepared& Gemm::prepare(const Key& key) {
 
 void Gemm::run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
                int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd, bool accumulate,
-               const Epi& epi, DType dt, cudaStream_t s) {
-  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldd, accumulate, int(epi.kind), int(dt)};
+               const Epi& epi, DType dt, cudaStream_t s, int fp8) {
+  const Key key{trans_a, trans_b, m, n, k, lda, ldb, ldd, accumulate, int(epi.kind), int(dt), fp8};
   Prepared& p = prepare(key);
+  if (!p.ok && fp8 > 0)
+    throw CudaError("cuBLASLt found no FP8 algorithm for a " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                    std::to_string(k) + " matmul (FP8 GEMMs need every dimension a multiple of 16)");
   if (!p.ok)
     throw CudaError("cuBLASLt refuses the fused epilogue " + std::to_string(int(epi.kind)) + " for a " +
                     std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
@@ -155,6 +175,13 @@ void Gemm::run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, cons
   if (epi.aux)
     LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epi.aux,
                                             sizeof(epi.aux)));
+  if (fp8 > 0) {
+    if (!epi.a_scale || !epi.b_scale) throw CudaError("FP8 matmul without its operands' scales");
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &epi.a_scale,
+                                            sizeof(epi.a_scale)));
+    LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &epi.b_scale,
+                                            sizeof(epi.b_scale)));
+  }
   float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
   if (tuning_) {
     if (!p.tuned) tune(key, p, A, B, D, beta, s);
@@ -337,7 +364,7 @@ void Gemm::backwardWeight(void* dW, const void* dy, const void* x, int64_t M, in
 
 bool Gemm::forwardResidualSupported(int64_t M, int64_t N, int64_t K, bool has_bias, DType dt) {
   // As forward, accumulating: the same key forwardResidual runs.
-  return supported(Key{true, false, N, M, K, K, K, N, true, int(has_bias ? kBias : kNone), int(dt)});
+  return supported(Key{true, false, N, M, K, K, K, N, true, int(has_bias ? kBias : kNone), int(dt), 0});
 }
 
 void Gemm::forwardResidual(void* y, const void* x, const void* W, const void* bias, const void* r, int64_t M,
@@ -349,7 +376,7 @@ void Gemm::forwardResidual(void* y, const void* x, const void* W, const void* bi
 bool Gemm::forwardGeluSupported(int64_t M, int64_t N, int64_t K, bool has_bias, DType dt) {
   if (N % 8 != 0) return false;
   if (dt == DType::BF16 && useOwnGeluGemm(true, M, N, K, {})) return true;
-  return supported(Key{true, false, N, M, K, K, K, N, false, int(has_bias ? kGeluAuxBias : kGeluAux), int(dt)});
+  return supported(Key{true, false, N, M, K, K, K, N, false, int(has_bias ? kGeluAuxBias : kGeluAux), int(dt), 0});
 }
 
 void Gemm::forwardGelu(void* y, void* pre, const void* x, const void* W, const void* bias, int64_t M,
@@ -365,7 +392,7 @@ void Gemm::forwardGelu(void* y, void* pre, const void* x, const void* W, const v
 bool Gemm::backwardDataGeluSupported(int64_t M, int64_t N, int64_t K, DType dt) {
   if (K % 8 != 0) return false;
   if (dt == DType::BF16 && useOwnGeluGemm(false, M, K, N, {})) return true;
-  return supported(Key{false, false, K, M, N, K, N, K, false, int(kDGelu), int(dt)});
+  return supported(Key{false, false, K, M, N, K, N, K, false, int(kDGelu), int(dt), 0});
 }
 
 void Gemm::backwardDataGelu(void* dx, const void* dy, const void* W, const void* pre, int64_t M,
@@ -377,7 +404,7 @@ void Gemm::backwardDataGelu(void* dx, const void* dy, const void* W, const void*
 }
 
 bool Gemm::backwardWeightBiasSupported(int64_t M, int64_t N, int64_t K, DType dt) {
-  return supported(Key{false, true, K, N, M, K, N, K, false, int(kBGradB), int(dt)});
+  return supported(Key{false, true, K, N, M, K, N, K, false, int(kBGradB), int(dt), 0});
 }
 
 void Gemm::backwardWeightBias(void* dW, void* db, const void* dy, const void* x, int64_t M, int64_t N,
@@ -385,6 +412,43 @@ void Gemm::backwardWeightBias(void* dW, void* db, const void* dy, const void* x,
   // op(B) = dy[M,N] (k x n): its column sums over k are db[N].
   requireAligned(db, "the bias gradient");
   run(false, true, K, N, M, x, K, dy, N, dW, K, false, Epi{kBGradB, db, nullptr}, dt, s);
+}
+
+bool Gemm::forwardFp8Supported(int64_t M, int64_t N, int64_t K, Fp8Format x, Fp8Format w, bool has_bias,
+                               bool residual, DType dt) {
+  if (M % 16 != 0 || N % 16 != 0 || K % 16 != 0) return false;
+  return supported(Key{true, false, N, M, K, K, K, N, residual, int(has_bias ? kBias : kNone), int(dt),
+                       fp8Code(w, x, true)});
+}
+
+void Gemm::forwardFp8(void* y, const Fp8Operand& x, const Fp8Operand& W, const void* bias, const void* r,
+                      int64_t M, int64_t N, int64_t K, DType dt, cudaStream_t s) {
+  // As forward: y^T[N,M] = W[N,K] (stored K x N, transposed) * x^T[K,M]; A = W, B = x.
+  Epi epi{bias ? kBias : kNone, bias, nullptr, r};
+  epi.a_scale = W.scale_inv;
+  epi.b_scale = x.scale_inv;
+  run(true, false, N, M, K, W.codes, K, x.codes, K, y, N, r != nullptr, epi, dt, s,
+      fp8Code(W.format, x.format, true));
+}
+
+void Gemm::backwardDataFp8(void* dx, const Fp8Operand& dy, const Fp8Operand& Wt, int64_t M, int64_t N, int64_t K,
+                           bool accumulate, DType dt, cudaStream_t s) {
+  // dx^T[K,M] = (Wt stored N x K, transposed) * dy^T[N,M] (dy stored N x M).
+  Epi epi;
+  epi.a_scale = Wt.scale_inv;
+  epi.b_scale = dy.scale_inv;
+  run(true, false, K, M, N, Wt.codes, N, dy.codes, N, dx, K, accumulate, epi, dt, s,
+      fp8Code(Wt.format, dy.format, false));
+}
+
+void Gemm::backwardWeightFp8(void* dW, const Fp8Operand& dyT, const Fp8Operand& xT, int64_t M, int64_t N, int64_t K,
+                             bool accumulate, DType dt, cudaStream_t s) {
+  // dW^T[K,N] = (xT stored M x K, transposed) * (dyT stored M x N).
+  Epi epi;
+  epi.a_scale = xT.scale_inv;
+  epi.b_scale = dyT.scale_inv;
+  run(true, false, K, N, M, xT.codes, M, dyT.codes, M, dW, K, accumulate, epi, dt, s,
+      fp8Code(xT.format, dyT.format, false));
 }
 
 }  // namespace tandem::cuda

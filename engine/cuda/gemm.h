@@ -23,6 +23,7 @@
 
 #include "engine/ir/types.h"
 #include "engine/memory/gpu_footprint.h"
+#include "engine/numerics/fp8.h"
 
 namespace tandem::cuda {
 
@@ -97,6 +98,33 @@ class Gemm {
   void backwardWeightBias(void* dW, void* db, const void* dy, const void* x, int64_t M, int64_t N,
                           int64_t K, DType dt, cudaStream_t s);
 
+  // FP8 GEMMs (training.precision fp8): operands of one byte per element in
+  // E4M3 or E5M2, each with the device float that undoes its cast's scale
+  // (1 / scale: cuBLASLt's A/B scale), fp32 accumulation, output and C in
+  // `dt`. Hopper's FP8 GEMMs read both operands K-major (cuBLASLt's "TN"
+  // only), so the backward takes transposed copies (transposeBytes in
+  // kernels.h). As Transformer Engine runs them, the forward accumulates
+  // fast (the tensor cores' own accumulator) and the backward promotes to
+  // fp32 along K (CUBLASLT_MATMUL_DESC_FAST_ACCUM off).
+  struct Fp8Operand {
+    const void* codes = nullptr;
+    Fp8Format format = Fp8Format::E4M3;
+    const float* scale_inv = nullptr;
+  };
+  // y[M,N] = x[M,K] * W[N,K]^T (+ bias[N]) (+ r[M,N] when r is given: the
+  // residual as C, beta = 1).
+  bool forwardFp8Supported(int64_t M, int64_t N, int64_t K, Fp8Format x, Fp8Format w, bool has_bias, bool residual,
+                           DType dt);
+  void forwardFp8(void* y, const Fp8Operand& x, const Fp8Operand& W, const void* bias, const void* r, int64_t M,
+                  int64_t N, int64_t K, DType dt, cudaStream_t s);
+  // dx[M,K] (+)= dy[M,N] * W[N,K], from Wt = W^T stored [K,N].
+  void backwardDataFp8(void* dx, const Fp8Operand& dy, const Fp8Operand& Wt, int64_t M, int64_t N, int64_t K,
+                       bool accumulate, DType dt, cudaStream_t s);
+  // dW[N,K] (+)= dy[M,N]^T * x[M,K], from dyT = dy^T stored [N,M] and xT =
+  // x^T stored [K,M].
+  void backwardWeightFp8(void* dW, const Fp8Operand& dyT, const Fp8Operand& xT, int64_t M, int64_t N, int64_t K,
+                         bool accumulate, DType dt, cudaStream_t s);
+
   // Algorithm tuning. cuBLASLt's first heuristic choice is not always its
   // fastest algorithm for a shape (up to 15% slower on GPT-2's on H200:
   // bench_gemm_algos). While tuning is on, the first call of each shape
@@ -145,10 +173,17 @@ class Gemm {
     const void* bias = nullptr;
     const void* aux = nullptr;
     const void* c = nullptr;
+    const float* a_scale = nullptr;  // FP8 operands' 1 / scale
+    const float* b_scale = nullptr;
   };
+  // The FP8 part of a GEMM's key: 0 for bf16/fp32 operands, else
+  // 1 + A's format + 2 * B's format + 4 * fast accumulation.
+  static int fp8Code(Fp8Format a, Fp8Format b, bool fast_accum) {
+    return 1 + int(a == Fp8Format::E5M2) + 2 * int(b == Fp8Format::E5M2) + 4 * int(fast_accum);
+  }
   void run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda,
            const void* B, int64_t ldb, void* D, int64_t ldd, bool accumulate, const Epi& epi,
-           DType dt, cudaStream_t s);
+           DType dt, cudaStream_t s, int fp8 = 0);
 
   struct Prepared {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -161,9 +196,9 @@ class Gemm {
     size_t ws_need = 0;   // of algo
     int extra_nodes = 0;  // graph nodes algo's launch adds besides its kernel (known once tuned)
   };
-  // trans_a, trans_b, m, n, k, lda, ldb, ldd, accumulate, epilogue, dtype
+  // trans_a, trans_b, m, n, k, lda, ldb, ldd, accumulate, epilogue, dtype, fp8Code (0: not FP8)
   using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                         int, int>;
+                         int, int, int>;
   Prepared& prepare(const Key& key);
   bool supported(const Key& key) { return prepare(key).ok; }
   // Times p's candidates for one call and sets p.algo (see setTuning).

@@ -13,6 +13,7 @@
 
 #include "engine/ir/types.h"
 #include "engine/memory/gpu_footprint.h"
+#include "engine/numerics/fp8.h"
 
 namespace tandem::cuda {
 
@@ -233,5 +234,15 @@ void gradNorm(float* norm, const TensorSlot* slots, int num_slots, int64_t num_c
 void adamw(const TensorSlot* slots, int num_slots, int64_t num_chunks, const StepScalars* scalars, bool previous,
            const float* norm, bool norm_squared, float grad_clip, float beta1, float beta2, float eps,
            cudaStream_t s);
+
+// FP8 GEMM operands (fp8.cu), current scaling: out[i] = the FP8 code of
+// x[i] * scale, scale = largest finite / max |x| (engine/numerics/fp8.h, as
+// the CPU reference casts), and *scale_inv = 1 / scale for the GEMM that
+// reads the codes (cuBLASLt's A/B scale). scratch: kFp8AmaxBlocks floats.
+void fp8CastCurrentScaling(void* out, const void* x, DType dt, int64_t n, Fp8Format format, float* scale_inv,
+                           float* scratch, cudaStream_t s);
+// out[cols, rows] = in[rows, cols]^T, one byte per element (rows and cols
+// multiples of 4): the K-major copies Hopper's FP8 GEMMs read.
+void transposeBytes(void* out, const void* in, int64_t rows, int64_t cols, cudaStream_t s);
 
 }  // namespace tandem::cuda

@@ -60,6 +60,24 @@ int64_t groupedAttentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C
   return backward ? 2 * copy + attentionScratchBytes(B, Tn, H, C) : copy;
 }
 
+int64_t fp8TransposeSecondOffset(const Task& t) {
+  return t.op == OpKind::MatmulBwdWeight && t.attrs.fp8 ? align256(t.attrs.m * t.attrs.n) : 0;
+}
+
+int64_t fp8TransposeBytes(const Task& t) {
+  if (!t.attrs.fp8) return 0;
+  const OpAttrs& a = t.attrs;
+  if (t.op == OpKind::MatmulBwdData) return align256(a.n * a.k);
+  if (t.op == OpKind::MatmulBwdWeight) return fp8TransposeSecondOffset(t) + align256(a.m * a.k);
+  return 0;
+}
+
+int64_t fp8ScaleBytes(const RankPlan& rp) {
+  const int64_t fp8 =
+      std::count_if(rp.buffers.begin(), rp.buffers.end(), [](const Buffer& b) { return b.dtype == DType::F8; });
+  return fp8 * kFp8ScaleSlotBytes;
+}
+
 int64_t taskScratchBytes(const RankPlan& rp, const Task& t) {
   const OpAttrs& a = t.attrs;
   // The activations' element size: the qkv buffer the attention reads.
@@ -76,7 +94,10 @@ int64_t taskScratchBytes(const RankPlan& rp, const Task& t) {
       return attentionScratchBytes(a.b, a.t, a.h, a.c, a.bias_grad);
     case OpKind::CrossEntropy:
     case OpKind::CrossEntropyBwd: return crossEntropyScratchBytes(a.m);
-    case OpKind::MatmulBwdWeight: return a.has_bias ? biasGradientScratchBytes(a.n) : 0;
+    case OpKind::MatmulBwdWeight:
+      return std::max(fp8TransposeBytes(t), a.has_bias ? biasGradientScratchBytes(a.n) : 0);
+    case OpKind::MatmulBwdData: return fp8TransposeBytes(t);
+    case OpKind::CastFp8: return int64_t(kFp8AmaxBlocks) * kFloat;
     default: return 0;
   }
 }
@@ -105,6 +126,7 @@ Footprint executorFootprint(const RankPlan& rp) {
   for (const StreamInfo& s : rp.streams)
     if (s.kind == StreamKind::Compute) f.gemm_workspaces += kGemmWorkspaceBytes;
   for (int64_t b : scratchBytesPerStream(rp)) f.scratch += align256(b);
+  f.fp8_scales = fp8ScaleBytes(rp);
   for (const Task& t : rp.tasks) {
     if (t.op == OpKind::LoadBatch) {
       // Tokens and targets of the micro-batch, staged as 32-bit integers.

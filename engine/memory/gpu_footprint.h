@@ -40,6 +40,9 @@ inline constexpr int kBiasVecChunks = 256;
 // Multi-tensor launches (grad norm, AdamW) work in chunks of this many
 // elements; the grad norm keeps one fp32 partial per chunk.
 inline constexpr int64_t kChunkElements = 16384;
+// FP8 casts (current scaling): the largest magnitude in partial maxima of
+// this many blocks, then the cast.
+inline constexpr int kFp8AmaxBlocks = 528;
 // sizeof(cuda::TensorSlot), one per tensor of a multi-tensor launch
 // (engine/cuda/kernels.h asserts it).
 inline constexpr int64_t kTensorSlotBytes = 72;
@@ -68,6 +71,18 @@ int64_t biasGradientScratchBytes(int64_t N);
 // Rows of partial bias sums the attention backward stores (one per 64-row tile).
 int64_t attentionBiasPartialRows(int64_t B, int64_t Tn);
 
+// An FP8 GEMM's K-major copies (Hopper's FP8 GEMMs read both operands
+// K-major): the data gradient's transposed weight [K, N]; the weight
+// gradient's transposed gradient [N, M] and, at align256(M * N) after it, the
+// transposed input [K, M]. 0 for the forward and for a GEMM not in FP8.
+int64_t fp8TransposeBytes(const Task& t);
+int64_t fp8TransposeSecondOffset(const Task& t);
+// Each FP8 buffer's 1 / scale, a float at the start of a 256-byte slot of
+// its own: cuBLASLt chooses an algorithm for the alignment of the scale
+// pointers it is shown, so every one it reads has the same alignment.
+inline constexpr int64_t kFp8ScaleSlotBytes = 256;
+int64_t fp8ScaleBytes(const RankPlan& rp);
+
 // Scratch of one task of `rp` on its stream (a stream's tasks share one buffer).
 int64_t taskScratchBytes(const RankPlan& rp, const Task& t);
 // Each stream's scratch: the most any of its tasks needs, at least 256 B.
@@ -80,8 +95,9 @@ struct Footprint {
   int64_t scratch = 0;
   int64_t batch_staging = 0;
   int64_t optimizer_tables = 0;
+  int64_t fp8_scales = 0;
   int64_t fixed = 4096;  // step scalars and small tables
-  int64_t total() const { return gemm_workspaces + scratch + batch_staging + optimizer_tables + fixed; }
+  int64_t total() const { return gemm_workspaces + scratch + batch_staging + optimizer_tables + fp8_scales + fixed; }
 };
 Footprint executorFootprint(const RankPlan& program);
 Footprint executorFootprint(const Plan& plan);  // largestProgram(plan)'s

@@ -6,15 +6,48 @@
 
 namespace tandem {
 
+namespace {
+
+// training.precision fp8: the executor runs current scaling's casts and the
+// FP8 GEMMs of bias-free linear layers on one rank's own tensors.
+std::optional<std::string> fp8Refusal(const Plan& plan) {
+  if (plan.job.training.precision != Precision::FP8) return std::nullopt;
+  if (plan.job.training.fp8_scaling != Fp8Scaling::Current)
+    return fmt::format("FP8 with delayed scaling (training.fp8_scaling delayed: norms and activations write FP8 "
+                       "with scales from earlier steps) is not run on GPUs yet; set training.fp8_scaling=current "
+                       "(Transformer Engine's current scaling), or `tandem simulate` and `tandem train` run it");
+  for (const RankPlan& rp : plan.programs) {
+    for (const Task& t : rp.tasks) {
+      if (t.attrs.fp8 && t.attrs.has_bias)
+        return fmt::format("FP8 GEMMs of linear layers with biases (model.family {}: the bias gradient from FP8 "
+                           "gradients) are not run on GPUs yet; the Llama family (no biases) is, and `tandem "
+                           "simulate` and `tandem train` run this one",
+                           toString(plan.job.model.family));
+      if (t.attrs.fp8 && (t.attrs.m % 16 != 0 || t.attrs.n % 16 != 0 || t.attrs.k % 16 != 0))
+        return fmt::format("the FP8 GEMM {} is {} x {} x {}: Hopper's FP8 GEMMs need every dimension a multiple of "
+                           "16 (model.hidden, the MLP width and the tokens per micro-batch)",
+                           t.name, t.attrs.m, t.attrs.n, t.attrs.k);
+      const bool moves = t.collective.has_value() || t.op == OpKind::Send || t.op == OpKind::Recv;
+      if (moves)
+        for (int b : t.reads)
+          if (rp.buffers.at(size_t(b)).dtype == DType::F8)
+            return fmt::format("{} moves FP8 copies between ranks (sequence parallelism with training.precision "
+                               "fp8), which needs the group's common scale; not run on GPUs yet",
+                               t.name);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<std::string> gpuRunRefusal(const Plan& plan) {
   const ParallelSpec& par = plan.job.parallel;
   const char* elsewhere = "`tandem simulate` and `tandem train` run such plans";
   if (plan.job.model.mlp_activation != MlpActivation::SwiGlu)
     return fmt::format("the squared-ReLU MLP (model.mlp_activation {}) is not run on GPUs yet; {}",
                        toString(plan.job.model.mlp_activation), elsewhere);
-  if (plan.job.training.precision == Precision::FP8)
-    return fmt::format("FP8 GEMMs (training.precision fp8) are planned and simulated, not run on GPUs yet; "
-                       "`tandem simulate` runs such plans");
+  if (std::optional<std::string> fp8 = fp8Refusal(plan)) return fp8;
   if (plan.job.schedule.materialized_attention)
     return fmt::format("a materialized attention score matrix (schedule.materialized_attention) is planned and "
                        "simulated for what-if studies; the GPU executor runs the fused attention only; {}",
@@ -32,7 +65,8 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
     return fmt::format("context parallelism (parallel.context_parallel {}) is not run on GPUs yet: the attention "
                        "kernels take whole sequences; {}",
                        par.context_parallel, elsewhere);
-  const bool bf16 = plan.job.training.precision == Precision::BF16;
+  // FP8 jobs keep their activations (and the attention) in bf16.
+  const bool bf16 = plan.job.training.precision != Precision::FP32;
   // Every stage's program (pipeline stages differ).
   std::vector<const Task*> tasks;
   for (const RankPlan& rp : plan.programs)

@@ -6,7 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
-#         checkpointkill fp8gemm materialized rankspergpu multigpu
+#         checkpointkill fp8gemm fp8run materialized rankspergpu multigpu
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -417,6 +417,20 @@ for r, n, t in sqlite3.connect(sys.argv[1]).execute('select rank, count(*), sum(
       stage fp8_gemm $B/bench_fp8_gemm --rounds 3 --yaml $OUT/fp8_gemm_speedup.yaml
       cat $OUT/fp8_gemm_speedup.yaml
       [ "${FP8_16K:-1}" = 1 ] && stage fp8_gemm_16k $B/bench_fp8_gemm --rounds 3 --tokens 16384 ;;
+    fp8run)
+      # Issue 54: FP8 GEMMs (current scaling) on the GPU executor: the
+      # CPU-reference comparisons are in gpu_test_executor (stage executor);
+      # here llama-124m through the CLI in FP8 (graph == eager), and a Llama
+      # of about 1.1B in FP8 against tandem's own bf16 step, three rounds in
+      # turn, with the kernel time per op kind of each.
+      stage fp8_llama124m $B/tandem run llama-124m --gpus 1 --steps 30 --set training.precision=fp8 \
+        --set training.fp8_scaling=current
+      graph_vs_eager "training.precision=fp8 training.fp8_scaling=current" resources/jobs/llama-124m.yaml
+      stage fp8_llama1b $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml --set model.layers=22 \
+        --set model.hidden=2048 --set model.heads=32 --set model.kv_heads=4 --set model.mlp_ratio=2.75 \
+        --set model.vocab=32000 --set model.seq_len=1024 --set training.micro_batch=16 \
+        --set training.precision=fp8 --set training.fp8_scaling=current --versus training.precision=bf16 \
+        --steps 30 --rounds ${FP8_ROUNDS:-3} ${FP8_BREAKDOWN:---breakdown} ;;
     checkpointkill)
       # Issue 51 on one GPU: the run killed (SIGKILL) at random moments while
       # it saves a checkpoint after every step, then resumed; every resume

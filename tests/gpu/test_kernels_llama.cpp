@@ -2,7 +2,8 @@
 // reference kernels (engine/cpu/kernels_llama.cpp) on fresh random inputs,
 // in fp32 and bf16: RMSNorm, SwiGLU, and grouped-query attention with rotary
 // embeddings (1, 2 and all key/value heads; the CUDA-core and the
-// tensor-core attention underneath).
+// tensor-core attention underneath); the FP8 cast (current scaling) bit for
+// bit against engine/numerics/fp8.h, and the byte transpose of FP8 operands.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "engine/cpu/kernels.h"
 #include "engine/cuda/kernels.h"
+#include "engine/numerics/fp8.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/kernel_test_util.h"
 
@@ -172,8 +174,64 @@ void testDeterministic() {
 
 }  // namespace
 
+// The cast of n values of `dt` (the 16-byte path where n % 8 == 0 in bf16):
+// every code and the scale's inverse as the CPU reference computes them.
+void testFp8Cast(DType dt, int64_t n, Fp8Format format, float spread) {
+  std::vector<float> x = rounded(randomVector(size_t(n), rng, spread), dt);
+  if (n > 10) x[size_t(n / 3)] = 0.0f, x[size_t(n / 2)] = -x[size_t(n / 2)];
+  float amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  const float scale = fp8Scale(amax, format);
+  Dev gx(dt, size_t(n));
+  gx.upload(x);
+  uint8_t* codes = nullptr;
+  float* scale_inv = nullptr;
+  cudaMalloc(&codes, size_t(n));
+  cudaMalloc(&scale_inv, sizeof(float));
+  cuda::fp8CastCurrentScaling(codes, gx.p, dt, n, format, scale_inv,
+                              scratchBuffer(size_t(gpu_footprint::kFp8AmaxBlocks) * 4), nullptr);
+  std::vector<uint8_t> got(static_cast<size_t>(n));
+  float got_inv = 0;
+  cudaMemcpy(got.data(), codes, size_t(n), cudaMemcpyDeviceToHost);
+  cudaMemcpy(&got_inv, scale_inv, sizeof(float), cudaMemcpyDeviceToHost);
+  cudaFree(codes);
+  cudaFree(scale_inv);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) differ += got[size_t(i)] != fp8FromFloat(x[size_t(i)] * scale, format);
+  const std::string what = fmt::format("{} cast of {} values (amax {:.3g})", format == Fp8Format::E4M3 ? "E4M3" : "E5M2",
+                                       n, amax);
+  expectTrue(tag(dt, (what + ": every code as the CPU's, " + std::to_string(differ) + " differ").c_str()), differ == 0);
+  expectTrue(tag(dt, (what + ": 1 / scale as the CPU's").c_str()), got_inv == 1.0f / scale);
+}
+
+void testTransposeBytes(int64_t rows, int64_t cols) {
+  std::vector<uint8_t> in(size_t(rows * cols)), out(in.size());
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : in) b = uint8_t(byte(rng));
+  uint8_t *gi = nullptr, *go = nullptr;
+  cudaMalloc(&gi, in.size());
+  cudaMalloc(&go, in.size());
+  cudaMemcpy(gi, in.data(), in.size(), cudaMemcpyHostToDevice);
+  cuda::transposeBytes(go, gi, rows, cols, nullptr);
+  cudaMemcpy(out.data(), go, out.size(), cudaMemcpyDeviceToHost);
+  cudaFree(gi);
+  cudaFree(go);
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) wrong += out[size_t(c * rows + r)] != in[size_t(r * cols + c)];
+  expectTrue(fmt::format("FP8 byte transpose {} x {}: {} bytes misplaced", rows, cols, wrong), wrong == 0);
+}
+
 int main() {
   requireGpus(1);
+  for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+    testFp8Cast(DType::BF16, 1 << 20, f, 1.0f);      // 16-byte path, many blocks
+    testFp8Cast(DType::BF16, 100003, f, 1e-3f);      // scalar path, small values (subnormal codes)
+    testFp8Cast(DType::F32, 65536, f, 300.0f);
+  }
+  testTransposeBytes(512, 176);   // a tile edge inside both dimensions
+  testTransposeBytes(4096, 2048);
+  testTransposeBytes(68, 1028);
   cuda::prepareKernels();
   for (DType dt : {DType::F32, DType::BF16}) {
     // bf16: rows of whole 16-byte vectors held in a warp's registers (C =

@@ -1,0 +1,155 @@
+// FP8 GEMM operands (training.precision fp8, current scaling): the
+// per-tensor cast with its scale from the tensor's own largest magnitude,
+// and the byte transpose that gives Hopper's FP8 GEMMs (which read both
+// operands K-major) the backward's operands. The arithmetic is the CPU
+// reference's (engine/numerics/fp8.h): amax over the values as floats,
+// scale = largest finite / amax, code = the saturating round-to-nearest-even
+// FP8 of x * scale.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "engine/cuda/device_math.cuh"
+#include "engine/cuda/kernels.h"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+using gpu_footprint::kFp8AmaxBlocks;
+
+__device__ __forceinline__ float absF(bf16 x) { return fabsf(__bfloat162float(x)); }
+__device__ __forceinline__ float absF(float x) { return fabsf(x); }
+
+// Each block's largest |x| into partials[blockIdx.x] (a fixed grid, so the
+// cast knows how many there are). fmaxf ignores NaN, as the CPU's std::max
+// does.
+template <class T>
+__global__ void amaxPartialsKernel(const T* x, int64_t n, float* partials) {
+  __shared__ float shared[32];
+  float m = 0.f;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if constexpr (sizeof(T) == 2) {
+    if (n % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+      const uint4* v = reinterpret_cast<const uint4*>(x);
+      for (int64_t j = i; j < n / 8; j += stride) {
+        float f[8];
+        unpack8(v[j], f);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[k]));
+      }
+      i = n;  // done
+    }
+  }
+  for (; i < n; i += stride) m = fmaxf(m, absF(x[i]));
+  m = blockMax(m, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = m;
+}
+
+template <int kFormat>
+__device__ __forceinline__ uint8_t toFp8(float v) {
+  return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, kFormat == 0 ? __NV_E4M3 : __NV_E5M2));
+}
+
+// The scale from the partial maxima; 1 where amax says nothing (0, infinite
+// or NaN). The CPU reference keeps the cast's previous scale there instead:
+// with amax 0 every code is 0 whatever the scale, so the GEMM's results are
+// the same; a tensor holding infinities or NaN has no meaningful result on
+// either side.
+__device__ __forceinline__ float scaleFromPartials(const float* partials, float largest, float* shared) {
+  float m = 0.f;
+  for (int j = threadIdx.x; j < kFp8AmaxBlocks; j += blockDim.x) m = fmaxf(m, partials[j]);
+  m = blockMax(m, shared);
+  if (!(m > 0.f) || !isfinite(m)) return 1.f;
+  const float scale = __fdiv_rn(largest, m);
+  return isfinite(scale) ? scale : 1.f;
+}
+
+template <class T, int kFormat>
+__global__ void castKernel(uint8_t* out, const T* x, int64_t n, const float* partials, float largest,
+                           float* scale_inv) {
+  __shared__ float shared[32];
+  const float scale = scaleFromPartials(partials, largest, shared);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = __frcp_rn(scale);
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if constexpr (sizeof(T) == 2) {
+    if (n % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0) {
+      const uint4* v = reinterpret_cast<const uint4*>(x);
+      uint2* o = reinterpret_cast<uint2*>(out);
+      for (int64_t j = i; j < n / 8; j += stride) {
+        float f[8];
+        unpack8(v[j], f);
+        uint32_t lo = 0, hi = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          lo |= uint32_t(toFp8<kFormat>(__fmul_rn(f[k], scale))) << (8 * k);
+          hi |= uint32_t(toFp8<kFormat>(__fmul_rn(f[k + 4], scale))) << (8 * k);
+        }
+        o[j] = make_uint2(lo, hi);
+      }
+      return;
+    }
+  }
+  for (; i < n; i += stride) out[i] = toFp8<kFormat>(__fmul_rn(toF(x[i]), scale));
+}
+
+// out[c, r] = in[r, c] for bytes, in 64 x 64 tiles through shared memory,
+// four bytes per access (rows and cols multiples of 4).
+constexpr int kTile = 64;
+__global__ void transposeBytesKernel(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
+  __shared__ uint8_t tile[kTile][kTile + 4];
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  constexpr int kWords = kTile / 4;  // 4-byte words per tile row
+  for (int idx = threadIdx.x; idx < kTile * kWords; idx += blockDim.x) {
+    const int tr = idx / kWords, tw = idx % kWords;
+    uint32_t word = 0;
+    if (r0 + tr < rows && c0 + 4 * tw < cols)
+      word = *reinterpret_cast<const uint32_t*>(in + (r0 + tr) * cols + c0 + 4 * tw);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) tile[tr][4 * tw + b] = uint8_t(word >> (8 * b));
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < kTile * kWords; idx += blockDim.x) {
+    const int oc = idx / kWords, ow = idx % kWords;  // output row (a tile column), output word (4 tile rows)
+    if (c0 + oc >= cols || r0 + 4 * ow >= rows) continue;
+    uint32_t word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) word |= uint32_t(tile[4 * ow + b][oc]) << (8 * b);
+    *reinterpret_cast<uint32_t*>(out + (c0 + oc) * rows + r0 + 4 * ow) = word;
+  }
+}
+
+}  // namespace
+
+void fp8CastCurrentScaling(void* out, const void* x, DType dt, int64_t n, Fp8Format format, float* scale_inv,
+                           float* scratch, cudaStream_t s) {
+  const float largest = format == Fp8Format::E4M3 ? 448.0f : 57344.0f;
+  const unsigned grid = gridFor((n + 7) / 8, kThreads, 4096);
+  TANDEM_DISPATCH_DT(dt, {
+    amaxPartialsKernel<T><<<kFp8AmaxBlocks, kThreads, 0, s>>>(static_cast<const T*>(x), n, scratch);
+    if (format == Fp8Format::E4M3)
+      castKernel<T, 0><<<grid, kThreads, 0, s>>>(static_cast<uint8_t*>(out), static_cast<const T*>(x), n, scratch,
+                                                  largest, scale_inv);
+    else
+      castKernel<T, 1><<<grid, kThreads, 0, s>>>(static_cast<uint8_t*>(out), static_cast<const T*>(x), n, scratch,
+                                                  largest, scale_inv);
+  });
+  TANDEM_CUDA_CHECK(cudaGetLastError());
+}
+
+void transposeBytes(void* out, const void* in, int64_t rows, int64_t cols, cudaStream_t s) {
+  if (rows % 4 != 0 || cols % 4 != 0 || reinterpret_cast<uintptr_t>(in) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(out) % 4 != 0)
+    throw CudaError("transposeBytes: rows and columns must be multiples of 4 and the pointers 4-byte aligned");
+  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
+  if (grid.y > 65535) throw CudaError("transposeBytes: too many rows for one launch");
+  transposeBytesKernel<<<grid, kThreads, 0, s>>>(static_cast<uint8_t*>(out), static_cast<const uint8_t*>(in), rows,
+                                                cols);
+  TANDEM_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tandem::cuda
