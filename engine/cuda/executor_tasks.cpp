@@ -348,8 +348,6 @@ void CudaExecutor::Impl::issueFp8Gemm(int index, cudaStream_t s) {
   auto* scr = reinterpret_cast<uint8_t*>(scratch.at(t.stream));
   const TaskFusion& fu = fusion.tasks[size_t(index)];
   const DType out = program->buffers.at(size_t(W[0])).dtype;
-  if (a.has_bias && t.op != OpKind::Matmul)  // refused with the plan (gpu_support.h)
-    throw CudaError(fmt::format("cuda executor: {}: a bias gradient from FP8 gradients", t.name));
   switch (t.op) {
     case OpKind::Matmul: {
       const bool bias = a.has_bias && !(a.tensor_parallel > 1 && plan.job.tensorParallelPlace(opt.rank) != 0);
@@ -382,6 +380,11 @@ void CudaExecutor::Impl::issueFp8Gemm(int index, cudaStream_t s) {
       dyt.codes = dyt_at;
       xt.codes = xt_at;
       gemm->backwardWeightFp8(ptr(W[0]), dyt, xt, a.m, a.n, a.k, a.accumulate_params, out, s);
+      if (a.has_bias) {  // from the row-major codes, once the GEMM has read the scratch
+        const Gemm::Fp8Operand dy = fp8Operand(R[0]);
+        biasGradientFp8(ptr(W[1]), dy.codes, dy.format, dy.scale_inv, a.m, a.n, a.accumulate_params,
+                        program->buffers.at(size_t(W[1])).dtype, scratch.at(t.stream), s);
+      }
       break;
     }
     default: break;

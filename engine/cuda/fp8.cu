@@ -5,6 +5,7 @@
 // reference's (engine/numerics/fp8.h): amax over the values as floats,
 // scale = largest finite / amax, code = the saturating round-to-nearest-even
 // FP8 of x * scale.
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -123,7 +124,45 @@ __global__ void transposeBytesKernel(uint8_t* out, const uint8_t* in, int64_t ro
   }
 }
 
+// Partial column sums of decoded FP8 codes (a bias gradient from an FP8
+// gradient): blockDim (32, 8), grid (ceil(N / 32), rows of partials); row
+// slice blockIdx.y of the M rows into partial[blockIdx.y * N + n].
+template <int kFormat>
+__global__ void biasPartialFp8Kernel(float* partial, const uint8_t* codes, const float* scale_inv, int64_t M,
+                                     int64_t N) {
+  __shared__ float acc[8][33];
+  const float inv = *scale_inv;
+  const int64_t n = blockIdx.x * 32 + threadIdx.x;
+  const int64_t rows_per = (M + gridDim.y - 1) / gridDim.y;
+  const int64_t r0 = blockIdx.y * rows_per, r1 = min(M, r0 + rows_per);
+  float s = 0.f;
+  if (n < N)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
+      const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(codes[r * N + n]),
+                                                  kFormat == 0 ? __NV_E4M3 : __NV_E5M2);
+      s += __fmul_rn(__half2float(__half(h)), inv);
+    }
+  acc[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && n < N) {
+    float t = 0.f;
+    for (int j = 0; j < 8; ++j) t += acc[j][threadIdx.x];
+    partial[blockIdx.y * N + n] = t;
+  }
+}
+
 }  // namespace
+
+void biasGradientFp8(void* db, const void* codes, Fp8Format format, const float* scale_inv, int64_t M, int64_t N,
+                     bool accumulate, DType dt, float* scratch, cudaStream_t s) {
+  const dim3 grid(unsigned((N + 31) / 32), gpu_footprint::kBiasRowChunks);
+  if (format == Fp8Format::E4M3)
+    biasPartialFp8Kernel<0><<<grid, dim3(32, 8), 0, s>>>(scratch, static_cast<const uint8_t*>(codes), scale_inv, M, N);
+  else
+    biasPartialFp8Kernel<1><<<grid, dim3(32, 8), 0, s>>>(scratch, static_cast<const uint8_t*>(codes), scale_inv, M, N);
+  TANDEM_CUDA_CHECK(cudaGetLastError());
+  biasGradientFromPartials(db, scratch, N, gpu_footprint::kBiasRowChunks, accumulate, dt, s);
+}
 
 void fp8CastCurrentScaling(void* out, const void* x, DType dt, int64_t n, Fp8Format format, float* scale_inv,
                            float* scratch, cudaStream_t s) {

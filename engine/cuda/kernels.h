@@ -241,6 +241,12 @@ void adamw(const TensorSlot* slots, int num_slots, int64_t num_chunks, const Ste
 // reads the codes (cuBLASLt's A/B scale). scratch: kFp8AmaxBlocks floats.
 void fp8CastCurrentScaling(void* out, const void* x, DType dt, int64_t n, Fp8Format format, float* scale_inv,
                            float* scratch, cudaStream_t s);
+// db[N] (+)= the column sums of an FP8 gradient [M, N], each code decoded
+// and multiplied by *scale_inv (a linear layer's bias gradient in FP8
+// plans); deterministic, through partial sums in scratch
+// (biasGradientScratchBytes(N)).
+void biasGradientFp8(void* db, const void* codes, Fp8Format format, const float* scale_inv, int64_t M, int64_t N,
+                     bool accumulate, DType dt, float* scratch, cudaStream_t s);
 // out[cols, rows] = in[rows, cols]^T, one byte per element (rows and cols
 // multiples of 4): the K-major copies Hopper's FP8 GEMMs read.
 void transposeBytes(void* out, const void* in, int64_t rows, int64_t cols, cudaStream_t s);

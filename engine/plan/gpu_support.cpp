@@ -9,7 +9,7 @@ namespace tandem {
 namespace {
 
 // training.precision fp8: the executor runs current scaling's casts and the
-// FP8 GEMMs of bias-free linear layers on one rank's own tensors.
+// FP8 GEMMs on one rank's own tensors.
 std::optional<std::string> fp8Refusal(const Plan& plan) {
   if (plan.job.training.precision != Precision::FP8) return std::nullopt;
   if (plan.job.training.fp8_scaling != Fp8Scaling::Current)
@@ -18,11 +18,6 @@ std::optional<std::string> fp8Refusal(const Plan& plan) {
                        "(Transformer Engine's current scaling), or `tandem simulate` and `tandem train` run it");
   for (const RankPlan& rp : plan.programs) {
     for (const Task& t : rp.tasks) {
-      if (t.attrs.fp8 && t.attrs.has_bias)
-        return fmt::format("FP8 GEMMs of linear layers with biases (model.family {}: the bias gradient from FP8 "
-                           "gradients) are not run on GPUs yet; the Llama family (no biases) is, and `tandem "
-                           "simulate` and `tandem train` run this one",
-                           toString(plan.job.model.family));
       if (t.attrs.fp8 && (t.attrs.m % 16 != 0 || t.attrs.n % 16 != 0 || t.attrs.k % 16 != 0))
         return fmt::format("the FP8 GEMM {} is {} x {} x {}: Hopper's FP8 GEMMs need every dimension a multiple of "
                            "16 (model.hidden, the MLP width and the tokens per micro-batch)",

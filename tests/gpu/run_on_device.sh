@@ -426,11 +426,16 @@ for r, n, t in sqlite3.connect(sys.argv[1]).execute('select rank, count(*), sum(
       stage fp8_llama124m $B/tandem run llama-124m --gpus 1 --steps 30 --set training.precision=fp8 \
         --set training.fp8_scaling=current
       graph_vs_eager "training.precision=fp8 training.fp8_scaling=current" resources/jobs/llama-124m.yaml
-      stage fp8_llama1b $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml --set model.layers=22 \
-        --set model.hidden=2048 --set model.heads=32 --set model.kv_heads=4 --set model.mlp_ratio=2.75 \
-        --set model.vocab=32000 --set model.seq_len=1024 --set training.micro_batch=16 \
+      l1b="--set model.layers=22 --set model.hidden=2048 --set model.heads=32 --set model.kv_heads=4
+        --set model.mlp_ratio=2.75 --set model.vocab=32000 --set model.seq_len=1024 --set training.micro_batch=16"
+      stage fp8_llama1b $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml $l1b \
         --set training.precision=fp8 --set training.fp8_scaling=current --versus training.precision=bf16 \
-        --steps 30 --rounds ${FP8_ROUNDS:-3} ${FP8_BREAKDOWN:---breakdown} ;;
+        --steps 30 --rounds ${FP8_ROUNDS:-3} ${FP8_BREAKDOWN:---breakdown}
+      # Profiled, for `tandem simulate` against the real step (issue 54 point 4).
+      for p in fp8 bf16; do
+        stage profile_llama1b_$p $B/tandem run llama-124m $l1b --set training.precision=$p \
+          --set training.fp8_scaling=current --steps 12 --profile --out $OUT/llama1b_$p.sqlite
+      done ;;
     checkpointkill)
       # Issue 51 on one GPU: the run killed (SIGKILL) at random moments while
       # it saves a checkpoint after every step, then resumed; every resume

@@ -440,7 +440,9 @@ void deviceInitialWeightsMatchHost(const std::string& label, const JobSpec& job)
 }
 
 // FP8 GEMMs (current scaling) on the tiny Llama, heads 16 wide (CUDA
-// cores) and 128 wide (tensor cores), with accumulation and recompute.
+// cores) and 128 wide (tensor cores), with accumulation and recompute, and
+// on the tiny GPT-2 (biases: the forward's in the GEMM's epilogue, the
+// gradient summed from the FP8 codes).
 void fp8Checks() {
   const std::vector<std::string> fp8 = {"training.precision=fp8", "training.fp8_scaling=current"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -455,6 +457,9 @@ void fp8Checks() {
                                            "model.mlp_ratio=2.6875"})),
                       3e-2);
   compareTraining("tiny Llama fp8", tinyLlama(fp8), 20, 2e-2, 1e-1);
+  compareFp8Gradients("tiny GPT-2 fp8", tiny(fp8), 3e-2);
+  compareFp8Gradients("tiny GPT-2 fp8 grad_accum=2", tiny(with(fp8, {"training.grad_accum=2"})), 3e-2);
+  compareTraining("tiny GPT-2 fp8", tiny(fp8), 20, 2e-2, 1e-1);
 }
 
 void initialWeightChecks() {
