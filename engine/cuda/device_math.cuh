@@ -76,6 +76,28 @@ __device__ __forceinline__ float blockMax(float v, float* shared) {
   return v;
 }
 
+// Partial column sums of an [M, N] matrix read through load(row, col): the
+// body of a kernel with blockDim (32, 8) and grid (ceil(N / 32), slices);
+// row slice blockIdx.y into partial[blockIdx.y * N + n], each block in a
+// fixed order (the bias gradients, engine/cuda/elementwise.cu and fp8.cu).
+template <class Load>
+__device__ __forceinline__ void columnPartialSums(float* partial, Load load, int64_t M, int64_t N) {
+  __shared__ float acc[8][33];
+  const int64_t n = blockIdx.x * 32 + threadIdx.x;
+  const int64_t rows_per = (M + gridDim.y - 1) / gridDim.y;
+  const int64_t r0 = blockIdx.y * rows_per, r1 = min(M, r0 + rows_per);
+  float s = 0.f;
+  if (n < N)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) s += load(r, n);
+  acc[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && n < N) {
+    float t = 0.f;
+    for (int j = 0; j < 8; ++j) t += acc[j][threadIdx.x];
+    partial[blockIdx.y * N + n] = t;
+  }
+}
+
 // bf16 fast paths: 8 elements per 16-byte access (memory-bound kernels).
 __device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
   const bf16* h = reinterpret_cast<const bf16*>(&u);

@@ -228,20 +228,7 @@ constexpr int kBiasRowChunks = gpu_footprint::kBiasRowChunks;
 template <class T>
 __global__ void biasPartialKernel(float* partial, const T* dy, int64_t M, int64_t N) {
   // blockDim = (32, 8); grid = (ceil(N/32), kBiasRowChunks)
-  __shared__ float acc[8][33];
-  int64_t n = blockIdx.x * 32 + threadIdx.x;
-  int64_t rows_per = (M + gridDim.y - 1) / gridDim.y;
-  int64_t r0 = blockIdx.y * rows_per, r1 = min(M, r0 + rows_per);
-  float s = 0.f;
-  if (n < N)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) s += toF(dy[r * N + n]);
-  acc[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && n < N) {
-    float t = 0.f;
-    for (int j = 0; j < 8; ++j) t += acc[j][threadIdx.x];
-    partial[blockIdx.y * N + n] = t;
-  }
+  columnPartialSums(partial, [&](int64_t r, int64_t n) { return toF(dy[r * N + n]); }, M, N);
 }
 
 // Column sums of the partial rows: blockDim = (32, kFinalSlices), grid =

@@ -130,25 +130,13 @@ __global__ void transposeBytesKernel(uint8_t* out, const uint8_t* in, int64_t ro
 template <int kFormat>
 __global__ void biasPartialFp8Kernel(float* partial, const uint8_t* codes, const float* scale_inv, int64_t M,
                                      int64_t N) {
-  __shared__ float acc[8][33];
   const float inv = *scale_inv;
-  const int64_t n = blockIdx.x * 32 + threadIdx.x;
-  const int64_t rows_per = (M + gridDim.y - 1) / gridDim.y;
-  const int64_t r0 = blockIdx.y * rows_per, r1 = min(M, r0 + rows_per);
-  float s = 0.f;
-  if (n < N)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += 8) {
-      const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(codes[r * N + n]),
-                                                  kFormat == 0 ? __NV_E4M3 : __NV_E5M2);
-      s += __fmul_rn(__half2float(__half(h)), inv);
-    }
-  acc[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && n < N) {
-    float t = 0.f;
-    for (int j = 0; j < 8; ++j) t += acc[j][threadIdx.x];
-    partial[blockIdx.y * N + n] = t;
-  }
+  auto decoded = [&](int64_t r, int64_t n) {
+    const __half_raw h =
+        __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(codes[r * N + n]), kFormat == 0 ? __NV_E4M3 : __NV_E5M2);
+    return __fmul_rn(__half2float(__half(h)), inv);
+  };
+  columnPartialSums(partial, decoded, M, N);
 }
 
 }  // namespace

@@ -424,31 +424,27 @@ bool Gemm::forwardFp8Supported(int64_t M, int64_t N, int64_t K, Fp8Format x, Fp8
 void Gemm::forwardFp8(void* y, const Fp8Operand& x, const Fp8Operand& W, const void* bias, const void* r,
                       int64_t M, int64_t N, int64_t K, DType dt, cudaStream_t s) {
   // As forward: y^T[N,M] = W[N,K] (stored K x N, transposed) * x^T[K,M]; A = W, B = x.
-  Epi epi{bias ? kBias : kNone, bias, nullptr, r};
-  epi.a_scale = W.scale_inv;
-  epi.b_scale = x.scale_inv;
-  run(true, false, N, M, K, W.codes, K, x.codes, K, y, N, r != nullptr, epi, dt, s,
-      fp8Code(W.format, x.format, true));
+  runFp8(N, M, K, W, x, y, r != nullptr, Epi{bias ? kBias : kNone, bias, nullptr, r}, dt, s, /*fast_accum=*/true);
 }
 
 void Gemm::backwardDataFp8(void* dx, const Fp8Operand& dy, const Fp8Operand& Wt, int64_t M, int64_t N, int64_t K,
                            bool accumulate, DType dt, cudaStream_t s) {
   // dx^T[K,M] = (Wt stored N x K, transposed) * dy^T[N,M] (dy stored N x M).
-  Epi epi;
-  epi.a_scale = Wt.scale_inv;
-  epi.b_scale = dy.scale_inv;
-  run(true, false, K, M, N, Wt.codes, N, dy.codes, N, dx, K, accumulate, epi, dt, s,
-      fp8Code(Wt.format, dy.format, false));
+  runFp8(K, M, N, Wt, dy, dx, accumulate, Epi{}, dt, s, /*fast_accum=*/false);
 }
 
 void Gemm::backwardWeightFp8(void* dW, const Fp8Operand& dyT, const Fp8Operand& xT, int64_t M, int64_t N, int64_t K,
                              bool accumulate, DType dt, cudaStream_t s) {
   // dW^T[K,N] = (xT stored M x K, transposed) * (dyT stored M x N).
-  Epi epi;
-  epi.a_scale = xT.scale_inv;
-  epi.b_scale = dyT.scale_inv;
-  run(true, false, K, N, M, xT.codes, M, dyT.codes, M, dW, K, accumulate, epi, dt, s,
-      fp8Code(xT.format, dyT.format, false));
+  runFp8(K, N, M, xT, dyT, dW, accumulate, Epi{}, dt, s, /*fast_accum=*/false);
+}
+
+void Gemm::runFp8(int64_t m, int64_t n, int64_t k, const Fp8Operand& A, const Fp8Operand& B, void* D,
+                  bool accumulate, Epi epi, DType dt, cudaStream_t s, bool fast_accum) {
+  epi.a_scale = A.scale_inv;
+  epi.b_scale = B.scale_inv;
+  run(true, false, m, n, k, A.codes, k, B.codes, k, D, m, accumulate, epi, dt, s,
+      fp8Code(A.format, B.format, fast_accum));
 }
 
 }  // namespace tandem::cuda

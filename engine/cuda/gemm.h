@@ -184,6 +184,10 @@ class Gemm {
   void run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A, int64_t lda,
            const void* B, int64_t ldb, void* D, int64_t ldd, bool accumulate, const Epi& epi,
            DType dt, cudaStream_t s, int fp8 = 0);
+  // FP8, the only layout Hopper has ("TN"): column-major D[m,n] (+)= op(A)
+  // op(B) with A stored k x m and B k x n, both K-major (ld = k).
+  void runFp8(int64_t m, int64_t n, int64_t k, const Fp8Operand& A, const Fp8Operand& B, void* D, bool accumulate,
+              Epi epi, DType dt, cudaStream_t s, bool fast_accum);
 
   struct Prepared {
     cublasLtMatmulDesc_t desc = nullptr;
