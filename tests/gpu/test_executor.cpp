@@ -488,6 +488,16 @@ int main() {
   try {
     if (cuda::fusionKinds(cuda::kAllFusions) != cuda::kAllFusions)
       fmt::print("note: TANDEM_FUSION in the environment limits the fusions: the fused runs fuse less\n");
+    // GPU_TEST_ONLY=fp8: the FP8 checks alone (a short call on a busy GPU
+    // machine); the whole test otherwise.
+    if (const char* only = std::getenv("GPU_TEST_ONLY"); only && std::string(only) == "fp8") {
+      fmt::print("GPU_TEST_ONLY=fp8: the FP8 checks only\n");
+      for (const bool fusion : {true, false}) {
+        g_fusion = fusion;
+        fp8Checks();
+      }
+      return finish();
+    }
     expectFusion();
     expectResidualFusion();
     initialWeightChecks();
