@@ -104,6 +104,10 @@ std::string shapeKey(const Task& task) {
   // (GPT-2) adds nothing, so existing calibrations keep their keys.
   add("kv", a.kv_heads);
   add("v", a.v);
+  // An FP8 GEMM is another kernel than the bf16 one of its shape: a
+  // profiled FP8 run calibrates it apart (its key has a field more, so no
+  // bf16 shape is its neighbour either).
+  if (a.fp8) add("fp8", 1);
   // A fused GEMM is another kernel than the plain one of the same shape.
   if (task.epilogue != Epilogue::None)
     return key + (key.empty() ? "" : " ") + "epi=" + std::string(toString(task.epilogue));
@@ -505,11 +509,22 @@ std::optional<std::string> nearestKernelShape(const Task& task, const std::strin
 
 }  // namespace
 
+std::string RooflineCostModel::geometryKey(const Task& task) const {
+  std::string key = shapeKey(task);
+  if (!task.attrs.fp8) return key;
+  if (const auto it = calibration_.ops.find(costOpKind(task)); it != calibration_.ops.end())
+    for (const auto& [shape, e] : it->second.shapes)
+      if (shape.find("fp8=") != std::string::npos) return key;
+  Task bf16 = task;
+  bf16.attrs.fp8 = false;
+  return shapeKey(bf16);
+}
+
 const CostEntry* RooflineCostModel::tiledEntry(const Task& task) const {
   if (task.fused_into >= 0) return nullptr;
   const auto it = calibration_.ops.find(costOpKind(task));
   if (it == calibration_.ops.end()) return nullptr;
-  const std::string key = shapeKey(task);
+  const std::string key = geometryKey(task);
   std::vector<std::string> with_tile;
   for (const auto& [shape, e] : it->second.shapes) {
     if (!e.tile || e.blocks <= 0) continue;
@@ -546,7 +561,7 @@ int RooflineCostModel::kernelBlocks(const Task& task, const DeviceSpec& device) 
   if (task.fused_into >= 0) return -1;
   const auto it = calibration_.ops.find(costOpKind(task));
   if (it == calibration_.ops.end()) return -1;
-  const std::string key = shapeKey(task);
+  const std::string key = geometryKey(task);
   // The answer depends on the op kind, the shape and the device's SMs.
   const std::string memo = fmt::format("{}|{}|{}", int(costOpKind(task)), key, device.sm_count);
   {
@@ -698,7 +713,7 @@ std::vector<std::string> RooflineCostModel::fieldsBeyondMeasured(const Task& tas
   const OpKind op = costOpKind(task);
   const auto w = work_interpolators_.find(op);
   if (w == work_interpolators_.end()) return {};
-  return w->second.fieldsBeyondMeasured(interpolationKey(op, shapeKey(task)));
+  return w->second.fieldsBeyondMeasured(interpolationKey(op, geometryKey(task)));
 }
 
 const WorkInterpolator* RooflineCostModel::workInterpolator(OpKind op) const {
@@ -790,6 +805,13 @@ Task gemmPart(const Task& task, int64_t width) {
 
 }  // namespace
 
+bool RooflineCostModel::measuredShape(OpKind op, const std::string& key) const {
+  const auto it = calibration_.ops.find(op);
+  if (it == calibration_.ops.end()) return false;
+  const auto sh = it->second.shapes.find(key);
+  return sh != it->second.shapes.end() && (sh->second.ns >= 0 || sh->second.has_fit);
+}
+
 std::optional<RooflineCostModel::TaskTime> RooflineCostModel::fp8FromBf16Time(const Task& task,
                                                                              const DeviceSpec& device,
                                                                              Precision precision) const {
@@ -854,16 +876,21 @@ RooflineCostModel::TaskTime RooflineCostModel::ownKernelTime(const Task& task, c
   // A calibration measured the fused attention kernels, not these.
   if (task.attrs.materialized && (task.op == OpKind::Attention || task.op == OpKind::AttentionBwd))
     return {materializedAttentionNs(task, device, precision), from(TimeSource::Roofline)};
-  if (const auto fp8 = fp8FromBf16Time(task, device, precision)) return *fp8;
   // A GELU backward that launches the DGELU GEMM (placed there by memory)
   // runs a GEMM: the roofline takes the data-gradient GEMM's efficiencies.
   const OpKind roofline_op = costOpKind(task);
+  // An FP8 GEMM of a shape a profiled FP8 run measured takes that time;
+  // any other, its bf16 time over the FP8 speed-up.
+  const bool fp8_measured = task.attrs.fp8 && measuredShape(roofline_op, shapeKey(task));
+  if (!fp8_measured)
+    if (const auto fp8 = fp8FromBf16Time(task, device, precision)) return *fp8;
   double flops_eff = params_.flops_efficiency[size_t(roofline_op)];
   double bw_eff = params_.bw_efficiency[size_t(roofline_op)];
   TimeSource source = TimeSource::Roofline;
-  // A calibration measured bf16 GEMMs: an FP8 one takes the roofline at the
-  // FP8 peak (the op kind's efficiency against it, docs/simulator.md).
-  auto it = task.attrs.fp8 ? calibration_.ops.end() : calibration_.ops.find(roofline_op);
+  // A calibration measured bf16 GEMMs: an FP8 one it did not measure takes
+  // the roofline at the FP8 peak (the op kind's efficiency against it,
+  // docs/simulator.md).
+  auto it = task.attrs.fp8 && !fp8_measured ? calibration_.ops.end() : calibration_.ops.find(roofline_op);
   if (it != calibration_.ops.end()) {
     const OpCalibration& oc = it->second;
     // The op kind's entry: exact for a kind calibrated as a whole, with no

@@ -313,6 +313,11 @@ class RooflineCostModel : public CostModel {
   // task's: its own, else its nearest with both (cuBLASLt picks the kernel
   // by shape); none for a calibration without tiles.
   const CostEntry* tiledEntry(const Task& task) const;
+  // The shape whose launch geometry (tile, blocks) and measured range a task
+  // takes: its own (shapeKey), except that an FP8 GEMM under a calibration
+  // that measured no FP8 GEMM of its kind takes the bf16 kernel's of its
+  // shape, as its time does (fp8FromBf16Time).
+  std::string geometryKey(const Task& task) const;
   // The thread blocks of the task's main kernel on `device`: its shape's as
   // calibrated, else a block per SM for a GEMM whose output has two waves
   // of the largest tile (gemmOutputTiles), else its nearest calibrated
@@ -355,6 +360,8 @@ class RooflineCostModel : public CostModel {
   // An FP8 GEMM under a measured speedup table (Calibration::fp8_gemm_speedup):
   // nothing when its op kind has none.
   std::optional<TaskTime> fp8FromBf16Time(const Task& task, const DeviceSpec& device, Precision precision) const;
+  // Whether the calibration has a time (or a fit) for this shape of the op kind.
+  bool measuredShape(OpKind op, const std::string& key) const;
   // A chain of another framework's kernels, each timed by its roofline at
   // the elementwise ops' efficiencies, with a launch each.
   int64_t chainNs(const std::vector<PassKernel>& kernels, const DeviceSpec& device) const;

@@ -469,6 +469,19 @@ void fp8Checks() {
   compareTraining("tiny GPT-2 fp8", tiny(fp8), 20, 2e-2, 2.5e-1);
 }
 
+// GPU_TEST_ONLY=fp8: the FP8 checks alone, with and without fusion (a
+// short call on a busy GPU machine); false (run everything) otherwise.
+bool fp8ChecksOnly() {
+  const char* only = std::getenv("GPU_TEST_ONLY");
+  if (!only || std::string(only) != "fp8") return false;
+  fmt::print("GPU_TEST_ONLY=fp8: the FP8 checks only\n");
+  for (const bool fusion : {true, false}) {
+    g_fusion = fusion;
+    fp8Checks();
+  }
+  return true;
+}
+
 void initialWeightChecks() {
   deviceInitialWeightsMatchHost("tiny fp32", tiny({"training.precision=fp32"}));
   deviceInitialWeightsMatchHost("tiny bf16 Llama", tinyLlama({"training.precision=bf16"}));
@@ -488,16 +501,7 @@ int main() {
   try {
     if (cuda::fusionKinds(cuda::kAllFusions) != cuda::kAllFusions)
       fmt::print("note: TANDEM_FUSION in the environment limits the fusions: the fused runs fuse less\n");
-    // GPU_TEST_ONLY=fp8: the FP8 checks alone (a short call on a busy GPU
-    // machine); the whole test otherwise.
-    if (const char* only = std::getenv("GPU_TEST_ONLY"); only && std::string(only) == "fp8") {
-      fmt::print("GPU_TEST_ONLY=fp8: the FP8 checks only\n");
-      for (const bool fusion : {true, false}) {
-        g_fusion = fusion;
-        fp8Checks();
-      }
-      return finish();
-    }
+    if (fp8ChecksOnly()) return finish();
     expectFusion();
     expectResidualFusion();
     initialWeightChecks();

@@ -210,6 +210,43 @@ TEST_CASE("a measured FP8 speedup table times FP8 GEMMs from their bf16 time", "
                     Catch::Contains("GFLOP must be ascending"));
 }
 
+TEST_CASE("an FP8 GEMM a profiled FP8 run measured keeps that time, apart from the bf16 GEMM of its shape",
+          "[engine][llama][fp8]") {
+  JobSpec job = smallLlama();
+  const Plan bf16_plan = buildPlan(job);
+  job.training.precision = Precision::FP8;
+  const Plan fp8_plan = buildPlan(job);
+  const Task* fp8_task = nullptr;
+  for (const Task& t : fp8_plan.programs[0].tasks)
+    if (t.attrs.fp8 && t.op == OpKind::Matmul) fp8_task = &t;
+  REQUIRE(fp8_task != nullptr);
+  const Task* bf16_task = nullptr;
+  for (const Task& t : bf16_plan.programs[0].tasks)
+    if (t.name == fp8_task->name) bf16_task = &t;
+  REQUIRE(bf16_task != nullptr);
+  const std::string fp8_key = shapeKey(*fp8_task), bf16_key = shapeKey(*bf16_task);
+  CHECK(fp8_key != bf16_key);
+  CHECK_THAT(fp8_key, Catch::Contains("fp8=1"));
+  // A calibration with both shapes measured (as `tandem calibrate` writes
+  // from a bf16 and an FP8 run): each task takes its own.
+  const Calibration both = parseCalibration("ops:\n  matmul:\n    shapes:\n      \"" + bf16_key +
+                                                "\": {ns: 470000}\n      \"" + fp8_key + "\": {ns: 280000}\n",
+                                            "both.yaml");
+  const RooflineCostModel measured(RooflineParams::defaults(), both);
+  const DeviceSpec h100 = loadTopology("dgx-h100").devices.at(0);
+  CHECK(measured.taskNs(*bf16_task, h100, Precision::BF16) == 470000);
+  CHECK(measured.taskNs(*fp8_task, h100, Precision::BF16) == 280000);
+  // Only the bf16 shape measured: the FP8 GEMM from it over the speed-up.
+  const Calibration bf16_only =
+      parseCalibration("ops:\n  matmul:\n    shapes:\n      \"" + bf16_key + "\": {ns: 470000}\n", "bf16.yaml");
+  const RooflineCostModel from_bf16(RooflineParams::defaults(), bf16_only);
+  const int64_t launch = from_bf16.params().launch_overhead_ns;
+  // (Times of an H100 at this shape's 369 GFLOP: above the FP8 peak's floor.)
+  const double speedup = double(470000 - launch) / double(from_bf16.taskNs(*fp8_task, h100, Precision::BF16) - launch);
+  CHECK(speedup > 1.5);
+  CHECK(speedup < 1.7);
+}
+
 TEST_CASE("receives posted ahead of their data do not slow the kernels beside them", "[engine][llama][pp]") {
   // Llama 2 70B as shipped (4 stages of 2 interleaved chunks, 64
   // micro-batches) against one chunk per stage: the first stage runs the
