@@ -1086,3 +1086,57 @@ TEST_CASE("Calibration files: blocks are whole numbers", "[calibrate]") {
   CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nops:\n  matmul:\n    regs: 64\n", "kind.yaml"),
                     Catch::Contains("unknown key"));
 }
+
+TEST_CASE("An FP8 run calibrates its FP8 GEMMs under shapes of their own, out of the op kind's fit",
+          "[calibrate][fp8]") {
+  JobSpec job = smallJob(8, 4);
+  job.model.family = ModelFamily::Llama;
+  job.model.kv_heads = 4;
+  job.model.mlp_ratio = 2.75;
+  job.model.tied_embeddings = false;
+  job.training.precision = Precision::FP8;
+  job.training.fp8_scaling = Fp8Scaling::Current;
+  const sim::RooflineCostModel truth = truthModel();
+  const std::string measured = traces::testing::tempTracePath("measured_fp8.sqlite");
+  const int64_t truth_ns = simulate(job, truth, {}, measured);
+  const sim::CalibrationResult cal = sim::calibrateFromRuns({{measured, 1}});
+  // The blocks' GEMMs under "fp8=1" keys; the LM head's (bf16) under its own.
+  int fp8_shapes = 0, bf16_shapes = 0;
+  for (const OpKind op : {OpKind::Matmul, OpKind::MatmulBwdData, OpKind::MatmulBwdWeight}) {
+    const auto it = cal.calibration.ops.find(op);
+    REQUIRE(it != cal.calibration.ops.end());
+    for (const auto& [shape, e] : it->second.shapes) (shape.find("fp8=1") != std::string::npos ? fp8_shapes : bf16_shapes)++;
+  }
+  CHECK(fp8_shapes >= 9);   // three roles of the blocks' four linear layers, some sharing a shape
+  CHECK(bf16_shapes == 3);  // the LM head's three GEMMs
+  // The FP8 job again from that calibration: its own GEMMs' times, not
+  // their times taken for bf16 ones and sped up once more.
+  const sim::Calibration loaded = sim::parseCalibration(sim::calibrationToYaml(cal), "fp8.yaml");
+  const sim::RooflineCostModel calibrated(fairParams(), loaded);
+  const int64_t again_ns = simulate(job, calibrated, loaded);
+  INFO("FP8 job: truth " << truth_ns << " ns, from its calibration " << again_ns << " ns");
+  CHECK(std::fabs(double(again_ns - truth_ns)) / double(truth_ns) < 0.02);
+  // Task by task: the largest FP8 GEMM as measured (filed under a bf16 key,
+  // it came out at its time over the FP8 speed-up once more).
+  const Plan plan = buildPlan(job);
+  const sim::DeviceSpec gpu = sim::loadTopology("h200x2-nv18").devices.at(0);
+  const Task* largest = nullptr;
+  for (const Task& t : plan.programs[0].tasks)
+    if (t.attrs.fp8 && t.fused_into < 0 && (!largest || t.flops > largest->flops)) largest = &t;
+  REQUIRE(largest != nullptr);
+  const double want = double(truth.taskNs(*largest, gpu, Precision::FP8));
+  const double got = double(calibrated.taskNs(*largest, gpu, Precision::FP8));
+  INFO(largest->name << ": truth " << want << " ns, calibrated " << got << " ns");
+  CHECK(std::fabs(got - want) / want < 0.05);
+  // And the bf16 GEMM of that shape does not take the FP8 kernel's time.
+  JobSpec bf16_job = job;
+  bf16_job.training.precision = Precision::BF16;
+  const Plan bf16_plan = buildPlan(bf16_job);
+  const Task* same = nullptr;
+  for (const Task& t : bf16_plan.programs[0].tasks)
+    if (t.name == largest->name) same = &t;
+  REQUIRE(same != nullptr);
+  const double bf16_ns = double(calibrated.taskNs(*same, gpu, Precision::BF16));
+  INFO(same->name << " in bf16: " << bf16_ns << " ns");
+  CHECK(bf16_ns > 1.2 * want);
+}
