@@ -318,16 +318,16 @@ void compareWithVersus(const Args& a, double med) {
       versus_ms = measureTandem(peer, a.gpus, 0).med;
     }
     ratios.push_back(versus_ms / ms);
-    fmt::print("{{\"comparison\":\"tandem / tandem with {}\",\"round\":{},\"gpus\":{},\"tandem_ms\":{:.2f},"
+    fmt::print("{{\"comparison\":{},\"round\":{},\"gpus\":{},\"tandem_ms\":{:.2f},"
                "\"versus_ms\":{:.2f},\"speedup_vs_versus\":{:.3f}}}\n",
-               versus_text, round, a.gpus, ms, versus_ms, versus_ms / ms);
+               nlohmann::json("tandem / tandem with " + versus_text).dump(), round, a.gpus, ms, versus_ms, versus_ms / ms);
     std::fflush(stdout);
   }
   std::sort(ratios.begin(), ratios.end());
   const size_t n = ratios.size();
-  fmt::print("{{\"comparison\":\"tandem / tandem with {}, median of rounds\",\"rounds\":{},"
+  fmt::print("{{\"comparison\":{},\"rounds\":{},"
              "\"speedup_vs_versus\":{:.3f},\"lowest\":{:.3f},\"highest\":{:.3f}}}\n",
-             versus_text, a.rounds, n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]),
+             nlohmann::json("tandem / tandem with " + versus_text + ", median of rounds").dump(), a.rounds, n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]),
              ratios.front(), ratios.back());
 }
 #endif
