@@ -294,9 +294,18 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
     case OpKind::GradNorm:
       runGradNorm(rank, t, io);
       break;
-    case OpKind::CastFp8:  // the commit casts with the task's scale (Fp8Scales)
-      std::memcpy(io.out(W[0]), io.in(R[0]), size_t(io.elements(R[0])) * sizeof(float));
+    case OpKind::CastFp8: {  // the commit casts with the task's scale (Fp8Scales)
+      const float* x = io.in(R[0]);
+      std::memcpy(io.out(W[0]), x, size_t(io.elements(R[0])) * sizeof(float));
+      if (W.size() > 1) {  // the transposed copy, [columns, rows]
+        const int64_t rows = programOf(rank).buffers.at(size_t(W[1])).shape.back();
+        const int64_t columns = io.elements(R[0]) / rows;
+        float* xt = io.out(W[1]);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < columns; ++c) xt[c * rows + r] = x[r * columns + c];
+      }
       break;
+    }
     case OpKind::AdamW:
       runAdamW(rank, t, step, io);
       break;

@@ -30,6 +30,20 @@ inline uint64_t attentionDropoutKey(uint64_t storage_key, const Task& t) {
          (uint64_t(t.micro_batch + 1) * 0x8CB92BA72F3D8DD7ull);
 }
 
+// An FP8 GEMM's operand in `slot` as the row-major [rows, columns] the
+// kernels take: the buffer itself, or, where the GEMM reads the transposed
+// copy its cast wrote (attrs.fp8_transposed), that copy turned back in
+// `scratch`.
+template <class T, class Storage>
+const T* rowMajorOperand(const Task& t, Storage& io, int slot, int64_t rows, int64_t columns, std::vector<T>& scratch) {
+  const T* v = io.in(t.reads.at(size_t(slot)));
+  if (!(t.attrs.fp8_transposed & (1 << slot))) return v;
+  scratch.resize(size_t(rows * columns));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < columns; ++c) scratch[size_t(r * columns + c)] = v[size_t(c * rows + r)];
+  return scratch.data();
+}
+
 // Returns false for ops that are not pure math (data, collectives, optimizer).
 template <class T, class Storage>
 bool runMathOp(const Task& t, Storage& io) {
@@ -69,13 +83,19 @@ bool runMathOp(const Task& t, Storage& io) {
       matmulForward<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), a.has_bias ? io.in(R[2]) : nullptr, a.m, a.n,
                        a.k);
       return true;
-    case OpKind::MatmulBwdData:
-      matmulBackwardData<T>(io.out(W[0]), io.in(R[0]), io.in(R[1]), a.m, a.n, a.k, a.accumulate);
+    case OpKind::MatmulBwdData: {
+      std::vector<T> w;
+      matmulBackwardData<T>(io.out(W[0]), io.in(R[0]), rowMajorOperand(t, io, 1, a.n, a.k, w), a.m, a.n, a.k,
+                            a.accumulate);
       return true;
-    case OpKind::MatmulBwdWeight:
-      matmulBackwardWeight<T>(io.out(W[0]), a.has_bias ? io.out(W[1]) : nullptr, io.in(R[0]), io.in(R[1]),
-                              a.m, a.n, a.k, a.accumulate_params);
+    }
+    case OpKind::MatmulBwdWeight: {
+      std::vector<T> dy, x;
+      matmulBackwardWeight<T>(io.out(W[0]), a.has_bias ? io.out(W[1]) : nullptr,
+                              rowMajorOperand(t, io, 0, a.m, a.n, dy), rowMajorOperand(t, io, 1, a.m, a.k, x), a.m,
+                              a.n, a.k, a.accumulate_params);
       return true;
+    }
     case OpKind::Attention: {
       // Materialized: the second output is the probabilities; the
       // log-sum-exp the kernel also forms is scratch.

@@ -66,6 +66,7 @@ struct CudaExecutor::Impl {
   // training.precision fp8 (current scaling): a CastFp8 task, and a GEMM
   // whose operands are FP8 copies (their K-major copies made on the way).
   void issueCastFp8(int index, cudaStream_t s);
+  Gemm::Fp8Operand kMajor(const Task& t, int slot, int64_t rows, int64_t cols, uint8_t* at, cudaStream_t s) const;
   void issueFp8Gemm(int index, cudaStream_t s);
   Gemm::Fp8Operand fp8Operand(int buffer) const;
   void prepareFp8();

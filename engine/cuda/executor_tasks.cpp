@@ -315,6 +315,17 @@ Gemm::Fp8Operand CudaExecutor::Impl::fp8Operand(int buffer) const {
   return Gemm::Fp8Operand{ptr(buffer), fp8_format.at(size_t(buffer)), fp8ScaleInv(buffer)};
 }
 
+// The FP8 GEMM's operand in `slot`, stored [rows, cols], K-major ([cols,
+// rows]): the transposed copy its cast wrote, or a transpose into `at`.
+Gemm::Fp8Operand CudaExecutor::Impl::kMajor(const Task& t, int slot, int64_t rows, int64_t cols, uint8_t* at,
+                                            cudaStream_t s) const {
+  Gemm::Fp8Operand o = fp8Operand(t.reads.at(size_t(slot)));
+  if (t.attrs.fp8_transposed & (1 << slot)) return o;
+  transposeBytes(at, o.codes, rows, cols, s);
+  o.codes = at;
+  return o;
+}
+
 // Current scaling (Transformer Engine's Float8CurrentScaling): the scale
 // from this tensor's own largest magnitude. Delayed scaling's casts
 // (producers writing FP8 with a scale from earlier steps) are refused with
@@ -327,17 +338,27 @@ void CudaExecutor::Impl::issueCastFp8(int index, cudaStream_t s) {
                                 t.name));
   const Buffer& in = program->buffers.at(size_t(t.reads.at(0)));
   const Buffer& out = program->buffers.at(size_t(t.writes.at(0)));
-  if (in.elementCount() != out.elementCount())
-    throw CudaError(fmt::format("cuda executor: {}: casts {} elements into {}", t.name, in.elementCount(),
-                                out.elementCount()));
-  fp8CastCurrentScaling(ptr(out.id), ptr(in.id), in.dtype, out.elementCount(), fp8_format.at(size_t(out.id)),
-                        fp8ScaleInv(out.id), scratch.at(t.stream), s);
+  for (int w : t.writes)
+    if (program->buffers.at(size_t(w)).elementCount() != in.elementCount())
+      throw CudaError(fmt::format("cuda executor: {}: casts {} elements into {}", t.name, in.elementCount(),
+                                  program->buffers.at(size_t(w)).elementCount()));
+  if (t.writes.size() == 1) {
+    fp8CastCurrentScaling(ptr(out.id), ptr(in.id), in.dtype, out.elementCount(), fp8_format.at(size_t(out.id)),
+                          fp8ScaleInv(out.id), scratch.at(t.stream), s);
+    return;
+  }
+  const Buffer& transposed = program->buffers.at(size_t(t.writes[1]));  // [columns, rows]
+  const int64_t rows = transposed.shape.back();
+  fp8CastTransposeCurrentScaling(ptr(out.id), ptr(transposed.id), ptr(in.id), in.dtype, rows,
+                                 in.elementCount() / rows, fp8_format.at(size_t(out.id)), fp8ScaleInv(out.id),
+                                 fp8ScaleInv(transposed.id), scratch.at(t.stream), s);
 }
 
 // A linear layer's GEMM on FP8 copies of its operands. The forward reads
-// them as stored; the backward's operands are transposed into the stream's
-// scratch first (gpu_footprint::fp8TransposeBytes), since Hopper's FP8 GEMMs
-// read both operands K-major.
+// them as stored; the backward reads the transposed copies their casts wrote
+// (attrs.fp8_transposed), since Hopper's FP8 GEMMs read both operands
+// K-major, and transposes into the stream's scratch an operand that has none
+// (gpu_footprint::fp8TransposeBytes).
 void CudaExecutor::Impl::issueFp8Gemm(int index, cudaStream_t s) {
   const Task& t = program->tasks[index];
   const OpAttrs& a = t.attrs;
@@ -365,24 +386,18 @@ void CudaExecutor::Impl::issueFp8Gemm(int index, cudaStream_t s) {
       break;
     }
     case OpKind::MatmulBwdData: {
-      Gemm::Fp8Operand wt = fp8Operand(R[1]);
-      transposeBytes(scr, wt.codes, a.n, a.k, s);  // W[N,K] -> [K,N]
-      wt.codes = scr;
+      Gemm::Fp8Operand wt = kMajor(t, 1, a.n, a.k, scr, s);  // W[N,K] -> [K,N]
       gemm->backwardDataFp8(ptr(W[0]), fp8Operand(R[0]), wt, a.m, a.n, a.k, a.accumulate, out, s);
       break;
     }
     case OpKind::MatmulBwdWeight: {
-      Gemm::Fp8Operand dyt = fp8Operand(R[0]), xt = fp8Operand(R[1]);
-      uint8_t* dyt_at = scr;
-      uint8_t* xt_at = scr + gpu_footprint::fp8TransposeSecondOffset(t);
-      transposeBytes(dyt_at, dyt.codes, a.m, a.n, s);  // dy[M,N] -> [N,M]
-      transposeBytes(xt_at, xt.codes, a.m, a.k, s);    // x[M,K] -> [K,M]
-      dyt.codes = dyt_at;
-      xt.codes = xt_at;
+      const Gemm::Fp8Operand dyt = kMajor(t, 0, a.m, a.n, scr, s);  // dy[M,N] -> [N,M]
+      const Gemm::Fp8Operand xt = kMajor(t, 1, a.m, a.k, scr + gpu_footprint::fp8TransposeSecondOffset(t), s);
       gemm->backwardWeightFp8(ptr(W[0]), dyt, xt, a.m, a.n, a.k, a.accumulate_params, out, s);
-      if (a.has_bias) {  // from the row-major codes, once the GEMM has read the scratch
+      if (a.has_bias) {  // from the row-major codes (or the transposed ones), once the GEMM has read the scratch
+        const bool transposed = a.fp8_transposed & 1;
         const Gemm::Fp8Operand dy = fp8Operand(R[0]);
-        biasGradientFp8(ptr(W[1]), dy.codes, dy.format, dy.scale_inv, a.m, a.n, a.accumulate_params,
+        biasGradientFp8(ptr(W[1]), dy.codes, dy.format, dy.scale_inv, a.m, a.n, transposed, a.accumulate_params,
                         program->buffers.at(size_t(W[1])).dtype, scratch.at(t.stream), s);
       }
       break;

@@ -109,9 +109,60 @@ __global__ void castKernel(uint8_t* out, const T* x, int64_t n, const float* par
   for (; i < n; i += stride) out[i] = toFp8<kFormat>(__fmul_rn(toF(x[i]), scale));
 }
 
+constexpr int kTile = 64;
+
+// Eight consecutive elements (16-byte aligned) as floats.
+__device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) { unpack8(*reinterpret_cast<const uint4*>(p), f); }
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+// The cast of castKernel over x[rows, cols], writing the codes both as
+// stored (out[rows, cols]) and transposed (out_t[cols, rows]): a 64 x 64
+// tile per block, its codes through shared memory, so the transposed copy
+// costs one more byte written per element instead of a pass that reads the
+// codes again. cols a multiple of 8, rows of 4, x 16-byte aligned.
+template <class T, int kFormat>
+__global__ void castTransposeKernel(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_t cols,
+                                    const float* partials, float largest, float* scale_inv, float* scale_inv_t) {
+  __shared__ float shared[32];
+  __shared__ __align__(16) uint8_t tile[kTile][kTile + 4];  // written 4 bytes at a time
+  const float scale = scaleFromPartials(partials, largest, shared);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale_inv = *scale_inv_t = __frcp_rn(scale);
+  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  constexpr int kChunks = kTile / 8;  // 8-element chunks per tile row
+  for (int idx = threadIdx.x; idx < kTile * kChunks; idx += blockDim.x) {
+    const int tr = idx / kChunks, tc = idx % kChunks;
+    const int64_t r = r0 + tr, c = c0 + 8 * tc;
+    uint32_t lo = 0, hi = 0;
+    if (r < rows && c < cols) {
+      float f[8];
+      load8(x + r * cols + c, f);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        lo |= uint32_t(toFp8<kFormat>(__fmul_rn(f[k], scale))) << (8 * k);
+        hi |= uint32_t(toFp8<kFormat>(__fmul_rn(f[k + 4], scale))) << (8 * k);
+      }
+      *reinterpret_cast<uint2*>(out + r * cols + c) = make_uint2(lo, hi);
+    }
+    *reinterpret_cast<uint32_t*>(&tile[tr][8 * tc]) = lo;
+    *reinterpret_cast<uint32_t*>(&tile[tr][8 * tc + 4]) = hi;
+  }
+  __syncthreads();
+  constexpr int kWords = kTile / 4;  // 4-byte words per transposed tile row
+  for (int idx = threadIdx.x; idx < kTile * kWords; idx += blockDim.x) {
+    const int oc = idx / kWords, ow = idx % kWords;  // output row (a tile column), output word (4 tile rows)
+    if (c0 + oc >= cols || r0 + 4 * ow >= rows) continue;
+    uint32_t word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) word |= uint32_t(tile[4 * ow + b][oc]) << (8 * b);
+    *reinterpret_cast<uint32_t*>(out_t + (c0 + oc) * rows + r0 + 4 * ow) = word;
+  }
+}
+
 // out[c, r] = in[r, c] for bytes, in 64 x 64 tiles through shared memory,
 // four bytes per access (rows and cols multiples of 4).
-constexpr int kTile = 64;
 __global__ void transposeBytesKernel(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
   __shared__ uint8_t tile[kTile][kTile + 4];
   const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
@@ -150,10 +201,35 @@ __global__ void biasPartialFp8Kernel(float* partial, const uint8_t* codes, const
   columnPartialSums(partial, decoded, M, N);
 }
 
+// The same sums from the transposed codes [N, M]: a block per row n, its
+// sum into sums[n] (the partials' one row), in a fixed order.
+template <int kFormat>
+__global__ void biasRowSumFp8Kernel(float* sums, const uint8_t* codes_t, const float* scale_inv, int64_t M) {
+  __shared__ float shared[32];
+  const float inv = *scale_inv;
+  const uint8_t* row = codes_t + int64_t(blockIdx.x) * M;
+  float acc = 0.f;
+  for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(row[m]), kFormat == 0 ? __NV_E4M3 : __NV_E5M2);
+    acc += __fmul_rn(__half2float(__half(h)), inv);
+  }
+  acc = blockSum(acc, shared);
+  if (threadIdx.x == 0) sums[blockIdx.x] = acc;
+}
+
 }  // namespace
 
 void biasGradientFp8(void* db, const void* codes, Fp8Format format, const float* scale_inv, int64_t M, int64_t N,
-                     bool accumulate, DType dt, float* scratch, cudaStream_t s) {
+                     bool transposed, bool accumulate, DType dt, float* scratch, cudaStream_t s) {
+  if (transposed) {
+    if (N > 0x7fffffff) throw CudaError("biasGradientFp8: too many columns for one launch");
+    const auto* c = static_cast<const uint8_t*>(codes);
+    if (format == Fp8Format::E4M3) biasRowSumFp8Kernel<0><<<unsigned(N), kThreads, 0, s>>>(scratch, c, scale_inv, M);
+    else biasRowSumFp8Kernel<1><<<unsigned(N), kThreads, 0, s>>>(scratch, c, scale_inv, M);
+    TANDEM_CUDA_CHECK(cudaGetLastError());
+    biasGradientFromPartials(db, scratch, N, 1, accumulate, dt, s);
+    return;
+  }
   const dim3 grid(unsigned((N + 31) / 32), gpu_footprint::kBiasRowChunks);
   if (format == Fp8Format::E4M3)
     biasPartialFp8Kernel<0><<<grid, dim3(32, 8), 0, s>>>(scratch, static_cast<const uint8_t*>(codes), scale_inv, M, N);
@@ -175,6 +251,32 @@ void fp8CastCurrentScaling(void* out, const void* x, DType dt, int64_t n, Fp8For
     else
       castKernel<T, 1><<<grid, kThreads, 0, s>>>(static_cast<uint8_t*>(out), static_cast<const T*>(x), n, scratch,
                                                   largest, scale_inv);
+  });
+  TANDEM_CUDA_CHECK(cudaGetLastError());
+}
+
+void fp8CastTransposeCurrentScaling(void* out, void* out_t, const void* x, DType dt, int64_t rows, int64_t cols,
+                                    Fp8Format format, float* scale_inv, float* scale_inv_t, float* scratch,
+                                    cudaStream_t s) {
+  const int64_t align = dt == DType::BF16 ? 16 : 32;  // a row of 8 elements' start, the float path's two loads
+  if (cols % 8 != 0 || rows % 4 != 0 || reinterpret_cast<uintptr_t>(x) % align != 0 ||
+      reinterpret_cast<uintptr_t>(out) % 8 != 0 || reinterpret_cast<uintptr_t>(out_t) % 4 != 0)
+    throw CudaError("fp8CastTransposeCurrentScaling: columns must be a multiple of 8, rows of 4, and the buffers "
+                    "aligned");
+  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
+  if (grid.y > 65535) throw CudaError("fp8CastTransposeCurrentScaling: too many rows for one launch");
+  const float largest = format == Fp8Format::E4M3 ? 448.0f : 57344.0f;
+  auto* o = static_cast<uint8_t*>(out);
+  auto* ot = static_cast<uint8_t*>(out_t);
+  TANDEM_DISPATCH_DT(dt, {
+    const T* in = static_cast<const T*>(x);
+    amaxPartialsKernel<T><<<kFp8AmaxBlocks, kThreads, 0, s>>>(in, rows * cols, scratch);
+    if (format == Fp8Format::E4M3)
+      castTransposeKernel<T, 0><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, scratch, largest, scale_inv,
+                                                           scale_inv_t);
+    else
+      castTransposeKernel<T, 1><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, scratch, largest, scale_inv,
+                                                           scale_inv_t);
   });
   TANDEM_CUDA_CHECK(cudaGetLastError());
 }

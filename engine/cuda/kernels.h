@@ -241,12 +241,20 @@ void adamw(const TensorSlot* slots, int num_slots, int64_t num_chunks, const Ste
 // reads the codes (cuBLASLt's A/B scale). scratch: kFp8AmaxBlocks floats.
 void fp8CastCurrentScaling(void* out, const void* x, DType dt, int64_t n, Fp8Format format, float* scale_inv,
                            float* scratch, cudaStream_t s);
+// The same cast of x[rows, cols] writing the codes both as stored (out) and
+// transposed (out_t[cols, rows], the K-major copy a backward GEMM reads),
+// with *scale_inv_t = *scale_inv; the codes are the same. cols a multiple
+// of 8, rows of 4.
+void fp8CastTransposeCurrentScaling(void* out, void* out_t, const void* x, DType dt, int64_t rows, int64_t cols,
+                                    Fp8Format format, float* scale_inv, float* scale_inv_t, float* scratch,
+                                    cudaStream_t s);
 // db[N] (+)= the column sums of an FP8 gradient [M, N], each code decoded
 // and multiplied by *scale_inv (a linear layer's bias gradient in FP8
 // plans); deterministic, through partial sums in scratch
-// (biasGradientScratchBytes(N)).
+// (biasGradientScratchBytes(N)). transposed: codes holds the gradient's
+// transposed copy [N, M].
 void biasGradientFp8(void* db, const void* codes, Fp8Format format, const float* scale_inv, int64_t M, int64_t N,
-                     bool accumulate, DType dt, float* scratch, cudaStream_t s);
+                     bool transposed, bool accumulate, DType dt, float* scratch, cudaStream_t s);
 // out[cols, rows] = in[rows, cols]^T, one byte per element (rows and cols
 // multiples of 4): the K-major copies Hopper's FP8 GEMMs read.
 void transposeBytes(void* out, const void* in, int64_t rows, int64_t cols, cudaStream_t s);

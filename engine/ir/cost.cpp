@@ -103,10 +103,7 @@ OpCost costOf(const Graph& g, const Node& n) {
   if (a.accumulate && !n.outputs.empty()) c.bytes_read += bytesOf(g, n.outputs[0]);
   if (a.accumulate_params)
     for (size_t i = 1; i < n.outputs.size(); ++i) c.bytes_read += bytesOf(g, n.outputs[i]);
-  if (n.op == OpKind::CastFp8 && a.current_scaling) {
-    c.bytes_read *= 2;     // the amax pass, then the cast
-    c.bytes_written *= 2;  // both layouts
-  }
+  if (n.op == OpKind::CastFp8 && a.current_scaling) c.bytes_read *= 2;  // the amax pass, then the cast
   if (a.materialized && (n.op == OpKind::Attention || n.op == OpKind::AttentionBwd)) {
     // The score matrices between the kernels (the probabilities, the
     // forward's output and the backward's input, are counted above):

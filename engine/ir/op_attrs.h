@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/ir/types.h"
+
 namespace tandem {
 
 struct OpAttrs {
@@ -92,9 +94,17 @@ struct OpAttrs {
   // its two operands (CastFp8's outputs, or a producer's FP8 output) and
   // runs at the GPU's FP8 rate (engine/passes/fp8_gemms.h).
   bool fp8 = false;
+  // FP8 GEMMs whose operand must be K-major where it was stored row-major
+  // (Hopper's FP8 tensor cores read both operands K-major: the weight of
+  // MatmulBwdData, dy and x of MatmulBwdWeight): bit i set when slot i
+  // reads the transposed copy its CastFp8 wrote beside the row-major one
+  // (fp8TransposedSlot). Unset for such a slot: the executor transposes the
+  // operand itself (an FP8 tensor written by its producer or by a gather).
+  int fp8_transposed = 0;
   // CastFp8 (training.fp8_scaling current): the scale comes from the
   // tensor's own amax, a pass of its own before the cast (the input read
-  // twice), and the cast writes both layouts (row- and column-major).
+  // twice). Its second output, when it has one, is the transposed copy
+  // ([columns, rows]: the last dimension first) an FP8 GEMM reads K-major.
   bool current_scaling = false;
   // GradNorm: the task writes this rank's share of the sum of squares (its
   // shard's part with a sharded optimizer, each gradient counted
@@ -119,5 +129,12 @@ struct OpAttrs {
 
   bool operator==(const OpAttrs&) const = default;
 };
+
+// Whether an FP8 GEMM of kind `op` reads its operand in `slot` K-major where
+// the tensor is stored row-major: MatmulBwdData's weight [n, k] (contracted
+// over n), MatmulBwdWeight's dy [m, n] and x [m, k] (over m).
+inline bool fp8TransposedSlot(OpKind op, int slot) {
+  return (op == OpKind::MatmulBwdData && slot == 1) || (op == OpKind::MatmulBwdWeight && (slot == 0 || slot == 1));
+}
 
 }  // namespace tandem

@@ -12,6 +12,10 @@ int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 int64_t chunksOf(int64_t n) { return (n + kChunkElements - 1) / kChunkElements; }
 constexpr int64_t kFloat = int64_t(sizeof(float));
 
+// Whether an FP8 GEMM transposes the operand in `slot` itself: its cast
+// wrote no transposed copy (OpAttrs::fp8_transposed).
+bool transposesItself(const Task& t, int slot) { return !(t.attrs.fp8_transposed & (1 << slot)); }
+
 }  // namespace
 
 int64_t biasGradientScratchBytes(int64_t N) { return std::max(kBiasRowChunks, kBiasVecChunks) * N * kFloat; }
@@ -61,14 +65,16 @@ int64_t groupedAttentionScratchBytes(int64_t B, int64_t Tn, int64_t H, int64_t C
 }
 
 int64_t fp8TransposeSecondOffset(const Task& t) {
-  return t.op == OpKind::MatmulBwdWeight && t.attrs.fp8 ? align256(t.attrs.m * t.attrs.n) : 0;
+  return t.op == OpKind::MatmulBwdWeight && t.attrs.fp8 && transposesItself(t, 0) ? align256(t.attrs.m * t.attrs.n)
+                                                                                  : 0;
 }
 
 int64_t fp8TransposeBytes(const Task& t) {
   if (!t.attrs.fp8) return 0;
   const OpAttrs& a = t.attrs;
-  if (t.op == OpKind::MatmulBwdData) return align256(a.n * a.k);
-  if (t.op == OpKind::MatmulBwdWeight) return fp8TransposeSecondOffset(t) + align256(a.m * a.k);
+  if (t.op == OpKind::MatmulBwdData) return transposesItself(t, 1) ? align256(a.n * a.k) : 0;
+  if (t.op == OpKind::MatmulBwdWeight)
+    return fp8TransposeSecondOffset(t) + (transposesItself(t, 1) ? align256(a.m * a.k) : 0);
   return 0;
 }
 

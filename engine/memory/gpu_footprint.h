@@ -71,10 +71,12 @@ int64_t biasGradientScratchBytes(int64_t N);
 // Rows of partial bias sums the attention backward stores (one per 64-row tile).
 int64_t attentionBiasPartialRows(int64_t B, int64_t Tn);
 
-// An FP8 GEMM's K-major copies (Hopper's FP8 GEMMs read both operands
-// K-major): the data gradient's transposed weight [K, N]; the weight
-// gradient's transposed gradient [N, M] and, at align256(M * N) after it, the
-// transposed input [K, M]. 0 for the forward and for a GEMM not in FP8.
+// The K-major copies an FP8 GEMM makes itself (Hopper's FP8 GEMMs read both
+// operands K-major) where its operand's cast wrote none
+// (OpAttrs::fp8_transposed): the data gradient's transposed weight [K, N];
+// the weight gradient's transposed gradient [N, M] and, at the second offset
+// (align256(M * N), or 0 when the gradient needs none), the transposed input
+// [K, M]. 0 for the forward and for a GEMM not in FP8.
 int64_t fp8TransposeBytes(const Task& t);
 int64_t fp8TransposeSecondOffset(const Task& t);
 // Each FP8 buffer's 1 / scale, a float at the start of a 256-byte slot of

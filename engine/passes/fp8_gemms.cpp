@@ -62,6 +62,7 @@ class Fp8Planner {
         const bool operand = fp8Gemm(n) && i < 2;
         if (!operand) bf16_readers_[n.inputs[i]] += 1;
         else fp8_operands_.insert(n.inputs[i]);
+        if (operand && fp8TransposedSlot(n.op, int(i))) read_transposed_.insert(n.inputs[i]);
       }
     }
   }
@@ -103,7 +104,7 @@ class Fp8Planner {
           it = copy_.emplace(src, addCast(n, 0, out)).first;
           ++casts;
         }
-        n.inputs[0] = it->second;
+        n.inputs[0] = it->second.row_major;
       }
       if (fp8Gemm(n)) {
         for (size_t slot = 0; slot < 2; ++slot) {
@@ -114,7 +115,9 @@ class Fp8Planner {
             it = copy_.emplace(src, addCast(n, slot, out)).first;
             ++casts;
           }
-          n.inputs[slot] = it->second;
+          const bool transposed = fp8TransposedSlot(n.op, int(slot)) && it->second.transposed >= 0;
+          n.inputs[slot] = transposed ? it->second.transposed : it->second.row_major;
+          if (transposed) n.attrs.fp8_transposed |= 1 << slot;
         }
         n.attrs.fp8 = true;
       }
@@ -129,21 +132,37 @@ class Fp8Planner {
  private:
   bool readByFp8Gemm(int t) const { return fp8_operands_.count(t) > 0; }
 
+  // A tensor's FP8 copies: as stored, and (-1 when no FP8 GEMM reads it
+  // K-major) transposed.
+  struct Copies {
+    int row_major = -1, transposed = -1;
+  };
+
   // A CastFp8 task right before `gemm`, writing an FP8 copy of its operand
-  // in `slot`; returns the copy.
-  int addCast(const Node& gemm, size_t slot, std::vector<Node>& out) {
+  // in `slot`, and the transposed copy too when a GEMM reads the operand
+  // K-major (Transformer Engine's cast-transpose): the backward's GEMMs
+  // then read it as written instead of transposing it first.
+  Copies addCast(const Node& gemm, size_t slot, std::vector<Node>& out) {
     const int src = gemm.inputs[slot];
-    const Tensor& from = g_.tensor(src);
-    Tensor t;
-    t.name = from.name + ".fp8";
-    t.dtype = DType::F8;
-    t.shape = from.shape;
-    // A weight's copy is transient (one step), counted with the parameters.
-    t.category = from.category == TensorCategory::Parameter ? TensorCategory::Parameter : TensorCategory::Activation;
-    t.layer = gemm.layer;
-    t.micro_batch = from.micro_batch;
-    t.role = from.role.empty() ? std::string("fp8") : from.role + ".fp8";
-    const int copy = g_.addTensor(std::move(t));
+    const Tensor from = g_.tensor(src);  // a copy: adding tensors moves them
+    auto addCopy = [&](const char* suffix, std::vector<int64_t> shape) {
+      Tensor t;
+      t.name = from.name + suffix;
+      t.dtype = DType::F8;
+      t.shape = std::move(shape);
+      // A weight's copy is transient (one step), counted with the parameters.
+      t.category = from.category == TensorCategory::Parameter ? TensorCategory::Parameter : TensorCategory::Activation;
+      t.layer = gemm.layer;
+      t.micro_batch = from.micro_batch;
+      t.role = from.role.empty() ? std::string("fp8") : from.role + ".fp8";
+      return g_.addTensor(std::move(t));
+    };
+    Copies copies;
+    copies.row_major = addCopy(".fp8", from.shape);
+    if (read_transposed_.count(src)) {
+      const int64_t columns = from.shape.back();
+      copies.transposed = addCopy(".fp8t", {columns, from.elements() / columns});
+    }
     Node c;
     c.op = OpKind::CastFp8;
     c.name = castName(gemm, operandName(gemm, slot));
@@ -151,11 +170,12 @@ class Fp8Planner {
     c.layer = gemm.layer;
     c.micro_batch = gemm.micro_batch;
     c.inputs = {src};
-    c.outputs = {copy};
-    c.attrs.elements = g_.tensor(copy).elements();
+    c.outputs = {copies.row_major};
+    if (copies.transposed >= 0) c.outputs.push_back(copies.transposed);
+    c.attrs.elements = from.elements();
     c.attrs.current_scaling = current_;
     out.push_back(std::move(c));
-    return copy;
+    return copies;
   }
 
   Graph& g_;
@@ -163,7 +183,8 @@ class Fp8Planner {
   std::unordered_map<int, int> writers_;
   std::unordered_map<int, int> bf16_readers_;
   std::unordered_set<int> fp8_operands_;  // tensors an FP8 GEMM reads as an operand
-  std::unordered_map<int, int> copy_;  // tensor -> its current FP8 copy
+  std::unordered_set<int> read_transposed_;  // ... in a slot it reads K-major (fp8TransposedSlot)
+  std::unordered_map<int, Copies> copy_;  // tensor -> its current FP8 copies
   std::unordered_set<int> fp8_gathers_;  // gathered tensors moved in FP8
   std::unordered_map<int, int> gather_inputs_;  // a rank's tokens -> FP8 gathers reading them
 };

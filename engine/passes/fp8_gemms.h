@@ -19,7 +19,10 @@
 //     before its first FP8 reader; the copy serves later GEMMs until the
 //     tensor is written again. A weight is cast once per step (Transformer
 //     Engine keeps the FP8 weights over the micro-batches of a step) and
-//     its copy lives until its last GEMM.
+//     its copy lives until its last GEMM. When a backward GEMM reads the
+//     operand K-major (fp8TransposedSlot), the cast also writes the
+//     transposed copy, which that GEMM reads (Transformer Engine's
+//     cast-transpose): Hopper's FP8 GEMMs read both operands K-major.
 // With sequence parallelism a gather whose rows only FP8 GEMMs read moves
 // them in FP8 (half the bytes): the rank's tokens are cast (or written in
 // FP8 by their norm) before it, as Transformer Engine does.

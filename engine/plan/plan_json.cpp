@@ -77,6 +77,7 @@ json toJson(const OpAttrs& a) {
   put("tensor_parallel", a.tensor_parallel, d.tensor_parallel);
   put("context_parallel", a.context_parallel, d.context_parallel);
   put("fp8", a.fp8, d.fp8);
+  put("fp8_transposed", a.fp8_transposed, d.fp8_transposed);
   put("materialized", a.materialized, d.materialized);
   put("dropout", a.dropout, d.dropout);
   put("overlapped", a.overlapped, d.overlapped);
@@ -375,6 +376,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "tensor_parallel", a.tensor_parallel);
   optionalField(j, path, "context_parallel", a.context_parallel);
   optionalField(j, path, "fp8", a.fp8);
+  optionalField(j, path, "fp8_transposed", a.fp8_transposed);
   optionalField(j, path, "materialized", a.materialized);
   optionalField(j, path, "dropout", a.dropout);
   optionalField(j, path, "overlapped", a.overlapped);

@@ -78,15 +78,31 @@ TEST_CASE("FP8 scales: current from the tensor's amax, delayed from the history 
   CHECK(current.scaleForWrite(fwd, 0, 0.0f) == 224.0f);  // an all-zero tensor keeps the last scale
 }
 
-TEST_CASE("an FP8 weight copy holds the weight's E4M3 codes under its own scale (current scaling)", "[fp8][cpu]") {
+// Whether a task after the buffer's last reader writes over its bytes.
+bool reusedAfterLastUse(const RankPlan& rp, int buffer) {
+  const Buffer& b = rp.buffers[size_t(buffer)];
+  for (size_t i = size_t(b.last_use) + 1; i < rp.tasks.size(); ++i)
+    for (int w : rp.tasks[i].writes) {
+      const Buffer& o = rp.buffers[size_t(w)];
+      if (o.offset < b.offset + b.bytes && b.offset < o.offset + o.bytes) return true;
+    }
+  return false;
+}
+
+TEST_CASE("an FP8 weight's transposed copy holds its E4M3 codes under its own scale (current scaling)", "[fp8][cpu]") {
   const Plan plan = buildPlan(fp8Job(false, Fp8Scaling::Current));
   const RankPlan& rp = plan.programs[0];
-  const int copy = bufferNamed(rp, "layer0.attn.qkv.weight.fp8");
+  // The transposed copy the data gradient's GEMM reads: its bytes outlive
+  // the step (the row-major one's are reused once the forward has read it).
+  const int copy = bufferNamed(rp, "layer0.attn.qkv.weight.fp8t");
+  REQUIRE_FALSE(reusedAfterLastUse(rp, copy));
   int source = -1;
   for (const Task& t : rp.tasks)
-    if (t.op == OpKind::CastFp8 && t.writes[0] == copy) source = t.reads[0];
+    if (t.op == OpKind::CastFp8 && t.writes.size() == 2 && t.writes[1] == copy) source = t.reads[0];
   REQUIRE(source >= 0);
   REQUIRE(rp.buffers[size_t(source)].dtype == DType::BF16);
+  const int64_t columns = rp.buffers[size_t(source)].shape.back(), rows = rp.buffers[size_t(copy)].shape.back();
+  REQUIRE(rp.buffers[size_t(copy)].shape == std::vector<int64_t>{columns, rows});
   cpu::CpuExecutor ex(plan);
   const std::vector<std::byte> before = ex.bufferBytes(0, source);  // the weights the step's cast reads
   ex.step();
@@ -105,7 +121,8 @@ TEST_CASE("an FP8 weight copy holds the weight's E4M3 codes under its own scale 
   size_t differ = 0, at_largest = 0;
   for (size_t i = 0; i < n; ++i) {
     const uint8_t want = fp8FromFloat(w[i] * scale, Fp8Format::E4M3);
-    differ += uint8_t(codes[i]) != want;
+    const size_t r = i / size_t(columns), c = i % size_t(columns);
+    differ += uint8_t(codes[c * size_t(rows) + r]) != want;
     at_largest += (want & 0x7F) == 0x7E;
   }
   CHECK(differ == 0);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/cpu/executor.h"
+#include "engine/memory/gpu_footprint.h"
 #include "engine/plan/gpu_support.h"
 #include "engine/plan/planner.h"
 #include "engine/spec/job.h"
@@ -32,7 +33,8 @@ void requireFreshCopies(const RankPlan& rp) {
   std::map<int, std::pair<int, size_t>> cast_of;  // FP8 copy -> (source, task index of the cast)
   for (size_t i = 0; i < rp.tasks.size(); ++i) {
     const Task& t = rp.tasks[i];
-    if (t.op == OpKind::CastFp8) cast_of[t.writes[0]] = {t.reads[0], i};
+    if (t.op == OpKind::CastFp8)
+      for (int w : t.writes) cast_of[w] = {t.reads[0], i};
     if (isGemm(t.op) && t.attrs.fp8)
       for (int slot : {0, 1}) {
         const int b = t.reads[size_t(slot)];
@@ -112,7 +114,7 @@ TEST_CASE("FP8 plans: norms and activations write their GEMM inputs in FP8", "[p
     if (t.op == OpKind::Attention) CHECK(rp.buffers[size_t(t.writes[0])].dtype == DType::BF16);
 }
 
-TEST_CASE("FP8 plans with current scaling: producers write bf16, each cast reads twice and writes both layouts",
+TEST_CASE("FP8 plans with current scaling: producers write bf16, each cast reads twice",
           "[plan][fp8]") {
   JobSpec job = fp8Job(true);
   const Plan delayed = buildPlan(job);
@@ -127,9 +129,11 @@ TEST_CASE("FP8 plans with current scaling: producers write bf16, each cast reads
     ++casts;
     INFO(t.name);
     CHECK(t.attrs.current_scaling);
-    const int64_t in = rp.buffers[size_t(t.reads[0])].bytes, out = rp.buffers[size_t(t.writes[0])].bytes;
+    const int64_t in = rp.buffers[size_t(t.reads[0])].bytes;
+    int64_t out = 0;
+    for (int w : t.writes) out += rp.buffers[size_t(w)].bytes;
     CHECK(t.bytes_read == 2 * in);
-    CHECK(t.bytes_written == 2 * out);
+    CHECK(t.bytes_written == out);
   }
   // Every GEMM input the producers wrote in FP8 is cast now.
   int delayed_casts = 0;
@@ -139,6 +143,50 @@ TEST_CASE("FP8 plans with current scaling: producers write bf16, each cast reads
   }
   CHECK(casts > delayed_casts);
   requireFreshCopies(rp);
+}
+
+TEST_CASE("FP8 plans: the backward's GEMMs read the transposed copies their casts wrote", "[plan][fp8]") {
+  for (bool llama : {true, false})
+    for (Fp8Scaling scaling : {Fp8Scaling::Current, Fp8Scaling::Delayed}) {
+      JobSpec job = fp8Job(llama);
+      job.training.fp8_scaling = scaling;
+      const Plan plan = buildPlan(job);
+      const RankPlan& rp = plan.programs[0];
+      std::map<int, const Task*> transposed_by;  // a cast's transposed copy -> the cast
+      for (const Task& t : rp.tasks)
+        if (t.op == OpKind::CastFp8 && t.writes.size() == 2) transposed_by[t.writes[1]] = &t;
+      CHECK_FALSE(transposed_by.empty());
+      int backward = 0, reads_own = 0;
+      for (const Task& t : rp.tasks) {
+        if (!isGemm(t.op) || !t.attrs.fp8) continue;
+        INFO((llama ? "llama " : "gpt2 ") << (scaling == Fp8Scaling::Current ? "current " : "delayed ") << t.name);
+        for (int slot : {0, 1}) {
+          const int b = t.reads[size_t(slot)];
+          const bool bit = t.attrs.fp8_transposed & (1 << slot);
+          CHECK(bit == (transposed_by.count(b) > 0));  // a transposed copy is read as one, and only it
+          if (!bit) continue;
+          CHECK(fp8TransposedSlot(t.op, slot));
+          const Buffer& source = rp.buffers[size_t(transposed_by.at(b)->reads[0])];
+          const int64_t columns = source.shape.back();
+          CHECK(rp.buffers[size_t(b)].shape == std::vector<int64_t>{columns, source.elementCount() / columns});
+        }
+        if (t.op == OpKind::Matmul) continue;
+        ++backward;
+        // Current scaling: every K-major operand comes from a cast; delayed:
+        // the norms' and activations' FP8 outputs are transposed by the GEMM.
+        const int wanted = t.op == OpKind::MatmulBwdData ? 2 : 3;
+        if (scaling == Fp8Scaling::Current) {
+          CHECK(t.attrs.fp8_transposed == wanted);
+          CHECK(gpu_footprint::fp8TransposeBytes(t) == 0);
+        } else if (t.attrs.fp8_transposed != wanted) {
+          ++reads_own;
+          CHECK(gpu_footprint::fp8TransposeBytes(t) > 0);
+        }
+      }
+      CHECK(backward > 0);
+      if (scaling == Fp8Scaling::Delayed) CHECK(reads_own > 0);
+      requireFreshCopies(rp);
+    }
 }
 
 TEST_CASE("The GPU executor runs FP8 plans of current scaling without biases, and refuses the others with the reason",

@@ -205,6 +205,48 @@ void testFp8Cast(DType dt, int64_t n, Fp8Format format, float spread) {
   expectTrue(tag(dt, (what + ": 1 / scale as the CPU's").c_str()), got_inv == 1.0f / scale);
 }
 
+// The cast that also writes the transposed copy: both copies' codes and
+// 1 / scale as the CPU reference's cast and transpose.
+void testFp8CastTranspose(DType dt, int64_t rows, int64_t cols, Fp8Format format) {
+  const int64_t n = rows * cols;
+  std::vector<float> x = rounded(randomVector(size_t(n), rng, 2.0f), dt);
+  float amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  const float scale = fp8Scale(amax, format);
+  Dev gx(dt, size_t(n));
+  gx.upload(x);
+  uint8_t *codes = nullptr, *codes_t = nullptr;
+  float* scale_inv = nullptr;
+  cudaMalloc(&codes, size_t(n));
+  cudaMalloc(&codes_t, size_t(n));
+  cudaMalloc(&scale_inv, 512);
+  cuda::fp8CastTransposeCurrentScaling(codes, codes_t, gx.p, dt, rows, cols, format, scale_inv, scale_inv + 64,
+                                       scratchBuffer(size_t(gpu_footprint::kFp8AmaxBlocks) * 4), nullptr);
+  std::vector<uint8_t> got(static_cast<size_t>(n)), got_t(static_cast<size_t>(n));
+  float inv[2] = {0, 0};
+  cudaMemcpy(got.data(), codes, size_t(n), cudaMemcpyDeviceToHost);
+  cudaMemcpy(got_t.data(), codes_t, size_t(n), cudaMemcpyDeviceToHost);
+  cudaMemcpy(&inv[0], scale_inv, sizeof(float), cudaMemcpyDeviceToHost);
+  cudaMemcpy(&inv[1], scale_inv + 64, sizeof(float), cudaMemcpyDeviceToHost);
+  cudaFree(codes);
+  cudaFree(codes_t);
+  cudaFree(scale_inv);
+  int64_t differ = 0, differ_t = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t want = fp8FromFloat(x[size_t(r * cols + c)] * scale, format);
+      differ += got[size_t(r * cols + c)] != want;
+      differ_t += got_t[size_t(c * rows + r)] != want;
+    }
+  const std::string what = fmt::format("{} cast-transpose of {} x {}", format == Fp8Format::E4M3 ? "E4M3" : "E5M2",
+                                       rows, cols);
+  expectTrue(tag(dt, fmt::format("{}: codes as the CPU's, {} differ; transposed, {} differ", what, differ,
+                                 differ_t).c_str()),
+             differ == 0 && differ_t == 0);
+  expectTrue(tag(dt, (what + ": 1 / scale as the CPU's in both slots").c_str()),
+             inv[0] == 1.0f / scale && inv[1] == 1.0f / scale);
+}
+
 void testTransposeBytes(int64_t rows, int64_t cols) {
   std::vector<uint8_t> in(size_t(rows * cols)), out(in.size());
   std::uniform_int_distribution<int> byte(0, 255);
@@ -323,6 +365,11 @@ int main() {
     testFp8Cast(DType::BF16, 1 << 20, f, 1.0f);      // 16-byte path, many blocks
     testFp8Cast(DType::BF16, 100003, f, 1e-3f);      // scalar path, small values (subnormal codes)
     testFp8Cast(DType::F32, 65536, f, 300.0f);
+  }
+  for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+    testFp8CastTranspose(DType::BF16, 4096, 2048, f);
+    testFp8CastTranspose(DType::BF16, 516, 1032, f);  // tile edges inside both dimensions
+    testFp8CastTranspose(DType::F32, 260, 264, f);
   }
   testTransposeBytes(512, 176);   // a tile edge inside both dimensions
   testTransposeBytes(4096, 2048);
