@@ -91,7 +91,8 @@ def main():
             sys.exit(f"text_tokens: {args.tree}: not a folder")
         data, files, skipped = tree_text(args.tree, args.max_tokens)
         if skipped:
-            print(f"text_tokens: skipped {skipped} files that are not UTF-8 text")
+            print(f"text_tokens: skipped {skipped} " + ("file that is" if skipped == 1 else "files that are") +
+                  " not UTF-8 text")
     else:
         files = args.files or sorted(f for f in glob.glob(DEFAULT_GLOB) if os.path.isfile(f))
         if not files:

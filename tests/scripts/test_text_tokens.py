@@ -3,6 +3,7 @@
 order, a bad input fails in one line and leaves no file, and tandem trains
 on the result (the loss falls over a few steps)."""
 import argparse
+import gzip
 import os
 import re
 import struct
@@ -49,6 +50,31 @@ def main():
             fail(f"a non-UTF-8 file: rc {r.returncode}, stderr {r.stderr!r}, output left: {os.path.exists(bad_out)}")
         if any(n.startswith(".text_tokens.") for n in os.listdir(d)):
             fail("a temporary file was left behind")
+        # --tree: every UTF-8 text file under a folder in path order, .gz
+        # decompressed, the others skipped; cut at --max-tokens.
+        tree = os.path.join(d, "tree")
+        os.makedirs(os.path.join(tree, "pkg2"))
+        os.makedirs(os.path.join(tree, "pkg1"))
+        with open(os.path.join(tree, "pkg1", "README"), "w", encoding="utf-8") as f:
+            f.write("first\n")
+        with gzip.open(os.path.join(tree, "pkg2", "changelog.gz"), "wb") as f:
+            f.write(b"second\n")
+        with open(os.path.join(tree, "pkg2", "logo.png"), "wb") as f:
+            f.write(b"\x89PNG\0\0")
+        tree_out = os.path.join(d, "tree.tokens")
+        r = subprocess.run([sys.executable, SCRIPT, "--out", tree_out, "--tree", tree], capture_output=True, text=True)
+        got = bytes(v for (v,) in struct.iter_unpack("<H", open(tree_out, "rb").read())) if r.returncode == 0 else b""
+        if got != b"first\n\nsecond\n\n" or "skipped 1 file that is not UTF-8" not in r.stdout:
+            fail(f"--tree: rc {r.returncode}, tokens {got!r}, stdout {r.stdout!r}, stderr {r.stderr!r}")
+        r = subprocess.run([sys.executable, SCRIPT, "--out", tree_out, "--tree", tree, "--max-tokens", "4"],
+                           capture_output=True, text=True)
+        got = bytes(v for (v,) in struct.iter_unpack("<H", open(tree_out, "rb").read()))
+        if r.returncode != 0 or got != b"firs":
+            fail(f"--max-tokens 4: rc {r.returncode}, tokens {got!r}")
+        r = subprocess.run([sys.executable, SCRIPT, "--out", tree_out, "--tree", os.path.join(d, "none")],
+                           capture_output=True, text=True)
+        if r.returncode == 0 or "not a folder" not in r.stderr:
+            fail(f"--tree of a missing folder: rc {r.returncode}, stderr {r.stderr!r}")
         # tandem trains on it.
         r = subprocess.run([args.tandem, "train", "gpt2-tiny", "--steps", "40", "--log-every", "40",
                             "--set", "data.source=tokens", "--set", f"data.path={out}", "--set", "model.vocab=256",
