@@ -292,6 +292,17 @@ void CudaExecutor::Impl::prepareFp8() {
   fp8_scales = static_cast<std::byte*>(deviceAlloc(bytes));
   std::vector<float> ones(size_t(bytes) / sizeof(float), 1.0f);
   TANDEM_CUDA_CHECK(cudaMemcpy(fp8_scales, ones.data(), size_t(bytes), cudaMemcpyHostToDevice));
+  // The partial maxima a producer writes and its cast reads, after the slots.
+  fp8_amax_partials.assign(program->tasks.size(), nullptr);
+  std::byte* at = fp8_scales + int64_t(slots) * gpu_footprint::kFp8ScaleSlotBytes;
+  for (const auto& [producer, cast] : gpu_footprint::fp8AmaxProducers(*program)) {
+    fp8_amax_partials[size_t(producer)] = fp8_amax_partials[size_t(cast)] = reinterpret_cast<float*>(at);
+    at += gpu_footprint::kFp8AmaxPartialsBytes;
+  }
+}
+
+float* CudaExecutor::Impl::fp8AmaxPartials(int task) const {
+  return fp8_amax_partials.empty() ? nullptr : fp8_amax_partials.at(size_t(task));
 }
 
 float* CudaExecutor::Impl::fp8ScaleInv(int buffer) const {

@@ -156,6 +156,11 @@ struct CudaExecutor::Impl {
   std::vector<int> fp8_slot;
   std::byte* fp8_scales = nullptr;
   float* fp8ScaleInv(int buffer) const;
+  // By task: the partial maxima a SwiGLU kernel writes for the cast of its
+  // output and that cast reads instead of taking its input's amax itself
+  // (gpu_footprint::fp8AmaxProducers); null for the other tasks.
+  std::vector<float*> fp8_amax_partials;
+  float* fp8AmaxPartials(int task) const;
   StepScalars* scalars = nullptr;
   StepScalars* host_scalars = nullptr;  // pinned, kSlots entries
   float* host_out = nullptr;            // pinned, per slot: loss sum, grad norm

@@ -105,9 +105,9 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
       rmsnormBackward(ptr(W[0]), ptr(W[1]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]), dt(R[3]), a.m, a.c,
                       a.accumulate, a.accumulate_params, dt(W[0]), scr, s);
       break;
-    case OpKind::SwiGlu: swigluForward(ptr(W[0]), ptr(R[0]), a.m, a.c, dt(W[0]), s); break;
+    case OpKind::SwiGlu: swigluForward(ptr(W[0]), ptr(R[0]), a.m, a.c, dt(W[0]), s, fp8AmaxPartials(index)); break;
     case OpKind::SwiGluBwd:
-      swigluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.c, a.accumulate, dt(W[0]), s);
+      swigluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.c, a.accumulate, dt(W[0]), s, fp8AmaxPartials(index));
       break;
     case OpKind::PackKv:
     case OpKind::PackKvBwd:  // refused with the plan (context parallelism)
@@ -342,16 +342,20 @@ void CudaExecutor::Impl::issueCastFp8(int index, cudaStream_t s) {
     if (program->buffers.at(size_t(w)).elementCount() != in.elementCount())
       throw CudaError(fmt::format("cuda executor: {}: casts {} elements into {}", t.name, in.elementCount(),
                                   program->buffers.at(size_t(w)).elementCount()));
+  // The amax: the partial maxima the input's writer took, or a pass of its own into the scratch.
+  float* partials = fp8AmaxPartials(index);
+  const bool measured = partials != nullptr;
+  if (!measured) partials = scratch.at(t.stream);
   if (t.writes.size() == 1) {
     fp8CastCurrentScaling(ptr(out.id), ptr(in.id), in.dtype, out.elementCount(), fp8_format.at(size_t(out.id)),
-                          fp8ScaleInv(out.id), scratch.at(t.stream), s);
+                          fp8ScaleInv(out.id), partials, measured, s);
     return;
   }
   const Buffer& transposed = program->buffers.at(size_t(t.writes[1]));  // [columns, rows]
   const int64_t rows = transposed.shape.back();
   fp8CastTransposeCurrentScaling(ptr(out.id), ptr(transposed.id), ptr(in.id), in.dtype, rows,
                                  in.elementCount() / rows, fp8_format.at(size_t(out.id)), fp8ScaleInv(out.id),
-                                 fp8ScaleInv(transposed.id), scratch.at(t.stream), s);
+                                 fp8ScaleInv(transposed.id), partials, measured, s);
 }
 
 // A linear layer's GEMM on FP8 copies of its operands. The forward reads

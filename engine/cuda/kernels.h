@@ -127,10 +127,15 @@ void rmsnormBackward(void* dx, void* dw, const void* dy, const void* x, const vo
 bool rmsnormBackwardFused(void* dx, void* dw, const void* dy, const void* x, const void* w, const void* rstd,
                           DType rstd_dt, int64_t M, int64_t C, bool accumulate_dx, bool accumulate_dw, DType dt,
                           float* scratch, cudaStream_t s);
-// x rows [gate | up] of 2F, y rows of F: y = silu(gate) * up.
-void swigluForward(void* y, const void* x, int64_t M, int64_t F, DType dt, cudaStream_t s);
+// x rows [gate | up] of 2F, y rows of F: y = silu(gate) * up. With
+// amax_partials (kFp8AmaxBlocks floats): also each block's largest
+// magnitude of what it stored (y; dx for the backward, which writes all of
+// it), the partial maxima an FP8 cast of the output reads
+// (gpu_footprint::fp8AmaxProducers).
+void swigluForward(void* y, const void* x, int64_t M, int64_t F, DType dt, cudaStream_t s,
+                   float* amax_partials = nullptr);
 void swigluBackward(void* dx, const void* dy, const void* x, int64_t M, int64_t F, bool accumulate, DType dt,
-                    cudaStream_t s);
+                    cudaStream_t s, float* amax_partials = nullptr);
 // Grouped-query attention with rotary embeddings: qkv rows hold KV groups of
 // [H/KV query heads | k | v]. expandGroupedQkv writes the [q | k | v] layout
 // of H heads (q, k rotated) that attentionForward/Backward take;
@@ -238,16 +243,18 @@ void adamw(const TensorSlot* slots, int num_slots, int64_t num_chunks, const Ste
 // FP8 GEMM operands (fp8.cu), current scaling: out[i] = the FP8 code of
 // x[i] * scale, scale = largest finite / max |x| (engine/numerics/fp8.h, as
 // the CPU reference casts), and *scale_inv = 1 / scale for the GEMM that
-// reads the codes (cuBLASLt's A/B scale). scratch: kFp8AmaxBlocks floats.
+// reads the codes (cuBLASLt's A/B scale). amax_partials: kFp8AmaxBlocks
+// floats, the partial maxima of |x| when amax_measured (x's writer took
+// them), else scratch the cast fills with its own pass over x first.
 void fp8CastCurrentScaling(void* out, const void* x, DType dt, int64_t n, Fp8Format format, float* scale_inv,
-                           float* scratch, cudaStream_t s);
+                           float* amax_partials, bool amax_measured, cudaStream_t s);
 // The same cast of x[rows, cols] writing the codes both as stored (out) and
 // transposed (out_t[cols, rows], the K-major copy a backward GEMM reads),
 // with *scale_inv_t = *scale_inv; the codes are the same. cols a multiple
 // of 8, rows of 4.
 void fp8CastTransposeCurrentScaling(void* out, void* out_t, const void* x, DType dt, int64_t rows, int64_t cols,
-                                    Fp8Format format, float* scale_inv, float* scale_inv_t, float* scratch,
-                                    cudaStream_t s);
+                                    Fp8Format format, float* scale_inv, float* scale_inv_t, float* amax_partials,
+                                    bool amax_measured, cudaStream_t s);
 // db[N] (+)= the column sums of an FP8 gradient [M, N], each code decoded
 // and multiplied by *scale_inv (a linear layer's bias gradient in FP8
 // plans); deterministic, through partial sums in scratch

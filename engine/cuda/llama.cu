@@ -383,43 +383,72 @@ int widePer(int64_t c8) { return wide_rows::vectorsPerThread(c8); }
 
 __device__ __forceinline__ float sigmoidf(float g) { return 1.f / (1.f + expf(-g)); }
 
+// An FP8 cast's amax taken where its input is written (amax non-null,
+// gpu_footprint::fp8AmaxProducers): the block's largest |value| over what
+// it stored, into amax[blockIdx.x]. Rounding to the stored type is
+// monotonic, so the rounded maximum is the maximum of the rounded values;
+// fmaxf skips NaN as the cast's own pass does. Every thread of the block
+// calls it.
+template <class T>
+__device__ __forceinline__ void storeBlockAmax(float m, float* amax) {
+  __shared__ float shared[32];
+  m = blockMax(m, shared);
+  if (threadIdx.x == 0) amax[blockIdx.x] = toF(fromF<T>(m));
+}
+
 // x rows are [gate (F) | up (F)], y rows F wide: y = silu(gate) up.
 template <class T>
-__global__ void swigluForwardKernel(T* y, const T* x, int64_t M, int64_t F) {
+__global__ void swigluForwardKernel(T* y, const T* x, int64_t M, int64_t F, float* amax) {
+  float m_abs = 0.f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * F; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t m = i / F, f = i - m * F;
     const float g = toF(x[m * 2 * F + f]), u = toF(x[m * 2 * F + F + f]);
-    y[i] = fromF<T>(g * sigmoidf(g) * u);
+    const float v = g * sigmoidf(g) * u;
+    y[i] = fromF<T>(v);
+    m_abs = fmaxf(m_abs, fabsf(v));
   }
+  if (amax) storeBlockAmax<T>(m_abs, amax);
 }
 
 // d gate = dy up sigmoid(g) (1 + g (1 - sigmoid(g))), d up = dy silu(g).
 template <class T>
-__global__ void swigluBackwardKernel(T* dx, const T* dy, const T* x, int64_t M, int64_t F, bool accumulate) {
+__global__ void swigluBackwardKernel(T* dx, const T* dy, const T* x, int64_t M, int64_t F, bool accumulate,
+                                     float* amax) {
+  float m_abs = 0.f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * F; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t m = i / F, f = i - m * F;
     const int64_t gi = m * 2 * F + f, ui = gi + F;
     const float g = toF(x[gi]), u = toF(x[ui]), d = toF(dy[i]), sg = sigmoidf(g);
-    const float dg = d * u * sg * (1.f + g * (1.f - sg)), du = d * g * sg;
-    dx[gi] = fromF<T>(accumulate ? toF(dx[gi]) + dg : dg);
-    dx[ui] = fromF<T>(accumulate ? toF(dx[ui]) + du : du);
+    float dg = d * u * sg * (1.f + g * (1.f - sg)), du = d * g * sg;
+    if (accumulate) dg = toF(dx[gi]) + dg, du = toF(dx[ui]) + du;
+    dx[gi] = fromF<T>(dg);
+    dx[ui] = fromF<T>(du);
+    m_abs = fmaxf(m_abs, fmaxf(fabsf(dg), fabsf(du)));
   }
+  if (amax) storeBlockAmax<T>(m_abs, amax);
 }
 
 // The same with 8 bf16 per thread (F % 8 == 0, 16-byte aligned rows).
-__global__ void swigluForwardVec(uint4* y, const uint4* x, int64_t M, int64_t f8) {
+__global__ void swigluForwardVec(uint4* y, const uint4* x, int64_t M, int64_t f8, float* amax) {
+  float m_abs = 0.f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * f8; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t m = i / f8, f = i - m * f8;
     float g[8], u[8];
     unpack8(x[m * 2 * f8 + f], g);
     unpack8(x[m * 2 * f8 + f8 + f], u);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) g[j] = g[j] * sigmoidf(g[j]) * u[j];
+    for (int j = 0; j < 8; ++j) {
+      g[j] = g[j] * sigmoidf(g[j]) * u[j];
+      m_abs = fmaxf(m_abs, fabsf(g[j]));
+    }
     y[i] = pack8(g);
   }
+  if (amax) storeBlockAmax<bf16>(m_abs, amax);
 }
 
-__global__ void swigluBackwardVec(uint4* dx, const uint4* dy, const uint4* x, int64_t M, int64_t f8, bool accumulate) {
+__global__ void swigluBackwardVec(uint4* dx, const uint4* dy, const uint4* x, int64_t M, int64_t f8, bool accumulate,
+                                  float* amax) {
+  float m_abs = 0.f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * f8; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t m = i / f8, f = i - m * f8;
     const int64_t gi = m * 2 * f8 + f, ui = gi + f8;
@@ -437,10 +466,12 @@ __global__ void swigluBackwardVec(uint4* dx, const uint4* dy, const uint4* x, in
       const float a = d[j] * u[j] * sg * (1.f + g[j] * (1.f - sg)), b = d[j] * g[j] * sg;
       dg[j] = accumulate ? dg[j] + a : a;
       du[j] = accumulate ? du[j] + b : b;
+      m_abs = fmaxf(m_abs, fmaxf(fabsf(dg[j]), fabsf(du[j])));
     }
     dx[gi] = pack8(dg);
     dx[ui] = pack8(du);
   }
+  if (amax) storeBlockAmax<bf16>(m_abs, amax);
 }
 
 // Position t's rotation of frequency i of a head D wide, in double as the
@@ -797,27 +828,37 @@ void rmsnormBackward(void* dx, void* dw, const void* dy, const void* x, const vo
   biasGradientFromPartials(dw, scratch, C, gpu_footprint::kBiasRowChunks, accumulate_dw, dt, s);
 }
 
-void swigluForward(void* y, const void* x, int64_t M, int64_t F, DType dt, cudaStream_t s) {
+namespace {
+// The grid of the elementwise SwiGLU kernels (grid-stride loops): with
+// partial maxima to write, exactly as many blocks as the cast reads.
+unsigned swigluGrid(int64_t work, const float* amax) {
+  return amax ? unsigned(gpu_footprint::kFp8AmaxBlocks) : gridFor(work, kThreads);
+}
+}  // namespace
+
+void swigluForward(void* y, const void* x, int64_t M, int64_t F, DType dt, cudaStream_t s, float* amax) {
   if (dt == DType::BF16 && vec8(F, {y, x})) {
-    swigluForwardVec<<<gridFor(M * F / 8, kThreads), kThreads, 0, s>>>(static_cast<uint4*>(y),
-                                                                       static_cast<const uint4*>(x), M, F / 8);
+    swigluForwardVec<<<swigluGrid(M * F / 8, amax), kThreads, 0, s>>>(static_cast<uint4*>(y),
+                                                                      static_cast<const uint4*>(x), M, F / 8, amax);
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
-  TANDEM_DISPATCH_DT(dt, swigluForwardKernel<T><<<gridFor(M * F, kThreads), kThreads, 0, s>>>(
-                             static_cast<T*>(y), static_cast<const T*>(x), M, F));
+  TANDEM_DISPATCH_DT(dt, swigluForwardKernel<T><<<swigluGrid(M * F, amax), kThreads, 0, s>>>(
+                             static_cast<T*>(y), static_cast<const T*>(x), M, F, amax));
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
 void swigluBackward(void* dx, const void* dy, const void* x, int64_t M, int64_t F, bool accumulate, DType dt,
-                    cudaStream_t s) {
+                    cudaStream_t s, float* amax) {
   if (dt == DType::BF16 && vec8(F, {dx, dy, x})) {
-    swigluBackwardVec<<<gridFor(M * F / 8, kThreads), kThreads, 0, s>>>(
-        static_cast<uint4*>(dx), static_cast<const uint4*>(dy), static_cast<const uint4*>(x), M, F / 8, accumulate);
+    swigluBackwardVec<<<swigluGrid(M * F / 8, amax), kThreads, 0, s>>>(static_cast<uint4*>(dx),
+                                                                       static_cast<const uint4*>(dy),
+                                                                       static_cast<const uint4*>(x), M, F / 8,
+                                                                       accumulate, amax);
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
-  TANDEM_DISPATCH_DT(dt, swigluBackwardKernel<T><<<gridFor(M * F, kThreads), kThreads, 0, s>>>(
+  TANDEM_DISPATCH_DT(dt, swigluBackwardKernel<T><<<swigluGrid(M * F, amax), kThreads, 0, s>>>(
                              static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), M, F,
-                             accumulate));
+                             accumulate, amax));
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 

@@ -103,7 +103,8 @@ OpCost costOf(const Graph& g, const Node& n) {
   if (a.accumulate && !n.outputs.empty()) c.bytes_read += bytesOf(g, n.outputs[0]);
   if (a.accumulate_params)
     for (size_t i = 1; i < n.outputs.size(); ++i) c.bytes_read += bytesOf(g, n.outputs[i]);
-  if (n.op == OpKind::CastFp8 && a.current_scaling) c.bytes_read *= 2;  // the amax pass, then the cast
+  // Current scaling: the amax pass, then the cast (unless the input's writer took the amax).
+  if (n.op == OpKind::CastFp8 && a.current_scaling && !a.amax_by_writer) c.bytes_read *= 2;
   if (a.materialized && (n.op == OpKind::Attention || n.op == OpKind::AttentionBwd)) {
     // The score matrices between the kernels (the probabilities, the
     // forward's output and the backward's input, are counted above):

@@ -106,6 +106,11 @@ struct OpAttrs {
   // twice). Its second output, when it has one, is the transposed copy
   // ([columns, rows]: the last dimension first) an FP8 GEMM reads K-major.
   bool current_scaling = false;
+  // CastFp8, current scaling: the kernel that wrote the cast's input (an
+  // elementwise kernel writing all of it: SwiGLU's forward or backward) also
+  // took its amax, so the cast reads its input once (the executors and the
+  // cost model; engine/passes/fp8_gemms.h).
+  bool amax_by_writer = false;
   // GradNorm: the task writes this rank's share of the sum of squares (its
   // shard's part with a sharded optimizer, each gradient counted
   // 1/ParamInfo::copies), and summing all-reduces over the rank's groups

@@ -78,10 +78,31 @@ int64_t fp8TransposeBytes(const Task& t) {
   return 0;
 }
 
+std::vector<std::pair<int, int>> fp8AmaxProducers(const RankPlan& rp) {
+  std::vector<std::pair<int, int>> pairs;
+  std::vector<int> last_writer(rp.buffers.size(), -1);
+  std::vector<bool> taken(rp.tasks.size(), false);
+  for (size_t i = 0; i < rp.tasks.size(); ++i) {
+    const Task& t = rp.tasks[i];
+    if (t.op == OpKind::CastFp8 && t.attrs.amax_by_writer) {
+      const int w = last_writer.at(size_t(t.reads.at(0)));
+      const bool whole_output = w >= 0 && (rp.tasks[size_t(w)].op == OpKind::SwiGlu ||
+                                           rp.tasks[size_t(w)].op == OpKind::SwiGluBwd);
+      if (whole_output && rp.tasks[size_t(w)].writes.at(0) == t.reads[0] && !taken[size_t(w)]) {
+        pairs.emplace_back(w, int(i));
+        taken[size_t(w)] = true;
+      }
+    }
+    for (int b : t.writes) last_writer.at(size_t(b)) = int(i);
+  }
+  return pairs;
+}
+
 int64_t fp8ScaleBytes(const RankPlan& rp) {
   const int64_t fp8 =
       std::count_if(rp.buffers.begin(), rp.buffers.end(), [](const Buffer& b) { return b.dtype == DType::F8; });
-  return fp8 * kFp8ScaleSlotBytes;
+  if (fp8 == 0) return 0;
+  return fp8 * kFp8ScaleSlotBytes + int64_t(fp8AmaxProducers(rp).size()) * kFp8AmaxPartialsBytes;
 }
 
 int64_t taskScratchBytes(const RankPlan& rp, const Task& t) {

@@ -10,6 +10,7 @@
 // scratch; the kernels take them from here (engine/cuda/*.cu).
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 // Declared, not included: the CUDA sources include this header, and
@@ -83,6 +84,16 @@ int64_t fp8TransposeSecondOffset(const Task& t);
 // its own: cuBLASLt chooses an algorithm for the alignment of the scale
 // pointers it is shown, so every one it reads has the same alignment.
 inline constexpr int64_t kFp8ScaleSlotBytes = 256;
+// The casts whose amax their input's writer takes (OpAttrs::amax_by_writer:
+// SwiGLU's forward and backward, their blocks' largest magnitudes as
+// kFp8AmaxBlocks partial maxima), so the cast skips its own pass over the
+// input: (producer task, cast task) pairs in task order. A flagged cast
+// whose input's last writer in the task list is not such a kernel is left
+// out and takes the amax itself.
+std::vector<std::pair<int, int>> fp8AmaxProducers(const RankPlan& rp);
+// The partial maxima of one such pair, after the scale slots.
+inline constexpr int64_t kFp8AmaxPartialsBytes = (int64_t(kFp8AmaxBlocks) * 4 + 255) / 256 * 256;
+// The scale slots and the producers' partial maxima, in one allocation.
 int64_t fp8ScaleBytes(const RankPlan& rp);
 
 // Scratch of one task of `rp` on its stream (a stream's tasks share one buffer).

@@ -55,7 +55,8 @@ bool sequenceGather(const Node& n) {
 
 class Fp8Planner {
  public:
-  Fp8Planner(Graph& g, bool current) : g_(g), current_(current) {
+  Fp8Planner(Graph& g, bool current, bool fused_elementwise)
+      : g_(g), current_(current), fused_elementwise_(fused_elementwise) {
     for (const Node& n : g.nodes) {
       for (int t : n.outputs) ++writers_[t];
       for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -122,7 +123,10 @@ class Fp8Planner {
         n.attrs.fp8 = true;
       }
       // A write makes the tensor's FP8 copy stale: the next reader casts again.
-      for (int t : n.outputs) copy_.erase(t);
+      for (int t : n.outputs) {
+        copy_.erase(t);
+        writer_op_[t] = n.op;
+      }
       out.push_back(std::move(n));
     }
     g_.nodes = std::move(out);
@@ -174,17 +178,22 @@ class Fp8Planner {
     if (copies.transposed >= 0) c.outputs.push_back(copies.transposed);
     c.attrs.elements = from.elements();
     c.attrs.current_scaling = current_;
+    const auto w = writer_op_.find(src);
+    c.attrs.amax_by_writer = current_ && fused_elementwise_ && w != writer_op_.end() &&
+                             (w->second == OpKind::SwiGlu || w->second == OpKind::SwiGluBwd);
     out.push_back(std::move(c));
     return copies;
   }
 
   Graph& g_;
   bool current_ = false;  // training.fp8_scaling current
+  bool fused_elementwise_ = true;  // one kernel per elementwise op (not schedule.elementwise eager)
   std::unordered_map<int, int> writers_;
   std::unordered_map<int, int> bf16_readers_;
   std::unordered_set<int> fp8_operands_;  // tensors an FP8 GEMM reads as an operand
   std::unordered_set<int> read_transposed_;  // ... in a slot it reads K-major (fp8TransposedSlot)
   std::unordered_map<int, Copies> copy_;  // tensor -> its current FP8 copies
+  std::unordered_map<int, OpKind> writer_op_;  // tensor -> the op of its latest writer so far
   std::unordered_set<int> fp8_gathers_;  // gathered tensors moved in FP8
   std::unordered_map<int, int> gather_inputs_;  // a rank's tokens -> FP8 gathers reading them
 };
@@ -193,7 +202,9 @@ class Fp8Planner {
 
 int applyFp8Gemms(Graph& g, const JobSpec& job) {
   if (job.training.precision != Precision::FP8) return 0;
-  return Fp8Planner(g, job.training.fp8_scaling == Fp8Scaling::Current).run();
+  return Fp8Planner(g, job.training.fp8_scaling == Fp8Scaling::Current,
+                    job.schedule.elementwise != ElementwiseKernels::Eager)
+      .run();
 }
 
 }  // namespace tandem

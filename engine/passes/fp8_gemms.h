@@ -26,6 +26,12 @@
 // With sequence parallelism a gather whose rows only FP8 GEMMs read moves
 // them in FP8 (half the bytes): the rank's tokens are cast (or written in
 // FP8 by their norm) before it, as Transformer Engine does.
+// Under current scaling a cast whose input SwiGLU's forward or backward
+// wrote (one elementwise kernel writing all of it) gets amax_by_writer: that
+// kernel takes the amax as it writes, and the cast reads its input once (as
+// tandem's kernels do, and a compiler fusing the reduction into the
+// producer would; not with schedule.elementwise eager, whose SwiGLU is a
+// chain of kernels).
 // The scaling factors (one per tensor, from the amax history) are a few
 // floats per tensor and are not planned as buffers.
 

@@ -86,6 +86,7 @@ json toJson(const OpAttrs& a) {
   put("eager", a.eager, d.eager);
   put("parts", a.parts, d.parts);
   put("current_scaling", a.current_scaling, d.current_scaling);
+  put("amax_by_writer", a.amax_by_writer, d.amax_by_writer);
   return j;
 }
 
@@ -385,6 +386,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "eager", a.eager);
   optionalField(j, path, "parts", a.parts);
   optionalField(j, path, "current_scaling", a.current_scaling);
+  optionalField(j, path, "amax_by_writer", a.amax_by_writer);
 }
 
 void readValue(const json& j, const std::string& path, CollectiveInfo& c) {

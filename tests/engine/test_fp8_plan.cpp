@@ -114,14 +114,14 @@ TEST_CASE("FP8 plans: norms and activations write their GEMM inputs in FP8", "[p
     if (t.op == OpKind::Attention) CHECK(rp.buffers[size_t(t.writes[0])].dtype == DType::BF16);
 }
 
-TEST_CASE("FP8 plans with current scaling: producers write bf16, each cast reads twice",
+TEST_CASE("FP8 plans with current scaling: producers write bf16, a cast reads twice unless its writer took the amax",
           "[plan][fp8]") {
   JobSpec job = fp8Job(true);
   const Plan delayed = buildPlan(job);
   job.training.fp8_scaling = Fp8Scaling::Current;
   const Plan current = buildPlan(job);
   const RankPlan& rp = current.programs[0];
-  int casts = 0;
+  int casts = 0, by_writer = 0;
   for (const Task& t : rp.tasks) {
     if (t.op == OpKind::RmsNorm || t.op == OpKind::SwiGlu || t.op == OpKind::SwiGluBwd)
       CHECK(rp.buffers[size_t(t.writes[0])].dtype != DType::F8);
@@ -132,9 +132,11 @@ TEST_CASE("FP8 plans with current scaling: producers write bf16, each cast reads
     const int64_t in = rp.buffers[size_t(t.reads[0])].bytes;
     int64_t out = 0;
     for (int w : t.writes) out += rp.buffers[size_t(w)].bytes;
-    CHECK(t.bytes_read == 2 * in);
+    CHECK(t.bytes_read == (t.attrs.amax_by_writer ? 1 : 2) * in);
     CHECK(t.bytes_written == out);
+    by_writer += t.attrs.amax_by_writer;
   }
+  CHECK(by_writer > 0);
   // Every GEMM input the producers wrote in FP8 is cast now.
   int delayed_casts = 0;
   for (const Task& t : delayed.programs[0].tasks) {
@@ -187,6 +189,54 @@ TEST_CASE("FP8 plans: the backward's GEMMs read the transposed copies their cast
       if (scaling == Fp8Scaling::Delayed) CHECK(reads_own > 0);
       requireFreshCopies(rp);
     }
+}
+
+TEST_CASE("FP8 current scaling: SwiGLU's kernels take the amax of what their casts read", "[plan][fp8]") {
+  JobSpec job = fp8Job(true);
+  job.training.fp8_scaling = Fp8Scaling::Current;
+  const Plan plan = buildPlan(job);
+  const RankPlan& rp = plan.programs[0];
+  const auto pairs = gpu_footprint::fp8AmaxProducers(rp);
+  int swiglu_casts = 0, flagged = 0;  // casts whose input a SwiGLU kernel wrote last; casts amax_by_writer
+  std::map<int, int> last_writer;
+  for (size_t i = 0; i < rp.tasks.size(); ++i) {
+    const Task& t = rp.tasks[i];
+    if (t.op == OpKind::CastFp8) {
+      const auto w = last_writer.find(t.reads[0]);
+      const OpKind op = w == last_writer.end() ? OpKind::Add : rp.tasks[size_t(w->second)].op;
+      const bool swiglu = op == OpKind::SwiGlu || op == OpKind::SwiGluBwd;
+      swiglu_casts += swiglu;
+      flagged += t.attrs.amax_by_writer;
+      CHECK(t.attrs.amax_by_writer == swiglu);
+    }
+    for (int b : t.writes) last_writer[b] = int(i);
+  }
+  CHECK(swiglu_casts > 0);
+  CHECK(flagged == swiglu_casts);
+  CHECK(int(pairs.size()) == swiglu_casts);
+  int forward = 0, backward = 0;
+  for (const auto& [producer, cast] : pairs) {
+    const Task& p = rp.tasks[size_t(producer)];
+    const Task& c = rp.tasks[size_t(cast)];
+    INFO(p.name << " -> " << c.name);
+    CHECK(producer < cast);
+    CHECK(c.op == OpKind::CastFp8);
+    CHECK(c.reads[0] == p.writes[0]);
+    forward += p.op == OpKind::SwiGlu;
+    backward += p.op == OpKind::SwiGluBwd;
+  }
+  CHECK(forward > 0);
+  CHECK(backward > 0);
+  int64_t fp8_buffers = 0;
+  for (const Buffer& b : rp.buffers) fp8_buffers += b.dtype == DType::F8;
+  CHECK(gpu_footprint::fp8ScaleBytes(rp) ==
+        fp8_buffers * gpu_footprint::kFp8ScaleSlotBytes + int64_t(pairs.size()) * gpu_footprint::kFp8AmaxPartialsBytes);
+  // Delayed scaling's producers write FP8 themselves: no cast takes a
+  // producer's amax.
+  CHECK(gpu_footprint::fp8AmaxProducers(buildPlan(fp8Job(true)).programs[0]).empty());
+  // Eager PyTorch's SwiGLU is a chain of kernels: its casts take the amax themselves.
+  job.schedule.elementwise = ElementwiseKernels::Eager;
+  for (const Task& t : buildPlan(job).programs[0].tasks) CHECK_FALSE(t.attrs.amax_by_writer);
 }
 
 TEST_CASE("The GPU executor runs FP8 plans of current scaling without biases, and refuses the others with the reason",

@@ -84,6 +84,54 @@ void testSwiglu(DType dt, int64_t M, int64_t F) {
   }
 }
 
+// SwiGLU writing the partial maxima of its output for an FP8 cast
+// (gpu_footprint::fp8AmaxProducers): their largest is that of the stored
+// output, forward and backward, with and without accumulation, and the cast
+// that reads them instead of its own pass writes the CPU's codes.
+void testSwigluAmax(DType dt, int64_t M, int64_t F) {
+  auto x = rounded(randomVector(M * 2 * F, rng, 2.f), dt), dy = rounded(randomVector(M * F, rng), dt),
+       dx0 = rounded(randomVector(M * 2 * F, rng), dt);
+  Dev gx(dt, x.size()), gy(dt, size_t(M * F)), gdy(dt, dy.size()), gdx(dt, x.size());
+  gx.upload(x), gdy.upload(dy);
+  float* partials = scratchBuffer(size_t(gpu_footprint::kFp8AmaxBlocks) * 4);
+  auto check = [&](const std::string& what, const Dev& out, int64_t rows, int64_t cols) {
+    const std::vector<float> stored = out.download();
+    float want = 0;
+    for (float v : stored) want = std::max(want, std::fabs(v));
+    std::vector<float> p(size_t(gpu_footprint::kFp8AmaxBlocks));
+    cudaMemcpy(p.data(), partials, p.size() * 4, cudaMemcpyDeviceToHost);
+    const float got = *std::max_element(p.begin(), p.end());
+    expectTrue(tag(dt, fmt::format("{}: the partial maxima's largest {} is the output's {}", what, got, want).c_str()),
+               got == want);
+    uint8_t *codes = nullptr, *codes_t = nullptr;
+    float* inv = nullptr;
+    cudaMalloc(&codes, size_t(rows * cols));
+    cudaMalloc(&codes_t, size_t(rows * cols));
+    cudaMalloc(&inv, 512);
+    cuda::fp8CastTransposeCurrentScaling(codes, codes_t, out.p, dt, rows, cols, Fp8Format::E5M2, inv, inv + 64,
+                                         partials, true, nullptr);
+    std::vector<uint8_t> got_codes(static_cast<size_t>(rows * cols));
+    cudaMemcpy(got_codes.data(), codes, got_codes.size(), cudaMemcpyDeviceToHost);
+    cudaFree(codes);
+    cudaFree(codes_t);
+    cudaFree(inv);
+    const float scale = fp8Scale(want, Fp8Format::E5M2);
+    int64_t differ = 0;
+    for (size_t i = 0; i < stored.size(); ++i) differ += got_codes[i] != fp8FromFloat(stored[i] * scale, Fp8Format::E5M2);
+    expectTrue(tag(dt, fmt::format("{}: the cast from those maxima, {} codes differ from the CPU's", what,
+                                   differ).c_str()),
+               differ == 0);
+  };
+  const std::string shape = fmt::format(" M{} F{}", M, F);
+  cuda::swigluForward(gy.p, gx.p, M, F, dt, nullptr, partials);
+  check("swiglu forward" + shape, gy, M, F);
+  for (const bool accumulate : {false, true}) {
+    gdx.upload(dx0);
+    cuda::swigluBackward(gdx.p, gdy.p, gx.p, M, F, accumulate, dt, nullptr, partials);
+    check("swiglu backward" + shape + (accumulate ? " (accumulate)" : ""), gdx, M, 2 * F);
+  }
+}
+
 // Each part of a grouped row (queries | keys | values of every group) on its
 // own, so a small part cannot hide in the whole.
 void expectGroupedParts(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
@@ -190,7 +238,7 @@ void testFp8Cast(DType dt, int64_t n, Fp8Format format, float spread) {
   cudaMalloc(&codes, size_t(n));
   cudaMalloc(&scale_inv, sizeof(float));
   cuda::fp8CastCurrentScaling(codes, gx.p, dt, n, format, scale_inv,
-                              scratchBuffer(size_t(gpu_footprint::kFp8AmaxBlocks) * 4), nullptr);
+                              scratchBuffer(size_t(gpu_footprint::kFp8AmaxBlocks) * 4), false, nullptr);
   std::vector<uint8_t> got(static_cast<size_t>(n));
   float got_inv = 0;
   cudaMemcpy(got.data(), codes, size_t(n), cudaMemcpyDeviceToHost);
@@ -221,7 +269,7 @@ void testFp8CastTranspose(DType dt, int64_t rows, int64_t cols, Fp8Format format
   cudaMalloc(&codes_t, size_t(n));
   cudaMalloc(&scale_inv, 512);
   cuda::fp8CastTransposeCurrentScaling(codes, codes_t, gx.p, dt, rows, cols, format, scale_inv, scale_inv + 64,
-                                       scratchBuffer(size_t(gpu_footprint::kFp8AmaxBlocks) * 4), nullptr);
+                                       scratchBuffer(size_t(gpu_footprint::kFp8AmaxBlocks) * 4), false, nullptr);
   std::vector<uint8_t> got(static_cast<size_t>(n)), got_t(static_cast<size_t>(n));
   float inv[2] = {0, 0};
   cudaMemcpy(got.data(), codes, size_t(n), cudaMemcpyDeviceToHost);
@@ -281,7 +329,7 @@ struct Fp8Dev {
     cudaMalloc(&codes, x.size());
     cudaMalloc(&scale_inv, 256);
     cuda::fp8CastCurrentScaling(codes, in.p, dt, int64_t(x.size()), f, scale_inv,
-                                scratchBuffer(size_t(gpu_footprint::kFp8AmaxBlocks) * 4), nullptr);
+                                scratchBuffer(size_t(gpu_footprint::kFp8AmaxBlocks) * 4), false, nullptr);
     cudaDeviceSynchronize();
     float amax = 0;
     for (float v : x) amax = std::max(amax, std::fabs(v));
@@ -396,6 +444,7 @@ int main() {
     testRmsnorm(dt, 3, 4096);     // fewer rows than the backward's blocks
     testSwiglu(dt, 300, 172);     // scalar path (F % 8 != 0)
     testSwiglu(dt, 1000, 688);    // 16-byte path in bf16
+    testSwigluAmax(dt, 1000, 688);  // bf16: the 16-byte path; fp32: the scalar one
     // Head width 16 and 32: the CUDA-core attention; 64: tensor cores in bf16.
     testGroupedAttention(dt, 2, 100, 64, 4, 2, false);
     testGroupedAttention(dt, 2, 33, 128, 4, 1, true);   // one key/value head (multi-query)
