@@ -110,6 +110,22 @@ __global__ void castKernel(uint8_t* out, const T* x, int64_t n, const float* par
 }
 
 constexpr int kTile = 64;
+using ByteTile = uint8_t[kTile][kTile + 4];  // a row padded by a word against bank conflicts
+
+// The tile of in[r0.., c0..] (in[rows, cols]) stored transposed into
+// out[cols, rows], four tile rows per 4-byte word; after __syncthreads.
+__device__ __forceinline__ void storeTileTransposed(uint8_t* out, const ByteTile& tile, int64_t r0, int64_t c0,
+                                                    int64_t rows, int64_t cols) {
+  constexpr int kWords = kTile / 4;  // 4-byte words per transposed tile row
+  for (int idx = threadIdx.x; idx < kTile * kWords; idx += blockDim.x) {
+    const int oc = idx / kWords, ow = idx % kWords;  // output row (a tile column), output word (4 tile rows)
+    if (c0 + oc >= cols || r0 + 4 * ow >= rows) continue;
+    uint32_t word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) word |= uint32_t(tile[4 * ow + b][oc]) << (8 * b);
+    *reinterpret_cast<uint32_t*>(out + (c0 + oc) * rows + r0 + 4 * ow) = word;
+  }
+}
 
 // Eight consecutive elements (16-byte aligned) as floats.
 __device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) { unpack8(*reinterpret_cast<const uint4*>(p), f); }
@@ -127,7 +143,7 @@ template <class T, int kFormat>
 __global__ void castTransposeKernel(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_t cols,
                                     const float* partials, float largest, float* scale_inv, float* scale_inv_t) {
   __shared__ float shared[32];
-  __shared__ __align__(16) uint8_t tile[kTile][kTile + 4];  // written 4 bytes at a time
+  __shared__ __align__(16) ByteTile tile;  // written 4 bytes at a time
   const float scale = scaleFromPartials(partials, largest, shared);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale_inv = *scale_inv_t = __frcp_rn(scale);
   const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
@@ -150,21 +166,13 @@ __global__ void castTransposeKernel(uint8_t* out, uint8_t* out_t, const T* x, in
     *reinterpret_cast<uint32_t*>(&tile[tr][8 * tc + 4]) = hi;
   }
   __syncthreads();
-  constexpr int kWords = kTile / 4;  // 4-byte words per transposed tile row
-  for (int idx = threadIdx.x; idx < kTile * kWords; idx += blockDim.x) {
-    const int oc = idx / kWords, ow = idx % kWords;  // output row (a tile column), output word (4 tile rows)
-    if (c0 + oc >= cols || r0 + 4 * ow >= rows) continue;
-    uint32_t word = 0;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) word |= uint32_t(tile[4 * ow + b][oc]) << (8 * b);
-    *reinterpret_cast<uint32_t*>(out_t + (c0 + oc) * rows + r0 + 4 * ow) = word;
-  }
+  storeTileTransposed(out_t, tile, r0, c0, rows, cols);
 }
 
 // out[c, r] = in[r, c] for bytes, in 64 x 64 tiles through shared memory,
 // four bytes per access (rows and cols multiples of 4).
 __global__ void transposeBytesKernel(uint8_t* out, const uint8_t* in, int64_t rows, int64_t cols) {
-  __shared__ uint8_t tile[kTile][kTile + 4];
+  __shared__ ByteTile tile;
   const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
   constexpr int kWords = kTile / 4;  // 4-byte words per tile row
   for (int idx = threadIdx.x; idx < kTile * kWords; idx += blockDim.x) {
@@ -176,14 +184,7 @@ __global__ void transposeBytesKernel(uint8_t* out, const uint8_t* in, int64_t ro
     for (int b = 0; b < 4; ++b) tile[tr][4 * tw + b] = uint8_t(word >> (8 * b));
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kTile * kWords; idx += blockDim.x) {
-    const int oc = idx / kWords, ow = idx % kWords;  // output row (a tile column), output word (4 tile rows)
-    if (c0 + oc >= cols || r0 + 4 * ow >= rows) continue;
-    uint32_t word = 0;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) word |= uint32_t(tile[4 * ow + b][oc]) << (8 * b);
-    *reinterpret_cast<uint32_t*>(out + (c0 + oc) * rows + r0 + 4 * ow) = word;
-  }
+  storeTileTransposed(out, tile, r0, c0, rows, cols);
 }
 
 // Partial column sums of decoded FP8 codes (a bias gradient from an FP8
