@@ -241,23 +241,22 @@ void biasGradientFp8(void* db, const void* codes, Fp8Format format, const float*
 }
 
 void fp8CastCurrentScaling(void* out, const void* x, DType dt, int64_t n, Fp8Format format, float* scale_inv,
-                           float* scratch, bool amax_measured, cudaStream_t s) {
+                           float* amax_partials, bool amax_measured, cudaStream_t s) {
   const float largest = format == Fp8Format::E4M3 ? 448.0f : 57344.0f;
   const unsigned grid = gridFor((n + 7) / 8, kThreads, 4096);
   TANDEM_DISPATCH_DT(dt, {
-    if (!amax_measured) amaxPartialsKernel<T><<<kFp8AmaxBlocks, kThreads, 0, s>>>(static_cast<const T*>(x), n, scratch);
+    const T* in = static_cast<const T*>(x);
+    if (!amax_measured) amaxPartialsKernel<T><<<kFp8AmaxBlocks, kThreads, 0, s>>>(in, n, amax_partials);
     if (format == Fp8Format::E4M3)
-      castKernel<T, 0><<<grid, kThreads, 0, s>>>(static_cast<uint8_t*>(out), static_cast<const T*>(x), n, scratch,
-                                                  largest, scale_inv);
+      castKernel<T, 0><<<grid, kThreads, 0, s>>>(static_cast<uint8_t*>(out), in, n, amax_partials, largest, scale_inv);
     else
-      castKernel<T, 1><<<grid, kThreads, 0, s>>>(static_cast<uint8_t*>(out), static_cast<const T*>(x), n, scratch,
-                                                  largest, scale_inv);
+      castKernel<T, 1><<<grid, kThreads, 0, s>>>(static_cast<uint8_t*>(out), in, n, amax_partials, largest, scale_inv);
   });
   TANDEM_CUDA_CHECK(cudaGetLastError());
 }
 
 void fp8CastTransposeCurrentScaling(void* out, void* out_t, const void* x, DType dt, int64_t rows, int64_t cols,
-                                    Fp8Format format, float* scale_inv, float* scale_inv_t, float* scratch,
+                                    Fp8Format format, float* scale_inv, float* scale_inv_t, float* amax_partials,
                                     bool amax_measured, cudaStream_t s) {
   const int64_t align = dt == DType::BF16 ? 16 : 32;  // a row of 8 elements' start, the float path's two loads
   if (cols % 8 != 0 || rows % 4 != 0 || reinterpret_cast<uintptr_t>(x) % align != 0 ||
@@ -271,12 +270,12 @@ void fp8CastTransposeCurrentScaling(void* out, void* out_t, const void* x, DType
   auto* ot = static_cast<uint8_t*>(out_t);
   TANDEM_DISPATCH_DT(dt, {
     const T* in = static_cast<const T*>(x);
-    if (!amax_measured) amaxPartialsKernel<T><<<kFp8AmaxBlocks, kThreads, 0, s>>>(in, rows * cols, scratch);
+    if (!amax_measured) amaxPartialsKernel<T><<<kFp8AmaxBlocks, kThreads, 0, s>>>(in, rows * cols, amax_partials);
     if (format == Fp8Format::E4M3)
-      castTransposeKernel<T, 0><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, scratch, largest, scale_inv,
+      castTransposeKernel<T, 0><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, amax_partials, largest, scale_inv,
                                                            scale_inv_t);
     else
-      castTransposeKernel<T, 1><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, scratch, largest, scale_inv,
+      castTransposeKernel<T, 1><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, amax_partials, largest, scale_inv,
                                                            scale_inv_t);
   });
   TANDEM_CUDA_CHECK(cudaGetLastError());

@@ -117,7 +117,8 @@ void testSwigluAmax(DType dt, int64_t M, int64_t F) {
     cudaFree(inv);
     const float scale = fp8Scale(want, Fp8Format::E5M2);
     int64_t differ = 0;
-    for (size_t i = 0; i < stored.size(); ++i) differ += got_codes[i] != fp8FromFloat(stored[i] * scale, Fp8Format::E5M2);
+    for (size_t i = 0; i < stored.size(); ++i)
+      differ += got_codes[i] != fp8FromFloat(stored[i] * scale, Fp8Format::E5M2);
     expectTrue(tag(dt, fmt::format("{}: the cast from those maxima, {} codes differ from the CPU's", what,
                                    differ).c_str()),
                differ == 0);
