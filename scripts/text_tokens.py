@@ -7,8 +7,8 @@ Apache, MPL, Artistic, BSD, CC0; about 300 KB of English prose), or the
 files named on the command line, or (--tree DIR) every text file under a
 folder, such as the packages' documentation in /usr/share/doc (READMEs,
 changelogs, copyright files; .gz files decompressed; files that are not
-UTF-8 text skipped and counted), up to --max-tokens. The tokens: the text's UTF-8 bytes, one
-token each (a vocabulary of 256: train with `--set model.vocab=256`), as
+UTF-8 text skipped and counted), up to --max-tokens. The tokens: the
+text's UTF-8 bytes, one token each (a vocabulary of 256: train with `--set model.vocab=256`), as
 little-endian uint16, the files in name order, each followed by a blank
 line. Bytes as tokens need no learned vocabulary, so the file is the same
 on every machine with the same texts; the script prints its size and a
@@ -32,8 +32,8 @@ DEFAULT_GLOB = "/usr/share/common-licenses/*"
 
 
 def read_text(path):
-    """The file's bytes (decompressed when it ends in .gz), or None when they
-    are not UTF-8 text (a NUL byte counts as binary)."""
+    """(the file's bytes, decompressed when it ends in .gz, None) or, when
+    they are not UTF-8 text, (None, why)."""
     try:
         if path.endswith(".gz"):
             with gzip.open(path, "rb") as f:
@@ -43,15 +43,16 @@ def read_text(path):
                 text = f.read()
     except (OSError, EOFError) as e:
         if path.endswith(".gz"):
-            return None  # not gzip after all
+            return None, "not gzip data"
         sys.exit(f"text_tokens: {path}: {getattr(e, 'strerror', None) or e}")
-    if b"\0" in text:
-        return None
+    nul = text.find(b"\0")
+    if nul >= 0:
+        return None, f"binary (a NUL byte at {nul})"
     try:
         text.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return text
+    except UnicodeDecodeError as e:
+        return None, f"not UTF-8 text (byte {e.start})"
+    return text, None
 
 
 def tree_text(root, max_tokens):
@@ -64,7 +65,7 @@ def tree_text(root, max_tokens):
             path = os.path.join(folder, name)
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
-            text = read_text(path)
+            text, _ = read_text(path)
             if text is None:
                 skipped += 1
                 continue
@@ -99,9 +100,9 @@ def main():
             sys.exit(f"text_tokens: no text files given and none in {DEFAULT_GLOB}")
         data = bytearray()
         for path in sorted(files):
-            text = read_text(path)
+            text, why = read_text(path)
             if text is None:
-                sys.exit(f"text_tokens: {path}: not UTF-8 text")
+                sys.exit(f"text_tokens: {path}: {why}")
             data += text.rstrip(b"\n") + b"\n\n"
     if args.max_tokens:
         del data[args.max_tokens:]
