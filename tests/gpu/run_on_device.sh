@@ -435,7 +435,25 @@ for r, n, t in sqlite3.connect(sys.argv[1]).execute('select rank, count(*), sum(
       for p in fp8 bf16; do
         stage profile_llama1b_$p $B/tandem run llama-124m $l1b --set training.precision=$p \
           --set training.fp8_scaling=current --steps 12 --profile --out $OUT/llama1b_$p.sqlite
-      done ;;
+      done
+      # Llama 2 7B's layers, 12 of its 32 (one H100 holds them unsharded).
+      stage fp8_llama2_7b_12l $B/bench_gpt2_h200 --job resources/jobs/llama2-7b.yaml \
+        --set parallel.shard_parameters=false --set model.layers=12 --set training.micro_batch=1 \
+        --set training.precision=fp8 --set training.fp8_scaling=current --versus training.precision=bf16 \
+        --steps 8 --rounds 2 --breakdown
+      # Real text 2,000 steps do not repeat (this machine's package
+      # documentation; the checksum printed), bf16 against FP8, two seeds:
+      # the mean loss of the last 200 steps.
+      python3 scripts/text_tokens.py --out /tmp/doc.tokens --tree /usr/share/doc --max-tokens 4000000
+      for seed in 1 2; do for p in bf16 fp8; do
+        stage text_${p}_$seed $B/tandem run llama-124m --steps 2000 --json --set data.source=tokens \
+          --set data.path=/tmp/doc.tokens --set model.vocab=256 --set model.seq_len=512 \
+          --set training.micro_batch=2 --set training.steps=2000 --set training.seed=$seed \
+          --set training.precision=$p --set training.fp8_scaling=current
+        python3 -c "import json,sys; L=[json.loads(l)['loss'] for l in open(sys.argv[1]) if '\"step\"' in l]; \
+print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-200:]) / max(1, len(L[-200:]))))" \
+          $OUT/text_${p}_$seed.log "$p seed $seed"
+      done; done ;;
     checkpointkill)
       # Issue 51 on one GPU: the run killed (SIGKILL) at random moments while
       # it saves a checkpoint after every step, then resumed; every resume
