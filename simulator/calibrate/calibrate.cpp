@@ -918,15 +918,14 @@ void dropSharedWhereAlone(std::map<OpKind, std::vector<Sample>>& samples) {
 // Per op kind: the fit over its samples, each measured shape's median time
 // and the thread blocks most of its main kernels had.
 void fitOps(const CalibrationSamples& acc, CalibrationResult& out) {
-  // FP8 GEMMs (shape keys with "fp8=", cost_model.h) are other kernels than
+  // FP8 GEMMs (isFp8ShapeKey, cost_model.h) are other kernels than
   // the bf16 GEMMs: their shapes are kept, but the op kind's fit and default
   // blocks, which bf16 shapes no run measured fall back on, come from the
   // bf16 samples alone (an FP8 run's fit made bf16 GEMMs 30% fast).
-  auto fp8Shape = [](const std::string& shape) { return shape.find("fp8=") != std::string::npos; };
   for (const auto& [op, s] : acc.samples) {
     std::vector<Sample> fit_samples;
     for (const Sample& x : s)
-      if (!fp8Shape(x.shape)) fit_samples.push_back(x);
+      if (!isFp8ShapeKey(x.shape)) fit_samples.push_back(x);
     OpCalibration& oc = out.calibration.ops[op];
     if (!fit_samples.empty()) {
       const OpFitReport rep = fitOp(op, fit_samples);
@@ -958,7 +957,7 @@ void fitOps(const CalibrationSamples& acc, CalibrationResult& out) {
         std::vector<int> blocks;
         for (const MainKernel& k : b->second) blocks.push_back(k.blocks);
         e.blocks = mostCommon(blocks);
-        if (!fp8Shape(shape)) op_blocks.insert(op_blocks.end(), blocks.begin(), blocks.end());
+        if (!isFp8ShapeKey(shape)) op_blocks.insert(op_blocks.end(), blocks.begin(), blocks.end());
         // The resources of a launch with those blocks, where traced.
         for (const MainKernel& k : b->second)
           if (k.blocks == e.blocks && k.threads > 0) {

@@ -509,12 +509,14 @@ std::optional<std::string> nearestKernelShape(const Task& task, const std::strin
 
 }  // namespace
 
+bool isFp8ShapeKey(const std::string& key) { return key.find("fp8=") != std::string::npos; }
+
 std::string RooflineCostModel::geometryKey(const Task& task) const {
   std::string key = shapeKey(task);
   if (!task.attrs.fp8) return key;
   if (const auto it = calibration_.ops.find(costOpKind(task)); it != calibration_.ops.end())
     for (const auto& [shape, e] : it->second.shapes)
-      if (shape.find("fp8=") != std::string::npos) return key;
+      if (isFp8ShapeKey(shape)) return key;
   Task bf16 = task;
   bf16.attrs.fp8 = false;
   return shapeKey(bf16);
