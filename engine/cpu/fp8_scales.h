@@ -8,29 +8,24 @@
 // The format follows Transformer Engine's HYBRID recipe: gradients (what
 // the backward writes) in E5M2, everything else in E4M3.
 //
-// Each scale belongs to the task that casts (its name without the
-// micro-batch; a recompute's cast shares its forward's):
+// Each scale belongs to the task that writes (its cast key,
+// engine/numerics/fp8_history.h):
 //   - current scaling (training.fp8_scaling current): from the tensor's own
 //     amax, as it is written;
-//   - delayed scaling: from the largest amax the cast saw over the last
-//     kHistory steps, not counting this one (Transformer Engine's
-//     DelayedScaling defaults: a history of 1024, "max"); 1 before any
-//     history. This step's amaxes join the history when the step ends.
+//   - delayed scaling: from the key's amax history (fp8_history.h).
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "engine/numerics/fp8.h"
+#include "engine/numerics/fp8_history.h"
 #include "engine/plan/plan.h"
 
 namespace tandem::cpu {
 
 class Fp8Scales {
  public:
-  static constexpr int kHistory = 1024;
-
   Fp8Scales(const RankPlan& rp, bool current_scaling);
 
   // The scale and format for what `task` writes into `buffer`, whose values'
@@ -44,23 +39,18 @@ class Fp8Scales {
   // This step's amaxes into the histories (delayed scaling).
   void endStep();
 
-  // What a checkpoint keeps between steps: each cast's last scale and amax
-  // history, as text (floats by their bits, so a resume is exact). Empty
+  // What a checkpoint keeps between steps (encodeFp8History's text). Empty
   // under current scaling, which keeps nothing that changes its bits.
   std::string save() const;
   // Restores what save() wrote; throws std::runtime_error on text it did not.
   void load(const std::string& text);
 
-  // The cast's history key: "layer0.ln1.fwd" for "layer0.ln1.recompute.mb3".
-  static std::string castKey(const std::string& task_name);
-
  private:
   bool current_;
   std::vector<float> buffer_scale_;
   std::vector<Fp8Format> buffer_format_;
-  std::map<std::string, std::deque<float>> history_;
+  Fp8History state_;  // each key's last scale and amax history
   std::map<std::string, float> step_amax_;
-  std::map<std::string, float> last_scale_;
 };
 
 }  // namespace tandem::cpu

@@ -1,0 +1,39 @@
+#pragma once
+// FP8 delayed scaling's bookkeeping, shared by the CPU reference
+// (engine/cpu/fp8_scales.h) and the GPU executor: which scale a writer
+// uses, and the state a checkpoint keeps.
+//
+// Each scale belongs to the task that writes an FP8 tensor (a cast, or a
+// norm or activation writing FP8 itself), named by its cast key: the task's
+// name without the micro-batch, a recompute sharing its forward's. Delayed
+// scaling takes a step's scale from the largest amax the key saw over the
+// last kFp8History steps, not counting this one (Transformer Engine's
+// DelayedScaling defaults: a history of 1024, "max"), and 1 before any
+// history; where that amax says nothing (0, not finite) the key's last
+// scale stays. This step's amax (the largest over its writes) joins the
+// history when the step ends.
+#include <deque>
+#include <map>
+#include <string>
+
+namespace tandem {
+
+inline constexpr int kFp8History = 1024;
+
+// "layer0.ln1.fwd" for "layer0.ln1.recompute.mb3".
+std::string fp8CastKey(const std::string& task_name);
+
+// What a checkpoint keeps between steps, per cast key: the scale its last
+// writes used and its amax history (oldest first).
+struct Fp8History {
+  std::map<std::string, float> last_scale;
+  std::map<std::string, std::deque<float>> amax;
+};
+
+// As text, floats by their bits so that a resume is exact: a header line,
+// then one line per key (key, last scale, history; tab-separated hex).
+std::string encodeFp8History(const Fp8History& h);
+// Throws std::runtime_error on text encodeFp8History did not write.
+Fp8History decodeFp8History(const std::string& text);
+
+}  // namespace tandem
