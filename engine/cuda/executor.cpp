@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <string>
+#include <deque>
+#include <map>
 #include <numeric>
+#include <string>
 #include <set>
 #include <thread>
 
@@ -16,6 +18,7 @@
 #include "engine/cuda/graph_memsets.h"
 #include "engine/memory/gpu_footprint.h"
 #include "engine/numerics/bf16.h"
+#include "engine/numerics/fp8_history.h"
 #include "engine/numerics/init.h"
 #include "engine/passes/buckets.h"
 #include "engine/plan/gpu_support.h"
@@ -299,6 +302,98 @@ void CudaExecutor::Impl::prepareFp8() {
     fp8_amax_partials[size_t(producer)] = fp8_amax_partials[size_t(cast)] = reinterpret_cast<float*>(at);
     at += gpu_footprint::kFp8AmaxPartialsBytes;
   }
+  // Delayed scaling's state after those: each key's format from its
+  // writers, which must agree with the formats of the buffers they write.
+  fp8_keys = gpu_footprint::fp8DelayedKeys(*program);
+  const int keys = int(fp8_keys.names.size());
+  fp8_delayed = fp8DelayedStateAt(at, keys);
+  for (size_t i = 0; i < program->tasks.size(); ++i) {
+    const int k = fp8_keys.of_task[i];
+    if (k < 0) continue;
+    const Fp8Format f = fp8_keys.backward[size_t(k)] ? Fp8Format::E5M2 : Fp8Format::E4M3;
+    for (int b : program->tasks[i].writes)
+      if (program->buffers.at(size_t(b)).dtype == DType::F8 && fp8_format[size_t(b)] != f)
+        throw CudaError(fmt::format("cuda executor: {} writes {} in another FP8 format than its cast key {} has",
+                                    program->tasks[i].name, program->buffers[size_t(b)].name,
+                                    fp8_keys.names[size_t(k)]));
+  }
+  if (keys > 0) loadFp8Delayed("");
+}
+
+// Each key's scale 1 and history empty (text ""), or what saveFp8Delayed
+// wrote: the scale of the first step after it as the CPU reference takes
+// it (Fp8Scales::scaleForWrite), from the history's largest amax.
+void CudaExecutor::Impl::loadFp8Delayed(const std::string& text) {
+  const int keys = fp8_delayed.keys;
+  Fp8History state;
+  if (!text.empty()) state = decodeFp8History(text);
+  std::map<std::string, int> index;
+  for (int k = 0; k < keys; ++k) index[fp8_keys.names[size_t(k)]] = k;
+  for (const auto& [key, last] : state.last_scale)
+    if (!index.count(key))
+      throw checkpoint::CheckpointError(
+          fmt::format("FP8 scale state: the cast {} is not one this plan's rank {} has", key, opt.rank));
+  std::vector<float> scale(size_t(keys), 1.f), last(size_t(keys), 1.f), history(size_t(keys) * kFp8History, 0.f);
+  std::vector<int> count(size_t(keys), 0), format(size_t(keys), 0);
+  std::vector<unsigned> amax(size_t(keys), 0u);
+  for (int k = 0; k < keys; ++k) {
+    const std::string& key = fp8_keys.names[size_t(k)];
+    const Fp8Format f = fp8_keys.backward[size_t(k)] ? Fp8Format::E5M2 : Fp8Format::E4M3;
+    format[size_t(k)] = f == Fp8Format::E5M2;
+    if (const auto l = state.last_scale.find(key); l != state.last_scale.end()) last[size_t(k)] = l->second;
+    const auto h = state.amax.find(key);
+    if (h == state.amax.end() || h->second.empty()) continue;
+    count[size_t(k)] = int(h->second.size());
+    std::copy(h->second.begin(), h->second.end(), history.begin() + int64_t(k) * kFp8History);
+    scale[size_t(k)] = fp8Scale(*std::max_element(h->second.begin(), h->second.end()), f, last[size_t(k)]);
+  }
+  auto put = [&](void* dst, const void* src, size_t bytes) {
+    TANDEM_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  };
+  put(fp8_delayed.scale, scale.data(), scale.size() * 4);
+  put(fp8_delayed.last, last.data(), last.size() * 4);
+  put(fp8_delayed.amax, amax.data(), amax.size() * 4);
+  put(fp8_delayed.count, count.data(), count.size() * 4);
+  put(fp8_delayed.format, format.data(), format.size() * 4);
+  put(fp8_delayed.history, history.data(), history.size() * 4);
+}
+
+// Keys with a history (every key once a step has run), each with the
+// scale its last step's writes used and the history oldest first.
+std::string CudaExecutor::Impl::saveFp8Delayed() const {
+  const size_t keys = size_t(fp8_delayed.keys);
+  std::vector<float> last(keys), history(keys * kFp8History);
+  std::vector<int> count(keys);
+  auto get = [&](void* dst, const void* src, size_t bytes) {
+    TANDEM_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  };
+  get(last.data(), fp8_delayed.last, last.size() * 4);
+  get(count.data(), fp8_delayed.count, count.size() * 4);
+  get(history.data(), fp8_delayed.history, history.size() * 4);
+  Fp8History state;
+  for (size_t k = 0; k < keys; ++k) {
+    const int n = count[k];
+    if (n == 0) continue;
+    const std::string& key = fp8_keys.names[k];
+    state.last_scale[key] = last[k];
+    std::deque<float>& h = state.amax[key];
+    for (int i = std::max(0, n - kFp8History); i < n; ++i) h.push_back(history[k * kFp8History + size_t(i % kFp8History)]);
+  }
+  return encodeFp8History(state);
+}
+
+Fp8Write CudaExecutor::Impl::fp8Write(int index, int buffer, int transposed) const {
+  const int k = fp8_keys.of_task.empty() ? -1 : fp8_keys.of_task.at(size_t(index));
+  if (k < 0)
+    throw CudaError(fmt::format("cuda executor: {} writes FP8 with no delayed-scaling key",
+                                program->tasks.at(size_t(index)).name));
+  Fp8Write w;
+  w.format = fp8_format.at(size_t(buffer));
+  w.scale = fp8_delayed.scale + k;
+  w.amax = fp8_delayed.amax + k;
+  w.scale_inv = fp8ScaleInv(buffer);
+  w.scale_inv_t = transposed >= 0 ? fp8ScaleInv(transposed) : nullptr;
+  return w;
 }
 
 float* CudaExecutor::Impl::fp8AmaxPartials(int task) const {
@@ -660,6 +755,9 @@ void CudaExecutor::Impl::enqueueStep(bool with_optimizer) {
     TANDEM_CUDA_CHECK(cudaEventRecord(join_events[i], streams[i]));
     TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s0, join_events[i], 0));
   }
+  // FP8 delayed scaling: this step's amaxes into the histories, as the CPU
+  // reference's Fp8Scales::endStep after every step (computeGradients too).
+  fp8DelayedEndStep(fp8_delayed, s0);
   // Every rank of a tensor-parallel group holds the same loss sum: the
   // world's sum counts each tensor_parallel times (finishStep divides).
   if (comm) comm->allReduce(&scalars->loss_sum, &scalars->loss_sum, 1, DType::F32, false, s0, "loss");
@@ -1068,6 +1166,10 @@ checkpoint::Snapshot CudaExecutor::snapshot() const {
     TANDEM_CUDA_CHECK(cudaMemcpy(bb.bytes.data(), impl_->ptr(id), size_t(b.bytes), cudaMemcpyDeviceToHost));
     mine.push_back(std::move(bb));
   }
+  if (impl_->fp8_delayed.keys > 0) {
+    s.rank_state.resize(size_t(impl_->plan.world_size));
+    s.rank_state[size_t(impl_->opt.rank)] = impl_->saveFp8Delayed();
+  }
   return s;
 }
 
@@ -1088,6 +1190,20 @@ void CudaExecutor::restore(const checkpoint::Snapshot& snap) {
       throw checkpoint::CheckpointError(fmt::format("rank {} buffer {}: {} bytes, the plan has {}", impl_->opt.rank,
                                                     b.name, bb.bytes.size(), b.bytes));
     TANDEM_CUDA_CHECK(cudaMemcpy(impl_->ptr(bb.buffer), bb.bytes.data(), bb.bytes.size(), cudaMemcpyHostToDevice));
+  }
+  // FP8 delayed scaling's histories (the CPU reference refuses a checkpoint
+  // without them alike).
+  if (impl_->fp8_delayed.keys > 0) {
+    const size_t r = size_t(impl_->opt.rank);
+    const std::string state = r < snap.rank_state.size() ? snap.rank_state[r] : std::string();
+    if (state.empty())
+      throw checkpoint::CheckpointError(fmt::format(
+          "rank {}: the checkpoint has no FP8 scale state, which this FP8 job with delayed scaling needs", r));
+    try {
+      impl_->loadFp8Delayed(state);
+    } catch (const std::runtime_error& e) {
+      throw checkpoint::CheckpointError(fmt::format("rank {}: {}", r, e.what()));
+    }
   }
   impl_->steps_done = int(snap.step);
   // The step whose AdamW the next step's first tasks apply.

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/cuda/executor.h"
@@ -63,8 +64,8 @@ struct CudaExecutor::Impl {
   void issueLoadBatch(int index, cudaStream_t s);
   void issueEmbeddingBackward(int index, cudaStream_t s);
   void issueFusable(int index, cudaStream_t s);
-  // training.precision fp8 (current scaling): a CastFp8 task, and a GEMM
-  // whose operands are FP8 copies (their K-major copies made on the way).
+  // training.precision fp8: a CastFp8 task, and a GEMM whose operands are
+  // FP8 copies (their K-major copies made on the way).
   void issueCastFp8(int index, cudaStream_t s);
   Gemm::Fp8Operand kMajor(const Task& t, int slot, int64_t rows, int64_t cols, uint8_t* at, cudaStream_t s) const;
   void issueFp8Gemm(int index, cudaStream_t s);
@@ -161,6 +162,15 @@ struct CudaExecutor::Impl {
   // (gpu_footprint::fp8AmaxProducers); null for the other tasks.
   std::vector<float*> fp8_amax_partials;
   float* fp8AmaxPartials(int task) const;
+  // Delayed scaling (training.fp8_scaling delayed): the cast keys
+  // (gpu_footprint::fp8DelayedKeys) and their state on the device, in the
+  // same allocation; what task `index` needs to write `buffer` in FP8.
+  gpu_footprint::Fp8DelayedKeys fp8_keys;
+  Fp8DelayedState fp8_delayed;
+  Fp8Write fp8Write(int index, int buffer, int transposed = -1) const;
+  // The state as a checkpoint keeps it (engine/numerics/fp8_history.h), and back.
+  std::string saveFp8Delayed() const;
+  void loadFp8Delayed(const std::string& text);
   StepScalars* scalars = nullptr;
   StepScalars* host_scalars = nullptr;  // pinned, kSlots entries
   float* host_out = nullptr;            // pinned, per slot: loss sum, grad norm

@@ -99,15 +99,27 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
       issueCollective(index, s);
       break;
     case OpKind::RmsNorm:
-      rmsnormForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), ptr(R[1]), a.m, a.c, dt(W[0]), s);
+      if (dt(W[0]) == DType::F8)  // delayed scaling: the norm writes its GEMM's FP8 operand
+        rmsnormForwardFp8(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), ptr(R[1]), a.m, a.c, dt(R[0]),
+                          fp8Write(index, W[0]), s);
+      else
+        rmsnormForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), ptr(R[1]), a.m, a.c, dt(W[0]), s);
       break;
     case OpKind::RmsNormBwd:
       rmsnormBackward(ptr(W[0]), ptr(W[1]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]), dt(R[3]), a.m, a.c,
                       a.accumulate, a.accumulate_params, dt(W[0]), scr, s);
       break;
-    case OpKind::SwiGlu: swigluForward(ptr(W[0]), ptr(R[0]), a.m, a.c, dt(W[0]), s, fp8AmaxPartials(index)); break;
+    case OpKind::SwiGlu:
+      if (dt(W[0]) == DType::F8) swigluForwardFp8(ptr(W[0]), ptr(R[0]), a.m, a.c, dt(R[0]), fp8Write(index, W[0]), s);
+      else swigluForward(ptr(W[0]), ptr(R[0]), a.m, a.c, dt(W[0]), s, fp8AmaxPartials(index));
+      break;
     case OpKind::SwiGluBwd:
-      swigluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.c, a.accumulate, dt(W[0]), s, fp8AmaxPartials(index));
+      if (dt(W[0]) == DType::F8) {
+        if (a.accumulate) throw CudaError(fmt::format("cuda executor: {}: cannot accumulate into FP8 codes", t.name));
+        swigluBackwardFp8(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.c, dt(R[1]), fp8Write(index, W[0]), s);
+      } else {
+        swigluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.c, a.accumulate, dt(W[0]), s, fp8AmaxPartials(index));
+      }
       break;
     case OpKind::PackKv:
     case OpKind::PackKvBwd:  // refused with the plan (context parallelism)
@@ -327,21 +339,24 @@ Gemm::Fp8Operand CudaExecutor::Impl::kMajor(const Task& t, int slot, int64_t row
 }
 
 // Current scaling (Transformer Engine's Float8CurrentScaling): the scale
-// from this tensor's own largest magnitude. Delayed scaling's casts
-// (producers writing FP8 with a scale from earlier steps) are refused with
-// the plan (gpu_support.h).
+// from this tensor's own largest magnitude. Delayed scaling: the cast key's
+// scale from earlier steps, one pass that takes the amax on the way.
 void CudaExecutor::Impl::issueCastFp8(int index, cudaStream_t s) {
   const Task& t = program->tasks[index];
-  if (!t.attrs.current_scaling)
-    throw CudaError(fmt::format("cuda executor: {}: FP8 delayed scaling is not run on GPUs (training.fp8_scaling "
-                                "current is)",
-                                t.name));
   const Buffer& in = program->buffers.at(size_t(t.reads.at(0)));
   const Buffer& out = program->buffers.at(size_t(t.writes.at(0)));
   for (int w : t.writes)
     if (program->buffers.at(size_t(w)).elementCount() != in.elementCount())
       throw CudaError(fmt::format("cuda executor: {}: casts {} elements into {}", t.name, in.elementCount(),
                                   program->buffers.at(size_t(w)).elementCount()));
+  if (!t.attrs.current_scaling) {
+    if (t.writes.size() == 1)
+      return fp8CastDelayed(ptr(out.id), ptr(in.id), in.dtype, out.elementCount(), fp8Write(index, out.id), s);
+    const Buffer& transposed = program->buffers.at(size_t(t.writes[1]));  // [columns, rows]
+    const int64_t rows = transposed.shape.back();
+    return fp8CastTransposeDelayed(ptr(out.id), ptr(transposed.id), ptr(in.id), in.dtype, rows,
+                                   in.elementCount() / rows, fp8Write(index, out.id, transposed.id), s);
+  }
   // The amax: the partial maxima the input's writer took, or a pass of its own into the scratch.
   float* partials = fp8AmaxPartials(index);
   const bool measured = partials != nullptr;

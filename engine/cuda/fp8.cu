@@ -1,19 +1,23 @@
-// FP8 GEMM operands (training.precision fp8, current scaling): the
-// per-tensor cast with its scale from the tensor's own largest magnitude,
-// and the byte transpose that gives Hopper's FP8 GEMMs (which read both
-// operands K-major) the backward's operands. The arithmetic is the CPU
-// reference's (engine/numerics/fp8.h): amax over the values as floats,
-// scale = largest finite / amax, code = the saturating round-to-nearest-even
-// FP8 of x * scale.
+// FP8 GEMM operands (training.precision fp8): the per-tensor cast with its
+// scale from the tensor's own largest magnitude (current scaling) or from
+// its key's history (delayed scaling, whose state this file keeps), and the
+// byte transpose that gives Hopper's FP8 GEMMs (which read both operands
+// K-major) the backward's operands. The arithmetic is the CPU reference's
+// (engine/numerics/fp8.h): amax over the values as floats, scale = largest
+// finite / amax, code = the saturating round-to-nearest-even FP8 of
+// x * scale.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "engine/cuda/device_math.cuh"
+#include "engine/cuda/fp8_write.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/numerics/fp8_history.h"
 
 namespace tandem::cuda {
 namespace {
@@ -61,11 +65,6 @@ __global__ void amaxPartialsKernel(const T* x, int64_t n, float* partials) {
   if (threadIdx.x == 0) partials[blockIdx.x] = m;
 }
 
-template <int kFormat>
-__device__ __forceinline__ uint8_t toFp8(float v) {
-  return uint8_t(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, kFormat == 0 ? __NV_E4M3 : __NV_E5M2));
-}
-
 // The scale from the partial maxima; 1 where amax says nothing (0, infinite
 // or NaN). The CPU reference keeps the cast's previous scale there instead:
 // with amax 0 every code is 0 whatever the scale, so the GEMM's results are
@@ -80,12 +79,11 @@ __device__ __forceinline__ float scaleFromPartials(const float* partials, float 
   return isfinite(scale) ? scale : 1.f;
 }
 
+// This thread's share of the cast of x[n] (grid-stride), returning the
+// largest |x| it read.
 template <class T, int kFormat>
-__global__ void castKernel(uint8_t* out, const T* x, int64_t n, const float* partials, float largest,
-                           float* scale_inv) {
-  __shared__ float shared[32];
-  const float scale = scaleFromPartials(partials, largest, shared);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = __frcp_rn(scale);
+__device__ __forceinline__ float castRange(uint8_t* out, const T* x, int64_t n, float scale) {
+  float m = 0.f;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if constexpr (sizeof(T) == 2) {
@@ -95,18 +93,34 @@ __global__ void castKernel(uint8_t* out, const T* x, int64_t n, const float* par
       for (int64_t j = i; j < n / 8; j += stride) {
         float f[8];
         unpack8(v[j], f);
-        uint32_t lo = 0, hi = 0;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          lo |= uint32_t(toFp8<kFormat>(__fmul_rn(f[k], scale))) << (8 * k);
-          hi |= uint32_t(toFp8<kFormat>(__fmul_rn(f[k + 4], scale))) << (8 * k);
-        }
-        o[j] = make_uint2(lo, hi);
+        for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[k]));
+        o[j] = toFp8x8<kFormat>(f, scale);
       }
-      return;
+      return m;
     }
   }
-  for (; i < n; i += stride) out[i] = toFp8<kFormat>(__fmul_rn(toF(x[i]), scale));
+  for (; i < n; i += stride) {
+    const float v = toF(x[i]);
+    m = fmaxf(m, fabsf(v));
+    out[i] = toFp8<kFormat>(__fmul_rn(v, scale));
+  }
+  return m;
+}
+
+template <class T, int kFormat>
+__global__ void castKernel(uint8_t* out, const T* x, int64_t n, const float* partials, float largest,
+                           float* scale_inv) {
+  __shared__ float shared[32];
+  const float scale = scaleFromPartials(partials, largest, shared);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = __frcp_rn(scale);
+  castRange<T, kFormat>(out, x, n, scale);
+}
+
+template <class T, int kFormat>
+__global__ void castDelayedKernel(uint8_t* out, const T* x, int64_t n, Fp8Write w) {
+  const float scale = *w.scale;
+  finishFp8Write(castRange<T, kFormat>(out, x, n, scale), scale, w);
 }
 
 constexpr int kTile = 64;
@@ -138,35 +152,72 @@ __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
 // stored (out[rows, cols]) and transposed (out_t[cols, rows]): a 64 x 64
 // tile per block, its codes through shared memory, so the transposed copy
 // costs one more byte written per element instead of a pass that reads the
-// codes again. cols a multiple of 8, rows of 4, x 16-byte aligned.
+// codes again. cols a multiple of 8, rows of 4, x 16-byte aligned. Returns
+// the largest |x| this thread read.
 template <class T, int kFormat>
-__global__ void castTransposeKernel(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_t cols,
-                                    const float* partials, float largest, float* scale_inv, float* scale_inv_t) {
-  __shared__ float shared[32];
+__device__ __forceinline__ float castTransposeTile(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows,
+                                                   int64_t cols, float scale) {
   __shared__ __align__(16) ByteTile tile;  // written 4 bytes at a time
-  const float scale = scaleFromPartials(partials, largest, shared);
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale_inv = *scale_inv_t = __frcp_rn(scale);
+  float m = 0.f;
   const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
   constexpr int kChunks = kTile / 8;  // 8-element chunks per tile row
   for (int idx = threadIdx.x; idx < kTile * kChunks; idx += blockDim.x) {
     const int tr = idx / kChunks, tc = idx % kChunks;
     const int64_t r = r0 + tr, c = c0 + 8 * tc;
-    uint32_t lo = 0, hi = 0;
+    uint2 codes = make_uint2(0, 0);
     if (r < rows && c < cols) {
       float f[8];
       load8(x + r * cols + c, f);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        lo |= uint32_t(toFp8<kFormat>(__fmul_rn(f[k], scale))) << (8 * k);
-        hi |= uint32_t(toFp8<kFormat>(__fmul_rn(f[k + 4], scale))) << (8 * k);
-      }
-      *reinterpret_cast<uint2*>(out + r * cols + c) = make_uint2(lo, hi);
+      for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[k]));
+      codes = toFp8x8<kFormat>(f, scale);
+      *reinterpret_cast<uint2*>(out + r * cols + c) = codes;
     }
-    *reinterpret_cast<uint32_t*>(&tile[tr][8 * tc]) = lo;
-    *reinterpret_cast<uint32_t*>(&tile[tr][8 * tc + 4]) = hi;
+    *reinterpret_cast<uint32_t*>(&tile[tr][8 * tc]) = codes.x;
+    *reinterpret_cast<uint32_t*>(&tile[tr][8 * tc + 4]) = codes.y;
   }
   __syncthreads();
   storeTileTransposed(out_t, tile, r0, c0, rows, cols);
+  return m;
+}
+
+template <class T, int kFormat>
+__global__ void castTransposeKernel(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_t cols,
+                                    const float* partials, float largest, float* scale_inv, float* scale_inv_t) {
+  __shared__ float shared[32];
+  const float scale = scaleFromPartials(partials, largest, shared);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale_inv = *scale_inv_t = __frcp_rn(scale);
+  castTransposeTile<T, kFormat>(out, out_t, x, rows, cols, scale);
+}
+
+template <class T, int kFormat>
+__global__ void castTransposeDelayedKernel(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_t cols,
+                                           Fp8Write w) {
+  const float scale = *w.scale;
+  finishFp8Write(castTransposeTile<T, kFormat>(out, out_t, x, rows, cols, scale), scale, w);
+}
+
+// Delayed scaling's end of a step, a block per key (fp8DelayedEndStep).
+__global__ void delayedEndStepKernel(Fp8DelayedState st) {
+  __shared__ float shared[32];
+  const int k = blockIdx.x;
+  const int n = st.count[k];  // steps already in the history
+  const int at = n % kFp8History;
+  const float amax = __uint_as_float(st.amax[k]);
+  float* history = st.history + int64_t(k) * kFp8History;
+  const int held = min(n + 1, kFp8History);
+  float m = 0.f;
+  for (int j = threadIdx.x; j < held; j += blockDim.x) m = fmaxf(m, j == at ? amax : history[j]);
+  m = blockMax(m, shared);
+  if (threadIdx.x != 0) return;
+  history[at] = amax;
+  st.count[k] = n + 1;
+  st.amax[k] = 0u;
+  const float previous = st.scale[k];
+  st.last[k] = previous;
+  // fp8Scale (engine/numerics/fp8.h) with margin 0.
+  const float scale = m > 0.f && isfinite(m) ? __fdiv_rn(st.format[k] ? 57344.0f : 448.0f, m) : previous;
+  st.scale[k] = isfinite(scale) ? scale : previous;
 }
 
 // out[c, r] = in[r, c] for bytes, in 64 x 64 tiles through shared memory,
@@ -278,6 +329,58 @@ void fp8CastTransposeCurrentScaling(void* out, void* out_t, const void* x, DType
       castTransposeKernel<T, 1><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, amax_partials, largest, scale_inv,
                                                            scale_inv_t);
   });
+  TANDEM_CUDA_CHECK(cudaGetLastError());
+}
+
+void fp8CastDelayed(void* out, const void* x, DType dt, int64_t n, const Fp8Write& w, cudaStream_t s) {
+  const unsigned grid = gridFor((n + 7) / 8, kThreads, 4096);
+  auto* o = static_cast<uint8_t*>(out);
+  TANDEM_DISPATCH_DT(dt, {
+    const T* in = static_cast<const T*>(x);
+    if (w.format == Fp8Format::E4M3) castDelayedKernel<T, 0><<<grid, kThreads, 0, s>>>(o, in, n, w);
+    else castDelayedKernel<T, 1><<<grid, kThreads, 0, s>>>(o, in, n, w);
+  });
+  TANDEM_CUDA_CHECK(cudaGetLastError());
+}
+
+void fp8CastTransposeDelayed(void* out, void* out_t, const void* x, DType dt, int64_t rows, int64_t cols,
+                             const Fp8Write& w, cudaStream_t s) {
+  const int64_t align = dt == DType::BF16 ? 16 : 32;
+  if (cols % 8 != 0 || rows % 4 != 0 || reinterpret_cast<uintptr_t>(x) % align != 0 ||
+      reinterpret_cast<uintptr_t>(out) % 8 != 0 || reinterpret_cast<uintptr_t>(out_t) % 4 != 0)
+    throw CudaError("fp8CastTransposeDelayed: columns must be a multiple of 8, rows of 4, and the buffers aligned");
+  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
+  if (grid.y > 65535) throw CudaError("fp8CastTransposeDelayed: too many rows for one launch");
+  auto* o = static_cast<uint8_t*>(out);
+  auto* ot = static_cast<uint8_t*>(out_t);
+  TANDEM_DISPATCH_DT(dt, {
+    const T* in = static_cast<const T*>(x);
+    if (w.format == Fp8Format::E4M3)
+      castTransposeDelayedKernel<T, 0><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, w);
+    else
+      castTransposeDelayedKernel<T, 1><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, w);
+  });
+  TANDEM_CUDA_CHECK(cudaGetLastError());
+}
+
+Fp8DelayedState fp8DelayedStateAt(void* at, int keys) {
+  Fp8DelayedState st;
+  st.keys = keys;
+  if (keys == 0) return st;
+  auto* p = static_cast<std::byte*>(at);
+  const int64_t array = gpu_footprint::fp8DelayedArrayBytes(keys);
+  st.scale = reinterpret_cast<float*>(p);
+  st.last = reinterpret_cast<float*>(p + array);
+  st.amax = reinterpret_cast<unsigned*>(p + 2 * array);
+  st.count = reinterpret_cast<int*>(p + 3 * array);
+  st.format = reinterpret_cast<int*>(p + 4 * array);
+  st.history = reinterpret_cast<float*>(p + 5 * array);
+  return st;
+}
+
+void fp8DelayedEndStep(const Fp8DelayedState& state, cudaStream_t s) {
+  if (state.keys == 0) return;
+  delayedEndStepKernel<<<unsigned(state.keys), kThreads, 0, s>>>(state);
   TANDEM_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -255,6 +255,50 @@ void fp8CastCurrentScaling(void* out, const void* x, DType dt, int64_t n, Fp8For
 void fp8CastTransposeCurrentScaling(void* out, void* out_t, const void* x, DType dt, int64_t rows, int64_t cols,
                                     Fp8Format format, float* scale_inv, float* scale_inv_t, float* amax_partials,
                                     bool amax_measured, cudaStream_t s);
+// FP8 delayed scaling (training.fp8_scaling delayed; the recipe in
+// engine/numerics/fp8_history.h): per cast key, device arrays the executor
+// carves from one allocation (gpu_footprint::fp8DelayedStateBytes).
+struct Fp8DelayedState {
+  float* scale = nullptr;     // [keys] this step's scale
+  float* last = nullptr;      // [keys] the scale of the previous step's writes (what a checkpoint keeps)
+  unsigned* amax = nullptr;   // [keys] this step's largest |value| so far, as float bits
+  int* count = nullptr;       // [keys] steps in the history
+  int* format = nullptr;      // [keys] 1 for E5M2 (gradients), 0 for E4M3
+  float* history = nullptr;   // [keys][kFp8History], a ring written at count % kFp8History
+  int keys = 0;
+};
+// The arrays of `keys` keys at `at` (gpu_footprint::fp8DelayedStateBytes bytes).
+Fp8DelayedState fp8DelayedStateAt(void* at, int keys);
+// At the end of every step: each key's amax joins its history, the next
+// step's scale comes from the history's largest (fp8Scale, the key's scale
+// kept where that says nothing) and the amax starts again from 0.
+void fp8DelayedEndStep(const Fp8DelayedState& state, cudaStream_t s);
+
+// One output of a kernel writing FP8 under delayed scaling: the writer's
+// key's scale this step (read on the device, so a graph replays it), its
+// amax (which the writer raises to its values' largest |value|), and where
+// it leaves 1 / scale for the GEMMs that read the codes.
+struct Fp8Write {
+  Fp8Format format = Fp8Format::E4M3;
+  const float* scale = nullptr;
+  unsigned* amax = nullptr;
+  float* scale_inv = nullptr;
+  float* scale_inv_t = nullptr;  // a transposed copy's, or null
+};
+// The casts of fp8CastCurrentScaling and fp8CastTransposeCurrentScaling
+// with the key's scale instead: one pass over x, its amax taken on the way.
+void fp8CastDelayed(void* out, const void* x, DType dt, int64_t n, const Fp8Write& w, cudaStream_t s);
+void fp8CastTransposeDelayed(void* out, void* out_t, const void* x, DType dt, int64_t rows, int64_t cols,
+                             const Fp8Write& w, cudaStream_t s);
+// RMSNorm and SwiGLU (forward and backward, not accumulating) writing
+// their outputs as FP8 codes of the values computed in fp32 (the CPU
+// reference quantizes its values, not their bf16 roundings); x, dy and the
+// weight in dt.
+void rmsnormForwardFp8(void* y, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M, int64_t C,
+                       DType dt, const Fp8Write& out, cudaStream_t s);
+void swigluForwardFp8(void* y, const void* x, int64_t M, int64_t F, DType dt, const Fp8Write& out, cudaStream_t s);
+void swigluBackwardFp8(void* dx, const void* dy, const void* x, int64_t M, int64_t F, DType dt, const Fp8Write& out,
+                       cudaStream_t s);
 // db[N] (+)= the column sums of an FP8 gradient [M, N], each code decoded
 // and multiplied by *scale_inv (a linear layer's bias gradient in FP8
 // plans); deterministic, through partial sums in scratch

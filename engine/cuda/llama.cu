@@ -7,6 +7,7 @@
 //
 // Every reduction runs in a fixed order (no atomics): a CUDA Graph replay
 // and an eager step give the same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include "engine/cuda/attention_tc.h"
 #include "engine/cuda/device_math.cuh"
+#include "engine/cuda/fp8_write.cuh"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/wide_rows.cuh"
 #include "engine/numerics/constants.h"  // one definition for both executors
@@ -859,6 +861,201 @@ void swigluBackward(void* dx, const void* dy, const void* x, int64_t M, int64_t 
   TANDEM_DISPATCH_DT(dt, swigluBackwardKernel<T><<<swigluGrid(M * F, amax), kThreads, 0, s>>>(
                              static_cast<T*>(dx), static_cast<const T*>(dy), static_cast<const T*>(x), M, F,
                              accumulate, amax));
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+namespace {
+
+// The kernels writing FP8 (delayed scaling): grid-stride loops over a
+// capped grid, so that few blocks raise the key's amax.
+constexpr int64_t kFp8WriterBlocks = 2 * gpu_footprint::kFp8AmaxBlocks;
+
+// A block per row (grid-stride over rows): the sum of squares, then the
+// row again (from L1/L2) as codes of x r w, each value as the bf16
+// kernels compute it before their rounding.
+template <class T, int kFormat>
+__global__ void __launch_bounds__(kThreads)
+    rmsnormForwardFp8Kernel(uint8_t* y, void* rstd, int rstd_bf16, const T* x, const T* w, int64_t M, int64_t C,
+                            bool vec, Fp8Write out) {
+  __shared__ float red[32];
+  const float scale = *out.scale;
+  float m = 0.f;
+  for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
+    const T* xr = x + row * C;
+    float s = 0.f;
+    bool done = false;
+    if constexpr (sizeof(T) == 2) {
+      if (vec) {
+        const uint4* xv = reinterpret_cast<const uint4*>(xr);
+        for (int64_t v = threadIdx.x; v < C / 8; v += blockDim.x) {
+          float f[8];
+          unpack8(xv[v], f);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) s += f[j] * f[j];
+        }
+        const float r = 1.f / sqrtf(blockSum(s, red) / float(C) + kRmsEps);
+        const uint4* wv = reinterpret_cast<const uint4*>(w);
+        uint2* yv = reinterpret_cast<uint2*>(y + row * C);
+        for (int64_t v = threadIdx.x; v < C / 8; v += blockDim.x) {
+          float f[8], g[8];
+          unpack8(xv[v], f);
+          unpack8(wv[v], g);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            f[j] = f[j] * r * g[j];
+            m = fmaxf(m, fabsf(f[j]));
+          }
+          yv[v] = toFp8x8<kFormat>(f, scale);
+        }
+        if (threadIdx.x == 0) storeAny(rstd, rstd_bf16, row, r);
+        done = true;
+      }
+    }
+    if (done) continue;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const float v = toF(xr[c]);
+      s += v * v;
+    }
+    const float r = 1.f / sqrtf(blockSum(s, red) / float(C) + kRmsEps);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const float v = toF(xr[c]) * r * toF(w[c]);
+      m = fmaxf(m, fabsf(v));
+      y[row * C + c] = toFp8<kFormat>(__fmul_rn(v, scale));
+    }
+    if (threadIdx.x == 0) storeAny(rstd, rstd_bf16, row, r);
+  }
+  finishFp8Write(m, scale, out);
+}
+
+// SwiGLU's forward as codes: x rows [gate | up] of 2F, y rows of F.
+template <class T, int kFormat>
+__global__ void swigluForwardFp8Kernel(uint8_t* y, const T* x, int64_t M, int64_t F, bool vec, Fp8Write out) {
+  const float scale = *out.scale;
+  float m = 0.f;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x, first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  bool done = false;
+  if constexpr (sizeof(T) == 2) {
+    if (vec) {
+      const uint4* xv = reinterpret_cast<const uint4*>(x);
+      const int64_t f8 = F / 8;
+      for (int64_t i = first; i < M * f8; i += stride) {
+        const int64_t r = i / f8, f = i - r * f8;
+        float g[8], u[8];
+        unpack8(xv[r * 2 * f8 + f], g);
+        unpack8(xv[r * 2 * f8 + f8 + f], u);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          g[j] = g[j] * sigmoidf(g[j]) * u[j];
+          m = fmaxf(m, fabsf(g[j]));
+        }
+        reinterpret_cast<uint2*>(y)[i] = toFp8x8<kFormat>(g, scale);
+      }
+      done = true;
+    }
+  }
+  if (!done)
+    for (int64_t i = first; i < M * F; i += stride) {
+      const int64_t r = i / F, f = i - r * F;
+      const float g = toF(x[r * 2 * F + f]), u = toF(x[r * 2 * F + F + f]);
+      const float v = g * sigmoidf(g) * u;
+      m = fmaxf(m, fabsf(v));
+      y[i] = toFp8<kFormat>(__fmul_rn(v, scale));
+    }
+  finishFp8Write(m, scale, out);
+}
+
+// SwiGLU's backward as codes: dx rows [d gate | d up], written whole.
+template <class T, int kFormat>
+__global__ void swigluBackwardFp8Kernel(uint8_t* dx, const T* dy, const T* x, int64_t M, int64_t F, bool vec,
+                                        Fp8Write out) {
+  const float scale = *out.scale;
+  float m = 0.f;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x, first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  bool done = false;
+  if constexpr (sizeof(T) == 2) {
+    if (vec) {
+      const uint4* xv = reinterpret_cast<const uint4*>(x);
+      const uint4* dyv = reinterpret_cast<const uint4*>(dy);
+      uint2* dxv = reinterpret_cast<uint2*>(dx);
+      const int64_t f8 = F / 8;
+      for (int64_t i = first; i < M * f8; i += stride) {
+        const int64_t r = i / f8, f = i - r * f8;
+        const int64_t gi = r * 2 * f8 + f, ui = gi + f8;
+        float g[8], u[8], d[8], dg[8], du[8];
+        unpack8(xv[gi], g);
+        unpack8(xv[ui], u);
+        unpack8(dyv[i], d);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float sg = sigmoidf(g[j]);
+          dg[j] = d[j] * u[j] * sg * (1.f + g[j] * (1.f - sg));
+          du[j] = d[j] * g[j] * sg;
+          m = fmaxf(m, fmaxf(fabsf(dg[j]), fabsf(du[j])));
+        }
+        dxv[gi] = toFp8x8<kFormat>(dg, scale);
+        dxv[ui] = toFp8x8<kFormat>(du, scale);
+      }
+      done = true;
+    }
+  }
+  if (!done)
+    for (int64_t i = first; i < M * F; i += stride) {
+      const int64_t r = i / F, f = i - r * F;
+      const int64_t gi = r * 2 * F + f, ui = gi + F;
+      const float g = toF(x[gi]), u = toF(x[ui]), d = toF(dy[i]), sg = sigmoidf(g);
+      const float dg = d * u * sg * (1.f + g * (1.f - sg)), du = d * g * sg;
+      m = fmaxf(m, fmaxf(fabsf(dg), fabsf(du)));
+      dx[gi] = toFp8<kFormat>(__fmul_rn(dg, scale));
+      dx[ui] = toFp8<kFormat>(__fmul_rn(du, scale));
+    }
+  finishFp8Write(m, scale, out);
+}
+
+bool alignedCodes(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
+
+}  // namespace
+
+void rmsnormForwardFp8(void* y, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M, int64_t C,
+                       DType dt, const Fp8Write& out, cudaStream_t s) {
+  const bool vec = dt == DType::BF16 && vec8(C, {x, w}) && alignedCodes(y);
+  const unsigned grid = unsigned(std::min<int64_t>(std::max<int64_t>(M, 1), kFp8WriterBlocks));
+  auto* yc = static_cast<uint8_t*>(y);
+  TANDEM_DISPATCH_DT(dt, {
+    const T* xt = static_cast<const T*>(x);
+    const T* wt = static_cast<const T*>(w);
+    if (out.format == Fp8Format::E4M3)
+      rmsnormForwardFp8Kernel<T, 0><<<grid, kThreads, 0, s>>>(yc, rstd, isBf16(rstd_dt), xt, wt, M, C, vec, out);
+    else
+      rmsnormForwardFp8Kernel<T, 1><<<grid, kThreads, 0, s>>>(yc, rstd, isBf16(rstd_dt), xt, wt, M, C, vec, out);
+  });
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void swigluForwardFp8(void* y, const void* x, int64_t M, int64_t F, DType dt, const Fp8Write& out, cudaStream_t s) {
+  const bool vec = dt == DType::BF16 && vec8(F, {x}) && alignedCodes(y);
+  const unsigned grid = gridFor(vec ? M * F / 8 : M * F, kThreads, kFp8WriterBlocks);
+  auto* yc = static_cast<uint8_t*>(y);
+  TANDEM_DISPATCH_DT(dt, {
+    const T* xt = static_cast<const T*>(x);
+    if (out.format == Fp8Format::E4M3) swigluForwardFp8Kernel<T, 0><<<grid, kThreads, 0, s>>>(yc, xt, M, F, vec, out);
+    else swigluForwardFp8Kernel<T, 1><<<grid, kThreads, 0, s>>>(yc, xt, M, F, vec, out);
+  });
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void swigluBackwardFp8(void* dx, const void* dy, const void* x, int64_t M, int64_t F, DType dt, const Fp8Write& out,
+                       cudaStream_t s) {
+  const bool vec = dt == DType::BF16 && vec8(F, {x, dy}) && alignedCodes(dx);
+  const unsigned grid = gridFor(vec ? M * F / 8 : M * F, kThreads, kFp8WriterBlocks);
+  auto* dxc = static_cast<uint8_t*>(dx);
+  TANDEM_DISPATCH_DT(dt, {
+    const T* dyt = static_cast<const T*>(dy);
+    const T* xt = static_cast<const T*>(x);
+    if (out.format == Fp8Format::E4M3)
+      swigluBackwardFp8Kernel<T, 0><<<grid, kThreads, 0, s>>>(dxc, dyt, xt, M, F, vec, out);
+    else
+      swigluBackwardFp8Kernel<T, 1><<<grid, kThreads, 0, s>>>(dxc, dyt, xt, M, F, vec, out);
+  });
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 

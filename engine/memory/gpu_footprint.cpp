@@ -1,7 +1,9 @@
 #include "engine/memory/gpu_footprint.h"
 
 #include <algorithm>
+#include <map>
 
+#include "engine/numerics/fp8_history.h"
 #include "engine/numerics/init.h"
 #include "engine/plan/plan.h"
 
@@ -98,11 +100,37 @@ std::vector<std::pair<int, int>> fp8AmaxProducers(const RankPlan& rp) {
   return pairs;
 }
 
+Fp8DelayedKeys fp8DelayedKeys(const RankPlan& rp) {
+  Fp8DelayedKeys keys;
+  keys.of_task.assign(rp.tasks.size(), -1);
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < rp.tasks.size(); ++i) {
+    const Task& t = rp.tasks[i];
+    const bool writes_fp8 = std::any_of(t.writes.begin(), t.writes.end(),
+                                        [&](int b) { return rp.buffers.at(size_t(b)).dtype == DType::F8; });
+    if (!writes_fp8 || (t.op == OpKind::CastFp8 && t.attrs.current_scaling)) continue;
+    const std::string key = fp8CastKey(t.name);
+    const auto [at, added] = index.try_emplace(key, int(keys.names.size()));
+    if (added) {
+      keys.names.push_back(key);
+      keys.backward.push_back(t.phase == Phase::Backward);
+    }
+    keys.of_task[i] = at->second;
+  }
+  return keys;
+}
+
+int64_t fp8DelayedStateBytes(int keys) {
+  if (keys == 0) return 0;
+  return 5 * fp8DelayedArrayBytes(keys) + align256(int64_t(keys) * kFp8History * 4);
+}
+
 int64_t fp8ScaleBytes(const RankPlan& rp) {
   const int64_t fp8 =
       std::count_if(rp.buffers.begin(), rp.buffers.end(), [](const Buffer& b) { return b.dtype == DType::F8; });
   if (fp8 == 0) return 0;
-  return fp8 * kFp8ScaleSlotBytes + int64_t(fp8AmaxProducers(rp).size()) * kFp8AmaxPartialsBytes;
+  return fp8 * kFp8ScaleSlotBytes + int64_t(fp8AmaxProducers(rp).size()) * kFp8AmaxPartialsBytes +
+         fp8DelayedStateBytes(int(fp8DelayedKeys(rp).names.size()));
 }
 
 int64_t taskScratchBytes(const RankPlan& rp, const Task& t) {

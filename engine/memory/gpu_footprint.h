@@ -10,6 +10,7 @@
 // scratch; the kernels take them from here (engine/cuda/*.cu).
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -93,7 +94,25 @@ inline constexpr int64_t kFp8ScaleSlotBytes = 256;
 std::vector<std::pair<int, int>> fp8AmaxProducers(const RankPlan& rp);
 // The partial maxima of one such pair, after the scale slots.
 inline constexpr int64_t kFp8AmaxPartialsBytes = (int64_t(kFp8AmaxBlocks) * 4 + 255) / 256 * 256;
-// The scale slots and the producers' partial maxima, in one allocation.
+// FP8 delayed scaling (training.fp8_scaling delayed): each task writing FP8
+// with a scale from earlier steps (a cast without current_scaling, or a
+// norm or activation writing FP8 itself) uses its cast key's scale
+// (engine/numerics/fp8_history.h). The keys in the order tasks first write
+// them, whether each key's writes are gradients (E5M2), and each task's
+// key (-1: none). Empty under current scaling.
+struct Fp8DelayedKeys {
+  std::vector<std::string> names;
+  std::vector<bool> backward;
+  std::vector<int> of_task;
+};
+Fp8DelayedKeys fp8DelayedKeys(const RankPlan& rp);
+// The device state of `keys` keys: five arrays of a 4-byte value per key
+// (scale, last scale, this step's amax, history length, format), each
+// fp8DelayedArrayBytes, then kFp8History amaxes per key; 0 for no keys.
+inline int64_t fp8DelayedArrayBytes(int keys) { return (int64_t(keys) * 4 + 255) / 256 * 256; }
+int64_t fp8DelayedStateBytes(int keys);
+// The scale slots, the producers' partial maxima and the delayed-scaling
+// state, in one allocation.
 int64_t fp8ScaleBytes(const RankPlan& rp);
 
 // Scratch of one task of `rp` on its stream (a stream's tasks share one buffer).

@@ -8,16 +8,24 @@ namespace tandem {
 
 namespace {
 
-// training.precision fp8: the executor runs current scaling's casts and the
-// FP8 GEMMs on one rank's own tensors.
+// Under delayed scaling the kinds that write FP8 themselves on the GPU
+// (engine/cuda/llama.cu): the casts, RMSNorm and SwiGLU.
+bool writesFp8OnGpu(OpKind op) {
+  return op == OpKind::CastFp8 || op == OpKind::RmsNorm || op == OpKind::SwiGlu || op == OpKind::SwiGluBwd;
+}
+
+// training.precision fp8: the executor runs the casts (current or delayed
+// scaling) and the FP8 GEMMs on one rank's own tensors.
 std::optional<std::string> fp8Refusal(const Plan& plan) {
   if (plan.job.training.precision != Precision::FP8) return std::nullopt;
-  if (plan.job.training.fp8_scaling != Fp8Scaling::Current)
-    return fmt::format("FP8 with delayed scaling (training.fp8_scaling delayed: norms and activations write FP8 "
-                       "with scales from earlier steps) is not run on GPUs yet; set training.fp8_scaling=current "
-                       "(Transformer Engine's current scaling), or `tandem simulate` and `tandem train` run it");
   for (const RankPlan& rp : plan.programs) {
     for (const Task& t : rp.tasks) {
+      for (int b : t.writes)
+        if (rp.buffers.at(size_t(b)).dtype == DType::F8 && !writesFp8OnGpu(t.op))
+          return fmt::format("under FP8 delayed scaling {} ({}) writes FP8 itself, which the GPU executor does for "
+                             "casts, RMSNorm and SwiGLU only; set training.fp8_scaling=current, or `tandem "
+                             "simulate` and `tandem train` run it",
+                             t.name, toString(t.op));
       if (t.attrs.fp8 && (t.attrs.m % 16 != 0 || t.attrs.n % 16 != 0 || t.attrs.k % 16 != 0))
         return fmt::format("the FP8 GEMM {} is {} x {} x {}: Hopper's FP8 GEMMs need every dimension a multiple of "
                            "16 (model.hidden, the MLP width and the tokens per micro-batch)",

@@ -3,11 +3,14 @@
 // copy its source was written after.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 
 #include "engine/cpu/executor.h"
 #include "engine/memory/gpu_footprint.h"
+#include "engine/numerics/fp8_history.h"
 #include "engine/plan/gpu_support.h"
 #include "engine/plan/planner.h"
 #include "engine/spec/job.h"
@@ -112,6 +115,41 @@ TEST_CASE("FP8 plans: norms and activations write their GEMM inputs in FP8", "[p
   // The attention's output is read by its backward too: cast, not fused.
   for (const Task& t : rp.tasks)
     if (t.op == OpKind::Attention) CHECK(rp.buffers[size_t(t.writes[0])].dtype == DType::BF16);
+}
+
+TEST_CASE("FP8 delayed scaling on the GPU: a cast key per writer of FP8, shared by micro-batches and recompute",
+          "[plan][fp8]") {
+  JobSpec job = fp8Job(true, RecomputePolicy::Full);
+  job.training.grad_accum = 2;
+  const Plan plan = buildPlan(job);
+  const RankPlan& rp = plan.programs[0];
+  const gpu_footprint::Fp8DelayedKeys keys = gpu_footprint::fp8DelayedKeys(rp);
+  REQUIRE(keys.of_task.size() == rp.tasks.size());
+  std::set<std::string> names(keys.names.begin(), keys.names.end());
+  CHECK(names.size() == keys.names.size());
+  int recomputed = 0;
+  for (size_t i = 0; i < rp.tasks.size(); ++i) {
+    const Task& t = rp.tasks[i];
+    const bool writes_fp8 = std::any_of(t.writes.begin(), t.writes.end(),
+                                        [&](int b) { return rp.buffers[size_t(b)].dtype == DType::F8; });
+    INFO(t.name);
+    CHECK((keys.of_task[i] >= 0) == writes_fp8);
+    if (!writes_fp8) continue;
+    const int k = keys.of_task[i];
+    CHECK(keys.names[size_t(k)] == fp8CastKey(t.name));
+    CHECK(keys.backward[size_t(k)] == (t.phase == Phase::Backward));
+    recomputed += t.phase == Phase::Recompute;
+  }
+  CHECK(recomputed > 0);
+  // Two micro-batches, one key: fewer keys than writers.
+  CHECK(keys.names.size() * 2 <= size_t(std::count_if(keys.of_task.begin(), keys.of_task.end(),
+                                                      [](int k) { return k >= 0; })));
+  int64_t fp8_buffers = 0;
+  for (const Buffer& b : rp.buffers) fp8_buffers += b.dtype == DType::F8;
+  CHECK(gpu_footprint::fp8ScaleBytes(rp) == fp8_buffers * gpu_footprint::kFp8ScaleSlotBytes +
+                                                gpu_footprint::fp8DelayedStateBytes(int(keys.names.size())));
+  CHECK(gpu_footprint::fp8DelayedStateBytes(int(keys.names.size())) >=
+        int64_t(keys.names.size()) * (kFp8History + 5) * 4);
 }
 
 TEST_CASE("FP8 plans with current scaling: producers write bf16, a cast reads twice unless its writer took the amax",
@@ -234,17 +272,15 @@ TEST_CASE("FP8 current scaling: SwiGLU's kernels take the amax of what their cas
   // Delayed scaling's producers write FP8 themselves: no cast takes a
   // producer's amax.
   CHECK(gpu_footprint::fp8AmaxProducers(buildPlan(fp8Job(true)).programs[0]).empty());
+  CHECK(gpu_footprint::fp8DelayedKeys(rp).names.empty());
   // Eager PyTorch's SwiGLU is a chain of kernels: its casts take the amax themselves.
   job.schedule.elementwise = ElementwiseKernels::Eager;
   for (const Task& t : buildPlan(job).programs[0].tasks) CHECK_FALSE(t.attrs.amax_by_writer);
 }
 
-TEST_CASE("The GPU executor runs FP8 plans of current scaling without biases, and refuses the others with the reason",
+TEST_CASE("The GPU executor runs FP8 plans whose FP8 writers it has kernels for, and refuses the others with the "
+          "reason",
           "[plan][fp8]") {
-  // Delayed scaling: producers write FP8 with scales from earlier steps.
-  const auto delayed = gpuRunRefusal(buildPlan(fp8Job(true)));
-  REQUIRE(delayed.has_value());
-  CHECK_THAT(*delayed, Catch::Contains("training.fp8_scaling=current"));
   // Current scaling, the Llama family at shapes the executor's kernels take
   // (heads 16 wide; GEMM dimensions multiples of 16): runs.
   JobSpec current = fp8Job(true);
@@ -253,6 +289,18 @@ TEST_CASE("The GPU executor runs FP8 plans of current scaling without biases, an
   current.model.mlp_ratio = 2.75;
   current.model.seq_len = 32;
   CHECK_FALSE(gpuRunRefusal(buildPlan(current)).has_value());
+  // Delayed scaling: Llama's producers of FP8 (RMSNorm, SwiGLU) have GPU
+  // kernels writing FP8; GPT-2's LayerNorm and GELU do not.
+  JobSpec delayed = current;
+  delayed.training.fp8_scaling = Fp8Scaling::Delayed;
+  CHECK_FALSE(gpuRunRefusal(buildPlan(delayed)).has_value());
+  JobSpec gpt2_delayed = fp8Job(false);
+  gpt2_delayed.model.hidden = 64;
+  gpt2_delayed.model.seq_len = 32;
+  const auto refused = gpuRunRefusal(buildPlan(gpt2_delayed));
+  REQUIRE(refused.has_value());
+  CHECK_THAT(*refused, Catch::Contains("training.fp8_scaling=current"));
+  CHECK_THAT(*refused, Catch::Contains("layernorm"));
   // GPT-2 too (its linear layers' bias gradients from the FP8 gradients).
   JobSpec gpt2 = fp8Job(false);
   gpt2.training.fp8_scaling = Fp8Scaling::Current;

@@ -85,7 +85,9 @@ void compareGradients(const std::string& label0, const JobSpec& job, double tol)
 // must be nearer the CPU's FP8 than the CPU's FP8 is to bf16 (ratio <= 0.9;
 // measured 0.62-0.77 on one H100), and within `tol`; the losses, which
 // average over every element, agree to 1e-4.
-void compareFp8Gradients(const std::string& label0, const JobSpec& job, double tol) {
+// warm: gradient computations before the compared one (each ends a step
+// for the scales: delayed scaling's history then holds their amaxes).
+void compareFp8Gradients(const std::string& label0, const JobSpec& job, double tol, int warm = 0) {
   const std::string label = label0 + fusionTag();
   const Plan plan = buildPlan(job);
   JobSpec bf16_job = job;
@@ -94,6 +96,7 @@ void compareFp8Gradients(const std::string& label0, const JobSpec& job, double t
   cpu::CpuExecutor ref(plan), ref_bf16(bf16_plan);
   cuda::CudaExecutor gpu(plan, options(false));
   fmt::print("     {}: {}\n", label, gpu.fusion().summary());
+  for (int i = 0; i < warm; ++i) ref.computeGradients(), ref_bf16.computeGradients(), gpu.computeGradients();
   const cpu::StepResult rc = ref.computeGradients();
   ref_bf16.computeGradients();
   const cuda::GpuStepResult rg = gpu.computeGradients();
@@ -473,6 +476,59 @@ void fp8Checks() {
   }
 }
 
+// FP8 delayed scaling: a run stopped after 3 steps and resumed from its
+// snapshot (the amax histories in its rank state) gives the losses and
+// gradient norms of one never stopped, bit for bit (one process, GEMM
+// algorithm timing off so that both executors run the same algorithms).
+void fp8DelayedResume(const std::string& label0, const JobSpec& job) {
+  const std::string label = label0 + fusionTag();
+  const Plan plan = buildPlan(job);
+  setenv("TANDEM_GEMM_TUNING", "0", 1);
+  std::vector<std::pair<double, double>> straight, resumed;
+  {
+    cuda::CudaExecutor ex(plan, options(true));
+    for (int s = 0; s < 6; ++s) {
+      const cuda::GpuStepResult r = ex.step();
+      if (s >= 3) straight.push_back({r.loss, r.grad_norm});
+    }
+  }
+  checkpoint::Snapshot snap;
+  {
+    cuda::CudaExecutor ex(plan, options(true));
+    for (int s = 0; s < 3; ++s) ex.step();
+    snap = ex.snapshot();
+  }
+  const std::string state = snap.rank_state.empty() ? std::string() : snap.rank_state[0];
+  cuda::CudaExecutor ex(plan, options(true));
+  ex.restore(snap);
+  for (int s = 0; s < 3; ++s) {
+    const cuda::GpuStepResult r = ex.step();
+    resumed.push_back({r.loss, r.grad_norm});
+  }
+  unsetenv("TANDEM_GEMM_TUNING");
+  fmt::print("     {}: FP8 state {} bytes; step 4 loss {:.6f} straight, {:.6f} resumed\n", label, state.size(),
+             straight[0].first, resumed[0].first);
+  expectTrue(label + ": the snapshot holds the amax histories", state.size() > 100);
+  expectTrue(label + ": resumed after step 3, steps 4-6 as a run never stopped (bit for bit)", straight == resumed);
+}
+
+// Delayed scaling (training.fp8_scaling delayed): the tiny Llama's RMSNorm
+// and SwiGLU write FP8 with scales from the amax history; gradients after
+// two steps built a history, training, resume and the entropy.
+void fp8DelayedChecks() {
+  const std::vector<std::string> fp8 = {"training.precision=fp8", "training.fp8_scaling=delayed"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  compareFp8Gradients("tiny Llama fp8 delayed", tinyLlama(fp8), 1e-1, 2);
+  compareFp8Gradients("tiny Llama fp8 delayed grad_accum=2 recompute=full",
+                      tinyLlama(with(fp8, {"training.grad_accum=2", "recompute.policy=full"})), 1e-1, 2);
+  compareTraining("tiny Llama fp8 delayed", tinyLlama(fp8), 20, 2e-2, 2.5e-1);
+  fp8DelayedResume("tiny Llama fp8 delayed", tinyLlama(fp8));
+  if (g_fusion) trainToEntropy("tiny Llama fp8 delayed", tinyLlama(fp8));
+}
+
 // GPU_TEST_ONLY=fp8: the FP8 checks alone, with and without fusion (a
 // short call on a busy GPU machine); false (run everything) otherwise.
 bool fp8ChecksOnly() {
@@ -482,6 +538,7 @@ bool fp8ChecksOnly() {
   for (const bool fusion : {true, false}) {
     g_fusion = fusion;
     fp8Checks();
+    fp8DelayedChecks();
   }
   return true;
 }
@@ -614,6 +671,7 @@ int main() {
       compareTraining("tiny Llama fp32", tinyLlama({"training.precision=fp32"}), 20, 1e-4, 1e-4);
       compareTraining("tiny Llama bf16", tinyLlama({"training.precision=bf16"}), 20, 1e-2, 5e-2);
       fp8Checks();
+      fp8DelayedChecks();
       compareTraining("tiny Llama bf16 head dim 64",
                       tinyLlama({"training.precision=bf16", "model.hidden=128", "model.heads=2", "model.kv_heads=1",
                                  "model.mlp_ratio=2.6875"}),

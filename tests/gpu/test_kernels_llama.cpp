@@ -2,12 +2,16 @@
 // reference kernels (engine/cpu/kernels_llama.cpp) on fresh random inputs,
 // in fp32 and bf16: RMSNorm, SwiGLU, and grouped-query attention with rotary
 // embeddings (1, 2 and all key/value heads; the CUDA-core and the
-// tensor-core attention underneath); the FP8 cast (current scaling) bit for
-// bit against engine/numerics/fp8.h, and the byte transpose of FP8 operands.
+// tensor-core attention underneath); the FP8 casts (current and delayed
+// scaling) bit for bit against engine/numerics/fp8.h, RMSNorm and SwiGLU
+// writing FP8 (delayed scaling), delayed scaling's history, and the byte
+// transpose of FP8 operands.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <deque>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -16,6 +20,7 @@
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "engine/numerics/fp8.h"
+#include "engine/numerics/fp8_history.h"
 #include "tests/gpu/gpu_test.h"
 #include "tests/gpu/kernel_test_util.h"
 
@@ -296,6 +301,189 @@ void testFp8CastTranspose(DType dt, int64_t rows, int64_t cols, Fp8Format format
              inv[0] == 1.0f / scale && inv[1] == 1.0f / scale);
 }
 
+// Device bytes of their own (scratchBuffer's are shared by every caller).
+struct DeviceBytes {
+  void* p = nullptr;
+  explicit DeviceBytes(size_t n) { cudaMalloc(&p, n); }
+  ~DeviceBytes() { cudaFree(p); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  uint8_t* bytes() const { return static_cast<uint8_t*>(p); }
+};
+
+// One delayed-scaling key on the device (Fp8DelayedState of one key) and
+// the 1 / scale slots of what it writes.
+struct DelayedKey {
+  Fp8Format format;
+  DeviceBytes memory{size_t(gpu_footprint::fp8DelayedStateBytes(1)) + 512};
+  cuda::Fp8DelayedState state;
+  float* inv = nullptr;  // two slots, 64 floats apart
+  explicit DelayedKey(Fp8Format f) : format(f) {
+    state = cuda::fp8DelayedStateAt(memory.p, 1);
+    cudaMemset(state.amax, 0, 4);
+    cudaMemset(state.count, 0, 4);
+    const int is_e5m2 = f == Fp8Format::E5M2;
+    cudaMemcpy(state.format, &is_e5m2, 4, cudaMemcpyHostToDevice);
+    inv = reinterpret_cast<float*>(memory.bytes() + gpu_footprint::fp8DelayedStateBytes(1));
+  }
+  void setScale(float s) {
+    cudaMemcpy(state.scale, &s, 4, cudaMemcpyHostToDevice);
+    cudaMemset(state.amax, 0, 4);
+  }
+  cuda::Fp8Write write(bool transposed = false) const {
+    cuda::Fp8Write w;
+    w.format = format;
+    w.scale = state.scale;
+    w.amax = state.amax;
+    w.scale_inv = inv;
+    w.scale_inv_t = transposed ? inv + 64 : nullptr;
+    return w;
+  }
+  float get(const float* p) const {
+    float v = 0;
+    cudaMemcpy(&v, p, 4, cudaMemcpyDeviceToHost);
+    return v;
+  }
+  float amax() const { return get(reinterpret_cast<const float*>(state.amax)); }
+};
+
+std::vector<uint8_t> downloadCodes(const uint8_t* p, size_t n) {
+  std::vector<uint8_t> v(n);
+  cudaMemcpy(v.data(), p, n, cudaMemcpyDeviceToHost);
+  return v;
+}
+
+const char* formatName(Fp8Format f) { return f == Fp8Format::E4M3 ? "E4M3" : "E5M2"; }
+
+// Delayed scaling's casts: the codes of x times the key's scale (not x's
+// own amax), bit for bit, and x's amax left in the key.
+void testFp8CastDelayed(DType dt, int64_t rows, int64_t cols, Fp8Format format) {
+  const int64_t n = rows * cols;
+  std::vector<float> x = rounded(randomVector(size_t(n), rng, 3.0f), dt);
+  float amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  const float scale = fp8Scale(amax * 0.5f, format);  // an older, smaller amax: some codes saturate
+  DelayedKey key(format);
+  Dev gx(dt, size_t(n));
+  gx.upload(x);
+  DeviceBytes out(size_t(2 * n));
+  uint8_t* codes = out.bytes();
+  for (const bool transposed : {false, true}) {
+    key.setScale(scale);
+    if (transposed) cuda::fp8CastTransposeDelayed(codes, codes + n, gx.p, dt, rows, cols, key.write(true), nullptr);
+    else cuda::fp8CastDelayed(codes, gx.p, dt, n, key.write(), nullptr);
+    const std::vector<uint8_t> got = downloadCodes(codes, size_t(2 * n));
+    int64_t differ = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t want = fp8FromFloat(x[size_t(r * cols + c)] * scale, format);
+        differ += got[size_t(r * cols + c)] != want;
+        if (transposed) differ += got[size_t(n + c * rows + r)] != want;
+      }
+    const std::string what = fmt::format("delayed {} cast{} of {} x {}", formatName(format),
+                                         transposed ? "-transpose" : "", rows, cols);
+    expectTrue(tag(dt, fmt::format("{}: codes as the CPU's at the key's scale, {} differ", what, differ).c_str()),
+               differ == 0);
+    expectTrue(tag(dt, fmt::format("{}: the key's amax {} is the input's {}", what, key.amax(), amax).c_str()),
+               key.amax() == amax);
+    expectTrue(tag(dt, (what + ": 1 / scale for the GEMM").c_str()),
+               key.get(key.inv) == 1.0f / scale && (!transposed || key.get(key.inv + 64) == 1.0f / scale));
+  }
+}
+
+// Codes of values the GPU computed in fp32 against the CPU's (computed in
+// double, then float): the two may round a value on either side of a code
+// boundary, so a code may differ by one step, rarely.
+void expectCodesClose(const std::string& what, const std::vector<uint8_t>& got, const std::vector<float>& values,
+                      float scale, Fp8Format format) {
+  int64_t differ = 0, far = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint8_t want = fp8FromFloat(values[i] * scale, format);
+    if (got[i] == want) continue;
+    ++differ;
+    const float a = fp8ToFloat(got[i], format), b = fp8ToFloat(want, format);
+    far += !(std::fabs(a - b) <= 0.26f * std::fabs(b) + 1e-6f);  // one step: 1/8 (E4M3) or 1/4 (E5M2) of the value
+  }
+  expectTrue(fmt::format("{}: {} of {} codes one step from the CPU's, {} further", what, differ, values.size(), far),
+             far == 0 && differ * 100 <= int64_t(values.size()));
+}
+
+// RMSNorm and SwiGLU writing FP8 at the key's scale: codes as the CPU's
+// values' (expectCodesClose), the amax of those values, RMSNorm's rstd.
+void testFp8Writers(DType dt, int64_t M, int64_t C, int64_t F) {
+  const std::string shape = fmt::format(" M{} C{} F{}", M, C, F);
+  {
+    auto x = rounded(randomVector(M * C, rng), dt), w = rounded(randomVector(C, rng, 0.5f), dt);
+    std::vector<float> y(static_cast<size_t>(M * C)), rstd(static_cast<size_t>(M));
+    cpu::rmsnormForward<float>(y.data(), rstd.data(), x.data(), w.data(), M, C);
+    float amax = 0;
+    for (float v : y) amax = std::max(amax, std::fabs(v));
+    DelayedKey key(Fp8Format::E4M3);
+    const float scale = fp8Scale(amax, Fp8Format::E4M3);
+    key.setScale(scale);
+    Dev gx(dt, size_t(M * C)), gw(dt, size_t(C)), gr(DType::F32, size_t(M));
+    gx.upload(x), gw.upload(w);
+    DeviceBytes out(size_t(M * C));
+    uint8_t* codes = out.bytes();
+    cuda::rmsnormForwardFp8(codes, gr.p, gr.dt, gx.p, gw.p, M, C, dt, key.write(), nullptr);
+    expectCodesClose(tag(dt, ("rmsnorm forward FP8" + shape).c_str()), downloadCodes(codes, y.size()), y, scale,
+                     Fp8Format::E4M3);
+    expectBelow(tag(dt, ("rmsnorm forward FP8 rstd" + shape).c_str()), relError(gr.download(), rstd), 1e-5);
+    expectBelow(tag(dt, ("rmsnorm forward FP8 amax" + shape).c_str()), std::fabs(key.amax() - amax) / amax, 1e-5);
+  }
+  auto x = rounded(randomVector(M * 2 * F, rng, 2.f), dt), dy = rounded(randomVector(M * F, rng), dt);
+  std::vector<float> y(static_cast<size_t>(M * F)), dx(static_cast<size_t>(M * 2 * F));
+  cpu::swigluForward<float>(y.data(), x.data(), M, F);
+  cpu::swigluBackward<float>(dx.data(), dy.data(), x.data(), M, F, false);
+  Dev gx(dt, x.size()), gdy(dt, dy.size());
+  gx.upload(x), gdy.upload(dy);
+  DeviceBytes out(dx.size());
+  uint8_t* codes = out.bytes();
+  for (const bool backward : {false, true}) {
+    const std::vector<float>& want = backward ? dx : y;
+    float amax = 0;
+    for (float v : want) amax = std::max(amax, std::fabs(v));
+    const Fp8Format format = backward ? Fp8Format::E5M2 : Fp8Format::E4M3;
+    DelayedKey key(format);
+    const float scale = fp8Scale(amax, format);
+    key.setScale(scale);
+    if (backward) cuda::swigluBackwardFp8(codes, gdy.p, gx.p, M, F, dt, key.write(), nullptr);
+    else cuda::swigluForwardFp8(codes, gx.p, M, F, dt, key.write(), nullptr);
+    const std::string what = std::string(backward ? "swiglu backward FP8" : "swiglu forward FP8") + shape;
+    expectCodesClose(tag(dt, what.c_str()), downloadCodes(codes, want.size()), want, scale, format);
+    expectBelow(tag(dt, (what + " amax").c_str()), std::fabs(key.amax() - amax) / amax, 1e-5);
+  }
+}
+
+// The end of a step: the key's amax into its history, the next scale from
+// the history's largest as the CPU reference's Fp8Scales takes it, over
+// more steps than the history holds (the oldest amax leaves it).
+void testFp8DelayedHistory() {
+  DelayedKey key(Fp8Format::E4M3);
+  key.setScale(1.0f);
+  const int steps = kFp8History + 3;
+  auto amaxOf = [](int step) { return step == 0 ? 1000.0f : step == 5 ? 0.0f : 1.0f + float(step % 7); };
+  Fp8History cpu;  // the reference's bookkeeping, by hand: key "k"
+  float cpu_scale = 1.0f;
+  int mismatches = 0;
+  for (int step = 0; step < steps; ++step) {
+    const float a = amaxOf(step);
+    cudaMemcpy(key.state.amax, &a, 4, cudaMemcpyHostToDevice);
+    cuda::fp8DelayedEndStep(key.state, nullptr);
+    std::deque<float>& h = cpu.amax["k"];
+    h.push_back(a);
+    if (int(h.size()) > kFp8History) h.pop_front();
+    cpu_scale = fp8Scale(*std::max_element(h.begin(), h.end()), Fp8Format::E4M3, cpu_scale);
+    mismatches += key.get(key.state.scale) != cpu_scale;
+  }
+  int count = 0;
+  cudaMemcpy(&count, key.state.count, 4, cudaMemcpyDeviceToHost);
+  expectTrue(fmt::format("delayed scaling history over {} steps: {} scales differ from the CPU's (last {} vs {}), "
+                         "{} steps counted, amax reset to {}",
+                         steps, mismatches, key.get(key.state.scale), cpu_scale, count, key.amax()),
+             mismatches == 0 && count == steps && key.amax() == 0.0f && cpu_scale == 448.0f / 7.0f);
+}
+
 void testTransposeBytes(int64_t rows, int64_t cols) {
   std::vector<uint8_t> in(size_t(rows * cols)), out(in.size());
   std::uniform_int_distribution<int> byte(0, 255);
@@ -420,6 +608,12 @@ int main() {
     testFp8CastTranspose(DType::BF16, 516, 1032, f);  // tile edges inside both dimensions
     testFp8CastTranspose(DType::F32, 260, 264, f);
   }
+  for (Fp8Format f : {Fp8Format::E4M3, Fp8Format::E5M2}) {
+    testFp8CastDelayed(DType::BF16, 4096, 2048, f);
+    testFp8CastDelayed(DType::BF16, 516, 1032, f);
+    testFp8CastDelayed(DType::F32, 260, 264, f);
+  }
+  testFp8DelayedHistory();
   testTransposeBytes(512, 176);   // a tile edge inside both dimensions
   testTransposeBytes(4096, 2048);
   testTransposeBytes(68, 1028);
@@ -446,6 +640,8 @@ int main() {
     testSwiglu(dt, 300, 172);     // scalar path (F % 8 != 0)
     testSwiglu(dt, 1000, 688);    // 16-byte path in bf16
     testSwigluAmax(dt, 1000, 688);  // bf16: the 16-byte path; fp32: the scalar one
+    testFp8Writers(dt, 1000, 2048, 688);  // bf16: the 16-byte paths; fp32: the scalar ones
+    testFp8Writers(dt, 300, 100, 172);    // scalar paths in both
     // Head width 16 and 32: the CUDA-core attention; 64: tensor cores in bf16.
     testGroupedAttention(dt, 2, 100, 64, 4, 2, false);
     testGroupedAttention(dt, 2, 33, 128, 4, 1, true);   // one key/value head (multi-query)
