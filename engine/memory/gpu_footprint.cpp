@@ -80,6 +80,13 @@ int64_t fp8TransposeBytes(const Task& t) {
   return 0;
 }
 
+int fp8TransposeCount(const Task& t) {
+  if (!t.attrs.fp8) return 0;
+  if (t.op == OpKind::MatmulBwdData) return transposesItself(t, 1);
+  if (t.op == OpKind::MatmulBwdWeight) return int(transposesItself(t, 0)) + int(transposesItself(t, 1));
+  return 0;
+}
+
 std::vector<std::pair<int, int>> fp8AmaxProducers(const RankPlan& rp) {
   std::vector<std::pair<int, int>> pairs;
   std::vector<int> last_writer(rp.buffers.size(), -1);

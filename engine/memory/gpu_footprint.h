@@ -80,6 +80,8 @@ int64_t attentionBiasPartialRows(int64_t B, int64_t Tn);
 // (align256(M * N), or 0 when the gradient needs none), the transposed input
 // [K, M]. 0 for the forward and for a GEMM not in FP8.
 int64_t fp8TransposeBytes(const Task& t);
+// How many of those copies (kernels) the GEMM makes.
+int fp8TransposeCount(const Task& t);
 int64_t fp8TransposeSecondOffset(const Task& t);
 // Each FP8 buffer's 1 / scale, a float at the start of a 256-byte slot of
 // its own: cuBLASLt chooses an algorithm for the alignment of the scale

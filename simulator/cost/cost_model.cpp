@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/memory/gpu_footprint.h"
 #include "engine/spec/parse_number.h"
 #include "simulator/cost/gemm_tiles.h"
 #include "simulator/topology/topology_presets.h"
@@ -106,8 +107,12 @@ std::string shapeKey(const Task& task) {
   add("v", a.v);
   // An FP8 GEMM is another kernel than the bf16 one of its shape: a
   // profiled FP8 run calibrates it apart (its key has a field more, so no
-  // bf16 shape is its neighbour either).
-  if (a.fp8) add("fp8", 1);
+  // bf16 shape is its neighbour either). One that transposes operands
+  // itself (no cast wrote their K-major copies) measures those kernels too.
+  if (a.fp8) {
+    add("fp8", 1);
+    add("fp8t", gpu_footprint::fp8TransposeCount(task));
+  }
   // A fused GEMM is another kernel than the plain one of the same shape.
   if (task.epilogue != Epilogue::None)
     return key + (key.empty() ? "" : " ") + "epi=" + std::string(toString(task.epilogue));
@@ -884,8 +889,9 @@ RooflineCostModel::TaskTime RooflineCostModel::ownKernelTime(const Task& task, c
   // An FP8 GEMM of a shape a profiled FP8 run measured takes that time;
   // any other, its bf16 time over the FP8 speed-up.
   const bool fp8_measured = task.attrs.fp8 && measuredShape(roofline_op, shapeKey(task));
+  const int64_t fp8_transposes = task.attrs.fp8 && !fp8_measured ? fp8TransposeNs(task, device) : 0;
   if (!fp8_measured)
-    if (const auto fp8 = fp8FromBf16Time(task, device, precision)) return *fp8;
+    if (const auto fp8 = fp8FromBf16Time(task, device, precision)) return {fp8->ns + fp8_transposes, fp8->source};
   double flops_eff = params_.flops_efficiency[size_t(roofline_op)];
   double bw_eff = params_.bw_efficiency[size_t(roofline_op)];
   TimeSource source = TimeSource::Roofline;
@@ -937,7 +943,17 @@ RooflineCostModel::TaskTime RooflineCostModel::ownKernelTime(const Task& task, c
   // FLOP/s -> FLOP/ns, GB/s == bytes/ns.
   const double compute_ns = peak > 0 ? task.flops / (peak * 1e-9 * flops_eff) : 0;
   const double memory_ns = device.hbm_gbps > 0 ? bytes / (device.hbm_gbps * bw_eff) : 0;
-  return {params_.launch_overhead_ns + int64_t(std::ceil(std::max(compute_ns, memory_ns))), from(source)};
+  return {params_.launch_overhead_ns + int64_t(std::ceil(std::max(compute_ns, memory_ns))) + fp8_transposes,
+          from(source)};
+}
+
+int64_t RooflineCostModel::fp8TransposeNs(const Task& task, const DeviceSpec& device) const {
+  const int kernels = gpu_footprint::fp8TransposeCount(task);
+  if (kernels == 0 || device.hbm_gbps <= 0) return 0;
+  // A byte read and a byte written per element, as fast as a cast moves them.
+  const double bytes = 2.0 * double(gpu_footprint::fp8TransposeBytes(task));
+  const double ns = bytes / (device.hbm_gbps * params_.bw_efficiency[size_t(OpKind::CastFp8)]);
+  return kernels * params_.launch_overhead_ns + int64_t(std::ceil(ns));
 }
 
 }  // namespace tandem::sim

@@ -363,6 +363,9 @@ class RooflineCostModel : public CostModel {
   // An FP8 GEMM under a measured speedup table (Calibration::fp8_gemm_speedup):
   // nothing when its op kind has none.
   std::optional<TaskTime> fp8FromBf16Time(const Task& task, const DeviceSpec& device, Precision precision) const;
+  // The K-major copies of its operands an FP8 GEMM makes itself where no
+  // cast wrote them (gpu_footprint::fp8TransposeCount): part of its task.
+  int64_t fp8TransposeNs(const Task& task, const DeviceSpec& device) const;
   // Whether the calibration has a time (or a fit) for this shape of the op kind.
   bool measuredShape(OpKind op, const std::string& key) const;
   // A chain of another framework's kernels, each timed by its roofline at
