@@ -204,6 +204,8 @@ struct CpuExecutor::Impl {
   }
 
   void runTask(int rank, const Task& t, int step, TaskBuffers& io);
+  void runTaskWork(int rank, const Task& t, int step, TaskBuffers& io);
+  void writeTransposedCopy(int rank, const Task& t, TaskBuffers& io);
   void runCollective(int rank, const Task& t, TaskBuffers& io);
   void runGradNorm(int rank, const Task& t, TaskBuffers& io);
   void runAdamW(int rank, const Task& t, int step, TaskBuffers& io);
@@ -238,6 +240,26 @@ uint64_t stepRandomKey(uint64_t seed, int step, int rank) {
 }
 
 void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& io) {
+  runTaskWork(rank, t, step, io);
+  if (t.attrs.fp8_transposed_out) writeTransposedCopy(rank, t, io);
+}
+
+// attrs.fp8_transposed_out: the last output holds the first's values
+// transposed ([columns, rows]); the commit casts both with the task's scale
+// (the same amax, so the same scale and codes).
+void CpuExecutor::Impl::writeTransposedCopy(int rank, const Task& t, TaskBuffers& io) {
+  const int from = t.writes.front(), to = t.writes.back();
+  const int64_t rows = programOf(rank).buffers.at(size_t(to)).shape.back();
+  const int64_t columns = rows > 0 ? io.elements(from) / rows : 0;
+  if (t.writes.size() < 2 || rows * columns != io.elements(to) || io.elements(from) != io.elements(to))
+    throw std::logic_error(fmt::format("{}: no transposed copy of its output to write", t.name));
+  const float* x = io.in(from);
+  float* xt = io.out(to);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < columns; ++c) xt[c * rows + r] = x[r * columns + c];
+}
+
+void CpuExecutor::Impl::runTaskWork(int rank, const Task& t, int step, TaskBuffers& io) {
   const auto& a = t.attrs;
   const auto& R = t.reads;
   const auto& W = t.writes;
@@ -294,18 +316,9 @@ void CpuExecutor::Impl::runTask(int rank, const Task& t, int step, TaskBuffers& 
     case OpKind::GradNorm:
       runGradNorm(rank, t, io);
       break;
-    case OpKind::CastFp8: {  // the commit casts with the task's scale (Fp8Scales)
-      const float* x = io.in(R[0]);
-      std::memcpy(io.out(W[0]), x, size_t(io.elements(R[0])) * sizeof(float));
-      if (W.size() > 1) {  // the transposed copy, [columns, rows]
-        const int64_t rows = programOf(rank).buffers.at(size_t(W[1])).shape.back();
-        const int64_t columns = io.elements(R[0]) / rows;
-        float* xt = io.out(W[1]);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < columns; ++c) xt[c * rows + r] = x[r * columns + c];
-      }
+    case OpKind::CastFp8:  // the commit casts with the task's scale (Fp8Scales); runTask the transposed copy
+      std::memcpy(io.out(W[0]), io.in(R[0]), size_t(io.elements(R[0])) * sizeof(float));
       break;
-    }
     case OpKind::AdamW:
       runAdamW(rank, t, step, io);
       break;

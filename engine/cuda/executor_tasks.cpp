@@ -110,13 +110,16 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
                       a.accumulate, a.accumulate_params, dt(W[0]), scr, s);
       break;
     case OpKind::SwiGlu:
-      if (dt(W[0]) == DType::F8) swigluForwardFp8(ptr(W[0]), ptr(R[0]), a.m, a.c, dt(R[0]), fp8Write(index, W[0]), s);
+      if (dt(W[0]) == DType::F8)
+        swigluForwardFp8(ptr(W[0]), a.fp8_transposed_out ? ptr(W[1]) : nullptr, ptr(R[0]), a.m, a.c, dt(R[0]),
+                         fp8Write(index, W[0], a.fp8_transposed_out ? W[1] : -1), s);
       else swigluForward(ptr(W[0]), ptr(R[0]), a.m, a.c, dt(W[0]), s, fp8AmaxPartials(index));
       break;
     case OpKind::SwiGluBwd:
       if (dt(W[0]) == DType::F8) {
         if (a.accumulate) throw CudaError(fmt::format("cuda executor: {}: cannot accumulate into FP8 codes", t.name));
-        swigluBackwardFp8(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.c, dt(R[1]), fp8Write(index, W[0]), s);
+        swigluBackwardFp8(ptr(W[0]), a.fp8_transposed_out ? ptr(W[1]) : nullptr, ptr(R[0]), ptr(R[1]), a.m, a.c,
+                          dt(R[1]), fp8Write(index, W[0], a.fp8_transposed_out ? W[1] : -1), s);
       } else {
         swigluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.m, a.c, a.accumulate, dt(W[0]), s, fp8AmaxPartials(index));
       }

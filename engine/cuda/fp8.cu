@@ -123,24 +123,6 @@ __global__ void castDelayedKernel(uint8_t* out, const T* x, int64_t n, Fp8Write 
   finishFp8Write(castRange<T, kFormat>(out, x, n, scale), scale, w);
 }
 
-constexpr int kTile = 64;
-using ByteTile = uint8_t[kTile][kTile + 4];  // a row padded by a word against bank conflicts
-
-// The tile of in[r0.., c0..] (in[rows, cols]) stored transposed into
-// out[cols, rows], four tile rows per 4-byte word; after __syncthreads.
-__device__ __forceinline__ void storeTileTransposed(uint8_t* out, const ByteTile& tile, int64_t r0, int64_t c0,
-                                                    int64_t rows, int64_t cols) {
-  constexpr int kWords = kTile / 4;  // 4-byte words per transposed tile row
-  for (int idx = threadIdx.x; idx < kTile * kWords; idx += blockDim.x) {
-    const int oc = idx / kWords, ow = idx % kWords;  // output row (a tile column), output word (4 tile rows)
-    if (c0 + oc >= cols || r0 + 4 * ow >= rows) continue;
-    uint32_t word = 0;
-#pragma unroll
-    for (int b = 0; b < 4; ++b) word |= uint32_t(tile[4 * ow + b][oc]) << (8 * b);
-    *reinterpret_cast<uint32_t*>(out + (c0 + oc) * rows + r0 + 4 * ow) = word;
-  }
-}
-
 // Eight consecutive elements (16-byte aligned) as floats.
 __device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) { unpack8(*reinterpret_cast<const uint4*>(p), f); }
 __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
@@ -158,27 +140,9 @@ template <class T, int kFormat>
 __device__ __forceinline__ float castTransposeTile(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows,
                                                    int64_t cols, float scale) {
   __shared__ __align__(16) ByteTile tile;  // written 4 bytes at a time
-  float m = 0.f;
-  const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
-  constexpr int kChunks = kTile / 8;  // 8-element chunks per tile row
-  for (int idx = threadIdx.x; idx < kTile * kChunks; idx += blockDim.x) {
-    const int tr = idx / kChunks, tc = idx % kChunks;
-    const int64_t r = r0 + tr, c = c0 + 8 * tc;
-    uint2 codes = make_uint2(0, 0);
-    if (r < rows && c < cols) {
-      float f[8];
-      load8(x + r * cols + c, f);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[k]));
-      codes = toFp8x8<kFormat>(f, scale);
-      *reinterpret_cast<uint2*>(out + r * cols + c) = codes;
-    }
-    *reinterpret_cast<uint32_t*>(&tile[tr][8 * tc]) = codes.x;
-    *reinterpret_cast<uint32_t*>(&tile[tr][8 * tc + 4]) = codes.y;
-  }
-  __syncthreads();
-  storeTileTransposed(out_t, tile, r0, c0, rows, cols);
-  return m;
+  return storeTileBothLayouts<kFormat>(out, cols, out_t, rows, cols, int64_t(blockIdx.y) * kTile,
+                                       int64_t(blockIdx.x) * kTile, scale, tile,
+                                       [&](int64_t r, int64_t c, float(&f)[8]) { load8(x + r * cols + c, f); });
 }
 
 template <class T, int kFormat>

@@ -30,6 +30,59 @@ __device__ __forceinline__ uint2 toFp8x8(const float (&v)[8], float scale) {
   return make_uint2(lo, hi);
 }
 
+// Both layouts of FP8 codes in 64 x 64 tiles, the transposed one through
+// shared memory: a byte more written per element instead of a pass that
+// reads the codes again.
+constexpr int kTile = 64;
+using ByteTile = uint8_t[kTile][kTile + 4];  // a row padded by a word against bank conflicts
+
+// The tile of in[r0.., c0..] (in[rows, cols]) stored transposed into
+// out[cols, rows], four tile rows per 4-byte word; after __syncthreads.
+__device__ __forceinline__ void storeTileTransposed(uint8_t* out, const ByteTile& tile, int64_t r0, int64_t c0,
+                                                    int64_t rows, int64_t cols) {
+  constexpr int kWords = kTile / 4;  // 4-byte words per transposed tile row
+  for (int idx = threadIdx.x; idx < kTile * kWords; idx += blockDim.x) {
+    const int oc = idx / kWords, ow = idx % kWords;  // output row (a tile column), output word (4 tile rows)
+    if (c0 + oc >= cols || r0 + 4 * ow >= rows) continue;
+    uint32_t word = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) word |= uint32_t(tile[4 * ow + b][oc]) << (8 * b);
+    *reinterpret_cast<uint32_t*>(out + (c0 + oc) * rows + r0 + 4 * ow) = word;
+  }
+}
+
+// The block's tile at (r0, c0) of an FP8 output [rows, cols] stored with
+// row stride ld at out and transposed ([cols, rows]) at out_t: values(r,
+// c, f) gives the 8 values of row r from column c (cols a multiple of 8,
+// rows of 4); the codes of value x scale. Returns the largest |value| this
+// thread saw. Every thread of the block calls it (it synchronizes).
+template <int kFormat, class Values>
+__device__ __forceinline__ float storeTileBothLayouts(uint8_t* out, int64_t ld, uint8_t* out_t, int64_t rows,
+                                                      int64_t cols, int64_t r0, int64_t c0, float scale,
+                                                      ByteTile& tile, Values values) {
+  float m = 0.f;
+  constexpr int kChunks = kTile / 8;  // 8-value chunks per tile row
+  for (int idx = threadIdx.x; idx < kTile * kChunks; idx += blockDim.x) {
+    const int tr = idx / kChunks, tc = idx % kChunks;
+    const int64_t r = r0 + tr, c = c0 + 8 * tc;
+    uint2 codes = make_uint2(0, 0);
+    if (r < rows && c < cols) {
+      float f[8];
+      values(r, c, f);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) m = fmaxf(m, fabsf(f[k]));
+      codes = toFp8x8<kFormat>(f, scale);
+      *reinterpret_cast<uint2*>(out + r * ld + c) = codes;
+    }
+    *reinterpret_cast<uint32_t*>(&tile[tr][8 * tc]) = codes.x;
+    *reinterpret_cast<uint32_t*>(&tile[tr][8 * tc + 4]) = codes.y;
+  }
+  __syncthreads();
+  storeTileTransposed(out_t, tile, r0, c0, rows, cols);
+  __syncthreads();  // the tile may be filled again
+  return m;
+}
+
 // Closes a delayed-scaling write: the block's largest |value| (m, each
 // thread's; fmaxf has skipped NaN) into its key's amax for this step, and
 // 1 / scale for the GEMMs that read the output (block 0). An atomic max of

@@ -1013,6 +1013,72 @@ __global__ void swigluBackwardFp8Kernel(uint8_t* dx, const T* dy, const T* x, in
 
 bool alignedCodes(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
 
+// The same writing both layouts of the codes (the transposed copy a weight
+// gradient reads K-major): a 64 x 64 tile of y per block (bf16, F a
+// multiple of 8, M of 4). The backward's block writes the tile of d gate
+// and the one of d up at the same place, the second from what the first
+// brought into L1.
+template <int kFormat>
+__global__ void __launch_bounds__(kThreads)
+    swigluForwardFp8BothKernel(uint8_t* y, uint8_t* yt, const uint4* x, int64_t M, int64_t F, Fp8Write out) {
+  __shared__ __align__(16) ByteTile tile;
+  const float scale = *out.scale;
+  const int64_t f8 = F / 8;
+  const float m = storeTileBothLayouts<kFormat>(
+      y, F, yt, M, F, int64_t(blockIdx.y) * kTile, int64_t(blockIdx.x) * kTile, scale, tile,
+      [&](int64_t r, int64_t c, float(&v)[8]) {
+        float u[8];
+        unpack8(x[r * 2 * f8 + c / 8], v);
+        unpack8(x[r * 2 * f8 + f8 + c / 8], u);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = v[j] * sigmoidf(v[j]) * u[j];
+      });
+  finishFp8Write(m, scale, out);
+}
+
+template <int kFormat>
+__global__ void __launch_bounds__(kThreads)
+    swigluBackwardFp8BothKernel(uint8_t* dx, uint8_t* dxt, const uint4* dy, const uint4* x, int64_t M, int64_t F,
+                                Fp8Write out) {
+  __shared__ __align__(16) ByteTile tile;
+  const float scale = *out.scale;
+  const int64_t f8 = F / 8, r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
+  float m = 0.f;
+  for (int part = 0; part < 2; ++part) {
+    const bool up = part == 1;
+    const float half = storeTileBothLayouts<kFormat>(
+        dx + (up ? F : 0), 2 * F, dxt + (up ? F * M : 0), M, F, r0, c0, scale, tile,
+        [&](int64_t r, int64_t c, float(&v)[8]) {
+          float g[8], u[8], d[8];
+          unpack8(x[r * 2 * f8 + c / 8], g);
+          unpack8(x[r * 2 * f8 + f8 + c / 8], u);
+          unpack8(dy[r * f8 + c / 8], d);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const float sg = sigmoidf(g[j]);
+            v[j] = up ? d[j] * g[j] * sg : d[j] * u[j] * sg * (1.f + g[j] * (1.f - sg));
+          }
+        });
+    m = fmaxf(m, half);
+  }
+  finishFp8Write(m, scale, out);
+}
+
+// Whether the tiled kernels take these buffers.
+bool bothLayoutsTiled(DType dt, int64_t M, int64_t F, std::initializer_list<const void*> inputs,
+                      std::initializer_list<const void*> codes) {
+  if (dt != DType::BF16 || !vec8(F, inputs) || M % 4 != 0) return false;
+  for (const void* p : codes)
+    if (reinterpret_cast<uintptr_t>(p) % 8 != 0) return false;
+  return true;
+}
+
+dim3 tileGrid(int64_t M, int64_t F) {
+  const int64_t rows = (M + kTile - 1) / kTile;
+  if (rows > 65535) throw CudaError("SwiGLU FP8: too many rows for one launch of the tiled kernel");
+  return dim3(unsigned((F + kTile - 1) / kTile), unsigned(rows));
+}
+
 }  // namespace
 
 void rmsnormForwardFp8(void* y, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M, int64_t C,
@@ -1031,7 +1097,18 @@ void rmsnormForwardFp8(void* y, void* rstd, DType rstd_dt, const void* x, const 
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
-void swigluForwardFp8(void* y, const void* x, int64_t M, int64_t F, DType dt, const Fp8Write& out, cudaStream_t s) {
+void swigluForwardFp8(void* y, void* yt, const void* x, int64_t M, int64_t F, DType dt, const Fp8Write& out,
+                      cudaStream_t s) {
+  if (yt && bothLayoutsTiled(dt, M, F, {x}, {y, yt})) {
+    auto* yc = static_cast<uint8_t*>(y);
+    auto* ytc = static_cast<uint8_t*>(yt);
+    const auto* xv = static_cast<const uint4*>(x);
+    if (out.format == Fp8Format::E4M3)
+      swigluForwardFp8BothKernel<0><<<tileGrid(M, F), kThreads, 0, s>>>(yc, ytc, xv, M, F, out);
+    else
+      swigluForwardFp8BothKernel<1><<<tileGrid(M, F), kThreads, 0, s>>>(yc, ytc, xv, M, F, out);
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   const bool vec = dt == DType::BF16 && vec8(F, {x}) && alignedCodes(y);
   const unsigned grid = gridFor(vec ? M * F / 8 : M * F, kThreads, kFp8WriterBlocks);
   auto* yc = static_cast<uint8_t*>(y);
@@ -1041,10 +1118,22 @@ void swigluForwardFp8(void* y, const void* x, int64_t M, int64_t F, DType dt, co
     else swigluForwardFp8Kernel<T, 1><<<grid, kThreads, 0, s>>>(yc, xt, M, F, vec, out);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
+  if (yt) transposeBytes(yt, y, M, F, s);  // shapes the tiled kernel does not take
 }
 
-void swigluBackwardFp8(void* dx, const void* dy, const void* x, int64_t M, int64_t F, DType dt, const Fp8Write& out,
-                       cudaStream_t s) {
+void swigluBackwardFp8(void* dx, void* dxt, const void* dy, const void* x, int64_t M, int64_t F, DType dt,
+                       const Fp8Write& out, cudaStream_t s) {
+  if (dxt && bothLayoutsTiled(dt, M, F, {x, dy}, {dx, dxt})) {
+    auto* dxc = static_cast<uint8_t*>(dx);
+    auto* dxtc = static_cast<uint8_t*>(dxt);
+    const auto* dyv = static_cast<const uint4*>(dy);
+    const auto* xv = static_cast<const uint4*>(x);
+    if (out.format == Fp8Format::E4M3)
+      swigluBackwardFp8BothKernel<0><<<tileGrid(M, F), kThreads, 0, s>>>(dxc, dxtc, dyv, xv, M, F, out);
+    else
+      swigluBackwardFp8BothKernel<1><<<tileGrid(M, F), kThreads, 0, s>>>(dxc, dxtc, dyv, xv, M, F, out);
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   const bool vec = dt == DType::BF16 && vec8(F, {x, dy}) && alignedCodes(dx);
   const unsigned grid = gridFor(vec ? M * F / 8 : M * F, kThreads, kFp8WriterBlocks);
   auto* dxc = static_cast<uint8_t*>(dx);
@@ -1057,6 +1146,7 @@ void swigluBackwardFp8(void* dx, const void* dy, const void* x, int64_t M, int64
       swigluBackwardFp8Kernel<T, 1><<<grid, kThreads, 0, s>>>(dxc, dyt, xt, M, F, vec, out);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
+  if (dxt) transposeBytes(dxt, dx, M, 2 * F, s);
 }
 
 namespace {

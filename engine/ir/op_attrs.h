@@ -98,13 +98,19 @@ struct OpAttrs {
   // (Hopper's FP8 tensor cores read both operands K-major: the weight of
   // MatmulBwdData, dy and x of MatmulBwdWeight): bit i set when slot i
   // reads the transposed copy its CastFp8 wrote beside the row-major one
-  // (fp8TransposedSlot). Unset for such a slot: the executor transposes the
-  // operand itself (an FP8 tensor written by its producer or by a gather).
+  // (fp8TransposedSlot) or its producer wrote (fp8_transposed_out). Unset
+  // for such a slot: the executor transposes the operand itself (an FP8
+  // tensor written by a norm or a gather).
   int fp8_transposed = 0;
+  // A task writing an FP8 GEMM operand (a CastFp8, or under delayed scaling
+  // an elementwise activation writing FP8) whose last output is the
+  // transposed copy of its first ([columns, rows]: the last dimension
+  // first), the K-major layout a backward FP8 GEMM reads, written with the
+  // same codes and scale (engine/passes/fp8_gemms.h).
+  bool fp8_transposed_out = false;
   // CastFp8 (training.fp8_scaling current): the scale comes from the
   // tensor's own amax, a pass of its own before the cast (the input read
-  // twice). Its second output, when it has one, is the transposed copy
-  // ([columns, rows]: the last dimension first) an FP8 GEMM reads K-major.
+  // twice).
   bool current_scaling = false;
   // CastFp8, current scaling: the kernel that wrote the cast's input (an
   // elementwise kernel writing all of it: SwiGLU's forward or backward) also

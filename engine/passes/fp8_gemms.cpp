@@ -31,6 +31,22 @@ bool castsItsOutput(OpKind op) {
   }
 }
 
+// Producers of FP8 that also write the K-major copy a backward GEMM reads:
+// elementwise kernels, which a tiled kernel runs in both layouts from one
+// computation. A norm's rows are reduced before anything is written, so
+// its GEMMs transpose the codes themselves.
+bool writesBothLayouts(OpKind op) {
+  switch (op) {
+    case OpKind::Gelu:
+    case OpKind::GeluBwd:
+    case OpKind::SwiGlu:
+    case OpKind::SwiGluBwd:
+    case OpKind::SquaredRelu:
+    case OpKind::SquaredReluBwd: return true;
+    default: return false;
+  }
+}
+
 // "layer3.attn.qkv.fwd.cast_x.mb0" from the GEMM "layer3.attn.qkv.fwd.mb0".
 std::string castName(const Node& gemm, const char* operand) {
   std::string base = gemm.name;
@@ -85,14 +101,20 @@ class Fp8Planner {
     // Outputs written in FP8 by their producer: every reader an FP8 operand
     // (or an FP8 gather). Under current scaling the producer cannot: the
     // scale needs the finished tensor's amax.
-    for (const Node& n : g_.nodes) {
+    for (Node& n : g_.nodes) {
       if (current_) break;
       if (!castsItsOutput(n.op) || n.outputs.empty()) continue;
       const int y = n.outputs[0];
-      Tensor& t = g_.tensor(y);
-      if (t.category == TensorCategory::Activation && t.dtype == DType::BF16 && writers_[y] == 1 &&
-          bf16_readers_[y] == 0 && (readByFp8Gemm(y) || gather_inputs_.count(y)))
-        t.dtype = DType::F8;
+      const Tensor& t = g_.tensor(y);
+      if (t.category != TensorCategory::Activation || t.dtype != DType::BF16 || writers_[y] != 1 ||
+          bf16_readers_[y] != 0 || !(readByFp8Gemm(y) || gather_inputs_.count(y)))
+        continue;
+      g_.tensor(y).dtype = DType::F8;
+      if (!writesBothLayouts(n.op) || !read_transposed_.count(y)) continue;
+      const int copy = addTransposedCopy(y, n.layer);
+      n.outputs.push_back(copy);
+      n.attrs.fp8_transposed_out = true;
+      producer_copy_[y] = copy;
     }
     std::vector<Node> out;
     out.reserve(g_.nodes.size() * 5 / 4);
@@ -110,7 +132,14 @@ class Fp8Planner {
       if (fp8Gemm(n)) {
         for (size_t slot = 0; slot < 2; ++slot) {
           const int src = n.inputs[slot];
-          if (g_.tensor(src).dtype == DType::F8) continue;  // written in FP8 by its producer
+          if (g_.tensor(src).dtype == DType::F8) {  // written in FP8 by its producer
+            const auto copy = producer_copy_.find(src);
+            if (fp8TransposedSlot(n.op, int(slot)) && copy != producer_copy_.end()) {
+              n.inputs[slot] = copy->second;
+              n.attrs.fp8_transposed |= 1 << slot;
+            }
+            continue;
+          }
           auto it = copy_.find(src);
           if (it == copy_.end()) {
             it = copy_.emplace(src, addCast(n, slot, out)).first;
@@ -146,27 +175,30 @@ class Fp8Planner {
   // in `slot`, and the transposed copy too when a GEMM reads the operand
   // K-major (Transformer Engine's cast-transpose): the backward's GEMMs
   // then read it as written instead of transposing it first.
+  // An FP8 tensor beside src named src + suffix: its copy as stored
+  // (shape empty) or transposed ([columns, rows]).
+  int addFp8Tensor(int src, const char* suffix, bool transposed, int layer) {
+    const Tensor from = g_.tensor(src);  // a copy: adding tensors moves them
+    Tensor t;
+    t.name = from.name + suffix;
+    t.dtype = DType::F8;
+    const int64_t columns = from.shape.back();
+    t.shape = transposed ? std::vector<int64_t>{columns, from.elements() / columns} : from.shape;
+    // A weight's copy is transient (one step), counted with the parameters.
+    t.category = from.category == TensorCategory::Parameter ? TensorCategory::Parameter : TensorCategory::Activation;
+    t.layer = layer;
+    t.micro_batch = from.micro_batch;
+    t.role = from.role.empty() ? std::string("fp8") : from.role + ".fp8";
+    return g_.addTensor(std::move(t));
+  }
+  int addTransposedCopy(int src, int layer) { return addFp8Tensor(src, ".fp8t", true, layer); }
+
   Copies addCast(const Node& gemm, size_t slot, std::vector<Node>& out) {
     const int src = gemm.inputs[slot];
-    const Tensor from = g_.tensor(src);  // a copy: adding tensors moves them
-    auto addCopy = [&](const char* suffix, std::vector<int64_t> shape) {
-      Tensor t;
-      t.name = from.name + suffix;
-      t.dtype = DType::F8;
-      t.shape = std::move(shape);
-      // A weight's copy is transient (one step), counted with the parameters.
-      t.category = from.category == TensorCategory::Parameter ? TensorCategory::Parameter : TensorCategory::Activation;
-      t.layer = gemm.layer;
-      t.micro_batch = from.micro_batch;
-      t.role = from.role.empty() ? std::string("fp8") : from.role + ".fp8";
-      return g_.addTensor(std::move(t));
-    };
+    const int64_t elements = g_.tensor(src).elements();
     Copies copies;
-    copies.row_major = addCopy(".fp8", from.shape);
-    if (read_transposed_.count(src)) {
-      const int64_t columns = from.shape.back();
-      copies.transposed = addCopy(".fp8t", {columns, from.elements() / columns});
-    }
+    copies.row_major = addFp8Tensor(src, ".fp8", false, gemm.layer);
+    if (read_transposed_.count(src)) copies.transposed = addTransposedCopy(src, gemm.layer);
     Node c;
     c.op = OpKind::CastFp8;
     c.name = castName(gemm, operandName(gemm, slot));
@@ -176,7 +208,8 @@ class Fp8Planner {
     c.inputs = {src};
     c.outputs = {copies.row_major};
     if (copies.transposed >= 0) c.outputs.push_back(copies.transposed);
-    c.attrs.elements = from.elements();
+    c.attrs.fp8_transposed_out = copies.transposed >= 0;
+    c.attrs.elements = elements;
     c.attrs.current_scaling = current_;
     const auto w = writer_op_.find(src);
     c.attrs.amax_by_writer = current_ && fused_elementwise_ && w != writer_op_.end() &&
@@ -193,6 +226,7 @@ class Fp8Planner {
   std::unordered_set<int> fp8_operands_;  // tensors an FP8 GEMM reads as an operand
   std::unordered_set<int> read_transposed_;  // ... in a slot it reads K-major (fp8TransposedSlot)
   std::unordered_map<int, Copies> copy_;  // tensor -> its current FP8 copies
+  std::unordered_map<int, int> producer_copy_;  // FP8 tensor -> the transposed copy its producer wrote
   std::unordered_map<int, OpKind> writer_op_;  // tensor -> the op of its latest writer so far
   std::unordered_set<int> fp8_gathers_;  // gathered tensors moved in FP8
   std::unordered_map<int, int> gather_inputs_;  // a rank's tokens -> FP8 gathers reading them

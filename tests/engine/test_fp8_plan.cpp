@@ -185,17 +185,30 @@ TEST_CASE("FP8 plans with current scaling: producers write bf16, a cast reads tw
   requireFreshCopies(rp);
 }
 
-TEST_CASE("FP8 plans: the backward's GEMMs read the transposed copies their casts wrote", "[plan][fp8]") {
+TEST_CASE("FP8 plans: the backward's GEMMs read the transposed copies their casts (or activations) wrote",
+          "[plan][fp8]") {
   for (bool llama : {true, false})
     for (Fp8Scaling scaling : {Fp8Scaling::Current, Fp8Scaling::Delayed}) {
       JobSpec job = fp8Job(llama);
       job.training.fp8_scaling = scaling;
       const Plan plan = buildPlan(job);
       const RankPlan& rp = plan.programs[0];
-      std::map<int, const Task*> transposed_by;  // a cast's transposed copy -> the cast
-      for (const Task& t : rp.tasks)
-        if (t.op == OpKind::CastFp8 && t.writes.size() == 2) transposed_by[t.writes[1]] = &t;
+      // A transposed copy -> its writer: a cast, or under delayed scaling an
+      // elementwise activation writing FP8 (never a norm).
+      std::map<int, const Task*> transposed_by;
+      int activations = 0;
+      for (const Task& t : rp.tasks) {
+        if (!t.attrs.fp8_transposed_out) continue;
+        INFO(t.name);
+        REQUIRE(t.writes.size() >= 2);
+        transposed_by[t.writes.back()] = &t;
+        CHECK(rp.buffers[size_t(t.writes.back())].dtype == DType::F8);
+        CHECK(t.op != OpKind::RmsNorm);
+        CHECK(t.op != OpKind::LayerNorm);
+        activations += t.op != OpKind::CastFp8;
+      }
       CHECK_FALSE(transposed_by.empty());
+      CHECK((activations > 0) == (scaling == Fp8Scaling::Delayed));
       int backward = 0, reads_own = 0;
       for (const Task& t : rp.tasks) {
         if (!isGemm(t.op) || !t.attrs.fp8) continue;
@@ -206,14 +219,14 @@ TEST_CASE("FP8 plans: the backward's GEMMs read the transposed copies their cast
           CHECK(bit == (transposed_by.count(b) > 0));  // a transposed copy is read as one, and only it
           if (!bit) continue;
           CHECK(fp8TransposedSlot(t.op, slot));
-          const Buffer& source = rp.buffers[size_t(transposed_by.at(b)->reads[0])];
+          const Buffer& source = rp.buffers[size_t(transposed_by.at(b)->writes[0])];
           const int64_t columns = source.shape.back();
           CHECK(rp.buffers[size_t(b)].shape == std::vector<int64_t>{columns, source.elementCount() / columns});
         }
         if (t.op == OpKind::Matmul) continue;
         ++backward;
         // Current scaling: every K-major operand comes from a cast; delayed:
-        // the norms' and activations' FP8 outputs are transposed by the GEMM.
+        // the norms' FP8 outputs are transposed by the GEMM.
         const int wanted = t.op == OpKind::MatmulBwdData ? 2 : 3;
         if (scaling == Fp8Scaling::Current) {
           CHECK(t.attrs.fp8_transposed == wanted);

@@ -437,22 +437,37 @@ void testFp8Writers(DType dt, int64_t M, int64_t C, int64_t F) {
   cpu::swigluBackward<float>(dx.data(), dy.data(), x.data(), M, F, false);
   Dev gx(dt, x.size()), gdy(dt, dy.size());
   gx.upload(x), gdy.upload(dy);
-  DeviceBytes out(dx.size());
+  DeviceBytes out(2 * dx.size());
   uint8_t* codes = out.bytes();
-  for (const bool backward : {false, true}) {
-    const std::vector<float>& want = backward ? dx : y;
-    float amax = 0;
-    for (float v : want) amax = std::max(amax, std::fabs(v));
-    const Fp8Format format = backward ? Fp8Format::E5M2 : Fp8Format::E4M3;
-    DelayedKey key(format);
-    const float scale = fp8Scale(amax, format);
-    key.setScale(scale);
-    if (backward) cuda::swigluBackwardFp8(codes, gdy.p, gx.p, M, F, dt, key.write(), nullptr);
-    else cuda::swigluForwardFp8(codes, gx.p, M, F, dt, key.write(), nullptr);
-    const std::string what = std::string(backward ? "swiglu backward FP8" : "swiglu forward FP8") + shape;
-    expectCodesClose(tag(dt, what.c_str()), downloadCodes(codes, want.size()), want, scale, format);
-    expectBelow(tag(dt, (what + " amax").c_str()), std::fabs(key.amax() - amax) / amax, 1e-5);
-  }
+  uint8_t* codes_t = codes + dx.size();
+  for (const bool backward : {false, true})
+    for (const bool both : {false, true}) {  // the transposed copy too (OpAttrs::fp8_transposed_out)
+      const std::vector<float>& want = backward ? dx : y;
+      const int64_t cols = backward ? 2 * F : F;
+      float amax = 0;
+      for (float v : want) amax = std::max(amax, std::fabs(v));
+      const Fp8Format format = backward ? Fp8Format::E5M2 : Fp8Format::E4M3;
+      DelayedKey key(format);
+      const float scale = fp8Scale(amax, format);
+      key.setScale(scale);
+      uint8_t* t = both ? codes_t : nullptr;
+      if (backward) cuda::swigluBackwardFp8(codes, t, gdy.p, gx.p, M, F, dt, key.write(both), nullptr);
+      else cuda::swigluForwardFp8(codes, t, gx.p, M, F, dt, key.write(both), nullptr);
+      const std::string what = std::string(backward ? "swiglu backward FP8" : "swiglu forward FP8") + shape +
+                               (both ? " both layouts" : "");
+      const std::vector<uint8_t> got = downloadCodes(codes, want.size());
+      expectCodesClose(tag(dt, what.c_str()), got, want, scale, format);
+      expectBelow(tag(dt, (what + " amax").c_str()), std::fabs(key.amax() - amax) / amax, 1e-5);
+      if (!both) continue;
+      const std::vector<uint8_t> got_t = downloadCodes(codes_t, want.size());
+      int64_t differ = 0;
+      for (int64_t r = 0; r < M; ++r)
+        for (int64_t c = 0; c < cols; ++c) differ += got_t[size_t(c * M + r)] != got[size_t(r * cols + c)];
+      expectTrue(tag(dt, fmt::format("{}: the transposed copy holds the same codes, {} differ; 1 / scale in both "
+                                     "slots",
+                                     what, differ).c_str()),
+                 differ == 0 && key.get(key.inv) == 1.0f / scale && key.get(key.inv + 64) == 1.0f / scale);
+    }
 }
 
 // The end of a step: the key's amax into its history, the next scale from
@@ -640,8 +655,9 @@ int main() {
     testSwiglu(dt, 300, 172);     // scalar path (F % 8 != 0)
     testSwiglu(dt, 1000, 688);    // 16-byte path in bf16
     testSwigluAmax(dt, 1000, 688);  // bf16: the 16-byte path; fp32: the scalar one
-    testFp8Writers(dt, 1000, 2048, 688);  // bf16: the 16-byte paths; fp32: the scalar ones
-    testFp8Writers(dt, 300, 100, 172);    // scalar paths in both
+    testFp8Writers(dt, 1000, 2048, 688);  // bf16: the 16-byte paths and tiles; fp32: the scalar ones
+    testFp8Writers(dt, 300, 100, 172);    // scalar paths in both (transposed after)
+    testFp8Writers(dt, 260, 64, 1032);    // tile edges inside both dimensions
     // Head width 16 and 32: the CUDA-core attention; 64: tensor cores in bf16.
     testGroupedAttention(dt, 2, 100, 64, 4, 2, false);
     testGroupedAttention(dt, 2, 33, 128, 4, 1, true);   // one key/value head (multi-query)
