@@ -9,7 +9,8 @@
 // replayed; the median replay per launch. Prints one JSON object per line.
 // --rows/--width choose another shape; at widths up to 2048 the executor's
 // variant is also timed on the block-per-row kernels that wider rows take
-// (TANDEM_LAYERNORM=wide), in the same process, alternating.
+// (TANDEM_LAYERNORM=wide), in the same process, alternating; and the RMSNorm
+// backward (the Llama family's: dx accumulating, no bias) likewise.
 //
 //   bench_layernorm_bwd [--reps N] [--rows M] [--width C]
 #include <fmt/core.h>
@@ -146,6 +147,20 @@ int main(int argc, char** argv) {
                                     C, true, false, DType::BF16, scratch, s);
           });
         }
+      // RMSNorm's backward on the same rows (its warp kernel is the
+      // layernorm's), alternating the same way.
+      float* rms_scratch = nullptr;
+      TANDEM_CUDA_CHECK(cudaMalloc(&rms_scratch, cuda::rmsnormScratchBytes(C)));
+      for (int round = 0; round < 3; ++round)
+        for (const char* p : {"warp", "wide"}) {
+          setenv("TANDEM_LAYERNORM", p, 1);
+          path = p;
+          timeVariant("rmsnorm with weight sums (executor)", [&](const Rows& r) {
+            cuda::rmsnormBackward(r.dx, dw, r.dy, r.x, w, r.rstd, DType::F32, M, C, true, false, DType::BF16,
+                                  rms_scratch, s);
+          });
+        }
+      TANDEM_CUDA_CHECK(cudaFree(rms_scratch));
       unsetenv("TANDEM_LAYERNORM");
       path = "default";
     }

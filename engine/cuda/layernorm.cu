@@ -876,6 +876,10 @@ bool rmsnormBackwardFused(void* dx, void* dw, const void* dy, const void* x, con
                           float* scratch, cudaStream_t s) {
   const int vec = vectorsPerLane(C, dt, 8, {dx, dy, x, w});
   if (vec == 0) return false;
+  // TANDEM_LAYERNORM=wide: rows the block-per-row kernel takes go there
+  // (bench_layernorm_bwd times both; the layernorm's default moved there
+  // beyond 768 after that measurement, RMSNorm's has not been measured yet).
+  if (wideForEveryWidth() && wideVectorsPerThread(C, dt, {dx, dy, x, w}) > 0) return false;
   TANDEM_DISPATCH_DT(dt, {
     TANDEM_DISPATCH_VEC(vec, layernormBackwardVecKernel<T, kV, false, true, true>
                                  <<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV, false>(C), s>>>(
