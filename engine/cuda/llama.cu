@@ -385,6 +385,39 @@ int widePer(int64_t c8) { return wide_rows::vectorsPerThread(c8); }
 
 __device__ __forceinline__ float sigmoidf(float g) { return 1.f / (1.f + expf(-g)); }
 
+// SwiGLU's value for gate g and up u, and its two gradients for dy d
+// (d gate = d u sigmoid(g) (1 + g (1 - sigmoid(g))), d up = d silu(g)):
+// the one formula every SwiGLU kernel below computes.
+__device__ __forceinline__ float swiglu(float g, float u) { return g * sigmoidf(g) * u; }
+__device__ __forceinline__ void swigluGrad(float g, float u, float d, float& dg, float& du) {
+  const float sg = sigmoidf(g);
+  dg = d * u * sg * (1.f + g * (1.f - sg));
+  du = d * g * sg;
+}
+// The same on 16-byte vectors of bf16 rows (x rows [gate | up] of 2 f8
+// vectors): vector f of row r of the output.
+__device__ __forceinline__ void swiglu8(const uint4* x, int64_t r, int64_t f8, int64_t f, float (&v)[8]) {
+  float u[8];
+  unpack8(x[r * 2 * f8 + f], v);
+  unpack8(x[r * 2 * f8 + f8 + f], u);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = swiglu(v[j], u[j]);
+}
+__device__ __forceinline__ void swigluGrad8(const uint4* x, const uint4* dy, int64_t r, int64_t f8, int64_t f,
+                                            float (&dg)[8], float (&du)[8]) {
+  float g[8], u[8], d[8];
+  unpack8(x[r * 2 * f8 + f], g);
+  unpack8(x[r * 2 * f8 + f8 + f], u);
+  unpack8(dy[r * f8 + f], d);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) swigluGrad(g[j], u[j], d[j], dg[j], du[j]);
+}
+__device__ __forceinline__ float absMax8(float m, const float (&v)[8]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[j]));
+  return m;
+}
+
 // An FP8 cast's amax taken where its input is written (amax non-null,
 // gpu_footprint::fp8AmaxProducers): the block's largest |value| over what
 // it stored, into amax[blockIdx.x]. Rounding to the stored type is
@@ -405,7 +438,7 @@ __global__ void swigluForwardKernel(T* y, const T* x, int64_t M, int64_t F, floa
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * F; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t m = i / F, f = i - m * F;
     const float g = toF(x[m * 2 * F + f]), u = toF(x[m * 2 * F + F + f]);
-    const float v = g * sigmoidf(g) * u;
+    const float v = swiglu(g, u);
     y[i] = fromF<T>(v);
     m_abs = fmaxf(m_abs, fabsf(v));
   }
@@ -420,8 +453,8 @@ __global__ void swigluBackwardKernel(T* dx, const T* dy, const T* x, int64_t M, 
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * F; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t m = i / F, f = i - m * F;
     const int64_t gi = m * 2 * F + f, ui = gi + F;
-    const float g = toF(x[gi]), u = toF(x[ui]), d = toF(dy[i]), sg = sigmoidf(g);
-    float dg = d * u * sg * (1.f + g * (1.f - sg)), du = d * g * sg;
+    float dg, du;
+    swigluGrad(toF(x[gi]), toF(x[ui]), toF(dy[i]), dg, du);
     if (accumulate) dg = toF(dx[gi]) + dg, du = toF(dx[ui]) + du;
     dx[gi] = fromF<T>(dg);
     dx[ui] = fromF<T>(du);
@@ -435,15 +468,10 @@ __global__ void swigluForwardVec(uint4* y, const uint4* x, int64_t M, int64_t f8
   float m_abs = 0.f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * f8; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t m = i / f8, f = i - m * f8;
-    float g[8], u[8];
-    unpack8(x[m * 2 * f8 + f], g);
-    unpack8(x[m * 2 * f8 + f8 + f], u);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      g[j] = g[j] * sigmoidf(g[j]) * u[j];
-      m_abs = fmaxf(m_abs, fabsf(g[j]));
-    }
-    y[i] = pack8(g);
+    float v[8];
+    swiglu8(x, m, f8, f, v);
+    m_abs = absMax8(m_abs, v);
+    y[i] = pack8(v);
   }
   if (amax) storeBlockAmax<bf16>(m_abs, amax);
 }
@@ -454,22 +482,16 @@ __global__ void swigluBackwardVec(uint4* dx, const uint4* dy, const uint4* x, in
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < M * f8; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t m = i / f8, f = i - m * f8;
     const int64_t gi = m * 2 * f8 + f, ui = gi + f8;
-    float g[8], u[8], d[8], dg[8], du[8];
-    unpack8(x[gi], g);
-    unpack8(x[ui], u);
-    unpack8(dy[i], d);
+    float dg[8], du[8];
+    swigluGrad8(x, dy, m, f8, f, dg, du);
     if (accumulate) {
-      unpack8(dx[gi], dg);
-      unpack8(dx[ui], du);
-    }
+      float dg0[8], du0[8];
+      unpack8(dx[gi], dg0);
+      unpack8(dx[ui], du0);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float sg = sigmoidf(g[j]);
-      const float a = d[j] * u[j] * sg * (1.f + g[j] * (1.f - sg)), b = d[j] * g[j] * sg;
-      dg[j] = accumulate ? dg[j] + a : a;
-      du[j] = accumulate ? du[j] + b : b;
-      m_abs = fmaxf(m_abs, fmaxf(fabsf(dg[j]), fabsf(du[j])));
+      for (int j = 0; j < 8; ++j) dg[j] = dg0[j] + dg[j], du[j] = du0[j] + du[j];
     }
+    m_abs = absMax8(absMax8(m_abs, dg), du);
     dx[gi] = pack8(dg);
     dx[ui] = pack8(du);
   }
@@ -940,15 +962,10 @@ __global__ void swigluForwardFp8Kernel(uint8_t* y, const T* x, int64_t M, int64_
       const int64_t f8 = F / 8;
       for (int64_t i = first; i < M * f8; i += stride) {
         const int64_t r = i / f8, f = i - r * f8;
-        float g[8], u[8];
-        unpack8(xv[r * 2 * f8 + f], g);
-        unpack8(xv[r * 2 * f8 + f8 + f], u);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          g[j] = g[j] * sigmoidf(g[j]) * u[j];
-          m = fmaxf(m, fabsf(g[j]));
-        }
-        reinterpret_cast<uint2*>(y)[i] = toFp8x8<kFormat>(g, scale);
+        float v[8];
+        swiglu8(xv, r, f8, f, v);
+        m = absMax8(m, v);
+        reinterpret_cast<uint2*>(y)[i] = toFp8x8<kFormat>(v, scale);
       }
       done = true;
     }
@@ -957,7 +974,7 @@ __global__ void swigluForwardFp8Kernel(uint8_t* y, const T* x, int64_t M, int64_
     for (int64_t i = first; i < M * F; i += stride) {
       const int64_t r = i / F, f = i - r * F;
       const float g = toF(x[r * 2 * F + f]), u = toF(x[r * 2 * F + F + f]);
-      const float v = g * sigmoidf(g) * u;
+      const float v = swiglu(g, u);
       m = fmaxf(m, fabsf(v));
       y[i] = toFp8<kFormat>(__fmul_rn(v, scale));
     }
@@ -981,17 +998,9 @@ __global__ void swigluBackwardFp8Kernel(uint8_t* dx, const T* dy, const T* x, in
       for (int64_t i = first; i < M * f8; i += stride) {
         const int64_t r = i / f8, f = i - r * f8;
         const int64_t gi = r * 2 * f8 + f, ui = gi + f8;
-        float g[8], u[8], d[8], dg[8], du[8];
-        unpack8(xv[gi], g);
-        unpack8(xv[ui], u);
-        unpack8(dyv[i], d);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float sg = sigmoidf(g[j]);
-          dg[j] = d[j] * u[j] * sg * (1.f + g[j] * (1.f - sg));
-          du[j] = d[j] * g[j] * sg;
-          m = fmaxf(m, fmaxf(fabsf(dg[j]), fabsf(du[j])));
-        }
+        float dg[8], du[8];
+        swigluGrad8(xv, dyv, r, f8, f, dg, du);
+        m = absMax8(absMax8(m, dg), du);
         dxv[gi] = toFp8x8<kFormat>(dg, scale);
         dxv[ui] = toFp8x8<kFormat>(du, scale);
       }
@@ -1002,8 +1011,8 @@ __global__ void swigluBackwardFp8Kernel(uint8_t* dx, const T* dy, const T* x, in
     for (int64_t i = first; i < M * F; i += stride) {
       const int64_t r = i / F, f = i - r * F;
       const int64_t gi = r * 2 * F + f, ui = gi + F;
-      const float g = toF(x[gi]), u = toF(x[ui]), d = toF(dy[i]), sg = sigmoidf(g);
-      const float dg = d * u * sg * (1.f + g * (1.f - sg)), du = d * g * sg;
+      float dg, du;
+      swigluGrad(toF(x[gi]), toF(x[ui]), toF(dy[i]), dg, du);
       m = fmaxf(m, fmaxf(fabsf(dg), fabsf(du)));
       dx[gi] = toFp8<kFormat>(__fmul_rn(dg, scale));
       dx[ui] = toFp8<kFormat>(__fmul_rn(du, scale));
@@ -1026,13 +1035,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t f8 = F / 8;
   const float m = storeTileBothLayouts<kFormat>(
       y, F, yt, M, F, int64_t(blockIdx.y) * kTile, int64_t(blockIdx.x) * kTile, scale, tile,
-      [&](int64_t r, int64_t c, float(&v)[8]) {
-        float u[8];
-        unpack8(x[r * 2 * f8 + c / 8], v);
-        unpack8(x[r * 2 * f8 + f8 + c / 8], u);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = v[j] * sigmoidf(v[j]) * u[j];
-      });
+      [&](int64_t r, int64_t c, float(&v)[8]) { swiglu8(x, r, f8, c / 8, v); });
   finishFp8Write(m, scale, out);
 }
 
@@ -1049,15 +1052,9 @@ __global__ void __launch_bounds__(kThreads)
     const float half = storeTileBothLayouts<kFormat>(
         dx + (up ? F : 0), 2 * F, dxt + (up ? F * M : 0), M, F, r0, c0, scale, tile,
         [&](int64_t r, int64_t c, float(&v)[8]) {
-          float g[8], u[8], d[8];
-          unpack8(x[r * 2 * f8 + c / 8], g);
-          unpack8(x[r * 2 * f8 + f8 + c / 8], u);
-          unpack8(dy[r * f8 + c / 8], d);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const float sg = sigmoidf(g[j]);
-            v[j] = up ? d[j] * g[j] * sg : d[j] * u[j] * sg * (1.f + g[j] * (1.f - sg));
-          }
+          float other[8];
+          if (up) swigluGrad8(x, dy, r, f8, c / 8, other, v);
+          else swigluGrad8(x, dy, r, f8, c / 8, v, other);
         });
     m = fmaxf(m, half);
   }
