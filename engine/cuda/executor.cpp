@@ -10,8 +10,8 @@
 #include <deque>
 #include <map>
 #include <numeric>
-#include <string>
 #include <set>
+#include <string>
 #include <thread>
 
 #include "engine/cuda/executor_impl.h"
@@ -377,7 +377,8 @@ std::string CudaExecutor::Impl::saveFp8Delayed() const {
     const std::string& key = fp8_keys.names[k];
     state.last_scale[key] = last[k];
     std::deque<float>& h = state.amax[key];
-    for (int i = std::max(0, n - kFp8History); i < n; ++i) h.push_back(history[k * kFp8History + size_t(i % kFp8History)]);
+    for (int i = std::max(0, n - kFp8History); i < n; ++i)
+      h.push_back(history[k * kFp8History + size_t(i % kFp8History)]);
   }
   return encodeFp8History(state);
 }

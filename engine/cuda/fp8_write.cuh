@@ -94,7 +94,8 @@ __device__ __forceinline__ void finishFp8Write(float m, float scale, const Fp8Wr
   m = blockMax(m, shared);
   if (threadIdx.x != 0) return;
   // Most blocks see a smaller amax than one already there: read first.
-  if (m > 0.f && __float_as_uint(m) > *reinterpret_cast<volatile unsigned*>(w.amax)) atomicMax(w.amax, __float_as_uint(m));
+  const unsigned bits = __float_as_uint(m);
+  if (m > 0.f && bits > *reinterpret_cast<volatile unsigned*>(w.amax)) atomicMax(w.amax, bits);
   if (blockIdx.x == 0 && blockIdx.y == 0) {
     const float inv = __frcp_rn(scale);
     *w.scale_inv = inv;
