@@ -6,7 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
-#         checkpointkill fp8gemm fp8run materialized rankspergpu multigpu
+#         checkpointkill fp8gemm fp8run materialized rankspergpu multigpu normbwd
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -418,28 +418,30 @@ for r, n, t in sqlite3.connect(sys.argv[1]).execute('select rank, count(*), sum(
       cat $OUT/fp8_gemm_speedup.yaml
       [ "${FP8_16K:-1}" = 1 ] && stage fp8_gemm_16k $B/bench_fp8_gemm --rounds 3 --tokens 16384 ;;
     fp8run)
-      # Issue 54: FP8 GEMMs (current scaling) on the GPU executor: the
-      # CPU-reference comparisons are in gpu_test_executor (stage executor);
-      # here llama-124m through the CLI in FP8 (graph == eager), and a Llama
-      # of about 1.1B in FP8 against tandem's own bf16 step, three rounds in
+      # Issue 54: FP8 GEMMs on the GPU executor, delayed scaling (the
+      # default; FP8_SCALING=current for the other): the CPU-reference
+      # comparisons are in gpu_test_executor (stage executor); here
+      # llama-124m through the CLI in FP8 (graph == eager), and a Llama of
+      # about 1.1B in FP8 against tandem's own bf16 step, three rounds in
       # turn, with the kernel time per op kind of each.
+      sc=${FP8_SCALING:-delayed}
       stage fp8_llama124m $B/tandem run llama-124m --gpus 1 --steps 30 --set training.precision=fp8 \
-        --set training.fp8_scaling=current
-      graph_vs_eager "training.precision=fp8 training.fp8_scaling=current" resources/jobs/llama-124m.yaml
+        --set training.fp8_scaling=$sc
+      graph_vs_eager "training.precision=fp8 training.fp8_scaling=$sc" resources/jobs/llama-124m.yaml
       l1b="--set model.layers=22 --set model.hidden=2048 --set model.heads=32 --set model.kv_heads=4
         --set model.mlp_ratio=2.75 --set model.vocab=32000 --set model.seq_len=1024 --set training.micro_batch=16"
       stage fp8_llama1b $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml $l1b \
-        --set training.precision=fp8 --set training.fp8_scaling=current --versus training.precision=bf16 \
+        --set training.precision=fp8 --set training.fp8_scaling=$sc --versus training.precision=bf16 \
         --steps 30 --rounds ${FP8_ROUNDS:-3} ${FP8_BREAKDOWN:---breakdown}
       # Profiled, for `tandem simulate` against the real step (issue 54 point 4).
       for p in fp8 bf16; do
         stage profile_llama1b_$p $B/tandem run llama-124m $l1b --set training.precision=$p \
-          --set training.fp8_scaling=current --steps 12 --profile --out $OUT/llama1b_$p.sqlite
+          --set training.fp8_scaling=$sc --steps 12 --profile --out $OUT/llama1b_$p.sqlite
       done
       # Llama 2 7B's layers, 12 of its 32 (one H100 holds them unsharded).
       stage fp8_llama2_7b_12l $B/bench_gpt2_h200 --job resources/jobs/llama2-7b.yaml \
         --set parallel.shard_parameters=false --set model.layers=12 --set training.micro_batch=1 \
-        --set training.precision=fp8 --set training.fp8_scaling=current --versus training.precision=bf16 \
+        --set training.precision=fp8 --set training.fp8_scaling=$sc --versus training.precision=bf16 \
         --steps 8 --rounds 2 --breakdown
       # Real text 2,000 steps do not repeat (this machine's package
       # documentation; the checksum printed), bf16 against FP8, two seeds:
@@ -449,11 +451,15 @@ for r, n, t in sqlite3.connect(sys.argv[1]).execute('select rank, count(*), sum(
         stage text_${p}_$seed $B/tandem run llama-124m --steps 2000 --json --set data.source=tokens \
           --set data.path=/tmp/doc.tokens --set model.vocab=256 --set model.seq_len=512 \
           --set training.micro_batch=2 --set training.steps=2000 --set training.seed=$seed \
-          --set training.precision=$p --set training.fp8_scaling=current
+          --set training.precision=$p --set training.fp8_scaling=$sc
         python3 -c "import json,sys; L=[json.loads(l)['loss'] for l in open(sys.argv[1]) if '\"step\"' in l]; \
 print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-200:]) / max(1, len(L[-200:]))))" \
           $OUT/text_${p}_$seed.log "$p seed $seed"
       done; done ;;
+    normbwd)
+      # The layernorm's and RMSNorm's backward on the warp- and the
+      # block-per-row kernels, alternating, at a 1.1B Llama's rows (2048).
+      stage normbwd_2048 $B/bench_layernorm_bwd --width 2048 --rows 16384 --reps 20 ;;
     checkpointkill)
       # Issue 51 on one GPU: the run killed (SIGKILL) at random moments while
       # it saves a checkpoint after every step, then resumed; every resume
