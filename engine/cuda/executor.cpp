@@ -344,7 +344,7 @@ void CudaExecutor::Impl::loadFp8Delayed(const std::string& text) {
     const auto h = state.amax.find(key);
     if (h == state.amax.end() || h->second.empty()) continue;
     count[size_t(k)] = int(h->second.size());
-    std::copy(h->second.begin(), h->second.end(), history.begin() + int64_t(k) * kFp8History);
+    fp8HistoryToRing(h->second, history.data() + int64_t(k) * kFp8History);
     scale[size_t(k)] = fp8Scale(*std::max_element(h->second.begin(), h->second.end()), f, last[size_t(k)]);
   }
   auto put = [&](void* dst, const void* src, size_t bytes) {
@@ -376,9 +376,7 @@ std::string CudaExecutor::Impl::saveFp8Delayed() const {
     if (n == 0) continue;
     const std::string& key = fp8_keys.names[k];
     state.last_scale[key] = last[k];
-    std::deque<float>& h = state.amax[key];
-    for (int i = std::max(0, n - kFp8History); i < n; ++i)
-      h.push_back(history[k * kFp8History + size_t(i % kFp8History)]);
+    state.amax[key] = fp8HistoryFromRing(history.data() + k * kFp8History, n);
   }
   return encodeFp8History(state);
 }

@@ -1,5 +1,6 @@
 #include "engine/numerics/fp8_history.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <sstream>
@@ -32,6 +33,18 @@ std::string fp8CastKey(const std::string& task_name) {
     key.resize(mb);
   if (const size_t rc = key.find(".recompute"); rc != std::string::npos) key.replace(rc, 10, ".fwd");
   return key;
+}
+
+std::deque<float> fp8HistoryFromRing(const float* ring, int steps) {
+  std::deque<float> h;
+  for (int n = std::max(0, steps - kFp8History); n < steps; ++n) h.push_back(ring[n % kFp8History]);
+  return h;
+}
+
+void fp8HistoryToRing(const std::deque<float>& history, float* ring) {
+  if (history.size() > size_t(kFp8History))
+    throw std::runtime_error("FP8 scale state: more than " + std::to_string(kFp8History) + " steps of history");
+  std::copy(history.begin(), history.end(), ring);
 }
 
 std::string encodeFp8History(const Fp8History& h) {

@@ -30,6 +30,13 @@ struct Fp8History {
   std::map<std::string, std::deque<float>> amax;
 };
 
+// The GPU executor keeps a key's history as a ring of kFp8History amaxes,
+// step n's at n % kFp8History (fp8DelayedEndStep): the history, oldest
+// first, of a ring that has seen `steps` steps; and a ring holding a
+// history (of at most kFp8History steps) as steps = its length would.
+std::deque<float> fp8HistoryFromRing(const float* ring, int steps);
+void fp8HistoryToRing(const std::deque<float>& history, float* ring);
+
 // As text, floats by their bits so that a resume is exact: a header line,
 // then one line per key (key, last scale, history; tab-separated hex).
 std::string encodeFp8History(const Fp8History& h);

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "engine/cpu/fp8_scales.h"
 #include "engine/numerics/bf16.h"
 #include "engine/numerics/fp8.h"
+#include "engine/numerics/fp8_history.h"
 #include "engine/plan/planner.h"
 #include "test_jobs.h"
 
@@ -87,6 +89,41 @@ bool reusedAfterLastUse(const RankPlan& rp, int buffer) {
       if (o.offset < b.offset + b.bytes && b.offset < o.offset + o.bytes) return true;
     }
   return false;
+}
+
+TEST_CASE("FP8 delayed scaling's history: the GPU's ring and the CPU's history agree, and the text round-trips",
+          "[fp8][cpu]") {
+  // The CPU reference's history (Fp8Scales::endStep) and the GPU's ring
+  // (fp8DelayedEndStep writes step n at n % kFp8History), over more steps
+  // than the history holds.
+  std::vector<float> ring(kFp8History, -1.0f);
+  std::deque<float> history;
+  const int steps = kFp8History + 37;
+  for (int n = 0; n < steps; ++n) {
+    const float amax = 0.25f * float(n % 97) + 1.0f / float(n + 1);
+    ring[size_t(n % kFp8History)] = amax;
+    history.push_back(amax);
+    if (int(history.size()) > kFp8History) history.pop_front();
+    if (n == 10) CHECK(fp8HistoryFromRing(ring.data(), n + 1) == history);  // before the ring wraps
+  }
+  CHECK(fp8HistoryFromRing(ring.data(), steps) == history);
+  CHECK(fp8HistoryFromRing(ring.data(), 0).empty());
+  // Restored into a ring (as a resume loads it), read back the same.
+  std::vector<float> restored(kFp8History, 0.0f);
+  fp8HistoryToRing(history, restored.data());
+  CHECK(fp8HistoryFromRing(restored.data(), int(history.size())) == history);
+  history.push_back(1.0f);
+  CHECK_THROWS_WITH(fp8HistoryToRing(history, restored.data()), Catch::Contains("more than 1024 steps"));
+  // The state text keeps every bit, and rejects text it did not write.
+  Fp8History state;
+  state.last_scale["layer0.attn.qkv.fwd.cast_x"] = 448.0f / 3.0f;
+  state.amax["layer0.attn.qkv.fwd.cast_x"] = {3.0f, 1e-30f, 0.0f};
+  state.last_scale["layer0.mlp.swiglu.bwd"] = 1.0f;
+  const Fp8History back = decodeFp8History(encodeFp8History(state));
+  CHECK(back.last_scale == state.last_scale);
+  CHECK(back.amax == state.amax);
+  CHECK_THROWS_WITH(decodeFp8History("not a state\n"), Catch::Contains("not a state this version writes"));
+  CHECK_THROWS_WITH(decodeFp8History("tandem fp8 scales 1\nkey\tzz\n"), Catch::Contains("not a number"));
 }
 
 TEST_CASE("an FP8 weight's transposed copy holds its E4M3 codes under its own scale (current scaling)", "[fp8][cpu]") {
