@@ -171,12 +171,8 @@ class Fp8Planner {
     int row_major = -1, transposed = -1;
   };
 
-  // A CastFp8 task right before `gemm`, writing an FP8 copy of its operand
-  // in `slot`, and the transposed copy too when a GEMM reads the operand
-  // K-major (Transformer Engine's cast-transpose): the backward's GEMMs
-  // then read it as written instead of transposing it first.
   // An FP8 tensor beside src named src + suffix: its copy as stored
-  // (shape empty) or transposed ([columns, rows]).
+  // (transposed false) or transposed ([columns, rows]).
   int addFp8Tensor(int src, const char* suffix, bool transposed, int layer) {
     const Tensor from = g_.tensor(src);  // a copy: adding tensors moves them
     Tensor t;
@@ -192,6 +188,11 @@ class Fp8Planner {
     return g_.addTensor(std::move(t));
   }
   int addTransposedCopy(int src, int layer) { return addFp8Tensor(src, ".fp8t", true, layer); }
+
+  // A CastFp8 task right before `gemm`, writing an FP8 copy of its operand
+  // in `slot`, and the transposed copy too when a GEMM reads the operand
+  // K-major (Transformer Engine's cast-transpose): the backward's GEMMs
+  // then read it as written instead of transposing it first.
 
   Copies addCast(const Node& gemm, size_t slot, std::vector<Node>& out) {
     const int src = gemm.inputs[slot];
