@@ -949,9 +949,11 @@ __global__ void __launch_bounds__(kThreads)
   finishFp8Write(m, scale, out);
 }
 
-// SwiGLU's forward as codes: x rows [gate | up] of 2F, y rows of F.
-template <class T, int kFormat>
-__global__ void swigluForwardFp8Kernel(uint8_t* y, const T* x, int64_t M, int64_t F, bool vec, Fp8Write out) {
+// SwiGLU as codes, forward (y rows of F from x rows [gate | up] of 2F) or
+// backward (dx rows [d gate | d up], written whole; dy rows of F).
+template <class T, int kFormat, bool kBackward>
+__global__ void swigluFp8Kernel(uint8_t* out_codes, const T* dy, const T* x, int64_t M, int64_t F, bool vec,
+                                Fp8Write out) {
   const float scale = *out.scale;
   float m = 0.f;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x, first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -959,50 +961,22 @@ __global__ void swigluForwardFp8Kernel(uint8_t* y, const T* x, int64_t M, int64_
   if constexpr (sizeof(T) == 2) {
     if (vec) {
       const uint4* xv = reinterpret_cast<const uint4*>(x);
+      uint2* codes = reinterpret_cast<uint2*>(out_codes);
       const int64_t f8 = F / 8;
       for (int64_t i = first; i < M * f8; i += stride) {
         const int64_t r = i / f8, f = i - r * f8;
-        float v[8];
-        swiglu8(xv, r, f8, f, v);
-        m = absMax8(m, v);
-        reinterpret_cast<uint2*>(y)[i] = toFp8x8<kFormat>(v, scale);
-      }
-      done = true;
-    }
-  }
-  if (!done)
-    for (int64_t i = first; i < M * F; i += stride) {
-      const int64_t r = i / F, f = i - r * F;
-      const float g = toF(x[r * 2 * F + f]), u = toF(x[r * 2 * F + F + f]);
-      const float v = swiglu(g, u);
-      m = fmaxf(m, fabsf(v));
-      y[i] = toFp8<kFormat>(__fmul_rn(v, scale));
-    }
-  finishFp8Write(m, scale, out);
-}
-
-// SwiGLU's backward as codes: dx rows [d gate | d up], written whole.
-template <class T, int kFormat>
-__global__ void swigluBackwardFp8Kernel(uint8_t* dx, const T* dy, const T* x, int64_t M, int64_t F, bool vec,
-                                        Fp8Write out) {
-  const float scale = *out.scale;
-  float m = 0.f;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x, first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  bool done = false;
-  if constexpr (sizeof(T) == 2) {
-    if (vec) {
-      const uint4* xv = reinterpret_cast<const uint4*>(x);
-      const uint4* dyv = reinterpret_cast<const uint4*>(dy);
-      uint2* dxv = reinterpret_cast<uint2*>(dx);
-      const int64_t f8 = F / 8;
-      for (int64_t i = first; i < M * f8; i += stride) {
-        const int64_t r = i / f8, f = i - r * f8;
-        const int64_t gi = r * 2 * f8 + f, ui = gi + f8;
-        float dg[8], du[8];
-        swigluGrad8(xv, dyv, r, f8, f, dg, du);
-        m = absMax8(absMax8(m, dg), du);
-        dxv[gi] = toFp8x8<kFormat>(dg, scale);
-        dxv[ui] = toFp8x8<kFormat>(du, scale);
+        if constexpr (kBackward) {
+          float dg[8], du[8];
+          swigluGrad8(xv, reinterpret_cast<const uint4*>(dy), r, f8, f, dg, du);
+          m = absMax8(absMax8(m, dg), du);
+          codes[r * 2 * f8 + f] = toFp8x8<kFormat>(dg, scale);
+          codes[r * 2 * f8 + f8 + f] = toFp8x8<kFormat>(du, scale);
+        } else {
+          float v[8];
+          swiglu8(xv, r, f8, f, v);
+          m = absMax8(m, v);
+          codes[i] = toFp8x8<kFormat>(v, scale);
+        }
       }
       done = true;
     }
@@ -1011,11 +985,17 @@ __global__ void swigluBackwardFp8Kernel(uint8_t* dx, const T* dy, const T* x, in
     for (int64_t i = first; i < M * F; i += stride) {
       const int64_t r = i / F, f = i - r * F;
       const int64_t gi = r * 2 * F + f, ui = gi + F;
-      float dg, du;
-      swigluGrad(toF(x[gi]), toF(x[ui]), toF(dy[i]), dg, du);
-      m = fmaxf(m, fmaxf(fabsf(dg), fabsf(du)));
-      dx[gi] = toFp8<kFormat>(__fmul_rn(dg, scale));
-      dx[ui] = toFp8<kFormat>(__fmul_rn(du, scale));
+      if constexpr (kBackward) {
+        float dg, du;
+        swigluGrad(toF(x[gi]), toF(x[ui]), toF(dy[i]), dg, du);
+        m = fmaxf(m, fmaxf(fabsf(dg), fabsf(du)));
+        out_codes[gi] = toFp8<kFormat>(__fmul_rn(dg, scale));
+        out_codes[ui] = toFp8<kFormat>(__fmul_rn(du, scale));
+      } else {
+        const float v = swiglu(toF(x[gi]), toF(x[ui]));
+        m = fmaxf(m, fabsf(v));
+        out_codes[i] = toFp8<kFormat>(__fmul_rn(v, scale));
+      }
     }
   finishFp8Write(m, scale, out);
 }
@@ -1111,8 +1091,10 @@ void swigluForwardFp8(void* y, void* yt, const void* x, int64_t M, int64_t F, DT
   auto* yc = static_cast<uint8_t*>(y);
   TANDEM_DISPATCH_DT(dt, {
     const T* xt = static_cast<const T*>(x);
-    if (out.format == Fp8Format::E4M3) swigluForwardFp8Kernel<T, 0><<<grid, kThreads, 0, s>>>(yc, xt, M, F, vec, out);
-    else swigluForwardFp8Kernel<T, 1><<<grid, kThreads, 0, s>>>(yc, xt, M, F, vec, out);
+    if (out.format == Fp8Format::E4M3)
+      swigluFp8Kernel<T, 0, false><<<grid, kThreads, 0, s>>>(yc, nullptr, xt, M, F, vec, out);
+    else
+      swigluFp8Kernel<T, 1, false><<<grid, kThreads, 0, s>>>(yc, nullptr, xt, M, F, vec, out);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
   if (yt) transposeBytes(yt, y, M, F, s);  // shapes the tiled kernel does not take
@@ -1138,9 +1120,9 @@ void swigluBackwardFp8(void* dx, void* dxt, const void* dy, const void* x, int64
     const T* dyt = static_cast<const T*>(dy);
     const T* xt = static_cast<const T*>(x);
     if (out.format == Fp8Format::E4M3)
-      swigluBackwardFp8Kernel<T, 0><<<grid, kThreads, 0, s>>>(dxc, dyt, xt, M, F, vec, out);
+      swigluFp8Kernel<T, 0, true><<<grid, kThreads, 0, s>>>(dxc, dyt, xt, M, F, vec, out);
     else
-      swigluBackwardFp8Kernel<T, 1><<<grid, kThreads, 0, s>>>(dxc, dyt, xt, M, F, vec, out);
+      swigluFp8Kernel<T, 1, true><<<grid, kThreads, 0, s>>>(dxc, dyt, xt, M, F, vec, out);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
   if (dxt) transposeBytes(dxt, dx, M, 2 * F, s);
