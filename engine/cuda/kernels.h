@@ -2,7 +2,9 @@
 // Launchers of the executor's own kernels. Row-major layouts and the exact
 // math of engine/cpu/kernels.h (the reference); activations are bf16 or fp32
 // (`dt`), reductions accumulate in fp32 and are deterministic: no floating
-// point atomics, so a CUDA Graph replay and an eager step give the same bits.
+// point atomics, so a CUDA Graph replay and an eager step give the same bits
+// (FP8 delayed scaling's amax is an integer atomic max of non-negative
+// floats' bits: the same whatever the order, fp8_write.cuh).
 //
 // Side tensors (layernorm mean/rstd, attention lse, per-token losses) take
 // their own dtype because the planner may store them in fp32 or bf16.
