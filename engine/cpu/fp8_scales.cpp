@@ -17,9 +17,7 @@ float Fp8Scales::scaleForWrite(const Task& task, int buffer, float amax) {
   if (current_) {
     scale = fp8Scale(amax, format, last);
   } else {
-    const auto h = state_.amax.find(key);
-    if (h != state_.amax.end() && !h->second.empty())
-      scale = fp8Scale(*std::max_element(h->second.begin(), h->second.end()), format, last);
+    if (const auto h = state_.amax.find(key); h != state_.amax.end()) scale = fp8DelayedScale(h->second, format, last);
     float& seen = step_amax_.try_emplace(key, 0.0f).first->second;
     seen = std::max(seen, amax);
   }

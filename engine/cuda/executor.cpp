@@ -345,7 +345,7 @@ void CudaExecutor::Impl::loadFp8Delayed(const std::string& text) {
     if (h == state.amax.end() || h->second.empty()) continue;
     count[size_t(k)] = int(h->second.size());
     fp8HistoryToRing(h->second, history.data() + int64_t(k) * kFp8History);
-    scale[size_t(k)] = fp8Scale(*std::max_element(h->second.begin(), h->second.end()), f, last[size_t(k)]);
+    scale[size_t(k)] = fp8DelayedScale(h->second, f, last[size_t(k)]);
   }
   auto put = [&](void* dst, const void* src, size_t bytes) {
     TANDEM_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));

@@ -35,6 +35,11 @@ std::string fp8CastKey(const std::string& task_name) {
   return key;
 }
 
+float fp8DelayedScale(const std::deque<float>& history, Fp8Format f, float last_scale) {
+  if (history.empty()) return 1.0f;
+  return fp8Scale(*std::max_element(history.begin(), history.end()), f, last_scale);
+}
+
 std::deque<float> fp8HistoryFromRing(const float* ring, int steps) {
   std::deque<float> h;
   for (int n = std::max(0, steps - kFp8History); n < steps; ++n) h.push_back(ring[n % kFp8History]);

@@ -16,12 +16,18 @@
 #include <map>
 #include <string>
 
+#include "engine/numerics/fp8.h"
+
 namespace tandem {
 
 inline constexpr int kFp8History = 1024;
 
 // "layer0.ln1.fwd" for "layer0.ln1.recompute.mb3".
 std::string fp8CastKey(const std::string& task_name);
+
+// A step's scale from the key's history (1 while it is empty) and the scale
+// its last writes used.
+float fp8DelayedScale(const std::deque<float>& history, Fp8Format f, float last_scale);
 
 // What a checkpoint keeps between steps, per cast key: the scale its last
 // writes used and its amax history (oldest first).
