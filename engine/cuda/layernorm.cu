@@ -249,13 +249,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 template <class T, int kVec>
 constexpr bool kLnAccInSmem = kVec * Vec16<T>::kElems > 24;
 
-// Shared memory of the backward: [kWarpsPerBlock][C] for the block sum in
-// register mode, [2][kWarpsPerBlock][C] (dw, db per warp) in shared mode;
-// with kBias one more [kWarpsPerBlock][C] for the residual gradient's column
+// Rows of [kWarpsPerBlock][C] floats the backward's partial parameter sums
+// take in shared memory: one for the block sum in register mode; in shared
+// mode one per summed parameter (dw, and db unless kRms).
+template <class T, int kVec, bool kRms>
+constexpr int kLnAccRows = kLnAccInSmem<T, kVec> && !kRms ? 2 : 1;
+
+// Shared memory of the backward: the partial sums' rows (kLnAccRows); with
+// kBias one more [kWarpsPerBlock][C] for the residual gradient's column
 // sums (shared in either mode: registers are full in register mode).
-template <class T, int kVec, bool kBias>
+template <class T, int kVec, bool kBias, bool kRms = false>
 constexpr size_t lnBackwardSmemBytes(int64_t C) {
-  return size_t((kLnAccInSmem<T, kVec> ? 2 : 1) + (kBias ? 1 : 0)) * kWarpsPerBlock * size_t(C) * sizeof(float);
+  return size_t(kLnAccRows<T, kVec, kRms> + (kBias ? 1 : 0)) * kWarpsPerBlock * size_t(C) * sizeof(float);
 }
 
 // One block's warps stride over the rows; the warps' dw/db partial sums are
@@ -280,9 +285,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kParams ? (kLnAccInSmem<T
   const int lane = threadIdx.x & 31, warp_in_block = threadIdx.x >> 5;
   const int64_t warp = blockIdx.x * int64_t(kWarpsPerBlock) + warp_in_block;
   const int nvec = int(C / E);
-  float* warp_dw = block_sum + int64_t(warp_in_block) * C;                   // shared mode only
-  float* warp_db = block_sum + int64_t(kWarpsPerBlock + warp_in_block) * C;  // shared mode only
-  float* dr_sums = block_sum + int64_t(kSmemAcc ? 2 : 1) * kWarpsPerBlock * C;  // kBias: [warp][C]
+  // Shared mode: each warp's dw (and db) partial sums, element i of vector v
+  // at i * nvec + v like warp_dr below (in row order a lane's eight columns
+  // put the lanes 32 bytes apart: 8-way bank conflicts on every add).
+  float* warp_dw = block_sum + int64_t(warp_in_block) * C;
+  float* warp_db = block_sum + int64_t(kWarpsPerBlock + warp_in_block) * C;  // not with kRms
+  float* dr_sums = block_sum + int64_t(kLnAccRows<T, kVec, kRms>) * kWarpsPerBlock * C;  // kBias: [warp][C]
   float* warp_dr = dr_sums + int64_t(warp_in_block) * C;
   // The weights are re-read per row (L1 hits) rather than held: registers
   // go to the row and the partial sums.
@@ -292,7 +300,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kParams ? (kLnAccInSmem<T
 #pragma unroll
     for (int i = 0; i < E; ++i) aw[k][i] = ab[k][i] = 0.f;
   if constexpr (kSmemAcc) {
-    for (int64_t c = lane; c < C; c += 32) warp_dw[c] = warp_db[c] = 0.f;
+    for (int64_t c = lane; c < C; c += 32) {
+      warp_dw[c] = 0.f;
+      if constexpr (!kRms) warp_db[c] = 0.f;
+    }
     __syncwarp();
   }
   if constexpr (kBias) {
@@ -349,8 +360,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kParams ? (kLnAccInSmem<T
         if (valid)
 #pragma unroll
           for (int i = 0; i < E; ++i) {
-            warp_dw[c + i] += g[i] * xh[i];
-            if constexpr (!kRms) warp_db[c + i] += g[i];
+            warp_dw[i * nvec + c / E] += g[i] * xh[i];
+            if constexpr (!kRms) warp_db[i * nvec + c / E] += g[i];
           }
       }
     }
@@ -393,10 +404,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kParams ? (kLnAccInSmem<T
   if constexpr (kSmemAcc) {
     __syncthreads();
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      const int64_t at = (c % E) * nvec + c / E;  // the layout above
       float tw = 0.f, tb = 0.f;
       for (int j = 0; j < kWarpsPerBlock; ++j) {
-        tw += block_sum[j * C + c];
-        tb += block_sum[(kWarpsPerBlock + j) * C + c];
+        tw += block_sum[j * C + at];
+        if constexpr (!kRms) tb += block_sum[(kWarpsPerBlock + j) * C + at];
       }
       partial_dw[blockIdx.x * C + c] = tw;
       if constexpr (!kRms) partial_db[blockIdx.x * C + c] = tb;
@@ -696,7 +708,7 @@ void allowBackwardSmemOne() {
   const int64_t widest = kV * 32 * Vec16<T>::kElems;
   TANDEM_CUDA_CHECK(cudaFuncSetAttribute(layernormBackwardVecKernel<T, kV, kBias, true, kRms>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(lnBackwardSmemBytes<T, kV, kBias>(widest))));
+                                         int(lnBackwardSmemBytes<T, kV, kBias, kRms>(widest))));
 }
 template <class T, int kV>
 void allowBackwardSmem() {
@@ -882,7 +894,7 @@ bool rmsnormBackwardFused(void* dx, void* dw, const void* dy, const void* x, con
   if (wideForEveryWidth() && wideVectorsPerThread(C, dt, {dx, dy, x, w}) > 0) return false;
   TANDEM_DISPATCH_DT(dt, {
     TANDEM_DISPATCH_VEC(vec, layernormBackwardVecKernel<T, kV, false, true, true>
-                                 <<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV, false>(C), s>>>(
+                                 <<<kBwdBlocks, kWarpsPerBlock * 32, lnBackwardSmemBytes<T, kV, false, true>(C), s>>>(
                                      static_cast<T*>(dx), scratch, nullptr, nullptr, static_cast<const T*>(dy),
                                      static_cast<const T*>(x), static_cast<const T*>(w), nullptr, 0, rstd,
                                      isBf16(rstd_dt), M, C, accumulate_dx));

@@ -213,6 +213,7 @@ void testDeterministic() {
   const int64_t B = 2, T = 200, H = 8, KV = 2, Cq = 512;
   testRmsnormDeterministic(3000, 512, "");
   testRmsnormDeterministic(600, 4096, "4096 wide (a block per row) ");
+  testRmsnormDeterministic(3000, 2048, "2048 wide (sums in shared memory) ");
   const int64_t width = (H + 2 * KV) * (Cq / H);
   auto qkv = rounded(randomVector(B * T * width, rng), dt), dout = rounded(randomVector(B * T * Cq, rng), dt);
   Dev gq(dt, qkv.size()), go(dt, B * T * Cq), gl(DType::F32, B * H * T), gdo(dt, dout.size()), gdq(dt, qkv.size());
@@ -643,7 +644,8 @@ int main() {
     testRmsnorm(dt, 300, 96);     // streamed
     testRmsnorm(dt, 500, 256);    // one vector per lane
     testRmsnorm(dt, 2500, 768);   // three (Llama 124M)
-    testRmsnorm(dt, 333, 1024);   // four
+    testRmsnorm(dt, 333, 1024);   // four (the weight gradient's sums in shared memory)
+    testRmsnorm(dt, 2600, 2048);  // eight: the 1.1B Llama's width
     testRmsnorm(dt, 257, 1000);   // streamed, the last vectors on some lanes only
     testRmsnorm(dt, 300, 1536);   // a block per row, some threads without a vector
     testRmsnorm(dt, 700, 4096);   // Llama 2 7B's width: two vectors per thread
