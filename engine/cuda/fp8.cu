@@ -139,10 +139,12 @@ __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
 template <class T, int kFormat>
 __device__ __forceinline__ float castTransposeTile(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows,
                                                    int64_t cols, float scale) {
-  __shared__ __align__(16) ByteTile tile;  // written 4 bytes at a time
-  return storeTileBothLayouts<kFormat>(out, cols, out_t, rows, cols, int64_t(blockIdx.y) * kTile,
-                                       int64_t(blockIdx.x) * kTile, scale, tile,
-                                       [&](int64_t r, int64_t c, float(&f)[8]) { load8(x + r * cols + c, f); });
+  __shared__ __align__(16) ByteTile tile[1];  // written 4 bytes at a time
+  uint8_t* const outs[1] = {out};
+  uint8_t* const outs_t[1] = {out_t};
+  return storeTilesBothLayouts<kFormat, kThreads>(
+      outs, cols, outs_t, rows, cols, int64_t(blockIdx.y) * kTile, int64_t(blockIdx.x) * kTile, scale, tile,
+      [&](int64_t r, int64_t c, float(&f)[1][8]) { load8(x + r * cols + c, f[0]); });
 }
 
 template <class T, int kFormat>

@@ -949,6 +949,50 @@ __global__ void __launch_bounds__(kThreads)
   finishFp8Write(m, scale, out);
 }
 
+// rmsnormForwardWide writing the codes of x r w instead (bf16 rows of
+// whole vectors, up to wide_rows::kMaxPer per thread): a block per row,
+// the row held in registers and read once. The grid-stride kernel above
+// read each row twice with one row in flight per block: 78 us per call at
+// the 1.1B Llama's 16384 x 2048 on one H100, against 51 for the bf16
+// kernel writing twice the bytes.
+template <int kPer, int kFormat>
+__global__ void __launch_bounds__(kWideThreads)
+    rmsnormForwardWideFp8(uint2* y, void* rstd, int rstd_bf16, const uint4* x, const uint4* w, int c8,
+                          Fp8Write out) {
+  __shared__ float red[kWideThreads / 32];
+  const float scale = *out.scale;
+  const int64_t row = blockIdx.x;
+  uint4 xv[kPer];
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (!wide_rows::holds(k, c8)) continue;
+    xv[k] = x[row * c8 + threadIdx.x + k * kWideThreads];
+    float f[8];
+    unpack8(xv[k], f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s += f[j] * f[j];
+  }
+  const float r = 1.f / sqrtf(blockSum(s, red) / float(c8 * 8) + kRmsEps);
+  float m = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (!wide_rows::holds(k, c8)) continue;
+    const int v = threadIdx.x + k * kWideThreads;
+    float f[8], g[8];
+    unpack8(xv[k], f);
+    unpack8(w[v], g);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      f[j] = f[j] * r * g[j];
+      m = fmaxf(m, fabsf(f[j]));
+    }
+    y[row * c8 + v] = toFp8x8<kFormat>(f, scale);
+  }
+  if (threadIdx.x == 0) storeAny(rstd, rstd_bf16, row, r);
+  finishFp8Write(m, scale, out);
+}
+
 // SwiGLU as codes, forward (y rows of F from x rows [gate | up] of 2F) or
 // backward (dx rows [d gate | d up], written whole; dy rows of F).
 template <class T, int kFormat, bool kBackward>
@@ -1004,18 +1048,19 @@ bool alignedCodes(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 
 
 // The same writing both layouts of the codes (the transposed copy a weight
 // gradient reads K-major): a 64 x 64 tile of y per block (bf16, F a
-// multiple of 8, M of 4). The backward's block writes the tile of d gate
-// and the one of d up at the same place, the second from what the first
-// brought into L1.
+// multiple of 8, M of 4). The backward's block writes the tiles of d gate
+// and of d up at the same place, both from one read of gate, up and dy.
 template <int kFormat>
 __global__ void __launch_bounds__(kThreads)
     swigluForwardFp8BothKernel(uint8_t* y, uint8_t* yt, const uint4* x, int64_t M, int64_t F, Fp8Write out) {
-  __shared__ __align__(16) ByteTile tile;
+  __shared__ __align__(16) ByteTile tile[1];
   const float scale = *out.scale;
   const int64_t f8 = F / 8;
-  const float m = storeTileBothLayouts<kFormat>(
-      y, F, yt, M, F, int64_t(blockIdx.y) * kTile, int64_t(blockIdx.x) * kTile, scale, tile,
-      [&](int64_t r, int64_t c, float(&v)[8]) { swiglu8(x, r, f8, c / 8, v); });
+  uint8_t* const outs[1] = {y};
+  uint8_t* const outs_t[1] = {yt};
+  const float m = storeTilesBothLayouts<kFormat, kThreads>(
+      outs, F, outs_t, M, F, int64_t(blockIdx.y) * kTile, int64_t(blockIdx.x) * kTile, scale, tile,
+      [&](int64_t r, int64_t c, float(&v)[1][8]) { swiglu8(x, r, f8, c / 8, v[0]); });
   finishFp8Write(m, scale, out);
 }
 
@@ -1023,21 +1068,14 @@ template <int kFormat>
 __global__ void __launch_bounds__(kThreads)
     swigluBackwardFp8BothKernel(uint8_t* dx, uint8_t* dxt, const uint4* dy, const uint4* x, int64_t M, int64_t F,
                                 Fp8Write out) {
-  __shared__ __align__(16) ByteTile tile;
+  __shared__ __align__(16) ByteTile tiles[2];
   const float scale = *out.scale;
-  const int64_t f8 = F / 8, r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
-  float m = 0.f;
-  for (int part = 0; part < 2; ++part) {
-    const bool up = part == 1;
-    const float half = storeTileBothLayouts<kFormat>(
-        dx + (up ? F : 0), 2 * F, dxt + (up ? F * M : 0), M, F, r0, c0, scale, tile,
-        [&](int64_t r, int64_t c, float(&v)[8]) {
-          float other[8];
-          if (up) swigluGrad8(x, dy, r, f8, c / 8, other, v);
-          else swigluGrad8(x, dy, r, f8, c / 8, v, other);
-        });
-    m = fmaxf(m, half);
-  }
+  const int64_t f8 = F / 8;
+  uint8_t* const outs[2] = {dx, dx + F};          // d gate, d up: [M, 2F]
+  uint8_t* const outs_t[2] = {dxt, dxt + F * M};  // their rows of [2F, M]
+  const float m = storeTilesBothLayouts<kFormat, kThreads>(
+      outs, 2 * F, outs_t, M, F, int64_t(blockIdx.y) * kTile, int64_t(blockIdx.x) * kTile, scale, tiles,
+      [&](int64_t r, int64_t c, float(&v)[2][8]) { swigluGrad8(x, dy, r, f8, c / 8, v[0], v[1]); });
   finishFp8Write(m, scale, out);
 }
 
@@ -1061,6 +1099,25 @@ dim3 tileGrid(int64_t M, int64_t F) {
 void rmsnormForwardFp8(void* y, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M, int64_t C,
                        DType dt, const Fp8Write& out, cudaStream_t s) {
   const bool vec = dt == DType::BF16 && vec8(C, {x, w}) && alignedCodes(y);
+  if (const int per = vec && M > 0 ? widePer(C / 8) : 0; per > 0) {
+    auto* yv = static_cast<uint2*>(y);
+    const auto* xv = static_cast<const uint4*>(x);
+    const auto* wv = static_cast<const uint4*>(w);
+    const int rb = isBf16(rstd_dt), c8 = int(C / 8);
+    const unsigned rows = unsigned(M);
+    const bool e4m3 = out.format == Fp8Format::E4M3;
+#define TANDEM_RMS_FP8_WIDE(P)                                                                                 \
+  (e4m3 ? rmsnormForwardWideFp8<P, 0><<<rows, kWideThreads, 0, s>>>(yv, rstd, rb, xv, wv, c8, out)            \
+        : rmsnormForwardWideFp8<P, 1><<<rows, kWideThreads, 0, s>>>(yv, rstd, rb, xv, wv, c8, out))
+    switch (per) {
+      case 1: TANDEM_RMS_FP8_WIDE(1); break;
+      case 2: TANDEM_RMS_FP8_WIDE(2); break;
+      case 3: TANDEM_RMS_FP8_WIDE(3); break;
+      default: TANDEM_RMS_FP8_WIDE(4);
+    }
+#undef TANDEM_RMS_FP8_WIDE
+    return TANDEM_CUDA_LAUNCH_CHECK();
+  }
   const unsigned grid = unsigned(std::min<int64_t>(std::max<int64_t>(M, 1), kFp8WriterBlocks));
   auto* yc = static_cast<uint8_t*>(y);
   TANDEM_DISPATCH_DT(dt, {

@@ -660,6 +660,7 @@ int main() {
     testFp8Writers(dt, 1000, 2048, 688);  // bf16: the 16-byte paths and tiles; fp32: the scalar ones
     testFp8Writers(dt, 300, 100, 172);    // scalar paths in both (transposed after)
     testFp8Writers(dt, 260, 64, 1032);    // tile edges inside both dimensions
+    testFp8Writers(dt, 96, 5120, 688);    // RMSNorm's block per row with three vectors, the last on some threads
     // Head width 16 and 32: the CUDA-core attention; 64: tensor cores in bf16.
     testGroupedAttention(dt, 2, 100, 64, 4, 2, false);
     testGroupedAttention(dt, 2, 33, 128, 4, 1, true);   // one key/value head (multi-query)
