@@ -12,9 +12,16 @@ namespace {
 
 bool isGemm(OpKind op) { return op == OpKind::Matmul || op == OpKind::MatmulBwdData || op == OpKind::MatmulBwdWeight; }
 
-// The linear layers of the blocks; the embedding and the LM head (layer
-// -1) stay in bf16, as Megatron-LM's FP8 recipe keeps them.
-bool fp8Gemm(const Node& n) { return isGemm(n.op) && n.layer >= 0; }
+// The blocks whose linear layers run in FP8: all but the first and last
+// ones the job keeps in bf16 (training.fp8_bf16_first_layers, _last_);
+// the embedding and the LM head (layer -1) stay in bf16, as Megatron-LM's
+// FP8 recipe keeps them.
+struct Fp8Blocks {
+  int first = 0, end = 0;  // [first, end)
+  bool holds(int layer) const { return layer >= first && layer < end; }
+};
+
+bool fp8Gemm(const Node& n, const Fp8Blocks& blocks) { return isGemm(n.op) && blocks.holds(n.layer); }
 
 // Kernels that write their output in FP8 when only FP8 GEMMs read it.
 bool castsItsOutput(OpKind op) {
@@ -71,12 +78,12 @@ bool sequenceGather(const Node& n) {
 
 class Fp8Planner {
  public:
-  Fp8Planner(Graph& g, bool current, bool fused_elementwise)
-      : g_(g), current_(current), fused_elementwise_(fused_elementwise) {
+  Fp8Planner(Graph& g, bool current, bool fused_elementwise, Fp8Blocks blocks)
+      : g_(g), current_(current), fused_elementwise_(fused_elementwise), blocks_(blocks) {
     for (const Node& n : g.nodes) {
       for (int t : n.outputs) ++writers_[t];
       for (size_t i = 0; i < n.inputs.size(); ++i) {
-        const bool operand = fp8Gemm(n) && i < 2;
+        const bool operand = fp8Gemm(n, blocks_) && i < 2;
         if (!operand) bf16_readers_[n.inputs[i]] += 1;
         else fp8_operands_.insert(n.inputs[i]);
         if (operand && fp8TransposedSlot(n.op, int(i))) read_transposed_.insert(n.inputs[i]);
@@ -129,7 +136,7 @@ class Fp8Planner {
         }
         n.inputs[0] = it->second.row_major;
       }
-      if (fp8Gemm(n)) {
+      if (fp8Gemm(n, blocks_)) {
         for (size_t slot = 0; slot < 2; ++slot) {
           const int src = n.inputs[slot];
           if (g_.tensor(src).dtype == DType::F8) {  // written in FP8 by its producer
@@ -222,6 +229,7 @@ class Fp8Planner {
   Graph& g_;
   bool current_ = false;  // training.fp8_scaling current
   bool fused_elementwise_ = true;  // one kernel per elementwise op (not schedule.elementwise eager)
+  Fp8Blocks blocks_;
   std::unordered_map<int, int> writers_;
   std::unordered_map<int, int> bf16_readers_;
   std::unordered_set<int> fp8_operands_;  // tensors an FP8 GEMM reads as an operand
@@ -237,8 +245,10 @@ class Fp8Planner {
 
 int applyFp8Gemms(Graph& g, const JobSpec& job) {
   if (job.training.precision != Precision::FP8) return 0;
+  const Fp8Blocks blocks{job.training.fp8_bf16_first_layers,
+                         job.model.layers - job.training.fp8_bf16_last_layers};
   return Fp8Planner(g, job.training.fp8_scaling == Fp8Scaling::Current,
-                    job.schedule.elementwise != ElementwiseKernels::Eager)
+                    job.schedule.elementwise != ElementwiseKernels::Eager, blocks)
       .run();
 }
 

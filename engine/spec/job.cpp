@@ -393,6 +393,14 @@ void readTraining(JobReader& r, const YAML::Node& node, const std::string& node_
          t.fp8_scaling = r.readChoice<Fp8Scaling>(v, p, {{"delayed", Fp8Scaling::Delayed}, {"current", Fp8Scaling::Current}},
                                                   "a way to scale FP8 GEMM inputs");
        }},
+      {"fp8_bf16_first_layers",
+       [&](const YAML::Node& v, const std::string& p) {
+         t.fp8_bf16_first_layers = r.readInt(v, p, 0, "integers >= 0 (blocks at the start kept in bf16)");
+       }},
+      {"fp8_bf16_last_layers",
+       [&](const YAML::Node& v, const std::string& p) {
+         t.fp8_bf16_last_layers = r.readInt(v, p, 0, "integers >= 0 (blocks at the end kept in bf16)");
+       }},
       {"seed", [&](const YAML::Node& v, const std::string& p) { t.seed = r.readUint64(v, p); }},
   });
 }
@@ -676,6 +684,12 @@ void validateFields(const JobReader& r, const JobSpec& job) {
     r.fail(pick("training.min_lr", "training.lr"),
            "training.min_lr " + number(t.min_lr) + " is above training.lr " + number(t.lr),
            "0 <= min_lr <= lr");
+  }
+  if (const int kept = t.fp8_bf16_first_layers + t.fp8_bf16_last_layers; kept > m.layers) {
+    r.fail(pick("training.fp8_bf16_last_layers", "training.fp8_bf16_first_layers"),
+           "training.fp8_bf16_first_layers + fp8_bf16_last_layers = " + std::to_string(kept) +
+               " blocks kept in bf16, the model has " + std::to_string(m.layers),
+           "at most model.layers blocks in all");
   }
   for (const auto& [layer, policy] : job.recompute.per_layer) {
     if (layer >= m.layers) {

@@ -98,6 +98,11 @@ struct TrainingSpec {
   double grad_clip = 1.0;  // 0 disables clipping
   Precision precision = Precision::BF16;
   Fp8Scaling fp8_scaling = Fp8Scaling::Delayed;
+  // With precision fp8: the first and the last this many blocks keep their
+  // GEMMs in bf16 (Megatron's num_layers_at_start_in_bf16 / _at_end_in_bf16;
+  // Megatron-Bridge's FP8 current-scaling recipe keeps one of each).
+  int fp8_bf16_first_layers = 0;
+  int fp8_bf16_last_layers = 0;
   uint64_t seed = 1337;
   bool operator==(const TrainingSpec&) const = default;
 };

@@ -106,6 +106,8 @@ std::string jobToYaml(const JobSpec& job) {
   field("grad_clip", yamlNumber(t.grad_clip));
   field("precision", std::string(toString(t.precision)));
   if (t.fp8_scaling != Fp8Scaling::Delayed) field("fp8_scaling", std::string(toString(t.fp8_scaling)));
+  if (t.fp8_bf16_first_layers != 0) field("fp8_bf16_first_layers", integer(t.fp8_bf16_first_layers));
+  if (t.fp8_bf16_last_layers != 0) field("fp8_bf16_last_layers", integer(t.fp8_bf16_last_layers));
   field("seed", integer(t.seed));
   line("parallel:");
   field("data_parallel", integer(job.parallel.data_parallel));

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -98,6 +99,47 @@ TEST_CASE("FP8 plans: the blocks' GEMMs read FP8 copies, the embedding and the L
       };
       CHECK(products(rp) == Approx(products(plain.programs[0])));
     }
+}
+
+TEST_CASE("FP8 plans: the first and last blocks the job keeps in bf16 run their GEMMs in bf16", "[plan][fp8]") {
+  for (Fp8Scaling scaling : {Fp8Scaling::Current, Fp8Scaling::Delayed}) {
+    JobSpec job = test::llamaJob(1, 2, /*layers=*/4);
+    job.training.precision = Precision::FP8;
+    job.training.fp8_scaling = scaling;
+    job.training.fp8_bf16_first_layers = 1;
+    job.training.fp8_bf16_last_layers = 1;
+    INFO(toString(scaling));
+    const Plan plan = buildPlan(job);
+    const RankPlan& rp = plan.programs[0];
+    std::set<int> fp8_layers, bf16_layers;
+    std::set<std::string> cast_sources;
+    for (const Task& t : rp.tasks) {
+      if (isGemm(t.op)) (t.attrs.fp8 ? fp8_layers : bf16_layers).insert(t.layer);
+      if (t.op == OpKind::CastFp8 || (t.attrs.fp8_transposed_out && t.op != OpKind::CastFp8)) {
+        INFO(t.name);  // casts and FP8-writing activations serve FP8 blocks only
+        CHECK(t.layer >= 1);
+        CHECK(t.layer <= 2);
+      }
+    }
+    CHECK(fp8_layers == std::set<int>{1, 2});
+    CHECK(bf16_layers == std::set<int>{-1, 0, 3});  // the LM head, the first and the last block
+    requireFreshCopies(rp);
+    // The CPU reference runs it: finite losses, not equal to an all-FP8
+    // plan's (the kept blocks round differently).
+    cpu::CpuExecutor kept(plan);
+    JobSpec all = job;
+    all.training.fp8_bf16_first_layers = all.training.fp8_bf16_last_layers = 0;
+    cpu::CpuExecutor every(buildPlan(all));
+    const float a = kept.step().loss, b = every.step().loss;
+    CHECK(std::isfinite(a));
+    CHECK(a != b);
+  }
+  JobSpec too_many = test::llamaJob(1, 1, /*layers=*/2);
+  too_many.training.precision = Precision::FP8;
+  too_many.training.fp8_bf16_first_layers = 2;
+  too_many.training.fp8_bf16_last_layers = 1;
+  CHECK_THROWS_WITH(parseJob(jobToYaml(too_many), "too_many.yaml"),
+                    Catch::Contains("fp8_bf16_first_layers + fp8_bf16_last_layers = 3 blocks kept in bf16"));
 }
 
 TEST_CASE("FP8 plans: norms and activations write their GEMM inputs in FP8", "[plan][fp8]") {
