@@ -892,6 +892,21 @@ namespace {
 // capped grid, so that few blocks raise the key's amax.
 constexpr int64_t kFp8WriterBlocks = 2 * gpu_footprint::kFp8AmaxBlocks;
 
+// The FP8 codes of eight normed values x r w (each as the bf16 kernels
+// compute it before their rounding), times scale; m takes their largest |value|.
+template <int kFormat>
+__device__ __forceinline__ uint2 normedCodes(const uint4& x, const uint4& w, float r, float scale, float& m) {
+  float f[8], g[8];
+  unpack8(x, f);
+  unpack8(w, g);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    f[j] = f[j] * r * g[j];
+    m = fmaxf(m, fabsf(f[j]));
+  }
+  return toFp8x8<kFormat>(f, scale);
+}
+
 // A block per row (grid-stride over rows): the sum of squares, then the
 // row again (from L1/L2) as codes of x r w, each value as the bf16
 // kernels compute it before their rounding.
@@ -918,17 +933,7 @@ __global__ void __launch_bounds__(kThreads)
         const float r = 1.f / sqrtf(blockSum(s, red) / float(C) + kRmsEps);
         const uint4* wv = reinterpret_cast<const uint4*>(w);
         uint2* yv = reinterpret_cast<uint2*>(y + row * C);
-        for (int64_t v = threadIdx.x; v < C / 8; v += blockDim.x) {
-          float f[8], g[8];
-          unpack8(xv[v], f);
-          unpack8(wv[v], g);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            f[j] = f[j] * r * g[j];
-            m = fmaxf(m, fabsf(f[j]));
-          }
-          yv[v] = toFp8x8<kFormat>(f, scale);
-        }
+        for (int64_t v = threadIdx.x; v < C / 8; v += blockDim.x) yv[v] = normedCodes<kFormat>(xv[v], wv[v], r, scale, m);
         if (threadIdx.x == 0) storeAny(rstd, rstd_bf16, row, r);
         done = true;
       }
@@ -979,15 +984,7 @@ __global__ void __launch_bounds__(kWideThreads)
   for (int k = 0; k < kPer; ++k) {
     if (!wide_rows::holds(k, c8)) continue;
     const int v = threadIdx.x + k * kWideThreads;
-    float f[8], g[8];
-    unpack8(xv[k], f);
-    unpack8(w[v], g);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      f[j] = f[j] * r * g[j];
-      m = fmaxf(m, fabsf(f[j]));
-    }
-    y[row * c8 + v] = toFp8x8<kFormat>(f, scale);
+    y[row * c8 + v] = normedCodes<kFormat>(xv[k], w[v], r, scale, m);
   }
   if (threadIdx.x == 0) storeAny(rstd, rstd_bf16, row, r);
   finishFp8Write(m, scale, out);
