@@ -933,7 +933,8 @@ __global__ void __launch_bounds__(kThreads)
         const float r = 1.f / sqrtf(blockSum(s, red) / float(C) + kRmsEps);
         const uint4* wv = reinterpret_cast<const uint4*>(w);
         uint2* yv = reinterpret_cast<uint2*>(y + row * C);
-        for (int64_t v = threadIdx.x; v < C / 8; v += blockDim.x) yv[v] = normedCodes<kFormat>(xv[v], wv[v], r, scale, m);
+        for (int64_t v = threadIdx.x; v < C / 8; v += blockDim.x)
+          yv[v] = normedCodes<kFormat>(xv[v], wv[v], r, scale, m);
         if (threadIdx.x == 0) storeAny(rstd, rstd_bf16, row, r);
         done = true;
       }
