@@ -13,6 +13,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "engine/ir/kernel_revisions.h"
 #include "plan_trace/plan_facts.h"
 #include "simulator/calibrate/calibrate_collectives.h"
 #include "simulator/cost/gemm_tiles.h"
@@ -927,6 +928,9 @@ void fitOps(const CalibrationSamples& acc, CalibrationResult& out) {
     for (const Sample& x : s)
       if (!isFp8ShapeKey(x.shape)) fit_samples.push_back(x);
     OpCalibration& oc = out.calibration.ops[op];
+    // The traces are taken for this build's kernels (the sweep records its
+    // own; runs of an older build would need fitting by that build).
+    out.calibration.kernel_revisions[op] = kernelRevision(op);
     if (!fit_samples.empty()) {
       const OpFitReport rep = fitOp(op, fit_samples);
       oc.all_shapes.has_fit = true;
@@ -1277,6 +1281,14 @@ std::string calibrationToYaml(const CalibrationResult& r) {
         list += fmt::format("{}[{:.6g}, {:.4g}]", list.empty() ? "" : ", ", gflop, speedup);
       y += fmt::format("  {}: [{}]\n", toString(op), list);
     }
+  }
+  if (!r.calibration.kernel_revisions.empty()) {
+    std::string list;
+    for (const auto& [op, rev] : r.calibration.kernel_revisions)
+      list += fmt::format("{}{}: {}", list.empty() ? "" : ", ", toString(op), rev);
+    y += fmt::format("kernel_revisions: {{{}}}  # the executor's kernel of each kind measured "
+                     "(engine/ir/kernel_revisions.h)\n",
+                     list);
   }
   y += r.ops.empty() ? "ops: {}\n" : "ops:\n";  // an empty map still parses
   for (const OpFitReport& rep : r.ops) {

@@ -19,9 +19,10 @@ namespace tandem::sim {
 
 struct CalibrationWarnings {
   std::vector<std::string> lines;
-  // "sim.calibration_gpu_mismatch" (1) and "sim.calibration_unmeasured_tasks"
-  // (the kernel tasks outside the measured shapes), severity warning, the
-  // line as description.
+  // "sim.calibration_gpu_mismatch" (1), "sim.calibration_stale_kernels" (the
+  // kernel tasks of op kinds measured at an older kernel revision) and
+  // "sim.calibration_unmeasured_tasks" (the kernel tasks outside the
+  // measured shapes), severity warning, the line as description.
   std::vector<traces::StatRow> stats;
   // Where the step's kernel time comes from and how well the calibration
   // reads what it interpolates (calibrationCoverageSummary): not a warning,

@@ -251,6 +251,15 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
           fail(source, op.first, "comm_slowdown_by_op." + name + ": unknown op kind (allowed: matmul, attention, ...)");
         cal.comm_slowdown_by_op[*kind] = number(source, op.second, "comm_slowdown_by_op." + name, 1.0, 10.0);
       }
+    } else if (key == "kernel_revisions") {
+      if (!kv.second.IsMap()) fail(source, kv.second, "kernel_revisions: expected a map of op kinds to revisions");
+      for (const auto& op : kv.second) {
+        const std::string name = op.first.as<std::string>();
+        const auto kind = parseOpKind(name);
+        if (!kind)
+          fail(source, op.first, "kernel_revisions." + name + ": unknown op kind (allowed: matmul, attention, ...)");
+        cal.kernel_revisions[*kind] = int(number(source, op.second, "kernel_revisions." + name, 1, 1e9));
+      }
     } else if (key == "kernel_overlap_efficiency") {
       cal.kernel_overlap_efficiency = number(source, kv.second, key, 0.5, 2.0);
     } else if (key == "kernel_sharing") {
@@ -349,8 +358,8 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
     } else {
       fail(source, kv.first,
            key + ": unknown key (allowed: version, gpu, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, "
-                 "step_overhead_ns, multi_rank_launch_ns, kernel_overlap_efficiency, kernel_sharing, "
-                 "collective_start_wait, collective_beside, fp8_gemm_speedup, ops, collectives)");
+                 "step_overhead_ns, multi_rank_launch_ns, kernel_revisions, kernel_overlap_efficiency, "
+                 "kernel_sharing, collective_start_wait, collective_beside, fp8_gemm_speedup, ops, collectives)");
     }
   }
   return cal;

@@ -153,6 +153,14 @@ struct Calibration {
   std::optional<double> kernel_overlap_efficiency;  // RooflineParams::kernel_overlap_efficiency
   std::optional<KernelSharing> kernel_sharing;       // RooflineParams::kernel_sharing
   std::map<OpKind, OpCalibration> ops;
+  // The revision of each op kind's kernel its runs measured
+  // (engine/ir/kernel_revisions.h); a kind not listed was measured at
+  // revision 1 (files from before the revisions were recorded).
+  std::map<OpKind, int> kernel_revisions;
+  int kernelRevisionMeasured(OpKind op) const {
+    const auto it = kernel_revisions.find(op);
+    return it == kernel_revisions.end() ? 1 : it->second;
+  }
   std::vector<CollectiveCalibration> collectives;
   // A collective that becomes ready while kernels run on its GPU starts
   // after this share of their remaining time: NCCL's kernel waits for SMs.

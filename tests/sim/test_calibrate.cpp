@@ -15,7 +15,9 @@
 #include "simulator/calibrate/calibrate_collectives.h"
 #include "simulator/calibrate/calibrate_merge.h"
 #include "simulator/calibrate/calibrate_overlap.h"
+#include "engine/ir/kernel_revisions.h"
 #include "simulator/cost/calibration_device.h"
+#include "simulator/cost/calibration_warnings.h"
 #include "simulator/cost/cost_model.h"
 #include "simulator/pipeline/trace_output.h"
 #include "simulator/replay/replay.h"
@@ -140,6 +142,45 @@ TEST_CASE("Calibration fits one kind of GPU and notes differing software", "[cal
   CHECK(sim::parseCalibration(yaml, "same.yaml").gpu == "NVIDIA H200");
   CHECK(sim::parseCalibration(sim::calibrationToYaml(sim::calibrateFromRuns({{c, 1}})), "c.yaml").gpu ==
         "NVIDIA H100 80GB HBM3");
+}
+
+TEST_CASE("A calibration of kernels that changed since is named, with the kinds and the revisions", "[calibrate]") {
+  JobSpec job = parseJob(std::string(builtinJobText("llama-124m")), "llama-124m", {"model.layers=2"});
+  const Plan plan = buildPlan(job);
+  const sim::Topology topo = sim::loadTopology("dgx-h100");
+  auto warnings = [&](const std::string& yaml) {
+    const sim::Calibration cal = sim::parseCalibration(yaml, "k.yaml");
+    const sim::RooflineCostModel cost(sim::RooflineParams::defaults(), cal);
+    return sim::calibrationWarnings(plan, topo, cal, cost);
+  };
+  const std::string ops = "ops:\n  rmsnorm_bwd:\n    fit: {base_ns: 1000, ns_per_gflop: 0, ns_per_mb: 300}\n";
+  // Recorded before revisions were: revision 1, older than this build's.
+  const std::string now = std::to_string(kernelRevision(OpKind::RmsNormBwd));
+  REQUIRE(kernelRevision(OpKind::RmsNormBwd) > 1);
+  const auto old = warnings("version: 1\n" + ops);
+  REQUIRE(old.lines.size() == 1);
+  CHECK_THAT(old.lines[0], Catch::Contains("the calibration measured older kernels of rmsnorm_bwd (revision 1 "
+                                           "measured, " + now + " in this build)"));
+  REQUIRE(old.stats.size() == 1);
+  CHECK(old.stats[0].name == "sim.calibration_stale_kernels");
+  CHECK(old.stats[0].value > 0);
+  // The build's revision: nothing to say; a kind the plan does not run: neither.
+  CHECK(warnings("version: 1\nkernel_revisions: {rmsnorm_bwd: " + now + "}\n" + ops).lines.empty());
+  CHECK(warnings("version: 1\nops:\n  layernorm_bwd:\n    fit: {base_ns: 1000, ns_per_gflop: 0, ns_per_mb: 300}\n")
+            .lines.empty());
+  // What tandem calibrate writes reads back.
+  sim::CalibrationResult r;
+  r.calibration.kernel_revisions[OpKind::RmsNormBwd] = 2;
+  r.calibration.kernel_revisions[OpKind::Matmul] = 1;
+  const sim::Calibration back = sim::parseCalibration(sim::calibrationToYaml(r), "back.yaml");
+  CHECK(back.kernel_revisions == r.calibration.kernel_revisions);
+  // Bad input is named.
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nkernel_revisions: {rmsnorm_bwd: 0}\n", "z.yaml"),
+                    Catch::Contains("kernel_revisions.rmsnorm_bwd"));
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nkernel_revisions: {rms_bwd: 2}\n", "u.yaml"),
+                    Catch::Contains("kernel_revisions.rms_bwd: unknown op kind"));
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nkernel_revisions: 2\n", "m.yaml"),
+                    Catch::Contains("kernel_revisions: expected a map"));
 }
 
 TEST_CASE("A calibration of one GPU on a topology of another is named", "[calibrate]") {

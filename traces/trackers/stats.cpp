@@ -101,6 +101,8 @@ const StatDecl kSimCalibrationGpuMismatch{"sim.calibration_gpu_mismatch", Plain,
     "the calibration was measured on another GPU than the topology's"};
 const StatDecl kSimCalibrationUnmeasuredTasks{"sim.calibration_unmeasured_tasks", Plain, S::Warning, false,
     MergeRule::Sum, "kernel tasks outside the shapes the calibration measured"};
+const StatDecl kSimCalibrationStaleKernels{"sim.calibration_stale_kernels", Plain, S::Warning, false,
+    MergeRule::Sum, "kernel tasks whose op kind the calibration measured at an older kernel revision"};
 const StatDecl kSimMemoryShortMib{"sim.memory_short_mib", Plain, S::Warning, false, MergeRule::Sum,
     "MiB the plan lacks on the topology's GPUs, as tandem run counts before it allocates"};
 
@@ -151,7 +153,8 @@ const std::vector<const StatDecl*>& all() {
       &kTokensPerSecond, &kMfuPpm, &kPlannedArenaBytes, &kPlannedExecutorBytes, &kAllocatedBytes,
       &kDeviceUsedBytes, &kPlacementApplied, &kPlacementDevice, &kMergeInputs, &kClockAppliedOffsetNs, &kClockAppliedDriftPpb, &kSimEvents, &kSimFlows,
       &kSimCollectives, &kSimSimulatedRanks, &kSimRanksNotWritten, &kSimCalibrationGpuMismatch,
-      &kSimCalibrationUnmeasuredTasks, &kSimMemoryShortMib, &kKinetoSkippedPhase, &kKinetoSkippedCategory,
+      &kSimCalibrationUnmeasuredTasks, &kSimCalibrationStaleKernels, &kSimMemoryShortMib, &kKinetoSkippedPhase,
+      &kKinetoSkippedCategory,
       &kNsysNoSchemaVersion, &kNsysTablesNotImported, &kNsysUnknownStringId, &kNsysNoTimestamp,
       &kNsysNegativeDuration, &kNsysNvtxSkippedEventType, &kNsysNvtxUnterminatedRange};
   return list;

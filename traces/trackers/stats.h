@@ -74,7 +74,8 @@ extern const StatDecl kPlacementApplied, kPlacementDevice;
 extern const StatDecl kMergeInputs, kClockAppliedOffsetNs, kClockAppliedDriftPpb;
 // ---- the simulator
 extern const StatDecl kSimEvents, kSimFlows, kSimCollectives, kSimSimulatedRanks, kSimRanksNotWritten;
-extern const StatDecl kSimCalibrationGpuMismatch, kSimCalibrationUnmeasuredTasks, kSimMemoryShortMib;
+extern const StatDecl kSimCalibrationGpuMismatch, kSimCalibrationUnmeasuredTasks, kSimCalibrationStaleKernels,
+    kSimMemoryShortMib;
 // ---- the importers
 extern const StatDecl kKinetoSkippedPhase, kKinetoSkippedCategory;
 extern const StatDecl kNsysNoSchemaVersion, kNsysTablesNotImported, kNsysUnknownStringId, kNsysNoTimestamp;
