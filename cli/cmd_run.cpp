@@ -230,6 +230,25 @@ void printStep(const RunOptions& o, const Plan& plan, const runner::RankSession&
   std::fflush(stdout);
 }
 
+// What checkpoints cost the run (--checkpoint-every): the copy-outs the step
+// loop waited for, the writes beside the steps, and any wait for a write.
+void printCheckpointCost(const RunOptions& o, const runner::RankSession& session) {
+  const auto c = session.checkpointCost();
+  if (!c) return;
+  const double gb = double(c->copy_bytes) / 1e9;
+  if (o.json)
+    fmt::print(R"({{"checkpoint_cost":true,"copies":{},"copy_s":{:.4f},"copy_bytes":{},"writes":{},)"
+               R"("write_bytes":{},"write_s":{:.4f},"write_gb_per_s":{:.3f},"loop_waited_s":{:.4f}}})"
+               "\n",
+               c->copies, c->copy_s, c->copy_bytes, c->writes.writes, c->writes.bytes, c->writes.write_s,
+               c->writes.gbPerSecond(), c->writes.loop_waited_s);
+  else
+    fmt::print("checkpoints: {} copied out ({:.2f} GB in {:.2f} s, {:.1f} GB/s, the steps waiting), {} written "
+               "beside the steps ({:.2f} s, {:.2f} GB/s); the step loop waited {:.2f} s for writes\n",
+               c->copies, gb, c->copy_s, c->copy_s > 0 ? gb / c->copy_s : 0.0, c->writes.writes, c->writes.write_s,
+               c->writes.gbPerSecond(), c->writes.loop_waited_s);
+}
+
 // The steady state and the memory: what the plan counted against what was allocated.
 void printSummary(const RunOptions& o, const Plan& plan, runner::RankSession& session) {
   const runner::StepStats s = session.stats();
@@ -249,6 +268,7 @@ void printSummary(const RunOptions& o, const Plan& plan, runner::RankSession& se
                s.median_ms, s.median_wall_ms, s.tokens_per_s, 100 * s.mfu, session.device().peak_bf16_flops / 1e12,
                mem.planned_arena_bytes / kGiB, counted / double(1 << 20), mem.allocated_bytes / kGiB,
                mem.workspace_bytes / double(1 << 20), mem.scratch_bytes / double(1 << 20), mem.device_used_bytes / kGiB);
+  printCheckpointCost(o, session);
 }
 
 // Closes this rank's profile and, where one process sees every rank's file,

@@ -72,7 +72,13 @@ TrainingReport trainOnCpu(const Plan& plan, int steps, int log_every, std::FILE*
     if (writer && (s + 1) % checkpoints.every == 0) writer->submit(exec.snapshot());
     testKillAfterStep(s + 1);
   }
-  if (writer) writer->wait();
+  if (writer) {
+    writer->wait();
+    const checkpoint::WriteCost c = writer->cost();
+    fmt::print(out, "checkpoints: {} written beside the steps ({:.3f} GB in {:.2f} s, {:.2f} GB/s); the step loop "
+               "waited {:.2f} s for writes\n",
+               c.writes, double(c.bytes) / 1e9, c.write_s, c.gbPerSecond(), c.loop_waited_s);
+  }
   rep.final_loss = rep.steps > 0 ? tail_sum / std::min(tail, rep.steps) : 0;
   rep.tokens_per_second = tokens * rep.steps / std::max(rep.seconds, 1e-9);
   return rep;

@@ -205,10 +205,23 @@ std::vector<cuda::GpuStepResult> RankSession::run(int steps,
     const int n = std::min(left, c.every - executor_->stepsDone() % c.every);
     for (const cuda::GpuStepResult& r : executor_->run(n, onStep)) results_.push_back(r);
     left -= n;
-    if (executor_->stepsDone() % c.every == 0 || (left == 0 && c.save_last)) writer_->submit(executor_->snapshot());
+    if (executor_->stepsDone() % c.every == 0 || (left == 0 && c.save_last)) {
+      const auto start = std::chrono::steady_clock::now();
+      checkpoint::Snapshot snap = executor_->snapshot();
+      checkpoint_cost_.copy_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      checkpoint_cost_.copies += 1;
+      checkpoint_cost_.copy_bytes += checkpoint::snapshotBytes(snap, options_.executor.rank);
+      writer_->submit(std::move(snap));
+    }
   }
   writer_->wait();
+  checkpoint_cost_.writes = writer_->cost();
   return results_;
+}
+
+std::optional<RankSession::CheckpointCost> RankSession::checkpointCost() const {
+  if (checkpoint_cost_.copies == 0) return std::nullopt;
+  return checkpoint_cost_;
 }
 
 StepStats RankSession::stats() const {

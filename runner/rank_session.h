@@ -127,6 +127,15 @@ class RankSession {
   std::vector<cuda::GpuStepResult> run(int steps, const std::function<void(const cuda::GpuStepResult&)>& each);
   // The steady-state figures of the last run().
   StepStats stats() const;
+  // What checkpoints cost the last run(): copy-outs (the step loop waits
+  // for each) and the writer's account; nothing without checkpoints.
+  struct CheckpointCost {
+    int copies = 0;
+    double copy_s = 0;
+    int64_t copy_bytes = 0;  // this rank's part
+    checkpoint::WriteCost writes;
+  };
+  std::optional<CheckpointCost> checkpointCost() const;
 
   // Stores the run's summary stats in the profile and closes it (a shared
   // profiler: called on one rank's session, once every rank is done).
@@ -142,6 +151,7 @@ class RankSession {
   std::unique_ptr<checkpoint::AsyncWriter> writer_;
   std::vector<cuda::GpuStepResult> results_;
   std::vector<std::chrono::steady_clock::time_point> ended_;
+  CheckpointCost checkpoint_cost_;
 };
 
 }  // namespace tandem::runner

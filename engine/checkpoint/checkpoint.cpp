@@ -322,14 +322,29 @@ void AsyncWriter::writeRankPartOnly(int rank, std::string token, double wait_s) 
   part_wait_s_ = wait_s;
 }
 
+int64_t snapshotBytes(const Snapshot& snap, int rank) {
+  int64_t n = 0;
+  for (size_t r = 0; r < snap.ranks.size(); ++r) {
+    if (rank >= 0 && int(r) != rank) continue;
+    for (const BufferBytes& b : snap.ranks[r]) n += int64_t(b.bytes.size());
+    if (r < snap.rank_state.size()) n += int64_t(snap.rank_state[r].size());
+  }
+  return n;
+}
+
 void AsyncWriter::wait() {
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    const auto start = std::chrono::steady_clock::now();
+    thread_.join();
+    cost_.loop_waited_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
 void AsyncWriter::submit(Snapshot snap) {
   wait();
   thread_ = std::thread([this, s = std::move(snap)] {
+    const auto start = std::chrono::steady_clock::now();
     try {
       fs::path folder;
       if (part_rank_ < 0) {
@@ -343,6 +358,9 @@ void AsyncWriter::submit(Snapshot snap) {
           folder = completeCheckpoint(dir_, plan_, s.step, s.update_pending, keep_, tool_version_, part_token_,
                                       part_wait_s_);
       }
+      cost_.writes += 1;
+      cost_.bytes += snapshotBytes(s, part_rank_);
+      cost_.write_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (on_written && !folder.empty()) on_written(folder);
     } catch (...) {
       error_ = std::current_exception();

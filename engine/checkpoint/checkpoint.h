@@ -87,6 +87,22 @@ std::optional<std::filesystem::path> latestCheckpoint(const std::filesystem::pat
 // same global batch is read for the plan it was written with and resharded.
 Snapshot readCheckpoint(const std::filesystem::path& folder, const Plan& plan);
 
+// What checkpointing cost a run (AsyncWriter::cost): the writes, their
+// bytes (this process's files) and time on the writer's thread, and how
+// long the step loop waited for a write before it could hand over the next
+// snapshot. The copy-out itself (the executor's snapshot()) is the caller's
+// to time.
+struct WriteCost {
+  int writes = 0;
+  int64_t bytes = 0;
+  double write_s = 0;        // summed over the writes
+  double loop_waited_s = 0;  // submit() and wait() waiting for a write in flight
+  double gbPerSecond() const { return write_s > 0 ? double(bytes) / write_s / 1e9 : 0; }
+};
+
+// The bytes a snapshot's rank parts hold (the whole snapshot's when rank < 0).
+int64_t snapshotBytes(const Snapshot& snap, int rank = -1);
+
 // Writes snapshots on a thread of its own, one at a time: the step loop
 // hands a snapshot over and goes on; the next submit (or wait) waits for
 // the write before.
@@ -103,6 +119,8 @@ class AsyncWriter {
   void wait();
   // Called on the writer's thread after each completed write (the folder).
   std::function<void(const std::filesystem::path&)> on_written;
+  // The writes completed so far (call after wait() for all of them).
+  WriteCost cost() const { return cost_; }
 
  private:
   std::filesystem::path dir_;
@@ -114,6 +132,7 @@ class AsyncWriter {
   int part_rank_ = -1;  // -1: every rank of each snapshot, and the manifest
   std::string part_token_;
   double part_wait_s_ = 0;
+  WriteCost cost_;  // write_s and bytes written by the writer's thread, read after a join
 };
 
 }  // namespace tandem::checkpoint

@@ -42,8 +42,17 @@ void checkResumeIsExact(const JobSpec& job, int k, int n, const std::string& wha
     cpu::CpuExecutor first(plan);
     for (int s = 0; s < k; ++s) first.step();
     checkpoint::AsyncWriter writer(dir, plan, 0, "test");
-    writer.submit(first.snapshot());
+    checkpoint::Snapshot snap = first.snapshot();
+    const int64_t bytes = checkpoint::snapshotBytes(snap);
+    CHECK(bytes > 0);
+    writer.submit(std::move(snap));
     writer.wait();
+    // What the write cost is accounted: one write of the snapshot's bytes.
+    const checkpoint::WriteCost cost = writer.cost();
+    CHECK(cost.writes == 1);
+    CHECK(cost.bytes == bytes);
+    CHECK(cost.write_s > 0);
+    CHECK(cost.gbPerSecond() > 0);
   }
   const auto latest = checkpoint::latestCheckpoint(dir);
   REQUIRE(latest);

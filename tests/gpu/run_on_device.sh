@@ -6,7 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
-#         checkpointkill fp8gemm fp8run materialized rankspergpu multigpu normbwd
+#         checkpointkill ckptcost fp8gemm fp8run materialized rankspergpu multigpu normbwd
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -460,6 +460,23 @@ print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-20
       # The layernorm's and RMSNorm's backward on the warp- and the
       # block-per-row kernels, alternating, at a 1.1B Llama's rows (2048).
       stage normbwd_2048 $B/bench_layernorm_bwd --width 2048 --rows 16384 --reps 20 ;;
+    ckptcost)
+      # Issue 51: what checkpoints cost Llama 2 7B's steps, CKPT_LAYERS of its
+      # 32 layers (8: a checkpoint of 26 GB, two of which the machine's 64 GiB
+      # disk holds while --keep 1 writes the next): 20 steps without
+      # checkpoints, with one every 10 steps and with one every step; each
+      # run reports its copy-outs and writes ("checkpoint_cost").
+      L=${CKPT_LAYERS:-8}
+      for every in 0 10 1; do
+        D=/tmp/ckpt_cost_$every; rm -rf $D
+        extra=(); [ $every -gt 0 ] && extra=(--checkpoint-dir $D --checkpoint-every $every --keep 1)
+        $B/tandem run llama2-7b --gpus 1 --steps 20 --json --set parallel.shard_parameters=false \
+          --set model.layers=$L --set training.micro_batch=1 "${extra[@]}" > $OUT/ckptcost_every$every.jsonl \
+          2> $OUT/ckptcost_every$every.err
+        echo "=== ckptcost every $every (0: none): rc $?"
+        grep -E '"summary"|"checkpoint_cost"' $OUT/ckptcost_every$every.jsonl
+        rm -rf $D
+      done ;;
     checkpointkill)
       # Issue 51 on one GPU: the run killed (SIGKILL) at random moments while
       # it saves a checkpoint after every step, then resumed; every resume
