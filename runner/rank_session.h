@@ -127,8 +127,9 @@ class RankSession {
   std::vector<cuda::GpuStepResult> run(int steps, const std::function<void(const cuda::GpuStepResult&)>& each);
   // The steady-state figures of the last run().
   StepStats stats() const;
-  // What checkpoints cost the last run(): copy-outs (the step loop waits
-  // for each) and the writer's account; nothing without checkpoints.
+  // What checkpoints cost this session's runs so far: copy-outs (the step
+  // loop waits for each) and the writer's account; nothing without
+  // checkpoints.
   struct CheckpointCost {
     int copies = 0;
     double copy_s = 0;
