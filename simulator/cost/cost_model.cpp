@@ -152,6 +152,20 @@ double number(const std::string& source, const YAML::Node& node, const std::stri
   return v;
 }
 
+// A map of op kinds to numbers in [lo, hi] (`what` says what they are).
+std::map<OpKind, double> opKindNumbers(const std::string& source, const YAML::Node& node, const std::string& key,
+                                       const std::string& what, double lo, double hi) {
+  if (!node.IsMap()) fail(source, node, key + ": expected a map of op kinds to " + what);
+  std::map<OpKind, double> out;
+  for (const auto& op : node) {
+    const std::string name = op.first.as<std::string>();
+    const auto kind = parseOpKind(name);
+    if (!kind) fail(source, op.first, key + "." + name + ": unknown op kind (allowed: matmul, attention, ...)");
+    out[*kind] = number(source, op.second, key + "." + name, lo, hi);
+  }
+  return out;
+}
+
 CostEntry parseEntry(const std::string& source, const YAML::Node& node, const std::string& field,
                      bool allow_shapes) {
   if (!node.IsMap()) fail(source, node, field + ": expected a map");
@@ -243,23 +257,10 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
     } else if (key == "comm_slowdown") {
       cal.comm_slowdown = number(source, kv.second, key, 1.0, 10.0);
     } else if (key == "comm_slowdown_by_op") {
-      if (!kv.second.IsMap()) fail(source, kv.second, "comm_slowdown_by_op: expected a map of op kinds to factors");
-      for (const auto& op : kv.second) {
-        const std::string name = op.first.as<std::string>();
-        const auto kind = parseOpKind(name);
-        if (!kind)
-          fail(source, op.first, "comm_slowdown_by_op." + name + ": unknown op kind (allowed: matmul, attention, ...)");
-        cal.comm_slowdown_by_op[*kind] = number(source, op.second, "comm_slowdown_by_op." + name, 1.0, 10.0);
-      }
+      cal.comm_slowdown_by_op = opKindNumbers(source, kv.second, key, "factors", 1.0, 10.0);
     } else if (key == "kernel_revisions") {
-      if (!kv.second.IsMap()) fail(source, kv.second, "kernel_revisions: expected a map of op kinds to revisions");
-      for (const auto& op : kv.second) {
-        const std::string name = op.first.as<std::string>();
-        const auto kind = parseOpKind(name);
-        if (!kind)
-          fail(source, op.first, "kernel_revisions." + name + ": unknown op kind (allowed: matmul, attention, ...)");
-        cal.kernel_revisions[*kind] = int(number(source, op.second, "kernel_revisions." + name, 1, 1e9));
-      }
+      for (const auto& [op, rev] : opKindNumbers(source, kv.second, key, "revisions", 1, 1e9))
+        cal.kernel_revisions[op] = int(rev);
     } else if (key == "kernel_overlap_efficiency") {
       cal.kernel_overlap_efficiency = number(source, kv.second, key, 0.5, 2.0);
     } else if (key == "kernel_sharing") {
