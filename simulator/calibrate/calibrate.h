@@ -134,4 +134,9 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
 // residuals and the provenance as comments and fields.
 std::string calibrationToYaml(const CalibrationResult& result);
 
+// From the fitted shapes of `out`: the FP8 GEMM speed-up of each GEMM kind
+// by GFLOP where the runs measured a shape both in FP8 and in bf16
+// (Calibration::fp8_gemm_speedup; calibrateFromRuns calls it).
+void deriveFp8Speedup(CalibrationResult& out);
+
 }  // namespace tandem::sim

@@ -144,6 +144,42 @@ TEST_CASE("Calibration fits one kind of GPU and notes differing software", "[cal
         "NVIDIA H100 80GB HBM3");
 }
 
+TEST_CASE("FP8 GEMMs measured beside their bf16 shapes give the speed-up of the steps they ran in", "[calibrate][fp8]") {
+  sim::CalibrationResult r;
+  auto entry = [](int64_t ns, double gflop) {
+    sim::CostEntry e;
+    e.ns = ns;
+    e.gflop = gflop;
+    return e;
+  };
+  auto& fwd = r.calibration.ops[OpKind::Matmul].shapes;
+  fwd["m=4096 n=4096 k=4096"] = entry(1000, 137.4);
+  fwd["m=4096 n=4096 k=4096 fp8=1"] = entry(500, 137.4);                      // 2.0
+  fwd["m=8192 n=4096 k=4096 epi=residual"] = entry(1800, 274.9);
+  fwd["m=8192 n=4096 k=4096 fp8=1 epi=residual"] = entry(1000, 274.9);      // 1.8
+  fwd["m=2048 n=4096 k=4096 fp8=1"] = entry(300, 68.7);                       // no bf16 twin: left out
+  auto& wgrad = r.calibration.ops[OpKind::MatmulBwdWeight].shapes;
+  wgrad["m=4096 n=4096 k=4096"] = entry(1000, 137.4);
+  wgrad["m=4096 n=4096 k=4096 fp8=1 fp8t=1"] = entry(700, 137.4);            // transposed itself: left out
+  sim::deriveFp8Speedup(r);
+  REQUIRE(r.calibration.fp8_gemm_speedup.count(OpKind::Matmul));
+  const auto& points = r.calibration.fp8_gemm_speedup.at(OpKind::Matmul);
+  REQUIRE(points.size() == 2);
+  CHECK(points[0].first == Approx(137.4));
+  CHECK(points[0].second == Approx(2.0));
+  CHECK(points[1].first == Approx(274.9));
+  CHECK(points[1].second == Approx(1.8));
+  CHECK_FALSE(r.calibration.fp8_gemm_speedup.count(OpKind::MatmulBwdWeight));
+  // Written and read back as the cost model takes it.
+  const sim::Calibration back = sim::parseCalibration(sim::calibrationToYaml(r), "fp8.yaml");
+  CHECK(back.fp8_gemm_speedup.at(OpKind::Matmul).size() == 2);
+  // And without any FP8 shape nothing is derived.
+  sim::CalibrationResult plain;
+  plain.calibration.ops[OpKind::Matmul].shapes["m=4096 n=4096 k=4096"] = entry(1000, 137.4);
+  sim::deriveFp8Speedup(plain);
+  CHECK(plain.calibration.fp8_gemm_speedup.empty());
+}
+
 TEST_CASE("A calibration of kernels that changed since is named, with the kinds and the revisions", "[calibrate]") {
   JobSpec job = parseJob(std::string(builtinJobText("llama-124m")), "llama-124m", {"model.layers=2"});
   const Plan plan = buildPlan(job);
