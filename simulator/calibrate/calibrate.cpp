@@ -1370,7 +1370,11 @@ void deriveFp8Speedup(CalibrationResult& out) {
       }
       const auto plain = oc->second.shapes.find(bf16);
       if (transposes || plain == oc->second.shapes.end() || plain->second.ns <= 0) continue;
-      by_gflop[std::stod(fmt::format("{:.6g}", e.gflop))].push_back(double(plain->second.ns) / double(e.ns));
+      // A pair whose times say FP8 ran at half the speed or at four times
+      // (FP8's peak is twice bf16's) measured something else: left out.
+      const double speedup = double(plain->second.ns) / double(e.ns);
+      if (speedup < 0.5 || speedup > 4) continue;
+      by_gflop[std::stod(fmt::format("{:.6g}", e.gflop))].push_back(speedup);
     }
     if (by_gflop.empty()) continue;
     std::vector<std::pair<double, double>> points;
