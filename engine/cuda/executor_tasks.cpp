@@ -100,8 +100,8 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
       break;
     case OpKind::RmsNorm:
       if (dt(W[0]) == DType::F8)  // delayed scaling: the norm writes its GEMM's FP8 operand
-        rmsnormForwardFp8(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), ptr(R[1]), a.m, a.c, dt(R[0]),
-                          fp8Write(index, W[0]), s);
+        rmsnormForwardFp8(ptr(W[0]), a.fp8_transposed_out ? ptr(W[2]) : nullptr, ptr(W[1]), dt(W[1]), ptr(R[0]),
+                          ptr(R[1]), a.m, a.c, dt(R[0]), fp8Write(index, W[0], a.fp8_transposed_out ? W[2] : -1), s);
       else
         rmsnormForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(R[0]), ptr(R[1]), a.m, a.c, dt(W[0]), s);
       break;

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/fp8_write.cuh"
@@ -136,31 +138,31 @@ __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
 // costs one more byte written per element instead of a pass that reads the
 // codes again. cols a multiple of 8, rows of 4, x 16-byte aligned. Returns
 // the largest |x| this thread read.
-template <class T, int kFormat>
+template <class T, int kFormat, class Shape>
 __device__ __forceinline__ float castTransposeTile(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows,
                                                    int64_t cols, float scale) {
-  __shared__ __align__(16) ByteTile tile[1];  // written 4 bytes at a time
+  __shared__ __align__(16) ByteTileOf<Shape::kRows, Shape::kCols> tile[1];  // written 4 bytes at a time
   uint8_t* const outs[1] = {out};
   uint8_t* const outs_t[1] = {out_t};
-  return storeTilesBothLayouts<kFormat, kThreads>(
-      outs, cols, outs_t, rows, cols, int64_t(blockIdx.y) * kTile, int64_t(blockIdx.x) * kTile, scale, tile,
-      [&](int64_t r, int64_t c, float(&f)[1][8]) { load8(x + r * cols + c, f[0]); });
+  return storeTilesBothLayouts<kFormat, kThreads, Shape>(
+      outs, cols, outs_t, rows, cols, int64_t(blockIdx.y) * Shape::kRows, int64_t(blockIdx.x) * Shape::kCols, scale,
+      tile, [&](int64_t r, int64_t c, float(&f)[1][8]) { load8(x + r * cols + c, f[0]); });
 }
 
-template <class T, int kFormat>
+template <class T, int kFormat, class Shape>
 __global__ void castTransposeKernel(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_t cols,
                                     const float* partials, float largest, float* scale_inv, float* scale_inv_t) {
   __shared__ float shared[32];
   const float scale = scaleFromPartials(partials, largest, shared);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale_inv = *scale_inv_t = __frcp_rn(scale);
-  castTransposeTile<T, kFormat>(out, out_t, x, rows, cols, scale);
+  castTransposeTile<T, kFormat, Shape>(out, out_t, x, rows, cols, scale);
 }
 
-template <class T, int kFormat>
+template <class T, int kFormat, class Shape>
 __global__ void castTransposeDelayedKernel(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_t cols,
                                            Fp8Write w) {
   const float scale = *w.scale;
-  finishFp8Write(castTransposeTile<T, kFormat>(out, out_t, x, rows, cols, scale), scale, w);
+  finishFp8Write(castTransposeTile<T, kFormat, Shape>(out, out_t, x, rows, cols, scale), scale, w);
 }
 
 // Delayed scaling's end of a step, a block per key (fp8DelayedEndStep).
@@ -201,7 +203,7 @@ __global__ void transposeBytesKernel(uint8_t* out, const uint8_t* in, int64_t ro
     for (int b = 0; b < 4; ++b) tile[tr][4 * tw + b] = uint8_t(word >> (8 * b));
   }
   __syncthreads();
-  storeTileTransposed(out, tile, r0, c0, rows, cols);
+  storeTileTransposed<kTile, kTile>(out, tile, r0, c0, rows, cols);
 }
 
 // Partial column sums of decoded FP8 codes (a bias gradient from an FP8
@@ -280,20 +282,23 @@ void fp8CastTransposeCurrentScaling(void* out, void* out_t, const void* x, DType
       reinterpret_cast<uintptr_t>(out) % 8 != 0 || reinterpret_cast<uintptr_t>(out_t) % 4 != 0)
     throw CudaError("fp8CastTransposeCurrentScaling: columns must be a multiple of 8, rows of 4, and the buffers "
                     "aligned");
-  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
-  if (grid.y > 65535) throw CudaError("fp8CastTransposeCurrentScaling: too many rows for one launch");
   const float largest = format == Fp8Format::E4M3 ? 448.0f : 57344.0f;
   auto* o = static_cast<uint8_t*>(out);
   auto* ot = static_cast<uint8_t*>(out_t);
-  TANDEM_DISPATCH_DT(dt, {
-    const T* in = static_cast<const T*>(x);
-    if (!amax_measured) amaxPartialsKernel<T><<<kFp8AmaxBlocks, kThreads, 0, s>>>(in, rows * cols, amax_partials);
-    if (format == Fp8Format::E4M3)
-      castTransposeKernel<T, 0><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, amax_partials, largest, scale_inv,
-                                                           scale_inv_t);
-    else
-      castTransposeKernel<T, 1><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, amax_partials, largest, scale_inv,
-                                                           scale_inv_t);
+  withFp8Tile([&](auto shape) {
+    using Shape = decltype(shape);
+    if (!tileGridFits<Shape>(rows)) throw CudaError("fp8CastTransposeCurrentScaling: too many rows for one launch");
+    const dim3 grid = tileGridOf<Shape>(rows, cols);
+    TANDEM_DISPATCH_DT(dt, {
+      const T* in = static_cast<const T*>(x);
+      if (!amax_measured) amaxPartialsKernel<T><<<kFp8AmaxBlocks, kThreads, 0, s>>>(in, rows * cols, amax_partials);
+      if (format == Fp8Format::E4M3)
+        castTransposeKernel<T, 0, Shape><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, amax_partials, largest,
+                                                                    scale_inv, scale_inv_t);
+      else
+        castTransposeKernel<T, 1, Shape><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, amax_partials, largest,
+                                                                    scale_inv, scale_inv_t);
+    });
   });
   TANDEM_CUDA_CHECK(cudaGetLastError());
 }
@@ -315,18 +320,40 @@ void fp8CastTransposeDelayed(void* out, void* out_t, const void* x, DType dt, in
   if (cols % 8 != 0 || rows % 4 != 0 || reinterpret_cast<uintptr_t>(x) % align != 0 ||
       reinterpret_cast<uintptr_t>(out) % 8 != 0 || reinterpret_cast<uintptr_t>(out_t) % 4 != 0)
     throw CudaError("fp8CastTransposeDelayed: columns must be a multiple of 8, rows of 4, and the buffers aligned");
-  const dim3 grid(unsigned((cols + kTile - 1) / kTile), unsigned((rows + kTile - 1) / kTile));
-  if (grid.y > 65535) throw CudaError("fp8CastTransposeDelayed: too many rows for one launch");
   auto* o = static_cast<uint8_t*>(out);
   auto* ot = static_cast<uint8_t*>(out_t);
-  TANDEM_DISPATCH_DT(dt, {
-    const T* in = static_cast<const T*>(x);
-    if (w.format == Fp8Format::E4M3)
-      castTransposeDelayedKernel<T, 0><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, w);
-    else
-      castTransposeDelayedKernel<T, 1><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, w);
+  withFp8Tile([&](auto shape) {
+    using Shape = decltype(shape);
+    if (!tileGridFits<Shape>(rows)) throw CudaError("fp8CastTransposeDelayed: too many rows for one launch");
+    const dim3 grid = tileGridOf<Shape>(rows, cols);
+    TANDEM_DISPATCH_DT(dt, {
+      const T* in = static_cast<const T*>(x);
+      if (w.format == Fp8Format::E4M3)
+        castTransposeDelayedKernel<T, 0, Shape><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, w);
+      else
+        castTransposeDelayedKernel<T, 1, Shape><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, w);
+    });
   });
   TANDEM_CUDA_CHECK(cudaGetLastError());
+}
+
+// Read at each launch, as TANDEM_LAYERNORM is, so that one process can
+// time every shape.
+Fp8Tile fp8Tile() {
+  const char* env = std::getenv("TANDEM_FP8_TILE");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "64x64") return Fp8Tile::k64x64;
+  if (v == "32x128") return Fp8Tile::k32x128;
+  if (v == "128x64") return Fp8Tile::k128x64;
+  throw CudaError("TANDEM_FP8_TILE must be 64x64, 32x128 or 128x64, not '" + v + "'");
+}
+
+const char* fp8TileName(Fp8Tile t) {
+  switch (t) {
+    case Fp8Tile::k32x128: return "32x128";
+    case Fp8Tile::k128x64: return "128x64";
+    default: return "64x64";
+  }
 }
 
 Fp8DelayedState fp8DelayedStateAt(void* at, int keys) {

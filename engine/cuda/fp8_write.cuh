@@ -5,6 +5,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <cuda_runtime.h>
 
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
@@ -30,18 +31,55 @@ __device__ __forceinline__ uint2 toFp8x8(const float (&v)[8], float scale) {
   return make_uint2(lo, hi);
 }
 
-// Both layouts of FP8 codes in 64 x 64 tiles, the transposed one through
-// shared memory: a byte more written per element instead of a pass that
-// reads the codes again.
+// Both layouts of FP8 codes in tiles, the transposed one through shared
+// memory: a byte more written per element instead of a pass that reads the
+// codes again. A tile's row is padded by a word against bank conflicts.
+template <int kRows, int kCols>
+using ByteTileOf = uint8_t[kRows][kCols + 4];
 constexpr int kTile = 64;
-using ByteTile = uint8_t[kTile][kTile + 4];  // a row padded by a word against bank conflicts
+using ByteTile = ByteTileOf<kTile, kTile>;
+
+// The shapes the writers' tiles can take: rows x columns of the output
+// ([rows, cols]) per block. 64 x 64 is the default; TANDEM_FP8_TILE=32x128
+// or 128x64 picks another (read once per process), for a benchmark to
+// weigh longer row segments (reads and row-major stores) against longer
+// transposed ones.
+template <int kR, int kC>
+struct TileShape {
+  static constexpr int kRows = kR, kCols = kC;
+};
+enum class Fp8Tile { k64x64, k32x128, k128x64 };
+Fp8Tile fp8Tile();  // fp8.cu
+const char* fp8TileName(Fp8Tile t);
+
+// launch(TileShape<..>{}) for the process's tile shape.
+template <class Launch>
+void withFp8Tile(Launch launch) {
+  switch (fp8Tile()) {
+    case Fp8Tile::k32x128: return launch(TileShape<32, 128>{});
+    case Fp8Tile::k128x64: return launch(TileShape<128, 64>{});
+    default: return launch(TileShape<64, 64>{});
+  }
+}
+
+// The grid of Shape's tiles over [rows, cols]: x the column tiles, y the
+// row tiles (at most 65535; the callers check).
+template <class Shape>
+dim3 tileGridOf(int64_t rows, int64_t cols) {
+  return dim3(unsigned((cols + Shape::kCols - 1) / Shape::kCols), unsigned((rows + Shape::kRows - 1) / Shape::kRows));
+}
+template <class Shape>
+bool tileGridFits(int64_t rows) {
+  return (rows + Shape::kRows - 1) / Shape::kRows <= 65535;
+}
 
 // The tile of in[r0.., c0..] (in[rows, cols]) stored transposed into
 // out[cols, rows], four tile rows per 4-byte word; after __syncthreads.
-__device__ __forceinline__ void storeTileTransposed(uint8_t* out, const ByteTile& tile, int64_t r0, int64_t c0,
-                                                    int64_t rows, int64_t cols) {
-  constexpr int kWords = kTile / 4;  // 4-byte words per transposed tile row
-  for (int idx = threadIdx.x; idx < kTile * kWords; idx += blockDim.x) {
+template <int kRows, int kCols>
+__device__ __forceinline__ void storeTileTransposed(uint8_t* out, const ByteTileOf<kRows, kCols>& tile, int64_t r0,
+                                                    int64_t c0, int64_t rows, int64_t cols) {
+  constexpr int kWords = kRows / 4;  // 4-byte words per transposed tile row
+  for (int idx = threadIdx.x; idx < kCols * kWords; idx += blockDim.x) {
     const int oc = idx / kWords, ow = idx % kWords;  // output row (a tile column), output word (4 tile rows)
     if (c0 + oc >= cols || r0 + 4 * ow >= rows) continue;
     uint32_t word = 0;
@@ -64,14 +102,15 @@ __device__ __forceinline__ void storeTileTransposed(uint8_t* out, const ByteTile
 // the bandwidth of the bf16 kernel writing the same bytes (SwiGLU's backward
 // 12.2 ms against 6.8 per step of the 1.1B Llama on one H100). Parts made
 // from the same inputs (SwiGLU's d gate and d up) are computed once.
-template <int kFormat, int kBlock, int kParts, class Values>
+template <int kFormat, int kBlock, class Shape, int kParts, class Values>
 __device__ __forceinline__ float storeTilesBothLayouts(uint8_t* const (&out)[kParts], int64_t ld,
                                                        uint8_t* const (&out_t)[kParts], int64_t rows, int64_t cols,
                                                        int64_t r0, int64_t c0, float scale,
-                                                       ByteTile (&tiles)[kParts], Values values) {
-  constexpr int kChunks = kTile / 8;  // 8-value chunks per tile row
-  static_assert(kTile * kChunks % kBlock == 0, "a tile's chunks spread evenly over the block");
-  constexpr int kPer = kTile * kChunks / kBlock;  // chunks per thread
+                                                       ByteTileOf<Shape::kRows, Shape::kCols> (&tiles)[kParts],
+                                                       Values values) {
+  constexpr int kChunks = Shape::kCols / 8;  // 8-value chunks per tile row
+  static_assert(Shape::kRows * kChunks % kBlock == 0, "a tile's chunks spread evenly over the block");
+  constexpr int kPer = Shape::kRows * kChunks / kBlock;  // chunks per thread
   float f[kPer][kParts][8];
   bool inside[kPer];
 #pragma unroll
@@ -102,7 +141,8 @@ __device__ __forceinline__ float storeTilesBothLayouts(uint8_t* const (&out)[kPa
   }
   __syncthreads();
 #pragma unroll
-  for (int p = 0; p < kParts; ++p) storeTileTransposed(out_t[p], tiles[p], r0, c0, rows, cols);
+  for (int p = 0; p < kParts; ++p)
+    storeTileTransposed<Shape::kRows, Shape::kCols>(out_t[p], tiles[p], r0, c0, rows, cols);
   __syncthreads();  // the tiles may be filled again
   return m;
 }

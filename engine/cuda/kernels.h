@@ -295,11 +295,12 @@ void fp8CastTransposeDelayed(void* out, void* out_t, const void* x, DType dt, in
 // RMSNorm and SwiGLU (forward and backward, not accumulating) writing
 // their outputs as FP8 codes of the values computed in fp32 (the CPU
 // reference quantizes its values, not their bf16 roundings); x, dy and the
-// weight in dt. SwiGLU's yt / dxt (or null): the transposed copy of the
-// codes too ([F, M], [2F, M]; OpAttrs::fp8_transposed_out), from the same
-// tile in bf16 (M a multiple of 4, F of 8).
-void rmsnormForwardFp8(void* y, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M, int64_t C,
-                       DType dt, const Fp8Write& out, cudaStream_t s);
+// weight in dt. yt / dxt (or null): the transposed copy of the codes too
+// ([C, M], [F, M], [2F, M]; OpAttrs::fp8_transposed_out), from the same
+// tile where the tiled kernels take the buffers (bf16, M a multiple of 4,
+// C and F of 8, RMSNorm's rstd in fp32), else transposed afterwards.
+void rmsnormForwardFp8(void* y, void* yt, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M,
+                       int64_t C, DType dt, const Fp8Write& out, cudaStream_t s);
 void swigluForwardFp8(void* y, void* yt, const void* x, int64_t M, int64_t F, DType dt, const Fp8Write& out,
                       cudaStream_t s);
 void swigluBackwardFp8(void* dx, void* dxt, const void* dy, const void* x, int64_t M, int64_t F, DType dt,

@@ -100,10 +100,10 @@ struct OpAttrs {
   // reads the transposed copy its CastFp8 wrote beside the row-major one
   // (fp8TransposedSlot) or its producer wrote (fp8_transposed_out). Unset
   // for such a slot: the executor transposes the operand itself (an FP8
-  // tensor written by a norm or a gather).
+  // tensor written by a LayerNorm or a gather).
   int fp8_transposed = 0;
   // A task writing an FP8 GEMM operand (a CastFp8, or under delayed scaling
-  // an elementwise activation writing FP8) whose last output is the
+  // an elementwise activation or RMSNorm writing FP8) whose last output is the
   // transposed copy of its first ([columns, rows]: the last dimension
   // first), the K-major layout a backward FP8 GEMM reads, written with the
   // same codes and scale (engine/passes/fp8_gemms.h).

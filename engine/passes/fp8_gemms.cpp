@@ -40,10 +40,11 @@ bool castsItsOutput(OpKind op) {
 
 // Producers of FP8 that also write the K-major copy a backward GEMM reads:
 // elementwise kernels, which a tiled kernel runs in both layouts from one
-// computation. A norm's rows are reduced before anything is written, so
-// its GEMMs transpose the codes themselves.
+// computation, and RMSNorm (its rows' 1 / rms first, then the tiles).
+// LayerNorm's GEMMs still transpose the codes themselves.
 bool writesBothLayouts(OpKind op) {
   switch (op) {
+    case OpKind::RmsNorm:
     case OpKind::Gelu:
     case OpKind::GeluBwd:
     case OpKind::SwiGlu:

@@ -409,11 +409,25 @@ void expectCodesClose(const std::string& what, const std::vector<uint8_t>& got, 
              far == 0 && differ * 100 <= int64_t(values.size()));
 }
 
-// RMSNorm and SwiGLU writing FP8 at the key's scale: codes as the CPU's
-// values' (expectCodesClose), the amax of those values, RMSNorm's rstd.
+// A writer's transposed copy ([cols, rows] at codes_t) holds the codes of
+// its row-major output, and 1 / scale went into both layouts' slots.
+void expectTransposedCopy(const std::string& what, const std::vector<uint8_t>& got, const uint8_t* codes_t,
+                          int64_t rows, int64_t cols, DelayedKey& key, float scale) {
+  const std::vector<uint8_t> got_t = downloadCodes(codes_t, got.size());
+  int64_t differ = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) differ += got_t[size_t(c * rows + r)] != got[size_t(r * cols + c)];
+  expectTrue(fmt::format("{}: the transposed copy holds the same codes, {} differ; 1 / scale in both slots", what,
+                         differ),
+             differ == 0 && key.get(key.inv) == 1.0f / scale && key.get(key.inv + 64) == 1.0f / scale);
+}
+
+// RMSNorm and SwiGLU writing FP8 at the key's scale, with and without the
+// transposed copy: codes as the CPU's values' (expectCodesClose), the amax
+// of those values, RMSNorm's rstd.
 void testFp8Writers(DType dt, int64_t M, int64_t C, int64_t F) {
   const std::string shape = fmt::format(" M{} C{} F{}", M, C, F);
-  {
+  for (const bool both : {false, true}) {
     auto x = rounded(randomVector(M * C, rng), dt), w = rounded(randomVector(C, rng, 0.5f), dt);
     std::vector<float> y(static_cast<size_t>(M * C)), rstd(static_cast<size_t>(M));
     cpu::rmsnormForward<float>(y.data(), rstd.data(), x.data(), w.data(), M, C);
@@ -424,13 +438,16 @@ void testFp8Writers(DType dt, int64_t M, int64_t C, int64_t F) {
     key.setScale(scale);
     Dev gx(dt, size_t(M * C)), gw(dt, size_t(C)), gr(DType::F32, size_t(M));
     gx.upload(x), gw.upload(w);
-    DeviceBytes out(size_t(M * C));
+    DeviceBytes out(size_t(2 * M * C));
     uint8_t* codes = out.bytes();
-    cuda::rmsnormForwardFp8(codes, gr.p, gr.dt, gx.p, gw.p, M, C, dt, key.write(), nullptr);
-    expectCodesClose(tag(dt, ("rmsnorm forward FP8" + shape).c_str()), downloadCodes(codes, y.size()), y, scale,
-                     Fp8Format::E4M3);
-    expectBelow(tag(dt, ("rmsnorm forward FP8 rstd" + shape).c_str()), relError(gr.download(), rstd), 1e-5);
-    expectBelow(tag(dt, ("rmsnorm forward FP8 amax" + shape).c_str()), std::fabs(key.amax() - amax) / amax, 1e-5);
+    uint8_t* codes_t = both ? codes + M * C : nullptr;
+    cuda::rmsnormForwardFp8(codes, codes_t, gr.p, gr.dt, gx.p, gw.p, M, C, dt, key.write(both), nullptr);
+    const std::string what = "rmsnorm forward FP8" + shape + (both ? " both layouts" : "");
+    const std::vector<uint8_t> got = downloadCodes(codes, y.size());
+    expectCodesClose(tag(dt, what.c_str()), got, y, scale, Fp8Format::E4M3);
+    expectBelow(tag(dt, (what + " rstd").c_str()), relError(gr.download(), rstd), 1e-5);
+    expectBelow(tag(dt, (what + " amax").c_str()), std::fabs(key.amax() - amax) / amax, 1e-5);
+    if (both) expectTransposedCopy(tag(dt, what.c_str()), got, codes_t, M, C, key, scale);
   }
   auto x = rounded(randomVector(M * 2 * F, rng, 2.f), dt), dy = rounded(randomVector(M * F, rng), dt);
   std::vector<float> y(static_cast<size_t>(M * F)), dx(static_cast<size_t>(M * 2 * F));
@@ -459,15 +476,7 @@ void testFp8Writers(DType dt, int64_t M, int64_t C, int64_t F) {
       const std::vector<uint8_t> got = downloadCodes(codes, want.size());
       expectCodesClose(tag(dt, what.c_str()), got, want, scale, format);
       expectBelow(tag(dt, (what + " amax").c_str()), std::fabs(key.amax() - amax) / amax, 1e-5);
-      if (!both) continue;
-      const std::vector<uint8_t> got_t = downloadCodes(codes_t, want.size());
-      int64_t differ = 0;
-      for (int64_t r = 0; r < M; ++r)
-        for (int64_t c = 0; c < cols; ++c) differ += got_t[size_t(c * M + r)] != got[size_t(r * cols + c)];
-      expectTrue(tag(dt, fmt::format("{}: the transposed copy holds the same codes, {} differ; 1 / scale in both "
-                                     "slots",
-                                     what, differ).c_str()),
-                 differ == 0 && key.get(key.inv) == 1.0f / scale && key.get(key.inv + 64) == 1.0f / scale);
+      if (both) expectTransposedCopy(tag(dt, what.c_str()), got, codes_t, M, cols, key, scale);
     }
 }
 
@@ -629,6 +638,18 @@ int main() {
     testFp8CastDelayed(DType::BF16, 516, 1032, f);
     testFp8CastDelayed(DType::F32, 260, 264, f);
   }
+  // The writers' other tile shapes (TANDEM_FP8_TILE, a benchmark's choice),
+  // their edges inside both dimensions.
+  for (const char* tile : {"32x128", "128x64"}) {
+    setenv("TANDEM_FP8_TILE", tile, 1);
+    std::printf("tile %s\n", tile);
+    testFp8CastDelayed(DType::BF16, 516, 1032, Fp8Format::E5M2);
+    testFp8CastTranspose(DType::F32, 260, 264, Fp8Format::E4M3);
+    testFp8Writers(DType::BF16, 1000, 2048, 688);
+    testFp8Writers(DType::BF16, 260, 64, 1032);
+    testFp8Writers(DType::BF16, 132, 520, 200);
+  }
+  unsetenv("TANDEM_FP8_TILE");
   testFp8DelayedHistory();
   testTransposeBytes(512, 176);   // a tile edge inside both dimensions
   testTransposeBytes(4096, 2048);
