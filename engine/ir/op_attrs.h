@@ -102,6 +102,11 @@ struct OpAttrs {
   // for such a slot: the executor transposes the operand itself (an FP8
   // tensor written by a LayerNorm or a gather).
   int fp8_transposed = 0;
+  // Under delayed scaling, a norm or activation writing its first output
+  // as FP8 codes itself (engine/passes/fp8_gemms.h): another kernel than
+  // its bf16 twin of the same shape, so the simulator keys its shapes apart
+  // (as `fp8` does a GEMM's). Not set on CastFp8, an op kind of its own.
+  bool fp8_out = false;
   // A task writing an FP8 GEMM operand (a CastFp8, or under delayed scaling
   // an elementwise activation or RMSNorm writing FP8) whose last output is the
   // transposed copy of its first ([columns, rows]: the last dimension

@@ -118,6 +118,7 @@ class Fp8Planner {
           bf16_readers_[y] != 0 || !(readByFp8Gemm(y) || gather_inputs_.count(y)))
         continue;
       g_.tensor(y).dtype = DType::F8;
+      n.attrs.fp8_out = true;
       if (!writesBothLayouts(n.op) || !read_transposed_.count(y)) continue;
       const int copy = addTransposedCopy(y, n.layer);
       n.outputs.push_back(copy);

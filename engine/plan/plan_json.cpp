@@ -78,6 +78,7 @@ json toJson(const OpAttrs& a) {
   put("context_parallel", a.context_parallel, d.context_parallel);
   put("fp8", a.fp8, d.fp8);
   put("fp8_transposed", a.fp8_transposed, d.fp8_transposed);
+  put("fp8_out", a.fp8_out, d.fp8_out);
   put("fp8_transposed_out", a.fp8_transposed_out, d.fp8_transposed_out);
   put("materialized", a.materialized, d.materialized);
   put("dropout", a.dropout, d.dropout);
@@ -379,6 +380,7 @@ void readValue(const json& j, const std::string& path, OpAttrs& a) {
   optionalField(j, path, "context_parallel", a.context_parallel);
   optionalField(j, path, "fp8", a.fp8);
   optionalField(j, path, "fp8_transposed", a.fp8_transposed);
+  optionalField(j, path, "fp8_out", a.fp8_out);
   optionalField(j, path, "fp8_transposed_out", a.fp8_transposed_out);
   optionalField(j, path, "materialized", a.materialized);
   optionalField(j, path, "dropout", a.dropout);

@@ -1205,6 +1205,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   dropSharedWhereAlone(acc.samples);
   fitOps(acc, out);
   deriveFp8Speedup(out);
+  deriveFp8WriterSlowdown(out);
   const ShapeTimes clean_kernel_ns = cleanKernelNs(acc.kernel_clean);
   fitKernelOverlap(acc.sharing_steps, clean_kernel_ns, out);
   fitCommSlowdown(acc.slowed, clean_kernel_ns, out);
@@ -1284,6 +1285,14 @@ std::string calibrationToYaml(const CalibrationResult& r) {
         list += fmt::format("{}[{:.6g}, {:.4g}]", list.empty() ? "" : ", ", gflop, speedup);
       y += fmt::format("  {}: [{}]\n", toString(op), list);
     }
+  }
+  if (!r.calibration.fp8_writer_slowdown.empty()) {
+    std::string list;
+    for (const auto& [op, f] : r.calibration.fp8_writer_slowdown)
+      list += fmt::format("{}{}: {:.4f}", list.empty() ? "" : ", ", toString(op), f);
+    y += fmt::format("fp8_writer_slowdown: {{{}}}  # a norm or activation writing FP8 over its bf16 twin on the same "
+                     "shape (FP8 runs beside bf16 runs)\n",
+                     list);
   }
   if (!r.calibration.kernel_revisions.empty()) {
     std::string list;
@@ -1380,6 +1389,29 @@ void deriveFp8Speedup(CalibrationResult& out) {
     std::vector<std::pair<double, double>> points;
     for (const auto& [gflop, speedups] : by_gflop) points.push_back({gflop, median(speedups)});
     out.calibration.fp8_gemm_speedup[op] = std::move(points);
+  }
+}
+
+// A norm or activation writing FP8 under delayed scaling (shape keys with
+// "fp8out") measured beside its bf16 twin (the same key without it) in
+// the same calibration: per op kind, the median of the FP8 kernel's time
+// over the twin's (Calibration::fp8_writer_slowdown). The shapes the runs
+// did not share then take their twin's time times it.
+void deriveFp8WriterSlowdown(CalibrationResult& out) {
+  for (const auto& [op, oc] : out.calibration.ops) {
+    std::vector<double> ratios;
+    for (const auto& [shape, e] : oc.shapes) {
+      if (shape.find("fp8out=") == std::string::npos || e.ns <= 0) continue;
+      std::string bf16;
+      for (const auto& [k, v] : parseShapeKey(shape))
+        if (k != "fp8out") bf16 += (bf16.empty() ? "" : " ") + k + "=" + v;
+      const auto plain = oc.shapes.find(bf16);
+      if (plain == oc.shapes.end() || plain->second.ns <= 0) continue;
+      // Beyond 4x either way the pair measured something else.
+      const double ratio = double(e.ns) / double(plain->second.ns);
+      if (ratio > 0.25 && ratio < 4) ratios.push_back(ratio);
+    }
+    if (!ratios.empty()) out.calibration.fp8_writer_slowdown[op] = median(ratios);
   }
 }
 

@@ -138,5 +138,8 @@ std::string calibrationToYaml(const CalibrationResult& result);
 // by GFLOP where the runs measured a shape both in FP8 and in bf16
 // (Calibration::fp8_gemm_speedup; calibrateFromRuns calls it).
 void deriveFp8Speedup(CalibrationResult& out);
+// Likewise the norms' and activations' FP8 writers against their bf16
+// twins (Calibration::fp8_writer_slowdown).
+void deriveFp8WriterSlowdown(CalibrationResult& out);
 
 }  // namespace tandem::sim

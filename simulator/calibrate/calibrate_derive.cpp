@@ -60,6 +60,9 @@ CalibrationResult deriveCalibration(const std::string& source_yaml, const std::s
   const bool same_fp8_ratio = from.fp8_flops > 0 && to.fp8_flops > 0 &&
                               std::abs(to.fp8_flops / to.bf16_flops - from.fp8_flops / from.bf16_flops) < 1e-6;
   if (same_fp8_ratio) c.fp8_gemm_speedup = src.fp8_gemm_speedup;
+  // A writer's FP8 kernel against its bf16 twin: both move bytes, a ratio
+  // kept on any GPU.
+  c.fp8_writer_slowdown = src.fp8_writer_slowdown;
   const std::string name = std::filesystem::path(source_name).filename().string();
   r.provenance.push_back(fmt::format(
       "derived for the {} from {} (measured on {}): kernel times beyond each kind's fixed cost scaled by the "

@@ -113,6 +113,10 @@ std::string shapeKey(const Task& task) {
     add("fp8", 1);
     add("fp8t", gpu_footprint::fp8TransposeCount(task));
   }
+  // A norm or activation writing FP8 (delayed scaling) is another kernel
+  // than its bf16 twin: "fp8out" is the number of layouts it writes (2 with
+  // the transposed copy).
+  if (a.fp8_out) add("fp8out", a.fp8_transposed_out ? 2 : 1);
   // A fused GEMM is another kernel than the plain one of the same shape.
   if (task.epilogue != Epilogue::None)
     return key + (key.empty() ? "" : " ") + "epi=" + std::string(toString(task.epilogue));
@@ -316,6 +320,14 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
           points.push_back({gflop, speedup});
         }
       }
+    } else if (key == "fp8_writer_slowdown") {
+      if (!kv.second.IsMap()) fail(source, kv.second, "fp8_writer_slowdown: expected a map of op kinds");
+      for (const auto& op : kv.second) {
+        const std::string name = op.first.as<std::string>();
+        const auto kind = parseOpKind(name);
+        if (!kind) fail(source, op.first, "fp8_writer_slowdown." + name + ": not an op kind");
+        cal.fp8_writer_slowdown[*kind] = number(source, op.second, "fp8_writer_slowdown." + name, 0.1, 10.0);
+      }
     } else if (key == "collectives") {
       if (!kv.second.IsSequence()) fail(source, kv.second, "collectives: expected a list");
       for (const auto& item : kv.second) {
@@ -360,7 +372,8 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
       fail(source, kv.first,
            key + ": unknown key (allowed: version, gpu, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, "
                  "step_overhead_ns, multi_rank_launch_ns, kernel_revisions, kernel_overlap_efficiency, "
-                 "kernel_sharing, collective_start_wait, collective_beside, fp8_gemm_speedup, ops, collectives)");
+                 "kernel_sharing, collective_start_wait, collective_beside, fp8_gemm_speedup, fp8_writer_slowdown, ops, "
+                 "collectives)");
     }
   }
   return cal;
@@ -862,6 +875,23 @@ std::optional<RooflineCostModel::TaskTime> RooflineCostModel::fp8FromBf16Time(co
   return TaskTime{params_.launch_overhead_ns + int64_t(std::ceil(std::max(kernel, floor))), t.source};
 }
 
+std::optional<RooflineCostModel::TaskTime> RooflineCostModel::fp8WriterFromBf16Time(const Task& task,
+                                                                                   const DeviceSpec& device,
+                                                                                   Precision precision) const {
+  if (!task.attrs.fp8_out || task.fused_into >= 0 || !calibration_.ops.count(costOpKind(task))) return std::nullopt;
+  // The same kernel writing bf16: two bytes a value where FP8 writes one
+  // per layout (the rest of its writes, an RMSNorm's rstd, counted alike).
+  Task bf16 = task;
+  bf16.attrs.fp8_out = false;
+  bf16.attrs.fp8_transposed_out = false;
+  bf16.bytes_written = task.bytes_written * 2 / (task.attrs.fp8_transposed_out ? 2 : 1);
+  const TaskTime t = ownKernelTime(bf16, device, precision);
+  const auto slowdown = calibration_.fp8_writer_slowdown.find(costOpKind(task));
+  if (slowdown == calibration_.fp8_writer_slowdown.end()) return t;
+  const double kernel = double(std::max<int64_t>(0, t.ns - params_.launch_overhead_ns)) * slowdown->second;
+  return TaskTime{params_.launch_overhead_ns + int64_t(std::ceil(kernel)), t.source};
+}
+
 RooflineCostModel::TaskTime RooflineCostModel::separateGemmsTime(const Task& task, const DeviceSpec& device,
                                                                 Precision precision) const {
   TaskTime sum{0, TimeSource::Measured};
@@ -902,6 +932,8 @@ RooflineCostModel::TaskTime RooflineCostModel::ownKernelTime(const Task& task, c
   const int64_t fp8_transposes = task.attrs.fp8 && !fp8_measured ? fp8TransposeNs(task, device) : 0;
   if (!fp8_measured)
     if (const auto fp8 = fp8FromBf16Time(task, device, precision)) return {fp8->ns + fp8_transposes, fp8->source};
+  if (task.attrs.fp8_out && !measuredShape(roofline_op, shapeKey(task)))
+    if (const auto writer = fp8WriterFromBf16Time(task, device, precision)) return *writer;
   double flops_eff = params_.flops_efficiency[size_t(roofline_op)];
   double bw_eff = params_.bw_efficiency[size_t(roofline_op)];
   TimeSource source = TimeSource::Roofline;

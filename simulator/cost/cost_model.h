@@ -179,6 +179,12 @@ struct Calibration {
   // the speedup interpolated in log GFLOP (the end points beyond them);
   // kinds not listed take the roofline at the FP8 peak.
   std::map<OpKind, std::vector<std::pair<double, double>>> fp8_gemm_speedup;
+  // Per op kind of a norm or activation that writes FP8 itself under
+  // delayed scaling (OpAttrs::fp8_out): its kernel's time over its bf16
+  // twin's on the same shape (profiled FP8 runs beside bf16 runs of the same
+  // shapes, `tandem calibrate`). An FP8 writer of a shape no FP8 run measured
+  // takes its bf16 twin's time times this (1 for kinds not listed).
+  std::map<OpKind, double> fp8_writer_slowdown;
 };
 inline constexpr const char* kNoKernelBeside = "(none)";
 inline constexpr const char* kUnseenKernelBeside = "(other)";
@@ -371,6 +377,10 @@ class RooflineCostModel : public CostModel {
   // An FP8 GEMM under a measured speedup table (Calibration::fp8_gemm_speedup):
   // nothing when its op kind has none.
   std::optional<TaskTime> fp8FromBf16Time(const Task& task, const DeviceSpec& device, Precision precision) const;
+  // A norm or activation writing FP8 (OpAttrs::fp8_out) of a shape no FP8
+  // run measured, where the calibration has its op kind: its bf16 twin's
+  // time times Calibration::fp8_writer_slowdown.
+  std::optional<TaskTime> fp8WriterFromBf16Time(const Task& task, const DeviceSpec& device, Precision precision) const;
   // The K-major copies of its operands an FP8 GEMM makes itself where no
   // cast wrote them (gpu_footprint::fp8TransposeCount): part of its task.
   int64_t fp8TransposeNs(const Task& task, const DeviceSpec& device) const;

@@ -180,6 +180,32 @@ TEST_CASE("FP8 GEMMs measured beside their bf16 shapes give the speed-up of the 
   CHECK(plain.calibration.fp8_gemm_speedup.empty());
 }
 
+TEST_CASE("FP8 writers measured beside their bf16 twins give each kind's slowdown", "[calibrate][fp8]") {
+  sim::CalibrationResult r;
+  auto entry = [](int64_t ns) {
+    sim::CostEntry e;
+    e.ns = ns;
+    return e;
+  };
+  auto& swiglu_bwd = r.calibration.ops[OpKind::SwiGluBwd].shapes;
+  swiglu_bwd["m=16384 c=5632 elements=92274688"] = entry(400);
+  swiglu_bwd["m=16384 c=5632 fp8out=2 elements=92274688"] = entry(500);  // 1.25
+  swiglu_bwd["m=8192 c=5632 elements=46137344"] = entry(200);
+  swiglu_bwd["m=8192 c=5632 fp8out=2 elements=46137344"] = entry(270);   // 1.35
+  swiglu_bwd["m=4096 c=5632 fp8out=2 elements=23068672"] = entry(100);   // no twin: left out
+  swiglu_bwd["m=2048 c=5632 elements=11534336"] = entry(100);
+  swiglu_bwd["m=2048 c=5632 fp8out=2 elements=11534336"] = entry(1000);  // 10x: something else, left out
+  auto& rms = r.calibration.ops[OpKind::RmsNorm].shapes;
+  rms["m=16384 c=2048"] = entry(50);
+  sim::deriveFp8WriterSlowdown(r);
+  REQUIRE(r.calibration.fp8_writer_slowdown.count(OpKind::SwiGluBwd));
+  CHECK(r.calibration.fp8_writer_slowdown.at(OpKind::SwiGluBwd) == Approx(1.30));  // the median of 1.25 and 1.35
+  CHECK_FALSE(r.calibration.fp8_writer_slowdown.count(OpKind::RmsNorm));
+  // Written and read back as the cost model takes it.
+  const sim::Calibration back = sim::parseCalibration(sim::calibrationToYaml(r), "writers.yaml");
+  CHECK(back.fp8_writer_slowdown.at(OpKind::SwiGluBwd) == Approx(1.30).epsilon(1e-3));
+}
+
 TEST_CASE("A calibration of kernels that changed since is named, with the kinds and the revisions", "[calibrate]") {
   JobSpec job = parseJob(std::string(builtinJobText("llama-124m")), "llama-124m", {"model.layers=2"});
   const Plan plan = buildPlan(job);

@@ -247,6 +247,58 @@ TEST_CASE("an FP8 GEMM a profiled FP8 run measured keeps that time, apart from t
   CHECK(speedup < 1.7);
 }
 
+TEST_CASE("a norm or activation writing FP8 is keyed apart from its bf16 twin and timed from it",
+          "[engine][llama][fp8]") {
+  JobSpec job = smallLlama();
+  const Plan bf16_plan = buildPlan(job);
+  job.training.precision = Precision::FP8;
+  job.training.fp8_scaling = Fp8Scaling::Delayed;
+  const Plan fp8_plan = buildPlan(job);
+  const RankPlan& rp = fp8_plan.programs[0];
+  // fp8_out marks exactly the non-cast tasks whose first output is FP8.
+  const Task* writer = nullptr;
+  for (const Task& t : rp.tasks) {
+    const bool writes_fp8 = !t.writes.empty() && rp.buffers.at(size_t(t.writes[0])).dtype == DType::F8;
+    INFO(t.name);
+    CHECK(t.attrs.fp8_out == (writes_fp8 && t.op != OpKind::CastFp8 && t.op != OpKind::AllGather));
+    if (t.attrs.fp8_out && t.op == OpKind::SwiGluBwd) writer = &t;
+  }
+  REQUIRE(writer != nullptr);
+  const Task* twin = nullptr;
+  for (const Task& t : bf16_plan.programs[0].tasks)
+    if (t.name == writer->name) twin = &t;
+  REQUIRE(twin != nullptr);
+  const std::string key = shapeKey(*writer), twin_key = shapeKey(*twin);
+  CHECK_THAT(key, Catch::Contains("fp8out=2"));  // both layouts: a backward GEMM reads it K-major
+  CHECK_FALSE(twin_key.find("fp8out") != std::string::npos);
+  const DeviceSpec h100 = loadTopology("dgx-h100").devices.at(0);
+  auto timed = [&](const std::string& extra) {
+    return RooflineCostModel(RooflineParams::defaults(),
+                             parseCalibration("ops:\n  swiglu_bwd:\n    shapes:\n      \"" + twin_key +
+                                                  "\": {ns: 100000}\n" + extra,
+                                              "writer.yaml"));
+  };
+  const int64_t launch = RooflineCostModel().params().launch_overhead_ns;
+  // Only the twin measured: its time, or its kernel's times the slowdown.
+  CHECK(timed("").taskNs(*writer, h100, Precision::BF16) == 100000);
+  const int64_t slowed = timed("fp8_writer_slowdown: {swiglu_bwd: 1.25}\n").taskNs(*writer, h100, Precision::BF16);
+  CHECK(slowed == launch + int64_t(std::ceil((100000 - launch) * 1.25)));
+  // A kind without a slowdown of its own keeps the twin's time.
+  CHECK(timed("fp8_writer_slowdown: {swiglu: 2}\n").taskNs(*writer, h100, Precision::BF16) == 100000);
+  // The FP8 shape measured itself (a profiled FP8 run): that time.
+  const RooflineCostModel measured(
+      RooflineParams::defaults(),
+      parseCalibration("fp8_writer_slowdown: {swiglu_bwd: 1.25}\nops:\n  swiglu_bwd:\n    shapes:\n      \"" +
+                           twin_key + "\": {ns: 100000}\n      \"" + key + "\": {ns: 90000}\n",
+                       "writer.yaml"));
+  CHECK(measured.taskNs(*writer, h100, Precision::BF16) == 90000);
+  CHECK(measured.taskNs(*twin, h100, Precision::BF16) == 100000);
+  CHECK_THROWS_WITH(parseCalibration("fp8_writer_slowdown: {swiglu_bwd: 0}\n", "bad.yaml"),
+                    Catch::Contains("bad.yaml:1") && Catch::Contains("fp8_writer_slowdown.swiglu_bwd"));
+  CHECK_THROWS_WITH(parseCalibration("fp8_writer_slowdown: {nonsense: 1.2}\n", "bad.yaml"),
+                    Catch::Contains("not an op kind"));
+}
+
 TEST_CASE("receives posted ahead of their data do not slow the kernels beside them", "[engine][llama][pp]") {
   // Llama 2 70B as shipped (4 stages of 2 interleaved chunks, 64
   // micro-batches) against one chunk per stage: the first stage runs the
