@@ -159,31 +159,9 @@ class WriterBench {
  private:
   // The median replay, per launch, of a graph of the launch on every set.
   double time(const std::function<void(const Set&)>& launch) {
-    cudaGraph_t graph;
-    TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeGlobal));
-    for (const Set& st : sets_) launch(st);
-    TANDEM_CUDA_CHECK(cudaStreamEndCapture(s_, &graph));
-    cudaGraphExec_t exec;
-    TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t a, b;
-    TANDEM_CUDA_CHECK(cudaEventCreate(&a));
-    TANDEM_CUDA_CHECK(cudaEventCreate(&b));
-    std::vector<double> us;
-    for (int i = 0; i < reps_ + 2; ++i) {
-      TANDEM_CUDA_CHECK(cudaEventRecord(a, s_));
-      TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, s_));
-      TANDEM_CUDA_CHECK(cudaEventRecord(b, s_));
-      TANDEM_CUDA_CHECK(cudaEventSynchronize(b));
-      float ms = 0;
-      TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-      if (i >= 2) us.push_back(1e3 * ms / kLaunches);
-    }
-    TANDEM_CUDA_CHECK(cudaEventDestroy(a));
-    TANDEM_CUDA_CHECK(cudaEventDestroy(b));
-    TANDEM_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
-    std::sort(us.begin(), us.end());
-    return us[us.size() / 2];
+    return bench::replayUsPerLaunch(s_, kLaunches, reps_, [&] {
+             for (const Set& st : sets_) launch(st);
+           }).median_us;
   }
 
   void record(const std::string& kernel, const std::string& variant, const std::string& tile, int r, double bytes,

@@ -6,10 +6,15 @@
 // failed.
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <functional>
 #include <string>
+#include <vector>
 
 #ifdef TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "engine/cuda/check.h"
 #endif
 
 namespace tandem::bench {
@@ -32,5 +37,42 @@ inline bool gpusPresent(const std::string& bench, int gpus = 1) {
 #endif
   return false;
 }
+
+#ifdef TANDEM_HAVE_CUDA
+// capture() issues `launches` kernels on s (a step's worth); they are
+// captured into one CUDA graph and replayed reps times after two replays
+// that warm up: the median and the fastest replay's time per launch, in
+// microseconds (graph replays: no launch gaps between the kernels).
+struct ReplayTimes {
+  double median_us = 0, min_us = 0;
+};
+inline ReplayTimes replayUsPerLaunch(cudaStream_t s, int launches, int reps, const std::function<void()>& capture) {
+  cudaGraph_t graph;
+  TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  capture();
+  TANDEM_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  TANDEM_CUDA_CHECK(cudaEventCreate(&a));
+  TANDEM_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<double> us;
+  for (int i = 0; i < reps + 2; ++i) {
+    TANDEM_CUDA_CHECK(cudaEventRecord(a, s));
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    TANDEM_CUDA_CHECK(cudaEventRecord(b, s));
+    TANDEM_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (i >= 2) us.push_back(1e3 * ms / launches);
+  }
+  TANDEM_CUDA_CHECK(cudaEventDestroy(a));
+  TANDEM_CUDA_CHECK(cudaEventDestroy(b));
+  TANDEM_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us.front()};
+}
+#endif
 
 }  // namespace tandem::bench

@@ -85,34 +85,15 @@ int main(int argc, char** argv) {
 
     std::string path = "default";  // TANDEM_LAYERNORM while capturing, printed with the figures
     auto timeVariant = [&](const char* name, const std::function<void(const Rows&)>& launch) {
-      cudaGraph_t graph;
-      TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      for (const Rows& r : rows) launch(r);
-      TANDEM_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-      cudaGraphExec_t exec;
-      TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      cudaEvent_t a, b;
-      TANDEM_CUDA_CHECK(cudaEventCreate(&a));
-      TANDEM_CUDA_CHECK(cudaEventCreate(&b));
-      std::vector<double> us;
-      for (int i = 0; i < reps + 2; ++i) {
-        TANDEM_CUDA_CHECK(cudaEventRecord(a, s));
-        TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, s));
-        TANDEM_CUDA_CHECK(cudaEventRecord(b, s));
-        TANDEM_CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        if (i >= 2) us.push_back(1e3 * ms / kLaunches);
-      }
-      std::sort(us.begin(), us.end());
-      const double med = us[us.size() / 2];
+      const bench::ReplayTimes t = bench::replayUsPerLaunch(s, kLaunches, reps, [&] {
+        for (const Rows& r : rows) launch(r);
+      });
+      const double med = t.median_us;
       const double bytes = 4.0 * M * C * 2;  // x, dy, dx read; dx written
       fmt::print("{{\"bench\":\"layernorm_bwd\",\"variant\":\"{}\",\"kernels\":\"{}\",\"rows\":{},\"width\":{},"
                  "\"us_per_launch\":{:.2f},\"min_us\":{:.2f},\"tb_per_s\":{:.2f},\"launches_per_step\":{}}}\n",
-                 name, path, M, C, med, us.front(), bytes / (med * 1e-6) / 1e12, kLaunches);
+                 name, path, M, C, med, t.min_us, bytes / (med * 1e-6) / 1e12, kLaunches);
       std::fflush(stdout);
-      TANDEM_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
     };
     timeVariant("with parameter sums (executor)", [&](const Rows& r) {
       cuda::layernormBackward(r.dx, dw, db, nullptr, r.dy, r.x, w, r.mean, DType::F32, r.rstd, DType::F32, M, C, true,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cuda_runtime.h>
 
+#include "engine/cuda/check.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/kernels.h"
 
@@ -147,6 +148,29 @@ __device__ __forceinline__ float storeTilesBothLayouts(uint8_t* const (&out)[kPa
   return m;
 }
 
+// A writer with one FP8 output [rows, cols] in both layouts (out at row
+// stride cols, its transposed copy at out_t): values(r, c, f[1][8]) as
+// storeTilesBothLayouts takes it, a functor passed by value.
+template <int kFormat, int kBlock, class Shape, class Values>
+__global__ void __launch_bounds__(kBlock)
+    writeBothLayoutsKernel(uint8_t* out, uint8_t* out_t, int64_t rows, int64_t cols, Fp8Write w, Values values);
+
+// Launches it for the process's tile shape (withFp8Tile); `who` names the
+// caller in the error for a grid too tall.
+template <int kBlock, class Values>
+void launchWriteBothLayouts(uint8_t* out, uint8_t* out_t, int64_t rows, int64_t cols, const Fp8Write& w,
+                            Values values, cudaStream_t s, const char* who) {
+  withFp8Tile([&](auto shape) {
+    using Shape = decltype(shape);
+    if (!tileGridFits<Shape>(rows)) throw CudaError(std::string(who) + ": too many rows for one launch");
+    const dim3 grid = tileGridOf<Shape>(rows, cols);
+    if (w.format == Fp8Format::E4M3)
+      writeBothLayoutsKernel<0, kBlock, Shape><<<grid, kBlock, 0, s>>>(out, out_t, rows, cols, w, values);
+    else
+      writeBothLayoutsKernel<1, kBlock, Shape><<<grid, kBlock, 0, s>>>(out, out_t, rows, cols, w, values);
+  });
+}
+
 // Closes a delayed-scaling write: the block's largest |value| (m, each
 // thread's; fmaxf has skipped NaN) into its key's amax for this step, and
 // 1 / scale for the GEMMs that read the output (block 0). An atomic max of
@@ -165,6 +189,19 @@ __device__ __forceinline__ void finishFp8Write(float m, float scale, const Fp8Wr
     *w.scale_inv = inv;
     if (w.scale_inv_t) *w.scale_inv_t = inv;
   }
+}
+
+template <int kFormat, int kBlock, class Shape, class Values>
+__global__ void __launch_bounds__(kBlock)
+    writeBothLayoutsKernel(uint8_t* out, uint8_t* out_t, int64_t rows, int64_t cols, Fp8Write w, Values values) {
+  __shared__ __align__(16) ByteTileOf<Shape::kRows, Shape::kCols> tile[1];
+  const float scale = *w.scale;
+  uint8_t* const outs[1] = {out};
+  uint8_t* const outs_t[1] = {out_t};
+  const float m = storeTilesBothLayouts<kFormat, kBlock, Shape>(
+      outs, cols, outs_t, rows, cols, int64_t(blockIdx.y) * Shape::kRows, int64_t(blockIdx.x) * Shape::kCols, scale,
+      tile, values);
+  finishFp8Write(m, scale, w);
 }
 
 }  // namespace tandem::cuda

@@ -1045,22 +1045,15 @@ __global__ void swigluFp8Kernel(uint8_t* out_codes, const T* dy, const T* x, int
 bool alignedCodes(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
 
 // The same writing both layouts of the codes (the transposed copy a weight
-// gradient reads K-major): a 64 x 64 tile of y per block (bf16, F a
-// multiple of 8, M of 4). The backward's block writes the tiles of d gate
-// and of d up at the same place, both from one read of gate, up and dy.
-template <int kFormat, class Shape>
-__global__ void __launch_bounds__(kThreads)
-    swigluForwardFp8BothKernel(uint8_t* y, uint8_t* yt, const uint4* x, int64_t M, int64_t F, Fp8Write out) {
-  __shared__ __align__(16) ByteTileOf<Shape::kRows, Shape::kCols> tile[1];
-  const float scale = *out.scale;
-  const int64_t f8 = F / 8;
-  uint8_t* const outs[1] = {y};
-  uint8_t* const outs_t[1] = {yt};
-  const float m = storeTilesBothLayouts<kFormat, kThreads, Shape>(
-      outs, F, outs_t, M, F, int64_t(blockIdx.y) * Shape::kRows, int64_t(blockIdx.x) * Shape::kCols, scale, tile,
-      [&](int64_t r, int64_t c, float(&v)[1][8]) { swiglu8(x, r, f8, c / 8, v[0]); });
-  finishFp8Write(m, scale, out);
-}
+// gradient reads K-major): a tile of y per block (bf16, F a multiple of 8,
+// M of 4; writeBothLayoutsKernel). The backward's block writes the tiles
+// of d gate and of d up at the same place, both from one read of gate, up
+// and dy.
+struct SwigluValues {
+  const uint4* x;  // rows [gate | up] of 2F
+  int64_t f8;      // F / 8
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][8]) const { swiglu8(x, r, f8, c / 8, v[0]); }
+};
 
 template <int kFormat, class Shape>
 __global__ void __launch_bounds__(kThreads)
@@ -1099,27 +1092,20 @@ __global__ void __launch_bounds__(kThreads) rmsnormRstdKernel(float* rstd, const
   if (lane == 0) rstd[row] = 1.f / sqrtf(s / float(c8 * 8) + kRmsEps);
 }
 
-template <int kFormat, class Shape>
-__global__ void __launch_bounds__(kThreads)
-    rmsnormForwardFp8BothKernel(uint8_t* y, uint8_t* yt, const uint4* x, const uint4* w, const float* rstd, int64_t M,
-                                int64_t C, Fp8Write out) {
-  __shared__ __align__(16) ByteTileOf<Shape::kRows, Shape::kCols> tile[1];
-  const float scale = *out.scale;
-  const int64_t c8 = C / 8;
-  uint8_t* const outs[1] = {y};
-  uint8_t* const outs_t[1] = {yt};
-  const float m = storeTilesBothLayouts<kFormat, kThreads, Shape>(
-      outs, C, outs_t, M, C, int64_t(blockIdx.y) * Shape::kRows, int64_t(blockIdx.x) * Shape::kCols, scale, tile,
-      [&](int64_t r, int64_t c, float(&v)[1][8]) {
-        float g[8];
-        unpack8(x[r * c8 + c / 8], v[0]);
-        unpack8(w[c / 8], g);
-        const float rr = rstd[r];
+struct RmsnormValues {
+  const uint4* x;
+  const uint4* w;
+  const float* rstd;
+  int64_t c8;  // C / 8
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][8]) const {
+    float g[8];
+    unpack8(x[r * c8 + c / 8], v[0]);
+    unpack8(w[c / 8], g);
+    const float rr = rstd[r];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[0][j] = v[0][j] * rr * g[j];  // as normedCodes orders it
-      });
-  finishFp8Write(m, scale, out);
-}
+    for (int j = 0; j < 8; ++j) v[0][j] = v[0][j] * rr * g[j];  // as normedCodes orders it
+  }
+};
 
 // Whether the tiled kernels take these buffers.
 bool bothLayoutsTiled(DType dt, int64_t M, int64_t F, std::initializer_list<const void*> inputs,
@@ -1183,15 +1169,8 @@ void rmsnormForwardFp8(void* y, void* yt, void* rstd, DType rstd_dt, const void*
     constexpr int64_t kRowsPerBlock = kThreads / 32;
     rmsnormRstdKernel<<<unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0, s>>>(r, xv, M, int(C / 8));
     TANDEM_CUDA_LAUNCH_CHECK();
-    auto* yc = static_cast<uint8_t*>(y);
-    auto* ytc = static_cast<uint8_t*>(yt);
-    withFp8Tile([&](auto shape) {
-      using Shape = decltype(shape);
-      if (out.format == Fp8Format::E4M3)
-        rmsnormForwardFp8BothKernel<0, Shape><<<tileGrid<Shape>(M, C), kThreads, 0, s>>>(yc, ytc, xv, wv, r, M, C, out);
-      else
-        rmsnormForwardFp8BothKernel<1, Shape><<<tileGrid<Shape>(M, C), kThreads, 0, s>>>(yc, ytc, xv, wv, r, M, C, out);
-    });
+    launchWriteBothLayouts<kThreads>(static_cast<uint8_t*>(y), static_cast<uint8_t*>(yt), M, C, out,
+                                     RmsnormValues{xv, wv, r, C / 8}, s, "rmsnormForwardFp8");
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
   rmsnormForwardFp8Rows(y, rstd, rstd_dt, x, w, M, C, dt, out, s);
@@ -1202,16 +1181,8 @@ void rmsnormForwardFp8(void* y, void* yt, void* rstd, DType rstd_dt, const void*
 void swigluForwardFp8(void* y, void* yt, const void* x, int64_t M, int64_t F, DType dt, const Fp8Write& out,
                       cudaStream_t s) {
   if (yt && bothLayoutsTiled(dt, M, F, {x}, {y, yt})) {
-    auto* yc = static_cast<uint8_t*>(y);
-    auto* ytc = static_cast<uint8_t*>(yt);
-    const auto* xv = static_cast<const uint4*>(x);
-    withFp8Tile([&](auto shape) {
-      using Shape = decltype(shape);
-      if (out.format == Fp8Format::E4M3)
-        swigluForwardFp8BothKernel<0, Shape><<<tileGrid<Shape>(M, F), kThreads, 0, s>>>(yc, ytc, xv, M, F, out);
-      else
-        swigluForwardFp8BothKernel<1, Shape><<<tileGrid<Shape>(M, F), kThreads, 0, s>>>(yc, ytc, xv, M, F, out);
-    });
+    launchWriteBothLayouts<kThreads>(static_cast<uint8_t*>(y), static_cast<uint8_t*>(yt), M, F, out,
+                                     SwigluValues{static_cast<const uint4*>(x), F / 8}, s, "swigluForwardFp8");
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
   const bool vec = dt == DType::BF16 && vec8(F, {x}) && alignedCodes(y);
