@@ -920,10 +920,10 @@ void dropSharedWhereAlone(std::map<OpKind, std::vector<Sample>>& samples) {
 // Per op kind: the fit over its samples, each measured shape's median time
 // and the thread blocks most of its main kernels had.
 void fitOps(const CalibrationSamples& acc, CalibrationResult& out) {
-  // FP8 GEMMs (isFp8ShapeKey, cost_model.h) are other kernels than
-  // the bf16 GEMMs: their shapes are kept, but the op kind's fit and default
-  // blocks, which bf16 shapes no run measured fall back on, come from the
-  // bf16 samples alone (an FP8 run's fit made bf16 GEMMs 30% fast).
+  // FP8 GEMMs and FP8 writers (isFp8ShapeKey, cost_model.h) are other
+  // kernels than the bf16 ones: their shapes are kept, but the op kind's fit
+  // and default blocks, which bf16 shapes no run measured fall back on, come
+  // from the bf16 samples alone (an FP8 run's fit made bf16 GEMMs 30% fast).
   for (const auto& [op, s] : acc.samples) {
     std::vector<Sample> fit_samples;
     for (const Sample& x : s)

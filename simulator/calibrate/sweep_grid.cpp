@@ -120,6 +120,35 @@ std::vector<SweepPoint> llamaPoints() {
   return out;
 }
 
+// FP8 steps (training.precision fp8) at shapes the bf16 grid also runs,
+// so that `tandem calibrate` measures the FP8 GEMMs and the norms' and
+// activations' FP8 writers beside their bf16 twins, in a step at the power
+// limit: the in-step FP8 speed-up of each GEMM role by GFLOP
+// (fp8_gemm_speedup; 1.7-2.1x in a 1.1B Llama's steps on one H100, against
+// 1.65x back to back) and each writer's slowdown (fp8_writer_slowdown).
+// The Llama family under delayed scaling (its norms and activations write
+// FP8), GPT-2 under current scaling (casts; delayed is not run on GPUs for
+// GPT-2).
+SweepPoint fp8Point(SweepPoint p, const char* scaling) {
+  p.name += fmt::format("-fp8{}", scaling[0] == 'd' ? "" : "cs");
+  p.sets.push_back("training.precision=fp8");
+  p.sets.push_back(fmt::format("training.fp8_scaling={}", scaling));
+  return p;
+}
+
+std::vector<SweepPoint> fp8Points() {
+  return {
+      fp8Point(llamaPoint({2048, 32, 8, 4.0, 2}, 4, 2048), "delayed"),
+      fp8Point(llamaPoint({4096, 32, 32, 2.6875, 2}, 1, 4096), "delayed"),
+      fp8Point(llamaPoint({4096, 32, 32, 2.6875, 2}, 4, 4096), "delayed"),
+      fp8Point(llamaPoint({4096, 32, 8, 3.5, 2}, 8, 1024), "delayed"),
+      fp8Point(llamaPoint({8192, 64, 8, 3.5, 1}, 1, 4096), "delayed"),
+      fp8Point(gptPoint({768, 12, 0, 0, 2}, 16, 1024), "current"),
+      fp8Point(gptPoint({1600, 25, 0, 0, 2}, 8, 2048), "current"),
+      fp8Point(gptPoint({4096, 64, 0, 0, 2}, 8, 1024), "current"),
+  };
+}
+
 std::vector<SweepPoint> smokePoints() {
   return {gptPoint({512, 8, 0, 0, 2}, 4, 512), gptPoint({512, 8, 0, 0, 2}, 4, 512, /*beside=*/true),
           llamaPoint({2048, 16, 4, 2.6875, 1}, 2, 1024)};
@@ -139,6 +168,8 @@ std::vector<SweepPoint> sweepGrid(const std::string& name) {
       if (i < gpt.size()) all.push_back(gpt[i]);
       if (i < llama.size()) all.push_back(llama[i]);
     }
+    // Last: their bf16 twins are measured first, whatever the time limit.
+    for (SweepPoint& f : fp8Points()) all.push_back(std::move(f));
     return all;
   }
   if (name == "smoke") return smokePoints();

@@ -537,7 +537,9 @@ std::optional<std::string> nearestKernelShape(const Task& task, const std::strin
 
 }  // namespace
 
-bool isFp8ShapeKey(const std::string& key) { return key.find("fp8=") != std::string::npos; }
+bool isFp8ShapeKey(const std::string& key) {
+  return key.find("fp8=") != std::string::npos || key.find("fp8out=") != std::string::npos;
+}
 
 std::string RooflineCostModel::geometryKey(const Task& task) const {
   std::string key = shapeKey(task);

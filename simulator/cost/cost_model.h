@@ -199,8 +199,9 @@ std::string taskRole(const std::string& task_name);
 // (engine/passes/fusion.h) has the fused kernel's shape ("m n k" of the GEMM,
 // "m c" of the layernorm) and "epi=gelu", "epi=dgelu" or "epi=add_layernorm".
 std::string shapeKey(const Task& task);
-// Whether a shape key is an FP8 GEMM's ("fp8=1": another kernel than the
-// bf16 GEMM of its shape).
+// Whether a shape key is an FP8 kernel's: a GEMM's ("fp8=1") or a norm's
+// or activation's writing FP8 ("fp8out=N"), other kernels than the bf16
+// ones of their shapes (an op kind's fit leaves them out).
 bool isFp8ShapeKey(const std::string& key);
 // The op kind a task is costed and calibrated as: its own, except a task
 // that launches a fused kernel: a GELU epilogue counts as its GEMM's op (a

@@ -15,6 +15,7 @@
 #include "simulator/calibrate/calibrate_collectives.h"
 #include "simulator/calibrate/calibrate_merge.h"
 #include "simulator/calibrate/calibrate_overlap.h"
+#include "simulator/calibrate/sweep_grid.h"
 #include "engine/ir/kernel_revisions.h"
 #include "simulator/cost/calibration_device.h"
 #include "simulator/cost/calibration_warnings.h"
@@ -178,6 +179,31 @@ TEST_CASE("FP8 GEMMs measured beside their bf16 shapes give the speed-up of the 
   plain.calibration.ops[OpKind::Matmul].shapes["m=4096 n=4096 k=4096"] = entry(1000, 137.4);
   sim::deriveFp8Speedup(plain);
   CHECK(plain.calibration.fp8_gemm_speedup.empty());
+}
+
+TEST_CASE("the sweep's FP8 points each have their bf16 twin in the grid, and plan FP8 GEMMs and writers",
+          "[calibrate][fp8]") {
+  const std::vector<sim::SweepPoint> grid = sim::sweepGrid("full");
+  int fp8_points = 0, with_writers = 0;
+  for (const sim::SweepPoint& p : grid) {
+    std::vector<std::string> bf16_sets;
+    for (const std::string& s : p.sets)
+      if (s.rfind("training.precision=", 0) != 0 && s.rfind("training.fp8_scaling=", 0) != 0) bf16_sets.push_back(s);
+    if (bf16_sets.size() == p.sets.size()) continue;
+    ++fp8_points;
+    INFO(p.name);
+    CHECK(std::any_of(grid.begin(), grid.end(), [&](const sim::SweepPoint& q) { return q.sets == bf16_sets; }));
+    const Plan plan = buildPlan(sim::sweepJob(p));
+    bool gemm = false, writer = false;
+    for (const Task& t : plan.programs[0].tasks) {
+      gemm = gemm || t.attrs.fp8;
+      writer = writer || t.attrs.fp8_out;
+    }
+    CHECK(gemm);
+    with_writers += writer;
+  }
+  CHECK(fp8_points >= 6);
+  CHECK(with_writers >= 3);  // the Llama points under delayed scaling
 }
 
 TEST_CASE("FP8 writers measured beside their bf16 twins give each kind's slowdown", "[calibrate][fp8]") {
