@@ -32,7 +32,7 @@ std::vector<sim::SweepPoint> selectedPoints(const SweepOptions& o) {
   std::vector<sim::SweepPoint> points;
   for (sim::SweepPoint& p : sim::sweepGrid(o.grid)) {
     bool wanted = o.parts.empty();
-    for (const std::string& part : o.parts) wanted = wanted || part == p.part;
+    for (const std::string& part : o.parts) wanted = wanted || sim::inPart(p, part);
     if (wanted) points.push_back(std::move(p));
   }
   if (points.empty())

@@ -191,7 +191,9 @@ void addCalibrateCommand(CLI::App& root) {
                   "Llama 3.1 405B layers, docs/accuracy.md; smoke: three small points)")
       ->type_name("GRID")
       ->check(CLI::IsMember(sim::sweepGridNames()));
-  cmd->add_option("--part", o->sweep.parts, "with --sweep: only the points of this part of the grid (gpt, llama)")
+  cmd->add_option("--part", o->sweep.parts,
+                  "with --sweep: only the points of this part of the grid (gpt, llama; fp8: the FP8 points and "
+                  "their bf16 twins)")
       ->type_name("NAME");
   cmd->add_option("--work-dir", o->sweep.work_dir,
                   "with --sweep: where each point's trace and log go (default: OUT.sweep)")

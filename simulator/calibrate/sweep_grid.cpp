@@ -130,6 +130,7 @@ std::vector<SweepPoint> llamaPoints() {
 // FP8), GPT-2 under current scaling (casts; delayed is not run on GPUs for
 // GPT-2).
 SweepPoint fp8Point(SweepPoint p, const char* scaling) {
+  p.part = "fp8";
   p.name += fmt::format("-fp8{}", scaling[0] == 'd' ? "" : "cs");
   p.sets.push_back("training.precision=fp8");
   p.sets.push_back(fmt::format("training.fp8_scaling={}", scaling));
@@ -168,12 +169,23 @@ std::vector<SweepPoint> sweepGrid(const std::string& name) {
       if (i < gpt.size()) all.push_back(gpt[i]);
       if (i < llama.size()) all.push_back(llama[i]);
     }
-    // Last: their bf16 twins are measured first, whatever the time limit.
-    for (SweepPoint& f : fp8Points()) all.push_back(std::move(f));
+    // Last: their bf16 twins are measured first, whatever the time limit;
+    // the twins belong to part "fp8" too.
+    for (SweepPoint& f : fp8Points()) {
+      std::vector<std::string> bf16_sets = f.sets;
+      bf16_sets.resize(bf16_sets.size() - 2);  // fp8Point's two
+      for (SweepPoint& twin : all)
+        if (twin.sets == bf16_sets) twin.also_in.push_back("fp8");
+      all.push_back(std::move(f));
+    }
     return all;
   }
   if (name == "smoke") return smokePoints();
   throw std::invalid_argument(fmt::format("unknown sweep grid '{}' (grids: full, smoke)", name));
+}
+
+bool inPart(const SweepPoint& point, const std::string& part) {
+  return point.part == part || std::find(point.also_in.begin(), point.also_in.end(), part) != point.also_in.end();
 }
 
 JobSpec sweepJob(const SweepPoint& point) {

@@ -28,17 +28,23 @@ namespace tandem::sim {
 
 struct SweepPoint {
   std::string name;               // "gpt-c1024-b8x1024": family, width, micro-batch x sequence
-  std::string part;               // the named part it belongs to ("gpt", "llama"), for sweeps in pieces
+  std::string part;               // the named part it belongs to ("gpt", "llama", "fp8"), for sweeps in pieces
+  std::vector<std::string> also_in;  // other parts that take it too (the FP8 points' bf16 twins: "fp8")
   std::vector<std::string> sets;  // --set overrides of the default job
 };
 
 // The grid of `name`: "full" (the shipped profile's), or "smoke" (three
-// small points that run in seconds, to check a machine and the tool).
+// small points that run in seconds, to check a machine and the tool). The
+// full grid's part "fp8" holds its FP8 points and their bf16 twins, so
+// that a sweep of that part alone derives the FP8 speed-ups.
 // Throws std::invalid_argument naming the grids for another name.
 std::vector<SweepPoint> sweepGrid(const std::string& name);
 
 // The names sweepGrid takes, for --help and errors.
 std::vector<std::string> sweepGridNames();
+
+// Whether the point belongs to `part` (its own or one it is also in).
+bool inPart(const SweepPoint& point, const std::string& part);
 
 // The job a point runs: the default job with the point's overrides.
 JobSpec sweepJob(const SweepPoint& point);
