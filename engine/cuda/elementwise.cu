@@ -7,6 +7,7 @@
 #include <initializer_list>
 
 #include "engine/cuda/device_math.cuh"
+#include "engine/cuda/fp8_write.cuh"
 #include "engine/cuda/kernels.h"
 
 namespace tandem::cuda {
@@ -317,6 +318,37 @@ __global__ void geluBackwardVec(uint4* dx, const uint4* dy, const uint4* x, int6
   }
 }
 
+// GELU and its gradient as FP8 codes in both layouts (writeBothLayoutsKernel):
+// the values as the bf16 kernels compute them before their rounding.
+struct GeluValues {
+  const uint4* x;
+  int64_t c8;  // columns / 8
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][8]) const {
+    float t;
+    unpack8(x[r * c8 + c / 8], v[0]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[0][j] = geluTanh(v[0][j], &t);
+  }
+};
+
+struct GeluGradValues {
+  const uint4* dy;
+  const uint4* x;
+  int64_t c8;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][8]) const {
+    const float k = 0.7978845608028654f;
+    float xv[8], t;
+    unpack8(x[r * c8 + c / 8], xv);
+    unpack8(dy[r * c8 + c / 8], v[0]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      geluTanh(xv[j], &t);
+      const float dudx = k * (1.f + 3.f * 0.044715f * xv[j] * xv[j]);
+      v[0][j] = v[0][j] * (0.5f * (1.f + t) + 0.5f * xv[j] * (1.f - t * t) * dudx);
+    }
+  }
+};
+
 __global__ void addVec(uint4* c, const uint4* a, const uint4* b, int64_t n8) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n8; i += int64_t(gridDim.x) * blockDim.x) {
     float fa[8], fb[8];
@@ -452,6 +484,27 @@ void biasGradient(void* db, const void* dy, int64_t M, int64_t N, bool accumulat
                                                                        kBiasRowChunks, accumulate);
   });
   TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+void geluForwardFp8(void* y, void* yt, const void* x, int64_t rows, int64_t cols, DType dt, const Fp8Write& out,
+                    cudaStream_t s) {
+  if (!yt || !tiledWriterTakes(dt, rows, cols, {x}, {y, yt}))
+    throw CudaError("geluForwardFp8: writes both layouts from bf16 rows of whole 16-byte vectors (columns a "
+                    "multiple of 8, rows of 4)");
+  launchWriteBothLayouts<256>(static_cast<uint8_t*>(y), static_cast<uint8_t*>(yt), rows, cols, out,
+                              GeluValues{static_cast<const uint4*>(x), cols / 8}, s, "geluForwardFp8");
+  TANDEM_CUDA_CHECK(cudaGetLastError());
+}
+
+void geluBackwardFp8(void* dx, void* dxt, const void* dy, const void* x, int64_t rows, int64_t cols, DType dt,
+                     const Fp8Write& out, cudaStream_t s) {
+  if (!dxt || !tiledWriterTakes(dt, rows, cols, {dy, x}, {dx, dxt}))
+    throw CudaError("geluBackwardFp8: writes both layouts from bf16 rows of whole 16-byte vectors (columns a "
+                    "multiple of 8, rows of 4)");
+  launchWriteBothLayouts<256>(static_cast<uint8_t*>(dx), static_cast<uint8_t*>(dxt), rows, cols, out,
+                              GeluGradValues{static_cast<const uint4*>(dy), static_cast<const uint4*>(x), cols / 8},
+                              s, "geluBackwardFp8");
+  TANDEM_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace tandem::cuda

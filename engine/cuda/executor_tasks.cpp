@@ -62,8 +62,13 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
       issueEmbeddingBackward(index, s);
       break;
     case OpKind::LayerNorm:
-      layernormForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(W[2]), dt(W[2]), ptr(R[0]), ptr(R[1]),
-                       ptr(R[2]), a.m, a.c, dt(W[0]), s);
+      if (dt(W[0]) == DType::F8)  // delayed scaling: the norm writes its GEMM's FP8 operand
+        layernormForwardFp8(ptr(W[0]), a.fp8_transposed_out ? ptr(W[3]) : nullptr, ptr(W[1]), dt(W[1]), ptr(W[2]),
+                            dt(W[2]), ptr(R[0]), ptr(R[1]), ptr(R[2]), a.m, a.c, dt(R[0]),
+                            fp8Write(index, W[0], a.fp8_transposed_out ? W[3] : -1), s);
+      else
+        layernormForward(ptr(W[0]), ptr(W[1]), dt(W[1]), ptr(W[2]), dt(W[2]), ptr(R[0]), ptr(R[1]), ptr(R[2]), a.m,
+                         a.c, dt(W[0]), s);
       break;
     case OpKind::LayerNormBwd:
       layernormBackward(ptr(W[0]), ptr(W[1]), ptr(W[2]), a.bias_grad ? ptr(W[3]) : nullptr, ptr(R[0]), ptr(R[1]),
@@ -82,7 +87,15 @@ void CudaExecutor::Impl::issueTask(int index, cudaStream_t s) {
     case OpKind::AttentionBwd:
       issueAttention(index, s);
       break;
-    case OpKind::Gelu: geluForward(ptr(W[0]), ptr(R[0]), a.elements, dt(W[0]), s); break;
+    case OpKind::Gelu:
+      if (dt(W[0]) == DType::F8) {
+        const int64_t cols = program->buffers.at(size_t(W[0])).shape.back();
+        geluForwardFp8(ptr(W[0]), a.fp8_transposed_out ? ptr(W[1]) : nullptr, ptr(R[0]), a.elements / cols, cols,
+                       dt(R[0]), fp8Write(index, W[0], a.fp8_transposed_out ? W[1] : -1), s);
+      } else {
+        geluForward(ptr(W[0]), ptr(R[0]), a.elements, dt(W[0]), s);
+      }
+      break;
     case OpKind::CrossEntropy: {
       const bool fused = fused_scale[index] != 0.0;
       crossEntropy(ptr(W[0]), dt(W[0]), fused ? ptr(R[0]) : nullptr, ptr(R[0]), i32(R[1]), a.m, a.v,
@@ -308,6 +321,11 @@ void CudaExecutor::Impl::issueFusable(int index, cudaStream_t s) {
         const Task& m = program->tasks[size_t(fu.partner)];
         gemm->backwardDataGelu(ptr(W[0]), ptr(m.reads[0]), ptr(m.reads[1]), ptr(R[1]), m.attrs.m, m.attrs.n,
                                m.attrs.k, dt(W[0]), s);
+      } else if (dt(W[0]) == DType::F8) {  // delayed scaling: its GEMMs' FP8 operand (one writer, no accumulation)
+        const int64_t cols = program->buffers.at(size_t(W[0])).shape.back();
+        if (a.accumulate) throw CudaError(fmt::format("cuda executor: {} accumulates into FP8 codes", t.name));
+        geluBackwardFp8(ptr(W[0]), a.fp8_transposed_out ? ptr(W[1]) : nullptr, ptr(R[0]), ptr(R[1]),
+                        a.elements / cols, cols, dt(R[1]), fp8Write(index, W[0], a.fp8_transposed_out ? W[1] : -1), s);
       } else {
         geluBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), a.elements, a.accumulate, dt(W[0]), s);
       }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cuda_runtime.h>
+#include <initializer_list>
 
 #include "engine/cuda/check.h"
 #include "engine/cuda/device_math.cuh"
@@ -146,6 +147,17 @@ __device__ __forceinline__ float storeTilesBothLayouts(uint8_t* const (&out)[kPa
     storeTileTransposed<Shape::kRows, Shape::kCols>(out_t[p], tiles[p], r0, c0, rows, cols);
   __syncthreads();  // the tiles may be filled again
   return m;
+}
+
+// Whether the tiled writers take these buffers: bf16 inputs of whole
+// 16-byte vectors (cols a multiple of 8), rows a multiple of 4, the codes
+// 8-byte aligned.
+inline bool tiledWriterTakes(DType dt, int64_t rows, int64_t cols, std::initializer_list<const void*> inputs,
+                             std::initializer_list<const void*> codes) {
+  if (dt != DType::BF16 || !vec8(cols, inputs) || rows % 4 != 0) return false;
+  for (const void* p : codes)
+    if (reinterpret_cast<uintptr_t>(p) % 8 != 0) return false;
+  return true;
 }
 
 // A writer with one FP8 output [rows, cols] in both layouts (out at row

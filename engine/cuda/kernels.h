@@ -305,6 +305,18 @@ void swigluForwardFp8(void* y, void* yt, const void* x, int64_t M, int64_t F, DT
                       cudaStream_t s);
 void swigluBackwardFp8(void* dx, void* dxt, const void* dy, const void* x, int64_t M, int64_t F, DType dt,
                        const Fp8Write& out, cudaStream_t s);
+// GPT-2's LayerNorm, GELU and GELU's gradient (not accumulating) writing
+// FP8 codes in both layouts the same way (y [rows, cols] and yt [cols,
+// rows]): bf16 inputs of whole 16-byte vectors, cols a multiple of 8, rows
+// of 4, LayerNorm's statistics in fp32; anything else throws (the plan
+// check refuses such plans first, engine/plan/gpu_support.cpp).
+void layernormForwardFp8(void* y, void* yt, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* x,
+                         const void* w, const void* b, int64_t M, int64_t C, DType dt, const Fp8Write& out,
+                         cudaStream_t s);
+void geluForwardFp8(void* y, void* yt, const void* x, int64_t rows, int64_t cols, DType dt, const Fp8Write& out,
+                    cudaStream_t s);
+void geluBackwardFp8(void* dx, void* dxt, const void* dy, const void* x, int64_t rows, int64_t cols, DType dt,
+                     const Fp8Write& out, cudaStream_t s);
 // db[N] (+)= the column sums of an FP8 gradient [M, N], each code decoded
 // and multiplied by *scale_inv (a linear layer's bias gradient in FP8
 // plans); deterministic, through partial sums in scratch

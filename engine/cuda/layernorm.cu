@@ -2,6 +2,7 @@
 // One warp per row. The backward writes dw/db partial sums per warp into
 // scratch and reduces them in a second kernel: deterministic, no atomics.
 #include "engine/cuda/device_math.cuh"
+#include "engine/cuda/fp8_write.cuh"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/wide_rows.cuh"
 #include "engine/numerics/constants.h"
@@ -661,6 +662,53 @@ RowKernels rowKernelsChosen() {
 }
 bool wideForEveryWidth() { return rowKernelsChosen() == RowKernels::Wide; }
 
+// LayerNorm writing both layouts of its FP8 codes: each row's mean and
+// 1 / std first (a warp per row, two passes over the row as the bf16
+// kernels take them, into the mean and rstd buffers), then tiles of
+// (x - mean) rstd w + b (writeBothLayoutsKernel), so the weight gradient
+// reads the transposed copy instead of transposing the codes itself.
+__global__ void __launch_bounds__(256) layernormStatsKernel(float* mean, float* rstd, const uint4* x, int64_t M,
+                                                            int c8) {
+  const int64_t row = int64_t(blockIdx.x) * 8 + threadIdx.x / 32;
+  if (row >= M) return;
+  const int lane = int(threadIdx.x % 32);
+  float s = 0.f;
+  for (int v = lane; v < c8; v += 32) {
+    float f[8];
+    unpack8(x[row * c8 + v], f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s += f[j];
+  }
+  const float mu = warpSum(s) / float(c8 * 8);
+  float q = 0.f;
+  for (int v = lane; v < c8; v += 32) {
+    float f[8];
+    unpack8(x[row * c8 + v], f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q += (f[j] - mu) * (f[j] - mu);
+  }
+  const float rs = rsqrtf(warpSum(q) / float(c8 * 8) + kEps);
+  if (lane == 0) mean[row] = mu, rstd[row] = rs;
+}
+
+struct LayernormValues {
+  const uint4* x;
+  const uint4* w;
+  const uint4* b;
+  const float* mean;
+  const float* rstd;
+  int64_t c8;
+  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][8]) const {
+    float wv[8], bv[8];
+    unpack8(x[r * c8 + c / 8], v[0]);
+    unpack8(w[c / 8], wv);
+    unpack8(b[c / 8], bv);
+    const float mu = mean[r], rs = rstd[r];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[0][j] = (v[0][j] - mu) * rs * wv[j] + bv[j];  // as the bf16 kernels order it
+  }
+};
+
 }  // namespace
 
 // Vectors of 16 bytes per lane a row of C elements needs on the vector
@@ -916,6 +964,24 @@ void prepareLayernormKernels() {
   allowBackwardSmem<bf16, 8>();
   allowBackwardSmem<float, 7>();
   allowBackwardSmem<float, 8>();
+}
+
+void layernormForwardFp8(void* y, void* yt, void* mean, DType mean_dt, void* rstd, DType rstd_dt, const void* x,
+                         const void* w, const void* b, int64_t M, int64_t C, DType dt, const Fp8Write& out,
+                         cudaStream_t s) {
+  if (!yt || mean_dt != DType::F32 || rstd_dt != DType::F32 || !tiledWriterTakes(dt, M, C, {x, w, b}, {y, yt}))
+    throw CudaError("layernormForwardFp8: writes both layouts from bf16 rows of whole 16-byte vectors (columns a "
+                    "multiple of 8, rows of 4) with fp32 statistics");
+  auto* mu = static_cast<float*>(mean);
+  auto* rs = static_cast<float*>(rstd);
+  const auto* xv = static_cast<const uint4*>(x);
+  layernormStatsKernel<<<unsigned((M + 7) / 8), 256, 0, s>>>(mu, rs, xv, M, int(C / 8));
+  TANDEM_CUDA_LAUNCH_CHECK();
+  launchWriteBothLayouts<256>(static_cast<uint8_t*>(y), static_cast<uint8_t*>(yt), M, C, out,
+                              LayernormValues{xv, static_cast<const uint4*>(w), static_cast<const uint4*>(b), mu, rs,
+                                              C / 8},
+                              s, "layernormForwardFp8");
+  TANDEM_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace tandem::cuda

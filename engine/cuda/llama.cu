@@ -1107,15 +1107,6 @@ struct RmsnormValues {
   }
 };
 
-// Whether the tiled kernels take these buffers.
-bool bothLayoutsTiled(DType dt, int64_t M, int64_t F, std::initializer_list<const void*> inputs,
-                      std::initializer_list<const void*> codes) {
-  if (dt != DType::BF16 || !vec8(F, inputs) || M % 4 != 0) return false;
-  for (const void* p : codes)
-    if (reinterpret_cast<uintptr_t>(p) % 8 != 0) return false;
-  return true;
-}
-
 template <class Shape>
 dim3 tileGrid(int64_t M, int64_t F) {
   if (!tileGridFits<Shape>(M)) throw CudaError("FP8 writer: too many rows for one launch of the tiled kernel");
@@ -1162,7 +1153,7 @@ void rmsnormForwardFp8Rows(void* y, void* rstd, DType rstd_dt, const void* x, co
 
 void rmsnormForwardFp8(void* y, void* yt, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M,
                        int64_t C, DType dt, const Fp8Write& out, cudaStream_t s) {
-  if (yt && rstd_dt == DType::F32 && bothLayoutsTiled(dt, M, C, {x, w}, {y, yt})) {
+  if (yt && rstd_dt == DType::F32 && tiledWriterTakes(dt, M, C, {x, w}, {y, yt})) {
     auto* r = static_cast<float*>(rstd);
     const auto* xv = static_cast<const uint4*>(x);
     const auto* wv = static_cast<const uint4*>(w);
@@ -1180,7 +1171,7 @@ void rmsnormForwardFp8(void* y, void* yt, void* rstd, DType rstd_dt, const void*
 
 void swigluForwardFp8(void* y, void* yt, const void* x, int64_t M, int64_t F, DType dt, const Fp8Write& out,
                       cudaStream_t s) {
-  if (yt && bothLayoutsTiled(dt, M, F, {x}, {y, yt})) {
+  if (yt && tiledWriterTakes(dt, M, F, {x}, {y, yt})) {
     launchWriteBothLayouts<kThreads>(static_cast<uint8_t*>(y), static_cast<uint8_t*>(yt), M, F, out,
                                      SwigluValues{static_cast<const uint4*>(x), F / 8}, s, "swigluForwardFp8");
     return TANDEM_CUDA_LAUNCH_CHECK();
@@ -1201,7 +1192,7 @@ void swigluForwardFp8(void* y, void* yt, const void* x, int64_t M, int64_t F, DT
 
 void swigluBackwardFp8(void* dx, void* dxt, const void* dy, const void* x, int64_t M, int64_t F, DType dt,
                        const Fp8Write& out, cudaStream_t s) {
-  if (dxt && bothLayoutsTiled(dt, M, F, {x, dy}, {dx, dxt})) {
+  if (dxt && tiledWriterTakes(dt, M, F, {x, dy}, {dx, dxt})) {
     auto* dxc = static_cast<uint8_t*>(dx);
     auto* dxtc = static_cast<uint8_t*>(dxt);
     const auto* dyv = static_cast<const uint4*>(dy);

@@ -40,10 +40,11 @@ bool castsItsOutput(OpKind op) {
 
 // Producers of FP8 that also write the K-major copy a backward GEMM reads:
 // elementwise kernels, which a tiled kernel runs in both layouts from one
-// computation, and RMSNorm (its rows' 1 / rms first, then the tiles).
-// LayerNorm's GEMMs still transpose the codes themselves.
+// computation, and the norms (their rows' statistics first, then the
+// tiles).
 bool writesBothLayouts(OpKind op) {
   switch (op) {
+    case OpKind::LayerNorm:
     case OpKind::RmsNorm:
     case OpKind::Gelu:
     case OpKind::GeluBwd:

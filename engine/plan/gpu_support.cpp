@@ -9,9 +9,11 @@ namespace tandem {
 namespace {
 
 // Under delayed scaling the kinds that write FP8 themselves on the GPU
-// (engine/cuda/llama.cu): the casts, RMSNorm and SwiGLU.
+// (engine/cuda/llama.cu, layernorm.cu, elementwise.cu): the casts, the
+// norms, SwiGLU and GELU.
 bool writesFp8OnGpu(OpKind op) {
-  return op == OpKind::CastFp8 || op == OpKind::RmsNorm || op == OpKind::SwiGlu || op == OpKind::SwiGluBwd;
+  return op == OpKind::CastFp8 || op == OpKind::RmsNorm || op == OpKind::SwiGlu || op == OpKind::SwiGluBwd ||
+         op == OpKind::LayerNorm || op == OpKind::Gelu || op == OpKind::GeluBwd;
 }
 
 // training.precision fp8: the executor runs the casts (current or delayed
@@ -23,9 +25,23 @@ std::optional<std::string> fp8Refusal(const Plan& plan) {
       for (int b : t.writes)
         if (rp.buffers.at(size_t(b)).dtype == DType::F8 && !writesFp8OnGpu(t.op))
           return fmt::format("under FP8 delayed scaling {} ({}) writes FP8 itself, which the GPU executor does for "
-                             "casts, RMSNorm and SwiGLU only; set training.fp8_scaling=current, or `tandem "
+                             "casts, norms, SwiGLU and GELU only; set training.fp8_scaling=current, or `tandem "
                              "simulate` and `tandem train` run it",
                              t.name, toString(t.op));
+      // GPT-2's writers have the tiled kernels only: both layouts, whole
+      // 16-byte vectors, rows in fours, nothing accumulated.
+      const bool gpt2_writer = t.op == OpKind::LayerNorm || t.op == OpKind::Gelu || t.op == OpKind::GeluBwd;
+      if (t.attrs.fp8_out && gpt2_writer) {
+        const Buffer& y = rp.buffers.at(size_t(t.writes.at(0)));
+        const int64_t cols = y.shape.empty() ? 0 : y.shape.back();
+        const int64_t rows = cols > 0 ? y.elementCount() / cols : 0;
+        if (!t.attrs.fp8_transposed_out || cols % 8 != 0 || rows % 4 != 0 || t.attrs.accumulate)
+          return fmt::format("under FP8 delayed scaling {} writes FP8 [{} x {}]{}{}: the GPU executor's writer takes "
+                             "both layouts of rows a multiple of 4 and columns of 8, not accumulated; set "
+                             "training.fp8_scaling=current",
+                             t.name, rows, cols, t.attrs.fp8_transposed_out ? "" : " without its transposed copy",
+                             t.attrs.accumulate ? ", accumulating" : "");
+      }
       if (t.attrs.fp8 && (t.attrs.m % 16 != 0 || t.attrs.n % 16 != 0 || t.attrs.k % 16 != 0))
         return fmt::format("the FP8 GEMM {} is {} x {} x {}: Hopper's FP8 GEMMs need every dimension a multiple of "
                            "16 (model.hidden, the MLP width and the tokens per micro-batch)",

@@ -513,8 +513,9 @@ void fp8DelayedResume(const std::string& label0, const JobSpec& job) {
 }
 
 // Delayed scaling (training.fp8_scaling delayed): the tiny Llama's RMSNorm
-// and SwiGLU write FP8 with scales from the amax history; gradients after
-// two steps built a history, training, resume and the entropy.
+// and SwiGLU, and the tiny GPT-2's LayerNorm and GELU, write FP8 with
+// scales from the amax history; gradients after two steps built a history,
+// training, resume and the entropy.
 void fp8DelayedChecks() {
   const std::vector<std::string> fp8 = {"training.precision=fp8", "training.fp8_scaling=delayed"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -527,6 +528,11 @@ void fp8DelayedChecks() {
   compareTraining("tiny Llama fp8 delayed", tinyLlama(fp8), 20, 2e-2, 2.5e-1);
   fp8DelayedResume("tiny Llama fp8 delayed", tinyLlama(fp8));
   if (g_fusion) trainToEntropy("tiny Llama fp8 delayed", tinyLlama(fp8));
+  compareFp8Gradients("tiny GPT-2 fp8 delayed", tiny(fp8), 1e-1, 2);
+  compareFp8Gradients("tiny GPT-2 fp8 delayed grad_accum=2", tiny(with(fp8, {"training.grad_accum=2"})), 1e-1, 2);
+  compareTraining("tiny GPT-2 fp8 delayed", tiny(fp8), 20, 2e-2, 2.5e-1);
+  fp8DelayedResume("tiny GPT-2 fp8 delayed", tiny(fp8));
+  if (g_fusion) trainToEntropy("tiny GPT-2 fp8 delayed", tiny(fp8));
 }
 
 // GPU_TEST_ONLY=fp8: the FP8 checks alone, with and without fusion (a

@@ -12,11 +12,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <utility>
 
 #include "engine/cpu/kernels.h"
+#include "engine/cuda/check.h"
 #include "engine/cuda/gemm.h"
 #include "engine/cuda/kernels.h"
 #include "engine/numerics/fp8.h"
@@ -480,6 +482,68 @@ void testFp8Writers(DType dt, int64_t M, int64_t C, int64_t F) {
     }
 }
 
+// GPT-2's FP8 writers under delayed scaling: LayerNorm (its mean and rstd
+// too), GELU and GELU's gradient, each in both layouts, against the CPU's
+// values (bf16 inputs; the tiled kernels are the only path).
+void testFp8WritersGpt2(int64_t M, int64_t C) {
+  const std::string shape = fmt::format(" M{} C{}", M, C);
+  const DType dt = DType::BF16;
+  auto check = [&](const std::string& what, const std::vector<float>& want, Fp8Format format,
+                   const std::function<void(uint8_t*, uint8_t*, const cuda::Fp8Write&)>& run) {
+    float amax = 0;
+    for (float v : want) amax = std::max(amax, std::fabs(v));
+    DelayedKey key(format);
+    const float scale = fp8Scale(amax, format);
+    key.setScale(scale);
+    DeviceBytes out(2 * want.size());
+    uint8_t* codes = out.bytes();
+    uint8_t* codes_t = codes + want.size();
+    run(codes, codes_t, key.write(true));
+    const std::vector<uint8_t> got = downloadCodes(codes, want.size());
+    expectCodesClose(tag(dt, (what + shape).c_str()), got, want, scale, format);
+    expectBelow(tag(dt, (what + shape + " amax").c_str()), std::fabs(key.amax() - amax) / amax, 1e-5);
+    expectTransposedCopy(tag(dt, (what + shape).c_str()), got, codes_t, M, C, key, scale);
+  };
+  {
+    auto x = rounded(randomVector(M * C, rng, 2.f), dt), w = rounded(randomVector(C, rng, 0.5f), dt),
+         b = rounded(randomVector(C, rng, 0.2f), dt);
+    std::vector<float> y(static_cast<size_t>(M * C)), mean(static_cast<size_t>(M)), rstd(static_cast<size_t>(M));
+    cpu::layernormForward<float>(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), M, C);
+    Dev gx(dt, x.size()), gw(dt, w.size()), gb(dt, b.size()), gm(DType::F32, size_t(M)), gr(DType::F32, size_t(M));
+    gx.upload(x), gw.upload(w), gb.upload(b);
+    check("layernorm forward FP8 both layouts", y, Fp8Format::E4M3,
+          [&](uint8_t* codes, uint8_t* codes_t, const cuda::Fp8Write& wr) {
+            cuda::layernormForwardFp8(codes, codes_t, gm.p, gm.dt, gr.p, gr.dt, gx.p, gw.p, gb.p, M, C, dt, wr, nullptr);
+          });
+    expectBelow(tag(dt, ("layernorm forward FP8 mean" + shape).c_str()), relError(gm.download(), mean), 1e-4);
+    expectBelow(tag(dt, ("layernorm forward FP8 rstd" + shape).c_str()), relError(gr.download(), rstd), 1e-5);
+  }
+  auto x = rounded(randomVector(M * C, rng, 2.f), dt), dy = rounded(randomVector(M * C, rng), dt);
+  std::vector<float> y(x.size()), dx(x.size());
+  cpu::geluForward<float>(y.data(), x.data(), M * C);
+  cpu::geluBackward<float>(dx.data(), dy.data(), x.data(), M * C, false);
+  Dev gx(dt, x.size()), gdy(dt, dy.size());
+  gx.upload(x), gdy.upload(dy);
+  check("gelu forward FP8 both layouts", y, Fp8Format::E4M3,
+        [&](uint8_t* codes, uint8_t* codes_t, const cuda::Fp8Write& wr) {
+          cuda::geluForwardFp8(codes, codes_t, gx.p, M, C, dt, wr, nullptr);
+        });
+  check("gelu backward FP8 both layouts", dx, Fp8Format::E5M2,
+        [&](uint8_t* codes, uint8_t* codes_t, const cuda::Fp8Write& wr) {
+          cuda::geluBackwardFp8(codes, codes_t, gdy.p, gx.p, M, C, dt, wr, nullptr);
+        });
+  // Without the transposed copy there is no kernel: a clear error.
+  bool threw = false;
+  try {
+    DelayedKey key(Fp8Format::E4M3);
+    DeviceBytes out(x.size());
+    cuda::geluForwardFp8(out.bytes(), nullptr, gx.p, M, C, dt, key.write(), nullptr);
+  } catch (const cuda::CudaError&) {
+    threw = true;
+  }
+  expectTrue(tag(dt, ("gelu forward FP8 without its transposed copy is refused" + shape).c_str()), threw);
+}
+
 // The end of a step: the key's amax into its history, the next scale from
 // the history's largest as the CPU reference's Fp8Scales takes it, over
 // more steps than the history holds (the oldest amax leaves it).
@@ -648,9 +712,12 @@ int main() {
     testFp8Writers(DType::BF16, 1000, 2048, 688);
     testFp8Writers(DType::BF16, 260, 64, 1032);
     testFp8Writers(DType::BF16, 132, 520, 200);
+    testFp8WritersGpt2(260, 136);
   }
   unsetenv("TANDEM_FP8_TILE");
   testFp8DelayedHistory();
+  testFp8WritersGpt2(1024, 768);  // GPT-2 124M's width (its MLP's 3072 in the GELUs of the executor test)
+  testFp8WritersGpt2(260, 136);   // tile edges inside both dimensions
   testTransposeBytes(512, 176);   // a tile edge inside both dimensions
   testTransposeBytes(4096, 2048);
   testTransposeBytes(68, 1028);
