@@ -348,14 +348,6 @@ Fp8Tile fp8Tile() {
   throw CudaError("TANDEM_FP8_TILE must be 64x64, 32x128 or 128x64, not '" + v + "'");
 }
 
-const char* fp8TileName(Fp8Tile t) {
-  switch (t) {
-    case Fp8Tile::k32x128: return "32x128";
-    case Fp8Tile::k128x64: return "128x64";
-    default: return "64x64";
-  }
-}
-
 Fp8DelayedState fp8DelayedStateAt(void* at, int keys) {
   Fp8DelayedState st;
   st.keys = keys;

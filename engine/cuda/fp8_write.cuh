@@ -43,16 +43,15 @@ using ByteTile = ByteTileOf<kTile, kTile>;
 
 // The shapes the writers' tiles can take: rows x columns of the output
 // ([rows, cols]) per block. 64 x 64 is the default; TANDEM_FP8_TILE=32x128
-// or 128x64 picks another (read once per process), for a benchmark to
-// weigh longer row segments (reads and row-major stores) against longer
-// transposed ones.
+// or 128x64 picks another (read at each launch, so that one process can
+// time every shape), for a benchmark to weigh longer row segments (reads
+// and row-major stores) against longer transposed ones.
 template <int kR, int kC>
 struct TileShape {
   static constexpr int kRows = kR, kCols = kC;
 };
 enum class Fp8Tile { k64x64, k32x128, k128x64 };
 Fp8Tile fp8Tile();  // fp8.cu
-const char* fp8TileName(Fp8Tile t);
 
 // launch(TileShape<..>{}) for the process's tile shape.
 template <class Launch>
