@@ -396,16 +396,22 @@ void testFp8CastDelayed(DType dt, int64_t rows, int64_t cols, Fp8Format format) 
 
 // Codes of values the GPU computed in fp32 against the CPU's (computed in
 // double, then float): the two may round a value on either side of a code
-// boundary, so a code may differ by one step, rarely.
+// boundary, so a code may differ by one step, rarely. Values below a
+// millionth of the format's largest (the tensor's amax, at the key's
+// scale) are compared in absolute terms: fp32 arithmetic leaves them
+// relatively inexact (GELU's gradient as the GPU computes it, 0.5 (1 +
+// tanh u), cancels for x below about -4; the CPU's sigmoid form does not),
+// and codes that small carry nothing of the tensor.
 void expectCodesClose(const std::string& what, const std::vector<uint8_t>& got, const std::vector<float>& values,
                       float scale, Fp8Format format) {
+  const float floor = (format == Fp8Format::E4M3 ? 448.f : 57344.f) * std::ldexp(1.f, -20);
   int64_t differ = 0, far = 0;
   for (size_t i = 0; i < values.size(); ++i) {
     const uint8_t want = fp8FromFloat(values[i] * scale, format);
     if (got[i] == want) continue;
     ++differ;
     const float a = fp8ToFloat(got[i], format), b = fp8ToFloat(want, format);
-    far += !(std::fabs(a - b) <= 0.26f * std::fabs(b) + 1e-6f);  // one step: 1/8 (E4M3) or 1/4 (E5M2) of the value
+    far += !(std::fabs(a - b) <= 0.26f * std::fabs(b) + floor);  // one step: 1/8 (E4M3) or 1/4 (E5M2) of the value
   }
   expectTrue(fmt::format("{}: {} of {} codes one step from the CPU's, {} further", what, differ, values.size(), far),
              far == 0 && differ * 100 <= int64_t(values.size()));
