@@ -628,6 +628,9 @@ struct CalibrationSamples {
   std::map<std::pair<OpKind, std::string>, std::vector<MainKernel>> kernels_by_shape;
   std::map<std::string, std::vector<std::string>> runs_by_software;
   bool any_sweep = false;  // some input is a sweep run: every shape says where it came from
+  // Weight-gradient shapes whose tasks also summed a bias gradient (GPT-2's
+  // linear layers): their time is not the GEMM's alone.
+  std::set<std::pair<OpKind, std::string>> with_bias_gradient;
 };
 
 // The runs of one input: the one it names, else every real run of its file.
@@ -769,6 +772,8 @@ void addOpSamples(CalibrationSamples& acc, const Task& task, const traces::TaskK
   Sample base{task.flops / 1e9, double(task.bytes_read + task.bytes_written) / 1e6, 0.0, shapeKey(task)};
   base.mb_slow = slowPathMb(task);
   base.multi_rank = multi_rank;
+  if (task.op == OpKind::MatmulBwdWeight && task.attrs.has_bias)
+    acc.with_bias_gradient.insert({costOpKind(task), base.shape});
   if (task.kind == TaskKind::Kernel)
     (multi_rank ? acc.gaps_by_shape.multi : acc.gaps_by_shape.single)[{costOpKind(task), base.shape}]
         .push_back(launch_ns);
@@ -1204,6 +1209,7 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   fitMultiRankLaunch(acc, out);
   dropSharedWhereAlone(acc.samples);
   fitOps(acc, out);
+  out.with_bias_gradient = acc.with_bias_gradient;
   deriveFp8Speedup(out);
   deriveFp8WriterSlowdown(out);
   const ShapeTimes clean_kernel_ns = cleanKernelNs(acc.kernel_clean);
@@ -1379,6 +1385,9 @@ void deriveFp8Speedup(CalibrationResult& out) {
       }
       const auto plain = oc->second.shapes.find(bf16);
       if (transposes || plain == oc->second.shapes.end() || plain->second.ns <= 0) continue;
+      // A GEMM's speed-up: not from tasks that summed a bias gradient too
+      // (in FP8 from the codes, another kernel than bf16's).
+      if (out.with_bias_gradient.count({op, shape}) || out.with_bias_gradient.count({op, bf16})) continue;
       // A pair whose times say FP8 ran at half the speed or at four times
       // (FP8's peak is twice bf16's) measured something else: left out.
       const double speedup = double(plain->second.ns) / double(e.ns);

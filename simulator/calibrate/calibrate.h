@@ -31,6 +31,7 @@
 //     a plan with more than one rank.
 
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <utility>
@@ -106,6 +107,10 @@ struct CalibrationResult {
   // Where the multi-rank keys came from when they were kept from another
   // calibration (keepMultiRankKeys, calibrate_merge.h); empty when fitted.
   std::string multi_rank_source;
+  // (op kind, shape) of weight-gradient tasks that also summed a bias
+  // gradient: deriveFp8Speedup leaves them out (their FP8 time holds
+  // biasGradientFp8 too, not only the GEMM's).
+  std::set<std::pair<OpKind, std::string>> with_bias_gradient;
 };
 
 // A multi-rank run's forward kernel speed of every rank but 0 relative to
