@@ -6,7 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
-#         checkpointkill ckptcost fp8gemm fp8run materialized rankspergpu multigpu normbwd
+#         checkpointkill ckptcost fp8gemm fp8run materialized rankspergpu multigpu normbwd fp8writers sweepfp8
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -460,6 +460,17 @@ print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-20
       # The layernorm's and RMSNorm's backward on the warp- and the
       # block-per-row kernels, alternating, at a 1.1B Llama's rows (2048).
       stage normbwd_2048 $B/bench_layernorm_bwd --width 2048 --rows 16384 --reps 20 ;;
+    fp8writers)
+      # The FP8 writers (casts, SwiGLU, RMSNorm in both layouts) at each
+      # tile shape against their bf16 twins, three rounds (about 12 s).
+      stage fp8writers $B/bench_fp8_writers --rounds 3 ;;
+    sweepfp8)
+      # The grid's FP8 points beside their bf16 twins (about 1 minute on one
+      # H100): the in-step FP8 GEMM speed-ups and the writers' slowdowns of
+      # this GPU's shipped profile (docs/accuracy.md, "FP8 in the sweep").
+      mkdir -p $OUT/$s
+      STAGE_TIMEOUT=300 stage $s $B/tandem calibrate --sweep full --part fp8 --out $OUT/$s/$GPU-fp8.yaml \
+        --work-dir /tmp/$s --warm-seconds 1.5 --multi-rank-from $GPU_MULTI_RANK --topology $GPU_TOPO ;;
     ckptcost)
       # Issue 51: what checkpoints cost Llama 2 7B's steps, CKPT_LAYERS of its
       # 32 layers (8: a checkpoint of 26 GB, two of which the machine's 64 GiB
