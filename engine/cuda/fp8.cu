@@ -285,10 +285,8 @@ void fp8CastTransposeCurrentScaling(void* out, void* out_t, const void* x, DType
   const float largest = format == Fp8Format::E4M3 ? 448.0f : 57344.0f;
   auto* o = static_cast<uint8_t*>(out);
   auto* ot = static_cast<uint8_t*>(out_t);
-  withFp8Tile([&](auto shape) {
+  withFp8Tiles(rows, cols, "fp8CastTransposeCurrentScaling", [&](auto shape, dim3 grid) {
     using Shape = decltype(shape);
-    if (!tileGridFits<Shape>(rows)) throw CudaError("fp8CastTransposeCurrentScaling: too many rows for one launch");
-    const dim3 grid = tileGridOf<Shape>(rows, cols);
     TANDEM_DISPATCH_DT(dt, {
       const T* in = static_cast<const T*>(x);
       if (!amax_measured) amaxPartialsKernel<T><<<kFp8AmaxBlocks, kThreads, 0, s>>>(in, rows * cols, amax_partials);
@@ -322,10 +320,8 @@ void fp8CastTransposeDelayed(void* out, void* out_t, const void* x, DType dt, in
     throw CudaError("fp8CastTransposeDelayed: columns must be a multiple of 8, rows of 4, and the buffers aligned");
   auto* o = static_cast<uint8_t*>(out);
   auto* ot = static_cast<uint8_t*>(out_t);
-  withFp8Tile([&](auto shape) {
+  withFp8Tiles(rows, cols, "fp8CastTransposeDelayed", [&](auto shape, dim3 grid) {
     using Shape = decltype(shape);
-    if (!tileGridFits<Shape>(rows)) throw CudaError("fp8CastTransposeDelayed: too many rows for one launch");
-    const dim3 grid = tileGridOf<Shape>(rows, cols);
     TANDEM_DISPATCH_DT(dt, {
       const T* in = static_cast<const T*>(x);
       if (w.format == Fp8Format::E4M3)

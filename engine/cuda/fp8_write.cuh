@@ -53,25 +53,22 @@ struct TileShape {
 enum class Fp8Tile { k64x64, k32x128, k128x64 };
 Fp8Tile fp8Tile();  // fp8.cu
 
-// launch(TileShape<..>{}) for the process's tile shape.
+// launch(TileShape<..>{}, grid) for the process's tile shape, the grid its
+// tiles over [rows, cols] (x the column tiles, y the row tiles); `who`
+// names the caller in the error for more row tiles than a grid's 65535.
 template <class Launch>
-void withFp8Tile(Launch launch) {
+void withFp8Tiles(int64_t rows, int64_t cols, const char* who, Launch launch) {
+  auto tiles = [&](auto shape) {
+    using Shape = decltype(shape);
+    const int64_t row_tiles = (rows + Shape::kRows - 1) / Shape::kRows;
+    if (row_tiles > 65535) throw CudaError(std::string(who) + ": too many rows for one launch");
+    launch(shape, dim3(unsigned((cols + Shape::kCols - 1) / Shape::kCols), unsigned(row_tiles)));
+  };
   switch (fp8Tile()) {
-    case Fp8Tile::k32x128: return launch(TileShape<32, 128>{});
-    case Fp8Tile::k128x64: return launch(TileShape<128, 64>{});
-    default: return launch(TileShape<64, 64>{});
+    case Fp8Tile::k32x128: return tiles(TileShape<32, 128>{});
+    case Fp8Tile::k128x64: return tiles(TileShape<128, 64>{});
+    default: return tiles(TileShape<64, 64>{});
   }
-}
-
-// The grid of Shape's tiles over [rows, cols]: x the column tiles, y the
-// row tiles (at most 65535; the callers check).
-template <class Shape>
-dim3 tileGridOf(int64_t rows, int64_t cols) {
-  return dim3(unsigned((cols + Shape::kCols - 1) / Shape::kCols), unsigned((rows + Shape::kRows - 1) / Shape::kRows));
-}
-template <class Shape>
-bool tileGridFits(int64_t rows) {
-  return (rows + Shape::kRows - 1) / Shape::kRows <= 65535;
 }
 
 // The tile of in[r0.., c0..] (in[rows, cols]) stored transposed into
@@ -166,15 +163,12 @@ template <int kFormat, int kBlock, class Shape, class Values>
 __global__ void __launch_bounds__(kBlock)
     writeBothLayoutsKernel(uint8_t* out, uint8_t* out_t, int64_t rows, int64_t cols, Fp8Write w, Values values);
 
-// Launches it for the process's tile shape (withFp8Tile); `who` names the
-// caller in the error for a grid too tall.
+// Launches it for the process's tile shape (withFp8Tiles).
 template <int kBlock, class Values>
 void launchWriteBothLayouts(uint8_t* out, uint8_t* out_t, int64_t rows, int64_t cols, const Fp8Write& w,
                             Values values, cudaStream_t s, const char* who) {
-  withFp8Tile([&](auto shape) {
+  withFp8Tiles(rows, cols, who, [&](auto shape, dim3 grid) {
     using Shape = decltype(shape);
-    if (!tileGridFits<Shape>(rows)) throw CudaError(std::string(who) + ": too many rows for one launch");
-    const dim3 grid = tileGridOf<Shape>(rows, cols);
     if (w.format == Fp8Format::E4M3)
       writeBothLayoutsKernel<0, kBlock, Shape><<<grid, kBlock, 0, s>>>(out, out_t, rows, cols, w, values);
     else

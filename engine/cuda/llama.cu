@@ -1107,12 +1107,6 @@ struct RmsnormValues {
   }
 };
 
-template <class Shape>
-dim3 tileGrid(int64_t M, int64_t F) {
-  if (!tileGridFits<Shape>(M)) throw CudaError("FP8 writer: too many rows for one launch of the tiled kernel");
-  return tileGridOf<Shape>(M, F);
-}
-
 // One row's codes per block (rmsnormForwardFp8 without the transposed copy).
 void rmsnormForwardFp8Rows(void* y, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M, int64_t C,
                            DType dt, const Fp8Write& out, cudaStream_t s) {
@@ -1197,12 +1191,12 @@ void swigluBackwardFp8(void* dx, void* dxt, const void* dy, const void* x, int64
     auto* dxtc = static_cast<uint8_t*>(dxt);
     const auto* dyv = static_cast<const uint4*>(dy);
     const auto* xv = static_cast<const uint4*>(x);
-    withFp8Tile([&](auto shape) {
+    withFp8Tiles(M, F, "swigluBackwardFp8", [&](auto shape, dim3 grid) {
       using Shape = decltype(shape);
       if (out.format == Fp8Format::E4M3)
-        swigluBackwardFp8BothKernel<0, Shape><<<tileGrid<Shape>(M, F), kThreads, 0, s>>>(dxc, dxtc, dyv, xv, M, F, out);
+        swigluBackwardFp8BothKernel<0, Shape><<<grid, kThreads, 0, s>>>(dxc, dxtc, dyv, xv, M, F, out);
       else
-        swigluBackwardFp8BothKernel<1, Shape><<<tileGrid<Shape>(M, F), kThreads, 0, s>>>(dxc, dxtc, dyv, xv, M, F, out);
+        swigluBackwardFp8BothKernel<1, Shape><<<grid, kThreads, 0, s>>>(dxc, dxtc, dyv, xv, M, F, out);
     });
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
