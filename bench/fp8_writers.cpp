@@ -6,7 +6,8 @@
 // width 2048, SwiGLU width 5632). Every tile shape the writers take
 // (TANDEM_FP8_TILE: 64x64, 32x128, 128x64) is timed in the same process,
 // alternating over rounds. RMSNorm's previous path (codes by rows, then a
-// transpose) is timed beside its tiled one. Each variant: 8 launches on
+// transpose) and its one-kernel variant (TANDEM_RMSNORM_FP8=blocks) are
+// timed beside its tiled one. Each variant: 8 launches on
 // separate tensors (as a step's layers, out of L2) in one CUDA graph,
 // replayed; the median replay per launch. One JSON object per line, then
 // one summary line per kernel and tile: median over rounds, and the bf16
@@ -119,6 +120,11 @@ class WriterBench {
       cuda::rmsnormForwardFp8(st.out, nullptr, st.rstd, DType::F32, st.x, w_, M, C, DType::BF16, wr_, s_);
       cuda::transposeBytes(st.out_t, st.out, M, C, s_);
     });
+    setenv("TANDEM_RMSNORM_FP8", "blocks", 1);  // one kernel, 32-row blocks (llama.cu)
+    record("rmsnorm", "fp8 both layouts, 32-row blocks", "32x128", r, 4 * mc, [&](const Set& st) {
+      cuda::rmsnormForwardFp8(st.out, st.out_t, st.rstd, DType::F32, st.x, w_, M, C, DType::BF16, wr_, s_);
+    });
+    unsetenv("TANDEM_RMSNORM_FP8");
     for (const char* tile : {"64x64", "32x128", "128x64"}) {
       setenv("TANDEM_FP8_TILE", tile, 1);
       record("cast", "fp8 both layouts", tile, r, 4 * mc, [&](const Set& st) {

@@ -721,6 +721,15 @@ int main() {
     testFp8WritersGpt2(260, 136);
   }
   unsetenv("TANDEM_FP8_TILE");
+  // RMSNorm's one-kernel writer in 32-row blocks (TANDEM_RMSNORM_FP8=blocks),
+  // a block with fewer rows at the end (260, 1000) and rows of three vectors
+  // per lane on some lanes only (5120).
+  setenv("TANDEM_RMSNORM_FP8", "blocks", 1);
+  std::printf("rmsnorm FP8 in 32-row blocks\n");
+  testFp8Writers(DType::BF16, 1000, 2048, 688);
+  testFp8Writers(DType::BF16, 260, 64, 1032);
+  testFp8Writers(DType::BF16, 96, 5120, 688);
+  unsetenv("TANDEM_RMSNORM_FP8");
   testFp8DelayedHistory();
   testFp8WritersGpt2(1024, 768);  // GPT-2 124M's width (its MLP's 3072 in the GELUs of the executor test)
   testFp8WritersGpt2(260, 136);   // tile edges inside both dimensions
