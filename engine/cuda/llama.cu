@@ -1077,10 +1077,9 @@ __global__ void __launch_bounds__(kThreads)
 // copy (a column of 64 rows is a tile's), and the GEMMs' own transpose of
 // the codes afterwards read and wrote them again: 50 us beside the norm's
 // 55 at the 1.1B Llama's 16384 x 2048 on one H100.
-__global__ void __launch_bounds__(kThreads) rmsnormRstdKernel(float* rstd, const uint4* x, int64_t M, int c8) {
-  const int64_t row = int64_t(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
-  if (row >= M) return;
-  const int lane = int(threadIdx.x % 32);
+// A row's 1 / rms by one warp (every lane gets it): rows of c8 16-byte
+// vectors, a lane's vectors 32 apart.
+__device__ __forceinline__ float warpRowRstd(const uint4* x, int64_t row, int c8, int lane) {
   float s = 0.f;
 #pragma unroll 4
   for (int v = lane; v < c8; v += 32) {
@@ -1089,8 +1088,15 @@ __global__ void __launch_bounds__(kThreads) rmsnormRstdKernel(float* rstd, const
 #pragma unroll
     for (int j = 0; j < 8; ++j) s += f[j] * f[j];
   }
-  s = warpSum(s);
-  if (lane == 0) rstd[row] = 1.f / sqrtf(s / float(c8 * 8) + kRmsEps);
+  return 1.f / sqrtf(warpSum(s) / float(c8 * 8) + kRmsEps);
+}
+
+__global__ void __launch_bounds__(kThreads) rmsnormRstdKernel(float* rstd, const uint4* x, int64_t M, int c8) {
+  const int64_t row = int64_t(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= M) return;
+  const int lane = int(threadIdx.x % 32);
+  const float r = warpRowRstd(x, row, c8, lane);
+  if (lane == 0) rstd[row] = r;
 }
 
 struct RmsnormValues {
@@ -1111,8 +1117,8 @@ struct RmsnormValues {
 // The same in one kernel, TANDEM_RMSNORM_FP8=blocks (an experiment for
 // bench_fp8_writers; the two passes above read x twice from memory, 86 us
 // at 16384 x 2048 on one H100 against 48 for the bf16 kernel): a block per
-// 32 whole rows, their 1 / rms first (a warp per four rows, summed as
-// rmsnormRstdKernel sums), then the rows' 32 x 128 tiles from a second
+// 32 whole rows, their 1 / rms first (a warp per four rows,
+// warpRowRstd), then the rows' 32 x 128 tiles from a second
 // read of x that L2 should still hold (two blocks per SM: 2 x 132 x 128 KB
 // of rows at width 2048, within the 50 MB L2).
 template <int kFormat>
@@ -1128,16 +1134,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int64_t row = r0 + warp * kRowsPerWarp + i;
     if (row >= M) break;
-    float s = 0.f;
-#pragma unroll 4
-    for (int v = lane; v < c8; v += 32) {
-      float f[8];
-      unpack8(x[row * c8 + v], f);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) s += f[j] * f[j];
-    }
-    s = warpSum(s);
-    if (lane == 0) rstd[row] = 1.f / sqrtf(s / float(c8 * 8) + kRmsEps);
+    const float r = warpRowRstd(x, row, c8, lane);
+    if (lane == 0) rstd[row] = r;
   }
   __syncthreads();  // the block's rows' rstd, written above, visible to all its threads
   const float scale = *out.scale;
