@@ -237,10 +237,10 @@ void printCheckpointCost(const RunOptions& o, const runner::RankSession& session
   if (!c) return;
   const double gb = double(c->copy_bytes) / 1e9;
   if (o.json)
-    fmt::print(R"({{"checkpoint_cost":true,"copies":{},"copy_s":{:.4f},"copy_bytes":{},"writes":{},)"
+    fmt::print(R"({{"checkpoint_cost":true,"copies":{},"copy_s":{:.4f},"first_copy_s":{:.4f},"copy_bytes":{},"writes":{},)"
                R"("write_bytes":{},"write_s":{:.4f},"write_gb_per_s":{:.3f},"loop_waited_s":{:.4f}}})"
                "\n",
-               c->copies, c->copy_s, c->copy_bytes, c->writes.writes, c->writes.bytes, c->writes.write_s,
+               c->copies, c->copy_s, c->first_copy_s, c->copy_bytes, c->writes.writes, c->writes.bytes, c->writes.write_s,
                c->writes.gbPerSecond(), c->writes.loop_waited_s);
   else
     fmt::print("checkpoints: {} copied out ({:.2f} GB in {:.2f} s, {:.1f} GB/s, the steps waiting), {} written "

@@ -133,6 +133,7 @@ class RankSession {
   struct CheckpointCost {
     int copies = 0;
     double copy_s = 0;
+    double first_copy_s = 0;  // the first copy-out alone: it also allocates and page-locks the host memory
     int64_t copy_bytes = 0;  // this rank's part
     checkpoint::WriteCost writes;
   };

@@ -7,11 +7,11 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "engine/checkpoint/crc32c.h"
 #include "engine/checkpoint/reshard.h"
 #include "engine/numerics/init.h"
 #include "engine/plan/planner.h"
@@ -32,6 +32,7 @@ std::string fileName(int rank, int layer) {
 }
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }
 
 // The layout a checkpoint's shards depend on.
 Json layoutOf(const JobSpec& job, int world) {
@@ -69,13 +70,48 @@ void writeWhole(const fs::path& path, const void* data, size_t size) {
   if (!f) throw CheckpointError(fmt::format("{}: cannot write the checkpoint file", path.string()));
 }
 
+// A file written piece by piece, its CRC-32C taken as the pieces go by (a
+// checkpoint's buffers go to disk as they are, not gathered into one copy
+// first).
+class ChecksummedFile {
+ public:
+  explicit ChecksummedFile(fs::path path) : path_(std::move(path)), f_(path_, std::ios::binary | std::ios::trunc) {}
+  void write(const void* data, size_t size) {
+    f_.write(static_cast<const char*>(data), std::streamsize(size));
+    crc_ = crc32c(crc_, data, size);
+    bytes_ += size;
+  }
+  // Flushes; throws naming the file if any write failed.
+  void close() {
+    f_.flush();
+    if (!f_) throw CheckpointError(fmt::format("{}: cannot write the checkpoint file", path_.string()));
+    f_.close();
+  }
+  uint32_t crc() const { return crc_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  fs::path path_;
+  std::ofstream f_;
+  uint32_t crc_ = 0;
+  size_t bytes_ = 0;
+};
+
 std::vector<std::byte> readWhole(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) throw CheckpointError(fmt::format("{}: missing (the checkpoint's manifest names it)", path.string()));
-  std::vector<char> raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(raw.size());
-  std::memcpy(out.data(), raw.data(), raw.size());
+  std::vector<std::byte> out(size_t(f.tellg()));
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(out.data()), std::streamsize(out.size()));
+  if (!f) throw CheckpointError(fmt::format("{}: cannot read", path.string()));
   return out;
+}
+
+// Whether a file's bytes match the checksum its manifest entry records:
+// CRC-32C ("crc32c"), or FNV-1a ("fnv1a64") in checkpoints written before.
+bool checksumMatches(const Json& entry, const std::vector<std::byte>& data) {
+  if (entry.contains("crc32c")) return hex32(crc32c(0, data.data(), data.size())) == entry.at("crc32c").get<std::string>();
+  return hex64(fnv1a64(data.data(), data.size())) == entry.at("fnv1a64").get<std::string>();
 }
 
 }  // namespace
@@ -125,30 +161,32 @@ void writeRankPart(const fs::path& dir, const Plan& plan, int64_t step, int rank
   for (const BufferBytes& b : buffers) by_layer[program.buffers.at(size_t(b.buffer)).layer].push_back(&b);
   Json files = Json::array();
   for (const auto& [layer, in_layer] : by_layer) {
-    std::vector<std::byte> data;
+    const std::string name = fileName(rank, layer);
+    ChecksummedFile file(folder / name);
     Json entries = Json::array();
     for (const BufferBytes* b : in_layer) {
       const Buffer& buf = program.buffers.at(size_t(b->buffer));
-      entries.push_back({{"id", buf.id}, {"name", buf.name}, {"offset", data.size()}, {"bytes", b->bytes.size()}});
-      data.insert(data.end(), b->bytes.begin(), b->bytes.end());
+      entries.push_back({{"id", buf.id}, {"name", buf.name}, {"offset", file.bytes()}, {"bytes", b->bytes.size()}});
+      file.write(b->bytes.data(), b->bytes.size());
     }
-    const std::string name = fileName(rank, layer);
-    writeWhole(folder / name, data.data(), data.size());
+    file.close();
     files.push_back({{"path", name},
                      {"rank", rank},
                      {"layer", layer},
-                     {"bytes", data.size()},
-                     {"fnv1a64", hex64(fnv1a64(data.data(), data.size()))},
+                     {"bytes", file.bytes()},
+                     {"crc32c", hex32(file.crc())},
                      {"buffers", entries}});
   }
   if (!rank_state.empty()) {
     const std::string name = fmt::format("rank{}.state", rank);
-    writeWhole(folder / name, rank_state.data(), rank_state.size());
+    ChecksummedFile file(folder / name);
+    file.write(rank_state.data(), rank_state.size());
+    file.close();
     files.push_back({{"path", name},
                      {"rank", rank},
                      {"kind", "rank_state"},
-                     {"bytes", rank_state.size()},
-                     {"fnv1a64", hex64(fnv1a64(rank_state.data(), rank_state.size()))},
+                     {"bytes", file.bytes()},
+                     {"crc32c", hex32(file.crc())},
                      {"buffers", Json::array()}});
   }
   writeAtomically(folder / partName(rank), Json{{"token", token}, {"rank", rank}, {"files", files}}.dump() + "\n");
@@ -273,7 +311,7 @@ Snapshot readCheckpoint(const fs::path& folder, const Plan& plan) {
       if (data.size() != f.at("bytes").get<size_t>())
         throw CheckpointError(fmt::format("{}: {} bytes where the manifest says {} (a truncated file)", path.string(),
                                           data.size(), f.at("bytes").get<size_t>()));
-      if (hex64(fnv1a64(data.data(), data.size())) != f.at("fnv1a64").get<std::string>())
+      if (!checksumMatches(f, data))
         throw CheckpointError(fmt::format("{}: checksum mismatch (a damaged file)", path.string()));
       const int rank = f.at("rank").get<int>();
       if (rank < 0 || rank >= plan.world_size)
@@ -341,9 +379,15 @@ void AsyncWriter::wait() {
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
+std::optional<Snapshot> AsyncWriter::takeWritten() {
+  wait();
+  return std::exchange(written_, std::nullopt);
+}
+
 void AsyncWriter::submit(Snapshot snap) {
   wait();
-  thread_ = std::thread([this, s = std::move(snap)] {
+  written_.reset();
+  thread_ = std::thread([this, s = std::move(snap)]() mutable {
     const auto start = std::chrono::steady_clock::now();
     try {
       fs::path folder;
@@ -362,6 +406,7 @@ void AsyncWriter::submit(Snapshot snap) {
       cost_.bytes += snapshotBytes(s, part_rank_);
       cost_.write_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (on_written && !folder.empty()) on_written(folder);
+      written_ = std::move(s);
     } catch (...) {
       error_ = std::current_exception();
     }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -51,6 +52,11 @@ struct Snapshot {
   // strings, or no entries, where there is none. Saved as a file of its own
   // per rank (rankR.state), checksummed like the others.
   std::vector<std::string> rank_state;
+  // Whatever the executor that copied into these buffers keeps for them
+  // (the GPU executor page-locks them once, so that the next snapshot copied
+  // into the same memory moves at the bus's speed); released before the
+  // buffers are freed (declared after them).
+  std::shared_ptr<void> host_memory_hold;
 };
 
 // The buffers a rank's checkpoint holds: its program's persistent buffers
@@ -111,6 +117,11 @@ class AsyncWriter {
   AsyncWriter(std::filesystem::path dir, const Plan& plan, int keep, std::string tool_version);
   ~AsyncWriter();  // waits for the write in flight
   void submit(Snapshot snap);
+  // Waits for the write in flight (counted as the loop's wait) and hands
+  // back its snapshot, for the next copy-out to reuse its memory (already
+  // touched, and page-locked by the GPU executor); empty when none was
+  // written since the last call.
+  std::optional<Snapshot> takeWritten();
   // A process per rank: write only `rank`'s part of each snapshot (its entry
   // of snap.ranks); rank 0 then completes the checkpoint, waiting up to
   // wait_s for the other ranks' parts. Call before the first submit.
@@ -133,6 +144,7 @@ class AsyncWriter {
   std::string part_token_;
   double part_wait_s_ = 0;
   WriteCost cost_;  // write_s and bytes written by the writer's thread, read after a join
+  std::optional<Snapshot> written_;  // the last snapshot written, set by the writer's thread before it ends
 };
 
 }  // namespace tandem::checkpoint

@@ -136,7 +136,11 @@ class CudaExecutor {
   // as this rank's entry of a Snapshot of the plan's world (the other
   // ranks' entries empty: their processes hold them); and the state put
   // back from this rank's entry. Not between the steps of one run() call.
-  checkpoint::Snapshot snapshot() const;
+  // `reuse`: an earlier snapshot of this executor, written and done with,
+  // whose host memory takes the copy (page-locked on its first use, so
+  // that later copies run at the bus's speed instead of through the
+  // driver's staging buffers into fresh pages).
+  checkpoint::Snapshot snapshot(std::optional<checkpoint::Snapshot> reuse = std::nullopt) const;
   void restore(const checkpoint::Snapshot& snap);
 
   GpuMemoryReport memory() const;

@@ -9,10 +9,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/consistency.h"
+#include "engine/checkpoint/crc32c.h"
+#include "engine/numerics/init.h"
 #include "engine/cpu/executor.h"
 #include "engine/plan/planner.h"
 #include "tests/engine/test_jobs.h"
@@ -198,6 +201,30 @@ TEST_CASE("checkpoints: interrupted ones skipped, damaged ones named, the newest
   std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
   CHECK_NOTHROW(checkpoint::readCheckpoint(dir / "step-00000003", plan));
 
+  // A checkpoint of the earlier format (each file's FNV-1a instead of its
+  // CRC-32C) still loads, and its damage is still found.
+  {
+    const fs::path manifest = dir / "step-00000003" / "manifest.json";
+    std::ifstream in(manifest);
+    nlohmann::ordered_json m = nlohmann::ordered_json::parse(in);
+    in.close();
+    int converted = 0;
+    for (auto& f : m.at("files")) {
+      std::ifstream data(dir / "step-00000003" / f.at("path").get<std::string>(), std::ios::binary);
+      const std::string content((std::istreambuf_iterator<char>(data)), std::istreambuf_iterator<char>());
+      f.erase("crc32c");
+      f["fnv1a64"] = fmt::format("{:016x}", fnv1a64(content.data(), content.size()));
+      ++converted;
+    }
+    REQUIRE(converted > 0);
+    std::ofstream(manifest, std::ios::trunc) << m.dump();
+    CHECK_NOTHROW(checkpoint::readCheckpoint(dir / "step-00000003", plan));
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << flipped;
+    CHECK_THROWS_WITH(checkpoint::readCheckpoint(dir / "step-00000003", plan),
+                      Catch::Contains("rank0-layer1.bin: checksum mismatch"));
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+  }
+
   // A layout that cannot be resharded is refused with the reason (another
   // global batch; tensor parallelism); another job too.
   JobSpec two = test::microJob(2, 2, 1);
@@ -278,4 +305,24 @@ TEST_CASE("a checkpoint written by a process per rank: each its part, rank 0 the
                     Catch::Contains("rank 1's part of the checkpoint did not appear within"));
   fs::remove_all(dir);
   fs::remove_all(lonely);
+}
+
+TEST_CASE("CRC-32C: the standard check values, the table and the instruction agree, pieces continue", "[checkpoint]") {
+  const char* digits = "123456789";
+  CHECK(checkpoint::crc32c(0, digits, 9) == 0xE3069283u);  // the check value of CRC-32C (RFC 3720)
+  CHECK(checkpoint::crc32cPortable(0, digits, 9) == 0xE3069283u);
+  CHECK(checkpoint::crc32c(0, digits, 0) == 0u);
+  std::vector<unsigned char> zeros(32, 0), ones(32, 0xFF);
+  CHECK(checkpoint::crc32c(0, zeros.data(), zeros.size()) == 0x8A9136AAu);  // RFC 3720 B.4
+  CHECK(checkpoint::crc32c(0, ones.data(), ones.size()) == 0x62A8AB43u);
+  // Odd lengths and offsets, split anywhere: one value.
+  std::vector<unsigned char> data(1000);
+  uint32_t x = 12345;
+  for (auto& b : data) b = (x = x * 1103515245u + 12345u) >> 24;
+  for (size_t n : {1, 7, 8, 9, 63, 64, 65, 999, 1000}) {
+    const uint32_t whole = checkpoint::crc32c(0, data.data(), n);
+    CHECK(whole == checkpoint::crc32cPortable(0, data.data(), n));
+    for (size_t cut : {size_t(0), n / 3, n / 2, n})
+      CHECK(checkpoint::crc32c(checkpoint::crc32c(0, data.data(), cut), data.data() + cut, n - cut) == whole);
+  }
 }

@@ -473,18 +473,19 @@ print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-20
         --work-dir /tmp/$s --warm-seconds 1.5 --multi-rank-from $GPU_MULTI_RANK --topology $GPU_TOPO ;;
     ckptcost)
       # Issue 51: what checkpoints cost Llama 2 7B's steps, CKPT_LAYERS of its
-      # 32 layers (8: a checkpoint of 26 GB, two of which the machine's 64 GiB
-      # disk holds while --keep 1 writes the next): 20 steps without
-      # checkpoints, with one every 10 steps and with one every step; each
-      # run reports its copy-outs and writes ("checkpoint_cost").
-      L=${CKPT_LAYERS:-8}
-      for every in 0 10 1; do
-        D=/tmp/ckpt_cost_$every; rm -rf $D
+      # 32 layers (4: a checkpoint of about 16 GB; an H100 machine's disk
+      # wrote 0.3 GB/s): 20 steps without checkpoints and with one every 10
+      # steps on the disk, then 6 steps with one every step into memory
+      # (/dev/shm: the copy-out and the writer without the disk); each run
+      # reports its copy-outs and writes ("checkpoint_cost").
+      L=${CKPT_LAYERS:-4}
+      for case in 0:20:/tmp 10:20:/tmp 1:6:/dev/shm; do
+        every=${case%%:*}; rest=${case#*:}; steps=${rest%%:*}; D=${rest#*:}/ckpt_cost_$every; rm -rf $D
         extra=(); [ $every -gt 0 ] && extra=(--checkpoint-dir $D --checkpoint-every $every --keep 1)
-        $B/tandem run llama2-7b --gpus 1 --steps 20 --json --set parallel.shard_parameters=false \
+        timeout 300 $B/tandem run llama2-7b --gpus 1 --steps $steps --json --set parallel.shard_parameters=false \
           --set model.layers=$L --set training.micro_batch=1 "${extra[@]}" > $OUT/ckptcost_every$every.jsonl \
           2> $OUT/ckptcost_every$every.err
-        echo "=== ckptcost every $every (0: none): rc $?"
+        echo "=== ckptcost every $every (0: none), $steps steps, in ${D%/*}: rc $?"
         grep -E '"summary"|"checkpoint_cost"' $OUT/ckptcost_every$every.jsonl
         rm -rf $D
       done ;;
