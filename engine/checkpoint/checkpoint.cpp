@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -97,6 +99,31 @@ class ChecksummedFile {
   size_t bytes_ = 0;
 };
 
+// Runs body(0) .. body(n - 1) on up to kWriterThreads threads (this one
+// among them); rethrows the first exception once all are done.
+constexpr unsigned kWriterThreads = 4;
+void parallelFor(size_t n, const std::function<void(size_t)>& body) {
+  std::atomic<size_t> next{0};
+  std::mutex failed_mutex;
+  std::exception_ptr failed;
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
+      try {
+        body(i);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(failed_mutex);
+        if (!failed) failed = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  const size_t extra = std::min<size_t>(kWriterThreads, n) - (n > 0 ? 1 : 0);
+  for (size_t t = 0; t < extra; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
+  if (failed) std::rethrow_exception(failed);
+}
+
 std::vector<std::byte> readWhole(const fs::path& path) {
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) throw CheckpointError(fmt::format("{}: missing (the checkpoint's manifest names it)", path.string()));
@@ -159,8 +186,13 @@ void writeRankPart(const fs::path& dir, const Plan& plan, int64_t step, int rank
   // One file per layer of the rank's buffers, in id order within it.
   std::map<int, std::vector<const BufferBytes*>> by_layer;
   for (const BufferBytes& b : buffers) by_layer[program.buffers.at(size_t(b.buffer)).layer].push_back(&b);
-  Json files = Json::array();
-  for (const auto& [layer, in_layer] : by_layer) {
+  const std::vector<std::pair<int, std::vector<const BufferBytes*>>> layers(by_layer.begin(), by_layer.end());
+  // The layers' files on a few threads at once: one thread's writes and
+  // checksum reached 1.5-1.7 GB/s on an H100 machine (its disk and tmpfs
+  // alike), below what fast storage takes.
+  std::vector<Json> entries_of(layers.size());
+  parallelFor(layers.size(), [&](size_t i) {
+    const auto& [layer, in_layer] = layers[i];
     const std::string name = fileName(rank, layer);
     ChecksummedFile file(folder / name);
     Json entries = Json::array();
@@ -170,13 +202,12 @@ void writeRankPart(const fs::path& dir, const Plan& plan, int64_t step, int rank
       file.write(b->bytes.data(), b->bytes.size());
     }
     file.close();
-    files.push_back({{"path", name},
-                     {"rank", rank},
-                     {"layer", layer},
-                     {"bytes", file.bytes()},
-                     {"crc32c", hex32(file.crc())},
-                     {"buffers", entries}});
-  }
+    entries_of[i] = Json{{"path", name},      {"rank", rank},
+                         {"layer", layer},    {"bytes", file.bytes()},
+                         {"crc32c", hex32(file.crc())}, {"buffers", entries}};
+  });
+  Json files = Json::array();
+  for (Json& f : entries_of) files.push_back(std::move(f));
   if (!rank_state.empty()) {
     const std::string name = fmt::format("rank{}.state", rank);
     ChecksummedFile file(folder / name);
