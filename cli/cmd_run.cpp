@@ -86,6 +86,7 @@ std::vector<std::string> childArguments(const RunOptions& o) {
   if (c.every > 0) args.insert(args.end(), {"--checkpoint-every", std::to_string(c.every)});
   if (c.keep > 0) args.insert(args.end(), {"--keep", std::to_string(c.keep)});
   if (c.resume) args.push_back("--resume");
+  if (c.check_replicas_every > 0) args.insert(args.end(), {"--check-replicas-every", std::to_string(c.check_replicas_every)});
   return args;
 }
 
@@ -234,6 +235,14 @@ void printStep(const RunOptions& o, const Plan& plan, const runner::RankSession&
 // loop waited for, the writes beside the steps, and any wait for a write.
 void printCheckpointCost(const RunOptions& o, const runner::RankSession& session) {
   const auto c = session.checkpointCost();
+  if (const auto rc = session.replicaChecks()) {
+    const double ms = 1e3 * rc->seconds / rc->checks;
+    if (o.json)
+      fmt::print(R"({{"replica_checks":true,"checks":{},"seconds":{:.4f},"ms_per_check":{:.3f}}})" "\n", rc->checks,
+                 rc->seconds, ms);
+    else
+      fmt::print("replica checks: {} passed, {:.2f} ms each\n", rc->checks, ms);
+  }
   if (!c) return;
   const double gb = double(c->copy_bytes) / 1e9;
   if (o.json)
@@ -347,10 +356,18 @@ void runRank(const RunOptions& o, const Plan& plan, const cuda::LaunchInfo& info
     if (const std::optional<std::string> note = oneRankShardingNote(plan)) fmt::print("run: note: {}\n", *note);
   // The next step stays queued behind the running one (graph mode, not
   // profiling), so the per-step figures are GPU time without host gaps.
-  const std::vector<cuda::GpuStepResult> results = session.run(steps_left, [&](const cuda::GpuStepResult& r) {
-    if (lead) printStep(o, plan, session, world, r);
-    testKillAfterStep(r.step);
-  });
+  std::vector<cuda::GpuStepResult> results;
+  try {
+    results = session.run(steps_left, [&](const cuda::GpuStepResult& r) {
+      if (lead) printStep(o, plan, session, world, r);
+      testKillAfterStep(r.step);
+    });
+  } catch (const runner::ReplicaMismatchError&) {
+    // The profile keeps the steps before and the mismatch's record
+    // (replica_check.mismatch); then the run stops with the error.
+    if (o.profile) finishProfile(o, session, info, rank, world);
+    throw;
+  }
   const std::vector<cuda::ClockOffset> offsets_end = session.measureClocks(true);
   if (lead && !offsets_end.empty()) printClockOffsets(offsets_end, &offsets_start, o.json);
   if (lead) {
@@ -415,6 +432,9 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
         so.executor.use_graph = !o.eager;
         so.executor.timeout_s = o.timeout_s;
         so.executor.local_world = local;
+        so.checkpoints.check_replicas_every = o.checkpoints.check_replicas_every;
+        so.checkpoints.flip_rank = o.checkpoints.flip_rank;
+        so.checkpoints.flip_after_step = o.checkpoints.flip_after_step;
         so.shared_profiler = shared_profiler.get();
         {
           // One rank's set-up at a time: timing GEMM algorithms captures
@@ -446,6 +466,14 @@ void runLocalRanks(const RunOptions& o, const Plan& plan) {
   if (first_failed >= 0) {
     try {
       std::rethrow_exception(errors[size_t(first_failed)]);
+    } catch (const runner::ReplicaMismatchError& e) {
+      // Every rank found it; the line names the ranks. The profile keeps
+      // the steps before and the mismatch's record.
+      if (shared_profiler) {
+        sessions[0]->finishProfile();
+        mergeProfiles(o.out, 1, o.json);
+      }
+      throw std::runtime_error(fmt::format("run: {}", e.what()));
     } catch (const std::exception& e) {
       throw std::runtime_error(fmt::format("run: rank {}: {}", first_failed, e.what()));
     }
@@ -668,7 +696,19 @@ void addRunCommand(CLI::App& root) {
       "and its simulation), TANDEM_FUSION=all also moves the bias gradients into the weight GEMMs; "
       "TANDEM_ATTN_MMA=sync runs the bf16 attention on mma.sync instead of Hopper's wgmma (the default where the "
       "GPU runs the sm_90a code). See docs/gpu-executor.md.");
-  cmd->callback([o] { runCommand(*o); });
+  cmd->add_option("--check-replicas-every", o->checkpoints.check_replicas_every,
+                  "after every N steps compare the data-parallel replicas' parameters (a fingerprint per tensor on "
+                  "each GPU, gathered over the group); a difference stops the run naming the step, the ranks and "
+                  "the first tensor (default 0: off)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->callback([o] {
+    // Tests of the replica check: TANDEM_TEST_FLIP_BIT=RANK:STEP flips one
+    // bit of that rank's parameters after that step.
+    if (const char* flip = std::getenv("TANDEM_TEST_FLIP_BIT"))
+      if (std::sscanf(flip, "%d:%d", &o->checkpoints.flip_rank, &o->checkpoints.flip_after_step) != 2)
+        throw std::runtime_error("TANDEM_TEST_FLIP_BIT takes RANK:STEP");
+    runCommand(*o);
+  });
 }
 
 const CommandRegistration reg{"run", 30, &addRunCommand};

@@ -56,8 +56,8 @@ TrainingReport trainOnCpu(const Plan& plan, int steps, int log_every, std::FILE*
                  r.loss, r.grad_norm, r.lr, tokens / std::max(r.seconds, 1e-9));
     std::fflush(out);
     if (checkpoints.flip_rank >= 0 && s + 1 == checkpoints.flip_after_step) {
-      const std::vector<int> ids = checkpoint::replicatedBuffers(plan, checkpoints.flip_rank);
-      if (!ids.empty()) exec.flipBit(checkpoints.flip_rank, ids.front(), 0);
+      if (const auto target = checkpoint::flipTarget(plan, checkpoints.flip_rank); target.buffer >= 0)
+        exec.flipBit(checkpoints.flip_rank, target.buffer, target.bit);
       fmt::print(out, "test: one bit of rank {}'s parameters flipped after step {}\n", checkpoints.flip_rank, s + 1);
     }
     if (checkpoints.check_replicas_every > 0 && (s + 1) % checkpoints.check_replicas_every == 0) {

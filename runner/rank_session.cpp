@@ -183,11 +183,13 @@ std::vector<cuda::GpuStepResult> RankSession::run(int steps,
     if (each) each(r);
   };
   const CheckpointSettings& c = options_.checkpoints;
-  if (c.every <= 0 || c.dir.empty()) {
+  const bool checkpointing = c.every > 0 && !c.dir.empty();
+  const bool flipping = c.flip_rank == options_.executor.rank && c.flip_after_step > 0;
+  if (!checkpointing && c.check_replicas_every <= 0 && !flipping) {
     results_ = executor_->run(steps, onStep);
     return results_;
   }
-  if (!writer_) {
+  if (checkpointing && !writer_) {
     writer_ = std::make_unique<checkpoint::AsyncWriter>(c.dir, plan_, c.keep, std::string(toolVersion()));
     // A process per rank: its part of each checkpoint, tagged with this
     // launch's NCCL id (every rank has it; an interrupted earlier launch's
@@ -199,13 +201,23 @@ std::vector<cuda::GpuStepResult> RankSession::run(int steps,
     }
   }
   results_.clear();
+  // Steps to the next multiple of `every` (0: none), so that checkpoints
+  // and checks fall on the same steps after a resume.
+  auto toNext = [this](int every) { return every > 0 ? every - executor_->stepsDone() % every : 1 << 30; };
   for (int left = steps; left > 0;) {
-    // Up to the next multiple of `every`, so checkpoints fall on the same
-    // steps after a resume.
-    const int n = std::min(left, c.every - executor_->stepsDone() % c.every);
+    int n = std::min({left, checkpointing ? toNext(c.every) : left, toNext(c.check_replicas_every)});
+    if (flipping && executor_->stepsDone() < c.flip_after_step) n = std::min(n, c.flip_after_step - executor_->stepsDone());
     for (const cuda::GpuStepResult& r : executor_->run(n, onStep)) results_.push_back(r);
     left -= n;
-    if (executor_->stepsDone() % c.every == 0 || (left == 0 && c.save_last)) {
+    const int done = executor_->stepsDone();
+    if (flipping && done == c.flip_after_step) {
+      if (const auto target = checkpoint::flipTarget(plan_, options_.executor.rank); target.buffer >= 0)
+        executor_->flipBit(target.buffer, target.bit);
+      fmt::print(stderr, "test: one bit of rank {}'s parameters flipped after step {}\n", options_.executor.rank,
+                 done);
+    }
+    if (c.check_replicas_every > 0 && done % c.check_replicas_every == 0) checkReplicasAt(done);
+    if (checkpointing && (done % c.every == 0 || (left == 0 && c.save_last))) {
       // The last snapshot written lends its (page-locked) memory to this one.
       std::optional<checkpoint::Snapshot> done = writer_->takeWritten();
       const auto start = std::chrono::steady_clock::now();
@@ -218,14 +230,42 @@ std::vector<cuda::GpuStepResult> RankSession::run(int steps,
       writer_->submit(std::move(snap));
     }
   }
-  writer_->wait();
-  checkpoint_cost_.writes = writer_->cost();
+  if (writer_) {
+    writer_->wait();
+    checkpoint_cost_.writes = writer_->cost();
+  }
   return results_;
+}
+
+void RankSession::checkReplicasAt(int step) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::optional<checkpoint::ReplicaMismatch> mismatch = executor_->checkReplicas();
+  replica_checks_.checks += 1;
+  replica_checks_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!mismatch) return;
+  const std::string line = fmt::format("step {}: {}", step, mismatch->line);
+#ifdef TANDEM_HAVE_PROFILER
+  if (profiler::Profiler* p = profiler()) {
+    traces::StatRow row;
+    row.name = "replica_check.mismatch";
+    row.value = step;
+    row.severity = traces::Severity::Error;
+    row.description = line;
+    p->setStat(row);
+  }
+#endif
+  if (writer_) writer_->wait();  // the checkpoints before the fault stay usable
+  throw ReplicaMismatchError(line);
 }
 
 std::optional<RankSession::CheckpointCost> RankSession::checkpointCost() const {
   if (checkpoint_cost_.copies == 0) return std::nullopt;
   return checkpoint_cost_;
+}
+
+std::optional<RankSession::ReplicaChecks> RankSession::replicaChecks() const {
+  if (replica_checks_.checks == 0) return std::nullopt;
+  return replica_checks_;
 }
 
 StepStats RankSession::stats() const {

@@ -53,6 +53,19 @@ struct CheckpointSettings {
   // Ranks of one run in processes of their own: each writes its part, rank
   // 0 the manifest once every part is there (waiting this long for them).
   double wait_for_parts_s = 600;
+  // The replica check (CudaExecutor::checkReplicas) after every N steps; 0:
+  // off. A mismatch stops the run (ReplicaMismatchError).
+  int check_replicas_every = 0;
+  // Tests of the replica check (TANDEM_TEST_FLIP_BIT=RANK:STEP): that rank
+  // flips one bit of its first replicated parameter after that step.
+  int flip_rank = -1, flip_after_step = 0;
+};
+
+// The replica check found ranks whose parameters differ; what() is the
+// line naming the step, the ranks and the first tensor.
+class ReplicaMismatchError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 struct SessionOptions {
@@ -123,7 +136,10 @@ class RankSession {
   // Runs `steps` steps, the next one queued behind the running one, calling
   // `each` as each step ends (on this thread). With checkpoints every N
   // steps the steps run in runs of N, the state copied out between them and
-  // written while the next run goes on; the last write is waited for.
+  // written while the next run goes on; the last write is waited for. Runs
+  // also end where a replica check falls; a mismatch is recorded in the
+  // profile (stat replica_check.mismatch) and thrown as
+  // ReplicaMismatchError once the checkpoint being written is complete.
   std::vector<cuda::GpuStepResult> run(int steps, const std::function<void(const cuda::GpuStepResult&)>& each);
   // The steady-state figures of the last run().
   StepStats stats() const;
@@ -138,6 +154,13 @@ class RankSession {
     checkpoint::WriteCost writes;
   };
   std::optional<CheckpointCost> checkpointCost() const;
+  // The replica checks run (--check-replicas-every) and their time, the
+  // GPU's and the step loop's together.
+  struct ReplicaChecks {
+    int checks = 0;
+    double seconds = 0;
+  };
+  std::optional<ReplicaChecks> replicaChecks() const;
 
   // Stores the run's summary stats in the profile and closes it (a shared
   // profiler: called on one rank's session, once every rank is done).
@@ -154,6 +177,8 @@ class RankSession {
   std::vector<cuda::GpuStepResult> results_;
   std::vector<std::chrono::steady_clock::time_point> ended_;
   CheckpointCost checkpoint_cost_;
+  ReplicaChecks replica_checks_;
+  void checkReplicasAt(int step);
 };
 
 }  // namespace tandem::runner

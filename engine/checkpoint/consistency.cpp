@@ -8,10 +8,29 @@ namespace tandem::checkpoint {
 
 std::vector<int> replicatedBuffers(const Plan& plan, int rank) {
   std::vector<int> ids;
-  if (plan.job.parallel.shard_parameters) return ids;  // each rank holds its shard
-  for (const Buffer& b : plan.forRank(rank).buffers)
-    if (b.persistent && b.parent < 0 && b.bytes > 0 && b.category == TensorCategory::Parameter) ids.push_back(b.id);
+  const ParallelSpec& p = plan.job.parallel;
+  if (p.shard_parameters) return ids;  // each rank holds its shard of everything
+  const bool optimizer_replicated = !p.shard_optimizer && !p.shard_gradients;
+  for (const Buffer& b : plan.forRank(rank).buffers) {
+    if (!b.persistent || b.parent >= 0 || b.bytes <= 0) continue;
+    const bool optimizer = b.category == TensorCategory::MasterWeight || b.category == TensorCategory::OptimizerState;
+    if (b.category == TensorCategory::Parameter || (optimizer && optimizer_replicated)) ids.push_back(b.id);
+  }
   return ids;
+}
+
+FlipTarget flipTarget(const Plan& plan, int rank) {
+  const std::vector<int> ids = replicatedBuffers(plan, rank);
+  if (ids.empty()) return {};
+  int chosen = ids.front();
+  for (int id : ids)
+    if (plan.forRank(rank).buffers.at(size_t(id)).category == TensorCategory::MasterWeight) {
+      chosen = id;
+      break;
+    }
+  const DType dt = plan.forRank(rank).buffers.at(size_t(chosen)).dtype;
+  const int64_t mantissa_top = dt == DType::F32 ? 22 : dt == DType::BF16 ? 6 : 0;
+  return {chosen, mantissa_top};
 }
 
 std::vector<uint64_t> replicaHashes(const Plan& plan, int rank, const BufferReader& bytes) {
@@ -21,6 +40,19 @@ std::vector<uint64_t> replicaHashes(const Plan& plan, int rank, const BufferRead
     out.push_back(fnv1a64(b.data(), b.size()));
   }
   return out;
+}
+
+ReplicaMismatch replicaMismatch(const std::string& group, int rank, int reference_rank, const std::string& tensor,
+                                uint64_t hash, uint64_t reference_hash) {
+  ReplicaMismatch m;
+  m.group = group;
+  m.rank = rank;
+  m.reference_rank = reference_rank;
+  m.tensor = tensor;
+  m.line = fmt::format("replicas differ after the step: rank {}'s {} is not rank {}'s (data-parallel group "
+                       "'{}'; hashes {:016x} and {:016x}): a corrupted value on one rank",
+                       rank, tensor, reference_rank, group, hash, reference_hash);
+  return m;
 }
 
 std::optional<ReplicaMismatch> checkReplicas(const Plan& plan, const BufferReader& bytes) {
@@ -34,15 +66,7 @@ std::optional<ReplicaMismatch> checkReplicas(const Plan& plan, const BufferReade
       const std::vector<uint64_t> have = replicaHashes(plan, r, bytes);
       for (size_t k = 0; k < want.size() && k < have.size(); ++k) {
         if (have[k] == want[k]) continue;
-        ReplicaMismatch m;
-        m.group = g.name;
-        m.rank = r;
-        m.reference_rank = ref;
-        m.tensor = plan.forRank(ref).buffers.at(size_t(ids[k])).name;
-        m.line = fmt::format("replicas differ after the step: rank {}'s {} is not rank {}'s (data-parallel group "
-                             "'{}'; hashes {:016x} and {:016x}): a corrupted value on one rank",
-                             r, m.tensor, ref, g.name, have[k], want[k]);
-        return m;
+        return replicaMismatch(g.name, r, ref, plan.forRank(ref).buffers.at(size_t(ids[k])).name, have[k], want[k]);
       }
     }
   }

@@ -25,13 +25,33 @@ struct ReplicaMismatch {
 };
 
 // The buffers every member of a data-parallel group holds alike: the
-// parameters, unless they are sharded (ZeRO-3, nothing to compare then).
+// parameters, unless they are sharded (ZeRO-3, nothing to compare then),
+// and the master weights and AdamW's moments unless the optimizer is
+// sharded (ZeRO-1 and up: each rank holds its own shard of them). In
+// buffer id order.
 std::vector<int> replicatedBuffers(const Plan& plan, int rank);
+
+// Where a test's flipped bit goes (TANDEM_TEST_FLIP_BIT): the first
+// replicated buffer that carries over to later steps as it is, a master
+// weight where the parameters are its bf16 copy (rewritten from it by the
+// next AdamW, which would erase the fault), else a parameter; and in it the
+// top mantissa bit of the first element (a last-place bit can vanish in the
+// next update's rounding). buffer -1: nothing replicated.
+struct FlipTarget {
+  int buffer = -1;
+  int64_t bit = 0;
+};
+FlipTarget flipTarget(const Plan& plan, int rank);
 
 // FNV-1a 64 of each replicated buffer of `rank`, in replicatedBuffers'
 // order; `bytes(rank, buffer)` reads a buffer as the executor holds it.
 using BufferReader = std::function<std::vector<std::byte>(int rank, int buffer)>;
 std::vector<uint64_t> replicaHashes(const Plan& plan, int rank, const BufferReader& bytes);
+
+// The mismatch of `rank`'s buffer `tensor` against the group's first member,
+// with the line that says it (hashes as each side computed them).
+ReplicaMismatch replicaMismatch(const std::string& group, int rank, int reference_rank, const std::string& tensor,
+                                uint64_t hash, uint64_t reference_hash);
 
 // Compares the hashes of the members of every data-parallel group
 // (process groups named "dp"), each against the group's first member.

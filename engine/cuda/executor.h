@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/consistency.h"
 #include "engine/cuda/check.h"
 #include "engine/cuda/fusion.h"
 #include "engine/cuda/gemm.h"
@@ -180,6 +182,17 @@ class CudaExecutor {
   // clock offsets between ranks.
   NcclComm* communicator() const;
   const Plan& plan() const;
+
+  // The replica check (engine/checkpoint/consistency.h) on the GPU: each
+  // replicated parameter buffer's fingerprint taken on the device
+  // (replicaHash), gathered over the rank's data-parallel group and
+  // compared with the group's first member's; the first buffer that differs
+  // on any member, named. Every rank of the group calls it after the same
+  // step (it is a collective). Nothing to compare (no data-parallel group,
+  // or the parameters sharded): std::nullopt at no cost.
+  std::optional<checkpoint::ReplicaMismatch> checkReplicas();
+  // Tests of the replica check: flips one bit of this rank's buffer.
+  void flipBit(int buffer, int64_t bit);
 
  private:
   struct Impl;

@@ -328,4 +328,9 @@ void biasGradientFp8(void* db, const void* codes, Fp8Format format, const float*
 // multiples of 4): the K-major copies Hopper's FP8 GEMMs read.
 void transposeBytes(void* out, const void* in, int64_t rows, int64_t cols, cudaStream_t s);
 
+// *out = a 64-bit fingerprint of `bytes` bytes at `data` (replica_hash.cu):
+// the same value for the same bytes on every GPU and run, another one when
+// any bit differs (barring a 2^-64 collision). The replica check's hash.
+void replicaHash(const void* data, int64_t bytes, uint64_t* out, cudaStream_t s);
+
 }  // namespace tandem::cuda

@@ -261,6 +261,29 @@ TEST_CASE("replica check: data-parallel ranks agree bit for bit; one flipped bit
   CHECK(m->reference_rank == 0);
   CHECK(m->tensor == plan.forRank(1).buffers[size_t(ids[2])].name);
   CHECK_THAT(m->line, Catch::Contains("rank 1's " + m->tensor) && Catch::Contains("group 'dp'"));
+  // The master weights and moments are compared too unless the optimizer
+  // is sharded; a flip in a master weight outlives the next step (the bf16
+  // parameters are rewritten from it) and is named after it.
+  const auto categoryOf = [&](int id) { return plan.forRank(0).buffers[size_t(id)].category; };
+  CHECK(std::any_of(ids.begin(), ids.end(), [&](int id) { return categoryOf(id) == TensorCategory::MasterWeight; }));
+  JobSpec zero1 = job;
+  zero1.parallel.shard_optimizer = true;
+  const Plan zero1_plan = buildPlan(zero1);
+  for (int id : checkpoint::replicatedBuffers(zero1_plan, 0))
+    CHECK(zero1_plan.forRank(0).buffers[size_t(id)].category == TensorCategory::Parameter);
+  {
+    cpu::CpuExecutor again(plan);
+    again.step();
+    const checkpoint::FlipTarget target = checkpoint::flipTarget(plan, 1);
+    REQUIRE(target.buffer >= 0);
+    CHECK(categoryOf(target.buffer) == TensorCategory::MasterWeight);
+    again.flipBit(1, target.buffer, target.bit);
+    again.step();
+    const auto after = checkpoint::checkReplicas(
+        plan, [&again](int rank, int buffer) { return again.bufferBytes(rank, buffer); });
+    REQUIRE(after);
+    CHECK(after->rank == 1);
+  }
   // With the parameters sharded no two ranks hold the same bytes: nothing to compare.
   JobSpec sharded = job;
   sharded.parallel.shard_parameters = true;

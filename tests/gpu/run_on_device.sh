@@ -6,7 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
-#         checkpointkill ckptcost fp8gemm fp8run materialized rankspergpu multigpu normbwd fp8writers sweepfp8
+#         checkpointkill ckptcost replicacheck replicacheck2 fp8gemm fp8run materialized rankspergpu multigpu normbwd fp8writers sweepfp8
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -390,6 +390,29 @@ for r, n, t in sqlite3.connect(sys.argv[1]).execute('select rank, count(*), sum(
       grep -E "restart|step +40/" $OUT/restarts.log
       echo "uninterrupted run's step 40: $(tail -n 1 $OUT/straight_default_.jsonl)"
       unset TANDEM_GEMM_TUNING ;;
+    replicacheck)
+      # Issue 51, point 5 on one GPU: two data-parallel ranks sharing it
+      # (--ranks-per-gpu 2) checked every 5 steps: 20 steps pass (the
+      # check's time per call against the step's); then one bit of rank 1's
+      # parameters flipped after step 7: the check after step 10 stops the
+      # run (non-zero exit) naming the ranks and the tensor, and the profile
+      # keeps the record (stat replica_check.mismatch).
+      rc_job="default --gpus 1 --ranks-per-gpu 2 --set parallel.data_parallel=2"
+      stage replicas_pass $B/tandem run $rc_job --steps 20 --json --check-replicas-every 5
+      grep -E '"replica_checks"|"summary"' $OUT/replicas_pass.log
+      rm -f /tmp/flip.sqlite
+      TANDEM_TEST_FLIP_BIT=1:7 stage replicas_flip $B/tandem run $rc_job --steps 20 --check-replicas-every 5 \
+        --profile --out /tmp/flip.sqlite
+      grep -E "replicas differ|flipped" $OUT/replicas_flip.log
+      python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"select name, value, description from stats where name like 'replica%'\").fetchall())" /tmp/flip.sqlite ;;
+    replicacheck2)
+      # The same over two GPUs, a process per rank (NCCL all-gather of the
+      # fingerprints); needs a two-GPU machine.
+      rc_job="default --gpus 2 --set parallel.data_parallel=2"
+      stage replicas2_pass $B/tandem run $rc_job --steps 200 --json --check-replicas-every 100
+      grep -E '"replica_checks"|"summary"' $OUT/replicas2_pass.log
+      TANDEM_TEST_FLIP_BIT=1:7 stage replicas2_flip $B/tandem run $rc_job --steps 20 --check-replicas-every 5
+      grep -E "replicas differ|flipped" $OUT/replicas2_flip.log ;;
     checkpoint2)
       # The same on two GPUs (a process per rank, each writing its part,
       # rank 0 the manifest), data parallel 2 with ZeRO-1; needs a
