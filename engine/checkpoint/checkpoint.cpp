@@ -124,21 +124,85 @@ void parallelFor(size_t n, const std::function<void(size_t)>& body) {
   if (failed) std::rethrow_exception(failed);
 }
 
-std::vector<std::byte> readWhole(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) throw CheckpointError(fmt::format("{}: missing (the checkpoint's manifest names it)", path.string()));
-  std::vector<std::byte> out(size_t(f.tellg()));
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(out.data()), std::streamsize(out.size()));
-  if (!f) throw CheckpointError(fmt::format("{}: cannot read", path.string()));
-  return out;
-}
+// The checksum a file's manifest entry records, taken over the file's bytes
+// piece by piece as they are read: CRC-32C ("crc32c"), or FNV-1a
+// ("fnv1a64") in checkpoints written before.
+class RunningChecksum {
+ public:
+  explicit RunningChecksum(const Json& entry) : crc_(entry.contains("crc32c")) {
+    want_ = entry.at(crc_ ? "crc32c" : "fnv1a64").get<std::string>();
+  }
+  void add(const void* data, size_t size) {
+    if (crc_)
+      crc32c_ = crc32c(crc32c_, data, size);
+    else
+      fnv_ = fnv1a64(data, size, fnv_);
+  }
+  bool matches() const { return (crc_ ? hex32(crc32c_) : hex64(fnv_)) == want_; }
 
-// Whether a file's bytes match the checksum its manifest entry records:
-// CRC-32C ("crc32c"), or FNV-1a ("fnv1a64") in checkpoints written before.
-bool checksumMatches(const Json& entry, const std::vector<std::byte>& data) {
-  if (entry.contains("crc32c")) return hex32(crc32c(0, data.data(), data.size())) == entry.at("crc32c").get<std::string>();
-  return hex64(fnv1a64(data.data(), data.size())) == entry.at("fnv1a64").get<std::string>();
+ private:
+  bool crc_;
+  std::string want_;
+  uint32_t crc32c_ = 0;
+  uint64_t fnv_ = 14695981039346656037ull;  // FNV-1a's offset basis
+};
+
+// One file of a checkpoint as its manifest describes it, and what reading
+// it gives: its buffers (each read straight into its own memory, checksummed
+// on the way) or, for a rank's state file, its text.
+struct FileToRead {
+  fs::path path;
+  const Json* entry = nullptr;
+  size_t bytes = 0;
+  int rank = -1;
+  bool state = false;
+  struct Piece {
+    int buffer = -1;
+    size_t offset = 0, bytes = 0;
+  };
+  std::vector<Piece> pieces;  // by offset
+  std::vector<BufferBytes> buffers;
+  std::string state_text;
+};
+
+// Reads `file`, checking its size and checksum; throws naming it.
+void readFile(FileToRead& file) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(file.path, ec);
+  if (ec) throw CheckpointError(fmt::format("{}: missing (the checkpoint's manifest names it)", file.path.string()));
+  if (size != file.bytes)
+    throw CheckpointError(fmt::format("{}: {} bytes where the manifest says {} (a truncated file)",
+                                      file.path.string(), size, file.bytes));
+  std::ifstream in(file.path, std::ios::binary);
+  RunningChecksum sum(*file.entry);
+  auto readInto = [&](void* to, size_t n) {
+    in.read(static_cast<char*>(to), std::streamsize(n));
+    if (!in) throw CheckpointError(fmt::format("{}: cannot read", file.path.string()));
+    sum.add(to, n);
+  };
+  if (file.state) {
+    file.state_text.resize(file.bytes);
+    readInto(file.state_text.data(), file.bytes);
+  } else {
+    std::vector<std::byte> gap;
+    size_t at = 0;
+    auto skipTo = [&](size_t to) {  // bytes no buffer claims still count in the checksum
+      gap.resize(to - at);
+      readInto(gap.data(), gap.size());
+      at = to;
+    };
+    for (const FileToRead::Piece& p : file.pieces) {
+      if (p.offset > at) skipTo(p.offset);
+      BufferBytes b;
+      b.buffer = p.buffer;
+      b.bytes.resize(p.bytes);
+      readInto(b.bytes.data(), p.bytes);
+      at = p.offset + p.bytes;
+      file.buffers.push_back(std::move(b));
+    }
+    if (at < file.bytes) skipTo(file.bytes);
+  }
+  if (!sum.matches()) throw CheckpointError(fmt::format("{}: checksum mismatch (a damaged file)", file.path.string()));
 }
 
 }  // namespace
@@ -336,36 +400,41 @@ Snapshot readCheckpoint(const fs::path& folder, const Plan& plan) {
     snap.step = m.at("step").get<int64_t>();
     snap.update_pending = m.value("update_pending", false);
     snap.ranks.resize(size_t(plan.world_size));
+    // What each file must hold, checked against the plan first; then the
+    // files read (a few at a time), each buffer straight into its memory.
+    std::vector<FileToRead> files;
     for (const Json& f : m.at("files")) {
-      const fs::path path = folder / f.at("path").get<std::string>();
-      const std::vector<std::byte> data = readWhole(path);
-      if (data.size() != f.at("bytes").get<size_t>())
-        throw CheckpointError(fmt::format("{}: {} bytes where the manifest says {} (a truncated file)", path.string(),
-                                          data.size(), f.at("bytes").get<size_t>()));
-      if (!checksumMatches(f, data))
-        throw CheckpointError(fmt::format("{}: checksum mismatch (a damaged file)", path.string()));
-      const int rank = f.at("rank").get<int>();
-      if (rank < 0 || rank >= plan.world_size)
-        throw CheckpointError(fmt::format("{}: rank {} outside the job's {} ranks", path.string(), rank,
+      FileToRead file;
+      file.path = folder / f.at("path").get<std::string>();
+      file.entry = &f;
+      file.bytes = f.at("bytes").get<size_t>();
+      file.rank = f.at("rank").get<int>();
+      if (file.rank < 0 || file.rank >= plan.world_size)
+        throw CheckpointError(fmt::format("{}: rank {} outside the job's {} ranks", file.path.string(), file.rank,
                                           plan.world_size));
-      if (f.value("kind", "") == "rank_state") {
-        snap.rank_state.resize(size_t(plan.world_size));
-        snap.rank_state[size_t(rank)].assign(reinterpret_cast<const char*>(data.data()), data.size());
-        continue;
-      }
-      const RankPlan& program = plan.forRank(rank);
+      file.state = f.value("kind", "") == "rank_state";
+      const RankPlan& program = plan.forRank(file.rank);
+      size_t end = 0;
       for (const Json& e : f.at("buffers")) {
         const int id = e.at("id").get<int>();
         const size_t offset = e.at("offset").get<size_t>(), bytes = e.at("bytes").get<size_t>();
         if (id < 0 || size_t(id) >= program.buffers.size() || program.buffers[size_t(id)].name != e.at("name") ||
-            size_t(program.buffers[size_t(id)].bytes) != bytes || offset + bytes > data.size())
-          throw CheckpointError(fmt::format("{}: buffer {} ({}) does not match the job's plan", path.string(), id,
-                                            e.at("name").get<std::string>()));
-        BufferBytes b;
-        b.buffer = id;
-        b.bytes.assign(data.begin() + long(offset), data.begin() + long(offset + bytes));
-        snap.ranks[size_t(rank)].push_back(std::move(b));
+            size_t(program.buffers[size_t(id)].bytes) != bytes || offset < end || offset + bytes > file.bytes)
+          throw CheckpointError(fmt::format("{}: buffer {} ({}) does not match the job's plan", file.path.string(),
+                                            id, e.at("name").get<std::string>()));
+        file.pieces.push_back({id, offset, bytes});
+        end = offset + bytes;
       }
+      files.push_back(std::move(file));
+    }
+    parallelFor(files.size(), [&files](size_t i) { readFile(files[i]); });
+    for (FileToRead& file : files) {
+      if (file.state) {
+        snap.rank_state.resize(size_t(plan.world_size));
+        snap.rank_state[size_t(file.rank)] = std::move(file.state_text);
+        continue;
+      }
+      for (BufferBytes& b : file.buffers) snap.ranks[size_t(file.rank)].push_back(std::move(b));
     }
     // Every buffer the plan keeps across steps must be there.
     for (int r = 0; r < plan.world_size; ++r)
