@@ -36,7 +36,7 @@ checkpoint::Snapshot filledSnapshot(const Plan& plan) {
   s.step = 1;
   s.ranks.resize(size_t(plan.world_size));
   uint64_t x = 0x9e3779b97f4a7c15ull;
-  for (int id : checkpoint::savedBuffers(plan.forRank(0))) {
+  for (int id : checkpoint::savedBuffers(plan.forRank(0), /*update_pending=*/false)) {
     checkpoint::BufferBytes bb;
     bb.buffer = id;
     bb.bytes.resize(size_t(plan.forRank(0).buffers.at(size_t(id)).bytes));

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -207,12 +208,27 @@ void readFile(FileToRead& file) {
 
 }  // namespace
 
-std::vector<int> savedBuffers(const RankPlan& program) {
+std::vector<int> savedBuffers(const RankPlan& program, bool update_pending) {
   std::vector<int> ids;
   for (const Buffer& b : program.buffers)
-    if (b.persistent && b.parent < 0 && b.bytes > 0) ids.push_back(b.id);
+    if (b.persistent && b.parent < 0 && b.bytes > 0 && (update_pending || b.category != TensorCategory::Gradient))
+      ids.push_back(b.id);
   std::sort(ids.begin(), ids.end());
   return ids;
+}
+
+void checkSavedBuffers(const RankPlan& program, bool update_pending, const std::vector<BufferBytes>& held,
+                       const std::string& where) {
+  std::set<int> have;
+  for (const BufferBytes& b : held) have.insert(b.buffer);
+  const std::vector<int> want = savedBuffers(program, update_pending);
+  int missing = 0;
+  std::string first;
+  for (int id : want)
+    if (!have.count(id) && missing++ == 0) first = program.buffers.at(size_t(id)).name;
+  if (missing > 0)
+    throw CheckpointError(fmt::format("{}: {} of the {} buffers a checkpoint must hold are missing (first: {})", where,
+                                      missing, want.size(), first));
 }
 
 namespace {
@@ -438,9 +454,8 @@ Snapshot readCheckpoint(const fs::path& folder, const Plan& plan) {
     }
     // Every buffer the plan keeps across steps must be there.
     for (int r = 0; r < plan.world_size; ++r)
-      if (snap.ranks[size_t(r)].size() != savedBuffers(plan.forRank(r)).size())
-        throw CheckpointError(fmt::format("{}: rank {} has {} of its {} buffers", folder.string(), r,
-                                          snap.ranks[size_t(r)].size(), savedBuffers(plan.forRank(r)).size()));
+      checkSavedBuffers(plan.forRank(r), snap.update_pending, snap.ranks[size_t(r)],
+                        fmt::format("{}: rank {}", folder.string(), r));
     return snap;
   } catch (const Json::exception& e) {
     throw CheckpointError(fmt::format("{}: damaged manifest: {}", manifest_path.string(), e.what()));

@@ -169,7 +169,7 @@ Snapshot scatterWhole(const Plan& plan, const std::map<std::string, WholeParam>&
   out.ranks.resize(size_t(plan.world_size));
   for (int r = 0; r < plan.world_size; ++r) {
     const RankPlan& program = plan.forRank(r);
-    for (int id : savedBuffers(program)) {
+    for (int id : savedBuffers(program, /*update_pending=*/false)) {
       BufferBytes b;
       b.buffer = id;
       b.bytes.assign(size_t(program.buffers.at(size_t(id)).bytes), std::byte{0});

@@ -726,7 +726,7 @@ checkpoint::Snapshot CpuExecutor::snapshot() const {
   s.ranks.resize(size_t(impl_->plan.world_size));
   for (int r = 0; r < impl_->plan.world_size; ++r) {
     const RankPlan& program = impl_->programOf(r);
-    for (int id : checkpoint::savedBuffers(program)) {
+    for (int id : checkpoint::savedBuffers(program, s.update_pending)) {
       const Buffer& b = program.buffers[size_t(id)];
       const std::byte* at = impl_->arenas[size_t(r)].data() + b.offset;
       s.ranks[size_t(r)].push_back({id, std::vector<std::byte>(at, at + b.bytes)});
@@ -754,6 +754,7 @@ void CpuExecutor::restore(const checkpoint::Snapshot& snap) {
                                                   impl_->plan.world_size));
   for (int r = 0; r < impl_->plan.world_size; ++r) {
     const RankPlan& program = impl_->programOf(r);
+    checkpoint::checkSavedBuffers(program, snap.update_pending, snap.ranks[size_t(r)], fmt::format("rank {}", r));
     for (const checkpoint::BufferBytes& bb : snap.ranks[size_t(r)]) {
       const Buffer& b = program.buffers.at(size_t(bb.buffer));
       if (size_t(b.bytes) != bb.bytes.size())

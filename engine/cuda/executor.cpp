@@ -1185,7 +1185,7 @@ std::shared_ptr<void> pageLock(std::vector<checkpoint::BufferBytes>& buffers) {
 checkpoint::Snapshot CudaExecutor::snapshot(std::optional<checkpoint::Snapshot> reuse) const {
   TANDEM_CUDA_CHECK(cudaSetDevice(impl_->opt.device));
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<int> ids = checkpoint::savedBuffers(*impl_->program);
+  const std::vector<int> ids = checkpoint::savedBuffers(*impl_->program, impl_->pending_update >= 0);
   const size_t rank = size_t(impl_->opt.rank);
   checkpoint::Snapshot s;
   if (reuse && reuse->host_memory_hold && sameBuffers(*reuse, rank, ids, *impl_->program)) s = std::move(*reuse);
@@ -1216,11 +1216,8 @@ void CudaExecutor::restore(const checkpoint::Snapshot& snap) {
   if (snap.ranks.size() != size_t(impl_->plan.world_size))
     throw checkpoint::CheckpointError(fmt::format("the checkpoint has {} ranks, the plan {}", snap.ranks.size(),
                                                   impl_->plan.world_size));
-  const std::vector<int> saved = checkpoint::savedBuffers(*impl_->program);
   const auto& mine = snap.ranks.at(size_t(impl_->opt.rank));
-  if (mine.size() != saved.size())
-    throw checkpoint::CheckpointError(fmt::format("the checkpoint holds {} of rank {}'s {} persistent buffers",
-                                                  mine.size(), impl_->opt.rank, saved.size()));
+  checkpoint::checkSavedBuffers(*impl_->program, snap.update_pending, mine, fmt::format("rank {}", impl_->opt.rank));
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
   for (const checkpoint::BufferBytes& bb : mine) {
     const Buffer& b = impl_->program->buffers.at(size_t(bb.buffer));

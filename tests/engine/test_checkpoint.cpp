@@ -225,6 +225,35 @@ TEST_CASE("checkpoints: interrupted ones skipped, damaged ones named, the newest
     std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
   }
 
+  // The gradients are not saved (dead between steps); a checkpoint that
+  // holds them (as written before) still loads, one short of a buffer is
+  // refused naming it.
+  {
+    checkpoint::Snapshot s = ex.snapshot();
+    const RankPlan& program = plan.forRank(0);
+    for (const checkpoint::BufferBytes& b : s.ranks[0])
+      CHECK(program.buffers[size_t(b.buffer)].category != TensorCategory::Gradient);
+    checkpoint::Snapshot with_gradients = s;
+    int gradients = 0;
+    for (const Buffer& b : program.buffers)
+      if (b.persistent && b.parent < 0 && b.bytes > 0 && b.category == TensorCategory::Gradient) {
+        with_gradients.ranks[0].push_back({b.id, ex.bufferBytes(0, b.id)});
+        ++gradients;
+      }
+    REQUIRE(gradients > 0);
+    const fs::path older = checkpoint::writeCheckpoint(freshDir("older"), plan, with_gradients, 0, "test");
+    cpu::CpuExecutor resumed(plan);
+    CHECK_NOTHROW(resumed.restore(checkpoint::readCheckpoint(older, plan)));
+    checkpoint::Snapshot short_one = s;
+    const std::string dropped = program.buffers[size_t(short_one.ranks[0].back().buffer)].name;
+    short_one.ranks[0].pop_back();
+    const fs::path cut = checkpoint::writeCheckpoint(freshDir("short"), plan, short_one, 0, "test");
+    CHECK_THROWS_WITH(checkpoint::readCheckpoint(cut, plan),
+                      Catch::Contains("1 of the") && Catch::Contains("missing (first: " + dropped + ")"));
+    fs::remove_all(older.parent_path());
+    fs::remove_all(cut.parent_path());
+  }
+
   // A layout that cannot be resharded is refused with the reason (another
   // global batch; tensor parallelism); another job too.
   JobSpec two = test::microJob(2, 2, 1);
