@@ -219,9 +219,9 @@ std::vector<cuda::GpuStepResult> RankSession::run(int steps,
     if (c.check_replicas_every > 0 && done % c.check_replicas_every == 0) checkReplicasAt(done);
     if (checkpointing && (done % c.every == 0 || (left == 0 && c.save_last))) {
       // The last snapshot written lends its (page-locked) memory to this one.
-      std::optional<checkpoint::Snapshot> done = writer_->takeWritten();
+      std::optional<checkpoint::Snapshot> written = writer_->takeWritten();
       const auto start = std::chrono::steady_clock::now();
-      checkpoint::Snapshot snap = executor_->snapshot(std::move(done));
+      checkpoint::Snapshot snap = executor_->snapshot(std::move(written));
       const double copy_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (checkpoint_cost_.copies == 0) checkpoint_cost_.first_copy_s = copy_s;
       checkpoint_cost_.copy_s += copy_s;

@@ -100,9 +100,9 @@ class ChecksummedFile {
   size_t bytes_ = 0;
 };
 
-// Runs body(0) .. body(n - 1) on up to kWriterThreads threads (this one
+// Runs body(0) .. body(n - 1) on up to kFileThreads threads (this one
 // among them); rethrows the first exception once all are done.
-constexpr unsigned kWriterThreads = 4;
+constexpr unsigned kFileThreads = 4;
 void parallelFor(size_t n, const std::function<void(size_t)>& body) {
   std::atomic<size_t> next{0};
   std::mutex failed_mutex;
@@ -118,7 +118,7 @@ void parallelFor(size_t n, const std::function<void(size_t)>& body) {
     }
   };
   std::vector<std::thread> helpers;
-  const size_t extra = std::min<size_t>(kWriterThreads, n) - (n > 0 ? 1 : 0);
+  const size_t extra = std::min<size_t>(kFileThreads, n) - (n > 0 ? 1 : 0);
   for (size_t t = 0; t < extra; ++t) helpers.emplace_back(work);
   work();
   for (std::thread& t : helpers) t.join();
