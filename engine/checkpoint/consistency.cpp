@@ -14,7 +14,12 @@ std::vector<int> replicatedBuffers(const Plan& plan, int rank) {
   for (const Buffer& b : plan.forRank(rank).buffers) {
     if (!b.persistent || b.parent >= 0 || b.bytes <= 0) continue;
     const bool optimizer = b.category == TensorCategory::MasterWeight || b.category == TensorCategory::OptimizerState;
-    if (b.category == TensorCategory::Parameter || (optimizer && optimizer_replicated)) ids.push_back(b.id);
+    // Every rank's all-reduce result is the same bits (NCCL's rings and
+    // trees compute each element once and pass it on; the CPU reference and
+    // the ranks sharing a GPU sum in rank order once for all).
+    const bool gradient = b.category == TensorCategory::Gradient;
+    if (b.category == TensorCategory::Parameter || ((optimizer || gradient) && optimizer_replicated))
+      ids.push_back(b.id);
   }
   return ids;
 }

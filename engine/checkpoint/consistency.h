@@ -25,10 +25,12 @@ struct ReplicaMismatch {
 };
 
 // The buffers every member of a data-parallel group holds alike: the
-// parameters, unless they are sharded (ZeRO-3, nothing to compare then),
-// and the master weights and AdamW's moments unless the optimizer is
-// sharded (ZeRO-1 and up: each rank holds its own shard of them). In
-// buffer id order.
+// parameters, unless they are sharded (ZeRO-3, nothing to compare then);
+// the master weights and AdamW's moments unless the optimizer is sharded
+// (ZeRO-1 and up: each rank holds its own shard of them); and the reduced
+// gradients (the step's all-reduced buckets, still in place after it) when
+// nothing is sharded (a reduce-scatter leaves each rank its own shard
+// reduced). In buffer id order.
 std::vector<int> replicatedBuffers(const Plan& plan, int rank);
 
 // Where a test's flipped bit goes (TANDEM_TEST_FLIP_BIT): the first

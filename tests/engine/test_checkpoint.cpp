@@ -295,6 +295,8 @@ TEST_CASE("replica check: data-parallel ranks agree bit for bit; one flipped bit
   // parameters are rewritten from it) and is named after it.
   const auto categoryOf = [&](int id) { return plan.forRank(0).buffers[size_t(id)].category; };
   CHECK(std::any_of(ids.begin(), ids.end(), [&](int id) { return categoryOf(id) == TensorCategory::MasterWeight; }));
+  // The reduced gradients too (the three steps above compared them equal).
+  CHECK(std::any_of(ids.begin(), ids.end(), [&](int id) { return categoryOf(id) == TensorCategory::Gradient; }));
   JobSpec zero1 = job;
   zero1.parallel.shard_optimizer = true;
   const Plan zero1_plan = buildPlan(zero1);
