@@ -12,6 +12,7 @@
 #include "cli/job_options.h"
 #include "cli/plan_cache_option.h"
 #include "cli/number_checks.h"
+#include "simulator/pipeline/checkpoint_cost.h"
 #include "simulator/pipeline/simulate_job.h"
 #include "simulator/replay/replay.h"
 
@@ -34,6 +35,8 @@ struct SimulateOptions {
   int64_t call_floor_ns = -1;
   std::string kernel_sharing;  // empty: the calibration's, else first_holds
   int max_rank_rows = 16;
+  int checkpoint_every = 0;        // --checkpoint-every: estimate what checkpoints cost (0: no)
+  double checkpoint_gbps = 2.0;    // --checkpoint-gbps: a host's storage write rate
 };
 
 double ms(int64_t ns) { return double(ns) / 1e6; }
@@ -151,6 +154,13 @@ void runSimulate(const SimulateOptions& o) {
   sim::SimulateCallbacks callbacks;
   callbacks.on_warning = [](const std::string& w) { fmt::print(stderr, "tandem simulate: warning: {}\n", w); };
   const sim::SimulateOutcome out = sim::simulateJob(request, callbacks);
+  std::optional<sim::CheckpointCostEstimate> ckpt;
+  if (o.checkpoint_every > 0) {
+    sim::CheckpointCostSettings cs;
+    cs.every = o.checkpoint_every;
+    cs.host_write_gbps = o.checkpoint_gbps;
+    ckpt = sim::estimateCheckpointCost(out.plan, out.topology, out.result, cs);
+  }
   if (o.json) {
     nlohmann::json j = toJson(out.plan, out.topology, out.result, out.ranks, o.out);
     j["warnings"] = out.warnings;
@@ -158,9 +168,25 @@ void runSimulate(const SimulateOptions& o) {
     if (!out.kernel_time_sources.empty()) j["kernel_time_sources"] = out.kernel_time_sources;
     j["plan"] = {{"from_cache", plan_stats.from_cache}, {"cache_file", plan_stats.path},
                  {"seconds", plan_stats.seconds}};
+    if (ckpt)
+      j["checkpoint_cost"] = {{"every", ckpt->every},
+                              {"rank_bytes", ckpt->rank_bytes},
+                              {"host_bytes", ckpt->host_bytes},
+                              {"copy_gbps", ckpt->copy_gbps},
+                              {"copy_gbps_assumed", ckpt->copy_gbps_assumed},
+                              {"host_write_gbps", o.checkpoint_gbps},
+                              {"copy_s", ckpt->copy_s},
+                              {"write_s", ckpt->write_s},
+                              {"between_s", ckpt->between_s},
+                              {"wait_s", ckpt->wait_s},
+                              {"per_checkpoint_s", ckpt->per_checkpoint_s},
+                              {"per_step_s", ckpt->per_step_s},
+                              {"overhead_pct", ckpt->overhead_pct},
+                              {"first_setup_s", ckpt->first_setup_s}};
     fmt::print("{}\n", j.dump(2));
   } else {
     printText(out.plan, out.topology, out.result, out.ranks, out.calibration_used, out.kernel_time_sources, o);
+    if (ckpt) fmt::print("{}\n", sim::describeCheckpointCost(*ckpt));
     if (plan_stats.from_cache)
       fmt::print("plan read back from the plan cache in {:.2f} s ({})\n", plan_stats.seconds, plan_stats.path);
   }
@@ -206,6 +232,15 @@ void addSimulateCommand(CLI::App& root) {
                   "how kernels of two compute streams divide a GPU: first_holds (the one that started first runs "
                   "as alone; default) or fair (processor sharing); overrides the calibration's")
       ->check(CLI::IsMember({"first_holds", "fair"}));
+  cmd->add_option("--checkpoint-every", o->checkpoint_every,
+                  "also estimate what a checkpoint every N steps costs the steps, as `tandem run` checkpoints "
+                  "(copy-out over each GPU's PCIe link, write beside the next N steps at --checkpoint-gbps per host; "
+                  "docs/simulator.md)")
+      ->check(wholeNumberAtLeast(1));
+  cmd->add_option("--checkpoint-gbps", o->checkpoint_gbps,
+                  "the storage write rate one host gets, GB/s, for --checkpoint-every (default 2.0: an H100 "
+                  "machine's local disk measured 2.2)")
+      ->check(numberAboveZero());
   cmd->add_option("--rank-rows", o->max_rank_rows, "ranks listed in the text table")
       ->capture_default_str()
       ->check(wholeNumberAtLeast(0));
