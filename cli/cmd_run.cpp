@@ -697,13 +697,15 @@ void addRunCommand(CLI::App& root) {
       "TANDEM_ATTN_MMA=sync runs the bf16 attention on mma.sync instead of Hopper's wgmma (the default where the "
       "GPU runs the sm_90a code). See docs/gpu-executor.md.");
   cmd->add_option("--check-replicas-every", o->checkpoints.check_replicas_every,
-                  "after every N steps compare the data-parallel replicas' parameters (a fingerprint per tensor on "
-                  "each GPU, gathered over the group); a difference stops the run naming the step, the ranks and "
-                  "the first tensor (default 0: off)")
-      ->check(CLI::Range(0, 1 << 30));
+                  "after every N steps compare the data-parallel replicas' state (parameters; master weights, "
+                  "moments and reduced gradients where not sharded; a fingerprint per tensor on each GPU, gathered "
+                  "over the group); a difference stops the run naming the step, the ranks and the first tensor "
+                  "(default 0: off)")
+      ->check(wholeNumberAtLeast(0));
   cmd->callback([o] {
     // Tests of the replica check: TANDEM_TEST_FLIP_BIT=RANK:STEP flips one
-    // bit of that rank's parameters after that step.
+    // bit of that rank's replicated state after that step
+    // (checkpoint::flipTarget: a master weight's top mantissa bit).
     if (const char* flip = std::getenv("TANDEM_TEST_FLIP_BIT"))
       if (std::sscanf(flip, "%d:%d", &o->checkpoints.flip_rank, &o->checkpoints.flip_after_step) != 2)
         throw std::runtime_error("TANDEM_TEST_FLIP_BIT takes RANK:STEP");
