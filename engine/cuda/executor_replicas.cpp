@@ -1,7 +1,5 @@
 // CudaExecutor's replica check: fingerprints on the device, gathered over
 // the data-parallel group (engine/cuda/executor.h).
-#include <fmt/format.h>
-
 #include <algorithm>
 
 #include "engine/cuda/executor.h"
