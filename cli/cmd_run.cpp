@@ -231,18 +231,22 @@ void printStep(const RunOptions& o, const Plan& plan, const runner::RankSession&
   std::fflush(stdout);
 }
 
+// The replica checks the run made (--check-replicas-every) and their time.
+void printReplicaChecks(const RunOptions& o, const runner::RankSession& session) {
+  const auto rc = session.replicaChecks();
+  if (!rc) return;
+  const double ms = 1e3 * rc->seconds / rc->checks;
+  if (o.json)
+    fmt::print(R"({{"replica_checks":true,"checks":{},"seconds":{:.4f},"ms_per_check":{:.3f}}})" "\n", rc->checks,
+               rc->seconds, ms);
+  else
+    fmt::print("replica checks: {} passed, {:.2f} ms each\n", rc->checks, ms);
+}
+
 // What checkpoints cost the run (--checkpoint-every): the copy-outs the step
 // loop waited for, the writes beside the steps, and any wait for a write.
 void printCheckpointCost(const RunOptions& o, const runner::RankSession& session) {
   const auto c = session.checkpointCost();
-  if (const auto rc = session.replicaChecks()) {
-    const double ms = 1e3 * rc->seconds / rc->checks;
-    if (o.json)
-      fmt::print(R"({{"replica_checks":true,"checks":{},"seconds":{:.4f},"ms_per_check":{:.3f}}})" "\n", rc->checks,
-                 rc->seconds, ms);
-    else
-      fmt::print("replica checks: {} passed, {:.2f} ms each\n", rc->checks, ms);
-  }
   if (!c) return;
   const double gb = double(c->copy_bytes) / 1e9;
   if (o.json)
@@ -277,6 +281,7 @@ void printSummary(const RunOptions& o, const Plan& plan, runner::RankSession& se
                s.median_ms, s.median_wall_ms, s.tokens_per_s, 100 * s.mfu, session.device().peak_bf16_flops / 1e12,
                mem.planned_arena_bytes / kGiB, counted / double(1 << 20), mem.allocated_bytes / kGiB,
                mem.workspace_bytes / double(1 << 20), mem.scratch_bytes / double(1 << 20), mem.device_used_bytes / kGiB);
+  printReplicaChecks(o, session);
   printCheckpointCost(o, session);
 }
 
