@@ -4,10 +4,11 @@
 // its bf16 twin reading and writing the same bytes (a copy of the bf16
 // tensor for the cast), at the 1.1B Llama's shapes by default (16384 tokens,
 // width 2048, SwiGLU width 5632). Every tile shape the writers take
-// (TANDEM_FP8_TILE: 64x64, 32x128, 128x64) is timed in the same process,
-// alternating over rounds. RMSNorm's previous path (codes by rows, then a
-// transpose) and its one-kernel variant (TANDEM_RMSNORM_FP8=blocks) are
-// timed beside its tiled one. Each variant: 8 launches on
+// (TANDEM_FP8_TILE: 64x64, 32x128, 128x64) and both walks over them
+// (TANDEM_FP8_WRITER: a block per tile, or resident blocks looping) are
+// timed in the same process, alternating over rounds. RMSNorm's previous path (codes by rows, then a
+// transpose) and its one-kernel variants (TANDEM_RMSNORM_FP8=blocks,
+// smem) are timed beside its tiled one. Each variant: 8 launches on
 // separate tensors (as a step's layers, out of L2) in one CUDA graph,
 // replayed; the median replay per launch. One JSON object per line, then
 // one summary line per kernel and tile: median over rounds, and the bf16
@@ -124,22 +125,32 @@ class WriterBench {
     record("rmsnorm", "fp8 both layouts, 32-row blocks", "32x128", r, 4 * mc, [&](const Set& st) {
       cuda::rmsnormForwardFp8(st.out, st.out_t, st.rstd, DType::F32, st.x, w_, M, C, DType::BF16, wr_, s_);
     });
+    setenv("TANDEM_RMSNORM_FP8", "smem", 1);  // one kernel, one read, the rows in shared memory (llama.cu)
+    record("rmsnorm", "fp8 both layouts, rows in shared memory", "16 rows", r, 4 * mc, [&](const Set& st) {
+      cuda::rmsnormForwardFp8(st.out, st.out_t, st.rstd, DType::F32, st.x, w_, M, C, DType::BF16, wr_, s_);
+    });
     unsetenv("TANDEM_RMSNORM_FP8");
-    for (const char* tile : {"64x64", "32x128", "128x64"}) {
-      setenv("TANDEM_FP8_TILE", tile, 1);
-      record("cast", "fp8 both layouts", tile, r, 4 * mc, [&](const Set& st) {
-        cuda::fp8CastTransposeDelayed(st.out, st.out_t, st.x, DType::BF16, M, C, wr_grad_, s_);
-      });
-      record("swiglu", "fp8 both layouts", tile, r, 6 * mf,
-             [&](const Set& st) { cuda::swigluForwardFp8(st.out, st.out_t, st.gate_up, M, F, DType::BF16, wr_, s_); });
-      record("swiglu_bwd", "fp8 both layouts", tile, r, 10 * mf, [&](const Set& st) {
-        cuda::swigluBackwardFp8(st.out, st.out_t, st.dy_ffn, st.gate_up, M, F, DType::BF16, wr_grad_, s_);
-      });
-      record("rmsnorm", "fp8 both layouts", tile, r, 4 * mc, [&](const Set& st) {
-        cuda::rmsnormForwardFp8(st.out, st.out_t, st.rstd, DType::F32, st.x, w_, M, C, DType::BF16, wr_, s_);
-      });
+    for (const char* walk : {"tiles", "loop"}) {
+      setenv("TANDEM_FP8_WRITER", walk, 1);
+      const std::string variant = std::string("fp8 both layouts, ") + walk;
+      for (const char* tile : {"64x64", "32x128", "128x64"}) {
+        setenv("TANDEM_FP8_TILE", tile, 1);
+        record("cast", variant, tile, r, 4 * mc, [&](const Set& st) {
+          cuda::fp8CastTransposeDelayed(st.out, st.out_t, st.x, DType::BF16, M, C, wr_grad_, s_);
+        });
+        record("swiglu", variant, tile, r, 6 * mf, [&](const Set& st) {
+          cuda::swigluForwardFp8(st.out, st.out_t, st.gate_up, M, F, DType::BF16, wr_, s_);
+        });
+        record("swiglu_bwd", variant, tile, r, 10 * mf, [&](const Set& st) {
+          cuda::swigluBackwardFp8(st.out, st.out_t, st.dy_ffn, st.gate_up, M, F, DType::BF16, wr_grad_, s_);
+        });
+        record("rmsnorm", variant, tile, r, 4 * mc, [&](const Set& st) {
+          cuda::rmsnormForwardFp8(st.out, st.out_t, st.rstd, DType::F32, st.x, w_, M, C, DType::BF16, wr_, s_);
+        });
+      }
     }
     unsetenv("TANDEM_FP8_TILE");
+    unsetenv("TANDEM_FP8_WRITER");
   }
 
   // Per kernel and tile: the median over rounds against the bf16 twin's.

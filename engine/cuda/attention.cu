@@ -287,6 +287,7 @@ void prepareKernels() {
   prepareAttentionKernels();
   prepareGeluGemm();
   prepareLayernormKernels();
+  prepareRmsnormKernels();
   prepareCrossEntropyKernels();
 }
 

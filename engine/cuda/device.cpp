@@ -21,6 +21,16 @@ int usableGpuCount(std::string* reason) {
   return count;
 }
 
+int smCount() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+  }();
+  return n;
+}
+
 DeviceInfo deviceInfo(int device) {
   DeviceInfo info;
   info.index = device;

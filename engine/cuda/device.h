@@ -25,6 +25,10 @@ int usableGpuCount(std::string* reason);
 
 DeviceInfo deviceInfo(int device);
 
+// The current device's multiprocessors, asked once per process (grids of
+// resident blocks).
+int smCount();
+
 // The device and the software a run measures it with (device_record.h):
 // properties from the CUDA runtime, the versions of the driver's CUDA, the
 // runtime, cuBLASLt and NCCL, and the driver's release from NVML when

@@ -318,28 +318,37 @@ __global__ void geluBackwardVec(uint4* dx, const uint4* dy, const uint4* x, int6
   }
 }
 
-// GELU and its gradient as FP8 codes in both layouts (writeBothLayoutsKernel):
+// GELU and its gradient as FP8 codes in both layouts (launchFp8Tiles):
 // the values as the bf16 kernels compute them before their rounding.
 struct GeluValues {
+  static constexpr int kParts = 1, kLoads = 1;
+  static constexpr bool kLoops = false;
   const uint4* x;
   int64_t c8;  // columns / 8
-  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][8]) const {
+  __device__ void load(int64_t r, int64_t c, uint4 (&raw)[1]) const { raw[0] = x[r * c8 + c / 8]; }
+  __device__ void compute(int64_t, int64_t, const uint4 (&raw)[1], float (&v)[1][8]) const {
     float t;
-    unpack8(x[r * c8 + c / 8], v[0]);
+    unpack8(raw[0], v[0]);
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[0][j] = geluTanh(v[0][j], &t);
   }
 };
 
 struct GeluGradValues {
+  static constexpr int kParts = 1, kLoads = 2;
+  static constexpr bool kLoops = false;
   const uint4* dy;
   const uint4* x;
   int64_t c8;
-  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][8]) const {
+  __device__ void load(int64_t r, int64_t c, uint4 (&raw)[2]) const {
+    raw[0] = x[r * c8 + c / 8];
+    raw[1] = dy[r * c8 + c / 8];
+  }
+  __device__ void compute(int64_t, int64_t, const uint4 (&raw)[2], float (&v)[1][8]) const {
     const float k = 0.7978845608028654f;
     float xv[8], t;
-    unpack8(x[r * c8 + c / 8], xv);
-    unpack8(dy[r * c8 + c / 8], v[0]);
+    unpack8(raw[0], xv);
+    unpack8(raw[1], v[0]);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       geluTanh(xv[j], &t);
@@ -491,8 +500,8 @@ void geluForwardFp8(void* y, void* yt, const void* x, int64_t rows, int64_t cols
   if (!yt || !tiledWriterTakes(dt, rows, cols, {x}, {y, yt}))
     throw CudaError("geluForwardFp8: writes both layouts from bf16 rows of whole 16-byte vectors (columns a "
                     "multiple of 8, rows of 4)");
-  launchWriteBothLayouts<256>(static_cast<uint8_t*>(y), static_cast<uint8_t*>(yt), rows, cols, out,
-                              GeluValues{static_cast<const uint4*>(x), cols / 8}, s, "geluForwardFp8");
+  const TileOutputs<1> o{{static_cast<uint8_t*>(y)}, {static_cast<uint8_t*>(yt)}, cols};
+  launchFp8Tiles<256>(o, rows, cols, out, GeluValues{static_cast<const uint4*>(x), cols / 8}, s, "geluForwardFp8");
   TANDEM_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -501,9 +510,10 @@ void geluBackwardFp8(void* dx, void* dxt, const void* dy, const void* x, int64_t
   if (!dxt || !tiledWriterTakes(dt, rows, cols, {dy, x}, {dx, dxt}))
     throw CudaError("geluBackwardFp8: writes both layouts from bf16 rows of whole 16-byte vectors (columns a "
                     "multiple of 8, rows of 4)");
-  launchWriteBothLayouts<256>(static_cast<uint8_t*>(dx), static_cast<uint8_t*>(dxt), rows, cols, out,
-                              GeluGradValues{static_cast<const uint4*>(dy), static_cast<const uint4*>(x), cols / 8},
-                              s, "geluBackwardFp8");
+  const TileOutputs<1> o{{static_cast<uint8_t*>(dx)}, {static_cast<uint8_t*>(dxt)}, cols};
+  launchFp8Tiles<256>(o, rows, cols, out,
+                      GeluGradValues{static_cast<const uint4*>(dy), static_cast<const uint4*>(x), cols / 8}, s,
+                      "geluBackwardFp8");
   TANDEM_CUDA_CHECK(cudaGetLastError());
 }
 

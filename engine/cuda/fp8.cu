@@ -125,44 +125,50 @@ __global__ void castDelayedKernel(uint8_t* out, const T* x, int64_t n, Fp8Write 
   finishFp8Write(castRange<T, kFormat>(out, x, n, scale), scale, w);
 }
 
-// Eight consecutive elements (16-byte aligned) as floats.
-__device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) { unpack8(*reinterpret_cast<const uint4*>(p), f); }
-__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
+// The cast's values for the tiled writers (storeTilesBothLayouts): eight
+// consecutive elements of x[rows, cols] (16-byte aligned) as floats.
+template <class T>
+struct CastValues {
+  static constexpr int kParts = 1, kLoads = sizeof(T) == 2 ? 1 : 2;
+  static constexpr bool kLoops = true;
+  const T* x;
+  int64_t cols;
+  __device__ void load(int64_t r, int64_t c, uint4 (&raw)[kLoads]) const {
+    const uint4* p = reinterpret_cast<const uint4*>(x + r * cols + c);
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) raw[i] = p[i];
+  }
+  __device__ void compute(int64_t, int64_t, const uint4 (&raw)[kLoads], float (&v)[1][8]) const {
+    if constexpr (sizeof(T) == 2) {
+      unpack8(raw[0], v[0]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        v[0][4 * i] = __uint_as_float(raw[i].x), v[0][4 * i + 1] = __uint_as_float(raw[i].y);
+        v[0][4 * i + 2] = __uint_as_float(raw[i].z), v[0][4 * i + 3] = __uint_as_float(raw[i].w);
+      }
+    }
+  }
+};
 
 // The cast of castKernel over x[rows, cols], writing the codes both as
-// stored (out[rows, cols]) and transposed (out_t[cols, rows]): a 64 x 64
-// tile per block, its codes through shared memory, so the transposed copy
-// costs one more byte written per element instead of a pass that reads the
-// codes again. cols a multiple of 8, rows of 4, x 16-byte aligned. Returns
-// the largest |x| this thread read.
-template <class T, int kFormat, class Shape>
-__device__ __forceinline__ float castTransposeTile(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows,
-                                                   int64_t cols, float scale) {
-  __shared__ __align__(16) ByteTileOf<Shape::kRows, Shape::kCols> tile[1];  // written 4 bytes at a time
-  uint8_t* const outs[1] = {out};
-  uint8_t* const outs_t[1] = {out_t};
-  return storeTilesBothLayouts<kFormat, kThreads, Shape>(
-      outs, cols, outs_t, rows, cols, int64_t(blockIdx.y) * Shape::kRows, int64_t(blockIdx.x) * Shape::kCols, scale,
-      tile, [&](int64_t r, int64_t c, float(&f)[1][8]) { load8(x + r * cols + c, f[0]); });
-}
-
+// stored (out[rows, cols]) and transposed (out_t[cols, rows]): a tile per
+// block, its codes through shared memory, so the transposed copy costs one
+// more byte written per element instead of a pass that reads the codes
+// again. cols a multiple of 8, rows of 4, x 16-byte aligned. Delayed
+// scaling's cast goes through launchFp8Tiles.
 template <class T, int kFormat, class Shape>
 __global__ void castTransposeKernel(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_t cols,
                                     const float* partials, float largest, float* scale_inv, float* scale_inv_t) {
   __shared__ float shared[32];
   const float scale = scaleFromPartials(partials, largest, shared);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *scale_inv = *scale_inv_t = __frcp_rn(scale);
-  castTransposeTile<T, kFormat, Shape>(out, out_t, x, rows, cols, scale);
-}
-
-template <class T, int kFormat, class Shape>
-__global__ void castTransposeDelayedKernel(uint8_t* out, uint8_t* out_t, const T* x, int64_t rows, int64_t cols,
-                                           Fp8Write w) {
-  const float scale = *w.scale;
-  finishFp8Write(castTransposeTile<T, kFormat, Shape>(out, out_t, x, rows, cols, scale), scale, w);
+  __shared__ __align__(16) ByteTileOf<Shape::kRows, Shape::kCols> tile[1];  // written 4 bytes at a time
+  uint8_t* const outs[1] = {out};
+  uint8_t* const outs_t[1] = {out_t};
+  storeTilesBothLayouts<kFormat, kThreads, Shape>(outs, cols, outs_t, rows, cols, int64_t(blockIdx.y) * Shape::kRows,
+                                                  int64_t(blockIdx.x) * Shape::kCols, scale, tile,
+                                                  CastValues<T>{x, cols});
 }
 
 // Delayed scaling's end of a step, a block per key (fp8DelayedEndStep).
@@ -285,8 +291,9 @@ void fp8CastTransposeCurrentScaling(void* out, void* out_t, const void* x, DType
   const float largest = format == Fp8Format::E4M3 ? 448.0f : 57344.0f;
   auto* o = static_cast<uint8_t*>(out);
   auto* ot = static_cast<uint8_t*>(out_t);
-  withFp8Tiles(rows, cols, "fp8CastTransposeCurrentScaling", [&](auto shape, dim3 grid) {
+  withFp8Tiles([&](auto shape) {
     using Shape = decltype(shape);
+    const dim3 grid = tileGrid<Shape>(rows, cols, "fp8CastTransposeCurrentScaling");
     TANDEM_DISPATCH_DT(dt, {
       const T* in = static_cast<const T*>(x);
       if (!amax_measured) amaxPartialsKernel<T><<<kFp8AmaxBlocks, kThreads, 0, s>>>(in, rows * cols, amax_partials);
@@ -318,17 +325,10 @@ void fp8CastTransposeDelayed(void* out, void* out_t, const void* x, DType dt, in
   if (cols % 8 != 0 || rows % 4 != 0 || reinterpret_cast<uintptr_t>(x) % align != 0 ||
       reinterpret_cast<uintptr_t>(out) % 8 != 0 || reinterpret_cast<uintptr_t>(out_t) % 4 != 0)
     throw CudaError("fp8CastTransposeDelayed: columns must be a multiple of 8, rows of 4, and the buffers aligned");
-  auto* o = static_cast<uint8_t*>(out);
-  auto* ot = static_cast<uint8_t*>(out_t);
-  withFp8Tiles(rows, cols, "fp8CastTransposeDelayed", [&](auto shape, dim3 grid) {
-    using Shape = decltype(shape);
-    TANDEM_DISPATCH_DT(dt, {
-      const T* in = static_cast<const T*>(x);
-      if (w.format == Fp8Format::E4M3)
-        castTransposeDelayedKernel<T, 0, Shape><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, w);
-      else
-        castTransposeDelayedKernel<T, 1, Shape><<<grid, kThreads, 0, s>>>(o, ot, in, rows, cols, w);
-    });
+  const TileOutputs<1> o{{static_cast<uint8_t*>(out)}, {static_cast<uint8_t*>(out_t)}, cols};
+  TANDEM_DISPATCH_DT(dt, {
+    launchFp8Tiles<kThreads>(o, rows, cols, w, CastValues<T>{static_cast<const T*>(x), cols}, s,
+                             "fp8CastTransposeDelayed");
   });
   TANDEM_CUDA_CHECK(cudaGetLastError());
 }
@@ -342,6 +342,15 @@ Fp8Tile fp8Tile() {
   if (v == "32x128") return Fp8Tile::k32x128;
   if (v == "128x64") return Fp8Tile::k128x64;
   throw CudaError("TANDEM_FP8_TILE must be 64x64, 32x128 or 128x64, not '" + v + "'");
+}
+
+Fp8Walk fp8Walk() {
+  const char* env = std::getenv("TANDEM_FP8_WRITER");
+  const std::string v = env ? env : "";
+  if (v.empty()) return Fp8Walk::kPerWriter;
+  if (v == "tiles") return Fp8Walk::kTiles;
+  if (v == "loop") return Fp8Walk::kLoop;
+  throw CudaError("TANDEM_FP8_WRITER must be tiles or loop, not '" + v + "'");
 }
 
 Fp8DelayedState fp8DelayedStateAt(void* at, int keys) {

@@ -48,6 +48,7 @@
 #include <string>
 
 #include "engine/cuda/cp_async.cuh"
+#include "engine/cuda/device.h"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/gemm_gelu.h"
 #include "engine/cuda/kernels.h"
@@ -371,16 +372,6 @@ PathState& state() {
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
-int smCount() {
-  static const int n = [] {
-    int dev = 0, sms = 0;
-    TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
-    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-  }();
-  return n;
-}
 
 template <bool kForward>
 void launch(const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& pre, const CUtensorMap& out,

@@ -81,6 +81,8 @@ void layernormBackwardDataOnly(void* dx, const void* dy, const void* x, const vo
                                bool accumulate_dx, DType dt, cudaStream_t s);
 // Raises the shared-memory limit of the wide-row layernorm backward (part of prepareKernels).
 void prepareLayernormKernels();
+// Raises the shared-memory limit of RMSNorm's one-read FP8 writer (part of prepareKernels).
+void prepareRmsnormKernels();
 // dbias (may be null): also the column sums of dx's contents before the add,
 // the bias gradient of the layer whose output gradient dx holds
 // (engine/passes/bias_grad.h); needs accumulate_dx, accumulates with accumulate_dw.

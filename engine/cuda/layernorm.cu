@@ -665,7 +665,7 @@ bool wideForEveryWidth() { return rowKernelsChosen() == RowKernels::Wide; }
 // LayerNorm writing both layouts of its FP8 codes: each row's mean and
 // 1 / std first (a warp per row, two passes over the row as the bf16
 // kernels take them, into the mean and rstd buffers), then tiles of
-// (x - mean) rstd w + b (writeBothLayoutsKernel), so the weight gradient
+// (x - mean) rstd w + b (launchFp8Tiles), so the weight gradient
 // reads the transposed copy instead of transposing the codes itself.
 __global__ void __launch_bounds__(256) layernormStatsKernel(float* mean, float* rstd, const uint4* x, int64_t M,
                                                             int c8) {
@@ -692,15 +692,18 @@ __global__ void __launch_bounds__(256) layernormStatsKernel(float* mean, float* 
 }
 
 struct LayernormValues {
+  static constexpr int kParts = 1, kLoads = 1;
+  static constexpr bool kLoops = false;
   const uint4* x;
   const uint4* w;
   const uint4* b;
   const float* mean;
   const float* rstd;
   int64_t c8;
-  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][8]) const {
+  __device__ void load(int64_t r, int64_t c, uint4 (&raw)[1]) const { raw[0] = x[r * c8 + c / 8]; }
+  __device__ void compute(int64_t r, int64_t c, const uint4 (&raw)[1], float (&v)[1][8]) const {
     float wv[8], bv[8];
-    unpack8(x[r * c8 + c / 8], v[0]);
+    unpack8(raw[0], v[0]);
     unpack8(w[c / 8], wv);
     unpack8(b[c / 8], bv);
     const float mu = mean[r], rs = rstd[r];
@@ -977,10 +980,10 @@ void layernormForwardFp8(void* y, void* yt, void* mean, DType mean_dt, void* rst
   const auto* xv = static_cast<const uint4*>(x);
   layernormStatsKernel<<<unsigned((M + 7) / 8), 256, 0, s>>>(mu, rs, xv, M, int(C / 8));
   TANDEM_CUDA_LAUNCH_CHECK();
-  launchWriteBothLayouts<256>(static_cast<uint8_t*>(y), static_cast<uint8_t*>(yt), M, C, out,
-                              LayernormValues{xv, static_cast<const uint4*>(w), static_cast<const uint4*>(b), mu, rs,
-                                              C / 8},
-                              s, "layernormForwardFp8");
+  const TileOutputs<1> o{{static_cast<uint8_t*>(y)}, {static_cast<uint8_t*>(yt)}, C};
+  launchFp8Tiles<256>(o, M, C, out,
+                      LayernormValues{xv, static_cast<const uint4*>(w), static_cast<const uint4*>(b), mu, rs, C / 8}, s,
+                      "layernormForwardFp8");
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "engine/cuda/attention_tc.h"
+#include "engine/cuda/cp_async.cuh"
 #include "engine/cuda/device_math.cuh"
 #include "engine/cuda/fp8_write.cuh"
 #include "engine/cuda/kernels.h"
@@ -1046,37 +1047,55 @@ __global__ void swigluFp8Kernel(uint8_t* out_codes, const T* dy, const T* x, int
 bool alignedCodes(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; }
 
 // The same writing both layouts of the codes (the transposed copy a weight
-// gradient reads K-major): a tile of y per block (bf16, F a multiple of 8,
-// M of 4; writeBothLayoutsKernel). The backward's block writes the tiles
-// of d gate and of d up at the same place, both from one read of gate, up
-// and dy.
+// gradient reads K-major): tiles of y (bf16, F a multiple of 8, M of 4;
+// launchFp8Tiles). The backward writes the tiles of d gate and of d up at
+// the same place, both from one read of gate, up and dy.
 struct SwigluValues {
+  static constexpr int kParts = 1, kLoads = 2;
+  static constexpr bool kLoops = false;
   const uint4* x;  // rows [gate | up] of 2F
   int64_t f8;      // F / 8
-  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][8]) const { swiglu8(x, r, f8, c / 8, v[0]); }
+  __device__ void load(int64_t r, int64_t c, uint4 (&raw)[2]) const {
+    raw[0] = x[r * 2 * f8 + c / 8];
+    raw[1] = x[r * 2 * f8 + f8 + c / 8];
+  }
+  __device__ void compute(int64_t, int64_t, const uint4 (&raw)[2], float (&v)[1][8]) const {
+    float u[8];
+    unpack8(raw[0], v[0]);
+    unpack8(raw[1], u);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[0][j] = swiglu(v[0][j], u[j]);  // as swiglu8
+  }
 };
 
-template <int kFormat, class Shape>
-__global__ void __launch_bounds__(kThreads)
-    swigluBackwardFp8BothKernel(uint8_t* dx, uint8_t* dxt, const uint4* dy, const uint4* x, int64_t M, int64_t F,
-                                Fp8Write out) {
-  __shared__ __align__(16) ByteTileOf<Shape::kRows, Shape::kCols> tiles[2];
-  const float scale = *out.scale;
-  const int64_t f8 = F / 8;
-  uint8_t* const outs[2] = {dx, dx + F};          // d gate, d up: [M, 2F]
-  uint8_t* const outs_t[2] = {dxt, dxt + F * M};  // their rows of [2F, M]
-  const float m = storeTilesBothLayouts<kFormat, kThreads, Shape>(
-      outs, 2 * F, outs_t, M, F, int64_t(blockIdx.y) * Shape::kRows, int64_t(blockIdx.x) * Shape::kCols, scale, tiles,
-      [&](int64_t r, int64_t c, float(&v)[2][8]) { swigluGrad8(x, dy, r, f8, c / 8, v[0], v[1]); });
-  finishFp8Write(m, scale, out);
-}
+// d gate and d up (parts 0 and 1) from one read of gate, up and dy.
+struct SwigluGradValues {
+  static constexpr int kParts = 2, kLoads = 3;
+  static constexpr bool kLoops = false;
+  const uint4* x;   // rows [gate | up] of 2F
+  const uint4* dy;  // rows of F
+  int64_t f8;
+  __device__ void load(int64_t r, int64_t c, uint4 (&raw)[3]) const {
+    raw[0] = x[r * 2 * f8 + c / 8];
+    raw[1] = x[r * 2 * f8 + f8 + c / 8];
+    raw[2] = dy[r * f8 + c / 8];
+  }
+  __device__ void compute(int64_t, int64_t, const uint4 (&raw)[3], float (&v)[2][8]) const {
+    float g[8], u[8], d[8];
+    unpack8(raw[0], g);
+    unpack8(raw[1], u);
+    unpack8(raw[2], d);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) swigluGrad(g[j], u[j], d[j], v[0][j], v[1][j]);  // as swigluGrad8
+  }
+};
 
 // RMSNorm writing both layouts of its codes: each row's 1 / rms first (a
 // warp per row, into the rstd buffer), then tiles of x r w as the SwiGLU
-// kernels write theirs (writeBothLayoutsKernel). A block per row cannot write the transposed
-// copy (a column of 64 rows is a tile's), and the GEMMs' own transpose of
-// the codes afterwards read and wrote them again: 50 us beside the norm's
-// 55 at the 1.1B Llama's 16384 x 2048 on one H100.
+// kernels write theirs (launchFp8Tiles). A block per row cannot write the
+// transposed copy (a column of 64 rows is a tile's), and the GEMMs' own
+// transpose of the codes afterwards read and wrote them again: 50 us beside
+// the norm's 55 at the 1.1B Llama's 16384 x 2048 on one H100.
 // A row's 1 / rms by one warp (every lane gets it): rows of c8 16-byte
 // vectors, a lane's vectors 32 apart.
 __device__ __forceinline__ float warpRowRstd(const uint4* x, int64_t row, int c8, int lane) {
@@ -1100,13 +1119,16 @@ __global__ void __launch_bounds__(kThreads) rmsnormRstdKernel(float* rstd, const
 }
 
 struct RmsnormValues {
+  static constexpr int kParts = 1, kLoads = 1;
+  static constexpr bool kLoops = true;
   const uint4* x;
   const uint4* w;
   const float* rstd;
   int64_t c8;  // C / 8
-  __device__ void operator()(int64_t r, int64_t c, float (&v)[1][8]) const {
+  __device__ void load(int64_t r, int64_t c, uint4 (&raw)[1]) const { raw[0] = x[r * c8 + c / 8]; }
+  __device__ void compute(int64_t r, int64_t c, const uint4 (&raw)[1], float (&v)[1][8]) const {
     float g[8];
-    unpack8(x[r * c8 + c / 8], v[0]);
+    unpack8(raw[0], v[0]);
     unpack8(w[c / 8], g);
     const float rr = rstd[r];
 #pragma unroll
@@ -1148,14 +1170,110 @@ __global__ void __launch_bounds__(kThreads, 2)
   finishFp8Write(m, scale, out);
 }
 
-// TANDEM_RMSNORM_FP8: "blocks" takes the one-kernel writer above; unset or
-// "passes" the two passes. Read at each launch, so one process can time both.
-bool rmsnormFp8RowBlocks() {
+// RMSNorm writing both layouts from one read of x, TANDEM_RMSNORM_FP8=smem:
+// a block per kSmemRows rows, copied into shared memory (cp.async: the
+// loads hold no registers, so two blocks fit a multiprocessor and one's
+// loads run under the other's stores), their 1 / rms by a warp per two
+// rows; then the codes, by rows, and through a tile of them in shared
+// memory transposed, each column's kSmemRows codes one 16-byte store (half
+// a sector: the next block's rows fill the other half in L2). The two
+// passes above read x twice (28 + 53 us at 16384 x 2048 on one H100, against
+// 45 for the bf16 kernel); a first try holding the rows in registers (128
+// per thread, two blocks of 8 warps per multiprocessor) took 91 us, its
+// loads idle while the block stored.
+constexpr int kSmemRows = 16;
+constexpr int kSmemThreads = 256;
+constexpr int64_t kSmemMaxCols = 2048;  // 96 KB of shared memory a block: two per multiprocessor
+
+__device__ __forceinline__ uint32_t byteColumn(uint32_t a, uint32_t b, uint32_t c, uint32_t d, int k) {
+  // byte k of a, b, c and d, in that order from the low byte
+  const uint32_t ab = __byte_perm(a, b, unsigned(k) | (unsigned(4 + k) << 4));
+  const uint32_t cd = __byte_perm(c, d, unsigned(k) | (unsigned(4 + k) << 4));
+  return __byte_perm(ab, cd, 0x5410);
+}
+
+template <int kFormat>
+__global__ void __launch_bounds__(kSmemThreads, 2)
+    rmsnormForwardFp8SmemKernel(uint8_t* y, uint8_t* yt, const uint4* x, const uint4* w, float* rstd, int64_t M,
+                                int64_t C, Fp8Write out) {
+  extern __shared__ __align__(16) uint8_t smem[];  // rows [kSmemRows][C] bf16, then codes [kSmemRows][C]
+  __shared__ float rs[kSmemRows];
+  uint4* rows = reinterpret_cast<uint4*>(smem);
+  uint8_t* codes = smem + kSmemRows * C * 2;
+  const int t = int(threadIdx.x), lane = t % 32, warp = t / 32;
+  const int c8 = int(C / 8), chunks = kSmemRows * c8;
+  const int64_t r0 = int64_t(blockIdx.x) * kSmemRows;
+  for (int i = t; i < chunks; i += kSmemThreads) cpAsync16(smemAddr(rows + i), x + r0 * c8 + i, true);
+  cpAsyncCommit();
+  cpAsyncWait<0>();
+  __syncthreads();
+  for (int j = warp; j < kSmemRows; j += kSmemThreads / 32) {
+    float s = 0.f;
+    for (int v = lane; v < c8; v += 32) {
+      float f[8];
+      unpack8(rows[j * c8 + v], f);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s += f[k] * f[k];
+    }
+    s = warpSum(s);
+    if (lane == 0) rs[j] = 1.f / sqrtf(s / float(C) + kRmsEps);
+  }
+  __syncthreads();
+  if (t < kSmemRows) rstd[r0 + t] = rs[t];
+  const float scale = *out.scale;
+  float m = 0.f;
+  for (int i = t; i < chunks; i += kSmemThreads) {
+    const int j = i / c8, v = i % c8;
+    float f[8], g[8];
+    unpack8(rows[i], f);
+    unpack8(w[v], g);
+    const float r = rs[j];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      f[k] = f[k] * r * g[k];  // as normedCodes orders it
+      m = fmaxf(m, fabsf(f[k]));
+    }
+    const uint2 c = toFp8x8<kFormat>(f, scale);
+    *reinterpret_cast<uint2*>(y + (r0 + j) * C + 8 * v) = c;
+    *reinterpret_cast<uint2*>(codes + j * C + 8 * v) = c;
+  }
+  __syncthreads();
+  // Four columns at a time: their kSmemRows codes are bytes 0-3 of the
+  // rows' words at column 4q.
+  for (int q = t; q < 2 * c8; q += kSmemThreads) {
+    uint32_t wd[kSmemRows];
+#pragma unroll
+    for (int j = 0; j < kSmemRows; ++j) wd[j] = *reinterpret_cast<const uint32_t*>(codes + j * C + 4 * q);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint4 col;
+      col.x = byteColumn(wd[0], wd[1], wd[2], wd[3], k);
+      col.y = byteColumn(wd[4], wd[5], wd[6], wd[7], k);
+      col.z = byteColumn(wd[8], wd[9], wd[10], wd[11], k);
+      col.w = byteColumn(wd[12], wd[13], wd[14], wd[15], k);
+      *reinterpret_cast<uint4*>(yt + (4 * int64_t(q) + k) * M + r0) = col;
+    }
+  }
+  finishFp8Write(m, scale, out);
+}
+
+// Whether rmsnormForwardFp8SmemKernel takes [M, C] into yt: whole blocks
+// of rows, 16-byte column stores, the rows within its shared memory.
+bool rmsnormFp8SmemTakes(int64_t M, int64_t C, const void* yt) {
+  return M % kSmemRows == 0 && C <= kSmemMaxCols && reinterpret_cast<uintptr_t>(yt) % 16 == 0;
+}
+
+// TANDEM_RMSNORM_FP8: "blocks" or "smem" takes one of the one-kernel
+// writers above; unset or "passes" the two passes. Read at each launch, so
+// one process can time them all.
+enum class RmsnormFp8Path { kPasses, kRowBlocks, kSmem };
+RmsnormFp8Path rmsnormFp8Path() {
   const char* env = std::getenv("TANDEM_RMSNORM_FP8");
   const std::string v = env ? env : "";
-  if (v.empty() || v == "passes") return false;
-  if (v == "blocks") return true;
-  throw CudaError("TANDEM_RMSNORM_FP8 must be passes or blocks, not '" + v + "'");
+  if (v.empty() || v == "passes") return RmsnormFp8Path::kPasses;
+  if (v == "blocks") return RmsnormFp8Path::kRowBlocks;
+  if (v == "smem") return RmsnormFp8Path::kSmem;
+  throw CudaError("TANDEM_RMSNORM_FP8 must be passes, blocks or smem, not '" + v + "'");
 }
 
 // One row's codes per block (rmsnormForwardFp8 without the transposed copy).
@@ -1196,13 +1314,31 @@ void rmsnormForwardFp8Rows(void* y, void* rstd, DType rstd_dt, const void* x, co
 
 }  // namespace
 
+void prepareRmsnormKernels() {
+  for (auto kernel : {rmsnormForwardFp8SmemKernel<0>, rmsnormForwardFp8SmemKernel<1>})
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(3 * kSmemRows * kSmemMaxCols)));
+}
+
 void rmsnormForwardFp8(void* y, void* yt, void* rstd, DType rstd_dt, const void* x, const void* w, int64_t M,
                        int64_t C, DType dt, const Fp8Write& out, cudaStream_t s) {
   if (yt && rstd_dt == DType::F32 && tiledWriterTakes(dt, M, C, {x, w}, {y, yt})) {
     auto* r = static_cast<float*>(rstd);
     const auto* xv = static_cast<const uint4*>(x);
     const auto* wv = static_cast<const uint4*>(w);
-    if (rmsnormFp8RowBlocks()) {
+    const RmsnormFp8Path path = rmsnormFp8Path();
+    if (path == RmsnormFp8Path::kSmem && rmsnormFp8SmemTakes(M, C, yt)) {
+      const unsigned blocks = unsigned(M / kSmemRows);
+      const size_t smem = size_t(3 * kSmemRows * C);  // the rows (bf16) and their codes
+      auto* yc = static_cast<uint8_t*>(y);
+      auto* ytc = static_cast<uint8_t*>(yt);
+      if (out.format == Fp8Format::E4M3)
+        rmsnormForwardFp8SmemKernel<0><<<blocks, kSmemThreads, smem, s>>>(yc, ytc, xv, wv, r, M, C, out);
+      else
+        rmsnormForwardFp8SmemKernel<1><<<blocks, kSmemThreads, smem, s>>>(yc, ytc, xv, wv, r, M, C, out);
+      return TANDEM_CUDA_LAUNCH_CHECK();
+    }
+    if (path == RmsnormFp8Path::kRowBlocks) {
       const unsigned blocks = unsigned((M + 31) / 32);
       auto* yc = static_cast<uint8_t*>(y);
       auto* ytc = static_cast<uint8_t*>(yt);
@@ -1215,8 +1351,8 @@ void rmsnormForwardFp8(void* y, void* yt, void* rstd, DType rstd_dt, const void*
     constexpr int64_t kRowsPerBlock = kThreads / 32;
     rmsnormRstdKernel<<<unsigned((M + kRowsPerBlock - 1) / kRowsPerBlock), kThreads, 0, s>>>(r, xv, M, int(C / 8));
     TANDEM_CUDA_LAUNCH_CHECK();
-    launchWriteBothLayouts<kThreads>(static_cast<uint8_t*>(y), static_cast<uint8_t*>(yt), M, C, out,
-                                     RmsnormValues{xv, wv, r, C / 8}, s, "rmsnormForwardFp8");
+    const TileOutputs<1> o{{static_cast<uint8_t*>(y)}, {static_cast<uint8_t*>(yt)}, C};
+    launchFp8Tiles<kThreads>(o, M, C, out, RmsnormValues{xv, wv, r, C / 8}, s, "rmsnormForwardFp8");
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
   rmsnormForwardFp8Rows(y, rstd, rstd_dt, x, w, M, C, dt, out, s);
@@ -1227,8 +1363,8 @@ void rmsnormForwardFp8(void* y, void* yt, void* rstd, DType rstd_dt, const void*
 void swigluForwardFp8(void* y, void* yt, const void* x, int64_t M, int64_t F, DType dt, const Fp8Write& out,
                       cudaStream_t s) {
   if (yt && tiledWriterTakes(dt, M, F, {x}, {y, yt})) {
-    launchWriteBothLayouts<kThreads>(static_cast<uint8_t*>(y), static_cast<uint8_t*>(yt), M, F, out,
-                                     SwigluValues{static_cast<const uint4*>(x), F / 8}, s, "swigluForwardFp8");
+    const TileOutputs<1> o{{static_cast<uint8_t*>(y)}, {static_cast<uint8_t*>(yt)}, F};
+    launchFp8Tiles<kThreads>(o, M, F, out, SwigluValues{static_cast<const uint4*>(x), F / 8}, s, "swigluForwardFp8");
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
   const bool vec = dt == DType::BF16 && vec8(F, {x}) && alignedCodes(y);
@@ -1250,15 +1386,12 @@ void swigluBackwardFp8(void* dx, void* dxt, const void* dy, const void* x, int64
   if (dxt && tiledWriterTakes(dt, M, F, {x, dy}, {dx, dxt})) {
     auto* dxc = static_cast<uint8_t*>(dx);
     auto* dxtc = static_cast<uint8_t*>(dxt);
-    const auto* dyv = static_cast<const uint4*>(dy);
-    const auto* xv = static_cast<const uint4*>(x);
-    withFp8Tiles(M, F, "swigluBackwardFp8", [&](auto shape, dim3 grid) {
-      using Shape = decltype(shape);
-      if (out.format == Fp8Format::E4M3)
-        swigluBackwardFp8BothKernel<0, Shape><<<grid, kThreads, 0, s>>>(dxc, dxtc, dyv, xv, M, F, out);
-      else
-        swigluBackwardFp8BothKernel<1, Shape><<<grid, kThreads, 0, s>>>(dxc, dxtc, dyv, xv, M, F, out);
-    });
+    // d gate and d up at [M, 2F] (row stride 2F), their transposes one
+    // after the other in [2F, M].
+    const TileOutputs<2> o{{dxc, dxc + F}, {dxtc, dxtc + F * M}, 2 * F};
+    launchFp8Tiles<kThreads>(o, M, F, out,
+                             SwigluGradValues{static_cast<const uint4*>(x), static_cast<const uint4*>(dy), F / 8}, s,
+                             "swigluBackwardFp8");
     return TANDEM_CUDA_LAUNCH_CHECK();
   }
   const bool vec = dt == DType::BF16 && vec8(F, {x, dy}) && alignedCodes(dx);

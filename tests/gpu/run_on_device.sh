@@ -6,7 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
-#         checkpointkill ckptcost replicacheck replicacheck2 fp8gemm fp8run materialized rankspergpu multigpu normbwd fp8writers sweepfp8
+#         checkpointkill ckptcost replicacheck replicacheck2 fp8gemm fp8run fp8llama7b materialized rankspergpu multigpu normbwd fp8writers sweepfp8
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -494,6 +494,14 @@ print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-20
       mkdir -p $OUT/$s
       STAGE_TIMEOUT=300 stage $s $B/tandem calibrate --sweep full --part fp8 --out $OUT/$s/$GPU-fp8.yaml \
         --work-dir /tmp/$s --warm-seconds 1.5 --multi-rank-from $GPU_MULTI_RANK --topology $GPU_TOPO ;;
+    fp8llama7b)
+      # Issue 54 point 2 on the whole Llama 2 7B, unsharded as `tandem run
+      # llama2-7b --gpus 1 --set parallel.shard_parameters=false` runs it (one
+      # H200: an H100's 80 GB do not hold it): FP8 with delayed scaling
+      # against bf16, two rounds in turn, with the kernel time per op kind.
+      STAGE_TIMEOUT=500 stage fp8_llama2_7b $B/bench_gpt2_h200 --job resources/jobs/llama2-7b.yaml \
+        --set parallel.shard_parameters=false --set training.precision=fp8 --set training.fp8_scaling=delayed \
+        --versus training.precision=bf16 --steps 8 --rounds ${FP8_ROUNDS:-2} --breakdown ;;
     ckptcost)
       # Issue 51: what checkpoints cost Llama 2 7B's steps, CKPT_LAYERS of its
       # 32 layers (4: a checkpoint of about 16 GB; an H100 machine's disk
