@@ -1328,6 +1328,8 @@ void rmsnormForwardFp8(void* y, void* yt, void* rstd, DType rstd_dt, const void*
     const auto* wv = static_cast<const uint4*>(w);
     const RmsnormFp8Path path = rmsnormFp8Path();
     if (path == RmsnormFp8Path::kSmem && rmsnormFp8SmemTakes(M, C, yt)) {
+      static const bool raised = (prepareRmsnormKernels(), true);  // where prepareKernels did not run first
+      (void)raised;
       const unsigned blocks = unsigned(M / kSmemRows);
       const size_t smem = size_t(3 * kSmemRows * C);  // the rows (bf16) and their codes
       auto* yc = static_cast<uint8_t*>(y);
