@@ -6,7 +6,7 @@
 #         benchonly bench2 scaling geluforward geluclocks mergedmemset energy
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
-#         checkpointkill ckptcost replicacheck replicacheck2 fp8gemm fp8run fp8llama7b materialized rankspergpu multigpu normbwd fp8writers sweepfp8
+#         checkpointkill ckptcost replicacheck replicacheck2 fp8gemm fp8run fp8llama7b materialized rankspergpu multigpu normbwd fp8writers fp8walks sweepfp8
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -485,8 +485,28 @@ print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-20
       stage normbwd_2048 $B/bench_layernorm_bwd --width 2048 --rows 16384 --reps 20 ;;
     fp8writers)
       # The FP8 writers (casts, SwiGLU, RMSNorm in both layouts) at each
-      # tile shape against their bf16 twins, three rounds (about 12 s).
+      # tile shape and walk against their bf16 twins, three rounds (about
+      # 45 s).
       stage fp8writers $B/bench_fp8_writers --rounds 3 ;;
+    fp8walks)
+      # The writers' walks: their kernels against the CPU reference (every
+      # walk, tile and RMSNorm writer) and the executor's FP8 checks, then
+      # the 1.1B Llama's FP8 step (its bf16 step beside each) with a block
+      # per tile everywhere (TANDEM_FP8_WRITER=tiles) against each writer's
+      # own walk with RMSNorm's one-read writer (TANDEM_RMSNORM_FP8=smem),
+      # alternating twice (about 3 minutes).
+      stage fp8walks_kernels $B/gpu_test_kernels_llama
+      stage fp8walks_executor env GPU_TEST_ONLY=fp8 $B/gpu_test_executor
+      l1b="--set model.layers=22 --set model.hidden=2048 --set model.heads=32 --set model.kv_heads=4
+        --set model.mlp_ratio=2.75 --set model.vocab=32000 --set model.seq_len=1024 --set training.micro_batch=16"
+      for i in 1 2; do
+        stage fp8walks_tiles_$i env TANDEM_FP8_WRITER=tiles $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml \
+          $l1b --set training.precision=fp8 --set training.fp8_scaling=delayed --versus training.precision=bf16 \
+          --steps 30 --rounds 1
+        stage fp8walks_own_smem_$i env TANDEM_RMSNORM_FP8=smem $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml \
+          $l1b --set training.precision=fp8 --set training.fp8_scaling=delayed --versus training.precision=bf16 \
+          --steps 30 --rounds 1
+      done ;;
     sweepfp8)
       # The grid's FP8 points beside their bf16 twins (about 1 minute on one
       # H100): the in-step FP8 GEMM speed-ups and the writers' slowdowns of
