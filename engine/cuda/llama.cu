@@ -398,21 +398,28 @@ __device__ __forceinline__ void swigluGrad(float g, float u, float d, float& dg,
 }
 // The same on 16-byte vectors of bf16 rows (x rows [gate | up] of 2 f8
 // vectors): vector f of row r of the output.
-__device__ __forceinline__ void swiglu8(const uint4* x, int64_t r, int64_t f8, int64_t f, float (&v)[8]) {
+__device__ __forceinline__ void swiglu8Of(const uint4& gate, const uint4& up, float (&v)[8]) {
   float u[8];
-  unpack8(x[r * 2 * f8 + f], v);
-  unpack8(x[r * 2 * f8 + f8 + f], u);
+  unpack8(gate, v);
+  unpack8(up, u);
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] = swiglu(v[j], u[j]);
 }
-__device__ __forceinline__ void swigluGrad8(const uint4* x, const uint4* dy, int64_t r, int64_t f8, int64_t f,
-                                            float (&dg)[8], float (&du)[8]) {
+__device__ __forceinline__ void swiglu8(const uint4* x, int64_t r, int64_t f8, int64_t f, float (&v)[8]) {
+  swiglu8Of(x[r * 2 * f8 + f], x[r * 2 * f8 + f8 + f], v);
+}
+__device__ __forceinline__ void swigluGrad8Of(const uint4& gate, const uint4& up, const uint4& dy, float (&dg)[8],
+                                              float (&du)[8]) {
   float g[8], u[8], d[8];
-  unpack8(x[r * 2 * f8 + f], g);
-  unpack8(x[r * 2 * f8 + f8 + f], u);
-  unpack8(dy[r * f8 + f], d);
+  unpack8(gate, g);
+  unpack8(up, u);
+  unpack8(dy, d);
 #pragma unroll
   for (int j = 0; j < 8; ++j) swigluGrad(g[j], u[j], d[j], dg[j], du[j]);
+}
+__device__ __forceinline__ void swigluGrad8(const uint4* x, const uint4* dy, int64_t r, int64_t f8, int64_t f,
+                                            float (&dg)[8], float (&du)[8]) {
+  swigluGrad8Of(x[r * 2 * f8 + f], x[r * 2 * f8 + f8 + f], dy[r * f8 + f], dg, du);
 }
 __device__ __forceinline__ float absMax8(float m, const float (&v)[8]) {
 #pragma unroll
@@ -1060,11 +1067,7 @@ struct SwigluValues {
     raw[1] = x[r * 2 * f8 + f8 + c / 8];
   }
   __device__ void compute(int64_t, int64_t, const uint4 (&raw)[2], float (&v)[1][8]) const {
-    float u[8];
-    unpack8(raw[0], v[0]);
-    unpack8(raw[1], u);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[0][j] = swiglu(v[0][j], u[j]);  // as swiglu8
+    swiglu8Of(raw[0], raw[1], v[0]);
   }
 };
 
@@ -1081,12 +1084,7 @@ struct SwigluGradValues {
     raw[2] = dy[r * f8 + c / 8];
   }
   __device__ void compute(int64_t, int64_t, const uint4 (&raw)[3], float (&v)[2][8]) const {
-    float g[8], u[8], d[8];
-    unpack8(raw[0], g);
-    unpack8(raw[1], u);
-    unpack8(raw[2], d);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) swigluGrad(g[j], u[j], d[j], v[0][j], v[1][j]);  // as swigluGrad8
+    swigluGrad8Of(raw[0], raw[1], raw[2], v[0], v[1]);
   }
 };
 
