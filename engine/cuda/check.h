@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -16,6 +17,12 @@ class CudaError : public std::runtime_error {
 };
 
 [[noreturn]] void throwCudaError(const char* what, const char* detail, const char* file, int line);
+
+// A kernel choice an environment variable makes (read at each launch, so
+// that one process can time every choice): -1 where `var` is unset or
+// empty, else the index of its value in `values`; CudaError naming the
+// values for anything else.
+int envChoice(const char* var, std::initializer_list<const char*> values);
 
 inline void checkCuda(cudaError_t err, const char* what, const char* file, int line) {
   if (err != cudaSuccess) throwCudaError(what, cudaGetErrorString(err), file, line);

@@ -333,24 +333,20 @@ void fp8CastTransposeDelayed(void* out, void* out_t, const void* x, DType dt, in
   TANDEM_CUDA_CHECK(cudaGetLastError());
 }
 
-// Read at each launch, as TANDEM_LAYERNORM is, so that one process can
-// time every shape.
 Fp8Tile fp8Tile() {
-  const char* env = std::getenv("TANDEM_FP8_TILE");
-  const std::string v = env ? env : "";
-  if (v.empty() || v == "64x64") return Fp8Tile::k64x64;
-  if (v == "32x128") return Fp8Tile::k32x128;
-  if (v == "128x64") return Fp8Tile::k128x64;
-  throw CudaError("TANDEM_FP8_TILE must be 64x64, 32x128 or 128x64, not '" + v + "'");
+  switch (envChoice("TANDEM_FP8_TILE", {"64x64", "32x128", "128x64"})) {
+    case 1: return Fp8Tile::k32x128;
+    case 2: return Fp8Tile::k128x64;
+    default: return Fp8Tile::k64x64;
+  }
 }
 
 Fp8Walk fp8Walk() {
-  const char* env = std::getenv("TANDEM_FP8_WRITER");
-  const std::string v = env ? env : "";
-  if (v.empty()) return Fp8Walk::kPerWriter;
-  if (v == "tiles") return Fp8Walk::kTiles;
-  if (v == "loop") return Fp8Walk::kLoop;
-  throw CudaError("TANDEM_FP8_WRITER must be tiles or loop, not '" + v + "'");
+  switch (envChoice("TANDEM_FP8_WRITER", {"tiles", "loop"})) {
+    case 0: return Fp8Walk::kTiles;
+    case 1: return Fp8Walk::kLoop;
+    default: return Fp8Walk::kPerWriter;
+  }
 }
 
 Fp8DelayedState fp8DelayedStateAt(void* at, int keys) {

@@ -653,12 +653,11 @@ int wideVectorsPerThread(int64_t C, DType dt, std::initializer_list<const void*>
 // Read at each launch, so that one process can time both.
 enum class RowKernels { Default, Warp, Wide };
 RowKernels rowKernelsChosen() {
-  const char* env = std::getenv("TANDEM_LAYERNORM");
-  const std::string v = env ? env : "";
-  if (v.empty()) return RowKernels::Default;
-  if (v == "warp") return RowKernels::Warp;
-  if (v == "wide") return RowKernels::Wide;
-  throw CudaError("TANDEM_LAYERNORM must be warp or wide, not '" + v + "'");
+  switch (envChoice("TANDEM_LAYERNORM", {"warp", "wide"})) {
+    case 0: return RowKernels::Warp;
+    case 1: return RowKernels::Wide;
+    default: return RowKernels::Default;
+  }
 }
 bool wideForEveryWidth() { return rowKernelsChosen() == RowKernels::Wide; }
 

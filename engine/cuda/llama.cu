@@ -1266,12 +1266,11 @@ bool rmsnormFp8SmemTakes(int64_t M, int64_t C, const void* yt) {
 // one process can time them all.
 enum class RmsnormFp8Path { kPasses, kRowBlocks, kSmem };
 RmsnormFp8Path rmsnormFp8Path() {
-  const char* env = std::getenv("TANDEM_RMSNORM_FP8");
-  const std::string v = env ? env : "";
-  if (v.empty() || v == "passes") return RmsnormFp8Path::kPasses;
-  if (v == "blocks") return RmsnormFp8Path::kRowBlocks;
-  if (v == "smem") return RmsnormFp8Path::kSmem;
-  throw CudaError("TANDEM_RMSNORM_FP8 must be passes, blocks or smem, not '" + v + "'");
+  switch (envChoice("TANDEM_RMSNORM_FP8", {"passes", "blocks", "smem"})) {
+    case 1: return RmsnormFp8Path::kRowBlocks;
+    case 2: return RmsnormFp8Path::kSmem;
+    default: return RmsnormFp8Path::kPasses;
+  }
 }
 
 // One row's codes per block (rmsnormForwardFp8 without the transposed copy).
