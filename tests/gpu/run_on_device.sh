@@ -249,10 +249,11 @@ for s in "$@"; do
       # (kernel_overlap_efficiency can be refitted from them after a change to
       # the replay; the other traces are too large). sweepagain
       # is the same on another machine of the kind, for the agreement of two
-      # sweeps. 3-6 minutes on one H200 (51 points in 219-231 s on one H100).
+      # sweeps. 3-6 minutes on one H200 (51 points in 219-231 s on one H100);
+      # SWEEP_TIME_LIMIT: start no point after this many seconds (400).
       mkdir -p $OUT/$s
       STAGE_TIMEOUT=560 stage $s $B/tandem calibrate --sweep full --out $OUT/$s/$GPU.yaml --work-dir /tmp/$s \
-        --warm-seconds 1.5 --time-limit 400 --multi-rank-from $GPU_MULTI_RANK --topology $GPU_TOPO
+        --warm-seconds 1.5 --time-limit ${SWEEP_TIME_LIMIT:-400} --multi-rank-from $GPU_MULTI_RANK --topology $GPU_TOPO
       tar cJf $OUT/$s/logs.tar.xz -C /tmp $s --exclude '*.sqlite'
       (cd /tmp/$s && tar cJf $OUT/$s/beside.tar.xz $(ls *-beside.sqlite)) ;;
     rankspergpu)
