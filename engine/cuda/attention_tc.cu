@@ -37,6 +37,7 @@
 // its group's query heads (the group's sum stays in registers), and dQ and
 // dK are rotated back by the rotary angles as they are stored.
 #include <cuda.h>  // CUtensorMap
+#include <cuda_fp8.h>
 
 #include <cmath>
 #include <cstdint>
@@ -217,6 +218,72 @@ __device__ __forceinline__ void storeRows(bf16* dst, int64_t stride, int row0, i
       }
       *q = __floats2bfloat162_rn(x0, x1);
     }
+  }
+}
+
+// storeRows for an FP8 destination (Fp8GradOut, not accumulating): the
+// warp's 16 x 8 kN values (times `mul`) as codes of value x scale at
+// columns [col0, col0 + 8 kN) of rows token0 + [row0, row0 + 16) in both
+// layouts, from the values in fp32 (as the CPU reference quantizes them).
+// A thread holds two adjacent columns of rows g and g + 8: one 2-byte store
+// each in the row-major copy. In the transposed copy a column's 16 rows are
+// 16 consecutive bytes: lanes 0-15 gather four rows of one column each by
+// shuffles (the blocks keep no shared memory free for a staged tile) and
+// store them as a word, rows 4 g to 4 g + 3. Returns the largest |value|
+// the thread saw. Every lane of the warp calls it.
+template <int kN>
+__device__ __forceinline__ float storeRowsFp8(const Fp8GradOut& o, int64_t width, int64_t col0, int64_t token0,
+                                              int row0, int Tn, const float (&acc)[kN][4], float mul, float scale) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const __nv_fp8_interpretation_t format = o.e5m2 ? __NV_E5M2 : __NV_E4M3;
+  // Rows 4 g + i of this lane's word: row 4 (g & 1) + i of lane group (g & 1)
+  // when g < 2, else the same lanes' second row (+ 8): lane 16 (g & 1) + t + 4 i,
+  // byte `half` of what it sends.
+  const int first = 16 * (g & 1) + t, half = (g >> 1) & 1;
+  float m = 0.f;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    uint32_t both[2];  // codes of columns 8 j + 2 t (low byte) and 8 j + 2 t + 1: rows g, g + 8
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float x0 = acc[j][2 * hh] * mul, x1 = acc[j][2 * hh + 1] * mul;
+      m = fmaxf(m, fmaxf(fabsf(x0), fabsf(x1)));
+      both[hh] = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(x0, scale), __fmul_rn(x1, scale)), __NV_SATFINITE,
+                                          format);
+      const int row = row0 + g + 8 * hh;
+      if (row < Tn)
+        *reinterpret_cast<uint16_t*>(o.rows + (token0 + row) * width + col0 + 8 * j + 2 * t) = uint16_t(both[hh]);
+    }
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const uint32_t mine = ((both[0] >> (8 * p)) & 0xffu) | (((both[1] >> (8 * p)) & 0xffu) << 8);
+      uint32_t word = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t from = __shfl_sync(0xffffffffu, mine, first + 4 * i);
+        word |= ((from >> (8 * half)) & 0xffu) << (8 * i);
+      }
+      const int row = row0 + 4 * g;  // Tn is a multiple of 4: the word's rows are all in or all out
+      if (g < 4 && row < Tn)
+        *reinterpret_cast<uint32_t*>(o.cols + (col0 + 8 * j + 2 * t + p) * o.tokens + token0 + row) = word;
+    }
+  }
+  return m;
+}
+
+// A warp's share of the delayed-scaling writer's closing step
+// (finishFp8Write in fp8_write.cuh, by warp here): its largest |value| into
+// the key's amax, and block (0, 0) writes 1 / scale. m: each lane's.
+__device__ __forceinline__ void finishFp8Grad(const Fp8GradOut& o, float m, float scale) {
+  m = warpMax(m);
+  if ((threadIdx.x & 31) != 0) return;
+  // Most warps see a smaller amax than one already there: read first.
+  const unsigned bits = __float_as_uint(m);
+  if (m > 0.f && bits > *reinterpret_cast<volatile unsigned*>(o.amax)) atomicMax(o.amax, bits);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {
+    const float inv = __frcp_rn(scale);
+    *o.scale_inv = inv;
+    if (o.scale_inv_t) *o.scale_inv_t = inv;
   }
 }
 
@@ -646,7 +713,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                      const __grid_constant__ CUtensorMap dout_map, bf16* dqkv, const bf16* dout, const bf16* qk,
                      const bf16* v, AttnLayout lay, const float2* rope, const void* lse, int lse_bf16,
                      const float* delta, float* bias_partial, int Tn, int C, int H, float scale, float scale_log2,
-                     bool accumulate) {
+                     bool accumulate, Fp8GradOut fp8) {
   constexpr int kStages = Head<kD>::kStages, kTileBytes = Head<kD>::kTileBytes;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
@@ -803,9 +870,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if (refill) putStats((it + kAhead) % kStages);
   }
   if (rope) rotateRowsBack(dk, rope, k0 + warp * 16, Tn);
-  bf16* db = dqkv + int64_t(b) * Tn * lay.grad.width;
-  storeRows(db + lay.grad.k(kv_head), lay.grad.width, k0 + warp * 16, Tn, dk, scale, accumulate);
-  storeRows(db + lay.grad.v(kv_head), lay.grad.width, k0 + warp * 16, Tn, dv, 1.f, accumulate);
+  if (fp8.rows) {
+    const float s8 = *fp8.scale;
+    const int64_t token0 = int64_t(b) * Tn;
+    const float m = storeRowsFp8(fp8, lay.grad.width, lay.grad.k(kv_head), token0, k0 + warp * 16, Tn, dk, scale, s8);
+    finishFp8Grad(fp8, fmaxf(m, storeRowsFp8(fp8, lay.grad.width, lay.grad.v(kv_head), token0, k0 + warp * 16, Tn, dv,
+                                             1.f, s8)),
+                  s8);
+  } else {
+    bf16* db = dqkv + int64_t(b) * Tn * lay.grad.width;
+    storeRows(db + lay.grad.k(kv_head), lay.grad.width, k0 + warp * 16, Tn, dk, scale, accumulate);
+    storeRows(db + lay.grad.v(kv_head), lay.grad.width, k0 + warp * 16, Tn, dv, 1.f, accumulate);
+  }
   if (bias_partial) {
     cpAsyncWait<0>();
     float* row = bias_partial + (int64_t(b) * gridDim.y + blockIdx.y) * 3 * C + int64_t(kv_head) * kD;
@@ -837,7 +913,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                     const __grid_constant__ CUtensorMap dout_map, bf16* dqkv, const bf16* dout, const bf16* qk,
                     const bf16* v, AttnLayout lay, const float2* rope, const bf16* out, const void* lse,
                     int lse_bf16, float* delta, float* bias_partial, int Tn, int C, int H, float scale,
-                    float scale_log2, bool accumulate) {
+                    float scale_log2, bool accumulate, Fp8GradOut fp8) {
   constexpr int kStages = Head<kD>::kStages, kTileBytes = Head<kD>::kTileBytes;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
@@ -967,8 +1043,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   }
   if (rope) rotateRowsBack(dq, rope, row0, Tn);
-  storeRows(dqkv + int64_t(b) * Tn * lay.grad.width + lay.grad.q(h, lay.group, kD), lay.grad.width, row0, Tn, dq,
-            scale, accumulate);
+  if (fp8.rows) {
+    const float s8 = *fp8.scale;
+    finishFp8Grad(fp8,
+                  storeRowsFp8(fp8, lay.grad.width, lay.grad.q(h, lay.group, kD), int64_t(b) * Tn, row0, Tn, dq, scale,
+                               s8),
+                  s8);
+  } else {
+    storeRows(dqkv + int64_t(b) * Tn * lay.grad.width + lay.grad.q(h, lay.group, kD), lay.grad.width, row0, Tn, dq,
+              scale, accumulate);
+  }
   if (bias_partial) {
     cpAsyncWait<0>();
     const int tile = q0 / kTile;
@@ -1146,10 +1230,14 @@ static auto kvBackwardKernel(bool wide, int blocks, bool wg) {
 
 void attentionBackwardTc(void* dqkv, const void* dout, const TcAttention& in, const void* out, const void* lse,
                          DType lse_dt, float* delta, float* bias_partial, int64_t B, int64_t Tn, int64_t C, int64_t H,
-                         bool accumulate, cudaStream_t s) {
+                         bool accumulate, cudaStream_t s, const Fp8GradOut& fp8) {
   const int64_t KV = kvHeads(in.layout, H);
   if (bias_partial && in.layout.group != 1)
     throw CudaError("attention backward: a bias gradient needs multi-head attention's layout");
+  if (fp8.rows && (bias_partial || accumulate || Tn % 4 != 0 || fp8.tokens != B * Tn || !fp8.cols || !fp8.scale ||
+                   !fp8.amax || !fp8.scale_inv))
+    throw CudaError("attention backward: an FP8 gradient is written whole, in both layouts, of sequences a multiple "
+                    "of 4 long, with no bias gradient beside it");
   dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));
   dim3 kv_grid(unsigned(B * KV), grid.y);
   const float scale = 1.f / sqrtf(float(C / H));
@@ -1171,12 +1259,12 @@ void attentionBackwardTc(void* dqkv, const void* dout, const TcAttention& in, co
   q_kernel<<<grid, kThreads, q_smem, s>>>(qk_map, v_map, dout_map, static_cast<bf16*>(dqkv),
                                           static_cast<const bf16*>(dout), qk, v, in.layout, in.rope,
                                           static_cast<const bf16*>(out), lse, isBf16(lse_dt), delta, bias_partial,
-                                          int(Tn), int(C), int(H), scale, scale * kLog2e, accumulate);
+                                          int(Tn), int(C), int(H), scale, scale * kLog2e, accumulate, fp8);
   TANDEM_CUDA_LAUNCH_CHECK();
   kv_kernel<<<kv_grid, kThreads, kv_smem, s>>>(qk_map, v_map, dout_map, static_cast<bf16*>(dqkv),
                                                static_cast<const bf16*>(dout), qk, v, in.layout, in.rope, lse,
                                                isBf16(lse_dt), delta, bias_partial, int(Tn), int(C), int(H), scale,
-                                               scale * kLog2e, accumulate);
+                                               scale * kLog2e, accumulate, fp8);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 

@@ -40,6 +40,24 @@ struct TcAttention {
   const float2* rope = nullptr;
 };
 
+// Where the backward writes its gradient as FP8 codes instead of bf16
+// (training.fp8_attention_grad, delayed scaling): [B * Tn, width] at rows
+// and transposed ([width, B * Tn], the K-major copy the weight-gradient GEMM
+// reads) at cols, each the code of value x *scale (E5M2 when e5m2, else
+// E4M3), the largest |value| into *amax (its bits, by atomicMax) and
+// 1 / *scale into scale_inv and scale_inv_t: the closing step of a
+// delayed-scaling writer (fp8_write.cuh). rows null: bf16 into dqkv.
+struct Fp8GradOut {
+  uint8_t* rows = nullptr;
+  uint8_t* cols = nullptr;
+  int64_t tokens = 0;  // B * Tn
+  const float* scale = nullptr;
+  unsigned* amax = nullptr;
+  float* scale_inv = nullptr;
+  float* scale_inv_t = nullptr;
+  bool e5m2 = false;
+};
+
 // Multi-head attention's [B, Tn, 3C] layout of [q | k | v] heads.
 AttnLayout multiHeadLayout(int64_t C, int64_t H);
 
@@ -49,8 +67,10 @@ void prepareAttentionKernels();
 void attentionForwardTc(void* out, void* lse, DType lse_dt, const TcAttention& in, int64_t B, int64_t Tn, int64_t C,
                         int64_t H, cudaStream_t s);
 // delta: B * H * Tn floats; bias_partial (multi-head only) as in attention.cu.
+// fp8.rows set: the gradient as FP8 codes there instead of dqkv (Tn a
+// multiple of 4; neither accumulated nor with a bias gradient).
 void attentionBackwardTc(void* dqkv, const void* dout, const TcAttention& in, const void* out, const void* lse,
                          DType lse_dt, float* delta, float* bias_partial, int64_t B, int64_t Tn, int64_t C, int64_t H,
-                         bool accumulate, cudaStream_t s);
+                         bool accumulate, cudaStream_t s, const Fp8GradOut& fp8 = {});
 
 }  // namespace tandem::cuda

@@ -307,6 +307,16 @@ void swigluForwardFp8(void* y, void* yt, const void* x, int64_t M, int64_t F, DT
                       cudaStream_t s);
 void swigluBackwardFp8(void* dx, void* dxt, const void* dy, const void* x, int64_t M, int64_t F, DType dt,
                        const Fp8Write& out, cudaStream_t s);
+// The grouped attention's backward writing its q, k and v gradient as FP8
+// codes (training.fp8_attention_grad), dqkv [B * Tn, (H + 2 KV) C / H] and
+// its transposed copy dqkv_t, from the values in fp32: the tensor-core
+// kernels' epilogues store the codes instead of bf16 (bf16 inputs, heads 64
+// or 128 wide, Tn a multiple of 4); anything else throws (the plan pass
+// marks only such shapes, engine/passes/fp8_gemms.cpp). Scratch as
+// groupedAttentionBackward's.
+void groupedAttentionBackwardFp8(void* dqkv, void* dqkv_t, const void* dout, const void* qkv, const void* out,
+                                 const void* lse, DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H,
+                                 int64_t KV, DType dt, const Fp8Write& w, void* scratch, cudaStream_t s);
 // GPT-2's LayerNorm, GELU and GELU's gradient (not accumulating) writing
 // FP8 codes in both layouts the same way (y [rows, cols] and yt [cols,
 // rows]): bf16 inputs of whole 16-byte vectors, cols a multiple of 8, rows

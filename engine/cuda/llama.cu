@@ -1548,4 +1548,26 @@ void groupedAttentionBackward(void* dqkv, const void* dout, const void* qkv, con
   foldGroupedQkv(dqkv, dfull, B, Tn, C, H, KV, accumulate, dt, s);
 }
 
+void groupedAttentionBackwardFp8(void* dqkv, void* dqkv_t, const void* dout, const void* qkv, const void* out,
+                                 const void* lse, DType lse_dt, int64_t B, int64_t Tn, int64_t C, int64_t H,
+                                 int64_t KV, DType dt, const Fp8Write& w, void* scratch, cudaStream_t s) {
+  checkGrouped(C, H, KV);
+  if (!dqkv_t || !groupedOnTensorCores(C, H, dt, {dqkv, dqkv_t, qkv, scratch}))
+    throw CudaError("grouped attention backward: an FP8 gradient is written in both layouts by the tensor-core "
+                    "kernels, which take bf16 heads 64 or 128 wide");
+  const RotatedScratch rs = rotatedScratch(scratch, B, Tn, C, H, KV);
+  rotateGroupedQk(rs, qkv, B, Tn, C, H, KV, s);
+  Fp8GradOut o;
+  o.rows = static_cast<uint8_t*>(dqkv);
+  o.cols = static_cast<uint8_t*>(dqkv_t);
+  o.tokens = B * Tn;
+  o.scale = w.scale;
+  o.amax = w.amax;
+  o.scale_inv = w.scale_inv;
+  o.scale_inv_t = w.scale_inv_t;
+  o.e5m2 = w.format == Fp8Format::E5M2;
+  attentionBackwardTc(nullptr, dout, groupedInputs(rs.qk, qkv, rs.angles, C, H, KV), out, lse, lse_dt, rs.delta,
+                      nullptr, B, Tn, C, H, /*accumulate=*/false, s, o);
+}
+
 }  // namespace tandem::cuda

@@ -438,6 +438,56 @@ void expectTransposedCopy(const std::string& what, const std::vector<uint8_t>& g
              differ == 0 && key.get(key.inv) == 1.0f / scale && key.get(key.inv + 64) == 1.0f / scale);
 }
 
+// The grouped attention's backward writing its gradient as FP8 codes in
+// both layouts (training.fp8_attention_grad): against its bf16 twin's
+// gradient (the same kernels storing bf16), codes within a step of that
+// gradient's (expectCodesClose: the fused writer quantizes the fp32 values,
+// the twin's values are their bf16 roundings), the amax of the values, the
+// transposed copy the same codes. Sequences not a multiple of 4 long are
+// refused.
+void testGroupedAttentionFp8(int64_t B, int64_t T, int64_t C, int64_t H, int64_t KV) {
+  const DType dt = DType::BF16;
+  const int64_t D = C / H, width = (H + 2 * KV) * D, rows = B * T, n = rows * width;
+  const std::string shape = fmt::format(" B{} T{} C{} H{} KV{} [{}]", B, T, C, H, KV, cuda::attentionMmaPath());
+  auto qkv = rounded(randomVector(n, rng), dt), dout = rounded(randomVector(B * T * C, rng), dt);
+  Dev gq(dt, qkv.size()), go(dt, size_t(B * T * C)), gl(DType::F32, size_t(B * H * T)), gdo(dt, dout.size()),
+      gdq(dt, qkv.size());
+  gq.upload(qkv), gdo.upload(dout);
+  const int64_t el = int64_t(dtypeSize(dt));
+  float* scratch = scratchBuffer(cuda::groupedAttentionScratchBytes(B, T, H, C, KV, el, true));
+  cuda::groupedAttentionForward(go.p, gl.p, gl.dt, gq.p, B, T, C, H, KV, dt, scratch, nullptr);
+  cuda::groupedAttentionBackward(gdq.p, gdo.p, gq.p, go.p, gl.p, gl.dt, B, T, C, H, KV, false, dt, scratch, nullptr);
+  const std::vector<float> want = gdq.download();
+  float amax = 0;
+  for (float v : want) amax = std::max(amax, std::fabs(v));
+  const Fp8Format format = Fp8Format::E5M2;  // a gradient's
+  DelayedKey key(format);
+  const float scale = fp8Scale(amax, format);
+  key.setScale(scale);
+  DeviceBytes out(size_t(2 * n));
+  uint8_t* codes = out.bytes();
+  bool threw = false;
+  try {
+    cuda::groupedAttentionBackwardFp8(codes, codes + n, gdo.p, gq.p, go.p, gl.p, gl.dt, B, T, C, H, KV, dt,
+                                      key.write(true), scratch, nullptr);
+  } catch (const cuda::CudaError& e) {
+    threw = true;
+    expectTrue(tag(dt, ("grouped attention backward FP8" + shape + " refused: " + e.what()).c_str()), T % 4 != 0);
+  }
+  if (T % 4 != 0) {
+    expectTrue(tag(dt, ("grouped attention backward FP8" + shape + ": sequences not a multiple of 4 refused").c_str()),
+               threw);
+    return;
+  }
+  const std::vector<uint8_t> got = downloadCodes(codes, size_t(n));
+  expectCodesClose(tag(dt, ("grouped attention backward FP8 both layouts" + shape).c_str()), got, want, scale, format);
+  // The twin's amax is of bf16 roundings: within half a bf16 step.
+  expectBelow(tag(dt, ("grouped attention backward FP8 amax" + shape).c_str()), std::fabs(key.amax() - amax) / amax,
+              4e-3);
+  expectTransposedCopy(tag(dt, ("grouped attention backward FP8" + shape).c_str()), got, codes + n, rows, width, key,
+                       scale);
+}
+
 // RMSNorm and SwiGLU writing FP8 at the key's scale, with and without the
 // transposed copy: codes as the CPU's values' (expectCodesClose), the amax
 // of those values, RMSNorm's rstd.
@@ -816,6 +866,17 @@ int main() {
   } else {
     std::printf("SKIP grouped attention with heads 128 wide (no wgmma on this GPU)\n");
   }
+  // Its backward writing FP8: heads 64 wide in groups of 4 (the 1.1B
+  // Llama's), a partial last tile, one key/value head per query head, a
+  // sequence the transposed words cannot take; 128 wide on wgmma.
+  testGroupedAttentionFp8(2, 256, 512, 8, 2);
+  testGroupedAttentionFp8(2, 100, 256, 4, 1);
+  testGroupedAttentionFp8(1, 192, 256, 4, 4);
+  testGroupedAttentionFp8(1, 102, 256, 4, 2);
+  if (cuda::attentionRunsHere(1024, 8, DType::BF16)) {
+    testGroupedAttentionFp8(1, 300, 1024, 8, 2);
+    testGroupedAttentionFp8(2, 128, 512, 4, 4);
+  }
   // The grouped layout read in place on the other instruction path too
   // (mma.sync and cp.async, heads 64 wide): the layout's columns, the
   // group's dK and dV summed in registers, dQ and dK rotated back as stored.
@@ -824,6 +885,7 @@ int main() {
   testGroupedAttention(DType::BF16, 1, 300, 512, 8, 2, false);
   testGroupedAttention(DType::BF16, 2, 200, 256, 4, 1, true);
   testGroupedAttention(DType::BF16, 1, 130, 256, 4, 4, false);
+  testGroupedAttentionFp8(2, 100, 256, 4, 1);
   unsetenv("TANDEM_ATTN_MMA");
   cuda::prepareKernels();
   testDeterministic();
