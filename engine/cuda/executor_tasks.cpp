@@ -466,6 +466,13 @@ void CudaExecutor::Impl::issueAttention(int index, cudaStream_t s) {
     case OpKind::AttentionBwd:
       if (a.kv_heads > 0) {
         if (a.bias_grad) throw CudaError(fmt::format("cuda executor: {}: grouped attention has no bias", t.name));
+        if (a.fp8_out) {  // training.fp8_attention_grad: the gradient as FP8 codes, both layouts
+          const int copy = a.fp8_transposed_out ? W.back() : -1;
+          groupedAttentionBackwardFp8(ptr(W[0]), copy >= 0 ? ptr(copy) : nullptr, ptr(R[0]), ptr(R[1]), ptr(R[2]),
+                                      ptr(R[3]), dt(R[3]), a.b, a.t, a.c, a.h, a.kv_heads, dt(R[1]),
+                                      fp8Write(index, W[0], copy), scr, s);
+          break;
+        }
         groupedAttentionBackward(ptr(W[0]), ptr(R[0]), ptr(R[1]), ptr(R[2]), ptr(R[3]), dt(R[3]), a.b, a.t, a.c, a.h,
                                  a.kv_heads, a.accumulate, dt(W[0]), scr, s);
         break;

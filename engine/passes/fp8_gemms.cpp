@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "engine/memory/gpu_footprint.h"
+
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
@@ -56,6 +58,17 @@ bool writesBothLayouts(OpKind op) {
   }
 }
 
+// The grouped attention's backward writing its q, k and v gradient in FP8
+// (training.fp8_attention_grad): the tensor-core kernels store each tile's
+// codes in both layouts (engine/cuda/attention_tc.cu), so the shapes they
+// take (heads 64 or 128 wide, bf16); nothing accumulated into the gradient,
+// no bias gradient summed beside it, the whole sequence on the rank.
+bool attentionWritesFp8Grad(const Node& n) {
+  const OpAttrs& a = n.attrs;
+  return n.op == OpKind::AttentionBwd && a.kv_heads > 0 && !a.bias_grad && !a.accumulate && !a.materialized &&
+         a.context_parallel <= 1 && gpu_footprint::groupedAttentionOnTensorCores(a.c, a.h, 2);
+}
+
 // "layer3.attn.qkv.fwd.cast_x.mb0" from the GEMM "layer3.attn.qkv.fwd.mb0".
 std::string castName(const Node& gemm, const char* operand) {
   std::string base = gemm.name;
@@ -80,8 +93,9 @@ bool sequenceGather(const Node& n) {
 
 class Fp8Planner {
  public:
-  Fp8Planner(Graph& g, bool current, bool fused_elementwise, Fp8Blocks blocks)
-      : g_(g), current_(current), fused_elementwise_(fused_elementwise), blocks_(blocks) {
+  Fp8Planner(Graph& g, bool current, bool fused_elementwise, bool attention_grad, Fp8Blocks blocks)
+      : g_(g), current_(current), fused_elementwise_(fused_elementwise), attention_grad_(attention_grad),
+        blocks_(blocks) {
     for (const Node& n : g.nodes) {
       for (int t : n.outputs) ++writers_[t];
       for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -112,7 +126,8 @@ class Fp8Planner {
     // scale needs the finished tensor's amax.
     for (Node& n : g_.nodes) {
       if (current_) break;
-      if (!castsItsOutput(n.op) || n.outputs.empty()) continue;
+      const bool attention = attention_grad_ && attentionWritesFp8Grad(n);
+      if (!(castsItsOutput(n.op) || attention) || n.outputs.empty()) continue;
       const int y = n.outputs[0];
       const Tensor& t = g_.tensor(y);
       if (t.category != TensorCategory::Activation || t.dtype != DType::BF16 || writers_[y] != 1 ||
@@ -120,7 +135,7 @@ class Fp8Planner {
         continue;
       g_.tensor(y).dtype = DType::F8;
       n.attrs.fp8_out = true;
-      if (!writesBothLayouts(n.op) || !read_transposed_.count(y)) continue;
+      if (!(writesBothLayouts(n.op) || attention) || !read_transposed_.count(y)) continue;
       const int copy = addTransposedCopy(y, n.layer);
       n.outputs.push_back(copy);
       n.attrs.fp8_transposed_out = true;
@@ -232,6 +247,7 @@ class Fp8Planner {
   Graph& g_;
   bool current_ = false;  // training.fp8_scaling current
   bool fused_elementwise_ = true;  // one kernel per elementwise op (not schedule.elementwise eager)
+  bool attention_grad_ = true;  // training.fp8_attention_grad
   Fp8Blocks blocks_;
   std::unordered_map<int, int> writers_;
   std::unordered_map<int, int> bf16_readers_;
@@ -251,7 +267,7 @@ int applyFp8Gemms(Graph& g, const JobSpec& job) {
   const Fp8Blocks blocks{job.training.fp8_bf16_first_layers,
                          job.model.layers - job.training.fp8_bf16_last_layers};
   return Fp8Planner(g, job.training.fp8_scaling == Fp8Scaling::Current,
-                    job.schedule.elementwise != ElementwiseKernels::Eager, blocks)
+                    job.schedule.elementwise != ElementwiseKernels::Eager, job.training.fp8_attention_grad, blocks)
       .run();
 }
 

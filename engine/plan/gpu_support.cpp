@@ -9,11 +9,11 @@ namespace tandem {
 namespace {
 
 // Under delayed scaling the kinds that write FP8 themselves on the GPU
-// (engine/cuda/llama.cu, layernorm.cu, elementwise.cu): the casts, the
-// norms, SwiGLU and GELU.
+// (engine/cuda/llama.cu, layernorm.cu, elementwise.cu, attention_tc.cu):
+// the casts, the norms, SwiGLU, GELU and the grouped attention's backward.
 bool writesFp8OnGpu(OpKind op) {
   return op == OpKind::CastFp8 || op == OpKind::RmsNorm || op == OpKind::SwiGlu || op == OpKind::SwiGluBwd ||
-         op == OpKind::LayerNorm || op == OpKind::Gelu || op == OpKind::GeluBwd;
+         op == OpKind::LayerNorm || op == OpKind::Gelu || op == OpKind::GeluBwd || op == OpKind::AttentionBwd;
 }
 
 // training.precision fp8: the executor runs the casts (current or delayed
@@ -25,7 +25,8 @@ std::optional<std::string> fp8Refusal(const Plan& plan) {
       for (int b : t.writes)
         if (rp.buffers.at(size_t(b)).dtype == DType::F8 && !writesFp8OnGpu(t.op))
           return fmt::format("under FP8 delayed scaling {} ({}) writes FP8 itself, which the GPU executor does for "
-                             "casts, norms, SwiGLU and GELU only; set training.fp8_scaling=current, or `tandem "
+                             "casts, norms, SwiGLU, GELU and the attention's backward only; set "
+                             "training.fp8_scaling=current, or `tandem "
                              "simulate` and `tandem train` run it",
                              t.name, toString(t.op));
       // GPT-2's writers have the tiled kernels only: both layouts, whole
@@ -42,6 +43,13 @@ std::optional<std::string> fp8Refusal(const Plan& plan) {
                              t.name, rows, cols, t.attrs.fp8_transposed_out ? "" : " without its transposed copy",
                              t.attrs.accumulate ? ", accumulating" : "");
       }
+      // The attention's backward stores its FP8 gradient in both layouts,
+      // each transposed word four tokens long.
+      if (t.attrs.fp8_out && t.op == OpKind::AttentionBwd && (!t.attrs.fp8_transposed_out || t.attrs.t % 4 != 0))
+        return fmt::format("under FP8 delayed scaling {} writes its gradient in FP8{} over sequences of {}: the GPU "
+                           "executor's attention writes both layouts of sequences a multiple of 4 long; set "
+                           "training.fp8_attention_grad=false",
+                           t.name, t.attrs.fp8_transposed_out ? "" : " without its transposed copy", t.attrs.t);
       if (t.attrs.fp8 && (t.attrs.m % 16 != 0 || t.attrs.n % 16 != 0 || t.attrs.k % 16 != 0))
         return fmt::format("the FP8 GEMM {} is {} x {} x {}: Hopper's FP8 GEMMs need every dimension a multiple of "
                            "16 (model.hidden, the MLP width and the tokens per micro-batch)",

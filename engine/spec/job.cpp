@@ -401,6 +401,8 @@ void readTraining(JobReader& r, const YAML::Node& node, const std::string& node_
        [&](const YAML::Node& v, const std::string& p) {
          t.fp8_bf16_last_layers = r.readInt(v, p, 0, "integers >= 0 (blocks at the end kept in bf16)");
        }},
+      {"fp8_attention_grad",
+       [&](const YAML::Node& v, const std::string& p) { t.fp8_attention_grad = r.readBool(v, p); }},
       {"seed", [&](const YAML::Node& v, const std::string& p) { t.seed = r.readUint64(v, p); }},
   });
 }

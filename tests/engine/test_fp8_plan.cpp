@@ -375,3 +375,94 @@ TEST_CASE("The GPU executor runs FP8 plans whose FP8 writers it has kernels for,
   const Plan plain = buildPlan(bf16);
   for (const Task& t : plain.programs[0].tasks) CHECK(t.op != OpKind::CastFp8);
 }
+
+TEST_CASE("FP8 delayed scaling: the grouped attention's backward writes its gradient in FP8, both layouts, where "
+          "its tensor-core kernels take the heads",
+          "[plan][fp8]") {
+  // Heads 64 wide (the kernels take 64 and 128), two query heads per
+  // key/value head.
+  JobSpec job = fp8Job(true);
+  job.model.hidden = 128;
+  job.model.heads = 2;
+  job.model.kv_heads = 1;
+  job.model.seq_len = 32;
+  const int tasks = job.model.layers * job.training.grad_accum;  // an attention backward per block and micro-batch
+  auto attentionWritesFp8 = [](const Plan& plan) {
+    const RankPlan& rp = plan.programs[0];
+    int fp8 = 0, bf16 = 0;
+    for (const Task& t : rp.tasks) {
+      if (t.op != OpKind::AttentionBwd) continue;
+      INFO(t.name);
+      const bool codes = rp.buffers[size_t(t.writes[0])].dtype == DType::F8;
+      CHECK(codes == t.attrs.fp8_out);
+      if (!codes) {
+        ++bf16;
+        continue;
+      }
+      ++fp8;
+      // Its transposed copy is the weight-gradient GEMM's K-major operand,
+      // the codes the data-gradient GEMM's; no cast reads either.
+      REQUIRE(t.attrs.fp8_transposed_out);
+      const int rows = t.writes.front(), cols = t.writes.back();
+      CHECK(rp.buffers[size_t(cols)].shape ==
+            std::vector<int64_t>{rp.buffers[size_t(rows)].shape.back(),
+                                 rp.buffers[size_t(rows)].elementCount() / rp.buffers[size_t(rows)].shape.back()});
+      int readers = 0;
+      for (const Task& r : rp.tasks) {
+        const bool reads_rows = std::count(r.reads.begin(), r.reads.end(), rows) > 0;
+        const bool reads_cols = std::count(r.reads.begin(), r.reads.end(), cols) > 0;
+        if (!reads_rows && !reads_cols) continue;
+        INFO(r.name);
+        CHECK(r.op != OpKind::CastFp8);
+        if (r.op == OpKind::MatmulBwdData) CHECK((reads_rows && r.attrs.fp8));
+        if (r.op == OpKind::MatmulBwdWeight) CHECK((reads_cols && (r.attrs.fp8_transposed & 1)));
+        ++readers;
+      }
+      CHECK(readers == 2);
+    }
+    return std::pair{fp8, bf16};
+  };
+  const Plan fused = buildPlan(job);
+  CHECK(attentionWritesFp8(fused) == std::pair{tasks, 0});
+  requireFreshCopies(fused.programs[0]);
+  CHECK_FALSE(gpuRunRefusal(fused).has_value());
+  // Transformer Engine's way (training.fp8_attention_grad false), current
+  // scaling (the scale needs the finished gradient) and heads 16 wide (no
+  // tensor-core kernel): bf16, and a cast before the QKV projection's GEMMs.
+  JobSpec separate = job;
+  separate.training.fp8_attention_grad = false;
+  JobSpec current = job;
+  current.training.fp8_scaling = Fp8Scaling::Current;
+  JobSpec narrow = job;
+  narrow.model.heads = 8;
+  narrow.model.kv_heads = 4;
+  for (const JobSpec& j : {separate, current, narrow}) {
+    const Plan plan = buildPlan(j);
+    CHECK(attentionWritesFp8(plan) == std::pair{0, tasks});
+    requireFreshCopies(plan.programs[0]);
+    const auto casts = std::count_if(plan.programs[0].tasks.begin(), plan.programs[0].tasks.end(), [](const Task& t) {
+      return t.op == OpKind::CastFp8 && t.name.find("attn.qkv.bwd_data.cast_dy") != std::string::npos;
+    });
+    CHECK(casts == tasks);
+  }
+  // The option round-trips through the job's YAML, and the CPU reference
+  // trains both ways alike: the codes of the same values, from fp32 where
+  // the cast rounds the bf16 gradient first.
+  CHECK(parseJob(jobToYaml(separate), "separate.yaml").training.fp8_attention_grad == false);
+  CHECK(parseJob(jobToYaml(job), "fused.yaml").training.fp8_attention_grad == true);
+  cpu::CpuExecutor a(fused), b(buildPlan(separate));
+  for (int step = 0; step < 3; ++step) {
+    const float la = a.step().loss, lb = b.step().loss;
+    INFO("step " << step);
+    CHECK(std::isfinite(la));
+    CHECK(la == Approx(lb).epsilon(2e-3));
+  }
+  // The GPU executor's kernels store words of four tokens in the
+  // transposed copy: other sequence lengths are refused with the way out.
+  JobSpec ragged = job;
+  ragged.model.seq_len = 30;
+  ragged.training.micro_batch = 8;  // 240 tokens: the FP8 GEMMs' multiple of 16
+  const auto refused = gpuRunRefusal(buildPlan(ragged));
+  REQUIRE(refused.has_value());
+  CHECK_THAT(*refused, Catch::Contains("training.fp8_attention_grad=false"));
+}
