@@ -492,21 +492,25 @@ print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-20
     fp8walks)
       # The writers' walks: their kernels against the CPU reference (every
       # walk, tile and RMSNorm writer) and the executor's FP8 checks, then
-      # the 1.1B Llama's FP8 step (its bf16 step beside each) with a block
-      # per tile everywhere (TANDEM_FP8_WRITER=tiles) against each writer's
-      # own walk with RMSNorm's one-read writer (TANDEM_RMSNORM_FP8=smem),
-      # alternating twice (about 3 minutes).
+      # the 1.1B Llama's FP8 step (its bf16 step beside each) three ways,
+      # alternating twice: a block per tile everywhere
+      # (TANDEM_FP8_WRITER=tiles) with the attention's gradient cast apart
+      # (training.fp8_attention_grad=false: the sixtieth session's step);
+      # each writer's own walk with RMSNorm's one-read writer
+      # (TANDEM_RMSNORM_FP8=smem), the gradient cast apart; the same with
+      # the attention writing its gradient in FP8 (about 4 minutes).
       stage fp8walks_kernels $B/gpu_test_kernels_llama
       stage fp8walks_executor env GPU_TEST_ONLY=fp8 $B/gpu_test_executor
       l1b="--set model.layers=22 --set model.hidden=2048 --set model.heads=32 --set model.kv_heads=4
         --set model.mlp_ratio=2.75 --set model.vocab=32000 --set model.seq_len=1024 --set training.micro_batch=16"
+      fp8="--set training.precision=fp8 --set training.fp8_scaling=delayed"
       for i in 1 2; do
         stage fp8walks_tiles_$i env TANDEM_FP8_WRITER=tiles $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml \
-          $l1b --set training.precision=fp8 --set training.fp8_scaling=delayed --versus training.precision=bf16 \
-          --steps 30 --rounds 1
+          $l1b $fp8 --set training.fp8_attention_grad=false --versus training.precision=bf16 --steps 30 --rounds 1
         stage fp8walks_own_smem_$i env TANDEM_RMSNORM_FP8=smem $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml \
-          $l1b --set training.precision=fp8 --set training.fp8_scaling=delayed --versus training.precision=bf16 \
-          --steps 30 --rounds 1
+          $l1b $fp8 --set training.fp8_attention_grad=false --versus training.precision=bf16 --steps 30 --rounds 1
+        stage fp8walks_own_smem_attn_$i env TANDEM_RMSNORM_FP8=smem $B/bench_gpt2_h200 \
+          --job resources/jobs/llama-124m.yaml $l1b $fp8 --versus training.precision=bf16 --steps 30 --rounds 1
       done ;;
     sweepfp8)
       # The grid's FP8 points beside their bf16 twins (about 1 minute on one
