@@ -1059,7 +1059,7 @@ bool alignedCodes(const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 
 // the same place, both from one read of gate, up and dy.
 struct SwigluValues {
   static constexpr int kParts = 1, kLoads = 2;
-  static constexpr bool kLoops = false;
+  static constexpr bool kLoops = true;
   const uint4* x;  // rows [gate | up] of 2F
   int64_t f8;      // F / 8
   __device__ void load(int64_t r, int64_t c, uint4 (&raw)[2]) const {
