@@ -14,8 +14,9 @@
 //     it: LayerNormLinear, the activations' FP8 output, dact + cast +
 //     transpose), so the bf16 tensor never exists and the backward's
 //     weight GEMM reads the kept FP8 copy; under delayed scaling the
-//     grouped attention's backward writes its q, k and v gradient so too
-//     (training.fp8_attention_grad; Transformer Engine casts it);
+//     grouped attention's backward can write its q, k and v gradient so
+//     too (training.fp8_attention_grad, off by default: Transformer Engine
+//     casts it, and so does tandem unless asked);
 //   - any other operand (a weight, a gathered or received tensor, a
 //     gradient accumulated by several writers) is cast by a CastFp8 task
 //     before its first FP8 reader; the copy serves later GEMMs until the

@@ -386,6 +386,8 @@ TEST_CASE("FP8 delayed scaling: the grouped attention's backward writes its grad
   job.model.heads = 2;
   job.model.kv_heads = 1;
   job.model.seq_len = 32;
+  CHECK_FALSE(job.training.fp8_attention_grad);  // Transformer Engine's cast by default
+  job.training.fp8_attention_grad = true;
   const int tasks = job.model.layers * job.training.grad_accum;  // an attention backward per block and micro-batch
   auto attentionWritesFp8 = [](const Plan& plan) {
     const RankPlan& rp = plan.programs[0];

@@ -510,7 +510,8 @@ print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-20
         stage fp8walks_own_smem_$i env TANDEM_RMSNORM_FP8=smem $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml \
           $l1b $fp8 --set training.fp8_attention_grad=false --versus training.precision=bf16 --steps 30 --rounds 1
         stage fp8walks_own_smem_attn_$i env TANDEM_RMSNORM_FP8=smem $B/bench_gpt2_h200 \
-          --job resources/jobs/llama-124m.yaml $l1b $fp8 --versus training.precision=bf16 --steps 30 --rounds 1
+          --job resources/jobs/llama-124m.yaml $l1b $fp8 --set training.fp8_attention_grad=true \
+          --versus training.precision=bf16 --steps 30 --rounds 1
       done ;;
     sweepfp8)
       # The grid's FP8 points beside their bf16 twins (about 1 minute on one

@@ -515,8 +515,9 @@ void fp8DelayedResume(const std::string& label0, const JobSpec& job) {
 // Delayed scaling (training.fp8_scaling delayed): the tiny Llama's RMSNorm
 // and SwiGLU, and the tiny GPT-2's LayerNorm and GELU, write FP8 with
 // scales from the amax history; gradients after two steps built a history,
-// training, resume and the entropy. With heads 64 and 128 wide the
-// attention's backward writes its gradient in FP8 too (fp8_attention_grad).
+// training, resume and the entropy. With heads 64 and 128 wide and
+// training.fp8_attention_grad the attention's backward writes its gradient
+// in FP8 too.
 void fp8DelayedChecks() {
   const std::vector<std::string> fp8 = {"training.precision=fp8", "training.fp8_scaling=delayed"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -529,9 +530,10 @@ void fp8DelayedChecks() {
   compareTraining("tiny Llama fp8 delayed", tinyLlama(fp8), 20, 2e-2, 2.5e-1);
   fp8DelayedResume("tiny Llama fp8 delayed", tinyLlama(fp8));
   if (g_fusion) trainToEntropy("tiny Llama fp8 delayed", tinyLlama(fp8));
-  const JobSpec heads64 = tinyLlama(with(fp8, {"model.hidden=128", "model.heads=2", "model.kv_heads=1"}));
-  const JobSpec heads128 =
-      tinyLlama(with(fp8, {"model.hidden=256", "model.heads=2", "model.kv_heads=1", "model.mlp_ratio=2.6875"}));
+  const std::vector<std::string> attention_fp8 = with(fp8, {"training.fp8_attention_grad=true"});
+  const JobSpec heads64 = tinyLlama(with(attention_fp8, {"model.hidden=128", "model.heads=2", "model.kv_heads=1"}));
+  const JobSpec heads128 = tinyLlama(
+      with(attention_fp8, {"model.hidden=256", "model.heads=2", "model.kv_heads=1", "model.mlp_ratio=2.6875"}));
   compareFp8Gradients("tiny Llama fp8 delayed head dim 64 (attention writes FP8)", heads64, 1e-1, 2);
   compareFp8Gradients("tiny Llama fp8 delayed head dim 128 (attention writes FP8)", heads128, 1e-1, 2);
   fp8DelayedResume("tiny Llama fp8 delayed head dim 64 (attention writes FP8)", heads64);
