@@ -274,11 +274,10 @@ __device__ __forceinline__ float storeRowsFp8(const Fp8GradOut& o, int64_t width
 // The delayed-scaling writer's closing step (finishFp8Write in
 // fp8_write.cuh): the block's largest |value| into the key's amax, and block
 // (0, 0) writes 1 / scale. m: each thread's; every thread calls it. The
-// amax goes by a reduction nobody waits for: a read of the key first (as
-// the memory-bound writers do) held every one of these short blocks for a
-// round trip to memory at its end, and with the scale's load there too the
-// attention's backward took 1.4 ms more per step of the 1.1B Llama than
-// with bf16 stores (as much as the cast it replaces).
+// amax goes by one reduction per block that nobody waits for: a read of
+// the key first (as the memory-bound writers do) would hold each of these
+// short blocks for a round trip at its end. Measured on one H100, the
+// epilogue's cost is its stores, not this (docs/benchmarks.md).
 __device__ __forceinline__ void finishFp8Grad(const Fp8GradOut& o, float m, float scale) {
   __shared__ float warp_max[kThreads / 32];
   m = warpMax(m);

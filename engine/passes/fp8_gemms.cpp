@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 
-#include "engine/memory/gpu_footprint.h"
-
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
+
+#include "engine/memory/gpu_footprint.h"
 
 namespace tandem {
 namespace {
@@ -247,7 +247,7 @@ class Fp8Planner {
   Graph& g_;
   bool current_ = false;  // training.fp8_scaling current
   bool fused_elementwise_ = true;  // one kernel per elementwise op (not schedule.elementwise eager)
-  bool attention_grad_ = true;  // training.fp8_attention_grad
+  bool attention_grad_ = false;  // training.fp8_attention_grad
   Fp8Blocks blocks_;
   std::unordered_map<int, int> writers_;
   std::unordered_map<int, int> bf16_readers_;
