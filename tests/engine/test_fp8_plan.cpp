@@ -376,8 +376,8 @@ TEST_CASE("The GPU executor runs FP8 plans whose FP8 writers it has kernels for,
   for (const Task& t : plain.programs[0].tasks) CHECK(t.op != OpKind::CastFp8);
 }
 
-TEST_CASE("FP8 delayed scaling: the grouped attention's backward writes its gradient in FP8, both layouts, where "
-          "its tensor-core kernels take the heads",
+TEST_CASE("FP8 delayed scaling with training.fp8_attention_grad: the grouped attention's backward writes its "
+          "gradient in FP8, both layouts, where its tensor-core kernels take the heads",
           "[plan][fp8]") {
   // Heads 64 wide (the kernels take 64 and 128), two query heads per
   // key/value head.
