@@ -235,7 +235,7 @@ template <int kN>
 __device__ __forceinline__ float storeRowsFp8(const Fp8GradOut& o, int64_t width, int64_t col0, int64_t token0,
                                               int row0, int Tn, const float (&acc)[kN][4], float mul, float scale) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const __nv_fp8_interpretation_t format = o.e5m2 ? __NV_E5M2 : __NV_E4M3;
+  const __nv_fp8_interpretation_t format = o.w.format == Fp8Format::E5M2 ? __NV_E5M2 : __NV_E4M3;
   // Rows 4 g + i of this lane's word: row 4 (g & 1) + i of lane group (g & 1)
   // when g < 2, else the same lanes' second row (+ 8): lane 16 (g & 1) + t + 4 i,
   // byte `half` of what it sends.
@@ -286,11 +286,11 @@ __device__ __forceinline__ void finishFp8Grad(const Fp8GradOut& o, float m, floa
   if (threadIdx.x != 0) return;
 #pragma unroll
   for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
-  if (m > 0.f) atomicMax(o.amax, __float_as_uint(m));
+  if (m > 0.f) atomicMax(o.w.amax, __float_as_uint(m));
   if (blockIdx.x == 0 && blockIdx.y == 0) {
     const float inv = __frcp_rn(scale);
-    *o.scale_inv = inv;
-    if (o.scale_inv_t) *o.scale_inv_t = inv;
+    *o.w.scale_inv = inv;
+    if (o.w.scale_inv_t) *o.w.scale_inv_t = inv;
   }
 }
 
@@ -726,7 +726,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   checkTileAlignment<kWg>(smem_raw);
   BwdKvSmem<kD>& sm = *reinterpret_cast<BwdKvSmem<kD>*>(smem_raw);
   // An FP8 gradient's scale, loaded long before the epilogue needs it.
-  const float s8 = fp8.rows ? *fp8.scale : 0.f;
+  const float s8 = fp8.rows ? *fp8.w.scale : 0.f;
   const int group = kGrouped ? lay.group : 1;
   const int KV = H / group;
   const int b = blockIdx.x / KV, kv_head = blockIdx.x % KV;
@@ -926,7 +926,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   checkTileAlignment<kWg>(smem_raw);
   BwdQSmem<kD>& sm = *reinterpret_cast<BwdQSmem<kD>*>(smem_raw);
-  const float s8 = fp8.rows ? *fp8.scale : 0.f;  // an FP8 gradient's scale, loaded early
+  const float s8 = fp8.rows ? *fp8.w.scale : 0.f;  // an FP8 gradient's scale, loaded early
   const int b = blockIdx.x / H, h = blockIdx.x % H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -1242,8 +1242,8 @@ void attentionBackwardTc(void* dqkv, const void* dout, const TcAttention& in, co
   const int64_t KV = kvHeads(in.layout, H);
   if (bias_partial && in.layout.group != 1)
     throw CudaError("attention backward: a bias gradient needs multi-head attention's layout");
-  if (fp8.rows && (bias_partial || accumulate || Tn % 4 != 0 || fp8.tokens != B * Tn || !fp8.cols || !fp8.scale ||
-                   !fp8.amax || !fp8.scale_inv))
+  if (fp8.rows && (bias_partial || accumulate || Tn % 4 != 0 || fp8.tokens != B * Tn || !fp8.cols || !fp8.w.scale ||
+                   !fp8.w.amax || !fp8.w.scale_inv))
     throw CudaError("attention backward: an FP8 gradient is written whole, in both layouts, of sequences a multiple "
                     "of 4 long, with no bias gradient beside it");
   dim3 grid(unsigned(B * H), unsigned((Tn + kTile - 1) / kTile));

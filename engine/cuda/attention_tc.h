@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "engine/cuda/kernels.h"  // Fp8Write
 #include "engine/ir/types.h"
 
 namespace tandem::cuda {
@@ -43,19 +44,13 @@ struct TcAttention {
 // Where the backward writes its gradient as FP8 codes instead of bf16
 // (training.fp8_attention_grad, delayed scaling): [B * Tn, width] at rows
 // and transposed ([width, B * Tn], the K-major copy the weight-gradient GEMM
-// reads) at cols, each the code of value x *scale (E5M2 when e5m2, else
-// E4M3), the largest |value| into *amax (its bits, by atomicMax) and
-// 1 / *scale into scale_inv and scale_inv_t: the closing step of a
-// delayed-scaling writer (fp8_write.cuh). rows null: bf16 into dqkv.
+// reads) at cols, by the delayed-scaling writer w (its format, scale, amax
+// and 1 / scale slots). rows null: bf16 into dqkv.
 struct Fp8GradOut {
   uint8_t* rows = nullptr;
   uint8_t* cols = nullptr;
   int64_t tokens = 0;  // B * Tn
-  const float* scale = nullptr;
-  unsigned* amax = nullptr;
-  float* scale_inv = nullptr;
-  float* scale_inv_t = nullptr;
-  bool e5m2 = false;
+  Fp8Write w;
 };
 
 // Multi-head attention's [B, Tn, 3C] layout of [q | k | v] heads.

@@ -1561,11 +1561,7 @@ void groupedAttentionBackwardFp8(void* dqkv, void* dqkv_t, const void* dout, con
   o.rows = static_cast<uint8_t*>(dqkv);
   o.cols = static_cast<uint8_t*>(dqkv_t);
   o.tokens = B * Tn;
-  o.scale = w.scale;
-  o.amax = w.amax;
-  o.scale_inv = w.scale_inv;
-  o.scale_inv_t = w.scale_inv_t;
-  o.e5m2 = w.format == Fp8Format::E5M2;
+  o.w = w;
   attentionBackwardTc(nullptr, dout, groupedInputs(rs.qk, qkv, rs.angles, C, H, KV), out, lse, lse_dt, rs.delta,
                       nullptr, B, Tn, C, H, /*accumulate=*/false, s, o);
 }
