@@ -13,7 +13,9 @@
 // the compute keys on one GPU, calibrate_merge.h).
 //
 //   bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology h200x2-nv18] [--steps 30] [--reuse-real] [--max-dp N]
-//                     [--equal-ranks] [--multi-rank-from FILE]
+//                     [--equal-ranks] [--multi-rank-from FILE] [--jobs gpt2-124m|scale|unseen|long]
+//                     [--calibration FILE] [--no-run] [--only NAME,...] [--set KEY=VALUE]...
+// (--no-run: analyse the real traces already in OUT_DIR, without a GPU.)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -350,17 +352,18 @@ struct Options {
   std::vector<std::string> sets;  // --set KEY=VALUE: added to every job (run and simulated alike)
 };
 
+// What follows the program's name (the usage line and ArgReader's).
+constexpr const char* kUsage =
+    "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks] "
+    "[--multi-rank-from FILE] [--jobs gpt2-124m|scale|unseen|long] [--calibration FILE] [--no-run] [--only NAME,...] "
+    "[--set KEY=VALUE]...";
+
 // TANDEM_BINARY OUT_DIR and the flags after them (a bad flag exits with status 2).
 Options parseOptions(int argc, char** argv) {
   Options o;
   o.tandem_bin = argv[1];
   o.out_dir = argv[2];
-  tandem::bench::ArgReader args(
-      "bench_sim_vs_real",
-      "TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] [--max-dp N] [--equal-ranks] "
-      "[--multi-rank-from FILE] [--jobs gpt2-124m|scale|unseen|long] [--calibration FILE] [--no-run] [--only NAME,...] "
-      "[--set KEY=VALUE]...",
-      argc, argv, 3);
+  tandem::bench::ArgReader args("bench_sim_vs_real", kUsage, argc, argv, 3);
   while (args.next()) {
     if (args.is("--reuse-real")) o.reuse = true;
     else if (args.is("--topology")) o.topology = args.text();
@@ -679,9 +682,7 @@ void printSummary(const StepStats& s, const CollectiveStats& c, size_t jobs) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fmt::print(stderr,
-               "usage: bench_sim_vs_real TANDEM_BINARY OUT_DIR [--topology NAME] [--steps N] [--reuse-real] "
-               "[--max-dp N] [--equal-ranks] [--multi-rank-from FILE]\n");
+    fmt::print(stderr, "usage: bench_sim_vs_real {}\n", kUsage);
     return 2;
   }
   const Options o = parseOptions(argc, argv);
