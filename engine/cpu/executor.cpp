@@ -23,6 +23,7 @@
 #include "engine/numerics/bf16.h"
 #include "engine/numerics/init.h"
 #include "engine/passes/buckets.h"
+#include "engine/passes/fp8_gemms.h"
 
 namespace tandem::cpu {
 
@@ -140,6 +141,8 @@ struct CpuExecutor::Impl {
   const RankPlan& programOf(int rank) const { return *program_of.at(size_t(rank)); }
 
   explicit Impl(const Plan& p) : plan(p) {
+    if (const std::optional<std::string> why = fp8ParamGatherRefusal(plan.job, "tandem train"))
+      throw std::runtime_error("cpu executor: " + *why);
     program_of.assign(size_t(plan.world_size), nullptr);
     for (const RankPlan& rp : plan.programs) {
       for (int r : rp.ranks) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/memory/gpu_footprint.h"
+#include "engine/passes/buckets.h"
 
 namespace tandem {
 namespace {
@@ -91,11 +92,23 @@ bool sequenceGather(const Node& n) {
          !n.outputs.empty() && n.inputs[0] != n.outputs[0];
 }
 
+// Whether n all-gathers a bucket's parameters: ZeRO-3's copy before a use
+// (from the rank's shard) or the sharded optimizer's in place after the
+// update (into the flat parameters).
+bool parameterGather(const Graph& g, const Node& n) {
+  if (n.op != OpKind::AllGather || !n.collective || n.inputs.empty() || n.outputs.empty()) return false;
+  for (const BucketTensors& b : g.buckets)
+    if ((b.param_shard >= 0 && n.inputs[0] == b.param_shard) || (b.param_flat >= 0 && n.inputs[0] == b.param_flat))
+      return true;
+  return false;
+}
+
 class Fp8Planner {
  public:
-  Fp8Planner(Graph& g, bool current, bool fused_elementwise, bool attention_grad, Fp8Blocks blocks)
+  Fp8Planner(Graph& g, bool current, bool fused_elementwise, bool attention_grad, bool param_gather,
+             Fp8Blocks blocks)
       : g_(g), current_(current), fused_elementwise_(fused_elementwise), attention_grad_(attention_grad),
-        blocks_(blocks) {
+        param_gather_(param_gather), blocks_(blocks) {
     for (const Node& n : g.nodes) {
       for (int t : n.outputs) ++writers_[t];
       for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -108,6 +121,7 @@ class Fp8Planner {
   }
 
   int run() {
+    if (param_gather_) gatherParametersInFp8();
     // Sequence parallelism: a gather that only FP8 GEMMs read moves FP8
     // (Transformer Engine casts the rank's tokens, then gathers them).
     for (Node& n : g_.nodes) {
@@ -190,6 +204,35 @@ class Fp8Planner {
  private:
   bool readByFp8Gemm(int t) const { return fp8_operands_.count(t) > 0; }
 
+  // training.fp8_param_gather: in each parameter all-gather, the weights
+  // that only FP8 GEMMs read travel as FP8 codes (a byte each); the
+  // bucket's other parameters (norm weights, embeddings) stay bf16 in the
+  // same gather. ZeRO-3's copies, gathered for each use, arrive as the
+  // GEMMs' operands (their views become FP8: no cast reads them, and the
+  // data gradient's GEMM transposes the weight itself, as Megatron-FSDP
+  // does with keep_fp8_transpose_cache off). The sharded optimizer's
+  // gather fills the weights the whole step uses: their one cast a step
+  // stays, standing for the transposed copy made once (Transformer
+  // Engine's transpose cache). The flat buffer keeps its bf16 size.
+  void gatherParametersInFp8() {
+    std::unordered_map<int, std::vector<int>> views;  // gathered flat tensor -> its parameters' views
+    for (const Tensor& t : g_.tensors)
+      if (t.parent >= 0) views[t.parent].push_back(t.id);
+    for (Node& n : g_.nodes) {
+      if (!parameterGather(g_, n)) continue;
+      const bool in_place = n.inputs[0] == n.outputs[0];
+      int64_t fp8_elements = 0;
+      for (int v : views[n.outputs[0]]) {
+        Tensor& t = g_.tensor(v);
+        if (t.dtype != DType::BF16 || writers_[v] != 0 || bf16_readers_[v] != 0 || !readByFp8Gemm(v)) continue;
+        if (!in_place) t.dtype = DType::F8;
+        fp8_elements += t.elements();
+      }
+      // One byte saved per FP8 element: bf16 is two.
+      n.collective->bytes -= fp8_elements * (dtypeSize(DType::BF16) - dtypeSize(DType::F8));
+    }
+  }
+
   // A tensor's FP8 copies: as stored, and (-1 when no FP8 GEMM reads it
   // K-major) transposed.
   struct Copies {
@@ -248,6 +291,7 @@ class Fp8Planner {
   bool current_ = false;  // training.fp8_scaling current
   bool fused_elementwise_ = true;  // one kernel per elementwise op (not schedule.elementwise eager)
   bool attention_grad_ = false;  // training.fp8_attention_grad
+  bool param_gather_ = false;    // training.fp8_param_gather
   Fp8Blocks blocks_;
   std::unordered_map<int, int> writers_;
   std::unordered_map<int, int> bf16_readers_;
@@ -262,12 +306,22 @@ class Fp8Planner {
 
 }  // namespace
 
+std::optional<std::string> fp8ParamGatherRefusal(const JobSpec& job, std::string_view runner) {
+  if (job.training.precision != Precision::FP8 || !job.training.fp8_param_gather ||
+      !(shardsParameters(job) || shardsOptimizer(job)))
+    return std::nullopt;
+  return fmt::format("training.fp8_param_gather gathers the FP8 GEMMs' weights as FP8 codes, which `{}` does not "
+                     "(its parameter all-gathers move bf16); set it false, or `tandem simulate` plans and times it",
+                     runner);
+}
+
 int applyFp8Gemms(Graph& g, const JobSpec& job) {
   if (job.training.precision != Precision::FP8) return 0;
   const Fp8Blocks blocks{job.training.fp8_bf16_first_layers,
                          job.model.layers - job.training.fp8_bf16_last_layers};
   return Fp8Planner(g, job.training.fp8_scaling == Fp8Scaling::Current,
-                    job.schedule.elementwise != ElementwiseKernels::Eager, job.training.fp8_attention_grad, blocks)
+                    job.schedule.elementwise != ElementwiseKernels::Eager, job.training.fp8_attention_grad,
+                    job.training.fp8_param_gather, blocks)
       .run();
 }
 

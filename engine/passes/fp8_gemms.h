@@ -38,6 +38,10 @@
 // The scaling factors (one per tensor, from the amax history) are a few
 // floats per tensor and are not planned as buffers.
 
+#include <optional>
+#include <string>
+#include <string_view>
+
 #include "engine/ir/graph.h"
 #include "engine/spec/job.h"
 
@@ -45,5 +49,10 @@ namespace tandem {
 
 // Returns the number of CastFp8 tasks added (0 unless the job is fp8).
 int applyFp8Gemms(Graph& g, const JobSpec& job);
+
+// Why `runner` (an executor: "tandem run", "tandem train") cannot run the
+// job's plan when training.fp8_param_gather takes effect in it (FP8 with
+// gathered parameters): the executors gather bf16. Nothing otherwise.
+std::optional<std::string> fp8ParamGatherRefusal(const JobSpec& job, std::string_view runner);
 
 }  // namespace tandem

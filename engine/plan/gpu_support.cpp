@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/passes/fp8_gemms.h"
 #include "engine/plan/plan.h"
 
 namespace tandem {
@@ -20,6 +21,7 @@ bool writesFp8OnGpu(OpKind op) {
 // scaling) and the FP8 GEMMs on one rank's own tensors.
 std::optional<std::string> fp8Refusal(const Plan& plan) {
   if (plan.job.training.precision != Precision::FP8) return std::nullopt;
+  if (const std::optional<std::string> why = fp8ParamGatherRefusal(plan.job, "tandem run")) return why;
   for (const RankPlan& rp : plan.programs) {
     for (const Task& t : rp.tasks) {
       for (int b : t.writes)

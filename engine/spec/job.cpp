@@ -403,6 +403,7 @@ void readTraining(JobReader& r, const YAML::Node& node, const std::string& node_
        }},
       {"fp8_attention_grad",
        [&](const YAML::Node& v, const std::string& p) { t.fp8_attention_grad = r.readBool(v, p); }},
+      {"fp8_param_gather", [&](const YAML::Node& v, const std::string& p) { t.fp8_param_gather = r.readBool(v, p); }},
       {"seed", [&](const YAML::Node& v, const std::string& p) { t.seed = r.readUint64(v, p); }},
   });
 }

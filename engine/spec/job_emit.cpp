@@ -109,6 +109,7 @@ std::string jobToYaml(const JobSpec& job) {
   if (t.fp8_bf16_first_layers != 0) field("fp8_bf16_first_layers", integer(t.fp8_bf16_first_layers));
   if (t.fp8_bf16_last_layers != 0) field("fp8_bf16_last_layers", integer(t.fp8_bf16_last_layers));
   if (t.fp8_attention_grad) field("fp8_attention_grad", "true");
+  if (t.fp8_param_gather) field("fp8_param_gather", "true");
   field("seed", integer(t.seed));
   line("parallel:");
   field("data_parallel", integer(job.parallel.data_parallel));

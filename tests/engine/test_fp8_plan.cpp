@@ -468,3 +468,80 @@ TEST_CASE("FP8 delayed scaling with training.fp8_attention_grad: the grouped att
   REQUIRE(refused.has_value());
   CHECK_THAT(*refused, Catch::Contains("training.fp8_attention_grad=false"));
 }
+
+TEST_CASE("FP8 with training.fp8_param_gather: parameter all-gathers move the FP8 GEMMs' weights as FP8 codes, "
+          "which those GEMMs read uncast",
+          "[plan][fp8]") {
+  for (bool zero3 : {true, false}) {
+    INFO((zero3 ? "parameters sharded (ZeRO-3)" : "optimizer sharded (ZeRO-1)"));
+    JobSpec job = test::llamaJob(2, 2);
+    job.training.precision = Precision::FP8;
+    job.training.fp8_scaling = Fp8Scaling::Current;
+    job.parallel.shard_optimizer = true;
+    job.parallel.shard_parameters = zero3;
+    JobSpec gathered = job;
+    gathered.training.fp8_param_gather = true;
+    CHECK(parseJob(jobToYaml(gathered), "gathered.yaml").training.fp8_param_gather);
+    const Plan before = buildPlan(job), after = buildPlan(gathered);
+    const RankPlan &b = before.programs.at(0), &a = after.programs.at(0);
+
+    // Weight casts: ZeRO-3 casts each gathered copy before, none after; the
+    // sharded optimizer's weights, gathered once a step, keep their one cast
+    // a step (the transposed copy); the activations' casts stay.
+    auto weightCasts = [](const RankPlan& rp) {
+      int n = 0;
+      for (const Task& t : rp.tasks)
+        if (t.op == OpKind::CastFp8 && t.name.find(".cast_w.") != std::string::npos) ++n;
+      return n;
+    };
+    auto casts = [](const RankPlan& rp) {
+      return std::count_if(rp.tasks.begin(), rp.tasks.end(), [](const Task& t) { return t.op == OpKind::CastFp8; });
+    };
+    CHECK(weightCasts(b) > 0);
+    CHECK(weightCasts(a) == (zero3 ? 0 : weightCasts(b)));
+    CHECK(casts(b) - casts(a) == weightCasts(b) - weightCasts(a));
+
+    // Each parameter gather moves one byte fewer per FP8 GEMM weight element
+    // it carries: the blocks' four projections (two layers), 16 x 48 + 16 x 16
+    // + 16 x 80 + 40 x 16 elements per layer at width 16, kv 2 of 4 heads,
+    // SwiGLU 40 wide; the norm weights, the embedding and the LM head stay bf16.
+    const int64_t per_layer = 16 * (16 + 2 * 8) + 16 * 16 + 16 * 80 + 40 * 16;
+    int64_t saved = 0, gathers = 0;
+    for (size_t i = 0; i < a.tasks.size(); ++i) {
+      const Task& t = a.tasks[i];
+      if (t.op != OpKind::AllGather || t.name.rfind("comm.allgather.bucket", 0) != 0) continue;
+      const auto same = std::find_if(b.tasks.begin(), b.tasks.end(), [&](const Task& o) { return o.name == t.name; });
+      REQUIRE(same != b.tasks.end());
+      REQUIRE(t.collective.has_value());
+      CHECK(t.collective->count == same->collective->count);
+      saved += same->collective->bytes - t.collective->bytes;
+      ++gathers;
+    }
+    REQUIRE(gathers > 0);
+    // ZeRO-3 gathers every bucket per micro-batch (2) and direction (2); the
+    // sharded optimizer once a step.
+    CHECK(saved == per_layer * job.model.layers * (zero3 ? 4 : 1));
+
+    // The FP8 GEMMs read FP8 weights nonetheless; under ZeRO-3 the data
+    // gradient's GEMM transposes the gathered weight itself (no cast wrote
+    // a K-major copy).
+    for (const Task& t : a.tasks) {
+      if (!t.attrs.fp8) continue;
+      INFO(t.name);
+      for (int slot : {0, 1}) CHECK(a.buffers.at(size_t(t.reads.at(size_t(slot)))).dtype == DType::F8);
+      if (t.op == OpKind::MatmulBwdData) CHECK(gpu_footprint::fp8TransposeCount(t) == (zero3 ? 1 : 0));
+    }
+
+    // Both executors gather bf16: refused with the way out.
+    const auto gpu = gpuRunRefusal(after);
+    REQUIRE(gpu.has_value());
+    CHECK_THAT(*gpu, Catch::Contains("training.fp8_param_gather") && Catch::Contains("tandem run"));
+    CHECK_THROWS_WITH(cpu::CpuExecutor(after), Catch::Contains("training.fp8_param_gather") &&
+                                                   Catch::Contains("tandem train"));
+    // Without gathered parameters it changes nothing.
+    JobSpec replicated = gathered;
+    replicated.parallel.shard_optimizer = replicated.parallel.shard_parameters = false;
+    const auto unrelated = gpuRunRefusal(buildPlan(replicated));
+    CHECK((!unrelated || unrelated->find("fp8_param_gather") == std::string::npos));
+  }
+}
