@@ -112,10 +112,10 @@ struct TrainingSpec {
   bool fp8_attention_grad = false;
   // With precision fp8: the data-parallel all-gathers of parameters (ZeRO-3's
   // before each use, the sharded optimizer's after the update) move the FP8
-  // GEMMs' weights as FP8 codes, and those GEMMs read the gathered codes
-  // with no cast of their own (Megatron's fp8_param_gather, which
-  // Megatron-Bridge's FP8 recipes set). Planned and simulated; the
-  // executors refuse it (they gather bf16).
+  // GEMMs' weights as FP8 codes (Megatron's fp8_param_gather, which
+  // Megatron-Bridge's FP8 recipes set); ZeRO-3's GEMMs read the gathered
+  // codes with no cast of their own (engine/passes/fp8_gemms.cpp). Planned
+  // and simulated; the executors refuse it (they gather bf16).
   bool fp8_param_gather = false;
   uint64_t seed = 1337;
   bool operator==(const TrainingSpec&) const = default;
