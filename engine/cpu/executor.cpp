@@ -141,8 +141,9 @@ struct CpuExecutor::Impl {
   const RankPlan& programOf(int rank) const { return *program_of.at(size_t(rank)); }
 
   explicit Impl(const Plan& p) : plan(p) {
-    if (const std::optional<std::string> why = fp8ParamGatherRefusal(plan.job, "tandem train"))
-      throw std::runtime_error("cpu executor: " + *why);
+    for (const auto& why :
+         {fp8ParamGatherRefusal(plan.job, "tandem train"), gradReduceFp32Refusal(plan.job, "tandem train")})
+      if (why) throw std::runtime_error("cpu executor: " + *why);
     program_of.assign(size_t(plan.world_size), nullptr);
     for (const RankPlan& rp : plan.programs) {
       for (int r : rp.ranks) {

@@ -365,6 +365,28 @@ Node parameterAllGather(const Graph& g, size_t b, int world) {
 
 }  // namespace
 
+void applyGradientReduceInFp32(Graph& g, const JobSpec& job) {
+  if (!job.comm.grad_reduce_fp32) return;
+  for (Node& n : g.nodes) {
+    if (!n.collective || n.inputs.empty()) continue;
+    if (n.collective->op != CollectiveOp::AllReduce && n.collective->op != CollectiveOp::ReduceScatter) continue;
+    const Tensor& x = g.tensor(n.inputs[0]);
+    const bool gradient = x.category == TensorCategory::Gradient ||
+                          (x.parent >= 0 && g.tensor(x.parent).category == TensorCategory::Gradient);
+    if (!gradient || n.collective->dtype != DType::BF16) continue;
+    n.collective->dtype = DType::F32;
+    n.collective->bytes = n.collective->count * dtypeSize(DType::F32);
+  }
+}
+
+std::optional<std::string> gradReduceFp32Refusal(const JobSpec& job, std::string_view runner) {
+  if (!job.comm.grad_reduce_fp32 || job.training.precision == Precision::FP32 || job.worldSize() <= 1)
+    return std::nullopt;
+  return fmt::format("comm.grad_reduce_fp32 reduces the bf16 gradients in fp32, which `{}` does not (its "
+                     "collectives reduce them as bf16); set it false, or `tandem simulate` plans and times it",
+                     runner);
+}
+
 void appendOptimizer(Graph& g, const JobSpec& job) {
   const GradientNorm norm = addGradientNorm(g, job);
   const bool sharded = shardsOptimizer(job);

@@ -10,6 +10,10 @@
 // completes the bucket on the last micro-batch; earlier micro-batches only
 // accumulate (gradient accumulation).
 
+#include <optional>
+#include <string>
+#include <string_view>
+
 #include "engine/ir/graph.h"
 #include "engine/spec/job.h"
 
@@ -26,6 +30,18 @@ void applyGradientBuckets(Graph& g, const JobSpec& job);
 // gradients beside its forward; lowering puts them on a compute stream of
 // their own.
 void appendOptimizer(Graph& g, const JobSpec& job);
+
+// comm.grad_reduce_fp32: every reduction of bf16 gradients across ranks
+// (all-reduce or reduce-scatter of a gradient tensor) moves fp32, its
+// collective counted at four bytes an element. The gradient buffers stay
+// bf16 (the up-cast before and the down-cast after are not planned).
+// Needs the gradient collectives in place (after applyGradientBuckets and
+// the passes that add reductions).
+void applyGradientReduceInFp32(Graph& g, const JobSpec& job);
+// Why `runner` (an executor) cannot run the job: comm.grad_reduce_fp32 in
+// a job whose gradients are bf16 and reduced across ranks; nothing
+// otherwise.
+std::optional<std::string> gradReduceFp32Refusal(const JobSpec& job, std::string_view runner);
 
 // True when the job shards the optimizer over more than one rank (also
 // implied by sharding the parameters).

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/passes/buckets.h"
 #include "engine/passes/fp8_gemms.h"
 #include "engine/plan/plan.h"
 
@@ -77,6 +78,7 @@ std::optional<std::string> gpuRunRefusal(const Plan& plan) {
     return fmt::format("the squared-ReLU MLP (model.mlp_activation {}) is not run on GPUs yet; {}",
                        toString(plan.job.model.mlp_activation), elsewhere);
   if (std::optional<std::string> fp8 = fp8Refusal(plan)) return fp8;
+  if (std::optional<std::string> reduce = gradReduceFp32Refusal(plan.job, "tandem run")) return reduce;
   if (plan.job.schedule.materialized_attention)
     return fmt::format("a materialized attention score matrix (schedule.materialized_attention) is planned and "
                        "simulated for what-if studies; the GPU executor runs the fused attention only; {}",

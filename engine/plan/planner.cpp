@@ -137,6 +137,7 @@ StagePlan planStage(const JobSpec& job, const PipelineStage& stage) {
   applyMicroBatchReduce(g, job);
   applyReplicaAllReduce(g, job);
   applyGatheredEmbeddingGradient(g, job);
+  applyGradientReduceInFp32(g, job);
   appendOptimizer(g, job);
   applyParameterSharding(g, job);
   applyFp8Gemms(g, job);

@@ -484,6 +484,7 @@ void readComm(JobReader& r, const YAML::Node& node, const std::string& node_path
        }},
       {"pipeline_scatter_gather",
        [&](const YAML::Node& v, const std::string& p) { comm.pipeline_scatter_gather = r.readBool(v, p); }},
+      {"grad_reduce_fp32", [&](const YAML::Node& v, const std::string& p) { comm.grad_reduce_fp32 = r.readBool(v, p); }},
   });
 }
 

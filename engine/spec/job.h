@@ -228,6 +228,12 @@ struct CommSpec {
   // (Megatron-LM's scatter/gather optimization, on by default there;
   // engine/passes/pipeline_scatter_gather.h).
   bool pipeline_scatter_gather = false;
+  // Jobs whose gradients are bf16: their reductions across ranks (data
+  // parallel all-reduces and reduce-scatters, sums across replicas and
+  // stages) move fp32, twice the bytes (PyTorch FSDP2's reduce_dtype
+  // float32, torchtitan's default; Megatron's grad_reduce_in_fp32).
+  // Planned and simulated; the executors refuse it (they reduce bf16).
+  bool grad_reduce_fp32 = false;
   bool operator==(const CommSpec&) const = default;
 };
 

@@ -134,6 +134,7 @@ std::string jobToYaml(const JobSpec& job) {
   field("gather_embedding_gradient", job.comm.gather_embedding_gradient ? "true" : "false");
   field("reduce_every_micro_batch", job.comm.reduce_every_micro_batch ? "true" : "false");
   if (job.comm.pipeline_scatter_gather) field("pipeline_scatter_gather", "true");
+  if (job.comm.grad_reduce_fp32) field("grad_reduce_fp32", "true");
   line("schedule:");
   field("weight_gradient_stream", job.schedule.weight_gradient_stream ? "true" : "false");
   field("fuse_bias_gradients", job.schedule.fuse_bias_gradients ? "true" : "false");

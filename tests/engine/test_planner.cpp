@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/cpu/executor.h"
 #include "engine/memory/memory_plan.h"
 #include "engine/passes/fusion.h"
+#include "engine/plan/gpu_support.h"
 #include "engine/plan/plan_json.h"
 #include "engine/plan/planner.h"
 #include "test_jobs.h"
@@ -1027,4 +1029,54 @@ TEST_CASE("Sharded parameters gathered further ahead: schedule.gather_ahead", "[
   CHECK(earlier > 0);
   // More copies live at once: more memory.
   CHECK(three.programs[0].memory.arena_bytes >= one.programs[0].memory.arena_bytes);
+}
+
+TEST_CASE("comm.grad_reduce_fp32: the gradients' reductions across ranks move fp32, the other collectives as "
+          "they were",
+          "[planner][dp]") {
+  struct Layout {
+    const char* name;
+    bool shard_parameters;
+    int shard_group_size;
+  };
+  for (const Layout& l : {Layout{"replicated", false, 0}, Layout{"ZeRO-3", true, 0}, Layout{"hybrid ZeRO-3", true, 2}}) {
+    INFO(l.name);
+    JobSpec job = test::splittableJob(4, 2);
+    job.training.precision = Precision::BF16;
+    job.parallel.shard_parameters = l.shard_parameters;
+    if (l.shard_group_size > 0) job.parallel.shard_group_size = l.shard_group_size;
+    JobSpec fp32 = job;
+    fp32.comm.grad_reduce_fp32 = true;
+    CHECK(parseJob(jobToYaml(fp32), "fp32.yaml").comm.grad_reduce_fp32);
+    const Plan a = buildPlan(job), b = buildPlan(fp32);
+    const RankPlan &pa = a.programs.at(0), &pb = b.programs.at(0);
+    REQUIRE(pa.tasks.size() == pb.tasks.size());
+    int reductions = 0;
+    for (size_t i = 0; i < pa.tasks.size(); ++i) {
+      const Task &x = pa.tasks[i], &y = pb.tasks[i];
+      if (!x.collective) continue;
+      INFO(x.name);
+      REQUIRE(y.collective.has_value());
+      CHECK(y.collective->count == x.collective->count);
+      const bool gradient_reduction =
+          (x.op == OpKind::AllReduce || x.op == OpKind::ReduceScatter) && x.collective->dtype == DType::BF16;
+      if (gradient_reduction) {
+        ++reductions;
+        CHECK(y.collective->dtype == DType::F32);
+        CHECK(y.collective->bytes == 2 * x.collective->bytes);
+      } else {
+        CHECK(y.collective->bytes == x.collective->bytes);  // the norm's fp32 sum, the parameter gathers
+      }
+    }
+    CHECK(reductions > 0);
+    const auto refused = gpuRunRefusal(b);
+    REQUIRE(refused.has_value());
+    CHECK_THAT(*refused, Catch::Contains("comm.grad_reduce_fp32"));
+    CHECK_THROWS_WITH(cpu::CpuExecutor(b), Catch::Contains("comm.grad_reduce_fp32") && Catch::Contains("tandem train"));
+  }
+  // One rank reduces nothing across ranks: nothing to refuse.
+  JobSpec single = test::splittableJob(1, 1);
+  single.training.precision = Precision::BF16;
+  single.comm.grad_reduce_fp32 = true;
+  CHECK_NOTHROW(cpu::CpuExecutor(buildPlan(single)));
 }
