@@ -7,6 +7,7 @@
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
 #         checkpointkill ckptcost replicacheck replicacheck2 fp8gemm fp8run fp8llama7b materialized rankspergpu multigpu normbwd fp8writers fp8walks sweepfp8
+#         wgstream
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -489,6 +490,24 @@ print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-20
       # tile shape and walk against their bf16 twins, three rounds (about
       # 45 s).
       stage fp8writers $B/bench_fp8_writers --rounds 3 ;;
+    wgstream)
+      # Issue 54: the weight-gradient stream on and off (tandem against
+      # itself, two rounds in turn), GPT-2 124M, the 1.1B Llama at sequences
+      # 1024 and 4096, the 3B at 1024 (about 6 minutes on one H100). tandem
+      # simulate with the shipped H100 profile predicts the stream 0.6%
+      # faster on the 1.1B and 0.8% slower on GPT-2 124M, which an H200
+      # measured 1.5% faster with it (docs/benchmarks.md, tenth session).
+      l1b="--set model.layers=22 --set model.hidden=2048 --set model.heads=32 --set model.kv_heads=4
+        --set model.mlp_ratio=2.75 --set model.vocab=32000"
+      l3b="--set model.layers=28 --set model.hidden=3072 --set model.heads=24 --set model.kv_heads=8
+        --set model.mlp_ratio=2.6666667 --set model.vocab=128256 --set model.seq_len=1024 --set training.micro_batch=4"
+      off="--versus schedule.weight_gradient_stream=false --rounds 2"
+      stage wgstream_gpt2 $B/bench_gpt2_h200 --steps 30 $off
+      stage wgstream_1b_1024 $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml $l1b --set model.seq_len=1024 \
+        --set training.micro_batch=16 --steps 30 $off
+      stage wgstream_1b_4096 $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml $l1b --set model.seq_len=4096 \
+        --set training.micro_batch=4 --steps 20 $off
+      stage wgstream_3b $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml $l3b --steps 20 $off ;;
     fp8walks)
       # The writers' walks: their kernels against the CPU reference (every
       # walk, tile and RMSNorm writer) and the executor's FP8 checks, then
