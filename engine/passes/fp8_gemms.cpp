@@ -92,15 +92,15 @@ bool sequenceGather(const Node& n) {
          !n.outputs.empty() && n.inputs[0] != n.outputs[0];
 }
 
-// Whether n all-gathers a bucket's parameters: ZeRO-3's copy before a use
-// (from the rank's shard) or the sharded optimizer's in place after the
-// update (into the flat parameters).
-bool parameterGather(const Graph& g, const Node& n) {
-  if (n.op != OpKind::AllGather || !n.collective || n.inputs.empty() || n.outputs.empty()) return false;
+// The tensors a parameter all-gather reads: each bucket's shard (ZeRO-3's
+// copies before a use) and flat parameters (the sharded optimizer's gather
+// in place after the update).
+std::unordered_set<int> parameterGatherSources(const Graph& g) {
+  std::unordered_set<int> sources;
   for (const BucketTensors& b : g.buckets)
-    if ((b.param_shard >= 0 && n.inputs[0] == b.param_shard) || (b.param_flat >= 0 && n.inputs[0] == b.param_flat))
-      return true;
-  return false;
+    for (int t : {b.param_shard, b.param_flat})
+      if (t >= 0) sources.insert(t);
+  return sources;
 }
 
 class Fp8Planner {
@@ -218,8 +218,11 @@ class Fp8Planner {
     std::unordered_map<int, std::vector<int>> views;  // gathered flat tensor -> its parameters' views
     for (const Tensor& t : g_.tensors)
       if (t.parent >= 0) views[t.parent].push_back(t.id);
+    const std::unordered_set<int> sources = parameterGatherSources(g_);
     for (Node& n : g_.nodes) {
-      if (!parameterGather(g_, n)) continue;
+      const bool parameter_gather = n.op == OpKind::AllGather && n.collective && !n.inputs.empty() &&
+                                    !n.outputs.empty() && sources.count(n.inputs[0]);
+      if (!parameter_gather) continue;
       const bool in_place = n.inputs[0] == n.outputs[0];
       int64_t fp8_elements = 0;
       for (int v : views[n.outputs[0]]) {
