@@ -7,7 +7,7 @@
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
 #         checkpointkill ckptcost replicacheck replicacheck2 fp8gemm fp8run fp8llama7b materialized rankspergpu multigpu normbwd fp8writers fp8walks sweepfp8
-#         wgstream
+#         wgstream kernelpairs
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -481,6 +481,11 @@ for r, n, t in sqlite3.connect(sys.argv[1]).execute('select rank, count(*), sum(
 print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-200:]) / max(1, len(L[-200:]))))" \
           $OUT/text_${p}_$seed.log "$p seed $seed"
       done; done ;;
+    kernelpairs)
+      # Two kernels on two streams at once (the simulator's kernel sharing):
+      # GPT-2's weight gradients beside the layernorm backward, the fc data
+      # gradient and the attention backward, widths 768-2048 (under a minute).
+      stage kernelpairs $B/bench_kernel_pairs --reps 50 ;;
     normbwd)
       # The layernorm's and RMSNorm's backward on the warp- and the
       # block-per-row kernels, alternating, at a 1.1B Llama's rows (2048).
