@@ -10,7 +10,8 @@
 // launched first keeps its speed, how fast the other runs beside it, and
 // what both take together against one after the other.
 //
-// Pairs (GPT-2's backward at `--rows` tokens, bf16; width C, heads of 64):
+// Pairs of GPT-2's backward (--family gpt2, the default) at `--rows` tokens,
+// bf16, width C, heads of 64:
 //   fc_wgrad+ln_bwd      the MLP's fc weight gradient (dW[4C, C] = dy^T x)
 //                        beside a layernorm backward of rows x C
 //   qkv_wgrad+ln_bwd     the QKV weight gradient (dW[3C, C]) beside it
@@ -18,8 +19,17 @@
 //                        beside the fc data gradient (dx[rows, C])
 //   attn_bwd+proj_wgrad  the attention backward (sequence --seq) beside the
 //                        attention projection's weight gradient (dW[C, C])
+// and of a Llama's (--family llama, SwiGLU width F = --mlp-ratio x C
+// rounded up to 256, as the job specs round it):
+//   gateup_wgrad+rms_bwd     the gate and up projections' weight gradient
+//                            (dW[2F, C]) beside an RMSNorm backward
+//   down_wgrad+swiglu_bwd    the down projection's weight gradient
+//                            (dW[C, F]) beside the SwiGLU backward
+//   down_wgrad+gateup_dgrad  the same beside the gate and up projections'
+//                            data gradient (dx[rows, C] from dy[rows, 2F])
 //
-//   bench_kernel_pairs [--widths C,C,...] [--rows M] [--seq T] [--reps N] [--warm-seconds S] [--only PAIR]
+//   bench_kernel_pairs [--family gpt2|llama] [--widths C,C,...] [--rows M] [--seq T] [--mlp-ratio R]
+//                      [--reps N] [--warm-seconds S] [--only PAIR]
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -44,8 +54,10 @@
 namespace {
 
 struct Options {
-  std::vector<int64_t> widths = {768, 1024, 1280, 1600, 2048};
+  bool llama = false;
+  std::vector<int64_t> widths;  // default by family
   int64_t rows = 16384, seq = 1024;
+  double mlp_ratio = 2.75;
   int reps = 50;
   double warm_seconds = 1.0;
   std::string only;
@@ -54,10 +66,16 @@ struct Options {
 Options parseOptions(int argc, char** argv) {
   Options o;
   tandem::bench::ArgReader args("bench_kernel_pairs",
-                                "[--widths C,C,...] [--rows M] [--seq T] [--reps N] [--warm-seconds S] [--only PAIR]",
+                                "[--family gpt2|llama] [--widths C,C,...] [--rows M] [--seq T] [--mlp-ratio R] "
+                                "[--reps N] [--warm-seconds S] [--only PAIR]",
                                 argc, argv);
   while (args.next()) {
-    if (args.is("--widths")) {
+    if (args.is("--family")) {
+      const std::string f = args.text();
+      if (f != "gpt2" && f != "llama") args.fail("--family takes gpt2 or llama, not '" + f + "'");
+      o.llama = f == "llama";
+    } else if (args.is("--mlp-ratio")) o.mlp_ratio = args.number(1, 16);
+    else if (args.is("--widths")) {
       o.widths.clear();
       std::stringstream list(args.text());
       for (std::string item; std::getline(list, item, ',');) {
@@ -74,6 +92,7 @@ Options parseOptions(int argc, char** argv) {
     else if (args.is("--only")) o.only = args.text();
     else args.unknown();
   }
+  if (o.widths.empty()) o.widths = o.llama ? std::vector<int64_t>{2048, 3072, 4096} : std::vector<int64_t>{768, 1024, 1280, 1600, 2048};
   if (o.rows % o.seq != 0) args.fail(fmt::format("--rows {} is not a whole number of sequences of {}", o.rows, o.seq));
   return o;
 }
@@ -174,16 +193,32 @@ void measure(const Pair& p, int64_t width, const Options& o, cudaStream_t a, cud
   const double xy_first = median(xy_x), xy_second = median(xy_y), yx_first = median(yx_y), yx_second = median(yx_x);
   // "both": until the later of the two ends; against xa + ya, the serial time.
   fmt::print(
-      "{{\"bench\":\"kernel_pairs\",\"pair\":\"{}\",\"width\":{},\"rows\":{},\"first\":\"{}\",\"second\":\"{}\","
+      "{{\"bench\":\"kernel_pairs\",\"family\":\"{}\",\"pair\":\"{}\",\"width\":{},\"rows\":{},\"first\":\"{}\",\"second\":\"{}\","
       "\"first_alone_us\":{:.2f},\"second_alone_us\":{:.2f},"
       "\"first_launched_first\":{{\"first_us\":{:.2f},\"second_us\":{:.2f},\"both_over_serial\":{:.3f}}},"
       "\"second_launched_first\":{{\"second_us\":{:.2f},\"first_us\":{:.2f},\"both_over_serial\":{:.3f}}}}}\n",
-      p.name, width, o.rows, p.first, p.second, xa, ya, xy_first, xy_second, std::max(xy_first, xy_second) / (xa + ya),
+      o.llama ? "llama" : "gpt2", p.name, width, o.rows, p.first, p.second, xa, ya, xy_first, xy_second, std::max(xy_first, xy_second) / (xa + ya),
       yx_first, yx_second, std::max(yx_first, yx_second) / (xa + ya));
   std::fflush(stdout);
   TANDEM_CUDA_CHECK(cudaEventDestroy(start));
   TANDEM_CUDA_CHECK(cudaEventDestroy(end_a));
   TANDEM_CUDA_CHECK(cudaEventDestroy(end_b));
+}
+
+// Measures each pair (--only: the one named) at width C.
+void runPairs(const std::vector<Pair>& pairs, int64_t C, const Options& o, cudaStream_t a, cudaStream_t b) {
+  for (const Pair& p : pairs) {
+    if (!o.only.empty() && p.name != o.only) continue;
+    // Each GEMM's first call on each Gemm chooses its algorithm (timed,
+    // synchronous): done before anything is timed.
+    for (cudaStream_t s : {a, b}) {
+      p.x(s);
+      p.y(s);
+    }
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+    measure(p, C, o, a, b);
+  }
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void runWidth(int64_t C, const Options& o, cudaStream_t a, cudaStream_t b, cuda::Gemm& gemm_a, cuda::Gemm& gemm_b) {
@@ -241,18 +276,43 @@ void runWidth(int64_t C, const Options& o, cudaStream_t a, cudaStream_t b, cuda:
   };
   if (attention) pairs.push_back({"attn_bwd+proj_wgrad", "attn_bwd", "proj_wgrad", attn_bwd, attn_proj_wgrad});
   else fmt::print(stderr, "bench_kernel_pairs: width {}: no attention kernel for {} heads here; pair left out\n", C, H);
-  for (const Pair& p : pairs) {
-    if (!o.only.empty() && p.name != o.only) continue;
-    // Each GEMM's first call on each Gemm chooses its algorithm (timed,
-    // synchronous): done before anything is timed.
-    for (cudaStream_t s : {a, b}) {
-      p.x(s);
-      p.y(s);
-    }
-    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-    measure(p, C, o, a, b);
-  }
+  runPairs(pairs, C, o, a, b);
+}
+void runLlamaWidth(int64_t C, const Options& o, cudaStream_t a, cudaStream_t b, cuda::Gemm& gemm_a,
+                   cuda::Gemm& gemm_b) {
+  const int64_t M = o.rows, F = (int64_t(o.mlp_ratio * double(C)) + 255) / 256 * 256;
+  Buffers buf;
+  void *rms_dx = buf.bf16(M * C), *rms_dy = buf.bf16(M * C), *rms_x = buf.bf16(M * C);
+  void *rms_rstd = buf.f32Constant(M, 1.f), *rms_w = buf.bf16Constant(C, 1.f), *rms_dw = buf.bf16(C);
+  float* rms_scratch = static_cast<float*>(buf.zeros(cuda::rmsnormScratchBytes(C)));
+  void *x_c = buf.bf16(M * C), *dy_2f = buf.bf16(M * 2 * F), *dy_c = buf.bf16(M * C), *h_f = buf.bf16(M * F);
+  void *w_gateup = buf.bf16(2 * F * C, 0.02f), *dw_gateup = buf.zeros(2 * F * C * 2), *dw_down = buf.zeros(C * F * 2);
+  void *dx_c = buf.zeros(M * C * 2), *sw_x = buf.bf16(M * 2 * F), *sw_dy = buf.bf16(M * F), *sw_dx = buf.zeros(M * 2 * F * 2);
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+  auto gemmOn = [&](cudaStream_t s) -> cuda::Gemm& { return s == a ? gemm_a : gemm_b; };
+  const Launch rms_bwd = [=](cudaStream_t s) {
+    cuda::rmsnormBackward(rms_dx, rms_dw, rms_dy, rms_x, rms_w, rms_rstd, DType::F32, M, C, true, false, DType::BF16,
+                          rms_scratch, s);
+  };
+  const Launch swiglu_bwd = [=](cudaStream_t s) {
+    cuda::swigluBackward(sw_dx, sw_dy, sw_x, M, F, false, DType::BF16, s);
+  };
+  const Launch gateup_wgrad = [=, &gemmOn](cudaStream_t s) {
+    gemmOn(s).backwardWeight(dw_gateup, dy_2f, x_c, M, 2 * F, C, false, DType::BF16, s);
+  };
+  const Launch down_wgrad = [=, &gemmOn](cudaStream_t s) {
+    gemmOn(s).backwardWeight(dw_down, dy_c, h_f, M, C, F, false, DType::BF16, s);
+  };
+  const Launch gateup_dgrad = [=, &gemmOn](cudaStream_t s) {
+    gemmOn(s).backwardData(dx_c, dy_2f, w_gateup, M, 2 * F, C, false, DType::BF16, s);
+  };
+  runPairs(
+      {
+          {"gateup_wgrad+rms_bwd", "gateup_wgrad", "rms_bwd", gateup_wgrad, rms_bwd},
+          {"down_wgrad+swiglu_bwd", "down_wgrad", "swiglu_bwd", down_wgrad, swiglu_bwd},
+          {"down_wgrad+gateup_dgrad", "down_wgrad", "gateup_dgrad", down_wgrad, gateup_dgrad},
+      },
+      C, o, a, b);
 }
 #endif
 
@@ -272,7 +332,7 @@ int main(int argc, char** argv) {
     TANDEM_CUDA_CHECK(cudaMalloc(&ws_b, cuda::Gemm::kWorkspaceBytes));
     {
       cuda::Gemm gemm_a(ws_a, cuda::Gemm::kWorkspaceBytes), gemm_b(ws_b, cuda::Gemm::kWorkspaceBytes);
-      for (int64_t C : o.widths) runWidth(C, o, a, b, gemm_a, gemm_b);
+      for (int64_t C : o.widths) (o.llama ? runLlamaWidth : runWidth)(C, o, a, b, gemm_a, gemm_b);
     }
     TANDEM_CUDA_CHECK(cudaFree(ws_a));
     TANDEM_CUDA_CHECK(cudaFree(ws_b));

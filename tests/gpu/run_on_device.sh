@@ -484,8 +484,11 @@ print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-20
     kernelpairs)
       # Two kernels on two streams at once (the simulator's kernel sharing):
       # GPT-2's weight gradients beside the layernorm backward, the fc data
-      # gradient and the attention backward, widths 768-2048 (under a minute).
-      stage kernelpairs $B/bench_kernel_pairs --reps 50 ;;
+      # gradient and the attention backward, widths 768-2048; a Llama's
+      # beside the RMSNorm and SwiGLU backwards and a data gradient, widths
+      # 2048-4096 (about two minutes).
+      stage kernelpairs $B/bench_kernel_pairs --reps 50
+      stage kernelpairs_llama $B/bench_kernel_pairs --family llama --reps 40 ;;
     normbwd)
       # The layernorm's and RMSNorm's backward on the warp- and the
       # block-per-row kernels, alternating, at a 1.1B Llama's rows (2048).
