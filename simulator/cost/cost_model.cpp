@@ -518,6 +518,22 @@ double RooflineCostModel::spareSmShare(const Task& task, const DeviceSpec& devic
   return double(device.sm_count - blocks) / double(device.sm_count);
 }
 
+// Besides the persistent GEMMs: kernels whose calibrated grid is at most two
+// blocks per SM, each block taking an even share of the rows (the
+// layernorm's and RMSNorm's backwards: 256 or 264 blocks on 132 SMs, their
+// weight-gradient partial sums per block). In an H100's held-out traces
+// such a backward, launched beside a weight-gradient GEMM that left 12 SMs,
+// did no useful work until the GEMM ended (its time beside the GEMM was 1.9
+// to 5 times its time alone, about its time alone after the GEMM's end
+// plus the overlap), where SwiGLU's and GELU's backwards (tens of
+// thousands of small blocks) progressed beside it (docs/accuracy.md).
+bool RooflineCostModel::fixedGrid(const Task& task, const DeviceSpec& device) const {
+  if (CostModel::fixedGrid(task, device)) return true;
+  if (blocksTakeWholeSms(costOpKind(task)) || device.sm_count <= 0) return false;
+  const int blocks = kernelBlocks(task, device);
+  return blocks > 0 && blocks <= 2 * device.sm_count;
+}
+
 namespace {
 
 // The measured shape whose kernel (tile, blocks) a shape not measured most

@@ -268,6 +268,17 @@ class CostModel {
     (void)task, (void)device;
     return -1;
   }
+  // Whether the task's main kernel divides its work among a fixed grid of
+  // large blocks, so that beside a holder that leaves a few SMs (the spare
+  // SMs of a GEMM with fewer blocks than SMs, or its last round of tiles)
+  // the blocks that land there gain it no time: it ends when the blocks
+  // that start after the holder are through theirs. A persistent GEMM's
+  // blocks take their tiles in a fixed order; this base model knows no
+  // other (docs/simulator.md, kernel sharing).
+  virtual bool fixedGrid(const Task& task, const DeviceSpec& device) const {
+    (void)device;
+    return gemmOutputTiles(task) > 0;
+  }
   // The task's main kernel's last round of tiles, where its tile is
   // calibrated (a GEMM's, from its kernel's name); share 0 otherwise.
   virtual LastRound lastRound(const Task& task, const DeviceSpec& device) const {
@@ -325,6 +336,7 @@ class RooflineCostModel : public CostModel {
   int64_t trailingNs(const Task& task, const DeviceSpec& device, Precision precision) const override;
   SmRoom smRoomBeside(const Task& task, const DeviceSpec& device) const override;
   double spareSmShare(const Task& task, const DeviceSpec& device) const override;
+  bool fixedGrid(const Task& task, const DeviceSpec& device) const override;
   LastRound lastRound(const Task& task, const DeviceSpec& device) const override;
   bool hasLastRounds() const override;
   // The calibrated shape whose main kernel's tile and blocks stand for the

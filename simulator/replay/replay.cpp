@@ -194,6 +194,7 @@ struct RankState {
   SmRoom* sm_room = nullptr;
   float* spare = nullptr;  // and the share of the SMs it leaves, where known (CostModel::spareSmShare), else -1
   LastRound* last_round = nullptr;  // and its last round of tiles (CostModel::lastRound)
+  uint8_t* fixed_grid = nullptr;    // and whether its work is split over a fixed grid (CostModel::fixedGrid)
   bool eventDone(int e) const { return (event_bits[size_t(e) >> 6] >> (e & 63)) & 1; }
   const std::vector<int>* event_recorder = nullptr;  // the program's
   const std::unordered_map<int, int>* pipeline_partner = nullptr;  // the program's (ProgramQueues)
@@ -462,6 +463,7 @@ class Replay {
   std::vector<StreamState> stream_states_;  // every simulated rank's streams, rank after rank
   std::vector<std::vector<float>> spare_tables_;  // RankState::spare, alongside the durations
   std::vector<std::vector<LastRound>> last_round_tables_;  // RankState::last_round, likewise
+  std::vector<std::vector<uint8_t>> fixed_grid_tables_;    // RankState::fixed_grid, likewise
   std::shared_ptr<ActivityStore> activities_;  // every simulated rank's records, rank after rank; task tables
   std::vector<uint64_t> event_words_;       // every simulated rank's recorded-event bits, likewise
   std::vector<int> rank_state_of_;        // world rank -> index in ranks_, -1 when represented
@@ -610,12 +612,14 @@ void Replay::attachTaskTables(RankState& st, RankSlices& slices) {
     sm_room_tables_.emplace_back(st.plan->tasks.size(), SmRoom::Unknown);
     spare_tables_.emplace_back(st.plan->tasks.size(), -1.0f);
     last_round_tables_.emplace_back(st.plan->tasks.size(), LastRound{});
+    fixed_grid_tables_.emplace_back(st.plan->tasks.size(), uint8_t(0));
     trailing_tasks_.push_back(countTrailing(st));
   }
   st.durations = duration_tables_[it->second].data();  // inner buffers never move
   st.sm_room = sm_room_tables_[it->second].data();
   st.spare = spare_tables_[it->second].data();
   st.last_round = last_round_tables_[it->second].data();
+  st.fixed_grid = fixed_grid_tables_[it->second].data();
   slices.records.push_back(st.plan->tasks.size() + trailing_tasks_[it->second]);
 }
 
@@ -724,6 +728,7 @@ void Replay::tryStart(int ri, int stream) {
       r.sm_room[size_t(ti)] = cost_.smRoomBeside(t, device);
       r.spare[size_t(ti)] = float(cost_.spareSmShare(t, device));
       if (last_rounds_) r.last_round[size_t(ti)] = cost_.lastRound(t, device);
+      r.fixed_grid[size_t(ti)] = cost_.fixedGrid(t, device);
     }
   }
   const int64_t d = cached;
@@ -954,14 +959,18 @@ void Replay::rescheduleKernels(int ri) {
     // The holder's last round runs at its own speed beside the kernels on
     // the SMs it left (its blocks are on theirs already).
     const bool own_round = si == holder && s.last_round;
-    // A GEMM whose blocks land on the SMs the holder's last round leaves
-    // starts its record there but gains no time: its persistent blocks take
-    // their tiles in a fixed order, so it ends when the blocks that land as
-    // the holder ends are through theirs (the traces: a weight-gradient GEMM
-    // that starts 27 us before its data-gradient GEMM ends runs no shorter
-    // after that end than alone). Other kernels' blocks progress there.
-    const bool lands_only = holder_last_round && (sharing & kNotHolder) && !phase &&
-                            gemmOutputTiles(r.plan->tasks[size_t((*s.tasks)[s.head])]) > 0;
+    // A kernel of a fixed grid (CostModel::fixedGrid: a persistent GEMM, a
+    // norm's backward of two blocks per SM) whose blocks land on the SMs the
+    // holder leaves (its spare SMs, its last round's) starts its record
+    // there but gains no time: each block has its fixed share of the work,
+    // so it ends when the blocks that land as the holder ends are through
+    // theirs (the traces: a weight-gradient GEMM that starts 27 us before
+    // its data-gradient GEMM ends runs no shorter after that end than alone;
+    // a layernorm backward beside a weight-gradient GEMM of 120 blocks ends
+    // about its time alone after the GEMM). Other kernels' blocks progress
+    // there.
+    const bool lands_only = (holder_last_round || holder_spare > 0) && (sharing & kNotHolder) && !phase &&
+                            r.fixed_grid[size_t((*s.tasks)[s.head])];
     const SmRoom room_before = s.rate_room,
                  room_after = sharing == 0 ? SmRoom::Unknown : lands_only ? SmRoom::None : holder_room;
     const float spare_before = s.rate_spare,
@@ -976,9 +985,9 @@ void Replay::rescheduleKernels(int ri) {
     if (!std::isinf(before)) s.work_left_ns = std::max(0.0, s.work_left_ns - elapsed / before);
     // A kernel that gets SMs for the first time starts its record; one that
     // loses them the moment it got them (it started with the holder) has
-    // not started.
+    // not started, unless its blocks landed beside the holder.
     if (std::isinf(before) && !std::isinf(after) && s.record_start_ns < 0) s.record_start_ns = now_;
-    if (!std::isinf(before) && std::isinf(after) && s.record_start_ns == now_) s.record_start_ns = -1;
+    if (!lands_only && !std::isinf(before) && std::isinf(after) && s.record_start_ns == now_) s.record_start_ns = -1;
     s.rate_room = room_after;
     s.rate_spare = spare_after;
     s.slowed = slowed;

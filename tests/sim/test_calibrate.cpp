@@ -1051,6 +1051,15 @@ TEST_CASE("Kernel geometry: each shape's main kernel's blocks, and the room they
   CHECK(model.spareSmShare(dgrad, bigger) == Approx(12.0 / 144));
   CHECK(model.spareSmShare(dgrad, h200) == -1);
   CHECK(model.spareSmShare(task("layer1.ln2.bwd.mb0"), h200) == -1);  // room, in an amount blocks do not tell
+  // A fixed grid (its blocks gain nothing on the few SMs a holder leaves):
+  // the persistent GEMMs, and the layernorm backward's 264 blocks, two per
+  // SM here, not on a GPU where they are more than two per SM.
+  CHECK(model.fixedGrid(dgrad, h200));
+  CHECK(model.fixedGrid(task("layer1.ln2.bwd.mb0"), h200));
+  sim::DeviceSpec smaller = h200;
+  smaller.sm_count = 100;
+  CHECK_FALSE(model.fixedGrid(task("layer1.ln2.bwd.mb0"), smaller));
+  CHECK_FALSE(model.fixedGrid(task("layer1.mlp.gelu.fwd.mb0"), h200));  // nothing calibrated of its kind
   // A shape the runs did not have takes its nearest measured one's blocks.
   JobSpec wider = job;
   wider.training.micro_batch = 12;

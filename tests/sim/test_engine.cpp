@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <set>
 
 #include "sim_fixtures.h"
 #include "simulator/replay/replay.h"
@@ -807,6 +808,10 @@ struct RoomModel : RooflineCostModel {
     const auto it = spare.find(t.id);
     return it == spare.end() ? -1 : it->second;
   }
+  std::set<int> fixed_grid;  // CostModel::fixedGrid, besides the persistent GEMMs
+  bool fixedGrid(const Task& t, const DeviceSpec& d) const override {
+    return fixed_grid.count(t.id) > 0 || RooflineCostModel::fixedGrid(t, d);
+  }
 };
 
 // As in "kernels of two compute streams share the GPU": a 0.4 ms kernel on
@@ -881,6 +886,33 @@ TEST_CASE("beside a holder that leaves a known share of the SMs, the others get 
   CHECK(std::llabs(sh.end_ns - std::llround(holder_ns)) <= 1);
   CHECK(l.start_ns == 0);  // it ran from the start, on the spare SMs
   CHECK(std::llabs(l.end_ns - std::llround(holder_ns + (1'000'000 - 0.2 * holder_ns))) <= 2);
+}
+
+TEST_CASE("a kernel of a fixed grid gains nothing on the SMs a holder leaves, but its record starts there",
+          "[engine]") {
+  // As above (the holder leaves 20% of the SMs and runs at 0.9 of its
+  // speed), but the other kernel splits its work over a fixed grid of
+  // blocks (a norm's backward of two blocks per SM): the blocks that land
+  // on the spare SMs leave it as much to do when the holder ends, so it
+  // ends its time alone after the holder; its record starts at once.
+  const TwoKernelsTogether f(1.1);
+  const Plan& plan = f.plan;
+  const Topology& topo = f.topo;
+  RoomModel model(f.params);
+  model.room[0] = SmRoom::Some;
+  model.spare[0] = 0.2;
+  model.fixed_grid.insert(1);
+  const SimResult r = simulatePlan(plan, topo, model, idealOptions());
+  const SimActivity l = activityOf(r.ranks[0], 1), sh = activityOf(r.ranks[0], 0);
+  const double holder_ns = 400'000 / 0.9;
+  CHECK(std::llabs(sh.end_ns - std::llround(holder_ns)) <= 1);
+  CHECK(l.start_ns == 0);
+  CHECK(std::llabs(l.end_ns - std::llround(holder_ns + 1'000'000)) <= 2);
+  SECTION("without the fixed grid it progresses there (the rule above)") {
+    model.fixed_grid.clear();
+    const SimResult free = simulatePlan(plan, topo, model, idealOptions());
+    CHECK(activityOf(free.ranks[0], 1).end_ns < l.end_ns - 50'000);
+  }
 }
 
 TEST_CASE("trailing kernels run beside a holder that leaves room", "[engine]") {
