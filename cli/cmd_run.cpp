@@ -26,6 +26,7 @@
 #include "engine/memory/gpu_footprint.h"
 #include "engine/plan/gpu_support.h"
 #include "engine/plan/planner.h"
+#include "runner/checkpoint_settings.h"
 
 #ifdef TANDEM_HAVE_CUDA
 #include "engine/cuda/device.h"
