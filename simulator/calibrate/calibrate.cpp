@@ -1190,6 +1190,9 @@ void applyCollectiveBeside(const std::map<std::string, std::vector<double>>& rat
 
 CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs) {
   CalibrationResult out;
+  // Fitted (kernel_overlap_efficiency by simulation too) under the replay's
+  // fixed-grid rule.
+  out.calibration.fixed_grid_guests = true;
   CalibrationSamples acc;
   for (const CalibrationInput& in : inputs) {
     traces::TraceReader reader(in.path);
@@ -1254,6 +1257,9 @@ std::string calibrationToYaml(const CalibrationResult& r) {
                        "side, relative to one alone (median over {} steps; 1 when none measured it)\n",
                        *r.calibration.kernel_overlap_efficiency, r.kernel_overlap_samples);
   }
+  if (r.calibration.fixed_grid_guests)
+    y += "fixed_grid_guests: true  # memory-bound kernels of at most two blocks per SM gain nothing on the SMs a "
+         "holder leaves (docs/simulator.md, kernel sharing): the replay the efficiency was fitted with\n";
   // A multi-rank key's comment: how it was fitted, or where it was kept from.
   const std::string kept = r.multi_rank_source.empty() ? "" : "kept from " + r.multi_rank_source;
   auto why = [&](const std::string& fitted) { return kept.empty() ? fitted : kept; };

@@ -53,6 +53,7 @@ CalibrationResult deriveCalibration(const std::string& source_yaml, const std::s
   c.step_overhead_ns = src.step_overhead_ns;
   c.kernel_overlap_efficiency = src.kernel_overlap_efficiency;
   c.kernel_sharing = src.kernel_sharing;
+  c.fixed_grid_guests = src.fixed_grid_guests;
   c.kernel_revisions = src.kernel_revisions;  // the same kernels, measured on the other GPU
   // FP8 over BF16 speed is a ratio of two GEMMs on the same tensor cores:
   // kept where the target has an FP8 peak in the same ratio to its BF16 one

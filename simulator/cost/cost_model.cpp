@@ -275,6 +275,10 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
         cal.kernel_sharing = KernelSharing::Fair;
       else
         fail(source, kv.second, "kernel_sharing: expected first_holds or fair, got '" + v + "'");
+    } else if (key == "fixed_grid_guests") {
+      const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : std::string();
+      if (v != "true" && v != "false") fail(source, kv.second, "fixed_grid_guests: expected true or false, got '" + v + "'");
+      cal.fixed_grid_guests = v == "true";
     } else if (key == "collective_start_wait") {
       cal.collective_start_wait = number(source, kv.second, key, 0.0, 1.0);
     } else if (key == "collective_beside") {
@@ -372,8 +376,8 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
       fail(source, kv.first,
            key + ": unknown key (allowed: version, gpu, launch_overhead_ns, comm_slowdown, comm_slowdown_by_op, "
                  "step_overhead_ns, multi_rank_launch_ns, kernel_revisions, kernel_overlap_efficiency, "
-                 "kernel_sharing, collective_start_wait, collective_beside, fp8_gemm_speedup, fp8_writer_slowdown, ops, "
-                 "collectives)");
+                 "kernel_sharing, fixed_grid_guests, collective_start_wait, collective_beside, fp8_gemm_speedup, "
+                 "fp8_writer_slowdown, ops, collectives)");
     }
   }
   return cal;
@@ -527,9 +531,10 @@ double RooflineCostModel::spareSmShare(const Task& task, const DeviceSpec& devic
 // to 5 times its time alone, about its time alone after the GEMM's end
 // plus the overlap), where SwiGLU's and GELU's backwards (tens of
 // thousands of small blocks) progressed beside it (docs/accuracy.md).
+// Only under a calibration fitted with the rule (Calibration::fixed_grid_guests).
 bool RooflineCostModel::fixedGrid(const Task& task, const DeviceSpec& device) const {
   if (CostModel::fixedGrid(task, device)) return true;
-  if (blocksTakeWholeSms(costOpKind(task)) || device.sm_count <= 0) return false;
+  if (!calibration_.fixed_grid_guests || blocksTakeWholeSms(costOpKind(task)) || device.sm_count <= 0) return false;
   const int blocks = kernelBlocks(task, device);
   return blocks > 0 && blocks <= 2 * device.sm_count;
 }

@@ -152,6 +152,12 @@ struct Calibration {
   std::optional<int64_t> multi_rank_launch_ns;  // per kernel task, extra in plans of more than one rank
   std::optional<double> kernel_overlap_efficiency;  // RooflineParams::kernel_overlap_efficiency
   std::optional<KernelSharing> kernel_sharing;       // RooflineParams::kernel_sharing
+  // Whether memory-bound kernels of a fixed grid gain nothing beside a
+  // holder (CostModel::fixedGrid; the persistent GEMMs always): the replay
+  // rule kernel_overlap_efficiency was fitted under. Written by `tandem
+  // calibrate` since the rule exists; a file without it keeps the replay
+  // its efficiency was fitted with.
+  bool fixed_grid_guests = false;
   std::map<OpKind, OpCalibration> ops;
   // The revision of each op kind's kernel its runs measured
   // (engine/ir/kernel_revisions.h); a kind not listed was measured at
@@ -279,6 +285,10 @@ class CostModel {
     (void)device;
     return gemmOutputTiles(task) > 0;
   }
+  // Whether fixed grids gain nothing on a holder's spare SMs too, not only
+  // in its last round (Calibration::fixed_grid_guests: the replay a
+  // calibration's kernel_overlap_efficiency was fitted with).
+  virtual bool fixedGridBesideSpareSms() const { return false; }
   // The task's main kernel's last round of tiles, where its tile is
   // calibrated (a GEMM's, from its kernel's name); share 0 otherwise.
   virtual LastRound lastRound(const Task& task, const DeviceSpec& device) const {
@@ -337,6 +347,7 @@ class RooflineCostModel : public CostModel {
   SmRoom smRoomBeside(const Task& task, const DeviceSpec& device) const override;
   double spareSmShare(const Task& task, const DeviceSpec& device) const override;
   bool fixedGrid(const Task& task, const DeviceSpec& device) const override;
+  bool fixedGridBesideSpareSms() const override { return calibration_.fixed_grid_guests; }
   LastRound lastRound(const Task& task, const DeviceSpec& device) const override;
   bool hasLastRounds() const override;
   // The calibrated shape whose main kernel's tile and blocks stand for the

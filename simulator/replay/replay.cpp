@@ -351,7 +351,8 @@ class Replay {
   Replay(const Plan& plan, const Topology& topo, const CostModel& cost, const SimOptions& options)
       : plan_(plan), topo_(topo), cost_(cost), options_(options), router_(topo),
         builder_(router_, options.nccl, options.collective_calibration), net_(linkCapacities(topo)),
-        last_rounds_(cost.hasLastRounds()) {}
+        last_rounds_(cost.hasLastRounds()),
+        fixed_grid_beside_spare_(cost.fixedGridBesideSpareSms()) {}
 
   SimResult run();
 
@@ -448,6 +449,9 @@ class Replay {
   // without, no task's table entry is read (the cost of a task start stays
   // as it was at thousands of ranks).
   const bool last_rounds_;
+  // Whether a fixed grid gains nothing on a holder's spare SMs too
+  // (CostModel::fixedGridBesideSpareSms), not only in its last round.
+  const bool fixed_grid_beside_spare_;
 
   std::vector<ProgramQueues> queues_;     // per program
   // Task durations per (program, device class); a device class is the set of
@@ -969,8 +973,8 @@ void Replay::rescheduleKernels(int ri) {
     // a layernorm backward beside a weight-gradient GEMM of 120 blocks ends
     // about its time alone after the GEMM). Other kernels' blocks progress
     // there.
-    const bool lands_only = (holder_last_round || holder_spare > 0) && (sharing & kNotHolder) && !phase &&
-                            r.fixed_grid[size_t((*s.tasks)[s.head])];
+    const bool lands_only = (holder_last_round || (holder_spare > 0 && fixed_grid_beside_spare_)) &&
+                            (sharing & kNotHolder) && !phase && r.fixed_grid[size_t((*s.tasks)[s.head])];
     const SmRoom room_before = s.rate_room,
                  room_after = sharing == 0 ? SmRoom::Unknown : lands_only ? SmRoom::None : holder_room;
     const float spare_before = s.rate_spare,

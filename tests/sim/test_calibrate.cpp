@@ -1060,6 +1060,18 @@ TEST_CASE("Kernel geometry: each shape's main kernel's blocks, and the room they
   smaller.sm_count = 100;
   CHECK_FALSE(model.fixedGrid(task("layer1.ln2.bwd.mb0"), smaller));
   CHECK_FALSE(model.fixedGrid(task("layer1.mlp.gelu.fwd.mb0"), h200));  // nothing calibrated of its kind
+  // Only under a calibration fitted with that rule (as `tandem calibrate`
+  // writes them); an older file keeps the replay its efficiency was fitted
+  // with, the GEMMs' last rounds alone.
+  CHECK(loaded.fixed_grid_guests);
+  CHECK(yaml.find("fixed_grid_guests: true") != std::string::npos);
+  sim::Calibration older = loaded;
+  older.fixed_grid_guests = false;
+  const sim::RooflineCostModel older_model(sim::RooflineParams::defaults(), older);
+  CHECK_FALSE(older_model.fixedGrid(task("layer1.ln2.bwd.mb0"), h200));
+  CHECK(older_model.fixedGrid(dgrad, h200));
+  CHECK_THROWS_WITH(sim::parseCalibration("version: 1\nfixed_grid_guests: maybe\n", "bad.yaml"),
+                    Catch::Contains("fixed_grid_guests: expected true or false"));
   // A shape the runs did not have takes its nearest measured one's blocks.
   JobSpec wider = job;
   wider.training.micro_batch = 12;

@@ -812,6 +812,8 @@ struct RoomModel : RooflineCostModel {
   bool fixedGrid(const Task& t, const DeviceSpec& d) const override {
     return fixed_grid.count(t.id) > 0 || RooflineCostModel::fixedGrid(t, d);
   }
+  bool fixed_grid_beside_spare = true;  // as calibrations fitted with the rule say
+  bool fixedGridBesideSpareSms() const override { return fixed_grid_beside_spare; }
 };
 
 // As in "kernels of two compute streams share the GPU": a 0.4 ms kernel on
@@ -912,6 +914,11 @@ TEST_CASE("a kernel of a fixed grid gains nothing on the SMs a holder leaves, bu
     model.fixed_grid.clear();
     const SimResult free = simulatePlan(plan, topo, model, idealOptions());
     CHECK(activityOf(free.ranks[0], 1).end_ns < l.end_ns - 50'000);
+  }
+  SECTION("under a calibration fitted without the rule, only a holder's last round counts") {
+    model.fixed_grid_beside_spare = false;
+    const SimResult older = simulatePlan(plan, topo, model, idealOptions());
+    CHECK(activityOf(older.ranks[0], 1).end_ns < l.end_ns - 50'000);
   }
 }
 
