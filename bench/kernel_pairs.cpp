@@ -92,7 +92,8 @@ Options parseOptions(int argc, char** argv) {
     else if (args.is("--only")) o.only = args.text();
     else args.unknown();
   }
-  if (o.widths.empty()) o.widths = o.llama ? std::vector<int64_t>{2048, 3072, 4096} : std::vector<int64_t>{768, 1024, 1280, 1600, 2048};
+  if (o.widths.empty())
+    o.widths = o.llama ? std::vector<int64_t>{2048, 3072, 4096} : std::vector<int64_t>{768, 1024, 1280, 1600, 2048};
   if (o.rows % o.seq != 0) args.fail(fmt::format("--rows {} is not a whole number of sequences of {}", o.rows, o.seq));
   return o;
 }
@@ -193,12 +194,13 @@ void measure(const Pair& p, int64_t width, const Options& o, cudaStream_t a, cud
   const double xy_first = median(xy_x), xy_second = median(xy_y), yx_first = median(yx_y), yx_second = median(yx_x);
   // "both": until the later of the two ends; against xa + ya, the serial time.
   fmt::print(
-      "{{\"bench\":\"kernel_pairs\",\"family\":\"{}\",\"pair\":\"{}\",\"width\":{},\"rows\":{},\"first\":\"{}\",\"second\":\"{}\","
+      "{{\"bench\":\"kernel_pairs\",\"family\":\"{}\",\"pair\":\"{}\",\"width\":{},\"rows\":{},"
+      "\"first\":\"{}\",\"second\":\"{}\","
       "\"first_alone_us\":{:.2f},\"second_alone_us\":{:.2f},"
       "\"first_launched_first\":{{\"first_us\":{:.2f},\"second_us\":{:.2f},\"both_over_serial\":{:.3f}}},"
       "\"second_launched_first\":{{\"second_us\":{:.2f},\"first_us\":{:.2f},\"both_over_serial\":{:.3f}}}}}\n",
-      o.llama ? "llama" : "gpt2", p.name, width, o.rows, p.first, p.second, xa, ya, xy_first, xy_second, std::max(xy_first, xy_second) / (xa + ya),
-      yx_first, yx_second, std::max(yx_first, yx_second) / (xa + ya));
+      o.llama ? "llama" : "gpt2", p.name, width, o.rows, p.first, p.second, xa, ya, xy_first, xy_second,
+      std::max(xy_first, xy_second) / (xa + ya), yx_first, yx_second, std::max(yx_first, yx_second) / (xa + ya));
   std::fflush(stdout);
   TANDEM_CUDA_CHECK(cudaEventDestroy(start));
   TANDEM_CUDA_CHECK(cudaEventDestroy(end_a));
@@ -221,6 +223,7 @@ void runPairs(const std::vector<Pair>& pairs, int64_t C, const Options& o, cudaS
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+// GPT-2's pairs at width C (the header lists them).
 void runWidth(int64_t C, const Options& o, cudaStream_t a, cudaStream_t b, cuda::Gemm& gemm_a, cuda::Gemm& gemm_b) {
   const int64_t M = o.rows, F = 4 * C, H = C / 64, T = o.seq, B = M / T;
   Buffers buf;
@@ -278,6 +281,8 @@ void runWidth(int64_t C, const Options& o, cudaStream_t a, cudaStream_t b, cuda:
   else fmt::print(stderr, "bench_kernel_pairs: width {}: no attention kernel for {} heads here; pair left out\n", C, H);
   runPairs(pairs, C, o, a, b);
 }
+
+// The Llama family's pairs at width C (the header lists them).
 void runLlamaWidth(int64_t C, const Options& o, cudaStream_t a, cudaStream_t b, cuda::Gemm& gemm_a,
                    cuda::Gemm& gemm_b) {
   const int64_t M = o.rows, F = (int64_t(o.mlp_ratio * double(C)) + 255) / 256 * 256;
@@ -287,7 +292,8 @@ void runLlamaWidth(int64_t C, const Options& o, cudaStream_t a, cudaStream_t b, 
   float* rms_scratch = static_cast<float*>(buf.zeros(cuda::rmsnormScratchBytes(C)));
   void *x_c = buf.bf16(M * C), *dy_2f = buf.bf16(M * 2 * F), *dy_c = buf.bf16(M * C), *h_f = buf.bf16(M * F);
   void *w_gateup = buf.bf16(2 * F * C, 0.02f), *dw_gateup = buf.zeros(2 * F * C * 2), *dw_down = buf.zeros(C * F * 2);
-  void *dx_c = buf.zeros(M * C * 2), *sw_x = buf.bf16(M * 2 * F), *sw_dy = buf.bf16(M * F), *sw_dx = buf.zeros(M * 2 * F * 2);
+  void *dx_c = buf.zeros(M * C * 2), *sw_x = buf.bf16(M * 2 * F), *sw_dy = buf.bf16(M * F);
+  void* sw_dx = buf.zeros(M * 2 * F * 2);
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
   auto gemmOn = [&](cudaStream_t s) -> cuda::Gemm& { return s == a ? gemm_a : gemm_b; };
   const Launch rms_bwd = [=](cudaStream_t s) {

@@ -277,7 +277,8 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
         fail(source, kv.second, "kernel_sharing: expected first_holds or fair, got '" + v + "'");
     } else if (key == "fixed_grid_guests") {
       const std::string v = kv.second.IsScalar() ? kv.second.as<std::string>() : std::string();
-      if (v != "true" && v != "false") fail(source, kv.second, "fixed_grid_guests: expected true or false, got '" + v + "'");
+      if (v != "true" && v != "false")
+        fail(source, kv.second, "fixed_grid_guests: expected true or false, got '" + v + "'");
       cal.fixed_grid_guests = v == "true";
     } else if (key == "collective_start_wait") {
       cal.collective_start_wait = number(source, kv.second, key, 0.0, 1.0);
