@@ -32,6 +32,7 @@ struct CalibrateOptions {
   std::string sweep_grid;       // --sweep: measure this grid on the GPU first (calibrate_sweep.h)
   std::string derive_gpu;       // --derive: rescale --from's calibration to this GPU model
   std::string derive_from;
+  std::string refit_overlap;    // --refit-overlap: this calibration with only its overlap efficiency refitted
   SweepOptions sweep;
 };
 
@@ -88,8 +89,74 @@ void runDerive(const CalibrateOptions& o) {
              r.ops.size(), o.out);
 }
 
+// The line of a top-level key in a calibration's text replaced (or put
+// before the `ops:` section), the rest of the file kept as it was written.
+std::string withTopLevelLine(const std::string& yaml, const std::string& key, const std::string& line) {
+  std::istringstream in(yaml);
+  std::string out, l;
+  bool done = false;
+  while (std::getline(in, l)) {
+    if (!done && l.rfind(key + ":", 0) == 0) {
+      out += line + "\n";
+      done = true;
+      continue;
+    }
+    if (!done && l.rfind("ops:", 0) == 0) {
+      out += line + "\n";
+      done = true;
+    }
+    out += l + "\n";
+  }
+  if (!done) out += line + "\n";
+  return out;
+}
+
+// --refit-overlap FILE RUNS... --topology T: after a change to the replay's
+// kernel sharing, kernel_overlap_efficiency chosen again by simulating the
+// one-rank runs with the weight-gradient stream (a sweep keeps two of them,
+// `*-beside.sqlite`), every other key of FILE kept; the GPU is not needed.
+void runRefitOverlap(const CalibrateOptions& o) {
+  if (o.out.empty()) throw std::runtime_error("calibrate: --out FILE is required");
+  if (o.topology.empty())
+    throw std::runtime_error("calibrate: --refit-overlap needs --topology (the machine the runs ran on)");
+  if (o.inputs.empty())
+    throw std::runtime_error("calibrate: --refit-overlap needs the one-rank runs with the weight-gradient stream");
+  if (!o.sweep_grid.empty() || !o.derive_gpu.empty() || !o.multi_rank_from.empty())
+    throw std::runtime_error("calibrate: --refit-overlap keeps the calibration's keys; it takes no --sweep, "
+                             "--derive or --multi-rank-from");
+  const std::string path = sim::calibrationPath(o.refit_overlap);
+  const std::string yaml = readWholeFile(path);
+  sim::CalibrationResult r;
+  r.calibration = sim::parseCalibration(yaml, path);
+  // Fitted under today's replay, which the key names.
+  r.calibration.fixed_grid_guests = true;
+  const sim::Topology topology = sim::loadTopology(resourcePath(o.topology));
+  std::vector<sim::CalibrationInput> inputs;
+  for (const auto& a : o.inputs) inputs.push_back(parseInput(a));
+  const double before = r.calibration.kernel_overlap_efficiency.value_or(1.0);
+  const auto refit = sim::refitOverlapBySimulation(r, inputs, topology);
+  if (!refit)
+    throw std::runtime_error("calibrate: none of the runs is a one-rank run with a second compute stream "
+                             "(schedule.weight_gradient_stream) to refit the overlap efficiency from");
+  std::string text = withTopLevelLine(
+      yaml, "kernel_overlap_efficiency",
+      fmt::format("kernel_overlap_efficiency: {:.4f}  # throughput of kernels of two compute streams side by side, "
+                  "relative to one alone: the simulated step closest to the measured one over {} one-rank runs "
+                  "with the stream (refitted by tandem calibrate --refit-overlap; {:.4f} before)",
+                  refit->efficiency, refit->runs, before));
+  text = withTopLevelLine(text, "fixed_grid_guests",
+                          "fixed_grid_guests: true  # memory-bound kernels of at most two blocks per SM gain nothing "
+                          "on the SMs a holder leaves (docs/simulator.md, kernel sharing): the replay the efficiency "
+                          "was fitted with");
+  writeCalibrationFile(o.out, text);
+  fmt::print("kernel overlap efficiency {:.3f} -> {:.3f} by simulation on {} ({} one-rank runs with the stream, mean "
+             "step error {:.2f}%); the rest of {} kept; written to {}\n",
+             before, refit->efficiency, o.topology, refit->runs, refit->mean_abs_error_pct, path, o.out);
+}
+
 void runCalibrate(CalibrateOptions o) {
   if (!o.derive_gpu.empty()) return runDerive(o);
+  if (!o.refit_overlap.empty()) return runRefitOverlap(o);
   if (o.sweep_grid.empty() && o.inputs.empty())
     throw std::runtime_error("calibrate: name profiled runs to fit from, or --sweep GRID to measure one");
   if (o.out.empty() && !o.sweep.dry_run) throw std::runtime_error("calibrate: --out FILE is required");
@@ -216,6 +283,11 @@ void addCalibrateCommand(CLI::App& root) {
       ->type_name("GPU");
   cmd->add_option("--from", o->derive_from, "with --derive: the measured calibration (a file or a shipped name)")
       ->type_name("NAME|FILE");
+  cmd->add_option("--refit-overlap", o->refit_overlap,
+                  "write this calibration with kernel_overlap_efficiency chosen again by simulating the runs named "
+                  "(one-rank runs with the weight-gradient stream, as a sweep keeps them: *-beside.sqlite) on "
+                  "--topology, every other key kept: after a change to the simulator's kernel sharing, no GPU needed")
+      ->type_name("NAME|FILE");
   cmd->add_flag("--reuse", o->sweep.reuse, "with --sweep: keep the traces already in the work folder");
   cmd->add_flag("--dry-run", o->sweep.dry_run,
                 "with --sweep: plan every point and print its GPU memory need and whether the executor runs it");
@@ -234,7 +306,8 @@ void addCalibrateCommand(CLI::App& root) {
       "  tandem calibrate run1.sqlite run2.sqlite --out mine.yaml\n"
       "  tandem calibrate --sweep full --out h200.yaml --multi-rank-from h200x2-nv18   (on one GPU, 3-6 min)\n"
       "  tandem calibrate --sweep full --dry-run\n"
-      "  tandem calibrate --derive H100 --from h200 --out h100.yaml\n");
+      "  tandem calibrate --derive H100 --from h200 --out h100.yaml\n"
+      "  tandem calibrate --refit-overlap h100.yaml sweep/*-beside.sqlite --topology dgx-h100 --out h100.yaml\n");
 }
 
 const CommandRegistration reg{"calibrate", 58, &addCalibrateCommand};

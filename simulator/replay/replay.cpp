@@ -399,6 +399,9 @@ class Replay {
   // kernels, and main kernels with room beside them but no share of whole
   // SMs to give (memory-bound kinds, in a calibration with launch geometry).
   bool allBlocksSmall(const RankState& r) const;
+  // Whether every kernel sharing the GPU besides the holder's is the main
+  // kernel of a fixed grid (the ones that only land on its spare SMs).
+  bool onlyFixedGridGuests(const RankState& r, int holder) const;
   // Queues the moment stream si's running kernel enters its last round of
   // tiles at its current rate (none for a kernel without one, or in it).
   void scheduleLastRound(int ri, int si);
@@ -852,6 +855,15 @@ float Replay::spareBeside(const RankState& r, int holder) const {
   return r.spare[size_t(ti)];
 }
 
+bool Replay::onlyFixedGridGuests(const RankState& r, int holder) const {
+  for (int si = 0; si < int(r.streams.size()); ++si) {
+    const StreamState& x = r.streams[size_t(si)];
+    if (si == holder || !x.busy || !x.kernel || x.sharing == 0) continue;
+    if ((x.sharing & kTrailing) || !r.fixed_grid[size_t((*x.tasks)[x.head])]) return false;
+  }
+  return true;
+}
+
 bool Replay::allBlocksSmall(const RankState& r) const {
   for (const StreamState& x : r.streams) {
     if (!x.busy || !x.kernel || x.sharing == 0 || (x.sharing & kTrailing)) continue;
@@ -954,6 +966,12 @@ void Replay::rescheduleKernels(int ri) {
   const bool holder_small =
       holder >= 0 && ((r.streams[size_t(holder)].sharing & kTrailing) || (holder_room == SmRoom::Some && holder_spare < 0));
   const uint8_t co_resident = !fair && n > 1 && holder_small && allBlocksSmall(r) ? kCoResident : 0;
+  // A holder whose spare SMs only fixed grids land on (below) loses nothing
+  // to them: it runs as beside a kernel that waits (the traces: a weight
+  // gradient of 120 blocks beside a layernorm backward that does no work
+  // there ran 1.03x its time alone, not the 1.1x a shared spare gives).
+  const bool spare_unused =
+      holder_spare > 0 && fixed_grid_beside_spare_ && !holder_last_round && onlyFixedGridGuests(r, holder);
   for (int si = 0; si < int(r.streams.size()); ++si) {
     StreamState& s = r.streams[size_t(si)];
     if (!s.busy || !s.kernel) continue;
@@ -978,7 +996,8 @@ void Replay::rescheduleKernels(int ri) {
     const SmRoom room_before = s.rate_room,
                  room_after = sharing == 0 ? SmRoom::Unknown : lands_only ? SmRoom::None : holder_room;
     const float spare_before = s.rate_spare,
-                spare_after = sharing == 0 || own_round || lands_only ? -1.0f : holder_spare;
+                spare_after = sharing == 0 || own_round || lands_only || (si == holder && spare_unused) ? -1.0f
+                                                                                                : holder_spare;
     if (lands_only && s.record_start_ns < 0) s.record_start_ns = now_;
     if (s.slowed == slowed && s.sharing == sharing && room_before == room_after && spare_before == spare_after)
       continue;

@@ -158,6 +158,56 @@ TEST_CASE("tandem calibrate --topology refits the kernel overlap efficiency by s
   CHECK(!std::filesystem::exists(bad));
 }
 
+TEST_CASE("tandem calibrate --refit-overlap chooses the efficiency again and keeps every other line", "[cli]") {
+  REQUIRE(std::filesystem::exists(tandemBin()));
+  // The "hardware" as above, under today's replay (fixed_grid_guests); the
+  // calibration to refit says 0.9 and carries a comment and another key.
+  const std::string hw =
+      textFile("cli_refit_hw.yaml",
+               "version: 1\nkernel_overlap_efficiency: 1.3\nfixed_grid_guests: true\nlaunch_overhead_ns: 0\n");
+  const std::string job =
+      "default --set parallel.data_parallel=1 --set model.layers=4 --set model.hidden=512 --set model.heads=8 "
+      "--set model.seq_len=512 --set training.micro_batch=8 --topology h200x2-nv18 --calibration " + hw;
+  const std::string alone = tempPath("cli_refit_alone.sqlite"), shared = tempPath("cli_refit_shared.sqlite");
+  REQUIRE(run("simulate " + job + " --set schedule.weight_gradient_stream=false --out " + alone).status == 0);
+  REQUIRE(run("simulate " + job + " --out " + shared).status == 0);
+  const std::string start = textFile(
+      "cli_refit_start.yaml", "# my profile\nversion: 1\nkernel_overlap_efficiency: 0.9\nlaunch_overhead_ns: 0\n");
+  const std::string cal = tempPath("cli_refit_cal.yaml");
+  const Output ok =
+      run("calibrate --refit-overlap " + start + " " + shared + ":1 --topology h200x2-nv18 --out " + cal);
+  INFO(ok.text);
+  REQUIRE(ok.status == 0);
+  CHECK(ok.text.find("kernel overlap efficiency 0.900 -> 1.30") != std::string::npos);
+  std::string yaml;
+  {
+    FILE* f = std::fopen(cal.c_str(), "r");
+    REQUIRE(f != nullptr);
+    std::array<char, 4096> buf{};
+    size_t n = 0;
+    while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) yaml.append(buf.data(), n);
+    std::fclose(f);
+  }
+  CHECK(yaml.rfind("# my profile\nversion: 1\nkernel_overlap_efficiency: 1.3", 0) == 0);
+  CHECK(yaml.find("launch_overhead_ns: 0\n") != std::string::npos);
+  CHECK(yaml.find("fixed_grid_guests: true") != std::string::npos);
+  CHECK(yaml.find("0.9000 before") != std::string::npos);
+  // Runs without a second compute stream, no topology, or a sweep besides:
+  // one line, exit 1, no file.
+  const std::string bad = tempPath("cli_refit_bad.yaml");
+  const Output none = run("calibrate --refit-overlap " + start + " " + alone + ":1 --topology h200x2-nv18 --out " + bad);
+  CHECK(none.status == 1);
+  CHECK(none.text.find("second compute stream") != std::string::npos);
+  const Output no_topo = run("calibrate --refit-overlap " + start + " " + shared + ":1 --out " + bad);
+  CHECK(no_topo.status == 1);
+  CHECK(no_topo.text.find("needs --topology") != std::string::npos);
+  const Output both =
+      run("calibrate --refit-overlap " + start + " " + shared + ":1 --topology h200x2-nv18 --sweep smoke --out " + bad);
+  CHECK(both.status == 1);
+  CHECK(both.text.find("takes no --sweep") != std::string::npos);
+  CHECK(!std::filesystem::exists(bad));
+}
+
 TEST_CASE("tandem calibrate --multi-rank-from keeps another calibration's multi-rank keys", "[cli]") {
   REQUIRE(std::filesystem::exists(tandemBin()));
   const std::string job =
