@@ -41,6 +41,18 @@ std::string tempPath(const std::string& name) {
   return path;
 }
 
+// The whole text of a file the test wrote.
+std::string fileText(const std::string& path) {
+  std::string text;
+  FILE* f = std::fopen(path.c_str(), "r");
+  REQUIRE(f != nullptr);
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
+  std::fclose(f);
+  return text;
+}
+
 // A file of the build folder holding `text` (a calibration, say); its path.
 std::string textFile(const std::string& name, const std::string& text) {
   const std::string path = tempPath(name);
@@ -179,15 +191,7 @@ TEST_CASE("tandem calibrate --refit-overlap chooses the efficiency again and kee
   INFO(ok.text);
   REQUIRE(ok.status == 0);
   CHECK(ok.text.find("kernel overlap efficiency 0.900 -> 1.30") != std::string::npos);
-  std::string yaml;
-  {
-    FILE* f = std::fopen(cal.c_str(), "r");
-    REQUIRE(f != nullptr);
-    std::array<char, 4096> buf{};
-    size_t n = 0;
-    while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) yaml.append(buf.data(), n);
-    std::fclose(f);
-  }
+  const std::string yaml = fileText(cal);
   CHECK(yaml.rfind("# my profile\nversion: 1\nkernel_overlap_efficiency: 1.3", 0) == 0);
   CHECK(yaml.find("launch_overhead_ns: 0\n") != std::string::npos);
   CHECK(yaml.find("fixed_grid_guests: true") != std::string::npos);
@@ -224,15 +228,7 @@ TEST_CASE("tandem calibrate --multi-rank-from keeps another calibration's multi-
   INFO(ok.text);
   REQUIRE(ok.status == 0);
   CHECK(ok.text.find("multi-rank keys kept from") != std::string::npos);
-  std::string yaml;
-  {
-    FILE* f = std::fopen(cal.c_str(), "r");
-    REQUIRE(f != nullptr);
-    std::array<char, 4096> buf{};
-    size_t n = 0;
-    while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) yaml.append(buf.data(), n);
-    std::fclose(f);
-  }
+  const std::string yaml = fileText(cal);
   CHECK(yaml.find("collectives:") != std::string::npos);
   CHECK(yaml.find("comm_slowdown: ") != std::string::npos);
   // Named by its file name, not the folder it was read from.
