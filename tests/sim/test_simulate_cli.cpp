@@ -63,6 +63,20 @@ std::string textFile(const std::string& name, const std::string& text) {
   return path;
 }
 
+// A small one-GPU job simulated under the calibration `hardware` (the
+// machine the runs "ran" on), once on one compute stream and once with the
+// weight-gradient stream: the two trace files.
+std::pair<std::string, std::string> streamRuns(const std::string& prefix, const std::string& hardware) {
+  const std::string hw = textFile(prefix + "_hw.yaml", hardware);
+  const std::string job =
+      "default --set parallel.data_parallel=1 --set model.layers=4 --set model.hidden=512 --set model.heads=8 "
+      "--set model.seq_len=512 --set training.micro_batch=8 --topology h200x2-nv18 --calibration " + hw;
+  const std::string alone = tempPath(prefix + "_alone.sqlite"), shared = tempPath(prefix + "_shared.sqlite");
+  REQUIRE(run("simulate " + job + " --set schedule.weight_gradient_stream=false --out " + alone).status == 0);
+  REQUIRE(run("simulate " + job + " --out " + shared).status == 0);
+  return {alone, shared};
+}
+
 }  // namespace
 
 TEST_CASE("tandem simulate writes traces that tandem report reads", "[cli]") {
@@ -143,13 +157,7 @@ TEST_CASE("tandem calibrate --topology refits the kernel overlap efficiency by s
   // The "hardware": kernels of two compute streams side by side at 1.3
   // times the throughput of one. One run on one compute stream, one with
   // the weight-gradient stream, of a small one-GPU job.
-  const std::string hw = textFile("cli_overlap_hw.yaml", "version: 1\nkernel_overlap_efficiency: 1.3\n");
-  const std::string job =
-      "default --set parallel.data_parallel=1 --set model.layers=4 --set model.hidden=512 --set model.heads=8 "
-      "--set model.seq_len=512 --set training.micro_batch=8 --topology h200x2-nv18 --calibration " + hw;
-  const std::string alone = tempPath("cli_overlap_alone.sqlite"), shared = tempPath("cli_overlap_shared.sqlite");
-  REQUIRE(run("simulate " + job + " --set schedule.weight_gradient_stream=false --out " + alone).status == 0);
-  REQUIRE(run("simulate " + job + " --out " + shared).status == 0);
+  const auto [alone, shared] = streamRuns("cli_overlap", "version: 1\nkernel_overlap_efficiency: 1.3\n");
   const std::string cal = tempPath("cli_overlap_cal.yaml");
   const Output ok = run("calibrate " + alone + ":1 " + shared + ":1 --out " + cal + " --topology h200x2-nv18");
   INFO(ok.text);
@@ -174,15 +182,8 @@ TEST_CASE("tandem calibrate --refit-overlap chooses the efficiency again and kee
   REQUIRE(std::filesystem::exists(tandemBin()));
   // The "hardware" as above, under today's replay (fixed_grid_guests); the
   // calibration to refit says 0.9 and carries a comment and another key.
-  const std::string hw =
-      textFile("cli_refit_hw.yaml",
-               "version: 1\nkernel_overlap_efficiency: 1.3\nfixed_grid_guests: true\nlaunch_overhead_ns: 0\n");
-  const std::string job =
-      "default --set parallel.data_parallel=1 --set model.layers=4 --set model.hidden=512 --set model.heads=8 "
-      "--set model.seq_len=512 --set training.micro_batch=8 --topology h200x2-nv18 --calibration " + hw;
-  const std::string alone = tempPath("cli_refit_alone.sqlite"), shared = tempPath("cli_refit_shared.sqlite");
-  REQUIRE(run("simulate " + job + " --set schedule.weight_gradient_stream=false --out " + alone).status == 0);
-  REQUIRE(run("simulate " + job + " --out " + shared).status == 0);
+  const auto [alone, shared] = streamRuns(
+      "cli_refit", "version: 1\nkernel_overlap_efficiency: 1.3\nfixed_grid_guests: true\nlaunch_overhead_ns: 0\n");
   const std::string start = textFile(
       "cli_refit_start.yaml", "# my profile\nversion: 1\nkernel_overlap_efficiency: 0.9\nlaunch_overhead_ns: 0\n");
   const std::string cal = tempPath("cli_refit_cal.yaml");
