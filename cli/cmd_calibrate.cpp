@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -144,6 +145,11 @@ void runRefitOverlap(const CalibrateOptions& o) {
                   "relative to one alone: the simulated step closest to the measured one over {} one-rank runs "
                   "with the stream (refitted by tandem calibrate --refit-overlap; {:.4f} before)",
                   refit->efficiency, refit->runs, before));
+  // Whatever FILE's header says, this file is no longer FILE.
+  text = fmt::format("# {} with kernel_overlap_efficiency refitted by `tandem calibrate --refit-overlap` over {} "
+                     "one-rank runs with the stream; its header follows.\n",
+                     std::filesystem::path(path).filename().string(), refit->runs) +
+         text;
   text = withTopLevelLine(text, "fixed_grid_guests",
                           "fixed_grid_guests: true  # memory-bound kernels of at most two blocks per SM gain nothing "
                           "on the SMs a holder leaves (docs/simulator.md, kernel sharing): the replay the efficiency "

@@ -193,7 +193,8 @@ TEST_CASE("tandem calibrate --refit-overlap chooses the efficiency again and kee
   REQUIRE(ok.status == 0);
   CHECK(ok.text.find("kernel overlap efficiency 0.900 -> 1.30") != std::string::npos);
   const std::string yaml = fileText(cal);
-  CHECK(yaml.rfind("# my profile\nversion: 1\nkernel_overlap_efficiency: 1.3", 0) == 0);
+  CHECK(yaml.rfind("# cli_refit_start.yaml with kernel_overlap_efficiency refitted", 0) == 0);
+  CHECK(yaml.find("\n# my profile\nversion: 1\nkernel_overlap_efficiency: 1.3") != std::string::npos);
   CHECK(yaml.find("launch_overhead_ns: 0\n") != std::string::npos);
   CHECK(yaml.find("fixed_grid_guests: true") != std::string::npos);
   CHECK(yaml.find("0.9000 before") != std::string::npos);
