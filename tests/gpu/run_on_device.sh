@@ -7,7 +7,7 @@
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
 #         checkpointkill ckptcost replicacheck replicacheck2 fp8gemm fp8run fp8llama7b materialized rankspergpu multigpu normbwd fp8writers fp8walks sweepfp8
-#         wgstream kernelpairs
+#         wgstream wgprofile kernelpairs
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -516,6 +516,26 @@ print(sys.argv[2], len(L), 'steps, mean loss of the last 200: %.4f' % (sum(L[-20
       stage wgstream_1b_4096 $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml $l1b --set model.seq_len=4096 \
         --set training.micro_batch=4 --steps 20 $off
       stage wgstream_3b $B/bench_gpt2_h200 --job resources/jobs/llama-124m.yaml $l3b --steps 20 $off ;;
+    wgprofile)
+      # Issue 49: the weight-gradient stream on and off, profiled, at the
+      # widths the replay's holder rule was not checked on (GPT-2 350M and
+      # 774M, the 1.1B Llama; GPT-2 124M's pair is in docs/accuracy.md,
+      # sixty-fourth session); compare with `tandem simulate` of each job
+      # and `scripts/kernels_beside.py` (about 3 minutes). The traces come
+      # back packed.
+      mkdir -p /tmp/wgprofile
+      g350="default --set parallel.data_parallel=1 --set model.hidden=1024 --set model.heads=16 --set model.layers=24
+        --set training.micro_batch=8"
+      g774="default --set parallel.data_parallel=1 --set model.hidden=1280 --set model.heads=20 --set model.layers=36
+        --set training.micro_batch=16 --set model.seq_len=512 --set schedule.lm_head_chunks=4"
+      l1b="resources/jobs/llama-124m.yaml --set model.layers=22 --set model.hidden=2048 --set model.heads=32
+        --set model.kv_heads=4 --set model.mlp_ratio=2.75 --set model.vocab=32000 --set training.micro_batch=16"
+      for job in g350 g774 l1b; do for w in true false; do
+        stage wgprofile_${job}_$w $B/tandem run ${!job} --steps 12 --profile --out /tmp/wgprofile/$job-$w.real.sqlite \
+          --set schedule.weight_gradient_stream=$w
+      done; done
+      rm -f /tmp/wgprofile/*.rank0.sqlite
+      tar cf - -C /tmp/wgprofile . | xz -T16 -6 > $OUT/wgprofile.tar.xz ;;
     fp8walks)
       # The writers' walks: their kernels against the CPU reference (every
       # walk, tile and RMSNorm writer) and the executor's FP8 checks, then
