@@ -150,10 +150,7 @@ void runRefitOverlap(const CalibrateOptions& o) {
                      "one-rank runs with the stream; its header follows.\n",
                      std::filesystem::path(path).filename().string(), refit->runs) +
          text;
-  text = withTopLevelLine(text, "fixed_grid_guests",
-                          "fixed_grid_guests: true  # memory-bound kernels of at most two blocks per SM gain nothing "
-                          "on the SMs a holder leaves (docs/simulator.md, kernel sharing): the replay the efficiency "
-                          "was fitted with");
+  text = withTopLevelLine(text, "fixed_grid_guests", sim::fixedGridGuestsLine());
   writeCalibrationFile(o.out, text);
   fmt::print("kernel overlap efficiency {:.3f} -> {:.3f} by simulation on {} ({} one-rank runs with the stream, mean "
              "step error {:.2f}%); the rest of {} kept; written to {}\n",

@@ -1224,6 +1224,11 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
   return out;
 }
 
+std::string fixedGridGuestsLine() {
+  return "fixed_grid_guests: true  # memory-bound kernels of at most two blocks per SM gain nothing on the SMs a "
+         "holder leaves (docs/simulator.md, kernel sharing): the replay the efficiency was fitted with";
+}
+
 std::string calibrationToYaml(const CalibrationResult& r) {
   std::string y;
   y += "# Cost-model calibration written by `tandem calibrate` (format: docs/simulator.md).\n";
@@ -1257,9 +1262,7 @@ std::string calibrationToYaml(const CalibrationResult& r) {
                        "side, relative to one alone (median over {} steps; 1 when none measured it)\n",
                        *r.calibration.kernel_overlap_efficiency, r.kernel_overlap_samples);
   }
-  if (r.calibration.fixed_grid_guests)
-    y += "fixed_grid_guests: true  # memory-bound kernels of at most two blocks per SM gain nothing on the SMs a "
-         "holder leaves (docs/simulator.md, kernel sharing): the replay the efficiency was fitted with\n";
+  if (r.calibration.fixed_grid_guests) y += fixedGridGuestsLine() + "\n";
   // A multi-rank key's comment: how it was fitted, or where it was kept from.
   const std::string kept = r.multi_rank_source.empty() ? "" : "kept from " + r.multi_rank_source;
   auto why = [&](const std::string& fitted) { return kept.empty() ? fitted : kept; };

@@ -138,6 +138,9 @@ CalibrationResult calibrateFromRuns(const std::vector<CalibrationInput>& inputs)
 // The calibration as YAML in the format of docs/simulator.md, with the fit
 // residuals and the provenance as comments and fields.
 std::string calibrationToYaml(const CalibrationResult& result);
+// The `fixed_grid_guests: true` line a calibration fitted under today's
+// replay carries, with its comment, without the newline.
+std::string fixedGridGuestsLine();
 
 // From the fitted shapes of `out`: the FP8 GEMM speed-up of each GEMM kind
 // by GFLOP where the runs measured a shape both in FP8 and in bf16
