@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/calibrate_census.h"
 #include "cli/calibrate_sweep.h"
 #include "cli/command_registry.h"
 #include "engine/spec/resources.h"
@@ -34,6 +35,9 @@ struct CalibrateOptions {
   std::string derive_gpu;       // --derive: rescale --from's calibration to this GPU model
   std::string derive_from;
   std::string refit_overlap;    // --refit-overlap: this calibration with only its overlap efficiency refitted
+  std::string gemm_census;      // --gemm-census: this calibration with the GEMM census added
+  std::string census_grid = "full";
+  double census_time_limit_s = 0;
   SweepOptions sweep;
 };
 
@@ -157,19 +161,58 @@ void runRefitOverlap(const CalibrateOptions& o) {
              before, refit->efficiency, o.topology, refit->runs, refit->mean_abs_error_pct, path, o.out);
 }
 
+// --gemm-census FILE: FILE with its `gemm_kernels:` section from a census
+// of this GPU's GEMM kernels (its trace beside OUT), or from the census
+// trace named as the one input; every other line of FILE kept.
+void runGemmCensusInto(const CalibrateOptions& o) {
+  if (o.out.empty()) throw std::runtime_error("calibrate: --out FILE is required");
+  if (!o.sweep_grid.empty() || !o.derive_gpu.empty() || !o.refit_overlap.empty() || !o.multi_rank_from.empty())
+    throw std::runtime_error("calibrate: --gemm-census adds to a calibration; it takes no --sweep, --derive, "
+                             "--refit-overlap or --multi-rank-from");
+  if (o.inputs.size() > 1)
+    throw std::runtime_error("calibrate: --gemm-census reads one census trace (or measures one when none is named)");
+  const std::string path = sim::calibrationPath(o.gemm_census);
+  const std::string yaml = readWholeFile(path);
+  const sim::Calibration cal = sim::parseCalibration(yaml, path);
+  CensusOptions co;
+  co.grid = o.census_grid;
+  co.time_limit_s = o.census_time_limit_s;
+  co.measure = o.inputs.empty();
+  co.trace = co.measure ? o.out + ".gemm-census.sqlite" : o.inputs.front();
+  const sim::GemmCensus census = takeGemmCensus(co);
+  // A census says which kernels one GPU model gets; another's calibration must not take it.
+  if (!cal.gpu.empty() && !census.gpu.empty() && cal.gpu != census.gpu)
+    throw std::runtime_error(fmt::format("calibrate: the census ran on the {} ({}), the calibration {} is the {}'s",
+                                         census.gpu, co.trace, path, cal.gpu));
+  writeCalibrationFile(o.out, sim::withGemmKernels(yaml, gemmCensusSection(census)));
+  size_t shapes = 0;
+  for (const auto& [op, s] : census.kernels) shapes += s.size();
+  fmt::print("GEMM census of the {}: {} shapes ({}); {} with it written to {}\n", census.gpu, shapes, co.trace, path,
+             o.out);
+}
+
 void runCalibrate(CalibrateOptions o) {
   if (!o.derive_gpu.empty()) return runDerive(o);
   if (!o.refit_overlap.empty()) return runRefitOverlap(o);
+  if (!o.gemm_census.empty()) return runGemmCensusInto(o);
   if (o.sweep_grid.empty() && o.inputs.empty())
     throw std::runtime_error("calibrate: name profiled runs to fit from, or --sweep GRID to measure one");
   if (o.out.empty() && !o.sweep.dry_run) throw std::runtime_error("calibrate: --out FILE is required");
   std::vector<sim::CalibrationInput> inputs;
+  std::optional<sim::GemmCensus> census;
   if (!o.sweep_grid.empty()) {
     o.sweep.grid = o.sweep_grid;
     if (o.sweep.work_dir.empty()) o.sweep.work_dir = o.out + ".sweep";
     const std::vector<std::string> traces = runSweep(o.sweep);
     if (o.sweep.dry_run) return;
     for (const std::string& t : traces) inputs.push_back({t, -1, /*sweep=*/true});
+    // The sweep ends with the census of the GEMM kernels (gemm_census.h).
+    CensusOptions co;
+    co.grid = o.census_grid;
+    co.time_limit_s = o.census_time_limit_s;
+    co.trace = (std::filesystem::path(o.sweep.work_dir) / "gemm-census.sqlite").string();
+    co.measure = !(o.sweep.reuse && std::filesystem::exists(co.trace));
+    census = takeGemmCensus(co);
   }
   for (const auto& a : o.inputs) inputs.push_back(parseInput(a));
   // The topology first: a bad name fails before the runs are read.
@@ -184,7 +227,9 @@ void runCalibrate(CalibrateOptions o) {
   std::optional<sim::OverlapRefit> refit;
   if (topology) refit = sim::refitOverlapBySimulation(r, inputs, *topology);
   if (!base_path.empty()) sim::keepMultiRankKeys(r, base_yaml, o.multi_rank_from);
-  writeCalibrationFile(o.out, sim::calibrationToYaml(r));
+  std::string yaml = sim::calibrationToYaml(r);
+  if (census) yaml = sim::withGemmKernels(yaml, gemmCensusSection(*census));
+  writeCalibrationFile(o.out, yaml);
   fmt::print("calibrated from {} task samples of {} runs\n", r.samples, r.provenance.size());
   fmt::print("{:<20} {:>8} {:>7} {:>11} {:>12} {:>10} {:>12} {:>10}\n", "op", "samples", "shapes", "base us",
              "ns/GFLOP", "ns/MB", "median res%", "max res%");
@@ -291,7 +336,22 @@ void addCalibrateCommand(CLI::App& root) {
                   "(one-rank runs with the weight-gradient stream, as a sweep keeps them: *-beside.sqlite) on "
                   "--topology, every other key kept: after a change to the simulator's kernel sharing, no GPU needed")
       ->type_name("NAME|FILE");
-  cmd->add_flag("--reuse", o->sweep.reuse, "with --sweep: keep the traces already in the work folder");
+  cmd->add_option("--gemm-census", o->gemm_census,
+                  "write this calibration with the GEMM census added: which kernel (blocks, tile, cluster) the "
+                  "executor gets for each GEMM of a dense grid of shapes, measured on this machine's GPU in 2-4 min "
+                  "(its trace beside --out), or read from the census trace named as the run; a --sweep ends with one")
+      ->type_name("NAME|FILE");
+  cmd->add_option("--census-grid", o->census_grid,
+                  "the GEMM census's grid (full: layer widths 512-16384 and the vocabularies at 1k-64k tokens, "
+                  "docs/accuracy.md; smoke: three shapes)")
+      ->check(CLI::IsMember(sim::gemmCensusGridNames()))
+      ->capture_default_str();
+  cmd->add_option("--census-time-limit", o->census_time_limit_s,
+                  "tune no GEMM of the census after this many seconds (the census keeps those it found)")
+      ->type_name("SECONDS")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--reuse", o->sweep.reuse,
+                "with --sweep: keep the traces already in the work folder (the GEMM census's too)");
   cmd->add_flag("--dry-run", o->sweep.dry_run,
                 "with --sweep: plan every point and print its GPU memory need and whether the executor runs it");
   cmd->add_option("--topology", o->topology,
@@ -310,7 +370,8 @@ void addCalibrateCommand(CLI::App& root) {
       "  tandem calibrate --sweep full --out h200.yaml --multi-rank-from h200x2-nv18   (on one GPU, 3-6 min)\n"
       "  tandem calibrate --sweep full --dry-run\n"
       "  tandem calibrate --derive H100 --from h200 --out h100.yaml\n"
-      "  tandem calibrate --refit-overlap h100.yaml sweep/*-beside.sqlite --topology dgx-h100 --out h100.yaml\n");
+      "  tandem calibrate --refit-overlap h100.yaml sweep/*-beside.sqlite --topology dgx-h100 --out h100.yaml\n"
+      "  tandem calibrate --gemm-census h100 --out h100.yaml   (on one GPU)\n");
 }
 
 const CommandRegistration reg{"calibrate", 58, &addCalibrateCommand};

@@ -16,6 +16,7 @@
 #include "engine/ir/kernel_revisions.h"
 #include "plan_trace/plan_facts.h"
 #include "simulator/calibrate/calibrate_collectives.h"
+#include "simulator/calibrate/main_kernel.h"
 #include "simulator/cost/gemm_tiles.h"
 #include "simulator/cost/shape_interpolation.h"
 #include "traces/analysis/compare.h"
@@ -401,39 +402,13 @@ std::map<traces::TaskKey, TaskSteps> taskStepsByComm(traces::TraceReader& reader
   return out;
 }
 
-// A task's main kernel as traced: its thread blocks and what each holds
-// (CostEntry; -1 where the trace did not record it).
-struct MainKernel {
-  int blocks = 0;
-  int threads = -1, registers = -1, shared_bytes = -1, cluster = -1;
-  std::optional<GemmTile> tile;  // a GEMM's, from its kernel's name
-};
-
 // Per (op kind, shape): the launch of each kernel task's main kernel (its
 // longest traced kernel with a launch geometry), one entry per task of the
 // run (CostModel::smRoomBeside; the block's resources where traced).
 std::map<std::pair<OpKind, std::string>, std::vector<MainKernel>> mainKernels(traces::TraceReader& reader,
                                                                                int64_t run, const Plan& plan) {
-  std::map<traces::TaskKey, std::pair<int64_t, MainKernel>> longest;  // (duration, kernel)
-  reader.forEachActivity(run, [&](const traces::ActivityRow& a) {
-    if (a.kind != traces::ActivityKind::Kernel || a.task_id < 0 || !a.geometry) return;
-    const traces::LaunchGeometry& g = *a.geometry;
-    const int64_t blocks = int64_t(g.grid_x) * g.grid_y * g.grid_z;
-    if (blocks <= 0 || blocks > std::numeric_limits<int>::max()) return;
-    MainKernel k;
-    k.blocks = int(blocks);
-    if (g.hasResources()) {
-      k.threads = g.block_x * g.block_y * g.block_z;
-      k.registers = g.registers_per_thread;
-      k.shared_bytes = g.shared_memory_bytes;
-      k.cluster = g.cluster_x > 0 ? g.cluster_x * std::max(1, g.cluster_y) * std::max(1, g.cluster_z) : 1;
-    }
-    k.tile = gemmTileFromKernelName(a.name);
-    auto [it, fresh] = longest.try_emplace({a.rank, a.task_id}, a.end_ns - a.start_ns, k);
-    if (!fresh && a.end_ns - a.start_ns > it->second.first) it->second = {a.end_ns - a.start_ns, k};
-  });
   std::map<std::pair<OpKind, std::string>, std::vector<MainKernel>> out;
-  for (const auto& [key, v] : longest) {
+  for (const auto& [key, main] : mainKernelsByTask(reader, run)) {
     const RankPlan* program = nullptr;
     try {
       program = &plan.forRank(key.first);
@@ -443,7 +418,7 @@ std::map<std::pair<OpKind, std::string>, std::vector<MainKernel>> mainKernels(tr
     if (key.second >= int64_t(program->tasks.size())) continue;
     const Task& task = program->tasks[size_t(key.second)];
     if (task.kind != TaskKind::Kernel || task.collective || task.fused_into >= 0) continue;
-    MainKernel k = v.second;
+    MainKernel k = main;
     if (gemmOutputTiles(task) == 0) k.tile.reset();  // not a GEMM: a name's digits are no tile
     out[{costOpKind(task), shapeKey(task)}].push_back(k);
   }
@@ -564,15 +539,10 @@ std::map<int, double> forwardSpeedByRank(const std::map<traces::TaskKey, traces:
   return out;
 }
 
-namespace {
-
 // What a run's devices_json says of its GPUs and software (the store's
 // device record: docs/trace-schema.md): the distinct device models or names
 // joined ("" when it names none), and the first device's driver and library
 // versions ("" when not recorded).
-struct RunDevices {
-  std::string gpus, software;
-};
 RunDevices runDevices(const std::string& devices_json) {
   RunDevices out;
   const auto devices = nlohmann::json::parse(devices_json, nullptr, /*allow_exceptions=*/false);
@@ -596,6 +566,8 @@ RunDevices runDevices(const std::string& devices_json) {
   for (const std::string& n : names) out.gpus += (out.gpus.empty() ? "" : " + ") + n;
   return out;
 }
+
+namespace {
 
 // A collective with kernels beside it: its group (op, ranks), its sample and
 // the task role of the kernels beside it the longest.

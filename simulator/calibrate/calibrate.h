@@ -130,6 +130,15 @@ struct LaunchGapsByShape {
 };
 std::optional<double> multiRankLaunchExtra(const LaunchGapsByShape& gaps, int64_t* shapes_used = nullptr);
 
+// The devices a run's devices_json names (docs/trace-schema.md): the
+// distinct device models or names joined with " + " ("" when it names
+// none), and the first device's driver and library versions ("" when not
+// recorded).
+struct RunDevices {
+  std::string gpus, software;
+};
+RunDevices runDevices(const std::string& devices_json);
+
 // Fits a calibration from the given runs (every real run of a file when its
 // run id is -1). Throws std::runtime_error naming the file and run when a run
 // has no job to re-plan or no task ids.

@@ -232,6 +232,65 @@ CostEntry parseEntry(const std::string& source, const YAML::Node& node, const st
   return e;
 }
 
+bool isGemmKind(OpKind op) {
+  return op == OpKind::Matmul || op == OpKind::MatmulBwdData || op == OpKind::MatmulBwdWeight;
+}
+
+// `gemm_kernels:` (Calibration::gemm_kernels): per GEMM op kind, shape keys
+// to the kernel's geometry; blocks required, no time, no work.
+std::map<OpKind, std::map<std::string, CostEntry>> parseGemmKernels(const std::string& source,
+                                                                   const YAML::Node& node) {
+  if (!node.IsMap()) fail(source, node, "gemm_kernels: expected a map of GEMM op kinds");
+  std::map<OpKind, std::map<std::string, CostEntry>> out;
+  for (const auto& op : node) {
+    const std::string name = op.first.as<std::string>();
+    const auto kind = parseOpKind(name);
+    if (!kind || !isGemmKind(*kind))
+      fail(source, op.first,
+           "gemm_kernels." + name + ": not a GEMM op kind (allowed: matmul, matmul_bwd_data, matmul_bwd_weight)");
+    if (!op.second.IsMap()) fail(source, op.second, "gemm_kernels." + name + ": expected a map of shape keys");
+    auto& shapes = out[*kind];
+    for (const auto& sh : op.second) {
+      const std::string field = "gemm_kernels." + name + "[" + sh.first.as<std::string>() + "]";
+      const CostEntry e = parseEntry(source, sh.second, field, false);
+      if (e.ns >= 0 || e.gflop >= 0 || e.mb >= 0 || e.origin != ShapeOrigin::Unknown || e.has_fit ||
+          e.flops_efficiency >= 0 || e.bw_efficiency >= 0)
+        fail(source, sh.second,
+             field + ": a kernel's geometry only (blocks, tile, threads, regs, smem, cluster): times belong under ops");
+      if (e.blocks <= 0) fail(source, sh.second, field + ": blocks is required");
+      shapes[sh.first.as<std::string>()] = e;
+    }
+  }
+  return out;
+}
+
+// `fp8_gemm_speedup:` per GEMM op kind, [gflop, speedup] points in
+// ascending GFLOP (Calibration::fp8_gemm_speedup).
+std::map<OpKind, std::vector<std::pair<double, double>>> parseFp8GemmSpeedup(const std::string& source,
+                                                                            const YAML::Node& node) {
+  if (!node.IsMap()) fail(source, node, "fp8_gemm_speedup: expected a map of GEMM op kinds");
+  std::map<OpKind, std::vector<std::pair<double, double>>> out;
+  for (const auto& op : node) {
+    const std::string name = op.first.as<std::string>();
+    const auto kind = parseOpKind(name);
+    if (!kind || !isGemmKind(*kind))
+      fail(source, op.first,
+           "fp8_gemm_speedup." + name + ": not a GEMM op kind (allowed: matmul, matmul_bwd_data, matmul_bwd_weight)");
+    const std::string what = "fp8_gemm_speedup." + name;
+    if (!op.second.IsSequence() || op.second.size() == 0)
+      fail(source, op.second, what + ": expected a list of [gflop, speedup]");
+    auto& points = out[*kind];
+    for (const auto& pt : op.second) {
+      if (!pt.IsSequence() || pt.size() != 2) fail(source, pt, what + ": each entry is [gflop, speedup]");
+      const double gflop = number(source, pt[0], what + " gflop", 1e-6, 1e9);
+      const double speedup = number(source, pt[1], what + " speedup", 0.1, 10.0);
+      if (!points.empty() && gflop <= points.back().first) fail(source, pt, what + ": GFLOP must be ascending");
+      points.push_back({gflop, speedup});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Calibration parseCalibration(const std::string& yaml_text, const std::string& source) {
@@ -304,27 +363,10 @@ Calibration parseCalibration(const std::string& yaml_text, const std::string& so
         }
         cal.ops[*kind] = std::move(oc);
       }
+    } else if (key == "gemm_kernels") {
+      cal.gemm_kernels = parseGemmKernels(source, kv.second);
     } else if (key == "fp8_gemm_speedup") {
-      if (!kv.second.IsMap()) fail(source, kv.second, "fp8_gemm_speedup: expected a map of GEMM op kinds");
-      for (const auto& op : kv.second) {
-        const std::string name = op.first.as<std::string>();
-        const auto kind = parseOpKind(name);
-        if (!kind || (*kind != OpKind::Matmul && *kind != OpKind::MatmulBwdData && *kind != OpKind::MatmulBwdWeight))
-          fail(source, op.first,
-               "fp8_gemm_speedup." + name + ": not a GEMM op kind (allowed: matmul, matmul_bwd_data, matmul_bwd_weight)");
-        const std::string what = "fp8_gemm_speedup." + name;
-        if (!op.second.IsSequence() || op.second.size() == 0)
-          fail(source, op.second, what + ": expected a list of [gflop, speedup]");
-        auto& points = cal.fp8_gemm_speedup[*kind];
-        for (const auto& pt : op.second) {
-          if (!pt.IsSequence() || pt.size() != 2) fail(source, pt, what + ": each entry is [gflop, speedup]");
-          const double gflop = number(source, pt[0], what + " gflop", 1e-6, 1e9);
-          const double speedup = number(source, pt[1], what + " speedup", 0.1, 10.0);
-          if (!points.empty() && gflop <= points.back().first)
-            fail(source, pt, what + ": GFLOP must be ascending");
-          points.push_back({gflop, speedup});
-        }
-      }
+      cal.fp8_gemm_speedup = parseFp8GemmSpeedup(source, kv.second);
     } else if (key == "fp8_writer_slowdown") {
       if (!kv.second.IsMap()) fail(source, kv.second, "fp8_writer_slowdown: expected a map of op kinds");
       for (const auto& op : kv.second) {
@@ -574,24 +616,42 @@ std::string RooflineCostModel::geometryKey(const Task& task) const {
   return shapeKey(bf16);
 }
 
+const CostEntry* RooflineCostModel::kernelEntry(const Task& task, const std::string& key, bool with_tile) const {
+  const OpKind op = costOpKind(task);
+  const auto measured = calibration_.ops.find(op);
+  const auto census = calibration_.gemm_kernels.find(op);
+  auto usable = [&](const CostEntry& e) { return e.blocks > 0 && (!with_tile || e.tile); };
+  // The shape's own kernel: as its runs traced it, else as the census found it.
+  if (measured != calibration_.ops.end())
+    if (const auto e = measured->second.shapes.find(key); e != measured->second.shapes.end() && usable(e->second))
+      return &e->second;
+  if (census != calibration_.gemm_kernels.end())
+    if (const auto e = census->second.find(key); e != census->second.end() && usable(e->second)) return &e->second;
+  // Else the nearest of both (a traced shape first where both have a key).
+  std::map<std::string, const CostEntry*> candidates;
+  if (measured != calibration_.ops.end())
+    for (const auto& [shape, e] : measured->second.shapes)
+      if (usable(e)) candidates.emplace(shape, &e);
+  if (census != calibration_.gemm_kernels.end())
+    for (const auto& [shape, e] : census->second)
+      if (usable(e)) candidates.emplace(shape, &e);
+  std::vector<std::string> keys;
+  for (const auto& [shape, e] : candidates) keys.push_back(shape);
+  if (const auto near = nearestKernelShape(task, key, keys)) return candidates.at(*near);
+  return nullptr;
+}
+
 const CostEntry* RooflineCostModel::tiledEntry(const Task& task) const {
   if (task.fused_into >= 0) return nullptr;
-  const auto it = calibration_.ops.find(costOpKind(task));
-  if (it == calibration_.ops.end()) return nullptr;
-  const std::string key = geometryKey(task);
-  std::vector<std::string> with_tile;
-  for (const auto& [shape, e] : it->second.shapes) {
-    if (!e.tile || e.blocks <= 0) continue;
-    if (shape == key) return &e;
-    with_tile.push_back(shape);
-  }
-  if (const auto near = nearestKernelShape(task, key, with_tile)) return &it->second.shapes.at(*near);
-  return nullptr;
+  return kernelEntry(task, geometryKey(task), /*with_tile=*/true);
 }
 
 bool RooflineCostModel::hasLastRounds() const {
   for (const auto& [op, oc] : calibration_.ops)
     for (const auto& [shape, e] : oc.shapes)
+      if (e.tile && e.blocks > 0) return true;
+  for (const auto& [op, shapes] : calibration_.gemm_kernels)
+    for (const auto& [shape, e] : shapes)
       if (e.tile && e.blocks > 0) return true;
   return false;
 }
@@ -630,6 +690,12 @@ int RooflineCostModel::kernelBlocks(const Task& task, const DeviceSpec& device) 
 
 int RooflineCostModel::kernelBlocksUncached(const Task& task, const DeviceSpec& device, const OpCalibration& oc,
                                             const std::string& key) const {
+  // With the GEMM census (Calibration::gemm_kernels) the kernel's own or
+  // its nearest real choice over a dense grid of shapes: cuBLASLt's choice
+  // of blocks does not follow the output's size (clusters of 8 leave 12 SMs
+  // free at outputs of 5 to 20 million elements; docs/accuracy.md).
+  if (calibration_.gemm_kernels.count(costOpKind(task)))
+    if (const CostEntry* e = kernelEntry(task, key, /*with_tile=*/false)) return e->blocks;
   std::vector<std::string> with_blocks;
   for (const auto& [shape, e] : oc.shapes) {
     if (e.blocks <= 0) continue;

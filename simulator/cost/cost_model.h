@@ -159,6 +159,15 @@ struct Calibration {
   // its efficiency was fitted with.
   bool fixed_grid_guests = false;
   std::map<OpKind, OpCalibration> ops;
+  // Per GEMM op kind and shape key: the kernel the GPU executor gets for
+  // shapes its runs never had (the GEMM census, simulator/calibrate/
+  // gemm_census.h): blocks, tile, cluster and a block's resources, no time.
+  // cuBLASLt's choice does not follow the shape smoothly (a weight gradient
+  // of 1280 x 5120 gets 120 blocks in clusters of 8 where its swept
+  // neighbours of 1600 x 4800 get 132), so the replay's spare SMs and last
+  // rounds read it off a dense grid of real choices rather than off the
+  // nearest timed shape. Times still come from `ops`.
+  std::map<OpKind, std::map<std::string, CostEntry>> gemm_kernels;
   // The revision of each op kind's kernel its runs measured
   // (engine/ir/kernel_revisions.h); a kind not listed was measured at
   // revision 1 (files from before the revisions were recorded).
@@ -354,6 +363,11 @@ class RooflineCostModel : public CostModel {
   // task's: its own, else its nearest with both (cuBLASLt picks the kernel
   // by shape); none for a calibration without tiles.
   const CostEntry* tiledEntry(const Task& task) const;
+  // The kernel geometry (blocks, and a tile when `with_tile`) of shape key
+  // `key` of the task's op kind: traced by the calibration's runs, else
+  // found by its GEMM census (Calibration::gemm_kernels), else the nearest
+  // shape of either; none when neither has one.
+  const CostEntry* kernelEntry(const Task& task, const std::string& key, bool with_tile) const;
   // The shape whose launch geometry (tile, blocks) and measured range a task
   // takes: its own (shapeKey), except that an FP8 GEMM under a calibration
   // that measured no FP8 GEMM of its kind takes the bf16 kernel's of its

@@ -7,7 +7,7 @@
 #         attnenergy fusebias residual lmhead lmheadmemory svr svr1 twogpu
 #         llama llamapeers wide sweep sweepagain heldout unseen long setup zero2 pytorchtrace checkpoint checkpoint2
 #         checkpointkill ckptcost replicacheck replicacheck2 fp8gemm fp8run fp8llama7b materialized rankspergpu multigpu normbwd fp8writers fp8walks sweepfp8
-#         wgstream wgprofile kernelpairs
+#         wgstream wgprofile kernelpairs census
 # twogpu is what issues 5 and 8 still need from two GPUs (about 9 minutes:
 # split it over two calls, `dp2 kill scaling` and `bench2 svr`, where a call
 # is limited to 10).
@@ -250,13 +250,26 @@ for s in "$@"; do
       # (kernel_overlap_efficiency can be refitted from them after a change to
       # the replay; the other traces are too large). sweepagain
       # is the same on another machine of the kind, for the agreement of two
-      # sweeps. 3-6 minutes on one H200 (51 points in 219-231 s on one H100);
+      # sweeps. 3-6 minutes on one H200 (51 points in 219-231 s on one H100),
+      # then the GEMM census (stage census; CENSUS_TIME_LIMIT, 150 s here);
       # SWEEP_TIME_LIMIT: start no point after this many seconds (400).
       mkdir -p $OUT/$s
-      STAGE_TIMEOUT=560 stage $s $B/tandem calibrate --sweep full --out $OUT/$s/$GPU.yaml --work-dir /tmp/$s \
-        --warm-seconds 1.5 --time-limit ${SWEEP_TIME_LIMIT:-400} --multi-rank-from $GPU_MULTI_RANK --topology $GPU_TOPO
+      STAGE_TIMEOUT=590 stage $s $B/tandem calibrate --sweep full --out $OUT/$s/$GPU.yaml --work-dir /tmp/$s \
+        --warm-seconds 1.5 --time-limit ${SWEEP_TIME_LIMIT:-400} --multi-rank-from $GPU_MULTI_RANK --topology $GPU_TOPO \
+        --census-time-limit ${CENSUS_TIME_LIMIT:-150}
       tar cJf $OUT/$s/logs.tar.xz -C /tmp $s --exclude '*.sqlite'
       (cd /tmp/$s && tar cJf $OUT/$s/beside.tar.xz $(ls *-beside.sqlite)) ;;
+    census)
+      # Issue 49: the GEMM census (which kernel the executor gets for each
+      # GEMM of a dense grid of shapes: simulator/calibrate/gemm_census.h)
+      # added to this GPU's shipped profile, after the GPU test of the smoke
+      # grid; the census's trace comes back packed. CENSUS_TIME_LIMIT: tune
+      # no shape after this many seconds (300).
+      stage gemm_census_test $B/gpu_test_profiler_gemm_census
+      mkdir -p $OUT/census
+      STAGE_TIMEOUT=480 stage census $B/tandem calibrate --gemm-census $GPU_CAL --out $OUT/census/$GPU.yaml \
+        --census-time-limit ${CENSUS_TIME_LIMIT:-300}
+      xz -T4 -f $OUT/census/$GPU.yaml.gemm-census.sqlite ;;
     rankspergpu)
       # Issue 53: multi-rank plans with every rank on one GPU in one process
       # (in-process collectives): gradients and 20-step losses against the
