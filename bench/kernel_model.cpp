@@ -4,7 +4,11 @@
 // measured shape, interpolation, the op kind's fit, the roofline), and the
 // worst tasks with their shapes. The step time hides errors that cancel;
 // this shows them (issue 49's per-op target). Prints one JSON line per
-// (run, op kind) and a table.
+// (run, op kind) and a table; and for the GEMMs how often the kernel's
+// thread blocks the model reads (CostModel::kernelBlocks: the sweep's
+// shapes and the GEMM census) are those the trace recorded, and whether
+// they leave SMs free as the traced ones do (what the replay's kernel
+// sharing reads).
 //
 //   bench_kernel_model --calibration FILE [--worst N] RUN.sqlite...
 #include <fmt/format.h>
@@ -19,6 +23,8 @@
 
 #include "bench/bench_args.h"
 #include "plan_trace/plan_facts.h"
+#include "simulator/calibrate/main_kernel.h"
+#include "simulator/cost/gemm_tiles.h"
 #include "simulator/cost/calibration_lookup.h"
 #include "simulator/cost/cost_model.h"
 #include "simulator/topology/topology_presets.h"
@@ -47,6 +53,16 @@ const char* sourceName(sim::TimeSource s) {
   return "?";
 }
 
+// A GEMM kind's tasks whose blocks the model reads as traced.
+struct BlocksTally {
+  int tasks = 0, same = 0, same_room = 0;  // same_room: both fill every SM, or both leave some
+  void add(int traced, int modelled, int sms) {
+    ++tasks;
+    same += traced == modelled;
+    same_room += (traced < sms) == (modelled > 0 && modelled < sms);
+  }
+};
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -67,11 +83,14 @@ int reportRuns(const std::string& calibration, size_t worst, const std::vector<s
     return 2;
   }
   std::map<std::string, std::vector<double>> all_by_op;
+  std::map<std::string, BlocksTally> all_blocks;
   for (const std::string& path : runs) {
     traces::TraceReader reader(path);
     const int64_t run = reader.defaultRunId();
     const Plan plan = plan_trace::planOfRun(reader, run);
     const auto times = traces::taskTimesPerStep(reader, run);
+    const auto kernels = sim::mainKernelsByTask(reader, run);
+    std::map<std::string, BlocksTally> blocks_by_op;
     std::map<int64_t, const Task*> by_id;
     for (const Task& t : plan.programs.at(0).tasks) by_id[t.id] = &t;
     std::map<std::string, std::vector<Point>> by_op;
@@ -82,6 +101,11 @@ int reportRuns(const std::string& calibration, size_t worst, const std::vector<s
       const Task& task = *it->second;
       const auto tt = model.taskTime(task, *device, plan.job.training.precision);
       if (tt.source == sim::TimeSource::NoKernel) continue;
+      if (const auto k = kernels.find(key); k != kernels.end() && sim::gemmOutputTiles(task) > 0 && task.fused_into < 0) {
+        const std::string op(toString(sim::costOpKind(task)));
+        blocks_by_op[op].add(k->second.blocks, model.kernelBlocks(task, *device), device->sm_count);
+        all_blocks[op].add(k->second.blocks, model.kernelBlocks(task, *device), device->sm_count);
+      }
       by_op[std::string(toString(sim::costOpKind(task)))].push_back(
           {task.name, sim::shapeKey(task), t.ns, double(tt.ns), tt.source});
     }
@@ -111,7 +135,14 @@ int reportRuns(const std::string& calibration, size_t worst, const std::vector<s
                    pts[i].shape, pts[i].real_ns / 1e3, pts[i].model_ns / 1e3, pts[i].errPct(),
                    sourceName(pts[i].source));
     }
+    for (const auto& [op, b] : blocks_by_op)
+      fmt::print("{:<40} {:<18} blocks as traced in {} of {} tasks, SMs left free or not as traced in {}\n", job, op,
+                 b.same, b.tasks, b.same_room);
   }
+  for (const auto& [op, b] : all_blocks)
+    fmt::print("{{\"bench\":\"kernel_model\",\"op\":\"{}\",\"gemm_tasks\":{},\"blocks_as_traced\":{},"
+               "\"room_as_traced\":{}}}\n",
+               op, b.tasks, b.same, b.same_room);
   for (const auto& [op, v] : all_by_op)
     fmt::print("{{\"bench\":\"kernel_model\",\"op\":\"{}\",\"tasks\":{},\"median_abs_error_pct\":{:.2f}}}\n", op,
                v.size(), median(v));
