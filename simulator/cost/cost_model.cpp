@@ -236,6 +236,16 @@ bool isGemmKind(OpKind op) {
   return op == OpKind::Matmul || op == OpKind::MatmulBwdData || op == OpKind::MatmulBwdWeight;
 }
 
+// The GEMM op kind a map key of section `section` names; fails otherwise.
+OpKind gemmKindKey(const std::string& source, const YAML::Node& key, const std::string& section) {
+  const std::string name = key.as<std::string>();
+  const auto kind = parseOpKind(name);
+  if (!kind || !isGemmKind(*kind))
+    fail(source, key,
+         section + "." + name + ": not a GEMM op kind (allowed: matmul, matmul_bwd_data, matmul_bwd_weight)");
+  return *kind;
+}
+
 // `gemm_kernels:` (Calibration::gemm_kernels): per GEMM op kind, shape keys
 // to the kernel's geometry; blocks required, no time, no work.
 std::map<OpKind, std::map<std::string, CostEntry>> parseGemmKernels(const std::string& source,
@@ -243,13 +253,10 @@ std::map<OpKind, std::map<std::string, CostEntry>> parseGemmKernels(const std::s
   if (!node.IsMap()) fail(source, node, "gemm_kernels: expected a map of GEMM op kinds");
   std::map<OpKind, std::map<std::string, CostEntry>> out;
   for (const auto& op : node) {
+    const OpKind kind = gemmKindKey(source, op.first, "gemm_kernels");
     const std::string name = op.first.as<std::string>();
-    const auto kind = parseOpKind(name);
-    if (!kind || !isGemmKind(*kind))
-      fail(source, op.first,
-           "gemm_kernels." + name + ": not a GEMM op kind (allowed: matmul, matmul_bwd_data, matmul_bwd_weight)");
     if (!op.second.IsMap()) fail(source, op.second, "gemm_kernels." + name + ": expected a map of shape keys");
-    auto& shapes = out[*kind];
+    auto& shapes = out[kind];
     for (const auto& sh : op.second) {
       const std::string field = "gemm_kernels." + name + "[" + sh.first.as<std::string>() + "]";
       const CostEntry e = parseEntry(source, sh.second, field, false);
@@ -271,15 +278,11 @@ std::map<OpKind, std::vector<std::pair<double, double>>> parseFp8GemmSpeedup(con
   if (!node.IsMap()) fail(source, node, "fp8_gemm_speedup: expected a map of GEMM op kinds");
   std::map<OpKind, std::vector<std::pair<double, double>>> out;
   for (const auto& op : node) {
-    const std::string name = op.first.as<std::string>();
-    const auto kind = parseOpKind(name);
-    if (!kind || !isGemmKind(*kind))
-      fail(source, op.first,
-           "fp8_gemm_speedup." + name + ": not a GEMM op kind (allowed: matmul, matmul_bwd_data, matmul_bwd_weight)");
-    const std::string what = "fp8_gemm_speedup." + name;
+    const OpKind kind = gemmKindKey(source, op.first, "fp8_gemm_speedup");
+    const std::string what = "fp8_gemm_speedup." + op.first.as<std::string>();
     if (!op.second.IsSequence() || op.second.size() == 0)
       fail(source, op.second, what + ": expected a list of [gflop, speedup]");
-    auto& points = out[*kind];
+    auto& points = out[kind];
     for (const auto& pt : op.second) {
       if (!pt.IsSequence() || pt.size() != 2) fail(source, pt, what + ": each entry is [gflop, speedup]");
       const double gflop = number(source, pt[0], what + " gflop", 1e-6, 1e9);
