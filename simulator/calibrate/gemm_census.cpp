@@ -157,11 +157,11 @@ std::string gemmKernelsYaml(const GemmKernels& kernels, const std::string& comme
     if (shapes.empty()) continue;
     y += fmt::format("  {}:\n", toString(op));
     for (const auto& [key, e] : shapes)
-      y += fmt::format("    \"{}\": {{blocks: {}{}{}}}\n", key, e.blocks,
-                       e.threads > 0 ? fmt::format(", threads: {}, regs: {}, smem: {}, cluster: {}", e.threads,
-                                                   e.registers, e.shared_bytes, e.cluster)
-                                     : "",
-                       e.tile ? fmt::format(", tile: {}x{}", e.tile->m, e.tile->n) : "");
+      y += fmt::format("    \"{}\": \"blocks {}{}{}\"\n", key, e.blocks,
+                       e.tile ? fmt::format(" tile {}x{}", e.tile->m, e.tile->n) : "",
+                       e.threads > 0 ? fmt::format(" cluster {} threads {} regs {} smem {}", e.cluster, e.threads,
+                                                   e.registers, e.shared_bytes)
+                                     : "");
   }
   return y;
 }

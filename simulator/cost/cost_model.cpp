@@ -246,8 +246,40 @@ OpKind gemmKindKey(const std::string& source, const YAML::Node& key, const std::
   return *kind;
 }
 
+// One census entry's text, "blocks 120 cluster 8 tile 128x160 threads 384
+// regs 168 smem 213220": pairs of a name and a value, blocks required. One
+// YAML scalar per shape, not a map: a census holds thousands, and
+// yaml-cpp's maps took 0.15 s of every simulation to read them.
+CostEntry parseGemmKernel(const std::string& source, const YAML::Node& node, const std::string& field) {
+  const std::string text = node.IsScalar() ? node.as<std::string>() : std::string();
+  std::istringstream in(text);
+  std::string name, value;
+  CostEntry e;
+  while (in >> name) {
+    if (!(in >> value)) fail(source, node, field + ": '" + name + "' has no value");
+    if (name == "tile") {
+      e.tile = parseGemmTile(value);
+      if (!e.tile) fail(source, node, field + ": expected a GEMM tile as MxN (8 to 512 each), got '" + value + "'");
+      continue;
+    }
+    int* slot = name == "blocks"    ? &e.blocks
+                : name == "cluster" ? &e.cluster
+                : name == "threads" ? &e.threads
+                : name == "regs"    ? &e.registers
+                : name == "smem"    ? &e.shared_bytes
+                                    : nullptr;
+    if (!slot) fail(source, node, field + ": unknown '" + name + "' (allowed: blocks, cluster, tile, threads, regs, smem)");
+    const auto v = parseFiniteNumber(value);
+    if (!v || *v < 0 || *v > 1e9 || *v != std::floor(*v))
+      fail(source, node, field + ": " + name + " must be a whole number, got '" + value + "'");
+    *slot = int(*v);
+  }
+  if (e.blocks <= 0) fail(source, node, field + ": blocks is required (\"blocks 132 ...\")");
+  return e;
+}
+
 // `gemm_kernels:` (Calibration::gemm_kernels): per GEMM op kind, shape keys
-// to the kernel's geometry; blocks required, no time, no work.
+// to the kernel's geometry (parseGemmKernel).
 std::map<OpKind, std::map<std::string, CostEntry>> parseGemmKernels(const std::string& source,
                                                                    const YAML::Node& node) {
   if (!node.IsMap()) fail(source, node, "gemm_kernels: expected a map of GEMM op kinds");
@@ -259,13 +291,7 @@ std::map<OpKind, std::map<std::string, CostEntry>> parseGemmKernels(const std::s
     auto& shapes = out[kind];
     for (const auto& sh : op.second) {
       const std::string field = "gemm_kernels." + name + "[" + sh.first.as<std::string>() + "]";
-      const CostEntry e = parseEntry(source, sh.second, field, false);
-      if (e.ns >= 0 || e.gflop >= 0 || e.mb >= 0 || e.origin != ShapeOrigin::Unknown || e.has_fit ||
-          e.flops_efficiency >= 0 || e.bw_efficiency >= 0)
-        fail(source, sh.second,
-             field + ": a kernel's geometry only (blocks, tile, threads, regs, smem, cluster): times belong under ops");
-      if (e.blocks <= 0) fail(source, sh.second, field + ": blocks is required");
-      shapes[sh.first.as<std::string>()] = e;
+      shapes[sh.first.as<std::string>()] = parseGemmKernel(source, sh.second, field);
     }
   }
   return out;
@@ -620,6 +646,21 @@ std::string RooflineCostModel::geometryKey(const Task& task) const {
 }
 
 const CostEntry* RooflineCostModel::kernelEntry(const Task& task, const std::string& key, bool with_tile) const {
+  const OpKind op = costOpKind(task);
+  // Read once per shape: the nearest of thousands of census shapes, asked by every task.
+  const std::string memo = fmt::format("{}|{}|{}", int(op), key, with_tile);
+  {
+    std::lock_guard<std::mutex> lock(memo_mutex_);
+    if (const auto m = kernel_entry_memo_.find(memo); m != kernel_entry_memo_.end()) return m->second;
+  }
+  const CostEntry* e = kernelEntryUncached(task, key, with_tile);
+  std::lock_guard<std::mutex> lock(memo_mutex_);
+  kernel_entry_memo_.emplace(memo, e);
+  return e;
+}
+
+const CostEntry* RooflineCostModel::kernelEntryUncached(const Task& task, const std::string& key,
+                                                        bool with_tile) const {
   const OpKind op = costOpKind(task);
   const auto measured = calibration_.ops.find(op);
   const auto census = calibration_.gemm_kernels.find(op);

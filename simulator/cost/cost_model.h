@@ -368,6 +368,7 @@ class RooflineCostModel : public CostModel {
   // found by its GEMM census (Calibration::gemm_kernels), else the nearest
   // shape of either; none when neither has one.
   const CostEntry* kernelEntry(const Task& task, const std::string& key, bool with_tile) const;
+  const CostEntry* kernelEntryUncached(const Task& task, const std::string& key, bool with_tile) const;
   // The shape whose launch geometry (tile, blocks) and measured range a task
   // takes: its own (shapeKey), except that an FP8 GEMM under a calibration
   // that measured no FP8 GEMM of its kind takes the bf16 kernel's of its
@@ -460,6 +461,7 @@ class RooflineCostModel : public CostModel {
   mutable std::mutex memo_mutex_;
   mutable std::unordered_map<std::string, std::optional<int64_t>> interpolated_memo_;
   mutable std::unordered_map<std::string, int> blocks_memo_;
+  mutable std::unordered_map<std::string, const CostEntry*> kernel_entry_memo_;  // kernelEntry's answers
   mutable std::unordered_map<std::string, std::vector<double>> read_errors_memo_;
 };
 

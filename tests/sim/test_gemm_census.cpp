@@ -166,10 +166,17 @@ TEST_CASE("GEMM census: bad sections fail with the file and line", "[calibrate][
   };
   CHECK_THROWS_WITH(parse("  layernorm:\n    \"m=1 n=2 k=3\": {blocks: 8}\n"),
                     Catch::Contains("bad.yaml:3") && Catch::Contains("not a GEMM op kind"));
-  CHECK_THROWS_WITH(parse("  matmul:\n    \"m=1 n=2 k=3\": {ns: 100, blocks: 8}\n"),
-                    Catch::Contains("bad.yaml:4") && Catch::Contains("times belong under ops"));
-  CHECK_THROWS_WITH(parse("  matmul:\n    \"m=1 n=2 k=3\": {tile: 128x128}\n"),
+  CHECK_THROWS_WITH(parse("  matmul:\n    \"m=1 n=2 k=3\": \"ns 100 blocks 8\"\n"),
+                    Catch::Contains("bad.yaml:4") && Catch::Contains("unknown 'ns'"));
+  CHECK_THROWS_WITH(parse("  matmul:\n    \"m=1 n=2 k=3\": \"tile 128x128\"\n"),
                     Catch::Contains("bad.yaml:4") && Catch::Contains("blocks is required"));
+  CHECK_THROWS_WITH(parse("  matmul:\n    \"m=1 n=2 k=3\": \"blocks 1.5\"\n"),
+                    Catch::Contains("bad.yaml:4") && Catch::Contains("whole number"));
+  CHECK_THROWS_WITH(parse("  matmul:\n    \"m=1 n=2 k=3\": \"blocks 8 tile\"\n"),
+                    Catch::Contains("'tile' has no value"));
+  CHECK_THROWS_WITH(parse("  matmul:\n    \"m=1 n=2 k=3\": \"blocks 8 tile big\"\n"),
+                    Catch::Contains("expected a GEMM tile"));
+  CHECK_THROWS_WITH(parse("  matmul:\n    \"m=1 n=2 k=3\": {blocks: 8}\n"), Catch::Contains("blocks is required"));
   CHECK_THROWS_WITH(parse("  matmul: [1, 2]\n"), Catch::Contains("expected a map of shape keys"));
   CHECK_THROWS_WITH(sim::parseCalibration("version: 1\ngemm_kernels: 3\n", "bad.yaml"),
                     Catch::Contains("bad.yaml:2") && Catch::Contains("expected a map of GEMM op kinds"));
@@ -184,9 +191,9 @@ TEST_CASE("GEMM census: a shape's blocks and tile come from the census where the
       "version: 1\nops:\n  matmul_bwd_weight:\n    shapes:\n"
       "      \"m=16384 n=4800 k=1600\": {ns: 430000, blocks: 132, tile: 128x256}\n";
   const std::string census = "gemm_kernels:\n  matmul_bwd_weight:\n"
-                             "    \"m=16384 n=5120 k=1280\": {blocks: 120, cluster: 8, tile: 128x160}\n"
-                             "    \"m=4096 n=2560 k=2560\": {blocks: 120, cluster: 8, tile: 256x128}\n"
-                             "    \"m=16384 n=4800 k=1600\": {blocks: 128, tile: 256x128}\n";
+                             "    \"m=16384 n=5120 k=1280\": \"blocks 120 tile 128x160 cluster 8\"\n"
+                             "    \"m=4096 n=2560 k=2560\": \"blocks 120 tile 256x128 cluster 8\"\n"
+                             "    \"m=16384 n=4800 k=1600\": \"blocks 128 tile 256x128\"\n";
   const sim::RooflineCostModel without(sim::RooflineParams::defaults(), sim::parseCalibration(sweep, "sweep.yaml"));
   const sim::RooflineCostModel with(sim::RooflineParams::defaults(),
                                     sim::parseCalibration(sweep + census, "census.yaml"));
@@ -212,7 +219,7 @@ TEST_CASE("GEMM census: a shape's blocks and tile come from the census where the
   const sim::RooflineCostModel qkv_census(
       sim::RooflineParams::defaults(),
       sim::parseCalibration(sweep + "gemm_kernels:\n  matmul_bwd_weight:\n"
-                                    "    \"m=4096 n=7680 k=2560\": {blocks: 120, cluster: 8, tile: 128x160}\n",
+                                    "    \"m=4096 n=7680 k=2560\": \"blocks 120 tile 128x160 cluster 8\"\n",
                             "qkv.yaml"));
   CHECK(qkv_census.kernelBlocks(qkv, h100()) == 120);
   // Other op kinds than the census's keep the old reading.
