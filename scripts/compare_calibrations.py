@@ -5,9 +5,11 @@
 
 For every (op kind, shape) both files measured, the difference of B's time
 against A's: median, 90th percentile and worst |difference|, and the
-difference weighted by A's time. --by-op adds a line per op kind. Reads the
-`ops:` section's shape lines only (`"key": {ns: N, ...}`), so it needs no
-YAML library.
+difference weighted by A's time. --by-op adds a line per op kind. Where
+both carry a GEMM census (`gemm_kernels:`), how often the two found the
+same kernel blocks and tile per shape. Reads the `ops:` section's shape
+lines (`"key": {ns: N, ...}`) and the census's (`"key": "blocks N tile
+MxN ..."`) only, so it needs no YAML library.
 """
 import re
 import sys
@@ -38,6 +40,46 @@ def shapes(path):
     return out
 
 
+CENSUS = re.compile(r'^    "(?P<key>[^"]+)":\s*"(?P<text>[^"]*)"')
+
+
+def census(path):
+    """(op, key) -> {'blocks': '120', 'tile': '128x160', ...} of the gemm_kernels section."""
+    out, op, inside = {}, None, False
+    with open(path) as f:
+        for line in f:
+            if line.startswith('gemm_kernels:'):
+                inside = True
+                continue
+            if not inside:
+                continue
+            if line and not line[0].isspace() and not line.startswith('#'):
+                inside = False
+                continue
+            m = OP.match(line)
+            if m:
+                op = m.group('op')
+                continue
+            m = CENSUS.match(line)
+            if m and op:
+                words = m.group('text').split()
+                out[(op, m.group('key'))] = dict(zip(words[::2], words[1::2]))
+    return out
+
+
+def compare_census(path_a, path_b):
+    a, b = census(path_a), census(path_b)
+    common = sorted(set(a) & set(b))
+    if not common:
+        return
+    print(f"GEMM census: {len(a)} and {len(b)} shapes, {len(common)} in both")
+    for op in sorted({k[0] for k in common}):
+        keys = [k for k in common if k[0] == op]
+        same_blocks = sum(a[k].get('blocks') == b[k].get('blocks') for k in keys)
+        same_tile = sum(a[k].get('tile') == b[k].get('tile') for k in keys)
+        print(f"  {op}: blocks the same in {same_blocks} of {len(keys)}, tile the same in {same_tile}")
+
+
 def summary(pairs):
     diffs = sorted(abs(b / a - 1) for a, b in pairs)
     n = len(diffs)
@@ -64,6 +106,7 @@ def main(argv):
             pairs = [(a[k], b[k]) for k in common if k[0] == op]
             signed = sorted(b_ / a_ - 1 for a_, b_ in pairs)
             print(f"{op}: median signed {100 * signed[len(signed) // 2]:+.2f}%;", summary(pairs))
+    compare_census(argv[1], argv[2])
     return 0
 
 
