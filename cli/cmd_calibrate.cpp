@@ -338,7 +338,7 @@ void addCalibrateCommand(CLI::App& root) {
       ->type_name("NAME|FILE");
   cmd->add_option("--gemm-census", o->gemm_census,
                   "write this calibration with the GEMM census added: which kernel (blocks, tile, cluster) the "
-                  "executor gets for each GEMM of a dense grid of shapes, measured on this machine's GPU in 2-4 min "
+                  "executor gets for each GEMM of a dense grid of shapes, measured on this machine's GPU (some 6 min on an H100) "
                   "(its trace beside --out), or read from the census trace named as the run; a --sweep ends with one")
       ->type_name("NAME|FILE");
   cmd->add_option("--census-grid", o->census_grid,
