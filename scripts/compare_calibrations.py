@@ -18,37 +18,12 @@ SHAPE = re.compile(r'^\s+"(?P<key>[^"]+)":\s*\{ns:\s*(?P<ns>[0-9.eE+-]+)')
 OP = re.compile(r'^  (?P<op>[a-z_0-9]+):')
 
 
-def shapes(path):
-    out, op, in_ops = {}, None, False
+def section(path, name):
+    """(op kind, line) of each line under an op kind of the top-level section `name`."""
+    op, inside = None, False
     with open(path) as f:
         for line in f:
-            if line.startswith('ops:'):
-                in_ops = True
-                continue
-            if not in_ops:
-                continue
-            if line and not line[0].isspace() and not line.startswith('#'):
-                in_ops = False
-                continue
-            m = OP.match(line)
-            if m:
-                op = m.group('op')
-                continue
-            m = SHAPE.match(line)
-            if m and op:
-                out[(op, m.group('key'))] = float(m.group('ns'))
-    return out
-
-
-CENSUS = re.compile(r'^    "(?P<key>[^"]+)":\s*"(?P<text>[^"]*)"')
-
-
-def census(path):
-    """(op, key) -> {'blocks': '120', 'tile': '128x160', ...} of the gemm_kernels section."""
-    out, op, inside = {}, None, False
-    with open(path) as f:
-        for line in f:
-            if line.startswith('gemm_kernels:'):
+            if line.startswith(name + ':'):
                 inside = True
                 continue
             if not inside:
@@ -59,11 +34,30 @@ def census(path):
             m = OP.match(line)
             if m:
                 op = m.group('op')
-                continue
-            m = CENSUS.match(line)
-            if m and op:
-                words = m.group('text').split()
-                out[(op, m.group('key'))] = dict(zip(words[::2], words[1::2]))
+            elif op:
+                yield op, line
+
+
+def shapes(path):
+    out = {}
+    for op, line in section(path, 'ops'):
+        m = SHAPE.match(line)
+        if m:
+            out[(op, m.group('key'))] = float(m.group('ns'))
+    return out
+
+
+CENSUS = re.compile(r'^    "(?P<key>[^"]+)":\s*"(?P<text>[^"]*)"')
+
+
+def census(path):
+    """(op, key) -> {'blocks': '120', 'tile': '128x160', ...} of the gemm_kernels section."""
+    out = {}
+    for op, line in section(path, 'gemm_kernels'):
+        m = CENSUS.match(line)
+        if m:
+            words = m.group('text').split()
+            out[(op, m.group('key'))] = dict(zip(words[::2], words[1::2]))
     return out
 
 
