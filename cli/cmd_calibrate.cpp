@@ -212,7 +212,16 @@ void runCalibrate(CalibrateOptions o) {
     co.time_limit_s = o.census_time_limit_s;
     co.trace = (std::filesystem::path(o.sweep.work_dir) / "gemm-census.sqlite").string();
     co.measure = !(o.sweep.reuse && std::filesystem::exists(co.trace));
-    census = takeGemmCensus(co);
+    // Minutes of points are not thrown away for it: without a census the
+    // calibration reads kernels off the swept shapes, as before there was one.
+    try {
+      census = takeGemmCensus(co);
+    } catch (const std::exception& e) {
+      fmt::print(stderr,
+                 "tandem calibrate: warning: the GEMM census failed ({}); the calibration is written without it "
+                 "(add one later: tandem calibrate --gemm-census {} --out {})\n",
+                 e.what(), o.out, o.out);
+    }
   }
   for (const auto& a : o.inputs) inputs.push_back(parseInput(a));
   // The topology first: a bad name fails before the runs are read.
@@ -338,8 +347,9 @@ void addCalibrateCommand(CLI::App& root) {
       ->type_name("NAME|FILE");
   cmd->add_option("--gemm-census", o->gemm_census,
                   "write this calibration with the GEMM census added: which kernel (blocks, tile, cluster) the "
-                  "executor gets for each GEMM of a dense grid of shapes, measured on this machine's GPU (some 6 min on an H100) "
-                  "(its trace beside --out), or read from the census trace named as the run; a --sweep ends with one")
+                  "executor gets for each GEMM of a dense grid of shapes, measured on this machine's GPU (some 6 min "
+                  "on an H100; its trace beside --out), or read from the census trace named as the run; a --sweep "
+                  "ends with one")
       ->type_name("NAME|FILE");
   cmd->add_option("--census-grid", o->census_grid,
                   "the GEMM census's grid (full: layer widths 512-16384 and the vocabularies at 1k-64k tokens, "
