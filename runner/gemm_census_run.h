@@ -5,7 +5,10 @@
 // inside a profiled step as a plan task named by the problem, so that the
 // trace records the kernel cuBLASLt gave the executor with its launch
 // geometry. Times are not the point: each shape runs once, on a cool GPU;
-// the sweep times kernels at the power limit.
+// the sweep times kernels at the power limit. The tuning shares the
+// executor's choice cache on disk (engine/cuda/gemm_choice_cache.h): a
+// shape a run on this machine already tuned keeps that run's choice, and
+// runs after the census take the census's.
 
 #include <functional>
 #include <string>
