@@ -48,13 +48,25 @@ std::vector<std::string> committedCalibrations() {
   return out;
 }
 
+namespace {
+
+// What the line naming a calibration adds for its GEMM census (the kernels
+// of shapes its sweep did not time come from there).
+std::string censusNote(const Calibration& c) {
+  size_t shapes = 0;
+  for (const auto& [op, s] : c.gemm_kernels) shapes += s.size();
+  return shapes == 0 ? std::string() : ", with a GEMM census of " + std::to_string(shapes) + " shapes";
+}
+
+}  // namespace
+
 ResolvedCalibration resolveCalibration(const std::string& setting, const Topology& topo) {
   ResolvedCalibration r;
   if (setting == kShippedCalibration) {
     if (const std::optional<std::string> shipped = shippedCalibrationFor(topo)) {
       r.calibration = loadCalibration(*shipped);
       r.used = std::filesystem::path(*shipped).filename().string() + " (shipped for the " + topo.devices.at(0).model +
-               ")";
+               censusNote(r.calibration) + ")";
     } else {
       r.warning = "no calibration comes with tandem for the GPUs of " + topo.name + " (" +
                   (topo.devices.empty() ? std::string("none") : topo.devices[0].model) +
@@ -65,6 +77,7 @@ ResolvedCalibration resolveCalibration(const std::string& setting, const Topolog
     const std::string path = calibrationPath(setting);
     r.calibration = loadCalibration(path);
     r.used = std::filesystem::path(path).filename().string();
+    if (const std::string note = censusNote(r.calibration); !note.empty()) r.used += " (" + note.substr(2) + ")";
   }
   return r;
 }

@@ -283,6 +283,10 @@ TEST_CASE("tandem calibrate --gemm-census adds a census trace's kernels to a cal
   CHECK(yaml.find("gemm_kernels:  # the executor's GEMM kernels on the NVIDIA H100 80GB HBM3 at 2 shapes") !=
         std::string::npos);
   CHECK(sim::parseCalibration(yaml, out).gemm_kernels.at(OpKind::MatmulBwdWeight).size() == 1);
+  // tandem simulate says the calibration it read has a census.
+  const CliOutput sim = tandemCli("simulate tiny --topology dgx-h100 --calibration " + out);
+  INFO(sim.text);
+  CHECK(sim.text.find("cli_census_out.yaml (with a GEMM census of 2 shapes)") != std::string::npos);
 
   // Another GPU's calibration, two traces, or a trace without a census:
   // one line, exit 1, no file.
