@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <stdexcept>
 
 #ifdef TANDEM_HAVE_CUDA
@@ -23,7 +24,15 @@ sim::GemmCensus takeGemmCensus(const CensusOptions& o) {
     ro.progress = [](int done, int total, double s) {
       fmt::print(stderr, "GEMM census: {} of {} shapes tuned ({:.0f} s)\n", done, total, s);
     };
-    const runner::GemmCensusRunSummary r = runner::runGemmCensus(problems, ro);
+    runner::GemmCensusRunSummary r;
+    try {
+      r = runner::runGemmCensus(problems, ro);
+    } catch (...) {
+      // No half-written census left to be read as a whole one later.
+      std::error_code ec;
+      std::filesystem::remove(o.trace, ec);
+      throw;
+    }
     fmt::print(stderr,
                "GEMM census on the {}: {} shapes recorded, {} without an algorithm for their epilogue, {} left out "
                "at the time limit, in {:.0f} s; {}\n",

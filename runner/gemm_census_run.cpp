@@ -92,6 +92,10 @@ GemmCensusRunSummary runGemmCensus(const std::vector<GemmProblem>& problems, con
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  std::string why;
+  if (cuda::usableGpuCount(&why) <= options.device)
+    throw std::runtime_error(fmt::format("GEMM census: no GPU {} to run it on ({})", options.device,
+                                         why.empty() ? "too few" : why));
   TANDEM_CUDA_CHECK(cudaSetDevice(options.device));
   GemmCensusRunSummary out;
   const cuda::DeviceRecord device = cuda::deviceRecord(options.device);
