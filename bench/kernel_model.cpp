@@ -103,8 +103,8 @@ int reportRuns(const std::string& calibration, size_t worst, const std::vector<s
       if (tt.source == sim::TimeSource::NoKernel) continue;
       if (const auto k = kernels.find(key); k != kernels.end() && sim::gemmOutputTiles(task) > 0 && task.fused_into < 0) {
         const std::string op(toString(sim::costOpKind(task)));
-        blocks_by_op[op].add(k->second.blocks, model.kernelBlocks(task, *device), device->sm_count);
-        all_blocks[op].add(k->second.blocks, model.kernelBlocks(task, *device), device->sm_count);
+        const int modelled = model.kernelBlocks(task, *device);
+        for (auto* tally : {&blocks_by_op[op], &all_blocks[op]}) tally->add(k->second.blocks, modelled, device->sm_count);
       }
       by_op[std::string(toString(sim::costOpKind(task)))].push_back(
           {task.name, sim::shapeKey(task), t.ns, double(tt.ns), tt.source});
